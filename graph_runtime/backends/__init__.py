@@ -1,0 +1,103 @@
+"""Backend registry: maps a device kind to its Backend, and copies arrays between any two kinds."""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import numpy as np
+
+from ..device import DEVICE_NAMES, Device, device_type_code
+from ..errors import DeviceError
+from .base import Backend, DeviceInfo
+
+# One line per device kind: name -> (module, class). Nothing else in the package lists devices.
+REGISTRY: dict[str, tuple[str, str]] = {
+    "cpu": ("graph_runtime.backends.cpu", "CpuBackend"),
+    "cuda": ("graph_runtime.backends.cuda", "CudaBackend"),
+    "opencl": ("graph_runtime.backends.opencl", "OpenCLBackend"),
+}
+
+_instances: dict[str, Backend] = {}
+_failures: dict[str, str] = {}
+
+
+def get_backend(kind: str | int | Device) -> Backend:
+    """The backend for a kind ("cuda", a DLPack code or a Device); DeviceError says why it is missing."""
+    if isinstance(kind, Device):
+        name = kind.kind
+    else:
+        name = DEVICE_NAMES[device_type_code(kind)]
+    backend = _instances.get(name)
+    if backend is not None:
+        return backend
+    if name not in REGISTRY:
+        raise DeviceError(f"no backend for device type {name!r}; graph_runtime supports: "
+                          + ", ".join(REGISTRY))
+    if name in _failures:
+        raise DeviceError(_failures[name])
+    module_name, class_name = REGISTRY[name]
+    try:
+        module = importlib.import_module(module_name)
+        backend = getattr(module, class_name)()
+    except DeviceError as e:
+        _failures[name] = str(e)
+        raise
+    _instances[name] = backend
+    return backend
+
+
+def check_device(dev: Device) -> Backend:
+    """The backend of dev, after checking that dev's id exists on this machine."""
+    backend = get_backend(dev)
+    count = backend.device_count()
+    if dev.device_id >= count or dev.device_id < 0:
+        raise DeviceError(f"{dev} does not exist: this machine has {count} {dev.kind} device(s)"
+                          + (f" (ids 0..{count - 1})" if count else ""))
+    return backend
+
+
+def list_devices() -> tuple[list[DeviceInfo], dict[str, str]]:
+    """Every usable device here, and for each missing kind the reason it is missing."""
+    found: list[DeviceInfo] = []
+    missing: dict[str, str] = {}
+    for name in REGISTRY:
+        try:
+            backend = get_backend(name)
+            count = backend.device_count()
+        except DeviceError as e:
+            missing[name] = str(e)
+            continue
+        if count == 0:
+            missing[name] = f"{name}: no device visible"
+        for i in range(count):
+            found.append(backend.device_info(i))
+    return found, missing
+
+
+def available_backends() -> list[str]:
+    """Names of the device kinds with at least one device here ("cpu" always first)."""
+    names = []
+    for name in REGISTRY:
+        try:
+            if get_backend(name).device_count() > 0:
+                names.append(name)
+        except DeviceError:
+            continue
+    return names
+
+
+def copy_array(src_backend: Backend, src: Any, dst_backend: Backend, dst: Any) -> None:
+    """Copy src into dst across any two kinds; pairs without a direct path go through the host."""
+    if src_backend is dst_backend:
+        src_backend.copy(src, dst)
+    elif src_backend.name == "cpu":
+        dst_backend.from_host(np.ascontiguousarray(src), dst)
+    elif dst_backend.name == "cpu":
+        src_backend.to_host(src, out=dst)
+    else:
+        staged = src_backend.to_host(src)
+        dst_backend.from_host(staged, dst)
+
+
+__all__ = ["Backend", "DeviceInfo", "REGISTRY", "get_backend", "check_device", "list_devices",
+           "available_backends", "copy_array"]
