@@ -1,0 +1,75 @@
+"""The standard-op registry: each op's shape/attr checker and its kernel factory per backend."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from ..errors import LibraryError
+from .module import TensorSpec
+
+# infer(inputs, attrs) -> output specs. Validates input shapes/dtypes and attrs; raises
+# LibraryError naming the op and the offending value. Runs at create() time, never at run time.
+InferFn = Callable[[Sequence[TensorSpec], Mapping[str, Any]], list[TensorSpec]]
+# factory(backend, device_id, inputs, outputs, attrs) -> run(*input_arrays, *output_arrays).
+# The factory allocates any workspace once; run() writes into the given outputs in place.
+KernelFactory = Callable[[Any, int, Sequence[TensorSpec], Sequence[TensorSpec], Mapping[str, Any]],
+                         Callable[..., None]]
+
+
+@dataclass
+class OpDef:
+    """One standard op: how many inputs it takes, its checker, and its kernels by backend name."""
+
+    name: str
+    infer: InferFn
+    num_inputs: int | None  # None: variadic (concatenate takes all remaining inputs)
+    attrs: tuple[str, ...] = ()  # attribute names the op accepts (others are an error)
+    kernels: dict[str, KernelFactory] = field(default_factory=dict)
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def define_op(name: str, infer: InferFn, num_inputs: int | None,
+              attrs: Sequence[str] = ()) -> OpDef:
+    """Declare an op once (in the module of its family)."""
+    if name in OPS:
+        raise LibraryError(f"standard op {name!r} is defined twice")
+    op = OpDef(name, infer, num_inputs, tuple(attrs))
+    OPS[name] = op
+    return op
+
+
+def kernel(op_name: str, backend: str) -> Callable[[KernelFactory], KernelFactory]:
+    """Decorator registering a backend's kernel factory for an op defined with define_op."""
+    def add(factory: KernelFactory) -> KernelFactory:
+        if op_name not in OPS:
+            raise LibraryError(f"kernel for undefined op {op_name!r}")
+        OPS[op_name].kernels[backend] = factory
+        return factory
+    return add
+
+
+def get_op(name: str) -> OpDef:
+    """The op named name; LibraryError lists the standard ops when it is unknown."""
+    load_standard_ops()
+    op = OPS.get(name)
+    if op is None:
+        raise LibraryError(f"unknown standard op {name!r}; known ops: " + ", ".join(sorted(OPS)))
+    return op
+
+
+_loaded = False
+
+
+def load_standard_ops() -> None:
+    """Import every op family once so OPS is complete (families register on import)."""
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    import importlib
+    import pkgutil
+    from . import ops as ops_pkg
+    for info in pkgutil.iter_modules(ops_pkg.__path__):
+        importlib.import_module(f"{ops_pkg.__name__}.{info.name}")
