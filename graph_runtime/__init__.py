@@ -1,4 +1,4 @@
-"""graph_runtime: run TVM graph JSON across CPU, CUDA and OpenCL devices."""
+"""graph_runtime: run TVM graph JSON across CPU (NumPy), CUDA (CuPy) and OpenCL (PyOpenCL)."""
 from __future__ import annotations
 
 from .device import Device, cpu, cuda, device, opencl

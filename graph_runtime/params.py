@@ -1,0 +1,283 @@
+"""TVM's binary param-dict format (read and written byte-exactly) and .npz param files."""
+from __future__ import annotations
+
+import io
+import math
+import os
+import struct
+import zipfile
+from typing import TYPE_CHECKING, Any, Mapping
+
+import numpy as np
+
+from .errors import ParamsError
+
+if TYPE_CHECKING:
+    from .nd import NDArray
+
+# Layout (all little-endian), as TVM's SaveParams / NDArray::Save write it:
+#   u64 LIST_MAGIC, u64 reserved, u64 name count, per name (u64 byte length, UTF-8 bytes),
+#   u64 array count, per array:
+#     u64 ARRAY_MAGIC, u64 reserved, DLDevice (i32 type, i32 id), i32 ndim,
+#     DLDataType (u8 code, u8 bits, u16 lanes), i64 shape[ndim], i64 data byte size, data.
+LIST_MAGIC = 0xF7E58D4F05049CB7  # kTVMNDArrayListMagic
+ARRAY_MAGIC = 0xDD5E40F096B4A13F  # kTVMNDArrayMagic
+MAX_NDIM = 32
+KDL_CPU = 1
+_HEADER = struct.Struct("<QQQ")
+_U64 = struct.Struct("<Q")
+_RECORD = struct.Struct("<QQiiiBBH")
+_ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")  # a zip with entries, an empty zip
+
+# DLDataType codes (dlpack.h).
+_CODE_NAMES = {0: "int", 1: "uint", 2: "float", 3: "handle", 4: "bfloat", 5: "complex",
+               6: "bool"}
+# (code, bits) per supported dtype; bool is kDLBool with 8 bits, as TVM 0.27 writes it.
+_DLTYPE_OF: dict[np.dtype, tuple[int, int]] = {
+    np.dtype(name): (code, np.dtype(name).itemsize * 8)
+    for code, names in ((0, ("int8", "int16", "int32", "int64")),
+                        (1, ("uint8", "uint16", "uint32", "uint64")),
+                        (2, ("float16", "float32", "float64")),
+                        (6, ("bool",)))
+    for name in names
+}
+_DTYPE_OF: dict[tuple[int, int], np.dtype] = {dl: dtype for dtype, dl in _DLTYPE_OF.items()}
+# Older TVM wrote bool as uint1 (one byte per element).
+_DTYPE_OF[(1, 1)] = np.dtype("bool")
+SUPPORTED_DTYPES: tuple[str, ...] = tuple(str(d) for d in _DLTYPE_OF)
+
+
+class _Reader:
+    """A cursor over untrusted bytes: every read is bounds-checked and names its offset."""
+
+    def __init__(self, data: bytes | bytearray | memoryview, source: str) -> None:
+        try:
+            self.buf = memoryview(data).cast("B")
+        except TypeError as e:
+            raise ParamsError(f"{source}: expected bytes, bytearray or memoryview, "
+                              f"got {type(data).__name__}") from e
+        self.pos = 0
+        self.source = source
+
+    @property
+    def remaining(self) -> int:
+        return len(self.buf) - self.pos
+
+    def error(self, at: int, what: str, expected: str, found: str) -> ParamsError:
+        return ParamsError(f"{self.source}: byte {at}: {what}: expected {expected}, found {found}")
+
+    def unpack(self, layout: struct.Struct, what: str) -> tuple[Any, ...]:
+        if self.remaining < layout.size:
+            raise self.error(self.pos, what, f"{layout.size} bytes",
+                             f"{self.remaining} (file truncated)")
+        values = layout.unpack_from(self.buf, self.pos)
+        self.pos += layout.size
+        return values
+
+    def take(self, size: int, what: str) -> memoryview:
+        if size > self.remaining:
+            raise self.error(self.pos, what, f"{size} bytes", f"{self.remaining} (file truncated)")
+        chunk = self.buf[self.pos:self.pos + size]
+        self.pos += size
+        return chunk
+
+
+def _dtype_name(code: int, bits: int, lanes: int) -> str:
+    base = f"{_CODE_NAMES.get(code, f'code{code}')}{bits}"
+    return base if lanes == 1 else f"{base}x{lanes}"
+
+
+def _read_names(r: _Reader) -> list[str]:
+    at = r.pos
+    (count,) = r.unpack(_U64, "name count")
+    # NOTE: check the untrusted count against the bytes left before building anything from it.
+    if count > r.remaining // _U64.size:
+        raise r.error(at, "name count", f"at most {r.remaining // _U64.size} "
+                      f"(8 bytes per name length, {r.remaining} bytes left)", str(count))
+    names: list[str] = []
+    for i in range(count):
+        at = r.pos
+        (length,) = r.unpack(_U64, f"length of name {i}")
+        raw = r.take(length, f"name {i} ({length} bytes of UTF-8)")
+        try:
+            name = str(raw, "utf-8")
+        except UnicodeDecodeError as e:
+            raise r.error(at + 8 + e.start, f"name {i}", "UTF-8 text",
+                          f"byte 0x{raw[e.start]:02x}") from e
+        if name in names:
+            raise r.error(at, f"name {i}", "unique names",
+                          f"{name!r} again (name {names.index(name)})")
+        names.append(name)
+    return names
+
+
+def _read_array(r: _Reader, what: str) -> np.ndarray:
+    at = r.pos
+    magic, _reserved, dev_type, _dev_id, ndim, code, bits, lanes = r.unpack(_RECORD, what)
+    if magic != ARRAY_MAGIC:
+        raise r.error(at, f"{what} magic", f"0x{ARRAY_MAGIC:016X} (TVM NDArray)", f"0x{magic:016X}")
+    if dev_type != KDL_CPU:
+        raise r.error(at + 16, f"{what} device type", f"{KDL_CPU} (kDLCPU; TVM saves only CPU "
+                      "tensors)", str(dev_type))
+    if not 0 <= ndim <= MAX_NDIM:
+        raise r.error(at + 24, f"{what} ndim", f"0..{MAX_NDIM}", str(ndim))
+    dtype = _DTYPE_OF.get((code, bits)) if lanes == 1 else None
+    if dtype is None:
+        raise r.error(at + 28, f"{what} dtype", "one of " + ", ".join(SUPPORTED_DTYPES),
+                      f"{_dtype_name(code, bits, lanes)} (code {code}, bits {bits}, "
+                      f"lanes {lanes})")
+    shape_at = r.pos
+    shape = r.unpack(struct.Struct(f"<{ndim}q"), f"{what} shape ({ndim} int64)")
+    if any(dim < 0 for dim in shape):
+        raise r.error(shape_at, f"{what} shape", "non-negative dims", str(shape))
+    size_at = r.pos
+    (size,) = r.unpack(_U64, f"{what} data byte size")
+    numel = math.prod(shape)
+    if size != numel * dtype.itemsize:
+        raise r.error(size_at, f"{what} data byte size", f"{numel * dtype.itemsize} "
+                      f"({numel} x {dtype} of shape {shape})", str(size))
+    data = r.take(size, f"{what} data")
+    stored = np.uint8 if dtype == np.bool_ else dtype.newbyteorder("<")
+    try:
+        view = np.frombuffer(data, dtype=stored).reshape(shape)
+    except ValueError as e:  # an empty array whose other dims overflow numpy's size limit
+        raise r.error(shape_at, f"{what} shape", "dims numpy can hold", str(shape)) from e
+    # Both results are fresh arrays that own their memory, not views of the file.
+    if dtype == np.bool_:
+        return view != 0  # any non-zero byte is true
+    return view.astype(dtype)
+
+
+def load_param_arrays(data: bytes | bytearray | memoryview,
+                      source: str = "<params>") -> dict[str, np.ndarray]:
+    """Parse a TVM param dict into writable numpy arrays, in file order.
+
+    Args:
+        data: the whole file. Trailing bytes after the last array are an error.
+        source: the file name (or other origin) that error messages start with.
+    """
+    r = _Reader(data, source)
+    magic, _reserved = r.unpack(struct.Struct("<QQ"), "header")
+    if magic != LIST_MAGIC:
+        raise r.error(0, "magic", f"0x{LIST_MAGIC:016X} (TVM param dict)", f"0x{magic:016X}")
+    names = _read_names(r)
+    at = r.pos
+    (count,) = r.unpack(_U64, "array count")
+    if count != len(names):
+        raise r.error(at, "array count", f"{len(names)} (one per name)", str(count))
+    arrays = {name: _read_array(r, f"array {i} {name!r}") for i, name in enumerate(names)}
+    if r.remaining:
+        raise r.error(r.pos, "end of data", f"end after {len(names)} arrays",
+                      f"{r.remaining} more bytes")
+    return arrays
+
+
+def load_param_dict(data: bytes | bytearray | memoryview) -> dict[str, NDArray]:
+    """Parse a TVM param dict (as TVM's load_param_dict does) into NDArrays on cpu(0)."""
+    from .device import cpu
+    from .nd import array as nd_array
+
+    return {name: nd_array(value, device=cpu(0))
+            for name, value in load_param_arrays(data).items()}
+
+
+def _to_numpy(name: object, value: Any) -> tuple[str, np.ndarray]:
+    """A param as (name, C-contiguous native-order array of a supported dtype)."""
+    if not isinstance(name, str):
+        raise ParamsError(f"param names must be str, got {type(name).__name__} {name!r}")
+    if hasattr(value, "numpy") and not isinstance(value, np.ndarray):
+        value = value.numpy()
+    array = np.asarray(value)
+    dtype = array.dtype.newbyteorder("=")
+    if dtype not in _DLTYPE_OF:
+        raise ParamsError(f"param {name!r}: dtype {array.dtype} is not supported; expected one "
+                          "of " + ", ".join(SUPPORTED_DTYPES))
+    return name, np.asarray(array, dtype=dtype, order="C")  # ascontiguousarray makes 0-d 1-d
+
+
+def save_param_dict(params: Mapping[str, Any]) -> bytes:
+    """Serialize params exactly as TVM's save_param_dict does (CPU device, insertion order).
+
+    Args:
+        params: name -> numpy array, NDArray (anything with .numpy()) or array-like.
+    """
+    if not isinstance(params, Mapping):
+        raise ParamsError(f"params must be a mapping of name to array, got {type(params).__name__}")
+    items = [_to_numpy(name, value) for name, value in params.items()]
+    parts: list[Any] = [_HEADER.pack(LIST_MAGIC, 0, len(items))]
+    for name, _ in items:
+        try:
+            encoded = name.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ParamsError(f"param {name!r}: name is not encodable as UTF-8: {e.reason}") from e
+        parts += [_U64.pack(len(encoded)), encoded]
+    parts.append(_U64.pack(len(items)))
+    for name, array in items:
+        code, bits = _DLTYPE_OF[array.dtype]
+        parts.append(_RECORD.pack(ARRAY_MAGIC, 0, KDL_CPU, 0, array.ndim, code, bits, 1))
+        parts.append(struct.pack(f"<{array.ndim}qQ", *array.shape, array.nbytes))
+        little = array.astype(array.dtype.newbyteorder("<"), copy=False)
+        parts.append(little.reshape(-1).view(np.uint8))  # join takes buffers: no extra copy
+    return b"".join(parts)
+
+
+def _read_npz(data: bytes, source: str) -> dict[str, np.ndarray]:
+    arrays: dict[str, np.ndarray] = {}
+    key = None
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+            for key in npz.files:
+                arrays[key] = _to_numpy(key, npz[key])[1]
+    except ParamsError as e:
+        raise ParamsError(f"{source}: {e}") from e
+    except (ValueError, OSError, EOFError, KeyError, zipfile.BadZipFile) as e:
+        where = "" if key is None else f" entry {key!r}"
+        raise ParamsError(f"{source}:{where}: expected a numpy .npz without pickled objects, "
+                          f"found {type(e).__name__}: {e}") from e
+    return arrays
+
+
+def load_params_file(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+    """Read a params file: TVM binary (any file name, found by its magic) or numpy .npz."""
+    source = os.fspath(path)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise ParamsError(f"{source}: cannot read params file: {e.strerror or e}") from e
+    if data.startswith(_ZIP_MAGICS):
+        return _read_npz(data, source)
+    if len(data) >= 8 and _U64.unpack_from(data)[0] == LIST_MAGIC:
+        return load_param_arrays(data, source)
+    found = data[:8].hex(" ") or "an empty file"
+    raise ParamsError(f"{source}: byte 0: file kind: expected TVM param dict (magic "
+                      f"0x{LIST_MAGIC:016X}) or .npz (zip, 'PK'), found {found}")
+
+
+def _npz_bytes(items: list[tuple[str, np.ndarray]]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as zf:
+        for name, array in items:
+            # NOTE: zip truncates member names at NUL, so such a name would come back different.
+            if "\0" in name:
+                raise ParamsError(f"param {name!r}: .npz member names cannot contain NUL; "
+                                  "save as TVM binary instead")
+            with zf.open(name + ".npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, array, allow_pickle=False)
+    return buffer.getvalue()
+
+
+def save_params_file(path: str | os.PathLike[str], params: Mapping[str, Any]) -> None:
+    """Write params as .npz when the path ends in .npz, else as TVM's binary param dict."""
+    if os.fspath(path).lower().endswith(".npz"):
+        if not isinstance(params, Mapping):
+            raise ParamsError(f"params must be a mapping of name to array, "
+                              f"got {type(params).__name__}")
+        data = _npz_bytes([_to_numpy(name, value) for name, value in params.items()])
+    else:
+        data = save_param_dict(params)
+    try:
+        with open(path, "wb") as f:
+            f.write(data)
+    except OSError as e:
+        raise ParamsError(f"{os.fspath(path)}: cannot write params file: {e.strerror or e}") from e
