@@ -262,7 +262,9 @@ def _npz_bytes(items: list[tuple[str, np.ndarray]]) -> bytes:
             if "\0" in name:
                 raise ParamsError(f"param {name!r}: .npz member names cannot contain NUL; "
                                   "save as TVM binary instead")
-            with zf.open(name + ".npy", "w", force_zip64=True) as member:
+            # A fixed date makes the file a function of the params alone.
+            member_info = zipfile.ZipInfo(name + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
+            with zf.open(member_info, "w", force_zip64=True) as member:
                 np.lib.format.write_array(member, array, allow_pickle=False)
     return buffer.getvalue()
 

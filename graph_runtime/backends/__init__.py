@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from ..device import DEVICE_NAMES, Device, device_type_code
-from ..errors import DeviceError
+from ..errors import DeviceError, GraphRuntimeError
 from .base import Backend, DeviceInfo
 
 # One line per device kind: name -> (module, class). Nothing else in the package lists devices.
@@ -88,6 +88,7 @@ def available_backends() -> list[str]:
 
 def copy_array(src_backend: Backend, src: Any, dst_backend: Backend, dst: Any) -> None:
     """Copy src into dst across any two kinds; pairs without a direct path go through the host."""
+    check_same_layout(f"copy {src_backend.name} -> {dst_backend.name}", src, dst)
     if src_backend is dst_backend:
         src_backend.copy(src, dst)
     elif src_backend.name == "cpu":
@@ -99,5 +100,23 @@ def copy_array(src_backend: Backend, src: Any, dst_backend: Backend, dst: Any) -
         dst_backend.from_host(staged, dst)
 
 
+def check_same_layout(what: str, src: Any, dst: Any) -> None:
+    """Raise unless two arrays (of any kind) have the same shape and dtype; copies need that."""
+    if tuple(src.shape) != tuple(dst.shape) or np.dtype(src.dtype) != np.dtype(dst.dtype):
+        raise GraphRuntimeError(f"{what}: the source is {tuple(src.shape)} {np.dtype(src.dtype)} "
+                                f"but the destination is {tuple(dst.shape)} {np.dtype(dst.dtype)}; "
+                                "shapes and dtypes must match")
+
+
+def view_nbytes(kind: str, capacity: int, offset: int, shape: tuple[int, ...],
+                dtype: np.dtype) -> int:
+    """The bytes a view needs, after checking it lies inside a buffer of capacity bytes."""
+    nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    if offset < 0 or offset + nbytes > capacity:
+        raise DeviceError(f"{kind}: a {tuple(shape)} {np.dtype(dtype)} view at byte offset {offset} "
+                          f"needs bytes [{offset}, {offset + nbytes}), but the buffer has {capacity}")
+    return nbytes
+
+
 __all__ = ["Backend", "DeviceInfo", "REGISTRY", "get_backend", "check_device", "list_devices",
-           "available_backends", "copy_array"]
+           "available_backends", "copy_array", "check_same_layout", "view_nbytes"]

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from . import view_nbytes
 from .base import DeviceInfo
 
 
@@ -35,10 +36,8 @@ class CpuBackend:
         return raw[start:start + nbytes]
 
     def view(self, buffer: Any, offset: int, shape: tuple[int, ...], dtype: np.dtype) -> Any:
-        dtype = np.dtype(dtype)
-        count = int(np.prod(shape, dtype=np.int64))
-        flat = buffer[offset:offset + count * dtype.itemsize].view(dtype)
-        return flat.reshape(shape)
+        nbytes = view_nbytes("cpu", buffer.nbytes, offset, shape, dtype)
+        return buffer[offset:offset + nbytes].view(dtype).reshape(shape)
 
     def empty(self, device_id: int, shape: tuple[int, ...], dtype: np.dtype) -> Any:
         return np.empty(shape, dtype=dtype)
@@ -60,6 +59,10 @@ class CpuBackend:
 
     def device_id_of(self, array: Any) -> int:
         return 0
+
+    def from_dlpack(self, obj: Any) -> Any:
+        """A numpy array sharing the memory of a DLPack-exporting host object (torch, jax, ...)."""
+        return np.from_dlpack(obj)
 
 
 def _cpu_name() -> str:

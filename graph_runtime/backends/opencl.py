@@ -6,7 +6,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import DeviceError, GraphRuntimeError, LibraryError
+from ..errors import DeviceError, LibraryError
+from . import check_same_layout, view_nbytes
 from .base import DeviceInfo
 
 try:
@@ -136,23 +137,18 @@ class OpenCLBackend:
             raise DeviceError(f"opencl:{device_id}: allocating {nbytes} bytes failed: {e}") from e
 
     def view(self, buffer: Any, offset: int, shape: tuple[int, ...], dtype: np.dtype) -> Any:
-        dtype = np.dtype(dtype)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        if offset < 0 or offset + nbytes > buffer.size:
-            raise DeviceError(f"opencl: a {tuple(shape)} {dtype} view at byte offset {offset} needs "
-                              f"{offset + nbytes} bytes, but the buffer has {buffer.size}")
+        view_nbytes("opencl", buffer.size, offset, shape, dtype)
         queue = self.queue(self._device_id_of_context(buffer.context))
         return cl_array.Array(queue, tuple(shape), dtype, data=buffer, offset=offset)
 
     def empty(self, device_id: int, shape: tuple[int, ...], dtype: np.dtype) -> Any:
-        dtype = np.dtype(dtype)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        return self.view(self.alloc(device_id, nbytes), 0, tuple(shape), dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        return self.view(self.alloc(device_id, nbytes), 0, tuple(shape), np.dtype(dtype))
 
     # -- copies -------------------------------------------------------------------------------
 
     def from_host(self, host: np.ndarray, dst: Any) -> None:
-        _check_same(host, dst, "from_host")
+        check_same_layout("opencl: from_host", host, dst)
         _check_contiguous(dst, "from_host destination")
         if dst.size == 0:
             return
@@ -162,7 +158,7 @@ class OpenCLBackend:
 
     def to_host(self, src: Any, out: np.ndarray | None = None) -> np.ndarray:
         if out is not None:
-            _check_same(src, out, "to_host")
+            check_same_layout("opencl: to_host", src, out)
         _check_contiguous(src, "to_host source")
         direct = out if out is not None and out.flags.c_contiguous else np.empty(src.shape, src.dtype)
         if src.size:
@@ -176,7 +172,7 @@ class OpenCLBackend:
         return out
 
     def copy(self, src: Any, dst: Any) -> None:
-        _check_same(src, dst, "copy")
+        check_same_layout("opencl: copy", src, dst)
         _check_contiguous(src, "copy source")
         _check_contiguous(dst, "copy destination")
         if src.size == 0:
@@ -208,13 +204,6 @@ class OpenCLBackend:
         raise DeviceError(f"opencl: an array's context holds devices "
                           f"{[d.name.strip() for d in ctx.devices]}, none of which is an opencl "
                           f"device this backend numbers")
-
-
-def _check_same(a: Any, b: Any, what: str) -> None:
-    if tuple(a.shape) != tuple(b.shape) or np.dtype(a.dtype) != np.dtype(b.dtype):
-        raise GraphRuntimeError(f"opencl: {what}: shapes and dtypes must match, got "
-                          f"{tuple(a.shape)} {np.dtype(a.dtype)} and {tuple(b.shape)} "
-                          f"{np.dtype(b.dtype)}")
 
 
 def _check_contiguous(array: Any, what: str) -> None:

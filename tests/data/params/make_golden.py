@@ -45,10 +45,14 @@ def cases() -> dict[str, dict[str, np.ndarray]]:
     scalars = {f"{dtype}_scalar": np.array(edge_values(dtype)[3], dtype=dtype) for dtype in DTYPES}
     empty = {
         "empty_f32_0": np.zeros((0,), "float32"),
-        "empty_i64_3x0": np.zeros((3, 0), "int64"),
         "empty_u8_0x2x5": np.zeros((0, 2, 5), "uint8"),
-        "empty_bool_2x0x0x1": np.zeros((2, 0, 0, 1), "bool"),
         "empty_f16_0x0": np.zeros((0, 0), "float16"),
+        "not_empty_after": np.arange(3, dtype="int32"),
+    }
+    # Zero-size, but not in the first dim: TVM writes these, its reader rejects them (below).
+    empty_inner = {
+        "empty_i64_3x0": np.zeros((3, 0), "int64"),
+        "empty_bool_2x0x0x1": np.zeros((2, 0, 0, 1), "bool"),
         "not_empty_after": np.arange(3, dtype="int32"),
     }
     names = {
@@ -67,7 +71,7 @@ def cases() -> dict[str, dict[str, np.ndarray]]:
     many = {}
     for i in range(500):
         dtype = DTYPES[i % len(DTYPES)]
-        shape = tuple(int(d) for d in rng.integers(0, 4, size=i % 4))
+        shape = tuple(int(d) for d in rng.integers(1, 4, size=i % 4))
         raw = rng.integers(0, 100, size=shape)
         many[f"p{i:03d}"] = (raw % 2 == 1) if dtype == "bool" else raw.astype(dtype)
     large = {
@@ -75,16 +79,35 @@ def cases() -> dict[str, dict[str, np.ndarray]]:
         "six_dims": rng.integers(-50, 50, size=(2, 1, 3, 1, 2, 2)).astype("int16"),
         "bias": rng.standard_normal(16).astype("float64"),
     }
-    return {"dtypes": dtypes, "scalars": scalars, "empty": empty, "names": names,
-            "many": many, "large": large, "empty_dict": {}}
+    return {"dtypes": dtypes, "scalars": scalars, "empty": empty, "empty_inner": empty_inner,
+            "names": names, "many": many, "large": large, "empty_dict": {}}
+
+
+# TVM 0.27's load_param_dict fails ("Invalid DLTensor file format") on a zero-size tensor whose
+# first dim is not 0, although its writer produces the same record layout as for any other
+# tensor (data byte size 0, no data). Only the write side of these files is TVM's word.
+WRITE_ONLY = {"empty_inner"}
 
 
 def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    """np.savez, but keeping any name (np.savez reserves 'file' and 'allow_pickle')."""
-    with zipfile.ZipFile(path, "w") as zf:
+    """np.savez_compressed, but for any name (numpy reserves 'file', 'allow_pickle') and
+    with fixed member dates, so a rerun gives identical files."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
         for name, array in arrays.items():
-            with zf.open(name + ".npy", "w") as member:
+            member_info = zipfile.ZipInfo(name + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
+            member_info.compress_type = zipfile.ZIP_DEFLATED
+            with zf.open(member_info, "w") as member:
                 np.lib.format.write_array(member, array, allow_pickle=False)
+
+
+def check_read_back(case: str, data: bytes, arrays: dict[str, np.ndarray]) -> None:
+    back = tvm.runtime.load_param_dict(data)
+    if list(back) != list(arrays):
+        raise SystemExit(f"{case}: TVM read back names {list(back)}, wrote {list(arrays)}")
+    for name, array in arrays.items():
+        got = back[name].numpy()
+        if got.dtype != array.dtype or not np.array_equal(got, array, equal_nan=True):
+            raise SystemExit(f"{case}: TVM read back {name!r} as {got!r}, wrote {array!r}")
 
 
 def main() -> None:
@@ -92,13 +115,8 @@ def main() -> None:
     for case, arrays in cases().items():
         data = bytes(tvm.runtime.save_param_dict({k: tvm.runtime.tensor(v)
                                                   for k, v in arrays.items()}))
-        back = tvm.runtime.load_param_dict(data)
-        if list(back) != list(arrays):
-            raise SystemExit(f"{case}: TVM read back names {list(back)}, wrote {list(arrays)}")
-        for name, array in arrays.items():
-            got = back[name].numpy()
-            if got.dtype != array.dtype or not np.array_equal(got, array, equal_nan=True):
-                raise SystemExit(f"{case}: TVM read back {name!r} as {got!r}, wrote {array!r}")
+        if case not in WRITE_ONLY:
+            check_read_back(case, data, arrays)
         (HERE / f"{case}.params").write_bytes(data)
         write_npz(HERE / f"{case}.npz", arrays)
         print(f"{case}: {len(arrays)} arrays, {len(data)} bytes")

@@ -1,0 +1,132 @@
+"""Elementwise standard ops (add ... relu, cast): NumPy/CuPy ufuncs and generated OpenCL kernels."""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from ..module import TensorSpec
+from ..registry import define_op, kernel
+from ._common import (CL_TYPES, FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, OUT_DTYPE_KEY,
+                      array_module, broadcast_shape, check_dtype, check_num_inputs,
+                      check_same_dtype, dtype_attr, elementwise_expr, gpu_elementwise,
+                      host_kernel, op_error)
+
+HostFn = Callable[..., None]  # fn(xp, *inputs, out)
+
+
+def _sigmoid(xp: Any, x: Any, out: Any) -> None:
+    # NOTE: 0.5 * (1 + tanh(x / 2)) never overflows, unlike 1 / (1 + exp(-x)).
+    xp.multiply(x, 0.5, out=out)
+    xp.tanh(out, out=out)
+    xp.multiply(out, 0.5, out=out)
+    xp.add(out, 0.5, out=out)
+
+
+def _relu(xp: Any, x: Any, out: Any) -> None:
+    xp.maximum(x, 0, out=out)
+
+
+def _copy(xp: Any, x: Any, out: Any) -> None:
+    xp.copyto(out, x)
+
+
+def _cast(xp: Any, x: Any, out: Any) -> None:
+    xp.copyto(out, x, casting="unsafe")
+
+
+def _ufunc(name: str) -> HostFn:
+    def run(xp: Any, *arrays: Any) -> None:
+        getattr(xp, name)(*arrays[:-1], out=arrays[-1])
+    return run
+
+
+# name -> (host fn, C expression, dtypes). Each C expression mirrors its NumPy counterpart;
+# maximum/minimum propagate NaN like np.maximum/np.minimum.
+BINARY: dict[str, tuple[HostFn, str, tuple[str, ...]]] = {
+    "add": (_ufunc("add"), "({0} + {1})", NUMERIC_DTYPES),
+    "subtract": (_ufunc("subtract"), "({0} - {1})", NUMERIC_DTYPES),
+    "multiply": (_ufunc("multiply"), "({0} * {1})", NUMERIC_DTYPES),
+    "divide": (_ufunc("divide"), "({0} / {1})", FLOAT_DTYPES),
+    "maximum": (_ufunc("maximum"), "(({0} != {0} || {0} > {1}) ? {0} : {1})", NUMERIC_DTYPES),
+    "minimum": (_ufunc("minimum"), "(({0} != {0} || {0} < {1}) ? {0} : {1})", NUMERIC_DTYPES),
+    "power": (_ufunc("power"), "pow({0}, {1})", FLOAT_DTYPES),
+}
+UNARY: dict[str, tuple[HostFn, str, tuple[str, ...]]] = {
+    "negative": (_ufunc("negative"), "(-{0})", NUMERIC_DTYPES),
+    "exp": (_ufunc("exp"), "exp({0})", FLOAT_DTYPES),
+    "log": (_ufunc("log"), "log({0})", FLOAT_DTYPES),
+    "sqrt": (_ufunc("sqrt"), "sqrt({0})", FLOAT_DTYPES),
+    "tanh": (_ufunc("tanh"), "tanh({0})", FLOAT_DTYPES),
+    "sigmoid": (_sigmoid, "(({T})0.5 * tanh(({T})0.5 * {0}) + ({T})0.5)", FLOAT_DTYPES),
+    "relu": (_relu, "({0} < 0 ? ({T})0 : {0})", NUMERIC_DTYPES),
+    "abs": (_ufunc("absolute"), "({0} < 0 ? -{0} : {0})", NUMERIC_DTYPES),
+    "copy": (_copy, "{0}", NUMERIC_DTYPES),
+}
+CAST_DTYPES = tuple(CL_TYPES)
+
+
+def _binary_infer(name: str, dtypes: Sequence[str]) -> Callable[..., list[TensorSpec]]:
+    def infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
+        check_num_inputs(name, inputs, 2)
+        dtype = check_same_dtype(name, inputs)
+        check_dtype(name, inputs[0], dtypes)
+        return [TensorSpec(broadcast_shape(name, inputs[0].shape, inputs[1].shape), dtype)]
+    return infer
+
+
+def _unary_infer(name: str, dtypes: Sequence[str]) -> Callable[..., list[TensorSpec]]:
+    def infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
+        check_num_inputs(name, inputs, 1)
+        check_dtype(name, inputs[0], dtypes)
+        return [TensorSpec(tuple(inputs[0].shape), inputs[0].dtype)]
+    return infer
+
+
+def _cast_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
+    check_num_inputs("cast", inputs, 1)
+    check_dtype("cast", inputs[0], CAST_DTYPES)
+    dtype = dtype_attr("cast", attrs, "dtype", None)
+    if dtype is None:
+        dtype = attrs.get(OUT_DTYPE_KEY)
+    if dtype is None:
+        raise op_error("cast", "missing attribute 'dtype' (needed when cast is not the last op "
+                               "of a function, whose output dtype the graph declares)")
+    if dtype not in CAST_DTYPES:
+        raise op_error("cast", f"cannot cast to {dtype}; supported: {', '.join(CAST_DTYPES)}")
+    return [TensorSpec(tuple(inputs[0].shape), dtype)]
+
+
+def _host_factory(fn: HostFn) -> Callable[..., Callable[..., None]]:
+    def factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+                outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+        return host_kernel(backend, device_id, functools.partial(fn, array_module(backend)))
+    return factory
+
+
+def _cl_factory(template: str, name: str) -> Callable[..., Callable[..., None]]:
+    def factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+                outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+        step = (template, list(range(len(inputs))), outputs[0].dtype)
+        return gpu_elementwise(backend, device_id, inputs, outputs[0], [step], f"gr_{name}")
+    return factory
+
+
+def _register(name: str, infer: Callable[..., list[TensorSpec]], num_inputs: int,
+              attrs: Sequence[str], host: HostFn, template: str) -> None:
+    define_op(name, infer, num_inputs, attrs)
+    kernel(name, "cpu")(_host_factory(host))
+    kernel(name, "cuda")(_host_factory(host))
+    kernel(name, "opencl")(_cl_factory(template, name))
+    elementwise_expr(name, template)
+
+
+for _name, (_host, _template, _dtypes) in BINARY.items():
+    _register(_name, _binary_infer(_name, _dtypes), 2, (), _host, _template)
+for _name, (_host, _template, _dtypes) in UNARY.items():
+    _register(_name, _unary_infer(_name, _dtypes), 1, (), _host, _template)
+# The conversion happens when the result is stored in the output's type.
+_register("cast", _cast_infer, 1, ("dtype",), _cast, "{0}")
+
+__all__ = ["BINARY", "UNARY", "CAST_DTYPES", "INT_DTYPES", "np"]

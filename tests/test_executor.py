@@ -1,0 +1,236 @@
+"""Executor behaviour: TVM's heterogeneous graphs, device fallback, copies, storage sharing."""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+import graph_runtime as gr
+from graph_runtime.errors import DeviceError, GraphError, LibraryError
+from graph_runtime.lib import Module, standard_module
+
+from conftest import copy_op, make_graph, null, require_backend, tvm_op
+
+CPU, OPENCL, CUDA = 1, 2 + 2, 2
+DEVICE_CODES = {"cpu": 1, "cuda": 2, "opencl": 4}
+
+
+def simplex(host: int, dev: int):
+    """TVM's simplex graph: (A + B) on the device, one __copy back, minus C on the host."""
+    nodes = [null("A"), null("B"), tvm_op("elemwise_add", "add", [0, 1]),
+             copy_op("__copy_add_to_sub", 2), null("C"),
+             tvm_op("elemwise_sub", "subtract", [3, 4])]
+    return make_graph(nodes, [5], device_index=[dev, dev, dev, host, host, host])
+
+
+def duplex(host: int, dev: int):
+    """TVM's duplex graph: copies back and forth; ((A + B) - C) + D with the adds on the device."""
+    nodes = [null("A"), null("B"), tvm_op("elemwise_add0", "add", [0, 1]),
+             copy_op("__copy_add_to_sub", 2), null("C"), tvm_op("elemwise_sub", "subtract", [3, 4]),
+             copy_op("__copy_sub_to_add", 5), null("D"), tvm_op("elemwise_add1", "add", [6, 7])]
+    return make_graph(nodes, [8],
+                      device_index=[dev, dev, dev, host, host, host, dev, dev, dev])
+
+
+def _inputs(names: str, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {n: rng.standard_normal(4).astype("float32") for n in names}
+
+
+PAIRS = [
+    pytest.param("cpu", "opencl", marks=pytest.mark.opencl, id="cpu+opencl"),
+    pytest.param("cpu", "cuda", marks=pytest.mark.cuda, id="cpu+cuda"),
+    pytest.param("cuda", "opencl", marks=[pytest.mark.cuda, pytest.mark.opencl], id="cuda+opencl"),
+]
+
+
+@pytest.mark.parametrize("host,dev", PAIRS)
+def test_simplex_runs_across_two_devices(host: str, dev: str) -> None:
+    require_backend(host)
+    require_backend(dev)
+    m = gr.create(simplex(DEVICE_CODES[host], DEVICE_CODES[dev]), standard_module(),
+                  [gr.device(host), gr.device(dev)], strict=True)
+    x = _inputs("ABC")
+    m.run(**x)
+    np.testing.assert_allclose(m.get_output(0).numpy(), x["A"] + x["B"] - x["C"], rtol=1e-6)
+    devices = {name: d.kind for _, name, _, d in m.placement()}
+    assert devices["elemwise_add"] == dev and devices["elemwise_sub"] == host
+    assert devices["__copy_add_to_sub"] == host
+    assert m.copies() == []
+
+
+@pytest.mark.parametrize("host,dev", PAIRS)
+def test_duplex_copies_back_and_forth(host: str, dev: str) -> None:
+    require_backend(host)
+    require_backend(dev)
+    m = gr.create(duplex(DEVICE_CODES[host], DEVICE_CODES[dev]), None,
+                  [gr.device(host), gr.device(dev)], strict=True)
+    x = _inputs("ABCD", seed=1)
+    m.run(**x)
+    expected = x["A"] + x["B"] - x["C"] + x["D"]
+    np.testing.assert_allclose(m.get_output(0).numpy(), expected, rtol=1e-6)
+    assert m.get_output(0).device.kind == dev
+
+
+@pytest.mark.parametrize("make", [simplex, duplex], ids=["simplex", "duplex"])
+def test_only_cpu_given_falls_back_and_warns(make, caplog: pytest.LogCaptureFixture) -> None:
+    graph = make(CPU, OPENCL)
+    with caplog.at_level(logging.WARNING, logger="graph_runtime"):
+        m = gr.create(graph, None, gr.cpu())
+    assert "opencl" in caplog.text and "elemwise_add" in caplog.text
+    names = "ABCD" if make is duplex else "ABC"
+    x = _inputs(names, seed=2)
+    m.run(**x)
+    expected = x["A"] + x["B"] - x["C"] + (x["D"] if make is duplex else 0)
+    np.testing.assert_allclose(m.get_output(0).numpy(), expected, rtol=1e-6)
+    assert all(d == gr.cpu() for *_, d in m.placement())
+
+
+def test_fallback_is_an_error_when_strict() -> None:
+    with pytest.raises(GraphError, match=r"opencl.*elemwise_add.*strict=False"):
+        gr.create(simplex(CPU, OPENCL), None, gr.cpu(), strict=True)
+
+
+def test_absent_device_index_puts_everything_on_ctxs0(opencl_available: None) -> None:
+    nodes = [null("x"), null("y"), tvm_op("a", "add", [0, 1])]
+    m = gr.create(make_graph(nodes, [2]), None, [gr.opencl(), gr.cpu()])
+    assert {d for *_, d in m.placement()} == {gr.opencl()}
+    x = _inputs("xy")
+    m.run(**x)
+    np.testing.assert_allclose(m.get_output(0).numpy(), x["x"] + x["y"], rtol=1e-6)
+
+
+def _missing_copy_graph():
+    # 'a' runs on opencl; 's' and 't' on cpu read it directly, with no __copy in between.
+    nodes = [null("x"), null("y"), tvm_op("a", "add", [0, 1]), tvm_op("s", "subtract", [2, 1]),
+             tvm_op("t", "multiply", [2, 3])]
+    return make_graph(nodes, [4], device_index=[OPENCL, OPENCL, OPENCL, CPU, CPU])
+
+
+def test_missing_copy_is_inserted_once_and_reported(opencl_available: None) -> None:
+    m = gr.create(_missing_copy_graph(), None, [gr.cpu(), gr.opencl()])
+    copies = m.copies()
+    assert len(copies) == 1, copies
+    c = copies[0]
+    assert (c.src, c.dst, c.eid, c.nbytes) == (gr.opencl(), gr.cpu(), 2, 16)
+    assert set(c.readers) == {"node 3 's'", "node 4 't'"}
+    assert m.memory_report().copies == {gr.cpu(): 16}
+    x = _inputs("xy", seed=3)
+    m.run(**x)
+    a = x["x"] + x["y"]
+    np.testing.assert_allclose(m.get_output(0).numpy(), a * (a - x["y"]), rtol=1e-6)
+
+
+def test_missing_copy_is_an_error_when_strict(opencl_available: None) -> None:
+    with pytest.raises(GraphError, match=r"node 3 's' on cpu\(0\) reads input 0, entry 2:0 "
+                                         r"\(eid 2\), which lives on opencl\(0\)"):
+        gr.create(_missing_copy_graph(), None, [gr.cpu(), gr.opencl()], strict=True)
+
+
+def test_storage_shared_across_entries_and_dtypes() -> None:
+    # x(0) -> relu a(1) -> negative b(2, reuses a's id 1? no: id 2) -> cast c (int32, id 1) ...
+    nodes = [null("x"), tvm_op("a", "relu", [0]), tvm_op("b", "negative", [1]),
+             tvm_op("c", "exp", [2]), tvm_op("d", "cast", [3])]
+    g = make_graph(nodes, [4], shapes=(2, 3), dtypes=["float32"] * 4 + ["int32"],
+                   storage_ids=[0, 1, 2, 1, 2])
+    m = gr.create(g, None, gr.cpu())
+    report = m.memory_report()
+    assert report.pool[gr.cpu()] == 3 * 24 and report.unshared[gr.cpu()] == 5 * 24
+    x = np.array([[-1, 0.5, 2], [3, -4, 0]], dtype="float32")
+    m.run(x=x)
+    np.testing.assert_array_equal(m.get_output(0).numpy(),
+                                  np.exp(-np.maximum(x, 0)).astype("int32"))
+
+
+def test_one_storage_id_on_two_devices_is_an_error(opencl_available: None) -> None:
+    nodes = [null("x"), tvm_op("a", "relu", [0]), copy_op("c", 1), tvm_op("b", "relu", [2])]
+    g = make_graph(nodes, [3], storage_ids=[0, 1, 2, 1], device_index=[CPU, CPU, OPENCL, OPENCL])
+    with pytest.raises(GraphError, match=r"storage id 1 is used on cpu\(0\) by entry 1 "
+                                         r"\(node 1 'a' output 0\) and on opencl\(0\) by entry 3"):
+        gr.create(g, None, [gr.cpu(), gr.opencl()])
+
+
+def test_absurd_shapes_fail_before_allocating() -> None:
+    nodes = [null("x"), tvm_op("a", "relu", [0])]
+    g = make_graph(nodes, [1], shapes=[[1 << 20, 1 << 20, 1 << 10], [1 << 20, 1 << 20, 1 << 10]])
+    with pytest.raises(GraphError, match=r"needs 8\.0 PiB on cpu\(0\).*storage id \d .*entry \d "
+                                         r"\(node \d '\w' output 0, shape"):
+        gr.create(g, None, gr.cpu())
+
+
+def test_memory_cap_is_settable() -> None:
+    g = make_graph([null("x"), tvm_op("a", "relu", [0])], [1], shapes=(256,))
+    gr.create(g, None, gr.cpu(), memory_cap=2048)
+    with pytest.raises(GraphError, match=r"needs 2\.0 KiB on cpu\(0\) but the cap is 1\.0 KiB"):
+        gr.create(g, None, gr.cpu(), memory_cap=1024)
+    with pytest.raises(GraphError, match="cap is 100 B"):
+        gr.create(g, None, gr.cpu(), memory_cap={"cpu": 100})
+
+
+def test_missing_function_names_node_and_devices(opencl_available: None) -> None:
+    lib = Module("mylib")
+    lib.register("myadd", lambda x, y, out: np.add(x, y, out=out), device="cpu")
+    nodes = [null("x"), null("y"), tvm_op("a", "myadd", [0, 1])]
+    g = make_graph(nodes, [2], device_index=[OPENCL] * 3)
+    with pytest.raises(LibraryError, match=r"no function 'myadd' for opencl \(node 2 'a'\); "
+                                           r"it exists for: cpu"):
+        gr.create(g, lib, [gr.cpu(), gr.opencl()])
+
+
+def test_python_lib_and_flatten_data() -> None:
+    seen: list[tuple[int, ...]] = []
+    lib = Module("mylib")
+
+    @lib.register("flat_add", device="cpu")
+    def flat_add(x: np.ndarray, y: np.ndarray, out: np.ndarray) -> None:
+        seen.append(x.shape)
+        np.add(x, y, out=out)
+
+    nodes = [null("x"), null("y"), tvm_op("a", "flat_add", [0, 1], flatten_data=1)]
+    m = gr.create(make_graph(nodes, [2], shapes=(2, 3)), lib, gr.cpu())
+    x = _inputs("")  # unused; explicit arrays below
+    a = np.arange(6, dtype="float32").reshape(2, 3)
+    m.run(x=a, y=a)
+    assert seen == [(6,)]
+    np.testing.assert_array_equal(m.get_output(0).numpy(), 2 * a)
+    del x
+
+
+def test_kernel_error_at_run_names_the_node() -> None:
+    lib = Module("bad")
+
+    @lib.register("boom", device="cpu")
+    def boom(x: np.ndarray, out: np.ndarray) -> None:
+        raise ValueError("kernel exploded")
+
+    m = gr.create(make_graph([null("x"), tvm_op("b", "boom", [0])], [1]), lib, gr.cpu())
+    with pytest.raises(LibraryError, match=r"node 1 'b' \(boom on cpu\(0\)\) failed: "
+                                           r"ValueError: kernel exploded"):
+        m.run()
+
+
+def test_unknown_device_in_ctxs() -> None:
+    g = make_graph([null("x"), tvm_op("a", "relu", [0])], [1])
+    with pytest.raises(DeviceError, match="opencl:7|opencl\\(7\\) does not exist"):
+        gr.create(g, None, [gr.cpu(), gr.device("opencl:7")])
+    with pytest.raises(DeviceError, match="unknown device type 'tpu'"):
+        gr.create(g, None, ["tpu"])
+
+
+def test_profile_and_debug_outputs_capture_each_node(opencl_available: None) -> None:
+    graph = duplex(CPU, OPENCL)
+    m = gr.create(graph, None, [gr.cpu(), gr.opencl()])
+    x = _inputs("ABCD", seed=4)
+    m.set_input(**x)
+    times = m.profile(repeat=3)
+    assert [t.label for t in times] == [
+        "node 2 'elemwise_add0'", "node 3 '__copy_add_to_sub'", "node 5 'elemwise_sub'",
+        "node 6 '__copy_sub_to_add'", "node 8 'elemwise_add1'"]
+    assert [t.is_copy for t in times] == [False, True, False, True, False]
+    assert all(t.seconds >= 0 for t in times)
+    outs = m.debug_get_outputs()
+    np.testing.assert_allclose(outs["elemwise_add0"][0], x["A"] + x["B"], rtol=1e-6)
+    np.testing.assert_allclose(outs["elemwise_sub"][0], x["A"] + x["B"] - x["C"], rtol=1e-6)
+    only = m.debug_get_outputs(["elemwise_sub"])
+    assert list(only) == ["elemwise_sub"]

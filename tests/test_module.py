@@ -1,0 +1,193 @@
+"""GraphModule API: inputs, outputs, zero copy, params, benchmark (TVM's graph_executor names)."""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+import graph_runtime as gr
+from graph_runtime.errors import DeviceError, GraphError, ParamsError
+
+from conftest import make_graph, null, tvm_op
+
+
+def _axpy():
+    """out = a * x + b, with a and b as params; shapes (2, 3)."""
+    nodes = [null("x"), null("a"), null("b"), tvm_op("ax", "multiply", [1, 0]),
+             tvm_op("axb", "add", [3, 2])]
+    return gr.create(make_graph(nodes, [4], shapes=(2, 3)), None, gr.cpu())
+
+
+X = np.arange(6, dtype="float32").reshape(2, 3)
+
+
+def test_input_lookup_and_info() -> None:
+    m = _axpy()
+    assert m.get_num_inputs() == 3 and m.get_num_outputs() == 1
+    assert m.get_input_index("b") == 2
+    shapes, dtypes = m.get_input_info()
+    assert shapes == {"x": (2, 3), "a": (2, 3), "b": (2, 3)}
+    assert dtypes == {"x": "float32", "a": "float32", "b": "float32"}
+    assert m.get_output_info() == ([(2, 3)], ["float32"])
+
+
+def test_set_input_by_name_index_dict_and_kwargs() -> None:
+    m = _axpy()
+    m.set_input("x", X)
+    m.set_input(1, np.full((2, 3), 2, "float32"))
+    m.set_input({"b": np.ones((2, 3), "float32")})
+    m.run()
+    np.testing.assert_array_equal(m.get_output(0).numpy(), 2 * X + 1)
+    m.run(b=np.zeros((2, 3), "float32"))
+    np.testing.assert_array_equal(m.get_output(0).numpy(), 2 * X)
+    np.testing.assert_array_equal(m.get_input("x").numpy(), X)
+
+
+def test_set_input_accepts_ndarray_and_dlpack() -> None:
+    m = _axpy()
+    m.set_input("x", gr.nd.array(X))
+    m.set_input("a", np.from_dlpack(np.ones((2, 3), "float32")))
+    m.set_input("b", [[0, 0, 0], [0, 0, 1]])  # a nested list takes the input's dtype
+    m.run()
+    np.testing.assert_array_equal(m.get_output(0).numpy(), X + np.array([[0, 0, 0], [0, 0, 1]]))
+
+
+def test_set_input_errors_name_the_inputs() -> None:
+    m = _axpy()
+    with pytest.raises(GraphError, match=r"graph has no input 'y'; inputs are: x, a, b"):
+        m.set_input("y", X)
+    with pytest.raises(GraphError, match=r"input index 3 is out of range: the graph has 3 inputs"):
+        m.set_input(3, X)
+    with pytest.raises(GraphError, match=r"input 'x' \(eid 0\): expected \(2, 3\) float32, "
+                                         r"got \(3, 2\) float32"):
+        m.set_input("x", X.T.copy())
+    with pytest.raises(GraphError, match=r"expected \(2, 3\) float32, got \(2, 3\) float64"):
+        m.set_input("x", X.astype("float64"))
+
+
+def test_get_output_is_not_overwritten_and_out_copies() -> None:
+    m = _axpy()
+    m.run(x=X, a=np.ones((2, 3), "float32"), b=np.zeros((2, 3), "float32"))
+    first = m.get_output(0)
+    m.run(x=X + 10)
+    np.testing.assert_array_equal(first.numpy(), X)
+    out = np.empty((2, 3), "float32")
+    m.get_output(0, out=out)
+    np.testing.assert_array_equal(out, X + 10)
+    nd_out = gr.nd.empty((2, 3), "float32")
+    m.get_output(0, out=nd_out)
+    np.testing.assert_array_equal(nd_out.numpy(), X + 10)
+    with pytest.raises(GraphError, match="out= is \\(3,\\) float32"):
+        m.get_output(0, out=np.empty(3, "float32"))
+    with pytest.raises(GraphError, match="output index 1 is out of range"):
+        m.get_output(1)
+
+
+def _reusing_graph():
+    # x (sid 0) -> a = relu(x) (sid 1) -> b = negative(a) (sid 0: overwrites x's storage)
+    # -> c = exp(b) (sid 1: the output shares a's storage id).
+    nodes = [null("x"), tvm_op("a", "relu", [0]), tvm_op("b", "negative", [1]),
+             tvm_op("c", "exp", [2])]
+    return make_graph(nodes, [3], shapes=(5,), storage_ids=[0, 1, 0, 1])
+
+
+def test_zero_copy_input_sharing_a_storage_id_is_not_overwritten() -> None:
+    # apache/tvm#17152: binding an input whose storage id a later node reuses let that node
+    # write into the user's array. Here only the input's own references are rebound.
+    m = gr.create(_reusing_graph(), None, gr.cpu())
+    x = np.linspace(-2, 2, 5).astype("float32")
+    user = x.copy()
+    m.set_input_zero_copy("x", user)
+    m.run()
+    np.testing.assert_array_equal(user, x)
+    np.testing.assert_allclose(m.get_output(0).numpy(), np.exp(-np.maximum(x, 0)), rtol=1e-6)
+    user[:] = 1.0  # zero copy: the next run sees the new values without set_input
+    m.run()
+    np.testing.assert_allclose(m.get_output(0).numpy(), np.exp(-np.ones(5)), rtol=1e-6)
+
+
+def test_zero_copy_output_sharing_a_storage_id() -> None:
+    # apache/tvm#9448: binding an output rebound every entry of its storage id.
+    m = gr.create(_reusing_graph(), None, gr.cpu())
+    out = np.zeros(5, "float32")
+    m.set_output_zero_copy(0, out)
+    x = np.linspace(-2, 2, 5).astype("float32")
+    m.run(x=x)
+    expected = np.exp(-np.maximum(x, 0))
+    np.testing.assert_allclose(out, expected, rtol=1e-6)
+    np.testing.assert_allclose(m.get_output(0).numpy(), expected, rtol=1e-6)
+
+
+def test_zero_copy_refuses_wrong_device_shape_dtype(opencl_available: None) -> None:
+    m = gr.create(_reusing_graph(), None, gr.cpu())
+    with pytest.raises(DeviceError, match=r"lives on cpu\(0\) but the array given is on opencl"):
+        m.set_input_zero_copy("x", gr.nd.empty((5,), "float32", gr.opencl()))
+    with pytest.raises(GraphError, match=r"expected \(5,\) float32, got \(4,\) float32"):
+        m.set_input_zero_copy("x", np.zeros(4, "float32"))
+    with pytest.raises(GraphError, match=r"expected \(5,\) float32, got \(5,\) int32"):
+        m.set_output_zero_copy(0, np.zeros(5, "int32"))
+    with pytest.raises(GraphError, match="C-contiguous"):
+        m.set_input_zero_copy("x", np.zeros(10, "float32")[::2])
+
+
+def test_load_params_bytes_file_and_dict(tmp_path) -> None:
+    m = _axpy()
+    params = {"a": np.full((2, 3), 3, "float32"), "b": np.ones((2, 3), "float32")}
+    m.load_params(gr.save_param_dict(params))
+    m.run(x=X)
+    np.testing.assert_array_equal(m.get_output(0).numpy(), 3 * X + 1)
+    path = tmp_path / "p.params"
+    path.write_bytes(gr.save_param_dict({"b": np.zeros((2, 3), "float32")}))
+    m.load_params(str(path))
+    m.run()
+    np.testing.assert_array_equal(m.get_output(0).numpy(), 3 * X)
+    m.load_params({"a": np.ones((2, 3), "float32")})
+    m.run()
+    np.testing.assert_array_equal(m.get_output(0).numpy(), X)
+
+
+def test_load_params_mismatch_and_unknown(caplog: pytest.LogCaptureFixture) -> None:
+    m = _axpy()
+    with pytest.raises(ParamsError, match=r"param 'a' is \(3, 2\) float32 but the graph's input "
+                                          r"'a' \(eid 1\) is \(2, 3\) float32"):
+        m.load_params(gr.save_param_dict({"a": np.ones((3, 2), "float32")}))
+    with caplog.at_level(logging.WARNING, logger="graph_runtime"):
+        m.load_params(gr.save_param_dict({"zz": np.ones(1, "float32")}))
+    assert "'zz'" in caplog.text
+    strict = gr.create(_axpy().graph, None, gr.cpu(), strict=True)
+    with pytest.raises(ParamsError, match=r"1 params are not inputs of the graph: 'zz'"):
+        strict.load_params(gr.save_param_dict({"zz": np.ones(1, "float32")}))
+
+
+def test_share_params_uses_the_other_modules_arrays() -> None:
+    owner = _axpy()
+    blob = gr.save_param_dict({"a": np.full((2, 3), 2, "float32")})
+    owner.load_params(blob)
+    user = _axpy()
+    user.share_params(owner, blob)
+    user.run(x=X, b=np.zeros((2, 3), "float32"))
+    np.testing.assert_array_equal(user.get_output(0).numpy(), 2 * X)
+    owner.load_params({"a": np.full((2, 3), 5, "float32")})
+    user.run()
+    np.testing.assert_array_equal(user.get_output(0).numpy(), 5 * X)
+
+
+def test_benchmark_reports_statistics() -> None:
+    m = _axpy()
+    result = m.benchmark(repeat=3, number=2, x=X)
+    assert len(result.results) == 3
+    assert result.min <= result.median <= result.max and result.mean > 0
+    assert "median (ms)" in str(result)
+    e2e = m.benchmark(repeat=2, number=1, end_to_end=True, x=X)
+    assert len(e2e.results) == 2
+
+
+def test_create_accepts_json_text_path_dict(tmp_path) -> None:
+    g = _axpy().graph
+    path = tmp_path / "g.json"
+    path.write_text(g.to_json())
+    for source in (g.to_json(), str(path), g.to_dict()):
+        m = gr.create(source, None, "cpu")
+        m.run(x=X, a=np.ones((2, 3), "float32"), b=np.ones((2, 3), "float32"))
+        np.testing.assert_array_equal(m.get_output(0).numpy(), X + 1)
