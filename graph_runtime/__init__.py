@@ -1,8 +1,22 @@
 """graph_runtime: run TVM graph JSON across CPU (NumPy), CUDA (CuPy) and OpenCL (PyOpenCL)."""
 from __future__ import annotations
 
+from . import nd
+from .backends import available_backends, list_devices
 from .device import Device, cpu, cuda, device, opencl
 from .errors import (DeviceError, DiscoError, GraphError, GraphRuntimeError, LibraryError,
                      ParamsError, PlanError)
+from .graph import Graph, load_graph
+from .lib import Module, load_module, standard_module
+from .module import BenchmarkResult, GraphModule, create
+from .params import load_param_dict, load_params_file, save_param_dict, save_params_file
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "BenchmarkResult", "Device", "DeviceError", "DiscoError", "Graph", "GraphError", "GraphModule",
+    "GraphRuntimeError", "LibraryError", "Module", "ParamsError", "PlanError", "available_backends",
+    "cpu", "create", "cuda", "device", "list_devices", "load_graph", "load_module",
+    "load_param_dict", "load_params_file", "nd", "opencl", "save_param_dict", "save_params_file",
+    "standard_module",
+]

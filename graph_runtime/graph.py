@@ -13,7 +13,8 @@ from types import MappingProxyType
 from typing import Any, Mapping, Sequence, Union
 
 from .errors import GraphError
-from .schema import MAX_PROBLEMS, json_path, schema_problems
+from .graph_checks import count_of, schema_labels, semantic_problems
+from .schema import MAX_PROBLEMS, schema_problems
 
 SCHEMA = "graph.schema.json"
 # numpy-supported TVM dtype names; schemas/graph.schema.json lists the same ($defs.dltype).
@@ -161,7 +162,7 @@ class Graph:
             "nodes": node_docs,
             "arg_nodes": [nid for nid, node in enumerate(node_docs)
                           if isinstance(node, dict) and node.get("op") == "null"],
-            "heads": [[head, 0, 0] if isinstance(head, int) else head for head in heads],
+            "heads": [head if isinstance(head, (list, tuple)) else [head, 0, 0] for head in heads],
             "attrs": {name: _column(name, values) for name, values in columns.items()},
             "node_row_ptr": [0, *accumulate(outputs)],
         }
@@ -226,7 +227,7 @@ class Graph:
         node = self.nodes[nid]
         if not 0 <= index < node.num_outputs:
             raise GraphError(f"{self.source}: {node.label} has no output {index} "
-                             f"(it has {node.num_outputs})")
+                             f"(it has {count_of(node.num_outputs, 'output')})")
         return self.node_row_ptr[nid] + index
 
     def entry_node(self, eid: int) -> tuple[int, int]:
@@ -365,12 +366,15 @@ def _declared_outputs(node: Any) -> int:
     return 1 if count is None else count
 
 
-def _column(name: str, values: Any) -> list[Any]:
-    """[tag, values] for a column given as values (tag known or inferred) or a (tag, values) pair."""
-    if (isinstance(values, (tuple, list)) and len(values) == 2 and isinstance(values[0], str)
-            and values[0].startswith("list_") and name not in ("dltype",)):
+def _column(name: str, values: Any) -> Any:
+    """[tag, values] from values (tag known or inferred) or from a (tag, values) pair."""
+    if hasattr(values, "tolist"):
+        values = values.tolist()
+    if not isinstance(values, (list, tuple)):
+        return values  # the schema check names it
+    if (len(values) == 2 and isinstance(values[0], str) and values[0].startswith("list_")
+            and isinstance(values[1], (list, tuple))):
         return [values[0], values[1]]
-    values = list(values)
     tag = COLUMN_TAGS.get(name)
     if tag is None:
         if all(isinstance(v, str) for v in values):
@@ -379,7 +383,7 @@ def _column(name: str, values: Any) -> list[Any]:
             tag = "list_shape"
         else:
             tag = "list_int"
-    return [tag, values]
+    return [tag, list(values)]
 
 
 def _copy_values(tag: str, values: list) -> list:
@@ -405,159 +409,11 @@ def _node_from_doc(nid: int, doc: dict[str, Any]) -> Node:
 
 def check_graph(doc: Any, source: str = "<graph>") -> list[GraphError]:
     """Every problem of a parsed graph JSON document: the schema first, then the semantics."""
-    problems = schema_problems(doc, SCHEMA, source, where=_schema_labels(doc))
+    problems = schema_problems(doc, SCHEMA, source, where=schema_labels(doc))
     if problems:
         return [p if isinstance(p, GraphError) else GraphError(str(p)) for p in problems]
     graph = Graph._from_valid_doc(doc, source)
-    return [GraphError(f"{source}{text}") for text in _semantic_problems(graph)[:MAX_PROBLEMS]]
-
-
-def _schema_labels(doc: Any) -> Any:
-    """where(path) for schema messages: the node or entry a path points into."""
-    row_ptr: list[int] | None = None
-    row_ptr_read = False
-
-    def node_label(nid: int) -> str:
-        nodes = doc.get("nodes")
-        node = nodes[nid] if isinstance(nodes, list) and nid < len(nodes) else None
-        name = node.get("name") if isinstance(node, dict) else None
-        return f"node {nid} {name!r}" if isinstance(name, str) else f"node {nid}"
-
-    def entry_label(eid: int) -> str:
-        nonlocal row_ptr, row_ptr_read
-        if not row_ptr_read:
-            row_ptr_read = True
-            ptr = doc.get("node_row_ptr")
-            if (isinstance(ptr, list) and ptr and ptr[0] == 0
-                    and all(type(p) is int for p in ptr)
-                    and all(a <= b for a, b in zip(ptr, ptr[1:]))):
-                row_ptr = ptr
-        if row_ptr is None or eid >= row_ptr[-1]:
-            return f"eid {eid}"
-        nid = bisect_right(row_ptr, eid) - 1
-        return f"{node_label(nid)} entry {nid}:{eid - row_ptr[nid]} (eid {eid})"
-
-    def where(path: Sequence[str | int]) -> str:
-        if not isinstance(doc, dict) or len(path) < 2 or not isinstance(path[1], (int, str)):
-            return ""
-        if path[0] == "nodes" and isinstance(path[1], int):
-            return node_label(path[1])
-        if path[0] == "attrs" and len(path) >= 4 and path[2] == 1 and isinstance(path[3], int):
-            return entry_label(path[3])
-        return ""
-
-    return where
-
-
-def _semantic_problems(g: Graph) -> list[str]:
-    """Cross-reference problems of a schema-valid graph, each as ": ..." or " at $.path: ..."."""
-    out: list[str] = []
-    for node in g.nodes:
-        out += _node_problems(node)
-    outputs = [node.num_outputs for node in g.nodes]
-    for node in g.nodes:
-        for position, entry in enumerate(node.inputs):
-            problem = _reference_problem(g, outputs, entry, node.nid)
-            if problem:
-                out.append(f": {node.label} input {position} {problem}")
-    for position, head in enumerate(g.heads):
-        problem = _reference_problem(g, outputs, head, len(g.nodes))
-        if problem:
-            out.append(f" at {json_path(['heads', position])}: head {position} {problem}")
-    row_ptr = [0, *accumulate(outputs)]
-    out += _row_ptr_problems(g, row_ptr)
-    out += _arg_node_problems(g)
-    for name, (tag, values) in g.attrs.items():
-        if len(values) != row_ptr[-1]:
-            out.append(f" at {json_path(['attrs', name])}: expected {row_ptr[-1]} values "
-                       f"(one per entry: the nodes have {row_ptr[-1]} outputs in all), "
-                       f"got {len(values)}")
-    return out
-
-
-def _node_problems(node: Node) -> list[str]:
-    out = []
-    if "attr" in node.extra:
-        out.append(f": {node.label} has both 'attr' and 'attrs'; keep only 'attrs'")
-    if node.is_arg:
-        if node.inputs:
-            out.append(f": {node.label} is a 'null' (input) node but has {len(node.inputs)} "
-                       f"inputs; expected none")
-        if node.num_outputs != 1:
-            out.append(f": {node.label} is a 'null' (input) node with attrs.num_outputs "
-                       f"{node.num_outputs}; input nodes have exactly 1 output")
-        return out
-    if node.func_name is None:
-        out.append(f": {node.label} is a tvm_op node without attrs.func_name; "
-                   f"every tvm_op node names its kernel")
-    if node.num_inputs != len(node.inputs):
-        out.append(f": {node.label} has attrs.num_inputs {node.num_inputs} but "
-                   f"{len(node.inputs)} inputs")
-    return out
-
-
-def _reference_problem(g: Graph, outputs: list[int], entry: tuple[int, ...],
-                       before: int) -> str:
-    """What is wrong with an [nid, index, version] reference read by node `before`, or ""."""
-    nid, index = entry[0], entry[1]
-    if nid >= len(g.nodes):
-        return f"refers to node {nid}, which does not exist (the graph has {len(g.nodes)} nodes)"
-    if nid == before:
-        return f"refers to node {nid} itself; nodes must be in topological order"
-    if nid > before:
-        return f"refers to node {nid}, which comes later; nodes must be in topological order"
-    if index >= outputs[nid]:
-        return (f"refers to output {index} of {g.nodes[nid].label}, which has "
-                f"{outputs[nid]} output{'s' if outputs[nid] != 1 else ''}")
-    return ""
-
-
-def _row_ptr_problems(g: Graph, row_ptr: list[int]) -> list[str]:
-    """node_row_ptr must be the prefix sums of the nodes' outputs; report the first difference."""
-    given = g.node_row_ptr
-    where = f" at {json_path(['node_row_ptr'])}"
-    if len(given) != len(row_ptr):
-        return [f"{where}: expected {len(row_ptr)} items (num_nodes + 1), got {len(given)}"]
-    for nid, (got, expected) in enumerate(zip(given, row_ptr)):
-        if got != expected:
-            if nid == 0:
-                return [f"{where}[0]: expected 0, got {got}"]
-            node = g.nodes[nid - 1]
-            return [f"{where}[{nid}]: expected {expected} ({node.label} starts at entry "
-                    f"{row_ptr[nid - 1]} and has {node.num_outputs} outputs), got {got}"]
-    return []
-
-
-def _arg_node_problems(g: Graph) -> list[str]:
-    """arg_nodes must list exactly the 'null' nodes, in node order; their names must be unique."""
-    out = []
-    where = json_path(["arg_nodes"])
-    first_at: dict[int, int] = {}
-    for position, nid in enumerate(g.arg_nodes):
-        at = f" at {where}[{position}]"
-        if nid >= len(g.nodes):
-            out.append(f"{at}: node {nid} does not exist (the graph has {len(g.nodes)} nodes)")
-        elif not g.nodes[nid].is_arg:
-            out.append(f"{at}: {g.nodes[nid].label} is a {g.nodes[nid].op!r} node; "
-                       f"arg_nodes lists only 'null' nodes")
-        elif nid in first_at:
-            out.append(f"{at}: {g.nodes[nid].label} is listed twice "
-                       f"(first at {where}[{first_at[nid]}])")
-        else:
-            first_at[nid] = position
-    names: dict[str, int] = {}
-    for node in g.nodes:
-        if not node.is_arg:
-            continue
-        if node.nid not in first_at:
-            out.append(f" at {where}: {node.label} is a 'null' (input) node missing from "
-                       f"arg_nodes")
-        if node.name in names:
-            out.append(f": {node.label} has the same name as node {names[node.name]}; input "
-                       f"names must be unique (inputs are addressed by name)")
-        else:
-            names[node.name] = node.nid
-    if not out and list(g.arg_nodes) != sorted(g.arg_nodes):
-        out.append(f" at {where}: expected the 'null' nodes in node order "
-                   f"{sorted(g.arg_nodes)[:8]}, got {list(g.arg_nodes)[:8]}")
-    return out
+    texts = semantic_problems(graph)
+    if len(texts) > MAX_PROBLEMS:
+        texts = texts[:MAX_PROBLEMS] + [f": more than {MAX_PROBLEMS} problems; stopped checking"]
+    return [GraphError(f"{source}{text}") for text in texts]

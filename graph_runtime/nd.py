@@ -1,8 +1,4 @@
-"""NDArray: one tensor on one device, wrapping the backend's native array (numpy, cupy, pyopencl).
-
-Shape or dtype mismatches in copies raise GraphRuntimeError (the base kind: the value, not a
-device or a graph, is wrong); a missing device or package raises DeviceError.
-"""
+"""NDArray: one tensor on one device, wrapping a backend array (numpy, cupy, pyopencl)."""
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -16,7 +12,11 @@ from .errors import DeviceError, GraphRuntimeError
 
 
 class NDArray:
-    """A tensor on one device; `.native` is what kernels on that device receive."""
+    """A tensor on one device; `.native` is what kernels on that device receive.
+
+    Copies whose shapes or dtypes do not match raise GraphRuntimeError itself (the value is
+    wrong, not a device or a graph); a missing device or package raises DeviceError.
+    """
 
     __slots__ = ("_native", "_device")
 
@@ -89,6 +89,10 @@ class NDArray:
 
     def _host_like(self, source: Any) -> np.ndarray:
         host = np.asarray(source)
+        if host.shape != self.shape:
+            raise GraphRuntimeError(f"NDArray.copyfrom into {self._device}: the source is "
+                                    f"{host.shape} {host.dtype} but the array is {self.shape} "
+                                    f"{self.dtype}; shapes must match")
         target = np.dtype(self._native.dtype)
         if host.dtype != target:
             if not np.can_cast(host.dtype, target, casting="same_kind"):
@@ -143,7 +147,7 @@ def empty(shape: Sequence[int] | int, dtype: Any = "float32",
 
 
 def array(obj: Any, device: DeviceLike = cpu(0), dtype: Any = None) -> NDArray:
-    """A copy of obj (numpy array, list, NDArray, or a DLPack object such as torch/cupy) on device."""
+    """A copy of obj (numpy array, list, NDArray, or a DLPack object like torch/cupy) on device."""
     dev = parse_device(device)
     if _is_dlpack_device_array(obj):
         obj = from_dlpack(obj)

@@ -142,9 +142,7 @@ def _read_array(r: _Reader, what: str) -> np.ndarray:
         view = np.frombuffer(data, dtype=stored).reshape(shape)
     except ValueError as e:  # an empty array whose other dims overflow numpy's size limit
         raise r.error(shape_at, f"{what} shape", "dims numpy can hold", str(shape)) from e
-    # Both results are fresh arrays that own their memory, not views of the file.
-    if dtype == np.bool_:
-        return view != 0  # any non-zero byte is true
+    # A fresh array owning its memory, not a view of the file; for bool any non-zero byte is true.
     return view.astype(dtype)
 
 

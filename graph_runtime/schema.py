@@ -1,4 +1,4 @@
-"""Loads the JSON Schemas shipped as graph_runtime.schemas and turns their errors into typed errors."""
+"""Loads the JSON Schemas shipped as graph_runtime.schemas; turns their errors into typed errors."""
 from __future__ import annotations
 
 import difflib
@@ -7,7 +7,7 @@ import json
 from importlib.resources import files
 from typing import Any, Callable, Iterable, Sequence
 
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import ValidationError
 
 from .errors import GraphError, GraphRuntimeError
@@ -32,9 +32,20 @@ def load_schema(name: str) -> dict[str, Any]:
     return schema
 
 
+def _is_int(checker: Any, value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+# JSON Schema counts 2.0 as an integer; the runtime indexes lists with these values, so only
+# true integers pass (a float in a node id must be reported, not crash an index later).
+_StrictValidator = validators.extend(
+    Draft202012Validator,
+    type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_int))
+
+
 @functools.lru_cache(maxsize=None)
-def _validator(name: str) -> Draft202012Validator:
-    return Draft202012Validator(load_schema(name))
+def _validator(name: str) -> Any:
+    return _StrictValidator(load_schema(name))
 
 
 def json_path(path: Iterable[str | int]) -> str:
@@ -61,7 +72,13 @@ def schema_problems(doc: Any, schema_name: str, source: str, *,
     """
     problems: list[GraphRuntimeError] = []
     seen: set[str] = set()
+    wrong_tags: list[list[str | int]] = []
     for err in _validator(schema_name).iter_errors(doc):
+        path = list(err.absolute_path)
+        if any(path[:len(tag)] == tag for tag in wrong_tags):
+            continue  # values under a wrong type tag would only repeat it
+        if _is_tag_error(err):
+            wrong_tags.append(path[:-1])
         message = describe(err, doc, source, where)
         if message in seen:
             continue
@@ -81,7 +98,7 @@ def describe(err: ValidationError, doc: Any, source: str, where: Where | None = 
     schema = err.schema if isinstance(err.schema, dict) else {}
     # x-hint-minimum: why a value is below the minimum, e.g. TVM's -1 for dynamic shapes.
     hint = schema.get("x-hint-minimum") if keyword == "minimum" else None
-    if keyword in ("const", "enum") and path and path[-1] == 0:
+    if _is_tag_error(err):
         # The first item of a two-item array is a type tag: ["list_int", [...]].
         path = path[:-1]
         tags = [err.validator_value] if keyword == "const" else list(err.validator_value)
@@ -96,6 +113,12 @@ def describe(err: ValidationError, doc: Any, source: str, where: Where | None = 
     if label:
         location += f", {label}"
     return f"{location}: {detail}"
+
+
+def _is_tag_error(err: ValidationError) -> bool:
+    """A const/enum on prefixItems[0] failed: the type tag of ["list_int", [...]]."""
+    schema_path = list(err.absolute_schema_path)[-3:]
+    return err.validator in ("const", "enum") and schema_path[:2] == ["prefixItems", 0]
 
 
 def _detail(err: ValidationError, keyword: Any, value: Any) -> str:

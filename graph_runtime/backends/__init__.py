@@ -22,7 +22,7 @@ _failures: dict[str, str] = {}
 
 
 def get_backend(kind: str | int | Device) -> Backend:
-    """The backend for a kind ("cuda", a DLPack code or a Device); DeviceError says why it is missing."""
+    """The backend for a kind ("cuda", a DLPack code or a Device); DeviceError says why not."""
     if isinstance(kind, Device):
         name = kind.kind
     else:
@@ -42,6 +42,11 @@ def get_backend(kind: str | int | Device) -> Backend:
     except DeviceError as e:
         _failures[name] = str(e)
         raise
+    except ImportError as e:
+        # A backend module should turn its own missing package into a DeviceError; this
+        # catches a broken install (the module itself or a dependency of the package).
+        _failures[name] = f"{name}: importing {module_name} failed ({e})"
+        raise DeviceError(_failures[name]) from e
     _instances[name] = backend
     return backend
 
@@ -113,8 +118,9 @@ def view_nbytes(kind: str, capacity: int, offset: int, shape: tuple[int, ...],
     """The bytes a view needs, after checking it lies inside a buffer of capacity bytes."""
     nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
     if offset < 0 or offset + nbytes > capacity:
-        raise DeviceError(f"{kind}: a {tuple(shape)} {np.dtype(dtype)} view at byte offset {offset} "
-                          f"needs bytes [{offset}, {offset + nbytes}), but the buffer has {capacity}")
+        raise DeviceError(f"{kind}: a {tuple(shape)} {np.dtype(dtype)} view at byte offset "
+                          f"{offset} needs bytes [{offset}, {offset + nbytes}), but the buffer "
+                          f"has {capacity}")
     return nbytes
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from . import view_nbytes
+from . import check_same_layout, view_nbytes
 from .base import DeviceInfo
 
 
@@ -43,15 +43,19 @@ class CpuBackend:
         return np.empty(shape, dtype=dtype)
 
     def from_host(self, host: np.ndarray, dst: Any) -> None:
+        # NOTE: np.copyto would broadcast a (3,) source into (2, 3); copies must match exactly.
+        check_same_layout("cpu: from_host", host, dst)
         np.copyto(dst, host, casting="no")
 
     def to_host(self, src: Any, out: np.ndarray | None = None) -> np.ndarray:
         if out is None:
             return np.array(src, copy=True)
+        check_same_layout("cpu: to_host", src, out)
         np.copyto(out, src, casting="no")
         return out
 
     def copy(self, src: Any, dst: Any) -> None:
+        check_same_layout("cpu: copy", src, dst)
         np.copyto(dst, src, casting="no")
 
     def sync(self, device_id: int) -> None:

@@ -60,9 +60,10 @@ class OpenCLBackend:
 
     def cl_device(self, device_id: int) -> Any:
         """The pyopencl.Device behind opencl:device_id."""
-        if not 0 <= device_id < len(self._devices):
-            raise DeviceError(f"opencl:{device_id} does not exist: this machine has "
-                              f"{len(self._devices)} opencl device(s) (ids 0..{len(self._devices) - 1})")
+        count = len(self._devices)
+        if not 0 <= device_id < count:
+            raise DeviceError(f"opencl:{device_id} does not exist: this machine has {count} "
+                              f"opencl device(s) (ids 0..{count - 1})")
         return self._devices[device_id]
 
     def device_info(self, device_id: int) -> DeviceInfo:
@@ -127,8 +128,8 @@ class OpenCLBackend:
         dev = self.cl_device(device_id)
         limit = int(dev.max_mem_alloc_size)
         if nbytes > limit:
-            raise DeviceError(f"opencl:{device_id} ({dev.name.strip()}): cannot allocate one buffer "
-                              f"of {nbytes} bytes; the device's largest single allocation "
+            raise DeviceError(f"opencl:{device_id} ({dev.name.strip()}): cannot allocate one "
+                              f"buffer of {nbytes} bytes; the device's largest single allocation "
                               f"(CL_DEVICE_MAX_MEM_ALLOC_SIZE) is {limit} bytes")
         try:
             # NOTE: OpenCL refuses zero-size buffers, so an empty pool entry still gets one byte.
@@ -138,7 +139,11 @@ class OpenCLBackend:
 
     def view(self, buffer: Any, offset: int, shape: tuple[int, ...], dtype: np.dtype) -> Any:
         view_nbytes("opencl", buffer.size, offset, shape, dtype)
-        queue = self.queue(self._device_id_of_context(buffer.context))
+        device_id = self._ids_by_context.get(buffer.context.int_ptr)
+        if device_id is None:
+            raise DeviceError("opencl: view() needs a buffer from alloc(); this one belongs to a "
+                              "context the backend did not make")
+        queue = self.queue(device_id)
         return cl_array.Array(queue, tuple(shape), dtype, data=buffer, offset=offset)
 
     def empty(self, device_id: int, shape: tuple[int, ...], dtype: np.dtype) -> Any:
@@ -153,17 +158,20 @@ class OpenCLBackend:
         if dst.size == 0:
             return
         host = np.ascontiguousarray(host)
-        queue = self.queue(self.device_id_of(dst))
-        cl.enqueue_copy(queue, dst.base_data, host, dst_offset=dst.offset, is_blocking=True)
+        cl.enqueue_copy(self._queue_of(dst), dst.base_data, host, dst_offset=dst.offset,
+                        is_blocking=True)
 
     def to_host(self, src: Any, out: np.ndarray | None = None) -> np.ndarray:
         if out is not None:
             check_same_layout("opencl: to_host", src, out)
         _check_contiguous(src, "to_host source")
-        direct = out if out is not None and out.flags.c_contiguous else np.empty(src.shape, src.dtype)
+        if out is not None and out.flags.c_contiguous:
+            direct = out
+        else:
+            direct = np.empty(src.shape, src.dtype)
         if src.size:
-            queue = self.queue(self.device_id_of(src))
-            cl.enqueue_copy(queue, direct, src.base_data, src_offset=src.offset, is_blocking=True)
+            cl.enqueue_copy(self._queue_of(src), direct, src.base_data, src_offset=src.offset,
+                            is_blocking=True)
         if out is None:
             return direct
         if direct is not out:
@@ -177,10 +185,8 @@ class OpenCLBackend:
         _check_contiguous(dst, "copy destination")
         if src.size == 0:
             return
-        src_id = self.device_id_of(src)
-        dst_id = self.device_id_of(dst)
-        if src_id == dst_id and src.context.int_ptr == dst.context.int_ptr:
-            cl.enqueue_copy(self.queue(dst_id), dst.base_data, src.base_data,
+        if src.context.int_ptr == dst.context.int_ptr:
+            cl.enqueue_copy(self._queue_of(dst), dst.base_data, src.base_data,
                             byte_count=src.nbytes, src_offset=src.offset, dst_offset=dst.offset)
             return
         # NOTE: buffers of two contexts cannot meet in one enqueue_copy; go through the host.
@@ -191,6 +197,16 @@ class OpenCLBackend:
 
     def device_id_of(self, array: Any) -> int:
         return self._device_id_of_context(array.context)
+
+    def _queue_of(self, array: Any) -> Any:
+        """Our queue for arrays in our contexts; an array from a foreign context uses its own."""
+        device_id = self._ids_by_context.get(array.context.int_ptr)
+        if device_id is not None:
+            return self.queue(device_id)
+        if array.queue is None:
+            raise DeviceError("opencl: an array from a context this backend did not make has no "
+                              "queue; attach one with array.with_queue(queue)")
+        return array.queue
 
     def _device_id_of_context(self, ctx: Any) -> int:
         device_id = self._ids_by_context.get(ctx.int_ptr)

@@ -93,9 +93,7 @@ class Placement:
     output_devices: dict[str, VirtualDevice] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.default_device.device_type is None:
-            raise PlanError(f"default_device {self.default_device} has no device type; "
-                            "give one such as \"cpu\" or \"cuda:0\"")
+        _check_default(self.default_device)
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any], source: str = "<placement>") -> Placement:
@@ -109,8 +107,9 @@ class Placement:
                             + ", ".join(PLACEMENT_KEYS))
         kwargs: dict[str, Any] = {}
         if doc.get("default_device") is not None:
-            kwargs["default_device"] = parse_device_constraint(
-                doc["default_device"], f"{source} at $.default_device")
+            where = f"{source} at $.default_device"
+            kwargs["default_device"] = _check_default(
+                parse_device_constraint(doc["default_device"], where), where)
         for key in PLACEMENT_KEYS[1:]:
             table = doc.get(key) or {}
             if not isinstance(table, Mapping):
@@ -143,8 +142,8 @@ class Placement:
         """
         result = base.copy() if base is not None else cls()
         if default is not None:
-            result.default_device = parse_device_constraint(default, "--default")
-            result.__post_init__()
+            result.default_device = _check_default(parse_device_constraint(default, "--default"),
+                                                   "--default")
         for flag, items, table in (("--place", place, result.node_devices),
                                    ("--input", inputs, result.input_devices),
                                    ("--output", outputs, result.output_devices)):
@@ -155,6 +154,23 @@ class Placement:
                                     f"{flag} 'conv*=opencl:0'")
                 table[key] = parse_device_constraint(spec, f"{flag} {item}")
         return result
+
+    @classmethod
+    def from_graph(cls, graph: Any, default_device: str = "cpu:0") -> Placement:
+        """Pin every node where a planned graph already puts it (rule 9: replanning is a no-op)."""
+        codes = graph.column("device_index")
+        if codes is None:
+            raise PlanError(f"{graph.source}: has no device_index column, so its nodes have no "
+                            "devices to pin; plan it first")
+        ids = graph.column("device_id")
+        node_devices = {}
+        for node in graph.nodes:
+            eid = graph.node_row_ptr[node.nid]
+            if graph.node_row_ptr[node.nid + 1] == eid:
+                continue
+            dev = Device(codes[eid], ids[eid] if ids is not None else 0)
+            node_devices[glob_escape(node.name)] = VirtualDevice.from_device(dev)
+        return cls(parse_device_constraint(default_device, "default_device"), node_devices)
 
     def copy(self) -> Placement:
         return Placement(self.default_device, dict(self.node_devices), dict(self.func_devices),
@@ -168,6 +184,18 @@ class Placement:
             if table:
                 doc[key] = {name: device_to_json(dev) for name, dev in table.items()}
         return doc
+
+
+def _check_default(dev: VirtualDevice, where: str = "default_device") -> VirtualDevice:
+    if dev.device_type is None:
+        raise PlanError(f"{where}: {dev} has no device type; give one such as \"cpu\" "
+                        "or \"cuda:0\"")
+    return dev
+
+
+def glob_escape(name: str) -> str:
+    """A pattern matching exactly name, even when name contains *, ? or [."""
+    return "".join(f"[{ch}]" if ch in "*?[" else ch for ch in name)
 
 
 def device_to_json(dev: VirtualDevice) -> str | dict[str, Any]:

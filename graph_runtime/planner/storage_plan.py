@@ -2,12 +2,13 @@
 
 Rules: an id never spans two devices; graph inputs and outputs get ids of their own; an entry's
 life runs from the node that writes it to its last reader, inclusive, so an op never writes over
-its own inputs; a `__nop` node's outputs share storage with its inputs (it runs nothing, so its
+its own inputs; inputs and outputs, owning their storage, count as live for the whole run in the
+peak-live lower bound; a `__nop` node's outputs share storage with its inputs (it runs nothing, so its
 outputs must alias what it reads).
 """
 from __future__ import annotations
 
-from bisect import bisect_right, insort
+from bisect import bisect_right
 from dataclasses import dataclass
 
 from ..device import Device
@@ -60,6 +61,8 @@ def plan_storage(topo: Topology, entry_bytes: list[int],
     for src, index in topo.heads:
         eid = row_ptr[src] + index
         fixed[eid] = True
+        # An output owns its storage for the whole run, so the lower bound counts it throughout.
+        start[eid] = 0
         end[eid] = last_step
 
     group = _alias_groups(topo, row_ptr, num_entries)
@@ -99,8 +102,7 @@ def plan_storage(topo: Topology, entry_bytes: list[int],
         sid_of[g] = chosen
 
     storage_ids = _renumber([sid_of[group[eid]] for eid in range(num_entries)])
-    stats = _stats(roots, size, start, end, fixed, entry_device, storage_ids, sid_of, sid_bytes,
-                   last_step)
+    stats = _stats(roots, size, start, end, entry_device, sid_of, sid_bytes, last_step)
     return StoragePlan(storage_ids, stats)
 
 
@@ -123,8 +125,9 @@ def _renumber(ids: list[int]) -> list[int]:
 
 
 def _stats(roots: list[int], size: dict[int, int], start: list[int], end: list[int],
-           fixed: list[bool], entry_device: list[Device], storage_ids: list[int],
-           sid_of: dict[int, int], sid_bytes: list[int], last_step: int) -> dict[Device, PoolStats]:
+           entry_device: list[Device], sid_of: dict[int, int], sid_bytes: list[int],
+           last_step: int) -> dict[Device, PoolStats]:
+    """Per device: bytes with no sharing, as planned, and the peak of live bytes over steps."""
     no_sharing: dict[Device, int] = {}
     planned: dict[Device, int] = {}
     delta: dict[Device, list[int]] = {}
@@ -134,8 +137,6 @@ def _stats(roots: list[int], size: dict[int, int], start: list[int], end: list[i
         steps = delta.setdefault(dev, [0] * (last_step + 2))
         steps[start[g]] += size[g]
         steps[end[g] + 1] -= size[g]
-    for sid in {sid_of[g] for g in roots}:
-        pass
     counted: set[int] = set()
     for g in roots:
         sid = sid_of[g]

@@ -326,8 +326,8 @@ def check_cl_dtypes(op: str, backend: Any, device_id: int, dtypes: Sequence[str]
 class ClKernel:
     """One OpenCL kernel of a program, launched over n work items with array arguments.
 
-    Array arguments expand to (buffer, byte offset), matching cl_param/cl_pointer; ints become
-    long. The kernel object belongs to one prepared call (pyopencl kernels hold their args).
+    Array arguments expand to (buffer, byte offset), matching cl_param/cl_pointer; Python ints
+    become long, floats double, NumPy scalars pass as they are. The kernel object belongs to one prepared call (pyopencl kernels hold their args).
     """
 
     def __init__(self, backend: Any, device_id: int, source: str, entry: str, name: str) -> None:
@@ -342,10 +342,12 @@ class ClKernel:
     def args(self, arrays: Sequence[Any]) -> list[Any]:
         out: list[Any] = []
         for a in arrays:
-            if isinstance(a, (int, np.integer)):
+            if isinstance(a, np.generic):
+                out.append(a)
+            elif isinstance(a, int):
                 out.append(np.int64(a))
-            elif isinstance(a, (float, np.floating)):
-                out.append(np.float32(a))
+            elif isinstance(a, float):
+                out.append(np.float64(a))
             else:
                 base = a.base_data
                 out.append(base if base is not None else self._dummy)
@@ -368,6 +370,50 @@ def device_array(backend: Any, device_id: int, host: np.ndarray) -> Any:
     arr = backend.empty(device_id, host.shape, host.dtype)
     backend.from_host(host, arr)
     return arr
+
+
+# Copies move bytes, so one kernel per element size serves every dtype.
+_COPY_TYPES = {1: "uint8", 2: "int16", 4: "uint32", 8: "uint64"}
+
+
+def cl_strided_copy(backend: Any, device_id: int, dtype: str, shape: Sequence[int],
+                    src_strides: Sequence[int], dst_strides: Sequence[int],
+                    name: str = "copy") -> Callable[..., None]:
+    """copy(src, dst, src_start, dst_start): dst[dst_start + c.dst_strides] = src[src_start + c.src_strides]
+    for every coordinate c of shape (strides and starts in elements; a stride may be 0 or < 0).
+
+    One generic OpenCL kernel per element size and rank serves transpose, slices, concatenate,
+    split and pad; shape and strides go to the device once, here.
+    """
+    store = _COPY_TYPES[np.dtype(dtype).itemsize]
+    rank = len(shape)
+    n = size_of(shape)
+    source = f"""__kernel void gr_strided_copy({cl_param("dst", store, const=False)},
+        {cl_param("src", store)}, {cl_param("meta", "int64")}, long src0, long dst0, long n) {{
+    long i = get_global_id(0);
+    if (i >= n) return;
+    {cl_pointer("dst", store, const=False)}
+    {cl_pointer("src", store)}
+    {cl_pointer("meta", "int64")}
+    long rest = i;
+    long s = src0;
+    long t = dst0;
+    for (int d = {rank - 1}; d >= 0; --d) {{
+        long c = rest % meta[d]; rest /= meta[d];
+        s += c * meta[{rank} + d];
+        t += c * meta[{2 * rank} + d];
+    }}
+    dst[t] = src[s];
+}}
+"""
+    kernel = ClKernel(backend, device_id, source, "gr_strided_copy", name)
+    meta = device_array(backend, device_id,
+                        np.array(list(shape) + list(src_strides) + list(dst_strides) or [0],
+                                 np.int64))
+
+    def copy(src: Any, dst: Any, src_start: int = 0, dst_start: int = 0) -> None:
+        kernel.launch(n, None, dst, src, meta, src_start, dst_start, n)
+    return copy
 
 
 # -- elementwise expressions (fusable on GPUs) --------------------------------------------------

@@ -1,0 +1,292 @@
+"""Data-plane transports for the "cpu" ccl: thread and shared-memory exchanges, barriers, p2p."""
+from __future__ import annotations
+
+import mmap
+import os
+import queue
+import socket
+import struct
+import threading
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import DiscoError
+
+# Every exchange returns each member's contribution (None where a member gave none).
+Parts = list  # list[np.ndarray | None]
+
+
+class ThreadGroup:
+    """State shared by the threads of one communicator: a barrier with an ok-flag and slots."""
+
+    def __init__(self, size: int, timeout: float) -> None:
+        self.size = size
+        self.timeout = timeout
+        self.cond = threading.Condition()
+        self.count = 0
+        self.generation = 0
+        self.all_ok = True
+        self.result = True
+        self.broken: str | None = None
+        self.slots: list[Any] = [None] * size
+
+    def wait(self, ok: bool, who: str) -> bool:
+        """Block until every member arrives; True when every member arrived with ok."""
+        with self.cond:
+            if self.broken:
+                raise DiscoError(f"{who}: the communicator is broken: {self.broken}")
+            generation = self.generation
+            self.all_ok = self.all_ok and ok
+            self.count += 1
+            if self.count == self.size:
+                self.result = self.all_ok
+                self.count = 0
+                self.all_ok = True
+                self.generation += 1
+                self.cond.notify_all()
+                return self.result
+            if not self.cond.wait_for(lambda: self.generation != generation, self.timeout):
+                self.broken = f"{who} waited {self.timeout:g} s for the other workers"
+                self.cond.notify_all()
+                raise DiscoError(f"{who}: timed out after {self.timeout:g} s waiting for the "
+                                 "other workers to join the collective")
+            return self.result
+
+
+class ThreadComm:
+    """One worker's view of a ThreadGroup; contributions are shared by reference."""
+
+    copies = False
+
+    def __init__(self, group: ThreadGroup, rank: int, members: Sequence[int]) -> None:
+        self.group = group
+        self.rank = rank
+        self.size = group.size
+        self.members = list(members)
+
+    def exchange(self, array: np.ndarray | None, ok: bool, who: str) -> Parts | None:
+        """Publish array and return everyone's, or None when some member failed."""
+        self.group.slots[self.rank] = array
+        if not self.group.wait(ok, who):
+            return None
+        return list(self.group.slots)
+
+    def done(self, who: str) -> None:
+        """Wait until every member has finished reading the others' arrays."""
+        self.group.wait(True, who)
+
+    def close(self) -> None:
+        """Nothing to release: the shared state dies with the session."""
+
+
+_HEADER = struct.Struct("<qq16sq8q")  # nbytes (-1: none), fits, dtype str, ndim, shape
+_HEADER_SLOT = 256
+
+
+class ShmComm:
+    """Processes exchanging through one growable memfd arena, double-buffered so one barrier
+    per collective suffices; the leader (rank 0) relays barrier bytes over sockets."""
+
+    copies = True
+
+    def __init__(self, rank: int, members: Sequence[int], arena_fd: int,
+                 leader_socks: dict[int, socket.socket] | None, member_sock: socket.socket | None,
+                 timeout: float) -> None:
+        self.rank = rank
+        self.members = list(members)
+        self.size = len(members)
+        self.fd = arena_fd
+        self.leader_socks = leader_socks or {}
+        self.member_sock = member_sock
+        for sock in list(self.leader_socks.values()) + ([member_sock] if member_sock else []):
+            sock.settimeout(timeout)
+        self.timeout = timeout
+        self.slot = 0
+        self.map: mmap.mmap | None = None
+        self.calls = 0
+        self._remap(4096)
+
+    def _layout_size(self, slot: int) -> int:
+        return 2 * self.size * (_HEADER_SLOT + slot)
+
+    def _remap(self, slot: int) -> None:
+        size = self._layout_size(slot)
+        # NOTE: every member grows the file to the same size, so order does not matter.
+        if os.fstat(self.fd).st_size < size:
+            os.ftruncate(self.fd, size)
+        self.slot = slot
+        self.map = mmap.mmap(self.fd, size)
+
+    def barrier(self, ok: bool, who: str) -> bool:
+        """Every member reports ok to the leader, which answers whether all were ok."""
+        try:
+            if self.rank != 0:
+                assert self.member_sock is not None
+                self.member_sock.sendall(b"1" if ok else b"0")
+                answer = self.member_sock.recv(1)
+                if not answer:
+                    raise DiscoError(f"{who}: worker {self.members[0]} (the leader) has exited")
+                return answer == b"1"
+            all_ok = ok
+            for rank, sock in self.leader_socks.items():
+                byte = sock.recv(1)
+                if not byte:
+                    raise DiscoError(f"{who}: worker {self.members[rank]} has exited")
+                all_ok = all_ok and byte == b"1"
+            answer = b"1" if all_ok else b"0"
+            for sock in self.leader_socks.values():
+                sock.sendall(answer)
+            return all_ok
+        except (socket.timeout, TimeoutError):
+            raise DiscoError(f"{who}: timed out after {self.timeout:g} s waiting for the other "
+                             "workers to join the collective") from None
+        except OSError as e:
+            raise DiscoError(f"{who}: a peer worker is gone ({e})") from e
+
+    def _offsets(self, half: int, rank: int) -> tuple[int, int]:
+        base = half * self.size * (_HEADER_SLOT + self.slot)
+        header = base + rank * _HEADER_SLOT
+        data = base + self.size * _HEADER_SLOT + rank * self.slot
+        return header, data
+
+    def _write(self, half: int, array: np.ndarray | None) -> None:
+        assert self.map is not None
+        header, data = self._offsets(half, self.rank)
+        if array is None:
+            _HEADER.pack_into(self.map, header, -1, 1, b"", 0, *([0] * 8))
+            return
+        if array.ndim > 8:
+            raise DiscoError(f"collectives support up to 8 dimensions, got {array.ndim}")
+        fits = array.nbytes <= self.slot
+        shape = list(array.shape) + [0] * (8 - array.ndim)
+        _HEADER.pack_into(self.map, header, array.nbytes, int(fits), array.dtype.str.encode(),
+                          array.ndim, *shape)
+        if fits and array.nbytes:
+            out = np.frombuffer(self.map, np.uint8, array.nbytes, data)
+            np.copyto(out.view(array.dtype).reshape(array.shape), array)
+
+    def _read(self, half: int) -> tuple[Parts, int, bool]:
+        assert self.map is not None
+        parts: Parts = []
+        need = 0
+        fits = True
+        for rank in range(self.size):
+            header, data = self._offsets(half, rank)
+            nbytes, fit, dtype, ndim, *shape = _HEADER.unpack_from(self.map, header)
+            if nbytes < 0:
+                parts.append(None)
+                continue
+            need = max(need, nbytes)
+            fits = fits and bool(fit)
+            if fit:
+                dt = np.dtype(dtype.rstrip(b"\0").decode())
+                view = np.frombuffer(self.map, np.uint8, nbytes, data).view(dt)
+                parts.append(view.reshape(shape[:ndim]))
+            else:
+                parts.append(None)
+        return parts, need, fits
+
+    def exchange(self, array: np.ndarray | None, ok: bool, who: str) -> Parts | None:
+        """Copy array into the arena and return every member's copy, or None on failure."""
+        half = self.calls % 2
+        self.calls += 1
+        self._write(half, array if ok else None)
+        if not self.barrier(ok, who):
+            return None
+        parts, need, fits = self._read(half)
+        if not fits:
+            slot = max(need, 2 * self.slot)
+            slot = (slot + 63) // 64 * 64
+            self.barrier(True, who)  # everyone has read the old headers before they change
+            self._remap(slot)
+            self._write(half, array)
+            self.barrier(True, who)
+            parts, need, fits = self._read(half)
+        return parts
+
+    def done(self, who: str) -> None:
+        """Nothing to wait for: the next collective writes the other half of the arena."""
+
+    def close(self) -> None:
+        self.map = None
+
+
+class ThreadP2P:
+    """Point-to-point between worker threads: one queue per (sender, receiver) pair."""
+
+    def __init__(self, worker_id: int, queues: dict[tuple[int, int], queue.Queue],
+                 timeout: float) -> None:
+        self.worker_id = worker_id
+        self.queues = queues
+        self.timeout = timeout
+
+    def send(self, array: np.ndarray, peer: int) -> None:
+        self.queues[(self.worker_id, peer)].put(np.array(array, copy=True))
+
+    def recv(self, array: np.ndarray, peer: int) -> None:
+        try:
+            data = self.queues[(peer, self.worker_id)].get(timeout=self.timeout)
+        except queue.Empty:
+            raise DiscoError(f"worker {self.worker_id}: recv from worker {peer} timed out "
+                             f"after {self.timeout:g} s (no matching send)") from None
+        _check_p2p(data.shape, data.dtype, array, peer, self.worker_id)
+        np.copyto(array, data)
+
+
+class SocketP2P:
+    """Point-to-point between worker processes over one socketpair per pair of workers."""
+
+    def __init__(self, worker_id: int, socks: dict[int, socket.socket], timeout: float) -> None:
+        self.worker_id = worker_id
+        self.socks = socks
+        self.timeout = timeout
+        for sock in socks.values():
+            sock.settimeout(timeout)
+
+    def send(self, array: np.ndarray, peer: int) -> None:
+        array = np.ascontiguousarray(array)
+        shape = list(array.shape) + [0] * (8 - array.ndim)
+        head = _HEADER.pack(array.nbytes, 1, array.dtype.str.encode(), array.ndim, *shape)
+        try:
+            sock = self.socks[peer]
+            sock.sendall(head)
+            sock.sendall(memoryview(array).cast("B"))
+        except (socket.timeout, TimeoutError):
+            raise DiscoError(f"worker {self.worker_id}: send to worker {peer} timed out after "
+                             f"{self.timeout:g} s (no matching recv)") from None
+
+    def recv(self, array: np.ndarray, peer: int) -> None:
+        try:
+            sock = self.socks[peer]
+            head = _recv_exact(sock, _HEADER.size)
+            nbytes, _, dtype, ndim, *shape = _HEADER.unpack(head)
+            data = np.empty(nbytes, np.uint8)
+            view = memoryview(data)
+            while view:
+                n = sock.recv_into(view)
+                if n == 0:
+                    raise DiscoError(f"worker {self.worker_id}: worker {peer} exited mid-send")
+                view = view[n:]
+        except (socket.timeout, TimeoutError):
+            raise DiscoError(f"worker {self.worker_id}: recv from worker {peer} timed out "
+                             f"after {self.timeout:g} s (no matching send)") from None
+        dt = np.dtype(dtype.rstrip(b"\0").decode())
+        _check_p2p(tuple(shape[:ndim]), dt, array, peer, self.worker_id)
+        np.copyto(array, data.view(dt).reshape(shape[:ndim]))
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    chunks = bytearray()
+    while len(chunks) < n:
+        chunk = sock.recv(n - len(chunks))
+        if not chunk:
+            raise DiscoError("the peer worker exited in the middle of a message")
+        chunks += chunk
+    return bytes(chunks)
+
+
+def _check_p2p(shape: tuple, dtype: np.dtype, array: np.ndarray, peer: int, me: int) -> None:
+    if tuple(shape) != tuple(array.shape) or np.dtype(dtype) != array.dtype:
+        raise DiscoError(f"worker {me}: recv from worker {peer} got {tuple(shape)} {dtype}, "
+                         f"but the receive buffer is {tuple(array.shape)} {array.dtype}")

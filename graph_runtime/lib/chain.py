@@ -1,0 +1,235 @@
+"""Chain: a lib function made of standard ops applied in sequence (TVM's fused-op convention)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from ..backends import get_backend
+from ..device import Device
+from ..errors import LibraryError
+from .module import TensorSpec
+from .ops._common import ELEMENTWISE_EXPRS, NODE_KEYS, OUT_DTYPE_KEY, check_attrs, gpu_elementwise
+from .registry import OpDef, get_op
+
+BACKEND_KINDS = ("cpu", "cuda", "opencl")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One op of a chain with its attrs; num_inputs caps how many inputs a variadic op takes."""
+
+    op: str
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+    num_inputs: int | None = None
+
+
+@dataclass
+class _Planned:
+    op: OpDef
+    attrs: dict[str, Any]
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    slots: list[int]  # argument slots: graph inputs, then graph outputs, then intermediates
+    out_slots: list[int]
+
+
+class PreparedChain:
+    """The callable a multi-op chain prepares; run(*inputs, *outputs) calls each kernel in turn."""
+
+    def __init__(self, calls: list[tuple[Callable[..., None], tuple[int, ...]]],
+                 intermediates: list[Any], fused_ops: list[str]) -> None:
+        self.calls = calls
+        self.intermediates = intermediates  # allocated once at prepare time, reused by every run
+        self.fused_ops = fused_ops  # ops of the elementwise tail generated as one GPU kernel
+        self._tail = tuple(intermediates)
+
+    def __call__(self, *arrays: Any) -> None:
+        slots = arrays + self._tail
+        for fn, index in self.calls:
+            fn(*[slots[i] for i in index])
+
+
+class Chain:
+    """A function of the lib: ops in order, each later op taking the previous result first."""
+
+    def __init__(self, name: str, steps: Sequence[Step]) -> None:
+        if not steps:
+            raise LibraryError(f"{name}: a function needs at least one op")
+        self.name = name
+        self.steps = list(steps)
+
+    def __repr__(self) -> str:
+        return f"Chain({self.name!r}, {[s.op for s in self.steps]})"
+
+    def backends(self) -> list[str]:
+        """Device kinds with a kernel for every op of the chain."""
+        ops = [get_op(s.op) for s in self.steps]
+        return [kind for kind in BACKEND_KINDS if all(kind in op.kernels for op in ops)]
+
+    def infer(self, inputs: Sequence[TensorSpec],
+              attrs: Mapping[str, Any] | None = None) -> list[TensorSpec]:
+        """The outputs this chain produces for inputs (checks shapes, dtypes and attrs)."""
+        return self._plan(list(inputs), dict(attrs or {}), None)[-1].outputs
+
+    def prepare(self, device: Device, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec],
+                attrs: Mapping[str, Any]) -> Callable[..., None]:
+        """Validate against the node's declared outputs, allocate intermediates, build kernels."""
+        plan = self._plan(list(inputs), dict(attrs), list(outputs))
+        backend = get_backend(device)
+        device_id = device.device_id
+        for k, p in enumerate(plan):
+            if backend.name not in p.op.kernels:
+                have = ", ".join(kind for kind in BACKEND_KINDS if kind in p.op.kernels)
+                raise LibraryError(f"{self._where(k)}: no {backend.name} kernel; it exists for: "
+                                   f"{have}")
+        first_fused = _fusable_tail(plan) if backend.name in ("opencl", "cuda") else len(plan)
+        intermediates: list[Any] = []
+        slot_count = len(inputs) + len(outputs)
+        for p in plan[:first_fused]:
+            if p.out_slots[0] >= slot_count:
+                spec = p.outputs[0]
+                intermediates.append(backend.empty(device_id, tuple(spec.shape), spec.dtype))
+        calls: list[tuple[Callable[..., None], tuple[int, ...]]] = []
+        for p in plan[:first_fused]:
+            fn = p.op.kernels[backend.name](backend, device_id, p.inputs, p.outputs, p.attrs)
+            calls.append((fn, tuple(p.slots + p.out_slots)))
+        fused = plan[first_fused:]
+        if fused:
+            calls.append(_fused_call(self.name, backend, device_id, fused))
+        flatten = str(attrs.get("flatten_data", "0")).strip().lower() in ("1", "true")
+        if len(calls) == 1 and not intermediates and not flatten:
+            fn, index = calls[0]
+            if index == tuple(range(len(index))):
+                return fn
+        run: Callable[..., None] = PreparedChain(calls, intermediates, [p.op.name for p in fused])
+        if flatten:
+            run = _unflatten(run, list(inputs) + list(outputs))
+        return run
+
+    # -- planning ---------------------------------------------------------------------------
+
+    def _where(self, k: int) -> str:
+        """How messages name op k: the function, plus the op's 1-based position in a chain."""
+        op = self.steps[k].op
+        if len(self.steps) > 1:
+            return f"{self.name}: op {k + 1} {op!r}"
+        return op if self.name == op else f"{self.name}: {op!r}"
+
+    def _plan(self, inputs: list[TensorSpec], node_attrs: dict[str, Any],
+              declared: list[TensorSpec] | None) -> list[_Planned]:
+        extra = {k: v for k, v in node_attrs.items() if k not in NODE_KEYS}
+        if extra and len(self.steps) > 1:
+            raise LibraryError(f"{self.name}: the graph node gives attributes "
+                               f"{sorted(extra)}, but a chain of {len(self.steps)} ops takes its "
+                               "attributes from the lib file")
+        plan: list[_Planned] = []
+        n_in = len(inputs)
+        n_out = len(declared) if declared is not None else 0
+        next_input = 0
+        next_inter = n_in + n_out
+        prev: tuple[TensorSpec, int] | None = None
+        for k, step in enumerate(self.steps):
+            op = get_op(step.op)
+            attrs = dict(step.attrs)
+            if len(self.steps) == 1:
+                attrs.update(extra)
+            last = k == len(self.steps) - 1
+            if last and declared:
+                attrs[OUT_DTYPE_KEY] = declared[0].dtype
+            where = self._where(k)
+            want = step.num_inputs or op.num_inputs
+            have = [] if prev is None else [prev]
+            if want is None:
+                want = len(have) + n_in - next_input
+            take = want - len(have)
+            if take < 0 or next_input + take > n_in:
+                raise LibraryError(f"{where}: needs {want} input(s) but the graph node "
+                                   f"gives {n_in} for the whole function")
+            args = have + [(inputs[i], i) for i in range(next_input, next_input + take)]
+            next_input += take
+            try:
+                check_attrs(op.name, attrs, op.attrs)
+                outs = op.infer([spec for spec, _ in args], attrs)
+            except LibraryError as e:
+                if where == op.name:
+                    raise
+                message = str(e).removeprefix(f"{op.name}: ")
+                raise LibraryError(f"{where}: {message}") from e
+            if last:
+                out_slots = [n_in + i for i in range(len(outs))]
+            else:
+                if len(outs) != 1:
+                    raise LibraryError(f"{where}: produces {len(outs)} outputs; only the last op "
+                                       "of a chain may have more than one")
+                out_slots = [next_inter]
+                next_inter += 1
+            plan.append(_Planned(op, attrs, [s for s, _ in args], outs,
+                                 [slot for _, slot in args], out_slots))
+            prev = (outs[0], out_slots[0])
+        if next_input != n_in:
+            raise LibraryError(f"{self.name}: its ops take {next_input} input(s) but the graph "
+                               f"node gives {n_in}")
+        if declared is not None:
+            self._check_declared(plan[-1], declared)
+        return plan
+
+    def _check_declared(self, p: _Planned, declared: list[TensorSpec]) -> None:
+        who = self._where(len(self.steps) - 1)
+        if len(p.outputs) != len(declared):
+            raise LibraryError(f"{who} produces {len(p.outputs)} output(s) but the graph declares "
+                               f"{len(declared)}")
+        for i, (got, want) in enumerate(zip(p.outputs, declared)):
+            if tuple(got.shape) != tuple(want.shape) or got.dtype != want.dtype:
+                raise LibraryError(f"{who} produces {got} but the graph declares {want} for "
+                                   f"output {i}")
+
+
+def _fusable_tail(plan: list[_Planned]) -> int:
+    """Index of the first op of the elementwise tail worth fusing (len(plan) when none)."""
+    start = len(plan)
+    while start > 0 and plan[start - 1].op.name in ELEMENTWISE_EXPRS \
+            and len(plan[start - 1].outputs) == 1:
+        start -= 1
+    return start if len(plan) - start >= 2 else len(plan)
+
+
+def _fused_call(name: str, backend: Any, device_id: int,
+                fused: list[_Planned]) -> tuple[Callable[..., None], tuple[int, ...]]:
+    """One generated GPU kernel for an elementwise tail; its inputs are the tail's free slots."""
+    kernel_slots: list[int] = []
+    kernel_specs: list[TensorSpec] = []
+    produced: dict[int, int] = {}  # slot -> index of the tail step computing it
+    operands: list[list[tuple[str, int]]] = []
+    for k, p in enumerate(fused):
+        refs = []
+        for spec, slot in zip(p.inputs, p.slots):
+            if slot in produced:
+                refs.append(("step", produced[slot]))
+                continue
+            if slot not in kernel_slots:
+                kernel_slots.append(slot)
+                kernel_specs.append(spec)
+            refs.append(("input", kernel_slots.index(slot)))
+        operands.append(refs)
+        produced[p.out_slots[0]] = k
+    n = len(kernel_specs)
+    # gpu_elementwise numbers values as the kernel's inputs first, then each step's result.
+    steps = [(ELEMENTWISE_EXPRS[p.op.name](p.attrs),
+              [i if what == "input" else n + i for what, i in refs], p.outputs[0].dtype)
+             for p, refs in zip(fused, operands)]
+    fn = gpu_elementwise(backend, device_id, kernel_specs, fused[-1].outputs[0], steps,
+                         f"gr_fused_{_c_name(name)}")
+    return fn, tuple(kernel_slots + fused[-1].out_slots)
+
+
+def _c_name(name: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in name)[:40]
+
+
+def _unflatten(run: Callable[..., None], specs: list[TensorSpec]) -> Callable[..., None]:
+    """With flatten_data the executor passes 1-D views; kernels get the declared shapes back."""
+    shapes = [tuple(s.shape) for s in specs]
+
+    def call(*arrays: Any) -> None:
+        run(*[a if a.shape == shape else a.reshape(shape) for a, shape in zip(arrays, shapes)])
+    return call

@@ -1,0 +1,166 @@
+"""plan_graph: solve a placement over a graph and write the planned graph (rules 1-9), with a report."""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Mapping
+
+from ..device import Device
+from ..errors import PlanError
+from ..graph import Graph, GraphSource
+from ..lib.module import Module
+from ..storage import entry_bytes
+from .constraints import Placement
+from .copies import Rewritten, insert_copies
+from .match import resolve
+from .report import CopyReport, Fallback, PlanResult, PoolReport
+from .solve import settle
+from .solve import solve as solve_devices
+from .storage_plan import plan_storage
+from .topology import COPY_OP, NOP_OP, Topology, topology_of
+from .virtual_device import VirtualDevice
+
+_OWN_COLUMNS = ("dltype", "shape", "storage_id", "device_index", "device_id")
+
+
+def plan_graph(graph: GraphSource, placement: Placement | Mapping[str, Any] | None = None,
+               lib: Module | None = None, strict: bool = False) -> PlanResult:
+    """Place every node of graph, insert copies and re-plan storage ids per device.
+
+    Args:
+        graph: a Graph, or anything Graph.from_json reads (path, JSON text, dict).
+        placement: a Placement, its JSON form as a dict, or None (everything on cpu:0).
+        lib: when given, a node whose function lib lacks on its planned device falls back to
+            the default device (rule 8), or raises PlanError with strict=True.
+    Raises:
+        PlanError: constraints that name one node or output conflict, a pattern matches
+            nothing, or lib lacks a function where the plan needs it.
+    """
+    started = time.perf_counter()
+    g = Graph.from_json(graph)
+    if placement is None:
+        placement = Placement()
+    elif not isinstance(placement, Placement):
+        placement = Placement.from_dict(placement)
+    topo = topology_of(g)
+    solution = solve_devices(topo, resolve(topo, placement), placement.default_device)
+    node_device = list(solution.node_device)
+    fallbacks: list[Fallback] = []
+    if lib is not None:
+        fallbacks = _fall_back(topo, node_device, lib, settle(VirtualDevice(),
+                                                              placement.default_device), strict)
+    rewritten = insert_copies(topo, node_device, solution.head_device)
+    planned, storage = _build(g, rewritten)
+    new_nid = rewritten.new_nid
+    fallbacks = [dataclasses.replace(f, nid=new_nid[f.nid]) for f in fallbacks]
+    copies = [CopyReport(c.nid, c.name, f"{new_nid[c.src[0]]}:{c.src[1]}", c.src_device,
+                         c.dst_device, entry_bytes(g.shape(g.entry_id(*c.src)),
+                                                   g.dtype(g.entry_id(*c.src))))
+              for c in rewritten.copies]
+    before = _pool_before(g, placement.default_device)
+    pools = {}
+    for dev in sorted(set(before) | set(storage.stats)):
+        stats = storage.stats.get(dev)
+        pools[dev] = PoolReport(dev, before.get(dev, 0), stats.no_sharing if stats else 0,
+                                stats.planned if stats else 0, stats.lower_bound if stats else 0)
+    return PlanResult(planned, list(rewritten.node_device), fallbacks, copies, pools,
+                      time.perf_counter() - started)
+
+
+def _fall_back(topo: Topology, node_device: list[Device], lib: Module, fallback: Device,
+               strict: bool) -> list[Fallback]:
+    """Rule 8: move nodes whose function lib lacks on their device to the default device."""
+    result = []
+    for nid, node in enumerate(topo.nodes):
+        name = node.func_name
+        if node.is_arg or name is None or name in (COPY_OP, NOP_OP):
+            continue
+        dev = node_device[nid]
+        if lib.has_function(name, dev):
+            continue
+        where = f"{topo.label(nid)}: lib {lib.name!r} has no {name!r} for {dev.kind}"
+        has = lib.devices_for(name)
+        has_text = "it exists for: " + ", ".join(has) if has else "it is not in the lib at all"
+        if not lib.has_function(name, fallback):
+            raise PlanError(f"{where} nor for the default device {fallback.spec}; {has_text}")
+        if strict:
+            raise PlanError(f"{where} ({has_text}); without strict it would fall back to the "
+                            f"default device {fallback.spec}")
+        node_device[nid] = fallback
+        result.append(Fallback(nid, node.name, name, dev, fallback))
+    return result
+
+
+def _build(g: Graph, rw: Rewritten) -> tuple[Graph, Any]:
+    """The planned Graph (validated by Graph.build) and its storage plan."""
+    old_row_ptr = g.node_row_ptr
+    old_eids: list[int] = []   # per new entry: the old entry whose shape, dtype, columns it takes
+    for nid, (old, index) in enumerate(rw.origin):
+        if index < 0:
+            old_eids.extend(range(old_row_ptr[old], old_row_ptr[old + 1]))
+        else:
+            old_eids.append(old_row_ptr[old] + index)
+    shapes_col = g.attrs["shape"][1]
+    dtypes_col = g.attrs["dltype"][1]
+    shapes = [list(shapes_col[e]) for e in old_eids]
+    dtypes = [dtypes_col[e] for e in old_eids]
+    devices = []
+    for nid, node in enumerate(rw.topo.nodes):
+        devices.extend([rw.node_device[nid]] * node.num_outputs)
+    sizes = [entry_bytes(shape, dtype) for shape, dtype in zip(shapes, dtypes)]
+    storage = plan_storage(rw.topo, sizes, devices)
+
+    nodes: list[dict[str, Any]] = []
+    for nid, (old, index) in enumerate(rw.origin):
+        node = rw.topo.nodes[nid]
+        if index >= 0:
+            nodes.append({"op": "tvm_op", "name": node.name, "inputs": [[*node.inputs[0], 0]],
+                          "attrs": {"func_name": COPY_OP, "num_inputs": "1",
+                                    "num_outputs": "1", "flatten_data": "0"}})
+            continue
+        doc = g.nodes[old].to_dict()
+        doc["inputs"] = [_with_version(new, orig, rw)
+                         for new, orig in zip(node.inputs, g.nodes[old].inputs)]
+        nodes.append(doc)
+    heads = [_with_version(new, orig, rw) for new, orig in zip(rw.topo.heads, g.heads)]
+    kinds = {dev.device_type for dev in devices}
+    ids_needed = len(set(devices)) > len(kinds) or any(dev.device_id for dev in devices)
+    extra = {name: (tag, [values[e] for e in old_eids])
+             for name, (tag, values) in g.attrs.items() if name not in _OWN_COLUMNS}
+    planned = Graph.build(
+        nodes, heads, shapes=shapes, dtypes=dtypes, storage_ids=storage.storage_ids,
+        device_index=[dev.device_type for dev in devices],
+        device_id=[dev.device_id for dev in devices] if ids_needed else None,
+        extra_columns=extra)
+    return dataclasses.replace(planned, source=g.source, extra=g.extra), storage
+
+
+def _with_version(new: tuple[int, int], orig: tuple[int, ...], rw: Rewritten) -> list[int]:
+    """A reference in JSON form, keeping the original version unless a copy now feeds it."""
+    version = orig[2] if len(orig) > 2 and rw.new_nid[orig[0]] == new[0] else 0
+    return [new[0], new[1], version]
+
+
+def _pool_before(g: Graph, default_device: VirtualDevice) -> dict[Device, int]:
+    """Pool bytes per device of the graph as given (each storage id on its first entry's device)."""
+    fallback = settle(VirtualDevice(), default_device)
+    codes = g.column("device_index")
+    ids = g.column("device_id")
+    sid_bytes: dict[int, int] = {}
+    sid_device: dict[int, Device] = {}
+    shapes = g.attrs["shape"][1]
+    dtypes = g.attrs["dltype"][1]
+    sids = g.attrs["storage_id"][1]
+    for eid in range(g.num_entries):
+        sid = sids[eid]
+        nbytes = entry_bytes(shapes[eid], dtypes[eid])
+        if sid not in sid_device:
+            dev = fallback
+            if codes is not None:
+                dev = Device(codes[eid], ids[eid] if ids is not None else 0)
+            sid_device[sid] = dev
+        sid_bytes[sid] = max(sid_bytes.get(sid, 0), nbytes)
+    totals: dict[Device, int] = {}
+    for sid, nbytes in sid_bytes.items():
+        totals[sid_device[sid]] = totals.get(sid_device[sid], 0) + nbytes
+    return totals
