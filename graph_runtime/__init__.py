@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from . import nd
+from .nd import NDArray
 from .backends import available_backends, list_devices
 from .device import Device, cpu, cuda, device, opencl
 from .errors import (DeviceError, DiscoError, GraphError, GraphRuntimeError, LibraryError,
@@ -14,7 +15,7 @@ from .params import load_param_dict, load_params_file, save_param_dict, save_par
 __version__ = "0.1.0"
 
 __all__ = [
-    "BenchmarkResult", "Device", "DeviceError", "DiscoError", "Graph", "GraphError", "GraphModule",
+    "BenchmarkResult", "Device", "NDArray", "DeviceError", "DiscoError", "Graph", "GraphError", "GraphModule",
     "GraphRuntimeError", "LibraryError", "Module", "ParamsError", "PlanError", "available_backends",
     "cpu", "create", "cuda", "device", "list_devices", "load_graph", "load_module",
     "load_param_dict", "load_params_file", "nd", "opencl", "save_param_dict", "save_params_file",

@@ -1,7 +1,7 @@
-"""Graph model: nodes, entries and attrs columns; TVM graph JSON in and out; semantic checks."""
+"""Graph model: nodes, entries and attrs columns, read from and written to TVM graph JSON."""
 from __future__ import annotations
 
-import copy
+import codecs
 import json
 import operator
 import os
@@ -13,13 +13,14 @@ from types import MappingProxyType
 from typing import Any, Mapping, Sequence, Union
 
 from .errors import GraphError
-from .graph_checks import count_of, schema_labels, semantic_problems
+from .graph_checks import (SUPPORTED_DTYPES, count_of, matches_schema, schema_labels,
+                           semantic_problems)
 from .schema import MAX_PROBLEMS, schema_problems
 
+__all__ = ["COLUMN_TAGS", "SUPPORTED_DTYPES", "Graph", "GraphSource", "Node", "check_graph",
+           "load_graph", "read_graph_doc"]
+
 SCHEMA = "graph.schema.json"
-# numpy-supported TVM dtype names; schemas/graph.schema.json lists the same ($defs.dltype).
-SUPPORTED_DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64",
-                    "uint8", "uint16", "uint32", "uint64", "bool")
 # The type tag of each column this runtime knows; unknown columns are kept as they are.
 COLUMN_TAGS = {"dltype": "list_str", "shape": "list_shape", "storage_id": "list_int",
                "device_index": "list_int", "device_id": "list_int"}
@@ -75,11 +76,14 @@ class Node:
 
     def to_dict(self) -> dict[str, Any]:
         """The node as TVM writes it (key order op, name, inputs, attrs)."""
-        doc: dict[str, Any] = {"op": self.op, "name": self.name,
-                               "inputs": [list(entry) for entry in self.inputs]}
+        return _json_copy(self._doc())
+
+    def _doc(self) -> dict[str, Any]:
+        """The node's JSON structure, sharing the stored values (callers copy or serialise)."""
+        doc: dict[str, Any] = {"op": self.op, "name": self.name, "inputs": self.inputs}
         if self.attrs_key is not None:
-            doc[self.attrs_key] = copy.deepcopy(dict(self.attrs))
-        doc.update(copy.deepcopy(dict(self.extra)))
+            doc[self.attrs_key] = dict(self.attrs)
+        doc.update(self.extra)
         return doc
 
 
@@ -117,16 +121,15 @@ class Graph:
         if isinstance(source, Graph):
             return source
         doc, name = read_graph_doc(source, source_name)
-        problems = check_graph(doc, name)
-        if problems:
-            first = problems[0]
-            message = str(first)
+        problems, graph = _check(doc, name)
+        if graph is None or problems:
+            message = str(problems[0])
             if len(problems) > 1:
                 message += f" (and {len(problems) - 1} more problems)"
             error = GraphError(message)
             error.problems = problems  # type: ignore[attr-defined]
             raise error
-        return cls._from_valid_doc(doc, name)
+        return graph
 
     @classmethod
     def build(cls, nodes: Sequence[Mapping[str, Any]], heads: Sequence[Any], *,
@@ -184,19 +187,22 @@ class Graph:
 
     def to_dict(self) -> dict[str, Any]:
         """The graph as TVM graph JSON data; equal to the document it was read from."""
-        doc: dict[str, Any] = {
-            "nodes": [node.to_dict() for node in self.nodes],
-            "arg_nodes": list(self.arg_nodes),
-            "heads": [list(head) for head in self.heads],
-            "attrs": {name: [tag, _copy_values(tag, values)]
-                      for name, (tag, values) in self.attrs.items()},
-            "node_row_ptr": list(self.node_row_ptr),
-        }
-        doc.update(copy.deepcopy(dict(self.extra)))
-        return doc
+        return _json_copy(self._doc())
 
     def to_json(self, indent: int | None = None) -> str:
-        return json.dumps(self.to_dict(), indent=indent)
+        return json.dumps(self._doc(), indent=indent)
+
+    def _doc(self) -> dict[str, Any]:
+        """The JSON structure, sharing the stored values (tuples serialise as lists)."""
+        doc: dict[str, Any] = {
+            "nodes": [node._doc() for node in self.nodes],
+            "arg_nodes": self.arg_nodes,
+            "heads": self.heads,
+            "attrs": {name: [tag, values] for name, (tag, values) in self.attrs.items()},
+            "node_row_ptr": self.node_row_ptr,
+        }
+        doc.update(self.extra)
+        return doc
 
     def with_columns(self, **columns: Any) -> Graph:
         """A new validated graph with columns replaced or added (None removes a column).
@@ -221,9 +227,7 @@ class Graph:
 
     def entry_id(self, nid: int, index: int) -> int:
         """The entry id of output `index` of node `nid`."""
-        if not 0 <= nid < len(self.nodes):
-            raise GraphError(f"{self.source}: node {nid} does not exist "
-                             f"(the graph has {len(self.nodes)} nodes)")
+        self._check_nid(nid)
         node = self.nodes[nid]
         if not 0 <= index < node.num_outputs:
             raise GraphError(f"{self.source}: {node.label} has no output {index} "
@@ -243,6 +247,7 @@ class Graph:
 
     def node_entries(self, nid: int) -> range:
         """The entry ids of the node's outputs."""
+        self._check_nid(nid)
         return range(self.node_row_ptr[nid], self.node_row_ptr[nid + 1])
 
     def shape(self, eid: int) -> tuple[int, ...]:
@@ -278,6 +283,11 @@ class Graph:
     @property
     def output_entries(self) -> list[int]:
         return [self.node_row_ptr[head[0]] + head[1] for head in self.heads]
+
+    def _check_nid(self, nid: int) -> None:
+        if not 0 <= nid < len(self.nodes):
+            raise GraphError(f"{self.source}: node {nid} does not exist "
+                             f"(the graph has {len(self.nodes)} nodes)")
 
     def _check_eid(self, eid: int) -> None:
         if not 0 <= eid < self.num_entries:
@@ -325,6 +335,8 @@ def read_graph_doc(source: GraphSource, source_name: str | None = None) -> tuple
 
 
 def _parse_json(text: str | bytes, name: str) -> Any:
+    if isinstance(text, bytes) and text.startswith(codecs.BOM_UTF8):
+        text = text[len(codecs.BOM_UTF8):]  # editors on Windows write one; json rejects it
     try:
         return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_reject_constant)
     except json.JSONDecodeError as e:
@@ -339,9 +351,11 @@ def _parse_json(text: str | bytes, name: str) -> Any:
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     doc = dict(pairs)
     if len(doc) != len(pairs):
-        keys = [key for key, _ in pairs]
-        duplicate = next(key for key in keys if keys.count(key) > 1)
-        raise ValueError(f"duplicate key {duplicate!r} in an object")
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"duplicate key {key!r} in an object")
+            seen.add(key)
     return doc
 
 
@@ -386,6 +400,13 @@ def _column(name: str, values: Any) -> Any:
     return [tag, list(values)]
 
 
+def _json_copy(doc: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy with tuples as lists; json's C code copies faster than copy.deepcopy and
+    handles any depth json.loads accepted."""
+    copied: dict[str, Any] = json.loads(json.dumps(doc))
+    return copied
+
+
 def _copy_values(tag: str, values: list) -> list:
     if tag == "list_shape":
         return [list(shape) for shape in values]
@@ -409,11 +430,17 @@ def _node_from_doc(nid: int, doc: dict[str, Any]) -> Node:
 
 def check_graph(doc: Any, source: str = "<graph>") -> list[GraphError]:
     """Every problem of a parsed graph JSON document: the schema first, then the semantics."""
-    problems = schema_problems(doc, SCHEMA, source, where=schema_labels(doc))
-    if problems:
-        return [p if isinstance(p, GraphError) else GraphError(str(p)) for p in problems]
+    return _check(doc, source)[0]
+
+
+def _check(doc: Any, source: str) -> tuple[list[GraphError], Graph | None]:
+    """(problems, the graph when the schema holds); the Graph wraps doc, so it is built once."""
+    if not matches_schema(doc):
+        problems = schema_problems(doc, SCHEMA, source, where=schema_labels(doc))
+        if problems:
+            return [p if isinstance(p, GraphError) else GraphError(str(p)) for p in problems], None
     graph = Graph._from_valid_doc(doc, source)
     texts = semantic_problems(graph)
     if len(texts) > MAX_PROBLEMS:
         texts = texts[:MAX_PROBLEMS] + [f": more than {MAX_PROBLEMS} problems; stopped checking"]
-    return [GraphError(f"{source}{text}") for text in texts]
+    return [GraphError(f"{source}{text}") for text in texts], graph

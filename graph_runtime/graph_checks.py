@@ -10,6 +10,112 @@ from .schema import json_path
 if TYPE_CHECKING:
     from .graph import Graph, Node
 
+# Mirrors of schemas/graph.schema.json for matches_schema(); tests check both agree.
+_TOP_KEYS = ("nodes", "arg_nodes", "heads", "node_row_ptr", "attrs", "metadata")
+_NODE_KEYS = ("op", "name", "inputs", "attrs", "attr", "control_deps")
+# numpy-supported TVM dtype names ($defs.dltype in the schema).
+SUPPORTED_DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64",
+                    "uint8", "uint16", "uint32", "uint64", "bool")
+_MAX_NODE = 2**31 - 1
+_MAX_COUNT = 999_999_999
+_MAX_DIM = 2**63 - 1
+_MAX_RANK = 32
+# smallest value of each known list_int column
+_INT_COLUMNS = {"storage_id": 0, "device_index": 1, "device_id": 0}
+
+
+def matches_schema(doc: Any) -> bool:
+    """True when doc certainly satisfies graph.schema.json: a fast path, as jsonschema takes
+    about 50 us per value; when False, jsonschema runs to explain what is wrong."""
+    if type(doc) is not dict or not all(key in _TOP_KEYS for key in doc):
+        return False
+    if not all(key in doc for key in _TOP_KEYS[:5]):
+        return False
+    nodes, heads, row_ptr = doc["nodes"], doc["heads"], doc["node_row_ptr"]
+    return (type(nodes) is list and len(nodes) > 0 and all(map(_is_node, nodes))
+            and _is_list_of(doc["arg_nodes"], _is_node_id)
+            and type(heads) is list and len(heads) > 0 and all(map(_is_entry_ref, heads))
+            and type(row_ptr) is list and len(row_ptr) > 0
+            and all(_is_int(p, 0, None) for p in row_ptr)
+            and _is_graph_attrs(doc["attrs"]))
+
+
+def _is_int(value: Any, low: int, high: int | None) -> bool:
+    return type(value) is int and value >= low and (high is None or value <= high)
+
+
+def _is_node_id(value: Any) -> bool:
+    return _is_int(value, 0, _MAX_NODE)
+
+
+def _is_list_of(value: Any, check: Callable[[Any], bool]) -> bool:
+    return type(value) is list and all(map(check, value))
+
+
+def _is_entry_ref(value: Any) -> bool:
+    return (type(value) is list and 2 <= len(value) <= 3 and _is_node_id(value[0])
+            and _is_int(value[1], 0, _MAX_COUNT) and (len(value) == 2 or _is_node_id(value[2])))
+
+
+def _is_node(node: Any) -> bool:
+    if type(node) is not dict or not all(key in _NODE_KEYS for key in node):
+        return False
+    return (node.get("op") in ("null", "tvm_op") and type(node.get("name")) is str
+            and _is_list_of(node.get("inputs"), _is_entry_ref)
+            and ("attrs" not in node or _is_node_attrs(node["attrs"]))
+            and ("attr" not in node or _is_node_attrs(node["attr"]))
+            and ("control_deps" not in node or _is_list_of(node["control_deps"], _is_node_id)))
+
+
+def _is_count(value: Any, low: int) -> bool:
+    if type(value) is str:
+        return (0 < len(value) <= 9 and value.isascii() and value.isdigit()
+                and (low == 0 or value[0] != "0"))
+    return _is_int(value, low, _MAX_COUNT)
+
+
+def _is_node_attrs(attrs: Any) -> bool:
+    if type(attrs) is not dict:
+        return False
+    func_name = attrs.get("func_name", "")
+    flatten = attrs.get("flatten_data", 0)
+    return (("func_name" not in attrs or (type(func_name) is str and func_name != ""))
+            and ("num_inputs" not in attrs or _is_count(attrs["num_inputs"], 0))
+            and ("num_outputs" not in attrs or _is_count(attrs["num_outputs"], 1))
+            and type(flatten) in (str, int) and flatten in ("0", "1", 0, 1))
+
+
+def _is_shape(shape: Any) -> bool:
+    return (type(shape) is list and len(shape) <= _MAX_RANK
+            and all(_is_int(dim, 0, _MAX_DIM) for dim in shape))
+
+
+def _is_graph_attrs(attrs: Any) -> bool:
+    if type(attrs) is not dict:
+        return False
+    if not all(key in attrs for key in ("dltype", "shape", "storage_id")):
+        return False
+    for name, column in attrs.items():
+        if type(column) is not list or len(column) != 2 or type(column[1]) is not list:
+            return False
+        tag, values = column
+        if name == "dltype":
+            ok = tag == "list_str" and all(type(v) is str and v in SUPPORTED_DTYPES for v in values)
+        elif name == "shape":
+            ok = tag == "list_shape" and all(map(_is_shape, values))
+        elif name in _INT_COLUMNS:
+            low = _INT_COLUMNS[name]
+            ok = tag == "list_int" and all(_is_int(v, low, None) for v in values)
+        elif tag == "list_int":
+            ok = all(type(v) is int for v in values)
+        elif tag == "list_str":
+            ok = all(type(v) is str for v in values)
+        else:
+            ok = tag == "list_shape" and all(map(_is_shape, values))
+        if not ok:
+            return False
+    return True
+
 
 def schema_labels(doc: Any) -> Callable[[Sequence[str | int]], str]:
     """where(path) for schema messages: the node or entry a path points into."""
@@ -78,6 +184,9 @@ def _node_problems(node: Node) -> list[str]:
     out = []
     if "attr" in node.extra:
         out.append(f": {node.label} has both 'attr' and 'attrs'; keep only 'attrs'")
+    if node.num_inputs != len(node.inputs):
+        out.append(f": {node.label} has attrs.num_inputs {node.num_inputs} but "
+                   f"{count_of(len(node.inputs), 'input')}")
     if node.is_arg:
         if node.inputs:
             out.append(f": {node.label} is a 'null' (input) node but has "
@@ -89,9 +198,6 @@ def _node_problems(node: Node) -> list[str]:
     if node.func_name is None:
         out.append(f": {node.label} is a tvm_op node without attrs.func_name; "
                    f"every tvm_op node names its kernel")
-    if node.num_inputs != len(node.inputs):
-        out.append(f": {node.label} has attrs.num_inputs {node.num_inputs} but "
-                   f"{len(node.inputs)} inputs")
     return out
 
 

@@ -160,22 +160,17 @@ class GraphModule:
 
     def _native(self, value: Any, eid: int) -> tuple[Any, Any]:
         """(backend, native array) for a user value, checked against entry eid's shape and dtype."""
-        from .nd import NDArray, array as nd_array
-        g = self.graph
-        want_shape, want_dtype = tuple(g.shape(eid)), g.dtype(eid)
-        if isinstance(value, NDArray):
-            nd = value
-        elif isinstance(value, np.ndarray) or hasattr(value, "__dlpack__"):
-            nd = nd_array(value) if not isinstance(value, np.ndarray) else None
-            if nd is None:
-                self._check_value(eid, tuple(value.shape), str(value.dtype))
-                return get_backend("cpu"), value
-        else:
-            arr = np.asarray(value, dtype=want_dtype)
-            self._check_value(eid, arr.shape, str(arr.dtype))
-            return get_backend("cpu"), arr
-        self._check_value(eid, tuple(nd.shape), str(nd.dtype))
-        return check_device(nd.device), nd.native
+        from .nd import NDArray, from_dlpack
+        if isinstance(value, np.ndarray):
+            self._check_value(eid, tuple(value.shape), str(value.dtype))
+            return get_backend("cpu"), value
+        if isinstance(value, NDArray) or hasattr(value, "__dlpack__"):
+            nd = value if isinstance(value, NDArray) else from_dlpack(value)
+            self._check_value(eid, tuple(nd.shape), str(nd.dtype))
+            return check_device(nd.device), nd.native
+        host = np.asarray(value, dtype=self.graph.dtype(eid))
+        self._check_value(eid, tuple(host.shape), str(host.dtype))
+        return get_backend("cpu"), host
 
     def _check_value(self, eid: int, shape: tuple[int, ...], dtype: str) -> None:
         g = self.graph
@@ -206,14 +201,18 @@ class GraphModule:
         self._bind_zero_copy(self._output_eids[index], value, f"output {index}")
 
     def _bind_zero_copy(self, eid: int, value: Any, what: str) -> None:
-        from .nd import NDArray, array as nd_array
+        from .nd import NDArray, from_dlpack
         g = self.graph
         dev = self.executor.entry_device[eid]
-        nd = value if isinstance(value, NDArray) else None
-        if nd is None and isinstance(value, np.ndarray):
+        if isinstance(value, NDArray):
+            nd = value
+        elif isinstance(value, np.ndarray):
             nd = NDArray(value, Device(1, 0))
-        if nd is None:
-            nd = nd_array(value)
+        elif hasattr(value, "__dlpack__"):
+            nd = from_dlpack(value)
+        else:
+            raise GraphError(f"{what} (eid {eid}): zero copy needs an NDArray, a numpy array or "
+                             f"a DLPack tensor, got {type(value).__name__}")
         if nd.device.device_type != dev.device_type or (
                 nd.device.device_id != dev.device_id and dev.kind != "cpu"):
             raise DeviceError(f"{what} (eid {eid}) lives on {dev} but the array given is on "

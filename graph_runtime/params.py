@@ -15,7 +15,7 @@ from .errors import ParamsError
 if TYPE_CHECKING:
     from .nd import NDArray
 
-# Layout (all little-endian), as TVM's SaveParams / NDArray::Save write it:
+# Layout (all little-endian), as TVM writes it (SaveParams, then Tensor/NDArray Save per array):
 #   u64 LIST_MAGIC, u64 reserved, u64 name count, per name (u64 byte length, UTF-8 bytes),
 #   u64 array count, per array:
 #     u64 ARRAY_MAGIC, u64 reserved, DLDevice (i32 type, i32 id), i32 ndim,
@@ -26,6 +26,7 @@ MAX_NDIM = 32
 KDL_CPU = 1
 _HEADER = struct.Struct("<QQQ")
 _U64 = struct.Struct("<Q")
+_I64 = struct.Struct("<q")
 _RECORD = struct.Struct("<QQiiiBBH")
 _ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")  # a zip with entries, an empty zip
 
@@ -95,6 +96,7 @@ def _read_names(r: _Reader) -> list[str]:
         raise r.error(at, "name count", f"at most {r.remaining // _U64.size} "
                       f"(8 bytes per name length, {r.remaining} bytes left)", str(count))
     names: list[str] = []
+    first_index: dict[str, int] = {}
     for i in range(count):
         at = r.pos
         (length,) = r.unpack(_U64, f"length of name {i}")
@@ -104,16 +106,18 @@ def _read_names(r: _Reader) -> list[str]:
         except UnicodeDecodeError as e:
             raise r.error(at + 8 + e.start, f"name {i}", "UTF-8 text",
                           f"byte 0x{raw[e.start]:02x}") from e
-        if name in names:
+        if name in first_index:
             raise r.error(at, f"name {i}", "unique names",
-                          f"{name!r} again (name {names.index(name)})")
+                          f"{name!r} again (name {first_index[name]})")
+        first_index[name] = i
         names.append(name)
     return names
 
 
 def _read_array(r: _Reader, what: str) -> np.ndarray:
     at = r.pos
-    magic, _reserved, dev_type, _dev_id, ndim, code, bits, lanes = r.unpack(_RECORD, what)
+    magic, _reserved, dev_type, _dev_id, ndim, code, bits, lanes = r.unpack(_RECORD,
+                                                                           f"{what} header")
     if magic != ARRAY_MAGIC:
         raise r.error(at, f"{what} magic", f"0x{ARRAY_MAGIC:016X} (TVM NDArray)", f"0x{magic:016X}")
     if dev_type != KDL_CPU:
@@ -131,7 +135,7 @@ def _read_array(r: _Reader, what: str) -> np.ndarray:
     if any(dim < 0 for dim in shape):
         raise r.error(shape_at, f"{what} shape", "non-negative dims", str(shape))
     size_at = r.pos
-    (size,) = r.unpack(_U64, f"{what} data byte size")
+    (size,) = r.unpack(_I64, f"{what} data byte size")
     numel = math.prod(shape)
     if size != numel * dtype.itemsize:
         raise r.error(size_at, f"{what} data byte size", f"{numel * dtype.itemsize} "
@@ -185,7 +189,11 @@ def _to_numpy(name: object, value: Any) -> tuple[str, np.ndarray]:
         raise ParamsError(f"param names must be str, got {type(name).__name__} {name!r}")
     if hasattr(value, "numpy") and not isinstance(value, np.ndarray):
         value = value.numpy()
-    array = np.asarray(value)
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError) as e:  # e.g. a CuPy array (no implicit copy), a ragged list
+        raise ParamsError(f"param {name!r}: cannot make a numpy array from "
+                          f"{type(value).__name__}: {e}") from e
     dtype = array.dtype.newbyteorder("=")
     if dtype not in _DLTYPE_OF:
         raise ParamsError(f"param {name!r}: dtype {array.dtype} is not supported; expected one "
@@ -213,7 +221,7 @@ def save_param_dict(params: Mapping[str, Any]) -> bytes:
     for name, array in items:
         code, bits = _DLTYPE_OF[array.dtype]
         parts.append(_RECORD.pack(ARRAY_MAGIC, 0, KDL_CPU, 0, array.ndim, code, bits, 1))
-        parts.append(struct.pack(f"<{array.ndim}qQ", *array.shape, array.nbytes))
+        parts.append(struct.pack(f"<{array.ndim}qq", *array.shape, array.nbytes))
         little = array.astype(array.dtype.newbyteorder("<"), copy=False)
         parts.append(little.reshape(-1).view(np.uint8))  # join takes buffers: no extra copy
     return b"".join(parts)
@@ -229,8 +237,8 @@ def _read_npz(data: bytes, source: str) -> dict[str, np.ndarray]:
     except ParamsError as e:
         raise ParamsError(f"{source}: {e}") from e
     except (ValueError, OSError, EOFError, KeyError, zipfile.BadZipFile) as e:
-        where = "" if key is None else f" entry {key!r}"
-        raise ParamsError(f"{source}:{where}: expected a numpy .npz without pickled objects, "
+        where = source if key is None else f"{source}: entry {key!r}"
+        raise ParamsError(f"{where}: expected a numpy .npz without pickled objects, "
                           f"found {type(e).__name__}: {e}") from e
     return arrays
 

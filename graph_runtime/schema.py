@@ -4,6 +4,7 @@ from __future__ import annotations
 import difflib
 import functools
 import json
+import re
 from importlib.resources import files
 from typing import Any, Callable, Iterable, Sequence
 
@@ -36,10 +37,21 @@ def _is_int(checker: Any, value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _pattern(validator: Any, pattern: str, value: Any, schema: Any) -> Iterable[ValidationError]:
+    """ECMA-262's "$" (which JSON Schema specifies) ends the string; Python's also matches
+    before a final newline, which would let "12\n" through as a count."""
+    if not isinstance(value, str):
+        return
+    match = re.search(pattern, value)
+    if match is None or (pattern.endswith("$") and match.end() != len(value)):
+        yield ValidationError(f"{value!r} does not match {pattern!r}")
+
+
 # JSON Schema counts 2.0 as an integer; the runtime indexes lists with these values, so only
 # true integers pass (a float in a node id must be reported, not crash an index later).
 _StrictValidator = validators.extend(
     Draft202012Validator,
+    validators={"pattern": _pattern},
     type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_int))
 
 

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from graph_runtime.errors import GraphError
 from graph_runtime.graph import Graph, Node, check_graph, load_graph
-from graph_runtime.schema import MAX_PROBLEMS
+from graph_runtime.graph_checks import matches_schema
+from graph_runtime.schema import MAX_PROBLEMS, schema_problems
 
 
 def base_doc() -> dict[str, Any]:
@@ -127,7 +128,8 @@ def test_sources_text_bytes_path_and_pathlike(tmp_path: Any) -> None:
     text = json.dumps(base_doc(), indent=1)
     path = tmp_path / "graph.json"
     path.write_text(text)
-    for source in (text, "\n  " + text, text.encode(), str(path), path):
+    for source in (text, "\n  " + text, text.encode(), b"\xef\xbb\xbf" + text.encode(),
+                   str(path), path):
         assert Graph.from_json(source).to_dict() == base_doc()
     assert load_graph(path).source == str(path)
     assert Graph.from_json(text, source_name="mine.json").source == "mine.json"
@@ -299,6 +301,7 @@ def test_malformed_graph(mutate: Callable[[dict], None], fragments: list[str]) -
         assert fragment in message
     assert message.startswith("graph.json")
     assert check_graph(doc, "graph.json"), "check_graph must agree with from_json"
+    assert matches_schema(doc) == (schema_problems(doc, "graph.schema.json", "g") == [])
 
 
 def test_all_problems_are_reported_and_counted() -> None:
@@ -393,6 +396,12 @@ def test_mutated_graph_is_a_graph_error_or_a_valid_graph(data: st.DataObject) ->
     for _ in range(data.draw(st.integers(1, 3))):
         _mutate(doc, data)
     try:
+        plain = json.loads(json.dumps(doc))
+    except ValueError:  # inf
+        plain = None
+    if plain is not None:  # the fast path agrees with jsonschema
+        assert matches_schema(plain) == (schema_problems(plain, "graph.schema.json", "g") == [])
+    try:
         g = Graph.from_json(doc)
     except GraphError as e:
         assert str(e).startswith("<graph>")
@@ -480,6 +489,8 @@ def test_accessors_name_the_bad_entry_or_node() -> None:
         g.shape(6)
     with pytest.raises(GraphError, match="entry -1 does not exist"):
         g.dtype(-1)
+    with pytest.raises(GraphError, match="node 5 does not exist .the graph has 5 nodes"):
+        g.node_entries(5)
 
 
 def test_node_properties_parse_or_say_why() -> None:

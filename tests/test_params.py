@@ -102,7 +102,6 @@ def test_golden_values_are_the_intended_ones() -> None:
 
 
 def test_load_param_dict_gives_cpu_ndarrays() -> None:
-    pytest.importorskip("graph_runtime.nd", reason="graph_runtime/nd.py (NDArray) not written yet")
     from graph_runtime.device import cpu
 
     data = (GOLDEN / "dtypes.params").read_bytes()
@@ -201,6 +200,7 @@ def test_writer_normalizes_inputs() -> None:
     ({3: np.zeros(1)}, "param names must be str, got int 3"),
     ({"\udc80": np.zeros(1)}, "name is not encodable as UTF-8"),
     ([("a", np.zeros(1))], "params must be a mapping of name to array, got list"),
+    ({"r": [[1, 2], [3]]}, "param 'r': cannot make a numpy array from list: setting an array"),
 ])
 def test_writer_errors(params: object, message: str) -> None:
     with pytest.raises(ParamsError, match=re.escape(message)):
@@ -262,7 +262,7 @@ CORRUPT = [
     ("array count differs", patched(33, "<Q", 2), "byte 33: array count: expected 1 (one per "
                                                   "name), found 2"),
     ("array count missing", VALID[:36], "byte 33: array count: expected 8 bytes, found 3"),
-    ("record truncated", VALID[:50], "byte 41: array 0 'w': expected 32 bytes, found 9"),
+    ("record truncated", VALID[:50], "byte 41: array 0 'w' header: expected 32 bytes, found 9"),
     ("bad array magic", patched(41, "<Q", 7), "byte 41: array 0 'w' magic: expected "
                                               "0xDD5E40F096B4A13F (TVM NDArray), found 0x00000"),
     ("cuda device", patched(57, "<i", 2), "byte 57: array 0 'w' device type: expected 1 (kDLCPU"),
@@ -284,8 +284,8 @@ CORRUPT = [
                                              f"shape ({1 << 62}, 3)), found 24"),
     ("size not prod(shape)*itemsize", patched(89, "<q", 20),
      "byte 89: array 0 'w' data byte size: expected 24 (6 x float32 of shape (2, 3)), found 20"),
-    ("huge data size", patched(89, "<q", -1), "data byte size: expected 24 (6 x float32 of "
-                                              f"shape (2, 3)), found {(1 << 64) - 1}"),
+    ("negative data size", patched(89, "<q", -1), "data byte size: expected 24 (6 x float32 of "
+                                                  "shape (2, 3)), found -1"),
     ("data truncated", VALID[:-1], "byte 97: array 0 'w' data: expected 24 bytes, found 23 "
                                    "(file truncated)"),
     ("trailing garbage", VALID + b"\0\0\0", "byte 121: end of data: expected end after 1 "
@@ -323,7 +323,7 @@ def test_accepts_bytearray_and_memoryview() -> None:
     assert_same_arrays(load_param_arrays(memoryview(VALID)), want)
     wide = np.frombuffer(VALID + b"\0" * (-len(VALID) % 8), dtype=np.uint64)  # not a byte view
     with pytest.raises(ParamsError, match="trailing|end of data"):
-        load_param_arrays(memoryview(wide))  # the padding is trailing bytes
+        load_param_arrays(wide.data)  # a memoryview of format "Q"; the padding is trailing
 
 
 def test_huge_counts_fail_without_big_allocation() -> None:
@@ -341,7 +341,7 @@ def test_huge_counts_fail_without_big_allocation() -> None:
     assert peak < 1 << 20
 
 
-@settings(max_examples=300, deadline=2000)
+@settings(max_examples=300, deadline=None)
 @given(st.sampled_from(["dtypes", "names", "empty", "scalars"]), st.data())
 def test_truncation_and_bit_flips_never_raise_anything_else(case: str, data: st.DataObject) -> None:
     blob = bytearray((GOLDEN / f"{case}.params").read_bytes())
@@ -357,7 +357,7 @@ def test_truncation_and_bit_flips_never_raise_anything_else(case: str, data: st.
     assert all(isinstance(name, str) and isinstance(a, np.ndarray) for name, a in got.items())
 
 
-@settings(max_examples=200, deadline=2000)
+@settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=200))
 def test_random_bytes_after_valid_magic_never_raise_anything_else(tail: bytes) -> None:
     try:
@@ -436,6 +436,11 @@ def test_npz_errors(tmp_path: Path) -> None:
         load_params_file(tmp_path / "o.npz")
     good = (tmp_path / "c.npz").read_bytes()
     (tmp_path / "t.npz").write_bytes(good[:len(good) // 2])
-    with pytest.raises(ParamsError, match="expected a numpy .npz without pickled objects, found "
-                                          "BadZipFile"):
+    with pytest.raises(ParamsError, match=re.escape(f"{tmp_path / 't.npz'}: expected a numpy .npz "
+                                                    "without pickled objects, found BadZipFile")):
         load_params_file(tmp_path / "t.npz")
+    with zipfile.ZipFile(tmp_path / "raw.npz", "w") as zf:
+        zf.writestr("notes.txt", "not an array")
+    with pytest.raises(ParamsError,
+                       match=re.escape("param 'notes.txt': dtype |S12 is not supported")):
+        load_params_file(tmp_path / "raw.npz")

@@ -10,6 +10,7 @@ from jsonschema import Draft202012Validator
 
 from graph_runtime.errors import GraphError, LibraryError
 from graph_runtime.graph import SUPPORTED_DTYPES, Graph, load_graph
+from graph_runtime.graph_checks import matches_schema
 from graph_runtime.schema import brief, json_path, load_schema, schema_problems, type_name
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,3 +96,41 @@ def test_problems_are_not_repeated() -> None:
 def test_missing_schema_is_a_clear_error() -> None:
     with pytest.raises(Exception, match="schema 'nope.schema.json' is not installed"):
         load_schema("nope.schema.json")
+
+
+TRICKY = [
+    (("nodes", 1, "attrs", "num_outputs"), v) for v in
+    ("0", "01", "1\n", "", "\u0661", "1000000000", True, 1.0, 0, 10 ** 9, "999999999", None)
+] + [
+    (("nodes", 1, "attrs", "num_inputs"), v) for v in ("0", "007", " 1", -1, False, "1e3")
+] + [
+    (("nodes", 1, "attrs", "flatten_data"), v) for v in (True, 1.0, "2", "1", 0, None)
+] + [
+    (("nodes", 1, "attrs", "func_name"), v) for v in ("", None, 3, "f")
+] + [
+    (("nodes", 1, "inputs", 0), [0, 0, 0, 0]), (("nodes", 1, "inputs", 0), [0, 0, -1]),
+    (("nodes", 1, "inputs", 0), [0, 0, 2 ** 31]), (("nodes", 1, "inputs", 0), [0, 10 ** 9]),
+    (("nodes", 1, "control_deps"), [-1]), (("nodes", 1, "control_deps"), [0]),
+    (("nodes", 1, "attr"), {"func_name": "g"}), (("nodes", 1, "attrs"), []),
+    (("nodes", 1, "op"), ["null"]), (("nodes", 1, "name"), 1), (("nodes", 0, "inputs"), None),
+    (("attrs", "dltype", 1, 0), 32), (("attrs", "dltype", 0), "list_int"),
+    (("attrs", "shape", 1, 0), [1] * 32), (("attrs", "shape", 1, 0), [1] * 33),
+    (("attrs", "shape", 1, 0), [2 ** 63]), (("attrs", "shape", 1, 0), [2 ** 63 - 1]),
+    (("attrs", "device_index", 1, 0), 0), (("attrs", "device_id"), ["list_int", [0, -1]]),
+    (("attrs", "x"), ["list_shape", [[1], [-1]]]), (("attrs", "x"), ["list_str", ["a", 1]]),
+    (("attrs", "x"), ["list_int", [True, 1]]), (("attrs", "x"), ["list_int", [1, 2], 3]),
+    (("attrs", "x"), "list_int"), (("attrs",), {}), (("node_row_ptr",), []),
+    (("node_row_ptr", 0), -1), (("arg_nodes",), {}), (("heads", 0), [1]),
+    (("metadata",), [float("1e308"), {"deep": [[[]]]}]),
+]
+
+
+@pytest.mark.parametrize("path, value", TRICKY, ids=[f"{p}={v!r}"[:60] for p, v in TRICKY])
+def test_fast_path_agrees_with_the_schema(path: tuple, value: object) -> None:
+    doc = small_graph().to_dict()
+    target = doc
+    for part in path[:-1]:
+        target = target[part]
+    target[path[-1]] = value
+    expected = schema_problems(doc, "graph.schema.json", "g") == []
+    assert matches_schema(doc) == expected

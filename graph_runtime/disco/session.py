@@ -16,19 +16,22 @@ from ..errors import DiscoError
 from .protocol import Command, DiscoAction, Reg, check_arg
 
 A = DiscoAction
+_CALL = int(A.CALL_PACKED)
 REDUCE_OPS = ("sum", "prod", "min", "max", "avg")
 CCLS = ("cpu", "mpi", "nccl")
 _LIVE: "weakref.WeakSet[Session]" = weakref.WeakSet()
+_PLAIN = (int, float, str, type(None))
 
 
 class DRef:
     """An object that exists on all workers under one register id (seed 002's DRef)."""
 
-    __slots__ = ("reg_id", "session", "__weakref__")
+    __slots__ = ("reg_id", "session", "_reg", "__weakref__")
 
     def __init__(self, reg_id: int, session: Session) -> None:
         self.reg_id = reg_id
         self.session = session
+        self._reg = Reg(reg_id)
 
     def __del__(self) -> None:
         session = getattr(self, "session", None)
@@ -166,12 +169,13 @@ class Session(abc.ABC):
         self._check_usable()
         frees = self._take_frees()
         reg_id = self._alloc() if reg else 0
-        self._send((action, frees, reg_id) + payload, None)
+        self._send((int(action), frees, reg_id) + payload, None)
         return reg_id
 
     def _flush_frees(self) -> None:
-        if self._pending_frees:
-            self._send((A.KILL_REG, self._take_frees(), 0), None)
+        # frees normally ride along; a burst of them gets a KILL_REG of its own
+        if len(self._pending_frees) >= 64:
+            self._send((int(A.KILL_REG), self._take_frees(), 0), None)
 
     def _check_worker(self, worker_id: int) -> int:
         if isinstance(worker_id, bool) or not isinstance(worker_id, (int, np.integer)) or \
@@ -193,7 +197,7 @@ class Session(abc.ABC):
             if value.session is not self:
                 raise DiscoError(f"call_packed argument {index} ({value!r}) belongs to another "
                                  "session")
-            return Reg(value.reg_id)
+            return value._reg
         return check_arg(value, index)
 
     def _as(self, cls: type, ref: DRef) -> Any:
@@ -256,7 +260,10 @@ class Session(abc.ABC):
         if self._errors:
             errors, self._errors = self._errors, []
             more = f" (and {len(errors) - 1} more error(s))" if len(errors) > 1 else ""
-            raise DiscoError(f"{what}: {errors[0]}{more}" + "".join("\n" + e for e in errors[1:]))
+            shown = "".join("\n" + e for e in errors[1:4])
+            if len(errors) > 4:
+                shown += f"\n... {len(errors) - 4} more not shown"
+            raise DiscoError(f"{what}: {errors[0]}{more}{shown}")
         try:
             self._check_alive()
         except DiscoError as e:
@@ -267,7 +274,7 @@ class Session(abc.ABC):
         self._check_usable()
         self._flush_frees()
         token = next(self._tokens)
-        self._send((A.SYNC_WORKER, (), 0, token), worker_id)
+        self._send((int(A.SYNC_WORKER), (), 0, token), worker_id)
         self._wait(worker_id, token, what, timeout)
 
     # ---- public API ----------------------------------------------------------------------------
@@ -282,8 +289,14 @@ class Session(abc.ABC):
         """Run func(*args) on every worker; DRef arguments become each worker's register value."""
         if not isinstance(func, DRef) or func.session is not self:
             raise DiscoError(f"call_packed: func must be a DRef of this session, got {func!r}")
-        packed = tuple(self._arg(a, i) for i, a in enumerate(args))
-        return DRef(self._broadcast(A.CALL_PACKED, func.reg_id, packed), self)
+        # NOTE: the hot path of streamed calls; plain scalars skip the general check.
+        packed = tuple(a if type(a) in _PLAIN else self._arg(a, i) for i, a in enumerate(args))
+        if self._closed or self._broken is not None:
+            self._check_usable()
+        frees = self._take_frees() if self._pending_frees else ()
+        reg_id = self._free_regs.pop() if self._free_regs else self._alloc()
+        self._send((_CALL, frees, reg_id, func.reg_id, packed), None)
+        return DRef(reg_id, self)
 
     def sync_worker_0(self, timeout: float | None = None) -> None:
         """Wait until worker-0 has run every command sent so far; raises workers' errors."""
@@ -299,7 +312,7 @@ class Session(abc.ABC):
         self._flush_frees()
         tokens = [next(self._tokens) for _ in range(self._num_workers)]
         for wid, token in enumerate(tokens):
-            self._send((A.SYNC_WORKER, (), 0, token), wid)
+            self._send((int(A.SYNC_WORKER), (), 0, token), wid)
         for wid, token in enumerate(tokens):
             self._wait(wid, token, "sync_all", timeout)
 
@@ -317,11 +330,11 @@ class Session(abc.ABC):
         self._check_usable()
         if host.nbytes <= (1 << 16):
             # small: snapshot and stay asynchronous
-            self._send((A.COPY_TO_WORKER0, (), remote_array.reg_id, host.copy(), None), 0)
+            self._send((int(A.COPY_TO_WORKER0), (), remote_array.reg_id, host.copy(), None), 0)
         else:
             # large: worker-0 copies straight from the caller's array, so wait for it
             token = next(self._tokens)
-            self._send((A.COPY_TO_WORKER0, (), remote_array.reg_id, host, token), 0)
+            self._send((int(A.COPY_TO_WORKER0), (), remote_array.reg_id, host, token), 0)
             self._wait(0, token, "copy_to_worker_0", None)
         return remote_array
 
@@ -333,7 +346,7 @@ class Session(abc.ABC):
                              f"got {type(host_array).__name__}")
         self._check_usable()
         token = next(self._tokens)
-        self._send((A.COPY_FROM_WORKER0, (), remote_array.reg_id, host_array, token), 0)
+        self._send((int(A.COPY_FROM_WORKER0), (), remote_array.reg_id, host_array, token), 0)
         self._wait(0, token, "copy_from_worker_0", timeout)
 
     def debug_get_from_remote(self, reg_id: int, worker_id: int,
@@ -344,9 +357,9 @@ class Session(abc.ABC):
         reg_id = self._check_reg(reg_id)
         self._flush_frees()
         token = next(self._tokens)
-        self._send((A.DEBUG_GET_FROM_REMOTE, (), reg_id, token), worker_id)
-        return self._unpack(self._wait(worker_id, token, f"debug_get_from_remote(worker "
-                                                         f"{worker_id})", timeout))
+        self._send((int(A.DEBUG_GET_FROM_REMOTE), (), reg_id, token), worker_id)
+        return self._wait(worker_id, token, f"debug_get_from_remote(worker {worker_id})",
+                          timeout)
 
     def debug_set_register(self, reg_id: int, value: Any, worker_id: int) -> None:
         """Set a register on one worker (seed 001's DebugSetRegister)."""
@@ -357,12 +370,10 @@ class Session(abc.ABC):
             raise DiscoError("debug_set_register: value must be a host value, not a DRef")
         array = _maybe_host_array(value)
         value = array.copy() if array is not None else value
-        self._send((A.DEBUG_SET_REGISTER, (), reg_id, self._pack(value)), worker_id)
+        self._send((int(A.DEBUG_SET_REGISTER), (), reg_id, self._pack(value, worker_id)), worker_id)
 
-    def _pack(self, value: Any) -> Any:
-        return value
-
-    def _unpack(self, value: Any) -> Any:
+    def _pack(self, value: Any, worker_id: int) -> Any:
+        """Prepare a DEBUG_SET_REGISTER value for the worker's channel (identity in-process)."""
         return value
 
     def init_ccl(self, ccl: str, *device_ids: int) -> None:
@@ -468,7 +479,7 @@ class Session(abc.ABC):
             if self._broken is None:
                 tokens = [next(self._tokens) for _ in range(self._num_workers)]
                 for wid, token in enumerate(tokens):
-                    self._send((A.SHUTDOWN, (), 0, token), wid)
+                    self._send((int(A.SHUTDOWN), (), 0, token), wid)
                 for wid, token in enumerate(tokens):
                     self._wait(wid, token, "shutdown", limit)
         except DiscoError:

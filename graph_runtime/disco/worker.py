@@ -14,6 +14,9 @@ from .globals import WorkerContext, get_global_func, set_current
 from .protocol import Command, DiscoAction, Reg, as_host_array, describe_command
 
 A = DiscoAction
+# plain ints: comparing against IntEnum members costs more on the per-command hot path
+_CALL, _GET, _SYNC = int(A.CALL_PACKED), int(A.GET_GLOBAL_FUNC), int(A.SYNC_WORKER)
+_EMPTY = object()
 
 
 class Missing:
@@ -67,20 +70,26 @@ class Worker:
         """Run one command; False when it was SHUTDOWN."""
         action, frees, reg_id = cmd[0], cmd[1], cmd[2]
         regs = self.registers
-        for r in frees:
-            regs.pop(r, None)
+        if frees:
+            for r in frees:
+                regs.pop(r, None)
         try:
-            if action == A.CALL_PACKED:
-                func = self.read(cmd[3])
+            if action == _CALL:
+                func = regs.get(cmd[3], _EMPTY)
+                if func is _EMPTY or type(func) is Missing:
+                    func = self.read(cmd[3])
+                if not cmd[4]:
+                    regs[reg_id] = func()
+                    return True
                 if getattr(func, "disco_collective", False):
                     # join the collective even with a bad argument, so peers abort, not hang
                     args = [self._read_or_failed(a) if type(a) is Reg else a for a in cmd[4]]
                 else:
                     args = [self.read(a) if type(a) is Reg else a for a in cmd[4]]
                 regs[reg_id] = func(*args)
-            elif action == A.GET_GLOBAL_FUNC:
+            elif action == _GET:
                 regs[reg_id] = get_global_func(cmd[3])
-            elif action == A.SYNC_WORKER:
+            elif action == _SYNC:
                 self.reply((cmd[3], True, None))
             elif action == A.COPY_TO_WORKER0:
                 self._copy_to(reg_id, cmd[3], cmd[4])

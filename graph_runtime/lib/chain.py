@@ -8,7 +8,7 @@ from ..backends import get_backend
 from ..device import Device
 from ..errors import LibraryError
 from .module import TensorSpec
-from .ops._common import ELEMENTWISE_EXPRS, NODE_KEYS, OUT_DTYPE_KEY, check_attrs, gpu_elementwise
+from .ops._common import DTYPE_KEY, ELEMENTWISE_EXPRS, NODE_KEYS, OUT_DTYPE_KEY, check_attrs, gpu_elementwise
 from .registry import OpDef, get_op
 
 BACKEND_KINDS = ("cpu", "cuda", "opencl")
@@ -214,7 +214,7 @@ def _fused_call(name: str, backend: Any, device_id: int,
         produced[p.out_slots[0]] = k
     n = len(kernel_specs)
     # gpu_elementwise numbers values as the kernel's inputs first, then each step's result.
-    steps = [(ELEMENTWISE_EXPRS[p.op.name](p.attrs),
+    steps = [(ELEMENTWISE_EXPRS[p.op.name]({**p.attrs, DTYPE_KEY: p.inputs[0].dtype}),
               [i if what == "input" else n + i for what, i in refs], p.outputs[0].dtype)
              for p, refs in zip(fused, operands)]
     fn = gpu_elementwise(backend, device_id, kernel_specs, fused[-1].outputs[0], steps,

@@ -16,7 +16,7 @@ from .match import resolve
 from .report import CopyReport, Fallback, PlanResult, PoolReport
 from .solve import settle
 from .solve import solve as solve_devices
-from .storage_plan import plan_storage
+from .storage_plan import PoolStats, plan_storage
 from .topology import COPY_OP, NOP_OP, Topology, topology_of
 from .virtual_device import VirtualDevice
 
@@ -36,7 +36,7 @@ def plan_graph(graph: GraphSource, placement: Placement | Mapping[str, Any] | No
         PlanError: constraints that name one node or output conflict, a pattern matches
             nothing, or lib lacks a function where the plan needs it.
     """
-    started = time.perf_counter()
+    clock = _Clock()
     g = Graph.from_json(graph)
     if placement is None:
         placement = Placement()
@@ -47,24 +47,50 @@ def plan_graph(graph: GraphSource, placement: Placement | Mapping[str, Any] | No
     node_device = list(solution.node_device)
     fallbacks: list[Fallback] = []
     if lib is not None:
-        fallbacks = _fall_back(topo, node_device, lib, settle(VirtualDevice(),
-                                                              placement.default_device), strict)
-    rewritten = insert_copies(topo, node_device, solution.head_device)
-    planned, storage = _build(g, rewritten)
-    new_nid = rewritten.new_nid
+        fallback_device = settle(VirtualDevice(), placement.default_device)
+        fallbacks = _fall_back(topo, node_device, lib, fallback_device, strict)
+    clock.lap("solve")
+    rw = insert_copies(topo, node_device, solution.head_device)
+    clock.lap("copies")
+    old_eids = _entry_origins(g, rw)
+    shapes_col = g.attrs["shape"][1]
+    dtypes_col = g.attrs["dltype"][1]
+    sizes = [entry_bytes(shapes_col[e], dtypes_col[e]) for e in old_eids]
+    devices = [rw.node_device[nid] for nid, node in enumerate(rw.topo.nodes)
+               for _ in range(node.num_outputs)]
+    storage = plan_storage(rw.topo, sizes, devices)
+    clock.lap("storage")
+    planned = _build(g, rw, old_eids, devices, storage.storage_ids)
+    clock.lap("build")
+
+    new_nid = rw.new_nid
     fallbacks = [dataclasses.replace(f, nid=new_nid[f.nid]) for f in fallbacks]
     copies = [CopyReport(c.nid, c.name, f"{new_nid[c.src[0]]}:{c.src[1]}", c.src_device,
-                         c.dst_device, entry_bytes(g.shape(g.entry_id(*c.src)),
-                                                   g.dtype(g.entry_id(*c.src))))
-              for c in rewritten.copies]
+                         c.dst_device, sizes[planned.node_row_ptr[c.nid]]) for c in rw.copies]
     before = _pool_before(g, placement.default_device)
     pools = {}
     for dev in sorted(set(before) | set(storage.stats)):
-        stats = storage.stats.get(dev)
-        pools[dev] = PoolReport(dev, before.get(dev, 0), stats.no_sharing if stats else 0,
-                                stats.planned if stats else 0, stats.lower_bound if stats else 0)
-    return PlanResult(planned, list(rewritten.node_device), fallbacks, copies, pools,
-                      time.perf_counter() - started)
+        stats = storage.stats.get(dev, PoolStats(0, 0, 0))
+        pools[dev] = PoolReport(dev, before.get(dev, 0), stats.no_sharing, stats.planned,
+                                stats.lower_bound)
+    return PlanResult(planned, list(rw.node_device), fallbacks, copies, pools, clock.total(),
+                      clock.laps)
+
+
+class _Clock:
+    """Seconds per planning stage, for the report and the benchmark."""
+
+    def __init__(self) -> None:
+        self.started = self.last = time.perf_counter()
+        self.laps: dict[str, float] = {}
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = now - self.last
+        self.last = now
+
+    def total(self) -> float:
+        return time.perf_counter() - self.started
 
 
 def _fall_back(topo: Topology, node_device: list[Device], lib: Module, fallback: Device,
@@ -91,25 +117,21 @@ def _fall_back(topo: Topology, node_device: list[Device], lib: Module, fallback:
     return result
 
 
-def _build(g: Graph, rw: Rewritten) -> tuple[Graph, Any]:
-    """The planned Graph (validated by Graph.build) and its storage plan."""
-    old_row_ptr = g.node_row_ptr
-    old_eids: list[int] = []   # per new entry: the old entry whose shape, dtype, columns it takes
-    for nid, (old, index) in enumerate(rw.origin):
+def _entry_origins(g: Graph, rw: Rewritten) -> list[int]:
+    """Per planned entry, the given graph's entry whose shape, dtype and columns it takes."""
+    row_ptr = g.node_row_ptr
+    old_eids: list[int] = []
+    for old, index in rw.origin:
         if index < 0:
-            old_eids.extend(range(old_row_ptr[old], old_row_ptr[old + 1]))
+            old_eids.extend(range(row_ptr[old], row_ptr[old + 1]))
         else:
-            old_eids.append(old_row_ptr[old] + index)
-    shapes_col = g.attrs["shape"][1]
-    dtypes_col = g.attrs["dltype"][1]
-    shapes = [list(shapes_col[e]) for e in old_eids]
-    dtypes = [dtypes_col[e] for e in old_eids]
-    devices = []
-    for nid, node in enumerate(rw.topo.nodes):
-        devices.extend([rw.node_device[nid]] * node.num_outputs)
-    sizes = [entry_bytes(shape, dtype) for shape, dtype in zip(shapes, dtypes)]
-    storage = plan_storage(rw.topo, sizes, devices)
+            old_eids.append(row_ptr[old] + index)
+    return old_eids
 
+
+def _build(g: Graph, rw: Rewritten, old_eids: list[int], devices: list[Device],
+           storage_ids: list[int]) -> Graph:
+    """The planned Graph, validated by Graph.build; unknown columns follow each entry's origin."""
     nodes: list[dict[str, Any]] = []
     for nid, (old, index) in enumerate(rw.origin):
         node = rw.topo.nodes[nid]
@@ -118,21 +140,29 @@ def _build(g: Graph, rw: Rewritten) -> tuple[Graph, Any]:
                           "attrs": {"func_name": COPY_OP, "num_inputs": "1",
                                     "num_outputs": "1", "flatten_data": "0"}})
             continue
-        doc = g.nodes[old].to_dict()
-        doc["inputs"] = [_with_version(new, orig, rw)
-                         for new, orig in zip(node.inputs, g.nodes[old].inputs)]
+        source = g.nodes[old]
+        # No deep copy: Graph.build copies the documents through JSON anyway.
+        doc: dict[str, Any] = {"op": source.op, "name": source.name,
+                               "inputs": [_with_version(new, orig, rw)
+                                          for new, orig in zip(node.inputs, source.inputs)]}
+        if source.attrs_key is not None:
+            doc[source.attrs_key] = dict(source.attrs)
+        doc.update(source.extra)
         nodes.append(doc)
     heads = [_with_version(new, orig, rw) for new, orig in zip(rw.topo.heads, g.heads)]
     kinds = {dev.device_type for dev in devices}
     ids_needed = len(set(devices)) > len(kinds) or any(dev.device_id for dev in devices)
+    shapes_col = g.attrs["shape"][1]
+    dtypes_col = g.attrs["dltype"][1]
     extra = {name: (tag, [values[e] for e in old_eids])
              for name, (tag, values) in g.attrs.items() if name not in _OWN_COLUMNS}
     planned = Graph.build(
-        nodes, heads, shapes=shapes, dtypes=dtypes, storage_ids=storage.storage_ids,
+        nodes, heads, shapes=[shapes_col[e] for e in old_eids],
+        dtypes=[dtypes_col[e] for e in old_eids], storage_ids=storage_ids,
         device_index=[dev.device_type for dev in devices],
         device_id=[dev.device_id for dev in devices] if ids_needed else None,
         extra_columns=extra)
-    return dataclasses.replace(planned, source=g.source, extra=g.extra), storage
+    return dataclasses.replace(planned, source=g.source, extra=g.extra)
 
 
 def _with_version(new: tuple[int, int], orig: tuple[int, ...], rw: Rewritten) -> list[int]:
@@ -146,11 +176,11 @@ def _pool_before(g: Graph, default_device: VirtualDevice) -> dict[Device, int]:
     fallback = settle(VirtualDevice(), default_device)
     codes = g.column("device_index")
     ids = g.column("device_id")
-    sid_bytes: dict[int, int] = {}
-    sid_device: dict[int, Device] = {}
     shapes = g.attrs["shape"][1]
     dtypes = g.attrs["dltype"][1]
     sids = g.attrs["storage_id"][1]
+    sid_bytes: dict[int, int] = {}
+    sid_device: dict[int, Device] = {}
     for eid in range(g.num_entries):
         sid = sids[eid]
         nbytes = entry_bytes(shapes[eid], dtypes[eid])

@@ -1,7 +1,7 @@
 """PlanResult: the planned graph and what planning did (fallbacks, copies, pool bytes), as data and text."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..device import Device
 from ..graph import Graph
@@ -51,6 +51,7 @@ class PlanResult:
     copies: list[CopyReport]
     pools: dict[Device, PoolReport]
     seconds: float
+    stage_seconds: dict[str, float] = field(default_factory=dict)  # solve, copies, storage, build
 
     @property
     def copy_bytes(self) -> int:

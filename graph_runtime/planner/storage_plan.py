@@ -134,7 +134,9 @@ def _stats(roots: list[int], size: dict[int, int], start: list[int], end: list[i
     for g in roots:
         dev = entry_device[g]
         no_sharing[dev] = no_sharing.get(dev, 0) + size[g]
-        steps = delta.setdefault(dev, [0] * (last_step + 2))
+        steps = delta.get(dev)
+        if steps is None:
+            steps = delta[dev] = [0] * (last_step + 2)
         steps[start[g]] += size[g]
         steps[end[g] + 1] -= size[g]
     counted: set[int] = set()

@@ -52,7 +52,8 @@ def placements(draw: Any, g: Graph, choices: list, globs: bool) -> dict:
     matching = [p for p in ["n1*", "n?", "x*", "*"] if fnmatch.filter(names, p)]
     if globs and draw(st.booleans()):
         doc["node_devices"][draw(st.sampled_from(matching))] = draw(device)
-    doc["input_devices"] = {name: draw(device) for name in g.input_names if draw(st.booleans())}
+    doc["input_devices"] = {name: draw(device) for name in g.input_names
+                            if (globs or name not in doc["node_devices"]) and draw(st.booleans())}
     if globs and draw(st.booleans()):
         funcs = sorted({n.func_name for n in g.nodes if n.func_name})
         doc["func_devices"] = {draw(st.sampled_from(funcs)): draw(device)}

@@ -17,6 +17,8 @@ NODE_KEYS = frozenset({"func_name", "num_inputs", "num_outputs", "flatten_data",
                        "device_index", "device_id", "device_type", "out_layout"})
 # The chain sets this for its last op so an op like cast can learn the dtype the graph declares.
 OUT_DTYPE_KEY = "__out_dtype"
+# Elementwise expression functions find the dtype of the op's input 0 under this key.
+DTYPE_KEY = "__dtype"
 _REQUIRED: Any = object()
 
 
@@ -379,8 +381,9 @@ _COPY_TYPES = {1: "uint8", 2: "int16", 4: "uint32", 8: "uint64"}
 def cl_strided_copy(backend: Any, device_id: int, dtype: str, shape: Sequence[int],
                     src_strides: Sequence[int], dst_strides: Sequence[int],
                     name: str = "copy") -> Callable[..., None]:
-    """copy(src, dst, src_start, dst_start): dst[dst_start + c.dst_strides] = src[src_start + c.src_strides]
-    for every coordinate c of shape (strides and starts in elements; a stride may be 0 or < 0).
+    """copy(src, dst, src_start, dst_start) for every coordinate c of shape:
+    dst[dst_start + c . dst_strides] = src[src_start + c . src_strides] (in elements; a stride
+    may be 0 or negative).
 
     One generic OpenCL kernel per element size and rank serves transpose, slices, concatenate,
     split and pad; shape and strides go to the device once, here.
@@ -389,7 +392,8 @@ def cl_strided_copy(backend: Any, device_id: int, dtype: str, shape: Sequence[in
     rank = len(shape)
     n = size_of(shape)
     source = f"""__kernel void gr_strided_copy({cl_param("dst", store, const=False)},
-        {cl_param("src", store)}, {cl_param("meta", "int64")}, long src0, long dst0, long n) {{
+        {cl_param("src", store)}, {cl_param("meta", "int64")}, int rank, long src0, long dst0,
+        long n) {{
     long i = get_global_id(0);
     if (i >= n) return;
     {cl_pointer("dst", store, const=False)}
@@ -398,10 +402,10 @@ def cl_strided_copy(backend: Any, device_id: int, dtype: str, shape: Sequence[in
     long rest = i;
     long s = src0;
     long t = dst0;
-    for (int d = {rank - 1}; d >= 0; --d) {{
+    for (int d = rank - 1; d >= 0; --d) {{
         long c = rest % meta[d]; rest /= meta[d];
-        s += c * meta[{rank} + d];
-        t += c * meta[{2 * rank} + d];
+        s += c * meta[rank + d];
+        t += c * meta[2 * rank + d];
     }}
     dst[t] = src[s];
 }}
@@ -410,17 +414,18 @@ def cl_strided_copy(backend: Any, device_id: int, dtype: str, shape: Sequence[in
     meta = device_array(backend, device_id,
                         np.array(list(shape) + list(src_strides) + list(dst_strides) or [0],
                                  np.int64))
+    rank32 = np.int32(rank)
 
     def copy(src: Any, dst: Any, src_start: int = 0, dst_start: int = 0) -> None:
-        kernel.launch(n, None, dst, src, meta, src_start, dst_start, n)
+        kernel.launch(n, None, dst, src, meta, rank32, src_start, dst_start, n)
     return copy
 
 
 # -- elementwise expressions (fusable on GPUs) --------------------------------------------------
 
 # op name -> fn(attrs) -> C expression template over {0}, {1}, ... (input values, already in the
-# compute type) and {T} (the compute type). Valid OpenCL C and CUDA C alike. A chain fuses a tail
-# of such ops into one generated GPU kernel.
+# compute type) and {T} (the compute type). Valid OpenCL C and CUDA C alike. attrs also hold
+# DTYPE_KEY: the dtype of the op's input 0. A chain fuses a tail of such ops into one GPU kernel.
 ELEMENTWISE_EXPRS: dict[str, Callable[[Mapping[str, Any]], str]] = {}
 
 
@@ -433,25 +438,30 @@ def elementwise_expr(op_name: str, expr: str | Callable[[Mapping[str, Any]], str
         ELEMENTWISE_EXPRS[op_name] = expr
 
 
+Steps = Sequence[tuple[str, Sequence[int], str]]
+
+
 def gpu_elementwise(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
-                    output: TensorSpec, steps: Sequence[tuple[str, Sequence[int], str]],
-                    name: str = "gr_elementwise") -> Callable[..., None]:
+                    output: TensorSpec, steps: Steps, name: str = "gr_elementwise",
+                    siblings: Mapping[str, Steps] | None = None) -> Callable[..., None]:
     """One GPU kernel computing output from inputs with NumPy broadcasting.
 
     Args:
         steps: (template, operand slots, result dtype) per step; slots 0..len(inputs)-1 are the
             inputs, slot len(inputs)+k is step k's result; the last step's result is stored.
             A single op is one step: [(template, [0, 1], out_dtype)].
+        name: the kernel's name (a C identifier).
+        siblings: OpenCL only: more kernels (name -> steps, same inputs and output) built into
+            the same program, so a family of ops shares one slow OpenCL build.
     Returns:
         run(*input_arrays, output_array).
     """
     if backend.name == "opencl":
-        return _cl_elementwise(backend, device_id, inputs, output, steps, name)
+        return _cl_elementwise(backend, device_id, inputs, output, steps, name, siblings or {})
     return _cuda_elementwise(backend, device_id, inputs, output, steps, name)
 
 
-def _step_lines(inputs: Sequence[TensorSpec], steps: Sequence[tuple[str, Sequence[int], str]],
-                kind: str) -> list[str]:
+def _step_lines(inputs: Sequence[TensorSpec], steps: Steps, kind: str) -> list[str]:
     lines = []
     for k, (template, slots, dtype) in enumerate(steps):
         ctype = compute_type(dtype, kind)
@@ -461,46 +471,58 @@ def _step_lines(inputs: Sequence[TensorSpec], steps: Sequence[tuple[str, Sequenc
     return lines
 
 
+def _cl_elementwise_text(name: str, inputs: Sequence[TensorSpec], output: TensorSpec,
+                         steps: Steps, broadcast: bool) -> str:
+    params = [cl_param("out", output.dtype, const=False)]
+    params += [cl_param(f"in{i}", s.dtype) for i, s in enumerate(inputs)]
+    body = [cl_pointer("out", output.dtype, const=False)]
+    body += [cl_pointer(f"in{i}", s.dtype) for i, s in enumerate(inputs)]
+    if broadcast:
+        # meta = output shape, then per input its element strides over the output's axes.
+        params.append("__global const long* meta_base, long meta_off, int rank")
+        body.append(cl_pointer("meta", "int64"))
+        body.append("long rest = i;")
+        body += [f"long o{i} = 0;" for i in range(len(inputs))]
+        body.append("for (int d = rank - 1; d >= 0; --d) {")
+        body.append("    long c = rest % meta[d]; rest /= meta[d];")
+        body += [f"    o{i} += c * meta[rank * {i + 1} + d];" for i in range(len(inputs))]
+        body.append("}")
+    for i, s in enumerate(inputs):
+        load = cl_load(f"in{i}", s.dtype, f"o{i}" if broadcast else "i")
+        body.append(f"{compute_type(s.dtype, 'opencl')} v{i} = {load};")
+    body += _step_lines(inputs, steps, "opencl")
+    body.append(cl_store("out", output.dtype, "i", f"v{len(inputs) + len(steps) - 1}"))
+    return (f"__kernel void {name}({', '.join(params)}, long n) {{\n"
+            "    long i = get_global_id(0);\n    if (i >= n) return;\n    "
+            + "\n    ".join(body) + "\n}\n")
+
+
 def _cl_elementwise(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
-                    output: TensorSpec, steps: Sequence[tuple[str, Sequence[int], str]],
-                    name: str) -> Callable[..., None]:
-    dtypes = [s.dtype for s in inputs] + [output.dtype] + [d for _, _, d in steps]
+                    output: TensorSpec, steps: Steps, name: str,
+                    siblings: Mapping[str, Steps]) -> Callable[..., None]:
+    kernels = {**siblings, name: steps}
+    dtypes = [s.dtype for s in inputs] + [output.dtype]
+    dtypes += [d for family in kernels.values() for _, _, d in family]
     for d in dtypes:
         cl_type(name, d)
     check_cl_dtypes(name, backend, device_id, dtypes)
     rank = len(output.shape)
     n = size_of(output.shape)
-    strided = [i for i, s in enumerate(inputs) if tuple(s.shape) != tuple(output.shape)]
-    params = [cl_param("out", output.dtype, const=False)]
-    params += [cl_param(f"in{i}", s.dtype) for i, s in enumerate(inputs)]
-    body = [cl_pointer("out", output.dtype, const=False)]
-    body += [cl_pointer(f"in{i}", s.dtype) for i, s in enumerate(inputs)]
-    meta_host: list[int] = []
-    if strided:
-        params.append("__global const long* meta_base, long meta_off")
-        body.append(cl_pointer("meta", "int64"))
-        meta_host = list(output.shape)
-        for i in strided:
-            meta_host += broadcast_strides(inputs[i].shape, output.shape)
-        body.append("long rest = i;")
-        body += [f"long o{i} = 0;" for i in strided]
-        body.append(f"for (int d = {rank - 1}; d >= 0; --d) {{")
-        body.append("    long c = rest % meta[d]; rest /= meta[d];")
-        body += [f"    o{i} += c * meta[{rank * (j + 1)} + d];" for j, i in enumerate(strided)]
-        body.append("}")
-    for i, s in enumerate(inputs):
-        index = f"o{i}" if i in strided else "i"
-        body.append(f"{compute_type(s.dtype, 'opencl')} v{i} = {cl_load(f'in{i}', s.dtype, index)};")
-    body += _step_lines(inputs, steps, "opencl")
-    body.append(cl_store("out", output.dtype, "i", f"v{len(inputs) + len(steps) - 1}"))
-    source = (cl_header(dtypes) + f"__kernel void {name}({', '.join(params)}, long n) {{\n"
-              "    long i = get_global_id(0);\n    if (i >= n) return;\n    "
-              + "\n    ".join(body) + "\n}\n")
+    # NOTE: rank and shapes are kernel arguments, not source text, so one compiled kernel serves
+    # every shape (OpenCL compiles are slow); with any broadcasting every input goes strided.
+    broadcast = any(tuple(s.shape) != tuple(output.shape) for s in inputs)
+    source = cl_header(dtypes) + "".join(
+        _cl_elementwise_text(k, inputs, output, kernels[k], broadcast) for k in sorted(kernels))
     kernel = ClKernel(backend, device_id, source, name, name)
-    meta = device_array(backend, device_id, np.array(meta_host, np.int64)) if strided else None
+    extra: tuple[Any, ...] = (n,)
+    if broadcast:
+        meta_host = list(output.shape)
+        for spec in inputs:
+            meta_host += broadcast_strides(spec.shape, output.shape)
+        meta = device_array(backend, device_id, np.array(meta_host or [0], np.int64))
+        extra = (meta, np.int32(rank), n)
 
     def run(*arrays: Any) -> None:
-        extra = (meta, n) if meta is not None else (n,)
         kernel.launch(n, None, arrays[-1], *arrays[:-1], *extra)
     return run
 

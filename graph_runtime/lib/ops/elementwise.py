@@ -4,11 +4,9 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, Mapping, Sequence
 
-import numpy as np
-
 from ..module import TensorSpec
 from ..registry import define_op, kernel
-from ._common import (CL_TYPES, FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, OUT_DTYPE_KEY,
+from ._common import (CL_TYPES, DTYPE_KEY, FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, OUT_DTYPE_KEY,
                       array_module, broadcast_shape, check_dtype, check_num_inputs,
                       check_same_dtype, dtype_attr, elementwise_expr, gpu_elementwise,
                       host_kernel, op_error)
@@ -105,28 +103,44 @@ def _host_factory(fn: HostFn) -> Callable[..., Callable[..., None]]:
     return factory
 
 
-def _cl_factory(template: str, name: str) -> Callable[..., Callable[..., None]]:
+def _expr(template: str) -> Callable[[Mapping[str, Any]], str]:
+    """The template, minus NaN tests (x != x) for integer inputs, where compilers warn."""
+    def expr(attrs: Mapping[str, Any]) -> str:
+        if attrs.get(DTYPE_KEY) in INT_DTYPES:
+            return template.replace("{0} != {0} || ", "")
+        return template
+    return expr
+
+
+def _cl_factory(name: str, family: Mapping[str, tuple[HostFn, str, tuple[str, ...]]]
+                ) -> Callable[..., Callable[..., None]]:
     def factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
-        step = (template, list(range(len(inputs))), outputs[0].dtype)
-        return gpu_elementwise(backend, device_id, inputs, outputs[0], [step], f"gr_{name}")
+        dtype = inputs[0].dtype
+        slots = list(range(len(inputs)))
+        # Every op of the family that takes this dtype is built into one OpenCL program.
+        kernels = {f"gr_{op}": [(_expr(template)({DTYPE_KEY: dtype}), slots, outputs[0].dtype)]
+                   for op, (_, template, dtypes) in family.items() if dtype in dtypes}
+        steps = kernels.pop(f"gr_{name}")
+        return gpu_elementwise(backend, device_id, inputs, outputs[0], steps, f"gr_{name}",
+                               kernels)
     return factory
 
 
 def _register(name: str, infer: Callable[..., list[TensorSpec]], num_inputs: int,
-              attrs: Sequence[str], host: HostFn, template: str) -> None:
+              attrs: Sequence[str], host: HostFn, template: str,
+              family: Mapping[str, tuple[HostFn, str, tuple[str, ...]]]) -> None:
     define_op(name, infer, num_inputs, attrs)
     kernel(name, "cpu")(_host_factory(host))
     kernel(name, "cuda")(_host_factory(host))
-    kernel(name, "opencl")(_cl_factory(template, name))
-    elementwise_expr(name, template)
+    kernel(name, "opencl")(_cl_factory(name, family))
+    elementwise_expr(name, _expr(template))
 
 
 for _name, (_host, _template, _dtypes) in BINARY.items():
-    _register(_name, _binary_infer(_name, _dtypes), 2, (), _host, _template)
+    _register(_name, _binary_infer(_name, _dtypes), 2, (), _host, _template, BINARY)
 for _name, (_host, _template, _dtypes) in UNARY.items():
-    _register(_name, _unary_infer(_name, _dtypes), 1, (), _host, _template)
+    _register(_name, _unary_infer(_name, _dtypes), 1, (), _host, _template, UNARY)
 # The conversion happens when the result is stored in the output's type.
-_register("cast", _cast_infer, 1, ("dtype",), _cast, "{0}")
-
-__all__ = ["BINARY", "UNARY", "CAST_DTYPES", "INT_DTYPES", "np"]
+_register("cast", _cast_infer, 1, ("dtype",), _cast, "{0}",
+          {"cast": (_cast, "{0}", CAST_DTYPES)})

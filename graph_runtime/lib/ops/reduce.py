@@ -7,7 +7,7 @@ import numpy as np
 
 from ..module import TensorSpec
 from ..registry import define_op, kernel
-from ._common import (CL_TYPES, FLOAT_DTYPES, NUMERIC_DTYPES, ClKernel, array_module,
+from ._common import (FLOAT_DTYPES, NUMERIC_DTYPES, ClKernel, array_module,
                       axis_attr, bool_attr, check_cl_dtypes, check_dtype, check_num_inputs,
                       cl_header, cl_load, cl_param, cl_pointer, cl_store, compute_type,
                       contiguous_strides, device_array, host_kernel, op_error, size_of)
@@ -110,7 +110,7 @@ _MERGE = {
 _GROUP = 256
 
 
-def _cl_source(op: str, dtype: str, out_dtype: str, nk: int, nr: int) -> str:
+def _cl_source(op: str, dtype: str, out_dtype: str) -> str:
     acc = compute_type(dtype, "opencl")
     low, high = _LIMITS[acc]
     init = _INIT[op].replace("LOWEST", low).replace("HIGHEST", high)
@@ -119,7 +119,7 @@ def _cl_source(op: str, dtype: str, out_dtype: str, nk: int, nr: int) -> str:
     return cl_header([dtype]) + f"""
 #define MERGE(a, ia, b, ib) {{ {merge} }}
 __kernel void gr_reduce_{op}({cl_param("out", out_dtype, const=False)}, {cl_param("in", dtype)},
-                             {cl_param("meta", "int64")}, long R) {{
+                             {cl_param("meta", "int64")}, int nk, int nr, long R) {{
     {cl_pointer("out", out_dtype, const=False)}
     {cl_pointer("in", dtype)}
     {cl_pointer("meta", "int64")}
@@ -128,17 +128,17 @@ __kernel void gr_reduce_{op}({cl_param("out", out_dtype, const=False)}, {cl_para
     int L = get_local_size(0);
     long rest = o;
     long base = 0;
-    for (int d = {nk - 1}; d >= 0; --d) {{
-        long c = rest % meta[d]; rest /= meta[d]; base += c * meta[{nk} + d];
+    for (int d = nk - 1; d >= 0; --d) {{
+        long c = rest % meta[d]; rest /= meta[d]; base += c * meta[nk + d];
     }}
     {acc} a = {init};
     long ia = R;
     for (long r = lid; r < R; r += L) {{
         long rr = r;
         long off = base;
-        for (int d = {nr - 1}; d >= 0; --d) {{
-            long c = rr % meta[{2 * nk} + d]; rr /= meta[{2 * nk} + d];
-            off += c * meta[{2 * nk + nr} + d];
+        for (int d = nr - 1; d >= 0; --d) {{
+            long c = rr % meta[2 * nk + d]; rr /= meta[2 * nk + d];
+            off += c * meta[2 * nk + nr + d];
         }}
         {acc} b = {cl_load("in", dtype, "off")};
         long ib = r;
@@ -178,12 +178,14 @@ def _cl_factory(op: str) -> Callable[..., Callable[..., None]]:
         group = 1
         while group < min(count, _GROUP):
             group *= 2
-        source = _cl_source(op, spec.dtype, outputs[0].dtype, len(kept), len(axes))
+        source = _cl_source(op, spec.dtype, outputs[0].dtype)
         knl = ClKernel(backend, device_id, source, f"gr_reduce_{op}", op)
         meta_dev = device_array(backend, device_id, np.array(meta or [0], np.int64))
+        nk = np.int32(len(kept))
+        nr = np.int32(len(axes))
 
         def run(x: Any, out: Any) -> None:
-            knl.launch(n_out * group, group, out, x, meta_dev, count)
+            knl.launch(n_out * group, group, out, x, meta_dev, nk, nr, count)
         return run
     return factory
 
@@ -193,5 +195,3 @@ for _op in OPS:
     kernel(_op, "cpu")(_host_factory(_op))
     kernel(_op, "cuda")(_host_factory(_op))
     kernel(_op, "opencl")(_cl_factory(_op))
-
-__all__ = ["OPS", "reduced_axes", "CL_TYPES"]

@@ -1,0 +1,305 @@
+"""ProcessSession: worker-0 is a thread of the controller, the others child processes on pipes."""
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+from ..errors import DiscoError
+from .ccl import CpuCcl
+from .comm import ShmComm, SocketP2P
+from .globals import WorkerContext, set_current
+from .nccl import nccl_factory
+from .protocol import (NO_FRAME, Command, FrameReader, encode_frame, pack_value, unpack_value,
+                       write_all)
+from .session import Session
+from .worker import LocalWorker, Worker
+
+
+class ProcessSession(Session):
+    """A Disco session backed by child processes (seed 002's ProcessSession).
+
+    Commands travel as pickled frames on pipes; tensors never do: collectives go through a
+    shared-memory arena (memfd), copies to/from worker-0 stay inside the controller process.
+    """
+
+    def __init__(self, num_workers: int, num_groups: int = 1, timeout: float = 120.0,
+                 startup_timeout: float = 60.0) -> None:
+        super().__init__(num_workers, num_groups, timeout)
+        n = num_workers
+        self._children: list[_Child] = []
+        self._memfds = [os.memfd_create("graph_runtime_disco_world")] + [
+            os.memfd_create(f"graph_runtime_disco_group{g}") for g in range(num_groups)]
+        # one socketpair per pair of workers for barriers, one for point-to-point data;
+        # the lower worker id keeps end 0
+        self._sync_pairs = {(a, b): socket.socketpair() for a in range(n) for b in range(a + 1, n)}
+        self._p2p_pairs = {(a, b): socket.socketpair() for a in range(n) for b in range(a + 1, n)}
+        try:
+            for wid in range(1, n):
+                self._children.append(self._spawn(wid))
+            for pair, socks in list(self._sync_pairs.items()) + list(self._p2p_pairs.items()):
+                if pair[0] != 0:  # children own these now
+                    socks[0].close()
+                    socks[1].close()
+                else:
+                    socks[1].close()
+            local_sync = {b: self._sync_pairs[(0, b)][0] for b in range(1, n)}
+            local_p2p = {b: self._p2p_pairs[(0, b)][0] for b in range(1, n)}
+            ctx = _context(0, n, num_groups, self.timeout, self._memfds, local_sync, local_p2p)
+            self.worker0 = LocalWorker(ctx)
+            self._await_ready(startup_timeout)
+        except BaseException:
+            self._closed = True
+            self._terminate()
+            raise
+
+    # ---- startup -------------------------------------------------------------------------------
+
+    def _spawn(self, wid: int) -> _Child:
+        cmd_r, cmd_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        sync = {peer: self._end(self._sync_pairs, wid, peer) for peer in range(self._num_workers)
+                if peer != wid}
+        p2p = {peer: self._end(self._p2p_pairs, wid, peer) for peer in range(self._num_workers)
+               if peer != wid}
+        fds = [cmd_r, rep_w, *self._memfds, *sync.values(), *p2p.values()]
+        package_root = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([package_root] + [p for p in [
+            env.get("PYTHONPATH")] if p])
+        proc = subprocess.Popen([sys.executable, "-m", "graph_runtime.disco.process",
+                                 str(cmd_r), str(rep_w)], pass_fds=fds, env=env,
+                                stdin=subprocess.DEVNULL)
+        os.close(cmd_r)
+        os.close(rep_w)
+        os.set_blocking(cmd_w, False)
+        os.set_blocking(rep_r, False)
+        child = _Child(wid, proc, cmd_w, rep_r)
+        init = {"worker_id": wid, "num_workers": self._num_workers,
+                "num_groups": self.num_groups, "timeout": self.timeout,
+                "sys_path": list(sys.path), "memfds": self._memfds, "sync": sync, "p2p": p2p}
+        write_all(cmd_w, encode_frame(init), time.monotonic() + self.timeout, f"worker {wid}")
+        return child
+
+    def _end(self, pairs: dict, wid: int, peer: int) -> int:
+        a, b = min(wid, peer), max(wid, peer)
+        return pairs[(a, b)][0 if wid == a else 1].fileno()
+
+    def _await_ready(self, limit: float) -> None:
+        deadline = time.monotonic() + limit
+        for child in self._children:
+            while True:
+                reply = self._read_child(child, deadline - time.monotonic())
+                if reply is not None:
+                    break
+                if time.monotonic() >= deadline:
+                    raise DiscoError(f"worker {child.wid} (pid {child.proc.pid}) did not start "
+                                     f"within {limit:g} s")
+            if reply[0] != "ready":
+                raise DiscoError(f"worker {child.wid} failed to start: {reply[2]}")
+
+    # ---- transport -----------------------------------------------------------------------------
+
+    def _send(self, cmd: Command, worker_id: int | None) -> None:
+        if worker_id == 0:
+            self.worker0.commands.put(cmd)
+            return
+        deadline = time.monotonic() + self.timeout
+        frame = encode_frame(cmd)
+        if worker_id is None:
+            self.worker0.commands.put(cmd)
+            for child in self._children:
+                self._write(child, frame, deadline)
+        else:
+            self._write(self._children[worker_id - 1], frame, deadline)
+
+    def _write(self, child: _Child, frame: bytes, deadline: float) -> None:
+        try:
+            write_all(child.cmd_w, frame, deadline, f"worker {child.wid}")
+        except DiscoError as e:
+            self._check_alive()
+            self._broken = str(e)
+            raise
+
+    def _get_reply(self, worker_id: int, timeout: float) -> tuple | None:
+        if worker_id == 0:
+            try:
+                if timeout <= 0:
+                    return self.worker0.replies.get_nowait()
+                return self.worker0.replies.get(timeout=timeout)
+            except Exception:  # queue.Empty
+                return None
+        reply = self._read_child(self._children[worker_id - 1], timeout)
+        if reply is not None:
+            reply = (reply[0], reply[1], unpack_value(reply[2]))
+        return reply
+
+    def _read_child(self, child: _Child, timeout: float) -> tuple | None:
+        frame = child.reader.next_frame()
+        if frame is not NO_FRAME:
+            return frame
+        deadline = time.monotonic() + max(timeout, 0.0)
+        while True:
+            wait = [child.rep_r] + ([child.pidfd] if child.pidfd is not None else [])
+            ready, _, _ = select.select(wait, [], [], max(deadline - time.monotonic(), 0.0))
+            if child.rep_r in ready:
+                if not child.reader.fill():
+                    self._dead(child)
+                frame = child.reader.next_frame()
+                if frame is not NO_FRAME:
+                    return frame
+            elif ready:
+                self._dead(child)
+            if time.monotonic() >= deadline:
+                return None
+
+    def _dead(self, child: _Child) -> None:
+        try:
+            code = child.proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            code = None
+        how = _exit_text(code)
+        raise DiscoError(f"worker {child.wid} (pid {child.proc.pid}) died ({how})")
+
+    def _check_alive(self) -> None:
+        for child in self._children:
+            if child.proc.poll() is not None:
+                self._broken = (f"worker {child.wid} (pid {child.proc.pid}) died "
+                                f"({_exit_text(child.proc.returncode)})")
+                raise DiscoError(self._broken)
+        if self.worker0.death is not None:
+            raise DiscoError(f"worker 0 thread ended ({self.worker0.death})")
+
+    def _pack(self, value: Any, worker_id: int) -> Any:
+        return value if worker_id == 0 else pack_value(value)
+
+    def _terminate(self) -> None:
+        worker0 = getattr(self, "worker0", None)
+        if worker0 is not None and worker0.thread.is_alive():
+            worker0.commands.put((0, (), 0, None))
+        for child in self._children:
+            _close(child.cmd_w)  # hang-up: the child exits at end of file
+        for socks in list(self._sync_pairs.values()) + list(self._p2p_pairs.values()):
+            for sock in socks:
+                sock.close()
+        for child in self._children:
+            try:
+                child.proc.wait(timeout=2.0)
+            except subprocess.TimeoutExpired:
+                child.proc.kill()
+                child.proc.wait(timeout=5.0)
+            _close(child.rep_r)
+            if child.pidfd is not None:
+                _close(child.pidfd)
+        for fd in self._memfds:
+            _close(fd)
+        self._memfds = []
+        if worker0 is not None:
+            worker0.thread.join(timeout=2.0)
+
+
+class _Child:
+    """The controller's handles on one worker process."""
+
+    def __init__(self, wid: int, proc: subprocess.Popen, cmd_w: int, rep_r: int) -> None:
+        self.wid = wid
+        self.proc = proc
+        self.cmd_w = cmd_w
+        self.rep_r = rep_r
+        self.reader = FrameReader(rep_r)
+        try:
+            self.pidfd: int | None = os.pidfd_open(proc.pid)
+        except (AttributeError, OSError):
+            self.pidfd = None
+
+
+def _close(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def _exit_text(code: int | None) -> str:
+    if code is None:
+        return "still running but not answering"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def _context(wid: int, n: int, num_groups: int, timeout: float, memfds: list[int],
+             sync: dict[int, socket.socket], p2p: dict[int, socket.socket]) -> WorkerContext:
+    """A worker's context whose "cpu" ccl runs over the session's arenas and sockets."""
+
+    def make_cpu(ctx: WorkerContext, device_ids: tuple[int, ...], extra: tuple) -> CpuCcl:
+        world = _shm_comm(ctx.worker_id, list(range(n)), memfds[0], sync, timeout)
+        size = ctx.group_size
+        members = list(range(ctx.group_id * size, (ctx.group_id + 1) * size))
+        group = _shm_comm(ctx.worker_id, members, memfds[1 + ctx.group_id], sync, timeout)
+        return CpuCcl(ctx.worker_id, world, group, SocketP2P(ctx.worker_id, p2p, timeout))
+
+    return WorkerContext(wid, n, num_groups, timeout=timeout,
+                         ccl_factories={"cpu": make_cpu, "nccl": nccl_factory})
+
+
+def _shm_comm(wid: int, members: list[int], fd: int, sync: dict[int, socket.socket],
+              timeout: float) -> ShmComm:
+    rank = members.index(wid)
+    if rank == 0:
+        return ShmComm(0, members, fd, {r: sync[m] for r, m in enumerate(members) if r}, None,
+                       timeout)
+    return ShmComm(rank, members, fd, None, sync[members[0]], timeout)
+
+
+def _child_main(cmd_fd: int, rep_fd: int) -> None:
+    """A worker process: read the init frame, say ready, then run commands until hang-up."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the controller's to handle
+    reader = FrameReader(cmd_fd)
+
+    def next_command() -> Any:
+        while True:
+            frame = reader.next_frame()
+            if frame is not NO_FRAME:
+                return frame
+            if not reader.fill():
+                return None
+
+    def reply(message: tuple) -> None:
+        try:
+            write_all(rep_fd, encode_frame(message), time.monotonic() + 3600.0, "controller")
+        except DiscoError:
+            os._exit(0)  # the controller is gone: hang-up means shutdown
+
+    init = next_command()
+    if init is None:
+        return
+    sys.path[:] = init["sys_path"]
+    sync = {peer: socket.socket(fileno=fd) for peer, fd in init["sync"].items()}
+    p2p = {peer: socket.socket(fileno=fd) for peer, fd in init["p2p"].items()}
+    ctx = _context(init["worker_id"], init["num_workers"], init["num_groups"], init["timeout"],
+                   init["memfds"], sync, p2p)
+    set_current(ctx)
+    from . import builtins  # noqa: F401  (registers runtime.disco.*)
+    worker = Worker(ctx, reply, pack=pack_value, unpack=unpack_value)
+    reply(("ready", True, os.getpid()))
+    while True:
+        cmd = next_command()
+        if cmd is None or not worker.execute(cmd):
+            break
+    if ctx.ccl is not None:
+        ctx.ccl.close()
+
+
+if __name__ == "__main__":
+    _child_main(int(sys.argv[1]), int(sys.argv[2]))
+    sys.stdout.flush()
+    os._exit(0)
