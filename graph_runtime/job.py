@@ -73,7 +73,11 @@ def parse_devices(specs: Sequence[str], *, check: bool = True, flag: str = "-d")
                 if check:
                     check_device(found[0])
             except DeviceError as e:
-                raise DeviceError(f"{flag} {spec}: {e}") from e
+                detail = str(e)
+                kind = spec.partition(":")[0].strip().lower()
+                if detail.startswith(f"{kind}: "):  # backends start with their name already
+                    detail = detail[len(kind) + 2:]
+                raise DeviceError(f"{flag} {spec}: {detail}") from e
         for dev in found:
             if dev in devices:
                 raise DeviceError(f"{flag} {spec}: {dev.spec} is given twice; list each device once")

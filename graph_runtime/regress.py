@@ -150,7 +150,7 @@ def selected(cases: Sequence[Case], pattern: str | None) -> list[tuple[Case, tup
 def run_case(case: Case, devices: tuple[str, ...]) -> CaseResult:
     """Run one case on one device set; a device missing here makes it skipped, not failed."""
     try:
-        ctxs = parse_devices(devices, flag="devices")
+        ctxs = parse_devices(devices, flag="device")
     except DeviceError as e:
         return CaseResult(case, devices, "skipped", str(e))
     start = time.perf_counter()
@@ -221,3 +221,13 @@ def write_junit(path: str | os.PathLike[str], suite: str, cases: Sequence[JUnitC
 
 def junit_cases(results: Sequence[CaseResult], classname: str) -> list[JUnitCase]:
     return [JUnitCase(r.case_id, classname, r.seconds, r.status, r.message) for r in results]
+
+
+def comparison_cases(comparisons: Sequence[Comparison], classname: str, seconds: float,
+                     rtol: float, atol: float) -> list[JUnitCase]:
+    """A JUnit case per compared output (`graphrun compare --junit`)."""
+    return [JUnitCase(f"output {c.index} {c.name}", classname, seconds,
+                      "passed" if c.ok else "failed",
+                      c.problem or f"max abs err {c.max_abs:.3g}, max rel err {c.max_rel:.3g} "
+                                   f"(rtol {rtol}, atol {atol})")
+            for c in comparisons]

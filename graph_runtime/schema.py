@@ -85,7 +85,10 @@ def schema_problems(doc: Any, schema_name: str, source: str, *,
     problems: list[GraphRuntimeError] = []
     seen: set[str] = set()
     wrong_tags: list[list[str | int]] = []
-    for err in _validator(schema_name).iter_errors(doc):
+    for count, err in enumerate(_validator(schema_name).iter_errors(doc)):
+        if count >= 20 * limit:  # mostly repeats (skipped below); stop rather than walk them all
+            problems.append(error(f"{source}: stopped checking after {count} schema errors"))
+            break
         path = list(err.absolute_path)
         if any(path[:len(tag)] == tag for tag in wrong_tags):
             continue  # values under a wrong type tag would only repeat it

@@ -105,10 +105,12 @@ def test_constrained_predicates_and_to_device() -> None:
 def test_parse_device_constraint_forms() -> None:
     assert parse_device_constraint("cuda") == VirtualDevice(CUDA)
     assert parse_device_constraint("cuda:1") == VirtualDevice(CUDA, 1)
-    assert parse_device_constraint({"device_type": "cuda", "device_id": 1}) == VirtualDevice(CUDA, 1)
+    assert parse_device_constraint({"device_type": "cuda", "device_id": 1}) == \
+        VirtualDevice(CUDA, 1)
     assert parse_device_constraint({"device_type": "cuda"}) == VirtualDevice(CUDA)
     assert parse_device_constraint(Device(OPENCL, 0)) == VirtualDevice(OPENCL, 0)
-    assert parse_device_constraint({"memory_scope": "global"}) == VirtualDevice(memory_scope="global")
+    assert parse_device_constraint({"memory_scope": "global"}) == \
+        VirtualDevice(memory_scope="global")
 
 
 @pytest.mark.parametrize("spec,message", [
@@ -334,7 +336,8 @@ def test_rule5_a_free_input_still_ties_its_consumer() -> None:
 
 
 def test_rule5_input_pinned_where_its_consumer_runs_needs_no_copy() -> None:
-    result = plan_graph(chain(1), {"input_devices": {"x": "opencl"}, "node_devices": {"a": "opencl"}})
+    result = plan_graph(chain(1), {"input_devices": {"x": "opencl"},
+                                   "node_devices": {"a": "opencl"}})
     assert copies(result) == []
 
 

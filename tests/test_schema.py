@@ -1,4 +1,4 @@
-"""Tests for schemas/graph.schema.json and graph_runtime.schema: examples validate; errors read well."""
+"""Tests for schemas/graph.schema.json and graph_runtime.schema: examples validate, errors read."""
 from __future__ import annotations
 
 import json

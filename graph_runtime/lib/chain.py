@@ -97,10 +97,8 @@ class Chain:
         if fused:
             calls.append(_fused_call(self.name, backend, device_id, fused))
         flatten = str(attrs.get("flatten_data", "0")).strip().lower() in ("1", "true")
-        if len(calls) == 1 and not intermediates and not flatten:
-            fn, index = calls[0]
-            if index == tuple(range(len(index))):
-                return fn
+        if len(plan) == 1 and not flatten:
+            return calls[0][0]  # one op: its kernel is the prepared call, with no extra layer
         run: Callable[..., None] = PreparedChain(calls, intermediates, [p.op.name for p in fused])
         if flatten:
             run = _unflatten(run, list(inputs) + list(outputs))

@@ -25,7 +25,8 @@ class Rewritten:
     topo: Topology
     node_device: list[Device]
     new_nid: list[int]               # old nid -> new nid
-    origin: list[tuple[int, int]]   # new nid -> (old nid, -1) for kept nodes, the source entry for copies
+    # new nid -> (old nid, -1) for a kept node, or the (nid, index) a copy reads
+    origin: list[tuple[int, int]]
     copies: list[CopyNode]
 
 
@@ -37,18 +38,24 @@ def insert_copies(topo: Topology, node_device: list[Device],
     outputs read it), so the order stays topological and the copied buffer lives briefly.
     Readers that are `__copy` nodes read across devices by design and get no copy.
     """
-    first_reader: dict[tuple[int, int, Device], int] = {}
+    # Devices as small ints: comparing and hashing those is what this loop does most.
+    number: dict[Device, int] = {}
+    dev_no = [number.setdefault(dev, len(number)) for dev in node_device]
+    head_no = [number.setdefault(dev, len(number)) for dev in head_device]
+    by_no = list(number)
+    first_reader: dict[tuple[int, int, int], int] = {}
     for nid, node in enumerate(topo.nodes):
         if node.is_copy:
             continue
+        here = dev_no[nid]
         for src, index in node.inputs:
-            if node_device[src] != node_device[nid]:
-                first_reader.setdefault((src, index, node_device[nid]), nid)
+            if dev_no[src] != here:
+                first_reader.setdefault((src, index, here), nid)
     for k, (src, index) in enumerate(topo.heads):
-        if node_device[src] != head_device[k]:
-            first_reader.setdefault((src, index, head_device[k]), -1 - src)
-    before: dict[int, list[tuple[int, int, Device]]] = {}
-    after: dict[int, list[tuple[int, int, Device]]] = {}
+        if dev_no[src] != head_no[k]:
+            first_reader.setdefault((src, index, head_no[k]), -1 - src)
+    before: dict[int, list[tuple[int, int, int]]] = {}
+    after: dict[int, list[tuple[int, int, int]]] = {}
     for key, reader in first_reader.items():
         if reader >= 0:
             before.setdefault(reader, []).append(key)
@@ -60,11 +67,12 @@ def insert_copies(topo: Topology, node_device: list[Device],
     devices: list[Device] = []
     origin: list[tuple[int, int]] = []
     new_nid = [0] * len(topo.nodes)
-    copy_nid: dict[tuple[int, int, Device], int] = {}
+    copy_nid: dict[tuple[int, int, int], int] = {}
     copies: list[CopyNode] = []
 
-    def emit_copy(key: tuple[int, int, Device]) -> None:
-        src, index, dst = key
+    def emit_copy(key: tuple[int, int, int]) -> None:
+        src, index, dst_no = key
+        dst = by_no[dst_no]
         name = _unique(_copy_name(topo.nodes[src], index, dst), names)
         copy_nid[key] = len(new_nodes)
         copies.append(CopyNode((src, index), node_device[src], dst, name, len(new_nodes)))
@@ -72,27 +80,26 @@ def insert_copies(topo: Topology, node_device: list[Device],
         devices.append(dst)
         origin.append((src, index))
 
-    def read(src: int, index: int, dst: Device) -> tuple[int, int]:
-        key = (src, index, dst)
-        if key in copy_nid:
-            return (copy_nid[key], 0)
+    def read(src: int, index: int, dst_no: int) -> tuple[int, int]:
+        found = copy_nid.get((src, index, dst_no)) if dev_no[src] != dst_no else None
+        if found is not None:
+            return (found, 0)
         return (new_nid[src], index)
 
     for nid, node in enumerate(topo.nodes):
         for key in before.get(nid, ()):
             emit_copy(key)
         new_nid[nid] = len(new_nodes)
-        dev = node_device[nid]
         if node.is_copy:
             inputs = tuple((new_nid[s], i) for s, i in node.inputs)
         else:
-            inputs = tuple(read(s, i, dev) for s, i in node.inputs)
+            inputs = tuple(read(s, i, dev_no[nid]) for s, i in node.inputs)
         new_nodes.append(PlanNode(node.name, node.op, node.func_name, inputs, node.num_outputs))
-        devices.append(dev)
+        devices.append(node_device[nid])
         origin.append((nid, -1))
         for key in after.get(nid, ()):
             emit_copy(key)
-    heads = tuple(read(src, index, head_device[k]) for k, (src, index) in enumerate(topo.heads))
+    heads = tuple(read(src, index, head_no[k]) for k, (src, index) in enumerate(topo.heads))
     return Rewritten(Topology(tuple(new_nodes), heads), devices, new_nid, origin, copies)
 
 

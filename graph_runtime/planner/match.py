@@ -1,4 +1,4 @@
-"""Matching a Placement against a graph: which constraints name each node and each output (rule 1)."""
+"""Matching a Placement against a graph: the constraints naming each node and output (rule 1)."""
 from __future__ import annotations
 
 import fnmatch
@@ -68,7 +68,8 @@ def resolve(topo: Topology, placement: Placement) -> Resolved:
     return Resolved(nodes, _resolve_heads(topo, placement.output_devices))
 
 
-def _resolve_heads(topo: Topology, output_devices: Mapping[str, VirtualDevice]) -> dict[int, Pinned]:
+def _resolve_heads(topo: Topology,
+                   output_devices: Mapping[str, VirtualDevice]) -> dict[int, Pinned]:
     keys: dict[str, list[int]] = {}
     for k, (nid, index) in enumerate(topo.heads):
         name = topo.nodes[nid].name

@@ -1,4 +1,4 @@
-"""plan_graph: solve a placement over a graph and write the planned graph (rules 1-9), with a report."""
+"""plan_graph: solve a placement over a graph, write the planned graph (rules 1-9) and a report."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,4 +1,4 @@
-"""PlanResult: the planned graph and what planning did (fallbacks, copies, pool bytes), as data and text."""
+"""PlanResult: the planned graph and what planning did (fallbacks, copies, pool bytes)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -9,7 +9,7 @@ from ..graph import Graph
 
 @dataclass(frozen=True)
 class Fallback:
-    """A node moved to the default device because the lib lacks its function where it was planned."""
+    """A node moved to the default device: the lib lacks its function where it was planned."""
 
     nid: int
     name: str
@@ -20,7 +20,7 @@ class Fallback:
 
 @dataclass(frozen=True)
 class CopyReport:
-    """An inserted `__copy` node: the entry it reads ("nid:index" in the planned graph) and bytes."""
+    """An inserted `__copy` node, the entry it reads ("nid:index", planned graph), its bytes."""
 
     nid: int
     name: str

@@ -3,8 +3,8 @@
 Rules: an id never spans two devices; graph inputs and outputs get ids of their own; an entry's
 life runs from the node that writes it to its last reader, inclusive, so an op never writes over
 its own inputs; inputs and outputs, owning their storage, count as live for the whole run in the
-peak-live lower bound; a `__nop` node's outputs share storage with its inputs (it runs nothing, so its
-outputs must alias what it reads).
+peak-live lower bound; a `__nop` node's outputs share storage with its inputs (it runs nothing,
+so its outputs must alias what it reads).
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """VirtualDevice: a possibly partial device constraint, with TVM's join and default (seed 004)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from ..device import DEVICE_NAMES, DLPACK_CODES, Device
 from ..errors import PlanError
@@ -46,11 +46,13 @@ class VirtualDevice:
 
     @property
     def is_fully_unconstrained(self) -> bool:
-        return all(getattr(self, f.name) is None for f in fields(self))
+        return (self.device_type is None and self.virtual_device_id is None
+                and self.target is None and self.memory_scope is None)
 
     @property
     def is_fully_constrained(self) -> bool:
-        return all(getattr(self, f.name) is not None for f in fields(self))
+        return (self.device_type is not None and self.virtual_device_id is not None
+                and self.target is not None and self.memory_scope is not None)
 
     def to_device(self) -> Device:
         """The Device this names; both device_type and virtual_device_id must be set."""
@@ -77,15 +79,22 @@ def _kind(code: int) -> str:
     return DEVICE_NAMES.get(code, f"type{code}")
 
 
+_FIELDS = ("device_type", "virtual_device_id", "target", "memory_scope")
+
+
 def join(a: VirtualDevice, b: VirtualDevice) -> VirtualDevice | None:
     """The most constrained device agreeing with both, or None when a field is set differently."""
+    if a == b or b.is_fully_unconstrained:
+        return a
+    if a.is_fully_unconstrained:
+        return b
     values = {}
-    for f in fields(VirtualDevice):
-        x = getattr(a, f.name)
-        y = getattr(b, f.name)
+    for name in _FIELDS:
+        x = getattr(a, name)
+        y = getattr(b, name)
         if x is not None and y is not None and x != y:
             return None
-        values[f.name] = x if x is not None else y
+        values[name] = x if x is not None else y
     try:
         return VirtualDevice(**values)
     except PlanError:  # a target from one side contradicts the device type of the other
@@ -94,13 +103,13 @@ def join(a: VirtualDevice, b: VirtualDevice) -> VirtualDevice | None:
 
 def join_conflict(a: VirtualDevice, b: VirtualDevice) -> str:
     """Which field makes join(a, b) fail, as "device_type: cuda vs opencl" (for messages)."""
-    for f in fields(VirtualDevice):
-        x = getattr(a, f.name)
-        y = getattr(b, f.name)
+    for name in _FIELDS:
+        x = getattr(a, name)
+        y = getattr(b, name)
         if x is not None and y is not None and x != y:
-            if f.name == "device_type":
+            if name == "device_type":
                 return f"device_type: {_kind(x)} vs {_kind(y)}"
-            return f"{f.name}: {x!r} vs {y!r}"
+            return f"{name}: {x!r} vs {y!r}"
     return "target and device_type disagree"
 
 

@@ -110,14 +110,21 @@ _MERGE = {
 _GROUP = 256
 
 
-def _cl_source(op: str, dtype: str, out_dtype: str) -> str:
+def _cl_source(dtype: str) -> str:
+    """One program with the kernel of every reduction taking dtype (OpenCL builds are slow)."""
+    kernels = [_cl_kernel(op, dtype, "int32" if op.startswith("arg") else dtype)
+               for op, dtypes in OPS.items() if dtype in dtypes]
+    return cl_header([dtype]) + "".join(kernels)
+
+
+def _cl_kernel(op: str, dtype: str, out_dtype: str) -> str:
     acc = compute_type(dtype, "opencl")
     low, high = _LIMITS[acc]
     init = _INIT[op].replace("LOWEST", low).replace("HIGHEST", high)
     merge = _MERGE[op]
     result = "sa[0] / R" if op == "mean" else ("si[0]" if op.startswith("arg") else "sa[0]")
-    return cl_header([dtype]) + f"""
-#define MERGE(a, ia, b, ib) {{ {merge} }}
+    return f"""
+#define MERGE_{op}(a, ia, b, ib) {{ {merge} }}
 __kernel void gr_reduce_{op}({cl_param("out", out_dtype, const=False)}, {cl_param("in", dtype)},
                              {cl_param("meta", "int64")}, int nk, int nr, long R) {{
     {cl_pointer("out", out_dtype, const=False)}
@@ -142,7 +149,7 @@ __kernel void gr_reduce_{op}({cl_param("out", out_dtype, const=False)}, {cl_para
         }}
         {acc} b = {cl_load("in", dtype, "off")};
         long ib = r;
-        MERGE(a, ia, b, ib)
+        MERGE_{op}(a, ia, b, ib)
     }}
     __local {acc} sa[{_GROUP}];
     __local long si[{_GROUP}];
@@ -153,7 +160,7 @@ __kernel void gr_reduce_{op}({cl_param("out", out_dtype, const=False)}, {cl_para
         if (lid < s) {{
             {acc} x = sa[lid]; long ix = si[lid];
             {acc} b = sa[lid + s]; long ib = si[lid + s];
-            MERGE(x, ix, b, ib)
+            MERGE_{op}(x, ix, b, ib)
             sa[lid] = x; si[lid] = ix;
         }}
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -178,7 +185,7 @@ def _cl_factory(op: str) -> Callable[..., Callable[..., None]]:
         group = 1
         while group < min(count, _GROUP):
             group *= 2
-        source = _cl_source(op, spec.dtype, outputs[0].dtype)
+        source = _cl_source(spec.dtype)
         knl = ClKernel(backend, device_id, source, f"gr_reduce_{op}", op)
         meta_dev = device_array(backend, device_id, np.array(meta or [0], np.int64))
         nk = np.int32(len(kept))

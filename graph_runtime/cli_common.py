@@ -1,0 +1,111 @@
+"""What every graphrun command shares: the one-line error, options, progress bars, output."""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from typing import Any, Callable, Sequence
+
+import click
+
+
+class CliError(click.ClickException):
+    """A bad input or usage: one line `graphrun: error: ...`, exit 2."""
+
+    exit_code = 2
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"graphrun: error: {self.format_message()}", err=True)
+
+
+def progress(total: int, desc: str) -> Any:
+    """A tqdm bar on a terminal; silent when stderr is not a TTY (CI, pipes, tests)."""
+    from tqdm import tqdm
+    return tqdm(total=total, desc=desc, unit="run", leave=False, file=sys.stderr,
+                disable=not sys.stderr.isatty())
+
+
+def echo_json(value: Any) -> None:
+    """Print value as strict JSON (NaN and infinities become null)."""
+    click.echo(json.dumps(_finite(value), indent=2))
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def note(text: str) -> None:
+    """A remark for people, on stderr so that --json output stays parseable."""
+    click.echo(f"graphrun: note: {text}", err=True)
+
+
+# ---- shared options -----------------------------------------------------------------------------
+
+graph_argument = click.argument("graph", metavar="GRAPH")
+device_option = click.option(
+    "-d", "--device", "devices", multiple=True, metavar="SPEC",
+    help="A device: cpu, opencl:0, cuda:1, or auto (cpu:0, then opencl:0 and cuda:0 where "
+         "present; the default). Repeat it; the first is the primary device (TVM's ctxs[0]), "
+         "where nodes go whose device_index names no given device.")
+lib_option = click.option(
+    "--lib", type=click.Path(dir_okay=False), metavar="LIB",
+    help="Kernel library: *.json runs no code (chains of standard ops); *.py RUNS ITS CODE "
+         "(it must define `lib`). Default: the folder's lib.json/lib.py, else the standard ops.")
+params_option = click.option("--params", type=click.Path(dir_okay=False), metavar="FILE",
+                             help="Params: TVM's binary param dict or .npz.")
+inputs_options = [
+    click.option("--inputs", "inputs_file", type=click.Path(dir_okay=False), metavar="FILE.npz",
+                 help="Input values by name."),
+    click.option("--input", "input_pairs", multiple=True, metavar="NAME=FILE.npy",
+                 help="One input's value; repeatable. Inputs given nowhere are drawn at random."),
+    click.option("--seed", type=int, default=0, show_default=True,
+                 help="Seed for inputs drawn at random."),
+    click.option("--strict", is_flag=True,
+                 help="Refuse a graph that needs copies the executor would insert, or whose "
+                      "device_index names a device not given."),
+]
+expected_option = click.option("--expected", type=click.Path(dir_okay=False),
+                               metavar="EXPECTED.npz",
+                               help="Expected outputs (keys output_0, ... or output names).")
+tolerance_options = [
+    click.option("--rtol", type=float, default=1e-4, show_default=True, help="Relative tolerance."),
+    click.option("--atol", type=float, default=1e-5, show_default=True, help="Absolute tolerance."),
+]
+job_options = [lib_option, params_option, device_option] + inputs_options
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+junit_option = click.option("--junit", type=click.Path(dir_okay=False), metavar="REPORT.xml",
+                            help="Write a JUnit XML report.")
+
+
+def stack(*decorators: Any) -> Callable[[Any], Any]:
+    """Apply option decorators (or lists of them) in the order written."""
+    flat: list[Any] = []
+    for d in decorators:
+        flat.extend(d if isinstance(d, list) else [d])
+
+    def apply(f: Any) -> Any:
+        for d in reversed(flat):
+            f = d(f)
+        return f
+    return apply
+
+
+
+
+def build_job(graph: str, lib: str | None = None, params: str | None = None,
+              inputs_file: str | None = None, input_pairs: Sequence[str] = (), seed: int = 0,
+              strict: bool = False, devices: Sequence[str] = (), expected: str | None = None) -> Any:
+    """The Job for a command's options (see graph_runtime.job), noting inputs drawn at random."""
+    from . import job
+    files = job.resolve_files(graph, lib, params, inputs_file, expected)
+    built = job.build_job(files, job.parse_devices(devices), input_pairs, seed, strict)
+    if built.inputs.random:
+        note(f"no value given for {', '.join(map(repr, built.inputs.random))}; drew random "
+             f"values (seed {seed}); give them with --inputs or --input NAME=FILE.npy")
+    return built

@@ -1,0 +1,212 @@
+"""MPISession and the "mpi" ccl: workers are MPI ranks started by mpiexec (mpi4py)."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+from ..errors import DiscoError
+from .ccl import host_tensor
+from .globals import WorkerContext, set_current
+from .nccl import nccl_factory
+from .protocol import Command
+from .session import Session
+from .worker import LocalWorker, Worker
+
+_CMD, _REPLY, _P2P = 11, 12, 13
+
+
+def _mpi() -> Any:
+    try:
+        from mpi4py import MPI
+    except ImportError as e:
+        raise DiscoError("MPISession needs mpi4py and an MPI (pip install mpi4py mpich); run "
+                         "the program as: mpiexec -n N python program.py") from e
+    return MPI
+
+
+class MPISession(Session):
+    """A Disco session over MPI ranks: rank 0 is the controller and worker-0; every other rank
+    serves inside this constructor and exits the program when the session shuts down.
+
+    Run it as `mpiexec -n N python program.py` (with a hostfile across machines); every rank
+    must reach MPISession() (it is collective).
+    """
+
+    def __init__(self, num_groups: int = 1, timeout: float = 120.0) -> None:
+        MPI = _mpi()
+        if MPI.Query_thread() != MPI.THREAD_MULTIPLE:
+            raise DiscoError("MPISession needs MPI_THREAD_MULTIPLE (worker-0 is a thread next to "
+                             "the controller); this MPI provides level "
+                             f"{MPI.Query_thread()}")
+        world = MPI.COMM_WORLD
+        n, rank = world.Get_size(), world.Get_rank()
+        if not isinstance(num_groups, int) or num_groups < 1 or n % num_groups:
+            raise DiscoError(f"num_groups must be a positive int dividing the number of MPI "
+                             f"ranks ({n}), got {num_groups!r}")
+        ctl = world.Dup()
+        data = world.Dup()
+        group = data.Split(rank // (n // num_groups), rank)
+        if rank != 0:
+            _serve(_context(rank, n, num_groups, timeout, data, group), ctl)
+            sys.stdout.flush()
+            sys.exit(0)
+        super().__init__(n, num_groups, timeout)
+        self._ctl = ctl
+        self._MPI = MPI
+        self.worker0 = LocalWorker(_context(0, n, num_groups, timeout, data, group))
+        deadline = time.monotonic() + timeout
+        for wid in range(1, n):
+            reply = self._get_reply(wid, deadline - time.monotonic())
+            if reply is None or reply[0] != "ready":
+                raise DiscoError(f"MPI rank {wid} did not report ready within {timeout:g} s")
+
+    def _check_ccl(self, ccl: str) -> None:
+        if ccl == "cpu":
+            raise DiscoError("ccl 'cpu' is shared memory on one machine; MPISession uses 'mpi' "
+                             "(or 'nccl' on GPUs)")
+
+    def _send(self, cmd: Command, worker_id: int | None) -> None:
+        if worker_id is None or worker_id == 0:
+            self.worker0.commands.put(cmd)
+        if worker_id is None:
+            for wid in range(1, self._num_workers):
+                self._ctl.send(cmd, dest=wid, tag=_CMD)
+        elif worker_id:
+            self._ctl.send(cmd, dest=worker_id, tag=_CMD)
+
+    def _get_reply(self, worker_id: int, timeout: float) -> tuple | None:
+        if worker_id == 0:
+            try:
+                if timeout <= 0:
+                    return self.worker0.replies.get_nowait()
+                return self.worker0.replies.get(timeout=timeout)
+            except Exception:  # queue.Empty
+                return None
+        if not _poll(lambda: self._ctl.Iprobe(source=worker_id, tag=_REPLY), timeout):
+            return None
+        return self._ctl.recv(source=worker_id, tag=_REPLY)
+
+    def _check_alive(self) -> None:
+        # NOTE: a dead rank makes mpiexec abort the whole job; only worker-0 can end alone.
+        if self.worker0.death is not None:
+            raise DiscoError(f"worker 0 thread ended ({self.worker0.death})")
+
+    def _terminate(self) -> None:
+        if self.worker0.thread.is_alive():
+            self.worker0.commands.put((0, (), 0, None))
+        self.worker0.thread.join(timeout=2.0)
+
+
+def _poll(probe: Any, timeout: float) -> bool:
+    """Call probe until it is true or timeout passes: spin briefly, then back off to 2 ms."""
+    deadline = time.monotonic() + max(timeout, 0.0)
+    spins = 0
+    delay = 0.0
+    while not probe():
+        if time.monotonic() >= deadline:
+            return False
+        spins += 1
+        if spins > 200:
+            delay = min(0.002, delay + 0.0001)
+            time.sleep(delay)
+    return True
+
+
+def _serve(ctx: WorkerContext, ctl: Any) -> None:
+    """A serving rank: execute commands from rank 0 until SHUTDOWN."""
+    set_current(ctx)
+
+    def reply(message: tuple) -> None:
+        ctl.send(message, dest=0, tag=_REPLY)
+
+    worker = Worker(ctx, reply)
+    reply(("ready", True, os.getpid()))
+    while True:
+        _poll(lambda: ctl.Iprobe(source=0, tag=_CMD), float("inf"))
+        if not worker.execute(ctl.recv(source=0, tag=_CMD)):
+            break
+    if ctx.ccl is not None:
+        ctx.ccl.close()
+
+
+def _context(rank: int, n: int, num_groups: int, timeout: float, data: Any,
+             group: Any) -> WorkerContext:
+    def make_mpi(ctx: WorkerContext, device_ids: tuple[int, ...], extra: tuple) -> MpiCcl:
+        return MpiCcl(ctx.worker_id, data, group)
+
+    return WorkerContext(rank, n, num_groups, timeout=timeout,
+                         ccl_factories={"mpi": make_mpi, "nccl": nccl_factory})
+
+
+class MpiCcl:
+    """The "mpi" data plane: mpi4py buffer collectives on numpy arrays (no pickling)."""
+
+    name = "mpi"
+
+    def __init__(self, worker_id: int, world: Any, group: Any) -> None:
+        MPI = _mpi()
+        self.MPI = MPI
+        self.worker_id = worker_id
+        self.world = world
+        self.group = group
+        self.ops = {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX,
+                    "avg": MPI.SUM}
+
+    def _comm(self, in_group: bool) -> Any:
+        return self.group if in_group else self.world
+
+    def _arrays(self, what: str, src: Any, dst: Any, src_ok: bool = True,
+                dst_ok: bool = True) -> tuple[Any, Any]:
+        s = host_tensor(src, f"{what} src", self.worker_id) if src_ok else None
+        d = host_tensor(dst, f"{what} dst", self.worker_id) if dst_ok else None
+        return s, d
+
+    def allreduce(self, src: Any, dst: Any, op: str, in_group: bool) -> None:
+        s, d = self._arrays("allreduce", src, dst)
+        if s.shape != d.shape or s.dtype != d.dtype:
+            raise DiscoError(f"allreduce on worker {self.worker_id}: dst is {d.shape} {d.dtype}, "
+                             f"expected {s.shape} {s.dtype}")
+        comm = self._comm(in_group)
+        comm.Allreduce(self.MPI.IN_PLACE if s is d else s, d, op=self.ops[op])
+        if op == "avg":
+            if np.issubdtype(d.dtype, np.integer):
+                np.floor_divide(d, comm.Get_size(), out=d)
+            else:
+                np.true_divide(d, comm.Get_size(), out=d)
+
+    def allgather(self, src: Any, dst: Any, in_group: bool) -> None:
+        s, d = self._arrays("allgather", src, dst)
+        self._comm(in_group).Allgather(s, d)
+
+    def broadcast_from_worker0(self, src: Any, dst: Any, in_group: bool) -> None:
+        comm = self._comm(in_group)
+        root = comm.Get_rank() == 0
+        s, d = self._arrays("broadcast_from_worker0", src, dst, src_ok=root)
+        if root:
+            np.copyto(d, s)
+        comm.Bcast(d, root=0)
+
+    def scatter_from_worker0(self, src: Any, dst: Any, in_group: bool) -> None:
+        comm = self._comm(in_group)
+        root = comm.Get_rank() == 0
+        s, d = self._arrays("scatter_from_worker0", src, dst, src_ok=root)
+        comm.Scatter(s, d, root=0)
+
+    def gather_to_worker0(self, src: Any, dst: Any, in_group: bool) -> None:
+        comm = self._comm(in_group)
+        root = comm.Get_rank() == 0
+        s, d = self._arrays("gather_to_worker0", src, dst, dst_ok=root)
+        comm.Gather(s, d, root=0)
+
+    def send(self, array: Any, peer: int) -> None:
+        self.world.Send(host_tensor(array, "send", self.worker_id), dest=peer, tag=_P2P)
+
+    def recv(self, array: Any, peer: int) -> None:
+        self.world.Recv(host_tensor(array, "recv", self.worker_id), source=peer, tag=_P2P)
+
+    def close(self) -> None:
+        """The communicators belong to the session; nothing to free per init."""

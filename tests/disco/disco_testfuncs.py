@@ -1,0 +1,64 @@
+"""Worker-side functions for the Disco tests (workers import this module by name)."""
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from graph_runtime.disco import get_global_func, register_func
+
+
+@register_func("test.add_one", override=True)
+def add_one(x: np.ndarray) -> np.ndarray:
+    return x + 1
+
+
+@register_func("test.echo", override=True)
+def echo(*args: object) -> tuple:
+    return args
+
+
+@register_func("test.fill_worker_id", override=True)
+def fill_worker_id(x: np.ndarray) -> None:
+    x[...] = get_global_func("runtime.disco.worker_id")()
+
+
+@register_func("test.raise_on", override=True)
+def raise_on(worker: int) -> None:
+    if get_global_func("runtime.disco.worker_id")() == worker:
+        raise ValueError(f"boom on worker {worker}")
+
+
+@register_func("test.exit_on", override=True)
+def exit_on(worker: int) -> None:
+    if get_global_func("runtime.disco.worker_id")() == worker:
+        os._exit(3)
+
+
+@register_func("test.pid", override=True)
+def pid() -> int:
+    return os.getpid()
+
+
+@register_func("test.sleep", override=True)
+def sleep(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+@register_func("test.allreduce_only_on", override=True)
+def allreduce_only_on(worker: int, x: np.ndarray) -> None:
+    """A collective that only one worker joins: its peers never come, so it must time out."""
+    if get_global_func("runtime.disco.worker_id")() == worker:
+        get_global_func("runtime.disco.allreduce")(x, x, "sum", False)
+
+
+@register_func("test.ring", override=True)
+def ring(x: np.ndarray, out: np.ndarray) -> None:
+    """Even workers send to the next worker, odd ones receive from the previous one."""
+    me = get_global_func("runtime.disco.worker_id")()
+    n = get_global_func("runtime.disco.world_size")()
+    if me % 2 == 0 and me + 1 < n:
+        get_global_func("runtime.disco.send_to_worker")(x, me + 1)
+    elif me % 2 == 1:
+        get_global_func("runtime.disco.recv_from_worker")(out, me - 1)

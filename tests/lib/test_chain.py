@@ -1,0 +1,145 @@
+"""Chains of standard ops: input order, variadic ops, declared-output checks, buffers, fusion."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from graph_runtime.backends import get_backend
+from graph_runtime.device import Device
+from graph_runtime.errors import LibraryError
+from graph_runtime.lib.chain import Chain, PreparedChain, Step
+from graph_runtime.lib.module import TensorSpec
+
+
+def _specs(*arrays: np.ndarray) -> list[TensorSpec]:
+    return [TensorSpec(a.shape, str(a.dtype)) for a in arrays]
+
+
+def test_each_op_takes_previous_result_first(backend_name, run_op, random_array, assert_close):
+    # relu(add(multiply(a, b), c)); subtract shows the order: previous result minus the input.
+    a = random_array((2, 3), "float32", seed=1)
+    b = random_array((3,), "float32", seed=2)
+    c = random_array((2, 1), "float32", seed=3)
+    d = random_array((2, 3), "float32", seed=4)
+    ops = [{"op": "multiply"}, {"op": "add"}, {"op": "relu"}, {"op": "subtract"}]
+    (got,) = run_op(backend_name, ops, [a, b, c, d])
+    want = np.maximum(a.astype(np.float64) * b + c, 0) - d
+    assert_close(got, want, "float32")
+
+
+def test_variadic_concatenate_takes_the_rest(backend_name, run_op, random_array, assert_close):
+    a = random_array((3, 2), "float32", seed=5)
+    b = random_array((2, 2), "float32", seed=6)
+    c = random_array((2, 4), "float32", seed=7)
+    ops = [{"op": "transpose"}, {"op": "concatenate", "axis": 1}]
+    (got,) = run_op(backend_name, ops, [a, b, c])
+    assert_close(got, np.concatenate([a.T, b, c], axis=1).astype(np.float64), "float32")
+
+
+def test_variadic_num_inputs_caps_what_it_takes(backend_name, run_op, random_array,
+                                                assert_close):
+    a = random_array((2, 2), "float32", seed=8)
+    b = random_array((2, 2), "float32", seed=9)
+    c = random_array((4, 2), "float32", seed=10)
+    ops = [{"op": "concatenate", "num_inputs": 2}, {"op": "multiply"}, {"op": "exp"}]
+    (got,) = run_op(backend_name, ops, [a, b, c])
+    assert_close(got, np.exp(np.concatenate([a, b]).astype(np.float64) * c), "float32")
+
+
+def test_gpu_fuses_elementwise_tail_and_reuses_buffers(backend_name, random_array,
+                                                      assert_close):
+    backend = get_backend(backend_name)
+    dev = Device(backend.device_type, 0)
+    x = random_array((3, 4), "float32", seed=11)
+    bias = random_array((4,), "float32", seed=12)
+    scale = random_array((3, 1), "float32", seed=13)
+    # transpose -> (4, 3); the tail add(bias as (4, 1)) * scale-row ... relu stays elementwise.
+    chain = Chain("f", [Step("transpose"), Step("transpose"), Step("add"), Step("multiply"),
+                        Step("relu")])
+    ins = [x, bias, scale]
+    run = chain.prepare(dev, _specs(*ins), [TensorSpec((3, 4), "float32")], {})
+    assert isinstance(run, PreparedChain)
+    if backend_name == "cpu":
+        assert run.fused_ops == []
+        assert len(run.intermediates) == 4
+    else:
+        assert run.fused_ops == ["add", "multiply", "relu"]
+        assert len(run.intermediates) == 2  # only the two transposes materialize
+    buffers = list(run.intermediates)
+    arrays = []
+    for host in ins:
+        arr = backend.empty(0, host.shape, host.dtype)
+        backend.from_host(host, arr)
+        arrays.append(arr)
+    out = backend.empty(0, (3, 4), "float32")
+    for _ in range(3):
+        run(*arrays, out)
+    assert all(a is b for a, b in zip(run.intermediates, buffers))
+    backend.sync(0)
+    want = np.maximum((x.astype(np.float64) + bias) * scale, 0)
+    assert_close(backend.to_host(out), want, "float32")
+
+
+def test_fused_tail_after_reduction_with_cast(backend_name, run_op, random_array, assert_close):
+    x = random_array((4, 5), "float32", seed=14)
+    y = random_array((4,), "float32", seed=15)
+    ops = [{"op": "sum", "axis": 1}, {"op": "maximum"}, {"op": "cast", "dtype": "float16"},
+           {"op": "negative"}]
+    (got,) = run_op(backend_name, ops, [x, y])
+    want = -np.maximum(x.astype(np.float64).sum(1), y).astype(np.float16).astype(np.float64)
+    assert_close(got, want, "float16")
+
+
+def test_flatten_data_passes_declared_shapes_back(backend_name, random_array, assert_close):
+    backend = get_backend(backend_name)
+    dev = Device(backend.device_type, 0)
+    a = random_array((2, 3), "float32", seed=16)
+    b = random_array((3,), "float32", seed=17)
+    run = Chain("add", [Step("add")]).prepare(dev, _specs(a, b), [TensorSpec((2, 3), "float32")],
+                                              {"flatten_data": "1"})
+    flat = []
+    for host in (a.reshape(-1), b):
+        arr = backend.empty(0, host.shape, host.dtype)
+        backend.from_host(host, arr)
+        flat.append(arr)
+    out = backend.empty(0, (6,), "float32")
+    run(*flat, out)
+    backend.sync(0)
+    assert_close(backend.to_host(out), (a.astype(np.float64) + b).reshape(-1), "float32")
+
+
+def test_declared_output_mismatch_names_op_and_output() -> None:
+    chain = Chain("fused_mul_relu", [Step("multiply"), Step("relu")])
+    ins = [TensorSpec((1, 10), "float32"), TensorSpec((1, 10), "float32")]
+    with pytest.raises(LibraryError, match=r"fused_mul_relu: op 2 'relu' produces \(1, 10\) "
+                                           r"float32 but the graph declares \(1, 12\) float32 "
+                                           r"for output 0"):
+        chain.prepare(Device(1, 0), ins, [TensorSpec((1, 12), "float32")], {})
+    with pytest.raises(LibraryError, match="produces 1 output.* but the graph declares 2"):
+        chain.prepare(Device(1, 0), ins, [TensorSpec((1, 10), "float32")] * 2, {})
+
+
+def test_input_count_and_op_errors_name_the_op() -> None:
+    chain = Chain("f", [Step("multiply"), Step("add")])
+    two = [TensorSpec((2,), "float32")] * 2
+    with pytest.raises(LibraryError, match=r"f: op 2 'add': needs 2 input\(s\) but the graph "
+                                           "node gives 2"):
+        chain.infer(two)
+    with pytest.raises(LibraryError, match="f: its ops take 3 input.* gives 4"):
+        chain.infer(two * 2)
+    bad = Chain("g", [Step("relu"), Step("transpose", {"axes": [0, 2]})])
+    with pytest.raises(LibraryError, match=r"g: op 2 'transpose': axes \(0, 2\) has 2 entries "
+                                           "but the input has rank 1"):
+        bad.infer([TensorSpec((3,), "float32")])
+    with pytest.raises(LibraryError, match="only the last op of a chain may have more than one"):
+        Chain("h", [Step("split", {"indices_or_sections": 2}), Step("relu")]).infer(
+            [TensorSpec((4,), "float32")])
+    with pytest.raises(LibraryError, match="takes its attributes from the lib file"):
+        chain.infer(two + two[:1], {"axis": 1})
+
+
+def test_node_attrs_configure_a_single_op(run_op, random_array) -> None:
+    x = random_array((2, 3, 4), "float32", seed=18)
+    (got,) = run_op("cpu", "transpose", [x], {"axes": "[1, 0, 2]", "func_name": "transpose",
+                                              "num_inputs": "1", "flatten_data": "0"})
+    np.testing.assert_array_equal(got, x.transpose(1, 0, 2))

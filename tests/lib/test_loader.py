@@ -1,0 +1,218 @@
+"""Lib files: .py libs, .json libs (chains, shorthand, raw kernels), schema errors, devices."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import graph_runtime as gr
+from graph_runtime.backends import get_backend
+from graph_runtime.errors import LibraryError
+from graph_runtime.lib import Module, load_module, standard_module
+from graph_runtime.lib.chain import Chain
+from graph_runtime.lib.module import TensorSpec
+
+TWICE_CL = """
+__kernel void twice(__global const float* x, __global float* y, int n) {
+    int i = get_global_id(0);
+    if (i < n) y[i] = 2.0f * x[i];
+}
+"""
+TWICE_CUDA = """
+extern "C" __global__ void twice(const float* x, float* y, long long n) {
+    long long i = blockDim.x * (long long)blockIdx.x + threadIdx.x;
+    if (i < n) y[i] = 2.0f * x[i];
+}
+"""
+
+
+def _write_json(tmp_path: Path, functions: dict[str, Any], **top: Any) -> Path:
+    doc = {"format": "graph_runtime.lib", "version": 1, "functions": functions, **top}
+    path = tmp_path / "lib.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _run(lib: Module, name: str, backend_name: str, inputs: list[np.ndarray],
+         out: TensorSpec) -> np.ndarray:
+    backend = get_backend(backend_name)
+    dev = gr.device(backend_name)
+    run = lib.prepare(name, dev, [TensorSpec(a.shape, str(a.dtype)) for a in inputs], [out])
+    arrays = []
+    for host in inputs:
+        arr = backend.empty(0, host.shape, host.dtype)
+        backend.from_host(host, arr)
+        arrays.append(arr)
+    result = backend.empty(0, out.shape, out.dtype)
+    run(*arrays, result)
+    backend.sync(0)
+    return backend.to_host(result)
+
+
+def test_py_lib_runs_code_and_takes_lib(tmp_path: Path) -> None:
+    path = tmp_path / "mylib.py"
+    path.write_text("import numpy as np\nimport graph_runtime as gr\n"
+                    "from graph_runtime.lib import Module\n"
+                    "lib = Module('mylib')\n"
+                    "@lib.register('plus_one', device='cpu')\n"
+                    "def plus_one(x, out):\n    np.add(x, 1, out=out)\n")
+    lib = load_module(path)
+    assert lib.source == str(path)
+    x = np.arange(4, dtype=np.float32)
+    got = _run(lib, "plus_one", "cpu", [x], TensorSpec((4,), "float32"))
+    np.testing.assert_array_equal(got, x + 1)
+
+
+@pytest.mark.parametrize("body,message", [
+    ("x = 1\n", "must define a module-level `lib"),
+    ("lib = 42\n", "`lib` must be a graph_runtime.Module, got int"),
+    ("raise ValueError('boom')\n", "running the lib file raised ValueError: boom"),
+])
+def test_py_lib_errors_name_the_file(tmp_path: Path, body: str, message: str) -> None:
+    path = tmp_path / "bad.py"
+    path.write_text(body)
+    with pytest.raises(LibraryError, match="bad.py") as info:
+        load_module(path)
+    assert message in str(info.value)
+
+
+def test_missing_file_and_wrong_suffix(tmp_path: Path) -> None:
+    with pytest.raises(LibraryError, match="does not exist"):
+        load_module(tmp_path / "nope.json")
+    other = tmp_path / "lib.so"
+    other.write_bytes(b"\0")
+    with pytest.raises(LibraryError, match=r"expected a \.py or \.json file, got '\.so'"):
+        load_module(other)
+
+
+def test_json_chain_shorthand_and_default_devices(tmp_path: Path, backend_name: str) -> None:
+    path = _write_json(tmp_path, {
+        "fused": {"ops": [{"op": "multiply"}, {"op": "add"}, {"op": "relu"}]},
+        "mysub": {"op": "subtract"},
+        "tp": {"op": "transpose", "axes": [1, 0], "devices": ["cpu", "opencl"]},
+    })
+    lib = load_module(path)
+    assert lib.devices_for("fused") == ["cpu", "cuda", "opencl"]
+    assert lib.devices_for("tp") == ["cpu", "opencl"]
+    a = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
+    b = np.float32(3) * a[::-1].copy()
+    c = np.ones((3,), np.float32)
+    spec = TensorSpec((2, 3), "float32")
+    got = _run(lib, "fused", backend_name, [a, b, c], spec)
+    np.testing.assert_allclose(got, np.maximum(a * b + c, 0), rtol=1e-6)
+    np.testing.assert_allclose(_run(lib, "mysub", backend_name, [a, b], spec), a - b)
+    if backend_name != "cuda":
+        got = _run(lib, "tp", backend_name, [a], TensorSpec((3, 2), "float32"))
+        np.testing.assert_array_equal(got, a.T)
+
+
+def test_devices_restriction_is_enforced(tmp_path: Path) -> None:
+    lib = load_module(_write_json(tmp_path, {"r": {"op": "relu", "devices": ["opencl"]}}))
+    spec = [TensorSpec((2,), "float32")]
+    with pytest.raises(LibraryError, match="no function 'r' for cpu; it exists for: opencl"):
+        lib.prepare("r", gr.cpu(), spec, spec)
+
+
+@pytest.mark.parametrize("functions,where,message", [
+    ({"f": {"ops": [{"op": "multiply"}, {"op": "relux"}]}}, "$.functions.f.ops[1]",
+     "unknown op 'relux'; known ops: abs, add"),
+    ({"f": {"ops": [{"op": "relu"}, {"opx": "relu"}]}}, "$.functions.f.ops[1]",
+     "'op' is a required property"),
+    ({"f": {"op": "transpose", "axis": [1, 0]}}, "$.functions.f",
+     "transpose: unknown attribute 'axis'; it accepts: axes"),
+    ({"f": {"ops": [], "devices": ["cpu"]}}, "$.functions.f.ops", "should be non-empty"),
+    ({"f": {"op": "relu", "devices": ["cpu", "gpu"]}}, "$.functions.f.devices[1]",
+     "'gpu' is not one of ['cpu', 'cuda', 'opencl']"),
+    ({"f": {"ops": [{"op": "relu"}], "extra": 1}}, "$.functions.f",
+     "'extra' was unexpected); allowed keys: description, devices, ops"),
+    ({"f": {"kernel": {"opencl": {"source": "x"}}}}, "$.functions.f.kernel.opencl",
+     "'entry' is a required property"),
+    ({"f": {"kernel": {"metal": {"source": "x", "entry": "k"}}}}, "$.functions.f.kernel",
+     "'metal' was unexpected"),
+    ({"f": {"kernel": {"opencl": {"source": "x", "entry": "k", "global_size": "n ** 2"}}}},
+     "$.functions.f.kernel.opencl.global_size", "may use only integers, n"),
+    ({"f": {"kernel": {"opencl": {"source": "x", "entry": "k"}}, "devices": ["cuda"]}},
+     "$.functions.f.devices[0]", "'cuda' has no kernel source; this function has sources for: "
+     "opencl"),
+    ({"f": {"op": "add", "num_inputs": 3}}, "$.functions.f",
+     "num_inputs 3: 'add' always takes 2 input(s)"),
+])
+def test_json_errors_give_json_path(tmp_path: Path, functions: dict[str, Any], where: str,
+                                    message: str) -> None:
+    path = _write_json(tmp_path, functions)
+    with pytest.raises(LibraryError) as info:
+        load_module(path)
+    text = str(info.value)
+    assert text.startswith(f"lib.json at {where}: "), text
+    assert message in text, text
+
+
+def test_json_top_level_errors(tmp_path: Path) -> None:
+    path = _write_json(tmp_path, {}, extra=1)
+    with pytest.raises(LibraryError, match=r"lib.json at \$: Additional properties .*'extra'.*"
+                                           "allowed keys: description, format, functions"):
+        load_module(path)
+    path.write_text('{"format": "graph_runtime.lib", "version": 2, "functions": {}}')
+    with pytest.raises(LibraryError, match=r"lib.json at \$.version: 1 was expected"):
+        load_module(path)
+    path.write_text('{"format": ')
+    with pytest.raises(LibraryError, match="lib.json: not valid JSON at line 1"):
+        load_module(path)
+
+
+def test_kernel_source_runs_on_opencl(tmp_path: Path, opencl_available: None) -> None:
+    path = _write_json(tmp_path, {"twice": {"kernel": {
+        "opencl": {"source": TWICE_CL, "entry": "twice", "global_size": "(n + 63) / 64 * 64",
+                   "local_size": 64, "count": "int32"},
+        "cuda": {"source": TWICE_CUDA, "entry": "twice", "count": "int64"}}}})
+    lib = load_module(path)
+    assert lib.devices_for("twice") == ["cuda", "opencl"]
+    x = np.linspace(-3, 3, 100, dtype=np.float32)
+    got = _run(lib, "twice", "opencl", [x], TensorSpec((100,), "float32"))
+    np.testing.assert_array_equal(got, 2 * x)
+
+
+def test_kernel_source_runs_on_an_offset_view(tmp_path: Path, opencl_available: None) -> None:
+    lib = load_module(_write_json(tmp_path, {"twice": {"kernel": {"opencl": {
+        "source": TWICE_CL, "entry": "twice", "count": "int32"}}}}))
+    backend = get_backend("opencl")
+    align = backend.cl_device(0).mem_base_addr_align // 8
+    buffer = backend.alloc(0, align + 64)
+    x = backend.view(buffer, align, (16,), np.float32)
+    backend.from_host(np.arange(16, dtype=np.float32), x)
+    y = backend.empty(0, (16,), np.float32)
+    spec = [TensorSpec((16,), "float32")]
+    lib.prepare("twice", gr.opencl(), spec, spec)(x, y)
+    np.testing.assert_array_equal(backend.to_host(y), 2 * np.arange(16, dtype=np.float32))
+
+
+def test_kernel_source_argument_count_is_checked(tmp_path: Path, opencl_available: None) -> None:
+    lib = load_module(_write_json(tmp_path, {"twice": {"kernel": {"opencl": {
+        "source": TWICE_CL, "entry": "twice"}}}}))
+    spec = [TensorSpec((4,), "float32")]
+    with pytest.raises(LibraryError, match="kernel 'twice' takes 3 arguments, but the node "
+                                           r"passes 2 \(2 arrays\)"):
+        lib.prepare("twice", gr.opencl(), spec, spec)
+
+
+def test_kernel_source_build_error_is_a_library_error(tmp_path: Path,
+                                                      opencl_available: None) -> None:
+    lib = load_module(_write_json(tmp_path, {"broken": {"kernel": {"opencl": {
+        "source": "__kernel void k(__global float* x) { x[0] = undefined_name; }",
+        "entry": "k"}}}}))
+    spec = [TensorSpec((4,), "float32")]
+    with pytest.raises(LibraryError, match="building OpenCL broken failed"):
+        lib.prepare("broken", gr.opencl(), spec, spec)
+
+
+def test_standard_module_has_every_op_for_every_backend() -> None:
+    lib = standard_module()
+    for name in ("add", "relu", "sum", "argmax", "transpose", "concatenate", "take", "cast"):
+        assert lib.devices_for(name) == ["cpu", "cuda", "opencl"], name
+        assert isinstance(lib.get_function(name, gr.cpu()), Chain)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    got = _run(lib, "sum", "cpu", [x], TensorSpec((), "float32"))
+    assert float(got) == 15.0
