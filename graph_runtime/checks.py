@@ -1,4 +1,4 @@
-"""`graphrun validate`'s checks: the graph, lib coverage and params, reporting every problem found."""
+"""`graphrun validate`'s checks of graph, lib coverage and params, reporting every problem found."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -58,7 +58,7 @@ def check_files(files: GraphFiles, devices: Sequence[Device]) -> CheckResult:
 
 
 def lib_problems(graph: Graph, node_device: Sequence[Device], files: GraphFiles) -> list[str]:
-    """A node whose function the lib lacks on its device, or whose outputs the lib would not make."""
+    """Nodes whose function the lib lacks on their device, or whose outputs it would not make."""
     from .lib import load_module, standard_module
     try:
         lib: Module = load_module(files.lib) if files.lib else standard_module()

@@ -34,19 +34,25 @@ class _EchoHandler(logging.Handler):
         click.echo(f"graphrun: {record.levelname.lower()}: {record.getMessage()}", err=True)
 
 
-def _setup_logging(verbose: bool) -> None:
-    for handler in [h for h in log.handlers if isinstance(h, _EchoHandler)]:
-        log.removeHandler(handler)
-    log.addHandler(_EchoHandler())
+def _setup_logging(ctx: click.Context, verbose: bool) -> None:
+    """Show library log records on stderr for this command; undo it when the command ends."""
+    handler = _EchoHandler()
+    level = log.level
+    log.addHandler(handler)
     log.setLevel(logging.INFO if verbose else logging.WARNING)
-    log.propagate = False
+
+    def restore() -> None:
+        log.removeHandler(handler)
+        log.setLevel(level)
+    ctx.call_on_close(restore)
 
 
 @click.group(cls=App, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--debug", is_flag=True, help="Show the traceback of an error.")
 @click.option("-v", "--verbose", is_flag=True, help="Also show info messages (copies inserted).")
 @click.version_option(package_name="graph_runtime", prog_name="graphrun")
-def app(debug: bool, verbose: bool) -> None:
+@click.pass_context
+def app(ctx: click.Context, debug: bool, verbose: bool) -> None:
     """Run, inspect, profile and regression-test TVM graph JSON on CPU, OpenCL and CUDA.
 
     GRAPH is a graph JSON file or an example folder (examples/graphs/NAME/) whose graph.json,
@@ -61,7 +67,7 @@ def app(debug: bool, verbose: bool) -> None:
       graphrun info examples/graphs/hetero_cnn -d cpu -d opencl
       graphrun regress examples/regress.toml --junit report.xml
     """
-    _setup_logging(verbose)
+    _setup_logging(ctx, verbose)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -95,7 +101,7 @@ def run(ctx: click.Context, graph: str, rtol: float, atol: float, output: str | 
     """
     from .job import benchmark, compare, expected_outputs, output_names
     from .params import save_params_file
-    from .report import run_summary, run_text
+    from .results import run_summary, run_text
     job = build_job(graph, **opts)
     outputs = job.run()
     timing: dict[str, Any] = {"runs": 1, "first_run_s": job.seconds}
@@ -141,13 +147,13 @@ def compare_cmd(ctx: click.Context, graph: str, rtol: float, atol: float, junit:
           --params examples/graphs/mlp/params --inputs examples/graphs/mlp/inputs.npz \\
           --expected examples/graphs/mlp/expected.npz
     """
-    from .job import compare, expected_outputs, output_names
+    from .job import compare, expected_outputs, output_names, resolve_files
     from .regress import comparison_cases, write_junit
-    from .report import comparison_text
-    job = build_job(graph, **opts)
-    if job.files.expected is None:
+    from .results import comparison_text
+    if resolve_files(graph, expected=opts["expected"]).expected is None:
         raise CliError(f"compare {graph}: give --expected EXPECTED.npz (the graph is not an "
                        "example folder with an expected.npz)")
+    job = build_job(graph, **opts)
     outputs = job.run()
     names = output_names(job.graph)
     comparisons = compare(outputs, expected_outputs(job.files.expected, names), names, rtol, atol)
@@ -190,7 +196,7 @@ def profile(graph: str, repeat: int, top: int, trace: str | None, plot: str | No
       graphrun profile examples/graphs/hetero_cnn --trace trace.json --plot profile.png
       graphrun profile examples/graphs/mlp -d opencl --repeat 50 --json
     """
-    from .report import profile_summary, profile_text
+    from .results import profile_summary, profile_text
     from .trace import plot_profile, write_chrome_trace
     job = build_job(graph, **opts)
     with progress(repeat, "profiling") as bar:
@@ -238,12 +244,12 @@ def regress(ctx: click.Context, suite: str, pattern: str | None, junit: str | No
       graphrun regress examples/regress.toml -k 'cnn*' --junit report.xml
     """
     from .regress import junit_cases, load_suite, run_suite, selected, write_junit
-    from .report import regress_summary, regress_text
+    from .results import regress_summary, regress_text
     cases = load_suite(suite)
     if not ctx.find_root().params.get("verbose"):
         # Device sets without a graph's device fall back to ctxs[0] on purpose; don't warn.
         log.setLevel(logging.ERROR)
-    with progress(len(selected(cases, pattern)), "cases") as bar:
+    with progress(len(selected(cases, pattern)), "cases", unit="case") as bar:
         results = run_suite(cases, pattern, progress=lambda result: bar.update(1))
     if not results:
         raise CliError(f"-k {pattern}: matches no case of {suite}; case ids look like "

@@ -18,10 +18,10 @@ class CliError(click.ClickException):
         click.echo(f"graphrun: error: {self.format_message()}", err=True)
 
 
-def progress(total: int, desc: str) -> Any:
+def progress(total: int, desc: str, unit: str = "run") -> Any:
     """A tqdm bar on a terminal; silent when stderr is not a TTY (CI, pipes, tests)."""
     from tqdm import tqdm
-    return tqdm(total=total, desc=desc, unit="run", leave=False, file=sys.stderr,
+    return tqdm(total=total, desc=desc, unit=unit, leave=False, file=sys.stderr,
                 disable=not sys.stderr.isatty())
 
 
@@ -96,11 +96,10 @@ def stack(*decorators: Any) -> Callable[[Any], Any]:
     return apply
 
 
-
-
 def build_job(graph: str, lib: str | None = None, params: str | None = None,
               inputs_file: str | None = None, input_pairs: Sequence[str] = (), seed: int = 0,
-              strict: bool = False, devices: Sequence[str] = (), expected: str | None = None) -> Any:
+              strict: bool = False, devices: Sequence[str] = (),
+              expected: str | None = None) -> Any:
     """The Job for a command's options (see graph_runtime.job), noting inputs drawn at random."""
     from . import job
     files = job.resolve_files(graph, lib, params, inputs_file, expected)

@@ -110,7 +110,7 @@ def devices(as_json: bool) -> None:
     if missing:
         click.echo("missing")
         for kind, reason in missing.items():
-            click.echo(f"  {kind}: {reason}")
+            click.echo(f"  {kind}: {reason.removeprefix(kind + ': ')}")
 
 
 @click.command()
@@ -176,7 +176,7 @@ def plan(graph: str, default_device: str | None, place: tuple[str, ...],
     """
     from .lib import load_module
     from .planner import Placement, plan_graph
-    from .report import plan_summary
+    from .results import plan_summary
     files, g = _files_and_graph(graph, lib)
     base = Placement.from_file(placement) if placement else None
     constraints = Placement.from_options(default_device, place, input_places, output_places,

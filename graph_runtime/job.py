@@ -5,7 +5,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -38,7 +38,7 @@ def resolve_files(graph: str | os.PathLike[str], lib: str | os.PathLike[str] | N
                   params: str | os.PathLike[str] | None = None,
                   inputs: str | os.PathLike[str] | None = None,
                   expected: str | os.PathLike[str] | None = None) -> GraphFiles:
-    """GraphFiles for a graph file, or for an example folder whose files fill the flags not given."""
+    """GraphFiles for a graph file, or for an example folder whose files fill flags not given."""
     path = Path(graph)
     given = {"lib": lib, "params": params, "inputs": inputs, "expected": expected}
     chosen = {key: Path(value) if value is not None else None for key, value in given.items()}
@@ -80,7 +80,8 @@ def parse_devices(specs: Sequence[str], *, check: bool = True, flag: str = "-d")
                 raise DeviceError(f"{flag} {spec}: {detail}") from e
         for dev in found:
             if dev in devices:
-                raise DeviceError(f"{flag} {spec}: {dev.spec} is given twice; list each device once")
+                raise DeviceError(f"{flag} {spec}: {dev.spec} is given twice; list each device "
+                                  "once")
             devices.append(dev)
     return devices
 
@@ -194,7 +195,7 @@ def build_job(files: GraphFiles, devices: Sequence[Device], pairs: Sequence[str]
     module = create(graph, files.lib, list(devices), strict=strict)
     if files.params is not None:
         module.load_params(files.params)
-    module.set_input(**inputs.values)
+    module.set_input(inputs.values)
     return Job(files, graph, list(devices), module, inputs)
 
 

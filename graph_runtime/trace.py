@@ -66,7 +66,7 @@ def plot_profile(times: Sequence[NodeTime], path: str | os.PathLike[str],
     fig, ax = plt.subplots(figsize=(9, max(2.5, 0.3 * len(times) + 1.2)))
     try:
         positions = list(range(len(times)))
-        ax.barh(positions, values, color=colors, hatch=None)
+        ax.barh(positions, values, color=colors)
         for pos, t in zip(positions, times):
             if t.is_copy:
                 ax.patches[pos].set_hatch("//")
@@ -81,7 +81,7 @@ def plot_profile(times: Sequence[NodeTime], path: str | os.PathLike[str],
         if any(t.is_copy for t in times):
             handles.append(Patch(facecolor="white", edgecolor="black", hatch="//",
                                  label="copy"))
-        ax.legend(handles=handles, loc="lower right", fontsize=8)
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
         fig.tight_layout()
         fig.savefig(path, format="png", dpi=100)
     except OSError as e:

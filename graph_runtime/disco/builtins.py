@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib
+import threading
 from typing import Any, Callable
 
 import numpy as np
@@ -157,35 +158,57 @@ def import_python_module(name: str) -> None:
     importlib.import_module(name)
 
 
+# NOTE: worker threads share one process; loading libraries (and the standard-op registry they
+# fill on first use) is done one worker at a time.
+_LOAD_LOCK = threading.Lock()
+
+
 @_reg("load_module")
 def load_module(path: str) -> Any:
     from .. import load_module as load
-    return load(path)
+    with _LOAD_LOCK:
+        return load(path)
 
 
 class _BoundKernel:
-    """A library function bound to the worker's device; arrays are unwrapped from NDArray."""
+    """A library function bound to the worker's device, called destination-passing style:
+    f(*inputs, out) with NDArrays unwrapped; kernels that need preparing are prepared once per
+    argument layout (the last argument is the one output)."""
 
-    def __init__(self, kernel: Callable[..., Any], name: str) -> None:
-        self.kernel = kernel
+    def __init__(self, module: Any, name: str, dev: Device) -> None:
+        self.module = module
         self.name = name
+        self.device = dev
+        self.kernel = module.get_function(name, dev)
+        self._prepared: dict[tuple, Callable[..., Any]] = {}
 
     def __call__(self, *args: Any) -> Any:
-        return self.kernel(*[getattr(a, "native", a) for a in args])
+        arrays = [getattr(a, "native", a) for a in args]
+        fn = self.kernel
+        if hasattr(fn, "prepare"):
+            key = tuple((tuple(a.shape), str(a.dtype)) for a in arrays)
+            fn = self._prepared.get(key)
+            if fn is None:
+                from ..lib.module import TensorSpec
+                specs = [TensorSpec(tuple(a.shape), np.dtype(a.dtype).name) for a in arrays]
+                fn = self.module.prepare(self.name, self.device, specs[:-1], specs[-1:])
+                self._prepared[key] = fn
+        return fn(*arrays)
 
     def __repr__(self) -> str:
-        return f"<kernel {self.name}>"
+        return f"<kernel {self.name} on {self.device}>"
 
 
 @_reg("module_get_function")
 def module_get_function(module: Any, name: str) -> Any:
-    return _BoundKernel(module.get_function(name, current().device), name)
+    return _BoundKernel(module, name, current().device)
 
 
 @_reg("create_graph_module")
 def create_graph_module(graph: str, lib: Any, params: str | None, dev: Device | None) -> Any:
     from .. import create
-    gm = create(graph, lib, current().device if dev is None else dev)
+    with _LOAD_LOCK:
+        gm = create(graph, lib, current().device if dev is None else dev)
     if params is not None:
         gm.load_params(params)
     return gm

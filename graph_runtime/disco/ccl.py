@@ -204,8 +204,9 @@ class CpuCcl:
 
         def finish(parts: list, comm: Any, who: str) -> None:
             first = check_layout(parts, who, comm.members)
-            if comm.rank == 0:
-                out = dsts[0].reshape((comm.size,) + first.shape)
+            target = dsts[0] if dsts else None
+            if comm.rank == 0 and target is not None:
+                out = target.reshape((comm.size,) + first.shape)
                 for rank, part in enumerate(parts):
                     out[rank] = part
 

@@ -251,7 +251,7 @@ class SocketP2P:
         try:
             sock = self.socks[peer]
             sock.sendall(head)
-            sock.sendall(memoryview(array).cast("B"))
+            sock.sendall(array.view(np.uint8).reshape(-1).data)
         except (socket.timeout, TimeoutError):
             raise DiscoError(f"worker {self.worker_id}: send to worker {peer} timed out after "
                              f"{self.timeout:g} s (no matching recv)") from None
@@ -262,7 +262,7 @@ class SocketP2P:
             head = _recv_exact(sock, _HEADER.size)
             nbytes, _, dtype, ndim, *shape = _HEADER.unpack(head)
             data = np.empty(nbytes, np.uint8)
-            view = memoryview(data)
+            view = data.data
             while view:
                 n = sock.recv_into(view)
                 if n == 0:

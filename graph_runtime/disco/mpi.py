@@ -13,7 +13,7 @@ from .ccl import host_tensor
 from .globals import WorkerContext, set_current
 from .nccl import nccl_factory
 from .protocol import Command
-from .session import Session
+from .session import DATA_PLANE_SHARE, Session
 from .worker import LocalWorker, Worker
 
 _CMD, _REPLY, _P2P = 11, 12, 13
@@ -51,13 +51,13 @@ class MPISession(Session):
         data = world.Dup()
         group = data.Split(rank // (n // num_groups), rank)
         if rank != 0:
-            _serve(_context(rank, n, num_groups, timeout, data, group), ctl)
+            _serve(_context(rank, n, num_groups, timeout * DATA_PLANE_SHARE, data, group), ctl)
             sys.stdout.flush()
             sys.exit(0)
         super().__init__(n, num_groups, timeout)
         self._ctl = ctl
         self._MPI = MPI
-        self.worker0 = LocalWorker(_context(0, n, num_groups, timeout, data, group))
+        self.worker0 = LocalWorker(_context(0, n, num_groups, timeout * DATA_PLANE_SHARE, data, group))
         deadline = time.monotonic() + timeout
         for wid in range(1, n):
             reply = self._get_reply(wid, deadline - time.monotonic())

@@ -17,7 +17,7 @@ from .globals import WorkerContext, set_current
 from .nccl import nccl_factory
 from .protocol import (NO_FRAME, Command, FrameReader, encode_frame, pack_value, unpack_value,
                        write_all)
-from .session import Session
+from .session import DATA_PLANE_SHARE, Session
 from .worker import LocalWorker, Worker
 
 
@@ -50,7 +50,7 @@ class ProcessSession(Session):
                     socks[1].close()
             local_sync = {b: self._sync_pairs[(0, b)][0] for b in range(1, n)}
             local_p2p = {b: self._p2p_pairs[(0, b)][0] for b in range(1, n)}
-            ctx = _context(0, n, num_groups, self.timeout, self._memfds, local_sync, local_p2p)
+            ctx = _context(0, n, num_groups, self.timeout * DATA_PLANE_SHARE, self._memfds, local_sync, local_p2p)
             self.worker0 = LocalWorker(ctx)
             self._await_ready(startup_timeout)
         except BaseException:
@@ -81,7 +81,7 @@ class ProcessSession(Session):
         os.set_blocking(rep_r, False)
         child = _Child(wid, proc, cmd_w, rep_r)
         init = {"worker_id": wid, "num_workers": self._num_workers,
-                "num_groups": self.num_groups, "timeout": self.timeout,
+                "num_groups": self.num_groups, "timeout": self.timeout * DATA_PLANE_SHARE,
                 "sys_path": list(sys.path), "memfds": self._memfds, "sync": sync, "p2p": p2p}
         write_all(cmd_w, encode_frame(init), time.monotonic() + self.timeout, f"worker {wid}")
         return child

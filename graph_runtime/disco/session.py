@@ -18,6 +18,9 @@ from .protocol import Command, DiscoAction, Reg, check_arg
 A = DiscoAction
 _CALL = int(A.CALL_PACKED)
 REDUCE_OPS = ("sum", "prod", "min", "max", "avg")
+# Workers give up on a stuck collective sooner than the controller gives up on them, so the
+# controller reports the collective's error instead of a bare timeout.
+DATA_PLANE_SHARE = 0.8
 CCLS = ("cpu", "mpi", "nccl")
 _LIVE: "weakref.WeakSet[Session]" = weakref.WeakSet()
 _PLAIN = (int, float, str, type(None))
@@ -215,20 +218,25 @@ class Session(abc.ABC):
 
     # ---- blocking: replies, errors, timeouts ---------------------------------------------------
 
-    def _wait(self, worker_id: int, token: int, what: str, timeout: float | None) -> Any:
+    def _wait(self, worker_id: int, token: int, what: str, timeout: float | None,
+              raise_errors: bool = True) -> Any:
         """Wait for the reply carrying token; raise worker errors, deaths and timeouts."""
         limit = self.timeout if timeout is None else float(timeout)
         deadline = time.monotonic() + limit
         reply = self._stash.pop(token, None)
         if reply is not None:
-            return self._finish(reply, what)
+            return self._finish(reply, what, raise_errors)
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 self._broken = (f"worker {worker_id} did not answer {what} within {limit:g} s "
                                 "(stuck in a function or a collective waiting for a peer)")
                 raise DiscoError(self._broken)
-            reply = self._get_reply(worker_id, min(left, 0.25))
+            try:
+                reply = self._get_reply(worker_id, min(left, 0.25))
+            except DiscoError as e:  # the worker died
+                self._broken = str(e)
+                raise
             if reply is None:
                 try:
                     self._check_alive()
@@ -239,12 +247,13 @@ class Session(abc.ABC):
             if reply[0] is None:
                 self._errors.append(reply[2])
             elif reply[0] == token:
-                return self._finish(reply, what)
+                return self._finish(reply, what, raise_errors)
 
-    def _finish(self, reply: tuple, what: str) -> Any:
+    def _finish(self, reply: tuple, what: str, raise_errors: bool) -> Any:
         if not reply[1]:
             self._errors.append(reply[2])
-        self._raise_errors(what)
+        if raise_errors:
+            self._raise_errors(what)
         return reply[2]
 
     def _raise_errors(self, what: str) -> None:
@@ -264,11 +273,6 @@ class Session(abc.ABC):
             if len(errors) > 4:
                 shown += f"\n... {len(errors) - 4} more not shown"
             raise DiscoError(f"{what}: {errors[0]}{more}{shown}")
-        try:
-            self._check_alive()
-        except DiscoError as e:
-            self._broken = str(e)
-            raise
 
     def _sync(self, worker_id: int, what: str, timeout: float | None) -> None:
         self._check_usable()
@@ -314,7 +318,8 @@ class Session(abc.ABC):
         for wid, token in enumerate(tokens):
             self._send((int(A.SYNC_WORKER), (), 0, token), wid)
         for wid, token in enumerate(tokens):
-            self._wait(wid, token, "sync_all", timeout)
+            self._wait(wid, token, "sync_all", timeout, raise_errors=False)
+        self._raise_errors("sync_all")
 
     def empty(self, shape: Sequence[int], dtype: Any, device: Device | None = None,
               worker0_only: bool = False, in_group: bool = True) -> DRef:

@@ -53,10 +53,10 @@ class Worker:
         try:
             value = self.registers[reg_id]
         except KeyError:
-            raise DiscoError(f"worker {self.ctx.worker_id}: register {reg_id} is empty (never "
+            raise DiscoError(f"worker {self.ctx.worker_id}: register {int(reg_id)} is empty (never "
                              "set on this worker, or freed)") from None
         if isinstance(value, Missing):
-            raise DiscoError(f"worker {self.ctx.worker_id}: register {reg_id} has no value "
+            raise DiscoError(f"worker {self.ctx.worker_id}: register {int(reg_id)} has no value "
                              f"because {value.reason}")
         return value
 

@@ -4,11 +4,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+import numpy as np
+
 from ..backends import get_backend
 from ..device import Device
 from ..errors import LibraryError
 from .module import TensorSpec
-from .ops._common import DTYPE_KEY, ELEMENTWISE_EXPRS, NODE_KEYS, OUT_DTYPE_KEY, check_attrs, gpu_elementwise
+from .ops._common import (DTYPE_KEY, ELEMENTWISE_EXPRS, NODE_KEYS, NUM_OUTPUTS_KEY,
+                          OUT_DTYPE_KEY, check_attrs, gpu_elementwise)
 from .registry import OpDef, get_op
 
 BACKEND_KINDS = ("cpu", "cuda", "opencl")
@@ -88,7 +91,8 @@ class Chain:
         for p in plan[:first_fused]:
             if p.out_slots[0] >= slot_count:
                 spec = p.outputs[0]
-                intermediates.append(backend.empty(device_id, tuple(spec.shape), spec.dtype))
+                intermediates.append(backend.empty(device_id, tuple(spec.shape),
+                                                   np.dtype(spec.dtype)))
         calls: list[tuple[Callable[..., None], tuple[int, ...]]] = []
         for p in plan[:first_fused]:
             fn = p.op.kernels[backend.name](backend, device_id, p.inputs, p.outputs, p.attrs)
@@ -115,11 +119,9 @@ class Chain:
 
     def _plan(self, inputs: list[TensorSpec], node_attrs: dict[str, Any],
               declared: list[TensorSpec] | None) -> list[_Planned]:
+        # A one-op function takes its attrs from the node too (graph attrs win); a chain takes
+        # them from the lib file only, since a node attr could not say which op it is for.
         extra = {k: v for k, v in node_attrs.items() if k not in NODE_KEYS}
-        if extra and len(self.steps) > 1:
-            raise LibraryError(f"{self.name}: the graph node gives attributes "
-                               f"{sorted(extra)}, but a chain of {len(self.steps)} ops takes its "
-                               "attributes from the lib file")
         plan: list[_Planned] = []
         n_in = len(inputs)
         n_out = len(declared) if declared is not None else 0
@@ -134,6 +136,7 @@ class Chain:
             last = k == len(self.steps) - 1
             if last and declared:
                 attrs[OUT_DTYPE_KEY] = declared[0].dtype
+                attrs[NUM_OUTPUTS_KEY] = len(declared)
             where = self._where(k)
             want = step.num_inputs or op.num_inputs
             have = [] if prev is None else [prev]

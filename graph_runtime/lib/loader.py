@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import runpy
 from importlib import resources
 from pathlib import Path
@@ -34,7 +35,7 @@ from .registry import OPS, get_op, load_standard_ops
 _OP_KEYS = ("op", "num_inputs", "devices", "description")
 
 
-def load_module(path: str | Path) -> Module:
+def load_module(path: str | os.PathLike[str]) -> Module:
     """Load a lib file: `*.py` (runs its code, takes its `lib` Module) or `*.json` (declarative)."""
     path = Path(path)
     if not path.is_file():
@@ -55,8 +56,13 @@ def standard_module() -> Module:
     for name in sorted(OPS):
         chain = Chain(name, [Step(name)])
         for kind in chain.backends():
-            lib.register(name, chain, device=kind)
+            lib.register(name, _function(chain), device=kind)
     return lib
+
+
+def _function(obj: Chain | SourceKernel) -> Any:
+    """obj as Module.register takes it: an object with prepare() stands in for a callable."""
+    return obj
 
 
 # -- *.py -----------------------------------------------------------------------------------------
@@ -183,7 +189,7 @@ def _add_chain_function(lib: Module, name: str, func: Mapping[str, Any], where: 
                                f"{', '.join(missing)}; this function can run on: "
                                f"{', '.join(supported) or 'nothing'}")
     for kind in devices:
-        lib.register(name, chain, device=kind)
+        lib.register(name, _function(chain), device=kind)
 
 
 def _add_source_function(lib: Module, name: str, func: Mapping[str, Any], where: str) -> None:
@@ -200,7 +206,7 @@ def _add_source_function(lib: Module, name: str, func: Mapping[str, Any], where:
                               size_expression(spec.get("global_size", "n"), f"{at}.global_size"),
                               _local_size(spec.get("local_size"), f"{at}.local_size"),
                               spec.get("count"), tuple(spec.get("options", ())))
-        lib.register(name, kernel, device=kind)
+        lib.register(name, _function(kernel), device=kind)
 
 
 def _local_size(value: Any, where: str) -> Callable[[int], int] | None:
@@ -236,7 +242,8 @@ def size_expression(value: int | str, where: str) -> Callable[[int], int]:
         if isinstance(node, ast.BinOp):
             return _SIZE_OPS[type(node.op)](evaluate(node.left, n), evaluate(node.right, n))
         if isinstance(node, ast.Constant):
-            return int(node.value)
+            assert isinstance(node.value, int)  # check() let only ints through
+            return node.value
         return n
 
     check(tree)

@@ -1,4 +1,4 @@
-"""Device planner: VirtualDevice constraints solved over a graph, copies added, storage re-planned."""
+"""Device planner: VirtualDevice constraints solved over a graph, copies, storage re-planned."""
 from __future__ import annotations
 
 from .constraints import Constraint, Placement, glob_escape, parse_device_constraint

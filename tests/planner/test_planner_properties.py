@@ -143,7 +143,7 @@ def check_storage(g: Graph) -> None:
             assert e0 < s1, f"storage id {sid}: entries live at once ({s0}-{e0}, {s1}-{e1})"
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_random_graphs_plan_validly_or_fail_on_an_explicit_conflict(data: Any) -> None:
     g = data.draw(random_graphs())
@@ -168,7 +168,7 @@ def _run(graph: Graph, ctxs: list[Device], inputs: dict[str, np.ndarray]) -> lis
 
 
 @pytest.mark.opencl
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_planned_random_graphs_on_cpu_and_opencl_match_cpu(data: Any) -> None:
     require_backend("opencl")

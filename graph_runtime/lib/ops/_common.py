@@ -14,9 +14,11 @@ INT_DTYPES = ("int32", "int64")
 NUMERIC_DTYPES = FLOAT_DTYPES + INT_DTYPES
 # Keys a graph node carries for the executor, never for the op; op attr checks skip them.
 NODE_KEYS = frozenset({"func_name", "num_inputs", "num_outputs", "flatten_data", "hash",
-                       "device_index", "device_id", "device_type", "out_layout"})
+                       "device_index", "device_id", "device_type"})
 # The chain sets this for its last op so an op like cast can learn the dtype the graph declares.
 OUT_DTYPE_KEY = "__out_dtype"
+# ... and the number of outputs the graph node declares (batch_norm: 1 or 3).
+NUM_OUTPUTS_KEY = "__num_outputs"
 # Elementwise expression functions find the dtype of the op's input 0 under this key.
 DTYPE_KEY = "__dtype"
 _REQUIRED: Any = object()
@@ -117,7 +119,9 @@ def int_tuple(op: str, attrs: Mapping[str, Any], name: str, n: int | None = None
     if value is default and name not in attrs:
         return value
     if value is None:
-        return default if default is not _REQUIRED else None
+        if default is _REQUIRED:
+            raise attr_error(op, name, value, "an integer or a list of integers")
+        return default
     if _is_int(value):
         value = [value] * (n if n is not None else 1)
     if not isinstance(value, (list, tuple)) or not all(_is_int(v) for v in value):
@@ -132,7 +136,8 @@ def int_tuple(op: str, attrs: Mapping[str, Any], name: str, n: int | None = None
 def normalize_axis(op: str, axis: int, ndim: int, name: str = "axis") -> int:
     """axis in [-ndim, ndim) mapped to [0, ndim)."""
     if not -ndim <= axis < ndim:
-        raise attr_error(op, name, axis, f"an axis in [{-ndim}, {ndim}) for an input of rank {ndim}")
+        raise attr_error(op, name, axis,
+                         f"an axis in [{-ndim}, {ndim}) for an input of rank {ndim}")
     return axis + ndim if axis < 0 else axis
 
 
@@ -155,7 +160,7 @@ def axis_attr(op: str, attrs: Mapping[str, Any], name: str, ndim: int,
 
 
 def dtype_attr(op: str, attrs: Mapping[str, Any], name: str, default: Any = _REQUIRED) -> Any:
-    """A dtype name NumPy knows, normalized ("float" -> "float64" is refused: give a size)."""
+    """A dtype name NumPy knows, in NumPy's spelling ("float" becomes "float64")."""
     value = str_attr(op, attrs, name, default)
     if value is default and name not in attrs:
         return value
@@ -329,7 +334,8 @@ class ClKernel:
     """One OpenCL kernel of a program, launched over n work items with array arguments.
 
     Array arguments expand to (buffer, byte offset), matching cl_param/cl_pointer; Python ints
-    become long, floats double, NumPy scalars pass as they are. The kernel object belongs to one prepared call (pyopencl kernels hold their args).
+    become long, floats double, NumPy scalars pass as they are. The kernel object belongs to
+    one prepared call (pyopencl kernels hold their args).
     """
 
     def __init__(self, backend: Any, device_id: int, source: str, entry: str, name: str) -> None:

@@ -107,7 +107,7 @@ _MERGE = {
     "argmin": ("if ((a == a && (b < a || b != b)) || ((b == a || (b != b && a != a)) && ib < ia))"
                " { a = b; ia = ib; }"),
 }
-_GROUP = 256
+_GROUP = 64
 
 
 def _cl_source(dtype: str) -> str:
@@ -182,9 +182,9 @@ def _cl_factory(op: str) -> Callable[..., Callable[..., None]]:
                 + [spec.shape[i] for i in axes] + [strides[i] for i in axes])
         count = size_of([spec.shape[a] for a in axes])
         n_out = size_of(outputs[0].shape)
-        group = 1
-        while group < min(count, _GROUP):
-            group *= 2
+        # NOTE: two fixed work-group sizes: a short reduction is one work item's loop, a long one
+        # a tree over _GROUP items (PoCL compiles a kernel again for every new local size).
+        group = _GROUP if count > 16 else 1
         source = _cl_source(spec.dtype)
         knl = ClKernel(backend, device_id, source, f"gr_reduce_{op}", op)
         meta_dev = device_array(backend, device_id, np.array(meta or [0], np.int64))

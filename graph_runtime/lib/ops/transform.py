@@ -9,7 +9,7 @@ from ..module import TensorSpec
 from ..registry import define_op, kernel
 from ._common import (ClKernel, array_module, attr_error, axis_attr, bool_attr, check_dtype,
                       check_num_inputs, check_rank, check_same_dtype, cl_param, cl_pointer,
-                      cl_strided_copy, contiguous_strides, device_array, float_attr, host_kernel,
+                      cl_strided_copy, contiguous_strides, float_attr, host_kernel,
                       int_attr, int_tuple, normalize_axis, op_error, parse_value, single_axis,
                       size_of, str_attr)
 
@@ -121,7 +121,8 @@ def slice_plan(shape: tuple[int, ...], attrs: Mapping[str, Any]) -> list[tuple[i
         dim = shape[axis]
         b = begin[k]
         e = end[k] if k < len(end) else None
-        s = strides[k] if k < len(strides) and strides[k] is not None else 1
+        step = strides[k] if k < len(strides) else None
+        s: int = 1 if step is None else step
         if mode == "size":
             s = 1
             start = 0 if b is None else (b + dim if b < 0 else b)

@@ -1,0 +1,553 @@
+"""Neural-network standard ops: softmax family, batch/layer norm, and attr-carrying elementwise ops."""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from ..module import TensorSpec
+from ..registry import define_op, kernel
+from ._common import (FLOAT_DTYPES, NUMERIC_DTYPES, ClKernel, array_module, attr_error,
+                      bool_attr, broadcast_shape, check_cl_dtypes, check_dtype, check_num_inputs,
+                      check_same_dtype, cl_header, cl_load, cl_param, cl_pointer,
+                      cl_store, compute_type, elementwise_expr, float_attr, gpu_elementwise,
+                      host_kernel, op_error, single_axis, size_of, str_attr)
+
+# The chain tells the last op how many outputs the graph node declares under this key.
+NUM_OUTPUTS_KEY = "__num_outputs"
+WHERE_CONDITION_DTYPES = ("bool",) + NUMERIC_DTYPES
+_GROUP = 256
+
+
+def _rows(shape: Sequence[int], axis: int) -> tuple[int, int, int]:
+    """(outer, length, inner): the axis as rows of a C-contiguous array."""
+    return (size_of(shape[:axis]), int(shape[axis]), size_of(shape[axis + 1:]))
+
+
+def _work(backend: Any, dtype: str) -> str:
+    """float16 reductions accumulate in float32, as the GPU kernels do."""
+    return "float32" if dtype == "float16" else dtype
+
+
+# -- softmax / log_softmax ----------------------------------------------------------------------
+
+def _softmax_infer(op: str) -> Callable[..., list[TensorSpec]]:
+    def infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
+        check_num_inputs(op, inputs, 1)
+        check_dtype(op, inputs[0], FLOAT_DTYPES)
+        if len(inputs[0].shape) == 0:
+            raise op_error(op, f"input {inputs[0]} is a scalar; it needs an axis")
+        single_axis(op, attrs, "axis", len(inputs[0].shape), -1)
+        return [TensorSpec(tuple(inputs[0].shape), inputs[0].dtype)]
+    return infer
+
+
+def _softmax_host(op: str) -> Callable[..., Callable[..., None]]:
+    log = op == "log_softmax"
+
+    def factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+                outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+        spec = inputs[0]
+        xp = array_module(backend)
+        axis = single_axis(op, attrs, "axis", len(spec.shape), -1)
+        work = _work(backend, spec.dtype)
+        reduced = tuple(1 if i == axis else d for i, d in enumerate(spec.shape))
+        row = xp.empty(reduced, work)
+        buf = xp.empty(spec.shape, work) if work != spec.dtype else None
+        tmp = xp.empty(spec.shape, work) if log else None
+
+        def run(x: Any, out: Any) -> None:
+            y = out if buf is None else buf
+            xp.copyto(y, x, casting="unsafe")
+            if spec.shape[axis] == 0:
+                return
+            xp.max(y, axis=axis, keepdims=True, out=row)
+            xp.subtract(y, row, out=y)
+            if log:
+                # log_softmax = (x - max) - log(sum(exp(x - max))); y keeps x - max.
+                xp.exp(y, out=tmp)
+                xp.sum(tmp, axis=axis, keepdims=True, out=row)
+                xp.log(row, out=row)
+                xp.subtract(y, row, out=y)
+            else:
+                xp.exp(y, out=y)
+                xp.sum(y, axis=axis, keepdims=True, out=row)
+                xp.divide(y, row, out=y)
+            if buf is not None:
+                xp.copyto(out, buf, casting="unsafe")
+        return host_kernel(backend, device_id, run)
+    return factory
+
+
+# -- opencl row kernels: one work-group per row of the axis -------------------------------------
+
+def _cl_rows_source(dtype: str) -> str:
+    acc = compute_type(dtype, "opencl")
+    load = cl_load("x", dtype, "base + k * inner")
+    return cl_header([dtype]) + f"""
+{acc} gr_group_sum(__local {acc}* buf, {acc} v) {{
+    int lid = get_local_id(0);
+    buf[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = get_local_size(0) / 2; s > 0; s >>= 1) {{
+        if (lid < s) buf[lid] += buf[lid + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }}
+    {acc} r = buf[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return r;
+}}
+
+{acc} gr_group_max(__local {acc}* buf, {acc} v) {{
+    int lid = get_local_id(0);
+    buf[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = get_local_size(0) / 2; s > 0; s >>= 1) {{
+        if (lid < s && (buf[lid + s] > buf[lid] || buf[lid + s] != buf[lid + s]))
+            buf[lid] = buf[lid + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }}
+    {acc} r = buf[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return r;
+}}
+
+// numpy counterpart: _softmax_host (max, exp, sum, divide along the axis)
+__kernel void gr_softmax({cl_param("out", dtype, const=False)}, {cl_param("x", dtype)},
+                         long L, long inner, int log_mode) {{
+    {cl_pointer("out", dtype, const=False)}
+    {cl_pointer("x", dtype)}
+    __local {acc} buf[{_GROUP}];
+    long r = get_group_id(0);
+    int G = get_local_size(0);
+    long base = (r / inner) * L * inner + r % inner;
+    {acc} m = -INFINITY;
+    for (long k = get_local_id(0); k < L; k += G) {{
+        {acc} v = {load};
+        if (v > m || v != v) m = v;
+    }}
+    m = gr_group_max(buf, m);
+    {acc} s = 0;
+    for (long k = get_local_id(0); k < L; k += G) s += exp({load} - m);
+    s = gr_group_sum(buf, s);
+    {acc} ls = log(s);
+    for (long k = get_local_id(0); k < L; k += G) {{
+        {acc} v = {load} - m;
+        {cl_store("out", dtype, "base + k * inner", "log_mode ? v - ls : exp(v) / s")}
+    }}
+}}
+
+// numpy counterpart: _layer_norm_host ((x - mean) / sqrt(var + eps) * gamma + beta)
+__kernel void gr_layer_norm({cl_param("out", dtype, const=False)}, {cl_param("x", dtype)},
+                            {cl_param("gamma", dtype)}, {cl_param("beta", dtype)},
+                            long L, long inner, {acc} eps, int center, int scale) {{
+    {cl_pointer("out", dtype, const=False)}
+    {cl_pointer("x", dtype)}
+    {cl_pointer("gamma", dtype)}
+    {cl_pointer("beta", dtype)}
+    __local {acc} buf[{_GROUP}];
+    long r = get_group_id(0);
+    int G = get_local_size(0);
+    long base = (r / inner) * L * inner + r % inner;
+    {acc} s = 0;
+    for (long k = get_local_id(0); k < L; k += G) s += {load};
+    {acc} mean = gr_group_sum(buf, s) / L;
+    {acc} q = 0;
+    for (long k = get_local_id(0); k < L; k += G) {{
+        {acc} d = {load} - mean;
+        q += d * d;
+    }}
+    {acc} inv = 1 / sqrt(gr_group_sum(buf, q) / L + eps);
+    for (long k = get_local_id(0); k < L; k += G) {{
+        {acc} v = ({load} - mean) * inv;
+        if (scale) v *= {cl_load("gamma", dtype, "k")};
+        if (center) v += {cl_load("beta", dtype, "k")};
+        {cl_store("out", dtype, "base + k * inner", "v")}
+    }}
+}}
+"""
+
+
+def _group_size(length: int) -> int:
+    group = 1
+    while group < min(length, _GROUP):
+        group *= 2
+    return group
+
+
+def _softmax_cl(op: str) -> Callable[..., Callable[..., None]]:
+    def factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+                outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+        spec = inputs[0]
+        check_cl_dtypes(op, backend, device_id, [spec.dtype])
+        outer, length, inner = _rows(spec.shape, single_axis(op, attrs, "axis",
+                                                             len(spec.shape), -1))
+        knl = ClKernel(backend, device_id, _cl_rows_source(spec.dtype), "gr_softmax", op)
+        group = _group_size(length)
+        rows = outer * inner if length else 0
+        mode = np.int32(op == "log_softmax")
+
+        def run(x: Any, out: Any) -> None:
+            knl.launch(rows * group, group, out, x, np.int64(length), np.int64(inner), mode)
+        return run
+    return factory
+
+
+for _op in ("softmax", "log_softmax"):
+    define_op(_op, _softmax_infer(_op), 1, ("axis",))
+    kernel(_op, "cpu")(_softmax_host(_op))
+    kernel(_op, "cuda")(_softmax_host(_op))
+    kernel(_op, "opencl")(_softmax_cl(_op))
+
+
+# -- layer_norm ---------------------------------------------------------------------------------
+
+def _params_like(op: str, inputs: Sequence[TensorSpec], axis: int, names: Sequence[str]) -> None:
+    """Each of inputs[1:] must be a vector as long as the data's axis."""
+    length = inputs[0].shape[axis]
+    for spec, name in zip(inputs[1:], names):
+        if tuple(spec.shape) != (length,):
+            raise op_error(op, f"{name} has shape {tuple(spec.shape)} but data {inputs[0]} "
+                               f"needs ({length},) for axis {axis}")
+
+
+def _norm_checks(op: str, inputs: Sequence[TensorSpec], attrs: Mapping[str, Any],
+                 names: Sequence[str], default_axis: int) -> tuple[int, float, bool, bool]:
+    check_num_inputs(op, inputs, 1 + len(names))
+    check_same_dtype(op, inputs)
+    check_dtype(op, inputs[0], FLOAT_DTYPES)
+    if len(inputs[0].shape) == 0:
+        raise op_error(op, f"data {inputs[0]} is a scalar; it needs an axis")
+    axis = single_axis(op, attrs, "axis", len(inputs[0].shape), default_axis)
+    _params_like(op, inputs, axis, names)
+    epsilon = float_attr(op, attrs, "epsilon", 1e-5)
+    if epsilon < 0:
+        raise attr_error(op, "epsilon", epsilon, "a non-negative number")
+    return (axis, epsilon, bool_attr(op, attrs, "center", True),
+            bool_attr(op, attrs, "scale", True))
+
+
+LAYER_NORM_INPUTS = ("gamma", "beta")
+
+
+def _layer_norm_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
+    _norm_checks("layer_norm", inputs, attrs, LAYER_NORM_INPUTS, -1)
+    return [TensorSpec(tuple(inputs[0].shape), inputs[0].dtype)]
+
+
+def _layer_norm_host(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+                     outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+    spec = inputs[0]
+    axis, epsilon, center, scale = _norm_checks("layer_norm", inputs, attrs, LAYER_NORM_INPUTS,
+                                                -1)
+    xp = array_module(backend)
+    work = _work(backend, spec.dtype)
+    shaped = tuple(d if i == axis else 1 for i, d in enumerate(spec.shape))
+    row = xp.empty(tuple(1 if i == axis else d for i, d in enumerate(spec.shape)), work)
+    centered = xp.empty(spec.shape, work)
+    squares = xp.empty(spec.shape, work)
+
+    def run(x: Any, gamma: Any, beta: Any, out: Any) -> None:
+        xp.copyto(centered, x, casting="unsafe")
+        if spec.shape[axis] == 0:
+            return
+        xp.mean(centered, axis=axis, keepdims=True, out=row)
+        xp.subtract(centered, row, out=centered)
+        xp.multiply(centered, centered, out=squares)
+        xp.mean(squares, axis=axis, keepdims=True, out=row)
+        xp.add(row, epsilon, out=row)
+        xp.sqrt(row, out=row)
+        xp.divide(centered, row, out=centered)
+        if scale:
+            xp.multiply(centered, gamma.reshape(shaped), out=centered)
+        if center:
+            xp.add(centered, beta.reshape(shaped), out=centered)
+        xp.copyto(out, centered, casting="unsafe")
+    return host_kernel(backend, device_id, run)
+
+
+def _layer_norm_cl(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+                   outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+    spec = inputs[0]
+    axis, epsilon, center, scale = _norm_checks("layer_norm", inputs, attrs, LAYER_NORM_INPUTS,
+                                                -1)
+    check_cl_dtypes("layer_norm", backend, device_id, [spec.dtype])
+    outer, length, inner = _rows(spec.shape, axis)
+    knl = ClKernel(backend, device_id, _cl_rows_source(spec.dtype), "gr_layer_norm",
+                   "layer_norm")
+    group = _group_size(length)
+    rows = outer * inner if length else 0
+    eps = np.float64(epsilon) if spec.dtype == "float64" else np.float32(epsilon)
+    flags = (np.int32(center), np.int32(scale))
+
+    def run(x: Any, gamma: Any, beta: Any, out: Any) -> None:
+        knl.launch(rows * group, group, out, x, gamma, beta, np.int64(length), np.int64(inner),
+                   eps, *flags)
+    return run
+
+
+define_op("layer_norm", _layer_norm_infer, 3, ("axis", "epsilon", "center", "scale"))
+kernel("layer_norm", "cpu")(_layer_norm_host)
+kernel("layer_norm", "cuda")(_layer_norm_host)
+kernel("layer_norm", "opencl")(_layer_norm_cl)
+
+
+# -- batch_norm (inference) ---------------------------------------------------------------------
+
+BATCH_NORM_INPUTS = ("gamma", "beta", "moving_mean", "moving_var")
+
+
+def batch_norm_outputs(attrs: Mapping[str, Any]) -> int:
+    """1 (normalized data) or 3 (plus moving_mean, moving_var), as the graph node declares."""
+    raw = attrs.get(NUM_OUTPUTS_KEY, attrs.get("num_outputs", 1))
+    try:
+        count = int(raw)
+    except (TypeError, ValueError):
+        count = -1
+    if count not in (1, 3):
+        raise attr_error("batch_norm", "num_outputs", raw, "1 (the normalized data) or 3 (data, "
+                                                           "moving_mean, moving_var)")
+    return count
+
+
+def _batch_norm_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
+    _norm_checks("batch_norm", inputs, attrs, BATCH_NORM_INPUTS, 1)
+    outs = [TensorSpec(tuple(inputs[0].shape), inputs[0].dtype)]
+    if batch_norm_outputs(attrs) == 3:
+        outs += [TensorSpec(tuple(inputs[3].shape), inputs[3].dtype),
+                 TensorSpec(tuple(inputs[4].shape), inputs[4].dtype)]
+    return outs
+
+
+def _batch_norm_template(epsilon: float, center: bool, scale: bool) -> str:
+    """C expression over {0} data, {1} gamma, {2} beta, {3} mean, {4} var."""
+    expr = f"({{0}} - {{3}}) / sqrt({{4}} + ({{T}})({epsilon!r}))"
+    if scale:
+        expr = f"({expr}) * {{1}}"
+    if center:
+        expr = f"({expr}) + {{2}}"
+    return expr
+
+
+def _batch_norm_factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+                        outputs: Sequence[TensorSpec],
+                        attrs: Mapping[str, Any]) -> Callable[..., None]:
+    spec = inputs[0]
+    axis, epsilon, center, scale = _norm_checks("batch_norm", inputs, attrs, BATCH_NORM_INPUTS,
+                                                1)
+    shaped = tuple(d if i == axis else 1 for i, d in enumerate(spec.shape))[axis:]
+    if backend.name == "cpu":
+        normalize = _batch_norm_cpu(inputs, shaped, epsilon, center, scale)
+    else:
+        # numpy counterpart: _batch_norm_cpu; one fused kernel on GPUs.
+        params = [TensorSpec(shaped, s.dtype) for s in inputs[1:]]
+        step = (_batch_norm_template(epsilon, center, scale), [0, 1, 2, 3, 4], spec.dtype)
+        fused = gpu_elementwise(backend, device_id, [spec] + params, outputs[0], [step],
+                                "gr_batch_norm")
+        if backend.name == "opencl":
+            normalize = fused
+        else:
+            def normalize(x: Any, *rest: Any) -> None:
+                fused(x, *[a.reshape(shaped) for a in rest[:4]], rest[4])
+    passthrough = len(outputs) == 3
+
+    def run(x: Any, gamma: Any, beta: Any, mean: Any, var: Any, out: Any, *stats: Any) -> None:
+        normalize(x, gamma, beta, mean, var, out)
+        if passthrough:
+            backend.copy(mean, stats[0])
+            backend.copy(var, stats[1])
+    return run
+
+
+def _batch_norm_cpu(inputs: Sequence[TensorSpec], shaped: tuple[int, ...], epsilon: float,
+                    center: bool, scale: bool) -> Callable[..., None]:
+    work = _work(None, inputs[0].dtype)
+    factor = np.empty(shaped, work)
+    shift = np.empty(shaped, work)
+    buf = np.empty(inputs[0].shape, work) if work != inputs[0].dtype else None
+
+    def run(x: Any, gamma: Any, beta: Any, mean: Any, var: Any, out: Any) -> None:
+        # out = x * factor + shift with factor = gamma / sqrt(var + eps), shift = beta - mean * factor
+        np.add(var.reshape(shaped), epsilon, out=factor)
+        np.sqrt(factor, out=factor)
+        np.divide(1, factor, out=factor)
+        if scale:
+            np.multiply(factor, gamma.reshape(shaped), out=factor)
+        np.multiply(mean.reshape(shaped), factor, out=shift)
+        np.negative(shift, out=shift)
+        if center:
+            np.add(shift, beta.reshape(shaped), out=shift)
+        y = out if buf is None else buf
+        np.multiply(x, factor, out=y)
+        np.add(y, shift, out=y)
+        if buf is not None:
+            np.copyto(out, buf, casting="unsafe")
+    return run
+
+
+define_op("batch_norm", _batch_norm_infer, 5, ("axis", "epsilon", "center", "scale"))
+for _kind in ("cpu", "cuda", "opencl"):
+    kernel("batch_norm", _kind)(_batch_norm_factory)
+
+
+# -- elementwise ops with attributes (fusable into GPU chains) ----------------------------------
+# The host kernels run on the CPU only; CUDA and OpenCL run the C expressions.
+
+# NOTE: NumPy has no erf; math.erf per element is exact but slow (about 0.1 us per value).
+_ERF = np.frompyfunc(math.erf, 1, 1)
+_SQRT1_2 = "0.7071067811865476"
+_SQRT_2_PI = "0.7978845608028654"
+
+
+def _clip_bounds(attrs: Mapping[str, Any]) -> tuple[float, float]:
+    a_min = float_attr("clip", attrs, "a_min")
+    a_max = float_attr("clip", attrs, "a_max")
+    if a_min > a_max:
+        raise attr_error("clip", "a_min", a_min, f"at most a_max = {a_max}")
+    return a_min, a_max
+
+
+def _clip_expr(attrs: Mapping[str, Any]) -> str:
+    a_min, a_max = _clip_bounds(attrs)
+    expr = "{0}"
+    # An infinite bound clips nothing; C has no portable literal for it.
+    if math.isfinite(a_max):
+        expr = f"({expr} > ({{T}})({a_max!r}) ? ({{T}})({a_max!r}) : {expr})"
+    if math.isfinite(a_min):
+        expr = f"({{0}} < ({{T}})({a_min!r}) ? ({{T}})({a_min!r}) : {expr})"
+    return expr
+
+
+def _leaky_relu_expr(attrs: Mapping[str, Any]) -> str:
+    alpha = float_attr("leaky_relu", attrs, "alpha", 0.01)
+    return f"({{0}} < 0 ? ({{T}})({alpha!r}) * {{0}} : {{0}})"
+
+
+def _gelu_approximate(attrs: Mapping[str, Any]) -> str:
+    return str_attr("gelu", attrs, "approximate", "none", ("none", "tanh"))
+
+
+def _gelu_expr(attrs: Mapping[str, Any]) -> str:
+    if _gelu_approximate(attrs) == "tanh":
+        inner = f"({{T}}){_SQRT_2_PI} * ({{0}} + ({{T}})0.044715 * {{0}} * {{0}} * {{0}})"
+        return f"(({{T}})0.5 * {{0}} * (({{T}})1 + tanh({inner})))"
+    return f"(({{T}})0.5 * {{0}} * (({{T}})1 + erf({{0}} * ({{T}}){_SQRT1_2})))"
+
+
+def _clip_host(xp: Any, attrs: Mapping[str, Any], dtype: str) -> Callable[..., None]:
+    a_min, a_max = _clip_bounds(attrs)
+    if np.dtype(dtype).kind in "iu":
+        # Integer data: the bounds become integers of the dtype's range, as a cast would.
+        info = np.iinfo(dtype)
+        a_min = int(max(min(a_min, info.max), info.min))
+        a_max = int(max(min(a_max, info.max), info.min))
+    return lambda x, out: xp.clip(x, a_min, a_max, out=out)
+
+
+def _leaky_relu_host(xp: Any, attrs: Mapping[str, Any], dtype: str) -> Callable[..., None]:
+    alpha = float_attr("leaky_relu", attrs, "alpha", 0.01)
+
+    def run(x: Any, out: Any) -> None:
+        xp.multiply(x, alpha, out=out, casting="unsafe")
+        xp.copyto(out, x, where=x >= 0)
+    return run
+
+
+def _erf_host(xp: Any, attrs: Mapping[str, Any], dtype: str) -> Callable[..., None]:
+    return lambda x, out: np.copyto(out, _ERF(x), casting="unsafe")
+
+
+def _gelu_host(xp: Any, attrs: Mapping[str, Any], dtype: str) -> Callable[..., None]:
+    tanh_form = _gelu_approximate(attrs) == "tanh"
+    erf = _erf_host(xp, attrs, dtype)
+
+    def run(x: Any, out: Any) -> None:
+        if tanh_form:
+            # 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
+            xp.multiply(x, x, out=out)
+            xp.multiply(out, 0.044715, out=out, casting="unsafe")
+            xp.add(out, 1, out=out)
+            xp.multiply(out, x, out=out)
+            xp.multiply(out, float(_SQRT_2_PI), out=out, casting="unsafe")
+            xp.tanh(out, out=out)
+        else:
+            xp.multiply(x, float(_SQRT1_2), out=out, casting="unsafe")
+            erf(out, out)
+        xp.add(out, 1, out=out)
+        xp.multiply(out, x, out=out)
+        xp.multiply(out, 0.5, out=out, casting="unsafe")
+    return run
+
+
+HostFactory = Callable[[Any, Mapping[str, Any], str], Callable[..., None]]
+# op -> (C expression from attrs, host kernel maker, dtypes, attribute names)
+UNARY_NN: dict[str, tuple[Callable[[Mapping[str, Any]], str], HostFactory, tuple[str, ...],
+                          tuple[str, ...]]] = {
+    "clip": (_clip_expr, _clip_host, NUMERIC_DTYPES, ("a_min", "a_max")),
+    "leaky_relu": (_leaky_relu_expr, _leaky_relu_host, FLOAT_DTYPES, ("alpha",)),
+    "gelu": (_gelu_expr, _gelu_host, FLOAT_DTYPES, ("approximate",)),
+    "erf": (lambda attrs: "erf({0})", _erf_host, FLOAT_DTYPES, ()),
+}
+
+
+def _unary_infer(op: str) -> Callable[..., list[TensorSpec]]:
+    expr, _, dtypes, _ = UNARY_NN[op]
+
+    def infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
+        check_num_inputs(op, inputs, 1)
+        check_dtype(op, inputs[0], dtypes)
+        expr(attrs)  # validates the attributes
+        return [TensorSpec(tuple(inputs[0].shape), inputs[0].dtype)]
+    return infer
+
+
+def _unary_factory(op: str) -> Callable[..., Callable[..., None]]:
+    expr, host, _, _ = UNARY_NN[op]
+
+    def factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+                outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+        if backend.name == "cpu":
+            return host(np, attrs, inputs[0].dtype)
+        step = (expr(attrs), [0], outputs[0].dtype)
+        return gpu_elementwise(backend, device_id, inputs, outputs[0], [step], f"gr_{op}")
+    return factory
+
+
+for _op, (_expr, _host, _dtypes, _attrs) in UNARY_NN.items():
+    define_op(_op, _unary_infer(_op), 1, _attrs)
+    for _kind in ("cpu", "cuda", "opencl"):
+        kernel(_op, _kind)(_unary_factory(_op))
+    elementwise_expr(_op, _expr)
+
+
+# -- where --------------------------------------------------------------------------------------
+
+def _where_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
+    check_num_inputs("where", inputs, 3)
+    check_dtype("where", inputs[0], WHERE_CONDITION_DTYPES, "condition")
+    check_same_dtype("where", inputs[1:])
+    check_dtype("where", inputs[1], NUMERIC_DTYPES, "x")
+    shape = broadcast_shape("where", *(s.shape for s in inputs))
+    return [TensorSpec(shape, inputs[1].dtype)]
+
+
+def _where_factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+                   outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+    if backend.name != "cpu":
+        step = ("({0} ? {1} : {2})", [0, 1, 2], outputs[0].dtype)
+        return gpu_elementwise(backend, device_id, inputs, outputs[0], [step], "gr_where")
+    is_bool = inputs[0].dtype == "bool"
+
+    def run(condition: Any, x: Any, y: Any, out: Any) -> None:
+        np.copyto(out, y)
+        np.copyto(out, x, where=condition if is_bool else condition != 0)
+    return run
+
+
+define_op("where", _where_infer, 3, ())
+for _kind in ("cpu", "cuda", "opencl"):
+    kernel("where", _kind)(_where_factory)
+elementwise_expr("where", "({0} ? {1} : {2})")
+
+__all__ = ["NUM_OUTPUTS_KEY", "UNARY_NN", "batch_norm_outputs"]

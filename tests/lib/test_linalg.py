@@ -1,0 +1,175 @@
+"""dense, matmul, batch_matmul and bias_add on every backend against float64 NumPy references."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from graph_runtime.errors import LibraryError
+from graph_runtime.lib.module import TensorSpec
+
+
+# Products sum K terms, so absolute errors grow with K: per-dtype tolerances for these ops.
+SUM_TOLERANCES = {"float16": {"rtol": 1e-2, "atol": 5e-2}, "float32": {"rtol": 1e-5, "atol": 1e-4},
+                  "float64": {"rtol": 1e-10, "atol": 1e-10}}
+
+
+@pytest.fixture(name="check_op")
+def check_sum_op(run_op):
+    """check_op with SUM_TOLERANCES (integers compare exactly)."""
+    def check(backend_name, func, inputs, reference, attrs=None):
+        (got,) = run_op(backend_name, func, inputs, attrs)
+        assert got.shape == reference.shape, f"shape {got.shape} != reference {reference.shape}"
+        assert got.dtype == inputs[0].dtype
+        tol = SUM_TOLERANCES.get(str(got.dtype))
+        if tol is None:
+            np.testing.assert_array_equal(got, reference)
+        else:
+            np.testing.assert_allclose(got.astype(np.float64), reference, **tol)
+    return check
+
+
+def _ref_products(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Row-by-column dot products written out with einsum over float64: a [B, M, K], b [B, K, N]."""
+    return np.einsum("bmk,bkn->bmn", a.astype(np.float64), b.astype(np.float64))
+
+
+def _ref_dense(data: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    flat = data.reshape(1, int(np.prod(data.shape[:-1])), data.shape[-1])
+    out = _ref_products(flat, weight.T[None])[0]
+    return out.reshape(data.shape[:-1] + (weight.shape[0],))
+
+
+# (data shape, weight shape): size-1 dims, zero rows, zero features, ranks 1..3, and sizes that
+# cross the OpenCL GEMM's 64-wide tiles.
+DENSE_SHAPES = [((3, 5), (4, 5)), ((2, 3, 5), (4, 5)), ((1, 1), (1, 1)), ((0, 5), (4, 5)),
+                ((3, 0), (4, 0)), ((7,), (2, 7)), ((70, 130), (33, 130)), ((5, 3), (0, 3))]
+
+
+@pytest.mark.parametrize("data_shape,weight_shape", DENSE_SHAPES)
+def test_dense_float32(backend_name: str, data_shape, weight_shape, check_op,
+                       random_array) -> None:
+    data = random_array(data_shape, "float32", seed=1)
+    weight = random_array(weight_shape, "float32", seed=2)
+    check_op(backend_name, "dense", [data, weight], _ref_dense(data, weight))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float64"])
+def test_dense_dtypes_and_units(backend_name: str, dtype: str, check_op, random_array) -> None:
+    data = random_array((4, 6), dtype, seed=3)
+    weight = random_array((5, 6), dtype, seed=4)
+    check_op(backend_name, "dense", [data, weight], _ref_dense(data, weight),
+             {"units": 5, "out_dtype": dtype})
+
+
+@pytest.mark.parametrize("transpose_a", [False, True])
+@pytest.mark.parametrize("transpose_b", [False, True])
+def test_matmul_transposes(backend_name: str, transpose_a: bool, transpose_b: bool, check_op,
+                           random_array) -> None:
+    m, k, n = 5, 7, 3
+    a = random_array((k, m) if transpose_a else (m, k), "float32", seed=5)
+    b = random_array((n, k) if transpose_b else (k, n), "float32", seed=6)
+    a_mk = a.T if transpose_a else a
+    b_kn = b.T if transpose_b else b
+    check_op(backend_name, "matmul", [a, b], _ref_products(a_mk[None], b_kn[None])[0],
+             {"transpose_a": transpose_a, "transpose_b": transpose_b})
+
+
+def test_matmul_leading_dims(backend_name: str, check_op, random_array) -> None:
+    a = random_array((2, 3, 4), "float64", seed=7)
+    b = random_array((4, 6), "float64", seed=8)
+    want = _ref_products(a.reshape(1, 6, 4), b[None])[0].reshape(2, 3, 6)
+    check_op(backend_name, "matmul", [a, b], want)
+
+
+# (x shape, y shape, transpose_a, transpose_b): Relay's default transpose_b=True, broadcast batch
+# of 1 on either side, and a zero batch.
+BATCH_CASES = [((2, 3, 4), (2, 5, 4), False, True), ((2, 4, 3), (2, 4, 5), True, False),
+               ((1, 3, 4), (3, 5, 4), False, True), ((3, 3, 4), (1, 4, 5), False, False),
+               ((0, 3, 4), (1, 5, 4), False, True), ((1, 1, 1), (1, 1, 1), False, True)]
+
+
+@pytest.mark.parametrize("x_shape,y_shape,transpose_a,transpose_b", BATCH_CASES)
+def test_batch_matmul(backend_name: str, x_shape, y_shape, transpose_a, transpose_b, check_op,
+                      random_array) -> None:
+    x = random_array(x_shape, "float32", seed=9)
+    y = random_array(y_shape, "float32", seed=10)
+    x_mk = x.swapaxes(1, 2) if transpose_a else x
+    y_kn = y.swapaxes(1, 2) if transpose_b else y
+    batch = max(x.shape[0], y.shape[0]) if 0 not in (x.shape[0], y.shape[0]) else 0
+    x_b = np.broadcast_to(x_mk, (batch,) + x_mk.shape[1:])
+    y_b = np.broadcast_to(y_kn, (batch,) + y_kn.shape[1:])
+    attrs = {"transpose_a": transpose_a, "transpose_b": transpose_b}
+    if transpose_b:
+        attrs.pop("transpose_b")  # exercises the default
+    check_op(backend_name, "batch_matmul", [x, y], _ref_products(x_b, y_b), attrs)
+
+
+def test_batch_matmul_float16(backend_name: str, check_op, random_array) -> None:
+    x = random_array((2, 3, 8), "float16", seed=11)
+    y = random_array((2, 5, 8), "float16", seed=12)
+    check_op(backend_name, "batch_matmul", [x, y], _ref_products(x, y.swapaxes(1, 2)))
+
+
+@pytest.mark.parametrize("shape,axis,dtype", [((2, 3, 4), None, "float32"),
+                                              ((2, 3, 4), -1, "float64"),
+                                              ((5, 2), 0, "int32"), ((0, 3), 1, "float16"),
+                                              ((1, 1, 1, 1), 2, "float32")])
+def test_bias_add(backend_name: str, shape, axis, dtype, check_op, random_array) -> None:
+    data = random_array(shape, dtype, seed=13)
+    length = shape[1 if axis is None else axis]
+    bias = random_array((length,), dtype, seed=14)
+    where = (1 if axis is None else axis) % len(shape)
+    want = data.astype(np.float64) + bias.astype(np.float64).reshape(
+        (length,) + (1,) * (len(shape) - where - 1))
+    if dtype == "int32":
+        want = want.astype(np.int32)
+    attrs = {} if axis is None else {"axis": axis}
+    check_op(backend_name, "bias_add", [data, bias], want, attrs)
+
+
+def test_dense_bias_chain(backend_name: str, check_op, random_array) -> None:
+    data = random_array((3, 8), "float32", seed=15)
+    weight = random_array((4, 8), "float32", seed=16)
+    bias = random_array((4,), "float32", seed=17)
+    want = _ref_dense(data, weight) + bias.astype(np.float64)
+    check_op(backend_name, [{"op": "dense"}, {"op": "bias_add", "axis": -1}],
+             [data, weight, bias], want)
+
+
+# -- validation at create() time ----------------------------------------------------------------
+
+ERRORS = [
+    ("dense", [((3, 5), "float32"), ((4, 6), "float32")], {},
+     r"dense: data \(3, 5\) float32 has 5 features .* weight \(4, 6\) float32 has 6"),
+    ("dense", [((3, 5), "float32"), ((4, 5), "float32")], {"units": 3},
+     r"dense: attribute 'units' = 3: expected 4"),
+    ("dense", [((3, 5), "float32"), ((4, 5, 1), "float32")], {}, r"dense: weight has shape"),
+    ("dense", [((3, 5), "float32"), ((4, 5), "float64")], {},
+     r"dense: input 1 has dtype float64 but input 0 has float32"),
+    ("dense", [((3, 5), "int32"), ((4, 5), "int32")], {}, r"dense: input 0 has dtype int32"),
+    ("dense", [((3, 5), "float32"), ((4, 5), "float32")], {"out_dtype": "float64"},
+     r"dense: attribute 'out_dtype' = 'float64'"),
+    ("matmul", [((3, 5), "float32"), ((4, 6), "float32")], {"transpose_b": True},
+     r"matmul: input 0 \(3, 5\) float32 gives K = 5 .* K = 6 \(transpose_b=True\)"),
+    ("matmul", [((3, 5, 2), "float32"), ((3, 6), "float32")], {"transpose_a": True},
+     r"matmul: input 0 \(transpose_a\) has shape \(3, 5, 2\)"),
+    ("batch_matmul", [((2, 3, 4), "float32"), ((3, 5, 4), "float32")], {},
+     r"batch_matmul: batch sizes differ: x has 2, y has 3"),
+    ("batch_matmul", [((2, 3, 4), "float32"), ((2, 5, 4), "float32")], {"transpose_b": False},
+     r"batch_matmul: x .* gives K = 4 .* y \(2, 5, 4\) float32 gives K = 5"),
+    ("batch_matmul", [((3, 4), "float32"), ((2, 5, 4), "float32")], {},
+     r"batch_matmul: x has shape \(3, 4\) \(rank 2\); expected rank 3"),
+    ("bias_add", [((2, 3), "float32"), ((2,), "float32")], {},
+     r"bias_add: bias \(2,\) float32 has 2 values but data \(2, 3\) float32 has 3 on axis 1"),
+    ("bias_add", [((2, 3), "float32"), ((3,), "float32")], {"axis": 2},
+     r"bias_add: attribute 'axis' = 2: expected an axis in \[-2, 2\)"),
+    ("dense", [((3, 5), "float32"), ((4, 5), "float32")], {"unit": 4},
+     r"dense: unknown attribute 'unit'; it accepts: units, out_dtype"),
+]
+
+
+@pytest.mark.parametrize("op,specs,attrs,message", ERRORS)
+def test_errors(op: str, specs, attrs, message: str, make_function) -> None:
+    inputs = [TensorSpec(shape, dtype) for shape, dtype in specs]
+    with pytest.raises(LibraryError, match=message):
+        make_function(op).infer(inputs, attrs)
