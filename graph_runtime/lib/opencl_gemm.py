@@ -1,6 +1,7 @@
-"""Batched GEMM on OpenCL: a register-tiled kernel of our own, or CLBlast when asked and importable."""
+"""Batched GEMM on OpenCL: a register-tiled kernel of our own, or CLBlast through pyclblast."""
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -134,7 +135,7 @@ void gr_gemm(const int M, const int N, const int K,
 def clblast_available() -> bool:
     """Whether pyclblast imports (it needs the CLBlast shared library, e.g. libclblast-dev)."""
     try:
-        import pyclblast  # noqa: F401
+        importlib.import_module("pyclblast")
     except ImportError:
         return False
     return True

@@ -1,6 +1,7 @@
 """The standard-op registry: each op's shape/attr checker and its kernel factory per backend."""
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -60,16 +61,24 @@ def get_op(name: str) -> OpDef:
 
 
 _loaded = False
+_load_lock = threading.RLock()
 
 
 def load_standard_ops() -> None:
-    """Import every op family once so OPS is complete (families register on import)."""
+    """Import every op family once so OPS is complete (families register on import).
+
+    Thread-safe: Disco's threaded workers may ask for the table at the same moment, and none may
+    see it half filled.
+    """
     global _loaded
     if _loaded:
         return
-    _loaded = True
-    import importlib
-    import pkgutil
-    from . import ops as ops_pkg
-    for info in pkgutil.iter_modules(ops_pkg.__path__):
-        importlib.import_module(f"{ops_pkg.__name__}.{info.name}")
+    with _load_lock:
+        if _loaded:
+            return
+        import importlib
+        import pkgutil
+        from . import ops as ops_pkg
+        for info in pkgutil.iter_modules(ops_pkg.__path__):
+            importlib.import_module(f"{ops_pkg.__name__}.{info.name}")
+        _loaded = True

@@ -202,13 +202,18 @@ def _conv2d_host(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
     padded = None
     if any(p.pad) or staged:
         padded = xp.zeros((p.n, p.c, p.h + pt + pb, p.w + pl + pr), work)
-    col = None if direct else xp.empty((p.n, p.groups, p.cg, p.kh, p.kw, p.oh, p.ow), work)
+    col_shape = (p.n, p.groups, p.cg, p.kh, p.kw, p.oh, p.ow)
+    col = xp.empty((0,) if direct else col_shape, work)
     w_buf = xp.empty(inputs[1].shape, work) if staged else None
     out_buf = xp.empty(outputs[0].shape, work) if staged else None
     kk = p.cg * p.kh * p.kw
     as_strided = xp.lib.stride_tricks.as_strided
 
     def run(data: Any, weight: Any, out: Any) -> None:
+        if kk == 0:
+            # NOTE: no input channels: an empty sum; cuBLAS is not asked to multiply with K = 0.
+            out.fill(0)
+            return
         src = data
         if padded is not None:
             padded[:, :, pt:pt + p.h, pl:pl + p.w] = data
@@ -217,7 +222,7 @@ def _conv2d_host(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
             cols = src.reshape(p.n, p.groups, kk, p.oh * p.ow)
         else:
             s_n, s_c, s_h, s_w = src.strides
-            windows = as_strided(src, shape=col.shape,
+            windows = as_strided(src, shape=col_shape,
                                  strides=(s_n, p.cg * s_c, s_c, dh * s_h, dw * s_w, sh * s_h,
                                           sw * s_w))
             xp.copyto(col, windows)
@@ -252,6 +257,9 @@ def _conv2d_transpose_host(backend: Any, device_id: int, inputs: Sequence[Tensor
     span_w = (p.w - 1) * sw + 1
 
     def run(data: Any, weight: Any, out: Any) -> None:
+        if p.cg == 0:
+            out.fill(0)
+            return
         x = _staged(xp, data, d_buf).reshape(p.n, p.groups, p.cg, p.h * p.w)
         w = _staged(xp, weight, w_buf).reshape(p.groups, p.cg, taps).swapaxes(1, 2)
         xp.matmul(w, x, out=cols)

@@ -53,9 +53,10 @@ def _ufunc1(name: str) -> HostFn:
 def _ufunc2(name: str) -> HostFn:
     def make(xp: Any) -> Callable[..., None]:
         fn = getattr(xp, name)
-        if xp is np:
+        if xp is np and name not in ("maximum", "minimum"):
             # NOTE: np.add(a, b, out) with out positional: no Python wrapper per call, which
-            # keeps the executor within a few percent of a hand-written NumPy loop.
+            # keeps the executor within a few percent of a hand-written NumPy loop. NumPy
+            # deprecates a positional out for maximum/minimum only.
             return fn  # type: ignore[no-any-return]
         return lambda a, b, out: fn(a, b, out=out)
     return make

@@ -1,4 +1,4 @@
-"""Linear-algebra standard ops (dense, matmul, batch_matmul, bias_add) as batched GEMMs per backend."""
+"""Linear-algebra standard ops (dense, matmul, batch_matmul, bias_add) as batched GEMMs."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -31,10 +31,14 @@ class Gemm:
     dtype: str
 
     def a_shape(self) -> tuple[int, int, int]:
-        return (self.a_batches, self.k, self.m) if self.trans_a else (self.a_batches, self.m, self.k)
+        if self.trans_a:
+            return (self.a_batches, self.k, self.m)
+        return (self.a_batches, self.m, self.k)
 
     def b_shape(self) -> tuple[int, int, int]:
-        return (self.b_batches, self.n, self.k) if self.trans_b else (self.b_batches, self.k, self.n)
+        if self.trans_b:
+            return (self.b_batches, self.n, self.k)
+        return (self.b_batches, self.k, self.n)
 
     def opencl_shape(self) -> GemmShape:
         return GemmShape(self.m, self.n, self.k, self.dtype, self.trans_a, self.trans_b,
@@ -165,6 +169,10 @@ def host_gemm(backend: Any, device_id: int, gemm: Gemm) -> Callable[[Any, Any, A
                 b3.swapaxes(1, 2) if gemm.trans_b else b3)
 
     def run(a: Any, b: Any, out: Any) -> None:
+        if gemm.k == 0:
+            # NOTE: an empty sum; cuBLAS is not asked to multiply with K = 0.
+            out.fill(0)
+            return
         a3, b3 = operands(a, b)
         c3 = out.reshape(c_shape)
         if staged is None:

@@ -67,7 +67,8 @@ def _pool_infer(op: str) -> Callable[..., list[TensorSpec]]:
     return infer
 
 
-def _taps(out: int, k: int, stride: int, dilation: int, lo: int, hi: int, before: int) -> np.ndarray:
+def _taps(out: int, k: int, stride: int, dilation: int, lo: int, hi: int,
+          before: int) -> np.ndarray:
     """Per output index, how many window taps land in [lo, hi) (input coordinates)."""
     starts = np.arange(out) * stride - before
     taps = starts[:, None] + np.arange(k)[None, :] * dilation
@@ -139,7 +140,7 @@ def _cl_pool_source(dtype: str, is_max: bool) -> str:
     acc = compute_type(dtype, "opencl")
     init = "-INFINITY" if is_max else "0"
     merge = "if (v > s || v != v) s = v;" if is_max else "s += v;"
-    result = "s" if is_max else f"s * inv[(long)oh * OW + ow]"
+    result = "s" if is_max else "s * inv[(long)oh * OW + ow]"
     inv_dtype = _inv_dtype(dtype)
     extra = "" if is_max else f", {cl_param('inv', inv_dtype)}"
     inv_ptr = "" if is_max else cl_pointer("inv", inv_dtype)

@@ -1,0 +1,176 @@
+"""Elementwise standard ops with attributes (clip, leaky_relu, gelu, erf) and where."""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from ..module import TensorSpec
+from ..registry import define_op, kernel
+from ._common import (FLOAT_DTYPES, NUMERIC_DTYPES, attr_error, broadcast_shape, check_dtype,
+                      check_num_inputs, check_same_dtype, elementwise_expr, float_attr,
+                      gpu_elementwise, str_attr)
+
+WHERE_CONDITION_DTYPES = ("bool",) + NUMERIC_DTYPES
+
+# -- elementwise ops with attributes (fusable into GPU chains) ----------------------------------
+# The host kernels run on the CPU only; CUDA and OpenCL run the C expressions.
+
+# NOTE: NumPy has no erf; math.erf per element is exact but slow (about 0.1 us per value).
+_ERF = np.frompyfunc(math.erf, 1, 1)
+_SQRT1_2 = "0.7071067811865476"
+_SQRT_2_PI = "0.7978845608028654"
+
+
+def _clip_bounds(attrs: Mapping[str, Any]) -> tuple[float, float]:
+    a_min = float_attr("clip", attrs, "a_min")
+    a_max = float_attr("clip", attrs, "a_max")
+    if a_min > a_max:
+        raise attr_error("clip", "a_min", a_min, f"at most a_max = {a_max}")
+    return a_min, a_max
+
+
+def _clip_expr(attrs: Mapping[str, Any]) -> str:
+    a_min, a_max = _clip_bounds(attrs)
+    expr = "{0}"
+    # An infinite bound clips nothing; C has no portable literal for it.
+    if math.isfinite(a_max):
+        expr = f"({expr} > ({{T}})({a_max!r}) ? ({{T}})({a_max!r}) : {expr})"
+    if math.isfinite(a_min):
+        expr = f"({{0}} < ({{T}})({a_min!r}) ? ({{T}})({a_min!r}) : {expr})"
+    return expr
+
+
+def _leaky_relu_expr(attrs: Mapping[str, Any]) -> str:
+    alpha = float_attr("leaky_relu", attrs, "alpha", 0.01)
+    return f"({{0}} < 0 ? ({{T}})({alpha!r}) * {{0}} : {{0}})"
+
+
+def _gelu_approximate(attrs: Mapping[str, Any]) -> str:
+    return str_attr("gelu", attrs, "approximate", "none", ("none", "tanh"))
+
+
+def _gelu_expr(attrs: Mapping[str, Any]) -> str:
+    if _gelu_approximate(attrs) == "tanh":
+        inner = f"({{T}}){_SQRT_2_PI} * ({{0}} + ({{T}})0.044715 * {{0}} * {{0}} * {{0}})"
+        return f"(({{T}})0.5 * {{0}} * (({{T}})1 + tanh({inner})))"
+    return f"(({{T}})0.5 * {{0}} * (({{T}})1 + erf({{0}} * ({{T}}){_SQRT1_2})))"
+
+
+def _clip_host(xp: Any, attrs: Mapping[str, Any], dtype: str) -> Callable[..., None]:
+    a_min, a_max = _clip_bounds(attrs)
+    if np.dtype(dtype).kind in "iu":
+        # Integer data: the bounds become integers of the dtype's range, as a cast would.
+        info = np.iinfo(dtype)
+        a_min = int(max(min(a_min, info.max), info.min))
+        a_max = int(max(min(a_max, info.max), info.min))
+    return lambda x, out: xp.clip(x, a_min, a_max, out=out)
+
+
+def _leaky_relu_host(xp: Any, attrs: Mapping[str, Any], dtype: str) -> Callable[..., None]:
+    alpha = float_attr("leaky_relu", attrs, "alpha", 0.01)
+
+    def run(x: Any, out: Any) -> None:
+        xp.multiply(x, alpha, out=out, casting="unsafe")
+        xp.copyto(out, x, where=x >= 0)
+    return run
+
+
+def _erf_host(xp: Any, attrs: Mapping[str, Any], dtype: str) -> Callable[..., None]:
+    return lambda x, out: np.copyto(out, _ERF(x), casting="unsafe")
+
+
+def _gelu_host(xp: Any, attrs: Mapping[str, Any], dtype: str) -> Callable[..., None]:
+    tanh_form = _gelu_approximate(attrs) == "tanh"
+    erf = _erf_host(xp, attrs, dtype)
+
+    def run(x: Any, out: Any) -> None:
+        if tanh_form:
+            # 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
+            xp.multiply(x, x, out=out)
+            xp.multiply(out, 0.044715, out=out, casting="unsafe")
+            xp.add(out, 1, out=out)
+            xp.multiply(out, x, out=out)
+            xp.multiply(out, float(_SQRT_2_PI), out=out, casting="unsafe")
+            xp.tanh(out, out=out)
+        else:
+            xp.multiply(x, float(_SQRT1_2), out=out, casting="unsafe")
+            erf(out, out)
+        xp.add(out, 1, out=out)
+        xp.multiply(out, x, out=out)
+        xp.multiply(out, 0.5, out=out, casting="unsafe")
+    return run
+
+
+HostFactory = Callable[[Any, Mapping[str, Any], str], Callable[..., None]]
+# op -> (C expression from attrs, host kernel maker, dtypes, attribute names)
+UNARY_NN: dict[str, tuple[Callable[[Mapping[str, Any]], str], HostFactory, tuple[str, ...],
+                          tuple[str, ...]]] = {
+    "clip": (_clip_expr, _clip_host, NUMERIC_DTYPES, ("a_min", "a_max")),
+    "leaky_relu": (_leaky_relu_expr, _leaky_relu_host, FLOAT_DTYPES, ("alpha",)),
+    "gelu": (_gelu_expr, _gelu_host, FLOAT_DTYPES, ("approximate",)),
+    "erf": (lambda attrs: "erf({0})", _erf_host, FLOAT_DTYPES, ()),
+}
+
+
+def _unary_infer(op: str) -> Callable[..., list[TensorSpec]]:
+    expr, _, dtypes, _ = UNARY_NN[op]
+
+    def infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
+        check_num_inputs(op, inputs, 1)
+        check_dtype(op, inputs[0], dtypes)
+        expr(attrs)  # validates the attributes
+        return [TensorSpec(tuple(inputs[0].shape), inputs[0].dtype)]
+    return infer
+
+
+def _unary_factory(op: str) -> Callable[..., Callable[..., None]]:
+    expr, host, _, _ = UNARY_NN[op]
+
+    def factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+                outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+        if backend.name == "cpu":
+            return host(np, attrs, inputs[0].dtype)
+        step = (expr(attrs), [0], outputs[0].dtype)
+        return gpu_elementwise(backend, device_id, inputs, outputs[0], [step], f"gr_{op}")
+    return factory
+
+
+for _op, (_expr, _host, _dtypes, _attrs) in UNARY_NN.items():
+    define_op(_op, _unary_infer(_op), 1, _attrs)
+    for _kind in ("cpu", "cuda", "opencl"):
+        kernel(_op, _kind)(_unary_factory(_op))
+    elementwise_expr(_op, _expr)
+
+
+# -- where --------------------------------------------------------------------------------------
+
+def _where_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
+    check_num_inputs("where", inputs, 3)
+    check_dtype("where", inputs[0], WHERE_CONDITION_DTYPES, "condition")
+    check_same_dtype("where", inputs[1:])
+    check_dtype("where", inputs[1], NUMERIC_DTYPES, "x")
+    shape = broadcast_shape("where", *(s.shape for s in inputs))
+    return [TensorSpec(shape, inputs[1].dtype)]
+
+
+def _where_factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+                   outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+    if backend.name != "cpu":
+        step = ("({0} != 0 ? {1} : {2})", [0, 1, 2], outputs[0].dtype)
+        return gpu_elementwise(backend, device_id, inputs, outputs[0], [step], "gr_where")
+    is_bool = inputs[0].dtype == "bool"
+
+    def run(condition: Any, x: Any, y: Any, out: Any) -> None:
+        np.copyto(out, y)
+        np.copyto(out, x, where=condition if is_bool else condition != 0)
+    return run
+
+
+define_op("where", _where_infer, 3, ())
+for _kind in ("cpu", "cuda", "opencl"):
+    kernel("where", _kind)(_where_factory)
+elementwise_expr("where", "({0} != 0 ? {1} : {2})")
+
+__all__ = ["UNARY_NN", "WHERE_CONDITION_DTYPES"]
