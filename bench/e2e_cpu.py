@@ -235,11 +235,13 @@ def main() -> None:
             ref = times["onnxruntime"]
             for name, t in times.items():
                 print(f"{model:<6} {batch:>5} {name:<26} {t * 1e6:14.1f} {t / ref:7.2f}")
-            ratio = times["graph_runtime"] / ref
-            verdict = "meets" if ratio <= TARGET else "MISSES"
             if model == "mlp":
-                print(f"{'':<6} {'':>5} graph_runtime / onnxruntime = {ratio:.2f}: {verdict} the "
-                      f"{TARGET}x target")
+                fastest = min(ref, times["onnxruntime 1 thread"])
+                for what, base in (("default threads", ref), ("its faster setting", fastest)):
+                    ratio = times["graph_runtime"] / base
+                    verdict = "meets" if ratio <= TARGET else "MISSES"
+                    print(f"{'':<6} {'':>5} graph_runtime / onnxruntime ({what}) = {ratio:.2f}: "
+                          f"{verdict} the {TARGET}x target")
             results.append({"model": model, "batch": batch, "number": number,
                             "seconds": times, "ratio_to_onnxruntime":
                             {k: v / ref for k, v in times.items()}})

@@ -15,7 +15,7 @@ import graph_runtime as gr
 from graph_runtime.cli import app
 from graph_runtime.params import save_params_file
 
-from conftest import backend_missing, make_graph, null, tvm_op
+from support import backend_missing, make_graph, null, tvm_op
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "graphs"

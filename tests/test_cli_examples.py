@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from graph_runtime.cli import app
 
-from conftest import require_backend
+from support import require_backend
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "graphs"
 FOLDERS = sorted(p for p in EXAMPLES.iterdir() if (p / "graph.json").is_file())

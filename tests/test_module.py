@@ -9,7 +9,7 @@ import pytest
 import graph_runtime as gr
 from graph_runtime.errors import DeviceError, GraphError, ParamsError
 
-from conftest import make_graph, null, tvm_op
+from support import make_graph, null, tvm_op
 
 
 def _axpy():

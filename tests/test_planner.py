@@ -12,7 +12,7 @@ from graph_runtime.lib import Module
 from graph_runtime.planner import (Placement, PlanResult, VirtualDevice, default, join,
                                    parse_device_constraint, plan_graph)
 
-from conftest import copy_op, make_graph, null, tvm_op
+from support import copy_op, make_graph, null, tvm_op
 
 CPU, CUDA, OPENCL = 1, 2, 4
 cpu0, cl0 = Device(CPU, 0), Device(OPENCL, 0)

@@ -13,7 +13,7 @@ from graph_runtime.cli import app
 from graph_runtime.errors import GraphRuntimeError
 from graph_runtime.regress import load_suite, selected
 
-from conftest import make_graph, null, tvm_op
+from support import make_graph, null, tvm_op
 
 ROOT = Path(__file__).resolve().parents[1]
 

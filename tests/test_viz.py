@@ -14,7 +14,7 @@ from graph_runtime.errors import GraphRuntimeError
 from graph_runtime.trace import KIND_COLORS
 from graph_runtime.viz import to_dot, write_drawing
 
-from conftest import make_graph, null, tvm_op
+from support import make_graph, null, tvm_op
 
 ROOT = Path(__file__).resolve().parents[1]
 DUPLEX = ROOT / "examples" / "graphs" / "duplex"

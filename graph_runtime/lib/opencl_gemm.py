@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -10,11 +11,15 @@ import numpy as np
 from ..errors import LibraryError
 from .ops._common import CL_TYPES, cl_header, cl_load, cl_param, cl_pointer, cl_store, compute_type
 
+IMPL_ENV = "GRAPH_RUNTIME_OPENCL_GEMM"
 # Output tile per work-group (TSM x TSN), depth of a K step (TSK), outputs per work-item (WM x WN).
 # Measured on PoCL (bench/opencl_gemm.py): 64x64x64 with 4x16 per work-item was the fastest tried.
 LARGE_TILE = (64, 64, 64, 4, 16)
 # Few rows (dense with a small batch): a 16-row tile wastes less work.
 SMALL_TILE = (16, 64, 64, 1, 16)
+# Thinner than this (rows or K), one work-item per output element beats any tile.
+DIRECT_MAX_M = 4
+DIRECT_MAX_K = 16
 
 
 @dataclass(frozen=True)
@@ -129,6 +134,29 @@ void gr_gemm(const int M, const int N, const int K,
         }}
     }}
 }}
+
+// One work-item per element of C, no local memory: for thin products (few rows, short K)
+// where a 64-wide tile would idle most of its work-items.
+__kernel void gr_gemm_direct(const int M, const int N, const int K,
+             {cl_param("a_arr", dtype)}, const int lda, const long a_batches, const long a_bs,
+             {cl_param("b_arr", dtype)}, const int ldb, const long b_batches, const long b_bs,
+             {cl_param("c_arr", dtype, const=False)}, const int ldc, const long c_bs)
+{{
+    {cl_pointer("a_arr", dtype)}
+    {cl_pointer("b_arr", dtype)}
+    {cl_pointer("c_arr", dtype, const=False)}
+    const int n = get_global_id(0);
+    const int m = get_global_id(1);
+    const long bat = get_global_id(2);
+    if (n >= N || m >= M) return;
+    __global const {CL_TYPES[dtype]}* a = a_arr + (bat % a_batches) * a_bs;
+    __global const {CL_TYPES[dtype]}* b = b_arr + (bat % b_batches) * b_bs;
+    __global {CL_TYPES[dtype]}* c = c_arr + bat * c_bs;
+    {acc} sum = 0;
+    for (int k = 0; k < K; ++k)
+        sum += ({acc}){a_at} * ({acc}){b_at};
+    {cl_store("c", dtype, "(long)m * ldc + n", "sum")}
+}}
 """
 
 
@@ -146,6 +174,7 @@ def tiled_gemm(backend: Any, device_id: int, shape: GemmShape,
                                                                                 None]:
     """run(a, b, c) computing shape's GEMM with the tiled kernel; arrays may be views."""
     s = shape.with_defaults()
+    direct = tile is None and (s.m <= DIRECT_MAX_M or s.k <= DIRECT_MAX_K)
     if tile is None:
         tile = SMALL_TILE if s.m <= 16 else LARGE_TILE
     tsm, tsn, tsk, wm, wn = tile
@@ -157,11 +186,14 @@ def tiled_gemm(backend: Any, device_id: int, shape: GemmShape,
     import pyopencl as cl
     queue = backend.queue(device_id)
     program = backend.program(device_id, _source(s.dtype), options, name="gemm")
-    knl = cl.Kernel(program, "gr_gemm")
+    knl = cl.Kernel(program, "gr_gemm_direct" if direct else "gr_gemm")
     # NOTE: a zero-size operand may have no buffer; OpenCL still wants one in every slot.
     dummy = backend.alloc(device_id, 1)
-    local = (tsn // wn, tsm // wm, 1)
-    grid = ((s.n + tsn - 1) // tsn * local[0], (s.m + tsm - 1) // tsm * local[1], s.batch)
+    local: tuple[int, int, int] | None = (tsn // wn, tsm // wm, 1)
+    grid = ((s.n + tsn - 1) // tsn * (tsn // wn), (s.m + tsm - 1) // tsm * (tsm // wm), s.batch)
+    if direct:
+        local = None
+        grid = (s.n, s.m, s.batch)
     i32 = np.int32
     i64 = np.int64
     if s.m == 0 or s.n == 0 or s.batch == 0:
@@ -189,6 +221,7 @@ def clblast_gemm(backend: Any, device_id: int, shape: GemmShape) -> Callable[[An
     if s.a_batches not in (1, s.batch) or s.b_batches not in (1, s.batch):
         raise LibraryError("gemm: the CLBlast path cannot cycle a per-group operand over batches")
     queue = backend.queue(device_id)
+    itemsize = np.dtype(s.dtype).itemsize
     if s.m == 0 or s.n == 0 or s.batch == 0:
         return _nothing
     a_bs = s.a_stride if s.a_batches > 1 else 0
@@ -199,18 +232,16 @@ def clblast_gemm(backend: Any, device_id: int, shape: GemmShape) -> Callable[[An
             # NOTE: CLBlast refuses K == 0; the product is all zeros.
             c.fill(0)
             return
-        # pyclblast reads base_data and offset itself; 2-D views of the (flat) operands do.
+        # NOTE: pyclblast uses each array's buffer but not its offset; pass it in elements.
+        offsets = {"a_offset": a.offset // itemsize, "b_offset": b.offset // itemsize,
+                   "c_offset": c.offset // itemsize}
         a2 = _as_matrix(a)
         b2 = _as_matrix(b)
         c2 = _as_matrix(c)
-        if s.batch == 1:
-            pyclblast.gemm(queue, s.m, s.n, s.k, a2, b2, c2, s.lda, s.ldb, s.ldc,
-                           a_transp=s.trans_a, b_transp=s.trans_b)
-        else:
-            pyclblast.gemmStridedBatched(queue, s.m, s.n, s.k, s.batch, a2, b2, c2, s.lda,
-                                         s.ldb, s.ldc, a_stride=a_bs, b_stride=b_bs,
-                                         c_stride=s.c_stride, a_transp=s.trans_a,
-                                         b_transp=s.trans_b)
+        # One routine for every batch count: each CLBlast routine costs a long first compile.
+        pyclblast.gemmStridedBatched(queue, s.m, s.n, s.k, s.batch, a2, b2, c2, s.lda, s.ldb,
+                                     s.ldc, a_stride=a_bs, b_stride=b_bs, c_stride=s.c_stride,
+                                     a_transp=s.trans_a, b_transp=s.trans_b, **offsets)
     return run
 
 
@@ -227,9 +258,17 @@ def _as_matrix(arr: Any) -> Any:
 
 
 def make_gemm(backend: Any, device_id: int, shape: GemmShape,
-              impl: str = "tiled") -> Callable[[Any, Any, Any], None]:
-    """run(a, b, c) for shape: impl "tiled" (our kernel), "clblast", or "auto" (CLBlast if
-    importable and able, else tiled)."""
+              impl: str | None = None) -> Callable[[Any, Any, Any], None]:
+    """run(a, b, c) for shape.
+
+    Args:
+        impl: "tiled" (our kernel), "clblast", or "auto" (CLBlast when importable and able to
+            serve shape, else tiled). None reads $GRAPH_RUNTIME_OPENCL_GEMM, default "tiled":
+            on PoCL the tiled kernel matched or beat CLBlast (bench/opencl_gemm.py), needs no
+            CLBlast compile on first use, and also serves float16 and per-group weights.
+    """
+    if impl is None:
+        impl = os.environ.get(IMPL_ENV, "tiled")
     if impl == "tiled":
         return tiled_gemm(backend, device_id, shape)
     if impl == "clblast":
@@ -241,4 +280,5 @@ def make_gemm(backend: Any, device_id: int, shape: GemmShape,
             except LibraryError:
                 pass
         return tiled_gemm(backend, device_id, shape)
-    raise LibraryError(f"gemm: impl {impl!r}: expected 'tiled', 'clblast' or 'auto'")
+    raise LibraryError(f"gemm: impl {impl!r} (${IMPL_ENV}): expected 'tiled', 'clblast' or "
+                       "'auto'")

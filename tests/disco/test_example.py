@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import HERE
+from disco_support import HERE
 
 EXAMPLE = os.path.join(HERE, "..", "..", "examples", "disco", "tp_mlp.py")
 

@@ -14,7 +14,7 @@ import pytest
 from graph_runtime.disco import ProcessSession, Session, ThreadedSession
 from graph_runtime.errors import DiscoError
 
-from conftest import make_session
+from disco_support import make_session
 
 KINDS = ["threaded", "process"]
 

@@ -9,7 +9,7 @@ import pytest
 from graph_runtime import cpu
 from graph_runtime.disco import DGraphModule, DModule, Session
 
-from conftest import make_session
+from disco_support import make_session
 
 SIMPLEX = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "graphs", "simplex")
 

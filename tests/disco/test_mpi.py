@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import HERE, mpiexec
+from disco_support import HERE, mpiexec
 
 pytestmark = pytest.mark.mpi
 EXAMPLE = os.path.join(HERE, "..", "..", "examples", "disco", "tp_mlp.py")

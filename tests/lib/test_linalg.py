@@ -173,3 +173,53 @@ def test_errors(op: str, specs, attrs, message: str, make_function) -> None:
     inputs = [TensorSpec(shape, dtype) for shape, dtype in specs]
     with pytest.raises(LibraryError, match=message):
         make_function(op).infer(inputs, attrs)
+
+
+# -- the OpenCL GEMM itself: both implementations, views at offsets, per-group operands ---------
+
+GEMM_CASES = [  # m, n, k, trans_a, trans_b, batch, a_batches, b_batches
+    (5, 7, 3, False, False, 1, 1, 1), (70, 33, 130, True, False, 2, 2, 1),
+    (2, 65, 17, False, True, 3, 1, 3), (20, 20, 40, True, True, 4, 2, 4),
+    (4, 4, 0, False, False, 1, 1, 1)]
+
+
+# Every case on the tiled kernel; CLBlast (its first use compiles for tens of seconds on PoCL)
+# on one batched, broadcast, transposed case; auto on a per-group case, where it must fall back
+# to the tiled kernel without touching CLBlast.
+IMPL_CASES = ([("tiled", c) for c in GEMM_CASES] + [("clblast", GEMM_CASES[2]),
+                                                     ("auto", GEMM_CASES[3])])
+
+
+@pytest.mark.opencl
+@pytest.mark.parametrize("impl,case", IMPL_CASES)
+def test_opencl_gemm(impl: str, case, opencl_available, random_array) -> None:
+    from graph_runtime.backends import get_backend
+    from graph_runtime.lib.opencl_gemm import GemmShape, clblast_available, make_gemm
+    m, n, k, trans_a, trans_b, batch, a_batches, b_batches = case
+    if impl == "clblast" and not clblast_available():
+        pytest.skip("pyclblast is not installed")
+    backend = get_backend("opencl")
+    a = random_array((a_batches,) + ((k, m) if trans_a else (m, k)), "float32", seed=21)
+    b = random_array((b_batches,) + ((n, k) if trans_b else (k, n)), "float32", seed=22)
+    # Operands are views 256 bytes into one buffer, as the executor's storage pool hands out.
+    buffer = backend.alloc(0, 256 + a.nbytes + b.nbytes + batch * m * n * 4)
+    a_dev = backend.view(buffer, 256, a.shape, np.dtype(np.float32))
+    b_dev = backend.view(buffer, 256 + a.nbytes, b.shape, np.dtype(np.float32))
+    c_dev = backend.view(buffer, 256 + a.nbytes + b.nbytes, (batch, m, n), np.dtype(np.float32))
+    backend.from_host(a, a_dev)
+    backend.from_host(b, b_dev)
+    shape = GemmShape(m, n, k, "float32", trans_a, trans_b, batch=batch, a_batches=a_batches,
+                      b_batches=b_batches, a_stride=m * k, b_stride=k * n, c_stride=m * n)
+    make_gemm(backend, 0, shape, impl)(a_dev, b_dev, c_dev)
+    a_mk = a.swapaxes(1, 2) if trans_a else a
+    b_kn = b.swapaxes(1, 2) if trans_b else b
+    want = _ref_products(a_mk[np.arange(batch) % a_batches], b_kn[np.arange(batch) % b_batches])
+    np.testing.assert_allclose(backend.to_host(c_dev), want, **SUM_TOLERANCES["float32"])
+    np.testing.assert_array_equal(backend.to_host(a_dev), a)  # operands untouched
+
+
+def test_opencl_gemm_unknown_impl(opencl_available) -> None:
+    from graph_runtime.backends import get_backend
+    from graph_runtime.lib.opencl_gemm import GemmShape, make_gemm
+    with pytest.raises(LibraryError, match=r"gemm: impl 'fast' .*expected 'tiled', 'clblast'"):
+        make_gemm(get_backend("opencl"), 0, GemmShape(2, 2, 2, "float32"), "fast")

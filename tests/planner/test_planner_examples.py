@@ -10,7 +10,7 @@ import graph_runtime as gr
 from graph_runtime.graph import Graph
 from graph_runtime.planner import plan_graph
 
-from conftest import require_backend
+from support import require_backend
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples" / "graphs").glob("*/graph.json"))

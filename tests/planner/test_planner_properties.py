@@ -16,7 +16,7 @@ from graph_runtime.graph import Graph
 from graph_runtime.planner import (Placement, VirtualDevice, join, parse_device_constraint,
                                    plan_graph)
 
-from conftest import make_graph, null, require_backend, tvm_op
+from support import make_graph, null, require_backend, tvm_op
 
 UNARY = ["relu", "negative", "tanh", "sigmoid", "abs"]
 BINARY = ["add", "subtract", "multiply", "maximum"]

@@ -1,0 +1,26 @@
+"""Disco test helpers imported by name: session makers and the mpiexec finder."""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+from graph_runtime.disco import ProcessSession, Session, ThreadedSession
+
+KINDS = {"threaded": ThreadedSession, "process": ProcessSession}
+SIZES = (1, 2, 4)
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def make_session(kind: str, n: int, **kw: object) -> Session:
+    sess = KINDS[kind](n, **kw)
+    sess.import_python_module("disco_testfuncs")
+    return sess
+
+
+def mpiexec() -> str | None:
+    """mpiexec next to this Python (the venv's mpich), else on PATH."""
+    local = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    if os.access(local, os.X_OK):
+        return local
+    return shutil.which("mpiexec")

@@ -1,0 +1,68 @@
+"""Helpers tests import by name (conftest modules cannot be imported reliably: there are several)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from graph_runtime.backends import get_backend
+from graph_runtime.errors import DeviceError
+
+REQUIRE_OPENCL = os.environ.get("GRAPH_RUNTIME_REQUIRE_OPENCL") == "1"
+
+
+def backend_missing(name: str) -> str | None:
+    """Why a backend cannot run here, or None when it can."""
+    try:
+        backend = get_backend(name)
+        if backend.device_count() == 0:
+            return f"{name}: no device visible"
+    except DeviceError as e:
+        return str(e)
+    return None
+
+
+def require_backend(name: str) -> None:
+    """Skip with the reason when the backend is missing; OpenCL fails instead in CI."""
+    reason = backend_missing(name)
+    if reason is None:
+        return
+    if name == "opencl" and REQUIRE_OPENCL:
+        pytest.fail(f"OpenCL is required here (GRAPH_RUNTIME_REQUIRE_OPENCL=1) but missing: {reason}")
+    pytest.skip(reason)
+
+
+
+# ---- small graph builders (tests build graphs with these, not inline JSON) ----------------------
+
+def null(name: str) -> dict:
+    """A graph input (an arg node)."""
+    return {"op": "null", "name": name, "inputs": []}
+
+
+def tvm_op(name: str, func_name: str, inputs: list, num_outputs: int = 1,
+           flatten_data: int = 0, **attrs: object) -> dict:
+    """A kernel node; inputs are node ids or (node id, output index) pairs."""
+    refs = [[i, 0, 0] if isinstance(i, int) else [i[0], i[1], 0] for i in inputs]
+    node_attrs = {"func_name": func_name, "num_inputs": str(len(refs)),
+                  "num_outputs": str(num_outputs), "flatten_data": str(flatten_data)}
+    node_attrs.update({k: v for k, v in attrs.items()})
+    return {"op": "tvm_op", "name": name, "inputs": refs, "attrs": node_attrs}
+
+
+def copy_op(name: str, src: int) -> dict:
+    """A __copy node moving node src's output 0 to this node's device."""
+    return tvm_op(name, "__copy", [src])
+
+
+def make_graph(nodes: list, heads: list, shapes: object = (4,), dtypes: object = "float32",
+               **columns: object):
+    """A validated Graph; shapes/dtypes may be one value for every entry or a list per entry."""
+    from graph_runtime.graph import Graph
+    num_entries = sum(int(n.get("attrs", {}).get("num_outputs", 1)) for n in nodes)
+    if isinstance(shapes, tuple):
+        shapes = [list(shapes)] * num_entries
+    if isinstance(dtypes, str):
+        dtypes = [dtypes] * num_entries
+    head_refs = [[h, 0, 0] if isinstance(h, int) else [h[0], h[1], 0] for h in heads]
+    return Graph.build(nodes, head_refs, shapes=shapes, dtypes=dtypes, **columns)
