@@ -11,13 +11,14 @@ from .graph import Graph, load_graph
 from .lib import Module, load_module, standard_module
 from .module import BenchmarkResult, GraphModule, create
 from .params import load_param_dict, load_params_file, save_param_dict, save_params_file
+from .planner import Placement, plan_graph
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BenchmarkResult", "Device", "NDArray", "DeviceError", "DiscoError", "Graph", "GraphError", "GraphModule",
-    "GraphRuntimeError", "LibraryError", "Module", "ParamsError", "PlanError", "available_backends",
+    "GraphRuntimeError", "LibraryError", "Module", "ParamsError", "PlanError", "Placement", "available_backends",
     "cpu", "create", "cuda", "device", "list_devices", "load_graph", "load_module",
-    "load_param_dict", "load_params_file", "nd", "opencl", "save_param_dict", "save_params_file",
+    "load_param_dict", "load_params_file", "nd", "opencl", "plan_graph", "save_param_dict", "save_params_file",
     "standard_module",
 ]

@@ -72,7 +72,7 @@ def _to_device_list(ctxs: DeviceLike | Sequence[DeviceLike]) -> list[Device]:
     if isinstance(ctxs, (list, tuple)):
         devices = [parse_device(c) for c in ctxs]
     else:
-        devices = [parse_device(ctxs)]
+        devices = [parse_device(ctxs)]  # type: ignore[arg-type]
     if not devices:
         raise DeviceError("ctxs is empty; give at least one device, e.g. graph_runtime.cpu()")
     return devices
@@ -310,11 +310,11 @@ class GraphModule:
         host_inputs = {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v)
                        for k, v in kwargs.items()}
         if host_inputs and not end_to_end:
-            self.set_input(**host_inputs)
+            self.set_input(host_inputs)
 
         def once() -> None:
             if end_to_end:
-                self.set_input(**host_inputs)
+                self.set_input(host_inputs)
                 self.executor.run()
                 for i in range(len(self._output_eids)):
                     self.get_output(i).numpy()

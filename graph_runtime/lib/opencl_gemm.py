@@ -226,6 +226,8 @@ def clblast_gemm(backend: Any, device_id: int, shape: GemmShape) -> Callable[[An
         return _nothing
     a_bs = s.a_stride if s.a_batches > 1 else 0
     b_bs = s.b_stride if s.b_batches > 1 else 0
+    # NOTE: CLBlast refuses a zero C stride even for one batch.
+    c_bs = s.c_stride or s.m * s.ldc
 
     def run(a: Any, b: Any, c: Any) -> None:
         if s.k == 0:
@@ -240,7 +242,7 @@ def clblast_gemm(backend: Any, device_id: int, shape: GemmShape) -> Callable[[An
         c2 = _as_matrix(c)
         # One routine for every batch count: each CLBlast routine costs a long first compile.
         pyclblast.gemmStridedBatched(queue, s.m, s.n, s.k, s.batch, a2, b2, c2, s.lda, s.ldb,
-                                     s.ldc, a_stride=a_bs, b_stride=b_bs, c_stride=s.c_stride,
+                                     s.ldc, a_stride=a_bs, b_stride=b_bs, c_stride=c_bs,
                                      a_transp=s.trans_a, b_transp=s.trans_b, **offsets)
     return run
 

@@ -187,6 +187,7 @@ GEMM_CASES = [  # m, n, k, trans_a, trans_b, batch, a_batches, b_batches
 # on one batched, broadcast, transposed case; auto on a per-group case, where it must fall back
 # to the tiled kernel without touching CLBlast.
 IMPL_CASES = ([("tiled", c) for c in GEMM_CASES] + [("clblast", GEMM_CASES[2]),
+                                                     ("clblast", GEMM_CASES[0]),
                                                      ("auto", GEMM_CASES[3])])
 
 

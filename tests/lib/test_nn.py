@@ -81,10 +81,18 @@ def test_batch_norm(backend_name: str, shape, axis, center, scale, dtype, run_op
     _close(got, ref_norm(x, gamma, beta, axis, 1e-3, center, scale, mean, var), dtype)
 
 
-def test_batch_norm_three_outputs(backend_name: str, run_op, random_array) -> None:
+@pytest.mark.parametrize("declared_by", ["graph", "lib"])
+def test_batch_norm_three_outputs(backend_name: str, declared_by: str, run_op,
+                                  random_array) -> None:
+    """Relay's 3 outputs, declared by the graph node's outputs or by the lib entry."""
     x = random_array((2, 3, 2), "float32", seed=8)
     params = [random_array((3,), "float32", 0.1, 2, seed=9 + i) for i in range(4)]
-    got = run_op(backend_name, {"op": "batch_norm", "num_outputs": 3}, [x] + params)
+    if declared_by == "graph":
+        outputs = [TensorSpec((2, 3, 2), "float32"), TensorSpec((3,), "float32"),
+                   TensorSpec((3,), "float32")]
+        got = run_op(backend_name, "batch_norm", [x] + params, outputs=outputs)
+    else:
+        got = run_op(backend_name, {"op": "batch_norm", "num_outputs": 3}, [x] + params)
     assert len(got) == 3
     _close(got[0], ref_norm(x, params[0], params[1], 1, 1e-5, True, True, params[2], params[3]),
            "float32")

@@ -7,13 +7,11 @@ import numpy as np
 
 from ..module import TensorSpec
 from ..registry import define_op, kernel
-from ._common import (FLOAT_DTYPES, ClKernel, array_module, attr_error, bool_attr,
-                      check_cl_dtypes, check_dtype, check_num_inputs, check_same_dtype, cl_header,
-                      cl_load, cl_param, cl_pointer, cl_store, compute_type, float_attr,
-                      gpu_elementwise, host_kernel, op_error, single_axis, size_of)
+from ._common import (FLOAT_DTYPES, NUM_OUTPUTS_KEY, ClKernel, array_module, attr_error,
+                      bool_attr, check_cl_dtypes, check_dtype, check_num_inputs, check_same_dtype,
+                      cl_header, cl_load, cl_param, cl_pointer, cl_store, compute_type,
+                      float_attr, gpu_elementwise, host_kernel, op_error, single_axis, size_of)
 
-# The chain tells the last op how many outputs the graph node declares under this key.
-NUM_OUTPUTS_KEY = "__num_outputs"
 _GROUP = 256
 
 

@@ -100,12 +100,12 @@ def _pool_host(op: str) -> Callable[..., Callable[..., None]]:
         pt, pl = p.pad[0], p.pad[1]
         sh, sw = p.strides
         dh, dw = p.dilation
-        # Workspace made once: the data inside a border of -inf (max) or 0 (avg) that also
+        # Workspace made once: the data inside a border of lowest (max) or 0 (avg) that also
         # covers the ceil_mode overhang; only the interior is rewritten per call.
         hp = max(pt + p.h, (p.oh - 1) * sh + (p.kh - 1) * dh + 1)
         wp = max(pl + p.w, (p.ow - 1) * sw + (p.kw - 1) * dw + 1)
         work = "float32" if p.dtype == "float16" and not is_max else p.dtype
-        padded = xp.full((p.n, p.c, hp, wp), -np.inf if is_max else 0, work)
+        padded = xp.full((p.n, p.c, hp, wp), _lowest(work) if is_max else 0, work)
         acc = xp.empty(outputs[0].shape, work) if work != p.dtype else None
         inv = None
         if not is_max:
@@ -131,6 +131,11 @@ def _pool_host(op: str) -> Callable[..., Callable[..., None]]:
 
 # -- opencl -------------------------------------------------------------------------------------
 
+def _lowest(dtype: str) -> float:
+    """What max pooling pads with: the dtype's lowest finite value, as TVM pads."""
+    return float(np.finfo(dtype).min)
+
+
 def _inv_dtype(dtype: str) -> str:
     """Reciprocal divisors are stored in the compute type (float for half)."""
     return "float64" if dtype == "float64" else "float32"
@@ -138,7 +143,7 @@ def _inv_dtype(dtype: str) -> str:
 
 def _cl_pool_source(dtype: str, is_max: bool) -> str:
     acc = compute_type(dtype, "opencl")
-    init = "-INFINITY" if is_max else "0"
+    init = repr(_lowest(dtype)) if is_max else "0"
     merge = "if (v > s || v != v) s = v;" if is_max else "s += v;"
     result = "s" if is_max else "s * inv[(long)oh * OW + ow]"
     inv_dtype = _inv_dtype(dtype)
