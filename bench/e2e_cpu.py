@@ -2,9 +2,11 @@
 
 All three run the same network with the same float32 weights (examples/graphs/<model>/params);
 the ONNX model is built here with onnx.helper. One call = set the input, run, fetch the output
-as a host array, for every contender. Rounds interleave the contenders so machine noise hits
-them alike; the table gives the median seconds per call and the ratio to ONNX Runtime, all
-measured in the same run, and bench/results/e2e_cpu.json keeps the numbers.
+as a host array, for every contender ("run() only" leaves out graph_runtime's input and output
+copies; ONNX Runtime runs with its default thread count and with one thread). Rounds interleave
+the contenders so machine noise hits them alike; the table gives the median (and min) seconds
+per call and the median's ratio to ONNX Runtime, all measured in the same run, and
+bench/results/e2e_cpu.json keeps the numbers. --profile adds GraphModule.profile() per node.
 
 onnx and onnxruntime are bench-only dependencies (pip install onnx onnxruntime).
 Usage: python bench/e2e_cpu.py [--models mlp cnn] [--batch 1] [--rounds 5] [--profile]
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import sys
 import time
@@ -132,14 +135,15 @@ MODELS = {
 
 # ---- timing ----------------------------------------------------------------------------------
 
-def median_seconds(fn: Callable[[], Any], repeat: int, number: int) -> float:
+def seconds_per_call(fn: Callable[[], Any], repeat: int, number: int) -> list[float]:
+    """repeat samples, each the mean of number back-to-back calls."""
     samples = []
     for _ in range(repeat):
         start = time.perf_counter()
         for _ in range(number):
             fn()
         samples.append((time.perf_counter() - start) / number)
-    return statistics.median(samples)
+    return samples
 
 
 def contenders(model: str, batch: int) -> tuple[dict[str, Callable[[], Any]], GraphModule]:
@@ -164,6 +168,8 @@ def contenders(model: str, batch: int) -> tuple[dict[str, Callable[[], Any]], Gr
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
+        # NOTE: idle ORT workers spin by default, stealing the core the next contender needs.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         sessions[threads] = ort.InferenceSession(onnx_bytes, options,
                                                  providers=["CPUExecutionProvider"])
     plain = make_numpy(params)
@@ -184,16 +190,20 @@ def contenders(model: str, batch: int) -> tuple[dict[str, Callable[[], Any]], Gr
 
 
 def bench_model(model: str, batch: int, rounds: int, repeat: int,
-                number: int) -> dict[str, float]:
+                number: int) -> dict[str, tuple[float, float]]:
+    """name -> (median, min) seconds per call over every sample of every round."""
     calls, _ = contenders(model, batch)
     for call in calls.values():  # warm-up: first calls compile, fault pages in, start pools
         for _ in range(3):
             call()
     samples: dict[str, list[float]] = {name: [] for name in calls}
+    order = list(calls)
+    shuffle = random.Random(0).shuffle
     for _ in range(rounds):
-        for name, call in calls.items():
-            samples[name].append(median_seconds(call, repeat, number))
-    return {name: statistics.median(s) for name, s in samples.items()}
+        shuffle(order)  # no contender always follows the same neighbour's leftover threads
+        for name in order:
+            samples[name] += seconds_per_call(calls[name], repeat, number)
+    return {name: (statistics.median(s), min(s)) for name, s in samples.items()}
 
 
 def print_profile(model: str, batch: int, repeat: int) -> None:
@@ -223,18 +233,21 @@ def main() -> None:
     results = []
     print(f"end-to-end CPU, medians of {args.rounds} interleaved rounds x {args.repeat} samples; "
           f"ratio = time / onnxruntime (default threads); {os.cpu_count()} CPUs")
-    print(f"{'model':<6} {'batch':>5} {'contender':<26} {'per call (us)':>14} {'ratio':>7}")
+    print(f"{'model':<6} {'batch':>5} {'contender':<26} {'median (us)':>14} {'ratio':>7} "
+          f"{'min (us)':>12}")
     for model in args.models:
         for batch in args.batch:
             number = args.number
             if number <= 0:
                 calls, _ = contenders(model, batch)
-                one = median_seconds(calls["onnxruntime"], 5, 1)
+                one = statistics.median(seconds_per_call(calls["graph_runtime"], 5, 1))
                 number = max(1, int(0.02 / max(one, 1e-6)))
-            times = bench_model(model, batch, args.rounds, args.repeat, number)
+            stats = bench_model(model, batch, args.rounds, args.repeat, number)
+            times = {name: median for name, (median, _) in stats.items()}
             ref = times["onnxruntime"]
-            for name, t in times.items():
-                print(f"{model:<6} {batch:>5} {name:<26} {t * 1e6:14.1f} {t / ref:7.2f}")
+            for name, (t, best) in stats.items():
+                print(f"{model:<6} {batch:>5} {name:<26} {t * 1e6:14.1f} {t / ref:7.2f} "
+                      f"{best * 1e6:12.1f}")
             if model == "mlp":
                 fastest = min(ref, times["onnxruntime 1 thread"])
                 for what, base in (("default threads", ref), ("its faster setting", fastest)):
@@ -243,7 +256,8 @@ def main() -> None:
                     print(f"{'':<6} {'':>5} graph_runtime / onnxruntime ({what}) = {ratio:.2f}: "
                           f"{verdict} the {TARGET}x target")
             results.append({"model": model, "batch": batch, "number": number,
-                            "seconds": times, "ratio_to_onnxruntime":
+                            "median_s": times, "min_s": {k: v[1] for k, v in stats.items()},
+                            "ratio_to_onnxruntime":
                             {k: v / ref for k, v in times.items()}})
             if args.profile:
                 print_profile(model, batch, repeat=max(20, args.repeat))

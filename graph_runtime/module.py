@@ -3,9 +3,6 @@ from __future__ import annotations
 
 import logging
 import os
-import statistics
-import time
-from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -15,57 +12,9 @@ from .device import Device, DeviceLike, device as parse_device
 from .errors import DeviceError, GraphError, GraphRuntimeError, ParamsError
 from .executor import Executor, InsertedCopy, NodeTime
 from .lib.module import Module
-from .storage import fmt_bytes
+from .measure import BenchmarkResult, MemoryReport, time_runs
 
 log = logging.getLogger("graph_runtime")
-
-
-@dataclass(frozen=True)
-class BenchmarkResult:
-    """Seconds per run over repeats (each the mean of `number` runs), as TVM's BenchmarkResult."""
-
-    results: tuple[float, ...]
-    mean: float = field(init=False)
-    median: float = field(init=False)
-    std: float = field(init=False)
-    min: float = field(init=False)
-    max: float = field(init=False)
-
-    def __post_init__(self) -> None:
-        r = self.results
-        object.__setattr__(self, "mean", statistics.fmean(r))
-        object.__setattr__(self, "median", statistics.median(r))
-        object.__setattr__(self, "std", statistics.pstdev(r) if len(r) > 1 else 0.0)
-        object.__setattr__(self, "min", min(r))
-        object.__setattr__(self, "max", max(r))
-
-    def __str__(self) -> str:
-        ms = 1e3
-        return (f"Execution time summary:\n {'mean (ms)':>10} {'median (ms)':>12} {'max (ms)':>10}"
-                f" {'min (ms)':>10} {'std (ms)':>10}\n {self.mean * ms:10.4f} "
-                f"{self.median * ms:12.4f} {self.max * ms:10.4f} {self.min * ms:10.4f} "
-                f"{self.std * ms:10.4f}")
-
-
-@dataclass(frozen=True)
-class MemoryReport:
-    """Pool bytes per device: as allocated (with sharing), without sharing, and inserted copies."""
-
-    pool: dict[Device, int]
-    unshared: dict[Device, int]
-    copies: dict[Device, int]
-
-    def rows(self) -> list[tuple[str, int, int, int]]:
-        devs = sorted(set(self.pool) | set(self.unshared))
-        return [(str(d), self.pool.get(d, 0), self.unshared.get(d, 0), self.copies.get(d, 0))
-                for d in devs]
-
-    def __str__(self) -> str:
-        lines = [f"{'device':<12} {'pool':>12} {'no sharing':>12} {'copies':>12}"]
-        for dev, pool, unshared, copies in self.rows():
-            lines.append(f"{dev:<12} {fmt_bytes(pool):>12} {fmt_bytes(unshared):>12} "
-                         f"{fmt_bytes(copies):>12}")
-        return "\n".join(lines)
 
 
 def _to_device_list(ctxs: DeviceLike | Sequence[DeviceLike]) -> list[Device]:
@@ -321,24 +270,7 @@ class GraphModule:
             else:
                 self.executor.run()
 
-        once()
-        self.executor.sync()
-        results = []
-        for r in range(repeat):
-            n = number
-            while True:
-                start = time.perf_counter()
-                for _ in range(n):
-                    once()
-                self.executor.sync()
-                elapsed = time.perf_counter() - start
-                if min_repeat_ms is None or elapsed * 1e3 >= min_repeat_ms or n > 1 << 20:
-                    break
-                n *= 2
-            results.append(elapsed / n)
-            if progress is not None:
-                progress(r + 1)
-        return BenchmarkResult(tuple(results))
+        return time_runs(once, self.executor.sync, repeat, number, min_repeat_ms, progress)
 
     # ---- introspection and debugging -----------------------------------------------------------
 
