@@ -40,6 +40,11 @@ class GraphModule:
         self._input_index = {graph.nodes[nid].name: i for i, nid in enumerate(graph.arg_nodes)}
         self._input_eids = [graph.entry_id(nid, 0) for nid in graph.arg_nodes]
         self._output_eids = list(graph.output_entries)
+        # (shape, dtype, home key) of each input entry, for set_input's fast path.
+        ex = self.executor
+        self._input_layout = {eid: (tuple(graph.shape(eid)), np.dtype(graph.dtype(eid)),
+                                    (eid, ex.entry_device[eid]))
+                              for eid in self._input_eids}
 
     # ---- inputs --------------------------------------------------------------------------------
 
@@ -102,6 +107,12 @@ class GraphModule:
             self._copy_in(self._resolve_input(name), val)
 
     def _copy_in(self, eid: int, value: Any) -> None:
+        shape, dtype, key = self._input_layout[eid]
+        if (type(value) is np.ndarray and key[1].device_type == 1 and value.dtype == dtype
+                and value.shape == shape):
+            # NOTE: the common case (a host array for a CPU input) is one memcpy, no lookups.
+            np.copyto(self.executor.arrays[key], value)
+            return
         dev = self.executor.entry_device[eid]
         dst = self.executor.arrays[(eid, dev)]
         src_backend, src = self._native(value, eid)
