@@ -74,3 +74,27 @@ def test_hetero_cnn_cuda_graph_puts_convolutions_on_cuda() -> None:
     doc = json.loads(result.stdout)
     assert doc["expected"]["ok"] is True
     assert doc["kernels_per_device"]["cuda:0"] == accelerator_nodes(graph, 2) > 0
+
+
+@pytest.mark.opencl
+@pytest.mark.parametrize("folder", FOLDERS, ids=[f.name for f in FOLDERS])
+def test_plan_then_run_reproduces_expected(folder: Path, tmp_path: Path) -> None:
+    # Issue 5: `graphrun plan` then `graphrun run` on every example gives the CPU outputs, with
+    # every kernel whose name mentions add (elemwise_add, *_dense_add*, *_conv2d_add*) on OpenCL
+    # and the rest on the CPU.
+    require_backend("opencl")
+    planned = tmp_path / "planned.json"
+    plan = CliRunner().invoke(app, [
+        "plan", str(folder / "graph.json"), "--default", "cpu", "--lib", str(folder / "lib.json"),
+        "--place", "*add*=opencl", "--strict", "-o", str(planned)])
+    assert plan.exit_code == 0, plan.output
+    args = ["--lib", str(folder / "lib.json"), "--inputs", str(folder / "inputs.npz"),
+            "--expected", str(folder / "expected.npz")]
+    if (folder / "params").is_file():
+        args += ["--params", str(folder / "params")]
+    run = CliRunner().invoke(app, ["run", str(planned), "-d", "cpu", "-d", "opencl", "--strict",
+                                   "--json", *args])
+    assert run.exit_code == 0, run.output
+    doc = json.loads(run.stdout)
+    assert doc["expected"]["ok"] is True, doc["expected"]
+    assert doc["kernels_per_device"].get("opencl:0", 0) > 0

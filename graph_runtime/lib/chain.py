@@ -10,8 +10,8 @@ from ..backends import get_backend
 from ..device import Device
 from ..errors import LibraryError
 from .module import TensorSpec
-from .ops._common import (DTYPE_KEY, ELEMENTWISE_EXPRS, NODE_KEYS, NUM_OUTPUTS_KEY,
-                          OUT_DTYPE_KEY, check_attrs, gpu_elementwise)
+from .ops._attrs import DTYPE_KEY, NODE_KEYS, NUM_OUTPUTS_KEY, OUT_DTYPE_KEY, check_attrs
+from .ops._gpu_elementwise import ELEMENTWISE_EXPRS, gpu_elementwise
 from .registry import OpDef, get_op
 
 BACKEND_KINDS = ("cpu", "cuda", "opencl")

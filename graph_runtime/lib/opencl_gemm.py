@@ -9,7 +9,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import LibraryError
-from .ops._common import CL_TYPES, cl_header, cl_load, cl_param, cl_pointer, cl_store, compute_type
+from .ops._gpu import CL_TYPES, cl_header, cl_load, cl_param, cl_pointer, cl_store, compute_type
 
 IMPL_ENV = "GRAPH_RUNTIME_OPENCL_GEMM"
 # Output tile per work-group (TSM x TSN), depth of a K step (TSK), outputs per work-item (WM x WN).
@@ -61,6 +61,20 @@ def _source(dtype: str) -> str:
     acc = compute_type(dtype, "opencl")
     a_at = cl_load("a", dtype, "A_INDEX(m, k)")
     b_at = cl_load("b", dtype, "B_INDEX(k, n)")
+    ctype = CL_TYPES[dtype]
+    # Both kernels take the same arguments: sizes, then per matrix its buffer, leading dimension,
+    # batch count and batch stride (a and b cycle over their batches).
+    params = ", ".join(["const int M, const int N, const int K",
+                        f"{cl_param('a_arr', dtype)}, const int lda, const long a_batches, "
+                        "const long a_bs",
+                        f"{cl_param('b_arr', dtype)}, const int ldb, const long b_batches, "
+                        "const long b_bs",
+                        f"{cl_param('c_arr', dtype, const=False)}, const int ldc, const long c_bs"])
+    pointers = "\n    ".join([cl_pointer("a_arr", dtype), cl_pointer("b_arr", dtype),
+                               cl_pointer("c_arr", dtype, const=False)])
+    batch = "\n    ".join([f"__global const {ctype}* a = a_arr + (bat % a_batches) * a_bs;",
+                            f"__global const {ctype}* b = b_arr + (bat % b_batches) * b_bs;",
+                            f"__global {ctype}* c = c_arr + bat * c_bs;"])
     return cl_header([dtype]) + f"""
 #ifdef TRANS_A
 #define A_INDEX(m, k) ((long)(k) * lda + (m))
@@ -76,23 +90,16 @@ def _source(dtype: str) -> str:
 #define RN (TSN / WN)
 // numpy counterpart: c[b] = a[b % a_batches] @ b[b % b_batches]
 __kernel __attribute__((reqd_work_group_size(RN, RM, 1)))
-void gr_gemm(const int M, const int N, const int K,
-             {cl_param("a_arr", dtype)}, const int lda, const long a_batches, const long a_bs,
-             {cl_param("b_arr", dtype)}, const int ldb, const long b_batches, const long b_bs,
-             {cl_param("c_arr", dtype, const=False)}, const int ldc, const long c_bs)
+void gr_gemm({params})
 {{
-    {cl_pointer("a_arr", dtype)}
-    {cl_pointer("b_arr", dtype)}
-    {cl_pointer("c_arr", dtype, const=False)}
+    {pointers}
     const int tx = get_local_id(0);
     const int ty = get_local_id(1);
     const int tid = ty * RN + tx;
     const int n0 = get_group_id(0) * TSN;
     const int m0 = get_group_id(1) * TSM;
     const long bat = get_global_id(2);
-    __global const {CL_TYPES[dtype]}* a = a_arr + (bat % a_batches) * a_bs;
-    __global const {CL_TYPES[dtype]}* b = b_arr + (bat % b_batches) * b_bs;
-    __global {CL_TYPES[dtype]}* c = c_arr + bat * c_bs;
+    {batch}
     __local {acc} As[TSK][TSM];
     __local {acc} Bs[TSK][TSN];
     {acc} acc[WM][WN];
@@ -137,21 +144,14 @@ void gr_gemm(const int M, const int N, const int K,
 
 // One work-item per element of C, no local memory: for thin products (few rows, short K)
 // where a 64-wide tile would idle most of its work-items.
-__kernel void gr_gemm_direct(const int M, const int N, const int K,
-             {cl_param("a_arr", dtype)}, const int lda, const long a_batches, const long a_bs,
-             {cl_param("b_arr", dtype)}, const int ldb, const long b_batches, const long b_bs,
-             {cl_param("c_arr", dtype, const=False)}, const int ldc, const long c_bs)
+__kernel void gr_gemm_direct({params})
 {{
-    {cl_pointer("a_arr", dtype)}
-    {cl_pointer("b_arr", dtype)}
-    {cl_pointer("c_arr", dtype, const=False)}
+    {pointers}
     const int n = get_global_id(0);
     const int m = get_global_id(1);
     const long bat = get_global_id(2);
     if (n >= N || m >= M) return;
-    __global const {CL_TYPES[dtype]}* a = a_arr + (bat % a_batches) * a_bs;
-    __global const {CL_TYPES[dtype]}* b = b_arr + (bat % b_batches) * b_bs;
-    __global {CL_TYPES[dtype]}* c = c_arr + bat * c_bs;
+    {batch}
     {acc} sum = 0;
     for (int k = 0; k < K; ++k)
         sum += ({acc}){a_at} * ({acc}){b_at};

@@ -1,4 +1,4 @@
-"""Lib files: .py libs, .json libs (chains, shorthand, raw kernels), schema errors, devices."""
+"""Lib files: .py libs, .json libs (chains, shorthand), schema errors with JSON paths, devices."""
 from __future__ import annotations
 
 import json
@@ -14,20 +14,6 @@ from graph_runtime.errors import LibraryError
 from graph_runtime.lib import Module, load_module, standard_module
 from graph_runtime.lib.chain import Chain
 from graph_runtime.lib.module import TensorSpec
-
-TWICE_CL = """
-__kernel void twice(__global const float* x, __global float* y, int n) {
-    int i = get_global_id(0);
-    if (i < n) y[i] = 2.0f * x[i];
-}
-"""
-TWICE_CUDA = """
-extern "C" __global__ void twice(const float* x, float* y, long long n) {
-    long long i = blockDim.x * (long long)blockIdx.x + threadIdx.x;
-    if (i < n) y[i] = 2.0f * x[i];
-}
-"""
-
 
 def _write_json(tmp_path: Path, functions: dict[str, Any], **top: Any) -> Path:
     doc = {"format": "graph_runtime.lib", "version": 1, "functions": functions, **top}
@@ -161,51 +147,6 @@ def test_json_top_level_errors(tmp_path: Path) -> None:
     path.write_text('{"format": ')
     with pytest.raises(LibraryError, match="lib.json: not valid JSON at line 1"):
         load_module(path)
-
-
-def test_kernel_source_runs_on_opencl(tmp_path: Path, opencl_available: None) -> None:
-    path = _write_json(tmp_path, {"twice": {"kernel": {
-        "opencl": {"source": TWICE_CL, "entry": "twice", "global_size": "(n + 63) / 64 * 64",
-                   "local_size": 64, "count": "int32"},
-        "cuda": {"source": TWICE_CUDA, "entry": "twice", "count": "int64"}}}})
-    lib = load_module(path)
-    assert lib.devices_for("twice") == ["cuda", "opencl"]
-    x = np.linspace(-3, 3, 100, dtype=np.float32)
-    got = _run(lib, "twice", "opencl", [x], TensorSpec((100,), "float32"))
-    np.testing.assert_array_equal(got, 2 * x)
-
-
-def test_kernel_source_runs_on_an_offset_view(tmp_path: Path, opencl_available: None) -> None:
-    lib = load_module(_write_json(tmp_path, {"twice": {"kernel": {"opencl": {
-        "source": TWICE_CL, "entry": "twice", "count": "int32"}}}}))
-    backend = get_backend("opencl")
-    align = backend.cl_device(0).mem_base_addr_align // 8
-    buffer = backend.alloc(0, align + 64)
-    x = backend.view(buffer, align, (16,), np.float32)
-    backend.from_host(np.arange(16, dtype=np.float32), x)
-    y = backend.empty(0, (16,), np.float32)
-    spec = [TensorSpec((16,), "float32")]
-    lib.prepare("twice", gr.opencl(), spec, spec)(x, y)
-    np.testing.assert_array_equal(backend.to_host(y), 2 * np.arange(16, dtype=np.float32))
-
-
-def test_kernel_source_argument_count_is_checked(tmp_path: Path, opencl_available: None) -> None:
-    lib = load_module(_write_json(tmp_path, {"twice": {"kernel": {"opencl": {
-        "source": TWICE_CL, "entry": "twice"}}}}))
-    spec = [TensorSpec((4,), "float32")]
-    with pytest.raises(LibraryError, match="kernel 'twice' takes 3 arguments, but the node "
-                                           r"passes 2 \(2 arrays\)"):
-        lib.prepare("twice", gr.opencl(), spec, spec)
-
-
-def test_kernel_source_build_error_is_a_library_error(tmp_path: Path,
-                                                      opencl_available: None) -> None:
-    lib = load_module(_write_json(tmp_path, {"broken": {"kernel": {"opencl": {
-        "source": "__kernel void k(__global float* x) { x[0] = undefined_name; }",
-        "entry": "k"}}}}))
-    spec = [TensorSpec((4,), "float32")]
-    with pytest.raises(LibraryError, match="building OpenCL broken failed"):
-        lib.prepare("broken", gr.opencl(), spec, spec)
 
 
 def test_standard_module_has_every_op_for_every_backend() -> None:

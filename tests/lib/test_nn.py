@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import math
+import tracemalloc
 
 import numpy as np
 import pytest
 
+import graph_runtime as gr
 from graph_runtime.errors import LibraryError
 from graph_runtime.lib.module import TensorSpec
 
@@ -180,6 +182,26 @@ def test_where(backend_name: str, cond_dtype: str, shapes, run_op, random_array)
     (got,) = run_op(backend_name, "where", [cond, x, y])
     want = np.where(cond != 0, x.astype(np.float64), y.astype(np.float64))
     _close(got, want, "float32")
+
+
+@pytest.mark.parametrize("op,attrs", [("erf", {}), ("gelu", {}), ("leaky_relu", {}), ("where", {})])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
+def test_cpu_kernels_make_no_array_per_call(op: str, attrs, dtype: str, make_function,
+                                            random_array) -> None:
+    """Workspaces come from prepare: a warm call allocates less than a quarter of a bool mask."""
+    x = random_array((64, 256), dtype, seed=21)
+    inputs = [x, x, x] if op == "where" else [x]  # where: a numeric condition needs a mask
+    specs = [TensorSpec(x.shape, dtype)] * len(inputs)
+    run = make_function(op).prepare(gr.cpu(), specs, specs[:1], attrs)
+    out = np.empty_like(x)
+    run(*inputs, out)
+    tracemalloc.start()
+    try:
+        run(*inputs, out)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < x.size // 4, f"{op} {dtype}: a call allocated {peak} bytes"
 
 
 def test_fused_tail_on_gpus(backend_name: str, run_op, random_array) -> None:

@@ -8,17 +8,16 @@ import numpy as np
 
 from ..module import TensorSpec
 from ..registry import define_op, kernel
-from ._common import (FLOAT_DTYPES, NUMERIC_DTYPES, attr_error, broadcast_shape, check_dtype,
-                      check_num_inputs, check_same_dtype, elementwise_expr, float_attr,
-                      gpu_elementwise, str_attr)
+from ._attrs import attr_error, float_attr, op_error, str_attr
+from ._gpu_elementwise import elementwise_expr, gpu_elementwise
+from ._shapes import (FLOAT_DTYPES, NUMERIC_DTYPES, broadcast_shape, check_dtype, check_num_inputs,
+                      check_same_dtype)
 
 WHERE_CONDITION_DTYPES = ("bool",) + NUMERIC_DTYPES
 
 # -- elementwise ops with attributes (fusable into GPU chains) ----------------------------------
 # The host kernels run on the CPU only; CUDA and OpenCL run the C expressions.
 
-# NOTE: NumPy has no erf; math.erf per element is exact but slow (about 0.1 us per value).
-_ERF = np.frompyfunc(math.erf, 1, 1)
 _SQRT1_2 = "0.7071067811865476"
 _SQRT_2_PI = "0.7978845608028654"
 
@@ -58,52 +57,78 @@ def _gelu_expr(attrs: Mapping[str, Any]) -> str:
     return f"(({{T}})0.5 * {{0}} * (({{T}})1 + erf({{0}} * ({{T}}){_SQRT1_2})))"
 
 
-def _clip_host(xp: Any, attrs: Mapping[str, Any], dtype: str) -> Callable[..., None]:
+def _clip_host(attrs: Mapping[str, Any], spec: TensorSpec) -> Callable[..., None]:
     a_min, a_max = _clip_bounds(attrs)
-    if np.dtype(dtype).kind in "iu":
+    if np.dtype(spec.dtype).kind in "iu":
         # Integer data: the bounds become integers of the dtype's range, as a cast would.
-        info = np.iinfo(dtype)
+        info = np.iinfo(spec.dtype)
         a_min = int(max(min(a_min, info.max), info.min))
         a_max = int(max(min(a_max, info.max), info.min))
-    return lambda x, out: xp.clip(x, a_min, a_max, out=out)
+    return lambda x, out: np.clip(x, a_min, a_max, out=out)
 
 
-def _leaky_relu_host(xp: Any, attrs: Mapping[str, Any], dtype: str) -> Callable[..., None]:
+def _leaky_relu_host(attrs: Mapping[str, Any], spec: TensorSpec) -> Callable[..., None]:
     alpha = float_attr("leaky_relu", attrs, "alpha", 0.01)
+    keep = np.empty(spec.shape, bool)  # where x >= 0: a workspace made once, not per call
 
     def run(x: Any, out: Any) -> None:
-        xp.multiply(x, alpha, out=out, casting="unsafe")
-        xp.copyto(out, x, where=x >= 0)
+        np.multiply(x, alpha, out=out, casting="unsafe")
+        np.greater_equal(x, 0, out=keep)
+        np.copyto(out, x, where=keep)
     return run
 
 
-def _erf_host(xp: Any, attrs: Mapping[str, Any], dtype: str) -> Callable[..., None]:
-    return lambda x, out: np.copyto(out, _ERF(x), casting="unsafe")
-
-
-def _gelu_host(xp: Any, attrs: Mapping[str, Any], dtype: str) -> Callable[..., None]:
-    tanh_form = _gelu_approximate(attrs) == "tanh"
-    erf = _erf_host(xp, attrs, dtype)
+def _erf_kernel(op: str, spec: TensorSpec) -> Callable[[Any, Any], None]:
+    """erf(x, out) on the CPU with scipy's vectorized erf (NumPy has none)."""
+    try:
+        # NOTE: imported here, at prepare time: importing scipy.special takes about 0.3 s.
+        from scipy.special import erf
+    except ImportError as e:
+        raise op_error(op, "the CPU kernel needs scipy; pip install 'scipy>=1.10'") from e
+    if spec.dtype != "float16":
+        return lambda x, out: erf(x, out=out)
+    # NOTE: scipy has no float16 loop; a float32 workspace made once spares NumPy's cast buffers.
+    work = np.empty(spec.shape, np.float32)
 
     def run(x: Any, out: Any) -> None:
-        if tanh_form:
+        np.copyto(work, x)
+        erf(work, out=work)
+        np.copyto(out, work, casting="unsafe")
+    return run
+
+
+def _erf_host(attrs: Mapping[str, Any], spec: TensorSpec) -> Callable[..., None]:
+    return _erf_kernel("erf", spec)
+
+
+def _gelu_host(attrs: Mapping[str, Any], spec: TensorSpec) -> Callable[..., None]:
+    if _gelu_approximate(attrs) == "tanh":
+        def inner(x: Any, out: Any) -> None:
             # 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
-            xp.multiply(x, x, out=out)
-            xp.multiply(out, 0.044715, out=out, casting="unsafe")
-            xp.add(out, 1, out=out)
-            xp.multiply(out, x, out=out)
-            xp.multiply(out, float(_SQRT_2_PI), out=out, casting="unsafe")
-            xp.tanh(out, out=out)
-        else:
-            xp.multiply(x, float(_SQRT1_2), out=out, casting="unsafe")
+            np.multiply(x, x, out=out)
+            np.multiply(out, 0.044715, out=out, casting="unsafe")
+            np.add(out, 1, out=out)
+            np.multiply(out, x, out=out)
+            np.multiply(out, float(_SQRT_2_PI), out=out, casting="unsafe")
+            np.tanh(out, out=out)
+    else:
+        erf = _erf_kernel("gelu", spec)
+
+        def inner(x: Any, out: Any) -> None:
+            # 0.5 x (1 + erf(x / sqrt(2)))
+            np.multiply(x, float(_SQRT1_2), out=out, casting="unsafe")
             erf(out, out)
-        xp.add(out, 1, out=out)
-        xp.multiply(out, x, out=out)
-        xp.multiply(out, 0.5, out=out, casting="unsafe")
+
+    def run(x: Any, out: Any) -> None:
+        inner(x, out)
+        np.add(out, 1, out=out)
+        np.multiply(out, x, out=out)
+        np.multiply(out, 0.5, out=out, casting="unsafe")
     return run
 
 
-HostFactory = Callable[[Any, Mapping[str, Any], str], Callable[..., None]]
+# host(attrs, input spec) -> run(x, out): the CPU kernel, workspace made once.
+HostFactory = Callable[[Mapping[str, Any], TensorSpec], Callable[..., None]]
 # op -> (C expression from attrs, host kernel maker, dtypes, attribute names)
 UNARY_NN: dict[str, tuple[Callable[[Mapping[str, Any]], str], HostFactory, tuple[str, ...],
                           tuple[str, ...]]] = {
@@ -131,7 +156,7 @@ def _unary_factory(op: str) -> Callable[..., Callable[..., None]]:
     def factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
         if backend.name == "cpu":
-            return host(np, attrs, inputs[0].dtype)
+            return host(attrs, inputs[0])
         step = (expr(attrs), [0], outputs[0].dtype)
         return gpu_elementwise(backend, device_id, inputs, outputs[0], [step], f"gr_{op}")
     return factory
@@ -160,12 +185,18 @@ def _where_factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
     if backend.name != "cpu":
         step = ("({0} != 0 ? {1} : {2})", [0, 1, 2], outputs[0].dtype)
         return gpu_elementwise(backend, device_id, inputs, outputs[0], [step], "gr_where")
-    is_bool = inputs[0].dtype == "bool"
+    if inputs[0].dtype == "bool":
+        def run(condition: Any, x: Any, y: Any, out: Any) -> None:
+            np.copyto(out, y)
+            np.copyto(out, x, where=condition)
+        return run
+    chosen = np.empty(inputs[0].shape, bool)  # condition != 0: a workspace made once
 
-    def run(condition: Any, x: Any, y: Any, out: Any) -> None:
+    def run_numeric(condition: Any, x: Any, y: Any, out: Any) -> None:
         np.copyto(out, y)
-        np.copyto(out, x, where=condition if is_bool else condition != 0)
-    return run
+        np.not_equal(condition, 0, out=chosen)
+        np.copyto(out, x, where=chosen)
+    return run_numeric
 
 
 define_op("where", _where_infer, 3, ())

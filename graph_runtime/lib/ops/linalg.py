@@ -9,9 +9,11 @@ import numpy as np
 from ..module import TensorSpec
 from ..opencl_gemm import GemmShape, make_gemm
 from ..registry import define_op, kernel
-from ._common import (FLOAT_DTYPES, NUMERIC_DTYPES, array_module, attr_error, bool_attr,
-                      check_dtype, check_num_inputs, check_rank, check_same_dtype, gpu_elementwise,
-                      host_kernel, int_attr, normalize_axis, op_error, size_of)
+from ._attrs import attr_error, bool_attr, check_out_dtype, int_attr, normalize_axis, op_error
+from ._gpu_elementwise import gpu_elementwise
+from ._host import array_module, host_kernel
+from ._shapes import (FLOAT_DTYPES, NUMERIC_DTYPES, check_dtype, check_num_inputs, check_rank,
+                      check_same_dtype, size_of)
 
 Factory = Callable[..., Callable[..., None]]
 
@@ -45,14 +47,6 @@ class Gemm:
                          batch=self.batch, a_batches=self.a_batches, b_batches=self.b_batches,
                          a_stride=self.m * self.k, b_stride=self.k * self.n,
                          c_stride=self.m * self.n)
-
-
-def check_out_dtype(op: str, attrs: Mapping[str, Any], dtype: str) -> None:
-    """Relay's out_dtype: empty or equal to the input dtype (no mixed precision here)."""
-    out_dtype = attrs.get("out_dtype")
-    if out_dtype in (None, "", "None") or out_dtype == dtype:
-        return
-    raise attr_error(op, "out_dtype", out_dtype, f"'' or the input dtype {dtype}")
 
 
 def _float_pair(op: str, inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> str:

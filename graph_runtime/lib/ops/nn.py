@@ -7,22 +7,11 @@ import numpy as np
 
 from ..module import TensorSpec
 from ..registry import define_op, kernel
-from ._common import (FLOAT_DTYPES, NUM_OUTPUTS_KEY, ClKernel, array_module, attr_error,
-                      bool_attr, check_cl_dtypes, check_dtype, check_num_inputs, check_same_dtype,
-                      cl_header, cl_load, cl_param, cl_pointer, cl_store, compute_type,
-                      float_attr, gpu_elementwise, host_kernel, op_error, single_axis, size_of)
-
-_GROUP = 256
-
-
-def _rows(shape: Sequence[int], axis: int) -> tuple[int, int, int]:
-    """(outer, length, inner): the axis as rows of a C-contiguous array."""
-    return (size_of(shape[:axis]), int(shape[axis]), size_of(shape[axis + 1:]))
-
-
-def _work(backend: Any, dtype: str) -> str:
-    """float16 reductions accumulate in float32, as the GPU kernels do."""
-    return "float32" if dtype == "float16" else dtype
+from ._attrs import NUM_OUTPUTS_KEY, attr_error, bool_attr, float_attr, op_error, single_axis
+from ._gpu_elementwise import gpu_elementwise
+from ._host import array_module, host_kernel, wide_dtype
+from ._row_kernels import RowKernel
+from ._shapes import FLOAT_DTYPES, check_dtype, check_num_inputs, check_same_dtype
 
 
 # -- softmax / log_softmax ----------------------------------------------------------------------
@@ -46,7 +35,7 @@ def _softmax_host(op: str) -> Callable[..., Callable[..., None]]:
         spec = inputs[0]
         xp = array_module(backend)
         axis = single_axis(op, attrs, "axis", len(spec.shape), -1)
-        work = _work(backend, spec.dtype)
+        work = wide_dtype(spec.dtype)
         reduced = tuple(1 if i == axis else d for i, d in enumerate(spec.shape))
         row = xp.empty(reduced, work)
         buf = xp.empty(spec.shape, work) if work != spec.dtype else None
@@ -75,116 +64,16 @@ def _softmax_host(op: str) -> Callable[..., Callable[..., None]]:
     return factory
 
 
-# -- opencl row kernels: one work-group per row of the axis -------------------------------------
-
-def _cl_rows_source(dtype: str) -> str:
-    acc = compute_type(dtype, "opencl")
-    load = cl_load("x", dtype, "base + k * inner")
-    return cl_header([dtype]) + f"""
-{acc} gr_group_sum(__local {acc}* buf, {acc} v) {{
-    int lid = get_local_id(0);
-    buf[lid] = v;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int s = get_local_size(0) / 2; s > 0; s >>= 1) {{
-        if (lid < s) buf[lid] += buf[lid + s];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }}
-    {acc} r = buf[0];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    return r;
-}}
-
-{acc} gr_group_max(__local {acc}* buf, {acc} v) {{
-    int lid = get_local_id(0);
-    buf[lid] = v;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int s = get_local_size(0) / 2; s > 0; s >>= 1) {{
-        if (lid < s && (buf[lid + s] > buf[lid] || buf[lid + s] != buf[lid + s]))
-            buf[lid] = buf[lid + s];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }}
-    {acc} r = buf[0];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    return r;
-}}
-
-// numpy counterpart: _softmax_host (max, exp, sum, divide along the axis)
-__kernel void gr_softmax({cl_param("out", dtype, const=False)}, {cl_param("x", dtype)},
-                         long L, long inner, int log_mode) {{
-    {cl_pointer("out", dtype, const=False)}
-    {cl_pointer("x", dtype)}
-    __local {acc} buf[{_GROUP}];
-    long r = get_group_id(0);
-    int G = get_local_size(0);
-    long base = (r / inner) * L * inner + r % inner;
-    {acc} m = -INFINITY;
-    for (long k = get_local_id(0); k < L; k += G) {{
-        {acc} v = {load};
-        if (v > m || v != v) m = v;
-    }}
-    m = gr_group_max(buf, m);
-    {acc} s = 0;
-    for (long k = get_local_id(0); k < L; k += G) s += exp({load} - m);
-    s = gr_group_sum(buf, s);
-    {acc} ls = log(s);
-    for (long k = get_local_id(0); k < L; k += G) {{
-        {acc} v = {load} - m;
-        {cl_store("out", dtype, "base + k * inner", "log_mode ? v - ls : exp(v) / s")}
-    }}
-}}
-
-// numpy counterpart: _layer_norm_host ((x - mean) / sqrt(var + eps) * gamma + beta)
-__kernel void gr_layer_norm({cl_param("out", dtype, const=False)}, {cl_param("x", dtype)},
-                            {cl_param("gamma", dtype)}, {cl_param("beta", dtype)},
-                            long L, long inner, {acc} eps, int center, int scale) {{
-    {cl_pointer("out", dtype, const=False)}
-    {cl_pointer("x", dtype)}
-    {cl_pointer("gamma", dtype)}
-    {cl_pointer("beta", dtype)}
-    __local {acc} buf[{_GROUP}];
-    long r = get_group_id(0);
-    int G = get_local_size(0);
-    long base = (r / inner) * L * inner + r % inner;
-    {acc} s = 0;
-    for (long k = get_local_id(0); k < L; k += G) s += {load};
-    {acc} mean = gr_group_sum(buf, s) / L;
-    {acc} q = 0;
-    for (long k = get_local_id(0); k < L; k += G) {{
-        {acc} d = {load} - mean;
-        q += d * d;
-    }}
-    {acc} inv = 1 / sqrt(gr_group_sum(buf, q) / L + eps);
-    for (long k = get_local_id(0); k < L; k += G) {{
-        {acc} v = ({load} - mean) * inv;
-        if (scale) v *= {cl_load("gamma", dtype, "k")};
-        if (center) v += {cl_load("beta", dtype, "k")};
-        {cl_store("out", dtype, "base + k * inner", "v")}
-    }}
-}}
-"""
-
-
-def _group_size(length: int) -> int:
-    group = 1
-    while group < min(length, _GROUP):
-        group *= 2
-    return group
-
-
 def _softmax_cl(op: str) -> Callable[..., Callable[..., None]]:
     def factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
         spec = inputs[0]
-        check_cl_dtypes(op, backend, device_id, [spec.dtype])
-        outer, length, inner = _rows(spec.shape, single_axis(op, attrs, "axis",
-                                                             len(spec.shape), -1))
-        knl = ClKernel(backend, device_id, _cl_rows_source(spec.dtype), "gr_softmax", op)
-        group = _group_size(length)
-        rows = outer * inner if length else 0
+        axis = single_axis(op, attrs, "axis", len(spec.shape), -1)
+        row_kernel = RowKernel(backend, device_id, spec, axis, "gr_softmax", op)
         mode = np.int32(op == "log_softmax")
 
         def run(x: Any, out: Any) -> None:
-            knl.launch(rows * group, group, out, x, np.int64(length), np.int64(inner), mode)
+            row_kernel.launch((out, x), mode)
         return run
     return factory
 
@@ -238,7 +127,7 @@ def _layer_norm_host(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
     axis, epsilon, center, scale = _norm_checks("layer_norm", inputs, attrs, LAYER_NORM_INPUTS,
                                                 -1)
     xp = array_module(backend)
-    work = _work(backend, spec.dtype)
+    work = wide_dtype(spec.dtype)
     shaped = tuple(d if i == axis else 1 for i, d in enumerate(spec.shape))
     row = xp.empty(tuple(1 if i == axis else d for i, d in enumerate(spec.shape)), work)
     centered = xp.empty(spec.shape, work)
@@ -268,18 +157,12 @@ def _layer_norm_cl(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
     spec = inputs[0]
     axis, epsilon, center, scale = _norm_checks("layer_norm", inputs, attrs, LAYER_NORM_INPUTS,
                                                 -1)
-    check_cl_dtypes("layer_norm", backend, device_id, [spec.dtype])
-    outer, length, inner = _rows(spec.shape, axis)
-    knl = ClKernel(backend, device_id, _cl_rows_source(spec.dtype), "gr_layer_norm",
-                   "layer_norm")
-    group = _group_size(length)
-    rows = outer * inner if length else 0
+    row_kernel = RowKernel(backend, device_id, spec, axis, "gr_layer_norm", "layer_norm")
     eps = np.float64(epsilon) if spec.dtype == "float64" else np.float32(epsilon)
     flags = (np.int32(center), np.int32(scale))
 
     def run(x: Any, gamma: Any, beta: Any, out: Any) -> None:
-        knl.launch(rows * group, group, out, x, gamma, beta, np.int64(length), np.int64(inner),
-                   eps, *flags)
+        row_kernel.launch((out, x, gamma, beta), eps, *flags)
     return run
 
 
@@ -358,7 +241,7 @@ def _batch_norm_factory(backend: Any, device_id: int, inputs: Sequence[TensorSpe
 
 def _batch_norm_cpu(inputs: Sequence[TensorSpec], shaped: tuple[int, ...], epsilon: float,
                     center: bool, scale: bool) -> Callable[..., None]:
-    work = _work(None, inputs[0].dtype)
+    work = wide_dtype(inputs[0].dtype)
     factor = np.empty(shaped, work)
     shift = np.empty(shaped, work)
     buf = np.empty(inputs[0].shape, work) if work != inputs[0].dtype else None

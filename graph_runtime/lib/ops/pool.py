@@ -8,11 +8,12 @@ import numpy as np
 
 from ..module import TensorSpec
 from ..registry import define_op, get_op, kernel
-from ._common import (FLOAT_DTYPES, ClKernel, array_module, bool_attr, check_cl_dtypes,
-                      check_dtype, check_num_inputs, check_rank, cl_header, cl_load, cl_param,
-                      cl_pointer, cl_store, compute_type, device_array, host_kernel, op_error,
-                      size_of)
-from .conv import check_layout, out_size, padding_attr, positive_pair
+from ._attrs import bool_attr, op_error
+from ._conv_shapes import check_layout, out_size, padding_attr, positive_pair
+from ._gpu import (ClKernel, check_cl_dtypes, cl_header, cl_load, cl_param, cl_pointer, cl_store,
+                   compute_type, device_array)
+from ._host import array_module, host_kernel, wide_dtype
+from ._shapes import FLOAT_DTYPES, check_dtype, check_num_inputs, check_rank, size_of
 
 POOL_ATTRS = ("pool_size", "strides", "dilation", "padding", "layout", "out_layout", "ceil_mode")
 AVG_ATTRS = POOL_ATTRS + ("count_include_pad",)
@@ -104,7 +105,7 @@ def _pool_host(op: str) -> Callable[..., Callable[..., None]]:
         # covers the ceil_mode overhang; only the interior is rewritten per call.
         hp = max(pt + p.h, (p.oh - 1) * sh + (p.kh - 1) * dh + 1)
         wp = max(pl + p.w, (p.ow - 1) * sw + (p.kw - 1) * dw + 1)
-        work = "float32" if p.dtype == "float16" and not is_max else p.dtype
+        work = p.dtype if is_max else wide_dtype(p.dtype)
         padded = xp.full((p.n, p.c, hp, wp), _lowest(work) if is_max else 0, work)
         acc = xp.empty(outputs[0].shape, work) if work != p.dtype else None
         inv = None

@@ -7,10 +7,12 @@ import numpy as np
 
 from ..module import TensorSpec
 from ..registry import define_op, kernel
-from ._common import (FLOAT_DTYPES, NUMERIC_DTYPES, ClKernel, array_module,
-                      axis_attr, bool_attr, check_cl_dtypes, check_dtype, check_num_inputs,
-                      cl_header, cl_load, cl_param, cl_pointer, cl_store, compute_type,
-                      contiguous_strides, device_array, host_kernel, op_error, size_of)
+from ._attrs import axis_attr, bool_attr, op_error
+from ._gpu import (ClKernel, check_cl_dtypes, cl_header, cl_load, cl_param, cl_pointer, cl_store,
+                   compute_type, device_array)
+from ._host import array_module, host_kernel
+from ._shapes import (FLOAT_DTYPES, NUMERIC_DTYPES, check_dtype, check_num_inputs,
+                      contiguous_strides, size_of)
 
 REDUCE_ATTRS = ("axis", "keepdims", "exclude")
 ARG_ATTRS = ("axis", "keepdims", "exclude", "select_last_index")

@@ -1,0 +1,89 @@
+"""Raw-kernel lib functions: size expressions, OpenCL launches (also on views), argument errors."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import graph_runtime as gr
+from graph_runtime.backends import get_backend
+from graph_runtime.errors import LibraryError
+from graph_runtime.lib.loader import module_from_json
+from graph_runtime.lib.module import Module, TensorSpec
+from graph_runtime.lib.source_kernel import size_expression
+
+TWICE_CL = """
+__kernel void twice(__global const float* x, __global float* y, int n) {
+    int i = get_global_id(0);
+    if (i < n) y[i] = 2.0f * x[i];
+}
+"""
+TWICE_CUDA = """
+extern "C" __global__ void twice(const float* x, float* y, long long n) {
+    long long i = blockDim.x * (long long)blockIdx.x + threadIdx.x;
+    if (i < n) y[i] = 2.0f * x[i];
+}
+"""
+
+
+def _lib(functions: dict[str, Any]) -> Module:
+    return module_from_json({"format": "graph_runtime.lib", "version": 1, "functions": functions})
+
+
+def test_size_expression() -> None:
+    assert size_expression(64, "here")(1000) == 64
+    assert size_expression("(n + 255) / 256 * 256", "here")(1000) == 1024
+    assert size_expression("n % 7 - 1", "here")(10) == 2
+    with pytest.raises(LibraryError, match=r"here: size expression 'n \*\* 2' may use only"):
+        size_expression("n ** 2", "here")
+    with pytest.raises(LibraryError, match=r"here: cannot parse size expression 'n \+'"):
+        size_expression("n +", "here")
+
+
+def test_kernel_source_runs_on_opencl(opencl_available: None) -> None:
+    lib = _lib({"twice": {"kernel": {
+        "opencl": {"source": TWICE_CL, "entry": "twice", "global_size": "(n + 63) / 64 * 64",
+                   "local_size": 64, "count": "int32"},
+        "cuda": {"source": TWICE_CUDA, "entry": "twice", "count": "int64"}}}})
+    assert lib.devices_for("twice") == ["cuda", "opencl"]
+    x = np.linspace(-3, 3, 100, dtype=np.float32)
+    backend = get_backend("opencl")
+    spec = [TensorSpec((100,), "float32")]
+    x_dev = backend.empty(0, (100,), np.float32)
+    backend.from_host(x, x_dev)
+    y_dev = backend.empty(0, (100,), np.float32)
+    lib.prepare("twice", gr.opencl(), spec, spec)(x_dev, y_dev)
+    np.testing.assert_array_equal(backend.to_host(y_dev), 2 * x)
+
+
+def test_kernel_source_runs_on_an_offset_view(opencl_available: None) -> None:
+    lib = _lib({"twice": {"kernel": {"opencl": {
+        "source": TWICE_CL, "entry": "twice", "count": "int32"}}}})
+    backend = get_backend("opencl")
+    align = backend.cl_device(0).mem_base_addr_align // 8
+    buffer = backend.alloc(0, align + 64)
+    x = backend.view(buffer, align, (16,), np.float32)
+    backend.from_host(np.arange(16, dtype=np.float32), x)
+    y = backend.empty(0, (16,), np.float32)
+    spec = [TensorSpec((16,), "float32")]
+    lib.prepare("twice", gr.opencl(), spec, spec)(x, y)
+    np.testing.assert_array_equal(backend.to_host(y), 2 * np.arange(16, dtype=np.float32))
+
+
+def test_kernel_source_argument_count_is_checked(opencl_available: None) -> None:
+    lib = _lib({"twice": {"kernel": {"opencl": {
+        "source": TWICE_CL, "entry": "twice"}}}})
+    spec = [TensorSpec((4,), "float32")]
+    with pytest.raises(LibraryError, match="kernel 'twice' takes 3 arguments, but the node "
+                                           r"passes 2 \(2 arrays\)"):
+        lib.prepare("twice", gr.opencl(), spec, spec)
+
+
+def test_kernel_source_build_error_is_a_library_error(opencl_available: None) -> None:
+    lib = _lib({"broken": {"kernel": {"opencl": {
+        "source": "__kernel void k(__global float* x) { x[0] = undefined_name; }",
+        "entry": "k"}}}})
+    spec = [TensorSpec((4,), "float32")]
+    with pytest.raises(LibraryError, match="building OpenCL broken failed"):
+        lib.prepare("broken", gr.opencl(), spec, spec)
