@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import os
+import pickle
 import sys
 import time
+from collections import deque
 from typing import Any
 
 import numpy as np
@@ -17,14 +19,17 @@ from .session import DATA_PLANE_SHARE, Session
 from .worker import LocalWorker, Worker
 
 _CMD, _REPLY, _P2P = 11, 12, 13
+_BYTE: Any = None  # MPI.BYTE once mpi4py is loaded
 
 
 def _mpi() -> Any:
+    global _BYTE
     try:
         from mpi4py import MPI
     except ImportError as e:
         raise DiscoError("MPISession needs mpi4py and an MPI (pip install mpi4py mpich); run "
                          "the program as: mpiexec -n N python program.py") from e
+    _BYTE = MPI.BYTE
     return MPI
 
 
@@ -33,7 +38,9 @@ class MPISession(Session):
     serves inside this constructor and exits the program when the session shuts down.
 
     Run it as `mpiexec -n N python program.py` (with a hostfile across machines); every rank
-    must reach MPISession() (it is collective).
+    must reach MPISession() (it is collective). Worker-0's thread forwards each command to the
+    other ranks before running it, so during a stream of collectives one thread per rank talks
+    MPI and the controller thread never competes with it for MPI's locks.
     """
 
     def __init__(self, num_groups: int = 1, timeout: float = 120.0) -> None:
@@ -56,8 +63,9 @@ class MPISession(Session):
             sys.exit(0)
         super().__init__(n, num_groups, timeout)
         self._ctl = ctl
-        self._MPI = MPI
-        self.worker0 = LocalWorker(_context(0, n, num_groups, timeout * DATA_PLANE_SHARE, data, group))
+        self._all_ranks = tuple(range(1, n))
+        self.worker0 = _ForwardingWorker(
+            _context(0, n, num_groups, timeout * DATA_PLANE_SHARE, data, group), ctl)
         deadline = time.monotonic() + timeout
         for wid in range(1, n):
             reply = self._get_reply(wid, deadline - time.monotonic())
@@ -70,20 +78,20 @@ class MPISession(Session):
                              "(or 'nccl' on GPUs)")
 
     def _send(self, cmd: Command, worker_id: int | None) -> None:
-        if worker_id is None or worker_id == 0:
-            self.worker0.commands.put(cmd)
-        if worker_id is None:
-            for wid in range(1, self._num_workers):
-                self._ctl.send(cmd, dest=wid, tag=_CMD)
-        elif worker_id:
-            self._ctl.send(cmd, dest=worker_id, tag=_CMD)
+        if worker_id == 0:
+            self.worker0.commands.put((None, (), cmd))
+        elif worker_id is None:
+            self.worker0.commands.put((_encode(cmd), self._all_ranks, cmd))
+        else:
+            self.worker0.commands.put((_encode(cmd), (worker_id,), None))
 
     def _get_reply(self, worker_id: int, timeout: float) -> tuple | None:
         if worker_id == 0:
+            replies = self.worker0.replies
+            if timeout <= 0:
+                return None if replies.empty() else replies.get_nowait()
             try:
-                if timeout <= 0:
-                    return self.worker0.replies.get_nowait()
-                return self.worker0.replies.get(timeout=timeout)
+                return replies.get(timeout=timeout)
             except Exception:  # queue.Empty
                 return None
         if not _poll(lambda: self._ctl.Iprobe(source=worker_id, tag=_REPLY), timeout):
@@ -97,21 +105,55 @@ class MPISession(Session):
 
     def _terminate(self) -> None:
         if self.worker0.thread.is_alive():
-            self.worker0.commands.put((0, (), 0, None))
+            self.worker0.commands.put((None, (), (0, (), 0, None)))
         self.worker0.thread.join(timeout=2.0)
 
 
-def _poll(probe: Any, timeout: float) -> bool:
-    """Call probe until it is true or timeout passes: spin briefly, then back off to 2 ms."""
-    deadline = time.monotonic() + max(timeout, 0.0)
-    spins = 0
+def _encode(cmd: Command) -> bytes:
+    return pickle.dumps(cmd, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+class _ForwardingWorker(LocalWorker):
+    """Worker-0 of an MPISession: queue items are (frame, ranks, cmd); it sends frame to ranks,
+    then runs cmd (None when the command is for other ranks only)."""
+
+    def __init__(self, ctx: WorkerContext, ctl: Any) -> None:
+        self.ctl = ctl
+        self.in_flight: deque = deque()  # (request, frame): a frame lives until its send is done
+        super().__init__(ctx)
+
+    def _serve(self) -> None:
+        get = self.commands.get
+        execute = self.worker.execute
+        isend = self.ctl.Isend
+        in_flight = self.in_flight
+        while True:
+            frame, ranks, cmd = get()
+            for rank in ranks:
+                in_flight.append((isend([frame, _BYTE], dest=rank, tag=_CMD), frame))
+            while in_flight and in_flight[0][0].Test():
+                in_flight.popleft()
+            if cmd is not None and not execute(cmd):
+                break
+        for request, _ in in_flight:
+            request.Wait()
+
+
+def _poll(probe: Any, timeout: float, spin: float = 50e-6) -> bool:
+    """Call probe until it is true or timeout passes: spin for `spin` seconds, then back off
+    to 2 ms sleeps (MPI has no blocking wait with a timeout)."""
+    if probe():
+        return True
+    now = time.monotonic()
+    deadline = now + max(timeout, 0.0)
+    spin_until = now + spin
     delay = 0.0
     while not probe():
-        if time.monotonic() >= deadline:
+        now = time.monotonic()
+        if now >= deadline:
             return False
-        spins += 1
-        if spins > 200:
-            delay = min(0.002, delay + 0.0001)
+        if now > spin_until:
+            delay = min(0.002, delay + 0.00005)
             time.sleep(delay)
     return True
 
@@ -119,15 +161,27 @@ def _poll(probe: Any, timeout: float) -> bool:
 def _serve(ctx: WorkerContext, ctl: Any) -> None:
     """A serving rank: execute commands from rank 0 until SHUTDOWN."""
     set_current(ctx)
+    MPI = _mpi()
 
     def reply(message: tuple) -> None:
         ctl.send(message, dest=0, tag=_REPLY)
 
     worker = Worker(ctx, reply)
+    execute = worker.execute
+    status = MPI.Status()
+    iprobe = ctl.Iprobe
+    buf = bytearray(1 << 16)
     reply(("ready", True, os.getpid()))
     while True:
-        _poll(lambda: ctl.Iprobe(source=0, tag=_CMD), float("inf"))
-        if not worker.execute(ctl.recv(source=0, tag=_CMD)):
+        # NOTE: a rank between commands spins a little (streams of commands arrive back to
+        # back), then sleeps; an idle rank wakes at most every 2 ms.
+        if not iprobe(source=0, tag=_CMD, status=status):
+            _poll(lambda: iprobe(source=0, tag=_CMD, status=status), float("inf"), spin=200e-6)
+        size = status.Get_count(MPI.BYTE)
+        if size > len(buf):
+            buf = bytearray(size)
+        ctl.Recv([buf, size, MPI.BYTE], source=0, tag=_CMD)
+        if not execute(pickle.loads(memoryview(buf)[:size])):
             break
     if ctx.ccl is not None:
         ctx.ccl.close()
@@ -166,7 +220,10 @@ class MpiCcl:
         return s, d
 
     def allreduce(self, src: Any, dst: Any, op: str, in_group: bool) -> None:
-        s, d = self._arrays("allreduce", src, dst)
+        if type(src) is np.ndarray and type(dst) is np.ndarray:
+            s, d = src, dst  # the usual case, without the checks that unwrap NDArrays
+        else:
+            s, d = self._arrays("allreduce", src, dst)
         if s.shape != d.shape or s.dtype != d.dtype:
             raise DiscoError(f"allreduce on worker {self.worker_id}: dst is {d.shape} {d.dtype}, "
                              f"expected {s.shape} {s.dtype}")

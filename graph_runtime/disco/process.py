@@ -15,8 +15,8 @@ from .ccl import CpuCcl
 from .comm import ShmComm, SocketP2P
 from .globals import WorkerContext, set_current
 from .nccl import nccl_factory
-from .protocol import (NO_FRAME, Command, FrameReader, encode_frame, pack_value, unpack_value,
-                       write_all)
+from .protocol import (NO_FRAME, Command, FrameReader, encode_frame, pack_value, send_frame,
+                       unpack_value, write_all)
 from .session import DATA_PLANE_SHARE, Session
 from .worker import LocalWorker, Worker
 
@@ -53,6 +53,10 @@ class ProcessSession(Session):
             ctx = _context(0, n, num_groups, self.timeout * DATA_PLANE_SHARE, self._memfds, local_sync, local_p2p)
             self.worker0 = LocalWorker(ctx)
             self._await_ready(startup_timeout)
+            self._poll = select.poll()
+            for child in self._children:
+                self._poll.register(child.rep_r, select.POLLIN)
+            self._wid_of_fd = {child.rep_r: child.wid for child in self._children}
         except BaseException:
             self._closed = True
             self._terminate()
@@ -109,18 +113,18 @@ class ProcessSession(Session):
         if worker_id == 0:
             self.worker0.commands.put(cmd)
             return
-        deadline = time.monotonic() + self.timeout
         frame = encode_frame(cmd)
         if worker_id is None:
-            self.worker0.commands.put(cmd)
             for child in self._children:
-                self._write(child, frame, deadline)
+                self._write(child, frame)
+            # NOTE: worker-0 last, so it is not woken while the controller still has writes to do
+            self.worker0.commands.put(cmd)
         else:
-            self._write(self._children[worker_id - 1], frame, deadline)
+            self._write(self._children[worker_id - 1], frame)
 
-    def _write(self, child: _Child, frame: bytes, deadline: float) -> None:
+    def _write(self, child: _Child, frame: bytes) -> None:
         try:
-            write_all(child.cmd_w, frame, deadline, f"worker {child.wid}")
+            send_frame(child.cmd_w, frame, time.monotonic() + self.timeout, f"worker {child.wid}")
         except DiscoError as e:
             self._check_alive()
             self._broken = str(e)
@@ -128,10 +132,11 @@ class ProcessSession(Session):
 
     def _get_reply(self, worker_id: int, timeout: float) -> tuple | None:
         if worker_id == 0:
+            replies = self.worker0.replies
+            if timeout <= 0:
+                return None if replies.empty() else replies.get_nowait()
             try:
-                if timeout <= 0:
-                    return self.worker0.replies.get_nowait()
-                return self.worker0.replies.get(timeout=timeout)
+                return replies.get(timeout=timeout)
             except Exception:  # queue.Empty
                 return None
         reply = self._read_child(self._children[worker_id - 1], timeout)
@@ -165,6 +170,12 @@ class ProcessSession(Session):
             code = None
         how = _exit_text(code)
         raise DiscoError(f"worker {child.wid} (pid {child.proc.pid}) died ({how})")
+
+    def _ready_workers(self) -> list[int]:
+        ready = [] if self.worker0.replies.empty() else [0]
+        ready += [c.wid for c in self._children if c.reader.next_frame_ready()]
+        ready += [self._wid_of_fd[fd] for fd, _ in self._poll.poll(0)]
+        return ready
 
     def _check_alive(self) -> None:
         for child in self._children:
@@ -265,23 +276,16 @@ def _child_main(cmd_fd: int, rep_fd: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the controller's to handle
     reader = FrameReader(cmd_fd)
 
-    def next_command() -> Any:
-        while True:
-            frame = reader.next_frame()
-            if frame is not NO_FRAME:
-                return frame
-            if not reader.fill():
-                return None
-
     def reply(message: tuple) -> None:
         try:
             write_all(rep_fd, encode_frame(message), time.monotonic() + 3600.0, "controller")
         except DiscoError:
             os._exit(0)  # the controller is gone: hang-up means shutdown
 
-    init = next_command()
-    if init is None:
+    first = reader.read_frames()
+    if not first:
         return
+    init = first[0]
     sys.path[:] = init["sys_path"]
     sync = {peer: socket.socket(fileno=fd) for peer, fd in init["sync"].items()}
     p2p = {peer: socket.socket(fileno=fd) for peer, fd in init["p2p"].items()}
@@ -291,10 +295,15 @@ def _child_main(cmd_fd: int, rep_fd: int) -> None:
     from . import builtins  # noqa: F401  (registers runtime.disco.*)
     worker = Worker(ctx, reply, pack=pack_value, unpack=unpack_value)
     reply(("ready", True, os.getpid()))
-    while True:
-        cmd = next_command()
-        if cmd is None or not worker.execute(cmd):
-            break
+    execute = worker.execute
+    commands: list | None = first[1:]
+    while commands is not None:
+        for cmd in commands:
+            if not execute(cmd):
+                commands = None
+                break
+        else:
+            commands = reader.read_frames()  # None at end of file: the controller hung up
     if ctx.ccl is not None:
         ctx.ccl.close()
 

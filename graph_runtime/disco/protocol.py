@@ -33,21 +33,13 @@ class DiscoAction(IntEnum):
 # A command is a tuple (action, frees, reg_id, *payload): `frees` are register ids to kill before
 # the command runs (frees ride along instead of costing a message), `reg_id` the register the
 # command writes (0 when it writes none; register 0 is reserved). Payloads per action:
-#   SHUTDOWN ()   KILL_REG ()   GET_GLOBAL_FUNC (name,)   CALL_PACKED (func_reg, args)
+#   SHUTDOWN ()   KILL_REG ()   GET_GLOBAL_FUNC (name,)   CALL_PACKED (func_reg, args, regpos)
 #   SYNC_WORKER (token,)   COPY_FROM_WORKER0 (host, token)   COPY_TO_WORKER0 (host, token|None)
 #   DEBUG_GET_FROM_REMOTE (token,)   DEBUG_SET_REGISTER (value,)
+# In CALL_PACKED, args[i] for every i in regpos is a register id the worker replaces by the
+# register's value; commands hold only plain values so they pickle small and fast.
 # A reply is (token, ok, value): token None marks an error of an asynchronous command.
 Command = tuple
-
-
-class Reg(int):
-    """A register id inside call_packed's arguments: the worker substitutes the register's value."""
-
-    def __repr__(self) -> str:
-        return f"Reg({int(self)})"
-
-    def __reduce__(self) -> tuple:
-        return (Reg, (int(self),))
 
 
 def describe_command(cmd: Command) -> str:
@@ -97,6 +89,35 @@ def encode_frame(obj: Any) -> bytes:
     return _LEN.pack(len(body)) + body
 
 
+def _gil_holding_write() -> Any:
+    """libc write(2) called without releasing the GIL, or None where ctypes cannot load libc."""
+    try:
+        import ctypes
+        write = ctypes.PyDLL(None, use_errno=True).write
+    except (ImportError, OSError, AttributeError):
+        return None
+    write.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t)
+    write.restype = ctypes.c_ssize_t
+    return write
+
+
+# NOTE: os.write releases the GIL, and a worker-0 thread woken by the command just queued for it
+# grabs it: every command then costs two thread switches. A write to a non-blocking pipe never
+# blocks, so the fast path keeps the GIL; a full pipe falls back to write_all.
+_WRITE = _gil_holding_write()
+
+
+def send_frame(fd: int, frame: bytes, deadline: float, who: str) -> None:
+    """Write one frame to a non-blocking fd: one write call when the pipe has room."""
+    if _WRITE is not None:
+        n = _WRITE(fd, frame, len(frame))
+        if n == len(frame):
+            return
+        if n > 0:
+            frame = frame[n:]
+    write_all(fd, frame, deadline, who)
+
+
 def write_all(fd: int, data: bytes, deadline: float, who: str) -> None:
     """Write all of data to a non-blocking fd, waiting at most until deadline."""
     view = memoryview(data)
@@ -125,7 +146,7 @@ class FrameReader:
         self._pos = 0
 
     def next_frame(self) -> Any:
-        """The next complete frame if one is buffered, else a sentinel _NONE."""
+        """The next complete frame if one is buffered, else the sentinel NO_FRAME."""
         buf = self._buf
         if len(buf) - self._pos >= 4:
             (size,) = _LEN.unpack_from(buf, self._pos)
@@ -137,7 +158,12 @@ class FrameReader:
                     buf.clear()
                     self._pos = 0
                 return obj
-        return _NONE
+        return NO_FRAME
+
+    def next_frame_ready(self) -> bool:
+        """Whether a complete frame is buffered."""
+        left = len(self._buf) - self._pos
+        return left >= 4 and left >= 4 + _LEN.unpack_from(self._buf, self._pos)[0]
 
     def fill(self) -> bool:
         """Read what is available (blocking if the fd blocks); False on end of file."""
@@ -153,14 +179,42 @@ class FrameReader:
         self._buf += chunk
         return True
 
+    def read_frames(self) -> list | None:
+        """Block for input, then every complete frame it completes; None on end of file."""
+        chunk = os.read(self.fd, 1 << 20)
+        if not chunk:
+            return None
+        buf = self._buf
+        if buf:
+            buf += chunk
+            data: Any = buf
+        else:
+            data = chunk  # the usual case: whole frames, no copy into the buffer
+        view = memoryview(data)
+        frames = []
+        pos = 0
+        end = len(data)
+        while end - pos >= 4:
+            (size,) = _LEN.unpack_from(data, pos)
+            stop = pos + 4 + size
+            if stop > end:
+                break
+            frames.append(pickle.loads(view[pos + 4:stop]))
+            pos = stop
+        view.release()
+        if data is buf:
+            del buf[:pos]
+        elif pos < end:
+            buf += data[pos:]
+        return frames
 
-class _NoneType:
+
+class _NoFrame:
     def __repr__(self) -> str:
-        return "_NONE"
+        return "NO_FRAME"
 
 
-_NONE = _NoneType()
-NO_FRAME = _NONE
+NO_FRAME = _NoFrame()
 
 
 # ---- register values crossing a process boundary (debug get/set only) ------------------------

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..device import Device
 from ..errors import DiscoError
-from .protocol import Command, DiscoAction, Reg, check_arg
+from .protocol import Command, DiscoAction, check_arg
 
 A = DiscoAction
 _CALL = int(A.CALL_PACKED)
@@ -23,23 +23,25 @@ REDUCE_OPS = ("sum", "prod", "min", "max", "avg")
 DATA_PLANE_SHARE = 0.8
 CCLS = ("cpu", "mpi", "nccl")
 _LIVE: "weakref.WeakSet[Session]" = weakref.WeakSet()
-_PLAIN = (int, float, str, type(None))
+_PLAIN = (int, float, str, bool, type(None))
 
 
 class DRef:
     """An object that exists on all workers under one register id (seed 002's DRef)."""
 
-    __slots__ = ("reg_id", "session", "_reg", "__weakref__")
+    __slots__ = ("reg_id", "session", "__weakref__")
 
     def __init__(self, reg_id: int, session: Session) -> None:
         self.reg_id = reg_id
         self.session = session
-        self._reg = Reg(reg_id)
 
     def __del__(self) -> None:
-        session = getattr(self, "session", None)
-        if session is not None:
-            session._dealloc(self.reg_id)
+        try:
+            session = self.session
+        except AttributeError:  # __init__ never ran
+            return
+        if session is not None and not session._closed:
+            session._pending_frees.append(self.reg_id)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(register {self.reg_id})"
@@ -115,7 +117,6 @@ class Session(abc.ABC):
         self._methods: dict[str, DPackedFunc] = {}
         self._closed = False
         self._broken: str | None = None
-        self._pid = os.getpid()
         _LIVE.add(self)
 
     # ---- transport hooks -----------------------------------------------------------------------
@@ -130,6 +131,10 @@ class Session(abc.ABC):
 
     def _check_alive(self) -> None:
         """Raise DiscoError naming a worker that died."""
+
+    def _ready_workers(self) -> Sequence[int]:
+        """Workers that may have a reply waiting (all of them unless a transport knows better)."""
+        return range(self._num_workers)
 
     def _terminate(self) -> None:
         """Release workers after SHUTDOWN (join threads, reap processes, free channels)."""
@@ -154,16 +159,12 @@ class Session(abc.ABC):
         self._next_reg += 1
         return reg
 
-    def _dealloc(self, reg_id: int) -> None:
-        if not self._closed and os.getpid() == self._pid:
-            self._pending_frees.append(reg_id)
-
     def _take_frees(self) -> tuple[int, ...]:
         pending = self._pending_frees
         if not pending:
             return ()
         frees = tuple(pending)
-        del pending[:len(frees)]
+        pending.clear()
         # NOTE: ids may be reused at once: workers kill `frees` before running the command.
         self._free_regs.extend(frees)
         return frees
@@ -195,13 +196,22 @@ class Session(abc.ABC):
                              f"{self._next_reg - 1} minus freed ones (register 0 is reserved)")
         return int(reg_id)
 
-    def _arg(self, value: Any, index: int) -> Any:
-        if isinstance(value, DRef):
-            if value.session is not self:
-                raise DiscoError(f"call_packed argument {index} ({value!r}) belongs to another "
-                                 "session")
-            return value._reg
-        return check_arg(value, index)
+    def _pack_args(self, args: tuple) -> tuple[tuple, tuple[int, ...]]:
+        """call_packed arguments as they travel, and the positions that hold register ids."""
+        packed = list(args)
+        regpos: tuple[int, ...] = ()
+        for i, value in enumerate(args):
+            if type(value) in _PLAIN:
+                continue
+            if isinstance(value, DRef):
+                if value.session is not self:
+                    raise DiscoError(f"call_packed argument {i} ({value!r}) belongs to another "
+                                     "session")
+                packed[i] = value.reg_id
+                regpos += (i,)
+            else:
+                packed[i] = check_arg(value, i)
+        return tuple(packed), regpos
 
     def _as(self, cls: type, ref: DRef) -> Any:
         """Re-type a fresh DRef (e.g. DRef -> DModule) without freeing its register."""
@@ -257,7 +267,7 @@ class Session(abc.ABC):
         return reply[2]
 
     def _raise_errors(self, what: str) -> None:
-        for wid in range(self._num_workers):
+        for wid in self._ready_workers():
             while True:
                 reply = self._get_reply(wid, 0.0)
                 if reply is None:
@@ -293,13 +303,15 @@ class Session(abc.ABC):
         """Run func(*args) on every worker; DRef arguments become each worker's register value."""
         if not isinstance(func, DRef) or func.session is not self:
             raise DiscoError(f"call_packed: func must be a DRef of this session, got {func!r}")
-        # NOTE: the hot path of streamed calls; plain scalars skip the general check.
-        packed = tuple(a if type(a) in _PLAIN else self._arg(a, i) for i, a in enumerate(args))
+        # NOTE: the hot path of streamed calls: no per-call work beyond what the command needs.
+        regpos: tuple[int, ...] = ()
+        if args:
+            args, regpos = self._pack_args(args)
         if self._closed or self._broken is not None:
             self._check_usable()
         frees = self._take_frees() if self._pending_frees else ()
         reg_id = self._free_regs.pop() if self._free_regs else self._alloc()
-        self._send((_CALL, frees, reg_id, func.reg_id, packed), None)
+        self._send((_CALL, frees, reg_id, func.reg_id, args, regpos), None)
         return DRef(reg_id, self)
 
     def sync_worker_0(self, timeout: float | None = None) -> None:
@@ -503,7 +515,7 @@ class Session(abc.ABC):
         self.shutdown()
 
     def __del__(self) -> None:
-        if not getattr(self, "_closed", True) and os.getpid() == self._pid:
+        if not getattr(self, "_closed", True):
             try:
                 self.shutdown(timeout=2.0)
             except Exception:
@@ -533,3 +545,14 @@ def _shutdown_all() -> None:
             session.shutdown(timeout=2.0)
         except Exception:
             pass
+
+
+def _forget_after_fork() -> None:
+    # A forked child shares the parent's channels: it must never free, command or shut down
+    # the parent's workers, so its copies of the sessions count as closed.
+    for session in list(_LIVE):
+        session._closed = True
+    _LIVE.clear()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)

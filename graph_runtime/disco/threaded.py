@@ -55,10 +55,12 @@ class ThreadedSession(Session):
             self.workers[worker_id].commands.put(cmd)
 
     def _get_reply(self, worker_id: int, timeout: float) -> tuple | None:
+        replies = self.workers[worker_id].replies
+        if timeout <= 0:
+            # the controller is the only reader: not empty means get_nowait succeeds
+            return None if replies.empty() else replies.get_nowait()
         try:
-            if timeout <= 0:
-                return self.workers[worker_id].replies.get_nowait()
-            return self.workers[worker_id].replies.get(timeout=timeout)
+            return replies.get(timeout=timeout)
         except queue.Empty:
             return None
 

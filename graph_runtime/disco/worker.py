@@ -11,7 +11,7 @@ import numpy as np
 from ..errors import DiscoError
 from .ccl import Failed
 from .globals import WorkerContext, get_global_func, set_current
-from .protocol import Command, DiscoAction, Reg, as_host_array, describe_command
+from .protocol import Command, DiscoAction, as_host_array, describe_command
 
 A = DiscoAction
 # plain ints: comparing against IntEnum members costs more on the per-command hot path
@@ -78,14 +78,20 @@ class Worker:
                 func = regs.get(cmd[3], _EMPTY)
                 if func is _EMPTY or type(func) is Missing:
                     func = self.read(cmd[3])
-                if not cmd[4]:
-                    regs[reg_id] = func()
+                regpos = cmd[5]
+                if not regpos:
+                    regs[reg_id] = func(*cmd[4])
                     return True
+                args = list(cmd[4])
                 if getattr(func, "disco_collective", False):
                     # join the collective even with a bad argument, so peers abort, not hang
-                    args = [self._read_or_failed(a) if type(a) is Reg else a for a in cmd[4]]
+                    for i in regpos:
+                        args[i] = self._read_or_failed(args[i])
                 else:
-                    args = [self.read(a) if type(a) is Reg else a for a in cmd[4]]
+                    for i in regpos:
+                        value = regs.get(args[i], _EMPTY)
+                        args[i] = self.read(args[i]) if value is _EMPTY or \
+                            type(value) is Missing else value
                 regs[reg_id] = func(*args)
             elif action == _GET:
                 regs[reg_id] = get_global_func(cmd[3])
@@ -174,11 +180,8 @@ class LocalWorker:
 
     def _loop(self) -> None:
         set_current(self.ctx)
-        get = self.commands.get
-        execute = self.worker.execute
         try:
-            while execute(get()):
-                pass
+            self._serve()
         except BaseException as e:  # SystemExit / KeyboardInterrupt in user code end the thread
             self.death = f"{type(e).__name__}: {e}"
             self.replies.put((None, False, f"worker {self.ctx.worker_id} thread ended by "
@@ -187,3 +190,10 @@ class LocalWorker:
             ccl = self.ctx.ccl
             if ccl is not None:
                 ccl.close()
+
+    def _serve(self) -> None:
+        """Execute queued commands until SHUTDOWN."""
+        get = self.commands.get
+        execute = self.worker.execute
+        while execute(get()):
+            pass

