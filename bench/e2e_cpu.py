@@ -33,6 +33,7 @@ from graph_runtime.params import load_params_file
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 import make_examples  # noqa: E402  (the examples' graph builders, for other batch sizes)
+from timing import seconds_per_call  # noqa: E402  (bench/timing.py, beside this script)
 
 TARGET = 1.5  # issue 3: graph_runtime no slower than 1.5x ONNX Runtime on the MLP
 
@@ -134,17 +135,6 @@ MODELS = {
 
 
 # ---- timing ----------------------------------------------------------------------------------
-
-def seconds_per_call(fn: Callable[[], Any], repeat: int, number: int) -> list[float]:
-    """repeat samples, each the mean of number back-to-back calls."""
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        samples.append((time.perf_counter() - start) / number)
-    return samples
-
 
 def contenders(model: str, batch: int) -> tuple[dict[str, Callable[[], Any]], GraphModule]:
     """name -> one end-to-end call, plus the GraphModule (for profiling)."""

@@ -10,11 +10,11 @@ import argparse
 import json
 import os
 import statistics
-import time
 
 import numpy as np
 
 import graph_runtime as gr
+from timing import seconds_per_call  # bench/timing.py, beside this script
 
 
 def chain_graph(n: int, width: int) -> dict:
@@ -35,13 +35,7 @@ def chain_graph(n: int, width: int) -> dict:
 
 
 def median_seconds(fn, repeat: int, number: int) -> float:
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        samples.append((time.perf_counter() - start) / number)
-    return statistics.median(samples)
+    return statistics.median(seconds_per_call(fn, repeat, number))
 
 
 def main() -> None:
