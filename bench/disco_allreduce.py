@@ -1,7 +1,8 @@
 """Allreduce benchmark: raw mpi4py Allreduce beside MPISession ("mpi") and ProcessSession ("cpu").
 
-Run `python bench/disco_allreduce.py`: it measures ProcessSession here, then relaunches itself
-under `mpiexec -n 2` for the raw mpi4py baseline and MPISession on the same buffers.
+Run `python bench/disco_allreduce.py`: each round measures ProcessSession here, then relaunches
+itself under `mpiexec -n 2` for the raw mpi4py baseline and MPISession on the same buffers; the
+table gives medians over the rounds.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import time
 import numpy as np
 
 SIZES = {"1 KB": 1 << 10, "1 MB": 1 << 20, "64 MB": 64 << 20}
+ROUNDS = 3
 
 
 def repeats(nbytes: int) -> int:
@@ -67,25 +69,44 @@ def under_mpi() -> None:
     print("RESULT " + json.dumps({"mpi4py": raw, "MPISession": ours}), flush=True)
 
 
-def main() -> None:
+def process_session() -> dict[str, float]:
     from graph_runtime.disco import ProcessSession
     with ProcessSession(2) as sess:
         sess.init_ccl("cpu")
-        process = session_allreduce(sess)
+        return session_allreduce(sess)
+
+
+def mpi_job() -> dict[str, dict[str, float]]:
+    """One `mpiexec -n 2` run: raw mpi4py, then MPISession, on the same buffers."""
     mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    results: dict = {"ProcessSession cpu": process}
     try:
         proc = subprocess.run([mpiexec, "-n", "2", sys.executable, __file__, "--under-mpi"],
                               capture_output=True, text=True, timeout=600)
-        line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
-        results.update(json.loads(line[0][7:]) if line else {})
-        if not line:
-            print("mpiexec run failed:", proc.stderr[-2000:])
     except (OSError, subprocess.TimeoutExpired) as e:
         print(f"mpiexec unavailable ({e}); only ProcessSession measured")
+        return {}
+    line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+    if not line:
+        print("mpiexec run failed:", proc.stderr[-2000:])
+        return {}
+    return json.loads(line[0][7:])
+
+
+def main() -> None:
+    # NOTE: rounds alternate the contenders so that machine noise hits them alike; medians.
+    samples: dict[str, dict[str, list[float]]] = {}
+    for _ in range(ROUNDS):
+        round_results = {"ProcessSession cpu": process_session(), **mpi_job()}
+        for name, row in round_results.items():
+            for label, value in row.items():
+                samples.setdefault(name, {}).setdefault(label, []).append(value)
+    results = {name: {label: statistics.median(values) for label, values in row.items()}
+               for name, row in samples.items()}
     base = results.get("mpi4py", {})
+    process = results["ProcessSession cpu"]
     print(f"{'size':6} {'mpi4py Allreduce':>17} {'MPISession':>11} {'ratio':>6} "
-          f"{'ProcessSession cpu':>19} {'ratio':>6}   (us per allreduce, 2 workers, float32 sum)")
+          f"{'ProcessSession cpu':>19} {'ratio':>6}   (us per allreduce, 2 workers, float32 sum, "
+          f"median of {ROUNDS} rounds)")
     for label in SIZES:
         raw = base.get(label)
         mpi = results.get("MPISession", {}).get(label)

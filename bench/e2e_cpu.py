@@ -19,7 +19,6 @@ import os
 import random
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any, Callable
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from typing import Any
@@ -22,12 +23,14 @@ from graph_runtime.lib.module import TensorSpec
 # (op, input shapes, attrs)
 CASES: list[tuple[str, list[tuple[int, ...]], dict[str, Any]]] = [
     ("dense", [(1, 512), (512, 512)], {}),
+    ("dense", [(8, 512), (512, 512)], {}),
     ("dense", [(64, 512), (512, 512)], {}),
     ("dense", [(256, 1024), (1024, 1024)], {}),
     ("conv2d", [(1, 3, 64, 64), (16, 3, 3, 3)], {"padding": [1, 1]}),
     ("conv2d", [(1, 64, 28, 28), (64, 64, 3, 3)], {"padding": [1, 1]}),
     ("conv2d", [(4, 32, 28, 28), (64, 32, 3, 3)], {"padding": [1, 1], "strides": [2, 2]}),
     ("conv2d", [(1, 64, 28, 28), (64, 1, 3, 3)], {"padding": [1, 1], "groups": 64}),
+    ("conv2d", [(1, 32, 56, 56), (64, 32, 1, 1)], {}),
 ]
 
 
@@ -61,7 +64,9 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--json", help="also write the results to this JSON file")
     args = parser.parse_args()
-    print(f"opencl: {get_backend('opencl').device_info(0).name}")
+    load = os.getloadavg()
+    print(f"opencl: {get_backend('opencl').device_info(0).name}; load average {load[0]:.2f} "
+          f"{load[1]:.2f} {load[2]:.2f}")
     print(f"{'op':<8} {'shapes':<34} {'cpu ms':>9} {'opencl ms':>10} {'opencl/cpu':>11}")
     rows = []
     rng = np.random.default_rng(0)

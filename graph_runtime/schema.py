@@ -6,10 +6,10 @@ import functools
 import json
 import re
 from importlib.resources import files
-from typing import Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
-from jsonschema import Draft202012Validator, validators
-from jsonschema.exceptions import ValidationError
+if TYPE_CHECKING:
+    from jsonschema.exceptions import ValidationError
 
 from .errors import GraphError, GraphRuntimeError
 
@@ -40,6 +40,7 @@ def _is_int(checker: Any, value: Any) -> bool:
 def _pattern(validator: Any, pattern: str, value: Any, schema: Any) -> Iterable[ValidationError]:
     """ECMA-262's "$" (which JSON Schema specifies) ends the string; Python's also matches
     before a final newline, which would let "12\n" through as a count."""
+    from jsonschema.exceptions import ValidationError
     if not isinstance(value, str):
         return
     match = re.search(pattern, value)
@@ -47,17 +48,22 @@ def _pattern(validator: Any, pattern: str, value: Any, schema: Any) -> Iterable[
         yield ValidationError(f"{value!r} does not match {pattern!r}")
 
 
-# JSON Schema counts 2.0 as an integer; the runtime indexes lists with these values, so only
-# true integers pass (a float in a node id must be reported, not crash an index later).
-_StrictValidator = validators.extend(
-    Draft202012Validator,
-    validators={"pattern": _pattern},
-    type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_int))
+@functools.lru_cache(maxsize=None)
+def _strict_validator() -> Any:
+    # NOTE: jsonschema loads on first validation, not at import (it costs ~0.1 s; Disco worker
+    # processes import the package without ever validating a graph).
+    from jsonschema import Draft202012Validator, validators
+    # JSON Schema counts 2.0 as an integer; the runtime indexes lists with these values, so only
+    # true integers pass (a float in a node id must be reported, not crash an index later).
+    return validators.extend(
+        Draft202012Validator,
+        validators={"pattern": _pattern},
+        type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_int))
 
 
 @functools.lru_cache(maxsize=None)
 def _validator(name: str) -> Any:
-    return _StrictValidator(load_schema(name))
+    return _strict_validator()(load_schema(name))
 
 
 def json_path(path: Iterable[str | int]) -> str:

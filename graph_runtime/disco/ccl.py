@@ -111,6 +111,19 @@ class CpuCcl:
         if op not in REDUCE_UFUNCS:
             raise DiscoError(f"allreduce: unknown reduce op {op!r}; expected one of: "
                              + ", ".join(REDUCE_UFUNCS))
+        comm = self.group if in_group else self.world
+        if comm.copies and type(src) is np.ndarray and type(dst) is np.ndarray and \
+                src.shape == dst.shape and src.dtype == dst.dtype:
+            # NOTE: the usual case, without _run's closures: this worker's part cannot fail, and
+            # each member reduces its own copies of the parts, so dst may alias src.
+            who = f"allreduce on worker {self.worker_id}"
+            parts = comm.exchange(src, True, who)
+            if parts is None:
+                raise DiscoError(f"{who}: aborted because another worker failed in this "
+                                 "collective (see its error)")
+            check_layout(parts, who, comm.members)
+            reduce_into(parts, op, dst)
+            return
         arrays: list[np.ndarray] = []
 
         def contribute(comm: Any) -> np.ndarray:

@@ -4,9 +4,11 @@ from __future__ import annotations
 import mmap
 import os
 import queue
+import select
 import socket
 import struct
 import threading
+import time
 from typing import Any, Sequence
 
 import numpy as np
@@ -82,33 +84,48 @@ class ThreadComm:
 
 _HEADER = struct.Struct("<qq16sq8q")  # nbytes (-1: none), fits, dtype str, ndim, shape
 _HEADER_SLOT = 256
+_CTRL_LINE = 64  # bytes of the control block per member: one cache line each
+_SPIN_S = 50e-6  # how long a barrier spins on shared memory before it sleeps
+# NOTE: after waking a sleeping peer, spin longer at the next barrier: that peer is late by a
+# wake-up, and sleeping on it too would keep the two taking turns at sleeping.
+_SPIN_AFTER_RING_S = 1e-3
 
 
 class ShmComm:
     """Processes exchanging through one growable memfd arena, double-buffered so one barrier
-    per collective suffices; the leader (rank 0) relays barrier bytes over sockets."""
+    per collective suffices.
+
+    The barrier lives in the arena's control block: every member publishes its arrival there
+    and spins briefly (a stream of collectives arrives nearly together, so most barriers end
+    without a system call); a member that still waits then sleeps on its sockets to the peers,
+    which a late arriver rings. A lost ring only delays the sleeper to its next poll, and a
+    socket at end of file means that peer exited.
+    """
 
     copies = True
 
     def __init__(self, rank: int, members: Sequence[int], arena_fd: int,
-                 leader_socks: dict[int, socket.socket] | None, member_sock: socket.socket | None,
-                 timeout: float) -> None:
+                 peer_socks: dict[int, socket.socket], timeout: float) -> None:
         self.rank = rank
         self.members = list(members)
         self.size = len(members)
         self.fd = arena_fd
-        self.leader_socks = leader_socks or {}
-        self.member_sock = member_sock
-        for sock in list(self.leader_socks.values()) + ([member_sock] if member_sock else []):
-            sock.settimeout(timeout)
+        self.peer_socks = peer_socks  # member rank -> socket to that member
+        for sock in peer_socks.values():
+            sock.setblocking(False)
         self.timeout = timeout
         self.slot = 0
         self.map: mmap.mmap | None = None
+        self.words: memoryview | None = None
         self.calls = 0
+        self.generation = 0
+        self._spin = _SPIN_S
+        self._views: dict[tuple, np.ndarray] = {}  # (half, rank, header bytes) -> arena view
+        self._writes: dict[tuple, tuple] = {}  # (half, dtype, shape) -> _prepare_write's answer
         self._remap(4096)
 
     def _layout_size(self, slot: int) -> int:
-        return 2 * self.size * (_HEADER_SLOT + slot)
+        return self.size * _CTRL_LINE + 2 * self.size * (_HEADER_SLOT + slot)
 
     def _remap(self, slot: int) -> None:
         size = self._layout_size(slot)
@@ -116,64 +133,130 @@ class ShmComm:
         if os.fstat(self.fd).st_size < size:
             os.ftruncate(self.fd, size)
         self.slot = slot
+        self._views.clear()
+        self._writes.clear()
         self.map = mmap.mmap(self.fd, size)
+        # word 8*r + (generation & 1) holds member r's arrival at a barrier: generation * 2 + ok;
+        # word 8*r + 2 the generation member r sleeps in (one aligned 8-byte store each)
+        self.words = memoryview(self.map).cast("B")[:self.size * _CTRL_LINE].cast("q")
+
+    # ---- barrier -------------------------------------------------------------------------------
 
     def barrier(self, ok: bool, who: str) -> bool:
-        """Every member reports ok to the leader, which answers whether all were ok."""
+        """Every member arrives; True when every member arrived with ok."""
+        self.generation += 1
+        g = self.generation
+        words = self.words
+        assert words is not None
+        slots = range(g & 1, 8 * self.size, 8)
+        words[8 * self.rank + (g & 1)] = 2 * g + int(ok)
+        deadline = time.monotonic() + self._spin
+        self._spin = _SPIN_S
+        for r, sock in self.peer_socks.items():
+            if words[8 * r + 2] == g:
+                _ring(sock)
+                self._spin = _SPIN_AFTER_RING_S
+        spins = 0
+        while True:
+            arrived = True
+            all_ok = True
+            for i in slots:
+                value = words[i]
+                if value >> 1 != g:
+                    arrived = False
+                    break
+                all_ok = all_ok and bool(value & 1)
+            if arrived:
+                return all_ok
+            spins += 1
+            if spins & 31 == 0 and time.monotonic() > deadline:
+                return self._sleep_until_arrived(g, slots, who)
+
+    def _sleep_until_arrived(self, g: int, slots: range, who: str) -> bool:
+        words = self.words
+        assert words is not None
+        words[8 * self.rank + 2] = g
+        deadline = time.monotonic() + self.timeout
+        wait = 0.001
+        socks = list(self.peer_socks.values())
         try:
-            if self.rank != 0:
-                assert self.member_sock is not None
-                self.member_sock.sendall(b"1" if ok else b"0")
-                answer = self.member_sock.recv(1)
-                if not answer:
-                    raise DiscoError(f"{who}: worker {self.members[0]} (the leader) has exited")
-                return answer == b"1"
-            all_ok = ok
-            for rank, sock in self.leader_socks.items():
-                byte = sock.recv(1)
-                if not byte:
-                    raise DiscoError(f"{who}: worker {self.members[rank]} has exited")
-                all_ok = all_ok and byte == b"1"
-            answer = b"1" if all_ok else b"0"
-            for sock in self.leader_socks.values():
-                sock.sendall(answer)
-            return all_ok
-        except (socket.timeout, TimeoutError):
-            raise DiscoError(f"{who}: timed out after {self.timeout:g} s waiting for the other "
-                             "workers to join the collective") from None
+            while True:
+                values = [words[i] for i in slots]
+                if all(v >> 1 == g for v in values):
+                    return all(v & 1 for v in values)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise DiscoError(f"{who}: timed out after {self.timeout:g} s waiting for "
+                                     "the other workers to join the collective")
+                ready, _, _ = select.select(socks, [], [], min(wait, left))
+                wait = min(2 * wait, 0.05)
+                for sock in ready:
+                    self._drain(sock, who)
+        finally:
+            words[8 * self.rank + 2] = 0
+
+    def _drain(self, sock: socket.socket, who: str) -> None:
+        try:
+            data = sock.recv(4096)
+        except (BlockingIOError, InterruptedError):
+            return
         except OSError as e:
             raise DiscoError(f"{who}: a peer worker is gone ({e})") from e
+        if not data:
+            rank = next(r for r, s in self.peer_socks.items() if s is sock)
+            raise DiscoError(f"{who}: worker {self.members[rank]} has exited")
+
+    # ---- the arena -----------------------------------------------------------------------------
 
     def _offsets(self, half: int, rank: int) -> tuple[int, int]:
-        base = half * self.size * (_HEADER_SLOT + self.slot)
+        base = self.size * _CTRL_LINE + half * self.size * (_HEADER_SLOT + self.slot)
         header = base + rank * _HEADER_SLOT
         data = base + self.size * _HEADER_SLOT + rank * self.slot
         return header, data
 
     def _write(self, half: int, array: np.ndarray | None) -> None:
         assert self.map is not None
+        key = (half, None, None) if array is None else (half, array.dtype, array.shape)
+        entry = self._writes.get(key)
+        if entry is None:
+            entry = self._prepare_write(half, array)
+            self._writes[key] = entry
+        offset, head, out = entry
+        self.map[offset:offset + len(head)] = head
+        if out is not None and array is not None:
+            np.copyto(out, array)
+
+    def _prepare_write(self, half: int, array: np.ndarray | None) -> tuple:
+        """(header offset, header bytes, arena view or None) for one layout; cached."""
+        assert self.map is not None
         header, data = self._offsets(half, self.rank)
         if array is None:
-            _HEADER.pack_into(self.map, header, -1, 1, b"", 0, *([0] * 8))
-            return
+            return header, _HEADER.pack(-1, 1, b"", 0, *([0] * 8)), None
         if array.ndim > 8:
             raise DiscoError(f"collectives support up to 8 dimensions, got {array.ndim}")
         fits = array.nbytes <= self.slot
         shape = list(array.shape) + [0] * (8 - array.ndim)
-        _HEADER.pack_into(self.map, header, array.nbytes, int(fits), array.dtype.str.encode(),
-                          array.ndim, *shape)
+        head = _HEADER.pack(array.nbytes, int(fits), array.dtype.str.encode(), array.ndim, *shape)
+        out = None
         if fits and array.nbytes:
             out = np.frombuffer(self.map, np.uint8, array.nbytes, data)
-            np.copyto(out.view(array.dtype).reshape(array.shape), array)
+            out = out.view(array.dtype).reshape(array.shape)
+        return header, head, out
 
     def _read(self, half: int) -> tuple[Parts, int, bool]:
         assert self.map is not None
         parts: Parts = []
         need = 0
         fits = True
+        views = self._views
         for rank in range(self.size):
             header, data = self._offsets(half, rank)
-            nbytes, fit, dtype, ndim, *shape = _HEADER.unpack_from(self.map, header)
+            head = self.map[header:header + _HEADER.size]
+            view = views.get((half, rank, head))
+            if view is not None:
+                parts.append(view)
+                continue
+            nbytes, fit, dtype, ndim, *shape = _HEADER.unpack(head)
             if nbytes < 0:
                 parts.append(None)
                 continue
@@ -182,7 +265,9 @@ class ShmComm:
             if fit:
                 dt = np.dtype(dtype.rstrip(b"\0").decode())
                 view = np.frombuffer(self.map, np.uint8, nbytes, data).view(dt)
-                parts.append(view.reshape(shape[:ndim]))
+                view = view.reshape(shape[:ndim])
+                views[(half, rank, head)] = view
+                parts.append(view)
             else:
                 parts.append(None)
         return parts, need, fits
@@ -209,7 +294,22 @@ class ShmComm:
         """Nothing to wait for: the next collective writes the other half of the arena."""
 
     def close(self) -> None:
+        if self.words is not None:
+            self.words.release()
+        self.words = None
+        self._views.clear()
+        self._writes.clear()
         self.map = None
+
+
+def _ring(sock: socket.socket) -> None:
+    """Wake a peer sleeping in a barrier (a full buffer means it has wake-ups pending)."""
+    try:
+        sock.send(b"!")
+    except (BlockingIOError, InterruptedError):
+        pass
+    except OSError:
+        pass  # the peer is gone; its death shows up where someone waits for it
 
 
 class ThreadP2P:

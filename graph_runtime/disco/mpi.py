@@ -20,6 +20,7 @@ from .worker import LocalWorker, Worker
 
 _CMD, _REPLY, _P2P = 11, 12, 13
 _BYTE: Any = None  # MPI.BYTE once mpi4py is loaded
+_LOOKAHEAD = 4  # commands worker-0 forwards before running the first of them
 
 
 def _mpi() -> Any:
@@ -104,8 +105,7 @@ class MPISession(Session):
             raise DiscoError(f"worker 0 thread ended ({self.worker0.death})")
 
     def _terminate(self) -> None:
-        if self.worker0.thread.is_alive():
-            self.worker0.commands.put((None, (), (0, (), 0, None)))
+        self.worker0.commands.put(None)
         self.worker0.thread.join(timeout=2.0)
 
 
@@ -115,7 +115,7 @@ def _encode(cmd: Command) -> bytes:
 
 class _ForwardingWorker(LocalWorker):
     """Worker-0 of an MPISession: queue items are (frame, ranks, cmd); it sends frame to ranks,
-    then runs cmd (None when the command is for other ranks only)."""
+    then runs cmd (None when the command is for other ranks only); None ends the thread."""
 
     def __init__(self, ctx: WorkerContext, ctl: Any) -> None:
         self.ctl = ctl
@@ -123,20 +123,40 @@ class _ForwardingWorker(LocalWorker):
         super().__init__(ctx)
 
     def _serve(self) -> None:
-        get = self.commands.get
+        commands = self.commands
         execute = self.worker.execute
         isend = self.ctl.Isend
         in_flight = self.in_flight
+        mine: deque = deque()  # forwarded, still to run here
+        running = True
         while True:
-            frame, ranks, cmd = get()
-            for rank in ranks:
-                in_flight.append((isend([frame, _BYTE], dest=rank, tag=_CMD), frame))
+            # NOTE: forward a few queued commands ahead of running them, so the other ranks
+            # have their next command while this one runs; only a few, because every message
+            # waiting unmatched at a rank slows down each receive there (collectives included)
+            while not mine or (len(mine) < _LOOKAHEAD and not commands.empty()):
+                if not mine and in_flight:
+                    # MPI moves a non-blocking send only while someone drives progress: finish
+                    # them before sleeping. Nothing here waits on a command of this worker, so
+                    # this cannot deadlock with a peer blocked in a collective.
+                    for request, _ in in_flight:
+                        request.Wait()
+                    in_flight.clear()
+                item = commands.get()
+                if item is None:  # the session is done: no more commands to run or forward
+                    for request, _ in in_flight:
+                        request.Wait()
+                    return
+                frame, ranks, cmd = item
+                for rank in ranks:
+                    in_flight.append((isend([frame, _BYTE], dest=rank, tag=_CMD), frame))
+                if cmd is not None:
+                    mine.append(cmd)
             while in_flight and in_flight[0][0].Test():
                 in_flight.popleft()
-            if cmd is not None and not execute(cmd):
-                break
-        for request, _ in in_flight:
-            request.Wait()
+            cmd = mine.popleft()
+            if running:
+                # after its own SHUTDOWN worker-0 still forwards the other ranks' SHUTDOWNs
+                running = execute(cmd)
 
 
 def _poll(probe: Any, timeout: float, spin: float = 50e-6) -> bool:

@@ -50,7 +50,8 @@ class ProcessSession(Session):
                     socks[1].close()
             local_sync = {b: self._sync_pairs[(0, b)][0] for b in range(1, n)}
             local_p2p = {b: self._p2p_pairs[(0, b)][0] for b in range(1, n)}
-            ctx = _context(0, n, num_groups, self.timeout * DATA_PLANE_SHARE, self._memfds, local_sync, local_p2p)
+            ctx = _context(0, n, num_groups, self.timeout * DATA_PLANE_SHARE, self._memfds,
+                           local_sync, local_p2p)
             self.worker0 = LocalWorker(ctx)
             self._await_ready(startup_timeout)
             self._poll = select.poll()
@@ -81,6 +82,7 @@ class ProcessSession(Session):
                                 stdin=subprocess.DEVNULL)
         os.close(cmd_r)
         os.close(rep_w)
+        _grow_pipe(cmd_w)
         os.set_blocking(cmd_w, False)
         os.set_blocking(rep_r, False)
         child = _Child(wid, proc, cmd_w, rep_r)
@@ -229,6 +231,17 @@ class _Child:
             self.pidfd = None
 
 
+def _grow_pipe(fd: int) -> None:
+    """Let a command pipe hold a long stream (Linux: up to pipe-max-size, 1 MiB by default):
+    a controller blocked on a full pipe wakes for every few commands the worker reads, and each
+    wake-up takes the GIL from worker-0."""
+    try:
+        import fcntl
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
+    except (ImportError, OSError):
+        pass  # keep the default size
+
+
 def _close(fd: int) -> None:
     try:
         os.close(fd)
@@ -264,11 +277,8 @@ def _context(wid: int, n: int, num_groups: int, timeout: float, memfds: list[int
 
 def _shm_comm(wid: int, members: list[int], fd: int, sync: dict[int, socket.socket],
               timeout: float) -> ShmComm:
-    rank = members.index(wid)
-    if rank == 0:
-        return ShmComm(0, members, fd, {r: sync[m] for r, m in enumerate(members) if r}, None,
-                       timeout)
-    return ShmComm(rank, members, fd, None, sync[members[0]], timeout)
+    peers = {r: sync[m] for r, m in enumerate(members) if m != wid}
+    return ShmComm(members.index(wid), members, fd, peers, timeout)
 
 
 def _child_main(cmd_fd: int, rep_fd: int) -> None:

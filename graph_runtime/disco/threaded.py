@@ -23,16 +23,18 @@ class ThreadedSession(Session):
         self.workers = [LocalWorker(self._context(i)) for i in range(num_workers)]
 
     def _context(self, worker_id: int) -> WorkerContext:
-        return WorkerContext(worker_id, self._num_workers, self.num_groups, timeout=self.timeout * DATA_PLANE_SHARE,
+        return WorkerContext(worker_id, self._num_workers, self.num_groups,
+                             timeout=self.timeout * DATA_PLANE_SHARE,
                              ccl_factories={"cpu": self._make_cpu_ccl, "nccl": nccl_factory})
 
     def init_ccl(self, ccl: str, *device_ids: int) -> None:
         if ccl == "cpu":
             # built here, before the command goes out; every worker thread then takes its view
             n, groups = self._num_workers, self.num_groups
+            limit = self.timeout * DATA_PLANE_SHARE
             self._cpu_state = {
-                "world": ThreadGroup(n, self.timeout * DATA_PLANE_SHARE),
-                "groups": [ThreadGroup(n // groups, self.timeout * DATA_PLANE_SHARE) for _ in range(groups)],
+                "world": ThreadGroup(n, limit),
+                "groups": [ThreadGroup(n // groups, limit) for _ in range(groups)],
                 "queues": {(a, b): queue.Queue() for a in range(n) for b in range(n) if a != b},
             }
         super().init_ccl(ccl, *device_ids)

@@ -1,4 +1,4 @@
-"""Batched GEMM on OpenCL: a register-tiled kernel of our own, or CLBlast through pyclblast."""
+"""Batched GEMM on OpenCL: kernels of our own (picked per device type), or CLBlast (pyclblast)."""
 from __future__ import annotations
 
 import importlib
@@ -9,17 +9,24 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import LibraryError
-from .ops._gpu import CL_TYPES, cl_header, cl_load, cl_param, cl_pointer, cl_store, compute_type
+from .opencl_gemm_cpu import packed_gemm
+from .opencl_gemm_dot import dot_gemm
+from .opencl_gemm_local import local_gemm
 
 IMPL_ENV = "GRAPH_RUNTIME_OPENCL_GEMM"
-# Output tile per work-group (TSM x TSN), depth of a K step (TSK), outputs per work-item (WM x WN).
-# Measured on PoCL (bench/opencl_gemm.py): 64x64x64 with 4x16 per work-item was the fastest tried.
-LARGE_TILE = (64, 64, 64, 4, 16)
-# Few rows (dense with a small batch): a 16-row tile wastes less work.
-SMALL_TILE = (16, 64, 64, 1, 16)
-# Thinner than this (rows or K), one work-item per output element beats any tile.
+# Our kernel families: "local" (work-group tiles staged in local memory, for GPUs), "packed" and
+# "dot" (private register blocks, for CPU devices: opencl_gemm_cpu.py), "direct" (one output each).
+VARIANTS = ("local", "packed", "dot", "direct")
+# On a CPU device, dense-like products (A (M, K), B (N, K)) with fewer rows than this use the dot
+# kernel: packing B costs O(NK) and pays off only over many rows. Measured on PoCL / 2-core Xeon
+# (N = K = 512 and 1024): dot won below 32 rows, packed from 128; 32-64 was a tie within noise.
+DOT_MAX_M = 64
+# On a GPU, thinner than this (rows or K), one work-item per output element beats any tile.
 DIRECT_MAX_M = 4
 DIRECT_MAX_K = 16
+# On a CPU device only a tiny product (M*N*K) runs the direct kernel: one launch instead of
+# three; beyond it PoCL's per-work-item cost makes it 2-8x slower than packed.
+CPU_DIRECT_MAX_MACS = 1 << 15
 
 
 @dataclass(frozen=True)
@@ -57,109 +64,6 @@ class GemmShape:
                          self.b_stride, self.c_stride)
 
 
-def _source(dtype: str) -> str:
-    acc = compute_type(dtype, "opencl")
-    a_at = cl_load("a", dtype, "A_INDEX(m, k)")
-    b_at = cl_load("b", dtype, "B_INDEX(k, n)")
-    ctype = CL_TYPES[dtype]
-    # Both kernels take the same arguments: sizes, then per matrix its buffer, leading dimension,
-    # batch count and batch stride (a and b cycle over their batches).
-    params = ", ".join(["const int M, const int N, const int K",
-                        f"{cl_param('a_arr', dtype)}, const int lda, const long a_batches, "
-                        "const long a_bs",
-                        f"{cl_param('b_arr', dtype)}, const int ldb, const long b_batches, "
-                        "const long b_bs",
-                        f"{cl_param('c_arr', dtype, const=False)}, const int ldc, const long c_bs"])
-    pointers = "\n    ".join([cl_pointer("a_arr", dtype), cl_pointer("b_arr", dtype),
-                               cl_pointer("c_arr", dtype, const=False)])
-    batch = "\n    ".join([f"__global const {ctype}* a = a_arr + (bat % a_batches) * a_bs;",
-                            f"__global const {ctype}* b = b_arr + (bat % b_batches) * b_bs;",
-                            f"__global {ctype}* c = c_arr + bat * c_bs;"])
-    return cl_header([dtype]) + f"""
-#ifdef TRANS_A
-#define A_INDEX(m, k) ((long)(k) * lda + (m))
-#else
-#define A_INDEX(m, k) ((long)(m) * lda + (k))
-#endif
-#ifdef TRANS_B
-#define B_INDEX(k, n) ((long)(n) * ldb + (k))
-#else
-#define B_INDEX(k, n) ((long)(k) * ldb + (n))
-#endif
-#define RM (TSM / WM)
-#define RN (TSN / WN)
-// numpy counterpart: c[b] = a[b % a_batches] @ b[b % b_batches]
-__kernel __attribute__((reqd_work_group_size(RN, RM, 1)))
-void gr_gemm({params})
-{{
-    {pointers}
-    const int tx = get_local_id(0);
-    const int ty = get_local_id(1);
-    const int tid = ty * RN + tx;
-    const int n0 = get_group_id(0) * TSN;
-    const int m0 = get_group_id(1) * TSM;
-    const long bat = get_global_id(2);
-    {batch}
-    __local {acc} As[TSK][TSM];
-    __local {acc} Bs[TSK][TSN];
-    {acc} acc[WM][WN];
-    for (int i = 0; i < WM; ++i)
-        for (int j = 0; j < WN; ++j)
-            acc[i][j] = 0;
-    for (int k0 = 0; k0 < K; k0 += TSK) {{
-        for (int i = tid; i < TSM * TSK; i += RM * RN) {{
-            const int m = m0 + i / TSK;
-            const int k = k0 + i % TSK;
-            As[i % TSK][i / TSK] = (m < M && k < K) ? ({acc}){a_at} : ({acc})0;
-        }}
-        for (int i = tid; i < TSK * TSN; i += RM * RN) {{
-            const int k = k0 + i / TSN;
-            const int n = n0 + i % TSN;
-            Bs[i / TSN][i % TSN] = (k < K && n < N) ? ({acc}){b_at} : ({acc})0;
-        }}
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (int kk = 0; kk < TSK; ++kk) {{
-            {acc} ar[WM];
-            {acc} br[WN];
-            for (int i = 0; i < WM; ++i)
-                ar[i] = As[kk][ty + i * RM];
-            for (int j = 0; j < WN; ++j)
-                br[j] = Bs[kk][tx + j * RN];
-            for (int i = 0; i < WM; ++i)
-                for (int j = 0; j < WN; ++j)
-                    acc[i][j] += ar[i] * br[j];
-        }}
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }}
-    for (int i = 0; i < WM; ++i) {{
-        const int m = m0 + ty + i * RM;
-        for (int j = 0; j < WN; ++j) {{
-            const int n = n0 + tx + j * RN;
-            if (m < M && n < N) {{
-                {cl_store("c", dtype, "(long)m * ldc + n", "acc[i][j]")}
-            }}
-        }}
-    }}
-}}
-
-// One work-item per element of C, no local memory: for thin products (few rows, short K)
-// where a 64-wide tile would idle most of its work-items.
-__kernel void gr_gemm_direct({params})
-{{
-    {pointers}
-    const int n = get_global_id(0);
-    const int m = get_global_id(1);
-    const long bat = get_global_id(2);
-    if (n >= N || m >= M) return;
-    {batch}
-    {acc} sum = 0;
-    for (int k = 0; k < K; ++k)
-        sum += ({acc}){a_at} * ({acc}){b_at};
-    {cl_store("c", dtype, "(long)m * ldc + n", "sum")}
-}}
-"""
-
-
 def clblast_available() -> bool:
     """Whether pyclblast imports (it needs the CLBlast shared library, e.g. libclblast-dev)."""
     try:
@@ -169,42 +73,53 @@ def clblast_available() -> bool:
     return True
 
 
-def tiled_gemm(backend: Any, device_id: int, shape: GemmShape,
-               tile: tuple[int, int, int, int, int] | None = None) -> Callable[[Any, Any, Any],
-                                                                                None]:
-    """run(a, b, c) computing shape's GEMM with the tiled kernel; arrays may be views."""
-    s = shape.with_defaults()
-    direct = tile is None and (s.m <= DIRECT_MAX_M or s.k <= DIRECT_MAX_K)
-    if tile is None:
-        tile = SMALL_TILE if s.m <= 16 else LARGE_TILE
-    tsm, tsn, tsk, wm, wn = tile
-    options = [f"-DTSM={tsm}", f"-DTSN={tsn}", f"-DTSK={tsk}", f"-DWM={wm}", f"-DWN={wn}"]
-    if s.trans_a:
-        options.append("-DTRANS_A")
-    if s.trans_b:
-        options.append("-DTRANS_B")
+def is_cpu_device(backend: Any, device_id: int) -> bool:
+    """Whether opencl:device_id is a CPU (CL_DEVICE_TYPE_CPU), e.g. PoCL's pthread device."""
     import pyopencl as cl
-    queue = backend.queue(device_id)
-    program = backend.program(device_id, _source(s.dtype), options, name="gemm")
-    knl = cl.Kernel(program, "gr_gemm_direct" if direct else "gr_gemm")
-    # NOTE: a zero-size operand may have no buffer; OpenCL still wants one in every slot.
-    dummy = backend.alloc(device_id, 1)
-    local: tuple[int, int, int] | None = (tsn // wn, tsm // wm, 1)
-    grid = ((s.n + tsn - 1) // tsn * (tsn // wn), (s.m + tsm - 1) // tsm * (tsm // wm), s.batch)
-    if direct:
-        local = None
-        grid = (s.n, s.m, s.batch)
-    i32 = np.int32
-    i64 = np.int64
+    return bool(backend.cl_device(device_id).type & cl.device_type.CPU)
+
+
+def pick_variant(shape: GemmShape, cpu: bool) -> str:
+    """The kernel family of VARIANTS that serves shape best on a CPU or a GPU device.
+
+    GPUs get local-memory tiles. A CPU (PoCL) has no real local memory, so barriers only cost;
+    there private register blocks on contiguous (packed) panels win (bench/opencl_gemm.py).
+    """
+    s = shape.with_defaults()
+    if cpu:
+        if s.trans_b and not s.trans_a and s.m < DOT_MAX_M:
+            return "dot"
+        return "direct" if s.m * s.n * s.k <= CPU_DIRECT_MAX_MACS else "packed"
+    if s.m <= DIRECT_MAX_M or s.k <= DIRECT_MAX_K:
+        return "direct"
+    return "local"
+
+
+def tiled_gemm(backend: Any, device_id: int, shape: GemmShape,
+               tile: tuple[int, int, int, int, int] | None = None,
+               variant: str | None = None) -> Callable[[Any, Any, Any], None]:
+    """run(a, b, c) computing shape's GEMM with our kernels; arrays may be views.
+
+    Args:
+        tile: (TSM, TSN, TSK, WM, WN) for the "local" variant (the default depends on M).
+        variant: one of VARIANTS; None picks by device type and shape (pick_variant).
+    """
+    s = shape.with_defaults()
+    if variant is None:
+        variant = pick_variant(s, is_cpu_device(backend, device_id))
+    if variant not in VARIANTS:
+        raise LibraryError(f"gemm: variant {variant!r}: expected one of {', '.join(VARIANTS)}")
     if s.m == 0 or s.n == 0 or s.batch == 0:
         return _nothing
-
-    def run(a: Any, b: Any, c: Any) -> None:
-        knl(queue, grid, local, i32(s.m), i32(s.n), i32(s.k),
-            _buf(a, dummy), i64(a.offset), i32(s.lda), i64(s.a_batches), i64(s.a_stride),
-            _buf(b, dummy), i64(b.offset), i32(s.ldb), i64(s.b_batches), i64(s.b_stride),
-            _buf(c, dummy), i64(c.offset), i32(s.ldc), i64(s.c_stride))
-    return run
+    if variant == "packed":
+        return packed_gemm(backend, device_id, s)
+    if variant == "dot":
+        if s.trans_a or not s.trans_b:
+            raise LibraryError(f"gemm: the dot variant needs A (M, K) and B (N, K) (trans_a "
+                               f"False, trans_b True), got trans_a={s.trans_a}, "
+                               f"trans_b={s.trans_b}")
+        return dot_gemm(backend, device_id, s)
+    return local_gemm(backend, device_id, s, variant == "direct", tile)
 
 
 def clblast_gemm(backend: Any, device_id: int, shape: GemmShape) -> Callable[[Any, Any, Any],
@@ -247,10 +162,6 @@ def clblast_gemm(backend: Any, device_id: int, shape: GemmShape) -> Callable[[An
     return run
 
 
-def _buf(arr: Any, dummy: Any) -> Any:
-    return arr.base_data if arr.base_data is not None else dummy
-
-
 def _nothing(a: Any, b: Any, c: Any) -> None:
     """The GEMM of an empty output."""
 
@@ -259,28 +170,41 @@ def _as_matrix(arr: Any) -> Any:
     return arr.reshape(-1, 1) if arr.ndim != 2 else arr
 
 
+def chosen_variant(backend: Any, device_id: int, shape: GemmShape,
+                   impl: str | None = None) -> str | None:
+    """The kernel family of VARIANTS make_gemm would run for shape, or None for CLBlast."""
+    impl = _impl(impl)
+    if impl == "clblast" or (impl == "auto" and _clblast_serves(shape)):
+        return None
+    return pick_variant(shape, is_cpu_device(backend, device_id))
+
+
 def make_gemm(backend: Any, device_id: int, shape: GemmShape,
               impl: str | None = None) -> Callable[[Any, Any, Any], None]:
     """run(a, b, c) for shape.
 
     Args:
-        impl: "tiled" (our kernel), "clblast", or "auto" (CLBlast when importable and able to
+        impl: "tiled" (our kernels), "clblast", or "auto" (CLBlast when importable and able to
             serve shape, else tiled). None reads $GRAPH_RUNTIME_OPENCL_GEMM, default "tiled":
-            on PoCL the tiled kernel matched or beat CLBlast (bench/opencl_gemm.py), needs no
-            CLBlast compile on first use, and also serves float16 and per-group weights.
+            on PoCL our CPU kernels beat CLBlast 10-20x (bench/opencl_gemm.py), need no
+            CLBlast compile on first use, and also serve float16 and per-group weights.
     """
+    impl = _impl(impl)
+    if impl == "clblast" or (impl == "auto" and _clblast_serves(shape)):
+        return clblast_gemm(backend, device_id, shape)
+    return tiled_gemm(backend, device_id, shape)
+
+
+def _impl(impl: str | None) -> str:
     if impl is None:
         impl = os.environ.get(IMPL_ENV, "tiled")
-    if impl == "tiled":
-        return tiled_gemm(backend, device_id, shape)
-    if impl == "clblast":
-        return clblast_gemm(backend, device_id, shape)
-    if impl == "auto":
-        if clblast_available():
-            try:
-                return clblast_gemm(backend, device_id, shape)
-            except LibraryError:
-                pass
-        return tiled_gemm(backend, device_id, shape)
-    raise LibraryError(f"gemm: impl {impl!r} (${IMPL_ENV}): expected 'tiled', 'clblast' or "
-                       "'auto'")
+    if impl not in ("tiled", "clblast", "auto"):
+        raise LibraryError(f"gemm: impl {impl!r} (${IMPL_ENV}): expected 'tiled', 'clblast' or "
+                           "'auto'")
+    return impl
+
+
+def _clblast_serves(shape: GemmShape) -> bool:
+    """Whether "auto" takes CLBlast: importable and able to serve shape (see clblast_gemm)."""
+    return (clblast_available() and shape.dtype in ("float32", "float64")
+            and shape.a_batches in (1, shape.batch) and shape.b_batches in (1, shape.batch))

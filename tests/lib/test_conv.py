@@ -281,3 +281,86 @@ def test_conv2d_int_dtype_refused(make_function) -> None:
     specs = [TensorSpec((1, 1, 2, 2), "int32"), TensorSpec((1, 1, 1, 1), "int32")]
     with pytest.raises(LibraryError, match=r"conv2d: input 0 has dtype int32; supported: "):
         make_function("conv2d").infer(specs, {})
+
+
+# -- the OpenCL conv2d methods, each forced on PoCL whatever the device would pick --------------
+
+# CONV_CASES plus shapes that cross the packed GEMM's blocks (12 rows, 32 columns) and the direct
+# kernel's 16-wide strips: depthwise with a multiplier, a 1x1, and 40 taps with 13 channels per
+# group.
+METHOD_CASES = CONV_CASES + [
+    ((2, 4, 9, 21), (8, 1, 3, 3), {"padding": [1, 1], "groups": 4, "strides": [1, 2]}),
+    ((1, 5, 6, 7), (13, 5, 1, 1), {}),
+    ((2, 10, 11, 37), (26, 5, 2, 4), {"groups": 2, "padding": [1, 2], "dilation": [2, 1]}),
+]
+
+
+def _run_conv_method(method: str, x: np.ndarray, w: np.ndarray, attrs) -> np.ndarray:
+    from graph_runtime.backends import get_backend
+    from graph_runtime.lib.ops._conv_cl import conv2d_cl
+    from graph_runtime.lib.ops._conv_shapes import conv2d_params
+    backend = get_backend("opencl")
+    p = conv2d_params([TensorSpec(x.shape, str(x.dtype)), TensorSpec(w.shape, str(w.dtype))],
+                      attrs)
+    args = []
+    for host in (x, w):
+        arr = backend.empty(0, host.shape, host.dtype)
+        backend.from_host(host, arr)
+        args.append(arr)
+    out = backend.empty(0, (p.n, p.o, p.oh, p.ow), x.dtype)
+    conv2d_cl(backend, 0, p, method)(args[0], args[1], out)
+    return backend.to_host(out)
+
+
+@pytest.mark.opencl
+@pytest.mark.parametrize("method", ["direct", "panel", "im2col"])
+@pytest.mark.parametrize("data_shape,weight_shape,attrs", METHOD_CASES)
+def test_conv2d_opencl_methods(method: str, data_shape, weight_shape, attrs, opencl_available,
+                               random_array) -> None:
+    x = random_array(data_shape, "float32", seed=31)
+    w = random_array(weight_shape, "float32", seed=32)
+    want = ref_conv2d(x, w, attrs.get("strides", (1, 1)), attrs.get("padding", 0),
+                      attrs.get("dilation", (1, 1)), attrs.get("groups", 1))
+    got = _run_conv_method(method, x, w, attrs)
+    np.testing.assert_allclose(got.astype(np.float64), want, **SUM_TOLERANCES["float32"])
+
+
+@pytest.mark.opencl
+@pytest.mark.parametrize("method", ["direct", "panel", "im2col"])
+@pytest.mark.parametrize("dtype", ["float16", "float64"])
+def test_conv2d_opencl_methods_dtypes(method: str, dtype: str, opencl_available,
+                                      random_array) -> None:
+    x = random_array((2, 6, 7, 19), dtype, seed=33)
+    w = random_array((14, 3, 3, 3), dtype, seed=34)
+    attrs = {"padding": [1, 1], "groups": 2}
+    want = ref_conv2d(x, w, padding=[1, 1], groups=2)
+    got = _run_conv_method(method, x, w, attrs)
+    assert got.dtype == x.dtype
+    np.testing.assert_allclose(got.astype(np.float64), want, **SUM_TOLERANCES[dtype])
+
+
+@pytest.mark.opencl
+def test_conv2d_opencl_method_choice(opencl_available) -> None:
+    """On PoCL (a CPU device) depthwise runs direct and a wide layer the packed-panel GEMM."""
+    from graph_runtime.backends import get_backend
+    from graph_runtime.lib.opencl_gemm import GemmShape, is_cpu_device
+    from graph_runtime.lib.ops._conv_cl import pick_method
+    from graph_runtime.lib.ops._conv_shapes import conv2d_params
+    backend = get_backend("opencl")
+    if not is_cpu_device(backend, 0):
+        pytest.skip("opencl:0 is not a CPU device; the choice below is the CPU one")
+    picks = {}
+    for groups, weight in ((64, (64, 1, 3, 3)), (1, (64, 64, 3, 3))):
+        specs = [TensorSpec((1, 64, 8, 8), F32), TensorSpec(weight, F32)]
+        p = conv2d_params(specs, {"padding": [1, 1], "groups": groups})
+        kk = p.cg * p.kh * p.kw
+        shape = GemmShape(p.og, p.oh * p.ow, kk, F32, batch=p.groups, a_batches=p.groups,
+                          b_batches=p.groups)
+        picks[groups] = pick_method(backend, 0, p, shape)
+    assert picks == {64: "direct", 1: "panel"}
+
+
+def test_conv2d_opencl_unknown_method(opencl_available) -> None:
+    with pytest.raises(LibraryError, match=r"conv2d: method 'fft': expected one of direct, "):
+        _run_conv_method("fft", np.zeros((1, 1, 3, 3), np.float32),
+                         np.zeros((1, 1, 1, 1), np.float32), {})

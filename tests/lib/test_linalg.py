@@ -180,7 +180,8 @@ def test_errors(op: str, specs, attrs, message: str, make_function) -> None:
 GEMM_CASES = [  # m, n, k, trans_a, trans_b, batch, a_batches, b_batches
     (5, 7, 3, False, False, 1, 1, 1), (70, 33, 130, True, False, 2, 2, 1),
     (2, 65, 17, False, True, 3, 1, 3), (20, 20, 40, True, True, 4, 2, 4),
-    (4, 4, 0, False, False, 1, 1, 1)]
+    (4, 4, 0, False, False, 1, 1, 1), (1, 70, 37, False, True, 2, 2, 1),
+    (25, 34, 37, False, True, 2, 1, 2)]
 
 
 # Every case on the tiled kernel; CLBlast (its first use compiles for tens of seconds on PoCL)
@@ -191,32 +192,110 @@ IMPL_CASES = ([("tiled", c) for c in GEMM_CASES] + [("clblast", GEMM_CASES[2]),
                                                      ("auto", GEMM_CASES[3])])
 
 
-@pytest.mark.opencl
-@pytest.mark.parametrize("impl,case", IMPL_CASES)
-def test_opencl_gemm(impl: str, case, opencl_available, random_array) -> None:
+def _check_gemm(case, dtype: str, random_array, make) -> None:
+    """Run make(backend, shape) on case's operands, views at odd offsets into one buffer."""
     from graph_runtime.backends import get_backend
-    from graph_runtime.lib.opencl_gemm import GemmShape, clblast_available, make_gemm
+    from graph_runtime.lib.opencl_gemm import GemmShape
     m, n, k, trans_a, trans_b, batch, a_batches, b_batches = case
-    if impl == "clblast" and not clblast_available():
-        pytest.skip("pyclblast is not installed")
     backend = get_backend("opencl")
-    a = random_array((a_batches,) + ((k, m) if trans_a else (m, k)), "float32", seed=21)
-    b = random_array((b_batches,) + ((n, k) if trans_b else (k, n)), "float32", seed=22)
-    # Operands are views 256 bytes into one buffer, as the executor's storage pool hands out.
-    buffer = backend.alloc(0, 256 + a.nbytes + b.nbytes + batch * m * n * 4)
-    a_dev = backend.view(buffer, 256, a.shape, np.dtype(np.float32))
-    b_dev = backend.view(buffer, 256 + a.nbytes, b.shape, np.dtype(np.float32))
-    c_dev = backend.view(buffer, 256 + a.nbytes + b.nbytes, (batch, m, n), np.dtype(np.float32))
+    a = random_array((a_batches,) + ((k, m) if trans_a else (m, k)), dtype, seed=21)
+    b = random_array((b_batches,) + ((n, k) if trans_b else (k, n)), dtype, seed=22)
+    # Operands are views 256 bytes into one buffer, as the executor's storage pool hands out;
+    # b and c also start at odd element offsets, so no vector access may assume alignment.
+    size = a.itemsize
+    b_at = 256 + a.nbytes + size
+    c_at = b_at + b.nbytes + size
+    buffer = backend.alloc(0, c_at + batch * m * n * size)
+    a_dev = backend.view(buffer, 256, a.shape, a.dtype)
+    b_dev = backend.view(buffer, b_at, b.shape, b.dtype)
+    c_dev = backend.view(buffer, c_at, (batch, m, n), a.dtype)
     backend.from_host(a, a_dev)
     backend.from_host(b, b_dev)
-    shape = GemmShape(m, n, k, "float32", trans_a, trans_b, batch=batch, a_batches=a_batches,
+    shape = GemmShape(m, n, k, dtype, trans_a, trans_b, batch=batch, a_batches=a_batches,
                       b_batches=b_batches, a_stride=m * k, b_stride=k * n, c_stride=m * n)
-    make_gemm(backend, 0, shape, impl)(a_dev, b_dev, c_dev)
+    make(backend, shape)(a_dev, b_dev, c_dev)
     a_mk = a.swapaxes(1, 2) if trans_a else a
     b_kn = b.swapaxes(1, 2) if trans_b else b
     want = _ref_products(a_mk[np.arange(batch) % a_batches], b_kn[np.arange(batch) % b_batches])
-    np.testing.assert_allclose(backend.to_host(c_dev), want, **SUM_TOLERANCES["float32"])
+    got = backend.to_host(c_dev).astype(np.float64)
+    np.testing.assert_allclose(got, want, **SUM_TOLERANCES[dtype])
     np.testing.assert_array_equal(backend.to_host(a_dev), a)  # operands untouched
+    np.testing.assert_array_equal(backend.to_host(b_dev), b)
+
+
+@pytest.mark.opencl
+@pytest.mark.parametrize("impl,case", IMPL_CASES)
+def test_opencl_gemm(impl: str, case, opencl_available, random_array) -> None:
+    from graph_runtime.lib.opencl_gemm import clblast_available, make_gemm
+    if impl == "clblast" and not clblast_available():
+        pytest.skip("pyclblast is not installed")
+    _check_gemm(case, "float32", random_array,
+                lambda backend, shape: make_gemm(backend, 0, shape, impl))
+
+
+def _variant_cases() -> list[tuple[str, tuple, str]]:
+    """Every case on every variant that serves it (dot needs A (M, K), B (N, K)); float16 and
+    float64 (8-wide vectors) on the cases that cross blocks."""
+    cases = []
+    for variant in ("local", "packed", "dot", "direct"):
+        for case in GEMM_CASES:
+            if variant == "dot" and (case[3] or not case[4]):
+                continue
+            cases.append((variant, case, "float32"))
+        for case in GEMM_CASES[1:] if variant != "dot" else GEMM_CASES[5:]:
+            cases.extend([(variant, case, "float16"), (variant, case, "float64")])
+    return cases
+
+
+@pytest.mark.opencl
+@pytest.mark.parametrize("variant,case,dtype", _variant_cases())
+def test_opencl_gemm_variants(variant: str, case, dtype: str, opencl_available,
+                              random_array) -> None:
+    """Each of our kernel families, forced, whatever the device type would pick."""
+    from graph_runtime.lib.opencl_gemm import tiled_gemm
+    _check_gemm(case, dtype, random_array,
+                lambda backend, shape: tiled_gemm(backend, 0, shape, variant=variant))
+
+
+@pytest.mark.opencl
+@pytest.mark.parametrize("vw,mb", [(4, 6), (8, 6), (8, 12)])
+@pytest.mark.parametrize("case", [GEMM_CASES[1], GEMM_CASES[3], GEMM_CASES[6]])
+def test_opencl_gemm_cpu_blockings(vw: int, mb: int, case, opencl_available,
+                                   random_array) -> None:
+    """The CPU kernels with the narrower vectors other CPUs (AVX2, SSE) get; dot needs trans_b."""
+    from graph_runtime.lib.opencl_gemm_cpu import Blocking, packed_gemm
+    from graph_runtime.lib.opencl_gemm_dot import dot_gemm
+    block = Blocking(vw, mb)
+    _check_gemm(case, "float32", random_array,
+                lambda backend, shape: packed_gemm(backend, 0, shape.with_defaults(), None, block))
+    if case[4] and not case[3]:
+        _check_gemm(case, "float64", random_array,
+                    lambda backend, shape: dot_gemm(backend, 0, shape.with_defaults(), block))
+
+
+def test_opencl_gemm_variant_choice() -> None:
+    """CPU devices: dot for few-row dense, packed for the rest, direct only when tiny; GPUs:
+    local-memory tiles, direct when thin."""
+    from graph_runtime.lib.opencl_gemm import GemmShape, pick_variant
+    dense_1 = GemmShape(1, 512, 512, "float32", trans_b=True)
+    dense_256 = GemmShape(256, 1024, 1024, "float32", trans_b=True)
+    square = GemmShape(128, 128, 128, "float32")
+    tiny = GemmShape(3, 5, 7, "float32")
+    assert [pick_variant(s, cpu=True) for s in (dense_1, dense_256, square, tiny)] == [
+        "dot", "packed", "packed", "direct"]
+    assert [pick_variant(s, cpu=False) for s in (dense_1, dense_256, square, tiny)] == [
+        "direct", "local", "local", "direct"]
+
+
+def test_opencl_gemm_variant_errors(opencl_available) -> None:
+    from graph_runtime.backends import get_backend
+    from graph_runtime.lib.opencl_gemm import GemmShape, tiled_gemm
+    backend = get_backend("opencl")
+    with pytest.raises(LibraryError, match=r"gemm: variant 'fast': expected one of local, "):
+        tiled_gemm(backend, 0, GemmShape(2, 2, 2, "float32"), variant="fast")
+    with pytest.raises(LibraryError, match=r"gemm: the dot variant needs A \(M, K\) and B "
+                                           r"\(N, K\) .* got trans_a=False, trans_b=False"):
+        tiled_gemm(backend, 0, GemmShape(2, 2, 2, "float32"), variant="dot")
 
 
 def test_opencl_gemm_unknown_impl(opencl_available) -> None:

@@ -3,16 +3,12 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
-import numpy as np
-
 from ..module import TensorSpec
-from ..opencl_gemm import GemmShape, make_gemm
 from ..registry import define_op, kernel
+from ._conv_cl import conv2d_cl, conv2d_transpose_cl
 from ._conv_shapes import CONV_ATTRS, ConvParams, conv2d_params, conv2d_transpose_params
-from ._gpu import (ClKernel, check_cl_dtypes, cl_header, cl_load, cl_param, cl_pointer, cl_store,
-                   compute_type)
+from ._gpu import check_cl_dtypes
 from ._host import array_module, host_kernel, wide_dtype
-from ._shapes import size_of
 
 
 def _conv2d_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
@@ -129,92 +125,11 @@ def _conv2d_transpose_host(backend: Any, device_id: int, inputs: Sequence[Tensor
 
 # -- opencl -------------------------------------------------------------------------------------
 
-def _cl_source(dtype: str) -> str:
-    """im2col (conv2d) and col2im (conv2d_transpose) for one dtype; sizes are arguments."""
-    acc = compute_type(dtype, "opencl")
-    sizes = ("long total, int C, int H, int W, int KH, int KW, int OH, int OW, int SH, int SW, "
-             "int PT, int PL, int DH, int DW")
-    return cl_header([dtype]) + f"""
-// numpy counterpart: col[n, c, kh, kw, oh, ow] = padded[n, c, oh*SH + kh*DH, ow*SW + kw*DW]
-__kernel void gr_im2col({cl_param("col", dtype, const=False)}, {cl_param("data", dtype)},
-                        {sizes}) {{
-    long i = get_global_id(0);
-    if (i >= total) return;
-    {cl_pointer("col", dtype, const=False)}
-    {cl_pointer("data", dtype)}
-    long t = i;
-    int ow = t % OW; t /= OW;
-    int oh = t % OH; t /= OH;
-    int kw = t % KW; t /= KW;
-    int kh = t % KH; t /= KH;
-    int y = oh * SH - PT + kh * DH;
-    int x = ow * SW - PL + kw * DW;
-    {acc} v = 0;
-    if (y >= 0 && y < H && x >= 0 && x < W) v = {cl_load("data", dtype, "(t * H + y) * W + x")};
-    {cl_store("col", dtype, "i", "v")}
-}}
-
-// numpy counterpart: the tap loop of _conv2d_transpose_host, gathered per output element;
-// here H, W are the data's and OH, OW the output's sizes, cols is [N, O, KH, KW, H, W].
-__kernel void gr_col2im({cl_param("out", dtype, const=False)}, {cl_param("cols", dtype)},
-                        {sizes}) {{
-    long i = get_global_id(0);
-    if (i >= total) return;
-    {cl_pointer("out", dtype, const=False)}
-    {cl_pointer("cols", dtype)}
-    long t = i;
-    int x = t % OW; t /= OW;
-    int y = t % OH; t /= OH;
-    {acc} sum = 0;
-    for (int kh = 0; kh < KH; ++kh) {{
-        int yy = y + PT - kh * DH;
-        if (yy < 0 || yy % SH) continue;
-        int iy = yy / SH;
-        if (iy >= H) continue;
-        for (int kw = 0; kw < KW; ++kw) {{
-            int xx = x + PL - kw * DW;
-            if (xx < 0 || xx % SW) continue;
-            int ix = xx / SW;
-            if (ix >= W) continue;
-            sum += {cl_load("cols", dtype, "((t * KH + kh) * KW + kw) * H * W + iy * W + ix")};
-        }}
-    }}
-    {cl_store("out", dtype, "i", "sum")}
-}}
-"""
-
-
-def _cl_sizes(p: ConvParams, total: int) -> list[Any]:
-    return [total, p.c, p.h, p.w, p.kh, p.kw, p.oh, p.ow, p.strides[0], p.strides[1], p.pad[0],
-            p.pad[1], p.dilation[0], p.dilation[1]]
-
-
-def _ints(values: Sequence[int]) -> list[Any]:
-    return [np.int64(values[0])] + [np.int32(v) for v in values[1:]]
-
-
 def _conv2d_cl(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
                outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     p = conv2d_params(inputs, attrs)
     check_cl_dtypes("conv2d", backend, device_id, [p.dtype])
-    direct = p.kh == p.kw == 1 and p.strides == (1, 1) and not any(p.pad)
-    kk = p.cg * p.kh * p.kw
-    spatial = p.oh * p.ow
-    gemm = make_gemm(backend, device_id, GemmShape(
-        p.og, spatial, kk, p.dtype, batch=p.n * p.groups, a_batches=p.groups,
-        b_batches=p.n * p.groups, a_stride=p.og * kk, b_stride=kk * spatial,
-        c_stride=p.og * spatial))
-    if direct:
-        return lambda data, weight, out: gemm(weight, data, out)
-    total = p.n * p.c * p.kh * p.kw * spatial
-    im2col = ClKernel(backend, device_id, _cl_source(p.dtype), "gr_im2col", "conv2d")
-    col = backend.empty(device_id, (total,), np.dtype(p.dtype))
-    sizes = _ints(_cl_sizes(p, total))
-
-    def run(data: Any, weight: Any, out: Any) -> None:
-        im2col.launch(total, None, col, data, *sizes)
-        gemm(weight, col, out)
-    return run
+    return conv2d_cl(backend, device_id, p)
 
 
 def _conv2d_transpose_cl(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
@@ -222,23 +137,7 @@ def _conv2d_transpose_cl(backend: Any, device_id: int, inputs: Sequence[TensorSp
                          attrs: Mapping[str, Any]) -> Callable[..., None]:
     p = conv2d_transpose_params(inputs, attrs)
     check_cl_dtypes("conv2d_transpose", backend, device_id, [p.dtype])
-    taps = p.og * p.kh * p.kw
-    spatial = p.h * p.w
-    # cols[n, g] = weight[g]^T @ data[n, g]: weight[g] is stored (cg, taps), hence trans_a.
-    gemm = make_gemm(backend, device_id, GemmShape(
-        taps, spatial, p.cg, p.dtype, trans_a=True, batch=p.n * p.groups, a_batches=p.groups,
-        b_batches=p.n * p.groups, a_stride=p.cg * taps, b_stride=p.cg * spatial,
-        c_stride=taps * spatial))
-    cols = backend.empty(device_id, (max(p.n * p.groups * taps * spatial, 1),),
-                         np.dtype(p.dtype))
-    total = size_of((p.n, p.o, p.oh, p.ow))
-    col2im = ClKernel(backend, device_id, _cl_source(p.dtype), "gr_col2im", "conv2d_transpose")
-    sizes = _ints(_cl_sizes(p, total))
-
-    def run(data: Any, weight: Any, out: Any) -> None:
-        gemm(weight, data, cols)
-        col2im.launch(total, None, out, cols, *sizes)
-    return run
+    return conv2d_transpose_cl(backend, device_id, p)
 
 
 define_op("conv2d", _conv2d_infer, 2, CONV_ATTRS)
