@@ -15,7 +15,8 @@ from .opencl_gemm_local import local_gemm
 
 IMPL_ENV = "GRAPH_RUNTIME_OPENCL_GEMM"
 # Our kernel families: "local" (work-group tiles staged in local memory, for GPUs), "packed" and
-# "dot" (private register blocks, for CPU devices: opencl_gemm_cpu.py), "direct" (one output each).
+# "dot" (private register blocks, for CPU devices: opencl_gemm_cpu.py, opencl_gemm_dot.py),
+# "direct" (one work-item per output; opencl_gemm_local.py).
 VARIANTS = ("local", "packed", "dot", "direct")
 # On a CPU device, dense-like products (A (M, K), B (N, K)) with fewer rows than this use the dot
 # kernel: packing B costs O(NK) and pays off only over many rows. Measured on PoCL / 2-core Xeon
@@ -186,7 +187,7 @@ def make_gemm(backend: Any, device_id: int, shape: GemmShape,
     Args:
         impl: "tiled" (our kernels), "clblast", or "auto" (CLBlast when importable and able to
             serve shape, else tiled). None reads $GRAPH_RUNTIME_OPENCL_GEMM, default "tiled":
-            on PoCL our CPU kernels beat CLBlast 10-20x (bench/opencl_gemm.py), need no
+            on PoCL our CPU kernels beat CLBlast 10-25x (bench/opencl_gemm.py), need no
             CLBlast compile on first use, and also serve float16 and per-group weights.
     """
     impl = _impl(impl)
