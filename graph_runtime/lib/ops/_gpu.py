@@ -91,6 +91,7 @@ class ClKernel:
         # NOTE: a zero-size array may have no buffer; kernels never read it, but OpenCL
         # wants a valid buffer object in every pointer slot.
         self._dummy = backend.alloc(device_id, 1)
+        self._typed = False
 
     def args(self, arrays: Sequence[Any]) -> list[Any]:
         out: list[Any] = []
@@ -113,8 +114,15 @@ class ClKernel:
             return
         step = local_size or 64
         padded = (global_size + step - 1) // step * step
-        self.kernel(self.queue, (padded,), (local_size,) if local_size else None,
-                    *self.args(arrays))
+        args = self.args(arrays)
+        if not self._typed:
+            # NOTE: declaring the scalar types once makes pyopencl pack scalars directly; left
+            # undeclared it inspects every NumPy scalar on every launch (~18 us each). A prepared
+            # call always passes the same kinds of arguments, so the first launch fixes them.
+            self.kernel.set_scalar_arg_dtypes(
+                [a.dtype if isinstance(a, np.generic) else None for a in args])
+            self._typed = True
+        self.kernel(self.queue, (padded,), (local_size,) if local_size else None, *args)
 
 
 def device_array(backend: Any, device_id: int, host: np.ndarray) -> Any:
