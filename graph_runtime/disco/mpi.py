@@ -19,18 +19,15 @@ from .session import DATA_PLANE_SHARE, Session
 from .worker import LocalWorker, Worker
 
 _CMD, _REPLY, _P2P = 11, 12, 13
-_BYTE: Any = None  # MPI.BYTE once mpi4py is loaded
 _LOOKAHEAD = 4  # commands worker-0 forwards before running the first of them
 
 
 def _mpi() -> Any:
-    global _BYTE
     try:
         from mpi4py import MPI
     except ImportError as e:
         raise DiscoError("MPISession needs mpi4py and an MPI (pip install mpi4py mpich); run "
                          "the program as: mpiexec -n N python program.py") from e
-    _BYTE = MPI.BYTE
     return MPI
 
 
@@ -119,6 +116,7 @@ class _ForwardingWorker(LocalWorker):
 
     def __init__(self, ctx: WorkerContext, ctl: Any) -> None:
         self.ctl = ctl
+        self.byte = _mpi().BYTE
         self.in_flight: deque = deque()  # (request, frame): a frame lives until its send is done
         super().__init__(ctx)
 
@@ -126,6 +124,7 @@ class _ForwardingWorker(LocalWorker):
         commands = self.commands
         execute = self.worker.execute
         isend = self.ctl.Isend
+        byte = self.byte
         in_flight = self.in_flight
         mine: deque = deque()  # forwarded, still to run here
         running = True
@@ -134,10 +133,10 @@ class _ForwardingWorker(LocalWorker):
             # have their next command while this one runs; only a few, because every message
             # waiting unmatched at a rank slows down each receive there (collectives included)
             while not mine or (len(mine) < _LOOKAHEAD and not commands.empty()):
-                if not mine and in_flight:
+                if not mine and in_flight and commands.empty():
                     # MPI moves a non-blocking send only while someone drives progress: finish
-                    # them before sleeping. Nothing here waits on a command of this worker, so
-                    # this cannot deadlock with a peer blocked in a collective.
+                    # them before sleeping. This worker has run all its commands, so no peer
+                    # waits for it in a collective: this cannot deadlock.
                     for request, _ in in_flight:
                         request.Wait()
                     in_flight.clear()
@@ -148,7 +147,7 @@ class _ForwardingWorker(LocalWorker):
                     return
                 frame, ranks, cmd = item
                 for rank in ranks:
-                    in_flight.append((isend([frame, _BYTE], dest=rank, tag=_CMD), frame))
+                    in_flight.append((isend([frame, byte], dest=rank, tag=_CMD), frame))
                 if cmd is not None:
                     mine.append(cmd)
             while in_flight and in_flight[0][0].Test():

@@ -46,6 +46,13 @@ def sleep(seconds: float) -> None:
     time.sleep(seconds)
 
 
+@register_func("test.sleep_on", override=True)
+def sleep_on(worker: int, seconds: float) -> None:
+    """Make one worker late for whatever comes next (e.g. a collective)."""
+    if get_global_func("runtime.disco.worker_id")() == worker:
+        time.sleep(seconds)
+
+
 @register_func("test.allreduce_only_on", override=True)
 def allreduce_only_on(worker: int, x: np.ndarray) -> None:
     """A collective that only one worker joins: its peers never come, so it must time out."""

@@ -54,6 +54,18 @@ def test_allreduce_in_place(sess: Session) -> None:
         np.testing.assert_array_equal(src.debug_get_from_remote(w), stack.max(0))
 
 
+def test_allreduce_with_a_late_worker(sess: Session) -> None:
+    # the punctual workers outwait their spin and sleep until the late one wakes them
+    src, stack = per_worker(sess, (8,), "float32", seed=7)
+    dst = sess.empty((8,), "float32")
+    for late in range(sess.num_workers):
+        sess.get_global_func("test.sleep_on")(late, 0.05)
+        sess.allreduce(src, dst, "sum")
+        sess.allreduce(dst, dst, "max")  # the next barrier, right after a wake-up
+    for w in range(sess.num_workers):
+        np.testing.assert_allclose(dst.debug_get_from_remote(w), stack.sum(0), rtol=1e-6)
+
+
 def test_allreduce_grows_the_arena(sess: Session) -> None:
     src, stack = per_worker(sess, (300_000,), "float64", seed=4)  # 2.4 MB per worker
     dst = sess.empty((300_000,), "float64")

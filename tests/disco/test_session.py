@@ -1,11 +1,14 @@
 """Every Session method on ThreadedSession and ProcessSession with 1, 2 and 4 workers."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
 from graph_runtime import cpu
 from graph_runtime.disco import DiscoAction, DPackedFunc, DRef, Session
+from graph_runtime.disco.protocol import FrameReader, encode_frame
 from graph_runtime.errors import DiscoError
 
 
@@ -14,6 +17,22 @@ def test_protocol_has_the_nine_actions() -> None:
         "SHUTDOWN", "KILL_REG", "GET_GLOBAL_FUNC", "CALL_PACKED", "SYNC_WORKER",
         "COPY_FROM_WORKER0", "COPY_TO_WORKER0", "DEBUG_GET_FROM_REMOTE", "DEBUG_SET_REGISTER"]
     assert [int(a) for a in DiscoAction] == list(range(9))
+
+
+def test_frames_split_anywhere_on_the_pipe_arrive_whole() -> None:
+    commands = [(3, (), i, 2, ("x" * (i * 37 % 300),), ()) for i in range(40)]
+    data = b"".join(encode_frame(c) for c in commands)
+    for step in (1, 3, 64, len(data)):
+        r, w = os.pipe()
+        reader = FrameReader(r)
+        got: list = []
+        for i in range(0, len(data), step):
+            os.write(w, data[i:i + step])
+            got += reader.read_frames() or []
+        os.close(w)
+        assert reader.read_frames() is None  # end of file: the controller hung up
+        os.close(r)
+        assert got == commands, f"split every {step} bytes"
 
 
 def test_worker_globals(sess: Session) -> None:
