@@ -85,13 +85,7 @@ class MPISession(Session):
 
     def _get_reply(self, worker_id: int, timeout: float) -> tuple | None:
         if worker_id == 0:
-            replies = self.worker0.replies
-            if timeout <= 0:
-                return None if replies.empty() else replies.get_nowait()
-            try:
-                return replies.get(timeout=timeout)
-            except Exception:  # queue.Empty
-                return None
+            return self.worker0.next_reply(timeout)
         if not _poll(lambda: self._ctl.Iprobe(source=worker_id, tag=_REPLY), timeout):
             return None
         return self._ctl.recv(source=worker_id, tag=_REPLY)

@@ -134,13 +134,7 @@ class ProcessSession(Session):
 
     def _get_reply(self, worker_id: int, timeout: float) -> tuple | None:
         if worker_id == 0:
-            replies = self.worker0.replies
-            if timeout <= 0:
-                return None if replies.empty() else replies.get_nowait()
-            try:
-                return replies.get(timeout=timeout)
-            except Exception:  # queue.Empty
-                return None
+            return self.worker0.next_reply(timeout)
         reply = self._read_child(self._children[worker_id - 1], timeout)
         if reply is not None:
             reply = (reply[0], reply[1], unpack_value(reply[2]))

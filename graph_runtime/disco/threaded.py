@@ -57,14 +57,7 @@ class ThreadedSession(Session):
             self.workers[worker_id].commands.put(cmd)
 
     def _get_reply(self, worker_id: int, timeout: float) -> tuple | None:
-        replies = self.workers[worker_id].replies
-        if timeout <= 0:
-            # the controller is the only reader: not empty means get_nowait succeeds
-            return None if replies.empty() else replies.get_nowait()
-        try:
-            return replies.get(timeout=timeout)
-        except queue.Empty:
-            return None
+        return self.workers[worker_id].next_reply(timeout)
 
     def _check_alive(self) -> None:
         for w in self.workers:

@@ -178,6 +178,16 @@ class LocalWorker:
                                        daemon=True)
         self.thread.start()
 
+    def next_reply(self, timeout: float) -> tuple | None:
+        """The next reply, waiting up to timeout seconds (0: only one already there), or None."""
+        if timeout <= 0:
+            # NOTE: the controller is the only reader, so not empty means get_nowait succeeds.
+            return None if self.replies.empty() else self.replies.get_nowait()
+        try:
+            return self.replies.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
     def _loop(self) -> None:
         set_current(self.ctx)
         try:
