@@ -97,7 +97,8 @@ def copy_array(src_backend: Backend, src: Any, dst_backend: Backend, dst: Any) -
     if src_backend is dst_backend:
         src_backend.copy(src, dst)
     elif src_backend.name == "cpu":
-        dst_backend.from_host(np.ascontiguousarray(src), dst)
+        # NOTE: reshape, as np.ascontiguousarray turns a 0-d array into shape (1,).
+        dst_backend.from_host(np.ascontiguousarray(src).reshape(src.shape), dst)
     elif dst_backend.name == "cpu":
         src_backend.to_host(src, out=dst)
     else:

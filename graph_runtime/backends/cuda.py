@@ -115,7 +115,9 @@ class CudaBackend:
         if dst.size == 0:
             return
         with self.scope(dst.device.id) as stream:
-            dst.set(np.ascontiguousarray(host), stream=stream)
+            # NOTE: not np.ascontiguousarray: it turns a 0-d array into shape (1,), which set()
+            # refuses; set() makes host contiguous itself.
+            dst.set(np.asarray(host), stream=stream)
             # NOTE: from pinned host memory the copy is asynchronous; the caller may reuse host
             # as soon as we return, so wait for it.
             stream.synchronize()

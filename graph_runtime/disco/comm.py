@@ -345,7 +345,7 @@ class SocketP2P:
             sock.settimeout(timeout)
 
     def send(self, array: np.ndarray, peer: int) -> None:
-        array = np.ascontiguousarray(array)
+        array = np.asarray(array, order="C")  # keeps a 0-d array 0-d
         shape = list(array.shape) + [0] * (8 - array.ndim)
         head = _HEADER.pack(array.nbytes, 1, array.dtype.str.encode(), array.ndim, *shape)
         try:

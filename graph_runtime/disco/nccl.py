@@ -17,6 +17,10 @@ def _nccl() -> Any:
     except Exception as e:  # ImportError, or CuPy without NCCL
         raise DeviceError(f"ccl 'nccl' needs CuPy with NCCL (pip install cupy-cuda12x): {e}") \
             from e
+    # NOTE: without libnccl CuPy still imports cupy.cuda.nccl, as a stub with available False.
+    if not getattr(nccl, "available", True):
+        raise DeviceError("ccl 'nccl': CuPy could not load the NCCL library (libnccl.so.2); "
+                          "pip install nvidia-nccl-cu12")
     return nccl
 
 

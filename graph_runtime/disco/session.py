@@ -535,7 +535,7 @@ def _host_array(value: Any, what: str) -> np.ndarray:
     if array is None:
         raise DiscoError(f"{what}: expected a numpy.ndarray or NDArray, got "
                          f"{type(value).__name__}")
-    return np.ascontiguousarray(array)
+    return np.asarray(array, order="C")  # not ascontiguousarray: that makes 0-d arrays 1-d
 
 
 @atexit.register

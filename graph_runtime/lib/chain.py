@@ -1,6 +1,7 @@
 """Chain: a lib function made of standard ops applied in sequence (TVM's fused-op convention)."""
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -94,12 +95,16 @@ class Chain:
                 intermediates.append(backend.empty(device_id, tuple(spec.shape),
                                                    np.dtype(spec.dtype)))
         calls: list[tuple[Callable[..., None], tuple[int, ...]]] = []
-        for p in plan[:first_fused]:
-            fn = p.op.kernels[backend.name](backend, device_id, p.inputs, p.outputs, p.attrs)
-            calls.append((fn, tuple(p.slots + p.out_slots)))
         fused = plan[first_fused:]
-        if fused:
-            calls.append(_fused_call(self.name, backend, device_id, fused))
+        # NOTE: CuPy puts the workspace kernels allocate here on the current GPU; make that
+        # this node's GPU (cuda:1 ...), not whichever one the caller has current.
+        scope = getattr(backend, "scope", None)
+        with scope(device_id) if scope is not None else contextlib.nullcontext():
+            for p in plan[:first_fused]:
+                fn = p.op.kernels[backend.name](backend, device_id, p.inputs, p.outputs, p.attrs)
+                calls.append((fn, tuple(p.slots + p.out_slots)))
+            if fused:
+                calls.append(_fused_call(self.name, backend, device_id, fused))
         flatten = str(attrs.get("flatten_data", "0")).strip().lower() in ("1", "true")
         if len(plan) == 1 and not flatten:
             return calls[0][0]  # one op: its kernel is the prepared call, with no extra layer

@@ -196,3 +196,16 @@ def test_copy_of_zero_size_between_kinds(src_kind: str, dst_kind: str) -> None:
     dst = dst_backend.empty(0, (0, 4), np.dtype("float32"))
     copy_array(src_backend, src, dst_backend, dst)
     assert dst_backend.to_host(dst).shape == (0, 4)
+
+
+@pytest.mark.parametrize("src_kind, dst_kind", PAIRS)
+def test_copy_of_a_0d_array_between_kinds(src_kind: str, dst_kind: str) -> None:
+    # np.ascontiguousarray turns 0-d into (1,); copies must keep scalars scalar.
+    src_backend = get_backend(src_kind)
+    dst_backend = get_backend(dst_kind)
+    src = src_backend.empty(0, (), np.dtype("float32"))
+    src_backend.from_host(np.array(2.5, "float32"), src)
+    dst = dst_backend.empty(0, (), np.dtype("float32"))
+    copy_array(src_backend, src, dst_backend, dst)
+    got = dst_backend.to_host(dst)
+    assert got.shape == () and got == 2.5

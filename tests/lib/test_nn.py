@@ -165,6 +165,20 @@ def test_clip_int32(backend_name: str, run_op) -> None:
     np.testing.assert_array_equal(got, np.clip(x, -2, 3))
 
 
+@pytest.mark.parametrize("func", ["clip", [{"op": "clip"}, {"op": "relu"}]], ids=["clip", "chain"])
+def test_clip_int32_bounds_beyond_the_dtype(backend_name: str, func, run_op) -> None:
+    # GPU kernels once cast 1e10 to int in C (undefined; garbage on PoCL); bounds are clamped now.
+    x = np.array([-5, 0, 7, 2**30], dtype=np.int32)
+    attrs = {"a_min": -1e10, "a_max": 1e10}
+    if isinstance(func, list):
+        func = [dict(func[0], **attrs), func[1]]
+        (got,) = run_op(backend_name, func, [x])
+        np.testing.assert_array_equal(got, np.maximum(x, 0))
+    else:
+        (got,) = run_op(backend_name, func, [x], attrs)
+        np.testing.assert_array_equal(got, x)
+
+
 def test_clip_infinite_bound(backend_name: str, run_op, random_array) -> None:
     x = random_array((4,), "float32", -3, 3, seed=15)
     (got,) = run_op(backend_name, "clip", [x], {"a_min": float("-inf"), "a_max": 1.0})

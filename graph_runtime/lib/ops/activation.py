@@ -8,7 +8,7 @@ import numpy as np
 
 from ..module import TensorSpec
 from ..registry import define_op, kernel
-from ._attrs import attr_error, float_attr, op_error, str_attr
+from ._attrs import DTYPE_KEY, attr_error, float_attr, op_error, str_attr
 from ._gpu_elementwise import elementwise_expr, gpu_elementwise
 from ._shapes import (FLOAT_DTYPES, NUMERIC_DTYPES, broadcast_shape, check_dtype, check_num_inputs,
                       check_same_dtype)
@@ -32,6 +32,12 @@ def _clip_bounds(attrs: Mapping[str, Any]) -> tuple[float, float]:
 
 def _clip_expr(attrs: Mapping[str, Any]) -> str:
     a_min, a_max = _clip_bounds(attrs)
+    dtype = attrs.get(DTYPE_KEY)
+    if dtype is not None and np.dtype(dtype).kind in "iu":
+        # NOTE: as _clip_host does; a C cast of an out-of-range double (1e10 to int) is undefined.
+        info = np.iinfo(dtype)
+        a_min = int(max(min(a_min, info.max), info.min))
+        a_max = int(max(min(a_max, info.max), info.min))
     expr = "{0}"
     # An infinite bound clips nothing; C has no portable literal for it.
     if math.isfinite(a_max):
@@ -157,7 +163,7 @@ def _unary_factory(op: str) -> Callable[..., Callable[..., None]]:
                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
         if backend.name == "cpu":
             return host(attrs, inputs[0])
-        step = (expr(attrs), [0], outputs[0].dtype)
+        step = (expr({**attrs, DTYPE_KEY: inputs[0].dtype}), [0], outputs[0].dtype)
         return gpu_elementwise(backend, device_id, inputs, outputs[0], [step], f"gr_{op}")
     return factory
 
