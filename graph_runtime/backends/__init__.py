@@ -92,18 +92,21 @@ def available_backends() -> list[str]:
 
 
 def copy_array(src_backend: Backend, src: Any, dst_backend: Backend, dst: Any) -> None:
-    """Copy src into dst across any two kinds; pairs without a direct path go through the host."""
-    check_same_layout(f"copy {src_backend.name} -> {dst_backend.name}", src, dst)
+    """Copy src into dst across any two kinds; pairs without a direct path go through the host.
+
+    Each backend method checks shapes and dtypes (and makes host data contiguous) itself, so the
+    direct paths add no second check to the executor's copy steps.
+    """
     if src_backend is dst_backend:
         src_backend.copy(src, dst)
     elif src_backend.name == "cpu":
-        # NOTE: reshape, as np.ascontiguousarray turns a 0-d array into shape (1,).
-        dst_backend.from_host(np.ascontiguousarray(src).reshape(src.shape), dst)
+        dst_backend.from_host(src, dst)
     elif dst_backend.name == "cpu":
         src_backend.to_host(src, out=dst)
     else:
-        staged = src_backend.to_host(src)
-        dst_backend.from_host(staged, dst)
+        # Checked first: a mismatch must not cost a transfer to the host before it is reported.
+        check_same_layout(f"copy {src_backend.name} -> {dst_backend.name}", src, dst)
+        dst_backend.from_host(src_backend.to_host(src), dst)
 
 
 def check_same_layout(what: str, src: Any, dst: Any) -> None:
