@@ -94,11 +94,11 @@ def check_capacity(graph: Any, plan: StoragePlan, caps: Mapping[Device, int]) ->
         if worst is not None:
             eid = max((e for e in range(len(plan.entry_sid)) if plan.entry_sid[e] == worst),
                       key=lambda e: plan.entry_bytes[e])
-            detail = (f"; the largest is storage id {worst} ({_fmt_bytes(plan.sid_bytes[worst])}) "
+            detail = (f"; the largest is storage id {worst} ({fmt_bytes(plan.sid_bytes[worst])}) "
                       f"for entry {eid} ({_entry_label(graph, eid)}, shape "
                       f"{tuple(graph.shape(eid))} {graph.dtype(eid)})")
-        raise GraphError(f"{graph.source}: the storage pool needs {_fmt_bytes(total)} on {dev} but "
-                         f"the cap is {_fmt_bytes(cap)}{detail}; pass memory_cap= to raise the cap")
+        raise GraphError(f"{graph.source}: the storage pool needs {fmt_bytes(total)} on {dev} but "
+                         f"the cap is {fmt_bytes(cap)}{detail}; pass memory_cap= to raise the cap")
 
 
 def default_caps(devices: Sequence[Device]) -> dict[Device, int]:
@@ -120,7 +120,7 @@ class StoragePool:
             except DeviceError:
                 raise
             except Exception as e:  # out of memory surfaces as the backend library's own error
-                raise DeviceError(f"allocating storage id {sid} ({_fmt_bytes(nbytes)}) on {dev} "
+                raise DeviceError(f"allocating storage id {sid} ({fmt_bytes(nbytes)}) on {dev} "
                                   f"failed: {type(e).__name__}: {e}") from e
         self.views: list[Any] = []
         for eid in range(graph.num_entries):
@@ -132,25 +132,15 @@ class StoragePool:
 
 
 def _entry_label(graph: Any, eid: int) -> str:
-    row = graph.node_row_ptr
-    lo, hi = 0, len(row) - 1
-    while lo < hi - 1:
-        mid = (lo + hi) // 2
-        if row[mid] <= eid:
-            lo = mid
-        else:
-            hi = mid
-    node = graph.nodes[lo]
-    return f"{node.label} output {eid - row[lo]}"
+    nid, index = graph.entry_node(eid)
+    return f"{graph.nodes[nid].label} output {index}"
 
 
-def _fmt_bytes(n: int) -> str:
+def fmt_bytes(n: int) -> str:
+    """n bytes for people: "512 B", "1.5 KiB" ... "8.0 PiB"."""
     value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if value < 1024 or unit == "PiB":
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
-    return f"{n} B"
-
-
-fmt_bytes = _fmt_bytes
+    return f"{value:.1f} PiB"
