@@ -1,4 +1,4 @@
-"""Device identity: DLPack device type codes, parsing "cuda:1", and the cpu()/cuda()/opencl() makers."""
+"""Device identity: DLPack type codes, parsing "cuda:1", and the cpu()/cuda()/opencl() makers."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -24,6 +24,8 @@ DLPACK_CODES: dict[str, int] = {
     "hexagon": 16,
 }
 DEVICE_NAMES: dict[int, str] = {code: name for name, code in DLPACK_CODES.items()}
+# The kinds graph_runtime has backends for, listed first in messages.
+_MAIN_KINDS = ["cpu", "cuda", "opencl"]
 # Aliases users type; TVM accepts "gpu" and "cl" too.
 _ALIASES = {"gpu": "cuda", "cl": "opencl", "llvm": "cpu", "host": "cpu"}
 
@@ -83,7 +85,7 @@ def device_type_code(kind: str | int) -> int:
         return device_type_code(int(name))
     if name not in DLPACK_CODES:
         raise DeviceError(f"unknown device type {kind!r}; expected one of: "
-                          + ", ".join(["cpu", "cuda", "opencl"] + sorted(set(DLPACK_CODES) - {"cpu", "cuda", "opencl"})))
+                          + ", ".join(_MAIN_KINDS + sorted(set(DLPACK_CODES) - set(_MAIN_KINDS))))
     return DLPACK_CODES[name]
 
 

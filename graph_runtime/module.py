@@ -1,4 +1,4 @@
-"""GraphModule: the user-facing object create() returns, with tvm.contrib.graph_executor's methods."""
+"""GraphModule: the object create() returns, with tvm.contrib.graph_executor's method names."""
 from __future__ import annotations
 
 import logging
@@ -67,7 +67,8 @@ class GraphModule:
         g = self.graph
         shapes = {g.nodes[nid].name: tuple(g.shape(eid))
                   for nid, eid in zip(g.arg_nodes, self._input_eids)}
-        dtypes = {g.nodes[nid].name: g.dtype(eid) for nid, eid in zip(g.arg_nodes, self._input_eids)}
+        dtypes = {g.nodes[nid].name: g.dtype(eid)
+                  for nid, eid in zip(g.arg_nodes, self._input_eids)}
         return shapes, dtypes
 
     def get_output_info(self) -> tuple[list[tuple[int, ...]], list[str]]:
@@ -133,11 +134,9 @@ class GraphModule:
         return get_backend("cpu"), host
 
     def _check_value(self, eid: int, shape: tuple[int, ...], dtype: str) -> None:
-        g = self.graph
-        want_shape, want_dtype = tuple(g.shape(eid)), g.dtype(eid)
-        if tuple(shape) != want_shape or np.dtype(dtype) != np.dtype(want_dtype):
-            raise GraphError(f"input {self._input_name(eid)!r} (eid {eid}): expected "
-                             f"{want_shape} {want_dtype}, got {tuple(shape)} {dtype}")
+        want_shape, want_dtype, _ = self._input_layout[eid]
+        _check_layout(f"input {self._input_name(eid)!r}", eid, want_shape, want_dtype, shape,
+                      dtype)
 
     def get_input(self, key: int | str, out: Any = None) -> Any:
         """The input's array on its device (a view: writing to it changes the input)."""
@@ -177,11 +176,7 @@ class GraphModule:
                 nd.device.device_id != dev.device_id and dev.kind != "cpu"):
             raise DeviceError(f"{what} (eid {eid}) lives on {dev} but the array given is on "
                               f"{nd.device}; zero copy needs the same device")
-        want = (tuple(g.shape(eid)), np.dtype(g.dtype(eid)))
-        got = (tuple(nd.shape), np.dtype(nd.dtype))
-        if want != got:
-            raise GraphError(f"{what} (eid {eid}): expected {want[0]} {want[1]}, got "
-                             f"{got[0]} {got[1]}")
+        _check_layout(what, eid, tuple(g.shape(eid)), g.dtype(eid), tuple(nd.shape), nd.dtype)
         native = nd.native
         if isinstance(native, np.ndarray) and not native.flags.c_contiguous:
             raise GraphError(f"{what} (eid {eid}): zero copy needs a C-contiguous array")
@@ -230,8 +225,8 @@ class GraphModule:
             theirs = other._resolve_input(name)
             dev = other.executor.entry_device[theirs]
             if dev != self.executor.entry_device[mine]:
-                raise DeviceError(f"share_params: {name!r} lives on {dev} in the other module but on "
-                                  f"{self.executor.entry_device[mine]} here")
+                raise DeviceError(f"share_params: {name!r} lives on {dev} in the other module but "
+                                  f"on {self.executor.entry_device[mine]} here")
             self.executor.rebind(mine, other.executor.arrays[(theirs, dev)])
 
     # ---- running and outputs -------------------------------------------------------------------
@@ -243,7 +238,7 @@ class GraphModule:
         self.executor.run()
 
     def get_output(self, index: int, out: Any = None) -> Any:
-        """Output index as a new NDArray (the next run does not overwrite it), or copied into out."""
+        """Output index as a new NDArray (the next run cannot overwrite it), or copied into out."""
         from .nd import NDArray
         if not 0 <= index < len(self._output_eids):
             raise GraphError(f"output index {index} is out of range: the graph has "
@@ -292,7 +287,7 @@ class GraphModule:
                  self.executor.node_device[n.nid]) for n in g.nodes]
 
     def copies(self) -> list[InsertedCopy]:
-        """Copies the executor inserted where the graph had none (empty for a well-planned graph)."""
+        """Copies the executor inserted where the graph had none (none for a well-planned graph)."""
         return list(self.executor.copies)
 
     def memory_report(self) -> MemoryReport:
@@ -337,6 +332,14 @@ class GraphModule:
         return captured
 
 
+def _check_layout(what: str, eid: int, want_shape: tuple[int, ...], want_dtype: Any,
+                  shape: tuple[int, ...], dtype: Any) -> None:
+    """GraphError naming the input/output and entry unless shape and dtype are as the graph says."""
+    if tuple(shape) != tuple(want_shape) or np.dtype(dtype) != np.dtype(want_dtype):
+        raise GraphError(f"{what} (eid {eid}): expected {tuple(want_shape)} "
+                         f"{np.dtype(want_dtype)}, got {tuple(shape)} {np.dtype(dtype)}")
+
+
 def _copy_out(src: Any, out: Any) -> Any:
     from .nd import NDArray
     if isinstance(out, NDArray):
@@ -357,7 +360,7 @@ def _copy_out(src: Any, out: Any) -> Any:
 def create(graph: Any, libmod: Module | str | os.PathLike | None = None,
            ctxs: DeviceLike | Sequence[DeviceLike] = Device(1, 0), *, strict: bool = False,
            memory_cap: int | Mapping[Any, int] | None = None) -> GraphModule:
-    """Build a GraphModule: graph (JSON text, path, dict or Graph), a lib, devices (ctxs[0] primary).
+    """A GraphModule: graph (JSON text, path, dict or Graph), a lib, devices (ctxs[0] primary).
 
     libmod may be a Module, a lib file path, or None for the standard op library.
     """

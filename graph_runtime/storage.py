@@ -12,7 +12,7 @@ from .errors import DeviceError, GraphError
 
 
 def entry_bytes(shape: Sequence[int], dtype: str) -> int:
-    """Bytes one entry needs: prod(shape) x itemsize (Python ints, so absurd shapes cannot overflow)."""
+    """Bytes one entry needs: prod(shape) x itemsize, in Python ints so no shape can overflow."""
     count = 1
     for dim in shape:
         count *= int(dim)

@@ -1,4 +1,4 @@
-"""The small interface every device backend implements: alloc, view, from_host, to_host, copy, sync."""
+"""The interface every device backend implements: alloc, view, from_host, to_host, copy, sync."""
 from __future__ import annotations
 
 from dataclasses import dataclass
