@@ -17,10 +17,13 @@ from .graph_checks import (SUPPORTED_DTYPES, count_of, matches_schema, schema_la
                            semantic_problems)
 from .schema import MAX_PROBLEMS, schema_problems
 
-__all__ = ["COLUMN_TAGS", "SUPPORTED_DTYPES", "Graph", "GraphSource", "Node", "check_graph",
-           "load_graph", "read_graph_doc"]
+__all__ = ["COLUMN_TAGS", "COPY_OP", "NOP_OP", "SUPPORTED_DTYPES", "Graph", "GraphSource", "Node",
+           "check_graph", "load_graph", "read_graph_doc"]
 
 SCHEMA = "graph.schema.json"
+# func_names of the two nodes that run no kernel: a copy between devices, and an alias of inputs.
+COPY_OP = "__copy"
+NOP_OP = "__nop"
 # The type tag of each column this runtime knows; unknown columns are kept as they are.
 COLUMN_TAGS = {"dltype": "list_str", "shape": "list_shape", "storage_id": "list_int",
                "device_index": "list_int", "device_id": "list_int"}

@@ -103,19 +103,22 @@ class NDArray:
         return host
 
     def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
-        export = getattr(self._native, "__dlpack__", None)
-        if export is None:
-            raise DeviceError(f"{self._device.kind} arrays have no DLPack export "
-                              f"({type(self._native).__name__}); use .numpy() for a host copy")
+        export = self._dlpack_export()
         # NOTE: the consumer reads the memory right away; finish our queued writes first.
         get_backend(self._device).sync(self._device.device_id)
         return export(*args, **kwargs)
 
     def __dlpack_device__(self) -> tuple[int, int]:
-        if getattr(self._native, "__dlpack__", None) is None:
+        self._dlpack_export()
+        return (self._device.device_type, self._device.device_id)
+
+    def _dlpack_export(self) -> Any:
+        """The native array's __dlpack__, or DeviceError for kinds without one (pyopencl)."""
+        export = getattr(self._native, "__dlpack__", None)
+        if export is None:
             raise DeviceError(f"{self._device.kind} arrays have no DLPack export "
                               f"({type(self._native).__name__}); use .numpy() for a host copy")
-        return (self._device.device_type, self._device.device_id)
+        return export
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         if copy is False:

@@ -5,11 +5,11 @@ from .constraints import Constraint, Placement, glob_escape, parse_device_constr
 from .plan import plan_graph
 from .report import CopyReport, Fallback, PlanResult, PoolReport
 from .storage_plan import PoolStats, StoragePlan, plan_storage
-from .topology import PlanNode, Topology, make_topology, topology_of
+from .topology import PlanNode, Topology, topology_of
 from .virtual_device import VirtualDevice, default, join
 
 __all__ = [
     "Constraint", "CopyReport", "Fallback", "Placement", "PlanNode", "PlanResult", "PoolReport",
     "PoolStats", "StoragePlan", "Topology", "VirtualDevice", "default", "glob_escape", "join",
-    "make_topology", "parse_device_constraint", "plan_graph", "plan_storage", "topology_of",
+    "parse_device_constraint", "plan_graph", "plan_storage", "topology_of",
 ]

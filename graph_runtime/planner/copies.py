@@ -4,7 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..device import Device
-from .topology import COPY_OP, PlanNode, Topology
+from ..graph import COPY_OP
+from .topology import PlanNode, Topology
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from typing import Any, Mapping
 
 from ..device import Device
 from ..errors import PlanError
-from ..graph import Graph, GraphSource
+from ..graph import COPY_OP, NOP_OP, Graph, GraphSource
 from ..lib.module import Module
 from ..storage import entry_bytes
 from .constraints import Placement
@@ -17,7 +17,7 @@ from .report import CopyReport, Fallback, PlanResult, PoolReport
 from .solve import settle
 from .solve import solve as solve_devices
 from .storage_plan import PoolStats, plan_storage
-from .topology import COPY_OP, NOP_OP, Topology, topology_of
+from .topology import Topology, topology_of
 from .virtual_device import VirtualDevice
 
 _OWN_COLUMNS = ("dltype", "shape", "storage_id", "device_index", "device_id")
@@ -55,7 +55,8 @@ def plan_graph(graph: GraphSource, placement: Placement | Mapping[str, Any] | No
     old_eids = _entry_origins(g, rw)
     shapes_col = g.attrs["shape"][1]
     dtypes_col = g.attrs["dltype"][1]
-    sizes = [entry_bytes(shapes_col[e], dtypes_col[e]) for e in old_eids]
+    old_sizes = [entry_bytes(shape, dtype) for shape, dtype in zip(shapes_col, dtypes_col)]
+    sizes = [old_sizes[e] for e in old_eids]
     devices = [rw.node_device[nid] for nid, node in enumerate(rw.topo.nodes)
                for _ in range(node.num_outputs)]
     storage = plan_storage(rw.topo, sizes, devices)
@@ -67,7 +68,7 @@ def plan_graph(graph: GraphSource, placement: Placement | Mapping[str, Any] | No
     fallbacks = [dataclasses.replace(f, nid=new_nid[f.nid]) for f in fallbacks]
     copies = [CopyReport(c.nid, c.name, f"{new_nid[c.src[0]]}:{c.src[1]}", c.src_device,
                          c.dst_device, sizes[planned.node_row_ptr[c.nid]]) for c in rw.copies]
-    before = _pool_before(g, placement.default_device)
+    before = _pool_before(g, old_sizes, placement.default_device)
     pools = {}
     for dev in sorted(set(before) | set(storage.stats)):
         stats = storage.stats.get(dev, PoolStats(0, 0, 0))
@@ -142,12 +143,9 @@ def _build(g: Graph, rw: Rewritten, old_eids: list[int], devices: list[Device],
             continue
         source = g.nodes[old]
         # No deep copy: Graph.build copies the documents through JSON anyway.
-        doc: dict[str, Any] = {"op": source.op, "name": source.name,
-                               "inputs": [_with_version(new, orig, rw)
-                                          for new, orig in zip(node.inputs, source.inputs)]}
-        if source.attrs_key is not None:
-            doc[source.attrs_key] = dict(source.attrs)
-        doc.update(source.extra)
+        doc = source._doc()
+        doc["inputs"] = [_with_version(new, orig, rw)
+                         for new, orig in zip(node.inputs, source.inputs)]
         nodes.append(doc)
     heads = [_with_version(new, orig, rw) for new, orig in zip(rw.topo.heads, g.heads)]
     kinds = {dev.device_type for dev in devices}
@@ -171,19 +169,16 @@ def _with_version(new: tuple[int, int], orig: tuple[int, ...], rw: Rewritten) ->
     return [new[0], new[1], version]
 
 
-def _pool_before(g: Graph, default_device: VirtualDevice) -> dict[Device, int]:
+def _pool_before(g: Graph, sizes: list[int], default_device: VirtualDevice) -> dict[Device, int]:
     """Pool bytes per device of the graph as given (each storage id on its first entry's device)."""
     fallback = settle(VirtualDevice(), default_device)
     codes = g.column("device_index")
     ids = g.column("device_id")
-    shapes = g.attrs["shape"][1]
-    dtypes = g.attrs["dltype"][1]
     sids = g.attrs["storage_id"][1]
     sid_bytes: dict[int, int] = {}
     sid_device: dict[int, Device] = {}
-    for eid in range(g.num_entries):
+    for eid, nbytes in enumerate(sizes):
         sid = sids[eid]
-        nbytes = entry_bytes(shapes[eid], dtypes[eid])
         if sid not in sid_device:
             dev = fallback
             if codes is not None:

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 
 from ..device import Device
 from ..graph import Graph
+from ..storage import fmt_bytes
 
 
 @dataclass(frozen=True)
@@ -62,14 +63,14 @@ class PlanResult:
         devices = ", ".join(dev.spec for dev in sorted(set(self.node_devices)))
         originals = len(self.node_devices) - len(self.copies)
         lines = [f"planned {originals} nodes on {devices or 'no device'}; "
-                 f"{len(self.copies)} copies ({_size(self.copy_bytes)} per run), "
+                 f"{len(self.copies)} copies ({fmt_bytes(self.copy_bytes)} per run), "
                  f"{len(self.fallbacks)} fallbacks, {self.seconds * 1e3:.1f} ms"]
         for f in self.fallbacks:
             lines.append(f"  fallback: node {f.nid} {f.name!r} ({f.func_name}) has no kernel "
                          f"for {f.planned.spec}; runs on {f.device.spec}")
         for c in self.copies:
             lines.append(f"  copy: node {c.nid} {c.name!r} reads entry {c.src_entry}, "
-                         f"{c.src.spec} -> {c.dst.spec}, {_size(c.nbytes)}")
+                         f"{c.src.spec} -> {c.dst.spec}, {fmt_bytes(c.nbytes)}")
         if self.pools:
             lines.append(f"  {'pool bytes':<12}{'before':>12}{'no sharing':>12}"
                          f"{'after':>12}{'lower bound':>13}")
@@ -78,10 +79,3 @@ class PlanResult:
                              f"{pool.after:>12}{pool.lower_bound:>13}")
         return "\n".join(lines)
 
-
-def _size(nbytes: int) -> str:
-    if nbytes < 1024:
-        return f"{nbytes} B"
-    if nbytes < 1024 * 1024:
-        return f"{nbytes / 1024:.1f} KiB"
-    return f"{nbytes / (1024 * 1024):.1f} MiB"

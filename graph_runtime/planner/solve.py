@@ -43,11 +43,10 @@ class DeviceUnion:
 
 @dataclass(frozen=True)
 class Solution:
-    """Each node's device and where each head must be delivered; cut edges get copies later."""
+    """Each node's device and where each head must be delivered; copies are inserted later."""
 
     node_device: list[Device]
     head_device: list[Device]
-    cut_edges: list[tuple[int, int]]  # (producer nid, consumer nid or -1 - head index)
 
 
 def solve(topo: Topology, resolved: Resolved, default_device: VirtualDevice) -> Solution:
@@ -65,22 +64,22 @@ def solve(topo: Topology, resolved: Resolved, default_device: VirtualDevice) -> 
     devices += [resolved.heads[k].device for k in heads]
     head_elem = {k: n + i for i, k in enumerate(heads)}
     uf = DeviceUnion(devices)
-    cut: list[tuple[int, int]] = []
 
-    def tie(producer: int, consumer: int, elem: int) -> None:
-        if producer not in pinned and not uf.union(producer, elem):
-            cut.append((producer, consumer))
+    def tie(producer: int, elem: int) -> None:
+        # A tie that cannot join leaves the two apart; insert_copies puts a copy on that edge.
+        if producer not in pinned:
+            uf.union(producer, elem)
 
     for nid, node in enumerate(topo.nodes):
         if nid in pinned and not node.is_copy:
             for src, _ in node.inputs:
-                tie(src, nid, nid)
+                tie(src, nid)
     for k in heads:
-        tie(topo.heads[k][0], -1 - k, head_elem[k])
+        tie(topo.heads[k][0], head_elem[k])
     for nid, node in enumerate(topo.nodes):
         if nid not in pinned and not node.is_copy:
             for src, _ in node.inputs:
-                tie(src, nid, nid)
+                tie(src, nid)
 
     final: dict[int, Device] = {}
 
@@ -95,7 +94,7 @@ def solve(topo: Topology, resolved: Resolved, default_device: VirtualDevice) -> 
     node_device = [device_of(nid) for nid in range(n)]
     head_device = [device_of(head_elem[k]) if k in head_elem else node_device[nid]
                    for k, (nid, _) in enumerate(topo.heads)]
-    return Solution(node_device, head_device, cut)
+    return Solution(node_device, head_device)
 
 
 def settle(dev: VirtualDevice, default_device: VirtualDevice) -> Device:

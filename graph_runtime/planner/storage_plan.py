@@ -12,7 +12,8 @@ from bisect import bisect_right
 from dataclasses import dataclass
 
 from ..device import Device
-from .topology import NOP_OP, Topology
+from ..graph import NOP_OP
+from .topology import Topology
 
 
 @dataclass(frozen=True)

@@ -2,12 +2,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from ..errors import PlanError
-
-COPY_OP = "__copy"
-NOP_OP = "__nop"
+from ..graph import COPY_OP
 
 
 @dataclass(frozen=True)
@@ -53,14 +51,6 @@ class Topology:
     def label(self, nid: int) -> str:
         return f"node {nid} {self.nodes[nid].name!r}"
 
-    def consumers(self) -> list[list[int]]:
-        """For each node, the nodes that read any of its outputs (each once, in node order)."""
-        result: list[list[int]] = [[] for _ in self.nodes]
-        for nid, node in enumerate(self.nodes):
-            for src in dict.fromkeys(src for src, _ in node.inputs):
-                result[src].append(nid)
-        return result
-
 
 def topology_of(graph: Any) -> Topology:
     """The Topology of a graph_runtime.graph.Graph."""
@@ -70,8 +60,3 @@ def topology_of(graph: Any) -> Topology:
         nodes.append(PlanNode(node.name, node.op, node.func_name, inputs, node.num_outputs))
     heads = tuple((int(ref[0]), int(ref[1])) for ref in graph.heads)
     return Topology(tuple(nodes), heads)
-
-
-def make_topology(nodes: Sequence[PlanNode], heads: Sequence[tuple[int, int]]) -> Topology:
-    """A Topology from lists (for tests and benchmarks that have no Graph)."""
-    return Topology(tuple(nodes), tuple(heads))
