@@ -56,9 +56,14 @@ def check_device(dev: Device) -> Backend:
     backend = get_backend(dev)
     count = backend.device_count()
     if dev.device_id >= count or dev.device_id < 0:
-        raise DeviceError(f"{dev} does not exist: this machine has {count} {dev.kind} device(s)"
-                          + (f" (ids 0..{count - 1})" if count else ""))
+        raise missing_device(str(dev), dev.kind, count)
     return backend
+
+
+def missing_device(name: str, kind: str, count: int) -> DeviceError:
+    """The error for a device (named as the caller names it) beyond the count of its kind here."""
+    return DeviceError(f"{name} does not exist: this machine has {count} {kind} device(s)"
+                       + (f" (ids 0..{count - 1})" if count else ""))
 
 
 def list_devices() -> tuple[list[DeviceInfo], dict[str, str]]:
@@ -129,4 +134,4 @@ def view_nbytes(kind: str, capacity: int, offset: int, shape: tuple[int, ...],
 
 
 __all__ = ["Backend", "DeviceInfo", "REGISTRY", "get_backend", "check_device", "list_devices",
-           "available_backends", "copy_array", "check_same_layout", "view_nbytes"]
+           "available_backends", "copy_array", "check_same_layout", "missing_device", "view_nbytes"]

@@ -8,7 +8,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from ..errors import DeviceError
-from . import check_same_layout, view_nbytes
+from . import check_same_layout, missing_device, view_nbytes
 from .base import DeviceInfo
 
 try:
@@ -86,8 +86,7 @@ class CudaBackend:
 
     def _check_id(self, device_id: int) -> None:
         if not 0 <= device_id < self._count:
-            raise DeviceError(f"cuda:{device_id} does not exist: this machine has {self._count} "
-                              f"cuda device(s) (ids 0..{self._count - 1})")
+            raise missing_device(f"cuda:{device_id}", "cuda", self._count)
 
     # -- memory -------------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import DeviceError, LibraryError
-from . import check_same_layout, view_nbytes
+from . import check_same_layout, missing_device, view_nbytes
 from .base import DeviceInfo
 
 try:
@@ -62,8 +62,7 @@ class OpenCLBackend:
         """The pyopencl.Device behind opencl:device_id."""
         count = len(self._devices)
         if not 0 <= device_id < count:
-            raise DeviceError(f"opencl:{device_id} does not exist: this machine has {count} "
-                              f"opencl device(s) (ids 0..{count - 1})")
+            raise missing_device(f"opencl:{device_id}", "opencl", count)
         return self._devices[device_id]
 
     def device_info(self, device_id: int) -> DeviceInfo:
