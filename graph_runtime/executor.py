@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
@@ -9,13 +10,12 @@ from typing import Any, Callable, Mapping, Sequence
 from .backends import check_device, copy_array
 from .device import Device
 from .errors import GraphError, GraphRuntimeError, LibraryError
+from .graph import COPY_OP, NOP_OP
 from .lib.module import Module, TensorSpec
-from .storage import StoragePlan, StoragePool, check_capacity, default_caps, entry_bytes, plan_storage
+from .storage import (StoragePlan, StoragePool, check_capacity, default_caps, entry_bytes,
+                      plan_storage)
 
 log = logging.getLogger("graph_runtime")
-
-COPY_OP = "__copy"
-NOP_OP = "__nop"
 
 
 @dataclass(frozen=True)
@@ -86,11 +86,61 @@ def resolve_entry_devices(graph: Any, ctxs: Sequence[Device], strict: bool) -> l
     return devices
 
 
+def plan_placement(graph: Any, entry_device: Sequence[Device], fallback: Device, strict: bool
+                   ) -> tuple[list[Device], list[InsertedCopy], StoragePlan]:
+    """Each node's device, the copies to insert and the storage plan counting their buffers.
+
+    What create() sets up, computed without allocating (`graphrun info` shows it too).
+    fallback: the device of a node without outputs (ctxs[0]).
+    """
+    node_device = _node_devices(graph, entry_device, fallback)
+    plan = plan_storage(graph, entry_device)
+    copies = _missing_copies(graph, entry_device, node_device, strict)
+    for c in copies:
+        plan.extra_bytes[c.dst] = plan.extra_bytes.get(c.dst, 0) + c.nbytes
+    return node_device, copies, plan
+
+
+def _node_devices(graph: Any, entry_device: Sequence[Device], fallback: Device) -> list[Device]:
+    result: list[Device] = []
+    for node in graph.nodes:
+        eids = graph.node_entries(node.nid)
+        devs = {entry_device[e] for e in eids}
+        if len(devs) > 1:
+            where = ", ".join(f"eid {e} on {entry_device[e]}" for e in eids)
+            raise GraphError(f"{graph.source}: {node.label} has outputs on several devices "
+                             f"({where}); a node runs on one device")
+        result.append(devs.pop() if devs else fallback)
+    return result
+
+
+def _missing_copies(graph: Any, entry_device: Sequence[Device], node_device: Sequence[Device],
+                    strict: bool) -> list[InsertedCopy]:
+    """One copy per (entry, device) a kernel reads across devices without a __copy node."""
+    found: dict[tuple[int, Device], list[str]] = {}
+    for node in graph.nodes:
+        if node.is_arg or node.func_name in (COPY_OP, NOP_OP):
+            continue
+        dst = node_device[node.nid]
+        for pos, ref in enumerate(node.inputs):
+            eid = graph.entry_id(ref[0], ref[1])
+            src = entry_device[eid]
+            if src == dst:
+                continue
+            if strict:
+                raise GraphError(
+                    f"{graph.source}: {node.label} on {dst} reads input {pos}, entry "
+                    f"{ref[0]}:{ref[1]} (eid {eid}), which lives on {src}, with no __copy "
+                    "node between them; add one, or pass strict=False to let the executor "
+                    "insert it")
+            found.setdefault((eid, dst), []).append(node.label)
+    return [InsertedCopy(eid, _owner_label(graph, eid), entry_device[eid], dst,
+                         entry_bytes(graph.shape(eid), graph.dtype(eid)), tuple(readers))
+            for (eid, dst), readers in found.items()]
+
+
 def _owner_label(graph: Any, eid: int) -> str:
-    for nid in range(graph.num_nodes):
-        if graph.node_row_ptr[nid] <= eid < graph.node_row_ptr[nid + 1]:
-            return graph.nodes[nid].label
-    return f"entry {eid}"
+    return graph.nodes[graph.entry_node(eid)[0]].label
 
 
 class Executor:
@@ -103,11 +153,11 @@ class Executor:
         for dev in self.ctxs:
             check_device(dev)
         self.entry_device = resolve_entry_devices(graph, self.ctxs, strict)
-        self.node_device = self._node_devices()
-        plan = plan_storage(graph, self.entry_device)
-        self.copies = self._find_missing_copies(strict)
+        self.node_device, self.copies, plan = plan_placement(graph, self.entry_device,
+                                                             self.ctxs[0], strict)
         for c in self.copies:
-            plan.extra_bytes[c.dst] = plan.extra_bytes.get(c.dst, 0) + c.nbytes
+            log.info("%s: inserted a copy of eid %d (%s) from %s to %s for %s", graph.source,
+                     c.eid, c.producer, c.src, c.dst, ", ".join(c.readers))
         check_capacity(graph, plan, self._caps(plan, memory_cap))
         self.plan: StoragePlan = plan
         self.pool = StoragePool(graph, plan)
@@ -135,47 +185,6 @@ class Executor:
                 caps[parse_device(key)] = int(value)
         return caps
 
-    def _node_devices(self) -> list[Device]:
-        g = self.graph
-        result: list[Device] = []
-        for node in g.nodes:
-            eids = g.node_entries(node.nid)
-            devs = {self.entry_device[e] for e in eids}
-            if len(devs) > 1:
-                where = ", ".join(f"eid {e} on {self.entry_device[e]}" for e in eids)
-                raise GraphError(f"{g.source}: {node.label} has outputs on several devices "
-                                 f"({where}); a node runs on one device")
-            result.append(devs.pop() if devs else self.ctxs[0])
-        return result
-
-    def _find_missing_copies(self, strict: bool) -> list[InsertedCopy]:
-        g = self.graph
-        found: dict[tuple[int, Device], list[str]] = {}
-        for node in g.nodes:
-            if node.is_arg or node.func_name in (COPY_OP, NOP_OP):
-                continue
-            dst = self.node_device[node.nid]
-            for pos, ref in enumerate(node.inputs):
-                eid = g.entry_id(ref[0], ref[1])
-                src = self.entry_device[eid]
-                if src == dst:
-                    continue
-                if strict:
-                    raise GraphError(
-                        f"{g.source}: {node.label} on {dst} reads input {pos}, entry "
-                        f"{ref[0]}:{ref[1]} (eid {eid}), which lives on {src}, with no __copy "
-                        "node between them; add one, or pass strict=False to let the executor "
-                        "insert it")
-                found.setdefault((eid, dst), []).append(node.label)
-        copies = []
-        for (eid, dst), readers in found.items():
-            src = self.entry_device[eid]
-            copies.append(InsertedCopy(eid, _owner_label(g, eid), src, dst,
-                                       entry_bytes(g.shape(eid), g.dtype(eid)), tuple(readers)))
-            log.info("%s: inserted a copy of eid %d (%s) from %s to %s for %s", g.source, eid,
-                     _owner_label(g, eid), src, dst, ", ".join(readers))
-        return copies
-
     def _prepare_steps(self, lib: Module) -> list[Step]:
         g = self.graph
         steps: list[Step] = []
@@ -202,8 +211,8 @@ class Executor:
             in_specs = [TensorSpec(tuple(g.shape(e)), g.dtype(e)) for e in in_eids]
             out_specs = [TensorSpec(tuple(g.shape(e)), g.dtype(e)) for e in out_eids]
             if flatten:
-                in_specs = [TensorSpec((_count(s.shape),), s.dtype) for s in in_specs]
-                out_specs = [TensorSpec((_count(s.shape),), s.dtype) for s in out_specs]
+                in_specs = [TensorSpec((math.prod(s.shape),), s.dtype) for s in in_specs]
+                out_specs = [TensorSpec((math.prod(s.shape),), s.dtype) for s in out_specs]
             fn = lib.prepare(node.func_name or "", dev, in_specs, out_specs, node.attrs,
                              node=node.label)
             fn = _in_device_scope(fn, dev)
@@ -269,9 +278,12 @@ class Executor:
         except GraphRuntimeError:
             raise
         except Exception as e:
-            step = self.steps[done]
-            raise LibraryError(f"{self.graph.source}: {step.label} ({step.func_name} on "
-                               f"{step.device}) failed: {type(e).__name__}: {e}") from e
+            raise self._failed(self.steps[done], e) from e
+
+    def _failed(self, step: Step, e: Exception) -> LibraryError:
+        """The one error a kernel's own exception becomes, naming the node (wrapped once)."""
+        return LibraryError(f"{self.graph.source}: {step.label} ({step.func_name} on "
+                            f"{step.device}) failed: {type(e).__name__}: {e}")
 
     def sync(self) -> None:
         """Wait for every device this graph uses."""
@@ -290,8 +302,7 @@ class Executor:
             except GraphRuntimeError:
                 raise
             except Exception as e:
-                raise LibraryError(f"{self.graph.source}: {step.label} ({step.func_name} on "
-                                   f"{step.device}) failed: {type(e).__name__}: {e}") from e
+                raise self._failed(step, e) from e
             if timer is not None:
                 timer(step, time.perf_counter() - start)
             if each is not None:
@@ -304,25 +315,17 @@ class Executor:
             raise GraphRuntimeError(f"profile repeat must be >= 1, got {repeat}")
         self.run()  # warm-up: first calls compile kernels and fault in pages
         self.sync()
-        samples: dict[int, list[float]] = {i: [] for i in range(len(self.steps))}
-        index = {id(s): i for i, s in enumerate(self.steps)}
+        samples: dict[int, list[float]] = {id(s): [] for s in self.steps}
         for r in range(repeat):
-            self.run_steps(timer=lambda s, t: samples[index[id(s)]].append(t))
+            self.run_steps(timer=lambda s, t: samples[id(s)].append(t))
             if progress is not None:
                 progress(r + 1)
         result = []
-        for i, s in enumerate(self.steps):
-            times = sorted(samples[i])
+        for s in self.steps:
+            times = sorted(samples[id(s)])
             result.append(NodeTime(s.nid, s.label, s.func_name, s.device, s.is_copy,
                                    times[len(times) // 2]))
         return result
-
-
-def _count(shape: Sequence[int]) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
 
 
 def _in_device_scope(fn: Callable[..., Any], dev: Device) -> Callable[..., Any]:

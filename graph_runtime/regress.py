@@ -164,9 +164,7 @@ def run_case(case: Case, devices: tuple[str, ...]) -> CaseResult:
     except GraphRuntimeError as e:
         return CaseResult(case, devices, "error", str(e), time.perf_counter() - start)
     bad = [c for c in comparisons if not c.ok]
-    message = "; ".join(f"output {c.index} {c.name!r}: "
-                        + (c.problem or f"max abs err {c.max_abs:.3g}, max rel err "
-                                        f"{c.max_rel:.3g} (rtol {case.rtol}, atol {case.atol})")
+    message = "; ".join(f"output {c.index} {c.name!r}: {_mismatch(c, case.rtol, case.atol)}"
                         for c in bad)
     return CaseResult(case, devices, "failed" if bad else "passed", message,
                       time.perf_counter() - start, comparisons)
@@ -227,7 +225,11 @@ def comparison_cases(comparisons: Sequence[Comparison], classname: str, seconds:
                      rtol: float, atol: float) -> list[JUnitCase]:
     """A JUnit case per compared output (`graphrun compare --junit`)."""
     return [JUnitCase(f"output {c.index} {c.name}", classname, seconds,
-                      "passed" if c.ok else "failed",
-                      c.problem or f"max abs err {c.max_abs:.3g}, max rel err {c.max_rel:.3g} "
-                                   f"(rtol {rtol}, atol {atol})")
+                      "passed" if c.ok else "failed", _mismatch(c, rtol, atol))
             for c in comparisons]
+
+
+def _mismatch(c: Comparison, rtol: float, atol: float) -> str:
+    """Why an output differs: shape or dtype, else its errors and the tolerances."""
+    return c.problem or (f"max abs err {c.max_abs:.3g}, max rel err {c.max_rel:.3g} "
+                         f"(rtol {rtol}, atol {atol})")

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from .device import Device
-from .errors import GraphError
-from .executor import COPY_OP, NOP_OP, resolve_entry_devices
+from .executor import (COPY_OP, NOP_OP, Executor, InsertedCopy, plan_placement,
+                       resolve_entry_devices)
 from .graph import Graph
-from .storage import entry_bytes, fmt_bytes, plan_storage
+from .storage import StoragePlan, entry_bytes, fmt_bytes
 
 # TVM names the params it binds p0, p1, ...; used only when no params or inputs file says.
 TVM_PARAM_NAME = re.compile(r"p\d+")
@@ -49,50 +49,33 @@ class PlacementReport:
                 counts[self.node_device[node.nid]] += 1
         return dict(sorted(counts.items()))
 
-    def copies_per_pair(self) -> dict[tuple[Device, Device], tuple[int, int]]:
-        """(count, bytes) per (source, destination) device pair."""
-        pairs: dict[tuple[Device, Device], tuple[int, int]] = {}
-        for c in self.copies:
-            count, nbytes = pairs.get((c.src, c.dst), (0, 0))
-            pairs[(c.src, c.dst)] = (count + 1, nbytes + c.nbytes)
-        return dict(sorted(pairs.items()))
+
+def placement_report(graph: Graph, devices: Sequence[Device]) -> PlacementReport:
+    """What create() would set up on devices (placement, copies, pool), nothing allocated."""
+    entry_device = resolve_entry_devices(graph, list(devices), False)
+    node_device, inserted, plan = plan_placement(graph, entry_device, devices[0], False)
+    return _report(graph, entry_device, node_device, inserted, plan)
 
 
-def placement_report(graph: Graph, devices: Sequence[Device],
-                     entry_device: Sequence[Device] | None = None) -> PlacementReport:
-    """The executor's placement rules (device_index, ctxs[0] fallback, copies), nothing allocated.
+def executor_report(executor: Executor) -> PlacementReport:
+    """The same report for a built executor, from what it already computed."""
+    return _report(executor.graph, executor.entry_device, executor.node_device, executor.copies,
+                   executor.plan)
 
-    entry_device: each entry's device when already resolved (a GraphModule's executor has it).
-    """
-    if entry_device is None:
-        entry_device = resolve_entry_devices(graph, list(devices), False)
-    node_device = []
-    for node in graph.nodes:
-        devs = sorted({entry_device[e] for e in graph.node_entries(node.nid)})
-        if len(devs) > 1:
-            raise GraphError(f"{graph.source}: {node.label} has outputs on "
-                             f"{', '.join(map(str, devs))}; a node runs on one device")
-        node_device.append(devs[0] if devs else devices[0])
+
+def _report(graph: Graph, entry_device: Sequence[Device], node_device: list[Device],
+            inserted: Sequence[InsertedCopy], plan: StoragePlan) -> PlacementReport:
     copies = []
-    inserted: set[tuple[int, Device]] = set()
     for node in graph.nodes:
-        if node.is_arg or node.func_name == NOP_OP:
+        if node.func_name != COPY_OP:
             continue
-        dst = node_device[node.nid]
         for ref in node.inputs:
             eid = graph.entry_id(ref[0], ref[1])
-            src = entry_device[eid]
-            nbytes = entry_bytes(graph.shape(eid), graph.dtype(eid))
-            if node.func_name == COPY_OP:
-                copies.append(CopyInfo(node.nid, node.label, eid, src, dst, nbytes))
-            elif src != dst and (eid, dst) not in inserted:
-                inserted.add((eid, dst))
-                copies.append(CopyInfo(-1, f"inserted copy of {graph.entry_label(eid)}", eid,
-                                       src, dst, nbytes))
-    plan = plan_storage(graph, entry_device)
-    for c in copies:
-        if c.inserted:  # the executor allocates these outside the pool, on the destination
-            plan.extra_bytes[c.dst] = plan.extra_bytes.get(c.dst, 0) + c.nbytes
+            copies.append(CopyInfo(node.nid, node.label, eid, entry_device[eid],
+                                   node_device[node.nid],
+                                   entry_bytes(graph.shape(eid), graph.dtype(eid))))
+    copies += [CopyInfo(-1, f"inserted copy of {graph.entry_label(c.eid)}", c.eid, c.src, c.dst,
+                        c.nbytes) for c in inserted]
     return PlacementReport(node_device, copies, plan.bytes_per_device(),
                            plan.unshared_bytes_per_device())
 
@@ -129,14 +112,13 @@ def func_counts(graph: Graph) -> dict[str, int]:
 
 def graph_info(files: Any, devices: Sequence[Device]) -> dict[str, Any]:
     """Everything `graphrun info` shows, as JSON-ready data (files: a job.GraphFiles)."""
+    from .job import output_names, param_names
     from .params import load_params_file
     graph = Graph.from_json(files.graph)
-    params = list(load_params_file(files.params)) if files.params else []
     given = list(load_params_file(files.inputs)) if files.inputs else None
-    data, param_args = split_args(graph, params, given)
+    data, param_args = split_args(graph, param_names(files), given)
     report = placement_report(graph, devices)
     shapes = [(list(graph.shape(e)), graph.dtype(e)) for e in graph.output_entries]
-    from .job import output_names
     return {
         "graph": str(files.graph), "devices": [d.spec for d in devices],
         "nodes": graph.num_nodes, "entries": graph.num_entries,

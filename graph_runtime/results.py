@@ -7,7 +7,7 @@ import numpy as np
 
 from .executor import NodeTime
 from .graph_checks import count_of
-from .report import copy_rows, fmt_bytes, ms, placement_report, shape_text, table
+from .report import copy_rows, executor_report, fmt_bytes, ms, shape_text, table
 
 
 # ---- outputs ------------------------------------------------------------------------------------
@@ -73,7 +73,7 @@ def run_summary(job: Any, outputs: Sequence[np.ndarray], timing: dict[str, Any],
     """Everything `graphrun run` shows, as JSON-ready data (job: a job.Job)."""
     from .job import describe_devices, output_names
     files = job.files
-    report = placement_report(job.graph, job.devices, job.module.executor.entry_device)
+    report = executor_report(job.module.executor)
     doc: dict[str, Any] = {
         "graph": str(files.graph), "lib": str(files.lib) if files.lib else None,
         "params": str(files.params) if files.params else None,

@@ -353,6 +353,16 @@ def test_info_needs_no_lib_nor_devices_and_counts_inserted_copies(tmp_path: Path
     assert doc["functions"] == {"relu": 1, "add": 1}
 
 
+def test_info_refuses_a_node_with_outputs_on_two_devices_as_create_does(tmp_path: Path) -> None:
+    graph = make_graph([null("x"), tvm_op("s", "split", [0], num_outputs=2,
+                                          indices_or_sections=2)],
+                       heads=[(1, 0), (1, 1)], device_index=[1, 1, 2])
+    (tmp_path / "g.json").write_text(graph.to_json())
+    one_line_error(invoke("info", tmp_path / "g.json", "-d", "cpu", "-d", "cuda"),
+                   "node 1 's' has outputs on several devices", "eid 2 on cuda(0)",
+                   "a node runs on one device")
+
+
 def test_info_splits_inputs_and_params_by_file(addw: Path) -> None:
     doc = json.loads(invoke("info", addw, "--json").stdout)
     assert [r["name"] for r in doc["inputs"]] == ["x", "z"]
