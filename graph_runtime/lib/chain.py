@@ -43,12 +43,12 @@ class PreparedChain:
     def __init__(self, calls: list[tuple[Callable[..., None], tuple[int, ...]]],
                  intermediates: list[Any], fused_ops: list[str]) -> None:
         self.calls = calls
-        self.intermediates = intermediates  # allocated once at prepare time, reused by every run
+        # Allocated once at prepare time, reused by every run: the slots after the arrays.
+        self.intermediates = tuple(intermediates)
         self.fused_ops = fused_ops  # ops of the elementwise tail generated as one GPU kernel
-        self._tail = tuple(intermediates)
 
     def __call__(self, *arrays: Any) -> None:
-        slots = arrays + self._tail
+        slots = arrays + self.intermediates
         for fn, index in self.calls:
             fn(*[slots[i] for i in index])
 

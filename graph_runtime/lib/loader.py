@@ -133,10 +133,10 @@ def function_from_json(name: str, func: Mapping[str, Any], where: str = "lib.jso
     for k, entry in enumerate(entries):
         at = f"{where}.ops[{k}]" if "ops" in func else where
         op_name = entry["op"]
-        if op_name not in OPS:
+        op = OPS.get(op_name)
+        if op is None:
             raise LibraryError(f"{at}: unknown op {op_name!r}; known ops: "
                                + ", ".join(sorted(OPS)))
-        op = get_op(op_name)
         attrs = {key: value for key, value in entry.items() if key not in _OP_KEYS}
         try:
             check_attrs(op_name, attrs, op.attrs)

@@ -23,3 +23,9 @@ def typed_kernel(program: Any, entry: str, arg_types: ArgTypes) -> Any:
     knl = cl.Kernel(program, entry)
     knl.set_scalar_arg_dtypes(list(arg_types))
     return knl
+
+
+def buf(arr: Any, dummy: Any) -> Any:
+    """arr's buffer for a pointer slot; dummy when a zero-size array has none (OpenCL still wants
+    a valid buffer object in every slot)."""
+    return arr.base_data if arr.base_data is not None else dummy

@@ -6,13 +6,27 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .opencl_args import ARRAY, BUFFER, typed_kernel
+from .opencl_args import ARRAY, BUFFER, buf, typed_kernel
 from .ops._gpu import CL_TYPES, cl_header, cl_load, cl_param, cl_pointer, cl_store, compute_type
 
 # Packing copies K x 16 elements per work-item.
 PACK_K = 16
 
 Run = Callable[[Any, Any, Any], None]
+
+# Element (m, k) of A and (k, n) of B, stored transposed when the source is built with
+# trans_options(); shared with the GPU kernels of opencl_gemm_local.py.
+INDEX_MACROS = """
+#ifdef TRANS_A
+#define A_INDEX(m, k) ((long)(k) * lda + (m))
+#else
+#define A_INDEX(m, k) ((long)(m) * lda + (k))
+#endif
+#ifdef TRANS_B
+#define B_INDEX(k, n) ((long)(n) * ldb + (k))
+#else
+#define B_INDEX(k, n) ((long)(k) * ldb + (n))
+#endif"""
 
 
 @dataclass(frozen=True)
@@ -62,17 +76,7 @@ def _source(dtype: str, vw: int) -> str:
         store_vec = (f"if (cols == {vw}) {{ vstore{vw}(v, 0, c + at); return; }}\n"
                      f"    {acc} t[{vw}]; vstore{vw}(v, 0, t);\n"
                      f"    for (int e = 0; e < cols; ++e) c[at + e] = t[e];")
-    return cl_header([dtype]) + f"""
-#ifdef TRANS_A
-#define A_INDEX(m, k) ((long)(k) * lda + (m))
-#else
-#define A_INDEX(m, k) ((long)(m) * lda + (k))
-#endif
-#ifdef TRANS_B
-#define B_INDEX(k, n) ((long)(n) * ldb + (k))
-#else
-#define B_INDEX(k, n) ((long)(k) * ldb + (n))
-#endif
+    return cl_header([dtype]) + INDEX_MACROS + f"""
 #define NB (NV * {vw})
 
 void store_row(__global {ctype}* c, long at, {vt} v, int cols) {{
@@ -182,8 +186,9 @@ PACK_ARGS = [BUFFER, *ARRAY, I32, I64, I32, I32]
 GEMM_ARGS = [I32, I32, I32, BUFFER, I64, BUFFER, I64, *ARRAY, I32, I64]
 
 
-def _options(s: Any, b: Blocking) -> list[str]:
-    options = [f"-DMB={b.mb}", f"-DNV={b.nv}"]
+def trans_options(s: Any) -> list[str]:
+    """The build options selecting INDEX_MACROS' layouts for GemmShape s."""
+    options: list[str] = []
     if s.trans_a:
         options.append("-DTRANS_A")
     if s.trans_b:
@@ -193,10 +198,6 @@ def _options(s: Any, b: Blocking) -> list[str]:
 
 def blocks(size: int, block: int) -> int:
     return max((size + block - 1) // block, 1)
-
-
-def buf(arr: Any, dummy: Any) -> Any:
-    return arr.base_data if arr.base_data is not None else dummy
 
 
 def packed_gemm(backend: Any, device_id: int, s: Any,
@@ -215,7 +216,8 @@ def packed_gemm(backend: Any, device_id: int, s: Any,
     """
     blk = block or blocking(backend, device_id, s.dtype)
     queue = backend.queue(device_id)
-    program = backend.program(device_id, _source(s.dtype, blk.vw), _options(s, blk), name="gemm")
+    options = [f"-DMB={blk.mb}", f"-DNV={blk.nv}", *trans_options(s)]
+    program = backend.program(device_id, _source(s.dtype, blk.vw), options, name="gemm")
     pack_a = typed_kernel(program, "gr_pack_a", PACK_ARGS)
     pack_kernel = typed_kernel(program, "gr_pack_b", PACK_ARGS)
     gemm = typed_kernel(program, "gr_gemm_packed", GEMM_ARGS)

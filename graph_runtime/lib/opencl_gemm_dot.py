@@ -5,8 +5,8 @@ from typing import Any
 
 import numpy as np
 
-from .opencl_args import ARRAY, typed_kernel
-from .opencl_gemm_cpu import Blocking, Run, blocking, blocks, buf
+from .opencl_args import ARRAY, buf, typed_kernel
+from .opencl_gemm_cpu import Blocking, Run, blocking, blocks
 from .ops._gpu import CL_TYPES, cl_header, cl_load, cl_param, cl_pointer, cl_store, compute_type
 
 # A work-item's block: DOT_MB rows of A against DOT_NB rows of B, each a K-long dot product

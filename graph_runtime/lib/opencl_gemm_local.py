@@ -5,7 +5,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .opencl_args import ARRAY, typed_kernel
+from .opencl_args import ARRAY, buf, typed_kernel
+from .opencl_gemm_cpu import INDEX_MACROS, trans_options
 from .ops._gpu import CL_TYPES, cl_header, cl_load, cl_param, cl_pointer, cl_store, compute_type
 
 # Output tile per work-group (TSM x TSN), depth of a K step (TSK), outputs per work-item (WM x WN).
@@ -38,17 +39,7 @@ def _source(dtype: str) -> str:
     batch = "\n    ".join([f"__global const {ctype}* a = a_arr + (bat % a_batches) * a_bs;",
                             f"__global const {ctype}* b = b_arr + (bat % b_batches) * b_bs;",
                             f"__global {ctype}* c = c_arr + bat * c_bs;"])
-    return cl_header([dtype]) + f"""
-#ifdef TRANS_A
-#define A_INDEX(m, k) ((long)(k) * lda + (m))
-#else
-#define A_INDEX(m, k) ((long)(m) * lda + (k))
-#endif
-#ifdef TRANS_B
-#define B_INDEX(k, n) ((long)(n) * ldb + (k))
-#else
-#define B_INDEX(k, n) ((long)(k) * ldb + (n))
-#endif
+    return cl_header([dtype]) + INDEX_MACROS + f"""
 #define RM (TSM / WM)
 #define RN (TSN / WN)
 // numpy counterpart: c[b] = a[b % a_batches] @ b[b % b_batches]
@@ -132,11 +123,8 @@ def local_gemm(backend: Any, device_id: int, s: Any, direct: bool,
     if tile is None:
         tile = SMALL_TILE if s.m <= 16 else LARGE_TILE
     tsm, tsn, tsk, wm, wn = tile
-    options = [f"-DTSM={tsm}", f"-DTSN={tsn}", f"-DTSK={tsk}", f"-DWM={wm}", f"-DWN={wn}"]
-    if s.trans_a:
-        options.append("-DTRANS_A")
-    if s.trans_b:
-        options.append("-DTRANS_B")
+    options = [f"-DTSM={tsm}", f"-DTSN={tsn}", f"-DTSK={tsk}", f"-DWM={wm}", f"-DWN={wn}",
+               *trans_options(s)]
     queue = backend.queue(device_id)
     program = backend.program(device_id, _source(s.dtype), options, name="gemm")
     knl = typed_kernel(program, "gr_gemm_direct" if direct else "gr_gemm", ARG_TYPES)
@@ -150,11 +138,7 @@ def local_gemm(backend: Any, device_id: int, s: Any, direct: bool,
 
     def run(a: Any, b: Any, c: Any) -> None:
         knl(queue, grid, local, s.m, s.n, s.k,
-            _buf(a, dummy), a.offset, s.lda, s.a_batches, s.a_stride,
-            _buf(b, dummy), b.offset, s.ldb, s.b_batches, s.b_stride,
-            _buf(c, dummy), c.offset, s.ldc, s.c_stride)
+            buf(a, dummy), a.offset, s.lda, s.a_batches, s.a_stride,
+            buf(b, dummy), b.offset, s.ldb, s.b_batches, s.b_stride,
+            buf(c, dummy), c.offset, s.ldc, s.c_stride)
     return run
-
-
-def _buf(arr: Any, dummy: Any) -> Any:
-    return arr.base_data if arr.base_data is not None else dummy

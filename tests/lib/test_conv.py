@@ -52,6 +52,12 @@ def ref_conv2d(x, w, strides=(1, 1), padding=0, dilation=(1, 1), groups=1) -> np
     return out
 
 
+def ref_conv2d_attrs(x, w, attrs) -> np.ndarray:
+    """ref_conv2d with the conv2d node attrs given (Relay's defaults for the others)."""
+    return ref_conv2d(x, w, attrs.get("strides", (1, 1)), attrs.get("padding", 0),
+                      attrs.get("dilation", (1, 1)), attrs.get("groups", 1))
+
+
 def ref_conv2d_transpose(x, w, strides=(1, 1), padding=0, dilation=(1, 1), groups=1,
                          output_padding=(0, 0)) -> np.ndarray:
     """Scatter definition: each input pixel adds weight * value at stride-spaced output taps."""
@@ -97,8 +103,7 @@ def test_conv2d(backend_name: str, data_shape, weight_shape, attrs, run_op,
                 random_array) -> None:
     x = random_array(data_shape, "float32", seed=1)
     w = random_array(weight_shape, "float32", seed=2)
-    want = ref_conv2d(x, w, attrs.get("strides", (1, 1)), attrs.get("padding", 0),
-                      attrs.get("dilation", (1, 1)), attrs.get("groups", 1))
+    want = ref_conv2d_attrs(x, w, attrs)
     _check(run_op, backend_name, "conv2d", [x, w], want, attrs)
 
 
@@ -319,8 +324,7 @@ def test_conv2d_opencl_methods(method: str, data_shape, weight_shape, attrs, ope
                                random_array) -> None:
     x = random_array(data_shape, "float32", seed=31)
     w = random_array(weight_shape, "float32", seed=32)
-    want = ref_conv2d(x, w, attrs.get("strides", (1, 1)), attrs.get("padding", 0),
-                      attrs.get("dilation", (1, 1)), attrs.get("groups", 1))
+    want = ref_conv2d_attrs(x, w, attrs)
     got = _run_conv_method(method, x, w, attrs)
     np.testing.assert_allclose(got.astype(np.float64), want, **SUM_TOLERANCES["float32"])
 

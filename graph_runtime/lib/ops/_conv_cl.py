@@ -5,9 +5,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..opencl_args import ARRAY, BUFFER, typed_kernel
+from ..opencl_args import ARRAY, BUFFER, buf, typed_kernel
 from ..opencl_gemm import GemmShape, chosen_variant, is_cpu_device, make_gemm
-from ..opencl_gemm_cpu import blocking, packed_gemm
+from ..opencl_gemm_cpu import blocking, blocks, packed_gemm
 from ._conv_shapes import ConvParams
 from ._attrs import op_error
 from ._gpu import CL_TYPES, cl_header, cl_load, cl_param, cl_pointer, cl_store, compute_type
@@ -181,16 +181,12 @@ class _Kernels:
         return typed_kernel(self.program, entry, types)
 
     def array(self, arr: Any) -> list[Any]:
-        return [arr.base_data if arr.base_data is not None else self.dummy, arr.offset]
+        return [buf(arr, self.dummy), arr.offset]
 
 
 def _sizes(p: ConvParams, total: int, channels: int) -> list[int]:
     return [total, channels, p.h, p.w, p.kh, p.kw, p.oh, p.ow, p.strides[0], p.strides[1],
             p.pad[0], p.pad[1], p.dilation[0], p.dilation[1]]
-
-
-def _blocks(size: int, block: int) -> int:
-    return max((size + block - 1) // block, 1)
 
 
 def pick_method(backend: Any, device_id: int, p: ConvParams, shape: GemmShape) -> str:
@@ -236,7 +232,7 @@ def conv2d_cl(backend: Any, device_id: int, p: ConvParams,
     im2col = kernels.get("gr_im2col", 2)
     col = backend.empty(device_id, (total,), np.dtype(p.dtype))
     sizes = _sizes(p, total, p.c)
-    padded = (_blocks(total, 64) * 64,)
+    padded = (blocks(total, 64) * 64,)
 
     def run(data: Any, weight: Any, out: Any) -> None:
         im2col(kernels.queue, padded, None, *kernels.array(col), *kernels.array(data), *sizes)
@@ -246,7 +242,7 @@ def conv2d_cl(backend: Any, device_id: int, p: ConvParams,
 
 def _direct(kernels: _Kernels, p: ConvParams) -> Callable[[Any, Any, Any], None]:
     direct = kernels.get("gr_conv_direct", 3, [np.int32])
-    grid = (_blocks(p.ow, STRIP), p.oh, p.n * p.o)
+    grid = (blocks(p.ow, STRIP), p.oh, p.n * p.o)
     sizes = _sizes(p, p.o, p.cg)
 
     def run(data: Any, weight: Any, out: Any) -> None:
@@ -282,7 +278,7 @@ def conv2d_transpose_cl(backend: Any, device_id: int,
     kernels = _Kernels(backend, device_id, p.dtype, "conv2d_transpose")
     col2im = kernels.get("gr_col2im", 2)
     sizes = _sizes(p, total, p.c)
-    padded = (_blocks(total, 64) * 64,)
+    padded = (blocks(total, 64) * 64,)
 
     def run(data: Any, weight: Any, out: Any) -> None:
         gemm(weight, data, cols)

@@ -5,6 +5,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..opencl_args import buf
 from ._attrs import op_error
 from ._shapes import size_of
 
@@ -103,8 +104,7 @@ class ClKernel:
             elif isinstance(a, float):
                 out.append(np.float64(a))
             else:
-                base = a.base_data
-                out.append(base if base is not None else self._dummy)
+                out.append(buf(a, self._dummy))
                 out.append(np.int64(a.offset))
         return out
 
