@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import logging
-import math
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
@@ -208,11 +207,11 @@ class Executor:
             keys = [(e, dev if (e, dev) in self.arrays else self.entry_device[e], flatten)
                     for e in in_eids]
             keys += [(e, dev, flatten) for e in out_eids]
+            # With flatten_data the arrays are 1-D views, but a prepared kernel is told the
+            # declared shapes (and gets flatten_data in attrs): a chain of standard ops needs them
+            # to broadcast, and gives its kernels the shapes back (lib/chain.py).
             in_specs = [TensorSpec(tuple(g.shape(e)), g.dtype(e)) for e in in_eids]
             out_specs = [TensorSpec(tuple(g.shape(e)), g.dtype(e)) for e in out_eids]
-            if flatten:
-                in_specs = [TensorSpec((math.prod(s.shape),), s.dtype) for s in in_specs]
-                out_specs = [TensorSpec((math.prod(s.shape),), s.dtype) for s in out_specs]
             fn = lib.prepare(node.func_name or "", dev, in_specs, out_specs, node.attrs,
                              node=node.label)
             fn = _in_device_scope(fn, dev)

@@ -234,3 +234,15 @@ def test_profile_and_debug_outputs_capture_each_node(opencl_available: None) -> 
     np.testing.assert_allclose(outs["elemwise_sub"][0], x["A"] + x["B"] - x["C"], rtol=1e-6)
     only = m.debug_get_outputs(["elemwise_sub"])
     assert list(only) == ["elemwise_sub"]
+
+
+def test_flatten_data_with_a_broadcasting_standard_op(backend_name: str) -> None:
+    # Kernels get 1-D views, but a prepared chain is told the declared shapes, so (2, 3) + (3,)
+    # still broadcasts (flattened specs (6,) + (3,) could not).
+    g = make_graph([null("x"), null("b"), tvm_op("a", "add", [0, 1], flatten_data=1)], [2],
+                   shapes=[[2, 3], [3], [2, 3]])
+    m = gr.create(g, None, gr.device(backend_name))
+    x = np.arange(6, dtype="float32").reshape(2, 3)
+    b = np.array([10, 20, 30], dtype="float32")
+    m.run(x=x, b=b)
+    np.testing.assert_array_equal(m.get_output(0).numpy(), x + b)
