@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 from . import builtins as _builtins  # noqa: F401  (registers runtime.disco.*)
+from .ccl import REDUCE_OPS
 from .globals import WorkerContext, get_global_func, list_global_funcs, register_func
 from .protocol import DiscoAction
-from .session import REDUCE_OPS, DGraphModule, DModule, DPackedFunc, DRef, Session
+from .session import DGraphModule, DModule, DPackedFunc, DRef, Session
 from .threaded import ThreadedSession
 
 __all__ = ["DGraphModule", "DModule", "DPackedFunc", "DRef", "DiscoAction", "MPISession",

@@ -9,6 +9,7 @@ import numpy as np
 
 from ..device import Device, cuda
 from ..errors import DiscoError
+from .ccl import check_reduce_op
 from .globals import current, register_func, require_ccl
 
 
@@ -90,7 +91,9 @@ def empty(shape: tuple[int, ...], dtype: str, dev: Device | None, worker0_only: 
 @_reg("allreduce")
 @collective
 def allreduce(src: Any, dst: Any, op: str, in_group: bool) -> None:
-    require_ccl("allreduce").allreduce(src, dst, op, in_group)
+    ccl = require_ccl("allreduce")
+    check_reduce_op(op)
+    ccl.allreduce(src, dst, op, in_group)
 
 
 @_reg("allgather")

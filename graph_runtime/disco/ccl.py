@@ -9,6 +9,20 @@ from ..errors import DiscoError
 
 REDUCE_UFUNCS = {"sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum,
                  "avg": np.add}
+REDUCE_OPS = tuple(REDUCE_UFUNCS)
+
+
+def check_reduce_op(op: str) -> None:
+    """Raise unless op is one of REDUCE_OPS (the controller and every ccl accept the same ops)."""
+    if op not in REDUCE_OPS:
+        raise DiscoError(f"allreduce: unknown reduce op {op!r}; expected one of: "
+                         + ", ".join(REDUCE_OPS))
+
+
+def average_in_place(total: Any, n: int, xp: Any = np) -> None:
+    """Turn an allreduce sum of n parts into "avg": // for integer dtypes, / otherwise."""
+    divide = xp.floor_divide if np.issubdtype(total.dtype, np.integer) else xp.true_divide
+    divide(total, n, out=total)
 
 
 class Failed:
@@ -28,19 +42,14 @@ def reduce_into(parts: list[np.ndarray], op: str, out: np.ndarray) -> np.ndarray
         for part in parts[2:]:
             ufunc(out, part, out=out)
     if op == "avg":
-        if np.issubdtype(out.dtype, np.integer):
-            np.floor_divide(out, len(parts), out=out)
-        else:
-            np.true_divide(out, len(parts), out=out)
+        average_in_place(out, len(parts))
     return out
 
 
-def host_tensor(value: Any, what: str, worker_id: int, allow_none: bool = False) -> Any:
+def host_tensor(value: Any, what: str, worker_id: int) -> Any:
     """The numpy array behind a register value (NDArray unwrapped); errors name the worker."""
     if isinstance(value, Failed):
         raise value.error
-    if value is None and allow_none:
-        return None
     native = getattr(value, "native", value)
     if not isinstance(native, np.ndarray):
         raise DiscoError(f"{what} on worker {worker_id}: the cpu ccl works on numpy arrays, got "
@@ -90,12 +99,7 @@ class CpuCcl:
             array = contribute(comm)
         except Exception as e:
             error = e
-        parts = comm.exchange(array, error is None, who)
-        if error is not None:
-            raise error
-        if parts is None:
-            raise DiscoError(f"{who}: aborted because another worker failed in this "
-                             "collective (see its error)")
+        parts = _exchange(comm, array, error, who)
         post = None
         try:
             post = finish(parts, comm, who)
@@ -108,19 +112,13 @@ class CpuCcl:
             post()
 
     def allreduce(self, src: Any, dst: Any, op: str, in_group: bool) -> None:
-        if op not in REDUCE_UFUNCS:
-            raise DiscoError(f"allreduce: unknown reduce op {op!r}; expected one of: "
-                             + ", ".join(REDUCE_UFUNCS))
         comm = self.group if in_group else self.world
         if comm.copies and type(src) is np.ndarray and type(dst) is np.ndarray and \
                 src.shape == dst.shape and src.dtype == dst.dtype:
             # NOTE: the usual case, without _run's closures: this worker's part cannot fail, and
             # each member reduces its own copies of the parts, so dst may alias src.
             who = f"allreduce on worker {self.worker_id}"
-            parts = comm.exchange(src, True, who)
-            if parts is None:
-                raise DiscoError(f"{who}: aborted because another worker failed in this "
-                                 "collective (see its error)")
+            parts = _exchange(comm, src, None, who)
             check_layout(parts, who, comm.members)
             reduce_into(parts, op, dst)
             return
@@ -146,22 +144,7 @@ class CpuCcl:
         self._run("allreduce", in_group, contribute, finish)
 
     def allgather(self, src: Any, dst: Any, in_group: bool) -> None:
-        dsts: list[np.ndarray] = []
-
-        def contribute(comm: Any) -> np.ndarray:
-            s = host_tensor(src, "allgather src", self.worker_id)
-            d = host_tensor(dst, "allgather dst", self.worker_id)
-            _check_stacked(d, s, comm.size, f"allgather on worker {self.worker_id}")
-            dsts.append(d)
-            return s
-
-        def finish(parts: list, comm: Any, who: str) -> None:
-            first = check_layout(parts, who, comm.members)
-            out = dsts[0].reshape((comm.size,) + first.shape)
-            for rank, part in enumerate(parts):
-                out[rank] = part
-
-        self._run("allgather", in_group, contribute, finish)
+        self._gather("allgather", "allgather", src, dst, in_group, everyone=True)
 
     def broadcast_from_worker0(self, src: Any, dst: Any, in_group: bool) -> None:
         dsts: list[np.ndarray] = []
@@ -205,25 +188,29 @@ class CpuCcl:
         self._run("scatter_from_worker0", in_group, contribute, finish)
 
     def gather_to_worker0(self, src: Any, dst: Any, in_group: bool) -> None:
-        dsts: list[np.ndarray | None] = []
+        self._gather("gather_to_worker0", "gather", src, dst, in_group, everyone=False)
+
+    def _gather(self, what: str, short: str, src: Any, dst: Any, in_group: bool,
+                everyone: bool) -> None:
+        """Stack every member's src into dst: on every member, or only on rank 0."""
+        dsts: list[np.ndarray] = []
 
         def contribute(comm: Any) -> np.ndarray:
-            s = host_tensor(src, "gather src", self.worker_id)
-            if comm.rank == 0:
-                d = host_tensor(dst, "gather dst", self.worker_id)
-                _check_stacked(d, s, comm.size, f"gather_to_worker0 on worker {self.worker_id}")
+            s = host_tensor(src, f"{short} src", self.worker_id)
+            if everyone or comm.rank == 0:
+                d = host_tensor(dst, f"{short} dst", self.worker_id)
+                _check_stacked(d, s, comm.size, f"{what} on worker {self.worker_id}")
                 dsts.append(d)
             return s
 
         def finish(parts: list, comm: Any, who: str) -> None:
             first = check_layout(parts, who, comm.members)
-            target = dsts[0] if dsts else None
-            if comm.rank == 0 and target is not None:
-                out = target.reshape((comm.size,) + first.shape)
+            if dsts:
+                out = dsts[0].reshape((comm.size,) + first.shape)
                 for rank, part in enumerate(parts):
                     out[rank] = part
 
-        self._run("gather_to_worker0", in_group, contribute, finish)
+        self._run(what, in_group, contribute, finish)
 
     def send(self, array: Any, peer: int) -> None:
         self.p2p.send(host_tensor(array, "send", self.worker_id), peer)
@@ -234,6 +221,18 @@ class CpuCcl:
     def close(self) -> None:
         self.world.close()
         self.group.close()
+
+
+def _exchange(comm: Any, array: np.ndarray | None, error: BaseException | None,
+              who: str) -> list:
+    """Every member's contribution; raises this member's error, or says another one failed."""
+    parts = comm.exchange(array, error is None, who)
+    if error is not None:
+        raise error
+    if parts is None:
+        raise DiscoError(f"{who}: aborted because another worker failed in this collective "
+                         "(see its error)")
+    return parts
 
 
 def _check_stacked(big: np.ndarray, small: np.ndarray, n: int, what: str) -> None:

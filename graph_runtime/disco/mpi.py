@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DiscoError
-from .ccl import host_tensor
+from .ccl import average_in_place, check_dst, host_tensor
 from .globals import WorkerContext, set_current
 from .nccl import nccl_factory
 from .protocol import Command
@@ -92,8 +92,7 @@ class MPISession(Session):
 
     def _check_alive(self) -> None:
         # NOTE: a dead rank makes mpiexec abort the whole job; only worker-0 can end alone.
-        if self.worker0.death is not None:
-            raise DiscoError(f"worker 0 thread ended ({self.worker0.death})")
+        self.worker0.check_alive()
 
     def _terminate(self) -> None:
         self.worker0.commands.put(None)
@@ -237,16 +236,11 @@ class MpiCcl:
             s, d = src, dst  # the usual case, without the checks that unwrap NDArrays
         else:
             s, d = self._arrays("allreduce", src, dst)
-        if s.shape != d.shape or s.dtype != d.dtype:
-            raise DiscoError(f"allreduce on worker {self.worker_id}: dst is {d.shape} {d.dtype}, "
-                             f"expected {s.shape} {s.dtype}")
+        check_dst(d, s.shape, s.dtype, f"allreduce on worker {self.worker_id}")
         comm = self._comm(in_group)
         comm.Allreduce(self.MPI.IN_PLACE if s is d else s, d, op=self.ops[op])
         if op == "avg":
-            if np.issubdtype(d.dtype, np.integer):
-                np.floor_divide(d, comm.Get_size(), out=d)
-            else:
-                np.true_divide(d, comm.Get_size(), out=d)
+            average_in_place(d, comm.Get_size())
 
     def allgather(self, src: Any, dst: Any, in_group: bool) -> None:
         s, d = self._arrays("allgather", src, dst)

@@ -6,6 +6,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DeviceError, DiscoError
+from .ccl import average_in_place, check_dst
 from .globals import WorkerContext
 
 _UID_LEN = 128  # NCCL_UNIQUE_ID_BYTES
@@ -66,10 +67,8 @@ class NcclCcl:
         self.world = self.nccl.NcclCommunicator(ctx.num_workers, world_id, ctx.worker_id)
         self.group = self.nccl.NcclCommunicator(ctx.group_size, group_id, ctx.local_rank)
 
-    def _array(self, value: Any, what: str, allow_none: bool = False) -> Any:
+    def _array(self, value: Any, what: str) -> Any:
         native = getattr(value, "native", value)
-        if native is None and allow_none:
-            return None
         if not isinstance(native, self.cupy.ndarray):
             raise DiscoError(f"{what} on worker {self.ctx.worker_id}: ccl 'nccl' works on CuPy "
                              f"arrays, got {type(native).__name__}")
@@ -97,18 +96,12 @@ class NcclCcl:
     def allreduce(self, src: Any, dst: Any, op: str, in_group: bool) -> None:
         s = self._array(src, "allreduce src")
         d = self._array(dst, "allreduce dst")
-        if s.shape != d.shape or s.dtype != d.dtype:
-            raise DiscoError(f"allreduce: dst is {d.shape} {d.dtype}, expected {s.shape} "
-                             f"{s.dtype}")
+        check_dst(d, s.shape, s.dtype, "allreduce")
         code = int(getattr(self.nccl, _OPS[op]))
         self._comm(in_group).allReduce(s.data.ptr, d.data.ptr, s.size, self._dtype(s), code,
                                        self._stream())
         if op == "avg":
-            n = self._size(in_group)
-            if np.issubdtype(d.dtype, np.integer):
-                self.cupy.floor_divide(d, n, out=d)
-            else:
-                self.cupy.true_divide(d, n, out=d)
+            average_in_place(d, self._size(in_group), self.cupy)
         self._finish()
 
     def allgather(self, src: Any, dst: Any, in_group: bool) -> None:

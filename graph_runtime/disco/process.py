@@ -179,8 +179,7 @@ class ProcessSession(Session):
                 self._broken = (f"worker {child.wid} (pid {child.proc.pid}) died "
                                 f"({_exit_text(child.proc.returncode)})")
                 raise DiscoError(self._broken)
-        if self.worker0.death is not None:
-            raise DiscoError(f"worker 0 thread ended ({self.worker0.death})")
+        self.worker0.check_alive()
 
     def _pack(self, value: Any, worker_id: int) -> Any:
         return value if worker_id == 0 else pack_value(value)

@@ -258,12 +258,18 @@ def unpack_value(value: Any) -> Any:
     return value
 
 
-def as_host_array(value: Any) -> np.ndarray | None:
-    """A host numpy copy-source for a tensor-like register value, or None if not a tensor."""
+def host_array(value: Any) -> np.ndarray | None:
+    """A numpy array itself, an NDArray's (any .numpy() tensor's) host copy, else None."""
     if isinstance(value, np.ndarray):
         return value
     if hasattr(value, "numpy") and callable(value.numpy):
         return np.asarray(value.numpy())
-    if type(value).__module__.startswith("cupy"):
-        return value.get()
     return None
+
+
+def as_host_array(value: Any) -> np.ndarray | None:
+    """host_array, and also raw CuPy register values (nccl workers); None if not a tensor."""
+    array = host_array(value)
+    if array is None and type(value).__module__.startswith("cupy"):
+        return value.get()
+    return array

@@ -13,11 +13,11 @@ import numpy as np
 
 from ..device import Device
 from ..errors import DiscoError
-from .protocol import Command, DiscoAction, check_arg
+from .ccl import check_reduce_op
+from .protocol import Command, DiscoAction, check_arg, host_array
 
 A = DiscoAction
 _CALL = int(A.CALL_PACKED)
-REDUCE_OPS = ("sum", "prod", "min", "max", "avg")
 # Workers give up on a stuck collective sooner than the controller gives up on them, so the
 # controller reports the collective's error instead of a bare timeout.
 DATA_PLANE_SHARE = 0.8
@@ -244,15 +244,12 @@ class Session(abc.ABC):
                 raise DiscoError(self._broken)
             try:
                 reply = self._get_reply(worker_id, min(left, 0.25))
-            except DiscoError as e:  # the worker died
+                if reply is None:
+                    self._check_alive()
+            except DiscoError as e:  # a worker died
                 self._broken = str(e)
                 raise
             if reply is None:
-                try:
-                    self._check_alive()
-                except DiscoError as e:
-                    self._broken = str(e)
-                    raise
                 continue
             if reply[0] is None:
                 self._errors.append(reply[2])
@@ -385,7 +382,7 @@ class Session(abc.ABC):
         reg_id = self._check_reg(reg_id)
         if isinstance(value, DRef):
             raise DiscoError("debug_set_register: value must be a host value, not a DRef")
-        array = _maybe_host_array(value)
+        array = host_array(value)
         value = array.copy() if array is not None else value
         self._send((int(A.DEBUG_SET_REGISTER), (), reg_id, self._pack(value, worker_id)), worker_id)
 
@@ -416,9 +413,7 @@ class Session(abc.ABC):
 
     def allreduce(self, src: DRef, dst: DRef, op: str = "sum", in_group: bool = True) -> DRef:
         """dst = op over every worker's src (op: sum, prod, min, max, avg); returns dst."""
-        if op not in REDUCE_OPS:
-            raise DiscoError(f"allreduce: unknown reduce op {op!r}; expected one of: "
-                             + ", ".join(REDUCE_OPS))
+        check_reduce_op(op)
         self._method("runtime.disco.allreduce")(src, dst, op, bool(in_group))
         return dst
 
@@ -522,16 +517,8 @@ class Session(abc.ABC):
                 pass
 
 
-def _maybe_host_array(value: Any) -> np.ndarray | None:
-    if isinstance(value, np.ndarray):
-        return value
-    if hasattr(value, "numpy") and callable(value.numpy):
-        return np.asarray(value.numpy())
-    return None
-
-
 def _host_array(value: Any, what: str) -> np.ndarray:
-    array = _maybe_host_array(value)
+    array = host_array(value)
     if array is None:
         raise DiscoError(f"{what}: expected a numpy.ndarray or NDArray, got "
                          f"{type(value).__name__}")

@@ -4,7 +4,6 @@ from __future__ import annotations
 import queue
 from typing import Any
 
-from ..errors import DiscoError
 from .ccl import CpuCcl
 from .comm import ThreadComm, ThreadGroup, ThreadP2P
 from .globals import WorkerContext
@@ -61,8 +60,7 @@ class ThreadedSession(Session):
 
     def _check_alive(self) -> None:
         for w in self.workers:
-            if w.death is not None:
-                raise DiscoError(f"worker {w.ctx.worker_id} thread ended ({w.death})")
+            w.check_alive()
 
     def _terminate(self) -> None:
         for w in self.workers:

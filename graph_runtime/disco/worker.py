@@ -9,6 +9,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import DiscoError
+from ..nd import NDArray
 from .ccl import Failed
 from .globals import WorkerContext, get_global_func, set_current
 from .protocol import Command, DiscoAction, as_host_array, describe_command
@@ -130,6 +131,8 @@ class Worker:
         _check_same(host, dst, f"copy_to_worker_0 into register {reg_id}")
         if isinstance(dst, np.ndarray):
             np.copyto(dst, host)
+        elif isinstance(dst, NDArray):  # it knows its device, which may not be the worker's
+            dst.copyfrom(host)
         else:
             from ..backends import get_backend
             get_backend(self.ctx.device).from_host(host, dst)
@@ -138,10 +141,6 @@ class Worker:
 
     def _copy_from(self, reg_id: int, host: np.ndarray) -> None:
         src = self.read(reg_id)
-        if isinstance(src, np.ndarray):
-            _check_same(host, src, f"copy_from_worker_0 from register {reg_id}")
-            np.copyto(host, src)
-            return
         array = as_host_array(src)
         if array is None:
             raise DiscoError(f"copy_from_worker_0: register {reg_id} holds a "
@@ -187,6 +186,11 @@ class LocalWorker:
             return self.replies.get(timeout=timeout)
         except queue.Empty:
             return None
+
+    def check_alive(self) -> None:
+        """Raise DiscoError when this worker's thread has ended."""
+        if self.death is not None:
+            raise DiscoError(f"worker {self.ctx.worker_id} thread ended ({self.death})")
 
     def _loop(self) -> None:
         set_current(self.ctx)

@@ -6,12 +6,19 @@ import time
 
 import numpy as np
 
+from graph_runtime import NDArray, nd
 from graph_runtime.disco import get_global_func, register_func
 
 
 @register_func("test.add_one", override=True)
 def add_one(x: np.ndarray) -> np.ndarray:
     return x + 1
+
+
+@register_func("test.nd_empty", override=True)
+def nd_empty(shape: tuple[int, ...], dtype: str) -> NDArray:
+    """An NDArray register (what a GraphModule's get_output gives), not a bare numpy array."""
+    return nd.empty(shape, dtype)
 
 
 @register_func("test.echo", override=True)

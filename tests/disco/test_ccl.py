@@ -108,6 +108,15 @@ def test_unknown_reduce_op_is_refused_at_the_controller(sess: Session) -> None:
         sess.allreduce(src, src, "mean")
 
 
+def test_unknown_reduce_op_is_refused_on_the_workers_too(sess: Session) -> None:
+    src = sess.empty((2,), "float32")
+    sess.get_global_func("runtime.disco.allreduce")(src, src, "mean", True)
+    with pytest.raises(DiscoError, match="(?s)worker 0 failed .*unknown reduce op 'mean'; expected "
+                                         "one of: sum, prod, min, max, avg"):
+        sess.sync_all()
+    sess.sync_all()  # the session is still usable
+
+
 def test_mismatched_collective_fails_on_every_worker_without_hanging(sess: Session) -> None:
     src = sess.empty((4,), "float32")
     dst = sess.empty((5,), "float32")

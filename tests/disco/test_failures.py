@@ -103,7 +103,8 @@ def test_collective_that_peers_never_join_times_out(kind: str) -> None:
         x = sess.empty((2,), "float32")
         sess.get_global_func("test.allreduce_only_on")(1, x)
         start = time.monotonic()
-        with pytest.raises(DiscoError, match=r"(?s)allreduce on worker 1: timed out after 1.2 s waiting for the other workers"):
+        with pytest.raises(DiscoError, match=r"(?s)allreduce on worker 1: timed out after 1.2 s "
+                                             r"waiting for the other workers"):
             sess.sync_all()
         assert time.monotonic() - start < 10
     finally:

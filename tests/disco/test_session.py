@@ -80,6 +80,15 @@ def test_empty_copy_roundtrip_and_dref_args(sess: Session) -> None:
     np.testing.assert_array_equal(out, host + 1)
 
 
+def test_copies_into_and_out_of_an_ndarray_register(sess: Session) -> None:
+    host = np.arange(6, dtype="float32").reshape(2, 3)
+    remote = sess.get_global_func("test.nd_empty")((2, 3), "float32")
+    sess.copy_to_worker_0(host, remote)
+    out = np.zeros_like(host)
+    sess.copy_from_worker_0(out, remote)
+    np.testing.assert_array_equal(out, host)
+
+
 def test_large_copies_round_trip(sess: Session) -> None:
     host = np.random.default_rng(1).standard_normal(1 << 18)  # 2 MB: the synchronous path
     remote = sess.copy_to_worker_0(host)
