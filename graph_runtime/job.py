@@ -190,11 +190,12 @@ def build_job(files: GraphFiles, devices: Sequence[Device], pairs: Sequence[str]
               seed: int = 0, strict: bool = False) -> Job:
     """Read the graph, create the module on devices, load params, set inputs."""
     graph = Graph.from_json(files.graph)
-    params = param_names(files)
-    inputs = load_inputs(graph, files, pairs, seed, skip=params)
+    # NOTE: read once; weight files can be large.
+    params = load_params_file(files.params) if files.params is not None else {}
+    inputs = load_inputs(graph, files, pairs, seed, skip=list(params))
     module = create(graph, files.lib, list(devices), strict=strict)
     if files.params is not None:
-        module.load_params(files.params)
+        module.load_params(params, source=os.fspath(files.params))
     module.set_input(inputs.values)
     return Job(files, graph, list(devices), module, inputs)
 

@@ -184,19 +184,22 @@ class GraphModule:
 
     # ---- params --------------------------------------------------------------------------------
 
-    def load_params(self, params: bytes | bytearray | str | os.PathLike | Mapping[str, Any]
-                    ) -> None:
-        """Set inputs from a TVM params blob, a params/.npz file, or a dict; shapes must match."""
+    def load_params(self, params: bytes | bytearray | str | os.PathLike | Mapping[str, Any],
+                    source: str | None = None) -> None:
+        """Set inputs from a TVM params blob, a params/.npz file, or a dict; shapes must match.
+
+        source names a blob's or dict's origin in messages (e.g. the file it was read from).
+        """
         from .params import load_param_arrays, load_params_file
         if isinstance(params, (bytes, bytearray, memoryview)):
-            values: Mapping[str, Any] = load_param_arrays(bytes(params))
-            source = "params"
+            values: Mapping[str, Any] = load_param_arrays(bytes(params), source or "<params>")
+            source = source or "params"
         elif isinstance(params, (str, os.PathLike)):
             values = load_params_file(params)
             source = os.fspath(params)
         else:
             values = params
-            source = "params"
+            source = source or "params"
         unknown = [name for name in values if name not in self._input_index]
         if unknown:
             message = (f"{source}: {len(unknown)} params are not inputs of the graph: "
