@@ -112,7 +112,7 @@ def params_problems(graph: Graph, path: Path) -> list[str]:
         params = load_params_file(path)
     except GraphRuntimeError as e:
         return [str(e)]
-    eids = {graph.nodes[nid].name: graph.entry_id(nid, 0) for nid in graph.arg_nodes}
+    eids = graph.input_entries
     problems = []
     for name, value in params.items():
         eid = eids.get(name)

@@ -284,6 +284,11 @@ class Graph:
         return [self.nodes[nid].name for nid in self.arg_nodes]
 
     @property
+    def input_entries(self) -> dict[str, int]:
+        """Entry id of each graph input, by name, in arg_nodes order."""
+        return {self.nodes[nid].name: self.node_row_ptr[nid] for nid in self.arg_nodes}
+
+    @property
     def output_entries(self) -> list[int]:
         return [self.node_row_ptr[head[0]] + head[1] for head in self.heads]
 

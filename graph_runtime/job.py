@@ -112,7 +112,7 @@ class Inputs:
 def load_inputs(graph: Graph, files: GraphFiles, pairs: Sequence[str] = (), seed: int = 0,
                 skip: Sequence[str] = ()) -> Inputs:
     """Inputs from files.inputs (.npz) and NAME=FILE.npy pairs; others (not in skip) at random."""
-    shapes = {graph.nodes[nid].name: graph.entry_id(nid, 0) for nid in graph.arg_nodes}
+    eids = graph.input_entries
     result = Inputs()
     given: list[tuple[str, str, np.ndarray]] = []
     if files.inputs is not None:
@@ -126,17 +126,17 @@ def load_inputs(graph: Graph, files: GraphFiles, pairs: Sequence[str] = (), seed
             raise ParamsError(f"--input {item}: expected NAME=FILE.npy, e.g. --input data=x.npy")
         given.append((f"--input {item}", name, read_array(Path(filename), f"--input {item}")))
     for where, name, value in given:
-        eid = shapes.get(name)
+        eid = eids.get(name)
         if eid is None:
             raise GraphError(f"{where}: graph has no input {name!r}; inputs are: "
-                             + ", ".join(shapes))
+                             + ", ".join(eids))
         want = (tuple(graph.shape(eid)), np.dtype(graph.dtype(eid)))
         if (tuple(value.shape), value.dtype) != want:
             raise ParamsError(f"{where}: input {name!r} (eid {eid}) expects {want[0]} {want[1]}, "
                               f"got {tuple(value.shape)} {value.dtype}")
         result.values[name] = value
     rng = np.random.default_rng(seed)
-    for name, eid in shapes.items():
+    for name, eid in eids.items():
         if name in result.values or name in skip:
             continue
         result.values[name] = random_array(rng, tuple(graph.shape(eid)), graph.dtype(eid))

@@ -37,8 +37,9 @@ class GraphModule:
         self.strict = strict
         self.executor = Executor(graph, lib, ctxs, strict=strict, memory_cap=memory_cap)
         self.ctxs = self.executor.ctxs
-        self._input_index = {graph.nodes[nid].name: i for i, nid in enumerate(graph.arg_nodes)}
-        self._input_eids = [graph.entry_id(nid, 0) for nid in graph.arg_nodes]
+        inputs = graph.input_entries
+        self._input_index = {name: i for i, name in enumerate(inputs)}
+        self._input_eids = list(inputs.values())
         self._output_eids = list(graph.output_entries)
         # (shape, dtype, home key) of each input entry, for set_input's fast path.
         ex = self.executor

@@ -99,7 +99,7 @@ def split_args(graph: Graph, params: Sequence[str], inputs: Sequence[str] | None
 
 def arg_rows(graph: Graph, names: Sequence[str]) -> list[dict[str, Any]]:
     """name, shape, dtype, bytes of the arg nodes called names."""
-    eids = {graph.nodes[nid].name: graph.entry_id(nid, 0) for nid in graph.arg_nodes}
+    eids = graph.input_entries
     return [{"name": n, "shape": list(graph.shape(eids[n])), "dtype": graph.dtype(eids[n]),
              "bytes": entry_bytes(graph.shape(eids[n]), graph.dtype(eids[n]))} for n in names]
 
