@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+from operator import itemgetter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -46,11 +47,18 @@ class PreparedChain:
         # Allocated once at prepare time, reused by every run: the slots after the arrays.
         self.intermediates = tuple(intermediates)
         self.fused_ops = fused_ops  # ops of the elementwise tail generated as one GPU kernel
+        # (kernel, picks its arguments out of the slots): itemgetter does it in C
+        self._steps = [(fn, itemgetter(*index) if len(index) > 1 else _one(index[0]))
+                       for fn, index in calls]
 
     def __call__(self, *arrays: Any) -> None:
         slots = arrays + self.intermediates
-        for fn, index in self.calls:
-            fn(*[slots[i] for i in index])
+        for fn, pick in self._steps:
+            fn(*pick(slots))
+
+
+def _one(i: int) -> Callable[[tuple], tuple]:
+    return lambda slots: (slots[i],)
 
 
 class Chain:
@@ -87,8 +95,10 @@ class Chain:
                 raise LibraryError(f"{self._where(k)}: no {backend.name} kernel; it exists for: "
                                    f"{have}")
         first_fused = _fusable_tail(plan) if backend.name in ("opencl", "cuda") else len(plan)
-        intermediates: list[Any] = []
         slot_count = len(inputs) + len(outputs)
+        if backend.name == "cpu":
+            _write_tail_in_place(plan, slot_count)
+        intermediates: list[Any] = []
         for p in plan[:first_fused]:
             if p.out_slots[0] >= slot_count:
                 spec = p.outputs[0]
@@ -197,6 +207,35 @@ def _fusable_tail(plan: list[_Planned]) -> int:
             and len(plan[start - 1].outputs) == 1:
         start -= 1
     return start if len(plan) - start >= 2 else len(plan)
+
+
+def _write_tail_in_place(plan: list[_Planned], slot_count: int) -> None:
+    """Let a trailing run of in-place ops (dense, add, relu: the add and relu) work in the output.
+
+    The op before the run writes the node's output directly and each op of the run updates it in
+    place, so no intermediate is allocated or streamed through the cache. Remaining
+    intermediate slots are renumbered to stay contiguous after the graph's arrays.
+    """
+    last = plan[-1]
+    if len(plan) < 2 or len(last.outputs) != 1:
+        return
+    out_slot, out_spec = last.out_slots[0], last.outputs[0]
+    routed: dict[int, int] = {}
+    k = len(plan) - 1
+    while k >= 1 and plan[k].op.in_place and _same_spec(plan[k].inputs[0], out_spec):
+        routed[plan[k - 1].out_slots[0]] = out_slot
+        k -= 1
+    if not routed:
+        return
+    kept = sorted({p.out_slots[0] for p in plan[:-1]} - set(routed))
+    routed.update({old: slot_count + i for i, old in enumerate(kept)})
+    for p in plan:
+        p.slots = [routed.get(i, i) for i in p.slots]
+        p.out_slots = [routed.get(i, i) for i in p.out_slots]
+
+
+def _same_spec(a: TensorSpec, b: TensorSpec) -> bool:
+    return tuple(a.shape) == tuple(b.shape) and a.dtype == b.dtype
 
 
 def _fused_call(name: str, backend: Any, device_id: int,

@@ -26,17 +26,20 @@ class OpDef:
     num_inputs: int | None  # None: variadic (concatenate takes all remaining inputs)
     attrs: tuple[str, ...] = ()  # attribute names the op accepts (others are an error)
     kernels: dict[str, KernelFactory] = field(default_factory=dict)
+    # True when every CPU kernel of the op may be given its first input as its output (it reads
+    # each element before writing it): a chain then runs it in place in the node's output.
+    in_place: bool = False
 
 
 OPS: dict[str, OpDef] = {}
 
 
 def define_op(name: str, infer: InferFn, num_inputs: int | None,
-              attrs: Sequence[str] = ()) -> OpDef:
+              attrs: Sequence[str] = (), in_place: bool = False) -> OpDef:
     """Declare an op once (in the module of its family)."""
     if name in OPS:
         raise LibraryError(f"standard op {name!r} is defined twice")
-    op = OpDef(name, infer, num_inputs, tuple(attrs))
+    op = OpDef(name, infer, num_inputs, tuple(attrs), in_place=in_place)
     OPS[name] = op
     return op
 

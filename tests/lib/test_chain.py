@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from graph_runtime.backends import get_backend
-from graph_runtime.device import Device
+from graph_runtime.device import Device, cpu
 from graph_runtime.errors import LibraryError
 from graph_runtime.lib.chain import Chain, PreparedChain, Step
 from graph_runtime.lib.module import TensorSpec
@@ -61,7 +61,8 @@ def test_gpu_fuses_elementwise_tail_and_reuses_buffers(backend_name, random_arra
     assert isinstance(run, PreparedChain)
     if backend_name == "cpu":
         assert run.fused_ops == []
-        assert len(run.intermediates) == 4
+        # the second transpose writes the output; add, multiply and relu update it in place
+        assert len(run.intermediates) == 1
     else:
         assert run.fused_ops == ["add", "multiply", "relu"]
         assert len(run.intermediates) == 2  # only the two transposes materialize
@@ -92,6 +93,50 @@ def test_gpu_fuses_elementwise_tail_and_reuses_buffers(backend_name, random_arra
     backend.sync(0)
     want = np.maximum((x.astype(np.float64) + bias) * scale, 0)
     assert_close(backend.to_host(out), want, "float32")
+
+
+def _cpu_chain(steps: list[Step], ins: list[np.ndarray], out: TensorSpec) -> PreparedChain:
+    run = Chain("f", steps).prepare(cpu(0), _specs(*ins), [out], {})
+    assert isinstance(run, PreparedChain)
+    return run
+
+
+def test_cpu_dense_tail_runs_in_the_output(random_array, assert_close):
+    x = random_array((2, 5), "float32", seed=20)
+    w = random_array((3, 5), "float32", seed=21)
+    b = random_array((3,), "float32", seed=22)
+    run = _cpu_chain([Step("dense"), Step("bias_add"), Step("relu")], [x, w, b],
+                     TensorSpec((2, 3), "float32"))
+    assert run.intermediates == ()  # dense writes the output, bias_add and relu work in place
+    out = np.full((2, 3), np.nan, np.float32)
+    run(x, w, b, out)
+    assert_close(out, np.maximum(x.astype(np.float64) @ w.T + b, 0), "float32")
+
+
+def test_cpu_in_place_stops_at_ops_that_reread_their_input(random_array, assert_close):
+    x = random_array((2, 5), "float32", seed=23)
+    w = random_array((3, 5), "float32", seed=24)
+    # gelu reads x again after writing out, so it gets a buffer of its own; add after it does not
+    run = _cpu_chain([Step("dense"), Step("gelu"), Step("add")], [x, w, np.ones(3, np.float32)],
+                     TensorSpec((2, 3), "float32"))
+    assert len(run.intermediates) == 1
+    out = np.empty((2, 3), np.float32)
+    run(x, w, np.ones(3, np.float32), out)
+    y = x.astype(np.float64) @ w.T
+    from scipy.special import erf
+    assert_close(out, 0.5 * y * (1 + erf(y / np.sqrt(2))) + 1, "float32")
+
+
+def test_cpu_in_place_needs_the_output_shape(random_array, assert_close):
+    # sum gives (2,), the add broadcasts it against (3, 2): the sum cannot live in the output
+    x = random_array((2, 4), "float32", seed=25)
+    y = random_array((3, 2), "float32", seed=26)
+    run = _cpu_chain([Step("sum", {"axis": 1}), Step("add"), Step("exp")], [x, y],
+                     TensorSpec((3, 2), "float32"))
+    assert len(run.intermediates) == 1  # the sum's; add writes the output, exp updates it
+    out = np.empty((3, 2), np.float32)
+    run(x, y, out)
+    assert_close(out, np.exp(x.astype(np.float64).sum(1) + y), "float32")
 
 
 def test_fused_tail_after_reduction_with_cast(backend_name, run_op, random_array, assert_close):

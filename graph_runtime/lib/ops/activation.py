@@ -169,7 +169,9 @@ def _unary_factory(op: str) -> Callable[..., Callable[..., None]]:
 
 
 for _op, (_expr, _host, _dtypes, _attrs) in UNARY_NN.items():
-    define_op(_op, _unary_infer(_op), 1, _attrs)
+    # clip and erf are single ufunc calls (in place safe); leaky_relu and gelu read x again
+    # after writing out.
+    define_op(_op, _unary_infer(_op), 1, _attrs, in_place=_op in ("clip", "erf"))
     for _kind in ("cpu", "cuda", "opencl"):
         kernel(_op, _kind)(_unary_factory(_op))
     elementwise_expr(_op, _expr)

@@ -154,7 +154,9 @@ def _cl_factory(name: str, family: Mapping[str, tuple[HostFn, str, tuple[str, ..
 def _register(name: str, infer: Callable[..., list[TensorSpec]], num_inputs: int,
               attrs: Sequence[str], host: HostFn, template: str,
               family: Mapping[str, tuple[HostFn, str, tuple[str, ...]]]) -> None:
-    define_op(name, infer, num_inputs, attrs)
+    # Each host fn reads x before it writes out (sigmoid's later steps read out only), so a
+    # chain may pass its first input as its output.
+    define_op(name, infer, num_inputs, attrs, in_place=True)
     kernel(name, "cpu")(_host_factory(host))
     kernel(name, "cuda")(_host_factory(host))
     kernel(name, "opencl")(_cl_factory(name, family))
