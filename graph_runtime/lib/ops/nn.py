@@ -43,8 +43,8 @@ def _softmax_host(op: str) -> Callable[..., Callable[..., None]]:
 
         # NOTE: NumPy's ufunc.reduce skips np.max/np.sum's Python wrappers (~4 us each on a
         # 1x10 softmax, where they were most of its time); CuPy keeps its own functions.
-        amax = np.maximum.reduce if xp is np else xp.max
-        asum = np.add.reduce if xp is np else xp.sum
+        amax: Any = np.maximum.reduce if xp is np else xp.max
+        asum: Any = np.add.reduce if xp is np else xp.sum
         empty = spec.shape[axis] == 0
 
         def run(x: Any, out: Any) -> None:
