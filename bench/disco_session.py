@@ -2,7 +2,8 @@
 
 Measures (median of interleaved rounds, ours and TVM's sessions alive side by side so machine
 noise hits both alike): call+sync_worker_0 latency, streamed calls per call, copy to/from worker-0
-throughput, ProcessSession start-up (until every worker answers). Usage:
+throughput, ProcessSession start-up (until every worker answers). Our sessions run twice: worker-0
+as a thread (the default) and inline in the controller's thread (inline_worker0=True). Usage:
 python bench/disco_session.py [--json out]
 """
 from __future__ import annotations
@@ -79,11 +80,11 @@ class Contender:
         return out
 
 
-def ours(kind: str) -> Contender:
+def ours(kind: str, inline: bool = False) -> Contender:
     from graph_runtime.disco import ProcessSession, ThreadedSession
     cls = ThreadedSession if kind == "threaded" else ProcessSession
     start = time.perf_counter()
-    sess = cls(WORKERS)  # returns when every worker is up
+    sess = cls(WORKERS, inline_worker0=inline)  # returns when every worker is up
     ready = time.perf_counter() - start
     host = np.ones(COPY_BYTES // 4, "float32")
     out = np.empty_like(host)
@@ -122,13 +123,14 @@ def tvm_available() -> str | None:
     return None
 
 
-def run_all() -> tuple[dict, dict, str | None]:
-    """Both contenders of each kind alive at once; rounds alternate between them."""
+def run_all() -> tuple[dict, dict, dict, str | None]:
+    """Every contender of each kind alive at once; rounds alternate between them."""
     why = tvm_available()
     mine: dict[str, dict[str, float]] = {}
+    inline: dict[str, dict[str, float]] = {}
     theirs: dict[str, dict[str, float]] = {}
     for kind in ("threaded", "process"):
-        contenders = {"ours": ours(kind)}
+        contenders = {"ours": ours(kind), "inline": ours(kind, inline=True)}
         if why is None:
             try:
                 contenders["tvm"] = tvm(kind)
@@ -138,31 +140,34 @@ def run_all() -> tuple[dict, dict, str | None]:
             for contender in contenders.values():
                 contender.measure()
         mine[kind] = contenders["ours"].medians(kind)
+        inline[kind] = contenders["inline"].medians(kind)
         if "tvm" in contenders:
             theirs[kind] = contenders["tvm"].medians(kind)
         for contender in contenders.values():
             contender.sess.shutdown()
-    return mine, theirs, why
+    return mine, inline, theirs, why
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
-    mine, theirs, why = run_all()
+    mine, inline, theirs, why = run_all()
     if why:
         print(why)
-    print(f"{'session':9} {'metric':34} {'graph_runtime':>14} {'TVM Disco':>12}")
+    print(f"{'session':9} {'metric':34} {'graph_runtime':>14} {'inline w0':>10} "
+          f"{'TVM Disco':>10}")
     for kind, row in mine.items():
         for metric, value in row.items():
             base = theirs.get(kind, {}).get(metric)
-            base_text = f"{base:12.2f}" if isinstance(base, float) else f"{'n/a':>12}"
-            print(f"{kind:9} {metric:34} {value:14.2f} {base_text}")
+            base_text = f"{base:10.2f}" if isinstance(base, float) else f"{'n/a':>10}"
+            print(f"{kind:9} {metric:34} {value:14.2f} {inline[kind][metric]:10.2f} {base_text}")
         if "error" in theirs.get(kind, {}):
             print(f"  TVM {kind}: {theirs[kind]['error']}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"graph_runtime": mine, "tvm": theirs, "tvm_missing": why}, f, indent=1)
+            json.dump({"graph_runtime": mine, "graph_runtime_inline_worker0": inline,
+                       "tvm": theirs, "tvm_missing": why}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -48,12 +48,23 @@ class ThreadGroup:
                 self.generation += 1
                 self.cond.notify_all()
                 return self.result
-            if not self.cond.wait_for(lambda: self.generation != generation, self.timeout):
-                self.broken = f"{who} waited {self.timeout:g} s for the other workers"
-                self.cond.notify_all()
-                raise DiscoError(f"{who}: timed out after {self.timeout:g} s waiting for the "
-                                 "other workers to join the collective")
-            return self.result
+            arrived = self.cond.wait_for(
+                lambda: self.generation != generation or self.broken is not None, self.timeout)
+            if self.generation != generation:
+                return self.result
+            if arrived:  # aborted: a member ended, or another one timed out
+                raise DiscoError(f"{who}: the communicator is broken: {self.broken}")
+            self.broken = f"{who} waited {self.timeout:g} s for the other workers"
+            self.cond.notify_all()
+            raise DiscoError(f"{who}: timed out after {self.timeout:g} s waiting for the "
+                             "other workers to join the collective")
+
+    def abort(self, reason: str) -> None:
+        """Break the group: every member waiting now or later raises with reason."""
+        with self.cond:
+            if self.broken is None:
+                self.broken = reason
+            self.cond.notify_all()
 
 
 class ThreadComm:
@@ -313,23 +324,34 @@ def _ring(sock: socket.socket) -> None:
 
 
 class ThreadP2P:
-    """Point-to-point between worker threads: one queue per (sender, receiver) pair."""
+    """Point-to-point between worker threads: one queue per (sender, receiver) pair; a recv
+    also stops when the world group is aborted (a worker thread ended)."""
 
     def __init__(self, worker_id: int, queues: dict[tuple[int, int], queue.Queue],
-                 timeout: float) -> None:
+                 timeout: float, world: ThreadGroup) -> None:
         self.worker_id = worker_id
         self.queues = queues
         self.timeout = timeout
+        self.world = world
 
     def send(self, array: np.ndarray, peer: int) -> None:
         self.queues[(self.worker_id, peer)].put(np.array(array, copy=True))
 
     def recv(self, array: np.ndarray, peer: int) -> None:
-        try:
-            data = self.queues[(peer, self.worker_id)].get(timeout=self.timeout)
-        except queue.Empty:
-            raise DiscoError(f"worker {self.worker_id}: recv from worker {peer} timed out "
-                             f"after {self.timeout:g} s (no matching send)") from None
+        source = self.queues[(peer, self.worker_id)]
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                data = source.get(timeout=max(min(deadline - time.monotonic(), 0.05), 0.0))
+                break
+            except queue.Empty:
+                pass
+            if self.world.broken is not None:
+                raise DiscoError(f"worker {self.worker_id}: recv from worker {peer} aborted: "
+                                 f"{self.world.broken}") from None
+            if time.monotonic() >= deadline:
+                raise DiscoError(f"worker {self.worker_id}: recv from worker {peer} timed out "
+                                 f"after {self.timeout:g} s (no matching send)") from None
         _check_p2p(data.shape, data.dtype, array, peer, self.worker_id)
         np.copyto(array, data)
 
@@ -360,6 +382,9 @@ class SocketP2P:
         try:
             sock = self.socks[peer]
             head = _recv_exact(sock, _HEADER.size)
+            if head is None:
+                raise DiscoError(f"worker {self.worker_id}: recv from worker {peer}: worker "
+                                 f"{peer} has exited")
             nbytes, _, dtype, ndim, *shape = _HEADER.unpack(head)
             data = np.empty(nbytes, np.uint8)
             view = data.data
@@ -376,12 +401,13 @@ class SocketP2P:
         np.copyto(array, data.view(dt).reshape(shape[:ndim]))
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
+def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
+    """n bytes from sock, or None when the peer hung up first."""
     chunks = bytearray()
     while len(chunks) < n:
         chunk = sock.recv(n - len(chunks))
         if not chunk:
-            raise DiscoError("the peer worker exited in the middle of a message")
+            return None
         chunks += chunk
     return bytes(chunks)
 

@@ -84,6 +84,13 @@ def set_current(ctx: WorkerContext | None) -> None:
     _current.ctx = ctx
 
 
+def swap_current(ctx: WorkerContext | None) -> WorkerContext | None:
+    """Bind ctx to the calling thread and return the context bound before (inline worker-0)."""
+    previous = getattr(_current, "ctx", None)
+    _current.ctx = ctx
+    return previous
+
+
 def current() -> WorkerContext:
     """The context of the worker running on this thread."""
     ctx = getattr(_current, "ctx", None)

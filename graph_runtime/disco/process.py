@@ -1,4 +1,4 @@
-"""ProcessSession: worker-0 is a thread of the controller, the others child processes on pipes."""
+"""ProcessSession: worker-0 lives in the controller process, the others are children on pipes."""
 from __future__ import annotations
 
 import os
@@ -18,7 +18,7 @@ from .nccl import nccl_factory
 from .protocol import (NO_FRAME, Command, FrameReader, encode_frame, pack_value, send_frame,
                        unpack_value, write_all)
 from .session import DATA_PLANE_SHARE, Session
-from .worker import LocalWorker, Worker
+from .worker import InlineWorker, LocalWorker, Worker
 
 
 class ProcessSession(Session):
@@ -26,11 +26,21 @@ class ProcessSession(Session):
 
     Commands travel as pickled frames on pipes; tensors never do: collectives go through a
     shared-memory arena (memfd), copies to/from worker-0 stay inside the controller process.
+
+    Worker-0 is a thread of the controller by default; with inline_worker0=True it runs in the
+    caller's thread instead: a command for every worker is written to the children first (so
+    collectives can match), then worker-0's share runs before the call returns, and
+    sync_worker_0 / copies to and from worker-0 need no thread switch. The children's work
+    stays asynchronous. What inline mode gives up: worker-0's share has no timeout (a worker-0
+    function that hangs hangs the caller; collectives and point-to-point still end at their
+    data-plane timeout, at once when a child exits), and worker-0 must never wait for
+    something only a later command provides (e.g. a recv whose matching send comes after it).
     """
 
     def __init__(self, num_workers: int, num_groups: int = 1, timeout: float = 120.0,
-                 startup_timeout: float = 60.0) -> None:
+                 startup_timeout: float = 60.0, inline_worker0: bool = False) -> None:
         super().__init__(num_workers, num_groups, timeout)
+        self._inline0 = bool(inline_worker0)
         n = num_workers
         self._children: list[_Child] = []
         self._memfds = [os.memfd_create("graph_runtime_disco_world")] + [
@@ -52,7 +62,9 @@ class ProcessSession(Session):
             local_p2p = {b: self._p2p_pairs[(0, b)][0] for b in range(1, n)}
             ctx = _context(0, n, num_groups, self.timeout * DATA_PLANE_SHARE, self._memfds,
                            local_sync, local_p2p)
-            self.worker0 = LocalWorker(ctx)
+            kind = InlineWorker if self._inline0 else LocalWorker
+            self.worker0: Any = kind(ctx, self._worker0_ended)
+            self._submit0 = self.worker0.submit
             self._await_ready(startup_timeout)
             self._poll = select.poll()
             for child in self._children:
@@ -109,18 +121,26 @@ class ProcessSession(Session):
             if reply[0] != "ready":
                 raise DiscoError(f"worker {child.wid} failed to start: {reply[2]}")
 
+    def _worker0_ended(self, reason: str) -> None:
+        """Worker-0 ended without SHUTDOWN: hang up its data-plane sockets, so children waiting
+        for it in a barrier or a recv see end of file now, not at their timeout."""
+        for (a, _), socks in list(self._sync_pairs.items()) + list(self._p2p_pairs.items()):
+            if a == 0:
+                socks[0].close()
+
     # ---- transport -----------------------------------------------------------------------------
 
     def _send(self, cmd: Command, worker_id: int | None) -> None:
         if worker_id == 0:
-            self.worker0.commands.put(cmd)
+            self._submit0(cmd)
             return
         frame = encode_frame(cmd)
         if worker_id is None:
             for child in self._children:
                 self._write(child, frame)
-            # NOTE: worker-0 last, so it is not woken while the controller still has writes to do
-            self.worker0.commands.put(cmd)
+            # NOTE: worker-0 last: a thread is not woken while the controller still has writes
+            # to do, and inline it runs now and may wait for the children's share
+            self._submit0(cmd)
         else:
             self._write(self._children[worker_id - 1], frame)
 
@@ -168,7 +188,7 @@ class ProcessSession(Session):
         raise DiscoError(f"worker {child.wid} (pid {child.proc.pid}) died ({how})")
 
     def _ready_workers(self) -> list[int]:
-        ready = [] if self.worker0.replies.empty() else [0]
+        ready = [0] if self.worker0.has_reply() else []
         ready += [c.wid for c in self._children if c.reader.next_frame_ready()]
         ready += [self._wid_of_fd[fd] for fd, _ in self._poll.poll(0)]
         return ready
@@ -186,8 +206,8 @@ class ProcessSession(Session):
 
     def _terminate(self) -> None:
         worker0 = getattr(self, "worker0", None)
-        if worker0 is not None and worker0.thread.is_alive():
-            worker0.commands.put((0, (), 0, None))
+        if worker0 is not None:
+            worker0.stop()
         for child in self._children:
             _close(child.cmd_w)  # hang-up: the child exits at end of file
         for socks in list(self._sync_pairs.values()) + list(self._p2p_pairs.values()):
@@ -206,7 +226,7 @@ class ProcessSession(Session):
             _close(fd)
         self._memfds = []
         if worker0 is not None:
-            worker0.thread.join(timeout=2.0)
+            worker0.join(2.0)
 
 
 class _Child:

@@ -96,7 +96,8 @@ class DGraphModule(DRef):
 class Session(abc.ABC):
     """A Disco session: a controller broadcasting commands to workers (seed 002's Session).
 
-    Transports implement _send, _get_reply, _check_alive and _terminate.
+    Transports implement _send, _get_reply, _check_alive and _terminate; one that runs
+    worker-0 in the caller's thread sets _inline0, so sync_worker_0 needs no round trip.
     """
 
     def __init__(self, num_workers: int, num_groups: int = 1, timeout: float = 120.0) -> None:
@@ -117,6 +118,7 @@ class Session(abc.ABC):
         self._methods: dict[str, DPackedFunc] = {}
         self._closed = False
         self._broken: str | None = None
+        self._inline0 = False  # worker-0 runs in the caller's thread (transports may set it)
         _LIVE.add(self)
 
     # ---- transport hooks -----------------------------------------------------------------------
@@ -284,9 +286,22 @@ class Session(abc.ABC):
     def _sync(self, worker_id: int, what: str, timeout: float | None) -> None:
         self._check_usable()
         self._flush_frees()
+        if worker_id == 0 and self._inline0:
+            self._sync_inline(what)
+            return
         token = next(self._tokens)
         self._send((int(A.SYNC_WORKER), (), 0, token), worker_id)
         self._wait(worker_id, token, what, timeout)
+
+    def _sync_inline(self, what: str) -> None:
+        """sync_worker_0 with worker-0 inline: it has run every command sent already, so only
+        errors (its own, and any the other workers sent) and deaths are left to report."""
+        try:
+            self._check_alive()
+        except DiscoError as e:
+            self._broken = str(e)
+            raise
+        self._raise_errors(what)
 
     # ---- public API ----------------------------------------------------------------------------
 
@@ -297,7 +312,11 @@ class Session(abc.ABC):
         return DPackedFunc(self._broadcast(A.GET_GLOBAL_FUNC, name), self)
 
     def call_packed(self, func: DRef, *args: Any) -> DRef:
-        """Run func(*args) on every worker; DRef arguments become each worker's register value."""
+        """Run func(*args) on every worker; DRef arguments become each worker's register value.
+
+        Asynchronous: errors surface at the next blocking call. With inline_worker0=True
+        worker-0's share has already run when this returns; the others' share has not.
+        """
         if not isinstance(func, DRef) or func.session is not self:
             raise DiscoError(f"call_packed: func must be a DRef of this session, got {func!r}")
         # NOTE: the hot path of streamed calls: no per-call work beyond what the command needs.
@@ -342,11 +361,11 @@ class Session(abc.ABC):
         if remote_array is None:
             remote_array = self.empty(host.shape, host.dtype, worker0_only=True)
         self._check_usable()
-        if host.nbytes <= (1 << 16):
+        if host.nbytes <= (1 << 16) and not self._inline0:
             # small: snapshot and stay asynchronous
             self._send((int(A.COPY_TO_WORKER0), (), remote_array.reg_id, host.copy(), None), 0)
         else:
-            # large: worker-0 copies straight from the caller's array, so wait for it
+            # large, or worker-0 inline: it copies straight from the caller's array; wait
             token = next(self._tokens)
             self._send((int(A.COPY_TO_WORKER0), (), remote_array.reg_id, host, token), 0)
             self._wait(0, token, "copy_to_worker_0", None)

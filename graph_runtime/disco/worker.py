@@ -4,6 +4,7 @@ from __future__ import annotations
 import queue
 import threading
 import traceback
+from collections import deque
 from typing import Any, Callable
 
 import numpy as np
@@ -11,7 +12,7 @@ import numpy as np
 from ..errors import DiscoError
 from ..nd import NDArray
 from .ccl import Failed
-from .globals import WorkerContext, get_global_func, set_current
+from .globals import WorkerContext, get_global_func, set_current, swap_current
 from .protocol import Command, DiscoAction, as_host_array, describe_command
 
 A = DiscoAction
@@ -165,14 +166,23 @@ def _check_same(host: np.ndarray, remote: Any, what: str) -> None:
 
 
 class LocalWorker:
-    """A worker on a thread of this process (all workers of ThreadedSession; worker-0 elsewhere)."""
+    """A worker on a thread of this process (all workers of ThreadedSession; worker-0 elsewhere).
 
-    def __init__(self, ctx: WorkerContext) -> None:
+    Args:
+        ctx: who this worker is.
+        on_death: called with the reason when the thread ends without SHUTDOWN, so peers
+            waiting for it in the data plane stop at once.
+    """
+
+    def __init__(self, ctx: WorkerContext,
+                 on_death: Callable[[str], None] | None = None) -> None:
         self.ctx = ctx
+        self.on_death = on_death
         self.commands: queue.SimpleQueue = queue.SimpleQueue()
         self.replies: queue.SimpleQueue = queue.SimpleQueue()
         self.worker = Worker(ctx, self.replies.put)
         self.death: str | None = None
+        self.submit = self.commands.put
         self.thread = threading.Thread(target=self._loop, name=f"disco-worker-{ctx.worker_id}",
                                        daemon=True)
         self.thread.start()
@@ -187,10 +197,21 @@ class LocalWorker:
         except queue.Empty:
             return None
 
+    def has_reply(self) -> bool:
+        return not self.replies.empty()
+
     def check_alive(self) -> None:
         """Raise DiscoError when this worker's thread has ended."""
         if self.death is not None:
             raise DiscoError(f"worker {self.ctx.worker_id} thread ended ({self.death})")
+
+    def stop(self) -> None:
+        """Ask the thread to end (a SHUTDOWN nobody waits for) when it is still running."""
+        if self.thread.is_alive():
+            self.commands.put((int(A.SHUTDOWN), (), 0, None))
+
+    def join(self, timeout: float) -> None:
+        self.thread.join(timeout=timeout)
 
     def _loop(self) -> None:
         set_current(self.ctx)
@@ -200,6 +221,8 @@ class LocalWorker:
             self.death = f"{type(e).__name__}: {e}"
             self.replies.put((None, False, f"worker {self.ctx.worker_id} thread ended by "
                                            f"{self.death}"))
+            if self.on_death is not None:
+                self.on_death(f"worker {self.ctx.worker_id} thread ended ({self.death})")
         finally:
             ccl = self.ctx.ccl
             if ccl is not None:
@@ -211,3 +234,63 @@ class LocalWorker:
         execute = self.worker.execute
         while execute(get()):
             pass
+
+
+class InlineWorker:
+    """Worker-0 run in the controller's own thread: submit(cmd) executes cmd before returning.
+
+    Replies wait in a deque for the controller, exactly as a thread's replies would; a
+    BaseException in a command (SystemExit in user code, Ctrl-C) ends this worker like it would
+    end a thread, and a KeyboardInterrupt still reaches the caller.
+    """
+
+    def __init__(self, ctx: WorkerContext,
+                 on_death: Callable[[str], None] | None = None) -> None:
+        self.ctx = ctx
+        self.on_death = on_death
+        self.replies: deque = deque()
+        self.worker = Worker(ctx, self.replies.append)
+        self.death: str | None = None
+
+    def submit(self, cmd: Command) -> None:
+        """Run cmd now, with this worker's context current on the calling thread."""
+        if self.death is not None:
+            return  # like a thread that ended: its commands are never run
+        previous = swap_current(self.ctx)
+        try:
+            if not self.worker.execute(cmd):
+                self.stop()
+        except BaseException as e:
+            self.death = f"{type(e).__name__}: {e}"
+            self.replies.append((None, False, f"worker {self.ctx.worker_id} ended by "
+                                              f"{self.death} (it runs in the controller's "
+                                              "thread)"))
+            self.stop()
+            if self.on_death is not None:
+                self.on_death(f"worker {self.ctx.worker_id} ended ({self.death})")
+            if isinstance(e, KeyboardInterrupt):
+                raise
+        finally:
+            swap_current(previous)
+
+    def next_reply(self, timeout: float) -> tuple | None:
+        """The next reply, or None: every reply is in before submit returns, so never wait."""
+        return self.replies.popleft() if self.replies else None
+
+    def has_reply(self) -> bool:
+        return bool(self.replies)
+
+    def check_alive(self) -> None:
+        """Raise DiscoError when a command ended this worker."""
+        if self.death is not None:
+            raise DiscoError(f"worker {self.ctx.worker_id} ended ({self.death})")
+
+    def stop(self) -> None:
+        """Release the data plane (a thread would on ending); idempotent."""
+        ccl = self.ctx.ccl
+        self.ctx.ccl = None
+        if ccl is not None:
+            ccl.close()
+
+    def join(self, timeout: float) -> None:
+        """Nothing to wait for: no thread."""

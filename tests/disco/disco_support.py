@@ -7,13 +7,15 @@ import sys
 
 from graph_runtime.disco import ProcessSession, Session, ThreadedSession
 
-KINDS = {"threaded": ThreadedSession, "process": ProcessSession}
+# "-inline": worker-0 runs in the controller's thread (inline_worker0=True)
+KINDS = {"threaded": ThreadedSession, "process": ProcessSession,
+         "threaded-inline": ThreadedSession, "process-inline": ProcessSession}
 SIZES = (1, 2, 4)
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def make_session(kind: str, n: int, **kw: object) -> Session:
-    sess = KINDS[kind](n, **kw)
+    sess = KINDS[kind](n, inline_worker0=kind.endswith("-inline"), **kw)
     sess.import_python_module("disco_testfuncs")
     return sess
 

@@ -76,3 +76,33 @@ def ring(x: np.ndarray, out: np.ndarray) -> None:
         get_global_func("runtime.disco.send_to_worker")(x, me + 1)
     elif me % 2 == 1:
         get_global_func("runtime.disco.recv_from_worker")(out, me - 1)
+
+
+@register_func("test.system_exit_on", override=True)
+def system_exit_on(worker: int) -> None:
+    """End one worker the way user code can: its thread ends, or its process exits with 3."""
+    if get_global_func("runtime.disco.worker_id")() == worker:
+        raise SystemExit(3)
+
+
+# what test.record saw, in the process that ran it (worker-0 runs in the controller's process)
+RECORDED: list = []
+
+
+@register_func("test.record", override=True)
+def record(value: object) -> None:
+    if get_global_func("runtime.disco.worker_id")() == 0:
+        RECORDED.append(value)
+
+
+@register_func("test.recv_on", override=True)
+def recv_on(worker: int, peer: int, out: np.ndarray) -> None:
+    """Only `worker` receives from `peer` (its send comes in some other command)."""
+    if get_global_func("runtime.disco.worker_id")() == worker:
+        get_global_func("runtime.disco.recv_from_worker")(out, peer)
+
+
+@register_func("test.send_on", override=True)
+def send_on(worker: int, peer: int, x: np.ndarray) -> None:
+    if get_global_func("runtime.disco.worker_id")() == worker:
+        get_global_func("runtime.disco.send_to_worker")(x, peer)

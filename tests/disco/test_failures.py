@@ -14,9 +14,10 @@ import pytest
 from graph_runtime.disco import ProcessSession, Session, ThreadedSession
 from graph_runtime.errors import DiscoError
 
-from disco_support import make_session
+from disco_support import KINDS as ALL_KINDS, make_session
 
-KINDS = ["threaded", "process"]
+KINDS = list(ALL_KINDS)
+PROCESS_KINDS = ["process", "process-inline"]
 
 
 def _alive(pid: int) -> bool:
@@ -111,7 +112,9 @@ def test_collective_that_peers_never_join_times_out(kind: str) -> None:
         sess.shutdown()
 
 
-@pytest.mark.parametrize("kind", KINDS)
+# NOTE: thread kinds only: an inline worker-0 runs test.sleep inside call_packed, where no timeout
+# applies (see test_inline_sync_of_a_slow_worker_times_out for what inline sessions keep)
+@pytest.mark.parametrize("kind", ["threaded", "process"])
 def test_blocking_call_times_out_instead_of_hanging(kind: str) -> None:
     sess = make_session(kind, 2)
     try:
@@ -124,8 +127,9 @@ def test_blocking_call_times_out_instead_of_hanging(kind: str) -> None:
         sess.shutdown()
 
 
-def test_dead_worker_is_detected() -> None:
-    sess = make_session("process", 2, timeout=30.0)
+@pytest.mark.parametrize("kind", PROCESS_KINDS)
+def test_dead_worker_is_detected(kind: str) -> None:
+    sess = make_session(kind, 2, timeout=30.0)
     try:
         sess.get_global_func("test.exit_on")(1)
         start = time.monotonic()
@@ -138,8 +142,9 @@ def test_dead_worker_is_detected() -> None:
         sess.shutdown()
 
 
-def test_killed_worker_is_detected_by_sync_worker_0() -> None:
-    sess = make_session("process", 2, timeout=30.0)
+@pytest.mark.parametrize("kind", PROCESS_KINDS)
+def test_killed_worker_is_detected_by_sync_worker_0(kind: str) -> None:
+    sess = make_session(kind, 2, timeout=30.0)
     try:
         pid = sess.get_global_func("test.pid")().debug_get_from_remote(1)
         os.kill(pid, signal.SIGKILL)
@@ -148,6 +153,100 @@ def test_killed_worker_is_detected_by_sync_worker_0() -> None:
             for _ in range(3):
                 sess.sync_worker_0()
                 time.sleep(0.2)
+    finally:
+        sess.shutdown()
+
+
+@pytest.mark.parametrize("kind", ["threaded-inline", "process-inline"])
+def test_inline_sync_of_a_slow_worker_times_out(kind: str) -> None:
+    sess = make_session(kind, 2)
+    try:
+        sess.get_global_func("test.sleep_on")(1, 3.0)
+        with pytest.raises(DiscoError, match=r"did not answer sync_worker\(1\) within 0.2 s"):
+            sess.sync_worker(1, timeout=0.2)
+        with pytest.raises(DiscoError, match="is broken"):
+            sess.sync_worker_0()
+    finally:
+        sess.shutdown()
+
+
+def test_worker0_error_surfaces_at_the_next_blocking_call(pair: Session) -> None:
+    pair.get_global_func("test.raise_on")(0)  # inline too: the call itself does not raise
+    with pytest.raises(DiscoError) as info:
+        pair.sync_worker_0()
+    text = str(info.value)
+    assert text.startswith("sync_worker_0: worker 0 failed in call_packed")
+    assert "Traceback" in text and "ValueError: boom on worker 0" in text
+    pair.sync_worker_0()  # reported once; the session stays usable
+    pair.sync_all()
+
+
+_ENDED = (r"worker 1 (thread ended \(SystemExit: 3\)|\(pid \d+\) died \(exit code 3\)|"
+          r"has exited|exited mid-send)")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_worker_that_ends_mid_collective_is_reported_at_once(kind: str) -> None:
+    # worker-0 waits for worker 1 in the allreduce (inline: in the controller's own thread);
+    # the data-plane timeout is 24 s, so only noticing the end stops it within seconds
+    sess = make_session(kind, 2, timeout=30.0)
+    try:
+        sess.init_ccl("cpu")
+        x = sess.empty((4,), "float32")
+        sess.get_global_func("test.system_exit_on")(1)
+        start = time.monotonic()
+        with pytest.raises(DiscoError, match=_ENDED):
+            sess.allreduce(x, x, "sum")
+            sess.sync_worker_0()
+        assert time.monotonic() - start < 10
+        with pytest.raises(DiscoError, match=r"worker 1 .*(ended|died)"):
+            sess.sync_all()
+    finally:
+        sess.shutdown()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_worker_that_ends_before_a_send_is_reported_at_once(kind: str) -> None:
+    sess = make_session(kind, 2, timeout=30.0)
+    try:
+        sess.init_ccl("cpu")
+        out = sess.empty((3,), "float32")
+        sess.get_global_func("test.system_exit_on")(1)
+        start = time.monotonic()
+        with pytest.raises(DiscoError, match=_ENDED):
+            sess.get_global_func("test.recv_on")(0, 1, out)  # worker 1 never sends
+            sess.sync_worker_0()
+        assert time.monotonic() - start < 10
+    finally:
+        sess.shutdown()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_worker0_that_ends_breaks_the_session(kind: str) -> None:
+    sess = make_session(kind, 2, timeout=30.0)
+    try:
+        sess.get_global_func("test.system_exit_on")(0)  # inline: SystemExit stays inside
+        with pytest.raises(DiscoError, match=r"worker 0 (thread )?ended .*SystemExit: 3"):
+            sess.sync_worker_0()
+        with pytest.raises(DiscoError, match="is broken"):
+            sess.get_global_func("test.echo")
+    finally:
+        sess.shutdown()
+
+
+@pytest.mark.parametrize("kind", ["threaded-inline", "process-inline"])
+def test_inline_worker0_waiting_on_a_later_command_times_out(kind: str) -> None:
+    # the documented limit of inline mode: worker-0's recv blocks the controller before the
+    # command with the matching send goes out, so it ends at the data-plane timeout (1.2 s)
+    sess = make_session(kind, 2, timeout=1.5)
+    try:
+        sess.init_ccl("cpu")
+        buf = sess.empty((3,), "float32")
+        sess.get_global_func("test.recv_on")(0, 1, buf)
+        sess.get_global_func("test.send_on")(1, 0, buf)
+        with pytest.raises(DiscoError, match=r"worker 0: recv from worker 1 timed out after "
+                                             r"1.2 s \(no matching send\)"):
+            sess.sync_all()
     finally:
         sess.shutdown()
 

@@ -9,12 +9,12 @@ import pytest
 from graph_runtime import cpu
 from graph_runtime.disco import DGraphModule, DModule, Session
 
-from disco_support import make_session
+from disco_support import KINDS, make_session
 
 SIMPLEX = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "graphs", "simplex")
 
 
-@pytest.fixture(scope="module", params=["threaded", "process"])
+@pytest.fixture(scope="module", params=list(KINDS))
 def sess2(request: pytest.FixtureRequest) -> Session:
     session = make_session(request.param, 2, timeout=60.0)
     session.init_ccl("cpu")
