@@ -19,6 +19,7 @@ import os
 import random
 import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -191,6 +192,10 @@ def bench_model(model: str, batch: int, rounds: int, repeat: int,
     for _ in range(rounds):
         shuffle(order)  # no contender always follows the same neighbour's leftover threads
         for name in order:
+            # NOTE: BLAS threads (OpenBLAS's, behind graph_runtime's padded GEMVs and NumPy;
+            # ONNX Runtime's are told not to spin) spin ~0.1 s after a threaded call; the pause
+            # lets them sleep so they do not steal the core the next contender needs.
+            time.sleep(0.25)
             samples[name] += seconds_per_call(calls[name], repeat, number)
     return {name: (statistics.median(s), min(s)) for name, s in samples.items()}
 

@@ -168,6 +168,7 @@ class Executor:
             self.arrays[(c.eid, c.dst)] = backend.empty(c.dst.device_id, tuple(graph.shape(c.eid)),
                                                        graph.dtype(c.eid))
         self.steps = self._prepare_steps(lib)
+        self._place_requested_inputs()
         self._calls = [(s.fn, s.args) for s in self.steps]
         self.devices = sorted(set(self.entry_device) | {c.dst for c in self.copies})
 
@@ -218,6 +219,23 @@ class Executor:
             steps.append(Step(node.nid, node.label, node.func_name or "", dev, fn,
                               [self._bind(k) for k in keys], keys, False))
         return steps
+
+    def _place_requested_inputs(self) -> None:
+        """Give entries the storage their kernel asked for (fn.bind_requests: {position: array}).
+
+        A padded CPU GEMV wants its weight inside a larger zeroed buffer (lib/padded_gemv.py).
+        An entry shared with another storage user, read through a copy or flattened keeps the
+        pool's buffer; the kernel then takes its plain path.
+        """
+        placed: set[int] = set()
+        for step in self.steps:
+            for pos, array in getattr(step.fn, "bind_requests", {}).items():
+                eid, dev, flatten = step.arg_keys[pos]
+                if (flatten or eid in placed or dev != self.entry_device[eid]
+                        or not self.pool.place(eid, array)):
+                    continue
+                placed.add(eid)
+                self.rebind(eid, array)
 
     def _copy_node_step(self, node: Any, in_eids: list[int], out_eids: list[int]) -> Step:
         g = self.graph

@@ -13,6 +13,7 @@ from .errors import DeviceError, GraphError, GraphRuntimeError, ParamsError
 from .executor import Executor, InsertedCopy, NodeTime
 from .lib.module import Module
 from .measure import BenchmarkResult, MemoryReport, time_runs
+from .nd import NDArray, from_dlpack
 
 log = logging.getLogger("graph_runtime")
 
@@ -46,6 +47,14 @@ class GraphModule:
         self._input_layout = {eid: (tuple(graph.shape(eid)), np.dtype(graph.dtype(eid)),
                                     (eid, ex.entry_device[eid]))
                               for eid in self._input_eids}
+        # NOTE: set_input / get_output of a host array on a CPU entry are the per-inference
+        # path; after run() has streamed the weights through the caches every Python lookup
+        # misses, so these go straight to the array key.
+        self._cpu_inputs = {name: self._input_layout[eid] for name, eid in inputs.items()
+                            if ex.entry_device[eid].device_type == 1}
+        self._cpu_outputs = {i: (eid, ex.entry_device[eid])
+                             for i, eid in enumerate(self._output_eids)
+                             if ex.entry_device[eid].device_type == 1}
 
     # ---- inputs --------------------------------------------------------------------------------
 
@@ -98,6 +107,11 @@ class GraphModule:
     def set_input(self, key: int | str | Mapping[str, Any] | None = None, value: Any = None,
                   **params: Any) -> None:
         """Copy values into inputs by name or index: numpy arrays, NDArrays or DLPack tensors."""
+        if type(value) is np.ndarray and not params and type(key) is str:
+            layout = self._cpu_inputs.get(key)
+            if layout is not None and value.shape == layout[0] and value.dtype == layout[1]:
+                np.copyto(self.executor.arrays[layout[2]], value)
+                return
         if isinstance(key, Mapping):
             params = {**key, **params}
             key = None
@@ -122,7 +136,6 @@ class GraphModule:
 
     def _native(self, value: Any, eid: int) -> tuple[Any, Any]:
         """(backend, native array) for a user value, checked against entry eid's shape and dtype."""
-        from .nd import NDArray, from_dlpack
         if isinstance(value, np.ndarray):
             self._check_value(eid, tuple(value.shape), str(value.dtype))
             return get_backend("cpu"), value
@@ -141,7 +154,6 @@ class GraphModule:
 
     def get_input(self, key: int | str, out: Any = None) -> Any:
         """The input's array on its device (a view: writing to it changes the input)."""
-        from .nd import NDArray
         eid = self._resolve_input(key)
         dev = self.executor.entry_device[eid]
         view = NDArray(self.executor.arrays[(eid, dev)], dev)
@@ -161,7 +173,6 @@ class GraphModule:
         self._bind_zero_copy(self._output_eids[index], value, f"output {index}")
 
     def _bind_zero_copy(self, eid: int, value: Any, what: str) -> None:
-        from .nd import NDArray, from_dlpack
         g = self.graph
         dev = self.executor.entry_device[eid]
         if isinstance(value, NDArray):
@@ -243,7 +254,12 @@ class GraphModule:
 
     def get_output(self, index: int, out: Any = None) -> Any:
         """Output index as a new NDArray (the next run cannot overwrite it), or copied into out."""
-        from .nd import NDArray
+        if out is None and type(index) is int:
+            key = self._cpu_outputs.get(index)
+            if key is not None:
+                src = self.executor.arrays[key]
+                if type(src) is np.ndarray:
+                    return NDArray(src.copy(), key[1])
         if not 0 <= index < len(self._output_eids):
             raise GraphError(f"output index {index} is out of range: the graph has "
                              f"{len(self._output_eids)} outputs")
@@ -252,8 +268,6 @@ class GraphModule:
         src = self.executor.arrays[(eid, dev)]
         if out is not None:
             return _copy_out(NDArray(src, dev), out)
-        if dev.device_type == 1 and type(src) is np.ndarray:
-            return NDArray(src.copy(), dev)  # NOTE: a CPU output is one memcpy, no lookups
         backend = check_device(dev)
         fresh = backend.empty(dev.device_id, tuple(self.graph.shape(eid)), self.graph.dtype(eid))
         backend.copy(src, fresh)
@@ -347,7 +361,6 @@ def _check_layout(what: str, eid: int, want_shape: tuple[int, ...], want_dtype: 
 
 
 def _copy_out(src: Any, out: Any) -> Any:
-    from .nd import NDArray
     if isinstance(out, NDArray):
         if tuple(out.shape) != tuple(src.shape) or np.dtype(out.dtype) != np.dtype(src.dtype):
             raise GraphError(f"out= is {tuple(out.shape)} {out.dtype} but the value is "

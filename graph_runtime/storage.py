@@ -129,6 +129,25 @@ class StoragePool:
             backend = check_device(dev)
             self.views.append(backend.view(self.buffers[sid], 0, tuple(graph.shape(eid)),
                                            np.dtype(graph.dtype(eid))))
+        self._sid_users: dict[int, int] = {}
+        for sid in plan.entry_sid:
+            self._sid_users[sid] = self._sid_users.get(sid, 0) + 1
+
+    def place(self, eid: int, array: Any) -> bool:
+        """Make array entry eid's storage (a kernel's layout), dropping the pool's buffer.
+
+        Only for an entry that shares its storage id with no other entry (False otherwise);
+        array must have the entry's shape and dtype and is given the entry's current values.
+        """
+        sid = self.plan.entry_sid[eid]
+        old = self.views[eid]
+        if (self._sid_users[sid] != 1 or tuple(array.shape) != tuple(old.shape)
+                or array.dtype != old.dtype):
+            return False
+        array[...] = old
+        self.buffers[sid] = array
+        self.views[eid] = array
+        return True
 
 
 def _entry_label(graph: Any, eid: int) -> str:

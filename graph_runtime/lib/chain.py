@@ -50,6 +50,8 @@ class PreparedChain:
         # (kernel, picks its arguments out of the slots): itemgetter does it in C
         self._steps = [(fn, itemgetter(*index) if len(index) > 1 else _one(index[0]))
                        for fn, index in calls]
+        # {input position: array} the executor is asked to keep that input in (padded_gemv.py)
+        self.bind_requests: dict[int, Any] = {}
 
     def __call__(self, *arrays: Any) -> None:
         slots = arrays + self.intermediates
@@ -118,7 +120,9 @@ class Chain:
         flatten = str(attrs.get("flatten_data", "0")).strip().lower() in ("1", "true")
         if len(plan) == 1 and not flatten:
             return calls[0][0]  # one op: its kernel is the prepared call, with no extra layer
-        run: Callable[..., None] = PreparedChain(calls, intermediates, [p.op.name for p in fused])
+        chain = PreparedChain(calls, intermediates, [p.op.name for p in fused])
+        chain.bind_requests = _input_requests(calls, len(inputs))
+        run: Callable[..., None] = chain
         if flatten:
             run = _unflatten(run, list(inputs) + list(outputs))
         return run
@@ -232,6 +236,17 @@ def _write_tail_in_place(plan: list[_Planned], slot_count: int) -> None:
     for p in plan:
         p.slots = [routed.get(i, i) for i in p.slots]
         p.out_slots = [routed.get(i, i) for i in p.out_slots]
+
+
+def _input_requests(calls: list[tuple[Callable[..., None], tuple[int, ...]]],
+                    n_inputs: int) -> dict[int, Any]:
+    """Storage requests of a chain's kernels for the function's inputs, by input position."""
+    requests: dict[int, Any] = {}
+    for fn, index in calls:
+        for pos, array in getattr(fn, "bind_requests", {}).items():
+            if index[pos] < n_inputs:
+                requests.setdefault(index[pos], array)
+    return requests
 
 
 def _same_spec(a: TensorSpec, b: TensorSpec) -> bool:

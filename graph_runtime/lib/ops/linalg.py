@@ -7,6 +7,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ..module import TensorSpec
+from ..padded_gemv import PaddedGemv, padded_rows
 from ..opencl_gemm import GemmShape, make_gemm
 from ..registry import define_op, kernel
 from ._attrs import attr_error, bool_attr, check_out_dtype, int_attr, normalize_axis, op_error
@@ -209,6 +210,11 @@ def _gemm_factory(op: str) -> Factory:
     def factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
         gemm, _ = SHAPES[op](inputs, attrs)
+        if (backend.name == "cpu" and gemm.m == 1 and gemm.batch == 1 and gemm.trans_b
+                and not gemm.trans_a and tuple(inputs[1].shape) == (gemm.n, gemm.k)):
+            rows = padded_rows(gemm.k, gemm.n, gemm.dtype)
+            if rows:
+                return PaddedGemv(gemm.k, gemm.n, rows, gemm.dtype)
         return gemm_kernel(backend, device_id, gemm)
     return factory
 

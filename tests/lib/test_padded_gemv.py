@@ -1,0 +1,123 @@
+"""Batch-1 dense layers with zero-padded weights: when they pad, where the weight lives, results."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import graph_runtime as gr
+from graph_runtime.errors import LibraryError
+from graph_runtime.lib import padded_gemv
+from graph_runtime.lib.padded_gemv import PADDING_ENV, PaddedGemv, padded_rows, padding_mode
+from support import make_graph, null, tvm_op
+
+K, UNITS = 784, 512  # the mlp example's first layer: 401,408 weights, padded to 588 rows
+
+
+@pytest.fixture
+def padding_on(monkeypatch):
+    monkeypatch.setenv(PADDING_ENV, "on")
+
+
+def test_padded_rows_reach_the_openblas_threshold_within_twice_the_weights(monkeypatch):
+    monkeypatch.setenv(PADDING_ENV, "on")
+    assert padded_rows(784, 512, "float32") == 588  # 588 x 784 = 460,992 >= 460,800
+    assert padded_rows(512, 512, "float64") == 900
+    assert padded_rows(512, 10, "float32") == 0  # would need 90x the weights
+    assert padded_rows(1024, 512, "float32") == 0  # already threaded by OpenBLAS
+    assert padded_rows(784, 512, "float16") == 0  # no BLAS for float16
+    monkeypatch.setenv(PADDING_ENV, "off")
+    assert padded_rows(784, 512, "float32") == 0
+
+
+def test_auto_measures_once_per_shape(monkeypatch):
+    monkeypatch.setenv(PADDING_ENV, "auto")
+    monkeypatch.setattr(padded_gemv, "_measured", {})
+    first = padded_rows(784, 512, "float32")
+    assert first in (0, 588)
+    assert padded_gemv._measured == {(784, 512, "float32"): first}
+    assert padded_rows(784, 512, "float32") == first
+
+
+def test_bad_mode_is_named(monkeypatch):
+    monkeypatch.setenv(PADDING_ENV, "fast")
+    with pytest.raises(LibraryError, match="GRAPH_RUNTIME_GEMV_PADDING must be auto, on or off, "
+                                           "got 'fast'"):
+        padding_mode()
+
+
+def _dense_graph(two_readers: bool = False):
+    nodes = [null("data"), null("w"), tvm_op("fc", "dense", [0, 1])]
+    heads = [2]
+    shapes = [[1, K], [UNITS, K], [1, UNITS]]
+    if two_readers:
+        nodes.append(tvm_op("fc2", "dense", [0, 1]))
+        heads.append(3)
+        shapes.append([1, UNITS])
+    return make_graph(nodes, heads, shapes=shapes)
+
+
+def _data(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((1, K), dtype=np.float32),
+            rng.standard_normal((UNITS, K), dtype=np.float32))
+
+
+def _weight_array(m) -> np.ndarray:
+    eid = m.graph.input_entries["w"]
+    return m.executor.arrays[(eid, m.executor.entry_device[eid])]
+
+
+def _check(m, x: np.ndarray, w: np.ndarray, index: int = 0) -> None:
+    m.run()
+    want = x.astype(np.float64) @ w.T.astype(np.float64)
+    np.testing.assert_allclose(m.get_output(index).numpy(), want, rtol=1e-4, atol=1e-3)
+
+
+def test_the_weight_lives_in_the_padded_buffer(padding_on):
+    m = gr.create(_dense_graph())
+    kernel = m.executor.steps[0].fn
+    assert isinstance(kernel, PaddedGemv)
+    weight = _weight_array(m)
+    assert weight is kernel.weight and kernel.buffer.shape == (588, K)
+    x, w = _data(1)
+    m.set_input("data", x)
+    m.load_params({"w": w})  # lands in the padded buffer; the pad rows stay zero
+    assert not kernel.buffer[UNITS:].any()
+    _check(m, x, w)
+    x2, w2 = _data(2)
+    m.set_input(data=x2, w=w2)
+    _check(m, x2, w2)
+    # the input a user reads back is the weight itself
+    np.testing.assert_array_equal(m.get_input("w").numpy(), w2)
+
+
+def test_a_zero_copy_weight_takes_the_plain_call(padding_on):
+    m = gr.create(_dense_graph())
+    x, w = _data(3)
+    m.set_input("data", x)
+    m.set_input_zero_copy("w", gr.nd.array(w))
+    assert _weight_array(m) is not m.executor.steps[0].fn.weight
+    _check(m, x, w)
+
+
+def test_a_weight_two_layers_read_is_placed_once(padding_on):
+    m = gr.create(_dense_graph(two_readers=True))
+    first, second = (s.fn for s in m.executor.steps)
+    assert _weight_array(m) is first.weight and _weight_array(m) is not second.weight
+    x, w = _data(4)
+    m.set_input(data=x, w=w)
+    _check(m, x, w, 0)
+    _check(m, x, w, 1)
+
+
+def test_a_shared_storage_id_keeps_the_pool(padding_on):
+    # w shares storage id 1 with another input, z: moving w alone would split them, so the
+    # planner's buffer stays and the kernel takes the plain call
+    nodes = [null("data"), null("w"), null("z"), tvm_op("fc", "dense", [0, 1])]
+    g = make_graph(nodes, [3], shapes=[[1, K], [UNITS, K], [4], [1, UNITS]],
+                   storage_ids=[0, 1, 1, 2])
+    m = gr.create(g)
+    assert _weight_array(m) is not m.executor.steps[0].fn.weight
+    x, w = _data(5)
+    m.set_input(data=x, w=w)
+    _check(m, x, w)
