@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import struct
 import sys
 import time
 from collections import deque
@@ -19,7 +20,8 @@ from .session import DATA_PLANE_SHARE, Session
 from .worker import LocalWorker, Worker
 
 _CMD, _REPLY, _P2P = 11, 12, 13
-_LOOKAHEAD = 4  # commands worker-0 forwards before running the first of them
+_LOOKAHEAD = 16  # commands worker-0 forwards (in one message) before running the first
+_LENGTH = struct.Struct("<I")  # the length before each command's pickle in a message
 
 
 def _mpi() -> Any:
@@ -100,7 +102,10 @@ class MPISession(Session):
 
 
 def _encode(cmd: Command) -> bytes:
-    return pickle.dumps(cmd, protocol=pickle.HIGHEST_PROTOCOL)
+    """A length-prefixed pickle, encoded when the command is issued (its arguments are
+    snapshotted then); several frames concatenated make one message."""
+    data = pickle.dumps(cmd, protocol=pickle.HIGHEST_PROTOCOL)
+    return _LENGTH.pack(len(data)) + data
 
 
 class _ForwardingWorker(LocalWorker):
@@ -120,29 +125,48 @@ class _ForwardingWorker(LocalWorker):
         byte = self.byte
         in_flight = self.in_flight
         mine: deque = deque()  # forwarded, still to run here
+        batch: list[bytes] = []  # frames for batch_ranks not sent yet
+        batch_ranks: tuple[int, ...] = ()
         running = True
+
+        def flush() -> None:
+            if batch:
+                payload = batch[0] if len(batch) == 1 else b"".join(batch)
+                for rank in batch_ranks:
+                    in_flight.append((isend([payload, byte], dest=rank, tag=_CMD), payload))
+                batch.clear()
+
         while True:
-            # NOTE: forward a few queued commands ahead of running them, so the other ranks
-            # have their next command while this one runs; only a few, because every message
-            # waiting unmatched at a rank slows down each receive there (collectives included)
-            while not mine or (len(mine) < _LOOKAHEAD and not commands.empty()):
-                if not mine and in_flight and commands.empty():
+            # NOTE: forward the queued commands ahead of running them, so the other ranks have
+            # their next command while this one runs. Consecutive commands for the same ranks
+            # travel as one message: a message per command costs more than a 1 KB allreduce,
+            # and every message waiting unmatched at a rank slows down each receive there.
+            # Refill only when few are left, so that a stream goes out in messages of several.
+            refill = len(mine) <= _LOOKAHEAD // 4
+            while not mine or (refill and len(mine) < _LOOKAHEAD and not commands.empty()):
+                if not mine and commands.empty():
                     # MPI moves a non-blocking send only while someone drives progress: finish
                     # them before sleeping. This worker has run all its commands, so no peer
                     # waits for it in a collective: this cannot deadlock.
+                    flush()
                     for request, _ in in_flight:
                         request.Wait()
                     in_flight.clear()
                 item = commands.get()
                 if item is None:  # the session is done: no more commands to run or forward
+                    flush()
                     for request, _ in in_flight:
                         request.Wait()
                     return
                 frame, ranks, cmd = item
-                for rank in ranks:
-                    in_flight.append((isend([frame, byte], dest=rank, tag=_CMD), frame))
+                if ranks:
+                    if ranks != batch_ranks:
+                        flush()
+                        batch_ranks = ranks
+                    batch.append(frame)
                 if cmd is not None:
                     mine.append(cmd)
+            flush()
             while in_flight and in_flight[0][0].Test():
                 in_flight.popleft()
             cmd = mine.popleft()
@@ -193,10 +217,22 @@ def _serve(ctx: WorkerContext, ctl: Any) -> None:
         if size > len(buf):
             buf = bytearray(size)
         ctl.Recv([buf, size, MPI.BYTE], source=0, tag=_CMD)
-        if not execute(pickle.loads(memoryview(buf)[:size])):
+        if not _run_frames(execute, memoryview(buf)[:size]):
             break
     if ctx.ccl is not None:
         ctx.ccl.close()
+
+
+def _run_frames(execute: Any, message: memoryview) -> bool:
+    """Execute each command of a message in order; False once one of them was SHUTDOWN."""
+    offset = 0
+    while offset < len(message):
+        (size,) = _LENGTH.unpack_from(message, offset)
+        offset += _LENGTH.size
+        if not execute(pickle.loads(message[offset:offset + size])):
+            return False
+        offset += size
+    return True
 
 
 def _context(rank: int, n: int, num_groups: int, timeout: float, data: Any,

@@ -430,30 +430,48 @@ class Session(abc.ABC):
             raise DiscoError(f"ccl 'mpi' needs MPISession (run under mpiexec); "
                              f"{type(self).__name__} uses 'cpu' (or 'nccl' on GPUs)")
 
+    def _collective(self, name: str, src: DRef, dst: DRef, *extra: Any) -> None:
+        """Run the builtin collective runtime.disco.<name>(src, dst, *extra) on every worker.
+
+        NOTE: the command is built here directly and its result goes to register 0 (reserved,
+        never handed out), so a streamed collective costs no argument scan and no DRef that
+        is freed again; 1 KB allreduces are dominated by this per-command cost.
+        """
+        for what, ref in (("src", src), ("dst", dst)):
+            if not isinstance(ref, DRef) or ref.session is not self:
+                raise DiscoError(f"{name}: {what} must be a DRef of this session (a register "
+                                 f"made by empty() or returned by a call), got {ref!r}")
+        func = self._method(f"runtime.disco.{name}")
+        if self._closed or self._broken is not None:
+            self._check_usable()
+        frees = self._take_frees() if self._pending_frees else ()
+        self._send((_CALL, frees, 0, func.reg_id, (src.reg_id, dst.reg_id) + extra, (0, 1)),
+                   None)
+
     def allreduce(self, src: DRef, dst: DRef, op: str = "sum", in_group: bool = True) -> DRef:
         """dst = op over every worker's src (op: sum, prod, min, max, avg); returns dst."""
         check_reduce_op(op)
-        self._method("runtime.disco.allreduce")(src, dst, op, bool(in_group))
+        self._collective("allreduce", src, dst, op, bool(in_group))
         return dst
 
     def allgather(self, src: DRef, dst: DRef, in_group: bool = True) -> DRef:
         """dst = every worker's src stacked along axis 0, in worker order; returns dst."""
-        self._method("runtime.disco.allgather")(src, dst, bool(in_group))
+        self._collective("allgather", src, dst, bool(in_group))
         return dst
 
     def broadcast_from_worker0(self, src: DRef, dst: DRef, in_group: bool = True) -> DRef:
         """dst on every worker = src of worker-0 (of the group leader with in_group)."""
-        self._method("runtime.disco.broadcast_from_worker0")(src, dst, bool(in_group))
+        self._collective("broadcast_from_worker0", src, dst, bool(in_group))
         return dst
 
     def scatter_from_worker0(self, from_array: DRef, to_array: DRef,
                              in_group: bool = True) -> None:
         """Worker i receives chunk i (along axis 0) of worker-0's from_array."""
-        self._method("runtime.disco.scatter_from_worker0")(from_array, to_array, bool(in_group))
+        self._collective("scatter_from_worker0", from_array, to_array, bool(in_group))
 
     def gather_to_worker0(self, from_array: DRef, to_array: DRef, in_group: bool = True) -> None:
         """Worker-0's to_array = every worker's from_array stacked along axis 0."""
-        self._method("runtime.disco.gather_to_worker0")(from_array, to_array, bool(in_group))
+        self._collective("gather_to_worker0", from_array, to_array, bool(in_group))
 
     def broadcast(self, src: Any, dst: DRef | None = None, in_group: bool = True) -> DRef:
         """Copy a host array to every worker (via worker-0 and broadcast_from_worker0)."""

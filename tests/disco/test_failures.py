@@ -84,6 +84,16 @@ def test_collective_before_init_ccl(pair: Session) -> None:
     pair.sync_all()
 
 
+def test_collective_of_a_host_array_is_refused_on_the_controller(pair: Session) -> None:
+    dst = pair.empty((2,), "float32")
+    with pytest.raises(DiscoError, match=r"allreduce: src must be a DRef of this session .*got "
+                                         r"array\(\[0\., 0\.\]"):
+        pair.allreduce(np.zeros(2), dst, "sum")
+    with pytest.raises(DiscoError, match="gather_to_worker0: dst must be a DRef of this session"):
+        pair.gather_to_worker0(dst, None)  # type: ignore[arg-type]
+    pair.sync_all()  # nothing was sent: the session is fine
+
+
 def test_collective_with_bad_register_aborts_everywhere(pair: Session) -> None:
     pair.init_ccl("cpu")
     fail = pair.get_global_func("test.add_one")("x")  # a register that failed on every worker
