@@ -80,6 +80,25 @@ def test_maximum_propagates_nan(backend_name: str, run_op) -> None:
         np.testing.assert_array_equal(got, ref(a, b))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32"])
+def test_relu_on_large_arrays_matches_maximum(backend_name: str, dtype: str, run_op) -> None:
+    # 21,000 elements: the CPU kernel's zero-block path, with a partial last block
+    x = np.random.default_rng(7).standard_normal((3, 7000)) * 100
+    x = x.astype(dtype)
+    if dtype != "int32":
+        x[0, :4] = [np.nan, -0.0, np.inf, -np.inf]
+    (got,) = run_op(backend_name, "relu", [x])
+    np.testing.assert_array_equal(got, np.maximum(x, 0))
+
+
+def test_relu_of_a_strided_view_on_cpu() -> None:
+    from graph_runtime.lib.ops.elementwise import _relu
+    x = np.random.default_rng(8).standard_normal((100, 90)).astype(np.float32)
+    out = np.empty((90, 100), np.float32)
+    _relu(np)(x.T, out)  # a transposed (non-contiguous) input takes the plain maximum
+    np.testing.assert_array_equal(out, np.maximum(x.T, 0))
+
+
 @pytest.mark.parametrize("src,dst", [("float32", "int32"), ("int64", "float32"),
                                      ("float32", "float16"), ("float16", "float64")])
 def test_cast(backend_name: str, src: str, dst: str, run_op, random_array, assert_close) -> None:

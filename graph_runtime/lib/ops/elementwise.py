@@ -28,9 +28,32 @@ def _sigmoid(xp: Any) -> Callable[..., None]:
     return run
 
 
+_RELU_BLOCK = 1 << 14  # elements of the zero block relu compares against (64 KB of float32)
+
+
 def _relu(xp: Any) -> Callable[..., None]:
     maximum = xp.maximum
-    return lambda x, out: maximum(x, 0, out=out)
+    if xp is not np:
+        return lambda x, out: maximum(x, 0, out=out)
+    # NOTE: NumPy's SIMD maximum runs only when both operands are contiguous; against the
+    # scalar 0 (a stride-0 operand) it is ~4x slower (55 vs 13 us on 64K float32). So
+    # contiguous data is compared block by block with a block of zeros of its dtype.
+    zeros: dict[Any, np.ndarray] = {}
+
+    def run(x: Any, out: Any) -> None:
+        n = x.size
+        if n < 4096 or not (x.flags.c_contiguous and out.flags.c_contiguous) \
+                or x.dtype != out.dtype:  # small: the blocks' own overhead would dominate
+            maximum(x, 0, out=out)
+            return
+        zero = zeros.get(x.dtype)
+        if zero is None:
+            zero = zeros[x.dtype] = np.zeros(_RELU_BLOCK, x.dtype)
+        flat_x, flat_out = x.reshape(-1), out.reshape(-1)
+        for start in range(0, n, _RELU_BLOCK):
+            stop = min(n, start + _RELU_BLOCK)
+            maximum(flat_x[start:stop], zero[:stop - start], out=flat_out[start:stop])
+    return run
 
 
 def _copy(xp: Any) -> Callable[..., None]:
