@@ -90,13 +90,14 @@ class PaddedGemv:
         self.weight = self.buffer[:n]
         self.bind_requests = {1: self.weight}
         self._wide = np.empty((1, rows), dtype)
-        self._n = n
+        self._head = self._wide[:, :n]  # the outputs of the real rows
+        self._a_shape, self._out_shape = (1, k), (1, n)
 
     def __call__(self, a: Any, b: Any, out: Any) -> None:
-        a2 = a if a.shape == (1, self.buffer.shape[1]) else a.reshape(1, -1)
-        out2 = out if out.shape == (1, self._n) else out.reshape(1, self._n)
+        a2 = a if a.shape == self._a_shape else a.reshape(self._a_shape)
+        out2 = out if out.shape == self._out_shape else out.reshape(self._out_shape)
         if b is self.weight:
             np.dot(a2, self.buffer.T, out=self._wide)
-            np.copyto(out2, self._wide[:, :self._n])
+            np.copyto(out2, self._head)
         else:
             np.dot(a2, b.T, out=out2)

@@ -258,7 +258,7 @@ def _bias_add_host(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
     shape = _bias_shape(inputs, attrs)
 
     def run(data: Any, bias: Any, out: Any) -> None:
-        xp.add(data, bias.reshape(shape), out=out)
+        xp.add(data, bias if bias.shape == shape else bias.reshape(shape), out=out)
     return host_kernel(backend, device_id, run)
 
 
