@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import contextlib
-from operator import itemgetter
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np

@@ -7,8 +7,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ..module import TensorSpec
-from ..padded_gemv import PaddedGemv, padded_rows
 from ..opencl_gemm import GemmShape, make_gemm
+from ..padded_gemv import PaddedGemv, padded_rows
 from ..registry import define_op, kernel
 from ._attrs import attr_error, bool_attr, check_out_dtype, int_attr, normalize_axis, op_error
 from ._gpu_elementwise import gpu_elementwise
