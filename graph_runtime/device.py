@@ -40,7 +40,8 @@ class Device:
     @property
     def kind(self) -> str:
         """The lowercase type name ("cpu", "cuda", "opencl", ...)."""
-        return DEVICE_NAMES.get(self.device_type, f"type{self.device_type}")
+        name = DEVICE_NAMES.get(self.device_type)  # NOTE: no f-string built per call
+        return name if name is not None else f"type{self.device_type}"
 
     def __str__(self) -> str:
         return f"{self.kind}({self.device_id})"

@@ -47,14 +47,6 @@ class GraphModule:
         self._input_layout = {eid: (tuple(graph.shape(eid)), np.dtype(graph.dtype(eid)),
                                     (eid, ex.entry_device[eid]))
                               for eid in self._input_eids}
-        # NOTE: set_input / get_output of a host array on a CPU entry are the per-inference
-        # path; after run() has streamed the weights through the caches every Python lookup
-        # misses, so these go straight to the array key.
-        self._cpu_inputs = {name: self._input_layout[eid] for name, eid in inputs.items()
-                            if ex.entry_device[eid].device_type == 1}
-        self._cpu_outputs = {i: (eid, ex.entry_device[eid])
-                             for i, eid in enumerate(self._output_eids)
-                             if ex.entry_device[eid].device_type == 1}
 
     # ---- inputs --------------------------------------------------------------------------------
 
@@ -107,10 +99,13 @@ class GraphModule:
     def set_input(self, key: int | str | Mapping[str, Any] | None = None, value: Any = None,
                   **params: Any) -> None:
         """Copy values into inputs by name or index: numpy arrays, NDArrays or DLPack tensors."""
-        if type(value) is np.ndarray and not params and type(key) is str:
-            layout = self._cpu_inputs.get(key)
-            if layout is not None and value.shape == layout[0] and value.dtype == layout[1]:
-                np.copyto(self.executor.arrays[layout[2]], value)
+        if type(key) is str and value is not None and not params:
+            # NOTE: the per-inference call, set_input("data", x): after run() has streamed the
+            # weights through the caches every lookup misses, so it takes the shortest way to
+            # _copy_in (whose own fast path makes a host array for a CPU input one memcpy).
+            index = self._input_index.get(key)
+            if index is not None:
+                self._copy_in(self._input_eids[index], value)
                 return
         if isinstance(key, Mapping):
             params = {**key, **params}
@@ -254,12 +249,6 @@ class GraphModule:
 
     def get_output(self, index: int, out: Any = None) -> Any:
         """Output index as a new NDArray (the next run cannot overwrite it), or copied into out."""
-        if out is None and type(index) is int:
-            key = self._cpu_outputs.get(index)
-            if key is not None:
-                src = self.executor.arrays[key]
-                if type(src) is np.ndarray:
-                    return NDArray(src.copy(), key[1])
         if not 0 <= index < len(self._output_eids):
             raise GraphError(f"output index {index} is out of range: the graph has "
                              f"{len(self._output_eids)} outputs")
@@ -268,6 +257,8 @@ class GraphModule:
         src = self.executor.arrays[(eid, dev)]
         if out is not None:
             return _copy_out(NDArray(src, dev), out)
+        if type(src) is np.ndarray:
+            return NDArray(src.copy(), dev)  # a CPU output: one memcpy, no backend lookups
         backend = check_device(dev)
         fresh = backend.empty(dev.device_id, tuple(self.graph.shape(eid)), self.graph.dtype(eid))
         backend.copy(src, fresh)

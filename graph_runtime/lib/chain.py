@@ -42,8 +42,7 @@ class PreparedChain:
     """The callable a multi-op chain prepares; run(*inputs, *outputs) calls each kernel in turn."""
 
     def __init__(self, calls: list[tuple[Callable[..., None], tuple[int, ...]]],
-                 intermediates: list[Any], fused_ops: list[str]) -> None:
-        self.calls = calls
+                 intermediates: list[Any], fused_ops: list[str], n_inputs: int) -> None:
         # Allocated once at prepare time, reused by every run: the slots after the arrays.
         self.intermediates = tuple(intermediates)
         self.fused_ops = fused_ops  # ops of the elementwise tail generated as one GPU kernel
@@ -51,7 +50,7 @@ class PreparedChain:
         self._steps = [(fn, itemgetter(*index) if len(index) > 1 else _one(index[0]))
                        for fn, index in calls]
         # {input position: array} the executor is asked to keep that input in (padded_gemv.py)
-        self.bind_requests: dict[int, Any] = {}
+        self.bind_requests = _input_requests(calls, n_inputs)
 
     def __call__(self, *arrays: Any) -> None:
         slots = arrays + self.intermediates
@@ -120,9 +119,8 @@ class Chain:
         flatten = str(attrs.get("flatten_data", "0")).strip().lower() in ("1", "true")
         if len(plan) == 1 and not flatten:
             return calls[0][0]  # one op: its kernel is the prepared call, with no extra layer
-        chain = PreparedChain(calls, intermediates, [p.op.name for p in fused])
-        chain.bind_requests = _input_requests(calls, len(inputs))
-        run: Callable[..., None] = chain
+        run: Callable[..., None] = PreparedChain(calls, intermediates,
+                                                 [p.op.name for p in fused], len(inputs))
         if flatten:
             run = _unflatten(run, list(inputs) + list(outputs))
         return run

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from typing import Any
 
 import numpy as np
 
 from ..errors import LibraryError
+from ..measure import time_runs
 
 PADDING_ENV = "GRAPH_RUNTIME_GEMV_PADDING"
 OPENBLAS_THREADED_WEIGHTS = 460_800
@@ -69,13 +69,10 @@ def _padding_pays(k: int, n: int, rows: int, dtype: str) -> bool:
         np.copyto(narrow, wide[:, :n])
 
     best = {plain: float("inf"), padded: float("inf")}
-    for _ in range(3):
+    for _ in range(3):  # interleaved rounds, so machine noise hits both alike
         for fn in best:
-            fn()  # first call of a round: wakes BLAS threads, warms the cache
-            start = time.perf_counter()
-            for _ in range(8):
-                fn()
-            best[fn] = min(best[fn], (time.perf_counter() - start) / 8)
+            # time_runs warms up first: wakes BLAS threads, brings the buffers into cache
+            best[fn] = min(best[fn], time_runs(fn, lambda: None, repeat=1, number=8).min)
     return best[padded] * MIN_SPEEDUP < best[plain]
 
 
