@@ -11,6 +11,8 @@ from graph_runtime.disco import DiscoAction, DPackedFunc, DRef, Session
 from graph_runtime.disco.protocol import FrameReader, encode_frame
 from graph_runtime.errors import DiscoError
 
+from disco_support import SIZES, make_session
+
 
 def test_protocol_has_the_nine_actions() -> None:
     assert [a.name for a in DiscoAction] == [
@@ -204,16 +206,21 @@ def test_drefs_of_another_session_are_refused(sess: Session) -> None:
         assert isinstance(foreign, DRef)
 
 
-def test_inline_worker0_has_run_its_share_when_call_packed_returns(sess: Session) -> None:
-    if not sess._inline0:
-        pytest.skip("worker-0 is a thread: its share runs asynchronously")
+@pytest.mark.parametrize("kind", ["threaded-inline", "process-inline"])
+@pytest.mark.parametrize("n", SIZES)
+def test_inline_worker0_has_run_its_share_when_call_packed_returns(kind: str, n: int) -> None:
     import disco_testfuncs
-    disco_testfuncs.RECORDED.clear()
-    record = sess.get_global_func("test.record")
-    for i in range(3):
-        record(i)
-        assert disco_testfuncs.RECORDED == list(range(i + 1))  # no sync needed
-    # worker-0's context is current only while it runs: between calls the controller is no worker
-    from graph_runtime.disco import get_global_func
-    with pytest.raises(DiscoError, match="only work inside a Disco worker"):
-        get_global_func("runtime.disco.worker_id")()
+    sess = make_session(kind, n)
+    try:
+        disco_testfuncs.RECORDED.clear()
+        record = sess.get_global_func("test.record")
+        for i in range(3):
+            record(i)
+            assert disco_testfuncs.RECORDED == list(range(i + 1))  # no sync needed
+        # worker-0's context is current only while it runs: between calls the controller is
+        # no worker
+        from graph_runtime.disco import get_global_func
+        with pytest.raises(DiscoError, match="only work inside a Disco worker"):
+            get_global_func("runtime.disco.worker_id")()
+    finally:
+        sess.shutdown()
