@@ -27,8 +27,8 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 import graph_runtime as gr
-from graph_runtime.module import GraphModule
 from graph_runtime.params import load_params_file
+from graph_runtime.runtime.graph_module import GraphModule
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))

@@ -12,9 +12,9 @@ import os
 import statistics
 
 import numpy as np
+from timing import seconds_per_call  # bench/timing.py, beside this script
 
 import graph_runtime as gr
-from timing import seconds_per_call  # bench/timing.py, beside this script
 
 
 def chain_graph(n: int, width: int) -> dict:

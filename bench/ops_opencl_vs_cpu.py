@@ -18,7 +18,7 @@ import numpy as np
 from graph_runtime.backends import get_backend
 from graph_runtime.device import Device
 from graph_runtime.lib.chain import Chain, Step
-from graph_runtime.lib.module import TensorSpec
+from graph_runtime.lib.library import TensorSpec
 
 # (op, input shapes, attrs)
 CASES: list[tuple[str, list[tuple[int, ...]], dict[str, Any]]] = [

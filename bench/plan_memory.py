@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from graph_runtime.graph import Graph
+from graph_runtime.graph.model import Graph
 from graph_runtime.planner import plan_graph
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -423,7 +423,7 @@ def example_files(ex: Example) -> dict[str, bytes]:
 def validate(folder: Path, names: list[str]) -> list[str]:
     """Load every graph and the lib with graph_runtime's own loaders; the problems found."""
     from graph_runtime.errors import GraphRuntimeError
-    from graph_runtime.graph import load_graph
+    from graph_runtime.graph.model import load_graph
     from graph_runtime.lib import load_module
     problems = []
     for name in names:

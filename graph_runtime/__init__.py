@@ -2,16 +2,23 @@
 from __future__ import annotations
 
 from . import nd
-from .nd import NDArray
 from .backends import available_backends, list_devices
 from .device import Device, cpu, cuda, device, opencl
-from .errors import (DeviceError, DiscoError, GraphError, GraphRuntimeError, LibraryError,
-                     ParamsError, PlanError)
-from .graph import Graph, load_graph
+from .errors import (
+                     DeviceError,
+                     DiscoError,
+                     GraphError,
+                     GraphRuntimeError,
+                     LibraryError,
+                     ParamsError,
+                     PlanError,
+)
+from .graph.model import Graph, load_graph
 from .lib import Module, load_module, standard_module
-from .module import BenchmarkResult, GraphModule, create
+from .nd import NDArray
 from .params import load_param_dict, load_params_file, save_param_dict, save_params_file
 from .planner import Placement, plan_graph
+from .runtime.graph_module import BenchmarkResult, GraphModule, create
 
 __version__ = "0.1.0"
 

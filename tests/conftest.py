@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import pytest
-
 from support import REQUIRE_OPENCL, backend_missing, require_backend
 
 BACKENDS = [

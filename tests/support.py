@@ -58,7 +58,7 @@ def copy_op(name: str, src: int) -> dict:
 def make_graph(nodes: list, heads: list, shapes: object = (4,), dtypes: object = "float32",
                **columns: object):
     """A validated Graph; shapes/dtypes may be one value for every entry or a list per entry."""
-    from graph_runtime.graph import Graph
+    from graph_runtime.graph.model import Graph
     num_entries = sum(int(n.get("attrs", {}).get("num_outputs", 1)) for n in nodes)
     if isinstance(shapes, tuple):
         shapes = [list(shapes)] * num_entries

@@ -10,12 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from support import backend_missing, make_graph, null, tvm_op
 
 import graph_runtime as gr
-from graph_runtime.cli import app
+from graph_runtime.cli.app import app
 from graph_runtime.params import save_params_file
-
-from support import backend_missing, make_graph, null, tvm_op
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "graphs"
@@ -488,7 +487,7 @@ def test_progress_bars_stay_quiet_without_a_tty(addw: Path) -> None:
 def test_progress_bar_shows_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     import io
 
-    from graph_runtime.cli_common import progress
+    from graph_runtime.cli.common import progress
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:

@@ -6,10 +6,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
-from graph_runtime.cli import app
-
 from support import require_backend
+
+from graph_runtime.cli.app import app
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "graphs"
 FOLDERS = sorted(p for p in EXAMPLES.iterdir() if (p / "graph.json").is_file())

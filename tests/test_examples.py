@@ -8,12 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support import require_backend
 
 import graph_runtime as gr
 from graph_runtime.device import Device
 from graph_runtime.params import load_params_file
-
-from support import require_backend
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 FOLDERS = sorted(p for p in (EXAMPLES / "graphs").iterdir() if (p / "graph.json").is_file())

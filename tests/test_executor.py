@@ -5,12 +5,11 @@ import logging
 
 import numpy as np
 import pytest
+from support import copy_op, make_graph, null, require_backend, tvm_op
 
 import graph_runtime as gr
 from graph_runtime.errors import DeviceError, GraphError, LibraryError
 from graph_runtime.lib import Module, standard_module
-
-from support import copy_op, make_graph, null, require_backend, tvm_op
 
 CPU, OPENCL, CUDA = 1, 2 + 2, 2
 DEVICE_CODES = {"cpu": 1, "cuda": 2, "opencl": 4}

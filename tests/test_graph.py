@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from graph_runtime.errors import GraphError
-from graph_runtime.graph import SUPPORTED_DTYPES, Graph, Node, check_graph, load_graph
-from graph_runtime.graph_checks import matches_schema
-from graph_runtime.schema import MAX_PROBLEMS, schema_problems
+from graph_runtime.graph.checks import matches_schema
+from graph_runtime.graph.model import SUPPORTED_DTYPES, Graph, Node, check_graph, load_graph
+from graph_runtime.graph.schema import MAX_PROBLEMS, schema_problems
 
 
 def base_doc() -> dict[str, Any]:

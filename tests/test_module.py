@@ -5,11 +5,10 @@ import logging
 
 import numpy as np
 import pytest
+from support import make_graph, null, tvm_op
 
 import graph_runtime as gr
 from graph_runtime.errors import DeviceError, GraphError, ParamsError
-
-from support import make_graph, null, tvm_op
 
 
 def _axpy():

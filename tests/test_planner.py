@@ -4,15 +4,21 @@ from __future__ import annotations
 import json
 
 import pytest
+from support import copy_op, make_graph, null, tvm_op
 
 from graph_runtime.device import Device
 from graph_runtime.errors import PlanError
-from graph_runtime.graph import Graph
+from graph_runtime.graph.model import Graph
 from graph_runtime.lib import Module
-from graph_runtime.planner import (Placement, PlanResult, VirtualDevice, default, join,
-                                   parse_device_constraint, plan_graph)
-
-from support import copy_op, make_graph, null, tvm_op
+from graph_runtime.planner import (
+    Placement,
+    PlanResult,
+    VirtualDevice,
+    default,
+    join,
+    parse_device_constraint,
+    plan_graph,
+)
 
 CPU, CUDA, OPENCL = 1, 2, 4
 cpu0, cl0 = Device(CPU, 0), Device(OPENCL, 0)

@@ -8,12 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-
-from graph_runtime.cli import app
-from graph_runtime.errors import GraphRuntimeError
-from graph_runtime.regress import load_suite, selected
-
 from support import make_graph, null, tvm_op
+
+from graph_runtime.cli.app import app
+from graph_runtime.cli.regress import load_suite, selected
+from graph_runtime.errors import GraphRuntimeError
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -9,9 +9,9 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from graph_runtime.errors import GraphError, LibraryError
-from graph_runtime.graph import SUPPORTED_DTYPES, Graph, load_graph
-from graph_runtime.graph_checks import matches_schema
-from graph_runtime.schema import brief, json_path, load_schema, schema_problems, type_name
+from graph_runtime.graph.checks import matches_schema
+from graph_runtime.graph.model import SUPPORTED_DTYPES, Graph, load_graph
+from graph_runtime.graph.schema import brief, json_path, load_schema, schema_problems, type_name
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted(ROOT.glob("examples/graphs/*/graph*.json"))

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from support import make_graph, null, tvm_op
 
 import graph_runtime as gr
+from graph_runtime._text import fmt_bytes
 from graph_runtime.errors import GraphError
-from graph_runtime.storage import (StoragePool, check_capacity, entry_bytes, fmt_bytes,
-                                   plan_storage)
-
-from support import make_graph, null, tvm_op
+from graph_runtime.graph.model import entry_bytes
+from graph_runtime.runtime.storage import StoragePool, check_capacity, plan_storage
 
 
 def _chain(storage_ids: list[int], shapes: list[list[int]], dtypes: list[str]):

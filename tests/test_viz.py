@@ -7,14 +7,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from support import make_graph, null, tvm_op
 
 import graph_runtime as gr
-from graph_runtime.cli import app
+from graph_runtime.cli.app import app
+from graph_runtime.cli.trace import KIND_COLORS
+from graph_runtime.cli.viz import to_dot, write_drawing
 from graph_runtime.errors import GraphRuntimeError
-from graph_runtime.trace import KIND_COLORS
-from graph_runtime.viz import to_dot, write_drawing
-
-from support import make_graph, null, tvm_op
 
 ROOT = Path(__file__).resolve().parents[1]
 DUPLEX = ROOT / "examples" / "graphs" / "duplex"

@@ -192,7 +192,7 @@ class _BoundKernel:
             key = tuple((tuple(a.shape), str(a.dtype)) for a in arrays)
             fn = self._prepared.get(key)
             if fn is None:
-                from ..lib.module import TensorSpec
+                from ..lib.library import TensorSpec
                 specs = [TensorSpec(tuple(a.shape), np.dtype(a.dtype).name) for a in arrays]
                 fn = self.module.prepare(self.name, self.device, specs[:-1], specs[-1:])
                 self._prepared[key] = fn

@@ -7,8 +7,8 @@ from typing import Any
 from .ccl import CpuCcl
 from .comm import ThreadComm, ThreadGroup, ThreadP2P
 from .globals import WorkerContext
-from .protocol import Command
 from .nccl import nccl_factory
+from .protocol import Command
 from .session import DATA_PLANE_SHARE, Session
 from .worker import InlineWorker, LocalWorker
 

@@ -11,9 +11,9 @@ import numpy as np
 from ..backends import get_backend
 from ..device import Device
 from ..errors import LibraryError
-from .module import TensorSpec
-from .ops._attrs import DTYPE_KEY, NODE_KEYS, NUM_OUTPUTS_KEY, OUT_DTYPE_KEY, check_attrs
-from .ops._gpu_elementwise import ELEMENTWISE_EXPRS, gpu_elementwise
+from .attrs import DTYPE_KEY, NODE_KEYS, NUM_OUTPUTS_KEY, OUT_DTYPE_KEY, check_attrs
+from .kernels.gpu_elementwise import ELEMENTWISE_EXPRS, gpu_elementwise
+from .library import TensorSpec
 from .registry import OpDef, get_op
 
 BACKEND_KINDS = ("cpu", "cuda", "opencl")

@@ -9,15 +9,14 @@ from __future__ import annotations
 import json
 import os
 import runpy
-from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import LibraryError
-from ..schema import json_path
+from ..graph.schema import json_path, load_schema
+from .attrs import check_attrs
 from .chain import Chain, Step
-from .module import Module
-from .ops._attrs import check_attrs
+from .library import Module
 from .registry import OPS, get_op, load_standard_ops
 from .source_kernel import SourceKernel, add_source_function
 
@@ -83,8 +82,7 @@ def _schema_validator() -> Any:
     global _validator
     if _validator is None:
         import jsonschema
-        text = resources.files("graph_runtime.schemas").joinpath("lib.schema.json").read_text()
-        _validator = jsonschema.Draft202012Validator(json.loads(text))
+        _validator = jsonschema.Draft202012Validator(load_schema("lib.schema.json"))
     return _validator
 
 

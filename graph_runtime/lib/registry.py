@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from ..errors import LibraryError
-from .module import TensorSpec
+from .library import TensorSpec
 
 # infer(inputs, attrs) -> output specs. Validates input shapes/dtypes and attrs; raises
 # LibraryError naming the op and the offending value. Runs at create() time, never at run time.
@@ -81,6 +81,7 @@ def load_standard_ops() -> None:
             return
         import importlib
         import pkgutil
+
         from . import ops as ops_pkg
         for info in pkgutil.iter_modules(ops_pkg.__path__):
             importlib.import_module(f"{ops_pkg.__name__}.{info.name}")

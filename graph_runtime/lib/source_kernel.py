@@ -19,8 +19,8 @@ from ..backends import get_backend
 from ..device import Device
 from ..errors import LibraryError
 from .chain import BACKEND_KINDS
-from .module import Module, TensorSpec
-from .ops._shapes import size_of
+from .library import Module, TensorSpec
+from .shapes import size_of
 
 
 def add_source_function(lib: Module, name: str, func: Mapping[str, Any], where: str) -> None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from .constraints import Constraint, Placement, glob_escape, parse_device_constraint
 from .plan import plan_graph
-from .report import CopyReport, Fallback, PlanResult, PoolReport
+from .result import CopyReport, Fallback, PlanResult, PoolReport
 from .storage_plan import PoolStats, StoragePlan, plan_storage
 from .topology import PlanNode, Topology, topology_of
 from .virtual_device import VirtualDevice, default, join

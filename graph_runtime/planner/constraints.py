@@ -6,7 +6,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from ..device import Device, device as parse_device, device_type_code
+from ..device import Device, device_type_code
+from ..device import device as parse_device
 from ..errors import DeviceError, PlanError
 from .virtual_device import VirtualDevice
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..device import Device
-from ..graph import COPY_OP
+from ..graph.model import COPY_OP
 from .topology import PlanNode, Topology
 
 

@@ -7,13 +7,12 @@ from typing import Any, Mapping
 
 from ..device import Device
 from ..errors import PlanError
-from ..graph import COPY_OP, NOP_OP, Graph, GraphSource
-from ..lib.module import Module
-from ..storage import entry_bytes
+from ..graph.model import COPY_OP, NOP_OP, Graph, GraphSource, entry_bytes
+from ..lib.library import Module
 from .constraints import Placement
 from .copies import Rewritten, insert_copies
 from .match import resolve
-from .report import CopyReport, Fallback, PlanResult, PoolReport
+from .result import CopyReport, Fallback, PlanResult, PoolReport
 from .solve import settle
 from .solve import solve as solve_devices
 from .storage_plan import PoolStats, plan_storage

@@ -12,7 +12,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 
 from ..device import Device
-from ..graph import NOP_OP
+from ..graph.model import NOP_OP
 from .topology import Topology
 
 

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import PlanError
-from ..graph import COPY_OP
+from ..graph.model import COPY_OP
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 from typing import Iterator
 
 import pytest
-
 from disco_support import KINDS, SIZES, make_session
+
 from graph_runtime.disco import Session
 
 

@@ -6,7 +6,7 @@ import sys
 
 import numpy as np
 
-from graph_runtime.disco import MPISession, REDUCE_OPS
+from graph_runtime.disco import REDUCE_OPS, MPISession
 from graph_runtime.errors import DiscoError
 
 DTYPES = ("float16", "float32", "float64", "int8", "int32", "int64", "uint8")

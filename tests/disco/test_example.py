@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 import pytest
-
 from disco_support import HERE
 
 EXAMPLE = os.path.join(HERE, "..", "..", "examples", "disco", "tp_mlp.py")

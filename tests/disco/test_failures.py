@@ -10,11 +10,11 @@ import time
 
 import numpy as np
 import pytest
+from disco_support import KINDS as ALL_KINDS
+from disco_support import make_session
 
 from graph_runtime.disco import ProcessSession, Session, ThreadedSession
 from graph_runtime.errors import DiscoError
-
-from disco_support import KINDS as ALL_KINDS, make_session
 
 KINDS = list(ALL_KINDS)
 PROCESS_KINDS = ["process", "process-inline"]

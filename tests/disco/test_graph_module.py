@@ -5,11 +5,10 @@ import os
 
 import numpy as np
 import pytest
+from disco_support import KINDS, make_session
 
 from graph_runtime import cpu
 from graph_runtime.disco import DGraphModule, DModule, Session
-
-from disco_support import KINDS, make_session
 
 SIMPLEX = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "graphs", "simplex")
 

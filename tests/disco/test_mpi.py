@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import pytest
-
 from disco_support import HERE, mpiexec
 
 pytestmark = pytest.mark.mpi

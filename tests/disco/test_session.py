@@ -5,13 +5,12 @@ import os
 
 import numpy as np
 import pytest
+from disco_support import SIZES, make_session
 
 from graph_runtime import cpu
 from graph_runtime.disco import DiscoAction, DPackedFunc, DRef, Session
 from graph_runtime.disco.protocol import FrameReader, encode_frame
 from graph_runtime.errors import DiscoError
-
-from disco_support import SIZES, make_session
 
 
 def test_protocol_has_the_nine_actions() -> None:

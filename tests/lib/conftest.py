@@ -13,8 +13,8 @@ import pytest
 from graph_runtime.backends import get_backend
 from graph_runtime.device import Device
 from graph_runtime.lib.chain import Chain, Step
+from graph_runtime.lib.library import TensorSpec
 from graph_runtime.lib.loader import function_from_json
-from graph_runtime.lib.module import TensorSpec
 
 # Per-dtype tolerances against a float64 NumPy reference; integers must match exactly.
 TOLERANCES: dict[str, dict[str, float]] = {

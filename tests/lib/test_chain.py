@@ -8,7 +8,7 @@ from graph_runtime.backends import get_backend
 from graph_runtime.device import Device, cpu
 from graph_runtime.errors import LibraryError
 from graph_runtime.lib.chain import Chain, PreparedChain, Step
-from graph_runtime.lib.module import TensorSpec
+from graph_runtime.lib.library import TensorSpec
 
 
 def _specs(*arrays: np.ndarray) -> list[TensorSpec]:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from graph_runtime.errors import LibraryError
-from graph_runtime.lib.module import TensorSpec
+from graph_runtime.lib.library import TensorSpec
 
 # Convolutions sum C*KH*KW products: absolute errors grow with that, so per-dtype tolerances.
 SUM_TOLERANCES = {"float16": {"rtol": 1e-2, "atol": 5e-2}, "float32": {"rtol": 1e-5, "atol": 1e-4},
@@ -302,8 +302,8 @@ METHOD_CASES = CONV_CASES + [
 
 def _run_conv_method(method: str, x: np.ndarray, w: np.ndarray, attrs) -> np.ndarray:
     from graph_runtime.backends import get_backend
-    from graph_runtime.lib.ops._conv_cl import conv2d_cl
-    from graph_runtime.lib.ops._conv_shapes import conv2d_params
+    from graph_runtime.lib.conv_params import conv2d_params
+    from graph_runtime.lib.kernels.conv_cl import conv2d_cl
     backend = get_backend("opencl")
     p = conv2d_params([TensorSpec(x.shape, str(x.dtype)), TensorSpec(w.shape, str(w.dtype))],
                       attrs)
@@ -347,9 +347,9 @@ def test_conv2d_opencl_methods_dtypes(method: str, dtype: str, opencl_available,
 def test_conv2d_opencl_method_choice(opencl_available) -> None:
     """On PoCL (a CPU device) depthwise runs direct and a wide layer the packed-panel GEMM."""
     from graph_runtime.backends import get_backend
-    from graph_runtime.lib.opencl_gemm import GemmShape, is_cpu_device
-    from graph_runtime.lib.ops._conv_cl import pick_method
-    from graph_runtime.lib.ops._conv_shapes import conv2d_params
+    from graph_runtime.lib.conv_params import conv2d_params
+    from graph_runtime.lib.kernels.conv_cl import pick_method
+    from graph_runtime.lib.kernels.opencl_gemm import GemmShape, is_cpu_device
     backend = get_backend("opencl")
     if not is_cpu_device(backend, 0):
         pytest.skip("opencl:0 is not a CPU device; the choice below is the CPU one")

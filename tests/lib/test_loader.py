@@ -13,7 +13,8 @@ from graph_runtime.backends import get_backend
 from graph_runtime.errors import LibraryError
 from graph_runtime.lib import Module, load_module, standard_module
 from graph_runtime.lib.chain import Chain
-from graph_runtime.lib.module import TensorSpec
+from graph_runtime.lib.library import TensorSpec
+
 
 def _write_json(tmp_path: Path, functions: dict[str, Any], **top: Any) -> Path:
     doc = {"format": "graph_runtime.lib", "version": 1, "functions": functions, **top}

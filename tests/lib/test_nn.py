@@ -9,7 +9,7 @@ import pytest
 
 import graph_runtime as gr
 from graph_runtime.errors import LibraryError
-from graph_runtime.lib.module import TensorSpec
+from graph_runtime.lib.library import TensorSpec
 
 # Normalizations sum whole rows: per-dtype tolerances a little wider than elementwise ones.
 ROW_TOLERANCES = {"float16": {"rtol": 1e-2, "atol": 1e-2}, "float32": {"rtol": 1e-5, "atol": 1e-5},

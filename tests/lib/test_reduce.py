@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from graph_runtime.errors import LibraryError
-from graph_runtime.lib.module import TensorSpec
+from graph_runtime.lib.library import TensorSpec
 
 OPS = ["sum", "mean", "max", "min", "argmax", "argmin"]
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from graph_runtime.errors import LibraryError
-from graph_runtime.lib.module import TensorSpec
+from graph_runtime.lib.library import TensorSpec
 
 X_SHAPE = (2, 3, 4)
 # (op, attrs, NumPy reference of x); every dtype-agnostic copy runs for float32 and float16.

@@ -9,8 +9,8 @@ import pytest
 import graph_runtime as gr
 from graph_runtime.backends import get_backend
 from graph_runtime.errors import LibraryError
+from graph_runtime.lib.library import Module, TensorSpec
 from graph_runtime.lib.loader import module_from_json
-from graph_runtime.lib.module import Module, TensorSpec
 from graph_runtime.lib.source_kernel import size_expression
 
 TWICE_CL = """

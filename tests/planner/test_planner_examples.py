@@ -5,12 +5,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support import require_backend
 
 import graph_runtime as gr
-from graph_runtime.graph import Graph
+from graph_runtime.graph.model import Graph
 from graph_runtime.planner import plan_graph
-
-from support import require_backend
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples" / "graphs").glob("*/graph.json"))

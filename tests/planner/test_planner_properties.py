@@ -8,15 +8,19 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import make_graph, null, require_backend, tvm_op
 
 import graph_runtime as gr
 from graph_runtime.device import Device
 from graph_runtime.errors import PlanError
-from graph_runtime.graph import Graph
-from graph_runtime.planner import (Placement, VirtualDevice, join, parse_device_constraint,
-                                   plan_graph)
-
-from support import make_graph, null, require_backend, tvm_op
+from graph_runtime.graph.model import Graph
+from graph_runtime.planner import (
+    Placement,
+    VirtualDevice,
+    join,
+    parse_device_constraint,
+    plan_graph,
+)
 
 UNARY = ["relu", "negative", "tanh", "sigmoid", "abs"]
 BINARY = ["add", "subtract", "multiply", "maximum"]

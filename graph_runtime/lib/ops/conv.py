@@ -3,12 +3,12 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
-from ..module import TensorSpec
+from ..conv_params import CONV_ATTRS, ConvParams, conv2d_params, conv2d_transpose_params
+from ..kernels.conv_cl import conv2d_cl, conv2d_transpose_cl
+from ..kernels.gpu import check_cl_dtypes
+from ..kernels.host import array_module, host_kernel, wide_dtype
+from ..library import TensorSpec
 from ..registry import define_op, kernel
-from ._conv_cl import conv2d_cl, conv2d_transpose_cl
-from ._conv_shapes import CONV_ATTRS, ConvParams, conv2d_params, conv2d_transpose_params
-from ._gpu import check_cl_dtypes
-from ._host import array_module, host_kernel, wide_dtype
 
 
 def _conv2d_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:

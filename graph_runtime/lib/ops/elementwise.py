@@ -5,14 +5,21 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..module import TensorSpec
+from ..attrs import DTYPE_KEY, OUT_DTYPE_KEY, dtype_attr, op_error
+from ..kernels.gpu import CL_TYPES
+from ..kernels.gpu_elementwise import elementwise_expr, gpu_elementwise
+from ..kernels.host import array_module, host_kernel
+from ..library import TensorSpec
 from ..registry import define_op, kernel
-from ._attrs import DTYPE_KEY, OUT_DTYPE_KEY, dtype_attr, op_error
-from ._gpu import CL_TYPES
-from ._gpu_elementwise import elementwise_expr, gpu_elementwise
-from ._host import array_module, host_kernel
-from ._shapes import (FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, broadcast_shape, check_dtype,
-                      check_num_inputs, check_same_dtype)
+from ..shapes import (
+    FLOAT_DTYPES,
+    INT_DTYPES,
+    NUMERIC_DTYPES,
+    broadcast_shape,
+    check_dtype,
+    check_num_inputs,
+    check_same_dtype,
+)
 
 # make(xp) -> run(*inputs, out): xp is numpy or cupy, looked up once at prepare time.
 HostFn = Callable[[Any], Callable[..., None]]

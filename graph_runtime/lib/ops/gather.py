@@ -5,12 +5,12 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..module import TensorSpec
+from ..attrs import attr_error, int_attr, op_error, parse_value, single_axis, str_attr
+from ..kernels.gpu import ClKernel, cl_param, cl_pointer, copy_type
+from ..kernels.host import host_factory
+from ..library import TensorSpec
 from ..registry import define_op, kernel
-from ._attrs import attr_error, int_attr, op_error, parse_value, single_axis, str_attr
-from ._gpu import ClKernel, cl_param, cl_pointer, copy_type
-from ._host import host_factory
-from ._shapes import check_dtype, check_num_inputs, size_of
+from ..shapes import check_dtype, check_num_inputs, size_of
 
 INDEX_DTYPES = ("int32", "int64")
 

@@ -6,15 +6,22 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..module import TensorSpec
-from ..opencl_gemm import GemmShape, make_gemm
-from ..padded_gemv import PaddedGemv, padded_rows
+from ..attrs import attr_error, bool_attr, check_out_dtype, int_attr, normalize_axis, op_error
+from ..kernels.gpu_elementwise import gpu_elementwise
+from ..kernels.host import array_module, host_kernel
+from ..kernels.opencl_gemm import GemmShape, make_gemm
+from ..kernels.padded_gemv import PaddedGemv, padded_rows
+from ..library import TensorSpec
 from ..registry import define_op, kernel
-from ._attrs import attr_error, bool_attr, check_out_dtype, int_attr, normalize_axis, op_error
-from ._gpu_elementwise import gpu_elementwise
-from ._host import array_module, host_kernel
-from ._shapes import (FLOAT_DTYPES, NUMERIC_DTYPES, check_dtype, check_num_inputs, check_rank,
-                      check_same_dtype, size_of)
+from ..shapes import (
+    FLOAT_DTYPES,
+    NUMERIC_DTYPES,
+    check_dtype,
+    check_num_inputs,
+    check_rank,
+    check_same_dtype,
+    size_of,
+)
 
 Factory = Callable[..., Callable[..., None]]
 

@@ -5,14 +5,13 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..module import TensorSpec
+from ..attrs import NUM_OUTPUTS_KEY, attr_error, bool_attr, float_attr, op_error, single_axis
+from ..kernels.gpu_elementwise import gpu_elementwise
+from ..kernels.host import array_module, host_kernel, wide_dtype
+from ..kernels.row_kernels import RowKernel
+from ..library import TensorSpec
 from ..registry import define_op, kernel
-from ._attrs import NUM_OUTPUTS_KEY, attr_error, bool_attr, float_attr, op_error, single_axis
-from ._gpu_elementwise import gpu_elementwise
-from ._host import array_module, host_kernel, wide_dtype
-from ._row_kernels import RowKernel
-from ._shapes import FLOAT_DTYPES, check_dtype, check_num_inputs, check_same_dtype
-
+from ..shapes import FLOAT_DTYPES, check_dtype, check_num_inputs, check_same_dtype
 
 # -- softmax / log_softmax ----------------------------------------------------------------------
 

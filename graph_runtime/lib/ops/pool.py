@@ -6,14 +6,23 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..module import TensorSpec
+from ..attrs import bool_attr, op_error
+from ..conv_params import check_layout, out_size, padding_attr, positive_pair
+from ..kernels.gpu import (
+    ClKernel,
+    check_cl_dtypes,
+    cl_header,
+    cl_load,
+    cl_param,
+    cl_pointer,
+    cl_store,
+    compute_type,
+    device_array,
+)
+from ..kernels.host import array_module, host_kernel, wide_dtype
+from ..library import TensorSpec
 from ..registry import define_op, get_op, kernel
-from ._attrs import bool_attr, op_error
-from ._conv_shapes import check_layout, out_size, padding_attr, positive_pair
-from ._gpu import (ClKernel, check_cl_dtypes, cl_header, cl_load, cl_param, cl_pointer, cl_store,
-                   compute_type, device_array)
-from ._host import array_module, host_kernel, wide_dtype
-from ._shapes import FLOAT_DTYPES, check_dtype, check_num_inputs, check_rank, size_of
+from ..shapes import FLOAT_DTYPES, check_dtype, check_num_inputs, check_rank, size_of
 
 POOL_ATTRS = ("pool_size", "strides", "dilation", "padding", "layout", "out_layout", "ceil_mode")
 AVG_ATTRS = POOL_ATTRS + ("count_include_pad",)

@@ -5,14 +5,29 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..module import TensorSpec
+from ..attrs import axis_attr, bool_attr, op_error
+from ..kernels.gpu import (
+    ClKernel,
+    check_cl_dtypes,
+    cl_header,
+    cl_load,
+    cl_param,
+    cl_pointer,
+    cl_store,
+    compute_type,
+    device_array,
+)
+from ..kernels.host import array_module, host_kernel
+from ..library import TensorSpec
 from ..registry import define_op, kernel
-from ._attrs import axis_attr, bool_attr, op_error
-from ._gpu import (ClKernel, check_cl_dtypes, cl_header, cl_load, cl_param, cl_pointer, cl_store,
-                   compute_type, device_array)
-from ._host import array_module, host_kernel
-from ._shapes import (FLOAT_DTYPES, NUMERIC_DTYPES, check_dtype, check_num_inputs,
-                      contiguous_strides, size_of)
+from ..shapes import (
+    FLOAT_DTYPES,
+    NUMERIC_DTYPES,
+    check_dtype,
+    check_num_inputs,
+    contiguous_strides,
+    size_of,
+)
 
 REDUCE_ATTRS = ("axis", "keepdims", "exclude")
 ARG_ATTRS = ("axis", "keepdims", "exclude", "select_last_index")

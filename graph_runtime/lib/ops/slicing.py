@@ -5,14 +5,20 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..module import TensorSpec
+from ..attrs import (
+    attr_error,
+    float_attr,
+    normalize_axis,
+    op_error,
+    parse_value,
+    single_axis,
+    str_attr,
+)
+from ..kernels.gpu import cl_strided_copy
+from ..kernels.host import host_factory
+from ..library import TensorSpec
 from ..registry import define_op, kernel
-from ._attrs import (attr_error, float_attr, normalize_axis, op_error, parse_value, single_axis,
-                     str_attr)
-from ._gpu import cl_strided_copy
-from ._host import host_factory
-from ._shapes import check_rank, check_same_dtype, contiguous_strides, one_input
-
+from ..shapes import check_rank, check_same_dtype, contiguous_strides, one_input
 
 # -- shape rules ----------------------------------------------------------------------------------
 

@@ -3,13 +3,12 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
-from ..module import TensorSpec
+from ..attrs import attr_error, axis_attr, bool_attr, int_attr, int_tuple, normalize_axis, op_error
+from ..kernels.gpu import cl_strided_copy
+from ..kernels.host import host_factory
+from ..library import TensorSpec
 from ..registry import define_op, kernel
-from ._attrs import attr_error, axis_attr, bool_attr, int_attr, int_tuple, normalize_axis, op_error
-from ._gpu import cl_strided_copy
-from ._host import host_factory
-from ._shapes import contiguous_strides, one_input, size_of
-
+from ..shapes import contiguous_strides, one_input, size_of
 
 # -- shape rules ----------------------------------------------------------------------------------
 

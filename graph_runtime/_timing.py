@@ -1,0 +1,61 @@
+"""Timing shared by GraphModule.benchmark, kernels that calibrate themselves, and bench/."""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class BenchmarkResult:
+    """Seconds per run over repeats (each the mean of `number` runs), as TVM's BenchmarkResult."""
+
+    results: tuple[float, ...]
+    mean: float = field(init=False)
+    median: float = field(init=False)
+    std: float = field(init=False)
+    min: float = field(init=False)
+    max: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        r = self.results
+        object.__setattr__(self, "mean", statistics.fmean(r))
+        object.__setattr__(self, "median", statistics.median(r))
+        object.__setattr__(self, "std", statistics.pstdev(r) if len(r) > 1 else 0.0)
+        object.__setattr__(self, "min", min(r))
+        object.__setattr__(self, "max", max(r))
+
+    def __str__(self) -> str:
+        ms = 1e3
+        return (f"Execution time summary:\n {'mean (ms)':>10} {'median (ms)':>12} {'max (ms)':>10}"
+                f" {'min (ms)':>10} {'std (ms)':>10}\n {self.mean * ms:10.4f} "
+                f"{self.median * ms:12.4f} {self.max * ms:10.4f} {self.min * ms:10.4f} "
+                f"{self.std * ms:10.4f}")
+
+
+def time_runs(once: Callable[[], None], sync: Callable[[], None], repeat: int, number: int,
+              min_repeat_ms: float | None = None,
+              progress: Callable[[int], None] | None = None) -> BenchmarkResult:
+    """Warm up, then take repeat samples, each the mean of number device-synchronised runs.
+
+    With min_repeat_ms, number doubles until one sample lasts at least that long (as TVM does).
+    """
+    once()
+    sync()
+    results = []
+    for r in range(repeat):
+        n = number
+        while True:
+            start = time.perf_counter()
+            for _ in range(n):
+                once()
+            sync()
+            elapsed = time.perf_counter() - start
+            if min_repeat_ms is None or elapsed * 1e3 >= min_repeat_ms or n > 1 << 20:
+                break
+            n *= 2
+        results.append(elapsed / n)
+        if progress is not None:
+            progress(r + 1)
+    return BenchmarkResult(tuple(results))

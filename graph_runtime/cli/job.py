@@ -1,0 +1,272 @@
+"""One graphrun job: find a graph's files, pick devices, load inputs, build, run and compare."""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..backends import available_backends, check_device
+from ..device import Device
+from ..device import device as parse_device
+from ..errors import DeviceError, GraphError, GraphRuntimeError, ParamsError
+from ..graph.model import Graph
+from ..params import load_params_file
+from ..runtime.graph_module import GraphModule, create
+
+# The files an example folder (examples/graphs/<name>/) holds, by the flag they stand in for.
+FOLDER_FILES = {"graph": ("graph.json",), "lib": ("lib.json", "lib.py"), "params": ("params",),
+                "inputs": ("inputs.npz",), "expected": ("expected.npz",)}
+AUTO_KINDS = ("cpu", "opencl", "cuda")
+
+
+@dataclass(frozen=True)
+class GraphFiles:
+    """The graph file and the files that go with it; None where there is none."""
+
+    graph: Path
+    lib: Path | None = None
+    params: Path | None = None
+    inputs: Path | None = None
+    expected: Path | None = None
+    folder: Path | None = None  # the example folder GRAPH named, if it named one
+
+
+def resolve_files(graph: str | os.PathLike[str], lib: str | os.PathLike[str] | None = None,
+                  params: str | os.PathLike[str] | None = None,
+                  inputs: str | os.PathLike[str] | None = None,
+                  expected: str | os.PathLike[str] | None = None) -> GraphFiles:
+    """GraphFiles for a graph file, or for an example folder whose files fill flags not given."""
+    path = Path(graph)
+    given = {"lib": lib, "params": params, "inputs": inputs, "expected": expected}
+    chosen = {key: Path(value) if value is not None else None for key, value in given.items()}
+    if not path.is_dir():
+        if not path.is_file():
+            raise GraphError(f"{path}: no such graph file or example folder")
+        return GraphFiles(path, **chosen)
+    graph_file = path / "graph.json"
+    if not graph_file.is_file():
+        raise GraphError(f"{path}: an example folder needs a graph.json; found "
+                         + (", ".join(sorted(p.name for p in path.iterdir())) or "nothing"))
+    for key, value in chosen.items():
+        if value is None:
+            found = [path / name for name in FOLDER_FILES[key] if (path / name).is_file()]
+            chosen[key] = found[0] if found else None
+    return GraphFiles(graph_file, folder=path, **chosen)
+
+
+def parse_devices(specs: Sequence[str], *, check: bool = True, flag: str = "-d") -> list[Device]:
+    """Devices from -d specs in order ("cpu", "opencl:0", "auto"); no specs means "auto".
+
+    "auto" is cpu:0, then opencl:0 and cuda:0 where this machine has them. With check, a device
+    this machine lacks is a DeviceError naming the flag.
+    """
+    devices: list[Device] = []
+    for spec in specs or ["auto"]:
+        if spec.strip().lower() == "auto":
+            found = [parse_device(kind) for kind in AUTO_KINDS if kind in available_backends()]
+        else:
+            try:
+                found = [parse_device(spec)]
+                if check:
+                    check_device(found[0])
+            except DeviceError as e:
+                detail = str(e)
+                kind = spec.partition(":")[0].strip().lower()
+                if detail.startswith(f"{kind}: "):  # backends start with their name already
+                    detail = detail[len(kind) + 2:]
+                raise DeviceError(f"{flag} {spec}: {detail}") from e
+        for dev in found:
+            if dev in devices:
+                raise DeviceError(f"{flag} {spec}: {dev.spec} is given twice; list each device "
+                                  "once")
+            devices.append(dev)
+    return devices
+
+
+def read_array(path: Path, where: str) -> np.ndarray:
+    """A .npy file as an array (no pickles); ParamsError names where it was asked for."""
+    try:
+        return np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise ParamsError(f"{where}: no such file {str(path)!r}") from None
+    except (OSError, ValueError, EOFError) as e:
+        raise ParamsError(f"{where}: cannot read {str(path)!r} as a .npy array: {e}") from e
+
+
+def param_names(files: GraphFiles) -> list[str]:
+    """Names the params file sets (empty without one)."""
+    return list(load_params_file(files.params)) if files.params is not None else []
+
+
+@dataclass
+class Inputs:
+    """Values for the graph's data inputs, and which of them were drawn at random."""
+
+    values: dict[str, np.ndarray] = field(default_factory=dict)
+    random: list[str] = field(default_factory=list)
+
+
+def load_inputs(graph: Graph, files: GraphFiles, pairs: Sequence[str] = (), seed: int = 0,
+                skip: Sequence[str] = ()) -> Inputs:
+    """Inputs from files.inputs (.npz) and NAME=FILE.npy pairs; others (not in skip) at random."""
+    eids = graph.input_entries
+    result = Inputs()
+    given: list[tuple[str, str, np.ndarray]] = []
+    if files.inputs is not None:
+        where = f"--inputs {files.inputs}"
+        if not files.inputs.is_file():
+            raise ParamsError(f"{where}: no such file")
+        given += [(where, name, value) for name, value in load_params_file(files.inputs).items()]
+    for item in pairs:
+        name, sep, filename = item.partition("=")
+        if not sep or not name or not filename:
+            raise ParamsError(f"--input {item}: expected NAME=FILE.npy, e.g. --input data=x.npy")
+        given.append((f"--input {item}", name, read_array(Path(filename), f"--input {item}")))
+    for where, name, value in given:
+        eid = eids.get(name)
+        if eid is None:
+            raise GraphError(f"{where}: graph has no input {name!r}; inputs are: "
+                             + ", ".join(eids))
+        want = (tuple(graph.shape(eid)), np.dtype(graph.dtype(eid)))
+        if (tuple(value.shape), value.dtype) != want:
+            raise ParamsError(f"{where}: input {name!r} (eid {eid}) expects {want[0]} {want[1]}, "
+                              f"got {tuple(value.shape)} {value.dtype}")
+        result.values[name] = value
+    rng = np.random.default_rng(seed)
+    for name, eid in eids.items():
+        if name in result.values or name in skip:
+            continue
+        result.values[name] = random_array(rng, tuple(graph.shape(eid)), graph.dtype(eid))
+        result.random.append(name)
+    return result
+
+
+def random_array(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """Standard normal floats, small non-negative ints (valid as indices), or random bools."""
+    kind = np.dtype(dtype).kind
+    if kind == "f":
+        return rng.standard_normal(shape).astype(dtype)
+    if kind in "iu":
+        return rng.integers(0, 10, size=shape).astype(dtype)
+    if kind == "b":
+        return rng.integers(0, 2, size=shape).astype(dtype)
+    raise GraphError(f"cannot draw random values of dtype {dtype}; give the input with --input")
+
+
+def output_names(graph: Graph) -> list[str]:
+    """A name per output: its head node's name (TVM does not name outputs), ':i' when needed."""
+    names = []
+    for nid, index, *_ in graph.heads:
+        node = graph.nodes[nid]
+        names.append(node.name if node.num_outputs == 1 else f"{node.name}:{index}")
+    return names
+
+
+@dataclass
+class Job:
+    """A built module with its inputs set: what run, compare, profile and regress share."""
+
+    files: GraphFiles
+    graph: Graph
+    devices: list[Device]
+    module: GraphModule
+    inputs: Inputs
+    seconds: float = 0.0  # the last run's wall time, outputs fetched
+
+    def run(self) -> list[np.ndarray]:
+        """Run once and fetch every output to the host (which waits for the devices)."""
+        start = time.perf_counter()
+        self.module.run()
+        outputs = [self.module.get_output(i).numpy()
+                   for i in range(self.module.get_num_outputs())]
+        self.seconds = time.perf_counter() - start
+        return outputs
+
+
+def build_job(files: GraphFiles, devices: Sequence[Device], pairs: Sequence[str] = (),
+              seed: int = 0, strict: bool = False) -> Job:
+    """Read the graph, create the module on devices, load params, set inputs."""
+    graph = Graph.from_json(files.graph)
+    # NOTE: read once; weight files can be large.
+    params = load_params_file(files.params) if files.params is not None else {}
+    inputs = load_inputs(graph, files, pairs, seed, skip=list(params))
+    module = create(graph, files.lib, list(devices), strict=strict)
+    if files.params is not None:
+        module.load_params(params, source=os.fspath(files.params))
+    module.set_input(inputs.values)
+    return Job(files, graph, list(devices), module, inputs)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One output against its expected value."""
+
+    index: int
+    name: str
+    ok: bool
+    max_abs: float
+    max_rel: float
+    problem: str = ""  # why it cannot be compared (shape or dtype differ), else empty
+
+
+def expected_outputs(path: Path, names: Sequence[str]) -> list[np.ndarray]:
+    """Expected value per output from an .npz: key output_<i> (as examples/ write) or the name."""
+    if not path.is_file():
+        raise ParamsError(f"--expected {path}: no such file")
+    arrays = load_params_file(path)
+    result = []
+    for i, name in enumerate(names):
+        for key in (f"output_{i}", name):
+            if key in arrays:
+                result.append(arrays[key])
+                break
+        else:
+            raise ParamsError(f"--expected {path}: no array for output {i} {name!r} (key "
+                              f"'output_{i}' or {name!r}); it has: {', '.join(arrays) or 'none'}")
+    return result
+
+
+def compare(outputs: Sequence[np.ndarray], expected: Sequence[np.ndarray], names: Sequence[str],
+            rtol: float, atol: float) -> list[Comparison]:
+    """Max abs and rel error per output; ok when |got - want| <= atol + rtol * |want| everywhere.
+
+    The relative error skips elements whose expected value is 0 (it is infinite there).
+    """
+    result = []
+    for i, (got, want) in enumerate(zip(outputs, expected)):
+        if got.shape != want.shape or got.dtype != want.dtype:
+            result.append(Comparison(i, names[i], False, float("nan"), float("nan"),
+                                     f"expected {want.shape} {want.dtype}, got "
+                                     f"{got.shape} {got.dtype}"))
+            continue
+        g64, w64 = got.astype(np.float64), want.astype(np.float64)
+        diff = np.abs(g64 - w64)
+        nonzero = w64 != 0
+        max_abs = float(diff.max()) if diff.size else 0.0
+        max_rel = float((diff[nonzero] / np.abs(w64[nonzero])).max()) if nonzero.any() else 0.0
+        ok = bool(np.allclose(g64, w64, rtol=rtol, atol=atol, equal_nan=True))
+        result.append(Comparison(i, names[i], ok, max_abs, max_rel))
+    return result
+
+
+def benchmark(job: Job, repeat: int, progress: Callable[[int], None] | None = None) -> Any:
+    """Device-synchronised timing of repeat runs (one run each), after a warm-up run."""
+    if repeat < 1:
+        raise GraphRuntimeError(f"--repeat {repeat}: expected a count >= 1")
+    return job.module.benchmark(repeat=repeat, number=1, progress=progress)
+
+
+def describe_devices(devices: Sequence[Device]) -> dict[Device, str]:
+    """Each device's name as its backend reports it (for the people reading the output)."""
+    names = {}
+    for dev in devices:
+        try:
+            names[dev] = check_device(dev).device_info(dev.device_id).name
+        except DeviceError as e:
+            names[dev] = f"not available: {e}"
+    return names
+

@@ -1,0 +1,41 @@
+"""Helpers for kernels written once against NumPy's API and run by NumPy (cpu) or CuPy (cuda)."""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from ..library import TensorSpec
+
+
+def array_module(backend: Any) -> Any:
+    """numpy for the cpu backend, cupy for cuda (both share NumPy's API)."""
+    if backend.name == "cuda":
+        import cupy
+        return cupy
+    return np
+
+
+def host_kernel(backend: Any, device_id: int, fn: Callable[..., None]) -> Callable[..., None]:
+    """fn as is on cpu; on cuda, fn run with device_id current (cupy launches on that device)."""
+    if backend.name != "cuda" or not hasattr(backend, "scope"):
+        return fn
+
+    def run(*arrays: Any) -> None:
+        with backend.scope(device_id):
+            fn(*arrays)
+    return run
+
+
+def host_factory(make: Callable[..., Callable[..., None]]) -> Callable[..., Callable[..., None]]:
+    """A kernel factory calling make(xp, backend, device_id, inputs, outputs, attrs) -> run."""
+    def factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+                outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+        run = make(array_module(backend), backend, device_id, inputs, outputs, attrs)
+        return host_kernel(backend, device_id, run)
+    return factory
+
+
+def wide_dtype(dtype: str) -> str:
+    """The dtype float16 work accumulates in (float32, as the GPU kernels do); others as is."""
+    return "float32" if dtype == "float16" else dtype

@@ -1,0 +1,100 @@
+"""One-row dense products whose weight gets zero rows so that OpenBLAS runs them on every core.
+
+OpenBLAS runs a GEMV on one thread below 460,800 weights (115,200 x its default
+GEMM_MULTITHREAD_THRESHOLD of 4) and on all cores from there on. Batch-1 layers such as the
+MLP's 784x512 and 512x512 sit just below, so on a server core with 1 MB of L2 their weights
+stream from L3 at one core's bandwidth. Zero rows up to the threshold make the same call
+multi-threaded; the extra outputs are zeros nobody reads. The weight must live in the padded
+buffer for that, so the kernel asks the executor to place the weight's entry there
+(bind_requests); a weight bound elsewhere later (zero copy) takes the plain call. Whether the
+padding pays is measured once per shape on this machine, not assumed.
+
+GRAPH_RUNTIME_GEMV_PADDING: auto (default, measured), on (whenever the size allows), off.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import numpy as np
+
+from ..._timing import time_runs
+from ...errors import LibraryError
+
+PADDING_ENV = "GRAPH_RUNTIME_GEMV_PADDING"
+OPENBLAS_THREADED_WEIGHTS = 460_800
+MAX_GROWTH = 2.0  # at most twice the weights: beyond that the extra traffic eats the gain
+MIN_SPEEDUP = 1.15  # "auto" pads only when the padded call is clearly faster here
+
+_measured: dict[tuple[int, int, str], int] = {}
+_measure_lock = threading.Lock()
+
+
+def padding_mode() -> str:
+    mode = os.environ.get(PADDING_ENV, "auto").strip().lower() or "auto"
+    if mode not in ("auto", "on", "off"):
+        raise LibraryError(f"{PADDING_ENV} must be auto, on or off, got {mode!r}")
+    return mode
+
+
+def padded_rows(k: int, n: int, dtype: str) -> int:
+    """Rows to give an [n, k] weight of x[1, k] @ w.T, or 0 to keep it as it is."""
+    if dtype not in ("float32", "float64") or k == 0 or n == 0:
+        return 0
+    rows = -(-OPENBLAS_THREADED_WEIGHTS // k)
+    if rows <= n or rows > MAX_GROWTH * n:
+        return 0
+    mode = padding_mode()
+    if mode != "auto":
+        return rows if mode == "on" else 0
+    key = (k, n, dtype)
+    with _measure_lock:
+        if key not in _measured:
+            _measured[key] = rows if _padding_pays(k, n, rows, dtype) else 0
+        return _measured[key]
+
+
+def _padding_pays(k: int, n: int, rows: int, dtype: str) -> bool:
+    """Time both calls on buffers of the real shapes (a few ms, once per shape)."""
+    x = np.ones((1, k), dtype)
+    buffer = np.ones((rows, k), dtype)
+    narrow, wide = np.empty((1, n), dtype), np.empty((1, rows), dtype)
+
+    def plain() -> None:
+        np.dot(x, buffer[:n].T, out=narrow)
+
+    def padded() -> None:
+        np.dot(x, buffer.T, out=wide)
+        np.copyto(narrow, wide[:, :n])
+
+    best = {plain: float("inf"), padded: float("inf")}
+    for _ in range(3):  # interleaved rounds, so machine noise hits both alike
+        for fn in best:
+            # time_runs warms up first: wakes BLAS threads, brings the buffers into cache
+            best[fn] = min(best[fn], time_runs(fn, lambda: None, repeat=1, number=8).min)
+    return best[padded] * MIN_SPEEDUP < best[plain]
+
+
+class PaddedGemv:
+    """run(a, b, out) = a[1, k] @ b[n, k].T; through the padded buffer when b is its weight view.
+
+    bind_requests: {input position: array} the executor makes that input's entry live in.
+    """
+
+    def __init__(self, k: int, n: int, rows: int, dtype: str) -> None:
+        self.buffer = np.zeros((rows, k), dtype)
+        self.weight = self.buffer[:n]
+        self.bind_requests = {1: self.weight}
+        self._wide = np.empty((1, rows), dtype)
+        self._head = self._wide[:, :n]  # the outputs of the real rows
+        self._a_shape, self._out_shape = (1, k), (1, n)
+
+    def __call__(self, a: Any, b: Any, out: Any) -> None:
+        a2 = a if a.shape == self._a_shape else a.reshape(self._a_shape)
+        out2 = out if out.shape == self._out_shape else out.reshape(self._out_shape)
+        if b is self.weight:
+            np.dot(a2, self.buffer.T, out=self._wide)
+            np.copyto(out2, self._head)
+        else:
+            np.dot(a2, b.T, out=out2)

@@ -1,0 +1,80 @@
+"""Input checks every op family shares: dtype groups, input counts, ranks, broadcasting, strides."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from .attrs import op_error
+from .library import TensorSpec
+
+FLOAT_DTYPES = ("float16", "float32", "float64")
+INT_DTYPES = ("int32", "int64")
+NUMERIC_DTYPES = FLOAT_DTYPES + INT_DTYPES
+
+
+def check_num_inputs(op: str, inputs: Sequence[TensorSpec], n: int) -> None:
+    if len(inputs) != n:
+        raise op_error(op, f"takes {n} input(s), got {len(inputs)}")
+
+
+def one_input(op: str, inputs: Sequence[TensorSpec]) -> TensorSpec:
+    """The only input of a one-input op."""
+    check_num_inputs(op, inputs, 1)
+    return inputs[0]
+
+
+def check_dtype(op: str, spec: TensorSpec, allowed: Sequence[str], what: str = "input 0") -> str:
+    """spec.dtype when it is one of allowed; otherwise a LibraryError listing them."""
+    if spec.dtype not in allowed:
+        raise op_error(op, f"{what} has dtype {spec.dtype}; supported: {', '.join(allowed)}")
+    return spec.dtype
+
+
+def check_same_dtype(op: str, inputs: Sequence[TensorSpec]) -> str:
+    """The common dtype of all inputs (Relay does not promote)."""
+    first = inputs[0].dtype
+    for i, spec in enumerate(inputs[1:], start=1):
+        if spec.dtype != first:
+            raise op_error(op, f"input {i} has dtype {spec.dtype} but input 0 has {first}; "
+                               "insert a cast")
+    return first
+
+
+def check_rank(op: str, spec: TensorSpec, ranks: Sequence[int], what: str = "input 0") -> int:
+    if len(spec.shape) not in ranks:
+        want = " or ".join(str(r) for r in ranks)
+        raise op_error(op, f"{what} has shape {tuple(spec.shape)} (rank {len(spec.shape)}); "
+                           f"expected rank {want}")
+    return len(spec.shape)
+
+
+def broadcast_shape(op: str, *shapes: Sequence[int]) -> tuple[int, ...]:
+    """NumPy's broadcast of shapes, or a LibraryError naming them."""
+    try:
+        return tuple(int(d) for d in np.broadcast_shapes(*(tuple(s) for s in shapes)))
+    except ValueError as e:
+        listed = " and ".join(str(tuple(s)) for s in shapes)
+        raise op_error(op, f"cannot broadcast input shapes {listed}") from e
+
+
+def size_of(shape: Sequence[int]) -> int:
+    return int(np.prod(shape, dtype=np.int64))
+
+
+def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    """Element strides of a C-contiguous array of shape."""
+    strides = []
+    acc = 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= max(int(d), 1)
+    return tuple(reversed(strides))
+
+
+def broadcast_strides(shape: Sequence[int], out_shape: Sequence[int]) -> tuple[int, ...]:
+    """Element strides that read a contiguous array of shape as out_shape (0 where broadcast)."""
+    pad = len(out_shape) - len(shape)
+    own = contiguous_strides(shape)
+    return tuple(0 if i < pad or shape[i - pad] == 1 else own[i - pad]
+                 for i in range(len(out_shape)))

@@ -1,0 +1,356 @@
+"""Turns a graph's nodes into a flat list of prepared calls (kernels and copies) and runs it."""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+from ..backends import check_device, copy_array
+from ..device import Device
+from ..errors import GraphError, GraphRuntimeError, LibraryError
+from ..graph.model import COPY_OP, NOP_OP, entry_bytes
+from ..lib.library import Module, TensorSpec
+from .storage import StoragePlan, StoragePool, check_capacity, default_caps, plan_storage
+
+log = logging.getLogger("graph_runtime")
+
+
+@dataclass(frozen=True)
+class InsertedCopy:
+    """A copy the executor added because a node read an entry living on another device."""
+
+    eid: int
+    producer: str
+    src: Device
+    dst: Device
+    nbytes: int
+    readers: tuple[str, ...]
+
+
+@dataclass
+class Step:
+    """One prepared call: a kernel or a copy, with its argument arrays bound."""
+
+    nid: int            # node id; -1 for a copy the executor inserted
+    label: str
+    func_name: str
+    device: Device
+    fn: Callable[..., Any]
+    args: list[Any]
+    arg_keys: list[tuple[int, Device, bool]]  # (eid, device the array lives on, flattened)
+    is_copy: bool
+
+
+@dataclass(frozen=True)
+class NodeTime:
+    """Device-synchronised wall time of one step, median over the profiled runs."""
+
+    nid: int
+    label: str
+    func_name: str
+    device: Device
+    is_copy: bool
+    seconds: float
+
+
+def resolve_entry_devices(graph: Any, ctxs: Sequence[Device], strict: bool) -> list[Device]:
+    """Map each entry's device_index (a DLPack type code) to a context; TVM's ctxs[0] fallback."""
+    codes = graph.column("device_index")
+    ids = graph.column("device_id")
+    if codes is None:
+        return [ctxs[0]] * graph.num_entries
+    devices: list[Device] = []
+    unmatched: dict[tuple[int, int | None], list[int]] = {}
+    for eid in range(graph.num_entries):
+        code = codes[eid]
+        want = ids[eid] if ids is not None else None
+        match = next((c for c in ctxs if c.device_type == code
+                      and (want is None or c.device_id == want)), None)
+        if match is None:
+            unmatched.setdefault((code, want), []).append(eid)
+            match = next((c for c in ctxs if c.device_type == code), ctxs[0])
+        devices.append(match)
+    for (code, want), eids in unmatched.items():
+        wanted = Device(code, want or 0) if want is not None else Device(code, 0).kind
+        nodes = sorted({_owner_label(graph, e) for e in eids})
+        shown = ", ".join(nodes[:8]) + (f" and {len(nodes) - 8} more" if len(nodes) > 8 else "")
+        message = (f"{graph.source}: device_index asks for {wanted} for {len(eids)} entries "
+                   f"({shown}) but ctxs are {', '.join(map(str, ctxs))}")
+        if strict:
+            raise GraphError(message + "; add that device to ctxs, or pass strict=False to fall "
+                             "back to ctxs[0]")
+        log.warning("%s; using %s", message, devices[eids[0]])
+    return devices
+
+
+def plan_placement(graph: Any, entry_device: Sequence[Device], fallback: Device, strict: bool
+                   ) -> tuple[list[Device], list[InsertedCopy], StoragePlan]:
+    """Each node's device, the copies to insert and the storage plan counting their buffers.
+
+    What create() sets up, computed without allocating (`graphrun info` shows it too).
+    fallback: the device of a node without outputs (ctxs[0]).
+    """
+    node_device = _node_devices(graph, entry_device, fallback)
+    plan = plan_storage(graph, entry_device)
+    copies = _missing_copies(graph, entry_device, node_device, strict)
+    for c in copies:
+        plan.extra_bytes[c.dst] = plan.extra_bytes.get(c.dst, 0) + c.nbytes
+    return node_device, copies, plan
+
+
+def _node_devices(graph: Any, entry_device: Sequence[Device], fallback: Device) -> list[Device]:
+    result: list[Device] = []
+    for node in graph.nodes:
+        eids = graph.node_entries(node.nid)
+        devs = {entry_device[e] for e in eids}
+        if len(devs) > 1:
+            where = ", ".join(f"eid {e} on {entry_device[e]}" for e in eids)
+            raise GraphError(f"{graph.source}: {node.label} has outputs on several devices "
+                             f"({where}); a node runs on one device")
+        result.append(devs.pop() if devs else fallback)
+    return result
+
+
+def _missing_copies(graph: Any, entry_device: Sequence[Device], node_device: Sequence[Device],
+                    strict: bool) -> list[InsertedCopy]:
+    """One copy per (entry, device) a kernel reads across devices without a __copy node."""
+    found: dict[tuple[int, Device], list[str]] = {}
+    for node in graph.nodes:
+        if node.is_arg or node.func_name in (COPY_OP, NOP_OP):
+            continue
+        dst = node_device[node.nid]
+        for pos, ref in enumerate(node.inputs):
+            eid = graph.entry_id(ref[0], ref[1])
+            src = entry_device[eid]
+            if src == dst:
+                continue
+            if strict:
+                raise GraphError(
+                    f"{graph.source}: {node.label} on {dst} reads input {pos}, entry "
+                    f"{ref[0]}:{ref[1]} (eid {eid}), which lives on {src}, with no __copy "
+                    "node between them; add one, or pass strict=False to let the executor "
+                    "insert it")
+            found.setdefault((eid, dst), []).append(node.label)
+    return [InsertedCopy(eid, _owner_label(graph, eid), entry_device[eid], dst,
+                         entry_bytes(graph.shape(eid), graph.dtype(eid)), tuple(readers))
+            for (eid, dst), readers in found.items()]
+
+
+def _owner_label(graph: Any, eid: int) -> str:
+    return graph.nodes[graph.entry_node(eid)[0]].label
+
+
+class Executor:
+    """Prepared steps over a storage pool. Setup resolves everything; run() is a tight loop."""
+
+    def __init__(self, graph: Any, lib: Module, ctxs: Sequence[Device], *, strict: bool = False,
+                 memory_cap: int | Mapping[Device, int] | None = None) -> None:
+        self.graph = graph
+        self.ctxs = list(ctxs)
+        for dev in self.ctxs:
+            check_device(dev)
+        self.entry_device = resolve_entry_devices(graph, self.ctxs, strict)
+        self.node_device, self.copies, plan = plan_placement(graph, self.entry_device,
+                                                             self.ctxs[0], strict)
+        for c in self.copies:
+            log.info("%s: inserted a copy of eid %d (%s) from %s to %s for %s", graph.source,
+                     c.eid, c.producer, c.src, c.dst, ", ".join(c.readers))
+        check_capacity(graph, plan, self._caps(plan, memory_cap))
+        self.plan: StoragePlan = plan
+        self.pool = StoragePool(graph, plan)
+        # Every array a step may touch, by (eid, device): pool views plus inserted copies' buffers.
+        self.arrays: dict[tuple[int, Device], Any] = {
+            (eid, self.entry_device[eid]): view for eid, view in enumerate(self.pool.views)}
+        for c in self.copies:
+            backend = check_device(c.dst)
+            self.arrays[(c.eid, c.dst)] = backend.empty(c.dst.device_id, tuple(graph.shape(c.eid)),
+                                                       graph.dtype(c.eid))
+        self.steps = self._prepare_steps(lib)
+        self._place_requested_inputs()
+        self._calls = [(s.fn, s.args) for s in self.steps]
+        self.devices = sorted(set(self.entry_device) | {c.dst for c in self.copies})
+
+    # ---- setup ---------------------------------------------------------------------------------
+
+    def _caps(self, plan: StoragePlan, memory_cap: Any) -> dict[Device, int]:
+        used = set(plan.sid_device.values()) | set(plan.extra_bytes)
+        caps = default_caps(list(used))
+        if isinstance(memory_cap, int):
+            caps = {dev: memory_cap for dev in used}
+        elif isinstance(memory_cap, Mapping):
+            from ..device import device as parse_device
+            for key, value in memory_cap.items():
+                caps[parse_device(key)] = int(value)
+        return caps
+
+    def _prepare_steps(self, lib: Module) -> list[Step]:
+        g = self.graph
+        steps: list[Step] = []
+        pending = {(c.eid, c.dst): c for c in self.copies}
+        for node in g.nodes:
+            if node.is_arg or node.func_name == NOP_OP:
+                continue
+            dev = self.node_device[node.nid]
+            in_eids = [g.entry_id(ref[0], ref[1]) for ref in node.inputs]
+            out_eids = list(g.node_entries(node.nid))
+            if node.func_name == COPY_OP:
+                steps.append(self._copy_node_step(node, in_eids, out_eids))
+                continue
+            # Inserted copies run right before their first reader.
+            for eid in in_eids:
+                c = pending.pop((eid, dev), None)
+                if c is not None:
+                    steps.append(self._copy_step(-1, f"copy of eid {eid} ({c.producer}) to {dev}",
+                                                 eid, c.src, c.dst))
+            flatten = node.flatten_data
+            keys = [(e, dev if (e, dev) in self.arrays else self.entry_device[e], flatten)
+                    for e in in_eids]
+            keys += [(e, dev, flatten) for e in out_eids]
+            # With flatten_data the arrays are 1-D views, but a prepared kernel is told the
+            # declared shapes (and gets flatten_data in attrs): a chain of standard ops needs them
+            # to broadcast, and gives its kernels the shapes back (lib/chain.py).
+            in_specs = [TensorSpec(tuple(g.shape(e)), g.dtype(e)) for e in in_eids]
+            out_specs = [TensorSpec(tuple(g.shape(e)), g.dtype(e)) for e in out_eids]
+            fn = lib.prepare(node.func_name or "", dev, in_specs, out_specs, node.attrs,
+                             node=node.label)
+            fn = _in_device_scope(fn, dev)
+            steps.append(Step(node.nid, node.label, node.func_name or "", dev, fn,
+                              [self._bind(k) for k in keys], keys, False))
+        return steps
+
+    def _place_requested_inputs(self) -> None:
+        """Give entries the storage their kernel asked for (fn.bind_requests: {position: array}).
+
+        A padded CPU GEMV wants its weight inside a larger zeroed buffer (lib/padded_gemv.py).
+        An entry shared with another storage user, read through a copy or flattened keeps the
+        pool's buffer; the kernel then takes its plain path.
+        """
+        placed: set[int] = set()
+        for step in self.steps:
+            for pos, array in getattr(step.fn, "bind_requests", {}).items():
+                eid, dev, flatten = step.arg_keys[pos]
+                if (flatten or eid in placed or dev != self.entry_device[eid]
+                        or not self.pool.place(eid, array)):
+                    continue
+                placed.add(eid)
+                self.rebind(eid, array)
+
+    def _copy_node_step(self, node: Any, in_eids: list[int], out_eids: list[int]) -> Step:
+        g = self.graph
+        if len(in_eids) != 1 or len(out_eids) != 1:
+            raise GraphError(f"{g.source}: {node.label} is a __copy with {len(in_eids)} inputs "
+                             f"and {len(out_eids)} outputs; expected 1 and 1")
+        src_eid, dst_eid = in_eids[0], out_eids[0]
+        src_spec = (tuple(g.shape(src_eid)), g.dtype(src_eid))
+        dst_spec = (tuple(g.shape(dst_eid)), g.dtype(dst_eid))
+        if src_spec != dst_spec:
+            raise GraphError(f"{g.source}: {node.label} copies eid {src_eid} {src_spec} into eid "
+                             f"{dst_eid} {dst_spec}; a __copy needs equal shape and dtype")
+        step = self._copy_step(node.nid, node.label, src_eid, self.entry_device[src_eid],
+                               self.entry_device[dst_eid], dst_eid)
+        return step
+
+    def _copy_step(self, nid: int, label: str, src_eid: int, src: Device, dst: Device,
+                   dst_eid: int | None = None) -> Step:
+        src_backend = check_device(src)
+        dst_backend = check_device(dst)
+
+        def copy(src_array: Any, dst_array: Any) -> None:
+            copy_array(src_backend, src_array, dst_backend, dst_array)
+
+        keys = [(src_eid, src, False), (src_eid if dst_eid is None else dst_eid, dst, False)]
+        return Step(nid, label, COPY_OP, dst, copy, [self._bind(k) for k in keys], keys, True)
+
+    def _bind(self, key: tuple[int, Device, bool]) -> Any:
+        eid, dev, flatten = key
+        array = self.arrays[(eid, dev)]
+        return array.reshape(-1) if flatten else array
+
+    # ---- binding (zero copy) -------------------------------------------------------------------
+
+    def rebind(self, eid: int, array: Any) -> None:
+        """Make every step that touches eid on its home device use array instead of the pool view.
+
+        Only references to this entry change, so entries sharing its storage id keep the pool
+        (the bug of apache/tvm#9448 and #17152 cannot happen here).
+        """
+        dev = self.entry_device[eid]
+        self.arrays[(eid, dev)] = array
+        for step in self.steps:
+            for pos, (e, d, flatten) in enumerate(step.arg_keys):
+                if e == eid and d == dev:
+                    step.args[pos] = array.reshape(-1) if flatten else array
+
+    # ---- running -------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Run every step once, in order. Work may still be queued on devices when it returns."""
+        done = 0
+        try:
+            for fn, args in self._calls:
+                fn(*args)
+                done += 1
+        except GraphRuntimeError:
+            raise
+        except Exception as e:
+            raise self._failed(self.steps[done], e) from e
+
+    def _failed(self, step: Step, e: Exception) -> LibraryError:
+        """The one error a kernel's own exception becomes, naming the node (wrapped once)."""
+        return LibraryError(f"{self.graph.source}: {step.label} ({step.func_name} on "
+                            f"{step.device}) failed: {type(e).__name__}: {e}")
+
+    def sync(self) -> None:
+        """Wait for every device this graph uses."""
+        for dev in self.devices:
+            check_device(dev).sync(dev.device_id)
+
+    def run_steps(self, each: Callable[[Step], None] | None = None,
+                  timer: Callable[[Step, float], None] | None = None) -> None:
+        """Run step by step, syncing each device after its step (profiling and debugging)."""
+        for step in self.steps:
+            backend = check_device(step.device)
+            start = time.perf_counter()
+            try:
+                step.fn(*step.args)
+                backend.sync(step.device.device_id)
+            except GraphRuntimeError:
+                raise
+            except Exception as e:
+                raise self._failed(step, e) from e
+            if timer is not None:
+                timer(step, time.perf_counter() - start)
+            if each is not None:
+                each(step)
+
+    def profile(self, repeat: int = 1, progress: Callable[[int], None] | None = None
+                ) -> list[NodeTime]:
+        """Per-step device-synchronised wall times, median over repeat runs."""
+        if repeat < 1:
+            raise GraphRuntimeError(f"profile repeat must be >= 1, got {repeat}")
+        self.run()  # warm-up: first calls compile kernels and fault in pages
+        self.sync()
+        samples: dict[int, list[float]] = {id(s): [] for s in self.steps}
+        for r in range(repeat):
+            self.run_steps(timer=lambda s, t: samples[id(s)].append(t))
+            if progress is not None:
+                progress(r + 1)
+        result = []
+        for s in self.steps:
+            times = sorted(samples[id(s)])
+            result.append(NodeTime(s.nid, s.label, s.func_name, s.device, s.is_copy,
+                                   times[len(times) // 2]))
+        return result
+
+
+def _in_device_scope(fn: Callable[..., Any], dev: Device) -> Callable[..., Any]:
+    """Wrap fn so it runs with dev current, for backends that have a current device (CUDA)."""
+    scope = getattr(check_device(dev), "scope", None)
+    if scope is None or dev.device_id == 0:
+        return fn
+
+    def scoped(*args: Any) -> Any:
+        with scope(dev.device_id):
+            return fn(*args)
+    return scoped

@@ -1,0 +1,388 @@
+"""GraphModule: the object create() returns, with tvm.contrib.graph_executor's method names."""
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from .._timing import BenchmarkResult, time_runs
+from ..backends import check_device, copy_array, get_backend
+from ..device import Device, DeviceLike
+from ..device import device as parse_device
+from ..errors import DeviceError, GraphError, GraphRuntimeError, ParamsError
+from ..lib.library import Module
+from ..nd import NDArray, from_dlpack
+from .executor import Executor, InsertedCopy, NodeTime
+from .measure import MemoryReport
+
+log = logging.getLogger("graph_runtime")
+
+
+def _to_device_list(ctxs: DeviceLike | Sequence[DeviceLike]) -> list[Device]:
+    if isinstance(ctxs, (list, tuple)):
+        devices = [parse_device(c) for c in ctxs]
+    else:
+        devices = [parse_device(ctxs)]  # type: ignore[arg-type]
+    if not devices:
+        raise DeviceError("ctxs is empty; give at least one device, e.g. graph_runtime.cpu()")
+    return devices
+
+
+class GraphModule:
+    """A graph bound to devices and kernels, ready to run (see graph_runtime.create)."""
+
+    def __init__(self, graph: Any, lib: Module, ctxs: Sequence[Device], *, strict: bool = False,
+                 memory_cap: int | Mapping[Any, int] | None = None) -> None:
+        self.graph = graph
+        self.lib = lib
+        self.strict = strict
+        self.executor = Executor(graph, lib, ctxs, strict=strict, memory_cap=memory_cap)
+        self.ctxs = self.executor.ctxs
+        inputs = graph.input_entries
+        self._input_index = {name: i for i, name in enumerate(inputs)}
+        self._input_eids = list(inputs.values())
+        self._output_eids = list(graph.output_entries)
+        # (shape, dtype, home key) of each input entry, for set_input's fast path.
+        ex = self.executor
+        self._input_layout = {eid: (tuple(graph.shape(eid)), np.dtype(graph.dtype(eid)),
+                                    (eid, ex.entry_device[eid]))
+                              for eid in self._input_eids}
+
+    # ---- inputs --------------------------------------------------------------------------------
+
+    def get_num_inputs(self) -> int:
+        """Number of graph inputs (arg nodes: data and params)."""
+        return len(self._input_eids)
+
+    def get_num_outputs(self) -> int:
+        return len(self._output_eids)
+
+    def get_input_index(self, name: str) -> int:
+        """Index of the input called name; GraphError lists the inputs when there is none."""
+        index = self._input_index.get(name)
+        if index is None:
+            raise GraphError(f"graph has no input {name!r}; inputs are: {self._input_names()}")
+        return index
+
+    def get_input_info(self) -> tuple[dict[str, tuple[int, ...]], dict[str, str]]:
+        """(shape by input name, dtype by input name), as TVM's get_input_info."""
+        g = self.graph
+        shapes = {g.nodes[nid].name: tuple(g.shape(eid))
+                  for nid, eid in zip(g.arg_nodes, self._input_eids)}
+        dtypes = {g.nodes[nid].name: g.dtype(eid)
+                  for nid, eid in zip(g.arg_nodes, self._input_eids)}
+        return shapes, dtypes
+
+    def get_output_info(self) -> tuple[list[tuple[int, ...]], list[str]]:
+        """(shape of each output, dtype of each output)."""
+        g = self.graph
+        return ([tuple(g.shape(e)) for e in self._output_eids],
+                [g.dtype(e) for e in self._output_eids])
+
+    def _input_names(self) -> str:
+        names = list(self._input_index)
+        return ", ".join(names[:20]) + (f" ... ({len(names)} in all)" if len(names) > 20 else "")
+
+    def _resolve_input(self, key: int | str) -> int:
+        if isinstance(key, str):
+            return self._input_eids[self.get_input_index(key)]
+        if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+            if not 0 <= key < len(self._input_eids):
+                raise GraphError(f"input index {key} is out of range: the graph has "
+                                 f"{len(self._input_eids)} inputs ({self._input_names()})")
+            return self._input_eids[int(key)]
+        raise GraphError(f"input key must be a name or an index, got {type(key).__name__}")
+
+    def _input_name(self, eid: int) -> str:
+        return self.graph.nodes[self.graph.arg_nodes[self._input_eids.index(eid)]].name
+
+    def set_input(self, key: int | str | Mapping[str, Any] | None = None, value: Any = None,
+                  **params: Any) -> None:
+        """Copy values into inputs by name or index: numpy arrays, NDArrays or DLPack tensors."""
+        if type(key) is str and value is not None and not params:
+            # NOTE: the per-inference call, set_input("data", x): after run() has streamed the
+            # weights through the caches every lookup misses, so it takes the shortest way to
+            # _copy_in (whose own fast path makes a host array for a CPU input one memcpy).
+            index = self._input_index.get(key)
+            if index is not None:
+                self._copy_in(self._input_eids[index], value)
+                return
+        if isinstance(key, Mapping):
+            params = {**key, **params}
+            key = None
+        if key is not None:
+            if value is None:
+                raise GraphError(f"set_input({key!r}) needs a value")
+            self._copy_in(self._resolve_input(key), value)
+        for name, val in params.items():
+            self._copy_in(self._resolve_input(name), val)
+
+    def _copy_in(self, eid: int, value: Any) -> None:
+        shape, dtype, key = self._input_layout[eid]
+        if (type(value) is np.ndarray and key[1].device_type == 1 and value.dtype == dtype
+                and value.shape == shape):
+            # NOTE: the common case (a host array for a CPU input) is one memcpy, no lookups.
+            np.copyto(self.executor.arrays[key], value)
+            return
+        dev = self.executor.entry_device[eid]
+        dst = self.executor.arrays[(eid, dev)]
+        src_backend, src = self._native(value, eid)
+        copy_array(src_backend, src, check_device(dev), dst)
+
+    def _native(self, value: Any, eid: int) -> tuple[Any, Any]:
+        """(backend, native array) for a user value, checked against entry eid's shape and dtype."""
+        if isinstance(value, np.ndarray):
+            self._check_value(eid, tuple(value.shape), str(value.dtype))
+            return get_backend("cpu"), value
+        if isinstance(value, NDArray) or hasattr(value, "__dlpack__"):
+            nd = value if isinstance(value, NDArray) else from_dlpack(value)
+            self._check_value(eid, tuple(nd.shape), str(nd.dtype))
+            return check_device(nd.device), nd.native
+        host = np.asarray(value, dtype=self.graph.dtype(eid))
+        self._check_value(eid, tuple(host.shape), str(host.dtype))
+        return get_backend("cpu"), host
+
+    def _check_value(self, eid: int, shape: tuple[int, ...], dtype: str) -> None:
+        want_shape, want_dtype, _ = self._input_layout[eid]
+        _check_layout(f"input {self._input_name(eid)!r}", eid, want_shape, want_dtype, shape,
+                      dtype)
+
+    def get_input(self, key: int | str, out: Any = None) -> Any:
+        """The input's array on its device (a view: writing to it changes the input)."""
+        eid = self._resolve_input(key)
+        dev = self.executor.entry_device[eid]
+        view = NDArray(self.executor.arrays[(eid, dev)], dev)
+        if out is not None:
+            return _copy_out(view, out)
+        return view
+
+    def set_input_zero_copy(self, key: int | str, value: Any) -> None:
+        """Bind an array as the input itself (no copy); it must be on the input's device."""
+        self._bind_zero_copy(self._resolve_input(key), value, f"input {key!r}")
+
+    def set_output_zero_copy(self, index: int, value: Any) -> None:
+        """Have run() write output index straight into the given array."""
+        if not 0 <= index < len(self._output_eids):
+            raise GraphError(f"output index {index} is out of range: the graph has "
+                             f"{len(self._output_eids)} outputs")
+        self._bind_zero_copy(self._output_eids[index], value, f"output {index}")
+
+    def _bind_zero_copy(self, eid: int, value: Any, what: str) -> None:
+        g = self.graph
+        dev = self.executor.entry_device[eid]
+        if isinstance(value, NDArray):
+            nd = value
+        elif isinstance(value, np.ndarray):
+            nd = NDArray(value, Device(1, 0))
+        elif hasattr(value, "__dlpack__"):
+            nd = from_dlpack(value)
+        else:
+            raise GraphError(f"{what} (eid {eid}): zero copy needs an NDArray, a numpy array or "
+                             f"a DLPack tensor, got {type(value).__name__}")
+        if nd.device.device_type != dev.device_type or (
+                nd.device.device_id != dev.device_id and dev.kind != "cpu"):
+            raise DeviceError(f"{what} (eid {eid}) lives on {dev} but the array given is on "
+                              f"{nd.device}; zero copy needs the same device")
+        _check_layout(what, eid, tuple(g.shape(eid)), g.dtype(eid), tuple(nd.shape), nd.dtype)
+        native = nd.native
+        if isinstance(native, np.ndarray) and not native.flags.c_contiguous:
+            raise GraphError(f"{what} (eid {eid}): zero copy needs a C-contiguous array")
+        self.executor.rebind(eid, native)
+
+    # ---- params --------------------------------------------------------------------------------
+
+    def load_params(self, params: bytes | bytearray | str | os.PathLike | Mapping[str, Any],
+                    source: str | None = None) -> None:
+        """Set inputs from a TVM params blob, a params/.npz file, or a dict; shapes must match.
+
+        source names a blob's or dict's origin in messages (e.g. the file it was read from).
+        """
+        from ..params import load_param_arrays, load_params_file
+        if isinstance(params, (bytes, bytearray, memoryview)):
+            values: Mapping[str, Any] = load_param_arrays(bytes(params), source or "<params>")
+            source = source or "params"
+        elif isinstance(params, (str, os.PathLike)):
+            values = load_params_file(params)
+            source = os.fspath(params)
+        else:
+            values = params
+            source = source or "params"
+        unknown = [name for name in values if name not in self._input_index]
+        if unknown:
+            message = (f"{source}: {len(unknown)} params are not inputs of the graph: "
+                       f"{', '.join(map(repr, unknown[:10]))}; inputs are: {self._input_names()}")
+            if self.strict:
+                raise ParamsError(message)
+            log.warning("%s (ignored)", message)
+        g = self.graph
+        for name, value in values.items():
+            if name not in self._input_index:
+                continue
+            eid = self._resolve_input(name)
+            shape = tuple(getattr(value, "shape", np.shape(value)))
+            dtype = str(getattr(value, "dtype", np.asarray(value).dtype))
+            if shape != tuple(g.shape(eid)) or np.dtype(dtype) != np.dtype(g.dtype(eid)):
+                raise ParamsError(f"{source}: param {name!r} is {shape} {dtype} but the graph's "
+                                  f"input {name!r} (eid {eid}) is {tuple(g.shape(eid))} "
+                                  f"{g.dtype(eid)}")
+            self._copy_in(eid, value)
+
+    def share_params(self, other: "GraphModule", params_bytes: bytes) -> None:
+        """Use other's param arrays (zero copy) for every name in params_bytes, as TVM does."""
+        from ..params import load_param_arrays
+        for name in load_param_arrays(bytes(params_bytes)):
+            mine = self._resolve_input(name)
+            theirs = other._resolve_input(name)
+            dev = other.executor.entry_device[theirs]
+            if dev != self.executor.entry_device[mine]:
+                raise DeviceError(f"share_params: {name!r} lives on {dev} in the other module but "
+                                  f"on {self.executor.entry_device[mine]} here")
+            self.executor.rebind(mine, other.executor.arrays[(theirs, dev)])
+
+    # ---- running and outputs -------------------------------------------------------------------
+
+    def run(self, **inputs: Any) -> None:
+        """Set the given inputs, then run the graph once."""
+        if inputs:
+            self.set_input(**inputs)
+        self.executor.run()
+
+    def get_output(self, index: int, out: Any = None) -> Any:
+        """Output index as a new NDArray (the next run cannot overwrite it), or copied into out."""
+        if not 0 <= index < len(self._output_eids):
+            raise GraphError(f"output index {index} is out of range: the graph has "
+                             f"{len(self._output_eids)} outputs")
+        eid = self._output_eids[index]
+        dev = self.executor.entry_device[eid]
+        src = self.executor.arrays[(eid, dev)]
+        if out is not None:
+            return _copy_out(NDArray(src, dev), out)
+        if type(src) is np.ndarray:
+            return NDArray(src.copy(), dev)  # a CPU output: one memcpy, no backend lookups
+        backend = check_device(dev)
+        fresh = backend.empty(dev.device_id, tuple(self.graph.shape(eid)), self.graph.dtype(eid))
+        backend.copy(src, fresh)
+        return NDArray(fresh, dev)
+
+    def benchmark(self, device: DeviceLike | None = None, func_name: str = "run", repeat: int = 5,
+                  number: int = 5, min_repeat_ms: float | None = None, end_to_end: bool = False,
+                  progress: Callable[[int], None] | None = None, **kwargs: Any) -> BenchmarkResult:
+        """Time run() (device-synchronised): repeat samples, each the mean of number runs."""
+        if func_name != "run":
+            raise GraphRuntimeError(f"benchmark can time 'run' only, got {func_name!r}")
+        if repeat < 1 or number < 1:
+            raise GraphRuntimeError(f"benchmark needs repeat >= 1 and number >= 1, got "
+                                    f"repeat={repeat} number={number}")
+        host_inputs = {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v)
+                       for k, v in kwargs.items()}
+        if host_inputs and not end_to_end:
+            self.set_input(host_inputs)
+
+        def once() -> None:
+            if end_to_end:
+                self.set_input(host_inputs)
+                self.executor.run()
+                for i in range(len(self._output_eids)):
+                    self.get_output(i).numpy()
+            else:
+                self.executor.run()
+
+        return time_runs(once, self.executor.sync, repeat, number, min_repeat_ms, progress)
+
+    # ---- introspection and debugging -----------------------------------------------------------
+
+    def placement(self) -> list[tuple[int, str, str, Device]]:
+        """(node id, name, func_name, device) for every node, in node order."""
+        g = self.graph
+        return [(n.nid, n.name, n.func_name or ("input" if n.is_arg else ""),
+                 self.executor.node_device[n.nid]) for n in g.nodes]
+
+    def copies(self) -> list[InsertedCopy]:
+        """Copies the executor inserted where the graph had none (none for a well-planned graph)."""
+        return list(self.executor.copies)
+
+    def memory_report(self) -> MemoryReport:
+        plan = self.executor.plan
+        return MemoryReport(plan.bytes_per_device(), plan.unshared_bytes_per_device(),
+                            dict(plan.extra_bytes))
+
+    def profile(self, repeat: int = 1, progress: Callable[[int], None] | None = None
+                ) -> list[NodeTime]:
+        """Per-node device-synchronised times (median of repeat runs), in execution order."""
+        return self.executor.profile(repeat, progress)
+
+    def debug_get_outputs(self, nodes: Sequence[str | int] | None = None
+                          ) -> dict[str, list[np.ndarray]]:
+        """Run once node by node and return host copies of each (selected) node's outputs.
+
+        Outputs are captured right after their node runs, before storage sharing reuses them.
+        """
+        g = self.graph
+        wanted = None
+        if nodes is not None:
+            wanted = set()
+            by_name = {n.name: n.nid for n in g.nodes}
+            for key in nodes:
+                if isinstance(key, str):
+                    if key not in by_name:
+                        raise GraphError(f"graph has no node named {key!r}")
+                    wanted.add(by_name[key])
+                else:
+                    wanted.add(int(key))
+        captured: dict[str, list[np.ndarray]] = {}
+
+        def grab(step: Any) -> None:
+            if step.nid < 0 or (wanted is not None and step.nid not in wanted):
+                return
+            dev = self.executor.node_device[step.nid]
+            backend = check_device(dev)
+            captured[g.nodes[step.nid].name] = [
+                backend.to_host(self.executor.arrays[(e, dev)]) for e in g.node_entries(step.nid)]
+
+        self.executor.run_steps(each=grab)
+        return captured
+
+
+def _check_layout(what: str, eid: int, want_shape: tuple[int, ...], want_dtype: Any,
+                  shape: tuple[int, ...], dtype: Any) -> None:
+    """GraphError naming the input/output and entry unless shape and dtype are as the graph says."""
+    if tuple(shape) != tuple(want_shape) or np.dtype(dtype) != np.dtype(want_dtype):
+        raise GraphError(f"{what} (eid {eid}): expected {tuple(want_shape)} "
+                         f"{np.dtype(want_dtype)}, got {tuple(shape)} {np.dtype(dtype)}")
+
+
+def _copy_out(src: Any, out: Any) -> Any:
+    if isinstance(out, NDArray):
+        if tuple(out.shape) != tuple(src.shape) or np.dtype(out.dtype) != np.dtype(src.dtype):
+            raise GraphError(f"out= is {tuple(out.shape)} {out.dtype} but the value is "
+                             f"{tuple(src.shape)} {src.dtype}")
+        copy_array(check_device(src.device), src.native, check_device(out.device), out.native)
+        return out
+    if isinstance(out, np.ndarray):
+        if out.shape != tuple(src.shape) or out.dtype != np.dtype(src.dtype):
+            raise GraphError(f"out= is {out.shape} {out.dtype} but the value is "
+                             f"{tuple(src.shape)} {src.dtype}")
+        check_device(src.device).to_host(src.native, out=out)
+        return out
+    raise GraphError(f"out= must be an NDArray or numpy array, got {type(out).__name__}")
+
+
+def create(graph: Any, libmod: Module | str | os.PathLike | None = None,
+           ctxs: DeviceLike | Sequence[DeviceLike] = Device(1, 0), *, strict: bool = False,
+           memory_cap: int | Mapping[Any, int] | None = None) -> GraphModule:
+    """A GraphModule: graph (JSON text, path, dict or Graph), a lib, devices (ctxs[0] primary).
+
+    libmod may be a Module, a lib file path, or None for the standard op library.
+    """
+    from ..graph.model import Graph
+    from ..lib import load_module, standard_module
+    g = graph if isinstance(graph, Graph) else Graph.from_json(graph)
+    if libmod is None:
+        lib = standard_module()
+    elif isinstance(libmod, Module):
+        lib = libmod
+    else:
+        lib = load_module(libmod)
+    return GraphModule(g, lib, _to_device_list(ctxs), strict=strict, memory_cap=memory_cap)

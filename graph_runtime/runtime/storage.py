@@ -1,0 +1,149 @@
+"""Device-aware storage pool: bytes per storage id, one device per id, a view per entry."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .._text import fmt_bytes
+from ..backends import check_device
+from ..device import Device
+from ..errors import DeviceError, GraphError
+from ..graph.model import entry_bytes
+
+
+@dataclass
+class StoragePlan:
+    """Which device and how many bytes each storage id needs, before anything is allocated."""
+
+    sid_bytes: dict[int, int]
+    sid_device: dict[int, Device]
+    sid_first_entry: dict[int, int]
+    entry_sid: list[int]
+    entry_bytes: list[int]
+    entry_device: list[Device]
+    extra_bytes: dict[Device, int] = field(default_factory=dict)  # buffers outside the pool
+
+    def bytes_per_device(self) -> dict[Device, int]:
+        """Pool bytes per device with storage sharing, as allocated."""
+        totals: dict[Device, int] = {}
+        for sid, nbytes in self.sid_bytes.items():
+            dev = self.sid_device[sid]
+            totals[dev] = totals.get(dev, 0) + nbytes
+        for dev, nbytes in self.extra_bytes.items():
+            totals[dev] = totals.get(dev, 0) + nbytes
+        return totals
+
+    def unshared_bytes_per_device(self) -> dict[Device, int]:
+        """What the pool would take if no two entries shared a storage id."""
+        totals: dict[Device, int] = {}
+        for eid, nbytes in enumerate(self.entry_bytes):
+            dev = self.entry_device[eid]
+            totals[dev] = totals.get(dev, 0) + nbytes
+        for dev, nbytes in self.extra_bytes.items():
+            totals[dev] = totals.get(dev, 0) + nbytes
+        return totals
+
+
+def plan_storage(graph: Any, entry_device: Sequence[Device]) -> StoragePlan:
+    """Size each storage id (max over its entries) and check each id stays on one device."""
+    num = graph.num_entries
+    sid_bytes: dict[int, int] = {}
+    sid_device: dict[int, Device] = {}
+    sid_first: dict[int, int] = {}
+    sids: list[int] = []
+    sizes: list[int] = []
+    for eid in range(num):
+        sid = graph.storage_id(eid)
+        nbytes = entry_bytes(graph.shape(eid), graph.dtype(eid))
+        dev = entry_device[eid]
+        sids.append(sid)
+        sizes.append(nbytes)
+        if sid not in sid_device:
+            sid_device[sid] = dev
+            sid_first[sid] = eid
+            sid_bytes[sid] = nbytes
+            continue
+        if sid_device[sid] != dev:
+            first = sid_first[sid]
+            raise GraphError(
+                f"{graph.source}: storage id {sid} is used on {sid_device[sid]} by entry {first} "
+                f"({_entry_label(graph, first)}) and on {dev} by entry {eid} "
+                f"({_entry_label(graph, eid)}); a storage id must stay on one device")
+        if nbytes > sid_bytes[sid]:
+            sid_bytes[sid] = nbytes
+    return StoragePlan(sid_bytes, sid_device, sid_first, sids, sizes, list(entry_device))
+
+
+def check_capacity(graph: Any, plan: StoragePlan, caps: Mapping[Device, int]) -> None:
+    """Refuse a plan whose bytes on some device exceed that device's cap, naming the biggest ids."""
+    for dev, total in plan.bytes_per_device().items():
+        cap = caps.get(dev)
+        if cap is None or total <= cap:
+            continue
+        on_dev = [sid for sid, d in plan.sid_device.items() if d == dev]
+        worst = max(on_dev, key=lambda sid: plan.sid_bytes[sid]) if on_dev else None
+        detail = ""
+        if worst is not None:
+            eid = max((e for e in range(len(plan.entry_sid)) if plan.entry_sid[e] == worst),
+                      key=lambda e: plan.entry_bytes[e])
+            detail = (f"; the largest is storage id {worst} ({fmt_bytes(plan.sid_bytes[worst])}) "
+                      f"for entry {eid} ({_entry_label(graph, eid)}, shape "
+                      f"{tuple(graph.shape(eid))} {graph.dtype(eid)})")
+        raise GraphError(f"{graph.source}: the storage pool needs {fmt_bytes(total)} on {dev} but "
+                         f"the cap is {fmt_bytes(cap)}{detail}; pass memory_cap= to raise the cap")
+
+
+def default_caps(devices: Sequence[Device]) -> dict[Device, int]:
+    """Each device's capacity as its backend reports it."""
+    return {dev: check_device(dev).memory_capacity(dev.device_id) for dev in set(devices)}
+
+
+class StoragePool:
+    """One buffer per storage id on its device; entries are views of any dtype/shape over it."""
+
+    def __init__(self, graph: Any, plan: StoragePlan) -> None:
+        self.plan = plan
+        self.buffers: dict[int, Any] = {}
+        for sid, nbytes in sorted(plan.sid_bytes.items()):
+            dev = plan.sid_device[sid]
+            backend = check_device(dev)
+            try:
+                self.buffers[sid] = backend.alloc(dev.device_id, nbytes)
+            except DeviceError:
+                raise
+            except Exception as e:  # out of memory surfaces as the backend library's own error
+                raise DeviceError(f"allocating storage id {sid} ({fmt_bytes(nbytes)}) on {dev} "
+                                  f"failed: {type(e).__name__}: {e}") from e
+        self.views: list[Any] = []
+        for eid in range(graph.num_entries):
+            sid = plan.entry_sid[eid]
+            dev = plan.sid_device[sid]
+            backend = check_device(dev)
+            self.views.append(backend.view(self.buffers[sid], 0, tuple(graph.shape(eid)),
+                                           np.dtype(graph.dtype(eid))))
+        self._sid_users: dict[int, int] = {}
+        for sid in plan.entry_sid:
+            self._sid_users[sid] = self._sid_users.get(sid, 0) + 1
+
+    def place(self, eid: int, array: Any) -> bool:
+        """Make array entry eid's storage (a kernel's layout), dropping the pool's buffer.
+
+        Only for an entry that shares its storage id with no other entry (False otherwise);
+        array must have the entry's shape and dtype and is given the entry's current values.
+        """
+        sid = self.plan.entry_sid[eid]
+        old = self.views[eid]
+        if (self._sid_users[sid] != 1 or tuple(array.shape) != tuple(old.shape)
+                or array.dtype != old.dtype):
+            return False
+        array[...] = old
+        self.buffers[sid] = array
+        self.views[eid] = array
+        return True
+
+
+def _entry_label(graph: Any, eid: int) -> str:
+    nid, index = graph.entry_node(eid)
+    return f"{graph.nodes[nid].label} output {index}"
