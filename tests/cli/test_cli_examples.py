@@ -10,7 +10,7 @@ from support import require_backend
 
 from graph_runtime.cli.app import app
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "graphs"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "graphs"
 FOLDERS = sorted(p for p in EXAMPLES.iterdir() if (p / "graph.json").is_file())
 DEVICE_SETS = [
     pytest.param(["cpu"], id="cpu"),

@@ -13,7 +13,7 @@ from graph_runtime.graph.checks import matches_schema
 from graph_runtime.graph.model import SUPPORTED_DTYPES, Graph, load_graph
 from graph_runtime.graph.schema import brief, json_path, load_schema, schema_problems, type_name
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(ROOT.glob("examples/graphs/*/graph*.json"))
 
 

@@ -15,7 +15,7 @@ from graph_runtime.cli.trace import KIND_COLORS
 from graph_runtime.cli.viz import to_dot, write_drawing
 from graph_runtime.errors import GraphRuntimeError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DUPLEX = ROOT / "examples" / "graphs" / "duplex"
 needs_dot = pytest.mark.skipif(shutil.which("dot") is None,
                                reason="Graphviz `dot` is not on PATH (apt-get install graphviz)")

@@ -14,7 +14,7 @@ from graph_runtime.cli.app import app
 from graph_runtime.cli.regress import load_suite, selected
 from graph_runtime.errors import GraphRuntimeError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def invoke(*args: object) -> object:

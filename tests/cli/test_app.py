@@ -16,7 +16,7 @@ import graph_runtime as gr
 from graph_runtime.cli.app import app
 from graph_runtime.params import save_params_file
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "graphs"
 SIMPLEX = EXAMPLES / "simplex"
 DUPLEX = EXAMPLES / "duplex"
