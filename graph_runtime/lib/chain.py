@@ -13,7 +13,7 @@ from ..device import Device
 from ..errors import LibraryError
 from .attrs import DTYPE_KEY, NODE_KEYS, NUM_OUTPUTS_KEY, OUT_DTYPE_KEY, check_attrs
 from .kernels.gpu_elementwise import ELEMENTWISE_EXPRS, gpu_elementwise
-from .library import TensorSpec
+from .library import TensorSpec, storage_requests, workspace_bytes
 from .registry import OpDef, get_op
 
 BACKEND_KINDS = ("cpu", "cuda", "opencl")
@@ -49,8 +49,17 @@ class PreparedChain:
         # (kernel, picks its arguments out of the slots): itemgetter does it in C
         self._steps = [(fn, itemgetter(*index) if len(index) > 1 else _one(index[0]))
                        for fn, index in calls]
-        # {input position: array} the executor is asked to keep that input in (padded_gemv.py)
-        self.bind_requests = _input_requests(calls, n_inputs)
+        self._requests = _input_requests(calls, n_inputs)
+        self._workspace = (sum(int(a.nbytes) for a in intermediates)
+                           + sum(workspace_bytes(fn) for fn, _ in calls))
+
+    def storage_requests(self) -> Mapping[int, Any]:
+        """The chain's kernels' requests for the function's own inputs (padded_gemv.py)."""
+        return self._requests
+
+    def workspace_bytes(self) -> int:
+        """Intermediates between the chain's ops plus its kernels' own workspace."""
+        return self._workspace
 
     def __call__(self, *arrays: Any) -> None:
         slots = arrays + self.intermediates
@@ -241,7 +250,7 @@ def _input_requests(calls: list[tuple[Callable[..., None], tuple[int, ...]]],
     """Storage requests of a chain's kernels for the function's inputs, by input position."""
     requests: dict[int, Any] = {}
     for fn, index in calls:
-        for pos, array in getattr(fn, "bind_requests", {}).items():
+        for pos, array in storage_requests(fn).items():
             if index[pos] < n_inputs:
                 requests.setdefault(index[pos], array)
     return requests

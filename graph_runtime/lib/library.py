@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -31,6 +31,39 @@ class TensorSpec:
 #           attrs: Mapping[str, Any]) -> Callable[..., None]
 # which validates shapes/attrs and allocates workspace once, at create() time.
 Kernel = Callable[..., Any]
+
+
+@runtime_checkable
+class RequestsStorage(Protocol):
+    """A prepared kernel that wants some inputs to live in arrays it made (a padded weight).
+
+    The executor honours a request only for an entry with its own storage id on the kernel's
+    device, read directly (not flattened, not through a copy); otherwise the kernel must still
+    work on the pool's array (it checks `is` identity and takes its plain path).
+    """
+
+    def storage_requests(self) -> Mapping[int, Any]:
+        """{input position: array that input's entry should live in}."""
+        ...
+
+
+@runtime_checkable
+class HasWorkspace(Protocol):
+    """A prepared kernel that holds memory of its own (im2col buffers, padded rows, chain temps)."""
+
+    def workspace_bytes(self) -> int:
+        """Bytes this kernel allocated at prepare time and keeps for every run."""
+        ...
+
+
+def storage_requests(fn: Any) -> Mapping[int, Any]:
+    """fn's storage requests, or none for a kernel that makes none."""
+    return fn.storage_requests() if isinstance(fn, RequestsStorage) else {}
+
+
+def workspace_bytes(fn: Any) -> int:
+    """Bytes of workspace fn keeps, 0 for a kernel that keeps none."""
+    return int(fn.workspace_bytes()) if isinstance(fn, HasWorkspace) else 0
 
 
 def _kind_of(device: DeviceLike) -> str:

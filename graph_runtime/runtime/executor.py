@@ -10,7 +10,7 @@ from ..backends import check_device, copy_array
 from ..device import Device
 from ..errors import GraphError, GraphRuntimeError, LibraryError
 from ..graph.model import COPY_OP, NOP_OP, entry_bytes
-from ..lib.library import Module, TensorSpec
+from ..lib.library import Module, TensorSpec, storage_requests
 from .storage import StoragePlan, StoragePool, check_capacity, default_caps, plan_storage
 
 log = logging.getLogger("graph_runtime")
@@ -220,7 +220,7 @@ class Executor:
         return steps
 
     def _place_requested_inputs(self) -> None:
-        """Give entries the storage their kernel asked for (fn.bind_requests: {position: array}).
+        """Give entries the storage their kernel asked for (lib.library.RequestsStorage).
 
         A padded CPU GEMV wants its weight inside a larger zeroed buffer (lib/padded_gemv.py).
         An entry shared with another storage user, read through a copy or flattened keeps the
@@ -228,7 +228,7 @@ class Executor:
         """
         placed: set[int] = set()
         for step in self.steps:
-            for pos, array in getattr(step.fn, "bind_requests", {}).items():
+            for pos, array in storage_requests(step.fn).items():
                 eid, dev, flatten = step.arg_keys[pos]
                 if (flatten or eid in placed or dev != self.entry_device[eid]
                         or not self.pool.place(eid, array)):

@@ -6,7 +6,7 @@ MLP's 784x512 and 512x512 sit just below, so on a server core with 1 MB of L2 th
 stream from L3 at one core's bandwidth. Zero rows up to the threshold make the same call
 multi-threaded; the extra outputs are zeros nobody reads. The weight must live in the padded
 buffer for that, so the kernel asks the executor to place the weight's entry there
-(bind_requests); a weight bound elsewhere later (zero copy) takes the plain call. Whether the
+(storage_requests); a weight bound elsewhere later (zero copy) takes the plain call. Whether the
 padding pays is measured once per shape on this machine, not assumed.
 
 GRAPH_RUNTIME_GEMV_PADDING: auto (default, measured), on (whenever the size allows), off.
@@ -79,16 +79,23 @@ def _padding_pays(k: int, n: int, rows: int, dtype: str) -> bool:
 class PaddedGemv:
     """run(a, b, out) = a[1, k] @ b[n, k].T; through the padded buffer when b is its weight view.
 
-    bind_requests: {input position: array} the executor makes that input's entry live in.
+    Asks the executor (storage_requests) to keep the weight's entry in its padded buffer.
     """
 
     def __init__(self, k: int, n: int, rows: int, dtype: str) -> None:
         self.buffer = np.zeros((rows, k), dtype)
         self.weight = self.buffer[:n]
-        self.bind_requests = {1: self.weight}
         self._wide = np.empty((1, rows), dtype)
         self._head = self._wide[:, :n]  # the outputs of the real rows
         self._a_shape, self._out_shape = (1, k), (1, n)
+
+    def storage_requests(self) -> dict[int, Any]:
+        """Input 1 (the weight) should live in the first rows of the padded buffer."""
+        return {1: self.weight}
+
+    def workspace_bytes(self) -> int:
+        """The zero rows below the weight and the wide output row."""
+        return int(self.buffer.nbytes - self.weight.nbytes + self._wide.nbytes)
 
     def __call__(self, a: Any, b: Any, out: Any) -> None:
         a2 = a if a.shape == self._a_shape else a.reshape(self._a_shape)
