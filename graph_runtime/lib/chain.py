@@ -11,9 +11,16 @@ import numpy as np
 from ..backends import get_backend
 from ..device import Device
 from ..errors import LibraryError
-from .attrs import DTYPE_KEY, NODE_KEYS, NUM_OUTPUTS_KEY, OUT_DTYPE_KEY, check_attrs
+from .attrs import DTYPE_KEY, NODE_KEYS, NUM_OUTPUTS_KEY, OUT_DTYPE_KEY, check_attrs, float_attr
+from .kernels.conv_epilogue import EPILOGUE_DTYPES, EPILOGUE_OPS
 from .kernels.gpu_elementwise import ELEMENTWISE_EXPRS, gpu_elementwise
-from .library import TensorSpec, storage_requests, workspace_bytes
+from .library import (
+    InputVersion,
+    TensorSpec,
+    cached_inputs,
+    storage_requests,
+    workspace_bytes,
+)
 from .registry import OpDef, get_op
 
 BACKEND_KINDS = ("cpu", "cuda", "opencl")
@@ -36,6 +43,10 @@ class _Planned:
     outputs: list[TensorSpec]
     slots: list[int]  # argument slots: graph inputs, then graph outputs, then intermediates
     out_slots: list[int]
+    # CPU: trailing ops this op applies itself (op.cpu_epilogue), and the specs of their operands,
+    # whose slots follow the op's own inputs in `slots`.
+    epilogue: list[tuple[str, Any]] | None = None
+    operands: list[TensorSpec] = field(default_factory=list)
 
 
 class PreparedChain:
@@ -50,6 +61,10 @@ class PreparedChain:
         self._steps = [(fn, itemgetter(*index) if len(index) > 1 else _one(index[0]))
                        for fn, index in calls]
         self._requests = _input_requests(calls, n_inputs)
+        # Kernels keeping data derived from the function's own inputs (Winograd weights).
+        self._cached = [(fn, index) for fn, index in calls
+                        if any(index[pos] < n_inputs for pos in cached_inputs(fn))]
+        self._n_inputs = n_inputs
         self._workspace = (sum(int(a.nbytes) for a in intermediates)
                            + sum(workspace_bytes(fn) for fn, _ in calls))
 
@@ -60,6 +75,17 @@ class PreparedChain:
     def workspace_bytes(self) -> int:
         """Intermediates between the chain's ops plus its kernels' own workspace."""
         return self._workspace
+
+    def cached_inputs(self) -> tuple[int, ...]:
+        """The function's inputs some kernel of the chain derives data from once."""
+        return tuple(sorted({index[pos] for fn, index in self._cached
+                             for pos in cached_inputs(fn) if index[pos] < self._n_inputs}))
+
+    def bind_versions(self, versions: Mapping[int, InputVersion]) -> None:
+        """Hand each kernel the counters of the function inputs it reads; others stay volatile."""
+        for fn, index in self._cached:
+            fn.bind_versions({pos: versions.get(index[pos], InputVersion(volatile=True))
+                              for pos in cached_inputs(fn)})
 
     def __call__(self, *arrays: Any) -> None:
         slots = arrays + self.intermediates
@@ -107,6 +133,7 @@ class Chain:
         first_fused = _fusable_tail(plan) if backend.name in ("opencl", "cuda") else len(plan)
         slot_count = len(inputs) + len(outputs)
         if backend.name == "cpu":
+            plan = _fuse_epilogue(plan, slot_count)
             _write_tail_in_place(plan, slot_count)
         intermediates: list[Any] = []
         for p in plan[:first_fused]:
@@ -121,7 +148,11 @@ class Chain:
         scope = getattr(backend, "scope", None)
         with scope(device_id) if scope is not None else contextlib.nullcontext():
             for p in plan[:first_fused]:
-                fn = p.op.kernels[backend.name](backend, device_id, p.inputs, p.outputs, p.attrs)
+                if p.epilogue is not None and p.op.cpu_epilogue is not None:
+                    fn = p.op.cpu_epilogue(p.inputs, p.outputs, p.attrs, p.epilogue, p.operands)
+                else:
+                    fn = p.op.kernels[backend.name](backend, device_id, p.inputs, p.outputs,
+                                                    p.attrs)
                 calls.append((fn, tuple(p.slots + p.out_slots)))
             if fused:
                 calls.append(_fused_call(self.name, backend, device_id, fused))
@@ -218,6 +249,55 @@ def _fusable_tail(plan: list[_Planned]) -> int:
             and len(plan[start - 1].outputs) == 1:
         start -= 1
     return start if len(plan) - start >= 2 else len(plan)
+
+
+def _fuse_epilogue(plan: list[_Planned], slot_count: int) -> list[_Planned]:
+    """Merge the add/relu/clip ops right after a CPU conv2d into it (kernels/conv_epilogue.py).
+
+    The op's kernel then applies them to each output block while it is in cache; the merged
+    step reads the ops' other operands as extra inputs and writes the last op's output.
+    """
+    head = plan[0]
+    if head.op.cpu_epilogue is None or len(head.outputs) != 1:
+        return plan
+    spec = head.outputs[0]
+    if spec.dtype not in EPILOGUE_DTYPES:
+        return plan
+    ops: list[tuple[str, Any]] = []
+    operands: list[TensorSpec] = []
+    slots: list[int] = []
+    k = 1
+    while k < len(plan):
+        p = plan[k]
+        name = p.op.name
+        if (name not in EPILOGUE_OPS or len(p.outputs) != 1 or not _same_spec(p.outputs[0], spec)
+                or not _same_spec(p.inputs[0], spec)):
+            break
+        if name == "add":
+            if len(p.inputs) != 2:
+                break
+            ops.append(("add", len(operands)))
+            operands.append(p.inputs[1])
+            slots.append(p.slots[1])
+        elif name == "clip":
+            ops.append(("clip", (float_attr("clip", p.attrs, "a_min"),
+                                 float_attr("clip", p.attrs, "a_max"))))
+        else:
+            ops.append((name, None))
+        k += 1
+    if k == 1:
+        return plan
+    last = plan[k - 1]
+    merged = _Planned(head.op, head.attrs, head.inputs, last.outputs, head.slots + slots,
+                      last.out_slots, ops, operands)
+    fused = [merged] + plan[k:]
+    # The merged-away intermediates are gone: keep the remaining ones numbered contiguously.
+    kept = [p.out_slots[0] for p in fused[:-1] if p.out_slots[0] >= slot_count]
+    renumber = {old: slot_count + i for i, old in enumerate(kept)}
+    for p in fused:
+        p.slots = [renumber.get(i, i) for i in p.slots]
+        p.out_slots = [renumber.get(i, i) for i in p.out_slots]
+    return fused
 
 
 def _write_tail_in_place(plan: list[_Planned], slot_count: int) -> None:

@@ -56,6 +56,43 @@ class HasWorkspace(Protocol):
         ...
 
 
+class InputVersion:
+    """How often an input entry was written from outside run() (set_input, load_params).
+
+    Kernels that derive data from an input once (Winograd-transformed weights) compare `value`
+    with the one they derived from. `volatile` means the entry may change without a count (it is
+    computed by a node, bound zero copy, shared, or its view was handed out): derive every run.
+    """
+
+    __slots__ = ("value", "volatile")
+
+    def __init__(self, volatile: bool = False) -> None:
+        self.value = 0
+        self.volatile = volatile
+
+
+@runtime_checkable
+class CachesInputs(Protocol):
+    """A prepared kernel that keeps data derived from some inputs (transformed weights).
+
+    The executor gives it one InputVersion per such input; a kernel never bound derives every
+    run, so it is correct without the executor too.
+    """
+
+    def cached_inputs(self) -> Sequence[int]:
+        """Input positions whose derived data the kernel keeps between runs."""
+        ...
+
+    def bind_versions(self, versions: Mapping[int, InputVersion]) -> None:
+        """The write counters of those inputs, by position."""
+        ...
+
+
+def cached_inputs(fn: Any) -> Sequence[int]:
+    """Positions of the inputs fn derives data from once, none for other kernels."""
+    return tuple(fn.cached_inputs()) if isinstance(fn, CachesInputs) else ()
+
+
 def storage_requests(fn: Any) -> Mapping[int, Any]:
     """fn's storage requests, or none for a kernel that makes none."""
     return fn.storage_requests() if isinstance(fn, RequestsStorage) else {}

@@ -29,6 +29,9 @@ class OpDef:
     # True when every CPU kernel of the op may be given its first input as its output (it reads
     # each element before writing it): a chain then runs it in place in the node's output.
     in_place: bool = False
+    # CPU only: factory(inputs, outputs, attrs, epilogue, operands) -> run(*inputs, *operands,
+    # out) for an op that applies a chain's trailing add/relu/clip itself (conv2d: chain.py).
+    cpu_epilogue: Callable[..., Callable[..., None]] | None = None
 
 
 OPS: dict[str, OpDef] = {}

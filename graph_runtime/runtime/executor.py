@@ -10,7 +10,7 @@ from ..backends import check_device, copy_array
 from ..device import Device
 from ..errors import GraphError, GraphRuntimeError, LibraryError
 from ..graph.model import COPY_OP, NOP_OP, entry_bytes
-from ..lib.library import Module, TensorSpec, storage_requests
+from ..lib.library import InputVersion, Module, TensorSpec, cached_inputs, storage_requests
 from .storage import StoragePlan, StoragePool, check_capacity, default_caps, plan_storage
 
 log = logging.getLogger("graph_runtime")
@@ -167,7 +167,10 @@ class Executor:
             self.arrays[(c.eid, c.dst)] = backend.empty(c.dst.device_id, tuple(graph.shape(c.eid)),
                                                        graph.dtype(c.eid))
         self.steps = self._prepare_steps(lib)
+        # Write counters of graph inputs that kernels derive data from (lib.library.InputVersion).
+        self.versions: dict[int, InputVersion] = {}
         self._place_requested_inputs()
+        self._bind_versions()
         self._calls = [(s.fn, s.args) for s in self.steps]
         self.devices = sorted(set(self.entry_device) | {c.dst for c in self.copies})
 
@@ -236,6 +239,40 @@ class Executor:
                 placed.add(eid)
                 self.rebind(eid, array)
 
+    def _bind_versions(self) -> None:
+        """Give kernels that cache derived inputs a counter per input (lib.library.CachesInputs).
+
+        Only a graph input read in place, with a storage id of its own, is written solely through
+        GraphModule's setters, which count; any other entry gets a volatile counter.
+        """
+        g = self.graph
+        inputs = {g.entry_id(nid, 0) for nid in g.arg_nodes}
+        for step in self.steps:
+            positions = cached_inputs(step.fn)
+            if not positions:
+                continue
+            cells: dict[int, InputVersion] = {}
+            for pos in positions:
+                eid, dev, _ = step.arg_keys[pos]
+                if (eid in inputs and dev == self.entry_device[eid]
+                        and self.pool.owns_storage(eid)):
+                    cells[pos] = self.versions.setdefault(eid, InputVersion())
+                else:
+                    cells[pos] = InputVersion(volatile=True)
+            step.fn.bind_versions(cells)
+
+    def written(self, eid: int) -> None:
+        """Count a write into input eid from outside run(), so derived data is redone."""
+        version = self.versions.get(eid)
+        if version is not None:
+            version.value += 1
+
+    def escaped(self, eid: int) -> None:
+        """Entry eid may now change without a count (a view handed out, a zero-copy bind)."""
+        version = self.versions.get(eid)
+        if version is not None:
+            version.volatile = True
+
     def _copy_node_step(self, node: Any, in_eids: list[int], out_eids: list[int]) -> Step:
         g = self.graph
         if len(in_eids) != 1 or len(out_eids) != 1:
@@ -277,6 +314,7 @@ class Executor:
         """
         dev = self.entry_device[eid]
         self.arrays[(eid, dev)] = array
+        self.escaped(eid)
         for step in self.steps:
             for pos, (e, d, flatten) in enumerate(step.arg_keys):
                 if e == eid and d == dev:

@@ -125,7 +125,10 @@ class GraphModule:
                 and value.shape == shape):
             # NOTE: the common case (a host array for a CPU input) is one memcpy, no lookups.
             np.copyto(self.executor.arrays[key], value)
+            if eid in self.executor.versions:
+                self.executor.written(eid)  # kernels redo weights derived from it (Winograd)
             return
+        self.executor.written(eid)
         dev = self.executor.entry_device[eid]
         dst = self.executor.arrays[(eid, dev)]
         src_backend, src = self._native(value, eid)
@@ -156,6 +159,7 @@ class GraphModule:
         view = NDArray(self.executor.arrays[(eid, dev)], dev)
         if out is not None:
             return _copy_out(view, out)
+        self.executor.escaped(eid)  # the caller may write through the view: no longer counted
         return view
 
     def set_input_zero_copy(self, key: int | str, value: Any) -> None:

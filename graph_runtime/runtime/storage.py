@@ -127,6 +127,10 @@ class StoragePool:
         for sid in plan.entry_sid:
             self._sid_users[sid] = self._sid_users.get(sid, 0) + 1
 
+    def owns_storage(self, eid: int) -> bool:
+        """True when no other entry shares eid's storage id (nothing else writes its bytes)."""
+        return self._sid_users[self.plan.entry_sid[eid]] == 1
+
     def place(self, eid: int, array: Any) -> bool:
         """Make array entry eid's storage (a kernel's layout), dropping the pool's buffer.
 

@@ -1,10 +1,15 @@
-"""Convolution standard ops (conv2d, conv2d_transpose) in NCHW: im2col / col2im around a GEMM."""
+"""Convolution standard ops (conv2d, conv2d_transpose) in NCHW: op definitions and kernels.
+
+CPU conv2d picks a strategy per shape (kernels/conv_choice.py); CUDA runs im2col + GEMM here.
+"""
 from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
 from ..conv_params import CONV_ATTRS, ConvParams, conv2d_params, conv2d_transpose_params
 from ..kernels.conv_cl import conv2d_cl, conv2d_transpose_cl
+from ..kernels.conv_choice import conv2d_cpu
+from ..kernels.conv_epilogue import EPILOGUE_DTYPES, Epilogue
 from ..kernels.gpu import check_cl_dtypes
 from ..kernels.host import array_module, host_kernel, wide_dtype
 from ..library import TensorSpec
@@ -84,6 +89,24 @@ def _conv2d_host(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
     return host_kernel(backend, device_id, run)
 
 
+def _conv2d_cpu(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+                outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+    """float32/float64: a strategy per shape (kernels/conv_choice.py); float16 stays staged."""
+    p = conv2d_params(inputs, attrs)
+    if p.dtype not in EPILOGUE_DTYPES:
+        return _conv2d_host(backend, device_id, inputs, outputs, attrs)
+    return conv2d_cpu(p, Epilogue((), tuple(outputs[0].shape)))
+
+
+def _conv2d_cpu_fused(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec],
+                      attrs: Mapping[str, Any], ops: Sequence[tuple[str, Any]],
+                      operands: Sequence[TensorSpec]) -> Callable[..., None]:
+    """conv2d with a chain's trailing add/relu/clip applied per output block (conv_epilogue)."""
+    p = conv2d_params(inputs, attrs)
+    shape = tuple(outputs[0].shape)
+    return conv2d_cpu(p, Epilogue.build(ops, [tuple(s.shape) for s in operands], shape))
+
+
 def _conv2d_transpose_host(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
                            outputs: Sequence[TensorSpec],
                            attrs: Mapping[str, Any]) -> Callable[..., None]:
@@ -140,10 +163,12 @@ def _conv2d_transpose_cl(backend: Any, device_id: int, inputs: Sequence[TensorSp
     return conv2d_transpose_cl(backend, device_id, p)
 
 
-define_op("conv2d", _conv2d_infer, 2, CONV_ATTRS)
+_CONV2D = define_op("conv2d", _conv2d_infer, 2, CONV_ATTRS)
+_CONV2D.cpu_epilogue = _conv2d_cpu_fused
 define_op("conv2d_transpose", _conv2d_transpose_infer, 2, CONV_ATTRS + ("output_padding",))
+kernel("conv2d", "cpu")(_conv2d_cpu)
+kernel("conv2d", "cuda")(_conv2d_host)
 for _kind in ("cpu", "cuda"):
-    kernel("conv2d", _kind)(_conv2d_host)
     kernel("conv2d_transpose", _kind)(_conv2d_transpose_host)
 kernel("conv2d", "opencl")(_conv2d_cl)
 kernel("conv2d_transpose", "opencl")(_conv2d_transpose_cl)

@@ -1,0 +1,108 @@
+"""Which CPU conv2d strategy runs a shape: measured once per shape at create(), or forced.
+
+GRAPH_RUNTIME_CONV: auto (default: time every strategy that applies, keep the fastest, cache the
+choice per shape for the process), or one of im2col, im2col_rows (a batch-1 conv's output rows
+split over the CPU workers), gemm1x1, depthwise, winograd (F(2x2,3x3)), winograd4 (F(4x4,3x3))
+to force it wherever it applies (im2col elsewhere; it applies always).
+"""
+from __future__ import annotations
+
+import os
+import threading
+from typing import Callable
+
+import numpy as np
+
+from ..._timing import time_runs
+from ...errors import LibraryError
+from ..conv_params import ConvParams
+from .conv_cpu import ConvKernel, DepthwiseConv, Gemm1x1Conv, Im2colConv
+from .conv_epilogue import Epilogue
+from .cpu_threads import num_threads
+from .winograd import WinogradConv, winograd_applies
+
+CONV_ENV = "GRAPH_RUNTIME_CONV"
+STRATEGIES = ("im2col", "im2col_rows", "gemm1x1", "depthwise", "winograd", "winograd4")
+MEASURE_BUDGET_S = 0.05  # per candidate: big convs get fewer timed runs, never fewer than 2
+
+_chosen: dict[tuple, str] = {}
+_lock = threading.Lock()
+
+
+def conv_mode() -> str:
+    mode = os.environ.get(CONV_ENV, "auto").strip().lower() or "auto"
+    if mode != "auto" and mode not in STRATEGIES:
+        raise LibraryError(f"{CONV_ENV} must be auto or one of {', '.join(STRATEGIES)}, "
+                           f"got {mode!r}")
+    return mode
+
+
+def applicable(p: ConvParams) -> list[str]:
+    """Strategies that compute this conv exactly (im2col always does)."""
+    names = ["im2col"]
+    if p.n == 1 and p.oh > 1 and num_threads() > 1:
+        names.append("im2col_rows")
+    if p.kh == p.kw == 1 and p.strides == (1, 1) and not any(p.pad):
+        names.append("gemm1x1")
+    if p.cg == 1 and p.groups > 1:
+        names.append("depthwise")
+    if winograd_applies(p) and p.n > 0:
+        names.append("winograd")
+        names.append("winograd4")
+    return names
+
+
+def build(name: str, p: ConvParams, epilogue: Epilogue) -> ConvKernel:
+    """The kernel of one named strategy (which must apply to p)."""
+    makers: dict[str, Callable[[], ConvKernel]] = {
+        "im2col": lambda: Im2colConv(p, epilogue),
+        "im2col_rows": lambda: Im2colConv(p, epilogue, split_rows=True),
+        "gemm1x1": lambda: Gemm1x1Conv(p, epilogue),
+        "depthwise": lambda: DepthwiseConv(p, epilogue),
+        "winograd": lambda: WinogradConv(p, epilogue, 2),
+        "winograd4": lambda: WinogradConv(p, epilogue, 4),
+    }
+    return makers[name]()
+
+
+def conv2d_cpu(p: ConvParams, epilogue: Epilogue, strategy: str | None = None) -> ConvKernel:
+    """The conv2d kernel for p: strategy if given, else GRAPH_RUNTIME_CONV, else measured."""
+    mode = strategy or conv_mode()
+    names = applicable(p)
+    if mode != "auto":
+        return build(mode if mode in names else "im2col", p, epilogue)
+    if len(names) == 1:
+        return build(names[0], p, epilogue)
+    key = (p, tuple(op.kind for op in epilogue.ops), epilogue.channel_bias() is not None)
+    with _lock:
+        if key not in _chosen:
+            _chosen[key] = _fastest(p, epilogue, names)
+        return build(_chosen[key], p, epilogue)
+
+
+def chosen_strategies() -> dict[tuple, str]:
+    """What auto picked so far, per (ConvParams, epilogue kinds, bias folded)."""
+    return dict(_chosen)
+
+
+def _fastest(p: ConvParams, epilogue: Epilogue, names: list[str]) -> str:
+    """Time each strategy on arrays of the real shapes (interleaved rounds), keep the fastest."""
+    rng = np.random.default_rng(0)
+    data = rng.standard_normal((p.n, p.c, p.h, p.w)).astype(p.dtype)
+    weight = rng.standard_normal((p.o, p.cg, p.kh, p.kw)).astype(p.dtype)
+    extras = [rng.standard_normal(op.shape).astype(p.dtype)
+              for op in sorted((o for o in epilogue.ops if o.kind == "add"),
+                               key=lambda o: o.operand)]
+    out = np.empty((p.n, p.o, p.oh, p.ow), p.dtype)
+    kernels = {name: build(name, p, epilogue) for name in names}
+    calls = {name: (lambda k=k: k(data, weight, *extras, out)) for name, k in kernels.items()}
+    first = {}
+    for name, call in calls.items():
+        first[name] = time_runs(call, lambda: None, repeat=1, number=1).min
+    number = max(1, min(8, int(MEASURE_BUDGET_S / 3 / max(min(first.values()), 1e-6))))
+    best = dict(first)
+    for _ in range(3):  # interleaved rounds, so machine noise hits all alike
+        for name, call in calls.items():
+            best[name] = min(best[name], time_runs(call, lambda: None, repeat=1,
+                                                   number=number).min)
+    return min(best, key=lambda name: best[name])

@@ -1,0 +1,195 @@
+"""CPU conv2d strategies over NCHW float32/float64 data: im2col + GEMM, 1x1 as GEMM, depthwise.
+
+Every strategy writes out[n] = conv(data[n]) one image at a time, so that the fused epilogue
+(bias, residual add, relu, clip: conv_epilogue.py) runs on a block still in cache, and the
+GEMM output lands in NCHW with no transpose: out[n] = W[K, C*kh*kw] @ cols[C*kh*kw, OH*OW].
+Winograd lives in winograd.py; which one runs is chosen in conv_choice.py.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..conv_params import ConvParams
+from ..library import InputVersion
+from .conv_epilogue import Epilogue
+from .cpu_threads import num_threads, parallel_images
+
+as_strided = np.lib.stride_tricks.as_strided
+
+
+class ConvKernel:
+    """What the strategies share: epilogue, derived-weight freshness, workspace accounting.
+
+    A strategy that derives data from its weight (and bias) lists those inputs in `derived`;
+    it redoes the derivation when their InputVersions moved, every run when one is volatile,
+    and every run when no executor bound versions (then correct, only slower).
+    """
+
+    strategy = ""
+    derived: tuple[int, ...] = ()
+
+    def __init__(self, p: ConvParams, epilogue: Epilogue) -> None:
+        self.p = p
+        self.epilogue = epilogue
+        self._cells: list[InputVersion] = [InputVersion(volatile=True) for _ in self.derived]
+        self._seen: tuple[int, ...] | None = None
+        self._buffers: list[np.ndarray] = []
+
+    def _alloc(self, shape: Sequence[int], fill: float | None = None) -> np.ndarray:
+        """A workspace array made once at prepare time, counted by workspace_bytes()."""
+        a = np.zeros(tuple(shape), self.p.dtype) if fill is None else np.full(
+            tuple(shape), fill, self.p.dtype)
+        self._buffers.append(a)
+        return a
+
+    def workspace_bytes(self) -> int:
+        """im2col columns, padded images, transformed weights: everything kept between runs."""
+        return sum(int(a.nbytes) for a in self._buffers)
+
+    def cached_inputs(self) -> tuple[int, ...]:
+        return self.derived
+
+    def bind_versions(self, versions: Any) -> None:
+        self._cells = [versions[pos] for pos in self.derived]
+
+    def _stale(self) -> bool:
+        """True when the derived weights must be (re)made from this run's inputs."""
+        stamp = tuple(-1 if c.volatile else c.value for c in self._cells)
+        if -1 in stamp or stamp != self._seen:
+            self._seen = None if -1 in stamp else stamp
+            return True
+        return False
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.strategy})"
+
+
+BLOCK_BYTES = 1 << 20  # im2col columns per work item: inside a core's L2 with the output
+
+
+class Im2colConv(ConvKernel):
+    """General conv2d (any stride, padding, dilation, groups): im2col per block, then one GEMM.
+
+    Work items are blocks of output rows of one image, handed to parallel workers
+    (cpu_threads.py), each with its own column buffer; a batch-1 conv may be split into blocks
+    so that both its GEMM and its im2col run on every core (im2col_rows). A per-channel bias is folded into the
+    GEMM: the columns get a constant row of ones and the weight matrix a column holding the bias,
+    so no pass over the output adds it.
+    """
+
+    strategy = "im2col"
+
+    def __init__(self, p: ConvParams, epilogue: Epilogue, split_rows: bool = False) -> None:
+        if split_rows:
+            self.strategy = "im2col_rows"
+        self.bias = epilogue.channel_bias()
+        self.derived = (1,) if self.bias is None else (1, 2 + self.bias)
+        super().__init__(p, epilogue.without(self.bias))
+        self.kk = p.cg * p.kh * p.kw
+        rows = self.kk + (self.bias is not None)
+        self.workers = max(1, num_threads())
+        per_image = rows * p.oh * p.ow * np.dtype(p.dtype).itemsize
+        blocks = -(-per_image // BLOCK_BYTES)
+        if split_rows:  # a batch-1 conv spread over the workers: two blocks each, to balance
+            blocks = max(blocks, 2 * self.workers)
+        self.block_rows = -(-p.oh // max(1, min(blocks, p.oh)))
+        self.blocks = -(-p.oh // self.block_rows) if p.oh else 0
+        self.workers = max(1, min(self.workers, p.n * self.blocks))
+        pt, pl, pb, pr = p.pad
+        self.padded = self._alloc((p.n, p.c, p.h + pt + pb, p.w + pl + pr))
+        self.interior = self.padded[:, :, pt:pt + p.h, pl:pl + p.w]
+        s_n, s_c, s_h, s_w = self.padded.strides
+        (sh, sw), (dh, dw) = p.strides, p.dilation
+        self.windows = as_strided(self.padded,
+                                  shape=(p.n, p.groups, p.cg, p.kh, p.kw, p.oh, p.ow),
+                                  strides=(s_n, p.cg * s_c, s_c, dh * s_h, dw * s_w, sh * s_h,
+                                           sw * s_w))
+        self.cols = [self._alloc((p.groups, rows, self.block_rows * p.ow), 1.0)  # bias row = 1
+                     for _ in range(self.workers)]
+        self.w_aug = self._alloc((p.groups, p.og, rows))
+
+    def __call__(self, data: Any, weight: Any, *rest: Any) -> None:
+        p = self.p
+        out = rest[-1]
+        extras = rest[:-1]
+        if self._stale():
+            self.w_aug[:, :, :self.kk] = weight.reshape(p.groups, p.og, self.kk)
+            if self.bias is not None:
+                self.w_aug[:, :, self.kk] = extras[self.bias].reshape(p.groups, p.og)
+        self.interior[...] = data
+        gemm_out = out.reshape(p.n, p.groups, p.og, p.oh * p.ow)
+        ow, kk, step, blocks = p.ow, self.kk, self.block_rows, self.blocks
+
+        def block(worker: int, item: int) -> None:
+            n, b = divmod(item, blocks)
+            r0 = b * step
+            r1 = min(p.oh, r0 + step)
+            width = (r1 - r0) * ow
+            cols = self.cols[worker][:, :, :width]
+            taps = cols[:, :kk].reshape(p.groups, p.cg, p.kh, p.kw, r1 - r0, ow)
+            np.copyto(taps, self.windows[n, :, :, :, :, r0:r1])
+            np.matmul(self.w_aug, cols, out=gemm_out[n, :, :, r0 * ow:r1 * ow])
+            self.epilogue.apply(out, n, n + 1, extras, (r0, r1))
+        parallel_images(p.n * blocks, self.workers, block)
+
+
+class Gemm1x1Conv(ConvKernel):
+    """1x1, stride 1, unpadded: the data already is the column matrix, so one GEMM per image."""
+
+    strategy = "gemm1x1"
+
+    def __call__(self, data: Any, weight: Any, *rest: Any) -> None:
+        p = self.p
+        out = rest[-1]
+        extras = rest[:-1]
+        w = weight.reshape(p.groups, p.og, p.cg)
+        x = data.reshape(p.n, p.groups, p.cg, p.h * p.w)
+        y = out.reshape(p.n, p.groups, p.og, p.oh * p.ow)
+
+        def image(worker: int, n: int) -> None:
+            np.matmul(w, x[n], out=y[n])
+            self.epilogue.apply(out, n, n + 1, extras)
+        parallel_images(p.n, min(num_threads(), p.n), image)
+
+
+class DepthwiseConv(ConvKernel):
+    """groups == channels: per kernel tap, a strided window of the batch times w[c], summed.
+
+    No GEMM at all (each output channel reads one input channel); kh*kw multiply-adds over
+    whole (N, C, OH, OW) views, channel multipliers broadcast on their own axis.
+    """
+
+    strategy = "depthwise"
+
+    def __init__(self, p: ConvParams, epilogue: Epilogue) -> None:
+        super().__init__(p, epilogue)
+        pt, pl, pb, pr = p.pad
+        self.padded = self._alloc((p.n, p.c, p.h + pt + pb, p.w + pl + pr))
+        self.interior = self.padded[:, :, pt:pt + p.h, pl:pl + p.w]
+        self.tmp = self._alloc((p.n, p.c, p.og, p.oh, p.ow))
+        s_n, s_c, s_h, s_w = self.padded.strides
+        (sh, sw), (dh, dw) = p.strides, p.dilation
+        self.taps = []
+        for i in range(p.kh):
+            for j in range(p.kw):
+                base = self.padded[:, :, i * dh:, j * dw:]
+                self.taps.append((i, j, as_strided(base, shape=(p.n, p.c, 1, p.oh, p.ow),
+                                                   strides=(s_n, s_c, 0, sh * s_h, sw * s_w))))
+
+    def __call__(self, data: Any, weight: Any, *rest: Any) -> None:
+        p = self.p
+        out = rest[-1]
+        self.interior[...] = data
+        w = weight.reshape(1, p.c, p.og, p.kh, p.kw)
+        y = out.reshape(p.n, p.c, p.og, p.oh, p.ow)
+        first = True
+        for i, j, window in self.taps:
+            if first:
+                np.multiply(window, w[:, :, :, i:i + 1, j:j + 1], out=y)
+                first = False
+                continue
+            np.multiply(window, w[:, :, :, i:i + 1, j:j + 1], out=self.tmp)
+            np.add(y, self.tmp, out=y)
+        self.epilogue.apply(out, 0, p.n, rest[:-1])

@@ -1,0 +1,156 @@
+"""Winograd F(2x2,3x3) and F(4x4,3x3) for 3x3 stride-1 conv2d on CPU, transforms as GEMMs.
+
+Y = A^T [(G g G^T) . (B^T d B)] A per m x m output tile (Lavin & Gray, "Fast Algorithms for
+Convolutional Neural Networks", 2015): the a x a = (m+2)^2 elementwise products become a*a GEMMs
+U[xi] (K x C) @ V[xi] (C x tiles), 2.25x (F2) or 4x (F4) fewer multiplies than im2col. Tiles sit
+on the last axis, so each 1-D transform is one GEMM over the whole (a, rest) plane. The weight
+transform U is kept between runs and redone only when the weight's InputVersion moved.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..conv_params import ConvParams
+from .conv_cpu import ConvKernel, as_strided
+from .conv_epilogue import Epilogue
+from .cpu_threads import num_threads, parallel_images
+
+# Interpolation points 0, 1, -1 (F2) and 0, 1, -1, 2, -2 (F4), plus infinity.
+_F2 = (np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float64),
+       np.array([[1, 0, 0], [.5, .5, .5], [.5, -.5, .5], [0, 0, 1]], np.float64),
+       np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float64))
+_F4 = (np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
+                 [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]], np.float64),
+       np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
+                 [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]], np.float64),
+       np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0],
+                 [0, 1, -1, 8, -8, 1]], np.float64))
+MATRICES = {2: _F2, 4: _F4}
+CHUNK_BYTES = 1 << 21  # transformed tiles of one chunk of images: about an L2's worth
+
+
+def winograd_applies(p: ConvParams) -> bool:
+    return (p.kh == p.kw == 3 and p.strides == (1, 1) and p.dilation == (1, 1)
+            and p.groups == 1 and p.c > 0 and p.dtype in ("float32", "float64"))
+
+
+def _chunk_images(n: int, per_image: int, most: int) -> int:
+    """Images per chunk: the largest divisor of n, at most `most`, whose tiles fit CHUNK_BYTES."""
+    best = 1
+    for d in range(1, min(n, most) + 1):
+        if n % d == 0 and d * per_image <= CHUNK_BYTES:
+            best = d
+    return best
+
+
+class WinogradConv(ConvKernel):
+    """F(m x m, 3 x 3) with m = 2 or 4, over chunks of images sized to stay in cache."""
+
+    derived = (1,)
+
+    def __init__(self, p: ConvParams, epilogue: Epilogue, m: int) -> None:
+        super().__init__(p, epilogue)
+        self.strategy = f"winograd{m}" if m != 2 else "winograd"
+        self.m = m
+        a = m + 2
+        self.a = a
+        bt, g, at = MATRICES[m]
+        dtype = p.dtype
+        self.bt, self.at = bt.astype(dtype), at.astype(dtype)
+        self.g64 = g
+        self.th, self.tw = -(-p.oh // m), -(-p.ow // m)
+        tiles = self.th * self.tw
+        size = np.dtype(dtype).itemsize
+        # At least two chunks per worker when the batch allows, so workers can balance.
+        self.nb = _chunk_images(max(p.n, 1), a * a * max(p.c, p.o) * tiles * size,
+                                max(1, p.n // (2 * num_threads())))
+        nb = self.nb
+        self.exact = self.th * m == p.oh and self.tw * m == p.ow
+        self.u = self._alloc((a * a, p.o, p.c))
+        self.workers = max(1, min(num_threads(), p.n // nb))
+        self.spaces = [_WinogradSpace(self) for _ in range(self.workers)]
+        self._out_id = -1
+        self._out_tiles: list[Any] = []
+
+    def _transform_weight(self, weight: Any) -> None:
+        """U = G g G^T for every (k, c), in float64 (F4's 1/6 and 1/24 lose bits in float32)."""
+        p = self.p
+        a = self.a
+        g = weight.astype(np.float64).transpose(2, 3, 0, 1).reshape(3, 3 * p.o * p.c)
+        half = (self.g64 @ g).reshape(a, 3, p.o * p.c)
+        u = np.matmul(self.g64[None], half)  # (a, a, K*C)
+        self.u[...] = u.reshape(a * a, p.o, p.c)
+
+    def _out_views(self, out: Any) -> list[Any]:
+        """Per chunk, the (m, m, K, nb, th, tw) view of out that exact tiles scatter into."""
+        if id(out) == self._out_id:
+            return self._out_tiles
+        p = self.p
+        views = []
+        if self.exact:
+            views = [_tile_view(out[n0:n0 + self.nb], self.m, self.th, self.tw)
+                     for n0 in range(0, p.n, self.nb)]
+        self._out_id = id(out)
+        self._out_tiles = views
+        self._out_ref = out  # keeps id(out) from being reused by another array
+        return views
+
+    def __call__(self, data: Any, weight: Any, *rest: Any) -> None:
+        p = self.p
+        out = rest[-1]
+        extras = rest[:-1]
+        if self._stale():
+            self._transform_weight(weight)
+        a, m, nb = self.a, self.m, self.nb
+        views = self._out_views(out)
+
+        def chunk(worker: int, index: int) -> None:
+            w = self.spaces[worker]
+            n0 = index * nb
+            w.interior[...] = data[n0:n0 + nb]
+            np.copyto(w.d, w.tiles)
+            np.matmul(self.bt, w.d.reshape(a, -1), out=w.e.reshape(a, -1))
+            np.matmul(self.bt[None], w.e, out=w.v)
+            np.matmul(self.u, w.v.reshape(a * a, p.c, -1), out=w.mm)
+            np.matmul(self.at, w.mm.reshape(a, -1), out=w.z.reshape(m, -1))
+            np.matmul(self.at[None], w.z, out=w.y.reshape(m, m, -1))
+            if self.exact:
+                np.copyto(views[index], w.y)
+            else:
+                np.copyto(w.full_tiles, w.y)
+                out[n0:n0 + nb] = w.full[:, :, :p.oh, :p.ow]
+            self.epilogue.apply(out, n0, n0 + nb, extras)
+        parallel_images(p.n // nb, self.workers, chunk)
+
+
+def _tile_view(target: Any, m: int, th: int, tw: int) -> Any:
+    """target (nb, K, th*m, tw*m) seen as (m, m, K, nb, th, tw) output tiles."""
+    s_n, s_k, s_h, s_w = target.strides
+    nb, k = target.shape[0], target.shape[1]
+    return as_strided(target, shape=(m, m, k, nb, th, tw),
+                      strides=(s_h, s_w, s_k, s_n, m * s_h, m * s_w))
+
+
+class _WinogradSpace:
+    """One worker's buffers for a chunk of nb images, tiles on the last axes."""
+
+    def __init__(self, k: WinogradConv) -> None:
+        p, a, m, nb = k.p, k.a, k.m, k.nb
+        cols = nb * k.th * k.tw
+        pt, pl = p.pad[0], p.pad[1]
+        self.padded = k._alloc((nb, p.c, k.th * m + 2, k.tw * m + 2))
+        self.interior = self.padded[:, :, pt:pt + p.h, pl:pl + p.w]
+        s_n, s_c, s_h, s_w = self.padded.strides
+        self.tiles = as_strided(self.padded, shape=(a, a, p.c, nb, k.th, k.tw),
+                                strides=(s_h, s_w, s_c, s_n, m * s_h, m * s_w))
+        self.d = k._alloc((a, a, p.c, nb, k.th, k.tw))
+        self.e = k._alloc((a, a, p.c * cols))
+        self.v = k._alloc((a, a, p.c * cols))
+        self.mm = k._alloc((a * a, p.o, cols))
+        self.z = k._alloc((m, a, p.o * cols))
+        self.y = k._alloc((m, m, p.o, nb, k.th, k.tw))
+        # Output tiles that overhang the image go through `full`, then get cropped.
+        self.full = None if k.exact else k._alloc((nb, p.o, k.th * m, k.tw * m))
+        self.full_tiles = None if k.exact else _tile_view(self.full, m, k.th, k.tw)
