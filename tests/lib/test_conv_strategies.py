@@ -1,0 +1,256 @@
+"""Each CPU conv2d strategy (lib/kernels/conv_choice.py) forced, against float64 references.
+
+Also the fused epilogues a chain hands conv2d, the choice itself, and that weights derived
+once (Winograd's transformed filters, im2col's bias-augmented matrix) follow every way a weight
+can change between runs.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from support import make_graph, null, tvm_op
+from test_conv import SUM_TOLERANCES, ref_conv2d_attrs
+
+import graph_runtime as gr
+from graph_runtime.errors import LibraryError
+from graph_runtime.lib import Module
+from graph_runtime.lib.chain import Chain, Step
+from graph_runtime.lib.conv_params import conv2d_params
+from graph_runtime.lib.kernels.conv_choice import CONV_ENV, STRATEGIES, applicable, conv2d_cpu
+from graph_runtime.lib.kernels.conv_cpu import ConvKernel
+from graph_runtime.lib.kernels.conv_epilogue import Epilogue
+from graph_runtime.lib.library import TensorSpec
+
+# (data shape, weight shape, attrs): odd sizes, asymmetric padding, strides, dilation, groups,
+# depthwise with and without a channel multiplier, 1x1, batches > 1, a tile-overhanging size.
+CASES = [
+    ((2, 3, 7, 9), (5, 3, 3, 3), {"padding": [1, 1]}),
+    ((1, 4, 8, 8), (6, 4, 3, 3), {"padding": [0, 1, 2, 0]}),
+    ((3, 5, 5, 6), (4, 5, 3, 3), {}),
+    ((1, 6, 11, 10), (7, 6, 3, 3), {"padding": [1]}),
+    ((2, 4, 5, 5), (8, 4, 1, 1), {}),
+    ((2, 6, 5, 7), (6, 2, 1, 1), {"groups": 3}),
+    ((2, 4, 7, 6), (8, 1, 3, 3), {"groups": 4, "padding": [1], "strides": [2, 1]}),
+    ((1, 3, 9, 9), (3, 1, 3, 3), {"groups": 3, "padding": [1], "dilation": [2, 2]}),
+    ((2, 4, 7, 6), (6, 2, 3, 2), {"strides": [2, 1], "padding": [1, 0, 2, 1],
+                                  "dilation": [1, 2], "groups": 2}),
+    ((1, 2, 5, 4), (3, 2, 2, 3), {"padding": [2, 1], "strides": [3, 2]}),
+]
+
+
+def _params(x: np.ndarray, w: np.ndarray, attrs: dict):
+    return conv2d_params([TensorSpec(x.shape, str(x.dtype)), TensorSpec(w.shape, str(w.dtype))],
+                         attrs)
+
+
+def _run(kernel: ConvKernel, x: np.ndarray, w: np.ndarray, *extras: np.ndarray) -> np.ndarray:
+    p = kernel.p
+    out = np.full((p.n, p.o, p.oh, p.ow), np.nan, x.dtype)
+    kernel(x, w, *extras, out)
+    return out
+
+
+def _every_strategy_case():
+    for data_shape, weight_shape, attrs in CASES:
+        x = np.zeros(data_shape, "float32")
+        w = np.zeros(weight_shape, "float32")
+        for name in applicable(_params(x, w, attrs)):
+            yield pytest.param(name, data_shape, weight_shape, attrs,
+                               id=f"{name}-{data_shape}-{weight_shape}")
+
+
+@pytest.mark.parametrize("strategy,data_shape,weight_shape,attrs", list(_every_strategy_case()))
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_each_strategy_matches_the_reference(strategy, data_shape, weight_shape, attrs, dtype,
+                                             random_array) -> None:
+    x = random_array(data_shape, dtype, seed=1)
+    w = random_array(weight_shape, dtype, seed=2)
+    p = _params(x, w, attrs)
+    kernel = conv2d_cpu(p, Epilogue((), (p.n, p.o, p.oh, p.ow)), strategy)
+    assert kernel.strategy == strategy
+    got = _run(kernel, x, w)
+    np.testing.assert_allclose(got, ref_conv2d_attrs(x, w, attrs), **SUM_TOLERANCES[dtype])
+
+
+def test_every_strategy_is_exercised() -> None:
+    """The case table reaches every strategy the choice knows."""
+    reached = set()
+    for data_shape, weight_shape, attrs in CASES:
+        x = np.zeros(data_shape, "float32")
+        w = np.zeros(weight_shape, "float32")
+        reached.update(applicable(_params(x, w, attrs)))
+    missing = set(STRATEGIES) - reached
+    assert not missing or missing == {"im2col_rows"} and gr.lib.kernels.cpu_threads.num_threads() == 1
+
+
+@pytest.mark.parametrize("m", ["winograd", "winograd4"])
+def test_winograd_holds_many_channels(m, random_array) -> None:
+    """F(4x4,3x3)'s larger constants lose bits as C grows: still within conv's float32 tolerance."""
+    x = random_array((1, 128, 12, 12), "float32", seed=3)
+    w = random_array((8, 128, 3, 3), "float32", seed=4)
+    p = _params(x, w, {"padding": [1]})
+    got = _run(conv2d_cpu(p, Epilogue((), (1, 8, 12, 12)), m), x, w)
+    want = ref_conv2d_attrs(x, w, {"padding": [1]})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4 * np.sqrt(128 * 9 / 27))
+
+
+def test_forced_strategy_that_does_not_apply_falls_back_to_im2col() -> None:
+    x = np.zeros((1, 2, 5, 5), "float32")
+    w = np.zeros((3, 2, 2, 2), "float32")
+    p = _params(x, w, {})
+    assert conv2d_cpu(p, Epilogue((), (1, 3, 4, 4)), "winograd").strategy == "im2col"
+
+
+def test_env_var_forces_and_rejects(monkeypatch, run_op, random_array) -> None:
+    x = random_array((2, 4, 6, 6), "float32", seed=5)
+    w = random_array((4, 4, 3, 3), "float32", seed=6)
+    attrs = {"padding": [1]}
+    for name in ("im2col", "winograd", "winograd4"):
+        monkeypatch.setenv(CONV_ENV, name)
+        (got,) = run_op("cpu", "conv2d", [x, w], attrs)
+        np.testing.assert_allclose(got, ref_conv2d_attrs(x, w, attrs), **SUM_TOLERANCES["float32"])
+    monkeypatch.setenv(CONV_ENV, "fastest")
+    with pytest.raises(LibraryError, match="GRAPH_RUNTIME_CONV must be auto or one of"):
+        run_op("cpu", "conv2d", [x, w], attrs)
+
+
+def test_auto_picks_an_applicable_strategy(monkeypatch) -> None:
+    monkeypatch.setenv(CONV_ENV, "auto")
+    x = np.zeros((2, 8, 10, 10), "float32")
+    w = np.zeros((8, 8, 3, 3), "float32")
+    p = _params(x, w, {"padding": [1]})
+    kernel = conv2d_cpu(p, Epilogue((), (2, 8, 10, 10)))
+    assert kernel.strategy in applicable(p)
+    assert kernel.workspace_bytes() > 0
+
+
+# -- fused epilogues ---------------------------------------------------------------------------
+
+EPILOGUES = {
+    "bias_relu": ([{"op": "add"}, {"op": "relu"}], lambda y, b, r: np.maximum(y + b, 0), "bias"),
+    "bias_relu6": ([{"op": "add"}, {"op": "clip", "a_min": 0.0, "a_max": 6.0}],
+                   lambda y, b, r: np.clip(y + b, 0, 6), "bias"),
+    "bias_residual_relu": ([{"op": "add"}, {"op": "add"}, {"op": "relu"}],
+                           lambda y, b, r: np.maximum(y + b + r, 0), "both"),
+    "relu_then_bias": ([{"op": "relu"}, {"op": "add"}], lambda y, b, r: np.maximum(y, 0) + b,
+                       "bias"),
+    "residual": ([{"op": "add"}], lambda y, b, r: y + r, "residual"),
+}
+
+
+@pytest.mark.parametrize("strategy", ["im2col", "im2col_rows", "winograd", "winograd4",
+                                      "gemm1x1", "depthwise"])
+@pytest.mark.parametrize("epilogue", sorted(EPILOGUES))
+@pytest.mark.parametrize("batch", [1, 2])
+def test_fused_epilogue(monkeypatch, strategy, epilogue, batch, run_op, random_array) -> None:
+    ops, reference, operands = EPILOGUES[epilogue]
+    if strategy == "gemm1x1":
+        data_shape, weight_shape, attrs = (batch, 4, 5, 6), (6, 4, 1, 1), {}
+    elif strategy == "depthwise":
+        data_shape, weight_shape, attrs = (batch, 3, 7, 6), (6, 1, 3, 3), {"groups": 3,
+                                                                           "padding": [1]}
+    else:
+        data_shape, weight_shape, attrs = (batch, 4, 7, 6), (6, 4, 3, 3), {"padding": [1]}
+    monkeypatch.setenv(CONV_ENV, strategy)
+    x = random_array(data_shape, "float32", seed=7)
+    w = random_array(weight_shape, "float32", seed=8)
+    y = ref_conv2d_attrs(x, w, attrs)
+    bias = random_array((y.shape[1], 1, 1), "float32", seed=9)
+    residual = random_array(y.shape, "float32", seed=10)
+    inputs = [x, w] + {"bias": [bias], "residual": [residual], "both": [bias, residual]}[operands]
+    func = {"ops": [{"op": "conv2d", **attrs}] + ops}
+    (got,) = run_op("cpu", func, inputs)
+    want = reference(y, bias.astype(np.float64), residual.astype(np.float64))
+    np.testing.assert_allclose(got, want, **SUM_TOLERANCES["float32"])
+
+
+def test_chain_hands_its_tail_to_the_conv() -> None:
+    """conv2d -> add -> relu prepares as one conv kernel writing the node's output."""
+    chain = Chain("f", [Step("conv2d", {"padding": [1, 1]}), Step("add"), Step("relu")])
+    specs = [TensorSpec((1, 3, 8, 8), "float32"), TensorSpec((4, 3, 3, 3), "float32"),
+             TensorSpec((4, 1, 1), "float32")]
+    fn = chain.prepare(gr.cpu(), specs, chain.infer(specs), {})
+    assert isinstance(fn, ConvKernel)
+    assert [op.kind for op in fn.epilogue.ops] == ([] if fn.strategy.startswith("im2col")
+                                                   else ["add"]) + ["relu"]
+
+
+def test_chain_after_the_tail_keeps_running(run_op, random_array) -> None:
+    """Ops after the fused tail (a pool) still get the conv's result."""
+    x = random_array((2, 3, 6, 6), "float32", seed=11)
+    w = random_array((4, 3, 3, 3), "float32", seed=12)
+    b = random_array((4, 1, 1), "float32", seed=13)
+    func = {"ops": [{"op": "conv2d", "padding": [1]}, {"op": "add"}, {"op": "relu"},
+                    {"op": "max_pool2d", "pool_size": [2, 2], "strides": [2, 2]}]}
+    (got,) = run_op("cpu", func, [x, w, b])
+    y = np.maximum(ref_conv2d_attrs(x, w, {"padding": [1]}) + b, 0)
+    want = y.reshape(2, 4, 3, 2, 3, 2).max(axis=(3, 5))
+    np.testing.assert_allclose(got, want, **SUM_TOLERANCES["float32"])
+
+
+# -- weights changed between runs --------------------------------------------------------------
+
+def _conv_module(strategy: str, monkeypatch) -> gr.GraphModule:
+    monkeypatch.setenv(CONV_ENV, strategy)
+    lib = Module("convlib")
+    lib.register("fused_conv", Chain("fused_conv", [Step("conv2d", {"padding": [1, 1]}),
+                                                    Step("add"), Step("relu")]))
+    nodes = [null("data"), null("weight"), null("bias"),
+             tvm_op("conv", "fused_conv", [0, 1, 2])]
+    graph = make_graph(nodes, [3], shapes=[[2, 4, 6, 6], [5, 4, 3, 3], [5, 1, 1], [2, 5, 6, 6]])
+    return gr.create(graph, lib, gr.cpu())
+
+
+def _expected(x, w, b) -> np.ndarray:
+    return np.maximum(ref_conv2d_attrs(x, w, {"padding": [1]}) + b, 0)
+
+
+@pytest.mark.parametrize("strategy", ["im2col", "winograd", "winograd4"])
+def test_no_stale_weights(monkeypatch, strategy, random_array) -> None:
+    m = _conv_module(strategy, monkeypatch)
+    x = random_array((2, 4, 6, 6), "float32", seed=14)
+    weights = [random_array((5, 4, 3, 3), "float32", seed=s) for s in (15, 16, 17, 18, 19)]
+    biases = [random_array((5, 1, 1), "float32", seed=s) for s in (20, 21, 22, 23, 24)]
+    tol = SUM_TOLERANCES["float32"]
+
+    def check(w, b) -> None:
+        m.run(data=x)
+        np.testing.assert_allclose(m.get_output(0).numpy(), _expected(x, w, b), **tol)
+
+    m.load_params({"weight": weights[0], "bias": biases[0]})
+    check(weights[0], biases[0])
+    check(weights[0], biases[0])  # the cached transform is reused
+    m.set_input("weight", weights[1])
+    check(weights[1], biases[0])
+    m.load_params({"bias": biases[1]})
+    check(weights[1], biases[1])
+    m.load_params(gr.save_param_dict({"weight": weights[2]}))
+    check(weights[2], biases[1])
+    m.get_input("weight").native[...] = weights[3]  # writes through the returned view
+    check(weights[3], biases[1])
+    m.set_input("weight", weights[3])
+    own = weights[4].copy()
+    m.set_input_zero_copy("weight", own)
+    check(weights[4], biases[1])
+    own[...] = weights[0]  # the bound array changes in place: no setter sees it
+    check(weights[0], biases[1])
+
+
+def test_weight_computed_by_a_node_is_never_cached(monkeypatch, random_array) -> None:
+    """A weight produced by another node changes every run: its counter is volatile."""
+    monkeypatch.setenv(CONV_ENV, "winograd")
+    lib = Module("convlib")
+    lib.register("scale", Chain("scale", [Step("multiply")]))
+    lib.register("conv", Chain("conv", [Step("conv2d", {"padding": [1, 1]})]))
+    nodes = [null("data"), null("w0"), null("k"), tvm_op("w", "scale", [1, 2]),
+             tvm_op("conv", "conv", [0, 3])]
+    graph = make_graph(nodes, [4], shapes=[[1, 2, 5, 5], [3, 2, 3, 3], [1], [3, 2, 3, 3],
+                                           [1, 3, 5, 5]])
+    m = gr.create(graph, lib, gr.cpu())
+    x = random_array((1, 2, 5, 5), "float32", seed=25)
+    w0 = random_array((3, 2, 3, 3), "float32", seed=26)
+    m.load_params({"w0": w0})
+    for k in (1.0, 2.0, -3.0):
+        m.run(data=x, k=np.array([k], "float32"))
+        want = ref_conv2d_attrs(x, w0 * k, {"padding": [1]})
+        np.testing.assert_allclose(m.get_output(0).numpy(), want, **SUM_TOLERANCES["float32"])
