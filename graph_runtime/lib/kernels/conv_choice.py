@@ -2,7 +2,7 @@
 
 GRAPH_RUNTIME_CONV: auto (default: time every strategy that applies, keep the fastest, cache the
 choice per shape for the process), or one of im2col, im2col_rows (a batch-1 conv's output rows
-split over the CPU workers), gemm1x1, depthwise, winograd (F(2x2,3x3)), winograd4 (F(4x4,3x3))
+split over the CPU workers), im2col_serial (images on this thread only), gemm1x1, depthwise, winograd (F(2x2,3x3)), winograd4 (F(4x4,3x3))
 to force it wherever it applies (im2col elsewhere; it applies always).
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from .cpu_threads import num_threads
 from .winograd import WinogradConv, winograd_applies
 
 CONV_ENV = "GRAPH_RUNTIME_CONV"
-STRATEGIES = ("im2col", "im2col_rows", "gemm1x1", "depthwise", "winograd", "winograd4")
+STRATEGIES = ("im2col", "im2col_rows", "im2col_serial", "gemm1x1", "depthwise", "winograd", "winograd4")
 MEASURE_BUDGET_S = 0.05  # per candidate: big convs get fewer timed runs, never fewer than 2
 
 _chosen: dict[tuple, str] = {}
@@ -42,6 +42,8 @@ def applicable(p: ConvParams) -> list[str]:
     names = ["im2col"]
     if p.n == 1 and p.oh > 1 and num_threads() > 1:
         names.append("im2col_rows")
+    if p.n > 1 and num_threads() > 1:
+        names.append("im2col_serial")  # a busy machine's other cores may only stall the loop
     if p.kh == p.kw == 1 and p.strides == (1, 1) and not any(p.pad):
         names.append("gemm1x1")
     if p.cg == 1 and p.groups > 1:
@@ -57,6 +59,7 @@ def build(name: str, p: ConvParams, epilogue: Epilogue) -> ConvKernel:
     makers: dict[str, Callable[[], ConvKernel]] = {
         "im2col": lambda: Im2colConv(p, epilogue),
         "im2col_rows": lambda: Im2colConv(p, epilogue, split_rows=True),
+        "im2col_serial": lambda: Im2colConv(p, epilogue, serial=True),
         "gemm1x1": lambda: Gemm1x1Conv(p, epilogue),
         "depthwise": lambda: DepthwiseConv(p, epilogue),
         "winograd": lambda: WinogradConv(p, epilogue, 2),

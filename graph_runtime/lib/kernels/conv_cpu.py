@@ -81,15 +81,18 @@ class Im2colConv(ConvKernel):
 
     strategy = "im2col"
 
-    def __init__(self, p: ConvParams, epilogue: Epilogue, split_rows: bool = False) -> None:
+    def __init__(self, p: ConvParams, epilogue: Epilogue, split_rows: bool = False,
+                 serial: bool = False) -> None:
         if split_rows:
             self.strategy = "im2col_rows"
+        if serial:
+            self.strategy = "im2col_serial"
         self.bias = epilogue.channel_bias()
         self.derived = (1,) if self.bias is None else (1, 2 + self.bias)
         super().__init__(p, epilogue.without(self.bias))
         self.kk = p.cg * p.kh * p.kw
         rows = self.kk + (self.bias is not None)
-        self.workers = max(1, num_threads())
+        self.workers = 1 if serial else max(1, num_threads())
         per_image = rows * p.oh * p.ow * np.dtype(p.dtype).itemsize
         blocks = -(-per_image // BLOCK_BYTES)
         if split_rows:  # a batch-1 conv spread over the workers: two blocks each, to balance

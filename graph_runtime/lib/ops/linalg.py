@@ -11,6 +11,7 @@ from ..kernels.gpu_elementwise import gpu_elementwise
 from ..kernels.host import array_module, host_kernel
 from ..kernels.opencl_gemm import GemmShape, make_gemm
 from ..kernels.padded_gemv import PaddedGemv, padded_rows
+from ..kernels.split_dense import SplitDense, split_blocks
 from ..library import TensorSpec
 from ..registry import define_op, kernel
 from ..shapes import (
@@ -222,6 +223,11 @@ def _gemm_factory(op: str) -> Factory:
             rows = padded_rows(gemm.k, gemm.n, gemm.dtype)
             if rows:
                 return PaddedGemv(gemm.k, gemm.n, rows, gemm.dtype)
+        if (backend.name == "cpu" and gemm.m > 1 and gemm.batch == 1 and gemm.trans_b
+                and not gemm.trans_a and tuple(inputs[1].shape) == (gemm.n, gemm.k)):
+            blocks = split_blocks(gemm.m, gemm.n, gemm.k, gemm.dtype)
+            if blocks:
+                return SplitDense(gemm.m, gemm.n, gemm.k, blocks)
         return gemm_kernel(backend, device_id, gemm)
     return factory
 

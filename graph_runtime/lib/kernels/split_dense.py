@@ -1,0 +1,95 @@
+"""Batched dense products split by output columns over work-stealing CPU workers.
+
+x[m, k] @ w[n, k].T for m > 1 (the batch-32 MLP) is compute bound; OpenBLAS's threaded GEMM
+splits it statically, so one descheduled thread on a shared machine stalls the call. Here the
+columns go out in blocks to cpu_threads.parallel_images workers, each on one BLAS thread, so a
+worker that has a core takes more blocks. Whether the split beats the plain call is measured
+once per shape on this machine, as the padded GEMV is.
+
+GRAPH_RUNTIME_DENSE_SPLIT: auto (default, measured), on, off.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import numpy as np
+
+from ..._timing import time_runs
+from ...errors import LibraryError
+from .cpu_threads import num_threads, parallel_images
+
+SPLIT_ENV = "GRAPH_RUNTIME_DENSE_SPLIT"
+MIN_FLOPS = 4e6  # below this a call is too short to hand out
+MIN_COLUMNS = 64  # per block: narrower GEMMs lose BLAS efficiency
+MIN_SPEEDUP = 1.1
+
+_measured: dict[tuple[int, int, int, str], bool] = {}
+_lock = threading.Lock()
+
+
+def split_mode() -> str:
+    mode = os.environ.get(SPLIT_ENV, "auto").strip().lower() or "auto"
+    if mode not in ("auto", "on", "off"):
+        raise LibraryError(f"{SPLIT_ENV} must be auto, on or off, got {mode!r}")
+    return mode
+
+
+def split_blocks(m: int, n: int, k: int, dtype: str) -> int:
+    """Column blocks for x[m, k] @ w[n, k].T, or 0 to make the plain call."""
+    workers = num_threads()
+    blocks = min(2 * workers, n // MIN_COLUMNS)
+    if (workers < 2 or m < 2 or blocks < 2 or 2.0 * m * n * k < MIN_FLOPS
+            or dtype not in ("float32", "float64")):
+        return 0
+    mode = split_mode()
+    if mode != "auto":
+        return blocks if mode == "on" else 0
+    key = (m, n, k, dtype)
+    with _lock:
+        if key not in _measured:
+            _measured[key] = _split_pays(m, n, k, dtype, blocks)
+        return blocks if _measured[key] else 0
+
+
+def _split_pays(m: int, n: int, k: int, dtype: str, blocks: int) -> bool:
+    """Time both on arrays of the real shapes, interleaved (a few ms, once per shape)."""
+    x = np.ones((m, k), dtype)
+    w = np.ones((n, k), dtype)
+    out = np.empty((m, n), dtype)
+    split = SplitDense(m, n, k, blocks)
+
+    def plain() -> None:
+        np.dot(x, w.T, out=out)
+
+    def spread() -> None:
+        split(x, w, out)
+
+    best = {plain: float("inf"), spread: float("inf")}
+    for _ in range(3):
+        for fn in best:
+            best[fn] = min(best[fn], time_runs(fn, lambda: None, repeat=1, number=4).min)
+    return best[spread] * MIN_SPEEDUP < best[plain]
+
+
+class SplitDense:
+    """run(x, w, out): out[m, n] = x[m, k] @ w[n, k].T, column blocks on parallel workers."""
+
+    def __init__(self, m: int, n: int, k: int, blocks: int) -> None:
+        self.shapes = ((m, k), (n, k), (m, n))
+        step = -(-n // blocks)
+        self.bounds = [(j, min(n, j + step)) for j in range(0, n, step)]
+        self.workers = min(num_threads(), len(self.bounds))
+
+    def __call__(self, a: Any, b: Any, out: Any) -> None:
+        a_shape, b_shape, c_shape = self.shapes
+        x = a if a.shape == a_shape else a.reshape(a_shape)
+        w = b if b.shape == b_shape else b.reshape(b_shape)
+        y = out if out.shape == c_shape else out.reshape(c_shape)
+        bounds = self.bounds
+
+        def block(worker: int, index: int) -> None:
+            j0, j1 = bounds[index]
+            np.matmul(x, w[j0:j1].T, out=y[:, j0:j1])
+        parallel_images(len(bounds), self.workers, block)

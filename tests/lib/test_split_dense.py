@@ -1,0 +1,44 @@
+"""Batched dense split by output columns over CPU workers (lib/kernels/split_dense.py)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from graph_runtime.errors import LibraryError
+from graph_runtime.lib.kernels.split_dense import SPLIT_ENV, SplitDense, split_blocks
+
+
+@pytest.mark.parametrize("m,n,k,blocks", [(32, 512, 784, 4), (3, 130, 7, 3), (2, 64, 5, 2)])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_split_matches_the_reference(m, n, k, blocks, dtype, random_array) -> None:
+    x = random_array((m, k), dtype, seed=1)
+    w = random_array((n, k), dtype, seed=2)
+    out = np.full((m, n), np.nan, dtype)
+    SplitDense(m, n, k, blocks)(x, w, out)
+    want = x.astype(np.float64) @ w.astype(np.float64).T
+    tol = {"float32": dict(rtol=1e-5, atol=1e-4), "float64": dict(rtol=1e-10, atol=1e-10)}
+    np.testing.assert_allclose(out, want, **tol[dtype])
+
+
+def test_dense_chain_forced_split(monkeypatch, run_op, random_array) -> None:
+    monkeypatch.setenv(SPLIT_ENV, "on")
+    monkeypatch.setenv("GRAPH_RUNTIME_NUM_THREADS", "2")
+    x = random_array((32, 300), "float32", seed=3)
+    w = random_array((256, 300), "float32", seed=4)
+    b = random_array((256,), "float32", seed=5)
+    (got,) = run_op("cpu", [{"op": "dense"}, {"op": "add"}, {"op": "relu"}], [x, w, b])
+    want = np.maximum(x.astype(np.float64) @ w.astype(np.float64).T + b, 0)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+def test_mode_and_limits(monkeypatch) -> None:
+    monkeypatch.setenv("GRAPH_RUNTIME_NUM_THREADS", "2")
+    monkeypatch.setenv(SPLIT_ENV, "off")
+    assert split_blocks(32, 512, 784, "float32") == 0
+    monkeypatch.setenv(SPLIT_ENV, "on")
+    assert split_blocks(32, 512, 784, "float32") == 4
+    assert split_blocks(1, 512, 784, "float32") == 0  # a GEMV: padded_gemv.py's business
+    assert split_blocks(32, 512, 784, "float16") == 0
+    monkeypatch.setenv(SPLIT_ENV, "sometimes")
+    with pytest.raises(LibraryError, match="GRAPH_RUNTIME_DENSE_SPLIT must be auto, on or off"):
+        split_blocks(32, 512, 784, "float32")
