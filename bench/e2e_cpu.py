@@ -38,6 +38,11 @@ from timing import seconds_per_call  # noqa: E402  (bench/timing.py, beside this
 TARGET = 1.5  # issue 3: graph_runtime no slower than 1.5x ONNX Runtime on the MLP
 
 
+def target(model: str, batch: int) -> float:
+    """Issue 12: the CNN within 1.5x of ONNX Runtime's faster setting, the batched MLP 1.2x."""
+    return 1.2 if model == "mlp" and batch > 1 else TARGET
+
+
 # ---- the same networks in ONNX ---------------------------------------------------------------
 
 def _onnx_model(nodes: list[Any], params: dict[str, np.ndarray], data_shape: tuple[int, ...],
@@ -158,6 +163,8 @@ def contenders(model: str, batch: int) -> tuple[dict[str, Callable[[], Any]], Gr
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
+        # Its best: every graph optimisation (Conv + bias + Relu fused into one kernel).
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         # NOTE: idle ORT workers spin by default, stealing the core the next contender needs.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         sessions[threads] = ort.InferenceSession(onnx_bytes, options,
@@ -242,13 +249,13 @@ def main() -> None:
             for name, (t, best) in stats.items():
                 print(f"{model:<6} {batch:>5} {name:<26} {t * 1e6:14.1f} {t / ref:7.2f} "
                       f"{best * 1e6:12.1f}")
-            if model == "mlp":
-                fastest = min(ref, times["onnxruntime 1 thread"])
-                for what, base in (("default threads", ref), ("its faster setting", fastest)):
-                    ratio = times["graph_runtime"] / base
-                    verdict = "meets" if ratio <= TARGET else "MISSES"
-                    print(f"{'':<6} {'':>5} graph_runtime / onnxruntime ({what}) = {ratio:.2f}: "
-                          f"{verdict} the {TARGET}x target")
+            fastest = min(ref, times["onnxruntime 1 thread"])
+            goal = target(model, batch)
+            for what, base in (("default threads", ref), ("its faster setting", fastest)):
+                ratio = times["graph_runtime"] / base
+                verdict = "meets" if ratio <= goal else "MISSES"
+                print(f"{'':<6} {'':>5} graph_runtime / onnxruntime ({what}) = {ratio:.2f}: "
+                      f"{verdict} the {goal}x target")
             results.append({"model": model, "batch": batch, "number": number,
                             "median_s": times, "min_s": {k: v[1] for k, v in stats.items()},
                             "ratio_to_onnxruntime":
