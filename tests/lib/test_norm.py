@@ -88,6 +88,12 @@ def test_lp_normalization(backend_name, shape, axis, p, dtype, run_op, random_ar
     _close(got, x64 / norm, dtype)
 
 
+def test_lp_normalization_zero_line_stays_zero(backend_name, run_op) -> None:
+    x = np.array([[0.0, 0.0], [3.0, -4.0]], np.float32)
+    (got,) = run_op(backend_name, "lp_normalization", [x], {"axis": 1, "p": 2})
+    np.testing.assert_allclose(got, [[0.0, 0.0], [0.6, -0.8]], rtol=1e-6)
+
+
 def test_norm_errors(make_function) -> None:
     x = TensorSpec((2, 6, 4), "float32")
     c6 = TensorSpec((6,), "float32")

@@ -326,7 +326,6 @@ def _lp_host(xp: Any, backend: Any, device_id: int, inputs: Sequence[TensorSpec]
     norm = xp.empty(tuple(1 if i == axis else d for i, d in enumerate(spec.shape)), work)
 
     def run(x: Any, out: Any) -> None:
-        # As ONNX's reference: x / ||x||_p, so a zero row gives NaN (0 / 0).
         if p == 1:
             xp.absolute(x, out=buf, casting="unsafe")
         else:
@@ -334,6 +333,8 @@ def _lp_host(xp: Any, backend: Any, device_id: int, inputs: Sequence[TensorSpec]
         xp.sum(buf, axis=axis, keepdims=True, out=norm)
         if p == 2:
             xp.sqrt(norm, out=norm)
+        # An all-zero line stays zero (ONNX's backend tests), not 0 / 0.
+        xp.add(norm, norm == 0, out=norm)
         xp.divide(x, norm, out=buf, casting="unsafe")
         xp.copyto(out, buf, casting="unsafe")
     return run
@@ -356,6 +357,7 @@ __kernel void gr_lp_norm({cl_param("out", dtype, const=False)}, {cl_param("x", d
         norm += p == 1 ? fabs(v) : v * v;
     }}
     if (p == 2) norm = sqrt(norm);
+    if (norm == 0) norm = 1;
     for (long k = 0; k < len; ++k) {{
         {acc} v = {cl_load("x", dtype, "base + k * inner")} / norm;
         {cl_store("out", dtype, "base + k * inner", "v")}
