@@ -249,6 +249,10 @@ def _host_resize(xp: Any, backend: Any, device_id: int, inputs: Sequence[TensorS
                     for k in range(step.taps)])
         tables.append((cols, weights))
 
+    # NOTE: the tables are clamped already; NumPy's mode="clip" skips its buffered range
+    # check, and CuPy's take has no mode argument.
+    clip: dict[str, Any] = {"mode": "clip"} if xp is np else {}
+
     def run(x: Any, out: Any) -> None:
         if empty:
             return
@@ -261,11 +265,11 @@ def _host_resize(xp: Any, backend: Any, device_id: int, inputs: Sequence[TensorS
             src = staged
         for step, dst, tap, (cols, weights) in zip(p.passes, results, taps, tables):
             if not weights:
-                xp.take(src, cols[0], axis=step.axis, out=dst, mode="clip")
+                xp.take(src, cols[0], axis=step.axis, out=dst, **clip)
             else:
                 for k, (col, w) in enumerate(zip(cols, weights)):
                     target = dst if k == 0 else tap
-                    xp.take(src, col, axis=step.axis, out=target, mode="clip")
+                    xp.take(src, col, axis=step.axis, out=target, **clip)
                     xp.multiply(target, w, out=target)
                     if k:
                         xp.add(dst, tap, out=dst)
