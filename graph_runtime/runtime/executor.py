@@ -6,12 +6,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from ..backends import check_device, copy_array
+from ..backends import check_device, copy_array, run_in_scope
 from ..device import Device
 from ..errors import GraphError, GraphRuntimeError, LibraryError
 from ..graph.model import COPY_OP, NOP_OP, entry_bytes
 from ..lib.library import Module, TensorSpec, storage_requests
-from .storage import StoragePlan, StoragePool, check_capacity, default_caps, plan_storage
+from .storage import PoolLayout, StoragePool, check_capacity, default_caps, layout_pool
 
 log = logging.getLogger("graph_runtime")
 
@@ -29,8 +29,11 @@ class InsertedCopy:
 
 
 @dataclass
-class Step:
-    """One prepared call: a kernel or a copy, with its argument arrays bound."""
+class PreparedCall:
+    """One prepared call: a kernel or a copy, with its argument arrays bound.
+
+    Not to be confused with lib.chain.Step, one op inside a fused function.
+    """
 
     nid: int            # node id; -1 for a copy the executor inserted
     label: str
@@ -85,14 +88,14 @@ def resolve_entry_devices(graph: Any, ctxs: Sequence[Device], strict: bool) -> l
 
 
 def plan_placement(graph: Any, entry_device: Sequence[Device], fallback: Device, strict: bool
-                   ) -> tuple[list[Device], list[InsertedCopy], StoragePlan]:
+                   ) -> tuple[list[Device], list[InsertedCopy], PoolLayout]:
     """Each node's device, the copies to insert and the storage plan counting their buffers.
 
     What create() sets up, computed without allocating (`graphrun info` shows it too).
     fallback: the device of a node without outputs (ctxs[0]).
     """
     node_device = _node_devices(graph, entry_device, fallback)
-    plan = plan_storage(graph, entry_device)
+    plan = layout_pool(graph, entry_device)
     copies = _missing_copies(graph, entry_device, node_device, strict)
     for c in copies:
         plan.extra_bytes[c.dst] = plan.extra_bytes.get(c.dst, 0) + c.nbytes
@@ -157,7 +160,7 @@ class Executor:
             log.info("%s: inserted a copy of eid %d (%s) from %s to %s for %s", graph.source,
                      c.eid, c.producer, c.src, c.dst, ", ".join(c.readers))
         check_capacity(graph, plan, self._caps(plan, memory_cap))
-        self.plan: StoragePlan = plan
+        self.plan: PoolLayout = plan
         self.pool = StoragePool(graph, plan)
         # Every array a step may touch, by (eid, device): pool views plus inserted copies' buffers.
         self.arrays: dict[tuple[int, Device], Any] = {
@@ -173,7 +176,7 @@ class Executor:
 
     # ---- setup ---------------------------------------------------------------------------------
 
-    def _caps(self, plan: StoragePlan, memory_cap: Any) -> dict[Device, int]:
+    def _caps(self, plan: PoolLayout, memory_cap: Any) -> dict[Device, int]:
         used = set(plan.sid_device.values()) | set(plan.extra_bytes)
         caps = default_caps(list(used))
         if isinstance(memory_cap, int):
@@ -184,9 +187,9 @@ class Executor:
                 caps[parse_device(key)] = int(value)
         return caps
 
-    def _prepare_steps(self, lib: Module) -> list[Step]:
+    def _prepare_steps(self, lib: Module) -> list[PreparedCall]:
         g = self.graph
-        steps: list[Step] = []
+        steps: list[PreparedCall] = []
         pending = {(c.eid, c.dst): c for c in self.copies}
         for node in g.nodes:
             if node.is_arg or node.func_name == NOP_OP:
@@ -215,7 +218,7 @@ class Executor:
             fn = lib.prepare(node.func_name or "", dev, in_specs, out_specs, node.attrs,
                              node=node.label)
             fn = _in_device_scope(fn, dev)
-            steps.append(Step(node.nid, node.label, node.func_name or "", dev, fn,
+            steps.append(PreparedCall(node.nid, node.label, node.func_name or "", dev, fn,
                               [self._bind(k) for k in keys], keys, False))
         return steps
 
@@ -236,7 +239,7 @@ class Executor:
                 placed.add(eid)
                 self.rebind(eid, array)
 
-    def _copy_node_step(self, node: Any, in_eids: list[int], out_eids: list[int]) -> Step:
+    def _copy_node_step(self, node: Any, in_eids: list[int], out_eids: list[int]) -> PreparedCall:
         g = self.graph
         if len(in_eids) != 1 or len(out_eids) != 1:
             raise GraphError(f"{g.source}: {node.label} is a __copy with {len(in_eids)} inputs "
@@ -252,7 +255,7 @@ class Executor:
         return step
 
     def _copy_step(self, nid: int, label: str, src_eid: int, src: Device, dst: Device,
-                   dst_eid: int | None = None) -> Step:
+                   dst_eid: int | None = None) -> PreparedCall:
         src_backend = check_device(src)
         dst_backend = check_device(dst)
 
@@ -260,7 +263,7 @@ class Executor:
             copy_array(src_backend, src_array, dst_backend, dst_array)
 
         keys = [(src_eid, src, False), (src_eid if dst_eid is None else dst_eid, dst, False)]
-        return Step(nid, label, COPY_OP, dst, copy, [self._bind(k) for k in keys], keys, True)
+        return PreparedCall(nid, label, COPY_OP, dst, copy, [self._bind(k) for k in keys], keys, True)
 
     def _bind(self, key: tuple[int, Device, bool]) -> Any:
         eid, dev, flatten = key
@@ -296,7 +299,7 @@ class Executor:
         except Exception as e:
             raise self._failed(self.steps[done], e) from e
 
-    def _failed(self, step: Step, e: Exception) -> LibraryError:
+    def _failed(self, step: PreparedCall, e: Exception) -> LibraryError:
         """The one error a kernel's own exception becomes, naming the node (wrapped once)."""
         return LibraryError(f"{self.graph.source}: {step.label} ({step.func_name} on "
                             f"{step.device}) failed: {type(e).__name__}: {e}")
@@ -306,8 +309,8 @@ class Executor:
         for dev in self.devices:
             check_device(dev).sync(dev.device_id)
 
-    def run_steps(self, each: Callable[[Step], None] | None = None,
-                  timer: Callable[[Step, float], None] | None = None) -> None:
+    def run_steps(self, each: Callable[[PreparedCall], None] | None = None,
+                  timer: Callable[[PreparedCall, float], None] | None = None) -> None:
         """Run step by step, syncing each device after its step (profiling and debugging)."""
         for step in self.steps:
             backend = check_device(step.device)
@@ -345,12 +348,11 @@ class Executor:
 
 
 def _in_device_scope(fn: Callable[..., Any], dev: Device) -> Callable[..., Any]:
-    """Wrap fn so it runs with dev current, for backends that have a current device (CUDA)."""
-    scope = getattr(check_device(dev), "scope", None)
-    if scope is None or dev.device_id == 0:
-        return fn
+    """Wrap fn so it runs with dev current, for backends that have a current device (CUDA).
 
-    def scoped(*args: Any) -> Any:
-        with scope(dev.device_id):
-            return fn(*args)
-    return scoped
+    Device 0 is current by default, so its kernels skip the wrapper (standard ops enter the
+    backend's scope themselves, for its stream).
+    """
+    if dev.device_id == 0:
+        return fn
+    return run_in_scope(check_device(dev), dev.device_id, fn)
