@@ -8,15 +8,9 @@ from typing import Any, Sequence
 
 from .._text import fmt_bytes, shape_text, table
 from ..device import Device
-from ..graph.model import Graph, entry_bytes
-from ..runtime.executor import (
-    COPY_OP,
-    NOP_OP,
-    Executor,
-    InsertedCopy,
-    plan_placement,
-    resolve_entry_devices,
-)
+from ..graph.model import COPY_OP, NOP_OP, Graph, entry_bytes
+from ..runtime.executor import Executor
+from ..runtime.placement import InsertedCopy, plan_placement, resolve_entry_devices
 from ..runtime.storage import PoolLayout
 
 # TVM names the params it binds p0, p1, ...; used only when no params or inputs file says.
