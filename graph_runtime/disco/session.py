@@ -13,6 +13,7 @@ import numpy as np
 
 from ..device import Device
 from ..errors import DiscoError
+from ..graph.model import GraphSource
 from .ccl import check_reduce_op
 from .protocol import Command, DiscoAction, check_arg, host_array
 
@@ -504,7 +505,8 @@ class Session(abc.ABC):
         ref = self._method("runtime.disco.load_module")(os.fspath(lib_path))
         return self._as(DModule, ref)
 
-    def create_graph_module(self, graph: Any, lib: DModule | str | os.PathLike[str] | None = None,
+    def create_graph_module(self, graph: GraphSource,
+                            lib: DModule | str | os.PathLike[str] | None = None,
                             params: str | os.PathLike[str] | None = None,
                             device: Device | None = None) -> DGraphModule:
         """A GraphModule on every worker: graph JSON text or path, a DModule or lib path."""

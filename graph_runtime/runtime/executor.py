@@ -6,10 +6,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+import numpy as np
+
 from ..backends import check_device, copy_array, run_in_scope
 from ..device import Device
 from ..errors import GraphError, GraphRuntimeError, LibraryError
-from ..graph.model import COPY_OP, NOP_OP
+from ..graph.model import COPY_OP, NOP_OP, Graph
 from ..lib.library import Module, TensorSpec, storage_requests
 from .placement import plan_placement, resolve_entry_devices
 from .storage import PoolLayout, StoragePool, check_capacity, default_caps
@@ -49,7 +51,7 @@ class NodeTime:
 class Executor:
     """Prepared steps over a storage pool. Setup resolves everything; run() is a tight loop."""
 
-    def __init__(self, graph: Any, lib: Module, ctxs: Sequence[Device], *, strict: bool = False,
+    def __init__(self, graph: Graph, lib: Module, ctxs: Sequence[Device], *, strict: bool = False,
                  memory_cap: int | Mapping[Device, int] | None = None) -> None:
         self.graph = graph
         self.ctxs = list(ctxs)
@@ -70,7 +72,7 @@ class Executor:
         for c in self.copies:
             backend = check_device(c.dst)
             self.arrays[(c.eid, c.dst)] = backend.empty(c.dst.device_id, tuple(graph.shape(c.eid)),
-                                                       graph.dtype(c.eid))
+                                                       np.dtype(graph.dtype(c.eid)))
         self.steps = self._prepare_steps(lib)
         self._place_requested_inputs()
         self._calls = [(s.fn, s.args) for s in self.steps]
@@ -165,7 +167,8 @@ class Executor:
             copy_array(src_backend, src_array, dst_backend, dst_array)
 
         keys = [(src_eid, src, False), (src_eid if dst_eid is None else dst_eid, dst, False)]
-        return PreparedCall(nid, label, COPY_OP, dst, copy, [self._bind(k) for k in keys], keys, True)
+        return PreparedCall(nid, label, COPY_OP, dst, copy, [self._bind(k) for k in keys], keys,
+                            True)
 
     def _bind(self, key: tuple[int, Device, bool]) -> Any:
         eid, dev, flatten = key

@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from ...backends import REGISTRY
+from ...backends.base import Backend
 from ..attrs import DTYPE_KEY, attr_error, float_attr, op_error, str_attr
 from ..kernels.gpu_elementwise import elementwise_expr, gpu_elementwise
 from ..library import TensorSpec
@@ -19,6 +20,9 @@ from ..shapes import (
     check_num_inputs,
     check_same_dtype,
 )
+
+if TYPE_CHECKING:
+    pass
 
 WHERE_CONDITION_DTYPES = ("bool",) + NUMERIC_DTYPES
 
@@ -166,7 +170,7 @@ def _unary_infer(op: str) -> Callable[..., list[TensorSpec]]:
 def _unary_factory(op: str) -> Callable[..., Callable[..., None]]:
     expr, host, _, _ = UNARY_NN[op]
 
-    def factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+    def factory(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
         if backend.name == "cpu":
             return host(attrs, inputs[0])
@@ -195,7 +199,7 @@ def _where_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list
     return [TensorSpec(shape, inputs[1].dtype)]
 
 
-def _where_factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _where_factory(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                    outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     if backend.name != "cpu":
         step = ("({0} != 0 ? {1} : {2})", [0, 1, 2], outputs[0].dtype)

@@ -1,10 +1,11 @@
 """Reductions (sum, mean, max, min, argmax, argmin): NumPy/CuPy and a work-group OpenCL kernel."""
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from ...backends.base import Backend
 from ..attrs import axis_attr, bool_attr, op_error
 from ..kernels.gpu import (
     ClKernel,
@@ -28,6 +29,9 @@ from ..shapes import (
     contiguous_strides,
     size_of,
 )
+
+if TYPE_CHECKING:
+    from ...backends.opencl import OpenCLBackend
 
 REDUCE_ATTRS = ("axis", "keepdims", "exclude")
 ARG_ATTRS = ("axis", "keepdims", "exclude", "select_last_index")
@@ -71,7 +75,7 @@ def _infer(op: str) -> Callable[..., list[TensorSpec]]:
 # -- cpu / cuda ---------------------------------------------------------------------------------
 
 def _host_factory(op: str) -> Callable[..., Callable[..., None]]:
-    def factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+    def factory(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
         xp = array_module(backend)
         axes = reduced_axes(op, inputs[0], attrs)
@@ -188,7 +192,7 @@ __kernel void gr_reduce_{op}({cl_param("out", out_dtype, const=False)}, {cl_para
 
 
 def _cl_factory(op: str) -> Callable[..., Callable[..., None]]:
-    def factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+    def factory(backend: OpenCLBackend, device_id: int, inputs: Sequence[TensorSpec],
                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
         spec = inputs[0]
         check_cl_dtypes(op, backend, device_id, [spec.dtype])
