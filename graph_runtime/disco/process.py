@@ -30,7 +30,8 @@ from .worker import InlineWorker, LocalWorker, Worker
 
 
 class ProcessSession(Session):
-    """A Disco session backed by child processes (seed 002's ProcessSession).
+    """A Disco session backed by child processes (TVM's ProcessSession,
+    python/tvm/runtime/disco/session.py).
 
     Commands travel as pickled frames on pipes; tensors never do: collectives go through a
     shared-memory arena (memfd), copies to/from worker-0 stay inside the controller process.
