@@ -97,6 +97,13 @@ def _report():
 '''
 
 
+def run_python(args: list[str], cwd: Path, env: dict[str, str]
+               ) -> subprocess.CompletedProcess[str]:
+    """`python -s ARGS` in cwd; the caller checks the exit status and output."""
+    return subprocess.run([sys.executable, "-s", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=300, check=False)
+
+
 @pytest.fixture
 def checkout_env(tmp_path: Path) -> dict[str, str]:
     """The child's environment: hooks folder, then the checkout root, on PYTHONPATH only."""
@@ -114,9 +121,7 @@ def test_simulation_hides_every_installed_copy(checkout_env: dict[str, str],
     """Without the checkout on sys.path, graph_runtime cannot be imported at all; with it,
     graph_runtime comes from the checkout and graph_runtime.schemas is refused."""
     hooks_only = dict(checkout_env, PYTHONPATH=checkout_env["PYTHONPATH"].split(os.pathsep)[0])
-    hidden = subprocess.run([sys.executable, "-s", "-c", "import graph_runtime"],
-                            cwd=tmp_path, env=hooks_only, capture_output=True, text=True,
-                            timeout=120)
+    hidden = run_python(["-c", "import graph_runtime"], tmp_path, hooks_only)
     assert hidden.returncode != 0
     assert "No module named 'graph_runtime'" in hidden.stderr
     probe = ("import importlib, graph_runtime\n"
@@ -125,8 +130,7 @@ def test_simulation_hides_every_installed_copy(checkout_env: dict[str, str],
              "    importlib.import_module('graph_runtime.schemas')\n"
              "except ModuleNotFoundError:\n"
              "    print('schemas refused')\n")
-    seen = subprocess.run([sys.executable, "-s", "-c", probe], cwd=tmp_path, env=checkout_env,
-                          capture_output=True, text=True, timeout=120)
+    seen = run_python(["-c", probe], tmp_path, checkout_env)
     assert seen.returncode == 0, seen.stderr
     assert seen.stdout.splitlines() == [str(ROOT / "graph_runtime" / "__init__.py"),
                                         "schemas refused"]
@@ -134,9 +138,7 @@ def test_simulation_hides_every_installed_copy(checkout_env: dict[str, str],
 
 def test_cli_py_runs_mlp_from_a_never_installed_checkout(checkout_env: dict[str, str]) -> None:
     """`python cli.py run examples/graphs/mlp -d cpu` exits 0 and matches expected.npz."""
-    result = subprocess.run([sys.executable, "-s", "cli.py", "run", "examples/graphs/mlp",
-                             "-d", "cpu"], cwd=ROOT, env=checkout_env, capture_output=True,
-                            text=True, timeout=300)
+    result = run_python(["cli.py", "run", "examples/graphs/mlp", "-d", "cpu"], ROOT, checkout_env)
     assert result.returncode == 0, result.stdout + result.stderr
     ok_lines = [line for line in result.stdout.splitlines()
                 if line.startswith("expected   OK: every output matches "
@@ -145,8 +147,9 @@ def test_cli_py_runs_mlp_from_a_never_installed_checkout(checkout_env: dict[str,
     report = [line for line in result.stderr.splitlines() if line.startswith("checkout-entry:")]
     # lib.json was validated with the checkout's schemas/ folder; the package data was never
     # asked for
-    assert report == [f"checkout-entry: graph_runtime from "
-                      f"{ROOT / 'graph_runtime' / '__init__.py'}; graph_runtime.schemas asked 0",
-                      f"checkout-entry: schema files read: {ROOT / 'schemas' / 'lib.schema.json'}"
-                      ], result.stderr
+    package = ROOT / "graph_runtime" / "__init__.py"
+    schema = ROOT / "schemas" / "lib.schema.json"
+    assert report == [f"checkout-entry: graph_runtime from {package}; "
+                      + "graph_runtime.schemas asked 0",
+                      f"checkout-entry: schema files read: {schema}"], result.stderr
     assert "Traceback" not in result.stderr

@@ -31,7 +31,8 @@ CPU_OPENCL = [cpu(0), opencl(0)]  # placement needs no device: nothing is alloca
 # hetero_cnn's pool by hand from graph.json (float32): storage ids 0..6 on OpenCL hold
 # data 1x3x64x64, p0 16x3x3x3, p1 16, conv1 1x16x64x64 (shared with conv2 1x32x32x32),
 # pool1 1x16x32x32 (shared with pool2 1x32x16x16), p2 32x16x3x3, p3 32; ids 7..11 on the CPU
-# hold the copy 1x32x16x16 (shared with dense 1x10), flatten 1x8192, p4 10x8192, p5 10, softmax 1x10.
+# hold the copy 1x32x16x16 (shared with dense 1x10), flatten 1x8192, p4 10x8192, p5 10 and
+# softmax 1x10.
 OPENCL_POOL = 4 * (3 * 64 * 64 + 16 * 27 + 16 + 16 * 64 * 64 + 16 * 32 * 32 + 32 * 16 * 9 + 32)
 OPENCL_UNSHARED = OPENCL_POOL + 4 * (32 * 32 * 32 + 32 * 16 * 16)
 CPU_POOL = 4 * (32 * 16 * 16 + 8192 + 10 * 8192 + 10 + 10)
@@ -45,7 +46,7 @@ def inserted_copy_graph() -> Graph:
                        tvm_op("neg", "negative", [2])], heads=[3], device_index=[4, 4, 4, 1])
 
 
-# ---- placement_report -----------------------------------------------------------------------------
+# ---- placement_report ----------------------------------------------------------------------------
 
 def test_placement_report_of_hetero_cnn_on_cpu_and_opencl() -> None:
     graph = Graph.from_json(HETERO / "graph.json")
@@ -79,7 +80,7 @@ def test_placement_report_lists_a_copy_create_would_insert() -> None:
     assert report.pool == {opencl(0): 48, cpu(0): 32}
 
 
-# ---- copy_rows ------------------------------------------------------------------------------------
+# ---- copy_rows -----------------------------------------------------------------------------------
 
 def test_copy_rows_groups_by_source_destination_and_kind() -> None:
     c, o = cpu(0), opencl(0)
@@ -94,7 +95,7 @@ def test_copy_rows_groups_by_source_destination_and_kind() -> None:
     assert copy_rows(PlacementReport([], [], {}, {})) == []
 
 
-# ---- split_args, arg_rows, func_counts ----------------------------------------------------------
+# ---- split_args, arg_rows, func_counts -----------------------------------------------------------
 
 def test_split_args_by_params_file_then_inputs_file_then_tvm_names() -> None:
     graph = make_graph([null("data"), null("p0"), null("w"), tvm_op("f", "add", [0, 1]),
@@ -119,7 +120,7 @@ def test_func_counts_most_common_first() -> None:
     assert list(func_counts(graph).items()) == [("relu", 2), ("negative", 1)]
 
 
-# ---- graph_info, info_text --------------------------------------------------------------------------
+# ---- graph_info, info_text -----------------------------------------------------------------------
 
 def test_graph_info_of_hetero_cnn_lists_copies_and_pool_bytes_per_device() -> None:
     doc = graph_info(resolve_files(HETERO), CPU_OPENCL)
@@ -191,7 +192,7 @@ def test_info_text_of_a_real_graph_without_copies_says_none() -> None:
     assert "kernels per device: cpu:0: 4" in text
 
 
-# ---- executor_report ----------------------------------------------------------------------------------
+# ---- executor_report -----------------------------------------------------------------------------
 
 def test_executor_report_on_cpu_matches_the_placement_report() -> None:
     files = resolve_files(EXAMPLES / "mlp")

@@ -1,4 +1,4 @@
-"""graph_runtime.cli.job called directly: files, devices, inputs, build, expected values, compare."""
+"""graph_runtime.cli.job called directly: files, devices, inputs, build, expected, compare."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -55,7 +55,7 @@ def mixed_graph() -> Graph:
                       dtypes=["float32", "int64", "bool", "float32"])
 
 
-# ---- resolve_files ------------------------------------------------------------------------------
+# ---- resolve_files -------------------------------------------------------------------------------
 
 def test_resolve_files_picks_every_file_of_an_example_folder() -> None:
     files = resolve_files(MLP)
@@ -116,7 +116,7 @@ def test_resolve_files_folder_without_graph_json_lists_what_it_has(tmp_path: Pat
         resolve_files(empty)
 
 
-# ---- parse_devices ------------------------------------------------------------------------------
+# ---- parse_devices -------------------------------------------------------------------------------
 
 def test_parse_devices_auto_is_cpu_first_then_what_this_machine_has() -> None:
     auto = parse_devices(["auto"])
@@ -170,7 +170,7 @@ def test_parse_devices_refuses_a_device_given_twice() -> None:
         parse_devices(["cpu", "auto"])
 
 
-# ---- read_array, param_names ----------------------------------------------------------------------
+# ---- read_array, param_names ---------------------------------------------------------------------
 
 def test_read_array_reads_npy_and_names_where_on_errors(tmp_path: Path) -> None:
     np.save(tmp_path / "a.npy", np.arange(3, dtype="int32"))
@@ -193,7 +193,7 @@ def test_param_names_lists_the_params_file_and_nothing_without_one() -> None:
     assert param_names(resolve_files(MLP / "graph.json")) == []
 
 
-# ---- load_inputs ----------------------------------------------------------------------------------
+# ---- load_inputs ---------------------------------------------------------------------------------
 
 def test_load_inputs_draws_seeded_values_of_each_input_shape_and_dtype() -> None:
     graph = mixed_graph()
@@ -270,7 +270,7 @@ def test_random_array_refuses_a_dtype_it_cannot_draw() -> None:
         random_array(rng, (2,), "complex64")
 
 
-# ---- output_names ---------------------------------------------------------------------------------
+# ---- output_names --------------------------------------------------------------------------------
 
 def test_output_names_are_head_node_names_with_an_index_for_multi_output_nodes() -> None:
     graph = make_graph([null("x"), tvm_op("halves", "split", [0], num_outputs=2,
@@ -285,7 +285,7 @@ def test_output_names_of_mlp() -> None:
         "tvmgen_default_fused_nn_softmax"]
 
 
-# ---- build_job, Job.run -----------------------------------------------------------------------------
+# ---- build_job, Job.run --------------------------------------------------------------------------
 
 def test_build_job_runs_mlp_on_cpu_and_matches_expected() -> None:
     files = resolve_files(MLP)
@@ -328,7 +328,7 @@ def test_build_job_hetero_cnn_on_cpu_and_opencl_matches_expected(opencl_availabl
     assert result.ok, result
 
 
-# ---- expected_outputs ---------------------------------------------------------------------------------
+# ---- expected_outputs ----------------------------------------------------------------------------
 
 def test_expected_outputs_by_index_key_then_by_name(tmp_path: Path) -> None:
     path = tmp_path / "exp.npz"
@@ -348,7 +348,7 @@ def test_expected_outputs_missing_key_lists_what_the_file_has(tmp_path: Path) ->
         expected_outputs(tmp_path / "gone.npz", ["first"])
 
 
-# ---- compare ------------------------------------------------------------------------------------------
+# ---- compare -------------------------------------------------------------------------------------
 
 def test_compare_reports_max_abs_and_rel_error() -> None:
     want = np.array([1.0, 2.0, 4.0], dtype="float32")
@@ -396,7 +396,7 @@ def test_compare_nan_matches_nan_and_empty_outputs_match() -> None:
     assert e == Comparison(0, "e", True, 0.0, 0.0)
 
 
-# ---- benchmark, describe_devices ----------------------------------------------------------------------
+# ---- benchmark, describe_devices -----------------------------------------------------------------
 
 def test_benchmark_times_repeat_runs_and_refuses_zero(addw: Path) -> None:
     job = build_job(resolve_files(addw), [cpu(0)])

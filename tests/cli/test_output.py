@@ -56,7 +56,7 @@ def node_times() -> list[NodeTime]:
             NodeTime(6, "node 6 'softmax'", "softmax", c, False, 0.001)]
 
 
-# ---- summarize ------------------------------------------------------------------------------------
+# ---- summarize -----------------------------------------------------------------------------------
 
 def test_looks_like_probabilities() -> None:
     assert looks_like_probabilities(np.array([[0.7, 0.2, 0.1]], dtype="float32"))
@@ -86,7 +86,7 @@ def test_summarize_plain_values_and_empty() -> None:
     assert summary_text({}) == "empty"
 
 
-# ---- run_summary, run_text ------------------------------------------------------------------------
+# ---- run_summary, run_text -----------------------------------------------------------------------
 
 def test_run_summary_of_mlp_on_cpu() -> None:
     doc, outputs = run_doc(MLP, [cpu(0)])
@@ -185,7 +185,7 @@ def test_run_summary_of_hetero_cnn_on_cpu_and_opencl_counts_the_copy(
     assert "3 on cpu:0, 4 on opencl:0; 1 copy opencl:0 -> cpu:0 (32.0 KiB)" in run_text(doc)
 
 
-# ---- comparison_text ------------------------------------------------------------------------------
+# ---- comparison_text -----------------------------------------------------------------------------
 
 def test_comparison_text_ok_for_one_output() -> None:
     text = comparison_text([Comparison(0, "prob", True, 1.5e-7, 2.5e-6)], "e.npz", 1e-4, 1e-5)
@@ -212,7 +212,7 @@ def test_comparison_text_several_outputs_match() -> None:
     assert text.splitlines()[-1] == "OK: 2 outputs match e.npz (rtol 0.0001, atol 1e-05)"
 
 
-# ---- profile_summary, profile_text ------------------------------------------------------------------
+# ---- profile_summary, profile_text ---------------------------------------------------------------
 
 def test_profile_summary_sorts_steps_and_totals_per_device_and_copies() -> None:
     doc = profile_summary(node_times())
@@ -275,7 +275,7 @@ def test_profile_of_a_real_run_renders() -> None:
     assert "more steps" not in profile_text(doc, top=4)
 
 
-# ---- plan_summary ---------------------------------------------------------------------------------
+# ---- plan_summary --------------------------------------------------------------------------------
 
 def test_plan_summary_reports_devices_copies_and_pools() -> None:
     graph = make_graph([null("x"), null("y"), tvm_op("plus", "add", [0, 1]),

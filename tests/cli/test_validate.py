@@ -85,7 +85,8 @@ def test_check_result_text_numbers_problems_and_counts_them(faulty: Path) -> Non
 
 
 def test_check_result_text_singular_and_nothing_checked() -> None:
-    assert CheckResult(["graph"], ["bad"]).text("g") == "g: checked graph\n  1. bad\n1 problem found"
+    one = CheckResult(["graph"], ["bad"]).text("g")
+    assert one == "g: checked graph\n  1. bad\n1 problem found"
     assert CheckResult().text("g") == "g: checked nothing\nOK: no problems found"
 
 
@@ -103,8 +104,9 @@ def test_unsound_graph_reports_its_problems_and_skips_lib_and_params(tmp_path: P
     (tmp_path / "bad.json").write_text(json.dumps(doc))
     result = check_files(GraphFiles(tmp_path / "bad.json", lib=tmp_path / "nolib.json"), [cpu(0)])
     assert result.checked == ["graph"]
-    assert result.problems == [f"{tmp_path / 'bad.json'} at $.attrs.storage_id: expected "
-                               '["list_int", [...]], got ["list_str", [...]]']
+    expected = (f"{tmp_path / 'bad.json'} at $.attrs.storage_id: expected "
+                '["list_int", [...]], got ["list_str", [...]]')
+    assert result.problems == [expected]
 
 
 def test_several_semantic_graph_problems_are_all_reported(tmp_path: Path) -> None:
