@@ -40,10 +40,10 @@ def ufunc(name: str) -> HostMaker:
     return make
 
 
-def via_float64(compute: Callable[..., Any]) -> HostMaker:
-    """The CPU kernel computing compute(*inputs as float32/64) and storing it cast to out.
+def host_compute(compute: Callable[..., Any]) -> HostMaker:
+    """The CPU kernel storing compute(attrs, *inputs) into out (a NumPy expression's result).
 
-    float16 is computed in float32, as the GPU kernels do (NumPy would round every step).
+    float16 inputs are computed in float32, as the GPU kernels do (NumPy would round each step).
     """
     def make(attrs: Mapping[str, Any], inputs: Sequence[TensorSpec]) -> Callable[..., None]:
         wide = np.float32 if inputs[0].dtype == "float16" else None
