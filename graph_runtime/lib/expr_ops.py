@@ -6,6 +6,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from ..backends.base import Backend
 from .attrs import DTYPE_KEY
 from .kernels.gpu_elementwise import elementwise_expr, gpu_elementwise
 from .library import TensorSpec
@@ -84,7 +85,7 @@ def _siblings(name: str, family: Mapping[str, ExprOp], dtype: str, out_dtype: st
 
 def _factory(name: str, op: ExprOp, family: Mapping[str, ExprOp]
              ) -> Callable[..., Callable[..., None]]:
-    def factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+    def factory(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
         if backend.name == "cpu":
             return op.host(attrs, inputs)

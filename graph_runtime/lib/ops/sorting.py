@@ -1,25 +1,21 @@
 """topk (ONNX TopK): the k largest or smallest values along an axis and their int64 indices."""
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from ...backends.base import Backend
 from ..attrs import attr_error, bool_attr, int_attr, normalize_axis
-from ..kernels.gpu import (
-    ClKernel,
-    check_cl_dtypes,
-    cl_header,
-    cl_load,
-    cl_param,
-    cl_pointer,
-    cl_store,
-    compute_type,
-)
+from ..kernels.gpu import (ClKernel, check_cl_dtypes, cl_header, cl_load, cl_param, cl_pointer,
+                           cl_store, compute_type)
 from ..kernels.host import host_factory
 from ..library import TensorSpec
 from ..registry import define_op, kernel
 from ..shapes import FLOAT_DTYPES, NUMERIC_DTYPES, check_dtype, check_rank, one_input, size_of
+
+if TYPE_CHECKING:
+    from ...backends.opencl import OpenCLBackend
 
 TOPK_ATTRS = ("k", "axis", "largest", "sorted")
 
@@ -48,7 +44,7 @@ def _infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[Tenso
 
 # -- cpu / cuda -----------------------------------------------------------------------------------
 
-def _host_topk(xp: Any, backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _host_topk(xp: Any, backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     k, axis, largest = topk_params(inputs[0], attrs)
     last = inputs[0].shape[axis] - 1
@@ -115,7 +111,7 @@ __kernel void {entry}({cl_param("values", dtype, const=False)},
     return cl_header([dtype]) + "".join(kernels)
 
 
-def _cl_topk(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _cl_topk(backend: OpenCLBackend, device_id: int, inputs: Sequence[TensorSpec],
              outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     spec = inputs[0]
     check_cl_dtypes("topk", backend, device_id, [spec.dtype])
