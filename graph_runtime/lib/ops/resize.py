@@ -11,27 +11,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from ...backends.base import Backend
 from ..attrs import attr_error, bool_attr, float_attr, int_tuple, op_error, parse_value, str_attr
-from ..kernels.gpu import (
-    ClKernel,
-    check_cl_dtypes,
-    cl_header,
-    cl_load,
-    cl_param,
-    cl_pointer,
-    cl_store,
-    compute_type,
-    copy_type,
-    device_array,
-)
+from ..kernels.gpu import (ClKernel, check_cl_dtypes, cl_header, cl_load, cl_param, cl_pointer,
+                           cl_store, compute_type, copy_type, device_array)
 from ..kernels.host import host_factory, wide_dtype
 from ..library import TensorSpec
 from ..registry import define_op, kernel
 from ..shapes import FLOAT_DTYPES, check_dtype, check_num_inputs, size_of
+
+if TYPE_CHECKING:
+    from ...backends.opencl import OpenCLBackend
 
 OP = "resize"
 MODES = ("nearest", "linear", "cubic")
@@ -228,7 +222,7 @@ def _pass_shapes(p: ResizeParams) -> list[tuple[int, ...]]:
 
 # -- cpu / cuda ---------------------------------------------------------------------------------
 
-def _host_resize(xp: Any, backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _host_resize(xp: Any, backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                  outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     p = resize_params(inputs, attrs)
     empty = size_of(p.out_shape) == 0
@@ -323,7 +317,7 @@ def _cl_pass_source(src: str, dst: str, weighted: bool) -> str:
 """
 
 
-def _cl_resize(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _cl_resize(backend: OpenCLBackend, device_id: int, inputs: Sequence[TensorSpec],
                outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     p = resize_params(inputs, attrs)
     check_cl_dtypes(OP, backend, device_id, [p.dtype])
