@@ -146,7 +146,7 @@ class Executor:
                 placed.add(eid)
                 self.rebind(eid, array)
 
-   def _bind_versions(self) -> None:
+    def _bind_versions(self) -> None:
         """Give kernels that cache derived inputs a counter per input (lib.library.CachesInputs).
 
         Only a graph input read in place, with a storage id of its own, is written solely through
