@@ -14,13 +14,8 @@ from ..errors import LibraryError
 from .attrs import DTYPE_KEY, NODE_KEYS, NUM_OUTPUTS_KEY, OUT_DTYPE_KEY, check_attrs, float_attr
 from .kernels.conv_epilogue import EPILOGUE_DTYPES, EPILOGUE_OPS
 from .kernels.gpu_elementwise import ELEMENTWISE_EXPRS, gpu_elementwise
-from .library import (
-    InputVersion,
-    TensorSpec,
-    cached_inputs,
-    storage_requests,
-    workspace_bytes,
-)
+from .library import (CachesInputs, InputVersion, TensorSpec, cached_inputs, storage_requests,
+                      workspace_bytes)
 from .registry import OpDef, get_op
 
 if TYPE_CHECKING:
@@ -85,8 +80,9 @@ class PreparedChain:
     def bind_versions(self, versions: Mapping[int, InputVersion]) -> None:
         """Hand each kernel the counters of the function inputs it reads; others stay volatile."""
         for fn, index in self._cached:
-            fn.bind_versions({pos: versions.get(index[pos], InputVersion(volatile=True))
-                              for pos in cached_inputs(fn)})
+            if isinstance(fn, CachesInputs):
+                fn.bind_versions({pos: versions.get(index[pos], InputVersion(volatile=True))
+                                  for pos in cached_inputs(fn)})
 
     def __call__(self, *arrays: Any) -> None:
         slots = arrays + self.intermediates

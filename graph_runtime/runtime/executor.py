@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -12,7 +13,8 @@ from ..backends import check_device, copy_array, run_in_scope
 from ..device import Device
 from ..errors import GraphError, GraphRuntimeError, LibraryError
 from ..graph.model import COPY_OP, NOP_OP, Graph
-from ..lib.library import InputVersion, Module, TensorSpec, cached_inputs, storage_requests
+from ..lib.library import (CachesInputs, InputVersion, Module, TensorSpec, cached_inputs,
+                           storage_requests)
 from .placement import plan_placement, resolve_entry_devices
 from .storage import PoolLayout, StoragePool, check_capacity, default_caps
 
@@ -155,8 +157,9 @@ class Executor:
         g = self.graph
         inputs = {g.entry_id(nid, 0) for nid in g.arg_nodes}
         for step in self.steps:
-            positions = cached_inputs(step.fn)
-            if not positions:
+            fn = step.fn
+            positions = cached_inputs(fn)
+            if not positions or not isinstance(fn, CachesInputs):
                 continue
             cells: dict[int, InputVersion] = {}
             for pos in positions:
@@ -166,7 +169,7 @@ class Executor:
                     cells[pos] = self.versions.setdefault(eid, InputVersion())
                 else:
                     cells[pos] = InputVersion(volatile=True)
-            step.fn.bind_versions(cells)
+            fn.bind_versions(cells)
 
     def written(self, eid: int) -> None:
         """Count a write into input eid from outside run(), so derived data is redone."""

@@ -16,7 +16,7 @@ def test_split_matches_the_reference(m, n, k, blocks, dtype, random_array) -> No
     out = np.full((m, n), np.nan, dtype)
     SplitDense(m, n, k, blocks)(x, w, out)
     want = x.astype(np.float64) @ w.astype(np.float64).T
-    tol = {"float32": dict(rtol=1e-5, atol=1e-4), "float64": dict(rtol=1e-10, atol=1e-10)}
+    tol = {"float32": {"rtol": 1e-5, "atol": 1e-4}, "float64": {"rtol": 1e-10, "atol": 1e-10}}
     np.testing.assert_allclose(out, want, **tol[dtype])
 
 

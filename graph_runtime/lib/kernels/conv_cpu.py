@@ -7,6 +7,7 @@ Winograd lives in winograd.py; which one runs is chosen in conv_choice.py.
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any, Sequence
 
 import numpy as np
@@ -19,7 +20,7 @@ from .cpu_threads import num_threads, parallel_images
 as_strided = np.lib.stride_tricks.as_strided
 
 
-class ConvKernel:
+class ConvKernel(ABC):
     """What the strategies share: epilogue, derived-weight freshness, workspace accounting.
 
     A strategy that derives data from its weight (and bias) lists those inputs in `derived`;
@@ -61,6 +62,10 @@ class ConvKernel:
             self._seen = None if -1 in stamp else stamp
             return True
         return False
+
+    @abstractmethod
+    def __call__(self, data: Any, weight: Any, *rest: Any) -> None:
+        """run(data, weight, *epilogue operands, out): out = epilogue(conv(data, weight))."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.strategy})"

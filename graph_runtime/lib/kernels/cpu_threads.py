@@ -76,7 +76,7 @@ def restore_blas_threads(previous: int | None) -> None:
 def _get_pool(workers: int) -> ThreadPoolExecutor:
     global _pool
     with _pool_lock:
-        if _pool is None or _pool._max_workers < workers:  # noqa: SLF001 (size check only)
+        if _pool is None or _pool._max_workers < workers:  # a pool too small for this loop
             _pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gr-cpu",
                                        initializer=single_blas_thread)
         return _pool

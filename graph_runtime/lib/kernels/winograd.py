@@ -119,8 +119,10 @@ class WinogradConv(ConvKernel):
             if self.exact:
                 np.copyto(views[index], w.y)
             else:
-                np.copyto(w.full_tiles, w.y)
-                out[n0:n0 + nb] = w.full[:, :, :p.oh, :p.ow]
+                full, full_tiles = w.full, w.full_tiles
+                assert full is not None and full_tiles is not None  # made when tiles overhang
+                np.copyto(full_tiles, w.y)
+                out[n0:n0 + nb] = full[:, :, :p.oh, :p.ow]
             self.epilogue.apply(out, n0, n0 + nb, extras)
         parallel_images(p.n // nb, self.workers, chunk)
 
@@ -153,4 +155,4 @@ class _WinogradSpace:
         self.y = k._alloc((m, m, p.o, nb, k.th, k.tw))
         # Output tiles that overhang the image go through `full`, then get cropped.
         self.full = None if k.exact else k._alloc((nb, p.o, k.th * m, k.tw * m))
-        self.full_tiles = None if k.exact else _tile_view(self.full, m, k.th, k.tw)
+        self.full_tiles = None if self.full is None else _tile_view(self.full, m, k.th, k.tw)
