@@ -79,9 +79,9 @@ class Im2colConv(ConvKernel):
 
     Work items are blocks of output rows of one image, handed to parallel workers
     (cpu_threads.py), each with its own column buffer; a batch-1 conv may be split into blocks
-    so that both its GEMM and its im2col run on every core (im2col_rows). A per-channel bias is folded into the
-    GEMM: the columns get a constant row of ones and the weight matrix a column holding the bias,
-    so no pass over the output adds it.
+    so that both its GEMM and its im2col run on every core (im2col_rows). A per-channel bias is
+    folded into the GEMM: the columns get a constant row of ones and the weight matrix a column
+    holding the bias, so no pass over the output adds it.
     """
 
     strategy = "im2col"
@@ -116,6 +116,8 @@ class Im2colConv(ConvKernel):
                                            sw * s_w))
         self.cols = [self._alloc((p.groups, rows, self.block_rows * p.ow), 1.0)  # bias row = 1
                      for _ in range(self.workers)]
+        # Per worker, (block width, its column buffer, its im2col view), made once per width.
+        self._views: list[dict[int, tuple[Any, Any]]] = [{} for _ in range(self.workers)]
         self.w_aug = self._alloc((p.groups, p.og, rows))
 
     def __call__(self, data: Any, weight: Any, *rest: Any) -> None:
@@ -135,8 +137,12 @@ class Im2colConv(ConvKernel):
             r0 = b * step
             r1 = min(p.oh, r0 + step)
             width = (r1 - r0) * ow
-            cols = self.cols[worker][:, :, :width]
-            taps = cols[:, :kk].reshape(p.groups, p.cg, p.kh, p.kw, r1 - r0, ow)
+            views = self._views[worker].get(width)
+            if views is None:
+                cols = self.cols[worker][:, :, :width]
+                views = (cols, cols[:, :kk].reshape(p.groups, p.cg, p.kh, p.kw, r1 - r0, ow))
+                self._views[worker][width] = views
+            cols, taps = views
             np.copyto(taps, self.windows[n, :, :, :, :, r0:r1])
             np.matmul(self.w_aug, cols, out=gemm_out[n, :, :, r0 * ow:r1 * ow])
             self.epilogue.apply(out, n, n + 1, extras, (r0, r1))
