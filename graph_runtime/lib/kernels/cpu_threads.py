@@ -82,10 +82,48 @@ def _get_pool(workers: int) -> ThreadPoolExecutor:
         return _pool
 
 
+class _Loop:
+    """One parallel loop's shared state: the next item, how many finished, the first error."""
+
+    def __init__(self, n: int, work: Callable[[int, int], None]) -> None:
+        self.n = n
+        self.work = work
+        self.next = 0
+        self.done = 0
+        self.error: BaseException | None = None
+        self.lock = threading.Lock()
+        self.finished = threading.Event()
+
+    def drain(self, worker: int) -> None:
+        while True:
+            with self.lock:
+                i = self.next
+                if i >= self.n:
+                    return
+                self.next = i + 1
+            try:
+                self.work(worker, i)
+            except BaseException as e:  # noqa: BLE001 (re-raised by the caller's wait)
+                self.error = self.error or e
+            finally:
+                with self.lock:
+                    self.done += 1
+                    if self.done == self.n:
+                        self.finished.set()
+
+    def wait(self) -> None:
+        self.finished.wait()
+        if self.error is not None:
+            raise self.error
+
+
 def parallel_images(n: int, workers: int, work: Callable[[int, int], None]) -> None:
     """work(worker, image) for every image in range(n), images handed out one at a time.
 
-    The caller is worker 0; with workers == 1 (or one image) it runs everything itself.
+    The caller is worker 0 and returns once every item is done: a helper that was not scheduled
+    before the caller took the last item is not waited for (it finds nothing left and exits),
+    so a busy core costs at most the items it actually took. With workers == 1 (or one image)
+    the caller runs everything itself.
     """
     if workers <= 1 or n <= 1:
         previous = single_blas_thread() if n > 1 else None
@@ -95,22 +133,13 @@ def parallel_images(n: int, workers: int, work: Callable[[int, int], None]) -> N
         finally:
             restore_blas_threads(previous)
         return
-    images = iter(range(n))
-    lock = threading.Lock()
-
-    def drain(worker: int) -> None:
-        while True:
-            with lock:
-                i = next(images, None)
-            if i is None:
-                return
-            work(worker, i)
-
-    helpers = [_get_pool(workers - 1).submit(drain, w) for w in range(1, workers)]
+    loop = _Loop(n, work)
+    pool = _get_pool(workers - 1)
+    for w in range(1, workers):
+        pool.submit(loop.drain, w)
     previous = single_blas_thread()
     try:
-        drain(0)
+        loop.drain(0)
     finally:
         restore_blas_threads(previous)
-        for f in helpers:
-            f.result()  # re-raises a worker's exception here
+    loop.wait()

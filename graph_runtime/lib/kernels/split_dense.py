@@ -4,9 +4,14 @@ x[m, k] @ w[n, k].T for m > 1 (the batch-32 MLP) is compute bound; OpenBLAS's th
 splits it statically, so one descheduled thread on a shared machine stalls the call. Here the
 columns go out in blocks to cpu_threads.parallel_images workers, each on one BLAS thread, so a
 worker that has a core takes more blocks. Whether the split beats the plain call is measured
-once per shape on this machine, as the padded GEMV is.
+once per shape on this machine ("auto"), as the padded GEMV is.
 
-GRAPH_RUNTIME_DENSE_SPLIT: auto (default, measured), on, off.
+Off by default: on the shared 2-core development machine the split measured faster in isolation
+but ran the batch-32 MLP's dense layers ~1.9x slower inside the graph (OpenBLAS's own threads,
+spinning after the graph's other BLAS calls, compete with the workers), so it is opt-in until a
+quiet machine shows it pays in the graph.
+
+GRAPH_RUNTIME_DENSE_SPLIT: off (default), auto (measured once per shape), on.
 """
 from __future__ import annotations
 
@@ -30,7 +35,7 @@ _lock = threading.Lock()
 
 
 def split_mode() -> str:
-    mode = os.environ.get(SPLIT_ENV, "auto").strip().lower() or "auto"
+    mode = os.environ.get(SPLIT_ENV, "off").strip().lower() or "off"
     if mode not in ("auto", "on", "off"):
         raise LibraryError(f"{SPLIT_ENV} must be auto, on or off, got {mode!r}")
     return mode
