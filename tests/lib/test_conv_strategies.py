@@ -257,3 +257,21 @@ def test_weight_computed_by_a_node_is_never_cached(monkeypatch, random_array) ->
         m.run(data=x, k=np.array([k], "float32"))
         want = ref_conv2d_attrs(x, w0 * k, {"padding": [1]})
         np.testing.assert_allclose(m.get_output(0).numpy(), want, **SUM_TOLERANCES["float32"])
+
+
+def test_shared_params_follow_the_owner(monkeypatch, random_array) -> None:
+    """share_params binds the other module's arrays: a write there reaches this module's conv."""
+    a = _conv_module("winograd", monkeypatch)
+    b = _conv_module("winograd", monkeypatch)
+    x = random_array((2, 4, 6, 6), "float32", seed=27)
+    w0, w1 = (random_array((5, 4, 3, 3), "float32", seed=s) for s in (28, 29))
+    bias = random_array((5, 1, 1), "float32", seed=30)
+    a.load_params({"weight": w0, "bias": bias})
+    b.share_params(a, gr.save_param_dict({"weight": w0, "bias": bias}))
+    b.run(data=x)
+    np.testing.assert_allclose(b.get_output(0).numpy(), _expected(x, w0, bias),
+                               **SUM_TOLERANCES["float32"])
+    a.set_input("weight", w1)
+    b.run(data=x)
+    np.testing.assert_allclose(b.get_output(0).numpy(), _expected(x, w1, bias),
+                               **SUM_TOLERANCES["float32"])
