@@ -59,6 +59,7 @@ class WinogradConv(ConvKernel):
         bt, g, at = MATRICES[m]
         dtype = p.dtype
         self.bt, self.at = bt.astype(dtype), at.astype(dtype)
+        self.a_mat = np.ascontiguousarray(at.T).astype(dtype)  # A (a x m)
         self.g64 = g
         self.th, self.tw = -(-p.oh // m), -(-p.ow // m)
         tiles = self.th * self.tw
@@ -71,8 +72,6 @@ class WinogradConv(ConvKernel):
         self.u = self._alloc((a * a, p.o, p.c))
         self.workers = max(1, min(num_threads(), p.n // nb))
         self.spaces = [_WinogradSpace(self) for _ in range(self.workers)]
-        self._out_id = -1
-        self._out_tiles: list[Any] = []
 
     def _transform_weight(self, weight: Any) -> None:
         """U = G g G^T for every (k, c), in float64 (F4's 1/6 and 1/24 lose bits in float32)."""
@@ -83,20 +82,6 @@ class WinogradConv(ConvKernel):
         u = np.matmul(self.g64[None], half)  # (a, a, K*C)
         self.u[...] = u.reshape(a * a, p.o, p.c)
 
-    def _out_views(self, out: Any) -> list[Any]:
-        """Per chunk, the (m, m, K, nb, th, tw) view of out that exact tiles scatter into."""
-        if id(out) == self._out_id:
-            return self._out_tiles
-        p = self.p
-        views = []
-        if self.exact:
-            views = [_tile_view(out[n0:n0 + self.nb], self.m, self.th, self.tw)
-                     for n0 in range(0, p.n, self.nb)]
-        self._out_id = id(out)
-        self._out_tiles = views
-        self._out_ref = out  # keeps id(out) from being reused by another array
-        return views
-
     def __call__(self, data: Any, weight: Any, *rest: Any) -> None:
         p = self.p
         out = rest[-1]
@@ -104,7 +89,6 @@ class WinogradConv(ConvKernel):
         if self._stale():
             self._transform_weight(weight)
         a, m, nb = self.a, self.m, self.nb
-        views = self._out_views(out)
 
         def chunk(worker: int, index: int) -> None:
             w = self.spaces[worker]
@@ -115,24 +99,20 @@ class WinogradConv(ConvKernel):
             np.matmul(self.bt[None], w.e, out=w.v)
             np.matmul(self.u, w.v.reshape(a * a, p.c, -1), out=w.mm)
             np.matmul(self.at, w.mm.reshape(a, -1), out=w.z.reshape(m, -1))
-            np.matmul(self.at[None], w.z, out=w.y.reshape(m, m, -1))
+            # The last transform puts s (the tile column) innermost: y[r, (k, n, ty, tx), s],
+            # so rows of whole output rows (tx, s) copy contiguously into NCHW.
+            np.matmul(w.z.transpose(0, 2, 1), self.a_mat, out=w.y)
+            rows = w.y.reshape(m, p.o, nb, self.th, self.tw * m).transpose(2, 1, 3, 0, 4)
             if self.exact:
-                np.copyto(views[index], w.y)
+                target = out[n0:n0 + nb].reshape(nb, p.o, self.th, m, self.tw * m)
+                np.copyto(target, rows)
             else:
-                full, full_tiles = w.full, w.full_tiles
-                assert full is not None and full_tiles is not None  # made when tiles overhang
-                np.copyto(full_tiles, w.y)
+                full = w.full
+                assert full is not None  # made whenever tiles overhang the image
+                np.copyto(full.reshape(nb, p.o, self.th, m, self.tw * m), rows)
                 out[n0:n0 + nb] = full[:, :, :p.oh, :p.ow]
             self.epilogue.apply(out, n0, n0 + nb, extras)
         parallel_images(p.n // nb, self.workers, chunk)
-
-
-def _tile_view(target: Any, m: int, th: int, tw: int) -> Any:
-    """target (nb, K, th*m, tw*m) seen as (m, m, K, nb, th, tw) output tiles."""
-    s_n, s_k, s_h, s_w = target.strides
-    nb, k = target.shape[0], target.shape[1]
-    return as_strided(target, shape=(m, m, k, nb, th, tw),
-                      strides=(s_h, s_w, s_k, s_n, m * s_h, m * s_w))
 
 
 class _WinogradSpace:
@@ -152,7 +132,6 @@ class _WinogradSpace:
         self.v = k._alloc((a, a, p.c * cols))
         self.mm = k._alloc((a * a, p.o, cols))
         self.z = k._alloc((m, a, p.o * cols))
-        self.y = k._alloc((m, m, p.o, nb, k.th, k.tw))
+        self.y = k._alloc((m, p.o * cols, m))
         # Output tiles that overhang the image go through `full`, then get cropped.
         self.full = None if k.exact else k._alloc((nb, p.o, k.th * m, k.tw * m))
-        self.full_tiles = None if self.full is None else _tile_view(self.full, m, k.th, k.tw)
