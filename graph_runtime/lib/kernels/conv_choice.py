@@ -16,6 +16,7 @@ import numpy as np
 from ..._timing import time_runs
 from ...errors import LibraryError
 from ..conv_params import ConvParams
+from ..library import InputVersion
 from .conv_cpu import ConvKernel, DepthwiseConv, Gemm1x1Conv, Im2colConv
 from .conv_epilogue import Epilogue
 from .cpu_threads import num_threads
@@ -98,6 +99,9 @@ def _fastest(p: ConvParams, epilogue: Epilogue, names: list[str]) -> str:
                                key=lambda o: o.operand)]
     out = np.empty((p.n, p.o, p.oh, p.ow), p.dtype)
     kernels = {name: build(name, p, epilogue) for name in names}
+    steady = InputVersion()  # constant weights, as params are: derived weights made once
+    for k in kernels.values():
+        k.bind_versions({pos: steady for pos in k.cached_inputs()})
     calls = {name: (lambda k=k: k(data, weight, *extras, out)) for name, k in kernels.items()}
     first = {}
     for name, call in calls.items():
