@@ -3,8 +3,9 @@
 OpenBLAS splits every GEMM statically over its threads, so on a machine whose cores are shared
 one late thread stalls each of a conv's many small per-image GEMMs (measured here: batch-32 convs
 3-4x slower threaded than with one BLAS thread). Handing out whole images instead lets a worker
-that got the CPU take more of them. Workers (and the caller, as worker 0) run their GEMMs on one
-BLAS thread through OpenBLAS's thread-local setting where NumPy's OpenBLAS has it.
+that got the CPU take more of them. While any such loop runs, OpenBLAS runs single-threaded: its
+openblas_set_num_threads_local turned out to set the process-wide count in NumPy's OpenBLAS, so
+loops take it down to 1 together (a count of active loops) and the last one restores it.
 
 GRAPH_RUNTIME_NUM_THREADS: workers per parallel loop (default: the CPUs this process may use).
 """
@@ -62,23 +63,41 @@ def _blas_setter() -> Any:
     return _set_local
 
 
-def single_blas_thread() -> int | None:
-    """Make this thread's BLAS calls single-threaded; the previous setting (None: no control)."""
+_active = 0  # loops running with OpenBLAS held at one thread
+_saved: int | None = None
+_blas_lock = threading.Lock()
+
+
+def single_blas_thread() -> None:
+    """Hold OpenBLAS at one thread until the matching restore_blas_threads (nests, any thread)."""
+    global _active, _saved
     setter = _blas_setter()
-    return None if setter is None else int(setter(1))
+    if setter is None:
+        return
+    with _blas_lock:
+        if _active == 0:
+            _saved = int(setter(1))
+        _active += 1
 
 
-def restore_blas_threads(previous: int | None) -> None:
-    if previous is not None:
-        _blas_setter()(previous)
+def restore_blas_threads() -> None:
+    """End one single_blas_thread hold; the last one gives OpenBLAS its thread count back."""
+    global _active, _saved
+    setter = _blas_setter()
+    if setter is None:
+        return
+    with _blas_lock:
+        _active -= 1
+        if _active == 0 and _saved is not None:
+            setter(_saved)
+            _saved = None
 
 
 def _get_pool(workers: int) -> ThreadPoolExecutor:
     global _pool
     with _pool_lock:
         if _pool is None or _pool._max_workers < workers:  # a pool too small for this loop
-            _pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gr-cpu",
-                                       initializer=single_blas_thread)
+            _pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gr-cpu")
         return _pool
 
 
@@ -125,21 +144,21 @@ def parallel_images(n: int, workers: int, work: Callable[[int, int], None]) -> N
     so a busy core costs at most the items it actually took. With workers == 1 (or one image)
     the caller runs everything itself.
     """
-    if workers <= 1 or n <= 1:
-        previous = single_blas_thread() if n > 1 else None
-        try:
+    if n <= 1:
+        for i in range(n):
+            work(0, i)
+        return
+    single_blas_thread()
+    try:
+        if workers <= 1:
             for i in range(n):
                 work(0, i)
-        finally:
-            restore_blas_threads(previous)
-        return
-    loop = _Loop(n, work)
-    pool = _get_pool(workers - 1)
-    for w in range(1, workers):
-        pool.submit(loop.drain, w)
-    previous = single_blas_thread()
-    try:
+            return
+        loop = _Loop(n, work)
+        pool = _get_pool(workers - 1)
+        for w in range(1, workers):
+            pool.submit(loop.drain, w)
         loop.drain(0)
+        loop.wait()  # helpers still inside an item finish it before BLAS gets its threads back
     finally:
-        restore_blas_threads(previous)
-    loop.wait()
+        restore_blas_threads()

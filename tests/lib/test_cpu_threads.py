@@ -1,0 +1,54 @@
+"""Work-stealing loops of CPU kernels (lib/kernels/cpu_threads.py)."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from graph_runtime.errors import LibraryError
+from graph_runtime.lib.kernels import cpu_threads
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_every_item_once(workers: int) -> None:
+    seen: list[int] = []
+    lock = threading.Lock()
+
+    def work(worker: int, i: int) -> None:
+        assert 0 <= worker < workers
+        with lock:
+            seen.append(i)
+    cpu_threads.parallel_images(17, workers, work)
+    assert sorted(seen) == list(range(17))
+
+
+def test_a_worker_error_reaches_the_caller() -> None:
+    def work(worker: int, i: int) -> None:
+        if i == 5:
+            raise ValueError("item 5 failed")
+    with pytest.raises(ValueError, match="item 5 failed"):
+        cpu_threads.parallel_images(9, 2, work)
+
+
+def test_blas_gets_its_threads_back() -> None:
+    """The hold is process-wide in NumPy's OpenBLAS: after loops it must be what it was."""
+    setter = cpu_threads._blas_setter()
+    if setter is None:
+        pytest.skip("NumPy's OpenBLAS has no openblas_set_num_threads_local")
+    before = setter(3)
+    b = np.ones((64, 64), np.float32)
+
+    def work(worker: int, i: int) -> None:
+        b @ b
+    for workers in (1, 2):
+        cpu_threads.parallel_images(8, workers, work)
+    assert setter(before) == 3
+
+
+def test_threads_env(monkeypatch) -> None:
+    monkeypatch.setenv(cpu_threads.THREADS_ENV, "3")
+    assert cpu_threads.num_threads() == 3
+    monkeypatch.setenv(cpu_threads.THREADS_ENV, "zero")
+    with pytest.raises(LibraryError, match="GRAPH_RUNTIME_NUM_THREADS must be a positive"):
+        cpu_threads.num_threads()
