@@ -11,6 +11,7 @@ from ..device import Device
 from ..errors import GraphError, GraphRuntimeError, LibraryError
 from ..graph.model import COPY_OP, NOP_OP, entry_bytes
 from ..lib.library import Module, TensorSpec, storage_requests
+from .liveness import check_liveness
 from .storage import StoragePlan, StoragePool, check_capacity, default_caps, plan_storage
 
 log = logging.getLogger("graph_runtime")
@@ -93,6 +94,7 @@ def plan_placement(graph: Any, entry_device: Sequence[Device], fallback: Device,
     """
     node_device = _node_devices(graph, entry_device, fallback)
     plan = plan_storage(graph, entry_device)
+    check_liveness(graph)
     copies = _missing_copies(graph, entry_device, node_device, strict)
     for c in copies:
         plan.extra_bytes[c.dst] = plan.extra_bytes.get(c.dst, 0) + c.nbytes
