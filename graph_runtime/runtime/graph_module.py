@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from .._text import count_of
 from .._timing import BenchmarkResult, time_runs
 from ..backends import check_device, copy_array, get_backend
 from ..device import Device, DeviceLike
@@ -31,14 +33,30 @@ def _to_device_list(ctxs: DeviceLike | Sequence[DeviceLike]) -> list[Device]:
 
 
 class GraphModule:
-    """A graph bound to devices and kernels, ready to run (see graph_runtime.create)."""
+    """A graph bound to devices and kernels, ready to run (see graph_runtime.create).
+
+    Threads: a module holds one set of inputs, intermediates and outputs, so it runs one inference
+    at a time. run(), set_input() and get_output() called from a second thread while another call
+    is under way raise GraphRuntimeError instead of mixing two inferences. run_with(**inputs) sets
+    the inputs, runs and returns host copies of the outputs as one atomic call (callers wait their
+    turn), safe from many threads. For parallel inferences give each thread its own module with
+    clone(): it shares this module's params (one copy of the weights) and has its own buffers.
+    Inputs: run() refuses inputs that were never set (create(..., allow_uninitialized=True) opts
+    out, for benchmarks whose values do not matter).
+    """
 
     def __init__(self, graph: Any, lib: Module, ctxs: Sequence[Device], *, strict: bool = False,
-                 memory_cap: int | Mapping[Any, int] | None = None) -> None:
+                 memory_cap: int | Mapping[Any, int] | None = None,
+                 allow_uninitialized: bool = False) -> None:
         self.graph = graph
         self.lib = lib
         self.strict = strict
+        self.memory_cap = memory_cap
+        self.allow_uninitialized = allow_uninitialized
         self.executor = Executor(graph, lib, ctxs, strict=strict, memory_cap=memory_cap)
+        # NOTE: a non-blocking acquire is the cheap owner check (~0.1 us) on the hot calls;
+        # run_with() blocks on it instead.
+        self._lock = threading.Lock()
         self.ctxs = self.executor.ctxs
         inputs = graph.input_entries
         self._input_index = {name: i for i, name in enumerate(inputs)}
@@ -49,6 +67,48 @@ class GraphModule:
         self._input_layout = {eid: (tuple(graph.shape(eid)), np.dtype(graph.dtype(eid)),
                                     (eid, ex.entry_device[eid]))
                               for eid in self._input_eids}
+        self._unset: set[int] = set() if allow_uninitialized else set(self._input_eids)
+        self._param_names: set[str] = set()
+
+    # ---- threads -------------------------------------------------------------------------------
+
+    def _acquire(self, what: str) -> None:
+        if not self._lock.acquire(blocking=False):
+            raise GraphRuntimeError(
+                f"GraphModule.{what}() called from thread {threading.current_thread().name!r} "
+                "while another thread is in run/set_input/get_output on the same module; a "
+                "module runs one inference at a time. Use run_with(**inputs) (atomic, callers "
+                "wait their turn) or one module per thread (module.clone())")
+
+    def _release(self) -> None:
+        self._lock.release()
+
+    def run_with(self, **inputs: Any) -> list[np.ndarray]:
+        """Set inputs, run once and return every output as a host numpy array, atomically.
+
+        Safe to call from many threads: callers wait for each other, so each gets the outputs of
+        its own inputs. Use clone() to run inferences in parallel instead of in turn.
+        """
+        self._lock.acquire()
+        try:
+            if inputs:
+                self._set_input_unlocked(None, None, inputs)
+            self._run_unlocked()
+            return [self._get_output_unlocked(i, None).numpy()
+                    for i in range(len(self._output_eids))]
+        finally:
+            self._lock.release()
+
+    def clone(self) -> "GraphModule":
+        """A new module on the same graph, lib and devices with its own inputs, intermediates
+        and outputs, sharing this module's params (loaded with load_params/share_params) zero
+        copy: one copy of the weights for many threads. Treat the shared params as read-only."""
+        other = GraphModule(self.graph, self.lib, self.ctxs, strict=self.strict,
+                            memory_cap=self.memory_cap,
+                            allow_uninitialized=self.allow_uninitialized)
+        for name in self._param_names:
+            other._share_input(self, name)
+        return other
 
     # ---- inputs --------------------------------------------------------------------------------
 
@@ -101,6 +161,14 @@ class GraphModule:
     def set_input(self, key: int | str | Mapping[str, Any] | None = None, value: Any = None,
                   **params: Any) -> None:
         """Copy values into inputs by name or index: numpy arrays, NDArrays or DLPack tensors."""
+        if not self._lock.acquire(blocking=False):
+            self._acquire("set_input")
+        try:
+            self._set_input_unlocked(key, value, params)
+        finally:
+            self._lock.release()
+
+    def _set_input_unlocked(self, key: Any, value: Any, params: Mapping[str, Any]) -> None:
         if type(key) is str and value is not None and not params:
             # NOTE: the per-inference call, set_input("data", x): after run() has streamed the
             # weights through the caches every lookup misses, so it takes the shortest way to
@@ -114,13 +182,14 @@ class GraphModule:
             key = None
         if key is not None:
             if value is None:
-                raise GraphError(f"set_input({key!r}) needs a value")
+                raise GraphError(f"set_input({key!r}) needs a value; got None")
             self._copy_in(self._resolve_input(key), value)
         for name, val in params.items():
             self._copy_in(self._resolve_input(name), val)
 
     def _copy_in(self, eid: int, value: Any) -> None:
         shape, dtype, key = self._input_layout[eid]
+        self._unset.discard(eid)
         if (type(value) is np.ndarray and key[1].device_type == 1 and value.dtype == dtype
                 and value.shape == shape):
             # NOTE: the common case (a host array for a CPU input) is one memcpy, no lookups.
@@ -140,7 +209,12 @@ class GraphModule:
             nd = value if isinstance(value, NDArray) else from_dlpack(value)
             self._check_value(eid, tuple(nd.shape), str(nd.dtype))
             return check_device(nd.device), nd.native
-        host = np.asarray(value, dtype=self.graph.dtype(eid))
+        try:
+            host = np.asarray(value, dtype=self.graph.dtype(eid))
+        except (TypeError, ValueError) as e:
+            raise GraphError(f"input {self._input_name(eid)!r} (eid {eid}): cannot make a "
+                             f"{self.graph.dtype(eid)} array of a {type(value).__name__}: "
+                             f"{e}") from e
         self._check_value(eid, tuple(host.shape), str(host.dtype))
         return get_backend("cpu"), host
 
@@ -150,8 +224,13 @@ class GraphModule:
                       dtype)
 
     def get_input(self, key: int | str, out: Any = None) -> Any:
-        """The input's array on its device (a view: writing to it changes the input)."""
+        """The input's array on its device (a view: writing to it changes the input).
+
+        Without out=, the input counts as set (the caller may fill the view).
+        """
         eid = self._resolve_input(key)
+        if out is None:
+            self._unset.discard(eid)
         dev = self.executor.entry_device[eid]
         view = NDArray(self.executor.arrays[(eid, dev)], dev)
         if out is not None:
@@ -189,7 +268,12 @@ class GraphModule:
         native = nd.native
         if isinstance(native, np.ndarray) and not native.flags.c_contiguous:
             raise GraphError(f"{what} (eid {eid}): zero copy needs a C-contiguous array")
-        self.executor.rebind(eid, native)
+        self._acquire("set_input_zero_copy")
+        try:
+            self.executor.rebind(eid, native)
+            self._unset.discard(eid)
+        finally:
+            self._release()
 
     # ---- params --------------------------------------------------------------------------------
 
@@ -211,7 +295,8 @@ class GraphModule:
             source = source or "params"
         unknown = [name for name in values if name not in self._input_index]
         if unknown:
-            message = (f"{source}: {len(unknown)} params are not inputs of the graph: "
+            verb = "is not an input" if len(unknown) == 1 else "are not inputs"
+            message = (f"{source}: {count_of(len(unknown), 'param')} {verb} of the graph: "
                        f"{', '.join(map(repr, unknown[:10]))}; inputs are: {self._input_names()}")
             if self.strict:
                 raise ParamsError(message)
@@ -227,30 +312,87 @@ class GraphModule:
                 raise ParamsError(f"{source}: param {name!r} is {shape} {dtype} but the graph's "
                                   f"input {name!r} (eid {eid}) is {tuple(g.shape(eid))} "
                                   f"{g.dtype(eid)}")
-            self._copy_in(eid, value)
+            self._acquire("load_params")
+            try:
+                self._copy_in(eid, value)
+            finally:
+                self._release()
+            self._param_names.add(name)
 
     def share_params(self, other: "GraphModule", params_bytes: bytes) -> None:
         """Use other's param arrays (zero copy) for every name in params_bytes, as TVM does."""
         from ..params import load_param_arrays
+        if not isinstance(other, GraphModule):
+            raise GraphError(f"share_params needs a GraphModule to share with, got "
+                             f"{type(other).__name__}")
+        if not isinstance(params_bytes, (bytes, bytearray, memoryview)):
+            raise ParamsError(f"share_params needs the params as bytes (save_param_dict's "
+                              f"output), got {type(params_bytes).__name__}")
         for name in load_param_arrays(bytes(params_bytes)):
-            mine = self._resolve_input(name)
-            theirs = other._resolve_input(name)
-            dev = other.executor.entry_device[theirs]
-            if dev != self.executor.entry_device[mine]:
-                raise DeviceError(f"share_params: {name!r} lives on {dev} in the other module but "
-                                  f"on {self.executor.entry_device[mine]} here")
+            self._share_input(other, name)
+
+    def _share_input(self, other: "GraphModule", name: str) -> None:
+        mine = self._resolve_input(name)
+        theirs = other._resolve_input(name)
+        dev = other.executor.entry_device[theirs]
+        if dev != self.executor.entry_device[mine]:
+            raise DeviceError(f"share_params: {name!r} lives on {dev} in the other module but "
+                              f"on {self.executor.entry_device[mine]} here")
+        self._acquire("share_params")
+        try:
             self.executor.rebind(mine, other.executor.arrays[(theirs, dev)])
+            self.executor.pool.adopt(mine, other.executor.arrays[(theirs, dev)])
+            self._unset.discard(mine)
+            self._param_names.add(name)
+        finally:
+            self._release()
 
     # ---- running and outputs -------------------------------------------------------------------
 
     def run(self, **inputs: Any) -> None:
-        """Set the given inputs, then run the graph once."""
-        if inputs:
-            self.set_input(**inputs)
+        """Set the given inputs, then run the graph once.
+
+        Refused (GraphRuntimeError) while another thread is in run/set_input/get_output, and
+        (GraphError naming them) while some input was never set, unless the module was created
+        with allow_uninitialized=True.
+        """
+        if not self._lock.acquire(blocking=False):
+            self._acquire("run")
+        try:
+            if inputs:
+                self._set_input_unlocked(None, None, inputs)
+            self._run_unlocked()
+        finally:
+            self._lock.release()
+
+    def _run_unlocked(self) -> None:
+        if self._unset:
+            self._refuse_unset()
         self.executor.run()
+
+    def _refuse_unset(self) -> None:
+        g = self.graph
+        names = [g.nodes[g.entry_node(eid)[0]].name for eid in self._input_eids
+                 if eid in self._unset]
+        shown = ", ".join(names[:10]) + (f" ... ({len(names)} in all)" if len(names) > 10 else "")
+        raise GraphError(f"{g.source}: {count_of(len(names), 'input')} never set: {shown}; "
+                         "set them with set_input/load_params (or run(name=value)), or pass "
+                         "allow_uninitialized=True to create() to run on whatever the memory "
+                         "holds (benchmarks)")
 
     def get_output(self, index: int, out: Any = None) -> Any:
         """Output index as a new NDArray (the next run cannot overwrite it), or copied into out."""
+        if not self._lock.acquire(blocking=False):
+            self._acquire("get_output")
+        try:
+            return self._get_output_unlocked(index, out)
+        finally:
+            self._lock.release()
+
+    def _get_output_unlocked(self, index: int, out: Any) -> Any:
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+            raise GraphError(f"get_output needs an output index (an int), got "
+                             f"{type(index).__name__} {index!r}")
         if not 0 <= index < len(self._output_eids):
             raise GraphError(f"output index {index} is out of range: the graph has "
                              f"{len(self._output_eids)} outputs")
@@ -280,16 +422,22 @@ class GraphModule:
         if host_inputs and not end_to_end:
             self.set_input(host_inputs)
 
+        # NOTE: benchmark runs on whatever inputs hold (timing does not depend on values), so
+        # it skips the never-set check; it holds the module for its whole duration.
         def once() -> None:
             if end_to_end:
-                self.set_input(host_inputs)
+                self._set_input_unlocked(None, None, host_inputs)
                 self.executor.run()
                 for i in range(len(self._output_eids)):
-                    self.get_output(i).numpy()
+                    self._get_output_unlocked(i, None).numpy()
             else:
                 self.executor.run()
 
-        return time_runs(once, self.executor.sync, repeat, number, min_repeat_ms, progress)
+        self._acquire("benchmark")
+        try:
+            return time_runs(once, self.executor.sync, repeat, number, min_repeat_ms, progress)
+        finally:
+            self._release()
 
     # ---- introspection and debugging -----------------------------------------------------------
 
@@ -310,8 +458,15 @@ class GraphModule:
 
     def profile(self, repeat: int = 1, progress: Callable[[int], None] | None = None
                 ) -> list[NodeTime]:
-        """Per-node device-synchronised times (median of repeat runs), in execution order."""
-        return self.executor.profile(repeat, progress)
+        """Per-node device-synchronised times (median of repeat runs), in execution order.
+
+        Like benchmark(), runs on whatever the inputs hold.
+        """
+        self._acquire("profile")
+        try:
+            return self.executor.profile(repeat, progress)
+        finally:
+            self._release()
 
     def debug_get_outputs(self, nodes: Sequence[str | int] | None = None
                           ) -> dict[str, list[np.ndarray]]:
@@ -341,7 +496,13 @@ class GraphModule:
             captured[g.nodes[step.nid].name] = [
                 backend.to_host(self.executor.arrays[(e, dev)]) for e in g.node_entries(step.nid)]
 
-        self.executor.run_steps(each=grab)
+        self._acquire("debug_get_outputs")
+        try:
+            if self._unset:
+                self._refuse_unset()
+            self.executor.run_steps(each=grab)
+        finally:
+            self._release()
         return captured
 
 
@@ -371,10 +532,13 @@ def _copy_out(src: Any, out: Any) -> Any:
 
 def create(graph: Any, libmod: Module | str | os.PathLike | None = None,
            ctxs: DeviceLike | Sequence[DeviceLike] = Device(1, 0), *, strict: bool = False,
-           memory_cap: int | Mapping[Any, int] | None = None) -> GraphModule:
+           memory_cap: int | Mapping[Any, int] | None = None,
+           allow_uninitialized: bool = False) -> GraphModule:
     """A GraphModule: graph (JSON text, path, dict or Graph), a lib, devices (ctxs[0] primary).
 
     libmod may be a Module, a lib file path, or None for the standard op library.
+    allow_uninitialized: let run() go with inputs never set (benchmarks); refused by default.
+    One module runs one inference at a time: see GraphModule for threads (run_with, clone).
     """
     from ..graph.model import Graph
     from ..lib import load_module, standard_module
@@ -385,4 +549,5 @@ def create(graph: Any, libmod: Module | str | os.PathLike | None = None,
         lib = libmod
     else:
         lib = load_module(libmod)
-    return GraphModule(g, lib, _to_device_list(ctxs), strict=strict, memory_cap=memory_cap)
+    return GraphModule(g, lib, _to_device_list(ctxs), strict=strict, memory_cap=memory_cap,
+                       allow_uninitialized=allow_uninitialized)

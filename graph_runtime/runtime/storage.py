@@ -144,6 +144,16 @@ class StoragePool:
         return True
 
 
+    def adopt(self, eid: int, array: Any) -> None:
+        """Drop the pool's buffer for eid when it is its id's only user: array (bound with
+        Executor.rebind, e.g. another module's param) replaces it, so the memory is not held
+        twice."""
+        sid = self.plan.entry_sid[eid]
+        if self._sid_users[sid] == 1:
+            self.buffers[sid] = array
+            self.views[eid] = array
+
+
 def _entry_label(graph: Any, eid: int) -> str:
     nid, index = graph.entry_node(eid)
     return f"{graph.nodes[nid].label} output {index}"

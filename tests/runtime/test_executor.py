@@ -206,7 +206,7 @@ def test_kernel_error_at_run_names_the_node() -> None:
     m = gr.create(make_graph([null("x"), tvm_op("b", "boom", [0])], [1]), lib, gr.cpu())
     with pytest.raises(LibraryError, match=r"node 1 'b' \(boom on cpu\(0\)\) failed: "
                                            r"ValueError: kernel exploded"):
-        m.run()
+        m.run(x=np.zeros(4, "float32"))
 
 
 def test_unknown_device_in_ctxs() -> None:

@@ -155,7 +155,7 @@ def test_load_params_mismatch_and_unknown(caplog: pytest.LogCaptureFixture) -> N
         m.load_params(gr.save_param_dict({"zz": np.ones(1, "float32")}))
     assert "'zz'" in caplog.text
     strict = gr.create(_axpy().graph, None, gr.cpu(), strict=True)
-    with pytest.raises(ParamsError, match=r"1 params are not inputs of the graph: 'zz'"):
+    with pytest.raises(ParamsError, match=r"1 param is not an input of the graph: 'zz'"):
         strict.load_params(gr.save_param_dict({"zz": np.ones(1, "float32")}))
 
 
