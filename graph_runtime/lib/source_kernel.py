@@ -15,10 +15,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..backends import get_backend
+from ..backends import REGISTRY, get_backend
 from ..device import Device
 from ..errors import LibraryError
-from .chain import BACKEND_KINDS
 from .library import Module, TensorSpec
 from .shapes import size_of
 
@@ -26,7 +25,7 @@ from .shapes import size_of
 def add_source_function(lib: Module, name: str, func: Mapping[str, Any], where: str) -> None:
     """Register a `{"kernel": {...}}` function of a lib.json for each device it names."""
     sources = func["kernel"]
-    devices = func.get("devices", [k for k in BACKEND_KINDS if k in sources])
+    devices = func.get("devices", [k for k in REGISTRY if k in sources])
     for i, kind in enumerate(devices):
         if kind not in sources:
             raise LibraryError(f"{where}.devices[{i}]: {kind!r} has no kernel source; this "

@@ -10,7 +10,12 @@ from ..graph.model import COPY_OP
 
 @dataclass(frozen=True)
 class PlanNode:
-    """One node as the planner sees it: its name, kernel and the entries it reads."""
+    """One node as the planner sees it: its name, kernel and the entries it reads.
+
+    Why not graph.model.Node: the planner builds new graphs (copies added, nodes renumbered)
+    from plain records, before any shape, dtype or column exists; graph.model.Node is a node of
+    a checked, complete graph and cannot exist without one.
+    """
 
     name: str
     op: str = "tvm_op"

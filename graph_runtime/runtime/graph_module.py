@@ -16,8 +16,9 @@ from ..device import device as parse_device
 from ..errors import DeviceError, GraphError, GraphRuntimeError, ParamsError
 from ..lib.library import Module
 from ..nd import NDArray, from_dlpack
-from .executor import Executor, InsertedCopy, NodeTime
+from .executor import Executor, NodeTime
 from .measure import MemoryReport
+from .placement import InsertedCopy
 
 log = logging.getLogger("graph_runtime")
 

@@ -5,6 +5,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from ...backends import run_in_scope
 from ..library import TensorSpec
 
 
@@ -18,13 +19,7 @@ def array_module(backend: Any) -> Any:
 
 def host_kernel(backend: Any, device_id: int, fn: Callable[..., None]) -> Callable[..., None]:
     """fn as is on cpu; on cuda, fn run with device_id current (cupy launches on that device)."""
-    if backend.name != "cuda" or not hasattr(backend, "scope"):
-        return fn
-
-    def run(*arrays: Any) -> None:
-        with backend.scope(device_id):
-            fn(*arrays)
-    return run
+    return run_in_scope(backend, device_id, fn)
 
 
 def host_factory(make: Callable[..., Callable[..., None]]) -> Callable[..., Callable[..., None]]:

@@ -6,6 +6,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from ...backends import REGISTRY
 from ..attrs import DTYPE_KEY, attr_error, float_attr, op_error, str_attr
 from ..kernels.gpu_elementwise import elementwise_expr, gpu_elementwise
 from ..library import TensorSpec
@@ -178,7 +179,7 @@ for _op, (_expr, _host, _dtypes, _attrs) in UNARY_NN.items():
     # clip and erf are single ufunc calls (in place safe); leaky_relu and gelu read x again
     # after writing out.
     define_op(_op, _unary_infer(_op), 1, _attrs, in_place=_op in ("clip", "erf"))
-    for _kind in ("cpu", "cuda", "opencl"):
+    for _kind in REGISTRY:
         kernel(_op, _kind)(_unary_factory(_op))
     elementwise_expr(_op, _expr)
 
@@ -214,7 +215,7 @@ def _where_factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
 
 
 define_op("where", _where_infer, 3, ())
-for _kind in ("cpu", "cuda", "opencl"):
+for _kind in REGISTRY:
     kernel("where", _kind)(_where_factory)
 elementwise_expr("where", "({0} != 0 ? {1} : {2})")
 

@@ -6,6 +6,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from ...backends import REGISTRY
 from ..attrs import attr_error, bool_attr, check_out_dtype, int_attr, normalize_axis, op_error
 from ..kernels.gpu_elementwise import gpu_elementwise
 from ..kernels.host import array_module, host_kernel
@@ -232,7 +233,7 @@ GEMM_ATTRS = {"dense": ("units", "out_dtype"),
 
 for _op, _attrs in GEMM_ATTRS.items():
     define_op(_op, _gemm_infer(_op), 2, _attrs)
-    for _kind in ("cpu", "cuda", "opencl"):
+    for _kind in REGISTRY:
         kernel(_op, _kind)(_gemm_factory(_op))
 
 

@@ -5,6 +5,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from ...backends import REGISTRY
 from ..attrs import NUM_OUTPUTS_KEY, attr_error, bool_attr, float_attr, op_error, single_axis
 from ..kernels.gpu_elementwise import gpu_elementwise
 from ..kernels.host import array_module, host_kernel, wide_dtype
@@ -273,7 +274,7 @@ def _batch_norm_cpu(inputs: Sequence[TensorSpec], shaped: tuple[int, ...], epsil
 
 
 define_op("batch_norm", _batch_norm_infer, 5, ("axis", "epsilon", "center", "scale"))
-for _kind in ("cpu", "cuda", "opencl"):
+for _kind in REGISTRY:
     kernel("batch_norm", _kind)(_batch_norm_factory)
 
 __all__ = ["NUM_OUTPUTS_KEY", "batch_norm_outputs"]

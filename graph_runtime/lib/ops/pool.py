@@ -6,6 +6,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from ...backends import REGISTRY
 from ..attrs import bool_attr, op_error
 from ..conv_params import check_layout, out_size, padding_attr, positive_pair
 from ..kernels.gpu import (
@@ -246,7 +247,7 @@ for _op, _attrs in (("max_pool2d", POOL_ATTRS), ("avg_pool2d", AVG_ATTRS)):
     kernel(_op, "opencl")(_pool_cl(_op))
 for _op in GLOBAL_REDUCE:
     define_op(_op, _global_infer(_op), 1, GLOBAL_ATTRS)
-    for _kind in ("cpu", "cuda", "opencl"):
+    for _kind in REGISTRY:
         kernel(_op, _kind)(_global_factory(_op))
 
 __all__ = ["PoolParams", "pool_params", "avg_divisor"]
