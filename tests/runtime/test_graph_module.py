@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import logging
+import threading
 
 import numpy as np
 import pytest
 from support import make_graph, null, tvm_op
 
 import graph_runtime as gr
-from graph_runtime.errors import DeviceError, GraphError, ParamsError
+from graph_runtime.errors import DeviceError, GraphError, GraphRuntimeError, ParamsError
 
 
 def _axpy():
@@ -190,3 +191,130 @@ def test_create_accepts_json_text_path_dict(tmp_path) -> None:
         m = gr.create(source, None, "cpu")
         m.run(x=X, a=np.ones((2, 3), "float32"), b=np.ones((2, 3), "float32"))
         np.testing.assert_array_equal(m.get_output(0).numpy(), X + 1)
+
+
+# ---- threads (issue 13: one module used by two threads gave wrong answers) -----------------------
+
+def _blocking_module(started: "threading.Event", release: "threading.Event"):
+    """out = x + 1 through a user kernel that waits for release, so a run is held mid-way."""
+    lib = gr.Module("slow")
+
+    @lib.register("slow_add1", device="cpu")
+    def slow_add1(x: np.ndarray, out: np.ndarray) -> None:
+        started.set()
+        release.wait(10)
+        np.add(x, 1, out=out)
+
+    return gr.create(make_graph([null("x"), tvm_op("y", "slow_add1", [0])], [1]), lib, gr.cpu())
+
+
+def test_a_second_thread_is_refused_while_a_run_is_under_way() -> None:
+    started, release = threading.Event(), threading.Event()
+    m = _blocking_module(started, release)
+    errors: list[BaseException] = []
+    worker = threading.Thread(target=lambda: _catch(errors, m.run, x=np.zeros(4, "float32")),
+                              name="first")
+    worker.start()
+    assert started.wait(10)
+    try:
+        for call in (lambda: m.run(), lambda: m.set_input("x", np.ones(4, "float32")),
+                     lambda: m.get_output(0)):
+            with pytest.raises(GraphRuntimeError, match=r"called from thread 'MainThread' while "
+                                                        r"another thread is in run"):
+                call()
+    finally:
+        release.set()
+        worker.join(10)
+    assert errors == []
+    np.testing.assert_array_equal(m.get_output(0).numpy(), np.ones(4, "float32"))
+
+
+def _catch(errors: list, fn, *args, **kwargs) -> None:
+    try:
+        fn(*args, **kwargs)
+    except BaseException as e:  # noqa: BLE001 - reported to the test thread
+        errors.append(e)
+
+
+def test_run_with_is_atomic_across_many_threads() -> None:
+    m = _axpy()
+    m.load_params({"a": np.full((2, 3), 3, "float32"), "b": np.ones((2, 3), "float32")})
+    wrong: list[str] = []
+    errors: list[BaseException] = []
+
+    def work(k: int) -> None:
+        for r in range(40):
+            x = np.full((2, 3), k * 100 + r, "float32")
+            (out,) = m.run_with(x=x)
+            if not np.array_equal(out, 3 * x + 1):
+                wrong.append(f"thread {k} run {r}")
+
+    threads = [threading.Thread(target=_catch, args=(errors, work, k)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert errors == [] and wrong == []
+
+
+def test_clones_share_the_weights_and_run_in_parallel() -> None:
+    m = _axpy()
+    m.load_params({"a": np.full((2, 3), 2, "float32"), "b": np.ones((2, 3), "float32")})
+    clones = [m.clone() for _ in range(4)]
+    for c in clones:
+        assert c.get_input("a").native is m.get_input("a").native  # one copy of the weights
+        assert c.get_input("x").native is not m.get_input("x").native
+    wrong: list[int] = []
+    errors: list[BaseException] = []
+
+    def work(k: int) -> None:
+        for r in range(40):
+            x = np.full((2, 3), k + r, "float32")
+            clones[k].run(x=x)
+            if not np.array_equal(clones[k].get_output(0).numpy(), 2 * x + 1):
+                wrong.append(k)
+
+    threads = [threading.Thread(target=_catch, args=(errors, work, k)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert errors == [] and wrong == []
+
+
+# ---- inputs never set -------------------------------------------------------------------------
+
+def test_run_refuses_inputs_never_set_naming_them() -> None:
+    m = _axpy()
+    m.set_input("x", X)
+    with pytest.raises(GraphError, match=r"2 inputs never set: a, b; .*allow_uninitialized=True"):
+        m.run()
+    m.load_params({"a": np.ones((2, 3), "float32")})
+    with pytest.raises(GraphError, match=r"1 input never set: b;"):
+        m.run()
+    m.set_input_zero_copy("b", np.zeros((2, 3), "float32"))
+    m.run()
+    np.testing.assert_array_equal(m.get_output(0).numpy(), X)
+
+
+def test_allow_uninitialized_and_benchmark_run_without_inputs() -> None:
+    nodes = [null("x"), tvm_op("y", "relu", [0])]
+    m = gr.create(make_graph(nodes, [1]), None, gr.cpu(), allow_uninitialized=True)
+    m.run()
+    strict = gr.create(make_graph(nodes, [1]), None, gr.cpu())
+    assert strict.benchmark(repeat=1, number=1).mean >= 0
+    assert len(strict.profile()) == 1
+
+
+# ---- Python API type errors become typed errors -------------------------------------------------
+
+def test_api_type_errors_are_typed() -> None:
+    m = _axpy()
+    for bad in ("0", None, 1.5, True):
+        with pytest.raises(GraphError, match="get_output needs an output index"):
+            m.get_output(bad)
+    with pytest.raises(GraphError, match=r"input 'x' \(eid 0\): cannot make a float32 array of "
+                                         r"a str"):
+        m.set_input("x", "abc")
+    with pytest.raises(GraphError, match=r"set_input\('x'\) needs a value; got None"):
+        m.set_input("x")
