@@ -162,12 +162,19 @@ class GraphModule:
     def set_input(self, key: int | str | Mapping[str, Any] | None = None, value: Any = None,
                   **params: Any) -> None:
         """Copy values into inputs by name or index: numpy arrays, NDArrays or DLPack tensors."""
-        if not self._lock.acquire(blocking=False):
+        lock = self._lock
+        if not lock.acquire(False):
             self._acquire("set_input")
         try:
+            if type(key) is str and value is not None and not params:
+                # NOTE: the per-inference call, set_input("data", x): see _set_input_unlocked.
+                index = self._input_index.get(key)
+                if index is not None:
+                    self._copy_in(self._input_eids[index], value)
+                    return
             self._set_input_unlocked(key, value, params)
         finally:
-            self._lock.release()
+            lock.release()
 
     def _set_input_unlocked(self, key: Any, value: Any, params: Mapping[str, Any]) -> None:
         if type(key) is str and value is not None and not params:
@@ -190,7 +197,8 @@ class GraphModule:
 
     def _copy_in(self, eid: int, value: Any) -> None:
         shape, dtype, key = self._input_layout[eid]
-        self._unset.discard(eid)
+        if self._unset:
+            self._unset.discard(eid)
         if (type(value) is np.ndarray and key[1].device_type == 1 and value.dtype == dtype
                 and value.shape == shape):
             # NOTE: the common case (a host array for a CPU input) is one memcpy, no lookups.
@@ -357,14 +365,17 @@ class GraphModule:
         (GraphError naming them) while some input was never set, unless the module was created
         with allow_uninitialized=True.
         """
-        if not self._lock.acquire(blocking=False):
+        lock = self._lock
+        if not lock.acquire(False):
             self._acquire("run")
         try:
             if inputs:
                 self._set_input_unlocked(None, None, inputs)
-            self._run_unlocked()
+            if self._unset:
+                self._refuse_unset()
+            self.executor.run()
         finally:
-            self._lock.release()
+            lock.release()
 
     def _run_unlocked(self) -> None:
         if self._unset:
@@ -383,12 +394,19 @@ class GraphModule:
 
     def get_output(self, index: int, out: Any = None) -> Any:
         """Output index as a new NDArray (the next run cannot overwrite it), or copied into out."""
-        if not self._lock.acquire(blocking=False):
+        lock = self._lock
+        if not lock.acquire(False):
             self._acquire("get_output")
         try:
+            if out is None and type(index) is int and 0 <= index < len(self._output_eids):
+                eid = self._output_eids[index]
+                src = self.executor.arrays[(eid, self.executor.entry_device[eid])]
+                if type(src) is np.ndarray:
+                    # NOTE: a CPU output: one memcpy, no backend lookups (the common case).
+                    return NDArray(src.copy(), self.executor.entry_device[eid])
             return self._get_output_unlocked(index, out)
         finally:
-            self._lock.release()
+            lock.release()
 
     def _get_output_unlocked(self, index: int, out: Any) -> Any:
         if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
