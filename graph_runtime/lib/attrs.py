@@ -17,6 +17,9 @@ OUT_DTYPE_KEY = "__out_dtype"
 NUM_OUTPUTS_KEY = "__num_outputs"
 # Elementwise expression functions find the dtype of the op's input 0 under this key.
 DTYPE_KEY = "__dtype"
+# The executor passes the bytes left under the device's memory cap: a kernel refuses workspace
+# beyond it before allocating (chain intermediates; runtime/executor.py checks after prepare).
+WORKSPACE_LIMIT_KEY = "__workspace_limit"
 _REQUIRED: Any = object()
 
 

@@ -14,6 +14,7 @@ from ..backends import check_device, copy_array, get_backend
 from ..device import Device, DeviceLike
 from ..device import device as parse_device
 from ..errors import DeviceError, GraphError, GraphRuntimeError, ParamsError
+from ..graph.model import COPY_OP
 from ..lib.library import Module
 from ..nd import NDArray, from_dlpack
 from .executor import Executor, NodeTime
@@ -471,9 +472,21 @@ class GraphModule:
         return list(self.executor.copies)
 
     def memory_report(self) -> MemoryReport:
-        plan = self.executor.plan
-        return MemoryReport(plan.bytes_per_device(), plan.unshared_bytes_per_device(),
-                            dict(plan.extra_bytes))
+        """Bytes per device: pool, pool without sharing, copy destinations, kernel workspace.
+
+        See MemoryReport for what each column counts; print it for a table.
+        """
+        ex = self.executor
+        plan = ex.plan
+        copies = dict(plan.extra_bytes)
+        g = self.graph
+        for node in g.nodes:
+            if node.func_name == COPY_OP and node.nid not in ex.dropped_copies:
+                for eid in g.node_entries(node.nid):
+                    dev = ex.entry_device[eid]
+                    copies[dev] = copies.get(dev, 0) + plan.entry_bytes[eid]
+        return MemoryReport(plan.bytes_per_device(), plan.unshared_bytes_per_device(), copies,
+                            dict(plan.workspace_bytes))
 
     def profile(self, repeat: int = 1, progress: Callable[[int], None] | None = None
                 ) -> list[NodeTime]:

@@ -24,6 +24,8 @@ class PoolLayout:
     entry_bytes: list[int]
     entry_device: list[Device]
     extra_bytes: dict[Device, int] = field(default_factory=dict)  # buffers outside the pool
+    # Kernels' own memory (chain intermediates, im2col, padded weights), known after prepare.
+    workspace_bytes: dict[Device, int] = field(default_factory=dict)
 
     def bytes_per_device(self) -> dict[Device, int]:
         """Pool bytes per device with storage sharing, as allocated."""
