@@ -103,8 +103,11 @@ def build_job(graph: str, lib: str | None = None, params: str | None = None,
     """The Job for a command's options (see graph_runtime.job), noting inputs drawn at random."""
     from . import job
     files = job.resolve_files(graph, lib, params, inputs_file, expected)
+    if files.lib_beside:
+        note(f"using the lib beside the graph, {files.lib} (give --lib to choose another)")
     built = job.build_job(files, job.parse_devices(devices), input_pairs, seed, strict)
     if built.inputs.random:
         note(f"no value given for {', '.join(map(repr, built.inputs.random))}; drew random "
-             f"values (seed {seed}); give them with --inputs or --input NAME=FILE.npy")
+             f"values (seed {seed}); give weights with --params, data with --inputs or "
+             "--input NAME=FILE.npy")
     return built

@@ -116,7 +116,7 @@ def graph_info(files: Any, devices: Sequence[Device]) -> dict[str, Any]:
     from ..params import load_params_file
     from .job import output_names, param_names
     graph = Graph.from_json(files.graph)
-    given = list(load_params_file(files.inputs)) if files.inputs else None
+    given = list(load_params_file(files.inputs, "inputs")) if files.inputs else None
     data, param_args = split_args(graph, param_names(files), given)
     report = placement_report(graph, devices)
     shapes = [(list(graph.shape(e)), graph.dtype(e)) for e in graph.output_entries]

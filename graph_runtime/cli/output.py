@@ -122,16 +122,23 @@ def run_text(doc: dict[str, Any]) -> str:
             bad = [c for c in exp["outputs"] if not c["ok"]]
             lines.append(f"expected   MISMATCH with {exp['file']}: " + "; ".join(
                 f"output {c['index']} {c['name']!r}: " + (c["problem"] or
-                f"max abs err {c['max_abs']:.3g}, max rel err {c['max_rel']:.3g}")
+                f"max abs err {c['max_abs']:.3g}, max rel err {_rel(c['max_rel'])}")
                 for c in bad) + f" (rtol {exp['rtol']:g}, atol {exp['atol']:g})")
     if doc.get("saved"):
         lines.append(f"saved      {doc['saved']}")
     return "\n".join(lines)
 
 
+def _rel(value: float | None) -> str:
+    """A max relative error; n/a where every expected value is 0 (or the JSON null for it)."""
+    if value is None or value != value:
+        return "n/a (expected all 0)"
+    return f"{value:.3g}"
+
+
 def comparison_text(comparisons: Sequence[Any], expected: str, rtol: float, atol: float) -> str:
     """The compare table and a verdict line."""
-    rows = [[c.index, c.name, f"{c.max_abs:.3g}", f"{c.max_rel:.3g}",
+    rows = [[c.index, c.name, f"{c.max_abs:.3g}", _rel(c.max_rel),
              "ok" if c.ok else f"MISMATCH {c.problem}".strip()] for c in comparisons]
     bad = sum(not c.ok for c in comparisons)
     n = len(comparisons)

@@ -135,6 +135,8 @@ def test_library_warnings_and_verbose_info_go_to_stderr(opencl_available: None,
     import logging
     log = logging.getLogger("graph_runtime")
     before = (log.level, list(log.handlers))
+    from graph_runtime.runtime import placement
+    placement._warned.clear()  # the fallback warning is given once per process
     result = invoke("run", SIMPLEX, "-d", "cpu", "--json")
     assert result.exit_code == 0
     assert "graphrun: warning: " in result.stderr and "device_index asks for opencl" in result.stderr
