@@ -233,7 +233,8 @@ def profile(graph: str, repeat: int, top: int, trace: str | None, plot: str | No
 def regress(ctx: click.Context, suite: str, pattern: str | None, junit: str | None,
             as_json: bool) -> None:
     """Run a regression suite: every case on every device set it lists, compared with its
-    expected outputs; exit 1 if any fails. A device set with a device missing here is skipped.
+    expected outputs; exit 1 if any fails, or if every case was skipped. A device set with a
+    device missing here is skipped; a misspelt device name is an error.
 
     \b
     A suite (paths relative to it):
@@ -272,6 +273,10 @@ def regress(ctx: click.Context, suite: str, pattern: str | None, junit: str | No
         echo_json(doc)
     else:
         click.echo(regress_text(doc))
+    if all(r.status == "skipped" for r in results):
+        click.echo(f"graphrun: error: nothing ran: every case of {suite} was skipped (devices "
+                   "missing here); a suite that checks nothing fails", err=True)
+        ctx.exit(1)
     if doc["failed"] or doc["errors"]:
         ctx.exit(1)
 

@@ -1,6 +1,7 @@
 """One graphrun job: find a graph's files, pick devices, load inputs, build, run and compare."""
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -250,6 +251,19 @@ def expected_outputs(path: Path, names: Sequence[str]) -> list[np.ndarray]:
             raise ParamsError(f"--expected {path}: no array for output {i} {name!r} (key "
                               f"'output_{i}' or {name!r}); it has: {', '.join(arrays) or 'none'}")
     return result
+
+
+# The one place for comparison tolerances: --rtol/--atol defaults and a suite's defaults.
+TOLERANCES = {"rtol": 1e-4, "atol": 1e-5}
+
+
+def tolerance_problem(value: Any) -> str:
+    """Why value cannot be a tolerance ("" when it can): a finite number >= 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"expected a number >= 0, got {value!r}"
+    if not math.isfinite(value) or value < 0:
+        return f"expected a finite number >= 0, got {value!r}"
+    return ""
 
 
 def compare(outputs: Sequence[np.ndarray], expected: Sequence[np.ndarray], names: Sequence[str],

@@ -502,3 +502,46 @@ def test_progress_bar_shows_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> No
         for _ in range(4):
             bar.update(1)
     assert "timing" in terminal.getvalue()
+
+
+# ---- issue 13: input paths and papercuts ---------------------------------------------------------
+
+@pytest.mark.parametrize("flag, value", [("--rtol", "-1"), ("--rtol", "nan"), ("--atol", "-5")])
+def test_bad_tolerances_are_usage_errors(flag: str, value: str) -> None:
+    result = invoke("compare", SIMPLEX, "-d", "cpu", flag, value)
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '{flag}'" in result.stderr and "expected a finite number >= 0" in (
+        result.stderr)
+
+
+def test_validate_picks_up_the_lib_beside_a_graph_file() -> None:
+    mlp = EXAMPLES / "mlp"
+    result = invoke("validate", mlp / "graph.json", "--params", mlp / "params")
+    assert result.exit_code == 0, result.output
+    assert "lib.json (found beside the graph)" in result.stdout and "OK" in result.stdout
+
+
+def test_validate_hints_at_lib_when_a_function_is_missing(tmp_path: Path) -> None:
+    graph = make_graph([null("x"), tvm_op("y", "my_custom_fn", [0])], heads=[1])
+    (tmp_path / "graph.json").write_text(graph.to_json())
+    result = invoke("validate", tmp_path / "graph.json")
+    assert result.exit_code == 1
+    assert "give the graph's lib with --lib" in result.stdout
+
+
+def test_a_graph_that_is_a_fifo_or_device_is_refused(tmp_path: Path) -> None:
+    fifo = tmp_path / "graph.fifo"
+    os.mkfifo(fifo)
+    for path in (fifo, "/dev/null"):
+        one_line_error(invoke("run", path), "not a regular file (a FIFO or a device)")
+
+
+def test_a_huge_graph_is_refused_before_inputs_are_drawn(tmp_path: Path) -> None:
+    graph = make_graph([null("x"), tvm_op("y", "relu", [0])], heads=[1], shapes=(1 << 20, 1 << 20))
+    (tmp_path / "graph.json").write_text(graph.to_json())
+    one_line_error(invoke("run", tmp_path / "graph.json", "-d", "cpu"), "the cap is")
+
+
+def test_without_params_the_note_names_params(addw: Path) -> None:
+    result = invoke("run", addw / "graph.json", "-d", "cpu")
+    assert "give weights with --params" in result.stderr
