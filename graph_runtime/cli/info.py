@@ -173,6 +173,7 @@ def info_text(doc: dict[str, Any]) -> str:
                        [[p["nid"], p["name"], "" if p["func_name"] == p["name"] else p["func_name"],
                          p["device"]]
                         for p in doc["placement"]]))
+    lines.append("  (func_name is blank where it is the node's name)")
     lines.append(f"copies ({sum(c['count'] for c in doc['copies'])})")
     lines.append(table(["from", "to", "kind", "count", "bytes"],
                        [[c["src"], c["dst"], "inserted" if c["inserted"] else "__copy node",

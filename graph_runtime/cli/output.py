@@ -158,6 +158,7 @@ def profile_text(doc: dict[str, Any], top: int) -> str:
                      f"{s['percent']:.1f}"] for s in steps[:top]])]
     if len(steps) > top:
         lines.append(f"  ... {len(steps) - top} more steps (--top {len(steps)} shows all)")
+    lines.append("  (func_name is blank where it is the node's name)")
     total = doc["total_s"] or 1e-30
     lines.append("totals")
     rows = [[dev, ms(sec), f"{100 * sec / total:.1f}"] for dev, sec in doc["per_device_s"].items()]

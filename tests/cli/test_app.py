@@ -545,3 +545,30 @@ def test_a_huge_graph_is_refused_before_inputs_are_drawn(tmp_path: Path) -> None
 def test_without_params_the_note_names_params(addw: Path) -> None:
     result = invoke("run", addw / "graph.json", "-d", "cpu")
     assert "give weights with --params" in result.stderr
+
+
+def test_profile_plot_writes_svg_and_refuses_other_suffixes(addw: Path, tmp_path: Path) -> None:
+    svg = tmp_path / "p.svg"
+    result = invoke("profile", addw / "graph.json", "-d", "cpu", "--repeat", "1", "--plot", svg)
+    assert result.exit_code == 0, result.output
+    assert b"<svg" in svg.read_bytes()[:500]
+    assert "func_name is blank where it is the node's name" in result.stdout
+    one_line_error(invoke("profile", addw / "graph.json", "-d", "cpu", "--plot",
+                          tmp_path / "p.jpg"), "cannot write '.jpg' images")
+
+
+def test_run_refuses_an_output_suffix_it_cannot_write(addw: Path, tmp_path: Path) -> None:
+    result = invoke("run", addw / "graph.json", "-d", "cpu", "-o", tmp_path / "out.txt")
+    assert result.exit_code == 2 and "OUT.npz (numpy) or OUT.params" in result.stderr
+    assert not (tmp_path / "out.txt").exists()
+
+
+def test_chart_labels_keep_the_distinct_end_of_long_names() -> None:
+    from graph_runtime.cli.trace import _short
+    from graph_runtime.runtime.executor import NodeTime
+    names = ["tvmgen_default_fused_nn_dense_add_nn_relu", "tvmgen_default_fused_nn_dense_add_1"]
+    labels = [_short(NodeTime(3 + i, f"node {3 + i} '{n}'", n, gr.cpu(), False, 1.0))
+              for i, n in enumerate(names)]
+    assert labels == ["node 3 '...ault_fused_nn_dense_add_nn_relu'",
+                      "node 4 '...ault_fused_nn_dense_add_1'"]
+    assert all(len(label) <= 44 for label in labels)
