@@ -570,5 +570,5 @@ def test_chart_labels_keep_the_distinct_end_of_long_names() -> None:
     labels = [_short(NodeTime(3 + i, f"node {3 + i} '{n}'", n, gr.cpu(), False, 1.0))
               for i, n in enumerate(names)]
     assert labels == ["node 3 '...ault_fused_nn_dense_add_nn_relu'",
-                      "node 4 '...ault_fused_nn_dense_add_1'"]
+                      "node 4 'tvmgen_default_fused_nn_dense_add_1'"]
     assert all(len(label) <= 44 for label in labels)
