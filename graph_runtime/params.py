@@ -188,20 +188,23 @@ def load_param_dict(data: bytes | bytearray | memoryview) -> dict[str, NDArray]:
             for name, value in load_param_arrays(data).items()}
 
 
-def _to_numpy(name: object, value: Any) -> tuple[str, np.ndarray]:
-    """A param as (name, C-contiguous native-order array of a supported dtype)."""
+def _to_numpy(name: object, value: Any, noun: str = "param") -> tuple[str, np.ndarray]:
+    """A param as (name, C-contiguous native-order array of a supported dtype).
+
+    noun names what the array is in messages ("param", "input", "expected value").
+    """
     if not isinstance(name, str):
-        raise ParamsError(f"param names must be str, got {type(name).__name__} {name!r}")
+        raise ParamsError(f"{noun} names must be str, got {type(name).__name__} {name!r}")
     if hasattr(value, "numpy") and not isinstance(value, np.ndarray):
         value = value.numpy()
     try:
         array = np.asarray(value)
     except (TypeError, ValueError) as e:  # e.g. a CuPy array (no implicit copy), a ragged list
-        raise ParamsError(f"param {name!r}: cannot make a numpy array from "
+        raise ParamsError(f"{noun} {name!r}: cannot make a numpy array from "
                           f"{type(value).__name__}: {e}") from e
     dtype = array.dtype.newbyteorder("=")
     if dtype not in _DLTYPE_OF:
-        raise ParamsError(f"param {name!r}: dtype {array.dtype} is not supported; expected one "
+        raise ParamsError(f"{noun} {name!r}: dtype {array.dtype} is not supported; expected one "
                           "of " + _DTYPE_LIST)
     return name, np.asarray(array, dtype=dtype, order="C")  # ascontiguousarray makes 0-d 1-d
 
@@ -239,7 +242,7 @@ _NPZ_ERRORS = (ValueError, OSError, EOFError, KeyError, zipfile.BadZipFile, zlib
                NotImplementedError, RuntimeError, MemoryError, struct.error, SyntaxError)
 
 
-def _read_npz(file: Any, source: str) -> dict[str, np.ndarray]:
+def _read_npz(file: Any, source: str, noun: str = "param") -> dict[str, np.ndarray]:
     """The arrays of an .npz (a path or a file object); every failure is a ParamsError."""
     arrays: dict[str, np.ndarray] = {}
     key = None
@@ -253,7 +256,7 @@ def _read_npz(file: Any, source: str) -> dict[str, np.ndarray]:
                     raise ParamsError(f"member {key!r} is not a .npy array (an .npz holds "
                                       "NAME.npy members)")
                 with zf.open(info) as member:
-                    arrays[key[:-4]] = _read_npy_member(member, info, key)
+                    arrays[key[:-4]] = _read_npy_member(member, info, key, noun)
     except ParamsError as e:
         raise ParamsError(f"{source}: {e}") from e
     except _NPZ_ERRORS as e:
@@ -263,7 +266,7 @@ def _read_npz(file: Any, source: str) -> dict[str, np.ndarray]:
     return arrays
 
 
-def _read_npy_member(member: Any, info: zipfile.ZipInfo, key: str) -> np.ndarray:
+def _read_npy_member(member: Any, info: zipfile.ZipInfo, key: str, noun: str) -> np.ndarray:
     """One .npy member, its header's size checked against the bytes the zip says it holds."""
     version = np.lib.format.read_magic(member)
     if version == (1, 0):
@@ -285,7 +288,7 @@ def _read_npy_member(member: Any, info: zipfile.ZipInfo, key: str) -> np.ndarray
         raise ParamsError(f"member {key!r}: expected {nbytes} bytes of data, found {len(data)}")
     array = np.frombuffer(data, dtype=dtype)
     array = array.reshape(shape[::-1]).T if fortran else array.reshape(shape)
-    return _to_numpy(key[:-4], array)[1]
+    return _to_numpy(key[:-4], array, noun)[1]
 
 
 def load_params_file(path: str | os.PathLike[str], what: str = "params") -> dict[str, np.ndarray]:
@@ -307,7 +310,8 @@ def load_params_file(path: str | os.PathLike[str], what: str = "params") -> dict
             head = f.read(8)
             if head.startswith(_ZIP_MAGICS):
                 f.seek(0)
-                return _read_npz(f, source)
+                noun = {"inputs": "input", "expected values": "expected value"}.get(what, "param")
+                return _read_npz(f, source, noun)
             if len(head) == 8 and _U64.unpack(head)[0] == LIST_MAGIC:
                 f.seek(0)
                 data = f.read(info.st_size)

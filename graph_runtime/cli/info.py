@@ -6,7 +6,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from .._text import fmt_bytes, shape_text, table
+from .._text import count_of, fmt_bytes, shape_text, table
 from ..device import Device
 from ..graph.model import COPY_OP, NOP_OP, Graph, entry_bytes
 from ..runtime.executor import Executor
@@ -152,7 +152,8 @@ def copy_rows(report: PlacementReport) -> list[dict[str, Any]]:
 
 
 def info_text(doc: dict[str, Any]) -> str:
-    lines = [f"graph     {doc['graph']}: {doc['nodes']} nodes, {doc['entries']} entries",
+    lines = [f"graph     {doc['graph']}: {count_of(doc['nodes'], 'node')}, "
+             f"{count_of(doc['entries'], 'entry', 'entries')}",
              f"devices   {', '.join(doc['devices'])} (first = primary, the fallback)", ""]
     for title in ("inputs", "params"):
         rows = doc[title]

@@ -298,12 +298,12 @@ class Graph:
     def _check_nid(self, nid: int) -> None:
         if not 0 <= nid < len(self.nodes):
             raise GraphError(f"{self.source}: node {nid} does not exist "
-                             f"(the graph has {len(self.nodes)} nodes)")
+                             f"(the graph has {count_of(len(self.nodes), 'node')})")
 
     def _check_eid(self, eid: int) -> None:
         if not 0 <= eid < self.num_entries:
             raise GraphError(f"{self.source}: entry {eid} does not exist "
-                             f"(the graph has {self.num_entries} entries)")
+                             f"(the graph has {count_of(self.num_entries, 'entry', 'entries')})")
 
     def _value(self, name: str, eid: int) -> Any:
         self._check_eid(eid)

@@ -153,7 +153,7 @@ class GraphModule:
         if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
             if not 0 <= key < len(self._input_eids):
                 raise GraphError(f"input index {key} is out of range: the graph has "
-                                 f"{len(self._input_eids)} inputs ({self._input_names()})")
+                                 f"{count_of(len(self._input_eids), 'input')} ({self._input_names()})")
             return self._input_eids[int(key)]
         raise GraphError(f"input key must be a name or an index, got {type(key).__name__}")
 
@@ -255,7 +255,7 @@ class GraphModule:
         """Have run() write output index straight into the given array."""
         if not 0 <= index < len(self._output_eids):
             raise GraphError(f"output index {index} is out of range: the graph has "
-                             f"{len(self._output_eids)} outputs")
+                             f"{count_of(len(self._output_eids), 'output')}")
         self._bind_zero_copy(self._output_eids[index], value, f"output {index}")
 
     def _bind_zero_copy(self, eid: int, value: Any, what: str) -> None:
@@ -415,7 +415,7 @@ class GraphModule:
                              f"{type(index).__name__} {index!r}")
         if not 0 <= index < len(self._output_eids):
             raise GraphError(f"output index {index} is out of range: the graph has "
-                             f"{len(self._output_eids)} outputs")
+                             f"{count_of(len(self._output_eids), 'output')}")
         eid = self._output_eids[index]
         dev = self.executor.entry_device[eid]
         src = self.executor.arrays[(eid, dev)]

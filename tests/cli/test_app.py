@@ -360,7 +360,7 @@ def test_info_refuses_a_node_with_outputs_on_two_devices_as_create_does(tmp_path
                        heads=[(1, 0), (1, 1)], device_index=[1, 1, 2])
     (tmp_path / "g.json").write_text(graph.to_json())
     one_line_error(invoke("info", tmp_path / "g.json", "-d", "cpu", "-d", "cuda"),
-                   "node 1 's' has outputs on several devices", "eid 2 on cuda(0)",
+                   "node 1 's' has outputs on several devices", "eid 2 on cuda:0",
                    "a node runs on one device")
 
 
@@ -427,7 +427,7 @@ def test_plan_writes_a_graph_that_runs(opencl_available: None, addw: Path, tmp_p
     planned = tmp_path / "planned.json"
     result = invoke("plan", addw, "--default", "cpu", "--place", "plus=opencl", "-o", planned)
     assert result.exit_code == 0, result.output
-    assert "copies" in result.stdout and f"wrote {planned}" in result.stdout
+    assert "1 copy (16 B per run)" in result.stdout and f"wrote {planned}" in result.stdout
     run = invoke("compare", planned, "-d", "cpu", "-d", "opencl", "--params", addw / "params",
                  "--inputs", addw / "inputs.npz", "--expected", addw / "expected.npz")
     assert run.exit_code == 0, run.output

@@ -81,7 +81,7 @@ def test_suite_statuses_and_junit(suite_dir: Path) -> None:
     assert list(cases) == ["good[cpu]", "good[cpu:5]", "wrong[cpu]", "broken[cpu]"]
     assert cases["good[cpu]"].find("*") is None
     skipped = cases["good[cpu:5]"].find("skipped")
-    assert skipped is not None and "cpu(5) does not exist" in skipped.get("message", "")
+    assert skipped is not None and "cpu:5 does not exist" in skipped.get("message", "")
     assert cases["wrong[cpu]"].find("failure") is not None
     assert cases["broken[cpu]"].find("error") is not None
 

@@ -506,6 +506,6 @@ def test_nop_outputs_alias_their_input() -> None:
 
 def test_summary_lists_copies_and_pools() -> None:
     text = plan_graph(chain(2), {"node_devices": {"a": "opencl"}}).summary()
-    assert text.splitlines()[0].startswith("planned 3 nodes on cpu:0, opencl:0; 1 copies (16 B")
+    assert text.splitlines()[0].startswith("planned 3 nodes on cpu:0, opencl:0; 1 copy (16 B")
     assert "copy: node 2 'copy_a_to_cpu0' reads entry 1:0, opencl:0 -> cpu:0, 16 B" in text
     assert "opencl:0" in text.splitlines()[-1]

@@ -19,8 +19,8 @@ def test_the_fallback_warning_is_short_and_given_once(caplog: pytest.LogCaptureF
         for _ in range(3):
             placement.resolve_entry_devices(g, [gr.cpu()], strict=False)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert warnings == ["<graph>: device_index asks for cuda, not in ctxs (cpu(0)); 13 entries "
-                        "run on cpu(0)"]
+    assert warnings == ["<graph>: device_index asks for cuda, not in ctxs (cpu:0); 13 entries "
+                        "run on cpu:0"]
     with pytest.raises(GraphError, match=r"asks for cuda for 13 entries \(node 0 'x', .* and 5 "
-                                         r"more\) but ctxs are cpu\(0\)"):
+                                         r"more\) but ctxs are cpu:0"):
         placement.resolve_entry_devices(g, [gr.cpu()], strict=True)
