@@ -6,6 +6,7 @@ import math
 import os
 import stat
 import struct
+import tokenize
 import zipfile
 import zlib
 from typing import TYPE_CHECKING, Any, Mapping
@@ -238,8 +239,10 @@ def save_param_dict(params: Mapping[str, Any]) -> bytes:
 # Deflate never expands data more than ~1032 times: an .npy header claiming more than that many
 # bytes per stored byte lies, and numpy would allocate it all before reading (1e11 floats).
 _MAX_DEFLATE_RATIO = 1032
-_NPZ_ERRORS = (ValueError, OSError, EOFError, KeyError, zipfile.BadZipFile, zlib.error,
-               NotImplementedError, RuntimeError, MemoryError, struct.error, SyntaxError)
+# numpy parses an .npy header with tokenize and ast: a mangled one raises their errors too.
+_NPZ_ERRORS = (ValueError, OSError, EOFError, KeyError, IndexError, TypeError, OverflowError,
+               zipfile.BadZipFile, zlib.error, NotImplementedError, RuntimeError, MemoryError,
+               struct.error, SyntaxError, tokenize.TokenError)
 
 
 def _read_npz(file: Any, source: str, noun: str = "param") -> dict[str, np.ndarray]:

@@ -520,3 +520,14 @@ def test_npz_round_trip_still_works(tmp_path: Path) -> None:
     for name, value in params.items():
         np.testing.assert_array_equal(got[name], value)
         assert got[name].dtype == value.dtype
+
+
+def test_a_mangled_npy_header_is_a_params_error(tmp_path: Path) -> None:
+    # Found by tests/test_fuzz.py: numpy tokenizes the header, so an unclosed bracket raised
+    # tokenize.TokenError out of the loader.
+    header = b"{'descr': '<f4', 'fortran_order': False, 'shape': (2,"
+    header += b" " * (63 - len(header) % 64) + b"\n"
+    npy = b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header + b"\x00" * 8
+    _zip_member(tmp_path / "h.npz", "x.npy", npy)
+    with pytest.raises(ParamsError, match=r"h.npz: member 'x.npy'"):
+        load_params_file(tmp_path / "h.npz")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -318,3 +319,16 @@ def test_api_type_errors_are_typed() -> None:
         m.set_input("x", "abc")
     with pytest.raises(GraphError, match=r"set_input\('x'\) needs a value; got None"):
         m.set_input("x")
+
+
+def test_create_with_bad_arguments_is_typed() -> None:
+    from graph_runtime.errors import LibraryError
+    g = make_graph([null("x"), tvm_op("y", "relu", [0])], [1])
+    with pytest.raises(LibraryError, match="load_module needs the path .* got float"):
+        gr.create(g, 3.5)  # type: ignore[arg-type]
+    text = "[" * 200_000
+    with pytest.raises(GraphError) as info:
+        gr.create(text, None, gr.cpu())
+    assert "not valid JSON" in str(info.value) and len(str(info.value)) < 300
+    with pytest.raises(GraphError, match="is a directory"):
+        gr.create(Path(__file__).parent, None, gr.cpu())
