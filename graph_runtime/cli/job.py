@@ -55,8 +55,10 @@ def resolve_files(graph: str | os.PathLike[str], lib: str | os.PathLike[str] | N
             found = [path.parent / name for name in FOLDER_FILES["lib"]
                      if (path.parent / name).is_file()]
             if found:
-                return GraphFiles(path, lib_beside=True, **{**chosen, "lib": found[0]})
-        return GraphFiles(path, **chosen)
+                return GraphFiles(path, found[0], chosen["params"], chosen["inputs"],
+                                  chosen["expected"], lib_beside=True)
+        return GraphFiles(path, chosen["lib"], chosen["params"], chosen["inputs"],
+                          chosen["expected"])
     graph_file = path / "graph.json"
     if not graph_file.is_file():
         raise GraphError(f"{path}: an example folder needs a graph.json; found "
@@ -65,7 +67,8 @@ def resolve_files(graph: str | os.PathLike[str], lib: str | os.PathLike[str] | N
         if value is None:
             found = [path / name for name in FOLDER_FILES[key] if (path / name).is_file()]
             chosen[key] = found[0] if found else None
-    return GraphFiles(graph_file, folder=path, **chosen)
+    return GraphFiles(graph_file, chosen["lib"], chosen["params"], chosen["inputs"],
+                      chosen["expected"], folder=path)
 
 
 def parse_devices(specs: Sequence[str], *, check: bool = True, flag: str = "-d") -> list[Device]:

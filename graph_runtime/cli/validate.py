@@ -73,7 +73,8 @@ def lib_problems(graph: Graph, node_device: Sequence[Device], files: GraphFiles)
             try:
                 lib.get_function(node.func_name, dev, node.label)
             except GraphRuntimeError as e:
-                hint = "" if files.lib else " (the standard ops only: give the graph's lib with --lib)"
+                hint = ("" if files.lib
+                        else " (the standard ops only: give the graph's lib with --lib)")
                 problems.append(f"{graph.source}: {e}{hint}")
             continue
         problem = _output_problem(graph, node, lib.get_function(node.func_name, dev))

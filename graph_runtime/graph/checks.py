@@ -238,7 +238,8 @@ def _reference_problem(g: Graph, outputs: list[int], entry: tuple[int, ...],
     """What is wrong with an [nid, index, version] reference read by node `before`, or ""."""
     nid, index = entry[0], entry[1]
     if nid >= len(g.nodes):
-        return f"refers to node {nid}, which does not exist (the graph has {count_of(len(g.nodes), 'node')})"
+        return (f"refers to node {nid}, which does not exist (the graph has "
+                f"{count_of(len(g.nodes), 'node')})")
     if nid == before:
         return f"refers to node {nid} itself; nodes must be in topological order"
     if nid > before:
@@ -274,7 +275,8 @@ def _arg_node_problems(g: Graph) -> list[str]:
     for position, nid in enumerate(g.arg_nodes):
         at = f" at {where}[{position}]"
         if nid >= len(g.nodes):
-            out.append(f"{at}: node {nid} does not exist (the graph has {count_of(len(g.nodes), 'node')})")
+            out.append(f"{at}: node {nid} does not exist (the graph has "
+                       f"{count_of(len(g.nodes), 'node')})")
         elif not g.nodes[nid].is_arg:
             out.append(f"{at}: {g.nodes[nid].label} is a {g.nodes[nid].op!r} node; "
                        f"arg_nodes lists only 'null' nodes")

@@ -63,7 +63,8 @@ class PlanResult:
         devices = ", ".join(dev.spec for dev in sorted(set(self.node_devices)))
         originals = len(self.node_devices) - len(self.copies)
         lines = [f"planned {count_of(originals, 'node')} on {devices or 'no device'}; "
-                 f"{count_of(len(self.copies), 'copy', 'copies')} ({fmt_bytes(self.copy_bytes)} per run), "
+                 f"{count_of(len(self.copies), 'copy', 'copies')} "
+                 f"({fmt_bytes(self.copy_bytes)} per run), "
                  f"{len(self.fallbacks)} fallbacks, {self.seconds * 1e3:.1f} ms"]
         for f in self.fallbacks:
             lines.append(f"  fallback: node {f.nid} {f.name!r} ({f.func_name}) has no kernel "

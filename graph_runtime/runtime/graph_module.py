@@ -153,7 +153,8 @@ class GraphModule:
         if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
             if not 0 <= key < len(self._input_eids):
                 raise GraphError(f"input index {key} is out of range: the graph has "
-                                 f"{count_of(len(self._input_eids), 'input')} ({self._input_names()})")
+                                 f"{count_of(len(self._input_eids), 'input')} "
+                                 f"({self._input_names()})")
             return self._input_eids[int(key)]
         raise GraphError(f"input key must be a name or an index, got {type(key).__name__}")
 

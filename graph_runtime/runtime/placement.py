@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
-from ..device import Device
 from .._text import count_of
+from ..device import Device
 from ..errors import GraphError
 from ..graph.model import COPY_OP, NOP_OP, Graph, entry_bytes
 from .liveness import check_liveness

@@ -139,7 +139,8 @@ def test_library_warnings_and_verbose_info_go_to_stderr(opencl_available: None,
     placement._warned.clear()  # the fallback warning is given once per process
     result = invoke("run", SIMPLEX, "-d", "cpu", "--json")
     assert result.exit_code == 0
-    assert "graphrun: warning: " in result.stderr and "device_index asks for opencl" in result.stderr
+    assert "graphrun: warning: " in result.stderr
+    assert "device_index asks for opencl" in result.stderr
     json.loads(result.stdout)  # warnings never mix into the JSON
     graph = make_graph([null("x"), tvm_op("y", "relu", [0])], heads=[1], device_index=[1, 4])
     (tmp_path / "g.json").write_text(graph.to_json())

@@ -182,7 +182,7 @@ def test_num_inputs_must_be_an_int_not_a_float(tmp_path: Path) -> None:
 
 
 def test_load_module_bad_arguments(tmp_path: Path) -> None:
-    with pytest.raises(LibraryError, match="needs the path of a .py or .json lib file, got NoneType"):
+    with pytest.raises(LibraryError, match="needs the path of a .py or .json lib file, got None"):
         load_module(None)  # type: ignore[arg-type]
     with pytest.raises(LibraryError, match="is a directory; give the lib.json or lib.py inside it"):
         load_module(tmp_path)

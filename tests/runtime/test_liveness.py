@@ -24,9 +24,9 @@ def _exp_neg_add(sids: list[int]):
 def test_two_live_temporaries_sharing_an_id_are_refused_naming_both() -> None:
     # The case: y and z both at sid 1 gave [-0, -2, -4, -6] silently.
     g = _exp_neg_add([0, 1, 1, 2])
-    with pytest.raises(GraphError, match=r"storage id 1 is shared by entry 1 \(node 1 'y' output 0\) "
-                                         r"and entry 2 \(node 2 'z' output 0\) while both are live: "
-                                         r"entry 1 is still read up to node 3 'out'"):
+    with pytest.raises(GraphError, match=r"storage id 1 is shared by entry 1 \(node 1 'y' output "
+                                         r"0\) and entry 2 \(node 2 'z' output 0\) while both are "
+                                         r"live: entry 1 is still read up to node 3 'out'"):
         gr.create(g, None, gr.cpu())
 
 
@@ -40,8 +40,8 @@ def test_a_legal_plan_runs_right() -> None:
 
 def test_an_op_never_shares_storage_with_its_own_input() -> None:
     nodes = [null("x"), tvm_op("a", "relu", [0]), tvm_op("b", "exp", [1]), tvm_op("c", "exp", [2])]
-    with pytest.raises(GraphError, match=r"entry 1 \(node 1 'a' output 0\) and entry 2 \(node 2 'b' "
-                                         r"output 0\).*still read by node 2 'b' itself"):
+    with pytest.raises(GraphError, match=r"entry 1 \(node 1 'a' output 0\) and entry 2 \(node 2 "
+                                         r"'b' output 0\).*still read by node 2 'b' itself"):
         check_liveness(make_graph(nodes, [3], storage_ids=[0, 1, 1, 2]))
     # Reuse after the last reader is fine: a at 1, c at 1 (b read a, c reads b).
     check_liveness(make_graph(nodes, [3], storage_ids=[0, 1, 2, 1]))
@@ -60,8 +60,8 @@ def test_two_outputs_of_one_node_never_share() -> None:
     nodes = [null("x"), tvm_op("s", "split", [0], num_outputs=2, indices_or_sections="2"),
              tvm_op("a", "add", [(1, 0), (1, 1)])]
     g = make_graph(nodes, [2], shapes=[[4], [2], [2], [2]], storage_ids=[0, 1, 1, 2])
-    with pytest.raises(GraphError, match=r"storage id 1 is shared by entry 1 \(node 1 's' output 0\) "
-                                         r"and entry 2 \(node 1 's' output 1\)"):
+    with pytest.raises(GraphError, match=r"storage id 1 is shared by entry 1 \(node 1 's' output "
+                                         r"0\) and entry 2 \(node 1 's' output 1\)"):
         check_liveness(g)
 
 
