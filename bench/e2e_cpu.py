@@ -33,6 +33,7 @@ from graph_runtime.runtime.graph_module import GraphModule
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 import make_examples  # noqa: E402  (the examples' graph builders, for other batch sizes)
+
 from graph_runtime._timing import time_runs  # noqa: E402
 
 TARGET = 1.5  # issue 3: graph_runtime no slower than 1.5x ONNX Runtime on the MLP

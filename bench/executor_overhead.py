@@ -12,9 +12,9 @@ import os
 import statistics
 
 import numpy as np
-from graph_runtime._timing import time_runs
 
 import graph_runtime as gr
+from graph_runtime._timing import time_runs
 
 
 def _no_sync() -> None:

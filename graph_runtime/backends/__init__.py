@@ -146,4 +146,5 @@ def view_nbytes(kind: str, capacity: int, offset: int, shape: tuple[int, ...],
 
 
 __all__ = ["Backend", "DeviceInfo", "REGISTRY", "get_backend", "check_device", "list_devices",
-           "available_backends", "copy_array", "run_in_scope", "check_same_layout", "missing_device", "view_nbytes"]
+           "available_backends", "copy_array", "run_in_scope", "check_same_layout",
+           "missing_device", "view_nbytes"]

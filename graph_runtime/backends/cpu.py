@@ -16,7 +16,7 @@ class CpuBackend:
 
     name = "cpu"
     device_type = 1
-    native_type = np.ndarray
+    native_type: type = np.ndarray
     has_current_device = False
 
     def scope(self, device_id: int) -> contextlib.nullcontext[None]:

@@ -27,7 +27,7 @@ class OpenCLBackend:
 
     name = "opencl"
     device_type = 4
-    native_type = cl_array.Array
+    native_type: type = cl_array.Array
     has_current_device = False
 
     def __init__(self) -> None:

@@ -288,8 +288,10 @@ def compare(outputs: Sequence[np.ndarray], expected: Sequence[np.ndarray], names
         nonzero = w64 != 0
         max_abs = float(diff.max()) if diff.size else 0.0
         # NaN (shown as n/a) where every expected value is 0: no relative error exists.
-        max_rel = (float((diff[nonzero] / np.abs(w64[nonzero])).max()) if nonzero.any()
-                   else float("nan"))
+        if nonzero.any():
+            max_rel = float((diff[nonzero] / np.abs(w64[nonzero])).max())
+        else:
+            max_rel = float("nan") if w64.size else 0.0
         ok = bool(np.allclose(g64, w64, rtol=rtol, atol=atol, equal_nan=True))
         result.append(Comparison(i, names[i], ok, max_abs, max_rel))
     return result

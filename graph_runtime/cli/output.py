@@ -130,9 +130,10 @@ def run_text(doc: dict[str, Any]) -> str:
 
 
 def _rel(value: float | None) -> str:
-    """A max relative error; n/a where every expected value is 0 (or the JSON null for it)."""
+    """A max relative error; n/a where there is none (every expected value 0, or not compared;
+    NaN, or null in JSON)."""
     if value is None or value != value:
-        return "n/a (expected all 0)"
+        return "n/a"
     return f"{value:.3g}"
 
 

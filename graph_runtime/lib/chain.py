@@ -3,12 +3,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from .._text import fmt_bytes
 from ..backends import REGISTRY, get_backend
+from ..backends.base import Backend
 from ..device import Device
 from ..errors import LibraryError
 from .attrs import (
@@ -22,6 +23,9 @@ from .attrs import (
 from .kernels.gpu_elementwise import ELEMENTWISE_EXPRS, gpu_elementwise
 from .library import TensorSpec, storage_requests, workspace_bytes
 from .registry import OpDef, get_op
+
+if TYPE_CHECKING:
+    pass
 
 
 @dataclass(frozen=True)
@@ -282,7 +286,7 @@ def _same_spec(a: TensorSpec, b: TensorSpec) -> bool:
     return tuple(a.shape) == tuple(b.shape) and a.dtype == b.dtype
 
 
-def _fused_call(name: str, backend: Any, device_id: int,
+def _fused_call(name: str, backend: Backend, device_id: int,
                 fused: list[_Planned]) -> tuple[Callable[..., None], tuple[int, ...]]:
     """One generated GPU kernel for an elementwise tail; its inputs are the tail's free slots."""
     kernel_slots: list[int] = []

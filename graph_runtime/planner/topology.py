@@ -2,10 +2,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from ..errors import PlanError
-from ..graph.model import COPY_OP
+from ..graph.model import COPY_OP, Graph
 
 
 @dataclass(frozen=True)
@@ -57,7 +56,7 @@ class Topology:
         return f"node {nid} {self.nodes[nid].name!r}"
 
 
-def topology_of(graph: Any) -> Topology:
+def topology_of(graph: Graph) -> Topology:
     """The Topology of a graph_runtime.graph.Graph."""
     nodes = []
     for node in graph.nodes:

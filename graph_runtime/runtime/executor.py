@@ -6,11 +6,13 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+import numpy as np
+
 from .._text import fmt_bytes
 from ..backends import check_device, copy_array, run_in_scope
 from ..device import Device
 from ..errors import GraphError, GraphRuntimeError, LibraryError
-from ..graph.model import COPY_OP, NOP_OP
+from ..graph.model import COPY_OP, NOP_OP, Graph
 from ..lib.attrs import WORKSPACE_LIMIT_KEY
 from ..lib.library import Module, TensorSpec, storage_requests, workspace_bytes
 from .placement import plan_placement, resolve_entry_devices
@@ -51,7 +53,7 @@ class NodeTime:
 class Executor:
     """Prepared steps over a storage pool. Setup resolves everything; run() is a tight loop."""
 
-    def __init__(self, graph: Any, lib: Module, ctxs: Sequence[Device], *, strict: bool = False,
+    def __init__(self, graph: Graph, lib: Module, ctxs: Sequence[Device], *, strict: bool = False,
                  memory_cap: int | Mapping[Device, int] | None = None) -> None:
         self.graph = graph
         self.ctxs = list(ctxs)
@@ -73,7 +75,7 @@ class Executor:
         for c in self.copies:
             backend = check_device(c.dst)
             self.arrays[(c.eid, c.dst)] = backend.empty(c.dst.device_id, tuple(graph.shape(c.eid)),
-                                                       graph.dtype(c.eid))
+                                                       np.dtype(graph.dtype(c.eid)))
         # Same-device __copy nodes whose readers read the source directly (no step).
         self.dropped_copies: set[int] = set()
         self._aliased: set[int] = set()
@@ -162,7 +164,7 @@ class Executor:
     def _place_requested_inputs(self) -> None:
         """Give entries the storage their kernel asked for (lib.library.RequestsStorage).
 
-        A padded CPU GEMV wants its weight inside a larger zeroed buffer (lib/padded_gemv.py).
+        A padded CPU GEMV wants its weight inside a larger zeroed buffer (lib/kernels/padded_gemv.py).
         An entry shared with another storage user, read through a copy or flattened keeps the
         pool's buffer; the kernel then takes its plain path.
         """
@@ -231,7 +233,8 @@ class Executor:
             copy_array(src_backend, src_array, dst_backend, dst_array)
 
         keys = [(src_eid, src, False), (src_eid if dst_eid is None else dst_eid, dst, False)]
-        return PreparedCall(nid, label, COPY_OP, dst, copy, [self._bind(k) for k in keys], keys, True)
+        return PreparedCall(nid, label, COPY_OP, dst, copy, [self._bind(k) for k in keys], keys,
+                            True)
 
     def _bind(self, key: tuple[int, Device, bool]) -> Any:
         eid, dev, flatten = key

@@ -14,7 +14,7 @@ from ..backends import check_device, copy_array, get_backend
 from ..device import Device, DeviceLike
 from ..device import device as parse_device
 from ..errors import DeviceError, GraphError, GraphRuntimeError, ParamsError
-from ..graph.model import COPY_OP
+from ..graph.model import COPY_OP, Graph, GraphSource
 from ..lib.library import Module
 from ..nd import NDArray, from_dlpack
 from .executor import Executor, NodeTime
@@ -47,7 +47,7 @@ class GraphModule:
     out, for benchmarks whose values do not matter).
     """
 
-    def __init__(self, graph: Any, lib: Module, ctxs: Sequence[Device], *, strict: bool = False,
+    def __init__(self, graph: Graph, lib: Module, ctxs: Sequence[Device], *, strict: bool = False,
                  memory_cap: int | Mapping[Any, int] | None = None,
                  allow_uninitialized: bool = False) -> None:
         self.graph = graph
@@ -425,7 +425,8 @@ class GraphModule:
         if type(src) is np.ndarray:
             return NDArray(src.copy(), dev)  # a CPU output: one memcpy, no backend lookups
         backend = check_device(dev)
-        fresh = backend.empty(dev.device_id, tuple(self.graph.shape(eid)), self.graph.dtype(eid))
+        fresh = backend.empty(dev.device_id, tuple(self.graph.shape(eid)),
+                                  np.dtype(self.graph.dtype(eid)))
         backend.copy(src, fresh)
         return NDArray(fresh, dev)
 
@@ -563,7 +564,7 @@ def _copy_out(src: Any, out: Any) -> Any:
     raise GraphError(f"out= must be an NDArray or numpy array, got {type(out).__name__}")
 
 
-def create(graph: Any, libmod: Module | str | os.PathLike | None = None,
+def create(graph: GraphSource, libmod: Module | str | os.PathLike | None = None,
            ctxs: DeviceLike | Sequence[DeviceLike] = Device(1, 0), *, strict: bool = False,
            memory_cap: int | Mapping[Any, int] | None = None,
            allow_uninitialized: bool = False) -> GraphModule:

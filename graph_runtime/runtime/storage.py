@@ -10,7 +10,7 @@ from .._text import fmt_bytes
 from ..backends import check_device
 from ..device import Device
 from ..errors import DeviceError, GraphError
-from ..graph.model import entry_bytes
+from ..graph.model import Graph, entry_bytes
 
 
 @dataclass
@@ -48,7 +48,7 @@ class PoolLayout:
         return totals
 
 
-def layout_pool(graph: Any, entry_device: Sequence[Device]) -> PoolLayout:
+def layout_pool(graph: Graph, entry_device: Sequence[Device]) -> PoolLayout:
     """Size each storage id (max over its entries) and check each id stays on one device."""
     num = graph.num_entries
     sid_bytes: dict[int, int] = {}
@@ -78,7 +78,7 @@ def layout_pool(graph: Any, entry_device: Sequence[Device]) -> PoolLayout:
     return PoolLayout(sid_bytes, sid_device, sid_first, sids, sizes, list(entry_device))
 
 
-def check_capacity(graph: Any, plan: PoolLayout, caps: Mapping[Device, int]) -> None:
+def check_capacity(graph: Graph, plan: PoolLayout, caps: Mapping[Device, int]) -> None:
     """Refuse a plan whose bytes on some device exceed that device's cap, naming the biggest ids."""
     for dev, total in plan.bytes_per_device().items():
         cap = caps.get(dev)
@@ -105,7 +105,7 @@ def default_caps(devices: Sequence[Device]) -> dict[Device, int]:
 class StoragePool:
     """One buffer per storage id on its device; entries are views of any dtype/shape over it."""
 
-    def __init__(self, graph: Any, plan: PoolLayout) -> None:
+    def __init__(self, graph: Graph, plan: PoolLayout) -> None:
         self.plan = plan
         self.buffers: dict[int, Any] = {}
         for sid, nbytes in sorted(plan.sid_bytes.items()):
@@ -156,6 +156,6 @@ class StoragePool:
             self.views[eid] = array
 
 
-def _entry_label(graph: Any, eid: int) -> str:
+def _entry_label(graph: Graph, eid: int) -> str:
     nid, index = graph.entry_node(eid)
     return f"{graph.nodes[nid].label} output {index}"
