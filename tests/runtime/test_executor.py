@@ -325,6 +325,17 @@ def test_a_same_device_copy_stays_when_its_source_storage_is_reused() -> None:
     np.testing.assert_array_equal(m.get_output(0).numpy(), np.zeros(4, "float32"))
 
 
+def test_hetero_cnn_on_cpu_alone_drops_its_cpu_to_cpu_copy() -> None:
+    m = gr.create(HETERO_CNN / "graph.json", HETERO_CNN / "lib.json", gr.cpu())
+    assert m.executor.dropped_copies and not any(s.is_copy for s in m.executor.steps)
+    inputs = np.load(HETERO_CNN / "inputs.npz")
+    m.load_params(HETERO_CNN / "params")
+    m.run(**{k: inputs[k] for k in inputs.files})
+    expected = np.load(HETERO_CNN / "expected.npz")
+    np.testing.assert_allclose(m.get_output(0).numpy(), expected["output_0"], rtol=1e-4,
+                               atol=1e-5)
+
+
 @pytest.mark.opencl
 def test_memory_report_counts_graph_copies(opencl_available: None) -> None:
     m = gr.create(HETERO_CNN / "graph.json", HETERO_CNN / "lib.json", [gr.cpu(), gr.opencl()])
