@@ -157,7 +157,7 @@ def test_placement_errors_name_file_and_json_path(tmp_path) -> None:
     with pytest.raises(PlanError, match="cannot read placement file"):
         Placement.from_file(tmp_path / "missing.json")
     bad.write_bytes(b'{"default_device": "\xff"}')
-    with pytest.raises(PlanError, match=r"bad.json: not UTF-8 text \(byte 19"):
+    with pytest.raises(PlanError, match=r"bad.json: not UTF-8 text \(byte 20"):
         Placement.from_file(bad)
     bad.write_text("[" * 100_000)
     with pytest.raises(PlanError, match="bad.json: not JSON"):
