@@ -515,21 +515,6 @@ def test_bad_tolerances_are_usage_errors(flag: str, value: str) -> None:
         result.stderr)
 
 
-def test_validate_picks_up_the_lib_beside_a_graph_file() -> None:
-    mlp = EXAMPLES / "mlp"
-    result = invoke("validate", mlp / "graph.json", "--params", mlp / "params")
-    assert result.exit_code == 0, result.output
-    assert "lib.json (found beside the graph)" in result.stdout and "OK" in result.stdout
-
-
-def test_validate_hints_at_lib_when_a_function_is_missing(tmp_path: Path) -> None:
-    graph = make_graph([null("x"), tvm_op("y", "my_custom_fn", [0])], heads=[1])
-    (tmp_path / "graph.json").write_text(graph.to_json())
-    result = invoke("validate", tmp_path / "graph.json")
-    assert result.exit_code == 1
-    assert "give the graph's lib with --lib" in result.stdout
-
-
 def test_a_graph_that_is_a_fifo_or_device_is_refused(tmp_path: Path) -> None:
     fifo = tmp_path / "graph.fifo"
     os.mkfifo(fifo)
