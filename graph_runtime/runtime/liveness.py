@@ -80,7 +80,6 @@ def _overlap_message(graph: Any, sid: int, a: int, b: int, start: list[int], end
         why = f"still read by {b_node.label} itself, so an op would overwrite its own input"
     else:
         why = f"still read up to node {end[a]} '{graph.nodes[end[a]].name}'"
-    return (f"{graph.source}: storage id {sid} is shared by entry {a} ({a_node.label} output "
-            f"{a - graph.entry_id(owner[a], 0)}) and entry {b} ({b_node.label} output "
-            f"{b - graph.entry_id(owner[b], 0)}) while both are live: entry {a} is {why}, "
-            f"when entry {b} is written; give them different storage ids")
+    return (f"{graph.source}: storage id {sid} is shared by {graph.entry_label(a)} and "
+            f"{graph.entry_label(b)} while both are live: eid {a} is {why}, when eid {b} is "
+            "written; give them different storage ids")

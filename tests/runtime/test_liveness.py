@@ -24,9 +24,9 @@ def _exp_neg_add(sids: list[int]):
 def test_two_live_temporaries_sharing_an_id_are_refused_naming_both() -> None:
     # The case: y and z both at sid 1 gave [-0, -2, -4, -6] silently.
     g = _exp_neg_add([0, 1, 1, 2])
-    with pytest.raises(GraphError, match=r"storage id 1 is shared by entry 1 \(node 1 'y' output "
-                                         r"0\) and entry 2 \(node 2 'z' output 0\) while both are "
-                                         r"live: entry 1 is still read up to node 3 'out'"):
+    with pytest.raises(GraphError, match=r"storage id 1 is shared by node 1 'y' entry 1:0 \(eid "
+                                         r"1\) and node 2 'z' entry 2:0 \(eid 2\) while both are "
+                                         r"live: eid 1 is still read up to node 3 'out'"):
         gr.create(g, None, gr.cpu())
 
 
@@ -40,8 +40,8 @@ def test_a_legal_plan_runs_right() -> None:
 
 def test_an_op_never_shares_storage_with_its_own_input() -> None:
     nodes = [null("x"), tvm_op("a", "relu", [0]), tvm_op("b", "exp", [1]), tvm_op("c", "exp", [2])]
-    with pytest.raises(GraphError, match=r"entry 1 \(node 1 'a' output 0\) and entry 2 \(node 2 "
-                                         r"'b' output 0\).*still read by node 2 'b' itself"):
+    with pytest.raises(GraphError, match=r"node 1 'a' entry 1:0 \(eid 1\) and node 2 'b' entry "
+                                         r"2:0 \(eid 2\).*still read by node 2 'b' itself"):
         check_liveness(make_graph(nodes, [3], storage_ids=[0, 1, 1, 2]))
     # Reuse after the last reader is fine: a at 1, c at 1 (b read a, c reads b).
     check_liveness(make_graph(nodes, [3], storage_ids=[0, 1, 2, 1]))
@@ -49,10 +49,10 @@ def test_an_op_never_shares_storage_with_its_own_input() -> None:
 
 def test_inputs_and_outputs_live_throughout() -> None:
     nodes = [null("x"), tvm_op("a", "relu", [0]), tvm_op("b", "exp", [1])]
-    with pytest.raises(GraphError, match=r"entry 0 \(node 0 'x' output 0\).*an input, which lives"):
+    with pytest.raises(GraphError, match=r"node 0 'x' entry 0:0 \(eid 0\).*an input, which lives"):
         check_liveness(make_graph(nodes, [2], storage_ids=[0, 1, 0]))
     nodes = [null("x"), tvm_op("a", "relu", [0]), tvm_op("b", "exp", [0]), tvm_op("c", "exp", [2])]
-    with pytest.raises(GraphError, match=r"entry 1 \(node 1 'a' output 0\).*a graph output"):
+    with pytest.raises(GraphError, match=r"node 1 'a' entry 1:0 \(eid 1\).*a graph output"):
         check_liveness(make_graph(nodes, [1, 3], storage_ids=[0, 1, 2, 1]))
 
 
@@ -60,8 +60,8 @@ def test_two_outputs_of_one_node_never_share() -> None:
     nodes = [null("x"), tvm_op("s", "split", [0], num_outputs=2, indices_or_sections="2"),
              tvm_op("a", "add", [(1, 0), (1, 1)])]
     g = make_graph(nodes, [2], shapes=[[4], [2], [2], [2]], storage_ids=[0, 1, 1, 2])
-    with pytest.raises(GraphError, match=r"storage id 1 is shared by entry 1 \(node 1 's' output "
-                                         r"0\) and entry 2 \(node 1 's' output 1\)"):
+    with pytest.raises(GraphError, match=r"storage id 1 is shared by node 1 's' entry 1:0 \(eid "
+                                         r"1\) and node 1 's' entry 1:1 \(eid 2\)"):
         check_liveness(g)
 
 
@@ -78,8 +78,8 @@ def test_a_nop_output_aliases_its_input() -> None:
 def test_a_copy_onto_its_own_storage_is_refused_at_create() -> None:
     nodes = [null("x"), tvm_op("a", "relu", [0]), copy_op("c", 1), tvm_op("b", "exp", [2])]
     g = make_graph(nodes, [3], storage_ids=[0, 1, 1, 2])
-    with pytest.raises(GraphError, match=r"entry 1 \(node 1 'a' output 0\) and entry 2 \(node 2 "
-                                         r"'c' output 0\).*itself"):
+    with pytest.raises(GraphError, match=r"node 1 'a' entry 1:0 \(eid 1\) and node 2 'c' entry "
+                                         r"2:0 \(eid 2\).*itself"):
         gr.create(g, None, gr.cpu())
 
 
