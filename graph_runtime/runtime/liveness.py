@@ -64,17 +64,19 @@ def check_liveness(graph: Any) -> None:
         holder = eids[0]
         for eid in eids[1:]:
             if start[eid] <= end[holder]:
-                raise GraphError(_overlap_message(graph, sid, holder, eid, start, end, owner))
+                raise GraphError(_overlap_message(graph, sid, holder, eid, end, owner))
             if end[eid] > end[holder]:
                 holder = eid
 
 
-def _overlap_message(graph: Any, sid: int, a: int, b: int, start: list[int], end: list[int],
+def _overlap_message(graph: Any, sid: int, a: int, b: int, end: list[int],
                      owner: list[int]) -> str:
     last = graph.num_nodes
     a_node = graph.nodes[owner[a]]
     b_node = graph.nodes[owner[b]]
-    if end[a] >= last:
+    if owner[a] == owner[b]:
+        why = f"another output of {a_node.label}, written at the same time"
+    elif end[a] >= last:
         why = ("an input" if a_node.is_arg else "a graph output") + ", which lives throughout"
     elif end[a] == owner[b]:
         why = f"still read by {b_node.label} itself, so an op would overwrite its own input"
