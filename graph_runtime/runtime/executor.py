@@ -164,7 +164,8 @@ class Executor:
     def _place_requested_inputs(self) -> None:
         """Give entries the storage their kernel asked for (lib.library.RequestsStorage).
 
-        A padded CPU GEMV wants its weight inside a larger zeroed buffer (lib/kernels/padded_gemv.py).
+        A padded CPU GEMV wants its weight inside a larger zeroed buffer
+        (lib/kernels/padded_gemv.py).
         An entry shared with another storage user, read through a copy or flattened keeps the
         pool's buffer; the kernel then takes its plain path.
         """
