@@ -53,10 +53,12 @@ class ResNet(nn.Module):
     """A ResNet-18-shaped net, narrow: stem conv+BN+ReLU+MaxPool, 4 stages, avg pool, fc."""
 
     def __init__(self, widths: tuple[int, ...] = (16, 32, 48, 64), classes: int = 10,
-                 blocks: int = 1) -> None:
+                 blocks: int = 1, stem_kernel: int = 3) -> None:
         super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, widths[0], 3, 1, 1, bias=False),
-                                  nn.BatchNorm2d(widths[0]), nn.ReLU(), nn.MaxPool2d(3, 2, 1))
+        stride = 2 if stem_kernel == 7 else 1  # 7: ImageNet's stem (ResNet-18 is blocks=2)
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, widths[0], stem_kernel, stride, stem_kernel // 2, bias=False),
+            nn.BatchNorm2d(widths[0]), nn.ReLU(), nn.MaxPool2d(3, 2, 1))
         layers = []
         cin = widths[0]
         for i, width in enumerate(widths):
@@ -147,12 +149,13 @@ class UNet(nn.Module):
 class Bert(nn.Module):
     """BertModel's two outputs from int64 input ids and an int64 attention mask."""
 
-    def __init__(self) -> None:
+    def __init__(self, hidden: int = 32, layers: int = 2, heads: int = 2,
+                 max_positions: int = 64) -> None:
         super().__init__()
         from transformers import BertConfig, BertModel
-        config = BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2,
-                            num_attention_heads=2, intermediate_size=64,
-                            max_position_embeddings=64, attn_implementation="eager")
+        config = BertConfig(vocab_size=VOCAB, hidden_size=hidden, num_hidden_layers=layers,
+                            num_attention_heads=heads, intermediate_size=2 * hidden,
+                            max_position_embeddings=max_positions, attn_implementation="eager")
         self.bert = BertModel(config)
 
     def forward(self, input_ids: torch.Tensor,
@@ -205,11 +208,11 @@ MODELS: dict[str, tuple[Callable[[], nn.Module], Callable[[], tuple[torch.Tensor
 }
 
 
-def build(name: str) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+def build(name: str, **config: Any) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     """The seeded model in eval mode, with BatchNorm statistics that are not the identity."""
     factory, example, _, _ = MODELS[name]
     torch.manual_seed(0)
-    model = factory().eval()
+    model = factory(**config).eval()
     for module in model.modules():
         if isinstance(module, nn.BatchNorm2d):
             with torch.no_grad():
@@ -221,7 +224,8 @@ def build(name: str) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
 
 
 def export(model: nn.Module, args: tuple[torch.Tensor, ...], path: Path, input_names: list[str],
-           output_names: list[str], dynamo: bool) -> None:
+           output_names: list[str], dynamo: bool,
+           dynamic_axes: dict[str, dict[int, str]] | None = None) -> None:
     """One export; dynamo=True writes the weights to PATH.data beside the model."""
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
@@ -233,7 +237,7 @@ def export(model: nn.Module, args: tuple[torch.Tensor, ...], path: Path, input_n
         else:
             torch.onnx.export(model, args, str(path), dynamo=False, opset_version=17,
                               input_names=input_names, output_names=output_names,
-                              do_constant_folding=True)
+                              do_constant_folding=True, dynamic_axes=dynamic_axes)
 
 
 def export_all(out: Path, names: list[str]) -> list[Path]:
