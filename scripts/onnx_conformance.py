@@ -6,8 +6,8 @@ counts, the ones with most cases not passing first, so the cheapest wins are eas
 last line is the summary the README quotes. --write-list rewrites
 tests/frontend/onnx_node_passing.txt from a CPU run.
 
-Usage: python scripts/onnx_conformance.py [--device cpu|opencl] [--listed] [--json OUT.json]
-                                          [--write-list] [--refusals]
+Usage: python scripts/onnx_conformance.py [--device cpu|opencl] [--listed] [--every K]
+           [--json OUT.json] [--write-list] [--refusals] [--no-freeze]
 """
 from __future__ import annotations
 
@@ -35,10 +35,10 @@ from onnx_node_cases import (  # noqa: E402  (the test suite's own harness)
 FAILED = "failed"
 
 
-def classify(name: str, device: str) -> tuple[str, str]:
+def classify(name: str, device: str, freeze: bool = True) -> tuple[str, str]:
     """(status, detail) for one case; never raises."""
     try:
-        outcome = run_case(node_cases()[name], device)
+        outcome = run_case(node_cases()[name], device, freeze)
     except CaseFailure as e:
         return FAILED, "wrong result: " + str(e).strip().splitlines()[0]
     except Exception as e:  # noqa: BLE001  (the point is to count every other exception)
@@ -55,6 +55,8 @@ def main() -> None:
     parser.add_argument("--json", metavar="OUT.json", help="write every case's outcome")
     parser.add_argument("--write-list", action="store_true",
                         help="rewrite tests/frontend/onnx_node_passing.txt (CPU, all cases)")
+    parser.add_argument("--no-freeze", action="store_true",
+                        help="feed every input at run time (no shape-deciding input frozen)")
     parser.add_argument("--refusals", action="store_true",
                         help="also print the most common refusal and failure messages")
     args = parser.parse_args()
@@ -63,7 +65,7 @@ def main() -> None:
     names = read_passing_list() if args.listed else list(cases)
     names = sorted(names)[::args.every]
     start = time.perf_counter()
-    results = {name: classify(name, args.device) for name in names}
+    results = {name: classify(name, args.device, not args.no_freeze) for name in names}
     seconds = time.perf_counter() - start
 
     by_op: dict[str, Counter[str]] = defaultdict(Counter)
@@ -89,7 +91,7 @@ def main() -> None:
              "cases": {n: {"op_type": op_type(n), "status": s, "detail": d}
                        for n, (s, d) in results.items()}}, indent=1), encoding="utf-8")
     if args.write_list:
-        if args.device != "cpu" or args.listed or args.every != 1:
+        if args.device != "cpu" or args.listed or args.every != 1 or args.no_freeze:
             parser.error("--write-list needs a CPU run over every case")
         write_passing_list([n for n, (s, _) in results.items() if s == PASS])
         print(f"wrote tests/frontend/onnx_node_passing.txt ({totals[PASS]} cases)")

@@ -5,7 +5,14 @@ values within the case's rtol/atol, as onnx.backend.test.runner compares) or REF
 GraphRuntimeError from `from_onnx` or `create`: the clean refusal the frontend promises).
 Anything else is a failure: `run_case` raises CaseFailure for a wrong result, and lets every
 other exception (another type from the import, any error from run()) propagate unchanged.
-Shared by tests/frontend/test_onnx_node_tests.py and scripts/onnx_conformance.py.
+
+graph_runtime plans static shapes at import, as TVM's relay.build did, so an operand that decides
+an output's shape must be known then. ONNX's node tests feed such operands as graph inputs (the
+`shape` of Reshape, the `starts` of Slice, the `k` of TopK...): inputs that earlier opsets had
+as attributes. The harness freezes a graph input that feeds one of those slots (STATIC_OPERANDS)
+into an initializer holding the test's own value, as a PyTorch export would have it, and feeds
+every other input at run time; freeze=False imports the case as it is (the script's --no-freeze
+counts both ways). Shared by tests/frontend/test_onnx_node_tests.py and scripts/onnx_conformance.py.
 """
 from __future__ import annotations
 
@@ -92,33 +99,69 @@ def _as_array(value: Any, what: str) -> np.ndarray:
                       "imported (sequence/optional types should be refused at import)")
 
 
-def _input_shapes(case: Any) -> dict[str, tuple[int, ...]]:
-    """Concrete shapes for the model's inputs, from the case's own input arrays."""
-    inputs = case.data_sets[0][0]
-    shapes = {}
-    for info, value in zip(case.model.graph.input, inputs):
-        if isinstance(value, (np.ndarray, np.generic)):
-            shapes[info.name] = tuple(np.shape(value))
-    return shapes
+_REDUCE_AXES = {op: (1,) for op in (
+    "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+    "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")}
+# op type -> input slots that earlier opsets had as attributes (they decide shapes or are
+# compile-time constants of the kernel); a graph input feeding one is frozen to its value.
+STATIC_OPERANDS: dict[str, tuple[int, ...]] = {
+    "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4), "Pad": (1, 2, 3),
+    "Resize": (1, 2, 3), "Upsample": (1,), "Unsqueeze": (1,), "Squeeze": (1,), "Split": (1,),
+    "ConstantOfShape": (0,), "Range": (0, 1, 2), "OneHot": (1, 2), "TopK": (1,), "CumSum": (1,),
+    "Clip": (1, 2), "Dropout": (1, 2), "Trilu": (1,), "CenterCropPad": (1,), **_REDUCE_AXES,
+}
 
 
-def run_case(case: Any, device: str = "cpu") -> Outcome:
+def frozen_inputs(model: Any) -> set[str]:
+    """Graph inputs that feed a STATIC_OPERANDS slot of some node."""
+    names = {info.name for info in model.graph.input}
+    frozen = set()
+    for node in model.graph.node:
+        for slot in STATIC_OPERANDS.get(node.op_type, ()):
+            if slot < len(node.input) and node.input[slot] in names:
+                frozen.add(node.input[slot])
+    return frozen
+
+
+def prepared_model(case: Any, freeze: bool = True) -> tuple[Any, dict[str, Any]]:
+    """(model to import, {input name: value fed at run time}) for a case."""
+    from onnx import ModelProto, numpy_helper
+    values = {info.name: value for info, value in zip(case.model.graph.input,
+                                                      case.data_sets[0][0])}
+    frozen = frozen_inputs(case.model) if freeze else set()
+    if not frozen:
+        return case.model, values
+    model = ModelProto()
+    model.CopyFrom(case.model)
+    kept = [info for info in model.graph.input if info.name not in frozen]
+    del model.graph.input[:]
+    model.graph.input.extend(kept)
+    for name in sorted(frozen):
+        array = _as_array(values.pop(name), f"input {name!r}")
+        model.graph.initializer.append(numpy_helper.from_array(array, name))
+    return model, values
+
+
+def run_case(case: Any, device: str = "cpu", freeze: bool = True) -> Outcome:
     """Import, create on `device`, run and compare one case (see the module docstring)."""
     import graph_runtime as gr
     from graph_runtime.errors import GraphRuntimeError
     from graph_runtime.frontend import from_onnx
+    model, inputs = prepared_model(case, freeze)
+    shapes = {name: tuple(np.shape(value)) for name, value in inputs.items()
+              if isinstance(value, (np.ndarray, np.generic))}
     try:
-        graph_json, lib, params = from_onnx(case.model, shape=_input_shapes(case))
+        graph_json, lib, params = from_onnx(model, shape=shapes)
         module = gr.create(graph_json, lib, gr.device(device))
     except GraphRuntimeError as e:
         return Outcome(REFUSED, f"{type(e).__name__}: {e}")
     if params:
         module.load_params(gr.save_param_dict(params))
-    inputs, expected = case.data_sets[0]
+    expected = case.data_sets[0][1]
     graph_inputs = module.get_input_info()[0]
-    for info, value in zip(case.model.graph.input, inputs):
-        if info.name in graph_inputs:
-            module.set_input(info.name, _as_array(value, f"input {info.name!r}"))
+    for name, value in inputs.items():
+        if name in graph_inputs:
+            module.set_input(name, _as_array(value, f"input {name!r}"))
     module.run()
     _compare(case, module, [_as_array(v, f"expected output {i}") for i, v in enumerate(expected)])
     return Outcome(PASS)
