@@ -7,6 +7,7 @@ from .device import Device, cpu, cuda, device, opencl
 from .errors import (
                      DeviceError,
                      DiscoError,
+                     FrontendError,
                      GraphError,
                      GraphRuntimeError,
                      LibraryError,
@@ -23,7 +24,8 @@ from .runtime.graph_module import BenchmarkResult, GraphModule, create
 __version__ = "0.1.0"
 
 __all__ = [
-    "BenchmarkResult", "Device", "NDArray", "DeviceError", "DiscoError", "Graph", "GraphError",
+    "BenchmarkResult", "Device", "NDArray", "DeviceError", "DiscoError", "FrontendError", "Graph",
+    "GraphError",
     "GraphModule", "GraphRuntimeError", "LibraryError", "Module", "ParamsError", "PlanError",
     "Placement", "available_backends", "cpu", "create", "cuda", "device", "list_devices",
     "load_graph", "load_module", "load_param_dict", "load_params_file", "nd", "opencl",

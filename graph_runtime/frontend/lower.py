@@ -1,0 +1,209 @@
+"""Lowering: walk an ONNX graph once, folding constants and turning each node into standard ops."""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..errors import FrontendError
+from .convert import CONVERTERS, Context
+from .fold import fold
+from .ir import Builder, Unsupported, Value
+from .onnx_model import decode_node, default_opset, np_dtype, tensor_shape
+
+
+@dataclass
+class Lowered:
+    """The lowered graph: inputs, the prims, outputs in ONNX order, and what the passes did."""
+
+    inputs: list[Value]
+    outputs: list[Value]
+    output_names: list[str]
+    builder: Builder
+    opset: int
+    num_nodes: int
+    folded: Counter = field(default_factory=Counter)
+    removed: Counter = field(default_factory=Counter)
+    bn_folded: int = 0
+
+
+def _refusal(model_name: str, opset: int, problems: dict[str, list[str]]) -> FrontendError:
+    parts = []
+    for reason, nodes in problems.items():
+        shown = ", ".join(repr(n) for n in nodes[:8])
+        more = f" and {len(nodes) - 8} more" if len(nodes) > 8 else ""
+        parts.append(f"{reason} (node{'s' if len(nodes) > 1 else ''} {shown}{more})")
+    return FrontendError(f"cannot import {model_name} (ONNX opset {opset}): "
+                         f"{len(problems)} unsupported: " + "; ".join(parts))
+
+
+def _expected_specs(model: Any, shapes: Mapping[str, Sequence[int]]) -> dict[str, tuple]:
+    """Static (shape, elem type) per value from ONNX shape inference, with the inputs pinned."""
+    import onnx
+    from onnx import shape_inference
+    proto = onnx.ModelProto()
+    proto.CopyFrom(model)
+    del proto.graph.initializer[:]  # only types matter here; keeps the copy small
+    init = {t.name: t for t in model.graph.initializer}
+    for inp in proto.graph.input:
+        if inp.name in init:
+            continue
+        if inp.name in shapes and inp.type.HasField("tensor_type"):
+            dims = inp.type.tensor_type.shape.dim
+            del dims[:]
+            for d in shapes[inp.name]:
+                dims.add().dim_value = int(d)
+    # Initializers stay typed through graph inputs we add back (types only, no data).
+    for t in model.graph.initializer:
+        if not any(i.name == t.name for i in proto.graph.input):
+            proto.graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type,
+                                                                         list(t.dims)))
+    try:
+        inferred = shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
+    except Exception:
+        return {}
+    out: dict[str, tuple] = {}
+    for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
+        tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
+        if tt is None or not tt.HasField("shape"):
+            continue
+        if all(d.HasField("dim_value") for d in tt.shape.dim):
+            out[vi.name] = (tuple(int(d.dim_value) for d in tt.shape.dim), tt.elem_type)
+    return out
+
+
+def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]]) -> Lowered:
+    """Lower every node; one FrontendError listing every unsupported op/attr/dtype otherwise."""
+    from onnx import numpy_helper
+    graph = model.graph
+    opset = default_opset(model)
+    opsets = {("" if e.domain == "ai.onnx" else e.domain): int(e.version)
+              for e in model.opset_import}
+    problems: dict[str, list[str]] = {}
+    env: dict[str, Value | None] = {}
+    b = Builder()
+    for t in graph.initializer:
+        try:
+            array = numpy_helper.to_array(t)
+            np_dtype(t.data_type)
+        except Unsupported as e:
+            problems.setdefault(f"initializer dtype: {e}", []).append(t.name)
+            env[t.name] = None
+            continue
+        env[t.name] = b.const(array, t.name)
+    inputs: list[Value] = []
+    unknown = set(shapes) - {i.name for i in graph.input}
+    if unknown:
+        raise FrontendError(f"shape given for {', '.join(sorted(unknown))}, which the model "
+                            "does not have as inputs; its inputs are: "
+                            + ", ".join(i.name for i in graph.input if i.name not in env))
+    for inp in graph.input:
+        if inp.name in env:
+            continue
+        try:
+            dtype = np_dtype(inp.type.tensor_type.elem_type)
+            shape = tensor_shape(inp.type, inp.name, shapes)
+        except Unsupported as e:
+            problems.setdefault(f"graph input: {e}", []).append(inp.name)
+            env[inp.name] = None
+            continue
+        value = Value(inp.name, shape, dtype, is_input=True)
+        env[inp.name] = value
+        inputs.append(value)
+
+    uses: Counter = Counter()
+    for node in graph.node:
+        uses.update(n for n in node.input if n)
+    uses.update(o.name for o in graph.output)
+    expected = _expected_specs(model, shapes) if not problems else {}
+    ctx = Context(b, uses, opsets)
+    lowered = Lowered(inputs, [], [o.name for o in graph.output], b, opset, len(graph.node))
+    for proto in graph.node:
+        try:
+            node = decode_node(proto, opsets)
+        except Unsupported as e:
+            problems.setdefault(f"{proto.op_type}: {e}", []).append(proto.name or proto.op_type)
+            continue
+        args = [env.get(n) if n else None for n in node.inputs]
+        missing = [n for n, v in zip(node.inputs, args) if n and v is None]
+        if missing:
+            # An input already refused: report this node only if its op itself is unknown.
+            if node.op_type not in CONVERTERS:
+                problems.setdefault(_unknown_op(node), []).append(node.label)
+            for name in node.outputs:
+                env[name] = None
+            continue
+        b.origin = node.label
+        try:
+            outs = _lower_node(ctx, node, args, model, lowered)
+            _check_outputs(node, outs, expected)
+        except Unsupported as e:
+            key = _unknown_op(node) if str(e) == "__unknown__" else f"{node.op_type}: {e}"
+            problems.setdefault(key, []).append(node.label)
+            outs = [None] * len(node.outputs)
+        for name, value in zip(node.outputs, outs):
+            if name:
+                env[name] = value
+    lowered.bn_folded = ctx.bn_folded
+    lowered.removed = ctx.removed
+    for out in graph.output:
+        value = env.get(out.name)
+        if value is None and out.name not in env:
+            problems.setdefault(f"graph output {out.name!r} is never computed", []).append(
+                out.name)
+        if value is not None:
+            lowered.outputs.append(value)
+    if problems:
+        raise _refusal(model_name, opset, problems)
+    return lowered
+
+
+def _unknown_op(node: Any) -> str:
+    domain = f" (domain {node.domain!r})" if node.domain else ""
+    return f"op type {node.op_type}{domain} is not supported"
+
+
+def _lower_node(ctx: Context, node: Any, args: list[Value | None], model: Any,
+                lowered: Lowered) -> list[Value | None]:
+    consts = [a is None or a.const is not None for a in args]
+    if all(consts) and node.op_type not in ("Dropout",):
+        try:
+            results = fold(node, [None if a is None else a.const for a in args],
+                           model.opset_import)
+        except Unsupported:
+            if node.op_type in CONVERTERS:
+                results = None
+            else:
+                raise
+        if results is not None:
+            lowered.folded[node.op_type] += 1
+            out: list[Value | None] = []
+            for name, r in zip(node.outputs, results):
+                if r is None:
+                    out.append(None)
+                    continue
+                array = np.asarray(r)
+                np_dtype_name = str(array.dtype)
+                from .ir import RUNTIME_DTYPES
+                if np_dtype_name not in RUNTIME_DTYPES:
+                    raise Unsupported(f"folded output {name!r} has dtype {np_dtype_name}")
+                out.append(ctx.b.const(array, name))
+            return out
+    convert = CONVERTERS.get(node.op_type) if node.domain == "" else None
+    if convert is None:
+        raise Unsupported("__unknown__")
+    outs = convert(ctx, node, args)
+    return list(outs) + [None] * (len(node.outputs) - len(outs))
+
+
+def _check_outputs(node: Any, outs: Sequence[Value | None], expected: Mapping[str, tuple]) -> None:
+    """Our shapes must agree with ONNX shape inference wherever it found static ones."""
+    for name, value in zip(node.outputs, outs):
+        if not name or value is None or name not in expected:
+            continue
+        shape, _ = expected[name]
+        if tuple(shape) != tuple(value.shape):
+            raise Unsupported(f"output {name!r}: the import computes shape {value.shape} but "
+                              f"ONNX shape inference gives {tuple(shape)}")
