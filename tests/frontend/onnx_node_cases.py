@@ -32,7 +32,7 @@ UPDATE_ENV = "GRAPH_RUNTIME_UPDATE_ONNX_PASSING"
 PASSING_HEADER = f"""\
 # ONNX backend node tests (onnx.backend.test.case.node.collect_testcases()) that graph_runtime
 # passes on CPU; tests/frontend/test_onnx_node_tests.py fails when a listed case stops passing.
-# Regenerate after the frontend learns new ops (runs every case on CPU, ~2 min):
+# Regenerate after the frontend learns new ops (runs every case on CPU, ~15 s here):
 #   {UPDATE_ENV}=1 python -m pytest -q tests/frontend/test_onnx_node_tests.py -k cpu
 # or: python scripts/onnx_conformance.py --write-list
 """
