@@ -113,7 +113,7 @@ def test_real_model_opencl(name: str, exporter: str, tmp_path: Path,
     patterns = _heavy_patterns(folder)
     assert patterns, f"{model.name}: no node name matches any of {HEAVY}"
     planned = tmp_path / "planned.json"
-    args = ["plan", str(folder), "-o", str(planned)]
+    args = ["plan", str(folder), "--default", "cpu", "-o", str(planned)]
     for pattern in patterns:
         args += ["--place", f"{pattern}=opencl"]
     result = _cli(*args)
