@@ -368,9 +368,16 @@ def lrn(ctx: Context, node: Node, args: list) -> list[Value]:
 
 @converts("LpNormalization")
 def lp_normalization(ctx: Context, node: Node, args: list) -> list[Value]:
+    b = ctx.b
     x = args[0]
     axis = norm_axis(int(node.attr("axis", -1)), x.rank, node)
-    return [ctx.b.op("lp_normalization", x, axis=axis, p=int(node.attr("p", 2)))]
+    p = int(node.attr("p", 2))
+    if p not in (1, 2):
+        raise Unsupported(f"p={p} (1 or 2)")
+    norm = b.op("l2" if p == 2 else "l1", x, axis=[axis], keepdims=True)
+    # ONNX gives 0 where the norm is 0 (all of x there is 0): divide those by 1 instead.
+    safe = b.op("where", b.op("equal", norm, b.scalar(0.0, norm)), b.scalar(1.0, norm), norm)
+    return [b.op("divide", x, safe)]
 
 
 # -- pooling --------------------------------------------------------------------------------------

@@ -307,7 +307,8 @@ def depth_space(ctx: Context, node: Node, args: list) -> list[Value]:
     n, c, h, w = x.shape
     if node.op_type == "SpaceToDepth":
         y = b.reshape(x, (n, c, h // bs, bs, w // bs, bs))
-        y = b.transpose(y, [0, 3, 5, 1, 2, 4])
+        crd = node.attr("mode", "DCR") == "CRD"
+        y = b.transpose(y, [0, 1, 3, 5, 2, 4] if crd else [0, 3, 5, 1, 2, 4])
         return [b.reshape(y, (n, c * bs * bs, h // bs, w // bs))]
     mode = node.attr("mode", "DCR")
     if mode == "DCR":
