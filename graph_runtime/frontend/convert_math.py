@@ -40,7 +40,13 @@ def _binary_args(ctx: Context, node: Node, a: Value, b: Value) -> tuple[Value, V
 @converts(*BINARY)
 def binary(ctx: Context, node: Node, args: list) -> list[Value]:
     a, b = _binary_args(ctx, node, args[0], args[1])
-    return [ctx.b.op(BINARY[node.op_type], a, b)]
+    op = BINARY[node.op_type]
+    if op == "divide" and np.dtype(a.dtype).kind in "iu":
+        if np.dtype(a.dtype).kind == "i":
+            raise Unsupported(f"integer division of {a.dtype} (ONNX truncates toward zero; "
+                              "the op library's floor_divide rounds down)")
+        op = "floor_divide"  # the same for unsigned operands
+    return [ctx.b.op(op, a, b)]
 
 
 @converts(*UNARY)
@@ -145,9 +151,20 @@ def gelu(ctx: Context, node: Node, args: list) -> list[Value]:
 def prelu(ctx: Context, node: Node, args: list) -> list[Value]:
     b = ctx.b
     x, slope = args[0], args[1]
+    if has_op("prelu"):
+        return [b.op("prelu", x, slope)]
     # prelu(x) = relu(x) + slope * min(x, 0): exact for every slope shape that broadcasts.
     neg = b.op("multiply", b.op("minimum", x, b.scalar(0.0, x)), slope)
     return [b.op("add", neg, b.op("relu", x))]
+
+
+@converts("BitShift")
+def bit_shift(ctx: Context, node: Node, args: list) -> list[Value]:
+    direction = node.attr("direction")
+    if direction not in ("LEFT", "RIGHT"):
+        raise Unsupported(f"direction {direction!r}")
+    op = "left_shift" if direction == "LEFT" else "right_shift"
+    return [ctx.b.op(op, args[0], args[1])]
 
 
 @converts("Reciprocal")
@@ -165,7 +182,7 @@ def power(ctx: Context, node: Node, args: list) -> list[Value]:
             y.const is not None and y.const.size == 1 and len(y.shape) <= x.rank):
         exponent = float(np.asarray(y.const).reshape(-1)[0])
         if exponent == 1.0:
-            return [b.op("copy", x)]
+            return [b.copy(x)]
         if exponent == 2.0:
             return [b.op("multiply", x, x)]
         if exponent == 0.5 and np.dtype(x.dtype).kind == "f":
@@ -179,7 +196,7 @@ def variadic(ctx: Context, node: Node, args: list) -> list[Value]:
     op = {"Max": "maximum", "Min": "minimum", "Sum": "add", "Mean": "add"}[node.op_type]
     values = [a for a in args if a is not None]
     if len(values) == 1:
-        acc = b.op("copy", values[0])
+        acc = b.copy(values[0])
     else:
         acc = b.op(op, values[0], values[1])
         for v in values[2:]:
@@ -196,11 +213,9 @@ def mod(ctx: Context, node: Node, args: list) -> list[Value]:
 
 @converts("IsInf")
 def isinf(ctx: Context, node: Node, args: list) -> list[Value]:
-    neg = int(node.attr("detect_negative", 1))
-    pos = int(node.attr("detect_positive", 1))
-    if (neg, pos) != (1, 1):
-        raise Unsupported(f"detect_negative={neg}, detect_positive={pos}")
-    return [ctx.b.op("isinf", args[0])]
+    return [ctx.b.op("isinf", args[0],
+                     detect_negative=bool(int(node.attr("detect_negative", 1))),
+                     detect_positive=bool(int(node.attr("detect_positive", 1))))]
 
 
 @converts("Where")
@@ -216,7 +231,7 @@ def cast(ctx: Context, node: Node, args: list) -> list[Value]:
     else:
         dtype = np_dtype(int(node.attr("to")))
     return [ctx.b.op("cast", args[0], dtype=dtype) if args[0].dtype != dtype else
-            ctx.b.op("copy", args[0])]
+            ctx.b.copy(args[0])]
 
 
 # -- reductions -----------------------------------------------------------------------------------
@@ -243,7 +258,7 @@ def reduce(ctx: Context, node: Node, args: list) -> list[Value]:
     x = args[0]
     axes = _reduce_axes(node, args, x)
     if axes is None:
-        return [b.op("copy", x)]
+        return [b.copy(x)]
     keep = bool(int(node.attr("keepdims", 1)))
     kind = REDUCE[node.op_type]
     if kind in ("sum", "mean", "max", "min", "prod"):

@@ -102,12 +102,16 @@ def conv_transpose(ctx: Context, node: Node, args: list) -> list[Value]:
         if out_shape is None:
             out_shape = [s * st for s, st in zip(x.shape[2:], strides)]
         out_shape = out_shape[-nd:]
-        begin, end = [], []
+        begin, end, extra = [], [], []
         for size, k, s, d, op, want in zip(x.shape[2:], kernel, strides, dilations, outpad,
                                            out_shape):
             total = s * (size - 1) + op + (k - 1) * d + 1 - want
             if total < 0:
-                raise Unsupported(f"output_shape {out_shape} needs negative padding")
+                # The output is longer than the data reaches: the tail is output padding.
+                extra.append(-total)
+                total = 0
+            else:
+                extra.append(0)
             if auto == "SAME_UPPER":
                 begin.append(total // 2)
                 end.append(total - total // 2)
@@ -115,6 +119,7 @@ def conv_transpose(ctx: Context, node: Node, args: list) -> list[Value]:
                 begin.append(total - total // 2)
                 end.append(total // 2)
         pads = begin + end
+        outpad = [p + e for p, e in zip(outpad, extra)]
     elif auto == "VALID":
         pads = [0] * (2 * nd)
     else:
@@ -283,28 +288,9 @@ def batch_norm(ctx: Context, node: Node, args: list) -> list[Value]:
     return [b.op("batch_norm", *args[:5], axis=1, epsilon=float(node.attr("epsilon", 1e-5)))]
 
 
-def _normalize_last(ctx: Context, x: Value, eps: float) -> Value:
-    """(x - mean) / sqrt(var + eps) over the last axis: layer_norm with unit gain, no bias."""
-    b = ctx.b
-    n = x.shape[-1]
-    ones = b.const(np.ones(n, x.dtype), "ones")
-    zeros = b.const(np.zeros(n, x.dtype), "zeros")
-    return b.op("layer_norm", x, ones, zeros, axis=-1, epsilon=eps)
-
-
-def _affine_channels(ctx: Context, y: Value, scale: Value | None, bias: Value | None) -> Value:
-    b = ctx.b
-    if scale is not None:
-        y = b.op("multiply", y, _channel_vector(ctx, scale, y.rank))
-    if bias is not None:
-        y = b.op("add", y, _channel_vector(ctx, bias, y.rank))
-    return y
-
-
 @converts("LayerNormalization")
-def layer_norm(ctx: Context, node: Node, args: list) -> list[Value]:
+def layer_norm(ctx: Context, node: Node, args: list) -> list[Value | None]:
     b = ctx.b
-    ctx.only_first_output(node)
     x, scale = args[0], args[1]
     bias = args[2] if len(args) > 2 else None
     axis = norm_axis(int(node.attr("axis", -1)), x.rank, node)
@@ -320,26 +306,39 @@ def layer_norm(ctx: Context, node: Node, args: list) -> list[Value]:
             return b.const(np.full(flat, fill, x.dtype), "ln_param")
         if v.const is not None:
             return b.const(np.ascontiguousarray(np.broadcast_to(v.const, inner)).reshape(-1),
-                           "ln_param")
-        if tuple(v.shape) != tuple(inner) and math.prod(v.shape) != flat:
+                           v.name)
+        if math.prod(v.shape) != flat:
             raise Unsupported(f"computed scale/bias of shape {v.shape} broadcast to {inner}")
         return b.reshape(v, (flat,))
 
     x2 = b.reshape(x, tuple(x.shape[:axis]) + (flat,))
     y = b.op("layer_norm", x2, vector(scale, 1.0), vector(bias, 0.0), axis=-1, epsilon=eps)
-    return [b.reshape(y, x.shape)]
+    outs: list[Value | None] = [b.reshape(y, x.shape)]
+    if any(ctx.used(n) for n in node.outputs[1:]):
+        outs += _layer_norm_stats(ctx, node, x, x2, axis, eps)
+    return outs
+
+
+def _layer_norm_stats(ctx: Context, node: Node, x: Value, x2: Value, axis: int,
+                      eps: float) -> list[Value]:
+    """LayerNormalization's Mean and InvStdDev outputs, in the stash type (float32 default)."""
+    b = ctx.b
+    stash = "float32" if int(node.attr("stash_type", 1)) == 1 else x.dtype
+    xs = b.cast(x2, stash)
+    mean = b.op("mean", xs, axis=[-1], keepdims=True)
+    centered = b.op("subtract", xs, mean)
+    var = b.op("mean", b.op("multiply", centered, centered), axis=[-1], keepdims=True)
+    inv = b.op("divide", b.scalar(1.0, var), b.op("sqrt", b.op("add", var, b.scalar(eps, var))))
+    shape = tuple(x.shape[:axis]) + (1,) * (x.rank - axis)
+    return [b.reshape(mean, shape), b.reshape(inv, shape)]
 
 
 @converts("InstanceNormalization")
 def instance_norm(ctx: Context, node: Node, args: list) -> list[Value]:
-    b = ctx.b
     x, scale, bias = args[0], args[1], args[2]
     if x.rank < 3:
         raise Unsupported(f"input of rank {x.rank}")
-    eps = float(node.attr("epsilon", 1e-5))
-    n, c = x.shape[0], x.shape[1]
-    y = _normalize_last(ctx, b.reshape(x, (n, c, math.prod(x.shape[2:]))), eps)
-    return [_affine_channels(ctx, b.reshape(y, x.shape), scale, bias)]
+    return [ctx.b.op("instance_norm", x, scale, bias, epsilon=float(node.attr("epsilon", 1e-5)))]
 
 
 @converts("GroupNormalization")
@@ -348,17 +347,37 @@ def group_norm(ctx: Context, node: Node, args: list) -> list[Value]:
     x, scale, bias = args[0], args[1], args[2]
     groups = int(node.attr("num_groups"))
     eps = float(node.attr("epsilon", 1e-5))
-    n, c = x.shape[0], x.shape[1]
-    if x.rank < 3 or c % groups:
+    c = x.shape[1] if x.rank > 1 else 0
+    if x.rank < 3 or groups < 1 or c % groups:
         raise Unsupported(f"{c} channels in {groups} groups (input {x.shape})")
-    if scale.shape[0] == groups and groups != c:
+    if node.opset < 21 and scale.shape[0] == groups and groups != c:
         # Opset 18 gives scale and bias per group; spread them over the group's channels.
         if scale.const is None or bias.const is None:
             raise Unsupported("per-group scale/bias computed at run time")
-        scale = b.const(np.repeat(scale.const, c // groups), "gn_scale")
-        bias = b.const(np.repeat(bias.const, c // groups), "gn_bias")
-    y = _normalize_last(ctx, b.reshape(x, (n, groups, math.prod(x.shape[1:]) // groups)), eps)
-    return [_affine_channels(ctx, b.reshape(y, x.shape), scale, bias)]
+        scale = b.const(np.repeat(scale.const, c // groups), scale.name)
+        bias = b.const(np.repeat(bias.const, c // groups), bias.name)
+    return [b.op("group_norm", x, scale, bias, num_groups=groups, epsilon=eps)]
+
+
+@converts("LRN")
+def lrn(ctx: Context, node: Node, args: list) -> list[Value]:
+    return [ctx.b.op("lrn", args[0], size=int(node.attr("size")),
+                     alpha=float(node.attr("alpha", 1e-4)), beta=float(node.attr("beta", 0.75)),
+                     bias=float(node.attr("bias", 1.0)))]
+
+
+@converts("LpNormalization")
+def lp_normalization(ctx: Context, node: Node, args: list) -> list[Value]:
+    b = ctx.b
+    x = args[0]
+    axis = norm_axis(int(node.attr("axis", -1)), x.rank, node)
+    p = int(node.attr("p", 2))
+    if p not in (1, 2):
+        raise Unsupported(f"p={p} (1 or 2)")
+    norm = b.op("l2" if p == 2 else "l1", x, axis=[axis], keepdims=True)
+    # ONNX gives 0 where the norm is 0 (all of x there is 0): divide those by 1 instead.
+    safe = b.op("where", b.op("equal", norm, b.scalar(0.0, norm)), b.scalar(1.0, norm), norm)
+    return [b.op("divide", x, safe)]
 
 
 # -- pooling --------------------------------------------------------------------------------------
@@ -382,8 +401,8 @@ def pool(ctx: Context, node: Node, args: list) -> list[Value]:
         ctx.only_first_output(node)
         if int(node.attr("storage_order", 0)):
             raise Unsupported("storage_order=1")
-    if x.rank not in (3, 4):
-        raise Unsupported(f"{x.rank - 2}-D pooling; 1-D and 2-D are supported")
+    if x.rank not in (3, 4, 5):
+        raise Unsupported(f"{x.rank - 2}-D pooling; 1-D, 2-D and 3-D are supported")
     kernel = node.ints("kernel_shape")
     strides, dilations, pads = _window_attrs(node, x, kernel)
     nd = len(kernel)
@@ -400,7 +419,8 @@ def pool(ctx: Context, node: Node, args: list) -> list[Value]:
                  ceil_mode=ceil)
     if not is_max:
         attrs["count_include_pad"] = include
-    y = b.op("max_pool2d" if is_max else "avg_pool2d", x, **attrs)
+    dims = "3d" if x.rank == 5 else "2d"
+    y = b.op(f"max_pool{dims}" if is_max else f"avg_pool{dims}", x, **attrs)
     if list(y.shape[2:]) != want:
         raise Unsupported(f"ceil_mode={int(ceil)} with pads {pads}: the op library gives "
                           f"{list(y.shape[2:])} windows, ONNX {want}")

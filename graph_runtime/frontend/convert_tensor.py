@@ -44,7 +44,7 @@ def reshape(ctx: Context, node: Node, args: list) -> list[Value]:
         out[out.index(-1)] = math.prod(x.shape) // known
     if math.prod(out) != math.prod(x.shape):
         raise Unsupported(f"cannot reshape {x.shape} to {target}")
-    return [ctx.b.reshape(x, out) if tuple(out) != x.shape else ctx.b.op("copy", x)]
+    return [ctx.b.reshape(x, out) if tuple(out) != x.shape else ctx.b.copy(x)]
 
 
 @converts("Flatten")
@@ -55,7 +55,7 @@ def flatten(ctx: Context, node: Node, args: list) -> list[Value]:
     if not 0 <= axis <= x.rank:
         raise Unsupported(f"axis {node.attr('axis')} for rank {x.rank}")
     out = (math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
-    return [ctx.b.reshape(x, out) if out != x.shape else ctx.b.op("copy", x)]
+    return [ctx.b.reshape(x, out) if out != x.shape else ctx.b.copy(x)]
 
 
 @converts("Transpose")
@@ -63,7 +63,7 @@ def transpose(ctx: Context, node: Node, args: list) -> list[Value]:
     x = args[0]
     perm = node.ints("perm", list(range(x.rank))[::-1])
     if perm == list(range(x.rank)):
-        return [ctx.b.op("copy", x)]
+        return [ctx.b.copy(x)]
     return [ctx.b.transpose(x, perm)]
 
 
@@ -85,7 +85,7 @@ def squeeze(ctx: Context, node: Node, args: list) -> list[Value]:
             if x.shape[a] != 1:
                 raise Unsupported(f"axis {a} has size {x.shape[a]}, not 1")
     out = tuple(d for i, d in enumerate(x.shape) if i not in picked)
-    return [ctx.b.reshape(x, out) if out != x.shape else ctx.b.op("copy", x)]
+    return [ctx.b.reshape(x, out) if out != x.shape else ctx.b.copy(x)]
 
 
 @converts("Unsqueeze")
@@ -110,7 +110,7 @@ def concat(ctx: Context, node: Node, args: list) -> list[Value]:
         shape[axis] = 0
         return [ctx.b.const(np.zeros(shape, values[0].dtype), "empty")]
     if len(nonempty) == 1:
-        return [ctx.b.op("copy", nonempty[0])]
+        return [ctx.b.copy(nonempty[0])]
     return [ctx.b.op("concatenate", *nonempty, axis=axis)]
 
 
@@ -132,7 +132,7 @@ def split(ctx: Context, node: Node, args: list) -> list[Value]:
         raise Unsupported(f"split sizes {sizes} for axis {axis} of size {dim} and {count} "
                           "outputs")
     if count == 1:
-        return [ctx.b.op("copy", x)]
+        return [ctx.b.copy(x)]
     indices = list(np.cumsum(sizes)[:-1])
     return ctx.b.ops("split", [x], indices_or_sections=indices, axis=axis)
 
@@ -206,7 +206,7 @@ def pad(ctx: Context, node: Node, args: list) -> list[Value]:
                  axes=list(range(x.rank)))
         widths = [[max(p[0], 0), max(p[1], 0)] for p in widths]
     if not any(w for pair in widths for w in pair):
-        return [b.op("copy", x)]
+        return [b.copy(x)]
     if np.dtype(x.dtype).kind in "iu" and value != int(value):
         raise Unsupported(f"constant_value {value} for {x.dtype}")
     return [b.op("pad", x, pad_width=widths, pad_value=value)]
@@ -215,7 +215,7 @@ def pad(ctx: Context, node: Node, args: list) -> list[Value]:
 def _broadcast(ctx: Context, x: Value, shape: Sequence[int]) -> Value:
     shape = tuple(int(d) for d in shape)
     if shape == x.shape:
-        return ctx.b.op("copy", x)
+        return ctx.b.copy(x)
     if has_op("broadcast_to"):
         return ctx.b.op("broadcast_to", x, shape=list(shape))
     if x.dtype == "bool":
@@ -251,7 +251,7 @@ def tile(ctx: Context, node: Node, args: list) -> list[Value]:
             return [b.const(np.zeros([d * k for d, k in zip(x.shape, reps)], x.dtype), "empty")]
         if r > 1:
             y = b.op("concatenate", *([y] * r), axis=axis)
-    return [y if y is not x else b.op("copy", x)]
+    return [y if y is not x else b.copy(x)]
 
 
 @converts("Gather")
@@ -307,7 +307,8 @@ def depth_space(ctx: Context, node: Node, args: list) -> list[Value]:
     n, c, h, w = x.shape
     if node.op_type == "SpaceToDepth":
         y = b.reshape(x, (n, c, h // bs, bs, w // bs, bs))
-        y = b.transpose(y, [0, 3, 5, 1, 2, 4])
+        crd = node.attr("mode", "DCR") == "CRD"
+        y = b.transpose(y, [0, 1, 3, 5, 2, 4] if crd else [0, 3, 5, 1, 2, 4])
         return [b.reshape(y, (n, c * bs * bs, h // bs, w // bs))]
     mode = node.attr("mode", "DCR")
     if mode == "DCR":
@@ -360,7 +361,7 @@ def einsum(ctx: Context, node: Node, args: list) -> list[Value]:
     terms, out = _einsum_terms(str(node.attr("equation")), [a.rank for a in args])
     if len(args) == 1:
         x, t = _sum_out(ctx, args[0], terms[0], out)
-        return [b.transpose(x, [t.index(c) for c in out]) if t != out else b.op("copy", x)]
+        return [b.transpose(x, [t.index(c) for c in out]) if t != out else b.copy(x)]
     if len(args) != 2:
         raise Unsupported(f"{len(args)} operands (1 or 2 are supported)")
     x, tx = _sum_out(ctx, args[0], terms[0], out + terms[1])

@@ -65,7 +65,7 @@ def emit(lowered: Lowered, description: str) -> Emitted:
     for v in lowered.outputs:
         # An output must be an entry the graph writes: copy inputs, constants and repeats.
         if v.is_input or v.const is not None or id(v) in seen:
-            v = b.op("copy", v)
+            v = b.copy(v)
         seen.add(id(v))
         outputs.append(v)
     prims = _live_prims(b.prims, outputs)
@@ -87,11 +87,12 @@ def emit(lowered: Lowered, description: str) -> Emitted:
 
     def param_of(v: Value) -> int:
         assert v.const is not None
-        array = np.ascontiguousarray(v.const)
+        array = np.array(v.const, order="C")  # ascontiguousarray would make a 0-d array 1-d
         key = None
         if array.size <= _SMALL:
             key = (array.dtype.str, array.shape, array.tobytes())
             if key in shared:
+                entry[id(v)] = shared[key]
                 return shared[key]
         name = _unique(_safe(v.name), taken)
         params[name] = array

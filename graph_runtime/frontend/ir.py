@@ -126,6 +126,13 @@ class Builder:
             return self.const(x.const.reshape(shape), x.name)
         return self.op("reshape", x, newshape=list(shape))
 
+    def copy(self, x: Value) -> Value:
+        """A new entry equal to x (cast to its own dtype where copy lacks the dtype, e.g. bool)."""
+        try:
+            return self.op("copy", x)
+        except Unsupported:
+            return self.op("cast", x, dtype=x.dtype)
+
     def cast(self, x: Value, dtype: str) -> Value:
         if x.dtype == dtype:
             return x

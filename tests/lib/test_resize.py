@@ -10,7 +10,7 @@ from graph_runtime.lib.library import TensorSpec
 
 def onnx_resize(x: np.ndarray, size, attrs: dict, scales=None) -> np.ndarray:
     """onnx.reference's Resize (float64 NumPy) on x, given sizes or scales."""
-    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnx")
     from onnx import TensorProto, helper
     from onnx.reference import ReferenceEvaluator
 

@@ -345,4 +345,4 @@ kernel(OP, "cpu")(host_factory(_host_resize))
 kernel(OP, "cuda")(host_factory(_host_resize))
 kernel(OP, "opencl")(_cl_resize)
 
-__all__ = ["AxisPass", "ResizeParams", "resize_params", "axis_table", "source_coords"]
+__all__ = ["AxisPass", "ResizeParams", "axis_table", "resize_params", "source_coords"]
