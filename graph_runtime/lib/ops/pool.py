@@ -8,27 +8,23 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from ...backends import REGISTRY
+from ...backends.base import Backend
 from ..attrs import attr_error, bool_attr, int_tuple, op_error
 from ..conv_params import check_layout, out_size, padding_attr
-from ..kernels.gpu import (
-    ClKernel,
-    check_cl_dtypes,
-    cl_header,
-    cl_load,
-    cl_param,
-    cl_pointer,
-    cl_store,
-    compute_type,
-    device_array,
-)
+from ..kernels.gpu import (ClKernel, check_cl_dtypes, cl_header, cl_load, cl_param, cl_pointer,
+                           cl_store, compute_type, device_array)
 from ..kernels.host import array_module, host_kernel, wide_dtype
 from ..library import TensorSpec
 from ..registry import define_op, get_op, kernel
 from ..shapes import FLOAT_DTYPES, check_dtype, check_num_inputs, check_rank, size_of
+
+if TYPE_CHECKING:
+    from ...backends.opencl import OpenCLBackend
 
 POOL_ATTRS = ("pool_size", "strides", "dilation", "padding", "layout", "out_layout", "ceil_mode")
 AVG_ATTRS = POOL_ATTRS + ("count_include_pad",)
@@ -153,7 +149,7 @@ def avg_divisor(p: PoolParams) -> np.ndarray:
 def _pool_host(op: str) -> Callable[..., Callable[..., None]]:
     is_max = op.startswith("max")
 
-    def factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+    def factory(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
         p = pool_params(op, inputs, attrs)
         xp = array_module(backend)
@@ -255,7 +251,7 @@ __kernel void gr_pool({cl_param("out", dtype, const=False)}, {cl_param("data", d
 def _pool_cl(op: str) -> Callable[..., Callable[..., None]]:
     is_max = op.startswith("max")
 
-    def factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+    def factory(backend: OpenCLBackend, device_id: int, inputs: Sequence[TensorSpec],
                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
         p = pool_params(op, inputs, attrs)
         check_cl_dtypes(op, backend, device_id, [p.dtype])
@@ -303,7 +299,7 @@ def _global_infer(op: str) -> Callable[..., list[TensorSpec]]:
 
 
 def _global_factory(op: str) -> Callable[..., Callable[..., None]]:
-    def factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+    def factory(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
         reduce_op = get_op(GLOBAL_REDUCE[op])
         axes = list(range(2, len(inputs[0].shape)))
@@ -319,7 +315,7 @@ for _op in POOL_OPS:
     kernel(_op, "opencl")(_pool_cl(_op))
 for _op in GLOBAL_REDUCE:
     define_op(_op, _global_infer(_op), 1, GLOBAL_ATTRS)
-    for _kind in ("cpu", "cuda", "opencl"):
+    for _kind in REGISTRY:
         kernel(_op, _kind)(_global_factory(_op))
 
 __all__ = ["PoolParams", "avg_divisor", "pool_params"]
