@@ -32,6 +32,7 @@ GLOBAL_ATTRS = ("layout", "out_layout")
 # op -> number of spatial axes
 POOL_OPS = {"max_pool2d": 2, "avg_pool2d": 2, "max_pool3d": 3, "avg_pool3d": 3}
 LAYOUTS = {2: "NCHW", 3: "NCDHW"}
+MAX_DTYPES = FLOAT_DTYPES + ("int8", "uint8")  # ONNX MaxPool also takes 8-bit integers
 AXIS_NAMES = {2: ("height", "width"), 3: ("depth", "height", "width")}
 
 
@@ -89,7 +90,7 @@ def _padding(op: str, attrs: Mapping[str, Any], dims: int) -> tuple[int, ...]:
 def pool_params(op: str, inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> PoolParams:
     dims = POOL_OPS[op]
     check_num_inputs(op, inputs, 1)
-    check_dtype(op, inputs[0], FLOAT_DTYPES)
+    check_dtype(op, inputs[0], MAX_DTYPES if op.startswith("max") else FLOAT_DTYPES)
     check_rank(op, inputs[0], (dims + 2,), "data")
     check_layout(op, attrs, "layout", LAYOUTS[dims])
     check_layout(op, attrs, "out_layout", LAYOUTS[dims])
@@ -194,8 +195,10 @@ def _pool_host(op: str) -> Callable[..., Callable[..., None]]:
 
 # -- opencl -------------------------------------------------------------------------------------
 
-def _lowest(dtype: str) -> float:
+def _lowest(dtype: str) -> float | int:
     """What max pooling pads with: the dtype's lowest finite value, as TVM pads."""
+    if np.dtype(dtype).kind in "iu":
+        return int(np.iinfo(dtype).min)
     return float(np.finfo(dtype).min)
 
 
@@ -207,7 +210,8 @@ def _inv_dtype(dtype: str) -> str:
 def _cl_pool_source(dtype: str, is_max: bool) -> str:
     acc = compute_type(dtype, "opencl")
     init = repr(_lowest(dtype)) if is_max else "0"
-    merge = "if (v > s || v != v) s = v;" if is_max else "s += v;"
+    nan = " || v != v" if dtype in FLOAT_DTYPES else ""  # integers have no NaN to propagate
+    merge = f"if (v > s{nan}) s = v;" if is_max else "s += v;"
     result = "s" if is_max else "s * inv[((long)od * OH + oh) * OW + ow]"
     inv_dtype = _inv_dtype(dtype)
     extra = "" if is_max else f", {cl_param('inv', inv_dtype)}"
