@@ -31,10 +31,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "data" / "onnx"))  # make_models.py: the architectures
-sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))  # measure the checkout this script sits in
 import graph_runtime as gr  # noqa: E402
-from timing import seconds_per_call  # noqa: E402  (bench/timing.py)
+from graph_runtime._timing import time_runs  # noqa: E402
 
 IMPORT_TARGET_S = 2.0  # issue 11: importing a 100-layer model takes under 2 s
 SEQ = 128
@@ -127,6 +126,15 @@ def contenders(path: Path, shapes: dict[str, tuple[int, ...]]
             raise SystemExit(f"{path.name} output {i}: graph_runtime disagrees with ONNX Runtime"
                              f" (max|diff| / max|ref| = {error:.1e})")
     return calls, statistics.median(import_s)
+
+
+def _no_sync() -> None:
+    """Every contender returns host arrays, so a call is already complete."""
+
+
+def seconds_per_call(call: Callable[[], Any], repeat: int, number: int) -> list[float]:
+    """repeat samples, each the mean of number back-to-back calls."""
+    return list(time_runs(call, _no_sync, repeat, number).results)
 
 
 def bench(calls: dict[str, Callable[[], Any]], rounds: int, repeat: int,
