@@ -87,8 +87,7 @@ def import_cmd(model: str, out_dir: str, shapes: tuple[str, ...], reference: boo
     from ..frontend.onnx_model import load_model
     given = _parse_shapes(shapes)
     proto, _ = load_model(model)
-    result = import_onnx(proto, given)
-    result.model_name = Path(model).name
+    result = import_onnx(proto, given, name=Path(model).name)
     files: dict[str, Any] = {"graph.json": json.loads(result.graph_json),
                              "lib.json": result.lib_doc, "params": result.params}
     if reference:

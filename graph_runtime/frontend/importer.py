@@ -67,8 +67,11 @@ class ImportResult:
         return "\n".join(lines)
 
 
-def import_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None) -> ImportResult:
+def import_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None,
+                name: str | None = None) -> ImportResult:
     """Import an ONNX model (a ModelProto or a path): graph JSON, lib.json document, params.
+
+    name is how messages call the model (default: the file name, or the graph's name).
 
     Raises FrontendError listing every unsupported op, attribute value or dtype (with node
     names and the opset) before anything is produced.
@@ -77,7 +80,8 @@ def import_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None) ->
     from .lower import lower
     from .onnx_model import load_model
     start = time.perf_counter()
-    proto, name = load_model(model)
+    proto, default_name = load_model(model)
+    name = name or default_name
     lowered = lower(proto, name, dict(shape or {}))
     emitted = emit(lowered, f"imported from {name} (ONNX opset {lowered.opset})")
     origins = [sorted({p.origin for p in g.prims if p.origin}) for g in emitted.groups]

@@ -194,8 +194,10 @@ def _lower_node(ctx: Context, node: Any, args: list[Value | None], model: Any,
     convert = CONVERTERS.get(node.op_type) if node.domain == "" else None
     if convert is None:
         raise Unsupported("__unknown__")
-    outs = convert(ctx, node, args)
-    return list(outs) + [None] * (len(node.outputs) - len(outs))
+    outs = list(convert(ctx, node, args))
+    if outs and all(v is not None and v.const is not None for v in outs):
+        lowered.folded[node.op_type] += 1  # Shape, Size: known from static shapes
+    return outs + [None] * (len(node.outputs) - len(outs))
 
 
 def _check_outputs(node: Any, outs: Sequence[Value | None], expected: Mapping[str, tuple]) -> None:
