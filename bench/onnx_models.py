@@ -24,8 +24,9 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -52,8 +53,8 @@ MODELS: dict[str, tuple[str, dict[str, Any], Callable[[int], dict[str, tuple[int
 
 def export_model(name: str, cache: Path) -> Path:
     """The model exported once into cache (TorchScript exporter, opset 17, dynamic batch)."""
-    import torch
     import make_models
+    import torch
     path = cache / f"{name}.onnx"
     if path.exists():
         return path
@@ -88,6 +89,7 @@ def contenders(path: Path, shapes: dict[str, tuple[int, ...]]
                ) -> tuple[dict[str, Callable[[], Any]], float]:
     """name -> one end-to-end call, and graph_runtime's import time (median of 3)."""
     import onnxruntime as ort
+
     from graph_runtime.frontend import from_onnx
     import_s = []
     for _ in range(3):

@@ -19,9 +19,10 @@ from __future__ import annotations
 import functools
 import os
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -50,7 +51,7 @@ class Outcome:
     detail: str = ""
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def node_cases() -> dict[str, Any]:
     """Every ONNX backend node test case by name (collected once per process: ~5 s)."""
     from onnx.backend.test.case.node import collect_testcases
