@@ -244,7 +244,7 @@ REDUCE = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max", "ReduceM
 def _reduce_axes(node: Node, args: list, x: Value) -> list[int] | None:
     """The reduced axes (None: keep the input unchanged, noop_with_empty_axes)."""
     axes_from_input = node.opset >= 18 or (node.op_type == "ReduceSum" and node.opset >= 13)
-    axes = ints_of(const_input(node, args, 1, "axes")) if axes_from_input else node.ints("axes")
+    axes = ints_of(const_input(node, args, 1, "axes")) if axes_from_input else node.opt_ints("axes")
     if not axes:
         if int(node.attr("noop_with_empty_axes", 0)):
             return None

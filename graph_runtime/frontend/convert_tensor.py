@@ -6,7 +6,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .convert import Context, const_input, converts, ints_of, norm_axis
+from .convert import Context, const_input, converts, ints_of, norm_axis, required_ints
 from .ir import Unsupported, Value, has_op
 from .onnx_model import Node
 
@@ -30,7 +30,7 @@ def reshape(ctx: Context, node: Node, args: list) -> list[Value]:
     if node.opset < 5:
         target = node.ints("shape")
     else:
-        target = ints_of(const_input(node, args, 1, "shape"))
+        target = required_ints(node, args, 1, "shape")
     allowzero = int(node.attr("allowzero", 0))
     out = []
     for i, d in enumerate(target or []):
@@ -70,7 +70,7 @@ def transpose(ctx: Context, node: Node, args: list) -> list[Value]:
 def _axes(ctx: Context, node: Node, args: list, index: int) -> list[int] | None:
     if node.opset >= 13:
         return ints_of(const_input(node, args, index, "axes"))
-    return node.ints("axes")
+    return node.opt_ints("axes")
 
 
 @converts("Squeeze")
@@ -123,7 +123,7 @@ def split(ctx: Context, node: Node, args: list) -> list[Value]:
     if node.opset >= 13:
         sizes = ints_of(const_input(node, args, 1, "split"))
     else:
-        sizes = node.ints("split")
+        sizes = node.opt_ints("split")
     if sizes is None:
         parts = int(node.attr("num_outputs", count))
         step = -(-dim // parts)
@@ -139,7 +139,10 @@ def split(ctx: Context, node: Node, args: list) -> list[Value]:
 
 def _slice_attrs(x: Value, starts: Sequence[int], ends: Sequence[int], axes: Sequence[int],
                  steps: Sequence[int], node: Node) -> tuple[list, list, list, list]:
-    begin, end, strides, picked = [], [], [], []
+    begin: list[int] = []
+    end: list[int | None] = []
+    strides: list[int] = []
+    picked: list[int] = []
     for s, e, a, st in zip(starts, ends, axes, steps):
         a = norm_axis(a, x.rank, node, "axes")
         if st == 0:
@@ -167,8 +170,8 @@ def slice_(ctx: Context, node: Node, args: list) -> list[Value]:
         axes = node.ints("axes", list(range(len(starts))))
         steps = [1] * len(starts)
     else:
-        starts = ints_of(const_input(node, args, 1, "starts"))
-        ends = ints_of(const_input(node, args, 2, "ends"))
+        starts = required_ints(node, args, 1, "starts")
+        ends = required_ints(node, args, 2, "ends")
         axes = ints_of(const_input(node, args, 3, "axes")) or list(range(len(starts)))
         steps = ints_of(const_input(node, args, 4, "steps")) or [1] * len(starts)
     begin, end, strides, picked = _slice_attrs(x, starts, ends, axes, steps, node)
@@ -189,7 +192,7 @@ def pad(ctx: Context, node: Node, args: list) -> list[Value]:
         value = float(node.attr("value", 0.0))
         axes = list(range(x.rank))
     else:
-        pads = ints_of(const_input(node, args, 1, "pads"))
+        pads = required_ints(node, args, 1, "pads")
         given = const_input(node, args, 2, "constant_value")
         value = 0.0 if given is None else float(np.asarray(given).reshape(-1)[0])
         axes = ints_of(const_input(node, args, 3, "axes")) or list(range(x.rank))
@@ -226,7 +229,7 @@ def _broadcast(ctx: Context, x: Value, shape: Sequence[int]) -> Value:
 @converts("Expand")
 def expand(ctx: Context, node: Node, args: list) -> list[Value]:
     x = args[0]
-    target = ints_of(const_input(node, args, 1, "shape")) or []
+    target = required_ints(node, args, 1, "shape")
     try:
         out = np.broadcast_shapes(x.shape, tuple(target))
     except ValueError:
@@ -238,7 +241,7 @@ def expand(ctx: Context, node: Node, args: list) -> list[Value]:
 def tile(ctx: Context, node: Node, args: list) -> list[Value]:
     b = ctx.b
     x = args[0]
-    reps = ints_of(const_input(node, args, 1, "repeats")) or []
+    reps = required_ints(node, args, 1, "repeats")
     if len(reps) != x.rank:
         raise Unsupported(f"repeats {reps} for rank {x.rank}")
     if has_op("tile"):

@@ -109,9 +109,9 @@ def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]]) -> L
             problems.setdefault(f"graph input: {e}", []).append(inp.name)
             env[inp.name] = None
             continue
-        value = Value(inp.name, shape, dtype, is_input=True)
-        env[inp.name] = value
-        inputs.append(value)
+        graph_input = Value(inp.name, shape, dtype, is_input=True)
+        env[inp.name] = graph_input
+        inputs.append(graph_input)
 
     uses: Counter = Counter()
     for node in graph.node:
@@ -143,18 +143,18 @@ def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]]) -> L
             key = _unknown_op(node) if str(e) == "__unknown__" else f"{node.op_type}: {e}"
             problems.setdefault(key, []).append(node.label)
             outs = [None] * len(node.outputs)
-        for name, value in zip(node.outputs, outs):
+        for name, out_value in zip(node.outputs, outs):
             if name:
-                env[name] = value
+                env[name] = out_value
     lowered.bn_folded = ctx.bn_folded
     lowered.removed = ctx.removed
     for out in graph.output:
-        value = env.get(out.name)
-        if value is None and out.name not in env:
+        result = env.get(out.name)
+        if result is None and out.name not in env:
             problems.setdefault(f"graph output {out.name!r} is never computed", []).append(
                 out.name)
-        if value is not None:
-            lowered.outputs.append(value)
+        if result is not None:
+            lowered.outputs.append(result)
     if problems:
         raise _refusal(model_name, opset, problems)
     return lowered
