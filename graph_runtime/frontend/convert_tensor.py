@@ -393,3 +393,33 @@ def einsum(ctx: Context, node: Node, args: list) -> list[Value]:
 def resize(ctx: Context, node: Node, args: list) -> list[Value]:
     from .convert_resize import convert_resize
     return convert_resize(ctx, node, args)
+
+
+@converts("GatherND")
+def gather_nd(ctx: Context, node: Node, args: list) -> list[Value]:
+    """A take along the flattened indexed dims: flat = sum(wrap(idx) * strides) + batch offset."""
+    b = ctx.b
+    x, idx = args[0], args[1]
+    nb = int(node.attr("batch_dims", 0))
+    k = idx.shape[-1] if idx.rank else 0
+    if idx.rank < 1 or k < 1 or nb + k > x.rank or tuple(idx.shape[:nb]) != x.shape[:nb]:
+        raise Unsupported(f"indices {idx.shape} with batch_dims {nb} for data {x.shape}")
+    batch = math.prod(x.shape[:nb])
+    dims = x.shape[nb:nb + k]
+    rest = x.shape[nb + k:]
+    strides = np.array([math.prod(dims[j + 1:]) for j in range(k)], np.int64)
+    lookup = tuple(idx.shape[nb:-1])
+    offsets = (np.arange(batch, dtype=np.int64) * math.prod(dims)).reshape(
+        (batch,) + (1,) * len(lookup))
+    if idx.const is not None:
+        wrapped = np.mod(idx.const.astype(np.int64), np.array(dims, np.int64))
+        flat_idx = (wrapped * strides).sum(axis=-1).reshape((batch,) + lookup) + offsets
+        flat = b.const(flat_idx, "gather_nd_index")
+    else:
+        wrapped = b.op("mod", b.cast(idx, "int64"), b.const(np.array(dims, np.int64), "dims"))
+        summed = b.op("sum", b.op("multiply", wrapped, b.const(strides, "strides")), axis=[-1],
+                      keepdims=False)
+        flat = b.op("add", b.reshape(summed, (batch,) + lookup), b.const(offsets, "offsets"))
+    data = b.reshape(x, (batch * math.prod(dims),) + tuple(rest))
+    out = b.op("take", data, flat, axis=0, mode="clip")
+    return [b.reshape(out, tuple(x.shape[:nb]) + lookup + tuple(rest))]
