@@ -72,7 +72,12 @@ def norm_axis(axis: int, rank: int, node: Node, name: str = "axis") -> int:
 
 
 def _load() -> None:
-    from . import convert_math, convert_nn, convert_tensor  # noqa: F401  (they register)
+    from . import (  # noqa: F401  (they register)
+        convert_composite,
+        convert_math,
+        convert_nn,
+        convert_tensor,
+    )
 
 
 _load()

@@ -42,6 +42,11 @@ def binary(ctx: Context, node: Node, args: list) -> list[Value]:
     a, b = _binary_args(ctx, node, args[0], args[1])
     op = BINARY[node.op_type]
     if op == "divide" and np.dtype(a.dtype).kind in "iu":
+        if a.dtype in ("int8", "int16", "int32"):
+            # ONNX truncates toward zero. float64 holds these exactly and its correctly rounded
+            # quotient never crosses an integer, so the cast back truncates to the exact answer.
+            wide = ctx.b.op("divide", ctx.b.cast(a, "float64"), ctx.b.cast(b, "float64"))
+            return [ctx.b.op("cast", wide, dtype=a.dtype)]
         if np.dtype(a.dtype).kind == "i":
             raise Unsupported(f"integer division of {a.dtype} (ONNX truncates toward zero; "
                               "the op library's floor_divide rounds down)")
@@ -65,7 +70,9 @@ def activation(ctx: Context, node: Node, args: list) -> list[Value]:
 def identity(ctx: Context, node: Node, args: list) -> list[Value | None]:
     if node.op_type == "Dropout":
         if len(args) > 2 and args[2] is not None:
-            if args[2].const is None or bool(np.asarray(args[2].const)):
+            ratio = args[1].const if len(args) > 1 and args[1] is not None else None
+            no_drop = ratio is not None and float(np.asarray(ratio)) == 0.0
+            if not no_drop and (args[2].const is None or bool(np.asarray(args[2].const))):
                 raise Unsupported("training_mode is true or computed at run time")
         mask = node.outputs[1] if len(node.outputs) > 1 else ""
         ctx.removed[node.op_type] += 1
