@@ -56,8 +56,9 @@ def _expected_specs(model: Any, shapes: Mapping[str, Sequence[int]]) -> dict[str
             for d in shapes[inp.name]:
                 dims.add().dim_value = int(d)
     # Initializers stay typed through graph inputs we add back (types only, no data).
+    declared = {i.name for i in proto.graph.input}
     for t in model.graph.initializer:
-        if not any(i.name == t.name for i in proto.graph.input):
+        if t.name not in declared:
             proto.graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type,
                                                                          list(t.dims)))
     try:
