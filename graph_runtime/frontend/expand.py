@@ -15,7 +15,7 @@ _ROUNDS = 3  # a function body may itself use function ops
 def _function_body(node: Any, opset: int, types: Mapping[str, Any]) -> Any | None:
     from onnx import FunctionProto, TypeProto, defs
     try:
-        schema = defs.get_schema(node.op_type, opset, node.domain)
+        schema: Any = defs.get_schema(node.op_type, opset, node.domain)
     except Exception:  # onnx raises SchemaError for an op it does not know
         return None
     try:
