@@ -48,10 +48,22 @@ def binary(ctx: Context, node: Node, args: list) -> list[Value]:
             wide = ctx.b.op("divide", ctx.b.cast(a, "float64"), ctx.b.cast(b, "float64"))
             return [ctx.b.op("cast", wide, dtype=a.dtype)]
         if np.dtype(a.dtype).kind == "i":
-            raise Unsupported(f"integer division of {a.dtype} (ONNX truncates toward zero; "
-                              "the op library's floor_divide rounds down)")
+            return [_truncating_divide(ctx, a, b)]
         op = "floor_divide"  # the same for unsigned operands
     return [ctx.b.op(op, a, b)]
+
+
+def _truncating_divide(ctx: Context, a: Value, b: Value) -> Value:
+    """ONNX's integer Div: floor division, plus one where a remainder is left and the signs
+    differ (floor rounded away from zero there)."""
+    bb = ctx.b
+    q = bb.op("floor_divide", a, b)
+    rest = bb.op("subtract", a, bb.op("multiply", q, b))
+    zero = bb.scalar(0, a)
+    inexact = bb.op("not_equal", rest, zero)
+    signs = bb.op("logical_xor", bb.op("less", a, zero), bb.op("less", b, zero))
+    fix = bb.cast(bb.op("logical_and", inexact, signs), a.dtype)
+    return bb.op("add", q, fix)
 
 
 @converts(*UNARY)

@@ -185,15 +185,17 @@ def pad(ctx: Context, node: Node, args: list) -> list[Value]:
     b = ctx.b
     x = args[0]
     mode = node.attr("mode", "constant")
-    if mode != "constant":
-        raise Unsupported(f"mode {mode!r} (only 'constant')")
+    if mode not in ("constant", "edge", "reflect", "wrap"):
+        raise Unsupported(f"mode {mode!r}")
     if node.opset < 11:
         pads = node.ints("pads")
         value = float(node.attr("value", 0.0))
         axes = list(range(x.rank))
     else:
         pads = required_ints(node, args, 1, "pads")
-        given = const_input(node, args, 2, "constant_value")
+        computed = args[2] if len(args) > 2 and args[2] is not None and \
+            args[2].const is None else None
+        given = None if computed is not None else const_input(node, args, 2, "constant_value")
         value = 0.0 if given is None else float(np.asarray(given).reshape(-1)[0])
         axes = ints_of(const_input(node, args, 3, "axes")) or list(range(x.rank))
     axes = [norm_axis(a, x.rank, node, "axes") for a in axes]
@@ -210,9 +212,54 @@ def pad(ctx: Context, node: Node, args: list) -> list[Value]:
         widths = [[max(p[0], 0), max(p[1], 0)] for p in widths]
     if not any(w for pair in widths for w in pair):
         return [b.copy(x)]
+    if mode != "constant":
+        return [_pad_from_data(ctx, x, widths, mode)]
     if np.dtype(x.dtype).kind in "iu" and value != int(value):
         raise Unsupported(f"constant_value {value} for {x.dtype}")
-    return [b.op("pad", x, pad_width=widths, pad_value=value)]
+    padded = b.op("pad", x, pad_width=widths, pad_value=value)
+    if computed is None:
+        return [padded]
+    # The pad value is computed at run time: select it where the padding went.
+    border = np.ones(padded.shape, bool)
+    border[tuple(slice(lo, lo + d) for (lo, _), d in zip(widths, x.shape))] = False
+    fill = b.reshape(computed, ())
+    return [b.op("where", b.const(border, "border"), fill, padded)]
+
+
+def _pad_from_data(ctx: Context, x: Value, widths: list[list[int]], mode: str) -> Value:
+    """edge / reflect / wrap padding: slices of x concatenated around it, one axis at a time."""
+    b = ctx.b
+
+    def piece(v: Value, axis: int, start: int, stop: int | None, step: int) -> Value:
+        return b.op("strided_slice", v, begin=[start], end=[stop], strides=[step], axes=[axis])
+
+    y = x
+    for axis, (lo, hi) in enumerate(widths):
+        if not lo and not hi:
+            continue
+        n = y.shape[axis]
+        if n == 0 or (mode == "reflect" and max(lo, hi) >= n) or (mode == "wrap" and
+                                                                   max(lo, hi) > n):
+            raise Unsupported(f"mode {mode!r} with pads {lo}, {hi} for an axis of size {n}")
+        parts: list[Value] = []
+        if lo:
+            if mode == "edge":
+                parts += [piece(y, axis, 0, 1, 1)] * lo
+            elif mode == "reflect":
+                parts.append(piece(y, axis, lo, 0, -1))
+            else:
+                parts.append(piece(y, axis, n - lo, n, 1))
+        parts.append(y)
+        if hi:
+            if mode == "edge":
+                parts += [piece(y, axis, n - 1, n, 1)] * hi
+            elif mode == "reflect":
+                parts.append(piece(y, axis, n - 2, n - 2 - hi if n - 2 - hi >= 0 else None,
+                                   -1))
+            else:
+                parts.append(piece(y, axis, 0, hi, 1))
+        y = b.op("concatenate", *parts, axis=axis)
+    return y
 
 
 def _broadcast(ctx: Context, x: Value, shape: Sequence[int]) -> Value:
@@ -276,6 +323,17 @@ def gather_elements(ctx: Context, node: Node, args: list) -> list[Value]:
     x = args[0]
     axis = norm_axis(int(node.attr("axis", 0)), x.rank, node)
     return [ctx.b.op("gather_elements", x, args[1], axis=axis)]
+
+
+@converts("EyeLike")
+def eye_like(ctx: Context, node: Node, args: list) -> list[Value]:
+    from .onnx_model import np_dtype
+    x = args[0]
+    if x.rank != 2:
+        raise Unsupported(f"input of rank {x.rank}")
+    dtype = np_dtype(int(node.attr("dtype"))) if node.attr("dtype") is not None else x.dtype
+    eye = np.eye(x.shape[0], x.shape[1], k=int(node.attr("k", 0)), dtype=dtype)
+    return [ctx.b.const(eye, "eye")]
 
 
 @converts("ConstantOfShape", "Range")

@@ -17,7 +17,8 @@ from ..lib.registry import OPS, load_standard_ops
 WIDEN_SAFE = frozenset({"add", "subtract", "multiply", "negative", "abs", "maximum", "minimum",
                         "clip", "where", "relu", "equal", "not_equal", "less", "less_equal",
                         "greater", "greater_equal", "bitwise_and", "bitwise_or", "bitwise_xor",
-                        "bitwise_not", "left_shift", "sum", "max", "min", "sign", "copy"})
+                        "bitwise_not", "left_shift", "sum", "max", "min", "sign", "copy",
+                        "floor_divide", "mod"})
 WIDER = {"int8": "int32", "int16": "int32", "uint8": "int32", "uint16": "int32",
          "uint32": "int64"}
 

@@ -244,13 +244,27 @@ def narrow_integers() -> tuple:
          "c": np.array([3, -3, 2, -2, 5, -1], np.int8)}
 
 
+def pads_and_int64_division() -> tuple:
+    nodes = [node("Pad", ["x", "p1"], ["a"], mode="reflect"),
+             node("Pad", ["a", "p2"], ["e"], mode="edge"),
+             node("Pad", ["e", "p1"], ["w"], mode="wrap"),
+             node("Pad", ["w", "p2", "v"], ["y"]),
+             node("Div", ["i", "j"], ["q"])]
+    inits = [init("p1", np.array([0, 2, 1, 1])), init("p2", np.array([1, 0, 0, 3]))]
+    return model(nodes, [tensor("x", F32, [3, 4]), tensor("v", F32, []),
+                         tensor("i", I64, [6]), tensor("j", I64, [6])],
+                 [tensor("y", F32, None), tensor("q", I64, None)], inits, opset=19), \
+        {"x": _x(3, 4), "v": np.array(-7.5, np.float32),
+         "i": np.array([7, -7, 7, -7, 6, -2**40]), "j": np.array([2, 2, -2, -2, 3, 3])}
+
+
 PATTERNS: dict[str, Callable[[], tuple]] = {
     f.__name__: f for f in (conv_bn_relu, depthwise_clip_same, conv_dilated_1d, conv_transpose,
                             gemm_variants, matmul_broadcast, norms, softmax_old_axis, pools,
                             resize_modes, elementwise_math, activations, where_compare_cast,
                             shape_ops, gather_embedding, reductions, topk_cumsum_einsum,
                             attention_einsum, gather_nd_onehot_hardmax, losses,
-                            narrow_integers)}
+                            narrow_integers, pads_and_int64_division)}
 
 
 @pytest.mark.parametrize("pattern", list(PATTERNS))
@@ -329,6 +343,18 @@ def test_batch_norm_alone_becomes_multiply_add() -> None:
     names, _ = _functions(m)
     assert names == ["tvmgen_default_fused_multiply_add"]
     assert_matches(m, {"x": _x(2, 3, 4)}, "cpu")
+
+
+def test_function_ops_are_inlined_from_their_schema() -> None:
+    q = _x(1, 2, 3, 4)
+    nodes = [node("Attention", ["q", "k", "v"], ["y"], is_causal=1)]
+    m = model(nodes, [tensor(n, F32, [1, 2, 3, 4]) for n in "qkv"], [tensor("y", F32, None)],
+              opset=23)
+    result = import_onnx(m)
+    ops = {s["op"] for f in result.lib_doc["functions"].values() for s in f.get("ops", [f])}
+    assert {"batch_matmul", "softmax"} <= ops
+    feeds = {"q": q, "k": _x(1, 2, 3, 4), "v": _x(1, 2, 3, 4)}
+    assert_matches(m, feeds, "cpu")
 
 
 def test_dropout_and_identity_are_removed() -> None:
