@@ -53,6 +53,14 @@ def const_input(node: Node, args: list, i: int, what: str) -> np.ndarray | None:
     return value.const
 
 
+def required_ints(node: Node, args: list, i: int, what: str) -> list[int]:
+    """Input i as ints known at import; refuse when it is omitted or computed."""
+    array = const_input(node, args, i, what)
+    if array is None:
+        raise Unsupported(f"input {i} ({what}) is missing")
+    return [int(v) for v in np.asarray(array).reshape(-1)]
+
+
 def ints_of(array: np.ndarray | None) -> list[int] | None:
     return None if array is None else [int(v) for v in np.asarray(array).reshape(-1)]
 
@@ -64,7 +72,12 @@ def norm_axis(axis: int, rank: int, node: Node, name: str = "axis") -> int:
 
 
 def _load() -> None:
-    from . import convert_math, convert_nn, convert_tensor  # noqa: F401  (they register)
+    from . import (  # noqa: F401  (they register)
+        convert_composite,
+        convert_math,
+        convert_nn,
+        convert_tensor,
+    )
 
 
 _load()

@@ -42,11 +42,28 @@ def binary(ctx: Context, node: Node, args: list) -> list[Value]:
     a, b = _binary_args(ctx, node, args[0], args[1])
     op = BINARY[node.op_type]
     if op == "divide" and np.dtype(a.dtype).kind in "iu":
+        if a.dtype in ("int8", "int16", "int32"):
+            # ONNX truncates toward zero. float64 holds these exactly and its correctly rounded
+            # quotient never crosses an integer, so the cast back truncates to the exact answer.
+            wide = ctx.b.op("divide", ctx.b.cast(a, "float64"), ctx.b.cast(b, "float64"))
+            return [ctx.b.op("cast", wide, dtype=a.dtype)]
         if np.dtype(a.dtype).kind == "i":
-            raise Unsupported(f"integer division of {a.dtype} (ONNX truncates toward zero; "
-                              "the op library's floor_divide rounds down)")
+            return [_truncating_divide(ctx, a, b)]
         op = "floor_divide"  # the same for unsigned operands
     return [ctx.b.op(op, a, b)]
+
+
+def _truncating_divide(ctx: Context, a: Value, b: Value) -> Value:
+    """ONNX's integer Div: floor division, plus one where a remainder is left and the signs
+    differ (floor rounded away from zero there)."""
+    bb = ctx.b
+    q = bb.op("floor_divide", a, b)
+    rest = bb.op("subtract", a, bb.op("multiply", q, b))
+    zero = bb.scalar(0, a)
+    inexact = bb.op("not_equal", rest, zero)
+    signs = bb.op("logical_xor", bb.op("less", a, zero), bb.op("less", b, zero))
+    fix = bb.cast(bb.op("logical_and", inexact, signs), a.dtype)
+    return bb.op("add", q, fix)
 
 
 @converts(*UNARY)
@@ -65,7 +82,9 @@ def activation(ctx: Context, node: Node, args: list) -> list[Value]:
 def identity(ctx: Context, node: Node, args: list) -> list[Value | None]:
     if node.op_type == "Dropout":
         if len(args) > 2 and args[2] is not None:
-            if args[2].const is None or bool(np.asarray(args[2].const)):
+            ratio = args[1].const if len(args) > 1 and args[1] is not None else None
+            no_drop = ratio is not None and float(np.asarray(ratio)) == 0.0
+            if not no_drop and (args[2].const is None or bool(np.asarray(args[2].const))):
                 raise Unsupported("training_mode is true or computed at run time")
         mask = node.outputs[1] if len(node.outputs) > 1 else ""
         ctx.removed[node.op_type] += 1
@@ -244,7 +263,7 @@ REDUCE = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max", "ReduceM
 def _reduce_axes(node: Node, args: list, x: Value) -> list[int] | None:
     """The reduced axes (None: keep the input unchanged, noop_with_empty_axes)."""
     axes_from_input = node.opset >= 18 or (node.op_type == "ReduceSum" and node.opset >= 13)
-    axes = ints_of(const_input(node, args, 1, "axes")) if axes_from_input else node.ints("axes")
+    axes = ints_of(const_input(node, args, 1, "axes")) if axes_from_input else node.opt_ints("axes")
     if not axes:
         if int(node.attr("noop_with_empty_axes", 0)):
             return None

@@ -96,7 +96,7 @@ def conv_transpose(ctx: Context, node: Node, args: list) -> list[Value]:
     dilations = node.ints("dilations", [1] * nd)
     outpad = node.ints("output_padding", [0] * nd)
     group = int(node.attr("group", 1))
-    out_shape = node.ints("output_shape")
+    out_shape = node.opt_ints("output_shape")
     auto = node.attr("auto_pad", "NOTSET")
     if out_shape is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
         if out_shape is None:
@@ -251,11 +251,12 @@ def _fold_into_conv(ctx: Context, node: Node, x: Value, factor: np.ndarray,
     if bias_prim is None and prim.outputs[0] is not x:
         return None
     weight = prim.inputs[1].const
+    assert weight is not None  # checked above
     dtype = weight.dtype
     prim.inputs[1] = b.const((weight * factor.reshape(-1, 1, 1, 1)).astype(dtype),
                              prim.inputs[1].name)
     if bias_prim is not None:
-        old = bias_prim.inputs[1].const.reshape(-1).astype(np.float64)
+        old = np.asarray(bias_prim.inputs[1].const).reshape(-1).astype(np.float64)
         bias_prim.inputs[1] = b.const((old * factor + shift).astype(dtype).reshape(-1, 1, 1),
                                       bias_prim.inputs[1].name)
         out = x

@@ -21,12 +21,14 @@ def convert_resize(ctx: Context, node: Node, args: list) -> list[Value]:
     rank = x.rank
     if node.op_type == "Upsample" or node.opset < 11:
         # Upsample and Resize-10: scales only, coordinates x_out / scale, nearest rounds down.
-        scales = node.attr("scales") if node.opset < 9 else _floats(
+        given = node.attr("scales") if node.opset < 9 else _floats(
             const_input(node, args, 1, "scales"))
+        if not given:
+            raise Unsupported("no scales given")
         mode = node.attr("mode", "nearest")
         if mode not in ("nearest", "linear", "bilinear"):
             raise Unsupported(f"mode {mode!r}")
-        scales = [float(s) for s in scales]
+        scales = [float(s) for s in given]
         sizes = [int(math.floor(d * s)) for d, s in zip(x.shape, scales)]
         return [ctx.b.op("resize", x, size=sizes, scales=scales,
                          mode="nearest" if mode == "nearest" else "linear",
@@ -35,7 +37,7 @@ def convert_resize(ctx: Context, node: Node, args: list) -> list[Value]:
     ctm = node.attr("coordinate_transformation_mode", "half_pixel")
     if ctm == "tf_crop_and_resize":
         raise Unsupported("coordinate_transformation_mode 'tf_crop_and_resize'")
-    axes = node.ints("axes")
+    axes = node.opt_ints("axes")
     axes = list(range(rank)) if axes is None else [norm_axis(a, rank, node, "axes") for a in axes]
     scales_in = _floats(const_input(node, args, 2, "scales"))
     sizes_in = ints_of(const_input(node, args, 3, "sizes")) if len(args) > 3 else None
@@ -48,19 +50,19 @@ def convert_resize(ctx: Context, node: Node, args: list) -> list[Value]:
                 out[a] = s
         elif policy in ("not_larger", "not_smaller"):
             ratios = [s / x.shape[a] for a, s in zip(axes, sizes_in)]
-            scale = min(ratios) if policy == "not_larger" else max(ratios)
+            scale: float = min(ratios) if policy == "not_larger" else max(ratios)
             out = list(x.shape)
             full_scales = [1.0] * rank
             for a in axes:
-                out[a] = int(math.floor(x.shape[a] * scale + 0.5))
+                out[a] = math.floor(x.shape[a] * scale + 0.5)
                 full_scales[a] = scale
         else:
             raise Unsupported(f"keep_aspect_ratio_policy {policy!r}")
     elif scales_in:
         full_scales = [1.0] * rank
-        for a, s in zip(axes, scales_in):
-            full_scales[a] = s
-        out = [int(math.floor(d * s)) for d, s in zip(x.shape, full_scales)]
+        for a, factor in zip(axes, scales_in):
+            full_scales[a] = factor
+        out = [math.floor(d * f) for d, f in zip(x.shape, full_scales)]
     else:
         raise Unsupported("neither scales nor sizes is given")
     attrs = dict(size=out, mode=mode, coordinate_transformation_mode=ctm,

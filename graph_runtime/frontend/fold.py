@@ -22,7 +22,7 @@ def _gather(node: Node, data: np.ndarray, idx: np.ndarray) -> list[np.ndarray]:
 
 
 def _unsqueeze(node: Node, x: np.ndarray, axes: np.ndarray | None = None) -> list[np.ndarray]:
-    picked = node.ints("axes") if axes is None else [int(a) for a in axes]
+    picked = node.opt_ints("axes") if axes is None else [int(a) for a in axes]
     rank = x.ndim + len(picked or [])
     shape = list(x.shape)
     for a in sorted(a + rank if a < 0 else a for a in picked or []):
@@ -65,8 +65,8 @@ def fold(node: Node, inputs: Sequence[np.ndarray | None], opset_imports: Any) ->
     if fast is not None and all(x is not None for x in inputs):
         if node.op_type != "Unsqueeze" or node.opset < 13:
             return fast(node, *inputs)
-    if node.op_type == "Unsqueeze" and all(x is not None for x in inputs):
-        return _unsqueeze(node, *inputs)
+    if node.op_type == "Unsqueeze" and inputs[0] is not None:
+        return _unsqueeze(node, inputs[0], inputs[1] if len(inputs) > 1 else None)
     return _reference(node, inputs, opset_imports)
 
 

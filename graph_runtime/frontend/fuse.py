@@ -123,7 +123,7 @@ def function_doc(group: Group) -> dict[str, Any]:
 
 
 def base_name(group: Group) -> str:
-    parts = []
+    parts: list[str] = []
     length = 0
     for p in group.prims:
         part = RELAY_NAMES.get(p.op, p.op)

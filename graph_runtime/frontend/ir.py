@@ -11,6 +11,18 @@ from ..lib.library import TensorSpec
 from ..lib.registry import OPS, load_standard_ops
 
 
+# Ops whose result on narrow integers equals the result on wider ones cast back (wrapping
+# arithmetic, comparisons, selections, bit operations): the importer runs those of them the op
+# library lacks for int8/int16/uint8/uint16/uint32 on int32/int64 instead.
+WIDEN_SAFE = frozenset({"add", "subtract", "multiply", "negative", "abs", "maximum", "minimum",
+                        "clip", "where", "relu", "equal", "not_equal", "less", "less_equal",
+                        "greater", "greater_equal", "bitwise_and", "bitwise_or", "bitwise_xor",
+                        "bitwise_not", "left_shift", "sum", "max", "min", "sign", "copy",
+                        "floor_divide", "mod"})
+WIDER = {"int8": "int32", "int16": "int32", "uint8": "int32", "uint16": "int32",
+         "uint32": "int64"}
+
+
 class Unsupported(Exception):
     """A node the importer cannot express exactly; the message says what (op, attr value, dtype)."""
 
@@ -102,12 +114,29 @@ class Builder:
         try:
             specs = OPS[op].infer([v.spec for v in inputs], clean)
         except LibraryError as e:
-            raise Unsupported(str(e)) from e
+            widened = self._widened(op, inputs, clean)
+            if widened is None:
+                raise Unsupported(str(e)) from e
+            return widened
         prim = Prim(op, clean, list(inputs), [], self.origin)
         prim.outputs = [Value(self.fresh(op), tuple(int(d) for d in s.shape), str(s.dtype),
                               producer=prim) for s in specs]
         self.prims.append(prim)
         return prim.outputs
+
+    def _widened(self, op: str, inputs: Sequence[Value],
+                 attrs: dict[str, Any]) -> list[Value] | None:
+        """op on narrow integers computed on wider ones and cast back; None when not exact."""
+        narrow = {v.dtype for v in inputs if v.dtype != "bool"}
+        if op not in WIDEN_SAFE or len(narrow) != 1 or next(iter(narrow)) not in WIDER:
+            return None
+        dtype = next(iter(narrow))
+        wide = [v if v.dtype == "bool" else self.cast(v, WIDER[dtype]) for v in inputs]
+        try:
+            outs = self.ops(op, wide, **attrs)
+        except Unsupported:
+            return None
+        return [self.cast(v, dtype) if v.dtype == WIDER[dtype] else v for v in outs]
 
     def op(self, op: str, *inputs: Value, **attrs: Any) -> Value:
         """A one-output standard op."""

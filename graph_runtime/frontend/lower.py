@@ -9,6 +9,7 @@ import numpy as np
 
 from ..errors import FrontendError
 from .convert import CONVERTERS, Context
+from .expand import expand_functions
 from .fold import fold
 from .ir import Builder, Unsupported, Value
 from .onnx_model import decode_node, default_opset, np_dtype, tensor_shape
@@ -27,6 +28,7 @@ class Lowered:
     folded: Counter = field(default_factory=Counter)
     removed: Counter = field(default_factory=Counter)
     bn_folded: int = 0
+    expanded: int = 0
 
 
 def _refusal(model_name: str, opset: int, problems: dict[str, list[str]]) -> FrontendError:
@@ -39,44 +41,59 @@ def _refusal(model_name: str, opset: int, problems: dict[str, list[str]]) -> Fro
                          f"{len(problems)} unsupported: " + "; ".join(parts))
 
 
-def _expected_specs(model: Any, shapes: Mapping[str, Sequence[int]]) -> dict[str, tuple]:
-    """Static (shape, elem type) per value from ONNX shape inference, with the inputs pinned."""
+def inferred_types(model: Any, shapes: Mapping[str, Sequence[int]]) -> dict[str, Any]:
+    """TypeProto per value from ONNX shape inference, with the given input shapes pinned."""
     import onnx
     from onnx import shape_inference
     proto = onnx.ModelProto()
-    proto.CopyFrom(model)
-    del proto.graph.initializer[:]  # only types matter here; keeps the copy small
-    init = {t.name: t for t in model.graph.initializer}
-    for inp in proto.graph.input:
-        if inp.name in init:
-            continue
-        if inp.name in shapes and inp.type.HasField("tensor_type"):
-            dims = inp.type.tensor_type.shape.dim
+    proto.ir_version = model.ir_version
+    proto.opset_import.extend(model.opset_import)
+    proto.functions.extend(model.functions)
+    graph = proto.graph
+    graph.name = model.graph.name
+    graph.node.extend(model.graph.node)  # types only: the initializers' data stays behind
+    graph.output.extend(model.graph.output)
+    graph.value_info.extend(model.graph.value_info)
+    for inp in model.graph.input:
+        added = graph.input.add()
+        added.CopyFrom(inp)
+        if inp.name in shapes and added.type.HasField("tensor_type"):
+            dims = added.type.tensor_type.shape.dim
             del dims[:]
             for d in shapes[inp.name]:
                 dims.add().dim_value = int(d)
-    # Initializers stay typed through graph inputs we add back (types only, no data).
+    declared = {i.name for i in graph.input}
     for t in model.graph.initializer:
-        if not any(i.name == t.name for i in proto.graph.input):
-            proto.graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type,
-                                                                         list(t.dims)))
+        if t.name not in declared:
+            graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type,
+                                                                   list(t.dims)))
     try:
         inferred = shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
-    except Exception:
-        return {}
+    except Exception:  # inference is a cross-check only; our own shape rules still apply
+        inferred = proto
+    g = inferred.graph
+    return {vi.name: vi.type for vi in list(g.input) + list(g.value_info) + list(g.output)}
+
+
+def static_specs(types: Mapping[str, Any]) -> dict[str, tuple]:
+    """(shape, elem type) of the values whose inferred shape is fully static."""
     out: dict[str, tuple] = {}
-    for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
-        tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
+    for name, tp in types.items():
+        tt = tp.tensor_type if tp.HasField("tensor_type") else None
         if tt is None or not tt.HasField("shape"):
             continue
         if all(d.HasField("dim_value") for d in tt.shape.dim):
-            out[vi.name] = (tuple(int(d.dim_value) for d in tt.shape.dim), tt.elem_type)
+            out[name] = (tuple(int(d.dim_value) for d in tt.shape.dim), tt.elem_type)
     return out
 
 
 def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]]) -> Lowered:
     """Lower every node; one FrontendError listing every unsupported op/attr/dtype otherwise."""
     from onnx import numpy_helper
+    types = inferred_types(model, shapes)
+    model, expanded = expand_functions(model, CONVERTERS, types)
+    if expanded:
+        types = inferred_types(model, shapes)
     graph = model.graph
     opset = default_opset(model)
     opsets = {("" if e.domain == "ai.onnx" else e.domain): int(e.version)
@@ -109,15 +126,15 @@ def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]]) -> L
             problems.setdefault(f"graph input: {e}", []).append(inp.name)
             env[inp.name] = None
             continue
-        value = Value(inp.name, shape, dtype, is_input=True)
-        env[inp.name] = value
-        inputs.append(value)
+        graph_input = Value(inp.name, shape, dtype, is_input=True)
+        env[inp.name] = graph_input
+        inputs.append(graph_input)
 
     uses: Counter = Counter()
     for node in graph.node:
         uses.update(n for n in node.input if n)
     uses.update(o.name for o in graph.output)
-    expected = _expected_specs(model, shapes) if not problems else {}
+    expected = static_specs(types)
     ctx = Context(b, uses, opsets)
     lowered = Lowered(inputs, [], [o.name for o in graph.output], b, opset, len(graph.node))
     for proto in graph.node:
@@ -143,18 +160,19 @@ def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]]) -> L
             key = _unknown_op(node) if str(e) == "__unknown__" else f"{node.op_type}: {e}"
             problems.setdefault(key, []).append(node.label)
             outs = [None] * len(node.outputs)
-        for name, value in zip(node.outputs, outs):
+        for name, out_value in zip(node.outputs, outs):
             if name:
-                env[name] = value
+                env[name] = out_value
     lowered.bn_folded = ctx.bn_folded
+    lowered.expanded = expanded
     lowered.removed = ctx.removed
     for out in graph.output:
-        value = env.get(out.name)
-        if value is None and out.name not in env:
+        result = env.get(out.name)
+        if result is None and out.name not in env:
             problems.setdefault(f"graph output {out.name!r} is never computed", []).append(
                 out.name)
-        if value is not None:
-            lowered.outputs.append(value)
+        if result is not None:
+            lowered.outputs.append(result)
     if problems:
         raise _refusal(model_name, opset, problems)
     return lowered

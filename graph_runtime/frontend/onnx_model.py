@@ -87,11 +87,18 @@ class Node:
     def attr(self, name: str, default: Any = None) -> Any:
         return self.attrs.get(name, default)
 
-    def ints(self, name: str, default: Sequence[int] | None = None) -> list[int] | None:
+    def ints(self, name: str, default: Sequence[int] | None = None) -> list[int]:
+        """An ints attribute; without a default, a missing one is refused."""
         value = self.attrs.get(name)
         if value is None:
-            return None if default is None else list(default)
+            if default is None:
+                raise Unsupported(f"missing attribute {name!r}")
+            return list(default)
         return [int(v) for v in value]
+
+    def opt_ints(self, name: str) -> list[int] | None:
+        value = self.attrs.get(name)
+        return None if value is None else [int(v) for v in value]
 
     @property
     def label(self) -> str:

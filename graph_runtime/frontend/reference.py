@@ -15,10 +15,10 @@ _PASS_THROUGH = frozenset({"Cast", "Unsqueeze", "Squeeze", "Reshape", "Flatten",
 
 def index_bounds(model: Any) -> dict[str, int]:
     """Per graph input that ends up as Gather indices: the size of the axis it indexes."""
-    from .lower import _expected_specs
+    from .lower import inferred_types, static_specs
     graph = model.graph
     known = {t.name: tuple(t.dims) for t in graph.initializer}
-    for name, (shape, _) in _expected_specs(model, {}).items():
+    for name, (shape, _) in static_specs(inferred_types(model, {})).items():
         known.setdefault(name, shape)
     for inp in graph.input:
         dims = inp.type.tensor_type.shape.dim

@@ -211,12 +211,60 @@ def attention_einsum() -> tuple:
                  [tensor("y", F32, None)]), {"q": _x(1, 2, 3, 4), "k": _x(1, 2, 5, 4)}
 
 
+def gather_nd_onehot_hardmax() -> tuple:
+    nodes = [node("GatherND", ["x", "idx"], ["g"], batch_dims=1),
+             node("Hardmax", ["g"], ["h"]),
+             node("OneHot", ["ids", "depth", "vals"], ["o"], axis=1),
+             node("MatMul", ["h", "o"], ["y"])]
+    inits = [init("idx", np.array([[[1], [-1]], [[0], [2]]])), init("depth", np.array(4)),
+             init("vals", np.array([-1.0, 2.0], np.float32))]
+    return model(nodes, [tensor("x", F32, [2, 3, 4]), tensor("ids", I64, [4])],
+                 [tensor("y", F32, None)], inits), \
+        {"x": _x(2, 3, 4), "ids": np.array([0, 3, -1, 5])}
+
+
+def losses() -> tuple:
+    nodes = [node("SoftmaxCrossEntropyLoss", ["s", "t", "w"], ["l1", "logp"], ignore_index=1),
+             node("NegativeLogLikelihoodLoss", ["logp", "t"], ["l2"], reduction="sum"),
+             node("RMSNormalization", ["s", "scale"], ["r"], axis=1),
+             node("Swish", ["r"], ["y"], alpha=0.7)]
+    inits = [init("w", np.abs(weights(5)) + 0.1), init("scale", weights(5, 3) + 1)]
+    outs = [tensor(n, F32, None) for n in ("l1", "l2", "y")]
+    return model(nodes, [tensor("s", F32, [2, 5, 3]), tensor("t", I64, [2, 3])], outs, inits,
+                 opset=24), {"s": _x(2, 5, 3), "t": np.array([[0, 1, 4], [3, 1, 2]])}
+
+
+def narrow_integers() -> tuple:
+    nodes = [node("Add", ["a", "b"], ["s"]), node("Mul", ["s", "b"], ["m"]),
+             node("Div", ["m", "c"], ["d"]), node("Max", ["d", "a"], ["y"])]
+    return model(nodes, [tensor(n, onnx.TensorProto.INT8, [6]) for n in "abc"],
+                 [tensor("y", onnx.TensorProto.INT8, None)]), \
+        {"a": np.array([100, -100, 7, -7, 0, 127], np.int8),
+         "b": np.array([100, -100, 3, 2, -1, 1], np.int8),
+         "c": np.array([3, -3, 2, -2, 5, -1], np.int8)}
+
+
+def pads_and_int64_division() -> tuple:
+    nodes = [node("Pad", ["x", "p1"], ["a"], mode="reflect"),
+             node("Pad", ["a", "p2"], ["e"], mode="edge"),
+             node("Pad", ["e", "p1"], ["w"], mode="wrap"),
+             node("Pad", ["w", "p2", "v"], ["y"]),
+             node("Div", ["i", "j"], ["q"])]
+    inits = [init("p1", np.array([0, 2, 1, 1])), init("p2", np.array([1, 0, 0, 3]))]
+    return model(nodes, [tensor("x", F32, [3, 4]), tensor("v", F32, []),
+                         tensor("i", I64, [6]), tensor("j", I64, [6])],
+                 [tensor("y", F32, None), tensor("q", I64, None)], inits, opset=19), \
+        {"x": _x(3, 4), "v": np.array(-7.5, np.float32),
+         "i": np.array([7, -7, 7, -7, 6, -2**40]), "j": np.array([2, 2, -2, -2, 3, 3])}
+
+
 PATTERNS: dict[str, Callable[[], tuple]] = {
     f.__name__: f for f in (conv_bn_relu, depthwise_clip_same, conv_dilated_1d, conv_transpose,
                             gemm_variants, matmul_broadcast, norms, softmax_old_axis, pools,
                             resize_modes, elementwise_math, activations, where_compare_cast,
                             shape_ops, gather_embedding, reductions, topk_cumsum_einsum,
-                            attention_einsum)}
+                            attention_einsum, gather_nd_onehot_hardmax, losses,
+                            narrow_integers, pads_and_int64_division)}
 
 
 @pytest.mark.parametrize("pattern", list(PATTERNS))
@@ -297,6 +345,18 @@ def test_batch_norm_alone_becomes_multiply_add() -> None:
     assert_matches(m, {"x": _x(2, 3, 4)}, "cpu")
 
 
+def test_function_ops_are_inlined_from_their_schema() -> None:
+    q = _x(1, 2, 3, 4)
+    nodes = [node("Attention", ["q", "k", "v"], ["y"], is_causal=1)]
+    m = model(nodes, [tensor(n, F32, [1, 2, 3, 4]) for n in "qkv"], [tensor("y", F32, None)],
+              opset=23)
+    result = import_onnx(m)
+    ops = {s["op"] for f in result.lib_doc["functions"].values() for s in f.get("ops", [f])}
+    assert {"batch_matmul", "softmax"} <= ops
+    feeds = {"q": q, "k": _x(1, 2, 3, 4), "v": _x(1, 2, 3, 4)}
+    assert_matches(m, feeds, "cpu")
+
+
 def test_dropout_and_identity_are_removed() -> None:
     nodes = [node("Dropout", ["x"], ["d"]), node("Identity", ["d"], ["i"]),
              node("Relu", ["i"], ["y"])]
@@ -310,8 +370,9 @@ def test_dropout_and_identity_are_removed() -> None:
 
 def _unsupported_model() -> Any:
     nodes = [node("Relu", ["x"], ["r"], name="ok"),
-             node("Hardmax", ["r"], ["h"], name="hard_1"),
-             node("Hardmax", ["h"], ["h2"], name="hard_2"),
+             node("NonZero", ["r"], ["h"], name="nz_1"),
+             node("Cast", ["h"], ["hf"], to=F32),
+             node("NonZero", ["hf"], ["h2"], name="nz_2"),
              node("Det", ["h2"], ["d"], name="det"),
              node("Pad", ["x", "pads"], ["p"], mode="reflect", name="pad_reflect"),
              node("Add", ["d", "s"], ["y"], name="sum")]
@@ -325,7 +386,7 @@ def test_refusal_lists_every_unsupported_op_with_nodes_and_opset() -> None:
         from_onnx(_unsupported_model())
     message = str(info.value)
     assert "opset 17" in message
-    assert "op type Hardmax is not supported (nodes 'hard_1', 'hard_2')" in message
+    assert "op type NonZero is not supported (nodes 'nz_1', 'nz_2')" in message
     assert "op type Det is not supported (node 'det')" in message
     assert "Pad: mode 'reflect'" in message and "'pad_reflect'" in message
     assert "'sum'" not in message and "'ok'" not in message
