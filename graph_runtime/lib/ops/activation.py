@@ -235,8 +235,9 @@ def _prelu_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list
     return [TensorSpec(shape, inputs[0].dtype)]
 
 
-def _prelu_factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
-                   outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+def _prelu_factory(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
+                   outputs: Sequence[TensorSpec],
+                   attrs: Mapping[str, Any]) -> Callable[..., None]:
     if backend.name != "cpu":
         step = (PRELU_EXPR, [0, 1], outputs[0].dtype)
         return gpu_elementwise(backend, device_id, inputs, outputs[0], [step], "gr_prelu")
@@ -252,7 +253,7 @@ def _prelu_factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
 
 
 define_op("prelu", _prelu_infer, 2, ())
-for _kind in ("cpu", "cuda", "opencl"):
+for _kind in REGISTRY:
     kernel("prelu", _kind)(_prelu_factory)
 elementwise_expr("prelu", PRELU_EXPR)
 

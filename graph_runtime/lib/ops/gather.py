@@ -131,7 +131,7 @@ def _gather_elements_infer(inputs: Sequence[TensorSpec],
     return [TensorSpec(tuple(inputs[1].shape), inputs[0].dtype)]
 
 
-def _host_gather_elements(xp: Any, backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _host_gather_elements(xp: Any, backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                           outputs: Sequence[TensorSpec],
                           attrs: Mapping[str, Any]) -> Callable[..., None]:
     data, indices = inputs
@@ -165,7 +165,7 @@ def _host_gather_elements(xp: Any, backend: Any, device_id: int, inputs: Sequenc
     return run
 
 
-def _cl_gather_elements(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _cl_gather_elements(backend: OpenCLBackend, device_id: int, inputs: Sequence[TensorSpec],
                         outputs: Sequence[TensorSpec],
                         attrs: Mapping[str, Any]) -> Callable[..., None]:
     data, indices = inputs

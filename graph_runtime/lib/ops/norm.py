@@ -7,28 +7,24 @@ over each (n, group) row of (C / G) * spatial elements, then a per-channel scale
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from ...backends.base import Backend
 from ..attrs import attr_error, float_attr, int_attr, op_error, single_axis
-from ..kernels.gpu import (
-    ClKernel,
-    check_cl_dtypes,
-    cl_header,
-    cl_load,
-    cl_param,
-    cl_pointer,
-    cl_store,
-    compute_type,
-)
+from ..kernels.gpu import (ClKernel, check_cl_dtypes, cl_header, cl_load, cl_param, cl_pointer,
+                           cl_store, compute_type)
 from ..kernels.host import host_factory, wide_dtype
 from ..library import TensorSpec
 from ..registry import define_op, kernel
 from ..shapes import FLOAT_DTYPES, check_dtype, check_num_inputs, check_same_dtype, size_of
 
+if TYPE_CHECKING:
+    from ...backends.opencl import OpenCLBackend
 
-def _cl_kernel(backend: Any, device_id: int, op: str, dtype: str, source: str,
+
+def _cl_kernel(backend: OpenCLBackend, device_id: int, op: str, dtype: str, source: str,
                entry: str) -> ClKernel:
     check_cl_dtypes(op, backend, device_id, [dtype])
     return ClKernel(backend, device_id, cl_header([dtype]) + source, entry, op)
@@ -121,7 +117,7 @@ def _group_norm_infer(op: str) -> Callable[..., list[TensorSpec]]:
 
 
 def _group_norm_host(op: str) -> Callable[..., Callable[..., None]]:
-    def make(xp: Any, backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+    def make(xp: Any, backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
              outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
         p = group_norm_params(op, inputs, attrs)
         work = wide_dtype(p.dtype)
@@ -188,7 +184,7 @@ __kernel void gr_group_norm({cl_param("out", dtype, const=False)}, {cl_param("x"
 
 
 def _group_norm_cl(op: str) -> Callable[..., Callable[..., None]]:
-    def factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+    def factory(backend: OpenCLBackend, device_id: int, inputs: Sequence[TensorSpec],
                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
         p = group_norm_params(op, inputs, attrs)
         knl = _cl_kernel(backend, device_id, op, p.dtype, _cl_group_norm_source(p.dtype),
@@ -255,7 +251,7 @@ def _lrn_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[T
     return [TensorSpec(tuple(inputs[0].shape), inputs[0].dtype)]
 
 
-def _lrn_host(xp: Any, backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _lrn_host(xp: Any, backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
               outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     p = lrn_params(inputs, attrs)
     work = wide_dtype(p.dtype)
@@ -310,7 +306,7 @@ __kernel void gr_lrn({cl_param("out", dtype, const=False)}, {cl_param("x", dtype
 """
 
 
-def _lrn_cl(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _lrn_cl(backend: OpenCLBackend, device_id: int, inputs: Sequence[TensorSpec],
             outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     p = lrn_params(inputs, attrs)
     knl = _cl_kernel(backend, device_id, "lrn", p.dtype, _cl_lrn_source(p.dtype), "gr_lrn")
@@ -347,7 +343,7 @@ def _lp_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[Te
     return [TensorSpec(tuple(inputs[0].shape), inputs[0].dtype)]
 
 
-def _lp_host(xp: Any, backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _lp_host(xp: Any, backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
              outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     axis, p = lp_params(inputs, attrs)
     spec = inputs[0]
@@ -399,7 +395,7 @@ __kernel void gr_lp_norm({cl_param("out", dtype, const=False)}, {cl_param("x", d
 """
 
 
-def _lp_cl(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _lp_cl(backend: OpenCLBackend, device_id: int, inputs: Sequence[TensorSpec],
            outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     axis, p = lp_params(inputs, attrs)
     shape = tuple(inputs[0].shape)

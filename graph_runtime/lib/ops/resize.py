@@ -11,27 +11,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from ...backends.base import Backend
 from ..attrs import attr_error, bool_attr, float_attr, int_tuple, op_error, parse_value, str_attr
-from ..kernels.gpu import (
-    ClKernel,
-    check_cl_dtypes,
-    cl_header,
-    cl_load,
-    cl_param,
-    cl_pointer,
-    cl_store,
-    compute_type,
-    copy_type,
-    device_array,
-)
+from ..kernels.gpu import (ClKernel, check_cl_dtypes, cl_header, cl_load, cl_param, cl_pointer,
+                           cl_store, compute_type, copy_type, device_array)
 from ..kernels.host import host_factory, wide_dtype
 from ..library import TensorSpec
 from ..registry import define_op, kernel
 from ..shapes import FLOAT_DTYPES, check_dtype, check_num_inputs, size_of
+
+if TYPE_CHECKING:
+    from ...backends.opencl import OpenCLBackend
 
 OP = "resize"
 MODES = ("nearest", "linear", "cubic")
@@ -228,7 +222,7 @@ def _pass_shapes(p: ResizeParams) -> list[tuple[int, ...]]:
 
 # -- cpu / cuda ---------------------------------------------------------------------------------
 
-def _host_resize(xp: Any, backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _host_resize(xp: Any, backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                  outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     p = resize_params(inputs, attrs)
     empty = size_of(p.out_shape) == 0
@@ -249,6 +243,10 @@ def _host_resize(xp: Any, backend: Any, device_id: int, inputs: Sequence[TensorS
                     for k in range(step.taps)])
         tables.append((cols, weights))
 
+    # NOTE: the tables are clamped already; NumPy's mode="clip" skips its buffered range
+    # check, and CuPy's take has no mode argument.
+    clip: dict[str, Any] = {"mode": "clip"} if xp is np else {}
+
     def run(x: Any, out: Any) -> None:
         if empty:
             return
@@ -261,11 +259,11 @@ def _host_resize(xp: Any, backend: Any, device_id: int, inputs: Sequence[TensorS
             src = staged
         for step, dst, tap, (cols, weights) in zip(p.passes, results, taps, tables):
             if not weights:
-                xp.take(src, cols[0], axis=step.axis, out=dst, mode="clip")
+                xp.take(src, cols[0], axis=step.axis, out=dst, **clip)
             else:
                 for k, (col, w) in enumerate(zip(cols, weights)):
                     target = dst if k == 0 else tap
-                    xp.take(src, col, axis=step.axis, out=target, mode="clip")
+                    xp.take(src, col, axis=step.axis, out=target, **clip)
                     xp.multiply(target, w, out=target)
                     if k:
                         xp.add(dst, tap, out=dst)
@@ -319,7 +317,7 @@ def _cl_pass_source(src: str, dst: str, weighted: bool) -> str:
 """
 
 
-def _cl_resize(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _cl_resize(backend: OpenCLBackend, device_id: int, inputs: Sequence[TensorSpec],
                outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     p = resize_params(inputs, attrs)
     check_cl_dtypes(OP, backend, device_id, [p.dtype])
