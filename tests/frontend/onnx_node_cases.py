@@ -9,10 +9,10 @@ other exception (another type from the import, any error from run()) propagate u
 graph_runtime plans static shapes at import, as TVM's relay.build did, so an operand that decides
 an output's shape must be known then. ONNX's node tests feed such operands as graph inputs (the
 `shape` of Reshape, the `starts` of Slice, the `k` of TopK...): inputs that earlier opsets had
-as attributes. The harness freezes a graph input that feeds one of those slots (STATIC_OPERANDS)
-into an initializer holding the test's own value, as a PyTorch export would have it, and feeds
-every other input at run time; freeze=False imports the case as it is (the script's --no-freeze
-counts both ways). Shared by tests/frontend/test_onnx_node_tests.py and scripts/onnx_conformance.py.
+as attributes. The harness freezes a graph input used only in those slots (STATIC_OPERANDS),
+directly or through nodes that compute them, into an initializer holding the test's own value
+(as a PyTorch export has them) and feeds every other input at run time; freeze=False imports
+the case as it is (the script's --no-freeze counts both ways). Shared by tests/frontend/test_onnx_node_tests.py and scripts/onnx_conformance.py.
 """
 from __future__ import annotations
 
@@ -109,19 +109,41 @@ STATIC_OPERANDS: dict[str, tuple[int, ...]] = {
     "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4), "Pad": (1, 2, 3),
     "Resize": (1, 2, 3), "Upsample": (1,), "Unsqueeze": (1,), "Squeeze": (1,), "Split": (1,),
     "ConstantOfShape": (0,), "Range": (0, 1, 2), "OneHot": (1, 2), "TopK": (1,), "CumSum": (1,),
-    "Clip": (1, 2), "Dropout": (1, 2), "Trilu": (1,), "CenterCropPad": (1,), **_REDUCE_AXES,
+    "Clip": (1, 2), "Dropout": (1, 2), "Trilu": (1,), "CenterCropPad": (1,), "BlackmanWindow": (0,),
+    "HammingWindow": (0,), "HannWindow": (0,), **_REDUCE_AXES,
 }
+_SHAPE_ONLY = frozenset({"Shape", "Size", "EyeLike", "RandomUniformLike", "RandomNormalLike"})
 
 
 def frozen_inputs(model: Any) -> set[str]:
-    """Graph inputs that feed a STATIC_OPERANDS slot of some node."""
-    names = {info.name for info in model.graph.input}
-    frozen = set()
+    """Graph inputs whose every use ends in a STATIC_OPERANDS slot, directly or through nodes
+    computing such operands (an expanded window function deriving Range's limit from `size`)."""
+    uses: dict[str, list[tuple[Any, int]]] = {}
     for node in model.graph.node:
-        for slot in STATIC_OPERANDS.get(node.op_type, ()):
-            if slot < len(node.input) and node.input[slot] in names:
-                frozen.add(node.input[slot])
-    return frozen
+        for slot, name in enumerate(node.input):
+            if name:
+                uses.setdefault(name, []).append((node, slot))
+    outputs = {info.name for info in model.graph.output}
+    memo: dict[str, bool] = {}
+
+    def static_only(name: str) -> bool:
+        if name not in memo:
+            memo[name] = False  # a graph has no cycles; this only guards the recursion
+            memo[name] = name not in outputs and bool(uses.get(name)) and all(
+                _static_use(node, slot, static_only) for node, slot in uses[name])
+        return memo[name]
+
+    return {info.name for info in model.graph.input if static_only(info.name)}
+
+
+def _static_use(node: Any, slot: int, static_only: Any) -> bool:
+    """A use in a static slot, or by a node whose outputs are all used only statically."""
+    if slot in STATIC_OPERANDS.get(node.op_type, ()):
+        return True
+    if node.op_type in _SHAPE_ONLY:  # reads the shape, not the value: nothing to freeze
+        return False
+    outs = [out for out in node.output if out]
+    return bool(outs) and all(static_only(out) for out in outs)
 
 
 def prepared_model(case: Any, freeze: bool = True) -> tuple[Any, dict[str, Any]]:
