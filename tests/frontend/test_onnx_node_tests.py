@@ -14,9 +14,12 @@ pytest.importorskip("onnx", reason="the ONNX frontend tests need onnx (pip insta
 
 from onnx_node_cases import (  # noqa: E402  (tests/frontend is on sys.path, like support.py)
     PASS,
+    CaseFailure,
     PASSING_LIST,
     UPDATE_ENV,
+    frozen_inputs,
     node_cases,
+    prepared_model,
     read_passing_list,
     run_case,
     spread,
@@ -54,6 +57,30 @@ def test_onnx_node_cpu(name: str, record_property: pytest.RecordProperty) -> Non
 def test_onnx_node_opencl(name: str, opencl_available: None,
                           record_property: pytest.RecordProperty) -> None:
     _check(name, "opencl", record_property)
+
+
+def test_harness_catches_a_wrong_value_and_a_wrong_dtype() -> None:
+    """The judge itself: a case whose expected output is off by 1% or has another dtype fails."""
+    import dataclasses
+
+    import numpy as np
+    case = CASES["test_relu"]
+    (inputs, (want,)), = case.data_sets
+    for bad in (want * 1.01 + 0.01, want.astype(np.float64)):
+        wrong = dataclasses.replace(case, data_sets=[(inputs, [bad])])
+        with pytest.raises(CaseFailure, match="test_relu output 0"):
+            run_case(wrong, "cpu")
+
+
+def test_freezing_keeps_data_inputs_at_run_time() -> None:
+    """Only attribute-like operands are frozen: Reshape's shape, not its data; nothing read
+    only through Shape (its value never matters)."""
+    model, runtime = prepared_model(CASES["test_reshape_extended_dims"])
+    assert frozen_inputs(CASES["test_reshape_extended_dims"].model) == {"shape"}
+    assert [i.name for i in model.graph.input] == ["data"] and list(runtime) == ["data"]
+    assert [t.name for t in model.graph.initializer] == ["shape"]
+    assert frozen_inputs(CASES["test_shape"].model) == set()
+    assert frozen_inputs(CASES["test_relu"].model) == set()
 
 
 def test_passing_list_is_sorted_and_known() -> None:
