@@ -14,9 +14,9 @@ pytest.importorskip("onnx", reason="the ONNX frontend tests need onnx (pip insta
 
 from onnx_node_cases import (  # noqa: E402  (tests/frontend is on sys.path, like support.py)
     PASS,
-    CaseFailure,
     PASSING_LIST,
     UPDATE_ENV,
+    CaseFailure,
     frozen_inputs,
     node_cases,
     prepared_model,
