@@ -33,12 +33,18 @@ from graph_runtime.runtime.graph_module import GraphModule
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 import make_examples  # noqa: E402  (the examples' graph builders, for other batch sizes)
-from timing import seconds_per_call  # noqa: E402  (bench/timing.py, beside this script)
+
+from graph_runtime._timing import time_runs  # noqa: E402
 
 TARGET = 1.5  # issue 3: graph_runtime no slower than 1.5x ONNX Runtime on the MLP
 
 
 # ---- the same networks in ONNX ---------------------------------------------------------------
+
+
+def _no_sync() -> None:
+    """CPU-only contenders: nothing to wait for."""
+
 
 def _onnx_model(nodes: list[Any], params: dict[str, np.ndarray], data_shape: tuple[int, ...],
                 out_shape: tuple[int, ...], name: str) -> bytes:
@@ -196,7 +202,7 @@ def bench_model(model: str, batch: int, rounds: int, repeat: int,
             # ONNX Runtime's are told not to spin) spin ~0.1 s after a threaded call; the pause
             # lets them sleep so they do not steal the core the next contender needs.
             time.sleep(0.25)
-            samples[name] += seconds_per_call(calls[name], repeat, number)
+            samples[name] += list(time_runs(calls[name], _no_sync, repeat, number).results)
     return {name: (statistics.median(s), min(s)) for name, s in samples.items()}
 
 
@@ -234,7 +240,7 @@ def main() -> None:
             number = args.number
             if number <= 0:
                 calls, _ = contenders(model, batch)
-                one = statistics.median(seconds_per_call(calls["graph_runtime"], 5, 1))
+                one = statistics.median(time_runs(calls["graph_runtime"], _no_sync, 5, 1).results)
                 number = max(1, int(0.02 / max(one, 1e-6)))
             stats = bench_model(model, batch, args.rounds, args.repeat, number)
             times = {name: median for name, (median, _) in stats.items()}

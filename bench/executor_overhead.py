@@ -12,9 +12,13 @@ import os
 import statistics
 
 import numpy as np
-from timing import seconds_per_call  # bench/timing.py, beside this script
 
 import graph_runtime as gr
+from graph_runtime._timing import time_runs
+
+
+def _no_sync() -> None:
+    """CPU-only contenders: nothing to wait for."""
 
 
 def chain_graph(n: int, width: int) -> dict:
@@ -35,7 +39,7 @@ def chain_graph(n: int, width: int) -> dict:
 
 
 def median_seconds(fn, repeat: int, number: int) -> float:
-    return statistics.median(seconds_per_call(fn, repeat, number))
+    return statistics.median(time_runs(fn, _no_sync, repeat, number).results)
 
 
 def main() -> None:

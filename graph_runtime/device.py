@@ -24,8 +24,6 @@ DLPACK_CODES: dict[str, int] = {
     "hexagon": 16,
 }
 DEVICE_NAMES: dict[int, str] = {code: name for name, code in DLPACK_CODES.items()}
-# The kinds graph_runtime has backends for, listed first in messages.
-_MAIN_KINDS = ["cpu", "cuda", "opencl"]
 # Aliases users type; TVM accepts "gpu" and "cl" too.
 _ALIASES = {"gpu": "cuda", "cl": "opencl", "llvm": "cpu", "host": "cpu"}
 
@@ -85,8 +83,10 @@ def device_type_code(kind: str | int) -> int:
     if name.isdigit():
         return device_type_code(int(name))
     if name not in DLPACK_CODES:
+        from .backends import REGISTRY  # the kinds with a backend, listed first
+        main = list(REGISTRY)
         raise DeviceError(f"unknown device type {kind!r}; expected one of: "
-                          + ", ".join(_MAIN_KINDS + sorted(set(DLPACK_CODES) - set(_MAIN_KINDS))))
+                          + ", ".join(main + sorted(set(DLPACK_CODES) - set(main))))
     return DLPACK_CODES[name]
 
 

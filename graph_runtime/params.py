@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import numpy as np
 
 from .errors import ParamsError
+from .graph.checks import SUPPORTED_DTYPES
 
 if TYPE_CHECKING:
     from .nd import NDArray
@@ -45,7 +46,9 @@ _DLTYPE_OF: dict[np.dtype, tuple[int, int]] = {
 _DTYPE_OF: dict[tuple[int, int], np.dtype] = {dl: dtype for dtype, dl in _DLTYPE_OF.items()}
 # Older TVM wrote bool as uint1 (one byte per element).
 _DTYPE_OF[(1, 1)] = np.dtype("bool")
-SUPPORTED_DTYPES: tuple[str, ...] = tuple(str(d) for d in _DLTYPE_OF)
+# The dtypes a params file may hold: the graph's own list (one list, in graph/checks.py).
+assert all(np.dtype(d) in _DLTYPE_OF for d in SUPPORTED_DTYPES), "a graph dtype lacks a code"
+_DTYPE_LIST = ", ".join(str(d) for d in _DLTYPE_OF)  # for messages, grouped by DLPack code
 
 
 class _Reader:
@@ -127,7 +130,7 @@ def _read_array(r: _Reader, what: str) -> np.ndarray:
         raise r.error(at + 24, f"{what} ndim", f"0..{MAX_NDIM}", str(ndim))
     dtype = _DTYPE_OF.get((code, bits)) if lanes == 1 else None
     if dtype is None:
-        raise r.error(at + 28, f"{what} dtype", "one of " + ", ".join(SUPPORTED_DTYPES),
+        raise r.error(at + 28, f"{what} dtype", "one of " + _DTYPE_LIST,
                       f"{_dtype_name(code, bits, lanes)} (code {code}, bits {bits}, "
                       f"lanes {lanes})")
     shape_at = r.pos
@@ -197,7 +200,7 @@ def _to_numpy(name: object, value: Any) -> tuple[str, np.ndarray]:
     dtype = array.dtype.newbyteorder("=")
     if dtype not in _DLTYPE_OF:
         raise ParamsError(f"param {name!r}: dtype {array.dtype} is not supported; expected one "
-                          "of " + ", ".join(SUPPORTED_DTYPES))
+                          "of " + _DTYPE_LIST)
     return name, np.asarray(array, dtype=dtype, order="C")  # ascontiguousarray makes 0-d 1-d
 
 

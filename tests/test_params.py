@@ -14,16 +14,9 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from graph_runtime.errors import ParamsError
-from graph_runtime.params import (
-    ARRAY_MAGIC,
-    LIST_MAGIC,
-    SUPPORTED_DTYPES,
-    load_param_arrays,
-    load_param_dict,
-    load_params_file,
-    save_param_dict,
-    save_params_file,
-)
+from graph_runtime.params import (ARRAY_MAGIC, LIST_MAGIC, SUPPORTED_DTYPES, load_param_arrays,
+                                  load_param_dict, load_params_file, save_param_dict,
+                                  save_params_file)
 
 GOLDEN = Path(__file__).parent / "data" / "params"
 CASES = sorted(p.stem for p in GOLDEN.glob("*.params"))

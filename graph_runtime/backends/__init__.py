@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -12,6 +12,7 @@ from .base import Backend, DeviceInfo
 
 # One line per device kind: name -> (module, class). Nothing else in the package lists devices.
 REGISTRY: dict[str, tuple[str, str]] = {
+# The order is also the order `-d auto` adds devices in (cpu first: TVM's ctxs[0]).
     "cpu": ("graph_runtime.backends.cpu", "CpuBackend"),
     "cuda": ("graph_runtime.backends.cuda", "CudaBackend"),
     "opencl": ("graph_runtime.backends.opencl", "OpenCLBackend"),
@@ -114,6 +115,17 @@ def copy_array(src_backend: Backend, src: Any, dst_backend: Backend, dst: Any) -
         dst_backend.from_host(src_backend.to_host(src), dst)
 
 
+def run_in_scope(backend: Backend, device_id: int, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """fn, wrapped to run inside backend.scope(device_id) where the backend has a current device."""
+    if not backend.has_current_device:
+        return fn
+
+    def scoped(*args: Any) -> Any:
+        with backend.scope(device_id):
+            return fn(*args)
+    return scoped
+
+
 def check_same_layout(what: str, src: Any, dst: Any) -> None:
     """Raise unless two arrays (of any kind) have the same shape and dtype; copies need that."""
     if tuple(src.shape) != tuple(dst.shape) or np.dtype(src.dtype) != np.dtype(dst.dtype):
@@ -134,4 +146,5 @@ def view_nbytes(kind: str, capacity: int, offset: int, shape: tuple[int, ...],
 
 
 __all__ = ["Backend", "DeviceInfo", "REGISTRY", "get_backend", "check_device", "list_devices",
-           "available_backends", "copy_array", "check_same_layout", "missing_device", "view_nbytes"]
+           "available_backends", "copy_array", "run_in_scope", "check_same_layout",
+           "missing_device", "view_nbytes"]

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ContextManager, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -24,6 +24,8 @@ class Backend(Protocol):
     name: str            # "cpu" | "cuda" | "opencl"
     device_type: int     # DLPack code
     native_type: type    # what kernels receive
+    # True where kernels launch on a "current" device (CUDA): scope() must then be entered.
+    has_current_device: bool
 
     def device_count(self) -> int:
         """How many devices of this kind are visible."""
@@ -63,6 +65,10 @@ class Backend(Protocol):
 
     def sync(self, device_id: int) -> None:
         """Wait until all queued work on the device has finished."""
+        ...
+
+    def scope(self, device_id: int) -> ContextManager[Any]:
+        """Make device_id the current device (and its stream current) while the block runs."""
         ...
 
     def device_id_of(self, array: Any) -> int:

@@ -1,6 +1,7 @@
 """The CPU backend: NumPy arrays over bytearrays; copies are memcpy."""
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
@@ -15,7 +16,12 @@ class CpuBackend:
 
     name = "cpu"
     device_type = 1
-    native_type = np.ndarray
+    native_type: type = np.ndarray
+    has_current_device = False
+
+    def scope(self, device_id: int) -> contextlib.nullcontext[None]:
+        """Nothing to make current: every call names its device (queue or array) itself."""
+        return contextlib.nullcontext()
 
     def device_count(self) -> int:
         return 1

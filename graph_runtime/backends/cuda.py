@@ -23,7 +23,8 @@ class CudaBackend:
 
     name = "cuda"
     device_type = 2
-    native_type = cupy.ndarray
+    native_type: type = cupy.ndarray
+    has_current_device = True
 
     def __init__(self) -> None:
         try:

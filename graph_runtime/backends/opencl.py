@@ -1,6 +1,7 @@
 """The OpenCL backend: PyOpenCL buffers and arrays, one context and in-order queue per device."""
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Any, Sequence
 
@@ -26,7 +27,8 @@ class OpenCLBackend:
 
     name = "opencl"
     device_type = 4
-    native_type = cl_array.Array
+    native_type: type = cl_array.Array
+    has_current_device = False
 
     def __init__(self) -> None:
         try:
@@ -54,6 +56,10 @@ class OpenCLBackend:
         self._programs: dict[tuple[int, str, tuple[str, ...]], Any] = {}
 
     # -- devices, contexts, queues, programs -------------------------------------------------
+
+    def scope(self, device_id: int) -> contextlib.nullcontext[None]:
+        """Nothing to make current: every call names its device (queue or array) itself."""
+        return contextlib.nullcontext()
 
     def device_count(self) -> int:
         return len(self._devices)

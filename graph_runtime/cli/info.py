@@ -8,16 +8,10 @@ from typing import Any, Sequence
 
 from .._text import fmt_bytes, shape_text, table
 from ..device import Device
-from ..graph.model import Graph, entry_bytes
-from ..runtime.executor import (
-    COPY_OP,
-    NOP_OP,
-    Executor,
-    InsertedCopy,
-    plan_placement,
-    resolve_entry_devices,
-)
-from ..runtime.storage import StoragePlan
+from ..graph.model import COPY_OP, NOP_OP, Graph, entry_bytes
+from ..runtime.executor import Executor
+from ..runtime.placement import InsertedCopy, plan_placement, resolve_entry_devices
+from ..runtime.storage import PoolLayout
 
 # TVM names the params it binds p0, p1, ...; used only when no params or inputs file says.
 TVM_PARAM_NAME = re.compile(r"p\d+")
@@ -71,7 +65,7 @@ def executor_report(executor: Executor) -> PlacementReport:
 
 
 def _report(graph: Graph, entry_device: Sequence[Device], node_device: list[Device],
-            inserted: Sequence[InsertedCopy], plan: StoragePlan) -> PlacementReport:
+            inserted: Sequence[InsertedCopy], plan: PoolLayout) -> PlacementReport:
     copies = []
     for node in graph.nodes:
         if node.func_name != COPY_OP:

@@ -20,7 +20,6 @@ from ..runtime.graph_module import GraphModule, create
 # The files an example folder (examples/graphs/<name>/) holds, by the flag they stand in for.
 FOLDER_FILES = {"graph": ("graph.json",), "lib": ("lib.json", "lib.py"), "params": ("params",),
                 "inputs": ("inputs.npz",), "expected": ("expected.npz",)}
-AUTO_KINDS = ("cpu", "opencl", "cuda")
 
 
 @dataclass(frozen=True)
@@ -67,7 +66,7 @@ def parse_devices(specs: Sequence[str], *, check: bool = True, flag: str = "-d")
     devices: list[Device] = []
     for spec in specs or ["auto"]:
         if spec.strip().lower() == "auto":
-            found = [parse_device(kind) for kind in AUTO_KINDS if kind in available_backends()]
+            found = [parse_device(kind) for kind in available_backends()]
         else:
             try:
                 found = [parse_device(spec)]

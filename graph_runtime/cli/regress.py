@@ -11,15 +11,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..errors import DeviceError, GraphRuntimeError
-from .job import (
-    Comparison,
-    build_job,
-    compare,
-    expected_outputs,
-    output_names,
-    parse_devices,
-    resolve_files,
-)
+from .job import (Comparison, build_job, compare, expected_outputs, output_names, parse_devices,
+                  resolve_files)
 
 if sys.version_info >= (3, 11):
     import tomllib

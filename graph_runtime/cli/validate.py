@@ -9,9 +9,8 @@ import numpy as np
 
 from ..device import Device
 from ..errors import GraphRuntimeError
-from ..graph.model import Graph, check_graph, read_graph_doc
+from ..graph.model import COPY_OP, NOP_OP, Graph, check_graph, read_graph_doc
 from ..lib.library import Module, TensorSpec
-from ..runtime.executor import COPY_OP, NOP_OP
 from .info import placement_report
 from .job import GraphFiles
 

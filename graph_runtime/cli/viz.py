@@ -11,8 +11,7 @@ from typing import Sequence
 from .._text import shape_text
 from ..device import Device
 from ..errors import GraphRuntimeError
-from ..graph.model import Graph
-from ..runtime.executor import COPY_OP
+from ..graph.model import COPY_OP, Graph
 from .info import placement_report
 from .trace import KIND_COLORS, OTHER_COLOR
 

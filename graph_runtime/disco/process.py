@@ -15,22 +15,15 @@ from .ccl import CpuCcl
 from .comm import ShmComm, SocketP2P
 from .globals import WorkerContext, set_current
 from .nccl import nccl_factory
-from .protocol import (
-    NO_FRAME,
-    Command,
-    FrameReader,
-    encode_frame,
-    pack_value,
-    send_frame,
-    unpack_value,
-    write_all,
-)
+from .protocol import (NO_FRAME, Command, FrameReader, encode_frame, pack_value, send_frame,
+                       unpack_value, write_all)
 from .session import DATA_PLANE_SHARE, Session
 from .worker import InlineWorker, LocalWorker, Worker
 
 
 class ProcessSession(Session):
-    """A Disco session backed by child processes (seed 002's ProcessSession).
+    """A Disco session backed by child processes (TVM's ProcessSession,
+    python/tvm/runtime/disco/session.py).
 
     Commands travel as pickled frames on pipes; tensors never do: collectives go through a
     shared-memory arena (memfd), copies to/from worker-0 stay inside the controller process.

@@ -17,7 +17,8 @@ from ..errors import DiscoError
 
 
 class DiscoAction(IntEnum):
-    """The commands a controller sends (seed 000's DiscoAction, same numbers)."""
+    """The commands a controller sends (TVM's DiscoAction,
+    include/tvm/runtime/disco/session.h, same numbers)."""
 
     SHUTDOWN = 0
     KILL_REG = 1

@@ -1,4 +1,4 @@
-"""The controller side: Session (every method of seed 002) and DRef, DPackedFunc, DModule."""
+"""The controller side: Session (every method of TVM's) and DRef, DPackedFunc, DModule."""
 from __future__ import annotations
 
 import abc
@@ -13,6 +13,7 @@ import numpy as np
 
 from ..device import Device
 from ..errors import DiscoError
+from ..graph.model import GraphSource
 from .ccl import check_reduce_op
 from .protocol import Command, DiscoAction, check_arg, host_array
 
@@ -27,7 +28,7 @@ _PLAIN = (int, float, str, bool, type(None))
 
 
 class DRef:
-    """An object that exists on all workers under one register id (seed 002's DRef)."""
+    """An object that exists on all workers under one register id (TVM's disco DRef)."""
 
     __slots__ = ("reg_id", "session", "__weakref__")
 
@@ -94,7 +95,8 @@ class DGraphModule(DRef):
 
 
 class Session(abc.ABC):
-    """A Disco session: a controller broadcasting commands to workers (seed 002's Session).
+    """A Disco session: a controller broadcasting commands to workers (TVM's Session,
+    python/tvm/runtime/disco/session.py).
 
     Transports implement _send, _get_reply, _check_alive and _terminate; one that runs
     worker-0 in the caller's thread sets _inline0, so sync_worker_0 needs no round trip.
@@ -384,7 +386,7 @@ class Session(abc.ABC):
 
     def debug_get_from_remote(self, reg_id: int, worker_id: int,
                               timeout: float | None = None) -> Any:
-        """A register's value on one worker (seed 001's DebugGetFromRemote)."""
+        """A register's value on one worker (TVM's SessionObj::DebugGetFromRemote)."""
         self._check_usable()
         worker_id = self._check_worker(worker_id)
         reg_id = self._check_reg(reg_id)
@@ -395,7 +397,7 @@ class Session(abc.ABC):
                           timeout)
 
     def debug_set_register(self, reg_id: int, value: Any, worker_id: int) -> None:
-        """Set a register on one worker (seed 001's DebugSetRegister)."""
+        """Set a register on one worker (TVM's SessionObj::DebugSetRegister)."""
         self._check_usable()
         worker_id = self._check_worker(worker_id)
         reg_id = self._check_reg(reg_id)
@@ -504,7 +506,8 @@ class Session(abc.ABC):
         ref = self._method("runtime.disco.load_module")(os.fspath(lib_path))
         return self._as(DModule, ref)
 
-    def create_graph_module(self, graph: Any, lib: DModule | str | os.PathLike[str] | None = None,
+    def create_graph_module(self, graph: GraphSource,
+                            lib: DModule | str | os.PathLike[str] | None = None,
                             params: str | os.PathLike[str] | None = None,
                             device: Device | None = None) -> DGraphModule:
         """A GraphModule on every worker: graph JSON text or path, a DModule or lib path."""

@@ -14,7 +14,8 @@ from .worker import InlineWorker, LocalWorker
 
 
 class ThreadedSession(Session):
-    """A Disco session backed by threads (seed 002's ThreadedSession).
+    """A Disco session backed by threads (TVM's ThreadedSession,
+    python/tvm/runtime/disco/session.py).
 
     Worker i > 0 is a thread. Worker-0 is a thread too by default; with inline_worker0=True it
     runs in the caller's thread instead: a command for every worker is queued to workers

@@ -1,14 +1,14 @@
 """Chain: a lib function made of standard ops applied in sequence (TVM's fused-op convention)."""
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..backends import get_backend
+from ..backends import REGISTRY, get_backend
+from ..backends.base import Backend
 from ..device import Device
 from ..errors import LibraryError
 from .attrs import DTYPE_KEY, NODE_KEYS, NUM_OUTPUTS_KEY, OUT_DTYPE_KEY, check_attrs
@@ -16,7 +16,8 @@ from .kernels.gpu_elementwise import ELEMENTWISE_EXPRS, gpu_elementwise
 from .library import TensorSpec, storage_requests, workspace_bytes
 from .registry import OpDef, get_op
 
-BACKEND_KINDS = ("cpu", "cuda", "opencl")
+if TYPE_CHECKING:
+    pass
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ class Chain:
     def backends(self) -> list[str]:
         """Device kinds with a kernel for every op of the chain."""
         ops = [get_op(s.op) for s in self.steps]
-        return [kind for kind in BACKEND_KINDS if all(kind in op.kernels for op in ops)]
+        return [kind for kind in REGISTRY if all(kind in op.kernels for op in ops)]
 
     def infer(self, inputs: Sequence[TensorSpec],
               attrs: Mapping[str, Any] | None = None) -> list[TensorSpec]:
@@ -101,7 +102,7 @@ class Chain:
         device_id = device.device_id
         for k, p in enumerate(plan):
             if backend.name not in p.op.kernels:
-                have = ", ".join(kind for kind in BACKEND_KINDS if kind in p.op.kernels)
+                have = ", ".join(kind for kind in REGISTRY if kind in p.op.kernels)
                 raise LibraryError(f"{self._where(k)}: no {backend.name} kernel; it exists for: "
                                    f"{have}")
         first_fused = _fusable_tail(plan) if backend.name in ("opencl", "cuda") else len(plan)
@@ -118,8 +119,7 @@ class Chain:
         fused = plan[first_fused:]
         # NOTE: CuPy puts the workspace kernels allocate here on the current GPU; make that
         # this node's GPU (cuda:1 ...), not whichever one the caller has current.
-        scope = getattr(backend, "scope", None)
-        with scope(device_id) if scope is not None else contextlib.nullcontext():
+        with backend.scope(device_id):
             for p in plan[:first_fused]:
                 fn = p.op.kernels[backend.name](backend, device_id, p.inputs, p.outputs, p.attrs)
                 calls.append((fn, tuple(p.slots + p.out_slots)))
@@ -260,7 +260,7 @@ def _same_spec(a: TensorSpec, b: TensorSpec) -> bool:
     return tuple(a.shape) == tuple(b.shape) and a.dtype == b.dtype
 
 
-def _fused_call(name: str, backend: Any, device_id: int,
+def _fused_call(name: str, backend: Backend, device_id: int,
                 fused: list[_Planned]) -> tuple[Callable[..., None], tuple[int, ...]]:
     """One generated GPU kernel for an elementwise tail; its inputs are the tail's free slots."""
     kernel_slots: list[int] = []

@@ -6,6 +6,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from ..backends.base import Backend
 from .attrs import DTYPE_KEY
 from .kernels.gpu_elementwise import elementwise_expr, gpu_elementwise
 from .library import TensorSpec
@@ -40,10 +41,10 @@ def ufunc(name: str) -> HostMaker:
     return make
 
 
-def via_float64(compute: Callable[..., Any]) -> HostMaker:
-    """The CPU kernel computing compute(*inputs as float32/64) and storing it cast to out.
+def host_compute(compute: Callable[..., Any]) -> HostMaker:
+    """The CPU kernel storing compute(attrs, *inputs) into out (a NumPy expression's result).
 
-    float16 is computed in float32, as the GPU kernels do (NumPy would round every step).
+    float16 inputs are computed in float32, as the GPU kernels do (NumPy would round each step).
     """
     def make(attrs: Mapping[str, Any], inputs: Sequence[TensorSpec]) -> Callable[..., None]:
         wide = np.float32 if inputs[0].dtype == "float16" else None
@@ -84,7 +85,7 @@ def _siblings(name: str, family: Mapping[str, ExprOp], dtype: str, out_dtype: st
 
 def _factory(name: str, op: ExprOp, family: Mapping[str, ExprOp]
              ) -> Callable[..., Callable[..., None]]:
-    def factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+    def factory(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
         if backend.name == "cpu":
             return op.host(attrs, inputs)

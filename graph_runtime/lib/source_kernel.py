@@ -11,22 +11,25 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, cast
 
 import numpy as np
 
-from ..backends import get_backend
+from ..backends import REGISTRY, get_backend
+from ..backends.base import Backend
 from ..device import Device
 from ..errors import LibraryError
-from .chain import BACKEND_KINDS
 from .library import Module, TensorSpec
 from .shapes import size_of
+
+if TYPE_CHECKING:
+    from ..backends.opencl import OpenCLBackend
 
 
 def add_source_function(lib: Module, name: str, func: Mapping[str, Any], where: str) -> None:
     """Register a `{"kernel": {...}}` function of a lib.json for each device it names."""
     sources = func["kernel"]
-    devices = func.get("devices", [k for k in BACKEND_KINDS if k in sources])
+    devices = func.get("devices", [k for k in REGISTRY if k in sources])
     for i, kind in enumerate(devices):
         if kind not in sources:
             raise LibraryError(f"{where}.devices[{i}]: {kind!r} has no kernel source; this "
@@ -107,11 +110,12 @@ class SourceKernel:
         tail = [] if self.count is None else [np.dtype(self.count).type(n)]
         backend = get_backend(device)
         if self.kind == "opencl":
-            return self._prepare_opencl(backend, device.device_id, len(inputs) + len(outputs),
+            return self._prepare_opencl(cast("OpenCLBackend", backend), device.device_id,
+                                        len(inputs) + len(outputs),
                                         total, group, tail)
         return self._prepare_cuda(backend, device.device_id, total, group or 256, tail)
 
-    def _prepare_opencl(self, backend: Any, device_id: int, arrays: int, total: int,
+    def _prepare_opencl(self, backend: OpenCLBackend, device_id: int, arrays: int, total: int,
                         group: int | None, tail: list[Any]) -> Callable[..., None]:
         import pyopencl as cl
         program = backend.program(device_id, self.source, list(self.options), name=self.name)
@@ -145,7 +149,7 @@ class SourceKernel:
                 kernel(queue, (total,), local, *[buffer(a) for a in arrays], *tail)
         return run
 
-    def _prepare_cuda(self, backend: Any, device_id: int, total: int, block: int,
+    def _prepare_cuda(self, backend: Backend, device_id: int, total: int, block: int,
                       tail: list[Any]) -> Callable[..., None]:
         import cupy
         with backend.scope(device_id):

@@ -9,6 +9,7 @@ from typing import Any, Iterable, Mapping
 from ..device import Device, device_type_code
 from ..device import device as parse_device
 from ..errors import DeviceError, PlanError
+from ..graph.model import Graph
 from .virtual_device import VirtualDevice
 
 PLACEMENT_KEYS = ("default_device", "node_devices", "func_devices", "input_devices",
@@ -157,7 +158,7 @@ class Placement:
         return result
 
     @classmethod
-    def from_graph(cls, graph: Any, default_device: str = "cpu:0") -> Placement:
+    def from_graph(cls, graph: Graph, default_device: str = "cpu:0") -> Placement:
         """Pin every node where a planned graph already puts it (rule 9: replanning is a no-op)."""
         codes = graph.column("device_index")
         if codes is None:

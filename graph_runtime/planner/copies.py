@@ -35,6 +35,11 @@ def insert_copies(topo: Topology, node_device: list[Device],
                   head_device: list[Device]) -> Rewritten:
     """Add a copy wherever a reader's device differs from the device of the entry it reads.
 
+    The planner writes real `__copy` nodes into a new graph (users see and keep them). The
+    executor's runtime.placement.missing_copies is the other mechanism, on purpose: TVM's
+    runtime accepts a graph whose writer left a cross-device read without a copy, so create()
+    must add a buffer and a copy step without rewriting the user's graph.
+
     A copy sits right before its first reader in node order (right after its producer when only
     outputs read it), so the order stays topological and the copied buffer lives briefly.
     Readers that are `__copy` nodes read across devices by design and get no copy.

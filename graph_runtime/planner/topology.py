@@ -2,15 +2,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from ..errors import PlanError
-from ..graph.model import COPY_OP
+from ..graph.model import COPY_OP, Graph
 
 
 @dataclass(frozen=True)
 class PlanNode:
-    """One node as the planner sees it: its name, kernel and the entries it reads."""
+    """One node as the planner sees it: its name, kernel and the entries it reads.
+
+    Why not graph.model.Node: the planner builds new graphs (copies added, nodes renumbered)
+    from plain records, before any shape, dtype or column exists; graph.model.Node is a node of
+    a checked, complete graph and cannot exist without one.
+    """
 
     name: str
     op: str = "tvm_op"
@@ -52,7 +56,7 @@ class Topology:
         return f"node {nid} {self.nodes[nid].name!r}"
 
 
-def topology_of(graph: Any) -> Topology:
+def topology_of(graph: Graph) -> Topology:
     """The Topology of a graph_runtime.graph.Graph."""
     nodes = []
     for node in graph.nodes:

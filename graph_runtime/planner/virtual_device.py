@@ -1,4 +1,7 @@
-"""VirtualDevice: a possibly partial device constraint, with TVM's join and default (seed 004)."""
+"""VirtualDevice: a possibly partial device constraint, with join and default.
+
+As TVM's include/tvm/target/virtual_device.h defines them.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass

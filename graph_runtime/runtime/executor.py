@@ -6,31 +6,25 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from ..backends import check_device, copy_array
+import numpy as np
+
+from ..backends import check_device, copy_array, run_in_scope
 from ..device import Device
 from ..errors import GraphError, GraphRuntimeError, LibraryError
-from ..graph.model import COPY_OP, NOP_OP, entry_bytes
+from ..graph.model import COPY_OP, NOP_OP, Graph
 from ..lib.library import Module, TensorSpec, storage_requests
-from .storage import StoragePlan, StoragePool, check_capacity, default_caps, plan_storage
+from .placement import plan_placement, resolve_entry_devices
+from .storage import PoolLayout, StoragePool, check_capacity, default_caps
 
 log = logging.getLogger("graph_runtime")
 
 
-@dataclass(frozen=True)
-class InsertedCopy:
-    """A copy the executor added because a node read an entry living on another device."""
-
-    eid: int
-    producer: str
-    src: Device
-    dst: Device
-    nbytes: int
-    readers: tuple[str, ...]
-
-
 @dataclass
-class Step:
-    """One prepared call: a kernel or a copy, with its argument arrays bound."""
+class PreparedCall:
+    """One prepared call: a kernel or a copy, with its argument arrays bound.
+
+    Not to be confused with lib.chain.Step, one op inside a fused function.
+    """
 
     nid: int            # node id; -1 for a copy the executor inserted
     label: str
@@ -54,97 +48,10 @@ class NodeTime:
     seconds: float
 
 
-def resolve_entry_devices(graph: Any, ctxs: Sequence[Device], strict: bool) -> list[Device]:
-    """Map each entry's device_index (a DLPack type code) to a context; TVM's ctxs[0] fallback."""
-    codes = graph.column("device_index")
-    ids = graph.column("device_id")
-    if codes is None:
-        return [ctxs[0]] * graph.num_entries
-    devices: list[Device] = []
-    unmatched: dict[tuple[int, int | None], list[int]] = {}
-    for eid in range(graph.num_entries):
-        code = codes[eid]
-        want = ids[eid] if ids is not None else None
-        match = next((c for c in ctxs if c.device_type == code
-                      and (want is None or c.device_id == want)), None)
-        if match is None:
-            unmatched.setdefault((code, want), []).append(eid)
-            match = next((c for c in ctxs if c.device_type == code), ctxs[0])
-        devices.append(match)
-    for (code, want), eids in unmatched.items():
-        wanted = Device(code, want or 0) if want is not None else Device(code, 0).kind
-        nodes = sorted({_owner_label(graph, e) for e in eids})
-        shown = ", ".join(nodes[:8]) + (f" and {len(nodes) - 8} more" if len(nodes) > 8 else "")
-        message = (f"{graph.source}: device_index asks for {wanted} for {len(eids)} entries "
-                   f"({shown}) but ctxs are {', '.join(map(str, ctxs))}")
-        if strict:
-            raise GraphError(message + "; add that device to ctxs, or pass strict=False to fall "
-                             "back to ctxs[0]")
-        log.warning("%s; using %s", message, devices[eids[0]])
-    return devices
-
-
-def plan_placement(graph: Any, entry_device: Sequence[Device], fallback: Device, strict: bool
-                   ) -> tuple[list[Device], list[InsertedCopy], StoragePlan]:
-    """Each node's device, the copies to insert and the storage plan counting their buffers.
-
-    What create() sets up, computed without allocating (`graphrun info` shows it too).
-    fallback: the device of a node without outputs (ctxs[0]).
-    """
-    node_device = _node_devices(graph, entry_device, fallback)
-    plan = plan_storage(graph, entry_device)
-    copies = _missing_copies(graph, entry_device, node_device, strict)
-    for c in copies:
-        plan.extra_bytes[c.dst] = plan.extra_bytes.get(c.dst, 0) + c.nbytes
-    return node_device, copies, plan
-
-
-def _node_devices(graph: Any, entry_device: Sequence[Device], fallback: Device) -> list[Device]:
-    result: list[Device] = []
-    for node in graph.nodes:
-        eids = graph.node_entries(node.nid)
-        devs = {entry_device[e] for e in eids}
-        if len(devs) > 1:
-            where = ", ".join(f"eid {e} on {entry_device[e]}" for e in eids)
-            raise GraphError(f"{graph.source}: {node.label} has outputs on several devices "
-                             f"({where}); a node runs on one device")
-        result.append(devs.pop() if devs else fallback)
-    return result
-
-
-def _missing_copies(graph: Any, entry_device: Sequence[Device], node_device: Sequence[Device],
-                    strict: bool) -> list[InsertedCopy]:
-    """One copy per (entry, device) a kernel reads across devices without a __copy node."""
-    found: dict[tuple[int, Device], list[str]] = {}
-    for node in graph.nodes:
-        if node.is_arg or node.func_name in (COPY_OP, NOP_OP):
-            continue
-        dst = node_device[node.nid]
-        for pos, ref in enumerate(node.inputs):
-            eid = graph.entry_id(ref[0], ref[1])
-            src = entry_device[eid]
-            if src == dst:
-                continue
-            if strict:
-                raise GraphError(
-                    f"{graph.source}: {node.label} on {dst} reads input {pos}, entry "
-                    f"{ref[0]}:{ref[1]} (eid {eid}), which lives on {src}, with no __copy "
-                    "node between them; add one, or pass strict=False to let the executor "
-                    "insert it")
-            found.setdefault((eid, dst), []).append(node.label)
-    return [InsertedCopy(eid, _owner_label(graph, eid), entry_device[eid], dst,
-                         entry_bytes(graph.shape(eid), graph.dtype(eid)), tuple(readers))
-            for (eid, dst), readers in found.items()]
-
-
-def _owner_label(graph: Any, eid: int) -> str:
-    return graph.nodes[graph.entry_node(eid)[0]].label
-
-
 class Executor:
     """Prepared steps over a storage pool. Setup resolves everything; run() is a tight loop."""
 
-    def __init__(self, graph: Any, lib: Module, ctxs: Sequence[Device], *, strict: bool = False,
+    def __init__(self, graph: Graph, lib: Module, ctxs: Sequence[Device], *, strict: bool = False,
                  memory_cap: int | Mapping[Device, int] | None = None) -> None:
         self.graph = graph
         self.ctxs = list(ctxs)
@@ -157,7 +64,7 @@ class Executor:
             log.info("%s: inserted a copy of eid %d (%s) from %s to %s for %s", graph.source,
                      c.eid, c.producer, c.src, c.dst, ", ".join(c.readers))
         check_capacity(graph, plan, self._caps(plan, memory_cap))
-        self.plan: StoragePlan = plan
+        self.plan: PoolLayout = plan
         self.pool = StoragePool(graph, plan)
         # Every array a step may touch, by (eid, device): pool views plus inserted copies' buffers.
         self.arrays: dict[tuple[int, Device], Any] = {
@@ -165,7 +72,7 @@ class Executor:
         for c in self.copies:
             backend = check_device(c.dst)
             self.arrays[(c.eid, c.dst)] = backend.empty(c.dst.device_id, tuple(graph.shape(c.eid)),
-                                                       graph.dtype(c.eid))
+                                                       np.dtype(graph.dtype(c.eid)))
         self.steps = self._prepare_steps(lib)
         self._place_requested_inputs()
         self._calls = [(s.fn, s.args) for s in self.steps]
@@ -173,7 +80,7 @@ class Executor:
 
     # ---- setup ---------------------------------------------------------------------------------
 
-    def _caps(self, plan: StoragePlan, memory_cap: Any) -> dict[Device, int]:
+    def _caps(self, plan: PoolLayout, memory_cap: Any) -> dict[Device, int]:
         used = set(plan.sid_device.values()) | set(plan.extra_bytes)
         caps = default_caps(list(used))
         if isinstance(memory_cap, int):
@@ -184,9 +91,9 @@ class Executor:
                 caps[parse_device(key)] = int(value)
         return caps
 
-    def _prepare_steps(self, lib: Module) -> list[Step]:
+    def _prepare_steps(self, lib: Module) -> list[PreparedCall]:
         g = self.graph
-        steps: list[Step] = []
+        steps: list[PreparedCall] = []
         pending = {(c.eid, c.dst): c for c in self.copies}
         for node in g.nodes:
             if node.is_arg or node.func_name == NOP_OP:
@@ -215,14 +122,14 @@ class Executor:
             fn = lib.prepare(node.func_name or "", dev, in_specs, out_specs, node.attrs,
                              node=node.label)
             fn = _in_device_scope(fn, dev)
-            steps.append(Step(node.nid, node.label, node.func_name or "", dev, fn,
+            steps.append(PreparedCall(node.nid, node.label, node.func_name or "", dev, fn,
                               [self._bind(k) for k in keys], keys, False))
         return steps
 
     def _place_requested_inputs(self) -> None:
         """Give entries the storage their kernel asked for (lib.library.RequestsStorage).
 
-        A padded CPU GEMV wants its weight inside a larger zeroed buffer (lib/padded_gemv.py).
+        A padded CPU GEMV wants its weight inside a larger zeroed buffer (lib/kernels/padded_gemv.py).
         An entry shared with another storage user, read through a copy or flattened keeps the
         pool's buffer; the kernel then takes its plain path.
         """
@@ -236,7 +143,7 @@ class Executor:
                 placed.add(eid)
                 self.rebind(eid, array)
 
-    def _copy_node_step(self, node: Any, in_eids: list[int], out_eids: list[int]) -> Step:
+    def _copy_node_step(self, node: Any, in_eids: list[int], out_eids: list[int]) -> PreparedCall:
         g = self.graph
         if len(in_eids) != 1 or len(out_eids) != 1:
             raise GraphError(f"{g.source}: {node.label} is a __copy with {len(in_eids)} inputs "
@@ -252,7 +159,7 @@ class Executor:
         return step
 
     def _copy_step(self, nid: int, label: str, src_eid: int, src: Device, dst: Device,
-                   dst_eid: int | None = None) -> Step:
+                   dst_eid: int | None = None) -> PreparedCall:
         src_backend = check_device(src)
         dst_backend = check_device(dst)
 
@@ -260,7 +167,8 @@ class Executor:
             copy_array(src_backend, src_array, dst_backend, dst_array)
 
         keys = [(src_eid, src, False), (src_eid if dst_eid is None else dst_eid, dst, False)]
-        return Step(nid, label, COPY_OP, dst, copy, [self._bind(k) for k in keys], keys, True)
+        return PreparedCall(nid, label, COPY_OP, dst, copy, [self._bind(k) for k in keys], keys,
+                            True)
 
     def _bind(self, key: tuple[int, Device, bool]) -> Any:
         eid, dev, flatten = key
@@ -296,7 +204,7 @@ class Executor:
         except Exception as e:
             raise self._failed(self.steps[done], e) from e
 
-    def _failed(self, step: Step, e: Exception) -> LibraryError:
+    def _failed(self, step: PreparedCall, e: Exception) -> LibraryError:
         """The one error a kernel's own exception becomes, naming the node (wrapped once)."""
         return LibraryError(f"{self.graph.source}: {step.label} ({step.func_name} on "
                             f"{step.device}) failed: {type(e).__name__}: {e}")
@@ -306,8 +214,8 @@ class Executor:
         for dev in self.devices:
             check_device(dev).sync(dev.device_id)
 
-    def run_steps(self, each: Callable[[Step], None] | None = None,
-                  timer: Callable[[Step, float], None] | None = None) -> None:
+    def run_steps(self, each: Callable[[PreparedCall], None] | None = None,
+                  timer: Callable[[PreparedCall, float], None] | None = None) -> None:
         """Run step by step, syncing each device after its step (profiling and debugging)."""
         for step in self.steps:
             backend = check_device(step.device)
@@ -345,12 +253,11 @@ class Executor:
 
 
 def _in_device_scope(fn: Callable[..., Any], dev: Device) -> Callable[..., Any]:
-    """Wrap fn so it runs with dev current, for backends that have a current device (CUDA)."""
-    scope = getattr(check_device(dev), "scope", None)
-    if scope is None or dev.device_id == 0:
-        return fn
+    """Wrap fn so it runs with dev current, for backends that have a current device (CUDA).
 
-    def scoped(*args: Any) -> Any:
-        with scope(dev.device_id):
-            return fn(*args)
-    return scoped
+    Device 0 is current by default, so its kernels skip the wrapper (standard ops enter the
+    backend's scope themselves, for its stream).
+    """
+    if dev.device_id == 0:
+        return fn
+    return run_in_scope(check_device(dev), dev.device_id, fn)

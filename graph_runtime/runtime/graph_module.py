@@ -12,10 +12,12 @@ from ..backends import check_device, copy_array, get_backend
 from ..device import Device, DeviceLike
 from ..device import device as parse_device
 from ..errors import DeviceError, GraphError, GraphRuntimeError, ParamsError
+from ..graph.model import Graph, GraphSource
 from ..lib.library import Module
 from ..nd import NDArray, from_dlpack
-from .executor import Executor, InsertedCopy, NodeTime
+from .executor import Executor, NodeTime
 from .measure import MemoryReport
+from .placement import InsertedCopy
 
 log = logging.getLogger("graph_runtime")
 
@@ -33,7 +35,7 @@ def _to_device_list(ctxs: DeviceLike | Sequence[DeviceLike]) -> list[Device]:
 class GraphModule:
     """A graph bound to devices and kernels, ready to run (see graph_runtime.create)."""
 
-    def __init__(self, graph: Any, lib: Module, ctxs: Sequence[Device], *, strict: bool = False,
+    def __init__(self, graph: Graph, lib: Module, ctxs: Sequence[Device], *, strict: bool = False,
                  memory_cap: int | Mapping[Any, int] | None = None) -> None:
         self.graph = graph
         self.lib = lib
@@ -262,7 +264,8 @@ class GraphModule:
         if type(src) is np.ndarray:
             return NDArray(src.copy(), dev)  # a CPU output: one memcpy, no backend lookups
         backend = check_device(dev)
-        fresh = backend.empty(dev.device_id, tuple(self.graph.shape(eid)), self.graph.dtype(eid))
+        fresh = backend.empty(dev.device_id, tuple(self.graph.shape(eid)),
+                                  np.dtype(self.graph.dtype(eid)))
         backend.copy(src, fresh)
         return NDArray(fresh, dev)
 
@@ -369,7 +372,7 @@ def _copy_out(src: Any, out: Any) -> Any:
     raise GraphError(f"out= must be an NDArray or numpy array, got {type(out).__name__}")
 
 
-def create(graph: Any, libmod: Module | str | os.PathLike | None = None,
+def create(graph: GraphSource, libmod: Module | str | os.PathLike | None = None,
            ctxs: DeviceLike | Sequence[DeviceLike] = Device(1, 0), *, strict: bool = False,
            memory_cap: int | Mapping[Any, int] | None = None) -> GraphModule:
     """A GraphModule: graph (JSON text, path, dict or Graph), a lib, devices (ctxs[0] primary).

@@ -10,11 +10,11 @@ from .._text import fmt_bytes
 from ..backends import check_device
 from ..device import Device
 from ..errors import DeviceError, GraphError
-from ..graph.model import entry_bytes
+from ..graph.model import Graph, entry_bytes
 
 
 @dataclass
-class StoragePlan:
+class PoolLayout:
     """Which device and how many bytes each storage id needs, before anything is allocated."""
 
     sid_bytes: dict[int, int]
@@ -46,7 +46,7 @@ class StoragePlan:
         return totals
 
 
-def plan_storage(graph: Any, entry_device: Sequence[Device]) -> StoragePlan:
+def layout_pool(graph: Graph, entry_device: Sequence[Device]) -> PoolLayout:
     """Size each storage id (max over its entries) and check each id stays on one device."""
     num = graph.num_entries
     sid_bytes: dict[int, int] = {}
@@ -73,10 +73,10 @@ def plan_storage(graph: Any, entry_device: Sequence[Device]) -> StoragePlan:
                 f"({_entry_label(graph, eid)}); a storage id must stay on one device")
         if nbytes > sid_bytes[sid]:
             sid_bytes[sid] = nbytes
-    return StoragePlan(sid_bytes, sid_device, sid_first, sids, sizes, list(entry_device))
+    return PoolLayout(sid_bytes, sid_device, sid_first, sids, sizes, list(entry_device))
 
 
-def check_capacity(graph: Any, plan: StoragePlan, caps: Mapping[Device, int]) -> None:
+def check_capacity(graph: Graph, plan: PoolLayout, caps: Mapping[Device, int]) -> None:
     """Refuse a plan whose bytes on some device exceed that device's cap, naming the biggest ids."""
     for dev, total in plan.bytes_per_device().items():
         cap = caps.get(dev)
@@ -103,7 +103,7 @@ def default_caps(devices: Sequence[Device]) -> dict[Device, int]:
 class StoragePool:
     """One buffer per storage id on its device; entries are views of any dtype/shape over it."""
 
-    def __init__(self, graph: Any, plan: StoragePlan) -> None:
+    def __init__(self, graph: Graph, plan: PoolLayout) -> None:
         self.plan = plan
         self.buffers: dict[int, Any] = {}
         for sid, nbytes in sorted(plan.sid_bytes.items()):
@@ -144,6 +144,6 @@ class StoragePool:
         return True
 
 
-def _entry_label(graph: Any, eid: int) -> str:
+def _entry_label(graph: Graph, eid: int) -> str:
     nid, index = graph.entry_node(eid)
     return f"{graph.nodes[nid].label} output {index}"

@@ -103,3 +103,15 @@ def test_errors_name_op_and_input(make_function) -> None:
         make_function("equal").infer([f32, TensorSpec((4,), "float32")])
     with pytest.raises(LibraryError, match=r"logical_not: its ops take 1 input"):
         make_function("logical_not").infer([TensorSpec((2,), "bool")] * 2)
+
+
+def test_chains_through_bool_values(backend_name: str, run_op) -> None:
+    # On CUDA/OpenCL each chain is one generated kernel whose intermediate is a bool.
+    a, b = _operands("float32", (3, 4), (4,))
+    x, y = _operands("int32", (3, 4), (3, 4))
+    (got,) = run_op(backend_name, [{"op": "greater"}, {"op": "logical_not"}], [a, b])
+    np.testing.assert_array_equal(got, ~(a > b))
+    (got,) = run_op(backend_name, [{"op": "less_equal"}, {"op": "where"}], [a, b, x, y])
+    np.testing.assert_array_equal(got, np.where(a <= b, x, y))
+    (got,) = run_op(backend_name, [{"op": "bitwise_xor"}, {"op": "equal"}], [x, y, x])
+    np.testing.assert_array_equal(got, (x ^ y) == x)

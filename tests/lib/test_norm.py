@@ -32,6 +32,7 @@ def ref_group_norm(x, scale, bias, groups, eps) -> np.ndarray:
 @pytest.mark.parametrize("op,shape,groups,dtype", [
     ("instance_norm", (2, 3, 4, 5), None, "float32"),
     ("instance_norm", (1, 2, 3), None, "float16"),
+    ("instance_norm", (1, 2, 20, 30), None, "float32"),  # rows longer than a work-group
     ("group_norm", (2, 6, 3, 2), 3, "float32"),
     ("group_norm", (1, 4, 2, 2, 3), 1, "float64"),
 ])
@@ -78,6 +79,7 @@ def test_lrn_defaults(backend_name, run_op, random_array) -> None:
 @pytest.mark.parametrize("shape,axis,p,dtype", [((3, 4), -1, 2, "float32"),
                                                 ((2, 3, 4), 1, 1, "float32"),
                                                 ((2, 5), 0, 2, "float64"),
+                                                ((2, 300, 2), 1, 2, "float32"),
                                                 ((4, 3), 1, 1, "float16")])
 def test_lp_normalization(backend_name, shape, axis, p, dtype, run_op, random_array) -> None:
     x = random_array(shape, dtype, 0.1, 2, seed=6) * np.where(
@@ -86,6 +88,12 @@ def test_lp_normalization(backend_name, shape, axis, p, dtype, run_op, random_ar
     x64 = x.astype(np.float64)
     norm = np.linalg.norm(x64, ord=p, axis=axis, keepdims=True)
     _close(got, x64 / norm, dtype)
+
+
+def test_lp_normalization_zero_line_stays_zero(backend_name, run_op) -> None:
+    x = np.array([[0.0, 0.0], [3.0, -4.0]], np.float32)
+    (got,) = run_op(backend_name, "lp_normalization", [x], {"axis": 1, "p": 2})
+    np.testing.assert_allclose(got, [[0.0, 0.0], [0.6, -0.8]], rtol=1e-6)
 
 
 def test_norm_errors(make_function) -> None:

@@ -74,6 +74,17 @@ def test_avg_pool(backend_name, shape, attrs, count_include_pad, run_op, assert_
     assert_close(got, want)
 
 
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+def test_max_pool_8bit(backend_name, dtype, run_op) -> None:
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(4)
+    x = rng.integers(info.min, info.max, size=(1, 2, 5, 5), endpoint=True).astype(dtype)
+    attrs = {"pool_size": [2, 2], "strides": [2, 2], "padding": [1, 1, 0, 0], "ceil_mode": True}
+    (got,) = run_op(backend_name, "max_pool2d", [x], attrs)
+    want = onnx_pool(x.astype(np.float64), "MaxPool", **ours_to_onnx(attrs))
+    np.testing.assert_array_equal(got, want.astype(dtype))
+
+
 def test_ceil_mode_drops_window_past_data(make_function) -> None:
     # 3 rows, window 1, stride 3: a second window would start at row 3, past the data.
     (spec,) = make_function("max_pool2d").infer([TensorSpec((1, 1, 3, 3), "float32")], {

@@ -10,15 +10,8 @@ from graph_runtime.device import Device
 from graph_runtime.errors import PlanError
 from graph_runtime.graph.model import Graph
 from graph_runtime.lib import Module
-from graph_runtime.planner import (
-    Placement,
-    PlanResult,
-    VirtualDevice,
-    default,
-    join,
-    parse_device_constraint,
-    plan_graph,
-)
+from graph_runtime.planner import (Placement, PlanResult, VirtualDevice, default, join,
+                                   parse_device_constraint, plan_graph)
 
 CPU, CUDA, OPENCL = 1, 2, 4
 cpu0, cl0 = Device(CPU, 0), Device(OPENCL, 0)

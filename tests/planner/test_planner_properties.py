@@ -14,13 +14,8 @@ import graph_runtime as gr
 from graph_runtime.device import Device
 from graph_runtime.errors import PlanError
 from graph_runtime.graph.model import Graph
-from graph_runtime.planner import (
-    Placement,
-    VirtualDevice,
-    join,
-    parse_device_constraint,
-    plan_graph,
-)
+from graph_runtime.planner import (Placement, VirtualDevice, join, parse_device_constraint,
+                                   plan_graph)
 
 UNARY = ["relu", "negative", "tanh", "sigmoid", "abs"]
 BINARY = ["add", "subtract", "multiply", "maximum"]

@@ -209,6 +209,7 @@ def test_kernel_error_at_run_names_the_node() -> None:
         m.run()
 
 
+@pytest.mark.opencl
 def test_unknown_device_in_ctxs() -> None:
     g = make_graph([null("x"), tvm_op("a", "relu", [0])], [1])
     with pytest.raises(DeviceError, match="opencl:7|opencl\\(7\\) does not exist"):

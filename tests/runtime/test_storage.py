@@ -9,7 +9,7 @@ import graph_runtime as gr
 from graph_runtime._text import fmt_bytes
 from graph_runtime.errors import GraphError
 from graph_runtime.graph.model import entry_bytes
-from graph_runtime.runtime.storage import StoragePool, check_capacity, plan_storage
+from graph_runtime.runtime.storage import StoragePool, check_capacity, layout_pool
 
 
 def _chain(storage_ids: list[int], shapes: list[list[int]], dtypes: list[str]):
@@ -27,7 +27,7 @@ def test_entry_bytes_uses_python_ints() -> None:
 
 def test_bytes_per_storage_id_is_the_max_over_its_entries() -> None:
     g = _chain([0, 1, 0, 1], [[4], [8], [2], [3]], ["float32", "float32", "float64", "int8"])
-    plan = plan_storage(g, [gr.cpu()] * 4)
+    plan = layout_pool(g, [gr.cpu()] * 4)
     assert plan.sid_bytes == {0: 16, 1: 32}
     assert plan.bytes_per_device() == {gr.cpu(): 48}
     assert plan.unshared_bytes_per_device() == {gr.cpu(): 16 + 32 + 16 + 3}
@@ -38,12 +38,12 @@ def test_a_storage_id_on_two_devices_names_both_entries() -> None:
     with pytest.raises(GraphError, match=r"storage id 1 is used on cpu\(0\) by entry 1 \(node 1 "
                                          r"'n0' output 0\) and on opencl\(0\) by entry 2 \(node 2 "
                                          r"'n1' output 0\)"):
-        plan_storage(g, [gr.cpu(), gr.cpu(), gr.opencl()])
+        layout_pool(g, [gr.cpu(), gr.cpu(), gr.opencl()])
 
 
 def test_capacity_check_names_the_largest_storage_id_and_entry() -> None:
     g = _chain([0, 1, 2], [[4], [1 << 20], [4]], ["float32"] * 3)
-    plan = plan_storage(g, [gr.cpu()] * 3)
+    plan = layout_pool(g, [gr.cpu()] * 3)
     check_capacity(g, plan, {gr.cpu(): 1 << 23})
     with pytest.raises(GraphError, match=r"needs 4\.0 MiB on cpu\(0\) but the cap is 1\.0 MiB; "
                                          r"the largest is storage id 1 \(4\.0 MiB\) for entry 1 "
@@ -53,7 +53,7 @@ def test_capacity_check_names_the_largest_storage_id_and_entry() -> None:
 
 def test_pool_views_of_different_dtypes_share_one_buffer() -> None:
     g = _chain([0, 0], [[4], [2]], ["float32", "float64"])
-    pool = StoragePool(g, plan_storage(g, [gr.cpu()] * 2))
+    pool = StoragePool(g, layout_pool(g, [gr.cpu()] * 2))
     assert len(pool.buffers) == 1
     f32, f64 = pool.views
     assert (f32.dtype, f32.shape, f64.dtype, f64.shape) == (np.float32, (4,), np.float64, (2,))
@@ -65,7 +65,7 @@ def test_pool_views_of_different_dtypes_share_one_buffer() -> None:
 def test_pool_on_two_devices(opencl_available: None) -> None:
     g = _chain([0, 1, 2], [[4], [4], [4]], ["float32"] * 3)
     devices = [gr.cpu(), gr.opencl(), gr.opencl()]
-    plan = plan_storage(g, devices)
+    plan = layout_pool(g, devices)
     pool = StoragePool(g, plan)
     assert plan.bytes_per_device() == {gr.cpu(): 16, gr.opencl(): 32}
     assert isinstance(pool.views[0], np.ndarray)

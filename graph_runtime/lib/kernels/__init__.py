@@ -1,1 +1,1 @@
-"""Kernel implementations the op families call: OpenCL GEMM/conv sources, GPU helpers, padded GEMV."""
+"""Kernels the op families call: OpenCL GEMM/conv sources, GPU helpers, the padded GEMV."""

@@ -1,7 +1,7 @@
 """OpenCL convolution kernels: direct, im2col into GEMM panels, and col2im for the transpose."""
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -12,6 +12,9 @@ from .gpu import CL_TYPES, cl_header, cl_load, cl_param, cl_pointer, cl_store, c
 from .opencl_args import ARRAY, BUFFER, buf, typed_kernel
 from .opencl_gemm import GemmShape, chosen_variant, is_cpu_device, make_gemm
 from .opencl_gemm_cpu import blocking, blocks, packed_gemm
+
+if TYPE_CHECKING:
+    from ...backends.opencl import OpenCLBackend
 
 # On a CPU device a convolution with at most this many output channels per group (depthwise:
 # 1) runs the direct kernel: the packed GEMM's 12-row register blocks would mostly idle.
@@ -167,7 +170,7 @@ __kernel void gr_col2im({cl_param("out", dtype, const=False)}, {cl_param("cols",
 class _Kernels:
     """The kernels of _source for one dtype on one device, with their argument types."""
 
-    def __init__(self, backend: Any, device_id: int, dtype: str, name: str) -> None:
+    def __init__(self, backend: OpenCLBackend, device_id: int, dtype: str, name: str) -> None:
         self.queue = backend.queue(device_id)
         panel = blocking(backend, device_id, dtype).nb
         program = backend.program(device_id, _source(dtype, panel), name=name)
@@ -189,7 +192,7 @@ def _sizes(p: ConvParams, total: int, channels: int) -> list[int]:
             p.pad[0], p.pad[1], p.dilation[0], p.dilation[1]]
 
 
-def pick_method(backend: Any, device_id: int, p: ConvParams, shape: GemmShape) -> str:
+def pick_method(backend: OpenCLBackend, device_id: int, p: ConvParams, shape: GemmShape) -> str:
     """The METHODS entry for p: a CPU device sums few-channel groups (depthwise) directly and
     feeds the rest to the packed GEMM through panel-writing im2col; other devices run im2col
     + GEMM."""
@@ -200,7 +203,7 @@ def pick_method(backend: Any, device_id: int, p: ConvParams, shape: GemmShape) -
     return "im2col"
 
 
-def conv2d_cl(backend: Any, device_id: int, p: ConvParams,
+def conv2d_cl(backend: OpenCLBackend, device_id: int, p: ConvParams,
               method: str | None = None) -> Callable[[Any, Any, Any], None]:
     """run(data, weight, out) for conv2d on OpenCL; method (METHODS) None picks by device.
 
@@ -262,7 +265,7 @@ def _im2col_panel(kernels: _Kernels, p: ConvParams) -> Callable[[Any, Any], None
     return pack_b
 
 
-def conv2d_transpose_cl(backend: Any, device_id: int,
+def conv2d_transpose_cl(backend: OpenCLBackend, device_id: int,
                         p: ConvParams) -> Callable[[Any, Any, Any], None]:
     """run(data, weight, out) for conv2d_transpose: a GEMM into columns, then col2im."""
     taps = p.og * p.kh * p.kw

@@ -1,13 +1,17 @@
 """OpenCL/CUDA kernel plumbing: C type names, OpenCL argument snippets, ClKernel, strided copy."""
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
+from ...backends.base import Backend
 from ..attrs import op_error
 from ..shapes import size_of
 from .opencl_args import buf
+
+if TYPE_CHECKING:
+    from ...backends.opencl import OpenCLBackend
 
 # C type names: OpenCL C and CuPy's CUDA C.
 CL_TYPES = {"float16": "half", "float32": "float", "float64": "double", "int8": "char",
@@ -67,7 +71,7 @@ def cl_header(dtypes: Sequence[str]) -> str:
     return ""
 
 
-def check_cl_dtypes(op: str, backend: Any, device_id: int, dtypes: Sequence[str]) -> None:
+def check_cl_dtypes(op: str, backend: OpenCLBackend, device_id: int, dtypes: Sequence[str]) -> None:
     """Refuse float64 on an OpenCL device without fp64, naming the device."""
     if "float64" in dtypes:
         dev = backend.cl_device(device_id)
@@ -84,7 +88,8 @@ class ClKernel:
     one prepared call (pyopencl kernels hold their args).
     """
 
-    def __init__(self, backend: Any, device_id: int, source: str, entry: str, name: str) -> None:
+    def __init__(self, backend: OpenCLBackend, device_id: int, source: str, entry: str,
+                 name: str) -> None:
         import pyopencl as cl
         self.queue = backend.queue(device_id)
         program = backend.program(device_id, source, name=name)
@@ -125,7 +130,7 @@ class ClKernel:
         self.kernel(self.queue, (padded,), (local_size,) if local_size else None, *args)
 
 
-def device_array(backend: Any, device_id: int, host: np.ndarray) -> Any:
+def device_array(backend: Backend, device_id: int, host: np.ndarray) -> Any:
     """A device copy of a small host array (index tables, shapes), made once at prepare time."""
     host = np.ascontiguousarray(host)
     arr = backend.empty(device_id, host.shape, host.dtype)
@@ -142,7 +147,7 @@ def copy_type(dtype: str) -> str:
     return _COPY_TYPES[np.dtype(dtype).itemsize]
 
 
-def cl_strided_copy(backend: Any, device_id: int, dtype: str, shape: Sequence[int],
+def cl_strided_copy(backend: OpenCLBackend, device_id: int, dtype: str, shape: Sequence[int],
                     src_strides: Sequence[int], dst_strides: Sequence[int],
                     name: str = "copy") -> Callable[..., None]:
     """copy(src, dst, src_start, dst_start) for every coordinate c of shape:

@@ -1,26 +1,19 @@
 """Elementwise GPU kernels generated from ops' C expressions (one op, or a chain's fused tail)."""
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, cast
 
 import numpy as np
 
+from ...backends.base import Backend
 from ..library import TensorSpec
 from ..shapes import broadcast_strides, size_of
-from .gpu import (
-    CUDA_TYPES,
-    ClKernel,
-    check_cl_dtypes,
-    cl_header,
-    cl_load,
-    cl_param,
-    cl_pointer,
-    cl_store,
-    cl_type,
-    compute_type,
-    device_array,
-)
+from .gpu import (CUDA_TYPES, ClKernel, check_cl_dtypes, cl_header, cl_load, cl_param, cl_pointer,
+                  cl_store, cl_type, compute_type, device_array)
 from .host import host_kernel
+
+if TYPE_CHECKING:
+    from ...backends.opencl import OpenCLBackend
 
 # op name -> fn(attrs) -> C expression template over {0}, {1}, ... (input values, already in the
 # compute type) and {T} (the compute type). Valid OpenCL C and CUDA C alike. attrs also hold
@@ -40,7 +33,7 @@ def elementwise_expr(op_name: str, expr: str | Callable[[Mapping[str, Any]], str
 Steps = Sequence[tuple[str, Sequence[int], str]]
 
 
-def gpu_elementwise(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def gpu_elementwise(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                     output: TensorSpec, steps: Steps, name: str = "gr_elementwise",
                     siblings: Mapping[str, Steps] | None = None) -> Callable[..., None]:
     """One GPU kernel computing output from inputs with NumPy broadcasting.
@@ -56,7 +49,8 @@ def gpu_elementwise(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
         run(*input_arrays, output_array).
     """
     if backend.name == "opencl":
-        return _cl_elementwise(backend, device_id, inputs, output, steps, name, siblings or {})
+        return _cl_elementwise(cast("OpenCLBackend", backend), device_id, inputs, output, steps,
+                               name, siblings or {})
     return _cuda_elementwise(backend, device_id, inputs, output, steps, name)
 
 
@@ -96,7 +90,7 @@ def _cl_elementwise_text(name: str, inputs: Sequence[TensorSpec], output: Tensor
             + "\n    ".join(body) + "\n}\n")
 
 
-def _cl_elementwise(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _cl_elementwise(backend: OpenCLBackend, device_id: int, inputs: Sequence[TensorSpec],
                     output: TensorSpec, steps: Steps, name: str,
                     siblings: Mapping[str, Steps]) -> Callable[..., None]:
     kernels = {**siblings, name: steps}
@@ -141,7 +135,7 @@ def cuda_elementwise_kernel(in_params: str, out_params: str, operation: str,
     return kernel
 
 
-def _cuda_elementwise(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _cuda_elementwise(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                       output: TensorSpec, steps: Sequence[tuple[str, Sequence[int], str]],
                       name: str) -> Callable[..., None]:
     in_params = ", ".join(f"{s.dtype} in{i}" for i, s in enumerate(inputs))

@@ -5,10 +5,12 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from ...backends import run_in_scope
+from ...backends.base import Backend
 from ..library import TensorSpec
 
 
-def array_module(backend: Any) -> Any:
+def array_module(backend: Backend) -> Any:
     """numpy for the cpu backend, cupy for cuda (both share NumPy's API)."""
     if backend.name == "cuda":
         import cupy
@@ -16,20 +18,14 @@ def array_module(backend: Any) -> Any:
     return np
 
 
-def host_kernel(backend: Any, device_id: int, fn: Callable[..., None]) -> Callable[..., None]:
+def host_kernel(backend: Backend, device_id: int, fn: Callable[..., None]) -> Callable[..., None]:
     """fn as is on cpu; on cuda, fn run with device_id current (cupy launches on that device)."""
-    if backend.name != "cuda" or not hasattr(backend, "scope"):
-        return fn
-
-    def run(*arrays: Any) -> None:
-        with backend.scope(device_id):
-            fn(*arrays)
-    return run
+    return run_in_scope(backend, device_id, fn)
 
 
 def host_factory(make: Callable[..., Callable[..., None]]) -> Callable[..., Callable[..., None]]:
     """A kernel factory calling make(xp, backend, device_id, inputs, outputs, attrs) -> run."""
-    def factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+    def factory(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
         run = make(array_module(backend), backend, device_id, inputs, outputs, attrs)
         return host_kernel(backend, device_id, run)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import importlib
 import os
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -12,6 +12,9 @@ from ...errors import LibraryError
 from .opencl_gemm_cpu import packed_gemm
 from .opencl_gemm_dot import dot_gemm
 from .opencl_gemm_local import local_gemm
+
+if TYPE_CHECKING:
+    from ...backends.opencl import OpenCLBackend
 
 IMPL_ENV = "GRAPH_RUNTIME_OPENCL_GEMM"
 # Our kernel families: "local" (work-group tiles staged in local memory, for GPUs), "packed" and
@@ -74,7 +77,7 @@ def clblast_available() -> bool:
     return True
 
 
-def is_cpu_device(backend: Any, device_id: int) -> bool:
+def is_cpu_device(backend: OpenCLBackend, device_id: int) -> bool:
     """Whether opencl:device_id is a CPU (CL_DEVICE_TYPE_CPU), e.g. PoCL's pthread device."""
     import pyopencl as cl
     return bool(backend.cl_device(device_id).type & cl.device_type.CPU)
@@ -96,7 +99,7 @@ def pick_variant(shape: GemmShape, cpu: bool) -> str:
     return "local"
 
 
-def tiled_gemm(backend: Any, device_id: int, shape: GemmShape,
+def tiled_gemm(backend: OpenCLBackend, device_id: int, shape: GemmShape,
                tile: tuple[int, int, int, int, int] | None = None,
                variant: str | None = None) -> Callable[[Any, Any, Any], None]:
     """run(a, b, c) computing shape's GEMM with our kernels; arrays may be views.
@@ -123,7 +126,8 @@ def tiled_gemm(backend: Any, device_id: int, shape: GemmShape,
     return local_gemm(backend, device_id, s, variant == "direct", tile)
 
 
-def clblast_gemm(backend: Any, device_id: int, shape: GemmShape) -> Callable[[Any, Any, Any],
+def clblast_gemm(backend: OpenCLBackend, device_id: int,
+                 shape: GemmShape) -> Callable[[Any, Any, Any],
                                                                              None]:
     """run(a, b, c) through CLBlast (pyclblast); LibraryError when it cannot serve shape."""
     s = shape.with_defaults()
@@ -171,7 +175,7 @@ def _as_matrix(arr: Any) -> Any:
     return arr.reshape(-1, 1) if arr.ndim != 2 else arr
 
 
-def chosen_variant(backend: Any, device_id: int, shape: GemmShape,
+def chosen_variant(backend: OpenCLBackend, device_id: int, shape: GemmShape,
                    impl: str | None = None) -> str | None:
     """The kernel family of VARIANTS make_gemm would run for shape, or None for CLBlast."""
     impl = _impl(impl)
@@ -180,7 +184,7 @@ def chosen_variant(backend: Any, device_id: int, shape: GemmShape,
     return pick_variant(shape, is_cpu_device(backend, device_id))
 
 
-def make_gemm(backend: Any, device_id: int, shape: GemmShape,
+def make_gemm(backend: OpenCLBackend, device_id: int, shape: GemmShape,
               impl: str | None = None) -> Callable[[Any, Any, Any], None]:
     """run(a, b, c) for shape.
 

@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from .gpu import CL_TYPES, cl_header, cl_load, cl_param, cl_pointer, cl_store, compute_type
 from .opencl_args import ARRAY, BUFFER, buf, typed_kernel
+
+if TYPE_CHECKING:
+    from ...backends.opencl import OpenCLBackend
 
 # Packing copies K x 16 elements per work-item.
 PACK_K = 16
@@ -49,7 +52,7 @@ class Blocking:
         return self.vw * self.nv
 
 
-def blocking(backend: Any, device_id: int, dtype: str) -> Blocking:
+def blocking(backend: OpenCLBackend, device_id: int, dtype: str) -> Blocking:
     """The device's native vector width for dtype's compute type, and a block that fits."""
     dev = backend.cl_device(device_id)
     native = dev.native_vector_width_double if dtype == "float64" else \
@@ -200,7 +203,7 @@ def blocks(size: int, block: int) -> int:
     return max((size + block - 1) // block, 1)
 
 
-def packed_gemm(backend: Any, device_id: int, s: Any,
+def packed_gemm(backend: OpenCLBackend, device_id: int, s: Any,
                 pack_b: Callable[[Any, Any], None] | None = None,
                 block: Blocking | None = None) -> Run:
     """run(a, b, c) for GemmShape s (defaults filled): pack both operands, then register blocks.

@@ -1,13 +1,16 @@
 """GEMM for OpenCL CPU devices when both operands are K-contiguous: vector dot products."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .gpu import CL_TYPES, cl_header, cl_load, cl_param, cl_pointer, cl_store, compute_type
 from .opencl_args import ARRAY, buf, typed_kernel
 from .opencl_gemm_cpu import Blocking, Run, blocking, blocks
+
+if TYPE_CHECKING:
+    from ...backends.opencl import OpenCLBackend
 
 # A work-item's block: DOT_MB rows of A against DOT_NB rows of B, each a K-long dot product
 # (4 x 4 measured best); a single row (GEMV) takes blocks of 1 x DOT_NB.
@@ -86,7 +89,7 @@ __kernel void gr_gemm_dot(const int M, const int N, const int K, {a_param},
 """
 
 
-def dot_gemm(backend: Any, device_id: int, s: Any, block: Blocking | None = None) -> Run:
+def dot_gemm(backend: OpenCLBackend, device_id: int, s: Any, block: Blocking | None = None) -> Run:
     """run(a, b, c) for s with A (M, K) and B (N, K): K-contiguous dot products, no workspace;
     block.vw is the vector width (None asks the device)."""
     blk = block or blocking(backend, device_id, s.dtype)

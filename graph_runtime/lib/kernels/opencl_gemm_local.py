@@ -1,13 +1,16 @@
 """GEMM kernels for OpenCL GPUs: work-group tiles staged in local memory, and a direct kernel."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from .gpu import CL_TYPES, cl_header, cl_load, cl_param, cl_pointer, cl_store, compute_type
 from .opencl_args import ARRAY, buf, typed_kernel
 from .opencl_gemm_cpu import INDEX_MACROS, trans_options
+
+if TYPE_CHECKING:
+    from ...backends.opencl import OpenCLBackend
 
 # Output tile per work-group (TSM x TSN), depth of a K step (TSK), outputs per work-item (WM x WN).
 # Measured on PoCL (bench/opencl_gemm.py, before the CPU kernels existed): 64x64x64 with 4x16 per
@@ -115,7 +118,7 @@ __kernel void gr_gemm_direct({params})
 
 
 
-def local_gemm(backend: Any, device_id: int, s: Any, direct: bool,
+def local_gemm(backend: OpenCLBackend, device_id: int, s: Any, direct: bool,
                tile: tuple[int, int, int, int, int] | None = None) -> Callable[[Any, Any, Any],
                                                                                 None]:
     """run(a, b, c) for GemmShape s (defaults filled) with local-memory tiles, or the direct

@@ -1,22 +1,17 @@
 """OpenCL row kernels (one work-group per row of an axis) behind softmax and layer_norm."""
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from ..library import TensorSpec
 from ..shapes import size_of
-from .gpu import (
-    ClKernel,
-    check_cl_dtypes,
-    cl_header,
-    cl_load,
-    cl_param,
-    cl_pointer,
-    cl_store,
-    compute_type,
-)
+from .gpu import (ClKernel, check_cl_dtypes, cl_header, cl_load, cl_param, cl_pointer, cl_store,
+                  compute_type)
+
+if TYPE_CHECKING:
+    from ...backends.opencl import OpenCLBackend
 
 _GROUP = 256
 
@@ -119,8 +114,8 @@ class RowKernel:
     Its arguments: the arrays, then the row length and the inner stride, then extra scalars.
     """
 
-    def __init__(self, backend: Any, device_id: int, spec: TensorSpec, axis: int, entry: str,
-                 name: str) -> None:
+    def __init__(self, backend: OpenCLBackend, device_id: int, spec: TensorSpec, axis: int,
+                 entry: str, name: str) -> None:
         check_cl_dtypes(name, backend, device_id, [spec.dtype])
         outer, length, inner = rows(spec.shape, axis)
         self.kernel = ClKernel(backend, device_id, row_source(spec.dtype), entry, name)

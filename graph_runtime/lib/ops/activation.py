@@ -2,22 +2,21 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from ...backends import REGISTRY
+from ...backends.base import Backend
 from ..attrs import DTYPE_KEY, attr_error, float_attr, op_error, str_attr
 from ..kernels.gpu_elementwise import elementwise_expr, gpu_elementwise
 from ..library import TensorSpec
 from ..registry import define_op, kernel
-from ..shapes import (
-    FLOAT_DTYPES,
-    NUMERIC_DTYPES,
-    broadcast_shape,
-    check_dtype,
-    check_num_inputs,
-    check_same_dtype,
-)
+from ..shapes import (FLOAT_DTYPES, NUMERIC_DTYPES, broadcast_shape, check_dtype, check_num_inputs,
+                      check_same_dtype)
+
+if TYPE_CHECKING:
+    pass
 
 WHERE_CONDITION_DTYPES = ("bool",) + NUMERIC_DTYPES
 
@@ -165,7 +164,7 @@ def _unary_infer(op: str) -> Callable[..., list[TensorSpec]]:
 def _unary_factory(op: str) -> Callable[..., Callable[..., None]]:
     expr, host, _, _ = UNARY_NN[op]
 
-    def factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+    def factory(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
         if backend.name == "cpu":
             return host(attrs, inputs[0])
@@ -178,7 +177,7 @@ for _op, (_expr, _host, _dtypes, _attrs) in UNARY_NN.items():
     # clip and erf are single ufunc calls (in place safe); leaky_relu and gelu read x again
     # after writing out.
     define_op(_op, _unary_infer(_op), 1, _attrs, in_place=_op in ("clip", "erf"))
-    for _kind in ("cpu", "cuda", "opencl"):
+    for _kind in REGISTRY:
         kernel(_op, _kind)(_unary_factory(_op))
     elementwise_expr(_op, _expr)
 
@@ -194,7 +193,7 @@ def _where_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list
     return [TensorSpec(shape, inputs[1].dtype)]
 
 
-def _where_factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _where_factory(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                    outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     if backend.name != "cpu":
         step = ("({0} != 0 ? {1} : {2})", [0, 1, 2], outputs[0].dtype)
@@ -214,7 +213,7 @@ def _where_factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
 
 
 define_op("where", _where_infer, 3, ())
-for _kind in ("cpu", "cuda", "opencl"):
+for _kind in REGISTRY:
     kernel("where", _kind)(_where_factory)
 elementwise_expr("where", "({0} != 0 ? {1} : {2})")
 
@@ -236,8 +235,9 @@ def _prelu_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list
     return [TensorSpec(shape, inputs[0].dtype)]
 
 
-def _prelu_factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
-                   outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+def _prelu_factory(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
+                   outputs: Sequence[TensorSpec],
+                   attrs: Mapping[str, Any]) -> Callable[..., None]:
     if backend.name != "cpu":
         step = (PRELU_EXPR, [0, 1], outputs[0].dtype)
         return gpu_elementwise(backend, device_id, inputs, outputs[0], [step], "gr_prelu")
@@ -253,7 +253,7 @@ def _prelu_factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
 
 
 define_op("prelu", _prelu_infer, 2, ())
-for _kind in ("cpu", "cuda", "opencl"):
+for _kind in REGISTRY:
     kernel("prelu", _kind)(_prelu_factory)
 elementwise_expr("prelu", PRELU_EXPR)
 

@@ -6,7 +6,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..attrs import attr_error, float_attr
-from ..expr_ops import ExprOp, literal, register_family, via_float64
+from ..expr_ops import ExprOp, host_compute, literal, register_family
 from ..shapes import FLOAT_DTYPES
 
 # ONNX's defaults, as the float32 values its schema stores.
@@ -55,38 +55,38 @@ _SOFTPLUS_C = "(fmax({0}, ({T})0) + log1p(exp(-fabs({0}))))"
 
 
 ACTIVATIONS: dict[str, ExprOp] = {
-    "softplus": ExprOp(via_float64(lambda attrs, x: _softplus(x)), lambda attrs: _SOFTPLUS_C,
+    "softplus": ExprOp(host_compute(lambda attrs, x: _softplus(x)), lambda attrs: _SOFTPLUS_C,
                        FLOAT_DTYPES),
-    "softsign": ExprOp(via_float64(lambda attrs, x: x / (1 + np.abs(x))),
+    "softsign": ExprOp(host_compute(lambda attrs, x: x / (1 + np.abs(x))),
                        lambda attrs: "({0} / (({T})1 + fabs({0})))", FLOAT_DTYPES),
     "hard_sigmoid": ExprOp(
-        via_float64(lambda attrs, x: _hard_sigmoid(x, *_hs_params(attrs))),
+        host_compute(lambda attrs, x: _hard_sigmoid(x, *_hs_params(attrs))),
         lambda attrs: _hard_sigmoid_c("{0}", *_hs_params(attrs)), FLOAT_DTYPES,
         ("alpha", "beta")),
     "hard_swish": ExprOp(
-        via_float64(lambda attrs, x: x * _hard_sigmoid(x, 1 / 6, 0.5)),
+        host_compute(lambda attrs, x: x * _hard_sigmoid(x, 1 / 6, 0.5)),
         lambda attrs: f"({{0}} * {_hard_sigmoid_c('{0}', 1 / 6, 0.5)})", FLOAT_DTYPES),
     "elu": ExprOp(
-        via_float64(lambda attrs, x: np.where(x < 0, _alpha("elu", attrs, 1.0) * np.expm1(x), x)),
+        host_compute(lambda attrs, x: np.where(x < 0, _alpha("elu", attrs, 1.0) * np.expm1(x), x)),
         lambda attrs: f"({{0}} < 0 ? {literal(_alpha('elu', attrs, 1.0))} * expm1({{0}}) : {{0}})",
         FLOAT_DTYPES, ("alpha",)),
     "selu": ExprOp(
-        via_float64(lambda attrs, x: _selu_params(attrs)[1] * np.where(
+        host_compute(lambda attrs, x: _selu_params(attrs)[1] * np.where(
             x <= 0, _selu_params(attrs)[0] * np.expm1(x), x)),
         lambda attrs: (f"({literal(_selu_params(attrs)[1])} * ({{0}} <= 0 ? "
                        f"{literal(_selu_params(attrs)[0])} * expm1({{0}}) : {{0}}))"),
         FLOAT_DTYPES, ("alpha", "gamma")),
     # max(0, x) + min(0, alpha (exp(x / alpha) - 1)): the second term is <= 0 iff x <= 0.
     "celu": ExprOp(
-        via_float64(lambda attrs, x: np.where(x > 0, x, _celu_alpha(attrs)
+        host_compute(lambda attrs, x: np.where(x > 0, x, _celu_alpha(attrs)
                                         * np.expm1(x / _celu_alpha(attrs)))),
         lambda attrs: (f"({{0}} > 0 ? {{0}} : {literal(_celu_alpha(attrs))} * "
                        f"expm1({{0}} / {literal(_celu_alpha(attrs))}))"),
         FLOAT_DTYPES, ("alpha",)),
-    "mish": ExprOp(via_float64(lambda attrs, x: x * np.tanh(_softplus(x))),
+    "mish": ExprOp(host_compute(lambda attrs, x: x * np.tanh(_softplus(x))),
                    lambda attrs: f"({{0}} * tanh({_SOFTPLUS_C}))", FLOAT_DTYPES),
     "thresholded_relu": ExprOp(
-        via_float64(lambda attrs, x: np.where(x > _alpha("thresholded_relu", attrs, 1.0), x, 0)),
+        host_compute(lambda attrs, x: np.where(x > _alpha("thresholded_relu", attrs, 1.0), x, 0)),
         lambda attrs: (f"({{0}} > {literal(_alpha('thresholded_relu', attrs, 1.0))} ? {{0}} "
                        ": ({T})0)"),
         FLOAT_DTYPES, ("alpha",)),

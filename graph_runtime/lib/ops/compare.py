@@ -30,7 +30,7 @@ def _bits(attrs: Mapping[str, Any]) -> int:
 
 
 def _in_range(attrs: Mapping[str, Any]) -> str:
-    """C test that shift count {1} is in [0, bits): NumPy gives 0 (or -1) outside, C is undefined."""
+    """C test that shift count {1} is in [0, bits): NumPy gives 0 (or -1) outside; C, UB."""
     if attrs.get(DTYPE_KEY) in UNSIGNED_DTYPES:
         return f"({{1}} < {_bits(attrs)})"
     return f"({{1}} >= 0 && {{1}} < {_bits(attrs)})"

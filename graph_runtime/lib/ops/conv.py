@@ -1,14 +1,18 @@
 """Convolution standard ops (conv2d, conv2d_transpose) in NCHW: im2col / col2im around a GEMM."""
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from ...backends.base import Backend
 from ..conv_params import CONV_ATTRS, ConvParams, conv2d_params, conv2d_transpose_params
 from ..kernels.conv_cl import conv2d_cl, conv2d_transpose_cl
 from ..kernels.gpu import check_cl_dtypes
 from ..kernels.host import array_module, host_kernel, wide_dtype
 from ..library import TensorSpec
 from ..registry import define_op, kernel
+
+if TYPE_CHECKING:
+    from ...backends.opencl import OpenCLBackend
 
 
 def _conv2d_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
@@ -24,7 +28,7 @@ def _conv2d_transpose_infer(inputs: Sequence[TensorSpec],
 
 # -- cpu / cuda ---------------------------------------------------------------------------------
 
-def _work_dtype(backend: Any, dtype: str) -> str:
+def _work_dtype(backend: Backend, dtype: str) -> str:
     """NumPy has no float16 BLAS: the CPU computes float16 convolutions in float32."""
     return wide_dtype(dtype) if backend.name == "cpu" else dtype
 
@@ -37,7 +41,7 @@ def _staged(xp: Any, arr: Any, buf: Any) -> Any:
     return buf
 
 
-def _conv2d_host(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _conv2d_host(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                  outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     p = conv2d_params(inputs, attrs)
     xp = array_module(backend)
@@ -84,7 +88,7 @@ def _conv2d_host(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
     return host_kernel(backend, device_id, run)
 
 
-def _conv2d_transpose_host(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _conv2d_transpose_host(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                            outputs: Sequence[TensorSpec],
                            attrs: Mapping[str, Any]) -> Callable[..., None]:
     p = conv2d_transpose_params(inputs, attrs)
@@ -125,14 +129,14 @@ def _conv2d_transpose_host(backend: Any, device_id: int, inputs: Sequence[Tensor
 
 # -- opencl -------------------------------------------------------------------------------------
 
-def _conv2d_cl(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _conv2d_cl(backend: OpenCLBackend, device_id: int, inputs: Sequence[TensorSpec],
                outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     p = conv2d_params(inputs, attrs)
     check_cl_dtypes("conv2d", backend, device_id, [p.dtype])
     return conv2d_cl(backend, device_id, p)
 
 
-def _conv2d_transpose_cl(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _conv2d_transpose_cl(backend: OpenCLBackend, device_id: int, inputs: Sequence[TensorSpec],
                          outputs: Sequence[TensorSpec],
                          attrs: Mapping[str, Any]) -> Callable[..., None]:
     p = conv2d_transpose_params(inputs, attrs)

@@ -1,25 +1,21 @@
 """cumsum (ONNX CumSum): running sums along an axis, optionally exclusive and/or reversed."""
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from ...backends.base import Backend
 from ..attrs import bool_attr, single_axis
-from ..kernels.gpu import (
-    ClKernel,
-    check_cl_dtypes,
-    cl_header,
-    cl_load,
-    cl_param,
-    cl_pointer,
-    cl_store,
-    compute_type,
-)
+from ..kernels.gpu import (ClKernel, check_cl_dtypes, cl_header, cl_load, cl_param, cl_pointer,
+                           cl_store, compute_type)
 from ..kernels.host import host_factory, wide_dtype
 from ..library import TensorSpec
 from ..registry import define_op, kernel
 from ..shapes import NUMERIC_DTYPES, check_dtype, check_rank, one_input, size_of
+
+if TYPE_CHECKING:
+    from ...backends.opencl import OpenCLBackend
 
 CUMSUM_ATTRS = ("axis", "exclusive", "reverse")
 
@@ -39,7 +35,7 @@ def _infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[Tenso
     return [TensorSpec(tuple(spec.shape), spec.dtype)]
 
 
-def _host_cumsum(xp: Any, backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _host_cumsum(xp: Any, backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                  outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     axis, exclusive, reverse = cumsum_params(inputs[0], attrs)
     acc = wide_dtype(inputs[0].dtype)  # float16 sums in float32, as the GPU kernels do
@@ -83,7 +79,7 @@ __kernel void gr_cumsum({cl_param("out", dtype, const=False)}, {cl_param("x", dt
 """
 
 
-def _cl_cumsum(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _cl_cumsum(backend: OpenCLBackend, device_id: int, inputs: Sequence[TensorSpec],
                outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     spec = inputs[0]
     check_cl_dtypes("cumsum", backend, device_id, [spec.dtype])

@@ -1,25 +1,22 @@
 """Elementwise standard ops (add ... relu, cast): NumPy/CuPy ufuncs and generated OpenCL kernels."""
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from ...backends.base import Backend
 from ..attrs import DTYPE_KEY, OUT_DTYPE_KEY, dtype_attr, op_error
 from ..kernels.gpu import CL_TYPES
 from ..kernels.gpu_elementwise import elementwise_expr, gpu_elementwise
 from ..kernels.host import array_module, host_kernel
 from ..library import TensorSpec
 from ..registry import define_op, kernel
-from ..shapes import (
-    FLOAT_DTYPES,
-    INT_DTYPES,
-    NUMERIC_DTYPES,
-    broadcast_shape,
-    check_dtype,
-    check_num_inputs,
-    check_same_dtype,
-)
+from ..shapes import (FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, broadcast_shape, check_dtype,
+                      check_num_inputs, check_same_dtype)
+
+if TYPE_CHECKING:
+    from ...backends.opencl import OpenCLBackend
 
 # make(xp) -> run(*inputs, out): xp is numpy or cupy, looked up once at prepare time.
 HostFn = Callable[[Any], Callable[..., None]]
@@ -151,7 +148,7 @@ def _cast_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[
 
 
 def _host_factory(fn: HostFn) -> Callable[..., Callable[..., None]]:
-    def factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+    def factory(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
         return host_kernel(backend, device_id, fn(array_module(backend)))
     return factory
@@ -168,7 +165,7 @@ def _expr(template: str) -> Callable[[Mapping[str, Any]], str]:
 
 def _cl_factory(name: str, family: Mapping[str, tuple[HostFn, str, tuple[str, ...]]]
                 ) -> Callable[..., Callable[..., None]]:
-    def factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+    def factory(backend: OpenCLBackend, device_id: int, inputs: Sequence[TensorSpec],
                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
         dtype = inputs[0].dtype
         slots = list(range(len(inputs)))

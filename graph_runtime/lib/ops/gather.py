@@ -2,16 +2,20 @@
 gather_elements (ONNX GatherElements)."""
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from ...backends.base import Backend
 from ..attrs import attr_error, int_attr, op_error, parse_value, single_axis, str_attr
 from ..kernels.gpu import ClKernel, cl_param, cl_pointer, copy_type, device_array
 from ..kernels.host import host_factory
 from ..library import TensorSpec
 from ..registry import define_op, kernel
 from ..shapes import check_dtype, check_num_inputs, contiguous_strides, size_of
+
+if TYPE_CHECKING:
+    from ...backends.opencl import OpenCLBackend
 
 INDEX_DTYPES = ("int32", "int64")
 
@@ -44,7 +48,7 @@ def _take(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[Tensor
     return [TensorSpec(shape, data.dtype)]
 
 
-def _host_take(xp: Any, backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _host_take(xp: Any, backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     data, indices = inputs
     axis = take_axis(data, attrs)
@@ -64,7 +68,7 @@ def _host_take(xp: Any, backend: Any, device_id: int, inputs: Sequence[TensorSpe
     return run
 
 
-def _cl_take(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _cl_take(backend: OpenCLBackend, device_id: int, inputs: Sequence[TensorSpec],
              outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     data, indices = inputs
     axis = take_axis(data, attrs)
@@ -127,7 +131,7 @@ def _gather_elements_infer(inputs: Sequence[TensorSpec],
     return [TensorSpec(tuple(inputs[1].shape), inputs[0].dtype)]
 
 
-def _host_gather_elements(xp: Any, backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _host_gather_elements(xp: Any, backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                           outputs: Sequence[TensorSpec],
                           attrs: Mapping[str, Any]) -> Callable[..., None]:
     data, indices = inputs
@@ -161,7 +165,7 @@ def _host_gather_elements(xp: Any, backend: Any, device_id: int, inputs: Sequenc
     return run
 
 
-def _cl_gather_elements(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _cl_gather_elements(backend: OpenCLBackend, device_id: int, inputs: Sequence[TensorSpec],
                         outputs: Sequence[TensorSpec],
                         attrs: Mapping[str, Any]) -> Callable[..., None]:
     data, indices = inputs

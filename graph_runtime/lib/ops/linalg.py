@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, cast
 
 import numpy as np
 
+from ...backends import REGISTRY
+from ...backends.base import Backend
 from ..attrs import attr_error, bool_attr, check_out_dtype, int_attr, normalize_axis, op_error
 from ..kernels.gpu_elementwise import gpu_elementwise
 from ..kernels.host import array_module, host_kernel
@@ -13,15 +15,11 @@ from ..kernels.opencl_gemm import GemmShape, make_gemm
 from ..kernels.padded_gemv import PaddedGemv, padded_rows
 from ..library import TensorSpec
 from ..registry import define_op, kernel
-from ..shapes import (
-    FLOAT_DTYPES,
-    NUMERIC_DTYPES,
-    check_dtype,
-    check_num_inputs,
-    check_rank,
-    check_same_dtype,
-    size_of,
-)
+from ..shapes import (FLOAT_DTYPES, NUMERIC_DTYPES, check_dtype, check_num_inputs, check_rank,
+                      check_same_dtype, size_of)
+
+if TYPE_CHECKING:
+    from ...backends.opencl import OpenCLBackend
 
 Factory = Callable[..., Callable[..., None]]
 
@@ -148,7 +146,7 @@ def _gemm_infer(op: str) -> Callable[..., list[TensorSpec]]:
 
 # -- kernels ------------------------------------------------------------------------------------
 
-def host_gemm(backend: Any, device_id: int, gemm: Gemm) -> Callable[[Any, Any, Any], None]:
+def host_gemm(backend: Backend, device_id: int, gemm: Gemm) -> Callable[[Any, Any, Any], None]:
     """run(a, b, out) with numpy/cupy matmul (BLAS / cuBLAS) on reshaped, transposed views."""
     xp = array_module(backend)
     a_shape = gemm.a_shape()
@@ -206,15 +204,15 @@ def _cpu_dot(gemm: Gemm) -> Callable[[Any, Any, Any], None]:
     return run
 
 
-def gemm_kernel(backend: Any, device_id: int, gemm: Gemm) -> Callable[[Any, Any, Any], None]:
+def gemm_kernel(backend: Backend, device_id: int, gemm: Gemm) -> Callable[[Any, Any, Any], None]:
     """run(a, b, out) for gemm on any backend."""
     if backend.name == "opencl":
-        return make_gemm(backend, device_id, gemm.opencl_shape())
+        return make_gemm(cast("OpenCLBackend", backend), device_id, gemm.opencl_shape())
     return host_gemm(backend, device_id, gemm)
 
 
 def _gemm_factory(op: str) -> Factory:
-    def factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+    def factory(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
         gemm, _ = SHAPES[op](inputs, attrs)
         if (backend.name == "cpu" and gemm.m == 1 and gemm.batch == 1 and gemm.trans_b
@@ -232,7 +230,7 @@ GEMM_ATTRS = {"dense": ("units", "out_dtype"),
 
 for _op, _attrs in GEMM_ATTRS.items():
     define_op(_op, _gemm_infer(_op), 2, _attrs)
-    for _kind in ("cpu", "cuda", "opencl"):
+    for _kind in REGISTRY:
         kernel(_op, _kind)(_gemm_factory(_op))
 
 
@@ -259,7 +257,7 @@ def _bias_add_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> l
     return [TensorSpec(tuple(inputs[0].shape), inputs[0].dtype)]
 
 
-def _bias_add_host(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _bias_add_host(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                    outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     xp = array_module(backend)
     shape = _bias_shape(inputs, attrs)
@@ -269,7 +267,7 @@ def _bias_add_host(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
     return host_kernel(backend, device_id, run)
 
 
-def _bias_add_cl(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _bias_add_cl(backend: OpenCLBackend, device_id: int, inputs: Sequence[TensorSpec],
                  outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     # numpy counterpart: np.add(data, bias.reshape(shape), out=out)
     shaped = TensorSpec(_bias_shape(inputs, attrs), inputs[1].dtype)

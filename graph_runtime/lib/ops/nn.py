@@ -1,10 +1,12 @@
 """Neural-network standard ops: softmax, log_softmax, layer_norm and batch_norm (inference)."""
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from ...backends import REGISTRY
+from ...backends.base import Backend
 from ..attrs import NUM_OUTPUTS_KEY, attr_error, bool_attr, float_attr, op_error, single_axis
 from ..kernels.gpu_elementwise import gpu_elementwise
 from ..kernels.host import array_module, host_kernel, wide_dtype
@@ -12,6 +14,9 @@ from ..kernels.row_kernels import RowKernel
 from ..library import TensorSpec
 from ..registry import define_op, kernel
 from ..shapes import FLOAT_DTYPES, check_dtype, check_num_inputs, check_same_dtype
+
+if TYPE_CHECKING:
+    from ...backends.opencl import OpenCLBackend
 
 # -- softmax / log_softmax ----------------------------------------------------------------------
 
@@ -29,7 +34,7 @@ def _softmax_infer(op: str) -> Callable[..., list[TensorSpec]]:
 def _softmax_host(op: str) -> Callable[..., Callable[..., None]]:
     log = op == "log_softmax"
 
-    def factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+    def factory(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
         spec = inputs[0]
         xp = array_module(backend)
@@ -72,7 +77,7 @@ def _softmax_host(op: str) -> Callable[..., Callable[..., None]]:
 
 
 def _softmax_cl(op: str) -> Callable[..., Callable[..., None]]:
-    def factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+    def factory(backend: OpenCLBackend, device_id: int, inputs: Sequence[TensorSpec],
                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
         spec = inputs[0]
         axis = single_axis(op, attrs, "axis", len(spec.shape), -1)
@@ -127,7 +132,7 @@ def _layer_norm_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) ->
     return [TensorSpec(tuple(inputs[0].shape), inputs[0].dtype)]
 
 
-def _layer_norm_host(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _layer_norm_host(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                      outputs: Sequence[TensorSpec],
                      attrs: Mapping[str, Any]) -> Callable[..., None]:
     spec = inputs[0]
@@ -159,7 +164,7 @@ def _layer_norm_host(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
     return host_kernel(backend, device_id, run)
 
 
-def _layer_norm_cl(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _layer_norm_cl(backend: OpenCLBackend, device_id: int, inputs: Sequence[TensorSpec],
                    outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     spec = inputs[0]
     axis, epsilon, center, scale = _norm_checks("layer_norm", inputs, attrs, LAYER_NORM_INPUTS,
@@ -216,7 +221,7 @@ def _batch_norm_template(epsilon: float, center: bool, scale: bool) -> str:
     return expr
 
 
-def _batch_norm_factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _batch_norm_factory(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                         outputs: Sequence[TensorSpec],
                         attrs: Mapping[str, Any]) -> Callable[..., None]:
     spec = inputs[0]
@@ -273,7 +278,7 @@ def _batch_norm_cpu(inputs: Sequence[TensorSpec], shaped: tuple[int, ...], epsil
 
 
 define_op("batch_norm", _batch_norm_infer, 5, ("axis", "epsilon", "center", "scale"))
-for _kind in ("cpu", "cuda", "opencl"):
+for _kind in REGISTRY:
     kernel("batch_norm", _kind)(_batch_norm_factory)
 
 __all__ = ["NUM_OUTPUTS_KEY", "batch_norm_outputs"]

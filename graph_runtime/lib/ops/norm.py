@@ -7,28 +7,24 @@ over each (n, group) row of (C / G) * spatial elements, then a per-channel scale
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from ...backends.base import Backend
 from ..attrs import attr_error, float_attr, int_attr, op_error, single_axis
-from ..kernels.gpu import (
-    ClKernel,
-    check_cl_dtypes,
-    cl_header,
-    cl_load,
-    cl_param,
-    cl_pointer,
-    cl_store,
-    compute_type,
-)
+from ..kernels.gpu import (ClKernel, check_cl_dtypes, cl_header, cl_load, cl_param, cl_pointer,
+                           cl_store, compute_type)
 from ..kernels.host import host_factory, wide_dtype
 from ..library import TensorSpec
 from ..registry import define_op, kernel
 from ..shapes import FLOAT_DTYPES, check_dtype, check_num_inputs, check_same_dtype, size_of
 
+if TYPE_CHECKING:
+    from ...backends.opencl import OpenCLBackend
 
-def _cl_kernel(backend: Any, device_id: int, op: str, dtype: str, source: str,
+
+def _cl_kernel(backend: OpenCLBackend, device_id: int, op: str, dtype: str, source: str,
                entry: str) -> ClKernel:
     check_cl_dtypes(op, backend, device_id, [dtype])
     return ClKernel(backend, device_id, cl_header([dtype]) + source, entry, op)
@@ -37,6 +33,33 @@ def _cl_kernel(backend: Any, device_id: int, op: str, dtype: str, source: str,
 def _cl_scalar(dtype: str, value: float) -> Any:
     """A float kernel argument in the compute type (double only for float64)."""
     return np.float64(value) if dtype == "float64" else np.float32(value)
+
+
+_GROUP = 256  # work items per row (a power of two; rows shorter than that use fewer)
+
+
+def _group_size(length: int) -> int:
+    group = 1
+    while group < min(length, _GROUP):
+        group *= 2
+    return group
+
+
+def _cl_group_sum(acc: str) -> str:
+    """C function summing one value per work item of a work-group (tree reduction)."""
+    return f"""{acc} gr_norm_group_sum(__local {acc}* buf, {acc} v) {{
+    int lid = get_local_id(0);
+    buf[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = get_local_size(0) / 2; s > 0; s >>= 1) {{
+        if (lid < s) buf[lid] += buf[lid + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }}
+    {acc} r = buf[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return r;
+}}
+"""
 
 
 def _epsilon(op: str, attrs: Mapping[str, Any]) -> float:
@@ -94,7 +117,7 @@ def _group_norm_infer(op: str) -> Callable[..., list[TensorSpec]]:
 
 
 def _group_norm_host(op: str) -> Callable[..., Callable[..., None]]:
-    def make(xp: Any, backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+    def make(xp: Any, backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
              outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
         p = group_norm_params(op, inputs, attrs)
         work = wide_dtype(p.dtype)
@@ -125,32 +148,34 @@ def _group_norm_host(op: str) -> Callable[..., Callable[..., None]]:
 
 def _cl_group_norm_source(dtype: str) -> str:
     acc = compute_type(dtype, "opencl")
-    return f"""
-// numpy counterpart: _group_norm_host. One work item per (n, group) row: mean, then the mean
-// of squared deviations, then every element of the row with its channel's scale and bias.
+    load = cl_load("x", dtype, "base + k")
+    return _cl_group_sum(acc) + f"""
+// numpy counterpart: _group_norm_host. Work-group r takes the (n, group) row r: mean, then the
+// mean of squared deviations, then every element with its channel's scale and bias.
 __kernel void gr_group_norm({cl_param("out", dtype, const=False)}, {cl_param("x", dtype)},
-        {cl_param("scale", dtype)}, {cl_param("bias", dtype)}, long rows, long len,
-        long groups, long per_group, long spatial, {acc} eps) {{
-    long r = get_global_id(0);
-    if (r >= rows) return;
+        {cl_param("scale", dtype)}, {cl_param("bias", dtype)}, long len, long groups,
+        long per_group, long spatial, {acc} eps) {{
     {cl_pointer("out", dtype, const=False)}
     {cl_pointer("x", dtype)}
     {cl_pointer("scale", dtype)}
     {cl_pointer("bias", dtype)}
+    __local {acc} buf[{_GROUP}];
+    long r = get_group_id(0);
+    int G = get_local_size(0);
     long base = r * len;
-    {acc} mean = 0;
-    for (long k = 0; k < len; ++k) mean += {cl_load("x", dtype, "base + k")};
-    mean /= ({acc})len;
-    {acc} var = 0;
-    for (long k = 0; k < len; ++k) {{
-        {acc} d = {cl_load("x", dtype, "base + k")} - mean;
-        var += d * d;
+    {acc} s = 0;
+    for (long k = get_local_id(0); k < len; k += G) s += {load};
+    {acc} mean = gr_norm_group_sum(buf, s) / ({acc})len;
+    {acc} q = 0;
+    for (long k = get_local_id(0); k < len; k += G) {{
+        {acc} d = {load} - mean;
+        q += d * d;
     }}
-    {acc} inv = ({acc})1 / sqrt(var / ({acc})len + eps);
+    {acc} inv = ({acc})1 / sqrt(gr_norm_group_sum(buf, q) / ({acc})len + eps);
     long c0 = (r % groups) * per_group;
-    for (long k = 0; k < len; ++k) {{
+    for (long k = get_local_id(0); k < len; k += G) {{
         long c = c0 + k / spatial;
-        {acc} v = ({cl_load("x", dtype, "base + k")} - mean) * inv;
+        {acc} v = ({load} - mean) * inv;
         v = v * {cl_load("scale", dtype, "c")} + {cl_load("bias", dtype, "c")};
         {cl_store("out", dtype, "base + k", "v")}
     }}
@@ -159,17 +184,18 @@ __kernel void gr_group_norm({cl_param("out", dtype, const=False)}, {cl_param("x"
 
 
 def _group_norm_cl(op: str) -> Callable[..., Callable[..., None]]:
-    def factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+    def factory(backend: OpenCLBackend, device_id: int, inputs: Sequence[TensorSpec],
                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
         p = group_norm_params(op, inputs, attrs)
         knl = _cl_kernel(backend, device_id, op, p.dtype, _cl_group_norm_source(p.dtype),
                          "gr_group_norm")
-        rows = p.n * p.groups if p.row else 0
-        args = (rows, p.row, p.groups, p.c // p.groups, max(p.spatial, 1),
+        group = _group_size(p.row)
+        work_items = (p.n * p.groups if p.row else 0) * group
+        args = (p.row, p.groups, p.c // p.groups, max(p.spatial, 1),
                 _cl_scalar(p.dtype, p.epsilon))
 
         def run(x: Any, scale: Any, bias: Any, out: Any) -> None:
-            knl.launch(rows, None, out, x, scale, bias, *args)
+            knl.launch(work_items, group, out, x, scale, bias, *args)
         return run
     return factory
 
@@ -225,7 +251,7 @@ def _lrn_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[T
     return [TensorSpec(tuple(inputs[0].shape), inputs[0].dtype)]
 
 
-def _lrn_host(xp: Any, backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _lrn_host(xp: Any, backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
               outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     p = lrn_params(inputs, attrs)
     work = wide_dtype(p.dtype)
@@ -280,7 +306,7 @@ __kernel void gr_lrn({cl_param("out", dtype, const=False)}, {cl_param("x", dtype
 """
 
 
-def _lrn_cl(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _lrn_cl(backend: OpenCLBackend, device_id: int, inputs: Sequence[TensorSpec],
             outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     p = lrn_params(inputs, attrs)
     knl = _cl_kernel(backend, device_id, "lrn", p.dtype, _cl_lrn_source(p.dtype), "gr_lrn")
@@ -317,7 +343,7 @@ def _lp_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[Te
     return [TensorSpec(tuple(inputs[0].shape), inputs[0].dtype)]
 
 
-def _lp_host(xp: Any, backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _lp_host(xp: Any, backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
              outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     axis, p = lp_params(inputs, attrs)
     spec = inputs[0]
@@ -326,7 +352,6 @@ def _lp_host(xp: Any, backend: Any, device_id: int, inputs: Sequence[TensorSpec]
     norm = xp.empty(tuple(1 if i == axis else d for i, d in enumerate(spec.shape)), work)
 
     def run(x: Any, out: Any) -> None:
-        # As ONNX's reference: x / ||x||_p, so a zero row gives NaN (0 / 0).
         if p == 1:
             xp.absolute(x, out=buf, casting="unsafe")
         else:
@@ -334,6 +359,8 @@ def _lp_host(xp: Any, backend: Any, device_id: int, inputs: Sequence[TensorSpec]
         xp.sum(buf, axis=axis, keepdims=True, out=norm)
         if p == 2:
             xp.sqrt(norm, out=norm)
+        # An all-zero line stays zero (ONNX's backend tests), not 0 / 0.
+        xp.add(norm, norm == 0, out=norm)
         xp.divide(x, norm, out=buf, casting="unsafe")
         xp.copyto(out, buf, casting="unsafe")
     return run
@@ -341,30 +368,34 @@ def _lp_host(xp: Any, backend: Any, device_id: int, inputs: Sequence[TensorSpec]
 
 def _cl_lp_source(dtype: str) -> str:
     acc = compute_type(dtype, "opencl")
-    return f"""
-// numpy counterpart: _lp_host. One work item per (outer, inner) line along the axis.
+    load = cl_load("x", dtype, "base + k * inner")
+    return _cl_group_sum(acc) + f"""
+// numpy counterpart: _lp_host. Work-group r takes line r along the axis (its values inner
+// apart); an all-zero line stays zero.
 __kernel void gr_lp_norm({cl_param("out", dtype, const=False)}, {cl_param("x", dtype)},
-        long lines, long len, long inner, int p) {{
-    long i = get_global_id(0);
-    if (i >= lines) return;
+        long len, long inner, int p) {{
     {cl_pointer("out", dtype, const=False)}
     {cl_pointer("x", dtype)}
-    long base = (i / inner) * len * inner + i % inner;
-    {acc} norm = 0;
-    for (long k = 0; k < len; ++k) {{
-        {acc} v = {cl_load("x", dtype, "base + k * inner")};
-        norm += p == 1 ? fabs(v) : v * v;
+    __local {acc} buf[{_GROUP}];
+    long r = get_group_id(0);
+    int G = get_local_size(0);
+    long base = (r / inner) * len * inner + r % inner;
+    {acc} s = 0;
+    for (long k = get_local_id(0); k < len; k += G) {{
+        {acc} v = {load};
+        s += p == 1 ? fabs(v) : v * v;
     }}
+    {acc} norm = gr_norm_group_sum(buf, s);
     if (p == 2) norm = sqrt(norm);
-    for (long k = 0; k < len; ++k) {{
-        {acc} v = {cl_load("x", dtype, "base + k * inner")} / norm;
-        {cl_store("out", dtype, "base + k * inner", "v")}
+    if (norm == 0) norm = 1;
+    for (long k = get_local_id(0); k < len; k += G) {{
+        {cl_store("out", dtype, "base + k * inner", f"{load} / norm")}
     }}
 }}
 """
 
 
-def _lp_cl(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _lp_cl(backend: OpenCLBackend, device_id: int, inputs: Sequence[TensorSpec],
            outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     axis, p = lp_params(inputs, attrs)
     shape = tuple(inputs[0].shape)
@@ -373,9 +404,10 @@ def _lp_cl(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
                      "gr_lp_norm")
     length = shape[axis]
     inner = size_of(shape[axis + 1:])
-    lines = size_of(shape) // length if length else 0
-    args = (lines, length, max(inner, 1), np.int32(p))
-    return lambda x, out: knl.launch(lines, None, out, x, *args)
+    group = _group_size(length)
+    work_items = (size_of(shape) // length if length else 0) * group
+    args = (length, max(inner, 1), np.int32(p))
+    return lambda x, out: knl.launch(work_items, group, out, x, *args)
 
 
 define_op("lp_normalization", _lp_infer, 1, ("axis", "p"))

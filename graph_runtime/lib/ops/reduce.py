@@ -1,33 +1,22 @@
 """Reductions (sum, mean, max, min, arg*, prod, l1, l2, log_sum_exp ...): NumPy/CuPy and OpenCL."""
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from ...backends.base import Backend
 from ..attrs import axis_attr, bool_attr, op_error
-from ..kernels.gpu import (
-    ClKernel,
-    check_cl_dtypes,
-    cl_header,
-    cl_load,
-    cl_param,
-    cl_pointer,
-    cl_store,
-    compute_type,
-    device_array,
-)
+from ..kernels.gpu import (ClKernel, check_cl_dtypes, cl_header, cl_load, cl_param, cl_pointer,
+                           cl_store, compute_type, device_array)
 from ..kernels.host import array_module, host_kernel
 from ..library import TensorSpec
 from ..registry import define_op, kernel
-from ..shapes import (
-    FLOAT_DTYPES,
-    NUMERIC_DTYPES,
-    check_dtype,
-    check_num_inputs,
-    contiguous_strides,
-    size_of,
-)
+from ..shapes import (FLOAT_DTYPES, NUMERIC_DTYPES, check_dtype, check_num_inputs,
+                      contiguous_strides, size_of)
+
+if TYPE_CHECKING:
+    from ...backends.opencl import OpenCLBackend
 
 REDUCE_ATTRS = ("axis", "keepdims", "exclude")
 ARG_ATTRS = ("axis", "keepdims", "exclude", "select_last_index")
@@ -77,7 +66,7 @@ def _infer(op: str) -> Callable[..., list[TensorSpec]]:
 # -- cpu / cuda ---------------------------------------------------------------------------------
 
 def _host_factory(op: str) -> Callable[..., Callable[..., None]]:
-    def factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+    def factory(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
         xp = array_module(backend)
         axes = reduced_axes(op, inputs[0], attrs)
@@ -267,7 +256,7 @@ def _read_loop(dtype: str, acc: str, body: str) -> str:
 
 
 def _cl_factory(op: str) -> Callable[..., Callable[..., None]]:
-    def factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+    def factory(backend: OpenCLBackend, device_id: int, inputs: Sequence[TensorSpec],
                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
         spec = inputs[0]
         check_cl_dtypes(op, backend, device_id, [spec.dtype])

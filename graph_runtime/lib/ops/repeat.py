@@ -1,14 +1,18 @@
 """Ops that repeat their input into a larger output: tile (ONNX Tile) and broadcast_to (Expand)."""
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from ...backends.base import Backend
 from ..attrs import attr_error, int_tuple, op_error
 from ..kernels.gpu import cl_strided_copy
 from ..kernels.host import host_factory
 from ..library import TensorSpec
 from ..registry import define_op, kernel
 from ..shapes import broadcast_strides, contiguous_strides, one_input, size_of
+
+if TYPE_CHECKING:
+    from ...backends.opencl import OpenCLBackend
 
 # A larger output (8 GiB of float32) is a mistake in the attributes, not a plan.
 MAX_OUTPUT_ELEMENTS = 1 << 31
@@ -71,7 +75,7 @@ def _interleaved(shape: tuple[int, ...], reps: tuple[int, ...]) -> tuple[int, ..
 
 # -- cpu / cuda -----------------------------------------------------------------------------------
 
-def _host_tile(xp: Any, backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _host_tile(xp: Any, backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     shape, reps = tile_plan(inputs[0], attrs)
     out_view = _interleaved(shape, reps)
@@ -83,7 +87,7 @@ def _host_tile(xp: Any, backend: Any, device_id: int, inputs: Sequence[TensorSpe
     return run
 
 
-def _host_broadcast_to(xp: Any, backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _host_broadcast_to(xp: Any, backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                        outputs: Sequence[TensorSpec],
                        attrs: Mapping[str, Any]) -> Callable[..., None]:
     return lambda x, out: xp.copyto(out, x)
@@ -91,7 +95,7 @@ def _host_broadcast_to(xp: Any, backend: Any, device_id: int, inputs: Sequence[T
 
 # -- opencl ---------------------------------------------------------------------------------------
 
-def _cl_tile(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _cl_tile(backend: OpenCLBackend, device_id: int, inputs: Sequence[TensorSpec],
              outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     shape, reps = tile_plan(inputs[0], attrs)
     src = contiguous_strides(shape)
@@ -102,7 +106,7 @@ def _cl_tile(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
     return lambda x, out: copy(x, out)
 
 
-def _cl_broadcast_to(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _cl_broadcast_to(backend: OpenCLBackend, device_id: int, inputs: Sequence[TensorSpec],
                      outputs: Sequence[TensorSpec],
                      attrs: Mapping[str, Any]) -> Callable[..., None]:
     out_shape = outputs[0].shape

@@ -3,34 +3,29 @@
 Resizing is separable: each resized axis is one pass out[.., j, ..] = sum_k c[j, k] *
 in[.., idx[j, k], ..] whose (idx, c) table is computed once on the host in float64 with ONNX's
 coordinate rules (the onnx.reference facts: output_width = scale * input_width as a float in the
-align_corners and pytorch_half_pixel rules, ties taking the lower neighbour, edge clamping).
-Axes whose size and scale do not change are copied.
+align_corners and pytorch_half_pixel rules, ties taking the lower neighbour, edge clamping;
+antialias widens a downscaling filter by 1 / scale). Axes whose size and scale do not change
+are copied.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from ...backends.base import Backend
 from ..attrs import attr_error, bool_attr, float_attr, int_tuple, op_error, parse_value, str_attr
-from ..kernels.gpu import (
-    ClKernel,
-    check_cl_dtypes,
-    cl_header,
-    cl_load,
-    cl_param,
-    cl_pointer,
-    cl_store,
-    compute_type,
-    copy_type,
-    device_array,
-)
+from ..kernels.gpu import (ClKernel, check_cl_dtypes, cl_header, cl_load, cl_param, cl_pointer,
+                           cl_store, compute_type, copy_type, device_array)
 from ..kernels.host import host_factory, wide_dtype
 from ..library import TensorSpec
 from ..registry import define_op, kernel
 from ..shapes import FLOAT_DTYPES, check_dtype, check_num_inputs, size_of
+
+if TYPE_CHECKING:
+    from ...backends.opencl import OpenCLBackend
 
 OP = "resize"
 MODES = ("nearest", "linear", "cubic")
@@ -114,18 +109,41 @@ def _nearest_index(x: np.ndarray, nearest_mode: str) -> np.ndarray:
     return np.ceil(x)
 
 
-def _cubic_weights(r: np.ndarray, a: float) -> np.ndarray:
-    """Keys' cubic weights of the 4 neighbours b-1, b, b+1, b+2 at distance r from b."""
-    def near(t: np.ndarray) -> np.ndarray:  # |t| <= 1
-        return ((a + 2) * t - (a + 3)) * t * t + 1
+def _keys_cubic(t: np.ndarray, a: float) -> np.ndarray:
+    """Keys' cubic convolution kernel at distances t (zero from |t| = 2 on)."""
+    t = np.abs(t)
+    near = ((a + 2) * t - (a + 3)) * t * t + 1
+    far = ((a * t - 5 * a) * t + 8 * a) * t - 4 * a
+    return np.where(t <= 1, near, np.where(t < 2, far, 0.0))
 
-    def far(t: np.ndarray) -> np.ndarray:  # 1 < |t| < 2
-        return ((a * t - 5 * a) * t + 8 * a) * t - 4 * a
-    return np.stack([far(r + 1), near(r), near(1 - r), far(2 - r)], axis=1)
+
+def _tap_weights(mode: str, r: np.ndarray, a: float, antialias: bool,
+                 scale: float) -> tuple[int, np.ndarray]:
+    """(first, weight): weight[j, k] belongs to input pixel base[j] + first + k.
+
+    Without antialias: 2 (linear) or 4 (cubic) taps. With it, a downscale stretches the
+    filter by 1 / scale (more taps) and the weights are normalized to sum 1, as ONNX does.
+    """
+    if not antialias:
+        if mode == "linear":
+            return 0, np.stack([1 - r, r], axis=1)
+        return -1, np.stack([_keys_cubic(r + 1, a), _keys_cubic(r, a), _keys_cubic(1 - r, a),
+                             _keys_cubic(2 - r, a)], axis=1)
+    stretch = min(scale, 1.0)
+    support = 1 if mode == "linear" else 2
+    first = int(np.floor(-support / stretch)) + 1
+    offsets = np.arange(first, 1 - first + 1)
+    dist = (offsets[None, :] - r[:, None]) * stretch
+    if mode == "linear":
+        weight = np.clip(1 - np.abs(dist), 0, 1)
+    else:
+        weight = _keys_cubic(dist, a)
+    return first, weight / weight.sum(axis=1, keepdims=True)
 
 
 def axis_table(mode: str, ctm: str, nearest_mode: str, a: float, exclude_outside: bool,
-               in_len: int, out_len: int, scale: float) -> tuple[np.ndarray, np.ndarray | None]:
+               in_len: int, out_len: int, scale: float,
+               antialias: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
     """(index, weight) of one axis: index (out_len, taps) clamped into [0, in_len)."""
     x = source_coords(ctm, in_len, out_len, scale)
     if mode == "nearest":
@@ -135,13 +153,8 @@ def axis_table(mode: str, ctm: str, nearest_mode: str, a: float, exclude_outside
     # pixels), so the fraction r lies in (0, 1]: ONNX's tie rule.
     base = np.ceil(x).astype(np.int64) - 1
     r = x - base
-    if mode == "linear":
-        offsets = np.arange(2)
-        weight = np.stack([1 - r, r], axis=1)
-    else:
-        offsets = np.arange(-1, 3)
-        weight = _cubic_weights(r, a)
-    idx = base[:, None] + offsets[None, :]
+    first, weight = _tap_weights(mode, r, a, antialias, scale)
+    idx = base[:, None] + np.arange(first, first + weight.shape[1])[None, :]
     if exclude_outside:
         weight = np.where((idx < 0) | (idx >= in_len), 0.0, weight)
         total = weight.sum(axis=1, keepdims=True)
@@ -169,9 +182,10 @@ def resize_params(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Res
     if exclude and mode == "nearest":
         raise attr_error(OP, "exclude_outside", attrs["exclude_outside"],
                          "0 with mode 'nearest' (it only reweights linear and cubic taps)")
-    if bool_attr(OP, attrs, "antialias", False):
-        raise attr_error(OP, "antialias", attrs["antialias"], "0 (antialiasing is not "
-                                                              "implemented)")
+    antialias = bool_attr(OP, attrs, "antialias", False)
+    if antialias and mode == "nearest":
+        raise attr_error(OP, "antialias", attrs["antialias"], "0 with mode 'nearest' (ONNX "
+                                                              "antialiases linear and cubic only)")
     out = int_tuple(OP, attrs, "size", rank)
     if any(not 0 <= d <= MAX_DIM for d in out):
         raise attr_error(OP, "size", list(out), f"{rank} integers in [0, {MAX_DIM}]")
@@ -185,7 +199,8 @@ def resize_params(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Res
             continue
         if out_len == 0 or in_len == 0:
             continue
-        idx, weight = axis_table(mode, ctm, nearest_mode, a, exclude, in_len, out_len, scale)
+        idx, weight = axis_table(mode, ctm, nearest_mode, a, exclude, in_len, out_len, scale,
+                                 antialias)
         passes.append(AxisPass(axis, out_len, idx, weight))
     return ResizeParams(shape, tuple(out), spec.dtype, tuple(passes))
 
@@ -207,7 +222,7 @@ def _pass_shapes(p: ResizeParams) -> list[tuple[int, ...]]:
 
 # -- cpu / cuda ---------------------------------------------------------------------------------
 
-def _host_resize(xp: Any, backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _host_resize(xp: Any, backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                  outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     p = resize_params(inputs, attrs)
     empty = size_of(p.out_shape) == 0
@@ -228,6 +243,10 @@ def _host_resize(xp: Any, backend: Any, device_id: int, inputs: Sequence[TensorS
                     for k in range(step.taps)])
         tables.append((cols, weights))
 
+    # NOTE: the tables are clamped already; NumPy's mode="clip" skips its buffered range
+    # check, and CuPy's take has no mode argument.
+    clip: dict[str, Any] = {"mode": "clip"} if xp is np else {}
+
     def run(x: Any, out: Any) -> None:
         if empty:
             return
@@ -240,11 +259,11 @@ def _host_resize(xp: Any, backend: Any, device_id: int, inputs: Sequence[TensorS
             src = staged
         for step, dst, tap, (cols, weights) in zip(p.passes, results, taps, tables):
             if not weights:
-                xp.take(src, cols[0], axis=step.axis, out=dst, mode="clip")
+                xp.take(src, cols[0], axis=step.axis, out=dst, **clip)
             else:
                 for k, (col, w) in enumerate(zip(cols, weights)):
                     target = dst if k == 0 else tap
-                    xp.take(src, col, axis=step.axis, out=target, mode="clip")
+                    xp.take(src, col, axis=step.axis, out=target, **clip)
                     xp.multiply(target, w, out=target)
                     if k:
                         xp.add(dst, tap, out=dst)
@@ -298,7 +317,7 @@ def _cl_pass_source(src: str, dst: str, weighted: bool) -> str:
 """
 
 
-def _cl_resize(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _cl_resize(backend: OpenCLBackend, device_id: int, inputs: Sequence[TensorSpec],
                outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     p = resize_params(inputs, attrs)
     check_cl_dtypes(OP, backend, device_id, [p.dtype])

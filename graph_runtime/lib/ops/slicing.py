@@ -1,24 +1,21 @@
 """Ops that cut or join along axes (strided_slice, split, concatenate, pad) on every backend."""
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..attrs import (
-    attr_error,
-    float_attr,
-    normalize_axis,
-    op_error,
-    parse_value,
-    single_axis,
-    str_attr,
-)
+from ...backends.base import Backend
+from ..attrs import (attr_error, float_attr, normalize_axis, op_error, parse_value, single_axis,
+                     str_attr)
 from ..kernels.gpu import cl_strided_copy
 from ..kernels.host import host_factory
 from ..library import TensorSpec
 from ..registry import define_op, kernel
 from ..shapes import check_rank, check_same_dtype, contiguous_strides, one_input
+
+if TYPE_CHECKING:
+    from ...backends.opencl import OpenCLBackend
 
 # -- shape rules ----------------------------------------------------------------------------------
 
@@ -166,7 +163,7 @@ def _pad(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorS
 
 # -- cpu / cuda -----------------------------------------------------------------------------------
 
-def _host_strided_slice(xp: Any, backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _host_strided_slice(xp: Any, backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                         outputs: Sequence[TensorSpec],
                         attrs: Mapping[str, Any]) -> Callable[..., None]:
     plan = slice_plan(tuple(inputs[0].shape), attrs)
@@ -176,7 +173,7 @@ def _host_strided_slice(xp: Any, backend: Any, device_id: int, inputs: Sequence[
     return lambda x, out: xp.copyto(out, x[index])
 
 
-def _host_split(xp: Any, backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _host_split(xp: Any, backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     spec = inputs[0]
     axis, pieces = split_pieces(spec, attrs)
@@ -188,14 +185,14 @@ def _host_split(xp: Any, backend: Any, device_id: int, inputs: Sequence[TensorSp
     return run
 
 
-def _host_concatenate(xp: Any, backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _host_concatenate(xp: Any, backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                       outputs: Sequence[TensorSpec],
                       attrs: Mapping[str, Any]) -> Callable[..., None]:
     axis = concatenate_axis(inputs, attrs)
     return lambda *arrays: xp.concatenate(arrays[:-1], axis=axis, out=arrays[-1])
 
 
-def _host_pad(xp: Any, backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _host_pad(xp: Any, backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
               outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     widths = pad_widths(inputs[0], attrs)
     value = float_attr("pad", attrs, "pad_value", 0.0)
@@ -209,7 +206,7 @@ def _host_pad(xp: Any, backend: Any, device_id: int, inputs: Sequence[TensorSpec
 
 # -- opencl ---------------------------------------------------------------------------------------
 
-def _cl_strided_slice(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _cl_strided_slice(backend: OpenCLBackend, device_id: int, inputs: Sequence[TensorSpec],
                       outputs: Sequence[TensorSpec],
                       attrs: Mapping[str, Any]) -> Callable[..., None]:
     spec = inputs[0]
@@ -222,7 +219,7 @@ def _cl_strided_slice(backend: Any, device_id: int, inputs: Sequence[TensorSpec]
     return lambda x, out: copy(x, out, start, 0)
 
 
-def _cl_split(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _cl_split(backend: OpenCLBackend, device_id: int, inputs: Sequence[TensorSpec],
               outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     spec = inputs[0]
     axis, pieces = split_pieces(spec, attrs)
@@ -237,7 +234,7 @@ def _cl_split(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
     return run
 
 
-def _cl_concatenate(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _cl_concatenate(backend: OpenCLBackend, device_id: int, inputs: Sequence[TensorSpec],
                     outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     axis = concatenate_axis(inputs, attrs)
     out_strides = contiguous_strides(outputs[0].shape)
@@ -255,7 +252,7 @@ def _cl_concatenate(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
     return run
 
 
-def _cl_pad(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _cl_pad(backend: OpenCLBackend, device_id: int, inputs: Sequence[TensorSpec],
             outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     import pyopencl as cl
     spec = inputs[0]

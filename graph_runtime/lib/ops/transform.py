@@ -1,14 +1,18 @@
 """Reshape-family ops and transpose: NumPy/CuPy copies, OpenCL buffer and strided copies."""
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from ...backends.base import Backend
 from ..attrs import attr_error, axis_attr, bool_attr, int_attr, int_tuple, normalize_axis, op_error
 from ..kernels.gpu import cl_strided_copy
 from ..kernels.host import host_factory
 from ..library import TensorSpec
 from ..registry import define_op, kernel
 from ..shapes import contiguous_strides, one_input, size_of
+
+if TYPE_CHECKING:
+    from ...backends.opencl import OpenCLBackend
 
 # -- shape rules ----------------------------------------------------------------------------------
 
@@ -138,13 +142,13 @@ def _transpose(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[T
 
 # -- cpu / cuda -----------------------------------------------------------------------------------
 
-def _host_reshape(xp: Any, backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _host_reshape(xp: Any, backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                   outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     shape = tuple(outputs[0].shape)
     return lambda x, out: xp.copyto(out, x.reshape(shape))
 
 
-def _host_transpose(xp: Any, backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _host_transpose(xp: Any, backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                     outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     axes = transpose_axes(inputs[0], attrs)
     return lambda x, out: xp.copyto(out, xp.transpose(x, axes))
@@ -152,7 +156,7 @@ def _host_transpose(xp: Any, backend: Any, device_id: int, inputs: Sequence[Tens
 
 # -- opencl ---------------------------------------------------------------------------------------
 
-def _cl_reshape(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _cl_reshape(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     shape = tuple(outputs[0].shape)
 
@@ -165,7 +169,7 @@ def _cl_reshape(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
     return run
 
 
-def _cl_transpose(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
+def _cl_transpose(backend: OpenCLBackend, device_id: int, inputs: Sequence[TensorSpec],
                   outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     spec = inputs[0]
     axes = transpose_axes(spec, attrs)
