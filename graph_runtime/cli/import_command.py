@@ -31,9 +31,8 @@ def _parse_shapes(items: Sequence[str]) -> dict[str, list[int]]:
 def write_folder(out: Path, files: dict[str, Any], force: bool) -> None:
     """Write every file into a temporary folder beside out, then rename it into place."""
     from ..params import save_params_file
-    if out.exists() and not force:
-        if not out.is_dir() or any(out.iterdir()):
-            raise CliError(f"-o {out}: already exists; use --force to replace it")
+    if out.exists() and not force and (not out.is_dir() or any(out.iterdir())):
+        raise CliError(f"-o {out}: already exists; use --force to replace it")
     parent = out.resolve().parent
     parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -72,7 +72,7 @@ def norm_axis(axis: int, rank: int, node: Node, name: str = "axis") -> int:
 
 
 def _load() -> None:
-    from . import (  # noqa: F401  (they register)
+    from . import (
         convert_composite,
         convert_math,
         convert_nn,

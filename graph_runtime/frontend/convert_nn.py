@@ -6,10 +6,9 @@ from typing import Sequence
 
 import numpy as np
 
-from .convert import Context, const_input, converts, norm_axis
+from .convert import Context, converts, norm_axis
 from .ir import Unsupported, Value, has_op
 from .onnx_model import Node
-
 
 # -- windows (conv and pooling) -------------------------------------------------------------------
 
@@ -239,7 +238,7 @@ def _fold_into_conv(ctx: Context, node: Node, x: Value, factor: np.ndarray,
                     shift: np.ndarray) -> Value | None:
     """x = conv2d(...)[+ bias] with constant weights read only here: scale them instead."""
     b = ctx.b
-    if not ctx.uses[node.inputs[0]] == 1 or x.producer is None:
+    if ctx.uses[node.inputs[0]] != 1 or x.producer is None:
         return None
     prim = x.producer
     bias_prim = None

@@ -29,7 +29,7 @@ def convert_resize(ctx: Context, node: Node, args: list) -> list[Value]:
         if mode not in ("nearest", "linear", "bilinear"):
             raise Unsupported(f"mode {mode!r}")
         scales = [float(s) for s in given]
-        sizes = [int(math.floor(d * s)) for d, s in zip(x.shape, scales)]
+        sizes = [math.floor(d * s) for d, s in zip(x.shape, scales)]
         return [ctx.b.op("resize", x, size=sizes, scales=scales,
                          mode="nearest" if mode == "nearest" else "linear",
                          coordinate_transformation_mode="asymmetric", nearest_mode="floor")]

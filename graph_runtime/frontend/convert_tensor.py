@@ -436,7 +436,7 @@ def einsum(ctx: Context, node: Node, args: list) -> list[Value]:
     contract = [c for c in tx if c in ty and c not in out]
     left = [c for c in tx if c not in ty]
     right = [c for c in ty if c not in tx]
-    size = lambda cs: math.prod(dims[c] for c in cs)  # noqa: E731
+    size = lambda cs: math.prod(dims[c] for c in cs)
     xa = b.transpose(x, [tx.index(c) for c in batch + left + contract])
     ya = b.transpose(y, [ty.index(c) for c in batch + contract + right])
     x3 = b.reshape(xa, (size(batch), size(left), size(contract)))

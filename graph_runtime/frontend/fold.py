@@ -77,8 +77,7 @@ def fold(node: Node, inputs: Sequence[np.ndarray | None], opset_imports: Any) ->
             return known
     fast = _FAST.get(node.op_type)
     if fast is not None and all(x is not None for x in inputs):
-        if node.op_type != "Unsqueeze" or node.opset < 13:
-            return fast(node, *inputs)
+        return fast(node, *inputs)
     if node.op_type == "Unsqueeze" and inputs[0] is not None:
         return _unsqueeze(node, inputs[0], inputs[1] if len(inputs) > 1 else None)
     return _reference(node, inputs, opset_imports)

@@ -44,12 +44,12 @@ class ImportResult:
     def summary(self) -> str:
         """What the import did, for people: nodes -> functions, folding, params bytes."""
         kinds = Counter(self.func_names)
-        lines = [f"imported {self.model_name} (ONNX opset {self.opset}) in "
-                 f"{self.seconds:.2f} s: {self.num_onnx_nodes} ONNX nodes -> "
-                 f"{len(self.func_names)} graph nodes calling {len(self.lib_doc['functions'])} "
-                 f"fused functions",
-                 f"  inputs: {', '.join(self.input_names) or '-'}; outputs: "
-                 f"{', '.join(self.output_names)}",
+        lines = [(f"imported {self.model_name} (ONNX opset {self.opset}) in "
+                  f"{self.seconds:.2f} s: {self.num_onnx_nodes} ONNX nodes -> "
+                  f"{len(self.func_names)} graph nodes calling "
+                  f"{len(self.lib_doc['functions'])} fused functions"),
+                 (f"  inputs: {', '.join(self.input_names) or '-'}; outputs: "
+                  f"{', '.join(self.output_names)}"),
                  f"  params: {len(self.params)} arrays, {fmt_bytes(self.params_bytes)}"]
         if self.folded:
             folded = ", ".join(f"{op} x{n}" for op, n in self.folded.most_common())

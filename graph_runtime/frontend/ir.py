@@ -10,7 +10,6 @@ from ..errors import LibraryError
 from ..lib.library import TensorSpec
 from ..lib.registry import OPS, load_standard_ops
 
-
 # Ops whose result on narrow integers equals the result on wider ones cast back (wrapping
 # arithmetic, comparisons, selections, bit operations): the importer runs those of them the op
 # library lacks for int8/int16/uint8/uint16/uint32 on int32/int64 instead.

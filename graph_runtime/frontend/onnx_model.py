@@ -38,7 +38,7 @@ def load_model(model: Any) -> tuple[Any, str]:
     try:
         # NOTE: onnx.load reads external data files relative to the model's folder.
         proto = onnx.load(str(path), load_external_data=True)
-    except Exception as e:  # protobuf DecodeError, missing external data file, ...
+    except Exception as e:
         raise FrontendError(f"{path}: cannot read the ONNX model: {type(e).__name__}: {e}") from e
     return proto, path.name
 

@@ -8,10 +8,10 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper
 
-import graph_runtime as gr  # noqa: E402
-from graph_runtime.frontend import from_onnx  # noqa: E402
+import graph_runtime as gr
+from graph_runtime.frontend import from_onnx
 
 F32 = TensorProto.FLOAT
 I64 = TensorProto.INT64

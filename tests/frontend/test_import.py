@@ -329,7 +329,7 @@ def test_pytorch_shape_chain_is_folded() -> None:
 
 
 def test_batch_norm_folds_into_conv() -> None:
-    m, feeds = conv_bn_relu()
+    m, _ = conv_bn_relu()
     result = import_onnx(m)
     assert result.bn_folded == 1
     assert list(result.lib_doc["functions"]) == ["tvmgen_default_fused_nn_conv2d_add_nn_relu"]
