@@ -72,12 +72,8 @@ def norm_axis(axis: int, rank: int, node: Node, name: str = "axis") -> int:
 
 
 def _load() -> None:
-    from . import (
-        convert_composite,
-        convert_math,
-        convert_nn,
-        convert_tensor,
-    )
+    from . import (  # noqa: F401  (each registers its converters)
+        convert_composite, convert_math, convert_nn, convert_tensor)
 
 
 _load()

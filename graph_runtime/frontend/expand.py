@@ -16,7 +16,7 @@ def _function_body(node: Any, opset: int, types: Mapping[str, Any]) -> Any | Non
     from onnx import FunctionProto, TypeProto, defs
     try:
         schema: Any = defs.get_schema(node.op_type, opset, node.domain)
-    except Exception:
+    except Exception:  # noqa: BLE001
         return None
     try:
         if schema.has_function:
@@ -28,7 +28,7 @@ def _function_body(node: Any, opset: int, types: Mapping[str, Any]) -> Any | Non
                 opset, node.SerializeToString(), arg_types)
             body = FunctionProto.FromString(raw)
             return body if len(body.node) else None
-    except Exception:
+    except Exception:  # noqa: BLE001
         return None
     return None
 
@@ -63,6 +63,6 @@ def expand_functions(model: Any, convertible: Collection[str],
             expanded += 1
         try:
             current = onnx.inliner.inline_local_functions(current)
-        except Exception:
+        except Exception:  # noqa: BLE001
             return (model, 0) if expanded == len(bodies) else (current, expanded)
     return current, expanded

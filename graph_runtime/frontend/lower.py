@@ -69,7 +69,7 @@ def inferred_types(model: Any, shapes: Mapping[str, Sequence[int]]) -> dict[str,
                                                                    list(t.dims)))
     try:
         inferred = shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
-    except Exception:
+    except Exception:  # noqa: BLE001
         inferred = proto
     g = inferred.graph
     return {vi.name: vi.type for vi in list(g.input) + list(g.value_info) + list(g.output)}

@@ -58,7 +58,7 @@ def np_dtype(elem_type: int) -> str:
         else str(elem_type)
     try:
         dtype = str(np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)))
-    except Exception:
+    except Exception:  # noqa: BLE001
         raise Unsupported(f"dtype {name} is not supported") from None
     if dtype not in RUNTIME_DTYPES:
         raise Unsupported(f"dtype {name} is not supported; supported: "
