@@ -74,7 +74,6 @@ def norm_axis(axis: int, rank: int, node: Node, name: str = "axis") -> int:
 def _load() -> None:
     # Each module registers its converters when imported.
     from . import convert_composite, convert_math, convert_nn, convert_tensor  # noqa: F401
-        convert_composite, convert_math, convert_nn, convert_tensor)
 
 
 _load()
