@@ -59,11 +59,18 @@ class ImportResult:
             lines.append(f"  removed: {removed}")
         if self.bn_folded:
             lines.append(f"  BatchNormalization folded into conv weights: {self.bn_folded}")
-        lines.append("  functions:")
+        lines.append("  functions (x calls; chain of standard ops <- ONNX nodes):")
+        origins: dict[str, list[str]] = {}
+        for name, nodes in zip(self.func_names, self.func_origins):
+            origins.setdefault(name, []).extend(nodes)
         for name in sorted(kinds):
             ops = self.lib_doc["functions"][name]
-            chain = [s["op"] for s in ops.get("ops", [ops])]
-            lines.append(f"    {name}  x{kinds[name]}  ({' -> '.join(chain)})")
+            chain = " -> ".join(s["op"] for s in ops.get("ops", [ops]))
+            nodes = origins.get(name, [])
+            shown = ", ".join(nodes[:4]) + (f" and {len(nodes) - 4} more" if len(nodes) > 4
+                                             else "")
+            lines.append(f"    {name}  x{kinds[name]}  ({chain})" +
+                         (f"  <- {shown}" if shown else ""))
         return "\n".join(lines)
 
 
@@ -84,7 +91,7 @@ def import_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None,
     name = name or default_name
     lowered = lower(proto, name, dict(shape or {}))
     emitted = emit(lowered, f"imported from {name} (ONNX opset {lowered.opset})")
-    origins = [sorted({p.origin for p in g.prims if p.origin}) for g in emitted.groups]
+    origins = [list(dict.fromkeys(p.origin for p in g.prims if p.origin)) for g in emitted.groups]
     return ImportResult(
         graph_json=json.dumps(emitted.graph_doc),
         lib_doc=emitted.lib_doc, params=emitted.params, model_name=name, opset=lowered.opset,
