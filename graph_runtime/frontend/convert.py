@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -73,7 +73,16 @@ def norm_axis(axis: int, rank: int, node: Node, name: str = "axis") -> int:
 
 def _load() -> None:
     # Each module registers its converters when imported.
-    from . import convert_composite, convert_math, convert_nn, convert_tensor  # noqa: F401
+    from . import (  # noqa: F401
+        convert_composite,
+        convert_conv,
+        convert_einsum,
+        convert_index,
+        convert_math,
+        convert_nn,
+        convert_norm,
+        convert_shape,
+    )
 
 
 _load()

@@ -6,7 +6,8 @@ its primitive ops go through the ordinary converters.
 """
 from __future__ import annotations
 
-from typing import Any, Collection, Mapping
+from collections.abc import Collection, Mapping
+from typing import Any
 
 EXPAND_DOMAIN = "graph_runtime.expand"
 _ROUNDS = 3  # a function body may itself use function ops

@@ -1,7 +1,8 @@
 """Constant folding: evaluate an ONNX node whose inputs are all known at import, with NumPy."""
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 

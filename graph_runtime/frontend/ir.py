@@ -1,8 +1,9 @@
 """The importer's lowered graph: values with static specs, and standard-op calls built on them."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
