@@ -170,8 +170,8 @@ def pool(ctx: Context, node: Node, args: list) -> list[Value]:
         kernel, strides, dilations = [1] + kernel, [1] + strides, [1] + dilations
         pads = [0, pads[0], 0, pads[1]]
         want = [1] + want
-    attrs = dict(pool_size=kernel, strides=strides, dilation=dilations, padding=pads,
-                 ceil_mode=ceil)
+    attrs: dict[str, object] = {"pool_size": kernel, "strides": strides, "dilation": dilations,
+                                "padding": pads, "ceil_mode": ceil}
     if not is_max:
         attrs["count_include_pad"] = include
     dims = "3d" if x.rank == 5 else "2d"

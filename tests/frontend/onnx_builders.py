@@ -1,7 +1,8 @@
 """Small ONNX models for the frontend tests, and running them here and in ONNX Runtime."""
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pytest
