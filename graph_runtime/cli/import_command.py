@@ -5,8 +5,9 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import click
 
@@ -31,9 +32,8 @@ def _parse_shapes(items: Sequence[str]) -> dict[str, list[int]]:
 def write_folder(out: Path, files: dict[str, Any], force: bool) -> None:
     """Write every file into a temporary folder beside out, then rename it into place."""
     from ..params import save_params_file
-    if out.exists() and not force:
-        if not out.is_dir() or any(out.iterdir()):
-            raise CliError(f"-o {out}: already exists; use --force to replace it")
+    if out.exists() and not force and (not out.is_dir() or any(out.iterdir())):
+        raise CliError(f"-o {out}: already exists; use --force to replace it")
     parent = out.resolve().parent
     parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -72,11 +72,16 @@ def norm_axis(axis: int, rank: int, node: Node, name: str = "axis") -> int:
 
 
 def _load() -> None:
-    from . import (  # noqa: F401  (they register)
+    # Each module registers its converters when imported.
+    from . import (  # noqa: F401
         convert_composite,
+        convert_conv,
+        convert_einsum,
+        convert_index,
         convert_math,
         convert_nn,
-        convert_tensor,
+        convert_norm,
+        convert_shape,
     )
 
 

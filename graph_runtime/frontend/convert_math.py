@@ -119,8 +119,7 @@ def clip(ctx: Context, node: Node, args: list) -> list[Value]:
         hi = hi if given_hi is None else float(given_hi)
     if np.dtype(x.dtype).kind != "f" and (lo != int(lo) or hi != int(hi)):
         raise Unsupported(f"non-integer bounds {lo}, {hi} for {x.dtype}")
-    if lo > hi:
-        lo = hi  # ONNX: every value becomes max when min > max
+    lo = min(lo, hi)  # ONNX: every value becomes max when min > max
     return [ctx.b.op("clip", x, a_min=lo, a_max=hi)]
 
 

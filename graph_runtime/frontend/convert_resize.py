@@ -29,7 +29,7 @@ def convert_resize(ctx: Context, node: Node, args: list) -> list[Value]:
         if mode not in ("nearest", "linear", "bilinear"):
             raise Unsupported(f"mode {mode!r}")
         scales = [float(s) for s in given]
-        sizes = [int(math.floor(d * s)) for d, s in zip(x.shape, scales)]
+        sizes = [math.floor(d * s) for d, s in zip(x.shape, scales)]
         return [ctx.b.op("resize", x, size=sizes, scales=scales,
                          mode="nearest" if mode == "nearest" else "linear",
                          coordinate_transformation_mode="asymmetric", nearest_mode="floor")]
@@ -65,11 +65,12 @@ def convert_resize(ctx: Context, node: Node, args: list) -> list[Value]:
         out = [math.floor(d * f) for d, f in zip(x.shape, full_scales)]
     else:
         raise Unsupported("neither scales nor sizes is given")
-    attrs = dict(size=out, mode=mode, coordinate_transformation_mode=ctm,
-                 nearest_mode=node.attr("nearest_mode", "round_prefer_floor"),
-                 cubic_coeff_a=float(node.attr("cubic_coeff_a", -0.75)),
-                 exclude_outside=bool(int(node.attr("exclude_outside", 0))),
-                 antialias=bool(int(node.attr("antialias", 0))))
+    attrs: dict[str, object] = {
+        "size": out, "mode": mode, "coordinate_transformation_mode": ctm,
+        "nearest_mode": node.attr("nearest_mode", "round_prefer_floor"),
+        "cubic_coeff_a": float(node.attr("cubic_coeff_a", -0.75)),
+        "exclude_outside": bool(int(node.attr("exclude_outside", 0))),
+        "antialias": bool(int(node.attr("antialias", 0)))}
     if full_scales is not None:
         attrs["scales"] = full_scales
     return [ctx.b.op("resize", x, **attrs)]

@@ -6,7 +6,8 @@ its primitive ops go through the ordinary converters.
 """
 from __future__ import annotations
 
-from typing import Any, Collection, Mapping
+from collections.abc import Collection, Mapping
+from typing import Any
 
 EXPAND_DOMAIN = "graph_runtime.expand"
 _ROUNDS = 3  # a function body may itself use function ops
@@ -16,7 +17,7 @@ def _function_body(node: Any, opset: int, types: Mapping[str, Any]) -> Any | Non
     from onnx import FunctionProto, TypeProto, defs
     try:
         schema: Any = defs.get_schema(node.op_type, opset, node.domain)
-    except Exception:  # onnx raises SchemaError for an op it does not know
+    except Exception:  # noqa: BLE001
         return None
     try:
         if schema.has_function:
@@ -28,7 +29,7 @@ def _function_body(node: Any, opset: int, types: Mapping[str, Any]) -> Any | Non
                 opset, node.SerializeToString(), arg_types)
             body = FunctionProto.FromString(raw)
             return body if len(body.node) else None
-    except Exception:  # a body that cannot be built for these types: leave the node alone
+    except Exception:  # noqa: BLE001
         return None
     return None
 
@@ -63,6 +64,6 @@ def expand_functions(model: Any, convertible: Collection[str],
             expanded += 1
         try:
             current = onnx.inliner.inline_local_functions(current)
-        except Exception:  # the inliner refused these bodies: keep the nodes, refused by name
+        except Exception:  # noqa: BLE001
             return (model, 0) if expanded == len(bodies) else (current, expanded)
     return current, expanded

@@ -1,7 +1,8 @@
 """Constant folding: evaluate an ONNX node whose inputs are all known at import, with NumPy."""
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -46,6 +47,16 @@ def _cast(node: Node, x: np.ndarray) -> list[np.ndarray]:
     return [x.astype(np_dtype(int(node.attr("to"))))]
 
 
+def _constant(node: Node) -> list[np.ndarray] | None:
+    """Constant's value from its dense attributes; None for sparse/string ones (reference)."""
+    for name, dtype in (("value_float", np.float32), ("value_floats", np.float32),
+                        ("value_int", np.int64), ("value_ints", np.int64)):
+        if name in node.attrs:
+            return [np.asarray(node.attrs[name], dtype=dtype)]
+    value = node.attrs.get("value")
+    return [value] if isinstance(value, np.ndarray) else None
+
+
 # Fast paths for what PyTorch's exports fold most (Shape -> Gather -> Unsqueeze -> Concat);
 # anything else goes through the onnx package's reference evaluator.
 _FAST: dict[str, Callable[..., list[np.ndarray]]] = {
@@ -61,10 +72,13 @@ def fold(node: Node, inputs: Sequence[np.ndarray | None], opset_imports: Any) ->
     """The node's outputs computed from constant inputs (None for an omitted optional input)."""
     if node.op_type in NOT_FOLDABLE or node.domain not in ("", "ai.onnx"):
         raise Unsupported(f"{node.op_type} cannot be folded")
+    if node.op_type == "Constant":
+        known = _constant(node)
+        if known is not None:
+            return known
     fast = _FAST.get(node.op_type)
     if fast is not None and all(x is not None for x in inputs):
-        if node.op_type != "Unsqueeze" or node.opset < 13:
-            return fast(node, *inputs)
+        return fast(node, *inputs)
     if node.op_type == "Unsqueeze" and inputs[0] is not None:
         return _unsqueeze(node, inputs[0], inputs[1] if len(inputs) > 1 else None)
     return _reference(node, inputs, opset_imports)

@@ -4,8 +4,9 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -44,12 +45,12 @@ class ImportResult:
     def summary(self) -> str:
         """What the import did, for people: nodes -> functions, folding, params bytes."""
         kinds = Counter(self.func_names)
-        lines = [f"imported {self.model_name} (ONNX opset {self.opset}) in "
-                 f"{self.seconds:.2f} s: {self.num_onnx_nodes} ONNX nodes -> "
-                 f"{len(self.func_names)} graph nodes calling {len(self.lib_doc['functions'])} "
-                 f"fused functions",
-                 f"  inputs: {', '.join(self.input_names) or '-'}; outputs: "
-                 f"{', '.join(self.output_names)}",
+        lines = [(f"imported {self.model_name} (ONNX opset {self.opset}) in "
+                  f"{self.seconds:.2f} s: {self.num_onnx_nodes} ONNX nodes -> "
+                  f"{len(self.func_names)} graph nodes calling "
+                  f"{len(self.lib_doc['functions'])} fused functions"),
+                 (f"  inputs: {', '.join(self.input_names) or '-'}; outputs: "
+                  f"{', '.join(self.output_names)}"),
                  f"  params: {len(self.params)} arrays, {fmt_bytes(self.params_bytes)}"]
         if self.folded:
             folded = ", ".join(f"{op} x{n}" for op, n in self.folded.most_common())
@@ -59,11 +60,18 @@ class ImportResult:
             lines.append(f"  removed: {removed}")
         if self.bn_folded:
             lines.append(f"  BatchNormalization folded into conv weights: {self.bn_folded}")
-        lines.append("  functions:")
+        lines.append("  functions (x calls; chain of standard ops <- ONNX nodes):")
+        origins: dict[str, list[str]] = {}
+        for name, nodes in zip(self.func_names, self.func_origins):
+            origins.setdefault(name, []).extend(nodes)
         for name in sorted(kinds):
             ops = self.lib_doc["functions"][name]
-            chain = [s["op"] for s in ops.get("ops", [ops])]
-            lines.append(f"    {name}  x{kinds[name]}  ({' -> '.join(chain)})")
+            chain = " -> ".join(s["op"] for s in ops.get("ops", [ops]))
+            nodes = origins.get(name, [])
+            shown = ", ".join(nodes[:4]) + (f" and {len(nodes) - 4} more" if len(nodes) > 4
+                                             else "")
+            lines.append(f"    {name}  x{kinds[name]}  ({chain})" +
+                         (f"  <- {shown}" if shown else ""))
         return "\n".join(lines)
 
 
@@ -84,7 +92,7 @@ def import_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None,
     name = name or default_name
     lowered = lower(proto, name, dict(shape or {}))
     emitted = emit(lowered, f"imported from {name} (ONNX opset {lowered.opset})")
-    origins = [sorted({p.origin for p in g.prims if p.origin}) for g in emitted.groups]
+    origins = [list(dict.fromkeys(p.origin for p in g.prims if p.origin)) for g in emitted.groups]
     return ImportResult(
         graph_json=json.dumps(emitted.graph_doc),
         lib_doc=emitted.lib_doc, params=emitted.params, model_name=name, opset=lowered.opset,

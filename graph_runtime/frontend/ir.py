@@ -1,15 +1,15 @@
 """The importer's lowered graph: values with static specs, and standard-op calls built on them."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from ..errors import LibraryError
 from ..lib.library import TensorSpec
 from ..lib.registry import OPS, load_standard_ops
-
 
 # Ops whose result on narrow integers equals the result on wider ones cast back (wrapping
 # arithmetic, comparisons, selections, bit operations): the importer runs those of them the op

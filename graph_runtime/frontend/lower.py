@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -69,7 +70,7 @@ def inferred_types(model: Any, shapes: Mapping[str, Sequence[int]]) -> dict[str,
                                                                    list(t.dims)))
     try:
         inferred = shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
-    except Exception:  # inference is a cross-check only; our own shape rules still apply
+    except Exception:  # noqa: BLE001
         inferred = proto
     g = inferred.graph
     return {vi.name: vi.type for vi in list(g.input) + list(g.value_info) + list(g.output)}

@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -38,7 +39,7 @@ def load_model(model: Any) -> tuple[Any, str]:
     try:
         # NOTE: onnx.load reads external data files relative to the model's folder.
         proto = onnx.load(str(path), load_external_data=True)
-    except Exception as e:  # protobuf DecodeError, missing external data file, ...
+    except Exception as e:
         raise FrontendError(f"{path}: cannot read the ONNX model: {type(e).__name__}: {e}") from e
     return proto, path.name
 
@@ -58,7 +59,7 @@ def np_dtype(elem_type: int) -> str:
         else str(elem_type)
     try:
         dtype = str(np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)))
-    except Exception:
+    except Exception:  # noqa: BLE001
         raise Unsupported(f"dtype {name} is not supported") from None
     if dtype not in RUNTIME_DTYPES:
         raise Unsupported(f"dtype {name} is not supported; supported: "

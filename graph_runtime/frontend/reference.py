@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -83,6 +84,6 @@ def onnxruntime_outputs(model: Any, path: str | os.PathLike[str] | None,
         options.log_severity_level = 3
         session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
         return [np.asarray(v) for v in session.run(list(names), dict(inputs))]
-    except Exception as e:  # onnxruntime raises its own exception types
+    except Exception as e:
         raise FrontendError(f"ONNX Runtime could not run the model: {type(e).__name__}: "
                             f"{e}") from e

@@ -14,7 +14,7 @@ from graph_runtime.cli.app import app
 
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper
 
 RNG = np.random.default_rng(3)
 

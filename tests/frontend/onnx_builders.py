@@ -1,17 +1,18 @@
 """Small ONNX models for the frontend tests, and running them here and in ONNX Runtime."""
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper
 
-import graph_runtime as gr  # noqa: E402
-from graph_runtime.frontend import from_onnx  # noqa: E402
+import graph_runtime as gr
+from graph_runtime.frontend import from_onnx
 
 F32 = TensorProto.FLOAT
 I64 = TensorProto.INT64

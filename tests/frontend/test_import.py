@@ -4,7 +4,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -329,7 +330,7 @@ def test_pytorch_shape_chain_is_folded() -> None:
 
 
 def test_batch_norm_folds_into_conv() -> None:
-    m, feeds = conv_bn_relu()
+    m, _ = conv_bn_relu()
     result = import_onnx(m)
     assert result.bn_folded == 1
     assert list(result.lib_doc["functions"]) == ["tvmgen_default_fused_nn_conv2d_add_nn_relu"]
@@ -374,10 +375,11 @@ def _unsupported_model() -> Any:
              node("Cast", ["h"], ["hf"], to=F32),
              node("NonZero", ["hf"], ["h2"], name="nz_2"),
              node("Det", ["h2"], ["d"], name="det"),
-             node("Pad", ["x", "pads"], ["p"], mode="reflect", name="pad_reflect"),
+             node("MaxPool", ["x4"], ["p"], kernel_shape=[2, 2], storage_order=1,
+                  name="pool_so"),
              node("Add", ["d", "s"], ["y"], name="sum")]
-    inits = [init("pads", np.array([0, 1, 0, 1])), init("s", np.float32(1))]
-    return model(nodes, [tensor("x", F32, [3, 3])],
+    inits = [init("s", np.float32(1))]
+    return model(nodes, [tensor("x", F32, [3, 3]), tensor("x4", F32, [1, 1, 4, 4])],
                  [tensor("y", F32, None), tensor("p", F32, None)], inits, opset=17)
 
 
@@ -388,7 +390,7 @@ def test_refusal_lists_every_unsupported_op_with_nodes_and_opset() -> None:
     assert "opset 17" in message
     assert "op type NonZero is not supported (nodes 'nz_1', 'nz_2')" in message
     assert "op type Det is not supported (node 'det')" in message
-    assert "Pad: mode 'reflect'" in message and "'pad_reflect'" in message
+    assert "MaxPool: storage_order=1 (node 'pool_so')" in message
     assert "'sum'" not in message and "'ok'" not in message
 
 
