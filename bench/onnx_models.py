@@ -33,8 +33,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "data" / "onnx"))  # make_models.py: the architectures
 sys.path.insert(0, str(ROOT))  # measure the checkout this script sits in
-import graph_runtime as gr  # noqa: E402
-from graph_runtime._timing import time_runs  # noqa: E402
+import graph_runtime as gr
+from graph_runtime._timing import time_runs
 
 IMPORT_TARGET_S = 2.0  # issue 11: importing a 100-layer model takes under 2 s
 SEQ = 128

@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "frontend"))
-from onnx_node_cases import (  # noqa: E402  (the test suite's own harness)
+from onnx_node_cases import (  # the test suite's own harness
     PASS,
     REFUSED,
     CaseFailure,

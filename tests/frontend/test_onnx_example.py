@@ -12,7 +12,7 @@ from click.testing import CliRunner
 pytest.importorskip("onnx", reason="the ONNX frontend tests need onnx (pip install .[test])")
 pytest.importorskip("onnxruntime", reason="--reference needs onnxruntime (pip install .[test])")
 
-from graph_runtime.cli import app  # noqa: E402
+from graph_runtime.cli import app
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "onnx"
 

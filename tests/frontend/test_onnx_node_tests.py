@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("onnx", reason="the ONNX frontend tests need onnx (pip install .[test])")
 
-from onnx_node_cases import (  # noqa: E402  (tests/frontend is on sys.path, like support.py)
+from onnx_node_cases import (  # tests/frontend is on sys.path, like support.py
     PASS,
     PASSING_LIST,
     UPDATE_ENV,

@@ -22,7 +22,7 @@ pytest.importorskip("onnx", reason="the ONNX frontend tests need onnx (pip insta
 ort = pytest.importorskip("onnxruntime",
                           reason="ONNX Runtime is the reference here (pip install .[test])")
 
-from graph_runtime.cli import app  # noqa: E402
+from graph_runtime.cli import app
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "onnx"
 MODELS = ["resnet", "mobilenetv2", "bert", "gpt2", "unet"]
