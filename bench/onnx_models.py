@@ -11,8 +11,12 @@ and the ratio to ONNX Runtime (default threads). It also checks that importing a
 100-layer model (Conv+BatchNorm+Relu x 100) takes under 2 s. The machine is shared: say so
 with the numbers. Results go to bench/results/onnx_models.json.
 
+On a loaded 2-core machine OpenBLAS's threads (behind graph_runtime's dense/matmul) can cost
+10x on BERT; OPENBLAS_NUM_THREADS=1 shows graph_runtime without that contention.
+
 Needs torch, transformers, onnx, onnxruntime. Usage:
   python bench/onnx_models.py [--models resnet18 mobilenetv2 bert] [--batch 1 8] [--rounds 5]
+                              [--json OUT.json]
 """
 from __future__ import annotations
 
@@ -205,6 +209,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir())
                         / "graph_runtime_bench_onnx", help="where the exports are kept")
+    parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "onnx_models.json",
+                        help="where the results go")
     args = parser.parse_args()
     args.cache.mkdir(parents=True, exist_ok=True)
 
@@ -233,10 +239,11 @@ def main() -> None:
             results.append({"model": name, "batch": batch, "import_s": import_s,
                             "number": number, "median_s": times,
                             "ratio_to_onnxruntime": {k: v / ref for k, v in times.items()}})
-    os.makedirs(ROOT / "bench" / "results", exist_ok=True)
-    with open(ROOT / "bench" / "results" / "onnx_models.json", "w", encoding="utf-8") as f:
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    with open(args.json, "w", encoding="utf-8") as f:
         json.dump({"hundred_layer_import": deep, "models": results, "cpus": os.cpu_count(),
-                   "shared_machine": True}, f, indent=2)
+                   "shared_machine": True,
+                   "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS")}, f, indent=2)
 
 
 if __name__ == "__main__":
