@@ -7,7 +7,9 @@ depthwise convs, ReLU6), a BERT encoder (int64 input ids and attention mask), a 
 (causal mask) and a small U-Net (ConvTranspose, Upsample, Concat). Each is exported with both
 of PyTorch's exporters: TorchScript (`NAME_ts.onnx`, opset 17, weights inside) and dynamo
 (`NAME_dynamo.onnx`, opset 18, weights in the external data file `NAME_dynamo.onnx.data`).
-Seeded, so a rebuild gives the same weights. CI never runs this: it imports the committed files.
+Seeded, so a rebuild gives the same files (the dynamo ones name this script's source lines in
+their node metadata, so editing it changes those bytes, never the weights or the graph). CI never
+runs this: it imports the committed files.
 
 Usage: python tests/data/onnx/make_models.py [--out DIR] [--only resnet bert ...]
 """
