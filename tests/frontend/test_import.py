@@ -308,7 +308,7 @@ def test_no_fusion_across_a_value_with_two_readers() -> None:
               [init("w", weights(4, 3))])
     names, _ = _functions(m)
     assert names[0] == "tvmgen_default_fused_nn_dense"
-    assert len(names) == 3  # dense; relu; sigmoid + add (sigmoid's result goes first)
+    assert len(names) == 3  # dense; sigmoid; relu + add (h has two readers: no chain takes it)
 
 
 def test_pytorch_shape_chain_is_folded() -> None:
