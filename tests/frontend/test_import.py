@@ -259,13 +259,26 @@ def pads_and_int64_division() -> tuple:
          "i": np.array([7, -7, 7, -7, 6, -2**40]), "j": np.array([2, 2, -2, -2, 3, 3])}
 
 
+def quantize_lppool_compress() -> tuple:
+    nodes = [node("QuantizeLinear", ["x", "s", "z"], ["q"], axis=1),
+             node("DequantizeLinear", ["q", "s", "z"], ["d"], axis=1),
+             node("LpPool", ["d"], ["l"], kernel_shape=[2, 2], pads=[1, 0, 0, 1], p=3),
+             node("Compress", ["l", "keep"], ["y"], axis=3)]
+    inits = [init("s", np.array([0.05, 0.1, 0.02], np.float32)),
+             init("z", np.array([3, 128, 250], np.uint8)),
+             init("keep", np.array([True, False, True]))]
+    return model(nodes, [tensor("x", F32, [1, 3, 4, 3])], [tensor("y", F32, None)], inits,
+                 opset=21), {"x": _x(1, 3, 4, 3)}
+
+
 PATTERNS: dict[str, Callable[[], tuple]] = {
     f.__name__: f for f in (conv_bn_relu, depthwise_clip_same, conv_dilated_1d, conv_transpose,
                             gemm_variants, matmul_broadcast, norms, softmax_old_axis, pools,
                             resize_modes, elementwise_math, activations, where_compare_cast,
                             shape_ops, gather_embedding, reductions, topk_cumsum_einsum,
                             attention_einsum, gather_nd_onehot_hardmax, losses,
-                            narrow_integers, pads_and_int64_division)}
+                            narrow_integers, pads_and_int64_division,
+                            quantize_lppool_compress)}
 
 
 @pytest.mark.parametrize("pattern", list(PATTERNS))
