@@ -23,8 +23,8 @@ def _per_axis(ctx: Context, node: Node, v: Value, x: Value) -> Value:
             raise Unsupported(f"blocked quantization with parameters of shape {v.shape} for "
                               f"{x.shape}")
         if v.const is not None:
-            full = np.repeat(v.const, block, axis=axis)
-            return ctx.b.const(np.take(full, np.arange(x.shape[axis]), axis=axis), v.name)
+            repeated = np.repeat(v.const, block, axis=axis)
+            return ctx.b.const(np.take(repeated, np.arange(x.shape[axis]), axis=axis), v.name)
         # Each entry repeated block times along axis: a new axis after it, broadcast, merged.
         b = ctx.b
         nb = v.shape[axis]
