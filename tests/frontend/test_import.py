@@ -371,6 +371,19 @@ def test_function_ops_are_inlined_from_their_schema() -> None:
     assert_matches(m, feeds, "cpu")
 
 
+def test_if_with_a_constant_condition_takes_its_branch() -> None:
+    then = helper.make_graph([node("Relu", ["x"], ["t"])], "then", [], [tensor("t", F32, [3])])
+    other = helper.make_graph([node("Neg", ["x"], ["e"])], "else", [], [tensor("e", F32, [3])])
+    nodes = [node("Shape", ["x"], ["s"]), node("ReduceSum", ["s"], ["n"], keepdims=0),
+             node("Greater", ["n", "two"], ["c"]),
+             node("If", ["c"], ["y"], then_branch=then, else_branch=other)]
+    m = model(nodes, [tensor("x", F32, [3])], [tensor("y", F32, None)],
+              [init("two", np.array(2))])
+    result = import_onnx(m)
+    assert result.folded["If"] == 1 and result.func_names == ["tvmgen_default_fused_nn_relu"]
+    assert_matches(m, {"x": _x(3)}, "cpu")
+
+
 def test_dropout_and_identity_are_removed() -> None:
     nodes = [node("Dropout", ["x"], ["d"]), node("Identity", ["d"], ["i"]),
              node("Relu", ["i"], ["y"])]
