@@ -271,6 +271,17 @@ def quantize_lppool_compress() -> tuple:
                  opset=21), {"x": _x(1, 3, 4, 3)}
 
 
+def scatter_constant_indices() -> tuple:
+    nodes = [node("ScatterElements", ["x", "ie", "u"], ["a"], axis=1),
+             node("ScatterND", ["a", "ind", "u2"], ["b"]),
+             node("ScatterND", ["b", "dup", "u2"], ["y"], reduction="add")]
+    inits = [init("ie", np.array([[0, -1], [2, 3], [1, 0]])),
+             init("ind", np.array([[2], [0], [-2]])), init("dup", np.array([[2], [0], [2]]))]
+    return model(nodes, [tensor("x", F32, [3, 4]), tensor("u", F32, [3, 2]),
+                         tensor("u2", F32, [3, 4])], [tensor("y", F32, None)], inits,
+                 opset=18), {"x": _x(3, 4), "u": _x(3, 2), "u2": _x(3, 4)}
+
+
 PATTERNS: dict[str, Callable[[], tuple]] = {
     f.__name__: f for f in (conv_bn_relu, depthwise_clip_same, conv_dilated_1d, conv_transpose,
                             gemm_variants, matmul_broadcast, norms, softmax_old_axis, pools,
@@ -278,7 +289,7 @@ PATTERNS: dict[str, Callable[[], tuple]] = {
                             shape_ops, gather_embedding, reductions, topk_cumsum_einsum,
                             attention_einsum, gather_nd_onehot_hardmax, losses,
                             narrow_integers, pads_and_int64_division,
-                            quantize_lppool_compress)}
+                            quantize_lppool_compress, scatter_constant_indices)}
 
 
 @pytest.mark.parametrize("pattern", list(PATTERNS))
