@@ -210,6 +210,12 @@ class _Walk:
             key = _unknown_op(node) if str(e) == "__unknown__" else f"{node.op_type}: {e}"
             problems.setdefault(key, []).append(node.label)
             outs = [None] * len(node.outputs)
+        except (ArithmeticError, LookupError, TypeError, ValueError) as e:
+            # NOTE: a converter that trips over an input it did not expect refuses the node
+            # (one line, listed with the others) instead of ending the import in a traceback.
+            key = f"{node.op_type}: internal error: {type(e).__name__}: {e}"
+            problems.setdefault(key, []).append(node.label)
+            outs = [None] * len(node.outputs)
         for name, out_value in zip(node.outputs, outs):
             if name:
                 env[name] = out_value
