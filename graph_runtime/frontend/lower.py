@@ -92,6 +92,7 @@ def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]]) -> L
     """Lower every node; one FrontendError listing every unsupported op/attr/dtype otherwise."""
     from onnx import numpy_helper
     types = inferred_types(model, shapes)
+    num_nodes = len(model.graph.node)
     model, expanded = expand_functions(model, CONVERTERS, types)
     if expanded:
         types = inferred_types(model, shapes)
@@ -101,13 +102,17 @@ def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]]) -> L
               for e in model.opset_import}
     problems: dict[str, list[str]] = {}
     env: dict[str, Value | None] = {}
+    uses: Counter = Counter()
+    _count_uses(graph.node, uses)
+    uses.update(o.name for o in graph.output)
     b = Builder()
     for t in graph.initializer:
         try:
-            array = numpy_helper.to_array(t)
             np_dtype(t.data_type)
+            array = numpy_helper.to_array(t)
         except Unsupported as e:
-            problems.setdefault(f"initializer dtype: {e}", []).append(t.name)
+            if uses[t.name]:  # an unused initializer of an odd dtype does not matter
+                problems.setdefault(f"initializer dtype: {e}", []).append(t.name)
             env[t.name] = None
             continue
         env[t.name] = b.const(array, t.name)
@@ -131,12 +136,9 @@ def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]]) -> L
         env[inp.name] = graph_input
         inputs.append(graph_input)
 
-    uses: Counter = Counter()
-    _count_uses(graph.node, uses)
-    uses.update(o.name for o in graph.output)
     expected = static_specs(types)
     ctx = Context(b, uses, opsets)
-    lowered = Lowered(inputs, [], [o.name for o in graph.output], b, opset, len(graph.node))
+    lowered = Lowered(inputs, [], [o.name for o in graph.output], b, opset, num_nodes)
     walk = _Walk(ctx, env, problems, expected, model, lowered, opsets)
     walk.nodes(graph.node)
     lowered.bn_folded = ctx.bn_folded
