@@ -62,6 +62,7 @@ def pad(ctx: Context, node: Node, args: list) -> list[Value]:
     mode = node.attr("mode", "constant")
     if mode not in ("constant", "edge", "reflect", "wrap"):
         raise Unsupported(f"mode {mode!r}")
+    computed: Value | None = None
     if node.opset < 11:
         pads = node.ints("pads")
         value = float(node.attr("value", 0.0))
@@ -91,10 +92,14 @@ def pad(ctx: Context, node: Node, args: list) -> list[Value]:
         return [_pad_from_data(ctx, x, widths, mode)]
     if np.dtype(x.dtype).kind in "iu" and value != int(value):
         raise Unsupported(f"constant_value {value} for {x.dtype}")
+    if computed is None and not np.isfinite(value):
+        # lib.json holds finite numbers only: an infinite pad value goes through a param.
+        computed = b.const(np.array(value, x.dtype), "pad_value")
+        value = 0.0
     padded = b.op("pad", x, pad_width=widths, pad_value=value)
     if computed is None:
         return [padded]
-    # The pad value is computed at run time: select it where the padding went.
+    # The pad value is computed at run time (or infinite): select it where the padding went.
     border = np.ones(padded.shape, bool)
     border[tuple(slice(lo, lo + d) for (lo, _), d in zip(widths, x.shape))] = False
     fill = b.reshape(computed, ())

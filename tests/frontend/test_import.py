@@ -395,6 +395,17 @@ def test_if_with_a_constant_condition_takes_its_branch() -> None:
     assert_matches(m, {"x": _x(3)}, "cpu")
 
 
+def test_infinite_pad_value_goes_through_a_param() -> None:
+    nodes = [node("Pad", ["x", "pads", "ninf"], ["p"]),
+             node("MaxPool", ["p"], ["y"], kernel_shape=[2, 2])]
+    inits = [init("pads", np.array([0, 0, 1, 1, 0, 0, 1, 1])),
+             init("ninf", np.array(-np.inf, np.float32))]
+    m = model(nodes, [tensor("x", F32, [1, 1, 3, 3])], [tensor("y", F32, None)], inits)
+    result = import_onnx(m)
+    assert "-Infinity" not in json.dumps(result.lib_doc)
+    assert_matches(m, {"x": _x(1, 1, 3, 3)}, "cpu")
+
+
 def test_dropout_and_identity_are_removed() -> None:
     nodes = [node("Dropout", ["x"], ["d"]), node("Identity", ["d"], ["i"]),
              node("Relu", ["i"], ["y"])]
