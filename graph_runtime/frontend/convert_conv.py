@@ -2,6 +2,7 @@
 global pools."""
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from .convert import Context, converts
@@ -147,11 +148,12 @@ def _pool_out(size: int, k: int, s: int, d: int, pb: int, pe: int, ceil: bool) -
     return (size + pb + pe - span) // s + 1
 
 
-@converts("MaxPool", "AveragePool")
+@converts("MaxPool", "AveragePool", "LpPool")
 def pool(ctx: Context, node: Node, args: list) -> list[Value]:
     b = ctx.b
     x = args[0]
     is_max = node.op_type == "MaxPool"
+    is_lp = node.op_type == "LpPool"
     if is_max:
         ctx.only_first_output(node)
         if int(node.attr("storage_order", 0)):
@@ -163,6 +165,14 @@ def pool(ctx: Context, node: Node, args: list) -> list[Value]:
     nd = len(kernel)
     ceil = bool(int(node.attr("ceil_mode", 0)))
     include = bool(int(node.attr("count_include_pad", 0)))
+    p = int(node.attr("p", 2))
+    if is_lp:
+        # (sum |x|^p)^(1/p) = (taps * mean of |x|^p, zero padding counted)^(1/p)
+        if ceil:
+            raise Unsupported("LpPool with ceil_mode=1")
+        include = True
+        x = b.op("multiply", x, x) if p == 2 else \
+            b.op("power", b.op("abs", x), b.scalar(float(p), x))
     want = [_pool_out(x.shape[2 + i], kernel[i], strides[i], dilations[i], pads[i],
                       pads[nd + i], ceil) for i in range(nd)]
     if x.rank == 3:
@@ -181,6 +191,9 @@ def pool(ctx: Context, node: Node, args: list) -> list[Value]:
                           f"{list(y.shape[2:])} windows, ONNX {want}")
     if args[0].rank == 3:
         y = b.reshape(y, (y.shape[0], y.shape[1], y.shape[3]))
+    if is_lp:
+        total = b.op("multiply", y, b.scalar(float(math.prod(kernel)), y))
+        y = b.op("sqrt", total) if p == 2 else b.op("power", total, b.scalar(1.0 / p, y))
     return [y]
 
 

@@ -50,7 +50,7 @@ def einsum(ctx: Context, node: Node, args: list) -> list[Value]:
     terms, out = _einsum_terms(str(node.attr("equation")), [a.rank for a in args])
     if len(args) == 1:
         x, t = _sum_out(ctx, args[0], terms[0], out)
-        return [b.transpose(x, [t.index(c) for c in out]) if t != out else b.copy(x)]
+        return [b.transpose(x, [t.index(c) for c in out]) if t != out else x]
     if len(args) != 2:
         raise Unsupported(f"{len(args)} operands (1 or 2 are supported)")
     x, tx = _sum_out(ctx, args[0], terms[0], out + terms[1])

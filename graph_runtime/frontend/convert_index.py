@@ -62,6 +62,7 @@ def pad(ctx: Context, node: Node, args: list) -> list[Value]:
     mode = node.attr("mode", "constant")
     if mode not in ("constant", "edge", "reflect", "wrap"):
         raise Unsupported(f"mode {mode!r}")
+    computed: Value | None = None
     if node.opset < 11:
         pads = node.ints("pads")
         value = float(node.attr("value", 0.0))
@@ -86,15 +87,19 @@ def pad(ctx: Context, node: Node, args: list) -> list[Value]:
                  axes=list(range(x.rank)))
         widths = [[max(p[0], 0), max(p[1], 0)] for p in widths]
     if not any(w for pair in widths for w in pair):
-        return [b.copy(x)]
+        return [x]
     if mode != "constant":
         return [_pad_from_data(ctx, x, widths, mode)]
     if np.dtype(x.dtype).kind in "iu" and value != int(value):
         raise Unsupported(f"constant_value {value} for {x.dtype}")
+    if computed is None and not np.isfinite(value):
+        # lib.json holds finite numbers only: an infinite pad value goes through a param.
+        computed = b.const(np.array(value, x.dtype), "pad_value")
+        value = 0.0
     padded = b.op("pad", x, pad_width=widths, pad_value=value)
     if computed is None:
         return [padded]
-    # The pad value is computed at run time: select it where the padding went.
+    # The pad value is computed at run time (or infinite): select it where the padding went.
     border = np.ones(padded.shape, bool)
     border[tuple(slice(lo, lo + d) for (lo, _), d in zip(widths, x.shape))] = False
     fill = b.reshape(computed, ())
@@ -192,3 +197,61 @@ def gather_nd(ctx: Context, node: Node, args: list) -> list[Value]:
     data = b.reshape(x, (batch * math.prod(dims),) + tuple(rest))
     out = b.op("take", data, flat, axis=0, mode="clip")
     return [b.reshape(out, tuple(x.shape[:nb]) + lookup + tuple(rest))]
+
+
+def _scatter(ctx: Context, node: Node, data: Value, updates: Value,
+             targets: np.ndarray) -> Value:
+    """data with updates written at the flat positions targets (one per update element).
+
+    Positions known at import make it a gather and a select: each written position takes the
+    last update aimed at it (reduction 'none') or data plus the sum of them ('add').
+    """
+    b = ctx.b
+    reduction = node.attr("reduction", "none")
+    size = int(np.prod(data.shape))
+    flat_targets = targets.reshape(-1)
+    if reduction == "none":
+        source = np.full(size, -1, np.int64)
+        source[flat_targets] = np.arange(flat_targets.size, dtype=np.int64)
+        written = source >= 0
+        picked = b.op("take", b.reshape(updates, (max(flat_targets.size, 1),)),
+                      b.const(np.maximum(source, 0).reshape(data.shape), "scatter_source"),
+                      axis=0, mode="clip")
+        return b.op("where", b.const(written.reshape(data.shape), "scatter_mask"), picked, data)
+    if reduction == "add" and np.dtype(data.dtype).kind == "f":
+        routing = np.zeros((size, flat_targets.size), data.dtype)
+        routing[flat_targets, np.arange(flat_targets.size)] = 1
+        added = b.op("dense", b.reshape(updates, (1, flat_targets.size)),
+                     b.const(routing, "scatter_routing"))
+        return b.op("add", data, b.reshape(added, data.shape))
+    raise Unsupported(f"reduction {reduction!r} on {data.dtype}")
+
+
+@converts("ScatterElements", "Scatter", "ScatterND")
+def scatter(ctx: Context, node: Node, args: list) -> list[Value]:
+    data, updates = args[0], args[2]
+    indices = const_input(node, args, 1, "indices")
+    if indices is None:
+        raise Unsupported("indices are missing")
+    indices = np.asarray(indices, np.int64)
+    positions = np.arange(int(np.prod(data.shape)), dtype=np.int64).reshape(data.shape)
+    if node.op_type in ("ScatterElements", "Scatter"):
+        axis = norm_axis(int(node.attr("axis", 0)), data.rank, node)
+        if indices.shape != tuple(updates.shape) or indices.ndim != data.rank:
+            raise Unsupported(f"indices {indices.shape} for updates {updates.shape}")
+        wrapped = np.where(indices < 0, indices + data.shape[axis], indices)
+        if np.any((wrapped < 0) | (wrapped >= data.shape[axis])):
+            raise Unsupported("indices out of range")
+        coords: list[np.ndarray] = list(np.indices(indices.shape, dtype=np.int64))
+        coords[axis] = wrapped
+        targets = positions[tuple(coords)]
+    else:
+        k = indices.shape[-1]
+        dims = np.array(data.shape[:k], np.int64)
+        wrapped = np.where(indices < 0, indices + dims, indices)
+        if np.any((wrapped < 0) | (wrapped >= dims)):
+            raise Unsupported("indices out of range")
+        targets = positions[tuple(np.moveaxis(wrapped, -1, 0))]
+        if targets.shape != tuple(updates.shape):
+            raise Unsupported(f"indices {indices.shape} for updates {updates.shape}")
+    return [_scatter(ctx, node, data, updates, targets)]

@@ -200,7 +200,7 @@ def power(ctx: Context, node: Node, args: list) -> list[Value]:
             y.const is not None and y.const.size == 1 and len(y.shape) <= x.rank):
         exponent = float(np.asarray(y.const).reshape(-1)[0])
         if exponent == 1.0:
-            return [b.copy(x)]
+            return [x]
         if exponent == 2.0:
             return [b.op("multiply", x, x)]
         if exponent == 0.5 and np.dtype(x.dtype).kind == "f":
@@ -214,7 +214,7 @@ def variadic(ctx: Context, node: Node, args: list) -> list[Value]:
     op = {"Max": "maximum", "Min": "minimum", "Sum": "add", "Mean": "add"}[node.op_type]
     values = [a for a in args if a is not None]
     if len(values) == 1:
-        acc = b.copy(values[0])
+        acc = values[0]
     else:
         acc = b.op(op, values[0], values[1])
         for v in values[2:]:
@@ -249,7 +249,7 @@ def cast(ctx: Context, node: Node, args: list) -> list[Value]:
     else:
         dtype = np_dtype(int(node.attr("to")))
     return [ctx.b.op("cast", args[0], dtype=dtype) if args[0].dtype != dtype else
-            ctx.b.copy(args[0])]
+            args[0]]
 
 
 # -- reductions -----------------------------------------------------------------------------------
@@ -276,7 +276,7 @@ def reduce(ctx: Context, node: Node, args: list) -> list[Value]:
     x = args[0]
     axes = _reduce_axes(node, args, x)
     if axes is None:
-        return [b.copy(x)]
+        return [x]
     keep = bool(int(node.attr("keepdims", 1)))
     kind = REDUCE[node.op_type]
     if kind in ("sum", "mean", "max", "min", "prod"):

@@ -45,7 +45,7 @@ def reshape(ctx: Context, node: Node, args: list) -> list[Value]:
         out[out.index(-1)] = math.prod(x.shape) // known
     if math.prod(out) != math.prod(x.shape):
         raise Unsupported(f"cannot reshape {x.shape} to {target}")
-    return [ctx.b.reshape(x, out) if tuple(out) != x.shape else ctx.b.copy(x)]
+    return [ctx.b.reshape(x, out) if tuple(out) != x.shape else x]
 
 
 @converts("Flatten")
@@ -56,7 +56,7 @@ def flatten(ctx: Context, node: Node, args: list) -> list[Value]:
     if not 0 <= axis <= x.rank:
         raise Unsupported(f"axis {node.attr('axis')} for rank {x.rank}")
     out = (math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
-    return [ctx.b.reshape(x, out) if out != x.shape else ctx.b.copy(x)]
+    return [ctx.b.reshape(x, out) if out != x.shape else x]
 
 
 @converts("Transpose")
@@ -64,7 +64,7 @@ def transpose(ctx: Context, node: Node, args: list) -> list[Value]:
     x = args[0]
     perm = node.ints("perm", list(range(x.rank))[::-1])
     if perm == list(range(x.rank)):
-        return [ctx.b.copy(x)]
+        return [x]
     return [ctx.b.transpose(x, perm)]
 
 
@@ -86,7 +86,7 @@ def squeeze(ctx: Context, node: Node, args: list) -> list[Value]:
             if x.shape[a] != 1:
                 raise Unsupported(f"axis {a} has size {x.shape[a]}, not 1")
     out = tuple(d for i, d in enumerate(x.shape) if i not in picked)
-    return [ctx.b.reshape(x, out) if out != x.shape else ctx.b.copy(x)]
+    return [ctx.b.reshape(x, out) if out != x.shape else x]
 
 
 @converts("Unsqueeze")
@@ -111,7 +111,7 @@ def concat(ctx: Context, node: Node, args: list) -> list[Value]:
         shape[axis] = 0
         return [ctx.b.const(np.zeros(shape, values[0].dtype), "empty")]
     if len(nonempty) == 1:
-        return [ctx.b.copy(nonempty[0])]
+        return [nonempty[0]]
     return [ctx.b.op("concatenate", *nonempty, axis=axis)]
 
 
@@ -133,7 +133,7 @@ def split(ctx: Context, node: Node, args: list) -> list[Value]:
         raise Unsupported(f"split sizes {sizes} for axis {axis} of size {dim} and {count} "
                           "outputs")
     if count == 1:
-        return [ctx.b.copy(x)]
+        return [x]
     indices = list(np.cumsum(sizes)[:-1])
     return ctx.b.ops("split", [x], indices_or_sections=indices, axis=axis)
 
@@ -141,7 +141,7 @@ def split(ctx: Context, node: Node, args: list) -> list[Value]:
 def _broadcast(ctx: Context, x: Value, shape: Sequence[int]) -> Value:
     shape = tuple(int(d) for d in shape)
     if shape == x.shape:
-        return ctx.b.copy(x)
+        return x
     if has_op("broadcast_to"):
         return ctx.b.op("broadcast_to", x, shape=list(shape))
     if x.dtype == "bool":
@@ -177,7 +177,7 @@ def tile(ctx: Context, node: Node, args: list) -> list[Value]:
             return [b.const(np.zeros([d * k for d, k in zip(x.shape, reps)], x.dtype), "empty")]
         if r > 1:
             y = b.op("concatenate", *([y] * r), axis=axis)
-    return [y if y is not x else b.copy(x)]
+    return [y]
 
 
 @converts("EyeLike")

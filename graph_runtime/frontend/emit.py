@@ -9,7 +9,10 @@ from typing import Any
 import numpy as np
 
 from ..device import cpu
+from ..errors import FrontendError, LibraryError
 from ..graph.model import entry_bytes
+from ..lib.library import TensorSpec
+from ..lib.loader import function_from_json
 from ..planner.storage_plan import plan_storage
 from ..planner.topology import PlanNode, Topology
 from .fuse import Group, base_name, function_doc, fuse
@@ -157,4 +160,26 @@ def emit(lowered: Lowered, description: str) -> Emitted:
     }
     lib_doc = {"format": "graph_runtime.lib", "version": 1, "description": description,
                "functions": lib_functions}
+    _verify(nodes, specs, row_ptr, lib_functions)
     return Emitted(graph_doc, lib_doc, params, groups, func_names)
+
+
+def _verify(nodes: list[dict[str, Any]], specs: list[tuple[tuple[int, ...], str]],
+            row_ptr: list[int], functions: dict[str, Any]) -> None:
+    """Every call's chain, as lib.json will load it, gives the specs the graph declares."""
+    chains = {name: function_from_json(name, doc) for name, doc in functions.items()}
+    for nid, n in enumerate(nodes):
+        if n["op"] == "null":
+            continue
+        name = n["attrs"]["func_name"]
+        inputs = [TensorSpec(*specs[row_ptr[src] + index]) for src, index, _ in n["inputs"]]
+        declared = [TensorSpec(*specs[eid]) for eid in range(row_ptr[nid], row_ptr[nid + 1])]
+        try:
+            got = chains[name].infer(inputs)
+        except LibraryError as e:
+            raise FrontendError(f"internal error: function {name} (node {nid}) does not accept "
+                                f"its inputs: {e}") from e
+        if [(tuple(g.shape), g.dtype) for g in got] != \
+                [(tuple(d.shape), d.dtype) for d in declared]:
+            raise FrontendError(f"internal error: function {name} (node {nid}) gives {got}, "
+                                f"the graph declares {declared}")

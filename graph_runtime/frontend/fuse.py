@@ -84,20 +84,25 @@ def fuse(prims: list[Prim], outputs: list[Value]) -> list[Group]:
     pinned = {id(v) for v in outputs}
     group_of: dict[int, Group] = {}
     groups: list[Group] = []
+
+    def host(value: Value, p: Prim) -> Group | None:
+        """The group p may join through value: it ends in value, read only here."""
+        g = group_of.get(id(value))
+        if g is not None and g.outputs == [value] and reads[id(value)] == 1 \
+                and id(value) not in pinned and _can_join(g, p):
+            return g
+        return None
+
     for p in prims:
         joined = None
-        if p.inputs and len(p.outputs) >= 1:
-            first = p.inputs[0]
-            if p.op in COMMUTATIVE and len(p.inputs) == 2 and id(p.inputs[1]) in group_of \
-                    and id(first) not in group_of:
-                p.inputs = [p.inputs[1], p.inputs[0]]
-                first = p.inputs[0]
-            g = group_of.get(id(first))
-            if g is not None and g.outputs == [first] and reads[id(first)] == 1 \
-                    and id(first) not in pinned and _can_join(g, p):
-                joined = g
+        if p.inputs:
+            joined = host(p.inputs[0], p)
+            if joined is None and p.op in COMMUTATIVE and len(p.inputs) == 2:
+                joined = host(p.inputs[1], p)
+                if joined is not None:
+                    p.inputs = [p.inputs[1], p.inputs[0]]  # the chain's value goes first
         if joined is None:
-            joined = Group([], _kind(p.op) if _kind(p.op) != "elemwise" else "elemwise")
+            joined = Group([], _kind(p.op))
             groups.append(joined)
         else:
             kind = _kind(p.op)

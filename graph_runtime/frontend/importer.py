@@ -29,6 +29,7 @@ class ImportResult:
     folded: Counter = field(default_factory=Counter)
     removed: Counter = field(default_factory=Counter)
     bn_folded: int = 0
+    expanded: int = 0
     seconds: float = 0.0
     input_names: list[str] = field(default_factory=list)
     output_names: list[str] = field(default_factory=list)
@@ -58,6 +59,8 @@ class ImportResult:
         if self.removed:
             removed = ", ".join(f"{op} x{n}" for op, n in self.removed.most_common())
             lines.append(f"  removed: {removed}")
+        if self.expanded:
+            lines.append(f"  inlined from their ONNX function bodies: {self.expanded} nodes")
         if self.bn_folded:
             lines.append(f"  BatchNormalization folded into conv weights: {self.bn_folded}")
         lines.append("  functions (x calls; chain of standard ops <- ONNX nodes):")
@@ -98,6 +101,7 @@ def import_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None,
         lib_doc=emitted.lib_doc, params=emitted.params, model_name=name, opset=lowered.opset,
         num_onnx_nodes=lowered.num_nodes, func_names=emitted.func_names, func_origins=origins,
         folded=lowered.folded, removed=lowered.removed, bn_folded=lowered.bn_folded,
+        expanded=lowered.expanded,
         seconds=time.perf_counter() - start,
         input_names=[v.name for v in lowered.inputs], output_names=lowered.output_names)
 

@@ -111,6 +111,10 @@ class Builder:
         if not has_op(op):
             raise Unsupported(f"needs standard op {op!r}, which the op library does not have")
         clean = {k: _jsonable(v) for k, v in attrs.items() if v is not None}
+        for name, value in clean.items():
+            if isinstance(value, float) and not np.isfinite(value):
+                raise Unsupported(f"{op}: attribute {name!r} = {value} (lib.json holds finite "
+                                  "numbers only)")
         try:
             specs = OPS[op].infer([v.spec for v in inputs], clean)
         except LibraryError as e:

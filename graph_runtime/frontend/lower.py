@@ -92,6 +92,7 @@ def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]]) -> L
     """Lower every node; one FrontendError listing every unsupported op/attr/dtype otherwise."""
     from onnx import numpy_helper
     types = inferred_types(model, shapes)
+    num_nodes = len(model.graph.node)
     model, expanded = expand_functions(model, CONVERTERS, types)
     if expanded:
         types = inferred_types(model, shapes)
@@ -101,13 +102,17 @@ def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]]) -> L
               for e in model.opset_import}
     problems: dict[str, list[str]] = {}
     env: dict[str, Value | None] = {}
+    uses: Counter = Counter()
+    _count_uses(graph.node, uses)
+    uses.update(o.name for o in graph.output)
     b = Builder()
     for t in graph.initializer:
         try:
-            array = numpy_helper.to_array(t)
             np_dtype(t.data_type)
+            array = numpy_helper.to_array(t)
         except Unsupported as e:
-            problems.setdefault(f"initializer dtype: {e}", []).append(t.name)
+            if uses[t.name]:  # an unused initializer of an odd dtype does not matter
+                problems.setdefault(f"initializer dtype: {e}", []).append(t.name)
             env[t.name] = None
             continue
         env[t.name] = b.const(array, t.name)
@@ -131,39 +136,11 @@ def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]]) -> L
         env[inp.name] = graph_input
         inputs.append(graph_input)
 
-    uses: Counter = Counter()
-    for node in graph.node:
-        uses.update(n for n in node.input if n)
-    uses.update(o.name for o in graph.output)
     expected = static_specs(types)
     ctx = Context(b, uses, opsets)
-    lowered = Lowered(inputs, [], [o.name for o in graph.output], b, opset, len(graph.node))
-    for proto in graph.node:
-        try:
-            node = decode_node(proto, opsets)
-        except Unsupported as e:
-            problems.setdefault(f"{proto.op_type}: {e}", []).append(proto.name or proto.op_type)
-            continue
-        args = [env.get(n) if n else None for n in node.inputs]
-        missing = [n for n, v in zip(node.inputs, args) if n and v is None]
-        if missing:
-            # An input already refused: report this node only if its op itself is unknown.
-            if node.op_type not in CONVERTERS:
-                problems.setdefault(_unknown_op(node), []).append(node.label)
-            for name in node.outputs:
-                env[name] = None
-            continue
-        b.origin = node.label
-        try:
-            outs = _lower_node(ctx, node, args, model, lowered)
-            _check_outputs(node, outs, expected)
-        except Unsupported as e:
-            key = _unknown_op(node) if str(e) == "__unknown__" else f"{node.op_type}: {e}"
-            problems.setdefault(key, []).append(node.label)
-            outs = [None] * len(node.outputs)
-        for name, out_value in zip(node.outputs, outs):
-            if name:
-                env[name] = out_value
+    lowered = Lowered(inputs, [], [o.name for o in graph.output], b, opset, num_nodes)
+    walk = _Walk(ctx, env, problems, expected, model, lowered, opsets)
+    walk.nodes(graph.node)
     lowered.bn_folded = ctx.bn_folded
     lowered.expanded = expanded
     lowered.removed = ctx.removed
@@ -177,6 +154,85 @@ def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]]) -> L
     if problems:
         raise _refusal(model_name, opset, problems)
     return lowered
+
+
+def _count_uses(nodes: Any, uses: Counter) -> None:
+    """Reads of each value name, subgraphs' reads of outer values included."""
+    for node in nodes:
+        uses.update(n for n in node.input if n)
+        for a in node.attribute:
+            if a.HasField("g"):
+                _count_uses(a.g.node, uses)
+                uses.update(o.name for o in a.g.output)
+
+
+class _Walk:
+    """Lowers nodes in order into env; an If with a constant condition lowers its branch."""
+
+    def __init__(self, ctx: Context, env: dict[str, Value | None],
+                 problems: dict[str, list[str]], expected: Mapping[str, tuple], model: Any,
+                 lowered: Lowered, opsets: Mapping[str, int]) -> None:
+        self.ctx = ctx
+        self.env = env
+        self.problems = problems
+        self.expected = expected
+        self.model = model
+        self.lowered = lowered
+        self.opsets = opsets
+
+    def nodes(self, protos: Any) -> None:
+        for proto in protos:
+            self.node(proto)
+
+    def node(self, proto: Any) -> None:
+        env, problems = self.env, self.problems
+        try:
+            node = decode_node(proto, self.opsets)
+        except Unsupported as e:
+            problems.setdefault(f"{proto.op_type}: {e}", []).append(proto.name or proto.op_type)
+            return
+        args = [env.get(n) if n else None for n in node.inputs]
+        missing = [n for n, v in zip(node.inputs, args) if n and v is None]
+        if missing:
+            # An input already refused: report this node only if its op itself is unknown.
+            if node.op_type not in CONVERTERS and node.op_type != "If":
+                problems.setdefault(_unknown_op(node), []).append(node.label)
+            for name in node.outputs:
+                env[name] = None
+            return
+        if node.op_type == "If" and node.domain == "" and args[0] is not None \
+                and args[0].const is not None:
+            self.branch(node, bool(np.asarray(args[0].const).reshape(-1)[0]))
+            return
+        self.ctx.b.origin = node.label
+        try:
+            outs = _lower_node(self.ctx, node, args, self.model, self.lowered)
+            _check_outputs(node, outs, self.expected)
+        except Unsupported as e:
+            key = _unknown_op(node) if str(e) == "__unknown__" else f"{node.op_type}: {e}"
+            problems.setdefault(key, []).append(node.label)
+            outs = [None] * len(node.outputs)
+        except (ArithmeticError, LookupError, TypeError, ValueError) as e:
+            # NOTE: a converter that trips over an input it did not expect refuses the node
+            # (one line, listed with the others) instead of ending the import in a traceback.
+            key = f"{node.op_type}: internal error: {type(e).__name__}: {e}"
+            problems.setdefault(key, []).append(node.label)
+            outs = [None] * len(node.outputs)
+        for name, out_value in zip(node.outputs, outs):
+            if name:
+                env[name] = out_value
+
+    def branch(self, node: Any, condition: bool) -> None:
+        """The taken branch's nodes, as if they stood in the graph (its outer reads resolve)."""
+        from onnx import numpy_helper
+        graph = node.attr("then_branch" if condition else "else_branch")
+        for t in graph.initializer:
+            self.env[t.name] = self.ctx.b.const(numpy_helper.to_array(t), t.name)
+        self.nodes(graph.node)
+        self.lowered.folded["If"] += 1
+        for name, out in zip(node.outputs, graph.output):
+            if name:
+                self.env[name] = self.env.get(out.name)
 
 
 def _unknown_op(node: Any) -> str:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -128,3 +129,14 @@ def test_existing_folder_needs_force(tmp_path: Path) -> None:
 def test_missing_model_file(tmp_path: Path) -> None:
     result = invoke("import", tmp_path / "nope.onnx", "-o", tmp_path / "o")
     assert result.exit_code == 2 and "does not exist" in result.output
+
+
+def test_reference_without_onnxruntime_is_one_line(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    model = cnn_with_embedding(tmp_path)
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)
+    out = tmp_path / "cnn"
+    result = invoke("import", model, "-o", out, "--reference")
+    assert result.exit_code == 2
+    assert "--reference needs onnxruntime: pip install onnxruntime" in result.output
+    assert not out.exists()

@@ -259,13 +259,37 @@ def pads_and_int64_division() -> tuple:
          "i": np.array([7, -7, 7, -7, 6, -2**40]), "j": np.array([2, 2, -2, -2, 3, 3])}
 
 
+def quantize_lppool_compress() -> tuple:
+    nodes = [node("QuantizeLinear", ["x", "s", "z"], ["q"], axis=1),
+             node("DequantizeLinear", ["q", "s", "z"], ["d"], axis=1),
+             node("LpPool", ["d"], ["l"], kernel_shape=[2, 2], pads=[1, 0, 0, 1], p=3),
+             node("Compress", ["l", "keep"], ["y"], axis=3)]
+    inits = [init("s", np.array([0.05, 0.1, 0.02], np.float32)),
+             init("z", np.array([3, 128, 250], np.uint8)),
+             init("keep", np.array([True, False, True]))]
+    return model(nodes, [tensor("x", F32, [1, 3, 4, 3])], [tensor("y", F32, None)], inits,
+                 opset=21), {"x": _x(1, 3, 4, 3)}
+
+
+def scatter_constant_indices() -> tuple:
+    nodes = [node("ScatterElements", ["x", "ie", "u"], ["a"], axis=1),
+             node("ScatterND", ["a", "ind", "u2"], ["b"]),
+             node("ScatterND", ["b", "dup", "u2"], ["y"], reduction="add")]
+    inits = [init("ie", np.array([[0, -1], [2, 3], [1, 0]])),
+             init("ind", np.array([[2], [0], [-2]])), init("dup", np.array([[2], [0], [2]]))]
+    return model(nodes, [tensor("x", F32, [3, 4]), tensor("u", F32, [3, 2]),
+                         tensor("u2", F32, [3, 4])], [tensor("y", F32, None)], inits,
+                 opset=18), {"x": _x(3, 4), "u": _x(3, 2), "u2": _x(3, 4)}
+
+
 PATTERNS: dict[str, Callable[[], tuple]] = {
     f.__name__: f for f in (conv_bn_relu, depthwise_clip_same, conv_dilated_1d, conv_transpose,
                             gemm_variants, matmul_broadcast, norms, softmax_old_axis, pools,
                             resize_modes, elementwise_math, activations, where_compare_cast,
                             shape_ops, gather_embedding, reductions, topk_cumsum_einsum,
                             attention_einsum, gather_nd_onehot_hardmax, losses,
-                            narrow_integers, pads_and_int64_division)}
+                            narrow_integers, pads_and_int64_division,
+                            quantize_lppool_compress, scatter_constant_indices)}
 
 
 @pytest.mark.parametrize("pattern", list(PATTERNS))
@@ -308,7 +332,7 @@ def test_no_fusion_across_a_value_with_two_readers() -> None:
               [init("w", weights(4, 3))])
     names, _ = _functions(m)
     assert names[0] == "tvmgen_default_fused_nn_dense"
-    assert len(names) == 3  # dense; relu; sigmoid + add (sigmoid's result goes first)
+    assert len(names) == 3  # dense; sigmoid; relu + add (h has two readers: no chain takes it)
 
 
 def test_pytorch_shape_chain_is_folded() -> None:
@@ -356,6 +380,30 @@ def test_function_ops_are_inlined_from_their_schema() -> None:
     assert {"batch_matmul", "softmax"} <= ops
     feeds = {"q": q, "k": _x(1, 2, 3, 4), "v": _x(1, 2, 3, 4)}
     assert_matches(m, feeds, "cpu")
+
+
+def test_if_with_a_constant_condition_takes_its_branch() -> None:
+    then = helper.make_graph([node("Relu", ["x"], ["t"])], "then", [], [tensor("t", F32, [3])])
+    other = helper.make_graph([node("Neg", ["x"], ["e"])], "else", [], [tensor("e", F32, [3])])
+    nodes = [node("Shape", ["x"], ["s"]), node("ReduceSum", ["s"], ["n"], keepdims=0),
+             node("Greater", ["n", "two"], ["c"]),
+             node("If", ["c"], ["y"], then_branch=then, else_branch=other)]
+    m = model(nodes, [tensor("x", F32, [3])], [tensor("y", F32, None)],
+              [init("two", np.array(2))])
+    result = import_onnx(m)
+    assert result.folded["If"] == 1 and result.func_names == ["tvmgen_default_fused_nn_relu"]
+    assert_matches(m, {"x": _x(3)}, "cpu")
+
+
+def test_infinite_pad_value_goes_through_a_param() -> None:
+    nodes = [node("Pad", ["x", "pads", "ninf"], ["p"]),
+             node("MaxPool", ["p"], ["y"], kernel_shape=[2, 2])]
+    inits = [init("pads", np.array([0, 0, 1, 1, 0, 0, 1, 1])),
+             init("ninf", np.array(-np.inf, np.float32))]
+    m = model(nodes, [tensor("x", F32, [1, 1, 3, 3])], [tensor("y", F32, None)], inits)
+    result = import_onnx(m)
+    assert "-Infinity" not in json.dumps(result.lib_doc)
+    assert_matches(m, {"x": _x(1, 1, 3, 3)}, "cpu")
 
 
 def test_dropout_and_identity_are_removed() -> None:
