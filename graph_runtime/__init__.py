@@ -8,6 +8,7 @@ from .device import Device, cpu, cuda, device, opencl
 from .errors import (
                      DeviceError,
                      DiscoError,
+                     FrontendError,
                      GraphError,
                      GraphRuntimeError,
                      LibraryError,
@@ -24,9 +25,9 @@ from .runtime.graph_module import GraphModule, create
 __version__ = "0.1.0"
 
 __all__ = [
-    "BenchmarkResult", "Device", "NDArray", "DeviceError", "DiscoError", "Graph", "GraphError",
-    "GraphModule", "GraphRuntimeError", "LibraryError", "Module", "ParamsError", "PlanError",
-    "Placement", "available_backends", "cpu", "create", "cuda", "device", "list_devices",
-    "load_graph", "load_module", "load_param_dict", "load_params_file", "nd", "opencl",
-    "plan_graph", "save_param_dict", "save_params_file", "standard_module",
+    "BenchmarkResult", "Device", "NDArray", "DeviceError", "DiscoError", "FrontendError", "Graph",
+    "GraphError", "GraphModule", "GraphRuntimeError", "LibraryError", "Module", "ParamsError",
+    "PlanError", "Placement", "available_backends", "cpu", "create", "cuda", "device",
+    "list_devices", "load_graph", "load_module", "load_param_dict", "load_params_file", "nd",
+    "opencl", "plan_graph", "save_param_dict", "save_params_file", "standard_module",
 ]

@@ -28,3 +28,7 @@ class PlanError(GraphRuntimeError):
 
 class DiscoError(GraphRuntimeError):
     """A Disco session or one of its workers failed."""
+
+
+class FrontendError(GraphRuntimeError):
+    """A model cannot be imported (lists every unsupported op with its nodes and the opset)."""

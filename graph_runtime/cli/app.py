@@ -21,6 +21,7 @@ from .common import (
     stack,
     tolerance_options,
 )
+from .import_command import import_cmd
 from .inspect_commands import devices, info, plan, validate, viz
 
 log = logging.getLogger("graph_runtime")
@@ -289,5 +290,5 @@ def regress(ctx: click.Context, suite: str, pattern: str | None, junit: str | No
         ctx.exit(1)
 
 
-for command in (validate, info, devices, viz, plan):
+for command in (validate, info, devices, viz, plan, import_cmd):
     app.add_command(command)

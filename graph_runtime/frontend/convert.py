@@ -1,0 +1,89 @@
+"""The converter table: ONNX op type -> function lowering one node onto standard ops."""
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from .ir import Builder, Unsupported, Value
+from .onnx_model import Node
+
+Converter = Callable[["Context", Node, list], Sequence["Value | None"]]
+CONVERTERS: dict[str, Converter] = {}
+
+
+class Context:
+    """What a converter sees besides its node: the builder, use counts, opsets, pass notes."""
+
+    def __init__(self, b: Builder, uses: Counter, opsets: dict[str, int]) -> None:
+        self.b = b
+        self.uses = uses
+        self.opsets = opsets
+        self.bn_folded = 0
+        self.removed: Counter = Counter()
+
+    def used(self, name: str) -> bool:
+        return bool(name) and self.uses[name] > 0
+
+    def only_first_output(self, node: Node) -> None:
+        """Refuse when an output after the first is read (Mean/InvStdDev, Indices, mask...)."""
+        for name in node.outputs[1:]:
+            if self.used(name):
+                raise Unsupported(f"output {name!r} (output {node.outputs.index(name)}) is used; "
+                                  "only the first output is supported")
+
+
+def converts(*op_types: str) -> Callable[[Converter], Converter]:
+    def add(fn: Converter) -> Converter:
+        for op_type in op_types:
+            CONVERTERS[op_type] = fn
+        return fn
+    return add
+
+
+def const_input(node: Node, args: list, i: int, what: str) -> np.ndarray | None:
+    """Input i as an array known at import (None when omitted); refuse when it is computed."""
+    if i >= len(args) or args[i] is None:
+        return None
+    value: Value = args[i]
+    if value.const is None:
+        raise Unsupported(f"input {i} ({what}) must be a constant known at import; it is "
+                          "computed at run time (a dynamic shape or value)")
+    return value.const
+
+
+def required_ints(node: Node, args: list, i: int, what: str) -> list[int]:
+    """Input i as ints known at import; refuse when it is omitted or computed."""
+    array = const_input(node, args, i, what)
+    if array is None:
+        raise Unsupported(f"input {i} ({what}) is missing")
+    return [int(v) for v in np.asarray(array).reshape(-1)]
+
+
+def ints_of(array: np.ndarray | None) -> list[int] | None:
+    return None if array is None else [int(v) for v in np.asarray(array).reshape(-1)]
+
+
+def norm_axis(axis: int, rank: int, node: Node, name: str = "axis") -> int:
+    if not -rank <= axis < max(rank, 1):
+        raise Unsupported(f"{name} {axis} is out of range for rank {rank}")
+    return axis + rank if axis < 0 else axis
+
+
+def _load() -> None:
+    # Each module registers its converters when imported.
+    from . import (  # noqa: F401
+        convert_composite,
+        convert_conv,
+        convert_einsum,
+        convert_index,
+        convert_math,
+        convert_nn,
+        convert_norm,
+        convert_quant,
+        convert_shape,
+    )
+
+
+_load()

@@ -1,0 +1,234 @@
+"""Converters for shape ops: Shape, Size, Reshape, Flatten, Transpose, (Un)Squeeze, Concat,
+Split, Expand, Tile, EyeLike, Trilu, DepthToSpace/SpaceToDepth."""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from .convert import Context, const_input, converts, ints_of, norm_axis, required_ints
+from .ir import Unsupported, Value, has_op
+from .onnx_model import Node
+
+
+@converts("Shape")
+def shape(ctx: Context, node: Node, args: list) -> list[Value]:
+    dims = np.array(args[0].shape, dtype=np.int64)
+    start = int(node.attr("start", 0))
+    end = node.attr("end")
+    return [ctx.b.const(dims[start:None if end is None else int(end)], "shape")]
+
+
+@converts("Size")
+def size(ctx: Context, node: Node, args: list) -> list[Value]:
+    return [ctx.b.const(np.array(math.prod(args[0].shape), np.int64), "size")]
+
+
+@converts("Reshape")
+def reshape(ctx: Context, node: Node, args: list) -> list[Value]:
+    x = args[0]
+    if node.opset < 5:
+        target = node.ints("shape")
+    else:
+        target = required_ints(node, args, 1, "shape")
+    allowzero = int(node.attr("allowzero", 0))
+    out = []
+    for i, d in enumerate(target or []):
+        out.append(x.shape[i] if d == 0 and not allowzero else d)
+    if out.count(-1) > 1:
+        raise Unsupported(f"shape {target} has more than one -1")
+    if -1 in out:
+        known = math.prod(d for d in out if d != -1)
+        if known == 0:
+            raise Unsupported(f"shape {target} with -1 and a zero dim")
+        out[out.index(-1)] = math.prod(x.shape) // known
+    if math.prod(out) != math.prod(x.shape):
+        raise Unsupported(f"cannot reshape {x.shape} to {target}")
+    return [ctx.b.reshape(x, out) if tuple(out) != x.shape else x]
+
+
+@converts("Flatten")
+def flatten(ctx: Context, node: Node, args: list) -> list[Value]:
+    x = args[0]
+    axis = int(node.attr("axis", 1))
+    axis = axis + x.rank if axis < 0 else axis
+    if not 0 <= axis <= x.rank:
+        raise Unsupported(f"axis {node.attr('axis')} for rank {x.rank}")
+    out = (math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
+    return [ctx.b.reshape(x, out) if out != x.shape else x]
+
+
+@converts("Transpose")
+def transpose(ctx: Context, node: Node, args: list) -> list[Value]:
+    x = args[0]
+    perm = node.ints("perm", list(range(x.rank))[::-1])
+    if perm == list(range(x.rank)):
+        return [x]
+    return [ctx.b.transpose(x, perm)]
+
+
+def _axes(ctx: Context, node: Node, args: list, index: int) -> list[int] | None:
+    if node.opset >= 13:
+        return ints_of(const_input(node, args, index, "axes"))
+    return node.opt_ints("axes")
+
+
+@converts("Squeeze")
+def squeeze(ctx: Context, node: Node, args: list) -> list[Value]:
+    x = args[0]
+    axes = _axes(ctx, node, args, 1)
+    if axes is None:
+        picked = {i for i, d in enumerate(x.shape) if d == 1}
+    else:
+        picked = {norm_axis(a, x.rank, node, "axes") for a in axes}
+        for a in picked:
+            if x.shape[a] != 1:
+                raise Unsupported(f"axis {a} has size {x.shape[a]}, not 1")
+    out = tuple(d for i, d in enumerate(x.shape) if i not in picked)
+    return [ctx.b.reshape(x, out) if out != x.shape else x]
+
+
+@converts("Unsqueeze")
+def unsqueeze(ctx: Context, node: Node, args: list) -> list[Value]:
+    x = args[0]
+    axes = _axes(ctx, node, args, 1) or []
+    rank = x.rank + len(axes)
+    picked = sorted(norm_axis(a, rank, node, "axes") for a in axes)
+    out = list(x.shape)
+    for a in picked:
+        out.insert(a, 1)
+    return [ctx.b.reshape(x, out)]
+
+
+@converts("Concat")
+def concat(ctx: Context, node: Node, args: list) -> list[Value]:
+    values = [a for a in args if a is not None]
+    axis = norm_axis(int(node.attr("axis")), values[0].rank, node)
+    nonempty = [v for v in values if v.shape[axis] != 0]
+    if not nonempty:
+        shape = list(values[0].shape)
+        shape[axis] = 0
+        return [ctx.b.const(np.zeros(shape, values[0].dtype), "empty")]
+    if len(nonempty) == 1:
+        return [nonempty[0]]
+    return [ctx.b.op("concatenate", *nonempty, axis=axis)]
+
+
+@converts("Split")
+def split(ctx: Context, node: Node, args: list) -> list[Value]:
+    x = args[0]
+    axis = norm_axis(int(node.attr("axis", 0)), x.rank, node)
+    dim = x.shape[axis]
+    count = len(node.outputs)
+    if node.opset >= 13:
+        sizes = ints_of(const_input(node, args, 1, "split"))
+    else:
+        sizes = node.opt_ints("split")
+    if sizes is None:
+        parts = int(node.attr("num_outputs", count))
+        step = -(-dim // parts)
+        sizes = [min(step, dim - i * step) for i in range(parts)]
+    if sum(sizes) != dim or len(sizes) != count:
+        raise Unsupported(f"split sizes {sizes} for axis {axis} of size {dim} and {count} "
+                          "outputs")
+    if count == 1:
+        return [x]
+    indices = list(np.cumsum(sizes)[:-1])
+    return ctx.b.ops("split", [x], indices_or_sections=indices, axis=axis)
+
+
+def _broadcast(ctx: Context, x: Value, shape: Sequence[int]) -> Value:
+    shape = tuple(int(d) for d in shape)
+    if shape == x.shape:
+        return x
+    if has_op("broadcast_to"):
+        return ctx.b.op("broadcast_to", x, shape=list(shape))
+    if x.dtype == "bool":
+        raise Unsupported("broadcasting a bool tensor needs op broadcast_to")
+    return ctx.b.op("add", x, ctx.b.const(np.zeros(shape, x.dtype), "zeros"))
+
+
+@converts("Expand")
+def expand(ctx: Context, node: Node, args: list) -> list[Value]:
+    x = args[0]
+    target = required_ints(node, args, 1, "shape")
+    try:
+        out = np.broadcast_shapes(x.shape, tuple(target))
+    except ValueError:
+        raise Unsupported(f"cannot expand {x.shape} to {target}") from None
+    return [_broadcast(ctx, x, out)]
+
+
+@converts("Tile")
+def tile(ctx: Context, node: Node, args: list) -> list[Value]:
+    b = ctx.b
+    x = args[0]
+    reps = required_ints(node, args, 1, "repeats")
+    if len(reps) != x.rank:
+        raise Unsupported(f"repeats {reps} for rank {x.rank}")
+    if has_op("tile"):
+        return [b.op("tile", x, reps=reps)]
+    y = x
+    for axis, r in enumerate(reps):
+        if r == 0:
+            shape = list(y.shape)
+            shape[axis] = 0
+            return [b.const(np.zeros([d * k for d, k in zip(x.shape, reps)], x.dtype), "empty")]
+        if r > 1:
+            y = b.op("concatenate", *([y] * r), axis=axis)
+    return [y]
+
+
+@converts("EyeLike")
+def eye_like(ctx: Context, node: Node, args: list) -> list[Value]:
+    from .onnx_model import np_dtype
+    x = args[0]
+    if x.rank != 2:
+        raise Unsupported(f"input of rank {x.rank}")
+    dtype = np_dtype(int(node.attr("dtype"))) if node.attr("dtype") is not None else x.dtype
+    eye = np.eye(x.shape[0], x.shape[1], k=int(node.attr("k", 0)), dtype=dtype)
+    return [ctx.b.const(eye, "eye")]
+
+
+@converts("ConstantOfShape", "Range")
+def needs_constants(ctx: Context, node: Node, args: list) -> list[Value]:
+    raise Unsupported("its inputs are computed at run time (a dynamic shape); only constant "
+                      "inputs are supported")
+
+
+@converts("Trilu")
+def trilu(ctx: Context, node: Node, args: list) -> list[Value]:
+    b = ctx.b
+    x = args[0]
+    k = ints_of(const_input(node, args, 1, "k"))
+    k0 = 0 if k is None else k[0]
+    if x.rank < 2:
+        raise Unsupported(f"input of rank {x.rank}")
+    rows, cols = x.shape[-2:]
+    upper = int(node.attr("upper", 1))
+    keep = np.triu(np.ones((rows, cols), bool), k0) if upper else \
+        np.tril(np.ones((rows, cols), bool), k0)
+    zero = b.const(np.zeros((), x.dtype), "zero")
+    return [b.op("where", b.const(keep, "mask"), x, zero)]
+
+
+@converts("DepthToSpace", "SpaceToDepth")
+def depth_space(ctx: Context, node: Node, args: list) -> list[Value]:
+    b = ctx.b
+    x = args[0]
+    if x.rank != 4:
+        raise Unsupported(f"input of rank {x.rank}")
+    bs = int(node.attr("blocksize"))
+    n, c, h, w = x.shape
+    if node.op_type == "SpaceToDepth":
+        y = b.reshape(x, (n, c, h // bs, bs, w // bs, bs))
+        crd = node.attr("mode", "DCR") == "CRD"
+        y = b.transpose(y, [0, 1, 3, 5, 2, 4] if crd else [0, 3, 5, 1, 2, 4])
+        return [b.reshape(y, (n, c * bs * bs, h // bs, w // bs))]
+    mode = node.attr("mode", "DCR")
+    if mode == "DCR":
+        y = b.transpose(b.reshape(x, (n, bs, bs, c // (bs * bs), h, w)), [0, 3, 4, 1, 5, 2])
+    else:
+        y = b.transpose(b.reshape(x, (n, c // (bs * bs), bs, bs, h, w)), [0, 1, 4, 2, 5, 3])
+    return [b.reshape(y, (n, c // (bs * bs), h * bs, w * bs))]

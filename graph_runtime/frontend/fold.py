@@ -1,0 +1,107 @@
+"""Constant folding: evaluate an ONNX node whose inputs are all known at import, with NumPy."""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .ir import Unsupported
+from .onnx_model import Node
+
+# Never folded: their outputs are random, so evaluating them once would freeze one draw.
+NOT_FOLDABLE = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike",
+                          "RandomUniformLike", "Multinomial", "Bernoulli", "If", "Loop", "Scan",
+                          "SequenceConstruct", "SequenceInsert", "SequenceAt", "SequenceEmpty",
+                          "SplitToSequence", "ConcatFromSequence", "Optional",
+                          "OptionalGetElement", "OptionalHasElement"})
+
+
+def _gather(node: Node, data: np.ndarray, idx: np.ndarray) -> list[np.ndarray]:
+    axis = int(node.attr("axis", 0))
+    return [np.take(data, idx.astype(np.int64), axis=axis, mode="wrap")]
+
+
+def _unsqueeze(node: Node, x: np.ndarray, axes: np.ndarray | None = None) -> list[np.ndarray]:
+    picked = node.opt_ints("axes") if axes is None else [int(a) for a in axes]
+    rank = x.ndim + len(picked or [])
+    shape = list(x.shape)
+    for a in sorted(a + rank if a < 0 else a for a in picked or []):
+        shape.insert(a, 1)
+    return [x.reshape(shape)]
+
+
+def _concat(node: Node, *xs: np.ndarray) -> list[np.ndarray]:
+    return [np.concatenate(xs, axis=int(node.attr("axis")))]
+
+
+def _shape(node: Node, x: np.ndarray) -> list[np.ndarray]:
+    dims = np.array(x.shape, dtype=np.int64)
+    start = int(node.attr("start", 0))
+    end = node.attr("end")
+    return [dims[start:None if end is None else int(end)]]
+
+
+def _cast(node: Node, x: np.ndarray) -> list[np.ndarray]:
+    from .onnx_model import np_dtype
+    return [x.astype(np_dtype(int(node.attr("to"))))]
+
+
+def _constant(node: Node) -> list[np.ndarray] | None:
+    """Constant's value from its dense attributes; None for sparse/string ones (reference)."""
+    for name, dtype in (("value_float", np.float32), ("value_floats", np.float32),
+                        ("value_int", np.int64), ("value_ints", np.int64)):
+        if name in node.attrs:
+            return [np.asarray(node.attrs[name], dtype=dtype)]
+    value = node.attrs.get("value")
+    return [value] if isinstance(value, np.ndarray) else None
+
+
+# Fast paths for what PyTorch's exports fold most (Shape -> Gather -> Unsqueeze -> Concat);
+# anything else goes through the onnx package's reference evaluator.
+_FAST: dict[str, Callable[..., list[np.ndarray]]] = {
+    "Shape": _shape,
+    "Gather": _gather,
+    "Concat": _concat,
+    "Cast": _cast,
+    "Identity": lambda node, x: [x],
+}
+
+
+def fold(node: Node, inputs: Sequence[np.ndarray | None], opset_imports: Any) -> list[Any]:
+    """The node's outputs computed from constant inputs (None for an omitted optional input)."""
+    if node.op_type in NOT_FOLDABLE or node.domain not in ("", "ai.onnx"):
+        raise Unsupported(f"{node.op_type} cannot be folded")
+    if node.op_type == "Constant":
+        known = _constant(node)
+        if known is not None:
+            return known
+    fast = _FAST.get(node.op_type)
+    if fast is not None and all(x is not None for x in inputs):
+        return fast(node, *inputs)
+    if node.op_type == "Unsqueeze" and inputs[0] is not None:
+        return _unsqueeze(node, inputs[0], inputs[1] if len(inputs) > 1 else None)
+    return _reference(node, inputs, opset_imports)
+
+
+def _reference(node: Node, inputs: Sequence[np.ndarray | None], opset_imports: Any) -> list[Any]:
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+    names = [n for n in node.inputs]
+    feeds = {name: x for name, x in zip(names, inputs) if name and x is not None}
+    graph_inputs = [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(x.dtype),
+                                                  None) for name, x in feeds.items()]
+    graph_outputs = [helper.make_value_info(name, helper.TypeProto()) for name in node.outputs
+                     if name]
+    graph = helper.make_graph([node.proto], "fold", graph_inputs, graph_outputs)
+    model = helper.make_model(graph, opset_imports=list(opset_imports))
+    try:
+        results = ReferenceEvaluator(model).run(None, feeds)
+    except Exception as e:
+        raise Unsupported(f"folding it with the ONNX reference failed: {type(e).__name__}: "
+                          f"{e}") from e
+    out: list[Any] = []
+    it = iter(results)
+    for name in node.outputs:
+        out.append(np.asarray(next(it)) if name else None)
+    return out

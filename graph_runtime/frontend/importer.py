@@ -1,0 +1,113 @@
+"""The ONNX import entry points: import_onnx (the CLI's richer result) and from_onnx."""
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .._text import fmt_bytes
+from ..lib.library import Module
+
+
+@dataclass
+class ImportResult:
+    """Everything an import produced, and what it did, for `graphrun import` to print."""
+
+    graph_json: str
+    lib_doc: dict[str, Any]
+    params: dict[str, np.ndarray]
+    model_name: str
+    opset: int
+    num_onnx_nodes: int
+    func_names: list[str]
+    func_origins: list[list[str]]
+    folded: Counter = field(default_factory=Counter)
+    removed: Counter = field(default_factory=Counter)
+    bn_folded: int = 0
+    expanded: int = 0
+    seconds: float = 0.0
+    input_names: list[str] = field(default_factory=list)
+    output_names: list[str] = field(default_factory=list)
+
+    @property
+    def params_bytes(self) -> int:
+        return sum(int(a.nbytes) for a in self.params.values())
+
+    def module(self) -> Module:
+        """The kernel library, built from lib_doc exactly as lib.json would be loaded."""
+        from ..lib.loader import module_from_json
+        return module_from_json(self.lib_doc, "lib.json")
+
+    def summary(self) -> str:
+        """What the import did, for people: nodes -> functions, folding, params bytes."""
+        kinds = Counter(self.func_names)
+        lines = [(f"imported {self.model_name} (ONNX opset {self.opset}) in "
+                  f"{self.seconds:.2f} s: {self.num_onnx_nodes} ONNX nodes -> "
+                  f"{len(self.func_names)} graph nodes calling "
+                  f"{len(self.lib_doc['functions'])} fused functions"),
+                 (f"  inputs: {', '.join(self.input_names) or '-'}; outputs: "
+                  f"{', '.join(self.output_names)}"),
+                 f"  params: {len(self.params)} arrays, {fmt_bytes(self.params_bytes)}"]
+        if self.folded:
+            folded = ", ".join(f"{op} x{n}" for op, n in self.folded.most_common())
+            lines.append(f"  folded at import: {sum(self.folded.values())} nodes ({folded})")
+        if self.removed:
+            removed = ", ".join(f"{op} x{n}" for op, n in self.removed.most_common())
+            lines.append(f"  removed: {removed}")
+        if self.expanded:
+            lines.append(f"  inlined from their ONNX function bodies: {self.expanded} nodes")
+        if self.bn_folded:
+            lines.append(f"  BatchNormalization folded into conv weights: {self.bn_folded}")
+        lines.append("  functions (x calls; chain of standard ops <- ONNX nodes):")
+        origins: dict[str, list[str]] = {}
+        for name, nodes in zip(self.func_names, self.func_origins):
+            origins.setdefault(name, []).extend(nodes)
+        for name in sorted(kinds):
+            ops = self.lib_doc["functions"][name]
+            chain = " -> ".join(s["op"] for s in ops.get("ops", [ops]))
+            nodes = origins.get(name, [])
+            shown = ", ".join(nodes[:4]) + (f" and {len(nodes) - 4} more" if len(nodes) > 4
+                                             else "")
+            lines.append(f"    {name}  x{kinds[name]}  ({chain})" +
+                         (f"  <- {shown}" if shown else ""))
+        return "\n".join(lines)
+
+
+def import_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None,
+                name: str | None = None) -> ImportResult:
+    """Import an ONNX model (a ModelProto or a path): graph JSON, lib.json document, params.
+
+    name is how messages call the model (default: the file name, or the graph's name).
+
+    Raises FrontendError listing every unsupported op, attribute value or dtype (with node
+    names and the opset) before anything is produced.
+    """
+    from .emit import emit
+    from .lower import lower
+    from .onnx_model import load_model
+    start = time.perf_counter()
+    proto, default_name = load_model(model)
+    name = name or default_name
+    lowered = lower(proto, name, dict(shape or {}))
+    emitted = emit(lowered, f"imported from {name} (ONNX opset {lowered.opset})")
+    origins = [list(dict.fromkeys(p.origin for p in g.prims if p.origin)) for g in emitted.groups]
+    return ImportResult(
+        graph_json=json.dumps(emitted.graph_doc),
+        lib_doc=emitted.lib_doc, params=emitted.params, model_name=name, opset=lowered.opset,
+        num_onnx_nodes=lowered.num_nodes, func_names=emitted.func_names, func_origins=origins,
+        folded=lowered.folded, removed=lowered.removed, bn_folded=lowered.bn_folded,
+        expanded=lowered.expanded,
+        seconds=time.perf_counter() - start,
+        input_names=[v.name for v in lowered.inputs], output_names=lowered.output_names)
+
+
+def from_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None
+              ) -> tuple[str, Module, dict[str, np.ndarray]]:
+    """(graph_json, lib Module, params) for `graph_runtime.create(graph_json, lib, ctxs)`."""
+    result = import_onnx(model, shape)
+    return result.graph_json, result.module(), result.params

@@ -1,0 +1,182 @@
+"""The importer's lowered graph: values with static specs, and standard-op calls built on them."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import LibraryError
+from ..lib.library import TensorSpec
+from ..lib.registry import OPS, load_standard_ops
+
+# Ops whose result on narrow integers equals the result on wider ones cast back (wrapping
+# arithmetic, comparisons, selections, bit operations): the importer runs those of them the op
+# library lacks for int8/int16/uint8/uint16/uint32 on int32/int64 instead.
+WIDEN_SAFE = frozenset({"add", "subtract", "multiply", "negative", "abs", "maximum", "minimum",
+                        "clip", "where", "relu", "equal", "not_equal", "less", "less_equal",
+                        "greater", "greater_equal", "bitwise_and", "bitwise_or", "bitwise_xor",
+                        "bitwise_not", "left_shift", "sum", "max", "min", "sign", "copy",
+                        "floor_divide", "mod"})
+WIDER = {"int8": "int32", "int16": "int32", "uint8": "int32", "uint16": "int32",
+         "uint32": "int64"}
+
+
+class Unsupported(Exception):
+    """A node the importer cannot express exactly; the message says what (op, attr value, dtype)."""
+
+
+# ONNX dtypes the runtime can hold in an entry (params format and backends).
+RUNTIME_DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8",
+                  "uint16", "uint32", "uint64", "bool")
+
+
+@dataclass(eq=False)
+class Value:
+    """One tensor: a graph input, a constant known at import, or a prim's output."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    const: np.ndarray | None = None
+    producer: Prim | None = None
+    is_input: bool = False
+
+    @property
+    def spec(self) -> TensorSpec:
+        return TensorSpec(self.shape, self.dtype)
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+
+@dataclass(eq=False)
+class Prim:
+    """One standard-op call: op name, lib attrs, input values, output values, ONNX node name."""
+
+    op: str
+    attrs: dict[str, Any]
+    inputs: list[Value]
+    outputs: list[Value] = field(default_factory=list)
+    origin: str = ""
+
+
+def has_op(name: str) -> bool:
+    """Whether the op library defines name (ops added on other branches light up here)."""
+    load_standard_ops()
+    return name in OPS
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value)
+    return value
+
+
+class Builder:
+    """Collects prims in topological order; every prim's outputs come from its op's infer."""
+
+    def __init__(self) -> None:
+        load_standard_ops()
+        self.prims: list[Prim] = []
+        self.origin = ""
+        self._count = 0
+
+    def fresh(self, hint: str) -> str:
+        self._count += 1
+        return f"{hint}#{self._count}"
+
+    def const(self, array: Any, hint: str = "const", dtype: Any = None) -> Value:
+        """A constant value (becomes a param if a prim reads it)."""
+        data = np.asarray(array, dtype=dtype)
+        if data.dtype == np.float64 and dtype is None and not isinstance(array, np.ndarray):
+            data = data.astype(np.float32)
+        return Value(self.fresh(hint), tuple(int(d) for d in data.shape), str(data.dtype),
+                     const=data)
+
+    def scalar(self, value: float, like: Value) -> Value:
+        """A 0-d constant of like's dtype."""
+        return self.const(np.array(value, dtype=like.dtype), "scalar")
+
+    def ops(self, op: str, inputs: Sequence[Value], **attrs: Any) -> list[Value]:
+        """Call a standard op; its infer checks the inputs and gives the output specs."""
+        if not has_op(op):
+            raise Unsupported(f"needs standard op {op!r}, which the op library does not have")
+        clean = {k: _jsonable(v) for k, v in attrs.items() if v is not None}
+        for name, value in clean.items():
+            if isinstance(value, float) and not np.isfinite(value):
+                raise Unsupported(f"{op}: attribute {name!r} = {value} (lib.json holds finite "
+                                  "numbers only)")
+        try:
+            specs = OPS[op].infer([v.spec for v in inputs], clean)
+        except LibraryError as e:
+            widened = self._widened(op, inputs, clean)
+            if widened is None:
+                raise Unsupported(str(e)) from e
+            return widened
+        prim = Prim(op, clean, list(inputs), [], self.origin)
+        prim.outputs = [Value(self.fresh(op), tuple(int(d) for d in s.shape), str(s.dtype),
+                              producer=prim) for s in specs]
+        self.prims.append(prim)
+        return prim.outputs
+
+    def _widened(self, op: str, inputs: Sequence[Value],
+                 attrs: dict[str, Any]) -> list[Value] | None:
+        """op on narrow integers computed on wider ones and cast back; None when not exact."""
+        narrow = {v.dtype for v in inputs if v.dtype != "bool"}
+        if op not in WIDEN_SAFE or len(narrow) != 1 or next(iter(narrow)) not in WIDER:
+            return None
+        dtype = next(iter(narrow))
+        wide = [v if v.dtype == "bool" else self.cast(v, WIDER[dtype]) for v in inputs]
+        try:
+            outs = self.ops(op, wide, **attrs)
+        except Unsupported:
+            return None
+        return [self.cast(v, dtype) if v.dtype == WIDER[dtype] else v for v in outs]
+
+    def op(self, op: str, *inputs: Value, **attrs: Any) -> Value:
+        """A one-output standard op."""
+        outs = self.ops(op, inputs, **attrs)
+        if len(outs) != 1:
+            raise Unsupported(f"standard op {op!r} gave {len(outs)} outputs, expected 1")
+        return outs[0]
+
+    # -- shorthands ---------------------------------------------------------------------------
+
+    def reshape(self, x: Value, shape: Sequence[int]) -> Value:
+        shape = tuple(int(d) for d in shape)
+        if shape == x.shape:
+            return x
+        if x.const is not None:
+            return self.const(x.const.reshape(shape), x.name)
+        return self.op("reshape", x, newshape=list(shape))
+
+    def copy(self, x: Value) -> Value:
+        """A new entry equal to x (cast to its own dtype where copy lacks the dtype, e.g. bool)."""
+        try:
+            return self.op("copy", x)
+        except Unsupported:
+            return self.op("cast", x, dtype=x.dtype)
+
+    def cast(self, x: Value, dtype: str) -> Value:
+        if x.dtype == dtype:
+            return x
+        if x.const is not None:
+            return self.const(x.const.astype(dtype), x.name)
+        return self.op("cast", x, dtype=dtype)
+
+    def transpose(self, x: Value, axes: Sequence[int]) -> Value:
+        axes = [int(a) for a in axes]
+        if axes == list(range(x.rank)):
+            return x
+        if x.const is not None:
+            return self.const(np.ascontiguousarray(x.const.transpose(axes)), x.name)
+        return self.op("transpose", x, axes=axes)

@@ -1,0 +1,286 @@
+"""Lowering: walk an ONNX graph once, folding constants and turning each node into standard ops."""
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import FrontendError
+from .convert import CONVERTERS, Context
+from .expand import expand_functions
+from .fold import fold
+from .ir import Builder, Unsupported, Value
+from .onnx_model import decode_node, default_opset, np_dtype, tensor_shape
+
+
+@dataclass
+class Lowered:
+    """The lowered graph: inputs, the prims, outputs in ONNX order, and what the passes did."""
+
+    inputs: list[Value]
+    outputs: list[Value]
+    output_names: list[str]
+    builder: Builder
+    opset: int
+    num_nodes: int
+    folded: Counter = field(default_factory=Counter)
+    removed: Counter = field(default_factory=Counter)
+    bn_folded: int = 0
+    expanded: int = 0
+
+
+def _refusal(model_name: str, opset: int, problems: dict[str, list[str]]) -> FrontendError:
+    parts = []
+    for reason, nodes in problems.items():
+        shown = ", ".join(repr(n) for n in nodes[:8])
+        more = f" and {len(nodes) - 8} more" if len(nodes) > 8 else ""
+        parts.append(f"{reason} (node{'s' if len(nodes) > 1 else ''} {shown}{more})")
+    return FrontendError(f"cannot import {model_name} (ONNX opset {opset}): "
+                         f"{len(problems)} unsupported: " + "; ".join(parts))
+
+
+def inferred_types(model: Any, shapes: Mapping[str, Sequence[int]]) -> dict[str, Any]:
+    """TypeProto per value from ONNX shape inference, with the given input shapes pinned."""
+    import onnx
+    from onnx import shape_inference
+    proto = onnx.ModelProto()
+    proto.ir_version = model.ir_version
+    proto.opset_import.extend(model.opset_import)
+    proto.functions.extend(model.functions)
+    graph = proto.graph
+    graph.name = model.graph.name
+    graph.node.extend(model.graph.node)  # types only: the initializers' data stays behind
+    graph.output.extend(model.graph.output)
+    graph.value_info.extend(model.graph.value_info)
+    for inp in model.graph.input:
+        added = graph.input.add()
+        added.CopyFrom(inp)
+        if inp.name in shapes and added.type.HasField("tensor_type"):
+            dims = added.type.tensor_type.shape.dim
+            del dims[:]
+            for d in shapes[inp.name]:
+                dims.add().dim_value = int(d)
+    declared = {i.name for i in graph.input}
+    for t in model.graph.initializer:
+        if t.name not in declared:
+            graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type,
+                                                                   list(t.dims)))
+    try:
+        inferred = shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
+    except Exception:  # noqa: BLE001
+        inferred = proto
+    g = inferred.graph
+    return {vi.name: vi.type for vi in list(g.input) + list(g.value_info) + list(g.output)}
+
+
+def static_specs(types: Mapping[str, Any]) -> dict[str, tuple]:
+    """(shape, elem type) of the values whose inferred shape is fully static."""
+    out: dict[str, tuple] = {}
+    for name, tp in types.items():
+        tt = tp.tensor_type if tp.HasField("tensor_type") else None
+        if tt is None or not tt.HasField("shape"):
+            continue
+        if all(d.HasField("dim_value") for d in tt.shape.dim):
+            out[name] = (tuple(int(d.dim_value) for d in tt.shape.dim), tt.elem_type)
+    return out
+
+
+def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]]) -> Lowered:
+    """Lower every node; one FrontendError listing every unsupported op/attr/dtype otherwise."""
+    from onnx import numpy_helper
+    types = inferred_types(model, shapes)
+    num_nodes = len(model.graph.node)
+    model, expanded = expand_functions(model, CONVERTERS, types)
+    if expanded:
+        types = inferred_types(model, shapes)
+    graph = model.graph
+    opset = default_opset(model)
+    opsets = {("" if e.domain == "ai.onnx" else e.domain): int(e.version)
+              for e in model.opset_import}
+    problems: dict[str, list[str]] = {}
+    env: dict[str, Value | None] = {}
+    uses: Counter = Counter()
+    _count_uses(graph.node, uses)
+    uses.update(o.name for o in graph.output)
+    b = Builder()
+    for t in graph.initializer:
+        try:
+            np_dtype(t.data_type)
+            array = numpy_helper.to_array(t)
+        except Unsupported as e:
+            if uses[t.name]:  # an unused initializer of an odd dtype does not matter
+                problems.setdefault(f"initializer dtype: {e}", []).append(t.name)
+            env[t.name] = None
+            continue
+        env[t.name] = b.const(array, t.name)
+    inputs: list[Value] = []
+    unknown = set(shapes) - {i.name for i in graph.input}
+    if unknown:
+        raise FrontendError(f"shape given for {', '.join(sorted(unknown))}, which the model "
+                            "does not have as inputs; its inputs are: "
+                            + ", ".join(i.name for i in graph.input if i.name not in env))
+    for inp in graph.input:
+        if inp.name in env:
+            continue
+        try:
+            dtype = np_dtype(inp.type.tensor_type.elem_type)
+            shape = tensor_shape(inp.type, inp.name, shapes)
+        except Unsupported as e:
+            problems.setdefault(f"graph input: {e}", []).append(inp.name)
+            env[inp.name] = None
+            continue
+        graph_input = Value(inp.name, shape, dtype, is_input=True)
+        env[inp.name] = graph_input
+        inputs.append(graph_input)
+
+    expected = static_specs(types)
+    ctx = Context(b, uses, opsets)
+    lowered = Lowered(inputs, [], [o.name for o in graph.output], b, opset, num_nodes)
+    walk = _Walk(ctx, env, problems, expected, model, lowered, opsets)
+    walk.nodes(graph.node)
+    lowered.bn_folded = ctx.bn_folded
+    lowered.expanded = expanded
+    lowered.removed = ctx.removed
+    for out in graph.output:
+        result = env.get(out.name)
+        if result is None and out.name not in env:
+            problems.setdefault(f"graph output {out.name!r} is never computed", []).append(
+                out.name)
+        if result is not None:
+            lowered.outputs.append(result)
+    if problems:
+        raise _refusal(model_name, opset, problems)
+    return lowered
+
+
+def _count_uses(nodes: Any, uses: Counter) -> None:
+    """Reads of each value name, subgraphs' reads of outer values included."""
+    for node in nodes:
+        uses.update(n for n in node.input if n)
+        for a in node.attribute:
+            if a.HasField("g"):
+                _count_uses(a.g.node, uses)
+                uses.update(o.name for o in a.g.output)
+
+
+class _Walk:
+    """Lowers nodes in order into env; an If with a constant condition lowers its branch."""
+
+    def __init__(self, ctx: Context, env: dict[str, Value | None],
+                 problems: dict[str, list[str]], expected: Mapping[str, tuple], model: Any,
+                 lowered: Lowered, opsets: Mapping[str, int]) -> None:
+        self.ctx = ctx
+        self.env = env
+        self.problems = problems
+        self.expected = expected
+        self.model = model
+        self.lowered = lowered
+        self.opsets = opsets
+
+    def nodes(self, protos: Any) -> None:
+        for proto in protos:
+            self.node(proto)
+
+    def node(self, proto: Any) -> None:
+        env, problems = self.env, self.problems
+        try:
+            node = decode_node(proto, self.opsets)
+        except Unsupported as e:
+            problems.setdefault(f"{proto.op_type}: {e}", []).append(proto.name or proto.op_type)
+            return
+        args = [env.get(n) if n else None for n in node.inputs]
+        missing = [n for n, v in zip(node.inputs, args) if n and v is None]
+        if missing:
+            # An input already refused: report this node only if its op itself is unknown.
+            if node.op_type not in CONVERTERS and node.op_type != "If":
+                problems.setdefault(_unknown_op(node), []).append(node.label)
+            for name in node.outputs:
+                env[name] = None
+            return
+        if node.op_type == "If" and node.domain == "" and args[0] is not None \
+                and args[0].const is not None:
+            self.branch(node, bool(np.asarray(args[0].const).reshape(-1)[0]))
+            return
+        self.ctx.b.origin = node.label
+        try:
+            outs = _lower_node(self.ctx, node, args, self.model, self.lowered)
+            _check_outputs(node, outs, self.expected)
+        except Unsupported as e:
+            key = _unknown_op(node) if str(e) == "__unknown__" else f"{node.op_type}: {e}"
+            problems.setdefault(key, []).append(node.label)
+            outs = [None] * len(node.outputs)
+        except (ArithmeticError, LookupError, TypeError, ValueError) as e:
+            # NOTE: a converter that trips over an input it did not expect refuses the node
+            # (one line, listed with the others) instead of ending the import in a traceback.
+            key = f"{node.op_type}: internal error: {type(e).__name__}: {e}"
+            problems.setdefault(key, []).append(node.label)
+            outs = [None] * len(node.outputs)
+        for name, out_value in zip(node.outputs, outs):
+            if name:
+                env[name] = out_value
+
+    def branch(self, node: Any, condition: bool) -> None:
+        """The taken branch's nodes, as if they stood in the graph (its outer reads resolve)."""
+        from onnx import numpy_helper
+        graph = node.attr("then_branch" if condition else "else_branch")
+        for t in graph.initializer:
+            self.env[t.name] = self.ctx.b.const(numpy_helper.to_array(t), t.name)
+        self.nodes(graph.node)
+        self.lowered.folded["If"] += 1
+        for name, out in zip(node.outputs, graph.output):
+            if name:
+                self.env[name] = self.env.get(out.name)
+
+
+def _unknown_op(node: Any) -> str:
+    domain = f" (domain {node.domain!r})" if node.domain else ""
+    return f"op type {node.op_type}{domain} is not supported"
+
+
+def _lower_node(ctx: Context, node: Any, args: list[Value | None], model: Any,
+                lowered: Lowered) -> list[Value | None]:
+    consts = [a is None or a.const is not None for a in args]
+    if all(consts) and node.op_type not in ("Dropout",):
+        try:
+            results = fold(node, [None if a is None else a.const for a in args],
+                           model.opset_import)
+        except Unsupported:
+            if node.op_type in CONVERTERS:
+                results = None
+            else:
+                raise
+        if results is not None:
+            lowered.folded[node.op_type] += 1
+            out: list[Value | None] = []
+            for name, r in zip(node.outputs, results):
+                if r is None:
+                    out.append(None)
+                    continue
+                array = np.asarray(r)
+                np_dtype_name = str(array.dtype)
+                from .ir import RUNTIME_DTYPES
+                if np_dtype_name not in RUNTIME_DTYPES:
+                    raise Unsupported(f"folded output {name!r} has dtype {np_dtype_name}")
+                out.append(ctx.b.const(array, name))
+            return out
+    convert = CONVERTERS.get(node.op_type) if node.domain == "" else None
+    if convert is None:
+        raise Unsupported("__unknown__")
+    outs = list(convert(ctx, node, args))
+    if outs and all(v is not None and v.const is not None for v in outs):
+        lowered.folded[node.op_type] += 1  # Shape, Size: known from static shapes
+    return outs + [None] * (len(node.outputs) - len(outs))
+
+
+def _check_outputs(node: Any, outs: Sequence[Value | None], expected: Mapping[str, tuple]) -> None:
+    """Our shapes must agree with ONNX shape inference wherever it found static ones."""
+    for name, value in zip(node.outputs, outs):
+        if not name or value is None or name not in expected:
+            continue
+        shape, _ = expected[name]
+        if tuple(shape) != tuple(value.shape):
+            raise Unsupported(f"output {name!r}: the import computes shape {value.shape} but "
+                              f"ONNX shape inference gives {tuple(shape)}")

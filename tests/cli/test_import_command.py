@@ -1,0 +1,142 @@
+"""`graphrun import`: the folder it writes runs, plans and checks itself; refusals write nothing."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from support import require_backend
+
+from graph_runtime.cli.app import app
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper
+
+RNG = np.random.default_rng(3)
+
+
+def invoke(*args: object) -> Any:
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def _init(name: str, array: Any) -> Any:
+    return numpy_helper.from_array(np.asarray(array), name)
+
+
+def _save(m: Any, path: Path) -> Path:
+    m.ir_version = 8
+    onnx.save_model(m, str(path))
+    return path
+
+
+def cnn_with_embedding(tmp_path: Path, batch: Any = 1) -> Path:
+    """A conv net plus an int64 lookup into a 7-row table, with a symbolic batch dim option."""
+    w = (RNG.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("GlobalAveragePool", ["r"], ["g"], name="gap"),
+             helper.make_node("Flatten", ["g"], ["f"], name="flat"),
+             helper.make_node("Gather", ["table", "ids"], ["e"], name="embed"),
+             helper.make_node("Add", ["f", "e"], ["y"], name="add"),
+             helper.make_node("ArgMax", ["y"], ["k"], axis=1, name="argmax")]
+    graph = helper.make_graph(
+        nodes, "cnn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 6, 6]),
+         helper.make_tensor_value_info("ids", TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("k", TensorProto.INT64, None)],
+        [_init("w", w), _init("b", np.zeros(4, np.float32)),
+         _init("table", RNG.standard_normal((7, 4)).astype(np.float32))])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return _save(m, tmp_path / "cnn.onnx")
+
+
+def test_import_reference_then_run_on_cpu_and_opencl(tmp_path: Path) -> None:
+    out = tmp_path / "cnn"
+    result = invoke("import", cnn_with_embedding(tmp_path), "-o", out, "--reference")
+    assert result.exit_code == 0, result.output
+    assert "tvmgen_default_fused_nn_conv2d_add_nn_relu" in result.output
+    assert sorted(p.name for p in out.iterdir()) == ["expected.npz", "graph.json", "inputs.npz",
+                                                     "lib.json", "params"]
+    ids = np.load(out / "inputs.npz")["ids"]
+    assert ids.dtype == np.int64 and 0 <= int(ids.min()) and int(ids.max()) < 7
+    graph = json.loads((out / "graph.json").read_text())
+    assert graph["attrs"]["dltype"][1][graph["heads"][1][0]] == "int64"
+    assert invoke("run", out, "-d", "cpu").exit_code == 0
+    require_backend("opencl")
+    ran = invoke("run", out, "-d", "cpu", "-d", "opencl")
+    assert ran.exit_code == 0, ran.output
+    planned = tmp_path / "planned.json"
+    plan = invoke("plan", out, "--place", "*conv2d*=opencl", "-o", planned)
+    assert plan.exit_code == 0, plan.output
+    both = invoke("run", planned, "--lib", out / "lib.json", "--params", out / "params",
+                  "--inputs", out / "inputs.npz", "--expected", out / "expected.npz",
+                  "-d", "cpu", "-d", "opencl")
+    assert both.exit_code == 0, both.output
+    assert "OK" in both.output
+
+
+def test_symbolic_batch_needs_shape(tmp_path: Path) -> None:
+    model = cnn_with_embedding(tmp_path, batch="N")
+    out = tmp_path / "out"
+    refused = invoke("import", model, "-o", out)
+    assert refused.exit_code == 2
+    assert "--shape x=N,3,6,6" in refused.output and "Traceback" not in refused.output
+    assert not out.exists()
+    ok = invoke("import", model, "-o", out, "--shape", "x=2,3,6,6")
+    assert ok.exit_code == 0, ok.output
+    bad = invoke("import", model, "-o", tmp_path / "o2", "--shape", "x=2;3")
+    assert bad.exit_code == 2 and "--shape" in bad.output
+
+
+def test_unsupported_model_writes_nothing(tmp_path: Path) -> None:
+    nodes = [helper.make_node("NonZero", ["x"], ["h"], name="nz"),
+             helper.make_node("Det", ["h"], ["y"], name="det")]
+    graph = helper.make_graph(nodes, "bad",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+                  tmp_path / "bad.onnx")
+    out = tmp_path / "bad"
+    result = invoke("import", model, "-o", out)
+    assert result.exit_code == 2
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("graphrun: error: cannot import bad.onnx")
+    assert "NonZero" in lines[0] and "'nz'" in lines[0] and "Det" in lines[0]
+    assert "opset 17" in lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.onnx"]  # no temporary left
+
+
+def test_existing_folder_needs_force(tmp_path: Path) -> None:
+    model = cnn_with_embedding(tmp_path)
+    out = tmp_path / "cnn"
+    out.mkdir()
+    (out / "keep.txt").write_text("x")
+    refused = invoke("import", model, "-o", out)
+    assert refused.exit_code == 2 and "--force" in refused.output
+    assert (out / "keep.txt").is_file()
+    replaced = invoke("import", model, "-o", out, "--force")
+    assert replaced.exit_code == 0, replaced.output
+    assert not (out / "keep.txt").exists() and (out / "graph.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cnn", "cnn.onnx"]
+
+
+def test_missing_model_file(tmp_path: Path) -> None:
+    result = invoke("import", tmp_path / "nope.onnx", "-o", tmp_path / "o")
+    assert result.exit_code == 2 and "does not exist" in result.output
+
+
+def test_reference_without_onnxruntime_is_one_line(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    model = cnn_with_embedding(tmp_path)
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)
+    out = tmp_path / "cnn"
+    result = invoke("import", model, "-o", out, "--reference")
+    assert result.exit_code == 2
+    assert "--reference needs onnxruntime: pip install onnxruntime" in result.output
+    assert not out.exists()
