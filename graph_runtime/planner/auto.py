@@ -33,7 +33,7 @@ from ..graph.model import COPY_OP, NOP_OP, Graph, GraphSource, entry_bytes
 from ..lib.library import Module, TensorSpec
 from .constraints import Placement, glob_escape
 from .match import resolve
-from .measure_costs import CostCache, KernelCase, Measurer, node_attrs_text
+from .measure_costs import CopyModel, CostCache, KernelCase, Measurer, node_attrs_text
 from .plan import plan_graph
 from .result import PlanResult
 from .solve_auto import CopyTerm, CostProblem, solve_placement
@@ -80,14 +80,43 @@ class AutoPlan:
     copies_measured: int
     stage_seconds: dict[str, float] = field(default_factory=dict)
     placement: Placement = field(default_factory=Placement)  # every node pinned: the plan
+    problem: CostProblem | None = None  # what the solver saw (bench/ reuses it)
+    copy_models: dict[tuple[Device, Device], CopyModel] = field(default_factory=dict)
+
+    def predict_graph(self, planned: Graph) -> float:
+        """This plan's cost model applied to another plan of the same graph (nodes by name)."""
+        per_node = {n.name: n for n in self.nodes}
+        codes = planned.column("device_index")
+        ids = planned.column("device_id")
+
+        def device_of(eid: int) -> Device:
+            if codes is None:
+                return self.devices[0]
+            return Device(codes[eid], ids[eid] if ids is not None else 0)
+
+        total = 0.0
+        for node in planned.nodes:
+            if node.is_arg or planned.node_row_ptr[node.nid + 1] == planned.node_row_ptr[node.nid]:
+                continue
+            dev = device_of(planned.node_row_ptr[node.nid])
+            if node.func_name == COPY_OP:
+                src = planned.entry_id(node.inputs[0][0], node.inputs[0][1])
+                model = self.copy_models.get((device_of(src), dev))
+                if model is not None:
+                    total += model.seconds(entry_bytes(planned.shape(src), planned.dtype(src)))
+            elif node.name in per_node:
+                seconds = per_node[node.name].seconds.get(dev)
+                if seconds is None:
+                    raise PlanError(f"{node.name!r}: no measured time on {dev.spec}")
+                total += seconds
+        return total
 
     def text(self) -> str:
         """The report as tables for people."""
         specs = [d.spec for d in self.devices]
         rows = []
         for n in self.nodes:
-            cells = [f"{n.seconds[d] * 1e3:.3f}" if n.seconds[d] is not None else "-"
-                     for d in self.devices]
+            cells = [_ms(n.seconds[d]) for d in self.devices]
             rows.append([str(n.nid), n.name, n.device.spec, *cells])
         lines = ["nodes (ms per run on each device)",
                  table(["nid", "node", "device", *specs], rows)]
@@ -125,6 +154,10 @@ class AutoPlan:
             "kernels_measured": self.kernels_measured, "copies_measured": self.copies_measured,
             "stage_seconds": self.stage_seconds,
         }
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.3f}"
 
 
 def auto_place(graph: GraphSource, lib: Module, devices: Sequence[Device],
@@ -178,7 +211,8 @@ def auto_place(graph: GraphSource, lib: Module, devices: Sequence[Device],
     return AutoPlan(result, g, devs, model.report_nodes(problem, choice),
                     model.report_copies(problem, solution.choice), solution.objective,
                     alternatives, solution.method, measurer.kernels_measured,
-                    measurer.copies_measured, laps, pinned)
+                    measurer.copies_measured, laps, pinned, problem,
+                    {(a, b): measurer.copy_model(a, b) for a, b in pairs})
 
 
 def plan_on(auto: AutoPlan, device: Device, lib: Module) -> PlanResult:
@@ -208,7 +242,7 @@ def without_copies(g: Graph) -> Graph:
         return [new_nid[nid], index, 0]
 
     nodes = []
-    eids = []
+    eids: list[int] = []
     for old in keep:
         doc = g.nodes[old]._doc()
         doc["inputs"] = [ref_of(ref) for ref in g.nodes[old].inputs]

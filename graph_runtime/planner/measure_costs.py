@@ -116,11 +116,12 @@ def definition_hash(lib: Module, func_name: str, device: Device) -> str:
     """
     fn = lib.get_function(func_name, device)
     steps = getattr(fn, "steps", None)
+    source = getattr(fn, "source", None)
     if steps is not None:
         text = json.dumps([[s.op, dict(s.attrs), s.num_inputs] for s in steps], sort_keys=True,
                           default=str)
-    elif hasattr(fn, "source") and isinstance(getattr(fn, "source"), str):
-        text = json.dumps([fn.source, getattr(fn, "entry", ""), list(getattr(fn, "options", ()))])
+    elif isinstance(source, str):
+        text = json.dumps([source, getattr(fn, "entry", ""), list(getattr(fn, "options", ()))])
     else:
         try:
             text = inspect.getsource(fn)
@@ -259,12 +260,14 @@ def measure_copy(src: Device, dst: Device, repeat: int = 5) -> CopyModel:
         src_backend.from_host(np.ones(n, dtype=np.float32), a)
         b = dst_backend.empty(dst.device_id, (n,), np.dtype("float32"))
 
+        def once(a: Any = a, b: Any = b) -> None:
+            copy_array(src_backend, a, dst_backend, b)
+
         def sync() -> None:
             src_backend.sync(src.device_id)
             dst_backend.sync(dst.device_id)
 
-        result = time_runs(lambda: copy_array(src_backend, a, dst_backend, b), sync, repeat, 1,
-                           2.0)
+        result = time_runs(once, sync, repeat, 1, 2.0)
         sizes.append(float(nbytes))
         seconds.append(result.median)
     slope, intercept = np.polyfit(np.asarray(sizes), np.asarray(seconds), 1)

@@ -77,7 +77,7 @@ class CostProblem:
     def check_feasible(self) -> None:
         """PlanError naming a node that no device may take."""
         allowed = np.isfinite(self.node_cost)
-        for v in np.flatnonzero(~allowed.any(axis=1)):
+        for v in np.flatnonzero(~allowed.any(axis=1)).tolist():
             name = self.labels[v] if v < len(self.labels) else f"node {v}"
             raise PlanError(f"{name}: no given device may run it (constraints and the lib's "
                             "kernels leave none)")
