@@ -362,6 +362,15 @@ class _Model:
                         w[a, b] = model.seconds(nbytes)
             terms.append(CopyTerm(nid, tuple(dict.fromkeys(who)), w))
             self.term_entries.append((nid, index))
+        # A __nop shares its input's storage (storage_plan.py), so it must stay on that device:
+        # a copy between the two may not happen at all (an infinite cost).
+        tie = np.full((k, k), np.inf)
+        np.fill_diagonal(tie, 0.0)
+        for node in g.nodes:
+            if node.func_name == NOP_OP and node.inputs:
+                src = (int(node.inputs[0][0]), int(node.inputs[0][1]))
+                terms.append(CopyTerm(src[0], (node.nid,), tie))
+                self.term_entries.append(src)
         labels = [f"node {n.nid} {n.name!r}" for n in g.nodes]
         labels += [f"output {k_head}" for k_head in sorted(self.head_pins)]
         return CostProblem(cost, terms, labels)

@@ -270,7 +270,11 @@ def _milp(problem: CostProblem, time_limit: float) -> list[int]:
             for d in range(k):
                 add([(u0 + d, 1.0), (r * k + d, -1.0)], 0.0, np.inf)
         for j, (s, d) in enumerate(pairs):
-            c[z0 + j] = float(term.cost[s, d])
+            w = float(term.cost[s, d])
+            if math.isinf(w):
+                upper[z0 + j] = 0.0  # this copy may not happen: the bound forbids it
+            else:
+                c[z0 + j] = w
             add([(z0 + j, 1.0), (term.producer * k + s, -1.0), (u0 + d, -1.0)], -1.0, np.inf)
     a = coo_matrix((vals, (rows, cols)), shape=(len(lower_b), total)).tocsr()
     integrality = np.zeros(total)
@@ -347,7 +351,10 @@ def _expansion_move(problem: CostProblem, choice: list[int], alpha: int) -> list
             cut.any_on(group, 0, float(w[a, d]))
             # Positive: moving p to alpha makes these copies dearer (submodular). Negative: the
             # one case a cut cannot model; dropped, and the move judged by the exact objective.
-            cut.producer_then_any(p, 1, group, float(w[alpha, d] - w[a, d]))
+            if math.isinf(w[alpha, d]):
+                cut.producer_then_any(p, 1, group, math.inf)
+            elif math.isfinite(w[a, d]):
+                cut.producer_then_any(p, 1, group, float(w[alpha, d] - w[a, d]))
     side = _binary_cut(cut)
     return [alpha if side[v] else d for v, d in enumerate(choice)]
 

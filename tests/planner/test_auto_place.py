@@ -96,6 +96,19 @@ def test_shared_copy_can_make_moving_a_reader_worthwhile() -> None:
     assert found.objective == 5.0
 
 
+@pytest.mark.parametrize("method", ["min-cut", "milp", "alpha-expansion"])
+def test_an_infinite_copy_cost_ties_two_nodes_to_one_device(method: str) -> None:
+    # Node 1 (a __nop) must share node 0's device though it would be cheaper elsewhere.
+    tie = np.array([[0.0, math.inf], [math.inf, 0.0]])
+    cost = np.array([[0.0, 20.0], [9.0, 0.0], [9.0, 0.0]])
+    problem = CostProblem(cost, [CopyTerm(0, (1,), tie),
+                                 CopyTerm(1, (2,), np.array([[0.0, 1.0], [1.0, 0.0]]))])
+    found = solve_placement(problem, method)
+    assert found.choice[0] == found.choice[1]
+    assert found.choice == (0, 0, 1)
+    assert found.objective == brute_force(problem).objective == 10.0
+
+
 def test_a_node_no_device_may_run_is_a_plan_error() -> None:
     problem = CostProblem(np.array([[math.inf, math.inf]]), [], ["node 0 'a'"])
     with pytest.raises(PlanError, match="node 0 'a': no given device may run it"):
@@ -223,6 +236,16 @@ def test_one_device_plans_everything_there() -> None:
     assert set(result.plan.node_devices) == {cpu0}
     assert result.alternatives == {cpu0: result.predicted}
     assert result.copies == []
+
+
+@pytest.mark.opencl
+def test_a_nop_stays_on_the_device_of_its_input() -> None:
+    g = make_graph([null("x"), tvm_op("a", "relu", [0]), tvm_op("v", "__nop", [1]),
+                    tvm_op("b", "exp", [2])], [3], shapes=(16, 16))
+    doc = {"node_devices": {"a": "cpu", "b": "opencl"}}
+    result = auto_place(g, standard_module(), [cpu0, cl0], doc, budget_s=1.0)
+    assert node_device(result, "v") == cpu0
+    assert [(c.src.spec, c.dst.spec) for c in result.plan.copies] == [("cpu:0", "opencl:0")]
 
 
 def test_existing_copies_are_dropped_before_placing() -> None:
