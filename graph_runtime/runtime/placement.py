@@ -85,7 +85,12 @@ def _node_devices(graph: Graph, entry_device: Sequence[Device], fallback: Device
 
 def missing_copies(graph: Graph, entry_device: Sequence[Device], node_device: Sequence[Device],
                     strict: bool) -> list[InsertedCopy]:
-    """One copy per (entry, device) a kernel reads across devices without a __copy node."""
+    """One copy per (entry, device) a kernel reads across devices without a __copy node.
+
+    The planner (planner/copies.py) writes real __copy nodes into a new graph; this is the
+    runtime's counterpart for a graph that arrives without them, as TVM's runtime accepts: a
+    buffer and a copy step, with the user's graph left as it is.
+    """
     found: dict[tuple[int, Device], list[str]] = {}
     for node in graph.nodes:
         if node.is_arg or node.func_name in (COPY_OP, NOP_OP):

@@ -36,3 +36,50 @@ def test_errors_name_op_and_value(make_function) -> None:
     with pytest.raises(LibraryError, match=r"take: cannot take from input 0 \(0,\) float32"):
         make_function("take").infer([TensorSpec((0,), "float32"), TensorSpec((2,), "int32")],
                                     {"axis": 0})
+
+
+def ref_gather_elements(x: np.ndarray, idx: np.ndarray, axis: int) -> np.ndarray:
+    """ONNX GatherElements, element by element."""
+    out = np.empty(idx.shape, x.dtype)
+    for pos in np.ndindex(*idx.shape):
+        src = list(pos)
+        src[axis] = int(idx[pos]) % x.shape[axis]
+        out[pos] = x[tuple(src)]
+    return out
+
+
+@pytest.mark.parametrize("axis,idx_shape,dtype", [(0, (2, 3, 2), "int64"),
+                                                  (1, (3, 5, 2), "int32"),
+                                                  (-1, (1, 2, 4), "int64")])
+def test_gather_elements(backend_name, axis, idx_shape, dtype, run_op, random_array) -> None:
+    x = random_array((3, 4, 2), "float32", seed=8)
+    extent = x.shape[axis]
+    rng = np.random.default_rng(9)
+    idx = rng.integers(-extent, extent, size=idx_shape).astype(dtype)
+    (got,) = run_op(backend_name, "gather_elements", [x, idx], {"axis": axis})
+    np.testing.assert_array_equal(got, ref_gather_elements(x, idx, axis % 3))
+
+
+def test_gather_elements_int_data(backend_name, run_op) -> None:
+    x = np.arange(6, dtype=np.int64).reshape(2, 3) * 10**12
+    idx = np.array([[1, 0, -1], [0, 0, 1]], np.int32)
+    (got,) = run_op(backend_name, "gather_elements", [x, idx], {"axis": 0})
+    np.testing.assert_array_equal(got, ref_gather_elements(x, idx, 0))
+
+
+def test_gather_elements_errors(run_op, make_function) -> None:
+    x = np.zeros((2, 3), np.float32)
+    with pytest.raises(LibraryError, match=r"gather_elements: index 3 at indices\[0, 1\] is "
+                                           r"out of range for axis 1 of data \(2, 3\): "
+                                           r"expected \[-3, 2\]"):
+        run_op("cpu", "gather_elements", [x, np.array([[0, 3]], np.int64)], {"axis": 1})
+    with pytest.raises(LibraryError, match=r"gather_elements: index -4 at indices\[1, 0\]"):
+        run_op("cpu", "gather_elements", [x, np.array([[0], [-4]], np.int64)], {"axis": 1})
+    f = make_function("gather_elements")
+    with pytest.raises(LibraryError, match="gather_elements: indices .* must have the rank"):
+        f.infer([TensorSpec((2, 3), "float32"), TensorSpec((2,), "int64")])
+    with pytest.raises(LibraryError, match=r"gather_elements: indices \(3, 3\) int64 axis 0 has "
+                                           r"3 entries but data \(2, 3\) float32 has only 2"):
+        f.infer([TensorSpec((2, 3), "float32"), TensorSpec((3, 3), "int64")], {"axis": 1})
+    with pytest.raises(LibraryError, match="gather_elements: attribute 'axis' = 2"):
+        f.infer([TensorSpec((2, 3), "float32"), TensorSpec((2, 3), "int64")], {"axis": 2})

@@ -271,3 +271,21 @@ def test_errors(op, specs, attrs, message: str, make_function) -> None:
     func = make_function(op)
     with pytest.raises(LibraryError, match=message):
         func.infer(inputs, attrs)
+
+
+@pytest.mark.parametrize("x_shape,slope_shape,dtype", [((2, 3, 4), (3, 1), "float32"),
+                                                       ((2, 3), (2, 3), "float64"),
+                                                       ((4, 2), (1,), "float16")])
+def test_prelu(backend_name, x_shape, slope_shape, dtype, run_op, random_array) -> None:
+    x = random_array(x_shape, dtype, seed=10)
+    slope = random_array(slope_shape, dtype, 0.1, 0.9, seed=11)
+    (got,) = run_op(backend_name, "prelu", [x, slope])
+    x64 = x.astype(np.float64)
+    want = np.where(x64 < 0, x64 * slope.astype(np.float64), x64)
+    _close(got, want, dtype)
+
+
+def test_prelu_slope_must_not_grow_x(make_function) -> None:
+    with pytest.raises(LibraryError, match=r"prelu: slope \(2, 3\) float32 must broadcast to x "
+                                           r"\(3,\) float32"):
+        make_function("prelu").infer([TensorSpec((3,), "float32"), TensorSpec((2, 3), "float32")])

@@ -95,3 +95,75 @@ def test_attr_errors_name_op_and_value(make_function) -> None:
         make_function("mean").infer([TensorSpec((2,), "int32")])
     with pytest.raises(LibraryError, match="keepdims' = 'yes': expected true/false or 0/1"):
         make_function("min").infer(spec, {"keepdims": "yes"})
+
+
+# -- ONNX's further reductions ------------------------------------------------------------------
+
+def onnx_reference(op: str, x: np.ndarray, axis, keepdims: bool = False) -> np.ndarray:
+    """ReduceProd ... ReduceLogSumExp written from their definitions, in float64."""
+    x64 = x.astype(np.float64)
+    axes = tuple(range(x.ndim)) if axis is None else tuple(
+        a % x.ndim for a in ((axis,) if isinstance(axis, int) else axis))
+    with np.errstate(divide="ignore"):
+        fn = {"prod": lambda v: np.prod(v, axis=axes, keepdims=keepdims),
+              "sum_square": lambda v: np.sum(v * v, axis=axes, keepdims=keepdims),
+              "l1": lambda v: np.sum(np.abs(v), axis=axes, keepdims=keepdims),
+              "l2": lambda v: np.sqrt(np.sum(v * v, axis=axes, keepdims=keepdims)),
+              "log_sum": lambda v: np.log(np.sum(v, axis=axes, keepdims=keepdims)),
+              "log_sum_exp": lambda v: np.log(np.sum(np.exp(v), axis=axes,
+                                                     keepdims=keepdims))}[op]
+        return np.asarray(fn(x64))
+
+
+ONNX_OPS = ["prod", "sum_square", "l1", "l2", "log_sum", "log_sum_exp"]
+ONNX_CASES = [((3, 4, 5), None, False), ((3, 4, 5), [0, 2], True), ((2, 300), -1, False),
+              ((4, 6), 0, False)]
+
+
+@pytest.mark.parametrize("op", ONNX_OPS)
+def test_onnx_reduce_float32(backend_name, op, run_op, random_array, assert_close) -> None:
+    for i, (shape, axis, keepdims) in enumerate(ONNX_CASES):
+        # prod over 300 values stays finite near 1; log_sum needs a positive sum.
+        low, high = (0.9, 1.1) if op == "prod" else ((0.1, 2.0) if op == "log_sum" else (-2, 2))
+        x = random_array(shape, "float32", low, high, seed=20 + i)
+        (got,) = run_op(backend_name, op, [x], {"axis": axis, "keepdims": keepdims})
+        assert_close(got, onnx_reference(op, x, axis, keepdims), "float32")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float64", "int32"])
+def test_onnx_reduce_dtypes(backend_name, dtype, run_op, random_array, assert_close) -> None:
+    x = random_array((3, 20), dtype, 0.5, 1.5, seed=9)
+    for op in ONNX_OPS:
+        if dtype == "int32" and op in ("l2", "log_sum", "log_sum_exp"):
+            continue
+        (got,) = run_op(backend_name, op, [x], {"axis": 1})
+        want = onnx_reference(op, x, 1)
+        assert_close(got, want.astype(dtype).astype(np.float64) if dtype == "int32" else want,
+                     dtype)
+
+
+def test_log_sum_exp_is_stable(backend_name, run_op) -> None:
+    x = np.array([[1000.0, 1000.0, 999.0], [-1000.0, -1001.0, -1000.5],
+                  [-np.inf, -np.inf, -np.inf], [np.inf, 1.0, 2.0]], np.float32)
+    (got,) = run_op(backend_name, "log_sum_exp", [x], {"axis": 1})
+    x64 = x.astype(np.float64)[:2]
+    top = x64.max(axis=1, keepdims=True)
+    want = np.log(np.exp(x64 - top).sum(axis=1)) + top[:, 0]
+    np.testing.assert_allclose(got[:2], want, rtol=1e-6)
+    np.testing.assert_array_equal(got[2:], [-np.inf, np.inf])
+
+
+def test_onnx_reduce_zero_size(backend_name, run_op) -> None:
+    empty = np.zeros((3, 0), np.float32)
+    want = {"prod": 1.0, "sum_square": 0.0, "l1": 0.0, "l2": 0.0, "log_sum": -np.inf,
+            "log_sum_exp": -np.inf}
+    for op, value in want.items():
+        (got,) = run_op(backend_name, op, [empty], {"axis": 1})
+        np.testing.assert_array_equal(got, np.full(3, value, np.float32), err_msg=op)
+
+
+def test_onnx_reduce_refuses_int_log(make_function) -> None:
+    with pytest.raises(LibraryError, match=r"log_sum_exp: input 0 has dtype int32; supported"):
+        make_function("log_sum_exp").infer([TensorSpec((2, 3), "int32")], {"axis": 1})
+    with pytest.raises(LibraryError, match=r"l2: attribute 'axis' = 2: expected an axis in"):
+        make_function("l2").infer([TensorSpec((2, 3), "float32")], {"axis": 2})

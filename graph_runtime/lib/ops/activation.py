@@ -1,4 +1,4 @@
-"""Elementwise standard ops with attributes (clip, leaky_relu, gelu, erf) and where."""
+"""Elementwise standard ops with attributes (clip, leaky_relu, gelu, erf), prelu and where."""
 from __future__ import annotations
 
 import math
@@ -217,4 +217,44 @@ for _kind in REGISTRY:
     kernel("where", _kind)(_where_factory)
 elementwise_expr("where", "({0} != 0 ? {1} : {2})")
 
-__all__ = ["UNARY_NN", "WHERE_CONDITION_DTYPES"]
+
+# -- prelu --------------------------------------------------------------------------------------
+
+PRELU_EXPR = "({0} < 0 ? {0} * {1} : {0})"
+
+
+def _prelu_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
+    check_num_inputs("prelu", inputs, 2)
+    check_same_dtype("prelu", inputs)
+    check_dtype("prelu", inputs[0], FLOAT_DTYPES)
+    # ONNX PRelu: slope broadcasts to x in one direction; the output keeps x's shape.
+    shape = broadcast_shape("prelu", inputs[0].shape, inputs[1].shape)
+    if shape != tuple(inputs[0].shape):
+        raise op_error("prelu", f"slope {inputs[1]} must broadcast to x {inputs[0]} without "
+                                f"growing it (the result would be {shape})")
+    return [TensorSpec(shape, inputs[0].dtype)]
+
+
+def _prelu_factory(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
+                   outputs: Sequence[TensorSpec],
+                   attrs: Mapping[str, Any]) -> Callable[..., None]:
+    if backend.name != "cpu":
+        step = (PRELU_EXPR, [0, 1], outputs[0].dtype)
+        return gpu_elementwise(backend, device_id, inputs, outputs[0], [step], "gr_prelu")
+    negative = np.empty(inputs[0].shape, bool)  # workspace made once
+    scaled = np.empty(inputs[0].shape, inputs[0].dtype)
+
+    def run(x: Any, slope: Any, out: Any) -> None:
+        np.less(x, 0, out=negative)
+        np.multiply(x, slope, out=scaled)
+        np.copyto(out, x)
+        np.copyto(out, scaled, where=negative)
+    return run
+
+
+define_op("prelu", _prelu_infer, 2, ())
+for _kind in REGISTRY:
+    kernel("prelu", _kind)(_prelu_factory)
+elementwise_expr("prelu", PRELU_EXPR)
+
+__all__ = ["PRELU_EXPR", "UNARY_NN", "WHERE_CONDITION_DTYPES"]

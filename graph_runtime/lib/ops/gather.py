@@ -1,4 +1,5 @@
-"""Gather ops: take (indices along an axis or the flat data; clip or wrap), on every backend."""
+"""Gather ops on every backend: take (indices along an axis or the flat data; clip or wrap) and
+gather_elements (ONNX GatherElements)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
@@ -7,11 +8,11 @@ import numpy as np
 
 from ...backends.base import Backend
 from ..attrs import attr_error, int_attr, op_error, parse_value, single_axis, str_attr
-from ..kernels.gpu import ClKernel, cl_param, cl_pointer, copy_type
+from ..kernels.gpu import ClKernel, cl_param, cl_pointer, copy_type, device_array
 from ..kernels.host import host_factory
 from ..library import TensorSpec
 from ..registry import define_op, kernel
-from ..shapes import check_dtype, check_num_inputs, size_of
+from ..shapes import check_dtype, check_num_inputs, contiguous_strides, size_of
 
 if TYPE_CHECKING:
     from ...backends.opencl import OpenCLBackend
@@ -102,3 +103,106 @@ define_op("take", _take, 2, ("axis", "mode", "batch_dims"))
 kernel("take", "cpu")(host_factory(_host_take))
 kernel("take", "cuda")(host_factory(_host_take))
 kernel("take", "opencl")(_cl_take)
+
+
+# -- gather_elements ----------------------------------------------------------------------------
+
+def _gather_elements_axis(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> int:
+    op = "gather_elements"
+    check_num_inputs(op, inputs, 2)
+    data, indices = inputs
+    check_dtype(op, indices, INDEX_DTYPES, "input 1 (indices)")
+    rank = len(data.shape)
+    if rank == 0 or len(indices.shape) != rank:
+        raise op_error(op, f"indices {indices} must have the rank of data {data} (at least 1)")
+    axis = single_axis(op, attrs, "axis", rank, 0)
+    for d, (n, m) in enumerate(zip(data.shape, indices.shape)):
+        if d != axis and m > n:
+            raise op_error(op, f"indices {indices} axis {d} has {m} entries but data {data} "
+                               f"has only {n}")
+    if data.shape[axis] == 0 and size_of(indices.shape) > 0:
+        raise op_error(op, f"cannot gather from data {data}: axis {axis} is empty")
+    return axis
+
+
+def _gather_elements_infer(inputs: Sequence[TensorSpec],
+                           attrs: Mapping[str, Any]) -> list[TensorSpec]:
+    _gather_elements_axis(inputs, attrs)
+    return [TensorSpec(tuple(inputs[1].shape), inputs[0].dtype)]
+
+
+def _host_gather_elements(xp: Any, backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
+                          outputs: Sequence[TensorSpec],
+                          attrs: Mapping[str, Any]) -> Callable[..., None]:
+    data, indices = inputs
+    axis = _gather_elements_axis(inputs, attrs)
+    extent = data.shape[axis]
+    # Non-axis dims of indices may be shorter than data's: read only that corner of data.
+    corner = tuple(slice(None) if d == axis else slice(0, m)
+                   for d, m in enumerate(indices.shape))
+    work = backend.empty(device_id, tuple(indices.shape), np.dtype(indices.dtype))
+    negative = backend.empty(device_id, tuple(indices.shape), np.dtype(bool))
+    check = backend.name == "cpu"
+
+    def run(x: Any, idx: Any, out: Any) -> None:
+        if out.size == 0:
+            return
+        xp.less(idx, 0, out=negative)
+        xp.multiply(negative, extent, out=work)
+        xp.add(work, idx, out=work)
+        if check:
+            bad = (work < 0) | (work >= extent)
+            if bad.any():
+                first = tuple(int(i) for i in np.argwhere(bad)[0])
+                raise op_error("gather_elements",
+                               f"index {int(idx[first])} at indices{list(first)} is out of "
+                               f"range for axis {axis} of data {tuple(x.shape)}: expected "
+                               f"[-{extent}, {extent - 1}]")
+        else:
+            # NOTE: a device-side range check would sync every run; GPUs clamp instead.
+            xp.clip(work, 0, extent - 1, out=work)
+        out[...] = xp.take_along_axis(x[corner], work, axis=axis)
+    return run
+
+
+def _cl_gather_elements(backend: OpenCLBackend, device_id: int, inputs: Sequence[TensorSpec],
+                        outputs: Sequence[TensorSpec],
+                        attrs: Mapping[str, Any]) -> Callable[..., None]:
+    data, indices = inputs
+    axis = _gather_elements_axis(inputs, attrs)
+    rank = len(data.shape)
+    store = copy_type(data.dtype)
+    source = f"""// numpy counterpart: _host_gather_elements (indices wrap once, then clamp)
+__kernel void gr_gather_elements({cl_param("out", store, const=False)},
+        {cl_param("x", store)}, {cl_param("idx", indices.dtype)}, {cl_param("meta", "int64")},
+        int rank, int axis, long extent, long n) {{
+    long i = get_global_id(0);
+    if (i >= n) return;
+    {cl_pointer("out", store, const=False)}
+    {cl_pointer("x", store)}
+    {cl_pointer("idx", indices.dtype)}
+    {cl_pointer("meta", "int64")}
+    long j = idx[i];
+    if (j < 0) j += extent;
+    j = j < 0 ? 0 : (j >= extent ? extent - 1 : j);
+    long rest = i;
+    long src = 0;
+    for (int d = rank - 1; d >= 0; --d) {{
+        long c = rest % meta[d]; rest /= meta[d];
+        src += (d == axis ? j : c) * meta[rank + d];
+    }}
+    out[i] = x[src];
+}}
+"""
+    knl = ClKernel(backend, device_id, source, "gr_gather_elements", "gather_elements")
+    meta = device_array(backend, device_id, np.array(
+        list(indices.shape) + list(contiguous_strides(data.shape)), np.int64))
+    n = size_of(indices.shape)
+    args = (meta, np.int32(rank), np.int32(axis), data.shape[axis], n)
+    return lambda x, idx, out: knl.launch(n, None, out, x, idx, *args)
+
+
+define_op("gather_elements", _gather_elements_infer, 2, ("axis",))
+kernel("gather_elements", "cpu")(host_factory(_host_gather_elements))
+kernel("gather_elements", "cuda")(host_factory(_host_gather_elements))
+kernel("gather_elements", "opencl")(_cl_gather_elements)

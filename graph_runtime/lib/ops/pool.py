@@ -1,4 +1,9 @@
-"""Pooling standard ops in NCHW (max_pool2d, avg_pool2d, global_avg_pool2d, global_max_pool2d)."""
+"""Pooling standard ops: max/avg pools over 2 (NCHW) or 3 (NCDHW) spatial axes, global pools.
+
+Semantics are ONNX MaxPool/AveragePool's: explicit begin/end padding, dilations, ceil_mode (the
+last window must start inside the data or its begin padding, as ONNX and PyTorch rule),
+count_include_pad counting explicit padding but never the ceil_mode overhang.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,8 +13,8 @@ import numpy as np
 
 from ...backends import REGISTRY
 from ...backends.base import Backend
-from ..attrs import bool_attr, op_error
-from ..conv_params import check_layout, out_size, padding_attr, positive_pair
+from ..attrs import attr_error, bool_attr, int_tuple, op_error
+from ..conv_params import check_layout, out_size, padding_attr
 from ..kernels.gpu import (ClKernel, check_cl_dtypes, cl_header, cl_load, cl_param, cl_pointer,
                            cl_store, compute_type, device_array)
 from ..kernels.host import array_module, host_kernel, wide_dtype
@@ -23,53 +28,97 @@ if TYPE_CHECKING:
 POOL_ATTRS = ("pool_size", "strides", "dilation", "padding", "layout", "out_layout", "ceil_mode")
 AVG_ATTRS = POOL_ATTRS + ("count_include_pad",)
 GLOBAL_ATTRS = ("layout", "out_layout")
+# op -> number of spatial axes
+POOL_OPS = {"max_pool2d": 2, "avg_pool2d": 2, "max_pool3d": 3, "avg_pool3d": 3}
+LAYOUTS = {2: "NCHW", 3: "NCDHW"}
+MAX_DTYPES = FLOAT_DTYPES + ("int8", "uint8")  # ONNX MaxPool also takes 8-bit integers
+AXIS_NAMES = {2: ("height", "width"), 3: ("depth", "height", "width")}
 
 
 @dataclass(frozen=True)
 class PoolParams:
-    """Sizes of one NCHW pooling; `pad` is the explicit (top, left, bottom, right) padding."""
+    """Sizes of one pooling; per spatial axis tuples, `pad` is (begins..., ends...)."""
 
     n: int
     c: int
-    h: int
-    w: int
-    kh: int
-    kw: int
-    oh: int
-    ow: int
-    strides: tuple[int, int]
-    pad: tuple[int, int, int, int]
-    dilation: tuple[int, int]
+    size: tuple[int, ...]
+    kernel: tuple[int, ...]
+    out: tuple[int, ...]
+    strides: tuple[int, ...]
+    pad: tuple[int, ...]
+    dilation: tuple[int, ...]
     count_include_pad: bool
     dtype: str
 
+    @property
+    def dims(self) -> int:
+        return len(self.size)
+
+    @property
+    def begin(self) -> tuple[int, ...]:
+        return self.pad[:self.dims]
+
+    @property
+    def end(self) -> tuple[int, ...]:
+        return self.pad[self.dims:]
+
+
+def _positive(op: str, attrs: Mapping[str, Any], name: str, dims: int,
+              default: tuple[int, ...]) -> tuple[int, ...]:
+    value = int_tuple(op, attrs, name, dims, default)
+    if min(value) < 1:
+        raise attr_error(op, name, list(value), f"{dims} positive integers")
+    return tuple(value)
+
+
+def _padding(op: str, attrs: Mapping[str, Any], dims: int) -> tuple[int, ...]:
+    """Relay's padding: 1 value, one per axis (both sides), or begins then ends."""
+    if dims == 2:
+        return padding_attr(op, attrs)
+    pad = int_tuple(op, attrs, "padding", None, (0,) * dims)
+    if len(pad) == 1:
+        pad = pad * (2 * dims)
+    elif len(pad) == dims:
+        pad = pad + pad
+    if len(pad) != 2 * dims or min(pad) < 0:
+        raise attr_error(op, "padding", list(pad), f"1, {dims} or {2 * dims} non-negative "
+                                                   "integers (begins, then ends)")
+    return tuple(pad)
+
 
 def pool_params(op: str, inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> PoolParams:
+    dims = POOL_OPS[op]
     check_num_inputs(op, inputs, 1)
-    check_dtype(op, inputs[0], FLOAT_DTYPES)
-    check_rank(op, inputs[0], (4,), "data")
-    check_layout(op, attrs, "layout", "NCHW")
-    check_layout(op, attrs, "out_layout", "NCHW")
+    check_dtype(op, inputs[0], MAX_DTYPES if op.startswith("max") else FLOAT_DTYPES)
+    check_rank(op, inputs[0], (dims + 2,), "data")
+    check_layout(op, attrs, "layout", LAYOUTS[dims])
+    check_layout(op, attrs, "out_layout", LAYOUTS[dims])
     if "pool_size" not in attrs:
         raise op_error(op, "missing required attribute 'pool_size'")
-    kh, kw = positive_pair(op, attrs, "pool_size", (1, 1))
-    strides = positive_pair(op, attrs, "strides", (1, 1))
-    dilation = positive_pair(op, attrs, "dilation", (1, 1))
-    pad = padding_attr(op, attrs)
+    kernel_size = _positive(op, attrs, "pool_size", dims, (1,) * dims)
+    strides = _positive(op, attrs, "strides", dims, (1,) * dims)
+    dilation = _positive(op, attrs, "dilation", dims, (1,) * dims)
+    pad = _padding(op, attrs, dims)
     ceil = bool_attr(op, attrs, "ceil_mode", False)
     include = bool_attr(op, attrs, "count_include_pad", False)
-    n, c, h, w = inputs[0].shape
-    # Relay's rule: ceil_mode rounds the window count up, letting the last window overhang.
-    oh = out_size(op, "height", h, pad[0] + pad[2], kh, strides[0], dilation[0], ceil)
-    ow = out_size(op, "width", w, pad[1] + pad[3], kw, strides[1], dilation[1], ceil)
-    return PoolParams(n, c, h, w, kh, kw, oh, ow, strides, pad, dilation, include,
-                      inputs[0].dtype)
+    shape = tuple(inputs[0].shape)
+    out = []
+    for i, what in enumerate(AXIS_NAMES[dims]):
+        length = out_size(op, what, shape[2 + i], pad[i] + pad[dims + i], kernel_size[i],
+                          strides[i], dilation[i], ceil)
+        # ONNX (and PyTorch): a ceil_mode window starting past the data and its begin
+        # padding is dropped rather than pooled over nothing.
+        if ceil and length > 1 and (length - 1) * strides[i] >= shape[2 + i] + pad[i]:
+            length -= 1
+        out.append(length)
+    return PoolParams(shape[0], shape[1], shape[2:], kernel_size, tuple(out), strides, pad,
+                      dilation, include, inputs[0].dtype)
 
 
 def _pool_infer(op: str) -> Callable[..., list[TensorSpec]]:
     def infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
         p = pool_params(op, inputs, attrs)
-        return [TensorSpec((p.n, p.c, p.oh, p.ow), p.dtype)]
+        return [TensorSpec((p.n, p.c) + p.out, p.dtype)]
     return infer
 
 
@@ -82,55 +131,69 @@ def _taps(out: int, k: int, stride: int, dilation: int, lo: int, hi: int,
 
 
 def avg_divisor(p: PoolParams) -> np.ndarray:
-    """The (OH, OW) divisor: taps inside the data, or inside data plus explicit padding.
+    """The divisor per output position: taps inside the data, or data plus explicit padding.
 
     The ceil_mode overhang never counts; a window with no counted tap gets divisor 1.
     """
-    pt, pl, pb, pr = p.pad
-    lo_h, hi_h = (-pt, p.h + pb) if p.count_include_pad else (0, p.h)
-    lo_w, hi_w = (-pl, p.w + pr) if p.count_include_pad else (0, p.w)
-    rows = _taps(p.oh, p.kh, p.strides[0], p.dilation[0], lo_h, hi_h, pt)
-    cols = _taps(p.ow, p.kw, p.strides[1], p.dilation[1], lo_w, hi_w, pl)
-    return np.maximum(np.outer(rows, cols), 1).astype(np.float64)
+    div = np.ones(())
+    for i in range(p.dims):
+        before, after = p.begin[i], p.end[i]
+        lo, hi = (-before, p.size[i] + after) if p.count_include_pad else (0, p.size[i])
+        counts = _taps(p.out[i], p.kernel[i], p.strides[i], p.dilation[i], lo, hi, before)
+        div = np.multiply.outer(div, counts)
+    return np.maximum(div, 1).astype(np.float64)
 
 
 # -- cpu / cuda ---------------------------------------------------------------------------------
 
 def _pool_host(op: str) -> Callable[..., Callable[..., None]]:
-    is_max = op == "max_pool2d"
+    is_max = op.startswith("max")
 
     def factory(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
         p = pool_params(op, inputs, attrs)
         xp = array_module(backend)
-        pt, pl = p.pad[0], p.pad[1]
-        sh, sw = p.strides
-        dh, dw = p.dilation
         # Workspace made once: the data inside a border of lowest (max) or 0 (avg) that also
-        # covers the ceil_mode overhang; only the interior is rewritten per call.
-        hp = max(pt + p.h, (p.oh - 1) * sh + (p.kh - 1) * dh + 1)
-        wp = max(pl + p.w, (p.ow - 1) * sw + (p.kw - 1) * dw + 1)
+        # covers the ceil_mode overhang; only the interior is rewritten per call. Without padding
+        # or overhang the data is read in place.
+        padded_size = tuple(max(p.begin[i] + p.size[i],
+                                (p.out[i] - 1) * p.strides[i] + (p.kernel[i] - 1) * p.dilation[i]
+                                + 1) for i in range(p.dims))
         work = p.dtype if is_max else wide_dtype(p.dtype)
-        padded = xp.full((p.n, p.c, hp, wp), _lowest(work) if is_max else 0, work)
+        in_place = padded_size == p.size and not any(p.pad) and work == p.dtype
+        padded = None
+        if not in_place:
+            padded = xp.full((p.n, p.c) + padded_size, _lowest(work) if is_max else 0, work)
+        interior = (slice(None), slice(None)) + tuple(
+            slice(b, b + s) for b, s in zip(p.begin, p.size))
         acc = xp.empty(outputs[0].shape, work) if work != p.dtype else None
         inv = None
         if not is_max:
             inv = xp.asarray((1.0 / avg_divisor(p)).astype(work))
-        # One strided (N, C, OH, OW) view of the workspace per window tap, made once. Folding the
-        # taps with maximum/add is ~20x faster in NumPy than max/sum over a 6-D window view.
-        s_n, s_c, s_h, s_w = padded.strides
-        taps = [xp.lib.stride_tricks.as_strided(
-                    padded[:, :, i * dh:, j * dw:], shape=(p.n, p.c, p.oh, p.ow),
-                    strides=(s_n, s_c, sh * s_h, sw * s_w))
-                for i in range(p.kh) for j in range(p.kw)]
+        # Separable (max and sum both are): pool the last spatial axis into a buffer, then the
+        # one before it, ...: sum(kernel) strided passes over shrinking arrays instead of
+        # prod(kernel) passes over the whole window grid.
+        stages: list[tuple[list[tuple[slice, ...]], Any]] = []
+        shape = [p.n, p.c, *padded_size]
+        for i in reversed(range(p.dims)):
+            shape[2 + i] = p.out[i]
+            span = (p.out[i] - 1) * p.strides[i] + 1
+            lead = (slice(None),) * (2 + i)
+            taps = [lead + (slice(j * p.dilation[i], j * p.dilation[i] + span, p.strides[i]),)
+                    for j in range(p.kernel[i])]
+            stages.append((taps, xp.empty(tuple(shape), work) if i else None))
         fold = xp.maximum if is_max else xp.add
 
         def run(data: Any, out: Any) -> None:
-            padded[:, :, pt:pt + p.h, pl:pl + p.w] = data
+            src = data
+            if padded is not None:
+                padded[interior] = data
+                src = padded
             target = out if acc is None else acc
-            xp.copyto(target, taps[0])
-            for tap in taps[1:]:
-                fold(target, tap, out=target)
+            for taps, buf in stages:
+                dst = target if buf is None else buf
+                _fold_taps(xp, fold, [src[tap] for tap in taps], dst)
+                src = dst
             if not is_max:
                 xp.multiply(target, inv, out=target)
             if acc is not None:
@@ -139,10 +202,22 @@ def _pool_host(op: str) -> Callable[..., Callable[..., None]]:
     return factory
 
 
+def _fold_taps(xp: Any, fold: Any, taps: list[Any], out: Any) -> None:
+    """out = fold over taps; the first two fold straight into out (no copy pass)."""
+    if len(taps) == 1:
+        xp.copyto(out, taps[0])
+        return
+    fold(taps[0], taps[1], out=out)
+    for tap in taps[2:]:
+        fold(out, tap, out=out)
+
+
 # -- opencl -------------------------------------------------------------------------------------
 
-def _lowest(dtype: str) -> float:
+def _lowest(dtype: str) -> float | int:
     """What max pooling pads with: the dtype's lowest finite value, as TVM pads."""
+    if np.dtype(dtype).kind in "iu":
+        return int(np.iinfo(dtype).min)
     return float(np.finfo(dtype).min)
 
 
@@ -154,16 +229,19 @@ def _inv_dtype(dtype: str) -> str:
 def _cl_pool_source(dtype: str, is_max: bool) -> str:
     acc = compute_type(dtype, "opencl")
     init = repr(_lowest(dtype)) if is_max else "0"
-    merge = "if (v > s || v != v) s = v;" if is_max else "s += v;"
-    result = "s" if is_max else "s * inv[(long)oh * OW + ow]"
+    nan = " || v != v" if dtype in FLOAT_DTYPES else ""  # integers have no NaN to propagate
+    merge = f"if (v > s{nan}) s = v;" if is_max else "s += v;"
+    result = "s" if is_max else "s * inv[((long)od * OH + oh) * OW + ow]"
     inv_dtype = _inv_dtype(dtype)
     extra = "" if is_max else f", {cl_param('inv', inv_dtype)}"
     inv_ptr = "" if is_max else cl_pointer("inv", inv_dtype)
     return cl_header([dtype]) + f"""
-// numpy counterpart: _pool_host (max or mean over each strided, padded window)
+// numpy counterpart: _pool_host (max or mean over each strided, padded window); a 2-D pool
+// runs with depth 1.
 __kernel void gr_pool({cl_param("out", dtype, const=False)}, {cl_param("data", dtype)}{extra},
-                      long total, int H, int W, int KH, int KW, int OH, int OW, int SH, int SW,
-                      int PT, int PL, int DH, int DW) {{
+                      long total, int D, int H, int W, int KD, int KH, int KW, int OD, int OH,
+                      int OW, int SD, int SH, int SW, int PF, int PT, int PL, int DD, int DH,
+                      int DW) {{
     long i = get_global_id(0);
     if (i >= total) return;
     {cl_pointer("out", dtype, const=False)}
@@ -172,15 +250,20 @@ __kernel void gr_pool({cl_param("out", dtype, const=False)}, {cl_param("data", d
     long t = i;
     int ow = t % OW; t /= OW;
     int oh = t % OH; t /= OH;
+    int od = t % OD; t /= OD;
     {acc} s = {init};
-    for (int kh = 0; kh < KH; ++kh) {{
-        int y = oh * SH - PT + kh * DH;
-        if (y < 0 || y >= H) continue;
-        for (int kw = 0; kw < KW; ++kw) {{
-            int x = ow * SW - PL + kw * DW;
-            if (x < 0 || x >= W) continue;
-            {acc} v = {cl_load("data", dtype, "(t * H + y) * W + x")};
-            {merge}
+    for (int kd = 0; kd < KD; ++kd) {{
+        int z = od * SD - PF + kd * DD;
+        if (z < 0 || z >= D) continue;
+        for (int kh = 0; kh < KH; ++kh) {{
+            int y = oh * SH - PT + kh * DH;
+            if (y < 0 || y >= H) continue;
+            for (int kw = 0; kw < KW; ++kw) {{
+                int x = ow * SW - PL + kw * DW;
+                if (x < 0 || x >= W) continue;
+                {acc} v = {cl_load("data", dtype, "((t * D + z) * H + y) * W + x")};
+                {merge}
+            }}
         }}
     }}
     {cl_store("out", dtype, "i", result)}
@@ -189,17 +272,21 @@ __kernel void gr_pool({cl_param("out", dtype, const=False)}, {cl_param("data", d
 
 
 def _pool_cl(op: str) -> Callable[..., Callable[..., None]]:
-    is_max = op == "max_pool2d"
+    is_max = op.startswith("max")
 
     def factory(backend: OpenCLBackend, device_id: int, inputs: Sequence[TensorSpec],
                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
         p = pool_params(op, inputs, attrs)
         check_cl_dtypes(op, backend, device_id, [p.dtype])
         knl = ClKernel(backend, device_id, _cl_pool_source(p.dtype, is_max), "gr_pool", op)
-        total = size_of((p.n, p.c, p.oh, p.ow))
+        total = size_of((p.n, p.c) + p.out)
+        lift = 3 - p.dims  # a 2-D pool is a 3-D pool of depth 1
+
+        def three(values: tuple[int, ...], fill: int) -> tuple[int, ...]:
+            return (fill,) * lift + values
         sizes = [np.int64(total)] + [np.int32(v) for v in (
-            p.h, p.w, p.kh, p.kw, p.oh, p.ow, p.strides[0], p.strides[1], p.pad[0], p.pad[1],
-            p.dilation[0], p.dilation[1])]
+            three(p.size, 1) + three(p.kernel, 1) + three(p.out, 1) + three(p.strides, 1)
+            + three(p.begin, 0) + three(p.dilation, 1))]
         if is_max:
             return lambda data, out: knl.launch(total, None, out, data, *sizes)
         inv = device_array(backend, device_id, (1.0 / avg_divisor(p)).astype(_inv_dtype(p.dtype)))
@@ -207,7 +294,7 @@ def _pool_cl(op: str) -> Callable[..., Callable[..., None]]:
     return factory
 
 
-# -- global pools: a mean / max over H and W --------------------------------------------------
+# -- global pools: a mean / max over every spatial axis ---------------------------------------
 
 GLOBAL_REDUCE = {"global_avg_pool2d": "mean", "global_max_pool2d": "max"}
 
@@ -216,13 +303,21 @@ def _global_infer(op: str) -> Callable[..., list[TensorSpec]]:
     def infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
         check_num_inputs(op, inputs, 1)
         check_dtype(op, inputs[0], FLOAT_DTYPES)
-        check_rank(op, inputs[0], (4,), "data")
-        check_layout(op, attrs, "layout", "NCHW")
-        check_layout(op, attrs, "out_layout", "NCHW")
-        n, c, h, w = inputs[0].shape
-        if h * w == 0 and n * c > 0:
-            raise op_error(op, f"data {inputs[0]} has an empty {h}x{w} image to pool")
-        return [TensorSpec((n, c, 1, 1), inputs[0].dtype)]
+        shape = tuple(inputs[0].shape)
+        if len(shape) < 3:
+            raise op_error(op, f"data {inputs[0]} needs rank 3 or more (N, C, spatial...) "
+                               f"as ONNX's global pools; got rank {len(shape)}")
+        layout = LAYOUTS.get(len(shape) - 2)
+        if layout is not None:
+            check_layout(op, attrs, "layout", layout)
+            check_layout(op, attrs, "out_layout", layout)
+        elif "layout" in attrs or "out_layout" in attrs:
+            raise op_error(op, f"data {inputs[0]} has {len(shape) - 2} spatial axes: leave "
+                               "'layout' and 'out_layout' unset (channels second is implied)")
+        if size_of(shape[2:]) == 0 and size_of(shape[:2]) > 0:
+            extent = "x".join(str(d) for d in shape[2:])
+            raise op_error(op, f"data {inputs[0]} has an empty {extent} image to pool")
+        return [TensorSpec(shape[:2] + (1,) * (len(shape) - 2), inputs[0].dtype)]
     return infer
 
 
@@ -230,13 +325,14 @@ def _global_factory(op: str) -> Callable[..., Callable[..., None]]:
     def factory(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
         reduce_op = get_op(GLOBAL_REDUCE[op])
+        axes = list(range(2, len(inputs[0].shape)))
         return reduce_op.kernels[backend.name](backend, device_id, inputs, outputs,
-                                               {"axis": [2, 3], "keepdims": True})
+                                               {"axis": axes, "keepdims": True})
     return factory
 
 
-for _op, _attrs in (("max_pool2d", POOL_ATTRS), ("avg_pool2d", AVG_ATTRS)):
-    define_op(_op, _pool_infer(_op), 1, _attrs)
+for _op in POOL_OPS:
+    define_op(_op, _pool_infer(_op), 1, AVG_ATTRS if _op.startswith("avg") else POOL_ATTRS)
     kernel(_op, "cpu")(_pool_host(_op))
     kernel(_op, "cuda")(_pool_host(_op))
     kernel(_op, "opencl")(_pool_cl(_op))
@@ -245,4 +341,4 @@ for _op in GLOBAL_REDUCE:
     for _kind in REGISTRY:
         kernel(_op, _kind)(_global_factory(_op))
 
-__all__ = ["PoolParams", "pool_params", "avg_divisor"]
+__all__ = ["PoolParams", "avg_divisor", "pool_params"]

@@ -1,4 +1,4 @@
-"""Reductions (sum, mean, max, min, argmax, argmin): NumPy/CuPy and a work-group OpenCL kernel."""
+"""Reductions (sum, mean, max, min, arg*, prod, l1, l2, log_sum_exp ...): NumPy/CuPy and OpenCL."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
@@ -21,8 +21,14 @@ if TYPE_CHECKING:
 REDUCE_ATTRS = ("axis", "keepdims", "exclude")
 ARG_ATTRS = ("axis", "keepdims", "exclude", "select_last_index")
 # op -> dtypes it accepts; max/min/arg* have no identity, so they refuse zero-size reductions.
+# prod ... log_sum_exp are ONNX's ReduceProd, ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum,
+# ReduceLogSumExp.
 OPS = {"sum": NUMERIC_DTYPES, "mean": FLOAT_DTYPES, "max": NUMERIC_DTYPES,
-       "min": NUMERIC_DTYPES, "argmax": NUMERIC_DTYPES, "argmin": NUMERIC_DTYPES}
+       "min": NUMERIC_DTYPES, "argmax": NUMERIC_DTYPES, "argmin": NUMERIC_DTYPES,
+       "prod": NUMERIC_DTYPES, "sum_square": NUMERIC_DTYPES, "l1": NUMERIC_DTYPES,
+       "l2": FLOAT_DTYPES, "log_sum": FLOAT_DTYPES, "log_sum_exp": FLOAT_DTYPES}
+# Reductions with a value for zero elements (0, 1, or log(0) = -inf).
+WITH_IDENTITY = ("sum", "prod", "sum_square", "l1", "l2", "log_sum", "log_sum_exp")
 
 
 def reduced_axes(op: str, spec: TensorSpec, attrs: Mapping[str, Any]) -> tuple[int, ...]:
@@ -49,7 +55,7 @@ def _infer(op: str) -> Callable[..., list[TensorSpec]]:
         shape = tuple(1 if i in axes else d for i, d in enumerate(spec.shape) if keepdims
                       or i not in axes)
         count = size_of([spec.shape[a] for a in axes])
-        if count == 0 and size_of(shape) > 0 and op != "sum":
+        if count == 0 and size_of(shape) > 0 and op not in WITH_IDENTITY:
             raise op_error(op, f"cannot reduce input {spec} over axes {list(axes)}: they hold "
                                "no elements and the op has no identity value")
         dtype = "int32" if op.startswith("arg") else spec.dtype
@@ -68,6 +74,9 @@ def _host_factory(op: str) -> Callable[..., Callable[..., None]]:
         if op.startswith("arg"):
             return host_kernel(backend, device_id, _host_arg(xp, op, inputs[0], axes,
                                                              tuple(outputs[0].shape)))
+        if op in _HOST_COMPOSED:
+            return host_kernel(backend, device_id, _host_composed(xp, op, inputs[0], axes,
+                                                                  keepdims))
         fn = {"sum": xp.sum, "mean": xp.mean, "max": xp.max, "min": xp.min}[op]
         if inputs[0].dtype == "float16" and op in ("sum", "mean"):
             # NOTE: accumulate float16 in float32, as the GPU kernels do.
@@ -80,6 +89,42 @@ def _host_factory(op: str) -> Callable[..., Callable[..., None]]:
             fn(x, axis=axes, keepdims=keepdims, out=out)
         return host_kernel(backend, device_id, run)
     return factory
+
+
+def _log_sum_exp(xp: Any, x: Any, axes: tuple[int, ...], keepdims: bool) -> Any:
+    if x.size == 0:
+        return xp.log(xp.sum(x, axis=axes, keepdims=keepdims))  # log(0) = -inf
+    # NOTE: exp(x - max) never overflows; an infinite or NaN max is not subtracted (inf - inf).
+    top = xp.max(x, axis=axes, keepdims=True)
+    top = xp.where(xp.isfinite(top), top, 0)
+    total = xp.sum(xp.exp(x - top), axis=axes, keepdims=True)
+    result = xp.log(total) + top
+    return result if keepdims else xp.squeeze(result, axis=axes)
+
+
+# op -> fn(xp, x, axes, keepdims) -> reduced array (x already in the accumulation dtype).
+_HOST_COMPOSED: dict[str, Callable[[Any, Any, tuple[int, ...], bool], Any]] = {
+    "prod": lambda xp, x, axes, keep: xp.prod(x, axis=axes, keepdims=keep),
+    "sum_square": lambda xp, x, axes, keep: xp.sum(x * x, axis=axes, keepdims=keep),
+    "l1": lambda xp, x, axes, keep: xp.sum(xp.abs(x), axis=axes, keepdims=keep),
+    "l2": lambda xp, x, axes, keep: xp.sqrt(xp.sum(x * x, axis=axes, keepdims=keep)),
+    "log_sum": lambda xp, x, axes, keep: xp.log(xp.sum(x, axis=axes, keepdims=keep)),
+    "log_sum_exp": _log_sum_exp,
+}
+
+
+def _host_composed(xp: Any, op: str, spec: TensorSpec, axes: tuple[int, ...],
+                   keepdims: bool) -> Callable[..., None]:
+    fn = _HOST_COMPOSED[op]
+    # float16 accumulates in float32, as the GPU kernels do.
+    wide = xp.float32 if spec.dtype == "float16" else None
+
+    def run(x: Any, out: Any) -> None:
+        # NOTE: log(0) = -inf is the answer for an empty or zero sum, not a warning.
+        with np.errstate(divide="ignore"):
+            result = fn(xp, x if wide is None else x.astype(wide), axes, keepdims)
+        xp.copyto(out, result, casting="unsafe")
+    return run
 
 
 def _host_arg(xp: Any, op: str, spec: TensorSpec, axes: tuple[int, ...],
@@ -98,7 +143,8 @@ def _host_arg(xp: Any, op: str, spec: TensorSpec, axes: tuple[int, ...],
 # -- opencl -------------------------------------------------------------------------------------
 
 _INIT = {"sum": "0", "mean": "0", "max": "LOWEST", "min": "HIGHEST", "argmax": "LOWEST",
-         "argmin": "HIGHEST"}
+         "argmin": "HIGHEST", "prod": "1", "sum_square": "0", "l1": "0", "l2": "0",
+         "log_sum": "0", "log_sum_exp": "0"}
 _LIMITS = {"float": ("-INFINITY", "INFINITY"), "double": ("-INFINITY", "INFINITY"),
            "int": ("INT_MIN", "INT_MAX"), "long": ("LONG_MIN", "LONG_MAX")}
 # merge (a, ia) with candidate (b, ib) into (a, ia); NaN wins, ties keep the lower index,
@@ -106,6 +152,12 @@ _LIMITS = {"float": ("-INFINITY", "INFINITY"), "double": ("-INFINITY", "INFINITY
 _MERGE = {
     "sum": "a += b;",
     "mean": "a += b;",
+    "prod": "a *= b;",
+    "sum_square": "a += b;",
+    "l1": "a += b;",
+    "l2": "a += b;",
+    "log_sum": "a += b;",
+    "log_sum_exp": "a += b;",
     "max": "if (b > a || b != b) a = b;",
     "min": "if (b < a || b != b) a = b;",
     "argmax": ("if ((a == a && (b > a || b != b)) || ((b == a || (b != b && a != a)) && ib < ia))"
@@ -113,6 +165,12 @@ _MERGE = {
     "argmin": ("if ((a == a && (b < a || b != b)) || ((b == a || (b != b && a != a)) && ib < ia))"
                " { a = b; ia = ib; }"),
 }
+# What each value read becomes before it is merged (b, in the compute type; m: the max).
+_MAP = {"sum_square": "b = b * b;", "l1": "b = b < 0 ? -b : b;", "l2": "b = b * b;",
+        "log_sum_exp": "b = exp(b - m);"}
+# The value stored, from the merged sa[0] (and si[0], the index).
+_RESULT = {"mean": "sa[0] / R", "argmax": "si[0]", "argmin": "si[0]", "l2": "sqrt(sa[0])",
+           "log_sum": "log(sa[0])", "log_sum_exp": "log(sa[0]) + m"}
 _GROUP = 64
 
 
@@ -128,7 +186,22 @@ def _cl_kernel(op: str, dtype: str, out_dtype: str) -> str:
     low, high = _LIMITS[acc]
     init = _INIT[op].replace("LOWEST", low).replace("HIGHEST", high)
     merge = _MERGE[op]
-    result = "sa[0] / R" if op == "mean" else ("si[0]" if op.startswith("arg") else "sa[0]")
+    result = _RESULT.get(op, "sa[0]")
+    head = f"{acc} m = 0;"
+    if op == "log_sum_exp":
+        # A first pass finds the max m, then exp(x - m) is summed: log(sum) + m never overflows.
+        head = f"""{acc} m = -INFINITY;
+    {_read_loop(dtype, acc, "if (b > m || b != b) m = b;")}
+    __local {acc} sm[{_GROUP}];
+    sm[lid] = m;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = L / 2; s > 0; s >>= 1) {{
+        if (lid < s && (sm[lid + s] > sm[lid] || sm[lid + s] != sm[lid + s])) sm[lid] = sm[lid + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }}
+    m = sm[0];
+    if (isinf(m) || m != m) m = 0;"""
+    body = _MAP.get(op, "") + f" MERGE_{op}(a, ia, b, ib)"
     return f"""
 #define MERGE_{op}(a, ia, b, ib) {{ {merge} }}
 __kernel void gr_reduce_{op}({cl_param("out", out_dtype, const=False)}, {cl_param("in", dtype)},
@@ -144,19 +217,10 @@ __kernel void gr_reduce_{op}({cl_param("out", out_dtype, const=False)}, {cl_para
     for (int d = nk - 1; d >= 0; --d) {{
         long c = rest % meta[d]; rest /= meta[d]; base += c * meta[nk + d];
     }}
+    {head}
     {acc} a = {init};
     long ia = R;
-    for (long r = lid; r < R; r += L) {{
-        long rr = r;
-        long off = base;
-        for (int d = nr - 1; d >= 0; --d) {{
-            long c = rr % meta[2 * nk + d]; rr /= meta[2 * nk + d];
-            off += c * meta[2 * nk + nr + d];
-        }}
-        {acc} b = {cl_load("in", dtype, "off")};
-        long ib = r;
-        MERGE_{op}(a, ia, b, ib)
-    }}
+    {_read_loop(dtype, acc, body)}
     __local {acc} sa[{_GROUP}];
     __local long si[{_GROUP}];
     sa[lid] = a;
@@ -174,6 +238,21 @@ __kernel void gr_reduce_{op}({cl_param("out", out_dtype, const=False)}, {cl_para
     if (lid == 0) {{ {cl_store("out", out_dtype, "o", result)} }}
 }}
 """
+
+
+def _read_loop(dtype: str, acc: str, body: str) -> str:
+    """C loop of a work item over its share of the reduced values: b (index ib), then body."""
+    return f"""for (long r = lid; r < R; r += L) {{
+        long rr = r;
+        long off = base;
+        for (int d = nr - 1; d >= 0; --d) {{
+            long c = rr % meta[2 * nk + d]; rr /= meta[2 * nk + d];
+            off += c * meta[2 * nk + nr + d];
+        }}
+        {acc} b = {cl_load("in", dtype, "off")};
+        long ib = r;
+        {body}
+    }}"""
 
 
 def _cl_factory(op: str) -> Callable[..., Callable[..., None]]:
