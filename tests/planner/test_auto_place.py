@@ -17,8 +17,8 @@ from graph_runtime.errors import PlanError
 from graph_runtime.graph.model import COPY_OP
 from graph_runtime.lib import Module, standard_module
 from graph_runtime.lib.library import TensorSpec
-from graph_runtime.planner import Placement
-from graph_runtime.planner.auto import auto_place, without_copies
+from graph_runtime.planner import Placement, auto_place
+from graph_runtime.planner.auto import without_copies
 from graph_runtime.planner.measure_costs import CostCache
 from graph_runtime.planner.solve_auto import (CopyTerm, CostProblem, brute_force,
                                               solve_placement)
