@@ -29,9 +29,9 @@ from ..device import Device
 from ..errors import PlanError
 from ..graph.model import COPY_OP, NOP_OP, Graph, GraphSource, entry_bytes
 from ..lib.library import Module, TensorSpec
+from .auto_report import AutoPlan, NodeCost, PredictedCopy
 from .constraints import Placement, glob_escape
 from .match import resolve
-from .auto_report import AutoPlan, NodeCost, PredictedCopy
 from .measure_costs import CostCache, KernelCase, Measurer, node_attrs_text
 from .plan import plan_graph
 from .result import PlanResult

@@ -20,8 +20,7 @@ from graph_runtime.lib.library import TensorSpec
 from graph_runtime.planner import Placement, auto_place
 from graph_runtime.planner.auto import without_copies
 from graph_runtime.planner.measure_costs import CostCache
-from graph_runtime.planner.solve_auto import (CopyTerm, CostProblem, brute_force,
-                                              solve_placement)
+from graph_runtime.planner.solve_auto import CopyTerm, CostProblem, brute_force, solve_placement
 
 cpu0, cl0 = Device(1, 0), Device(4, 0)
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "graphs"
