@@ -218,6 +218,18 @@ def test_report_counts_the_copies_the_planner_inserts(tmp_path: Path) -> None:
     assert "all on cpu:0" in text and "copies" in text
 
 
+@pytest.mark.opencl
+def test_the_planned_graph_prices_at_the_prediction_and_pins_rule_out_alternatives() -> None:
+    doc = {"node_devices": {"b": "opencl"}, "func_devices": {"tanh": "cpu"}}
+    result = auto_place(small_graph(), standard_module(), [cpu0, cl0], doc, budget_s=1.0)
+    assert result.predict_graph(result.plan.graph) == pytest.approx(result.predicted)
+    assert result.alternatives == {cpu0: None, cl0: None}
+    assert "not possible" in result.text()
+    doc_json = result.to_json()
+    assert doc_json["alternatives"] == {"cpu:0": None, "opencl:0": None}
+    assert {n["name"]: n["device"] for n in doc_json["nodes"]}["b"] == "opencl:0"
+
+
 def test_pin_to_a_device_not_given_is_a_plan_error() -> None:
     with pytest.raises(PlanError, match="node 2 'a'.*none of the given devices"):
         auto_place(small_graph(), standard_module(), [cpu0], {"node_devices": {"a": "cuda"}},
@@ -287,6 +299,19 @@ def test_cli_plan_auto_json_and_verify(tmp_path: Path) -> None:
     assert json.loads(again.output)["kernels_measured"] == 0
     text = CliRunner().invoke(graphrun, args[:-2])
     assert "predicted run time" in text.output and "all on opencl:0" in text.output
+
+
+@pytest.mark.opencl
+def test_cli_plan_auto_takes_a_placement_file(tmp_path: Path) -> None:
+    placement = tmp_path / "c.json"
+    placement.write_text(json.dumps({"node_devices": {"*": "opencl"}}))
+    result = CliRunner().invoke(graphrun, ["plan", str(EXAMPLES / "simplex"), "--auto", "-d",
+                                           "cpu", "-d", "opencl", "--placement", str(placement),
+                                           "--budget", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert {n["device"] for n in doc["nodes"]} == {"opencl:0"}
+    assert doc["alternatives"]["cpu:0"] is None
 
 
 def test_cli_device_without_auto_is_a_usage_error() -> None:
