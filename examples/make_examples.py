@@ -472,9 +472,11 @@ def mixed() -> Example:
     data = np.random.default_rng(41).random((1,) + MIXED_INPUT).astype(np.float32)
     return Example("mixed", "Two conv3x3 layers, each followed by a 7-op elementwise epilogue "
                    "fused into one function, then maxpool; no placement. Made for `graphrun plan "
-                   "--auto -d cpu -d opencl`: on PoCL here the convolutions are faster on OpenCL "
-                   "and the elementwise functions and pooling faster in NumPy, so the best plan "
-                   "mixes the devices.",
+                   "--auto -d cpu -d opencl`: the elementwise functions and the pooling are far "
+                   "faster in NumPy than on PoCL, the convolutions faster on OpenCL whenever "
+                   "NumPy's BLAS threads compete for the cores (on the shared 2-core development "
+                   "machine, most of the time), and then the best plan mixes the devices. On an "
+                   "idle machine NumPy wins the convolutions too and the plan is all-cpu.",
                    {"graph.json": mixed_graph()}, MIXED_FUNCTIONS,
                    "convolutions with long elementwise epilogues, for automatic placement",
                    params, {"data": data}, [mixed_reference(data, params)])
