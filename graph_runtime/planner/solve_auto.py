@@ -211,9 +211,12 @@ def _binary_cut(cut: _Cut) -> np.ndarray:
     residual = (capacity - result.flow).tocsr()
     residual.data = np.where(residual.data > 0, 1, 0).astype(np.int32)
     residual.eliminate_zeros()
-    reached = breadth_first_order(residual, cut.s, directed=True, return_predecessors=False)
-    side = np.ones(cut.count, dtype=np.int64)
-    side[reached] = 0
+    # The smallest sink side: nodes that still reach t in the residual graph. Ties then go to
+    # side 0, the first device given (the default device).
+    reaching = breadth_first_order(residual.T.tocsr(), cut.t, directed=True,
+                                   return_predecessors=False)
+    side = np.zeros(cut.count, dtype=np.int64)
+    side[reaching] = 1
     return side[:cut.n]
 
 

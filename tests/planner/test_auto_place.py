@@ -108,6 +108,12 @@ def test_an_infinite_copy_cost_ties_two_nodes_to_one_device(method: str) -> None
     assert found.objective == brute_force(problem).objective == 10.0
 
 
+def test_min_cut_breaks_ties_toward_the_first_device() -> None:
+    problem = CostProblem(np.array([[1.0, 1.0], [0.0, 0.0]]),
+                          [CopyTerm(0, (1,), np.array([[0.0, 2.0], [2.0, 0.0]]))])
+    assert solve_placement(problem, "min-cut").choice == (0, 0)
+
+
 def test_a_node_no_device_may_run_is_a_plan_error() -> None:
     problem = CostProblem(np.array([[math.inf, math.inf]]), [], ["node 0 'a'"])
     with pytest.raises(PlanError, match="node 0 'a': no given device may run it"):
