@@ -93,11 +93,14 @@ class Solution:
 
 
 def solve_placement(problem: CostProblem, method: str = "auto",
-                    milp_limit: int = MILP_NODE_LIMIT, time_limit: float = 60.0) -> Solution:
+                    milp_limit: int = MILP_NODE_LIMIT, time_limit: float = 20.0) -> Solution:
     """The cheapest assignment: min cut for 2 devices, MILP up to milp_limit nodes, else expansion.
 
     Args:
         method: "auto", "min-cut", "milp" or "alpha-expansion".
+        time_limit: seconds the MILP may take. A MILP stopped there is not proven optimal: the
+            better of its incumbent and alpha-expansion's answer is returned, and the method
+            says so ("milp (time limit) ...").
     """
     problem.check_feasible()
     k = problem.num_devices
@@ -117,7 +120,15 @@ def solve_placement(problem: CostProblem, method: str = "auto",
             raise PlanError(f"min-cut solves two devices, got {k}")
         choice = list(_binary_cut(_two_device_cut(problem)))
     elif method == "milp":
-        choice = _milp(problem, time_limit)
+        choice, optimal = _milp(problem, time_limit)
+        if not optimal:
+            fallback = _expansion(problem)
+            if choice is None or problem.objective(fallback) < problem.objective(choice):
+                choice = fallback
+                method = "milp (time limit), alpha-expansion's answer"
+            else:
+                method = "milp (time limit, not proven optimal)"
+        assert choice is not None
     elif method == "alpha-expansion":
         choice = _expansion(problem)
     else:
@@ -233,7 +244,8 @@ def _two_device_cut(problem: CostProblem) -> _Cut:
 
 # ---- MILP --------------------------------------------------------------------------------------
 
-def _milp(problem: CostProblem, time_limit: float) -> list[int]:
+def _milp(problem: CostProblem, time_limit: float) -> tuple[list[int] | None, bool]:
+    """The MILP's assignment (None if it found none in time) and whether it is proven optimal."""
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import coo_matrix
     cost = problem.node_cost
@@ -286,9 +298,11 @@ def _milp(problem: CostProblem, time_limit: float) -> list[int]:
                   constraints=LinearConstraint(a, lower_b, upper_b),
                   options={"time_limit": time_limit})
     if result.x is None:
+        if result.status == 1:  # time or iteration limit, no incumbent yet
+            return None, False
         raise PlanError(f"the placement MILP found no solution: {result.message}")
     x = result.x[:n_x].reshape(n, k)
-    return [int(np.argmax(row)) for row in x]
+    return [int(np.argmax(row)) for row in x], result.status == 0
 
 
 # ---- alpha-expansion ---------------------------------------------------------------------------
