@@ -120,15 +120,16 @@ def solve_placement(problem: CostProblem, method: str = "auto",
             raise PlanError(f"min-cut solves two devices, got {k}")
         choice = list(_binary_cut(_two_device_cut(problem)))
     elif method == "milp":
-        choice, optimal = _milp(problem, time_limit)
-        if not optimal:
-            fallback = _expansion(problem)
-            if choice is None or problem.objective(fallback) < problem.objective(choice):
-                choice = fallback
-                method = "milp (time limit), alpha-expansion's answer"
-            else:
+        found, optimal = _milp(problem, time_limit)
+        if optimal and found is not None:
+            choice = found
+        else:
+            choice = _expansion(problem)
+            if found is not None and problem.objective(found) <= problem.objective(choice):
+                choice = found
                 method = "milp (time limit, not proven optimal)"
-        assert choice is not None
+            else:
+                method = "milp (time limit), alpha-expansion's answer"
     elif method == "alpha-expansion":
         choice = _expansion(problem)
     else:
