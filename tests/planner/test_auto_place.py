@@ -72,6 +72,14 @@ def test_alpha_expansion_is_legal_and_no_worse_than_any_one_device_plan(seed: in
     assert found.objective >= brute_force(problem).objective
 
 
+def test_a_milp_stopped_at_its_time_limit_still_answers_and_says_so() -> None:
+    problem = random_problem(np.random.default_rng(7), 400, 3)
+    found = solve_placement(problem, "milp", time_limit=1e-3)
+    assert found.method.startswith("milp (time limit")
+    assert math.isfinite(found.objective)
+    assert found.objective <= solve_placement(problem, "alpha-expansion").objective
+
+
 def test_one_copy_serves_every_reader_on_a_device() -> None:
     # p is forced to device 0, its three readers to device 1: one copy, not three.
     inf = math.inf
