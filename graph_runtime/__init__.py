@@ -2,16 +2,24 @@
 from __future__ import annotations
 
 from . import nd
+from ._timing import BenchmarkResult
 from .backends import available_backends, list_devices
 from .device import Device, cpu, cuda, device, opencl
-from .errors import (DeviceError, DiscoError, GraphError, GraphRuntimeError, LibraryError,
-                     ParamsError, PlanError)
+from .errors import (
+                     DeviceError,
+                     DiscoError,
+                     GraphError,
+                     GraphRuntimeError,
+                     LibraryError,
+                     ParamsError,
+                     PlanError,
+)
 from .graph.model import Graph, load_graph
 from .lib import Module, load_module, standard_module
 from .nd import NDArray
 from .params import load_param_dict, load_params_file, save_param_dict, save_params_file
 from .planner import Placement, plan_graph
-from .runtime.graph_module import BenchmarkResult, GraphModule, create
+from .runtime.graph_module import GraphModule, create
 
 __version__ = "0.1.0"
 

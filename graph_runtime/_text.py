@@ -14,9 +14,11 @@ def fmt_bytes(n: int) -> str:
     return f"{value:.1f} PiB"
 
 
-def count_of(count: int, noun: str) -> str:
-    """ "1 output", "2 outputs"."""
-    return f"{count} {noun}{'' if count == 1 else 's'}"
+def count_of(count: int, noun: str, plural: str | None = None) -> str:
+    """ "1 output", "2 outputs"; plural for nouns not made with an s ("entries")."""
+    if count == 1:
+        return f"{count} {noun}"
+    return f"{count} {plural or noun + 's'}"
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], indent: str = "  ") -> str:

@@ -42,7 +42,8 @@ class Device:
         return name if name is not None else f"type{self.device_type}"
 
     def __str__(self) -> str:
-        return f"{self.kind}({self.device_id})"
+        # NOTE: the "cpu:0" form everywhere (messages, tables, CLI), the one -d and device() take.
+        return f"{self.kind}:{self.device_id}"
 
     def __repr__(self) -> str:
         return f"Device({self.kind}:{self.device_id})"

@@ -4,8 +4,11 @@ from __future__ import annotations
 import io
 import math
 import os
+import stat
 import struct
+import tokenize
 import zipfile
+import zlib
 from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
@@ -186,20 +189,23 @@ def load_param_dict(data: bytes | bytearray | memoryview) -> dict[str, NDArray]:
             for name, value in load_param_arrays(data).items()}
 
 
-def _to_numpy(name: object, value: Any) -> tuple[str, np.ndarray]:
-    """A param as (name, C-contiguous native-order array of a supported dtype)."""
+def _to_numpy(name: object, value: Any, noun: str = "param") -> tuple[str, np.ndarray]:
+    """A param as (name, C-contiguous native-order array of a supported dtype).
+
+    noun names what the array is in messages ("param", "input", "expected value").
+    """
     if not isinstance(name, str):
-        raise ParamsError(f"param names must be str, got {type(name).__name__} {name!r}")
+        raise ParamsError(f"{noun} names must be str, got {type(name).__name__} {name!r}")
     if hasattr(value, "numpy") and not isinstance(value, np.ndarray):
         value = value.numpy()
     try:
         array = np.asarray(value)
     except (TypeError, ValueError) as e:  # e.g. a CuPy array (no implicit copy), a ragged list
-        raise ParamsError(f"param {name!r}: cannot make a numpy array from "
+        raise ParamsError(f"{noun} {name!r}: cannot make a numpy array from "
                           f"{type(value).__name__}: {e}") from e
     dtype = array.dtype.newbyteorder("=")
     if dtype not in _DLTYPE_OF:
-        raise ParamsError(f"param {name!r}: dtype {array.dtype} is not supported; expected one "
+        raise ParamsError(f"{noun} {name!r}: dtype {array.dtype} is not supported; expected one "
                           "of " + _DTYPE_LIST)
     return name, np.asarray(array, dtype=dtype, order="C")  # ascontiguousarray makes 0-d 1-d
 
@@ -230,35 +236,92 @@ def save_param_dict(params: Mapping[str, Any]) -> bytes:
     return b"".join(parts)
 
 
-def _read_npz(data: bytes, source: str) -> dict[str, np.ndarray]:
+# Deflate never expands data more than ~1032 times: an .npy header claiming more than that many
+# bytes per stored byte lies, and numpy would allocate it all before reading (1e11 floats).
+_MAX_DEFLATE_RATIO = 1032
+# numpy parses an .npy header with tokenize and ast: a mangled one raises their errors too.
+_NPZ_ERRORS = (ValueError, OSError, EOFError, KeyError, IndexError, TypeError, OverflowError,
+               zipfile.BadZipFile, zlib.error, NotImplementedError, RuntimeError, MemoryError,
+               struct.error, SyntaxError, tokenize.TokenError)
+
+
+def _read_npz(file: Any, source: str, noun: str = "param") -> dict[str, np.ndarray]:
+    """The arrays of an .npz (a path or a file object); every failure is a ParamsError."""
     arrays: dict[str, np.ndarray] = {}
     key = None
     try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-            for key in npz.files:
-                arrays[key] = _to_numpy(key, npz[key])[1]
+        with zipfile.ZipFile(file) as zf:
+            for info in zf.infolist():
+                key = info.filename
+                if info.flag_bits & 0x1:
+                    raise ParamsError(f"member {key!r} is encrypted; numpy cannot read it")
+                if not key.endswith(".npy"):
+                    raise ParamsError(f"member {key!r} is not a .npy array (an .npz holds "
+                                      "NAME.npy members)")
+                with zf.open(info) as member:
+                    arrays[key[:-4]] = _read_npy_member(member, info, key, noun)
     except ParamsError as e:
         raise ParamsError(f"{source}: {e}") from e
-    except (ValueError, OSError, EOFError, KeyError, zipfile.BadZipFile) as e:
-        where = source if key is None else f"{source}: entry {key!r}"
+    except _NPZ_ERRORS as e:
+        where = source if key is None else f"{source}: member {key!r}"
         raise ParamsError(f"{where}: expected a numpy .npz without pickled objects, "
-                          f"found {type(e).__name__}: {e}") from e
+                          f"found {type(e).__name__}: {str(e)[:200]}") from e
     return arrays
 
 
-def load_params_file(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
-    """Read a params file: TVM binary (any file name, found by its magic) or numpy .npz."""
+def _read_npy_member(member: Any, info: zipfile.ZipInfo, key: str, noun: str) -> np.ndarray:
+    """One .npy member, its header's size checked against the bytes the zip says it holds."""
+    version = np.lib.format.read_magic(member)
+    if version == (1, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(member)
+    else:
+        shape, fortran, dtype = np.lib.format.read_array_header_2_0(member)
+    if dtype.hasobject:
+        raise ParamsError(f"member {key!r} holds Python objects (pickled); not loaded")
+    count = 1
+    for dim in shape:
+        count *= int(dim)
+    nbytes = count * dtype.itemsize
+    most = min(info.file_size, max(info.compress_size, 1) * _MAX_DEFLATE_RATIO)
+    if nbytes > most:
+        raise ParamsError(f"member {key!r}: its header declares shape {tuple(shape)} {dtype} "
+                          f"({nbytes} bytes) but the member holds at most {most} bytes")
+    data = member.read(nbytes)
+    if len(data) != nbytes:
+        raise ParamsError(f"member {key!r}: expected {nbytes} bytes of data, found {len(data)}")
+    array = np.frombuffer(data, dtype=dtype)
+    array = array.reshape(shape[::-1]).T if fortran else array.reshape(shape)
+    return _to_numpy(key[:-4], array, noun)[1]
+
+
+def load_params_file(path: str | os.PathLike[str], what: str = "params") -> dict[str, np.ndarray]:
+    """Read a params file: TVM binary (any file name, found by its magic) or numpy .npz.
+
+    The file must be a regular file (a FIFO would hang, /dev/zero never end); its magic is
+    checked before the rest is read, and a TVM file's declared sizes against its size.
+    what names the file's role in messages ("params", "inputs", "expected values").
+    """
     source = os.fspath(path)
     try:
+        info = os.stat(path)
+        if stat.S_ISDIR(info.st_mode):
+            raise ParamsError(f"{source}: is a directory; give a {what} file")
+        if not stat.S_ISREG(info.st_mode):
+            raise ParamsError(f"{source}: not a regular file (a FIFO or a device); give a "
+                              f"{what} file")
         with open(path, "rb") as f:
-            data = f.read()
+            head = f.read(8)
+            if head.startswith(_ZIP_MAGICS):
+                f.seek(0)
+                noun = {"inputs": "input", "expected values": "expected value"}.get(what, "param")
+                return _read_npz(f, source, noun)
+            if len(head) == 8 and _U64.unpack(head)[0] == LIST_MAGIC:
+                f.seek(0)
+                data = f.read(info.st_size)
+                return load_param_arrays(data, source)
     except OSError as e:
-        raise ParamsError(f"{source}: cannot read params file: {e.strerror or e}") from e
-    if data.startswith(_ZIP_MAGICS):
-        return _read_npz(data, source)
-    if len(data) >= 8 and _U64.unpack_from(data)[0] == LIST_MAGIC:
-        return load_param_arrays(data, source)
-    found = data[:8].hex(" ") or "an empty file"
+        raise ParamsError(f"{source}: cannot read the {what} file: {e.strerror or e}") from e
+    found = head.hex(" ") or "an empty file"
     raise ParamsError(f"{source}: byte 0: file kind: expected TVM param dict (magic "
                       f"0x{LIST_MAGIC:016X}) or .npz (zip, 'PK'), found {found}")
 

@@ -43,7 +43,7 @@ def test_makers_and_names() -> None:
     assert gr.cuda(1) == Device(2, 1)
     assert gr.opencl(2) == Device(4, 2)
     dev = gr.opencl(1)
-    assert (dev.kind, dev.spec, str(dev), repr(dev)) == ("opencl", "opencl:1", "opencl(1)",
+    assert (dev.kind, dev.spec, str(dev), repr(dev)) == ("opencl", "opencl:1", "opencl:1",
                                                          "Device(opencl:1)")
     assert device(dev.spec) == dev
     assert Device(99, 0).kind == "type99"
@@ -96,7 +96,7 @@ def test_known_type_without_backend() -> None:
 
 
 def test_out_of_range_id_names_the_count() -> None:
-    with pytest.raises(DeviceError, match=r"cpu\(3\) does not exist: this machine has 1 cpu "
+    with pytest.raises(DeviceError, match=r"cpu:3 does not exist: this machine has 1 cpu "
                                           r"device\(s\) \(ids 0..0\)"):
         check_device(gr.cpu(3))
 
@@ -104,6 +104,6 @@ def test_out_of_range_id_names_the_count() -> None:
 @pytest.mark.opencl
 def test_out_of_range_opencl_id() -> None:
     count = get_backend("opencl").device_count()
-    with pytest.raises(DeviceError, match=rf"opencl\(7\) does not exist: this machine has "
+    with pytest.raises(DeviceError, match=rf"opencl:7 does not exist: this machine has "
                                           rf"{count} opencl device\(s\)"):
         check_device(device("opencl:7"))

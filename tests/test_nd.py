@@ -89,7 +89,7 @@ def test_copyfrom_sources(backend_name: str) -> None:
 def test_copyfrom_mismatches_say_what_and_where(backend_name: str) -> None:
     arr = nd.empty((2, 3), "float32", backend_name)
     dev = dev_of(backend_name)
-    with pytest.raises(GraphRuntimeError, match=rf"NDArray.copyfrom into {dev.kind}\(0\): the "
+    with pytest.raises(GraphRuntimeError, match=rf"NDArray.copyfrom into {dev.kind}:0: the "
                                                 r"source is \(3, 2\) float64 but the array is "
                                                 r"\(2, 3\) float32"):
         arr.copyfrom(np.zeros((3, 2)))
@@ -127,7 +127,7 @@ def test_cpu_array_protocol_without_copy() -> None:
 @pytest.mark.opencl
 def test_device_array_refuses_copy_false(opencl_available: None) -> None:
     arr = nd.array(np.arange(4, dtype=np.int64), device="opencl")
-    with pytest.raises(ValueError, match=r"opencl\(0\) NDArray needs a copy"):
+    with pytest.raises(ValueError, match=r"opencl:0 NDArray needs a copy"):
         np.asarray(arr, copy=False)
 
 
@@ -203,13 +203,13 @@ def test_from_dlpack_of_a_plain_object() -> None:
 def test_device_errors() -> None:
     with pytest.raises(DeviceError, match=r"unknown device type 'tpu'"):
         nd.empty((2,), device="tpu")
-    with pytest.raises(DeviceError, match=r"cpu\(2\) does not exist"):
+    with pytest.raises(DeviceError, match=r"cpu:2 does not exist"):
         nd.array([1, 2], device="cpu:2")
 
 
 @pytest.mark.opencl
 def test_missing_opencl_device(opencl_available: None) -> None:
-    with pytest.raises(DeviceError, match=r"opencl\(7\) does not exist: this machine has \d+ "
+    with pytest.raises(DeviceError, match=r"opencl:7 does not exist: this machine has \d+ "
                                           r"opencl device"):
         nd.array([1.0], device="opencl:7")
 

@@ -95,10 +95,22 @@ def tensor_parallel(sess: object) -> np.ndarray:
     return result
 
 
+def _positive(text: str) -> int:
+    """argparse type: an int >= 1 (0 workers printed a traceback)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1 worker, got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--session", choices=["threaded", "process", "mpi"], default="threaded")
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", type=_positive, default=2,
+                        help="worker count (>= 1; must divide the hidden units)")
     args = parser.parse_args(argv)
     from graph_runtime import disco
     if args.session == "mpi":

@@ -2,13 +2,25 @@
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any, Sequence
 
 import click
 
 from ..errors import GraphRuntimeError
-from .common import (CliError, build_job, echo_json, expected_option, graph_argument, job_options,
-                     json_option, junit_option, progress, stack, tolerance_options)
+from .common import (
+    CliError,
+    build_job,
+    echo_json,
+    expected_option,
+    graph_argument,
+    job_options,
+    json_option,
+    junit_option,
+    progress,
+    stack,
+    tolerance_options,
+)
 from .inspect_commands import devices, info, plan, validate, viz
 
 log = logging.getLogger("graph_runtime")
@@ -78,7 +90,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 @graph_argument
 @stack(job_options, expected_option, tolerance_options)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), metavar="OUT.npz",
-              help="Save the outputs (keys output_0, output_1, ...).")
+              help="Save the outputs (keys output_0, output_1, ...) as .npz or, for a .params "
+                   "file, TVM's param dict.")
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
               help="Time this many runs after a warm-up run (device-synchronised).")
 @json_option
@@ -101,6 +114,9 @@ def run(ctx: click.Context, graph: str, rtol: float, atol: float, output: str | 
     from ..params import save_params_file
     from .job import benchmark, compare, expected_outputs, output_names
     from .output import run_summary, run_text
+    if output is not None and os.path.splitext(output)[1].lower() not in (".npz", ".params"):
+        raise click.BadParameter(f"{output}: write outputs as OUT.npz (numpy) or OUT.params "
+                                 "(TVM's param dict)", param_hint="-o/--output")
     job = build_job(graph, **opts)
     outputs = job.run()
     timing: dict[str, Any] = {"runs": 1, "first_run_s": job.seconds}
@@ -182,7 +198,8 @@ def compare_cmd(ctx: click.Context, graph: str, rtol: float, atol: float, junit:
 @click.option("--trace", type=click.Path(dir_okay=False), metavar="TRACE.json",
               help="Write a Chrome trace (open in ui.perfetto.dev or chrome://tracing).")
 @click.option("--plot", type=click.Path(dir_okay=False), metavar="PLOT.png",
-              help="Draw time per node, coloured by device (needs matplotlib).")
+              help="Draw time per node, coloured by device (needs matplotlib): .png, .svg "
+                   "or .pdf.")
 @json_option
 def profile(graph: str, repeat: int, top: int, trace: str | None, plot: str | None,
             as_json: bool, **opts: Any) -> None:
@@ -196,7 +213,9 @@ def profile(graph: str, repeat: int, top: int, trace: str | None, plot: str | No
       graphrun profile examples/graphs/mlp -d opencl --repeat 50 --json
     """
     from .output import profile_summary, profile_text
-    from .trace import plot_profile, write_chrome_trace
+    from .trace import plot_format, plot_profile, write_chrome_trace
+    if plot is not None:
+        plot_format(plot)  # refuse a suffix we cannot write before profiling
     job = build_job(graph, **opts)
     with progress(repeat, "profiling") as bar:
         times = job.module.profile(repeat, progress=lambda done: bar.update(1))
@@ -222,7 +241,8 @@ def profile(graph: str, repeat: int, top: int, trace: str | None, plot: str | No
 def regress(ctx: click.Context, suite: str, pattern: str | None, junit: str | None,
             as_json: bool) -> None:
     """Run a regression suite: every case on every device set it lists, compared with its
-    expected outputs; exit 1 if any fails. A device set with a device missing here is skipped.
+    expected outputs; exit 1 if any fails, or if every case was skipped. A device set with a
+    device missing here is skipped; a misspelt device name is an error.
 
     \b
     A suite (paths relative to it):
@@ -261,6 +281,10 @@ def regress(ctx: click.Context, suite: str, pattern: str | None, junit: str | No
         echo_json(doc)
     else:
         click.echo(regress_text(doc))
+    if all(r.status == "skipped" for r in results):
+        click.echo(f"graphrun: error: nothing ran: every case of {suite} was skipped (devices "
+                   "missing here); a suite that checks nothing fails", err=True)
+        ctx.exit(1)
     if doc["failed"] or doc["errors"]:
         ctx.exit(1)
 

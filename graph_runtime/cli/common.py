@@ -73,10 +73,22 @@ inputs_options = [
 expected_option = click.option("--expected", type=click.Path(dir_okay=False),
                                metavar="EXPECTED.npz",
                                help="Expected outputs (keys output_0, ... or output names).")
-tolerance_options = [
-    click.option("--rtol", type=float, default=1e-4, show_default=True, help="Relative tolerance."),
-    click.option("--atol", type=float, default=1e-5, show_default=True, help="Absolute tolerance."),
-]
+def _tolerance(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    from .job import tolerance_problem
+    problem = tolerance_problem(value)
+    if problem:
+        raise click.BadParameter(problem)
+    return value
+
+
+def _tolerance_option(name: str, help_text: str) -> Any:
+    from .job import TOLERANCES
+    return click.option(f"--{name}", type=float, default=TOLERANCES[name], show_default=True,
+                        callback=_tolerance, help=help_text)
+
+
+tolerance_options = [_tolerance_option("rtol", "Relative tolerance (>= 0)."),
+                     _tolerance_option("atol", "Absolute tolerance (>= 0).")]
 job_options = [lib_option, params_option, device_option] + inputs_options
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 junit_option = click.option("--junit", type=click.Path(dir_okay=False), metavar="REPORT.xml",
@@ -103,8 +115,11 @@ def build_job(graph: str, lib: str | None = None, params: str | None = None,
     """The Job for a command's options (see graph_runtime.job), noting inputs drawn at random."""
     from . import job
     files = job.resolve_files(graph, lib, params, inputs_file, expected)
+    if files.lib_beside:
+        note(f"using the lib beside the graph, {files.lib} (give --lib to choose another)")
     built = job.build_job(files, job.parse_devices(devices), input_pairs, seed, strict)
     if built.inputs.random:
         note(f"no value given for {', '.join(map(repr, built.inputs.random))}; drew random "
-             f"values (seed {seed}); give them with --inputs or --input NAME=FILE.npy")
+             f"values (seed {seed}); give weights with --params, data with --inputs or "
+             "--input NAME=FILE.npy")
     return built

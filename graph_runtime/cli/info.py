@@ -6,7 +6,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from .._text import fmt_bytes, shape_text, table
+from .._text import count_of, fmt_bytes, shape_text, table
 from ..device import Device
 from ..graph.model import COPY_OP, NOP_OP, Graph, entry_bytes
 from ..runtime.executor import Executor
@@ -116,7 +116,7 @@ def graph_info(files: Any, devices: Sequence[Device]) -> dict[str, Any]:
     from ..params import load_params_file
     from .job import output_names, param_names
     graph = Graph.from_json(files.graph)
-    given = list(load_params_file(files.inputs)) if files.inputs else None
+    given = list(load_params_file(files.inputs, "inputs")) if files.inputs else None
     data, param_args = split_args(graph, param_names(files), given)
     report = placement_report(graph, devices)
     shapes = [(list(graph.shape(e)), graph.dtype(e)) for e in graph.output_entries]
@@ -152,7 +152,8 @@ def copy_rows(report: PlacementReport) -> list[dict[str, Any]]:
 
 
 def info_text(doc: dict[str, Any]) -> str:
-    lines = [f"graph     {doc['graph']}: {doc['nodes']} nodes, {doc['entries']} entries",
+    lines = [f"graph     {doc['graph']}: {count_of(doc['nodes'], 'node')}, "
+             f"{count_of(doc['entries'], 'entry', 'entries')}",
              f"devices   {', '.join(doc['devices'])} (first = primary, the fallback)", ""]
     for title in ("inputs", "params"):
         rows = doc[title]
@@ -173,6 +174,7 @@ def info_text(doc: dict[str, Any]) -> str:
                        [[p["nid"], p["name"], "" if p["func_name"] == p["name"] else p["func_name"],
                          p["device"]]
                         for p in doc["placement"]]))
+    lines.append("  (func_name is blank where it is the node's name)")
     lines.append(f"copies ({sum(c['count'] for c in doc['copies'])})")
     lines.append(table(["from", "to", "kind", "count", "bytes"],
                        [[c["src"], c["dst"], "inserted" if c["inserted"] else "__copy node",

@@ -1,6 +1,7 @@
 """One graphrun job: find a graph's files, pick devices, load inputs, build, run and compare."""
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ class GraphFiles:
     inputs: Path | None = None
     expected: Path | None = None
     folder: Path | None = None  # the example folder GRAPH named, if it named one
+    lib_beside: bool = False  # lib found beside a graph file (not given with --lib)
 
 
 def resolve_files(graph: str | os.PathLike[str], lib: str | os.PathLike[str] | None = None,
@@ -43,9 +45,20 @@ def resolve_files(graph: str | os.PathLike[str], lib: str | os.PathLike[str] | N
     given = {"lib": lib, "params": params, "inputs": inputs, "expected": expected}
     chosen = {key: Path(value) if value is not None else None for key, value in given.items()}
     if not path.is_dir():
-        if not path.is_file():
+        if not path.exists():
             raise GraphError(f"{path}: no such graph file or example folder")
-        return GraphFiles(path, **chosen)
+        if not path.is_file():
+            raise GraphError(f"{path}: not a regular file (a FIFO or a device); give a graph "
+                             "JSON file or an example folder")
+        if chosen["lib"] is None:
+            # The lib beside a graph file goes with it, as in an example folder (said in notes).
+            found = [path.parent / name for name in FOLDER_FILES["lib"]
+                     if (path.parent / name).is_file()]
+            if found:
+                return GraphFiles(path, found[0], chosen["params"], chosen["inputs"],
+                                  chosen["expected"], lib_beside=True)
+        return GraphFiles(path, chosen["lib"], chosen["params"], chosen["inputs"],
+                          chosen["expected"])
     graph_file = path / "graph.json"
     if not graph_file.is_file():
         raise GraphError(f"{path}: an example folder needs a graph.json; found "
@@ -54,7 +67,8 @@ def resolve_files(graph: str | os.PathLike[str], lib: str | os.PathLike[str] | N
         if value is None:
             found = [path / name for name in FOLDER_FILES[key] if (path / name).is_file()]
             chosen[key] = found[0] if found else None
-    return GraphFiles(graph_file, folder=path, **chosen)
+    return GraphFiles(graph_file, chosen["lib"], chosen["params"], chosen["inputs"],
+                      chosen["expected"], folder=path)
 
 
 def parse_devices(specs: Sequence[str], *, check: bool = True, flag: str = "-d") -> list[Device]:
@@ -110,8 +124,11 @@ class Inputs:
 
 
 def load_inputs(graph: Graph, files: GraphFiles, pairs: Sequence[str] = (), seed: int = 0,
-                skip: Sequence[str] = ()) -> Inputs:
-    """Inputs from files.inputs (.npz) and NAME=FILE.npy pairs; others (not in skip) at random."""
+                skip: Sequence[str] = (), draw: bool = True) -> Inputs:
+    """Inputs from files.inputs (.npz) and NAME=FILE.npy pairs; others (not in skip) at random.
+
+    draw=False leaves the random ones to draw_missing (after create() has checked the cap).
+    """
     eids = graph.input_entries
     result = Inputs()
     given: list[tuple[str, str, np.ndarray]] = []
@@ -119,7 +136,8 @@ def load_inputs(graph: Graph, files: GraphFiles, pairs: Sequence[str] = (), seed
         where = f"--inputs {files.inputs}"
         if not files.inputs.is_file():
             raise ParamsError(f"{where}: no such file")
-        given += [(where, name, value) for name, value in load_params_file(files.inputs).items()]
+        given += [(where, name, value)
+                  for name, value in load_params_file(files.inputs, "inputs").items()]
     for item in pairs:
         name, sep, filename = item.partition("=")
         if not sep or not name or not filename:
@@ -135,13 +153,19 @@ def load_inputs(graph: Graph, files: GraphFiles, pairs: Sequence[str] = (), seed
             raise ParamsError(f"{where}: input {name!r} (eid {eid}) expects {want[0]} {want[1]}, "
                               f"got {tuple(value.shape)} {value.dtype}")
         result.values[name] = value
-    rng = np.random.default_rng(seed)
-    for name, eid in eids.items():
-        if name in result.values or name in skip:
-            continue
-        result.values[name] = random_array(rng, tuple(graph.shape(eid)), graph.dtype(eid))
-        result.random.append(name)
+    if draw:
+        draw_missing(graph, result, seed, skip)
     return result
+
+
+def draw_missing(graph: Graph, inputs: Inputs, seed: int, skip: Sequence[str] = ()) -> None:
+    """Random values for the inputs neither given nor in skip (recorded in inputs.random)."""
+    rng = np.random.default_rng(seed)
+    for name, eid in graph.input_entries.items():
+        if name in inputs.values or name in skip:
+            continue
+        inputs.values[name] = random_array(rng, tuple(graph.shape(eid)), graph.dtype(eid))
+        inputs.random.append(name)
 
 
 def random_array(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
@@ -192,8 +216,11 @@ def build_job(files: GraphFiles, devices: Sequence[Device], pairs: Sequence[str]
     graph = Graph.from_json(files.graph)
     # NOTE: read once; weight files can be large.
     params = load_params_file(files.params) if files.params is not None else {}
-    inputs = load_inputs(graph, files, pairs, seed, skip=list(params))
+    # NOTE: create first: it checks the memory cap, so a huge graph is refused before random
+    # inputs are drawn for it (that died allocating 74.5 GiB).
+    inputs = load_inputs(graph, files, pairs, seed, skip=list(params), draw=False)
     module = create(graph, files.lib, list(devices), strict=strict)
+    draw_missing(graph, inputs, seed, skip=list(params))
     if files.params is not None:
         module.load_params(params, source=os.fspath(files.params))
     module.set_input(inputs.values)
@@ -216,7 +243,7 @@ def expected_outputs(path: Path, names: Sequence[str]) -> list[np.ndarray]:
     """Expected value per output from an .npz: key output_<i> (as examples/ write) or the name."""
     if not path.is_file():
         raise ParamsError(f"--expected {path}: no such file")
-    arrays = load_params_file(path)
+    arrays = load_params_file(path, "expected values")
     result = []
     for i, name in enumerate(names):
         for key in (f"output_{i}", name):
@@ -229,11 +256,25 @@ def expected_outputs(path: Path, names: Sequence[str]) -> list[np.ndarray]:
     return result
 
 
+# The one place for comparison tolerances: --rtol/--atol defaults and a suite's defaults.
+TOLERANCES = {"rtol": 1e-4, "atol": 1e-5}
+
+
+def tolerance_problem(value: Any) -> str:
+    """Why value cannot be a tolerance ("" when it can): a finite number >= 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"expected a number >= 0, got {value!r}"
+    if not math.isfinite(value) or value < 0:
+        return f"expected a finite number >= 0, got {value!r}"
+    return ""
+
+
 def compare(outputs: Sequence[np.ndarray], expected: Sequence[np.ndarray], names: Sequence[str],
             rtol: float, atol: float) -> list[Comparison]:
     """Max abs and rel error per output; ok when |got - want| <= atol + rtol * |want| everywhere.
 
-    The relative error skips elements whose expected value is 0 (it is infinite there).
+    The relative error skips elements whose expected value is 0 (it is infinite there); it is
+    NaN when every expected value is 0.
     """
     result = []
     for i, (got, want) in enumerate(zip(outputs, expected)):
@@ -246,7 +287,11 @@ def compare(outputs: Sequence[np.ndarray], expected: Sequence[np.ndarray], names
         diff = np.abs(g64 - w64)
         nonzero = w64 != 0
         max_abs = float(diff.max()) if diff.size else 0.0
-        max_rel = float((diff[nonzero] / np.abs(w64[nonzero])).max()) if nonzero.any() else 0.0
+        # NaN (shown as n/a) where every expected value is 0: no relative error exists.
+        if nonzero.any():
+            max_rel = float((diff[nonzero] / np.abs(w64[nonzero])).max())
+        else:
+            max_rel = float("nan") if w64.size else 0.0
         ok = bool(np.allclose(g64, w64, rtol=rtol, atol=atol, equal_nan=True))
         result.append(Comparison(i, names[i], ok, max_abs, max_rel))
     return result

@@ -122,16 +122,24 @@ def run_text(doc: dict[str, Any]) -> str:
             bad = [c for c in exp["outputs"] if not c["ok"]]
             lines.append(f"expected   MISMATCH with {exp['file']}: " + "; ".join(
                 f"output {c['index']} {c['name']!r}: " + (c["problem"] or
-                f"max abs err {c['max_abs']:.3g}, max rel err {c['max_rel']:.3g}")
+                f"max abs err {c['max_abs']:.3g}, max rel err {_rel(c['max_rel'])}")
                 for c in bad) + f" (rtol {exp['rtol']:g}, atol {exp['atol']:g})")
     if doc.get("saved"):
         lines.append(f"saved      {doc['saved']}")
     return "\n".join(lines)
 
 
+def _rel(value: float | None) -> str:
+    """A max relative error; n/a where there is none (every expected value 0, or not compared;
+    NaN, or null in JSON)."""
+    if value is None or value != value:
+        return "n/a"
+    return f"{value:.3g}"
+
+
 def comparison_text(comparisons: Sequence[Any], expected: str, rtol: float, atol: float) -> str:
     """The compare table and a verdict line."""
-    rows = [[c.index, c.name, f"{c.max_abs:.3g}", f"{c.max_rel:.3g}",
+    rows = [[c.index, c.name, f"{c.max_abs:.3g}", _rel(c.max_rel),
              "ok" if c.ok else f"MISMATCH {c.problem}".strip()] for c in comparisons]
     bad = sum(not c.ok for c in comparisons)
     n = len(comparisons)
@@ -151,6 +159,7 @@ def profile_text(doc: dict[str, Any], top: int) -> str:
                      f"{s['percent']:.1f}"] for s in steps[:top]])]
     if len(steps) > top:
         lines.append(f"  ... {len(steps) - top} more steps (--top {len(steps)} shows all)")
+    lines.append("  (func_name is blank where it is the node's name)")
     total = doc["total_s"] or 1e-30
     lines.append("totals")
     rows = [[dev, ms(sec), f"{100 * sec / total:.1f}"] for dev, sec in doc["per_device_s"].items()]

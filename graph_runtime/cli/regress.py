@@ -10,9 +10,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from ..device import device as parse_device
 from ..errors import DeviceError, GraphRuntimeError
-from .job import (Comparison, build_job, compare, expected_outputs, output_names, parse_devices,
-                  resolve_files)
+from .job import (
+    TOLERANCES,
+    Comparison,
+    build_job,
+    compare,
+    expected_outputs,
+    output_names,
+    parse_devices,
+    resolve_files,
+    tolerance_problem,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -22,7 +32,7 @@ else:  # pragma: no cover - Python 3.10
 SUITE_KEYS = ("defaults", "case")
 SETTING_KEYS = ("lib", "params", "inputs", "expected", "devices", "rtol", "atol", "strict", "seed")
 CASE_KEYS = ("name", "graph") + SETTING_KEYS
-DEFAULTS = {"devices": [["cpu"]], "rtol": 1e-4, "atol": 1e-5, "strict": False, "seed": 0}
+DEFAULTS = {"devices": [["cpu"]], **TOLERANCES, "strict": False, "seed": 0}
 _TYPES: dict[str, tuple[type, ...]] = {
     "name": (str,), "graph": (str,), "lib": (str,), "params": (str,), "inputs": (str,),
     "expected": (str,), "devices": (list,), "rtol": (int, float), "atol": (int, float),
@@ -74,6 +84,8 @@ def load_suite(path: str | os.PathLike[str]) -> list[Case]:
         doc = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as e:
         raise GraphRuntimeError(f"{path}: cannot read the suite: {e.strerror or e}") from e
+    except UnicodeDecodeError as e:
+        raise GraphRuntimeError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason})") from e
     except tomllib.TOMLDecodeError as e:
         raise GraphRuntimeError(f"{path}: not valid TOML: {e}") from e
     _check_keys(doc, SUITE_KEYS, f"{path}: top level")
@@ -119,6 +131,17 @@ def _make_case(base: Path, s: dict[str, Any], where: str) -> Case:
                               for d in devices):
         raise GraphRuntimeError(f"{where}: devices must be a list of device lists, e.g. "
                                 f"[[\"cpu\"], [\"cpu\", \"opencl\"]], got {devices!r}")
+    for spec in (x for d in devices for x in d):
+        # A misspelt device is an error; only a device this machine lacks skips (run_case).
+        if spec.strip().lower() != "auto":
+            try:
+                parse_device(spec)
+            except DeviceError as e:
+                raise GraphRuntimeError(f"{where}: devices: {spec!r}: {e}") from e
+    for key in ("rtol", "atol"):
+        problem = tolerance_problem(s[key])
+        if problem:
+            raise GraphRuntimeError(f"{where}: {key}: {problem}")
 
     def rel(key: str) -> Path | None:
         return base / s[key] if s.get(key) is not None else None

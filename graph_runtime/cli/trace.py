@@ -83,7 +83,7 @@ def plot_profile(times: Sequence[NodeTime], path: str | os.PathLike[str],
                                  label="copy"))
         ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
         fig.tight_layout()
-        fig.savefig(path, format="png", dpi=100)
+        fig.savefig(path, format=plot_format(path), dpi=100)
     except OSError as e:
         raise GraphRuntimeError(f"--plot {os.fspath(path)}: cannot write: "
                                 f"{e.strerror or e}") from e
@@ -91,6 +91,28 @@ def plot_profile(times: Sequence[NodeTime], path: str | os.PathLike[str],
         plt.close(fig)
 
 
-def _short(t: NodeTime, width: int = 40) -> str:
+# What --plot can write, by file suffix.
+PLOT_FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
+
+
+def plot_format(path: str | os.PathLike[str]) -> str:
+    """The image format a --plot path asks for; GraphRuntimeError for a suffix we cannot write."""
+    suffix = os.path.splitext(os.fspath(path))[1].lower()
+    fmt = PLOT_FORMATS.get(suffix)
+    if fmt is None:
+        raise GraphRuntimeError(f"--plot {os.fspath(path)}: cannot write {suffix or 'no suffix'!r}"
+                                f" images; give a {', '.join(PLOT_FORMATS)} file")
+    return fmt
+
+
+def _short(t: NodeTime, width: int = 44) -> str:
+    """The step's label cut from the left of its name, so fused names keep their distinct tail:
+    "node 3 '...dense_add_1'", never "node 3 'tvmgen_default_fused_nn_dense..."."""
     text = t.label
-    return text if len(text) <= width else text[:width - 3] + "..."
+    if len(text) <= width:
+        return text
+    head, sep, name = text.partition(" '")
+    if not sep:
+        return "..." + text[-(width - 3):]
+    keep = max(width - len(head) - 6, 8)
+    return f"{head} '...{name[-keep:]}"

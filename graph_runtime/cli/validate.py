@@ -48,7 +48,8 @@ def check_files(files: GraphFiles, devices: Sequence[Device]) -> CheckResult:
     except GraphRuntimeError as e:
         result.problems.append(str(e))
         return result
-    result.checked.append(f"lib {files.lib}" if files.lib else "standard ops (no --lib)")
+    lib_text = f"lib {files.lib}" + (" (found beside the graph)" if files.lib_beside else "")
+    result.checked.append(lib_text if files.lib else "standard ops (no --lib)")
     result.problems += lib_problems(graph, node_device, files)
     if files.params is not None:
         result.checked.append(f"params {files.params}")
@@ -72,7 +73,9 @@ def lib_problems(graph: Graph, node_device: Sequence[Device], files: GraphFiles)
             try:
                 lib.get_function(node.func_name, dev, node.label)
             except GraphRuntimeError as e:
-                problems.append(f"{graph.source}: {e}")
+                hint = ("" if files.lib
+                        else " (the standard ops only: give the graph's lib with --lib)")
+                problems.append(f"{graph.source}: {e}{hint}")
             continue
         problem = _output_problem(graph, node, lib.get_function(node.func_name, dev))
         if problem:

@@ -5,6 +5,8 @@ from bisect import bisect_right
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+import numpy as np
+
 from .._text import count_of
 from .schema import json_path
 
@@ -21,6 +23,7 @@ _MAX_NODE = 2**31 - 1
 _MAX_COUNT = 999_999_999
 _MAX_DIM = 2**63 - 1
 _MAX_RANK = 32
+_MAX_BYTES = 2**63 - 1
 # smallest value of each known list_int column
 _INT_COLUMNS = {"storage_id": 0, "device_index": 1, "device_id": 0}
 
@@ -178,6 +181,27 @@ def semantic_problems(g: Graph) -> list[str]:
             out.append(f" at {json_path(['attrs', name])}: expected {row_ptr[-1]} values "
                        f"(one per entry: the nodes have {row_ptr[-1]} outputs in all), "
                        f"got {len(values)}")
+    if not out:
+        out += _size_problems(g)
+    return out
+
+
+def _size_problems(g: Graph) -> list[str]:
+    """Entries no array library can hold: the dims (zeros counted as 1, as NumPy checks them)
+    times the item size must fit in int64, so [0, 2**62] float32 is refused though 0 bytes."""
+    out = []
+    shapes = g.attrs["shape"][1]
+    dtypes = g.attrs["dltype"][1]
+    for eid, (shape, dtype) in enumerate(zip(shapes, dtypes)):
+        count = 1
+        for dim in shape:
+            count *= max(int(dim), 1)
+        if count * np.dtype(dtype).itemsize > _MAX_BYTES:
+            out.append(f" at {json_path(['attrs', 'shape', 1, eid])}: {g.entry_label(eid)} "
+                       f"has shape {shape} {dtype}: more than 2^63 bytes "
+                       "(counting zero dims as 1), more than any array can hold")
+            if len(out) >= 10:
+                break
     return out
 
 
@@ -199,6 +223,13 @@ def _node_problems(node: Node) -> list[str]:
     if node.func_name is None:
         out.append(f": {node.label} is a tvm_op node without attrs.func_name; "
                    f"every tvm_op node names its kernel")
+    # TVM's reader refuses a tvm_op lacking any of these ("invalid format"); so do we, by name.
+    missing = [key for key in ("num_inputs", "num_outputs", "flatten_data")
+               if key not in node.attrs]
+    if missing:
+        out.append(f": {node.label} is a tvm_op node without attrs."
+                   + ", attrs.".join(missing) + "; TVM requires func_name, num_inputs, "
+                   "num_outputs and flatten_data on every tvm_op node")
     return out
 
 
@@ -207,7 +238,8 @@ def _reference_problem(g: Graph, outputs: list[int], entry: tuple[int, ...],
     """What is wrong with an [nid, index, version] reference read by node `before`, or ""."""
     nid, index = entry[0], entry[1]
     if nid >= len(g.nodes):
-        return f"refers to node {nid}, which does not exist (the graph has {len(g.nodes)} nodes)"
+        return (f"refers to node {nid}, which does not exist (the graph has "
+                f"{count_of(len(g.nodes), 'node')})")
     if nid == before:
         return f"refers to node {nid} itself; nodes must be in topological order"
     if nid > before:
@@ -243,7 +275,8 @@ def _arg_node_problems(g: Graph) -> list[str]:
     for position, nid in enumerate(g.arg_nodes):
         at = f" at {where}[{position}]"
         if nid >= len(g.nodes):
-            out.append(f"{at}: node {nid} does not exist (the graph has {len(g.nodes)} nodes)")
+            out.append(f"{at}: node {nid} does not exist (the graph has "
+                       f"{count_of(len(g.nodes), 'node')})")
         elif not g.nodes[nid].is_arg:
             out.append(f"{at}: {g.nodes[nid].label} is a {g.nodes[nid].op!r} node; "
                        f"arg_nodes lists only 'null' nodes")

@@ -120,7 +120,8 @@ class Graph:
     def from_json(cls, source: GraphSource, *, source_name: str | None = None) -> Graph:
         """Read and validate a graph: JSON text, bytes, a dict, or a path to a file.
 
-        A str is JSON text when it starts (after whitespace) with "{", otherwise a path.
+        A str is JSON text when it starts (after whitespace) with "{" or "[", has a newline or is
+        longer than any path; otherwise a path (of a regular file).
         Raises the first GraphError; its message counts the others, and `.problems` lists all.
         """
         if isinstance(source, Graph):
@@ -297,12 +298,12 @@ class Graph:
     def _check_nid(self, nid: int) -> None:
         if not 0 <= nid < len(self.nodes):
             raise GraphError(f"{self.source}: node {nid} does not exist "
-                             f"(the graph has {len(self.nodes)} nodes)")
+                             f"(the graph has {count_of(len(self.nodes), 'node')})")
 
     def _check_eid(self, eid: int) -> None:
         if not 0 <= eid < self.num_entries:
             raise GraphError(f"{self.source}: entry {eid} does not exist "
-                             f"(the graph has {self.num_entries} entries)")
+                             f"(the graph has {count_of(self.num_entries, 'entry', 'entries')})")
 
     def _value(self, name: str, eid: int) -> Any:
         self._check_eid(eid)
@@ -337,19 +338,34 @@ def read_graph_doc(source: GraphSource, source_name: str | None = None) -> tuple
     if isinstance(source, (bytes, bytearray)):
         name = source_name or "<graph>"
         return _parse_json(bytes(source), name), name
-    if isinstance(source, str) and source.lstrip().startswith("{"):
+    if isinstance(source, str) and (source.lstrip()[:1] in ("{", "[")
+                                    or len(source) > _MAX_PATH or "\n" in source):
+        # NOTE: JSON text, or at least not a path: a 200,000-character "path" made a message
+        # as long.
         name = source_name or "<graph>"
         return _parse_json(source, name), name
     if isinstance(source, (str, os.PathLike)):
         name = source_name or os.fspath(source)
-        try:
-            data = Path(source).read_bytes()
-        except (OSError, ValueError) as e:
-            reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-            raise GraphError(f"{name}: cannot read the graph file: {reason}") from e
-        return _parse_json(data, name), name
+        return _parse_json(_read_regular_file(Path(source), name), name), name
     raise GraphError(f"expected a graph as JSON text, bytes, a dict or a path, "
                      f"got {type(source).__name__}")
+
+
+_MAX_PATH = 4096
+
+
+def _read_regular_file(path: Path, name: str) -> bytes:
+    """The bytes of a regular file; a FIFO would hang and /dev/zero never end, so refuse them."""
+    try:
+        if path.is_dir():
+            raise GraphError(f"{name}: is a directory; give the graph.json inside it")
+        if path.exists() and not path.is_file():
+            raise GraphError(f"{name}: not a regular file (a FIFO or a device); give a graph "
+                             "JSON file")
+        return path.read_bytes()
+    except (OSError, ValueError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise GraphError(f"{name}: cannot read the graph file: {reason}") from e
 
 
 def _parse_json(text: str | bytes, name: str) -> Any:

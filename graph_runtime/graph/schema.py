@@ -163,7 +163,10 @@ def _detail(err: ValidationError, keyword: Any, value: Any) -> str:
     if keyword == "type":
         types = [rule] if isinstance(rule, str) else list(rule)
         expected = expected_text or " or ".join(types)
-        return f"expected {expected}, got {type_name(value)} {brief(value)}"
+        shown = brief(value)
+        kind = type_name(value)
+        # null is its own type name: "got null", not "got null null".
+        return f"expected {expected}, got {kind}" + ("" if value is None else f" {shown}")
     if keyword == "required":
         missing = [key for key in rule if isinstance(value, dict) and key not in value]
         return (f"missing key{'s' if len(missing) > 1 else ''} {_names(missing)}; "

@@ -17,6 +17,9 @@ OUT_DTYPE_KEY = "__out_dtype"
 NUM_OUTPUTS_KEY = "__num_outputs"
 # Elementwise expression functions find the dtype of the op's input 0 under this key.
 DTYPE_KEY = "__dtype"
+# The executor passes the bytes left under the device's memory cap: a kernel refuses workspace
+# beyond it before allocating (chain intermediates; runtime/executor.py checks after prepare).
+WORKSPACE_LIMIT_KEY = "__workspace_limit"
 _REQUIRED: Any = object()
 
 
@@ -29,7 +32,15 @@ def op_error(op: str, message: str) -> LibraryError:
 
 def attr_error(op: str, name: str, value: Any, expected: str) -> LibraryError:
     """LibraryError like `transpose: attribute 'axes' = (0, 5): expected axes below rank 3`."""
-    return LibraryError(f"{op}: attribute {name!r} = {value!r}: expected {expected}")
+    return LibraryError(f"{op}: attribute {name!r} = {short_repr(value)}: expected {expected}")
+
+
+def short_repr(value: Any, limit: int = 80) -> str:
+    """repr(value) cut to limit characters: an attribute may be huge, a message must not be."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
+        return f"<an integer of {value.bit_length()} bits>"
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 5] + " ...]"
 
 
 # -- attributes ---------------------------------------------------------------------------------
@@ -171,13 +182,55 @@ def dtype_attr(op: str, attrs: Mapping[str, Any], name: str, default: Any = _REQ
         raise attr_error(op, name, value, "a dtype name such as 'float32' or 'int64'") from e
 
 
+# Bounds checked when a lib or graph is loaded, before any shape is computed from them: an
+# integer beyond int64 overflows NumPy; a window of 2^40 asks for terabytes of workspace.
+_INT64 = (1 << 63) - 1
+_MAX_WINDOW = 1 << 16
+_WINDOW_ATTRS = frozenset({"strides", "dilation", "pool_size", "padding", "kernel_size",
+                           "output_padding"})
+_MAX_RANK = 32
+_RANK_ATTRS = frozenset({"num_newaxis"})
+_MAX_LIST = 1024
+# Attributes whose non-finite values mean something: clip's bounds may be +-inf (no bound).
+_INFINITE_OK = frozenset({("clip", "a_min"), ("clip", "a_max")})
+
+
 def check_attrs(op: str, attrs: Mapping[str, Any], allowed: Sequence[str]) -> None:
-    """Refuse attribute names the op does not take (node keys and '__' keys pass)."""
+    """Refuse attribute names the op does not take (node keys and '__' keys pass), and values out
+    of what any op can do: non-finite numbers, integers beyond int64, windows beyond 2^16."""
     for name in attrs:
-        if name in NODE_KEYS or name.startswith("__") or name in allowed:
+        if name in NODE_KEYS or name.startswith("__"):
             continue
-        choices = ", ".join(allowed) if allowed else "no attributes"
-        raise op_error(op, f"unknown attribute {name!r}; it accepts: {choices}")
+        if name not in allowed:
+            choices = ", ".join(allowed) if allowed else "no attributes"
+            raise op_error(op, f"unknown attribute {name!r}; it accepts: {choices}")
+        value = parse_value(attrs[name])
+        _check_value(op, name, value, value, 0)
+
+
+def _check_value(op: str, name: str, value: Any, whole: Any, depth: int) -> None:
+    if isinstance(value, (list, tuple)):
+        if depth > 2 or len(value) > _MAX_LIST:
+            raise attr_error(op, name, whole, f"a flat list of at most {_MAX_LIST} values")
+        for item in value:
+            _check_value(op, name, item, whole, depth + 1)
+        return
+    if isinstance(value, bool):
+        return
+    if isinstance(value, (int, np.integer)):
+        limit = _INT64
+        what = "an integer within int64"
+        if name in _WINDOW_ATTRS:
+            limit, what = _MAX_WINDOW, f"at most {_MAX_WINDOW}"
+        elif name in _RANK_ATTRS:
+            limit, what = _MAX_RANK, f"at most {_MAX_RANK} (the highest rank supported)"
+        if not -limit - 1 <= value <= limit:
+            raise attr_error(op, name, whole, what)
+        return
+    if isinstance(value, (float, np.floating)) and not np.isfinite(value):
+        if np.isinf(value) and (op, name) in _INFINITE_OK:
+            return
+        raise attr_error(op, name, whole, "a finite number")
 
 
 def check_out_dtype(op: str, attrs: Mapping[str, Any], dtype: str) -> None:

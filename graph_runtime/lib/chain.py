@@ -7,11 +7,19 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from .._text import fmt_bytes
 from ..backends import REGISTRY, get_backend
 from ..backends.base import Backend
 from ..device import Device
 from ..errors import LibraryError
-from .attrs import DTYPE_KEY, NODE_KEYS, NUM_OUTPUTS_KEY, OUT_DTYPE_KEY, check_attrs
+from .attrs import (
+    DTYPE_KEY,
+    NODE_KEYS,
+    NUM_OUTPUTS_KEY,
+    OUT_DTYPE_KEY,
+    WORKSPACE_LIMIT_KEY,
+    check_attrs,
+)
 from .kernels.gpu_elementwise import ELEMENTWISE_EXPRS, gpu_elementwise
 from .library import TensorSpec, storage_requests, workspace_bytes
 from .registry import OpDef, get_op
@@ -68,6 +76,26 @@ class PreparedChain:
             fn(*pick(slots))
 
 
+def _check_workspace(name: str, temps: Sequence[TensorSpec], limit: Any,
+                     device: Device) -> None:
+    """Refuse intermediates beyond the bytes left under the device's cap, before allocating."""
+    if limit is None or not temps:
+        return
+    sizes = []
+    for spec in temps:
+        count = 1
+        for dim in spec.shape:
+            count *= int(dim)  # Python ints: a [60000, 60000] temp must not wrap around
+        sizes.append(count * np.dtype(spec.dtype).itemsize)
+    total = sum(sizes)
+    if total > int(limit):
+        biggest = temps[sizes.index(max(sizes))]
+        raise LibraryError(f"{name}: the chain's intermediates need {fmt_bytes(total)} on "
+                           f"{device} (e.g. {biggest}) but only {fmt_bytes(max(int(limit), 0))} "
+                           "is left under the memory cap; pass memory_cap= to raise the cap, or "
+                           "split the function")
+
+
 def _one(i: int) -> Callable[[tuple], tuple]:
     return lambda slots: (slots[i],)
 
@@ -109,12 +137,10 @@ class Chain:
         slot_count = len(inputs) + len(outputs)
         if backend.name == "cpu":
             _write_tail_in_place(plan, slot_count)
-        intermediates: list[Any] = []
-        for p in plan[:first_fused]:
-            if p.out_slots[0] >= slot_count:
-                spec = p.outputs[0]
-                intermediates.append(backend.empty(device_id, tuple(spec.shape),
-                                                   np.dtype(spec.dtype)))
+        temps = [p.outputs[0] for p in plan[:first_fused] if p.out_slots[0] >= slot_count]
+        _check_workspace(self.name, temps, attrs.get(WORKSPACE_LIMIT_KEY), device)
+        intermediates = [backend.empty(device_id, tuple(spec.shape), np.dtype(spec.dtype))
+                         for spec in temps]
         calls: list[tuple[Callable[..., None], tuple[int, ...]]] = []
         fused = plan[first_fused:]
         # NOTE: CuPy puts the workspace kernels allocate here on the current GPU; make that

@@ -138,7 +138,7 @@ class Module:
         fn = self.get_function(func_name, device, node)
         prepare = getattr(fn, "prepare", None)
         if prepare is None:
-            return fn
+            return _returns_nothing(fn, func_name, node)
         try:
             return prepare(device, list(inputs), list(outputs), dict(attrs or {}))
         except GraphRuntimeError as e:
@@ -154,3 +154,24 @@ class Module:
 
     def __repr__(self) -> str:
         return f"Module({self.name!r}, {len(self._table)} functions)"
+
+
+def _returns_nothing(fn: Kernel, func_name: str, node: str | None) -> Kernel:
+    """fn wrapped once so that returning a value (instead of writing out) is an error.
+
+    Only user-registered plain callables get this; standard ops are prepared objects and keep
+    their direct call. Returning one of the arguments (np.add(x, y, out=out) returns out) is fine.
+    """
+    where = f" ({node})" if node else ""
+
+    def checked(*args: Any) -> None:
+        result = fn(*args)
+        if result is None or any(result is a for a in args):
+            return
+        raise LibraryError(
+            f"kernel {func_name!r}{where} ({getattr(fn, '__qualname__', type(fn).__name__)}) "
+            f"returned a {type(result).__name__} instead of None; kernels write their results "
+            "into the output arrays they are given (destination passing), e.g. "
+            "np.add(x, y, out=out)")
+    checked.__wrapped__ = fn  # type: ignore[attr-defined]
+    return checked

@@ -26,9 +26,17 @@ _OP_KEYS = ("op", "num_inputs", "devices", "description")
 
 def load_module(path: str | os.PathLike[str]) -> Module:
     """Load a lib file: `*.py` (runs its code, takes its `lib` Module) or `*.json` (declarative)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise LibraryError(f"load_module needs the path of a .py or .json lib file, got "
+                           f"{type(path).__name__}")
     path = Path(path)
-    if not path.is_file():
+    if path.is_dir():
+        raise LibraryError(f"lib file {str(path)!r} is a directory; give the lib.json or lib.py "
+                           "inside it")
+    if not path.exists():
         raise LibraryError(f"lib file {str(path)!r} does not exist")
+    if not path.is_file():
+        raise LibraryError(f"lib file {str(path)!r} is not a regular file (a FIFO or device?)")
     suffix = path.suffix.lower()
     if suffix == ".py":
         return _load_py(path)
@@ -60,6 +68,10 @@ def _load_py(path: Path) -> Module:
     # NOTE: like loading a .so, this runs the file's code with the caller's privileges.
     try:
         namespace = runpy.run_path(str(path), run_name=f"graph_runtime_lib_{path.stem}")
+    except SystemExit as e:
+        # NOTE: a lib calling sys.exit must not end the caller's process (graphrun exited 3).
+        raise LibraryError(f"{path}: the lib file called sys.exit({e.code!r}) while loading; a "
+                           "lib must define `lib`, not exit") from e
     except Exception as e:
         raise LibraryError(f"{path}: running the lib file raised {type(e).__name__}: {e}") from e
     lib = namespace.get("lib")
@@ -88,10 +100,20 @@ def _schema_validator() -> Any:
 
 def _load_json(path: Path) -> Module:
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise LibraryError(f"{path.name}: not UTF-8 text (byte {e.start}: {e.reason})") from e
+    except OSError as e:
+        raise LibraryError(f"{path.name}: cannot read: {e.strerror or e}") from e
+    try:
+        doc = json.loads(text)
     except json.JSONDecodeError as e:
         raise LibraryError(f"{path.name}: not valid JSON at line {e.lineno} column {e.colno}: "
                            f"{e.msg}") from e
+    except RecursionError as e:
+        raise LibraryError(f"{path.name}: JSON nested too deeply to read") from e
+    except ValueError as e:  # an integer of more than 4300 digits
+        raise LibraryError(f"{path.name}: not valid JSON: {str(e)[:120]}") from e
     lib = module_from_json(doc, path.name)
     lib.source = str(path)
     return lib
@@ -100,7 +122,10 @@ def _load_json(path: Path) -> Module:
 def module_from_json(doc: Any, filename: str = "lib.json") -> Module:
     """A Module from a parsed lib document; errors name filename and the JSON path."""
     import jsonschema
-    errors = list(_schema_validator().iter_errors(doc))
+    try:
+        errors = list(_schema_validator().iter_errors(doc))
+    except RecursionError as e:
+        raise LibraryError(f"{filename}: JSON nested too deeply to check") from e
     if errors:
         error = jsonschema.exceptions.best_match(errors)
         raise LibraryError(f"{filename} at {json_path(error.absolute_path)}: "
@@ -141,6 +166,9 @@ def function_from_json(name: str, func: Mapping[str, Any], where: str = "lib.jso
         except LibraryError as e:
             raise LibraryError(f"{at}: {e}") from e
         count = entry.get("num_inputs")
+        if count is not None and (not isinstance(count, int) or isinstance(count, bool)):
+            # NOTE: JSON Schema's "integer" takes 1.0; the chain needs a Python int.
+            raise LibraryError(f"{at}: num_inputs {count!r}: expected an integer such as 2")
         if count is not None and op.num_inputs is not None and count != op.num_inputs:
             raise LibraryError(f"{at}: num_inputs {count}: {op_name!r} always takes "
                                f"{op.num_inputs} input(s); num_inputs is for variadic ops")

@@ -55,14 +55,23 @@ _SIZE_OPS: dict[type, Callable[[int, int], int]] = {
 }
 
 
+_MAX_EXPRESSION = 200
+
+
 def size_expression(value: int | str, where: str) -> Callable[[int], int]:
     """fn(n) for an integer or an expression in n; parsed here, never run as code."""
     if isinstance(value, int):
         return lambda n: value
+    if len(value) > _MAX_EXPRESSION:
+        raise LibraryError(f"{where}: size expression of {len(value)} characters; at most "
+                           f"{_MAX_EXPRESSION}")
     try:
         tree = ast.parse(value, mode="eval").body
     except SyntaxError as e:
         raise LibraryError(f"{where}: cannot parse size expression {value!r}: {e.msg}") from e
+    except (RecursionError, MemoryError, ValueError) as e:
+        raise LibraryError(f"{where}: cannot parse size expression {value!r}: "
+                           f"{type(e).__name__}") from e
 
     def check(node: ast.AST) -> None:
         if isinstance(node, ast.BinOp) and type(node.op) in _SIZE_OPS:
@@ -86,6 +95,9 @@ def size_expression(value: int | str, where: str) -> Callable[[int], int]:
     return lambda n: evaluate(tree, n)
 
 
+_MAX_GROUP = 1024
+
+
 @dataclass(eq=False)
 class SourceKernel:
     """A raw OpenCL C / CUDA C kernel from a lib.json, launched over a size computed from n."""
@@ -107,6 +119,15 @@ class SourceKernel:
         if total < 0 or (group is not None and group <= 0):
             raise LibraryError(f"{self.name}: launch shape global {total}, local {group} for "
                                f"n = {n}: sizes must be positive")
+        # A kernel guards i < n, so work items beyond the largest buffer (plus one work-group of
+        # rounding) do nothing but take time: 2^31 of them on 8 elements ran for 33 s.
+        largest = max((size_of(t.shape) for t in [*inputs, *outputs]), default=0)
+        limit = largest + max(group or 0, _MAX_GROUP)
+        if total > limit or (group is not None and group > _MAX_GROUP):
+            raise LibraryError(f"{self.name}: launch shape global {total}, local {group} for "
+                               f"n = {n}: the global size may exceed the largest buffer "
+                               f"({largest} elements) by at most one work-group (local at most "
+                               f"{_MAX_GROUP})")
         tail = [] if self.count is None else [np.dtype(self.count).type(n)]
         backend = get_backend(device)
         if self.kind == "opencl":

@@ -132,6 +132,13 @@ class Placement:
             raise PlanError(f"cannot read placement file {os.fspath(path)!r}: {e}") from e
         except json.JSONDecodeError as e:
             raise PlanError(f"{os.fspath(path)}: not JSON: {e}") from e
+        except UnicodeDecodeError as e:
+            raise PlanError(f"{os.fspath(path)}: not UTF-8 text (byte {e.start}: "
+                            f"{e.reason})") from e
+        except RecursionError as e:
+            raise PlanError(f"{os.fspath(path)}: not JSON: nested too deeply") from e
+        except ValueError as e:  # integers of thousands of digits
+            raise PlanError(f"{os.fspath(path)}: not JSON: {str(e)[:120]}") from e
         return cls.from_dict(doc, os.fspath(path))
 
     @classmethod

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .._text import fmt_bytes
+from .._text import count_of, fmt_bytes
 from ..device import Device
 from ..graph.model import Graph
 
@@ -62,8 +62,9 @@ class PlanResult:
         """A few lines for people: devices, fallbacks, copies, pool bytes per device."""
         devices = ", ".join(dev.spec for dev in sorted(set(self.node_devices)))
         originals = len(self.node_devices) - len(self.copies)
-        lines = [f"planned {originals} nodes on {devices or 'no device'}; "
-                 f"{len(self.copies)} copies ({fmt_bytes(self.copy_bytes)} per run), "
+        lines = [f"planned {count_of(originals, 'node')} on {devices or 'no device'}; "
+                 f"{count_of(len(self.copies), 'copy', 'copies')} "
+                 f"({fmt_bytes(self.copy_bytes)} per run), "
                  f"{len(self.fallbacks)} fallbacks, {self.seconds * 1e3:.1f} ms"]
         for f in self.fallbacks:
             lines.append(f"  fallback: node {f.nid} {f.name!r} ({f.func_name}) has no kernel "

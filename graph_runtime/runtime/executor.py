@@ -8,11 +8,13 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from .._text import fmt_bytes
 from ..backends import check_device, copy_array, run_in_scope
 from ..device import Device
 from ..errors import GraphError, GraphRuntimeError, LibraryError
 from ..graph.model import COPY_OP, NOP_OP, Graph
-from ..lib.library import Module, TensorSpec, storage_requests
+from ..lib.attrs import WORKSPACE_LIMIT_KEY
+from ..lib.library import Module, TensorSpec, storage_requests, workspace_bytes
 from .placement import plan_placement, resolve_entry_devices
 from .storage import PoolLayout, StoragePool, check_capacity, default_caps
 
@@ -63,7 +65,8 @@ class Executor:
         for c in self.copies:
             log.info("%s: inserted a copy of eid %d (%s) from %s to %s for %s", graph.source,
                      c.eid, c.producer, c.src, c.dst, ", ".join(c.readers))
-        check_capacity(graph, plan, self._caps(plan, memory_cap))
+        self.caps = self._caps(plan, memory_cap)
+        check_capacity(graph, plan, self.caps)
         self.plan: PoolLayout = plan
         self.pool = StoragePool(graph, plan)
         # Every array a step may touch, by (eid, device): pool views plus inserted copies' buffers.
@@ -73,6 +76,12 @@ class Executor:
             backend = check_device(c.dst)
             self.arrays[(c.eid, c.dst)] = backend.empty(c.dst.device_id, tuple(graph.shape(c.eid)),
                                                        np.dtype(graph.dtype(c.eid)))
+        # Same-device __copy nodes whose readers read the source directly (no step).
+        self.dropped_copies: set[int] = set()
+        self._aliased: set[int] = set()
+        self._io_eids = set(graph.input_entries.values()) | set(graph.output_entries)
+        self._last_reader: list[int] | None = None
+        self._sid_writers: dict[int, list[int]] = {}
         self.steps = self._prepare_steps(lib)
         self._place_requested_inputs()
         self._calls = [(s.fn, s.args) for s in self.steps]
@@ -94,6 +103,8 @@ class Executor:
     def _prepare_steps(self, lib: Module) -> list[PreparedCall]:
         g = self.graph
         steps: list[PreparedCall] = []
+        # Bytes in use per device: the pool and copies, then each kernel's workspace as prepared.
+        used = self.plan.bytes_per_device()
         pending = {(c.eid, c.dst): c for c in self.copies}
         for node in g.nodes:
             if node.is_arg or node.func_name == NOP_OP:
@@ -102,7 +113,9 @@ class Executor:
             in_eids = [g.entry_id(ref[0], ref[1]) for ref in node.inputs]
             out_eids = list(g.node_entries(node.nid))
             if node.func_name == COPY_OP:
-                steps.append(self._copy_node_step(node, in_eids, out_eids))
+                step = self._copy_node_step(node, in_eids, out_eids)
+                if step is not None:
+                    steps.append(step)
                 continue
             # Inserted copies run right before their first reader.
             for eid in in_eids:
@@ -119,21 +132,44 @@ class Executor:
             # to broadcast, and gives its kernels the shapes back (lib/chain.py).
             in_specs = [TensorSpec(tuple(g.shape(e)), g.dtype(e)) for e in in_eids]
             out_specs = [TensorSpec(tuple(g.shape(e)), g.dtype(e)) for e in out_eids]
-            fn = lib.prepare(node.func_name or "", dev, in_specs, out_specs, node.attrs,
+            attrs = dict(node.attrs)
+            cap = self.caps.get(dev)
+            if cap is not None:
+                attrs[WORKSPACE_LIMIT_KEY] = cap - used.get(dev, 0)
+            fn = lib.prepare(node.func_name or "", dev, in_specs, out_specs, attrs,
                              node=node.label)
+            self._count_workspace(node, dev, workspace_bytes(fn), used)
             fn = _in_device_scope(fn, dev)
             steps.append(PreparedCall(node.nid, node.label, node.func_name or "", dev, fn,
                               [self._bind(k) for k in keys], keys, False))
         return steps
 
+    def _count_workspace(self, node: Any, dev: Device, nbytes: int,
+                         used: dict[Device, int]) -> None:
+        """Add a kernel's workspace to its device's total; GraphError naming the node past the cap.
+
+        Chain intermediates, im2col buffers, padded weights: memory the pool does not hold.
+        """
+        if not nbytes:
+            return
+        self.plan.workspace_bytes[dev] = self.plan.workspace_bytes.get(dev, 0) + nbytes
+        used[dev] = used.get(dev, 0) + nbytes
+        cap = self.caps.get(dev)
+        if cap is not None and used[dev] > cap:
+            raise GraphError(f"{self.graph.source}: {node.label} ({node.func_name}) keeps "
+                             f"{fmt_bytes(nbytes)} of workspace on {dev}, which brings the total "
+                             f"there to {fmt_bytes(used[dev])} but the cap is {fmt_bytes(cap)}; "
+                             "pass memory_cap= to raise the cap")
+
     def _place_requested_inputs(self) -> None:
         """Give entries the storage their kernel asked for (lib.library.RequestsStorage).
 
-        A padded CPU GEMV wants its weight inside a larger zeroed buffer (lib/kernels/padded_gemv.py).
+        A padded CPU GEMV wants its weight inside a larger zeroed buffer
+        (lib/kernels/padded_gemv.py).
         An entry shared with another storage user, read through a copy or flattened keeps the
         pool's buffer; the kernel then takes its plain path.
         """
-        placed: set[int] = set()
+        placed: set[int] = set(self._aliased)
         for step in self.steps:
             for pos, array in storage_requests(step.fn).items():
                 eid, dev, flatten = step.arg_keys[pos]
@@ -143,7 +179,9 @@ class Executor:
                 placed.add(eid)
                 self.rebind(eid, array)
 
-    def _copy_node_step(self, node: Any, in_eids: list[int], out_eids: list[int]) -> PreparedCall:
+    def _copy_node_step(self, node: Any, in_eids: list[int], out_eids: list[int]
+                        ) -> PreparedCall | None:
+        """The copy a __copy node makes; None for one within a device that reads as a view."""
         g = self.graph
         if len(in_eids) != 1 or len(out_eids) != 1:
             raise GraphError(f"{g.source}: {node.label} is a __copy with {len(in_eids)} inputs "
@@ -154,9 +192,38 @@ class Executor:
         if src_spec != dst_spec:
             raise GraphError(f"{g.source}: {node.label} copies eid {src_eid} {src_spec} into eid "
                              f"{dst_eid} {dst_spec}; a __copy needs equal shape and dtype")
-        step = self._copy_step(node.nid, node.label, src_eid, self.entry_device[src_eid],
-                               self.entry_device[dst_eid], dst_eid)
-        return step
+        src, dst = self.entry_device[src_eid], self.entry_device[dst_eid]
+        if src == dst and self._can_alias(node.nid, src_eid, dst_eid):
+            self.arrays[(dst_eid, dst)] = self.arrays[(src_eid, src)]
+            self._aliased.update((src_eid, dst_eid))
+            self.dropped_copies.add(node.nid)
+            log.info("%s: %s copies within %s; its readers read eid %d directly", g.source,
+                     node.label, src, src_eid)
+            return None
+        return self._copy_step(node.nid, node.label, src_eid, src, dst, dst_eid)
+
+    def _can_alias(self, nid: int, src_eid: int, dst_eid: int) -> bool:
+        """Whether dst may be read straight from src's storage: src is not an input or output
+        (zero copy could rebind one of them alone), and nothing else writes src's storage id
+        between the copy and dst's last reader."""
+        g = self.graph
+        inputs_outputs = self._io_eids
+        if src_eid in inputs_outputs or dst_eid in inputs_outputs:
+            return False
+        if self._last_reader is None:
+            last = [-1] * g.num_entries
+            writers: dict[int, list[int]] = {}
+            for node in g.nodes:
+                for ref in node.inputs:
+                    e = g.entry_id(ref[0], ref[1])
+                    last[e] = max(last[e], node.nid)
+                for e in g.node_entries(node.nid):
+                    writers.setdefault(g.storage_id(e), []).append(node.nid)
+            self._last_reader, self._sid_writers = last, writers
+        end = self._last_reader[dst_eid]
+        src_nid = g.entry_node(src_eid)[0]
+        return not any(nid < w <= end for w in self._sid_writers[g.storage_id(src_eid)]
+                       if w != src_nid)
 
     def _copy_step(self, nid: int, label: str, src_eid: int, src: Device, dst: Device,
                    dst_eid: int | None = None) -> PreparedCall:

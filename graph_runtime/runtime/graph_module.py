@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Callable, Mapping, Sequence
+import threading
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .._timing import BenchmarkResult, time_runs
+from .._text import count_of
 from ..backends import check_device, copy_array, get_backend
 from ..device import Device, DeviceLike
 from ..device import device as parse_device
@@ -15,9 +16,8 @@ from ..errors import DeviceError, GraphError, GraphRuntimeError, ParamsError
 from ..graph.model import Graph, GraphSource
 from ..lib.library import Module
 from ..nd import NDArray, from_dlpack
-from .executor import Executor, NodeTime
-from .measure import MemoryReport
-from .placement import InsertedCopy
+from .diagnostics import Diagnostics
+from .executor import Executor
 
 log = logging.getLogger("graph_runtime")
 
@@ -32,15 +32,31 @@ def _to_device_list(ctxs: DeviceLike | Sequence[DeviceLike]) -> list[Device]:
     return devices
 
 
-class GraphModule:
-    """A graph bound to devices and kernels, ready to run (see graph_runtime.create)."""
+class GraphModule(Diagnostics):
+    """A graph bound to devices and kernels, ready to run (see graph_runtime.create).
+
+    Threads: a module holds one set of inputs, intermediates and outputs, so it runs one inference
+    at a time. run(), set_input() and get_output() called from a second thread while another call
+    is under way raise GraphRuntimeError instead of mixing two inferences. run_with(**inputs) sets
+    the inputs, runs and returns host copies of the outputs as one atomic call (callers wait their
+    turn), safe from many threads. For parallel inferences give each thread its own module with
+    clone(): it shares this module's params (one copy of the weights) and has its own buffers.
+    Inputs: run() refuses inputs that were never set (create(..., allow_uninitialized=True) opts
+    out, for benchmarks whose values do not matter).
+    """
 
     def __init__(self, graph: Graph, lib: Module, ctxs: Sequence[Device], *, strict: bool = False,
-                 memory_cap: int | Mapping[Any, int] | None = None) -> None:
+                 memory_cap: int | Mapping[Any, int] | None = None,
+                 allow_uninitialized: bool = False) -> None:
         self.graph = graph
         self.lib = lib
         self.strict = strict
+        self.memory_cap = memory_cap
+        self.allow_uninitialized = allow_uninitialized
         self.executor = Executor(graph, lib, ctxs, strict=strict, memory_cap=memory_cap)
+        # NOTE: a non-blocking acquire is the cheap owner check (~0.1 us) on the hot calls;
+        # run_with() blocks on it instead.
+        self._lock = threading.Lock()
         self.ctxs = self.executor.ctxs
         inputs = graph.input_entries
         self._input_index = {name: i for i, name in enumerate(inputs)}
@@ -51,6 +67,48 @@ class GraphModule:
         self._input_layout = {eid: (tuple(graph.shape(eid)), np.dtype(graph.dtype(eid)),
                                     (eid, ex.entry_device[eid]))
                               for eid in self._input_eids}
+        self._unset: set[int] = set() if allow_uninitialized else set(self._input_eids)
+        self._param_names: set[str] = set()
+
+    # ---- threads -------------------------------------------------------------------------------
+
+    def _acquire(self, what: str) -> None:
+        if not self._lock.acquire(blocking=False):
+            raise GraphRuntimeError(
+                f"GraphModule.{what}() called from thread {threading.current_thread().name!r} "
+                "while another thread is in run/set_input/get_output on the same module; a "
+                "module runs one inference at a time. Use run_with(**inputs) (atomic, callers "
+                "wait their turn) or one module per thread (module.clone())")
+
+    def _release(self) -> None:
+        self._lock.release()
+
+    def run_with(self, **inputs: Any) -> list[np.ndarray]:
+        """Set inputs, run once and return every output as a host numpy array, atomically.
+
+        Safe to call from many threads: callers wait for each other, so each gets the outputs of
+        its own inputs. Use clone() to run inferences in parallel instead of in turn.
+        """
+        self._lock.acquire()
+        try:
+            if inputs:
+                self._set_input_unlocked(None, None, inputs)
+            self._run_unlocked()
+            return [self._get_output_unlocked(i, None).numpy()
+                    for i in range(len(self._output_eids))]
+        finally:
+            self._lock.release()
+
+    def clone(self) -> "GraphModule":
+        """A new module on the same graph, lib and devices with its own inputs, intermediates
+        and outputs, sharing this module's params (loaded with load_params/share_params) zero
+        copy: one copy of the weights for many threads. Treat the shared params as read-only."""
+        other = GraphModule(self.graph, self.lib, self.ctxs, strict=self.strict,
+                            memory_cap=self.memory_cap,
+                            allow_uninitialized=self.allow_uninitialized)
+        for name in self._param_names:
+            other._share_input(self, name)
+        return other
 
     # ---- inputs --------------------------------------------------------------------------------
 
@@ -93,7 +151,8 @@ class GraphModule:
         if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
             if not 0 <= key < len(self._input_eids):
                 raise GraphError(f"input index {key} is out of range: the graph has "
-                                 f"{len(self._input_eids)} inputs ({self._input_names()})")
+                                 f"{count_of(len(self._input_eids), 'input')} "
+                                 f"({self._input_names()})")
             return self._input_eids[int(key)]
         raise GraphError(f"input key must be a name or an index, got {type(key).__name__}")
 
@@ -103,6 +162,21 @@ class GraphModule:
     def set_input(self, key: int | str | Mapping[str, Any] | None = None, value: Any = None,
                   **params: Any) -> None:
         """Copy values into inputs by name or index: numpy arrays, NDArrays or DLPack tensors."""
+        lock = self._lock
+        if not lock.acquire(False):
+            self._acquire("set_input")
+        try:
+            if type(key) is str and value is not None and not params:
+                # NOTE: the per-inference call, set_input("data", x): see _set_input_unlocked.
+                index = self._input_index.get(key)
+                if index is not None:
+                    self._copy_in(self._input_eids[index], value)
+                    return
+            self._set_input_unlocked(key, value, params)
+        finally:
+            lock.release()
+
+    def _set_input_unlocked(self, key: Any, value: Any, params: Mapping[str, Any]) -> None:
         if type(key) is str and value is not None and not params:
             # NOTE: the per-inference call, set_input("data", x): after run() has streamed the
             # weights through the caches every lookup misses, so it takes the shortest way to
@@ -116,13 +190,15 @@ class GraphModule:
             key = None
         if key is not None:
             if value is None:
-                raise GraphError(f"set_input({key!r}) needs a value")
+                raise GraphError(f"set_input({key!r}) needs a value; got None")
             self._copy_in(self._resolve_input(key), value)
         for name, val in params.items():
             self._copy_in(self._resolve_input(name), val)
 
     def _copy_in(self, eid: int, value: Any) -> None:
         shape, dtype, key = self._input_layout[eid]
+        if self._unset:
+            self._unset.discard(eid)
         if (type(value) is np.ndarray and key[1].device_type == 1 and value.dtype == dtype
                 and value.shape == shape):
             # NOTE: the common case (a host array for a CPU input) is one memcpy, no lookups.
@@ -142,7 +218,12 @@ class GraphModule:
             nd = value if isinstance(value, NDArray) else from_dlpack(value)
             self._check_value(eid, tuple(nd.shape), str(nd.dtype))
             return check_device(nd.device), nd.native
-        host = np.asarray(value, dtype=self.graph.dtype(eid))
+        try:
+            host = np.asarray(value, dtype=self.graph.dtype(eid))
+        except (TypeError, ValueError) as e:
+            raise GraphError(f"input {self._input_name(eid)!r} (eid {eid}): cannot make a "
+                             f"{self.graph.dtype(eid)} array of a {type(value).__name__}: "
+                             f"{e}") from e
         self._check_value(eid, tuple(host.shape), str(host.dtype))
         return get_backend("cpu"), host
 
@@ -152,8 +233,13 @@ class GraphModule:
                       dtype)
 
     def get_input(self, key: int | str, out: Any = None) -> Any:
-        """The input's array on its device (a view: writing to it changes the input)."""
+        """The input's array on its device (a view: writing to it changes the input).
+
+        Without out=, the input counts as set (the caller may fill the view).
+        """
         eid = self._resolve_input(key)
+        if out is None:
+            self._unset.discard(eid)
         dev = self.executor.entry_device[eid]
         view = NDArray(self.executor.arrays[(eid, dev)], dev)
         if out is not None:
@@ -168,7 +254,7 @@ class GraphModule:
         """Have run() write output index straight into the given array."""
         if not 0 <= index < len(self._output_eids):
             raise GraphError(f"output index {index} is out of range: the graph has "
-                             f"{len(self._output_eids)} outputs")
+                             f"{count_of(len(self._output_eids), 'output')}")
         self._bind_zero_copy(self._output_eids[index], value, f"output {index}")
 
     def _bind_zero_copy(self, eid: int, value: Any, what: str) -> None:
@@ -191,7 +277,12 @@ class GraphModule:
         native = nd.native
         if isinstance(native, np.ndarray) and not native.flags.c_contiguous:
             raise GraphError(f"{what} (eid {eid}): zero copy needs a C-contiguous array")
-        self.executor.rebind(eid, native)
+        self._acquire("set_input_zero_copy")
+        try:
+            self.executor.rebind(eid, native)
+            self._unset.discard(eid)
+        finally:
+            self._release()
 
     # ---- params --------------------------------------------------------------------------------
 
@@ -213,7 +304,8 @@ class GraphModule:
             source = source or "params"
         unknown = [name for name in values if name not in self._input_index]
         if unknown:
-            message = (f"{source}: {len(unknown)} params are not inputs of the graph: "
+            verb = "is not an input" if len(unknown) == 1 else "are not inputs"
+            message = (f"{source}: {count_of(len(unknown), 'param')} {verb} of the graph: "
                        f"{', '.join(map(repr, unknown[:10]))}; inputs are: {self._input_names()}")
             if self.strict:
                 raise ParamsError(message)
@@ -229,33 +321,100 @@ class GraphModule:
                 raise ParamsError(f"{source}: param {name!r} is {shape} {dtype} but the graph's "
                                   f"input {name!r} (eid {eid}) is {tuple(g.shape(eid))} "
                                   f"{g.dtype(eid)}")
-            self._copy_in(eid, value)
+            self._acquire("load_params")
+            try:
+                self._copy_in(eid, value)
+            finally:
+                self._release()
+            self._param_names.add(name)
 
     def share_params(self, other: "GraphModule", params_bytes: bytes) -> None:
         """Use other's param arrays (zero copy) for every name in params_bytes, as TVM does."""
         from ..params import load_param_arrays
+        if not isinstance(other, GraphModule):
+            raise GraphError(f"share_params needs a GraphModule to share with, got "
+                             f"{type(other).__name__}")
+        if not isinstance(params_bytes, (bytes, bytearray, memoryview)):
+            raise ParamsError(f"share_params needs the params as bytes (save_param_dict's "
+                              f"output), got {type(params_bytes).__name__}")
         for name in load_param_arrays(bytes(params_bytes)):
-            mine = self._resolve_input(name)
-            theirs = other._resolve_input(name)
-            dev = other.executor.entry_device[theirs]
-            if dev != self.executor.entry_device[mine]:
-                raise DeviceError(f"share_params: {name!r} lives on {dev} in the other module but "
-                                  f"on {self.executor.entry_device[mine]} here")
+            self._share_input(other, name)
+
+    def _share_input(self, other: "GraphModule", name: str) -> None:
+        mine = self._resolve_input(name)
+        theirs = other._resolve_input(name)
+        dev = other.executor.entry_device[theirs]
+        if dev != self.executor.entry_device[mine]:
+            raise DeviceError(f"share_params: {name!r} lives on {dev} in the other module but "
+                              f"on {self.executor.entry_device[mine]} here")
+        self._acquire("share_params")
+        try:
             self.executor.rebind(mine, other.executor.arrays[(theirs, dev)])
+            self.executor.pool.adopt(mine, other.executor.arrays[(theirs, dev)])
+            self._unset.discard(mine)
+            self._param_names.add(name)
+        finally:
+            self._release()
 
     # ---- running and outputs -------------------------------------------------------------------
 
     def run(self, **inputs: Any) -> None:
-        """Set the given inputs, then run the graph once."""
-        if inputs:
-            self.set_input(**inputs)
+        """Set the given inputs, then run the graph once.
+
+        Refused (GraphRuntimeError) while another thread is in run/set_input/get_output, and
+        (GraphError naming them) while some input was never set, unless the module was created
+        with allow_uninitialized=True.
+        """
+        lock = self._lock
+        if not lock.acquire(False):
+            self._acquire("run")
+        try:
+            if inputs:
+                self._set_input_unlocked(None, None, inputs)
+            if self._unset:
+                self._refuse_unset()
+            self.executor.run()
+        finally:
+            lock.release()
+
+    def _run_unlocked(self) -> None:
+        if self._unset:
+            self._refuse_unset()
         self.executor.run()
+
+    def _refuse_unset(self) -> None:
+        g = self.graph
+        names = [g.nodes[g.entry_node(eid)[0]].name for eid in self._input_eids
+                 if eid in self._unset]
+        shown = ", ".join(names[:10]) + (f" ... ({len(names)} in all)" if len(names) > 10 else "")
+        raise GraphError(f"{g.source}: {count_of(len(names), 'input')} never set: {shown}; "
+                         "set them with set_input/load_params (or run(name=value)), or pass "
+                         "allow_uninitialized=True to create() to run on whatever the memory "
+                         "holds (benchmarks)")
 
     def get_output(self, index: int, out: Any = None) -> Any:
         """Output index as a new NDArray (the next run cannot overwrite it), or copied into out."""
+        lock = self._lock
+        if not lock.acquire(False):
+            self._acquire("get_output")
+        try:
+            if out is None and type(index) is int and 0 <= index < len(self._output_eids):
+                eid = self._output_eids[index]
+                src = self.executor.arrays[(eid, self.executor.entry_device[eid])]
+                if type(src) is np.ndarray:
+                    # NOTE: a CPU output: one memcpy, no backend lookups (the common case).
+                    return NDArray(src.copy(), self.executor.entry_device[eid])
+            return self._get_output_unlocked(index, out)
+        finally:
+            lock.release()
+
+    def _get_output_unlocked(self, index: int, out: Any) -> Any:
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+            raise GraphError(f"get_output needs an output index (an int), got "
+                             f"{type(index).__name__} {index!r}")
         if not 0 <= index < len(self._output_eids):
             raise GraphError(f"output index {index} is out of range: the graph has "
-                             f"{len(self._output_eids)} outputs")
+                             f"{count_of(len(self._output_eids), 'output')}")
         eid = self._output_eids[index]
         dev = self.executor.entry_device[eid]
         src = self.executor.arrays[(eid, dev)]
@@ -268,84 +427,6 @@ class GraphModule:
                                   np.dtype(self.graph.dtype(eid)))
         backend.copy(src, fresh)
         return NDArray(fresh, dev)
-
-    def benchmark(self, device: DeviceLike | None = None, func_name: str = "run", repeat: int = 5,
-                  number: int = 5, min_repeat_ms: float | None = None, end_to_end: bool = False,
-                  progress: Callable[[int], None] | None = None, **kwargs: Any) -> BenchmarkResult:
-        """Time run() (device-synchronised): repeat samples, each the mean of number runs."""
-        if func_name != "run":
-            raise GraphRuntimeError(f"benchmark can time 'run' only, got {func_name!r}")
-        if repeat < 1 or number < 1:
-            raise GraphRuntimeError(f"benchmark needs repeat >= 1 and number >= 1, got "
-                                    f"repeat={repeat} number={number}")
-        host_inputs = {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v)
-                       for k, v in kwargs.items()}
-        if host_inputs and not end_to_end:
-            self.set_input(host_inputs)
-
-        def once() -> None:
-            if end_to_end:
-                self.set_input(host_inputs)
-                self.executor.run()
-                for i in range(len(self._output_eids)):
-                    self.get_output(i).numpy()
-            else:
-                self.executor.run()
-
-        return time_runs(once, self.executor.sync, repeat, number, min_repeat_ms, progress)
-
-    # ---- introspection and debugging -----------------------------------------------------------
-
-    def placement(self) -> list[tuple[int, str, str, Device]]:
-        """(node id, name, func_name, device) for every node, in node order."""
-        g = self.graph
-        return [(n.nid, n.name, n.func_name or ("input" if n.is_arg else ""),
-                 self.executor.node_device[n.nid]) for n in g.nodes]
-
-    def copies(self) -> list[InsertedCopy]:
-        """Copies the executor inserted where the graph had none (none for a well-planned graph)."""
-        return list(self.executor.copies)
-
-    def memory_report(self) -> MemoryReport:
-        plan = self.executor.plan
-        return MemoryReport(plan.bytes_per_device(), plan.unshared_bytes_per_device(),
-                            dict(plan.extra_bytes))
-
-    def profile(self, repeat: int = 1, progress: Callable[[int], None] | None = None
-                ) -> list[NodeTime]:
-        """Per-node device-synchronised times (median of repeat runs), in execution order."""
-        return self.executor.profile(repeat, progress)
-
-    def debug_get_outputs(self, nodes: Sequence[str | int] | None = None
-                          ) -> dict[str, list[np.ndarray]]:
-        """Run once node by node and return host copies of each (selected) node's outputs.
-
-        Outputs are captured right after their node runs, before storage sharing reuses them.
-        """
-        g = self.graph
-        wanted = None
-        if nodes is not None:
-            wanted = set()
-            by_name = {n.name: n.nid for n in g.nodes}
-            for key in nodes:
-                if isinstance(key, str):
-                    if key not in by_name:
-                        raise GraphError(f"graph has no node named {key!r}")
-                    wanted.add(by_name[key])
-                else:
-                    wanted.add(int(key))
-        captured: dict[str, list[np.ndarray]] = {}
-
-        def grab(step: Any) -> None:
-            if step.nid < 0 or (wanted is not None and step.nid not in wanted):
-                return
-            dev = self.executor.node_device[step.nid]
-            backend = check_device(dev)
-            captured[g.nodes[step.nid].name] = [
-                backend.to_host(self.executor.arrays[(e, dev)]) for e in g.node_entries(step.nid)]
-
-        self.executor.run_steps(each=grab)
-        return captured
 
 
 def _check_layout(what: str, eid: int, want_shape: tuple[int, ...], want_dtype: Any,
@@ -374,10 +455,13 @@ def _copy_out(src: Any, out: Any) -> Any:
 
 def create(graph: GraphSource, libmod: Module | str | os.PathLike | None = None,
            ctxs: DeviceLike | Sequence[DeviceLike] = Device(1, 0), *, strict: bool = False,
-           memory_cap: int | Mapping[Any, int] | None = None) -> GraphModule:
+           memory_cap: int | Mapping[Any, int] | None = None,
+           allow_uninitialized: bool = False) -> GraphModule:
     """A GraphModule: graph (JSON text, path, dict or Graph), a lib, devices (ctxs[0] primary).
 
     libmod may be a Module, a lib file path, or None for the standard op library.
+    allow_uninitialized: let run() go with inputs never set (benchmarks); refused by default.
+    One module runs one inference at a time: see GraphModule for threads (run_with, clone).
     """
     from ..graph.model import Graph
     from ..lib import load_module, standard_module
@@ -388,4 +472,5 @@ def create(graph: GraphSource, libmod: Module | str | os.PathLike | None = None,
         lib = libmod
     else:
         lib = load_module(libmod)
-    return GraphModule(g, lib, _to_device_list(ctxs), strict=strict, memory_cap=memory_cap)
+    return GraphModule(g, lib, _to_device_list(ctxs), strict=strict, memory_cap=memory_cap,
+                       allow_uninitialized=allow_uninitialized)

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
+from .._text import count_of
 from ..device import Device
 from ..errors import GraphError
 from ..graph.model import COPY_OP, NOP_OP, Graph, entry_bytes
+from .liveness import check_liveness
 from .storage import PoolLayout, layout_pool
 
 log = logging.getLogger("graph_runtime")
@@ -44,15 +46,25 @@ def resolve_entry_devices(graph: Graph, ctxs: Sequence[Device], strict: bool) ->
         devices.append(match)
     for (code, want), eids in unmatched.items():
         wanted = Device(code, want or 0) if want is not None else Device(code, 0).kind
-        nodes = sorted({owner_label(graph, e) for e in eids})
-        shown = ", ".join(nodes[:8]) + (f" and {len(nodes) - 8} more" if len(nodes) > 8 else "")
-        message = (f"{graph.source}: device_index asks for {wanted} for {len(eids)} entries "
-                   f"({shown}) but ctxs are {', '.join(map(str, ctxs))}")
+        given = ", ".join(map(str, ctxs))
         if strict:
-            raise GraphError(message + "; add that device to ctxs, or pass strict=False to fall "
+            nodes = sorted({owner_label(graph, e) for e in eids})
+            shown = ", ".join(nodes[:8]) + (f" and {len(nodes) - 8} more" if len(nodes) > 8
+                                            else "")
+            raise GraphError(f"{graph.source}: device_index asks for {wanted} for "
+                             f"{count_of(len(eids), 'entry', 'entries')} ({shown}) but ctxs are "
+                             f"{given}; add that device to ctxs, or pass strict=False to fall "
                              "back to ctxs[0]")
-        log.warning("%s; using %s", message, devices[eids[0]])
+        # NOTE: short and once per process: create() in a loop must not repeat 400 characters.
+        message = (f"{graph.source}: device_index asks for {wanted}, not in ctxs ({given}); "
+                   f"{count_of(len(eids), 'entry', 'entries')} run on {devices[eids[0]]}")
+        if message not in _warned:
+            _warned.add(message)
+            log.warning("%s", message)
     return devices
+
+
+_warned: set[str] = set()  # fallback warnings already given in this process
 
 
 def plan_placement(graph: Graph, entry_device: Sequence[Device], fallback: Device, strict: bool
@@ -64,6 +76,7 @@ def plan_placement(graph: Graph, entry_device: Sequence[Device], fallback: Devic
     """
     node_device = _node_devices(graph, entry_device, fallback)
     plan = layout_pool(graph, entry_device)
+    check_liveness(graph)
     copies = missing_copies(graph, entry_device, node_device, strict)
     for c in copies:
         plan.extra_bytes[c.dst] = plan.extra_bytes.get(c.dst, 0) + c.nbytes

@@ -24,6 +24,8 @@ class PoolLayout:
     entry_bytes: list[int]
     entry_device: list[Device]
     extra_bytes: dict[Device, int] = field(default_factory=dict)  # buffers outside the pool
+    # Kernels' own memory (chain intermediates, im2col, padded weights), known after prepare.
+    workspace_bytes: dict[Device, int] = field(default_factory=dict)
 
     def bytes_per_device(self) -> dict[Device, int]:
         """Pool bytes per device with storage sharing, as allocated."""
@@ -142,6 +144,16 @@ class StoragePool:
         self.buffers[sid] = array
         self.views[eid] = array
         return True
+
+
+    def adopt(self, eid: int, array: Any) -> None:
+        """Drop the pool's buffer for eid when it is its id's only user: array (bound with
+        Executor.rebind, e.g. another module's param) replaces it, so the memory is not held
+        twice."""
+        sid = self.plan.entry_sid[eid]
+        if self._sid_users[sid] == 1:
+            self.buffers[sid] = array
+            self.views[eid] = array
 
 
 def _entry_label(graph: Graph, eid: int) -> str:

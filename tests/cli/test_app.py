@@ -135,9 +135,12 @@ def test_library_warnings_and_verbose_info_go_to_stderr(opencl_available: None,
     import logging
     log = logging.getLogger("graph_runtime")
     before = (log.level, list(log.handlers))
+    from graph_runtime.runtime import placement
+    placement._warned.clear()  # the fallback warning is given once per process
     result = invoke("run", SIMPLEX, "-d", "cpu", "--json")
     assert result.exit_code == 0
-    assert "graphrun: warning: " in result.stderr and "device_index asks for opencl" in result.stderr
+    assert "graphrun: warning: " in result.stderr
+    assert "device_index asks for opencl" in result.stderr
     json.loads(result.stdout)  # warnings never mix into the JSON
     graph = make_graph([null("x"), tvm_op("y", "relu", [0])], heads=[1], device_index=[1, 4])
     (tmp_path / "g.json").write_text(graph.to_json())
@@ -358,7 +361,7 @@ def test_info_refuses_a_node_with_outputs_on_two_devices_as_create_does(tmp_path
                        heads=[(1, 0), (1, 1)], device_index=[1, 1, 2])
     (tmp_path / "g.json").write_text(graph.to_json())
     one_line_error(invoke("info", tmp_path / "g.json", "-d", "cpu", "-d", "cuda"),
-                   "node 1 's' has outputs on several devices", "eid 2 on cuda(0)",
+                   "node 1 's' has outputs on several devices", "eid 2 on cuda:0",
                    "a node runs on one device")
 
 
@@ -425,7 +428,7 @@ def test_plan_writes_a_graph_that_runs(opencl_available: None, addw: Path, tmp_p
     planned = tmp_path / "planned.json"
     result = invoke("plan", addw, "--default", "cpu", "--place", "plus=opencl", "-o", planned)
     assert result.exit_code == 0, result.output
-    assert "copies" in result.stdout and f"wrote {planned}" in result.stdout
+    assert "1 copy (16 B per run)" in result.stdout and f"wrote {planned}" in result.stdout
     run = invoke("compare", planned, "-d", "cpu", "-d", "opencl", "--params", addw / "params",
                  "--inputs", addw / "inputs.npz", "--expected", addw / "expected.npz")
     assert run.exit_code == 0, run.output
@@ -500,3 +503,58 @@ def test_progress_bar_shows_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> No
         for _ in range(4):
             bar.update(1)
     assert "timing" in terminal.getvalue()
+
+
+# ---- issue 13: input paths and papercuts ---------------------------------------------------------
+
+@pytest.mark.parametrize("flag, value", [("--rtol", "-1"), ("--rtol", "nan"), ("--atol", "-5")])
+def test_bad_tolerances_are_usage_errors(flag: str, value: str) -> None:
+    result = invoke("compare", SIMPLEX, "-d", "cpu", flag, value)
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '{flag}'" in result.stderr and "expected a finite number >= 0" in (
+        result.stderr)
+
+
+def test_a_graph_that_is_a_fifo_or_device_is_refused(tmp_path: Path) -> None:
+    fifo = tmp_path / "graph.fifo"
+    os.mkfifo(fifo)
+    for path in (fifo, "/dev/null"):
+        one_line_error(invoke("run", path), "not a regular file (a FIFO or a device)")
+
+
+def test_a_huge_graph_is_refused_before_inputs_are_drawn(tmp_path: Path) -> None:
+    graph = make_graph([null("x"), tvm_op("y", "relu", [0])], heads=[1], shapes=(1 << 20, 1 << 20))
+    (tmp_path / "graph.json").write_text(graph.to_json())
+    one_line_error(invoke("run", tmp_path / "graph.json", "-d", "cpu"), "the cap is")
+
+
+def test_without_params_the_note_names_params(addw: Path) -> None:
+    result = invoke("run", addw / "graph.json", "-d", "cpu")
+    assert "give weights with --params" in result.stderr
+
+
+def test_profile_plot_writes_svg_and_refuses_other_suffixes(addw: Path, tmp_path: Path) -> None:
+    svg = tmp_path / "p.svg"
+    result = invoke("profile", addw / "graph.json", "-d", "cpu", "--repeat", "1", "--plot", svg)
+    assert result.exit_code == 0, result.output
+    assert b"<svg" in svg.read_bytes()[:500]
+    assert "func_name is blank where it is the node's name" in result.stdout
+    one_line_error(invoke("profile", addw / "graph.json", "-d", "cpu", "--plot",
+                          tmp_path / "p.jpg"), "cannot write '.jpg' images")
+
+
+def test_run_refuses_an_output_suffix_it_cannot_write(addw: Path, tmp_path: Path) -> None:
+    result = invoke("run", addw / "graph.json", "-d", "cpu", "-o", tmp_path / "out.txt")
+    assert result.exit_code == 2 and "OUT.npz (numpy) or OUT.params" in result.stderr
+    assert not (tmp_path / "out.txt").exists()
+
+
+def test_chart_labels_keep_the_distinct_end_of_long_names() -> None:
+    from graph_runtime.cli.trace import _short
+    from graph_runtime.runtime.executor import NodeTime
+    names = ["tvmgen_default_fused_nn_dense_add_nn_relu", "tvmgen_default_fused_nn_dense_add_1"]
+    labels = [_short(NodeTime(3 + i, f"node {3 + i} '{n}'", n, gr.cpu(), False, 1.0))
+              for i, n in enumerate(names)]
+    assert labels == ["node 3 '...ault_fused_nn_dense_add_nn_relu'",
+                      "node 4 'tvmgen_default_fused_nn_dense_add_1'"]
+    assert all(len(label) <= 44 for label in labels)

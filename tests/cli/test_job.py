@@ -94,10 +94,13 @@ def test_resolve_files_prefers_lib_json_and_falls_back_to_lib_py(addw: Path) -> 
     assert resolve_files(addw).lib == addw / "lib.json"
 
 
-def test_resolve_files_graph_file_takes_nothing_from_its_folder() -> None:
+def test_resolve_files_graph_file_takes_only_the_lib_beside_it() -> None:
+    # The lib goes with the graph (issue 13: validate GRAPH.json reported 4 missing functions);
+    # params, inputs and expected stay explicit for a graph file.
     files = resolve_files(MLP / "graph.json")
-    assert files == GraphFiles(MLP / "graph.json")
+    assert files == GraphFiles(MLP / "graph.json", MLP / "lib.json", lib_beside=True)
     assert files.folder is None
+    assert resolve_files(MLP / "graph.json", lib=MLP / "other.json").lib_beside is False
 
 
 def test_resolve_files_missing_path_is_a_graph_error(tmp_path: Path) -> None:
@@ -144,7 +147,7 @@ def test_parse_devices_unknown_type_names_the_flag_and_the_choices() -> None:
 
 
 def test_parse_devices_missing_id_says_what_exists_and_uses_the_flag_given() -> None:
-    with pytest.raises(DeviceError, match=r"^--device cpu:3: cpu\(3\) does not exist: "
+    with pytest.raises(DeviceError, match=r"^--device cpu:3: cpu:3 does not exist: "
                                           r"this machine has 1 cpu device"):
         parse_devices(["cpu:3"], flag="--device")
 
@@ -375,7 +378,8 @@ def test_compare_relative_error_skips_zeros_in_expected() -> None:
     (c,) = compare([got], [want], ["y"], rtol=1e-5, atol=1e-5)
     assert c.max_abs == pytest.approx(1.0) and c.max_rel == 0.0 and not c.ok
     (zeros,) = compare([np.zeros(2, "float32")], [np.zeros(2, "float32")], ["z"], 0.0, 0.0)
-    assert zeros.ok and zeros.max_abs == 0.0 and zeros.max_rel == 0.0
+    # Every expected value 0: no relative error exists (NaN, shown as n/a), not "0".
+    assert zeros.ok and zeros.max_abs == 0.0 and np.isnan(zeros.max_rel)
 
 
 def test_compare_shape_or_dtype_difference_is_a_problem_not_a_number() -> None:
@@ -412,4 +416,4 @@ def test_describe_devices_names_present_devices_and_says_why_others_are_not() ->
     names = describe_devices([cpu(0), cpu(5)])
     assert names[cpu(0)] and not names[cpu(0)].startswith("not available")
     assert names[cpu(5)].startswith("not available: ")
-    assert "cpu(5)" in names[cpu(5)]
+    assert "cpu:5" in names[cpu(5)]

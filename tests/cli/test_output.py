@@ -201,7 +201,7 @@ def test_comparison_text_mismatch_counts_and_names_the_problem() -> None:
                               "expected (2,) float32, got (3,) float32")]
     lines = comparison_text(comparisons, "exp.npz", 0.001, 0.0).splitlines()
     assert lines[2].split() == ["1", "b", "0.5", "0.125", "MISMATCH"]
-    assert lines[3].split()[:4] == ["2", "c", "nan", "nan"]
+    assert lines[3].split()[:4] == ["2", "c", "nan", "n/a"]
     assert "MISMATCH expected (2,) float32, got (3,) float32" in lines[3]
     assert lines[-1] == "MISMATCH: 2 of 3 outputs differ from exp.npz (rtol 0.001, atol 0)"
 

@@ -81,7 +81,7 @@ def test_suite_statuses_and_junit(suite_dir: Path) -> None:
     assert list(cases) == ["good[cpu]", "good[cpu:5]", "wrong[cpu]", "broken[cpu]"]
     assert cases["good[cpu]"].find("*") is None
     skipped = cases["good[cpu:5]"].find("skipped")
-    assert skipped is not None and "cpu(5) does not exist" in skipped.get("message", "")
+    assert skipped is not None and "cpu:5 does not exist" in skipped.get("message", "")
     assert cases["wrong[cpu]"].find("failure") is not None
     assert cases["broken[cpu]"].find("error") is not None
 
@@ -143,3 +143,33 @@ def test_shipped_suite_covers_every_example_on_every_device_set() -> None:
         if case.graph.name == "graph.json" and case.graph.parent.name in folders:
             assert len(case.devices) >= 5 or case.name.endswith("_cuda"), case.name
         assert case.expected.is_file()
+
+
+# ---- issue 13: misspelt devices, nothing run, bad tolerances, non-UTF-8 suites -------------------
+
+def test_a_misspelt_device_is_an_error(suite_dir: Path) -> None:
+    path = write_suite(suite_dir, '[[case]]\ngraph = "graphs/neg"\ndevices = [["cpux"]]\n')
+    with pytest.raises(GraphRuntimeError, match=r"case 1: devices: 'cpux': unknown device type"):
+        load_suite(path)
+
+
+def test_a_suite_where_nothing_ran_fails(suite_dir: Path) -> None:
+    path = write_suite(suite_dir, '[[case]]\ngraph = "graphs/neg"\ndevices = [["cpu:7"]]\n')
+    result = invoke("regress", path)
+    assert result.exit_code == 1, result.output
+    assert "nothing ran: every case" in result.stderr
+
+
+@pytest.mark.parametrize("line", ["rtol = -1", "rtol = nan", "atol = -5", "atol = inf"])
+def test_bad_tolerances_in_a_suite_are_errors(suite_dir: Path, line: str) -> None:
+    path = write_suite(suite_dir, f'[defaults]\n{line}\n[[case]]\ngraph = "graphs/neg"\n')
+    key = line.split()[0]
+    with pytest.raises(GraphRuntimeError, match=rf"case 1: {key}: expected a finite number >= 0"):
+        load_suite(path)
+
+
+def test_a_non_utf8_suite_is_an_error(suite_dir: Path) -> None:
+    path = suite_dir / "suite.toml"
+    path.write_bytes(b'[[case]]\ngraph = "\xff"\n')
+    with pytest.raises(GraphRuntimeError, match=r"suite.toml: not UTF-8 text \(byte 18"):
+        load_suite(path)

@@ -128,8 +128,8 @@ def test_storage_shared_across_devices_is_a_placement_problem(tmp_path: Path) ->
     result = check_files(GraphFiles(tmp_path / "g.json"), CPU_OPENCL)
     assert result.checked == ["graph"]
     (problem,) = result.problems
-    assert "storage id 2 is used on opencl(0) by entry 2" in problem
-    assert "on cpu(0) by entry 3" in problem
+    assert "storage id 2 is used on opencl:0 by entry 2" in problem
+    assert "on cpu:0 by entry 3" in problem
 
 
 def test_function_missing_on_the_nodes_device_names_where_it_exists(tmp_path: Path) -> None:
@@ -191,3 +191,31 @@ def test_lib_problems_flattened_node_is_checked_on_flat_shapes(tmp_path: Path) -
                              heads=[2], shapes=[[2, 3], [6], [3, 2]])
     (problem,) = lib_problems(unflattened, [cpu(0)] * 3, files)
     assert "node 2 'sum2' on cpu:0" in problem
+
+
+# ---- issue 13 --------------------------------------------------------------------------------
+
+MLP = Path(__file__).resolve().parents[2] / "examples" / "graphs" / "mlp"
+
+
+def test_a_graph_file_is_checked_with_the_lib_beside_it() -> None:
+    files = resolve_files(MLP / "graph.json", params=MLP / "params")
+    result = check_files(files, [cpu()])
+    assert result.problems == []
+    assert "lib.json (found beside the graph)" in result.text("graph.json")
+
+
+def test_a_missing_function_without_lib_hints_at_lib(tmp_path: Path) -> None:
+    graph = make_graph([null("x"), tvm_op("y", "my_custom_fn", [0])], heads=[1])
+    (tmp_path / "graph.json").write_text(graph.to_json())
+    result = check_files(resolve_files(tmp_path / "graph.json"), [cpu()])
+    assert len(result.problems) == 1 and "give the graph's lib with --lib" in result.problems[0]
+
+
+@pytest.mark.parametrize("shape", [[2 ** 40, 2 ** 40], [0, 2 ** 62]])
+def test_shapes_beyond_any_array_are_problems(tmp_path: Path, shape: list[int]) -> None:
+    doc = make_graph([null("x"), tvm_op("y", "relu", [0])], heads=[1]).to_dict()
+    doc["attrs"]["shape"][1] = [shape, shape]
+    (tmp_path / "graph.json").write_text(json.dumps(doc))
+    result = check_files(resolve_files(tmp_path / "graph.json"), [cpu()])
+    assert result.problems and "more than 2^63 bytes" in result.problems[0]

@@ -347,9 +347,28 @@ def test_huge_counts_and_lists_stay_cheap() -> None:
 
 def test_huge_shape_product_is_kept_exact() -> None:
     doc = base_doc()
-    doc["attrs"]["shape"][1][0] = [2 ** 62, 2 ** 62, 7]
+    doc["attrs"]["shape"][1][0] = [2 ** 29, 2 ** 29, 7]
     g = Graph.from_json(doc)
-    assert g.shape(0) == (2 ** 62, 2 ** 62, 7)
+    assert g.shape(0) == (2 ** 29, 2 ** 29, 7)
+
+
+@pytest.mark.parametrize("shape", [[0, 2 ** 62], [2 ** 40, 2 ** 40], [2 ** 62, 2 ** 62, 7]])
+def test_shapes_no_array_can_hold_are_refused(shape: list[int]) -> None:
+    # [0, 2**62] is 0 bytes but NumPy and PyOpenCL refuse it ("array is too big").
+    doc = base_doc()
+    doc["attrs"]["shape"][1][0] = shape
+    with pytest.raises(GraphError, match=r"at \$\.attrs\.shape\[1\]\[0\]: node 0 .* has shape "
+                                         r".*more than 2\^63 bytes"):
+        Graph.from_json(doc)
+
+
+def test_a_tvm_op_without_flatten_data_is_refused_naming_it() -> None:
+    doc = base_doc()
+    tvm = next(n for n in doc["nodes"] if n["op"] == "tvm_op")
+    del tvm["attrs"]["flatten_data"]
+    with pytest.raises(GraphError, match=r"node \d+ '.*' is a tvm_op node without "
+                                         r"attrs\.flatten_data; TVM requires"):
+        Graph.from_json(doc)
 
 
 # ---------------------------------------------------------------- random mutations
@@ -433,9 +452,9 @@ NODES = [
     {"op": "null", "name": "x"},
     {"op": "null", "name": "w"},
     {"op": "tvm_op", "name": "dense0", "inputs": [[0, 0, 0], [1, 0, 0]],
-     "attrs": {"func_name": "dense", "num_inputs": "2", "num_outputs": "1"}},
+     "attrs": {"func_name": "dense", "num_inputs": "2", "num_outputs": "1", "flatten_data": "0"}},
     {"op": "tvm_op", "name": "split", "inputs": [[2, 0, 0]],
-     "attrs": {"func_name": "split", "num_outputs": 2}},
+     "attrs": {"func_name": "split", "num_inputs": 1, "num_outputs": 2, "flatten_data": 0}},
 ]
 
 

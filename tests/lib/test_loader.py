@@ -158,3 +158,38 @@ def test_standard_module_has_every_op_for_every_backend() -> None:
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     got = _run(lib, "sum", "cpu", [x], TensorSpec((), "float32"))
     assert float(got) == 15.0
+
+
+# ---- inputs that used to escape as tracebacks (issue 13) -----------------------------------------
+
+@pytest.mark.parametrize("content, message", [
+    (b'{"format": "graph_runtime.lib", \xff}', r"lib.json: not UTF-8 text \(byte 32"),
+    (b"[" * 100_000, r"lib.json: (JSON nested too deeply|not valid JSON)"),
+    (b'{"version": ' + b"9" * 5000 + b"}", r"lib.json: not valid JSON"),
+])
+def test_unreadable_lib_json_is_a_library_error(tmp_path: Path, content: bytes,
+                                                message: str) -> None:
+    path = tmp_path / "lib.json"
+    path.write_bytes(content)
+    with pytest.raises(LibraryError, match=message):
+        load_module(path)
+
+
+def test_num_inputs_must_be_an_int_not_a_float(tmp_path: Path) -> None:
+    path = _write_json(tmp_path, {"cat": {"ops": [{"op": "concatenate", "num_inputs": 1.0}]}})
+    with pytest.raises(LibraryError, match=r"ops\[0\]: num_inputs 1\.0: expected an integer"):
+        load_module(path)
+
+
+def test_load_module_bad_arguments(tmp_path: Path) -> None:
+    with pytest.raises(LibraryError, match="needs the path of a .py or .json lib file, got None"):
+        load_module(None)  # type: ignore[arg-type]
+    with pytest.raises(LibraryError, match="is a directory; give the lib.json or lib.py inside it"):
+        load_module(tmp_path)
+
+
+def test_a_lib_py_calling_sys_exit_is_a_library_error(tmp_path: Path) -> None:
+    path = tmp_path / "lib.py"
+    path.write_text("import sys\nsys.exit(3)\n")
+    with pytest.raises(LibraryError, match=r"called sys.exit\(3\) while loading"):
+        load_module(path)

@@ -87,3 +87,24 @@ def test_kernel_source_build_error_is_a_library_error(opencl_available: None) ->
     spec = [TensorSpec((4,), "float32")]
     with pytest.raises(LibraryError, match="building OpenCL broken failed"):
         lib.prepare("broken", gr.opencl(), spec, spec)
+
+
+def test_a_long_size_expression_is_refused_not_a_recursion_error() -> None:
+    with pytest.raises(LibraryError, match=r"size expression of 6001 characters; at most 200"):
+        size_expression("n" + "+1" * 3000, "lib.json at $.functions.f.kernel.opencl.global_size")
+
+
+@pytest.mark.opencl
+def test_a_launch_far_beyond_the_buffers_is_refused(opencl_available: None) -> None:
+    lib = _lib({"twice": {"kernel": {
+        "opencl": {"source": TWICE_CL, "entry": "twice", "global_size": 2 ** 31,
+                   "count": "int32"}}}})
+    spec = [TensorSpec((8,), "float32")]
+    with pytest.raises(LibraryError, match=r"global 2147483648, local None for n = 8: the global "
+                                           r"size may exceed the largest buffer \(8 elements\)"):
+        lib.prepare("twice", gr.opencl(), spec, spec)
+    # Rounding up to a work-group is fine.
+    ok = _lib({"twice": {"kernel": {
+        "opencl": {"source": TWICE_CL, "entry": "twice", "global_size": "(n + 63) / 64 * 64",
+                   "local_size": 64, "count": "int32"}}}})
+    ok.prepare("twice", gr.opencl(), spec, spec)

@@ -156,6 +156,12 @@ def test_placement_errors_name_file_and_json_path(tmp_path) -> None:
         Placement.from_file(bad)
     with pytest.raises(PlanError, match="cannot read placement file"):
         Placement.from_file(tmp_path / "missing.json")
+    bad.write_bytes(b'{"default_device": "\xff"}')
+    with pytest.raises(PlanError, match=r"bad.json: not UTF-8 text \(byte 20"):
+        Placement.from_file(bad)
+    bad.write_text("[" * 100_000)
+    with pytest.raises(PlanError, match="bad.json: not JSON"):
+        Placement.from_file(bad)
 
 
 def test_placement_from_options_like_the_cli() -> None:
@@ -499,6 +505,6 @@ def test_nop_outputs_alias_their_input() -> None:
 
 def test_summary_lists_copies_and_pools() -> None:
     text = plan_graph(chain(2), {"node_devices": {"a": "opencl"}}).summary()
-    assert text.splitlines()[0].startswith("planned 3 nodes on cpu:0, opencl:0; 1 copies (16 B")
+    assert text.splitlines()[0].startswith("planned 3 nodes on cpu:0, opencl:0; 1 copy (16 B")
     assert "copy: node 2 'copy_a_to_cpu0' reads entry 1:0, opencl:0 -> cpu:0, 16 B" in text
     assert "opencl:0" in text.splitlines()[-1]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -75,9 +76,11 @@ def test_duplex_copies_back_and_forth(host: str, dev: str) -> None:
 @pytest.mark.parametrize("make", [simplex, duplex], ids=["simplex", "duplex"])
 def test_only_cpu_given_falls_back_and_warns(make, caplog: pytest.LogCaptureFixture) -> None:
     graph = make(CPU, OPENCL)
+    from graph_runtime.runtime import placement
+    placement._warned.clear()  # given once per process
     with caplog.at_level(logging.WARNING, logger="graph_runtime"):
         m = gr.create(graph, None, gr.cpu())
-    assert "opencl" in caplog.text and "elemwise_add" in caplog.text
+    assert "asks for opencl, not in ctxs (cpu:0)" in caplog.text
     names = "ABCD" if make is duplex else "ABC"
     x = _inputs(names, seed=2)
     m.run(**x)
@@ -122,8 +125,8 @@ def test_missing_copy_is_inserted_once_and_reported(opencl_available: None) -> N
 
 
 def test_missing_copy_is_an_error_when_strict(opencl_available: None) -> None:
-    with pytest.raises(GraphError, match=r"node 3 's' on cpu\(0\) reads input 0, entry 2:0 "
-                                         r"\(eid 2\), which lives on opencl\(0\)"):
+    with pytest.raises(GraphError, match=r"node 3 's' on cpu:0 reads input 0, entry 2:0 "
+                                         r"\(eid 2\), which lives on opencl:0"):
         gr.create(_missing_copy_graph(), None, [gr.cpu(), gr.opencl()], strict=True)
 
 
@@ -145,15 +148,15 @@ def test_storage_shared_across_entries_and_dtypes() -> None:
 def test_one_storage_id_on_two_devices_is_an_error(opencl_available: None) -> None:
     nodes = [null("x"), tvm_op("a", "relu", [0]), copy_op("c", 1), tvm_op("b", "relu", [2])]
     g = make_graph(nodes, [3], storage_ids=[0, 1, 2, 1], device_index=[CPU, CPU, OPENCL, OPENCL])
-    with pytest.raises(GraphError, match=r"storage id 1 is used on cpu\(0\) by entry 1 "
-                                         r"\(node 1 'a' output 0\) and on opencl\(0\) by entry 3"):
+    with pytest.raises(GraphError, match=r"storage id 1 is used on cpu:0 by entry 1 "
+                                         r"\(node 1 'a' output 0\) and on opencl:0 by entry 3"):
         gr.create(g, None, [gr.cpu(), gr.opencl()])
 
 
 def test_absurd_shapes_fail_before_allocating() -> None:
     nodes = [null("x"), tvm_op("a", "relu", [0])]
     g = make_graph(nodes, [1], shapes=[[1 << 20, 1 << 20, 1 << 10], [1 << 20, 1 << 20, 1 << 10]])
-    with pytest.raises(GraphError, match=r"needs 8\.0 PiB on cpu\(0\).*storage id \d .*entry \d "
+    with pytest.raises(GraphError, match=r"needs 8\.0 PiB on cpu:0.*storage id \d .*entry \d "
                                          r"\(node \d '\w' output 0, shape"):
         gr.create(g, None, gr.cpu())
 
@@ -161,7 +164,7 @@ def test_absurd_shapes_fail_before_allocating() -> None:
 def test_memory_cap_is_settable() -> None:
     g = make_graph([null("x"), tvm_op("a", "relu", [0])], [1], shapes=(256,))
     gr.create(g, None, gr.cpu(), memory_cap=2048)
-    with pytest.raises(GraphError, match=r"needs 2\.0 KiB on cpu\(0\) but the cap is 1\.0 KiB"):
+    with pytest.raises(GraphError, match=r"needs 2\.0 KiB on cpu:0 but the cap is 1\.0 KiB"):
         gr.create(g, None, gr.cpu(), memory_cap=1024)
     with pytest.raises(GraphError, match="cap is 100 B"):
         gr.create(g, None, gr.cpu(), memory_cap={"cpu": 100})
@@ -204,9 +207,9 @@ def test_kernel_error_at_run_names_the_node() -> None:
         raise ValueError("kernel exploded")
 
     m = gr.create(make_graph([null("x"), tvm_op("b", "boom", [0])], [1]), lib, gr.cpu())
-    with pytest.raises(LibraryError, match=r"node 1 'b' \(boom on cpu\(0\)\) failed: "
+    with pytest.raises(LibraryError, match=r"node 1 'b' \(boom on cpu:0\) failed: "
                                            r"ValueError: kernel exploded"):
-        m.run()
+        m.run(x=np.zeros(4, "float32"))
 
 
 @pytest.mark.opencl
@@ -246,3 +249,96 @@ def test_flatten_data_with_a_broadcasting_standard_op(backend_name: str) -> None
     b = np.array([10, 20, 30], dtype="float32")
     m.run(x=x, b=b)
     np.testing.assert_array_equal(m.get_output(0).numpy(), x + b)
+
+
+# ---- workspace, copies within a device (issue 13) -------------------------------------------
+
+HETERO_CNN = Path(__file__).parents[2] / "examples" / "graphs" / "hetero_cnn"
+
+
+def _add_then_sum(n: int):
+    from graph_runtime.lib.loader import module_from_json
+    lib = module_from_json({"format": "graph_runtime.lib", "version": 1, "functions": {
+        "addsum": {"ops": [{"op": "add"}, {"op": "sum"}]}}})
+    g = make_graph([null("a"), null("b"), tvm_op("s", "addsum", [0, 1])], [2],
+                   shapes=[[n, 1], [1, n], []])
+    return g, lib
+
+
+def test_chain_intermediates_count_in_the_report_and_under_the_cap() -> None:
+    # add then sum over [n, 1] + [1, n] holds an n x n temp the pool never sees.
+    g, lib = _add_then_sum(600)
+    m = gr.create(g, lib, gr.cpu())
+    assert m.memory_report().workspace == {gr.cpu(): 600 * 600 * 4}
+    assert "workspace" in str(m.memory_report())
+    a = np.arange(600, dtype="float32").reshape(600, 1)
+    b = np.ones((1, 600), "float32")
+    m.run(a=a, b=b)
+    np.testing.assert_allclose(m.get_output(0).numpy(), (a + b).sum(), rtol=1e-5)
+    # The issue's size: 60000 x 60000 float32 (14.4 GB) is refused before it is allocated.
+    g, lib = _add_then_sum(60000)
+    with pytest.raises(LibraryError, match=r"node 2 's'.*addsum: the chain's intermediates need "
+                                           r"13\.4 GiB on cpu:0 .*memory cap"):
+        gr.create(g, lib, gr.cpu(), memory_cap=1 << 30)
+
+
+def test_kernel_workspace_past_the_cap_names_the_node() -> None:
+    class Greedy:
+        """A prepared kernel keeping 1 MiB of its own."""
+
+        def prepare(self, device, inputs, outputs, attrs):
+            return self
+
+        def workspace_bytes(self) -> int:
+            return 1 << 20
+
+        def __call__(self, x, out) -> None:
+            out[...] = x
+
+    lib = Module("greedy")
+    lib.register("greedy", Greedy(), device="cpu")
+    g = make_graph([null("x"), tvm_op("k", "greedy", [0])], [1])
+    assert gr.create(g, lib, gr.cpu()).memory_report().workspace == {gr.cpu(): 1 << 20}
+    with pytest.raises(GraphError, match=r"node 1 'k' \(greedy\) keeps 1\.0 MiB of workspace on "
+                                         r"cpu:0, which brings the total there to .* but the "
+                                         r"cap is 512\.0 KiB"):
+        gr.create(g, lib, gr.cpu(), memory_cap=1 << 19)
+
+
+def test_same_device_copies_are_dropped() -> None:
+    nodes = [null("x"), tvm_op("a", "relu", [0]), copy_op("c", 1), tvm_op("b", "exp", [2])]
+    m = gr.create(make_graph(nodes, [3], storage_ids=[0, 1, 2, 3]), None, gr.cpu())
+    assert [s.label for s in m.executor.steps] == ["node 1 'a'", "node 3 'b'"]
+    x = np.array([-1, 0, 1, 2], "float32")
+    m.run(x=x)
+    np.testing.assert_allclose(m.get_output(0).numpy(), np.exp(np.maximum(x, 0)), rtol=1e-6)
+
+
+def test_a_same_device_copy_stays_when_its_source_storage_is_reused() -> None:
+    # a (sid 1) is copied to c (sid 2); d reuses sid 1 while c is still to be read by e.
+    nodes = [null("x"), tvm_op("a", "relu", [0]), copy_op("c", 1), tvm_op("d", "negative", [2]),
+             tvm_op("e", "add", [2, 3])]
+    m = gr.create(make_graph(nodes, [4], storage_ids=[0, 1, 2, 1, 3]), None, gr.cpu())
+    assert any(s.is_copy for s in m.executor.steps)
+    x = np.array([-1, 0, 1, 2], "float32")
+    m.run(x=x)
+    np.testing.assert_array_equal(m.get_output(0).numpy(), np.zeros(4, "float32"))
+
+
+def test_hetero_cnn_on_cpu_alone_drops_its_cpu_to_cpu_copy() -> None:
+    m = gr.create(HETERO_CNN / "graph.json", HETERO_CNN / "lib.json", gr.cpu())
+    assert m.executor.dropped_copies and not any(s.is_copy for s in m.executor.steps)
+    inputs = np.load(HETERO_CNN / "inputs.npz")
+    m.load_params(HETERO_CNN / "params")
+    m.run(**{k: inputs[k] for k in inputs.files})
+    expected = np.load(HETERO_CNN / "expected.npz")
+    np.testing.assert_allclose(m.get_output(0).numpy(), expected["output_0"], rtol=1e-4,
+                               atol=1e-5)
+
+
+@pytest.mark.opencl
+def test_memory_report_counts_graph_copies(opencl_available: None) -> None:
+    m = gr.create(HETERO_CNN / "graph.json", HETERO_CNN / "lib.json", [gr.cpu(), gr.opencl()])
+    report = m.memory_report()
+    assert report.copies[gr.cpu()] == 32 * 1024
+    assert report.workspace[gr.opencl()] > 0

@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import logging
+import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
 from support import make_graph, null, tvm_op
 
 import graph_runtime as gr
-from graph_runtime.errors import DeviceError, GraphError, ParamsError
+from graph_runtime.errors import DeviceError, GraphError, GraphRuntimeError, ParamsError
 
 
 def _axpy():
@@ -84,11 +86,11 @@ def test_get_output_is_not_overwritten_and_out_copies() -> None:
 
 
 def _reusing_graph():
-    # x (sid 0) -> a = relu(x) (sid 1) -> b = negative(a) (sid 0: overwrites x's storage)
-    # -> c = exp(b) (sid 1: the output shares a's storage id).
+    # x (sid 0) -> a = relu(x) (sid 1) -> b = negative(a) (sid 2) -> c = exp(b) (sid 1: the
+    # output shares a's storage id). Reusing an input's id is refused (runtime/liveness.py).
     nodes = [null("x"), tvm_op("a", "relu", [0]), tvm_op("b", "negative", [1]),
              tvm_op("c", "exp", [2])]
-    return make_graph(nodes, [3], shapes=(5,), storage_ids=[0, 1, 0, 1])
+    return make_graph(nodes, [3], shapes=(5,), storage_ids=[0, 1, 2, 1])
 
 
 def test_zero_copy_input_sharing_a_storage_id_is_not_overwritten() -> None:
@@ -120,7 +122,7 @@ def test_zero_copy_output_sharing_a_storage_id() -> None:
 
 def test_zero_copy_refuses_wrong_device_shape_dtype(opencl_available: None) -> None:
     m = gr.create(_reusing_graph(), None, gr.cpu())
-    with pytest.raises(DeviceError, match=r"lives on cpu\(0\) but the array given is on opencl"):
+    with pytest.raises(DeviceError, match=r"lives on cpu:0 but the array given is on opencl"):
         m.set_input_zero_copy("x", gr.nd.empty((5,), "float32", gr.opencl()))
     with pytest.raises(GraphError, match=r"expected \(5,\) float32, got \(4,\) float32"):
         m.set_input_zero_copy("x", np.zeros(4, "float32"))
@@ -155,7 +157,7 @@ def test_load_params_mismatch_and_unknown(caplog: pytest.LogCaptureFixture) -> N
         m.load_params(gr.save_param_dict({"zz": np.ones(1, "float32")}))
     assert "'zz'" in caplog.text
     strict = gr.create(_axpy().graph, None, gr.cpu(), strict=True)
-    with pytest.raises(ParamsError, match=r"1 params are not inputs of the graph: 'zz'"):
+    with pytest.raises(ParamsError, match=r"1 param is not an input of the graph: 'zz'"):
         strict.load_params(gr.save_param_dict({"zz": np.ones(1, "float32")}))
 
 
@@ -190,3 +192,143 @@ def test_create_accepts_json_text_path_dict(tmp_path) -> None:
         m = gr.create(source, None, "cpu")
         m.run(x=X, a=np.ones((2, 3), "float32"), b=np.ones((2, 3), "float32"))
         np.testing.assert_array_equal(m.get_output(0).numpy(), X + 1)
+
+
+# ---- threads (issue 13: one module used by two threads gave wrong answers) -----------------------
+
+def _blocking_module(started: "threading.Event", release: "threading.Event"):
+    """out = x + 1 through a user kernel that waits for release, so a run is held mid-way."""
+    lib = gr.Module("slow")
+
+    @lib.register("slow_add1", device="cpu")
+    def slow_add1(x: np.ndarray, out: np.ndarray) -> None:
+        started.set()
+        release.wait(10)
+        np.add(x, 1, out=out)
+
+    return gr.create(make_graph([null("x"), tvm_op("y", "slow_add1", [0])], [1]), lib, gr.cpu())
+
+
+def test_a_second_thread_is_refused_while_a_run_is_under_way() -> None:
+    started, release = threading.Event(), threading.Event()
+    m = _blocking_module(started, release)
+    errors: list[BaseException] = []
+    worker = threading.Thread(target=lambda: _catch(errors, m.run, x=np.zeros(4, "float32")),
+                              name="first")
+    worker.start()
+    assert started.wait(10)
+    try:
+        for call in (lambda: m.run(), lambda: m.set_input("x", np.ones(4, "float32")),
+                     lambda: m.get_output(0)):
+            with pytest.raises(GraphRuntimeError, match=r"called from thread 'MainThread' while "
+                                                        r"another thread is in run"):
+                call()
+    finally:
+        release.set()
+        worker.join(10)
+    assert errors == []
+    np.testing.assert_array_equal(m.get_output(0).numpy(), np.ones(4, "float32"))
+
+
+def _catch(errors: list, fn, *args, **kwargs) -> None:
+    try:
+        fn(*args, **kwargs)
+    except BaseException as e:  # noqa: BLE001 - reported to the test thread
+        errors.append(e)
+
+
+def test_run_with_is_atomic_across_many_threads() -> None:
+    m = _axpy()
+    m.load_params({"a": np.full((2, 3), 3, "float32"), "b": np.ones((2, 3), "float32")})
+    wrong: list[str] = []
+    errors: list[BaseException] = []
+
+    def work(k: int) -> None:
+        for r in range(40):
+            x = np.full((2, 3), k * 100 + r, "float32")
+            (out,) = m.run_with(x=x)
+            if not np.array_equal(out, 3 * x + 1):
+                wrong.append(f"thread {k} run {r}")
+
+    threads = [threading.Thread(target=_catch, args=(errors, work, k)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert errors == [] and wrong == []
+
+
+def test_clones_share_the_weights_and_run_in_parallel() -> None:
+    m = _axpy()
+    m.load_params({"a": np.full((2, 3), 2, "float32"), "b": np.ones((2, 3), "float32")})
+    clones = [m.clone() for _ in range(4)]
+    for c in clones:
+        assert c.get_input("a").native is m.get_input("a").native  # one copy of the weights
+        assert c.get_input("x").native is not m.get_input("x").native
+    wrong: list[int] = []
+    errors: list[BaseException] = []
+
+    def work(k: int) -> None:
+        for r in range(40):
+            x = np.full((2, 3), k + r, "float32")
+            clones[k].run(x=x)
+            if not np.array_equal(clones[k].get_output(0).numpy(), 2 * x + 1):
+                wrong.append(k)
+
+    threads = [threading.Thread(target=_catch, args=(errors, work, k)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert errors == [] and wrong == []
+
+
+# ---- inputs never set -------------------------------------------------------------------------
+
+def test_run_refuses_inputs_never_set_naming_them() -> None:
+    m = _axpy()
+    m.set_input("x", X)
+    with pytest.raises(GraphError, match=r"2 inputs never set: a, b; .*allow_uninitialized=True"):
+        m.run()
+    m.load_params({"a": np.ones((2, 3), "float32")})
+    with pytest.raises(GraphError, match=r"1 input never set: b;"):
+        m.run()
+    m.set_input_zero_copy("b", np.zeros((2, 3), "float32"))
+    m.run()
+    np.testing.assert_array_equal(m.get_output(0).numpy(), X)
+
+
+def test_allow_uninitialized_and_benchmark_run_without_inputs() -> None:
+    nodes = [null("x"), tvm_op("y", "relu", [0])]
+    m = gr.create(make_graph(nodes, [1]), None, gr.cpu(), allow_uninitialized=True)
+    m.run()
+    strict = gr.create(make_graph(nodes, [1]), None, gr.cpu())
+    assert strict.benchmark(repeat=1, number=1).mean >= 0
+    assert len(strict.profile()) == 1
+
+
+# ---- Python API type errors become typed errors -------------------------------------------------
+
+def test_api_type_errors_are_typed() -> None:
+    m = _axpy()
+    for bad in ("0", None, 1.5, True):
+        with pytest.raises(GraphError, match="get_output needs an output index"):
+            m.get_output(bad)
+    with pytest.raises(GraphError, match=r"input 'x' \(eid 0\): cannot make a float32 array of "
+                                         r"a str"):
+        m.set_input("x", "abc")
+    with pytest.raises(GraphError, match=r"set_input\('x'\) needs a value; got None"):
+        m.set_input("x")
+
+
+def test_create_with_bad_arguments_is_typed() -> None:
+    from graph_runtime.errors import LibraryError
+    g = make_graph([null("x"), tvm_op("y", "relu", [0])], [1])
+    with pytest.raises(LibraryError, match="load_module needs the path .* got float"):
+        gr.create(g, 3.5)  # type: ignore[arg-type]
+    text = "[" * 200_000
+    with pytest.raises(GraphError) as info:
+        gr.create(text, None, gr.cpu())
+    assert "not valid JSON" in str(info.value) and len(str(info.value)) < 300
+    with pytest.raises(GraphError, match="is a directory"):
+        gr.create(Path(__file__).parent, None, gr.cpu())

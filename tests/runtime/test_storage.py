@@ -35,8 +35,8 @@ def test_bytes_per_storage_id_is_the_max_over_its_entries() -> None:
 
 def test_a_storage_id_on_two_devices_names_both_entries() -> None:
     g = _chain([0, 1, 1], [[4], [4], [4]], ["float32"] * 3)
-    with pytest.raises(GraphError, match=r"storage id 1 is used on cpu\(0\) by entry 1 \(node 1 "
-                                         r"'n0' output 0\) and on opencl\(0\) by entry 2 \(node 2 "
+    with pytest.raises(GraphError, match=r"storage id 1 is used on cpu:0 by entry 1 \(node 1 "
+                                         r"'n0' output 0\) and on opencl:0 by entry 2 \(node 2 "
                                          r"'n1' output 0\)"):
         layout_pool(g, [gr.cpu(), gr.cpu(), gr.opencl()])
 
@@ -45,7 +45,7 @@ def test_capacity_check_names_the_largest_storage_id_and_entry() -> None:
     g = _chain([0, 1, 2], [[4], [1 << 20], [4]], ["float32"] * 3)
     plan = layout_pool(g, [gr.cpu()] * 3)
     check_capacity(g, plan, {gr.cpu(): 1 << 23})
-    with pytest.raises(GraphError, match=r"needs 4\.0 MiB on cpu\(0\) but the cap is 1\.0 MiB; "
+    with pytest.raises(GraphError, match=r"needs 4\.0 MiB on cpu:0 but the cap is 1\.0 MiB; "
                                          r"the largest is storage id 1 \(4\.0 MiB\) for entry 1 "
                                          r"\(node 1 'n0' output 0, shape \(1048576,\) float32\)"):
         check_capacity(g, plan, {gr.cpu(): 1 << 20})

@@ -1,0 +1,265 @@
+"""Fuzzing the input paths: mutated graph JSON, lib.json, TVM params and .npz files.
+
+Every mutated input must be accepted or refused with one of the project's own errors
+(GraphRuntimeError subclasses): never another exception, never past a time bound per case, never
+past a memory limit. Each target runs in a subprocess whose address space is capped with
+resource.setrlimit, so an input that makes the loader allocate without bound shows up as a
+MemoryError escape instead of taking the machine down. The mutator is our own and seeded, so a
+failure names a case that reproduces: `python tests/test_fuzz.py TARGET CASES SEED`.
+"""
+from __future__ import annotations
+
+import copy
+import io
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples" / "graphs"
+CASES = 500  # per target: 2,000 in all
+MEMORY_LIMIT = 3 << 30  # bytes of address space for the fuzzing process
+CASE_SECONDS = 5.0  # one case slower than this is a finding
+MEMORY_CAP = 64 << 20  # create()'s memory cap for graphs that load
+
+# Values that broke loaders before: wrong types, huge and negative numbers, long strings.
+HOSTILE = [None, True, False, 0, -1, 1, 2, 1.0, 0.5, -2 ** 63, 2 ** 31, 2 ** 40, 2 ** 63,
+           2 ** 64, 1e308, "", "0", "1", "x", "NaN", "-1", "1e9", "x" * 2000, [], {}, [0],
+           [2 ** 40, 2 ** 40], [0, 2 ** 62], [[0, 0, 0]], {"op": "relu"}, ["list_int", [0]],
+           "float32", "__copy", "__nop", "dense", "conv2d"]
+# Text that JSON parsers choke on, spliced into the serialized document.
+HOSTILE_TEXT = ["[" * 5000, "9" * 5000, "NaN", "Infinity", "\"\\ud800\"", "\x00", "\xff",
+                "{\"a\": 1, \"a\": 2}", "1e999", "-0"]
+
+
+# ---- mutators ---------------------------------------------------------------------------------
+
+def _paths(doc: Any, prefix: tuple = ()) -> list[tuple]:
+    """Every path into a JSON document (lists sampled to their first 6 items)."""
+    out = [prefix]
+    if isinstance(doc, dict):
+        for key, value in doc.items():
+            out += _paths(value, prefix + (key,))
+    elif isinstance(doc, list):
+        for i, value in enumerate(doc[:6]):
+            out += _paths(value, prefix + (i,))
+    return out
+
+
+def mutate_doc(doc: Any, rng: random.Random) -> str:
+    """The document's JSON text after 1-3 structural mutations, sometimes also a textual one;
+    half the time instead one near miss (a leaf number or string nudged), which gets past
+    the schema to the semantic checks, planning and kernels."""
+    doc = copy.deepcopy(doc)
+    if rng.random() < 0.5:
+        _near_miss(doc, rng)
+        return json.dumps(doc)
+    for _ in range(rng.randint(1, 3)):
+        paths = [p for p in _paths(doc) if p]
+        path = rng.choice(paths)
+        parent = doc
+        for key in path[:-1]:
+            parent = parent[key]
+        action = rng.random()
+        if action < 0.6:
+            parent[path[-1]] = copy.deepcopy(rng.choice(HOSTILE))
+        elif action < 0.75 and isinstance(parent, dict):
+            del parent[path[-1]]
+        elif action < 0.9 and isinstance(parent, list):
+            parent.append(copy.deepcopy(rng.choice(parent)) if parent else None)
+        else:
+            parent[path[-1]] = copy.deepcopy(rng.choice([doc, parent]))
+    text = json.dumps(doc)
+    if rng.random() < 0.2:
+        at = rng.randrange(len(text) + 1)
+        text = text[:at] + rng.choice(HOSTILE_TEXT) + text[at:]
+    return text
+
+
+def _near_miss(doc: Any, rng: random.Random) -> None:
+    """Replace one leaf with a plausible neighbour: an int +-1, 0, doubled, or another leaf."""
+    leaves = [p for p in _paths(doc) if p and not isinstance(_get(doc, p), (dict, list))]
+    path = rng.choice(leaves)
+    value = _get(doc, path)
+    if isinstance(value, int) and not isinstance(value, bool):
+        new: Any = rng.choice([value - 1, value + 1, 0, 2 * value, value * 1000, -value])
+    elif isinstance(value, str) and value.isdigit():
+        new = str(rng.choice([int(value) + 1, 0, int(value) * 1000]))
+    else:
+        new = _get(doc, rng.choice(leaves))
+    _get(doc, path[:-1])[path[-1]] = new
+
+
+def _get(doc: Any, path: tuple) -> Any:
+    for key in path:
+        doc = doc[key]
+    return doc
+
+
+def mutate_bytes(data: bytes, rng: random.Random) -> bytes:
+    """1-4 byte-level mutations: flips, 64-bit field overwrites, truncation, duplication."""
+    out = bytearray(data)
+    for _ in range(rng.randint(1, 4)):
+        if not out:
+            break
+        action = rng.random()
+        at = rng.randrange(len(out))
+        if action < 0.4:
+            out[at] ^= 1 << rng.randrange(8)
+        elif action < 0.7:
+            value = rng.choice([0, 1, 2 ** 31, 2 ** 40, 2 ** 63, 2 ** 64 - 1, rng.getrandbits(64)])
+            out[at:at + 8] = value.to_bytes(8, "little")
+        elif action < 0.85:
+            del out[rng.randrange(len(out)):]
+        else:
+            end = min(len(out), at + rng.randint(1, 64))
+            out[at:at] = out[at:end]
+    return bytes(out)
+
+
+# ---- targets: (seed documents, one case) ------------------------------------------------------
+
+def _graph_target() -> Callable[[random.Random], None]:
+    import numpy as np
+
+    import graph_runtime as gr
+    names = ("mlp", "hetero_cnn", "duplex")
+    docs = [json.loads((EXAMPLES / name / "graph.json").read_text()) for name in names]
+    libs = [gr.load_module(EXAMPLES / name / "lib.json") for name in names]
+
+    def case(rng: random.Random) -> None:
+        k = rng.randrange(len(docs))
+        text = mutate_doc(docs[k], rng)
+        m = gr.create(text, libs[k], gr.cpu(), memory_cap=MEMORY_CAP, allow_uninitialized=True)
+        shapes, dtypes = m.get_input_info()
+        for name, shape in shapes.items():
+            m.set_input(name, np.zeros(shape, dtypes[name]))
+        m.run()
+    return case
+
+
+def _lib_target() -> Callable[[random.Random], None]:
+    import graph_runtime as gr
+    from graph_runtime.lib.loader import module_from_json
+    docs = [json.loads((EXAMPLES / name / "lib.json").read_text()) for name in
+            ("mlp", "hetero_cnn")]
+    graphs = {id(docs[0]): EXAMPLES / "mlp" / "graph.json",
+              id(docs[1]): EXAMPLES / "hetero_cnn" / "graph.json"}
+
+    def case(rng: random.Random) -> None:
+        seed = rng.choice(docs)
+        text = mutate_doc(seed, rng)
+        try:
+            doc = json.loads(text)
+        except (ValueError, RecursionError):
+            doc = None
+        if doc is None:  # unreadable text goes through the file loader
+            path = Path(os.environ["FUZZ_TMP"]) / "lib.json"
+            path.write_text(text, errors="surrogatepass")
+            gr.load_module(path)
+            return
+        lib = module_from_json(doc)
+        gr.create(graphs[id(seed)], lib, gr.cpu(), memory_cap=MEMORY_CAP,
+                  allow_uninitialized=True)
+    return case
+
+
+def _params_target() -> Callable[[random.Random], None]:
+    import numpy as np
+
+    from graph_runtime.params import load_param_arrays, save_param_dict
+    blobs = [save_param_dict({"w": np.arange(12, dtype="float32").reshape(3, 4),
+                              "b": np.ones(4, "int64"), "s": np.float16(2.5)}),
+             (EXAMPLES / "hetero_cnn" / "params").read_bytes()]
+
+    def case(rng: random.Random) -> None:
+        load_param_arrays(mutate_bytes(rng.choice(blobs), rng), "fuzz")
+    return case
+
+
+def _npz_target() -> Callable[[random.Random], None]:
+    import numpy as np
+
+    from graph_runtime.params import load_params_file
+    seeds = []
+    for compress in (np.savez, np.savez_compressed):
+        buffer = io.BytesIO()
+        compress(buffer, x=np.arange(40, dtype="float32").reshape(5, 8), y=np.eye(3, dtype="int8"))
+        seeds.append(buffer.getvalue())
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as zf:
+        zf.writestr("notes.txt", "not an array")
+    seeds.append(buffer.getvalue())
+    path = Path(os.environ["FUZZ_TMP"]) / "p.npz"
+
+    def case(rng: random.Random) -> None:
+        path.write_bytes(mutate_bytes(rng.choice(seeds), rng))
+        load_params_file(path)
+    return case
+
+
+TARGETS = {"graph": _graph_target, "lib": _lib_target, "params": _params_target,
+           "npz": _npz_target}
+
+
+def fuzz(target: str, cases: int, seed: int) -> dict[str, Any]:
+    """Run cases of target; the report counts outcomes and lists every finding."""
+    import logging
+
+    from graph_runtime.errors import GraphRuntimeError
+    logging.getLogger("graph_runtime").setLevel(logging.ERROR)
+    case = TARGETS[target]()
+    report: dict[str, Any] = {"target": target, "cases": cases, "accepted": 0, "refused": 0,
+                              "escaped": [], "slow": [], "seconds": 0.0}
+    start = time.perf_counter()
+    for k in range(cases):
+        rng = random.Random(f"{seed}:{target}:{k}")
+        t0 = time.perf_counter()
+        try:
+            case(rng)
+            report["accepted"] += 1
+        except GraphRuntimeError as e:
+            report["refused"] += 1
+            if os.environ.get("FUZZ_VERBOSE"):
+                print(f"case {k}: {type(e).__name__}: {str(e)[:300]}", file=sys.stderr)
+        except BaseException as e:  # noqa: BLE001 - a finding, reported with its case
+            report["escaped"].append(f"case {k}: {type(e).__name__}: {str(e)[:200]}")
+        elapsed = time.perf_counter() - t0
+        if elapsed > CASE_SECONDS:
+            report["slow"].append(f"case {k}: {elapsed:.1f} s")
+    report["seconds"] = round(time.perf_counter() - start, 2)
+    return report
+
+
+def _limit_memory() -> None:
+    import resource
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+
+
+@pytest.mark.parametrize("target", sorted(TARGETS))
+def test_fuzzed_inputs_give_only_our_errors(target: str, tmp_path: Path) -> None:
+    env = {**os.environ, "FUZZ_TMP": str(tmp_path), "OPENBLAS_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, __file__, target, str(CASES), "13"],
+                          capture_output=True, text=True, timeout=240, env=env,
+                          preexec_fn=_limit_memory, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["accepted"] + report["refused"] + len(report["escaped"]) == CASES
+    assert report["escaped"] == [], report["escaped"][:10]
+    assert report["slow"] == [], report["slow"]
+    assert report["refused"] > CASES // 4  # the mutations really do reach the checks
+
+
+if __name__ == "__main__":
+    name, count, seed_arg = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    os.environ.setdefault("FUZZ_TMP", "/tmp")
+    print(json.dumps(fuzz(name, count, seed_arg)))
