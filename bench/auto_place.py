@@ -240,9 +240,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'':<11} auto / best one-device {auto_ms / best_single:.2f}x, "
               f"auto / best hand {auto_ms / best_hand:.2f}x; devices {mine[0]['devices']}")
     planning = bench_planning(devices, args.cache.with_name("auto_place_resnet_costs.json"))
+    stages = ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in planning["warm_stages"].items())
     print(f"ResNet-50-sized graph: {planning['nodes']} nodes; cold plan {planning['cold_s']:.1f} s "
           f"({planning['kernels_measured_cold']} kernels measured), warm plan "
-          f"{planning['warm_s'] * 1e3:.0f} ms ({', '.join(f'{k} {v * 1e3:.0f} ms' for k, v in planning['warm_stages'].items())})")
+          f"{planning['warm_s'] * 1e3:.0f} ms ({stages})")
     print(f"  three devices: MILP {planning['three_devices_milp_s'] * 1e3:.0f} ms "
           f"(objective {planning['three_devices_milp_objective'] * 1e3:.3f} ms), alpha-expansion "
           f"{planning['three_devices_alpha-expansion_s'] * 1e3:.0f} ms (objective "

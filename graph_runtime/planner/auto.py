@@ -1,6 +1,6 @@
 """auto_place: measure, solve and emit the placement that minimises a graph's predicted run time.
 
-How the graph becomes a CostProblem (planner/solve_auto.py):
+How the graph becomes a CostProblem (planner/cost_problem.py):
 
 - Existing `__copy` nodes are dropped first (readers read the copy's source): the plan decides
   its own copies, and plan_graph inserts them.

@@ -75,8 +75,9 @@ class CostCache:
         except (OSError, json.JSONDecodeError) as e:
             raise PlanError(f"profile cache {where}: cannot read: {e}") from e
         if not isinstance(doc, dict) or doc.get("format") != CACHE_FORMAT:
-            raise PlanError(f"profile cache {where} at $.format: expected {CACHE_FORMAT!r}, got "
-                            f"{doc.get('format') if isinstance(doc, dict) else type(doc).__name__!r}")
+            got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
+            raise PlanError(f"profile cache {where} at $.format: expected {CACHE_FORMAT!r}, "
+                            f"got {got!r}")
         try:
             kernels = {str(k): float(v) for k, v in doc.get("kernels", {}).items()}
             copies = {str(k): CopyModel(float(v["latency"]), float(v["per_byte"]))
