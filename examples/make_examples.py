@@ -389,7 +389,100 @@ def hetero_cnn() -> Example:
                    params, {"data": data}, [cnn_reference(data, params)])
 
 
-EXAMPLES: list[Callable[[], Example]] = [simplex, duplex, mlp, cnn, hetero_cnn]
+MIXED_INPUT = (16, 64, 64)
+MIXED_CHANNELS = 32
+# The elementwise epilogue after each convolution: per-channel scale and shift, two squashes,
+# a gate, a second shift, ReLU. Seven ops with four per-channel vectors, fused into one function.
+MIXED_CHAIN = [{"op": "multiply"}, {"op": "add"}, {"op": "tanh"}, {"op": "sigmoid"},
+               {"op": "multiply"}, {"op": "add"}, {"op": "relu"}]
+MIXED_FUNCTIONS = {
+    PREFIX + "nn_conv2d_add": {"ops": CONV[:2]},
+    PREFIX + "multiply_add_tanh_sigmoid_multiply_add_nn_relu": {"ops": MIXED_CHAIN},
+    PREFIX + "nn_conv2d_add_1": {"ops": CONV[:2]},
+    PREFIX + "multiply_add_tanh_sigmoid_multiply_add_nn_relu_1": {"ops": MIXED_CHAIN},
+    PREFIX + "nn_max_pool2d": POOL,
+}
+MIXED_VECTORS = ("scale", "shift", "gate", "bias")
+
+
+def mixed_graph() -> dict[str, Any]:
+    """conv3x3 -> 7-op elementwise epilogue, twice, then maxpool 2x2; no device_index.
+
+    Made for `graphrun plan --auto`: convolutions are fast on an OpenCL device, a long
+    elementwise chain is fast in NumPy on the CPU, so the best plan mixes the two.
+    """
+    g = GraphBuilder()
+    x = g.input("data", (1,) + MIXED_INPUT)
+    cin = MIXED_INPUT[0]
+    h, w = MIXED_INPUT[1:]
+    p = 0
+    for i in range(2):
+        suffix = "" if i == 0 else "_1"
+        wt = g.input(f"p{p}", (MIXED_CHANNELS, cin, 3, 3))
+        bias = g.input(f"p{p + 1}", (MIXED_CHANNELS, 1, 1))
+        p += 2
+        x = g.op(PREFIX + "nn_conv2d_add" + suffix, [x, wt, bias], (1, MIXED_CHANNELS, h, w))
+        vectors = []
+        for _ in MIXED_VECTORS:
+            vectors.append(g.input(f"p{p}", (MIXED_CHANNELS, 1, 1)))
+            p += 1
+        x = g.op(PREFIX + "multiply_add_tanh_sigmoid_multiply_add_nn_relu" + suffix,
+                 [x] + vectors, (1, MIXED_CHANNELS, h, w))
+        cin = MIXED_CHANNELS
+    out = g.op(PREFIX + "nn_max_pool2d", [x], (1, MIXED_CHANNELS, h // 2, w // 2))
+    return g.to_dict([out])
+
+
+def mixed_params(seed: int = 40) -> dict[str, np.ndarray]:
+    """Conv weights He-initialised; per-channel scale, shift, gate and bias vectors [C, 1, 1]."""
+    rng = np.random.default_rng(seed)
+    params = {}
+    cin = MIXED_INPUT[0]
+    p = 0
+    for _ in range(2):
+        scale = np.sqrt(2.0 / (cin * 9))
+        params[f"p{p}"] = (rng.standard_normal((MIXED_CHANNELS, cin, 3, 3)) * scale).astype(
+            np.float32)
+        params[f"p{p + 1}"] = (rng.standard_normal((MIXED_CHANNELS, 1, 1)) * 0.05).astype(
+            np.float32)
+        p += 2
+        for _ in MIXED_VECTORS:
+            params[f"p{p}"] = (rng.standard_normal((MIXED_CHANNELS, 1, 1)) * 0.5 + 1.0).astype(
+                np.float32)
+            p += 1
+        cin = MIXED_CHANNELS
+    return params
+
+
+def mixed_reference(data: np.ndarray, p: dict[str, np.ndarray]) -> np.ndarray:
+    x = data.astype(np.float64)
+    k = 0
+    for _ in range(2):
+        x = ref_conv2d(x, p[f"p{k}"], p[f"p{k + 1}"], 1)
+        scale, shift, gate, bias = (p[f"p{k + 2 + j}"].astype(np.float64) for j in range(4))
+        k += 6
+        x = np.tanh(x * scale + shift)
+        x = 1.0 / (1.0 + np.exp(-x))
+        x = ref_relu(x * gate + bias)
+    return ref_max_pool2d(x, 2)
+
+
+def mixed() -> Example:
+    params = mixed_params()
+    data = np.random.default_rng(41).random((1,) + MIXED_INPUT).astype(np.float32)
+    return Example("mixed", "Two conv3x3 layers, each followed by a 7-op elementwise epilogue "
+                   "fused into one function, then maxpool; no placement. Made for `graphrun plan "
+                   "--auto -d cpu -d opencl`: the elementwise functions and the pooling are far "
+                   "faster in NumPy than on PoCL, the convolutions faster on OpenCL whenever "
+                   "NumPy's BLAS threads compete for the cores (on the shared 2-core development "
+                   "machine, most of the time), and then the best plan mixes the devices. On an "
+                   "idle machine NumPy wins the convolutions too and the plan is all-cpu.",
+                   {"graph.json": mixed_graph()}, MIXED_FUNCTIONS,
+                   "convolutions with long elementwise epilogues, for automatic placement",
+                   params, {"data": data}, [mixed_reference(data, params)])
+
+
+EXAMPLES: list[Callable[[], Example]] = [simplex, duplex, mlp, cnn, hetero_cnn, mixed]
 
 
 # ---- writing and checking ----------------------------------------------------------------------

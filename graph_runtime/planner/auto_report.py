@@ -1,0 +1,132 @@
+"""AutoPlan: what automatic placement chose and why (per-node times, copies, alternatives)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._text import fmt_bytes, table
+from ..device import Device
+from ..errors import PlanError
+from ..graph.model import COPY_OP, Graph, entry_bytes
+from .constraints import Placement
+from .measure_costs import CopyModel
+from .result import PlanResult
+from .solve_auto import CostProblem
+
+
+@dataclass(frozen=True)
+class NodeCost:
+    """One node of the report: where it runs and its measured seconds on each device."""
+
+    nid: int
+    name: str
+    func_name: str
+    device: Device
+    seconds: dict[Device, float | None]  # None: not allowed there (no kernel, or a pin)
+
+
+@dataclass(frozen=True)
+class PredictedCopy:
+    """A copy the plan needs: the entry (producer name:index), its devices, bytes, seconds."""
+
+    entry: str
+    src: Device
+    dst: Device
+    nbytes: int
+    seconds: float
+
+
+@dataclass
+class AutoPlan:
+    """The planned graph and why: per-node costs, copies, predicted total and alternatives."""
+
+    plan: PlanResult
+    graph: Graph  # the graph that was placed (its __copy nodes dropped)
+    devices: list[Device]
+    nodes: list[NodeCost]
+    copies: list[PredictedCopy]
+    predicted: float
+    alternatives: dict[Device, float | None]  # everything on one device; None: not possible
+    method: str
+    kernels_measured: int
+    copies_measured: int
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    placement: Placement = field(default_factory=Placement)  # every node pinned: the plan
+    problem: CostProblem | None = None  # what the solver saw (bench/ reuses it)
+    copy_models: dict[tuple[Device, Device], CopyModel] = field(default_factory=dict)
+
+    def predict_graph(self, planned: Graph) -> float:
+        """This plan's cost model applied to another plan of the same graph (nodes by name)."""
+        per_node = {n.name: n for n in self.nodes}
+        codes = planned.column("device_index")
+        ids = planned.column("device_id")
+
+        def device_of(eid: int) -> Device:
+            if codes is None:
+                return self.devices[0]
+            return Device(codes[eid], ids[eid] if ids is not None else 0)
+
+        total = 0.0
+        for node in planned.nodes:
+            if node.is_arg or planned.node_row_ptr[node.nid + 1] == planned.node_row_ptr[node.nid]:
+                continue
+            dev = device_of(planned.node_row_ptr[node.nid])
+            if node.func_name == COPY_OP:
+                src = planned.entry_id(node.inputs[0][0], node.inputs[0][1])
+                model = self.copy_models.get((device_of(src), dev))
+                if model is not None:
+                    total += model.seconds(entry_bytes(planned.shape(src), planned.dtype(src)))
+            elif node.name in per_node:
+                seconds = per_node[node.name].seconds.get(dev)
+                if seconds is None:
+                    raise PlanError(f"{node.name!r}: no measured time on {dev.spec}")
+                total += seconds
+        return total
+
+    def text(self) -> str:
+        """The report as tables for people."""
+        specs = [d.spec for d in self.devices]
+        rows = []
+        for n in self.nodes:
+            cells = [_ms(n.seconds[d]) for d in self.devices]
+            rows.append([str(n.nid), n.name, n.device.spec, *cells])
+        lines = ["nodes (ms per run on each device)",
+                 table(["nid", "node", "device", *specs], rows)]
+        if self.copies:
+            lines.append("copies")
+            lines.append(table(["entry", "from", "to", "bytes", "ms"],
+                               [[c.entry, c.src.spec, c.dst.spec, fmt_bytes(c.nbytes),
+                                 f"{c.seconds * 1e3:.3f}"] for c in self.copies]))
+        alt_rows = [["auto (" + self.method + ")", f"{self.predicted * 1e3:.3f}", "1.00x"]]
+        for dev, value in self.alternatives.items():
+            if value is None:
+                alt_rows.append([f"all on {dev.spec}", "not possible", "-"])
+            else:
+                alt_rows.append([f"all on {dev.spec}", f"{value * 1e3:.3f}",
+                                 f"{value / self.predicted:.2f}x" if self.predicted else "-"])
+        lines.append("predicted run time")
+        lines.append(table(["plan", "ms", "vs auto"], alt_rows))
+        stages = ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in self.stage_seconds.items())
+        lines.append(f"measured {self.kernels_measured} kernels and {self.copies_measured} "
+                     f"device pairs ({stages})")
+        lines.append(self.plan.summary().splitlines()[0])
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as plain data for --json."""
+        return {
+            "devices": [d.spec for d in self.devices], "method": self.method,
+            "predicted_seconds": self.predicted,
+            "alternatives": {d.spec: v for d, v in self.alternatives.items()},
+            "nodes": [{"nid": n.nid, "name": n.name, "func_name": n.func_name,
+                       "device": n.device.spec,
+                       "seconds": {d.spec: s for d, s in n.seconds.items()}} for n in self.nodes],
+            "copies": [{"entry": c.entry, "src": c.src.spec, "dst": c.dst.spec,
+                        "bytes": c.nbytes, "seconds": c.seconds} for c in self.copies],
+            "kernels_measured": self.kernels_measured, "copies_measured": self.copies_measured,
+            "stage_seconds": self.stage_seconds,
+        }
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.3f}"

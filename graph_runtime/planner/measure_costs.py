@@ -1,0 +1,289 @@
+"""Measured costs for automatic placement: kernel seconds per device, copy cost, a JSON cache.
+
+A kernel is measured once per (function name, the lib's definition of it, input and output
+shapes and dtypes, node attrs, device name): warm-up, then device-synchronised medians
+(graph_runtime._timing.time_runs with the backend's sync). A copy between two devices is
+modelled as latency + bytes / bandwidth, fitted from three sizes. Both go into the cache file, so
+a second plan of the same graph measures nothing.
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from .._timing import time_runs
+from ..backends import check_device, copy_array
+from ..device import Device
+from ..errors import PlanError
+from ..lib.attrs import NODE_KEYS
+from ..lib.library import Module, TensorSpec, storage_requests
+
+CACHE_FORMAT = "graph_runtime.profile_cache"
+COPY_SIZES = (4 << 10, 256 << 10, 4 << 20)  # bytes; the fit's three points
+
+
+@dataclass(frozen=True)
+class KernelCase:
+    """One thing to time: a function with its argument specs and attrs on one device."""
+
+    func_name: str
+    device: Device
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    attrs: tuple[tuple[str, str], ...]  # the node's attrs, as text, sorted
+    flatten: bool
+
+
+@dataclass(frozen=True)
+class CopyModel:
+    """Seconds to copy n bytes from one device to another: latency + n * per_byte."""
+
+    latency: float
+    per_byte: float
+
+    def seconds(self, nbytes: int) -> float:
+        return self.latency + nbytes * self.per_byte
+
+
+@dataclass
+class CostCache:
+    """The JSON cache: kernel seconds by key, copy models by device pair; path None keeps it
+    in memory."""
+
+    path: str | None = None
+    kernels: dict[str, float] = field(default_factory=dict)
+    copies: dict[str, CopyModel] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str] | None) -> CostCache:
+        """Read the cache at path (a missing file is an empty cache)."""
+        if path is None:
+            return cls()
+        where = os.fspath(path)
+        if not os.path.exists(where):
+            return cls(where)
+        try:
+            with open(where, encoding="utf-8") as f:
+                doc = json.load(f)
+        except (OSError, json.JSONDecodeError) as e:
+            raise PlanError(f"profile cache {where}: cannot read: {e}") from e
+        if not isinstance(doc, dict) or doc.get("format") != CACHE_FORMAT:
+            got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
+            raise PlanError(f"profile cache {where} at $.format: expected {CACHE_FORMAT!r}, "
+                            f"got {got!r}")
+        try:
+            kernels = {str(k): float(v) for k, v in doc.get("kernels", {}).items()}
+            copies = {str(k): CopyModel(float(v["latency"]), float(v["per_byte"]))
+                      for k, v in doc.get("copies", {}).items()}
+        except (AttributeError, KeyError, TypeError, ValueError) as e:
+            raise PlanError(f"profile cache {where}: expected $.kernels {{key: seconds}} and "
+                            f"$.copies {{pair: {{latency, per_byte}}}}: {e}") from e
+        return cls(where, kernels, copies)
+
+    def save(self) -> None:
+        """Write the cache back (nothing without a path)."""
+        if self.path is None:
+            return
+        doc = {"format": CACHE_FORMAT, "version": 1, "kernels": dict(sorted(self.kernels.items())),
+               "copies": {k: {"latency": m.latency, "per_byte": m.per_byte}
+                          for k, m in sorted(self.copies.items())}}
+        try:
+            with open(self.path, "w", encoding="utf-8") as f:
+                json.dump(doc, f, indent=1)
+                f.write("\n")
+        except OSError as e:
+            raise PlanError(f"profile cache {self.path}: cannot write: {e}") from e
+
+
+def device_name(dev: Device) -> str:
+    """The device as the cache names it: spec plus the hardware name (a cache moved to another
+    machine does not match)."""
+    backend = check_device(dev)
+    return f"{dev.spec} {backend.device_info(dev.device_id).name}"
+
+
+def definition_hash(lib: Module, func_name: str, device: Device) -> str:
+    """A short hash of how lib defines func_name for device: a changed lib.json misses the cache.
+
+    Chains hash their ops and attrs, source kernels their source; Python kernels their source
+    code where inspect finds it, else their qualified name.
+    """
+    fn = lib.get_function(func_name, device)
+    steps = getattr(fn, "steps", None)
+    source = getattr(fn, "source", None)
+    if steps is not None:
+        text = json.dumps([[s.op, dict(s.attrs), s.num_inputs] for s in steps], sort_keys=True,
+                          default=str)
+    elif isinstance(source, str):
+        text = json.dumps([source, getattr(fn, "entry", ""), list(getattr(fn, "options", ()))])
+    else:
+        try:
+            text = inspect.getsource(fn)
+        except (OSError, TypeError):
+            text = f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', repr(fn))}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def kernel_key(case: KernelCase, lib: Module, names: Mapping[Device, str]) -> str:
+    """The cache key of a case: function, definition hash, specs, attrs, device name."""
+    specs = ";".join(f"{list(s.shape)}{s.dtype}" for s in case.inputs) + "->" + ";".join(
+        f"{list(s.shape)}{s.dtype}" for s in case.outputs)
+    attrs = ",".join(f"{k}={v}" for k, v in case.attrs)
+    return (f"{case.func_name}|{definition_hash(lib, case.func_name, case.device)}|{specs}|"
+            f"{attrs}|{'flat' if case.flatten else 'nd'}|{names[case.device]}")
+
+
+def copy_key(src: Device, dst: Device, names: Mapping[Device, str]) -> str:
+    return f"{names[src]} -> {names[dst]}"
+
+
+def node_attrs_text(attrs: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The node attrs a kernel may read (not func_name, num_inputs, ...), as sorted text."""
+    return tuple(sorted((str(k), json.dumps(v, sort_keys=True, default=str))
+                        for k, v in attrs.items() if k not in NODE_KEYS or k == "flatten_data"))
+
+
+@dataclass
+class Measurer:
+    """Times kernels and copies, filling a CostCache; counts what it really measured."""
+
+    lib: Module
+    cache: CostCache
+    budget_s: float = 60.0
+    repeat: int = 5
+    kernels_measured: int = 0
+    copies_measured: int = 0
+    _names: dict[Device, str] = field(default_factory=dict)
+    _keys: dict[KernelCase, str] = field(default_factory=dict)
+
+    def name(self, dev: Device) -> str:
+        if dev not in self._names:
+            self._names[dev] = device_name(dev)
+        return self._names[dev]
+
+    def key(self, case: KernelCase) -> str:
+        key = self._keys.get(case)
+        if key is None:
+            self.name(case.device)
+            key = self._keys[case] = kernel_key(case, self.lib, self._names)
+        return key
+
+    def missing(self, cases: Sequence[KernelCase], pairs: Sequence[tuple[Device, Device]]
+                ) -> tuple[list[KernelCase], list[tuple[Device, Device]]]:
+        """The cases and device pairs the cache lacks."""
+        todo = [c for c in dict.fromkeys(cases) if self.key(c) not in self.cache.kernels]
+        pair_todo = [(a, b) for a, b in dict.fromkeys(pairs)
+                     if copy_key(a, b, self._name_map(a, b)) not in self.cache.copies]
+        return todo, pair_todo
+
+    def _name_map(self, *devs: Device) -> dict[Device, str]:
+        for dev in devs:
+            self.name(dev)
+        return self._names
+
+    def measure(self, cases: Sequence[KernelCase], pairs: Sequence[tuple[Device, Device]],
+                step: Callable[[str], None] | None = None) -> None:
+        """Measure what the cache lacks, within budget_s (then one timed run each), and save."""
+        todo, pair_todo = self.missing(cases, pairs)
+        started = time.perf_counter()
+        jobs = len(todo) + len(pair_todo)
+        share_ms = 1e3 * self.budget_s / max(jobs, 1) / (self.repeat + 1)
+        # One device at a time, copies last: PoCL's worker threads keep spinning a while after a
+        # kernel, and a NumPy kernel timed right after one would pay for it.
+        todo.sort(key=lambda c: (c.device.device_type, c.device.device_id))
+        for case in todo:
+            over = time.perf_counter() - started > self.budget_s
+            repeat = 1 if over else self.repeat
+            min_ms = None if over else min(20.0, share_ms)
+            self.cache.kernels[self.key(case)] = self._time_kernel(case, repeat, min_ms)
+            self.kernels_measured += 1
+            if step is not None:
+                step(f"{case.func_name} on {case.device.spec}")
+        for a, b in pair_todo:
+            self.cache.copies[copy_key(a, b, self._names)] = measure_copy(a, b, self.repeat)
+            self.copies_measured += 1
+            if step is not None:
+                step(f"copy {a.spec} -> {b.spec}")
+        if jobs:
+            self.cache.save()
+
+    def kernel_seconds(self, case: KernelCase) -> float:
+        return self.cache.kernels[self.key(case)]
+
+    def copy_model(self, src: Device, dst: Device) -> CopyModel:
+        return self.cache.copies[copy_key(src, dst, self._name_map(src, dst))]
+
+    def _time_kernel(self, case: KernelCase, repeat: int, min_repeat_ms: float | None) -> float:
+        backend = check_device(case.device)
+        dev_id = case.device.device_id
+        rng = np.random.default_rng(0)
+        args = []
+        for spec in case.inputs:
+            array = backend.empty(dev_id, tuple(spec.shape), np.dtype(spec.dtype))
+            backend.from_host(_sample(rng, spec), array)
+            args.append(array)
+        for spec in case.outputs:
+            args.append(backend.empty(dev_id, tuple(spec.shape), np.dtype(spec.dtype)))
+        if case.flatten:
+            args = [a.reshape(-1) for a in args]
+        attrs = {k: json.loads(v) for k, v in case.attrs}
+        fn = self.lib.prepare(case.func_name, case.device, case.inputs, case.outputs, attrs,
+                              node=f"measuring {case.func_name}")
+        if not case.flatten:
+            # As the executor does: an input the kernel wants in its own buffer (a padded GEMV
+            # weight) lives there, so the kernel is timed on the path it takes in a graph.
+            for pos, array in storage_requests(fn).items():
+                if pos < len(case.inputs):
+                    backend.copy(args[pos], array)
+                    args[pos] = array
+        with backend.scope(dev_id):
+            result = time_runs(lambda: fn(*args), lambda: backend.sync(dev_id), repeat, 1,
+                               min_repeat_ms)
+        return result.median
+
+
+def _sample(rng: np.random.Generator, spec: TensorSpec) -> np.ndarray:
+    """Values a kernel accepts: normal floats, small non-negative ints (valid indices)."""
+    kind = np.dtype(spec.dtype).kind
+    if kind == "f":
+        return rng.standard_normal(spec.shape).astype(spec.dtype)
+    if kind == "b":
+        return np.zeros(spec.shape, dtype=spec.dtype)
+    return np.zeros(spec.shape, dtype=spec.dtype)
+
+
+def measure_copy(src: Device, dst: Device, repeat: int = 5) -> CopyModel:
+    """Latency and seconds per byte of copies src -> dst, a least-squares line over COPY_SIZES."""
+    src_backend = check_device(src)
+    dst_backend = check_device(dst)
+    sizes = []
+    seconds = []
+    for nbytes in COPY_SIZES:
+        n = nbytes // 4
+        a = src_backend.empty(src.device_id, (n,), np.dtype("float32"))
+        src_backend.from_host(np.ones(n, dtype=np.float32), a)
+        b = dst_backend.empty(dst.device_id, (n,), np.dtype("float32"))
+
+        def once(a: Any = a, b: Any = b) -> None:
+            copy_array(src_backend, a, dst_backend, b)
+
+        def sync() -> None:
+            src_backend.sync(src.device_id)
+            dst_backend.sync(dst.device_id)
+
+        result = time_runs(once, sync, repeat, 1, 2.0)
+        sizes.append(float(nbytes))
+        seconds.append(result.median)
+    slope, intercept = np.polyfit(np.asarray(sizes), np.asarray(seconds), 1)
+    per_byte = max(float(slope), 0.0)
+    latency = max(float(intercept), 0.0)
+    if latency == 0.0:
+        latency = min(seconds)  # a negative intercept: take the small copy as the floor
+    return CopyModel(latency, per_byte)
