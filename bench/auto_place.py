@@ -9,8 +9,8 @@ nodes) with a warm cost cache, and the exact 3-device MILP and alpha-expansion o
 Targets (issue 14): auto <= 1.05x the best one-device plan and <= every hand plan; predicted
 within 20% of measured; warm planning under 1 s.
 
-    python bench/auto_place.py [--examples mixed cnn hetero_cnn] [--onnx resnet gpt2 ...]
-                               [--json OUT.json]
+    PYTHONPATH=. python bench/auto_place.py [--examples mixed cnn hetero_cnn] [--onnx resnet gpt2 ...]
+                                           [--json OUT.json]
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ CONV = "tvmgen_*conv2d*"
 # Hand placements a user might try: name -> Placement document (default cpu).
 HAND = {
     "mixed": {"convs on opencl": {"func_devices": {CONV: "opencl"}},
-              "epilogues on opencl": {"func_devices": {"tvmgen_*multiply*": "opencl"}}},
+              "integral images on opencl": {"func_devices": {"tvmgen_*cumsum*": "opencl"}}},
     "cnn": {"convs on opencl": {"func_devices": {CONV: "opencl"}},
             "convs+pools on opencl": {"func_devices": {CONV: "opencl", "*max_pool*": "opencl"}}},
     "hetero_cnn": {"as shipped (convs+pools on opencl)": None,
@@ -48,7 +48,9 @@ HAND = {
 ONNX_DIR = ROOT / "tests" / "data" / "onnx"
 ONNX_MODELS = ["resnet", "mobilenetv2", "unet", "bert", "gpt2"]
 GEMMS = {"func_devices": {"tvmgen_*dense*": "opencl", "tvmgen_*matmul*": "opencl"}}
-for _cnn in ("resnet", "mobilenetv2", "unet"):
+HAND["unet"] = {"convs on opencl": {"func_devices": {CONV: "opencl"}},
+                "convs+pools on opencl": {"func_devices": {CONV: "opencl", "*max_pool*": "opencl"}}}
+for _cnn in ("resnet", "mobilenetv2"):
     HAND[_cnn] = {"convs on opencl": {"func_devices": {CONV: "opencl"}},
                   "convs+dense on opencl": {"func_devices": {CONV: "opencl",
                                                              "tvmgen_*dense*": "opencl"}}}

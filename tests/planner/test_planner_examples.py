@@ -52,3 +52,25 @@ def test_planned_example_matches_expected(path: Path, placement: str) -> None:
 
 def test_examples_exist() -> None:
     assert EXAMPLES, "examples/graphs/*/graph.json: no example graphs found"
+
+
+@pytest.mark.opencl
+def test_mixed_example_as_designed_integral_images_on_opencl() -> None:
+    # The plan auto_place finds for `mixed` on a quiet machine (its README): the integral images
+    # on OpenCL, everything else on the CPU; two copies per block, outputs as expected.
+    require_backend("opencl")
+    folder = ROOT / "examples" / "graphs" / "mixed"
+    lib = gr.load_module(folder / "lib.json")
+    g = Graph.from_json(folder / "graph.json")
+    pins = {node.name: "opencl" if "cumsum" in node.func_name else "cpu"
+            for node in g.nodes if not node.is_arg}
+    result = plan_graph(g, {"node_devices": pins}, lib=lib)
+    copies = [node for node in result.graph.nodes if node.func_name == "__copy"]
+    assert len(copies) == 4, [node.name for node in copies]
+    module = gr.create(result.graph, lib, [gr.cpu(0), gr.opencl(0)], strict=True)
+    module.load_params(folder / "params")
+    with np.load(folder / "inputs.npz") as inputs:
+        module.run(data=inputs["data"])
+    with np.load(folder / "expected.npz") as expected:
+        np.testing.assert_allclose(module.get_output(0).numpy(), expected["output_0"],
+                                   rtol=1e-4, atol=1e-5)
