@@ -209,7 +209,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir())
                         / "graph_runtime_bench_onnx", help="where the exports are kept")
-    parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "onnx_models.json",
+    parser.add_argument("--json", type=Path,
+                        default=ROOT / "bench" / "results" / "onnx_models.json",
                         help="where the results go")
     args = parser.parse_args()
     args.cache.mkdir(parents=True, exist_ok=True)

@@ -5,16 +5,8 @@ from . import nd
 from ._timing import BenchmarkResult
 from .backends import available_backends, list_devices
 from .device import Device, cpu, cuda, device, opencl
-from .errors import (
-                     DeviceError,
-                     DiscoError,
-                     FrontendError,
-                     GraphError,
-                     GraphRuntimeError,
-                     LibraryError,
-                     ParamsError,
-                     PlanError,
-)
+from .errors import (DeviceError, DiscoError, FrontendError, GraphError, GraphRuntimeError,
+                     LibraryError, ParamsError, PlanError)
 from .graph.model import Graph, load_graph
 from .lib import Module, load_module, standard_module
 from .nd import NDArray

@@ -59,3 +59,14 @@ def time_runs(once: Callable[[], None], sync: Callable[[], None], repeat: int, n
         if progress is not None:
             progress(r + 1)
     return BenchmarkResult(tuple(results))
+
+
+def pays_off(candidate: Callable[[], None], baseline: Callable[[], None], rounds: int,
+             min_speedup: float) -> bool:
+    """Whether candidate's best time beats baseline's by min_speedup (interleaved rounds, so
+    machine noise hits both alike; each sample warms up first: wakes BLAS threads, caches)."""
+    best = {candidate: float("inf"), baseline: float("inf")}
+    for _ in range(rounds):
+        for fn in best:
+            best[fn] = min(best[fn], time_runs(fn, lambda: None, repeat=1, number=8).min)
+    return best[candidate] * min_speedup < best[baseline]

@@ -8,19 +8,8 @@ from typing import Any, Sequence
 import click
 
 from ..errors import GraphRuntimeError
-from .common import (
-    CliError,
-    build_job,
-    echo_json,
-    expected_option,
-    graph_argument,
-    job_options,
-    json_option,
-    junit_option,
-    progress,
-    stack,
-    tolerance_options,
-)
+from .common import (CliError, build_job, echo_json, expected_option, graph_argument, job_options,
+                     json_option, junit_option, progress, stack, tolerance_options)
 from .import_command import import_cmd
 from .inspect_commands import devices, info, plan, validate, viz
 

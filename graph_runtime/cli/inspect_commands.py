@@ -5,15 +5,8 @@ from typing import Any
 
 import click
 
-from .common import (
-    device_option,
-    echo_json,
-    graph_argument,
-    json_option,
-    lib_option,
-    params_option,
-    stack,
-)
+from .common import (device_option, echo_json, graph_argument, json_option, lib_option,
+                     params_option, stack)
 
 
 def _files_and_graph(graph: str, lib: str | None = None, params: str | None = None) -> Any:

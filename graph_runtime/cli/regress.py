@@ -12,17 +12,8 @@ from typing import Any, Callable, Sequence
 
 from ..device import device as parse_device
 from ..errors import DeviceError, GraphRuntimeError
-from .job import (
-    TOLERANCES,
-    Comparison,
-    build_job,
-    compare,
-    expected_outputs,
-    output_names,
-    parse_devices,
-    resolve_files,
-    tolerance_problem,
-)
+from .job import (TOLERANCES, Comparison, build_job, compare, expected_outputs, output_names,
+                  parse_devices, resolve_files, tolerance_problem)
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -15,16 +15,8 @@ from .ccl import CpuCcl
 from .comm import ShmComm, SocketP2P
 from .globals import WorkerContext, set_current
 from .nccl import nccl_factory
-from .protocol import (
-    NO_FRAME,
-    Command,
-    FrameReader,
-    encode_frame,
-    pack_value,
-    send_frame,
-    unpack_value,
-    write_all,
-)
+from .protocol import (NO_FRAME, Command, FrameReader, encode_frame, pack_value, send_frame,
+                       unpack_value, write_all)
 from .session import DATA_PLANE_SHARE, Session
 from .worker import InlineWorker, LocalWorker, Worker
 

@@ -7,18 +7,9 @@ import numpy as np
 import pytest
 from support import make_graph, null, tvm_op
 
-from graph_runtime.cli.info import (
-    CopyInfo,
-    PlacementReport,
-    arg_rows,
-    copy_rows,
-    executor_report,
-    func_counts,
-    graph_info,
-    info_text,
-    placement_report,
-    split_args,
-)
+from graph_runtime.cli.info import (CopyInfo, PlacementReport, arg_rows, copy_rows, executor_report,
+                                    func_counts, graph_info, info_text, placement_report,
+                                    split_args)
 from graph_runtime.cli.job import GraphFiles, build_job, resolve_files
 from graph_runtime.device import cpu, opencl
 from graph_runtime.graph.model import Graph

@@ -7,26 +7,11 @@ import numpy as np
 import pytest
 from support import make_graph, null, tvm_op
 
-from graph_runtime.cli.job import (
-    Comparison,
-    GraphFiles,
-    build_job,
-    compare,
-    expected_outputs,
-    output_names,
-    resolve_files,
-)
-from graph_runtime.cli.output import (
-    comparison_text,
-    looks_like_probabilities,
-    plan_summary,
-    profile_summary,
-    profile_text,
-    run_summary,
-    run_text,
-    summarize,
-    summary_text,
-)
+from graph_runtime.cli.job import (Comparison, GraphFiles, build_job, compare, expected_outputs,
+                                   output_names, resolve_files)
+from graph_runtime.cli.output import (comparison_text, looks_like_probabilities, plan_summary,
+                                      profile_summary, profile_text, run_summary, run_text,
+                                      summarize, summary_text)
 from graph_runtime.device import cpu, opencl
 from graph_runtime.lib import Module
 from graph_runtime.planner import Placement, plan_graph

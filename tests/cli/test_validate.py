@@ -9,12 +9,7 @@ import pytest
 from support import make_graph, null, tvm_op
 
 from graph_runtime.cli.job import GraphFiles, resolve_files
-from graph_runtime.cli.validate import (
-    CheckResult,
-    check_files,
-    lib_problems,
-    params_problems,
-)
+from graph_runtime.cli.validate import CheckResult, check_files, lib_problems, params_problems
 from graph_runtime.device import cpu, opencl
 from graph_runtime.graph.model import Graph
 from graph_runtime.params import save_params_file

@@ -9,20 +9,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from onnx_builders import (
-    F32,
-    I64,
-    RNG,
-    assert_matches,
-    helper,
-    init,
-    model,
-    onnx,
-    run_ort,
-    run_ours,
-    tensor,
-    weights,
-)
+from onnx_builders import (F32, I64, RNG, assert_matches, helper, init, model, onnx, run_ort,
+                           run_ours, tensor, weights)
 
 from graph_runtime import FrontendError
 from graph_runtime.frontend import from_onnx, import_onnx

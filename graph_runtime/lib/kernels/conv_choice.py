@@ -2,8 +2,9 @@
 
 GRAPH_RUNTIME_CONV: auto (default: time every strategy that applies, keep the fastest, cache the
 choice per shape for the process), or one of im2col, im2col_rows (a batch-1 conv's output rows
-split over the CPU workers), im2col_serial (images on this thread only), gemm1x1, depthwise, winograd (F(2x2,3x3)), winograd4 (F(4x4,3x3))
-to force it wherever it applies (im2col elsewhere; it applies always).
+split over the CPU workers), im2col_serial (images on this thread only), gemm1x1, depthwise,
+winograd (F(2x2,3x3)), winograd4 (F(4x4,3x3)) to force it wherever it applies (im2col elsewhere;
+it applies always).
 """
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from .cpu_threads import num_threads
 from .winograd import WinogradConv, winograd_applies
 
 CONV_ENV = "GRAPH_RUNTIME_CONV"
-STRATEGIES = ("im2col", "im2col_rows", "im2col_serial", "gemm1x1", "depthwise", "winograd", "winograd4")
+STRATEGIES = ("im2col", "im2col_rows", "im2col_serial", "gemm1x1", "depthwise", "winograd",
+              "winograd4")
 ROUNDS = 9  # timed calls per candidate; their median decides
 PAUSE_S = 0.0005
 MIN_SPEEDUP = 1.1  # what another strategy must gain over the plain im2col loop to be chosen

@@ -8,19 +8,8 @@ import numpy as np
 from ...backends.base import Backend
 from ..library import TensorSpec
 from ..shapes import broadcast_strides, size_of
-from .gpu import (
-    CUDA_TYPES,
-    ClKernel,
-    check_cl_dtypes,
-    cl_header,
-    cl_load,
-    cl_param,
-    cl_pointer,
-    cl_store,
-    cl_type,
-    compute_type,
-    device_array,
-)
+from .gpu import (CUDA_TYPES, ClKernel, check_cl_dtypes, cl_header, cl_load, cl_param, cl_pointer,
+                  cl_store, cl_type, compute_type, device_array)
 from .host import host_kernel
 
 if TYPE_CHECKING:

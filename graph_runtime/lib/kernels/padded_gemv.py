@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._timing import time_runs
+from ..._timing import pays_off
 from ...errors import LibraryError
 
 PADDING_ENV = "GRAPH_RUNTIME_GEMV_PADDING"
@@ -68,12 +68,7 @@ def _padding_pays(k: int, n: int, rows: int, dtype: str) -> bool:
         np.dot(x, buffer.T, out=wide)
         np.copyto(narrow, wide[:, :n])
 
-    best = {plain: float("inf"), padded: float("inf")}
-    for _ in range(3):  # interleaved rounds, so machine noise hits both alike
-        for fn in best:
-            # time_runs warms up first: wakes BLAS threads, brings the buffers into cache
-            best[fn] = min(best[fn], time_runs(fn, lambda: None, repeat=1, number=8).min)
-    return best[padded] * MIN_SPEEDUP < best[plain]
+    return pays_off(padded, plain, rounds=3, min_speedup=MIN_SPEEDUP)
 
 
 class PaddedGemv:

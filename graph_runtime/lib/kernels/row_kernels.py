@@ -7,16 +7,8 @@ import numpy as np
 
 from ..library import TensorSpec
 from ..shapes import size_of
-from .gpu import (
-    ClKernel,
-    check_cl_dtypes,
-    cl_header,
-    cl_load,
-    cl_param,
-    cl_pointer,
-    cl_store,
-    compute_type,
-)
+from .gpu import (ClKernel, check_cl_dtypes, cl_header, cl_load, cl_param, cl_pointer, cl_store,
+                  compute_type)
 
 if TYPE_CHECKING:
     from ...backends.opencl import OpenCLBackend

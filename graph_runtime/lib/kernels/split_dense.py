@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._timing import time_runs
+from ..._timing import pays_off
 from ...errors import LibraryError
 from .cpu_threads import num_threads, parallel_images
 
@@ -71,11 +71,7 @@ def _split_pays(m: int, n: int, k: int, dtype: str, blocks: int) -> bool:
     def spread() -> None:
         split(x, w, out)
 
-    best = {plain: float("inf"), spread: float("inf")}
-    for _ in range(5):  # interleaved rounds, so machine noise hits both alike
-        for fn in best:
-            best[fn] = min(best[fn], time_runs(fn, lambda: None, repeat=1, number=8).min)
-    return best[spread] * MIN_SPEEDUP < best[plain]
+    return pays_off(spread, plain, rounds=5, min_speedup=MIN_SPEEDUP)
 
 
 class SplitDense:

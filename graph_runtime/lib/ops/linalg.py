@@ -16,15 +16,8 @@ from ..kernels.padded_gemv import PaddedGemv, padded_rows
 from ..kernels.split_dense import SplitDense, split_blocks
 from ..library import TensorSpec
 from ..registry import define_op, kernel
-from ..shapes import (
-    FLOAT_DTYPES,
-    NUMERIC_DTYPES,
-    check_dtype,
-    check_num_inputs,
-    check_rank,
-    check_same_dtype,
-    size_of,
-)
+from ..shapes import (FLOAT_DTYPES, NUMERIC_DTYPES, check_dtype, check_num_inputs, check_rank,
+                      check_same_dtype, size_of)
 
 if TYPE_CHECKING:
     from ...backends.opencl import OpenCLBackend

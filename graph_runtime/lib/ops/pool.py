@@ -15,17 +15,8 @@ from ...backends import REGISTRY
 from ...backends.base import Backend
 from ..attrs import attr_error, bool_attr, int_tuple, op_error
 from ..conv_params import check_layout, out_size, padding_attr
-from ..kernels.gpu import (
-    ClKernel,
-    check_cl_dtypes,
-    cl_header,
-    cl_load,
-    cl_param,
-    cl_pointer,
-    cl_store,
-    compute_type,
-    device_array,
-)
+from ..kernels.gpu import (ClKernel, check_cl_dtypes, cl_header, cl_load, cl_param, cl_pointer,
+                           cl_store, compute_type, device_array)
 from ..kernels.host import array_module, host_kernel, wide_dtype
 from ..library import TensorSpec
 from ..registry import define_op, get_op, kernel
