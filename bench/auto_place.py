@@ -127,7 +127,8 @@ def bench_folder(name: str, folder: Path, inputs: dict[str, Any], devices: list[
     """Auto plan, one-device plans and HAND[name] plans of folder's graph: predicted, measured."""
     lib = load_module(folder / "lib.json")
     params = load_params_file(folder / "params") if (folder / "params").exists() else {}
-    auto = auto_place(folder / "graph.json", lib, devices, cache=str(cache), budget_s=60)
+    auto = auto_place(folder / "graph.json", lib, devices, cache=str(cache), budget_s=60,
+                      params=params)
     plans: list[tuple[str, float, Graph]] = [(f"auto ({auto.method})", auto.predicted,
                                               auto.plan.graph)]
     for dev, predicted in auto.alternatives.items():

@@ -256,16 +256,16 @@ def _plan_auto(g: Any, files: Any, module: Any, constraints: Any, devices: tuple
         bar[0].update(1)
 
     lib = module if module is not None else standard_module()
+    params = load_params_file(files.params) if files.params is not None else None
     try:
         result = auto_place(g, lib, parse_devices(devices), constraints, budget, profile_cache,
-                            step)
+                            step, params=params)
     finally:
         if bar:
             bar[0].close()
     _write_graph(result.plan.graph, output_graph)
     rows = []
     if verify:
-        params = load_params_file(files.params) if files.params is not None else None
         inputs = load_params_file(files.inputs) if files.inputs is not None else None
         rows = verify_plans(result, lib, params, inputs)
     if as_json:

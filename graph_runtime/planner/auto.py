@@ -32,7 +32,8 @@ from ..lib.library import Module, TensorSpec
 from .auto_report import AutoPlan, NodeCost, PredictedCopy
 from .constraints import Placement, glob_escape
 from .match import resolve
-from .measure_costs import CostCache, KernelCase, Measurer, node_attrs_text
+from .measure_costs import (SMALL_PARAM, CostCache, KernelCase, Measurer, node_attrs_text,
+                            value_digest)
 from .plan import plan_graph
 from .result import PlanResult
 from .solve_auto import CopyTerm, CostProblem, solve_placement
@@ -44,7 +45,7 @@ Progress = Callable[[int, str], None]  # (jobs in all, what was just measured) p
 def auto_place(graph: GraphSource, lib: Module, devices: Sequence[Device],
                constraints: Placement | Mapping[str, Any] | None = None, budget_s: float = 60.0,
                cache: CostCache | str | None = None, progress: Progress | None = None,
-               method: str = "auto") -> AutoPlan:
+               method: str = "auto", params: Mapping[str, Any] | None = None) -> AutoPlan:
     """Place graph on devices where its predicted run time is least, from measured costs.
 
     Args:
@@ -54,6 +55,8 @@ def auto_place(graph: GraphSource, lib: Module, devices: Sequence[Device],
         cache: a CostCache or the path of its JSON file; None measures afresh.
         progress: called per measurement with the number of jobs and a label (a CLI bar).
         method: "auto", "min-cut", "milp" or "alpha-expansion" (see solve_placement).
+        params: the graph's params (name -> array); small ones (exponents, bounds) are measured
+            with their values, as a kernel's speed may depend on them. Others get samples.
     """
     started = time.perf_counter()
     laps: dict[str, float] = {}
@@ -69,7 +72,11 @@ def auto_place(graph: GraphSource, lib: Module, devices: Sequence[Device],
     g = without_copies(Graph.from_json(graph))
     store = cache if isinstance(cache, CostCache) else CostCache.load(cache)
     measurer = Measurer(lib, store, budget_s)
-    model = _Model(g, lib, devs, placement)
+    name_digest: dict[str, str] = {}
+    for name, array in small_params(params or {}).items():
+        name_digest[name] = value_digest(array)
+        measurer.values[name_digest[name]] = array
+    model = _Model(g, lib, devs, placement, name_digest)
     cases = [c for row in model.cases for c in row.values()]
     pairs = [(a, b) for a in devs for b in devs if a != b]
     laps["build"] = time.perf_counter() - started
@@ -94,6 +101,16 @@ def auto_place(graph: GraphSource, lib: Module, devices: Sequence[Device],
                     alternatives, solution.method, measurer.kernels_measured,
                     measurer.copies_measured, laps, pinned, problem,
                     {(a, b): measurer.copy_model(a, b) for a, b in pairs})
+
+
+def small_params(params: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """The params of at most SMALL_PARAM elements, as NumPy arrays by name."""
+    found: dict[str, np.ndarray] = {}
+    for name, value in params.items():
+        array = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+        if array.size <= SMALL_PARAM:
+            found[name] = array
+    return found
 
 
 def plan_on(auto: AutoPlan, device: Device, lib: Module) -> PlanResult:
@@ -156,7 +173,8 @@ def _pin_all(g: Graph, choice: Sequence[Device], placement: Placement,
 class _Model:
     """The graph's variables, allowed devices and kernel cases, before costs are known."""
 
-    def __init__(self, g: Graph, lib: Module, devs: list[Device], placement: Placement) -> None:
+    def __init__(self, g: Graph, lib: Module, devs: list[Device], placement: Placement,
+                 name_digest: Mapping[str, str]) -> None:
         from .topology import topology_of
         self.g = g
         self.devs = devs
@@ -202,9 +220,13 @@ class _Model:
                 outs = tuple(TensorSpec(tuple(g.shape(e)), g.dtype(e))
                              for e in g.node_entries(node.nid))
                 attrs = node_attrs_text(node.attrs)
+                constants = tuple((pos, name_digest[g.nodes[r[0]].name])
+                                  for pos, r in enumerate(node.inputs)
+                                  if g.nodes[r[0]].is_arg and g.nodes[r[0]].name in name_digest)
                 for d, dev in enumerate(devs):
                     if self.allowed[node.nid, d]:
-                        row[d] = KernelCase(func, dev, ins, outs, attrs, node.flatten_data)
+                        row[d] = KernelCase(func, dev, ins, outs, attrs, node.flatten_data,
+                                            constants)
             self.cases.append(row)
 
     def problem(self, measurer: Measurer) -> CostProblem:

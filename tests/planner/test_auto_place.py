@@ -173,6 +173,42 @@ def test_a_warm_cache_measures_nothing(tmp_path: Path) -> None:
     assert second.plan.node_devices == first.plan.node_devices
 
 
+def power_graph() -> Any:
+    """y = x ** e, e a scalar param stored as the () entry it is in the graph."""
+    return make_graph([null("x"), null("e"), tvm_op("y", "power", [0, 1])], [2],
+                      shapes=[[32, 32], [], [32, 32]])
+
+
+def test_small_params_are_measured_with_their_values(tmp_path: Path) -> None:
+    # np.power's speed depends on the exponent (negative bases at 3.0 take a slow path), so
+    # each exponent is its own case; a (1,) array for the () entry is accepted as load_params does.
+    cache = tmp_path / "costs.json"
+    lib = CountingModule()
+    first = auto_place(power_graph(), lib, [cpu0], budget_s=1.0, cache=str(cache),
+                       params={"e": np.array([3.0], np.float32)})
+    assert first.kernels_measured == 1
+    again = auto_place(power_graph(), lib, [cpu0], budget_s=1.0, cache=str(cache),
+                       params={"e": np.array(3.0, np.float32)})
+    assert again.kernels_measured == 0
+    other = auto_place(power_graph(), lib, [cpu0], budget_s=1.0, cache=str(cache),
+                       params={"e": np.array(0.5, np.float32)})
+    assert other.kernels_measured == 1
+    unknown = auto_place(power_graph(), lib, [cpu0], budget_s=1.0, cache=str(cache))
+    assert unknown.kernels_measured == 1
+    keys = list(json.loads(cache.read_text())["kernels"])
+    assert len(keys) == 3 and sum("|values=1:" in k for k in keys) == 2
+
+
+def test_large_params_are_not_part_of_the_key(tmp_path: Path) -> None:
+    cache = tmp_path / "costs.json"
+    g = make_graph([null("x"), null("w"), tvm_op("y", "multiply", [0, 1])], [2],
+                   shapes=(32, 32))
+    auto_place(g, standard_module(), [cpu0], budget_s=1.0, cache=str(cache),
+               params={"w": np.ones((32, 32), np.float32)})
+    keys = list(json.loads(cache.read_text())["kernels"])
+    assert len(keys) == 1 and "values=" not in keys[0]
+
+
 @pytest.mark.opencl
 def test_distinct_functions_and_shapes_are_measured_once(tmp_path: Path) -> None:
     # Four relus of one shape: one case per device; a fifth of another shape adds one more.
