@@ -39,7 +39,11 @@ CONV = "tvmgen_*conv2d*"
 # Hand placements a user might try: name -> Placement document (default cpu).
 HAND = {
     "mixed": {"convs on opencl": {"func_devices": {CONV: "opencl"}},
-              "integral images on opencl": {"func_devices": {"tvmgen_*cumsum*": "opencl"}}},
+              # Unpinned producers follow a pinned consumer (the planner's rule 2): without the
+              # cpu pins the convs would move to opencl with the integral images.
+              "integral images on opencl, rest on cpu": {"func_devices": {
+                  "tvmgen_*cumsum*": "opencl", CONV: "cpu", "tvmgen_*softmax*": "cpu",
+                  "tvmgen_*pool*": "cpu"}}},
     "cnn": {"convs on opencl": {"func_devices": {CONV: "opencl"}},
             "convs+pools on opencl": {"func_devices": {CONV: "opencl", "*max_pool*": "opencl"}}},
     "hetero_cnn": {"as shipped (convs+pools on opencl)": None,
@@ -281,13 +285,13 @@ def main(argv: list[str] | None = None) -> int:
     args.cache.parent.mkdir(parents=True, exist_ok=True)
     devices = [gr.cpu(0), gr.opencl(0)]
     rows: list[dict[str, Any]] = []
-    print(f"{'example':<11} {'plan':<36} {'predicted ms':>13} {'measured ms':>12} {'m/p':>6}")
+    print(f"{'example':<11} {'plan':<52} {'predicted ms':>13} {'measured ms':>12} {'m/p':>6}")
     jobs = [] if args.planning_only else ([(n, bench_example) for n in args.examples]
                                            + [(n, bench_onnx) for n in args.onnx])
     for name, bench in jobs:
         for row in bench(name, devices, args.cache, args.rounds):
             rows.append(row)
-            print(f"{row['example']:<11} {row['plan']:<36} {row['predicted'] * 1e3:13.3f} "
+            print(f"{row['example']:<11} {row['plan']:<52} {row['predicted'] * 1e3:13.3f} "
                   f"{row['measured'] * 1e3:12.3f} {row['measured'] / row['predicted']:6.2f}",
                   flush=True)
         mine = [r for r in rows if r["example"] == name]
