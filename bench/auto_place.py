@@ -4,13 +4,14 @@ On examples/graphs/{mixed,cnn,hetero_cnn} and the small real ONNX models of test
 (resnet, mobilenetv2, unet, bert, gpt2: TorchScript exports, imported with graphrun import's
 import_onnx into a temporary folder, params loaded, seeded random inputs) with cpu + opencl: the
 auto plan's measured run time (GraphModule.benchmark medians) next to every one-device plan and
-the hand placements below, each with its prediction. Then the planning time of a synthetic ResNet-50-sized graph (about 500
-nodes) with a warm cost cache, and the exact 3-device MILP and alpha-expansion on its costs.
+the hand placements below, each with its prediction. Then the planning time of a synthetic
+ResNet-50-sized graph (about 500 nodes) with a warm cost cache, and the exact 3-device MILP and
+alpha-expansion on its costs.
 Targets (issue 14): auto <= 1.05x the best one-device plan and <= every hand plan; predicted
 within 20% of measured; warm planning under 1 s.
 
-    PYTHONPATH=. python bench/auto_place.py [--examples mixed cnn hetero_cnn] [--onnx resnet gpt2 ...]
-                                           [--json OUT.json]
+    PYTHONPATH=. python bench/auto_place.py [--examples mixed cnn hetero_cnn]
+        [--onnx resnet gpt2 ...] [--json OUT.json]
 """
 from __future__ import annotations
 

@@ -475,8 +475,8 @@ def mixed() -> Example:
                    "and the pool are several times faster in NumPy; the 2 MiB copies between "
                    "them cost about 0.2 ms each. The best plan puts the integral images on "
                    "OpenCL and the rest on the CPU, and on the idle 2-core development machine "
-                   "it runs about 40% faster than either device alone (measured 7.9 ms vs 14.0-14.6 ms "
-                   "all-cpu and 23 ms all-opencl).",
+                   "it runs about 40% faster than either device alone (measured 7.7-8.3 ms vs "
+                   "13.6-14.6 ms all-cpu and 21-23 ms all-opencl).",
                    {"graph.json": mixed_graph()}, MIXED_FUNCTIONS,
                    "1x1 convs, integral images and channel softmaxes, for automatic placement",
                    params, {"data": data}, [mixed_reference(data, params)])
