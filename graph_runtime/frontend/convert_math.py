@@ -6,7 +6,7 @@ from typing import Any
 import numpy as np
 
 from .convert import Context, const_input, converts, ints_of, norm_axis
-from .ir import Unsupported, Value, has_op
+from .ir import Unsupported, Value
 from .onnx_model import Node
 
 # ONNX op type -> standard op, where one op is the whole conversion.
@@ -129,32 +129,17 @@ def hard_sigmoid(ctx: Context, node: Node, args: list) -> list[Value]:
     x = args[0]
     alpha = float(node.attr("alpha", 0.2))
     beta = float(node.attr("beta", 0.5))
-    if has_op("hard_sigmoid"):
-        return [b.op("hard_sigmoid", x, alpha=alpha, beta=beta)]
-    y = b.op("add", b.op("multiply", x, b.scalar(alpha, x)), b.scalar(beta, x))
-    return [b.op("clip", y, a_min=0.0, a_max=1.0)]
+    return [b.op("hard_sigmoid", x, alpha=alpha, beta=beta)]
 
 
 @converts("HardSwish")
 def hard_swish(ctx: Context, node: Node, args: list) -> list[Value]:
-    b = ctx.b
-    x = args[0]
-    if has_op("hard_swish"):
-        return [b.op("hard_swish", x)]
-    y = b.op("add", b.op("multiply", x, b.scalar(1.0 / 6.0, x)), b.scalar(0.5, x))
-    return [b.op("multiply", b.op("clip", y, a_min=0.0, a_max=1.0), x)]
+    return [ctx.b.op("hard_swish", args[0])]
 
 
 @converts("Softplus")
 def softplus(ctx: Context, node: Node, args: list) -> list[Value]:
-    b = ctx.b
-    x = args[0]
-    if has_op("softplus"):
-        return [b.op("softplus", x)]
-    # log(1 + exp(x)) = relu(x) + log(1 + exp(-|x|)): never overflows.
-    tail = b.op("log", b.op("add", b.op("exp", b.op("negative", b.op("abs", x))),
-                            b.scalar(1.0, x)))
-    return [b.op("add", tail, b.op("relu", x))]
+    return [ctx.b.op("softplus", args[0])]
 
 
 @converts("Gelu")
@@ -167,13 +152,7 @@ def gelu(ctx: Context, node: Node, args: list) -> list[Value]:
 
 @converts("PRelu")
 def prelu(ctx: Context, node: Node, args: list) -> list[Value]:
-    b = ctx.b
-    x, slope = args[0], args[1]
-    if has_op("prelu"):
-        return [b.op("prelu", x, slope)]
-    # prelu(x) = relu(x) + slope * min(x, 0): exact for every slope shape that broadcasts.
-    neg = b.op("multiply", b.op("minimum", x, b.scalar(0.0, x)), slope)
-    return [b.op("add", neg, b.op("relu", x))]
+    return [ctx.b.op("prelu", args[0], args[1])]
 
 
 @converts("BitShift")
@@ -187,9 +166,7 @@ def bit_shift(ctx: Context, node: Node, args: list) -> list[Value]:
 
 @converts("Reciprocal")
 def reciprocal(ctx: Context, node: Node, args: list) -> list[Value]:
-    if has_op("reciprocal"):
-        return [ctx.b.op("reciprocal", args[0])]
-    return [ctx.b.op("divide", ctx.b.scalar(1.0, args[0]), args[0])]
+    return [ctx.b.op("reciprocal", args[0])]
 
 
 @converts("Pow")
@@ -278,26 +255,7 @@ def reduce(ctx: Context, node: Node, args: list) -> list[Value]:
     if axes is None:
         return [x]
     keep = bool(int(node.attr("keepdims", 1)))
-    kind = REDUCE[node.op_type]
-    if kind in ("sum", "mean", "max", "min", "prod"):
-        return [b.op(kind, x, axis=axes, keepdims=keep)]
-    if has_op(kind):
-        return [b.op(kind, x, axis=axes, keepdims=keep)]
-    if kind == "l1":
-        return [b.op("sum", b.op("abs", x), axis=axes, keepdims=keep)]
-    if kind in ("l2", "sum_square"):
-        total = b.op("sum", b.op("multiply", x, x), axis=axes, keepdims=keep)
-        return [b.op("sqrt", total) if kind == "l2" else total]
-    if kind == "log_sum":
-        return [b.op("log", b.op("sum", x, axis=axes, keepdims=keep))]
-    # log_sum_exp, shifted by the max so exp never overflows
-    top = b.op("max", x, axis=axes, keepdims=True)
-    total = b.op("log", b.op("sum", b.op("exp", b.op("subtract", x, top)), axis=axes,
-                             keepdims=True))
-    y = b.op("add", total, top)
-    if not keep:
-        y = b.reshape(y, tuple(d for i, d in enumerate(x.shape) if i not in axes))
-    return [y]
+    return [b.op(REDUCE[node.op_type], x, axis=axes, keepdims=keep)]
 
 
 @converts("ArgMax", "ArgMin")

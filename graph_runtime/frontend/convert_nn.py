@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .convert import Context, converts, norm_axis
-from .ir import Unsupported, Value, has_op
+from .ir import Unsupported, Value
 from .onnx_model import Node
 
 
@@ -84,9 +84,6 @@ def matmul(ctx: Context, node: Node, args: list) -> list[Value]:
             return b.reshape(v, (count,) + tuple(v.shape[-2:]))
         if math.prod(own) == 1:
             return b.reshape(v, (1,) + tuple(v.shape[-2:]))
-        if not has_op("broadcast_to"):
-            raise Unsupported(f"MatMul batch dims {a.shape[:-2]} and {w.shape[:-2]} need a "
-                              "broadcast (op broadcast_to is missing)")
         full = b.op("broadcast_to", b.reshape(v, pad + tuple(v.shape[-2:])),
                     shape=list(batch + tuple(v.shape[-2:])))
         return b.reshape(full, (count,) + tuple(v.shape[-2:]))

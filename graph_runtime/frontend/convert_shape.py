@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .convert import Context, const_input, converts, ints_of, norm_axis, required_ints
-from .ir import Unsupported, Value, has_op
+from .ir import Unsupported, Value
 from .onnx_model import Node
 
 
@@ -142,11 +142,7 @@ def _broadcast(ctx: Context, x: Value, shape: Sequence[int]) -> Value:
     shape = tuple(int(d) for d in shape)
     if shape == x.shape:
         return x
-    if has_op("broadcast_to"):
-        return ctx.b.op("broadcast_to", x, shape=list(shape))
-    if x.dtype == "bool":
-        raise Unsupported("broadcasting a bool tensor needs op broadcast_to")
-    return ctx.b.op("add", x, ctx.b.const(np.zeros(shape, x.dtype), "zeros"))
+    return ctx.b.op("broadcast_to", x, shape=list(shape))
 
 
 @converts("Expand")
@@ -167,17 +163,7 @@ def tile(ctx: Context, node: Node, args: list) -> list[Value]:
     reps = required_ints(node, args, 1, "repeats")
     if len(reps) != x.rank:
         raise Unsupported(f"repeats {reps} for rank {x.rank}")
-    if has_op("tile"):
-        return [b.op("tile", x, reps=reps)]
-    y = x
-    for axis, r in enumerate(reps):
-        if r == 0:
-            shape = list(y.shape)
-            shape[axis] = 0
-            return [b.const(np.zeros([d * k for d, k in zip(x.shape, reps)], x.dtype), "empty")]
-        if r > 1:
-            y = b.op("concatenate", *([y] * r), axis=axis)
-    return [y]
+    return [b.op("tile", x, reps=reps)]
 
 
 @converts("EyeLike")

@@ -64,7 +64,7 @@ class Prim:
 
 
 def has_op(name: str) -> bool:
-    """Whether the op library defines name (ops added on other branches light up here)."""
+    """Whether the op library defines name (a converter asking for another is refused)."""
     load_standard_ops()
     return name in OPS
 
