@@ -160,7 +160,4 @@ def lp_normalization(ctx: Context, node: Node, args: list) -> list[Value]:
     p = int(node.attr("p", 2))
     if p not in (1, 2):
         raise Unsupported(f"p={p} (1 or 2)")
-    norm = b.op("l2" if p == 2 else "l1", x, axis=[axis], keepdims=True)
-    # ONNX gives 0 where the norm is 0 (all of x there is 0): divide those by 1 instead.
-    safe = b.op("where", b.op("equal", norm, b.scalar(0.0, norm)), b.scalar(1.0, norm), norm)
-    return [b.op("divide", x, safe)]
+    return [b.op("lp_normalization", x, axis=axis, p=p)]
