@@ -16,10 +16,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -34,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 import make_examples  # noqa: E402  (the examples' graph builders, for other batch sizes)
 
-from graph_runtime._timing import time_runs  # noqa: E402
+from interleave import interleaved_samples, seconds_per_call  # noqa: E402  (bench/)
 
 TARGET = 1.5  # issue 3: graph_runtime no slower than 1.5x ONNX Runtime on the MLP
 
@@ -45,10 +43,6 @@ def target(model: str, batch: int) -> float:
 
 
 # ---- the same networks in ONNX ---------------------------------------------------------------
-
-
-def _no_sync() -> None:
-    """CPU-only contenders: nothing to wait for."""
 
 
 def _onnx_model(nodes: list[Any], params: dict[str, np.ndarray], data_shape: tuple[int, ...],
@@ -196,20 +190,7 @@ def bench_model(model: str, batch: int, rounds: int, repeat: int,
                 number: int) -> dict[str, tuple[float, float]]:
     """name -> (median, min) seconds per call over every sample of every round."""
     calls, _ = contenders(model, batch)
-    for call in calls.values():  # warm-up: first calls compile, fault pages in, start pools
-        for _ in range(3):
-            call()
-    samples: dict[str, list[float]] = {name: [] for name in calls}
-    order = list(calls)
-    shuffle = random.Random(0).shuffle
-    for _ in range(rounds):
-        shuffle(order)  # no contender always follows the same neighbour's leftover threads
-        for name in order:
-            # NOTE: BLAS threads (OpenBLAS's, behind graph_runtime's padded GEMVs and NumPy;
-            # ONNX Runtime's are told not to spin) spin ~0.1 s after a threaded call; the pause
-            # lets them sleep so they do not steal the core the next contender needs.
-            time.sleep(0.25)
-            samples[name] += list(time_runs(calls[name], _no_sync, repeat, number).results)
+    samples = interleaved_samples(calls, rounds, repeat, number, warmup=3)
     return {name: (statistics.median(s), min(s)) for name, s in samples.items()}
 
 
@@ -247,7 +228,7 @@ def main() -> None:
             number = args.number
             if number <= 0:
                 calls, _ = contenders(model, batch)
-                one = statistics.median(time_runs(calls["graph_runtime"], _no_sync, 5, 1).results)
+                one = statistics.median(seconds_per_call(calls["graph_runtime"], 5, 1))
                 number = max(1, int(0.02 / max(one, 1e-6)))
             stats = bench_model(model, batch, args.rounds, args.repeat, number)
             times = {name: median for name, (median, _) in stats.items()}

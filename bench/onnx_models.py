@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import statistics
 import sys
 import tempfile
@@ -38,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "data" / "onnx"))  # make_models.py: the architectures
 sys.path.insert(0, str(ROOT))  # measure the checkout this script sits in
 import graph_runtime as gr
-from graph_runtime._timing import time_runs
+from interleave import interleaved_samples, seconds_per_call  # noqa: E402  (bench/)
 
 IMPORT_TARGET_S = 2.0  # issue 11: importing a 100-layer model takes under 2 s
 SEQ = 128
@@ -134,29 +133,10 @@ def contenders(path: Path, shapes: dict[str, tuple[int, ...]]
     return calls, statistics.median(import_s)
 
 
-def _no_sync() -> None:
-    """Every contender returns host arrays, so a call is already complete."""
-
-
-def seconds_per_call(call: Callable[[], Any], repeat: int, number: int) -> list[float]:
-    """repeat samples, each the mean of number back-to-back calls."""
-    return list(time_runs(call, _no_sync, repeat, number).results)
-
-
 def bench(calls: dict[str, Callable[[], Any]], rounds: int, repeat: int,
           number: int) -> dict[str, float]:
     """name -> median seconds per call over every sample of every interleaved round."""
-    for call in calls.values():  # warm-up: first calls compile, fault pages in, start pools
-        for _ in range(2):
-            call()
-    samples: dict[str, list[float]] = {name: [] for name in calls}
-    order = list(calls)
-    shuffle = random.Random(0).shuffle
-    for _ in range(rounds):
-        shuffle(order)
-        for name in order:
-            time.sleep(0.25)  # NOTE: spinning BLAS threads of the previous contender settle
-            samples[name] += seconds_per_call(calls[name], repeat, number)
+    samples = interleaved_samples(calls, rounds, repeat, number)
     return {name: statistics.median(s) for name, s in samples.items()}
 
 
@@ -219,8 +199,8 @@ def main() -> None:
     print(f"import of a 100-layer model (300 ONNX nodes): {deep['min_s']:.2f} s (min of 3); "
           f"{'meets' if deep['meets'] else 'MISSES'} the {IMPORT_TARGET_S:.0f} s target")
     print(f"\nONNX models on CPU, medians of {args.rounds} interleaved rounds x {args.repeat} "
-          f"samples; ratio = time / onnxruntime (default threads); {os.cpu_count()} CPUs "
-          "(a shared machine: other jobs ran alongside)")
+          f"samples; ratio = time / onnxruntime (default threads); {os.cpu_count()} CPUs, "
+          f"load average {os.getloadavg()[0]:.2f} at the start")
     print(f"{'model':<12} {'batch':>5} {'import (s)':>10} {'contender':<22} {'median (ms)':>12} "
           f"{'ratio':>7}")
     results: list[dict[str, Any]] = []
