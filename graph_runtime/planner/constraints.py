@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from ..device import Device, device_type_code
+from ..device import Device, cpu, device_type_code
 from ..device import device as parse_device
 from ..errors import DeviceError, PlanError
 from ..graph.model import Graph
@@ -88,7 +88,7 @@ class Constraint:
 class Placement:
     """Device constraints for one plan; keys of the dicts are node globs, func globs, names."""
 
-    default_device: VirtualDevice = field(default_factory=lambda: VirtualDevice(1, 0))
+    default_device: VirtualDevice = field(default_factory=lambda: VirtualDevice.from_device(cpu(0)))
     node_devices: dict[str, VirtualDevice] = field(default_factory=dict)
     func_devices: dict[str, VirtualDevice] = field(default_factory=dict)
     input_devices: dict[str, VirtualDevice] = field(default_factory=dict)

@@ -10,7 +10,7 @@ import numpy as np
 
 from .._text import count_of
 from ..backends import check_device, copy_array, get_backend
-from ..device import Device, DeviceLike
+from ..device import Device, DeviceLike, cpu
 from ..device import device as parse_device
 from ..errors import DeviceError, GraphError, GraphRuntimeError, ParamsError
 from ..graph.model import Graph, GraphSource
@@ -20,6 +20,7 @@ from .diagnostics import Diagnostics
 from .executor import Executor
 
 log = logging.getLogger("graph_runtime")
+_CPU = cpu(0)  # host arrays live here; the one CPU device
 
 
 def _to_device_list(ctxs: DeviceLike | Sequence[DeviceLike]) -> list[Device]:
@@ -166,12 +167,6 @@ class GraphModule(Diagnostics):
         if not lock.acquire(False):
             self._acquire("set_input")
         try:
-            if type(key) is str and value is not None and not params:
-                # NOTE: the per-inference call, set_input("data", x): see _set_input_unlocked.
-                index = self._input_index.get(key)
-                if index is not None:
-                    self._copy_in(self._input_eids[index], value)
-                    return
             self._set_input_unlocked(key, value, params)
         finally:
             lock.release()
@@ -199,7 +194,7 @@ class GraphModule(Diagnostics):
         shape, dtype, key = self._input_layout[eid]
         if self._unset:
             self._unset.discard(eid)
-        if (type(value) is np.ndarray and key[1].device_type == 1 and value.dtype == dtype
+        if (type(value) is np.ndarray and key[1] == _CPU and value.dtype == dtype
                 and value.shape == shape):
             # NOTE: the common case (a host array for a CPU input) is one memcpy, no lookups.
             np.copyto(self.executor.arrays[key], value)
@@ -267,7 +262,7 @@ class GraphModule(Diagnostics):
         if isinstance(value, NDArray):
             nd = value
         elif isinstance(value, np.ndarray):
-            nd = NDArray(value, Device(1, 0))
+            nd = NDArray(value, _CPU)
         elif hasattr(value, "__dlpack__"):
             nd = from_dlpack(value)
         else:
@@ -458,7 +453,7 @@ def _copy_out(src: Any, out: Any) -> Any:
 
 
 def create(graph: GraphSource, libmod: Module | str | os.PathLike | None = None,
-           ctxs: DeviceLike | Sequence[DeviceLike] = Device(1, 0), *, strict: bool = False,
+           ctxs: DeviceLike | Sequence[DeviceLike] = _CPU, *, strict: bool = False,
            memory_cap: int | Mapping[Any, int] | None = None,
            allow_uninitialized: bool = False) -> GraphModule:
     """A GraphModule: graph (JSON text, path, dict or Graph), a lib, devices (ctxs[0] primary).
