@@ -145,7 +145,7 @@ class Executor:
             self._count_workspace(node, dev, workspace_bytes(fn), used)
             fn = _in_device_scope(fn, dev)
             steps.append(PreparedCall(node.nid, node.label, node.func_name or "", dev, fn,
-                              [self._bind(k) for k in keys], keys, False))
+                                      [self._bind(k) for k in keys], keys, False))
         return steps
 
     def _count_workspace(self, node: Any, dev: Device, nbytes: int,

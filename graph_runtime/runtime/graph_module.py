@@ -198,8 +198,7 @@ class GraphModule(Diagnostics):
                 and value.shape == shape):
             # NOTE: the common case (a host array for a CPU input) is one memcpy, no lookups.
             np.copyto(self.executor.arrays[key], value)
-            if eid in self.executor.versions:
-                self.executor.written(eid)  # kernels redo weights derived from it (Winograd)
+            self.executor.written(eid)  # kernels redo weights derived from it (Winograd)
             return
         self.executor.written(eid)
         dev = self.executor.entry_device[eid]
