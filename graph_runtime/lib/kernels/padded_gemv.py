@@ -13,14 +13,13 @@ GRAPH_RUNTIME_GEMV_PADDING: auto (default, measured), on (whenever the size allo
 """
 from __future__ import annotations
 
-import os
 import threading
 from typing import Any
 
 import numpy as np
 
 from ..._timing import pays_off
-from ...errors import LibraryError
+from .switches import auto_on_off
 
 PADDING_ENV = "GRAPH_RUNTIME_GEMV_PADDING"
 OPENBLAS_THREADED_WEIGHTS = 460_800
@@ -32,10 +31,8 @@ _measure_lock = threading.Lock()
 
 
 def padding_mode() -> str:
-    mode = os.environ.get(PADDING_ENV, "auto").strip().lower() or "auto"
-    if mode not in ("auto", "on", "off"):
-        raise LibraryError(f"{PADDING_ENV} must be auto, on or off, got {mode!r}")
-    return mode
+    """GRAPH_RUNTIME_GEMV_PADDING: auto (measured per shape, the default), on or off."""
+    return auto_on_off(PADDING_ENV, "auto")
 
 
 def padded_rows(k: int, n: int, dtype: str) -> int:

@@ -15,15 +15,14 @@ GRAPH_RUNTIME_DENSE_SPLIT: off (default), auto (measured once per shape), on.
 """
 from __future__ import annotations
 
-import os
 import threading
 from typing import Any
 
 import numpy as np
 
 from ..._timing import pays_off
-from ...errors import LibraryError
 from .cpu_threads import num_threads, parallel_images
+from .switches import auto_on_off
 
 SPLIT_ENV = "GRAPH_RUNTIME_DENSE_SPLIT"
 MIN_FLOPS = 4e6  # below this a call is too short to hand out
@@ -35,10 +34,8 @@ _lock = threading.Lock()
 
 
 def split_mode() -> str:
-    mode = os.environ.get(SPLIT_ENV, "off").strip().lower() or "off"
-    if mode not in ("auto", "on", "off"):
-        raise LibraryError(f"{SPLIT_ENV} must be auto, on or off, got {mode!r}")
-    return mode
+    """GRAPH_RUNTIME_DENSE_SPLIT: off (the default), auto (measured per shape) or on."""
+    return auto_on_off(SPLIT_ENV, "off")
 
 
 def split_blocks(m: int, n: int, k: int, dtype: str) -> int:
