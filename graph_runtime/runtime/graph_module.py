@@ -369,9 +369,7 @@ class GraphModule(Diagnostics):
         try:
             if inputs:
                 self._set_input_unlocked(None, None, inputs)
-            if self._unset:
-                self._refuse_unset()
-            self.executor.run()
+            self._run_unlocked()
         finally:
             lock.release()
 
@@ -396,12 +394,6 @@ class GraphModule(Diagnostics):
         if not lock.acquire(False):
             self._acquire("get_output")
         try:
-            if out is None and type(index) is int and 0 <= index < len(self._output_eids):
-                eid = self._output_eids[index]
-                src = self.executor.arrays[(eid, self.executor.entry_device[eid])]
-                if type(src) is np.ndarray:
-                    # NOTE: a CPU output: one memcpy, no backend lookups (the common case).
-                    return NDArray(src.copy(), self.executor.entry_device[eid])
             return self._get_output_unlocked(index, out)
         finally:
             lock.release()
@@ -422,7 +414,7 @@ class GraphModule(Diagnostics):
             return NDArray(src.copy(), dev)  # a CPU output: one memcpy, no backend lookups
         backend = check_device(dev)
         fresh = backend.empty(dev.device_id, tuple(self.graph.shape(eid)),
-                                  np.dtype(self.graph.dtype(eid)))
+                              np.dtype(self.graph.dtype(eid)))
         backend.copy(src, fresh)
         return NDArray(fresh, dev)
 
