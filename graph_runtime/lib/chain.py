@@ -17,7 +17,7 @@ from .attrs import (DTYPE_KEY, NODE_KEYS, NUM_OUTPUTS_KEY, OUT_DTYPE_KEY, WORKSP
 from .kernels.conv_epilogue import EPILOGUE_DTYPES, EPILOGUE_OPS
 from .kernels.gpu_elementwise import ELEMENTWISE_EXPRS, gpu_elementwise
 from .library import (CachesInputs, InputVersion, TensorSpec, cached_inputs, storage_requests,
-                      workspace_bytes)
+                      uses_workers, workspace_bytes)
 from .registry import OpDef, get_op
 
 if TYPE_CHECKING:
@@ -65,6 +65,7 @@ class PreparedChain:
         self._n_inputs = n_inputs
         self._workspace = (sum(int(a.nbytes) for a in intermediates)
                            + sum(workspace_bytes(fn) for fn, _ in calls))
+        self.uses_workers = any(uses_workers(fn) for fn, _ in calls)
 
     def storage_requests(self) -> Mapping[int, Any]:
         """The chain's kernels' requests for the function's own inputs (padded_gemv.py)."""

@@ -88,6 +88,22 @@ class CachesInputs(Protocol):
         ...
 
 
+@runtime_checkable
+class UsesWorkers(Protocol):
+    """A prepared CPU kernel that spreads its work over the runtime's workers (cpu_threads.py).
+
+    A graph holding one runs with OpenBLAS at one thread throughout (executor.py): a threaded
+    BLAS call elsewhere in the run leaves OpenBLAS threads spinning on the workers' cores.
+    """
+
+    uses_workers: bool
+
+
+def uses_workers(fn: Any) -> bool:
+    """True for a kernel (or chain) whose work goes to the runtime's CPU workers."""
+    return isinstance(fn, UsesWorkers) and bool(fn.uses_workers)
+
+
 def cached_inputs(fn: Any) -> Sequence[int]:
     """Positions of the inputs fn derives data from once, none for other kernels."""
     return tuple(fn.cached_inputs()) if isinstance(fn, CachesInputs) else ()

@@ -36,6 +36,9 @@ CASES = [
     ((2, 4, 7, 6), (6, 2, 3, 2), {"strides": [2, 1], "padding": [1, 0, 2, 1],
                                   "dilation": [1, 2], "groups": 2}),
     ((1, 2, 5, 4), (3, 2, 2, 3), {"padding": [2, 1], "strides": [3, 2]}),
+    ((1, 6, 5, 7), (9, 6, 1, 1), {}),  # batch-1 1x1 split over output rows
+    ((1, 4, 2, 3), (16, 4, 1, 1), {}),  # ... and over output channels (more than pixels)
+    ((1, 5, 3, 3), (11, 5, 3, 3), {"padding": [1]}),  # a deep layer: few pixels, channels split
 ]
 
 
@@ -82,7 +85,8 @@ def test_every_strategy_is_exercised() -> None:
         reached.update(applicable(_params(x, w, attrs)))
     missing = set(STRATEGIES) - reached
     if num_threads() == 1:
-        missing -= {"im2col_rows", "im2col_serial"}  # only offered where workers run
+        # only offered where workers run
+        missing -= {"im2col_rows", "im2col_serial", "im2col_channels", "gemm1x1_split"}
     assert not missing
 
 
@@ -141,13 +145,14 @@ EPILOGUES = {
 }
 
 
-@pytest.mark.parametrize("strategy", ["im2col", "im2col_rows", "im2col_serial", "winograd",
-                                      "winograd4", "gemm1x1", "depthwise"])
+@pytest.mark.parametrize("strategy", ["im2col", "im2col_rows", "im2col_channels",
+                                      "im2col_serial", "winograd", "winograd4", "gemm1x1",
+                                      "gemm1x1_split", "depthwise"])
 @pytest.mark.parametrize("epilogue", sorted(EPILOGUES))
 @pytest.mark.parametrize("batch", [1, 2])
 def test_fused_epilogue(monkeypatch, strategy, epilogue, batch, run_op, random_array) -> None:
     ops, reference, operands = EPILOGUES[epilogue]
-    if strategy == "gemm1x1":
+    if strategy.startswith("gemm1x1"):
         data_shape, weight_shape, attrs = (batch, 4, 5, 6), (6, 4, 1, 1), {}
     elif strategy == "depthwise":
         data_shape, weight_shape, attrs = (batch, 3, 7, 6), (6, 1, 3, 3), {"groups": 3,

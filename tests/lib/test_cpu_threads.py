@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+import graph_runtime as gr
 from graph_runtime.errors import LibraryError
 from graph_runtime.lib.kernels import cpu_threads
 
@@ -52,3 +54,31 @@ def test_threads_env(monkeypatch) -> None:
     monkeypatch.setenv(cpu_threads.THREADS_ENV, "zero")
     with pytest.raises(LibraryError, match="GRAPH_RUNTIME_NUM_THREADS must be a positive"):
         cpu_threads.num_threads()
+
+
+@pytest.mark.parametrize("example,holds", [("cnn", True), ("mlp", False)])
+def test_graphs_with_worker_kernels_hold_blas_at_one_thread(example: str, holds: bool) -> None:
+    """A conv graph runs with OpenBLAS at one thread (its workers own the cores) and gives
+    the count back after run(); a dense-only graph leaves OpenBLAS its threads."""
+    setter = cpu_threads._blas_setter()
+    if setter is None:
+        pytest.skip("NumPy's OpenBLAS has no openblas_set_num_threads_local")
+    folder = Path(__file__).resolve().parents[2] / "examples" / "graphs" / example
+    m = gr.create(folder / "graph.json", folder / "lib.json", gr.cpu())
+    m.load_params(folder / "params")
+    with np.load(folder / "inputs.npz") as inputs:
+        m.set_input(**{k: inputs[k] for k in inputs.files})
+    seen: list[int] = []
+    step = m.executor.steps[-1]
+    inner = step.fn
+
+    def spy(*args: object) -> None:
+        seen.append(int(setter(1)))  # what the run set, put back at once
+        setter(seen[-1])
+        inner(*args)
+    m.executor._calls[-1] = (spy, step.args)
+    assert m.executor._holds_blas is holds
+    before = setter(2)
+    m.run()
+    assert seen == [1 if holds else 2]
+    assert setter(before) == 2

@@ -2,9 +2,10 @@
 
 GRAPH_RUNTIME_CONV: auto (default: time every strategy that applies, keep the fastest, cache the
 choice per shape for the process), or one of im2col, im2col_rows (a batch-1 conv's output rows
-split over the CPU workers), im2col_serial (images on this thread only), gemm1x1, depthwise,
-winograd (F(2x2,3x3)), winograd4 (F(4x4,3x3)) to force it wherever it applies (im2col elsewhere;
-it applies always).
+split over the CPU workers), im2col_channels (its output channels split instead), im2col_serial
+(images on this thread only), gemm1x1, gemm1x1_split (each image's 1x1 GEMM split over the
+workers), depthwise, winograd (F(2x2,3x3)), winograd4 (F(4x4,3x3)) to force it wherever it
+applies (im2col elsewhere; it applies always).
 """
 from __future__ import annotations
 
@@ -19,14 +20,14 @@ import numpy as np
 from ...errors import LibraryError
 from ..conv_params import ConvParams
 from ..library import InputVersion
-from .conv_cpu import ConvKernel, DepthwiseConv, Gemm1x1Conv, Im2colConv
+from .conv_cpu import ConvKernel, DepthwiseConv, Gemm1x1Conv, Im2colChannelsConv, Im2colConv
 from .conv_epilogue import Epilogue
 from .cpu_threads import num_threads
 from .winograd import WinogradConv, winograd_applies
 
 CONV_ENV = "GRAPH_RUNTIME_CONV"
-STRATEGIES = ("im2col", "im2col_rows", "im2col_serial", "gemm1x1", "depthwise", "winograd",
-              "winograd4")
+STRATEGIES = ("im2col", "im2col_rows", "im2col_channels", "im2col_serial", "gemm1x1",
+              "gemm1x1_split", "depthwise", "winograd", "winograd4")
 ROUNDS = 9  # timed calls per candidate; their median decides
 PAUSE_S = 0.0005
 MIN_SPEEDUP = 1.1  # what another strategy must gain over the plain im2col loop to be chosen
@@ -48,10 +49,15 @@ def applicable(p: ConvParams) -> list[str]:
     names = ["im2col"]
     if p.n == 1 and p.oh > 1 and num_threads() > 1:
         names.append("im2col_rows")
+    few_images = p.n < num_threads() and p.groups == 1
+    if few_images and p.o > 1:
+        names.append("im2col_channels")
     if p.n > 1 and num_threads() > 1:
         names.append("im2col_serial")  # a busy machine's other cores may only stall the loop
     if p.kh == p.kw == 1 and p.strides == (1, 1) and not any(p.pad):
         names.append("gemm1x1")
+        if few_images:
+            names.append("gemm1x1_split")
     if p.cg == 1 and p.groups > 1:
         names.append("depthwise")
     if winograd_applies(p) and p.n > 0:
@@ -66,7 +72,9 @@ def build(name: str, p: ConvParams, epilogue: Epilogue) -> ConvKernel:
         "im2col": lambda: Im2colConv(p, epilogue),
         "im2col_rows": lambda: Im2colConv(p, epilogue, split_rows=True),
         "im2col_serial": lambda: Im2colConv(p, epilogue, serial=True),
+        "im2col_channels": lambda: Im2colChannelsConv(p, epilogue),
         "gemm1x1": lambda: Gemm1x1Conv(p, epilogue),
+        "gemm1x1_split": lambda: Gemm1x1Conv(p, epilogue, split=True),
         "depthwise": lambda: DepthwiseConv(p, epilogue),
         "winograd": lambda: WinogradConv(p, epilogue, 2),
         "winograd4": lambda: WinogradConv(p, epilogue, 4),

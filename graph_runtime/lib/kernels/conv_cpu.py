@@ -30,6 +30,7 @@ class ConvKernel(ABC):
 
     strategy = ""
     derived: tuple[int, ...] = ()
+    uses_workers = True  # library.UsesWorkers
 
     def __init__(self, p: ConvParams, epilogue: Epilogue) -> None:
         self.p = p
@@ -98,10 +99,7 @@ class Im2colConv(ConvKernel):
         self.kk = p.cg * p.kh * p.kw
         rows = self.kk + (self.bias is not None)
         self.workers = 1 if serial else max(1, num_threads())
-        per_image = rows * p.oh * p.ow * np.dtype(p.dtype).itemsize
-        blocks = -(-per_image // BLOCK_BYTES)
-        if split_rows:  # a batch-1 conv spread over the workers: two blocks each, to balance
-            blocks = max(blocks, 2 * self.workers)
+        blocks = self._row_blocks(rows, split_rows)
         self.block_rows = -(-p.oh // max(1, min(blocks, p.oh)))
         self.blocks = -(-p.oh // self.block_rows) if p.oh else 0
         self.workers = max(1, min(self.workers, p.n * self.blocks))
@@ -148,11 +146,69 @@ class Im2colConv(ConvKernel):
             self.epilogue.apply(out, n, n + 1, extras, (r0, r1))
         parallel_images(p.n * blocks, self.workers, block)
 
+    def _row_blocks(self, rows: int, split_rows: bool) -> int:
+        """Output-row blocks per image: columns within BLOCK_BYTES, or two per worker."""
+        p = self.p
+        per_image = rows * p.oh * p.ow * np.dtype(p.dtype).itemsize
+        blocks = -(-per_image // BLOCK_BYTES)
+        if split_rows:  # a batch-1 conv spread over the workers: two blocks each, to balance
+            blocks = max(blocks, 2 * self.workers)
+        return int(blocks)
+
+
+class Im2colChannelsConv(Im2colConv):
+    """Few images with few output pixels (a deep layer at batch 1): split output channels.
+
+    Row blocks of a 7x7 output are too thin to share: each worker would stream the whole
+    weight matrix for a sliver of columns. Here the image's columns are built once (input
+    channels shared out to the workers), then each worker multiplies its own block of weight
+    rows by all of them and applies the epilogue to its channels. groups == 1 only.
+    """
+
+    strategy = "im2col_channels"
+
+    def _row_blocks(self, rows: int, split_rows: bool) -> int:
+        return 1  # the whole image's columns at once, in one shared buffer
+
+    def __call__(self, data: Any, weight: Any, *rest: Any) -> None:
+        p = self.p
+        out = rest[-1]
+        extras = rest[:-1]
+        if self._stale():
+            self.w_aug[:, :, :self.kk] = weight.reshape(p.groups, p.og, self.kk)
+            if self.bias is not None:
+                self.w_aug[:, :, self.kk] = extras[self.bias].reshape(p.groups, p.og)
+        self.interior[...] = data
+        cols = self.cols[0]
+        taps = cols[:, :self.kk].reshape(p.groups, p.cg, p.kh, p.kw, p.oh, p.ow)
+        gemm_out = out.reshape(p.n, p.groups, p.og, p.oh * p.ow)
+        workers = num_threads()
+        c_step = max(1, -(-p.cg // max(1, min(p.cg, 2 * workers))))
+        k_step = max(1, -(-p.og // max(1, min(p.og, 2 * workers))))
+        for n in range(p.n):
+            def gather(worker: int, item: int) -> None:
+                c0 = item * c_step
+                np.copyto(taps[:, c0:c0 + c_step], self.windows[n, :, c0:c0 + c_step])
+
+            def multiply(worker: int, item: int) -> None:
+                k0 = item * k_step
+                k1 = min(p.og, k0 + k_step)
+                np.matmul(self.w_aug[:, k0:k1], cols, out=gemm_out[n, :, k0:k1])
+                self.epilogue.apply(out, n, n + 1, extras, channels=(k0, k1))
+            parallel_images(-(-p.cg // c_step), workers, gather)
+            parallel_images(-(-p.og // k_step), workers, multiply)
+
 
 class Gemm1x1Conv(ConvKernel):
     """1x1, stride 1, unpadded: the data already is the column matrix, so one GEMM per image."""
 
     strategy = "gemm1x1"
+
+    def __init__(self, p: ConvParams, epilogue: Epilogue, split: bool = False) -> None:
+        super().__init__(p, epilogue)
+        self.split = split
+        if split:
+            self.strategy = "gemm1x1_split"
 
     def __call__(self, data: Any, weight: Any, *rest: Any) -> None:
         p = self.p
@@ -162,10 +218,35 @@ class Gemm1x1Conv(ConvKernel):
         x = data.reshape(p.n, p.groups, p.cg, p.h * p.w)
         y = out.reshape(p.n, p.groups, p.og, p.oh * p.ow)
 
+        if self.split:
+            self._split_images(w, x, y, out, extras)
+            return
+
         def image(worker: int, n: int) -> None:
             np.matmul(w, x[n], out=y[n])
             self.epilogue.apply(out, n, n + 1, extras)
         parallel_images(p.n, min(num_threads(), p.n), image)
+
+    def _split_images(self, w: Any, x: Any, y: Any, out: Any, extras: Sequence[Any]) -> None:
+        """Each image's GEMM cut along its longer side (output rows or channels), two parts a
+        worker: a batch smaller than the worker count still keeps every core busy. groups == 1.
+        """
+        p = self.p
+        by_rows = p.h * p.w >= p.og
+        size = p.h if by_rows else p.og
+        step = max(1, -(-size // max(1, min(size, 2 * num_threads()))))
+        parts = -(-size // step)
+
+        def part(worker: int, item: int) -> None:
+            n, i = divmod(item, parts)
+            a, b = i * step, min(size, (i + 1) * step)
+            if by_rows:
+                np.matmul(w, x[n, :, :, a * p.w:b * p.w], out=y[n, :, :, a * p.w:b * p.w])
+                self.epilogue.apply(out, n, n + 1, extras, rows=(a, b))
+            else:
+                np.matmul(w[:, a:b], x[n], out=y[n, :, a:b])
+                self.epilogue.apply(out, n, n + 1, extras, channels=(a, b))
+        parallel_images(p.n * parts, num_threads(), part)
 
 
 class DepthwiseConv(ConvKernel):

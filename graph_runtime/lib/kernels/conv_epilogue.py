@@ -67,12 +67,15 @@ class Epilogue:
         return replace(self, ops=self.ops[1:])
 
     def apply(self, out: Any, n0: int, n1: int, extras: Sequence[Any],
-              rows: tuple[int, int] | None = None) -> None:
-        """Apply every op in place to out[n0:n1] (output rows r0:r1 of it when rows is given);
-        extras are the kernel's extra inputs."""
+              rows: tuple[int, int] | None = None,
+              channels: tuple[int, int] | None = None) -> None:
+        """Apply every op in place to out[n0:n1] (only output rows r0:r1 and channels k0:k1 of
+        it when rows / channels are given); extras are the kernel's extra inputs."""
         if not self.ops:
             return
-        block = out[n0:n1] if rows is None else out[n0:n1, :, rows[0]:rows[1]]
+        k0, k1 = channels or (0, out.shape[1])
+        r0, r1 = rows or (0, out.shape[2])
+        block = out[n0:n1, k0:k1, r0:r1]
         for op in self.ops:
             if op.kind == "add":
                 operand = extras[op.operand]
@@ -80,8 +83,10 @@ class Epilogue:
                     operand = operand.reshape(op.shape)
                 if op.shape[0] != 1:
                     operand = operand[n0:n1]
-                if rows is not None and op.shape[2] != 1:
-                    operand = operand[:, :, rows[0]:rows[1]]
+                if op.shape[1] != 1:
+                    operand = operand[:, k0:k1]
+                if op.shape[2] != 1:
+                    operand = operand[:, :, r0:r1]
                 np.add(block, operand, out=block)
             elif op.kind == "relu":
                 np.maximum(block, 0, out=block)

@@ -74,6 +74,8 @@ def _split_pays(m: int, n: int, k: int, dtype: str, blocks: int) -> bool:
 class SplitDense:
     """run(x, w, out): out[m, n] = x[m, k] @ w[n, k].T, column blocks on parallel workers."""
 
+    uses_workers = True  # library.UsesWorkers
+
     def __init__(self, m: int, n: int, k: int, blocks: int) -> None:
         self.shapes = ((m, k), (n, k), (m, n))
         step = -(-n // blocks)
