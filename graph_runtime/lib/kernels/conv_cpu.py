@@ -13,30 +13,27 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..conv_params import ConvParams
-from ..library import InputVersion
 from .conv_epilogue import Epilogue
 from .cpu_threads import num_threads, parallel_images
+from .derived import DerivesFromInputs
 
 as_strided = np.lib.stride_tricks.as_strided
 
 
-class ConvKernel(ABC):
+class ConvKernel(DerivesFromInputs, ABC):
     """What the strategies share: epilogue, derived-weight freshness, workspace accounting.
 
-    A strategy that derives data from its weight (and bias) lists those inputs in `derived`;
-    it redoes the derivation when their InputVersions moved, every run when one is volatile,
-    and every run when no executor bound versions (then correct, only slower).
+    A strategy that derives data from its weight (and bias) lists those inputs in `derived`
+    (derived.py redoes it when they change).
     """
 
     strategy = ""
-    derived: tuple[int, ...] = ()
     uses_workers = True  # library.UsesWorkers
 
     def __init__(self, p: ConvParams, epilogue: Epilogue) -> None:
+        super().__init__()
         self.p = p
         self.epilogue = epilogue
-        self._cells: list[InputVersion] = [InputVersion(volatile=True) for _ in self.derived]
-        self._seen: tuple[int, ...] | None = None
         self._buffers: list[np.ndarray] = []
 
     def _alloc(self, shape: Sequence[int], fill: float | None = None) -> np.ndarray:
@@ -49,20 +46,6 @@ class ConvKernel(ABC):
     def workspace_bytes(self) -> int:
         """im2col columns, padded images, transformed weights: everything kept between runs."""
         return sum(int(a.nbytes) for a in self._buffers)
-
-    def cached_inputs(self) -> tuple[int, ...]:
-        return self.derived
-
-    def bind_versions(self, versions: Any) -> None:
-        self._cells = [versions[pos] for pos in self.derived]
-
-    def _stale(self) -> bool:
-        """True when the derived weights must be (re)made from this run's inputs."""
-        stamp = tuple(-1 if c.volatile else c.value for c in self._cells)
-        if -1 in stamp or stamp != self._seen:
-            self._seen = None if -1 in stamp else stamp
-            return True
-        return False
 
     @abstractmethod
     def __call__(self, data: Any, weight: Any, *rest: Any) -> None:

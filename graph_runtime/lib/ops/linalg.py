@@ -14,6 +14,7 @@ from ..kernels.host import array_module, host_kernel
 from ..kernels.opencl_gemm import GemmShape, make_gemm
 from ..kernels.padded_gemv import PaddedGemv, padded_rows
 from ..kernels.split_dense import SplitDense, split_blocks
+from ..kernels.transposed_dense import TransposedDense, keeps_transposed
 from ..library import TensorSpec
 from ..registry import define_op, kernel
 from ..shapes import (FLOAT_DTYPES, NUMERIC_DTYPES, check_dtype, check_num_inputs, check_rank,
@@ -226,6 +227,8 @@ def _gemm_factory(op: str) -> Factory:
             blocks = split_blocks(gemm.m, gemm.n, gemm.k, gemm.dtype)
             if blocks:
                 return SplitDense(gemm.m, gemm.n, gemm.k, blocks)
+            if keeps_transposed(gemm.m, gemm.n, gemm.k, gemm.dtype):
+                return TransposedDense(gemm.m, gemm.n, gemm.k, gemm.dtype)
         return gemm_kernel(backend, device_id, gemm)
     return factory
 

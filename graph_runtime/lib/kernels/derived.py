@@ -1,0 +1,36 @@
+"""When a kernel must redo data it derives once from an input (transformed or transposed weights).
+
+A kernel lists the input positions it derives from in `derived`; the executor binds one
+InputVersion per position (library.CachesInputs). The kernel redoes the derivation when their
+counts moved, every run when one is volatile, and every run when nothing was bound (then
+correct, only slower).
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from ..library import InputVersion
+
+
+class DerivesFromInputs:
+    """The freshness bookkeeping of library.CachesInputs, for kernels to inherit."""
+
+    derived: tuple[int, ...] = ()
+
+    def __init__(self) -> None:
+        self._cells: list[InputVersion] = [InputVersion(volatile=True) for _ in self.derived]
+        self._seen: tuple[int, ...] | None = None
+
+    def cached_inputs(self) -> tuple[int, ...]:
+        return self.derived
+
+    def bind_versions(self, versions: Mapping[int, InputVersion] | Any) -> None:
+        self._cells = [versions[pos] for pos in self.derived]
+
+    def _stale(self) -> bool:
+        """True when the derived data must be (re)made from this run's inputs."""
+        stamp = tuple(-1 if c.volatile else c.value for c in self._cells)
+        if -1 in stamp or stamp != self._seen:
+            self._seen = None if -1 in stamp else stamp
+            return True
+        return False
