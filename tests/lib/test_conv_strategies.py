@@ -19,7 +19,8 @@ from graph_runtime.lib.conv_params import conv2d_params
 from graph_runtime.lib.kernels.conv_choice import CONV_ENV, STRATEGIES, applicable, conv2d_cpu
 from graph_runtime.lib.kernels.conv_cpu import ConvKernel
 from graph_runtime.lib.kernels.conv_epilogue import Epilogue
-from graph_runtime.lib.kernels.cpu_threads import num_threads
+from graph_runtime.lib.kernels import depthwise_jit
+from graph_runtime.lib.kernels.cpu_threads import THREADS_ENV, num_threads
 from graph_runtime.lib.kernels.depthwise_jit import DepthwiseJitConv, fold_epilogue
 from graph_runtime.lib.library import TensorSpec
 
@@ -254,6 +255,31 @@ def test_depthwise_jit(data_shape, multiplier, kernel, attrs, dtype, epilogue,
     got = _run(kernel_, x, w, *operands)
     want = reference(y, [o.astype(np.float64) for o in operands])
     np.testing.assert_allclose(got, want, **SUM_TOLERANCES[dtype])
+
+
+@pytest.mark.parametrize("epilogue", ["bias_residual_relu", "clip_then_residual"])
+@pytest.mark.parametrize("data_shape", [(1, 7, 6, 5), (2, 5, 5, 6)])
+def test_depthwise_jit_split_over_workers(monkeypatch, data_shape, epilogue,
+                                          random_array) -> None:
+    """Channel ranges handed to 3 workers (small convs run on one: forced here) cover every
+    output once; an epilogue left over for apply() takes whole images."""
+    monkeypatch.setenv(THREADS_ENV, "3")
+    monkeypatch.setattr(depthwise_jit, "SERIAL_OUTPUTS", 0)
+    c = data_shape[1]
+    attrs = {"groups": c, "padding": [1], "strides": [2, 1]}
+    x = random_array(data_shape, "float32", seed=36)
+    w = random_array((2 * c, 1, 3, 3), "float32", seed=37)
+    y = ref_conv2d_attrs(x, w, attrs)
+    ops, codes, reference = DEPTHWISE_EPILOGUES[epilogue]
+    operands = [random_array(_operand_shape(code, y.shape), "float32", seed=38 + i)
+                for i, code in enumerate(codes)]
+    kernel = DepthwiseJitConv(_params(x, w, attrs),
+                              Epilogue.build(ops, [o.shape for o in operands], y.shape))
+    assert kernel.chunks == (1 if kernel.epilogue.ops else -(-9 // data_shape[0]))
+    assert kernel.workers == min(3, data_shape[0] * kernel.chunks)
+    got = _run(kernel, x, w, *operands)
+    want = reference(y, [o.astype(np.float64) for o in operands])
+    np.testing.assert_allclose(got, want, **SUM_TOLERANCES["float32"])
 
 
 def test_depthwise_jit_folds_the_epilogue_into_its_loop() -> None:

@@ -110,6 +110,24 @@ def test_avg_pool_jit(shape, attrs, dtype, count_include_pad, run_op, assert_clo
 
 
 @pytest.mark.parametrize("op", ["max_pool2d", "avg_pool2d"])
+@pytest.mark.parametrize("shape", [(1, 7, 9, 8), (2, 5, 8, 9), (4, 3, 6, 6)])
+def test_pool_jit_split_over_workers(monkeypatch, op, shape, run_op, assert_close,
+                                     random_array) -> None:
+    """Channel ranges handed to 3 workers (small pools run on one: forced here) cover every
+    output once."""
+    from graph_runtime.lib.kernels import pool_jit
+    from graph_runtime.lib.kernels.cpu_threads import THREADS_ENV
+
+    monkeypatch.setenv(THREADS_ENV, "3")
+    monkeypatch.setattr(pool_jit, "SERIAL_OUTPUTS", 0)
+    x = random_array(shape, "float32", seed=7)
+    attrs = {"pool_size": [3, 3], "strides": [2, 2], "padding": [1]}
+    onnx_op = "MaxPool" if op.startswith("max") else "AveragePool"
+    (got,) = run_op("cpu", op, [x], attrs)
+    assert_close(got, onnx_pool(x, onnx_op, **ours_to_onnx(attrs)))
+
+
+@pytest.mark.parametrize("op", ["max_pool2d", "avg_pool2d"])
 def test_cpu_pools_run_compiled(op, make_function) -> None:
     """float32/float64 2-D pools on the CPU are jit_cpu's loops; 3-D and float16 keep NumPy's."""
     from graph_runtime.backends import get_backend
