@@ -39,9 +39,9 @@ def fold_epilogue(epilogue: Epilogue) -> tuple[int | None, EpilogueOp | None, fl
 class DepthwiseJitConv(ConvKernel):
     """groups == input channels (any multiplier, kernel, stride, dilation, padding), compiled.
 
-    Each output row is made in one pass (padding handled by skipping the taps that fall outside
-    the image, so no padded copy), with the bias, a residual add and relu/clip applied before it
-    leaves L1 (fold_epilogue). Items are an image's channel ranges, a few per worker; when ops
+    Each output row is made while it sits in L1 (3x3: its 9 taps in one pass; padding handled by
+    skipping the taps that fall outside the image, so no padded copy), with the bias, a residual
+    add and relu/clip applied before it leaves (fold_epilogue). Items are an image's channel ranges, a few per worker; when ops
     the loop cannot take remain, items are whole images and Epilogue.apply finishes each.
     """
 

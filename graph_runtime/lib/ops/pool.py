@@ -206,8 +206,8 @@ def _pool_host(op: str) -> Callable[..., Callable[..., None]]:
 
 
 def _pool_jit(p: PoolParams, is_max: bool) -> Callable[..., None]:
-    """A 2-D float pool on the CPU: one compiled pass per output row (kernels/jit_cpu.py)
-    instead of a NumPy pass per tap."""
+    """A 2-D float pool on the CPU: each output row made in L1 by a compiled loop (the window's
+    rows folded, then its columns: kernels/jit_cpu.py) instead of a NumPy pass per tap."""
     from ..kernels.pool_jit import pool2d_jit  # NOTE: loads numba, so only when one is built
 
     inv = None if is_max else (1.0 / avg_divisor(p)).astype(p.dtype)
