@@ -19,7 +19,9 @@ from graph_runtime.lib.conv_params import conv2d_params
 from graph_runtime.lib.kernels.conv_choice import CONV_ENV, STRATEGIES, applicable, conv2d_cpu
 from graph_runtime.lib.kernels.conv_cpu import ConvKernel
 from graph_runtime.lib.kernels.conv_epilogue import Epilogue
-from graph_runtime.lib.kernels.cpu_threads import num_threads
+from graph_runtime.lib.kernels import depthwise_jit
+from graph_runtime.lib.kernels.cpu_threads import THREADS_ENV, num_threads
+from graph_runtime.lib.kernels.depthwise_jit import DepthwiseJitConv, fold_epilogue
 from graph_runtime.lib.library import TensorSpec
 
 # (data shape, weight shape, attrs): odd sizes, asymmetric padding, strides, dilation, groups,
@@ -147,14 +149,14 @@ EPILOGUES = {
 
 @pytest.mark.parametrize("strategy", ["im2col", "im2col_rows", "im2col_channels",
                                       "im2col_serial", "winograd", "winograd4", "gemm1x1",
-                                      "gemm1x1_split", "depthwise"])
+                                      "gemm1x1_split", "depthwise", "depthwise_jit"])
 @pytest.mark.parametrize("epilogue", sorted(EPILOGUES))
 @pytest.mark.parametrize("batch", [1, 2])
 def test_fused_epilogue(monkeypatch, strategy, epilogue, batch, run_op, random_array) -> None:
     ops, reference, operands = EPILOGUES[epilogue]
     if strategy.startswith("gemm1x1"):
         data_shape, weight_shape, attrs = (batch, 4, 5, 6), (6, 4, 1, 1), {}
-    elif strategy == "depthwise":
+    elif strategy in ("depthwise", "depthwise_jit"):
         data_shape, weight_shape, attrs = (batch, 3, 7, 6), (6, 1, 3, 3), {"groups": 3,
                                                                            "padding": [1]}
     else:
@@ -193,6 +195,125 @@ def test_chain_after_the_tail_keeps_running(run_op, random_array) -> None:
     (got,) = run_op("cpu", func, [x, w, b])
     y = np.maximum(ref_conv2d_attrs(x, w, {"padding": [1]}) + b, 0)
     want = y.reshape(2, 4, 3, 2, 3, 2).max(axis=(3, 5))
+    np.testing.assert_allclose(got, want, **SUM_TOLERANCES["float32"])
+
+
+# -- the compiled depthwise loop (lib/kernels/depthwise_jit.py, jit_cpu.py) --------------------
+
+# (data shape, channel multiplier, kernel, attrs): odd sizes, asymmetric padding, strides 1, 2
+# and 3, dilation, kernels 1 to 5 (3x3 has its own fused path), images smaller than the window's
+# reach, batches > 1, enough channels to be split over workers.
+DEPTHWISE_CASES = [
+    ((1, 5, 9, 11), 1, (3, 3), {"padding": [1]}),
+    ((2, 3, 8, 7), 2, (3, 3), {"padding": [0, 1, 2, 0]}),
+    ((3, 4, 13, 10), 1, (3, 3), {"padding": [1], "strides": [2, 2]}),
+    ((1, 6, 12, 12), 1, (3, 3), {"padding": [2, 1, 0, 3], "strides": [2, 1], "dilation": [2, 2]}),
+    ((1, 3, 11, 14), 3, (3, 3), {"padding": [1, 2], "strides": [3, 3], "dilation": [1, 2]}),
+    ((2, 2, 2, 3), 1, (3, 3), {"padding": [1]}),
+    ((1, 4, 9, 9), 1, (5, 5), {"padding": [2]}),
+    ((2, 3, 10, 7), 2, (5, 3), {"padding": [1, 0, 3, 2], "strides": [2, 2]}),
+    ((1, 2, 6, 8), 1, (1, 1), {"strides": [2, 2]}),
+    ((1, 4, 7, 7), 1, (2, 4), {"padding": [1, 2, 0, 1], "dilation": [2, 1], "strides": [1, 2]}),
+    ((1, 40, 6, 5), 1, (3, 3), {"padding": [1]}),
+]
+
+# name -> (chain ops after the conv, operand shapes (K: channels, Y: the output), reference)
+DEPTHWISE_EPILOGUES = {
+    "none": ([], [], lambda y, ops: y),
+    "bias_relu": ([("add", 0), ("relu", None)], ["K11"], lambda y, ops: np.maximum(y + ops[0], 0)),
+    "bias_clip": ([("add", 0), ("clip", (-0.5, 0.75))], ["K11"],
+                  lambda y, ops: np.clip(y + ops[0], -0.5, 0.75)),
+    "bias_residual_relu": ([("add", 0), ("add", 1), ("relu", None)], ["K11", "Y"],
+                           lambda y, ops: np.maximum(y + ops[0] + ops[1], 0)),
+    "residual_row_clip": ([("add", 0), ("clip", (-1.0, 1.0))], ["1W"],
+                          lambda y, ops: np.clip(y + ops[0], -1, 1)),
+    "relu_clip": ([("add", 0), ("relu", None), ("clip", (-1.0, 0.5))], ["K11"],
+                  lambda y, ops: np.clip(np.maximum(y + ops[0], 0), -1, 0.5)),
+    "clip_then_residual": ([("add", 0), ("clip", (-1.0, 1.0)), ("add", 1), ("relu", None)],
+                           ["K11", "Y"],
+                           lambda y, ops: np.maximum(np.clip(y + ops[0], -1, 1) + ops[1], 0)),
+}
+
+
+def _operand_shape(code: str, out_shape: tuple[int, ...]) -> tuple[int, ...]:
+    _, k, _, ow = out_shape
+    return {"K11": (k, 1, 1), "Y": out_shape, "1W": (1, ow)}[code]
+
+
+@pytest.mark.parametrize("epilogue", sorted(DEPTHWISE_EPILOGUES))
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("data_shape,multiplier,kernel,attrs", DEPTHWISE_CASES)
+def test_depthwise_jit(data_shape, multiplier, kernel, attrs, dtype, epilogue,
+                       random_array) -> None:
+    c = data_shape[1]
+    attrs = dict(attrs, groups=c)
+    x = random_array(data_shape, dtype, seed=31)
+    w = random_array((c * multiplier, 1) + kernel, dtype, seed=32)
+    p = _params(x, w, attrs)
+    y = ref_conv2d_attrs(x, w, attrs)
+    ops, codes, reference = DEPTHWISE_EPILOGUES[epilogue]
+    operands = [random_array(_operand_shape(code, y.shape), dtype, seed=33 + i)
+                for i, code in enumerate(codes)]
+    kernel_ = conv2d_cpu(p, Epilogue.build(ops, [o.shape for o in operands], y.shape),
+                         "depthwise_jit")
+    assert kernel_.strategy == "depthwise_jit"
+    got = _run(kernel_, x, w, *operands)
+    want = reference(y, [o.astype(np.float64) for o in operands])
+    np.testing.assert_allclose(got, want, **SUM_TOLERANCES[dtype])
+
+
+@pytest.mark.parametrize("epilogue", ["bias_residual_relu", "clip_then_residual"])
+@pytest.mark.parametrize("data_shape", [(1, 7, 6, 5), (2, 5, 5, 6)])
+def test_depthwise_jit_split_over_workers(monkeypatch, data_shape, epilogue,
+                                          random_array) -> None:
+    """Channel ranges handed to 3 workers (small convs run on one: forced here) cover every
+    output once; an epilogue left over for apply() takes whole images."""
+    monkeypatch.setenv(THREADS_ENV, "3")
+    monkeypatch.setattr(depthwise_jit, "SERIAL_OUTPUTS", 0)
+    c = data_shape[1]
+    attrs = {"groups": c, "padding": [1], "strides": [2, 1]}
+    x = random_array(data_shape, "float32", seed=36)
+    w = random_array((2 * c, 1, 3, 3), "float32", seed=37)
+    y = ref_conv2d_attrs(x, w, attrs)
+    ops, codes, reference = DEPTHWISE_EPILOGUES[epilogue]
+    operands = [random_array(_operand_shape(code, y.shape), "float32", seed=38 + i)
+                for i, code in enumerate(codes)]
+    kernel = DepthwiseJitConv(_params(x, w, attrs),
+                              Epilogue.build(ops, [o.shape for o in operands], y.shape))
+    assert kernel.chunks == (1 if kernel.epilogue.ops else -(-9 // data_shape[0]))
+    assert kernel.workers == min(3, data_shape[0] * kernel.chunks)
+    got = _run(kernel, x, w, *operands)
+    want = reference(y, [o.astype(np.float64) for o in operands])
+    np.testing.assert_allclose(got, want, **SUM_TOLERANCES["float32"])
+
+
+def test_depthwise_jit_folds_the_epilogue_into_its_loop() -> None:
+    """bias, one add and the clamps after it go into the loop; what follows stays for apply."""
+    shape = (1, 4, 5, 5)
+    fused = Epilogue.build([("add", 0), ("add", 1), ("relu", None), ("clip", (-2.0, 6.0))],
+                           [(4, 1, 1), shape], shape)
+    bias, residual, lo, hi, rest = fold_epilogue(fused)
+    assert (bias, residual.operand, lo, hi, rest.ops) == (0, 1, 0.0, 6.0, ())
+    # clip(relu(y), 5, 3) is 3 everywhere, as np.clip gives for lo > hi
+    assert fold_epilogue(Epilogue.build([("relu", None), ("clip", (5.0, 3.0))], [], shape))[2:4] \
+        == (5.0, 3.0)
+    left = Epilogue.build([("relu", None), ("add", 0)], [(4, 1, 1)], shape)
+    bias, residual, lo, hi, rest = fold_epilogue(left)
+    assert (bias, residual, lo, hi) == (None, None, 0.0, np.inf)
+    assert [op.kind for op in rest.ops] == ["add"]
+
+
+def test_depthwise_jit_keeps_nan_as_numpy_does(random_array) -> None:
+    """fastmath stays off: a NaN in the data reaches the output through relu and clip."""
+    x = random_array((1, 2, 6, 6), "float32", seed=34)
+    x[0, 1, 2, 3] = np.nan
+    w = random_array((2, 1, 3, 3), "float32", seed=35)
+    p = _params(x, w, {"groups": 2, "padding": [1]})
+    epilogue = Epilogue.build([("relu", None), ("clip", (0.0, 6.0))], [], (1, 2, 6, 6))
+    got = _run(DepthwiseJitConv(p, epilogue), x, w)
+    want = np.clip(np.maximum(ref_conv2d_attrs(x, w, {"groups": 2, "padding": [1]}), 0), 0, 6)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    assert np.isnan(got).sum() == 9
     np.testing.assert_allclose(got, want, **SUM_TOLERANCES["float32"])
 
 

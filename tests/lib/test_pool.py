@@ -74,6 +74,106 @@ def test_avg_pool(backend_name, shape, attrs, count_include_pad, run_op, assert_
     assert_close(got, want)
 
 
+# CPU 2-D float pools run compiled (lib/kernels/pool_jit.py): strides 1 to 3, asymmetric
+# padding, dilation, ceil_mode overhangs, 3x3 and 2x2 windows, batches, channels split over
+# workers, and rows narrower than the window's reach.
+JIT_CASES = [
+    ((1, 64, 20, 20), {"pool_size": [3, 3], "strides": [2, 2], "padding": [1]}),
+    ((3, 5, 16, 12), {"pool_size": [2, 2], "strides": [2, 2]}),
+    ((2, 3, 9, 11), {"pool_size": [3, 2], "strides": [1, 3], "padding": [2, 0, 1, 1],
+                     "ceil_mode": True}),
+    ((1, 4, 10, 9), {"pool_size": [2, 3], "strides": [3, 2], "dilation": [2, 3],
+                     "padding": [1, 2, 2, 0], "ceil_mode": True}),
+    ((1, 2, 2, 3), {"pool_size": [3, 3], "strides": [1, 1], "padding": [1]}),
+    ((2, 7, 8, 8), {"pool_size": [1, 1], "strides": [2, 2]}),
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("shape,attrs", JIT_CASES)
+def test_max_pool_jit(shape, attrs, dtype, run_op, assert_close, random_array) -> None:
+    x = random_array(shape, dtype, seed=5)
+    (got,) = run_op("cpu", "max_pool2d", [x], attrs)
+    assert_close(got, onnx_pool(x, "MaxPool", **ours_to_onnx(attrs)))
+
+
+@pytest.mark.parametrize("count_include_pad", [False, True])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("shape,attrs", JIT_CASES)
+def test_avg_pool_jit(shape, attrs, dtype, count_include_pad, run_op, assert_close,
+                      random_array) -> None:
+    x = random_array(shape, dtype, seed=6)
+    want = onnx_pool(x, "AveragePool", count_include_pad=int(count_include_pad),
+                     **ours_to_onnx(attrs))
+    (got,) = run_op("cpu", "avg_pool2d", [x], dict(attrs, count_include_pad=count_include_pad))
+    assert_close(got, want)
+
+
+@pytest.mark.parametrize("op", ["max_pool2d", "avg_pool2d"])
+@pytest.mark.parametrize("shape", [(1, 7, 9, 8), (2, 5, 8, 9), (4, 3, 6, 6)])
+def test_pool_jit_split_over_workers(monkeypatch, op, shape, run_op, assert_close,
+                                     random_array) -> None:
+    """Channel ranges handed to 3 workers (small pools run on one: forced here) cover every
+    output once."""
+    from graph_runtime.lib.kernels import pool_jit
+    from graph_runtime.lib.kernels.cpu_threads import THREADS_ENV
+
+    monkeypatch.setenv(THREADS_ENV, "3")
+    monkeypatch.setattr(pool_jit, "SERIAL_OUTPUTS", 0)
+    x = random_array(shape, "float32", seed=7)
+    attrs = {"pool_size": [3, 3], "strides": [2, 2], "padding": [1]}
+    onnx_op = "MaxPool" if op.startswith("max") else "AveragePool"
+    (got,) = run_op("cpu", op, [x], attrs)
+    assert_close(got, onnx_pool(x, onnx_op, **ours_to_onnx(attrs)))
+
+
+@pytest.mark.parametrize("op", ["max_pool2d", "avg_pool2d"])
+def test_cpu_pools_run_compiled(op, make_function) -> None:
+    """float32/float64 2-D pools on the CPU are jit_cpu's loops; 3-D and float16 keep NumPy's."""
+    from graph_runtime.backends import get_backend
+    from graph_runtime.lib.ops.pool import _pool_host
+
+    backend = get_backend("cpu")
+    attrs = {"pool_size": [2, 2]}
+    for shape, dtype, compiled in (((1, 2, 4, 4), "float32", True),
+                                   ((1, 2, 4, 4), "float64", True),
+                                   ((1, 2, 4, 4), "float16", False),
+                                   ((1, 2, 4, 4, 4), "float32", False)):
+        name = op.replace("2d", f"{len(shape) - 2}d")
+        specs = [TensorSpec(shape, dtype)]
+        attrs["pool_size"] = [2] * (len(shape) - 2)
+        outputs = make_function(name).infer(specs, attrs)
+        run = _pool_host(name)(backend, 0, specs, outputs, attrs)
+        assert (run.__module__ == "graph_runtime.lib.kernels.pool_jit") == compiled, (shape, dtype)
+
+
+def test_max_pool_jit_nan_wins(run_op) -> None:
+    """As np.maximum (the NumPy path's fold): a NaN in a window is its max, wherever it sits.
+
+    (ONNX's reference MaxPool lets a NaN lose to a later tap, so NumPy is the reference here.)
+    """
+    x = np.arange(2 * 6 * 6, dtype="float32").reshape(1, 2, 6, 6)
+    x[0, 0, 0, 0] = np.nan
+    x[0, 1, 3, 4] = np.nan
+    (got,) = run_op("cpu", "max_pool2d", [x], {"pool_size": [3, 3], "strides": [2, 2],
+                                               "padding": [1]})
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))
+    want = windows[:, :, ::2, ::2].max(axis=(4, 5))
+    np.testing.assert_array_equal(got, want)
+    assert np.argwhere(np.isnan(got)).tolist() == [[0, 0, 0, 0], [0, 1, 1, 2], [0, 1, 2, 2]]
+
+
+def test_max_pool_jit_window_of_padding_only(run_op) -> None:
+    """A window with no data tap gives the dtype's lowest value, as the padded NumPy path."""
+    x = np.ones((1, 1, 2, 2), "float32")
+    (got,) = run_op("cpu", "max_pool2d", [x], {"pool_size": [1, 1], "padding": [1]})
+    lowest = np.finfo(np.float32).min
+    want = np.full((1, 1, 4, 4), lowest, "float32")
+    want[0, 0, 1:3, 1:3] = 1
+    np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("dtype", ["uint8", "int8"])
 def test_max_pool_8bit(backend_name, dtype, run_op) -> None:
     info = np.iinfo(dtype)

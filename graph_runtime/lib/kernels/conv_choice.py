@@ -4,8 +4,9 @@ GRAPH_RUNTIME_CONV: auto (default: time every strategy that applies, keep the fa
 choice per shape for the process), or one of im2col, im2col_rows (a batch-1 conv's output rows
 split over the CPU workers), im2col_channels (its output channels split instead), im2col_serial
 (images on this thread only), gemm1x1, gemm1x1_split (each image's 1x1 GEMM split over the
-workers), depthwise, winograd (F(2x2,3x3)), winograd4 (F(4x4,3x3)) to force it wherever it
-applies (im2col elsewhere; it applies always).
+workers), depthwise (NumPy strided views), depthwise_jit (a compiled loop, depthwise_jit.py),
+winograd (F(2x2,3x3)), winograd4 (F(4x4,3x3)) to force it wherever it applies (im2col elsewhere;
+it applies always).
 """
 from __future__ import annotations
 
@@ -23,11 +24,12 @@ from ..library import InputVersion
 from .conv_cpu import ConvKernel, DepthwiseConv, Gemm1x1Conv, Im2colChannelsConv, Im2colConv
 from .conv_epilogue import Epilogue
 from .cpu_threads import num_threads
+from .depthwise_jit import DepthwiseJitConv
 from .winograd import WinogradConv, winograd_applies
 
 CONV_ENV = "GRAPH_RUNTIME_CONV"
 STRATEGIES = ("im2col", "im2col_rows", "im2col_channels", "im2col_serial", "gemm1x1",
-              "gemm1x1_split", "depthwise", "winograd", "winograd4")
+              "gemm1x1_split", "depthwise", "depthwise_jit", "winograd", "winograd4")
 ROUNDS = 9  # timed calls per candidate; their median decides
 PAUSE_S = 0.0005
 MIN_SPEEDUP = 1.1  # what another strategy must gain over the plain im2col loop to be chosen
@@ -60,6 +62,7 @@ def applicable(p: ConvParams) -> list[str]:
             names.append("gemm1x1_split")
     if p.cg == 1 and p.groups > 1:
         names.append("depthwise")
+        names.append("depthwise_jit")
     if winograd_applies(p) and p.n > 0:
         names.append("winograd")
         names.append("winograd4")
@@ -76,6 +79,7 @@ def build(name: str, p: ConvParams, epilogue: Epilogue) -> ConvKernel:
         "gemm1x1": lambda: Gemm1x1Conv(p, epilogue),
         "gemm1x1_split": lambda: Gemm1x1Conv(p, epilogue, split=True),
         "depthwise": lambda: DepthwiseConv(p, epilogue),
+        "depthwise_jit": lambda: DepthwiseJitConv(p, epilogue),
         "winograd": lambda: WinogradConv(p, epilogue, 2),
         "winograd4": lambda: WinogradConv(p, epilogue, 4),
     }

@@ -160,3 +160,30 @@ def parallel_images(n: int, workers: int, work: Callable[[int, int], None]) -> N
         loop.wait()  # helpers still inside an item finish it before BLAS gets its threads back
     finally:
         restore_blas_threads()
+
+
+def parallel_items(n: int, workers: int, work: Callable[[int, int], None]) -> None:
+    """parallel_images for work that calls no BLAS: with one worker the caller runs the items
+    without parallel_images' hold on OpenBLAS's thread count (a few microseconds per call, as
+    much as a small pool's whole loop)."""
+    if workers <= 1 or n <= 1:
+        for i in range(n):
+            work(0, i)
+        return
+    parallel_images(n, workers, work)
+
+
+def channel_chunks(n: int, channels: int, workers: int) -> int:
+    """Channel ranges to cut each of n images into, so that every worker gets ~3 items to pull.
+
+    A batch-1 loop over whole images would leave all but one worker idle; a few items per
+    worker let one that got a core take more of them, as parallel_images intends.
+    """
+    if workers <= 1 or n >= 3 * workers:
+        return 1
+    return max(1, min(channels, -(-3 * workers // max(1, n))))
+
+
+def chunk_bounds(channels: int, chunks: int, chunk: int) -> tuple[int, int]:
+    """Channels [c0, c1) of one of `chunks` near-equal ranges."""
+    return chunk * channels // chunks, (chunk + 1) * channels // chunks

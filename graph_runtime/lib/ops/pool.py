@@ -32,6 +32,7 @@ GLOBAL_ATTRS = ("layout", "out_layout")
 POOL_OPS = {"max_pool2d": 2, "avg_pool2d": 2, "max_pool3d": 3, "avg_pool3d": 3}
 LAYOUTS = {2: "NCHW", 3: "NCDHW"}
 MAX_DTYPES = FLOAT_DTYPES + ("int8", "uint8")  # ONNX MaxPool also takes 8-bit integers
+JIT_DTYPES = ("float32", "float64")  # CPU 2-D pools of these run compiled (_pool_jit)
 AXIS_NAMES = {2: ("height", "width"), 3: ("depth", "height", "width")}
 
 
@@ -152,6 +153,8 @@ def _pool_host(op: str) -> Callable[..., Callable[..., None]]:
     def factory(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
         p = pool_params(op, inputs, attrs)
+        if backend.name == "cpu" and p.dims == 2 and p.dtype in JIT_DTYPES:
+            return _pool_jit(p, is_max)
         xp = array_module(backend)
         # Workspace made once: the data inside a border of lowest (max) or 0 (avg) that also
         # covers the ceil_mode overhang; only the interior is rewritten per call. Without padding
@@ -200,6 +203,16 @@ def _pool_host(op: str) -> Callable[..., Callable[..., None]]:
                 xp.copyto(out, acc, casting="unsafe")
         return host_kernel(backend, device_id, run)
     return factory
+
+
+def _pool_jit(p: PoolParams, is_max: bool) -> Callable[..., None]:
+    """A 2-D float pool on the CPU: each output row made in L1 by a compiled loop (the window's
+    rows folded, then its columns: kernels/jit_cpu.py) instead of a NumPy pass per tap."""
+    from ..kernels.pool_jit import pool2d_jit  # NOTE: loads numba, so only when one is built
+
+    inv = None if is_max else (1.0 / avg_divisor(p)).astype(p.dtype)
+    return pool2d_jit(p.dtype, (p.n, p.c) + p.size, (p.n, p.c) + p.out, p.kernel, p.strides,
+                      p.dilation, p.begin, inv)
 
 
 def _fold_taps(xp: Any, fold: Any, taps: list[Any], out: Any) -> None:
