@@ -105,11 +105,7 @@ class Im2colConv(ConvKernel):
         p = self.p
         out = rest[-1]
         extras = rest[:-1]
-        if self._stale():
-            self.w_aug[:, :, :self.kk] = weight.reshape(p.groups, p.og, self.kk)
-            if self.bias is not None:
-                self.w_aug[:, :, self.kk] = extras[self.bias].reshape(p.groups, p.og)
-        self.interior[...] = data
+        self._prepare(data, weight, extras)
         gemm_out = out.reshape(p.n, p.groups, p.og, p.oh * p.ow)
         ow, kk, step, blocks = p.ow, self.kk, self.block_rows, self.blocks
 
@@ -128,6 +124,15 @@ class Im2colConv(ConvKernel):
             np.matmul(self.w_aug, cols, out=gemm_out[n, :, :, r0 * ow:r1 * ow])
             self.epilogue.apply(out, n, n + 1, extras, (r0, r1))
         parallel_images(p.n * blocks, self.workers, block)
+
+    def _prepare(self, data: Any, weight: Any, extras: Sequence[Any]) -> None:
+        """The bias-augmented weight matrix (when stale) and the padded images, for the GEMMs."""
+        p = self.p
+        if self._stale():
+            self.w_aug[:, :, :self.kk] = weight.reshape(p.groups, p.og, self.kk)
+            if self.bias is not None:
+                self.w_aug[:, :, self.kk] = extras[self.bias].reshape(p.groups, p.og)
+        self.interior[...] = data
 
     def _row_blocks(self, rows: int, split_rows: bool) -> int:
         """Output-row blocks per image: columns within BLOCK_BYTES, or two per worker."""
@@ -157,11 +162,7 @@ class Im2colChannelsConv(Im2colConv):
         p = self.p
         out = rest[-1]
         extras = rest[:-1]
-        if self._stale():
-            self.w_aug[:, :, :self.kk] = weight.reshape(p.groups, p.og, self.kk)
-            if self.bias is not None:
-                self.w_aug[:, :, self.kk] = extras[self.bias].reshape(p.groups, p.og)
-        self.interior[...] = data
+        self._prepare(data, weight, extras)
         cols = self.cols[0]
         taps = cols[:, :self.kk].reshape(p.groups, p.cg, p.kh, p.kw, p.oh, p.ow)
         gemm_out = out.reshape(p.n, p.groups, p.og, p.oh * p.ow)
