@@ -401,3 +401,23 @@ def test_shared_params_follow_the_owner(monkeypatch, random_array) -> None:
     b.run(data=x)
     np.testing.assert_allclose(b.get_output(0).numpy(), _expected(x, w1, bias),
                                **SUM_TOLERANCES["float32"])
+
+
+@pytest.mark.parametrize("m", ["winograd", "winograd4"])
+@pytest.mark.parametrize("shape", [(1, 3, 13, 9), (2, 4, 9, 14), (1, 2, 4, 5)])
+def test_winograd_bands_of_tile_rows(monkeypatch, m, shape, random_array) -> None:
+    """Fewer images than workers: tile-row bands of one image go to different workers (the
+    last band overhanging the image), each with its rows of a residual-add epilogue."""
+    monkeypatch.setenv("GRAPH_RUNTIME_NUM_THREADS", "3")
+    x = random_array(shape, "float32", seed=31)
+    w = random_array((5, shape[1], 3, 3), "float32", seed=32)
+    attrs = {"padding": [1, 0, 2, 1]}
+    p = _params(x, w, attrs)
+    residual = random_array((p.n, p.o, p.oh, p.ow), "float32", seed=33)
+    epilogue = Epilogue.build([("add", 0), ("relu", None)], [residual.shape],
+                              (p.n, p.o, p.oh, p.ow))
+    kernel = conv2d_cpu(p, epilogue, m)
+    assert kernel.banded and kernel.bands > 1
+    got = _run(kernel, x, w, residual)
+    want = np.maximum(ref_conv2d_attrs(x, w, attrs) + residual, 0)
+    np.testing.assert_allclose(got, want, **SUM_TOLERANCES["float32"])

@@ -62,16 +62,35 @@ class WinogradConv(ConvKernel):
         self.a_mat = np.ascontiguousarray(at.T).astype(dtype)  # A (a x m)
         self.g64 = g
         self.th, self.tw = -(-p.oh // m), -(-p.ow // m)
-        tiles = self.th * self.tw
         size = np.dtype(dtype).itemsize
+        workers = num_threads()
+        # Fewer images than workers (batch 1): each image's tile rows are cut into bands, two
+        # per worker, all read from one shared padded batch.
+        self.banded = 0 < p.n < workers and self.th > 1
+        self.band = -(-self.th // min(self.th, 2 * workers)) if self.banded else self.th
+        self.bands = -(-self.th // self.band)
+        tiles = self.band * self.tw
         # At least two chunks per worker when the batch allows, so workers can balance.
-        self.nb = _chunk_images(max(p.n, 1), a * a * max(p.c, p.o) * tiles * size,
-                                max(1, p.n // (2 * num_threads())))
+        self.nb = 1 if self.banded else _chunk_images(
+            max(p.n, 1), a * a * max(p.c, p.o) * tiles * size, max(1, p.n // (2 * workers)))
         nb = self.nb
-        self.exact = self.th * m == p.oh and self.tw * m == p.ow
+        self.exact = self.th * m == p.oh and self.tw * m == p.ow and not self.banded
         self.u = self._alloc((a * a, p.o, p.c))
-        self.workers = max(1, min(num_threads(), p.n // nb))
+        self.items = p.n // nb * self.bands
+        self.workers = max(1, min(workers, self.items))
         self.spaces = [_WinogradSpace(self) for _ in range(self.workers)]
+        self.band_tiles: list[Any] = []
+        if self.banded:
+            pt, pl = p.pad[0], p.pad[1]
+            self.padded = self._alloc((p.n, p.c, self.bands * self.band * m + 2, self.tw * m + 2))
+            self.interior = self.padded[:, :, pt:pt + p.h, pl:pl + p.w]
+            s_n, s_c, s_h, s_w = self.padded.strides
+            for n in range(p.n):
+                for b in range(self.bands):
+                    base = self.padded[n:n + 1, :, b * self.band * m:]
+                    self.band_tiles.append(as_strided(
+                        base, shape=(a, a, p.c, 1, self.band, self.tw),
+                        strides=(s_h, s_w, s_c, s_n, m * s_h, m * s_w)))
 
     def _transform_weight(self, weight: Any) -> None:
         """U = G g G^T for every (k, c), in float64 (F4's 1/6 and 1/24 lose bits in float32)."""
@@ -88,13 +107,19 @@ class WinogradConv(ConvKernel):
         extras = rest[:-1]
         if self._stale():
             self._transform_weight(weight)
-        a, m, nb = self.a, self.m, self.nb
+        a, m, nb, band = self.a, self.m, self.nb, self.band
+        if self.banded:
+            self.interior[...] = data
 
         def chunk(worker: int, index: int) -> None:
             w = self.spaces[worker]
-            n0 = index * nb
-            w.interior[...] = data[n0:n0 + nb]
-            np.copyto(w.d, w.tiles)
+            if self.banded:
+                n0, b = divmod(index, self.bands)
+                np.copyto(w.d, self.band_tiles[index])
+            else:
+                n0, b = index * nb, 0
+                w.interior[...] = data[n0:n0 + nb]
+                np.copyto(w.d, w.tiles)
             np.matmul(self.bt, w.d.reshape(a, -1), out=w.e.reshape(a, -1))
             np.matmul(self.bt[None], w.e, out=w.v)
             np.matmul(self.u, w.v.reshape(a * a, p.c, -1), out=w.mm)
@@ -102,36 +127,40 @@ class WinogradConv(ConvKernel):
             # The last transform puts s (the tile column) innermost: y[r, (k, n, ty, tx), s],
             # so rows of whole output rows (tx, s) copy contiguously into NCHW.
             np.matmul(w.z.transpose(0, 2, 1), self.a_mat, out=w.y)
-            rows = w.y.reshape(m, p.o, nb, self.th, self.tw * m).transpose(2, 1, 3, 0, 4)
+            rows = w.y.reshape(m, p.o, nb, band, self.tw * m).transpose(2, 1, 3, 0, 4)
+            r0 = b * band * m
+            r1 = min(p.oh, r0 + band * m)
             if self.exact:
-                target = out[n0:n0 + nb].reshape(nb, p.o, self.th, m, self.tw * m)
+                target = out[n0:n0 + nb].reshape(nb, p.o, band, m, self.tw * m)
                 np.copyto(target, rows)
             else:
                 full = w.full
                 assert full is not None  # made whenever tiles overhang the image
-                np.copyto(full.reshape(nb, p.o, self.th, m, self.tw * m), rows)
-                out[n0:n0 + nb] = full[:, :, :p.oh, :p.ow]
-            self.epilogue.apply(out, n0, n0 + nb, extras)
-        parallel_images(p.n // nb, self.workers, chunk)
+                np.copyto(full.reshape(nb, p.o, band, m, self.tw * m), rows)
+                out[n0:n0 + nb, :, r0:r1] = full[:, :, :r1 - r0, :p.ow]
+            self.epilogue.apply(out, n0, n0 + nb, extras, rows=(r0, r1))
+        parallel_images(self.items, self.workers, chunk)
 
 
 class _WinogradSpace:
     """One worker's buffers for a chunk of nb images, tiles on the last axes."""
 
     def __init__(self, k: WinogradConv) -> None:
-        p, a, m, nb = k.p, k.a, k.m, k.nb
-        cols = nb * k.th * k.tw
-        pt, pl = p.pad[0], p.pad[1]
-        self.padded = k._alloc((nb, p.c, k.th * m + 2, k.tw * m + 2))
-        self.interior = self.padded[:, :, pt:pt + p.h, pl:pl + p.w]
-        s_n, s_c, s_h, s_w = self.padded.strides
-        self.tiles = as_strided(self.padded, shape=(a, a, p.c, nb, k.th, k.tw),
-                                strides=(s_h, s_w, s_c, s_n, m * s_h, m * s_w))
-        self.d = k._alloc((a, a, p.c, nb, k.th, k.tw))
+        p, a, m, nb, band = k.p, k.a, k.m, k.nb, k.band
+        cols = nb * band * k.tw
+        if not k.banded:  # banded kernels share one padded batch (WinogradConv.padded)
+            pt, pl = p.pad[0], p.pad[1]
+            self.padded = k._alloc((nb, p.c, k.th * m + 2, k.tw * m + 2))
+            self.interior = self.padded[:, :, pt:pt + p.h, pl:pl + p.w]
+            s_n, s_c, s_h, s_w = self.padded.strides
+            self.tiles = as_strided(self.padded, shape=(a, a, p.c, nb, k.th, k.tw),
+                                    strides=(s_h, s_w, s_c, s_n, m * s_h, m * s_w))
+        self.d = k._alloc((a, a, p.c, nb, band, k.tw))
         self.e = k._alloc((a, a, p.c * cols))
         self.v = k._alloc((a, a, p.c * cols))
         self.mm = k._alloc((a * a, p.o, cols))
         self.z = k._alloc((m, a, p.o * cols))
         self.y = k._alloc((m, p.o * cols, m))
-        # Output tiles that overhang the image go through `full`, then get cropped.
-        self.full = None if k.exact else k._alloc((nb, p.o, k.th * m, k.tw * m))
+        # Output tiles that overhang the image (or a band's rows) go through `full`, then get
+        # cropped.
+        self.full = None if k.exact else k._alloc((nb, p.o, band * m, k.tw * m))
