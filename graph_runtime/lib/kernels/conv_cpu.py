@@ -148,9 +148,10 @@ class Im2colChannelsConv(Im2colConv):
     """Few images with few output pixels (a deep layer at batch 1): split output channels.
 
     Row blocks of a 7x7 output are too thin to share: each worker would stream the whole
-    weight matrix for a sliver of columns. Here the image's columns are built once (input
-    channels shared out to the workers), then each worker multiplies its own block of weight
-    rows by all of them and applies the epilogue to its channels. groups == 1 only.
+    weight matrix for a sliver of columns. Here the image's columns are built once, by the
+    caller (small here; a parallel gather cost more in hand-off than it saved), then each worker
+    multiplies its own block of weight rows by all of them and applies the epilogue to its
+    channels. groups == 1 only.
     """
 
     strategy = "im2col_channels"
@@ -167,19 +168,15 @@ class Im2colChannelsConv(Im2colConv):
         taps = cols[:, :self.kk].reshape(p.groups, p.cg, p.kh, p.kw, p.oh, p.ow)
         gemm_out = out.reshape(p.n, p.groups, p.og, p.oh * p.ow)
         workers = num_threads()
-        c_step = max(1, -(-p.cg // max(1, min(p.cg, 2 * workers))))
         k_step = max(1, -(-p.og // max(1, min(p.og, 2 * workers))))
         for n in range(p.n):
-            def gather(worker: int, item: int) -> None:
-                c0 = item * c_step
-                np.copyto(taps[:, c0:c0 + c_step], self.windows[n, :, c0:c0 + c_step])
+            np.copyto(taps, self.windows[n])
 
             def multiply(worker: int, item: int) -> None:
                 k0 = item * k_step
                 k1 = min(p.og, k0 + k_step)
                 np.matmul(self.w_aug[:, k0:k1], cols, out=gemm_out[n, :, k0:k1])
                 self.epilogue.apply(out, n, n + 1, extras, channels=(k0, k1))
-            parallel_images(-(-p.cg // c_step), workers, gather)
             parallel_images(-(-p.og // k_step), workers, multiply)
 
 
