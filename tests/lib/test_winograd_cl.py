@@ -17,7 +17,10 @@ from graph_runtime.lib import Module
 from graph_runtime.lib.chain import Chain, Step
 from graph_runtime.lib.conv_params import conv2d_params
 from graph_runtime.lib.kernels import winograd_cl
+from graph_runtime.lib.kernels.conv_choice import conv2d_cpu
 from graph_runtime.lib.kernels.conv_cl_choice import CONV_CL_ENV
+from graph_runtime.lib.kernels.conv_epilogue import Epilogue
+from graph_runtime.lib.kernels.winograd import transform_weight
 from graph_runtime.lib.library import TensorSpec
 
 pytestmark = pytest.mark.opencl
@@ -36,12 +39,13 @@ CASES = [
     ((1, 2, 3, 4), (3, 2, 3, 3), {}),
 ]
 METHODS = ("winograd", "winograd4")
+F32 = "float32"
 
 
 def _tolerance(m: int, channels: int) -> dict:
     """F(2x2,3x3) holds conv's float32 tolerance; F(4x4,3x3)'s larger constants lose bits as the
-    sum grows, as much as the CPU's winograd4 does (both 2.4e-4 at 16 channels here), so its
-    absolute tolerance scales with the sum's length over CONV_CASES' 27 taps."""
+    sum grows, as much as the CPU's winograd4 does (2.4e-4 there, 1.9e-4 here at 16 channels), so
+    its absolute tolerance scales with the sum's length over CONV_CASES' 27 taps."""
     if m == 2:
         return SUM_TOLERANCES["float32"]
     return {"rtol": 1e-5, "atol": 2e-4 * max(1.0, np.sqrt(channels * 9 / 27))}
@@ -76,6 +80,25 @@ def test_matches_the_reference(m, panel, data_shape, weight_shape, attrs, opencl
     np.testing.assert_allclose(got, ref_conv2d_attrs(x, w, attrs), **_tolerance(m, x.shape[1]))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("m", [2, 4])
+def test_weight_transform_matches_the_host_one(m, dtype, opencl_available,
+                                               random_array) -> None:
+    """The device's U = G g G^T, in the dtype, against winograd.transform_weight in float64."""
+    from graph_runtime.backends import get_backend
+    backend = get_backend("opencl")
+    w = random_array((13, 5, 3, 3), dtype, seed=45)
+    p = conv2d_params([TensorSpec((1, 5, 6, 6), dtype), TensorSpec(w.shape, dtype)], {})
+    run = winograd_cl.WinogradCl(backend, 0, p, m, panel=False)
+    run._transform_weight(_device(backend, w), run.u.base_data)
+    want = transform_weight(w, m)
+    scale = np.abs(want).max()
+    atol = {"float32": 1e-7, "float64": 1e-15}[dtype] * scale
+    planes = backend.to_host(run.u).reshape((m + 2) ** 2, run.u_plane)
+    got = planes[:, :13 * 5].reshape(want.shape)
+    np.testing.assert_allclose(got, want, rtol=0, atol=atol)
+
+
 @pytest.mark.parametrize("m", [2, 4])
 def test_float64(m, opencl_available, random_array) -> None:
     x = random_array((2, 7, 9, 10), "float64", seed=43)
@@ -89,13 +112,18 @@ def test_float64(m, opencl_available, random_array) -> None:
 @pytest.mark.parametrize("panel", [True, False], ids=["panel", "plain"])
 @pytest.mark.parametrize("m", [2, 4])
 def test_holds_many_channels(m, panel, opencl_available, random_array) -> None:
-    """As on the CPU (test_conv_strategies): F(4x4,3x3)'s larger constants lose bits as C grows;
-    the absolute tolerance scales with the sum's length over CONV_CASES' 27 taps."""
+    """128 channels: within _tolerance, and on average as close as the CPU's Winograd of the
+    same size (whose weight transform runs in float64, this one in float32)."""
     x = random_array((1, 128, 12, 12), "float32", seed=3)
     w = random_array((8, 128, 3, 3), "float32", seed=4)
+    p = conv2d_params([TensorSpec(x.shape, F32), TensorSpec(w.shape, F32)], {"padding": [1]})
     got = _run(m, x, w, {"padding": [1]}, panel)
     want = ref_conv2d_attrs(x, w, {"padding": [1]})
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4 * np.sqrt(128 * 9 / 27))
+    np.testing.assert_allclose(got, want, **_tolerance(m, 128))
+    cpu = np.empty_like(got)
+    conv2d_cpu(p, Epilogue((), cpu.shape), "winograd4" if m == 4 else "winograd")(x, w, cpu)
+    rms = np.sqrt(np.mean((got - want) ** 2))
+    assert rms <= 1.1 * np.sqrt(np.mean((cpu - want) ** 2))
 
 
 @pytest.mark.parametrize("weight_shape,attrs", [
@@ -118,14 +146,14 @@ def test_method_refused_where_it_does_not_apply(weight_shape, attrs, opencl_avai
 
 @pytest.fixture(name="transforms")
 def transforms_fixture(monkeypatch) -> list[int]:
-    """Counts the weight transforms winograd_cl makes (one per upload)."""
+    """Counts the weight transforms WinogradCl launches."""
     calls: list[int] = []
-    real = winograd_cl.transform_weight
+    real = winograd_cl.WinogradCl._transform_weight
 
-    def counted(weight, m):
-        calls.append(m)
-        return real(weight, m)
-    monkeypatch.setattr(winograd_cl, "transform_weight", counted)
+    def counted(self, weight, u):
+        calls.append(self.m)
+        real(self, weight, u)
+    monkeypatch.setattr(winograd_cl.WinogradCl, "_transform_weight", counted)
     return calls
 
 
