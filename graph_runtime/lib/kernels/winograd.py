@@ -48,11 +48,11 @@ def transform_weight(weight: Any, m: int) -> np.ndarray:
     return u.reshape(a * a, o, c)
 
 
-def _chunk_images(n: int, per_image: int, most: int) -> int:
-    """Images per chunk: the largest divisor of n, at most `most`, whose tiles fit CHUNK_BYTES."""
+def chunk_images(n: int, per_image: int, most: int, budget: int = CHUNK_BYTES) -> int:
+    """Images per chunk: the largest divisor of n, at most `most`, whose tiles fit budget."""
     best = 1
     for d in range(1, min(n, most) + 1):
-        if n % d == 0 and d * per_image <= CHUNK_BYTES:
+        if n % d == 0 and d * per_image <= budget:
             best = d
     return best
 
@@ -76,8 +76,8 @@ class WinogradConv(ConvKernel):
         tiles = self.th * self.tw
         size = np.dtype(dtype).itemsize
         # At least two chunks per worker when the batch allows, so workers can balance.
-        self.nb = _chunk_images(max(p.n, 1), a * a * max(p.c, p.o) * tiles * size,
-                                max(1, p.n // (2 * num_threads())))
+        self.nb = chunk_images(max(p.n, 1), a * a * max(p.c, p.o) * tiles * size,
+                               max(1, p.n // (2 * num_threads())))
         nb = self.nb
         self.exact = self.th * m == p.oh and self.tw * m == p.ow
         self.u = self._alloc((a * a, p.o, p.c))
