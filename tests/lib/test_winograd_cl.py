@@ -80,6 +80,28 @@ def test_matches_the_reference(m, panel, data_shape, weight_shape, attrs, opencl
     np.testing.assert_allclose(got, ref_conv2d_attrs(x, w, attrs), **_tolerance(m, x.shape[1]))
 
 
+@pytest.mark.parametrize("panel", [True, False], ids=["panel", "plain"])
+@pytest.mark.parametrize("m", [2, 4])
+def test_images_in_chunks(m, panel, monkeypatch, opencl_available, random_array) -> None:
+    """On a CPU device the batch goes through in chunks of images (one each here)."""
+    from graph_runtime.backends import get_backend
+    from graph_runtime.lib.kernels.opencl_gemm import is_cpu_device
+    backend = get_backend("opencl")
+    if not is_cpu_device(backend, 0):
+        pytest.skip("opencl:0 is not a CPU device: one chunk")
+    monkeypatch.setattr(winograd_cl, "CHUNK_BYTES", 1)
+    x = random_array((3, 6, 9, 11), F32, seed=46)
+    w = random_array((7, 6, 3, 3), F32, seed=47)
+    attrs = {"padding": [1, 2, 0, 1]}
+    p = conv2d_params([TensorSpec(x.shape, F32), TensorSpec(w.shape, F32)], attrs)
+    run = winograd_cl.WinogradCl(backend, 0, p, m, panel)
+    assert (run.chunks, run.images) == (3, 1)
+    out = _device(backend, np.full((p.n, p.o, p.oh, p.ow), np.nan, x.dtype))
+    run(_device(backend, x), _device(backend, w), out)
+    np.testing.assert_allclose(backend.to_host(out), ref_conv2d_attrs(x, w, attrs),
+                               **_tolerance(m, 6))
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("m", [2, 4])
 def test_weight_transform_matches_the_host_one(m, dtype, opencl_available,
@@ -173,9 +195,13 @@ def _expected(x, w, b) -> np.ndarray:
     return np.maximum(ref_conv2d_attrs(x, w, {"padding": [1]}) + b, 0)
 
 
+@pytest.mark.parametrize("chunked", [False, True], ids=["one_chunk", "chunks"])
 @pytest.mark.parametrize("method", METHODS)
-def test_no_stale_weights(method, monkeypatch, transforms, opencl_available,
+def test_no_stale_weights(method, chunked, monkeypatch, transforms, opencl_available,
                           random_array) -> None:
+    """Each weight change is transformed once, on a run's first chunk of images."""
+    if chunked:
+        monkeypatch.setattr(winograd_cl, "CHUNK_BYTES", 1)  # one image per chunk (CPU devices)
     m = _conv_module(method, monkeypatch)
     x = random_array((2, 4, 6, 6), "float32", seed=14)
     weights = [random_array((5, 4, 3, 3), "float32", seed=s) for s in (15, 16, 17, 18, 19)]
