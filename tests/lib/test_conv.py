@@ -343,25 +343,81 @@ def test_conv2d_opencl_methods_dtypes(method: str, dtype: str, opencl_available,
     np.testing.assert_allclose(got.astype(np.float64), want, **SUM_TOLERANCES[dtype])
 
 
+def _opencl_params(data_shape, weight_shape, attrs):
+    from graph_runtime.lib.conv_params import conv2d_params
+    from graph_runtime.lib.kernels.opencl_gemm import GemmShape
+    p = conv2d_params([TensorSpec(data_shape, F32), TensorSpec(weight_shape, F32)], attrs)
+    kk = p.cg * p.kh * p.kw
+    shape = GemmShape(p.og, p.oh * p.ow, kk, F32, batch=p.n * p.groups, a_batches=p.groups,
+                      b_batches=p.n * p.groups)
+    return p, shape
+
+
 @pytest.mark.opencl
 def test_conv2d_opencl_method_choice(opencl_available) -> None:
     """On PoCL (a CPU device) depthwise runs direct and a wide layer the packed-panel GEMM."""
     from graph_runtime.backends import get_backend
-    from graph_runtime.lib.conv_params import conv2d_params
-    from graph_runtime.lib.kernels.conv_cl import pick_method
-    from graph_runtime.lib.kernels.opencl_gemm import GemmShape, is_cpu_device
+    from graph_runtime.lib.kernels.conv_cl_choice import pick_method
+    from graph_runtime.lib.kernels.opencl_gemm import is_cpu_device
     backend = get_backend("opencl")
     if not is_cpu_device(backend, 0):
         pytest.skip("opencl:0 is not a CPU device; the choice below is the CPU one")
     picks = {}
+    # Stride 2: no Winograd, so nothing is timed.
     for groups, weight in ((64, (64, 1, 3, 3)), (1, (64, 64, 3, 3))):
-        specs = [TensorSpec((1, 64, 8, 8), F32), TensorSpec(weight, F32)]
-        p = conv2d_params(specs, {"padding": [1, 1], "groups": groups})
-        kk = p.cg * p.kh * p.kw
-        shape = GemmShape(p.og, p.oh * p.ow, kk, F32, batch=p.groups, a_batches=p.groups,
-                          b_batches=p.groups)
-        picks[groups] = pick_method(backend, 0, p, shape)
+        p, shape = _opencl_params((1, 64, 8, 8), weight,
+                                  {"padding": [1, 1], "groups": groups, "strides": [2, 2]})
+        picks[groups] = pick_method(backend, 0, p, shape, build=None)
     assert picks == {64: "direct", 1: "panel"}
+
+
+@pytest.mark.opencl
+def test_conv2d_opencl_winograd_is_timed_once(opencl_available) -> None:
+    """Where Winograd applies the GEMM method and both tile sizes are timed on the device, once
+    per shape: a second prepare reuses the choice."""
+    from graph_runtime.backends import get_backend
+    from graph_runtime.lib.kernels.conv_cl import conv2d_cl
+    from graph_runtime.lib.kernels.conv_cl_choice import chosen_methods, pick_method
+    backend = get_backend("opencl")
+    p, shape = _opencl_params((1, 16, 10, 14), (24, 16, 3, 3), {"padding": [1, 1]})
+    built = []
+
+    def build(method):
+        built.append(method)
+        return conv2d_cl(backend, 0, p, method)
+    first = pick_method(backend, 0, p, shape, build)
+    assert built[0] in ("panel", "im2col") and built[1:] == ["winograd", "winograd4"]
+    assert first in built
+    assert pick_method(backend, 0, p, shape, build) == first
+    assert len(built) == 3
+    assert [m for (device, q), m in chosen_methods().items() if q == p] == [first]
+
+
+@pytest.mark.opencl
+def test_conv2d_opencl_method_env(monkeypatch, opencl_available, run_op, random_array) -> None:
+    """GRAPH_RUNTIME_OPENCL_CONV forces a method where it applies and is refused when unknown."""
+    from graph_runtime.backends import get_backend
+    from graph_runtime.lib.kernels.conv_cl import conv2d_cl
+    from graph_runtime.lib.kernels.conv_cl_choice import CONV_CL_ENV
+    from graph_runtime.lib.kernels.winograd_cl import WinogradCl
+    backend = get_backend("opencl")
+    monkeypatch.setenv(CONV_CL_ENV, "winograd4")
+    p, _ = _opencl_params((1, 4, 9, 9), (5, 4, 3, 3), {"padding": [1, 1]})
+    run = conv2d_cl(backend, 0, p)
+    assert isinstance(run, WinogradCl) and run.m == 4
+    p, _ = _opencl_params((1, 4, 9, 9), (5, 4, 3, 3), {"strides": [2, 2]})
+    assert not isinstance(conv2d_cl(backend, 0, p), WinogradCl)  # does not apply: auto
+    x = random_array((1, 4, 9, 9), F32, seed=35)
+    w = random_array((5, 4, 3, 3), F32, seed=36)
+    for method in ("direct", "winograd", "winograd4"):
+        monkeypatch.setenv(CONV_CL_ENV, method)
+        (got,) = run_op("opencl", "conv2d", [x, w], {"padding": [1, 1]})
+        np.testing.assert_allclose(got, ref_conv2d(x, w, padding=[1, 1]),
+                                   **SUM_TOLERANCES["float32"])
+    monkeypatch.setenv(CONV_CL_ENV, "fft")
+    with pytest.raises(LibraryError, match=r"GRAPH_RUNTIME_OPENCL_CONV must be auto or one of "
+                                           r"direct, panel, im2col, winograd, winograd4, got "):
+        conv2d_cl(backend, 0, p)
 
 
 def test_conv2d_opencl_unknown_method(opencl_available) -> None:

@@ -1,4 +1,4 @@
-"""OpenCL convolution kernels: direct, im2col into GEMM panels, and col2im for the transpose."""
+"""OpenCL conv kernels: direct, im2col into GEMM panels, Winograd, and col2im for the transpose."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -8,22 +8,21 @@ import numpy as np
 from ..attrs import op_error
 from ..conv_params import ConvParams
 from ..shapes import size_of
+from .conv_cl_choice import WINOGRAD, forced_method, pick_method
 from .gpu import CL_TYPES, cl_header, cl_load, cl_param, cl_pointer, cl_store, compute_type
 from .opencl_args import ARRAY, BUFFER, buf, typed_kernel
-from .opencl_gemm import GemmShape, chosen_variant, is_cpu_device, make_gemm
+from .opencl_gemm import GemmShape, make_gemm
 from .opencl_gemm_cpu import blocking, blocks, packed_gemm
+from .winograd import winograd_applies
+from .winograd_cl import WinogradCl
 
 if TYPE_CHECKING:
     from ...backends.opencl import OpenCLBackend
 
-# On a CPU device a convolution with at most this many output channels per group (depthwise:
-# 1) runs the direct kernel: the packed GEMM's 12-row register blocks would mostly idle.
-# Measured on PoCL / 2-core Xeon: depthwise 0.5 ms direct vs 2.4 ms packed; with 8 or more
-# channels per group the packed GEMM won at every window size tried (9..576 taps).
-DIRECT_MAX_OG = 4
 # conv2d_cl's methods: "direct" (one output per work-item), "panel" (im2col writes the packed
-# GEMM's B panel; CPU devices), "im2col" (im2col, then make_gemm's GEMM).
-METHODS = ("direct", "panel", "im2col")
+# GEMM's B panel; CPU devices), "im2col" (im2col, then make_gemm's GEMM), "winograd" and
+# "winograd4" (F(2x2,3x3) and F(4x4,3x3), winograd_cl.py; 3x3 stride-1 convs only).
+METHODS = ("direct", "panel", "im2col", *WINOGRAD)
 # Outputs along a row per work-item of the direct kernel.
 STRIP = 16
 
@@ -192,20 +191,10 @@ def _sizes(p: ConvParams, total: int, channels: int) -> list[int]:
             p.pad[0], p.pad[1], p.dilation[0], p.dilation[1]]
 
 
-def pick_method(backend: OpenCLBackend, device_id: int, p: ConvParams, shape: GemmShape) -> str:
-    """The METHODS entry for p: a CPU device sums few-channel groups (depthwise) directly and
-    feeds the rest to the packed GEMM through panel-writing im2col; other devices run im2col
-    + GEMM."""
-    if is_cpu_device(backend, device_id) and p.og <= DIRECT_MAX_OG:
-        return "direct"
-    if chosen_variant(backend, device_id, shape) == "packed":
-        return "panel"
-    return "im2col"
-
-
 def conv2d_cl(backend: OpenCLBackend, device_id: int, p: ConvParams,
               method: str | None = None) -> Callable[[Any, Any, Any], None]:
-    """run(data, weight, out) for conv2d on OpenCL; method (METHODS) None picks by device.
+    """run(data, weight, out) for conv2d on OpenCL; method (METHODS) None takes the one
+    GRAPH_RUNTIME_OPENCL_CONV forces where it applies, else pick_method's.
 
     A 1x1 unit-stride convolution is a GEMM on the data itself under "panel" and "im2col".
     """
@@ -215,12 +204,24 @@ def conv2d_cl(backend: OpenCLBackend, device_id: int, p: ConvParams,
                       b_batches=p.n * p.groups, a_stride=p.og * kk, b_stride=kk * spatial,
                       c_stride=p.og * spatial)
     if method is None:
-        method = pick_method(backend, device_id, p, shape)
+        method = forced_method(METHODS)
+        if method in WINOGRAD and not winograd_applies(p):
+            method = None
+        if method is None:
+            method = pick_method(backend, device_id, p, shape,
+                                 lambda name: conv2d_cl(backend, device_id, p, name))
     if method not in METHODS:
         raise op_error("conv2d", f"method {method!r}: expected one of {', '.join(METHODS)}")
-    kernels = _Kernels(backend, device_id, p.dtype, "conv2d")
+    if method in WINOGRAD and not winograd_applies(p):
+        raise op_error("conv2d", f"method {method!r} takes a 3x3 kernel with stride 1, dilation "
+                                 f"1, groups 1 and float32 or float64; got {p.kh}x{p.kw}, "
+                                 f"strides {p.strides}, dilation {p.dilation}, groups "
+                                 f"{p.groups}, {p.dtype}")
     if p.n * p.o * spatial == 0:
         return lambda data, weight, out: None
+    if method in WINOGRAD:
+        return WinogradCl(backend, device_id, p, WINOGRAD[method])
+    kernels = _Kernels(backend, device_id, p.dtype, "conv2d")
     if method == "direct":
         return _direct(kernels, p)
     one_by_one = p.kh == p.kw == 1 and p.strides == (1, 1) and not any(p.pad)

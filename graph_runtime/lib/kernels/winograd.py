@@ -36,11 +36,23 @@ def winograd_applies(p: ConvParams) -> bool:
             and p.groups == 1 and p.c > 0 and p.dtype in ("float32", "float64"))
 
 
-def _chunk_images(n: int, per_image: int, most: int) -> int:
-    """Images per chunk: the largest divisor of n, at most `most`, whose tiles fit CHUNK_BYTES."""
+def transform_weight(weight: Any, m: int) -> np.ndarray:
+    """U = G g G^T for every (k, c), as (a*a, K, C) float64 (F4's 1/6 and 1/24 lose bits in
+    float32); weight is the (K, C, 3, 3) host array."""
+    g64 = MATRICES[m][1]
+    a = m + 2
+    o, c = weight.shape[:2]
+    g = np.asarray(weight, np.float64).transpose(2, 3, 0, 1).reshape(3, 3 * o * c)
+    half = (g64 @ g).reshape(a, 3, o * c)
+    u = np.matmul(g64[None], half)  # (a, a, K*C)
+    return u.reshape(a * a, o, c)
+
+
+def chunk_images(n: int, per_image: int, most: int, budget: int = CHUNK_BYTES) -> int:
+    """Images per chunk: the largest divisor of n, at most `most`, whose tiles fit budget."""
     best = 1
     for d in range(1, min(n, most) + 1):
-        if n % d == 0 and d * per_image <= CHUNK_BYTES:
+        if n % d == 0 and d * per_image <= budget:
             best = d
     return best
 
@@ -56,11 +68,10 @@ class WinogradConv(ConvKernel):
         self.m = m
         a = m + 2
         self.a = a
-        bt, g, at = MATRICES[m]
+        bt, _, at = MATRICES[m]
         dtype = p.dtype
         self.bt, self.at = bt.astype(dtype), at.astype(dtype)
         self.a_mat = np.ascontiguousarray(at.T).astype(dtype)  # A (a x m)
-        self.g64 = g
         self.th, self.tw = -(-p.oh // m), -(-p.ow // m)
         size = np.dtype(dtype).itemsize
         workers = num_threads()
@@ -71,7 +82,7 @@ class WinogradConv(ConvKernel):
         self.bands = -(-self.th // self.band)
         tiles = self.band * self.tw
         # At least two chunks per worker when the batch allows, so workers can balance.
-        self.nb = 1 if self.banded else _chunk_images(
+        self.nb = 1 if self.banded else chunk_images(
             max(p.n, 1), a * a * max(p.c, p.o) * tiles * size, max(1, p.n // (2 * workers)))
         nb = self.nb
         self.exact = self.th * m == p.oh and self.tw * m == p.ow and not self.banded
@@ -92,21 +103,12 @@ class WinogradConv(ConvKernel):
                         base, shape=(a, a, p.c, 1, self.band, self.tw),
                         strides=(s_h, s_w, s_c, s_n, m * s_h, m * s_w)))
 
-    def _transform_weight(self, weight: Any) -> None:
-        """U = G g G^T for every (k, c), in float64 (F4's 1/6 and 1/24 lose bits in float32)."""
-        p = self.p
-        a = self.a
-        g = weight.astype(np.float64).transpose(2, 3, 0, 1).reshape(3, 3 * p.o * p.c)
-        half = (self.g64 @ g).reshape(a, 3, p.o * p.c)
-        u = np.matmul(self.g64[None], half)  # (a, a, K*C)
-        self.u[...] = u.reshape(a * a, p.o, p.c)
-
     def __call__(self, data: Any, weight: Any, *rest: Any) -> None:
         p = self.p
         out = rest[-1]
         extras = rest[:-1]
         if self._stale():
-            self._transform_weight(weight)
+            self.u[...] = transform_weight(weight, self.m)
         a, m, nb, band = self.a, self.m, self.nb, self.band
         if self.banded:
             self.interior[...] = data

@@ -1,0 +1,135 @@
+"""Which OpenCL conv2d method runs a shape where several apply: forced, or timed once per device.
+
+GRAPH_RUNTIME_OPENCL_CONV: auto (default: where Winograd applies, time it against the GEMM
+method on the device, keep the fastest, and cache the choice per shape and device for the
+process), or one of conv_cl.METHODS to force it wherever it applies (elsewhere the auto choice).
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import numpy as np
+
+from ...errors import LibraryError
+from ..conv_params import ConvParams
+from ..library import CachesInputs, InputVersion
+from .gpu import device_array
+from .opencl_gemm import GemmShape, chosen_variant, is_cpu_device
+from .winograd import winograd_applies
+
+if TYPE_CHECKING:
+    from ...backends.opencl import OpenCLBackend
+
+CONV_CL_ENV = "GRAPH_RUNTIME_OPENCL_CONV"
+# On a CPU device a convolution with at most this many output channels per group (depthwise:
+# 1) runs the direct kernel: the packed GEMM's 12-row register blocks would mostly idle.
+# Measured on PoCL / 2-core Xeon: depthwise 0.5 ms direct vs 2.4 ms packed; with 8 or more
+# channels per group the packed GEMM won at every window size tried (9..576 taps).
+DIRECT_MAX_OG = 4
+# The Winograd methods of conv2d_cl, by output tile size m (winograd_cl.py).
+WINOGRAD = {"winograd": 2, "winograd4": 4}
+ROUNDS = 5  # timed calls per candidate; their median decides
+# What another method must gain over the first candidate (the GEMM method) to be chosen: a
+# shared machine's noise must not flip a tie.
+MIN_SPEEDUP = 1.1
+
+Build = Callable[[str], Callable[[Any, Any, Any], None]]
+_chosen: dict[tuple, str] = {}
+_lock = threading.Lock()
+
+
+def forced_method(methods: Sequence[str]) -> str | None:
+    """The method GRAPH_RUNTIME_OPENCL_CONV forces, or None for auto."""
+    mode = os.environ.get(CONV_CL_ENV, "auto").strip().lower() or "auto"
+    if mode == "auto":
+        return None
+    if mode not in methods:
+        raise LibraryError(f"{CONV_CL_ENV} must be auto or one of {', '.join(methods)}, "
+                           f"got {mode!r}")
+    return mode
+
+
+def gemm_method(backend: OpenCLBackend, device_id: int, p: ConvParams, shape: GemmShape) -> str:
+    """The method without Winograd: a CPU device sums few-channel groups (depthwise) directly
+    and feeds the rest to the packed GEMM through panel-writing im2col; other devices run
+    im2col + GEMM."""
+    if is_cpu_device(backend, device_id) and p.og <= DIRECT_MAX_OG:
+        return "direct"
+    if chosen_variant(backend, device_id, shape) == "packed":
+        return "panel"
+    return "im2col"
+
+
+def pick_method(backend: OpenCLBackend, device_id: int, p: ConvParams, shape: GemmShape,
+                build: Build) -> str:
+    """conv2d_cl's method for p: gemm_method's, or a Winograd size where Winograd applies and
+    measured faster on this device (both sizes timed against the GEMM method once per shape
+    and device).
+
+    Args:
+        shape: the GEMM of the im2col methods (gemm_method's choice depends on it).
+        build: build(method) -> run(data, weight, out), for the timing.
+    """
+    base = gemm_method(backend, device_id, p, shape)
+    if not winograd_applies(p) or p.n * p.o * p.oh * p.ow == 0:
+        return base
+    return measured_method(backend, device_id, p, [base, *WINOGRAD], build)
+
+
+def chosen_methods() -> dict[tuple, str]:
+    """What the timing picked so far, per (device, ConvParams)."""
+    return dict(_chosen)
+
+
+def measured_method(backend: OpenCLBackend, device_id: int, p: ConvParams,
+                    candidates: Sequence[str],
+                    build: Build) -> str:
+    """The fastest of candidates for p on the device, timed once per process (cached).
+
+    Args:
+        candidates: method names; the first is the default, kept unless another is
+            MIN_SPEEDUP times faster.
+        build: build(method) -> run(data, weight, out).
+    """
+    dev = backend.cl_device(device_id)
+    key = (f"opencl:{device_id} {dev.name.strip()}", p)
+    with _lock:
+        if key not in _chosen:
+            _chosen[key] = _fastest(backend, device_id, p, candidates, build)
+        return _chosen[key]
+
+
+def _fastest(backend: OpenCLBackend, device_id: int, p: ConvParams, candidates: Sequence[str],
+             build: Build) -> str:
+    """Time each candidate on device arrays of p's shapes (interleaved rounds)."""
+    rng = np.random.default_rng(0)
+    dtype = np.dtype(p.dtype)
+    data = device_array(backend, device_id, rng.standard_normal((p.n, p.c, p.h, p.w)).astype(dtype))
+    weight = device_array(backend, device_id,
+                     rng.standard_normal((p.o, p.cg, p.kh, p.kw)).astype(dtype))
+    out = backend.empty(device_id, (p.n, p.o, p.oh, p.ow), dtype)
+    steady = InputVersion()  # constant weights, as params are: derived weights made once
+    runs = {}
+    for name in candidates:
+        run = build(name)
+        if isinstance(run, CachesInputs):
+            run.bind_versions({pos: steady for pos in run.cached_inputs()})
+        run(data, weight, out)  # builds kernels, makes derived weights, faults pages in
+        runs[name] = run
+    backend.sync(device_id)
+    samples: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(ROUNDS):  # interleaved, so machine noise hits all alike
+        for name, run in runs.items():
+            start = time.perf_counter()
+            run(data, weight, out)
+            backend.sync(device_id)
+            samples[name].append(time.perf_counter() - start)
+    best = {name: statistics.median(times) for name, times in samples.items()}
+    base = candidates[0]
+    fastest = min(best, key=lambda name: best[name])
+    return fastest if best[fastest] * MIN_SPEEDUP < best[base] else base
+
