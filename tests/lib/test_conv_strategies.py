@@ -16,6 +16,7 @@ from graph_runtime.errors import LibraryError
 from graph_runtime.lib import Module
 from graph_runtime.lib.chain import Chain, Step
 from graph_runtime.lib.conv_params import conv2d_params
+from graph_runtime.lib.kernels import winograd
 from graph_runtime.lib.kernels.conv_choice import CONV_ENV, STRATEGIES, applicable, conv2d_cpu
 from graph_runtime.lib.kernels.conv_cpu import ConvKernel
 from graph_runtime.lib.kernels.conv_epilogue import Epilogue
@@ -409,6 +410,7 @@ def test_winograd_bands_of_tile_rows(monkeypatch, m, shape, random_array) -> Non
     """Fewer images than workers: tile-row bands of one image go to different workers (the
     last band overhanging the image), each with its rows of a residual-add epilogue."""
     monkeypatch.setenv("GRAPH_RUNTIME_NUM_THREADS", "3")
+    monkeypatch.setattr(winograd, "BAND_MIN_BYTES", 0)  # bands for small images too
     x = random_array(shape, "float32", seed=31)
     w = random_array((5, shape[1], 3, 3), "float32", seed=32)
     attrs = {"padding": [1, 0, 2, 1]}

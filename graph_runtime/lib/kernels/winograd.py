@@ -29,6 +29,10 @@ _F4 = (np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0]
                  [0, 1, -1, 8, -8, 1]], np.float64))
 MATRICES = {2: _F2, 4: _F4}
 CHUNK_BYTES = 1 << 21  # transformed tiles of one chunk of images: about an L2's worth
+# Bands pay only on big images: F(4x4) on 1x64x56x56 (1.8 MB of transformed tiles) took
+# 1.29 ms in bands on 2 workers vs 1.56 whole on one; 1x128x28x28 (0.9 MB) 1.23 vs 1.04 and
+# 1x16x32x32 0.35 vs 0.11 ms (this 2-vCPU machine: the hand-off costs ~0.1 ms).
+BAND_MIN_BYTES = 3 << 19
 
 
 def winograd_applies(p: ConvParams) -> bool:
@@ -75,9 +79,10 @@ class WinogradConv(ConvKernel):
         self.th, self.tw = -(-p.oh // m), -(-p.ow // m)
         size = np.dtype(dtype).itemsize
         workers = num_threads()
-        # Fewer images than workers (batch 1): each image's tile rows are cut into bands, two
-        # per worker, all read from one shared padded batch.
-        self.banded = 0 < p.n < workers and self.th > 1
+        # Fewer images than workers (batch 1) with much to do per image: each image's tile
+        # rows are cut into bands, two per worker, all read from one shared padded batch.
+        self.banded = (0 < p.n < workers and self.th > 1
+                       and a * a * max(p.c, p.o) * self.th * self.tw * size >= BAND_MIN_BYTES)
         self.band = -(-self.th // min(self.th, 2 * workers)) if self.banded else self.th
         self.bands = -(-self.th // self.band)
         tiles = self.band * self.tw
