@@ -366,17 +366,17 @@ def test_no_stale_weights(monkeypatch, strategy, random_array) -> None:
     check(weights[0], biases[1])
 
 
-def test_weight_computed_by_a_node_is_never_cached(monkeypatch, random_array) -> None:
-    """A weight produced by another node changes every run: its counter is volatile."""
-    monkeypatch.setenv(CONV_ENV, "winograd")
+def check_weight_computed_by_a_node(device: str, random_array) -> None:
+    """conv(data, w0 * k) for three k: a weight produced by another node changes every run
+    (its counter is volatile), so a kernel deriving data from it must redo that each run."""
     lib = Module("convlib")
-    lib.register("scale", Chain("scale", [Step("multiply")]))
-    lib.register("conv", Chain("conv", [Step("conv2d", {"padding": [1, 1]})]))
+    lib.register("scale", Chain("scale", [Step("multiply")]), device=device)
+    lib.register("conv", Chain("conv", [Step("conv2d", {"padding": [1, 1]})]), device=device)
     nodes = [null("data"), null("w0"), null("k"), tvm_op("w", "scale", [1, 2]),
              tvm_op("conv", "conv", [0, 3])]
     graph = make_graph(nodes, [4], shapes=[[1, 2, 5, 5], [3, 2, 3, 3], [1], [3, 2, 3, 3],
                                            [1, 3, 5, 5]])
-    m = gr.create(graph, lib, gr.cpu())
+    m = gr.create(graph, lib, gr.device(device))
     x = random_array((1, 2, 5, 5), "float32", seed=25)
     w0 = random_array((3, 2, 3, 3), "float32", seed=26)
     m.load_params({"w0": w0})
@@ -384,6 +384,11 @@ def test_weight_computed_by_a_node_is_never_cached(monkeypatch, random_array) ->
         m.run(data=x, k=np.array([k], "float32"))
         want = ref_conv2d_attrs(x, w0 * k, {"padding": [1]})
         np.testing.assert_allclose(m.get_output(0).numpy(), want, **SUM_TOLERANCES["float32"])
+
+
+def test_weight_computed_by_a_node_is_never_cached(monkeypatch, random_array) -> None:
+    monkeypatch.setenv(CONV_ENV, "winograd")
+    check_weight_computed_by_a_node("cpu", random_array)
 
 
 def test_shared_params_follow_the_owner(monkeypatch, random_array) -> None:

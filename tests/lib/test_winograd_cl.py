@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from support import make_graph, null, tvm_op
 from test_conv import SUM_TOLERANCES, ref_conv2d_attrs
+from test_conv_strategies import check_weight_computed_by_a_node
 
 import graph_runtime as gr
 from graph_runtime.errors import LibraryError
@@ -254,21 +255,6 @@ def test_zero_copy_weight_is_transformed_every_run(method, monkeypatch, transfor
 @pytest.mark.parametrize("method", METHODS)
 def test_weight_computed_by_a_node_is_never_cached(method, monkeypatch, transforms,
                                                    opencl_available, random_array) -> None:
-    """A weight produced by another node changes every run: its counter is volatile."""
     monkeypatch.setenv(CONV_CL_ENV, method)
-    lib = Module("convlib")
-    lib.register("scale", Chain("scale", [Step("multiply")]), device="opencl")
-    lib.register("conv", Chain("conv", [Step("conv2d", {"padding": [1, 1]})]), device="opencl")
-    nodes = [null("data"), null("w0"), null("k"), tvm_op("w", "scale", [1, 2]),
-             tvm_op("conv", "conv", [0, 3])]
-    graph = make_graph(nodes, [4], shapes=[[1, 2, 5, 5], [3, 2, 3, 3], [1], [3, 2, 3, 3],
-                                           [1, 3, 5, 5]])
-    m = gr.create(graph, lib, gr.opencl())
-    x = random_array((1, 2, 5, 5), "float32", seed=29)
-    w0 = random_array((3, 2, 3, 3), "float32", seed=30)
-    m.load_params({"w0": w0})
-    for k in (1.0, 2.0, -3.0):
-        m.run(data=x, k=np.array([k], "float32"))
-        want = ref_conv2d_attrs(x, w0 * k, {"padding": [1]})
-        np.testing.assert_allclose(m.get_output(0).numpy(), want, **SUM_TOLERANCES["float32"])
+    check_weight_computed_by_a_node("opencl", random_array)
     assert len(transforms) == 3
