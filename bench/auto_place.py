@@ -35,6 +35,7 @@ from graph_runtime.planner.auto import auto_place, plan_on, without_copies
 from graph_runtime.planner.solve_auto import CopyTerm, CostProblem, solve_placement
 
 ROOT = Path(__file__).resolve().parents[1]
+CALIBRATE = [False]  # --calibrate sets it on for every plan
 EXAMPLES = ROOT / "examples" / "graphs"
 CONV = "tvmgen_*conv2d*"
 # Hand placements a user might try: name -> Placement document (default cpu).
@@ -133,7 +134,7 @@ def bench_folder(name: str, folder: Path, inputs: dict[str, Any], devices: list[
     lib = load_module(folder / "lib.json")
     params = load_params_file(folder / "params") if (folder / "params").exists() else {}
     auto = auto_place(folder / "graph.json", lib, devices, cache=str(cache), budget_s=60,
-                      params=params)
+                      params=params, calibrate_devices=CALIBRATE[0])
     plans: list[tuple[str, float, Graph]] = [(f"auto ({auto.method})", auto.predicted,
                                               auto.plan.graph)]
     for dev, predicted in auto.alternatives.items():
@@ -282,7 +283,11 @@ def main(argv: list[str] | None = None) -> int:
                         "auto_place_costs.json")
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results" /
                         "auto_place.json")
+    parser.add_argument("--calibrate", action="store_true",
+                        help="auto_place(calibrate_devices=True): scale each non-CPU device's "
+                             "kernel times by one whole-graph run on it")
     args = parser.parse_args(argv)
+    CALIBRATE[0] = args.calibrate
     args.cache.parent.mkdir(parents=True, exist_ok=True)
     devices = [gr.cpu(0), gr.opencl(0)]
     rows: list[dict[str, Any]] = []

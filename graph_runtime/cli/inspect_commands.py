@@ -171,6 +171,11 @@ def viz(graph: str, devices: tuple[str, ...], params: str | None, output: str) -
 @click.option("--verify", is_flag=True,
               help="With --auto: run the plan and each one-device plan; print predicted vs "
                    "measured run time.")
+@click.option("--calibrate", is_flag=True,
+              help="With --auto: run the graph once on each non-CPU device that can hold it all "
+                   "and scale that device's kernel times by the run (an asynchronous device "
+                   "overlaps launches that kernels timed alone cannot; cached). Better for "
+                   "plans mostly on that device, worse for plans mixing it with the CPU.")
 @params_option
 @click.option("-o", "--output-graph", type=click.Path(dir_okay=False), metavar="PLANNED.json",
               help="Write the planned graph.")
@@ -178,8 +183,8 @@ def viz(graph: str, devices: tuple[str, ...], params: str | None, output: str) -
 def plan(graph: str, default_device: str | None, place: tuple[str, ...],
          input_places: tuple[str, ...], output_places: tuple[str, ...], placement: str | None,
          lib: str | None, strict: bool, auto: bool, devices: tuple[str, ...],
-         profile_cache: str | None, budget: float, verify: bool, params: str | None,
-         output_graph: str | None, as_json: bool) -> None:
+         profile_cache: str | None, budget: float, verify: bool, calibrate: bool,
+         params: str | None, output_graph: str | None, as_json: bool) -> None:
     """Plan devices for GRAPH: solve the constraints over the whole graph, insert the fewest
     __copy nodes, re-plan storage ids per device, and print what it did.
 
@@ -204,7 +209,7 @@ def plan(graph: str, default_device: str | None, place: tuple[str, ...],
     from .output import plan_summary
     if not auto:
         for flag, value in (("-d", devices), ("--profile-cache", profile_cache),
-                            ("--verify", verify)):
+                            ("--verify", verify), ("--calibrate", calibrate)):
             if value:
                 raise click.UsageError(f"{flag} needs --auto")
     files, g = _files_and_graph(graph, lib, params)
@@ -214,7 +219,7 @@ def plan(graph: str, default_device: str | None, place: tuple[str, ...],
     module = load_module(files.lib) if files.lib else None
     if auto:
         _plan_auto(g, files, module, constraints, devices, profile_cache, budget, verify,
-                   output_graph, as_json)
+                   calibrate, output_graph, as_json)
         return
     result = plan_graph(g, constraints, module, strict)
     _write_graph(result.graph, output_graph)
@@ -238,7 +243,7 @@ def _write_graph(planned: Any, output_graph: str | None) -> None:
 
 
 def _plan_auto(g: Any, files: Any, module: Any, constraints: Any, devices: tuple[str, ...],
-               profile_cache: str | None, budget: float, verify: bool,
+               profile_cache: str | None, budget: float, verify: bool, calibrate: bool,
                output_graph: str | None, as_json: bool) -> None:
     """`plan --auto`: measure with a progress bar, solve, print the report (and --verify)."""
     from ..lib import standard_module
@@ -259,7 +264,7 @@ def _plan_auto(g: Any, files: Any, module: Any, constraints: Any, devices: tuple
     params = load_params_file(files.params) if files.params is not None else None
     try:
         result = auto_place(g, lib, parse_devices(devices), constraints, budget, profile_cache,
-                            step, params=params)
+                            step, params=params, calibrate_devices=calibrate)
     finally:
         if bar:
             bar[0].close()

@@ -30,6 +30,7 @@ from ..errors import PlanError
 from ..graph.model import COPY_OP, NOP_OP, Graph, GraphSource, entry_bytes
 from ..lib.library import Module, TensorSpec
 from .auto_report import AutoPlan, NodeCost, PredictedCopy
+from .calibrate import calibrate, sequence_key, whole_run_seconds
 from .constraints import Placement, glob_escape
 from .match import resolve
 from .measure_costs import (SMALL_PARAM, CostCache, KernelCase, Measurer, node_attrs_text,
@@ -45,7 +46,8 @@ Progress = Callable[[int, str], None]  # (jobs in all, what was just measured) p
 def auto_place(graph: GraphSource, lib: Module, devices: Sequence[Device],
                constraints: Placement | Mapping[str, Any] | None = None, budget_s: float = 60.0,
                cache: CostCache | str | None = None, progress: Progress | None = None,
-               method: str = "auto", params: Mapping[str, Any] | None = None) -> AutoPlan:
+               method: str = "auto", params: Mapping[str, Any] | None = None,
+               calibrate_devices: bool = False) -> AutoPlan:
     """Place graph on devices where its predicted run time is least, from measured costs.
 
     Args:
@@ -57,6 +59,12 @@ def auto_place(graph: GraphSource, lib: Module, devices: Sequence[Device],
         method: "auto", "min-cut", "milp" or "alpha-expansion" (see solve_placement).
         params: the graph's params (name -> array); small ones (exponents, bounds) are measured
             with their values, as a kernel's speed may depend on them. Others get samples.
+            The whole-graph run that calibrates each non-CPU device (calibrate.py) loads them
+            all; inputs get samples.
+        calibrate_devices: run the graph once on each non-CPU device that can hold it all and
+            scale its kernel costs by that run (calibrate.py; cached). Off by default: it fixes
+            one-device plans of many small asynchronous kernels and over-credits the device in
+            plans that mix it with the CPU (see docs/planner.md).
     """
     started = time.perf_counter()
     laps: dict[str, float] = {}
@@ -86,6 +94,19 @@ def auto_place(graph: GraphSource, lib: Module, devices: Sequence[Device],
     measurer.measure(cases, pairs, step)
     laps["measure"] = time.perf_counter() - started - sum(laps.values())
     problem = model.problem(measurer)
+    calibrations = []
+    for d, dev in enumerate(devs):
+        single = model.single(d)
+        if not calibrate_devices or dev.kind == "cpu" or single is None:
+            continue
+        keys = [measurer.key(row[d]) for row in model.cases if d in row]
+        planned = _one_device_graph(g, lib, placement, dev)
+        found = calibrate(problem, d, single, model.n,
+                          sequence_key(g, keys, measurer.name(dev)), store,
+                          whole_run_seconds(planned, lib, devs, params), dev)
+        if found is not None:
+            calibrations.append(found)
+    laps["calibrate"] = time.perf_counter() - started - sum(laps.values())
     solution = solve_placement(problem, method)
     laps["solve"] = time.perf_counter() - started - sum(laps.values())
     choice = [devs[c] for c in solution.choice[:model.n]]
@@ -100,7 +121,16 @@ def auto_place(graph: GraphSource, lib: Module, devices: Sequence[Device],
                     model.report_copies(problem, solution.choice), solution.objective,
                     alternatives, solution.method, measurer.kernels_measured,
                     measurer.copies_measured, laps, pinned, problem,
-                    {(a, b): measurer.copy_model(a, b) for a, b in pairs})
+                    {(a, b): measurer.copy_model(a, b) for a, b in pairs}, calibrations)
+
+
+def _one_device_graph(g: Graph, lib: Module, placement: Placement, dev: Device
+                      ) -> Callable[[], Graph]:
+    """The graph planned all on dev, made when called (a cached calibration never calls it)."""
+    def planned() -> Graph:
+        return plan_graph(g, _pin_all(g, [dev] * g.num_nodes, placement, dev), lib,
+                          strict=True).graph
+    return planned
 
 
 def small_params(params: Mapping[str, Any]) -> dict[str, np.ndarray]:

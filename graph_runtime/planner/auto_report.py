@@ -9,6 +9,7 @@ from ..device import Device
 from ..errors import PlanError
 from ..graph.model import COPY_OP, Graph, entry_bytes
 from .constraints import Placement
+from .calibrate import Calibration
 from .measure_costs import CopyModel
 from .result import PlanResult
 from .solve_auto import CostProblem
@@ -54,6 +55,7 @@ class AutoPlan:
     placement: Placement = field(default_factory=Placement)  # every node pinned: the plan
     problem: CostProblem | None = None  # what the solver saw (bench/ reuses it)
     copy_models: dict[tuple[Device, Device], CopyModel] = field(default_factory=dict)
+    calibrations: list[Calibration] = field(default_factory=list)  # factors applied per device
 
     def predict_graph(self, planned: Graph) -> float:
         """This plan's cost model applied to another plan of the same graph (nodes by name)."""
@@ -106,6 +108,9 @@ class AutoPlan:
                                  f"{value / self.predicted:.2f}x" if self.predicted else "-"])
         lines.append("predicted run time")
         lines.append(table(["plan", "ms", "vs auto"], alt_rows))
+        for c in self.calibrations:
+            lines.append(f"{c.device.spec} kernel times x{c.factor:.2f}: its whole-graph run "
+                         f"against their sum{' (cached)' if c.cached else ''}")
         stages = ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in self.stage_seconds.items())
         lines.append(f"measured {self.kernels_measured} kernels and {self.copies_measured} "
                      f"device pairs ({stages})")
@@ -125,6 +130,7 @@ class AutoPlan:
                         "bytes": c.nbytes, "seconds": c.seconds} for c in self.copies],
             "kernels_measured": self.kernels_measured, "copies_measured": self.copies_measured,
             "stage_seconds": self.stage_seconds,
+            "calibration": {c.device.spec: c.factor for c in self.calibrations},
         }
 
 

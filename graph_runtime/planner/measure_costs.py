@@ -68,12 +68,13 @@ class CopyModel:
 
 @dataclass
 class CostCache:
-    """The JSON cache: kernel seconds by key, copy models by device pair; path None keeps it
-    in memory."""
+    """The JSON cache: kernel seconds by key, copy models by device pair, calibration factors
+    by whole-graph run (calibrate.py); path None keeps it in memory."""
 
     path: str | None = None
     kernels: dict[str, float] = field(default_factory=dict)
     copies: dict[str, CopyModel] = field(default_factory=dict)
+    sequences: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str] | None) -> CostCache:
@@ -96,10 +97,12 @@ class CostCache:
             kernels = {str(k): float(v) for k, v in doc.get("kernels", {}).items()}
             copies = {str(k): CopyModel(float(v["latency"]), float(v["per_byte"]))
                       for k, v in doc.get("copies", {}).items()}
+            sequences = {str(k): float(v) for k, v in doc.get("sequences", {}).items()}
         except (AttributeError, KeyError, TypeError, ValueError) as e:
-            raise PlanError(f"profile cache {where}: expected $.kernels {{key: seconds}} and "
-                            f"$.copies {{pair: {{latency, per_byte}}}}: {e}") from e
-        return cls(where, kernels, copies)
+            raise PlanError(f"profile cache {where}: expected $.kernels {{key: seconds}}, "
+                            f"$.copies {{pair: {{latency, per_byte}}}} and $.sequences "
+                            f"{{key: factor}}: {e}") from e
+        return cls(where, kernels, copies, sequences)
 
     def save(self) -> None:
         """Write the cache back (nothing without a path)."""
@@ -107,7 +110,8 @@ class CostCache:
             return
         doc = {"format": CACHE_FORMAT, "version": 1, "kernels": dict(sorted(self.kernels.items())),
                "copies": {k: {"latency": m.latency, "per_byte": m.per_byte}
-                          for k, m in sorted(self.copies.items())}}
+                          for k, m in sorted(self.copies.items())},
+               "sequences": dict(sorted(self.sequences.items()))}
         try:
             with open(self.path, "w", encoding="utf-8") as f:
                 json.dump(doc, f, indent=1)

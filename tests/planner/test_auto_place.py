@@ -13,12 +13,13 @@ from support import copy_op, make_graph, null, tvm_op
 
 from graph_runtime.cli.app import app as graphrun
 from graph_runtime.device import Device
-from graph_runtime.errors import PlanError
+from graph_runtime.errors import GraphError, PlanError
 from graph_runtime.graph.model import COPY_OP
 from graph_runtime.lib import Module, standard_module
 from graph_runtime.lib.library import TensorSpec
 from graph_runtime.planner import Placement, auto_place
 from graph_runtime.planner.auto import without_copies
+from graph_runtime.planner.calibrate import FACTOR_RANGE, Calibration, calibrate
 from graph_runtime.planner.measure_costs import CostCache
 from graph_runtime.planner.solve_auto import CopyTerm, CostProblem, brute_force, solve_placement
 
@@ -162,15 +163,54 @@ def node_device(result: Any, name: str) -> Device:
 def test_a_warm_cache_measures_nothing(tmp_path: Path) -> None:
     cache = tmp_path / "costs.json"
     lib = CountingModule()
-    first = auto_place(small_graph(), lib, [cpu0, cl0], budget_s=1.0, cache=str(cache))
+    first = auto_place(small_graph(), lib, [cpu0, cl0], budget_s=1.0, cache=str(cache),
+                       calibrate_devices=True)
     assert lib.prepared > 0 and first.kernels_measured > 0 and first.copies_measured == 2
     doc = json.loads(cache.read_text())
     assert doc["format"] == "graph_runtime.profile_cache" and len(doc["copies"]) == 2
+    assert len(doc["sequences"]) == 1  # opencl's whole-graph run, not the cpu's
+    assert [(c.device, c.cached) for c in first.calibrations] == [(cl0, False)]
     lib.prepared = 0
-    second = auto_place(small_graph(), lib, [cpu0, cl0], budget_s=1.0, cache=str(cache))
-    assert lib.prepared == 0
+    second = auto_place(small_graph(), lib, [cpu0, cl0], budget_s=1.0, cache=str(cache),
+                        calibrate_devices=True)
+    assert lib.prepared == 0  # neither kernels timed nor the graph run again
     assert (second.kernels_measured, second.copies_measured) == (0, 0)
+    assert [(c.device, c.cached, c.factor) for c in second.calibrations] == [
+        (cl0, True, first.calibrations[0].factor)]
     assert second.plan.node_devices == first.plan.node_devices
+
+
+def test_calibration_scales_the_device_by_its_whole_run() -> None:
+    """factor = (measured run - its copies) / sum of its kernels, applied to that device only,
+    cached by key; a run that fails leaves the costs as measured; wild factors are clamped."""
+    def problem() -> CostProblem:
+        cost = np.array([[1.0, 4.0], [2.0, 6.0], [math.inf, 0.0]])  # row 2: a pinned output
+        return CostProblem(cost, [CopyTerm(1, (2,), np.array([[0.0, 0.5], [0.5, 0.0]]))])
+
+    cache = CostCache()
+    runs: list[int] = []
+
+    def run() -> float:
+        runs.append(1)
+        return 5.5  # kernels 10.0 on device 1, its copies 0.0: factor 0.55
+
+    p = problem()
+    found = calibrate(p, 1, [1, 1, 1], 2, "k", cache, run, cl0)
+    assert found == Calibration(cl0, 0.55, False) and runs == [1]
+    np.testing.assert_allclose(p.node_cost[:2], [[1.0, 2.2], [2.0, 3.3]])
+    again = problem()
+    assert calibrate(again, 1, [1, 1, 1], 2, "k", cache, run, cl0) == Calibration(cl0, 0.55,
+                                                                               True)
+    assert runs == [1]
+
+    def fails() -> float:
+        raise GraphError("index 7 out of range")
+    untouched = problem()
+    assert calibrate(untouched, 1, [1, 1, 1], 2, "other", cache, fails, cl0) is None
+    np.testing.assert_array_equal(untouched.node_cost, problem().node_cost)
+    wild = problem()
+    found = calibrate(wild, 1, [1, 1, 1], 2, "wild", cache, lambda: 1000.0, cl0)
+    assert found is not None and found.factor == FACTOR_RANGE[1]
 
 
 def power_graph() -> Any:
@@ -349,6 +389,12 @@ def test_cli_plan_auto_json_and_verify(tmp_path: Path) -> None:
     assert json.loads(again.output)["kernels_measured"] == 0
     text = CliRunner().invoke(graphrun, args[:-2])
     assert "predicted run time" in text.output and "all on opencl:0" in text.output
+    assert "kernel times x" not in text.output  # calibration is opt-in
+    calibrated = CliRunner().invoke(graphrun, args[:-2] + ["--calibrate", "--json"])
+    assert calibrated.exit_code == 0, calibrated.output
+    assert set(json.loads(calibrated.output)["calibration"]) == {"opencl:0"}
+    cached = CliRunner().invoke(graphrun, args[:-2] + ["--calibrate"])
+    assert "opencl:0 kernel times x" in cached.output and "(cached)" in cached.output
 
 
 @pytest.mark.opencl
