@@ -109,8 +109,12 @@ class AutoPlan:
         lines.append("predicted run time")
         lines.append(table(["plan", "ms", "vs auto"], alt_rows))
         for c in self.calibrations:
-            lines.append(f"{c.device.spec} kernel times x{c.factor:.2f}: its whole-graph run "
-                         f"against their sum{' (cached)' if c.cached else ''}")
+            if c.failed:
+                lines.append(f"{c.device.spec} not calibrated: its whole-graph run failed on "
+                             f"sampled inputs: {c.failed}")
+            else:
+                lines.append(f"{c.device.spec} kernel times x{c.factor:.2f}: its whole-graph run "
+                             f"against their sum{' (cached)' if c.cached else ''}")
         stages = ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in self.stage_seconds.items())
         lines.append(f"measured {self.kernels_measured} kernels and {self.copies_measured} "
                      f"device pairs ({stages})")

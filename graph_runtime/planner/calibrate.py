@@ -34,6 +34,7 @@ class Calibration:
     device: Device
     factor: float
     cached: bool  # from the cache, no run this time
+    failed: str = ""  # why the run could not be made (factor 1.0: costs left as measured)
 
 
 def sequence_key(g: Graph, kernel_keys: Sequence[str], device_name: str) -> str:
@@ -50,8 +51,8 @@ def calibrate(problem: CostProblem, d: int, single: list[int], n_nodes: int, key
     """Scale device d's kernel costs in problem (in place) by its whole-graph run's factor.
 
     run_plan runs the one-device plan and returns its median seconds; it is only called when
-    the cache lacks the key. None (costs left as measured) when the device has no kernel costs
-    to scale, or the graph does not run on sampled inputs (an index out of range, say).
+    the cache lacks the key. None when the device has no kernel costs to scale; a factor of
+    1.0 with the error when the graph does not run on sampled inputs (an index out of range).
     """
     costs = problem.node_cost[:n_nodes, d]
     kernels = float(costs[np.isfinite(costs)].sum())
@@ -62,8 +63,8 @@ def calibrate(problem: CostProblem, d: int, single: list[int], n_nodes: int, key
         copies = problem.objective(single) - kernels
         try:
             measured = run_plan()
-        except GraphRuntimeError:
-            return None
+        except GraphRuntimeError as e:
+            return Calibration(device, 1.0, False, str(e))
         low, high = FACTOR_RANGE
         cache.sequences[key] = max(low, min(high, (measured - copies) / kernels))
         cache.save()

@@ -206,7 +206,9 @@ def test_calibration_scales_the_device_by_its_whole_run() -> None:
     def fails() -> float:
         raise GraphError("index 7 out of range")
     untouched = problem()
-    assert calibrate(untouched, 1, [1, 1, 1], 2, "other", cache, fails, cl0) is None
+    assert calibrate(untouched, 1, [1, 1, 1], 2, "other", cache, fails, cl0) == Calibration(
+        cl0, 1.0, False, "index 7 out of range")
+    assert "other" not in cache.sequences  # tried again next time
     np.testing.assert_array_equal(untouched.node_cost, problem().node_cost)
     wild = problem()
     found = calibrate(wild, 1, [1, 1, 1], 2, "wild", cache, lambda: 1000.0, cl0)
