@@ -1,14 +1,13 @@
 """The compiled depthwise conv2d strategy: jit_cpu's loop per (image, channel range) item."""
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from ..conv_params import ConvParams
 from .conv_cpu import ConvKernel
-from .conv_epilogue import Epilogue, EpilogueOp
+from .conv_epilogue import Epilogue, fold_epilogue
 from .cpu_threads import channel_chunks, chunk_bounds, num_threads, parallel_items
 
 # Below this many outputs one worker is faster: measured on 2 cores (3x3, bias and clip),
@@ -17,32 +16,14 @@ from .cpu_threads import channel_chunks, chunk_bounds, num_threads, parallel_ite
 SERIAL_OUTPUTS = 1 << 18
 
 
-def fold_epilogue(epilogue: Epilogue) -> tuple[int | None, EpilogueOp | None, float, float,
-                                                Epilogue]:
-    """Split off what the compiled loop applies: (bias, residual add, lo, hi, what remains).
-
-    The loop does a leading per-channel bias, then one add of any broadcast operand, then the
-    relu/clip ops after it merged into one clamp (clip(clip(y, a, b), c, d) is y clamped to
-    [max(a, c), min(max(b, c), d)]); the ops after those remain for Epilogue.apply.
-    """
-    bias = epilogue.channel_bias()
-    ops = list(epilogue.without(bias).ops)
-    residual = ops.pop(0) if ops and ops[0].kind == "add" else None
-    lo, hi = -np.inf, np.inf
-    while ops and ops[0].kind in ("relu", "clip"):
-        op = ops.pop(0)
-        op_lo, op_hi = (0.0, np.inf) if op.kind == "relu" else (op.lo, op.hi)
-        lo, hi = max(lo, op_lo), min(max(hi, op_lo), op_hi)
-    return bias, residual, lo, hi, replace(epilogue, ops=tuple(ops))
-
-
 class DepthwiseJitConv(ConvKernel):
     """groups == input channels (any multiplier, kernel, stride, dilation, padding), compiled.
 
     Each output row is made while it sits in L1 (3x3: its 9 taps in one pass; padding handled by
     skipping the taps that fall outside the image, so no padded copy), with the bias, a residual
-    add and relu/clip applied before it leaves (fold_epilogue). Items are an image's channel ranges, a few per worker; when ops
-    the loop cannot take remain, items are whole images and Epilogue.apply finishes each.
+    add and relu/clip applied before it leaves (fold_epilogue). Items are an image's channel
+    ranges, a few per worker; when ops the loop cannot take remain, items are whole images and
+    Epilogue.apply finishes each.
     """
 
     strategy = "depthwise_jit"

@@ -1,0 +1,51 @@
+"""A conv epilogue (bias, residual add, relu/clip) as one compiled pass over an output block."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from .conv_epilogue import Epilogue
+from .jit_cpu import _jit
+
+_NO_OPERAND = {name: np.zeros((1, 1, 1, 1), name) for name in ("float32", "float64")}
+
+
+@_jit
+def _bias_residual_clamp(out: Any, n0: int, n1: int, c0: int, c1: int, r0: int, r1: int,
+                         bias: Any, bc: int, res: Any, rn: int, rc: int, ry: int, rx: int,
+                         has_res: bool, lo: Any, hi: Any) -> None:
+    """out[n0:n1, c0:c1, r0:r1] = clamp(out + bias[c * bc] + res, lo, hi) in out's dtype, res
+    broadcast by the (rn, rc, ry, rx) multipliers (0 on an axis it does not span; bc 0: the
+    bias is one zero). NaN stays NaN, as with np.clip."""
+    width = out.shape[3]
+    for n in range(n0, n1):
+        for c in range(c0, c1):
+            b = bias[0, c * bc, 0, 0]
+            for y in range(r0, r1):
+                row = out[n, c, y]
+                rrow = res[n * rn, c * rc, y * ry]
+                for x in range(width):
+                    v = row[x] + b
+                    if has_res:
+                        v += rrow[x * rx]
+                    if v < lo:
+                        v = lo
+                    if v > hi:
+                        v = hi
+                    row[x] = v
+
+
+def apply_folded(epilogue: Epilogue, out: Any, extras: Sequence[Any], n0: int, n1: int, c0: int,
+                 c1: int, r0: int, r1: int) -> None:
+    """Epilogue.apply's compiled path: every op of epilogue folds (Epilogue.one_pass)."""
+    bias, residual, lo, hi, _ = epilogue.folded
+    zero = _NO_OPERAND[out.dtype.name]
+    bias_4d = zero if bias is None else extras[bias].reshape(1, -1, 1, 1)
+    res, rn, rc, ry, rx = zero, 0, 0, 0, 0
+    if residual is not None:
+        res = extras[residual.operand].reshape(residual.shape)
+        rn, rc, ry, rx = (int(s != 1) for s in residual.shape)
+    scalar = out.dtype.type
+    _bias_residual_clamp(out, n0, n1, c0, c1, r0, r1, bias_4d, int(bias is not None), res, rn,
+                         rc, ry, rx, residual is not None, scalar(lo), scalar(hi))
