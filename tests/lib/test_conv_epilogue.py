@@ -4,9 +4,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from graph_runtime.lib.kernels import conv_epilogue
 from graph_runtime.lib.kernels.conv_epilogue import Epilogue
 
-SHAPE = (2, 5, 4, 19)  # rows wide enough for the compiled pass (ONE_PASS_MIN_WIDTH)
+SHAPE = (2, 5, 4, 19)
 # (ops, operand shapes, reference(y, bias, residual))
 CASES = {
     "bias_relu": ([("add", 0), ("relu", None)], [(5, 1, 1)],
@@ -18,14 +19,20 @@ CASES = {
     "bias_residual_clips": ([("add", 0), ("add", 1), ("relu", None), ("clip", (-1.0, 0.5))],
                             [(5, 1, 1), (1, 5, 4, 1)],
                             lambda y, ops: np.clip(np.maximum(y + ops[0] + ops[1], 0), 0, 0.5)),
-    "row_broadcast": ([("add", 0)], [(1, 1, 1, 19)], lambda y, ops: y + ops[0]),
+    "row_broadcast": ([("add", 0), ("relu", None)], [(1, 1, 1, 19)],
+                      lambda y, ops: np.maximum(y + ops[0], 0)),
+    "scalar_residual": ([("add", 0), ("add", 1)], [(5, 1, 1), (2, 1, 1, 1)],
+                        lambda y, ops: y + ops[0] + ops[1]),
 }
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("block", [None, "rows", "channels"])
-def test_one_pass_matches_numpy(name, dtype, block, random_array) -> None:
+@pytest.mark.parametrize("compiled", [True, False])
+def test_one_pass_matches_numpy(name, dtype, block, compiled, random_array, monkeypatch) -> None:
+    """Both paths (the size limits set so that each block takes the one asked for)."""
+    monkeypatch.setattr(conv_epilogue, "ONE_PASS_MIN_SIZE", 1 if compiled else 1 << 40)
     ops, shapes, reference = CASES[name]
     epilogue = Epilogue.build(ops, shapes, SHAPE)
     assert epilogue.one_pass

@@ -6,7 +6,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .conv_epilogue import Epilogue
-from .jit_cpu import _jit
+from .jit_cpu import _inlined, _jit
 
 _NO_OPERAND = {name: np.zeros((1, 1, 1, 1), name) for name in ("float32", "float64")}
 
@@ -25,16 +25,27 @@ def _bias_residual_clamp(out: Any, n0: int, n1: int, c0: int, c1: int, r0: int, 
             for y in range(r0, r1):
                 row = out[n, c, y]
                 rrow = res[n * rn, c * rc, y * ry]
-                for x in range(width):
-                    v = row[x] + b
-                    if has_res:
-                        v += rrow[x * rx]
-                    if v < lo:
-                        v = lo
-                    if v > hi:
-                        v = hi
-                    row[x] = v
+                # NOTE: one loop per residual layout, so each vectorizes (an index x * rx does not)
+                if has_res and rx:
+                    for x in range(width):
+                        row[x] = _clamp(row[x] + b + rrow[x], lo, hi)
+                elif has_res:
+                    r = rrow[0]
+                    for x in range(width):
+                        row[x] = _clamp(row[x] + b + r, lo, hi)
+                else:
+                    for x in range(width):
+                        row[x] = _clamp(row[x] + b, lo, hi)
 
+
+@_inlined
+def _clamp(v: Any, lo: Any, hi: Any) -> Any:
+    """max then min, as np.clip; a NaN fails both tests and stays NaN."""
+    if v < lo:
+        v = lo
+    if v > hi:
+        v = hi
+    return v
 
 def apply_folded(epilogue: Epilogue, out: Any, extras: Sequence[Any], n0: int, n1: int, c0: int,
                  c1: int, r0: int, r1: int) -> None:
