@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, ContextManager, Mapping, Sequence
 
 import numpy as np
 
@@ -14,7 +15,7 @@ from ..device import Device
 from ..errors import GraphError, GraphRuntimeError, LibraryError
 from ..graph.model import COPY_OP, NOP_OP, Graph
 from ..lib.attrs import WORKSPACE_LIMIT_KEY
-from ..lib.kernels.cpu_threads import restore_blas_threads, single_blas_thread
+from ..lib.kernels.cpu_threads import ONE_BLAS_THREAD
 from ..lib.library import (CachesInputs, InputVersion, Module, TensorSpec, cached_inputs,
                            storage_requests, uses_workers, workspace_bytes)
 from .placement import plan_placement, resolve_entry_devices
@@ -94,7 +95,8 @@ class Executor:
         # NOTE: kernels that spread work over the runtime's CPU workers (lib/kernels/cpu_threads)
         # need the cores to themselves: one threaded OpenBLAS call elsewhere in the run leaves
         # OpenBLAS threads spinning on them (ResNet-18 batch 1: 42 ms with it, 32 ms without).
-        self._holds_blas = any(uses_workers(s.fn) for s in self.steps)
+        self._blas_scope: ContextManager[None] = (
+            ONE_BLAS_THREAD if any(uses_workers(s.fn) for s in self.steps) else nullcontext())
 
     # ---- setup ---------------------------------------------------------------------------------
 
@@ -307,19 +309,15 @@ class Executor:
     def run(self) -> None:
         """Run every step once, in order. Work may still be queued on devices when it returns."""
         done = 0
-        if self._holds_blas:
-            single_blas_thread()
-        try:
-            for fn, args in self._calls:
-                fn(*args)
-                done += 1
-        except GraphRuntimeError:
-            raise
-        except Exception as e:
-            raise self._failed(self.steps[done], e) from e
-        finally:
-            if self._holds_blas:
-                restore_blas_threads()
+        with self._blas_scope:
+            try:
+                for fn, args in self._calls:
+                    fn(*args)
+                    done += 1
+            except GraphRuntimeError:
+                raise
+            except Exception as e:
+                raise self._failed(self.steps[done], e) from e
 
     def _failed(self, step: PreparedCall, e: Exception) -> LibraryError:
         """The one error a kernel's own exception becomes, naming the node (wrapped once)."""
@@ -334,13 +332,8 @@ class Executor:
     def run_steps(self, each: Callable[[PreparedCall], None] | None = None,
                   timer: Callable[[PreparedCall, float], None] | None = None) -> None:
         """Run step by step, syncing each device after its step (profiling and debugging)."""
-        if self._holds_blas:
-            single_blas_thread()
-        try:
+        with self._blas_scope:
             self._run_steps(each, timer)
-        finally:
-            if self._holds_blas:
-                restore_blas_threads()
 
     def _run_steps(self, each: Callable[[PreparedCall], None] | None,
                    timer: Callable[[PreparedCall, float], None] | None) -> None:

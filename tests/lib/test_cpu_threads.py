@@ -77,7 +77,7 @@ def test_graphs_with_worker_kernels_hold_blas_at_one_thread(example: str, holds:
         setter(seen[-1])
         inner(*args)
     m.executor._calls[-1] = (spy, step.args)
-    assert m.executor._holds_blas is holds
+    assert (m.executor._blas_scope is cpu_threads.ONE_BLAS_THREAD) is holds
     before = setter(2)
     m.run()
     assert seen == [1 if holds else 2]

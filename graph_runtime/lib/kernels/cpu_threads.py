@@ -93,6 +93,19 @@ def restore_blas_threads() -> None:
             _saved = None
 
 
+class _OneBlasThread:
+    """`with ONE_BLAS_THREAD:` holds OpenBLAS at one thread for the block (nests, reusable)."""
+
+    def __enter__(self) -> None:
+        single_blas_thread()
+
+    def __exit__(self, *exc: object) -> None:
+        restore_blas_threads()
+
+
+ONE_BLAS_THREAD = _OneBlasThread()
+
+
 def _get_pool(workers: int) -> ThreadPoolExecutor:
     global _pool
     with _pool_lock:
@@ -146,8 +159,7 @@ def parallel_images(n: int, workers: int, work: Callable[[int, int], None]) -> N
     a threaded OpenBLAS call whose sleeping workers must first get a core took 4-12 ms instead
     of 0.1 ms on the busy machine, and the workers here are how kernels spread over cores.
     """
-    single_blas_thread()
-    try:
+    with ONE_BLAS_THREAD:
         if workers <= 1 or n <= 1:
             for i in range(n):
                 work(0, i)
@@ -158,8 +170,6 @@ def parallel_images(n: int, workers: int, work: Callable[[int, int], None]) -> N
             pool.submit(loop.drain, w)
         loop.drain(0)
         loop.wait()  # helpers still inside an item finish it before BLAS gets its threads back
-    finally:
-        restore_blas_threads()
 
 
 def parallel_items(n: int, workers: int, work: Callable[[int, int], None]) -> None:
