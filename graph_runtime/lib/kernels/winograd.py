@@ -97,16 +97,26 @@ class WinogradConv(ConvKernel):
         self.spaces = [_WinogradSpace(self) for _ in range(self.workers)]
         self.band_tiles: list[Any] = []
         if self.banded:
-            pt, pl = p.pad[0], p.pad[1]
-            self.padded = self._alloc((p.n, p.c, self.bands * self.band * m + 2, self.tw * m + 2))
-            self.interior = self.padded[:, :, pt:pt + p.h, pl:pl + p.w]
-            s_n, s_c, s_h, s_w = self.padded.strides
+            self.padded, self.interior = self._padded_batch(p.n, self.bands * self.band)
             for n in range(p.n):
                 for b in range(self.bands):
                     base = self.padded[n:n + 1, :, b * self.band * m:]
-                    self.band_tiles.append(as_strided(
-                        base, shape=(a, a, p.c, 1, self.band, self.tw),
-                        strides=(s_h, s_w, s_c, s_n, m * s_h, m * s_w)))
+                    self.band_tiles.append(self._tiles(base, self.band))
+
+    def _padded_batch(self, n: int, tile_rows: int) -> tuple[np.ndarray, np.ndarray]:
+        """A zeroed buffer for n padded images covering tile_rows rows of tiles, and the view
+        of it the images are copied into."""
+        p = self.p
+        pt, pl = p.pad[0], p.pad[1]
+        padded = self._alloc((n, p.c, tile_rows * self.m + 2, self.tw * self.m + 2))
+        return padded, padded[:, :, pt:pt + p.h, pl:pl + p.w]
+
+    def _tiles(self, padded: np.ndarray, tile_rows: int) -> np.ndarray:
+        """The overlapping a x a input tiles of padded images as (a, a, C, N, tile_rows, tw)."""
+        p, a, m = self.p, self.a, self.m
+        s_n, s_c, s_h, s_w = padded.strides
+        return as_strided(padded, shape=(a, a, p.c, padded.shape[0], tile_rows, self.tw),
+                          strides=(s_h, s_w, s_c, s_n, m * s_h, m * s_w))
 
     def __call__(self, data: Any, weight: Any, *rest: Any) -> None:
         p = self.p
@@ -156,12 +166,8 @@ class _WinogradSpace:
         p, a, m, nb, band = k.p, k.a, k.m, k.nb, k.band
         cols = nb * band * k.tw
         if not k.banded:  # banded kernels share one padded batch (WinogradConv.padded)
-            pt, pl = p.pad[0], p.pad[1]
-            self.padded = k._alloc((nb, p.c, k.th * m + 2, k.tw * m + 2))
-            self.interior = self.padded[:, :, pt:pt + p.h, pl:pl + p.w]
-            s_n, s_c, s_h, s_w = self.padded.strides
-            self.tiles = as_strided(self.padded, shape=(a, a, p.c, nb, k.th, k.tw),
-                                    strides=(s_h, s_w, s_c, s_n, m * s_h, m * s_w))
+            self.padded, self.interior = k._padded_batch(nb, k.th)
+            self.tiles = k._tiles(self.padded, k.th)
         self.d = k._alloc((a, a, p.c, nb, band, k.tw))
         self.e = k._alloc((a, a, p.c * cols))
         self.v = k._alloc((a, a, p.c * cols))
