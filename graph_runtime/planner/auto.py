@@ -127,10 +127,7 @@ def auto_place(graph: GraphSource, lib: Module, devices: Sequence[Device],
 def _one_device_graph(g: Graph, lib: Module, placement: Placement, dev: Device
                       ) -> Callable[[], Graph]:
     """The graph planned all on dev, made when called (a cached calibration never calls it)."""
-    def planned() -> Graph:
-        return plan_graph(g, _pin_all(g, [dev] * g.num_nodes, placement, dev), lib,
-                          strict=True).graph
-    return planned
+    return lambda: one_device_plan(g, lib, placement, dev).graph
 
 
 def small_params(params: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -145,8 +142,12 @@ def small_params(params: Mapping[str, Any]) -> dict[str, np.ndarray]:
 
 def plan_on(auto: AutoPlan, device: Device, lib: Module) -> PlanResult:
     """The same graph with every node on one device (pinned outputs keep their pins)."""
-    choice = [device] * auto.graph.num_nodes
-    return plan_graph(auto.graph, _pin_all(auto.graph, choice, auto.placement, device), lib,
+    return one_device_plan(auto.graph, lib, auto.placement, device)
+
+
+def one_device_plan(g: Graph, lib: Module, placement: Placement, device: Device) -> PlanResult:
+    """g with every node on device; placement's output pins kept."""
+    return plan_graph(g, _pin_all(g, [device] * g.num_nodes, placement, device), lib,
                       strict=True)
 
 
