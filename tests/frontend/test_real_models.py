@@ -68,6 +68,18 @@ def _run(graph: Path, folder: Path, out: Path, *devices: str) -> list[np.ndarray
         return [saved[f"output_{i}"] for i in range(len(saved.files))]
 
 
+def _imported(name: str, exporter: str, tmp_path: Path
+              ) -> tuple[Path, Path, list[np.ndarray]]:
+    """The model imported by the CLI into tmp_path/imported, and ONNX Runtime's outputs on the
+    inputs the import wrote."""
+    model = DATA / f"{name}_{exporter}.onnx"
+    folder = tmp_path / "imported"
+    _import(model, folder)
+    with np.load(folder / "inputs.npz") as f:
+        inputs = {k: f[k] for k in f.files}
+    return model, folder, _reference(model, inputs)
+
+
 def _compare(got: list[np.ndarray], want: list[np.ndarray], where: str) -> None:
     assert len(got) == len(want), f"{where}: {len(got)} outputs, ONNX Runtime has {len(want)}"
     for i, (g, w) in enumerate(zip(got, want)):
@@ -88,12 +100,7 @@ def _heavy_patterns(folder: Path) -> list[str]:
 @pytest.mark.parametrize("exporter", EXPORTERS)
 @pytest.mark.parametrize("name", MODELS)
 def test_real_model_cpu(name: str, exporter: str, tmp_path: Path) -> None:
-    model = DATA / f"{name}_{exporter}.onnx"
-    folder = tmp_path / "imported"
-    _import(model, folder)
-    with np.load(folder / "inputs.npz") as f:
-        inputs = {k: f[k] for k in f.files}
-    want = _reference(model, inputs)
+    model, folder, want = _imported(name, exporter, tmp_path)
     got = _run(folder / "graph.json", folder, tmp_path / "cpu.npz", "cpu")
     _compare(got, want, f"{model.name} on cpu")
 
@@ -104,12 +111,7 @@ def test_real_model_cpu(name: str, exporter: str, tmp_path: Path) -> None:
 def test_real_model_opencl(name: str, exporter: str, tmp_path: Path,
                            opencl_available: None) -> None:
     """conv2d/dense/matmul functions planned onto OpenCL, the rest on CPU, copies between."""
-    model = DATA / f"{name}_{exporter}.onnx"
-    folder = tmp_path / "imported"
-    _import(model, folder)
-    with np.load(folder / "inputs.npz") as f:
-        inputs = {k: f[k] for k in f.files}
-    want = _reference(model, inputs)
+    model, folder, want = _imported(name, exporter, tmp_path)
     patterns = _heavy_patterns(folder)
     assert patterns, f"{model.name}: no node name matches any of {HEAVY}"
     planned = tmp_path / "planned.json"
