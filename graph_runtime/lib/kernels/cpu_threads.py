@@ -183,15 +183,18 @@ def parallel_items(n: int, workers: int, work: Callable[[int, int], None]) -> No
     parallel_images(n, workers, work)
 
 
-def channel_chunks(n: int, channels: int, workers: int) -> int:
-    """Channel ranges to cut each of n images into, so that every worker gets ~3 items to pull.
+def channel_split(n: int, channels: int, outputs: int, serial_below: int) -> tuple[int, int]:
+    """(channel ranges per image, workers) for a loop over (image, channel range) items.
 
-    A batch-1 loop over whole images would leave all but one worker idle; a few items per
-    worker let one that got a core take more of them, as parallel_images intends.
+    One worker below serial_below outputs (there the hand-off costs more than a second core
+    saves). Otherwise a batch too small to feed every worker by whole images is cut into
+    channel ranges, ~3 items per worker, so one that got a core can take more of them.
     """
-    if workers <= 1 or n >= 3 * workers:
-        return 1
-    return max(1, min(channels, -(-3 * workers // max(1, n))))
+    workers = max(1, num_threads()) if outputs >= serial_below else 1
+    chunks = 1
+    if workers > 1 and n < 3 * workers:
+        chunks = max(1, min(channels, -(-3 * workers // max(1, n))))
+    return chunks, max(1, min(workers, n * chunks))
 
 
 def chunk_bounds(channels: int, chunks: int, chunk: int) -> tuple[int, int]:

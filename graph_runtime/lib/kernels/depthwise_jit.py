@@ -8,7 +8,7 @@ import numpy as np
 from ..conv_params import ConvParams
 from .conv_cpu import ConvKernel
 from .conv_epilogue import Epilogue, fold_epilogue
-from .cpu_threads import channel_chunks, chunk_bounds, num_threads, parallel_items
+from .cpu_threads import channel_split, chunk_bounds, parallel_items
 
 # Below this many outputs one worker is faster: measured on 2 cores (3x3, bias and clip),
 # 1x192x28x28 (150k outputs) took 0.19 ms on one worker and 0.23 on two, 1x384x14x14 0.17 and
@@ -40,11 +40,9 @@ class DepthwiseJitConv(ConvKernel):
         self.no_residual = np.zeros((1, 1, 1, 1), p.dtype)
         shape = self.residual.shape if self.residual is not None else (1, 1, 1, 1)
         self.spans = tuple(int(s != 1) for s in shape)
-        workers = max(1, num_threads())
-        if p.n * p.o * p.oh * p.ow < SERIAL_OUTPUTS:
-            workers = 1
-        self.chunks = 1 if remaining.ops else channel_chunks(p.n, p.o, workers)
-        self.workers = max(1, min(workers, p.n * self.chunks))
+        # Ops the loop cannot take run per whole image after it: one channel range per image.
+        self.chunks, self.workers = channel_split(p.n, 1 if remaining.ops else p.o,
+                                                  p.n * p.o * p.oh * p.ow, SERIAL_OUTPUTS)
         self.loop = jit_cpu.depthwise_conv2d
         jit_cpu.warm_depthwise(p.dtype)  # compile now: create() pays for it, not the first run
 

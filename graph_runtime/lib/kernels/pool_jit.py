@@ -6,7 +6,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import jit_cpu
-from .cpu_threads import channel_chunks, chunk_bounds, num_threads, parallel_items
+from .cpu_threads import channel_split, chunk_bounds, parallel_items
 
 # Below this many outputs one worker is faster: measured on 2 cores, 2x2/s2 on 1x128x56x56
 # (100k outputs) took 0.20 ms on one worker and 0.22 on two, 3x3/s2 on 1x64x112x112 (194k)
@@ -25,11 +25,7 @@ def pool2d_jit(dtype: str, shape: tuple[int, ...], out_shape: tuple[int, ...],
     """
     n, c = shape[0], shape[1]
     is_max = inv is None
-    workers = max(1, num_threads())
-    if int(np.prod(out_shape)) < SERIAL_OUTPUTS:
-        workers = 1
-    chunks = channel_chunks(n, c, workers)
-    workers = max(1, min(workers, n * chunks))
+    chunks, workers = channel_split(n, c, int(np.prod(out_shape)), SERIAL_OUTPUTS)
     (kh, kw), (sh, sw), (dh, dw), (pt, pl) = kernel, strides, dilation, begin
     lowest = np.dtype(dtype).type(np.finfo(dtype).min)
     jit_cpu.warm_pool(dtype, is_max)  # compile now, not in the first run
