@@ -4,7 +4,7 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Mapping
 
 
 @dataclass(frozen=True)
@@ -70,3 +70,24 @@ def pays_off(candidate: Callable[[], None], baseline: Callable[[], None], rounds
         for fn in best:
             best[fn] = min(best[fn], time_runs(fn, lambda: None, repeat=1, number=8).min)
     return best[candidate] * min_speedup < best[baseline]
+
+
+def fastest_by_median(calls: Mapping[str, Callable[[], None]], base: str, rounds: int,
+                      min_speedup: float, sync: Callable[[], None] = lambda: None,
+                      pause_s: float = 0.0) -> str:
+    """The name of the call whose median time is least, over interleaved rounds (machine noise
+    hits all alike), each call timed through sync and after pause_s of sleep; base stays
+    unless the fastest beats it by min_speedup (a lucky sample must not pick another)."""
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, call in calls.items():
+            if pause_s:
+                time.sleep(pause_s)
+            start = time.perf_counter()
+            call()
+            sync()
+            samples[name].append(time.perf_counter() - start)
+    best = {name: statistics.median(times) for name, times in samples.items()}
+    fastest = min(best, key=lambda name: best[name])
+    return fastest if best[fastest] * min_speedup < best[base] else base
+

@@ -11,13 +11,12 @@ it applies always).
 from __future__ import annotations
 
 import os
-import statistics
 import threading
-import time
 from typing import Callable
 
 import numpy as np
 
+from ..._timing import fastest_by_median
 from ...errors import LibraryError
 from ..conv_params import ConvParams
 from ..library import InputVersion
@@ -122,18 +121,9 @@ def _fastest(p: ConvParams, epilogue: Epilogue, names: list[str]) -> str:
     calls = {name: (lambda k=k: k(data, weight, *extras, out)) for name, k in kernels.items()}
     for call in calls.values():
         call()  # first calls make derived weights and fault pages in
-    samples: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(ROUNDS):  # interleaved, so machine noise hits all alike
-        for name, call in calls.items():
-            # NOTE: in a graph other nodes run between two calls of this one, and helper
-            # threads have gone to sleep; a pause makes the timing include waking them.
-            time.sleep(PAUSE_S)
-            start = time.perf_counter()
-            call()
-            samples[name].append(time.perf_counter() - start)
-    best = {name: statistics.median(times) for name, times in samples.items()}
+    # NOTE: in a graph other nodes run between two calls of this one, and helper threads have
+    # gone to sleep; a pause before each timed call makes the timing include waking them.
     # The plain per-image loop stays unless another is clearly faster: on a busy machine a
     # parallel candidate's timing swings widely, and a lucky sample must not pick it.
-    base = "im2col_serial" if "im2col_serial" in best else "im2col"
-    fastest = min(best, key=lambda name: best[name])
-    return fastest if best[fastest] * MIN_SPEEDUP < best[base] else base
+    base = "im2col_serial" if "im2col_serial" in calls else "im2col"
+    return fastest_by_median(calls, base, ROUNDS, MIN_SPEEDUP, pause_s=PAUSE_S)

@@ -7,13 +7,12 @@ process), or one of conv_cl.METHODS to force it wherever it applies (elsewhere t
 from __future__ import annotations
 
 import os
-import statistics
 import threading
-import time
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
+from ..._timing import fastest_by_median
 from ...errors import LibraryError
 from ..conv_params import ConvParams
 from ..library import CachesInputs, InputVersion
@@ -121,15 +120,7 @@ def _fastest(backend: OpenCLBackend, device_id: int, p: ConvParams, candidates: 
         run(data, weight, out)  # builds kernels, makes derived weights, faults pages in
         runs[name] = run
     backend.sync(device_id)
-    samples: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(ROUNDS):  # interleaved, so machine noise hits all alike
-        for name, run in runs.items():
-            start = time.perf_counter()
-            run(data, weight, out)
-            backend.sync(device_id)
-            samples[name].append(time.perf_counter() - start)
-    best = {name: statistics.median(times) for name, times in samples.items()}
-    base = candidates[0]
-    fastest = min(best, key=lambda name: best[name])
-    return fastest if best[fastest] * MIN_SPEEDUP < best[base] else base
+    calls = {name: (lambda run=run: run(data, weight, out)) for name, run in runs.items()}
+    return fastest_by_median(calls, candidates[0], ROUNDS, MIN_SPEEDUP,
+                             sync=lambda: backend.sync(device_id))
 
