@@ -58,8 +58,13 @@ class AutoPlan:
     calibrations: list[Calibration] = field(default_factory=list)  # factors applied per device
 
     def predict_graph(self, planned: Graph) -> float:
-        """This plan's cost model applied to another plan of the same graph (nodes by name)."""
-        per_node = {n.name: n for n in self.nodes}
+        """This plan's cost model applied to another plan of the same graph.
+
+        planned's nodes other than copies must be this graph's nodes in the same order (as
+        plan_graph keeps them): nodes are matched by position, since imported graphs repeat
+        names (one fused function name for many convs of different shapes).
+        """
+        per_node = {n.nid: n for n in self.nodes}
         codes = planned.column("device_index")
         ids = planned.column("device_id")
 
@@ -68,21 +73,33 @@ class AutoPlan:
                 return self.devices[0]
             return Device(codes[eid], ids[eid] if ids is not None else 0)
 
+        originals = iter(self.graph.nodes)
         total = 0.0
         for node in planned.nodes:
-            if node.is_arg or planned.node_row_ptr[node.nid + 1] == planned.node_row_ptr[node.nid]:
-                continue
-            dev = device_of(planned.node_row_ptr[node.nid])
             if node.func_name == COPY_OP:
                 src = planned.entry_id(node.inputs[0][0], node.inputs[0][1])
+                dev = device_of(planned.node_row_ptr[node.nid])
                 model = self.copy_models.get((device_of(src), dev))
                 if model is not None:
                     total += model.seconds(entry_bytes(planned.shape(src), planned.dtype(src)))
-            elif node.name in per_node:
-                seconds = per_node[node.name].seconds.get(dev)
-                if seconds is None:
-                    raise PlanError(f"{node.name!r}: no measured time on {dev.spec}")
-                total += seconds
+                continue
+            original = next(originals, None)
+            if original is None or original.name != node.name:
+                raise PlanError(f"node {node.nid} {node.name!r} of the planned graph is not node "
+                                + (f"{original.nid} {original.name!r}" if original else "past the "
+                                   "end") + " of the graph this plan placed; predict_graph needs "
+                                "a plan of the same graph")
+            cost = per_node.get(original.nid)
+            if cost is None:
+                continue  # an input, a param or a __nop: free
+            dev = device_of(planned.node_row_ptr[node.nid])
+            seconds = cost.seconds.get(dev)
+            if seconds is None:
+                raise PlanError(f"{node.name!r}: no measured time on {dev.spec}")
+            total += seconds
+        if next(originals, None) is not None:
+            raise PlanError("the planned graph has fewer nodes than the graph this plan placed; "
+                            "predict_graph needs a plan of the same graph")
         return total
 
     def text(self) -> str:

@@ -322,6 +322,22 @@ def test_the_planned_graph_prices_at_the_prediction_and_pins_rule_out_alternativ
     assert {n["name"]: n["device"] for n in doc_json["nodes"]}["b"] == "opencl:0"
 
 
+def test_prediction_matches_nodes_by_position_where_names_repeat() -> None:
+    # Imported graphs name many nodes alike (one fused function, different shapes): a plan of
+    # the graph must be priced node by node, not by whichever node last had that name.
+    g = make_graph([null("x"), null("y"), tvm_op("sum", "add", [0, 0]),
+                    tvm_op("sum", "add", [1, 1])], [2, 3],
+                   shapes=[[8], [512, 512], [8], [512, 512]])
+    result = auto_place(g, standard_module(), [cpu0], budget_s=1.0)
+    small, large = sorted(n.seconds[cpu0] for n in result.nodes)
+    assert large > 3 * small
+    assert result.predict_graph(result.plan.graph) == pytest.approx(result.predicted)
+    assert result.predicted == pytest.approx(small + large)
+    other = make_graph([null("x"), null("y"), tvm_op("sum", "add", [0, 0])], [2])
+    with pytest.raises(PlanError, match="fewer nodes than the graph this plan placed"):
+        result.predict_graph(other)
+
+
 def test_pin_to_a_device_not_given_is_a_plan_error() -> None:
     with pytest.raises(PlanError, match="node 2 'a'.*none of the given devices"):
         auto_place(small_graph(), standard_module(), [cpu0], {"node_devices": {"a": "cuda"}},
