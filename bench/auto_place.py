@@ -35,7 +35,7 @@ from graph_runtime.planner.auto import auto_place, plan_on, without_copies
 from graph_runtime.planner.solve_auto import CopyTerm, CostProblem, solve_placement
 
 ROOT = Path(__file__).resolve().parents[1]
-CALIBRATE = [False]  # --calibrate sets it on for every plan
+CALIBRATE = [True]  # --no-calibrate sets it off for every plan
 EXAMPLES = ROOT / "examples" / "graphs"
 CONV = "tvmgen_*conv2d*"
 # Hand placements a user might try: name -> Placement document (default cpu).
@@ -279,23 +279,27 @@ def main(argv: list[str] | None = None) -> int:
                         help="interleaved rounds of timing every plan")
     parser.add_argument("--planning-only", action="store_true",
                         help="only the ResNet-50-sized planning time")
-    parser.add_argument("--cache", type=Path, default=ROOT / "bench" / "results" /
-                        "auto_place_costs.json")
+    parser.add_argument("--cache", type=Path, default=None,
+                        help="a cost cache to read and extend (default: a fresh one, so the "
+                             "costs are measured in the same run and machine state as the "
+                             "plans they predict)")
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results" /
                         "auto_place.json")
-    parser.add_argument("--calibrate", action="store_true",
-                        help="auto_place(calibrate_devices=True): scale each non-CPU device's "
-                             "kernel times by one whole-graph run on it")
+    parser.add_argument("--no-calibrate", action="store_true",
+                        help="auto_place(calibrate_devices=False): kernel times as measured "
+                             "alone, no whole-graph run per device")
     args = parser.parse_args(argv)
-    CALIBRATE[0] = args.calibrate
-    args.cache.parent.mkdir(parents=True, exist_ok=True)
+    CALIBRATE[0] = not args.no_calibrate
+    fresh = tempfile.TemporaryDirectory(prefix="auto_place_costs_")
+    cache = args.cache or Path(fresh.name) / "costs.json"
+    cache.parent.mkdir(parents=True, exist_ok=True)
     devices = [gr.cpu(0), gr.opencl(0)]
     rows: list[dict[str, Any]] = []
     print(f"{'example':<11} {'plan':<52} {'predicted ms':>13} {'measured ms':>12} {'m/p':>6}")
     jobs = [] if args.planning_only else ([(n, bench_example) for n in args.examples]
                                            + [(n, bench_onnx) for n in args.onnx])
     for name, bench in jobs:
-        for row in bench(name, devices, args.cache, args.rounds):
+        for row in bench(name, devices, cache, args.rounds):
             rows.append(row)
             print(f"{row['example']:<11} {row['plan']:<52} {row['predicted'] * 1e3:13.3f} "
                   f"{row['measured'] * 1e3:12.3f} {row['measured'] / row['predicted']:6.2f}",
@@ -311,7 +315,15 @@ def main(argv: list[str] | None = None) -> int:
                         default=float("inf"))
         print(f"{'':<11} auto / best one-device {auto_ms / best_single:.2f}x, "
               f"auto / best hand {auto_ms / best_hand:.2f}x; devices {mine[0]['devices']}")
-    planning = bench_planning(devices, args.cache.with_name("auto_place_resnet_costs.json"))
+    if rows:
+        # |predicted - measured| / measured: the "predicted within 20% of measured".
+        errors = sorted((abs(r["predicted"] - r["measured"]) / r["measured"], r["example"],
+                         r["plan"]) for r in rows)
+        inside = sum(1 for e in errors if e[0] <= 0.20)
+        worst = errors[-1]
+        print(f"predicted within 20% of measured: {inside} of {len(errors)} plans; worst "
+              f"{worst[0]:.0%} ({worst[1]}, {worst[2]})")
+    planning = bench_planning(devices, cache.with_name("auto_place_resnet_costs.json"))
     stages = ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in planning["warm_stages"].items())
     print(f"ResNet-50-sized graph: {planning['nodes']} nodes; cold plan {planning['cold_s']:.1f} s "
           f"({planning['kernels_measured_cold']} kernels measured), warm plan "

@@ -171,11 +171,11 @@ def viz(graph: str, devices: tuple[str, ...], params: str | None, output: str) -
 @click.option("--verify", is_flag=True,
               help="With --auto: run the plan and each one-device plan; print predicted vs "
                    "measured run time.")
-@click.option("--calibrate", is_flag=True,
-              help="With --auto: run the graph once on each non-CPU device that can hold it all "
-                   "and scale that device's kernel times by the run (an asynchronous device "
-                   "overlaps launches that kernels timed alone cannot; cached). Better for "
-                   "plans mostly on that device, worse for plans mixing it with the CPU.")
+@click.option("--calibrate/--no-calibrate", default=None,
+              help="With --auto (on by default): run the graph once on each device that can hold "
+                   "it all and scale that device's kernel times by the run, since kernels timed "
+                   "alone run hotter than in a graph and cannot overlap an asynchronous device's "
+                   "launches (cached). --no-calibrate keeps the times as measured alone.")
 @params_option
 @click.option("-o", "--output-graph", type=click.Path(dir_okay=False), metavar="PLANNED.json",
               help="Write the planned graph.")
@@ -183,7 +183,7 @@ def viz(graph: str, devices: tuple[str, ...], params: str | None, output: str) -
 def plan(graph: str, default_device: str | None, place: tuple[str, ...],
          input_places: tuple[str, ...], output_places: tuple[str, ...], placement: str | None,
          lib: str | None, strict: bool, auto: bool, devices: tuple[str, ...],
-         profile_cache: str | None, budget: float, verify: bool, calibrate: bool,
+         profile_cache: str | None, budget: float, verify: bool, calibrate: bool | None,
          params: str | None, output_graph: str | None, as_json: bool) -> None:
     """Plan devices for GRAPH: solve the constraints over the whole graph, insert the fewest
     __copy nodes, re-plan storage ids per device, and print what it did.
@@ -209,7 +209,8 @@ def plan(graph: str, default_device: str | None, place: tuple[str, ...],
     from .output import plan_summary
     if not auto:
         for flag, value in (("-d", devices), ("--profile-cache", profile_cache),
-                            ("--verify", verify), ("--calibrate", calibrate)):
+                            ("--verify", verify),
+                            ("--calibrate/--no-calibrate", calibrate is not None)):
             if value:
                 raise click.UsageError(f"{flag} needs --auto")
     files, g = _files_and_graph(graph, lib, params)
@@ -219,7 +220,7 @@ def plan(graph: str, default_device: str | None, place: tuple[str, ...],
     module = load_module(files.lib) if files.lib else None
     if auto:
         _plan_auto(g, files, module, constraints, devices, profile_cache, budget, verify,
-                   calibrate, output_graph, as_json)
+                   calibrate is not False, output_graph, as_json)
         return
     result = plan_graph(g, constraints, module, strict)
     _write_graph(result.graph, output_graph)

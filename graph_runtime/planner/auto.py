@@ -47,7 +47,7 @@ def auto_place(graph: GraphSource, lib: Module, devices: Sequence[Device],
                constraints: Placement | Mapping[str, Any] | None = None, budget_s: float = 60.0,
                cache: CostCache | str | None = None, progress: Progress | None = None,
                method: str = "auto", params: Mapping[str, Any] | None = None,
-               calibrate_devices: bool = False) -> AutoPlan:
+               calibrate_devices: bool = True) -> AutoPlan:
     """Place graph on devices where its predicted run time is least, from measured costs.
 
     Args:
@@ -61,10 +61,10 @@ def auto_place(graph: GraphSource, lib: Module, devices: Sequence[Device],
             with their values, as a kernel's speed may depend on them. Others get samples.
             The whole-graph run that calibrates each non-CPU device (calibrate.py) loads them
             all; inputs get samples.
-        calibrate_devices: run the graph once on each non-CPU device that can hold it all and
-            scale its kernel costs by that run (calibrate.py; cached). Off by default: it fixes
-            one-device plans of many small asynchronous kernels and over-credits the device in
-            plans that mix it with the CPU (see docs/planner.md).
+        calibrate_devices: run the graph once on each device that can hold it all and scale
+            that device's kernel costs by the run (calibrate.py; cached): kernels timed alone
+            run hotter than in a graph on the CPU and, on an asynchronous device, cannot overlap
+            launches as a run does. False keeps the costs as timed alone.
     """
     started = time.perf_counter()
     laps: dict[str, float] = {}
@@ -97,7 +97,7 @@ def auto_place(graph: GraphSource, lib: Module, devices: Sequence[Device],
     calibrations = []
     for d, dev in enumerate(devs):
         single = model.single(d)
-        if not calibrate_devices or dev.kind == "cpu" or single is None:
+        if not calibrate_devices or single is None:
             continue
         keys = [measurer.key(row[d]) for row in model.cases if d in row]
         planned = _one_device_graph(g, lib, placement, dev)

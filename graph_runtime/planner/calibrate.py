@@ -1,13 +1,18 @@
-"""Calibrating auto placement's kernel costs by one whole run per asynchronous device.
+"""Calibrating auto placement's kernel costs by one whole-graph run per device.
 
-Kernels are timed alone, launched back to back (measure_costs.py). On an asynchronous device a
-run of different kernels overlaps one kernel's host-side enqueue with another's execution, so
-the sum of those times over-prices it: GPT-2 all on PoCL, whose kernels summed to 2.69 ms, ran
-in 1.85 ms. So each non-CPU device that can hold the whole graph runs it once here (a benchmark
-median), and its kernel costs are scaled by the run's measured time (less its copies) over the
-sum of its kernel times. CPU kernels run synchronously on the calling thread and their sums
-stayed within 1.0-1.1x of measured runs, so the CPU is left as measured. A factor is cached
-with the kernel times, keyed by the graph, its kernels' cache keys and the device.
+Kernels are timed alone, launched back to back on the same warm buffers (measure_costs.py), and
+a graph runs them differently, in both directions:
+- on the CPU a kernel in a graph finds its weights evicted by the nodes before it, its worker
+  threads asleep, and pays the executor's step: the CNN example's seven kernels summed to
+  0.29-0.36 ms alone and ran in 0.42-0.44 ms (1.2-1.3x, BERT 1.1-1.3x);
+- on an asynchronous device a run of different kernels overlaps one kernel's host-side enqueue
+  with another's execution, so the sum over-prices it: GPT-2 all on PoCL summed to 3.1-3.5 ms
+  and ran in 2.3-2.9 ms.
+So each device that can hold the whole graph runs it once here (a benchmark median), and its
+kernel costs are scaled by the run's measured time (less its copies) over the sum of its kernel
+times. One factor per device keeps the costs per node (the solver still compares nodes by them)
+and makes every one-device prediction the measured run. A factor is cached with the kernel
+times, keyed by the graph, its kernels' cache keys and the device.
 """
 from __future__ import annotations
 

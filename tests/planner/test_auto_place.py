@@ -163,20 +163,18 @@ def node_device(result: Any, name: str) -> Device:
 def test_a_warm_cache_measures_nothing(tmp_path: Path) -> None:
     cache = tmp_path / "costs.json"
     lib = CountingModule()
-    first = auto_place(small_graph(), lib, [cpu0, cl0], budget_s=1.0, cache=str(cache),
-                       calibrate_devices=True)
+    first = auto_place(small_graph(), lib, [cpu0, cl0], budget_s=1.0, cache=str(cache))
     assert lib.prepared > 0 and first.kernels_measured > 0 and first.copies_measured == 2
     doc = json.loads(cache.read_text())
     assert doc["format"] == "graph_runtime.profile_cache" and len(doc["copies"]) == 2
-    assert len(doc["sequences"]) == 1  # opencl's whole-graph run, not the cpu's
-    assert [(c.device, c.cached) for c in first.calibrations] == [(cl0, False)]
+    assert len(doc["sequences"]) == 2  # a whole-graph run per device calibrates it
+    assert [(c.device, c.cached) for c in first.calibrations] == [(cpu0, False), (cl0, False)]
     lib.prepared = 0
-    second = auto_place(small_graph(), lib, [cpu0, cl0], budget_s=1.0, cache=str(cache),
-                        calibrate_devices=True)
+    second = auto_place(small_graph(), lib, [cpu0, cl0], budget_s=1.0, cache=str(cache))
     assert lib.prepared == 0  # neither kernels timed nor the graph run again
     assert (second.kernels_measured, second.copies_measured) == (0, 0)
     assert [(c.device, c.cached, c.factor) for c in second.calibrations] == [
-        (cl0, True, first.calibrations[0].factor)]
+        (c.device, True, c.factor) for c in first.calibrations]
     assert second.plan.node_devices == first.plan.node_devices
 
 
@@ -407,12 +405,11 @@ def test_cli_plan_auto_json_and_verify(tmp_path: Path) -> None:
     assert json.loads(again.output)["kernels_measured"] == 0
     text = CliRunner().invoke(graphrun, args[:-2])
     assert "predicted run time" in text.output and "all on opencl:0" in text.output
-    assert "kernel times x" not in text.output  # calibration is opt-in
-    calibrated = CliRunner().invoke(graphrun, args[:-2] + ["--calibrate", "--json"])
-    assert calibrated.exit_code == 0, calibrated.output
-    assert set(json.loads(calibrated.output)["calibration"]) == {"opencl:0"}
-    cached = CliRunner().invoke(graphrun, args[:-2] + ["--calibrate"])
-    assert "opencl:0 kernel times x" in cached.output and "(cached)" in cached.output
+    assert "opencl:0 kernel times x" in text.output and "(cached)" in text.output
+    assert set(doc["calibration"]) == {"cpu:0", "opencl:0"}  # on by default
+    alone = CliRunner().invoke(graphrun, args[:-2] + ["--no-calibrate", "--json"])
+    assert alone.exit_code == 0, alone.output
+    assert json.loads(alone.output)["calibration"] == {}
 
 
 @pytest.mark.opencl
@@ -432,3 +429,6 @@ def test_cli_device_without_auto_is_a_usage_error() -> None:
     result = CliRunner().invoke(graphrun, ["plan", str(EXAMPLES / "duplex"), "-d", "cpu"])
     assert result.exit_code == 2
     assert "-d needs --auto" in result.output
+    result = CliRunner().invoke(graphrun, ["plan", str(EXAMPLES / "duplex"), "--no-calibrate"])
+    assert result.exit_code == 2
+    assert "--calibrate/--no-calibrate needs --auto" in result.output
