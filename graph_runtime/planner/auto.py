@@ -117,7 +117,7 @@ def auto_place(graph: GraphSource, lib: Module, devices: Sequence[Device],
     for d, dev in enumerate(devs):
         single = model.single(d)
         alternatives[dev] = None if single is None else problem.objective(single)
-    return AutoPlan(result, g, devs, model.report_nodes(problem, choice),
+    return AutoPlan(result, g, devs, model.report_nodes(problem, choice, measurer),
                     model.report_copies(problem, solution.choice), solution.objective,
                     alternatives, solution.method, measurer.kernels_measured,
                     measurer.copies_measured, laps, pinned, problem,
@@ -305,6 +305,22 @@ class _Model:
                 src = (int(node.inputs[0][0]), int(node.inputs[0][1]))
                 terms.append(CopyTerm(src[0], (node.nid,), tie))
                 self.term_entries.append(src)
+        # A kernel right after a kernel on another device pays that switch (its switch cost);
+        # the executor runs nodes in graph order, so each kernel follows the one before it.
+        self.switch_start = len(terms)
+        previous: int | None = None
+        for nid, row in enumerate(self.cases):
+            if not row:
+                continue
+            if previous is not None:
+                w = np.zeros((k, k))
+                for b, case in row.items():
+                    for a in range(k):
+                        if a != b and a in self.cases[previous]:
+                            w[a, b] = measurer.switch_seconds(case, self.devs[a])
+                if w.any():
+                    terms.append(CopyTerm(previous, (nid,), w))
+            previous = nid
         labels = [f"node {n.nid} {n.name!r}" for n in g.nodes]
         labels += [f"output {k_head}" for k_head in sorted(self.head_pins)]
         return CostProblem(cost, terms, labels)
@@ -315,21 +331,27 @@ class _Model:
             return None
         return [d] * self.n + [dev for _, dev in sorted(self.head_pins.items())]
 
-    def report_nodes(self, problem: CostProblem, choice: list[Device]) -> list[NodeCost]:
+    def report_nodes(self, problem: CostProblem, choice: list[Device], measurer: Measurer
+                     ) -> list[NodeCost]:
         rows = []
         for node in self.g.nodes:
-            if node.is_arg or not self.cases[node.nid]:
+            row = self.cases[node.nid]
+            if node.is_arg or not row:
                 continue
             seconds = {dev: (float(problem.node_cost[node.nid, d])
                              if self.allowed[node.nid, d] else None)
                        for d, dev in enumerate(self.devs)}
+            after = {(before, case.device): measurer.switch_seconds(case, before)
+                     for case in row.values() for before in self.devs if before != case.device}
             rows.append(NodeCost(node.nid, node.name, node.func_name or "", choice[node.nid],
-                                 seconds))
+                                 seconds, after))
         return rows
 
     def report_copies(self, problem: CostProblem, choice: Sequence[int]) -> list[PredictedCopy]:
         result = []
         for i, src, dst in problem.copies(choice):
+            if i >= self.switch_start:
+                continue  # a device switch between two kernels, not a copy
             nid, index = self.term_entries[i]
             eid = self.g.entry_id(nid, index)
             result.append(PredictedCopy(f"{self.g.nodes[nid].name}:{index}", self.devs[src],

@@ -24,6 +24,8 @@ class NodeCost:
     func_name: str
     device: Device
     seconds: dict[Device, float | None]  # None: not allowed there (no kernel, or a pin)
+    # (device of the kernel before it, its device) -> what it loses after that switch
+    after: dict[tuple[Device, Device], float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,11 @@ class AutoPlan:
         plan_graph keeps them): nodes are matched by position, since imported graphs repeat
         names (one fused function name for many convs of different shapes).
         """
+        kernels, copies, switches, _ = self.price(planned)
+        return kernels + copies + switches
+
+    def price(self, planned: Graph) -> tuple[float, float, float, int]:
+        """(kernel seconds, copy seconds, switch seconds, switches) of a plan of this graph."""
         per_node = {n.nid: n for n in self.nodes}
         codes = planned.column("device_index")
         ids = planned.column("device_id")
@@ -74,14 +81,16 @@ class AutoPlan:
             return Device(codes[eid], ids[eid] if ids is not None else 0)
 
         originals = iter(self.graph.nodes)
-        total = 0.0
+        kernels = copies = switches = 0.0
+        count = 0
+        previous: Device | None = None
         for node in planned.nodes:
             if node.func_name == COPY_OP:
                 src = planned.entry_id(node.inputs[0][0], node.inputs[0][1])
                 dev = device_of(planned.node_row_ptr[node.nid])
                 model = self.copy_models.get((device_of(src), dev))
                 if model is not None:
-                    total += model.seconds(entry_bytes(planned.shape(src), planned.dtype(src)))
+                    copies += model.seconds(entry_bytes(planned.shape(src), planned.dtype(src)))
                 continue
             original = next(originals, None)
             if original is None or original.name != node.name:
@@ -96,11 +105,15 @@ class AutoPlan:
             seconds = cost.seconds.get(dev)
             if seconds is None:
                 raise PlanError(f"{node.name!r}: no measured time on {dev.spec}")
-            total += seconds
+            kernels += seconds
+            if previous is not None and previous != dev:
+                switches += cost.after.get((previous, dev), 0.0)
+                count += 1
+            previous = dev
         if next(originals, None) is not None:
             raise PlanError("the planned graph has fewer nodes than the graph this plan placed; "
                             "predict_graph needs a plan of the same graph")
-        return total
+        return kernels, copies, switches, count
 
     def text(self) -> str:
         """The report as tables for people."""
@@ -123,6 +136,10 @@ class AutoPlan:
             else:
                 alt_rows.append([f"all on {dev.spec}", f"{value * 1e3:.3f}",
                                  f"{value / self.predicted:.2f}x" if self.predicted else "-"])
+        _, _, switch_s, switches = self.price(self.plan.graph)
+        if switches:
+            lines.append(f"device switches: {switches} ({switch_s * 1e3:.3f} ms: kernels right "
+                         "after another device's)")
         lines.append("predicted run time")
         lines.append(table(["plan", "ms", "vs auto"], alt_rows))
         for c in self.calibrations:
@@ -149,6 +166,8 @@ class AutoPlan:
                        "seconds": {d.spec: s for d, s in n.seconds.items()}} for n in self.nodes],
             "copies": [{"entry": c.entry, "src": c.src.spec, "dst": c.dst.spec,
                         "bytes": c.nbytes, "seconds": c.seconds} for c in self.copies],
+            "switches": self.price(self.plan.graph)[3],
+            "switch_seconds": self.price(self.plan.graph)[2],
             "kernels_measured": self.kernels_measured, "copies_measured": self.copies_measured,
             "stage_seconds": self.stage_seconds,
             "calibration": {c.device.spec: c.factor for c in self.calibrations},

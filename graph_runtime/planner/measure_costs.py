@@ -3,8 +3,11 @@
 A kernel is measured once per (function name, the lib's definition of it, input and output
 shapes and dtypes, node attrs, device name): warm-up, then device-synchronised medians
 (graph_runtime._timing.time_runs with the backend's sync). A copy between two devices is
-modelled as latency + bytes / bandwidth, fitted from three sizes. Both go into the cache file, so
-a second plan of the same graph measures nothing.
+modelled as latency + bytes / bandwidth, fitted from three sizes. A kernel's switch cost is what
+it loses when the step before it ran on another device rather than its own (PoCL's worker threads
+wake, a CPU kernel shares the cores with PoCL's still-spinning ones): timed right after a touch of
+each device, the difference of the medians. All go into the cache file, so a second plan of the
+same graph measures nothing.
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ from ..lib.library import Module, TensorSpec, storage_requests
 
 CACHE_FORMAT = "graph_runtime.profile_cache"
 COPY_SIZES = (4 << 10, 256 << 10, 4 << 20)  # bytes; the fit's three points
+TOUCH_BYTES = 4 << 20  # a step's worth of work on a device before a switch cost sample
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,7 @@ class CostCache:
     kernels: dict[str, float] = field(default_factory=dict)
     copies: dict[str, CopyModel] = field(default_factory=dict)
     sequences: dict[str, float] = field(default_factory=dict)
+    switches: dict[str, float] = field(default_factory=dict)  # kernel key + previous device
 
     @classmethod
     def load(cls, path: str | os.PathLike[str] | None) -> CostCache:
@@ -98,11 +103,12 @@ class CostCache:
             copies = {str(k): CopyModel(float(v["latency"]), float(v["per_byte"]))
                       for k, v in doc.get("copies", {}).items()}
             sequences = {str(k): float(v) for k, v in doc.get("sequences", {}).items()}
+            switches = {str(k): float(v) for k, v in doc.get("switches", {}).items()}
         except (AttributeError, KeyError, TypeError, ValueError) as e:
             raise PlanError(f"profile cache {where}: expected $.kernels {{key: seconds}}, "
-                            f"$.copies {{pair: {{latency, per_byte}}}} and $.sequences "
-                            f"{{key: factor}}: {e}") from e
-        return cls(where, kernels, copies, sequences)
+                            f"$.copies {{pair: {{latency, per_byte}}}}, $.sequences "
+                            f"{{key: factor}} and $.switches {{key: seconds}}: {e}") from e
+        return cls(where, kernels, copies, sequences, switches)
 
     def save(self) -> None:
         """Write the cache back (nothing without a path)."""
@@ -111,7 +117,8 @@ class CostCache:
         doc = {"format": CACHE_FORMAT, "version": 1, "kernels": dict(sorted(self.kernels.items())),
                "copies": {k: {"latency": m.latency, "per_byte": m.per_byte}
                           for k, m in sorted(self.copies.items())},
-               "sequences": dict(sorted(self.sequences.items()))}
+               "sequences": dict(sorted(self.sequences.items())),
+               "switches": dict(sorted(self.switches.items()))}
         try:
             with open(self.path, "w", encoding="utf-8") as f:
                 json.dump(doc, f, indent=1)
@@ -164,6 +171,10 @@ def copy_key(src: Device, dst: Device, names: Mapping[Device, str]) -> str:
     return f"{names[src]} -> {names[dst]}"
 
 
+def switch_key(kernel: str, previous: Device, names: Mapping[Device, str]) -> str:
+    return f"{kernel}|after {names[previous]}"
+
+
 def node_attrs_text(attrs: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     """The node attrs a kernel may read (not func_name, num_inputs, ...), as sorted text."""
     return tuple(sorted((str(k), json.dumps(v, sort_keys=True, default=str))
@@ -198,11 +209,25 @@ class Measurer:
 
     def missing(self, cases: Sequence[KernelCase], pairs: Sequence[tuple[Device, Device]]
                 ) -> tuple[list[KernelCase], list[tuple[Device, Device]]]:
-        """The cases and device pairs the cache lacks."""
-        todo = [c for c in dict.fromkeys(cases) if self.key(c) not in self.cache.kernels]
+        """The cases and device pairs the cache lacks (a case lacking a switch cost counts)."""
+        switch_todo = self._switches_missing(cases, pairs)
+        todo = [c for c in dict.fromkeys(cases)
+                if self.key(c) not in self.cache.kernels or c in switch_todo]
         pair_todo = [(a, b) for a, b in dict.fromkeys(pairs)
                      if copy_key(a, b, self._name_map(a, b)) not in self.cache.copies]
         return todo, pair_todo
+
+    def _switches_missing(self, cases: Sequence[KernelCase],
+                          pairs: Sequence[tuple[Device, Device]]) -> dict[KernelCase, list[Device]]:
+        """Per case, the other devices after which its switch cost is not cached."""
+        found: dict[KernelCase, list[Device]] = {}
+        for case in dict.fromkeys(cases):
+            before = [a for a, b in pairs if b == case.device
+                      and switch_key(self.key(case), a, self._name_map(a)) not in
+                      self.cache.switches]
+            if before:
+                found[case] = before
+        return found
 
     def _name_map(self, *devs: Device) -> dict[Device, str]:
         for dev in devs:
@@ -213,9 +238,11 @@ class Measurer:
                 step: Callable[[str], None] | None = None) -> None:
         """Measure what the cache lacks, within budget_s (then one timed run each), and save."""
         todo, pair_todo = self.missing(cases, pairs)
+        switch_todo = self._switches_missing(cases, pairs)
         started = time.perf_counter()
         jobs = len(todo) + len(pair_todo)
         share_ms = 1e3 * self.budget_s / max(jobs, 1) / (self.repeat + 1)
+        touches = _Touches()
         # One device at a time, copies last: PoCL's worker threads keep spinning a while after a
         # kernel, and a NumPy kernel timed right after one would pay for it.
         todo.sort(key=lambda c: (c.device.device_type, c.device.device_id))
@@ -223,7 +250,15 @@ class Measurer:
             over = time.perf_counter() - started > self.budget_s
             repeat = 1 if over else self.repeat
             min_ms = None if over else min(20.0, share_ms)
-            self.cache.kernels[self.key(case)] = self._time_kernel(case, repeat, min_ms)
+            fn, args, backend = self._prepared(case)
+            dev_id = case.device.device_id
+            with backend.scope(dev_id), np.errstate(all="ignore"):
+                self.cache.kernels[self.key(case)] = time_runs(
+                    lambda: fn(*args), lambda: backend.sync(dev_id), repeat, 1, min_ms).median
+                for before in switch_todo.get(case, []):
+                    key = switch_key(self.key(case), before, self._names)
+                    self.cache.switches[key] = touches.switch_seconds(
+                        lambda: fn(*args), case.device, before, max(repeat, 3))
             self.kernels_measured += 1
             if step is not None:
                 step(f"{case.func_name} on {case.device.spec}")
@@ -241,7 +276,12 @@ class Measurer:
     def copy_model(self, src: Device, dst: Device) -> CopyModel:
         return self.cache.copies[copy_key(src, dst, self._name_map(src, dst))]
 
-    def _time_kernel(self, case: KernelCase, repeat: int, min_repeat_ms: float | None) -> float:
+    def switch_seconds(self, case: KernelCase, before: Device) -> float:
+        """What case loses when the step before it ran on `before` instead of its device."""
+        return self.cache.switches[switch_key(self.key(case), before, self._name_map(before))]
+
+    def _prepared(self, case: KernelCase) -> tuple[Callable[..., Any], list[Any], Any]:
+        """The case's kernel as the executor prepares it, its arguments, and its backend."""
         backend = check_device(case.device)
         dev_id = case.device.device_id
         rng = np.random.default_rng(0)
@@ -272,11 +312,43 @@ class Measurer:
                     backend.copy(args[pos], array)
                     args[pos] = array
         # NOTE: sampled values may leave an op's domain (log of a negative); the warnings would
-        # be about samples, not the user's data.
-        with backend.scope(dev_id), np.errstate(all="ignore"):
-            result = time_runs(lambda: fn(*args), lambda: backend.sync(dev_id), repeat, 1,
-                               min_repeat_ms)
-        return result.median
+        # be about samples, not the user's data (callers time under np.errstate(all="ignore")).
+        return fn, args, backend
+
+
+class _Touches:
+    """A step's worth of work on each device (a TOUCH_BYTES copy there, synchronised), to time
+    a kernel right after its own device worked and right after another did."""
+
+    def __init__(self) -> None:
+        self._buffers: dict[Device, tuple[Any, Any]] = {}
+
+    def touch(self, dev: Device) -> None:
+        backend = check_device(dev)
+        if dev not in self._buffers:
+            n = TOUCH_BYTES // 4
+            pair = tuple(backend.empty(dev.device_id, (n,), np.dtype("float32")) for _ in "ab")
+            backend.from_host(np.ones(n, dtype=np.float32), pair[0])
+            self._buffers[dev] = (pair[0], pair[1])
+        src, dst = self._buffers[dev]
+        backend.copy(src, dst)
+        backend.sync(dev.device_id)
+
+    def switch_seconds(self, call: Callable[[], None], device: Device, before: Device,
+                       repeat: int) -> float:
+        """Median seconds of call (synchronised) after a touch of `before`, less the median
+        after a touch of its own device; never below zero. Samples interleave the two."""
+        backend = check_device(device)
+        own: list[float] = []
+        other: list[float] = []
+        for _ in range(repeat):
+            for where, samples in ((device, own), (before, other)):
+                self.touch(where)
+                start = time.perf_counter()
+                call()
+                backend.sync(device.device_id)
+                samples.append(time.perf_counter() - start)
+        return max(0.0, float(np.median(other) - np.median(own)))
 
 
 def _sample(rng: np.random.Generator, spec: TensorSpec) -> np.ndarray:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -334,6 +335,54 @@ def test_prediction_matches_nodes_by_position_where_names_repeat() -> None:
     other = make_graph([null("x"), null("y"), tvm_op("sum", "add", [0, 0])], [2])
     with pytest.raises(PlanError, match="fewer nodes than the graph this plan placed"):
         result.predict_graph(other)
+
+
+@pytest.mark.opencl
+def test_switch_costs_are_measured_cached_and_priced() -> None:
+    cache = CostCache()
+    first = auto_place(small_graph(), standard_module(), [cpu0, cl0], budget_s=1.0, cache=cache)
+    kernels = {k for k in cache.kernels}
+    # every kernel case has a switch cost after the other device, never negative
+    assert {k.rsplit("|after ", 1)[0] for k in cache.switches} == kernels
+    assert all(v >= 0.0 for v in cache.switches.values())
+    a = next(n for n in first.nodes if n.name == "a")
+    assert set(a.after) == {(cpu0, cl0), (cl0, cpu0)}
+    # Switching made dear: the plan keeps every kernel on one device, and the report says so.
+    forced = {"node_devices": {"a": "opencl", "e": "cpu"}}
+    mixed = auto_place(small_graph(), standard_module(), [cpu0, cl0], forced, budget_s=1.0,
+                       cache=cache)
+    assert mixed.to_json()["switches"] >= 1
+    for key in cache.switches:
+        cache.switches[key] = 1.0
+    dear = auto_place(small_graph(), standard_module(), [cpu0, cl0], forced, budget_s=1.0,
+                      cache=cache)
+    assert dear.kernels_measured == 0
+    assert dear.to_json()["switches"] == 1  # a on opencl and e on cpu force one, no more
+    assert dear.predict_graph(dear.plan.graph) == pytest.approx(dear.predicted)
+    assert "device switches: 1" in dear.text()
+
+
+def test_switch_seconds_is_the_difference_of_medians_never_negative() -> None:
+    from graph_runtime.planner.measure_costs import _Touches
+
+    class Recorded(_Touches):
+        last: Device | None = None
+
+        def touch(self, dev: Device) -> None:
+            self.last = dev
+
+    touches = Recorded()
+
+    def slower_after_opencl() -> None:
+        time.sleep(0.004 if touches.last == cl0 else 0.001)
+
+    assert touches.switch_seconds(slower_after_opencl, cpu0, cl0, 3) == pytest.approx(
+        0.003, abs=0.0015)
+
+    def faster_after_opencl() -> None:
+        time.sleep(0.001 if touches.last == cl0 else 0.004)
+
+    assert touches.switch_seconds(faster_after_opencl, cpu0, cl0, 3) == 0.0
 
 
 def test_pin_to_a_device_not_given_is_a_plan_error() -> None:
