@@ -307,17 +307,16 @@ class _Model:
                 self.term_entries.append(src)
         # A kernel right after a kernel on another device pays that switch (its switch cost);
         # the executor runs nodes in graph order, so each kernel follows the one before it.
-        self.switch_start = len(terms)
+        # These terms come after every entry's (report_copies tells them apart by that).
         previous: int | None = None
         for nid, row in enumerate(self.cases):
             if not row:
                 continue
             if previous is not None:
                 w = np.zeros((k, k))
-                for b, case in row.items():
-                    for a in range(k):
-                        if a != b and a in self.cases[previous]:
-                            w[a, b] = measurer.switch_seconds(case, self.devs[a])
+                for (a, b), seconds in self.switch_costs(nid, measurer).items():
+                    if a in self.cases[previous]:
+                        w[a, b] = seconds
                 if w.any():
                     terms.append(CopyTerm(previous, (nid,), w))
             previous = nid
@@ -331,18 +330,23 @@ class _Model:
             return None
         return [d] * self.n + [dev for _, dev in sorted(self.head_pins.items())]
 
+    def switch_costs(self, nid: int, measurer: Measurer) -> dict[tuple[int, int], float]:
+        """(device index before, device index of nid) -> what nid's kernel loses there."""
+        return {(a, b): measurer.switch_seconds(case, before)
+                for b, case in self.cases[nid].items()
+                for a, before in enumerate(self.devs) if a != b}
+
     def report_nodes(self, problem: CostProblem, choice: list[Device], measurer: Measurer
                      ) -> list[NodeCost]:
         rows = []
         for node in self.g.nodes:
-            row = self.cases[node.nid]
-            if node.is_arg or not row:
+            if node.is_arg or not self.cases[node.nid]:
                 continue
             seconds = {dev: (float(problem.node_cost[node.nid, d])
                              if self.allowed[node.nid, d] else None)
                        for d, dev in enumerate(self.devs)}
-            after = {(before, case.device): measurer.switch_seconds(case, before)
-                     for case in row.values() for before in self.devs if before != case.device}
+            after = {(self.devs[a], self.devs[b]): seconds
+                     for (a, b), seconds in self.switch_costs(node.nid, measurer).items()}
             rows.append(NodeCost(node.nid, node.name, node.func_name or "", choice[node.nid],
                                  seconds, after))
         return rows
@@ -350,7 +354,7 @@ class _Model:
     def report_copies(self, problem: CostProblem, choice: Sequence[int]) -> list[PredictedCopy]:
         result = []
         for i, src, dst in problem.copies(choice):
-            if i >= self.switch_start:
+            if i >= len(self.term_entries):
                 continue  # a device switch between two kernels, not a copy
             nid, index = self.term_entries[i]
             eid = self.g.entry_id(nid, index)

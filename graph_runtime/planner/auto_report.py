@@ -157,6 +157,7 @@ class AutoPlan:
 
     def to_json(self) -> dict[str, Any]:
         """The report as plain data for --json."""
+        _, _, switch_s, switches = self.price(self.plan.graph)
         return {
             "devices": [d.spec for d in self.devices], "method": self.method,
             "predicted_seconds": self.predicted,
@@ -166,8 +167,7 @@ class AutoPlan:
                        "seconds": {d.spec: s for d, s in n.seconds.items()}} for n in self.nodes],
             "copies": [{"entry": c.entry, "src": c.src.spec, "dst": c.dst.spec,
                         "bytes": c.nbytes, "seconds": c.seconds} for c in self.copies],
-            "switches": self.price(self.plan.graph)[3],
-            "switch_seconds": self.price(self.plan.graph)[2],
+            "switches": switches, "switch_seconds": switch_s,
             "kernels_measured": self.kernels_measured, "copies_measured": self.copies_measured,
             "stage_seconds": self.stage_seconds,
             "calibration": {c.device.spec: c.factor for c in self.calibrations},

@@ -210,12 +210,19 @@ class Measurer:
     def missing(self, cases: Sequence[KernelCase], pairs: Sequence[tuple[Device, Device]]
                 ) -> tuple[list[KernelCase], list[tuple[Device, Device]]]:
         """The cases and device pairs the cache lacks (a case lacking a switch cost counts)."""
+        todo, pair_todo, _ = self._missing(cases, pairs)
+        return todo, pair_todo
+
+    def _missing(self, cases: Sequence[KernelCase], pairs: Sequence[tuple[Device, Device]]
+                 ) -> tuple[list[KernelCase], list[tuple[Device, Device]],
+                            dict[KernelCase, list[Device]]]:
+        """missing(), plus per case the devices after which its switch cost is not cached."""
         switch_todo = self._switches_missing(cases, pairs)
         todo = [c for c in dict.fromkeys(cases)
                 if self.key(c) not in self.cache.kernels or c in switch_todo]
         pair_todo = [(a, b) for a, b in dict.fromkeys(pairs)
                      if copy_key(a, b, self._name_map(a, b)) not in self.cache.copies]
-        return todo, pair_todo
+        return todo, pair_todo, switch_todo
 
     def _switches_missing(self, cases: Sequence[KernelCase],
                           pairs: Sequence[tuple[Device, Device]]) -> dict[KernelCase, list[Device]]:
@@ -237,8 +244,7 @@ class Measurer:
     def measure(self, cases: Sequence[KernelCase], pairs: Sequence[tuple[Device, Device]],
                 step: Callable[[str], None] | None = None) -> None:
         """Measure what the cache lacks, within budget_s (then one timed run each), and save."""
-        todo, pair_todo = self.missing(cases, pairs)
-        switch_todo = self._switches_missing(cases, pairs)
+        todo, pair_todo, switch_todo = self._missing(cases, pairs)
         started = time.perf_counter()
         jobs = len(todo) + len(pair_todo)
         share_ms = 1e3 * self.budget_s / max(jobs, 1) / (self.repeat + 1)
