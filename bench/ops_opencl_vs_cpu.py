@@ -23,9 +23,9 @@ from graph_runtime.backends import get_backend
 from graph_runtime.device import Device
 from graph_runtime.lib.chain import Chain, Step
 from graph_runtime.lib.conv_params import conv2d_params
-from graph_runtime.lib.kernels.conv_cl_choice import CONV_CL_ENV, chosen_methods, gemm_method
-from graph_runtime.lib.kernels.opencl_gemm import GemmShape
-from graph_runtime.lib.kernels.winograd import winograd_applies
+from graph_runtime.lib.kernels.opencl.conv_choice import CONV_CL_ENV, chosen_methods, gemm_method
+from graph_runtime.lib.kernels.opencl.gemm import GemmShape
+from graph_runtime.lib.kernels.winograd_math import winograd_applies
 from graph_runtime.lib.library import CachesInputs, InputVersion, TensorSpec
 
 # (op, input shapes, attrs)

@@ -12,12 +12,26 @@ from ..backends import REGISTRY, get_backend
 from ..backends.base import Backend
 from ..device import Device
 from ..errors import LibraryError
-from .attrs import (DTYPE_KEY, NODE_KEYS, NUM_OUTPUTS_KEY, OUT_DTYPE_KEY, WORKSPACE_LIMIT_KEY,
-                    check_attrs, float_attr)
-from .kernels.conv_epilogue import EPILOGUE_DTYPES, EPILOGUE_OPS
+from .attrs import (
+    DTYPE_KEY,
+    NODE_KEYS,
+    NUM_OUTPUTS_KEY,
+    OUT_DTYPE_KEY,
+    WORKSPACE_LIMIT_KEY,
+    check_attrs,
+    float_attr,
+)
+from .kernels.cpu.conv_epilogue import EPILOGUE_DTYPES, EPILOGUE_OPS
 from .kernels.gpu_elementwise import ELEMENTWISE_EXPRS, gpu_elementwise
-from .library import (CachesInputs, InputVersion, TensorSpec, cached_inputs, storage_requests,
-                      uses_workers, workspace_bytes)
+from .library import (
+    CachesInputs,
+    InputVersion,
+    TensorSpec,
+    cached_inputs,
+    storage_requests,
+    uses_workers,
+    workspace_bytes,
+)
 from .registry import OpDef, get_op
 
 if TYPE_CHECKING:
@@ -269,7 +283,7 @@ def _fusable_tail(plan: list[_Planned]) -> int:
 
 
 def _fuse_epilogue(plan: list[_Planned], slot_count: int) -> list[_Planned]:
-    """Merge the add/relu/clip ops right after a CPU conv2d into it (kernels/conv_epilogue.py).
+    """Merge the add/relu/clip ops right after a CPU conv2d into it (kernels/cpu/conv_epilogue.py).
 
     The op's kernel then applies them to each output block while it is in cache; the merged
     step reads the ops' other operands as extra inputs and writes the last op's output.

@@ -90,7 +90,7 @@ class CachesInputs(Protocol):
 
 @runtime_checkable
 class UsesWorkers(Protocol):
-    """A prepared CPU kernel that spreads its work over the runtime's workers (cpu_threads.py).
+    """A prepared CPU kernel that spreads its work over the runtime's workers (kernels/cpu/threads.py).
 
     A graph holding one runs with OpenBLAS at one thread throughout (executor.py): a threaded
     BLAS call elsewhere in the run leaves OpenBLAS threads spinning on the workers' cores.

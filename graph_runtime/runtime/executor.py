@@ -15,9 +15,17 @@ from ..device import Device
 from ..errors import GraphError, GraphRuntimeError, LibraryError
 from ..graph.model import COPY_OP, NOP_OP, Graph
 from ..lib.attrs import WORKSPACE_LIMIT_KEY
-from ..lib.kernels.cpu_threads import ONE_BLAS_THREAD
-from ..lib.library import (CachesInputs, InputVersion, Module, TensorSpec, cached_inputs,
-                           storage_requests, uses_workers, workspace_bytes)
+from ..lib.kernels.cpu.threads import ONE_BLAS_THREAD
+from ..lib.library import (
+    CachesInputs,
+    InputVersion,
+    Module,
+    TensorSpec,
+    cached_inputs,
+    storage_requests,
+    uses_workers,
+    workspace_bytes,
+)
 from .placement import plan_placement, resolve_entry_devices
 from .storage import PoolLayout, StoragePool, check_capacity, default_caps
 
@@ -92,7 +100,7 @@ class Executor:
         self._bind_versions()
         self._calls = [(s.fn, s.args) for s in self.steps]
         self.devices = sorted(set(self.entry_device) | {c.dst for c in self.copies})
-        # NOTE: kernels that spread work over the runtime's CPU workers (lib/kernels/cpu_threads)
+        # NOTE: kernels that spread work over the runtime's CPU workers (lib/kernels/cpu/threads.py)
         # need the cores to themselves: one threaded OpenBLAS call elsewhere in the run leaves
         # OpenBLAS threads spinning on them (ResNet-18 batch 1: 42 ms with it, 32 ms without).
         self._blas_scope: ContextManager[None] = (
@@ -176,7 +184,7 @@ class Executor:
         """Give entries the storage their kernel asked for (lib.library.RequestsStorage).
 
         A padded CPU GEMV wants its weight inside a larger zeroed buffer
-        (lib/kernels/padded_gemv.py).
+        (lib/kernels/cpu/padded_gemv.py).
         An entry shared with another storage user, read through a copy or flattened keeps the
         pool's buffer; the kernel then takes its plain path.
         """

@@ -303,7 +303,7 @@ METHOD_CASES = CONV_CASES + [
 def _run_conv_method(method: str, x: np.ndarray, w: np.ndarray, attrs) -> np.ndarray:
     from graph_runtime.backends import get_backend
     from graph_runtime.lib.conv_params import conv2d_params
-    from graph_runtime.lib.kernels.conv_cl import conv2d_cl
+    from graph_runtime.lib.kernels.opencl.conv import conv2d_cl
     backend = get_backend("opencl")
     p = conv2d_params([TensorSpec(x.shape, str(x.dtype)), TensorSpec(w.shape, str(w.dtype))],
                       attrs)
@@ -345,7 +345,7 @@ def test_conv2d_opencl_methods_dtypes(method: str, dtype: str, opencl_available,
 
 def _opencl_params(data_shape, weight_shape, attrs):
     from graph_runtime.lib.conv_params import conv2d_params
-    from graph_runtime.lib.kernels.opencl_gemm import GemmShape
+    from graph_runtime.lib.kernels.opencl.gemm import GemmShape
     p = conv2d_params([TensorSpec(data_shape, F32), TensorSpec(weight_shape, F32)], attrs)
     kk = p.cg * p.kh * p.kw
     shape = GemmShape(p.og, p.oh * p.ow, kk, F32, batch=p.n * p.groups, a_batches=p.groups,
@@ -357,8 +357,8 @@ def _opencl_params(data_shape, weight_shape, attrs):
 def test_conv2d_opencl_method_choice(opencl_available) -> None:
     """On PoCL (a CPU device) depthwise runs direct and a wide layer the packed-panel GEMM."""
     from graph_runtime.backends import get_backend
-    from graph_runtime.lib.kernels.conv_cl_choice import pick_method
-    from graph_runtime.lib.kernels.opencl_gemm import is_cpu_device
+    from graph_runtime.lib.kernels.opencl.conv_choice import pick_method
+    from graph_runtime.lib.kernels.opencl.gemm import is_cpu_device
     backend = get_backend("opencl")
     if not is_cpu_device(backend, 0):
         pytest.skip("opencl:0 is not a CPU device; the choice below is the CPU one")
@@ -376,8 +376,8 @@ def test_conv2d_opencl_winograd_is_timed_once(opencl_available) -> None:
     """Where Winograd applies the GEMM method and both tile sizes are timed on the device, once
     per shape: a second prepare reuses the choice."""
     from graph_runtime.backends import get_backend
-    from graph_runtime.lib.kernels.conv_cl import conv2d_cl
-    from graph_runtime.lib.kernels.conv_cl_choice import chosen_methods, pick_method
+    from graph_runtime.lib.kernels.opencl.conv import conv2d_cl
+    from graph_runtime.lib.kernels.opencl.conv_choice import chosen_methods, pick_method
     backend = get_backend("opencl")
     p, shape = _opencl_params((1, 16, 10, 14), (24, 16, 3, 3), {"padding": [1, 1]})
     built = []
@@ -397,9 +397,9 @@ def test_conv2d_opencl_winograd_is_timed_once(opencl_available) -> None:
 def test_conv2d_opencl_method_env(monkeypatch, opencl_available, run_op, random_array) -> None:
     """GRAPH_RUNTIME_OPENCL_CONV forces a method where it applies and is refused when unknown."""
     from graph_runtime.backends import get_backend
-    from graph_runtime.lib.kernels.conv_cl import conv2d_cl
-    from graph_runtime.lib.kernels.conv_cl_choice import CONV_CL_ENV
-    from graph_runtime.lib.kernels.winograd_cl import WinogradCl
+    from graph_runtime.lib.kernels.opencl.conv import conv2d_cl
+    from graph_runtime.lib.kernels.opencl.conv_choice import CONV_CL_ENV
+    from graph_runtime.lib.kernels.opencl.winograd import WinogradCl
     backend = get_backend("opencl")
     monkeypatch.setenv(CONV_CL_ENV, "winograd4")
     p, _ = _opencl_params((1, 4, 9, 9), (5, 4, 3, 3), {"padding": [1, 1]})

@@ -194,7 +194,7 @@ IMPL_CASES = ([("tiled", c) for c in GEMM_CASES] + [("clblast", GEMM_CASES[2]),
 def _check_gemm(case, dtype: str, random_array, make) -> None:
     """Run make(backend, shape) on case's operands, views at odd offsets into one buffer."""
     from graph_runtime.backends import get_backend
-    from graph_runtime.lib.kernels.opencl_gemm import GemmShape
+    from graph_runtime.lib.kernels.opencl.gemm import GemmShape
     m, n, k, trans_a, trans_b, batch, a_batches, b_batches = case
     backend = get_backend("opencl")
     a = random_array((a_batches,) + ((k, m) if trans_a else (m, k)), dtype, seed=21)
@@ -225,7 +225,7 @@ def _check_gemm(case, dtype: str, random_array, make) -> None:
 @pytest.mark.opencl
 @pytest.mark.parametrize("impl,case", IMPL_CASES)
 def test_opencl_gemm(impl: str, case, opencl_available, random_array) -> None:
-    from graph_runtime.lib.kernels.opencl_gemm import clblast_available, make_gemm
+    from graph_runtime.lib.kernels.opencl.gemm import clblast_available, make_gemm
     if impl == "clblast" and not clblast_available():
         pytest.skip("pyclblast is not installed")
     _check_gemm(case, "float32", random_array,
@@ -251,7 +251,7 @@ def _variant_cases() -> list[tuple[str, tuple, str]]:
 def test_opencl_gemm_variants(variant: str, case, dtype: str, opencl_available,
                               random_array) -> None:
     """Each of our kernel families, forced, whatever the device type would pick."""
-    from graph_runtime.lib.kernels.opencl_gemm import tiled_gemm
+    from graph_runtime.lib.kernels.opencl.gemm import tiled_gemm
     _check_gemm(case, dtype, random_array,
                 lambda backend, shape: tiled_gemm(backend, 0, shape, variant=variant))
 
@@ -262,8 +262,8 @@ def test_opencl_gemm_variants(variant: str, case, dtype: str, opencl_available,
 def test_opencl_gemm_cpu_blockings(vw: int, mb: int, case, opencl_available,
                                    random_array) -> None:
     """The CPU kernels with the narrower vectors other CPUs (AVX2, SSE) get; dot needs trans_b."""
-    from graph_runtime.lib.kernels.opencl_gemm_cpu import Blocking, packed_gemm
-    from graph_runtime.lib.kernels.opencl_gemm_dot import dot_gemm
+    from graph_runtime.lib.kernels.opencl.gemm_cpu import Blocking, packed_gemm
+    from graph_runtime.lib.kernels.opencl.gemm_dot import dot_gemm
     block = Blocking(vw, mb)
     _check_gemm(case, "float32", random_array,
                 lambda backend, shape: packed_gemm(backend, 0, shape.with_defaults(), None, block))
@@ -275,7 +275,7 @@ def test_opencl_gemm_cpu_blockings(vw: int, mb: int, case, opencl_available,
 def test_opencl_gemm_variant_choice() -> None:
     """CPU devices: dot for few-row dense, packed for the rest, direct only when tiny; GPUs:
     local-memory tiles, direct when thin."""
-    from graph_runtime.lib.kernels.opencl_gemm import GemmShape, pick_variant
+    from graph_runtime.lib.kernels.opencl.gemm import GemmShape, pick_variant
     dense_1 = GemmShape(1, 512, 512, "float32", trans_b=True)
     dense_256 = GemmShape(256, 1024, 1024, "float32", trans_b=True)
     square = GemmShape(128, 128, 128, "float32")
@@ -288,7 +288,7 @@ def test_opencl_gemm_variant_choice() -> None:
 
 def test_opencl_gemm_variant_errors(opencl_available) -> None:
     from graph_runtime.backends import get_backend
-    from graph_runtime.lib.kernels.opencl_gemm import GemmShape, tiled_gemm
+    from graph_runtime.lib.kernels.opencl.gemm import GemmShape, tiled_gemm
     backend = get_backend("opencl")
     with pytest.raises(LibraryError, match=r"gemm: variant 'fast': expected one of local, "):
         tiled_gemm(backend, 0, GemmShape(2, 2, 2, "float32"), variant="fast")
@@ -299,6 +299,6 @@ def test_opencl_gemm_variant_errors(opencl_available) -> None:
 
 def test_opencl_gemm_unknown_impl(opencl_available) -> None:
     from graph_runtime.backends import get_backend
-    from graph_runtime.lib.kernels.opencl_gemm import GemmShape, make_gemm
+    from graph_runtime.lib.kernels.opencl.gemm import GemmShape, make_gemm
     with pytest.raises(LibraryError, match=r"gemm: impl 'fast' .*expected 'tiled', 'clblast'"):
         make_gemm(get_backend("opencl"), 0, GemmShape(2, 2, 2, "float32"), "fast")

@@ -7,8 +7,13 @@ from support import make_graph, null, tvm_op
 
 import graph_runtime as gr
 from graph_runtime.errors import LibraryError
-from graph_runtime.lib.kernels import padded_gemv
-from graph_runtime.lib.kernels.padded_gemv import PADDING_ENV, PaddedGemv, padded_rows, padding_mode
+from graph_runtime.lib.kernels.cpu import padded_gemv
+from graph_runtime.lib.kernels.cpu.padded_gemv import (
+    PADDING_ENV,
+    PaddedGemv,
+    padded_rows,
+    padding_mode,
+)
 
 K, UNITS = 784, 512  # the mlp example's first layer: 401,408 weights, padded to 588 rows
 

@@ -74,7 +74,7 @@ def test_avg_pool(backend_name, shape, attrs, count_include_pad, run_op, assert_
     assert_close(got, want)
 
 
-# CPU 2-D float pools run compiled (lib/kernels/pool_jit.py): strides 1 to 3, asymmetric
+# CPU 2-D float pools run compiled (lib/kernels/cpu/pool_jit.py): strides 1 to 3, asymmetric
 # padding, dilation, ceil_mode overhangs, 3x3 and 2x2 windows, batches, channels split over
 # workers, and rows narrower than the window's reach.
 JIT_CASES = [
@@ -115,8 +115,8 @@ def test_pool_jit_split_over_workers(monkeypatch, op, shape, run_op, assert_clos
                                      random_array) -> None:
     """Channel ranges handed to 3 workers (small pools run on one: forced here) cover every
     output once."""
-    from graph_runtime.lib.kernels import pool_jit
-    from graph_runtime.lib.kernels.cpu_threads import THREADS_ENV
+    from graph_runtime.lib.kernels.cpu import pool_jit
+    from graph_runtime.lib.kernels.cpu.threads import THREADS_ENV
 
     monkeypatch.setenv(THREADS_ENV, "3")
     monkeypatch.setattr(pool_jit, "SERIAL_OUTPUTS", 0)
@@ -144,7 +144,8 @@ def test_cpu_pools_run_compiled(op, make_function) -> None:
         attrs["pool_size"] = [2] * (len(shape) - 2)
         outputs = make_function(name).infer(specs, attrs)
         run = _pool_host(name)(backend, 0, specs, outputs, attrs)
-        assert (run.__module__ == "graph_runtime.lib.kernels.pool_jit") == compiled, (shape, dtype)
+        compiled_here = run.__module__ == "graph_runtime.lib.kernels.cpu.pool_jit"
+        assert compiled_here == compiled, (shape, dtype)
 
 
 def test_max_pool_jit_nan_wins(run_op) -> None:

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from graph_runtime.errors import LibraryError
-from graph_runtime.lib.kernels.split_dense import SPLIT_ENV, SplitDense, split_blocks
+from graph_runtime.lib.kernels.cpu.split_dense import SPLIT_ENV, SplitDense, split_blocks
 
 
 @pytest.mark.parametrize("m,n,k,blocks", [(32, 512, 784, 4), (3, 130, 7, 3), (2, 64, 5, 2)])

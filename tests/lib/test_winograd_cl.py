@@ -1,4 +1,4 @@
-"""OpenCL Winograd conv2d (lib/kernels/winograd_cl.py) on PoCL, against float64 references.
+"""OpenCL Winograd conv2d (lib/kernels/opencl/winograd.py) on PoCL, against float64 references.
 
 Both tile sizes through both layouts (the packed GEMM's panels, and plain V and U arrays for
 make_gemm as GPUs run it), and the transformed weight following every way a weight can change
@@ -10,18 +10,16 @@ import numpy as np
 import pytest
 from support import make_graph, null, tvm_op
 from test_conv import SUM_TOLERANCES, ref_conv2d_attrs
-from test_conv_strategies import check_weight_computed_by_a_node
+from test_conv_strategies import check_weight_computed_by_a_node, winograd_rms_bound
 
 import graph_runtime as gr
 from graph_runtime.errors import LibraryError
 from graph_runtime.lib import Module
 from graph_runtime.lib.chain import Chain, Step
 from graph_runtime.lib.conv_params import conv2d_params
-from graph_runtime.lib.kernels import winograd_cl
-from graph_runtime.lib.kernels.conv_choice import conv2d_cpu
-from graph_runtime.lib.kernels.conv_cl_choice import CONV_CL_ENV
-from graph_runtime.lib.kernels.conv_epilogue import Epilogue
-from graph_runtime.lib.kernels.winograd import transform_weight
+from graph_runtime.lib.kernels.opencl import winograd as winograd_cl
+from graph_runtime.lib.kernels.opencl.conv_choice import CONV_CL_ENV
+from graph_runtime.lib.kernels.winograd_math import transform_weight
 from graph_runtime.lib.library import TensorSpec
 
 pytestmark = pytest.mark.opencl
@@ -86,7 +84,7 @@ def test_matches_the_reference(m, panel, data_shape, weight_shape, attrs, opencl
 def test_images_in_chunks(m, panel, monkeypatch, opencl_available, random_array) -> None:
     """On a CPU device the batch goes through in chunks of images (one each here)."""
     from graph_runtime.backends import get_backend
-    from graph_runtime.lib.kernels.opencl_gemm import is_cpu_device
+    from graph_runtime.lib.kernels.opencl.gemm import is_cpu_device
     backend = get_backend("opencl")
     if not is_cpu_device(backend, 0):
         pytest.skip("opencl:0 is not a CPU device: one chunk")
@@ -134,21 +132,16 @@ def test_float64(m, opencl_available, random_array) -> None:
 
 @pytest.mark.parametrize("panel", [True, False], ids=["panel", "plain"])
 @pytest.mark.parametrize("m", [2, 4])
-def test_holds_many_channels(m, panel, opencl_available, random_array, monkeypatch) -> None:
-    """128 channels: within _tolerance, and on average as close as the CPU's Winograd of the
-    same size (whose weight transform runs in float64, this one in float32), run whole on one
-    worker: its batch-1 bands give OpenBLAS narrower GEMMs, which here came out 2x closer."""
-    monkeypatch.setenv("GRAPH_RUNTIME_NUM_THREADS", "1")
+def test_holds_many_channels(m, panel, opencl_available, random_array) -> None:
+    """128 channels: within _tolerance, and an RMS error within what float32 Winograd of this
+    size is expected to make (winograd_rms_bound), however the device rounds and sums."""
     x = random_array((1, 128, 12, 12), "float32", seed=3)
     w = random_array((8, 128, 3, 3), "float32", seed=4)
-    p = conv2d_params([TensorSpec(x.shape, F32), TensorSpec(w.shape, F32)], {"padding": [1]})
     got = _run(m, x, w, {"padding": [1]}, panel)
     want = ref_conv2d_attrs(x, w, {"padding": [1]})
     np.testing.assert_allclose(got, want, **_tolerance(m, 128))
-    cpu = np.empty_like(got)
-    conv2d_cpu(p, Epilogue((), cpu.shape), "winograd4" if m == 4 else "winograd")(x, w, cpu)
     rms = np.sqrt(np.mean((got - want) ** 2))
-    assert rms <= 1.1 * np.sqrt(np.mean((cpu - want) ** 2))
+    assert rms <= winograd_rms_bound(m, x, w), (rms, winograd_rms_bound(m, x, w))
 
 
 @pytest.mark.parametrize("weight_shape,attrs", [
@@ -159,7 +152,7 @@ def test_holds_many_channels(m, panel, opencl_available, random_array, monkeypat
 ])
 def test_method_refused_where_it_does_not_apply(weight_shape, attrs, opencl_available) -> None:
     from graph_runtime.backends import get_backend
-    from graph_runtime.lib.kernels.conv_cl import conv2d_cl
+    from graph_runtime.lib.kernels.opencl.conv import conv2d_cl
     p = conv2d_params([TensorSpec((1, 3, 9, 9), "float32"), TensorSpec(weight_shape, "float32")],
                       attrs)
     with pytest.raises(LibraryError, match=r"conv2d: method 'winograd' takes a 3x3 kernel with "

@@ -8,9 +8,18 @@ import numpy as np
 from ...backends.base import Backend
 from ..library import TensorSpec
 from ..shapes import broadcast_strides, size_of
-from .gpu import (CUDA_TYPES, ClKernel, check_cl_dtypes, cl_header, cl_load, cl_param, cl_pointer,
-                  cl_store, cl_type, compute_type, device_array)
+from .gpu_common import CUDA_TYPES, compute_type, device_array
 from .host import host_kernel
+from .opencl.source import (
+    ClKernel,
+    check_cl_dtypes,
+    cl_header,
+    cl_load,
+    cl_param,
+    cl_pointer,
+    cl_store,
+    cl_type,
+)
 
 if TYPE_CHECKING:
     from ...backends.opencl import OpenCLBackend

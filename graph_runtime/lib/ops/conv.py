@@ -1,6 +1,6 @@
 """Convolution standard ops (conv2d, conv2d_transpose) in NCHW: op definitions and kernels.
 
-CPU conv2d picks a strategy per shape (kernels/conv_choice.py); CUDA runs im2col + GEMM here.
+CPU conv2d picks a strategy per shape (kernels/cpu/conv_choice.py); CUDA runs im2col + GEMM here.
 """
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from ...backends.base import Backend
 from ..conv_params import CONV_ATTRS, ConvParams, conv2d_params, conv2d_transpose_params
-from ..kernels.conv_cl import conv2d_cl, conv2d_transpose_cl
-from ..kernels.conv_choice import conv2d_cpu
-from ..kernels.conv_epilogue import EPILOGUE_DTYPES, Epilogue
-from ..kernels.gpu import check_cl_dtypes
+from ..kernels.cpu.conv_choice import conv2d_cpu
+from ..kernels.cpu.conv_epilogue import EPILOGUE_DTYPES, Epilogue
 from ..kernels.host import array_module, host_kernel, wide_dtype
+from ..kernels.opencl.conv import conv2d_cl, conv2d_transpose_cl
+from ..kernels.opencl.source import check_cl_dtypes
 from ..library import TensorSpec
 from ..registry import define_op, kernel
 
@@ -95,7 +95,7 @@ def _conv2d_host(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
 
 def _conv2d_cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
-    """float32/float64: a strategy per shape (kernels/conv_choice.py); float16 stays staged."""
+    """float32/float64: a strategy per shape (kernels/cpu/conv_choice.py); float16 stays staged."""
     p = conv2d_params(inputs, attrs)
     if p.dtype not in EPILOGUE_DTYPES:
         return _conv2d_host(backend, device_id, inputs, outputs, attrs)

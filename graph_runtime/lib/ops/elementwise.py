@@ -7,13 +7,20 @@ import numpy as np
 
 from ...backends.base import Backend
 from ..attrs import DTYPE_KEY, OUT_DTYPE_KEY, dtype_attr, op_error
-from ..kernels.gpu import CL_TYPES
+from ..kernels.gpu_common import CL_TYPES
 from ..kernels.gpu_elementwise import elementwise_expr, gpu_elementwise
 from ..kernels.host import array_module, host_kernel
 from ..library import TensorSpec
 from ..registry import define_op, kernel
-from ..shapes import (FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, broadcast_shape, check_dtype,
-                      check_num_inputs, check_same_dtype)
+from ..shapes import (
+    FLOAT_DTYPES,
+    INT_DTYPES,
+    NUMERIC_DTYPES,
+    broadcast_shape,
+    check_dtype,
+    check_num_inputs,
+    check_same_dtype,
+)
 
 if TYPE_CHECKING:
     from ...backends.opencl import OpenCLBackend

@@ -8,8 +8,9 @@ import numpy as np
 
 from ...backends.base import Backend
 from ..attrs import attr_error, int_attr, op_error, parse_value, single_axis, str_attr
-from ..kernels.gpu import ClKernel, cl_param, cl_pointer, copy_type, device_array
+from ..kernels.gpu_common import copy_type, device_array
 from ..kernels.host import host_factory
+from ..kernels.opencl.source import ClKernel, cl_param, cl_pointer
 from ..library import TensorSpec
 from ..registry import define_op, kernel
 from ..shapes import check_dtype, check_num_inputs, contiguous_strides, size_of

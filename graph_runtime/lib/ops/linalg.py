@@ -9,16 +9,23 @@ import numpy as np
 from ...backends import REGISTRY
 from ...backends.base import Backend
 from ..attrs import attr_error, bool_attr, check_out_dtype, int_attr, normalize_axis, op_error
+from ..kernels.cpu.padded_gemv import PaddedGemv, padded_rows
+from ..kernels.cpu.split_dense import SplitDense, split_blocks
+from ..kernels.cpu.transposed_dense import TransposedDense, keeps_transposed
 from ..kernels.gpu_elementwise import gpu_elementwise
 from ..kernels.host import array_module, host_kernel
-from ..kernels.opencl_gemm import GemmShape, make_gemm
-from ..kernels.padded_gemv import PaddedGemv, padded_rows
-from ..kernels.split_dense import SplitDense, split_blocks
-from ..kernels.transposed_dense import TransposedDense, keeps_transposed
+from ..kernels.opencl.gemm import GemmShape, make_gemm
 from ..library import TensorSpec
 from ..registry import define_op, kernel
-from ..shapes import (FLOAT_DTYPES, NUMERIC_DTYPES, check_dtype, check_num_inputs, check_rank,
-                      check_same_dtype, size_of)
+from ..shapes import (
+    FLOAT_DTYPES,
+    NUMERIC_DTYPES,
+    check_dtype,
+    check_num_inputs,
+    check_rank,
+    check_same_dtype,
+    size_of,
+)
 
 if TYPE_CHECKING:
     from ...backends.opencl import OpenCLBackend

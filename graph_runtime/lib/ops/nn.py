@@ -10,7 +10,7 @@ from ...backends.base import Backend
 from ..attrs import NUM_OUTPUTS_KEY, attr_error, bool_attr, float_attr, op_error, single_axis
 from ..kernels.gpu_elementwise import gpu_elementwise
 from ..kernels.host import array_module, host_kernel, wide_dtype
-from ..kernels.row_kernels import RowKernel
+from ..kernels.opencl.rows import RowKernel
 from ..library import TensorSpec
 from ..registry import define_op, kernel
 from ..shapes import FLOAT_DTYPES, check_dtype, check_num_inputs, check_same_dtype

@@ -15,9 +15,17 @@ from ...backends import REGISTRY
 from ...backends.base import Backend
 from ..attrs import attr_error, bool_attr, int_tuple, op_error
 from ..conv_params import check_layout, out_size, padding_attr
-from ..kernels.gpu import (ClKernel, check_cl_dtypes, cl_header, cl_load, cl_param, cl_pointer,
-                           cl_store, compute_type, device_array)
+from ..kernels.gpu_common import compute_type, device_array
 from ..kernels.host import array_module, host_kernel, wide_dtype
+from ..kernels.opencl.source import (
+    ClKernel,
+    check_cl_dtypes,
+    cl_header,
+    cl_load,
+    cl_param,
+    cl_pointer,
+    cl_store,
+)
 from ..library import TensorSpec
 from ..registry import define_op, get_op, kernel
 from ..shapes import FLOAT_DTYPES, check_dtype, check_num_inputs, check_rank, size_of
@@ -207,8 +215,8 @@ def _pool_host(op: str) -> Callable[..., Callable[..., None]]:
 
 def _pool_jit(p: PoolParams, is_max: bool) -> Callable[..., None]:
     """A 2-D float pool on the CPU: each output row made in L1 by a compiled loop (the window's
-    rows folded, then its columns: kernels/jit_cpu.py) instead of a NumPy pass per tap."""
-    from ..kernels.pool_jit import pool2d_jit  # NOTE: loads numba, so only when one is built
+    rows folded, then its columns: kernels/cpu/loops_jit.py) instead of a NumPy pass per tap."""
+    from ..kernels.cpu.pool_jit import pool2d_jit  # NOTE: loads numba, so only when one is built
 
     inv = None if is_max else (1.0 / avg_divisor(p)).astype(p.dtype)
     return pool2d_jit(p.dtype, (p.n, p.c) + p.size, (p.n, p.c) + p.out, p.kernel, p.strides,

@@ -5,8 +5,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from ...backends.base import Backend
 from ..attrs import attr_error, int_tuple, op_error
-from ..kernels.gpu import cl_strided_copy
 from ..kernels.host import host_factory
+from ..kernels.opencl.source import cl_strided_copy
 from ..library import TensorSpec
 from ..registry import define_op, kernel
 from ..shapes import broadcast_strides, contiguous_strides, one_input, size_of

@@ -5,13 +5,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .conv_epilogue import Epilogue
-from .jit_cpu import _inlined, _jit
+from .loops_jit import compiled, inlined
 
 _NO_OPERAND = {name: np.zeros((1, 1, 1, 1), name) for name in ("float32", "float64")}
 
 
-@_jit
+@compiled
 def _bias_residual_clamp(out: Any, n0: int, n1: int, c0: int, c1: int, r0: int, r1: int,
                          bias: Any, bc: int, res: Any, rn: int, rc: int, ry: int, rx: int,
                          has_res: bool, lo: Any, hi: Any) -> None:
@@ -38,7 +37,7 @@ def _bias_residual_clamp(out: Any, n0: int, n1: int, c0: int, c1: int, r0: int, 
                         row[x] = _clamp(row[x] + b, lo, hi)
 
 
-@_inlined
+@inlined
 def _clamp(v: Any, lo: Any, hi: Any) -> Any:
     """max then min, as np.clip; a NaN fails both tests and stays NaN."""
     if v < lo:
@@ -47,10 +46,12 @@ def _clamp(v: Any, lo: Any, hi: Any) -> Any:
         v = hi
     return v
 
-def apply_folded(epilogue: Epilogue, out: Any, extras: Sequence[Any], n0: int, n1: int, c0: int,
-                 c1: int, r0: int, r1: int) -> None:
-    """Epilogue.apply's compiled path: every op of epilogue folds (Epilogue.one_pass)."""
-    bias, residual, lo, hi, _ = epilogue.folded
+def apply_folded(folded: tuple[int | None, Any, float, float, Any], out: Any,
+                 extras: Sequence[Any], n0: int, n1: int, c0: int, c1: int, r0: int,
+                 r1: int) -> None:
+    """Epilogue.apply's compiled path, given Epilogue.folded whose remainder is empty: the bias
+    operand's index or None, the residual add (operand, shape) or None, and the clamp."""
+    bias, residual, lo, hi, _ = folded
     zero = _NO_OPERAND[out.dtype.name]
     bias_4d = zero if bias is None else extras[bias].reshape(1, -1, 1, 1)
     res, rn, rc, ry, rx = zero, 0, 0, 0, 0

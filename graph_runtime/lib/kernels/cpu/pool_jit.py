@@ -1,12 +1,12 @@
-"""CPU 2-D max/avg pools through jit_cpu's compiled loops, channel ranges split over workers."""
+"""CPU 2-D max/avg pools through loops_jit's compiled loops, channel ranges split over workers."""
 from __future__ import annotations
 
 from typing import Any, Callable
 
 import numpy as np
 
-from . import jit_cpu
-from .cpu_threads import channel_split, chunk_bounds, parallel_items
+from . import loops_jit
+from .threads import channel_split, chunk_bounds, parallel_items
 
 # Below this many outputs one worker is faster: measured on 2 cores, 2x2/s2 on 1x128x56x56
 # (100k outputs) took 0.20 ms on one worker and 0.22 on two, 3x3/s2 on 1x64x112x112 (194k)
@@ -28,16 +28,16 @@ def pool2d_jit(dtype: str, shape: tuple[int, ...], out_shape: tuple[int, ...],
     chunks, workers = channel_split(n, c, int(np.prod(out_shape)), SERIAL_OUTPUTS)
     (kh, kw), (sh, sw), (dh, dw), (pt, pl) = kernel, strides, dilation, begin
     lowest = np.dtype(dtype).type(np.finfo(dtype).min)
-    jit_cpu.warm_pool(dtype, is_max)  # compile now, not in the first run
+    loops_jit.warm_pool(dtype, is_max)  # compile now, not in the first run
 
     def run(data: Any, out: Any) -> None:
         def item(worker: int, i: int) -> None:
             image, chunk = divmod(i, chunks)
             c0, c1 = chunk_bounds(c, chunks, chunk)
             if is_max:
-                jit_cpu.max_pool2d(data, out, image, c0, c1, kh, kw, sh, sw, dh, dw, pt, pl,
+                loops_jit.max_pool2d(data, out, image, c0, c1, kh, kw, sh, sw, dh, dw, pt, pl,
                                    lowest)
             else:
-                jit_cpu.avg_pool2d(data, out, inv, image, c0, c1, kh, kw, sh, sw, dh, dw, pt, pl)
+                loops_jit.avg_pool2d(data, out, inv, image, c0, c1, kh, kw, sh, sw, dh, dw, pt, pl)
         parallel_items(n * chunks, workers, item)
     return run

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._timing import pays_off
+from ...._timing import pays_off
 from .switches import auto_on_off
 
 PADDING_ENV = "GRAPH_RUNTIME_GEMV_PADDING"

@@ -1,19 +1,20 @@
-"""The OpenCL C of winograd_cl.py's three transforms, unrolled from winograd.py's matrices.
+"""The OpenCL C of winograd.py's three transforms, unrolled from winograd_math.py's matrices.
 
 Each transform is straight-line code on named scalars (d0_0, d0_1, ...), so the tile stays in
 registers; zero coefficients are dropped and +-1 multiplies left out.
 
 Every a*a set of planes (U, V, M) is addressed as plane * stride + offset in plane, with the
-stride a kernel argument (winograd_cl.py pads it off multiples of 4 KiB). In "panel" layouts
-U and V are the packed GEMM's A and B panels (opencl_gemm_cpu.packed_gemm), else plain
+stride a kernel argument (winograd.py pads it off multiples of 4 KiB). In "panel" layouts
+U and V are the packed GEMM's A and B panels (gemm_cpu.packed_gemm), else plain
 row-major matrices for make_gemm.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .gpu import CL_TYPES, cl_header, cl_param, cl_pointer
-from .winograd import MATRICES
+from ..gpu_common import CL_TYPES
+from ..winograd_math import MATRICES
+from .source import cl_header, cl_param, cl_pointer
 
 
 def _combine(row: np.ndarray, terms: list[str], suffix: str) -> str:

@@ -1,14 +1,14 @@
-"""The compiled depthwise conv2d strategy: jit_cpu's loop per (image, channel range) item."""
+"""The compiled depthwise conv2d strategy: loops_jit's loop per (image, channel range) item."""
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
 
-from ..conv_params import ConvParams
-from .conv_cpu import ConvKernel
+from ...conv_params import ConvParams
+from .conv import ConvKernel
 from .conv_epilogue import Epilogue, fold_epilogue
-from .cpu_threads import channel_split, chunk_bounds, parallel_items
+from .threads import channel_split, chunk_bounds, parallel_items
 
 # Below this many outputs one worker is faster: measured on 2 cores (3x3, bias and clip),
 # 1x192x28x28 (150k outputs) took 0.19 ms on one worker and 0.23 on two, 1x384x14x14 0.17 and
@@ -29,7 +29,7 @@ class DepthwiseJitConv(ConvKernel):
     strategy = "depthwise_jit"
 
     def __init__(self, p: ConvParams, epilogue: Epilogue) -> None:
-        from . import jit_cpu  # NOTE: numba loads (~0.3 s) only once a compiled kernel is built
+        from . import loops_jit  # NOTE: numba loads (~0.3 s) only once a compiled kernel is built
 
         self.bias, self.residual, lo, hi, remaining = fold_epilogue(epilogue)
         super().__init__(p, remaining)
@@ -43,8 +43,8 @@ class DepthwiseJitConv(ConvKernel):
         # Ops the loop cannot take run per whole image after it: one channel range per image.
         self.chunks, self.workers = channel_split(p.n, 1 if remaining.ops else p.o,
                                                   p.n * p.o * p.oh * p.ow, SERIAL_OUTPUTS)
-        self.loop = jit_cpu.depthwise_conv2d
-        jit_cpu.warm_depthwise(p.dtype)  # compile now: create() pays for it, not the first run
+        self.loop = loops_jit.depthwise_conv2d
+        loops_jit.warm_depthwise(p.dtype)  # compile now: create() pays for it, not the first run
 
     def __call__(self, data: Any, weight: Any, *rest: Any) -> None:
         p = self.p

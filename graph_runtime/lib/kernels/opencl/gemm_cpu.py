@@ -6,11 +6,12 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from .gpu import CL_TYPES, cl_header, cl_load, cl_param, cl_pointer, cl_store, compute_type
-from .opencl_args import ARRAY, BUFFER, buf, typed_kernel
+from ..gpu_common import CL_TYPES, compute_type
+from .args import ARRAY, BUFFER, buf, typed_kernel
+from .source import cl_header, cl_load, cl_param, cl_pointer, cl_store
 
 if TYPE_CHECKING:
-    from ...backends.opencl import OpenCLBackend
+    from ....backends.opencl import OpenCLBackend
 
 # Packing copies K x 16 elements per work-item.
 PACK_K = 16
@@ -18,7 +19,7 @@ PACK_K = 16
 Run = Callable[[Any, Any, Any], None]
 
 # Element (m, k) of A and (k, n) of B, stored transposed when the source is built with
-# trans_options(); shared with the GPU kernels of opencl_gemm_local.py.
+# trans_options(); shared with the GPU kernels of gemm_local.py.
 INDEX_MACROS = """
 #ifdef TRANS_A
 #define A_INDEX(m, k) ((long)(k) * lda + (m))
@@ -236,8 +237,8 @@ def packed_gemm(backend: OpenCLBackend, device_id: int, s: Any,
             describes.
         pack_a: pack_a(a, panel) fills A's panel, laid out [a_batches][M / MB][K][MB] in the
             compute type with zeros past M (MB from block, which the caller then passes),
-            batches a_batch elements apart, from run's a argument; the panel keeps its contents between calls, so an A that rarely
-            changes (Winograd's transformed weight) is packed only then. None packs a as the
+            batches a_batch elements apart, from run's a argument; the panel keeps its
+            contents between calls, so an A that rarely changes (Winograd's transformed weight) is packed only then. None packs a as the
             matrix s describes.
         block: the register block; None asks the device (blocking()).
         a_batch, b_batch: elements from one batch of A's (B's) panel to the next, at least

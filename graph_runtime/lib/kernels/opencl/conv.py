@@ -5,23 +5,24 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from ..attrs import op_error
-from ..conv_params import ConvParams
-from ..shapes import size_of
-from .conv_cl_choice import WINOGRAD, forced_method, pick_method
-from .gpu import CL_TYPES, cl_header, cl_load, cl_param, cl_pointer, cl_store, compute_type
-from .opencl_args import ARRAY, BUFFER, buf, typed_kernel
-from .opencl_gemm import GemmShape, make_gemm
-from .opencl_gemm_cpu import blocking, blocks, packed_gemm
-from .winograd import winograd_applies
-from .winograd_cl import WinogradCl
+from ...attrs import op_error
+from ...conv_params import ConvParams
+from ...shapes import size_of
+from ..gpu_common import CL_TYPES, compute_type
+from ..winograd_math import winograd_applies
+from .args import ARRAY, BUFFER, buf, typed_kernel
+from .conv_choice import WINOGRAD, forced_method, pick_method
+from .gemm import GemmShape, make_gemm
+from .gemm_cpu import blocking, blocks, packed_gemm
+from .source import cl_header, cl_load, cl_param, cl_pointer, cl_store
+from .winograd import WinogradCl
 
 if TYPE_CHECKING:
-    from ...backends.opencl import OpenCLBackend
+    from ....backends.opencl import OpenCLBackend
 
 # conv2d_cl's methods: "direct" (one output per work-item), "panel" (im2col writes the packed
 # GEMM's B panel; CPU devices), "im2col" (im2col, then make_gemm's GEMM), "winograd" and
-# "winograd4" (F(2x2,3x3) and F(4x4,3x3), winograd_cl.py; 3x3 stride-1 convs only).
+# "winograd4" (F(2x2,3x3) and F(4x4,3x3), winograd.py; 3x3 stride-1 convs only).
 METHODS = ("direct", "panel", "im2col", *WINOGRAD)
 # Outputs along a row per work-item of the direct kernel.
 STRIP = 16

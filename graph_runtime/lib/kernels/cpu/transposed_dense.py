@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from ..._timing import pays_off
-from .derived import DerivesFromInputs
+from ...._timing import pays_off
+from ..derived import DerivesFromInputs
 from .switches import auto_on_off
 
 TRANSPOSE_ENV = "GRAPH_RUNTIME_DENSE_TRANSPOSE"

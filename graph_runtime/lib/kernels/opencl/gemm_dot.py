@@ -5,12 +5,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .gpu import CL_TYPES, cl_header, cl_load, cl_param, cl_pointer, cl_store, compute_type
-from .opencl_args import ARRAY, buf, typed_kernel
-from .opencl_gemm_cpu import Blocking, Run, blocking, blocks
+from ..gpu_common import CL_TYPES, compute_type
+from .args import ARRAY, buf, typed_kernel
+from .gemm_cpu import Blocking, Run, blocking, blocks
+from .source import cl_header, cl_load, cl_param, cl_pointer, cl_store
 
 if TYPE_CHECKING:
-    from ...backends.opencl import OpenCLBackend
+    from ....backends.opencl import OpenCLBackend
 
 # A work-item's block: DOT_MB rows of A against DOT_NB rows of B, each a K-long dot product
 # (4 x 4 measured best); a single row (GEMV) takes blocks of 1 x DOT_NB.

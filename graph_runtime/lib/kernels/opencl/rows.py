@@ -5,13 +5,13 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from ..library import TensorSpec
-from ..shapes import size_of
-from .gpu import (ClKernel, check_cl_dtypes, cl_header, cl_load, cl_param, cl_pointer, cl_store,
-                  compute_type)
+from ...library import TensorSpec
+from ...shapes import size_of
+from ..gpu_common import compute_type
+from .source import ClKernel, check_cl_dtypes, cl_header, cl_load, cl_param, cl_pointer, cl_store
 
 if TYPE_CHECKING:
-    from ...backends.opencl import OpenCLBackend
+    from ....backends.opencl import OpenCLBackend
 
 _GROUP = 256
 

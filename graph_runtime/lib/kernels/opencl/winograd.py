@@ -6,7 +6,7 @@ M[xi] = U[xi] (K x C) @ V[xi] (C x tiles) for all images at once, and an output 
 kernel writes Y = A^T M A per tile straight into NCHW, cropping overhanging tiles. A weight
 kernel makes U = G g G^T on the device, redone only when the weight's InputVersion moved
 (a weight computed by a node: every run, which then costs one more small kernel). The kernels'
-source is winograd_cl_source.py.
+source is winograd_source.py.
 """
 from __future__ import annotations
 
@@ -14,16 +14,16 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from ..conv_params import ConvParams
-from .derived import DerivesFromInputs
-from .opencl_args import ARRAY, BUFFER, typed_kernel
-from .opencl_gemm import GemmShape, chosen_variant, is_cpu_device, make_gemm
-from .opencl_gemm_cpu import blocking, blocks, packed_gemm, skewed_stride
-from .winograd import MATRICES, chunk_images, winograd_applies
-from .winograd_cl_source import winograd_source
+from ...conv_params import ConvParams
+from ..derived import DerivesFromInputs
+from ..winograd_math import MATRICES, chunk_images, winograd_applies
+from .args import ARRAY, BUFFER, typed_kernel
+from .gemm import GemmShape, chosen_variant, is_cpu_device, make_gemm
+from .gemm_cpu import blocking, blocks, packed_gemm, skewed_stride
+from .winograd_source import winograd_source
 
 if TYPE_CHECKING:
-    from ...backends.opencl import OpenCLBackend
+    from ....backends.opencl import OpenCLBackend
 
 I32 = np.int32
 I64 = np.int64

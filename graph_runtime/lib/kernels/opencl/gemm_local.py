@@ -5,12 +5,13 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from .gpu import CL_TYPES, cl_header, cl_load, cl_param, cl_pointer, cl_store, compute_type
-from .opencl_args import ARRAY, buf, typed_kernel
-from .opencl_gemm_cpu import INDEX_MACROS, trans_options
+from ..gpu_common import CL_TYPES, compute_type
+from .args import ARRAY, buf, typed_kernel
+from .gemm_cpu import INDEX_MACROS, trans_options
+from .source import cl_header, cl_load, cl_param, cl_pointer, cl_store
 
 if TYPE_CHECKING:
-    from ...backends.opencl import OpenCLBackend
+    from ....backends.opencl import OpenCLBackend
 
 # Output tile per work-group (TSM x TSN), depth of a K step (TSK), outputs per work-item (WM x WN).
 # Measured on PoCL (bench/opencl_gemm.py, before the CPU kernels existed): 64x64x64 with 4x16 per

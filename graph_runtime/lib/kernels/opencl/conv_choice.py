@@ -2,7 +2,7 @@
 
 GRAPH_RUNTIME_OPENCL_CONV: auto (default: where Winograd applies, time it against the GEMM
 method on the device, keep the fastest, and cache the choice per shape and device for the
-process), or one of conv_cl.METHODS to force it wherever it applies (elsewhere the auto choice).
+process), or one of conv.METHODS to force it wherever it applies (elsewhere the auto choice).
 """
 from __future__ import annotations
 
@@ -12,16 +12,16 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from ..._timing import fastest_by_median
-from ...errors import LibraryError
-from ..conv_params import ConvParams
-from ..library import CachesInputs, InputVersion
-from .gpu import device_array
-from .opencl_gemm import GemmShape, chosen_variant, is_cpu_device
-from .winograd import winograd_applies
+from ...._timing import fastest_by_median
+from ....errors import LibraryError
+from ...conv_params import ConvParams
+from ...library import CachesInputs, InputVersion
+from ..gpu_common import device_array
+from ..winograd_math import winograd_applies
+from .gemm import GemmShape, chosen_variant, is_cpu_device
 
 if TYPE_CHECKING:
-    from ...backends.opencl import OpenCLBackend
+    from ....backends.opencl import OpenCLBackend
 
 CONV_CL_ENV = "GRAPH_RUNTIME_OPENCL_CONV"
 # On a CPU device a convolution with at most this many output channels per group (depthwise:
@@ -29,7 +29,7 @@ CONV_CL_ENV = "GRAPH_RUNTIME_OPENCL_CONV"
 # Measured on PoCL / 2-core Xeon: depthwise 0.5 ms direct vs 2.4 ms packed; with 8 or more
 # channels per group the packed GEMM won at every window size tried (9..576 taps).
 DIRECT_MAX_OG = 4
-# The Winograd methods of conv2d_cl, by output tile size m (winograd_cl.py).
+# The Winograd methods of conv2d_cl, by output tile size m (winograd.py).
 WINOGRAD = {"winograd": 2, "winograd4": 4}
 ROUNDS = 5  # timed calls per candidate; their median decides
 # What another method must gain over the first candidate (the GEMM method) to be chosen: a

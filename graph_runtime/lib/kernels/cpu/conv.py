@@ -12,10 +12,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..conv_params import ConvParams
+from ...conv_params import ConvParams
+from ..derived import DerivesFromInputs
 from .conv_epilogue import Epilogue
-from .cpu_threads import num_threads, parallel_images
-from .derived import DerivesFromInputs
+from .threads import num_threads, parallel_images
 
 as_strided = np.lib.stride_tricks.as_strided
 
@@ -62,7 +62,7 @@ class Im2colConv(ConvKernel):
     """General conv2d (any stride, padding, dilation, groups): im2col per block, then one GEMM.
 
     Work items are blocks of output rows of one image, handed to parallel workers
-    (cpu_threads.py), each with its own column buffer; a batch-1 conv may be split into blocks
+    (threads.py), each with its own column buffer; a batch-1 conv may be split into blocks
     so that both its GEMM and its im2col run on every core (im2col_rows). A per-channel bias is
     folded into the GEMM: the columns get a constant row of ones and the weight matrix a column
     holding the bias, so no pass over the output adds it.

@@ -101,7 +101,7 @@ class Epilogue:
         if (len(self.ops) > 1 and self.one_pass and out.shape[3] >= ONE_PASS_MIN_WIDTH
                 and (n1 - n0) * (k1 - k0) * (r1 - r0) * out.shape[3] >= ONE_PASS_MIN_SIZE
                 and out.dtype.name in EPILOGUE_DTYPES):
-            _one_pass()(self, out, extras, n0, n1, k0, k1, r0, r1)
+            _one_pass()(self.folded, out, extras, n0, n1, k0, k1, r0, r1)
             return
         block = out[n0:n1, k0:k1, r0:r1]
         for op in self.ops:

@@ -2,7 +2,7 @@
 
 x[m, k] @ w[n, k].T for m > 1 (the batch-32 MLP) is compute bound; OpenBLAS's threaded GEMM
 splits it statically, so one descheduled thread on a shared machine stalls the call. Here the
-columns go out in blocks to cpu_threads.parallel_images workers, each on one BLAS thread, so a
+columns go out in blocks to threads.parallel_images workers, each on one BLAS thread, so a
 worker that has a core takes more blocks. Whether the split beats the plain call is measured
 once per shape on this machine ("auto"), as the padded GEMV is.
 
@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from ..._timing import pays_off
-from .cpu_threads import num_threads, parallel_images
+from ...._timing import pays_off
 from .switches import auto_on_off
+from .threads import num_threads, parallel_images
 
 SPLIT_ENV = "GRAPH_RUNTIME_DENSE_SPLIT"
 MIN_FLOPS = 4e6  # below this a call is too short to hand out

@@ -8,7 +8,7 @@ leaves. This is why numba is a base dependency: measured here (2 cores, batch 1,
 and ResNet's 3x3/s2 max pool on 1x64x112x112 0.3 ms against NumPy's 1.0 ms.
 
 Each function computes one work item, an image and a range of its channels, and releases the
-GIL (nogil), so that cpu_threads spreads items over its workers; numba's own parallel=True would
+GIL (nogil), so that threads.py spreads items over its workers; numba's own parallel=True would
 start a second thread pool competing with ours. fastmath stays off: results must match a
 float64 reference as closely as NumPy's do, NaN included. cache=True keeps the machine code in
 __pycache__ beside this file, or in numba's user cache directory where that is read-only; where
@@ -22,7 +22,7 @@ import numba
 import numpy as np
 
 
-def _jit(fn: Callable[..., Any], inline: Literal["never", "always"] = "never") -> Any:
+def compiled(fn: Callable[..., Any], inline: Literal["never", "always"] = "never") -> Any:
     try:
         return numba.njit(fn, cache=True, nogil=True, fastmath=False, boundscheck=False,
                           inline=inline)
@@ -31,13 +31,13 @@ def _jit(fn: Callable[..., Any], inline: Literal["never", "always"] = "never") -
                           inline=inline)
 
 
-def _inlined(fn: Callable[..., Any]) -> Any:
+def inlined(fn: Callable[..., Any]) -> Any:
     """A helper numba copies into each caller: a call between compiled functions is not
     inlined by LLVM (measured: called, the depthwise loop took 1.8x and the pools 2-5x as long)."""
-    return _jit(fn, "always")
+    return compiled(fn, "always")
 
 
-@_inlined
+@inlined
 def _span(off: int, stride: int, size: int, out: int) -> tuple[int, int]:
     """The outputs o in [lo, hi) whose tap o * stride + off lands inside [0, size)."""
     lo = 0
@@ -60,7 +60,7 @@ def _span(off: int, stride: int, size: int, out: int) -> tuple[int, int]:
 u64 = numba.uint64
 
 
-@_inlined
+@inlined
 def _add_tap(dst: Any, src: Any, wv: Any, first: int, stop: int, off: int, stride: int) -> None:
     """dst[o] += wv * src[o * stride + off] for o in [first, stop) (all inside src)."""
     if stride == 1:
@@ -74,7 +74,7 @@ def _add_tap(dst: Any, src: Any, wv: Any, first: int, stop: int, off: int, strid
             dst[u64(o)] += wv * src[u64(o * stride + off)]
 
 
-@_inlined
+@inlined
 def _max_tap(dst: Any, src: Any, first: int, stop: int, off: int, stride: int) -> None:
     """dst[o] = max(dst[o], src[o * stride + off]) for o in [first, stop); a NaN wins, as in
     np.maximum."""
@@ -95,7 +95,7 @@ def _max_tap(dst: Any, src: Any, first: int, stop: int, off: int, stride: int) -
                 dst[u64(o)] = v
 
 
-@_inlined
+@inlined
 def _row3x3(dst: Any, r0: Any, r1: Any, r2: Any, w: Any, b: Any, first: int, stop: int,
             pl: int, stride: int, dw: int) -> None:
     """dst[o] = b + the 9 taps of a 3x3 window on rows r0, r1, r2, for o in [first, stop) where
@@ -125,7 +125,7 @@ def _row3x3(dst: Any, r0: Any, r1: Any, r2: Any, w: Any, b: Any, first: int, sto
                                + w20 * r2[j] + w21 * r2[j + e] + w22 * r2[j + f])
 
 
-@_inlined
+@inlined
 def _edge3x3(dst: Any, r0: Any, r1: Any, r2: Any, w: Any, b: Any, o: int, cols: Any, pl: int,
              stride: int, dw: int) -> None:
     """dst[o] = b + the taps of a 3x3 window on rows r0, r1, r2 that lie inside them (cols: each
@@ -139,7 +139,7 @@ def _edge3x3(dst: Any, r0: Any, r1: Any, r2: Any, w: Any, b: Any, o: int, cols: 
     dst[o] = s
 
 
-@_inlined
+@inlined
 def _tap_spans(k: int, dilation: int, pad: int, stride: int, size: int, out: int) -> Any:
     """Per tap t of a window along one axis, the outputs [lo, hi) for which it is inside."""
     spans = np.empty((k, 2), np.int64)
@@ -148,7 +148,7 @@ def _tap_spans(k: int, dilation: int, pad: int, stride: int, size: int, out: int
     return spans
 
 
-@_jit
+@compiled
 def depthwise_conv2d(x: Any, w: Any, bias: Any, res: Any, out: Any, n: int, c0: int, c1: int,
                      og: int, sh: int, sw: int, dh: int, dw: int, pt: int, pl: int, rn: int,
                      rc: int, ry: int, rx: int, has_res: bool, lo: Any, hi: Any) -> None:
@@ -211,7 +211,7 @@ def depthwise_conv2d(x: Any, w: Any, bias: Any, res: Any, out: Any, n: int, c0: 
                 row[ox] = v
 
 
-@_inlined
+@inlined
 def _fold_row(dst: Any, src: Any, first: bool, is_max: bool) -> None:
     """dst = src where first, else dst = max(dst, src) (NaN wins, as np.maximum) or dst + src."""
     if first:
@@ -227,7 +227,7 @@ def _fold_row(dst: Any, src: Any, first: bool, is_max: bool) -> None:
             dst[u64(i)] += src[u64(i)]
 
 
-@_inlined
+@inlined
 def _pool_row(x: Any, row: Any, folded: Any, rows: Any, cols: Any, n: int, c: int, oy: int,
               kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, pt: int, pl: int,
               is_max: bool, init: Any) -> None:
@@ -250,7 +250,7 @@ def _pool_row(x: Any, row: Any, folded: Any, rows: Any, cols: Any, n: int, c: in
             _add_tap(row, folded, x.dtype.type(1), cols[kx, 0], cols[kx, 1], kx * dw - pl, sw)
 
 
-@_jit
+@compiled
 def max_pool2d(x: Any, out: Any, n: int, c0: int, c1: int, kh: int, kw: int, sh: int, sw: int,
                dh: int, dw: int, pt: int, pl: int, lowest: Any) -> None:
     """out[n, c0:c1] = max over each window of x[n, c0:c1]; padding never wins, NaN does.
@@ -270,7 +270,7 @@ def max_pool2d(x: Any, out: Any, n: int, c0: int, c1: int, kh: int, kw: int, sh:
                       pl, True, lowest)
 
 
-@_jit
+@compiled
 def avg_pool2d(x: Any, out: Any, inv: Any, n: int, c0: int, c1: int, kh: int, kw: int, sh: int,
                sw: int, dh: int, dw: int, pt: int, pl: int) -> None:
     """out[n, c0:c1] = sum over each window of x[n, c0:c1] times inv, the (OH, OW) 1 / divisor;

@@ -16,14 +16,14 @@ from typing import Callable
 
 import numpy as np
 
-from ..._timing import fastest_by_median
-from ...errors import LibraryError
-from ..conv_params import ConvParams
-from ..library import InputVersion
-from .conv_cpu import ConvKernel, DepthwiseConv, Gemm1x1Conv, Im2colChannelsConv, Im2colConv
+from ...._timing import fastest_by_median
+from ....errors import LibraryError
+from ...conv_params import ConvParams
+from ...library import InputVersion
+from .conv import ConvKernel, DepthwiseConv, Gemm1x1Conv, Im2colChannelsConv, Im2colConv
 from .conv_epilogue import Epilogue
-from .cpu_threads import num_threads
 from .depthwise_jit import DepthwiseJitConv
+from .threads import num_threads
 from .winograd import WinogradConv, winograd_applies
 
 CONV_ENV = "GRAPH_RUNTIME_CONV"

@@ -8,18 +8,18 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from ...errors import LibraryError
-from .opencl_gemm_cpu import packed_gemm
-from .opencl_gemm_dot import dot_gemm
-from .opencl_gemm_local import local_gemm
+from ....errors import LibraryError
+from .gemm_cpu import packed_gemm
+from .gemm_dot import dot_gemm
+from .gemm_local import local_gemm
 
 if TYPE_CHECKING:
-    from ...backends.opencl import OpenCLBackend
+    from ....backends.opencl import OpenCLBackend
 
 IMPL_ENV = "GRAPH_RUNTIME_OPENCL_GEMM"
 # Our kernel families: "local" (work-group tiles staged in local memory, for GPUs), "packed" and
-# "dot" (private register blocks, for CPU devices: opencl_gemm_cpu.py, opencl_gemm_dot.py),
-# "direct" (one work-item per output; opencl_gemm_local.py).
+# "dot" (private register blocks, for CPU devices: gemm_cpu.py, gemm_dot.py),
+# "direct" (one work-item per output; gemm_local.py).
 VARIANTS = ("local", "packed", "dot", "direct")
 # On a CPU device, dense-like products (A (M, K), B (N, K)) with fewer rows than this use the dot
 # kernel: packing B costs O(NK) and pays off only over many rows. Measured on PoCL / 2-core Xeon

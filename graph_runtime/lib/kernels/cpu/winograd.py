@@ -12,53 +12,17 @@ from typing import Any
 
 import numpy as np
 
-from ..conv_params import ConvParams
-from .conv_cpu import ConvKernel, as_strided
+from ...conv_params import ConvParams
+from ..winograd_math import MATRICES, chunk_images, transform_weight, winograd_applies
+from .conv import ConvKernel, as_strided
 from .conv_epilogue import Epilogue
-from .cpu_threads import num_threads, parallel_images
+from .threads import num_threads, parallel_images
 
-# Interpolation points 0, 1, -1 (F2) and 0, 1, -1, 2, -2 (F4), plus infinity.
-_F2 = (np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float64),
-       np.array([[1, 0, 0], [.5, .5, .5], [.5, -.5, .5], [0, 0, 1]], np.float64),
-       np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float64))
-_F4 = (np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
-                 [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]], np.float64),
-       np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
-                 [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]], np.float64),
-       np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0],
-                 [0, 1, -1, 8, -8, 1]], np.float64))
-MATRICES = {2: _F2, 4: _F4}
 CHUNK_BYTES = 1 << 21  # transformed tiles of one chunk of images: about an L2's worth
 # Bands pay only on big images: F(4x4) on 1x64x56x56 (1.8 MB of transformed tiles) took
 # 1.29 ms in bands on 2 workers vs 1.56 whole on one; 1x128x28x28 (0.9 MB) 1.23 vs 1.04 and
 # 1x16x32x32 0.35 vs 0.11 ms (this 2-vCPU machine: the hand-off costs ~0.1 ms).
 BAND_MIN_BYTES = 3 << 19
-
-
-def winograd_applies(p: ConvParams) -> bool:
-    return (p.kh == p.kw == 3 and p.strides == (1, 1) and p.dilation == (1, 1)
-            and p.groups == 1 and p.c > 0 and p.dtype in ("float32", "float64"))
-
-
-def transform_weight(weight: Any, m: int) -> np.ndarray:
-    """U = G g G^T for every (k, c), as (a*a, K, C) float64 (F4's 1/6 and 1/24 lose bits in
-    float32); weight is the (K, C, 3, 3) host array."""
-    g64 = MATRICES[m][1]
-    a = m + 2
-    o, c = weight.shape[:2]
-    g = np.asarray(weight, np.float64).transpose(2, 3, 0, 1).reshape(3, 3 * o * c)
-    half = (g64 @ g).reshape(a, 3, o * c)
-    u = np.matmul(g64[None], half)  # (a, a, K*C)
-    return u.reshape(a * a, o, c)
-
-
-def chunk_images(n: int, per_image: int, most: int, budget: int = CHUNK_BYTES) -> int:
-    """Images per chunk: the largest divisor of n, at most `most`, whose tiles fit budget."""
-    best = 1
-    for d in range(1, min(n, most) + 1):
-        if n % d == 0 and d * per_image <= budget:
-            best = d
-    return best
 
 
 class WinogradConv(ConvKernel):
@@ -88,7 +52,8 @@ class WinogradConv(ConvKernel):
         tiles = self.band * self.tw
         # At least two chunks per worker when the batch allows, so workers can balance.
         self.nb = 1 if self.banded else chunk_images(
-            max(p.n, 1), a * a * max(p.c, p.o) * tiles * size, max(1, p.n // (2 * workers)))
+            max(p.n, 1), a * a * max(p.c, p.o) * tiles * size, max(1, p.n // (2 * workers)),
+            CHUNK_BYTES)
         nb = self.nb
         self.exact = self.th * m == p.oh and self.tw * m == p.ow and not self.banded
         self.u = self._alloc((a * a, p.o, p.c))

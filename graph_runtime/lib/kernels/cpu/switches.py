@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from ...errors import LibraryError
+from ....errors import LibraryError
 
 MODES = ("auto", "on", "off")
 

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ...errors import LibraryError
+from ....errors import LibraryError
 
 THREADS_ENV = "GRAPH_RUNTIME_NUM_THREADS"
 

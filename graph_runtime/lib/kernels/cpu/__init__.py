@@ -1,0 +1,1 @@
+"""CPU kernels: conv strategies and their choice, dense variants, numba loops, worker threads."""
