@@ -67,6 +67,13 @@ class ConvParams:
     def og(self) -> int:
         return self.o // self.groups
 
+    def key(self) -> str:
+        """Every size on one readable line (a tuning key): data, weight, then the attributes."""
+        return (f"{self.dtype} data {self.n}x{self.c}x{self.h}x{self.w} weight "
+                f"{self.o}x{self.cg}x{self.kh}x{self.kw} strides {self.strides[0]},"
+                f"{self.strides[1]} pad {','.join(map(str, self.pad))} dilation "
+                f"{self.dilation[0]},{self.dilation[1]} groups {self.groups}")
+
 
 def _common_checks(op: str, inputs: Sequence[TensorSpec], attrs: Mapping[str, Any],
                    kernel_layout: str) -> tuple[str, int, tuple, tuple, tuple]:

@@ -7,7 +7,7 @@ that got the CPU take more of them. While any such loop runs, OpenBLAS runs sing
 openblas_set_num_threads_local turned out to set the process-wide count in NumPy's OpenBLAS, so
 loops take it down to 1 together (a count of active loops) and the last one restores it.
 
-GRAPH_RUNTIME_NUM_THREADS: workers per parallel loop (default: the CPUs this process may use).
+GRAPH_RUNTIME_NUM_THREADS (settings.py): workers per parallel loop (default: the CPUs this process may use).
 """
 from __future__ import annotations
 
@@ -20,9 +20,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ....errors import LibraryError
-
-THREADS_ENV = "GRAPH_RUNTIME_NUM_THREADS"
+from .... import settings
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
@@ -32,11 +30,9 @@ _looked_up = False
 
 def num_threads() -> int:
     """Workers a parallel loop may use (GRAPH_RUNTIME_NUM_THREADS, else the usable CPUs)."""
-    value = os.environ.get(THREADS_ENV, "").strip()
-    if value:
-        if not value.isdigit() or int(value) < 1:
-            raise LibraryError(f"{THREADS_ENV} must be a positive integer, got {value!r}")
-        return int(value)
+    forced = settings.num_threads()
+    if forced is not None:
+        return forced
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
