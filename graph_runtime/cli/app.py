@@ -12,6 +12,7 @@ from .common import (CliError, build_job, echo_json, expected_option, graph_argu
                      json_option, junit_option, progress, stack, tolerance_options)
 from .import_command import import_cmd
 from .inspect_commands import devices, info, plan, validate, viz
+from .tuning_command import tuning_cmd
 
 log = logging.getLogger("graph_runtime")
 
@@ -279,5 +280,5 @@ def regress(ctx: click.Context, suite: str, pattern: str | None, junit: str | No
         ctx.exit(1)
 
 
-for command in (validate, info, devices, viz, plan, import_cmd):
+for command in (validate, info, devices, viz, plan, import_cmd, tuning_cmd):
     app.add_command(command)

@@ -136,6 +136,14 @@ def entries() -> list[Entry]:
     return list(_read_entries().values())
 
 
+def listing() -> dict[str, Any]:
+    """The cache file's path and entries (sorted by choice, device and key) as JSON data."""
+    path = cache_path()
+    found = sorted(entries(), key=lambda e: (e.choice, e.device, e.key, e.threads))
+    return {"path": None if path is None else str(path), "setting": settings.TUNING_CACHE.name,
+            "cpu": cpu_model(), "entries": [e.to_json() for e in found]}
+
+
 def remembered() -> list[Entry]:
     """What this process chose by measuring or from the file, in the order it asked."""
     with _lock:

@@ -10,6 +10,7 @@ import pytest
 import graph_runtime as gr
 from graph_runtime.errors import LibraryError
 from graph_runtime.lib.kernels.cpu import threads as cpu_threads
+from graph_runtime.settings import NUM_THREADS
 
 
 @pytest.mark.parametrize("workers", [1, 2, 3])
@@ -49,9 +50,9 @@ def test_blas_gets_its_threads_back() -> None:
 
 
 def test_threads_env(monkeypatch) -> None:
-    monkeypatch.setenv(cpu_threads.THREADS_ENV, "3")
+    monkeypatch.setenv(NUM_THREADS.name, "3")
     assert cpu_threads.num_threads() == 3
-    monkeypatch.setenv(cpu_threads.THREADS_ENV, "zero")
+    monkeypatch.setenv(NUM_THREADS.name, "zero")
     with pytest.raises(LibraryError, match="GRAPH_RUNTIME_NUM_THREADS must be a positive"):
         cpu_threads.num_threads()
 
