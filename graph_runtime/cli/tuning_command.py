@@ -27,14 +27,17 @@ def tuning_cmd(clear: bool, as_json: bool) -> None:
       graphrun run examples/graphs/cnn && graphrun tuning --json
       graphrun tuning --clear
     """
+    from .._text import count_of
     from ..lib import tuning
     if clear:
         path = tuning.cache_path()
         cleared = tuning.clear()
         if as_json:
             echo_json({"path": None if path is None else str(path), "cleared": cleared})
+        elif path is None:
+            click.echo("the tuning cache is off (GRAPH_RUNTIME_TUNING_CACHE=off): nothing to clear")
         else:
-            click.echo(f"cleared {cleared} choices from {path or 'nothing: the cache is off'}")
+            click.echo(f"cleared {count_of(cleared, 'choice')} from {path}")
         return
     doc = tuning.listing()
     if as_json:

@@ -68,11 +68,13 @@ class ConvParams:
         return self.o // self.groups
 
     def key(self) -> str:
-        """Every size on one readable line (a tuning key): data, weight, then the attributes."""
+        """Every size on one readable line (a tuning key): data, weight, then the attributes
+        (one number where all sides agree)."""
+        def sides(values: tuple[int, ...]) -> str:
+            return str(values[0]) if len(set(values)) == 1 else ",".join(map(str, values))
         return (f"{self.dtype} data {self.n}x{self.c}x{self.h}x{self.w} weight "
-                f"{self.o}x{self.cg}x{self.kh}x{self.kw} strides {self.strides[0]},"
-                f"{self.strides[1]} pad {','.join(map(str, self.pad))} dilation "
-                f"{self.dilation[0]},{self.dilation[1]} groups {self.groups}")
+                f"{self.o}x{self.cg}x{self.kh}x{self.kw} strides {sides(self.strides)} pad "
+                f"{sides(self.pad)} dilation {sides(self.dilation)} groups {self.groups}")
 
 
 def _common_checks(op: str, inputs: Sequence[TensorSpec], attrs: Mapping[str, Any],
