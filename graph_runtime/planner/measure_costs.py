@@ -26,7 +26,8 @@ from ..backends import check_device, copy_array
 from ..device import Device
 from ..errors import PlanError
 from ..lib.attrs import NODE_KEYS
-from ..lib.library import Module, TensorSpec, storage_requests
+from ..lib.library import Module, TensorSpec
+from ..lib.prepared import capabilities
 
 CACHE_FORMAT = "graph_runtime.profile_cache"
 COPY_SIZES = (4 << 10, 256 << 10, 4 << 20)  # bytes; the fit's three points
@@ -313,7 +314,7 @@ class Measurer:
         if not case.flatten:
             # As the executor does: an input the kernel wants in its own buffer (a padded GEMV
             # weight) lives there, so the kernel is timed on the path it takes in a graph.
-            for pos, array in storage_requests(fn).items():
+            for pos, array in capabilities(fn).storage_requests().items():
                 if pos < len(case.inputs):
                     backend.copy(args[pos], array)
                     args[pos] = array

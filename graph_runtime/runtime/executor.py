@@ -16,16 +16,8 @@ from ..errors import GraphError, GraphRuntimeError, LibraryError
 from ..graph.model import COPY_OP, NOP_OP, Graph
 from ..lib.attrs import WORKSPACE_LIMIT_KEY
 from ..lib.kernels.cpu.threads import ONE_BLAS_THREAD
-from ..lib.library import (
-    CachesInputs,
-    InputVersion,
-    Module,
-    TensorSpec,
-    cached_inputs,
-    storage_requests,
-    uses_workers,
-    workspace_bytes,
-)
+from ..lib.library import InputVersion, Module, TensorSpec
+from ..lib.prepared import PreparedKernel, capabilities
 from .placement import plan_placement, resolve_entry_devices
 from .storage import PoolLayout, StoragePool, check_capacity, default_caps
 
@@ -47,6 +39,7 @@ class PreparedCall:
     args: list[Any]
     arg_keys: list[tuple[int, Device, bool]]  # (eid, device the array lives on, flattened)
     is_copy: bool
+    kernel: PreparedKernel  # what the executor may ask of fn (lib/prepared.py), unwrapped
 
 
 @dataclass(frozen=True)
@@ -104,7 +97,7 @@ class Executor:
         # need the cores to themselves: one threaded OpenBLAS call elsewhere in the run leaves
         # OpenBLAS threads spinning on them (ResNet-18 batch 1: 42 ms with it, 32 ms without).
         self._blas_scope: ContextManager[None] = (
-            ONE_BLAS_THREAD if any(uses_workers(s.fn) for s in self.steps) else nullcontext())
+            ONE_BLAS_THREAD if any(s.kernel.uses_workers() for s in self.steps) else nullcontext())
 
     # ---- setup ---------------------------------------------------------------------------------
 
@@ -157,10 +150,11 @@ class Executor:
                 attrs[WORKSPACE_LIMIT_KEY] = cap - used.get(dev, 0)
             fn = lib.prepare(node.func_name or "", dev, in_specs, out_specs, attrs,
                              node=node.label)
-            self._count_workspace(node, dev, workspace_bytes(fn), used)
-            fn = _in_device_scope(fn, dev)
-            steps.append(PreparedCall(node.nid, node.label, node.func_name or "", dev, fn,
-                                      [self._bind(k) for k in keys], keys, False))
+            kernel = capabilities(fn)
+            self._count_workspace(node, dev, kernel.workspace_bytes(), used)
+            steps.append(PreparedCall(node.nid, node.label, node.func_name or "", dev,
+                                      _in_device_scope(fn, dev), [self._bind(k) for k in keys],
+                                      keys, False, kernel))
         return steps
 
     def _count_workspace(self, node: Any, dev: Device, nbytes: int,
@@ -181,7 +175,7 @@ class Executor:
                              "pass memory_cap= to raise the cap")
 
     def _place_requested_inputs(self) -> None:
-        """Give entries the storage their kernel asked for (lib.library.RequestsStorage).
+        """Give entries the storage their kernel asked for (PreparedKernel.storage_requests).
 
         A padded CPU GEMV wants its weight inside a larger zeroed buffer
         (lib/kernels/cpu/padded_gemv.py).
@@ -190,7 +184,7 @@ class Executor:
         """
         placed: set[int] = set(self._aliased)
         for step in self.steps:
-            for pos, array in storage_requests(step.fn).items():
+            for pos, array in step.kernel.storage_requests().items():
                 eid, dev, flatten = step.arg_keys[pos]
                 if (flatten or eid in placed or dev != self.entry_device[eid]
                         or not self.pool.place(eid, array)):
@@ -199,7 +193,7 @@ class Executor:
                 self.rebind(eid, array)
 
     def _bind_versions(self) -> None:
-        """Give kernels that cache derived inputs a counter per input (lib.library.CachesInputs).
+        """Give kernels that cache derived inputs a counter per input (lib/prepared.py).
 
         Only a graph input read in place, with a storage id of its own, is written solely through
         GraphModule's setters, which count; any other entry gets a volatile counter.
@@ -207,9 +201,8 @@ class Executor:
         g = self.graph
         inputs = {g.entry_id(nid, 0) for nid in g.arg_nodes}
         for step in self.steps:
-            fn = step.fn
-            positions = cached_inputs(fn)
-            if not positions or not isinstance(fn, CachesInputs):
+            positions = step.kernel.cached_inputs()
+            if not positions:
                 continue
             cells: dict[int, InputVersion] = {}
             for pos in positions:
@@ -219,7 +212,7 @@ class Executor:
                     cells[pos] = self.versions.setdefault(eid, InputVersion())
                 else:
                     cells[pos] = InputVersion(volatile=True)
-            fn.bind_versions(cells)
+            step.kernel.bind_versions(cells)
 
     def written(self, eid: int) -> None:
         """Count a write into input eid from outside run(), so derived data is redone."""
@@ -289,7 +282,7 @@ class Executor:
 
         keys = [(src_eid, src, False), (src_eid if dst_eid is None else dst_eid, dst, False)]
         return PreparedCall(nid, label, COPY_OP, dst, copy, [self._bind(k) for k in keys], keys,
-                            True)
+                            True, capabilities(copy))
 
     def _bind(self, key: tuple[int, Device, bool]) -> Any:
         eid, dev, flatten = key

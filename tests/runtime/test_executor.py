@@ -11,6 +11,7 @@ from support import copy_op, make_graph, null, require_backend, tvm_op
 import graph_runtime as gr
 from graph_runtime.errors import DeviceError, GraphError, LibraryError
 from graph_runtime.lib import Module, standard_module
+from graph_runtime.lib.prepared import PreparedKernel
 
 CPU, OPENCL, CUDA = 1, 2 + 2, 2
 DEVICE_CODES = {"cpu": 1, "cuda": 2, "opencl": 4}
@@ -283,7 +284,7 @@ def test_chain_intermediates_count_in_the_report_and_under_the_cap() -> None:
 
 
 def test_kernel_workspace_past_the_cap_names_the_node() -> None:
-    class Greedy:
+    class Greedy(PreparedKernel):
         """A prepared kernel keeping 1 MiB of its own."""
 
         def prepare(self, device, inputs, outputs, attrs):

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ...._timing import pays_off
+from ...prepared import PreparedKernel
 from .switches import auto_on_off
 
 PADDING_ENV = "GRAPH_RUNTIME_GEMV_PADDING"
@@ -68,7 +69,7 @@ def _padding_pays(k: int, n: int, rows: int, dtype: str) -> bool:
     return pays_off(padded, plain, rounds=3, min_speedup=MIN_SPEEDUP)
 
 
-class PaddedGemv:
+class PaddedGemv(PreparedKernel):
     """run(a, b, out) = a[1, k] @ b[n, k].T; through the padded buffer when b is its weight view.
 
     Asks the executor (storage_requests) to keep the weight's entry in its padded buffer.

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ...._timing import pays_off
+from ...prepared import PreparedKernel
 from .switches import auto_on_off
 from .threads import num_threads, parallel_images
 
@@ -71,16 +72,17 @@ def _split_pays(m: int, n: int, k: int, dtype: str, blocks: int) -> bool:
     return pays_off(spread, plain, rounds=5, min_speedup=MIN_SPEEDUP)
 
 
-class SplitDense:
+class SplitDense(PreparedKernel):
     """run(x, w, out): out[m, n] = x[m, k] @ w[n, k].T, column blocks on parallel workers."""
-
-    uses_workers = True  # library.UsesWorkers
 
     def __init__(self, m: int, n: int, k: int, blocks: int) -> None:
         self.shapes = ((m, k), (n, k), (m, n))
         step = -(-n // blocks)
         self.bounds = [(j, min(n, j + step)) for j in range(0, n, step)]
         self.workers = min(num_threads(), len(self.bounds))
+
+    def uses_workers(self) -> bool:
+        return True
 
     def __call__(self, a: Any, b: Any, out: Any) -> None:
         a_shape, b_shape, c_shape = self.shapes

@@ -15,7 +15,8 @@ import numpy as np
 from ...._timing import fastest_by_median
 from ....errors import LibraryError
 from ...conv_params import ConvParams
-from ...library import CachesInputs, InputVersion
+from ...library import InputVersion
+from ...prepared import capabilities
 from ..gpu_common import device_array
 from ..winograd_math import winograd_applies
 from .gemm import GemmShape, chosen_variant, is_cpu_device
@@ -115,8 +116,8 @@ def _fastest(backend: OpenCLBackend, device_id: int, p: ConvParams, candidates: 
     runs = {}
     for name in candidates:
         run = build(name)
-        if isinstance(run, CachesInputs):
-            run.bind_versions({pos: steady for pos in run.cached_inputs()})
+        kernel = capabilities(run)
+        kernel.bind_versions({pos: steady for pos in kernel.cached_inputs()})
         run(data, weight, out)  # builds kernels, makes derived weights, faults pages in
         runs[name] = run
     backend.sync(device_id)
