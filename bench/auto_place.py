@@ -31,8 +31,8 @@ from graph_runtime.lib import load_module
 from graph_runtime.lib.loader import module_from_json
 from graph_runtime.params import load_params_file
 from graph_runtime.planner import Placement, plan_graph
-from graph_runtime.planner.auto import auto_place, plan_on, without_copies
-from graph_runtime.planner.solve_auto import CopyTerm, CostProblem, solve_placement
+from graph_runtime.planner.auto.place import auto_place, plan_on, without_copies
+from graph_runtime.planner.auto.solve import CopyTerm, CostProblem, solve_placement
 
 ROOT = Path(__file__).resolve().parents[1]
 CALIBRATE = [True]  # --no-calibrate sets it off for every plan

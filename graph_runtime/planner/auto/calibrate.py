@@ -22,10 +22,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..device import Device
-from ..errors import GraphRuntimeError
-from ..graph.model import Graph
-from ..lib.library import Module
+from ...device import Device
+from ...errors import GraphRuntimeError
+from ...graph.model import Graph
+from ...lib.library import Module
 from .cost_problem import CostProblem
 from .measure_costs import CostCache
 
@@ -84,7 +84,7 @@ def whole_run_seconds(planned: Callable[[], Graph], lib: Module, devices: Sequen
     it, feed params and sampled inputs (floats normal, integers and booleans zero, valid as
     indices), return its benchmark median."""
     def run() -> float:
-        from ..runtime.graph_module import create
+        from ...runtime.graph_module import create
         g = planned()
         rng = np.random.default_rng(0)
         given = dict(params or {})

@@ -25,20 +25,20 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..device import Device
-from ..errors import PlanError
-from ..graph.model import COPY_OP, NOP_OP, Graph, GraphSource, entry_bytes
-from ..lib.library import Module, TensorSpec
-from .auto_report import AutoPlan, NodeCost, PredictedCopy
+from ...device import Device
+from ...errors import PlanError
+from ...graph.model import COPY_OP, NOP_OP, Graph, GraphSource, entry_bytes
+from ...lib.library import Module, TensorSpec
+from ..constraints import Placement, glob_escape
+from ..match import resolve
+from ..plan import plan_graph
+from ..result import PlanResult
+from ..virtual_device import VirtualDevice, join
 from .calibrate import calibrate, sequence_key, whole_run_seconds
-from .constraints import Placement, glob_escape
-from .match import resolve
 from .measure_costs import (SMALL_PARAM, CostCache, KernelCase, Measurer, node_attrs_text,
                             value_digest)
-from .plan import plan_graph
-from .result import PlanResult
-from .solve_auto import CopyTerm, CostProblem, solve_placement
-from .virtual_device import VirtualDevice, join
+from .report import AutoPlan, NodeCost, PredictedCopy
+from .solve import CopyTerm, CostProblem, solve_placement
 
 Progress = Callable[[int, str], None]  # (jobs in all, what was just measured) per step
 
@@ -206,7 +206,7 @@ class _Model:
 
     def __init__(self, g: Graph, lib: Module, devs: list[Device], placement: Placement,
                  name_digest: Mapping[str, str]) -> None:
-        from .topology import topology_of
+        from ..topology import topology_of
         self.g = g
         self.devs = devs
         self.n = g.num_nodes

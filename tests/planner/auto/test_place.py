@@ -19,13 +19,13 @@ from graph_runtime.graph.model import COPY_OP
 from graph_runtime.lib import Module, standard_module
 from graph_runtime.lib.library import TensorSpec
 from graph_runtime.planner import Placement, auto_place
-from graph_runtime.planner.auto import without_copies
-from graph_runtime.planner.calibrate import FACTOR_RANGE, Calibration, calibrate
-from graph_runtime.planner.measure_costs import CostCache
-from graph_runtime.planner.solve_auto import CopyTerm, CostProblem, brute_force, solve_placement
+from graph_runtime.planner.auto.place import without_copies
+from graph_runtime.planner.auto.calibrate import FACTOR_RANGE, Calibration, calibrate
+from graph_runtime.planner.auto.measure_costs import CostCache
+from graph_runtime.planner.auto.solve import CopyTerm, CostProblem, brute_force, solve_placement
 
 cpu0, cl0 = Device(1, 0), Device(4, 0)
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "graphs"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "graphs"
 
 
 # ---- solvers against brute force ----------------------------------------------------------------
@@ -363,7 +363,7 @@ def test_switch_costs_are_measured_cached_and_priced() -> None:
 
 
 def test_switch_seconds_is_the_difference_of_medians_never_negative() -> None:
-    from graph_runtime.planner.measure_costs import _Touches
+    from graph_runtime.planner.auto.measure_costs import _Touches
 
     class Recorded(_Touches):
         last: Device | None = None

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from ..errors import PlanError
+from ...errors import PlanError
 from .cost_problem import CopyTerm, CostProblem, Solution, brute_force
 from .graph_cut import alpha_expansion, min_cut_choice
 

@@ -21,12 +21,12 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from .._timing import time_runs
-from ..backends import check_device, copy_array
-from ..device import Device
-from ..errors import PlanError
-from ..lib.attrs import NODE_KEYS
-from ..lib.library import Module, TensorSpec, storage_requests
+from ..._timing import time_runs
+from ...backends import check_device, copy_array
+from ...device import Device
+from ...errors import PlanError
+from ...lib.attrs import NODE_KEYS
+from ...lib.library import Module, TensorSpec, storage_requests
 
 CACHE_FORMAT = "graph_runtime.profile_cache"
 COPY_SIZES = (4 << 10, 256 << 10, 4 << 20)  # bytes; the fit's three points

@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import PlanError
+from ...errors import PlanError
 from .cost_problem import CostProblem
 
 _INT_SCALE = 1 << 29   # finite capacities scaled into [0, 2**29]; int32 flows stay exact
