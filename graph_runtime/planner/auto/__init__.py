@@ -1,4 +1,4 @@
-"""Measured automatic placement: kernel and copy costs, the cost problem, its solvers, the report."""
+"""Measured automatic placement: measured costs, the cost problem, its solvers, the report."""
 from __future__ import annotations
 
 from .measure_costs import CostCache
