@@ -3,11 +3,9 @@
 Kernels are timed alone, launched back to back on the same warm buffers (measure_costs.py), and
 a graph runs them differently, in both directions:
 - on the CPU a kernel in a graph finds its weights evicted by the nodes before it, its worker
-  threads asleep, and pays the executor's step: the CNN example's seven kernels summed to
-  0.29-0.36 ms alone and ran in 0.42-0.44 ms (1.2-1.3x, BERT 1.1-1.3x);
+  threads asleep, and pays the executor's step, so the sum under-prices the run;
 - on an asynchronous device a run of different kernels overlaps one kernel's host-side enqueue
-  with another's execution, so the sum over-prices it: GPT-2 all on PoCL summed to 3.1-3.5 ms
-  and ran in 2.3-2.9 ms.
+  with another's execution, so the sum over-prices it (docs/planner.md has the measurements).
 So each device that can hold the whole graph runs it once here (a benchmark median), and its
 kernel costs are scaled by the run's measured time (less its copies) over the sum of its kernel
 times. One factor per device keeps the costs per node (the solver still compares nodes by them)

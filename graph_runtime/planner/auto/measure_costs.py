@@ -44,8 +44,8 @@ class KernelCase:
     attrs: tuple[tuple[str, str], ...]  # the node's attrs, as text, sorted
     flatten: bool
     # (input position, value_digest) of small params timed with their real values: a kernel's
-    # speed can hang on them (np.power of negative bases: ~45x slower at the exponent 3.0 of
-    # GPT-2's GELU than at the random exponents samples would give).
+    # speed can hang on them (np.power of negative bases is far slower at the integral exponent
+    # of GPT-2's GELU than at the random exponents samples would give; docs/planner.md).
     constants: tuple[tuple[int, str], ...] = ()
 
 
