@@ -24,8 +24,8 @@ from ...device import Device
 from ...errors import GraphRuntimeError
 from ...graph.model import Graph
 from ...lib.library import Module
+from .cost_cache import CostCache
 from .cost_problem import CostProblem
-from .measure_costs import CostCache
 
 FACTOR_RANGE = (0.2, 5.0)  # beyond these a run went wrong, not the model
 

@@ -26,8 +26,9 @@ from ..constraints import Placement
 from ..match import resolve
 from ..topology import topology_of
 from ..virtual_device import VirtualDevice, join
+from .cost_cache import KernelCase, node_attrs_text
 from .cost_problem import CopyTerm, CostProblem, SwitchTerm
-from .measure_costs import KernelCase, Measurer, node_attrs_text
+from .measure_costs import Measurer
 from .report import NodeCost, PredictedCopy
 
 

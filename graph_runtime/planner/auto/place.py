@@ -22,8 +22,9 @@ from ..plan import plan_graph
 from ..result import PlanResult
 from ..virtual_device import VirtualDevice
 from .calibrate import calibrate, sequence_key, whole_run_seconds
+from .cost_cache import SMALL_PARAM, CostCache, value_digest
 from .cost_model import CostModel
-from .measure_costs import SMALL_PARAM, CostCache, Measurer, value_digest
+from .measure_costs import Measurer
 from .report import AutoPlan
 from .solve import solve_placement
 

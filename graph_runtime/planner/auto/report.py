@@ -11,8 +11,8 @@ from ...graph.model import COPY_OP, Graph, entry_bytes
 from ..constraints import Placement
 from ..result import PlanResult
 from .calibrate import Calibration
+from .cost_cache import CopyModel
 from .cost_problem import CostProblem
-from .measure_costs import CopyModel
 
 
 @dataclass(frozen=True)

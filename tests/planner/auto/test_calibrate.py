@@ -8,8 +8,8 @@ from auto_support import cl0
 
 from graph_runtime.errors import GraphError
 from graph_runtime.planner.auto.calibrate import FACTOR_RANGE, Calibration, calibrate
+from graph_runtime.planner.auto.cost_cache import CostCache
 from graph_runtime.planner.auto.cost_problem import CopyTerm, CostProblem
-from graph_runtime.planner.auto.measure_costs import CostCache
 
 
 def test_calibration_scales_the_device_by_its_whole_run() -> None:

@@ -12,11 +12,10 @@ from auto_support import cl0, cpu0, small_graph
 from support import make_graph, null, tvm_op
 
 from graph_runtime.device import Device
-from graph_runtime.errors import PlanError
 from graph_runtime.lib import Module, standard_module
 from graph_runtime.lib.library import TensorSpec
 from graph_runtime.planner import auto_place
-from graph_runtime.planner.auto.measure_costs import CostCache, _Touches
+from graph_runtime.planner.auto.measure_costs import _Touches
 
 
 class CountingModule(Module):
@@ -118,11 +117,3 @@ def test_switch_seconds_is_the_difference_of_medians_never_negative() -> None:
         time.sleep(0.001 if touches.last == cl0 else 0.004)
 
     assert touches.switch_seconds(faster_after_opencl, cpu0, cl0, 3) == 0.0
-
-
-def test_cache_file_of_another_format_is_refused(tmp_path: Path) -> None:
-    path = tmp_path / "costs.json"
-    path.write_text('{"format": "something else"}')
-    with pytest.raises(PlanError, match=r"at \$.format: expected 'graph_runtime.profile_cache'"):
-        CostCache.load(path)
-

@@ -10,7 +10,7 @@ from support import make_graph, null, tvm_op
 from graph_runtime.errors import PlanError
 from graph_runtime.lib import standard_module
 from graph_runtime.planner import Placement, auto_place
-from graph_runtime.planner.auto.measure_costs import CostCache
+from graph_runtime.planner.auto.cost_cache import CostCache
 
 
 @pytest.mark.opencl
