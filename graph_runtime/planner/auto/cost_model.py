@@ -33,7 +33,7 @@ from .report import NodeCost, PredictedCopy
 
 
 class CostModel:
-    """The graph's variables, allowed devices and kernel cases, before costs are known."""
+    """The graph's variables, allowed devices and kernel cases; its CostProblem once measured."""
 
     def __init__(self, g: Graph, lib: Module, devs: list[Device], placement: Placement,
                  name_digest: Mapping[str, str]) -> None:
@@ -91,6 +91,7 @@ class CostModel:
             self.cases.append(row)
 
     def problem(self, measurer: Measurer) -> CostProblem:
+        """Node costs, a CopyTerm per read entry (and per __nop) and the SwitchTerms, measured."""
         g = self.g
         k = len(self.devs)
         n_vars = self.n + len(self.head_pins)
@@ -168,6 +169,7 @@ class CostModel:
 
     def report_nodes(self, problem: CostProblem, choice: list[Device], measurer: Measurer
                      ) -> list[NodeCost]:
+        """Each kernel's seconds on every device and after every switch, for the report."""
         rows = []
         for node in self.g.nodes:
             if node.is_arg or not self.cases[node.nid]:
@@ -182,6 +184,7 @@ class CostModel:
         return rows
 
     def report_copies(self, problem: CostProblem, choice: Sequence[int]) -> list[PredictedCopy]:
+        """The copies an assignment needs, by entry (problem.terms align with term_entries)."""
         result = []
         for i, src, dst in problem.copies(choice):
             nid, index = self.term_entries[i]
