@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -33,9 +33,6 @@ from .library import (
     workspace_bytes,
 )
 from .registry import OpDef, get_op
-
-if TYPE_CHECKING:
-    pass
 
 
 @dataclass(frozen=True)
