@@ -95,7 +95,8 @@ class Executor:
         self.devices = sorted(set(self.entry_device) | {c.dst for c in self.copies})
         # NOTE: kernels that spread work over the runtime's CPU workers (lib/kernels/cpu/threads.py)
         # need the cores to themselves: one threaded OpenBLAS call elsewhere in the run leaves
-        # OpenBLAS threads spinning on them (ResNet-18 batch 1: 42 ms with it, 32 ms without).
+        # OpenBLAS threads spinning on them, which made ResNet-18 markedly slower (measured in
+        # docs/measurements.md).
         self._blas_scope: ContextManager[None] = (
             ONE_BLAS_THREAD if any(s.kernel.uses_workers() for s in self.steps) else nullcontext())
 

@@ -22,14 +22,14 @@ IMPL_ENV = "GRAPH_RUNTIME_OPENCL_GEMM"
 # "direct" (one work-item per output; gemm_local.py).
 VARIANTS = ("local", "packed", "dot", "direct")
 # On a CPU device, dense-like products (A (M, K), B (N, K)) with fewer rows than this use the dot
-# kernel: packing B costs O(NK) and pays off only over many rows. Measured on PoCL / 2-core Xeon
-# (N = K = 512 and 1024): dot won below 32 rows, packed from 128; 32-64 was a tie within noise.
+# kernel: packing B costs O(NK) and pays off only over many rows (where the two cross on PoCL:
+# docs/measurements.md).
 DOT_MAX_M = 64
 # On a GPU, thinner than this (rows or K), one work-item per output element beats any tile.
 DIRECT_MAX_M = 4
 DIRECT_MAX_K = 16
 # On a CPU device only a tiny product (M*N*K) runs the direct kernel: one launch instead of
-# three; beyond it PoCL's per-work-item cost makes it 2-8x slower than packed.
+# three; beyond it PoCL's per-work-item cost makes it much slower than packed.
 CPU_DIRECT_MAX_MACS = 1 << 15
 
 
@@ -191,7 +191,7 @@ def make_gemm(backend: OpenCLBackend, device_id: int, shape: GemmShape,
     Args:
         impl: "tiled" (our kernels), "clblast", or "auto" (CLBlast when importable and able to
             serve shape, else tiled). None reads $GRAPH_RUNTIME_OPENCL_GEMM, default "tiled":
-            on PoCL our CPU kernels beat CLBlast 10-25x (bench/opencl_gemm.py), need no
+            on PoCL our CPU kernels beat CLBlast by far (bench/opencl_gemm.py), need no
             CLBlast compile on first use, and also serve float16 and per-group weights.
     """
     impl = _impl(impl)
