@@ -58,6 +58,10 @@ class Liveness:
         for the whole run."""
         return self.end[eid] == self.num_nodes
 
+    def aliased(self, eid: int) -> bool:
+        """Whether another entry holds eid's value (a `__nop` reads it or it reads one)."""
+        return self.group[eid] != eid or eid in self._roots_with_aliases
+
     def written_between(self, eid: int, after: int, until: int) -> bool:
         """Whether a node other than eid's writer writes eid's storage id at a step in
         (after, until]; `__nop` nodes count, as they write the ids of their outputs."""
@@ -66,6 +70,10 @@ class Liveness:
         own = self.writer[eid]
         writers = self._writers_by_storage[self.storage_ids[eid]]
         return any(after < w <= until for w in writers if w != own)
+
+    @cached_property
+    def _roots_with_aliases(self) -> set[int]:
+        return {root for eid, root in enumerate(self.group) if root != eid}
 
     @cached_property
     def _writers_by_storage(self) -> dict[int, list[int]]:

@@ -248,11 +248,14 @@ class Executor:
 
     def _can_alias(self, nid: int, src_eid: int, dst_eid: int) -> bool:
         """Whether dst may be read straight from src's storage: src is not an input or output
-        (zero copy could rebind one of them alone), and nothing else writes src's storage id
-        between the copy and dst's last reader."""
+        (zero copy could rebind one of them alone), no `__nop` aliases dst (its output would
+        keep dst's own, unwritten storage), and nothing else writes src's storage id between
+        the copy and dst's last reader."""
         if src_eid in self._io_eids or dst_eid in self._io_eids:
             return False
         live = self.graph.liveness
+        if live.aliased(dst_eid):
+            return False
         return not live.written_between(src_eid, nid, live.last_read[dst_eid])
 
     def _copy_step(self, nid: int, label: str, src_eid: int, src: Device, dst: Device,

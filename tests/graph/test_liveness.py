@@ -42,6 +42,11 @@ def test_a_nop_output_that_is_a_graph_output_holds_its_source_throughout() -> No
     assert live.held(1) and live.held(2)
 
 
+def test_aliased_names_both_ends_of_a_nop() -> None:
+    live = _nop_split_graph([5]).liveness
+    assert [live.aliased(eid) for eid in range(7)] == [False, True, True] + [False] * 4
+
+
 def test_a_nop_of_an_input_joins_the_input() -> None:
     nodes = [null("x"), tvm_op("r", "__nop", [0]), tvm_op("a", "exp", [1])]
     live = make_graph(nodes, [2], storage_ids=[0, 0, 1]).liveness
