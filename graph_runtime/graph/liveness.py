@@ -1,8 +1,9 @@
 """Liveness: each entry's life over the node order and the alias group it belongs to.
 
-One model for everything that reuses storage: the check of a graph's storage plan at create()
-(runtime/liveness.py), the planner's storage plan (planner/storage_plan.py) and the executor's
-choice to read a same-device `__copy`'s output from its source (runtime/executor.py).
+One model for everything that reuses storage: the check of a graph's storage plan at
+create() (runtime/storage_check.py), the planner's storage plan (planner/storage_plan.py) and
+the executor's choice to read a same-device `__copy`'s output from its source
+(runtime/executor.py).
 
 Steps are node ids. An entry is written by its node and read up to its last reader, inclusive,
 so an op's output never shares storage with its own inputs. Graph inputs and params are written
