@@ -42,10 +42,10 @@ def plan_storage(topo: Topology | Graph, entry_bytes: list[int],
     """
     live = liveness(topo.nodes, topo.heads)
     last_step = live.num_nodes
-    size: dict[int, int] = {}
+    roots = live.roots
+    size = dict.fromkeys(roots, 0)
     for eid, root in enumerate(live.group):
-        size[root] = max(size.get(root, 0), entry_bytes[eid])
-    roots = list(size)
+        size[root] = max(size[root], entry_bytes[eid])
     # An input or output owns its storage for the whole run, so the lower bound counts it
     # throughout.
     fixed = {g: live.held(g) for g in roots}
