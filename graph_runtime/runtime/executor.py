@@ -84,8 +84,6 @@ class Executor:
         self.dropped_copies: set[int] = set()
         self._aliased: set[int] = set()
         self._io_eids = set(graph.input_entries.values()) | set(graph.output_entries)
-        self._last_reader: list[int] | None = None
-        self._sid_writers: dict[int, list[int]] = {}
         self.steps = self._prepare_steps(lib)
         # Write counters of graph inputs that kernels derive data from (lib.library.InputVersion).
         self.versions: dict[int, InputVersion] = {}
@@ -252,26 +250,15 @@ class Executor:
 
     def _can_alias(self, nid: int, src_eid: int, dst_eid: int) -> bool:
         """Whether dst may be read straight from src's storage: src is not an input or output
-        (zero copy could rebind one of them alone), and nothing else writes src's storage id
-        between the copy and dst's last reader."""
-        g = self.graph
-        inputs_outputs = self._io_eids
-        if src_eid in inputs_outputs or dst_eid in inputs_outputs:
+        (zero copy could rebind one of them alone), no `__nop` aliases dst (its output would
+        keep dst's own, unwritten storage), and nothing else writes src's storage id between
+        the copy and dst's last reader."""
+        if src_eid in self._io_eids or dst_eid in self._io_eids:
             return False
-        if self._last_reader is None:
-            last = [-1] * g.num_entries
-            writers: dict[int, list[int]] = {}
-            for node in g.nodes:
-                for ref in node.inputs:
-                    e = g.entry_id(ref[0], ref[1])
-                    last[e] = max(last[e], node.nid)
-                for e in g.node_entries(node.nid):
-                    writers.setdefault(g.storage_id(e), []).append(node.nid)
-            self._last_reader, self._sid_writers = last, writers
-        end = self._last_reader[dst_eid]
-        src_nid = g.entry_node(src_eid)[0]
-        return not any(nid < w <= end for w in self._sid_writers[g.storage_id(src_eid)]
-                       if w != src_nid)
+        live = self.graph.liveness
+        if live.aliased(dst_eid):
+            return False
+        return not live.written_between(src_eid, nid, live.last_read[dst_eid])
 
     def _copy_step(self, nid: int, label: str, src_eid: int, src: Device, dst: Device,
                    dst_eid: int | None = None) -> PreparedCall:

@@ -326,6 +326,17 @@ def test_a_same_device_copy_stays_when_its_source_storage_is_reused() -> None:
     np.testing.assert_array_equal(m.get_output(0).numpy(), np.zeros(4, "float32"))
 
 
+def test_a_same_device_copy_stays_when_a_nop_aliases_its_output() -> None:
+    # r is c's storage (sid 2): dropping the copy left sid 2 unwritten and b read garbage.
+    nodes = [null("x"), tvm_op("a", "exp", [0]), copy_op("c", 1), tvm_op("r", "__nop", [2]),
+             tvm_op("b", "negative", [3])]
+    m = gr.create(make_graph(nodes, [4], storage_ids=[0, 1, 2, 2, 3]), None, gr.cpu())
+    assert not m.executor.dropped_copies
+    x = np.arange(4, dtype="float32")
+    m.run(x=x)
+    np.testing.assert_allclose(m.get_output(0).numpy(), -np.exp(x), rtol=1e-6)
+
+
 def test_hetero_cnn_on_cpu_alone_drops_its_cpu_to_cpu_copy() -> None:
     m = gr.create(HETERO_CNN / "graph.json", HETERO_CNN / "lib.json", gr.cpu())
     assert m.executor.dropped_copies and not any(s.is_copy for s in m.executor.steps)
