@@ -27,7 +27,8 @@ from graph_runtime.lib.conv_params import conv2d_params
 from graph_runtime.lib.kernels.opencl.conv_choice import CHOICE, gemm_method
 from graph_runtime.lib.kernels.opencl.gemm import GemmShape
 from graph_runtime.lib.kernels.winograd_math import winograd_applies
-from graph_runtime.lib.library import CachesInputs, InputVersion, TensorSpec
+from graph_runtime.lib.library import InputVersion, TensorSpec
+from graph_runtime.lib.prepared import capabilities
 from graph_runtime.settings import OPENCL_CONV
 
 # (op, input shapes, attrs)
@@ -59,10 +60,10 @@ def median_ms(kind: str, op: str, hosts: list[np.ndarray], attrs: dict[str, Any]
     specs = [TensorSpec(h.shape, str(h.dtype)) for h in hosts]
     outs = chain.infer(specs, attrs)
     run = chain.prepare(Device(backend.device_type, 0), specs, outs, attrs)
-    if isinstance(run, CachesInputs):
-        # As a graph's params are: written once, so weights derived from them are made once.
-        steady = InputVersion()
-        run.bind_versions({pos: steady for pos in run.cached_inputs()})
+    # As a graph's params are: written once, so weights derived from them are made once.
+    steady = InputVersion()
+    kernel = capabilities(run)
+    kernel.bind_versions({pos: steady for pos in kernel.cached_inputs()})
     args = []
     for h in hosts:
         arr = backend.empty(0, h.shape, h.dtype)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -23,19 +23,9 @@ from .attrs import (
 )
 from .kernels.cpu.conv_epilogue import EPILOGUE_DTYPES, EPILOGUE_OPS
 from .kernels.gpu_elementwise import ELEMENTWISE_EXPRS, gpu_elementwise
-from .library import (
-    CachesInputs,
-    InputVersion,
-    TensorSpec,
-    cached_inputs,
-    storage_requests,
-    uses_workers,
-    workspace_bytes,
-)
+from .library import InputVersion, TensorSpec
+from .prepared import PreparedKernel, capabilities
 from .registry import OpDef, get_op
-
-if TYPE_CHECKING:
-    pass
 
 
 @dataclass(frozen=True)
@@ -61,8 +51,13 @@ class _Planned:
     operands: list[TensorSpec] = field(default_factory=list)
 
 
-class PreparedChain:
-    """The callable a multi-op chain prepares; run(*inputs, *outputs) calls each kernel in turn."""
+class PreparedChain(PreparedKernel):
+    """The callable a multi-op chain prepares; run(*inputs, *outputs) calls each kernel in turn.
+
+    Its capabilities are its kernels' together, by the function's input positions: their requests
+    and cached inputs among the function's own inputs, their workspace plus the intermediates,
+    the workers if any kernel uses them.
+    """
 
     def __init__(self, calls: list[tuple[Callable[..., None], tuple[int, ...]]],
                  intermediates: list[Any], fused_ops: list[str], n_inputs: int) -> None:
@@ -72,34 +67,41 @@ class PreparedChain:
         # (kernel, picks its arguments out of the slots): itemgetter does it in C
         self._steps = [(fn, itemgetter(*index) if len(index) > 1 else _one(index[0]))
                        for fn, index in calls]
-        self._requests = _input_requests(calls, n_inputs)
-        # Kernels keeping data derived from the function's own inputs (Winograd weights).
-        self._cached = [(fn, index) for fn, index in calls
-                        if any(index[pos] < n_inputs for pos in cached_inputs(fn))]
-        self._n_inputs = n_inputs
-        self._workspace = (sum(int(a.nbytes) for a in intermediates)
-                           + sum(workspace_bytes(fn) for fn, _ in calls))
-        self.uses_workers = any(uses_workers(fn) for fn, _ in calls)
+        self._requests: dict[int, Any] = {}
+        self._cached: set[int] = set()
+        # Kernels keeping data derived from the function's own inputs, with their argument slots.
+        self._binds: list[tuple[PreparedKernel, tuple[int, ...]]] = []
+        self._workspace = sum(int(a.nbytes) for a in intermediates)
+        self._workers = False
+        for fn, index in calls:
+            kernel = capabilities(fn)
+            for pos, array in kernel.storage_requests().items():
+                if index[pos] < n_inputs:
+                    self._requests.setdefault(index[pos], array)
+            cached = {index[pos] for pos in kernel.cached_inputs() if index[pos] < n_inputs}
+            if cached:
+                self._cached |= cached
+                self._binds.append((kernel, index))
+            self._workspace += kernel.workspace_bytes()
+            self._workers = self._workers or kernel.uses_workers()
 
     def storage_requests(self) -> Mapping[int, Any]:
-        """The chain's kernels' requests for the function's own inputs (padded_gemv.py)."""
         return self._requests
 
     def workspace_bytes(self) -> int:
-        """Intermediates between the chain's ops plus its kernels' own workspace."""
         return self._workspace
 
     def cached_inputs(self) -> tuple[int, ...]:
-        """The function's inputs some kernel of the chain derives data from once."""
-        return tuple(sorted({index[pos] for fn, index in self._cached
-                             for pos in cached_inputs(fn) if index[pos] < self._n_inputs}))
+        return tuple(sorted(self._cached))
 
     def bind_versions(self, versions: Mapping[int, InputVersion]) -> None:
         """Hand each kernel the counters of the function inputs it reads; others stay volatile."""
-        for fn, index in self._cached:
-            if isinstance(fn, CachesInputs):
-                fn.bind_versions({pos: versions.get(index[pos], InputVersion(volatile=True))
-                                  for pos in cached_inputs(fn)})
+        for kernel, index in self._binds:
+            kernel.bind_versions({pos: versions.get(index[pos], InputVersion(volatile=True))
+                                  for pos in kernel.cached_inputs()})
+
+    def uses_workers(self) -> bool:
+        return self._workers
 
     def __call__(self, *arrays: Any) -> None:
         slots = arrays + self.intermediates
@@ -354,17 +356,6 @@ def _write_tail_in_place(plan: list[_Planned], slot_count: int) -> None:
     for p in plan:
         p.slots = [routed.get(i, i) for i in p.slots]
         p.out_slots = [routed.get(i, i) for i in p.out_slots]
-
-
-def _input_requests(calls: list[tuple[Callable[..., None], tuple[int, ...]]],
-                    n_inputs: int) -> dict[int, Any]:
-    """Storage requests of a chain's kernels for the function's inputs, by input position."""
-    requests: dict[int, Any] = {}
-    for fn, index in calls:
-        for pos, array in storage_requests(fn).items():
-            if index[pos] < n_inputs:
-                requests.setdefault(index[pos], array)
-    return requests
 
 
 def _same_spec(a: TensorSpec, b: TensorSpec) -> bool:

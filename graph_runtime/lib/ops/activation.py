@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -20,9 +20,6 @@ from ..shapes import (
     check_num_inputs,
     check_same_dtype,
 )
-
-if TYPE_CHECKING:
-    pass
 
 WHERE_CONDITION_DTYPES = ("bool",) + NUMERIC_DTYPES
 
@@ -98,7 +95,7 @@ def _leaky_relu_host(attrs: Mapping[str, Any], spec: TensorSpec) -> Callable[...
 def _erf_kernel(op: str, spec: TensorSpec) -> Callable[[Any, Any], None]:
     """erf(x, out) on the CPU with scipy's vectorized erf (NumPy has none)."""
     try:
-        # NOTE: imported here, at prepare time: importing scipy.special takes about 0.3 s.
+        # NOTE: imported here, at prepare time: importing scipy.special is slow.
         from scipy.special import erf
     except ImportError as e:
         raise op_error(op, "the CPU kernel needs scipy; pip install 'scipy>=1.10'") from e

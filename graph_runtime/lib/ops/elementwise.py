@@ -47,7 +47,7 @@ def _relu(xp: Any) -> Callable[..., None]:
     if xp is not np:
         return lambda x, out: maximum(x, 0, out=out)
     # NOTE: NumPy's SIMD maximum runs only when both operands are contiguous; against the
-    # scalar 0 (a stride-0 operand) it is ~4x slower (55 vs 13 us on 64K float32). So
+    # scalar 0 (a stride-0 operand) it is several times slower (docs/measurements.md). So
     # contiguous data is compared block by block with a block of zeros of its dtype.
     zeros: dict[Any, np.ndarray] = {}
 

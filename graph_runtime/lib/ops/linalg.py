@@ -198,8 +198,8 @@ def host_gemm(backend: Backend, device_id: int, gemm: Gemm) -> Callable[[Any, An
 def _cpu_dot(gemm: Gemm) -> Callable[[Any, Any, Any], None]:
     """One product as np.dot on 2-D views: BLAS GEMV/GEMM with no batch loop around it.
 
-    NOTE: np.dot reaches OpenBLAS with less per-call work than a 3-D matmul (~1-3 us on the
-    MLP's GEMVs, which are a third of its run time).
+    NOTE: np.dot reaches OpenBLAS with less per-call work than a 3-D matmul, which counts on
+    the MLP's GEMVs (a third of its run time).
     """
     dot = np.dot
     a_shape, b_shape, c_shape = gemm.a_shape()[1:], gemm.b_shape()[1:], (gemm.m, gemm.n)

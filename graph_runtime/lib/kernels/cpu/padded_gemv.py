@@ -19,6 +19,7 @@ import numpy as np
 
 from .... import settings
 from ...._timing import best_seconds
+from ...prepared import PreparedKernel
 from ...tuning import Choice
 
 CHOICE = Choice("cpu.gemv_padding", settings.GEMV_PADDING)
@@ -56,7 +57,7 @@ def _seconds(k: int, n: int, rows: int, dtype: str) -> Mapping[str, float]:
     return best_seconds({"on": padded, "off": plain}, rounds=3)
 
 
-class PaddedGemv:
+class PaddedGemv(PreparedKernel):
     """run(a, b, out) = a[1, k] @ b[n, k].T; through the padded buffer when b is its weight view.
 
     Asks the executor (storage_requests) to keep the weight's entry in its padded buffer.

@@ -8,8 +8,8 @@ once per shape on this machine ("auto", the tuning service), as the padded GEMV 
 
 Off by default: on the shared 2-core development machine the split measured faster in isolation
 but ran the batch-32 MLP's dense layers slower inside the graph (OpenBLAS's own threads,
-spinning after the graph's other BLAS calls, compete with the workers; docs/tuning.md), so it
-is opt-in until a quiet machine shows it pays in the graph.
+spinning after the graph's other BLAS calls, compete with the workers; docs/measurements.md),
+so it is opt-in until a quiet machine shows it pays in the graph.
 
 GRAPH_RUNTIME_DENSE_SPLIT: off (default), auto (measured once per shape), on.
 """
@@ -21,13 +21,15 @@ import numpy as np
 
 from .... import settings
 from ...._timing import best_seconds
+from ...prepared import PreparedKernel
 from ...tuning import Choice
 from .threads import num_threads, parallel_images
 
 CHOICE = Choice("cpu.dense_split", settings.DENSE_SPLIT)
 MIN_FLOPS = 4e6  # below this a call is too short to hand out
 MIN_COLUMNS = 64  # per block: narrower GEMMs lose BLAS efficiency
-MIN_SPEEDUP = 1.25  # clearly faster: a wrong "on" costs much on a busy machine (docs/tuning.md)
+# Clearly faster: a wrong "on" costs much on a busy machine (docs/measurements.md).
+MIN_SPEEDUP = 1.25
 
 
 def split_blocks(m: int, n: int, k: int, dtype: str) -> int:
@@ -59,16 +61,17 @@ def _seconds(m: int, n: int, k: int, dtype: str, blocks: int) -> Mapping[str, fl
     return best_seconds({"on": spread, "off": plain}, rounds=5)
 
 
-class SplitDense:
+class SplitDense(PreparedKernel):
     """run(x, w, out): out[m, n] = x[m, k] @ w[n, k].T, column blocks on parallel workers."""
-
-    uses_workers = True  # library.UsesWorkers
 
     def __init__(self, m: int, n: int, k: int, blocks: int) -> None:
         self.shapes = ((m, k), (n, k), (m, n))
         step = -(-n // blocks)
         self.bounds = [(j, min(n, j + step)) for j in range(0, n, step)]
         self.workers = min(num_threads(), len(self.bounds))
+
+    def uses_workers(self) -> bool:
+        return True
 
     def __call__(self, a: Any, b: Any, out: Any) -> None:
         a_shape, b_shape, c_shape = self.shapes

@@ -2,7 +2,7 @@
 
 OpenBLAS splits every GEMM statically over its threads, so on a machine whose cores are shared
 one late thread stalls each of a conv's many small per-image GEMMs (batch-32 convs ran several
-times slower threaded than with one BLAS thread; docs/tuning.md). Handing out whole images
+times slower threaded than with one BLAS thread; docs/measurements.md). Handing out whole images
 instead lets a worker that got the CPU take more of them. While any such loop runs, OpenBLAS
 runs single-threaded: its openblas_set_num_threads_local turned out to set the process-wide
 count in NumPy's OpenBLAS, so loops take it down to 1 together (a count of active loops) and
@@ -153,9 +153,8 @@ def parallel_images(n: int, workers: int, work: Callable[[int, int], None]) -> N
     before the caller took the last item is not waited for (it finds nothing left and exits),
     so a busy core costs at most the items it actually took. With workers == 1 (or one image)
     the caller runs everything itself. BLAS stays on one thread throughout, even for one item:
-    a threaded OpenBLAS call whose sleeping workers must first get a core took many times
-    longer on a busy machine (docs/tuning.md), and the workers here are how kernels spread over
-    cores.
+    a threaded OpenBLAS call whose sleeping workers must first get a core takes many times
+    longer on a busy machine, and the workers here are how kernels spread over cores.
     """
     with ONE_BLAS_THREAD:
         if workers <= 1 or n <= 1:

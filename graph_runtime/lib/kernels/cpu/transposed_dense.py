@@ -1,9 +1,9 @@
 """Batched dense products x[m, k] @ w[n, k].T with the weight kept transposed, when that pays.
 
 OpenBLAS's kernel for a transposed B is slower on some shapes than for a plain one (the
-batch-32 MLP's 32x784 @ (512x784).T, docs/tuning.md). The copy is derived data: made once per
-weight version (derived.py), counted as workspace (it doubles that weight's memory), and only
-where it measured clearly faster on this machine, once per shape (the tuning service).
+batch-32 MLP's 32x784 @ (512x784).T; docs/measurements.md). The copy is derived data: made once
+per weight version (derived.py), counted as workspace (it doubles that weight's memory), and
+only where it measured clearly faster on this machine, once per shape (the tuning service).
 
 GRAPH_RUNTIME_DENSE_TRANSPOSE: auto (default, measured per shape), on, off.
 """

@@ -14,7 +14,8 @@ import numpy as np
 from .... import settings
 from ...._timing import median_seconds
 from ...conv_params import ConvParams
-from ...library import CachesInputs, InputVersion
+from ...library import InputVersion
+from ...prepared import capabilities
 from ...tuning import Choice
 from ..gpu_common import device_array
 from ..winograd_math import winograd_applies
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 CHOICE = Choice("opencl.conv2d", settings.OPENCL_CONV)
 # On a CPU device a convolution with at most this many output channels per group (depthwise:
 # 1) runs the direct kernel: the packed GEMM's 12-row register blocks would mostly idle
-# (docs/tuning.md has the measurement).
+# (docs/measurements.md).
 DIRECT_MAX_OG = 4
 # The Winograd methods of conv2d_cl, by output tile size m (winograd.py).
 WINOGRAD = {"winograd": 2, "winograd4": 4}
@@ -95,8 +96,8 @@ def _seconds(backend: OpenCLBackend, device_id: int, p: ConvParams, candidates: 
     runs = {}
     for name in candidates:
         run = build(name)
-        if isinstance(run, CachesInputs):
-            run.bind_versions({pos: steady for pos in run.cached_inputs()})
+        kernel = capabilities(run)
+        kernel.bind_versions({pos: steady for pos in kernel.cached_inputs()})
         run(data, weight, out)  # builds kernels, makes derived weights, faults pages in
         runs[name] = run
     backend.sync(device_id)

@@ -21,14 +21,14 @@ if TYPE_CHECKING:
 # "direct" (one work-item per output; gemm_local.py).
 VARIANTS = ("local", "packed", "dot", "direct")
 # On a CPU device, dense-like products (A (M, K), B (N, K)) with fewer rows than this use the dot
-# kernel: packing B costs O(NK) and pays off only over many rows (docs/tuning.md: where the
-# two crossed on PoCL).
+# kernel: packing B costs O(NK) and pays off only over many rows (where the two cross on PoCL:
+# docs/measurements.md).
 DOT_MAX_M = 64
 # On a GPU, thinner than this (rows or K), one work-item per output element beats any tile.
 DIRECT_MAX_M = 4
 DIRECT_MAX_K = 16
 # On a CPU device only a tiny product (M*N*K) runs the direct kernel: one launch instead of
-# three; beyond it PoCL's per-work-item cost makes it slower than packed (docs/tuning.md).
+# three; beyond it PoCL's per-work-item cost makes it much slower than packed.
 CPU_DIRECT_MAX_MACS = 1 << 15
 
 
