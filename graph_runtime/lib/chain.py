@@ -195,7 +195,7 @@ class Chain:
         run: Callable[..., None] = PreparedChain(calls, intermediates,
                                                  [p.op.name for p in fused], len(inputs))
         if flatten:
-            run = _unflatten(run, list(inputs) + list(outputs))
+            run = _Unflattened(run, list(inputs) + list(outputs))
         return run
 
     # -- planning ---------------------------------------------------------------------------
@@ -395,10 +395,31 @@ def _c_name(name: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in name)[:40]
 
 
-def _unflatten(run: Callable[..., None], specs: list[TensorSpec]) -> Callable[..., None]:
-    """With flatten_data the executor passes 1-D views; kernels get the declared shapes back."""
-    shapes = [tuple(s.shape) for s in specs]
+class _Unflattened(PreparedKernel):
+    """With flatten_data the executor passes 1-D views; the kernels get the declared shapes back.
 
-    def call(*arrays: Any) -> None:
-        run(*[a if a.shape == shape else a.reshape(shape) for a, shape in zip(arrays, shapes)])
-    return call
+    The wrapped kernel's workspace, cached inputs and worker use carry through (a conv under
+    flatten_data still keeps its transformed weight and holds OpenBLAS at one thread); its
+    storage requests do not, since the executor never places a flattened entry.
+    """
+
+    def __init__(self, run: Callable[..., None], specs: list[TensorSpec]) -> None:
+        self.run = run
+        self.inner = capabilities(run)
+        self.shapes = [tuple(s.shape) for s in specs]
+
+    def __call__(self, *arrays: Any) -> None:
+        self.run(*[a if a.shape == shape else a.reshape(shape)
+                   for a, shape in zip(arrays, self.shapes)])
+
+    def workspace_bytes(self) -> int:
+        return self.inner.workspace_bytes()
+
+    def cached_inputs(self) -> Sequence[int]:
+        return self.inner.cached_inputs()
+
+    def bind_versions(self, versions: Mapping[int, InputVersion]) -> None:
+        self.inner.bind_versions(versions)
+
+    def uses_workers(self) -> bool:
+        return self.inner.uses_workers()

@@ -11,7 +11,7 @@ from graph_runtime.device import Device, cpu
 from graph_runtime.errors import LibraryError
 from graph_runtime.lib.chain import Chain, PreparedChain, Step
 from graph_runtime.lib.library import InputVersion, TensorSpec
-from graph_runtime.lib.prepared import PreparedKernel
+from graph_runtime.lib.prepared import PreparedKernel, capabilities
 
 
 def _specs(*arrays: np.ndarray) -> list[TensorSpec]:
@@ -262,3 +262,20 @@ def test_chain_of_plain_kernels_has_the_defaults() -> None:
     chain = PreparedChain([(_plain, (0, 2)), (_plain, (2, 1))], [], [], 1)
     assert (chain.storage_requests(), chain.workspace_bytes(), chain.cached_inputs(),
             chain.uses_workers()) == ({}, 0, (), False)
+
+
+def test_flatten_data_keeps_the_kernels_capabilities() -> None:
+    # A conv under flatten_data: its workspace, its cached (transformed) weight and its use of
+    # the workers still reach the executor through the reshaping wrapper.
+    specs = [TensorSpec((1, 8, 10, 10), "float32"), TensorSpec((8, 8, 3, 3), "float32")]
+    out = [TensorSpec((1, 8, 10, 10), "float32")]
+    attrs = {"padding": "[1, 1]"}
+    plain = Chain("conv2d", [Step("conv2d", attrs)]).prepare(cpu(), specs, out, {})
+    flat = Chain("conv2d", [Step("conv2d", attrs)]).prepare(cpu(), specs, out,
+                                                            {"flatten_data": "1"})
+    want, got = capabilities(plain), capabilities(flat)
+    assert want.cached_inputs() and want.workspace_bytes() > 0
+    assert got.cached_inputs() == want.cached_inputs()
+    assert got.workspace_bytes() == want.workspace_bytes()
+    assert got.uses_workers() == want.uses_workers()
+    assert got.storage_requests() == {}
