@@ -12,15 +12,8 @@ from ..backends import REGISTRY, get_backend
 from ..backends.base import Backend
 from ..device import Device
 from ..errors import LibraryError
-from .attrs import (
-    DTYPE_KEY,
-    NODE_KEYS,
-    NUM_OUTPUTS_KEY,
-    OUT_DTYPE_KEY,
-    WORKSPACE_LIMIT_KEY,
-    check_attrs,
-    float_attr,
-)
+from .attrs import (DTYPE_KEY, NODE_KEYS, NUM_OUTPUTS_KEY, OUT_DTYPE_KEY, WORKSPACE_LIMIT_KEY,
+                    check_attrs, float_attr)
 from .kernels.cpu.conv_epilogue import EPILOGUE_DTYPES, EPILOGUE_OPS
 from .kernels.gpu_elementwise import ELEMENTWISE_EXPRS, gpu_elementwise
 from .library import InputVersion, TensorSpec

@@ -12,14 +12,8 @@ from ..attrs import DTYPE_KEY, attr_error, float_attr, op_error, str_attr
 from ..kernels.gpu_elementwise import elementwise_expr, gpu_elementwise
 from ..library import TensorSpec
 from ..registry import define_op, kernel
-from ..shapes import (
-    FLOAT_DTYPES,
-    NUMERIC_DTYPES,
-    broadcast_shape,
-    check_dtype,
-    check_num_inputs,
-    check_same_dtype,
-)
+from ..shapes import (FLOAT_DTYPES, NUMERIC_DTYPES, broadcast_shape, check_dtype, check_num_inputs,
+                      check_same_dtype)
 
 WHERE_CONDITION_DTYPES = ("bool",) + NUMERIC_DTYPES
 

@@ -12,15 +12,8 @@ from ..kernels.gpu_elementwise import elementwise_expr, gpu_elementwise
 from ..kernels.host import array_module, host_kernel
 from ..library import TensorSpec
 from ..registry import define_op, kernel
-from ..shapes import (
-    FLOAT_DTYPES,
-    INT_DTYPES,
-    NUMERIC_DTYPES,
-    broadcast_shape,
-    check_dtype,
-    check_num_inputs,
-    check_same_dtype,
-)
+from ..shapes import (FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, broadcast_shape, check_dtype,
+                      check_num_inputs, check_same_dtype)
 
 if TYPE_CHECKING:
     from ...backends.opencl import OpenCLBackend

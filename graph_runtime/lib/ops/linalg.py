@@ -17,15 +17,8 @@ from ..kernels.host import array_module, host_kernel
 from ..kernels.opencl.gemm import GemmShape, make_gemm
 from ..library import TensorSpec
 from ..registry import define_op, kernel
-from ..shapes import (
-    FLOAT_DTYPES,
-    NUMERIC_DTYPES,
-    check_dtype,
-    check_num_inputs,
-    check_rank,
-    check_same_dtype,
-    size_of,
-)
+from ..shapes import (FLOAT_DTYPES, NUMERIC_DTYPES, check_dtype, check_num_inputs, check_rank,
+                      check_same_dtype, size_of)
 
 if TYPE_CHECKING:
     from ...backends.opencl import OpenCLBackend

@@ -17,15 +17,8 @@ from ..attrs import attr_error, bool_attr, int_tuple, op_error
 from ..conv_params import check_layout, out_size, padding_attr
 from ..kernels.gpu_common import compute_type, device_array
 from ..kernels.host import array_module, host_kernel, wide_dtype
-from ..kernels.opencl.source import (
-    ClKernel,
-    check_cl_dtypes,
-    cl_header,
-    cl_load,
-    cl_param,
-    cl_pointer,
-    cl_store,
-)
+from ..kernels.opencl.source import (ClKernel, check_cl_dtypes, cl_header, cl_load, cl_param,
+                                     cl_pointer, cl_store)
 from ..library import TensorSpec
 from ..registry import define_op, get_op, kernel
 from ..shapes import FLOAT_DTYPES, check_dtype, check_num_inputs, check_rank, size_of
