@@ -1,7 +1,8 @@
 """The ONNX target of tests/test_fuzz.py: seed models mutated at the protobuf level.
 
-Seeds are the project's example model and small onnx.helper models that exercise folding, If,
-Pad, Resize, OneHot, Split, Trilu, sparse and external data. A mutation changes one scalar field
+Seeds are the project's example model, small onnx.helper models that exercise folding, If,
+Pad, Resize, OneHot, Split, Trilu, sparse and external data, and the ONNX backend node-test
+models the importer passes (FUZZ_NODE_SEEDS of them, default all; every op it converts). A mutation changes one scalar field
 anywhere in the message tree (names, dims, data types, attribute values and types, raw data
 lengths, external data locations), removes or repeats an item of a repeated field, writes
 invalid UTF-8 into a name, or damages the serialized bytes. Each case imports the model with
@@ -104,6 +105,17 @@ def _seed_models() -> list[Any]:
         entry.key, entry.value = key, value
     seeds.append(external)
     return seeds
+
+
+def _node_test_seeds(limit: int) -> list[Any]:
+    """Up to limit of the ONNX node-test models in the passing list, spread over the list."""
+    sys.path.insert(0, str(ROOT / "tests" / "frontend"))
+    from onnx_node_cases import node_cases, read_passing_list
+    names = read_passing_list()
+    if limit < len(names):
+        names = names[::max(len(names) // max(limit, 1), 1)][:limit]
+    cases = node_cases()
+    return [cases[name].model for name in names if name in cases]
 
 
 def _prepare_folder(tmp: Path) -> Path:
@@ -257,6 +269,7 @@ def onnx_target(mutate_bytes: Callable, memory_cap: int) -> Callable[[random.Ran
     folder = _prepare_folder(tmp)
     path = folder / "model.onnx"
     seeds = _seed_models()
+    node_seeds = _node_test_seeds(int(os.environ.get("FUZZ_NODE_SEEDS", 100000)))
     outside: list[str] = []
 
     def audit(event: str, args: tuple) -> None:
@@ -267,7 +280,8 @@ def onnx_target(mutate_bytes: Callable, memory_cap: int) -> Callable[[random.Ran
     sys.addaudithook(audit)
 
     def case(rng: random.Random) -> None:
-        data = mutate_model(rng.choice(seeds), rng, mutate_bytes)
+        pool = node_seeds if node_seeds and rng.random() < 0.6 else seeds
+        data = mutate_model(rng.choice(pool), rng, mutate_bytes)
         if rng.random() < 0.5:
             path.write_bytes(data)
             model: Any = path

@@ -156,7 +156,8 @@ def gather(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
         n = x.shape[axis]
         bad = (idx.const < -n) | (idx.const >= n)
         if np.any(bad):
-            raise Unsupported(f"indices out of range [-{n}, {n})")
+            raise Unsupported(f"index {idx.const[bad].reshape(-1)[0]} is out of range for axis "
+                              f"{axis} of size {n}")
     # NOTE: 'wrap' maps ONNX's negative indices (-1 = last) to their place.
     return [ctx.b.op("take", x, ctx.b.cast(idx, "int64") if idx.dtype not in ("int32", "int64")
                      else idx, axis=axis, mode="wrap")]
