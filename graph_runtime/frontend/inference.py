@@ -6,7 +6,7 @@ from typing import Any
 
 from ..errors import FrontendError
 from .ir import Unsupported
-from .onnx_model import MAX_INPUT_ELEMENTS, checked_dims
+from .onnx_model import MAX_INPUT_ELEMENTS, check_node, checked_dims
 from .tensor_data import elem_dtype, element_count
 
 # ONNX's data propagation holds 70-140 bytes per element of each 1-D or integer tensor it follows
@@ -15,32 +15,40 @@ DATA_PROP_ELEMENTS = 1 << 16
 
 
 def check_references(model: Any, name: str) -> None:
-    """Every node input names a graph input, an initializer or an earlier node's output.
+    """Every node matches its op's schema (check_node), and every node input names a graph
+    input, an initializer or an earlier node's output.
 
     NOTE: onnx's C++ shape inference dereferences an undefined input (EyeLike, RegexFullMatch)
     and kills the interpreter, so this runs first.
     """
-    graph = model.graph
-    _check_graph(graph, set(), f"{name}: graph")
+    opsets = {("" if e.domain == "ai.onnx" else e.domain): int(e.version)
+              for e in model.opset_import}
+    _check_graph(model.graph, set(), f"{name}: graph", opsets)
     for f in model.functions:
-        _check_nodes(f.node, set(f.input), f"{name}: function {f.name!r}")
+        inner = {**opsets, **{("" if e.domain == "ai.onnx" else e.domain): int(e.version)
+                              for e in f.opset_import}}
+        _check_nodes(f.node, set(f.input), f"{name}: function {f.name!r}", inner)
 
 
-def _check_graph(graph: Any, outer: set[str], where: str) -> None:
+def _check_graph(graph: Any, outer: set[str], where: str, opsets: Mapping[str, int]) -> None:
     defined = set(outer)
     defined.update(i.name for i in graph.input)
     defined.update(t.name for t in graph.initializer)
     defined.update(s.values.name for s in graph.sparse_initializer)
-    _check_nodes(graph.node, defined, where)
+    _check_nodes(graph.node, defined, where, opsets)
     for k, out in enumerate(graph.output):
         if out.name not in defined:
             raise FrontendError(f"{where} output {k} {out.name!r} is not defined: no input, "
                                 "initializer or node output has that name")
 
 
-def _check_nodes(nodes: Any, defined: set[str], where: str) -> None:
+def _check_nodes(nodes: Any, defined: set[str], where: str, opsets: Mapping[str, int]) -> None:
     for nid, node in enumerate(nodes):
         label = f"{where} node {nid} {node.name!r} ({node.op_type})"
+        try:
+            check_node(node, opsets)
+        except Unsupported as e:
+            raise FrontendError(f"{label}: {e}") from None
         for k, name in enumerate(node.input):
             if name and name not in defined:
                 raise FrontendError(f"{label} input {k} {name!r} is not defined: no input, "
@@ -48,7 +56,7 @@ def _check_nodes(nodes: Any, defined: set[str], where: str) -> None:
         for a in node.attribute:
             subgraphs = ([a.g] if a.HasField("g") else []) + list(a.graphs)
             for sub in subgraphs:
-                _check_graph(sub, defined, f"{label} attribute {a.name!r}")
+                _check_graph(sub, defined, f"{label} attribute {a.name!r}", opsets)
         defined.update(n for n in node.output if n)
 
 

@@ -174,24 +174,49 @@ class OnnxNode:
 def decode_node(proto: Any, opsets: Mapping[str, int]) -> OnnxNode:
     """An OnnxNode from a NodeProto: its inputs, outputs and attributes checked against the op's
     schema, tensors decoded to arrays (checked), text decoded from UTF-8."""
-    from onnx import defs
-    domain = proto.domain if proto.domain != "ai.onnx" else ""
-    opset = int(opsets.get(domain, 1))
-    try:
-        schema: Any = defs.get_schema(proto.op_type, opset, domain)
-    except Exception:  # noqa: BLE001 - SchemaError: an op this onnx does not know
-        schema = None
-    if schema is not None:
-        _check_arity(proto, schema)
+    check_node(proto, opsets)
     attrs: dict[str, Any] = {}
     for a in proto.attribute:
-        attrs[a.name] = _attribute(a, schema)
-    if schema is not None:
-        for name, spec in schema.attributes.items():
-            if spec.required and name not in attrs:
-                raise Unsupported(f"missing required attribute {name!r}")
+        attrs[a.name] = _attribute(a)
+    domain = proto.domain if proto.domain != "ai.onnx" else ""
     return OnnxNode(proto.op_type, proto.name, list(proto.input), list(proto.output), attrs,
-                    domain, opset, proto)
+                    domain, int(opsets.get(domain, 1)), proto)
+
+
+# Attributes that must equal the node's output count (ONNX's C++ inference indexes by them).
+_OUTPUT_COUNT_ATTRS = {"Split": "num_outputs"}
+
+
+def check_node(proto: Any, opsets: Mapping[str, int]) -> Any:
+    """The op's schema (None for an op onnx does not know) after checking the node against it:
+    input/output counts, omitted required inputs, attribute names, types and required ones."""
+    from onnx import defs
+    domain = proto.domain if proto.domain != "ai.onnx" else ""
+    try:
+        schema: Any = defs.get_schema(proto.op_type, int(opsets.get(domain, 1)), domain)
+    except Exception:  # noqa: BLE001 - SchemaError: an op this onnx does not know
+        return None
+    _check_arity(proto, schema)
+    given = set()
+    for a in proto.attribute:
+        spec = schema.attributes.get(a.name)
+        if spec is None:
+            known = ", ".join(sorted(schema.attributes)) or "none"
+            raise Unsupported(f"unknown attribute {a.name!r}; {schema.name}-"
+                              f"{schema.since_version} has: {known}")
+        if int(spec.type) != int(a.type):
+            raise Unsupported(f"attribute {a.name!r}: expected {spec.type.name}, got "
+                              f"{_type_name(a.type)}")
+        given.add(a.name)
+    for name, spec in schema.attributes.items():
+        if spec.required and name not in given:
+            raise Unsupported(f"missing required attribute {name!r}")
+    count_attr = _OUTPUT_COUNT_ATTRS.get(proto.op_type)
+    for a in proto.attribute:
+        if a.name == count_attr and a.i != len(proto.output):
+            raise Unsupported(f"attribute {a.name!r} is {a.i}; expected {len(proto.output)}, "
+                              "the node's output count")
+    return schema
 
 
 def _check_arity(proto: Any, schema: Any) -> None:
@@ -212,21 +237,13 @@ def _check_arity(proto: Any, schema: Any) -> None:
             raise Unsupported(f"input {i} ({param.name}) is omitted (''); it is required")
 
 
-def _attribute(a: Any, schema: Any) -> Any:
-    """One attribute's value, checked against the schema's type for it."""
+def _attribute(a: Any) -> Any:
+    """One attribute's value (its type already checked against the schema by check_node)."""
     from onnx import AttributeProto, helper
     from .tensor_data import sparse_to_dense, to_array
     if a.ref_attr_name:
         raise Unsupported(f"attribute {a.name!r} refers to a function attribute")
-    type_name = AttributeProto.AttributeType.Name(a.type) \
-        if a.type in AttributeProto.AttributeType.values() else str(a.type)
-    if schema is not None:
-        spec = schema.attributes.get(a.name)
-        if spec is None:
-            known = ", ".join(sorted(schema.attributes)) or "none"
-            raise Unsupported(f"unknown attribute {a.name!r}; {proto_op(schema)} has: {known}")
-        if int(spec.type) != int(a.type):
-            raise Unsupported(f"attribute {a.name!r}: expected {spec.type.name}, got {type_name}")
+    type_name = _type_name(a.type)
     where = f"attribute {a.name!r}"
     if a.type == AttributeProto.TENSOR:
         return to_array(a.t, where)
@@ -245,8 +262,10 @@ def _attribute(a: Any, schema: Any) -> Any:
     return helper.get_attribute_value(a)
 
 
-def proto_op(schema: Any) -> str:
-    return f"{schema.name}-{schema.since_version}"
+def _type_name(number: int) -> str:
+    from onnx import AttributeProto
+    kinds = AttributeProto.AttributeType
+    return str(kinds.Name(number)) if number in kinds.values() else str(number)
 
 
 def _text(value: bytes, where: str) -> str:
