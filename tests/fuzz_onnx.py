@@ -211,6 +211,7 @@ def _mutate_field(model: Any, rng: random.Random) -> None:
 def _external(model: Any, rng: random.Random) -> None:
     """One tensor (initializer, Constant, sparse value) moved to a hostile external location."""
     from onnx import TensorProto
+
     from graph_runtime.frontend.external_data import model_tensors
     tensors = [t for _, t in model_tensors(model)]
     if not tensors:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from .ir import Builder, Unsupported, Value
-from .onnx_model import OnnxNode
+from .onnx_node import OnnxNode
 
 Converter = Callable[["Context", OnnxNode, list], Sequence["Value | None"]]
 CONVERTERS: dict[str, Converter] = {}

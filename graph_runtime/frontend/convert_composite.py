@@ -7,7 +7,7 @@ import numpy as np
 
 from .convert import Context, const_input, converts, norm_axis
 from .ir import Unsupported, Value, check_const_bytes
-from .onnx_model import OnnxNode
+from .onnx_node import OnnxNode
 
 
 def _nll(ctx: Context, node: OnnxNode, logp: Value, target: Value, weight: Value | None) -> Value:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from .convert import Context, converts
 from .ir import Unsupported, Value
-from .onnx_model import OnnxNode
+from .onnx_node import OnnxNode
 
 # -- windows (conv and pooling) -------------------------------------------------------------------
 

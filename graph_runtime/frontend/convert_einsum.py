@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from .convert import Context, converts
 from .ir import Unsupported, Value
-from .onnx_model import OnnxNode
+from .onnx_node import OnnxNode
 
 
 def _einsum_terms(equation: str, ranks: Sequence[int]) -> tuple[list[str], str]:

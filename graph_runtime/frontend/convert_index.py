@@ -8,7 +8,7 @@ import numpy as np
 
 from .convert import Context, const_input, converts, ints_of, norm_axis, required_ints
 from .ir import Unsupported, Value, check_const_bytes
-from .onnx_model import OnnxNode
+from .onnx_node import OnnxNode
 
 
 def _slice_attrs(x: Value, starts: Sequence[int], ends: Sequence[int], axes: Sequence[int],

@@ -7,7 +7,7 @@ import numpy as np
 
 from .convert import Context, const_input, converts, ints_of, norm_axis
 from .ir import Unsupported, Value
-from .onnx_model import OnnxNode
+from .onnx_node import OnnxNode
 
 # ONNX op type -> standard op, where one op is the whole conversion.
 BINARY = {"Add": "add", "Sub": "subtract", "Mul": "multiply", "Div": "divide",

@@ -8,7 +8,7 @@ import numpy as np
 
 from .convert import Context, converts, norm_axis
 from .ir import Unsupported, Value
-from .onnx_model import OnnxNode
+from .onnx_node import OnnxNode
 
 
 @converts("Gemm")

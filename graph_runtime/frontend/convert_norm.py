@@ -8,7 +8,7 @@ import numpy as np
 
 from .convert import Context, converts, norm_axis
 from .ir import Unsupported, Value
-from .onnx_model import OnnxNode
+from .onnx_node import OnnxNode
 
 
 def _bn_scale_shift(node: OnnxNode, args: list) -> tuple[np.ndarray, np.ndarray] | None:

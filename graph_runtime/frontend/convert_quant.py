@@ -5,7 +5,8 @@ import numpy as np
 
 from .convert import Context, const_input, converts, norm_axis
 from .ir import Unsupported, Value
-from .onnx_model import OnnxNode, np_dtype
+from .onnx_model import np_dtype
+from .onnx_node import OnnxNode
 
 # Integer types a quantized tensor may have, with their saturation range.
 QUANT_RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767),

@@ -7,7 +7,7 @@ import numpy as np
 
 from .convert import Context, const_input, converts, ints_of, norm_axis
 from .ir import Unsupported, Value
-from .onnx_model import OnnxNode
+from .onnx_node import OnnxNode
 
 
 def _floats(array: np.ndarray | None) -> list[float] | None:

@@ -8,7 +8,7 @@ import numpy as np
 
 from .fold_size import check_fold_size, check_folded
 from .ir import Unsupported
-from .onnx_model import OnnxNode
+from .onnx_node import OnnxNode
 
 # Never folded: their outputs are random, so evaluating them once would freeze one draw.
 NOT_FOLDABLE = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike",

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from .ir import Unsupported, check_const_bytes
-from .onnx_model import OnnxNode
+from .onnx_node import OnnxNode
 
 Shape = tuple[int, ...]
 

@@ -6,7 +6,8 @@ from typing import Any
 
 from ..errors import FrontendError
 from .ir import Unsupported
-from .onnx_model import MAX_INPUT_ELEMENTS, check_node, checked_dims
+from .onnx_model import MAX_INPUT_ELEMENTS, checked_dims
+from .onnx_node import check_node
 from .tensor_data import elem_dtype, element_count
 
 # ONNX's data propagation holds 70-140 bytes per element of each 1-D or integer tensor it follows

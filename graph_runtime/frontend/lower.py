@@ -12,9 +12,10 @@ from ..errors import FrontendError
 from .convert import CONVERTERS, Context
 from .expand import expand_functions
 from .fold import fold
-from .ir import RUNTIME_DTYPES, Builder, TooLarge, Unsupported, Value
 from .inference import check_references, check_shapes, inferred_types, static_specs
-from .onnx_model import OnnxNode, decode_node, default_opset, np_dtype, tensor_shape
+from .ir import RUNTIME_DTYPES, Builder, TooLarge, Unsupported, Value
+from .onnx_model import default_opset, np_dtype, tensor_shape
+from .onnx_node import OnnxNode, decode_node
 from .tensor_data import sparse_to_dense, to_array
 
 

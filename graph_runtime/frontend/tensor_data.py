@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 
-from .._text import fmt_bytes
 from .ir import RUNTIME_DTYPES, Unsupported, check_const_bytes
 
 # The TensorProto field holding each element type's values when raw_data is not used.
@@ -104,8 +103,3 @@ def sparse_to_dense(sparse: Any, what: str) -> np.ndarray:
     dense = np.zeros(count, values.dtype)
     dense[linear] = values
     return dense.reshape(dense_shape)
-
-
-def size_text(count: int, dtype: Any) -> str:
-    """'N elements of DTYPE (BYTES)' for messages about sizes."""
-    return f"{count} elements of {np.dtype(dtype)} ({fmt_bytes(count * np.dtype(dtype).itemsize)})"
