@@ -239,6 +239,9 @@ def _lower_node(ctx: Context, node: Any, args: list[Value | None], model: Any,
     convert = CONVERTERS.get(node.op_type) if node.domain == "" else None
     if convert is None:
         raise Unsupported("__unknown__")
+    if node.inputs and args[0] is None:
+        # NOTE: every converter reads input 0 as its data; a schema may not say it is required.
+        raise Unsupported("input 0 is omitted (''); it is required")
     outs = list(convert(ctx, node, args))
     if outs and all(v is not None and v.const is not None for v in outs):
         lowered.folded[node.op_type] += 1  # Shape, Size: known from static shapes

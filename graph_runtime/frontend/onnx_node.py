@@ -82,6 +82,11 @@ def check_node(proto: Any, opsets: Mapping[str, int]) -> Any:
     for name, spec in schema.attributes.items():
         if spec.required and name not in given:
             raise Unsupported(f"missing required attribute {name!r}")
+    for a in proto.attribute:
+        values = [a.i] if a.type == a.INT else list(a.ints)
+        if a.name in ("axis", "axes") and any(not -2 ** 31 <= v < 2 ** 31 for v in values):
+            # NOTE: onnx's C++ inference (LayerNormalization) crashes on an axis past int32.
+            raise Unsupported(f"attribute {a.name!r} is {values[:8]}; expected axes of a tensor")
     count_attr = _OUTPUT_COUNT_ATTRS.get(proto.op_type)
     for a in proto.attribute:
         if a.name == count_attr and a.i != len(proto.output):
