@@ -83,6 +83,9 @@ def check_node(proto: Any, opsets: Mapping[str, int]) -> Any:
         if spec.required and name not in given:
             raise Unsupported(f"missing required attribute {name!r}")
     for a in proto.attribute:
+        # NOTE: before ONNX shape inference, whose Einsum equation parser hangs on bad UTF-8.
+        for i, text in enumerate([a.s] if a.type == a.STRING else list(a.strings)):
+            _text(text, f"attribute {a.name!r}" + (f" item {i}" if a.type == a.STRINGS else ""))
         values = [a.i] if a.type == a.INT else list(a.ints)
         if a.name in ("axis", "axes") and any(not -2 ** 31 <= v < 2 ** 31 for v in values):
             # NOTE: onnx's C++ inference (LayerNormalization) crashes on an axis past int32.

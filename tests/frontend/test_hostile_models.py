@@ -65,6 +65,14 @@ def test_string_attribute_with_invalid_utf8() -> None:
     refused(model([node], [vi("x")], [vi("y", shape=None)], [pads]), "attribute 'mode'", "UTF-8")
 
 
+def test_einsum_equation_with_invalid_utf8_is_refused_before_shape_inference() -> None:
+    node = helper.make_node("Einsum", ["x"], ["y"], equation="i->i")
+    node.attribute[0].s = b"\xff\xfe"  # onnx's shape inference hung on it
+    start = time.perf_counter()
+    refused(model([node], [vi("x")], [vi("y", shape=None)]), "attribute 'equation'", "UTF-8")
+    assert time.perf_counter() - start < 5
+
+
 def test_names_with_invalid_utf8(tmp_path: Any) -> None:
     m = model([helper.make_node("Relu", ["x"], ["y"])], [vi("x")], [vi("y")])
     path = tmp_path / "m.onnx"
