@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -79,10 +80,13 @@ class ImportResult:
 
 
 def import_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None,
-                name: str | None = None) -> ImportResult:
+                name: str | None = None,
+                base_dir: str | os.PathLike[str] | None = None) -> ImportResult:
     """Import an ONNX model (a ModelProto or a path): graph JSON, lib.json document, params.
 
     name is how messages call the model (default: the file name, or the graph's name).
+    base_dir is the only folder external data is read from (default: the model file's folder;
+    a ModelProto with external data and no base_dir is refused).
 
     Raises FrontendError listing every unsupported op, attribute value or dtype (with node
     names and the opset) before anything is produced.
@@ -91,7 +95,7 @@ def import_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None,
     from .lower import lower
     from .onnx_model import load_model
     start = time.perf_counter()
-    proto, default_name = load_model(model)
+    proto, default_name = load_model(model, base_dir)
     name = name or default_name
     lowered = lower(proto, name, dict(shape or {}))
     emitted = emit(lowered, f"imported from {name} (ONNX opset {lowered.opset})")
@@ -106,8 +110,9 @@ def import_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None,
         input_names=[v.name for v in lowered.inputs], output_names=lowered.output_names)
 
 
-def from_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None
+def from_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None,
+              base_dir: str | os.PathLike[str] | None = None
               ) -> tuple[str, Module, dict[str, np.ndarray]]:
     """(graph_json, lib Module, params) for `graph_runtime.create(graph_json, lib, ctxs)`."""
-    result = import_onnx(model, shape)
+    result = import_onnx(model, shape, base_dir=base_dir)
     return result.graph_json, result.module(), result.params

@@ -261,7 +261,8 @@ def _lrn_host(xp: Any, backend: Backend, device_id: int, inputs: Sequence[Tensor
     total = xp.empty(shape, work)
     # (destination channels, source channels) of each window offset, clipped to [0, C).
     spans = []
-    for off in range(-p.before, p.after + 1):
+    # NOTE: offsets past the channel count add nothing; clipping them keeps a huge size bounded.
+    for off in range(max(-p.before, -p.c), min(p.after, p.c) + 1):
         lo = max(0, -off)
         hi = min(p.c, p.c - off)
         if lo < hi:
