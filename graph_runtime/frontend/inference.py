@@ -1,6 +1,12 @@
-"""ONNX shape inference, run safely: the graph checked first (a bad one crashes it), sizes bounded."""
+"""ONNX shape inference, run safely: the graph checked first, sizes bounded, in a forked child."""
 from __future__ import annotations
 
+import faulthandler
+import os
+import resource
+import select
+import signal
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -13,6 +19,10 @@ from .tensor_data import elem_dtype, element_count
 # ONNX's data propagation holds 70-140 bytes per element of each 1-D or integer tensor it follows
 # (Add, Gather...), so it runs only while every such input and initializer is at most this large.
 DATA_PROP_ELEMENTS = 1 << 16
+# Shape inference runs in a forked child (_infer_in_child) with these limits: a model whose
+# inference needs more is refused, not left to take the importing process down.
+INFERENCE_SECONDS = 60.0
+INFERENCE_MEMORY = 4 << 30
 
 
 def check_references(model: Any, name: str) -> None:
@@ -120,10 +130,10 @@ def clean_dims(values: Any) -> None:
             tt.ClearField("shape")
 
 
-def inferred_types(model: Any, shapes: Mapping[str, Sequence[int]]) -> dict[str, Any]:
+def inferred_types(model: Any, shapes: Mapping[str, Sequence[int]],
+                   name: str = "model") -> dict[str, Any]:
     """TypeProto per value from ONNX shape inference, with the given input shapes pinned."""
     import onnx
-    from onnx import shape_inference
     proto = onnx.ModelProto()
     proto.ir_version = model.ir_version
     proto.opset_import.extend(model.opset_import)
@@ -149,11 +159,7 @@ def inferred_types(model: Any, shapes: Mapping[str, Sequence[int]]) -> dict[str,
     for name, t in stored:
         if name not in declared:
             graph.input.append(_stored_type(name, t))
-    try:
-        inferred = shape_inference.infer_shapes(proto, strict_mode=False,
-                                                data_prop=data_prop_safe(proto))
-    except Exception:  # noqa: BLE001
-        inferred = proto
+    inferred = _infer_in_child(proto, data_prop_safe(proto), name)
     g = inferred.graph
     return {vi.name: vi.type for vi in list(g.input) + list(g.value_info) + list(g.output)}
 
@@ -185,3 +191,75 @@ def _stored_type(name: str, tensor: Any) -> Any:
     except Unsupported:
         shape = None
     return helper.make_tensor_value_info(name, elem, shape)
+
+
+def _infer_in_child(proto: Any, data_prop: bool, name: str) -> Any:
+    """onnx's shape inference on proto in a forked child, so that a crash in its C++ (past ones:
+    a node reading an undefined name, an axis past int32) or a runaway is a refusal naming the
+    model, not the end of this process. A failure it raises leaves the types as declared."""
+    import onnx
+    from onnx import shape_inference  # imported here: a child must take no import lock
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: infer, send the bytes (or nothing on an exception), exit at once
+        os.close(read_fd)
+        code = 0
+        faulthandler.disable()  # a crash here is reported by the parent, in one line
+        try:
+            _limit_memory(INFERENCE_MEMORY)
+            out = shape_inference.infer_shapes(proto, strict_mode=False, data_prop=data_prop)
+            with os.fdopen(write_fd, "wb") as pipe:
+                pipe.write(out.SerializeToString())
+        except BaseException:  # noqa: BLE001  (the parent keeps the declared types)
+            code = 1
+        os._exit(code)
+    os.close(write_fd)
+    data = _read_with_deadline(read_fd, pid, name)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        signal_name = _signal_name(os.WTERMSIG(status))
+        raise FrontendError(f"{name}: onnx's shape inference crashed on this model "
+                            f"({signal_name}); the model is malformed in a way onnx does not check")
+    if os.WEXITSTATUS(status) != 0 or not data:
+        return proto
+    inferred = onnx.ModelProto()
+    inferred.ParseFromString(data)
+    return inferred
+
+
+def _limit_memory(extra: int) -> None:
+    """Cap this (child) process's address space at what it maps now plus extra bytes, within
+    any cap already set: a fork inherits the parent's mappings, which may be large."""
+    mapped = int(open("/proc/self/statm").read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = mapped + extra
+    for limit in (soft, hard):
+        if limit != resource.RLIM_INFINITY:
+            cap = min(cap, limit)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+
+
+def _read_with_deadline(fd: int, pid: int, name: str) -> bytes:
+    """Everything the child writes, or a FrontendError (the child killed) past the deadline."""
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + INFERENCE_SECONDS
+    with os.fdopen(fd, "rb", buffering=0) as pipe:
+        while True:
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([pipe], [], [], max(left, 0.0))
+            if not ready:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                raise FrontendError(f"{name}: onnx's shape inference ran past "
+                                    f"{INFERENCE_SECONDS:.0f} s on this model; refused")
+            chunk = pipe.read(1 << 20)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"

@@ -49,12 +49,12 @@ def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]]) -> L
     """Lower every node; one FrontendError listing every unsupported op/attr/dtype otherwise."""
     shapes = check_shapes(model, shapes)
     check_references(model, model_name)
-    types = inferred_types(model, shapes)
+    types = inferred_types(model, shapes, model_name)
     num_nodes = len(model.graph.node)
     model, expanded = expand_functions(model, CONVERTERS, types)
     if expanded:
         check_references(model, model_name)
-        types = inferred_types(model, shapes)
+        types = inferred_types(model, shapes, model_name)
     graph = model.graph
     opset = default_opset(model)
     opsets = {("" if e.domain == "ai.onnx" else e.domain): int(e.version)

@@ -1,6 +1,8 @@
 """Hostile ONNX models (issue 20): each cause refused with a FrontendError naming what is wrong."""
 from __future__ import annotations
 
+import os
+import signal
 import time
 from typing import Any
 
@@ -11,7 +13,7 @@ from onnx_builders import F32, I64, TensorProto, helper, model, numpy_helper, on
 
 from graph_runtime.cli import app
 from graph_runtime.errors import FrontendError
-from graph_runtime.frontend import from_onnx
+from graph_runtime.frontend import from_onnx, inference
 
 
 def raw_tensor(name: str, dims: list, data: bytes) -> Any:
@@ -189,13 +191,41 @@ def test_huge_declared_input_refused_before_shape_inference() -> None:
 
 
 def test_large_int_input_skips_data_propagation() -> None:
+    # ONNX's data propagation would hold ~1.4 GiB following a 1e7-element int64 input.
     m = model([helper.make_node("Add", ["x", "k"], ["y"])], [vi("x", I64, (10 ** 7,))],
               [vi("y", I64, None)], [_const("k", np.int64(1))])
-    import resource
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    assert not inference.data_prop_safe(m)
     from_onnx(m)
-    grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
-    assert grown_mib < 400  # data propagation would hold ~1.4 GiB
+
+
+def _relu_model() -> Any:
+    return model([helper.make_node("Relu", ["x"], ["y"])], [vi("x")], [vi("y", shape=None)])
+
+
+def test_a_crash_inside_shape_inference_is_a_refusal(monkeypatch) -> None:
+    # onnx's C++ shape inference has segfaulted on malformed models; it runs in a forked child,
+    # so such a crash (here: a stand-in that kills itself) refuses the model, this process lives.
+    def crashes(*args: Any, **kwargs: Any) -> Any:
+        os.kill(os.getpid(), signal.SIGSEGV)
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", crashes)
+    refused(_relu_model(), "shape inference crashed", "SIGSEGV")
+
+
+def test_shape_inference_past_its_deadline_is_a_refusal(monkeypatch) -> None:
+    def hangs(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(60)
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", hangs)
+    monkeypatch.setattr(inference, "INFERENCE_SECONDS", 0.5)
+    started = time.perf_counter()
+    refused(_relu_model(), "shape inference ran past")
+    assert time.perf_counter() - started < 5
+
+
+def test_shape_inference_raising_keeps_the_declared_types(monkeypatch) -> None:
+    def raises(*args: Any, **kwargs: Any) -> Any:
+        raise onnx.shape_inference.InferenceError("no")
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", raises)
+    assert from_onnx(_relu_model()) is not None
 
 
 @pytest.mark.parametrize("dims", [[-1, 4], [2 ** 62, 2 ** 62], ["a"]])
