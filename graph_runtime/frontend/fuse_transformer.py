@@ -178,7 +178,8 @@ def _match_layer_norm(g: _Graph, sub: Prim) -> tuple[list[Value], Value, float] 
     if not _last_axis_mean(mean.producer, x.rank) or mean.producer.inputs[0] is not x:  # type: ignore
         return None
     d = sub.outputs[0]
-    readers = g.readers.get(id(d), [])
+    # distinct readers: x * x reads d twice
+    readers = list({id(p): p for p in g.readers.get(id(d), [])}.values())
     if len(readers) != 2 or id(d) in g.pinned:
         return None
     pw = next((p for p in readers if p.op == "power" and _near(p.inputs[1], 2.0)), None)
@@ -298,14 +299,20 @@ def _as_3d(src: Value, batch: int, prims: list[Prim], origin: str) -> Value:
 
 def _match_attention(g: _Graph, bmm: Prim) -> tuple[list[Prim], Prim] | None:
     """New prims computing the attention whose scores bmm makes, and the prim they replace."""
-    if bmm.op != "batch_matmul" or bmm.outputs[0].dtype not in ("float32", "float64"):
+    if bmm.op not in ("batch_matmul", "matmul") or bmm.outputs[0].dtype not in ("float32",
+                                                                                 "float64"):
         return None
     qa, ka = bmm.inputs
-    if qa.rank != 3 or ka.rank != 3:
+    if qa.rank < 2 or ka.rank < 2 or (bmm.op == "matmul" and bmm.attrs):
         return None
+    # batch_matmul: (batch*heads, tokens, dim) operands; matmul: the same with one matrix
+    # (batch and heads 1), which the importer writes as a 4-D by 2-D product.
     key_t = not bmm.attrs.get("transpose_b", False)
-    bh, q_len, dim = qa.shape
-    k_len = ka.shape[2] if key_t else ka.shape[1]
+    bh = math.prod(qa.shape[:-2])
+    q_len, dim = qa.shape[-2:]
+    k_len = ka.shape[-1] if key_t else ka.shape[-2]
+    if math.prod(ka.shape[:-2]) != bh or (bmm.op == "matmul" and bh != 1):
+        return None
     # scores -> [reshape] -> [scale] -> [+ mask] -> softmax
     cur = bmm.outputs[0]
     scale = 1.0
@@ -347,8 +354,9 @@ def _match_attention(g: _Graph, bmm: Prim) -> tuple[list[Prim], Prim] | None:
     if p is not None and p.op == "reshape":
         cur = p.outputs[0]
         p = g.sole(cur)
-    if p is None or p.op != "batch_matmul" or p.inputs[0] is not cur \
-            or p.attrs.get("transpose_b", False):
+    if p is None or p.op != bmm.op or p.inputs[0] is not cur \
+            or p.attrs.get("transpose_b", False) or p.inputs[1].rank < 2 \
+            or math.prod(p.inputs[1].shape[:-2]) != bh:
         return None
     bmm2 = p
     # the three operands as head views of their sources
@@ -359,6 +367,7 @@ def _match_attention(g: _Graph, bmm: Prim) -> tuple[list[Prim], Prim] | None:
         if traced is None:
             return None
         src, idx, factor = traced
+        idx = idx.reshape((bh,) + tuple(operand.shape[-2:]))
         layout = _heads(src, idx, tokens, dim, kt)
         if layout is None:
             return None
@@ -440,7 +449,7 @@ def fuse_transformer(prims: list[Prim], outputs: list[Value]) -> tuple[list[Prim
                     replace[id(old)] = [_new_prim("layer_norm", ins,
                                                   {"axis": -1, "epsilon": eps}, out, p.origin)]
                     counts["layer_norm"] += 1
-            elif p.op == "batch_matmul":
+            elif p.op in ("batch_matmul", "matmul"):
                 found = _match_attention(g, p)
                 if found is not None:
                     new, old = found
