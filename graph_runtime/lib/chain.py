@@ -110,6 +110,19 @@ class PreparedChain(PreparedKernel):
             fn(*pick(slots))
 
 
+def kernel_note(kernel: Any) -> str:
+    """How a prepared function runs, for `graphrun profile`: which ops ran compiled (CPU chain
+    tails, kernels/cpu/chain_jit.py) or as one NumPy pass per op."""
+    if isinstance(kernel, chain_jit.CompiledChain):
+        return "compiled " + "+".join(kernel.ops)
+    if not isinstance(kernel, PreparedChain):
+        return ""
+    compiled = [fn for fn, _ in kernel._steps if isinstance(fn, chain_jit.CompiledChain)]
+    if compiled:
+        return "compiled tail " + "+".join(compiled[-1].ops)
+    return "" if kernel.fused_ops else "numpy, one pass per op"
+
+
 def _check_workspace(name: str, temps: Sequence[TensorSpec], limit: Any,
                      device: Device) -> None:
     """Refuse intermediates beyond the bytes left under the device's cap, before allocating."""

@@ -144,3 +144,13 @@ def test_cache_source_on_disk(monkeypatch: pytest.MonkeyPatch, tmp_path: object)
     sources = list(pathlib.Path(str(tmp_path), "chain_jit").glob("chain_*.py"))
     assert len(sources) == 1
     assert "def run(" in sources[0].read_text()
+
+
+def test_kernel_note_says_which_path_ran(monkeypatch: pytest.MonkeyPatch) -> None:
+    from graph_runtime.lib.chain import kernel_note
+    specs = [TensorSpec((4, 8), "float32"), TensorSpec((8,), "float32")]
+    arrays = _inputs(specs, np.random.default_rng(3))
+    _, compiled = _run([Step("add"), Step("gelu")], specs, arrays, monkeypatch, "auto")
+    assert kernel_note(compiled) == "compiled tail add+gelu"
+    _, numpy_path = _run([Step("add"), Step("gelu")], specs, arrays, monkeypatch, "off")
+    assert kernel_note(numpy_path) == "numpy, one pass per op"
