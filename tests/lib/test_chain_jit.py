@@ -33,6 +33,7 @@ CASES = [
      [((6, 11), "float32"), ((6, 1), "float32"), ((6, 1), "float32"), ((11,), "float32"),
       ((11,), "float32")]),
     ("middle", [Step("add"), Step("exp")], [((3, 4, 5), "float64"), ((1, 4, 1), "float64")]),
+    ("exp32", [Step("subtract"), Step("exp")], [((4, 67), "float32"), ((4, 1), "float32")]),
     ("where", [Step("where"), Step("sigmoid")],
      [((2, 1, 7), "bool"), ((2, 3, 7), "float32"), ((), "float32")]),
     ("cast", [Step("cast", {"dtype": "float32"}), Step("sqrt"), Step("maximum")],

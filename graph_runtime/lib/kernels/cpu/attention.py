@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .fast_math import exp_as
 from .loops_jit import compiled
 
 
@@ -44,7 +45,7 @@ def _scale_mask_softmax(s: Any, mask: Any, scale: float, nan_to_zero: bool,
                     top = np.nan
                 total = 0.0
                 for j in range(nk):
-                    e = math.exp(s[b, h, i, j] - top)
+                    e = exp_as(s[b, h, i, j] - top, s[b, h, i, j])
                     s[b, h, i, j] = e
                     total += e
                 inv = 1.0 / total

@@ -35,6 +35,9 @@ from ...shapes import broadcast_strides, size_of
 from .threads import num_threads, parallel_items
 
 JIT_ENV = "GRAPH_RUNTIME_CHAIN_JIT"
+# Part of every generated source, so its hash (the cache key) changes when the helpers the
+# generated code calls do: numba's cache only watches the generated file itself.
+VERSION = 1
 CACHE_ENV = "GRAPH_RUNTIME_CACHE_DIR"
 FLOATS = ("float32", "float64")
 INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
@@ -188,6 +191,7 @@ def step_expr(op: str, attrs: Mapping[str, Any], inputs: Sequence[TensorSpec],
     template = make(attrs, dtype)
     if dtype == "float32":
         template = template.replace("math.erf(", "erf32(").replace("math.tanh(", "tanh32(")
+        template = template.replace("math.exp(", "exp_f32(")
     return template
 
 
@@ -238,7 +242,9 @@ def chain_source(inputs: Sequence[TensorSpec], output: TensorSpec, steps: Sequen
     """The generated module: run(lo, hi, inner, out, a0.., m0..) computes flat elements [lo, hi)."""
     n = len(inputs)
     args = ["lo", "hi", "inner", "out"] + [f"a{i}" for i in range(n)] + [f"m{i}" for i in range(n)]
-    lines = ["import math", "import numba", "import numpy as np", "", "", HELPERS, "",
+    lines = [f"# graph_runtime chain_jit v{VERSION}", "import math", "import numba",
+             "import numpy as np",
+             "from graph_runtime.lib.kernels.cpu.fast_math import exp_f32", "", "", HELPERS, "",
              "@numba.njit(cache=True, nogil=True, error_model='numpy', boundscheck=False)",
              f"def run({', '.join(args)}):"]
     body = [f"s{i} = a{i}[0]" for i, k in enumerate(kinds) if k == "s"]

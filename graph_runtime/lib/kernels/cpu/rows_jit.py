@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .fast_math import exp_as
 from .loops_jit import compiled
 from .threads import num_threads, parallel_items
 
@@ -42,14 +43,20 @@ def _layer_norm_rows(x: Any, gamma: Any, beta: Any, out: Any, eps: float, lo: in
 def _softmax_rows(x: Any, out: Any, lo: int, hi: int) -> None:
     n = x.shape[1]
     for r in range(lo, hi):
-        top = x[r, 0]
+        top = -np.inf
+        nan = False
         for j in range(n):
             v = x[r, j]
-            if v > top or v != v:
+            if v > top:
                 top = v
+            elif v != v:
+                nan = True
+        if nan:
+            top = np.nan
         total = 0.0
         for j in range(n):
-            e = math.exp(x[r, j] - top)
+            # float32 rows: the vectorizable exp of fast_math.py; float64 rows: libm's
+            e = exp_as(x[r, j] - top, x[r, j])
             out[r, j] = e
             total += e
         scale = 1.0 / total
