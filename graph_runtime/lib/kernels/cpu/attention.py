@@ -9,13 +9,12 @@ cache, and the second matmul writes each head's columns of the output directly.
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Callable
 
 import numpy as np
 
-from .fast_math import exp_as
 from .loops_jit import compiled
+from .rows_jit import softmax_row
 
 
 @compiled
@@ -30,30 +29,15 @@ def _scale_mask_softmax(s: Any, mask: Any, scale: float, nan_to_zero: bool,
     for b in range(nb):
         for h in range(nh):
             for i in range(nq):
-                top = -np.inf
-                nan = False
-                for j in range(nk):
-                    v = s[b, h, i, j] * scale
-                    if has_mask:
-                        v += mask[b, h, i, j]
-                    s[b, h, i, j] = v
-                    if v > top:
-                        top = v
-                    elif v != v:
-                        nan = True
-                if nan:
-                    top = np.nan
-                total = 0.0
-                for j in range(nk):
-                    e = exp_as(s[b, h, i, j] - top, s[b, h, i, j])
-                    s[b, h, i, j] = e
-                    total += e
-                inv = 1.0 / total
-                for j in range(nk):
-                    p = s[b, h, i, j] * inv
-                    if nan_to_zero and p != p:
-                        p = 0.0
-                    s[b, h, i, j] = p
+                row = s[b, h, i]
+                if has_mask:
+                    mrow = mask[b, h, i]
+                    for j in range(nk):
+                        row[j] = row[j] * scale + mrow[j]
+                else:
+                    for j in range(nk):
+                        row[j] = row[j] * scale
+                softmax_row(row, nan_to_zero)
 
 
 def head_view(x: np.ndarray, offset: int, heads: int, head_dim: int) -> np.ndarray:

@@ -14,54 +14,140 @@ from typing import Any, Callable
 import numpy as np
 
 from .fast_math import exp_as
-from .loops_jit import compiled
+from .loops_jit import compiled, inlined
 from .threads import num_threads, parallel_items
 
 # Row elements x rows above which the rows go to the workers.
 PARALLEL_ELEMENTS = 1 << 17
 
 
+@inlined
+def _row_sum(row: Any) -> float:
+    """sum(row) in float64."""
+    n = row.shape[0]
+    t0 = 0.0
+    t1 = 0.0
+    t2 = 0.0
+    t3 = 0.0
+    j = 0
+    while j + 4 <= n:
+        t0 += row[j]
+        t1 += row[j + 1]
+        t2 += row[j + 2]
+        t3 += row[j + 3]
+        j += 4
+    while j < n:
+        t0 += row[j]
+        j += 1
+    return (t0 + t1) + (t2 + t3)
+
+
+@inlined
+def _row_squares(row: Any, mean: float) -> float:
+    """sum((row - mean) ** 2) in float64."""
+    n = row.shape[0]
+    t0 = 0.0
+    t1 = 0.0
+    t2 = 0.0
+    t3 = 0.0
+    j = 0
+    while j + 4 <= n:
+        d0 = row[j] - mean
+        d1 = row[j + 1] - mean
+        d2 = row[j + 2] - mean
+        d3 = row[j + 3] - mean
+        t0 += d0 * d0
+        t1 += d1 * d1
+        t2 += d2 * d2
+        t3 += d3 * d3
+        j += 4
+    while j < n:
+        d0 = row[j] - mean
+        t0 += d0 * d0
+        j += 1
+    return (t0 + t1) + (t2 + t3)
+
+
 @compiled
 def _layer_norm_rows(x: Any, gamma: Any, beta: Any, out: Any, eps: float, lo: int,
                      hi: int) -> None:
+    # NOTE: four accumulators per sum: LLVM vectorizes no float reduction without fastmath.
     n = x.shape[1]
     for r in range(lo, hi):
-        total = 0.0
+        row = x[r]
+        mean = _row_sum(row) / n
+        inv = 1.0 / math.sqrt(_row_squares(row, mean) / n + eps)
         for j in range(n):
-            total += x[r, j]
-        mean = total / n
-        sq = 0.0
-        for j in range(n):
-            d = x[r, j] - mean
-            sq += d * d
-        inv = 1.0 / math.sqrt(sq / n + eps)
-        for j in range(n):
-            out[r, j] = (x[r, j] - mean) * inv * gamma[j] + beta[j]
+            out[r, j] = (row[j] - mean) * inv * gamma[j] + beta[j]
+
+
+@inlined
+def softmax_row(row: Any, nan_to_zero: bool) -> None:
+    """row = softmax(row) in place, as NumPy's (a NaN, or -inf everywhere, gives NaN; then 0
+    with nan_to_zero).
+
+    NOTE: LLVM vectorizes no floating-point reduction without fastmath, and a loop holding one
+    runs scalar throughout: so the max and the sum are loops of their own, each with four
+    accumulators, and the exp loop (fast_math's exp for float32) has none and goes SIMD.
+    """
+    n = row.shape[0]
+    m0 = -np.inf
+    m1 = -np.inf
+    m2 = -np.inf
+    m3 = -np.inf
+    nan = False
+    j = 0
+    while j + 4 <= n:
+        a0 = row[j]
+        a1 = row[j + 1]
+        a2 = row[j + 2]
+        a3 = row[j + 3]
+        m0 = a0 if a0 > m0 else m0
+        m1 = a1 if a1 > m1 else m1
+        m2 = a2 if a2 > m2 else m2
+        m3 = a3 if a3 > m3 else m3
+        nan = nan or (a0 != a0) or (a1 != a1) or (a2 != a2) or (a3 != a3)
+        j += 4
+    while j < n:
+        a0 = row[j]
+        m0 = a0 if a0 > m0 else m0
+        nan = nan or a0 != a0
+        j += 1
+    top = max(max(m0, m1), max(m2, m3))
+    if nan:
+        top = np.nan
+    for j in range(n):
+        row[j] = exp_as(row[j] - top, row[j])
+    t0 = 0.0
+    t1 = 0.0
+    t2 = 0.0
+    t3 = 0.0
+    j = 0
+    while j + 4 <= n:
+        t0 += row[j]
+        t1 += row[j + 1]
+        t2 += row[j + 2]
+        t3 += row[j + 3]
+        j += 4
+    while j < n:
+        t0 += row[j]
+        j += 1
+    inv = 1.0 / ((t0 + t1) + (t2 + t3))
+    for j in range(n):
+        p = row[j] * inv
+        if nan_to_zero and p != p:
+            p = 0.0
+        row[j] = p
 
 
 @compiled
 def _softmax_rows(x: Any, out: Any, lo: int, hi: int) -> None:
     n = x.shape[1]
     for r in range(lo, hi):
-        top = -np.inf
-        nan = False
+        row = out[r]
         for j in range(n):
-            v = x[r, j]
-            if v > top:
-                top = v
-            elif v != v:
-                nan = True
-        if nan:
-            top = np.nan
-        total = 0.0
-        for j in range(n):
-            # float32 rows: the vectorizable exp of fast_math.py; float64 rows: libm's
-            e = exp_as(x[r, j] - top, x[r, j])
-            out[r, j] = e
-            total += e
-        scale = 1.0 / total
-        for j in range(n):
-            out[r, j] = out[r, j] * scale
+            row[j] = x[r, j]
+        softmax_row(row, False)
 
 
 def _split(rows: int, width: int, call: Callable[[int, int], None]) -> Callable[[], None]:
