@@ -6,10 +6,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from onnx_builders import F32, helper, init, model, run_ours, tensor, weights
 
-from graph_runtime.frontend.importer import import_onnx  # noqa: E402
+from graph_runtime.frontend.importer import import_onnx
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "onnx"
 # float32 GEMMs over at most ~40 terms and one softmax: a few dozen ulps of the largest value.

@@ -8,7 +8,8 @@ exporters' reshape/transpose/matmul/softmax patterns.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from ...backends.base import Backend
 from ..attrs import bool_attr, float_attr, int_attr, op_error

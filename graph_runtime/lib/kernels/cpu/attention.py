@@ -9,7 +9,8 @@ cache, and the second matmul writes each head's columns of the output directly.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
