@@ -384,8 +384,9 @@ def _jit_tail(plan: list[_Planned], slot_count: int) -> int:
     """Index of the first op of the CPU tail compiled as one pass (len(plan) when none).
 
     The tail is the longest run of ops chain_jit compiles at the end of the chain, at least two
-    ops (or one gelu, itself several NumPy passes). The op before it then writes the node's
-    output, which the tail updates in place, when the shapes agree.
+    ops (or one gelu, itself several NumPy passes), reshapes included where its inputs allow.
+    The op before it then writes the node's output, which the tail updates in place, when the
+    shapes agree.
     """
     if not chain_jit.enabled():
         return len(plan)
@@ -394,7 +395,11 @@ def _jit_tail(plan: list[_Planned], slot_count: int) -> int:
             and chain_jit.step_expr(plan[start - 1].op.name, plan[start - 1].attrs,
                                     plan[start - 1].inputs, plan[start - 1].outputs[0].dtype):
         start -= 1
-    if len(plan) - start < 2 and not (start == len(plan) - 1 and plan[-1].op.name == "gelu"):
+    while start < len(plan) and not chain_jit.tail_ok(
+            [p.op.name for p in plan[start:]], _tail_operands(plan[start:])[1], plan[-1].outputs[0]):
+        start += 1
+    ops = [p.op.name for p in plan[start:] if p.op.name not in chain_jit.VIEWS]
+    if len(plan) - start < 2 and ops != ["gelu"] or not ops:
         return len(plan)
     if start > 0 and _same_spec(plan[start - 1].outputs[0], plan[-1].outputs[0]):
         routed = plan[start - 1].out_slots[0]

@@ -41,6 +41,9 @@ CASES = [
     ("compare", [Step("less"), Step("logical_not")], [((9,), "float32"), ((1,), "float32")]),
     ("ints", [Step("add"), Step("multiply"), Step("minimum")],
      [((5, 5), "int32"), ((5,), "int32"), ((), "int32"), ((5, 1), "int32")]),
+    ("reshape_gelu", [Step("reshape", {"newshape": [3, 10]}), Step("gelu"),
+                      Step("reshape", {"newshape": [30]}), Step("multiply")],
+     [((2, 3, 5), "float32"), ((), "float32")]),
     ("clip_tanh", [Step("clip", {"a_min": -1.5, "a_max": 2.0}), Step("tanh"), Step("abs")],
      [((17, 3), "float32")]),
 ]
@@ -125,6 +128,18 @@ def test_float32_erf_tanh_against_float64(op: str, monkeypatch: pytest.MonkeyPat
     want = (erf if op == "erf" else np.tanh)(x.astype(np.float64))
     # Eigen's rational approximations: a few ulps of the result (measured 4.4e-7 relative).
     np.testing.assert_allclose(got, want, rtol=5 * F32_EPS, atol=1e-37)
+
+
+def test_reshape_with_broadcast_input_stays_out_of_the_tail(monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    # the bias broadcasts against (5, 6), not the reshaped (30,): the add stays out of the tail
+    specs = [TensorSpec((5, 6), "float32"), TensorSpec((6,), "float32"), TensorSpec((), "float32")]
+    steps = [Step("add"), Step("reshape", {"newshape": [30]}), Step("exp"), Step("multiply")]
+    arrays = _inputs(specs, np.random.default_rng(5))
+    want, _ = _run(steps, specs, arrays, monkeypatch, "off")
+    got, fn = _run(steps, specs, arrays, monkeypatch, "auto")
+    assert fn.fused_ops == ["reshape", "exp", "multiply"]  # type: ignore[attr-defined]
+    _assert_close(got, want, arrays)
 
 
 def test_exotic_chain_keeps_numpy_path(monkeypatch: pytest.MonkeyPatch) -> None:

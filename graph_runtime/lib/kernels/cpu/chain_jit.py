@@ -168,9 +168,26 @@ def cache_dir() -> str:
     return os.path.join(root, "chain_jit")
 
 
+# Ops that keep the elements in their flat order (a contiguous input): in a flat loop they are
+# the identity, valid where every other input of the tail is whole or one value (tail_ok).
+VIEWS = frozenset({"reshape", "squeeze", "expand_dims", "flatten", "batch_flatten"})
+
+
+def tail_ok(ops: Sequence[str], inputs: Sequence[TensorSpec], output: TensorSpec) -> bool:
+    """Whether a tail with these ops and free inputs runs as one flat loop: with a view op in
+    it, inputs broadcast against another shape than the output's, so each must be whole or
+    one value."""
+    if not VIEWS.intersection(ops):
+        return True
+    n = size_of(output.shape)
+    return all(size_of(s.shape) in (1, n) for s in inputs)
+
+
 def step_expr(op: str, attrs: Mapping[str, Any], inputs: Sequence[TensorSpec],
               out_dtype: str) -> str | None:
     """The op's Python expression for these input dtypes, or None when it does not compile."""
+    if op in VIEWS:
+        return "{0}" if len(inputs) == 1 and out_dtype in _TYPES else None
     entry = PY_EXPRS.get(op)
     if entry is None:
         return None
