@@ -217,6 +217,10 @@ def profile(graph: str, repeat: int, top: int, trace: str | None, plot: str | No
     doc = profile_summary(times)
     doc.update(graph=str(job.files.graph), devices=[d.spec for d in job.devices], repeat=repeat,
                trace=trace, plot=plot)
+    from ..lib.chain import kernel_note
+    notes = {s.nid: kernel_note(s.kernel) for s in job.module.executor.steps}
+    for step in doc["steps"]:
+        step["kernel"] = notes.get(step["nid"], "")
     if as_json:
         echo_json(doc)
     else:

@@ -14,6 +14,7 @@ from ..device import Device
 from ..errors import LibraryError
 from .attrs import (DTYPE_KEY, NODE_KEYS, NUM_OUTPUTS_KEY, OUT_DTYPE_KEY, WORKSPACE_LIMIT_KEY,
                     check_attrs, float_attr)
+from .kernels.cpu import chain_jit
 from .kernels.cpu.conv_epilogue import EPILOGUE_DTYPES, EPILOGUE_OPS
 from .kernels.gpu_elementwise import ELEMENTWISE_EXPRS, gpu_elementwise
 from .library import InputVersion, TensorSpec
@@ -102,6 +103,19 @@ class PreparedChain(PreparedKernel):
             fn(*pick(slots))
 
 
+def kernel_note(kernel: Any) -> str:
+    """How a prepared function runs, for `graphrun profile`: which ops ran compiled (CPU chain
+    tails, kernels/cpu/chain_jit.py) or as one NumPy pass per op."""
+    if isinstance(kernel, chain_jit.CompiledChain):
+        return "compiled " + "+".join(kernel.ops)
+    if not isinstance(kernel, PreparedChain):
+        return ""
+    compiled = [fn for fn, _ in kernel._steps if isinstance(fn, chain_jit.CompiledChain)]
+    if compiled:
+        return "compiled tail " + "+".join(compiled[-1].ops)
+    return "" if kernel.fused_ops else "numpy, one pass per op"
+
+
 def _check_workspace(name: str, temps: Sequence[TensorSpec], limit: Any,
                      device: Device) -> None:
     """Refuse intermediates beyond the bytes left under the device's cap, before allocating."""
@@ -163,7 +177,9 @@ class Chain:
         slot_count = len(inputs) + len(outputs)
         if backend.name == "cpu":
             plan = _fuse_epilogue(plan, slot_count)
-            _write_tail_in_place(plan, slot_count)
+            first_fused = _jit_tail(plan, slot_count)
+            if first_fused == len(plan):
+                _write_tail_in_place(plan, slot_count)
         temps = [p.outputs[0] for p in plan[:first_fused] if p.out_slots[0] >= slot_count]
         _check_workspace(self.name, temps, attrs.get(WORKSPACE_LIMIT_KEY), device)
         intermediates = [backend.empty(device_id, tuple(spec.shape), np.dtype(spec.dtype))
@@ -180,10 +196,12 @@ class Chain:
                     fn = p.op.kernels[backend.name](backend, device_id, p.inputs, p.outputs,
                                                     p.attrs)
                 calls.append((fn, tuple(p.slots + p.out_slots)))
-            if fused:
+            if fused and backend.name == "cpu":
+                calls.append(_jit_call(fused))
+            elif fused:
                 calls.append(_fused_call(self.name, backend, device_id, fused))
         flatten = str(attrs.get("flatten_data", "0")).strip().lower() in ("1", "true")
-        if len(plan) == 1 and not flatten:
+        if len(plan) == 1 and not flatten and calls[0][1] == tuple(range(slot_count)):
             return calls[0][0]  # one op: its kernel is the prepared call, with no extra layer
         run: Callable[..., None] = PreparedChain(calls, intermediates,
                                                  [p.op.name for p in fused], len(inputs))
@@ -355,9 +373,39 @@ def _same_spec(a: TensorSpec, b: TensorSpec) -> bool:
     return tuple(a.shape) == tuple(b.shape) and a.dtype == b.dtype
 
 
-def _fused_call(name: str, backend: Backend, device_id: int,
-                fused: list[_Planned]) -> tuple[Callable[..., None], tuple[int, ...]]:
-    """One generated GPU kernel for an elementwise tail; its inputs are the tail's free slots."""
+def _jit_tail(plan: list[_Planned], slot_count: int) -> int:
+    """Index of the first op of the CPU tail compiled as one pass (len(plan) when none).
+
+    The tail is the longest run of ops chain_jit compiles at the end of the chain, at least two
+    ops (or one gelu, itself several NumPy passes), reshapes included where its inputs allow.
+    The op before it then writes the node's output, which the tail updates in place, when the
+    shapes agree.
+    """
+    if not chain_jit.enabled():
+        return len(plan)
+    start = len(plan)
+    while start > 0 and len(plan[start - 1].outputs) == 1 and plan[start - 1].epilogue is None \
+            and chain_jit.step_expr(plan[start - 1].op.name, plan[start - 1].attrs,
+                                    plan[start - 1].inputs, plan[start - 1].outputs[0].dtype):
+        start -= 1
+    while start < len(plan) and not chain_jit.tail_ok(
+            [p.op.name for p in plan[start:]], _tail_operands(plan[start:])[1], plan[-1].outputs[0]):
+        start += 1
+    ops = [p.op.name for p in plan[start:] if p.op.name not in chain_jit.VIEWS]
+    if len(plan) - start < 2 and ops != ["gelu"] or not ops:
+        return len(plan)
+    if start > 0 and _same_spec(plan[start - 1].outputs[0], plan[-1].outputs[0]):
+        routed = plan[start - 1].out_slots[0]
+        out_slot = plan[-1].out_slots[0]
+        for p in plan[start:]:
+            p.slots = [out_slot if i == routed else i for i in p.slots]
+        plan[start - 1].out_slots = [out_slot]
+    return start
+
+
+def _tail_operands(fused: list[_Planned]
+                   ) -> tuple[list[int], list[TensorSpec], list[list[tuple[str, int]]]]:
+    """The tail's free slots, their specs, and per step where each operand comes from."""
     kernel_slots: list[int] = []
     kernel_specs: list[TensorSpec] = []
     produced: dict[int, int] = {}  # slot -> index of the tail step computing it
@@ -374,6 +422,28 @@ def _fused_call(name: str, backend: Backend, device_id: int,
             refs.append(("input", kernel_slots.index(slot)))
         operands.append(refs)
         produced[p.out_slots[0]] = k
+    return kernel_slots, kernel_specs, operands
+
+
+def _jit_call(fused: list[_Planned]) -> tuple[Callable[..., None], tuple[int, ...]]:
+    """The CPU tail as one compiled pass (kernels/cpu/chain_jit.py)."""
+    kernel_slots, kernel_specs, operands = _tail_operands(fused)
+    n = len(kernel_specs)
+    steps = []
+    for p, refs in zip(fused, operands):
+        template = chain_jit.step_expr(p.op.name, p.attrs, p.inputs, p.outputs[0].dtype)
+        assert template is not None  # _jit_tail checked every step
+        steps.append((template, [i if what == "input" else n + i for what, i in refs],
+                      p.outputs[0].dtype))
+    fn = chain_jit.CompiledChain(kernel_specs, fused[-1].outputs[0], steps,
+                                 [p.op.name for p in fused])
+    return fn, tuple(kernel_slots + fused[-1].out_slots)
+
+
+def _fused_call(name: str, backend: Backend, device_id: int,
+                fused: list[_Planned]) -> tuple[Callable[..., None], tuple[int, ...]]:
+    """One generated GPU kernel for an elementwise tail; its inputs are the tail's free slots."""
+    kernel_slots, kernel_specs, operands = _tail_operands(fused)
     n = len(kernel_specs)
     # gpu_elementwise numbers values as the kernel's inputs first, then each step's result.
     steps = [(ELEMENTWISE_EXPRS[p.op.name]({**p.attrs, DTYPE_KEY: p.inputs[0].dtype}),
