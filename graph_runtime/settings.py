@@ -69,8 +69,20 @@ TUNING_CACHE = Setting(
     "~/.cache/graph_runtime); off keeps choices in the process only",
     values_text="a folder, or off")
 
+CACHE_DIR = Setting(
+    "GRAPH_RUNTIME_CACHE_DIR", "",
+    "folder of generated code (compiled CPU chains and their machine code; default "
+    "$XDG_CACHE_HOME/graph_runtime, else ~/.cache/graph_runtime)",
+    values_text="a folder")
+CHAIN_JIT = Setting(
+    "GRAPH_RUNTIME_CHAIN_JIT", "auto",
+    "CPU elementwise chains as one compiled pass (off: one NumPy pass per op)", AUTO_ON_OFF)
+IMPORT_FUSE = Setting(
+    "GRAPH_RUNTIME_IMPORT_FUSE", "on",
+    "graphrun import fuses transformer patterns (GELU, LayerNorm, attention)", ("on", "off"))
+
 SETTINGS = (NUM_THREADS, CONV, OPENCL_CONV, GEMV_PADDING, DENSE_TRANSPOSE, DENSE_SPLIT,
-            OPENCL_GEMM, TUNING_CACHE)
+            OPENCL_GEMM, TUNING_CACHE, CACHE_DIR, CHAIN_JIT, IMPORT_FUSE)
 
 
 def _raw(setting: Setting) -> str:
@@ -106,6 +118,16 @@ def tuning_cache_dir() -> Path | None:
         return None
     if value:
         return Path(value).expanduser()
+    return _user_cache()
+
+
+def cache_dir() -> Path:
+    """The folder of generated code: GRAPH_RUNTIME_CACHE_DIR, else the user's cache folder."""
+    value = _raw(CACHE_DIR)
+    return Path(value).expanduser() if value else _user_cache()
+
+
+def _user_cache() -> Path:
     home = os.environ.get("XDG_CACHE_HOME", "").strip()
     base = Path(home) if home else Path.home() / ".cache"
     return base / "graph_runtime"

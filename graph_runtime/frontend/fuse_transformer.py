@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import settings
 from .fuse_attention import match_attention
 from .ir import Prim, Value
 from .pattern import PatternGraph, near, new_prim, other, scalar
@@ -198,13 +199,9 @@ def fuse_transformer(prims: list[Prim], outputs: list[Value]) -> tuple[list[Prim
 
 
 
-FUSE_ENV = "GRAPH_RUNTIME_IMPORT_FUSE"
-
-
 def fuse_patterns(lowered: Any) -> Counter:
     """Rewrite lowered.builder.prims in place (GRAPH_RUNTIME_IMPORT_FUSE=off: leave them)."""
-    import os
-    if os.environ.get(FUSE_ENV, "on").strip().lower() == "off":
+    if settings.word(settings.IMPORT_FUSE) == "off":
         return Counter()
     prims, counts = fuse_transformer(lowered.builder.prims, lowered.outputs)
     lowered.builder.prims[:] = prims

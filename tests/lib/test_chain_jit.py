@@ -1,9 +1,12 @@
 """Compiled CPU chains (lib/kernels/cpu/chain_jit.py) against the NumPy path of the same chain."""
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
+from graph_runtime import settings
 from graph_runtime.device import cpu
 from graph_runtime.lib.chain import Chain, PreparedChain, Step
 from graph_runtime.lib.kernels.cpu import chain_jit
@@ -68,7 +71,7 @@ def _inputs(specs: list[TensorSpec], rng: np.random.Generator) -> list[np.ndarra
 
 def _run(steps: list[Step], specs: list[TensorSpec], arrays: list[np.ndarray],
          monkeypatch: pytest.MonkeyPatch, mode: str) -> tuple[np.ndarray, object]:
-    monkeypatch.setenv(chain_jit.JIT_ENV, mode)
+    monkeypatch.setenv(settings.CHAIN_JIT.name, mode)
     chain = Chain("t", steps)
     outs = chain.infer(specs)
     fn = chain.prepare(cpu(0), specs, outs, {})
@@ -150,7 +153,7 @@ def test_exotic_chain_keeps_numpy_path(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_cache_source_on_disk(monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:
-    monkeypatch.setenv(chain_jit.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(settings.CACHE_DIR.name, str(tmp_path))
     monkeypatch.setattr(chain_jit, "_compiled", {})
     specs = [TensorSpec((3, 5), "float64"), TensorSpec((5,), "float64")]
     arrays = _inputs(specs, np.random.default_rng(2))
@@ -160,6 +163,22 @@ def test_cache_source_on_disk(monkeypatch: pytest.MonkeyPatch, tmp_path: object)
     sources = list(pathlib.Path(str(tmp_path), "chain_jit").glob("chain_*.py"))
     assert len(sources) == 1
     assert "def run(" in sources[0].read_text()
+
+
+def test_unwritable_cache_falls_back_to_a_folder_of_the_process(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Any, caplog: pytest.LogCaptureFixture) -> None:
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv(settings.CACHE_DIR.name, str(blocker))
+    monkeypatch.setattr(chain_jit, "_compiled", {})
+    monkeypatch.setattr(chain_jit, "_fallback_dir", None)
+    specs = [TensorSpec((3, 5), "float64"), TensorSpec((5,), "float64")]
+    arrays = _inputs(specs, np.random.default_rng(4))
+    with caplog.at_level("WARNING"):
+        got, _ = _run([Step("add"), Step("tanh")], specs, arrays, monkeypatch, "auto")
+    np.testing.assert_allclose(got, np.tanh(arrays[0] + arrays[1]), rtol=1e-15)
+    assert "is not writable" in caplog.text
+    assert chain_jit._fallback_dir is not None and str(blocker) not in chain_jit._fallback_dir
 
 
 def test_kernel_note_says_which_path_ran(monkeypatch: pytest.MonkeyPatch) -> None:

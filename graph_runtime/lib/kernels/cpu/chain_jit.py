@@ -11,36 +11,37 @@ strides over the output's collapsed dimensions (an input constant along the inne
 once per row), 1-element ones once. Large tensors are cut into ranges handed to the runtime's
 workers (threads.py; the functions release the GIL), as loops_jit.py does rather than numba's
 own parallel=True pool; it does not claim uses_workers(), which would hold OpenBLAS at one
-thread for the whole graph and halve the transformers' GEMMs. A tail with an op or dtype not in PY_EXPRS keeps the NumPy path.
+thread for the whole graph and halve the transformers' GEMMs. A tail with an op or dtype not in
+PY_EXPRS keeps the NumPy path.
 
-GRAPH_RUNTIME_CHAIN_JIT=off turns it off; GRAPH_RUNTIME_CACHE_DIR moves the cache (default
-$XDG_CACHE_HOME/graph_runtime, else ~/.cache/graph_runtime).
+GRAPH_RUNTIME_CHAIN_JIT=off turns it off; GRAPH_RUNTIME_CACHE_DIR moves the cache (settings.py).
 """
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import logging
 import os
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from ....errors import LibraryError
+from .... import settings
 from ...attrs import float_attr, str_attr
 from ...library import TensorSpec
 from ...prepared import PreparedKernel
 from ...shapes import broadcast_strides, size_of
 from .threads import num_threads, parallel_items
 
-JIT_ENV = "GRAPH_RUNTIME_CHAIN_JIT"
 # Part of every generated source, so its hash (the cache key) changes when the helpers the
 # generated code calls do: numba's cache only watches the generated file itself.
 VERSION = 1
-CACHE_ENV = "GRAPH_RUNTIME_CACHE_DIR"
 FLOATS = ("float32", "float64")
+log = logging.getLogger(__name__)
 INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 _SQRT1_2 = "0.7071067811865476"
 _SQRT_2_PI = "0.7978845608028654"
@@ -152,20 +153,33 @@ _TYPES["bool"] = "np.bool_"
 
 def enabled() -> bool:
     """Whether chains compile (GRAPH_RUNTIME_CHAIN_JIT is not off)."""
-    value = os.environ.get(JIT_ENV, "auto").strip().lower()
-    if value not in ("auto", "on", "off"):
-        raise LibraryError(f"{JIT_ENV} must be auto, on or off, got {value!r}")
-    return value != "off"
+    return settings.word(settings.CHAIN_JIT) != "off"
 
 
 def cache_dir() -> str:
     """Where generated chain sources and their machine code are kept."""
-    root = os.environ.get(CACHE_ENV, "").strip()
-    if not root:
-        base = os.environ.get("XDG_CACHE_HOME", "").strip() or os.path.join(
-            os.path.expanduser("~"), ".cache")
-        root = os.path.join(base, "graph_runtime")
-    return os.path.join(root, "chain_jit")
+    return str(settings.cache_dir() / "chain_jit")
+
+
+_fallback_dir: str | None = None
+
+
+def _writable_dir() -> str:
+    """cache_dir(), or (unwritable: a read-only home) a folder of this process's own, once."""
+    global _fallback_dir
+    folder = cache_dir()
+    try:
+        os.makedirs(folder, exist_ok=True)
+        if os.access(folder, os.W_OK):
+            return folder
+    except OSError:
+        pass
+    if _fallback_dir is None:
+        _fallback_dir = tempfile.mkdtemp(prefix="graph_runtime_chain_jit_")
+        log.warning("chain_jit: %s is not writable; compiled chains are kept in %s for this "
+                    "process only (set %s to a writable folder)", folder, _fallback_dir,
+                    settings.CACHE_DIR.name)
+    return _fallback_dir
 
 
 # Ops that keep the elements in their flat order (a contiguous input): in a flat loop they are
@@ -303,18 +317,13 @@ def _load(source: str) -> Any:
         fn = _compiled.get(key)
         if fn is not None:
             return fn
-        folder = cache_dir()
+        folder = _writable_dir()
         path = os.path.join(folder, f"chain_{key}.py")
-        try:
-            os.makedirs(folder, exist_ok=True)
-            if not os.path.exists(path):
-                tmp = f"{path}.{os.getpid()}.tmp"
-                with open(tmp, "w") as f:
-                    f.write(source)
-                os.replace(tmp, path)  # atomic: another process never reads half a file
-        except OSError as e:
-            raise LibraryError(f"chain_jit: cannot write {path}: {e}; set {CACHE_ENV} to a "
-                               "writable directory or GRAPH_RUNTIME_CHAIN_JIT=off") from e
+        if not os.path.exists(path):
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "w") as f:
+                f.write(source)
+            os.replace(tmp, path)  # atomic: another process never reads half a file
         spec = importlib.util.spec_from_file_location(f"graph_runtime_chain_{key}", path)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
