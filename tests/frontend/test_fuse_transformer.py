@@ -183,14 +183,15 @@ def _attention_model(batch: int, seq: int, heads: int, dim: int, mask: str, pack
     (3, 11, 2, 3, "padding", False, False),
 ])
 def test_attention_fuses_and_matches_float64(batch: int, seq: int, heads: int, dim: int,
-                                             mask: str, packed: bool, nan_where: bool) -> None:
+                                             mask: str, packed: bool, nan_where: bool,
+                                             backend_name: str) -> None:
     m, feeds = _attention_model(batch, seq, heads, dim, mask, packed, nan_where)
     want = feeds.pop("__want__")
     result = import_onnx(m)
     assert result.patterns["attention"] == 1
     ops = [s["op"] for f in result.lib_doc["functions"].values() for s in f.get("ops", [f])]
     assert "softmax" not in ops and "batch_matmul" not in ops and "transpose" not in ops
-    (got,) = run_ours(m, feeds, "cpu")
+    (got,) = run_ours(m, feeds, backend_name)
     if mask == "padding" and not nan_where:
         # the model's own semantics: a masked-out key never reaches an unmasked query
         assert np.isfinite(want).all()

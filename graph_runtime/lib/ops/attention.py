@@ -13,7 +13,8 @@ from typing import Any
 
 from ...backends.base import Backend
 from ..attrs import bool_attr, float_attr, int_attr, op_error
-from ..kernels.cpu.attention import attention_kernel
+from ..kernels.cpu.attention import AttentionKernel, head_view
+from ..kernels.host import host_factory
 from ..library import TensorSpec
 from ..registry import define_op, kernel
 from ..shapes import check_dtype, check_same_dtype
@@ -62,8 +63,41 @@ def _infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[Tenso
 
 def _cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
          outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
-    return attention_kernel(**_params(inputs, attrs))
+    return AttentionKernel(**_params(inputs, attrs))
+
+
+def _opencl(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
+            outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+    from ..kernels.opencl.attention import AttentionCl
+    widths = (int(inputs[0].shape[2]), int(inputs[1].shape[2]), int(inputs[2].shape[2]))
+    return AttentionCl(backend, device_id, widths=widths,  # type: ignore[arg-type]
+                       **_params(inputs, attrs))
+
+
+def attention_host(xp: Any, backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
+                   outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+    """The op against NumPy's API, for CuPy (cuda): head views into matmul, softmax as NumPy's
+    (a NaN row stays NaN unless nan_to_zero), the output heads written into out's columns."""
+    p = _params(inputs, attrs)
+    heads, dim, (oq, ok, ov) = p["heads"], p["head_dim"], p["offsets"]
+    scale, nan_to_zero, has_mask = p["scale"], p["nan_to_zero"], p["mask_shape"] is not None
+
+    def run(q: Any, k: Any, v: Any, *rest: Any) -> None:
+        out = rest[-1]
+        s = xp.matmul(head_view(q, oq, heads, dim),
+                      head_view(k, ok, heads, dim).transpose(0, 1, 3, 2)) * scale
+        if has_mask:
+            s = s + rest[0]
+        e = xp.exp(s - s.max(axis=-1, keepdims=True))
+        prob = e / e.sum(axis=-1, keepdims=True)
+        if nan_to_zero:
+            prob = xp.where(xp.isnan(prob), 0, prob).astype(prob.dtype)
+        heads_out = xp.matmul(prob, head_view(v, ov, heads, dim))
+        out.reshape(p["batch"], p["q_len"], heads, dim)[...] = heads_out.transpose(0, 2, 1, 3)
+    return run
 
 
 define_op("attention", _infer, None, ATTRS)
 kernel("attention", "cpu")(_cpu)
+kernel("attention", "opencl")(_opencl)
+kernel("attention", "cuda")(host_factory(attention_host))

@@ -9,11 +9,11 @@ cache, and the second matmul writes each head's columns of the output directly.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from ...prepared import PreparedKernel
 from .loops_jit import compiled
 from .rows_jit import softmax_row
 
@@ -47,24 +47,31 @@ def head_view(x: np.ndarray, offset: int, heads: int, head_dim: int) -> np.ndarr
     return cols.reshape(x.shape[0], x.shape[1], heads, head_dim).transpose(0, 2, 1, 3)
 
 
-def attention_kernel(batch: int, heads: int, q_len: int, k_len: int, head_dim: int,
-                     offsets: tuple[int, int, int], scale: float, nan_to_zero: bool,
-                     mask_shape: tuple[int, ...] | None, dtype: str) -> Callable[..., None]:
-    """run(q, k, v, [mask,] out) with out (batch, q_len, heads * head_dim)."""
-    scores = np.empty((batch, heads, q_len, k_len), dtype)
-    no_mask = np.zeros((1, 1, 1, 1), dtype)
-    full = (batch, heads, q_len, k_len)
+class AttentionKernel(PreparedKernel):
+    """run(q, k, v, [mask,] out) with out (batch, q_len, heads * head_dim); the scores of every
+    head live in one workspace made at prepare time."""
 
-    def run(q: Any, k: Any, v: Any, *rest: Any) -> None:
+    def __init__(self, batch: int, heads: int, q_len: int, k_len: int, head_dim: int,
+                 offsets: tuple[int, int, int], scale: float, nan_to_zero: bool,
+                 mask_shape: tuple[int, ...] | None, dtype: str) -> None:
+        self.batch, self.heads, self.q_len, self.head_dim = batch, heads, q_len, head_dim
+        self.offsets, self.scale, self.nan_to_zero = offsets, scale, nan_to_zero
+        self.has_mask = mask_shape is not None
+        self.full = (batch, heads, q_len, k_len)
+        self.scores = np.empty(self.full, dtype)
+        self.no_mask = np.broadcast_to(np.zeros((1, 1, 1, 1), dtype), self.full)
+
+    def workspace_bytes(self) -> int:
+        return int(self.scores.nbytes)
+
+    def __call__(self, q: Any, k: Any, v: Any, *rest: Any) -> None:
         out = rest[-1]
-        mask = np.broadcast_to(rest[0], full) if mask_shape is not None else \
-            np.broadcast_to(no_mask, full)
-        qh = head_view(q, offsets[0], heads, head_dim)
-        kh = head_view(k, offsets[1], heads, head_dim)
-        vh = head_view(v, offsets[2], heads, head_dim)
-        np.matmul(qh, kh.transpose(0, 1, 3, 2), out=scores)
-        _scale_mask_softmax(scores, mask, scale, nan_to_zero, mask_shape is not None)
-        oh = out.reshape(batch, q_len, heads, head_dim).transpose(0, 2, 1, 3)
-        np.matmul(scores, vh, out=oh)
-    run.workspace_bytes = scores.nbytes  # type: ignore[attr-defined]
-    return run
+        mask = np.broadcast_to(rest[0], self.full) if self.has_mask else self.no_mask
+        heads, dim = self.heads, self.head_dim
+        qh = head_view(q, self.offsets[0], heads, dim)
+        kh = head_view(k, self.offsets[1], heads, dim)
+        vh = head_view(v, self.offsets[2], heads, dim)
+        np.matmul(qh, kh.transpose(0, 1, 3, 2), out=self.scores)
+        _scale_mask_softmax(self.scores, mask, self.scale, self.nan_to_zero, self.has_mask)
+        oh = out.reshape(self.batch, self.q_len, heads, dim).transpose(0, 2, 1, 3)
+        np.matmul(self.scores, vh, out=oh)
