@@ -48,7 +48,8 @@ __kernel void gr_attention({cl_param("out", dtype, const=False)}, {cl_param("q",
         long krow = (b * K + j) * wk + ok + h * D;
         {acc} dot = 0;
         for (long d = 0; d < D; ++d)
-            dot += ({acc}){cl_load("q", dtype, "qrow + d")} * ({acc}){cl_load("k", dtype, "krow + d")};
+            dot += ({acc}){cl_load("q", dtype, "qrow + d")}
+                   * ({acc}){cl_load("k", dtype, "krow + d")};
         {acc} x = dot * scale;
         if (has_mask) x += {cl_load("mask", dtype, "b * m0 + h * m1 + i * m2 + j * m3")};
         s[srow + j] = x;
