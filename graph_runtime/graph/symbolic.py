@@ -87,8 +87,8 @@ def evaluate(dim: Any, env: Mapping[str, int]) -> int:
 
 
 def _eval(node: ast.expr, env: Mapping[str, int], text: str) -> int:
-    if isinstance(node, ast.Constant):
-        return int(node.value)
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
     if isinstance(node, ast.Name):
         if node.id not in env:
             raise DimError(f"dim {text!r}: name {node.id!r} is not bound by any input's shape")

@@ -18,6 +18,7 @@ from ..errors import GraphError, GraphRuntimeError
 from ..graph.model import COPY_OP, NOP_OP, Graph, entry_bytes
 from ..graph.symbolic import UNKNOWN, DimError, evaluate, format_shape, names_in
 from ..lib.library import Module, TensorSpec
+from ..lib.symbolic_chain import DIMS_KEY
 from ..planner.storage_plan import plan_storage
 
 # A function that reads the values of some inputs to decide its output shapes (a deferred ONNX
@@ -52,6 +53,8 @@ class Specializer:
         self._declared = [tuple(graph.shape(eid)) for eid in range(graph.num_entries)]
         # (node, input eids, output eids, infer or None, value positions) per kernel node
         self._steps: list[tuple[Any, list[int], list[int], Any, tuple[int, ...]]] = []
+        # Nodes whose function's attrs hold symbolic dims (lib/symbolic_chain.py).
+        self._symbolic_nodes: set[int] = set()
         value_eids: set[int] = set()
         for node in graph.nodes:
             if node.is_arg:
@@ -64,6 +67,8 @@ class Specializer:
                 dev = self.entry_device[out_eids[0]] if out_eids else entry_device[0]
                 fn = lib.get_function(node.func_name or "", dev, node.label)
                 positions = tuple(getattr(fn, "value_inputs", ()))
+                if getattr(fn, "symbolic", False):
+                    self._symbolic_nodes.add(node.nid)
                 infer = getattr(fn, "infer_values", None) if positions else None
                 if infer is None:
                     infer = getattr(fn, "infer", None)
@@ -73,6 +78,7 @@ class Specializer:
         by_eid = {sig.eid: sig.name for sig in self.inputs}
         self.value_inputs = [by_eid[e] for e in sorted(value_eids) if e in by_eid]
         self._value_eids = value_eids
+        self.last_env: dict[str, int] = {}
 
     @property
     def signature(self) -> str:
@@ -143,13 +149,16 @@ class Specializer:
             specs = [TensorSpec(s, self._dtypes[e]) for s, e in  # type: ignore[arg-type]
                      zip(in_shapes, in_eids)]
             dtypes = [self._dtypes[e] for e in out_eids]
+            attrs = dict(node.attrs)
+            if node.nid in self._symbolic_nodes:
+                attrs[DIMS_KEY] = env
             try:
                 if positions:
-                    got = infer(specs, dict(node.attrs),
+                    got = infer(specs, attrs,
                                 {p: values[in_eids[p]] for p in positions
                                  if in_eids[p] in values}, dtypes)
                 else:
-                    got = infer(specs, dict(node.attrs), dtypes)
+                    got = infer(specs, attrs, dtypes)
             except GraphRuntimeError as e:
                 raise GraphError(self._conflict(node, env, f"{e}")) from e
             if len(got) != len(out_eids):
@@ -159,6 +168,7 @@ class Specializer:
                 shape = tuple(int(d) for d in spec.shape)
                 self._check_declared(node, eid, shape, env)
                 out[eid] = shape
+        self.last_env = env
         return out  # type: ignore[return-value]
 
     def _evaluate(self, eid: int, env: Mapping[str, int], node: Any) -> tuple[int, ...]:
@@ -193,8 +203,9 @@ class Specializer:
         return (f"{self.graph.source}: {node.label} ({node.func_name}) cannot take these input "
                 f"shapes ({bound}): {what}")
 
-    def static_graph(self, shapes: list[tuple[int, ...]]) -> Graph:
-        """The graph with these entry shapes and storage planned for them."""
+    def static_graph(self, shapes: list[tuple[int, ...]], env: Mapping[str, int]) -> Graph:
+        """The graph with these entry shapes and storage planned for them; nodes calling a
+        function with symbolic attrs get the binding env in their attrs."""
         sizes = [entry_bytes(s, d) for s, d in zip(shapes, self._dtypes)]
         plan = plan_storage(self.graph, sizes, self.entry_device)
         attrs = dict(self.graph.attrs)
@@ -202,4 +213,9 @@ class Specializer:
         attrs["storage_id"] = ("list_int", plan.storage_ids)
         # NOTE: the symbolic graph was validated; only the shape and storage columns change, so
         # the new graph skips the schema (a BERT-size graph's check costs milliseconds).
-        return dataclasses.replace(self.graph, attrs=attrs)
+        nodes = self.graph.nodes
+        if self._symbolic_nodes:
+            bound = dict(env)
+            nodes = tuple(dataclasses.replace(n, attrs={**n.attrs, DIMS_KEY: bound})
+                          if n.nid in self._symbolic_nodes else n for n in nodes)
+        return dataclasses.replace(self.graph, attrs=attrs, nodes=nodes)

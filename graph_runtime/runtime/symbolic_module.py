@@ -220,6 +220,11 @@ class SymbolicGraphModule:
     def copies(self) -> Any:
         return self.specialised().copies()
 
+    @property
+    def executor(self) -> Any:
+        """The executor of the specialisation the last run used (for reports)."""
+        return self._module("executor").executor
+
     def specialised(self) -> GraphModule:
         """The static module for the inputs set now (built and cached if new)."""
         with self._owned("specialised"):
@@ -274,7 +279,7 @@ class SymbolicGraphModule:
         shapes = {n: self._shapes[n][0] for n in self._names}
         values = {self._sigs[n].eid: v for n, v in self._values.items()}
         entry_shapes = self.specializer.infer_shapes(shapes, values)
-        static = self.specializer.static_graph(entry_shapes)
+        static = self.specializer.static_graph(entry_shapes, self.specializer.last_env)
         module = GraphModule(static, self.lib, self.ctxs, strict=self.strict,
                              memory_cap=self.memory_cap,
                              allow_uninitialized=self.allow_uninitialized)
