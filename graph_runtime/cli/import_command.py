@@ -65,12 +65,17 @@ def write_folder(out: Path, files: dict[str, Any], force: bool) -> None:
 @click.option("--reference", is_flag=True,
               help="Also write inputs.npz (seeded) and expected.npz from ONNX Runtime, so "
                    "`graphrun run DIR` checks itself (needs onnxruntime).")
+@click.option("--freeze", is_flag=True,
+              help="Refuse inputs with symbolic dims unless --shape gives them (the behaviour "
+                   "before symbolic dims); by default they stay symbolic in graph.json.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of inputs.npz.")
 @click.option("--force", is_flag=True, help="Replace DIR if it exists.")
-def import_cmd(model: str, out_dir: str, shapes: tuple[str, ...], reference: bool, seed: int,
-               force: bool) -> None:
+def import_cmd(model: str, out_dir: str, shapes: tuple[str, ...], reference: bool, freeze: bool,
+               seed: int, force: bool) -> None:
     """Import an ONNX model into DIR: graph.json, lib.json (fused standard ops) and params.
 
+    Inputs with named or unknown dims and no --shape keep them: graph.json carries symbolic
+    dims and the runtime specialises it per input shape (--freeze asks for shapes instead).
     Constants are folded, BatchNormalization is folded into convolutions, and operators are
     fused as TVM's FuseOps does, with TVM's function names. Anything unsupported is refused
     with one message listing every unsupported op and its nodes; nothing is written then.
@@ -85,9 +90,14 @@ def import_cmd(model: str, out_dir: str, shapes: tuple[str, ...], reference: boo
     """
     from ..frontend.importer import import_onnx
     from ..frontend.onnx_model import load_model
+    from ..graph.model import Graph
     given = _parse_shapes(shapes)
     proto, _ = load_model(model)
-    result = import_onnx(proto, given, name=Path(model).name, base_dir=Path(model).parent)
+    result = import_onnx(proto, given, name=Path(model).name, base_dir=Path(model).parent,
+                         freeze=freeze)
+    if reference and Graph.from_json(result.graph_json).is_symbolic:
+        raise click.UsageError("--reference draws inputs of one shape: give the symbolic "
+                               "inputs' shapes with --shape NAME=D0,D1,... (or --freeze)")
     files: dict[str, Any] = {"graph.json": json.loads(result.graph_json),
                              "lib.json": result.lib_doc, "params": result.params}
     if reference:

@@ -6,6 +6,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from ..graph.symbolic import format_shape, shape_is_symbolic
 from .._text import count_of, fmt_bytes, shape_text, table
 from ..device import Device
 from ..graph.model import COPY_OP, NOP_OP, Graph, entry_bytes
@@ -74,7 +75,7 @@ def _report(graph: Graph, entry_device: Sequence[Device], node_device: list[Devi
             eid = graph.entry_id(ref[0], ref[1])
             copies.append(CopyInfo(node.nid, node.label, eid, entry_device[eid],
                                    node_device[node.nid],
-                                   entry_bytes(graph.shape(eid), graph.dtype(eid))))
+                                   _bytes(graph.shape(eid), graph.dtype(eid))))
     copies += [CopyInfo(-1, f"inserted copy of {graph.entry_label(c.eid)}", c.eid, c.src, c.dst,
                         c.nbytes) for c in inserted]
     return PlacementReport(node_device, copies, plan.bytes_per_device(),
@@ -102,7 +103,23 @@ def arg_rows(graph: Graph, names: Sequence[str]) -> list[dict[str, Any]]:
     """name, shape, dtype, bytes of the arg nodes called names."""
     eids = graph.input_entries
     return [{"name": n, "shape": list(graph.shape(eids[n])), "dtype": graph.dtype(eids[n]),
-             "bytes": entry_bytes(graph.shape(eids[n]), graph.dtype(eids[n]))} for n in names]
+             "bytes": _bytes(graph.shape(eids[n]), graph.dtype(eids[n]))} for n in names]
+
+
+def _static_view(graph: Graph) -> Graph:
+    """graph with every symbolic dim as 0, for reports that count bytes."""
+    import dataclasses
+    attrs = dict(graph.attrs)
+    attrs["shape"] = ("list_shape", [[0 if isinstance(d, str) else d for d in shape]
+                                     for shape in graph.attrs["shape"][1]])
+    return dataclasses.replace(graph, attrs=attrs)
+
+
+def _bytes(shape: Any, dtype: str) -> int:
+    """An entry's bytes; 0 for a symbolic shape (its size is known only when specialised)."""
+    if shape_is_symbolic(shape):
+        return 0
+    return entry_bytes(shape, dtype)
 
 
 def func_counts(graph: Graph) -> dict[str, int]:
@@ -118,11 +135,14 @@ def graph_info(files: Any, devices: Sequence[Device]) -> dict[str, Any]:
     graph = Graph.from_json(files.graph)
     given = list(load_params_file(files.inputs, "inputs")) if files.inputs else None
     data, param_args = split_args(graph, param_names(files), given)
-    report = placement_report(graph, devices)
+    # NOTE: a symbolic entry's size is known only when specialised: it counts 0 bytes here.
+    report = placement_report(_static_view(graph) if graph.is_symbolic else graph, devices)
     shapes = [(list(graph.shape(e)), graph.dtype(e)) for e in graph.output_entries]
     return {
         "graph": str(files.graph), "devices": [d.spec for d in devices],
         "nodes": graph.num_nodes, "entries": graph.num_entries,
+        "signature": ("; ".join(f"{r['name']}: {format_shape(r['shape'])} {r['dtype']}"
+                                for r in arg_rows(graph, data)) if graph.is_symbolic else None),
         "inputs": arg_rows(graph, data), "params": arg_rows(graph, param_args),
         "outputs": [{"index": i, "name": name, "shape": shape, "dtype": dtype}
                     for i, (name, (shape, dtype)) in enumerate(zip(output_names(graph), shapes))],
@@ -155,6 +175,9 @@ def info_text(doc: dict[str, Any]) -> str:
     lines = [f"graph     {doc['graph']}: {count_of(doc['nodes'], 'node')}, "
              f"{count_of(doc['entries'], 'entry', 'entries')}",
              f"devices   {', '.join(doc['devices'])} (first = primary, the fallback)", ""]
+    if doc.get("signature"):
+        lines[-1:] = [f"symbolic  {doc['signature']} (specialised per input shape at run; "
+                      "storage below counts static entries only)", ""]
     for title in ("inputs", "params"):
         rows = doc[title]
         total = sum(r["bytes"] for r in rows)

@@ -16,6 +16,7 @@ from ..device import device as parse_device
 from ..errors import DeviceError, GraphError, GraphRuntimeError, ParamsError
 from ..graph.model import Graph
 from ..params import load_params_file
+from ..graph.symbolic import format_shape, shape_is_symbolic
 from ..runtime.graph_module import GraphModule, create
 
 # The files an example folder (examples/graphs/<name>/) holds, by the flag they stand in for.
@@ -149,6 +150,9 @@ def load_inputs(graph: Graph, files: GraphFiles, pairs: Sequence[str] = (), seed
             raise GraphError(f"{where}: graph has no input {name!r}; inputs are: "
                              + ", ".join(eids))
         want = (tuple(graph.shape(eid)), np.dtype(graph.dtype(eid)))
+        if shape_is_symbolic(want[0]) and len(value.shape) == len(want[0]):
+            # NOTE: any shape the symbolic dims allow; the module checks it when it specialises.
+            want = (tuple(value.shape), want[1])
         if (tuple(value.shape), value.dtype) != want:
             raise ParamsError(f"{where}: input {name!r} (eid {eid}) expects {want[0]} {want[1]}, "
                               f"got {tuple(value.shape)} {value.dtype}")
@@ -164,7 +168,12 @@ def draw_missing(graph: Graph, inputs: Inputs, seed: int, skip: Sequence[str] = 
     for name, eid in graph.input_entries.items():
         if name in inputs.values or name in skip:
             continue
-        inputs.values[name] = random_array(rng, tuple(graph.shape(eid)), graph.dtype(eid))
+        shape = tuple(graph.shape(eid))
+        if shape_is_symbolic(shape):
+            raise GraphError(f"input {name!r} has symbolic dims {format_shape(shape)}; give it "
+                             f"with --input {name}=FILE.npy or --inputs FILE.npz (any shape the "
+                             "dims allow)")
+        inputs.values[name] = random_array(rng, shape, graph.dtype(eid))
         inputs.random.append(name)
 
 

@@ -85,12 +85,17 @@ class ImportResult:
 
 def import_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None,
                 name: str | None = None,
-                base_dir: str | os.PathLike[str] | None = None) -> ImportResult:
+                base_dir: str | os.PathLike[str] | None = None,
+                freeze: bool = False) -> ImportResult:
     """Import an ONNX model (a ModelProto or a path): graph JSON, lib.json document, params.
 
     name is how messages call the model (default: the file name, or the graph's name).
     base_dir is the only folder external data is read from (default: the model file's folder;
     a ModelProto with external data and no base_dir is refused).
+
+    Inputs with named or unknown dims and no shape given keep them: the graph carries symbolic
+    dims (frontend/symbolic_import.py) and create() specialises it per input shape. freeze=True
+    refuses such inputs instead, asking for shapes (the behaviour before symbolic dims).
 
     Raises FrontendError listing every unsupported op, attribute value or dtype (with node
     names and the opset) before anything is produced.
@@ -99,12 +104,29 @@ def import_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None,
     from .fuse_transformer import fuse_patterns
     from .lower import lower
     from .onnx_model import load_model
+    from .symbolic_import import import_with_probes, symbols_of
     start = time.perf_counter()
     proto, default_name = load_model(model, base_dir)
     name = name or default_name
-    lowered = lower(proto, name, dict(shape or {}))
-    patterns = fuse_patterns(lowered)
-    emitted = emit(lowered, f"imported from {name} (ONNX opset {lowered.opset})")
+    given = dict(shape or {})
+    symbols = [] if freeze else symbols_of(proto, given)
+    fused: list[Any] = []
+
+    def once(shapes: Mapping[str, Sequence[int]]) -> tuple[Any, dict[str, Any]]:
+        lowered = lower(proto, name, shapes)
+        fused[:] = [fuse_patterns(lowered)]
+        emitted = emit(lowered, f"imported from {name} (ONNX opset {lowered.opset})")
+        return (lowered, emitted), {"graph": emitted.graph_doc, "lib": emitted.lib_doc,
+                                    "params": emitted.params}
+
+    if symbols:
+        (lowered, emitted), docs = import_with_probes(
+            lambda s: once(s), proto, given, symbols, name)
+        emitted.graph_doc, emitted.lib_doc, emitted.params = (docs["graph"], docs["lib"],
+                                                              docs["params"])
+    else:
+        (lowered, emitted), _ = once(given)
+    patterns = fused[0]
     origins = [list(dict.fromkeys(p.origin for p in g.prims if p.origin)) for g in emitted.groups]
     return ImportResult(
         graph_json=json.dumps(emitted.graph_doc),
@@ -117,8 +139,11 @@ def import_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None,
 
 
 def from_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None,
-              base_dir: str | os.PathLike[str] | None = None
+              base_dir: str | os.PathLike[str] | None = None, freeze: bool = False
               ) -> tuple[str, Module, dict[str, np.ndarray]]:
-    """(graph_json, lib Module, params) for `graph_runtime.create(graph_json, lib, ctxs)`."""
-    result = import_onnx(model, shape, base_dir=base_dir)
+    """(graph_json, lib Module, params) for `graph_runtime.create(graph_json, lib, ctxs)`.
+
+    Inputs with named or unknown dims and no shape given keep them (see import_onnx).
+    """
+    result = import_onnx(model, shape, base_dir=base_dir, freeze=freeze)
     return result.graph_json, result.module(), result.params

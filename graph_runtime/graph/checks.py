@@ -1,6 +1,7 @@
 """Semantic checks of a schema-valid graph: order, node_row_ptr, arg_nodes, heads, columns."""
 from __future__ import annotations
 
+import re
 from bisect import bisect_right
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -9,6 +10,7 @@ import numpy as np
 
 from .._text import count_of
 from .schema import json_path
+from .symbolic import check_dim
 
 if TYPE_CHECKING:
     from .model import Graph, Node
@@ -24,6 +26,8 @@ _MAX_COUNT = 999_999_999
 _MAX_DIM = 2**63 - 1
 _MAX_RANK = 32
 _MAX_BYTES = 2**63 - 1
+# Extension: a dim may be a name, an expression of names, or "?" ($defs.dim in the schema).
+_SYMBOLIC_DIM = re.compile(r"^(\?|[A-Za-z0-9_+\-*/%() ]{1,200})$")
 # smallest value of each known list_int column
 _INT_COLUMNS = {"storage_id": 0, "device_index": 1, "device_id": 0}
 
@@ -91,7 +95,12 @@ def _is_node_attrs(attrs: Any) -> bool:
 
 def _is_shape(shape: Any) -> bool:
     return (type(shape) is list and len(shape) <= _MAX_RANK
-            and all(_is_int(dim, 0, _MAX_DIM) for dim in shape))
+            and all(_is_int(dim, 0, _MAX_DIM) or _is_symbolic_dim(dim) for dim in shape))
+
+
+def _is_symbolic_dim(dim: Any) -> bool:
+    """A string dim (extension: graph/symbolic.py) the schema's pattern allows."""
+    return type(dim) is str and _SYMBOLIC_DIM.match(dim) is not None
 
 
 def _is_graph_attrs(attrs: Any) -> bool:
@@ -195,6 +204,12 @@ def _size_problems(g: Graph) -> list[str]:
     for eid, (shape, dtype) in enumerate(zip(shapes, dtypes)):
         count = 1
         for dim in shape:
+            if isinstance(dim, str):
+                problem = check_dim(dim)
+                if problem is not None:
+                    out.append(f" at {json_path(['attrs', 'shape', 1, eid])}: "
+                               f"{g.entry_label(eid)}: {problem}")
+                continue  # a symbolic dim's size is checked when the module specialises
             count *= max(int(dim), 1)
         if count * np.dtype(dtype).itemsize > _MAX_BYTES:
             out.append(f" at {json_path(['attrs', 'shape', 1, eid])}: {g.entry_label(eid)} "

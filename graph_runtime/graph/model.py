@@ -227,6 +227,11 @@ class Graph:
                 doc["attrs"][name] = _column(name, values)
         return Graph.from_json(doc, source_name=self.source)
 
+    @cached_property
+    def is_symbolic(self) -> bool:
+        """Whether some entry's shape has a symbolic dim (extension: graph/symbolic.py)."""
+        return any(isinstance(d, str) for shape in self.attrs["shape"][1] for d in shape)
+
     @property
     def num_nodes(self) -> int:
         return len(self.nodes)

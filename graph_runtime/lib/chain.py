@@ -157,10 +157,14 @@ class Chain:
         ops = [get_op(s.op) for s in self.steps]
         return [kind for kind in REGISTRY if all(kind in op.kernels for op in ops)]
 
-    def infer(self, inputs: Sequence[TensorSpec],
-              attrs: Mapping[str, Any] | None = None) -> list[TensorSpec]:
-        """The outputs this chain produces for inputs (checks shapes, dtypes and attrs)."""
-        return self._plan(list(inputs), dict(attrs or {}), None)[-1].outputs
+    def infer(self, inputs: Sequence[TensorSpec], attrs: Mapping[str, Any] | None = None,
+              out_dtypes: Sequence[str] | None = None) -> list[TensorSpec]:
+        """The outputs this chain produces for inputs (checks shapes, dtypes and attrs).
+
+        out_dtypes: the dtypes a graph declares for the outputs (an op such as argmax takes its
+        output dtype from them); the shapes are inferred.
+        """
+        return self._plan(list(inputs), dict(attrs or {}), None, out_dtypes)[-1].outputs
 
     def prepare(self, device: Device, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec],
                 attrs: Mapping[str, Any]) -> Callable[..., None]:
@@ -219,7 +223,8 @@ class Chain:
         return op if self.name == op else f"{self.name}: {op!r}"
 
     def _plan(self, inputs: list[TensorSpec], node_attrs: dict[str, Any],
-              declared: list[TensorSpec] | None) -> list[_Planned]:
+              declared: list[TensorSpec] | None,
+              out_dtypes: Sequence[str] | None = None) -> list[_Planned]:
         # A one-op function takes its attrs from the node too (graph attrs win); a chain takes
         # them from the lib file only, since a node attr could not say which op it is for.
         extra = {k: v for k, v in node_attrs.items() if k not in NODE_KEYS}
@@ -236,8 +241,10 @@ class Chain:
                 attrs.update(extra)
             last = k == len(self.steps) - 1
             if last and declared:
-                attrs[OUT_DTYPE_KEY] = declared[0].dtype
-                attrs[NUM_OUTPUTS_KEY] = len(declared)
+                out_dtypes = [spec.dtype for spec in declared]
+            if last and out_dtypes:
+                attrs[OUT_DTYPE_KEY] = out_dtypes[0]
+                attrs[NUM_OUTPUTS_KEY] = len(out_dtypes)
             where = self._where(k)
             want = step.num_inputs or op.num_inputs
             have = [] if prev is None else [prev]

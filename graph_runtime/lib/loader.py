@@ -19,6 +19,7 @@ from .chain import Chain, Step
 from .library import Module
 from .registry import OPS, get_op, load_standard_ops
 from .source_kernel import SourceKernel, add_source_function
+from .symbolic_chain import SymbolicChain, is_symbolic_attr
 
 # Keys of an op entry that are not op attributes.
 _OP_KEYS = ("op", "num_inputs", "devices", "description")
@@ -57,7 +58,7 @@ def standard_module() -> Module:
     return lib
 
 
-def _function(obj: Chain | SourceKernel) -> Any:
+def _function(obj: Chain | SymbolicChain | SourceKernel) -> Any:
     """obj as Module.register takes it: an object with prepare() stands in for a callable."""
     return obj
 
@@ -177,7 +178,13 @@ def function_from_json(name: str, func: Mapping[str, Any], where: str = "lib.jso
 
 
 def _add_chain_function(lib: Module, name: str, func: Mapping[str, Any], where: str) -> None:
-    chain = function_from_json(name, func, where)
+    entries = func["ops"] if "ops" in func else [func]
+    chain: Chain | SymbolicChain
+    if any(is_symbolic_attr(v) for e in entries for v in e.values()):
+        chain = SymbolicChain(name, entries,
+                              lambda n, doc: function_from_json(n, doc, where))
+    else:
+        chain = function_from_json(name, func, where)
     supported = chain.backends()
     devices = func.get("devices")
     if devices is None:

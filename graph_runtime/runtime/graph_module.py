@@ -345,10 +345,16 @@ class GraphModule(Diagnostics):
         if dev != self.executor.entry_device[mine]:
             raise DeviceError(f"share_params: {name!r} lives on {dev} in the other module but "
                               f"on {self.executor.entry_device[mine]} here")
+        self._adopt_input(name, other.executor.arrays[(theirs, dev)])
+
+    def _adopt_input(self, name: str, array: Any) -> None:
+        """Bind array (on the input's device, of its shape) as input name, zero copy: params
+        shared between modules (share_params, clone, a symbolic graph's specialisations)."""
+        mine = self._resolve_input(name)
         self._acquire("share_params")
         try:
-            self.executor.rebind(mine, other.executor.arrays[(theirs, dev)])
-            self.executor.pool.adopt(mine, other.executor.arrays[(theirs, dev)])
+            self.executor.rebind(mine, array)
+            self.executor.pool.adopt(mine, array)
             self._unset.discard(mine)
             self._param_names.add(name)
         finally:
@@ -446,8 +452,11 @@ def _copy_out(src: Any, out: Any) -> Any:
 def create(graph: GraphSource, libmod: Module | str | os.PathLike | None = None,
            ctxs: DeviceLike | Sequence[DeviceLike] = _CPU, *, strict: bool = False,
            memory_cap: int | Mapping[Any, int] | None = None,
-           allow_uninitialized: bool = False) -> GraphModule:
+           allow_uninitialized: bool = False, cache_size: int | None = None) -> GraphModule:
     """A GraphModule: graph (JSON text, path, dict or Graph), a lib, devices (ctxs[0] primary).
+
+    A graph with symbolic dims (docs/symbolic_shapes.md) gives a SymbolicGraphModule with the
+    same methods, specialised per input-shape combination; cache_size bounds how many it keeps.
 
     libmod may be a Module, a lib file path, or None for the standard op library.
     allow_uninitialized: let run() go with inputs never set (benchmarks); refused by default.
@@ -462,5 +471,11 @@ def create(graph: GraphSource, libmod: Module | str | os.PathLike | None = None,
         lib = libmod
     else:
         lib = load_module(libmod)
+    if g.is_symbolic:
+        from .symbolic_module import DEFAULT_CACHE_SIZE, SymbolicGraphModule
+        return SymbolicGraphModule(  # type: ignore[return-value]
+            g, lib, _to_device_list(ctxs), strict=strict, memory_cap=memory_cap,
+            allow_uninitialized=allow_uninitialized,
+            cache_size=cache_size or DEFAULT_CACHE_SIZE)
     return GraphModule(g, lib, _to_device_list(ctxs), strict=strict, memory_cap=memory_cap,
                        allow_uninitialized=allow_uninitialized)

@@ -81,10 +81,31 @@ def test_import_reference_then_run_on_cpu_and_opencl(tmp_path: Path) -> None:
     assert "OK" in both.output
 
 
-def test_symbolic_batch_needs_shape(tmp_path: Path) -> None:
+def test_symbolic_batch_imports_once_and_runs_any_batch(tmp_path: Path) -> None:
+    model = cnn_with_embedding(tmp_path, batch="N")
+    out = tmp_path / "sym"
+    result = invoke("import", model, "-o", out)
+    assert result.exit_code == 0, result.output
+    graph = json.loads((out / "graph.json").read_text())
+    assert graph["attrs"]["shape"][1][0] == ["N", 3, 6, 6]
+    info = invoke("info", out)
+    assert info.exit_code == 0, info.output
+    assert "symbolic  x: (N, 3, 6, 6) float32" in info.output
+    ids = tmp_path / "ids.npy"
+    np.save(ids, np.array([3], np.int64))
+    for batch in (1, 3):
+        x = tmp_path / f"x{batch}.npy"
+        np.save(x, RNG.standard_normal((batch, 3, 6, 6)).astype(np.float32))
+        ran = invoke("run", out, "-d", "cpu", "--input", f"x={x}", "--input", f"ids={ids}")
+        assert ran.exit_code == 0, ran.output
+        assert f"({batch}, 4)" in ran.output
+    assert invoke("import", model, "-o", tmp_path / "r", "--reference").exit_code == 2
+
+
+def test_symbolic_batch_needs_shape_when_frozen(tmp_path: Path) -> None:
     model = cnn_with_embedding(tmp_path, batch="N")
     out = tmp_path / "out"
-    refused = invoke("import", model, "-o", out)
+    refused = invoke("import", model, "-o", out, "--freeze")
     assert refused.exit_code == 2
     assert "--shape x=N,3,6,6" in refused.output and "Traceback" not in refused.output
     assert not out.exists()

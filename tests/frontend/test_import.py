@@ -430,13 +430,13 @@ def test_refusal_lists_every_unsupported_op_with_nodes_and_opset() -> None:
     assert "'sum'" not in message and "'ok'" not in message
 
 
-def test_symbolic_dims_need_a_shape() -> None:
+def test_symbolic_dims_need_a_shape_when_frozen() -> None:
     nodes = [node("MatMul", ["x", "w"], ["y"])]
     m = model(nodes, [tensor("x", F32, ["batch", 4])], [tensor("y", F32, None)],
               [init("w", weights(4, 2))])
     with pytest.raises(FrontendError, match=r"input 'x' has symbolic dims \(batch, 4\).*"
                                             r"--shape x=N,4"):
-        from_onnx(m)
+        from_onnx(m, freeze=True)
     assert_matches(m, {"x": _x(3, 4)}, "cpu", shape={"x": [3, 4]})
     with pytest.raises(FrontendError, match="dim 1 is fixed at 4"):
         from_onnx(m, {"x": [3, 5]})

@@ -231,7 +231,7 @@ MALFORMED = [
      ["$.attrs.storage_id[1][3], node 3 'split' entry 3:0 (eid 3): expected a storage id",
       ">= 0, got -1", "dynamic shapes are not supported"]),
     ("dynamic dim", _set(("attrs", "shape", 1, 0), [-1, 4]),
-     ["$.attrs.shape[1][0][0], node 0 'x' entry 0:0 (eid 0)", "dynamic shapes are not"]),
+     ["$.attrs.shape[1][0][0], node 0 'x' entry 0:0 (eid 0)", "write a name (\"batch\") or \"?\" instead"]),
     ("rank 33", _set(("attrs", "shape", 1, 1), [1] * 33),
      ["$.attrs.shape[1][1], node 1 'w' entry 1:0 (eid 1): expected at most 32 items, got 33"]),
     ("missing shape", _delete("attrs", "shape"), ["$.attrs: missing key 'shape'"]),

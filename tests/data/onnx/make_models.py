@@ -170,10 +170,10 @@ class Bert(nn.Module):
 class Gpt2(nn.Module):
     """GPT2LMHeadModel's logits (causal self-attention), no key/value cache."""
 
-    def __init__(self) -> None:
+    def __init__(self, positions: int = 64) -> None:
         super().__init__()
         from transformers import GPT2Config, GPT2LMHeadModel
-        config = GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=2, n_positions=64,
+        config = GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=2, n_positions=positions,
                             use_cache=False, attn_implementation="eager")
         self.gpt2 = GPT2LMHeadModel(config)
 
@@ -257,12 +257,34 @@ def export_all(out: Path, names: list[str]) -> list[Path]:
     return written
 
 
+# Transformers exported once with named batch and sequence dimensions (TorchScript exporter,
+# 128 positions): the symbolic-shape tests import them without --shape and run any token count.
+DYNAMIC = {"bert": {"max_positions": 128}, "gpt2": {"positions": 128}}
+
+
+def export_dynamic(out: Path, names: list[str]) -> list[Path]:
+    """NAME_dyn.onnx for each transformer in names: inputs [batch, seq], outputs likewise."""
+    written = []
+    for name in names:
+        if name not in DYNAMIC:
+            continue
+        _, _, input_names, output_names = MODELS[name]
+        model, args = build(name, **DYNAMIC[name])
+        axes = {n: {0: "batch", 1: "seq"} for n in input_names}
+        axes.update({n: {0: "batch"} if n == "pooler_output" else {0: "batch", 1: "seq"}
+                     for n in output_names})
+        path = out / f"{name}_dyn.onnx"
+        export(model, args, path, input_names, output_names, False, dynamic_axes=axes)
+        written.append(path)
+    return written
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=HERE)
     parser.add_argument("--only", nargs="+", choices=sorted(MODELS), default=sorted(MODELS))
     args = parser.parse_args()
-    for path in export_all(args.out, args.only):
+    for path in export_all(args.out, args.only) + export_dynamic(args.out, args.only):
         print(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")
 
 

@@ -1,0 +1,191 @@
+"""Import with symbolic dims: lower at probe sizes, and name every number that follows the dims.
+
+A model whose inputs have named or unknown dims (and no `--shape` for them) is lowered once at
+distinct prime probe sizes and once more per dim with that dim changed. The imports must agree
+in everything but numbers; each number that changes is written as the expression of the dims
+that explains every probe (`batch`, `seq*4`, `batch*seq`, `seq+1`, `seq*seq`): shapes in the
+graph's `shape` column, attrs in lib.json as `{"dim": ...}`. A difference no such expression
+explains (a float, a param that depends on the dims, a graph whose structure changes) refuses
+the import, naming where, with the fix (`--shape`).
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import FrontendError
+
+# (base, other) probe size per symbol: primes no tiny model is likely to hold as a constant.
+PROBES = [(37, 53), (41, 59), (43, 67), (47, 71), (31, 73), (29, 79), (61, 83), (23, 89)]
+_IDENT = re.compile(r"[^A-Za-z0-9_]")
+
+
+@dataclass(frozen=True)
+class Symbol:
+    """One symbolic dim: its name and the (input, axis) places it appears."""
+
+    name: str
+    places: tuple[tuple[str, int], ...]
+
+
+def symbols_of(model: Any, given: Mapping[str, Sequence[int]]) -> list[Symbol]:
+    """The named or unknown dims of the graph inputs that have no shape given."""
+    inits = {t.name for t in model.graph.initializer}
+    places: dict[str, list[tuple[str, int]]] = {}
+    for inp in model.graph.input:
+        if inp.name in given or inp.name in inits or not inp.type.HasField("tensor_type"):
+            continue
+        tt = inp.type.tensor_type
+        if not tt.HasField("shape"):
+            continue
+        for axis, d in enumerate(tt.shape.dim):
+            if d.HasField("dim_value"):
+                continue
+            name = _IDENT.sub("_", d.dim_param) if d.dim_param else f"{inp.name}_dim{axis}"
+            if not name or name[0].isdigit():
+                name = f"d_{name}"
+            places.setdefault(name, []).append((inp.name, axis))
+    return [Symbol(name, tuple(p)) for name, p in places.items()]
+
+
+def probe_shapes(model: Any, given: Mapping[str, Sequence[int]], symbols: Sequence[Symbol],
+                 sizes: Mapping[str, int]) -> dict[str, list[int]]:
+    """Every input's shape with each symbol at its probe size (given shapes kept)."""
+    shapes = {name: list(dims) for name, dims in given.items()}
+    for inp in model.graph.input:
+        for sym in symbols:
+            for name, axis in sym.places:
+                if name != inp.name:
+                    continue
+                if name not in shapes:
+                    dims = inp.type.tensor_type.shape.dim
+                    shapes[name] = [d.dim_value if d.HasField("dim_value") else 0 for d in dims]
+                shapes[name][axis] = sizes[sym.name]
+    return shapes
+
+
+def fit_imports(docs: Sequence[Any], symbols: Sequence[Symbol], model_name: str) -> Any:
+    """The first import's document with each changing number replaced by its expression.
+
+    docs[0] is the import at the base probes, docs[1 + i] the one with symbol i changed.
+    """
+    names = [s.name for s in symbols]
+    base = [PROBES[i][0] for i in range(len(symbols))]
+    other = [PROBES[i][1] for i in range(len(symbols))]
+
+    def fail(path: str, what: str) -> FrontendError:
+        return FrontendError(
+            f"cannot import {model_name} with symbolic dims ({', '.join(names)}): {what} at "
+            f"{path}; give concrete shapes with --shape (or shape=) for this model")
+
+    def number(a: int, bs: list[int], path: str, as_dim: bool) -> Any:
+        expr = _expression(a, bs, names, base, other)
+        if expr is None:
+            raise fail(path, f"the value {a} changes with the dims ({bs}) in a way no "
+                             "product or sum of them explains")
+        return expr if as_dim else {"dim": expr}
+
+    def walk(a: Any, bs: list[Any], path: str, as_dim: bool) -> Any:
+        if isinstance(a, dict):
+            if any(not isinstance(b, dict) or set(b) != set(a) for b in bs):
+                raise fail(path, "the import's structure changes with the dims")
+            return {k: walk(v, [b[k] for b in bs], f"{path}.{k}", as_dim) for k, v in a.items()}
+        if isinstance(a, list):
+            if any(not isinstance(b, list) or len(b) != len(a) for b in bs):
+                raise fail(path, "a list's length changes with the dims")
+            return [walk(v, [b[i] for b in bs], f"{path}[{i}]", as_dim) for i, v in enumerate(a)]
+        if isinstance(a, np.ndarray):
+            if any(not isinstance(b, np.ndarray) or b.shape != a.shape or b.dtype != a.dtype
+                   or not np.array_equal(a, b, equal_nan=a.dtype.kind == "f") for b in bs):
+                raise fail(path, "a constant made at import depends on the dims")
+            return a
+        if all(type(b) is type(a) and b == a for b in bs):
+            return a
+        if isinstance(a, int) and not isinstance(a, bool) and all(
+                isinstance(b, int) and not isinstance(b, bool) for b in bs):
+            return number(a, bs, path, as_dim)
+        raise fail(path, f"{a!r} changes with the dims ({bs!r})")
+
+    first, rest = docs[0], list(docs[1:])
+    graph = dict(first["graph"])
+    attrs = dict(graph["attrs"])
+    others = [d["graph"] for d in rest]
+    # Storage ids are planned again for each specialisation: take the first import's.
+    graph["attrs"] = {k: (v if k == "storage_id" else
+                          walk(v, [o["attrs"][k] for o in others], f"$.attrs.{k}", k == "shape"))
+                      for k, v in attrs.items()}
+    graph = {k: (v if k == "attrs" else walk(v, [o[k] for o in others], f"$.{k}", False))
+             for k, v in graph.items()}
+    lib = walk(first["lib"], [d["lib"] for d in rest], "lib.json", False)
+    params = walk(first["params"], [d["params"] for d in rest], "params", False)
+    return {"graph": graph, "lib": lib, "params": params}
+
+
+def _expression(a: int, bs: Sequence[int], names: Sequence[str], base: Sequence[int],
+                other: Sequence[int]) -> str | None:
+    """c * prod(name**e) or c + sum(k * name) matching every probe; None when neither does."""
+    moved = [i for i, b in enumerate(bs) if b != a]
+    # A product: each changed symbol's exponent e has b * base**e == a * other**e.
+    powers: dict[int, int] = {}
+    for i in moved:
+        for e in (1, 2, 3):
+            if bs[i] * base[i] ** e == a * other[i] ** e:
+                powers[i] = e
+                break
+    if len(powers) == len(moved):
+        denominator = 1
+        for i, e in powers.items():
+            denominator *= base[i] ** e
+        if denominator and a % denominator == 0 and a != 0:
+            c = a // denominator
+            factors = [n for i in sorted(powers) for n in [names[i]] * powers[i]]
+            return "*".join(([str(c)] if c != 1 else []) + factors)
+    # A sum: k_i = (b_i - a) / (other_i - base_i), the rest a constant.
+    terms = []
+    constant = a
+    for i in moved:
+        step = other[i] - base[i]
+        if (bs[i] - a) % step:
+            return None
+        k = (bs[i] - a) // step
+        constant -= k * base[i]
+        terms.append(names[i] if k == 1 else f"{k}*{names[i]}")
+    if not terms:
+        return None
+    text = "+".join(terms)
+    if constant:
+        text += f"+{constant}" if constant > 0 else f"-{-constant}"
+    return text
+
+
+def import_with_probes(run: Callable[[dict[str, list[int]]], Any], model: Any,
+                       given: Mapping[str, Sequence[int]], symbols: Sequence[Symbol],
+                       model_name: str) -> tuple[Any, dict[str, Any]]:
+    """(first import, fitted documents): run(shapes) imports at one set of probe shapes and
+    returns (result, {"graph": doc, "lib": doc, "params": {name: array}})."""
+    if len(symbols) > len(PROBES):
+        raise FrontendError(f"cannot import {model_name}: {len(symbols)} symbolic dims "
+                            f"({', '.join(s.name for s in symbols)}); at most {len(PROBES)} are "
+                            "supported; give some with --shape")
+    base = {s.name: PROBES[i][0] for i, s in enumerate(symbols)}
+    first, first_docs = run(probe_shapes(model, given, symbols, base))
+    docs = [first_docs]
+    for i, sym in enumerate(symbols):
+        sizes = dict(base)
+        sizes[sym.name] = PROBES[i][1]
+        docs.append(run(probe_shapes(model, given, symbols, sizes))[1])
+    fitted = fit_imports(docs, symbols, model_name)
+    # The inputs' own dims carry the symbol names (a dim equal to a probe is that symbol).
+    shapes = fitted["graph"]["attrs"]["shape"][1]
+    eid_of = {}
+    for nid in fitted["graph"]["arg_nodes"]:
+        eid_of[fitted["graph"]["nodes"][nid]["name"]] = fitted["graph"]["node_row_ptr"][nid]
+    for sym in symbols:
+        for name, axis in sym.places:
+            if name in eid_of:
+                shapes[eid_of[name]][axis] = sym.name
+    return first, fitted

@@ -1,0 +1,114 @@
+"""Symbolic dimensions: the `shape` column's extension where a dim is a name or an expression.
+
+A dim in a graph's `shape` column is an int (TVM's format) or a string: a name (`"batch"`), an
+expression over names and ints with `+ - * // %` and parentheses (`"seq*4"`, `"batch*seq"`), or
+`"?"`, a size only the producing node's shape rule (or its data) decides. Names are bound by the
+graph inputs' shapes when a module specialises (runtime/specialize.py).
+"""
+from __future__ import annotations
+
+import ast
+import re
+from functools import lru_cache
+from typing import Any, Callable, Mapping, Sequence
+
+UNKNOWN = "?"
+NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_TEXT = re.compile(r"^[A-Za-z0-9_+\-*/%() ]{1,200}$")
+_OPS: dict[type, Callable[[int, int], int]] = {
+    ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+    ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b}
+
+Dim = Any  # int | str
+
+
+class DimError(ValueError):
+    """A symbolic dim that is not an expression this module reads, or a name left unbound."""
+
+
+def is_symbolic(dim: Any) -> bool:
+    return isinstance(dim, str)
+
+
+def shape_is_symbolic(shape: Sequence[Any]) -> bool:
+    return any(isinstance(d, str) for d in shape)
+
+
+@lru_cache(maxsize=4096)
+def _parse(text: str) -> ast.expr:
+    if text == UNKNOWN:
+        raise DimError("'?' has no value until its producer runs")
+    if not _TEXT.match(text):
+        raise DimError(f"dim {text!r}: expected a name, an int, or an expression of them with "
+                       "+ - * // % and parentheses (e.g. \"batch\", \"seq*4\"), or \"?\"")
+    try:
+        tree = ast.parse(text, mode="eval").body
+    except SyntaxError as e:
+        raise DimError(f"dim {text!r}: not an expression ({e.msg})") from None
+    for node in ast.walk(tree):
+        ok = isinstance(node, (ast.BinOp, ast.Name, ast.Load, ast.UnaryOp, ast.USub, ast.UAdd,
+                               *_OPS)) or (isinstance(node, ast.Constant)
+                                           and type(node.value) is int)
+        if not ok:
+            raise DimError(f"dim {text!r}: {type(node).__name__} is not allowed; use names, ints "
+                           "and + - * // %")
+    return tree
+
+
+def check_dim(dim: Any) -> str | None:
+    """None when dim is a valid dim (an int >= 0, '?', or a readable expression); else why not."""
+    if isinstance(dim, bool):
+        return "a bool is not a dimension"
+    if isinstance(dim, int):
+        return None if dim >= 0 else f"{dim} is negative"
+    if not isinstance(dim, str):
+        return f"expected an int or a string, got {type(dim).__name__}"
+    if dim == UNKNOWN:
+        return None
+    try:
+        _parse(dim)
+    except DimError as e:
+        return str(e)
+    return None
+
+
+def names_in(dim: Any) -> list[str]:
+    """The symbol names a dim refers to, in order of appearance."""
+    if not isinstance(dim, str) or dim == UNKNOWN:
+        return []
+    return list(dict.fromkeys(n.id for n in ast.walk(_parse(dim)) if isinstance(n, ast.Name)))
+
+
+def evaluate(dim: Any, env: Mapping[str, int]) -> int:
+    """The dim's value with names bound by env; DimError for '?' or a name env lacks."""
+    if isinstance(dim, int):
+        return dim
+    return _eval(_parse(dim), env, dim)
+
+
+def _eval(node: ast.expr, env: Mapping[str, int], text: str) -> int:
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    if isinstance(node, ast.Name):
+        if node.id not in env:
+            raise DimError(f"dim {text!r}: name {node.id!r} is not bound by any input's shape")
+        return int(env[node.id])
+    if isinstance(node, ast.UnaryOp):
+        value = _eval(node.operand, env, text)
+        return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, ast.BinOp):
+        left = _eval(node.left, env, text)
+        right = _eval(node.right, env, text)
+        if isinstance(node.op, (ast.FloorDiv, ast.Mod)) and right == 0:
+            raise DimError(f"dim {text!r}: division by zero")
+        return _OPS[type(node.op)](left, right)
+    raise DimError(f"dim {text!r}: cannot evaluate {type(node).__name__}")
+
+
+def evaluate_shape(shape: Sequence[Any], env: Mapping[str, int]) -> tuple[int, ...]:
+    return tuple(evaluate(d, env) for d in shape)
+
+
+def format_shape(shape: Sequence[Any]) -> str:
+    """(batch, seq, 768) as people read it."""
+    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"

@@ -1,0 +1,102 @@
+"""SymbolicChain: a lib.json chain whose attrs hold symbolic dims, made concrete per binding.
+
+An attr value (or an item of a list attr) may be `{"dim": "seq*4"}` (extension,
+docs/symbolic_shapes.md): an expression over the graph's symbolic dim names. The specialiser
+passes the names' values in the node's attrs under DIMS_KEY; the chain is built for them once.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+from ..device import Device
+from ..errors import LibraryError
+from ..graph.symbolic import DimError, evaluate, names_in
+from .chain import Chain
+from .library import TensorSpec
+
+DIMS_KEY = "__dims"
+
+
+def is_symbolic_attr(value: Any) -> bool:
+    """Whether an attr value holds a `{"dim": ...}` anywhere."""
+    if isinstance(value, Mapping):
+        return set(value) == {"dim"}
+    if isinstance(value, (list, tuple)):
+        return any(is_symbolic_attr(v) for v in value)
+    return False
+
+
+def _substitute(value: Any, env: Mapping[str, int]) -> Any:
+    if isinstance(value, Mapping) and set(value) == {"dim"}:
+        return evaluate(value["dim"], env)
+    if isinstance(value, (list, tuple)):
+        return [_substitute(v, env) for v in value]
+    return value
+
+
+def _names(value: Any) -> list[str]:
+    if isinstance(value, Mapping) and set(value) == {"dim"}:
+        return names_in(value["dim"])
+    if isinstance(value, (list, tuple)):
+        return [n for v in value for n in _names(v)]
+    return []
+
+
+class SymbolicChain:
+    """A chain with symbolic attrs; infer() and prepare() build the concrete Chain (cached)."""
+
+    symbolic = True
+
+    def __init__(self, name: str, entries: Sequence[Mapping[str, Any]],
+                 make: Callable[[str, Mapping[str, Any]], Chain]) -> None:
+        self.name = name
+        self._entries = [dict(e) for e in entries]
+        self._make = make
+        self.names = sorted({n for e in self._entries for v in e.values() for n in _names(v)})
+        self._chains: dict[tuple[int, ...], Chain] = {}
+        # The ops (and so the devices) never depend on the binding: check them once.
+        self.template = make(name, {"ops": [{k: (1 if is_symbolic_attr(v) and
+                                                 not isinstance(v, list) else
+                                                 [1] * len(v) if is_symbolic_attr(v) else v)
+                                             for k, v in e.items()} for e in self._entries]})
+
+    @property
+    def steps(self) -> list[Any]:
+        """The template's steps (ops as in the file; symbolic attrs shown as 1)."""
+        return self.template.steps
+
+    def backends(self) -> list[str]:
+        return self.template.backends()
+
+    def concrete(self, attrs: Mapping[str, Any]) -> Chain:
+        """The chain for the binding in attrs[DIMS_KEY]."""
+        env = attrs.get(DIMS_KEY)
+        if not isinstance(env, Mapping):
+            raise LibraryError(f"{self.name}: its attrs hold symbolic dims "
+                               f"({', '.join(self.names)}) and the node gives no values for "
+                               "them; a graph calling it must be specialised (create() does)")
+        key = tuple(int(env.get(n, -1)) for n in self.names)
+        chain = self._chains.get(key)
+        if chain is None:
+            try:
+                entries = [{k: _substitute(v, env) for k, v in e.items()}
+                           for e in self._entries]
+            except DimError as e:
+                raise LibraryError(f"{self.name}: {e}") from e
+            chain = self._make(self.name, {"ops": entries})
+            self._chains[key] = chain
+        return chain
+
+    def infer(self, inputs: Sequence[TensorSpec], attrs: Mapping[str, Any] | None = None,
+              out_dtypes: Sequence[str] | None = None) -> list[TensorSpec]:
+        attrs = dict(attrs or {})
+        chain = self.concrete(attrs)
+        attrs.pop(DIMS_KEY, None)
+        return chain.infer(inputs, attrs, out_dtypes)
+
+    def prepare(self, device: Device, inputs: Sequence[TensorSpec],
+                outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+        attrs = dict(attrs)
+        chain = self.concrete(attrs)
+        attrs.pop(DIMS_KEY, None)
+        return chain.prepare(device, inputs, outputs, attrs)

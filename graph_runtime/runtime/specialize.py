@@ -1,0 +1,221 @@
+"""Specialisation: a graph with symbolic dims made static for one set of input shapes and values.
+
+Every entry's shape comes from the op library's own shape rules (a lib function's `infer`),
+node by node from the inputs; where the graph's column names an expression (`"seq*4"`) the rule
+must agree with it. A function without a rule (a Python kernel) takes the column's expression.
+Storage is re-planned by liveness for the new sizes (planner/storage_plan.py).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from ..device import Device
+from ..errors import GraphError, GraphRuntimeError
+from ..graph.model import COPY_OP, NOP_OP, Graph, entry_bytes
+from ..graph.symbolic import UNKNOWN, DimError, evaluate, format_shape, names_in
+from ..lib.library import Module, TensorSpec
+from ..lib.symbolic_chain import DIMS_KEY
+from ..planner.storage_plan import plan_storage
+
+# A function that reads the values of some inputs to decide its output shapes (a deferred ONNX
+# node) has `value_inputs` (input positions) and infer_values(inputs, attrs, values, out_dtypes).
+ValueInfer = Callable[[Sequence[TensorSpec], Mapping[str, Any], Mapping[int, np.ndarray],
+                       Sequence[str]], list[TensorSpec]]
+
+
+@dataclass(frozen=True)
+class InputSig:
+    """One graph input as the symbolic graph declares it."""
+
+    name: str
+    eid: int
+    shape: tuple[Any, ...]
+    dtype: str
+
+    def __str__(self) -> str:
+        return f"{self.name}: {format_shape(self.shape)} {self.dtype}"
+
+
+class Specializer:
+    """Shape inference and storage planning for a symbolic graph (built once per graph and lib)."""
+
+    def __init__(self, graph: Graph, lib: Module, entry_device: Sequence[Device]) -> None:
+        self.graph = graph
+        self.lib = lib
+        self.entry_device = list(entry_device)
+        self.inputs = [InputSig(name, eid, tuple(graph.shape(eid)), graph.dtype(eid))
+                       for name, eid in graph.input_entries.items()]
+        self._dtypes = [graph.dtype(eid) for eid in range(graph.num_entries)]
+        self._declared = [tuple(graph.shape(eid)) for eid in range(graph.num_entries)]
+        # (node, input eids, output eids, infer or None, value positions) per kernel node
+        self._steps: list[tuple[Any, list[int], list[int], Any, tuple[int, ...]]] = []
+        # Nodes whose function's attrs hold symbolic dims (lib/symbolic_chain.py).
+        self._symbolic_nodes: set[int] = set()
+        value_eids: set[int] = set()
+        for node in graph.nodes:
+            if node.is_arg:
+                continue
+            in_eids = [graph.entry_id(ref[0], ref[1]) for ref in node.inputs]
+            out_eids = list(graph.node_entries(node.nid))
+            infer = None
+            positions: tuple[int, ...] = ()
+            if node.func_name not in (COPY_OP, NOP_OP):
+                dev = self.entry_device[out_eids[0]] if out_eids else entry_device[0]
+                fn = lib.get_function(node.func_name or "", dev, node.label)
+                positions = tuple(getattr(fn, "value_inputs", ()))
+                if getattr(fn, "symbolic", False):
+                    self._symbolic_nodes.add(node.nid)
+                infer = getattr(fn, "infer_values", None) if positions else None
+                if infer is None:
+                    infer = getattr(fn, "infer", None)
+                value_eids.update(in_eids[p] for p in positions)
+            self._steps.append((node, in_eids, out_eids, infer, positions))
+        # Graph inputs whose values decide shapes: their values are part of the cache key.
+        by_eid = {sig.eid: sig.name for sig in self.inputs}
+        self.value_inputs = [by_eid[e] for e in sorted(value_eids) if e in by_eid]
+        self._value_eids = value_eids
+        self.last_env: dict[str, int] = {}
+
+    @property
+    def signature(self) -> str:
+        """The inputs with their symbolic dims, e.g. `input_ids: (batch, seq) int64`."""
+        return "; ".join(str(sig) for sig in self.inputs)
+
+    def bind(self, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, int]:
+        """The value of every name the inputs' shapes bind; GraphError naming input and dim."""
+        env: dict[str, int] = {}
+        where: dict[str, str] = {}
+        for sig in self.inputs:
+            shape = shapes.get(sig.name)
+            if shape is None:
+                continue
+            if len(shape) != len(sig.shape):
+                raise GraphError(f"input {sig.name!r} (eid {sig.eid}): expected rank "
+                                 f"{len(sig.shape)} {format_shape(sig.shape)}, got "
+                                 f"{tuple(shape)}")
+            for axis, (want, got) in enumerate(zip(sig.shape, shape)):
+                if isinstance(want, str) and want != UNKNOWN and names_in(want) == [want]:
+                    if want in env and env[want] != got:
+                        raise GraphError(
+                            f"input {sig.name!r} dim {axis} ({want!r}) is {got} but "
+                            f"{where[want]} set {want} = {env[want]}; inputs that share a "
+                            f"dimension name must agree ({self.signature})")
+                    env.setdefault(want, int(got))
+                    where.setdefault(want, f"input {sig.name!r} dim {axis}")
+        for sig in self.inputs:
+            shape = shapes.get(sig.name)
+            if shape is None:
+                continue
+            for axis, (want, got) in enumerate(zip(sig.shape, shape)):
+                if want == UNKNOWN:
+                    continue
+                try:
+                    value = evaluate(want, env)
+                except DimError as e:
+                    raise GraphError(f"input {sig.name!r} dim {axis}: {e}") from e
+                if value != got:
+                    raise GraphError(f"input {sig.name!r} (eid {sig.eid}) dim {axis}: expected "
+                                     f"{want}" + (f" = {value}" if isinstance(want, str) else "")
+                                     + f", got {got} (shape {tuple(shape)}; the graph declares "
+                                     f"{format_shape(sig.shape)})")
+        return env
+
+    def infer_shapes(self, shapes: Mapping[str, tuple[int, ...]],
+                     values: Mapping[int, np.ndarray] | None = None) -> list[tuple[int, ...]]:
+        """Every entry's shape for these input shapes (and shape-deciding values, by eid)."""
+        env = self.bind(shapes)
+        values = values or {}
+        out: list[tuple[int, ...] | None] = [None] * self.graph.num_entries
+        for sig in self.inputs:
+            if sig.name in shapes:
+                out[sig.eid] = tuple(int(d) for d in shapes[sig.name])
+            else:
+                out[sig.eid] = self._evaluate(sig.eid, env, None)
+        for node, in_eids, out_eids, infer, positions in self._steps:
+            in_shapes = [out[e] for e in in_eids]
+            if node.func_name in (COPY_OP, NOP_OP):
+                for k, eid in enumerate(out_eids):
+                    out[eid] = in_shapes[k] if k < len(in_shapes) else \
+                        self._evaluate(eid, env, node)
+                continue
+            if infer is None:
+                for eid in out_eids:
+                    out[eid] = self._evaluate(eid, env, node)
+                continue
+            specs = [TensorSpec(s, self._dtypes[e]) for s, e in  # type: ignore[arg-type]
+                     zip(in_shapes, in_eids)]
+            dtypes = [self._dtypes[e] for e in out_eids]
+            attrs = dict(node.attrs)
+            if node.nid in self._symbolic_nodes:
+                attrs[DIMS_KEY] = env
+            try:
+                if positions:
+                    got = infer(specs, attrs,
+                                {p: values[in_eids[p]] for p in positions
+                                 if in_eids[p] in values}, dtypes)
+                else:
+                    got = infer(specs, attrs, dtypes)
+            except GraphRuntimeError as e:
+                raise GraphError(self._conflict(node, env, f"{e}")) from e
+            if len(got) != len(out_eids):
+                raise GraphError(self._conflict(node, env, f"its rule gives {len(got)} outputs "
+                                                f"but the graph declares {len(out_eids)}"))
+            for eid, spec in zip(out_eids, got):
+                shape = tuple(int(d) for d in spec.shape)
+                self._check_declared(node, eid, shape, env)
+                out[eid] = shape
+        self.last_env = env
+        return out  # type: ignore[return-value]
+
+    def _evaluate(self, eid: int, env: Mapping[str, int], node: Any) -> tuple[int, ...]:
+        try:
+            return tuple(evaluate(d, env) for d in self._declared[eid])
+        except DimError as e:
+            who = node.label if node is not None else f"input eid {eid}"
+            raise GraphError(f"{self.graph.source}: {who} output eid {eid} has shape "
+                             f"{format_shape(self._declared[eid])} and no shape rule of its "
+                             f"function decides it: {e}") from e
+
+    def _check_declared(self, node: Any, eid: int, shape: tuple[int, ...],
+                        env: Mapping[str, int]) -> None:
+        declared = self._declared[eid]
+        if len(declared) != len(shape):
+            raise GraphError(self._conflict(node, env, f"output eid {eid} has rank {len(shape)} "
+                                            f"but the graph declares {format_shape(declared)}"))
+        for axis, (want, got) in enumerate(zip(declared, shape)):
+            if want == UNKNOWN:
+                continue
+            try:
+                value = evaluate(want, env)
+            except DimError:
+                continue  # a name only data decides (bound nowhere): the rule's value stands
+            if value != got:
+                raise GraphError(self._conflict(
+                    node, env, f"output eid {eid} dim {axis} is {got} but the graph declares "
+                    f"{want}" + (f" = {value}" if isinstance(want, str) else "")))
+
+    def _conflict(self, node: Any, env: Mapping[str, int], what: str) -> str:
+        bound = ", ".join(f"{k}={v}" for k, v in env.items()) or "no symbolic dims"
+        return (f"{self.graph.source}: {node.label} ({node.func_name}) cannot take these input "
+                f"shapes ({bound}): {what}")
+
+    def static_graph(self, shapes: list[tuple[int, ...]], env: Mapping[str, int]) -> Graph:
+        """The graph with these entry shapes and storage planned for them; nodes calling a
+        function with symbolic attrs get the binding env in their attrs."""
+        sizes = [entry_bytes(s, d) for s, d in zip(shapes, self._dtypes)]
+        plan = plan_storage(self.graph, sizes, self.entry_device)
+        attrs = dict(self.graph.attrs)
+        attrs["shape"] = ("list_shape", [list(s) for s in shapes])
+        attrs["storage_id"] = ("list_int", plan.storage_ids)
+        # NOTE: the symbolic graph was validated; only the shape and storage columns change, so
+        # the new graph skips the schema (a BERT-size graph's check costs milliseconds).
+        nodes = self.graph.nodes
+        if self._symbolic_nodes:
+            bound = dict(env)
+            nodes = tuple(dataclasses.replace(n, attrs={**n.attrs, DIMS_KEY: bound})
+                          if n.nid in self._symbolic_nodes else n for n in nodes)
+        return dataclasses.replace(self.graph, attrs=attrs, nodes=nodes)

@@ -1,0 +1,90 @@
+"""Symbolic graphs: create() specialises per input shape, caches, shares params, names conflicts."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import graph_runtime as gr
+from graph_runtime.errors import GraphError
+from graph_runtime.graph.symbolic import check_dim, evaluate, names_in
+from graph_runtime.runtime.symbolic_module import SymbolicGraphModule
+
+RNG = np.random.default_rng(0)
+
+
+def _op(name: str, func: str, inputs: list[int]) -> dict:
+    return {"op": "tvm_op", "name": name, "inputs": [[i, 0, 0] for i in inputs],
+            "attrs": {"func_name": func, "num_inputs": str(len(inputs)), "num_outputs": "1",
+                      "flatten_data": "0"}}
+
+
+def dense_graph(out_dim: object = "batch") -> gr.Graph:
+    """x (batch, 4) -> relu -> dense with w (3, 4) -> (batch, 3), plus y (batch, 3) added."""
+    return gr.Graph.build(
+        [{"op": "null", "name": "x"}, {"op": "null", "name": "w"}, {"op": "null", "name": "y"},
+         _op("relu0", "relu", [0]), _op("dense0", "dense", [3, 1]), _op("add0", "add", [4, 2])],
+        [5], shapes=[["batch", 4], [3, 4], ["batch", 3], ["batch", 4], [out_dim, 3],
+                     ["batch", 3]], dtypes="float32")
+
+
+def test_dims_parse_and_evaluate() -> None:
+    assert evaluate("batch*seq+1", {"batch": 2, "seq": 5}) == 11
+    assert names_in("16*seq") == ["seq"]
+    assert check_dim("?") is None and check_dim(3) is None
+    assert "expected a name" in (check_dim("__import__('os')") or "")
+    assert "not allowed" in (check_dim("f(seq)") or "")
+    assert check_dim(-1) == "-1 is negative"
+
+
+def test_specialises_per_shape_caches_and_shares_params() -> None:
+    m = gr.create(dense_graph(), cache_size=2)
+    assert isinstance(m, SymbolicGraphModule)
+    assert m.signature == "x: (batch, 4) float32; w: (3, 4) float32; y: (batch, 3) float32"
+    w = RNG.standard_normal((3, 4)).astype(np.float32)
+    m.load_params({"w": w})
+    for batch in (1, 5, 5, 2, 1):
+        x = RNG.standard_normal((batch, 4)).astype(np.float32)
+        y = RNG.standard_normal((batch, 3)).astype(np.float32)
+        m.run(x=x, y=y)
+        np.testing.assert_allclose(m.get_output(0).numpy(), np.maximum(x, 0) @ w.T + y,
+                                   rtol=1e-5, atol=1e-6)
+    # 1, 5, 2 built; 1 again was evicted (cache of 2) and built again
+    assert m.specializations == 4
+    arrays = {id(mod.executor.arrays[(1, gr.cpu(0))]) for mod in m._cache.values()}
+    assert len(arrays) == 1  # one copy of the weight for every specialisation
+    outs = m.run_with(x=np.ones((7, 4), np.float32), y=np.zeros((7, 3), np.float32))
+    assert outs[0].shape == (7, 3)
+
+
+def test_cached_shape_does_not_specialise_again() -> None:
+    m = gr.create(dense_graph())
+    m.load_params({"w": np.ones((3, 4), np.float32)})
+    m.run(x=np.ones((2, 4), np.float32), y=np.ones((2, 3), np.float32))
+    first = m.specialised()
+    m.set_input("x", np.zeros((2, 4), np.float32))
+    m.run()
+    assert m.specialised() is first and m.specializations == 1
+    np.testing.assert_allclose(m.get_output(0).numpy(), np.ones((2, 3)))
+
+
+def test_unsatisfiable_shapes_name_input_dim_and_node() -> None:
+    m = gr.create(dense_graph())
+    m.load_params({"w": np.ones((3, 4), np.float32)})
+    with pytest.raises(GraphError, match=r"input 'x' \(eid 0\) dim 1: expected 4, got 5"):
+        m.run(x=np.ones((2, 5), np.float32), y=np.ones((2, 3), np.float32))
+    with pytest.raises(GraphError, match=r"input 'y' dim 0 \('batch'\) is 3 but input 'x' dim 0 "
+                                         r"set batch = 2"):
+        m.run(x=np.ones((2, 4), np.float32), y=np.ones((3, 3), np.float32))
+    bad = gr.create(dense_graph(out_dim="batch+1"))
+    bad.load_params({"w": np.ones((3, 4), np.float32)})
+    with pytest.raises(GraphError, match=r"node 4 'dense0' \(dense\) cannot take these input "
+                                         r"shapes \(batch=2\): output eid 4 dim 0 is 2 but the "
+                                         r"graph declares batch\+1 = 3"):
+        bad.run(x=np.ones((2, 4), np.float32), y=np.ones((2, 3), np.float32))
+
+
+def test_static_graph_stays_a_graph_module() -> None:
+    g = gr.Graph.build([{"op": "null", "name": "x"}, _op("relu0", "relu", [0])], [1],
+                       shapes=[[2, 3], [2, 3]], dtypes="float32")
+    assert not g.is_symbolic
+    assert type(gr.create(g)) is gr.GraphModule
