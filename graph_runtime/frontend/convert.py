@@ -82,6 +82,7 @@ def _load() -> None:
         convert_nn,
         convert_norm,
         convert_quant,
+        convert_recurrent,
         convert_resize,
         convert_shape,
     )
