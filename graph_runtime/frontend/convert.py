@@ -81,6 +81,7 @@ def _load() -> None:
         convert_math,
         convert_nn,
         convert_norm,
+        convert_qlinear,
         convert_quant,
         convert_recurrent,
         convert_resize,
