@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
+from .dtypes import DLPACK_CODES
 from .errors import ParamsError
 from .graph.checks import SUPPORTED_DTYPES
 
@@ -36,7 +37,8 @@ _ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")  # a zip with entries, an empty zip
 
 # DLDataType codes (dlpack.h).
 _CODE_NAMES = {0: "int", 1: "uint", 2: "float", 3: "handle", 4: "bfloat", 5: "complex",
-               6: "bool"}
+               6: "bool", 10: "float8_e4m3fn", 11: "float8_e4m3fnuz", 12: "float8_e5m2",
+               13: "float8_e5m2fnuz", 14: "float8_e8m0fnu", 17: "float4_e2m1fn"}
 # (code, bits) per supported dtype; bool is kDLBool with 8 bits, as TVM 0.27 writes it.
 _DLTYPE_OF: dict[np.dtype, tuple[int, int]] = {
     np.dtype(name): (code, np.dtype(name).itemsize * 8)
@@ -46,6 +48,7 @@ _DLTYPE_OF: dict[np.dtype, tuple[int, int]] = {
                         (6, ("bool",)))
     for name in names
 }
+_DLTYPE_OF.update({np.dtype(name): code for name, code in DLPACK_CODES.items()})
 _DTYPE_OF: dict[tuple[int, int], np.dtype] = {dl: dtype for dtype, dl in _DLTYPE_OF.items()}
 # Older TVM wrote bool as uint1 (one byte per element).
 _DTYPE_OF[(1, 1)] = np.dtype("bool")

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from graph_runtime.errors import ParamsError
-from graph_runtime.params import (ARRAY_MAGIC, LIST_MAGIC, SUPPORTED_DTYPES, load_param_arrays,
+from graph_runtime.graph.checks import CORE_DTYPES, SUPPORTED_DTYPES
+from graph_runtime.params import (ARRAY_MAGIC, LIST_MAGIC, load_param_arrays,
                                   load_param_dict, load_params_file, save_param_dict,
                                   save_params_file)
 
@@ -85,8 +86,8 @@ def test_writer_reproduces_golden_bytes(case: str, tmp_path: Path) -> None:
 def test_golden_covers_every_supported_dtype() -> None:
     dtypes = {str(a.dtype) for a in npz_dict(GOLDEN / "dtypes.npz").values()}
     scalars = npz_dict(GOLDEN / "scalars.npz")
-    assert dtypes == set(SUPPORTED_DTYPES)
-    assert {str(a.dtype) for a in scalars.values()} == set(SUPPORTED_DTYPES)
+    assert dtypes == set(CORE_DTYPES)
+    assert {str(a.dtype) for a in scalars.values()} == set(CORE_DTYPES)
     assert all(a.shape == () for a in scalars.values())
     assert "" in npz_dict(GOLDEN / "names.npz")
     assert len(npz_dict(GOLDEN / "many.npz")) == 500
@@ -212,7 +213,7 @@ def test_writer_errors(params: object, message: str) -> None:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(
     st.text(max_size=12),
-    st.sampled_from(SUPPORTED_DTYPES).flatmap(lambda dtype: hnp.arrays(
+    st.sampled_from(CORE_DTYPES).flatmap(lambda dtype: hnp.arrays(
         np.dtype(dtype), hnp.array_shapes(min_dims=0, max_dims=4, min_side=0, max_side=4))),
     max_size=6))
 def test_round_trip_property(params: dict[str, np.ndarray]) -> None:
@@ -226,7 +227,7 @@ def test_writer_matches_tvm_when_installed() -> None:
     for trial in range(20):
         params = {}
         for i in range(int(rng.integers(0, 5))):
-            dtype = SUPPORTED_DTYPES[int(rng.integers(len(SUPPORTED_DTYPES)))]
+            dtype = CORE_DTYPES[int(rng.integers(len(CORE_DTYPES)))]
             shape = tuple(int(d) for d in rng.integers(0, 4, size=int(rng.integers(0, 4))))
             params[f"t{trial}/p{i} é"] = rng.integers(0, 2, size=shape).astype(dtype)
         theirs = bytes(tvm.runtime.save_param_dict({k: tvm.runtime.tensor(v)
@@ -271,9 +272,9 @@ CORRUPT = [
     ("ndim 33", patched(65, "<i", 33), "byte 65: array 0 'w' ndim: expected 0..32, found 33"),
     ("ndim negative", patched(65, "<i", -1), "byte 65: array 0 'w' ndim: expected 0..32, "
                                              "found -1"),
-    ("bfloat16", patched(69, "<H", 4 | 16 << 8), "byte 69: array 0 'w' dtype: expected one of "
+    ("complex64", patched(69, "<H", 5 | 64 << 8), "byte 69: array 0 'w' dtype: expected one of "
                                                  "int8, int16, int32, int64, uint8, uint16"),
-    ("bfloat16 named", patched(69, "<H", 4 | 16 << 8), "found bfloat16 (code 4, bits 16, lanes 1)"),
+    ("complex64 named", patched(69, "<H", 5 | 64 << 8), "found complex64 (code 5, bits 64, lanes 1)"),
     ("int24", patched(69, "<H", 0 | 24 << 8), "found int24 (code 0, bits 24, lanes 1)"),
     ("unknown code", patched(69, "<H", 99 | 8 << 8), "found code998 (code 99, bits 8, lanes 1)"),
     ("4 lanes", patched(71, "<H", 4), "found float32x4 (code 2, bits 32, lanes 4)"),

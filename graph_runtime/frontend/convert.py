@@ -22,6 +22,9 @@ class Context:
         self.opsets = opsets
         self.bn_folded = 0
         self.removed: Counter = Counter()
+        # ONNX shape inference's static (shape, dtype) per value name, for outputs whose size
+        # depends on the data (NonMaxSuppression): the import plans the shape the model states.
+        self.expected: dict[str, tuple] = {}
 
     def used(self, name: str) -> bool:
         return bool(name) and self.uses[name] > 0
@@ -76,12 +79,15 @@ def _load() -> None:
     from . import (  # noqa: F401
         convert_composite,
         convert_conv,
+        convert_detection,
         convert_einsum,
         convert_index,
         convert_math,
         convert_nn,
         convert_norm,
+        convert_qlinear,
         convert_quant,
+        convert_recurrent,
         convert_resize,
         convert_shape,
     )

@@ -5,6 +5,7 @@ from typing import Any
 
 import numpy as np
 
+from ..dtypes import EXTENDED_DTYPES
 from .convert import Context, const_input, converts, ints_of, norm_axis
 from .ir import Unsupported, Value
 from .onnx_node import OnnxNode
@@ -218,6 +219,9 @@ def where(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     return [ctx.b.op("where", args[0], args[1], args[2])]
 
 
+EXTENDED_DTYPES_SET = frozenset(EXTENDED_DTYPES)
+
+
 @converts("Cast", "CastLike")
 def cast(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     from .onnx_model import np_dtype
@@ -225,6 +229,10 @@ def cast(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
         dtype = args[1].dtype
     else:
         dtype = np_dtype(int(node.attr("to")))
+    if EXTENDED_DTYPES_SET & {dtype, args[0].dtype} and args[0].dtype != dtype:
+        return [ctx.b.op("convert_type", args[0], dtype=dtype,
+                         saturate=int(node.attr("saturate", 1)),
+                         round_mode=str(node.attr("round_mode", "up")))]
     return [ctx.b.op("cast", args[0], dtype=dtype) if args[0].dtype != dtype else
             args[0]]
 

@@ -10,7 +10,11 @@ from .onnx_node import OnnxNode
 
 # Integer types a quantized tensor may have, with their saturation range.
 QUANT_RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767),
-                "uint16": (0, 65535)}
+                "uint16": (0, 65535), "int4": (-8, 7), "uint4": (0, 15), "int2": (-2, 1),
+                "uint2": (0, 3)}
+# Narrow float types a quantized tensor may have: the cast itself rounds (to nearest even).
+QUANT_FLOATS = ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz",
+                "float4_e2m1fn")
 
 
 def _per_axis(ctx: Context, node: OnnxNode, v: Value, x: Value) -> Value:
@@ -50,7 +54,7 @@ def dequantize(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     b = ctx.b
     x, scale = args[0], args[1]
     zero = args[2] if len(args) > 2 else None
-    if x.dtype not in QUANT_RANGES and x.dtype != "int32":
+    if x.dtype not in QUANT_RANGES and x.dtype not in QUANT_FLOATS and x.dtype != "int32":
         raise Unsupported(f"quantized dtype {x.dtype}")
     out = np_dtype(int(node.attr("output_dtype"))) if node.attr("output_dtype") else scale.dtype
     # As ONNX computes it: x as float32, minus the zero point in NumPy's promotion of the two.
@@ -77,6 +81,11 @@ def quantize(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
         out = np_dtype(int(node.attr("output_dtype")))
     else:
         out = "uint8"
+    if out in QUANT_FLOATS:
+        q = b.op("divide", x, b.cast(_per_axis(ctx, node, scale, x), x.dtype))
+        if zero is not None:
+            q = b.op("add", q, b.cast(_per_axis(ctx, node, zero, x), x.dtype))
+        return [b.op("convert_type", q, dtype=out, saturate=int(node.attr("saturate", 1)))]
     if out not in QUANT_RANGES:
         raise Unsupported(f"quantized dtype {out}")
     lo, hi = QUANT_RANGES[out]

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from ..dtypes import EXTENDED_DTYPES
 from ..errors import LibraryError
 from ..lib.library import TensorSpec
 from ..lib.registry import OPS, load_standard_ops
@@ -53,7 +54,7 @@ def check_const_bytes(shape: Sequence[int], dtype: Any, what: str, inputs_bytes:
 
 # ONNX dtypes the runtime can hold in an entry (params format and backends).
 RUNTIME_DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8",
-                  "uint16", "uint32", "uint64", "bool")
+                  "uint16", "uint32", "uint64", "bool") + EXTENDED_DTYPES
 
 
 @dataclass(eq=False)
@@ -156,6 +157,14 @@ class Builder:
                  attrs: dict[str, Any]) -> list[Value] | None:
         """op on narrow integers computed on wider ones and cast back; None when not exact."""
         narrow = {v.dtype for v in inputs if v.dtype != "bool"}
+        if "bfloat16" in narrow and op not in ("cast", "convert_type"):
+            # bfloat16 storage, float32 arithmetic (each result rounded back once).
+            wide = [self.cast(v, "float32") if v.dtype == "bfloat16" else v for v in inputs]
+            try:
+                outs = self.ops(op, wide, **attrs)
+            except Unsupported:
+                return None
+            return [self.cast(v, "bfloat16") if v.dtype == "float32" else v for v in outs]
         if op not in WIDEN_SAFE or len(narrow) != 1 or next(iter(narrow)) not in WIDER:
             return None
         dtype = next(iter(narrow))
@@ -188,14 +197,21 @@ class Builder:
         try:
             return self.op("copy", x)
         except Unsupported:
-            return self.op("cast", x, dtype=x.dtype)
+            kind = "convert_type" if x.dtype in EXTENDED_DTYPES else "cast"
+            return self.op(kind, x, dtype=x.dtype)
 
     def cast(self, x: Value, dtype: str) -> Value:
         if x.dtype == dtype:
             return x
         if x.const is not None:
             return self.const(x.const.astype(dtype), x.name)
-        return self.op("cast", x, dtype=dtype)
+        if x.dtype in EXTENDED_DTYPES or dtype in EXTENDED_DTYPES:
+            return self.op("convert_type", x, dtype=dtype)
+        try:
+            return self.op("cast", x, dtype=dtype)
+        except Unsupported:
+            # NOTE: cast covers what every backend can; convert_type (cpu) all NumPy types.
+            return self.op("convert_type", x, dtype=dtype)
 
     def transpose(self, x: Value, axes: Sequence[int]) -> Value:
         axes = [int(a) for a in axes]

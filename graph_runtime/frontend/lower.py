@@ -67,6 +67,7 @@ def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]]) -> L
     b = Builder()
     expected = static_specs(types)
     ctx = Context(b, uses, opsets)
+    ctx.expected = dict(expected)
     lowered = Lowered([], [], [o.name for o in graph.output], b, opset, num_nodes)
     walk = _Walk(ctx, env, problems, expected, model, lowered, opsets)
     walk.constants(graph, "graph")

@@ -7,13 +7,21 @@ from typing import Any
 
 import numpy as np
 
+from ..dtypes import DLPACK_CODES, EXTENDED_DTYPES
 from .ir import RUNTIME_DTYPES, Unsupported, check_const_bytes
 
 # The TensorProto field holding each element type's values when raw_data is not used.
 _TYPED_FIELD = {"float32": "float_data", "float64": "double_data", "int64": "int64_data",
                 "uint32": "uint64_data", "uint64": "uint64_data", "int32": "int32_data",
                 "int16": "int32_data", "int8": "int32_data", "uint8": "int32_data",
-                "uint16": "int32_data", "bool": "int32_data", "float16": "int32_data"}
+                "uint16": "int32_data", "bool": "int32_data", "float16": "int32_data",
+                **{name: "int32_data" for name in EXTENDED_DTYPES}}
+
+
+def _packed_count(count: int, dtype: np.dtype) -> int:
+    """How many bytes (or int32_data values) ONNX packs count elements of dtype into."""
+    bits = DLPACK_CODES.get(str(dtype), (0, 8 * dtype.itemsize))[1]
+    return -(-count * bits // 8) if bits < 8 else count
 
 
 def elem_dtype(data_type: int, what: str) -> np.dtype:
@@ -56,15 +64,16 @@ def to_array(tensor: Any, what: str) -> np.ndarray:
         raise Unsupported(f"{what}: its data is still in an external file (not loaded)")
     if tensor.HasField("raw_data"):
         held = len(tensor.raw_data)
-        need = count * dtype.itemsize
+        need = _packed_count(count, dtype) * (dtype.itemsize if dtype.itemsize > 1 else 1)
         if held != need:
             raise Unsupported(f"{what}: dims {list(tensor.dims)} of {dtype} need {need} bytes of "
                               f"raw_data, got {held}")
     else:
         field = _TYPED_FIELD[str(dtype)]
         held = len(getattr(tensor, field))
-        if held != count:
-            raise Unsupported(f"{what}: dims {list(tensor.dims)} need {count} values in "
+        if held != _packed_count(count, dtype):
+            raise Unsupported(f"{what}: dims {list(tensor.dims)} need "
+                              f"{_packed_count(count, dtype)} values in "
                               f"{field}, got {held}")
         for other in set(_TYPED_FIELD.values()) - {field}:
             if len(getattr(tensor, other)):

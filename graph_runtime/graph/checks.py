@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from .._text import count_of
+from ..dtypes import EXTENDED_DTYPES
 from .schema import json_path
 from .symbolic import check_dim
 
@@ -19,8 +20,11 @@ if TYPE_CHECKING:
 _TOP_KEYS = ("nodes", "arg_nodes", "heads", "node_row_ptr", "attrs", "metadata")
 _NODE_KEYS = ("op", "name", "inputs", "attrs", "attr", "control_deps")
 # numpy-supported TVM dtype names ($defs.dltype in the schema).
-SUPPORTED_DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64",
-                    "uint8", "uint16", "uint32", "uint64", "bool")
+# CORE_DTYPES are NumPy's own (the golden params files made by TVM cover them all);
+# EXTENDED_DTYPES come from ml_dtypes (graph_runtime/dtypes.py).
+CORE_DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64",
+               "uint8", "uint16", "uint32", "uint64", "bool")
+SUPPORTED_DTYPES = CORE_DTYPES + EXTENDED_DTYPES
 _MAX_NODE = 2**31 - 1
 _MAX_COUNT = 999_999_999
 _MAX_DIM = 2**63 - 1

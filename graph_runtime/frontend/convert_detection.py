@@ -1,0 +1,59 @@
+"""Converters for detection heads: NonMaxSuppression and RoiAlign."""
+from __future__ import annotations
+
+import numpy as np
+
+from .convert import Context, converts
+from .ir import Unsupported, Value
+from .onnx_node import OnnxNode
+
+
+def _scalar_input(ctx: Context, args: list, i: int, dtype: str, default: float) -> Value:
+    """Input i as a (1,) tensor of dtype; the default when it is omitted."""
+    value = args[i] if i < len(args) else None
+    if value is None:
+        return ctx.b.const(np.array([default], dtype), "default")
+    if value.shape not in ((), (1,)):
+        raise Unsupported(f"input {i} has shape {value.shape}; expected one value")
+    return ctx.b.reshape(ctx.b.cast(value, dtype), (1,))
+
+
+@converts("NonMaxSuppression")
+def non_max_suppression(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
+    b = ctx.b
+    boxes, scores = args[0], args[1]
+    if boxes.dtype != "float32" or scores.dtype != "float32":
+        raise Unsupported(f"boxes {boxes.dtype}, scores {scores.dtype}; expected float32")
+    stated = ctx.expected.get(node.outputs[0])
+    if stated is None or len(stated[0]) != 2:
+        # NOTE: the count of selected boxes depends on the data; until the runtime plans
+        # data-dependent sizes, the model must state it (a static output shape).
+        raise Unsupported("the number of selected boxes depends on the data and the model "
+                          "states no static shape for selected_indices; data-dependent "
+                          "output sizes are not supported yet")
+    score_given = len(args) > 4 and args[4] is not None
+    selected, _ = b.ops("non_max_suppression",
+                        [boxes, scores, _scalar_input(ctx, args, 2, "int64", 0),
+                         _scalar_input(ctx, args, 3, "float32", 0.0),
+                         _scalar_input(ctx, args, 4, "float32", 0.0)],
+                        center_point_box=int(node.attr("center_point_box", 0)),
+                        capacity=int(stated[0][0]), exact=1,
+                        use_score_threshold=int(score_given))
+    return [selected]
+
+
+@converts("RoiAlign")
+def roi_align(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
+    b = ctx.b
+    x, rois, index = args[0], args[1], args[2]
+    mode = str(node.attr("coordinate_transformation_mode",
+                         "half_pixel" if node.opset >= 16 else "output_half_pixel"))
+    if mode not in ("half_pixel", "output_half_pixel"):
+        raise Unsupported(f"coordinate_transformation_mode {mode!r}")
+    return [b.op("roi_align", x, b.cast(rois, x.dtype), b.cast(index, "int64"),
+                 mode=str(node.attr("mode", "avg")),
+                 output_height=int(node.attr("output_height", 1)),
+                 output_width=int(node.attr("output_width", 1)),
+                 sampling_ratio=int(node.attr("sampling_ratio", 0)),
+                 spatial_scale=float(node.attr("spatial_scale", 1.0)),
+                 half_pixel=int(mode == "half_pixel"))]

@@ -1,0 +1,101 @@
+"""Detection heads: an onnx.helper-built head (TopK, Gather, NonMaxSuppression, RoiAlign) against
+ONNX Runtime, RoiAlign against ONNX's float64 reference, and NonMaxSuppression's refusals."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx_builders import init, model, run_ort, run_ours, tensor
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper
+
+import graph_runtime as gr
+from graph_runtime.errors import GraphRuntimeError
+from graph_runtime.frontend import from_onnx
+
+F32, I64 = TensorProto.FLOAT, TensorProto.INT64
+
+
+def _head(selected_shape):
+    nodes = [
+        helper.make_node("TopK", ["scores_flat", "k"], ["top_scores", "top_idx"], axis=-1),
+        helper.make_node("Gather", ["boxes", "top_idx"], ["top_boxes"], axis=1),
+        helper.make_node("Unsqueeze", ["top_scores", "axes01"], ["nms_scores"]),
+        helper.make_node("NonMaxSuppression", ["top_boxes", "nms_scores", "max_out", "iou",
+                                               "score_thr"], ["selected"]),
+        helper.make_node("Gather", ["selected", "col2"], ["box_idx"], axis=1),
+        helper.make_node("Gather", ["selected", "col0"], ["batch_idx"], axis=1),
+        helper.make_node("Squeeze", ["top_boxes", "axes0"], ["boxes2d"]),
+        helper.make_node("Gather", ["boxes2d", "box_idx"], ["rois"], axis=0),
+        helper.make_node("RoiAlign", ["features", "rois", "batch_idx"], ["pooled"],
+                         output_height=3, output_width=3, sampling_ratio=2,
+                         spatial_scale=0.5),
+    ]
+    inits = [init("k", np.array([10], np.int64)), init("axes01", np.array([0, 1], np.int64)),
+             init("axes0", np.array([0], np.int64)), init("max_out", np.array([3], np.int64)),
+             init("iou", np.array([0.5], np.float32)),
+             init("score_thr", np.array([0.0], np.float32)),
+             init("col2", np.array(2, np.int64)), init("col0", np.array(0, np.int64))]
+    return model(nodes, [tensor("boxes", F32, (1, 20, 4)), tensor("scores_flat", F32, (20,)),
+                         tensor("features", F32, (1, 4, 16, 16))],
+                 [tensor("selected", I64, selected_shape), tensor("pooled", F32, None)],
+                 inits, opset=16)
+
+
+def _inputs(seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    # Boxes on a grid never overlap: NMS keeps max_out of them, as the stated shape says.
+    corners = np.array([[r * 8, c * 6] for r in range(4) for c in range(5)], np.float32)
+    sizes = rng.uniform(2, 5, (20, 2)).astype(np.float32)
+    boxes = np.concatenate([corners, corners + sizes], axis=1)[None]
+    return {"boxes": boxes[:, :, [1, 0, 3, 2]].copy(),  # (y1, x1, y2, x2)
+            "scores_flat": rng.uniform(0.1, 1.0, 20).astype(np.float32),
+            "features": rng.standard_normal((1, 4, 16, 16)).astype(np.float32)}
+
+
+def test_detection_head_matches_onnxruntime() -> None:
+    m = _head([3, 3])
+    feeds = _inputs()
+    got = run_ours(m, feeds, "cpu")
+    want = run_ort(m, feeds)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-6, atol=1e-6)
+
+
+def test_nms_without_a_stated_size_is_refused() -> None:
+    with pytest.raises(GraphRuntimeError, match="NonMaxSuppression: the number of selected "
+                                                "boxes depends on the data"):
+        from_onnx(_head(None))
+
+
+def test_nms_count_other_than_the_stated_size_fails_at_run() -> None:
+    graph_json, lib, params = from_onnx(_head([3, 3]))
+    module = gr.create(graph_json, lib, gr.cpu())
+    module.load_params(gr.save_param_dict(params))
+    feeds = _inputs()
+    feeds["boxes"][:] = feeds["boxes"][:, :1]  # every box the same: NMS keeps one
+    with pytest.raises(GraphRuntimeError, match="selected 1 boxes; the graph was planned for "
+                                                "exactly 3"):
+        module.run(**feeds)
+
+
+@pytest.mark.parametrize("mode", ["avg", "max"])
+@pytest.mark.parametrize("ctm", ["half_pixel", "output_half_pixel"])
+def test_roi_align_against_onnx_reference(mode: str, ctm: str) -> None:
+    from onnx.reference import ReferenceEvaluator
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 3, 10, 12)).astype(np.float64)
+    rois = np.array([[0, 0, 9, 9], [1.5, 2.5, 8, 6], [-2, -1, 14, 12], [3, 3, 3.2, 3.1]],
+                    np.float64)
+    index = np.array([0, 1, 1, 0], np.int64)
+    node = helper.make_node("RoiAlign", ["x", "rois", "idx"], ["y"], mode=mode,
+                            coordinate_transformation_mode=ctm, output_height=4,
+                            output_width=3, sampling_ratio=0, spatial_scale=0.8)
+    m = model([node], [tensor("x", TensorProto.DOUBLE, x.shape),
+                       tensor("rois", TensorProto.DOUBLE, rois.shape),
+                       tensor("idx", I64, index.shape)],
+              [tensor("y", TensorProto.DOUBLE, None)], opset=16)
+    feeds = {"x": x, "rois": rois, "idx": index}
+    (want,) = ReferenceEvaluator(m).run(None, feeds)
+    (got,) = run_ours(m, feeds, "cpu")
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
