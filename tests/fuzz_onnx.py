@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from support import concrete_shape
+
 ROOT = Path(__file__).resolve().parents[1]
 HOSTILE_INTS = [0, 1, 2, -1, 3, 7, 16, 255, 2 ** 31 - 1, 2 ** 31, 2 ** 32, 2 ** 40, 2 ** 62,
                 2 ** 63 - 1, -2 ** 62, -2 ** 63]
@@ -304,6 +306,6 @@ def onnx_target(mutate_bytes: Callable, memory_cap: int) -> Callable[[random.Ran
         m.load_params(params)
         shapes, dtypes = m.get_input_info()
         for name, shape in shapes.items():
-            m.set_input(name, np.zeros(shape, dtypes[name]))
+            m.set_input(name, np.zeros(concrete_shape(shape), dtypes[name]))
         m.run()
     return case
