@@ -5,8 +5,9 @@ choice per shape for the process), or one of im2col, im2col_rows (a batch-1 conv
 split over the CPU workers), im2col_channels (its output channels split instead), im2col_serial
 (images on this thread only), gemm1x1, gemm1x1_split (each image's 1x1 GEMM split over the
 workers), depthwise (NumPy strided views), depthwise_jit (a compiled loop, depthwise_jit.py),
-winograd (F(2x2,3x3)), winograd4 (F(4x4,3x3)) to force it wherever it applies (im2col elsewhere;
-it applies always).
+winograd (F(2x2,3x3)), winograd4 (F(4x4,3x3)), onednn (a oneDNN primitive: kernels/onednn/conv.py)
+to force it wherever it applies (im2col elsewhere; it applies always). GRAPH_RUNTIME_ONEDNN=on
+forces onednn wherever it applies; off never offers it.
 """
 from __future__ import annotations
 
@@ -25,10 +26,11 @@ from .conv_epilogue import Epilogue
 from .depthwise_jit import DepthwiseJitConv
 from .threads import num_threads
 from .winograd import WinogradConv, winograd_applies
+from ..onednn.choice import onednn_conv, onednn_conv_names, onednn_forced
 
 CONV_ENV = "GRAPH_RUNTIME_CONV"
 STRATEGIES = ("im2col", "im2col_rows", "im2col_channels", "im2col_serial", "gemm1x1",
-              "gemm1x1_split", "depthwise", "depthwise_jit", "winograd", "winograd4")
+              "gemm1x1_split", "depthwise", "depthwise_jit", "winograd", "winograd4", "onednn")
 ROUNDS = 9  # timed calls per candidate; their median decides
 PAUSE_S = 0.0005
 MIN_SPEEDUP = 1.1  # what another strategy must gain over the plain im2col loop to be chosen
@@ -81,14 +83,15 @@ def build(name: str, p: ConvParams, epilogue: Epilogue) -> ConvKernel:
         "depthwise_jit": lambda: DepthwiseJitConv(p, epilogue),
         "winograd": lambda: WinogradConv(p, epilogue, 2),
         "winograd4": lambda: WinogradConv(p, epilogue, 4),
+        "onednn": lambda: onednn_conv(p, epilogue),
     }
     return makers[name]()
 
 
 def conv2d_cpu(p: ConvParams, epilogue: Epilogue, strategy: str | None = None) -> ConvKernel:
     """The conv2d kernel for p: strategy if given, else GRAPH_RUNTIME_CONV, else measured."""
-    mode = strategy or conv_mode()
-    names = applicable(p)
+    names = applicable(p) + onednn_conv_names(p, epilogue)
+    mode = strategy or ("onednn" if names[-1] == "onednn" and onednn_forced() else conv_mode())
     if mode != "auto":
         return build(mode if mode in names else "im2col", p, epilogue)
     if len(names) == 1:

@@ -1,0 +1,188 @@
+"""oneDNN kernels (lib/kernels/onednn/) against float64 NumPy, and the path without oneDNN.
+
+Each kernel is forced (GRAPH_RUNTIME_CONV=onednn) over odd shapes, pads, strides, dilations,
+groups and channel counts that no SIMD block divides, with every fused epilogue. Accuracy is
+judged by the bound recursive float32 summation guarantees: |error| <= terms * u * sum|terms|.
+"""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+import test_conv_strategies as strategies
+from test_conv import ref_conv2d_attrs
+
+from graph_runtime.errors import LibraryError
+from graph_runtime.lib.conv_params import conv2d_params
+from graph_runtime.lib.kernels.cpu.conv_choice import CONV_ENV, conv2d_cpu
+from graph_runtime.lib.kernels.cpu.conv_epilogue import Epilogue
+from graph_runtime.lib.kernels.onednn import binding
+from graph_runtime.lib.library import TensorSpec
+
+U32 = float(np.finfo(np.float32).eps) / 2
+
+
+@pytest.fixture
+def onednn(monkeypatch):
+    """Skip (with the reason) where oneDNN cannot run; force it where it can."""
+    if not binding.available():
+        pytest.skip(f"oneDNN not available: {binding.unavailable_reason()}")
+    monkeypatch.setenv(CONV_ENV, "onednn")
+    return binding.library()
+
+
+@pytest.fixture
+def fresh_loader(monkeypatch):
+    """Let a test change the settings the loader reads; the real state comes back after."""
+    saved = (binding._loaded, binding._reason, binding._tried)
+    binding._tried = False
+    yield
+    binding._loaded, binding._reason, binding._tried = saved
+
+
+# (data shape, weight shape, attrs): the strategy tests' cases plus channel counts that 8 and
+# 16 do not divide, depthwise with a multiplier, and one ResNet-like layer.
+CASES = strategies.CASES + [
+    ((1, 17, 9, 10), (13, 17, 3, 3), {"padding": [1, 0, 2, 1]}),
+    ((2, 19, 8, 7), (19, 1, 3, 3), {"groups": 19, "padding": [1], "strides": [2, 2]}),
+    ((1, 10, 8, 8), (20, 1, 5, 5), {"groups": 10, "padding": [2], "dilation": [1, 2]}),
+    ((1, 24, 12, 12), (42, 8, 3, 3), {"groups": 3, "padding": [1], "strides": [2, 1]}),
+    ((1, 33, 6, 6), (70, 33, 1, 1), {"strides": [2, 2]}),
+    ((2, 64, 14, 14), (64, 64, 3, 3), {"padding": [1]}),
+]
+
+
+def _ids(case) -> str:
+    data, weight, attrs = case
+    return f"{data}-{weight}-{'-'.join(f'{k}{v}' for k, v in attrs.items()) or 'plain'}"
+
+
+def _conv_bound(x, w, attrs, extra_terms: int = 0, extra_abs=0.0) -> np.ndarray:
+    """Worst-case float32 error of the conv (and added terms) at each output."""
+    terms = w.shape[1] * w.shape[2] * w.shape[3] + extra_terms + 1
+    absolute = ref_conv2d_attrs(np.abs(x), np.abs(w), attrs) + extra_abs
+    return 2 * terms * U32 * absolute + 1e-30
+
+
+def _check(got, want, bound) -> None:
+    err = np.abs(got.astype(np.float64) - want)
+    worst = np.unravel_index(np.argmax(err - bound), err.shape)
+    assert (err <= bound).all(), (f"error {err[worst]:.3g} > bound {bound[worst]:.3g} at "
+                                  f"{worst}")
+
+
+@pytest.mark.parametrize("case", CASES, ids=_ids)
+def test_conv_matches_float64(onednn, case, run_op, random_array) -> None:
+    data_shape, weight_shape, attrs = case
+    x = random_array(data_shape, "float32", seed=1)
+    w = random_array(weight_shape, "float32", seed=2)
+    p = conv2d_params([TensorSpec(x.shape, "float32"), TensorSpec(w.shape, "float32")], attrs)
+    kernel = conv2d_cpu(p, Epilogue((), (p.n, p.o, p.oh, p.ow)))
+    assert kernel.strategy == "onednn"
+    assert not kernel.impl.startswith("ref"), kernel.impl  # oneDNN's slow reference code
+    (got,) = run_op("cpu", "conv2d", [x, w], attrs)
+    _check(got, ref_conv2d_attrs(x, w, attrs), _conv_bound(x, w, attrs))
+
+
+@pytest.mark.parametrize("epilogue", sorted(strategies.EPILOGUES))
+@pytest.mark.parametrize("case", [CASES[0], CASES[6], CASES[-5], CASES[-4]], ids=_ids)
+def test_conv_fused_epilogues(onednn, epilogue, case, run_op, random_array) -> None:
+    ops, reference, operands = strategies.EPILOGUES[epilogue]
+    data_shape, weight_shape, attrs = case
+    x = random_array(data_shape, "float32", seed=7)
+    w = random_array(weight_shape, "float32", seed=8)
+    y = ref_conv2d_attrs(x, w, attrs)
+    bias = random_array((y.shape[1], 1, 1), "float32", seed=9)
+    residual = random_array(y.shape, "float32", seed=10)
+    inputs = [x, w] + {"bias": [bias], "residual": [residual], "both": [bias, residual]}[operands]
+    (got,) = run_op("cpu", {"ops": [{"op": "conv2d", **attrs}] + ops}, inputs)
+    want = reference(y, bias.astype(np.float64), residual.astype(np.float64))
+    _check(got, want, _conv_bound(x, w, attrs, 2, 2.0 + np.abs(y)))
+
+
+@pytest.mark.parametrize("clip", [(-1.0, 1.5), (0.0, 6.0)])
+def test_conv_scalar_add_and_clip_as_post_ops(onednn, clip, run_op, random_array) -> None:
+    """relu -> add(scalar) -> clip: an eltwise, a per-tensor binary and a clip post-op."""
+    x = random_array((1, 5, 6, 7), "float32", seed=3)
+    w = random_array((9, 5, 3, 3), "float32", seed=4)
+    s = np.array([0.75], "float32")
+    func = {"ops": [{"op": "conv2d", "padding": [1]}, {"op": "relu"}, {"op": "add"},
+                    {"op": "clip", "a_min": clip[0], "a_max": clip[1]}]}
+    (got,) = run_op("cpu", func, [x, w, s])
+    y = ref_conv2d_attrs(x, w, {"padding": [1]})
+    _check(got, np.clip(np.maximum(y, 0) + 0.75, *clip),
+           _conv_bound(x, w, {"padding": [1]}, 1, 1.0))
+
+
+def test_conv_weight_changes_between_runs(onednn, monkeypatch, random_array) -> None:
+    """set_input, load_params (dict and bytes), writes through get_input's view, zero copy:
+    the weight reordered into oneDNN's layout follows every one of them."""
+    strategies.test_no_stale_weights(monkeypatch, "onednn", random_array)
+
+
+def test_conv_weight_computed_by_a_node(onednn, random_array) -> None:
+    strategies.check_weight_computed_by_a_node("cpu", random_array)
+
+
+def test_auto_may_choose_onednn(monkeypatch) -> None:
+    """In auto mode oneDNN is one timed candidate among the others (where it loads)."""
+    monkeypatch.setenv(CONV_ENV, "auto")
+    p = conv2d_params([TensorSpec((1, 16, 12, 12), "float32"),
+                       TensorSpec((16, 16, 3, 3), "float32")], {"padding": [1]})
+    kernel = conv2d_cpu(p, Epilogue((), (1, 16, 12, 12)))
+    assert kernel.strategy in ("onednn",) + tuple(strategies.applicable(p))
+
+
+# -- without oneDNN -----------------------------------------------------------------------------
+
+def test_setting_off_keeps_todays_kernels(monkeypatch, run_op, random_array) -> None:
+    monkeypatch.setenv(binding.ONEDNN_ENV, "off")
+    monkeypatch.setenv(CONV_ENV, "onednn")
+    assert not binding.available()
+    assert "GRAPH_RUNTIME_ONEDNN=off" in binding.unavailable_reason()
+    assert "oneDNN not used" in binding.describe()
+    x = random_array((2, 3, 7, 9), "float32", seed=1)
+    w = random_array((5, 3, 3, 3), "float32", seed=2)
+    p = conv2d_params([TensorSpec(x.shape, "float32"), TensorSpec(w.shape, "float32")],
+                      {"padding": [1]})
+    assert conv2d_cpu(p, Epilogue((), (2, 5, 7, 9))).strategy == "im2col"
+    (got,) = run_op("cpu", "conv2d", [x, w], {"padding": [1]})
+    _check(got, ref_conv2d_attrs(x, w, {"padding": [1]}), _conv_bound(x, w, {"padding": [1]}))
+
+
+def test_missing_library_is_not_an_error(monkeypatch, fresh_loader, tmp_path) -> None:
+    monkeypatch.setenv(binding.ONEDNN_LIB_ENV, str(tmp_path / "libdnnl.so.3"))
+    assert not binding.available()
+    assert "libdnnl.so.3 not found" in binding.unavailable_reason()
+    assert "pip install onednn-cpu-gomp" in binding.unavailable_reason()
+    p = conv2d_params([TensorSpec((1, 2, 5, 5), "float32"), TensorSpec((3, 2, 3, 3), "float32")],
+                      {})
+    monkeypatch.setenv(CONV_ENV, "auto")
+    assert conv2d_cpu(p, Epilogue((), (1, 3, 3, 3))).strategy != "onednn"
+    monkeypatch.setenv(binding.ONEDNN_ENV, "on")  # asked for: now it is an error
+    with pytest.raises(LibraryError, match="oneDNN is not available: libdnnl.so.3 not found"):
+        conv2d_cpu(p, Epilogue((), (1, 3, 3, 3)))
+
+
+def test_untested_version_is_refused(monkeypatch, fresh_loader) -> None:
+    if not binding.available():
+        pytest.skip(f"oneDNN not available: {binding.unavailable_reason()}")
+    binding._tried = False
+    monkeypatch.setattr(binding, "TESTED", ((9, 9),))
+    assert not binding.available()
+    assert "only 9.9 is tested" in binding.unavailable_reason()
+
+
+def test_setting_is_checked(monkeypatch) -> None:
+    monkeypatch.setenv(binding.ONEDNN_ENV, "maybe")
+    with pytest.raises(LibraryError, match="GRAPH_RUNTIME_ONEDNN must be auto, on or off"):
+        binding.onednn_mode()
+
+
+def test_failed_call_names_the_call_and_status(onednn) -> None:
+    handle = ctypes.c_void_p()
+    with pytest.raises(LibraryError, match=r"dnnl_memory_desc_create_with_tag failed: "
+                                           r"dnnl_invalid_arguments"):
+        onednn.call("dnnl_memory_desc_create_with_tag", ctypes.byref(handle), 4,
+                    binding._dims((1, 2, 3, 4)), binding.F32, 100000)
