@@ -18,7 +18,13 @@ from graph_runtime.lib.chain import Chain, Step
 from graph_runtime.lib.conv_params import conv2d_params
 from graph_runtime.lib.kernels.cpu import depthwise_jit, winograd
 from graph_runtime.lib.kernels.cpu.conv import ConvKernel
-from graph_runtime.lib.kernels.cpu.conv_choice import CONV_ENV, STRATEGIES, applicable, conv2d_cpu
+from graph_runtime.lib.kernels.cpu.conv_choice import (
+    CONV_ENV,
+    STRATEGIES,
+    applicable,
+    candidates,
+    conv2d_cpu,
+)
 from graph_runtime.lib.kernels.cpu.conv_epilogue import Epilogue
 from graph_runtime.lib.kernels.cpu.depthwise_jit import DepthwiseJitConv, fold_epilogue
 from graph_runtime.lib.kernels.cpu.threads import THREADS_ENV, num_threads
@@ -154,7 +160,7 @@ def test_auto_picks_an_applicable_strategy(monkeypatch) -> None:
     w = np.zeros((8, 8, 3, 3), "float32")
     p = _params(x, w, {"padding": [1]})
     kernel = conv2d_cpu(p, Epilogue((), (2, 8, 10, 10)))
-    assert kernel.strategy in applicable(p)
+    assert kernel.strategy in candidates(p, Epilogue((), (2, 8, 10, 10)))
     assert kernel.workspace_bytes() > 0
 
 

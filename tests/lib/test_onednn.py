@@ -15,7 +15,7 @@ from test_conv import ref_conv2d_attrs
 
 from graph_runtime.errors import LibraryError
 from graph_runtime.lib.conv_params import conv2d_params
-from graph_runtime.lib.kernels.cpu.conv_choice import CONV_ENV, conv2d_cpu
+from graph_runtime.lib.kernels.cpu.conv_choice import CONV_ENV, candidates, conv2d_cpu
 from graph_runtime.lib.kernels.cpu.conv_epilogue import Epilogue
 from graph_runtime.lib.kernels.onednn import binding
 from graph_runtime.lib.library import TensorSpec
@@ -130,8 +130,10 @@ def test_auto_may_choose_onednn(monkeypatch) -> None:
     monkeypatch.setenv(CONV_ENV, "auto")
     p = conv2d_params([TensorSpec((1, 16, 12, 12), "float32"),
                        TensorSpec((16, 16, 3, 3), "float32")], {"padding": [1]})
-    kernel = conv2d_cpu(p, Epilogue((), (1, 16, 12, 12)))
-    assert kernel.strategy in ("onednn",) + tuple(strategies.applicable(p))
+    epilogue = Epilogue((), (1, 16, 12, 12))
+    names = candidates(p, epilogue)
+    assert ("onednn" in names) == binding.available()
+    assert conv2d_cpu(p, epilogue).strategy in names
 
 
 # -- without oneDNN -----------------------------------------------------------------------------

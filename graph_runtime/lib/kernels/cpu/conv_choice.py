@@ -70,6 +70,11 @@ def applicable(p: ConvParams) -> list[str]:
     return names
 
 
+def candidates(p: ConvParams, epilogue: Epilogue) -> list[str]:
+    """applicable(p), plus onednn where a oneDNN primitive computes p and its epilogue."""
+    return applicable(p) + onednn_conv_names(p, epilogue)
+
+
 def build(name: str, p: ConvParams, epilogue: Epilogue) -> ConvKernel:
     """The kernel of one named strategy (which must apply to p)."""
     makers: dict[str, Callable[[], ConvKernel]] = {
@@ -90,7 +95,7 @@ def build(name: str, p: ConvParams, epilogue: Epilogue) -> ConvKernel:
 
 def conv2d_cpu(p: ConvParams, epilogue: Epilogue, strategy: str | None = None) -> ConvKernel:
     """The conv2d kernel for p: strategy if given, else GRAPH_RUNTIME_CONV, else measured."""
-    names = applicable(p) + onednn_conv_names(p, epilogue)
+    names = candidates(p, epilogue)
     mode = strategy or ("onednn" if names[-1] == "onednn" and onednn_forced() else conv_mode())
     if mode != "auto":
         return build(mode if mode in names else "im2col", p, epilogue)
