@@ -7,10 +7,12 @@ judged by the bound recursive float32 summation guarantees: |error| <= terms * u
 from __future__ import annotations
 
 import ctypes
+import os
 
 import numpy as np
 import pytest
 import test_conv_strategies as strategies
+import test_pool as pool_tests
 from test_conv import ref_conv2d_attrs
 
 from graph_runtime.errors import LibraryError
@@ -18,6 +20,7 @@ from graph_runtime.lib.conv_params import conv2d_params
 from graph_runtime.lib.kernels.cpu.conv_choice import CONV_ENV, candidates, conv2d_cpu
 from graph_runtime.lib.kernels.cpu.conv_epilogue import Epilogue
 from graph_runtime.lib.kernels.onednn import binding
+from graph_runtime.lib.kernels.onednn.pool import OnednnPool
 from graph_runtime.lib.library import TensorSpec
 
 U32 = float(np.finfo(np.float32).eps) / 2
@@ -25,9 +28,17 @@ U32 = float(np.finfo(np.float32).eps) / 2
 
 @pytest.fixture
 def onednn(monkeypatch):
-    """Skip (with the reason) where oneDNN cannot run; force it where it can."""
+    """Skip (with the reason) where oneDNN cannot run; force it where it can.
+
+    CI sets GRAPH_RUNTIME_REQUIRE_ONEDNN=1 so that a missing library fails instead, except in
+    its run with oneDNN turned off.
+    """
     if not binding.available():
-        pytest.skip(f"oneDNN not available: {binding.unavailable_reason()}")
+        reason = f"oneDNN not available: {binding.unavailable_reason()}"
+        if os.environ.get("GRAPH_RUNTIME_REQUIRE_ONEDNN") == "1" and \
+                binding.onednn_mode() != "off":
+            pytest.fail(reason)
+        pytest.skip(reason)
     monkeypatch.setenv(CONV_ENV, "onednn")
     return binding.library()
 
@@ -154,6 +165,7 @@ def test_setting_off_keeps_todays_kernels(monkeypatch, run_op, random_array) -> 
 
 
 def test_missing_library_is_not_an_error(monkeypatch, fresh_loader, tmp_path) -> None:
+    monkeypatch.setenv(binding.ONEDNN_ENV, "auto")
     monkeypatch.setenv(binding.ONEDNN_LIB_ENV, str(tmp_path / "libdnnl.so.3"))
     assert not binding.available()
     assert "libdnnl.so.3 not found" in binding.unavailable_reason()
@@ -188,3 +200,53 @@ def test_failed_call_names_the_call_and_status(onednn) -> None:
                                            r"dnnl_invalid_arguments"):
         onednn.call("dnnl_memory_desc_create_with_tag", ctypes.byref(handle), 4,
                     binding._dims((1, 2, 3, 4)), binding.F32, 100000)
+
+
+# -- pools --------------------------------------------------------------------------------------
+
+POOL_CASES = [c for c in pool_tests.CASES + pool_tests.JIT_CASES if len(c[0]) == 4] + [
+    ((1, 19, 15, 15), {"pool_size": [3, 3], "strides": [2, 2], "padding": [1]}),
+    ((2, 21, 7, 9), {"pool_size": [2, 2], "strides": [2, 2], "ceil_mode": True}),
+]
+
+
+def _pool_kernel(op: str, shape, attrs, make_function) -> object:
+    from graph_runtime.backends import get_backend
+    from graph_runtime.lib.ops.pool import _pool_host
+    specs = [TensorSpec(shape, "float32")]
+    outputs = make_function(op).infer(specs, attrs)
+    return _pool_host(op)(get_backend("cpu"), 0, specs, outputs, attrs)
+
+
+@pytest.mark.parametrize("count_include_pad", [None, False, True])
+@pytest.mark.parametrize("shape,attrs", POOL_CASES)
+def test_pools_match_float64(onednn, monkeypatch, shape, attrs, count_include_pad, run_op,
+                             make_function, assert_close, random_array) -> None:
+    """max (count_include_pad None) and avg pools, forced onto oneDNN wherever it applies."""
+    monkeypatch.setenv(binding.ONEDNN_ENV, "on")
+    x = random_array(shape, "float32", seed=5)
+    if count_include_pad is None:
+        op, reference = "max_pool2d", pool_tests.onnx_pool(x, "MaxPool",
+                                                            **pool_tests.ours_to_onnx(attrs))
+    else:
+        attrs = dict(attrs, count_include_pad=count_include_pad)
+        op = "avg_pool2d"
+        onnx_attrs = dict(pool_tests.ours_to_onnx(attrs), count_include_pad=int(count_include_pad))
+        reference = pool_tests.onnx_pool(x, "AveragePool", **onnx_attrs)
+    kernel = _pool_kernel(op, shape, attrs, make_function)
+    if isinstance(kernel, OnednnPool):  # else oneDNN cannot express it, or only in ref code
+        assert not kernel.impl.startswith("ref"), kernel.impl
+    elif shape == POOL_CASES[-2][0]:
+        pytest.fail(f"ResNet's 3x3/s2 pool stayed off oneDNN: {kernel}")
+    (got,) = run_op("cpu", op, [x], attrs)
+    assert_close(got, reference)
+
+
+@pytest.mark.parametrize("op", ["global_avg_pool2d", "global_max_pool2d"])
+@pytest.mark.parametrize("shape", [(1, 1280, 7, 7), (3, 19, 5, 6)])
+def test_global_pools(onednn, monkeypatch, op, shape, run_op, assert_close, random_array) -> None:
+    monkeypatch.setenv(binding.ONEDNN_ENV, "on")
+    x = random_array(shape, "float32", seed=6)
+    (got,) = run_op("cpu", op, [x])
+    fold = np.mean if "avg" in op else np.max
+    assert_close(got, fold(x.astype(np.float64), axis=(2, 3), keepdims=True))

@@ -1,0 +1,76 @@
+"""max/avg/global pools on oneDNN: one pooling primitive per node over NCHW float32 arrays.
+
+ONNX's ceil_mode overhang becomes extra end padding, which oneDNN never counts (max ignores
+it, avg_exclude_padding does not divide by it); an avg pool that counts explicit padding
+(count_include_pad) and has an overhang is not expressible, so stays with today's kernel.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..cpu.threads import num_threads
+from . import binding as dn
+from .binding import Memory, MemoryDesc, Primitive, PrimitiveDesc
+
+
+def pool_window(size: tuple[int, ...], kernel: tuple[int, ...], out: tuple[int, ...],
+                strides: tuple[int, ...], dilation: tuple[int, ...],
+                begin: tuple[int, ...]) -> tuple[int, ...]:
+    """End padding per axis that gives oneDNN's output size `out` (covers any overhang)."""
+    return tuple((o - 1) * s + d * (k - 1) + 1 - n - b
+                 for n, k, o, s, d, b in zip(size, kernel, out, strides, dilation, begin))
+
+
+def pool_applies(dtype: str, size: tuple[int, ...], kernel: tuple[int, ...],
+                 out: tuple[int, ...], strides: tuple[int, ...], dilation: tuple[int, ...],
+                 begin: tuple[int, ...], end: tuple[int, ...], is_max: bool,
+                 count_include_pad: bool) -> bool:
+    """Whether OnednnPool computes this 2-D pool exactly (and the library is here)."""
+    if dtype != "float32" or len(size) != 2 or min(out) < 1 or not dn.available():
+        return False
+    ends = pool_window(size, kernel, out, strides, dilation, begin)
+    if min(ends) < 0:
+        return False  # ONNX drops a ceil_mode window oneDNN would keep; rare, keep today's
+    span = [d * (k - 1) + 1 for k, d in zip(kernel, dilation)]
+    if any(b >= s or e >= s for b, e, s in zip(begin, ends, span)):
+        return False  # a window of padding only: oneDNN and NumPy disagree on what it gives
+    overhang = any(e > want for e, want in zip(ends, end))
+    return is_max or not (count_include_pad and overhang)
+
+
+class OnednnPool:
+    """run(data, out) for one NCHW float32 pool: a oneDNN pooling primitive."""
+
+    uses_workers = True  # library.UsesWorkers: OpenMP threads take the cores
+
+    def __init__(self, shape: tuple[int, ...], out_shape: tuple[int, ...],
+                 kernel: tuple[int, ...], strides: tuple[int, ...], dilation: tuple[int, ...],
+                 begin: tuple[int, ...], is_max: bool, count_include_pad: bool) -> None:
+        self.threads = num_threads()
+        dn.use_threads(self.threads)
+        end = pool_window(shape[2:], kernel, out_shape[2:], strides, dilation, begin)
+        if is_max:
+            alg = dn.POOLING_MAX
+        elif count_include_pad:
+            alg = dn.POOLING_AVG_INCLUDE_PADDING
+        else:
+            alg = dn.POOLING_AVG_EXCLUDE_PADDING
+        src = MemoryDesc.plain(shape)
+        dst = MemoryDesc.plain(out_shape)
+        pd = PrimitiveDesc("dnnl_pooling_forward_primitive_desc_create", dn.library().engine,
+                           dn.FORWARD_INFERENCE, alg, src.handle, dst.handle, dn._dims(strides),
+                           dn._dims(kernel), dn._dims([d - 1 for d in dilation]),
+                           dn._dims(begin), dn._dims(end), None)
+        self.impl = pd.impl()
+        self.src = Memory(src)
+        self.dst = Memory(dst)
+        self.primitive = Primitive(pd, [(dn.ARG_SRC, self.src), (dn.ARG_DST, self.dst)])
+
+    def __call__(self, data: Any, out: Any) -> None:
+        dn.use_threads(self.threads)
+        self.src.bind(data)
+        self.dst.bind(out)
+        self.primitive.run()
+
+    def __repr__(self) -> str:
+        return f"OnednnPool({self.impl})"
