@@ -250,3 +250,76 @@ def test_global_pools(onednn, monkeypatch, op, shape, run_op, assert_close, rand
     (got,) = run_op("cpu", op, [x])
     fold = np.mean if "avg" in op else np.max
     assert_close(got, fold(x.astype(np.float64), axis=(2, 3), keepdims=True))
+
+
+# -- dense / matmul / batch_matmul --------------------------------------------------------------
+
+GEMM_CASES = [
+    ("dense", (1, 37), (19, 37), {}),
+    ("dense", (5, 3, 33), (17, 33), {}),
+    ("dense", (64, 512), (1000, 512), {}),
+    ("matmul", (7, 13), (13, 9), {}),
+    ("matmul", (13, 7), (9, 13), {"transpose_a": True, "transpose_b": True}),
+    ("matmul", (2, 3, 11), (11, 5), {}),
+    ("batch_matmul", (3, 7, 10), (3, 6, 10), {}),
+    ("batch_matmul", (1, 7, 10), (4, 10, 6), {"transpose_b": False}),
+    ("batch_matmul", (4, 10, 7), (1, 6, 10), {"transpose_a": True}),
+]
+
+
+def _gemm_ref(op, a, b, attrs):
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    if op == "dense":
+        return a64 @ b64.T
+    if attrs.get("transpose_a"):
+        a64 = np.swapaxes(a64, -1, -2)
+    if attrs.get("transpose_b", op == "batch_matmul"):
+        b64 = np.swapaxes(b64, -1, -2)
+    return a64 @ b64
+
+
+@pytest.mark.parametrize("op,a_shape,b_shape,attrs", GEMM_CASES)
+def test_gemms_match_float64(onednn, monkeypatch, op, a_shape, b_shape, attrs, run_op,
+                             random_array) -> None:
+    monkeypatch.setenv(binding.ONEDNN_ENV, "on")
+    a = random_array(a_shape, "float32", seed=11)
+    b = random_array(b_shape, "float32", seed=12)
+    (got,) = run_op("cpu", op, [a, b], attrs)
+    want = _gemm_ref(op, a, b, attrs)
+    k = a_shape[-2] if attrs.get("transpose_a") else a_shape[-1]
+    _check(got, want, 2 * (k + 1) * U32 * _gemm_ref(op, np.abs(a), np.abs(b), attrs))
+
+
+def test_dense_weight_changes_between_runs(onednn, monkeypatch, random_array) -> None:
+    """dense's weight packed into oneDNN's layout follows set_input, load_params and zero copy."""
+    import graph_runtime as gr
+    from graph_runtime.lib import Module
+    from graph_runtime.lib.chain import Chain, Step
+    from support import make_graph, null, tvm_op
+
+    monkeypatch.setenv(binding.ONEDNN_ENV, "on")
+    lib = Module("denselib")
+    lib.register("fc", Chain("fc", [Step("dense"), Step("add")]))
+    graph = make_graph([null("x"), null("w"), null("b"), tvm_op("fc", "fc", [0, 1, 2])], [3],
+                       shapes=[[4, 24], [10, 24], [10], [4, 10]])
+    m = gr.create(graph, lib, gr.cpu())
+    x = random_array((4, 24), "float32", seed=1)
+    ws = [random_array((10, 24), "float32", seed=s) for s in (2, 3, 4, 5)]
+    b = random_array((10,), "float32", seed=6)
+
+    def check(w) -> None:
+        m.run(x=x)
+        want = x.astype(np.float64) @ w.astype(np.float64).T + b
+        np.testing.assert_allclose(m.get_output(0).numpy(), want, rtol=1e-5, atol=1e-5)
+
+    m.load_params({"w": ws[0], "b": b})
+    check(ws[0])
+    m.set_input("w", ws[1])
+    check(ws[1])
+    m.load_params(gr.save_param_dict({"w": ws[2]}))
+    check(ws[2])
+    own = ws[3].copy()
+    m.set_input_zero_copy("w", own)
+    check(ws[3])
+    own[...] = ws[0]  # changed in place, no setter: the zero-copy weight is repacked every run
+    check(ws[0])

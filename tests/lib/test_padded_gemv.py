@@ -18,6 +18,13 @@ from graph_runtime.lib.kernels.cpu.padded_gemv import (
 K, UNITS = 784, 512  # the mlp example's first layer: 401,408 weights, padded to 588 rows
 
 
+@pytest.fixture(autouse=True)
+def _todays_kernels(monkeypatch):
+    """These test the OpenBLAS kernels; oneDNN's matmul (the choice may take it) has
+    test_onednn.py."""
+    monkeypatch.setenv("GRAPH_RUNTIME_ONEDNN", "off")
+
+
 @pytest.fixture
 def padding_on(monkeypatch):
     monkeypatch.setenv(PADDING_ENV, "on")
