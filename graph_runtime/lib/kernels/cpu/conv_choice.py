@@ -101,7 +101,10 @@ def conv2d_cpu(p: ConvParams, epilogue: Epilogue, strategy: str | None = None) -
         return build(mode if mode in names else "im2col", p, epilogue)
     if len(names) == 1:
         return build(names[0], p, epilogue)
-    key = (p, tuple(op.kind for op in epilogue.ops), epilogue.channel_bias() is not None)
+    # NOTE: the candidates are part of the key: oneDNN may be offered in one create() and
+    # turned off (GRAPH_RUNTIME_ONEDNN=off) in the next.
+    key = (p, tuple(op.kind for op in epilogue.ops), epilogue.channel_bias() is not None,
+           tuple(names))
     with _lock:
         if key not in _chosen:
             _chosen[key] = _fastest(p, epilogue, names)
@@ -109,7 +112,7 @@ def conv2d_cpu(p: ConvParams, epilogue: Epilogue, strategy: str | None = None) -
 
 
 def chosen_strategies() -> dict[tuple, str]:
-    """What auto picked so far, per (ConvParams, epilogue kinds, bias folded)."""
+    """What auto picked so far, per (ConvParams, epilogue kinds, bias folded, candidates)."""
     return dict(_chosen)
 
 
