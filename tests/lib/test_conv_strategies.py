@@ -175,7 +175,25 @@ EPILOGUES = {
     "relu_then_bias": ([{"op": "relu"}, {"op": "add"}], lambda y, b, r: np.maximum(y, 0) + b,
                        "bias"),
     "residual": ([{"op": "add"}], lambda y, b, r: y + r, "residual"),
+    "bias_leaky_relu": ([{"op": "add"}, {"op": "leaky_relu", "alpha": 0.2}],
+                        lambda y, b, r: np.where(y + b < 0, 0.2 * (y + b), y + b), "bias"),
+    "bias_sigmoid": ([{"op": "add"}, {"op": "sigmoid"}], lambda y, b, r: 1 / (1 + np.exp(-y - b)),
+                     "bias"),
+    "bias_hard_swish": ([{"op": "add"}, {"op": "hard_swish"}],
+                        lambda y, b, r: (y + b) * np.clip((y + b) / 6 + 0.5, 0, 1), "bias"),
+    "residual_gelu": ([{"op": "add"}, {"op": "gelu"}], lambda y, b, r: _gelu(y + r), "residual"),
+    "bias_gelu_tanh": ([{"op": "add"}, {"op": "gelu", "approximate": "tanh"}],
+                       lambda y, b, r: _gelu_tanh(y + b), "bias"),
 }
+
+
+def _gelu(x):
+    from scipy.special import erf
+    return 0.5 * x * (1 + erf(x / np.sqrt(2)))
+
+
+def _gelu_tanh(x):
+    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
 
 
 @pytest.mark.parametrize("strategy", ["im2col", "im2col_rows", "im2col_channels",

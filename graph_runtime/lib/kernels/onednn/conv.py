@@ -3,12 +3,13 @@
 The primitive is made at create() with plain NCHW data and output (phase 1: layouts between
 oneDNN nodes come later) and weights in the layout oneDNN picks, reordered once and again when
 the weight is written. A leading per-channel add is the primitive's bias; later adds become
-binary-add post-ops reading the operand in place, relu and clip eltwise post-ops. A run is one
+binary-add post-ops reading the operand in place, relu, clip, leaky relu, sigmoid, hard-swish
+and gelu eltwise post-ops. A run is one
 foreign call (plus the weight reorder when the weight changed).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -163,9 +164,20 @@ def _append_post_ops(lib: dn.Dnnl, ops: Any, epilogue: Epilogue, full: list[Epil
         elif op.kind == "add":
             lib.call("dnnl_post_ops_append_binary", ops, dn.BINARY_ADD, operands[k].handle)
             k += 1
-        elif op.kind == "relu":
-            lib.call("dnnl_post_ops_append_eltwise", ops, dn.ELTWISE_RELU, 0.0, 0.0)
-        elif op.kind == "clip":
-            lib.call("dnnl_post_ops_append_eltwise", ops, dn.ELTWISE_CLIP, op.lo, op.hi)
+        elif op.kind in ELTWISE:
+            alg, alpha, beta = ELTWISE[op.kind](op)
+            lib.call("dnnl_post_ops_append_eltwise", ops, alg, alpha, beta)
         else:
             raise AssertionError(f"no oneDNN post-op for {op.kind!r}")
+
+
+# epilogue op kind -> (oneDNN eltwise algorithm, alpha, beta) of the same function
+ELTWISE: dict[str, Callable[[EpilogueOp], tuple[int, float, float]]] = {
+    "relu": lambda op: (dn.ELTWISE_RELU, 0.0, 0.0),
+    "clip": lambda op: (dn.ELTWISE_CLIP, op.lo, op.hi),
+    "leaky_relu": lambda op: (dn.ELTWISE_RELU, op.lo, 0.0),  # oneDNN's relu: alpha * x below 0
+    "sigmoid": lambda op: (dn.ELTWISE_LOGISTIC, 0.0, 0.0),
+    "hard_swish": lambda op: (dn.ELTWISE_HARDSWISH, 1 / 6, 0.5),  # x * clip(x / 6 + 1/2, 0, 1)
+    "gelu": lambda op: (dn.ELTWISE_GELU_ERF, 0.0, 0.0),
+    "gelu_tanh": lambda op: (dn.ELTWISE_GELU_TANH, 0.0, 0.0),
+}
