@@ -19,7 +19,7 @@ from graph_runtime.errors import LibraryError
 from graph_runtime.lib.conv_params import conv2d_params
 from graph_runtime.lib.kernels.cpu.conv_choice import CONV_ENV, candidates, conv2d_cpu
 from graph_runtime.lib.kernels.cpu.conv_epilogue import Epilogue
-from graph_runtime.lib.kernels.onednn import binding
+from graph_runtime.lib.kernels.onednn import abi, binding
 from graph_runtime.lib.kernels.onednn.pool import OnednnPool
 from graph_runtime.lib.library import TensorSpec
 
@@ -199,7 +199,7 @@ def test_failed_call_names_the_call_and_status(onednn) -> None:
     with pytest.raises(LibraryError, match=r"dnnl_memory_desc_create_with_tag failed: "
                                            r"dnnl_invalid_arguments"):
         onednn.call("dnnl_memory_desc_create_with_tag", ctypes.byref(handle), 4,
-                    binding._dims((1, 2, 3, 4)), binding.F32, 100000)
+                    binding.dims_array((1, 2, 3, 4)), abi.F32, 100000)
 
 
 # -- pools --------------------------------------------------------------------------------------

@@ -4,8 +4,9 @@ ctypes, not cffi or a compiled extension: the 3.x API is opaque handles (memory 
 primitive descriptors, primitives, memories) and plain C enums and structs, which ctypes calls
 with no compiler or build step at install; the library itself comes from PyPI's
 `onednn-cpu-gomp` wheel (libdnnl.so.3 under the environment's lib/) or, by setting, a system one.
-The enum values below were read from oneDNN 3.2's C headers; only 3.2 was tested, so any other
-version is refused with the reason. Kernels call this module, never the raw foreign functions.
+The enum values and signatures (abi.py) were read from oneDNN 3.2's C headers; only 3.2 was
+tested, so any other version is refused with the reason. Kernels call this module (and read
+abi.py's constants), never the raw foreign functions.
 
 GRAPH_RUNTIME_ONEDNN: auto (default: offer oneDNN kernels where the library loads; a measured
 choice picks per shape), on (use them wherever they apply; a missing library is an error), off.
@@ -22,110 +23,23 @@ from typing import Any, Sequence
 
 from ....errors import LibraryError
 from ..cpu.switches import auto_on_off
+from .abi import (
+    RESTYPES,
+    SIGNATURES,
+    Dims,
+    ExecArg,
+    ENGINE_CPU,
+    F32,
+    QUERY_IMPL_INFO_STR,
+    STATUS_NAMES,
+    STREAM_DEFAULT,
+    TAG_ANY,
+    TAG_PLAIN,
+)
 
 ONEDNN_ENV = "GRAPH_RUNTIME_ONEDNN"
 ONEDNN_LIB_ENV = "GRAPH_RUNTIME_ONEDNN_LIB"
 TESTED = ((3, 2),)  # (major, minor) versions whose enum values and behaviour were checked
-
-# -- oneDNN 3.2 enum values (dnnl_common_types.h, dnnl_types.h) ---------------------------------
-STATUS_NAMES = {0: "dnnl_success", 1: "dnnl_out_of_memory", 2: "dnnl_invalid_arguments",
-                3: "dnnl_unimplemented", 4: "dnnl_last_impl_reached", 5: "dnnl_runtime_error",
-                6: "dnnl_not_required", 7: "dnnl_invalid_graph", 8: "dnnl_invalid_graph_op",
-                9: "dnnl_invalid_shape", 10: "dnnl_invalid_data_type"}
-F32 = 3
-TAG_ANY = 1
-TAG_PLAIN = {1: 2, 2: 3, 3: 4, 4: 5, 5: 6}  # ndims -> a, ab, abc, abcd, abcde
-TAG_BA = 14
-TAG_ACB = 15
-TAG_ACDB = 22  # NHWC
-ENGINE_CPU = 1
-STREAM_DEFAULT = 1
-FORWARD_INFERENCE = 96
-CONVOLUTION_DIRECT = 0x1
-ELTWISE_RELU = 0x20
-ELTWISE_TANH = 0x21
-ELTWISE_LOGISTIC = 0x29
-ELTWISE_GELU_TANH = 0x2B
-ELTWISE_CLIP = 0x2E
-ELTWISE_GELU_ERF = 0x31
-ELTWISE_HARDSWISH = 0x34
-POOLING_MAX = 0x1FF
-POOLING_AVG_INCLUDE_PADDING = 0x2FF
-POOLING_AVG_EXCLUDE_PADDING = 0x3FF
-BINARY_ADD = 0x1FFF0
-QUERY_IMPL_INFO_STR = 8
-QUERY_SRC_MD = 129
-QUERY_WEIGHTS_MD = 131
-QUERY_DST_MD = 133
-ARG_SRC = 1
-ARG_SRC_1 = 2
-ARG_DST = 17
-ARG_WEIGHTS = 33
-ARG_BIAS = 41
-ARG_FROM = 1
-ARG_TO = 17
-ARG_POST_OP_BASE = 32768  # DNNL_ARG_ATTR_MULTIPLE_POST_OP(i) = BASE * (i + 1)
-
-Dims = ctypes.c_int64 * 12  # dnnl_dims_t (DNNL_MAX_NDIMS = 12)
-
-
-class ExecArg(ctypes.Structure):
-    """dnnl_exec_arg_t: one (argument kind, memory) pair of dnnl_primitive_execute."""
-
-    _fields_ = [("arg", ctypes.c_int), ("memory", ctypes.c_void_p)]
-
-
-class _Version(ctypes.Structure):
-    _fields_ = [("major", ctypes.c_int), ("minor", ctypes.c_int), ("patch", ctypes.c_int),
-                ("hash", ctypes.c_char_p), ("cpu_runtime", ctypes.c_uint),
-                ("gpu_runtime", ctypes.c_uint)]
-
-
-_VP = ctypes.c_void_p
-_P = ctypes.POINTER
-# name -> argument types; every function returns dnnl_status_t unless listed in _RESTYPES.
-_SIGNATURES: dict[str, list[Any]] = {
-    "dnnl_version": [],
-    "dnnl_engine_create": [_P(_VP), ctypes.c_int, ctypes.c_size_t],
-    "dnnl_stream_create": [_P(_VP), _VP, ctypes.c_uint],
-    "dnnl_memory_desc_create_with_tag": [_P(_VP), ctypes.c_int, Dims, ctypes.c_int, ctypes.c_int],
-    "dnnl_memory_desc_create_with_strides": [_P(_VP), ctypes.c_int, Dims, ctypes.c_int, Dims],
-    "dnnl_memory_desc_destroy": [_VP],
-    "dnnl_memory_desc_clone": [_P(_VP), _VP],
-    "dnnl_memory_desc_equal": [_VP, _VP],
-    "dnnl_memory_desc_get_size": [_VP],
-    "dnnl_memory_create": [_P(_VP), _VP, _VP, _VP],
-    "dnnl_memory_set_data_handle": [_VP, _VP],
-    "dnnl_memory_destroy": [_VP],
-    "dnnl_primitive_attr_create": [_P(_VP)],
-    "dnnl_primitive_attr_destroy": [_VP],
-    "dnnl_primitive_attr_set_post_ops": [_VP, _VP],
-    "dnnl_post_ops_create": [_P(_VP)],
-    "dnnl_post_ops_destroy": [_VP],
-    "dnnl_post_ops_append_eltwise": [_VP, ctypes.c_int, ctypes.c_float, ctypes.c_float],
-    "dnnl_post_ops_append_sum": [_VP, ctypes.c_float, ctypes.c_int32, ctypes.c_int],
-    "dnnl_post_ops_append_binary": [_VP, ctypes.c_int, _VP],
-    "dnnl_convolution_forward_primitive_desc_create": [
-        _P(_VP), _VP, ctypes.c_int, ctypes.c_int, _VP, _VP, _VP, _VP, Dims, Dims, Dims, Dims,
-        _VP],
-    "dnnl_pooling_forward_primitive_desc_create": [
-        _P(_VP), _VP, ctypes.c_int, ctypes.c_int, _VP, _VP, Dims, Dims, Dims, Dims, Dims, _VP],
-    "dnnl_matmul_primitive_desc_create": [_P(_VP), _VP, _VP, _VP, _VP, _VP, _VP],
-    "dnnl_reorder_primitive_desc_create": [_P(_VP), _VP, _VP, _VP, _VP, _VP],
-    "dnnl_primitive_desc_query": [_VP, ctypes.c_int, ctypes.c_int, _VP],
-    "dnnl_primitive_desc_query_md": [_VP, ctypes.c_int, ctypes.c_int],
-    "dnnl_primitive_desc_destroy": [_VP],
-    "dnnl_primitive_create": [_P(_VP), _VP],
-    "dnnl_primitive_execute": [_VP, _VP, ctypes.c_int, _VP],
-    "dnnl_primitive_destroy": [_VP],
-}
-_RESTYPES: dict[str, Any] = {
-    "dnnl_version": _P(_Version),
-    "dnnl_memory_desc_equal": ctypes.c_int,
-    "dnnl_memory_desc_get_size": ctypes.c_size_t,
-    "dnnl_primitive_desc_query_md": _VP,
-}
-
 
 class Dnnl:
     """The loaded library: its functions (status checked), one CPU engine and one stream."""
@@ -133,15 +47,15 @@ class Dnnl:
     def __init__(self, cdll: ctypes.CDLL, path: str) -> None:
         self.path = path
         self.raw: dict[str, Any] = {}
-        for name, argtypes in _SIGNATURES.items():
+        for name, argtypes in SIGNATURES.items():
             fn = getattr(cdll, name)
             fn.argtypes = argtypes
-            fn.restype = _RESTYPES.get(name, ctypes.c_int)
+            fn.restype = RESTYPES.get(name, ctypes.c_int)
             self.raw[name] = fn
         v = self.raw["dnnl_version"]().contents
         self.version = (v.major, v.minor, v.patch)
-        self.engine = _VP()
-        self.stream = _VP()
+        self.engine = ctypes.c_void_p()
+        self.stream = ctypes.c_void_p()
         self.gomp: Any = None
 
     def open(self) -> None:
@@ -277,7 +191,8 @@ def use_threads(n: int) -> None:
 
 # -- handles ------------------------------------------------------------------------------------
 
-def _dims(values: Sequence[int]) -> Any:
+def dims_array(values: Sequence[int]) -> Any:
+    """A dnnl_dims_t holding values."""
     d = Dims()
     for i, v in enumerate(values):
         d[i] = int(v)
@@ -296,9 +211,9 @@ class MemoryDesc:
     def plain(shape: Sequence[int], tag: int | None = None) -> "MemoryDesc":
         """float32, row-major (tag None), or the given format tag (TAG_ANY lets oneDNN pick)."""
         lib = library()
-        h = _VP()
+        h = ctypes.c_void_p()
         fmt = TAG_PLAIN[len(shape)] if tag is None else tag
-        lib.call("dnnl_memory_desc_create_with_tag", ctypes.byref(h), len(shape), _dims(shape),
+        lib.call("dnnl_memory_desc_create_with_tag", ctypes.byref(h), len(shape), dims_array(shape),
                  F32, fmt)
         return MemoryDesc(h, shape)
 
@@ -306,17 +221,17 @@ class MemoryDesc:
     def strided(shape: Sequence[int], strides: Sequence[int]) -> "MemoryDesc":
         """float32 with element strides (a transposed view)."""
         lib = library()
-        h = _VP()
+        h = ctypes.c_void_p()
         lib.call("dnnl_memory_desc_create_with_strides", ctypes.byref(h), len(shape),
-                 _dims(shape), F32, _dims(strides))
+                 dims_array(shape), F32, dims_array(strides))
         return MemoryDesc(h, shape)
 
     @staticmethod
     def borrowed(handle: int, shape: Sequence[int]) -> "MemoryDesc":
         """A copy of a descriptor a primitive descriptor owns (query_md)."""
         lib = library()
-        h = _VP()
-        lib.call("dnnl_memory_desc_clone", ctypes.byref(h), _VP(handle))
+        h = ctypes.c_void_p()
+        lib.call("dnnl_memory_desc_clone", ctypes.byref(h), ctypes.c_void_p(handle))
         return MemoryDesc(h, shape)
 
     def size(self) -> int:
@@ -337,7 +252,7 @@ class Memory:
 
     def __init__(self, desc: MemoryDesc) -> None:
         lib = library()
-        self.handle = _VP()
+        self.handle = ctypes.c_void_p()
         self.desc = desc
         lib.call("dnnl_memory_create", ctypes.byref(self.handle), desc.handle, lib.engine, None)
         self._array: Any = None
@@ -360,7 +275,7 @@ class PrimitiveDesc:
 
     def __init__(self, create: str, *args: Any) -> None:
         lib = library()
-        self.handle = _VP()
+        self.handle = ctypes.c_void_p()
         lib.call(create, ctypes.byref(self.handle), *args)
         weakref.finalize(self, lib.raw["dnnl_primitive_desc_destroy"], self.handle)
 
@@ -385,7 +300,7 @@ class Primitive:
     def __init__(self, pd: PrimitiveDesc, args: Sequence[tuple[int, Memory]]) -> None:
         lib = library()
         self.pd = pd
-        self.handle = _VP()
+        self.handle = ctypes.c_void_p()
         lib.call("dnnl_primitive_create", ctypes.byref(self.handle), pd.handle)
         weakref.finalize(self, lib.raw["dnnl_primitive_destroy"], self.handle)
         self.memories = [m for _, m in args]  # kept alive as long as the argument array
@@ -404,8 +319,8 @@ class Primitive:
 def post_ops_attr(build: Any) -> tuple[ctypes.c_void_p, ctypes.c_void_p]:
     """(attr, post_ops) handles: build(lib, post_ops) appends ops; caller frees with free_attr."""
     lib = library()
-    attr = _VP()
-    ops = _VP()
+    attr = ctypes.c_void_p()
+    ops = ctypes.c_void_p()
     lib.call("dnnl_primitive_attr_create", ctypes.byref(attr))
     lib.call("dnnl_post_ops_create", ctypes.byref(ops))
     try:

@@ -11,6 +11,7 @@ from ...._timing import fastest_by_median
 from ...conv_params import ConvParams
 from ...library import CachesInputs, InputVersion
 from ..cpu.conv_epilogue import Epilogue
+from ..cpu.threads import ONE_BLAS_THREAD
 from . import binding
 
 
@@ -78,6 +79,10 @@ def _faster(onednn: Callable[..., None], other: Callable[..., None],
         if isinstance(kernel, CachesInputs):
             kernel.bind_versions({pos: steady for pos in kernel.cached_inputs()})
     calls = {"onednn": lambda: onednn(*arrays), "other": lambda: other(*arrays)}
-    for call in calls.values():
-        call()  # first calls compile, pack weights and fault pages in
-    return fastest_by_median(calls, "other", ROUNDS, MIN_SPEEDUP, pause_s=0.0005) == "onednn"
+    # NOTE: timed with OpenBLAS at one thread, as a graph holding a oneDNN kernel runs (its
+    # threads, spinning after a threaded call, stalled the next oneDNN call by milliseconds).
+    with ONE_BLAS_THREAD:
+        for call in calls.values():
+            call()  # first calls compile, pack weights and fault pages in
+        winner = fastest_by_median(calls, "other", ROUNDS, MIN_SPEEDUP, pause_s=0.0005)
+    return winner == "onednn"

@@ -17,6 +17,7 @@ from ...conv_params import ConvParams
 from ..cpu.conv import ConvKernel
 from ..cpu.conv_epilogue import Epilogue, EpilogueOp
 from ..cpu.threads import num_threads
+from . import abi
 from . import binding as dn
 from .binding import Memory, MemoryDesc, Primitive, PrimitiveDesc
 from .weights import PackedWeight, aligned_buffer
@@ -72,12 +73,12 @@ class OnednnConv(ConvKernel):
         self.adds = [op.operand for op in tail.ops if op.kind == "add" and op not in full]
         in_shape = (p.n, p.c, p.h, p.w)
         out_shape = (p.n, p.o, p.oh, p.ow)
-        src = MemoryDesc.plain(in_shape, dn.TAG_ACDB)
-        dst = MemoryDesc.plain(out_shape, dn.TAG_ACDB)
+        src = MemoryDesc.plain(in_shape, abi.TAG_ACDB)
+        dst = MemoryDesc.plain(out_shape, abi.TAG_ACDB)
         w_shape: tuple[int, ...] = (p.o, p.cg, p.kh, p.kw)
         if p.groups > 1:
             w_shape = (p.groups, p.og, p.cg, p.kh, p.kw)  # goihw: the same bytes as OIHW
-        w_any = MemoryDesc.plain(w_shape, dn.TAG_ANY)
+        w_any = MemoryDesc.plain(w_shape, abi.TAG_ANY)
         bias = MemoryDesc.plain((p.o,)) if self.bias is not None else None
         operands = [MemoryDesc.plain(op.shape) for op in tail.ops
                     if op.kind == "add" and op not in full]
@@ -86,24 +87,24 @@ class OnednnConv(ConvKernel):
         try:
             pd = PrimitiveDesc(
                 "dnnl_convolution_forward_primitive_desc_create", dn.library().engine,
-                dn.FORWARD_INFERENCE, dn.CONVOLUTION_DIRECT, src.handle, w_any.handle,
-                None if bias is None else bias.handle, dst.handle, dn._dims(p.strides),
-                dn._dims([d - 1 for d in p.dilation]), dn._dims(p.pad[:2]),
-                dn._dims(p.pad[2:]), attr)
+                abi.FORWARD_INFERENCE, abi.CONVOLUTION_DIRECT, src.handle, w_any.handle,
+                None if bias is None else bias.handle, dst.handle, dn.dims_array(p.strides),
+                dn.dims_array([d - 1 for d in p.dilation]), dn.dims_array(p.pad[:2]),
+                dn.dims_array(p.pad[2:]), attr)
         finally:
             dn.free_attr(attr, post_ops)
         self.impl = pd.impl()
-        self.weight = PackedWeight(MemoryDesc.plain(w_shape), pd.md(dn.QUERY_WEIGHTS_MD, w_shape))
+        self.weight = PackedWeight(MemoryDesc.plain(w_shape), pd.md(abi.QUERY_WEIGHTS_MD, w_shape))
         self.src = Memory(src)
         self.dst = Memory(dst)
         self.bias_mem = Memory(bias) if bias is not None else None
         self.operand_mems = [Memory(md) for md in operands]
-        args = [(dn.ARG_SRC, self.src), (dn.ARG_WEIGHTS, self.weight.memory), (dn.ARG_DST, self.dst)]
+        args = [(abi.ARG_SRC, self.src), (abi.ARG_WEIGHTS, self.weight.memory), (abi.ARG_DST, self.dst)]
         if self.bias_mem is not None:
-            args.append((dn.ARG_BIAS, self.bias_mem))
+            args.append((abi.ARG_BIAS, self.bias_mem))
         binary = [i for i, op in enumerate(tail.ops) if op.kind == "add" and op not in full]
         for index, mem in zip(binary, self.operand_mems):
-            args.append((dn.ARG_POST_OP_BASE * (index + 1) | dn.ARG_SRC_1, mem))
+            args.append((abi.ARG_POST_OP_BASE * (index + 1) | abi.ARG_SRC_1, mem))
         self.primitive = Primitive(pd, args)
         # (memory, extra input) pairs bound each run: the bias, then the binary-add operands
         self.operands = list(zip(self.operand_mems, self.adds))
@@ -116,11 +117,11 @@ class OnednnConv(ConvKernel):
         self.src.bind(self._workspace(src.size()))
         self.dst.bind(self._workspace(dst.size()))
         self.to_nhwc = Primitive(dn.reorder(self._user_in.desc, src),
-                                 [(dn.ARG_FROM, self._user_in), (dn.ARG_TO, self.src)])
+                                 [(abi.ARG_FROM, self._user_in), (abi.ARG_TO, self.src)])
         self.to_nchw = Primitive(dn.reorder(dst, self._user_out.desc),
-                                 [(dn.ARG_FROM, self.dst), (dn.ARG_TO, self._user_out)])
+                                 [(abi.ARG_FROM, self.dst), (abi.ARG_TO, self._user_out)])
         self.residual_in = Primitive(dn.reorder(self._user_residual.desc, dst),
-                                     [(dn.ARG_FROM, self._user_residual), (dn.ARG_TO, self.dst)])
+                                     [(abi.ARG_FROM, self._user_residual), (abi.ARG_TO, self.dst)])
 
     def _workspace(self, nbytes: int) -> np.ndarray:
         buf = aligned_buffer(nbytes)
@@ -162,7 +163,7 @@ def _append_post_ops(lib: dn.Dnnl, ops: Any, epilogue: Epilogue, full: list[Epil
         if op.kind == "add" and op in full:
             lib.call("dnnl_post_ops_append_sum", ops, 1.0, 0, 0)
         elif op.kind == "add":
-            lib.call("dnnl_post_ops_append_binary", ops, dn.BINARY_ADD, operands[k].handle)
+            lib.call("dnnl_post_ops_append_binary", ops, abi.BINARY_ADD, operands[k].handle)
             k += 1
         elif op.kind in ELTWISE:
             alg, alpha, beta = ELTWISE[op.kind](op)
@@ -173,11 +174,11 @@ def _append_post_ops(lib: dn.Dnnl, ops: Any, epilogue: Epilogue, full: list[Epil
 
 # epilogue op kind -> (oneDNN eltwise algorithm, alpha, beta) of the same function
 ELTWISE: dict[str, Callable[[EpilogueOp], tuple[int, float, float]]] = {
-    "relu": lambda op: (dn.ELTWISE_RELU, 0.0, 0.0),
-    "clip": lambda op: (dn.ELTWISE_CLIP, op.lo, op.hi),
-    "leaky_relu": lambda op: (dn.ELTWISE_RELU, op.lo, 0.0),  # oneDNN's relu: alpha * x below 0
-    "sigmoid": lambda op: (dn.ELTWISE_LOGISTIC, 0.0, 0.0),
-    "hard_swish": lambda op: (dn.ELTWISE_HARDSWISH, 1 / 6, 0.5),  # x * clip(x / 6 + 1/2, 0, 1)
-    "gelu": lambda op: (dn.ELTWISE_GELU_ERF, 0.0, 0.0),
-    "gelu_tanh": lambda op: (dn.ELTWISE_GELU_TANH, 0.0, 0.0),
+    "relu": lambda op: (abi.ELTWISE_RELU, 0.0, 0.0),
+    "clip": lambda op: (abi.ELTWISE_CLIP, op.lo, op.hi),
+    "leaky_relu": lambda op: (abi.ELTWISE_RELU, op.lo, 0.0),  # oneDNN's relu: alpha * x below 0
+    "sigmoid": lambda op: (abi.ELTWISE_LOGISTIC, 0.0, 0.0),
+    "hard_swish": lambda op: (abi.ELTWISE_HARDSWISH, 1 / 6, 0.5),  # x * clip(x / 6 + 1/2, 0, 1)
+    "gelu": lambda op: (abi.ELTWISE_GELU_ERF, 0.0, 0.0),
+    "gelu_tanh": lambda op: (abi.ELTWISE_GELU_TANH, 0.0, 0.0),
 }

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..cpu.threads import num_threads
 from ..derived import DerivesFromInputs
+from . import abi
 from . import binding as dn
 from .binding import Memory, MemoryDesc, Primitive, PrimitiveDesc
 from .weights import PackedWeight
@@ -46,16 +47,16 @@ class OnednnMatmul(DerivesFromInputs):
         user_w = _operand(b_batches, k, n, trans_b, two_d)
         dst = MemoryDesc.plain((m, n) if two_d else (batch, m, n))
         w_shape = (k, n) if two_d else (b_batches, k, n)
-        w_any = MemoryDesc.plain(w_shape, dn.TAG_ANY) if two_d else user_w
+        w_any = MemoryDesc.plain(w_shape, abi.TAG_ANY) if two_d else user_w
         pd = PrimitiveDesc("dnnl_matmul_primitive_desc_create", dn.library().engine,
                            src.handle, w_any.handle, None, dst.handle, None)
         self.impl = pd.impl()
-        self.weight = PackedWeight(user_w, pd.md(dn.QUERY_WEIGHTS_MD, w_shape))
+        self.weight = PackedWeight(user_w, pd.md(abi.QUERY_WEIGHTS_MD, w_shape))
         self.src = Memory(src)
         self.dst = Memory(dst)
-        self.primitive = Primitive(pd, [(dn.ARG_SRC, self.src),
-                                        (dn.ARG_WEIGHTS, self.weight.memory),
-                                        (dn.ARG_DST, self.dst)])
+        self.primitive = Primitive(pd, [(abi.ARG_SRC, self.src),
+                                        (abi.ARG_WEIGHTS, self.weight.memory),
+                                        (abi.ARG_DST, self.dst)])
 
     def workspace_bytes(self) -> int:
         return self.weight.nbytes

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..cpu.threads import num_threads
+from . import abi
 from . import binding as dn
 from .binding import Memory, MemoryDesc, Primitive, PrimitiveDesc
 
@@ -50,21 +51,21 @@ class OnednnPool:
         dn.use_threads(self.threads)
         end = pool_window(shape[2:], kernel, out_shape[2:], strides, dilation, begin)
         if is_max:
-            alg = dn.POOLING_MAX
+            alg = abi.POOLING_MAX
         elif count_include_pad:
-            alg = dn.POOLING_AVG_INCLUDE_PADDING
+            alg = abi.POOLING_AVG_INCLUDE_PADDING
         else:
-            alg = dn.POOLING_AVG_EXCLUDE_PADDING
+            alg = abi.POOLING_AVG_EXCLUDE_PADDING
         src = MemoryDesc.plain(shape)
         dst = MemoryDesc.plain(out_shape)
         pd = PrimitiveDesc("dnnl_pooling_forward_primitive_desc_create", dn.library().engine,
-                           dn.FORWARD_INFERENCE, alg, src.handle, dst.handle, dn._dims(strides),
-                           dn._dims(kernel), dn._dims([d - 1 for d in dilation]),
-                           dn._dims(begin), dn._dims(end), None)
+                           abi.FORWARD_INFERENCE, alg, src.handle, dst.handle, dn.dims_array(strides),
+                           dn.dims_array(kernel), dn.dims_array([d - 1 for d in dilation]),
+                           dn.dims_array(begin), dn.dims_array(end), None)
         self.impl = pd.impl()
         self.src = Memory(src)
         self.dst = Memory(dst)
-        self.primitive = Primitive(pd, [(dn.ARG_SRC, self.src), (dn.ARG_DST, self.dst)])
+        self.primitive = Primitive(pd, [(abi.ARG_SRC, self.src), (abi.ARG_DST, self.dst)])
 
     def __call__(self, data: Any, out: Any) -> None:
         dn.use_threads(self.threads)

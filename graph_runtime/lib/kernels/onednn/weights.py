@@ -5,7 +5,8 @@ from typing import Any
 
 import numpy as np
 
-from .binding import ARG_FROM, ARG_TO, Memory, MemoryDesc, Primitive, reorder
+from .abi import ARG_FROM, ARG_TO
+from .binding import Memory, MemoryDesc, Primitive, reorder
 
 ALIGN = 64  # bytes; oneDNN's JIT kernels load whole cache lines
 
