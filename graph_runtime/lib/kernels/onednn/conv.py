@@ -1,11 +1,11 @@
 """conv2d on oneDNN: one convolution primitive per node, the chain's epilogue as its post-ops.
 
-The primitive is made at create() with plain NCHW data and output (phase 1: layouts between
-oneDNN nodes come later) and weights in the layout oneDNN picks, reordered once and again when
-the weight is written. A leading per-channel add is the primitive's bias; later adds become
-binary-add post-ops reading the operand in place, relu, clip, leaky relu, sigmoid, hard-swish
-and gelu eltwise post-ops. A run is one
-foreign call (plus the weight reorder when the weight changed).
+The primitive is made at create() for NCHW data and output (keeping oneDNN's layout between
+oneDNN nodes comes later) with weights in the layout oneDNN picks, reordered once and again when
+the weight is written. A leading per-channel add is the primitive's bias, a residual add its sum
+post-op, other adds binary-add post-ops reading the operand in place; relu, clip, leaky relu,
+sigmoid, hard-swish and gelu are eltwise post-ops. A run is the conv primitive between the two
+layout reorders (three foreign calls, four with a residual), all prepared at create().
 """
 from __future__ import annotations
 
@@ -37,10 +37,10 @@ def conv_applies(p: ConvParams, epilogue: Epilogue) -> bool:
     """
     if p.dtype not in DTYPES or min(p.n, p.c, p.o, p.oh, p.ow) == 0 or not dn.available():
         return False
-    ops = epilogue.without(epilogue.channel_bias()).ops
-    if len(_full_adds(epilogue.without(epilogue.channel_bias()))) > 1:
+    tail = epilogue.without(epilogue.channel_bias())
+    if len(_full_adds(tail)) > 1:
         return False
-    for op in ops:
+    for op in tail.ops:
         if op.kind == "add" and op.shape != epilogue.out_shape and not (
                 op.shape[0] == op.shape[2] == op.shape[3] == 1 and op.shape[1] in (1, p.o)):
             return False
