@@ -19,6 +19,7 @@ from graph_runtime.errors import LibraryError
 from graph_runtime.lib.conv_params import conv2d_params
 from graph_runtime.lib.kernels.cpu.conv_choice import CONV_ENV, candidates, conv2d_cpu
 from graph_runtime.lib.kernels.cpu.conv_epilogue import Epilogue
+from graph_runtime.lib.kernels.cpu.threads import THREADS_ENV
 from graph_runtime.lib.kernels.onednn import abi, binding
 from graph_runtime.lib.kernels.onednn.pool import OnednnPool
 from graph_runtime.lib.library import TensorSpec
@@ -94,6 +95,23 @@ def test_conv_matches_float64(onednn, case, run_op, random_array) -> None:
     assert not kernel.impl.startswith("ref"), kernel.impl  # oneDNN's slow reference code
     (got,) = run_op("cpu", "conv2d", [x, w], attrs)
     _check(got, ref_conv2d_attrs(x, w, attrs), _conv_bound(x, w, attrs))
+
+
+@pytest.mark.parametrize("threads", ["1", "3", "7"])
+@pytest.mark.parametrize("case", CASES, ids=_ids)
+def test_conv_bands_over_workers(onednn, monkeypatch, threads, case, run_op,
+                                 random_array) -> None:
+    """Images and bands of output rows go to the runtime's workers, each band its own
+    single-threaded primitive with the padding of its edge: any worker count gives the conv."""
+    monkeypatch.setenv(THREADS_ENV, threads)
+    data_shape, weight_shape, attrs = case
+    x = random_array(data_shape, "float32", seed=3)
+    w = random_array(weight_shape, "float32", seed=4)
+    r = random_array(ref_conv2d_attrs(x, w, attrs).shape, "float32", seed=5)
+    (got,) = run_op("cpu", {"ops": [{"op": "conv2d", **attrs}, {"op": "add"},
+                                    {"op": "relu"}]}, [x, w, r])
+    y = ref_conv2d_attrs(x, w, attrs)
+    _check(got, np.maximum(y + r, 0), _conv_bound(x, w, attrs, 1, 1.0 + np.abs(y)))
 
 
 @pytest.mark.parametrize("epilogue", sorted(strategies.EPILOGUES))

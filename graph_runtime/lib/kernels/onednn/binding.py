@@ -173,6 +173,12 @@ def describe() -> str:
 # -- threads ------------------------------------------------------------------------------------
 
 _thread_state = threading.local()
+# OpenMP threads oneDNN runs on each calling thread. One: the runtime's workers (threads.py)
+# spread a conv's images and row bands over the cores, pulling work dynamically; OpenMP's static
+# split instead stalled a whole primitive whenever another process held one of its cores
+# (ResNet-18 at batch 1: 76-80 ms with two OpenMP threads at load 4.4 on 2 cores, ONNX
+# Runtime 21 ms).
+CALLER_THREADS = 1
 
 
 def use_threads(n: int) -> None:

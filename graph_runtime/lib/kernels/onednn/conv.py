@@ -16,7 +16,8 @@ import numpy as np
 from ...conv_params import ConvParams
 from ..cpu.conv import ConvKernel
 from ..cpu.conv_epilogue import Epilogue, EpilogueOp
-from ..cpu.threads import num_threads
+from ....errors import LibraryError
+from ..cpu.threads import num_threads, parallel_images
 from . import abi
 from . import binding as dn
 from .binding import Memory, MemoryDesc, Primitive, PrimitiveDesc
@@ -64,8 +65,7 @@ class OnednnConv(ConvKernel):
 
     def __init__(self, p: ConvParams, epilogue: Epilogue) -> None:
         super().__init__(p, epilogue)
-        self.threads = num_threads()
-        dn.use_threads(self.threads)
+        dn.use_threads(dn.CALLER_THREADS)
         self.bias = epilogue.channel_bias()
         tail = epilogue.without(self.bias)
         full = _full_adds(tail)[:1]  # oneDNN takes one sum; a second add stays binary
@@ -73,55 +73,123 @@ class OnednnConv(ConvKernel):
         self.adds = [op.operand for op in tail.ops if op.kind == "add" and op not in full]
         in_shape = (p.n, p.c, p.h, p.w)
         out_shape = (p.n, p.o, p.oh, p.ow)
-        src = MemoryDesc.plain(in_shape, abi.TAG_ACDB)
-        dst = MemoryDesc.plain(out_shape, abi.TAG_ACDB)
         w_shape: tuple[int, ...] = (p.o, p.cg, p.kh, p.kw)
         if p.groups > 1:
             w_shape = (p.groups, p.og, p.cg, p.kh, p.kw)  # goihw: the same bytes as OIHW
-        w_any = MemoryDesc.plain(w_shape, abi.TAG_ANY)
-        bias = MemoryDesc.plain((p.o,)) if self.bias is not None else None
-        operands = [MemoryDesc.plain(op.shape) for op in tail.ops
-                    if op.kind == "add" and op not in full]
+        self._w_shape = w_shape
+        self._bias_md = MemoryDesc.plain((p.o,)) if self.bias is not None else None
+        self._operand_mds = [MemoryDesc.plain(op.shape) for op in tail.ops
+                             if op.kind == "add" and op not in full]
+        self._tail, self._full = tail, full
+        self._pds: dict[tuple[int, ...], PrimitiveDesc] = {}
+        self._chosen_w: MemoryDesc | None = None
+        self.workers = max(1, num_threads())
+        self._buffers = []
+        src = MemoryDesc.plain(in_shape, abi.TAG_ACDB)
+        dst = MemoryDesc.plain(out_shape, abi.TAG_ACDB)
+        self.src_buf = self._workspace(src.size())
+        self.dst_buf = self._workspace(dst.size())
+        try:
+            pieces = self._pieces()
+            first = self._pd(pieces[0][0], pieces[0][1], pieces[0][2] - pieces[0][1])
+            self._chosen_w = first.md(abi.QUERY_WEIGHTS_MD, w_shape)
+            for n, r0, r1 in pieces:
+                self._pd(n, r0, r1 - r0)
+        except LibraryError:
+            self._pds, self._chosen_w = {}, None
+            pieces = [(-1, 0, p.oh)]  # one primitive over the whole batch, on this thread
+            first = self._pd(-1, 0, p.oh)
+            self._chosen_w = first.md(abi.QUERY_WEIGHTS_MD, w_shape)
+        self.impl = first.impl()
+        self.weight = PackedWeight(MemoryDesc.plain(w_shape), self._chosen_w)
+        self.bias_mem = Memory(self._bias_md) if self._bias_md is not None else None
+        self.operand_mems = [Memory(md) for md in self._operand_mds]
+        self.items = [self._item(n, r0, r1) for n, r0, r1 in pieces]
+        # (memory, extra input) pairs bound each run: the bias, then the binary-add operands
+        self.operands = list(zip(self.operand_mems, self.adds))
+        if self.bias_mem is not None and self.bias is not None:
+            self.operands.insert(0, (self.bias_mem, self.bias))
+        nhwc_src, nhwc_dst = Memory(src), Memory(dst)
+        nhwc_src.bind(self.src_buf)
+        nhwc_dst.bind(self.dst_buf)
+        self._user_in = Memory(MemoryDesc.plain(in_shape))
+        self._user_out = Memory(MemoryDesc.plain(out_shape))
+        self._user_residual = Memory(MemoryDesc.plain(out_shape))
+        self.to_nhwc = Primitive(dn.reorder(self._user_in.desc, src),
+                                 [(abi.ARG_FROM, self._user_in), (abi.ARG_TO, nhwc_src)])
+        self.to_nchw = Primitive(dn.reorder(dst, self._user_out.desc),
+                                 [(abi.ARG_FROM, nhwc_dst), (abi.ARG_TO, self._user_out)])
+        self.residual_in = Primitive(dn.reorder(self._user_residual.desc, dst),
+                                     [(abi.ARG_FROM, self._user_residual), (abi.ARG_TO, nhwc_dst)])
+
+    def _pieces(self) -> list[tuple[int, int, int]]:
+        """(image, first output row, end row) work items: whole images when there are enough
+        to feed every worker twice, else each image cut into bands of output rows."""
+        p = self.p
+        if self.workers == 1:
+            return [(-1, 0, p.oh)]
+        bands = 1 if p.n >= 2 * self.workers else min(p.oh, -(-2 * self.workers // p.n))
+        step = -(-p.oh // bands)
+        return [(n, r0, min(p.oh, r0 + step)) for n in range(p.n) for r0 in range(0, p.oh, step)]
+
+    def _rows_in(self, r0: int, rows: int) -> tuple[int, int, int, int]:
+        """(first input row, input rows, top pad, bottom pad) that output rows r0.. read."""
+        p = self.p
+        (sh, _), (dh, _) = p.strides, p.dilation
+        a = r0 * sh - p.pad[0]
+        b = (r0 + rows - 1) * sh - p.pad[0] + dh * (p.kh - 1)
+        a_in, b_in = max(a, 0), min(b, p.h - 1)
+        if b_in < a_in:
+            raise LibraryError(f"conv2d rows {r0}..{r0 + rows} read padding only")
+        return a_in, b_in - a_in + 1, a_in - a, b - b_in
+
+    def _pd(self, n: int, r0: int, rows: int) -> PrimitiveDesc:
+        """The primitive descriptor for output rows r0.. of one image (n >= 0) or of all."""
+        p = self.p
+        _, h_in, top, bottom = self._rows_in(r0, rows)
+        batch = p.n if n < 0 else 1
+        key = (batch, h_in, top, bottom, rows)
+        if key in self._pds:
+            return self._pds[key]
+        src = MemoryDesc.plain((batch, p.c, h_in, p.w), abi.TAG_ACDB)
+        dst = MemoryDesc.plain((batch, p.o, rows, p.ow), abi.TAG_ACDB)
+        weights = self._chosen_w or MemoryDesc.plain(self._w_shape, abi.TAG_ANY)
+        tail, full, operands = self._tail, self._full, self._operand_mds
         attr, post_ops = dn.post_ops_attr(lambda lib, ops: _append_post_ops(lib, ops, tail, full,
                                                                             operands))
         try:
             pd = PrimitiveDesc(
                 "dnnl_convolution_forward_primitive_desc_create", dn.library().engine,
-                abi.FORWARD_INFERENCE, abi.CONVOLUTION_DIRECT, src.handle, w_any.handle,
-                None if bias is None else bias.handle, dst.handle, dn.dims_array(p.strides),
-                dn.dims_array([d - 1 for d in p.dilation]), dn.dims_array(p.pad[:2]),
-                dn.dims_array(p.pad[2:]), attr)
+                abi.FORWARD_INFERENCE, abi.CONVOLUTION_DIRECT, src.handle, weights.handle,
+                None if self._bias_md is None else self._bias_md.handle, dst.handle,
+                dn.dims_array(p.strides), dn.dims_array([d - 1 for d in p.dilation]),
+                dn.dims_array((top, p.pad[1])), dn.dims_array((bottom, p.pad[3])), attr)
         finally:
             dn.free_attr(attr, post_ops)
-        self.impl = pd.impl()
-        self.weight = PackedWeight(MemoryDesc.plain(w_shape), pd.md(abi.QUERY_WEIGHTS_MD, w_shape))
-        self.src = Memory(src)
-        self.dst = Memory(dst)
-        self.bias_mem = Memory(bias) if bias is not None else None
-        self.operand_mems = [Memory(md) for md in operands]
-        args = [(abi.ARG_SRC, self.src), (abi.ARG_WEIGHTS, self.weight.memory), (abi.ARG_DST, self.dst)]
+        self._pds[key] = pd
+        return pd
+
+    def _item(self, n: int, r0: int, r1: int) -> Primitive:
+        """One work item: its primitive with memories on its slices of the NHWC buffers."""
+        p = self.p
+        a_in, h_in, _, _ = self._rows_in(r0, r1 - r0)
+        batch = p.n if n < 0 else 1
+        image = max(n, 0)
+        pd = self._pd(n, r0, r1 - r0)
+        src = Memory(MemoryDesc.plain((batch, p.c, h_in, p.w), abi.TAG_ACDB))
+        dst = Memory(MemoryDesc.plain((batch, p.o, r1 - r0, p.ow), abi.TAG_ACDB))
+        start = (image * p.h + a_in) * p.w * p.c
+        src.bind(self.src_buf[start:start + batch * h_in * p.w * p.c])
+        start = (image * p.oh + r0) * p.ow * p.o
+        dst.bind(self.dst_buf[start:start + batch * (r1 - r0) * p.ow * p.o])
+        args = [(abi.ARG_SRC, src), (abi.ARG_WEIGHTS, self.weight.memory), (abi.ARG_DST, dst)]
         if self.bias_mem is not None:
             args.append((abi.ARG_BIAS, self.bias_mem))
-        binary = [i for i, op in enumerate(tail.ops) if op.kind == "add" and op not in full]
+        binary = [i for i, op in enumerate(self._tail.ops)
+                  if op.kind == "add" and op not in self._full]
         for index, mem in zip(binary, self.operand_mems):
             args.append((abi.ARG_POST_OP_BASE * (index + 1) | abi.ARG_SRC_1, mem))
-        self.primitive = Primitive(pd, args)
-        # (memory, extra input) pairs bound each run: the bias, then the binary-add operands
-        self.operands = list(zip(self.operand_mems, self.adds))
-        if self.bias_mem is not None and self.bias is not None:
-            self.operands.insert(0, (self.bias_mem, self.bias))
-        self._user_in = Memory(MemoryDesc.plain(in_shape))
-        self._user_out = Memory(MemoryDesc.plain(out_shape))
-        self._user_residual = Memory(MemoryDesc.plain(out_shape))
-        self._buffers = []
-        self.src.bind(self._workspace(src.size()))
-        self.dst.bind(self._workspace(dst.size()))
-        self.to_nhwc = Primitive(dn.reorder(self._user_in.desc, src),
-                                 [(abi.ARG_FROM, self._user_in), (abi.ARG_TO, self.src)])
-        self.to_nchw = Primitive(dn.reorder(dst, self._user_out.desc),
-                                 [(abi.ARG_FROM, self.dst), (abi.ARG_TO, self._user_out)])
-        self.residual_in = Primitive(dn.reorder(self._user_residual.desc, dst),
-                                     [(abi.ARG_FROM, self._user_residual), (abi.ARG_TO, self.dst)])
+        return Primitive(pd, args)
 
     def _workspace(self, nbytes: int) -> np.ndarray:
         buf = aligned_buffer(nbytes)
@@ -132,7 +200,7 @@ class OnednnConv(ConvKernel):
         return self.weight.nbytes + sum(int(b.nbytes) for b in self._buffers)
 
     def __call__(self, data: Any, weight: Any, *rest: Any) -> None:
-        dn.use_threads(self.threads)
+        dn.use_threads(dn.CALLER_THREADS)
         out = rest[-1]
         if self.weight.direct:
             self.weight.memory.bind(weight)
@@ -147,12 +215,26 @@ class OnednnConv(ConvKernel):
         if self.residual is not None:
             self._user_residual.bind(rest[self.residual])
             self.residual_in.run()
-        self.primitive.run()
+        self.convolve()
         self._user_out.bind(out)
         self.to_nchw.run()
 
+    def convolve(self) -> None:
+        """The conv itself, NHWC buffer to NHWC buffer: every work item, over the workers."""
+        items = self.items
+        if len(items) == 1:
+            items[0].run()
+            return
+        parallel_images(len(items), self.workers, lambda worker, i: _run_item(items[i]))
+
     def __repr__(self) -> str:
         return f"OnednnConv({self.strategy}: {self.impl})"
+
+
+def _run_item(item: Primitive) -> None:
+    """One work item on a runtime worker, oneDNN single-threaded there."""
+    dn.use_threads(dn.CALLER_THREADS)
+    item.run()
 
 
 def _append_post_ops(lib: dn.Dnnl, ops: Any, epilogue: Epilogue, full: list[EpilogueOp],

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..cpu.threads import num_threads
 from ..derived import DerivesFromInputs
 from . import abi
 from . import binding as dn
@@ -34,15 +33,14 @@ def _operand(batches: int, rows: int, cols: int, transposed: bool,
 class OnednnMatmul(DerivesFromInputs):
     """run(a, b, out): out[i] = op(a[i % a_batches]) @ op(b[i % b_batches]) on oneDNN."""
 
-    uses_workers = True  # library.UsesWorkers: OpenMP threads take the cores
+    uses_workers = True  # library.UsesWorkers: OpenBLAS held at one thread beside it
 
     def __init__(self, batch: int, m: int, n: int, k: int, trans_a: bool, trans_b: bool,
                  a_batches: int, b_batches: int) -> None:
         two_d = batch == a_batches == b_batches == 1
         self.derived = (1,) if two_d else ()
         super().__init__()
-        self.threads = num_threads()
-        dn.use_threads(self.threads)
+        dn.use_threads(dn.CALLER_THREADS)
         src = _operand(a_batches, m, k, trans_a, two_d)
         user_w = _operand(b_batches, k, n, trans_b, two_d)
         dst = MemoryDesc.plain((m, n) if two_d else (batch, m, n))
@@ -62,7 +60,7 @@ class OnednnMatmul(DerivesFromInputs):
         return self.weight.nbytes
 
     def __call__(self, a: Any, b: Any, out: Any) -> None:
-        dn.use_threads(self.threads)
+        dn.use_threads(dn.CALLER_THREADS)
         if self.weight.direct:
             self.weight.memory.bind(b)
         elif self._stale():

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..cpu.threads import num_threads
 from . import abi
 from . import binding as dn
 from .binding import Memory, MemoryDesc, Primitive, PrimitiveDesc
@@ -42,13 +41,12 @@ def pool_applies(dtype: str, size: tuple[int, ...], kernel: tuple[int, ...],
 class OnednnPool:
     """run(data, out) for one NCHW float32 pool: a oneDNN pooling primitive."""
 
-    uses_workers = True  # library.UsesWorkers: OpenMP threads take the cores
+    uses_workers = True  # library.UsesWorkers: OpenBLAS held at one thread beside it
 
     def __init__(self, shape: tuple[int, ...], out_shape: tuple[int, ...],
                  kernel: tuple[int, ...], strides: tuple[int, ...], dilation: tuple[int, ...],
                  begin: tuple[int, ...], is_max: bool, count_include_pad: bool) -> None:
-        self.threads = num_threads()
-        dn.use_threads(self.threads)
+        dn.use_threads(dn.CALLER_THREADS)
         end = pool_window(shape[2:], kernel, out_shape[2:], strides, dilation, begin)
         if is_max:
             alg = abi.POOLING_MAX
@@ -68,7 +66,7 @@ class OnednnPool:
         self.primitive = Primitive(pd, [(abi.ARG_SRC, self.src), (abi.ARG_DST, self.dst)])
 
     def __call__(self, data: Any, out: Any) -> None:
-        dn.use_threads(self.threads)
+        dn.use_threads(dn.CALLER_THREADS)
         self.src.bind(data)
         self.dst.bind(out)
         self.primitive.run()
