@@ -254,7 +254,7 @@ class MemoryDesc:
 class Memory:
     """A dnnl_memory_t whose data handle follows a NumPy array, rebound only when it changes."""
 
-    __slots__ = ("handle", "desc", "_array", "_set", "__weakref__")
+    __slots__ = ("handle", "desc", "_array", "_address", "_set", "__weakref__")
 
     def __init__(self, desc: MemoryDesc) -> None:
         lib = library()
@@ -262,6 +262,7 @@ class Memory:
         self.desc = desc
         lib.call("dnnl_memory_create", ctypes.byref(self.handle), desc.handle, lib.engine, None)
         self._array: Any = None
+        self._address = 0
         self._set = lib.raw["dnnl_memory_set_data_handle"]
         weakref.finalize(self, lib.raw["dnnl_memory_destroy"], self.handle)
 
@@ -269,11 +270,19 @@ class Memory:
         """Point the memory at array's data (a C-contiguous NumPy array), if it moved."""
         if array is self._array:
             return
-        status = self._set(self.handle, array.ctypes.data)
+        self.bind_address(array.ctypes.data)
+        self._array = array  # NOTE: held so that its id (and address) cannot be reused
+
+    def bind_address(self, address: int) -> None:
+        """Point the memory at a raw address (inside an array the caller keeps alive)."""
+        if address == self._address:
+            return
+        status = self._set(self.handle, address)
         if status != 0:
             raise LibraryError("oneDNN dnnl_memory_set_data_handle failed: "
                                f"{STATUS_NAMES.get(status, status)}")
-        self._array = array  # NOTE: held so that its id (and address) cannot be reused
+        self._address = address
+        self._array = None
 
 
 class PrimitiveDesc:

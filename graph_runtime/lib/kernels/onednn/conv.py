@@ -21,6 +21,7 @@ from ..cpu.threads import num_threads, parallel_images
 from . import abi
 from . import binding as dn
 from .binding import Memory, MemoryDesc, Primitive, PrimitiveDesc
+from .layout import BandedReorder, bands
 from .weights import PackedWeight, aligned_buffer
 
 DTYPES = ("float32",)
@@ -109,28 +110,21 @@ class OnednnConv(ConvKernel):
         self.operands = list(zip(self.operand_mems, self.adds))
         if self.bias_mem is not None and self.bias is not None:
             self.operands.insert(0, (self.bias_mem, self.bias))
-        nhwc_src, nhwc_dst = Memory(src), Memory(dst)
-        nhwc_src.bind(self.src_buf)
-        nhwc_dst.bind(self.dst_buf)
-        self._user_in = Memory(MemoryDesc.plain(in_shape))
-        self._user_out = Memory(MemoryDesc.plain(out_shape))
-        self._user_residual = Memory(MemoryDesc.plain(out_shape))
-        self.to_nhwc = Primitive(dn.reorder(self._user_in.desc, src),
-                                 [(abi.ARG_FROM, self._user_in), (abi.ARG_TO, nhwc_src)])
-        self.to_nchw = Primitive(dn.reorder(dst, self._user_out.desc),
-                                 [(abi.ARG_FROM, nhwc_dst), (abi.ARG_TO, self._user_out)])
-        self.residual_in = Primitive(dn.reorder(self._user_residual.desc, dst),
-                                     [(abi.ARG_FROM, self._user_residual), (abi.ARG_TO, nhwc_dst)])
+        # The data reorder runs first, in bands of input rows (a conv band reads its neighbours'
+        # rows too); then each item reorders its residual rows in, convolves and reorders its
+        # output rows back, in one hand-off. Whole images need no halo: one loop does all.
+        whole = all(r0 == 0 and r1 == p.oh for _, r0, r1 in pieces)
+        in_pieces = [(n, 0, p.h) for n, _, _ in pieces] if whole else bands(
+            p.n, p.h, self.workers)
+        self.data_in = BandedReorder(in_shape, self.src_buf, True, in_pieces)
+        self.residual_in = BandedReorder(out_shape, self.dst_buf, True, pieces)
+        self.out = BandedReorder(out_shape, self.dst_buf, False, pieces)
+        self.together = whole
+        self.steps = [self._steps(i) for i in range(len(pieces))]
 
     def _pieces(self) -> list[tuple[int, int, int]]:
-        """(image, first output row, end row) work items: whole images when there are enough
-        to feed every worker twice, else each image cut into bands of output rows."""
-        p = self.p
-        if self.workers == 1:
-            return [(-1, 0, p.oh)]
-        bands = 1 if p.n >= 2 * self.workers else min(p.oh, -(-2 * self.workers // p.n))
-        step = -(-p.oh // bands)
-        return [(n, r0, min(p.oh, r0 + step)) for n in range(p.n) for r0 in range(0, p.oh, step)]
+        """(image, first output row, end row) work items (layout.bands)."""
+        return bands(self.p.n, self.p.oh, self.workers)
 
     def _rows_in(self, r0: int, rows: int) -> tuple[int, int, int, int]:
         """(first input row, input rows, top pad, bottom pad) that output rows r0.. read."""
@@ -210,31 +204,42 @@ class OnednnConv(ConvKernel):
             data = np.ascontiguousarray(data)
         for mem, operand in self.operands:
             mem.bind(rest[operand])
-        self._user_in.bind(data)
-        self.to_nhwc.run()
+        self.data_in.bind(data)
         if self.residual is not None:
-            self._user_residual.bind(rest[self.residual])
-            self.residual_in.run()
-        self.convolve()
-        self._user_out.bind(out)
-        self.to_nchw.run()
+            self.residual_in.bind(rest[self.residual])
+        self.out.bind(out)
+        if not self.together:
+            self._run([(item,) for item in self.data_in.items])
+        self._run(self.steps)
+
+    def _steps(self, i: int) -> tuple[Primitive, ...]:
+        """What work item i runs in order: its data rows in (whole images only), its residual
+        rows in, the conv of its rows, its output rows back to NCHW."""
+        steps = [self.data_in.items[i]] if self.together else []
+        if self.residual is not None:
+            steps.append(self.residual_in.items[i])
+        return tuple(steps + [self.items[i], self.out.items[i]])
 
     def convolve(self) -> None:
-        """The conv itself, NHWC buffer to NHWC buffer: every work item, over the workers."""
-        items = self.items
-        if len(items) == 1:
-            items[0].run()
+        """The conv alone, NHWC buffer to NHWC buffer, over the workers (for measuring)."""
+        self._run([(item,) for item in self.items])
+
+    def _run(self, work: list[tuple[Primitive, ...]]) -> None:
+        if len(work) == 1:
+            for step in work[0]:
+                step.run()
             return
-        parallel_images(len(items), self.workers, lambda worker, i: _run_item(items[i]))
+        parallel_images(len(work), self.workers, lambda worker, i: _run_steps(work[i]))
 
     def __repr__(self) -> str:
         return f"OnednnConv({self.strategy}: {self.impl})"
 
 
-def _run_item(item: Primitive) -> None:
+def _run_steps(steps: tuple[Primitive, ...]) -> None:
     """One work item on a runtime worker, oneDNN single-threaded there."""
     dn.use_threads(dn.CALLER_THREADS)
-    item.run()
+    for step in steps:
+        step.run()
 
 
 def _append_post_ops(lib: dn.Dnnl, ops: Any, epilogue: Epilogue, full: list[EpilogueOp],
