@@ -357,3 +357,17 @@ def test_activations_are_post_ops_of_one_primitive(onednn) -> None:
         kernel = chain.prepare(gr.cpu(), specs, chain.infer(specs), {})
         assert isinstance(kernel, OnednnConv), (act.op, kernel)
         assert kernel.epilogue.ops[-1].kind.startswith(act.op)
+
+
+def test_a_timed_winner_is_made_afresh(onednn, monkeypatch, run_op, random_array) -> None:
+    """The choice times oneDNN on made-up arrays: the kernel the graph gets packs its own
+    weight, never the timing's (a 70x130 dense came out wrong when the timed one was kept)."""
+    from graph_runtime.lib.kernels.onednn import choice
+    monkeypatch.setenv(binding.ONEDNN_ENV, "auto")
+    monkeypatch.setattr(choice, "_faster", lambda onednn_kernel, other, shapes: True)
+    monkeypatch.setattr(choice, "_chosen", {})
+    a = random_array((70, 130), "float32", seed=1)
+    w = random_array((33, 130), "float32", seed=2)
+    (got,) = run_op("cpu", "dense", [a, w])
+    want = a.astype(np.float64) @ w.astype(np.float64).T
+    _check(got, want, 2 * 131 * U32 * (np.abs(a) @ np.abs(w).T))

@@ -62,10 +62,14 @@ def onednn_or(key: tuple, applies: bool, make_onednn: Callable[[], Callable[...,
             # JIT kernel covers (dilated pools, odd strides): never worth taking.
             if getattr(made, "impl", "").startswith("ref"):
                 verdict = False
+            elif forced:
+                verdict = True
             else:
-                verdict = forced or _faster(made, make_other(), shapes)
+                # NOTE: the timed kernels derived data (packed weights) from made-up arrays
+                # and are bound to a constant version: the graph gets a fresh one.
+                verdict = _faster(made, make_other(), shapes)
             _chosen[(key, forced)] = verdict
-            if verdict:
+            if verdict and forced:
                 return made
     return make_onednn() if verdict else make_other()
 
