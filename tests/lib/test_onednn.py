@@ -364,7 +364,9 @@ def test_a_timed_winner_is_made_afresh(onednn, monkeypatch, run_op, random_array
     weight, never the timing's (a 70x130 dense came out wrong when the timed one was kept)."""
     from graph_runtime.lib.kernels.onednn import choice
     monkeypatch.setenv(binding.ONEDNN_ENV, "auto")
-    monkeypatch.setattr(choice, "_faster", lambda onednn_kernel, other, shapes: True)
+    timed = choice._faster  # times (and so packs made-up weights), then oneDNN "wins"
+    monkeypatch.setattr(choice, "_faster", lambda one, other, shapes: timed(one, other, shapes)
+                        or True)
     monkeypatch.setattr(choice, "_chosen", {})
     a = random_array((70, 130), "float32", seed=1)
     w = random_array((33, 130), "float32", seed=2)
