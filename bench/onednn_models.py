@@ -48,10 +48,11 @@ def _module(graph_json: str, lib: Any, params: dict, onednn: str) -> tuple[Any, 
 
 def _kernels(m: Any) -> list[Any]:
     """Every prepared kernel of a module (chain steps included)."""
+    from graph_runtime.lib.chain import PreparedChain
     found = []
     for step in m.executor.steps:
         fn = step.fn
-        found += [f for f, _ in getattr(fn, "_steps", [])] or [fn]
+        found += [f for f, _ in fn._steps] if isinstance(fn, PreparedChain) else [fn]
     return found
 
 

@@ -52,13 +52,15 @@ def conv_applies(p: ConvParams, epilogue: Epilogue) -> bool:
 
 
 class OnednnConv(ConvKernel):
-    """One oneDNN convolution primitive over NCHW float32 arrays, NHWC inside.
+    """A conv2d on oneDNN over NCHW float32 arrays, NHWC inside.
 
     Handed NCHW arrays, oneDNN 3.2 runs an im2col + GEMM kernel (gemm:jit: 2-17x slower than
-    its direct kernels here, and a binary post-op on NCHW falls to its reference code); so the
-    primitive runs its direct NHWC kernels (brgconv, brdgmm_dw) between two reorders, the data
-    NCHW -> NHWC and the output back. A residual add is oneDNN's sum post-op: the residual is
-    reordered into the primitive's NHWC output first, and the sum adds it in.
+    its direct kernels here, and a binary post-op on NCHW falls to its reference code); so its
+    direct NHWC kernels (brgconv, brdgmm_dw) run between two reorders, the data NCHW -> NHWC and
+    the output back. A residual add is oneDNN's sum post-op: the residual is reordered into the
+    NHWC output first, and the sum adds it in. The work is cut into items, whole images or bands
+    of output rows (binding.CALLER_THREADS), each a single-threaded primitive with the padding
+    of its edge, all sharing one packed weight.
     """
 
     strategy = "onednn"
@@ -117,7 +119,8 @@ class OnednnConv(ConvKernel):
         in_pieces = [(n, 0, p.h) for n, _, _ in pieces] if whole else bands(
             p.n, p.h, self.workers)
         self.data_in = BandedReorder(in_shape, self.src_buf, True, in_pieces)
-        self.residual_in = BandedReorder(out_shape, self.dst_buf, True, pieces)
+        self.residual_in = (BandedReorder(out_shape, self.dst_buf, True, pieces)
+                            if self.residual is not None else None)
         self.out = BandedReorder(out_shape, self.dst_buf, False, pieces)
         self.together = whole
         self.steps = [self._steps(i) for i in range(len(pieces))]
@@ -205,7 +208,7 @@ class OnednnConv(ConvKernel):
         for mem, operand in self.operands:
             mem.bind(rest[operand])
         self.data_in.bind(data)
-        if self.residual is not None:
+        if self.residual_in is not None and self.residual is not None:
             self.residual_in.bind(rest[self.residual])
         self.out.bind(out)
         if not self.together:
@@ -216,7 +219,7 @@ class OnednnConv(ConvKernel):
         """What work item i runs in order: its data rows in (whole images only), its residual
         rows in, the conv of its rows, its output rows back to NCHW."""
         steps = [self.data_in.items[i]] if self.together else []
-        if self.residual is not None:
+        if self.residual_in is not None:
             steps.append(self.residual_in.items[i])
         return tuple(steps + [self.items[i], self.out.items[i]])
 
