@@ -103,7 +103,9 @@ def test_conv_bands_over_workers(onednn, monkeypatch, threads, case, run_op,
                                  random_array) -> None:
     """Images and bands of output rows go to the runtime's workers, each band its own
     single-threaded primitive with the padding of its edge: any worker count gives the conv."""
+    from graph_runtime.lib.kernels.onednn import conv as onednn_conv
     monkeypatch.setenv(THREADS_ENV, threads)
+    monkeypatch.setattr(onednn_conv, "MIN_SPLIT_FLOPS", 0)  # band even these small convs
     data_shape, weight_shape, attrs = case
     x = random_array(data_shape, "float32", seed=3)
     w = random_array(weight_shape, "float32", seed=4)

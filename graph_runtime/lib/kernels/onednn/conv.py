@@ -25,6 +25,10 @@ from .layout import BandedReorder, bands
 from .weights import PackedWeight, aligned_buffer
 
 DTYPES = ("float32",)
+# Below this a conv stays one work item: tens of microseconds on one core, about what handing
+# bands to the workers costs (ResNet's 32x32 test model: 0.72 ms forced onto oneDNN in bands,
+# NumPy 0.24 ms).
+MIN_SPLIT_FLOPS = 4_000_000
 
 
 def _full_adds(epilogue: Epilogue) -> list[EpilogueOp]:
@@ -126,8 +130,11 @@ class OnednnConv(ConvKernel):
         self.steps = [self._steps(i) for i in range(len(pieces))]
 
     def _pieces(self) -> list[tuple[int, int, int]]:
-        """(image, first output row, end row) work items (layout.bands)."""
-        return bands(self.p.n, self.p.oh, self.workers)
+        """(image, first output row, end row) work items (layout.bands); one for a small conv,
+        whose hand-off to the workers would cost more than they save."""
+        p = self.p
+        flops = 2 * p.n * p.o * p.oh * p.ow * p.cg * p.kh * p.kw
+        return bands(p.n, p.oh, self.workers if flops >= MIN_SPLIT_FLOPS else 1)
 
     def _rows_in(self, r0: int, rows: int) -> tuple[int, int, int, int]:
         """(first input row, input rows, top pad, bottom pad) that output rows r0.. read."""
