@@ -42,7 +42,7 @@ ONEDNN_LIB_ENV = "GRAPH_RUNTIME_ONEDNN_LIB"
 TESTED = ((3, 2),)  # (major, minor) versions whose enum values and behaviour were checked
 
 class Dnnl:
-    """The loaded library: its functions (status checked), one CPU engine and one stream."""
+    """The loaded library: its functions (status checked) and one CPU engine."""
 
     def __init__(self, cdll: ctypes.CDLL, path: str) -> None:
         self.path = path
@@ -55,19 +55,27 @@ class Dnnl:
         v = self.raw["dnnl_version"]().contents
         self.version = (v.major, v.minor, v.patch)
         self.engine = ctypes.c_void_p()
-        self.stream = ctypes.c_void_p()
         self.gomp: Any = None
 
     def open(self) -> None:
-        """Make the engine and stream, and find the OpenMP runtime the library uses."""
+        """Make the engine, and find the OpenMP runtime the library uses."""
         self.call("dnnl_engine_create", ctypes.byref(self.engine), ENGINE_CPU, 0)
-        self.call("dnnl_stream_create", ctypes.byref(self.stream), self.engine, STREAM_DEFAULT)
         try:  # the wheel links GNU OpenMP; the same soname gives the copy already loaded
             self.gomp = ctypes.CDLL("libgomp.so.1")
             self.gomp.omp_set_num_threads.argtypes = [ctypes.c_int]
             self.gomp.omp_get_max_threads.restype = ctypes.c_int
         except (OSError, AttributeError):
             self.gomp = None
+
+    def stream(self) -> ctypes.c_void_p:
+        """The calling thread's stream: a oneDNN stream is not thread-safe, and the runtime's
+        workers execute a conv's bands at once (sharing one serialised them)."""
+        stream = getattr(_thread_state, "stream", None)
+        if stream is None:
+            stream = ctypes.c_void_p()
+            self.call("dnnl_stream_create", ctypes.byref(stream), self.engine, STREAM_DEFAULT)
+            _thread_state.stream = stream
+        return stream
 
     def call(self, name: str, *args: Any) -> None:
         """Call a status-returning function; LibraryError names the call and the status."""
@@ -321,11 +329,14 @@ class Primitive:
         self.memories = [m for _, m in args]  # kept alive as long as the argument array
         self.args = (ExecArg * len(args))(*[ExecArg(kind, m.handle) for kind, m in args])
         self._execute = lib.raw["dnnl_primitive_execute"]
-        self._prepared = (self.handle, lib.stream, len(args), ctypes.addressof(self.args))
+        self._lib = lib
+        self._count = len(args)
+        self._address = ctypes.addressof(self.args)
 
     def run(self) -> None:
-        """Execute on the CPU stream (blocking: the CPU engine runs in the caller's threads)."""
-        status = self._execute(*self._prepared)
+        """Execute on this thread's stream (blocking: the CPU engine runs in the caller's
+        threads)."""
+        status = self._execute(self.handle, self._lib.stream(), self._count, self._address)
         if status != 0:
             raise LibraryError(f"oneDNN dnnl_primitive_execute ({self.pd.impl()}) failed: "
                                f"{STATUS_NAMES.get(status, status)}")
