@@ -298,10 +298,15 @@ def _gemm_ref(op, a, b, attrs):
     return a64 @ b64
 
 
+@pytest.mark.parametrize("threads", ["1", "2", "5"])
 @pytest.mark.parametrize("op,a_shape,b_shape,attrs", GEMM_CASES)
-def test_gemms_match_float64(onednn, monkeypatch, op, a_shape, b_shape, attrs, run_op,
+def test_gemms_match_float64(onednn, monkeypatch, threads, op, a_shape, b_shape, attrs, run_op,
                              random_array) -> None:
+    """Forced onto oneDNN, cut into blocks of rows or of the batch for 1, 2 and 5 workers."""
+    from graph_runtime.lib.kernels.onednn import matmul as onednn_matmul
     monkeypatch.setenv(binding.ONEDNN_ENV, "on")
+    monkeypatch.setenv(THREADS_ENV, threads)
+    monkeypatch.setattr(onednn_matmul, "MIN_SPLIT_FLOPS", 0)
     a = random_array(a_shape, "float32", seed=11)
     b = random_array(b_shape, "float32", seed=12)
     (got,) = run_op("cpu", op, [a, b], attrs)

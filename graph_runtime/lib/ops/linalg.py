@@ -238,7 +238,8 @@ def _onednn_or(gemm: Gemm, inputs: Sequence[TensorSpec], outputs: Sequence[Tenso
     from ..kernels.onednn.matmul import OnednnMatmul, matmul_applies
 
     shapes = [tuple(s.shape) for s in list(inputs) + list(outputs)]
-    return onednn_or(("matmul", gemm), matmul_applies(gemm.dtype, gemm.m, gemm.n, gemm.k),
+    applies = matmul_applies(gemm.dtype, gemm.batch, gemm.m, gemm.n, gemm.k)
+    return onednn_or(("matmul", gemm), applies,
                      lambda: OnednnMatmul(gemm.batch, gemm.m, gemm.n, gemm.k, gemm.trans_a,
                                           gemm.trans_b, gemm.a_batches, gemm.b_batches),
                      make_other, shapes)
