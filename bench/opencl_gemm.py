@@ -22,14 +22,8 @@ import numpy as np
 
 from graph_runtime.backends import get_backend
 from graph_runtime.lib.kernels.opencl.args import typed_kernel
-from graph_runtime.lib.kernels.opencl.gemm import (
-    GemmShape,
-    clblast_available,
-    is_cpu_device,
-    make_gemm,
-    pick_variant,
-    tiled_gemm,
-)
+from graph_runtime.lib.kernels.opencl.gemm import (GemmShape, clblast_available, is_cpu_device,
+                                                   make_gemm, pick_variant, tiled_gemm)
 
 
 def _once_ms(run: Callable[[], None], sync: Callable[[], None]) -> float:

@@ -21,12 +21,15 @@ import numpy as np
 
 from graph_runtime.backends import get_backend
 from graph_runtime.device import Device
+from graph_runtime.lib import tuning
 from graph_runtime.lib.chain import Chain, Step
 from graph_runtime.lib.conv_params import conv2d_params
-from graph_runtime.lib.kernels.opencl.conv_choice import CONV_CL_ENV, chosen_methods, gemm_method
+from graph_runtime.lib.kernels.opencl.conv_choice import CHOICE, gemm_method
 from graph_runtime.lib.kernels.opencl.gemm import GemmShape
 from graph_runtime.lib.kernels.winograd_math import winograd_applies
-from graph_runtime.lib.library import CachesInputs, InputVersion, TensorSpec
+from graph_runtime.lib.library import InputVersion, TensorSpec
+from graph_runtime.lib.prepared import capabilities
+from graph_runtime.settings import OPENCL_CONV
 
 # (op, input shapes, attrs)
 CASES: list[tuple[str, list[tuple[int, ...]], dict[str, Any]]] = [
@@ -57,10 +60,10 @@ def median_ms(kind: str, op: str, hosts: list[np.ndarray], attrs: dict[str, Any]
     specs = [TensorSpec(h.shape, str(h.dtype)) for h in hosts]
     outs = chain.infer(specs, attrs)
     run = chain.prepare(Device(backend.device_type, 0), specs, outs, attrs)
-    if isinstance(run, CachesInputs):
-        # As a graph's params are: written once, so weights derived from them are made once.
-        steady = InputVersion()
-        run.bind_versions({pos: steady for pos in run.cached_inputs()})
+    # As a graph's params are: written once, so weights derived from them are made once.
+    steady = InputVersion()
+    kernel = capabilities(run)
+    kernel.bind_versions({pos: steady for pos in kernel.cached_inputs()})
     args = []
     for h in hosts:
         arr = backend.empty(0, h.shape, h.dtype)
@@ -87,18 +90,18 @@ def conv_methods(hosts: list[np.ndarray], attrs: dict[str, Any]) -> tuple[str, s
     kk = p.cg * p.kh * p.kw
     shape = GemmShape(p.og, p.oh * p.ow, kk, p.dtype, batch=p.n * p.groups, a_batches=p.groups,
                       b_batches=p.n * p.groups)
-    picked = [m for (_, q), m in chosen_methods().items() if q == p]
+    picked = [e.chosen for e in tuning.remembered() if e.choice == CHOICE.name and e.key == p.key()]
     return gemm_method(get_backend("opencl"), 0, p, shape), picked[0] if picked else "?"
 
 
 def forced_ms(method: str, op: str, hosts: list[np.ndarray], attrs: dict[str, Any],
               reps: int, want: np.ndarray) -> float:
     """median_ms on OpenCL with conv2d's method forced."""
-    os.environ[CONV_CL_ENV] = method
+    os.environ[OPENCL_CONV.name] = method
     try:
         ms, got = median_ms("opencl", op, hosts, attrs, reps)
     finally:
-        del os.environ[CONV_CL_ENV]
+        del os.environ[OPENCL_CONV.name]
     tol = 5e-3 if method == "winograd4" else 1e-3  # F(4x4)'s float32 error grows with C
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
     return ms
@@ -110,7 +113,7 @@ def main() -> None:
     parser.add_argument("--json", help="also write the results to this JSON file")
     parser.add_argument("--only", help="run only this op's cases (dense or conv2d)")
     args = parser.parse_args()
-    os.environ.pop(CONV_CL_ENV, None)  # "opencl ms" is conv2d_cl's own pick
+    os.environ.pop(OPENCL_CONV.name, None)  # "opencl ms" is conv2d_cl's own pick
     load = os.getloadavg()
     print(f"opencl: {get_backend('opencl').device_info(0).name}; load average {load[0]:.2f} "
           f"{load[1]:.2f} {load[2]:.2f}")

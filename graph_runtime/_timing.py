@@ -61,23 +61,21 @@ def time_runs(once: Callable[[], None], sync: Callable[[], None], repeat: int, n
     return BenchmarkResult(tuple(results))
 
 
-def pays_off(candidate: Callable[[], None], baseline: Callable[[], None], rounds: int,
-             min_speedup: float) -> bool:
-    """Whether candidate's best time beats baseline's by min_speedup (interleaved rounds, so
-    machine noise hits both alike; each sample warms up first: wakes BLAS threads, caches)."""
-    best = {candidate: float("inf"), baseline: float("inf")}
+def best_seconds(calls: Mapping[str, Callable[[], None]], rounds: int) -> dict[str, float]:
+    """Each call's best time over interleaved rounds (machine noise hits all alike); each sample
+    is the mean of 8 calls after a warm-up call (wakes BLAS threads, fills caches)."""
+    best = {name: float("inf") for name in calls}
     for _ in range(rounds):
-        for fn in best:
-            best[fn] = min(best[fn], time_runs(fn, lambda: None, repeat=1, number=8).min)
-    return best[candidate] * min_speedup < best[baseline]
+        for name, call in calls.items():
+            best[name] = min(best[name], time_runs(call, lambda: None, repeat=1, number=8).min)
+    return best
 
 
-def fastest_by_median(calls: Mapping[str, Callable[[], None]], base: str, rounds: int,
-                      min_speedup: float, sync: Callable[[], None] = lambda: None,
-                      pause_s: float = 0.0) -> str:
-    """The name of the call whose median time is least, over interleaved rounds (machine noise
-    hits all alike), each call timed through sync and after pause_s of sleep; base stays
-    unless the fastest beats it by min_speedup (a lucky sample must not pick another)."""
+def median_seconds(calls: Mapping[str, Callable[[], None]], rounds: int,
+                   sync: Callable[[], None] = lambda: None,
+                   pause_s: float = 0.0) -> dict[str, float]:
+    """Each call's median time over interleaved rounds (machine noise hits all alike), each
+    call timed through sync and after pause_s of sleep."""
     samples: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(rounds):
         for name, call in calls.items():
@@ -87,7 +85,11 @@ def fastest_by_median(calls: Mapping[str, Callable[[], None]], base: str, rounds
             call()
             sync()
             samples[name].append(time.perf_counter() - start)
-    best = {name: statistics.median(times) for name, times in samples.items()}
-    fastest = min(best, key=lambda name: best[name])
-    return fastest if best[fastest] * min_speedup < best[base] else base
+    return {name: statistics.median(times) for name, times in samples.items()}
 
+
+def fastest(seconds: Mapping[str, float], base: str, min_speedup: float) -> str:
+    """The name with the least time; base stays unless the fastest beats it by min_speedup (a
+    lucky sample must not pick another)."""
+    best = min(seconds, key=lambda name: seconds[name])
+    return best if seconds[best] * min_speedup < seconds[base] else base

@@ -1,14 +1,33 @@
 """Shared fixtures: real backends only (CPU always, OpenCL through PoCL, CUDA where present)."""
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Iterator
+
 import pytest
 from support import REQUIRE_OPENCL, backend_missing, require_backend
+
+from graph_runtime.settings import CACHE_DIR, TUNING_CACHE
+
+ROOT = Path(__file__).resolve().parents[1]
 
 BACKENDS = [
     pytest.param("cpu", id="cpu"),
     pytest.param("opencl", id="opencl", marks=pytest.mark.opencl),
     pytest.param("cuda", id="cuda", marks=pytest.mark.cuda),
 ]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def tuning_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The tuning cache in a folder of the test session (subprocesses inherit it): tests never
+    write the user's cache, and choices measured once serve the whole session."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(TUNING_CACHE.name, str(tmp_path_factory.mktemp("tuning")))
+        # Generated code is named by its content, so a folder of the checkout's may keep it
+        # between sessions (compiling every chain anew costs minutes) without the user's cache.
+        patch.setenv(CACHE_DIR.name, str(ROOT / ".cache"))
+        yield
 
 
 @pytest.fixture(params=BACKENDS)

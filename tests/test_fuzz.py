@@ -1,4 +1,4 @@
-"""Fuzzing the input paths: mutated graph JSON, lib.json, TVM params and .npz files.
+"""Fuzzing the input paths: mutated graph JSON, lib.json, TVM params, .npz and ONNX files.
 
 Every mutated input must be accepted or refused with one of the project's own errors
 (GraphRuntimeError subclasses): never another exception, never past a time bound per case, never
@@ -6,6 +6,10 @@ past a memory limit. Each target runs in a subprocess whose address space is cap
 resource.setrlimit, so an input that makes the loader allocate without bound shows up as a
 MemoryError escape instead of taking the machine down. The mutator is our own and seeded, so a
 failure names a case that reproduces: `python tests/test_fuzz.py TARGET CASES SEED`.
+
+A longer campaign runs outside the suite: `python tests/test_fuzz.py campaign TARGET CASES SEED`
+runs the cases in worker processes (many cases each, under the same memory limit), restarts a
+worker that dies or hangs, and reports every case that escaped, crashed, hung or ran slow.
 """
 from __future__ import annotations
 
@@ -25,7 +29,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "graphs"
-CASES = 500  # per target: 2,000 in all
+CASES = 500  # per target but onnx: 2,000 in all
+TARGET_CASES = {"onnx": 600}  # ONNX seeds include the node-test models (~5 s to collect)
 MEMORY_LIMIT = 3 << 30  # bytes of address space for the fuzzing process
 CASE_SECONDS = 5.0  # one case slower than this is a finding
 MEMORY_CAP = 64 << 20  # create()'s memory cap for graphs that load
@@ -206,12 +211,19 @@ def _npz_target() -> Callable[[random.Random], None]:
     return case
 
 
+def _onnx_target() -> Callable[[random.Random], None]:
+    from fuzz_onnx import onnx_target
+    return onnx_target(mutate_bytes, MEMORY_CAP)
+
+
 TARGETS = {"graph": _graph_target, "lib": _lib_target, "params": _params_target,
-           "npz": _npz_target}
+           "npz": _npz_target, "onnx": _onnx_target}
 
 
-def fuzz(target: str, cases: int, seed: int) -> dict[str, Any]:
-    """Run cases of target; the report counts outcomes and lists every finding."""
+def fuzz(target: str, cases: int, seed: int, first: int = 0,
+         progress: Path | None = None) -> dict[str, Any]:
+    """Run cases first..first+cases-1 of target; the report counts outcomes and lists every
+    finding. progress, when given, gets each case's number before it runs (for the campaign)."""
     import logging
 
     from graph_runtime.errors import GraphRuntimeError
@@ -220,7 +232,9 @@ def fuzz(target: str, cases: int, seed: int) -> dict[str, Any]:
     report: dict[str, Any] = {"target": target, "cases": cases, "accepted": 0, "refused": 0,
                               "escaped": [], "slow": [], "seconds": 0.0}
     start = time.perf_counter()
-    for k in range(cases):
+    for k in range(first, first + cases):
+        if progress is not None:
+            progress.write_text(str(k))
         rng = random.Random(f"{seed}:{target}:{k}")
         t0 = time.perf_counter()
         try:
@@ -244,22 +258,89 @@ def _limit_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
 
 
+def _env(tmp: Path) -> dict[str, str]:
+    return {**os.environ, "FUZZ_TMP": str(tmp), "OPENBLAS_NUM_THREADS": "1",
+            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+
+
 @pytest.mark.parametrize("target", sorted(TARGETS))
 def test_fuzzed_inputs_give_only_our_errors(target: str, tmp_path: Path) -> None:
-    env = {**os.environ, "FUZZ_TMP": str(tmp_path), "OPENBLAS_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, __file__, target, str(CASES), "13"],
-                          capture_output=True, text=True, timeout=240, env=env,
+    if target == "onnx":
+        pytest.importorskip("onnx")
+    cases = TARGET_CASES.get(target, CASES)
+    proc = subprocess.run([sys.executable, __file__, target, str(cases), "13"],
+                          capture_output=True, text=True, timeout=240, env=_env(tmp_path),
                           preexec_fn=_limit_memory, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert report["accepted"] + report["refused"] + len(report["escaped"]) == CASES
+    assert report["accepted"] + report["refused"] + len(report["escaped"]) == cases
     assert report["escaped"] == [], report["escaped"][:10]
     assert report["slow"] == [], report["slow"]
-    assert report["refused"] > CASES // 4  # the mutations really do reach the checks
+    assert report["refused"] > cases // 4  # the mutations really do reach the checks
+
+
+def _add(total: dict[str, Any], report: dict[str, Any]) -> None:
+    for key in ("accepted", "refused", "escaped", "slow"):
+        total[key] += report[key]
+
+
+def campaign(target: str, cases: int, seed: int, hang_seconds: float = 60.0) -> dict[str, Any]:
+    """cases of target in worker processes of up to 1,000 cases each; a worker that dies is a
+    crash and one stuck on a case past hang_seconds a hang (both restarted past that case)."""
+    import tempfile
+    tmp = Path(tempfile.mkdtemp(prefix=f"fuzz-{target}-"))
+    progress = tmp / "progress"
+    total: dict[str, Any] = {"target": target, "cases": cases, "accepted": 0, "refused": 0,
+                             "escaped": [], "slow": [], "crashed": [], "hung": [],
+                             "seconds": 0.0}
+    start = time.perf_counter()
+    k = 0
+    while k < cases:
+        count = min(1000, cases - k)
+        progress.write_text(str(k))
+        proc = subprocess.Popen([sys.executable, __file__, target, str(count), str(seed),
+                                 str(k), str(progress)], stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True, env=_env(tmp),
+                                preexec_fn=_limit_memory, cwd=ROOT)
+        at, since = k, time.perf_counter()
+        while proc.poll() is None:
+            time.sleep(0.5)
+            now = int(progress.read_text() or at)
+            if now != at:
+                at, since = now, time.perf_counter()
+            elif time.perf_counter() - since > hang_seconds:
+                proc.kill()
+                proc.wait()
+                total["hung"].append(f"case {at}")
+                break
+        out = proc.stdout.read() if proc.stdout else ""
+        if proc.returncode == 0 and out.strip():
+            _add(total, json.loads(out.strip().splitlines()[-1]))
+            k += count
+            continue
+        if not total["hung"] or total["hung"][-1] != f"case {at}":
+            total["crashed"].append(f"case {at}: exit {proc.returncode}")
+        # NOTE: the cases before `at` in this worker ran but their report died with it: rerun
+        # them in the next worker so every case is counted once.
+        if at > k:
+            count = at - k
+            sub = subprocess.run([sys.executable, __file__, target, str(count), str(seed),
+                                  str(k)], capture_output=True, text=True, env=_env(tmp),
+                                 preexec_fn=_limit_memory, cwd=ROOT)
+            _add(total, json.loads(sub.stdout.strip().splitlines()[-1]))
+        k = at + 1
+        print(json.dumps({"at": k, "crashed": total["crashed"], "hung": total["hung"]}),
+              file=sys.stderr, flush=True)
+    total["seconds"] = round(time.perf_counter() - start, 2)
+    return total
 
 
 if __name__ == "__main__":
+    if sys.argv[1] == "campaign":
+        print(json.dumps(campaign(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))))
+        sys.exit(0)
     name, count, seed_arg = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    first_arg = int(sys.argv[4]) if len(sys.argv) > 4 else 0
+    progress_arg = Path(sys.argv[5]) if len(sys.argv) > 5 else None
     os.environ.setdefault("FUZZ_TMP", "/tmp")
-    print(json.dumps(fuzz(name, count, seed_arg)))
+    print(json.dumps(fuzz(name, count, seed_arg, first_arg, progress_arg)))

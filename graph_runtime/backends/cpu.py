@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import platform
 from typing import Any
 
 import numpy as np
@@ -27,7 +28,7 @@ class CpuBackend:
         return 1
 
     def device_info(self, device_id: int) -> DeviceInfo:
-        return DeviceInfo("cpu", device_id, _cpu_name(), self.memory_capacity(device_id))
+        return DeviceInfo("cpu", device_id, cpu_name(), self.memory_capacity(device_id))
 
     def memory_capacity(self, device_id: int) -> int:
         try:
@@ -75,7 +76,8 @@ class CpuBackend:
         return np.from_dlpack(obj)
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
+    """The CPU model: /proc/cpuinfo's model name, else platform's, else "host cpu"."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             for line in f:
@@ -83,4 +85,4 @@ def _cpu_name() -> str:
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return "host cpu"
+    return platform.processor() or "host cpu"

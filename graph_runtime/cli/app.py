@@ -8,10 +8,11 @@ from typing import Any, Sequence
 import click
 
 from ..errors import GraphRuntimeError
-from .common import (CliError, build_job, echo_json, expected_option, graph_argument, job_options,
-                     json_option, junit_option, progress, stack, tolerance_options)
+from .common import (CliError, echo_json, expected_option, graph_argument, job_from_options,
+                     job_options, json_option, junit_option, progress, stack, tolerance_options)
 from .import_command import import_cmd
 from .inspect_commands import devices, info, plan, validate, viz
+from .tuning_command import tuning_cmd
 
 log = logging.getLogger("graph_runtime")
 
@@ -107,7 +108,7 @@ def run(ctx: click.Context, graph: str, rtol: float, atol: float, output: str | 
     if output is not None and os.path.splitext(output)[1].lower() not in (".npz", ".params"):
         raise click.BadParameter(f"{output}: write outputs as OUT.npz (numpy) or OUT.params "
                                  "(TVM's param dict)", param_hint="-o/--output")
-    job = build_job(graph, **opts)
+    job = job_from_options(graph, **opts)
     outputs = job.run()
     timing: dict[str, Any] = {"runs": 1, "first_run_s": job.seconds}
     if repeat > 1:
@@ -158,7 +159,7 @@ def compare_cmd(ctx: click.Context, graph: str, rtol: float, atol: float, junit:
     if resolve_files(graph, expected=opts["expected"]).expected is None:
         raise CliError(f"compare {graph}: give --expected EXPECTED.npz (the graph is not an "
                        "example folder with an expected.npz)")
-    job = build_job(graph, **opts)
+    job = job_from_options(graph, **opts)
     outputs = job.run()
     names = output_names(job.graph)
     comparisons = compare(outputs, expected_outputs(job.files.expected, names), names, rtol, atol)
@@ -206,7 +207,7 @@ def profile(graph: str, repeat: int, top: int, trace: str | None, plot: str | No
     from .trace import plot_format, plot_profile, write_chrome_trace
     if plot is not None:
         plot_format(plot)  # refuse a suffix we cannot write before profiling
-    job = build_job(graph, **opts)
+    job = job_from_options(graph, **opts)
     with progress(repeat, "profiling") as bar:
         times = job.module.profile(repeat, progress=lambda done: bar.update(1))
     if trace is not None:
@@ -216,6 +217,10 @@ def profile(graph: str, repeat: int, top: int, trace: str | None, plot: str | No
     doc = profile_summary(times)
     doc.update(graph=str(job.files.graph), devices=[d.spec for d in job.devices], repeat=repeat,
                trace=trace, plot=plot)
+    from ..lib.chain import kernel_note
+    notes = {s.nid: kernel_note(s.kernel) for s in job.module.executor.steps}
+    for step in doc["steps"]:
+        step["kernel"] = notes.get(step["nid"], "")
     if as_json:
         echo_json(doc)
     else:
@@ -279,5 +284,5 @@ def regress(ctx: click.Context, suite: str, pattern: str | None, junit: str | No
         ctx.exit(1)
 
 
-for command in (validate, info, devices, viz, plan, import_cmd):
+for command in (validate, info, devices, viz, plan, import_cmd, tuning_cmd):
     app.add_command(command)

@@ -108,16 +108,16 @@ def stack(*decorators: Any) -> Callable[[Any], Any]:
     return apply
 
 
-def build_job(graph: str, lib: str | None = None, params: str | None = None,
-              inputs_file: str | None = None, input_pairs: Sequence[str] = (), seed: int = 0,
-              strict: bool = False, devices: Sequence[str] = (),
-              expected: str | None = None) -> Any:
-    """The Job for a command's options (see graph_runtime.job), noting inputs drawn at random."""
+def job_from_options(graph: str, lib: str | None = None, params: str | None = None,
+                     inputs_file: str | None = None, input_pairs: Sequence[str] = (),
+                     seed: int = 0, strict: bool = False, devices: Sequence[str] = (),
+                     expected: str | None = None) -> Any:
+    """The Job for a command's options (via job.job_from_files), noting inputs drawn at random."""
     from . import job
     files = job.resolve_files(graph, lib, params, inputs_file, expected)
     if files.lib_beside:
         note(f"using the lib beside the graph, {files.lib} (give --lib to choose another)")
-    built = job.build_job(files, job.parse_devices(devices), input_pairs, seed, strict)
+    built = job.job_from_files(files, job.parse_devices(devices), input_pairs, seed, strict)
     if built.inputs.random:
         note(f"no value given for {', '.join(map(repr, built.inputs.random))}; drew random "
              f"values (seed {seed}); give weights with --params, data with --inputs or "

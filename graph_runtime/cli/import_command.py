@@ -87,13 +87,13 @@ def import_cmd(model: str, out_dir: str, shapes: tuple[str, ...], reference: boo
     from ..frontend.onnx_model import load_model
     given = _parse_shapes(shapes)
     proto, _ = load_model(model)
-    result = import_onnx(proto, given, name=Path(model).name)
+    result = import_onnx(proto, given, name=Path(model).name, base_dir=Path(model).parent)
     files: dict[str, Any] = {"graph.json": json.loads(result.graph_json),
                              "lib.json": result.lib_doc, "params": result.params}
     if reference:
         from ..frontend.reference import onnxruntime_outputs, reference_inputs
         inputs = reference_inputs(result, proto, seed)
-        expected = onnxruntime_outputs(proto, model, inputs, result.output_names)
+        expected = onnxruntime_outputs(proto, inputs, result.output_names)
         files["inputs.npz"] = inputs
         files["expected.npz"] = {f"output_{i}": v for i, v in enumerate(expected)}
     write_folder(Path(out_dir), files, force)

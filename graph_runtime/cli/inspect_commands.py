@@ -252,8 +252,8 @@ def _plan_auto(g: Any, files: Any, module: Any, constraints: Any, devices: tuple
     """`plan --auto`: measure with a progress bar, solve, print the report (and --verify)."""
     from ..lib import standard_module
     from ..params import load_params_file
-    from ..planner.auto import auto_place
-    from ..planner.verify_auto import verify_plans, verify_text
+    from ..planner.auto.place import auto_place
+    from ..planner.auto.verify import verify_plans, verify_text
     from .common import progress
     from .job import parse_devices
     bar: list[Any] = []

@@ -210,8 +210,8 @@ class Job:
         return outputs
 
 
-def build_job(files: GraphFiles, devices: Sequence[Device], pairs: Sequence[str] = (),
-              seed: int = 0, strict: bool = False) -> Job:
+def job_from_files(files: GraphFiles, devices: Sequence[Device], pairs: Sequence[str] = (),
+                   seed: int = 0, strict: bool = False) -> Job:
     """Read the graph, create the module on devices, load params, set inputs."""
     graph = Graph.from_json(files.graph)
     # NOTE: read once; weight files can be large.

@@ -151,12 +151,14 @@ def comparison_text(comparisons: Sequence[Any], expected: str, rtol: float, atol
 
 def profile_text(doc: dict[str, Any], top: int) -> str:
     steps = doc["steps"]
+    notes = any(s.get("kernel") for s in steps[:top])
     lines = [f"profile of {doc['graph']} on {', '.join(doc['devices'])}: median of "
              f"{doc['repeat']} runs, each step synchronised",
-             table(["node", "func_name", "device", "time", "%"],
+             table(["node", "func_name", "device", "time", "%"] + (["kernel"] if notes else []),
                    [[s["label"], "" if f"'{s['func_name']}'" in s["label"] else s["func_name"],
                      s["device"], ms(s["seconds"]),
-                     f"{s['percent']:.1f}"] for s in steps[:top]])]
+                     f"{s['percent']:.1f}"] + ([s.get("kernel", "")] if notes else [])
+                    for s in steps[:top]])]
     if len(steps) > top:
         lines.append(f"  ... {len(steps) - top} more steps (--top {len(steps)} shows all)")
     lines.append("  (func_name is blank where it is the node's name)")

@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 
 from ..device import device as parse_device
 from ..errors import DeviceError, GraphRuntimeError
-from .job import (TOLERANCES, Comparison, build_job, compare, expected_outputs, output_names,
+from .job import (TOLERANCES, Comparison, compare, expected_outputs, job_from_files, output_names,
                   parse_devices, resolve_files, tolerance_problem)
 
 if sys.version_info >= (3, 11):
@@ -170,7 +170,7 @@ def run_case(case: Case, devices: tuple[str, ...]) -> CaseResult:
     start = time.perf_counter()
     try:
         files = resolve_files(case.graph, case.lib, case.params, case.inputs, case.expected)
-        job = build_job(files, ctxs, seed=case.seed, strict=case.strict)
+        job = job_from_files(files, ctxs, seed=case.seed, strict=case.strict)
         outputs = job.run()
         names = output_names(job.graph)
         comparisons = compare(outputs, expected_outputs(case.expected, names), names,

@@ -7,9 +7,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from .ir import Builder, Unsupported, Value
-from .onnx_model import Node
+from .onnx_node import OnnxNode
 
-Converter = Callable[["Context", Node, list], Sequence["Value | None"]]
+Converter = Callable[["Context", OnnxNode, list], Sequence["Value | None"]]
 CONVERTERS: dict[str, Converter] = {}
 
 
@@ -26,7 +26,7 @@ class Context:
     def used(self, name: str) -> bool:
         return bool(name) and self.uses[name] > 0
 
-    def only_first_output(self, node: Node) -> None:
+    def only_first_output(self, node: OnnxNode) -> None:
         """Refuse when an output after the first is read (Mean/InvStdDev, Indices, mask...)."""
         for name in node.outputs[1:]:
             if self.used(name):
@@ -42,7 +42,7 @@ def converts(*op_types: str) -> Callable[[Converter], Converter]:
     return add
 
 
-def const_input(node: Node, args: list, i: int, what: str) -> np.ndarray | None:
+def const_input(node: OnnxNode, args: list, i: int, what: str) -> np.ndarray | None:
     """Input i as an array known at import (None when omitted); refuse when it is computed."""
     if i >= len(args) or args[i] is None:
         return None
@@ -53,7 +53,7 @@ def const_input(node: Node, args: list, i: int, what: str) -> np.ndarray | None:
     return value.const
 
 
-def required_ints(node: Node, args: list, i: int, what: str) -> list[int]:
+def required_ints(node: OnnxNode, args: list, i: int, what: str) -> list[int]:
     """Input i as ints known at import; refuse when it is omitted or computed."""
     array = const_input(node, args, i, what)
     if array is None:
@@ -65,7 +65,7 @@ def ints_of(array: np.ndarray | None) -> list[int] | None:
     return None if array is None else [int(v) for v in np.asarray(array).reshape(-1)]
 
 
-def norm_axis(axis: int, rank: int, node: Node, name: str = "axis") -> int:
+def norm_axis(axis: int, rank: int, node: OnnxNode, name: str = "axis") -> int:
     if not -rank <= axis < max(rank, 1):
         raise Unsupported(f"{name} {axis} is out of range for rank {rank}")
     return axis + rank if axis < 0 else axis
@@ -82,6 +82,7 @@ def _load() -> None:
         convert_nn,
         convert_norm,
         convert_quant,
+        convert_resize,
         convert_shape,
     )
 

@@ -6,11 +6,11 @@ import math
 import numpy as np
 
 from .convert import Context, const_input, converts, norm_axis
-from .ir import Unsupported, Value
-from .onnx_model import Node
+from .ir import Unsupported, Value, check_const_bytes
+from .onnx_node import OnnxNode
 
 
-def _nll(ctx: Context, node: Node, logp: Value, target: Value, weight: Value | None) -> Value:
+def _nll(ctx: Context, node: OnnxNode, logp: Value, target: Value, weight: Value | None) -> Value:
     """NegativeLogLikelihoodLoss on log-probabilities (N, C, d...) and int targets (N, d...)."""
     b = ctx.b
     reduction = node.attr("reduction", "mean")
@@ -46,13 +46,13 @@ def _nll(ctx: Context, node: Node, logp: Value, target: Value, weight: Value | N
 
 
 @converts("NegativeLogLikelihoodLoss")
-def nll_loss(ctx: Context, node: Node, args: list) -> list[Value]:
+def nll_loss(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     weight = args[2] if len(args) > 2 else None
     return [_nll(ctx, node, args[0], args[1], weight)]
 
 
 @converts("SoftmaxCrossEntropyLoss")
-def softmax_cross_entropy(ctx: Context, node: Node, args: list) -> list[Value]:
+def softmax_cross_entropy(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     scores = args[0]
     if scores.rank < 2:
         raise Unsupported(f"scores of rank {scores.rank}")
@@ -62,7 +62,7 @@ def softmax_cross_entropy(ctx: Context, node: Node, args: list) -> list[Value]:
 
 
 @converts("RMSNormalization")
-def rms_norm(ctx: Context, node: Node, args: list) -> list[Value]:
+def rms_norm(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     b = ctx.b
     x, scale = args[0], args[1]
     axis = norm_axis(int(node.attr("axis", -1)), x.rank, node)
@@ -77,7 +77,7 @@ def rms_norm(ctx: Context, node: Node, args: list) -> list[Value]:
 
 
 @converts("Swish")
-def swish(ctx: Context, node: Node, args: list) -> list[Value]:
+def swish(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     b = ctx.b
     x = args[0]
     alpha = float(node.attr("alpha", 1.0))
@@ -89,11 +89,12 @@ def _positions(n: int, axis: int, rank: int) -> np.ndarray:
     """0 .. n-1 laid along axis of a rank-`rank` array (ones elsewhere), for broadcasting."""
     shape = [1] * rank
     shape[axis] = n
+    check_const_bytes(shape, np.int64, "positions table")
     return np.arange(n, dtype=np.int64).reshape(shape)
 
 
 @converts("Hardmax")
-def hardmax(ctx: Context, node: Node, args: list) -> list[Value]:
+def hardmax(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     b = ctx.b
     x = args[0]
     if x.rank == 0:
@@ -114,14 +115,17 @@ def _hardmax_axis(ctx: Context, x: Value, axis: int) -> Value:
 
 
 @converts("OneHot")
-def one_hot(ctx: Context, node: Node, args: list) -> list[Value]:
+def one_hot(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     b = ctx.b
     indices, values = args[0], args[2]
     depth_in = const_input(node, args, 1, "depth")
     if depth_in is None:
         raise Unsupported("depth is missing")
-    depth = int(np.asarray(depth_in).reshape(-1)[0])
-    if values.const is None or values.const.size != 2:
+    flat = np.asarray(depth_in).reshape(-1)
+    if flat.size != 1 or not np.isfinite(flat[0]) or flat[0] < 1:
+        raise Unsupported(f"depth {flat[:4].tolist()}; expected one number >= 1")
+    depth = int(flat[0])
+    if values is None or values.const is None or values.const.size != 2:
         raise Unsupported("values must be a constant [off, on]")
     rank = indices.rank + 1
     axis = norm_axis(int(node.attr("axis", -1)), rank, node)

@@ -7,11 +7,11 @@ from collections.abc import Sequence
 
 from .convert import Context, converts
 from .ir import Unsupported, Value
-from .onnx_model import Node
+from .onnx_node import OnnxNode
 
 # -- windows (conv and pooling) -------------------------------------------------------------------
 
-def window_pads(node: Node, sizes: Sequence[int], kernel: Sequence[int], strides: Sequence[int],
+def window_pads(node: OnnxNode, sizes: Sequence[int], kernel: Sequence[int], strides: Sequence[int],
                 dilations: Sequence[int]) -> list[int]:
     """ONNX pads as [begin..., end...] with auto_pad resolved for these input sizes."""
     nd = len(sizes)
@@ -37,7 +37,7 @@ def window_pads(node: Node, sizes: Sequence[int], kernel: Sequence[int], strides
     return begin + end
 
 
-def _window_attrs(node: Node, x: Value, kernel: Sequence[int], dilation_attr: bool = True
+def _window_attrs(node: OnnxNode, x: Value, kernel: Sequence[int], dilation_attr: bool = True
                   ) -> tuple[list[int], list[int], list[int]]:
     nd = len(kernel)
     strides = node.ints("strides", [1] * nd)
@@ -57,7 +57,7 @@ def channel_vector(ctx: Context, v: Value, rank: int) -> Value:
 
 
 @converts("Conv")
-def conv(ctx: Context, node: Node, args: list) -> list[Value]:
+def conv(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     b = ctx.b
     x, w = args[0], args[1]
     bias = args[2] if len(args) > 2 else None
@@ -82,7 +82,7 @@ def conv(ctx: Context, node: Node, args: list) -> list[Value]:
 
 
 @converts("ConvTranspose")
-def conv_transpose(ctx: Context, node: Node, args: list) -> list[Value]:
+def conv_transpose(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     b = ctx.b
     x, w = args[0], args[1]
     bias = args[2] if len(args) > 2 else None
@@ -149,7 +149,7 @@ def _pool_out(size: int, k: int, s: int, d: int, pb: int, pe: int, ceil: bool) -
 
 
 @converts("MaxPool", "AveragePool", "LpPool")
-def pool(ctx: Context, node: Node, args: list) -> list[Value]:
+def pool(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     b = ctx.b
     x = args[0]
     is_max = node.op_type == "MaxPool"
@@ -198,7 +198,7 @@ def pool(ctx: Context, node: Node, args: list) -> list[Value]:
 
 
 @converts("GlobalAveragePool", "GlobalMaxPool")
-def global_pool(ctx: Context, node: Node, args: list) -> list[Value]:
+def global_pool(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     b = ctx.b
     x = args[0]
     is_max = node.op_type == "GlobalMaxPool"

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from .convert import Context, converts
 from .ir import Unsupported, Value
-from .onnx_model import Node
+from .onnx_node import OnnxNode
 
 
 def _einsum_terms(equation: str, ranks: Sequence[int]) -> tuple[list[str], str]:
@@ -45,7 +45,7 @@ def _sum_out(ctx: Context, x: Value, term: str, keep: str) -> tuple[Value, str]:
 
 
 @converts("Einsum")
-def einsum(ctx: Context, node: Node, args: list) -> list[Value]:
+def einsum(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     b = ctx.b
     terms, out = _einsum_terms(str(node.attr("equation")), [a.rank for a in args])
     if len(args) == 1:

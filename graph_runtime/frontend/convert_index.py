@@ -1,5 +1,4 @@
-"""Converters for indexing ops: Slice, Pad (all modes), Gather, GatherElements, GatherND,
-Resize/Upsample."""
+"""Converters for indexing ops: Slice, Pad (all modes), Gather, GatherElements, GatherND."""
 from __future__ import annotations
 
 import math
@@ -8,12 +7,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from .convert import Context, const_input, converts, ints_of, norm_axis, required_ints
-from .ir import Unsupported, Value
-from .onnx_model import Node
+from .ir import Unsupported, Value, check_const_bytes
+from .onnx_node import OnnxNode
 
 
 def _slice_attrs(x: Value, starts: Sequence[int], ends: Sequence[int], axes: Sequence[int],
-                 steps: Sequence[int], node: Node) -> tuple[list, list, list, list]:
+                 steps: Sequence[int], node: OnnxNode) -> tuple[list, list, list, list]:
     begin: list[int] = []
     end: list[int | None] = []
     strides: list[int] = []
@@ -38,7 +37,7 @@ def _slice_attrs(x: Value, starts: Sequence[int], ends: Sequence[int], axes: Seq
 
 
 @converts("Slice")
-def slice_(ctx: Context, node: Node, args: list) -> list[Value]:
+def slice_(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     x = args[0]
     if node.opset < 10:
         starts, ends = node.ints("starts"), node.ints("ends")
@@ -56,7 +55,7 @@ def slice_(ctx: Context, node: Node, args: list) -> list[Value]:
 
 
 @converts("Pad")
-def pad(ctx: Context, node: Node, args: list) -> list[Value]:
+def pad(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     b = ctx.b
     x = args[0]
     mode = node.attr("mode", "constant")
@@ -100,6 +99,7 @@ def pad(ctx: Context, node: Node, args: list) -> list[Value]:
     if computed is None:
         return [padded]
     # The pad value is computed at run time (or infinite): select it where the padding went.
+    check_const_bytes(padded.shape, bool, "Pad border mask")
     border = np.ones(padded.shape, bool)
     border[tuple(slice(lo, lo + d) for (lo, _), d in zip(widths, x.shape))] = False
     fill = b.reshape(computed, ())
@@ -113,6 +113,12 @@ def _pad_from_data(ctx: Context, x: Value, widths: list[list[int]], mode: str) -
     def piece(v: Value, axis: int, start: int, stop: int | None, step: int) -> Value:
         return b.op("strided_slice", v, begin=[start], end=[stop], strides=[step], axes=[axis])
 
+    def edge(v: Value, axis: int, at: int, width: int) -> Value:
+        # NOTE: one broadcast, not `width` slices: the import stays O(1) in the pad width.
+        shape = list(v.shape)
+        shape[axis] = width
+        return b.op("broadcast_to", piece(v, axis, at, at + 1, 1), shape=shape)
+
     y = x
     for axis, (lo, hi) in enumerate(widths):
         if not lo and not hi:
@@ -124,7 +130,7 @@ def _pad_from_data(ctx: Context, x: Value, widths: list[list[int]], mode: str) -
         parts: list[Value] = []
         if lo:
             if mode == "edge":
-                parts += [piece(y, axis, 0, 1, 1)] * lo
+                parts.append(edge(y, axis, 0, lo))
             elif mode == "reflect":
                 parts.append(piece(y, axis, lo, 0, -1))
             else:
@@ -132,7 +138,7 @@ def _pad_from_data(ctx: Context, x: Value, widths: list[list[int]], mode: str) -
         parts.append(y)
         if hi:
             if mode == "edge":
-                parts += [piece(y, axis, n - 1, n, 1)] * hi
+                parts.append(edge(y, axis, n - 1, hi))
             elif mode == "reflect":
                 parts.append(piece(y, axis, n - 2, n - 2 - hi if n - 2 - hi >= 0 else None,
                                    -1))
@@ -143,34 +149,29 @@ def _pad_from_data(ctx: Context, x: Value, widths: list[list[int]], mode: str) -
 
 
 @converts("Gather")
-def gather(ctx: Context, node: Node, args: list) -> list[Value]:
+def gather(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     x, idx = args[0], args[1]
     axis = norm_axis(int(node.attr("axis", 0)), x.rank, node)
     if idx.const is not None:
         n = x.shape[axis]
         bad = (idx.const < -n) | (idx.const >= n)
         if np.any(bad):
-            raise Unsupported(f"indices out of range [-{n}, {n})")
+            raise Unsupported(f"index {idx.const[bad].reshape(-1)[0]} is out of range for axis "
+                              f"{axis} of size {n}")
     # NOTE: 'wrap' maps ONNX's negative indices (-1 = last) to their place.
     return [ctx.b.op("take", x, ctx.b.cast(idx, "int64") if idx.dtype not in ("int32", "int64")
                      else idx, axis=axis, mode="wrap")]
 
 
 @converts("GatherElements")
-def gather_elements(ctx: Context, node: Node, args: list) -> list[Value]:
+def gather_elements(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     x = args[0]
     axis = norm_axis(int(node.attr("axis", 0)), x.rank, node)
     return [ctx.b.op("gather_elements", x, args[1], axis=axis)]
 
 
-@converts("Resize", "Upsample")
-def resize(ctx: Context, node: Node, args: list) -> list[Value]:
-    from .convert_resize import convert_resize
-    return convert_resize(ctx, node, args)
-
-
 @converts("GatherND")
-def gather_nd(ctx: Context, node: Node, args: list) -> list[Value]:
+def gather_nd(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     """A take along the flattened indexed dims: flat = sum(wrap(idx) * strides) + batch offset."""
     b = ctx.b
     x, idx = args[0], args[1]
@@ -199,7 +200,7 @@ def gather_nd(ctx: Context, node: Node, args: list) -> list[Value]:
     return [b.reshape(out, tuple(x.shape[:nb]) + lookup + tuple(rest))]
 
 
-def _scatter(ctx: Context, node: Node, data: Value, updates: Value,
+def _scatter(ctx: Context, node: OnnxNode, data: Value, updates: Value,
              targets: np.ndarray) -> Value:
     """data with updates written at the flat positions targets (one per update element).
 
@@ -228,7 +229,7 @@ def _scatter(ctx: Context, node: Node, data: Value, updates: Value,
 
 
 @converts("ScatterElements", "Scatter", "ScatterND")
-def scatter(ctx: Context, node: Node, args: list) -> list[Value]:
+def scatter(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     data, updates = args[0], args[2]
     indices = const_input(node, args, 1, "indices")
     if indices is None:

@@ -7,7 +7,7 @@ import numpy as np
 
 from .convert import Context, const_input, converts, ints_of, norm_axis
 from .ir import Unsupported, Value
-from .onnx_model import Node
+from .onnx_node import OnnxNode
 
 # ONNX op type -> standard op, where one op is the whole conversion.
 BINARY = {"Add": "add", "Sub": "subtract", "Mul": "multiply", "Div": "divide",
@@ -31,14 +31,14 @@ ACTIVATIONS: dict[str, tuple[str, dict[str, float]]] = {
 }
 
 
-def _binary_args(ctx: Context, node: Node, a: Value, b: Value) -> tuple[Value, Value]:
+def _binary_args(ctx: Context, node: OnnxNode, a: Value, b: Value) -> tuple[Value, Value]:
     if node.op_type in ("Add", "Sub", "Mul", "Div") and a.dtype != b.dtype:
         raise Unsupported(f"inputs of dtypes {a.dtype} and {b.dtype}")
     return a, b
 
 
 @converts(*BINARY)
-def binary(ctx: Context, node: Node, args: list) -> list[Value]:
+def binary(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     a, b = _binary_args(ctx, node, args[0], args[1])
     op = BINARY[node.op_type]
     if op == "divide" and np.dtype(a.dtype).kind in "iu":
@@ -67,19 +67,19 @@ def _truncating_divide(ctx: Context, a: Value, b: Value) -> Value:
 
 
 @converts(*UNARY)
-def unary(ctx: Context, node: Node, args: list) -> list[Value]:
+def unary(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     return [ctx.b.op(UNARY[node.op_type], args[0])]
 
 
 @converts(*ACTIVATIONS)
-def activation(ctx: Context, node: Node, args: list) -> list[Value]:
+def activation(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     op, defaults = ACTIVATIONS[node.op_type]
     attrs = {k: float(node.attr(k, v)) for k, v in defaults.items()}
     return [ctx.b.op(op, args[0], **attrs)]
 
 
 @converts("Identity", "Dropout")
-def identity(ctx: Context, node: Node, args: list) -> list[Value | None]:
+def identity(ctx: Context, node: OnnxNode, args: list) -> list[Value | None]:
     if node.op_type == "Dropout":
         if len(args) > 2 and args[2] is not None:
             ratio = args[1].const if len(args) > 1 and args[1] is not None else None
@@ -96,7 +96,7 @@ def identity(ctx: Context, node: Node, args: list) -> list[Value | None]:
 
 
 @converts("LeakyRelu")
-def leaky_relu(ctx: Context, node: Node, args: list) -> list[Value]:
+def leaky_relu(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     return [ctx.b.op("leaky_relu", args[0], alpha=float(node.attr("alpha", 0.01)))]
 
 
@@ -106,7 +106,7 @@ def _dtype_limits(dtype: str) -> tuple[float, float]:
 
 
 @converts("Clip")
-def clip(ctx: Context, node: Node, args: list) -> list[Value]:
+def clip(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     x = args[0]
     lo, hi = _dtype_limits(x.dtype)
     if node.opset < 11:
@@ -124,7 +124,7 @@ def clip(ctx: Context, node: Node, args: list) -> list[Value]:
 
 
 @converts("HardSigmoid")
-def hard_sigmoid(ctx: Context, node: Node, args: list) -> list[Value]:
+def hard_sigmoid(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     b = ctx.b
     x = args[0]
     alpha = float(node.attr("alpha", 0.2))
@@ -133,17 +133,17 @@ def hard_sigmoid(ctx: Context, node: Node, args: list) -> list[Value]:
 
 
 @converts("HardSwish")
-def hard_swish(ctx: Context, node: Node, args: list) -> list[Value]:
+def hard_swish(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     return [ctx.b.op("hard_swish", args[0])]
 
 
 @converts("Softplus")
-def softplus(ctx: Context, node: Node, args: list) -> list[Value]:
+def softplus(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     return [ctx.b.op("softplus", args[0])]
 
 
 @converts("Gelu")
-def gelu(ctx: Context, node: Node, args: list) -> list[Value]:
+def gelu(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     approximate = node.attr("approximate", "none")
     if approximate not in ("none", "tanh"):
         raise Unsupported(f"approximate {approximate!r}")
@@ -151,12 +151,12 @@ def gelu(ctx: Context, node: Node, args: list) -> list[Value]:
 
 
 @converts("PRelu")
-def prelu(ctx: Context, node: Node, args: list) -> list[Value]:
+def prelu(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     return [ctx.b.op("prelu", args[0], args[1])]
 
 
 @converts("BitShift")
-def bit_shift(ctx: Context, node: Node, args: list) -> list[Value]:
+def bit_shift(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     direction = node.attr("direction")
     if direction not in ("LEFT", "RIGHT"):
         raise Unsupported(f"direction {direction!r}")
@@ -165,12 +165,12 @@ def bit_shift(ctx: Context, node: Node, args: list) -> list[Value]:
 
 
 @converts("Reciprocal")
-def reciprocal(ctx: Context, node: Node, args: list) -> list[Value]:
+def reciprocal(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     return [ctx.b.op("reciprocal", args[0])]
 
 
 @converts("Pow")
-def power(ctx: Context, node: Node, args: list) -> list[Value]:
+def power(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     b = ctx.b
     x, y = args[0], args[1]
     if y.const is not None and y.const.size == 1 and y.shape == () or (
@@ -186,7 +186,7 @@ def power(ctx: Context, node: Node, args: list) -> list[Value]:
 
 
 @converts("Max", "Min", "Sum", "Mean")
-def variadic(ctx: Context, node: Node, args: list) -> list[Value]:
+def variadic(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     b = ctx.b
     op = {"Max": "maximum", "Min": "minimum", "Sum": "add", "Mean": "add"}[node.op_type]
     values = [a for a in args if a is not None]
@@ -202,24 +202,24 @@ def variadic(ctx: Context, node: Node, args: list) -> list[Value]:
 
 
 @converts("Mod")
-def mod(ctx: Context, node: Node, args: list) -> list[Value]:
+def mod(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     return [ctx.b.op("mod", args[0], args[1], fmod=int(node.attr("fmod", 0)))]
 
 
 @converts("IsInf")
-def isinf(ctx: Context, node: Node, args: list) -> list[Value]:
+def isinf(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     return [ctx.b.op("isinf", args[0],
                      detect_negative=bool(int(node.attr("detect_negative", 1))),
                      detect_positive=bool(int(node.attr("detect_positive", 1))))]
 
 
 @converts("Where")
-def where(ctx: Context, node: Node, args: list) -> list[Value]:
+def where(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     return [ctx.b.op("where", args[0], args[1], args[2])]
 
 
 @converts("Cast", "CastLike")
-def cast(ctx: Context, node: Node, args: list) -> list[Value]:
+def cast(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     from .onnx_model import np_dtype
     if node.op_type == "CastLike":
         dtype = args[1].dtype
@@ -236,7 +236,7 @@ REDUCE = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max", "ReduceM
           "ReduceLogSum": "log_sum", "ReduceLogSumExp": "log_sum_exp"}
 
 
-def _reduce_axes(node: Node, args: list, x: Value) -> list[int] | None:
+def _reduce_axes(node: OnnxNode, args: list, x: Value) -> list[int] | None:
     """The reduced axes (None: keep the input unchanged, noop_with_empty_axes)."""
     axes_from_input = node.opset >= 18 or (node.op_type == "ReduceSum" and node.opset >= 13)
     axes = ints_of(const_input(node, args, 1, "axes")) if axes_from_input else node.opt_ints("axes")
@@ -248,7 +248,7 @@ def _reduce_axes(node: Node, args: list, x: Value) -> list[int] | None:
 
 
 @converts(*REDUCE)
-def reduce(ctx: Context, node: Node, args: list) -> list[Value]:
+def reduce(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     b = ctx.b
     x = args[0]
     axes = _reduce_axes(node, args, x)
@@ -259,7 +259,7 @@ def reduce(ctx: Context, node: Node, args: list) -> list[Value]:
 
 
 @converts("ArgMax", "ArgMin")
-def arg_reduce(ctx: Context, node: Node, args: list) -> list[Value]:
+def arg_reduce(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     b = ctx.b
     x = args[0]
     axis = norm_axis(int(node.attr("axis", 0)), x.rank, node)
@@ -275,7 +275,7 @@ def arg_reduce(ctx: Context, node: Node, args: list) -> list[Value]:
 
 
 @converts("TopK")
-def topk(ctx: Context, node: Node, args: list) -> list[Value]:
+def topk(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     x = args[0]
     if node.opset < 10:
         k = int(node.attr("k"))
@@ -288,7 +288,7 @@ def topk(ctx: Context, node: Node, args: list) -> list[Value]:
 
 
 @converts("CumSum")
-def cumsum(ctx: Context, node: Node, args: list) -> list[Value]:
+def cumsum(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     x = args[0]
     axis = norm_axis(int(np.asarray(const_input(node, args, 1, "axis")).reshape(-1)[0]),
                      x.rank, node)

@@ -8,11 +8,11 @@ import numpy as np
 
 from .convert import Context, converts, norm_axis
 from .ir import Unsupported, Value
-from .onnx_model import Node
+from .onnx_node import OnnxNode
 
 
 @converts("Gemm")
-def gemm(ctx: Context, node: Node, args: list) -> list[Value]:
+def gemm(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     b = ctx.b
     a, w = args[0], args[1]
     c = args[2] if len(args) > 2 else None
@@ -52,7 +52,7 @@ def _matmul_shape(a: Sequence[int], w: Sequence[int]) -> tuple[int, ...]:
 
 
 @converts("MatMul")
-def matmul(ctx: Context, node: Node, args: list) -> list[Value]:
+def matmul(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     b = ctx.b
     a, w = args[0], args[1]
     if a.rank == 0 or w.rank == 0:
@@ -95,7 +95,7 @@ def matmul(ctx: Context, node: Node, args: list) -> list[Value]:
 # -- softmax --------------------------------------------------------------------------------------
 
 @converts("Softmax", "LogSoftmax")
-def softmax(ctx: Context, node: Node, args: list) -> list[Value]:
+def softmax(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     b = ctx.b
     x = args[0]
     op = "softmax" if node.op_type == "Softmax" else "log_softmax"

@@ -8,10 +8,10 @@ import numpy as np
 
 from .convert import Context, converts, norm_axis
 from .ir import Unsupported, Value
-from .onnx_model import Node
+from .onnx_node import OnnxNode
 
 
-def _bn_scale_shift(node: Node, args: list) -> tuple[np.ndarray, np.ndarray] | None:
+def _bn_scale_shift(node: OnnxNode, args: list) -> tuple[np.ndarray, np.ndarray] | None:
     if any(a.const is None for a in args[1:5]):
         return None
     scale, bias, mean, var = (a.const.astype(np.float64) for a in args[1:5])
@@ -20,7 +20,7 @@ def _bn_scale_shift(node: Node, args: list) -> tuple[np.ndarray, np.ndarray] | N
     return factor, bias - mean * factor
 
 
-def _fold_into_conv(ctx: Context, node: Node, x: Value, factor: np.ndarray,
+def _fold_into_conv(ctx: Context, node: OnnxNode, x: Value, factor: np.ndarray,
                     shift: np.ndarray) -> Value | None:
     """x = conv2d(...)[+ bias] with constant weights read only here: scale them instead."""
     b = ctx.b
@@ -52,7 +52,7 @@ def _fold_into_conv(ctx: Context, node: Node, x: Value, factor: np.ndarray,
 
 
 @converts("BatchNormalization")
-def batch_norm(ctx: Context, node: Node, args: list) -> list[Value]:
+def batch_norm(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     b = ctx.b
     if int(node.attr("training_mode", 0)):
         raise Unsupported("training_mode=1")
@@ -75,7 +75,7 @@ def batch_norm(ctx: Context, node: Node, args: list) -> list[Value]:
 
 
 @converts("LayerNormalization")
-def layer_norm(ctx: Context, node: Node, args: list) -> list[Value | None]:
+def layer_norm(ctx: Context, node: OnnxNode, args: list) -> list[Value | None]:
     b = ctx.b
     x, scale = args[0], args[1]
     bias = args[2] if len(args) > 2 else None
@@ -105,7 +105,7 @@ def layer_norm(ctx: Context, node: Node, args: list) -> list[Value | None]:
     return outs
 
 
-def _layer_norm_stats(ctx: Context, node: Node, x: Value, x2: Value, axis: int,
+def _layer_norm_stats(ctx: Context, node: OnnxNode, x: Value, x2: Value, axis: int,
                       eps: float) -> list[Value]:
     """LayerNormalization's Mean and InvStdDev outputs, in the stash type (float32 default)."""
     b = ctx.b
@@ -120,7 +120,7 @@ def _layer_norm_stats(ctx: Context, node: Node, x: Value, x2: Value, axis: int,
 
 
 @converts("InstanceNormalization")
-def instance_norm(ctx: Context, node: Node, args: list) -> list[Value]:
+def instance_norm(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     x, scale, bias = args[0], args[1], args[2]
     if x.rank < 3:
         raise Unsupported(f"input of rank {x.rank}")
@@ -128,7 +128,7 @@ def instance_norm(ctx: Context, node: Node, args: list) -> list[Value]:
 
 
 @converts("GroupNormalization")
-def group_norm(ctx: Context, node: Node, args: list) -> list[Value]:
+def group_norm(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     b = ctx.b
     x, scale, bias = args[0], args[1], args[2]
     groups = int(node.attr("num_groups"))
@@ -146,14 +146,14 @@ def group_norm(ctx: Context, node: Node, args: list) -> list[Value]:
 
 
 @converts("LRN")
-def lrn(ctx: Context, node: Node, args: list) -> list[Value]:
+def lrn(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     return [ctx.b.op("lrn", args[0], size=int(node.attr("size")),
                      alpha=float(node.attr("alpha", 1e-4)), beta=float(node.attr("beta", 0.75)),
                      bias=float(node.attr("bias", 1.0)))]
 
 
 @converts("LpNormalization")
-def lp_normalization(ctx: Context, node: Node, args: list) -> list[Value]:
+def lp_normalization(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     b = ctx.b
     x = args[0]
     axis = norm_axis(int(node.attr("axis", -1)), x.rank, node)

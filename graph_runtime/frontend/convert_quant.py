@@ -5,14 +5,15 @@ import numpy as np
 
 from .convert import Context, const_input, converts, norm_axis
 from .ir import Unsupported, Value
-from .onnx_model import Node, np_dtype
+from .onnx_model import np_dtype
+from .onnx_node import OnnxNode
 
 # Integer types a quantized tensor may have, with their saturation range.
 QUANT_RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767),
                 "uint16": (0, 65535)}
 
 
-def _per_axis(ctx: Context, node: Node, v: Value, x: Value) -> Value:
+def _per_axis(ctx: Context, node: OnnxNode, v: Value, x: Value) -> Value:
     """A scale or zero point shaped to broadcast against x (scalar, per axis, or blocked)."""
     if v.rank == 0 or (v.rank == 1 and v.shape[0] == 1):
         return ctx.b.reshape(v, ())
@@ -45,7 +46,7 @@ def _per_axis(ctx: Context, node: Node, v: Value, x: Value) -> Value:
 
 
 @converts("DequantizeLinear")
-def dequantize(ctx: Context, node: Node, args: list) -> list[Value]:
+def dequantize(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     b = ctx.b
     x, scale = args[0], args[1]
     zero = args[2] if len(args) > 2 else None
@@ -64,7 +65,7 @@ def dequantize(ctx: Context, node: Node, args: list) -> list[Value]:
 
 
 @converts("QuantizeLinear")
-def quantize(ctx: Context, node: Node, args: list) -> list[Value]:
+def quantize(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     b = ctx.b
     x, scale = args[0], args[1]
     zero = args[2] if len(args) > 2 else None
@@ -87,7 +88,7 @@ def quantize(ctx: Context, node: Node, args: list) -> list[Value]:
 
 
 @converts("Compress")
-def compress(ctx: Context, node: Node, args: list) -> list[Value]:
+def compress(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     b = ctx.b
     x = args[0]
     condition = const_input(node, args, 1, "condition")

@@ -5,18 +5,29 @@ import math
 
 import numpy as np
 
-from .convert import Context, const_input, ints_of, norm_axis
+from .convert import Context, const_input, converts, ints_of, norm_axis
 from .ir import Unsupported, Value
-from .onnx_model import Node
+from .onnx_node import OnnxNode
 
 
 def _floats(array: np.ndarray | None) -> list[float] | None:
     if array is None or np.asarray(array).size == 0:
         return None
-    return [float(v) for v in np.asarray(array).reshape(-1)]
+    values = [float(v) for v in np.asarray(array).reshape(-1)]
+    if not all(math.isfinite(v) and v > 0 for v in values):
+        raise Unsupported(f"scales {values[:8]}; expected finite numbers > 0")
+    return values
 
 
-def convert_resize(ctx: Context, node: Node, args: list) -> list[Value]:
+def _counted(values: list, axes: list[int], what: str) -> list:
+    if len(values) != len(axes):
+        raise Unsupported(f"{len(values)} {what} for {len(axes)} axes {axes}; expected "
+                          f"{len(axes)}")
+    return values
+
+
+@converts("Resize", "Upsample")
+def resize(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     x = args[0]
     rank = x.rank
     if node.op_type == "Upsample" or node.opset < 11:
@@ -28,7 +39,8 @@ def convert_resize(ctx: Context, node: Node, args: list) -> list[Value]:
         mode = node.attr("mode", "nearest")
         if mode not in ("nearest", "linear", "bilinear"):
             raise Unsupported(f"mode {mode!r}")
-        scales = [float(s) for s in given]
+        scales = _counted(_floats(np.asarray(given, dtype=np.float64)) or [],
+                          list(range(rank)), "scales")
         sizes = [math.floor(d * s) for d, s in zip(x.shape, scales)]
         return [ctx.b.op("resize", x, size=sizes, scales=scales,
                          mode="nearest" if mode == "nearest" else "linear",
@@ -43,12 +55,17 @@ def convert_resize(ctx: Context, node: Node, args: list) -> list[Value]:
     sizes_in = ints_of(const_input(node, args, 3, "sizes")) if len(args) > 3 else None
     full_scales: list[float] | None = None
     if sizes_in:
+        _counted(sizes_in, axes, "sizes")
+        if any(v < 0 for v in sizes_in):
+            raise Unsupported(f"sizes {sizes_in[:8]}; expected sizes >= 0")
         policy = node.attr("keep_aspect_ratio_policy", "stretch")
         if policy == "stretch":
             out = list(x.shape)
             for a, s in zip(axes, sizes_in):
                 out[a] = s
         elif policy in ("not_larger", "not_smaller"):
+            if any(x.shape[a] == 0 for a in axes):
+                raise Unsupported(f"policy {policy!r} for an input of shape {list(x.shape)}")
             ratios = [s / x.shape[a] for a, s in zip(axes, sizes_in)]
             scale: float = min(ratios) if policy == "not_larger" else max(ratios)
             out = list(x.shape)
@@ -60,7 +77,7 @@ def convert_resize(ctx: Context, node: Node, args: list) -> list[Value]:
             raise Unsupported(f"keep_aspect_ratio_policy {policy!r}")
     elif scales_in:
         full_scales = [1.0] * rank
-        for a, factor in zip(axes, scales_in):
+        for a, factor in zip(axes, _counted(scales_in, axes, "scales")):
             full_scales[a] = factor
         out = [math.floor(d * f) for d, f in zip(x.shape, full_scales)]
     else:

@@ -8,12 +8,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from .convert import Context, const_input, converts, ints_of, norm_axis, required_ints
-from .ir import Unsupported, Value
-from .onnx_model import Node
+from .ir import Unsupported, Value, check_const_bytes
+from .onnx_node import OnnxNode
 
 
 @converts("Shape")
-def shape(ctx: Context, node: Node, args: list) -> list[Value]:
+def shape(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     dims = np.array(args[0].shape, dtype=np.int64)
     start = int(node.attr("start", 0))
     end = node.attr("end")
@@ -21,12 +21,12 @@ def shape(ctx: Context, node: Node, args: list) -> list[Value]:
 
 
 @converts("Size")
-def size(ctx: Context, node: Node, args: list) -> list[Value]:
+def size(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     return [ctx.b.const(np.array(math.prod(args[0].shape), np.int64), "size")]
 
 
 @converts("Reshape")
-def reshape(ctx: Context, node: Node, args: list) -> list[Value]:
+def reshape(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     x = args[0]
     if node.opset < 5:
         target = node.ints("shape")
@@ -49,7 +49,7 @@ def reshape(ctx: Context, node: Node, args: list) -> list[Value]:
 
 
 @converts("Flatten")
-def flatten(ctx: Context, node: Node, args: list) -> list[Value]:
+def flatten(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     x = args[0]
     axis = int(node.attr("axis", 1))
     axis = axis + x.rank if axis < 0 else axis
@@ -60,7 +60,7 @@ def flatten(ctx: Context, node: Node, args: list) -> list[Value]:
 
 
 @converts("Transpose")
-def transpose(ctx: Context, node: Node, args: list) -> list[Value]:
+def transpose(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     x = args[0]
     perm = node.ints("perm", list(range(x.rank))[::-1])
     if perm == list(range(x.rank)):
@@ -68,14 +68,14 @@ def transpose(ctx: Context, node: Node, args: list) -> list[Value]:
     return [ctx.b.transpose(x, perm)]
 
 
-def _axes(ctx: Context, node: Node, args: list, index: int) -> list[int] | None:
+def _axes(ctx: Context, node: OnnxNode, args: list, index: int) -> list[int] | None:
     if node.opset >= 13:
         return ints_of(const_input(node, args, index, "axes"))
     return node.opt_ints("axes")
 
 
 @converts("Squeeze")
-def squeeze(ctx: Context, node: Node, args: list) -> list[Value]:
+def squeeze(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     x = args[0]
     axes = _axes(ctx, node, args, 1)
     if axes is None:
@@ -90,7 +90,7 @@ def squeeze(ctx: Context, node: Node, args: list) -> list[Value]:
 
 
 @converts("Unsqueeze")
-def unsqueeze(ctx: Context, node: Node, args: list) -> list[Value]:
+def unsqueeze(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     x = args[0]
     axes = _axes(ctx, node, args, 1) or []
     rank = x.rank + len(axes)
@@ -102,7 +102,7 @@ def unsqueeze(ctx: Context, node: Node, args: list) -> list[Value]:
 
 
 @converts("Concat")
-def concat(ctx: Context, node: Node, args: list) -> list[Value]:
+def concat(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     values = [a for a in args if a is not None]
     axis = norm_axis(int(node.attr("axis")), values[0].rank, node)
     nonempty = [v for v in values if v.shape[axis] != 0]
@@ -116,7 +116,7 @@ def concat(ctx: Context, node: Node, args: list) -> list[Value]:
 
 
 @converts("Split")
-def split(ctx: Context, node: Node, args: list) -> list[Value]:
+def split(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     x = args[0]
     axis = norm_axis(int(node.attr("axis", 0)), x.rank, node)
     dim = x.shape[axis]
@@ -127,6 +127,8 @@ def split(ctx: Context, node: Node, args: list) -> list[Value]:
         sizes = node.opt_ints("split")
     if sizes is None:
         parts = int(node.attr("num_outputs", count))
+        if parts != count:
+            raise Unsupported(f"num_outputs {parts}; expected {count}, the node's outputs")
         step = -(-dim // parts)
         sizes = [min(step, dim - i * step) for i in range(parts)]
     if sum(sizes) != dim or len(sizes) != count:
@@ -146,7 +148,7 @@ def _broadcast(ctx: Context, x: Value, shape: Sequence[int]) -> Value:
 
 
 @converts("Expand")
-def expand(ctx: Context, node: Node, args: list) -> list[Value]:
+def expand(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     x = args[0]
     target = required_ints(node, args, 1, "shape")
     try:
@@ -157,7 +159,7 @@ def expand(ctx: Context, node: Node, args: list) -> list[Value]:
 
 
 @converts("Tile")
-def tile(ctx: Context, node: Node, args: list) -> list[Value]:
+def tile(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     b = ctx.b
     x = args[0]
     reps = required_ints(node, args, 1, "repeats")
@@ -167,24 +169,25 @@ def tile(ctx: Context, node: Node, args: list) -> list[Value]:
 
 
 @converts("EyeLike")
-def eye_like(ctx: Context, node: Node, args: list) -> list[Value]:
+def eye_like(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     from .onnx_model import np_dtype
     x = args[0]
     if x.rank != 2:
         raise Unsupported(f"input of rank {x.rank}")
     dtype = np_dtype(int(node.attr("dtype"))) if node.attr("dtype") is not None else x.dtype
+    check_const_bytes(x.shape, dtype, "EyeLike")
     eye = np.eye(x.shape[0], x.shape[1], k=int(node.attr("k", 0)), dtype=dtype)
     return [ctx.b.const(eye, "eye")]
 
 
 @converts("ConstantOfShape", "Range")
-def needs_constants(ctx: Context, node: Node, args: list) -> list[Value]:
+def needs_constants(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     raise Unsupported("its inputs are computed at run time (a dynamic shape); only constant "
                       "inputs are supported")
 
 
 @converts("Trilu")
-def trilu(ctx: Context, node: Node, args: list) -> list[Value]:
+def trilu(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     b = ctx.b
     x = args[0]
     k = ints_of(const_input(node, args, 1, "k"))
@@ -193,6 +196,7 @@ def trilu(ctx: Context, node: Node, args: list) -> list[Value]:
         raise Unsupported(f"input of rank {x.rank}")
     rows, cols = x.shape[-2:]
     upper = int(node.attr("upper", 1))
+    check_const_bytes((rows, cols), bool, "Trilu mask")
     keep = np.triu(np.ones((rows, cols), bool), k0) if upper else \
         np.tril(np.ones((rows, cols), bool), k0)
     zero = b.const(np.zeros((), x.dtype), "zero")
@@ -200,7 +204,7 @@ def trilu(ctx: Context, node: Node, args: list) -> list[Value]:
 
 
 @converts("DepthToSpace", "SpaceToDepth")
-def depth_space(ctx: Context, node: Node, args: list) -> list[Value]:
+def depth_space(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     b = ctx.b
     x = args[0]
     if x.rank != 4:

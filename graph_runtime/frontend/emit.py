@@ -9,12 +9,11 @@ from typing import Any
 import numpy as np
 
 from ..device import cpu
-from ..errors import FrontendError, LibraryError
-from ..graph.model import entry_bytes
+from ..errors import FrontendError, GraphError, LibraryError
+from ..graph.model import Graph, entry_bytes
 from ..lib.library import TensorSpec
 from ..lib.loader import function_from_json
 from ..planner.storage_plan import plan_storage
-from ..planner.topology import PlanNode, Topology
 from .fuse import Group, base_name, function_doc, fuse
 from .ir import Prim, Value
 from .lower import Lowered
@@ -111,13 +110,11 @@ def emit(lowered: Lowered, description: str) -> Emitted:
         for v in g.inputs():
             if id(v) not in entry and v.const is not None:
                 param_of(v)
-    arg_nodes = list(range(len(nodes)))
 
     func_names: list[str] = []
     lib_functions: dict[str, Any] = {}
     by_key: dict[str, str] = {}
     counts: dict[str, int] = {}
-    row_ptr = list(range(len(nodes) + 1))  # one entry per null node
     out_entry: dict[int, tuple[int, int]] = {v_id: (nid, 0) for v_id, nid in entry.items()}
     for g in groups:
         doc = function_doc(g)
@@ -139,41 +136,39 @@ def emit(lowered: Lowered, description: str) -> Emitted:
         for k, v in enumerate(g.outputs):
             out_entry[id(v)] = (nid, k)
             specs.append((v.shape, v.dtype))
-        row_ptr.append(row_ptr[-1] + len(g.outputs))
     heads = [list(out_entry[id(v)]) + [0] for v in outputs]
 
-    topo = Topology(tuple(PlanNode(n["name"], n["op"], n.get("attrs", {}).get("func_name"),
-                                   tuple((i[0], i[1]) for i in n["inputs"]),
-                                   int(n.get("attrs", {}).get("num_outputs", 1)))
-                          for n in nodes),
-                    tuple((h[0], h[1]) for h in heads))
-    sizes = [entry_bytes(shape, dtype) for shape, dtype in specs]
-    plan = plan_storage(topo, sizes, [cpu(0)] * len(specs))
-    graph_doc = {
-        "nodes": nodes,
-        "arg_nodes": arg_nodes,
-        "heads": heads,
-        "attrs": {"dltype": ["list_str", [dtype for _, dtype in specs]],
-                  "shape": ["list_shape", [list(shape) for shape, _ in specs]],
-                  "storage_id": ["list_int", list(plan.storage_ids)]},
-        "node_row_ptr": row_ptr,
-    }
+    graph = _graph(nodes, heads, specs)
+    graph_doc = graph.to_dict()
     lib_doc = {"format": "graph_runtime.lib", "version": 1, "description": description,
                "functions": lib_functions}
-    _verify(nodes, specs, row_ptr, lib_functions)
+    _verify(graph, lib_functions)
     return Emitted(graph_doc, lib_doc, params, groups, func_names)
 
 
-def _verify(nodes: list[dict[str, Any]], specs: list[tuple[tuple[int, ...], str]],
-            row_ptr: list[int], functions: dict[str, Any]) -> None:
+def _graph(nodes: list[dict[str, Any]], heads: list[list[int]],
+           specs: list[tuple[tuple[int, ...], str]]) -> Graph:
+    """The graph through Graph.build, with its storage planned by liveness on the CPU."""
+    try:
+        graph = Graph.build(nodes, heads, shapes=[shape for shape, _ in specs],
+                            dtypes=[dtype for _, dtype in specs])
+        sizes = [entry_bytes(shape, dtype) for shape, dtype in specs]
+        plan = plan_storage(graph, sizes, [cpu(0)] * len(specs))
+        return graph.with_columns(storage_id=plan.storage_ids)
+    except GraphError as e:
+        raise FrontendError(f"internal error: the emitted graph is not valid: {e}") from e
+
+
+def _verify(graph: Graph, functions: dict[str, Any]) -> None:
     """Every call's chain, as lib.json will load it, gives the specs the graph declares."""
     chains = {name: function_from_json(name, doc) for name, doc in functions.items()}
-    for nid, n in enumerate(nodes):
-        if n["op"] == "null":
+    for node in graph.nodes:
+        if node.is_arg:
             continue
-        name = n["attrs"]["func_name"]
-        inputs = [TensorSpec(*specs[row_ptr[src] + index]) for src, index, _ in n["inputs"]]
-        declared = [TensorSpec(*specs[eid]) for eid in range(row_ptr[nid], row_ptr[nid + 1])]
+        nid = node.nid
+        name = node.func_name or ""
+        inputs = [_spec(graph, graph.entry_id(ref[0], ref[1])) for ref in node.inputs]
+        declared = [_spec(graph, eid) for eid in graph.node_entries(nid)]
         try:
             got = chains[name].infer(inputs)
         except LibraryError as e:
@@ -183,3 +178,7 @@ def _verify(nodes: list[dict[str, Any]], specs: list[tuple[tuple[int, ...], str]
                 [(tuple(d.shape), d.dtype) for d in declared]:
             raise FrontendError(f"internal error: function {name} (node {nid}) gives {got}, "
                                 f"the graph declares {declared}")
+
+
+def _spec(graph: Graph, eid: int) -> TensorSpec:
+    return TensorSpec(graph.shape(eid), graph.dtype(eid))

@@ -6,8 +6,9 @@ from typing import Any
 
 import numpy as np
 
+from .fold_size import check_fold_size, check_folded
 from .ir import Unsupported
-from .onnx_model import Node
+from .onnx_node import OnnxNode
 
 # Never folded: their outputs are random, so evaluating them once would freeze one draw.
 NOT_FOLDABLE = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike",
@@ -17,43 +18,58 @@ NOT_FOLDABLE = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike",
                           "OptionalGetElement", "OptionalHasElement"})
 
 
-def _gather(node: Node, data: np.ndarray, idx: np.ndarray) -> list[np.ndarray]:
-    axis = int(node.attr("axis", 0))
-    return [np.take(data, idx.astype(np.int64), axis=axis, mode="wrap")]
+def _gather(node: OnnxNode, data: np.ndarray, idx: np.ndarray) -> list[np.ndarray]:
+    axis = int(node.attr("axis", 0)) % max(data.ndim, 1)  # checked by fold_size's _gather
+    if idx.dtype.kind not in "iu":
+        raise Unsupported(f"indices of dtype {idx.dtype}; expected int32 or int64")
+    n = data.shape[axis]
+    wide = idx.astype(np.int64)
+    if wide.size and (int(wide.min()) < -n or int(wide.max()) >= n):
+        bad = int(wide.min()) if int(wide.min()) < -n else int(wide.max())
+        raise Unsupported(f"index {bad} is out of range for axis {axis} of size {n}")
+    return [np.take(data, np.where(wide < 0, wide + n, wide), axis=axis)]
 
 
-def _unsqueeze(node: Node, x: np.ndarray, axes: np.ndarray | None = None) -> list[np.ndarray]:
+def _unsqueeze(node: OnnxNode, x: np.ndarray, axes: np.ndarray | None = None) -> list[np.ndarray]:
     picked = node.opt_ints("axes") if axes is None else [int(a) for a in axes]
     rank = x.ndim + len(picked or [])
+    chosen = sorted(a + rank if a < 0 else a for a in picked or [])
+    if any(not 0 <= a < rank for a in chosen) or len(set(chosen)) != len(chosen):
+        raise Unsupported(f"axes {picked} for an output of rank {rank}; expected distinct axes "
+                          f"in [{-rank}, {rank})")
     shape = list(x.shape)
-    for a in sorted(a + rank if a < 0 else a for a in picked or []):
+    for a in chosen:
         shape.insert(a, 1)
     return [x.reshape(shape)]
 
 
-def _concat(node: Node, *xs: np.ndarray) -> list[np.ndarray]:
-    return [np.concatenate(xs, axis=int(node.attr("axis")))]
+def _concat(node: OnnxNode, *xs: np.ndarray) -> list[np.ndarray]:
+    rank = xs[0].ndim
+    axis = int(node.attr("axis"))
+    if not -rank <= axis < rank or any(x.ndim != rank for x in xs):
+        raise Unsupported(f"axis {axis} for inputs of shapes {[list(x.shape) for x in xs]}")
+    return [np.concatenate(xs, axis=axis)]
 
 
-def _shape(node: Node, x: np.ndarray) -> list[np.ndarray]:
+def _shape(node: OnnxNode, x: np.ndarray) -> list[np.ndarray]:
     dims = np.array(x.shape, dtype=np.int64)
     start = int(node.attr("start", 0))
     end = node.attr("end")
     return [dims[start:None if end is None else int(end)]]
 
 
-def _cast(node: Node, x: np.ndarray) -> list[np.ndarray]:
+def _cast(node: OnnxNode, x: np.ndarray) -> list[np.ndarray]:
     from .onnx_model import np_dtype
     return [x.astype(np_dtype(int(node.attr("to"))))]
 
 
-def _constant(node: Node) -> list[np.ndarray] | None:
+def _constant(node: OnnxNode) -> list[np.ndarray] | None:
     """Constant's value from its dense attributes; None for sparse/string ones (reference)."""
     for name, dtype in (("value_float", np.float32), ("value_floats", np.float32),
                         ("value_int", np.int64), ("value_ints", np.int64)):
         if name in node.attrs:
             return [np.asarray(node.attrs[name], dtype=dtype)]
-    value = node.attrs.get("value")
+    value = node.attrs.get("value", node.attrs.get("sparse_value"))
     return [value] if isinstance(value, np.ndarray) else None
 
 
@@ -68,14 +84,30 @@ _FAST: dict[str, Callable[..., list[np.ndarray]]] = {
 }
 
 
-def fold(node: Node, inputs: Sequence[np.ndarray | None], opset_imports: Any) -> list[Any]:
-    """The node's outputs computed from constant inputs (None for an omitted optional input)."""
+def fold(node: OnnxNode, inputs: Sequence[np.ndarray | None], opset_imports: Any,
+         expected: Sequence[tuple[int, ...] | None] = ()) -> list[Any]:
+    """The node's outputs computed from constant inputs (None for an omitted optional input).
+
+    expected: the output shapes ONNX shape inference found, where it found them; with the
+    sizes fold_size predicts, they bound what folding may allocate.
+    """
     if node.op_type in NOT_FOLDABLE or node.domain not in ("", "ai.onnx"):
         raise Unsupported(f"{node.op_type} cannot be folded")
     if node.op_type == "Constant":
         known = _constant(node)
         if known is not None:
             return known
+    check_fold_size(node, inputs, expected)
+    try:
+        results = _evaluate(node, inputs, opset_imports)
+    except MemoryError:
+        raise Unsupported("folding it needs more memory than there is") from None
+    check_folded(node, results, inputs)
+    return results
+
+
+def _evaluate(node: OnnxNode, inputs: Sequence[np.ndarray | None],
+              opset_imports: Any) -> list[Any]:
     fast = _FAST.get(node.op_type)
     if fast is not None and all(x is not None for x in inputs):
         return fast(node, *inputs)
@@ -84,7 +116,7 @@ def fold(node: Node, inputs: Sequence[np.ndarray | None], opset_imports: Any) ->
     return _reference(node, inputs, opset_imports)
 
 
-def _reference(node: Node, inputs: Sequence[np.ndarray | None], opset_imports: Any) -> list[Any]:
+def _reference(node: OnnxNode, inputs: Sequence[np.ndarray | None], opset_imports: Any) -> list[Any]:
     from onnx import helper
     from onnx.reference import ReferenceEvaluator
     names = [n for n in node.inputs]
@@ -97,6 +129,8 @@ def _reference(node: Node, inputs: Sequence[np.ndarray | None], opset_imports: A
     model = helper.make_model(graph, opset_imports=list(opset_imports))
     try:
         results = ReferenceEvaluator(model).run(None, feeds)
+    except MemoryError:
+        raise
     except Exception as e:
         raise Unsupported(f"folding it with the ONNX reference failed: {type(e).__name__}: "
                           f"{e}") from e

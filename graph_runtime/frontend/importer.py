@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -30,6 +31,7 @@ class ImportResult:
     removed: Counter = field(default_factory=Counter)
     bn_folded: int = 0
     expanded: int = 0
+    patterns: Counter = field(default_factory=Counter)
     seconds: float = 0.0
     input_names: list[str] = field(default_factory=list)
     output_names: list[str] = field(default_factory=list)
@@ -61,6 +63,9 @@ class ImportResult:
             lines.append(f"  removed: {removed}")
         if self.expanded:
             lines.append(f"  inlined from their ONNX function bodies: {self.expanded} nodes")
+        if self.patterns:
+            fused = ", ".join(f"{op} x{n}" for op, n in sorted(self.patterns.items()))
+            lines.append(f"  transformer patterns fused: {fused}")
         if self.bn_folded:
             lines.append(f"  BatchNormalization folded into conv weights: {self.bn_folded}")
         lines.append("  functions (x calls; chain of standard ops <- ONNX nodes):")
@@ -79,21 +84,26 @@ class ImportResult:
 
 
 def import_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None,
-                name: str | None = None) -> ImportResult:
+                name: str | None = None,
+                base_dir: str | os.PathLike[str] | None = None) -> ImportResult:
     """Import an ONNX model (a ModelProto or a path): graph JSON, lib.json document, params.
 
     name is how messages call the model (default: the file name, or the graph's name).
+    base_dir is the only folder external data is read from (default: the model file's folder;
+    a ModelProto with external data and no base_dir is refused).
 
     Raises FrontendError listing every unsupported op, attribute value or dtype (with node
     names and the opset) before anything is produced.
     """
     from .emit import emit
+    from .fuse_transformer import fuse_patterns
     from .lower import lower
     from .onnx_model import load_model
     start = time.perf_counter()
-    proto, default_name = load_model(model)
+    proto, default_name = load_model(model, base_dir)
     name = name or default_name
     lowered = lower(proto, name, dict(shape or {}))
+    patterns = fuse_patterns(lowered)
     emitted = emit(lowered, f"imported from {name} (ONNX opset {lowered.opset})")
     origins = [list(dict.fromkeys(p.origin for p in g.prims if p.origin)) for g in emitted.groups]
     return ImportResult(
@@ -101,13 +111,14 @@ def import_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None,
         lib_doc=emitted.lib_doc, params=emitted.params, model_name=name, opset=lowered.opset,
         num_onnx_nodes=lowered.num_nodes, func_names=emitted.func_names, func_origins=origins,
         folded=lowered.folded, removed=lowered.removed, bn_folded=lowered.bn_folded,
-        expanded=lowered.expanded,
+        expanded=lowered.expanded, patterns=patterns,
         seconds=time.perf_counter() - start,
         input_names=[v.name for v in lowered.inputs], output_names=lowered.output_names)
 
 
-def from_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None
+def from_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None,
+              base_dir: str | os.PathLike[str] | None = None
               ) -> tuple[str, Module, dict[str, np.ndarray]]:
     """(graph_json, lib Module, params) for `graph_runtime.create(graph_json, lib, ctxs)`."""
-    result = import_onnx(model, shape)
+    result = import_onnx(model, shape, base_dir=base_dir)
     return result.graph_json, result.module(), result.params

@@ -27,6 +27,30 @@ class Unsupported(Exception):
     """A node the importer cannot express exactly; the message says what (op, attr value, dtype)."""
 
 
+class TooLarge(Unsupported):
+    """A constant the import would make is over its budget (final: no converter may retry)."""
+
+
+# A constant the import makes (folded, or a table a converter builds) may hold this many bytes,
+# or as many as 8x its inputs when they are larger (a Cast or Transpose of weights): a model of a
+# few hundred bytes cannot make the import allocate gigabytes.
+MADE_CONST_BYTES = 64 << 20
+
+
+def check_const_bytes(shape: Sequence[int], dtype: Any, what: str, inputs_bytes: int = 0) -> None:
+    """Refuse, before it is allocated, a constant larger than the import's budget."""
+    count = 1
+    for d in shape:
+        count *= max(int(d), 0)
+    nbytes = count * np.dtype(dtype).itemsize
+    limit = max(MADE_CONST_BYTES, 8 * inputs_bytes)
+    if nbytes > limit:
+        from .._text import fmt_bytes
+        raise TooLarge(f"{what}: a constant of shape {list(shape)} {np.dtype(dtype)} "
+                          f"({fmt_bytes(nbytes)}) made at import; expected at most "
+                          f"{fmt_bytes(limit)}")
+
+
 # ONNX dtypes the runtime can hold in an entry (params format and backends).
 RUNTIME_DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8",
                   "uint16", "uint32", "uint64", "bool")

@@ -12,8 +12,11 @@ from ..errors import FrontendError
 from .convert import CONVERTERS, Context
 from .expand import expand_functions
 from .fold import fold
-from .ir import Builder, Unsupported, Value
-from .onnx_model import decode_node, default_opset, np_dtype, tensor_shape
+from .inference import check_references, check_shapes, inferred_types, static_specs
+from .ir import RUNTIME_DTYPES, Builder, TooLarge, Unsupported, Value
+from .onnx_model import default_opset, np_dtype, tensor_shape
+from .onnx_node import OnnxNode, decode_node
+from .tensor_data import sparse_to_dense, to_array
 
 
 @dataclass
@@ -42,60 +45,16 @@ def _refusal(model_name: str, opset: int, problems: dict[str, list[str]]) -> Fro
                          f"{len(problems)} unsupported: " + "; ".join(parts))
 
 
-def inferred_types(model: Any, shapes: Mapping[str, Sequence[int]]) -> dict[str, Any]:
-    """TypeProto per value from ONNX shape inference, with the given input shapes pinned."""
-    import onnx
-    from onnx import shape_inference
-    proto = onnx.ModelProto()
-    proto.ir_version = model.ir_version
-    proto.opset_import.extend(model.opset_import)
-    proto.functions.extend(model.functions)
-    graph = proto.graph
-    graph.name = model.graph.name
-    graph.node.extend(model.graph.node)  # types only: the initializers' data stays behind
-    graph.output.extend(model.graph.output)
-    graph.value_info.extend(model.graph.value_info)
-    for inp in model.graph.input:
-        added = graph.input.add()
-        added.CopyFrom(inp)
-        if inp.name in shapes and added.type.HasField("tensor_type"):
-            dims = added.type.tensor_type.shape.dim
-            del dims[:]
-            for d in shapes[inp.name]:
-                dims.add().dim_value = int(d)
-    declared = {i.name for i in graph.input}
-    for t in model.graph.initializer:
-        if t.name not in declared:
-            graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type,
-                                                                   list(t.dims)))
-    try:
-        inferred = shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
-    except Exception:  # noqa: BLE001
-        inferred = proto
-    g = inferred.graph
-    return {vi.name: vi.type for vi in list(g.input) + list(g.value_info) + list(g.output)}
-
-
-def static_specs(types: Mapping[str, Any]) -> dict[str, tuple]:
-    """(shape, elem type) of the values whose inferred shape is fully static."""
-    out: dict[str, tuple] = {}
-    for name, tp in types.items():
-        tt = tp.tensor_type if tp.HasField("tensor_type") else None
-        if tt is None or not tt.HasField("shape"):
-            continue
-        if all(d.HasField("dim_value") for d in tt.shape.dim):
-            out[name] = (tuple(int(d.dim_value) for d in tt.shape.dim), tt.elem_type)
-    return out
-
-
 def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]]) -> Lowered:
     """Lower every node; one FrontendError listing every unsupported op/attr/dtype otherwise."""
-    from onnx import numpy_helper
-    types = inferred_types(model, shapes)
+    shapes = check_shapes(model, shapes)
+    check_references(model, model_name)
+    types = inferred_types(model, shapes, model_name)
     num_nodes = len(model.graph.node)
     model, expanded = expand_functions(model, CONVERTERS, types)
     if expanded:
-        types = inferred_types(model, shapes)
+        check_references(model, model_name)
+        types = inferred_types(model, shapes, model_name)
     graph = model.graph
     opset = default_opset(model)
     opsets = {("" if e.domain == "ai.onnx" else e.domain): int(e.version)
@@ -106,16 +65,11 @@ def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]]) -> L
     _count_uses(graph.node, uses)
     uses.update(o.name for o in graph.output)
     b = Builder()
-    for t in graph.initializer:
-        try:
-            np_dtype(t.data_type)
-            array = numpy_helper.to_array(t)
-        except Unsupported as e:
-            if uses[t.name]:  # an unused initializer of an odd dtype does not matter
-                problems.setdefault(f"initializer dtype: {e}", []).append(t.name)
-            env[t.name] = None
-            continue
-        env[t.name] = b.const(array, t.name)
+    expected = static_specs(types)
+    ctx = Context(b, uses, opsets)
+    lowered = Lowered([], [], [o.name for o in graph.output], b, opset, num_nodes)
+    walk = _Walk(ctx, env, problems, expected, model, lowered, opsets)
+    walk.constants(graph, "graph")
     inputs: list[Value] = []
     unknown = set(shapes) - {i.name for i in graph.input}
     if unknown:
@@ -135,11 +89,7 @@ def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]]) -> L
         graph_input = Value(inp.name, shape, dtype, is_input=True)
         env[inp.name] = graph_input
         inputs.append(graph_input)
-
-    expected = static_specs(types)
-    ctx = Context(b, uses, opsets)
-    lowered = Lowered(inputs, [], [o.name for o in graph.output], b, opset, num_nodes)
-    walk = _Walk(ctx, env, problems, expected, model, lowered, opsets)
+    lowered.inputs = inputs
     walk.nodes(graph.node)
     lowered.bn_folded = ctx.bn_folded
     lowered.expanded = expanded
@@ -200,19 +150,19 @@ class _Walk:
             for name in node.outputs:
                 env[name] = None
             return
-        if node.op_type == "If" and node.domain == "" and args[0] is not None \
-                and args[0].const is not None:
-            self.branch(node, bool(np.asarray(args[0].const).reshape(-1)[0]))
-            return
         self.ctx.b.origin = node.label
         try:
-            outs = _lower_node(self.ctx, node, args, self.model, self.lowered)
+            if node.op_type == "If" and node.domain == "" and args and args[0] is not None \
+                    and args[0].const is not None:
+                self.branch(node, args[0].const)
+                return
+            outs = _lower_node(self.ctx, node, args, self.model, self.lowered, self.expected)
             _check_outputs(node, outs, self.expected)
         except Unsupported as e:
             key = _unknown_op(node) if str(e) == "__unknown__" else f"{node.op_type}: {e}"
             problems.setdefault(key, []).append(node.label)
             outs = [None] * len(node.outputs)
-        except (ArithmeticError, LookupError, TypeError, ValueError) as e:
+        except (ArithmeticError, LookupError, TypeError, ValueError, MemoryError) as e:
             # NOTE: a converter that trips over an input it did not expect refuses the node
             # (one line, listed with the others) instead of ending the import in a traceback.
             key = f"{node.op_type}: internal error: {type(e).__name__}: {e}"
@@ -222,17 +172,35 @@ class _Walk:
             if name:
                 env[name] = out_value
 
-    def branch(self, node: Any, condition: bool) -> None:
+    def branch(self, node: OnnxNode, condition: np.ndarray) -> None:
         """The taken branch's nodes, as if they stood in the graph (its outer reads resolve)."""
-        from onnx import numpy_helper
-        graph = node.attr("then_branch" if condition else "else_branch")
-        for t in graph.initializer:
-            self.env[t.name] = self.ctx.b.const(numpy_helper.to_array(t), t.name)
+        if condition.size != 1:
+            raise Unsupported(f"condition of shape {list(condition.shape)}; expected one element")
+        graph = node.attr("then_branch" if bool(condition.reshape(-1)[0]) else "else_branch")
+        if len(graph.output) != len(node.outputs):
+            raise Unsupported(f"the branch {graph.name!r} has {len(graph.output)} outputs; "
+                              f"expected {len(node.outputs)}, as the node has")
+        self.constants(graph, f"branch {graph.name!r}")
         self.nodes(graph.node)
         self.lowered.folded["If"] += 1
         for name, out in zip(node.outputs, graph.output):
             if name:
                 self.env[name] = self.env.get(out.name)
+
+    def constants(self, graph: Any, where: str) -> None:
+        """A graph's initializers and sparse initializers as constants (None where refused)."""
+        tensors = [(t.name, t, False) for t in graph.initializer]
+        tensors += [(s.values.name, s, True) for s in graph.sparse_initializer]
+        for name, tensor, sparse in tensors:
+            what = f"{where} initializer {name!r}"
+            try:
+                array = sparse_to_dense(tensor, what) if sparse else to_array(tensor, what)
+            except Unsupported as e:
+                if self.ctx.uses[name]:  # an unused initializer of an odd dtype does not matter
+                    self.problems.setdefault(str(e), []).append(name)
+                self.env[name] = None
+                continue
+            self.env[name] = self.ctx.b.const(array, name)
 
 
 def _unknown_op(node: Any) -> str:
@@ -241,12 +209,15 @@ def _unknown_op(node: Any) -> str:
 
 
 def _lower_node(ctx: Context, node: Any, args: list[Value | None], model: Any,
-                lowered: Lowered) -> list[Value | None]:
+                lowered: Lowered, expected: Mapping[str, tuple]) -> list[Value | None]:
     consts = [a is None or a.const is not None for a in args]
     if all(consts) and node.op_type not in ("Dropout",):
+        shapes = [expected[n][0] if n in expected else None for n in node.outputs]
         try:
             results = fold(node, [None if a is None else a.const for a in args],
-                           model.opset_import)
+                           model.opset_import, shapes)
+        except TooLarge:
+            raise
         except Unsupported:
             if node.op_type in CONVERTERS:
                 results = None
@@ -261,7 +232,6 @@ def _lower_node(ctx: Context, node: Any, args: list[Value | None], model: Any,
                     continue
                 array = np.asarray(r)
                 np_dtype_name = str(array.dtype)
-                from .ir import RUNTIME_DTYPES
                 if np_dtype_name not in RUNTIME_DTYPES:
                     raise Unsupported(f"folded output {name!r} has dtype {np_dtype_name}")
                 out.append(ctx.b.const(array, name))
@@ -269,6 +239,9 @@ def _lower_node(ctx: Context, node: Any, args: list[Value | None], model: Any,
     convert = CONVERTERS.get(node.op_type) if node.domain == "" else None
     if convert is None:
         raise Unsupported("__unknown__")
+    if node.inputs and args[0] is None:
+        # NOTE: every converter reads input 0 as its data; a schema may not say it is required.
+        raise Unsupported("input 0 is omitted (''); it is required")
     outs = list(convert(ctx, node, args))
     if outs and all(v is not None and v.const is not None for v in outs):
         lowered.folded[node.op_type] += 1  # Shape, Size: known from static shapes

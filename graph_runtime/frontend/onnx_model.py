@@ -1,9 +1,10 @@
 """Reading an ONNX model: the file and its external data, opsets, node attributes, value types."""
 from __future__ import annotations
 
+import math
+import operator
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,23 +26,91 @@ def require_onnx() -> Any:
     return onnx
 
 
-def load_model(model: Any) -> tuple[Any, str]:
-    """(ModelProto with its external data loaded, a name for messages) from a proto or a path."""
+def load_model(model: Any, base_dir: str | os.PathLike[str] | None = None) -> tuple[Any, str]:
+    """(ModelProto with its external data loaded, a name for messages) from a proto or a path.
+
+    External data is read only from regular files inside the model's folder (base_dir for a
+    ModelProto; without one, a ModelProto with external data is refused). A given ModelProto is
+    copied before its external data is filled in, never changed.
+    """
     onnx = require_onnx()
+    from .external_data import has_external_data, load_external_data
     if isinstance(model, onnx.ModelProto):
-        return model, model.graph.name or "<model>"
-    if not isinstance(model, (str, os.PathLike)):
+        proto, name = model, "<model>"
+        folder = None if base_dir is None else Path(base_dir)
+    elif isinstance(model, (str, os.PathLike)):
+        path = Path(model)
+        if not path.is_file():
+            raise FrontendError(f"ONNX model {str(path)!r} does not exist")
+        proto = _parse(path)
+        name = path.name
+        folder = path.parent if base_dir is None else Path(base_dir)
+    else:
         raise FrontendError(f"from_onnx: expected an onnx.ModelProto or a path, got "
                             f"{type(model).__name__}")
-    path = Path(model)
-    if not path.is_file():
-        raise FrontendError(f"ONNX model {str(path)!r} does not exist")
     try:
-        # NOTE: onnx.load reads external data files relative to the model's folder.
-        proto = onnx.load(str(path), load_external_data=True)
-    except Exception as e:
-        raise FrontendError(f"{path}: cannot read the ONNX model: {type(e).__name__}: {e}") from e
-    return proto, path.name
+        check_text(proto, name)
+        if has_external_data(proto):
+            if proto is model:
+                proto = onnx.ModelProto()
+                proto.CopyFrom(model)
+            load_external_data(proto, folder)
+    except RecursionError:
+        raise FrontendError(f"{name}: subgraphs nested too deeply") from None
+    check_opsets(proto, name)
+    if name == "<model>":
+        name = proto.graph.name or name
+    return proto, name
+
+
+def _parse(path: Path) -> Any:
+    import onnx
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise FrontendError(f"{path}: cannot read the ONNX model: {e.strerror or e}") from None
+    try:
+        return onnx.ModelProto.FromString(data)
+    except Exception as e:  # noqa: BLE001 - protobuf's DecodeError and its relatives
+        raise FrontendError(f"{path}: not an ONNX model (protobuf: {type(e).__name__}: "
+                            f"{str(e)[:200]})") from None
+
+
+def check_text(message: Any, where: str) -> None:
+    """Refuse a string field holding invalid UTF-8 (protobuf hands it over as bytes)."""
+    from google.protobuf.descriptor import FieldDescriptor
+    for field, value in message.ListFields():
+        if field.type == FieldDescriptor.TYPE_STRING:
+            values = value if _is_repeated(field) else [value]
+            for i, v in enumerate(values):
+                if not isinstance(v, str):
+                    at = f"{where}.{field.name}" + (f"[{i}]" if _is_repeated(field) else "")
+                    raise FrontendError(f"{at}: expected UTF-8 text, got bytes {bytes(v)[:60]!r} "
+                                        "(not valid UTF-8)")
+        elif field.type == FieldDescriptor.TYPE_MESSAGE:
+            if _is_repeated(field):
+                for i, item in enumerate(value):
+                    check_text(item, f"{where}.{field.name}[{i}]")
+            else:
+                check_text(value, f"{where}.{field.name}")
+
+
+def _is_repeated(field: Any) -> bool:
+    # NOTE: protobuf 6+ has is_repeated; older versions only label.
+    if hasattr(field, "is_repeated"):
+        return bool(field.is_repeated)
+    return bool(field.label == field.LABEL_REPEATED)
+
+
+def check_opsets(model: Any, name: str) -> None:
+    """Refuse opset versions outside what the installed onnx package knows."""
+    from onnx import defs
+    newest = defs.onnx_opset_version()
+    for entry in model.opset_import:
+        top = newest if entry.domain in ("", "ai.onnx") else 2 ** 31 - 1
+        if not 1 <= entry.version <= top:
+            raise FrontendError(f"{name}: opset_import domain {entry.domain!r} version "
+                                f"{entry.version}; expected 1 to {top}")
 
 
 def default_opset(model: Any) -> int:
@@ -67,63 +136,9 @@ def np_dtype(elem_type: int) -> str:
     return dtype
 
 
-def onnx_elem_type(dtype: str) -> int:
-    from onnx import helper
-    return int(helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))
-
-
-@dataclass
-class Node:
-    """One ONNX node with its attributes decoded and the opset version of its domain."""
-
-    op_type: str
-    name: str
-    inputs: list[str]
-    outputs: list[str]
-    attrs: dict[str, Any]
-    domain: str
-    opset: int
-    proto: Any
-
-    def attr(self, name: str, default: Any = None) -> Any:
-        return self.attrs.get(name, default)
-
-    def ints(self, name: str, default: Sequence[int] | None = None) -> list[int]:
-        """An ints attribute; without a default, a missing one is refused."""
-        value = self.attrs.get(name)
-        if value is None:
-            if default is None:
-                raise Unsupported(f"missing attribute {name!r}")
-            return list(default)
-        return [int(v) for v in value]
-
-    def opt_ints(self, name: str) -> list[int] | None:
-        value = self.attrs.get(name)
-        return None if value is None else [int(v) for v in value]
-
-    @property
-    def label(self) -> str:
-        return self.name or f"<{self.op_type} -> {', '.join(self.outputs)}>"
-
-
-def decode_node(proto: Any, opsets: Mapping[str, int]) -> Node:
-    """A Node from a NodeProto: tensors become arrays, bytes become str."""
-    from onnx import helper, numpy_helper
-    attrs: dict[str, Any] = {}
-    for a in proto.attribute:
-        if a.ref_attr_name:
-            raise Unsupported(f"attribute {a.name!r} refers to a function attribute")
-        value = helper.get_attribute_value(a)
-        if isinstance(value, bytes):
-            value = value.decode("utf-8")
-        elif isinstance(value, list) and value and isinstance(value[0], bytes):
-            value = [v.decode("utf-8") for v in value]
-        elif a.type == a.TENSOR:
-            value = numpy_helper.to_array(value)
-        attrs[a.name] = value
-    domain = proto.domain if proto.domain != "ai.onnx" else ""
-    return Node(proto.op_type, proto.name, list(proto.input), list(proto.output), attrs, domain,
-                int(opsets.get(domain, 1)), proto)
+# Graph inputs may declare at most this many elements (an int64 input that large would already
+# need 8 TiB); checked before ONNX shape inference sees the declared sizes.
+MAX_INPUT_ELEMENTS = 1 << 40
 
 
 def tensor_shape(type_proto: Any, name: str, given: Mapping[str, Sequence[int]]) -> tuple:
@@ -132,7 +147,7 @@ def tensor_shape(type_proto: Any, name: str, given: Mapping[str, Sequence[int]])
         raise Unsupported(f"input {name!r} is not a tensor")
     tt = type_proto.tensor_type
     if name in given:
-        shape = tuple(int(d) for d in given[name])
+        shape = checked_dims(name, given[name])
         if tt.HasField("shape"):
             dims = tt.shape.dim
             if len(dims) != len(shape):
@@ -148,10 +163,23 @@ def tensor_shape(type_proto: Any, name: str, given: Mapping[str, Sequence[int]])
                           f"(1, 3, 224, 224)}} or --shape {name}=1,3,224,224")
     dims = tt.shape.dim
     if all(d.HasField("dim_value") for d in dims):
-        return tuple(int(d.dim_value) for d in dims)
+        return checked_dims(name, [d.dim_value for d in dims], "declared shape")
     example = ",".join(str(d.dim_value) if d.HasField("dim_value") else "N" for d in dims)
     raise Unsupported(f"input {name!r} has symbolic dims ({_dims_text(dims)}); give concrete "
                       f"ones: shape={{{name!r}: (...)}} or --shape {name}={example}")
+
+
+def checked_dims(name: str, dims: Any, source: str = "shape given") -> tuple[int, ...]:
+    """dims as a tuple of sizes >= 0 whose product is at most MAX_INPUT_ELEMENTS."""
+    try:
+        shape = tuple(operator.index(d) for d in dims)
+    except TypeError:
+        raise FrontendError(f"{source} for input {name!r}: expected integer sizes, got "
+                            f"{list(dims)[:8]!r}") from None
+    if any(d < 0 for d in shape) or math.prod(shape) > MAX_INPUT_ELEMENTS:
+        raise FrontendError(f"{source} for input {name!r}: {list(shape)}; expected sizes >= 0 "
+                            f"with at most {MAX_INPUT_ELEMENTS} elements in all")
+    return shape
 
 
 def _dims_text(dims: Any) -> str:

@@ -1,7 +1,6 @@
 """Reference data for an imported model: seeded inputs and ONNX Runtime's outputs for them."""
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -16,7 +15,7 @@ _PASS_THROUGH = frozenset({"Cast", "Unsqueeze", "Squeeze", "Reshape", "Flatten",
 
 def index_bounds(model: Any) -> dict[str, int]:
     """Per graph input that ends up as Gather indices: the size of the axis it indexes."""
-    from .lower import inferred_types, static_specs
+    from .inference import inferred_types, static_specs
     graph = model.graph
     known = {t.name: tuple(t.dims) for t in graph.initializer}
     for name, (shape, _) in static_specs(inferred_types(model, {})).items():
@@ -70,16 +69,19 @@ def reference_inputs(result: ImportResult, model: Any, seed: int = 0) -> dict[st
     return inputs
 
 
-def onnxruntime_outputs(model: Any, path: str | os.PathLike[str] | None,
-                        inputs: Mapping[str, np.ndarray], names: Sequence[str]
+def onnxruntime_outputs(model: Any, inputs: Mapping[str, np.ndarray], names: Sequence[str]
                         ) -> list[np.ndarray]:
-    """ONNX Runtime's outputs for inputs (the model file when there is one: external data)."""
+    """ONNX Runtime's outputs for inputs.
+
+    model is the proto load_model gave, its external data already read from the model's folder
+    only, so ONNX Runtime gets bytes and opens no file itself.
+    """
     try:
         import onnxruntime as ort
     except ImportError as e:
         raise FrontendError("--reference needs onnxruntime: pip install onnxruntime") from e
     try:
-        source = os.fspath(path) if path is not None else model.SerializeToString()
+        source = model.SerializeToString()
         options = ort.SessionOptions()
         options.log_severity_level = 3
         session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])

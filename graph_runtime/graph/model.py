@@ -7,10 +7,11 @@ import operator
 import os
 from bisect import bisect_right
 from dataclasses import dataclass, field
+from functools import cached_property
 from itertools import accumulate
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping, Sequence, Union
+from typing import TYPE_CHECKING, Any, Mapping, Sequence, Union
 
 import numpy as np
 
@@ -18,6 +19,9 @@ from .._text import count_of
 from ..errors import GraphError
 from .checks import SUPPORTED_DTYPES, matches_schema, schema_labels, semantic_problems
 from .schema import MAX_PROBLEMS, schema_problems
+
+if TYPE_CHECKING:
+    from .liveness import Liveness
 
 __all__ = ["COLUMN_TAGS", "COPY_OP", "NOP_OP", "SUPPORTED_DTYPES", "Graph", "GraphSource", "Node",
            "check_graph", "load_graph", "read_graph_doc"]
@@ -280,6 +284,13 @@ class Graph:
             return None
         tag, values = self.attrs[name]
         return _copy_values(tag, values)
+
+    @cached_property
+    def liveness(self) -> Liveness:
+        """Each entry's life and alias group under this graph's storage ids, computed once."""
+        # NOTE: imported here because graph/liveness.py imports this module.
+        from .liveness import liveness
+        return liveness(self.nodes, self.heads, self.attrs["storage_id"][1])
 
     @property
     def input_names(self) -> list[str]:

@@ -64,7 +64,7 @@ def _pattern(validator: Any, pattern: str, value: Any, schema: Any) -> Iterable[
 
 @functools.lru_cache(maxsize=None)
 def _strict_validator() -> Any:
-    # NOTE: jsonschema loads on first validation, not at import (it costs ~0.1 s; Disco worker
+    # NOTE: jsonschema loads on first validation, not at import (its import is slow; Disco worker
     # processes import the package without ever validating a graph).
     from jsonschema import Draft202012Validator, validators
     # JSON Schema counts 2.0 as an integer; the runtime indexes lists with these values, so only

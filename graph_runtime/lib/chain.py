@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -12,31 +12,14 @@ from ..backends import REGISTRY, get_backend
 from ..backends.base import Backend
 from ..device import Device
 from ..errors import LibraryError
-from .attrs import (
-    DTYPE_KEY,
-    NODE_KEYS,
-    NUM_OUTPUTS_KEY,
-    OUT_DTYPE_KEY,
-    WORKSPACE_LIMIT_KEY,
-    check_attrs,
-    float_attr,
-    str_attr,
-)
+from .attrs import (DTYPE_KEY, NODE_KEYS, NUM_OUTPUTS_KEY, OUT_DTYPE_KEY, WORKSPACE_LIMIT_KEY,
+                    check_attrs, float_attr, str_attr)
+from .kernels.cpu import chain_jit
 from .kernels.cpu.conv_epilogue import EPILOGUE_DTYPES, EPILOGUE_OPS
 from .kernels.gpu_elementwise import ELEMENTWISE_EXPRS, gpu_elementwise
-from .library import (
-    CachesInputs,
-    InputVersion,
-    TensorSpec,
-    cached_inputs,
-    storage_requests,
-    uses_workers,
-    workspace_bytes,
-)
+from .library import InputVersion, TensorSpec
+from .prepared import PreparedKernel, capabilities
 from .registry import OpDef, get_op
-
-if TYPE_CHECKING:
-    pass
 
 
 @dataclass(frozen=True)
@@ -62,8 +45,13 @@ class _Planned:
     operands: list[TensorSpec] = field(default_factory=list)
 
 
-class PreparedChain:
-    """The callable a multi-op chain prepares; run(*inputs, *outputs) calls each kernel in turn."""
+class PreparedChain(PreparedKernel):
+    """The callable a multi-op chain prepares; run(*inputs, *outputs) calls each kernel in turn.
+
+    Its capabilities are its kernels' together, by the function's input positions: their requests
+    and cached inputs among the function's own inputs, their workspace plus the intermediates,
+    the workers if any kernel uses them.
+    """
 
     def __init__(self, calls: list[tuple[Callable[..., None], tuple[int, ...]]],
                  intermediates: list[Any], fused_ops: list[str], n_inputs: int) -> None:
@@ -73,39 +61,59 @@ class PreparedChain:
         # (kernel, picks its arguments out of the slots): itemgetter does it in C
         self._steps = [(fn, itemgetter(*index) if len(index) > 1 else _one(index[0]))
                        for fn, index in calls]
-        self._requests = _input_requests(calls, n_inputs)
-        # Kernels keeping data derived from the function's own inputs (Winograd weights).
-        self._cached = [(fn, index) for fn, index in calls
-                        if any(index[pos] < n_inputs for pos in cached_inputs(fn))]
-        self._n_inputs = n_inputs
-        self._workspace = (sum(int(a.nbytes) for a in intermediates)
-                           + sum(workspace_bytes(fn) for fn, _ in calls))
-        self.uses_workers = any(uses_workers(fn) for fn, _ in calls)
+        self._requests: dict[int, Any] = {}
+        self._cached: set[int] = set()
+        # Kernels keeping data derived from the function's own inputs, with their argument slots.
+        self._binds: list[tuple[PreparedKernel, tuple[int, ...]]] = []
+        self._workspace = sum(int(a.nbytes) for a in intermediates)
+        self._workers = False
+        for fn, index in calls:
+            kernel = capabilities(fn)
+            for pos, array in kernel.storage_requests().items():
+                if index[pos] < n_inputs:
+                    self._requests.setdefault(index[pos], array)
+            cached = {index[pos] for pos in kernel.cached_inputs() if index[pos] < n_inputs}
+            if cached:
+                self._cached |= cached
+                self._binds.append((kernel, index))
+            self._workspace += kernel.workspace_bytes()
+            self._workers = self._workers or kernel.uses_workers()
 
     def storage_requests(self) -> Mapping[int, Any]:
-        """The chain's kernels' requests for the function's own inputs (padded_gemv.py)."""
         return self._requests
 
     def workspace_bytes(self) -> int:
-        """Intermediates between the chain's ops plus its kernels' own workspace."""
         return self._workspace
 
     def cached_inputs(self) -> tuple[int, ...]:
-        """The function's inputs some kernel of the chain derives data from once."""
-        return tuple(sorted({index[pos] for fn, index in self._cached
-                             for pos in cached_inputs(fn) if index[pos] < self._n_inputs}))
+        return tuple(sorted(self._cached))
 
     def bind_versions(self, versions: Mapping[int, InputVersion]) -> None:
         """Hand each kernel the counters of the function inputs it reads; others stay volatile."""
-        for fn, index in self._cached:
-            if isinstance(fn, CachesInputs):
-                fn.bind_versions({pos: versions.get(index[pos], InputVersion(volatile=True))
-                                  for pos in cached_inputs(fn)})
+        for kernel, index in self._binds:
+            kernel.bind_versions({pos: versions.get(index[pos], InputVersion(volatile=True))
+                                  for pos in kernel.cached_inputs()})
+
+    def uses_workers(self) -> bool:
+        return self._workers
 
     def __call__(self, *arrays: Any) -> None:
         slots = arrays + self.intermediates
         for fn, pick in self._steps:
             fn(*pick(slots))
+
+
+def kernel_note(kernel: Any) -> str:
+    """How a prepared function runs, for `graphrun profile`: which ops ran compiled (CPU chain
+    tails, kernels/cpu/chain_jit.py) or as one NumPy pass per op."""
+    if isinstance(kernel, chain_jit.CompiledChain):
+        return "compiled " + "+".join(kernel.ops)
+    if not isinstance(kernel, PreparedChain):
+        return ""
+    compiled = [fn for fn, _ in kernel._steps if isinstance(fn, chain_jit.CompiledChain)]
+    if compiled:
+        return "compiled tail " + "+".join(compiled[-1].ops)
+    return "" if kernel.fused_ops else "numpy, one pass per op"
 
 
 def _check_workspace(name: str, temps: Sequence[TensorSpec], limit: Any,
@@ -169,7 +177,9 @@ class Chain:
         slot_count = len(inputs) + len(outputs)
         if backend.name == "cpu":
             plan = _fuse_epilogue(plan, slot_count)
-            _write_tail_in_place(plan, slot_count)
+            first_fused = _jit_tail(plan, slot_count)
+            if first_fused == len(plan):
+                _write_tail_in_place(plan, slot_count)
         temps = [p.outputs[0] for p in plan[:first_fused] if p.out_slots[0] >= slot_count]
         _check_workspace(self.name, temps, attrs.get(WORKSPACE_LIMIT_KEY), device)
         intermediates = [backend.empty(device_id, tuple(spec.shape), np.dtype(spec.dtype))
@@ -186,15 +196,17 @@ class Chain:
                     fn = p.op.kernels[backend.name](backend, device_id, p.inputs, p.outputs,
                                                     p.attrs)
                 calls.append((fn, tuple(p.slots + p.out_slots)))
-            if fused:
+            if fused and backend.name == "cpu":
+                calls.append(_jit_call(fused))
+            elif fused:
                 calls.append(_fused_call(self.name, backend, device_id, fused))
         flatten = str(attrs.get("flatten_data", "0")).strip().lower() in ("1", "true")
-        if len(plan) == 1 and not flatten:
+        if len(plan) == 1 and not flatten and calls[0][1] == tuple(range(slot_count)):
             return calls[0][0]  # one op: its kernel is the prepared call, with no extra layer
         run: Callable[..., None] = PreparedChain(calls, intermediates,
                                                  [p.op.name for p in fused], len(inputs))
         if flatten:
-            run = _unflatten(run, list(inputs) + list(outputs))
+            run = _Unflattened(run, list(inputs) + list(outputs))
         return run
 
     # -- planning ---------------------------------------------------------------------------
@@ -361,24 +373,43 @@ def _write_tail_in_place(plan: list[_Planned], slot_count: int) -> None:
         p.out_slots = [routed.get(i, i) for i in p.out_slots]
 
 
-def _input_requests(calls: list[tuple[Callable[..., None], tuple[int, ...]]],
-                    n_inputs: int) -> dict[int, Any]:
-    """Storage requests of a chain's kernels for the function's inputs, by input position."""
-    requests: dict[int, Any] = {}
-    for fn, index in calls:
-        for pos, array in storage_requests(fn).items():
-            if index[pos] < n_inputs:
-                requests.setdefault(index[pos], array)
-    return requests
-
-
 def _same_spec(a: TensorSpec, b: TensorSpec) -> bool:
     return tuple(a.shape) == tuple(b.shape) and a.dtype == b.dtype
 
 
-def _fused_call(name: str, backend: Backend, device_id: int,
-                fused: list[_Planned]) -> tuple[Callable[..., None], tuple[int, ...]]:
-    """One generated GPU kernel for an elementwise tail; its inputs are the tail's free slots."""
+def _jit_tail(plan: list[_Planned], slot_count: int) -> int:
+    """Index of the first op of the CPU tail compiled as one pass (len(plan) when none).
+
+    The tail is the longest run of ops chain_jit compiles at the end of the chain, at least two
+    ops (or one gelu, itself several NumPy passes), reshapes included where its inputs allow.
+    The op before it then writes the node's output, which the tail updates in place, when the
+    shapes agree.
+    """
+    if not chain_jit.enabled():
+        return len(plan)
+    start = len(plan)
+    while start > 0 and len(plan[start - 1].outputs) == 1 and plan[start - 1].epilogue is None \
+            and chain_jit.step_expr(plan[start - 1].op.name, plan[start - 1].attrs,
+                                    plan[start - 1].inputs, plan[start - 1].outputs[0].dtype):
+        start -= 1
+    while start < len(plan) and not chain_jit.tail_ok(
+            [p.op.name for p in plan[start:]], _tail_operands(plan[start:])[1], plan[-1].outputs[0]):
+        start += 1
+    ops = [p.op.name for p in plan[start:] if p.op.name not in chain_jit.VIEWS]
+    if len(plan) - start < 2 and ops != ["gelu"] or not ops:
+        return len(plan)
+    if start > 0 and _same_spec(plan[start - 1].outputs[0], plan[-1].outputs[0]):
+        routed = plan[start - 1].out_slots[0]
+        out_slot = plan[-1].out_slots[0]
+        for p in plan[start:]:
+            p.slots = [out_slot if i == routed else i for i in p.slots]
+        plan[start - 1].out_slots = [out_slot]
+    return start
+
+
+def _tail_operands(fused: list[_Planned]
+                   ) -> tuple[list[int], list[TensorSpec], list[list[tuple[str, int]]]]:
+    """The tail's free slots, their specs, and per step where each operand comes from."""
     kernel_slots: list[int] = []
     kernel_specs: list[TensorSpec] = []
     produced: dict[int, int] = {}  # slot -> index of the tail step computing it
@@ -395,6 +426,28 @@ def _fused_call(name: str, backend: Backend, device_id: int,
             refs.append(("input", kernel_slots.index(slot)))
         operands.append(refs)
         produced[p.out_slots[0]] = k
+    return kernel_slots, kernel_specs, operands
+
+
+def _jit_call(fused: list[_Planned]) -> tuple[Callable[..., None], tuple[int, ...]]:
+    """The CPU tail as one compiled pass (kernels/cpu/chain_jit.py)."""
+    kernel_slots, kernel_specs, operands = _tail_operands(fused)
+    n = len(kernel_specs)
+    steps = []
+    for p, refs in zip(fused, operands):
+        template = chain_jit.step_expr(p.op.name, p.attrs, p.inputs, p.outputs[0].dtype)
+        assert template is not None  # _jit_tail checked every step
+        steps.append((template, [i if what == "input" else n + i for what, i in refs],
+                      p.outputs[0].dtype))
+    fn = chain_jit.CompiledChain(kernel_specs, fused[-1].outputs[0], steps,
+                                 [p.op.name for p in fused])
+    return fn, tuple(kernel_slots + fused[-1].out_slots)
+
+
+def _fused_call(name: str, backend: Backend, device_id: int,
+                fused: list[_Planned]) -> tuple[Callable[..., None], tuple[int, ...]]:
+    """One generated GPU kernel for an elementwise tail; its inputs are the tail's free slots."""
+    kernel_slots, kernel_specs, operands = _tail_operands(fused)
     n = len(kernel_specs)
     # gpu_elementwise numbers values as the kernel's inputs first, then each step's result.
     steps = [(ELEMENTWISE_EXPRS[p.op.name]({**p.attrs, DTYPE_KEY: p.inputs[0].dtype}),
@@ -409,10 +462,31 @@ def _c_name(name: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in name)[:40]
 
 
-def _unflatten(run: Callable[..., None], specs: list[TensorSpec]) -> Callable[..., None]:
-    """With flatten_data the executor passes 1-D views; kernels get the declared shapes back."""
-    shapes = [tuple(s.shape) for s in specs]
+class _Unflattened(PreparedKernel):
+    """With flatten_data the executor passes 1-D views; the kernels get the declared shapes back.
 
-    def call(*arrays: Any) -> None:
-        run(*[a if a.shape == shape else a.reshape(shape) for a, shape in zip(arrays, shapes)])
-    return call
+    The wrapped kernel's workspace, cached inputs and worker use carry through (a conv under
+    flatten_data still keeps its transformed weight and holds OpenBLAS at one thread); its
+    storage requests do not, since the executor never places a flattened entry.
+    """
+
+    def __init__(self, run: Callable[..., None], specs: list[TensorSpec]) -> None:
+        self.run = run
+        self.inner = capabilities(run)
+        self.shapes = [tuple(s.shape) for s in specs]
+
+    def __call__(self, *arrays: Any) -> None:
+        self.run(*[a if a.shape == shape else a.reshape(shape)
+                   for a, shape in zip(arrays, self.shapes)])
+
+    def workspace_bytes(self) -> int:
+        return self.inner.workspace_bytes()
+
+    def cached_inputs(self) -> Sequence[int]:
+        return self.inner.cached_inputs()
+
+    def bind_versions(self, versions: Mapping[int, InputVersion]) -> None:
+        self.inner.bind_versions(versions)
+
+    def uses_workers(self) -> bool:
+        return self.inner.uses_workers()

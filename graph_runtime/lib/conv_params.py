@@ -67,6 +67,15 @@ class ConvParams:
     def og(self) -> int:
         return self.o // self.groups
 
+    def key(self) -> str:
+        """Every size on one readable line (a tuning key): data, weight, then the attributes
+        (one number where all sides agree)."""
+        def sides(values: tuple[int, ...]) -> str:
+            return str(values[0]) if len(set(values)) == 1 else ",".join(map(str, values))
+        return (f"{self.dtype} data {self.n}x{self.c}x{self.h}x{self.w} weight "
+                f"{self.o}x{self.cg}x{self.kh}x{self.kw} strides {sides(self.strides)} pad "
+                f"{sides(self.pad)} dilation {sides(self.dilation)} groups {self.groups}")
+
 
 def _common_checks(op: str, inputs: Sequence[TensorSpec], attrs: Mapping[str, Any],
                    kernel_layout: str) -> tuple[str, int, tuple, tuple, tuple]:

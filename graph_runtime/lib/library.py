@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -29,31 +29,9 @@ class TensorSpec:
 # A registered function is either a plain callable f(*inputs, *outputs) or an object with
 #   prepare(device, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec],
 #           attrs: Mapping[str, Any]) -> Callable[..., None]
-# which validates shapes/attrs and allocates workspace once, at create() time.
+# which validates shapes/attrs and allocates workspace once, at create() time. A prepared
+# kernel with storage requests, workspace, cached inputs or workers is a prepared.PreparedKernel.
 Kernel = Callable[..., Any]
-
-
-@runtime_checkable
-class RequestsStorage(Protocol):
-    """A prepared kernel that wants some inputs to live in arrays it made (a padded weight).
-
-    The executor honours a request only for an entry with its own storage id on the kernel's
-    device, read directly (not flattened, not through a copy); otherwise the kernel must still
-    work on the pool's array (it checks `is` identity and takes its plain path).
-    """
-
-    def storage_requests(self) -> Mapping[int, Any]:
-        """{input position: array that input's entry should live in}."""
-        ...
-
-
-@runtime_checkable
-class HasWorkspace(Protocol):
-    """A prepared kernel that holds memory of its own (im2col buffers, padded rows, chain temps)."""
-
-    def workspace_bytes(self) -> int:
-        """Bytes this kernel allocated at prepare time and keeps for every run."""
-        ...
 
 
 class InputVersion:
@@ -69,54 +47,6 @@ class InputVersion:
     def __init__(self, volatile: bool = False) -> None:
         self.value = 0
         self.volatile = volatile
-
-
-@runtime_checkable
-class CachesInputs(Protocol):
-    """A prepared kernel that keeps data derived from some inputs (transformed weights).
-
-    The executor gives it one InputVersion per such input; a kernel never bound derives every
-    run, so it is correct without the executor too.
-    """
-
-    def cached_inputs(self) -> Sequence[int]:
-        """Input positions whose derived data the kernel keeps between runs."""
-        ...
-
-    def bind_versions(self, versions: Mapping[int, InputVersion]) -> None:
-        """The write counters of those inputs, by position."""
-        ...
-
-
-@runtime_checkable
-class UsesWorkers(Protocol):
-    """A prepared CPU kernel that spreads its work over the runtime's workers (kernels/cpu/threads.py).
-
-    A graph holding one runs with OpenBLAS at one thread throughout (executor.py): a threaded
-    BLAS call elsewhere in the run leaves OpenBLAS threads spinning on the workers' cores.
-    """
-
-    uses_workers: bool
-
-
-def uses_workers(fn: Any) -> bool:
-    """True for a kernel (or chain) whose work goes to the runtime's CPU workers."""
-    return isinstance(fn, UsesWorkers) and bool(fn.uses_workers)
-
-
-def cached_inputs(fn: Any) -> Sequence[int]:
-    """Positions of the inputs fn derives data from once, none for other kernels."""
-    return tuple(fn.cached_inputs()) if isinstance(fn, CachesInputs) else ()
-
-
-def storage_requests(fn: Any) -> Mapping[int, Any]:
-    """fn's storage requests, or none for a kernel that makes none."""
-    return fn.storage_requests() if isinstance(fn, RequestsStorage) else {}
-
-
-def workspace_bytes(fn: Any) -> int:
-    """Bytes of workspace fn keeps, 0 for a kernel that keeps none."""
-    return int(fn.workspace_bytes()) if isinstance(fn, HasWorkspace) else 0
 
 
 def _kind_of(device: DeviceLike) -> str:

@@ -120,7 +120,7 @@ class SourceKernel:
             raise LibraryError(f"{self.name}: launch shape global {total}, local {group} for "
                                f"n = {n}: sizes must be positive")
         # A kernel guards i < n, so work items beyond the largest buffer (plus one work-group of
-        # rounding) do nothing but take time: 2^31 of them on 8 elements ran for 33 s.
+        # rounding) do nothing but take time, and 2^31 of them on 8 elements take many seconds.
         largest = max((size_of(t.shape) for t in [*inputs, *outputs]), default=0)
         limit = largest + max(group or 0, _MAX_GROUP)
         if total > limit or (group is not None and group > _MAX_GROUP):

@@ -1,15 +1,15 @@
-"""Device planner: VirtualDevice constraints solved over a graph, copies, storage re-planned."""
+"""Device planner: VirtualDevice constraints solved over a graph, copies, storage re-planned.
+
+The measured automatic placement (auto_place) is the subpackage auto/.
+"""
 from __future__ import annotations
 
-from .auto import auto_place
-from .auto_report import AutoPlan
+from .auto import AutoPlan, CostCache, VerifyRow, auto_place, verify_plans
 from .constraints import Constraint, Placement, glob_escape, parse_device_constraint
-from .measure_costs import CostCache
 from .plan import plan_graph
 from .result import CopyReport, Fallback, PlanResult, PoolReport
 from .storage_plan import PoolStats, StoragePlan, plan_storage
 from .topology import PlanNode, Topology, topology_of
-from .verify_auto import VerifyRow, verify_plans
 from .virtual_device import VirtualDevice, default, join
 
 __all__ = [

@@ -1,10 +1,10 @@
 """Storage planning per device: liveness-based storage id reuse, with the lower bound it is held to.
 
-Rules: an id never spans two devices; graph inputs and outputs get ids of their own; an entry's
-life runs from the node that writes it to its last reader, inclusive, so an op never writes over
-its own inputs; inputs and outputs, owning their storage, count as live for the whole run in the
-peak-live lower bound; a `__nop` node's outputs share storage with its inputs (it runs nothing,
-so its outputs must alias what it reads).
+Rules: an id never spans two devices; graph inputs and outputs get ids of their own; lives and
+alias groups are graph/liveness.py's (a value lives from its writer to its last reader, inclusive,
+so an op never writes over its own inputs; a `__nop` node's outputs alias its inputs, as it runs
+nothing); inputs and outputs, owning their storage, count as live for the whole run in the
+peak-live lower bound.
 """
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from bisect import bisect_right
 from dataclasses import dataclass
 
 from ..device import Device
-from ..graph.model import NOP_OP
+from ..graph.liveness import liveness
+from ..graph.model import Graph
 from .topology import Topology
 
 
@@ -33,51 +34,23 @@ class StoragePlan:
     stats: dict[Device, PoolStats]
 
 
-def plan_storage(topo: Topology, entry_bytes: list[int],
+def plan_storage(topo: Topology | Graph, entry_bytes: list[int],
                  entry_device: list[Device]) -> StoragePlan:
-    """Assign storage ids: greedy by size (largest first, first id whose lives do not overlap)."""
-    row_ptr = [0]
-    for node in topo.nodes:
-        row_ptr.append(row_ptr[-1] + node.num_outputs)
-    num_entries = row_ptr[-1]
-    last_step = len(topo.nodes)
-    start = [0] * num_entries
-    end = [0] * num_entries
-    for nid, node in enumerate(topo.nodes):
-        for eid in range(row_ptr[nid], row_ptr[nid + 1]):
-            start[eid] = nid
-            end[eid] = nid
-    for nid, node in enumerate(topo.nodes):
-        for src, index in node.inputs:
-            eid = row_ptr[src] + index
-            if end[eid] < nid:
-                end[eid] = nid
-    fixed = [False] * num_entries
-    for nid, node in enumerate(topo.nodes):
-        if node.is_arg:
-            for eid in range(row_ptr[nid], row_ptr[nid + 1]):
-                fixed[eid] = True
-                start[eid] = 0
-                end[eid] = last_step
-    for src, index in topo.heads:
-        eid = row_ptr[src] + index
-        fixed[eid] = True
-        # An output owns its storage for the whole run, so the lower bound counts it throughout.
-        start[eid] = 0
-        end[eid] = last_step
+    """Assign storage ids: greedy by size (largest first, first id whose lives do not overlap).
 
-    group = _alias_groups(topo, row_ptr, num_entries)
-    size: dict[int, int] = {}
-    for eid in range(num_entries):
-        g = group[eid]
-        if g == eid:
-            size[g] = entry_bytes[eid]
-            continue
-        size[g] = max(size[g], entry_bytes[eid])
-        start[g] = min(start[g], start[eid])
-        end[g] = max(end[g], end[eid])
-        fixed[g] = fixed[g] or fixed[eid]
-    roots = list(size)
+    A Graph's own storage_id column is ignored: this plans it.
+    """
+    live = liveness(topo.nodes, topo.heads)
+    last_step = live.num_nodes
+    roots = live.roots
+    size = dict.fromkeys(roots, 0)
+    for eid, root in enumerate(live.group):
+        size[root] = max(size[root], entry_bytes[eid])
+    # An input or output owns its storage for the whole run, so the lower bound counts it
+    # throughout.
+    fixed = {g: live.held(g) for g in roots}
+    start = {g: 0 if fixed[g] else live.start[g] for g in roots}
+    end = {g: last_step if fixed[g] else live.end[g] for g in roots}
 
     sid_of: dict[int, int] = {}
     sid_bytes: list[int] = []
@@ -102,21 +75,9 @@ def plan_storage(topo: Topology, entry_bytes: list[int],
             slots[entry_device[g]].append((chosen, [start[g]], [end[g]]))
         sid_of[g] = chosen
 
-    storage_ids = _renumber([sid_of[group[eid]] for eid in range(num_entries)])
+    storage_ids = _renumber([sid_of[root] for root in live.group])
     stats = _stats(roots, size, start, end, entry_device, sid_of, sid_bytes, last_step)
     return StoragePlan(storage_ids, stats)
-
-
-def _alias_groups(topo: Topology, row_ptr: list[int], num_entries: int) -> list[int]:
-    """Each entry's group root: a `__nop` output joins the group of the input it aliases."""
-    group = list(range(num_entries))
-    for nid, node in enumerate(topo.nodes):
-        if node.func_name != NOP_OP:
-            continue
-        for k, (src, index) in enumerate(node.inputs[:node.num_outputs]):
-            # Inputs come before the node, so their root is settled and smaller.
-            group[row_ptr[nid] + k] = group[row_ptr[src] + index]
-    return group
 
 
 def _renumber(ids: list[int]) -> list[int]:
@@ -125,7 +86,7 @@ def _renumber(ids: list[int]) -> list[int]:
     return [seen.setdefault(sid, len(seen)) for sid in ids]
 
 
-def _stats(roots: list[int], size: dict[int, int], start: list[int], end: list[int],
+def _stats(roots: list[int], size: dict[int, int], start: dict[int, int], end: dict[int, int],
            entry_device: list[Device], sid_of: dict[int, int], sid_bytes: list[int],
            last_step: int) -> dict[Device, PoolStats]:
     """Per device: bytes with no sharing, as planned, and the peak of live bytes over steps."""

@@ -16,16 +16,8 @@ from ..errors import GraphError, GraphRuntimeError, LibraryError
 from ..graph.model import COPY_OP, NOP_OP, Graph
 from ..lib.attrs import WORKSPACE_LIMIT_KEY
 from ..lib.kernels.cpu.threads import ONE_BLAS_THREAD
-from ..lib.library import (
-    CachesInputs,
-    InputVersion,
-    Module,
-    TensorSpec,
-    cached_inputs,
-    storage_requests,
-    uses_workers,
-    workspace_bytes,
-)
+from ..lib.library import InputVersion, Module, TensorSpec
+from ..lib.prepared import PreparedKernel, capabilities
 from .placement import plan_placement, resolve_entry_devices
 from .storage import PoolLayout, StoragePool, check_capacity, default_caps
 
@@ -47,6 +39,7 @@ class PreparedCall:
     args: list[Any]
     arg_keys: list[tuple[int, Device, bool]]  # (eid, device the array lives on, flattened)
     is_copy: bool
+    kernel: PreparedKernel  # what the executor may ask of fn (lib/prepared.py), unwrapped
 
 
 @dataclass(frozen=True)
@@ -91,8 +84,6 @@ class Executor:
         self.dropped_copies: set[int] = set()
         self._aliased: set[int] = set()
         self._io_eids = set(graph.input_entries.values()) | set(graph.output_entries)
-        self._last_reader: list[int] | None = None
-        self._sid_writers: dict[int, list[int]] = {}
         self.steps = self._prepare_steps(lib)
         # Write counters of graph inputs that kernels derive data from (lib.library.InputVersion).
         self.versions: dict[int, InputVersion] = {}
@@ -102,9 +93,10 @@ class Executor:
         self.devices = sorted(set(self.entry_device) | {c.dst for c in self.copies})
         # NOTE: kernels that spread work over the runtime's CPU workers (lib/kernels/cpu/threads.py)
         # need the cores to themselves: one threaded OpenBLAS call elsewhere in the run leaves
-        # OpenBLAS threads spinning on them (ResNet-18 batch 1: 42 ms with it, 32 ms without).
+        # OpenBLAS threads spinning on them, which made ResNet-18 markedly slower (measured in
+        # docs/measurements.md).
         self._blas_scope: ContextManager[None] = (
-            ONE_BLAS_THREAD if any(uses_workers(s.fn) for s in self.steps) else nullcontext())
+            ONE_BLAS_THREAD if any(s.kernel.uses_workers() for s in self.steps) else nullcontext())
 
     # ---- setup ---------------------------------------------------------------------------------
 
@@ -157,10 +149,11 @@ class Executor:
                 attrs[WORKSPACE_LIMIT_KEY] = cap - used.get(dev, 0)
             fn = lib.prepare(node.func_name or "", dev, in_specs, out_specs, attrs,
                              node=node.label)
-            self._count_workspace(node, dev, workspace_bytes(fn), used)
-            fn = _in_device_scope(fn, dev)
-            steps.append(PreparedCall(node.nid, node.label, node.func_name or "", dev, fn,
-                                      [self._bind(k) for k in keys], keys, False))
+            kernel = capabilities(fn)
+            self._count_workspace(node, dev, kernel.workspace_bytes(), used)
+            steps.append(PreparedCall(node.nid, node.label, node.func_name or "", dev,
+                                      _in_device_scope(fn, dev), [self._bind(k) for k in keys],
+                                      keys, False, kernel))
         return steps
 
     def _count_workspace(self, node: Any, dev: Device, nbytes: int,
@@ -181,7 +174,7 @@ class Executor:
                              "pass memory_cap= to raise the cap")
 
     def _place_requested_inputs(self) -> None:
-        """Give entries the storage their kernel asked for (lib.library.RequestsStorage).
+        """Give entries the storage their kernel asked for (PreparedKernel.storage_requests).
 
         A padded CPU GEMV wants its weight inside a larger zeroed buffer
         (lib/kernels/cpu/padded_gemv.py).
@@ -190,7 +183,7 @@ class Executor:
         """
         placed: set[int] = set(self._aliased)
         for step in self.steps:
-            for pos, array in storage_requests(step.fn).items():
+            for pos, array in step.kernel.storage_requests().items():
                 eid, dev, flatten = step.arg_keys[pos]
                 if (flatten or eid in placed or dev != self.entry_device[eid]
                         or not self.pool.place(eid, array)):
@@ -199,7 +192,7 @@ class Executor:
                 self.rebind(eid, array)
 
     def _bind_versions(self) -> None:
-        """Give kernels that cache derived inputs a counter per input (lib.library.CachesInputs).
+        """Give kernels that cache derived inputs a counter per input (lib/prepared.py).
 
         Only a graph input read in place, with a storage id of its own, is written solely through
         GraphModule's setters, which count; any other entry gets a volatile counter.
@@ -207,9 +200,8 @@ class Executor:
         g = self.graph
         inputs = {g.entry_id(nid, 0) for nid in g.arg_nodes}
         for step in self.steps:
-            fn = step.fn
-            positions = cached_inputs(fn)
-            if not positions or not isinstance(fn, CachesInputs):
+            positions = step.kernel.cached_inputs()
+            if not positions:
                 continue
             cells: dict[int, InputVersion] = {}
             for pos in positions:
@@ -219,7 +211,7 @@ class Executor:
                     cells[pos] = self.versions.setdefault(eid, InputVersion())
                 else:
                     cells[pos] = InputVersion(volatile=True)
-            fn.bind_versions(cells)
+            step.kernel.bind_versions(cells)
 
     def written(self, eid: int) -> None:
         """Count a write into input eid from outside run(), so derived data is redone."""
@@ -258,26 +250,15 @@ class Executor:
 
     def _can_alias(self, nid: int, src_eid: int, dst_eid: int) -> bool:
         """Whether dst may be read straight from src's storage: src is not an input or output
-        (zero copy could rebind one of them alone), and nothing else writes src's storage id
-        between the copy and dst's last reader."""
-        g = self.graph
-        inputs_outputs = self._io_eids
-        if src_eid in inputs_outputs or dst_eid in inputs_outputs:
+        (zero copy could rebind one of them alone), no `__nop` aliases dst (its output would
+        keep dst's own, unwritten storage), and nothing else writes src's storage id between
+        the copy and dst's last reader."""
+        if src_eid in self._io_eids or dst_eid in self._io_eids:
             return False
-        if self._last_reader is None:
-            last = [-1] * g.num_entries
-            writers: dict[int, list[int]] = {}
-            for node in g.nodes:
-                for ref in node.inputs:
-                    e = g.entry_id(ref[0], ref[1])
-                    last[e] = max(last[e], node.nid)
-                for e in g.node_entries(node.nid):
-                    writers.setdefault(g.storage_id(e), []).append(node.nid)
-            self._last_reader, self._sid_writers = last, writers
-        end = self._last_reader[dst_eid]
-        src_nid = g.entry_node(src_eid)[0]
-        return not any(nid < w <= end for w in self._sid_writers[g.storage_id(src_eid)]
-                       if w != src_nid)
+        live = self.graph.liveness
+        if live.aliased(dst_eid):
+            return False
+        return not live.written_between(src_eid, nid, live.last_read[dst_eid])
 
     def _copy_step(self, nid: int, label: str, src_eid: int, src: Device, dst: Device,
                    dst_eid: int | None = None) -> PreparedCall:
@@ -289,7 +270,7 @@ class Executor:
 
         keys = [(src_eid, src, False), (src_eid if dst_eid is None else dst_eid, dst, False)]
         return PreparedCall(nid, label, COPY_OP, dst, copy, [self._bind(k) for k in keys], keys,
-                            True)
+                            True, capabilities(copy))
 
     def _bind(self, key: tuple[int, Device, bool]) -> Any:
         eid, dev, flatten = key

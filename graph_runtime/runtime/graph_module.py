@@ -55,7 +55,7 @@ class GraphModule(Diagnostics):
         self.memory_cap = memory_cap
         self.allow_uninitialized = allow_uninitialized
         self.executor = Executor(graph, lib, ctxs, strict=strict, memory_cap=memory_cap)
-        # NOTE: a non-blocking acquire is the cheap owner check (~0.1 us) on the hot calls;
+        # NOTE: a non-blocking acquire is the cheapest owner check on the hot calls;
         # run_with() blocks on it instead.
         self._lock = threading.Lock()
         self.ctxs = self.executor.ctxs

@@ -9,7 +9,7 @@ from .._text import count_of
 from ..device import Device
 from ..errors import GraphError
 from ..graph.model import COPY_OP, NOP_OP, Graph, entry_bytes
-from .liveness import check_liveness
+from .storage_check import check_liveness
 from .storage import PoolLayout, layout_pool
 
 log = logging.getLogger("graph_runtime")

@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "graphs"
 SIMPLEX = EXAMPLES / "simplex"
 DUPLEX = EXAMPLES / "duplex"
-COMMANDS = ["run", "compare", "profile", "regress", "validate", "info", "devices", "viz", "plan"]
+COMMANDS = ["run", "compare", "profile", "regress", "validate", "info", "devices", "viz", "plan",
+            "tuning"]
 
 
 def invoke(*args: object) -> object:

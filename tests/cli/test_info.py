@@ -10,7 +10,7 @@ from support import make_graph, null, tvm_op
 from graph_runtime.cli.info import (CopyInfo, PlacementReport, arg_rows, copy_rows, executor_report,
                                     func_counts, graph_info, info_text, placement_report,
                                     split_args)
-from graph_runtime.cli.job import GraphFiles, build_job, resolve_files
+from graph_runtime.cli.job import GraphFiles, job_from_files, resolve_files
 from graph_runtime.device import cpu, opencl
 from graph_runtime.graph.model import Graph
 
@@ -187,7 +187,7 @@ def test_info_text_of_a_real_graph_without_copies_says_none() -> None:
 
 def test_executor_report_on_cpu_matches_the_placement_report() -> None:
     files = resolve_files(EXAMPLES / "mlp")
-    job = build_job(files, [cpu(0)])
+    job = job_from_files(files, [cpu(0)])
     built = executor_report(job.module.executor)
     assert built == placement_report(job.graph, [cpu(0)])
 
@@ -195,7 +195,7 @@ def test_executor_report_on_cpu_matches_the_placement_report() -> None:
 @pytest.mark.opencl
 def test_executor_report_of_built_hetero_cnn_matches_the_placement_report(
         opencl_available: None) -> None:
-    job = build_job(resolve_files(HETERO), CPU_OPENCL)
+    job = job_from_files(resolve_files(HETERO), CPU_OPENCL)
     built = executor_report(job.module.executor)
     assert built == placement_report(job.graph, CPU_OPENCL)
     assert built.pool == {opencl(0): OPENCL_POOL, cpu(0): CPU_POOL}
@@ -205,7 +205,7 @@ def test_executor_report_of_built_hetero_cnn_matches_the_placement_report(
 def test_executor_report_lists_the_copy_it_inserted(opencl_available: None,
                                                     tmp_path: Path) -> None:
     (tmp_path / "g.json").write_text(inserted_copy_graph().to_json())
-    job = build_job(GraphFiles(tmp_path / "g.json"), CPU_OPENCL)
+    job = job_from_files(GraphFiles(tmp_path / "g.json"), CPU_OPENCL)
     report = executor_report(job.module.executor)
     assert [(c.inserted, c.src, c.dst, c.nbytes) for c in report.copies] == [
         (True, opencl(0), cpu(0), 16)]

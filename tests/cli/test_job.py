@@ -8,8 +8,8 @@ import pytest
 from support import backend_missing, make_graph, null, tvm_op
 
 from graph_runtime.backends import available_backends
-from graph_runtime.cli.job import (Comparison, GraphFiles, benchmark, build_job, compare,
-                                   describe_devices, expected_outputs, load_inputs, output_names,
+from graph_runtime.cli.job import (Comparison, GraphFiles, benchmark, compare, describe_devices,
+                                   expected_outputs, job_from_files, load_inputs, output_names,
                                    param_names, parse_devices, random_array, read_array,
                                    resolve_files)
 from graph_runtime.device import cpu, opencl
@@ -261,11 +261,11 @@ def test_output_names_of_mlp() -> None:
         "tvmgen_default_fused_nn_softmax"]
 
 
-# ---- build_job, Job.run --------------------------------------------------------------------------
+# ---- job_from_files, Job.run ---------------------------------------------------------------------
 
-def test_build_job_runs_mlp_on_cpu_and_matches_expected() -> None:
+def test_job_from_files_runs_mlp_on_cpu_and_matches_expected() -> None:
     files = resolve_files(MLP)
-    job = build_job(files, [cpu(0)])
+    job = job_from_files(files, [cpu(0)])
     assert job.inputs.random == [] and list(job.inputs.values) == ["data"]
     outputs = job.run()
     assert job.seconds > 0
@@ -274,9 +274,9 @@ def test_build_job_runs_mlp_on_cpu_and_matches_expected() -> None:
     assert result.ok, result
 
 
-def test_build_job_draws_only_inputs_that_are_not_params(addw: Path) -> None:
+def test_job_from_files_draws_only_inputs_that_are_not_params(addw: Path) -> None:
     files = resolve_files(addw / "graph.json", params=addw / "params")
-    job = build_job(files, [cpu(0)], seed=3)
+    job = job_from_files(files, [cpu(0)], seed=3)
     assert job.inputs.random == ["x", "z"]
     (out,) = job.run()
     w = np.asarray(job.module.get_input("w").numpy())
@@ -284,10 +284,10 @@ def test_build_job_draws_only_inputs_that_are_not_params(addw: Path) -> None:
     np.testing.assert_allclose(out, (x + w) - z, rtol=1e-6)
 
 
-def test_build_job_pairs_override_the_inputs_file(addw: Path, tmp_path: Path) -> None:
+def test_job_from_files_pairs_override_the_inputs_file(addw: Path, tmp_path: Path) -> None:
     np.save(tmp_path / "z.npy", np.ones(4, dtype="float32"))
     files = resolve_files(addw)
-    job = build_job(files, [cpu(0)], pairs=[f"z={tmp_path / 'z.npy'}"])
+    job = job_from_files(files, [cpu(0)], pairs=[f"z={tmp_path / 'z.npy'}"])
     (out,) = job.run()
     stored = np.load(addw / "inputs.npz")
     w = job.module.get_input("w").numpy()
@@ -295,9 +295,10 @@ def test_build_job_pairs_override_the_inputs_file(addw: Path, tmp_path: Path) ->
 
 
 @pytest.mark.opencl
-def test_build_job_hetero_cnn_on_cpu_and_opencl_matches_expected(opencl_available: None) -> None:
+def test_job_from_files_hetero_cnn_on_cpu_and_opencl_matches_expected(
+        opencl_available: None) -> None:
     files = resolve_files(EXAMPLES / "hetero_cnn")
-    job = build_job(files, [cpu(0), opencl(0)])
+    job = job_from_files(files, [cpu(0), opencl(0)])
     outputs = job.run()
     names = output_names(job.graph)
     (result,) = compare(outputs, expected_outputs(files.expected, names), names, 1e-4, 1e-5)
@@ -376,7 +377,7 @@ def test_compare_nan_matches_nan_and_empty_outputs_match() -> None:
 # ---- benchmark, describe_devices -----------------------------------------------------------------
 
 def test_benchmark_times_repeat_runs_and_refuses_zero(addw: Path) -> None:
-    job = build_job(resolve_files(addw), [cpu(0)])
+    job = job_from_files(resolve_files(addw), [cpu(0)])
     done: list[int] = []
     result = benchmark(job, 3, progress=done.append)
     assert len(done) == 3

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from support import make_graph, null, tvm_op
 
-from graph_runtime.cli.job import (Comparison, GraphFiles, build_job, compare, expected_outputs,
-                                   output_names, resolve_files)
+from graph_runtime.cli.job import (Comparison, GraphFiles, compare, expected_outputs,
+                                   job_from_files, output_names, resolve_files)
 from graph_runtime.cli.output import (comparison_text, looks_like_probabilities, plan_summary,
                                       profile_summary, profile_text, run_summary, run_text,
                                       summarize, summary_text)
@@ -25,7 +25,7 @@ RTOL, ATOL = 1e-4, 1e-5
 
 def run_doc(folder: Path, devices: list, timing: dict | None = None) -> tuple[dict, list]:
     """run_summary of one real run of an example folder, compared with its expected.npz."""
-    job = build_job(resolve_files(folder), devices)
+    job = job_from_files(resolve_files(folder), devices)
     outputs = job.run()
     names = output_names(job.graph)
     comparisons = compare(outputs, expected_outputs(job.files.expected, names), names, RTOL, ATOL)
@@ -106,7 +106,7 @@ def test_run_text_of_mlp_says_expected_ok_with_the_error_and_tolerances() -> Non
 def test_run_summary_without_expected_and_with_random_inputs(tmp_path: Path) -> None:
     graph = make_graph([null("x"), tvm_op("neg", "negative", [0])], heads=[1])
     (tmp_path / "g.json").write_text(graph.to_json())
-    job = build_job(GraphFiles(tmp_path / "g.json"), [cpu(0)])
+    job = job_from_files(GraphFiles(tmp_path / "g.json"), [cpu(0)])
     outputs = job.run()
     doc = run_summary(job, outputs, {"runs": 1, "first_run_s": 0.001}, None, RTOL, ATOL)
     assert doc["expected"] is None and doc["lib"] is None and doc["params"] is None
@@ -250,7 +250,7 @@ def test_profile_text_hides_func_name_already_in_the_label() -> None:
 
 
 def test_profile_of_a_real_run_renders() -> None:
-    job = build_job(resolve_files(MLP), [cpu(0)])
+    job = job_from_files(resolve_files(MLP), [cpu(0)])
     times = job.module.profile(2)
     doc = profile_summary(times)
     assert len(doc["steps"]) == 4 and doc["copies_s"] == 0.0

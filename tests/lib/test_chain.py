@@ -1,6 +1,8 @@
 """Chains of standard ops: input order, variadic ops, declared-output checks, buffers, fusion."""
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -8,7 +10,8 @@ from graph_runtime.backends import get_backend
 from graph_runtime.device import Device, cpu
 from graph_runtime.errors import LibraryError
 from graph_runtime.lib.chain import Chain, PreparedChain, Step
-from graph_runtime.lib.library import TensorSpec
+from graph_runtime.lib.library import InputVersion, TensorSpec
+from graph_runtime.lib.prepared import PreparedKernel, capabilities
 
 
 def _specs(*arrays: np.ndarray) -> list[TensorSpec]:
@@ -60,8 +63,9 @@ def test_gpu_fuses_elementwise_tail_and_reuses_buffers(backend_name, random_arra
     run = chain.prepare(dev, _specs(*ins), [TensorSpec((3, 4), "float32")], {})
     assert isinstance(run, PreparedChain)
     if backend_name == "cpu":
-        assert run.fused_ops == []
         # the second transpose writes the output; add, multiply and relu update it in place
+        # (one compiled pass, kernels/cpu/chain_jit.py)
+        assert run.fused_ops == ["add", "multiply", "relu"]
         assert len(run.intermediates) == 1
     else:
         assert run.fused_ops == ["add", "multiply", "relu"]
@@ -113,13 +117,17 @@ def test_cpu_dense_tail_runs_in_the_output(random_array, assert_close):
     assert_close(out, np.maximum(x.astype(np.float64) @ w.T + b, 0), "float32")
 
 
-def test_cpu_in_place_stops_at_ops_that_reread_their_input(random_array, assert_close):
+@pytest.mark.parametrize("jit", ["off", "auto"])
+def test_cpu_in_place_stops_at_ops_that_reread_their_input(random_array, assert_close, jit,
+                                                            monkeypatch):
+    monkeypatch.setenv("GRAPH_RUNTIME_CHAIN_JIT", jit)
     x = random_array((2, 5), "float32", seed=23)
     w = random_array((3, 5), "float32", seed=24)
-    # gelu reads x again after writing out, so it gets a buffer of its own; add after it does not
+    # gelu reads x again after writing out, so it gets a buffer of its own; add after it does not.
+    # Compiled, gelu and add are one pass that reads each element before writing it.
     run = _cpu_chain([Step("dense"), Step("gelu"), Step("add")], [x, w, np.ones(3, np.float32)],
                      TensorSpec((2, 3), "float32"))
-    assert len(run.intermediates) == 1
+    assert len(run.intermediates) == (1 if jit == "off" else 0)
     out = np.empty((2, 3), np.float32)
     run(x, w, np.ones(3, np.float32), out)
     y = x.astype(np.float64) @ w.T
@@ -202,3 +210,77 @@ def test_node_attrs_configure_a_single_op(run_op, random_array) -> None:
     (got,) = run_op("cpu", "transpose", [x], {"axes": "[1, 0, 2]", "func_name": "transpose",
                                               "num_inputs": "1", "flatten_data": "0"})
     np.testing.assert_array_equal(got, x.transpose(1, 0, 2))
+
+
+class _Capable(PreparedKernel):
+    """A kernel with every capability, reporting them in its own argument positions."""
+
+    def __init__(self, requests: dict[int, Any], nbytes: int, cached: tuple[int, ...],
+                 workers: bool) -> None:
+        self.requests, self.nbytes, self.cached, self.workers = requests, nbytes, cached, workers
+        self.bound: dict[int, InputVersion] | None = None
+
+    def storage_requests(self) -> dict[int, Any]:
+        return self.requests
+
+    def workspace_bytes(self) -> int:
+        return self.nbytes
+
+    def cached_inputs(self) -> tuple[int, ...]:
+        return self.cached
+
+    def bind_versions(self, versions: Any) -> None:
+        self.bound = dict(versions)
+
+    def uses_workers(self) -> bool:
+        return self.workers
+
+    def __call__(self, *arrays: Any) -> None:
+        pass
+
+
+def _plain(*arrays: Any) -> None:
+    pass
+
+
+def test_chain_combines_its_kernels_capabilities_by_function_input() -> None:
+    # Slots: function inputs x 0 and w 1, the output 2, then the intermediate 3.
+    inter = np.empty(5, "float32")
+    weight, scratch = np.empty(4), np.empty(4)
+    first = _Capable({1: weight}, 100, (1,), False)
+    # Argument 0 is the intermediate: its request and cache are the kernel's own affair.
+    second = _Capable({0: scratch}, 20, (0, 1), True)
+    chain = PreparedChain([(first, (0, 1, 3)), (_plain, (3, 2)), (second, (3, 0, 2))],
+                          [inter], [], 2)
+    assert chain.storage_requests() == {1: weight}
+    assert chain.workspace_bytes() == inter.nbytes + 120
+    assert chain.cached_inputs() == (0, 1)
+    assert chain.uses_workers() is True
+    v0, v1 = InputVersion(), InputVersion()
+    chain.bind_versions({0: v0, 1: v1})
+    assert first.bound == {1: v1}
+    assert second.bound is not None and second.bound[1] is v0
+    assert second.bound[0].volatile  # an intermediate has no write counter
+
+
+def test_chain_of_plain_kernels_has_the_defaults() -> None:
+    chain = PreparedChain([(_plain, (0, 2)), (_plain, (2, 1))], [], [], 1)
+    assert (chain.storage_requests(), chain.workspace_bytes(), chain.cached_inputs(),
+            chain.uses_workers()) == ({}, 0, (), False)
+
+
+def test_flatten_data_keeps_the_kernels_capabilities() -> None:
+    # A conv under flatten_data: its workspace, its cached (transformed) weight and its use of
+    # the workers still reach the executor through the reshaping wrapper.
+    specs = [TensorSpec((1, 8, 10, 10), "float32"), TensorSpec((8, 8, 3, 3), "float32")]
+    out = [TensorSpec((1, 8, 10, 10), "float32")]
+    attrs = {"padding": "[1, 1]"}
+    plain = Chain("conv2d", [Step("conv2d", attrs)]).prepare(cpu(), specs, out, {})
+    flat = Chain("conv2d", [Step("conv2d", attrs)]).prepare(cpu(), specs, out,
+                                                            {"flatten_data": "1"})
+    want, got = capabilities(plain), capabilities(flat)
+    assert want.cached_inputs() and want.workspace_bytes() > 0
+    assert got.cached_inputs() == want.cached_inputs()
+    assert got.workspace_bytes() == want.workspace_bytes()
+    assert got.uses_workers() == want.uses_workers()
+    assert got.storage_requests() == {}

@@ -377,7 +377,8 @@ def test_conv2d_opencl_winograd_is_timed_once(opencl_available) -> None:
     per shape: a second prepare reuses the choice."""
     from graph_runtime.backends import get_backend
     from graph_runtime.lib.kernels.opencl.conv import conv2d_cl
-    from graph_runtime.lib.kernels.opencl.conv_choice import chosen_methods, pick_method
+    from graph_runtime.lib import tuning
+    from graph_runtime.lib.kernels.opencl.conv_choice import CHOICE, pick_method
     backend = get_backend("opencl")
     p, shape = _opencl_params((1, 16, 10, 14), (24, 16, 3, 3), {"padding": [1, 1]})
     built = []
@@ -390,7 +391,8 @@ def test_conv2d_opencl_winograd_is_timed_once(opencl_available) -> None:
     assert first in built
     assert pick_method(backend, 0, p, shape, build) == first
     assert len(built) == 3
-    assert [m for (device, q), m in chosen_methods().items() if q == p] == [first]
+    assert [e.chosen for e in tuning.remembered()
+            if e.choice == CHOICE.name and e.key == p.key()] == [first]
 
 
 @pytest.mark.opencl
@@ -398,10 +400,10 @@ def test_conv2d_opencl_method_env(monkeypatch, opencl_available, run_op, random_
     """GRAPH_RUNTIME_OPENCL_CONV forces a method where it applies and is refused when unknown."""
     from graph_runtime.backends import get_backend
     from graph_runtime.lib.kernels.opencl.conv import conv2d_cl
-    from graph_runtime.lib.kernels.opencl.conv_choice import CONV_CL_ENV
+    from graph_runtime.settings import OPENCL_CONV
     from graph_runtime.lib.kernels.opencl.winograd import WinogradCl
     backend = get_backend("opencl")
-    monkeypatch.setenv(CONV_CL_ENV, "winograd4")
+    monkeypatch.setenv(OPENCL_CONV.name, "winograd4")
     p, _ = _opencl_params((1, 4, 9, 9), (5, 4, 3, 3), {"padding": [1, 1]})
     run = conv2d_cl(backend, 0, p)
     assert isinstance(run, WinogradCl) and run.m == 4
@@ -410,11 +412,11 @@ def test_conv2d_opencl_method_env(monkeypatch, opencl_available, run_op, random_
     x = random_array((1, 4, 9, 9), F32, seed=35)
     w = random_array((5, 4, 3, 3), F32, seed=36)
     for method in ("direct", "winograd", "winograd4"):
-        monkeypatch.setenv(CONV_CL_ENV, method)
+        monkeypatch.setenv(OPENCL_CONV.name, method)
         (got,) = run_op("opencl", "conv2d", [x, w], {"padding": [1, 1]})
         np.testing.assert_allclose(got, ref_conv2d(x, w, padding=[1, 1]),
                                    **SUM_TOLERANCES["float32"])
-    monkeypatch.setenv(CONV_CL_ENV, "fft")
+    monkeypatch.setenv(OPENCL_CONV.name, "fft")
     with pytest.raises(LibraryError, match=r"GRAPH_RUNTIME_OPENCL_CONV must be auto or one of "
                                            r"direct, panel, im2col, winograd, winograd4, got "):
         conv2d_cl(backend, 0, p)

@@ -18,18 +18,14 @@ from graph_runtime.lib.chain import Chain, Step
 from graph_runtime.lib.conv_params import conv2d_params
 from graph_runtime.lib.kernels.cpu import depthwise_jit, winograd
 from graph_runtime.lib.kernels.cpu.conv import ConvKernel
-from graph_runtime.lib.kernels.cpu.conv_choice import (
-    CONV_ENV,
-    STRATEGIES,
-    applicable,
-    candidates,
-    conv2d_cpu,
-)
+from graph_runtime.lib.kernels.cpu.conv_choice import (STRATEGIES, applicable, candidates,
+                                                      conv2d_cpu)
 from graph_runtime.lib.kernels.cpu.conv_epilogue import Epilogue
 from graph_runtime.lib.kernels.cpu.depthwise_jit import DepthwiseJitConv, fold_epilogue
-from graph_runtime.lib.kernels.cpu.threads import THREADS_ENV, num_threads
+from graph_runtime.lib.kernels.cpu.threads import num_threads
 from graph_runtime.lib.kernels.winograd_math import MATRICES
 from graph_runtime.lib.library import TensorSpec
+from graph_runtime.settings import CONV, NUM_THREADS
 
 # (data shape, weight shape, attrs): odd sizes, asymmetric padding, strides, dilation, groups,
 # depthwise with and without a channel multiplier, 1x1, batches > 1, a tile-overhanging size.
@@ -146,16 +142,16 @@ def test_env_var_forces_and_rejects(monkeypatch, run_op, random_array) -> None:
     w = random_array((4, 4, 3, 3), "float32", seed=6)
     attrs = {"padding": [1]}
     for name in ("im2col", "winograd", "winograd4"):
-        monkeypatch.setenv(CONV_ENV, name)
+        monkeypatch.setenv(CONV.name, name)
         (got,) = run_op("cpu", "conv2d", [x, w], attrs)
         np.testing.assert_allclose(got, ref_conv2d_attrs(x, w, attrs), **SUM_TOLERANCES["float32"])
-    monkeypatch.setenv(CONV_ENV, "fastest")
+    monkeypatch.setenv(CONV.name, "fastest")
     with pytest.raises(LibraryError, match="GRAPH_RUNTIME_CONV must be auto or one of"):
         run_op("cpu", "conv2d", [x, w], attrs)
 
 
 def test_auto_picks_an_applicable_strategy(monkeypatch) -> None:
-    monkeypatch.setenv(CONV_ENV, "auto")
+    monkeypatch.setenv(CONV.name, "auto")
     x = np.zeros((2, 8, 10, 10), "float32")
     w = np.zeros((8, 8, 3, 3), "float32")
     p = _params(x, w, {"padding": [1]})
@@ -210,7 +206,7 @@ def test_fused_epilogue(monkeypatch, strategy, epilogue, batch, run_op, random_a
                                                                            "padding": [1]}
     else:
         data_shape, weight_shape, attrs = (batch, 4, 7, 6), (6, 4, 3, 3), {"padding": [1]}
-    monkeypatch.setenv(CONV_ENV, strategy)
+    monkeypatch.setenv(CONV.name, strategy)
     x = random_array(data_shape, "float32", seed=7)
     w = random_array(weight_shape, "float32", seed=8)
     y = ref_conv2d_attrs(x, w, attrs)
@@ -317,7 +313,7 @@ def test_depthwise_jit_split_over_workers(monkeypatch, data_shape, epilogue,
                                           random_array) -> None:
     """Channel ranges handed to 3 workers (small convs run on one: forced here) cover every
     output once; an epilogue left over for apply() takes whole images."""
-    monkeypatch.setenv(THREADS_ENV, "3")
+    monkeypatch.setenv(NUM_THREADS.name, "3")
     monkeypatch.setattr(depthwise_jit, "SERIAL_OUTPUTS", 0)
     c = data_shape[1]
     attrs = {"groups": c, "padding": [1], "strides": [2, 1]}
@@ -369,7 +365,7 @@ def test_depthwise_jit_keeps_nan_as_numpy_does(random_array) -> None:
 # -- weights changed between runs --------------------------------------------------------------
 
 def _conv_module(strategy: str, monkeypatch) -> gr.GraphModule:
-    monkeypatch.setenv(CONV_ENV, strategy)
+    monkeypatch.setenv(CONV.name, strategy)
     lib = Module("convlib")
     lib.register("fused_conv", Chain("fused_conv", [Step("conv2d", {"padding": [1, 1]}),
                                                     Step("add"), Step("relu")]))
@@ -435,7 +431,7 @@ def check_weight_computed_by_a_node(device: str, random_array) -> None:
 
 
 def test_weight_computed_by_a_node_is_never_cached(monkeypatch, random_array) -> None:
-    monkeypatch.setenv(CONV_ENV, "winograd")
+    monkeypatch.setenv(CONV.name, "winograd")
     check_weight_computed_by_a_node("cpu", random_array)
 
 

@@ -10,6 +10,7 @@ import pytest
 import graph_runtime as gr
 from graph_runtime.errors import LibraryError
 from graph_runtime.lib.kernels.cpu import threads as cpu_threads
+from graph_runtime.settings import NUM_THREADS, ONEDNN
 
 
 @pytest.mark.parametrize("workers", [1, 2, 3])
@@ -49,17 +50,20 @@ def test_blas_gets_its_threads_back() -> None:
 
 
 def test_threads_env(monkeypatch) -> None:
-    monkeypatch.setenv(cpu_threads.THREADS_ENV, "3")
+    monkeypatch.setenv(NUM_THREADS.name, "3")
     assert cpu_threads.num_threads() == 3
-    monkeypatch.setenv(cpu_threads.THREADS_ENV, "zero")
+    monkeypatch.setenv(NUM_THREADS.name, "zero")
     with pytest.raises(LibraryError, match="GRAPH_RUNTIME_NUM_THREADS must be a positive"):
         cpu_threads.num_threads()
 
 
 @pytest.mark.parametrize("example,holds", [("cnn", True), ("mlp", False)])
-def test_graphs_with_worker_kernels_hold_blas_at_one_thread(example: str, holds: bool) -> None:
+def test_graphs_with_worker_kernels_hold_blas_at_one_thread(example: str, holds: bool,
+                                                            monkeypatch) -> None:
     """A conv graph runs with OpenBLAS at one thread (its workers own the cores) and gives
-    the count back after run(); a dense-only graph leaves OpenBLAS its threads."""
+    the count back after run(); a dense-only graph on OpenBLAS leaves it its threads (oneDNN
+    off: a dense on oneDNN uses the workers)."""
+    monkeypatch.setenv(ONEDNN.name, "off")
     setter = cpu_threads._blas_setter()
     if setter is None:
         pytest.skip("NumPy's OpenBLAS has no openblas_set_num_threads_local")

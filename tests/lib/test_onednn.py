@@ -17,12 +17,15 @@ from test_conv import ref_conv2d_attrs
 
 from graph_runtime.errors import LibraryError
 from graph_runtime.lib.conv_params import conv2d_params
-from graph_runtime.lib.kernels.cpu.conv_choice import CONV_ENV, candidates, conv2d_cpu
+from graph_runtime.lib.kernels.cpu.conv_choice import candidates, conv2d_cpu
 from graph_runtime.lib.kernels.cpu.conv_epilogue import Epilogue
-from graph_runtime.lib.kernels.cpu.threads import THREADS_ENV
 from graph_runtime.lib.kernels.onednn import abi, binding
 from graph_runtime.lib.kernels.onednn.pool import OnednnPool
 from graph_runtime.lib.library import TensorSpec
+from graph_runtime.settings import CONV, NUM_THREADS
+
+CONV_ENV = CONV.name
+THREADS_ENV = NUM_THREADS.name
 
 U32 = float(np.finfo(np.float32).eps) / 2
 
@@ -369,12 +372,13 @@ def test_activations_are_post_ops_of_one_primitive(onednn) -> None:
 def test_a_timed_winner_is_made_afresh(onednn, monkeypatch, run_op, random_array) -> None:
     """The choice times oneDNN on made-up arrays: the kernel the graph gets packs its own
     weight, never the timing's (a 70x130 dense came out wrong when the timed one was kept)."""
+    from graph_runtime.lib import tuning
     from graph_runtime.lib.kernels.onednn import choice
     monkeypatch.setenv(binding.ONEDNN_ENV, "auto")
-    timed = choice._faster  # times (and so packs made-up weights), then oneDNN "wins"
-    monkeypatch.setattr(choice, "_faster", lambda one, other, shapes: timed(one, other, shapes)
-                        or True)
-    monkeypatch.setattr(choice, "_chosen", {})
+    timed = choice._seconds  # times (and so packs made-up weights), then oneDNN "wins"
+    monkeypatch.setattr(choice, "_seconds", lambda one, other, shapes: dict(
+        timed(one, other, shapes), on=0.0))
+    tuning.clear()
     a = random_array((70, 130), "float32", seed=1)
     w = random_array((33, 130), "float32", seed=2)
     (got,) = run_op("cpu", "dense", [a, w])

@@ -7,13 +7,11 @@ from support import make_graph, null, tvm_op
 
 import graph_runtime as gr
 from graph_runtime.errors import LibraryError
-from graph_runtime.lib.kernels.cpu import padded_gemv
-from graph_runtime.lib.kernels.cpu.padded_gemv import (
-    PADDING_ENV,
-    PaddedGemv,
-    padded_rows,
-    padding_mode,
-)
+from graph_runtime.lib import tuning
+from graph_runtime.lib.kernels.cpu.padded_gemv import CHOICE, PaddedGemv, padded_rows
+from graph_runtime.settings import GEMV_PADDING
+
+PADDING_ENV = GEMV_PADDING.name
 
 K, UNITS = 784, 512  # the mlp example's first layer: 401,408 weights, padded to 588 rows
 
@@ -43,10 +41,12 @@ def test_padded_rows_reach_the_openblas_threshold_within_twice_the_weights(monke
 
 def test_auto_measures_once_per_shape(monkeypatch):
     monkeypatch.setenv(PADDING_ENV, "auto")
-    monkeypatch.setattr(padded_gemv, "_measured", {})
+    tuning.forget()
     first = padded_rows(784, 512, "float32")
     assert first in (0, 588)
-    assert padded_gemv._measured == {(784, 512, "float32"): first}
+    (entry,) = [e for e in tuning.remembered() if e.choice == CHOICE.name]
+    assert entry.key == "float32 x 1x784 weight 512x784 padded to 588 rows"
+    assert entry.chosen == ("on" if first else "off") and set(entry.seconds) == {"on", "off"}
     assert padded_rows(784, 512, "float32") == first
 
 
@@ -54,7 +54,7 @@ def test_bad_mode_is_named(monkeypatch):
     monkeypatch.setenv(PADDING_ENV, "fast")
     with pytest.raises(LibraryError, match="GRAPH_RUNTIME_GEMV_PADDING must be auto, on or off, "
                                            "got 'fast'"):
-        padding_mode()
+        padded_rows(784, 512, "float32")
 
 
 def _dense_graph(two_readers: bool = False):

@@ -116,9 +116,9 @@ def test_pool_jit_split_over_workers(monkeypatch, op, shape, run_op, assert_clos
     """Channel ranges handed to 3 workers (small pools run on one: forced here) cover every
     output once."""
     from graph_runtime.lib.kernels.cpu import pool_jit
-    from graph_runtime.lib.kernels.cpu.threads import THREADS_ENV
+    from graph_runtime.settings import NUM_THREADS
 
-    monkeypatch.setenv(THREADS_ENV, "3")
+    monkeypatch.setenv(NUM_THREADS.name, "3")
     monkeypatch.setattr(pool_jit, "SERIAL_OUTPUTS", 0)
     x = random_array(shape, "float32", seed=7)
     attrs = {"pool_size": [3, 3], "strides": [2, 2], "padding": [1]}

@@ -5,7 +5,10 @@ import numpy as np
 import pytest
 
 from graph_runtime.errors import LibraryError
-from graph_runtime.lib.kernels.cpu.split_dense import SPLIT_ENV, SplitDense, split_blocks
+from graph_runtime.lib.kernels.cpu.split_dense import SplitDense, split_blocks
+from graph_runtime.settings import DENSE_SPLIT, NUM_THREADS
+
+SPLIT_ENV = DENSE_SPLIT.name
 
 
 @pytest.fixture(autouse=True)
@@ -29,7 +32,7 @@ def test_split_matches_the_reference(m, n, k, blocks, dtype, random_array) -> No
 
 def test_dense_chain_forced_split(monkeypatch, run_op, random_array) -> None:
     monkeypatch.setenv(SPLIT_ENV, "on")
-    monkeypatch.setenv("GRAPH_RUNTIME_NUM_THREADS", "2")
+    monkeypatch.setenv(NUM_THREADS.name, "2")
     x = random_array((32, 300), "float32", seed=3)
     w = random_array((256, 300), "float32", seed=4)
     b = random_array((256,), "float32", seed=5)
@@ -39,7 +42,7 @@ def test_dense_chain_forced_split(monkeypatch, run_op, random_array) -> None:
 
 
 def test_mode_and_limits(monkeypatch) -> None:
-    monkeypatch.setenv("GRAPH_RUNTIME_NUM_THREADS", "2")
+    monkeypatch.setenv(NUM_THREADS.name, "2")
     monkeypatch.setenv(SPLIT_ENV, "off")
     assert split_blocks(32, 512, 784, "float32") == 0
     monkeypatch.setenv(SPLIT_ENV, "on")

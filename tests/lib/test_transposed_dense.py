@@ -9,11 +9,10 @@ import graph_runtime as gr
 from graph_runtime.errors import LibraryError
 from graph_runtime.lib import Module
 from graph_runtime.lib.chain import Chain, Step
-from graph_runtime.lib.kernels.cpu.transposed_dense import (
-    TRANSPOSE_ENV,
-    TransposedDense,
-    keeps_transposed,
-)
+from graph_runtime.lib.kernels.cpu.transposed_dense import TransposedDense, keeps_transposed
+from graph_runtime.settings import DENSE_TRANSPOSE
+
+TRANSPOSE_ENV = DENSE_TRANSPOSE.name
 
 @pytest.fixture(autouse=True)
 def _todays_kernels(monkeypatch):

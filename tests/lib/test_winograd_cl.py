@@ -18,9 +18,9 @@ from graph_runtime.lib import Module
 from graph_runtime.lib.chain import Chain, Step
 from graph_runtime.lib.conv_params import conv2d_params
 from graph_runtime.lib.kernels.opencl import winograd as winograd_cl
-from graph_runtime.lib.kernels.opencl.conv_choice import CONV_CL_ENV
 from graph_runtime.lib.kernels.winograd_math import transform_weight
 from graph_runtime.lib.library import TensorSpec
+from graph_runtime.settings import OPENCL_CONV
 
 pytestmark = pytest.mark.opencl
 
@@ -176,7 +176,7 @@ def transforms_fixture(monkeypatch) -> list[int]:
 
 
 def _conv_module(method: str, monkeypatch) -> gr.GraphModule:
-    monkeypatch.setenv(CONV_CL_ENV, method)
+    monkeypatch.setenv(OPENCL_CONV.name, method)
     lib = Module("convlib")
     lib.register("fused_conv", Chain("fused_conv", [Step("conv2d", {"padding": [1, 1]}),
                                                     Step("add"), Step("relu")]),
@@ -248,6 +248,6 @@ def test_zero_copy_weight_is_transformed_every_run(method, monkeypatch, transfor
 @pytest.mark.parametrize("method", METHODS)
 def test_weight_computed_by_a_node_is_never_cached(method, monkeypatch, transforms,
                                                    opencl_available, random_array) -> None:
-    monkeypatch.setenv(CONV_CL_ENV, method)
+    monkeypatch.setenv(OPENCL_CONV.name, method)
     check_weight_computed_by_a_node("opencl", random_array)
     assert len(transforms) == 3

@@ -11,6 +11,7 @@ from support import copy_op, make_graph, null, require_backend, tvm_op
 import graph_runtime as gr
 from graph_runtime.errors import DeviceError, GraphError, LibraryError
 from graph_runtime.lib import Module, standard_module
+from graph_runtime.lib.prepared import PreparedKernel
 
 CPU, OPENCL, CUDA = 1, 2 + 2, 2
 DEVICE_CODES = {"cpu": 1, "cuda": 2, "opencl": 4}
@@ -283,7 +284,7 @@ def test_chain_intermediates_count_in_the_report_and_under_the_cap() -> None:
 
 
 def test_kernel_workspace_past_the_cap_names_the_node() -> None:
-    class Greedy:
+    class Greedy(PreparedKernel):
         """A prepared kernel keeping 1 MiB of its own."""
 
         def prepare(self, device, inputs, outputs, attrs):
@@ -323,6 +324,17 @@ def test_a_same_device_copy_stays_when_its_source_storage_is_reused() -> None:
     x = np.array([-1, 0, 1, 2], "float32")
     m.run(x=x)
     np.testing.assert_array_equal(m.get_output(0).numpy(), np.zeros(4, "float32"))
+
+
+def test_a_same_device_copy_stays_when_a_nop_aliases_its_output() -> None:
+    # r is c's storage (sid 2): dropping the copy left sid 2 unwritten and b read garbage.
+    nodes = [null("x"), tvm_op("a", "exp", [0]), copy_op("c", 1), tvm_op("r", "__nop", [2]),
+             tvm_op("b", "negative", [3])]
+    m = gr.create(make_graph(nodes, [4], storage_ids=[0, 1, 2, 2, 3]), None, gr.cpu())
+    assert not m.executor.dropped_copies
+    x = np.arange(4, dtype="float32")
+    m.run(x=x)
+    np.testing.assert_allclose(m.get_output(0).numpy(), -np.exp(x), rtol=1e-6)
 
 
 def test_hetero_cnn_on_cpu_alone_drops_its_cpu_to_cpu_copy() -> None:

@@ -87,7 +87,7 @@ def test_get_output_is_not_overwritten_and_out_copies() -> None:
 
 def _reusing_graph():
     # x (sid 0) -> a = relu(x) (sid 1) -> b = negative(a) (sid 2) -> c = exp(b) (sid 1: the
-    # output shares a's storage id). Reusing an input's id is refused (runtime/liveness.py).
+    # output shares a's storage id). Reusing an input's id is refused (runtime/storage_check.py).
     nodes = [null("x"), tvm_op("a", "relu", [0]), tvm_op("b", "negative", [1]),
              tvm_op("c", "exp", [2])]
     return make_graph(nodes, [3], shapes=(5,), storage_ids=[0, 1, 2, 1])

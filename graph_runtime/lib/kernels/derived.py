@@ -1,19 +1,20 @@
 """When a kernel must redo data it derives once from an input (transformed or transposed weights).
 
 A kernel lists the input positions it derives from in `derived`; the executor binds one
-InputVersion per position (library.CachesInputs). The kernel redoes the derivation when their
-counts moved, every run when one is volatile, and every run when nothing was bound (then
-correct, only slower).
+InputVersion per position (prepared.PreparedKernel.cached_inputs). The kernel redoes the
+derivation when their counts moved, every run when one is volatile, and every run when nothing
+was bound (then correct, only slower).
 """
 from __future__ import annotations
 
 from typing import Any, Mapping
 
 from ..library import InputVersion
+from ..prepared import PreparedKernel
 
 
-class DerivesFromInputs:
-    """The freshness bookkeeping of library.CachesInputs, for kernels to inherit."""
+class DerivesFromInputs(PreparedKernel):
+    """A prepared kernel caching data derived from its inputs `derived`, and its freshness."""
 
     derived: tuple[int, ...] = ()
 

@@ -10,16 +10,8 @@ from ..library import TensorSpec
 from ..shapes import broadcast_strides, size_of
 from .gpu_common import CUDA_TYPES, compute_type, device_array
 from .host import host_kernel
-from .opencl.source import (
-    ClKernel,
-    check_cl_dtypes,
-    cl_header,
-    cl_load,
-    cl_param,
-    cl_pointer,
-    cl_store,
-    cl_type,
-)
+from .opencl.source import (ClKernel, check_cl_dtypes, cl_header, cl_load, cl_param, cl_pointer,
+                            cl_store, cl_type)
 
 if TYPE_CHECKING:
     from ...backends.opencl import OpenCLBackend

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -12,17 +12,8 @@ from ..attrs import DTYPE_KEY, attr_error, float_attr, op_error, str_attr
 from ..kernels.gpu_elementwise import elementwise_expr, gpu_elementwise
 from ..library import TensorSpec
 from ..registry import define_op, kernel
-from ..shapes import (
-    FLOAT_DTYPES,
-    NUMERIC_DTYPES,
-    broadcast_shape,
-    check_dtype,
-    check_num_inputs,
-    check_same_dtype,
-)
-
-if TYPE_CHECKING:
-    pass
+from ..shapes import (FLOAT_DTYPES, NUMERIC_DTYPES, broadcast_shape, check_dtype, check_num_inputs,
+                      check_same_dtype)
 
 WHERE_CONDITION_DTYPES = ("bool",) + NUMERIC_DTYPES
 
@@ -98,7 +89,7 @@ def _leaky_relu_host(attrs: Mapping[str, Any], spec: TensorSpec) -> Callable[...
 def _erf_kernel(op: str, spec: TensorSpec) -> Callable[[Any, Any], None]:
     """erf(x, out) on the CPU with scipy's vectorized erf (NumPy has none)."""
     try:
-        # NOTE: imported here, at prepare time: importing scipy.special takes about 0.3 s.
+        # NOTE: imported here, at prepare time: importing scipy.special is slow.
         from scipy.special import erf
     except ImportError as e:
         raise op_error(op, "the CPU kernel needs scipy; pip install 'scipy>=1.10'") from e

@@ -9,15 +9,8 @@ from ...backends.base import Backend
 from ..attrs import bool_attr, single_axis
 from ..kernels.gpu_common import compute_type
 from ..kernels.host import host_factory, wide_dtype
-from ..kernels.opencl.source import (
-    ClKernel,
-    check_cl_dtypes,
-    cl_header,
-    cl_load,
-    cl_param,
-    cl_pointer,
-    cl_store,
-)
+from ..kernels.opencl.source import (ClKernel, check_cl_dtypes, cl_header, cl_load, cl_param,
+                                     cl_pointer, cl_store)
 from ..library import TensorSpec
 from ..registry import define_op, kernel
 from ..shapes import NUMERIC_DTYPES, check_dtype, check_rank, one_input, size_of

@@ -12,15 +12,8 @@ from ..kernels.gpu_elementwise import elementwise_expr, gpu_elementwise
 from ..kernels.host import array_module, host_kernel
 from ..library import TensorSpec
 from ..registry import define_op, kernel
-from ..shapes import (
-    FLOAT_DTYPES,
-    INT_DTYPES,
-    NUMERIC_DTYPES,
-    broadcast_shape,
-    check_dtype,
-    check_num_inputs,
-    check_same_dtype,
-)
+from ..shapes import (FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, broadcast_shape, check_dtype,
+                      check_num_inputs, check_same_dtype)
 
 if TYPE_CHECKING:
     from ...backends.opencl import OpenCLBackend
@@ -47,7 +40,7 @@ def _relu(xp: Any) -> Callable[..., None]:
     if xp is not np:
         return lambda x, out: maximum(x, 0, out=out)
     # NOTE: NumPy's SIMD maximum runs only when both operands are contiguous; against the
-    # scalar 0 (a stride-0 operand) it is ~4x slower (55 vs 13 us on 64K float32). So
+    # scalar 0 (a stride-0 operand) it is several times slower (docs/measurements.md). So
     # contiguous data is compared block by block with a block of zeros of its dtype.
     zeros: dict[Any, np.ndarray] = {}
 

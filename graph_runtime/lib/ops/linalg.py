@@ -17,15 +17,8 @@ from ..kernels.host import array_module, host_kernel
 from ..kernels.opencl.gemm import GemmShape, make_gemm
 from ..library import TensorSpec
 from ..registry import define_op, kernel
-from ..shapes import (
-    FLOAT_DTYPES,
-    NUMERIC_DTYPES,
-    check_dtype,
-    check_num_inputs,
-    check_rank,
-    check_same_dtype,
-    size_of,
-)
+from ..shapes import (FLOAT_DTYPES, NUMERIC_DTYPES, check_dtype, check_num_inputs, check_rank,
+                      check_same_dtype, size_of)
 
 if TYPE_CHECKING:
     from ...backends.opencl import OpenCLBackend
@@ -198,8 +191,8 @@ def host_gemm(backend: Backend, device_id: int, gemm: Gemm) -> Callable[[Any, An
 def _cpu_dot(gemm: Gemm) -> Callable[[Any, Any, Any], None]:
     """One product as np.dot on 2-D views: BLAS GEMV/GEMM with no batch loop around it.
 
-    NOTE: np.dot reaches OpenBLAS with less per-call work than a 3-D matmul (~1-3 us on the
-    MLP's GEMVs, which are a third of its run time).
+    NOTE: np.dot reaches OpenBLAS with less per-call work than a 3-D matmul, which counts on
+    the MLP's GEMVs (a third of its run time).
     """
     dot = np.dot
     a_shape, b_shape, c_shape = gemm.a_shape()[1:], gemm.b_shape()[1:], (gemm.m, gemm.n)
@@ -239,7 +232,10 @@ def _onednn_or(gemm: Gemm, inputs: Sequence[TensorSpec], outputs: Sequence[Tenso
 
     shapes = [tuple(s.shape) for s in list(inputs) + list(outputs)]
     applies = matmul_applies(gemm.dtype, gemm.batch, gemm.m, gemm.n, gemm.k)
-    return onednn_or(("matmul", gemm), applies,
+    key = (f"{gemm.dtype} batch {gemm.batch} m {gemm.m} n {gemm.n} k {gemm.k} "
+           f"trans_a {int(gemm.trans_a)} trans_b {int(gemm.trans_b)} "
+           f"a_batches {gemm.a_batches} b_batches {gemm.b_batches}")
+    return onednn_or("matmul", key, applies,
                      lambda: OnednnMatmul(gemm.batch, gemm.m, gemm.n, gemm.k, gemm.trans_a,
                                           gemm.trans_b, gemm.a_batches, gemm.b_batches),
                      make_other, shapes)

@@ -9,6 +9,7 @@ from ...backends import REGISTRY
 from ...backends.base import Backend
 from ..attrs import NUM_OUTPUTS_KEY, attr_error, bool_attr, float_attr, op_error, single_axis
 from ..kernels.gpu_elementwise import gpu_elementwise
+from ..kernels.cpu.rows_jit import layer_norm_rows, softmax_rows
 from ..kernels.host import array_module, host_kernel, wide_dtype
 from ..kernels.opencl.rows import RowKernel
 from ..library import TensorSpec
@@ -19,6 +20,13 @@ if TYPE_CHECKING:
     from ...backends.opencl import OpenCLBackend
 
 # -- softmax / log_softmax ----------------------------------------------------------------------
+
+def _jit_rows(spec: TensorSpec, axis: int) -> bool:
+    """Whether the CPU runs this row op compiled (kernels/cpu/rows_jit.py): float32/float64 rows
+    over the last axis, not empty."""
+    return (spec.dtype in ("float32", "float64") and axis in (-1, len(spec.shape) - 1)
+            and len(spec.shape) >= 1 and all(int(d) > 0 for d in spec.shape))
+
 
 def _softmax_infer(op: str) -> Callable[..., list[TensorSpec]]:
     def infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
@@ -39,14 +47,16 @@ def _softmax_host(op: str) -> Callable[..., Callable[..., None]]:
         spec = inputs[0]
         xp = array_module(backend)
         axis = single_axis(op, attrs, "axis", len(spec.shape), -1)
+        if backend.name == "cpu" and not log and _jit_rows(spec, axis):
+            return softmax_rows(tuple(spec.shape))
         work = wide_dtype(spec.dtype)
         reduced = tuple(1 if i == axis else d for i, d in enumerate(spec.shape))
         row = xp.empty(reduced, work)
         buf = xp.empty(spec.shape, work) if work != spec.dtype else None
         tmp = xp.empty(spec.shape, work) if log else None
 
-        # NOTE: NumPy's ufunc.reduce skips np.max/np.sum's Python wrappers (~4 us each on a
-        # 1x10 softmax, where they were most of its time); CuPy keeps its own functions.
+        # NOTE: NumPy's ufunc.reduce skips np.max/np.sum's Python wrappers (most of a small
+        # softmax's time); CuPy keeps its own functions.
         amax: Any = np.maximum.reduce if xp is np else xp.max
         asum: Any = np.add.reduce if xp is np else xp.sum
         empty = spec.shape[axis] == 0
@@ -138,6 +148,8 @@ def _layer_norm_host(backend: Backend, device_id: int, inputs: Sequence[TensorSp
     spec = inputs[0]
     axis, epsilon, center, scale = _norm_checks("layer_norm", inputs, attrs, LAYER_NORM_INPUTS,
                                                 -1)
+    if backend.name == "cpu" and _jit_rows(spec, axis):
+        return layer_norm_rows(tuple(spec.shape), epsilon, center, scale)
     xp = array_module(backend)
     work = wide_dtype(spec.dtype)
     shaped = tuple(d if i == axis else 1 for i, d in enumerate(spec.shape))

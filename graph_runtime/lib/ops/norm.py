@@ -15,15 +15,8 @@ from ...backends.base import Backend
 from ..attrs import attr_error, float_attr, int_attr, op_error, single_axis
 from ..kernels.gpu_common import compute_type
 from ..kernels.host import host_factory, wide_dtype
-from ..kernels.opencl.source import (
-    ClKernel,
-    check_cl_dtypes,
-    cl_header,
-    cl_load,
-    cl_param,
-    cl_pointer,
-    cl_store,
-)
+from ..kernels.opencl.source import (ClKernel, check_cl_dtypes, cl_header, cl_load, cl_param,
+                                     cl_pointer, cl_store)
 from ..library import TensorSpec
 from ..registry import define_op, kernel
 from ..shapes import FLOAT_DTYPES, check_dtype, check_num_inputs, check_same_dtype, size_of
@@ -268,7 +261,8 @@ def _lrn_host(xp: Any, backend: Backend, device_id: int, inputs: Sequence[Tensor
     total = xp.empty(shape, work)
     # (destination channels, source channels) of each window offset, clipped to [0, C).
     spans = []
-    for off in range(-p.before, p.after + 1):
+    # NOTE: offsets past the channel count add nothing; clipping them keeps a huge size bounded.
+    for off in range(max(-p.before, -p.c), min(p.after, p.c) + 1):
         lo = max(0, -off)
         hi = min(p.c, p.c - off)
         if lo < hi:

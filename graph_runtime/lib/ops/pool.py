@@ -17,15 +17,8 @@ from ..attrs import attr_error, bool_attr, int_tuple, op_error
 from ..conv_params import check_layout, out_size, padding_attr
 from ..kernels.gpu_common import compute_type, device_array
 from ..kernels.host import array_module, host_kernel, wide_dtype
-from ..kernels.opencl.source import (
-    ClKernel,
-    check_cl_dtypes,
-    cl_header,
-    cl_load,
-    cl_param,
-    cl_pointer,
-    cl_store,
-)
+from ..kernels.opencl.source import (ClKernel, check_cl_dtypes, cl_header, cl_load, cl_param,
+                                     cl_pointer, cl_store)
 from ..library import TensorSpec
 from ..registry import define_op, get_op, kernel
 from ..shapes import FLOAT_DTYPES, check_dtype, check_num_inputs, check_rank, size_of
@@ -221,10 +214,17 @@ def _onednn_or_jit(p: PoolParams, is_max: bool) -> Callable[..., None]:
     shape, out = (p.n, p.c) + p.size, (p.n, p.c) + p.out
     applies = pool_applies(p.dtype, p.size, p.kernel, p.out, p.strides, p.dilation, p.begin,
                            p.end, is_max, p.count_include_pad)
-    return onednn_or(("pool", p, is_max), applies,
+    key = (f"{'max' if is_max else 'avg'} {p.dtype} data {_dims(shape)} out {_dims(out)} "
+           f"kernel {_dims(p.kernel)} strides {_dims(p.strides)} pad {_dims(p.pad)} "
+           f"dilation {_dims(p.dilation)}{' count_include_pad' if p.count_include_pad else ''}")
+    return onednn_or("pool2d", key, applies,
                      lambda: OnednnPool(shape, out, p.kernel, p.strides, p.dilation, p.begin,
                                         is_max, p.count_include_pad),
                      lambda: _pool_jit(p, is_max), [shape, out])
+
+
+def _dims(values: Sequence[int]) -> str:
+    return "x".join(str(v) for v in values)
 
 
 def _pool_jit(p: PoolParams, is_max: bool) -> Callable[..., None]:
@@ -375,7 +375,8 @@ def _global_factory(op: str) -> Callable[..., Callable[..., None]]:
         is_max = op.startswith("global_max")
         applies = pool_applies(inputs[0].dtype, size, size, ones, ones, ones, (0, 0), (0, 0),
                                is_max, False)
-        return onednn_or(("global_pool", shape, is_max), applies,
+        key = f"{'max' if is_max else 'avg'} {inputs[0].dtype} data {_dims(shape)}"
+        return onednn_or("global_pool", key, applies,
                          lambda: OnednnPool(shape, shape[:2] + ones, size, ones, ones, (0, 0),
                                             is_max, False), reduce, [shape, shape[:2] + ones])
     return factory

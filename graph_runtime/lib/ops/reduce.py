@@ -9,25 +9,12 @@ from ...backends.base import Backend
 from ..attrs import axis_attr, bool_attr, op_error
 from ..kernels.gpu_common import compute_type, device_array
 from ..kernels.host import array_module, host_kernel
-from ..kernels.opencl.source import (
-    ClKernel,
-    check_cl_dtypes,
-    cl_header,
-    cl_load,
-    cl_param,
-    cl_pointer,
-    cl_store,
-)
+from ..kernels.opencl.source import (ClKernel, check_cl_dtypes, cl_header, cl_load, cl_param,
+                                     cl_pointer, cl_store)
 from ..library import TensorSpec
 from ..registry import define_op, kernel
-from ..shapes import (
-    FLOAT_DTYPES,
-    NUMERIC_DTYPES,
-    check_dtype,
-    check_num_inputs,
-    contiguous_strides,
-    size_of,
-)
+from ..shapes import (FLOAT_DTYPES, NUMERIC_DTYPES, check_dtype, check_num_inputs,
+                      contiguous_strides, size_of)
 
 if TYPE_CHECKING:
     from ...backends.opencl import OpenCLBackend

@@ -19,15 +19,8 @@ from ...backends.base import Backend
 from ..attrs import attr_error, bool_attr, float_attr, int_tuple, op_error, parse_value, str_attr
 from ..kernels.gpu_common import compute_type, copy_type, device_array
 from ..kernels.host import host_factory, wide_dtype
-from ..kernels.opencl.source import (
-    ClKernel,
-    check_cl_dtypes,
-    cl_header,
-    cl_load,
-    cl_param,
-    cl_pointer,
-    cl_store,
-)
+from ..kernels.opencl.source import (ClKernel, check_cl_dtypes, cl_header, cl_load, cl_param,
+                                     cl_pointer, cl_store)
 from ..library import TensorSpec
 from ..registry import define_op, kernel
 from ..shapes import FLOAT_DTYPES, check_dtype, check_num_inputs, size_of

@@ -6,15 +6,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ...backends.base import Backend
-from ..attrs import (
-    attr_error,
-    float_attr,
-    normalize_axis,
-    op_error,
-    parse_value,
-    single_axis,
-    str_attr,
-)
+from ..attrs import (attr_error, float_attr, normalize_axis, op_error, parse_value, single_axis,
+                     str_attr)
 from ..kernels.host import host_factory
 from ..kernels.opencl.source import cl_strided_copy
 from ..library import TensorSpec

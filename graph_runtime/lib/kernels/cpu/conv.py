@@ -7,7 +7,7 @@ Winograd lives in winograd.py; which one runs is chosen in conv_choice.py.
 """
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from typing import Any, Sequence
 
 import numpy as np
@@ -20,7 +20,7 @@ from .threads import num_threads, parallel_images
 as_strided = np.lib.stride_tricks.as_strided
 
 
-class ConvKernel(DerivesFromInputs, ABC):
+class ConvKernel(DerivesFromInputs):
     """What the strategies share: epilogue, derived-weight freshness, workspace accounting.
 
     A strategy that derives data from its weight (and bias) lists those inputs in `derived`
@@ -28,7 +28,6 @@ class ConvKernel(DerivesFromInputs, ABC):
     """
 
     strategy = ""
-    uses_workers = True  # library.UsesWorkers
 
     def __init__(self, p: ConvParams, epilogue: Epilogue) -> None:
         super().__init__()
@@ -46,6 +45,9 @@ class ConvKernel(DerivesFromInputs, ABC):
     def workspace_bytes(self) -> int:
         """im2col columns, padded images, transformed weights: everything kept between runs."""
         return sum(int(a.nbytes) for a in self._buffers)
+
+    def uses_workers(self) -> bool:
+        return True
 
     @abstractmethod
     def __call__(self, data: Any, weight: Any, *rest: Any) -> None:

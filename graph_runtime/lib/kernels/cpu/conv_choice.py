@@ -1,26 +1,25 @@
-"""Which CPU conv2d strategy runs a shape: measured once per shape at create(), or forced.
+"""Which CPU conv2d strategy runs a shape: the tuning service's choice (lib/tuning.py), or forced.
 
-GRAPH_RUNTIME_CONV: auto (default: time every strategy that applies, keep the fastest, cache the
-choice per shape for the process), or one of im2col, im2col_rows (a batch-1 conv's output rows
-split over the CPU workers), im2col_channels (its output channels split instead), im2col_serial
-(images on this thread only), gemm1x1, gemm1x1_split (each image's 1x1 GEMM split over the
-workers), depthwise (NumPy strided views), depthwise_jit (a compiled loop, depthwise_jit.py),
-winograd (F(2x2,3x3)), winograd4 (F(4x4,3x3)), onednn (a oneDNN primitive: kernels/onednn/conv.py)
-to force it wherever it applies (im2col elsewhere; it applies always). GRAPH_RUNTIME_ONEDNN=on
-forces onednn wherever it applies; off never offers it.
+GRAPH_RUNTIME_CONV: auto (default: time every strategy that applies once per shape, keep the
+fastest, remember it in the tuning cache), or one of im2col, im2col_rows (a batch-1 conv's output
+rows split over the CPU workers), im2col_channels (its output channels split instead),
+im2col_serial (images on this thread only), gemm1x1, gemm1x1_split (each image's 1x1 GEMM split
+over the workers), depthwise (NumPy strided views), depthwise_jit (a compiled loop,
+depthwise_jit.py), winograd (F(2x2,3x3)), winograd4 (F(4x4,3x3)), onednn (a oneDNN primitive:
+kernels/onednn/conv.py) to force it wherever it applies (im2col elsewhere; it applies always).
+GRAPH_RUNTIME_ONEDNN=on forces onednn wherever it applies; off never offers it.
 """
 from __future__ import annotations
 
-import os
-import threading
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 
-from ...._timing import fastest_by_median
-from ....errors import LibraryError
+from .... import settings
+from ...._timing import median_seconds
 from ...conv_params import ConvParams
 from ...library import InputVersion
+from ...tuning import Choice
 from .conv import ConvKernel, DepthwiseConv, Gemm1x1Conv, Im2colChannelsConv, Im2colConv
 from .conv_epilogue import Epilogue
 from .depthwise_jit import DepthwiseJitConv
@@ -28,23 +27,11 @@ from .threads import num_threads
 from .winograd import WinogradConv, winograd_applies
 from ..onednn.choice import onednn_conv, onednn_conv_names, onednn_forced
 
-CONV_ENV = "GRAPH_RUNTIME_CONV"
-STRATEGIES = ("im2col", "im2col_rows", "im2col_channels", "im2col_serial", "gemm1x1",
-              "gemm1x1_split", "depthwise", "depthwise_jit", "winograd", "winograd4", "onednn")
+CHOICE = Choice("cpu.conv2d", settings.CONV)
+STRATEGIES = settings.CONV.choices
 ROUNDS = 9  # timed calls per candidate; their median decides
 PAUSE_S = 0.0005
 MIN_SPEEDUP = 1.1  # what another strategy must gain over the plain im2col loop to be chosen
-
-_chosen: dict[tuple, str] = {}
-_lock = threading.Lock()
-
-
-def conv_mode() -> str:
-    mode = os.environ.get(CONV_ENV, "auto").strip().lower() or "auto"
-    if mode != "auto" and mode not in STRATEGIES:
-        raise LibraryError(f"{CONV_ENV} must be auto or one of {', '.join(STRATEGIES)}, "
-                           f"got {mode!r}")
-    return mode
 
 
 def applicable(p: ConvParams) -> list[str]:
@@ -96,28 +83,28 @@ def build(name: str, p: ConvParams, epilogue: Epilogue) -> ConvKernel:
 def conv2d_cpu(p: ConvParams, epilogue: Epilogue, strategy: str | None = None) -> ConvKernel:
     """The conv2d kernel for p: strategy if given, else GRAPH_RUNTIME_CONV, else measured."""
     names = candidates(p, epilogue)
-    mode = strategy or ("onednn" if names[-1] == "onednn" and onednn_forced() else conv_mode())
-    if mode != "auto":
-        return build(mode if mode in names else "im2col", p, epilogue)
+    forced = strategy or ("onednn" if names[-1] == "onednn" and onednn_forced()
+                          else CHOICE.forced())
+    if forced is not None:
+        return build(forced if forced in names else "im2col", p, epilogue)
     if len(names) == 1:
         return build(names[0], p, epilogue)
-    # NOTE: the candidates are part of the key: oneDNN may be offered in one create() and
-    # turned off (GRAPH_RUNTIME_ONEDNN=off) in the next.
-    key = (p, tuple(op.kind for op in epilogue.ops), epilogue.channel_bias() is not None,
-           tuple(names))
-    with _lock:
-        if key not in _chosen:
-            _chosen[key] = _fastest(p, epilogue, names)
-        return build(_chosen[key], p, epilogue)
+    kinds = ",".join(op.kind for op in epilogue.ops) or "none"
+    bias = " bias folded" if epilogue.channel_bias() is not None else ""
+    # NOTE: whether oneDNN is offered is part of the key: it may be offered in one create() and
+    # turned off (GRAPH_RUNTIME_ONEDNN=off) in the next, and each keeps its own entry.
+    onednn = " onednn" if "onednn" in names else ""
+    key = f"{p.key()} epilogue {kinds}{bias}{onednn}"
+    # The plain per-image loop stays unless another is clearly faster: on a busy machine a
+    # parallel candidate's timing swings widely, and a lucky sample must not pick it.
+    base = "im2col_serial" if "im2col_serial" in names else "im2col"
+    chosen = CHOICE.choose("cpu", key, names, lambda: _seconds(p, epilogue, names), base,
+                           MIN_SPEEDUP)
+    return build(chosen, p, epilogue)
 
 
-def chosen_strategies() -> dict[tuple, str]:
-    """What auto picked so far, per (ConvParams, epilogue kinds, bias folded, candidates)."""
-    return dict(_chosen)
-
-
-def _fastest(p: ConvParams, epilogue: Epilogue, names: list[str]) -> str:
-    """Time each strategy on arrays of the real shapes (interleaved rounds), keep the fastest."""
+def _seconds(p: ConvParams, epilogue: Epilogue, names: list[str]) -> Mapping[str, float]:
+    """Each strategy's median time on arrays of the real shapes (interleaved rounds)."""
     rng = np.random.default_rng(0)
     data = rng.standard_normal((p.n, p.c, p.h, p.w)).astype(p.dtype)
     weight = rng.standard_normal((p.o, p.cg, p.kh, p.kw)).astype(p.dtype)
@@ -134,7 +121,4 @@ def _fastest(p: ConvParams, epilogue: Epilogue, names: list[str]) -> str:
         call()  # first calls make derived weights and fault pages in
     # NOTE: in a graph other nodes run between two calls of this one, and helper threads have
     # gone to sleep; a pause before each timed call makes the timing include waking them.
-    # The plain per-image loop stays unless another is clearly faster: on a busy machine a
-    # parallel candidate's timing swings widely, and a lucky sample must not pick it.
-    base = "im2col_serial" if "im2col_serial" in calls else "im2col"
-    return fastest_by_median(calls, base, ROUNDS, MIN_SPEEDUP, pause_s=PAUSE_S)
+    return median_seconds(calls, ROUNDS, pause_s=PAUSE_S)

@@ -16,9 +16,9 @@ EPILOGUE_OPS = ("add", "relu", "clip", "leaky_relu", "sigmoid", "hard_swish", "g
 EPILOGUE_DTYPES = ("float32", "float64")
 # The compiled pass replaces two or more NumPy passes over blocks of at least
 # ONE_PASS_MIN_SIZE elements in rows of at least ONE_PASS_MIN_WIDTH; elsewhere NumPy's SIMD
-# passes win. Measured here: bias + clip on 1x1280x7x7 took 28 us compiled vs 25 in NumPy,
-# on 1x24x56x56 10 vs 23 us; a lone relu gains nothing, and the call costs ~5 us, which
-# im2col's many small row blocks of the batch-32 CNN paid (6.5-6.8 ms -> 7.3 ms).
+# passes win: short rows and small blocks gain nothing, a lone relu gains nothing, and each
+# compiled call has a fixed cost that im2col's many small row blocks would pay over and over
+# (docs/measurements.md).
 ONE_PASS_MIN_WIDTH = 16
 ONE_PASS_MIN_SIZE = 1 << 15
 

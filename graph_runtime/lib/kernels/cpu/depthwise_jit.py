@@ -10,9 +10,8 @@ from .conv import ConvKernel
 from .conv_epilogue import Epilogue, fold_epilogue
 from .threads import channel_split, chunk_bounds, parallel_items
 
-# Below this many outputs one worker is faster: measured on 2 cores (3x3, bias and clip),
-# 1x192x28x28 (150k outputs) took 0.19 ms on one worker and 0.23 on two, 1x384x14x14 0.17 and
-# 0.21; 1x96x56x56 from stride 2 (301k) 0.50 and 0.42.
+# Below this many outputs one worker is faster: handing items to a second worker costs more
+# than it saves (measured on 2 cores; docs/measurements.md).
 SERIAL_OUTPUTS = 1 << 18
 
 
@@ -29,7 +28,7 @@ class DepthwiseJitConv(ConvKernel):
     strategy = "depthwise_jit"
 
     def __init__(self, p: ConvParams, epilogue: Epilogue) -> None:
-        from . import loops_jit  # NOTE: numba loads (~0.3 s) only once a compiled kernel is built
+        from . import loops_jit  # NOTE: numba loads (slow) only once a compiled kernel is built
 
         self.bias, self.residual, lo, hi, remaining = fold_epilogue(epilogue)
         super().__init__(p, remaining)

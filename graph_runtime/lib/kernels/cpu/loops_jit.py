@@ -3,9 +3,8 @@
 A depthwise conv or a pool done with NumPy takes two passes over memory per window tap (a
 strided multiply or max into a temporary, then a fold into the result); compiled, each output
 row is made while it sits in L1, with the conv's bias, residual add and clamp applied before it
-leaves. This is why numba is a base dependency: measured here (2 cores, batch 1, medians), a
-3x3 depthwise conv with bias and clip on 1x144x56x56 takes 0.36 ms against im2col's 1.4 ms,
-and ResNet's 3x3/s2 max pool on 1x64x112x112 0.3 ms against NumPy's 1.0 ms.
+leaves. This is why numba is a base dependency: a depthwise conv and ResNet's max pool run
+several times faster compiled than as im2col or NumPy (docs/measurements.md).
 
 Each function computes one work item, an image and a range of its channels, and releases the
 GIL (nogil), so that threads.py spreads items over its workers; numba's own parallel=True would
@@ -33,7 +32,7 @@ def compiled(fn: Callable[..., Any], inline: Literal["never", "always"] = "never
 
 def inlined(fn: Callable[..., Any]) -> Any:
     """A helper numba copies into each caller: a call between compiled functions is not
-    inlined by LLVM (measured: called, the depthwise loop took 1.8x and the pools 2-5x as long)."""
+    inlined by LLVM, and called helpers made the loops much slower (docs/measurements.md)."""
     return compiled(fn, "always")
 
 
@@ -53,8 +52,8 @@ def _span(off: int, stride: int, size: int, out: int) -> tuple[int, int]:
 
 
 # NOTE: numba checks every signed index for wraparound (a negative index counts from the end),
-# and that branch, like slicing a row in the loop, kept LLVM from vectorizing these loops (3-6x
-# slower, measured). The inner loops index the rows themselves with unsigned ints, and take
+# and that branch, like slicing a row in the loop, kept LLVM from vectorizing these loops
+# (docs/measurements.md). The inner loops index the rows themselves with unsigned ints, and take
 # stride 1 and 2 as constants, so that loads are contiguous or evenly interleaved; other strides
 # get the same loop with a variable stride, not vectorized.
 u64 = numba.uint64
@@ -215,7 +214,7 @@ def depthwise_conv2d(x: Any, w: Any, bias: Any, res: Any, out: Any, n: int, c0: 
 def _fold_row(dst: Any, src: Any, first: bool, is_max: bool) -> None:
     """dst = src where first, else dst = max(dst, src) (NaN wins, as np.maximum) or dst + src."""
     if first:
-        for i in range(dst.shape[0]):  # NOTE: dst[:] = src measured 2x slower
+        for i in range(dst.shape[0]):  # NOTE: dst[:] = src is slower here
             dst[u64(i)] = src[u64(i)]
     elif is_max:
         for i in range(dst.shape[0]):
@@ -239,7 +238,7 @@ def _pool_row(x: Any, row: Any, folded: Any, rows: Any, cols: Any, n: int, c: in
             continue
         _fold_row(folded, x[n, c, oy * sh - pt + ky * dh], not started, is_max)
         started = True
-    # NOTE: filling row before the row fold above made the whole loop 1.5-2.5x slower
+    # NOTE: filling row before the row fold above made the whole loop markedly slower
     row[:] = init
     if not started:
         return
@@ -256,8 +255,8 @@ def max_pool2d(x: Any, out: Any, n: int, c0: int, c1: int, kh: int, kw: int, sh:
     """out[n, c0:c1] = max over each window of x[n, c0:c1]; padding never wins, NaN does.
 
     Separable: per output row, the max over the window's input rows, then over its columns:
-    kh + kw passes over a row instead of kh * kw strided ones (3x3 stride 2: 2x faster,
-    measured). A window with no tap inside gives lowest.
+    kh + kw passes over a row instead of kh * kw strided ones, which is faster
+    (docs/measurements.md). A window with no tap inside gives lowest.
     """
     height, width = x.shape[2], x.shape[3]
     oh, ow = out.shape[2], out.shape[3]

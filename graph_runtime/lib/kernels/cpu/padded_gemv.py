@@ -7,32 +7,25 @@ stream from L3 at one core's bandwidth. Zero rows up to the threshold make the s
 multi-threaded; the extra outputs are zeros nobody reads. The weight must live in the padded
 buffer for that, so the kernel asks the executor to place the weight's entry there
 (storage_requests); a weight bound elsewhere later (zero copy) takes the plain call. Whether the
-padding pays is measured once per shape on this machine, not assumed.
+padding pays is measured once per shape on this machine (the tuning service), not assumed.
 
 GRAPH_RUNTIME_GEMV_PADDING: auto (default, measured), on (whenever the size allows), off.
 """
 from __future__ import annotations
 
-import threading
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
-from ...._timing import pays_off
-from .switches import auto_on_off
+from .... import settings
+from ...._timing import best_seconds
+from ...prepared import PreparedKernel
+from ...tuning import Choice
 
-PADDING_ENV = "GRAPH_RUNTIME_GEMV_PADDING"
+CHOICE = Choice("cpu.gemv_padding", settings.GEMV_PADDING)
 OPENBLAS_THREADED_WEIGHTS = 460_800
 MAX_GROWTH = 2.0  # at most twice the weights: beyond that the extra traffic eats the gain
 MIN_SPEEDUP = 1.15  # "auto" pads only when the padded call is clearly faster here
-
-_measured: dict[tuple[int, int, str], int] = {}
-_measure_lock = threading.Lock()
-
-
-def padding_mode() -> str:
-    """GRAPH_RUNTIME_GEMV_PADDING: auto (measured per shape, the default), on or off."""
-    return auto_on_off(PADDING_ENV, "auto")
 
 
 def padded_rows(k: int, n: int, dtype: str) -> int:
@@ -42,18 +35,14 @@ def padded_rows(k: int, n: int, dtype: str) -> int:
     rows = -(-OPENBLAS_THREADED_WEIGHTS // k)
     if rows <= n or rows > MAX_GROWTH * n:
         return 0
-    mode = padding_mode()
-    if mode != "auto":
-        return rows if mode == "on" else 0
-    key = (k, n, dtype)
-    with _measure_lock:
-        if key not in _measured:
-            _measured[key] = rows if _padding_pays(k, n, rows, dtype) else 0
-        return _measured[key]
+    key = f"{dtype} x 1x{k} weight {n}x{k} padded to {rows} rows"
+    chosen = CHOICE.choose("cpu", key, ("off", "on"), lambda: _seconds(k, n, rows, dtype), "off",
+                           MIN_SPEEDUP)
+    return rows if chosen == "on" else 0
 
 
-def _padding_pays(k: int, n: int, rows: int, dtype: str) -> bool:
-    """Time both calls on buffers of the real shapes (a few ms, once per shape)."""
+def _seconds(k: int, n: int, rows: int, dtype: str) -> Mapping[str, float]:
+    """Both calls' best times on buffers of the real shapes (a few ms, once per shape)."""
     x = np.ones((1, k), dtype)
     buffer = np.ones((rows, k), dtype)
     narrow, wide = np.empty((1, n), dtype), np.empty((1, rows), dtype)
@@ -65,10 +54,10 @@ def _padding_pays(k: int, n: int, rows: int, dtype: str) -> bool:
         np.dot(x, buffer.T, out=wide)
         np.copyto(narrow, wide[:, :n])
 
-    return pays_off(padded, plain, rounds=3, min_speedup=MIN_SPEEDUP)
+    return best_seconds({"on": padded, "off": plain}, rounds=3)
 
 
-class PaddedGemv:
+class PaddedGemv(PreparedKernel):
     """run(a, b, out) = a[1, k] @ b[n, k].T; through the padded buffer when b is its weight view.
 
     Asks the executor (storage_requests) to keep the weight's entry in its padded buffer.

@@ -8,9 +8,8 @@ import numpy as np
 from . import loops_jit
 from .threads import channel_split, chunk_bounds, parallel_items
 
-# Below this many outputs one worker is faster: measured on 2 cores, 2x2/s2 on 1x128x56x56
-# (100k outputs) took 0.20 ms on one worker and 0.22 on two, 3x3/s2 on 1x64x112x112 (194k)
-# 0.47 and 0.39; smaller pools lost 2-5x on two.
+# Below this many outputs one worker is faster: handing items to a second worker costs more
+# than it saves (measured on 2 cores; docs/measurements.md).
 SERIAL_OUTPUTS = 1 << 17
 
 

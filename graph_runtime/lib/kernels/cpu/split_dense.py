@@ -4,38 +4,32 @@ x[m, k] @ w[n, k].T for m > 1 (the batch-32 MLP) is compute bound; OpenBLAS's th
 splits it statically, so one descheduled thread on a shared machine stalls the call. Here the
 columns go out in blocks to threads.parallel_images workers, each on one BLAS thread, so a
 worker that has a core takes more blocks. Whether the split beats the plain call is measured
-once per shape on this machine ("auto"), as the padded GEMV is.
+once per shape on this machine ("auto", the tuning service), as the padded GEMV is.
 
 Off by default: on the shared 2-core development machine the split measured faster in isolation
-but ran the batch-32 MLP's dense layers ~1.9x slower inside the graph (OpenBLAS's own threads,
-spinning after the graph's other BLAS calls, compete with the workers), so it is opt-in until a
-quiet machine shows it pays in the graph.
+but ran the batch-32 MLP's dense layers slower inside the graph (OpenBLAS's own threads,
+spinning after the graph's other BLAS calls, compete with the workers; docs/measurements.md),
+so it is opt-in until a quiet machine shows it pays in the graph.
 
 GRAPH_RUNTIME_DENSE_SPLIT: off (default), auto (measured once per shape), on.
 """
 from __future__ import annotations
 
-import threading
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
-from ...._timing import pays_off
-from .switches import auto_on_off
+from .... import settings
+from ...._timing import best_seconds
+from ...prepared import PreparedKernel
+from ...tuning import Choice
 from .threads import num_threads, parallel_images
 
-SPLIT_ENV = "GRAPH_RUNTIME_DENSE_SPLIT"
+CHOICE = Choice("cpu.dense_split", settings.DENSE_SPLIT)
 MIN_FLOPS = 4e6  # below this a call is too short to hand out
 MIN_COLUMNS = 64  # per block: narrower GEMMs lose BLAS efficiency
-MIN_SPEEDUP = 1.25  # clearly faster: a wrong "on" costs ~1.7x on a busy machine (measured)
-
-_measured: dict[tuple[int, int, int, str], bool] = {}
-_lock = threading.Lock()
-
-
-def split_mode() -> str:
-    """GRAPH_RUNTIME_DENSE_SPLIT: off (the default), auto (measured per shape) or on."""
-    return auto_on_off(SPLIT_ENV, "off")
+# Clearly faster: a wrong "on" costs much on a busy machine (docs/measurements.md).
+MIN_SPEEDUP = 1.25
 
 
 def split_blocks(m: int, n: int, k: int, dtype: str) -> int:
@@ -45,18 +39,14 @@ def split_blocks(m: int, n: int, k: int, dtype: str) -> int:
     if (workers < 2 or m < 2 or blocks < 2 or 2.0 * m * n * k < MIN_FLOPS
             or dtype not in ("float32", "float64")):
         return 0
-    mode = split_mode()
-    if mode != "auto":
-        return blocks if mode == "on" else 0
-    key = (m, n, k, dtype)
-    with _lock:
-        if key not in _measured:
-            _measured[key] = _split_pays(m, n, k, dtype, blocks)
-        return blocks if _measured[key] else 0
+    key = f"{dtype} x {m}x{k} weight {n}x{k} in {blocks} blocks"
+    chosen = CHOICE.choose("cpu", key, ("off", "on"), lambda: _seconds(m, n, k, dtype, blocks),
+                           "off", MIN_SPEEDUP)
+    return blocks if chosen == "on" else 0
 
 
-def _split_pays(m: int, n: int, k: int, dtype: str, blocks: int) -> bool:
-    """Time both on arrays of the real shapes, interleaved (a few ms, once per shape)."""
+def _seconds(m: int, n: int, k: int, dtype: str, blocks: int) -> Mapping[str, float]:
+    """Both calls' best times on arrays of the real shapes, interleaved (a few ms)."""
     x = np.ones((m, k), dtype)
     w = np.ones((n, k), dtype)
     out = np.empty((m, n), dtype)
@@ -68,19 +58,20 @@ def _split_pays(m: int, n: int, k: int, dtype: str, blocks: int) -> bool:
     def spread() -> None:
         split(x, w, out)
 
-    return pays_off(spread, plain, rounds=5, min_speedup=MIN_SPEEDUP)
+    return best_seconds({"on": spread, "off": plain}, rounds=5)
 
 
-class SplitDense:
+class SplitDense(PreparedKernel):
     """run(x, w, out): out[m, n] = x[m, k] @ w[n, k].T, column blocks on parallel workers."""
-
-    uses_workers = True  # library.UsesWorkers
 
     def __init__(self, m: int, n: int, k: int, blocks: int) -> None:
         self.shapes = ((m, k), (n, k), (m, n))
         step = -(-n // blocks)
         self.bounds = [(j, min(n, j + step)) for j in range(0, n, step)]
         self.workers = min(num_threads(), len(self.bounds))
+
+    def uses_workers(self) -> bool:
+        return True
 
     def __call__(self, a: Any, b: Any, out: Any) -> None:
         a_shape, b_shape, c_shape = self.shapes

@@ -1,11 +1,12 @@
 """Image-parallel loops for CPU kernels: workers pull images one at a time, BLAS single-threaded.
 
 OpenBLAS splits every GEMM statically over its threads, so on a machine whose cores are shared
-one late thread stalls each of a conv's many small per-image GEMMs (measured here: batch-32 convs
-3-4x slower threaded than with one BLAS thread). Handing out whole images instead lets a worker
-that got the CPU take more of them. While any such loop runs, OpenBLAS runs single-threaded: its
-openblas_set_num_threads_local turned out to set the process-wide count in NumPy's OpenBLAS, so
-loops take it down to 1 together (a count of active loops) and the last one restores it.
+one late thread stalls each of a conv's many small per-image GEMMs (batch-32 convs ran several
+times slower threaded than with one BLAS thread; docs/measurements.md). Handing out whole images
+instead lets a worker that got the CPU take more of them. While any such loop runs, OpenBLAS
+runs single-threaded: its openblas_set_num_threads_local turned out to set the process-wide
+count in NumPy's OpenBLAS, so loops take it down to 1 together (a count of active loops) and
+the last one restores it.
 
 GRAPH_RUNTIME_NUM_THREADS: workers per parallel loop (default: the CPUs this process may use).
 """
@@ -20,9 +21,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ....errors import LibraryError
-
-THREADS_ENV = "GRAPH_RUNTIME_NUM_THREADS"
+from .... import settings
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
@@ -32,11 +31,9 @@ _looked_up = False
 
 def num_threads() -> int:
     """Workers a parallel loop may use (GRAPH_RUNTIME_NUM_THREADS, else the usable CPUs)."""
-    value = os.environ.get(THREADS_ENV, "").strip()
-    if value:
-        if not value.isdigit() or int(value) < 1:
-            raise LibraryError(f"{THREADS_ENV} must be a positive integer, got {value!r}")
-        return int(value)
+    forced = settings.num_threads()
+    if forced is not None:
+        return forced
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
@@ -156,8 +153,8 @@ def parallel_images(n: int, workers: int, work: Callable[[int, int], None]) -> N
     before the caller took the last item is not waited for (it finds nothing left and exits),
     so a busy core costs at most the items it actually took. With workers == 1 (or one image)
     the caller runs everything itself. BLAS stays on one thread throughout, even for one item:
-    a threaded OpenBLAS call whose sleeping workers must first get a core took 4-12 ms instead
-    of 0.1 ms on the busy machine, and the workers here are how kernels spread over cores.
+    a threaded OpenBLAS call whose sleeping workers must first get a core takes many times
+    longer on a busy machine, and the workers here are how kernels spread over cores.
     """
     with ONE_BLAS_THREAD:
         if workers <= 1 or n <= 1:

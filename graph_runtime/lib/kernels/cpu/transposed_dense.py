@@ -1,48 +1,40 @@
 """Batched dense products x[m, k] @ w[n, k].T with the weight kept transposed, when that pays.
 
-OpenBLAS's kernel for a transposed B is slower on some shapes than for a plain one: the
-batch-32 MLP's 32x784 @ (512x784).T took 213-221 us as given and 168-170 us against a
-(784, 512) copy (2 threads). The copy is derived data: made once per weight version
-(derived.py), counted as workspace (it doubles that weight's memory), and only where it measured
-clearly faster on this machine, once per shape.
+OpenBLAS's kernel for a transposed B is slower on some shapes than for a plain one (the
+batch-32 MLP's 32x784 @ (512x784).T; docs/measurements.md). The copy is derived data: made once
+per weight version (derived.py), counted as workspace (it doubles that weight's memory), and
+only where it measured clearly faster on this machine, once per shape (the tuning service).
 
 GRAPH_RUNTIME_DENSE_TRANSPOSE: auto (default, measured per shape), on, off.
 """
 from __future__ import annotations
 
-import threading
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
-from ...._timing import pays_off
+from .... import settings
+from ...._timing import best_seconds
+from ...tuning import Choice
 from ..derived import DerivesFromInputs
-from .switches import auto_on_off
 
-TRANSPOSE_ENV = "GRAPH_RUNTIME_DENSE_TRANSPOSE"
+CHOICE = Choice("cpu.dense_transpose", settings.DENSE_TRANSPOSE)
 MIN_FLOPS = 1e6  # below this the call is too short for the layout to matter
 MIN_SPEEDUP = 1.1
-
-_measured: dict[tuple[int, int, int, str], bool] = {}
-_lock = threading.Lock()
 
 
 def keeps_transposed(m: int, n: int, k: int, dtype: str) -> bool:
     """Whether x[m, k] @ w[n, k].T should run against a transposed copy of w."""
     if m < 2 or 2.0 * m * n * k < MIN_FLOPS or dtype not in ("float32", "float64"):
         return False
-    mode = auto_on_off(TRANSPOSE_ENV, "auto")
-    if mode != "auto":
-        return mode == "on"
-    key = (m, n, k, dtype)
-    with _lock:
-        if key not in _measured:
-            _measured[key] = _transpose_pays(m, n, k, dtype)
-        return _measured[key]
+    key = f"{dtype} x {m}x{k} weight {n}x{k}"
+    chosen = CHOICE.choose("cpu", key, ("off", "on"), lambda: _seconds(m, n, k, dtype), "off",
+                           MIN_SPEEDUP)
+    return chosen == "on"
 
 
-def _transpose_pays(m: int, n: int, k: int, dtype: str) -> bool:
-    """Time both layouts on arrays of the real shapes, interleaved (a few ms, once per shape)."""
+def _seconds(m: int, n: int, k: int, dtype: str) -> Mapping[str, float]:
+    """Both layouts' best times on arrays of the real shapes, interleaved (a few ms)."""
     rng = np.random.default_rng(0)
     x = rng.standard_normal((m, k)).astype(dtype)
     w = rng.standard_normal((n, k)).astype(dtype)
@@ -55,7 +47,7 @@ def _transpose_pays(m: int, n: int, k: int, dtype: str) -> bool:
     def given() -> None:
         np.dot(x, w.T, out=out)
 
-    return pays_off(kept, given, rounds=5, min_speedup=MIN_SPEEDUP)
+    return best_seconds({"on": kept, "off": given}, rounds=5)
 
 
 class TransposedDense(DerivesFromInputs):

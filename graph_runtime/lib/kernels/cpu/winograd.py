@@ -19,9 +19,8 @@ from .conv_epilogue import Epilogue
 from .threads import num_threads, parallel_images
 
 CHUNK_BYTES = 1 << 21  # transformed tiles of one chunk of images: about an L2's worth
-# Bands pay only on big images: F(4x4) on 1x64x56x56 (1.8 MB of transformed tiles) took
-# 1.29 ms in bands on 2 workers vs 1.56 whole on one; 1x128x28x28 (0.9 MB) 1.23 vs 1.04 and
-# 1x16x32x32 0.35 vs 0.11 ms (this 2-vCPU machine: the hand-off costs ~0.1 ms).
+# Bands pay only on big images: below about 1.5 MiB of transformed tiles the hand-off between
+# workers costs more than the second worker saves (measured on 2 vCPUs; docs/measurements.md).
 BAND_MIN_BYTES = 3 << 19
 
 

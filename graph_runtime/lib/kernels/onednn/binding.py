@@ -8,9 +8,10 @@ The enum values and signatures (abi.py) were read from oneDNN 3.2's C headers; o
 tested, so any other version is refused with the reason. Kernels call this module (and read
 abi.py's constants), never the raw foreign functions.
 
-GRAPH_RUNTIME_ONEDNN: auto (default: offer oneDNN kernels where the library loads; a measured
-choice picks per shape), on (use them wherever they apply; a missing library is an error), off.
-GRAPH_RUNTIME_ONEDNN_LIB: a path to libdnnl.so.3 (else the environment's lib/, then the system's).
+GRAPH_RUNTIME_ONEDNN (settings.ONEDNN): auto (default: offer oneDNN kernels where the library
+loads; the tuning service picks per shape), on (use them wherever they apply; a missing library
+is an error), off. GRAPH_RUNTIME_ONEDNN_LIB: a path to libdnnl.so.3 (else the environment's lib/,
+then the system's).
 """
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ import threading
 import weakref
 from typing import Any, Sequence
 
+from .... import settings
 from ....errors import LibraryError
-from ..cpu.switches import auto_on_off
 from .abi import (
     RESTYPES,
     SIGNATURES,
@@ -37,8 +38,8 @@ from .abi import (
     TAG_PLAIN,
 )
 
-ONEDNN_ENV = "GRAPH_RUNTIME_ONEDNN"
-ONEDNN_LIB_ENV = "GRAPH_RUNTIME_ONEDNN_LIB"
+ONEDNN_ENV = settings.ONEDNN.name
+ONEDNN_LIB_ENV = settings.ONEDNN_LIB.name
 TESTED = ((3, 2),)  # (major, minor) versions whose enum values and behaviour were checked
 
 class Dnnl:
@@ -100,12 +101,12 @@ _load_lock = threading.Lock()
 
 def onednn_mode() -> str:
     """GRAPH_RUNTIME_ONEDNN as auto, on or off."""
-    return auto_on_off(ONEDNN_ENV, "auto")
+    return settings.word(settings.ONEDNN)
 
 
 def _candidates() -> list[str]:
     """Where libdnnl.so.3 may be: the setting's path, else the environment's lib/, else ld's."""
-    path = os.environ.get(ONEDNN_LIB_ENV, "").strip()
+    path = settings.onednn_lib()
     if path:
         return [path]
     return [os.path.join(sys.prefix, "lib", "libdnnl.so.3"), "libdnnl.so.3"]

@@ -40,8 +40,6 @@ class OnednnMatmul(DerivesFromInputs):
     blocks of output rows of a 2-D product (sharing its packed weight), or of the batch.
     """
 
-    uses_workers = True  # library.UsesWorkers: OpenBLAS held at one thread beside it
-
     def __init__(self, batch: int, m: int, n: int, k: int, trans_a: bool, trans_b: bool,
                  a_batches: int, b_batches: int) -> None:
         two_d = batch == a_batches == b_batches == 1
@@ -128,6 +126,10 @@ class OnednnMatmul(DerivesFromInputs):
 
     def workspace_bytes(self) -> int:
         return self.weight.nbytes
+
+    def uses_workers(self) -> bool:
+        """Its work items go to the runtime's workers (OpenBLAS held at one thread beside it)."""
+        return True
 
     def __call__(self, a: Any, b: Any, out: Any) -> None:
         dn.use_threads(dn.CALLER_THREADS)

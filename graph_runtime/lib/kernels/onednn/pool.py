@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...prepared import PreparedKernel
 from . import abi
 from . import binding as dn
 from .binding import Memory, MemoryDesc, Primitive, PrimitiveDesc
@@ -38,10 +39,8 @@ def pool_applies(dtype: str, size: tuple[int, ...], kernel: tuple[int, ...],
     return is_max or not (count_include_pad and overhang)
 
 
-class OnednnPool:
+class OnednnPool(PreparedKernel):
     """run(data, out) for one NCHW float32 pool: a oneDNN pooling primitive."""
-
-    uses_workers = True  # library.UsesWorkers: OpenBLAS held at one thread beside it
 
     def __init__(self, shape: tuple[int, ...], out_shape: tuple[int, ...],
                  kernel: tuple[int, ...], strides: tuple[int, ...], dilation: tuple[int, ...],
@@ -70,6 +69,10 @@ class OnednnPool:
         self.src.bind(data)
         self.dst.bind(out)
         self.primitive.run()
+
+    def uses_workers(self) -> bool:
+        """OpenBLAS is held at one thread beside it (a spinning BLAS thread stalls oneDNN)."""
+        return True
 
     def __repr__(self) -> str:
         return f"OnednnPool({self.impl})"

@@ -15,9 +15,9 @@ ARRAY: tuple[Any, ...] = (BUFFER, np.int64)
 def typed_kernel(program: Any, entry: str, arg_types: ArgTypes) -> Any:
     """program's kernel `entry` with its scalar argument types declared.
 
-    NOTE: with undeclared types pyopencl (2026.1) takes ~18 us per NumPy scalar argument on every
-    launch, far more than PoCL's own launch (~20 us); declared, a whole launch takes ~4 us and
-    plain Python ints are accepted.
+    NOTE: with undeclared types pyopencl inspects every NumPy scalar argument on every launch,
+    which costs more than PoCL's own launch (docs/measurements.md); declared, a launch is much
+    cheaper and plain Python ints are accepted.
     """
     import pyopencl as cl
     knl = cl.Kernel(program, entry)

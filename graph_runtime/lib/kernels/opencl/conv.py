@@ -11,7 +11,7 @@ from ...shapes import size_of
 from ..gpu_common import CL_TYPES, compute_type
 from ..winograd_math import winograd_applies
 from .args import ARRAY, BUFFER, buf, typed_kernel
-from .conv_choice import WINOGRAD, forced_method, pick_method
+from .conv_choice import CHOICE, WINOGRAD, pick_method
 from .gemm import GemmShape, make_gemm
 from .gemm_cpu import blocking, blocks, packed_gemm
 from .source import cl_header, cl_load, cl_param, cl_pointer, cl_store
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 # conv2d_cl's methods: "direct" (one output per work-item), "panel" (im2col writes the packed
 # GEMM's B panel; CPU devices), "im2col" (im2col, then make_gemm's GEMM), "winograd" and
 # "winograd4" (F(2x2,3x3) and F(4x4,3x3), winograd.py; 3x3 stride-1 convs only).
-METHODS = ("direct", "panel", "im2col", *WINOGRAD)
+METHODS = CHOICE.setting.choices  # settings.OPENCL_CONV lists them
 # Outputs along a row per work-item of the direct kernel.
 STRIP = 16
 
@@ -205,7 +205,7 @@ def conv2d_cl(backend: OpenCLBackend, device_id: int, p: ConvParams,
                       b_batches=p.n * p.groups, a_stride=p.og * kk, b_stride=kk * spatial,
                       c_stride=p.og * spatial)
     if method is None:
-        method = forced_method(METHODS)
+        method = CHOICE.forced()
         if method in WINOGRAD and not winograd_applies(p):
             method = None
         if method is None:

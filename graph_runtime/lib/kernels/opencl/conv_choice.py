@@ -1,21 +1,22 @@
-"""Which OpenCL conv2d method runs a shape where several apply: forced, or timed once per device.
+"""Which OpenCL conv2d method runs a shape where several apply: forced, or the tuning service's.
 
 GRAPH_RUNTIME_OPENCL_CONV: auto (default: where Winograd applies, time it against the GEMM
-method on the device, keep the fastest, and cache the choice per shape and device for the
-process), or one of conv.METHODS to force it wherever it applies (elsewhere the auto choice).
+method on the device once per shape and device, keep the fastest, remember it in the tuning
+cache, lib/tuning.py), or one of conv.METHODS to force it wherever it applies (elsewhere the
+auto choice).
 """
 from __future__ import annotations
 
-import os
-import threading
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ...._timing import fastest_by_median
-from ....errors import LibraryError
+from .... import settings
+from ...._timing import median_seconds
 from ...conv_params import ConvParams
-from ...library import CachesInputs, InputVersion
+from ...library import InputVersion
+from ...prepared import capabilities
+from ...tuning import Choice
 from ..gpu_common import device_array
 from ..winograd_math import winograd_applies
 from .gemm import GemmShape, chosen_variant, is_cpu_device
@@ -23,11 +24,10 @@ from .gemm import GemmShape, chosen_variant, is_cpu_device
 if TYPE_CHECKING:
     from ....backends.opencl import OpenCLBackend
 
-CONV_CL_ENV = "GRAPH_RUNTIME_OPENCL_CONV"
+CHOICE = Choice("opencl.conv2d", settings.OPENCL_CONV)
 # On a CPU device a convolution with at most this many output channels per group (depthwise:
-# 1) runs the direct kernel: the packed GEMM's 12-row register blocks would mostly idle.
-# Measured on PoCL / 2-core Xeon: depthwise 0.5 ms direct vs 2.4 ms packed; with 8 or more
-# channels per group the packed GEMM won at every window size tried (9..576 taps).
+# 1) runs the direct kernel: the packed GEMM's 12-row register blocks would mostly idle
+# (docs/measurements.md).
 DIRECT_MAX_OG = 4
 # The Winograd methods of conv2d_cl, by output tile size m (winograd.py).
 WINOGRAD = {"winograd": 2, "winograd4": 4}
@@ -37,19 +37,6 @@ ROUNDS = 5  # timed calls per candidate; their median decides
 MIN_SPEEDUP = 1.1
 
 Build = Callable[[str], Callable[[Any, Any, Any], None]]
-_chosen: dict[tuple, str] = {}
-_lock = threading.Lock()
-
-
-def forced_method(methods: Sequence[str]) -> str | None:
-    """The method GRAPH_RUNTIME_OPENCL_CONV forces, or None for auto."""
-    mode = os.environ.get(CONV_CL_ENV, "auto").strip().lower() or "auto"
-    if mode == "auto":
-        return None
-    if mode not in methods:
-        raise LibraryError(f"{CONV_CL_ENV} must be auto or one of {', '.join(methods)}, "
-                           f"got {mode!r}")
-    return mode
 
 
 def gemm_method(backend: OpenCLBackend, device_id: int, p: ConvParams, shape: GemmShape) -> str:
@@ -79,32 +66,26 @@ def pick_method(backend: OpenCLBackend, device_id: int, p: ConvParams, shape: Ge
     return measured_method(backend, device_id, p, [base, *WINOGRAD], build)
 
 
-def chosen_methods() -> dict[tuple, str]:
-    """What the timing picked so far, per (device, ConvParams)."""
-    return dict(_chosen)
-
-
 def measured_method(backend: OpenCLBackend, device_id: int, p: ConvParams,
                     candidates: Sequence[str],
                     build: Build) -> str:
-    """The fastest of candidates for p on the device, timed once per process (cached).
+    """The fastest of candidates for p on the device, timed once per shape and device (the
+    tuning service remembers it).
 
     Args:
         candidates: method names; the first is the default, kept unless another is
             MIN_SPEEDUP times faster.
         build: build(method) -> run(data, weight, out).
     """
-    dev = backend.cl_device(device_id)
-    key = (f"opencl:{device_id} {dev.name.strip()}", p)
-    with _lock:
-        if key not in _chosen:
-            _chosen[key] = _fastest(backend, device_id, p, candidates, build)
-        return _chosen[key]
+    device = f"opencl:{device_id} {backend.cl_device(device_id).name.strip()}"
+    return CHOICE.choose(device, p.key(), candidates,
+                         lambda: _seconds(backend, device_id, p, candidates, build),
+                         candidates[0], MIN_SPEEDUP)
 
 
-def _fastest(backend: OpenCLBackend, device_id: int, p: ConvParams, candidates: Sequence[str],
-             build: Build) -> str:
-    """Time each candidate on device arrays of p's shapes (interleaved rounds)."""
+def _seconds(backend: OpenCLBackend, device_id: int, p: ConvParams, candidates: Sequence[str],
+             build: Build) -> Mapping[str, float]:
+    """Each candidate's median time on device arrays of p's shapes (interleaved rounds)."""
     rng = np.random.default_rng(0)
     dtype = np.dtype(p.dtype)
     data = device_array(backend, device_id, rng.standard_normal((p.n, p.c, p.h, p.w)).astype(dtype))
@@ -115,12 +96,11 @@ def _fastest(backend: OpenCLBackend, device_id: int, p: ConvParams, candidates: 
     runs = {}
     for name in candidates:
         run = build(name)
-        if isinstance(run, CachesInputs):
-            run.bind_versions({pos: steady for pos in run.cached_inputs()})
+        kernel = capabilities(run)
+        kernel.bind_versions({pos: steady for pos in kernel.cached_inputs()})
         run(data, weight, out)  # builds kernels, makes derived weights, faults pages in
         runs[name] = run
     backend.sync(device_id)
     calls = {name: (lambda run=run: run(data, weight, out)) for name, run in runs.items()}
-    return fastest_by_median(calls, candidates[0], ROUNDS, MIN_SPEEDUP,
-                             sync=lambda: backend.sync(device_id))
+    return median_seconds(calls, ROUNDS, sync=lambda: backend.sync(device_id))
 

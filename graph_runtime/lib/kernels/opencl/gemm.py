@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import importlib
-import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from .... import settings
 from ....errors import LibraryError
 from .gemm_cpu import packed_gemm
 from .gemm_dot import dot_gemm
@@ -16,20 +16,19 @@ from .gemm_local import local_gemm
 if TYPE_CHECKING:
     from ....backends.opencl import OpenCLBackend
 
-IMPL_ENV = "GRAPH_RUNTIME_OPENCL_GEMM"
 # Our kernel families: "local" (work-group tiles staged in local memory, for GPUs), "packed" and
 # "dot" (private register blocks, for CPU devices: gemm_cpu.py, gemm_dot.py),
 # "direct" (one work-item per output; gemm_local.py).
 VARIANTS = ("local", "packed", "dot", "direct")
 # On a CPU device, dense-like products (A (M, K), B (N, K)) with fewer rows than this use the dot
-# kernel: packing B costs O(NK) and pays off only over many rows. Measured on PoCL / 2-core Xeon
-# (N = K = 512 and 1024): dot won below 32 rows, packed from 128; 32-64 was a tie within noise.
+# kernel: packing B costs O(NK) and pays off only over many rows (where the two cross on PoCL:
+# docs/measurements.md).
 DOT_MAX_M = 64
 # On a GPU, thinner than this (rows or K), one work-item per output element beats any tile.
 DIRECT_MAX_M = 4
 DIRECT_MAX_K = 16
 # On a CPU device only a tiny product (M*N*K) runs the direct kernel: one launch instead of
-# three; beyond it PoCL's per-work-item cost makes it 2-8x slower than packed.
+# three; beyond it PoCL's per-work-item cost makes it much slower than packed.
 CPU_DIRECT_MAX_MACS = 1 << 15
 
 
@@ -191,7 +190,7 @@ def make_gemm(backend: OpenCLBackend, device_id: int, shape: GemmShape,
     Args:
         impl: "tiled" (our kernels), "clblast", or "auto" (CLBlast when importable and able to
             serve shape, else tiled). None reads $GRAPH_RUNTIME_OPENCL_GEMM, default "tiled":
-            on PoCL our CPU kernels beat CLBlast 10-25x (bench/opencl_gemm.py), need no
+            on PoCL our CPU kernels beat CLBlast by far (bench/opencl_gemm.py), need no
             CLBlast compile on first use, and also serve float16 and per-group weights.
     """
     impl = _impl(impl)
@@ -202,10 +201,9 @@ def make_gemm(backend: OpenCLBackend, device_id: int, shape: GemmShape,
 
 def _impl(impl: str | None) -> str:
     if impl is None:
-        impl = os.environ.get(IMPL_ENV, "tiled")
-    if impl not in ("tiled", "clblast", "auto"):
-        raise LibraryError(f"gemm: impl {impl!r} (${IMPL_ENV}): expected 'tiled', 'clblast' or "
-                           "'auto'")
+        return settings.word(settings.OPENCL_GEMM)
+    if impl not in settings.OPENCL_GEMM.values:
+        raise LibraryError(f"gemm: impl {impl!r}: expected 'tiled', 'clblast' or 'auto'")
     return impl
 
 

@@ -37,10 +37,9 @@ INDEX_MACROS = """
 class Blocking:
     """A packed work-item's register block: mb rows x nv vectors of vw values of C.
 
-    With AVX-512 (16 floats, 32 registers) 12 x 2 vectors keep 24 accumulators. Measured on
-    PoCL 3.1 / Xeon (2 cores), kernel alone on 256 x 1024 x 1024: 12x2 ~140 GF/s; 8x1 ~150
-    but 85 on a rerun, 8x2 ~100, 6x2 ~115, 4x2 ~70, 16x1 ~80, 8x3 ~130, 6x4 ~115 (a shared
-    machine: 1.5x spreads between runs). Narrower vectors (AVX2: 16 registers) get 6 x 2.
+    With AVX-512 (16 floats, 32 registers) 12 x 2 vectors keep 24 accumulators; on PoCL it was
+    the steadiest of the blocks tried (docs/measurements.md). Narrower vectors (AVX2: 16
+    registers) get 6 x 2.
     """
 
     vw: int
@@ -212,8 +211,9 @@ def skewed_stride(elements: int, itemsize: int) -> int:
     """elements rounded up so that the byte stride is an odd number of 64-byte lines.
 
     Streams that many such strides apart fall into distinct L1 sets. At a multiple of 4 KiB
-    they share one set and evict each other: Winograd's input transform, writing 16 planes of
-    (64 * 800) floats on PoCL, took 2.6 ms at the packed stride and 0.6 ms one line off it.
+    they share one set and evict each other: Winograd's input transform, writing 16 planes on
+    PoCL, ran several times slower at the packed stride than one line off it
+    (docs/measurements.md).
     """
     line = 64 // itemsize
     lines = -(-elements // line)

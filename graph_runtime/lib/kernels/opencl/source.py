@@ -107,8 +107,9 @@ class ClKernel:
         args = self.args(arrays)
         if not self._typed:
             # NOTE: declaring the scalar types once makes pyopencl pack scalars directly; left
-            # undeclared it inspects every NumPy scalar on every launch (~18 us each). A prepared
-            # call always passes the same kinds of arguments, so the first launch fixes them.
+            # undeclared it inspects every NumPy scalar on every launch, which costs more than
+            # PoCL's own launch (docs/measurements.md). A prepared call always passes the same
+            # kinds of arguments, so the first launch fixes them.
             self.kernel.set_scalar_arg_dtypes(
                 [a.dtype if isinstance(a, np.generic) else None for a in args])
             self._typed = True

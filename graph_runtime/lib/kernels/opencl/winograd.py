@@ -28,10 +28,8 @@ if TYPE_CHECKING:
 I32 = np.int32
 I64 = np.int64
 # On a CPU device the images go through in chunks whose V and M (a*a*(C + K) values per tile)
-# fit this. Measured on PoCL / 2-core Xeon at batch 8, ms for 1/2/4/8 images per chunk:
-# 64x56x56 F(2x2) 9.1/9.5/11.9/12.0, F(4x4) 7.8/7.5/8.2/9.7; 128x28x28 F(2x2) 6.8/6.0/7.4/7.5;
-# 256x14x14 F(2x2) -/5.7/5.0/5.2: best near 6-8 MiB. A GPU gets one chunk, as big a GEMM as
-# possible (not measured: no GPU here).
+# fit this: on PoCL, chunks near 6-8 MiB ran fastest (docs/measurements.md). A GPU gets one
+# chunk, as big a GEMM as possible (not measured: no GPU here).
 CHUNK_BYTES = 8 << 20
 
 

@@ -1,20 +1,21 @@
-"""The placement cost problem: node costs per device and shared-copy terms, and its objective.
+"""The placement cost problem: node costs per device, copy and switch terms, and its objective.
 
 Variables are graph nodes, each taking one of k devices. A node costs `node_cost[v, d]` on device
 d (infinite where it may not go: a user pin, or no kernel). Each produced entry read elsewhere is
 copied once per destination device, shared by every reader there, exactly as planner/copies.py
 inserts copies: a `CopyTerm` (producer p, readers R, cost matrix W) costs the sum over devices
-d != x[p] with some reader on d of W[x[p], d].
+d != x[p] with some reader on d of W[x[p], d]. A `SwitchTerm` (kernel `before`, the kernel right
+after it, W) costs W[x[before], x[after]] when the two differ: the later kernel's loss after
+another device's work.
 """
 from __future__ import annotations
 
-import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
 
-from ..errors import PlanError
+from ...errors import PlanError
 
 
 @dataclass(frozen=True)
@@ -26,20 +27,31 @@ class CopyTerm:
     cost: np.ndarray  # k x k seconds, zero diagonal
 
 
+@dataclass(frozen=True)
+class SwitchTerm:
+    """Two kernels run one after the other: cost[a, b] when `before` is on a and `after` on b."""
+
+    before: int
+    after: int
+    cost: np.ndarray  # k x k seconds, zero diagonal
+
+
 @dataclass
 class CostProblem:
-    """Per-node costs on each device (inf: not allowed) and the shared-copy terms."""
+    """Per-node costs on each device (inf: not allowed), the shared-copy and the switch terms."""
 
     node_cost: np.ndarray  # n x k
     terms: list[CopyTerm]
     labels: Sequence[str] = ()  # node names, for messages
+    switches: list[SwitchTerm] = field(default_factory=list)
 
     @property
     def num_devices(self) -> int:
         return int(self.node_cost.shape[1])
 
     def objective(self, choice: Sequence[int]) -> float:
-        """Predicted seconds of one assignment: node times plus one copy per (entry, device)."""
+        """Predicted seconds of one assignment: node times, one copy per (entry, device) and
+        the switches."""
         x = np.asarray(choice, dtype=np.int64)
         total = float(self.node_cost[np.arange(len(x)), x].sum())
         for term in self.terms:
@@ -47,6 +59,11 @@ class CostProblem:
             for dst in {int(x[r]) for r in term.readers}:
                 if dst != src:
                     total += float(term.cost[src, dst])
+        for switch in self.switches:
+            a = x[switch.before]
+            b = x[switch.after]
+            if a != b:
+                total += float(switch.cost[a, b])
         return total
 
     def copies(self, choice: Sequence[int]) -> list[tuple[int, int, int]]:
@@ -68,21 +85,9 @@ class CostProblem:
 
 
 @dataclass(frozen=True)
-class Solution:
+class Assignment:
     """A device index per variable, its predicted objective and the method that found it."""
 
     choice: tuple[int, ...]
     objective: float
     method: str
-
-
-def brute_force(problem: CostProblem) -> Solution:
-    """Every assignment tried (tests only: k ** n of them)."""
-    n, k = problem.node_cost.shape
-    best: tuple[float, tuple[int, ...]] | None = None
-    for choice in itertools.product(range(k), repeat=n):
-        value = problem.objective(choice)
-        if best is None or value < best[0]:
-            best = (value, choice)
-    assert best is not None
-    return Solution(best[1], best[0], "brute-force")

@@ -3,11 +3,9 @@
 Kernels are timed alone, launched back to back on the same warm buffers (measure_costs.py), and
 a graph runs them differently, in both directions:
 - on the CPU a kernel in a graph finds its weights evicted by the nodes before it, its worker
-  threads asleep, and pays the executor's step: the CNN example's seven kernels summed to
-  0.29-0.36 ms alone and ran in 0.42-0.44 ms (1.2-1.3x, BERT 1.1-1.3x);
+  threads asleep, and pays the executor's step, so the sum under-prices the run;
 - on an asynchronous device a run of different kernels overlaps one kernel's host-side enqueue
-  with another's execution, so the sum over-prices it: GPT-2 all on PoCL summed to 3.1-3.5 ms
-  and ran in 2.3-2.9 ms.
+  with another's execution, so the sum over-prices it (docs/planner.md has the measurements).
 So each device that can hold the whole graph runs it once here (a benchmark median), and its
 kernel costs are scaled by the run's measured time (less its copies) over the sum of its kernel
 times. One factor per device keeps the costs per node (the solver still compares nodes by them)
@@ -22,12 +20,12 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..device import Device
-from ..errors import GraphRuntimeError
-from ..graph.model import Graph
-from ..lib.library import Module
+from ...device import Device
+from ...errors import GraphRuntimeError
+from ...graph.model import Graph
+from ...lib.library import Module
+from .cost_cache import CostCache
 from .cost_problem import CostProblem
-from .measure_costs import CostCache
 
 FACTOR_RANGE = (0.2, 5.0)  # beyond these a run went wrong, not the model
 
@@ -84,7 +82,7 @@ def whole_run_seconds(planned: Callable[[], Graph], lib: Module, devices: Sequen
     it, feed params and sampled inputs (floats normal, integers and booleans zero, valid as
     indices), return its benchmark median."""
     def run() -> float:
-        from ..runtime.graph_module import create
+        from ...runtime.graph_module import create
         g = planned()
         rng = np.random.default_rng(0)
         given = dict(params or {})

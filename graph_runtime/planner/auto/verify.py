@@ -6,10 +6,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .._text import table
-from ..lib.library import Module
-from .auto import AutoPlan, plan_on
-from .result import PlanResult
+from ..._text import table
+from ...lib.library import Module
+from ..result import PlanResult
+from .place import AutoPlan, plan_on
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ def verify_plans(auto: AutoPlan, lib: Module, params: Mapping[str, Any] | None =
 
     Inputs not given are drawn at random (seed 0); every plan gets the same values.
     """
-    from ..runtime.graph_module import create
+    from ...runtime.graph_module import create
     plans: list[tuple[str, float, PlanResult]] = [("auto", auto.predicted, auto.plan)]
     for dev, predicted in auto.alternatives.items():
         if predicted is not None:

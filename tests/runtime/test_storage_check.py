@@ -12,7 +12,7 @@ import graph_runtime as gr
 from graph_runtime.errors import GraphError
 from graph_runtime.graph.model import Graph
 from graph_runtime.planner import plan_graph
-from graph_runtime.runtime.liveness import check_liveness
+from graph_runtime.runtime.storage_check import check_liveness
 
 
 def _exp_neg_add(sids: list[int]):

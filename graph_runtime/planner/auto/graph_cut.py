@@ -3,10 +3,11 @@
 The shared copy ("any reader on d" pays one copy) is not a sum of per-edge costs. Per entry and
 direction one auxiliary node models it exactly: p -> a with W[0,1], a -> r infinite for every
 reader r, so the cut pays W[0,1] once when p is on the source side and any reader on the sink side
-(mirrored for W[1,0]); one reader needs no auxiliary node. An alpha-expansion move ("keep your
-device or switch to alpha") is a binary cut built from the same gadgets; the one non-submodular
-case (moving the producer to alpha makes copies to a third device cheaper) is dropped from the
-move's model, and a move is kept only when the exact objective falls.
+(mirrored for W[1,0]); one reader needs no auxiliary node. A device switch between two kernels is
+that one-reader gadget, the earlier kernel in the producer's place. An alpha-expansion move
+("keep your device or switch to alpha") is a binary cut built from the same gadgets; the one
+non-submodular case (moving the producer to alpha makes copies to a third device cheaper) is
+dropped from the move's model, and a move is kept only when the exact objective falls.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import PlanError
+from ...errors import PlanError
 from .cost_problem import CostProblem
 
 _INT_SCALE = 1 << 29   # finite capacities scaled into [0, 2**29]; int32 flows stay exact
@@ -126,6 +127,9 @@ def _two_device_cut(problem: CostProblem) -> _Cut:
         readers = [r for r in term.readers if r != term.producer]
         cut.producer_then_any(term.producer, 0, readers, float(term.cost[0, 1]))
         cut.producer_then_any(term.producer, 1, readers, float(term.cost[1, 0]))
+    for switch in problem.switches:
+        cut.producer_then_any(switch.before, 0, [switch.after], float(switch.cost[0, 1]))
+        cut.producer_then_any(switch.before, 1, [switch.after], float(switch.cost[1, 0]))
     return cut
 
 
@@ -171,29 +175,35 @@ def _expansion_move(problem: CostProblem, choice: list[int], alpha: int) -> list
         else:
             cut.unary(v, float(cost[v, d]), float(cost[v, alpha]))
     for term in problem.terms:
-        p = term.producer
-        a = choice[p]
-        w = term.cost
-        readers = [r for r in term.readers if r != p]
-        groups: dict[int, list[int]] = {}
-        for r in readers:
-            if choice[r] != alpha:
-                groups.setdefault(choice[r], []).append(r)
-        if a == alpha:
-            for d, group in groups.items():
-                cut.producer_then_any(p, 1, group, float(w[alpha, d]))
-            continue
-        cut.producer_then_any(p, 0, readers, float(w[a, alpha]))
-        for d, group in groups.items():
-            if d == a:
-                cut.producer_then_any(p, 1, group, float(w[alpha, a]))
-                continue
-            cut.any_on(group, 0, float(w[a, d]))
-            # Positive: moving p to alpha makes these copies dearer (submodular). Negative: the
-            # one case a cut cannot model; dropped, and the move judged by the exact objective.
-            if math.isinf(w[alpha, d]):
-                cut.producer_then_any(p, 1, group, math.inf)
-            elif math.isfinite(w[a, d]):
-                cut.producer_then_any(p, 1, group, float(w[alpha, d] - w[a, d]))
+        _copy_move(cut, choice, alpha, term.producer,
+                   [r for r in term.readers if r != term.producer], term.cost)
+    for switch in problem.switches:
+        _copy_move(cut, choice, alpha, switch.before, [switch.after], switch.cost)
     side = _binary_cut(cut)
     return [alpha if side[v] else d for v, d in enumerate(choice)]
+
+
+def _copy_move(cut: _Cut, choice: list[int], alpha: int, p: int, readers: list[int],
+               w: np.ndarray) -> None:
+    """The move's cost of a copy from p to any of readers on another device (w[s, d])."""
+    a = choice[p]
+    groups: dict[int, list[int]] = {}
+    for r in readers:
+        if choice[r] != alpha:
+            groups.setdefault(choice[r], []).append(r)
+    if a == alpha:
+        for d, group in groups.items():
+            cut.producer_then_any(p, 1, group, float(w[alpha, d]))
+        return
+    cut.producer_then_any(p, 0, readers, float(w[a, alpha]))
+    for d, group in groups.items():
+        if d == a:
+            cut.producer_then_any(p, 1, group, float(w[alpha, a]))
+            continue
+        cut.any_on(group, 0, float(w[a, d]))
+        # Positive: moving p to alpha makes these copies dearer (submodular). Negative: the
+        # one case a cut cannot model; dropped, and the move judged by the exact objective.
+        if math.isinf(w[alpha, d]):
+            cut.producer_then_any(p, 1, group, math.inf)
+        elif math.isfinite(w[a, d]):
+            cut.producer_then_any(p, 1, group, float(w[alpha, d] - w[a, d]))

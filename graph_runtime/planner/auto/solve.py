@@ -3,7 +3,8 @@
 The problem is cost_problem.CostProblem; the cuts are in graph_cut.py. The MILP models the shared
 copy exactly too: x[v, d] binary; u[e, d] >= x[r, d] for every reader (a copy or the producer is on
 d); z[e, s, d] >= x[p, s] + u[e, d] - 1 pays W[s, d]. u and z may stay continuous: with x integral
-the minimum puts them at the max and the product.
+the minimum puts them at the max and the product. A switch term is the one-reader case: u[e, d]
+is then the later kernel's x.
 """
 from __future__ import annotations
 
@@ -11,18 +12,15 @@ import math
 
 import numpy as np
 
-from ..errors import PlanError
-from .cost_problem import CopyTerm, CostProblem, Solution, brute_force
+from ...errors import PlanError
+from .cost_problem import Assignment, CostProblem
 from .graph_cut import alpha_expansion, min_cut_choice
-
-__all__ = ["MILP_NODE_LIMIT", "CopyTerm", "CostProblem", "Solution", "brute_force",
-           "solve_placement"]
 
 MILP_NODE_LIMIT = 3000  # beyond this many variables, more than two devices use alpha-expansion
 
 
 def solve_placement(problem: CostProblem, method: str = "auto",
-                    milp_limit: int = MILP_NODE_LIMIT, time_limit: float = 20.0) -> Solution:
+                    milp_limit: int = MILP_NODE_LIMIT, time_limit: float = 20.0) -> Assignment:
     """The cheapest assignment: min cut for 2 devices, MILP up to milp_limit nodes, else expansion.
 
     Args:
@@ -64,7 +62,7 @@ def solve_placement(problem: CostProblem, method: str = "auto",
     else:
         raise PlanError(f"unknown method {method!r}; methods: auto, min-cut, milp, "
                         "alpha-expansion")
-    return Solution(tuple(int(c) for c in choice), problem.objective(choice), method)
+    return Assignment(tuple(int(c) for c in choice), problem.objective(choice), method)
 
 
 def _milp(problem: CostProblem, time_limit: float) -> tuple[list[int] | None, bool]:
@@ -73,7 +71,9 @@ def _milp(problem: CostProblem, time_limit: float) -> tuple[list[int] | None, bo
     from scipy.sparse import coo_matrix
     cost = problem.node_cost
     n, k = cost.shape
-    terms = [t for t in problem.terms if t.readers]
+    # (producer, readers, cost) per term, copies first: a switch is a copy with one reader.
+    terms = [(t.producer, t.readers, t.cost) for t in problem.terms if t.readers]
+    terms += [(s.before, (s.after,), s.cost) for s in problem.switches]
     pairs = [(s, d) for s in range(k) for d in range(k) if s != d]
     n_x = n * k
     n_u = len(terms) * k
@@ -101,19 +101,19 @@ def _milp(problem: CostProblem, time_limit: float) -> tuple[list[int] | None, bo
 
     for v in range(n):
         add([(v * k + d, 1.0) for d in range(k)], 1.0, 1.0)
-    for e, term in enumerate(terms):
+    for e, (producer, readers, w_term) in enumerate(terms):
         u0 = n_x + e * k
         z0 = n_x + n_u + e * len(pairs)
-        for r in term.readers:
+        for r in readers:
             for d in range(k):
                 add([(u0 + d, 1.0), (r * k + d, -1.0)], 0.0, np.inf)
         for j, (s, d) in enumerate(pairs):
-            w = float(term.cost[s, d])
+            w = float(w_term[s, d])
             if math.isinf(w):
                 upper[z0 + j] = 0.0  # this copy may not happen: the bound forbids it
             else:
                 c[z0 + j] = w
-            add([(z0 + j, 1.0), (term.producer * k + s, -1.0), (u0 + d, -1.0)], -1.0, np.inf)
+            add([(z0 + j, 1.0), (producer * k + s, -1.0), (u0 + d, -1.0)], -1.0, np.inf)
     a = coo_matrix((vals, (rows, cols)), shape=(len(lower_b), total)).tocsr()
     integrality = np.zeros(total)
     integrality[:n_x] = 1

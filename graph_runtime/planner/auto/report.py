@@ -4,15 +4,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._text import fmt_bytes, table
-from ..device import Device
-from ..errors import PlanError
-from ..graph.model import COPY_OP, Graph, entry_bytes
-from .constraints import Placement
+from ..._text import fmt_bytes, table
+from ...device import Device
+from ...errors import PlanError
+from ...graph.model import COPY_OP, Graph, entry_bytes
+from ..constraints import Placement
+from ..result import PlanResult
 from .calibrate import Calibration
-from .measure_costs import CopyModel
-from .result import PlanResult
-from .solve_auto import CostProblem
+from .cost_cache import CopyModel
+from .cost_problem import CostProblem
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,124 @@
+"""Small Hugging Face transformers: graph_runtime (CPU) vs ONNX Runtime, in one process.
+
+The models come from bench/transformers_models.py (run it first with a Python that has torch and
+transformers). Each is imported with graph_runtime.frontend.from_onnx and run beside ONNX Runtime
+with its default threads and with one thread; rounds interleave the contenders (bench/interleave.py)
+and the table gives medians and the ratio to ONNX Runtime's faster setting. Also reports the
+import time and each model's first create+run (chain compiles; fresh numba cache if the cache
+directory was empty) and the largest error against ONNX Runtime. Run it with
+`env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE` as on a user's machine, and say the load average.
+
+Usage: python bench/transformers.py [--models vit_small bert_tiny ...] [--rounds 5]
+                                    [--json OUT.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # measure the checkout this script sits in
+import graph_runtime as gr  # noqa: E402
+from interleave import interleaved_samples  # noqa: E402  (bench/)
+
+CACHE = Path.home() / ".cache" / "graph_runtime" / "bench_transformers"
+MODELS = ["vit_small", "bert_tiny", "bert_tiny_dynamo", "distilbert_tiny", "whisper_encoder_tiny",
+          "gpt2_tiny", "bert_base"]
+
+
+def _inputs(session: Any) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for inp in session.get_inputs():
+        shape = [int(d) for d in inp.shape]
+        if "int64" in inp.type:
+            if "mask" in inp.name:
+                mask = np.ones(shape, np.int64)
+                if shape[0] > 1:
+                    mask[1:, shape[1] * 3 // 4:] = 0
+                feeds[inp.name] = mask
+            else:
+                feeds[inp.name] = rng.integers(0, 1000, shape).astype(np.int64)
+        else:
+            feeds[inp.name] = rng.standard_normal(shape).astype(np.float32)
+    return feeds
+
+
+def measure(name: str, folder: Path, rounds: int) -> dict[str, Any]:
+    import onnxruntime as ort
+    from graph_runtime.frontend import from_onnx
+    path = folder / f"{name}.onnx"
+    sessions = {}
+    for label, threads in (("ort", 0), ("ort_1t", 1)):
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        # NOTE: as bench/onnx_models.py: idle ORT workers spin by default, stealing the core
+        # the next contender needs (graph_runtime ran 10x slower beside them here).
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        sessions[label] = ort.InferenceSession(str(path), options,
+                                               providers=["CPUExecutionProvider"])
+    feeds = _inputs(sessions["ort"])
+    start = time.perf_counter()
+    graph_json, lib, params = from_onnx(str(path))
+    import_s = time.perf_counter() - start
+    start = time.perf_counter()
+    module = gr.create(graph_json, lib, gr.cpu(0))
+    module.load_params(params)
+    module.run(**feeds)
+    first_s = time.perf_counter() - start
+    want = sessions["ort"].run(None, feeds)[0]
+    got = module.get_output(0).numpy()
+    error = float(np.abs(got.astype(np.float64) - want).max())
+
+    def ours() -> None:
+        module.run(**feeds)
+        module.get_output(0).numpy()
+
+    calls = {"graph_runtime": ours}
+    for label, session in sessions.items():
+        calls[label] = lambda s=session: s.run(None, feeds)
+    samples = interleaved_samples(calls, rounds=rounds, repeat=5, number=3)
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    best = min(med["ort"], med["ort_1t"])
+    return {"model": name, "import_s": import_s, "first_run_s": first_s, "max_abs_err": error,
+            "ms": {k: v * 1e3 for k, v in med.items()}, "ratio": med["graph_runtime"] / best}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="*", default=MODELS)
+    parser.add_argument("--folder", type=Path, default=CACHE)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--json", type=Path)
+    opts = parser.parse_args()
+    rows = []
+    print(f"load average {os.getloadavg()}")
+    print(f"{'model':22} {'ours ms':>9} {'ort ms':>9} {'ort1t ms':>9} {'ratio':>6} "
+          f"{'import s':>8} {'1st run s':>9} {'max err':>8}")
+    for name in opts.models:
+        r = measure(name, opts.folder, opts.rounds)
+        rows.append(r)
+        ms = r["ms"]
+        print(f"{name:22} {ms['graph_runtime']:9.3f} {ms['ort']:9.3f} {ms['ort_1t']:9.3f} "
+              f"{r['ratio']:6.2f} {r['import_s']:8.2f} {r['first_run_s']:9.2f} "
+              f"{r['max_abs_err']:8.1e}", flush=True)
+    small = [r["ratio"] for r in rows if r["model"] != "bert_base"]
+    if small:
+        print(f"geometric mean (without bert_base): "
+              f"{math.exp(sum(math.log(x) for x in small) / len(small)):.2f}")
+    print(f"load average {os.getloadavg()}")
+    if opts.json:
+        opts.json.write_text(json.dumps({"rows": rows, "load": os.getloadavg()}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

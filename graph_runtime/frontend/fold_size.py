@@ -1,0 +1,157 @@
+"""The size of a constant folding would make, predicted from its inputs before it is computed.
+
+Ops whose output can be much larger than their inputs (ConstantOfShape, Range, Tile, Expand,
+OneHot, Pad, Resize, Gather, MatMul, broadcasting) get their output shape worked out in Python
+integers, so a 150-byte model asking for a 16 GiB table is refused before NumPy allocates (or,
+for Tile with repeats near 2^62, crashes).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .ir import Unsupported, check_const_bytes
+from .onnx_node import OnnxNode
+
+Shape = tuple[int, ...]
+
+
+def _ints(x: np.ndarray | None, what: str) -> list[int]:
+    if x is None:
+        raise Unsupported(f"{what} is missing")
+    flat = np.asarray(x).reshape(-1)
+    if flat.dtype.kind not in "iub":
+        raise Unsupported(f"{what}: expected integers, got {flat.dtype}")
+    return [int(v) for v in flat]
+
+
+def broadcast(shapes: Sequence[Shape], what: str) -> Shape:
+    """NumPy's broadcast of shapes, in Python integers (no overflow, no allocation)."""
+    rank = max((len(s) for s in shapes), default=0)
+    out = []
+    for k in range(rank):
+        dims = {s[len(s) - rank + k] for s in shapes if len(s) - rank + k >= 0} - {1}
+        if len(dims) > 1:
+            raise Unsupported(f"{what}: shapes {[list(s) for s in shapes]} do not broadcast")
+        out.append(dims.pop() if dims else 1)
+    return tuple(out)
+
+
+def _constant_of_shape(node: OnnxNode, xs: list) -> Shape:
+    return tuple(_ints(xs[0], "input 0 (shape)"))
+
+
+def _range(node: OnnxNode, xs: list) -> Shape:
+    start, limit, delta = (float(np.asarray(x).reshape(-1)[0]) if x is not None and
+                           np.asarray(x).size else math.nan for x in xs[:3])
+    if not all(math.isfinite(v) for v in (start, limit, delta)) or delta == 0:
+        raise Unsupported(f"start {start}, limit {limit}, delta {delta}; expected finite "
+                          "numbers and a delta other than 0")
+    return (max(math.ceil((limit - start) / delta), 0),)
+
+
+def _tile(node: OnnxNode, xs: list) -> Shape:
+    reps = _ints(xs[1], "input 1 (repeats)")
+    if len(reps) != xs[0].ndim or any(r < 0 for r in reps):
+        raise Unsupported(f"repeats {reps} for an input of shape {list(xs[0].shape)}; expected "
+                          f"{xs[0].ndim} counts >= 0")
+    return tuple(d * r for d, r in zip(xs[0].shape, reps))
+
+
+def _expand(node: OnnxNode, xs: list) -> Shape:
+    return broadcast([xs[0].shape, tuple(_ints(xs[1], "input 1 (shape)"))], "Expand")
+
+
+def _one_hot(node: OnnxNode, xs: list) -> Shape:
+    depth = np.asarray(xs[1]).reshape(-1)
+    if depth.size != 1 or not np.isfinite(depth[0]) or depth[0] < 1:
+        raise Unsupported(f"depth {depth.tolist()[:4]}; expected one number >= 1")
+    return tuple(xs[0].shape) + (int(depth[0]),)
+
+
+def _pad(node: OnnxNode, xs: list) -> Shape:
+    pads = node.ints("pads") if node.opset < 11 else _ints(xs[1], "input 1 (pads)")
+    axes = list(range(xs[0].ndim)) if node.opset < 11 or len(xs) < 4 or xs[3] is None \
+        else _ints(xs[3], "input 3 (axes)")
+    if len(pads) != 2 * len(axes):
+        raise Unsupported(f"{len(pads)} pads for {len(axes)} axes; expected {2 * len(axes)}")
+    shape = list(xs[0].shape)
+    for k, a in enumerate(axes):
+        if not -len(shape) <= a < len(shape):
+            raise Unsupported(f"axes {axes} for rank {len(shape)}")
+        shape[a] = max(shape[a] + pads[k] + pads[len(axes) + k], 0)
+    return tuple(shape)
+
+
+def _resize(node: OnnxNode, xs: list) -> Shape:
+    x = xs[0]
+    sizes = xs[3] if len(xs) > 3 else None
+    if sizes is not None and np.asarray(sizes).size:
+        given = _ints(sizes, "input 3 (sizes)")
+        return tuple(given) if len(given) == x.ndim else tuple(x.shape)
+    scales = node.attr("scales") if node.opset < 9 else (
+        xs[1] if node.op_type == "Upsample" or node.opset < 11 else (xs[2] if len(xs) > 2
+                                                                     else None))
+    if scales is None:
+        return tuple(x.shape)
+    factors = [float(s) for s in np.asarray(scales, dtype=np.float64).reshape(-1)]
+    if not all(math.isfinite(f) and f >= 0 for f in factors):
+        raise Unsupported(f"scales {factors[:8]}; expected finite numbers >= 0")
+    if len(factors) != x.ndim:
+        return tuple(x.shape)
+    return tuple(math.floor(d * f) for d, f in zip(x.shape, factors))
+
+
+def _gather(node: OnnxNode, xs: list) -> Shape:
+    data, idx = xs[0], np.asarray(xs[1])
+    axis = int(node.attr("axis", 0))
+    if not -data.ndim <= axis < max(data.ndim, 1) or data.ndim == 0:
+        raise Unsupported(f"axis {axis} for data of rank {data.ndim}")
+    axis %= data.ndim
+    return tuple(data.shape[:axis]) + tuple(idx.shape) + tuple(data.shape[axis + 1:])
+
+
+def _matmul(node: OnnxNode, xs: list) -> Shape:
+    a, b = (tuple(x.shape) for x in xs[:2])
+    if len(a) < 2 or len(b) < 2:
+        return broadcast([a, b], "MatMul")
+    return broadcast([a[:-2], b[:-2]], "MatMul") + (a[-2], b[-1])
+
+
+_PREDICT: dict[str, Callable[[OnnxNode, list], Shape]] = {
+    "ConstantOfShape": _constant_of_shape, "Range": _range, "Tile": _tile, "Expand": _expand,
+    "OneHot": _one_hot, "Pad": _pad, "Resize": _resize, "Upsample": _resize, "Gather": _gather,
+    "MatMul": _matmul,
+}
+
+
+def check_fold_size(node: OnnxNode, inputs: Sequence[np.ndarray | None],
+                    expected: Sequence[Shape | None]) -> None:
+    """Refuse folding node when its output would pass the import's constant budget."""
+    present = [np.asarray(x) for x in inputs if x is not None]
+    in_bytes = sum(int(x.nbytes) for x in present)
+    itemsize = max([x.dtype.itemsize for x in present] + [4])
+    shapes = [s for s in expected if s is not None]
+    predict = _PREDICT.get(node.op_type)
+    if predict is not None and present:
+        shapes.append(predict(node, list(inputs)))
+    elif len(present) > 1:
+        try:
+            shapes.append(broadcast([tuple(x.shape) for x in present], node.op_type))
+        except Unsupported:
+            pass  # not an elementwise op; its own evaluation checks its inputs
+    for shape in shapes:
+        check_const_bytes(shape, np.dtype(f"V{itemsize}"), f"folding {node.op_type}", in_bytes)
+
+
+def check_folded(node: OnnxNode, results: Sequence[Any],
+                 inputs: Sequence[np.ndarray | None]) -> None:
+    """The same budget on what folding made (for ops no prediction covers)."""
+    in_bytes = sum(int(np.asarray(x).nbytes) for x in inputs if x is not None)
+    for r in results:
+        if r is not None:
+            array = np.asarray(r)
+            check_const_bytes(array.shape, array.dtype, f"folding {node.op_type}", in_bytes)

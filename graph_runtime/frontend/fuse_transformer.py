@@ -1,0 +1,208 @@
+"""Transformer patterns rewritten at import: exact and tanh GELU, decomposed LayerNorm, attention.
+
+As ONNX Runtime's transformer optimizer does, before FuseOps: the prims a pattern computes are
+replaced by one standard op producing the same Value, and whatever is left unread is dropped by
+emission's liveness pass. A pattern matches only where its intermediate values are read by the
+pattern alone (a value also read elsewhere would be computed twice). Attention: fuse_attention.py.
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from .. import settings
+from .fuse_attention import match_attention
+from .ir import Prim, Value
+from .pattern import PatternGraph, near, new_prim, other, scalar
+
+# -- GELU ---------------------------------------------------------------------------------------
+
+def _gelu_tail(g: PatternGraph, one_plus: Prim, x: Value) -> Value | None:
+    """The value 0.5 * x * one_plus computes, reading one_plus's output: its (x * a) * 0.5,
+    (a * x) * 0.5 or (x * 0.5) * a forms; None when it is none of them."""
+    a = one_plus.outputs[0]
+    m1 = g.sole(a)
+    if m1 is None or m1.op != "multiply":
+        return None
+    y = other(m1, a)
+    if y is x:
+        m2 = g.sole(m1.outputs[0])
+        if m2 is not None and m2.op == "multiply":
+            half = other(m2, m1.outputs[0])
+            if half is not None and near(half, 0.5):
+                return m2.outputs[0]
+        return None
+    if y is not None and y.producer is not None and y.producer.op == "multiply" \
+            and g.sole(y) is m1:
+        h = y.producer
+        if other(h, x) is not None and near(other(h, x), 0.5):  # type: ignore[arg-type]
+            return m1.outputs[0]
+    return None
+
+
+def _add_one(g: PatternGraph, v: Value) -> Prim | None:
+    p = g.sole(v)
+    if p is None or p.op != "add":
+        return None
+    operand = other(p, v)
+    return p if operand is not None and near(operand, 1.0) else None
+
+
+def _match_erf_gelu(g: PatternGraph, erf: Prim) -> tuple[Value, Value] | None:
+    u = erf.inputs[0]
+    div = u.producer
+    if div is None or g.sole(u) is not erf:
+        return None
+    if div.op == "divide" and near(div.inputs[1], math.sqrt(2.0)):
+        x = div.inputs[0]
+    elif div.op == "multiply":
+        x = next((a for a in div.inputs if not near(a, math.sqrt(0.5))), div.inputs[0])
+        if other(div, x) is None or not near(other(div, x), math.sqrt(0.5)):  # type: ignore
+            return None
+    else:
+        return None
+    plus = _add_one(g, erf.outputs[0])
+    out = None if plus is None else _gelu_tail(g, plus, x)
+    return None if out is None else (x, out)
+
+
+def _match_tanh_gelu(g: PatternGraph, tanh: Prim) -> tuple[Value, Value] | None:
+    w = tanh.inputs[0]
+    scale = w.producer
+    if scale is None or scale.op != "multiply" or g.sole(w) is not tanh:
+        return None
+    inner = next((a for a in scale.inputs if not near(a, math.sqrt(2.0 / math.pi))), None)
+    if inner is None or other(scale, inner) is None or inner.producer is None \
+            or inner.producer.op != "add" or g.sole(inner) is not scale:
+        return None
+    add = inner.producer
+    for x in add.inputs:
+        cube = other(add, x)
+        if cube is None or cube.producer is None or cube.producer.op != "multiply":
+            continue
+        mul = cube.producer
+        powered = next((a for a in mul.inputs if not near(a, 0.044715)), None)
+        if powered is None or powered.producer is None:
+            continue
+        pw = powered.producer
+        cubed = pw.op == "power" and pw.inputs[0] is x and near(pw.inputs[1], 3.0)
+        if not cubed:
+            continue
+        plus = _add_one(g, tanh.outputs[0])
+        out = None if plus is None else _gelu_tail(g, plus, x)
+        if out is not None:
+            return x, out
+    return None
+
+
+# -- LayerNorm (ReduceMean / Sub / Pow / Sqrt / Div) ---------------------------------------------
+
+def _last_axis_mean(p: Prim | None, rank: int) -> bool:
+    if p is None or p.op != "mean" or not p.attrs.get("keepdims", False):
+        return False
+    axis = p.attrs.get("axis")
+    axes = [axis] if isinstance(axis, int) else list(axis or [])
+    return len(axes) == 1 and axes[0] in (-1, rank - 1)
+
+
+def _match_layer_norm(g: PatternGraph, sub: Prim) -> tuple[list[Value], Value, float] | None:
+    if sub.op != "subtract":
+        return None
+    x, mean = sub.inputs
+    if not _last_axis_mean(mean.producer, x.rank) or mean.producer.inputs[0] is not x:  # type: ignore
+        return None
+    d = sub.outputs[0]
+    # distinct readers: x * x reads d twice
+    readers = list({id(p): p for p in g.readers.get(id(d), [])}.values())
+    if len(readers) != 2 or id(d) in g.pinned:
+        return None
+    pw = next((p for p in readers if p.op == "power" and near(p.inputs[1], 2.0)), None)
+    pw = pw or next((p for p in readers if p.op == "multiply" and p.inputs[0] is d
+                     and p.inputs[1] is d), None)
+    div = next((p for p in readers if p.op == "divide" and p.inputs[0] is d), None)
+    if pw is None or div is None:
+        return None
+    var = g.sole(pw.outputs[0])
+    if not _last_axis_mean(var, x.rank):
+        return None
+    add = g.sole(var.outputs[0])  # type: ignore[union-attr]
+    eps = None if add is None or add.op != "add" else other(add, var.outputs[0])  # type: ignore
+    if eps is None or scalar(eps) is None:
+        return None
+    sqrt = g.sole(add.outputs[0])  # type: ignore[union-attr]
+    if sqrt is None or sqrt.op != "sqrt" or g.sole(sqrt.outputs[0]) is not div:
+        return None
+    out = div.outputs[0]
+    width = x.shape[-1]
+    gamma = np.ones(width, x.dtype)
+    beta = np.zeros(width, x.dtype)
+    mul = g.sole(out)
+    if mul is not None and mul.op == "multiply":
+        scale = other(mul, out)
+        if scale is not None and scale.const is not None \
+                and np.broadcast_shapes(scale.shape, (width,)) == (width,):
+            gamma = np.broadcast_to(scale.const, (width,)).astype(x.dtype)
+            out = mul.outputs[0]
+            shift = g.sole(out)
+            bias = None if shift is None or shift.op != "add" else other(shift, out)
+            if bias is not None and bias.const is not None \
+                    and np.broadcast_shapes(bias.shape, (width,)) == (width,):
+                beta = np.broadcast_to(bias.const, (width,)).astype(x.dtype)
+                out = shift.outputs[0]  # type: ignore[union-attr]
+    if out.shape != x.shape:
+        return None
+    return [x, Value("ln_gamma", (width,), x.dtype, const=np.ascontiguousarray(gamma)),
+            Value("ln_beta", (width,), x.dtype, const=np.ascontiguousarray(beta))], out, \
+        float(scalar(eps))  # type: ignore[arg-type]
+
+
+def fuse_transformer(prims: list[Prim], outputs: list[Value]) -> tuple[list[Prim], Counter]:
+    """prims with the patterns replaced, and how many of each were fused."""
+    counts: Counter = Counter()
+    g = PatternGraph(prims, outputs)
+    replace: dict[int, list[Prim]] = {}  # id(old producer of a replaced value) -> new prims
+    for p in prims:
+        try:
+            if p.op == "erf" or p.op == "tanh":
+                match = _match_erf_gelu(g, p) if p.op == "erf" else _match_tanh_gelu(g, p)
+                if match is not None and match[0].dtype in ("float32", "float64"):
+                    x, out = match
+                    old = out.producer
+                    attrs = {} if p.op == "erf" else {"approximate": "tanh"}
+                    replace[id(old)] = [new_prim("gelu", [x], attrs, out, p.origin)]
+                    counts["gelu" if p.op == "erf" else "gelu_tanh"] += 1
+            elif p.op == "subtract":
+                ln = _match_layer_norm(g, p)
+                if ln is not None and ln[0][0].dtype in ("float32", "float64"):
+                    ins, out, eps = ln
+                    old = out.producer
+                    replace[id(old)] = [new_prim("layer_norm", ins,
+                                                  {"axis": -1, "epsilon": eps}, out, p.origin)]
+                    counts["layer_norm"] += 1
+            elif p.op in ("batch_matmul", "matmul"):
+                found = match_attention(g, p)
+                if found is not None:
+                    new, old = found
+                    replace[id(old)] = new
+                    counts["attention"] += 1
+        except (ValueError, KeyError, TypeError, IndexError):
+            continue  # a shape or attribute this matcher did not expect: leave the prims
+    if not replace:
+        return prims, counts
+    result: list[Prim] = []
+    for p in prims:
+        result.extend(replace.get(id(p), [p]))
+    return result, counts
+
+
+
+def fuse_patterns(lowered: Any) -> Counter:
+    """Rewrite lowered.builder.prims in place (GRAPH_RUNTIME_IMPORT_FUSE=off: leave them)."""
+    if settings.word(settings.IMPORT_FUSE) == "off":
+        return Counter()
+    prims, counts = fuse_transformer(lowered.builder.prims, lowered.outputs)
+    lowered.builder.prims[:] = prims
+    return counts

@@ -1,0 +1,383 @@
+"""Compiled fused chains: a CPU chain's elementwise tail generated as one numba loop.
+
+A chain run as NumPy ufuncs makes one pass over memory per op, and exact GELU on a ViT's
+197x768 values took 1.1 ms that way (issue 22). Here the tail is written out as Python source, one
+line per op in that op's own dtype (so float32 values round as NumPy's would after every op),
+compiled by numba once per signature (ops, attrs, dtypes, which inputs broadcast and how) and kept
+on disk: the source goes to a file named by its hash in the cache directory and numba's cache=True
+keeps the machine code beside it, so a later process loads it instead of compiling. Inputs are
+read flat: those with the output's shape at the element's index, broadcast ones through their
+strides over the output's collapsed dimensions (an input constant along the innermost one is read
+once per row), 1-element ones once. Large tensors are cut into ranges handed to the runtime's
+workers (threads.py; the functions release the GIL), as loops_jit.py does rather than numba's
+own parallel=True pool; it does not claim uses_workers(), which would hold OpenBLAS at one
+thread for the whole graph and halve the transformers' GEMMs. A tail with an op or dtype not in
+PY_EXPRS keeps the NumPy path.
+
+GRAPH_RUNTIME_CHAIN_JIT=off turns it off; GRAPH_RUNTIME_CACHE_DIR moves the cache (settings.py).
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import os
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .... import settings
+from ...attrs import float_attr, str_attr
+from ...library import TensorSpec
+from ...prepared import PreparedKernel
+from ...shapes import broadcast_strides, size_of
+from .threads import num_threads, parallel_items
+
+# Part of every generated source, so its hash (the cache key) changes when the helpers the
+# generated code calls do: numba's cache only watches the generated file itself.
+VERSION = 1
+FLOATS = ("float32", "float64")
+log = logging.getLogger(__name__)
+INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+_SQRT1_2 = "0.7071067811865476"
+_SQRT_2_PI = "0.7978845608028654"
+# Ops costing a few times a multiply per element: they decide when to use both cores.
+HEAVY = frozenset({"erf", "tanh", "exp", "log", "gelu", "sigmoid", "power", "sqrt"})
+# Elements x weight above which a tail runs on the workers (below, the hand-off costs more).
+PARALLEL_WORK = 1 << 21
+
+
+def _gelu(attrs: Mapping[str, Any], dtype: str) -> str:
+    if str_attr("gelu", attrs, "approximate", "none", ("none", "tanh")) == "tanh":
+        inner = f"{{T}}({_SQRT_2_PI}) * ({{0}} + {{T}}(0.044715) * {{0}} * {{0}} * {{0}})"
+        return f"{{T}}(0.5) * {{0}} * ({{T}}(1) + math.tanh({inner}))"
+    return f"{{T}}(0.5) * {{0}} * ({{T}}(1) + math.erf({{0}} * {{T}}({_SQRT1_2})))"
+
+
+def _clip(attrs: Mapping[str, Any], dtype: str) -> str:
+    lo = float_attr("clip", attrs, "a_min")
+    hi = float_attr("clip", attrs, "a_max")
+    expr = "{0}"
+    if np.isfinite(hi):
+        expr = f"({{T}}({hi!r}) if {{0}} > {hi!r} else {expr})"
+    if np.isfinite(lo):
+        expr = f"({{T}}({lo!r}) if {{0}} < {lo!r} else {expr})"
+    return expr
+
+
+def _fixed(template: str) -> Callable[[Mapping[str, Any], str], str]:
+    return lambda attrs, dtype: template
+
+
+# op -> (expr(attrs, input-0 dtype) -> Python expression over {0}, {1}... and {T} (the result's
+# scalar type), input dtypes it is compiled for). Each mirrors the op's NumPy kernel, NaN included.
+PY_EXPRS: dict[str, tuple[Callable[[Mapping[str, Any], str], str], tuple[str, ...]]] = {
+    "add": (_fixed("{0} + {1}"), FLOATS + INTS),
+    "subtract": (_fixed("{0} - {1}"), FLOATS + INTS),
+    "multiply": (_fixed("{0} * {1}"), FLOATS + INTS),
+    "divide": (_fixed("{0} / {1}"), FLOATS),
+    "power": (_fixed("{0} ** {1}"), FLOATS),
+    "maximum": (_fixed("({0} if ({0} != {0} or {0} > {1}) else {1})"), FLOATS + INTS),
+    "minimum": (_fixed("({0} if ({0} != {0} or {0} < {1}) else {1})"), FLOATS + INTS),
+    "negative": (_fixed("-{0}"), FLOATS + INTS),
+    "exp": (_fixed("math.exp({0})"), FLOATS),
+    "log": (_fixed("math.log({0})"), FLOATS),
+    "sqrt": (_fixed("math.sqrt({0})"), FLOATS),
+    "tanh": (_fixed("math.tanh({0})"), FLOATS),
+    "erf": (_fixed("math.erf({0})"), FLOATS),
+    "sigmoid": (_fixed("{T}(0.5) * math.tanh({T}(0.5) * {0}) + {T}(0.5)"), FLOATS),
+    "relu": (_fixed("({T}(0) if {0} < 0 else {0})"), FLOATS + INTS),
+    "abs": (_fixed("({T}(-{0}) if {0} < 0 else {0})"), FLOATS + INTS),
+    "reciprocal": (_fixed("{T}(1) / {0}"), FLOATS),
+    "copy": (_fixed("{0}"), FLOATS + INTS + ("bool",)),
+    "gelu": (_gelu, FLOATS),
+    "clip": (_clip, FLOATS),
+    "where": (_fixed("({1} if {0} else {2})"), ("bool",)),
+    "equal": (_fixed("{0} == {1}"), FLOATS + INTS + ("bool",)),
+    "not_equal": (_fixed("{0} != {1}"), FLOATS + INTS + ("bool",)),
+    "less": (_fixed("{0} < {1}"), FLOATS + INTS),
+    "less_equal": (_fixed("{0} <= {1}"), FLOATS + INTS),
+    "greater": (_fixed("{0} > {1}"), FLOATS + INTS),
+    "greater_equal": (_fixed("{0} >= {1}"), FLOATS + INTS),
+    "logical_not": (_fixed("not {0}"), ("bool",)),
+    "logical_and": (_fixed("{0} and {1}"), ("bool",)),
+    "logical_or": (_fixed("{0} or {1}"), ("bool",)),
+    "isnan": (_fixed("{0} != {0}"), FLOATS),
+    "cast": (_fixed("{0}"), FLOATS + INTS + ("bool",)),
+}
+# float32 erf and tanh as rational functions (Eigen's and XLA's float kernels): branch-free, so
+# LLVM vectorizes the loop around them, where libm's erff/tanhf are one call per element. Their
+# error is a few float32 ulps (tests/lib/test_chain_jit.py bounds it against float64).
+HELPERS = """\
+@numba.njit(inline='always', cache=True, error_model='numpy')
+def erf32(v):
+    x = np.float32(4.0) if v > 4.0 else (np.float32(-4.0) if v < -4.0 else v)
+    x2 = x * x
+    p = x2 * np.float32(-2.72614225801306e-10) + np.float32(2.77068142495902e-08)
+    p = x2 * p + np.float32(-2.10102402082508e-06)
+    p = x2 * p + np.float32(-5.69250639462346e-05)
+    p = x2 * p + np.float32(-7.34990630326855e-04)
+    p = x2 * p + np.float32(-2.95459980854025e-03)
+    p = x2 * p + np.float32(-1.60960333262415e-02)
+    q = x2 * np.float32(-1.45660718464996e-05) + np.float32(-2.13374055278905e-04)
+    q = x2 * q + np.float32(-1.68282697438203e-03)
+    q = x2 * q + np.float32(-7.37332916720468e-03)
+    q = x2 * q + np.float32(-1.42647390514189e-02)
+    return np.float32(x * p / q)
+
+
+@numba.njit(inline='always', cache=True, error_model='numpy')
+def tanh32(v):
+    x = np.float32(7.90531110763549805) if v > 7.90531110763549805 else (
+        np.float32(-7.90531110763549805) if v < -7.90531110763549805 else v)
+    x2 = x * x
+    p = x2 * np.float32(-2.76076847742355e-16) + np.float32(2.00018790482477e-13)
+    p = x2 * p + np.float32(-8.60467152213735e-11)
+    p = x2 * p + np.float32(5.12229709037114e-08)
+    p = x2 * p + np.float32(1.48572235717979e-05)
+    p = x2 * p + np.float32(6.37261928875436e-04)
+    p = x2 * p + np.float32(4.89352455891786e-03)
+    q = x2 * np.float32(1.19825839466702e-06) + np.float32(1.18534705686654e-04)
+    q = x2 * q + np.float32(2.26843463243900e-03)
+    q = x2 * q + np.float32(4.89352518554385e-03)
+    r = np.float32(x * p / q)
+    return x if abs(x) < 0.0004 else r
+"""
+_TYPES = {d: f"np.{d}" for d in FLOATS + INTS}
+_TYPES["bool"] = "np.bool_"
+
+
+def enabled() -> bool:
+    """Whether chains compile (GRAPH_RUNTIME_CHAIN_JIT is not off)."""
+    return settings.word(settings.CHAIN_JIT) != "off"
+
+
+def cache_dir() -> str:
+    """Where generated chain sources and their machine code are kept."""
+    return str(settings.cache_dir() / "chain_jit")
+
+
+_fallback_dir: str | None = None
+
+
+def _writable_dir() -> str:
+    """cache_dir(), or (unwritable: a read-only home) a folder of this process's own, once."""
+    global _fallback_dir
+    folder = cache_dir()
+    try:
+        os.makedirs(folder, exist_ok=True)
+        if os.access(folder, os.W_OK):
+            return folder
+    except OSError:
+        pass
+    if _fallback_dir is None:
+        _fallback_dir = tempfile.mkdtemp(prefix="graph_runtime_chain_jit_")
+        log.warning("chain_jit: %s is not writable; compiled chains are kept in %s for this "
+                    "process only (set %s to a writable folder)", folder, _fallback_dir,
+                    settings.CACHE_DIR.name)
+    return _fallback_dir
+
+
+# Ops that keep the elements in their flat order (a contiguous input): in a flat loop they are
+# the identity, valid where every other input of the tail is whole or one value (tail_ok).
+VIEWS = frozenset({"reshape", "squeeze", "expand_dims", "flatten", "batch_flatten"})
+
+
+def tail_ok(ops: Sequence[str], inputs: Sequence[TensorSpec], output: TensorSpec) -> bool:
+    """Whether a tail with these ops and free inputs runs as one flat loop: with a view op in
+    it, inputs broadcast against another shape than the output's, so each must be whole or
+    one value."""
+    if not VIEWS.intersection(ops):
+        return True
+    n = size_of(output.shape)
+    return all(size_of(s.shape) in (1, n) for s in inputs)
+
+
+def step_expr(op: str, attrs: Mapping[str, Any], inputs: Sequence[TensorSpec],
+              out_dtype: str) -> str | None:
+    """The op's Python expression for these input dtypes, or None when it does not compile."""
+    if op in VIEWS:
+        return "{0}" if len(inputs) == 1 and out_dtype in _TYPES else None
+    entry = PY_EXPRS.get(op)
+    if entry is None:
+        return None
+    make, dtypes = entry
+    dtype = inputs[0].dtype
+    check = inputs[1:] if op == "where" else inputs
+    if op == "where":
+        if dtype != "bool" or inputs[1].dtype not in _TYPES:
+            return None
+    elif any(s.dtype not in dtypes for s in check):
+        return None
+    if op == "cast":
+        if out_dtype == "bool":
+            return "{0} != 0"
+        if dtype in FLOATS and out_dtype not in FLOATS:
+            return None  # NaN and out-of-range floats convert differently in NumPy and LLVM
+    if out_dtype not in _TYPES:
+        return None
+    template = make(attrs, dtype)
+    if dtype == "float32":
+        template = template.replace("math.erf(", "erf32(").replace("math.tanh(", "tanh32(")
+        template = template.replace("math.exp(", "exp_f32(")
+    return template
+
+
+Step = tuple[str, list[int], str]  # (expression template, operand value numbers, result dtype)
+
+
+def _collapse(shapes: Sequence[tuple[int, ...]], out_shape: tuple[int, ...]
+              ) -> tuple[list[int], list[list[int]]]:
+    """The output's dims merged where every input's strides allow, and each input's strides."""
+    strides = [broadcast_strides(s, out_shape) for s in shapes]
+    dims: list[int] = []
+    merged: list[list[int]] = [[] for _ in shapes]
+    for d, size in enumerate(out_shape):
+        if size == 1:
+            continue  # a stride over one element never matters
+        if dims and all(m[-1] == st[d] * size for m, st in zip(merged, strides)):
+            dims[-1] *= size
+            for m, st in zip(merged, strides):
+                m[-1] = st[d]
+            continue
+        dims.append(size)
+        for m, st in zip(merged, strides):
+            m.append(st[d])
+    if not dims:
+        dims = [1]
+        merged = [[0] for _ in shapes]
+    return dims, merged
+
+
+def _kinds(inputs: Sequence[TensorSpec], out_shape: tuple[int, ...], dims: list[int],
+           strides: list[list[int]]) -> list[str]:
+    """How each input is read: c (at the element's index), s (one value), r (a row with its
+    own base), o (one value per row)."""
+    kinds = []
+    n = size_of(out_shape)
+    for spec, st in zip(inputs, strides):
+        if size_of(spec.shape) == 1:
+            kinds.append("s")
+        elif tuple(spec.shape) == tuple(out_shape) or size_of(spec.shape) == n:
+            kinds.append("c")
+        else:
+            kinds.append("r" if st[-1] == 1 else "o")
+    return kinds
+
+
+def chain_source(inputs: Sequence[TensorSpec], output: TensorSpec, steps: Sequence[Step],
+                 kinds: Sequence[str]) -> str:
+    """The generated module: run(lo, hi, inner, out, a0.., m0..) computes flat elements [lo, hi)."""
+    n = len(inputs)
+    args = ["lo", "hi", "inner", "out"] + [f"a{i}" for i in range(n)] + [f"m{i}" for i in range(n)]
+    lines = [f"# graph_runtime chain_jit v{VERSION}", "import math", "import numba",
+             "import numpy as np",
+             "from graph_runtime.lib.kernels.cpu.fast_math import exp_f32", "", "", HELPERS, "",
+             "@numba.njit(cache=True, nogil=True, error_model='numpy', boundscheck=False)",
+             f"def run({', '.join(args)}):"]
+    body = [f"s{i} = a{i}[0]" for i, k in enumerate(kinds) if k == "s"]
+    body += ["r = lo // inner", "j0 = lo - r * inner", "pos = lo", "while pos < hi:"]
+    row = ["j1 = min(inner, j0 + (hi - pos))", "base = r * inner"]
+    for i, k in enumerate(kinds):
+        if k in "ro":
+            row.append(f"b{i} = 0")
+            row.append(f"for d in range(m{i}.shape[0]):")
+            row.append(f"    b{i} += ((r // m{i}[d, 0]) % m{i}[d, 1]) * m{i}[d, 2]")
+        if k == "o":
+            row.append(f"u{i} = a{i}[b{i}]")
+    row.append("for j in range(j0, j1):")
+    inner = []
+    for i, k in enumerate(kinds):
+        load = {"c": f"a{i}[base + j]", "r": f"a{i}[b{i} + j]", "o": f"u{i}", "s": f"s{i}"}[k]
+        inner.append(f"v{i} = {load}")
+    for step, (template, operands, dtype) in enumerate(steps):
+        ctype = _TYPES[dtype]
+        expr = template.format(*[f"v{s}" for s in operands], T=ctype)
+        inner.append(f"v{n + step} = {ctype}({expr})")
+    inner.append(f"out[base + j] = v{n + len(steps) - 1}")
+    row += ["    " + line for line in inner]
+    row += ["pos += j1 - j0", "r += 1", "j0 = 0"]
+    body += ["    " + line for line in row]
+    lines += ["    " + line for line in body]
+    return "\n".join(lines) + "\n"
+
+
+_compiled: dict[str, Any] = {}
+_lock = threading.Lock()
+
+
+def _load(source: str) -> Any:
+    """The compiled run() of source: from this process, the disk cache, or a fresh compile."""
+    key = hashlib.sha256(source.encode()).hexdigest()[:24]
+    with _lock:
+        fn = _compiled.get(key)
+        if fn is not None:
+            return fn
+        folder = _writable_dir()
+        path = os.path.join(folder, f"chain_{key}.py")
+        if not os.path.exists(path):
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "w") as f:
+                f.write(source)
+            os.replace(tmp, path)  # atomic: another process never reads half a file
+        spec = importlib.util.spec_from_file_location(f"graph_runtime_chain_{key}", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        # NOTE: numba's cached code names its module and imports it on load: it must be there.
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+        fn = module.run
+        _compiled[key] = fn
+        return fn
+
+
+class CompiledChain(PreparedKernel):
+    """run(*inputs, out): the tail as one compiled pass, on the workers when it is large."""
+
+    def __init__(self, inputs: Sequence[TensorSpec], output: TensorSpec, steps: Sequence[Step],
+                 ops: Sequence[str]) -> None:
+        self.ops = list(ops)
+        out_shape = tuple(int(d) for d in output.shape)
+        self.size = size_of(out_shape)
+        dims, strides = _collapse([tuple(s.shape) for s in inputs], out_shape)
+        kinds = _kinds(inputs, out_shape, dims, strides)
+        self.source = chain_source(inputs, output, steps, kinds)
+        self.inner = int(dims[-1])
+        metas = []
+        for k, st in zip(kinds, strides):
+            rows = []
+            div = 1
+            for d in range(len(dims) - 2, -1, -1):
+                rows.append((div, dims[d], st[d]))
+                div *= dims[d]
+            meta = np.array(rows[::-1] or [(1, 1, 0)], np.int64).reshape(-1, 3)
+            metas.append(meta if k in "ro" else np.zeros((0, 3), np.int64))
+        self.metas = tuple(metas)
+        self.fn = _load(self.source)
+        weight = sum(4 if op in HEAVY else 1 for op in ops)
+        workers = num_threads()
+        self.workers = workers if self.size * weight >= PARALLEL_WORK and workers > 1 else 1
+        chunks = min(4 * self.workers, max(1, self.size // 4096))
+        self.bounds = [(c * self.size // chunks, (c + 1) * self.size // chunks)
+                       for c in range(chunks)] if self.workers > 1 else [(0, self.size)]
+
+    def __call__(self, *arrays: Any) -> None:
+        if self.size == 0:
+            return
+        flat = [a.reshape(-1) for a in arrays]
+        out = flat[-1]
+        ins = flat[:-1]
+        fn, inner, metas = self.fn, self.inner, self.metas
+        if self.workers == 1:
+            fn(0, self.size, inner, out, *ins, *metas)
+            return
+        bounds = self.bounds
+
+        def work(worker: int, item: int) -> None:
+            lo, hi = bounds[item]
+            fn(lo, hi, inner, out, *ins, *metas)
+        parallel_items(len(bounds), self.workers, work)

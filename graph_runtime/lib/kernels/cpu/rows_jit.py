@@ -1,0 +1,189 @@
+"""Numba-compiled row kernels for the CPU: layer_norm and softmax over the last axis in one pass.
+
+NumPy's layer_norm made seven passes over the data (copy, mean, subtract, square, mean, divide,
+scale) and softmax five; here each row is read once into cache and made there, sums in float64
+for float32 rows. Rows are cut into ranges for the runtime's workers when there are many
+(threads.py; the functions release the GIL). Machine code is cached beside this file, as in
+loops_jit.py. Used for float32/float64 rows over the last axis; other cases keep NumPy.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+
+from .fast_math import exp_as
+from .loops_jit import compiled, inlined
+from .threads import num_threads, parallel_items
+
+# Row elements x rows above which the rows go to the workers.
+PARALLEL_ELEMENTS = 1 << 17
+
+
+@inlined
+def _row_sum(row: Any) -> float:
+    """sum(row) in float64."""
+    n = row.shape[0]
+    t0 = 0.0
+    t1 = 0.0
+    t2 = 0.0
+    t3 = 0.0
+    j = 0
+    while j + 4 <= n:
+        t0 += row[j]
+        t1 += row[j + 1]
+        t2 += row[j + 2]
+        t3 += row[j + 3]
+        j += 4
+    while j < n:
+        t0 += row[j]
+        j += 1
+    return (t0 + t1) + (t2 + t3)
+
+
+@inlined
+def _row_squares(row: Any, mean: float) -> float:
+    """sum((row - mean) ** 2) in float64."""
+    n = row.shape[0]
+    t0 = 0.0
+    t1 = 0.0
+    t2 = 0.0
+    t3 = 0.0
+    j = 0
+    while j + 4 <= n:
+        d0 = row[j] - mean
+        d1 = row[j + 1] - mean
+        d2 = row[j + 2] - mean
+        d3 = row[j + 3] - mean
+        t0 += d0 * d0
+        t1 += d1 * d1
+        t2 += d2 * d2
+        t3 += d3 * d3
+        j += 4
+    while j < n:
+        d0 = row[j] - mean
+        t0 += d0 * d0
+        j += 1
+    return (t0 + t1) + (t2 + t3)
+
+
+@compiled
+def _layer_norm_rows(x: Any, gamma: Any, beta: Any, out: Any, eps: float, lo: int,
+                     hi: int) -> None:
+    # NOTE: four accumulators per sum: LLVM vectorizes no float reduction without fastmath.
+    n = x.shape[1]
+    for r in range(lo, hi):
+        row = x[r]
+        mean = _row_sum(row) / n
+        inv = 1.0 / math.sqrt(_row_squares(row, mean) / n + eps)
+        for j in range(n):
+            out[r, j] = (row[j] - mean) * inv * gamma[j] + beta[j]
+
+
+@inlined
+def softmax_row(row: Any, nan_to_zero: bool) -> None:
+    """row = softmax(row) in place, as NumPy's (a NaN, or -inf everywhere, gives NaN; then 0
+    with nan_to_zero).
+
+    NOTE: LLVM vectorizes no floating-point reduction without fastmath, and a loop holding one
+    runs scalar throughout: so the max and the sum are loops of their own, each with four
+    accumulators, and the exp loop (fast_math's exp for float32) has none and goes SIMD.
+    """
+    n = row.shape[0]
+    m0 = -np.inf
+    m1 = -np.inf
+    m2 = -np.inf
+    m3 = -np.inf
+    nan = False
+    j = 0
+    while j + 4 <= n:
+        a0 = row[j]
+        a1 = row[j + 1]
+        a2 = row[j + 2]
+        a3 = row[j + 3]
+        m0 = a0 if a0 > m0 else m0
+        m1 = a1 if a1 > m1 else m1
+        m2 = a2 if a2 > m2 else m2
+        m3 = a3 if a3 > m3 else m3
+        nan = nan or (a0 != a0) or (a1 != a1) or (a2 != a2) or (a3 != a3)
+        j += 4
+    while j < n:
+        a0 = row[j]
+        m0 = a0 if a0 > m0 else m0
+        nan = nan or a0 != a0
+        j += 1
+    top = max(max(m0, m1), max(m2, m3))
+    if nan:
+        top = np.nan
+    for j in range(n):
+        row[j] = exp_as(row[j] - top, row[j])
+    t0 = 0.0
+    t1 = 0.0
+    t2 = 0.0
+    t3 = 0.0
+    j = 0
+    while j + 4 <= n:
+        t0 += row[j]
+        t1 += row[j + 1]
+        t2 += row[j + 2]
+        t3 += row[j + 3]
+        j += 4
+    while j < n:
+        t0 += row[j]
+        j += 1
+    inv = 1.0 / ((t0 + t1) + (t2 + t3))
+    for j in range(n):
+        p = row[j] * inv
+        if nan_to_zero and p != p:
+            p = 0.0
+        row[j] = p
+
+
+@compiled
+def _softmax_rows(x: Any, out: Any, lo: int, hi: int) -> None:
+    n = x.shape[1]
+    for r in range(lo, hi):
+        row = out[r]
+        for j in range(n):
+            row[j] = x[r, j]
+        softmax_row(row, False)
+
+
+def _split(rows: int, width: int, call: Callable[[int, int], None]) -> Callable[[], None]:
+    workers = num_threads() if rows * width >= PARALLEL_ELEMENTS and rows > 1 else 1
+    if workers <= 1:
+        return lambda: call(0, rows)
+    chunks = min(rows, 4 * workers)
+    bounds = [(c * rows // chunks, (c + 1) * rows // chunks) for c in range(chunks)]
+
+    def run() -> None:
+        parallel_items(chunks, workers, lambda w, i: call(*bounds[i]))
+    return run
+
+
+def layer_norm_rows(shape: tuple[int, ...], epsilon: float, center: bool, scale: bool
+                    ) -> Callable[..., None]:
+    """run(x, gamma, beta, out) normalizing over the last axis."""
+    width = int(shape[-1]) if shape else 1
+    rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
+
+    def run(x: Any, gamma: Any, beta: Any, out: Any) -> None:
+        g = gamma if scale else np.ones(width, x.dtype)
+        b = beta if center else np.zeros(width, x.dtype)
+        x2 = x.reshape(rows, width)
+        o2 = out.reshape(rows, width)
+        _split(rows, width, lambda lo, hi: _layer_norm_rows(x2, g, b, o2, epsilon, lo, hi))()
+    return run
+
+
+def softmax_rows(shape: tuple[int, ...]) -> Callable[..., None]:
+    """run(x, out): softmax over the last axis."""
+    width = int(shape[-1])
+    rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
+
+    def run(x: Any, out: Any) -> None:
+        x2 = x.reshape(rows, width)
+        o2 = out.reshape(rows, width)
+        _split(rows, width, lambda lo, hi: _softmax_rows(x2, o2, lo, hi))()
+    return run

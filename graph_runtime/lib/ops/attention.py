@@ -1,0 +1,103 @@
+"""The attention op: softmax(q k^T * scale + mask) v over heads, as transformers export it.
+
+Inputs q (batch, q_len, wq), k and v (batch, k_len, wk/wv) and an optional additive mask that
+broadcasts to (batch, heads, q_len, k_len); heads sit side by side in columns
+[offset, offset + num_heads * head_dim) of each (one packed QKV array may serve all three).
+Output (batch, q_len, num_heads * head_dim). frontend/fuse_transformer.py forms it from the
+exporters' reshape/transpose/matmul/softmax patterns.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ...backends.base import Backend
+from ..attrs import bool_attr, float_attr, int_attr, op_error
+from ..kernels.cpu.attention import AttentionKernel, head_view
+from ..kernels.host import host_factory
+from ..library import TensorSpec
+from ..registry import define_op, kernel
+from ..shapes import check_dtype, check_same_dtype
+
+ATTRS = ("num_heads", "head_dim", "scale", "q_offset", "k_offset", "v_offset", "nan_to_zero")
+
+
+def _params(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> dict[str, Any]:
+    op = "attention"
+    if len(inputs) not in (3, 4):
+        raise op_error(op, f"takes q, k, v and an optional mask, got {len(inputs)} inputs")
+    check_same_dtype(op, inputs)
+    check_dtype(op, inputs[0], ("float32", "float64"))
+    heads = int_attr(op, attrs, "num_heads")
+    dim = int_attr(op, attrs, "head_dim")
+    offsets = tuple(int_attr(op, attrs, f"{n}_offset", 0) for n in "qkv")
+    q, k, v = inputs[:3]
+    for spec, name in ((q, "q"), (k, "k"), (v, "v")):
+        if len(spec.shape) != 3:
+            raise op_error(op, f"{name} {spec} must be (batch, tokens, width)")
+    batch, q_len = int(q.shape[0]), int(q.shape[1])
+    k_len = int(k.shape[1])
+    if heads < 1 or dim < 1:
+        raise op_error(op, f"num_heads {heads} and head_dim {dim} must be positive")
+    for spec, name, off in ((q, "q", offsets[0]), (k, "k", offsets[1]), (v, "v", offsets[2])):
+        if int(spec.shape[0]) != batch or off < 0 or off + heads * dim > int(spec.shape[2]):
+            raise op_error(op, f"{name} {spec} has no columns [{off}, {off + heads * dim}) for "
+                               f"batch {batch}")
+    if int(v.shape[1]) != k_len:
+        raise op_error(op, f"v {v} needs {k_len} tokens as k {k} has")
+    mask = tuple(int(d) for d in inputs[3].shape) if len(inputs) == 4 else None
+    full = (batch, heads, q_len, k_len)
+    if mask is not None:
+        if len(mask) != 4 or any(m not in (1, f) for m, f in zip(mask, full)):
+            raise op_error(op, f"mask {inputs[3]} does not broadcast to {full}")
+    return {"batch": batch, "heads": heads, "q_len": q_len, "k_len": k_len, "head_dim": dim,
+            "offsets": offsets, "scale": float_attr(op, attrs, "scale", 1.0),
+            "nan_to_zero": bool_attr(op, attrs, "nan_to_zero", False), "mask_shape": mask,
+            "dtype": q.dtype}
+
+
+def _infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
+    p = _params(inputs, attrs)
+    return [TensorSpec((p["batch"], p["q_len"], p["heads"] * p["head_dim"]), p["dtype"])]
+
+
+def _cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
+         outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+    return AttentionKernel(**_params(inputs, attrs))
+
+
+def _opencl(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
+            outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+    from ..kernels.opencl.attention import AttentionCl
+    widths = (int(inputs[0].shape[2]), int(inputs[1].shape[2]), int(inputs[2].shape[2]))
+    return AttentionCl(backend, device_id, widths=widths,  # type: ignore[arg-type]
+                       **_params(inputs, attrs))
+
+
+def attention_host(xp: Any, backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
+                   outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+    """The op against NumPy's API, for CuPy (cuda): head views into matmul, softmax as NumPy's
+    (a NaN row stays NaN unless nan_to_zero), the output heads written into out's columns."""
+    p = _params(inputs, attrs)
+    heads, dim, (oq, ok, ov) = p["heads"], p["head_dim"], p["offsets"]
+    scale, nan_to_zero, has_mask = p["scale"], p["nan_to_zero"], p["mask_shape"] is not None
+
+    def run(q: Any, k: Any, v: Any, *rest: Any) -> None:
+        out = rest[-1]
+        s = xp.matmul(head_view(q, oq, heads, dim),
+                      head_view(k, ok, heads, dim).transpose(0, 1, 3, 2)) * scale
+        if has_mask:
+            s = s + rest[0]
+        e = xp.exp(s - s.max(axis=-1, keepdims=True))
+        prob = e / e.sum(axis=-1, keepdims=True)
+        if nan_to_zero:
+            prob = xp.where(xp.isnan(prob), 0, prob).astype(prob.dtype)
+        heads_out = xp.matmul(prob, head_view(v, ov, heads, dim))
+        out.reshape(p["batch"], p["q_len"], heads, dim)[...] = heads_out.transpose(0, 2, 1, 3)
+    return run
+
+
+define_op("attention", _infer, None, ATTRS)
+kernel("attention", "cpu")(_cpu)
+kernel("attention", "opencl")(_opencl)
+kernel("attention", "cuda")(host_factory(attention_host))

@@ -1,0 +1,67 @@
+"""PreparedKernel: the base of prepared kernels, with defaults for what the executor may ask."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, Callable, Mapping, Sequence
+
+from .library import InputVersion
+
+
+class PreparedKernel(ABC):
+    """A kernel prepared for one node: run(*inputs, *outputs), plus four optional capabilities.
+
+    A subclass implements __call__ and overrides only the capabilities it has; the defaults say
+    "none". Plain functions (most kernels are closures) have none: `capabilities(fn)` answers
+    for them, so the executor and a chain ask every kernel the same way.
+    """
+
+    @abstractmethod
+    def __call__(self, *arrays: Any) -> None:
+        """Compute the node: read the inputs, write the outputs (destination passing)."""
+
+    def storage_requests(self) -> Mapping[int, Any]:
+        """{input position: array that input's entry should live in} (a padded weight).
+
+        The executor honours a request only for an entry with its own storage id on the
+        kernel's device, read directly (not flattened, not through a copy); otherwise the kernel
+        must still work on the pool's array (it checks `is` identity and takes its plain path).
+        """
+        return {}
+
+    def workspace_bytes(self) -> int:
+        """Bytes this kernel allocated at prepare time and keeps for every run."""
+        return 0
+
+    def cached_inputs(self) -> Sequence[int]:
+        """Input positions whose derived data (transformed weights) the kernel keeps between runs.
+
+        The executor then binds one InputVersion per such position; a kernel never bound must
+        derive every run, so it is correct without the executor too.
+        """
+        return ()
+
+    def bind_versions(self, versions: Mapping[int, InputVersion]) -> None:
+        """The write counters of the cached inputs, by position."""
+
+    def uses_workers(self) -> bool:
+        """True when the work goes to the runtime's CPU workers (kernels/cpu/threads.py).
+
+        A graph holding one runs with OpenBLAS at one thread throughout (executor.py): a threaded
+        BLAS call elsewhere in the run leaves OpenBLAS threads spinning on the workers' cores.
+        """
+        return False
+
+
+class _Plain(PreparedKernel):
+    """What a plain function can be asked: every capability at its default."""
+
+    def __call__(self, *arrays: Any) -> None:
+        raise AssertionError("_Plain only answers for a plain function's capabilities")
+
+
+_PLAIN = _Plain()
+
+
+def capabilities(fn: Callable[..., Any]) -> PreparedKernel:
+    """fn itself when it is a PreparedKernel, else a stand-in with every default."""
+    return fn if isinstance(fn, PreparedKernel) else _PLAIN

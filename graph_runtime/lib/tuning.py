@@ -1,0 +1,254 @@
+"""The tuning service: which candidate kernel serves a key, measured once and remembered on disk.
+
+A kernel with several strategies declares a Choice (its name and the setting that forces it)
+and asks choice.choose(...) at create(). The first process to meet a key (the op's shapes and
+dtypes, the device, the CPU model and the worker count) times every candidate and writes the
+times and the winner to tuning-<version>.json in the cache folder (settings.tuning_cache_dir);
+later processes read the winner and measure nothing, so they pick the same kernels. The file
+is never trusted: an unreadable or malformed file, or an entry whose candidates are not this
+call's, is ignored and measured again. Writers merge with what is on disk under a lock file and
+replace the file whole, so two processes writing at once both land their entries.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import logging
+import os
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+from .. import settings
+from .._timing import fastest
+from .kernels.cpu.threads import num_threads
+
+log = logging.getLogger("graph_runtime")
+
+FORMAT = 1  # the file's layout; a file of another layout is ignored (and rewritten)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One measured choice: the key it was measured for, each candidate's seconds, the winner."""
+
+    choice: str
+    device: str
+    key: str
+    cpu: str
+    threads: int
+    chosen: str
+    seconds: Mapping[str, float]
+    measured: str  # when, ISO 8601 local time
+
+    @property
+    def ident(self) -> str:
+        """The entry's key in the file: everything it was measured for."""
+        return f"{self.choice}|{self.device}|{self.cpu}|threads={self.threads}|{self.key}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"choice": self.choice, "device": self.device, "key": self.key, "cpu": self.cpu,
+                "threads": self.threads, "chosen": self.chosen, "seconds": dict(self.seconds),
+                "measured": self.measured}
+
+    @classmethod
+    def from_json(cls, doc: Any) -> Entry | None:
+        """The entry doc describes, or None when any field is missing or of the wrong type."""
+        if not isinstance(doc, dict):
+            return None
+        text = ("choice", "device", "key", "cpu", "chosen", "measured")
+        if not all(isinstance(doc.get(name), str) for name in text):
+            return None
+        threads, seconds = doc.get("threads"), doc.get("seconds")
+        if type(threads) is not int or not isinstance(seconds, dict) or not seconds:
+            return None
+        if not all(isinstance(s, (int, float)) and not isinstance(s, bool) and s >= 0
+                   for s in seconds.values()):
+            return None
+        if doc["chosen"] not in seconds:
+            return None
+        return cls(doc["choice"], doc["device"], doc["key"], doc["cpu"], threads, doc["chosen"],
+                   {str(k): float(v) for k, v in seconds.items()}, doc["measured"])
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A named choice among candidate kernels, forced by one setting (auto: measured)."""
+
+    name: str
+    setting: settings.Setting
+
+    def forced(self) -> str | None:
+        """The candidate the setting forces, or None for auto (measured)."""
+        value = settings.word(self.setting)
+        return None if value == "auto" else value
+
+    def choose(self, device: str, key: str, candidates: Sequence[str],
+               measure: Callable[[], Mapping[str, float]], base: str,
+               min_speedup: float) -> str:
+        """The forced candidate if it is one of candidates, else the remembered or measured one.
+
+        Args:
+            device: where the kernel runs ("cpu", or an OpenCL device with its name).
+            key: the op's shapes, dtypes and attributes, as a readable line.
+            measure: seconds per candidate (every one of candidates), timed once per key.
+            base: the candidate kept unless another is min_speedup times faster.
+        """
+        forced = self.forced()
+        if forced is not None and forced in candidates:
+            return forced
+        wanted = Entry(self.name, device, key, cpu_model(), num_threads(), base, {}, "")
+        with _lock:
+            entry = _memo.get(wanted.ident)
+            if entry is None or not _fits(entry, candidates):
+                entry = _read_entries().get(wanted.ident)
+            if entry is None or not _fits(entry, candidates):
+                entry = _measure(wanted, candidates, measure, base, min_speedup)
+                _store(entry)
+            _memo[wanted.ident] = entry
+            return entry.chosen
+
+
+_memo: dict[str, Entry] = {}
+_lock = threading.RLock()  # measuring one choice never asks another, but stay safe if it does
+
+
+@functools.cache
+def cpu_model() -> str:
+    """This machine's CPU model, part of every key."""
+    from ..backends.cpu import cpu_name
+    return cpu_name()
+
+
+def cache_path() -> Path | None:
+    """The cache file (tuning-<version>.json in the cache folder), or None when it is off."""
+    from .. import __version__
+    folder = settings.tuning_cache_dir()
+    return None if folder is None else folder / f"tuning-{__version__}.json"
+
+
+def entries() -> list[Entry]:
+    """Every well-formed entry of the cache file, in the file's order (none when it is off)."""
+    return list(_read_entries().values())
+
+
+def listing() -> dict[str, Any]:
+    """The cache file's path and entries (sorted by choice, device and key) as JSON data."""
+    path = cache_path()
+    found = sorted(entries(), key=lambda e: (e.choice, e.device, e.key, e.threads))
+    return {"path": None if path is None else str(path), "setting": settings.TUNING_CACHE.name,
+            "cpu": cpu_model(), "entries": [e.to_json() for e in found]}
+
+
+def remembered() -> list[Entry]:
+    """What this process chose by measuring or from the file, in the order it asked."""
+    with _lock:
+        return list(_memo.values())
+
+
+def forget() -> None:
+    """Drop what this process remembers (the next choose reads the file again, as a new process
+    would)."""
+    with _lock:
+        _memo.clear()
+
+
+def clear() -> int:
+    """Empty the cache file and this process's memory; the number of entries the file held."""
+    with _lock:
+        _memo.clear()
+        path = cache_path()
+        if path is None or not path.parent.is_dir():
+            return 0
+        with _file_lock(path):
+            count = len(_read_entries())
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        return count
+
+
+def _fits(entry: Entry, candidates: Sequence[str]) -> bool:
+    """Whether entry was measured over exactly these candidates (else it is stale)."""
+    return set(entry.seconds) == set(candidates) and entry.chosen in candidates
+
+
+def _measure(wanted: Entry, candidates: Sequence[str],
+             measure: Callable[[], Mapping[str, float]], base: str,
+             min_speedup: float) -> Entry:
+    start = time.perf_counter()
+    seconds = {name: float(s) for name, s in measure().items()}
+    missing = [name for name in candidates if name not in seconds]
+    assert not missing, f"{wanted.choice}: measure() left out {missing}"
+    chosen = fastest(seconds, base, min_speedup)
+    log.info("tuning: measured %s on %s for %s in %.3f s: %s", wanted.choice, wanted.device,
+             wanted.key, time.perf_counter() - start, chosen)
+    return Entry(wanted.choice, wanted.device, wanted.key, wanted.cpu, wanted.threads, chosen,
+                 seconds, time.strftime("%Y-%m-%dT%H:%M:%S"))
+
+
+def _read_entries() -> dict[str, Entry]:
+    """The cache file's well-formed entries by ident; {} when it is off, missing or malformed."""
+    from .. import __version__
+    path = cache_path()
+    if path is None:
+        return {}
+    try:
+        doc = json.loads(path.read_bytes())
+    except (OSError, ValueError):  # missing, unreadable, not UTF-8 or not JSON
+        return {}
+    if (not isinstance(doc, dict) or doc.get("format") != FORMAT
+            or doc.get("version") != __version__ or not isinstance(doc.get("entries"), list)):
+        return {}
+    found: dict[str, Entry] = {}
+    for item in doc["entries"]:
+        entry = Entry.from_json(item)
+        if entry is not None:
+            found[entry.ident] = entry
+    return found
+
+
+def _store(entry: Entry) -> None:
+    """Add entry to the cache file: merge with what is on disk, then replace the file whole."""
+    from .. import __version__
+    path = cache_path()
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with _file_lock(path):
+            merged = _read_entries()
+            merged[entry.ident] = entry
+            doc = {"format": FORMAT, "version": __version__,
+                   "entries": [e.to_json() for e in merged.values()]}
+            fd, temp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    json.dump(doc, f, indent=1)
+                os.replace(temp, path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(temp)
+                raise
+    except OSError as e:
+        # NOTE: a cache that cannot be written only costs the next process a measurement.
+        log.info("tuning: cannot write %s: %s", path, e)
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    """Hold path's lock file (flock) so that writers merge one after another."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: os.replace alone keeps the file whole
+        yield
+        return
+    with open(path.parent / (path.name + ".lock"), "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

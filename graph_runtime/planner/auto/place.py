@@ -1,0 +1,189 @@
+"""auto_place: measure, solve and emit the placement that minimises a graph's predicted run time.
+
+Existing `__copy` nodes are dropped first (readers read the copy's source): the plan decides its
+own copies, and plan_graph inserts them. The graph becomes a CostProblem (cost_model.py), the
+kernels and copies are measured (measure_costs.py) and each device calibrated (calibrate.py),
+and the chosen devices go back through plan_graph with every node pinned by name, so copies,
+storage and the report are the planner's own.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from ...device import Device
+from ...errors import PlanError
+from ...graph.model import COPY_OP, Graph, GraphSource
+from ...lib.library import Module
+from ..constraints import Placement, glob_escape
+from ..plan import plan_graph
+from ..result import PlanResult
+from ..virtual_device import VirtualDevice
+from .calibrate import calibrate, sequence_key, whole_run_seconds
+from .cost_cache import SMALL_PARAM, CostCache, value_digest
+from .cost_model import CostModel
+from .measure_costs import Measurer
+from .report import AutoPlan
+from .solve import solve_placement
+
+Progress = Callable[[int, str], None]  # (jobs in all, what was just measured) per step
+
+
+def auto_place(graph: GraphSource, lib: Module, devices: Sequence[Device],
+               constraints: Placement | Mapping[str, Any] | None = None, budget_s: float = 60.0,
+               cache: CostCache | str | None = None, progress: Progress | None = None,
+               method: str = "auto", params: Mapping[str, Any] | None = None,
+               calibrate_devices: bool = True) -> AutoPlan:
+    """Place graph on devices where its predicted run time is least, from measured costs.
+
+    Args:
+        devices: where nodes may go; the first is the default for anything unplaced.
+        constraints: the user's Placement (pins are hard constraints; default_device unused).
+        budget_s: seconds of measuring; past it, each remaining kernel is timed once.
+        cache: a CostCache or the path of its JSON file; None measures afresh.
+        progress: called per measurement with the number of jobs and a label (a CLI bar).
+        method: "auto", "min-cut", "milp" or "alpha-expansion" (see solve_placement).
+        params: the graph's params (name -> array); small ones (exponents, bounds) are measured
+            with their values, as a kernel's speed may depend on them. Others get samples.
+            The whole-graph run that calibrates each non-CPU device (calibrate.py) loads them
+            all; inputs get samples.
+        calibrate_devices: run the graph once on each device that can hold it all and scale
+            that device's kernel costs by the run (calibrate.py; cached): kernels timed alone
+            run hotter than in a graph on the CPU and, on an asynchronous device, cannot overlap
+            launches as a run does. False keeps the costs as timed alone.
+    """
+    started = time.perf_counter()
+    laps: dict[str, float] = {}
+    devs = list(dict.fromkeys(devices))
+    if not devs:
+        raise PlanError("auto placement needs at least one device, e.g. -d cpu -d opencl")
+    if constraints is None:
+        placement = Placement()
+    elif isinstance(constraints, Placement):
+        placement = constraints
+    else:
+        placement = Placement.from_dict(constraints)
+    g = without_copies(Graph.from_json(graph))
+    store = cache if isinstance(cache, CostCache) else CostCache.load(cache)
+    measurer = Measurer(lib, store, budget_s)
+    name_digest: dict[str, str] = {}
+    for name, array in small_params(params or {}).items():
+        name_digest[name] = value_digest(array)
+        measurer.values[name_digest[name]] = array
+    model = CostModel(g, lib, devs, placement, name_digest)
+    cases = [c for row in model.cases for c in row.values()]
+    pairs = [(a, b) for a in devs for b in devs if a != b]
+    laps["build"] = time.perf_counter() - started
+    todo, pair_todo = measurer.missing(cases, pairs)
+    total = len(todo) + len(pair_todo)
+    step = None if progress is None else (lambda label: progress(total, label))
+    measurer.measure(cases, pairs, step)
+    laps["measure"] = time.perf_counter() - started - sum(laps.values())
+    problem = model.problem(measurer)
+    calibrations = []
+    for d, dev in enumerate(devs):
+        single = model.single(d)
+        if not calibrate_devices or single is None:
+            continue
+        keys = [measurer.key(row[d]) for row in model.cases if d in row]
+        planned = _one_device_graph(g, lib, placement, dev)
+        found = calibrate(problem, d, single, model.n,
+                          sequence_key(g, keys, measurer.name(dev)), store,
+                          whole_run_seconds(planned, lib, devs, params), dev)
+        if found is not None:
+            calibrations.append(found)
+    laps["calibrate"] = time.perf_counter() - started - sum(laps.values())
+    solution = solve_placement(problem, method)
+    laps["solve"] = time.perf_counter() - started - sum(laps.values())
+    choice = [devs[c] for c in solution.choice[:model.n]]
+    pinned = _pin_all(g, choice, placement, devs[0])
+    result = plan_graph(g, pinned, lib, strict=True)
+    laps["emit"] = time.perf_counter() - started - sum(laps.values())
+    alternatives: dict[Device, float | None] = {}
+    for d, dev in enumerate(devs):
+        single = model.single(d)
+        alternatives[dev] = None if single is None else problem.objective(single)
+    return AutoPlan(result, g, devs, model.report_nodes(problem, choice, measurer),
+                    model.report_copies(problem, solution.choice), solution.objective,
+                    alternatives, solution.method, measurer.kernels_measured,
+                    measurer.copies_measured, laps, pinned, problem,
+                    {(a, b): measurer.copy_model(a, b) for a, b in pairs}, calibrations)
+
+
+def _one_device_graph(g: Graph, lib: Module, placement: Placement, dev: Device
+                      ) -> Callable[[], Graph]:
+    """The graph planned all on dev, made when called (a cached calibration never calls it)."""
+    return lambda: one_device_plan(g, lib, placement, dev).graph
+
+
+def small_params(params: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """The params of at most SMALL_PARAM elements, as NumPy arrays by name."""
+    found: dict[str, np.ndarray] = {}
+    for name, value in params.items():
+        array = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+        if array.size <= SMALL_PARAM:
+            found[name] = array
+    return found
+
+
+def plan_on(auto: AutoPlan, device: Device, lib: Module) -> PlanResult:
+    """The same graph with every node on one device (pinned outputs keep their pins)."""
+    return one_device_plan(auto.graph, lib, auto.placement, device)
+
+
+def one_device_plan(g: Graph, lib: Module, placement: Placement, device: Device) -> PlanResult:
+    """g with every node on device; placement's output pins kept."""
+    return plan_graph(g, _pin_all(g, [device] * g.num_nodes, placement, device), lib,
+                      strict=True)
+
+
+def without_copies(g: Graph) -> Graph:
+    """g with its `__copy` nodes removed, their readers reading the copied entry directly."""
+    copies = [n.nid for n in g.nodes if n.func_name == COPY_OP]
+    if not copies:
+        return g
+    source: dict[int, tuple[int, int]] = {}
+    for nid in copies:
+        ref = g.nodes[nid].inputs[0]
+        src = (int(ref[0]), int(ref[1]))
+        source[nid] = source.get(src[0], src) if src[1] == 0 and src[0] in source else src
+    keep = [n.nid for n in g.nodes if n.nid not in source]
+    new_nid = {old: new for new, old in enumerate(keep)}
+
+    def ref_of(ref: Sequence[int]) -> list[int]:
+        nid, index = int(ref[0]), int(ref[1])
+        if nid in source:
+            nid, index = source[nid]
+        return [new_nid[nid], index, 0]
+
+    nodes = []
+    eids: list[int] = []
+    for old in keep:
+        doc = g.nodes[old]._doc()
+        doc["inputs"] = [ref_of(ref) for ref in g.nodes[old].inputs]
+        nodes.append(doc)
+        eids.extend(g.node_entries(old))
+    own = ("dltype", "shape", "storage_id", "device_index", "device_id")
+    extra = {name: (tag, [values[e] for e in eids])
+             for name, (tag, values) in g.attrs.items() if name not in own}
+    return Graph.build(nodes, [ref_of(ref) for ref in g.heads],
+                       shapes=[g.shape(e) for e in eids], dtypes=[g.dtype(e) for e in eids],
+                       extra_columns=extra)
+
+
+def _pin_all(g: Graph, choice: Sequence[Device], placement: Placement,
+             default: Device) -> Placement:
+    """A Placement naming every node's chosen device, keeping the user's output pins."""
+    nodes: dict[str, VirtualDevice] = {}
+    for node, dev in zip(g.nodes, choice):
+        key = glob_escape(node.name)
+        want = VirtualDevice.from_device(dev)
+        if key in nodes and nodes[key] != want:
+            raise PlanError(f"node {node.nid} {node.name!r}: another node has the same name and "
+                            f"was placed on {nodes[key]}, this one on {dev.spec}; the plan pins "
+                            "nodes by name, so names must be unique per device")
+        nodes[key] = want
+    return Placement(VirtualDevice.from_device(default), nodes, {}, {},
+                     dict(placement.output_devices))

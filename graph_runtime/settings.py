@@ -1,0 +1,149 @@
+"""Every GRAPH_RUNTIME_* environment setting: its values, default and meaning, read at use time."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import LibraryError
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One environment variable: the words it takes (empty: see values_text), default, meaning."""
+
+    name: str
+    default: str
+    meaning: str
+    values: tuple[str, ...] = ()
+    values_text: str = ""
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        """The values other than auto: what the setting can force."""
+        return tuple(v for v in self.values if v != "auto")
+
+    def allowed(self) -> str:
+        """The allowed values for people: "auto, on or off", "auto or one of a, b, c"."""
+        if self.values_text:
+            return self.values_text
+        if "auto" in self.values and len(self.values) > 3:
+            return "auto or one of " + ", ".join(self.choices)
+        return ", ".join(self.values[:-1]) + " or " + self.values[-1]
+
+
+AUTO_ON_OFF = ("auto", "on", "off")
+
+NUM_THREADS = Setting(
+    "GRAPH_RUNTIME_NUM_THREADS", "", "workers per parallel CPU loop",
+    values_text="a positive integer")
+CONV = Setting(
+    "GRAPH_RUNTIME_CONV", "auto",
+    "CPU conv2d strategy: auto measures each that applies, a name forces it where it applies "
+    "(im2col elsewhere)",
+    ("auto", "im2col", "im2col_rows", "im2col_channels", "im2col_serial", "gemm1x1",
+     "gemm1x1_split", "depthwise", "depthwise_jit", "winograd", "winograd4", "onednn"))
+OPENCL_CONV = Setting(
+    "GRAPH_RUNTIME_OPENCL_CONV", "auto",
+    "OpenCL conv2d method: auto measures Winograd against the GEMM method, a name forces it "
+    "where it applies (auto elsewhere)",
+    ("auto", "direct", "panel", "im2col", "winograd", "winograd4"))
+GEMV_PADDING = Setting(
+    "GRAPH_RUNTIME_GEMV_PADDING", "auto",
+    "batch-1 dense: zero rows up to OpenBLAS's threading threshold (auto: where measured faster)",
+    AUTO_ON_OFF)
+DENSE_TRANSPOSE = Setting(
+    "GRAPH_RUNTIME_DENSE_TRANSPOSE", "auto",
+    "batched dense: keep the weight transposed (auto: where measured faster)", AUTO_ON_OFF)
+DENSE_SPLIT = Setting(
+    "GRAPH_RUNTIME_DENSE_SPLIT", "off",
+    "batched dense: split output columns over the CPU workers (auto: where measured faster)",
+    AUTO_ON_OFF)
+OPENCL_GEMM = Setting(
+    "GRAPH_RUNTIME_OPENCL_GEMM", "tiled",
+    "OpenCL GEMM: our kernels, CLBlast, or CLBlast where it can serve the shape",
+    ("tiled", "clblast", "auto"))
+TUNING_CACHE = Setting(
+    "GRAPH_RUNTIME_TUNING_CACHE", "",
+    "folder of the tuning cache (default $XDG_CACHE_HOME/graph_runtime, else "
+    "~/.cache/graph_runtime); off keeps choices in the process only",
+    values_text="a folder, or off")
+
+CACHE_DIR = Setting(
+    "GRAPH_RUNTIME_CACHE_DIR", "",
+    "folder of generated code (compiled CPU chains and their machine code; default "
+    "$XDG_CACHE_HOME/graph_runtime, else ~/.cache/graph_runtime)",
+    values_text="a folder")
+CHAIN_JIT = Setting(
+    "GRAPH_RUNTIME_CHAIN_JIT", "auto",
+    "CPU elementwise chains as one compiled pass (off: one NumPy pass per op)", AUTO_ON_OFF)
+IMPORT_FUSE = Setting(
+    "GRAPH_RUNTIME_IMPORT_FUSE", "on",
+    "graphrun import fuses transformer patterns (GELU, LayerNorm, attention)", ("on", "off"))
+
+ONEDNN = Setting(
+    "GRAPH_RUNTIME_ONEDNN", "auto",
+    "CPU kernels from oneDNN: auto offers them where the library loads (measured per shape), on "
+    "uses them wherever they apply (a missing library is an error), off never",
+    AUTO_ON_OFF)
+ONEDNN_LIB = Setting(
+    "GRAPH_RUNTIME_ONEDNN_LIB", "",
+    "path of a libdnnl.so.3 to load (default: the environment's lib/, then the system's); only "
+    "oneDNN 3.2 is accepted",
+    values_text="a file path")
+
+SETTINGS = (NUM_THREADS, CONV, OPENCL_CONV, GEMV_PADDING, DENSE_TRANSPOSE, DENSE_SPLIT,
+            OPENCL_GEMM, TUNING_CACHE, CACHE_DIR, CHAIN_JIT, IMPORT_FUSE, ONEDNN, ONEDNN_LIB)
+
+
+def _raw(setting: Setting) -> str:
+    return os.environ.get(setting.name, "").strip()
+
+
+def _refuse(setting: Setting, found: str) -> LibraryError:
+    return LibraryError(f"{setting.name} must be {setting.allowed()}, got {found!r}")
+
+
+def word(setting: Setting) -> str:
+    """The setting's value, one of setting.values (the default when unset or empty)."""
+    value = _raw(setting).lower() or setting.default
+    if value not in setting.values:
+        raise _refuse(setting, value)
+    return value
+
+
+def num_threads() -> int | None:
+    """GRAPH_RUNTIME_NUM_THREADS as a positive integer, or None when unset."""
+    value = _raw(NUM_THREADS)
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise _refuse(NUM_THREADS, value)
+    return int(value)
+
+
+def onednn_lib() -> str | None:
+    """GRAPH_RUNTIME_ONEDNN_LIB: the libdnnl.so.3 to load, or None to search the usual places."""
+    return _raw(ONEDNN_LIB) or None
+
+
+def tuning_cache_dir() -> Path | None:
+    """The folder of the tuning cache, or None when GRAPH_RUNTIME_TUNING_CACHE is off."""
+    value = _raw(TUNING_CACHE)
+    if value.lower() == "off":
+        return None
+    if value:
+        return Path(value).expanduser()
+    return _user_cache()
+
+
+def cache_dir() -> Path:
+    """The folder of generated code: GRAPH_RUNTIME_CACHE_DIR, else the user's cache folder."""
+    value = _raw(CACHE_DIR)
+    return Path(value).expanduser() if value else _user_cache()
+
+
+def _user_cache() -> Path:
+    home = os.environ.get("XDG_CACHE_HOME", "").strip()
+    base = Path(home) if home else Path.home() / ".cache"
+    return base / "graph_runtime"

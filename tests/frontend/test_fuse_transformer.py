@@ -1,0 +1,208 @@
+"""Transformer patterns fused at import (frontend/fuse_transformer.py), judged in float64."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx_builders import F32, helper, init, model, run_ours, tensor, weights
+
+from graph_runtime.frontend.importer import import_onnx
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "onnx"
+# float32 GEMMs over at most ~40 terms and one softmax: a few dozen ulps of the largest value.
+BOUND = 2e-5
+
+
+def _assert_close(got: np.ndarray, want: np.ndarray) -> None:
+    scale = max(float(np.abs(want).max()), 1e-30)
+    err = float(np.abs(got.astype(np.float64) - want).max()) / scale
+    assert err <= BOUND, f"max|diff|/max|ref| = {err:.3g}"
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    from scipy.special import erf
+    return erf(x)
+
+
+def _dense_gelu(approximate: str) -> tuple[object, np.ndarray, np.ndarray]:
+    w = weights(13, 37)
+    b = weights(37)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["mm"]),
+             helper.make_node("Add", ["mm", "b"], ["h"])]
+    if approximate == "none":  # BERT: x * 0.5 * (1 + erf(x / sqrt(2)))
+        nodes += [helper.make_node("Div", ["h", "sqrt2"], ["d"]),
+                  helper.make_node("Erf", ["d"], ["e"]),
+                  helper.make_node("Add", ["e", "one"], ["a"]),
+                  helper.make_node("Mul", ["h", "a"], ["m"]),
+                  helper.make_node("Mul", ["m", "half"], ["y"])]
+    else:  # GPT-2: 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))
+        nodes += [helper.make_node("Mul", ["h", "half"], ["hh"]),
+                  helper.make_node("Pow", ["h", "three"], ["p"]),
+                  helper.make_node("Mul", ["p", "c1"], ["p1"]),
+                  helper.make_node("Add", ["h", "p1"], ["s"]),
+                  helper.make_node("Mul", ["s", "c2"], ["s1"]),
+                  helper.make_node("Tanh", ["s1"], ["t"]),
+                  helper.make_node("Add", ["t", "one"], ["a"]),
+                  helper.make_node("Mul", ["hh", "a"], ["y"])]
+    consts = [init("w", w), init("b", b), init("sqrt2", np.float32(math.sqrt(2))),
+              init("one", np.float32(1)), init("half", np.float32(0.5)),
+              init("three", np.float32(3)), init("c1", np.float32(0.044715)),
+              init("c2", np.float32(math.sqrt(2 / math.pi)))]
+    used = {i for n in nodes for i in n.input}
+    m = model(nodes, [tensor("x", F32, [3, 5, 13])], [tensor("y", F32, [3, 5, 37])],
+              [c for c in consts if c.name in used])
+    return m, w, b
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_bias_gelu_fuses_into_the_dense_chain(approximate: str) -> None:
+    m, w, b = _dense_gelu(approximate)
+    result = import_onnx(m)
+    assert dict(result.patterns) == {"gelu" if approximate == "none" else "gelu_tanh": 1}
+    chains = [[s["op"] for s in f.get("ops", [f])] for f in result.lib_doc["functions"].values()]
+    assert ["dense", "add", "gelu"] in chains
+    x = (np.random.default_rng(3).standard_normal((3, 5, 13)) * 2).astype(np.float32)
+    h = x.astype(np.float64) @ w + b
+    if approximate == "none":
+        want = 0.5 * h * (1 + _erf(h / math.sqrt(2)))
+    else:
+        want = 0.5 * h * (1 + np.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h ** 3)))
+    (got,) = run_ours(m, {"x": x}, "cpu")
+    _assert_close(got, want)
+
+
+def test_decomposed_layer_norm_becomes_one_op() -> None:
+    width = 37
+    gamma = weights(width)
+    beta = weights(width)
+    nodes = [helper.make_node("ReduceMean", ["x"], ["mu"], axes=[-1]),
+             helper.make_node("Sub", ["x", "mu"], ["d"]),
+             helper.make_node("Pow", ["d", "two"], ["sq"]),
+             helper.make_node("ReduceMean", ["sq"], ["var"], axes=[-1]),
+             helper.make_node("Add", ["var", "eps"], ["ve"]),
+             helper.make_node("Sqrt", ["ve"], ["sd"]),
+             helper.make_node("Div", ["d", "sd"], ["n"]),
+             helper.make_node("Mul", ["n", "gamma"], ["g"]),
+             helper.make_node("Add", ["g", "beta"], ["y"])]
+    m = model(nodes, [tensor("x", F32, [2, 3, width])], [tensor("y", F32, [2, 3, width])],
+              [init("two", np.float32(2)), init("eps", np.float32(1e-5)),
+               init("gamma", gamma), init("beta", beta)], opset=17)
+    result = import_onnx(m)
+    assert dict(result.patterns) == {"layer_norm": 1}
+    assert len(result.func_names) == 1
+    x = (np.random.default_rng(4).standard_normal((2, 3, width)) * 3 + 1).astype(np.float32)
+    x64 = x.astype(np.float64)
+    mu = x64.mean(-1, keepdims=True)
+    var = ((x64 - mu) ** 2).mean(-1, keepdims=True)
+    want = (x64 - mu) / np.sqrt(var + 1e-5) * gamma + beta
+    (got,) = run_ours(m, {"x": x}, "cpu")
+    _assert_close(got, want)
+
+
+def _attention_model(batch: int, seq: int, heads: int, dim: int, mask: str, packed: bool,
+                     nan_where: bool) -> tuple[object, dict[str, np.ndarray]]:
+    """BERT's exported form: projections, heads by Reshape/Transpose, sqrt(scale) on q and k,
+    MatMul, additive mask, Softmax, [where(isnan)], MatMul, heads back."""
+    width = heads * dim
+    emb = width + 3
+    rng = np.random.default_rng(batch * 100 + seq)
+    ws = {n: (rng.standard_normal((emb, width)) * 0.4).astype(np.float32) for n in "qkv"}
+    bs = {n: (rng.standard_normal(width) * 0.2).astype(np.float32) for n in "qkv"}
+    root = np.float32(1 / math.sqrt(math.sqrt(dim)))
+    inits = [init("root", root), init("shape4", np.array([batch, seq, heads, dim], np.int64)),
+             init("shape3", np.array([batch, seq, width], np.int64))]
+    nodes = []
+    if packed:  # GPT-2: one GEMM for q, k and v, split in three
+        inits += [init("wqkv", np.concatenate([ws[n] for n in "qkv"], 1)),
+                  init("bqkv", np.concatenate([bs[n] for n in "qkv"])),
+                  init("splits", np.array([width] * 3, np.int64))]
+        nodes += [helper.make_node("MatMul", ["x", "wqkv"], ["qkv0"]),
+                  helper.make_node("Add", ["qkv0", "bqkv"], ["qkv"]),
+                  helper.make_node("Split", ["qkv", "splits"], ["pq", "pk", "pv"], axis=2)]
+    else:
+        for n in "qkv":
+            inits += [init(f"w{n}", ws[n]), init(f"b{n}", bs[n])]
+            nodes += [helper.make_node("MatMul", ["x", f"w{n}"], [f"m{n}"]),
+                      helper.make_node("Add", [f"m{n}", f"b{n}"], [f"p{n}"])]
+    for n, perm in (("q", [0, 2, 1, 3]), ("k", [0, 2, 3, 1]), ("v", [0, 2, 1, 3])):
+        nodes += [helper.make_node("Reshape", [f"p{n}", "shape4"], [f"r{n}"]),
+                  helper.make_node("Transpose", [f"r{n}"], [f"t{n}"], perm=perm)]
+    nodes += [helper.make_node("Mul", ["tq", "root"], ["sq"]),
+              helper.make_node("Mul", ["tk", "root"], ["sk"]),
+              helper.make_node("MatMul", ["sq", "sk"], ["scores"])]
+    feeds = {"x": rng.standard_normal((batch, seq, emb)).astype(np.float32)}
+    inputs = [tensor("x", F32, [batch, seq, emb])]
+    logits = "scores"
+    mask_value = None
+    if mask == "padding":
+        mask_value = np.zeros((batch, 1, 1, seq), np.float32)
+        mask_value[-1, :, :, seq // 2:] = -np.inf
+        if nan_where:
+            mask_value[0] = -np.inf  # a sequence masked everywhere: NaN rows, zeroed
+        inputs.append(tensor("mask", F32, [batch, 1, 1, seq]))
+        feeds["mask"] = mask_value
+    elif mask == "causal":
+        mask_value = np.triu(np.full((seq, seq), -np.inf, np.float32), 1)[None, None]
+        inits.append(init("mask", mask_value))
+    if mask_value is not None:
+        nodes.append(helper.make_node("Add", ["scores", "mask"], ["masked"]))
+        logits = "masked"
+    nodes.append(helper.make_node("Softmax", [logits], ["probs"], axis=-1))
+    probs = "probs"
+    if nan_where:
+        inits.append(init("zero", np.float32(0)))
+        nodes += [helper.make_node("IsNaN", ["probs"], ["isnan"]),
+                  helper.make_node("Where", ["isnan", "zero", "probs"], ["clean"])]
+        probs = "clean"
+    nodes += [helper.make_node("MatMul", [probs, "tv"], ["ctx"]),
+              helper.make_node("Transpose", ["ctx"], ["ctx_t"], perm=[0, 2, 1, 3]),
+              helper.make_node("Reshape", ["ctx_t", "shape3"], ["y"])]
+    m = model(nodes, inputs, [tensor("y", F32, [batch, seq, width])], inits)
+    # float64 reference
+    x = feeds["x"].astype(np.float64)
+    proj = {n: (x @ ws[n] + bs[n]).reshape(batch, seq, heads, dim).transpose(0, 2, 1, 3)
+            for n in "qkv"}
+    s = proj["q"] @ proj["k"].transpose(0, 1, 3, 2) / math.sqrt(dim)
+    if mask_value is not None:
+        s = s + mask_value
+    with np.errstate(invalid="ignore"):
+        e = np.exp(s - s.max(-1, keepdims=True))
+        p = e / e.sum(-1, keepdims=True)
+    if nan_where:
+        p = np.where(np.isnan(p), 0.0, p)
+    feeds["__want__"] = (p @ proj["v"]).transpose(0, 2, 1, 3).reshape(batch, seq, width)
+    return m, feeds
+
+
+@pytest.mark.parametrize("batch,seq,heads,dim,mask,packed,nan_where", [
+    (2, 7, 3, 5, "padding", False, True),
+    (1, 9, 1, 8, "causal", True, False),
+    (2, 5, 4, 4, "none", True, False),
+    (3, 11, 2, 3, "padding", False, False),
+])
+def test_attention_fuses_and_matches_float64(batch: int, seq: int, heads: int, dim: int,
+                                             mask: str, packed: bool, nan_where: bool,
+                                             backend_name: str) -> None:
+    m, feeds = _attention_model(batch, seq, heads, dim, mask, packed, nan_where)
+    want = feeds.pop("__want__")
+    result = import_onnx(m)
+    assert result.patterns["attention"] == 1
+    ops = [s["op"] for f in result.lib_doc["functions"].values() for s in f.get("ops", [f])]
+    assert "softmax" not in ops and "batch_matmul" not in ops and "transpose" not in ops
+    (got,) = run_ours(m, feeds, backend_name)
+    if mask == "padding" and not nan_where:
+        # the model's own semantics: a masked-out key never reaches an unmasked query
+        assert np.isfinite(want).all()
+    _assert_close(got, want)
+
+
+@pytest.mark.parametrize("name,want", [
+    ("bert_ts", {"attention": 2, "gelu": 2}), ("bert_dynamo", {"attention": 2}),
+    ("gpt2_ts", {"attention": 2, "gelu_tanh": 2}),
+    ("gpt2_dynamo", {"attention": 2, "gelu_tanh": 2}),
+])
+def test_real_exports_fuse(name: str, want: dict[str, int]) -> None:
+    result = import_onnx(str(DATA / f"{name}.onnx"))
+    assert dict(result.patterns) == want

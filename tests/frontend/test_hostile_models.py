@@ -1,0 +1,266 @@
+"""Hostile ONNX models (issue 20): each cause refused with a FrontendError naming what is wrong."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from onnx_builders import F32, I64, TensorProto, helper, model, numpy_helper, onnx, tensor
+
+from graph_runtime.cli import app
+from graph_runtime.errors import FrontendError
+from graph_runtime.frontend import from_onnx, inference
+
+
+def raw_tensor(name: str, dims: list, data: bytes) -> Any:
+    """A float tensor whose raw_data need not match its dims (helper.make_tensor checks)."""
+    t = TensorProto(name=name, data_type=F32, dims=dims)
+    t.raw_data = data
+    return t
+
+
+def vi(name: str, elem: int = F32, shape: Any = (4,)) -> Any:
+    return tensor(name, elem, shape)
+
+
+def refused(m: Any, *words: str, **kwargs: Any) -> str:
+    with pytest.raises(FrontendError) as info:
+        from_onnx(m, **kwargs)
+    message = str(info.value)
+    for word in words:
+        assert word in message, message
+    return message
+
+
+# 1. tensor data against dims and element type -------------------------------------------------
+
+def test_initializer_data_shorter_than_its_dims() -> None:
+    w = raw_tensor("w", [10 ** 12], b"\0" * 8)
+    m = model([helper.make_node("Add", ["x", "w"], ["y"])], [vi("x")], [vi("y")], [w])
+    refused(m, "'w'", "need 4000000000000 bytes", "got 8")
+
+
+@pytest.mark.parametrize("data_type", [0, 99])
+def test_initializer_of_unknown_element_type(data_type: int) -> None:
+    w = numpy_helper.from_array(np.ones(4, np.float32), "w")
+    w.data_type = data_type
+    m = model([helper.make_node("Add", ["x", "w"], ["y"])], [vi("x")], [vi("y")], [w])
+    refused(m, "'w'", "element type", "not supported")
+
+
+def test_typed_values_fewer_than_dims() -> None:
+    w = TensorProto(name="w", data_type=F32, dims=[4], float_data=[1.0, 2.0])
+    m = model([helper.make_node("Add", ["x", "w"], ["y"])], [vi("x")], [vi("y")], [w])
+    refused(m, "'w'", "need 4 values in float_data, got 2")
+
+
+# 2. and 7. invalid UTF-8 ----------------------------------------------------------------------
+
+def test_string_attribute_with_invalid_utf8() -> None:
+    node = helper.make_node("Pad", ["x", "pads"], ["y"], mode="edge")
+    node.attribute[0].s = b"\xff\xfe"
+    pads = numpy_helper.from_array(np.array([1, 1], np.int64), "pads")
+    refused(model([node], [vi("x")], [vi("y", shape=None)], [pads]), "attribute 'mode'", "UTF-8")
+
+
+def test_einsum_equation_with_invalid_utf8_is_refused_before_shape_inference() -> None:
+    node = helper.make_node("Einsum", ["x"], ["y"], equation="i->i")
+    node.attribute[0].s = b"\xff\xfe"  # onnx's shape inference hung on it
+    start = time.perf_counter()
+    refused(model([node], [vi("x")], [vi("y", shape=None)]), "attribute 'equation'", "UTF-8")
+    assert time.perf_counter() - start < 5
+
+
+def test_names_with_invalid_utf8(tmp_path: Any) -> None:
+    m = model([helper.make_node("Relu", ["x"], ["y"])], [vi("x")], [vi("y")])
+    path = tmp_path / "m.onnx"
+    path.write_bytes(m.SerializeToString().replace(b"\x12\x01y", b"\x12\x01\xff"))
+    refused(path, "output[0]", "UTF-8")
+    refused(onnx.load(str(path)), "output[0]", "UTF-8")
+
+
+# 3. external data with a ModelProto ------------------------------------------------------------
+# (the confinement rules themselves are tested in test_external_data.py)
+
+# 4. If with a constant condition ---------------------------------------------------------------
+
+def _if(cond: Any, branches: bool = True) -> Any:
+    then = helper.make_graph([helper.make_node("Relu", ["x"], ["t"])], "then", [], [vi("t")])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [], [vi("e")])
+    attrs = {"then_branch": then, "else_branch": other} if branches else {}
+    c = numpy_helper.from_array(np.asarray(cond), "c")
+    return model([helper.make_node("If", ["c"], ["y"], **attrs)], [vi("x")], [vi("y")], [c])
+
+
+def test_if_without_branches() -> None:
+    refused(_if(np.array([True]), branches=False), "If", "missing required attribute")
+
+
+def test_if_with_an_empty_condition() -> None:
+    refused(_if(np.zeros(0, bool)), "If", "condition of shape [0]; expected one element")
+
+
+def test_if_without_inputs() -> None:
+    m = _if(np.array([True]))
+    del m.graph.node[0].input[:]
+    refused(m, "If", "0 inputs; expected 1")
+
+
+# 5. omitted required inputs --------------------------------------------------------------------
+
+@pytest.mark.parametrize("op, inputs", [("Relu", [""]), ("Add", ["x", ""])])
+def test_omitted_required_input(op: str, inputs: list) -> None:
+    m = model([helper.make_node(op, inputs, ["y"])], [vi("x")], [vi("y")])
+    refused(m, op, "is omitted (''); it is required")
+
+
+# 6. and 10. constants made at import: bounded --------------------------------------------------
+
+def _const(name: str, value: Any) -> Any:
+    return numpy_helper.from_array(np.asarray(value), name)
+
+
+@pytest.mark.parametrize("nodes, inits", [
+    ([helper.make_node("OneHot", ["i", "d", "v"], ["y"])],
+     [_const("i", np.array([1], np.int64)), _const("d", np.int64(2 ** 31)),
+      _const("v", np.array([0, 1], np.float32))]),
+    ([helper.make_node("ConstantOfShape", ["s"], ["y"])], [_const("s", np.array([2 ** 20, 2 ** 20],
+                                                                                np.int64))]),
+    ([helper.make_node("Range", ["a", "b", "c"], ["y"])],
+     [_const("a", np.int64(0)), _const("b", np.int64(2 ** 40)), _const("c", np.int64(1))]),
+    ([helper.make_node("Tile", ["t", "r"], ["y"])],
+     [_const("t", np.ones((2, 2), np.float32)), _const("r", np.array([2, 2 ** 62], np.int64))]),
+    ([helper.make_node("Pad", ["t", "p"], ["y"])],
+     [_const("t", np.ones((2, 2), np.float32)), _const("p", np.array([0, 0, 2 ** 30, 2 ** 30],
+                                                                     np.int64))]),
+    ([helper.make_node("Trilu", ["t"], ["y"])], [_const("t", np.ones((1, 1), np.float32))]),
+])
+def test_constants_made_at_import_are_bounded(nodes: list, inits: list) -> None:
+    if nodes[0].op_type == "Trilu":
+        # A run-time input: only the mask is made at import.
+        m = model(nodes, [vi("t", shape=(1, 2 ** 15, 2 ** 15))], [vi("y", shape=None)])
+    else:
+        m = model(nodes, [], [vi("y", shape=None)], inits)
+    start = time.perf_counter()
+    refused(m, nodes[0].op_type, "made at import; expected at most 64.0 MiB")
+    assert time.perf_counter() - start < 5
+
+
+def test_gather_folded_with_a_huge_index_is_refused_at_once() -> None:
+    m = model([helper.make_node("Gather", ["d", "i"], ["y"])], [], [vi("y", shape=None)],
+              [_const("d", np.arange(4, dtype=np.float32)), _const("i", np.int64(2 ** 40))])
+    start = time.perf_counter()
+    refused(m, "Gather", "index 1099511627776 is out of range for axis 0 of size 4")
+    assert time.perf_counter() - start < 5
+
+
+def test_split_with_a_huge_num_outputs() -> None:
+    m = model([helper.make_node("Split", ["x"], ["a", "b"], axis=0, num_outputs=2 ** 62)],
+              [vi("x")], [vi("a", shape=None), vi("b", shape=None)], opset=18)
+    refused(m, "(Split)", f"'num_outputs' is {2 ** 62}; expected 2")
+
+
+# 8. edge Pad: one broadcast per side, not one slice per padded row -----------------------------
+
+def test_edge_pad_import_time_does_not_grow_with_the_pad() -> None:
+    pads = _const("p", np.array([10 ** 7, 10 ** 7], np.int64))
+    m = model([helper.make_node("Pad", ["x", "p"], ["y"], mode="edge")], [vi("x")],
+              [vi("y", shape=None)], [pads])
+    start = time.perf_counter()
+    graph_json, _, _ = from_onnx(m)
+    assert time.perf_counter() - start < 5
+    assert "20000004" in graph_json
+
+
+# 9. and 11. before ONNX shape inference ------------------------------------------------------
+
+@pytest.mark.parametrize("op", ["EyeLike", "RegexFullMatch"])
+def test_undefined_input_refused_before_shape_inference(op: str) -> None:
+    m = model([helper.make_node(op, ["nothing"], ["y"])], [], [vi("y", shape=None)], opset=20)
+    refused(m, f"({op}) input 0 'nothing' is not defined")
+
+
+def test_huge_declared_input_refused_before_shape_inference() -> None:
+    m = model([helper.make_node("Add", ["x", "k"], ["y"])], [vi("x", I64, (2 ** 41,))],
+              [vi("y", I64, None)], [_const("k", np.int64(1))])
+    refused(m, "input 'x' dim 0", "declares 2199023255552")
+
+
+def test_large_int_input_skips_data_propagation() -> None:
+    # ONNX's data propagation would hold ~1.4 GiB following a 1e7-element int64 input.
+    m = model([helper.make_node("Add", ["x", "k"], ["y"])], [vi("x", I64, (10 ** 7,))],
+              [vi("y", I64, None)], [_const("k", np.int64(1))])
+    assert not inference.data_prop_safe(m)
+    from_onnx(m)
+
+
+def _relu_model() -> Any:
+    return model([helper.make_node("Relu", ["x"], ["y"])], [vi("x")], [vi("y", shape=None)])
+
+
+def test_a_crash_inside_shape_inference_is_a_refusal(monkeypatch) -> None:
+    # onnx's C++ shape inference has segfaulted on malformed models; it runs in a forked child,
+    # so such a crash (here: a stand-in that kills itself) refuses the model, this process lives.
+    def crashes(*args: Any, **kwargs: Any) -> Any:
+        os.kill(os.getpid(), signal.SIGSEGV)
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", crashes)
+    refused(_relu_model(), "shape inference crashed", "SIGSEGV")
+
+
+def test_shape_inference_past_its_deadline_is_a_refusal(monkeypatch) -> None:
+    def hangs(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(60)
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", hangs)
+    monkeypatch.setattr(inference, "INFERENCE_SECONDS", 0.5)
+    started = time.perf_counter()
+    refused(_relu_model(), "shape inference ran past")
+    assert time.perf_counter() - started < 5
+
+
+def test_shape_inference_raising_keeps_the_declared_types(monkeypatch) -> None:
+    def raises(*args: Any, **kwargs: Any) -> Any:
+        raise onnx.shape_inference.InferenceError("no")
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", raises)
+    assert from_onnx(_relu_model()) is not None
+
+
+@pytest.mark.parametrize("dims", [[-1, 4], [2 ** 62, 2 ** 62], ["a"]])
+def test_given_shapes_checked_first(dims: list) -> None:
+    m = model([helper.make_node("Relu", ["x"], ["y"])], [vi("x", shape=("N", 4))],
+              [vi("y", shape=None)])
+    refused(m, "input 'x'", shape={"x": dims})
+
+
+# 12. attributes and inputs get their own messages ---------------------------------------------
+
+def test_attribute_of_the_wrong_type() -> None:
+    node = helper.make_node("Gather", ["x", "i"], ["y"], axis=1.5)
+    m = model([node], [vi("x")], [vi("y", shape=None)], [_const("i", np.int64(0))])
+    refused(m, "attribute 'axis': expected INT, got FLOAT")
+
+
+def test_resize_with_nan_scales() -> None:
+    scales = _const("s", np.array([1, 1, np.nan, 2], np.float32))
+    m = model([helper.make_node("Resize", ["x", "", "s"], ["y"])], [vi("x", shape=(1, 1, 2, 2))],
+              [vi("y", shape=None)], [scales], opset=19)
+    refused(m, "Resize", "expected finite numbers")
+
+
+def test_gather_missing_an_input() -> None:
+    m = model([helper.make_node("Gather", ["x"], ["y"])], [vi("x")], [vi("y", shape=None)])
+    refused(m, "Gather", "1 inputs; expected 2")
+
+
+def test_cli_prints_one_line_and_exits_2(tmp_path: Any) -> None:
+    w = raw_tensor("w", [10 ** 12], b"\0" * 8)
+    m = model([helper.make_node("Add", ["x", "w"], ["y"])], [vi("x")], [vi("y")], [w])
+    path = tmp_path / "bad.onnx"
+    path.write_bytes(m.SerializeToString())
+    result = CliRunner().invoke(app, ["import", str(path), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 2, result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
+    assert "'w'" in result.output

@@ -1,0 +1,103 @@
+"""The attention op's kernels (CPU, OpenCL, and the NumPy-API one CUDA runs through CuPy) against
+float64 NumPy: odd sizes, packed and separate q/k/v columns, broadcast masks, NaN rows."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from graph_runtime.backends import get_backend
+from graph_runtime.lib.library import TensorSpec
+from graph_runtime.lib.ops.attention import attention_host
+from graph_runtime.lib.registry import get_op
+
+# (batch, q_len, k_len, heads, head_dim, mask shape or None, packed q/k/v, nan_to_zero)
+CASES = [
+    (2, 7, 7, 3, 5, (2, 1, 1, 7), False, True),
+    (1, 9, 9, 1, 8, (1, 1, 9, 9), True, False),
+    (2, 5, 5, 4, 4, None, True, False),
+    (2, 5, 6, 4, 4, None, False, False),
+    (3, 11, 4, 2, 3, (3, 2, 11, 4), False, False),
+    (1, 1, 13, 6, 16, (1, 1, 1, 13), False, True),
+]
+TOLERANCE = {"float32": 2e-5, "float64": 1e-12}
+
+
+def _case(batch: int, q_len: int, k_len: int, heads: int, dim: int, mask: Any, packed: bool,
+          nan_to_zero: bool, dtype: str) -> tuple[list[np.ndarray], dict[str, Any], np.ndarray]:
+    """Inputs, attrs and the float64 reference (softmax as NumPy's: NaN rows, then zeroed)."""
+    rng = np.random.default_rng(batch * 31 + q_len)
+    width = heads * dim
+    if packed:  # one array holds q, k and v side by side, as GPT-2's QKV projection writes
+        assert q_len == k_len
+        qkv = rng.standard_normal((batch, q_len, 3 * width + 2))
+        arrays = [qkv, qkv, qkv]
+        offsets = (1, 1 + width, 1 + 2 * width)
+    else:
+        arrays = [rng.standard_normal((batch, n, width + 3)) for n in (q_len, k_len, k_len)]
+        offsets = (2, 0, 3)
+    attrs = {"num_heads": heads, "head_dim": dim, "scale": 0.37, "q_offset": offsets[0],
+             "k_offset": offsets[1], "v_offset": offsets[2], "nan_to_zero": nan_to_zero}
+    heads_of = [a[:, :, o:o + width].reshape(batch, a.shape[1], heads, dim).transpose(0, 2, 1, 3)
+                for a, o in zip(arrays, offsets)]
+    s = heads_of[0] @ heads_of[1].transpose(0, 1, 3, 2) * 0.37
+    if mask is not None:
+        m = np.where(rng.random(mask) < 0.3, -np.inf, rng.standard_normal(mask))
+        if nan_to_zero:
+            m[0] = -np.inf  # the first batch masked everywhere: NaN rows, zeroed
+        arrays.append(m)
+        s = s + m
+    with np.errstate(invalid="ignore"):
+        e = np.exp(s - s.max(-1, keepdims=True))
+        p = e / e.sum(-1, keepdims=True)
+    if nan_to_zero:
+        p = np.where(np.isnan(p), 0.0, p)
+    want = (p @ heads_of[2]).transpose(0, 2, 1, 3).reshape(batch, q_len, width)
+    return [a.astype(dtype) for a in arrays], attrs, want
+
+
+def _check(got: np.ndarray, want: np.ndarray, dtype: str) -> None:
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("case", CASES)
+def test_kernel_matches_float64(case: tuple, dtype: str, backend_name: str) -> None:
+    arrays, attrs, want = _case(*case, dtype=dtype)
+    backend = get_backend(backend_name)
+    specs = [TensorSpec(a.shape, dtype) for a in arrays]
+    out_spec = TensorSpec(want.shape, dtype)
+    op = get_op("attention")
+    assert op.infer(specs, attrs) == [out_spec]
+    run = op.kernels[backend_name](backend, 0, specs, [out_spec], attrs)
+    args = []
+    for a in arrays:
+        arr = backend.empty(0, a.shape, np.dtype(dtype))
+        backend.from_host(np.ascontiguousarray(a), arr)
+        args.append(arr)
+    out = backend.empty(0, want.shape, np.dtype(dtype))
+    run(*args, out)
+    backend.sync(0)
+    _check(backend.to_host(out), want, dtype)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_numpy_api_kernel_matches_float64(case: tuple) -> None:
+    # What CUDA runs through CuPy, run here with NumPy.
+    arrays, attrs, want = _case(*case, dtype="float32")
+    specs = [TensorSpec(a.shape, "float32") for a in arrays]
+    out = np.empty(want.shape, np.float32)
+    attention_host(np, get_backend("cpu"), 0, specs, [TensorSpec(out.shape, "float32")],
+                   attrs)(*arrays, out)
+    _check(out, want, "float32")
+
+
+def test_workspace_is_reported(backend_name: str) -> None:
+    from graph_runtime.lib.prepared import capabilities
+    arrays, attrs, want = _case(*CASES[0], dtype="float32")
+    specs = [TensorSpec(a.shape, "float32") for a in arrays]
+    run = get_op("attention").kernels[backend_name](get_backend(backend_name), 0, specs,
+                                                     [TensorSpec(want.shape, "float32")], attrs)
+    assert capabilities(run).workspace_bytes() >= 2 * 3 * 7 * 7 * 4  # the scores

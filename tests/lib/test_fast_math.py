@@ -1,0 +1,50 @@
+"""The vectorizable float32 exp (lib/kernels/cpu/fast_math.py) against float64."""
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from graph_runtime.lib.kernels.cpu.fast_math import exp_as, exp_f32
+
+
+@numba.njit
+def _exp_all(x: np.ndarray, out: np.ndarray) -> None:
+    for i in range(x.size):
+        out[i] = np.float32(exp_f32(x[i]))
+
+
+@numba.njit
+def _exp_like(x: np.ndarray, out: np.ndarray) -> None:
+    for i in range(x.size):
+        out[i] = exp_as(x[i], x[i])
+
+
+def test_exp_f32_is_within_one_ulp() -> None:
+    x = np.concatenate([np.linspace(-110, 95, 400_001), [0.0, -0.0, 1e-30, -1e-30]])
+    x = x.astype(np.float32)
+    out = np.empty_like(x)
+    _exp_all(x, out)
+    want = np.exp(x.astype(np.float64))
+    with np.errstate(over="ignore"):
+        want32 = want.astype(np.float32)
+    normal = np.isfinite(want32) & (want32 >= np.finfo(np.float32).tiny)
+    # one float32 rounding of a value within 1e-9 relative: at most 1 ulp (2^-23 relative)
+    np.testing.assert_allclose(out[normal], want[normal], rtol=2.0 ** -23)
+    assert np.isinf(out[x > 89]).all() and (out[x < -104] == 0).all()
+    # subnormal results: within one subnormal step
+    tiny = ~normal & ~np.isinf(want32)
+    assert np.abs(out[tiny] - want32[tiny]).max() <= np.float32(1.5e-45)
+
+
+def test_exp_f32_special_values() -> None:
+    x = np.array([np.nan, np.inf, -np.inf], np.float32)
+    out = np.empty_like(x)
+    _exp_all(x, out)
+    assert np.isnan(out[0]) and out[1] == np.inf and out[2] == 0
+
+
+def test_exp_as_float64_is_libm() -> None:
+    x = np.linspace(-700, 700, 1001)
+    out = np.empty_like(x)
+    _exp_like(x, out)
+    np.testing.assert_allclose(out, np.exp(x), rtol=4 * 2.0 ** -52)

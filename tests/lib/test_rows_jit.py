@@ -1,0 +1,53 @@
+"""Compiled layer_norm and softmax rows (lib/kernels/cpu/rows_jit.py) against float64 references."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from graph_runtime.lib.kernels.cpu import rows_jit
+
+F32_EPS = 2.0 ** -23
+
+
+def _layer_norm64(x: np.ndarray, g: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
+    x = x.astype(np.float64)
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * g.astype(np.float64) + b.astype(np.float64)
+
+
+@pytest.mark.parametrize("shape", [(1, 7), (3, 5, 129), (2, 1), (1000, 64)])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_layer_norm_rows(shape: tuple[int, ...], dtype: str, monkeypatch) -> None:
+    monkeypatch.setattr(rows_jit, "PARALLEL_ELEMENTS", 1000)  # the split runs too
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal(shape) * 4 + 1).astype(dtype)
+    g = rng.standard_normal(shape[-1]).astype(dtype)
+    b = rng.standard_normal(shape[-1]).astype(dtype)
+    out = np.empty_like(x)
+    rows_jit.layer_norm_rows(shape, 1e-5, True, True)(x, g, b, out)
+    want = _layer_norm64(x, g, b, 1e-5)
+    # statistics in float64; the result rounds once per multiply-add of the last line
+    tol = 8 * F32_EPS if dtype == "float32" else 1e-13
+    np.testing.assert_allclose(out, want, rtol=tol, atol=tol * np.abs(want).max())
+
+
+@pytest.mark.parametrize("shape", [(1, 7), (2, 3, 33, 33), (4, 1), (512, 128)])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_softmax_rows(shape: tuple[int, ...], dtype: str, monkeypatch) -> None:
+    monkeypatch.setattr(rows_jit, "PARALLEL_ELEMENTS", 1000)
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal(shape) * 5).astype(dtype)
+    flat = x.reshape(-1, shape[-1])
+    flat[0, 0] = -np.inf  # a masked position
+    if flat.shape[0] > 2:
+        flat[1, :] = -np.inf  # a fully masked row: NaN, as NumPy's softmax gives
+        flat[2, -1] = np.nan
+    out = np.empty_like(x)
+    rows_jit.softmax_rows(shape)(x, out)
+    x64 = x.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(x64 - x64.max(-1, keepdims=True))
+        want = e / e.sum(-1, keepdims=True)
+    tol = 4 * F32_EPS if dtype == "float32" else 1e-14
+    np.testing.assert_allclose(out, want, rtol=tol, atol=tol, equal_nan=True)
