@@ -384,3 +384,66 @@ def test_a_timed_winner_is_made_afresh(onednn, monkeypatch, run_op, random_array
     (got,) = run_op("cpu", "dense", [a, w])
     want = a.astype(np.float64) @ w.astype(np.float64).T
     _check(got, want, 2 * 131 * U32 * (np.abs(a) @ np.abs(w).T))
+
+
+# -- oneDNN's layout between oneDNN nodes -------------------------------------------------------
+
+@pytest.mark.parametrize("threads", ["1", "3"])
+def test_a_conv_net_keeps_nhwc_between_onednn_nodes(onednn, monkeypatch, threads,
+                                                    random_array) -> None:
+    """conv+bias+relu -> depthwise+clip -> max pool -> 1x1 conv + residual -> global pool: the
+    entries between them stay NHWC (no reorders left inside), the result is the float64 one,
+    and the intermediate outputs read back in NCHW."""
+    import graph_runtime as gr
+    from graph_runtime.lib import Module
+    from graph_runtime.lib.chain import Chain, Step
+    from graph_runtime.lib.kernels.onednn import conv as onednn_conv
+    from graph_runtime.lib.kernels.onednn.conv import OnednnConv
+    from graph_runtime.lib.kernels.onednn.pool import OnednnPool
+    from support import make_graph, null, tvm_op
+
+    monkeypatch.setenv(binding.ONEDNN_ENV, "on")
+    monkeypatch.setenv(THREADS_ENV, threads)
+    monkeypatch.setattr(onednn_conv, "MIN_SPLIT_FLOPS", 0)  # bands over NHWC arrays too
+    lib = Module("nhwc")
+    lib.register("conv_relu", Chain("conv_relu", [Step("conv2d", {"padding": [1]}), Step("add"),
+                                                  Step("relu")]))
+    lib.register("dw_clip", Chain("dw_clip", [Step("conv2d", {"padding": [1], "groups": 6}),
+                                              Step("clip", {"a_min": 0.0, "a_max": 6.0})]))
+    lib.register("pool", Chain("pool", [Step("max_pool2d", {"pool_size": [2, 2],
+                                                            "strides": [2, 2]})]))
+    lib.register("project", Chain("project", [Step("conv2d"), Step("add")]))
+    lib.register("gap", Chain("gap", [Step("global_avg_pool2d")]))
+    nodes = [null("x"), null("w1"), null("b1"), tvm_op("c1", "conv_relu", [0, 1, 2]),
+             null("w2"), tvm_op("dw", "dw_clip", [3, 4]), tvm_op("p", "pool", [5]),
+             null("w3"), tvm_op("pr", "project", [6, 7, 6]), tvm_op("g", "gap", [8])]
+    shapes = [[2, 5, 8, 10], [6, 5, 3, 3], [6, 1, 1], [2, 6, 8, 10], [6, 1, 3, 3],
+              [2, 6, 8, 10], [2, 6, 4, 5], [6, 6, 1, 1], [2, 6, 4, 5], [2, 6, 1, 1]]
+    graph = make_graph(nodes, [9], shapes=shapes)
+    m = gr.create(graph, lib, gr.cpu())
+    arrays = {name: random_array(tuple(shapes[i]), "float32", seed=i)
+              for i, name in [(0, "x"), (1, "w1"), (2, "b1"), (4, "w2"), (7, "w3")]}
+    m.set_input(**arrays)
+    m.run()
+    a = {k: v.astype(np.float64) for k, v in arrays.items()}
+    y1 = np.maximum(ref_conv2d_attrs(a["x"], a["w1"], {"padding": [1]}) + a["b1"], 0)
+    y2 = np.clip(ref_conv2d_attrs(y1, a["w2"], {"padding": [1], "groups": 6}), 0, 6)
+    y3 = y2.reshape(2, 6, 4, 2, 5, 2).max(axis=(3, 5))
+    y4 = ref_conv2d_attrs(y3, a["w3"], {}) + y3
+    want = y4.mean(axis=(2, 3), keepdims=True)
+    got = m.get_output(0).numpy()
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * float(np.abs(want).max()))
+    g = m.executor.graph
+    kept = {g.nodes[nid].name for nid in range(len(g.nodes))
+            if g.entry_id(nid, 0) in m.executor.channels_last}
+    assert kept == {"c1", "dw", "p", "pr"}
+    kernels = [s.kernel for s in m.executor.steps]
+    convs = [k for k in kernels if isinstance(k, OnednnConv)]
+    assert len(convs) == 3 and all(isinstance(k, OnednnPool) for k in kernels[2::2])
+    assert not any(k.impl.startswith("ref") for k in kernels), kernels
+    assert convs[0].data_in is not None and convs[0].out is None  # x is the user's: NCHW
+    assert all(c.data_in is None and c.out is None for c in convs[1:])
+    debug = m.debug_get_outputs()
+    for name, value in (("c1", y1), ("dw", y2), ("p", y3), ("pr", y4)):
+        np.testing.assert_allclose(debug[name][0], value, rtol=2e-5,
+                                   atol=2e-5 * float(np.abs(value).max()))

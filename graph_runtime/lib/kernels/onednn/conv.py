@@ -1,11 +1,14 @@
 """conv2d on oneDNN: one convolution primitive per node, the chain's epilogue as its post-ops.
 
-The primitive is made at create() for NCHW data and output (keeping oneDNN's layout between
-oneDNN nodes comes later) with weights in the layout oneDNN picks, reordered once and again when
-the weight is written. A leading per-channel add is the primitive's bias, a residual add its sum
+The primitive is made at create() for NHWC data and output with weights in the layout oneDNN
+picks, reordered once and again when the weight is written. Data, residual and output arrive as
+NCHW arrays and are reordered to and from NHWC buffers, unless the executor keeps them NHWC
+between oneDNN nodes (prepared.PreparedKernel.use_channels_last): then the conv reads and writes
+them in place. A leading per-channel add is the primitive's bias, a residual add its sum
 post-op, other adds binary-add post-ops reading the operand in place; relu, clip, leaky relu,
 sigmoid, hard-swish and gelu are eltwise post-ops. A run is the conv primitive between the two
-layout reorders (three foreign calls, four with a residual), all prepared at create().
+layout reorders (three foreign calls, four with a residual; one between NHWC neighbours), all
+prepared at create().
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ from ..cpu.threads import num_threads, parallel_images
 from . import abi
 from . import binding as dn
 from .binding import Memory, MemoryDesc, Primitive, PrimitiveDesc
-from .layout import BandedReorder, bands
+from .layout import NCHW, NHWC, BandedReorder, band_offset, bands, is_nhwc
 from .weights import PackedWeight, aligned_buffer
 
 DTYPES = ("float32",)
@@ -78,8 +81,6 @@ class OnednnConv(ConvKernel):
         full = _full_adds(tail)[:1]  # oneDNN takes one sum; a second add stays binary
         self.residual = full[0].operand if full else None
         self.adds = [op.operand for op in tail.ops if op.kind == "add" and op not in full]
-        in_shape = (p.n, p.c, p.h, p.w)
-        out_shape = (p.n, p.o, p.oh, p.ow)
         w_shape: tuple[int, ...] = (p.o, p.cg, p.kh, p.kw)
         if p.groups > 1:
             w_shape = (p.groups, p.og, p.cg, p.kh, p.kw)  # goihw: the same bytes as OIHW
@@ -92,10 +93,6 @@ class OnednnConv(ConvKernel):
         self._chosen_w: MemoryDesc | None = None
         self.workers = max(1, num_threads())
         self._buffers = []
-        src = MemoryDesc.plain(in_shape, abi.TAG_ACDB)
-        dst = MemoryDesc.plain(out_shape, abi.TAG_ACDB)
-        self.src_buf = self._workspace(src.size())
-        self.dst_buf = self._workspace(dst.size())
         try:
             pieces = self._pieces()
             first = self._pd(pieces[0][0], pieces[0][1], pieces[0][2] - pieces[0][1])
@@ -108,26 +105,64 @@ class OnednnConv(ConvKernel):
             first = self._pd(-1, 0, p.oh)
             self._chosen_w = first.md(abi.QUERY_WEIGHTS_MD, w_shape)
         self.impl = first.impl()
+        self.pieces = pieces
         self.weight = PackedWeight(MemoryDesc.plain(w_shape), self._chosen_w)
         self.bias_mem = Memory(self._bias_md) if self._bias_md is not None else None
         self.operand_mems = [Memory(md) for md in self._operand_mds]
+        # (primitive, src memory, its byte offset, dst memory, its byte offset) per work item;
+        # the offsets are into NHWC arrays, the conv's own buffers or NHWC neighbours alike
         self.items = [self._item(n, r0, r1) for n, r0, r1 in pieces]
         # (memory, extra input) pairs bound each run: the bias, then the binary-add operands
         self.operands = list(zip(self.operand_mems, self.adds))
         if self.bias_mem is not None and self.bias is not None:
             self.operands.insert(0, (self.bias_mem, self.bias))
-        # The data reorder runs first, in bands of input rows (a conv band reads its neighbours'
-        # rows too); then each item reorders its residual rows in, convolves and reorders its
-        # output rows back, in one hand-off. Whole images need no halo: one loop does all.
+        adds = [op.operand for op in epilogue.ops if op.kind == "add"]
+        self.out_position = 2 + (max(adds) + 1 if adds else 0)
+        self.nhwc: frozenset[int] = frozenset()
+        self._wire()
+
+    def channels_last_positions(self) -> tuple[int, ...]:
+        """The data, the residual and the output may be NHWC arrays."""
+        residual = () if self.residual is None else (2 + self.residual,)
+        return (0,) + residual + (self.out_position,)
+
+    def use_channels_last(self, positions: Any) -> None:
+        self.nhwc = frozenset(positions)
+        self._wire()
+
+    def _layout(self, position: int) -> str:
+        return NHWC if position in self.nhwc else NCHW
+
+    def _wire(self) -> None:
+        """Buffers and reorders for the layouts of data, residual and output.
+
+        The data reorder runs first, in bands of input rows (a conv band reads its neighbours'
+        rows too); then each item reorders its residual rows in, convolves and reorders its
+        output rows back, in one hand-off. Whole images need no halo: one loop does all.
+        """
+        p, pieces = self.p, self.pieces
+        in_shape = (p.n, p.c, p.h, p.w)
+        out_shape = (p.n, p.o, p.oh, p.ow)
+        self._buffers = []
+        data_nhwc = self._layout(0) == NHWC
+        out_nhwc = self._layout(self.out_position) == NHWC
+        self.src_buf = None if data_nhwc else self._workspace(4 * p.n * p.c * p.h * p.w)
+        self.dst_buf = None if out_nhwc else self._workspace(4 * p.n * p.o * p.oh * p.ow)
         whole = all(r0 == 0 and r1 == p.oh for _, r0, r1 in pieces)
-        in_pieces = [(n, 0, p.h) for n, _, _ in pieces] if whole else bands(
-            p.n, p.h, self.workers)
-        self.data_in = BandedReorder(in_shape, self.src_buf, True, in_pieces)
-        self.residual_in = (BandedReorder(out_shape, self.dst_buf, True, pieces)
-                            if self.residual is not None else None)
-        self.out = BandedReorder(out_shape, self.dst_buf, False, pieces)
-        self.together = whole
+        self.data_in: BandedReorder | None = None
+        if not data_nhwc:
+            in_pieces = [(n, 0, p.h) for n, _, _ in pieces] if whole else bands(
+                p.n, p.h, self.workers)
+            self.data_in = BandedReorder(in_shape, NCHW, NHWC, in_pieces)
+        self.residual_in: BandedReorder | None = None
+        if self.residual is not None:
+            self.residual_in = BandedReorder(out_shape, self._layout(2 + self.residual), NHWC,
+                                             pieces)
+        self.out: BandedReorder | None = None if out_nhwc else BandedReorder(
+            out_shape, NHWC, NCHW, pieces)
+        self.together = whole and self.data_in is not None
         self.steps = [self._steps(i) for i in range(len(pieces))]
+        self._arrays: tuple[Any, ...] = ()
 
     def _pieces(self) -> list[tuple[int, int, int]]:
         """(image, first output row, end row) work items (layout.bands); one for a small conv,
@@ -173,8 +208,9 @@ class OnednnConv(ConvKernel):
         self._pds[key] = pd
         return pd
 
-    def _item(self, n: int, r0: int, r1: int) -> Primitive:
-        """One work item: its primitive with memories on its slices of the NHWC buffers."""
+    def _item(self, n: int, r0: int, r1: int) -> tuple[Primitive, Memory, int, Memory, int]:
+        """One work item: its primitive, and its memories with their offsets into the NHWC
+        source and destination (bound each run)."""
         p = self.p
         a_in, h_in, _, _ = self._rows_in(r0, r1 - r0)
         batch = p.n if n < 0 else 1
@@ -182,10 +218,8 @@ class OnednnConv(ConvKernel):
         pd = self._pd(n, r0, r1 - r0)
         src = Memory(MemoryDesc.plain((batch, p.c, h_in, p.w), abi.TAG_ACDB))
         dst = Memory(MemoryDesc.plain((batch, p.o, r1 - r0, p.ow), abi.TAG_ACDB))
-        start = (image * p.h + a_in) * p.w * p.c
-        src.bind(self.src_buf[start:start + batch * h_in * p.w * p.c])
-        start = (image * p.oh + r0) * p.ow * p.o
-        dst.bind(self.dst_buf[start:start + batch * (r1 - r0) * p.ow * p.o])
+        src_offset = 4 * band_offset((p.n, p.c, p.h, p.w), NHWC, image, a_in)
+        dst_offset = 4 * band_offset((p.n, p.o, p.oh, p.ow), NHWC, image, r0)
         args = [(abi.ARG_SRC, src), (abi.ARG_WEIGHTS, self.weight.memory), (abi.ARG_DST, dst)]
         if self.bias_mem is not None:
             args.append((abi.ARG_BIAS, self.bias_mem))
@@ -193,7 +227,7 @@ class OnednnConv(ConvKernel):
                   if op.kind == "add" and op not in self._full]
         for index, mem in zip(binary, self.operand_mems):
             args.append((abi.ARG_POST_OP_BASE * (index + 1) | abi.ARG_SRC_1, mem))
-        return Primitive(pd, args)
+        return Primitive(pd, args), src, src_offset, dst, dst_offset
 
     def _workspace(self, nbytes: int) -> np.ndarray:
         buf = aligned_buffer(nbytes)
@@ -210,29 +244,57 @@ class OnednnConv(ConvKernel):
             self.weight.memory.bind(weight)
         elif self._stale():
             self.weight.refresh(weight)
-        if not data.flags.c_contiguous:
+        if self.data_in is not None and not data.flags.c_contiguous:
             data = np.ascontiguousarray(data)
         for mem, operand in self.operands:
             mem.bind(rest[operand])
-        self.data_in.bind(data)
-        if self.residual_in is not None and self.residual is not None:
-            self.residual_in.bind(rest[self.residual])
-        self.out.bind(out)
-        if not self.together:
+        residual = None if self.residual is None else rest[self.residual]
+        arrays = (data, residual, out)
+        if len(self._arrays) != 3 or any(a is not b for a, b in zip(arrays, self._arrays)):
+            self._bind(data, residual, out)
+        if not self.together and self.data_in is not None:
             self._run([(item,) for item in self.data_in.items])
         self._run(self.steps)
 
+    def _bind(self, data: Any, residual: Any, out: Any) -> None:
+        """Point the reorders and the items at this run's arrays."""
+        checks = [(0, data), (self.out_position, out)]
+        if self.residual is not None:
+            checks.append((2 + self.residual, residual))
+        for position, array in checks:
+            nhwc = self._layout(position) == NHWC
+            if not (is_nhwc(array) if nhwc else array.flags.c_contiguous):
+                raise LibraryError(f"oneDNN conv2d argument {position}: expected a "
+                                   f"{self._layout(position).upper()} array, got strides "
+                                   f"{array.strides} for shape {array.shape}")
+        assert self.src_buf is not None or self.data_in is None
+        src = data.ctypes.data if self.src_buf is None else self.src_buf.ctypes.data
+        dst = out.ctypes.data if self.dst_buf is None else self.dst_buf.ctypes.data
+        if self.data_in is not None:
+            self.data_in.bind(data.ctypes.data, src)
+        if self.residual_in is not None:
+            self.residual_in.bind(residual.ctypes.data, dst)
+        if self.out is not None:
+            self.out.bind(dst, out.ctypes.data)
+        for _, src_mem, src_offset, dst_mem, dst_offset in self.items:
+            src_mem.bind_address(src + src_offset)
+            dst_mem.bind_address(dst + dst_offset)
+        self._arrays = (data, residual, out)
+
     def _steps(self, i: int) -> tuple[Primitive, ...]:
         """What work item i runs in order: its data rows in (whole images only), its residual
-        rows in, the conv of its rows, its output rows back to NCHW."""
-        steps = [self.data_in.items[i]] if self.together else []
+        rows in, the conv of its rows, its output rows back to NCHW (each where needed)."""
+        steps = [self.data_in.items[i]] if self.together and self.data_in is not None else []
         if self.residual_in is not None:
             steps.append(self.residual_in.items[i])
-        return tuple(steps + [self.items[i], self.out.items[i]])
+        steps.append(self.items[i][0])
+        if self.out is not None:
+            steps.append(self.out.items[i])
+        return tuple(steps)
 
     def convolve(self) -> None:
         """The conv alone, NHWC buffer to NHWC buffer, over the workers (for measuring)."""
-        self._run([(item,) for item in self.items])
+        self._run([(item[0],) for item in self.items])
 
     def _run(self, work: list[tuple[Primitive, ...]]) -> None:
         if len(work) == 1:

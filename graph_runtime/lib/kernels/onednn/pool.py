@@ -1,4 +1,5 @@
-"""max/avg/global pools on oneDNN: one pooling primitive per node over NCHW float32 arrays.
+"""max/avg/global pools on oneDNN: one pooling primitive per node over float32 arrays, NCHW or
+(kept so between oneDNN nodes: runtime/layouts.py) NHWC.
 
 ONNX's ceil_mode overhang becomes extra end padding, which oneDNN never counts (max ignores
 it, avg_exclude_padding does not divide by it); an avg pool that counts explicit padding
@@ -6,12 +7,14 @@ it, avg_exclude_padding does not divide by it); an avg pool that counts explicit
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Collection
 
 from ...prepared import PreparedKernel
 from . import abi
 from . import binding as dn
 from .binding import Memory, MemoryDesc, Primitive, PrimitiveDesc
+from .layout import NCHW, NHWC, BandedReorder
+from .weights import aligned_buffer
 
 
 def pool_window(size: tuple[int, ...], kernel: tuple[int, ...], out: tuple[int, ...],
@@ -53,22 +56,69 @@ class OnednnPool(PreparedKernel):
             alg = abi.POOLING_AVG_INCLUDE_PADDING
         else:
             alg = abi.POOLING_AVG_EXCLUDE_PADDING
-        src = MemoryDesc.plain(shape)
-        dst = MemoryDesc.plain(out_shape)
-        pd = PrimitiveDesc("dnnl_pooling_forward_primitive_desc_create", dn.library().engine,
-                           abi.FORWARD_INFERENCE, alg, src.handle, dst.handle, dn.dims_array(strides),
-                           dn.dims_array(kernel), dn.dims_array([d - 1 for d in dilation]),
-                           dn.dims_array(begin), dn.dims_array(end), None)
+        self._make = (shape, out_shape, alg, strides, kernel, dilation, begin, end)
+        self._build(NCHW, NCHW)
+        # NOTE: NHWC is offered only where oneDNN has a JIT kernel for it (a global pool over a
+        # few channels fell to its reference code).
+        self._nhwc = not self._desc(NHWC, NHWC).impl().startswith("ref")
+
+    def _desc(self, src_layout: str, dst_layout: str) -> PrimitiveDesc:
+        """The primitive descriptor for data and output in these layouts (nchw or nhwc)."""
+        shape, out_shape, alg, strides, kernel, dilation, begin, end = self._make
+        tags = {NCHW: None, NHWC: abi.TAG_ACDB}
+        src = MemoryDesc.plain(shape, tags[src_layout])
+        dst = MemoryDesc.plain(out_shape, tags[dst_layout])
+        return PrimitiveDesc("dnnl_pooling_forward_primitive_desc_create", dn.library().engine,
+                             abi.FORWARD_INFERENCE, alg, src.handle, dst.handle,
+                             dn.dims_array(strides), dn.dims_array(kernel),
+                             dn.dims_array([d - 1 for d in dilation]), dn.dims_array(begin),
+                             dn.dims_array(end), None)
+
+    def _build(self, src_layout: str, dst_layout: str) -> None:
+        """The primitive for data and output in these layouts; where oneDNN has no JIT kernel
+        for the mixed pair, the NHWC pool with a reorder on the NCHW side."""
+        shape, out_shape = self._make[:2]
+        pd = self._desc(src_layout, dst_layout)
+        self.before: BandedReorder | None = None
+        self.after: BandedReorder | None = None
+        self.buffer: Any = None
+        if src_layout != dst_layout and pd.impl().startswith("ref"):
+            pd = self._desc(NHWC, NHWC)
+            n, c, h, w = shape if src_layout == NCHW else out_shape
+            self.buffer = aligned_buffer(4 * n * c * h * w)
+            whole = [(-1, 0, h)]
+            if src_layout == NCHW:
+                self.before = BandedReorder((n, c, h, w), NCHW, NHWC, whole)
+            else:
+                self.after = BandedReorder((n, c, h, w), NHWC, NCHW, whole)
         self.impl = pd.impl()
-        self.src = Memory(src)
-        self.dst = Memory(dst)
+        self.src = Memory(pd.md(abi.QUERY_SRC_MD, shape))
+        self.dst = Memory(pd.md(abi.QUERY_DST_MD, out_shape))
         self.primitive = Primitive(pd, [(abi.ARG_SRC, self.src), (abi.ARG_DST, self.dst)])
+
+    def channels_last_positions(self) -> tuple[int, ...]:
+        """Data and output may be NHWC arrays (where oneDNN has a JIT kernel for it)."""
+        return (0, 1) if self._nhwc else ()
+
+    def use_channels_last(self, positions: Collection[int]) -> None:
+        self._build(NHWC if 0 in positions else NCHW, NHWC if 1 in positions else NCHW)
+
+    def workspace_bytes(self) -> int:
+        return 0 if self.buffer is None else int(self.buffer.nbytes)
 
     def __call__(self, data: Any, out: Any) -> None:
         dn.use_threads(dn.CALLER_THREADS)
-        self.src.bind(data)
-        self.dst.bind(out)
+        if self.before is not None:
+            self.before.bind(data.ctypes.data, self.buffer.ctypes.data)
+            self.before.items[0].run()
+            self.src.bind(self.buffer)
+        else:
+            self.src.bind(data)
+        self.dst.bind(out if self.after is None else self.buffer)
         self.primitive.run()
+        if self.after is not None:
+            self.after.bind(self.buffer.ctypes.data, out.ctypes.data)
+            self.after.items[0].run()
 
     def uses_workers(self) -> bool:
         """OpenBLAS is held at one thread beside it (a spinning BLAS thread stalls oneDNN)."""
