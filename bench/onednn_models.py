@@ -10,7 +10,9 @@ run on oneDNN. Run with the OpenBLAS core-type override removed, as on a user's 
   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/onednn_models.py \\
       tests/data/onnx/resnet_ts.onnx tests/data/onnx/mobilenetv2_ts.onnx [--batch 8] [--rounds 5]
 
-The machine may be shared: report the load average (printed) with the numbers.
+The machine may be shared: report the load average (printed) with the numbers. --busy-core
+runs the whole bench beside a child process spinning on one core (`while True: pass`), the
+busy neighbour the thread policy must survive.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -116,7 +119,20 @@ def main() -> None:
                         help="the input's batch (default: the file's, or 1 where symbolic)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--busy-core", action="store_true",
+                        help="keep one core busy with a spinning child process meanwhile")
     args = parser.parse_args()
+    busy = (subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.busy_core
+            else None)
+    try:
+        _bench(args)
+    finally:
+        if busy is not None:
+            busy.kill()
+            busy.wait()
+
+
+def _bench(args: argparse.Namespace) -> None:
     results = []
     for path in args.models:
         calls, info = contenders(path, args.batch)
@@ -126,10 +142,10 @@ def main() -> None:
         load = os.getloadavg()[0]
         print(f"{path.name} {info['input']}: {info['onednn_nodes']} of {info['kernels']} "
               f"kernels on oneDNN in auto, {info['onednn_nodes_on']} in on; "
-              f"load average {load:.2f}")
+              f"load average {load:.2f}{', one core kept busy' if args.busy_core else ''}")
         for name, seconds in times.items():
             print(f"  {name:22s} {seconds * 1e3:8.2f} ms  {seconds / base:5.2f}x")
-        results.append({"model": path.name, **info, "load": load,
+        results.append({"model": path.name, **info, "load": load, "busy_core": args.busy_core,
                         "ms": {k: v * 1e3 for k, v in times.items()}})
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
