@@ -42,7 +42,7 @@ CONV = Setting(
     "CPU conv2d strategy: auto measures each that applies, a name forces it where it applies "
     "(im2col elsewhere)",
     ("auto", "im2col", "im2col_rows", "im2col_channels", "im2col_serial", "gemm1x1",
-     "gemm1x1_split", "depthwise", "depthwise_jit", "winograd", "winograd4"))
+     "gemm1x1_split", "depthwise", "depthwise_jit", "winograd", "winograd4", "onednn"))
 OPENCL_CONV = Setting(
     "GRAPH_RUNTIME_OPENCL_CONV", "auto",
     "OpenCL conv2d method: auto measures Winograd against the GEMM method, a name forces it "
@@ -81,8 +81,19 @@ IMPORT_FUSE = Setting(
     "GRAPH_RUNTIME_IMPORT_FUSE", "on",
     "graphrun import fuses transformer patterns (GELU, LayerNorm, attention)", ("on", "off"))
 
+ONEDNN = Setting(
+    "GRAPH_RUNTIME_ONEDNN", "auto",
+    "CPU kernels from oneDNN: auto offers them where the library loads (measured per shape), on "
+    "uses them wherever they apply (a missing library is an error), off never",
+    AUTO_ON_OFF)
+ONEDNN_LIB = Setting(
+    "GRAPH_RUNTIME_ONEDNN_LIB", "",
+    "path of a libdnnl.so.3 to load (default: the environment's lib/, then the system's); only "
+    "oneDNN 3.2 is accepted",
+    values_text="a file path")
+
 SETTINGS = (NUM_THREADS, CONV, OPENCL_CONV, GEMV_PADDING, DENSE_TRANSPOSE, DENSE_SPLIT,
-            OPENCL_GEMM, TUNING_CACHE, CACHE_DIR, CHAIN_JIT, IMPORT_FUSE)
+            OPENCL_GEMM, TUNING_CACHE, CACHE_DIR, CHAIN_JIT, IMPORT_FUSE, ONEDNN, ONEDNN_LIB)
 
 
 def _raw(setting: Setting) -> str:
@@ -109,6 +120,11 @@ def num_threads() -> int | None:
     if not value.isdigit() or int(value) < 1:
         raise _refuse(NUM_THREADS, value)
     return int(value)
+
+
+def onednn_lib() -> str | None:
+    """GRAPH_RUNTIME_ONEDNN_LIB: the libdnnl.so.3 to load, or None to search the usual places."""
+    return _raw(ONEDNN_LIB) or None
 
 
 def tuning_cache_dir() -> Path | None:

@@ -95,12 +95,14 @@ def devices(as_json: bool) -> None:
     """
     from .._text import fmt_bytes, table
     from ..backends import list_devices
+    from ..lib.kernels.onednn.binding import describe
     found, missing = list_devices()
+    cpu_kernels = describe()
     if as_json:
         echo_json({"devices": [{"device": f"{d.kind}:{d.device_id}", "kind": d.kind,
                                 "device_id": d.device_id, "name": d.name,
                                 "memory_bytes": d.memory_bytes} for d in found],
-                   "missing": missing})
+                   "missing": missing, "cpu_kernels": cpu_kernels})
         return
     click.echo("devices")
     click.echo(table(["device", "name", "memory"],
@@ -110,6 +112,7 @@ def devices(as_json: bool) -> None:
         click.echo("missing")
         for kind, reason in missing.items():
             click.echo(f"  {kind}: {reason.removeprefix(kind + ': ')}")
+    click.echo(f"cpu kernels: {cpu_kernels}")
 
 
 @click.command()

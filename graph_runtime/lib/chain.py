@@ -13,7 +13,7 @@ from ..backends.base import Backend
 from ..device import Device
 from ..errors import LibraryError
 from .attrs import (DTYPE_KEY, NODE_KEYS, NUM_OUTPUTS_KEY, OUT_DTYPE_KEY, WORKSPACE_LIMIT_KEY,
-                    check_attrs, float_attr)
+                    check_attrs, float_attr, str_attr)
 from .kernels.cpu import chain_jit
 from .kernels.cpu.conv_epilogue import EPILOGUE_DTYPES, EPILOGUE_OPS
 from .kernels.gpu_elementwise import ELEMENTWISE_EXPRS, gpu_elementwise
@@ -333,6 +333,10 @@ def _fuse_epilogue(plan: list[_Planned], slot_count: int) -> list[_Planned]:
         elif name == "clip":
             ops.append(("clip", (float_attr("clip", p.attrs, "a_min"),
                                  float_attr("clip", p.attrs, "a_max"))))
+        elif name == "leaky_relu":
+            ops.append((name, float_attr(name, p.attrs, "alpha", 0.01)))
+        elif name == "gelu":
+            ops.append((name, str_attr(name, p.attrs, "approximate", "none")))
         else:
             ops.append((name, None))
         k += 1

@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 from .library import InputVersion
 
 
 class PreparedKernel(ABC):
-    """A kernel prepared for one node: run(*inputs, *outputs), plus four optional capabilities.
+    """A kernel prepared for one node: run(*inputs, *outputs), plus five optional capabilities.
 
     A subclass implements __call__ and overrides only the capabilities it has; the defaults say
     "none". Plain functions (most kernels are closures) have none: `capabilities(fn)` answers
@@ -50,6 +50,18 @@ class PreparedKernel(ABC):
         BLAS call elsewhere in the run leaves OpenBLAS threads spinning on the workers' cores.
         """
         return False
+
+    def channels_last_positions(self) -> Sequence[int]:
+        """Argument positions (inputs, then outputs) of 4-D arrays this kernel can also read or
+        write with NHWC bytes: the strided NCHW view of an NHWC buffer (runtime/layouts.py).
+
+        The executor keeps an entry NHWC when its writer and every reader list it here.
+        """
+        return ()
+
+    def use_channels_last(self, positions: Collection[int]) -> None:
+        """The arrays at these positions (some of channels_last_positions) hold NHWC bytes from
+        now on; called once at create(), before any run."""
 
 
 class _Plain(PreparedKernel):

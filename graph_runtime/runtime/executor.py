@@ -18,6 +18,7 @@ from ..lib.attrs import WORKSPACE_LIMIT_KEY
 from ..lib.kernels.cpu.threads import ONE_BLAS_THREAD
 from ..lib.library import InputVersion, Module, TensorSpec
 from ..lib.prepared import PreparedKernel, capabilities
+from .layouts import nhwc_view, plan_channels_last
 from .placement import plan_placement, resolve_entry_devices
 from .storage import PoolLayout, StoragePool, check_capacity, default_caps
 
@@ -85,6 +86,8 @@ class Executor:
         self._aliased: set[int] = set()
         self._io_eids = set(graph.input_entries.values()) | set(graph.output_entries)
         self.steps = self._prepare_steps(lib)
+        # Entries kept NHWC between kernels that write and read them so (runtime/layouts.py).
+        self.channels_last = self._keep_channels_last()
         # Write counters of graph inputs that kernels derive data from (lib.library.InputVersion).
         self.versions: dict[int, InputVersion] = {}
         self._place_requested_inputs()
@@ -155,6 +158,28 @@ class Executor:
                                       _in_device_scope(fn, dev), [self._bind(k) for k in keys],
                                       keys, False, kernel))
         return steps
+
+    def _keep_channels_last(self) -> set[int]:
+        """Hand the steps NHWC views of the entries layouts.py keeps NHWC, and tell their
+        kernels (whose workspace may shrink: buffers for reorders they no longer make)."""
+        plan = plan_channels_last(self.graph, self.steps, self.entry_device,
+                                  self._io_eids | self._aliased)
+        for eid in plan.entries:
+            key = (eid, self.entry_device[eid])
+            self.arrays[key] = nhwc_view(self.arrays[key])
+        for index, positions in sorted(plan.positions.items()):
+            step = self.steps[index]
+            for pos in positions:
+                step.args[pos] = self._bind(step.arg_keys[pos])
+            before = step.kernel.workspace_bytes()
+            step.kernel.use_channels_last(positions)
+            grown = step.kernel.workspace_bytes() - before
+            self.plan.workspace_bytes[step.device] = (
+                self.plan.workspace_bytes.get(step.device, 0) + grown)
+        if plan.entries:
+            log.info("%s: %d entries kept NHWC between kernels that take it", self.graph.source,
+                     len(plan.entries))
+        return plan.entries
 
     def _count_workspace(self, node: Any, dev: Device, nbytes: int,
                          used: dict[Device, int]) -> None:

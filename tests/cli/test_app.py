@@ -365,7 +365,9 @@ def test_devices_lists_cpu_and_explains_what_is_missing() -> None:
     result = invoke("devices")
     assert result.exit_code == 0
     assert "cpu:0" in result.stdout
+    assert "cpu kernels: " in result.stdout  # oneDNN's version, or why it is not used
     doc = json.loads(invoke("devices", "--json").stdout)
+    assert "oneDNN" in doc["cpu_kernels"]
     assert doc["devices"][0]["device"] == "cpu:0" and doc["devices"][0]["memory_bytes"] > 0
     for kind in ("opencl", "cuda"):
         reason = backend_missing(kind)

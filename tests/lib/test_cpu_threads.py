@@ -10,7 +10,7 @@ import pytest
 import graph_runtime as gr
 from graph_runtime.errors import LibraryError
 from graph_runtime.lib.kernels.cpu import threads as cpu_threads
-from graph_runtime.settings import NUM_THREADS
+from graph_runtime.settings import NUM_THREADS, ONEDNN
 
 
 @pytest.mark.parametrize("workers", [1, 2, 3])
@@ -58,9 +58,12 @@ def test_threads_env(monkeypatch) -> None:
 
 
 @pytest.mark.parametrize("example,holds", [("cnn", True), ("mlp", False)])
-def test_graphs_with_worker_kernels_hold_blas_at_one_thread(example: str, holds: bool) -> None:
+def test_graphs_with_worker_kernels_hold_blas_at_one_thread(example: str, holds: bool,
+                                                            monkeypatch) -> None:
     """A conv graph runs with OpenBLAS at one thread (its workers own the cores) and gives
-    the count back after run(); a dense-only graph leaves OpenBLAS its threads."""
+    the count back after run(); a dense-only graph on OpenBLAS leaves it its threads (oneDNN
+    off: a dense on oneDNN uses the workers)."""
+    monkeypatch.setenv(ONEDNN.name, "off")
     setter = cpu_threads._blas_setter()
     if setter is None:
         pytest.skip("NumPy's OpenBLAS has no openblas_set_num_threads_local")

@@ -16,6 +16,13 @@ PADDING_ENV = GEMV_PADDING.name
 K, UNITS = 784, 512  # the mlp example's first layer: 401,408 weights, padded to 588 rows
 
 
+@pytest.fixture(autouse=True)
+def _todays_kernels(monkeypatch):
+    """These test the OpenBLAS kernels; oneDNN's matmul (the choice may take it) has
+    test_onednn.py."""
+    monkeypatch.setenv("GRAPH_RUNTIME_ONEDNN", "off")
+
+
 @pytest.fixture
 def padding_on(monkeypatch):
     monkeypatch.setenv(PADDING_ENV, "on")

@@ -128,8 +128,9 @@ def test_pool_jit_split_over_workers(monkeypatch, op, shape, run_op, assert_clos
 
 
 @pytest.mark.parametrize("op", ["max_pool2d", "avg_pool2d"])
-def test_cpu_pools_run_compiled(op, make_function) -> None:
+def test_cpu_pools_run_compiled(op, make_function, monkeypatch) -> None:
     """float32/float64 2-D pools on the CPU are jit_cpu's loops; 3-D and float16 keep NumPy's."""
+    monkeypatch.setenv("GRAPH_RUNTIME_ONEDNN", "off")  # oneDNN's pools: test_onednn.py
     from graph_runtime.backends import get_backend
     from graph_runtime.lib.ops.pool import _pool_host
 
@@ -148,11 +149,13 @@ def test_cpu_pools_run_compiled(op, make_function) -> None:
         assert compiled_here == compiled, (shape, dtype)
 
 
-def test_max_pool_jit_nan_wins(run_op) -> None:
+def test_max_pool_jit_nan_wins(run_op, monkeypatch) -> None:
     """As np.maximum (the NumPy path's fold): a NaN in a window is its max, wherever it sits.
 
-    (ONNX's reference MaxPool lets a NaN lose to a later tap, so NumPy is the reference here.)
+    (ONNX's reference MaxPool lets a NaN lose to a later tap, so NumPy is the reference here;
+    oneDNN's max pool lets NaN lose too, so it is off for this test.)
     """
+    monkeypatch.setenv("GRAPH_RUNTIME_ONEDNN", "off")
     x = np.arange(2 * 6 * 6, dtype="float32").reshape(1, 2, 6, 6)
     x[0, 0, 0, 0] = np.nan
     x[0, 1, 3, 4] = np.nan

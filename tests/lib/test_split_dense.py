@@ -11,6 +11,13 @@ from graph_runtime.settings import DENSE_SPLIT, NUM_THREADS
 SPLIT_ENV = DENSE_SPLIT.name
 
 
+@pytest.fixture(autouse=True)
+def _todays_kernels(monkeypatch):
+    """These test the OpenBLAS kernels; oneDNN's matmul (the choice may take it) has
+    test_onednn.py."""
+    monkeypatch.setenv("GRAPH_RUNTIME_ONEDNN", "off")
+
+
 @pytest.mark.parametrize("m,n,k,blocks", [(32, 512, 784, 4), (3, 130, 7, 3), (2, 64, 5, 2)])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_split_matches_the_reference(m, n, k, blocks, dtype, random_array) -> None:

@@ -14,6 +14,13 @@ from graph_runtime.settings import DENSE_TRANSPOSE
 
 TRANSPOSE_ENV = DENSE_TRANSPOSE.name
 
+@pytest.fixture(autouse=True)
+def _todays_kernels(monkeypatch):
+    """These test the OpenBLAS kernels; oneDNN's matmul (the choice may take it) has
+    test_onednn.py."""
+    monkeypatch.setenv("GRAPH_RUNTIME_ONEDNN", "off")
+
+
 TOL = {"float32": {"rtol": 1e-5, "atol": 1e-4}, "float64": {"rtol": 1e-10, "atol": 1e-10}}
 
 

@@ -217,20 +217,46 @@ def _gemm_factory(op: str) -> Factory:
     def factory(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
         gemm, _ = SHAPES[op](inputs, attrs)
-        if (backend.name == "cpu" and gemm.m == 1 and gemm.batch == 1 and gemm.trans_b
-                and not gemm.trans_a and tuple(inputs[1].shape) == (gemm.n, gemm.k)):
-            rows = padded_rows(gemm.k, gemm.n, gemm.dtype)
-            if rows:
-                return PaddedGemv(gemm.k, gemm.n, rows, gemm.dtype)
-        if (backend.name == "cpu" and gemm.m > 1 and gemm.batch == 1 and gemm.trans_b
-                and not gemm.trans_a and tuple(inputs[1].shape) == (gemm.n, gemm.k)):
-            blocks = split_blocks(gemm.m, gemm.n, gemm.k, gemm.dtype)
-            if blocks:
-                return SplitDense(gemm.m, gemm.n, gemm.k, blocks)
-            if keeps_transposed(gemm.m, gemm.n, gemm.k, gemm.dtype):
-                return TransposedDense(gemm.m, gemm.n, gemm.k, gemm.dtype)
-        return gemm_kernel(backend, device_id, gemm)
+        if backend.name == "cpu" and gemm.dtype == "float32":
+            return _onednn_or(gemm, inputs, outputs,
+                              lambda: _todays_gemm(backend, device_id, inputs, gemm))
+        return _todays_gemm(backend, device_id, inputs, gemm)
     return factory
+
+
+def _onednn_or(gemm: Gemm, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec],
+               make_other: Callable[[], Callable[..., None]]) -> Callable[..., None]:
+    """A oneDNN matmul primitive where it is faster (kernels/onednn/matmul.py), else today's."""
+    from ..kernels.onednn.choice import onednn_or
+    from ..kernels.onednn.matmul import OnednnMatmul, matmul_applies
+
+    shapes = [tuple(s.shape) for s in list(inputs) + list(outputs)]
+    applies = matmul_applies(gemm.dtype, gemm.batch, gemm.m, gemm.n, gemm.k)
+    key = (f"{gemm.dtype} batch {gemm.batch} m {gemm.m} n {gemm.n} k {gemm.k} "
+           f"trans_a {int(gemm.trans_a)} trans_b {int(gemm.trans_b)} "
+           f"a_batches {gemm.a_batches} b_batches {gemm.b_batches}")
+    return onednn_or("matmul", key, applies,
+                     lambda: OnednnMatmul(gemm.batch, gemm.m, gemm.n, gemm.k, gemm.trans_a,
+                                          gemm.trans_b, gemm.a_batches, gemm.b_batches),
+                     make_other, shapes)
+
+
+def _todays_gemm(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
+                 gemm: Gemm) -> Callable[..., None]:
+    """The NumPy/OpenBLAS (or GPU) kernel for gemm: GEMV padding, split or transposed dense."""
+    if (backend.name == "cpu" and gemm.m == 1 and gemm.batch == 1 and gemm.trans_b
+            and not gemm.trans_a and tuple(inputs[1].shape) == (gemm.n, gemm.k)):
+        rows = padded_rows(gemm.k, gemm.n, gemm.dtype)
+        if rows:
+            return PaddedGemv(gemm.k, gemm.n, rows, gemm.dtype)
+    if (backend.name == "cpu" and gemm.m > 1 and gemm.batch == 1 and gemm.trans_b
+            and not gemm.trans_a and tuple(inputs[1].shape) == (gemm.n, gemm.k)):
+        blocks = split_blocks(gemm.m, gemm.n, gemm.k, gemm.dtype)
+        if blocks:
+            return SplitDense(gemm.m, gemm.n, gemm.k, blocks)
+        if keeps_transposed(gemm.m, gemm.n, gemm.k, gemm.dtype):
+            return TransposedDense(gemm.m, gemm.n, gemm.k, gemm.dtype)
+    return gemm_kernel(backend, device_id, gemm)
 
 
 GEMM_ATTRS = {"dense": ("units", "out_dtype"),

@@ -155,7 +155,7 @@ def _pool_host(op: str) -> Callable[..., Callable[..., None]]:
                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
         p = pool_params(op, inputs, attrs)
         if backend.name == "cpu" and p.dims == 2 and p.dtype in JIT_DTYPES:
-            return _pool_jit(p, is_max)
+            return _onednn_or_jit(p, is_max)
         xp = array_module(backend)
         # Workspace made once: the data inside a border of lowest (max) or 0 (avg) that also
         # covers the ceil_mode overhang; only the interior is rewritten per call. Without padding
@@ -204,6 +204,27 @@ def _pool_host(op: str) -> Callable[..., Callable[..., None]]:
                 xp.copyto(out, acc, casting="unsafe")
         return host_kernel(backend, device_id, run)
     return factory
+
+
+def _onednn_or_jit(p: PoolParams, is_max: bool) -> Callable[..., None]:
+    """A oneDNN pooling primitive where it applies and is faster (kernels/onednn), else _pool_jit."""
+    from ..kernels.onednn.choice import onednn_or
+    from ..kernels.onednn.pool import OnednnPool, pool_applies
+
+    shape, out = (p.n, p.c) + p.size, (p.n, p.c) + p.out
+    applies = pool_applies(p.dtype, p.size, p.kernel, p.out, p.strides, p.dilation, p.begin,
+                           p.end, is_max, p.count_include_pad)
+    key = (f"{'max' if is_max else 'avg'} {p.dtype} data {_dims(shape)} out {_dims(out)} "
+           f"kernel {_dims(p.kernel)} strides {_dims(p.strides)} pad {_dims(p.pad)} "
+           f"dilation {_dims(p.dilation)}{' count_include_pad' if p.count_include_pad else ''}")
+    return onednn_or("pool2d", key, applies,
+                     lambda: OnednnPool(shape, out, p.kernel, p.strides, p.dilation, p.begin,
+                                        is_max, p.count_include_pad),
+                     lambda: _pool_jit(p, is_max), [shape, out])
+
+
+def _dims(values: Sequence[int]) -> str:
+    return "x".join(str(v) for v in values)
 
 
 def _pool_jit(p: PoolParams, is_max: bool) -> Callable[..., None]:
@@ -340,8 +361,24 @@ def _global_factory(op: str) -> Callable[..., Callable[..., None]]:
                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
         reduce_op = get_op(GLOBAL_REDUCE[op])
         axes = list(range(2, len(inputs[0].shape)))
-        return reduce_op.kernels[backend.name](backend, device_id, inputs, outputs,
-                                               {"axis": axes, "keepdims": True})
+
+        def reduce() -> Callable[..., None]:
+            return reduce_op.kernels[backend.name](backend, device_id, inputs, outputs,
+                                                   {"axis": axes, "keepdims": True})
+        shape = tuple(inputs[0].shape)
+        if backend.name != "cpu" or len(shape) != 4:
+            return reduce()
+        from ..kernels.onednn.choice import onednn_or
+        from ..kernels.onednn.pool import OnednnPool, pool_applies
+
+        size, ones = shape[2:], (1, 1)
+        is_max = op.startswith("global_max")
+        applies = pool_applies(inputs[0].dtype, size, size, ones, ones, ones, (0, 0), (0, 0),
+                               is_max, False)
+        key = f"{'max' if is_max else 'avg'} {inputs[0].dtype} data {_dims(shape)}"
+        return onednn_or("global_pool", key, applies,
+                         lambda: OnednnPool(shape, shape[:2] + ones, size, ones, ones, (0, 0),
+                                            is_max, False), reduce, [shape, shape[:2] + ones])
     return factory
 
 

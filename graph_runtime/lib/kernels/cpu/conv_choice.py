@@ -5,8 +5,9 @@ fastest, remember it in the tuning cache), or one of im2col, im2col_rows (a batc
 rows split over the CPU workers), im2col_channels (its output channels split instead),
 im2col_serial (images on this thread only), gemm1x1, gemm1x1_split (each image's 1x1 GEMM split
 over the workers), depthwise (NumPy strided views), depthwise_jit (a compiled loop,
-depthwise_jit.py), winograd (F(2x2,3x3)), winograd4 (F(4x4,3x3)) to force it wherever it applies
-(im2col elsewhere; it applies always).
+depthwise_jit.py), winograd (F(2x2,3x3)), winograd4 (F(4x4,3x3)), onednn (a oneDNN primitive:
+kernels/onednn/conv.py) to force it wherever it applies (im2col elsewhere; it applies always).
+GRAPH_RUNTIME_ONEDNN=on forces onednn wherever it applies; off never offers it.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from .conv_epilogue import Epilogue
 from .depthwise_jit import DepthwiseJitConv
 from .threads import num_threads
 from .winograd import WinogradConv, winograd_applies
+from ..onednn.choice import onednn_conv, onednn_conv_names, onednn_forced
 
 CHOICE = Choice("cpu.conv2d", settings.CONV)
 STRATEGIES = settings.CONV.choices
@@ -55,6 +57,11 @@ def applicable(p: ConvParams) -> list[str]:
     return names
 
 
+def candidates(p: ConvParams, epilogue: Epilogue) -> list[str]:
+    """applicable(p), plus onednn where a oneDNN primitive computes p and its epilogue."""
+    return applicable(p) + onednn_conv_names(p, epilogue)
+
+
 def build(name: str, p: ConvParams, epilogue: Epilogue) -> ConvKernel:
     """The kernel of one named strategy (which must apply to p)."""
     makers: dict[str, Callable[[], ConvKernel]] = {
@@ -68,21 +75,26 @@ def build(name: str, p: ConvParams, epilogue: Epilogue) -> ConvKernel:
         "depthwise_jit": lambda: DepthwiseJitConv(p, epilogue),
         "winograd": lambda: WinogradConv(p, epilogue, 2),
         "winograd4": lambda: WinogradConv(p, epilogue, 4),
+        "onednn": lambda: onednn_conv(p, epilogue),
     }
     return makers[name]()
 
 
 def conv2d_cpu(p: ConvParams, epilogue: Epilogue, strategy: str | None = None) -> ConvKernel:
     """The conv2d kernel for p: strategy if given, else GRAPH_RUNTIME_CONV, else measured."""
-    forced = strategy or CHOICE.forced()
-    names = applicable(p)
+    names = candidates(p, epilogue)
+    forced = strategy or ("onednn" if names[-1] == "onednn" and onednn_forced()
+                          else CHOICE.forced())
     if forced is not None:
         return build(forced if forced in names else "im2col", p, epilogue)
     if len(names) == 1:
         return build(names[0], p, epilogue)
     kinds = ",".join(op.kind for op in epilogue.ops) or "none"
     bias = " bias folded" if epilogue.channel_bias() is not None else ""
-    key = f"{p.key()} epilogue {kinds}{bias}"
+    # NOTE: whether oneDNN is offered is part of the key: it may be offered in one create() and
+    # turned off (GRAPH_RUNTIME_ONEDNN=off) in the next, and each keeps its own entry.
+    onednn = " onednn" if "onednn" in names else ""
+    key = f"{p.key()} epilogue {kinds}{bias}{onednn}"
     # The plain per-image loop stays unless another is clearly faster: on a busy machine a
     # parallel candidate's timing swings widely, and a lucky sample must not pick it.
     base = "im2col_serial" if "im2col_serial" in names else "im2col"

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-EPILOGUE_OPS = ("add", "relu", "clip")
+EPILOGUE_OPS = ("add", "relu", "clip", "leaky_relu", "sigmoid", "hard_swish", "gelu")
 EPILOGUE_DTYPES = ("float32", "float64")
 # The compiled pass replaces two or more NumPy passes over blocks of at least
 # ONE_PASS_MIN_SIZE elements in rows of at least ONE_PASS_MIN_WIDTH; elsewhere NumPy's SIMD
@@ -26,7 +26,8 @@ ONE_PASS_MIN_SIZE = 1 << 15
 @dataclass(frozen=True)
 class EpilogueOp:
     """One op: add (operand = index among the kernel's extra inputs, shape = its 4-D shape),
-    relu, or clip between lo and hi."""
+    relu, clip between lo and hi, leaky_relu (slope lo), sigmoid, hard_swish, gelu (erf) or
+    gelu_tanh."""
 
     kind: str
     operand: int = -1
@@ -55,7 +56,8 @@ class Epilogue:
     @staticmethod
     def build(ops: Sequence[tuple[str, Any]], operand_shapes: Sequence[tuple[int, ...]],
               out_shape: tuple[int, ...]) -> "Epilogue":
-        """From (kind, detail) pairs: add's detail is its operand index, clip's (lo, hi)."""
+        """From (kind, detail) pairs: add's detail is its operand index, clip's (lo, hi),
+        leaky_relu's its alpha, gelu's its approximate ("none" or "tanh")."""
         made = []
         for kind, detail in ops:
             if kind == "add":
@@ -64,6 +66,10 @@ class Epilogue:
                 made.append(EpilogueOp("add", detail, shape))
             elif kind == "clip":
                 made.append(EpilogueOp("clip", lo=detail[0], hi=detail[1]))
+            elif kind == "leaky_relu":
+                made.append(EpilogueOp("leaky_relu", lo=float(detail)))
+            elif kind == "gelu":
+                made.append(EpilogueOp("gelu_tanh" if detail == "tanh" else "gelu"))
             else:
                 made.append(EpilogueOp(kind))
         return Epilogue(tuple(made), tuple(out_shape))
@@ -118,8 +124,37 @@ class Epilogue:
                 np.add(block, operand, out=block)
             elif op.kind == "relu":
                 np.maximum(block, 0, out=block)
-            else:
+            elif op.kind == "clip":
                 np.clip(block, op.lo, op.hi, out=block)
+            else:
+                activation(op, block)
+
+
+_SQRT1_2 = 0.7071067811865476
+_SQRT_2_PI = 0.7978845608028654
+
+
+def activation(op: EpilogueOp, block: Any) -> None:
+    """leaky_relu, sigmoid, hard_swish or gelu of block in place, by the formulas of the ops'
+    own CPU kernels (ops/activation.py, elementwise.py, activation_ext.py)."""
+    if op.kind == "leaky_relu":
+        np.multiply(block, op.lo, out=block, where=block < 0)
+    elif op.kind == "sigmoid":
+        # 0.5 * (1 + tanh(x / 2)) never overflows, unlike 1 / (1 + exp(-x))
+        np.multiply(block, 0.5, out=block)
+        np.tanh(block, out=block)
+        np.multiply(block, 0.5, out=block)
+        np.add(block, 0.5, out=block)
+    elif op.kind == "hard_swish":
+        np.multiply(block, np.clip(block / 6 + 0.5, 0, 1), out=block)
+    elif op.kind == "gelu":
+        from scipy.special import erf  # NOTE: scipy.special takes ~0.3 s to import
+        np.multiply(block, 0.5 * (1 + erf(block * _SQRT1_2)), out=block)
+    elif op.kind == "gelu_tanh":
+        inner = _SQRT_2_PI * (block + 0.044715 * block * block * block)
+        np.multiply(block, 0.5 * (1 + np.tanh(inner)), out=block)
+    else:
+        raise AssertionError(f"no epilogue op {op.kind!r}")
 
 
 def fold_epilogue(epilogue: Epilogue) -> tuple[int | None, EpilogueOp | None, float, float,

@@ -1,0 +1,155 @@
+"""ONNX models on the CPU with and without oneDNN kernels, against ONNX Runtime in one process.
+
+Each model file is imported once (graph_runtime.frontend.from_onnx) and created twice: with
+GRAPH_RUNTIME_ONEDNN=off (NumPy/OpenBLAS/numba kernels), with the default auto (oneDNN where
+timed faster per shape) and with on (oneDNN wherever it applies). ONNX Runtime runs the same file with its default threads and with one,
+told not to spin. Rounds interleave the contenders in a shuffled order (bench/interleave.py);
+the table gives medians and the ratio to ONNX Runtime (default threads), plus how many nodes
+run on oneDNN. Run with the OpenBLAS core-type override removed, as on a user's machine:
+
+  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/onednn_models.py \\
+      tests/data/onnx/resnet_ts.onnx tests/data/onnx/mobilenetv2_ts.onnx [--batch 8] [--rounds 5]
+
+The machine may be shared: report the load average (printed) with the numbers. --busy-core
+runs the whole bench beside a child process spinning on one core (`while True: pass`), the
+busy neighbour the thread policy must survive.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # measure the checkout this script sits in
+import graph_runtime as gr  # noqa: E402
+from interleave import interleaved_samples  # noqa: E402  (bench/)
+
+
+def _module(graph_json: str, lib: Any, params: dict, onednn: str) -> tuple[Any, int]:
+    """A GraphModule made with GRAPH_RUNTIME_ONEDNN=onednn, and its nodes on oneDNN."""
+    saved = os.environ.get("GRAPH_RUNTIME_ONEDNN")
+    os.environ["GRAPH_RUNTIME_ONEDNN"] = onednn
+    try:
+        m = gr.create(graph_json, lib, gr.cpu())
+    finally:
+        if saved is None:
+            os.environ.pop("GRAPH_RUNTIME_ONEDNN", None)
+        else:
+            os.environ["GRAPH_RUNTIME_ONEDNN"] = saved
+    m.load_params(gr.save_param_dict(params))
+    on_onednn = sum(1 for fn in _kernels(m) if "Onednn" in repr(fn))
+    return m, on_onednn
+
+
+def _kernels(m: Any) -> list[Any]:
+    """Every prepared kernel of a module (chain steps included)."""
+    from graph_runtime.lib.chain import PreparedChain
+    found = []
+    for step in m.executor.steps:
+        fn = step.fn
+        found += [f for f, _ in fn._steps] if isinstance(fn, PreparedChain) else [fn]
+    return found
+
+
+def contenders(path: Path, batch: int | None) -> tuple[dict[str, Callable[[], Any]], dict]:
+    import onnxruntime as ort
+
+    from graph_runtime.frontend import from_onnx
+    import onnx
+    model = onnx.load(str(path), load_external_data=False)
+    first = model.graph.input[0]
+    dims = [d.dim_value for d in first.type.tensor_type.shape.dim]
+    shape = {first.name: (batch or dims[0] or 1, *dims[1:])}
+    graph_json, lib, params = from_onnx(str(path), shape=shape)
+    modules = {mode: _module(graph_json, lib, params, mode) for mode in ("off", "auto", "on")}
+    rng = np.random.default_rng(0)
+    info = json.loads(graph_json)
+    name = [info["nodes"][i]["name"] for i in info["arg_nodes"]
+            if info["nodes"][i]["name"] not in params][0]
+    eid = info["node_row_ptr"][[n["name"] for n in info["nodes"]].index(name)]
+    x = rng.random(tuple(info["attrs"]["shape"][1][eid]), dtype=np.float32)
+
+    def ours(m: Any) -> Callable[[], Any]:
+        def call() -> list[np.ndarray]:
+            m.set_input(name, x)
+            m.run()
+            return [m.get_output(i).numpy() for i in range(m.get_num_outputs())]
+        return call
+
+    sessions = {}
+    for threads in (0, 1):
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        sessions[threads] = ort.InferenceSession(str(path), options,
+                                                 providers=["CPUExecutionProvider"])
+    calls: dict[str, Callable[[], Any]] = {
+        "numpy/openblas": ours(modules["off"][0]),
+        "onednn (auto)": ours(modules["auto"][0]),
+        "onednn (on)": ours(modules["on"][0]),
+        "onnxruntime": lambda: sessions[0].run(None, {name: x}),
+        "onnxruntime 1 thread": lambda: sessions[1].run(None, {name: x}),
+    }
+    want = calls["onnxruntime"]()
+    for label in ("numpy/openblas", "onednn (auto)", "onednn (on)"):
+        for i, (g, w) in enumerate(zip(calls[label](), want)):
+            error = float(np.abs(g - w).max() / max(float(np.abs(w).max()), 1e-30))
+            if error > 2e-4:
+                raise SystemExit(f"{path.name} output {i}: {label} disagrees with ONNX Runtime "
+                                 f"(max|diff| / max|ref| = {error:.1e})")
+    kernels = len(_kernels(modules["auto"][0]))
+    return calls, {"onednn_nodes": modules["auto"][1], "onednn_nodes_on": modules["on"][1],
+                   "kernels": kernels,
+                   "input": list(x.shape)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="+", type=Path)
+    parser.add_argument("--batch", type=int, default=None,
+                        help="the input's batch (default: the file's, or 1 where symbolic)")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--busy-core", action="store_true",
+                        help="keep one core busy with a spinning child process meanwhile")
+    args = parser.parse_args()
+    busy = (subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.busy_core
+            else None)
+    try:
+        _bench(args)
+    finally:
+        if busy is not None:
+            busy.kill()
+            busy.wait()
+
+
+def _bench(args: argparse.Namespace) -> None:
+    results = []
+    for path in args.models:
+        calls, info = contenders(path, args.batch)
+        samples = interleaved_samples(calls, args.rounds, repeat=3, number=3)
+        times = {k: statistics.median(v) for k, v in samples.items()}
+        base = times["onnxruntime"]
+        load = os.getloadavg()[0]
+        print(f"{path.name} {info['input']}: {info['onednn_nodes']} of {info['kernels']} "
+              f"kernels on oneDNN in auto, {info['onednn_nodes_on']} in on; "
+              f"load average {load:.2f}{', one core kept busy' if args.busy_core else ''}")
+        for name, seconds in times.items():
+            print(f"  {name:22s} {seconds * 1e3:8.2f} ms  {seconds / base:5.2f}x")
+        results.append({"model": path.name, **info, "load": load, "busy_core": args.busy_core,
+                        "ms": {k: v * 1e3 for k, v in times.items()}})
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

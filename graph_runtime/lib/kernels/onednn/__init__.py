@@ -1,0 +1,1 @@
+"""CPU kernels on oneDNN (binding.py owns the library; one file per op family)."""

@@ -1,0 +1,372 @@
+"""The one binding to oneDNN's 3.x C API: loading, version check, handles, errors, threads.
+
+ctypes, not cffi or a compiled extension: the 3.x API is opaque handles (memory descriptors,
+primitive descriptors, primitives, memories) and plain C enums and structs, which ctypes calls
+with no compiler or build step at install; the library itself comes from PyPI's
+`onednn-cpu-gomp` wheel (libdnnl.so.3 under the environment's lib/) or, by setting, a system one.
+The enum values and signatures (abi.py) were read from oneDNN 3.2's C headers; only 3.2 was
+tested, so any other version is refused with the reason. Kernels call this module (and read
+abi.py's constants), never the raw foreign functions.
+
+GRAPH_RUNTIME_ONEDNN (settings.ONEDNN): auto (default: offer oneDNN kernels where the library
+loads; the tuning service picks per shape), on (use them wherever they apply; a missing library
+is an error), off. GRAPH_RUNTIME_ONEDNN_LIB: a path to libdnnl.so.3 (else the environment's lib/,
+then the system's).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import threading
+import weakref
+from typing import Any, Sequence
+
+from .... import settings
+from ....errors import LibraryError
+from .abi import (
+    RESTYPES,
+    SIGNATURES,
+    Dims,
+    ExecArg,
+    ENGINE_CPU,
+    F32,
+    QUERY_IMPL_INFO_STR,
+    STATUS_NAMES,
+    STREAM_DEFAULT,
+    TAG_ANY,
+    TAG_PLAIN,
+)
+
+ONEDNN_ENV = settings.ONEDNN.name
+ONEDNN_LIB_ENV = settings.ONEDNN_LIB.name
+TESTED = ((3, 2),)  # (major, minor) versions whose enum values and behaviour were checked
+
+class Dnnl:
+    """The loaded library: its functions (status checked) and one CPU engine."""
+
+    def __init__(self, cdll: ctypes.CDLL, path: str) -> None:
+        self.path = path
+        self.raw: dict[str, Any] = {}
+        for name, argtypes in SIGNATURES.items():
+            fn = getattr(cdll, name)
+            fn.argtypes = argtypes
+            fn.restype = RESTYPES.get(name, ctypes.c_int)
+            self.raw[name] = fn
+        v = self.raw["dnnl_version"]().contents
+        self.version = (v.major, v.minor, v.patch)
+        self.engine = ctypes.c_void_p()
+        self.gomp: Any = None
+
+    def open(self) -> None:
+        """Make the engine, and find the OpenMP runtime the library uses."""
+        self.call("dnnl_engine_create", ctypes.byref(self.engine), ENGINE_CPU, 0)
+        try:  # the wheel links GNU OpenMP; the same soname gives the copy already loaded
+            self.gomp = ctypes.CDLL("libgomp.so.1")
+            self.gomp.omp_set_num_threads.argtypes = [ctypes.c_int]
+            self.gomp.omp_get_max_threads.restype = ctypes.c_int
+        except (OSError, AttributeError):
+            self.gomp = None
+
+    def stream(self) -> ctypes.c_void_p:
+        """The calling thread's stream: a oneDNN stream is not thread-safe, and the runtime's
+        workers execute a conv's bands at once (sharing one serialised them)."""
+        stream = getattr(_thread_state, "stream", None)
+        if stream is None:
+            stream = ctypes.c_void_p()
+            self.call("dnnl_stream_create", ctypes.byref(stream), self.engine, STREAM_DEFAULT)
+            _thread_state.stream = stream
+        return stream
+
+    def call(self, name: str, *args: Any) -> None:
+        """Call a status-returning function; LibraryError names the call and the status."""
+        status = self.raw[name](*args)
+        if status != 0:
+            raise LibraryError(f"oneDNN {name} failed: {STATUS_NAMES.get(status, status)}")
+
+    def try_call(self, name: str, *args: Any) -> int:
+        """Call a status-returning function and return its status (0 is success)."""
+        return int(self.raw[name](*args))
+
+    @property
+    def version_text(self) -> str:
+        return ".".join(str(v) for v in self.version)
+
+
+_loaded: Dnnl | None = None
+_reason = ""
+_tried = False
+_load_lock = threading.Lock()
+
+
+def onednn_mode() -> str:
+    """GRAPH_RUNTIME_ONEDNN as auto, on or off."""
+    return settings.word(settings.ONEDNN)
+
+
+def _candidates() -> list[str]:
+    """Where libdnnl.so.3 may be: the setting's path, else the environment's lib/, else ld's."""
+    path = settings.onednn_lib()
+    if path:
+        return [path]
+    return [os.path.join(sys.prefix, "lib", "libdnnl.so.3"), "libdnnl.so.3"]
+
+
+def _load() -> tuple[Dnnl | None, str]:
+    if onednn_mode() == "off":
+        return None, f"turned off by {ONEDNN_ENV}=off"
+    errors = []
+    for path in _candidates():
+        try:
+            cdll = ctypes.CDLL(path)
+        except OSError as e:
+            errors.append(f"{path}: {e}")
+            continue
+        try:
+            lib = Dnnl(cdll, path)
+        except AttributeError as e:
+            return None, f"{path} lacks a oneDNN 3.x function ({e})"
+        if lib.version[:2] not in TESTED:
+            tested = ", ".join(f"{a}.{b}" for a, b in TESTED)
+            return None, (f"{path} is oneDNN {lib.version_text}; only {tested} is tested "
+                          f"(install onednn-cpu-gomp==2023.2.0 or point {ONEDNN_LIB_ENV} at one)")
+        lib.open()
+        return lib, ""
+    return None, ("libdnnl.so.3 not found (pip install onednn-cpu-gomp, or set "
+                  f"{ONEDNN_LIB_ENV}): " + "; ".join(errors))
+
+
+def _ensure() -> None:
+    global _loaded, _reason, _tried
+    with _load_lock:
+        if not _tried:
+            _tried = True
+            try:
+                _loaded, _reason = _load()
+            except LibraryError as e:
+                _loaded, _reason = None, str(e)
+
+
+def available() -> bool:
+    """True when oneDNN kernels may run here (library loaded, tested version, not turned off)."""
+    if onednn_mode() == "off":
+        return False
+    _ensure()
+    return _loaded is not None
+
+
+def unavailable_reason() -> str:
+    """Why oneDNN kernels do not run ('' when they may)."""
+    if onednn_mode() == "off":
+        return f"turned off by {ONEDNN_ENV}=off"
+    _ensure()
+    return _reason
+
+
+def library() -> Dnnl:
+    """The loaded library; LibraryError with the reason when it is not available."""
+    _ensure()
+    if _loaded is None or onednn_mode() == "off":
+        raise LibraryError(f"oneDNN is not available: {unavailable_reason()}")
+    return _loaded
+
+
+def describe() -> str:
+    """One line for `graphrun devices`: which CPU kernel library runs, and why not oneDNN."""
+    if available():
+        lib = library()
+        return f"oneDNN {lib.version_text} ({lib.path}) where measured faster, NumPy/OpenBLAS else"
+    return f"NumPy/OpenBLAS/numba (oneDNN not used: {unavailable_reason()})"
+
+
+# -- threads ------------------------------------------------------------------------------------
+
+_thread_state = threading.local()
+# OpenMP threads oneDNN runs on each calling thread. One: the runtime's workers (threads.py)
+# spread a conv's images and row bands over the cores, pulling work dynamically; OpenMP's static
+# split instead stalled a whole primitive whenever another process held one of its cores
+# (ResNet-18 at batch 1: 76-80 ms with two OpenMP threads at load 4.4 on 2 cores, ONNX
+# Runtime 21 ms).
+CALLER_THREADS = 1
+
+
+def use_threads(n: int) -> None:
+    """Give oneDNN n OpenMP threads on the calling thread (OpenMP's count is per thread).
+
+    Set once per thread, before a primitive is made and before it runs: oneDNN partitions work
+    for the count at creation, and changing it later cost 6-7 ms on the next call.
+    """
+    if getattr(_thread_state, "n", None) == n:
+        return
+    lib = library()
+    if lib.gomp is not None:
+        lib.gomp.omp_set_num_threads(n)
+    _thread_state.n = n
+
+
+# -- handles ------------------------------------------------------------------------------------
+
+def dims_array(values: Sequence[int]) -> Any:
+    """A dnnl_dims_t holding values."""
+    d = Dims()
+    for i, v in enumerate(values):
+        d[i] = int(v)
+    return d
+
+
+class MemoryDesc:
+    """An owned dnnl_memory_desc_t."""
+
+    def __init__(self, handle: ctypes.c_void_p, shape: Sequence[int]) -> None:
+        self.handle = handle
+        self.shape = tuple(shape)
+        weakref.finalize(self, library().raw["dnnl_memory_desc_destroy"], handle)
+
+    @staticmethod
+    def plain(shape: Sequence[int], tag: int | None = None) -> "MemoryDesc":
+        """float32, row-major (tag None), or the given format tag (TAG_ANY lets oneDNN pick)."""
+        lib = library()
+        h = ctypes.c_void_p()
+        fmt = TAG_PLAIN[len(shape)] if tag is None else tag
+        lib.call("dnnl_memory_desc_create_with_tag", ctypes.byref(h), len(shape), dims_array(shape),
+                 F32, fmt)
+        return MemoryDesc(h, shape)
+
+    @staticmethod
+    def strided(shape: Sequence[int], strides: Sequence[int]) -> "MemoryDesc":
+        """float32 with element strides (a transposed view)."""
+        lib = library()
+        h = ctypes.c_void_p()
+        lib.call("dnnl_memory_desc_create_with_strides", ctypes.byref(h), len(shape),
+                 dims_array(shape), F32, dims_array(strides))
+        return MemoryDesc(h, shape)
+
+    @staticmethod
+    def borrowed(handle: int, shape: Sequence[int]) -> "MemoryDesc":
+        """A copy of a descriptor a primitive descriptor owns (query_md)."""
+        lib = library()
+        h = ctypes.c_void_p()
+        lib.call("dnnl_memory_desc_clone", ctypes.byref(h), ctypes.c_void_p(handle))
+        return MemoryDesc(h, shape)
+
+    def size(self) -> int:
+        return int(library().raw["dnnl_memory_desc_get_size"](self.handle))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, MemoryDesc):
+            return NotImplemented
+        return bool(library().raw["dnnl_memory_desc_equal"](self.handle, other.handle))
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class Memory:
+    """A dnnl_memory_t whose data handle follows a NumPy array, rebound only when it changes."""
+
+    __slots__ = ("handle", "desc", "_array", "_address", "_set", "__weakref__")
+
+    def __init__(self, desc: MemoryDesc) -> None:
+        lib = library()
+        self.handle = ctypes.c_void_p()
+        self.desc = desc
+        lib.call("dnnl_memory_create", ctypes.byref(self.handle), desc.handle, lib.engine, None)
+        self._array: Any = None
+        self._address = 0
+        self._set = lib.raw["dnnl_memory_set_data_handle"]
+        weakref.finalize(self, lib.raw["dnnl_memory_destroy"], self.handle)
+
+    def bind(self, array: Any) -> None:
+        """Point the memory at array's data (a C-contiguous NumPy array), if it moved."""
+        if array is self._array:
+            return
+        self.bind_address(array.ctypes.data)
+        self._array = array  # NOTE: held so that its id (and address) cannot be reused
+
+    def bind_address(self, address: int) -> None:
+        """Point the memory at a raw address (inside an array the caller keeps alive)."""
+        if address == self._address:
+            return
+        status = self._set(self.handle, address)
+        if status != 0:
+            raise LibraryError("oneDNN dnnl_memory_set_data_handle failed: "
+                               f"{STATUS_NAMES.get(status, status)}")
+        self._address = address
+        self._array = None
+
+
+class PrimitiveDesc:
+    """An owned dnnl_primitive_desc_t, made by a *_primitive_desc_create call."""
+
+    def __init__(self, create: str, *args: Any) -> None:
+        lib = library()
+        self.handle = ctypes.c_void_p()
+        lib.call(create, ctypes.byref(self.handle), *args)
+        weakref.finalize(self, lib.raw["dnnl_primitive_desc_destroy"], self.handle)
+
+    def md(self, query: int, shape: Sequence[int], index: int = 0) -> MemoryDesc:
+        """A memory descriptor the primitive chose (src, weights, dst)."""
+        h = library().raw["dnnl_primitive_desc_query_md"](self.handle, query, index)
+        if not h:
+            raise LibraryError(f"oneDNN dnnl_primitive_desc_query_md({query}) gave nothing")
+        return MemoryDesc.borrowed(h, shape)
+
+    def impl(self) -> str:
+        """The implementation oneDNN picked (e.g. brg:avx512_core, jit:avx2, gemm:jit)."""
+        out = ctypes.c_char_p()
+        library().call("dnnl_primitive_desc_query", self.handle, QUERY_IMPL_INFO_STR, 0,
+                       ctypes.byref(out))
+        return (out.value or b"").decode()
+
+
+class Primitive:
+    """A primitive with its execute arguments prepared: run() is one foreign call."""
+
+    def __init__(self, pd: PrimitiveDesc, args: Sequence[tuple[int, Memory]]) -> None:
+        lib = library()
+        self.pd = pd
+        self.handle = ctypes.c_void_p()
+        lib.call("dnnl_primitive_create", ctypes.byref(self.handle), pd.handle)
+        weakref.finalize(self, lib.raw["dnnl_primitive_destroy"], self.handle)
+        self.memories = [m for _, m in args]  # kept alive as long as the argument array
+        self.args = (ExecArg * len(args))(*[ExecArg(kind, m.handle) for kind, m in args])
+        self._execute = lib.raw["dnnl_primitive_execute"]
+        self._lib = lib
+        self._count = len(args)
+        self._address = ctypes.addressof(self.args)
+
+    def run(self) -> None:
+        """Execute on this thread's stream (blocking: the CPU engine runs in the caller's
+        threads)."""
+        status = self._execute(self.handle, self._lib.stream(), self._count, self._address)
+        if status != 0:
+            raise LibraryError(f"oneDNN dnnl_primitive_execute ({self.pd.impl()}) failed: "
+                               f"{STATUS_NAMES.get(status, status)}")
+
+
+def post_ops_attr(build: Any) -> tuple[ctypes.c_void_p, ctypes.c_void_p]:
+    """(attr, post_ops) handles: build(lib, post_ops) appends ops; caller frees with free_attr."""
+    lib = library()
+    attr = ctypes.c_void_p()
+    ops = ctypes.c_void_p()
+    lib.call("dnnl_primitive_attr_create", ctypes.byref(attr))
+    lib.call("dnnl_post_ops_create", ctypes.byref(ops))
+    try:
+        build(lib, ops)
+        lib.call("dnnl_primitive_attr_set_post_ops", attr, ops)
+    except BaseException:
+        free_attr(attr, ops)
+        raise
+    return attr, ops
+
+
+def free_attr(attr: ctypes.c_void_p, ops: ctypes.c_void_p) -> None:
+    lib = library()
+    lib.raw["dnnl_post_ops_destroy"](ops)
+    lib.raw["dnnl_primitive_attr_destroy"](attr)
+
+
+def reorder(src: MemoryDesc, dst: MemoryDesc) -> PrimitiveDesc:
+    """A reorder between two layouts of one tensor."""
+    lib = library()
+    return PrimitiveDesc("dnnl_reorder_primitive_desc_create", src.handle, lib.engine,
+                         dst.handle, lib.engine, None)

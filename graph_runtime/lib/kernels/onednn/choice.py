@@ -1,0 +1,98 @@
+"""Where oneDNN kernels are offered to the CPU kernel choices: the conv strategy's candidate, and
+oneDNN-or-today's choices for pools and matmuls through the tuning service (lib/tuning.py)."""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from .... import settings
+from ...._timing import median_seconds
+from ...conv_params import ConvParams
+from ...library import InputVersion
+from ...prepared import capabilities
+from ...tuning import Choice
+from ..cpu.conv_epilogue import Epilogue
+from ..cpu.threads import ONE_BLAS_THREAD
+from . import binding
+
+ROUNDS = 9
+PAUSE_S = 0.0005
+MIN_SPEEDUP = 1.1  # what oneDNN must gain over today's kernel to be chosen
+
+
+def onednn_forced() -> bool:
+    """GRAPH_RUNTIME_ONEDNN=on: oneDNN wherever it applies, no timing; the library must load."""
+    if binding.onednn_mode() != "on":
+        return False
+    binding.library()  # LibraryError with the reason when it cannot run
+    return True
+
+
+def onednn_conv_names(p: ConvParams, epilogue: Epilogue) -> list[str]:
+    """["onednn"] where a oneDNN primitive computes this conv2d and its epilogue, else []."""
+    from .conv import conv_applies
+    if binding.onednn_mode() == "on":
+        binding.library()
+    return ["onednn"] if conv_applies(p, epilogue) else []
+
+
+def onednn_conv(p: ConvParams, epilogue: Epilogue) -> Any:
+    """The oneDNN conv2d kernel (imported on first use: loading the library costs ~50 ms)."""
+    from .conv import OnednnConv
+    return OnednnConv(p, epilogue)
+
+
+def onednn_or(op: str, key: str, applies: bool,
+              make_onednn: Callable[[], Callable[..., None]],
+              make_other: Callable[[], Callable[..., None]],
+              shapes: Sequence[tuple[int, ...]]) -> Callable[..., None]:
+    """The oneDNN kernel or today's for one op shape: forced by GRAPH_RUNTIME_ONEDNN=on|off,
+    else the tuning service's choice "cpu.onednn_<op>" between "on" and "off" for key, measured
+    once on float32 arrays of `shapes` (inputs, then outputs)."""
+    if not applies:
+        if binding.onednn_mode() == "on":
+            binding.library()
+        return make_other()
+    made = make_onednn()
+    if _reference(made):
+        return make_other()
+    if onednn_forced():
+        return made
+    timed = []
+
+    def measure() -> Mapping[str, float]:
+        timed.append(made)
+        return _seconds(made, make_other(), shapes)
+
+    choice = Choice(f"cpu.onednn_{op}", settings.ONEDNN)
+    chosen = choice.choose("cpu", key, ("off", "on"), measure, "off", MIN_SPEEDUP)
+    if chosen == "off":
+        return make_other()
+    # NOTE: a timed kernel derived data (packed weights) from made-up arrays and was bound to a
+    # constant version: the graph gets a fresh one.
+    return make_onednn() if timed else made
+
+
+def _reference(kernel: Any) -> bool:
+    """Whether oneDNN picked its reference code (impl "ref:any"): its slow fallback for what no
+    JIT kernel covers (dilated pools, odd strides), never worth taking."""
+    return str(getattr(kernel, "impl", "")).startswith("ref")
+
+
+def _seconds(onednn: Callable[..., None], other: Callable[..., None],
+             shapes: Sequence[tuple[int, ...]]) -> Mapping[str, float]:
+    """Both kernels' median times on arrays of the real shapes."""
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal(shape).astype(np.float32) for shape in shapes]
+    steady = InputVersion()  # constant weights, as params are: derived data made once
+    for kernel in (onednn, other):
+        made = capabilities(kernel)
+        made.bind_versions({pos: steady for pos in made.cached_inputs()})
+    calls = {"on": lambda: onednn(*arrays), "off": lambda: other(*arrays)}
+    # NOTE: timed with OpenBLAS at one thread, as a graph holding a oneDNN kernel runs (its
+    # threads, spinning after a threaded call, stalled the next oneDNN call by milliseconds).
+    with ONE_BLAS_THREAD:
+        for call in calls.values():
+            call()  # first calls compile, pack weights and fault pages in
+        return median_seconds(calls, ROUNDS, pause_s=PAUSE_S)

@@ -1,0 +1,60 @@
+"""Which CPU entries hold channels-last (NHWC) bytes between kernels that write and read them so.
+
+oneDNN's convolutions run on NHWC data; handed NCHW arrays, each reorders its data in and its
+output back (half of a MobileNetV2 depthwise conv's time). Here an entry stays NHWC when the
+kernel writing it and every kernel reading it can take NHWC (PreparedKernel.
+channels_last_positions), and nothing else sees it: not a graph input or output (set_input,
+get_output and zero copy stay in the user's layout), not read by a copy, not flattened, not
+aliased by a `__nop` or a dropped copy. Such an entry keeps its storage id and its bytes (NHWC
+and NCHW take the same), so the storage plan and its liveness check hold unchanged; every
+step is handed the strided NCHW view of its NHWC bytes (`array.reshape(n, h, w, c)
+.transpose(0, 3, 1, 2)`), which reads correctly anywhere (debug_get_outputs included), and the
+kernels are told once (use_channels_last) so they skip their reorders.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from ..graph.model import Graph
+
+
+@dataclass
+class LayoutPlan:
+    """NHWC entries, and per step index the argument positions that hold them."""
+
+    entries: set[int] = field(default_factory=set)
+    positions: dict[int, set[int]] = field(default_factory=dict)
+
+
+def plan_channels_last(graph: Graph, steps: Sequence[Any], entry_device: Sequence[Any],
+                       excluded: set[int]) -> LayoutPlan:
+    """The entries to keep NHWC; excluded: graph inputs, outputs and aliased entries."""
+    writers: dict[int, list[tuple[int, int, bool]]] = {}  # eid -> (step, position, can)
+    readers: dict[int, list[tuple[int, int, bool]]] = {}
+    for index, step in enumerate(steps):
+        can = set(step.kernel.channels_last_positions()) if not step.is_copy else set()
+        n_in = 1 if step.is_copy else len(graph.nodes[step.nid].inputs)
+        for pos, (eid, dev, flatten) in enumerate(step.arg_keys):
+            ok = pos in can and not flatten and dev == entry_device[eid]
+            (readers if pos < n_in else writers).setdefault(eid, []).append((index, pos, ok))
+    plan = LayoutPlan()
+    for eid, written in writers.items():
+        read = readers.get(eid, [])
+        if (eid in excluded or graph.liveness.aliased(eid) or not read
+                or entry_device[eid].kind != "cpu" or graph.dtype(eid) != "float32"
+                or len(graph.shape(eid)) != 4):
+            continue
+        uses = written + read
+        if len(written) != 1 or not all(ok for _, _, ok in uses):
+            continue
+        plan.entries.add(eid)
+        for index, pos, _ in uses:
+            plan.positions.setdefault(index, set()).add(pos)
+    return plan
+
+
+def nhwc_view(array: Any) -> Any:
+    """The NCHW-indexed view of a C-contiguous 4-D array's bytes read as NHWC."""
+    n, c, h, w = array.shape
+    return array.reshape(n, h, w, c).transpose(0, 3, 1, 2)

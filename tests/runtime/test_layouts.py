@@ -1,0 +1,128 @@
+"""runtime/layouts.py: which entries stay NHWC between kernels that take it, on small graphs.
+
+The kernels here are NumPy's multiply (it reads any strides), declaring which positions may be
+NHWC; the oneDNN kernels themselves are tested in tests/lib/test_onednn.py.
+"""
+from __future__ import annotations
+
+from typing import Any, Collection
+
+import numpy as np
+from support import make_graph, null, tvm_op
+
+import graph_runtime as gr
+from graph_runtime.lib import Module
+from graph_runtime.lib.kernels.onednn.layout import is_nhwc
+from graph_runtime.lib.prepared import PreparedKernel
+
+SHAPE = [2, 3, 4, 5]
+
+
+class Twice(PreparedKernel):
+    """out = 2 * x in either layout; remembers what it was told and what it was handed."""
+
+    def __init__(self, positions: tuple[int, ...]) -> None:
+        self.positions = positions
+        self.told: set[int] = set()
+        self.seen: list[tuple[bool, bool]] = []
+
+    def __call__(self, x: Any, out: Any) -> None:
+        self.seen.append((is_nhwc(x) and not x.flags.c_contiguous,
+                          is_nhwc(out) and not out.flags.c_contiguous))
+        np.multiply(x, 2, out=out)
+
+    def channels_last_positions(self) -> tuple[int, ...]:
+        return self.positions
+
+    def use_channels_last(self, positions: Collection[int]) -> None:
+        self.told = set(positions)
+
+
+class Maker:
+    """A lib function preparing Twice kernels that take NHWC at `positions`."""
+
+    def __init__(self, positions: tuple[int, ...]) -> None:
+        self.positions = positions
+        self.made: list[Twice] = []
+
+    def prepare(self, device: Any, inputs: Any, outputs: Any, attrs: Any) -> Twice:
+        self.made.append(Twice(self.positions))
+        return self.made[-1]
+
+
+def _chain(funcs: list[str], extra_head: int | None = None) -> tuple[Any, Module, dict]:
+    """x -> f0 -> f1 -> ... (one node per func), the last node the output."""
+    lib = Module("layouts")
+    makers = {"both": Maker((0, 1)), "in_only": Maker((0,)), "plain": Maker(())}
+    for name, maker in makers.items():
+        lib.register(name, maker)
+    nodes = [null("x")] + [tvm_op(f"n{i}", f, [i]) for i, f in enumerate(funcs)]
+    heads = [len(funcs)] + ([] if extra_head is None else [extra_head])
+    graph = make_graph(nodes, heads, shapes=[SHAPE] * len(nodes))
+    return graph, lib, makers
+
+
+def _run(graph: Any, lib: Module) -> tuple[Any, np.ndarray, np.ndarray]:
+    m = gr.create(graph, lib, gr.cpu())
+    x = np.arange(np.prod(SHAPE), dtype=np.float32).reshape(SHAPE)
+    m.set_input("x", x)
+    m.run()
+    return m, x, m.get_output(0).numpy()
+
+
+def test_entries_between_takers_stay_nhwc_and_the_edges_do_not() -> None:
+    graph, lib, makers = _chain(["both", "both", "both"])
+    m, x, got = _run(graph, lib)
+    np.testing.assert_array_equal(got, 8 * x)
+    assert got.flags.c_contiguous
+    # x (an input) and n2's output (the graph's) stay NCHW; n0's and n1's outputs are NHWC
+    assert m.executor.channels_last == {1, 2}
+    first, middle, last = makers["both"].made
+    assert (first.told, middle.told, last.told) == ({1}, {0, 1}, {0})
+    assert (first.seen, middle.seen, last.seen) == ([(False, True)], [(True, True)],
+                                                    [(True, False)])
+
+
+def test_a_reader_that_cannot_take_nhwc_keeps_the_entry_nchw() -> None:
+    graph, lib, makers = _chain(["both", "plain", "both", "in_only"])
+    m, x, got = _run(graph, lib)
+    np.testing.assert_array_equal(got, 16 * x)
+    # n0 -> plain: NCHW; n2 -> in_only: NHWC (in_only reads it so); in_only's output is the graph's
+    assert m.executor.channels_last == {3}
+    assert makers["in_only"].made[0].told == {0}
+
+
+def test_a_writer_that_cannot_write_nhwc_keeps_the_entry_nchw() -> None:
+    graph, lib, makers = _chain(["in_only", "both"])
+    m, _, _ = _run(graph, lib)
+    assert m.executor.channels_last == set()
+    assert makers["both"].made[0].told == set()
+
+
+def test_a_graph_output_read_by_another_node_stays_nchw() -> None:
+    graph, lib, _ = _chain(["both", "both", "both"], extra_head=1)
+    m, x, got = _run(graph, lib)
+    assert m.executor.channels_last == {2}
+    np.testing.assert_array_equal(m.get_output(1).numpy(), 2 * x)
+    assert m.get_output(1).numpy().flags.c_contiguous
+
+
+def test_debug_outputs_read_nhwc_entries_in_the_users_layout() -> None:
+    graph, lib, _ = _chain(["both", "both", "both"])
+    m, x, _ = _run(graph, lib)
+    outputs = m.debug_get_outputs()
+    for i in range(3):
+        np.testing.assert_array_equal(outputs[f"n{i}"][0], 2 ** (i + 1) * x)
+
+
+def test_storage_plan_is_unchanged() -> None:
+    """NHWC takes the bytes NCHW does: same storage ids, same pool size."""
+    graph, lib, _ = _chain(["both", "both", "both", "both"])
+    m, _, _ = _run(graph, lib)
+    plain, lib2, _ = _chain(["plain", "plain", "plain", "plain"])
+    other, _, _ = _run(plain, lib2)
+    assert m.executor.channels_last
+    assert m.executor.plan.bytes_per_device() == other.executor.plan.bytes_per_device()
+    for eid in m.executor.channels_last:
+        view = m.executor.arrays[(eid, gr.cpu())]
+        assert view.base is not None and np.shares_memory(view, m.executor.pool.views[eid])
