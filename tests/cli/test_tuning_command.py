@@ -77,7 +77,7 @@ def test_a_second_run_in_a_new_process_measures_nothing(tmp_path: Path) -> None:
     listed = json.loads(graphrun("tuning", "--json").stdout)
     assert listed["path"] is not None
     before = Path(listed["path"]).read_bytes()
-    assert {e["choice"] for e in listed["entries"]} == {"cpu.conv2d"}
+    assert "cpu.conv2d" in {e["choice"] for e in listed["entries"]}  # oneDNN adds its own
     second = graphrun("-v", "run", "examples/graphs/cnn", "-d", "cpu")
     assert "tuning: measured" not in second.stderr
     assert "expected   OK" in second.stdout
