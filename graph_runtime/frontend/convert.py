@@ -90,7 +90,10 @@ def _load() -> None:
         convert_recurrent,
         convert_resize,
         convert_shape,
+        convert_signal,
     )
+    # Loaded last: these refine converters registered above (same op types).
+    from . import convert_scatter  # noqa: F401
 
 
 _load()
