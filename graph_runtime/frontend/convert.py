@@ -81,6 +81,7 @@ def _load() -> None:
         convert_conv,
         convert_detection,
         convert_einsum,
+        convert_grid,
         convert_index,
         convert_math,
         convert_nn,
