@@ -94,7 +94,7 @@ def _load() -> None:
         convert_signal,
     )
     # Loaded last: these refine converters registered above (same op types).
-    from . import convert_scatter  # noqa: F401
+    from . import convert_integer_gemm, convert_scatter  # noqa: F401
 
 
 _load()
