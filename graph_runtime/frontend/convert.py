@@ -90,6 +90,7 @@ def _load() -> None:
         convert_quant,
         convert_recurrent,
         convert_resize,
+        convert_sequence_ops,
         convert_shape,
         convert_signal,
     )
