@@ -81,6 +81,7 @@ def _load() -> None:
         convert_conv,
         convert_detection,
         convert_einsum,
+        convert_grid,
         convert_index,
         convert_math,
         convert_nn,
@@ -89,8 +90,12 @@ def _load() -> None:
         convert_quant,
         convert_recurrent,
         convert_resize,
+        convert_sequence_ops,
         convert_shape,
+        convert_signal,
     )
+    # Loaded last: these refine converters registered above (same op types).
+    from . import convert_integer_gemm, convert_scatter  # noqa: F401
 
 
 _load()

@@ -4,6 +4,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
+
 from .convert import Context, converts
 from .ir import Unsupported, Value
 from .onnx_node import OnnxNode
@@ -30,10 +32,26 @@ def _einsum_terms(equation: str, ranks: Sequence[int]) -> tuple[list[str], str]:
         rhs = ell + "".join(sorted(c for c, n in counts.items() if n == 1 and c not in ell))
     else:
         rhs = rhs.replace("...", ell)
-    for t in out_terms:
-        if len(set(t)) != len(t):
-            raise Unsupported(f"repeated index in {t!r} (diagonals)")
     return out_terms, rhs
+
+
+def _diagonal(ctx: Context, x: Value, term: str) -> tuple[Value, str]:
+    """A term with a repeated index ('ii', 'bjj') as the diagonal it names: one take with
+    flat positions known at import; the result's indices are the term's distinct letters."""
+    letters = "".join(dict.fromkeys(term))
+    if len(letters) == len(term):
+        return x, term
+    dims: dict[str, int] = {}
+    for c, d in zip(term, x.shape):
+        if dims.setdefault(c, d) != d:
+            raise Unsupported(f"index {c!r} of term {term!r} spans sizes {dims[c]} and {d}")
+    shape = tuple(dims[c] for c in letters)
+    grids = np.indices(shape, dtype=np.int64)
+    source = [grids[letters.index(c)] for c in term]
+    flat = np.ravel_multi_index(tuple(source), x.shape) if x.shape else np.zeros(shape, np.int64)
+    taken = ctx.b.op("take", ctx.b.reshape(x, (max(math.prod(x.shape), 1),)),
+                     ctx.b.const(flat, "einsum_diagonal"), axis=0, mode="clip")
+    return taken, letters
 
 
 def _sum_out(ctx: Context, x: Value, term: str, keep: str) -> tuple[Value, str]:
@@ -48,6 +66,11 @@ def _sum_out(ctx: Context, x: Value, term: str, keep: str) -> tuple[Value, str]:
 def einsum(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     b = ctx.b
     terms, out = _einsum_terms(str(node.attr("equation")), [a.rank for a in args])
+    if len(set(out)) != len(out):
+        raise Unsupported(f"repeated index in the output {out!r}")
+    pairs = [_diagonal(ctx, a, t) for a, t in zip(args, terms)]
+    args = [p[0] for p in pairs]
+    terms = [p[1] for p in pairs]
     if len(args) == 1:
         x, t = _sum_out(ctx, args[0], terms[0], out)
         return [b.transpose(x, [t.index(c) for c in out]) if t != out else x]

@@ -47,8 +47,6 @@ def resize(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
                          coordinate_transformation_mode="asymmetric", nearest_mode="floor")]
     mode = node.attr("mode", "nearest")
     ctm = node.attr("coordinate_transformation_mode", "half_pixel")
-    if ctm == "tf_crop_and_resize":
-        raise Unsupported("coordinate_transformation_mode 'tf_crop_and_resize'")
     axes = node.opt_ints("axes")
     axes = list(range(rank)) if axes is None else [norm_axis(a, rank, node, "axes") for a in axes]
     scales_in = _floats(const_input(node, args, 2, "scales"))
@@ -90,4 +88,29 @@ def resize(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
         "antialias": bool(int(node.attr("antialias", 0)))}
     if full_scales is not None:
         attrs["scales"] = full_scales
+    if ctm == "tf_crop_and_resize":
+        return [_crop_and_resize(ctx, node, args, x, axes, attrs)]
     return [ctx.b.op("resize", x, **attrs)]
+
+
+def _crop_and_resize(ctx: Context, node: OnnxNode, args: list, x: Value, axes: list[int],
+                     attrs: dict[str, object]) -> Value:
+    """tf_crop_and_resize: resize over the roi, extrapolation_value where it leaves the input."""
+    from ..lib.ops.resize import outside_mask, roi_pairs
+    given = const_input(node, args, 1, "roi")
+    if given is None or np.asarray(given).size != 2 * len(axes):
+        raise Unsupported(f"roi {None if given is None else np.asarray(given).shape}: expected "
+                          f"{2 * len(axes)} values (starts, then ends, for axes {axes})")
+    values = [float(v) for v in np.asarray(given, np.float64).reshape(-1)]
+    roi = [0.0] * x.rank + [1.0] * x.rank
+    for i, a in enumerate(axes):
+        roi[a], roi[a + x.rank] = values[i], values[i + len(axes)]
+    if not all(math.isfinite(v) for v in roi):
+        raise Unsupported(f"roi {values}: expected finite numbers")
+    attrs["roi"] = roi
+    resized = ctx.b.op("resize", x, **attrs)
+    mask = outside_mask(x.shape, resized.shape, roi_pairs({"roi": roi}, x.rank))
+    if not mask.any():
+        return resized
+    fill = ctx.b.scalar(float(node.attr("extrapolation_value", 0.0)), x)
+    return ctx.b.op("where", ctx.b.const(mask, "crop_outside"), fill, resized)

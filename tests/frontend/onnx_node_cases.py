@@ -110,7 +110,9 @@ STATIC_OPERANDS: dict[str, tuple[int, ...]] = {
     "Resize": (1, 2, 3), "Upsample": (1,), "Unsqueeze": (1,), "Squeeze": (1,), "Split": (1,),
     "ConstantOfShape": (0,), "Range": (0, 1, 2), "OneHot": (1, 2), "TopK": (1,), "CumSum": (1,),
     "Clip": (1, 2), "Dropout": (1, 2), "Trilu": (1,), "CenterCropPad": (1,), "BlackmanWindow": (0,),
-    "HammingWindow": (0,), "HannWindow": (0,), **_REDUCE_AXES,
+    "HammingWindow": (0,), "HannWindow": (0,), "CumProd": (1,), **_REDUCE_AXES,
+    # Operands that decide the output's shape (never attributes, but the same kind of operand):
+    "AffineGrid": (1,), "Col2Im": (1, 2), "DFT": (1, 2), "STFT": (1, 3), "MelWeightMatrix": (0, 1),
 }
 _SHAPE_ONLY = frozenset({"Shape", "Size", "EyeLike", "RandomUniformLike", "RandomNormalLike"})
 

@@ -117,10 +117,13 @@ def test_resize_linear_by_hand(backend_name, run_op) -> None:
 def test_resize_errors(make_function) -> None:
     f = make_function("resize")
     spec = [TensorSpec((1, 1, 4, 4), "float32")]
-    with pytest.raises(LibraryError, match="resize: attribute 'coordinate_transformation_mode' "
-                                           "= 'tf_crop_and_resize': expected one of"):
+    with pytest.raises(LibraryError, match="resize: attribute 'roi' = \\[0, 1\\]: expected 8 "
+                                           "numbers"):
         f.infer(spec, {"size": [1, 1, 2, 2], "coordinate_transformation_mode":
-                       "tf_crop_and_resize"})
+                       "tf_crop_and_resize", "roi": [0, 1]})
+    with pytest.raises(LibraryError, match="resize: attribute 'coordinate_transformation_mode' "
+                                           "= 'tf_crop': expected one of"):
+        f.infer(spec, {"size": [1, 1, 2, 2], "coordinate_transformation_mode": "tf_crop"})
     with pytest.raises(LibraryError, match="resize: attribute 'mode' = 'area'"):
         f.infer(spec, {"size": [1, 1, 2, 2], "mode": "area"})
     with pytest.raises(LibraryError, match=r"resize: attribute 'size' = \[1, 1, 2\]: "

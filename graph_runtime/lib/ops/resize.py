@@ -31,11 +31,11 @@ if TYPE_CHECKING:
 OP = "resize"
 MODES = ("nearest", "linear", "cubic")
 COORD_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
-               "asymmetric", "tf_half_pixel_for_nn")
+               "asymmetric", "tf_half_pixel_for_nn", "tf_crop_and_resize")
 NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 NEAREST_DTYPES = FLOAT_DTYPES + ("int8", "uint8", "int32", "int64")
 RESIZE_ATTRS = ("size", "scales", "mode", "coordinate_transformation_mode", "nearest_mode",
-                "cubic_coeff_a", "exclude_outside", "antialias")
+                "cubic_coeff_a", "exclude_outside", "antialias", "roi")
 MAX_DIM = 2**31 - 1
 
 
@@ -75,9 +75,15 @@ def _scales_attr(shape: Sequence[int], out: Sequence[int],
     return tuple(float(v) for v in raw)
 
 
-def source_coords(ctm: str, in_len: int, out_len: int, scale: float) -> np.ndarray:
+def source_coords(ctm: str, in_len: int, out_len: int, scale: float,
+                  roi: tuple[float, float] = (0.0, 1.0)) -> np.ndarray:
     """x_original of every output index along one axis (ONNX Resize's coordinate modes)."""
     y = np.arange(out_len, dtype=np.float64)
+    if ctm == "tf_crop_and_resize":
+        start, end = roi
+        if out_len == 1:
+            return np.full(out_len, 0.5 * (start + end) * (in_len - 1))
+        return start * (in_len - 1) + y * (end - start) * (in_len - 1) / (out_len - 1)
     width = scale * in_len  # a float, as ONNX defines it (not out_len)
     if ctm == "align_corners":
         if width == 1:
@@ -144,9 +150,14 @@ def _tap_weights(mode: str, r: np.ndarray, a: float, antialias: bool,
 
 def axis_table(mode: str, ctm: str, nearest_mode: str, a: float, exclude_outside: bool,
                in_len: int, out_len: int, scale: float,
-               antialias: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
-    """(index, weight) of one axis: index (out_len, taps) clamped into [0, in_len)."""
-    x = source_coords(ctm, in_len, out_len, scale)
+               antialias: bool = False, roi: tuple[float, float] = (0.0, 1.0)
+               ) -> tuple[np.ndarray, np.ndarray | None]:
+    """(index, weight) of one axis: index (out_len, taps) clamped into [0, in_len).
+
+    tf_crop_and_resize: a position outside [0, in_len - 1] takes the clamped taps here; the
+    frontend replaces those outputs with extrapolation_value (outside_mask).
+    """
+    x = source_coords(ctm, in_len, out_len, scale, roi)
     if mode == "nearest":
         idx = _nearest_index(x, nearest_mode).astype(np.int64)[:, None]
         return np.clip(idx, 0, in_len - 1), None
@@ -175,8 +186,7 @@ def resize_params(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Res
     ctm = str_attr(OP, attrs, "coordinate_transformation_mode", "half_pixel")
     if ctm not in COORD_MODES:
         raise attr_error(OP, "coordinate_transformation_mode", ctm,
-                         "one of " + ", ".join(COORD_MODES) + " (tf_crop_and_resize and its "
-                         "roi are not implemented)")
+                         "one of " + ", ".join(COORD_MODES))
     nearest_mode = str_attr(OP, attrs, "nearest_mode", "round_prefer_floor", NEAREST_MODES)
     a = float_attr(OP, attrs, "cubic_coeff_a", -0.75)
     exclude = bool_attr(OP, attrs, "exclude_outside", False)
@@ -191,19 +201,45 @@ def resize_params(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Res
     if any(not 0 <= d <= MAX_DIM for d in out):
         raise attr_error(OP, "size", list(out), f"{rank} integers in [0, {MAX_DIM}]")
     scales = _scales_attr(shape, out, attrs)
+    rois = roi_pairs(attrs, rank)
     passes = []
     for axis, (in_len, out_len, scale) in enumerate(zip(shape, out, scales)):
         if in_len == 0 and out_len > 0:
             raise op_error(OP, f"axis {axis} of input 0 {spec} is empty but attribute 'size' "
                                f"asks for {out_len}")
-        if out_len == in_len and math.isclose(scale, 1.0):
+        if out_len == in_len and math.isclose(scale, 1.0) and (
+                ctm != "tf_crop_and_resize" or rois[axis] == (0.0, 1.0)):
             continue
         if out_len == 0 or in_len == 0:
             continue
         idx, weight = axis_table(mode, ctm, nearest_mode, a, exclude, in_len, out_len, scale,
-                                 antialias)
+                                 antialias, rois[axis])
         passes.append(AxisPass(axis, out_len, idx, weight))
     return ResizeParams(shape, tuple(out), spec.dtype, tuple(passes))
+
+
+def roi_pairs(attrs: Mapping[str, Any], rank: int) -> list[tuple[float, float]]:
+    """Per axis (start, end) of the region tf_crop_and_resize samples, normalised to [0, 1]."""
+    raw = parse_value(attrs.get("roi"))
+    if raw is None:
+        return [(0.0, 1.0)] * rank
+    if (not isinstance(raw, (list, tuple)) or len(raw) != 2 * rank
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in raw)):
+        raise attr_error(OP, "roi", raw, f"{2 * rank} numbers (all starts, then all ends)")
+    return [(float(raw[i]), float(raw[i + rank])) for i in range(rank)]
+
+
+def outside_mask(shape: Sequence[int], out: Sequence[int],
+                 rois: Sequence[tuple[float, float]]) -> np.ndarray:
+    """tf_crop_and_resize: True where an output's source lies outside the input on any axis."""
+    mask = np.zeros(tuple(out), bool)
+    for axis, (in_len, out_len, roi) in enumerate(zip(shape, out, rois)):
+        x = source_coords("tf_crop_and_resize", in_len, out_len, 1.0, roi)
+        bad = (x < 0) | (x > in_len - 1)
+        view = [1] * len(out)
+        view[axis] = out_len
+        mask |= bad.reshape(view)
+    return mask
 
 
 def _resize_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
@@ -365,4 +401,5 @@ kernel(OP, "cpu")(host_factory(_host_resize))
 kernel(OP, "cuda")(host_factory(_host_resize))
 kernel(OP, "opencl")(_cl_resize)
 
-__all__ = ["AxisPass", "ResizeParams", "axis_table", "resize_params", "source_coords"]
+__all__ = ["AxisPass", "ResizeParams", "axis_table", "outside_mask", "resize_params", "roi_pairs",
+           "source_coords"]
