@@ -112,16 +112,18 @@ def import_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None,
     symbols = [] if freeze else symbols_of(proto, given)
     fused: list[Any] = []
 
-    def once(shapes: Mapping[str, Sequence[int]]) -> tuple[Any, dict[str, Any]]:
-        lowered = lower(proto, name, shapes)
+    def once(shapes: Mapping[str, Sequence[int]],
+             unfold: frozenset[str] = frozenset()) -> tuple[Any, dict[str, Any]]:
+        lowered = lower(proto, name, shapes, unfold)
         fused[:] = [fuse_patterns(lowered)]
         emitted = emit(lowered, f"imported from {name} (ONNX opset {lowered.opset})")
         return (lowered, emitted), {"graph": emitted.graph_doc, "lib": emitted.lib_doc,
-                                    "params": emitted.params}
+                                    "params": emitted.params, "consts": lowered.consts,
+                                    "computed": lowered.computed}
 
     if symbols:
         (lowered, emitted), docs = import_with_probes(
-            lambda s: once(s), proto, given, symbols, name)
+            once, proto, given, symbols, name)
         emitted.graph_doc, emitted.lib_doc, emitted.params = (docs["graph"], docs["lib"],
                                                               docs["params"])
     else:

@@ -67,6 +67,10 @@ class Value:
     const: np.ndarray | None = None
     producer: Prim | None = None
     is_input: bool = False
+    # A value computed by ops whose value at this import's shapes is known too (it follows
+    # symbolic dims: frontend/convert_dims.py): data reads take the ops' output, a slot read
+    # at import (a Reshape's target, a Range's limit) takes this.
+    known: np.ndarray | None = None
 
     @property
     def spec(self) -> TensorSpec:

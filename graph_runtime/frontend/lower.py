@@ -33,6 +33,10 @@ class Lowered:
     removed: Counter = field(default_factory=Counter)
     bn_folded: int = 0
     expanded: int = 0
+    # For symbolic import (frontend/symbolic_import.py): every ONNX value known at import (by
+    # name) and the names computed at run time, compared across the probe imports.
+    consts: dict[str, np.ndarray] = field(default_factory=dict)
+    computed: set[str] = field(default_factory=set)
 
 
 def _refusal(model_name: str, opset: int, problems: dict[str, list[str]]) -> FrontendError:
@@ -45,8 +49,13 @@ def _refusal(model_name: str, opset: int, problems: dict[str, list[str]]) -> Fro
                          f"{len(problems)} unsupported: " + "; ".join(parts))
 
 
-def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]]) -> Lowered:
-    """Lower every node; one FrontendError listing every unsupported op/attr/dtype otherwise."""
+def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]],
+          unfold: frozenset[str] = frozenset()) -> Lowered:
+    """Lower every node; one FrontendError listing every unsupported op/attr/dtype otherwise.
+
+    unfold: ONNX value names whose nodes are computed by ops instead of folded at import (their
+    values follow symbolic dims: frontend/convert_dims.py).
+    """
     shapes = check_shapes(model, shapes)
     check_references(model, model_name)
     types = inferred_types(model, shapes, model_name)
@@ -68,6 +77,7 @@ def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]]) -> L
     expected = static_specs(types)
     ctx = Context(b, uses, opsets)
     ctx.expected = dict(expected)
+    ctx.unfold = unfold
     lowered = Lowered([], [], [o.name for o in graph.output], b, opset, num_nodes)
     walk = _Walk(ctx, env, problems, expected, model, lowered, opsets)
     walk.constants(graph, "graph")
@@ -172,6 +182,10 @@ class _Walk:
         for name, out_value in zip(node.outputs, outs):
             if name:
                 env[name] = out_value
+                if out_value is not None and out_value.const is not None:
+                    self.lowered.consts[name] = out_value.const
+                elif out_value is not None:
+                    self.lowered.computed.add(name)
 
     def branch(self, node: OnnxNode, condition: np.ndarray) -> None:
         """The taken branch's nodes, as if they stood in the graph (its outer reads resolve)."""
@@ -211,12 +225,18 @@ def _unknown_op(node: Any) -> str:
 
 def _lower_node(ctx: Context, node: Any, args: list[Value | None], model: Any,
                 lowered: Lowered, expected: Mapping[str, tuple]) -> list[Value | None]:
-    consts = [a is None or a.const is not None for a in args]
+    known = [None if a is None else a.const if a.const is not None else a.known for a in args]
+    consts = [a is None or k is not None for a, k in zip(args, known)]
+    if ctx.unfold and any(name in ctx.unfold for name in node.outputs):
+        from .convert_dims import convert_unfolded, keep_known
+        outs = convert_unfolded(ctx, node, args)
+        if all(consts):
+            keep_known(node, outs, known, model.opset_import)
+        return outs
     if all(consts) and node.op_type not in ("Dropout",):
         shapes = [expected[n][0] if n in expected else None for n in node.outputs]
         try:
-            results = fold(node, [None if a is None else a.const for a in args],
-                           model.opset_import, shapes)
+            results = fold(node, known, model.opset_import, shapes)
         except TooLarge:
             raise
         except Unsupported:
