@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .ir import Builder, Unsupported, Value
+from .ir import Builder, NeedsValue, Unsupported, Value
 from .onnx_node import OnnxNode
 
 Converter = Callable[["Context", OnnxNode, list], Sequence["Value | None"]]
@@ -56,7 +56,7 @@ def const_input(node: OnnxNode, args: list, i: int, what: str) -> np.ndarray | N
     if value.const is None and value.known is not None:
         return value.known
     if value.const is None:
-        raise Unsupported(f"input {i} ({what}) must be a constant known at import; it is "
+        raise NeedsValue(f"input {i} ({what}) must be a constant known at import; it is "
                           "computed at run time (a dynamic shape or value)")
     return value.const
 

@@ -28,6 +28,10 @@ class Unsupported(Exception):
     """A node the importer cannot express exactly; the message says what (op, attr value, dtype)."""
 
 
+class NeedsValue(Unsupported):
+    """An input that decides shapes (a Reshape's target, a TopK's k) is computed at run time."""
+
+
 class TooLarge(Unsupported):
     """A constant the import would make is over its budget (final: no converter may retry)."""
 

@@ -13,7 +13,7 @@ from .convert import CONVERTERS, Context
 from .expand import expand_functions
 from .fold import fold
 from .inference import check_references, check_shapes, inferred_types, static_specs
-from .ir import RUNTIME_DTYPES, Builder, TooLarge, Unsupported, Value
+from .ir import RUNTIME_DTYPES, Builder, NeedsValue, TooLarge, Unsupported, Value
 from .onnx_model import default_opset, np_dtype, tensor_shape
 from .onnx_node import OnnxNode, decode_node
 from .tensor_data import sparse_to_dense, to_array
@@ -39,14 +39,21 @@ class Lowered:
     computed: set[str] = field(default_factory=set)
 
 
-def _refusal(model_name: str, opset: int, problems: dict[str, list[str]]) -> FrontendError:
+class NeedsRunTimeValues(FrontendError):
+    """Every refusal was an input deciding shapes that is computed at run time (the importer
+    may then defer the model to specialisation: frontend/deferred.py)."""
+
+
+def _refusal(model_name: str, opset: int, problems: dict[str, list[str]],
+             value_keys: set[str] | frozenset[str] = frozenset()) -> FrontendError:
     parts = []
     for reason, nodes in problems.items():
         shown = ", ".join(repr(n) for n in nodes[:8])
         more = f" and {len(nodes) - 8} more" if len(nodes) > 8 else ""
         parts.append(f"{reason} (node{'s' if len(nodes) > 1 else ''} {shown}{more})")
-    return FrontendError(f"cannot import {model_name} (ONNX opset {opset}): "
-                         f"{len(problems)} unsupported: " + "; ".join(parts))
+    kind = NeedsRunTimeValues if value_keys and set(problems) <= value_keys else FrontendError
+    return kind(f"cannot import {model_name} (ONNX opset {opset}): "
+                f"{len(problems)} unsupported: " + "; ".join(parts))
 
 
 def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]],
@@ -113,7 +120,7 @@ def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]],
         if result is not None:
             lowered.outputs.append(result)
     if problems:
-        raise _refusal(model_name, opset, problems)
+        raise _refusal(model_name, opset, problems, walk.value_keys)
     return lowered
 
 
@@ -140,6 +147,7 @@ class _Walk:
         self.model = model
         self.lowered = lowered
         self.opsets = opsets
+        self.value_keys: set[str] = set()  # problems that are run-time shape-deciding values
 
     def nodes(self, protos: Any) -> None:
         for proto in protos:
@@ -169,6 +177,11 @@ class _Walk:
                 return
             outs = _lower_node(self.ctx, node, args, self.model, self.lowered, self.expected)
             _check_outputs(node, outs, self.expected)
+        except NeedsValue as e:
+            key = f"{node.op_type}: {e}"
+            self.value_keys.add(key)
+            problems.setdefault(key, []).append(node.label)
+            outs = [None] * len(node.outputs)
         except Unsupported as e:
             key = _unknown_op(node) if str(e) == "__unknown__" else f"{node.op_type}: {e}"
             problems.setdefault(key, []).append(node.label)
