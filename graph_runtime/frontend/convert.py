@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .ir import Builder, Unsupported, Value
+from .ir import Builder, NeedsValue, Unsupported, Value
 from .onnx_node import OnnxNode
 
 Converter = Callable[["Context", OnnxNode, list], Sequence["Value | None"]]
@@ -25,6 +25,9 @@ class Context:
         # ONNX shape inference's static (shape, dtype) per value name, for outputs whose size
         # depends on the data (NonMaxSuppression): the import plans the shape the model states.
         self.expected: dict[str, tuple] = {}
+        # ONNX value names computed by ops although their inputs are known at import: their
+        # values follow symbolic dims (frontend/convert_dims.py, symbolic import only).
+        self.unfold: frozenset[str] = frozenset()
 
     def used(self, name: str) -> bool:
         return bool(name) and self.uses[name] > 0
@@ -50,8 +53,10 @@ def const_input(node: OnnxNode, args: list, i: int, what: str) -> np.ndarray | N
     if i >= len(args) or args[i] is None:
         return None
     value: Value = args[i]
+    if value.const is None and value.known is not None:
+        return value.known
     if value.const is None:
-        raise Unsupported(f"input {i} ({what}) must be a constant known at import; it is "
+        raise NeedsValue(f"input {i} ({what}) must be a constant known at import; it is "
                           "computed at run time (a dynamic shape or value)")
     return value.const
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .convert import Context, const_input, converts, ints_of, norm_axis, required_ints
-from .ir import Unsupported, Value, check_const_bytes
+from .ir import NeedsValue, Unsupported, Value, check_const_bytes
 from .onnx_node import OnnxNode
 
 
@@ -182,7 +182,7 @@ def eye_like(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
 
 @converts("ConstantOfShape", "Range")
 def needs_constants(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
-    raise Unsupported("its inputs are computed at run time (a dynamic shape); only constant "
+    raise NeedsValue("its inputs are computed at run time (a dynamic shape); only constant "
                       "inputs are supported")
 
 

@@ -102,7 +102,7 @@ def import_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None,
     """
     from .emit import emit
     from .fuse_transformer import fuse_patterns
-    from .lower import lower
+    from .lower import NeedsRunTimeValues, lower
     from .onnx_model import load_model
     from .symbolic_import import import_with_probes, symbols_of
     start = time.perf_counter()
@@ -112,20 +112,27 @@ def import_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None,
     symbols = [] if freeze else symbols_of(proto, given)
     fused: list[Any] = []
 
-    def once(shapes: Mapping[str, Sequence[int]]) -> tuple[Any, dict[str, Any]]:
-        lowered = lower(proto, name, shapes)
+    def once(shapes: Mapping[str, Sequence[int]],
+             unfold: frozenset[str] = frozenset()) -> tuple[Any, dict[str, Any]]:
+        lowered = lower(proto, name, shapes, unfold)
         fused[:] = [fuse_patterns(lowered)]
         emitted = emit(lowered, f"imported from {name} (ONNX opset {lowered.opset})")
         return (lowered, emitted), {"graph": emitted.graph_doc, "lib": emitted.lib_doc,
-                                    "params": emitted.params}
+                                    "params": emitted.params, "consts": lowered.consts,
+                                    "computed": lowered.computed}
 
     if symbols:
         (lowered, emitted), docs = import_with_probes(
-            lambda s: once(s), proto, given, symbols, name)
+            once, proto, given, symbols, name)
         emitted.graph_doc, emitted.lib_doc, emitted.params = (docs["graph"], docs["lib"],
                                                               docs["params"])
     else:
-        (lowered, emitted), _ = once(given)
+        try:
+            (lowered, emitted), _ = once(given)
+        except NeedsRunTimeValues:
+            if freeze:
+                raise
+            return _deferred(proto, given, name, start)
     patterns = fused[0]
     origins = [list(dict.fromkeys(p.origin for p in g.prims if p.origin)) for g in emitted.groups]
     return ImportResult(
@@ -136,6 +143,37 @@ def import_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None,
         expanded=lowered.expanded, patterns=patterns,
         seconds=time.perf_counter() - start,
         input_names=[v.name for v in lowered.inputs], output_names=lowered.output_names)
+
+
+def _deferred(proto: Any, given: Mapping[str, Sequence[int]], name: str,
+              start: float) -> ImportResult:
+    """The model as one onnx_region node (frontend/deferred.py): its shape-deciding inputs are
+    read while specialising. The refusal stands where even that cannot express the model."""
+    from .deferred import deferred_documents, dtype_trial, value_inputs
+    from .inference import check_shapes, inferred_types
+    from .ir import Unsupported
+    from .lower import lower
+    from .onnx_model import default_opset, tensor_shape
+    shapes = dict(check_shapes(proto, given))
+    inits = {t.name for t in proto.graph.initializer}
+    try:
+        for inp in proto.graph.input:
+            if inp.name not in inits and inp.name not in shapes:
+                shapes[inp.name] = tuple(tensor_shape(inp.type, inp.name, shapes))
+        dtype_trial(proto, shapes, name)
+        docs = deferred_documents(proto, shapes, inferred_types(proto, shapes, name),
+                                  f"imported from {name}: run-time shape inputs "
+                                  f"{', '.join(value_inputs(proto))}, imported per value")
+    except Unsupported:
+        lower(proto, name, given)  # raises the import's own refusal
+        raise
+    inputs = [i.name for i in proto.graph.input if i.name not in inits]
+    return ImportResult(
+        graph_json=json.dumps(docs["graph"]), lib_doc=docs["lib"], params={}, model_name=name,
+        opset=default_opset(proto), num_onnx_nodes=len(proto.graph.node),
+        func_names=["onnx_region"], func_origins=[[n.name or n.op_type for n in proto.graph.node]],
+        seconds=time.perf_counter() - start, input_names=inputs,
+        output_names=[o.name for o in proto.graph.output])
 
 
 def from_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None,

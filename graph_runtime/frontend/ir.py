@@ -28,6 +28,10 @@ class Unsupported(Exception):
     """A node the importer cannot express exactly; the message says what (op, attr value, dtype)."""
 
 
+class NeedsValue(Unsupported):
+    """An input that decides shapes (a Reshape's target, a TopK's k) is computed at run time."""
+
+
 class TooLarge(Unsupported):
     """A constant the import would make is over its budget (final: no converter may retry)."""
 
@@ -67,6 +71,10 @@ class Value:
     const: np.ndarray | None = None
     producer: Prim | None = None
     is_input: bool = False
+    # A value computed by ops whose value at this import's shapes is known too (it follows
+    # symbolic dims: frontend/convert_dims.py): data reads take the ops' output, a slot read
+    # at import (a Reshape's target, a Range's limit) takes this.
+    known: np.ndarray | None = None
 
     @property
     def spec(self) -> TensorSpec:

@@ -13,7 +13,7 @@ from .convert import CONVERTERS, Context
 from .expand import expand_functions
 from .fold import fold
 from .inference import check_references, check_shapes, inferred_types, static_specs
-from .ir import RUNTIME_DTYPES, Builder, TooLarge, Unsupported, Value
+from .ir import RUNTIME_DTYPES, Builder, NeedsValue, TooLarge, Unsupported, Value
 from .onnx_model import default_opset, np_dtype, tensor_shape
 from .onnx_node import OnnxNode, decode_node
 from .tensor_data import sparse_to_dense, to_array
@@ -33,20 +33,36 @@ class Lowered:
     removed: Counter = field(default_factory=Counter)
     bn_folded: int = 0
     expanded: int = 0
+    # For symbolic import (frontend/symbolic_import.py): every ONNX value known at import (by
+    # name) and the names computed at run time, compared across the probe imports.
+    consts: dict[str, np.ndarray] = field(default_factory=dict)
+    computed: set[str] = field(default_factory=set)
 
 
-def _refusal(model_name: str, opset: int, problems: dict[str, list[str]]) -> FrontendError:
+class NeedsRunTimeValues(FrontendError):
+    """Every refusal was an input deciding shapes that is computed at run time (the importer
+    may then defer the model to specialisation: frontend/deferred.py)."""
+
+
+def _refusal(model_name: str, opset: int, problems: dict[str, list[str]],
+             value_keys: set[str] | frozenset[str] = frozenset()) -> FrontendError:
     parts = []
     for reason, nodes in problems.items():
         shown = ", ".join(repr(n) for n in nodes[:8])
         more = f" and {len(nodes) - 8} more" if len(nodes) > 8 else ""
         parts.append(f"{reason} (node{'s' if len(nodes) > 1 else ''} {shown}{more})")
-    return FrontendError(f"cannot import {model_name} (ONNX opset {opset}): "
-                         f"{len(problems)} unsupported: " + "; ".join(parts))
+    kind = NeedsRunTimeValues if value_keys and set(problems) <= value_keys else FrontendError
+    return kind(f"cannot import {model_name} (ONNX opset {opset}): "
+                f"{len(problems)} unsupported: " + "; ".join(parts))
 
 
-def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]]) -> Lowered:
-    """Lower every node; one FrontendError listing every unsupported op/attr/dtype otherwise."""
+def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]],
+          unfold: frozenset[str] = frozenset()) -> Lowered:
+    """Lower every node; one FrontendError listing every unsupported op/attr/dtype otherwise.
+
+    unfold: ONNX value names whose nodes are computed by ops instead of folded at import (their
+    values follow symbolic dims: frontend/convert_dims.py).
+    """
     shapes = check_shapes(model, shapes)
     check_references(model, model_name)
     types = inferred_types(model, shapes, model_name)
@@ -68,6 +84,7 @@ def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]]) -> L
     expected = static_specs(types)
     ctx = Context(b, uses, opsets)
     ctx.expected = dict(expected)
+    ctx.unfold = unfold
     lowered = Lowered([], [], [o.name for o in graph.output], b, opset, num_nodes)
     walk = _Walk(ctx, env, problems, expected, model, lowered, opsets)
     walk.constants(graph, "graph")
@@ -103,7 +120,7 @@ def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]]) -> L
         if result is not None:
             lowered.outputs.append(result)
     if problems:
-        raise _refusal(model_name, opset, problems)
+        raise _refusal(model_name, opset, problems, walk.value_keys)
     return lowered
 
 
@@ -130,6 +147,7 @@ class _Walk:
         self.model = model
         self.lowered = lowered
         self.opsets = opsets
+        self.value_keys: set[str] = set()  # problems that are run-time shape-deciding values
 
     def nodes(self, protos: Any) -> None:
         for proto in protos:
@@ -159,6 +177,11 @@ class _Walk:
                 return
             outs = _lower_node(self.ctx, node, args, self.model, self.lowered, self.expected)
             _check_outputs(node, outs, self.expected)
+        except NeedsValue as e:
+            key = f"{node.op_type}: {e}"
+            self.value_keys.add(key)
+            problems.setdefault(key, []).append(node.label)
+            outs = [None] * len(node.outputs)
         except Unsupported as e:
             key = _unknown_op(node) if str(e) == "__unknown__" else f"{node.op_type}: {e}"
             problems.setdefault(key, []).append(node.label)
@@ -172,6 +195,10 @@ class _Walk:
         for name, out_value in zip(node.outputs, outs):
             if name:
                 env[name] = out_value
+                if out_value is not None and out_value.const is not None:
+                    self.lowered.consts[name] = out_value.const
+                elif out_value is not None:
+                    self.lowered.computed.add(name)
 
     def branch(self, node: OnnxNode, condition: np.ndarray) -> None:
         """The taken branch's nodes, as if they stood in the graph (its outer reads resolve)."""
@@ -211,12 +238,18 @@ def _unknown_op(node: Any) -> str:
 
 def _lower_node(ctx: Context, node: Any, args: list[Value | None], model: Any,
                 lowered: Lowered, expected: Mapping[str, tuple]) -> list[Value | None]:
-    consts = [a is None or a.const is not None for a in args]
+    known = [None if a is None else a.const if a.const is not None else a.known for a in args]
+    consts = [a is None or k is not None for a, k in zip(args, known)]
+    if ctx.unfold and any(name in ctx.unfold for name in node.outputs):
+        from .convert_dims import convert_unfolded, keep_known
+        outs = convert_unfolded(ctx, node, args)
+        if all(consts):
+            keep_known(node, outs, known, model.opset_import)
+        return outs
     if all(consts) and node.op_type not in ("Dropout",):
         shapes = [expected[n][0] if n in expected else None for n in node.outputs]
         try:
-            results = fold(node, [None if a is None else a.const for a in args],
-                           model.opset_import, shapes)
+            results = fold(node, known, model.opset_import, shapes)
         except TooLarge:
             raise
         except Unsupported:

@@ -5,8 +5,10 @@ distinct prime probe sizes and once more per dim with that dim changed. The impo
 in everything but numbers; each number that changes is written as the expression of the dims
 that explains every probe (`batch`, `seq*4`, `batch*seq`, `seq+1`, `seq*seq`): shapes in the
 graph's `shape` column, attrs in lib.json as `{"dim": ...}`. A difference no such expression
-explains (a float, a param that depends on the dims, a graph whose structure changes) refuses
-the import, naming where, with the fix (`--shape`).
+explains (a float, a graph whose structure changes) refuses the import, naming where, with the
+fix (`--shape`). A constant folded at import that changes with the dims and is read as data
+(a slice of position ids, a causal mask) is not folded: its nodes are lowered to ops computing
+it for each shape (unfold_names, frontend/convert_dims.py) and the probes run again.
 """
 from __future__ import annotations
 
@@ -22,6 +24,18 @@ from ..errors import FrontendError
 # (base, other) probe size per symbol: primes no tiny model is likely to hold as a constant.
 PROBES = [(37, 53), (41, 59), (43, 67), (47, 71), (31, 73), (29, 79), (61, 83), (23, 89)]
 _IDENT = re.compile(r"[^A-Za-z0-9_]")
+# Input slots whose value a converter reads at import to decide shapes or attrs: a folded
+# constant changing with the dims there becomes a `{"dim": ...}` attr, so it stays folded.
+SHAPE_SLOTS: dict[str, tuple[int, ...]] = {
+    "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4), "Pad": (1, 3),
+    "Resize": (1, 2, 3), "Upsample": (1,), "Unsqueeze": (1,), "Squeeze": (1,), "Split": (1,),
+    "ConstantOfShape": (0,), "Range": (0, 1, 2), "OneHot": (1,), "TopK": (1,), "CumSum": (1,),
+    "Trilu": (1,), "ReduceSum": (1,), "ReduceMean": (1,), "ReduceMax": (1,), "ReduceMin": (1,),
+    "ReduceProd": (1,), "ReduceL1": (1,), "ReduceL2": (1,), "ReduceLogSum": (1,),
+    "ReduceLogSumExp": (1,), "ReduceSumSquare": (1,), "Dropout": (1, 2),
+}
+# Rounds of probe imports that may each unfold more nodes before the import gives up.
+UNFOLD_ROUNDS = 4
 
 
 @dataclass(frozen=True)
@@ -162,22 +176,69 @@ def _expression(a: int, bs: Sequence[int], names: Sequence[str], base: Sequence[
     return text
 
 
-def import_with_probes(run: Callable[[dict[str, list[int]]], Any], model: Any,
+def unfold_names(model: Any, docs: Sequence[Mapping[str, Any]]) -> set[str]:
+    """ONNX value names to compute by ops: folded constants that change with the dims and are
+    read as data by a node computed at run time, and, back along their data inputs, the folded
+    ones they are made from (a value read only in a SHAPE_SLOTS slot stays folded).
+
+    Each doc holds "consts" ({name: array} of every value known at import) and "computed" (the
+    names computed at run time) of one probe import; docs[0] is the base probe's.
+    """
+    consts = [d["consts"] for d in docs]
+    changing = {name for name, a in consts[0].items()
+                if any(name not in c or c[name].shape != a.shape or c[name].dtype != a.dtype
+                       or not np.array_equal(c[name], a) for c in consts[1:])}
+    if not changing:
+        return set()
+    producer = {out: node for node in model.graph.node for out in node.output if out}
+    unfold: set[str] = set()
+
+    def data_inputs(node: Any) -> list[str]:
+        slots = SHAPE_SLOTS.get(node.op_type, ())
+        if node.op_type == "Shape":
+            slots = ()  # its input's shape, not its value: unfold only a changing input
+        return [name for slot, name in enumerate(node.input)
+                if name in changing and slot not in slots]
+
+    def visit(name: str) -> None:
+        node = producer.get(name)
+        if node is None or node.op_type == "Constant" or name in unfold:
+            return
+        unfold.update(out for out in node.output if out)
+        for inp in data_inputs(node):
+            visit(inp)
+
+    computed = docs[0]["computed"]
+    for node in model.graph.node:
+        if any(out in computed for out in node.output):
+            for inp in data_inputs(node):
+                visit(inp)
+    return unfold
+
+
+def import_with_probes(run: Callable[[dict[str, list[int]], frozenset[str]], Any], model: Any,
                        given: Mapping[str, Sequence[int]], symbols: Sequence[Symbol],
                        model_name: str) -> tuple[Any, dict[str, Any]]:
-    """(first import, fitted documents): run(shapes) imports at one set of probe shapes and
-    returns (result, {"graph": doc, "lib": doc, "params": {name: array}})."""
+    """(first import, fitted documents): run(shapes, unfold) imports at one set of probe shapes
+    (computing the ONNX values named in unfold by ops) and returns (result, {"graph": doc,
+    "lib": doc, "params": {name: array}, "consts": {...}, "computed": {...}})."""
     if len(symbols) > len(PROBES):
         raise FrontendError(f"cannot import {model_name}: {len(symbols)} symbolic dims "
                             f"({', '.join(s.name for s in symbols)}); at most {len(PROBES)} are "
                             "supported; give some with --shape")
     base = {s.name: PROBES[i][0] for i, s in enumerate(symbols)}
-    first, first_docs = run(probe_shapes(model, given, symbols, base))
-    docs = [first_docs]
-    for i, sym in enumerate(symbols):
-        sizes = dict(base)
-        sizes[sym.name] = PROBES[i][1]
-        docs.append(run(probe_shapes(model, given, symbols, sizes))[1])
+    unfold: frozenset[str] = frozenset()
+    for _ in range(UNFOLD_ROUNDS):
+        first, first_docs = run(probe_shapes(model, given, symbols, base), unfold)
+        docs = [first_docs]
+        for i, sym in enumerate(symbols):
+            sizes = dict(base)
+            sizes[sym.name] = PROBES[i][1]
+            docs.append(run(probe_shapes(model, given, symbols, sizes), unfold)[1])
+        more = unfold_names(model, docs) - unfold
+        if not more:
+            break
+        unfold = unfold | more
     fitted = fit_imports(docs, symbols, model_name)
     # The inputs' own dims carry the symbol names (a dim equal to a probe is that symbol).
     shapes = fitted["graph"]["attrs"]["shape"][1]

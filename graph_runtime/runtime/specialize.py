@@ -18,6 +18,7 @@ from ..errors import GraphError, GraphRuntimeError
 from ..graph.model import COPY_OP, NOP_OP, Graph, entry_bytes
 from ..graph.symbolic import UNKNOWN, DimError, evaluate, format_shape, names_in
 from ..lib.library import Module, TensorSpec
+from ..lib.ops.onnx_region import VALUES_KEY, value_positions
 from ..lib.symbolic_chain import DIMS_KEY
 from ..planner.storage_plan import plan_storage
 
@@ -55,6 +56,9 @@ class Specializer:
         self._steps: list[tuple[Any, list[int], list[int], Any, tuple[int, ...]]] = []
         # Nodes whose function's attrs hold symbolic dims (lib/symbolic_chain.py).
         self._symbolic_nodes: set[int] = set()
+        # Nodes calling an onnx_region (lib/ops/onnx_region.py) and the values they got last.
+        self._region_nodes: set[int] = set()
+        self.last_values: dict[int, dict[int, np.ndarray]] = {}
         value_eids: set[int] = set()
         for node in graph.nodes:
             if node.is_arg:
@@ -70,6 +74,11 @@ class Specializer:
                 if getattr(fn, "symbolic", False):
                     self._symbolic_nodes.add(node.nid)
                 infer = getattr(fn, "infer_values", None) if positions else None
+                region = _region_positions(fn)
+                if region:
+                    # One onnx_region op: its values travel in the node's attrs.
+                    positions = region
+                    self._region_nodes.add(node.nid)
                 if infer is None:
                     infer = getattr(fn, "infer", None)
                 value_eids.update(in_eids[p] for p in positions)
@@ -153,7 +162,12 @@ class Specializer:
             if node.nid in self._symbolic_nodes:
                 attrs[DIMS_KEY] = env
             try:
-                if positions:
+                if node.nid in self._region_nodes:
+                    given = self._given(node, in_eids, positions, values)
+                    self.last_values[node.nid] = given
+                    attrs[VALUES_KEY] = given
+                    got = infer(specs, attrs, dtypes)
+                elif positions:
                     got = infer(specs, attrs,
                                 {p: values[in_eids[p]] for p in positions
                                  if in_eids[p] in values}, dtypes)
@@ -170,6 +184,15 @@ class Specializer:
                 out[eid] = shape
         self.last_env = env
         return out  # type: ignore[return-value]
+
+    def _given(self, node: Any, in_eids: Sequence[int], positions: Sequence[int],
+               values: Mapping[int, np.ndarray]) -> dict[int, np.ndarray]:
+        missing = [p for p in positions if in_eids[p] not in values]
+        if missing:
+            raise GraphError(f"{self.graph.source}: {node.label} ({node.func_name}): inputs "
+                             f"{missing} decide its shapes and must be graph inputs (their "
+                             "values are read on the host while specialising)")
+        return {p: values[in_eids[p]] for p in positions}
 
     def _evaluate(self, eid: int, env: Mapping[str, int], node: Any) -> tuple[int, ...]:
         try:
@@ -218,4 +241,16 @@ class Specializer:
             bound = dict(env)
             nodes = tuple(dataclasses.replace(n, attrs={**n.attrs, DIMS_KEY: bound})
                           if n.nid in self._symbolic_nodes else n for n in nodes)
+        if self._region_nodes:
+            nodes = tuple(dataclasses.replace(n, attrs={**n.attrs,
+                                                        VALUES_KEY: self.last_values[n.nid]})
+                          if n.nid in self._region_nodes else n for n in nodes)
         return dataclasses.replace(self.graph, attrs=attrs, nodes=nodes)
+
+
+def _region_positions(fn: Any) -> tuple[int, ...]:
+    """The value inputs of a function that is one onnx_region op; () for any other."""
+    steps = getattr(fn, "steps", None)
+    if not steps or len(steps) != 1 or getattr(steps[0], "op", None) != "onnx_region":
+        return ()
+    return value_positions(steps[0].attrs)

@@ -206,7 +206,23 @@ class SymbolicGraphModule:
         return self.specialised().benchmark(*args, **kwargs)
 
     def profile(self, *args: Any, **kwargs: Any) -> Any:
-        return self.specialised().profile(*args, **kwargs)
+        """profile() of the specialisation for the inputs set; when that specialisation is built
+        by this call, a first row `specialise` (nid -1) holds the time it took (shape inference,
+        planning, kernels); a cached shape has no such row."""
+        with self._owned("profile"):
+            built = self.specializations
+            spent = self.specialize_seconds
+            module = self._specialised()
+            built = self.specializations - built
+            spent = self.specialize_seconds - spent
+        times = module.profile(*args, **kwargs)
+        if not built:
+            return times
+        from .executor import NodeTime
+        bound = ", ".join(f"{k}={v}" for k, v in self.specializer.last_env.items())
+        row = NodeTime(-1, f"specialise ({bound or 'static'})", "__specialise", self.ctxs[0],
+                       False, spent)
+        return [row, *times]
 
     def memory_report(self) -> Any:
         return self._module("memory_report").memory_report()
