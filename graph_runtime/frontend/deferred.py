@@ -10,6 +10,7 @@ through the usual converters.
 from __future__ import annotations
 
 import base64
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -98,6 +99,11 @@ def deferred_documents(model: Any, shapes: Mapping[str, Sequence[int]],
     return {"graph": graph.to_dict(), "lib": lib, "params": {}}
 
 
+# A shape-deciding input (a Reshape target, Slice starts...) holds a few numbers; one declared
+# larger is refused before anything is allocated for it.
+MAX_VALUE_ELEMENTS = 1 << 16
+
+
 def dtype_trial(model: Any, shapes: Mapping[str, Sequence[int]], name: str) -> None:
     """Lower the model with each value input frozen to ones: a refusal for a dtype (which no
     value changes) is raised now, at import, instead of at the first run."""
@@ -112,6 +118,12 @@ def dtype_trial(model: Any, shapes: Mapping[str, Sequence[int]], name: str) -> N
     kept = [i for i in trial.graph.input if i.name not in frozen]
     for inp in trial.graph.input:
         if inp.name in frozen:
+            size = math.prod(shapes[inp.name])
+            if size > MAX_VALUE_ELEMENTS:
+                raise FrontendError(
+                    f"{name}: input {inp.name!r} decides shapes (its values are read on the host "
+                    f"while specialising) but declares {size} elements; at most "
+                    f"{MAX_VALUE_ELEMENTS} are accepted")
             ones = np.ones(shapes[inp.name], np_dtype(inp.type.tensor_type.elem_type))
             trial.graph.initializer.append(numpy_helper.from_array(ones, inp.name))
     del trial.graph.input[:]

@@ -264,3 +264,11 @@ def test_cli_prints_one_line_and_exits_2(tmp_path: Any) -> None:
     assert result.exit_code == 2, result.output
     assert len(result.output.strip().splitlines()) == 1, result.output
     assert "'w'" in result.output
+
+
+def test_a_huge_shape_deciding_input_is_refused_before_allocating() -> None:
+    # Found by the 30,000-case campaign (seed 2028): a run-time Reshape target declared with 2^31
+    # elements was filled with ones at import (16 GiB) before anything checked its size.
+    m = model([helper.make_node("Reshape", ["x", "shape"], ["y"])],
+              [vi("x"), vi("shape", I64, (2 ** 31,))], [vi("y", shape=None)])
+    refused(m, "input 'shape' decides shapes", "2147483648 elements")
