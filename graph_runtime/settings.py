@@ -59,6 +59,11 @@ DENSE_SPLIT = Setting(
     "GRAPH_RUNTIME_DENSE_SPLIT", "off",
     "batched dense: split output columns over the CPU workers (auto: where measured faster)",
     AUTO_ON_OFF)
+DENSE_TILES = Setting(
+    "GRAPH_RUNTIME_DENSE_TILES", "auto",
+    "batched dense: output tiles on the CPU workers with OpenBLAS at one thread, the chain's "
+    "tail per tile (auto: the tiling measured fastest; off: OpenBLAS's threads)",
+    ("auto", "whole", "cols", "rows", "off"))
 OPENCL_GEMM = Setting(
     "GRAPH_RUNTIME_OPENCL_GEMM", "tiled",
     "OpenCL GEMM: our kernels, CLBlast, or CLBlast where it can serve the shape",
@@ -82,7 +87,7 @@ IMPORT_FUSE = Setting(
     "graphrun import fuses transformer patterns (GELU, LayerNorm, attention)", ("on", "off"))
 
 SETTINGS = (NUM_THREADS, CONV, OPENCL_CONV, GEMV_PADDING, DENSE_TRANSPOSE, DENSE_SPLIT,
-            OPENCL_GEMM, TUNING_CACHE, CACHE_DIR, CHAIN_JIT, IMPORT_FUSE)
+            DENSE_TILES, OPENCL_GEMM, TUNING_CACHE, CACHE_DIR, CHAIN_JIT, IMPORT_FUSE)
 
 
 def _raw(setting: Setting) -> str:
