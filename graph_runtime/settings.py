@@ -64,6 +64,10 @@ DENSE_TILES = Setting(
     "batched dense: output tiles on the CPU workers with OpenBLAS at one thread, the chain's "
     "tail per tile (auto: the tiling measured fastest; off: OpenBLAS's threads)",
     ("auto", "whole", "cols", "rows", "off"))
+ATTENTION_SPLIT = Setting(
+    "GRAPH_RUNTIME_ATTENTION_SPLIT", "auto",
+    "CPU attention: blocks of heads on the CPU workers (auto: where measured faster)",
+    AUTO_ON_OFF)
 OPENCL_GEMM = Setting(
     "GRAPH_RUNTIME_OPENCL_GEMM", "tiled",
     "OpenCL GEMM: our kernels, CLBlast, or CLBlast where it can serve the shape",
@@ -87,7 +91,7 @@ IMPORT_FUSE = Setting(
     "graphrun import fuses transformer patterns (GELU, LayerNorm, attention)", ("on", "off"))
 
 SETTINGS = (NUM_THREADS, CONV, OPENCL_CONV, GEMV_PADDING, DENSE_TRANSPOSE, DENSE_SPLIT,
-            DENSE_TILES, OPENCL_GEMM, TUNING_CACHE, CACHE_DIR, CHAIN_JIT, IMPORT_FUSE)
+            DENSE_TILES, ATTENTION_SPLIT, OPENCL_GEMM, TUNING_CACHE, CACHE_DIR, CHAIN_JIT, IMPORT_FUSE)
 
 
 def _raw(setting: Setting) -> str:
