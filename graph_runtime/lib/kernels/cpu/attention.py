@@ -21,6 +21,7 @@ from ...prepared import PreparedKernel
 from ...tuning import Choice
 from .loops_jit import compiled
 from .rows_jit import softmax_row
+from .dense_tiles import SPREAD_FLOPS, SPREAD_SPEEDUP
 from .threads import ONE_BLAS_THREAD, num_threads, parallel_images
 
 CHOICE = Choice("cpu.attention_split", settings.ATTENTION_SPLIT)
@@ -83,8 +84,12 @@ class AttentionKernel(PreparedKernel):
                      for h in range(0, heads, step)]
             key = (f"{dtype} {batch}x{heads} heads of {q_len}x{head_dim} by {k_len} tokens"
                    f"{' masked' if self.has_mask else ''} in {len(split)} blocks")
-            if CHOICE.choose("cpu", key, ("off", "on"), lambda: self._seconds(split), "off",
-                             MIN_SPEEDUP) == "on":
+            # as dense_tiles.SPREAD_FLOPS: large ones keep the blocks unless one call is clearly
+            # faster, so one measurement on a busy machine does not pin them to one core
+            spread = work >= SPREAD_FLOPS
+            if CHOICE.choose("cpu", key, ("off", "on"), lambda: self._seconds(split),
+                             "on" if spread else "off",
+                             SPREAD_SPEEDUP if spread else MIN_SPEEDUP) == "on":
                 self.blocks = split
 
     def _seconds(self, split: list[tuple[int, int, int]]) -> Mapping[str, float]:

@@ -9,7 +9,8 @@ tiles; and the chain's elementwise tail after the dense (bias, residual add, GEL
 runs on each tile right after its GEMM, while the tile is in cache, instead of one more pass over
 the whole output. Kernels of this module claim the workers, so the run holds OpenBLAS at one
 thread throughout (runtime/executor.py). The tiling is measured once per shape (the tuning
-service): one tile on the caller, column blocks or row blocks.
+service): one tile on the caller, column blocks or row blocks (column blocks kept for large
+products unless one tile is clearly faster).
 
 GRAPH_RUNTIME_DENSE_TILES: auto (default, measured), whole, cols, rows, off (OpenBLAS's threads
 and a separate tail pass, as before).
@@ -33,6 +34,13 @@ MIN_FLOPS = 2e5  # below this the product is too short for the workers or a choi
 MIN_COLUMNS = 64  # per column block: narrower GEMMs lose BLAS efficiency
 MIN_ROWS = 16
 MIN_SPEEDUP = 1.1  # another tiling must beat one tile clearly (a lucky sample must not pick it)
+# From here column tiles are the tiling kept unless one tile is clearly faster: measured once on
+# a busy machine, one tile won BERT-base's 128x768x3072 products while another process held
+# the second core, and the model then ran at ONNX Runtime's one-thread speed (1.7x its
+# two-thread time) on a quiet one; column tiles lose little when a core is busy (the caller
+# takes the tiles a helper does not get to).
+SPREAD_FLOPS = 2e7
+SPREAD_SPEEDUP = 1.25
 
 Tile = tuple[int, int, int, int]  # rows [r0, r1), columns [c0, c1)
 
@@ -46,8 +54,9 @@ def tiling(m: int, n: int, k: int, dtype: str) -> str | None:
     if len(candidates) == 1 or 2.0 * m * n * k < MIN_FLOPS:
         return "whole"
     key = f"{dtype} x {m}x{k} weight {n}x{k}"
+    spread = "cols" in candidates and 2.0 * m * n * k >= SPREAD_FLOPS
     return CHOICE.choose("cpu", key, candidates, lambda: _seconds(m, n, k, dtype, candidates),
-                         "whole", MIN_SPEEDUP)
+                         "cols" if spread else "whole", SPREAD_SPEEDUP if spread else MIN_SPEEDUP)
 
 
 def tiles(kind: str, m: int, n: int) -> list[Tile]:
