@@ -21,12 +21,13 @@ from ...prepared import PreparedKernel
 from ...tuning import Choice
 from .loops_jit import compiled
 from .rows_jit import softmax_row
-from .dense_tiles import SPREAD_FLOPS, SPREAD_SPEEDUP
+from .dense_tiles import SPREAD_SPEEDUP
 from .threads import ONE_BLAS_THREAD, num_threads, parallel_images
 
 CHOICE = Choice("cpu.attention_split", settings.ATTENTION_SPLIT)
 PARALLEL_FLOPS = 4e6  # both products of every head: below this one call does all heads
 MIN_SPEEDUP = 1.1
+SPREAD_WORK = 4e7
 
 
 @compiled
@@ -84,9 +85,10 @@ class AttentionKernel(PreparedKernel):
                      for h in range(0, heads, step)]
             key = (f"{dtype} {batch}x{heads} heads of {q_len}x{head_dim} by {k_len} tokens"
                    f"{' masked' if self.has_mask else ''} in {len(split)} blocks")
-            # as dense_tiles.SPREAD_FLOPS: large ones keep the blocks unless one call is clearly
-            # faster, so one measurement on a busy machine does not pin them to one core
-            spread = work >= SPREAD_FLOPS
+            # as dense_tiles.SPREAD_FLOPS: large ones (BERT-base's 12 heads of 128 tokens: 0.41
+            # against 0.64 ms on one call) keep the blocks unless one call is clearly faster, so
+            # one measurement on a busy machine does not pin them to one core
+            spread = work >= SPREAD_WORK
             if CHOICE.choose("cpu", key, ("off", "on"), lambda: self._seconds(split),
                              "on" if spread else "off",
                              SPREAD_SPEEDUP if spread else MIN_SPEEDUP) == "on":

@@ -38,8 +38,10 @@ MIN_SPEEDUP = 1.1  # another tiling must beat one tile clearly (a lucky sample m
 # a busy machine, one tile won BERT-base's 128x768x3072 products while another process held
 # the second core, and the model then ran at ONNX Runtime's one-thread speed (1.7x its
 # two-thread time) on a quiet one; column tiles lose little when a core is busy (the caller
-# takes the tiles a helper does not get to).
-SPREAD_FLOPS = 2e7
+# takes the tiles a helper does not get to): BERT-base ran in 81 ms with them against 142 ms on
+# one tile at load 1, 201 against 235 ms with another process spinning. Below this size (ViT-small's
+# 197x192 by 768x192, 58 MFLOP) one tile measured 1.1-1.2x faster and the measurement decides.
+SPREAD_FLOPS = 1e8
 SPREAD_SPEEDUP = 1.25
 
 Tile = tuple[int, int, int, int]  # rows [r0, r1), columns [c0, c1)
