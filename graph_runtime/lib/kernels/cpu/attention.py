@@ -16,12 +16,12 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from .... import settings
-from ...._timing import best_seconds
+from ...._timing import median_seconds
 from ...prepared import PreparedKernel
 from ...tuning import Choice
 from .loops_jit import compiled
 from .rows_jit import softmax_row
-from .dense_tiles import SPREAD_SPEEDUP
+from .dense_tiles import ROUNDS, SPREAD_SPEEDUP
 from .threads import ONE_BLAS_THREAD, num_threads, parallel_images
 
 CHOICE = Choice("cpu.attention_split", settings.ATTENTION_SPLIT)
@@ -114,8 +114,10 @@ class AttentionKernel(PreparedKernel):
 
         try:
             with ONE_BLAS_THREAD:
-                return best_seconds({"off": using([(0, 0, heads)]), "on": using(split)},
-                                    rounds=5)
+                calls = {"off": using([(0, 0, heads)]), "on": using(split)}
+                for call in calls.values():
+                    call()
+                return median_seconds(calls, rounds=ROUNDS)  # as dense_tiles measures
         finally:
             self.blocks = [(0, 0, heads)]
 
