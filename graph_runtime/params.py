@@ -373,9 +373,10 @@ def load_params_file(path: str | os.PathLike[str], what: str = "params",
     The file must be a regular file (a FIFO would hang, /dev/zero never end); its magic is
     checked before the rest is read, and a TVM file's declared sizes against its size.
     what names the file's role in messages ("params", "inputs", "expected values").
-    views: a TVM file's arrays are read-only views of the file mapped into memory, for a
-    caller that copies each once (GraphModule.load_params): the weights then pass through
-    memory once instead of three times (read, a copy per array, the copy into the module).
+    views: a TVM file's arrays are read-only views of the file mapped into memory
+    (MappedArrays), which GraphModule.load_params reads straight into its storage
+    (read_params_into): the weights then pass through memory once instead of three times
+    (read, a copy per array, the copy into the module).
     """
     source = os.fspath(path)
     try:

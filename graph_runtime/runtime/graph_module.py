@@ -321,7 +321,9 @@ class GraphModule(Diagnostics):
                 raise ParamsError(f"{source}: param {name!r} is {shape} {dtype} but the graph's "
                                   f"input {name!r} (eid {eid}) is {tuple(g.shape(eid))} "
                                   f"{g.dtype(eid)}")
-            target = self._read_target(eid, value) if isinstance(values, MappedArrays) else None
+            target = None
+            if isinstance(values, MappedArrays) and name in values.offsets:
+                target = self._read_target(eid, value)
             if target is not None:
                 direct[name] = (eid, target)
                 continue

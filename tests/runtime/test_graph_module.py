@@ -178,6 +178,18 @@ def test_load_params_file_reads_weights_into_place(tmp_path, monkeypatch) -> Non
     assert [sorted(c) for c in calls] == [["bias", "weight"]] * 2
 
 
+def test_load_params_file_with_an_empty_array(tmp_path) -> None:
+    """An empty param has no bytes to read into place; the others still are."""
+    nodes = [null("x"), null("e"), tvm_op("y", "add", [0, 0]), tvm_op("z", "concatenate", [1, 1])]
+    m = gr.create(make_graph(nodes, [2, 3], shapes=[[2, 3], [0, 3], [2, 3], [0, 3]]), None,
+                  gr.cpu())
+    path = tmp_path / "p.params"
+    path.write_bytes(gr.save_param_dict({"e": np.zeros((0, 3), "float32"), "x": X}))
+    m.load_params(path)
+    m.run()
+    np.testing.assert_array_equal(m.get_output(0).numpy(), 2 * X)
+
+
 def test_load_params_mismatch_and_unknown(caplog: pytest.LogCaptureFixture) -> None:
     m = _axpy()
     with pytest.raises(ParamsError, match=r"param 'a' is \(3, 2\) float32 but the graph's input "
