@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import io
 import math
+import mmap
 import os
 import stat
 import struct
@@ -123,7 +124,7 @@ def _read_names(r: _Reader) -> list[str]:
     return names
 
 
-def _read_array(r: _Reader, what: str) -> np.ndarray:
+def _read_array(r: _Reader, what: str, copy: bool = True) -> np.ndarray:
     at = r.pos
     magic, _reserved, dev_type, _dev_id, ndim, code, bits, lanes = r.unpack(_RECORD,
                                                                            f"{what} header")
@@ -155,17 +156,21 @@ def _read_array(r: _Reader, what: str) -> np.ndarray:
         view = np.frombuffer(data, dtype=stored).reshape(shape)
     except ValueError as e:  # an empty array whose other dims overflow numpy's size limit
         raise r.error(shape_at, f"{what} shape", "dims numpy can hold", str(shape)) from e
+    if not copy and view.dtype == dtype:
+        return view  # a view of the data (unaligned where the file puts it so)
     # A fresh array owning its memory, not a view of the file; for bool any non-zero byte is true.
     return view.astype(dtype)
 
 
 def load_param_arrays(data: bytes | bytearray | memoryview,
-                      source: str = "<params>") -> dict[str, np.ndarray]:
+                      source: str = "<params>", copy: bool = True) -> dict[str, np.ndarray]:
     """Parse a TVM param dict into writable numpy arrays, in file order.
 
     Args:
         data: the whole file. Trailing bytes after the last array are an error.
         source: the file name (or other origin) that error messages start with.
+        copy: False: views of data where the dtype allows (read-only when data is, and
+            unaligned where the file's layout puts them), for a caller that copies them once.
     """
     r = _Reader(data, source)
     magic, _reserved = r.unpack(struct.Struct("<QQ"), "header")
@@ -176,7 +181,8 @@ def load_param_arrays(data: bytes | bytearray | memoryview,
     (count,) = r.unpack(_U64, "array count")
     if count != len(names):
         raise r.error(at, "array count", f"{len(names)} (one per name)", str(count))
-    arrays = {name: _read_array(r, f"array {i} {name!r}") for i, name in enumerate(names)}
+    arrays = {name: _read_array(r, f"array {i} {name!r}", copy)
+              for i, name in enumerate(names)}
     if r.remaining:
         raise r.error(r.pos, "end of data", f"end after {len(names)} arrays",
                       f"{r.remaining} more bytes")
@@ -297,12 +303,83 @@ def _read_npy_member(member: Any, info: zipfile.ZipInfo, key: str, noun: str) ->
     return _to_numpy(key[:-4], array, noun)[1]
 
 
-def load_params_file(path: str | os.PathLike[str], what: str = "params") -> dict[str, np.ndarray]:
+class MappedArrays(dict):
+    """load_params_file(views=True)'s arrays: read-only views of the file at path mapped into
+    memory, with offsets[name], where each view's data starts in the file (views only)."""
+
+    def __init__(self, arrays: Mapping[str, np.ndarray], offsets: Mapping[str, int],
+                 path: str) -> None:
+        super().__init__(arrays)
+        self.offsets = dict(offsets)
+        self.path = path
+
+
+def read_params_into(path: str, arrays: MappedArrays, targets: Mapping[str, np.ndarray]) -> None:
+    """Fill targets[name] with the bytes of the file's array name, by preadv straight into them.
+
+    arrays are load_params_file(path, views=True) of the same file, which checked its layout;
+    each target is C-contiguous, writable, of its array's dtype and shape, and the array is a
+    view (in arrays.offsets). The file's bytes between the targets (headers, arrays not asked
+    for) land in one scratch buffer, so a whole weight file is one system call per 1024
+    buffers: the kernel copies it from the page cache into the module's storage while the GIL
+    is free, with no copy in between. Where preadv is missing or reads short, the rest is
+    copied from the views.
+    """
+    spans = sorted(((arrays.offsets[name], name) for name in targets), key=lambda s: s[0])
+    done = 0
+    if hasattr(os, "preadv") and spans:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            done = _preadv_spans(fd, [(offset, targets[name]) for offset, name in spans])
+        finally:
+            os.close(fd)
+    for _, name in spans[done:]:
+        np.copyto(targets[name], arrays[name])
+
+
+def _preadv_spans(fd: int, spans: list[tuple[int, np.ndarray]]) -> int:
+    """Read each (file offset, target) in file order with preadv; how many were filled."""
+    iov_max = min(1024, os.sysconf("SC_IOV_MAX")) if hasattr(os, "sysconf") else 1024
+    gaps = [nxt[0] - (cur[0] + cur[1].nbytes) for cur, nxt in zip(spans, spans[1:])]
+    scratch = memoryview(bytearray(max(gaps, default=0)))
+    done = 0
+    while done < len(spans):
+        buffers: list[Any] = [spans[done][1].reshape(-1).view(np.uint8)]
+        count = 1
+        while done + count < len(spans) and len(buffers) + 2 <= iov_max:
+            gap = gaps[done + count - 1]
+            if gap:
+                buffers.append(scratch[:gap])
+            buffers.append(spans[done + count][1].reshape(-1).view(np.uint8))
+            count += 1
+        want = sum(len(b) if isinstance(b, memoryview) else b.nbytes for b in buffers)
+        if os.preadv(fd, buffers, spans[done][0]) != want:
+            return done  # a short read: the caller copies the rest from the mapped file
+        done += count
+    return done
+
+
+def _mapped_arrays(f: Any, source: str) -> MappedArrays:
+    """The TVM params file f, mapped read-only, parsed into views and their file offsets."""
+    mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    arrays = load_param_arrays(memoryview(mapped), source, copy=False)
+    base = np.frombuffer(mapped, np.uint8)
+    offsets = {name: int(a.ctypes.data) - int(base.ctypes.data) for name, a in arrays.items()
+               if a.size and np.may_share_memory(a, base)}
+    return MappedArrays(arrays, offsets, source)
+
+
+def load_params_file(path: str | os.PathLike[str], what: str = "params",
+                     views: bool = False) -> dict[str, np.ndarray]:
     """Read a params file: TVM binary (any file name, found by its magic) or numpy .npz.
 
     The file must be a regular file (a FIFO would hang, /dev/zero never end); its magic is
     checked before the rest is read, and a TVM file's declared sizes against its size.
     what names the file's role in messages ("params", "inputs", "expected values").
+    views: a TVM file's arrays are read-only views of the file mapped into memory
+    (MappedArrays), which GraphModule.load_params reads straight into its storage
+    (read_params_into): the weights then pass through memory once instead of three times
+    (read, a copy per array, the copy into the module).
     """
     source = os.fspath(path)
     try:
@@ -320,6 +397,8 @@ def load_params_file(path: str | os.PathLike[str], what: str = "params") -> dict
                 return _read_npz(f, source, noun)
             if len(head) == 8 and _U64.unpack(head)[0] == LIST_MAGIC:
                 f.seek(0)
+                if views:
+                    return _mapped_arrays(f, source)
                 data = f.read(info.st_size)
                 return load_param_arrays(data, source)
     except OSError as e:

@@ -59,6 +59,15 @@ DENSE_SPLIT = Setting(
     "GRAPH_RUNTIME_DENSE_SPLIT", "off",
     "batched dense: split output columns over the CPU workers (auto: where measured faster)",
     AUTO_ON_OFF)
+DENSE_TILES = Setting(
+    "GRAPH_RUNTIME_DENSE_TILES", "auto",
+    "batched dense: output tiles on the CPU workers with OpenBLAS at one thread, the chain's "
+    "tail per tile (auto: the tiling measured fastest; off: OpenBLAS's threads)",
+    ("auto", "whole", "cols", "rows", "off"))
+ATTENTION_SPLIT = Setting(
+    "GRAPH_RUNTIME_ATTENTION_SPLIT", "auto",
+    "CPU attention: blocks of heads on the CPU workers (auto: where measured faster)",
+    AUTO_ON_OFF)
 OPENCL_GEMM = Setting(
     "GRAPH_RUNTIME_OPENCL_GEMM", "tiled",
     "OpenCL GEMM: our kernels, CLBlast, or CLBlast where it can serve the shape",
@@ -93,7 +102,8 @@ ONEDNN_LIB = Setting(
     values_text="a file path")
 
 SETTINGS = (NUM_THREADS, CONV, OPENCL_CONV, GEMV_PADDING, DENSE_TRANSPOSE, DENSE_SPLIT,
-            OPENCL_GEMM, TUNING_CACHE, CACHE_DIR, CHAIN_JIT, IMPORT_FUSE, ONEDNN, ONEDNN_LIB)
+            DENSE_TILES, ATTENTION_SPLIT, OPENCL_GEMM, TUNING_CACHE, CACHE_DIR, CHAIN_JIT,
+            IMPORT_FUSE, ONEDNN, ONEDNN_LIB)
 
 
 def _raw(setting: Setting) -> str:

@@ -17,9 +17,9 @@ from hypothesis.extra import numpy as hnp
 
 from graph_runtime.errors import ParamsError
 from graph_runtime.graph.checks import CORE_DTYPES, SUPPORTED_DTYPES
-from graph_runtime.params import (ARRAY_MAGIC, LIST_MAGIC, load_param_arrays,
-                                  load_param_dict, load_params_file, save_param_dict,
-                                  save_params_file)
+from graph_runtime.params import (ARRAY_MAGIC, LIST_MAGIC, MappedArrays, load_param_arrays,
+                                  load_param_dict, load_params_file, read_params_into,
+                                  save_param_dict, save_params_file)
 
 GOLDEN = Path(__file__).parent / "data" / "params"
 CASES = sorted(p.stem for p in GOLDEN.glob("*.params"))
@@ -525,3 +525,56 @@ def test_a_mangled_npy_header_is_a_params_error(tmp_path: Path) -> None:
     _zip_member(tmp_path / "h.npz", "x.npy", npy)
     with pytest.raises(ParamsError, match=r"h.npz: member 'x.npy'"):
         load_params_file(tmp_path / "h.npz")
+
+
+# -- mapped views and reads straight into place (load_params_file(views=True), read_params_into)
+
+def _mixed_params() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(7)
+    return {"w": rng.standard_normal((33, 7)).astype(np.float32), "flag": np.array([True, False]),
+            "b": rng.standard_normal(5), "odd name é": np.arange(11, dtype=np.int16),
+            "empty": np.zeros((0, 3), np.float32), "last": np.arange(6, dtype=np.int64)}
+
+
+def test_views_are_read_only_views_of_the_file(tmp_path: Path) -> None:
+    want = _mixed_params()
+    path = tmp_path / "params"
+    path.write_bytes(save_param_dict(want))
+    got = load_params_file(path, views=True)
+    assert isinstance(got, MappedArrays) and got.path == str(path)
+    assert list(got) == list(want)
+    data = path.read_bytes()
+    for name, value in want.items():
+        np.testing.assert_array_equal(got[name], value)
+        assert got[name].dtype == value.dtype
+        if name in got.offsets:
+            assert not got[name].flags.writeable
+            assert data[got.offsets[name]:][:value.nbytes] == value.tobytes()
+    assert "empty" not in got.offsets and "w" in got.offsets
+
+
+@pytest.mark.parametrize("iov_max", [1024, 3, 2])  # one call, and batches of one or two targets
+def test_read_params_into_fills_targets_past_gaps(tmp_path: Path, monkeypatch,
+                                                  iov_max: int) -> None:
+    want = _mixed_params()
+    path = tmp_path / "params"
+    path.write_bytes(save_param_dict(want))
+    mapped = load_params_file(path, views=True)
+    monkeypatch.setattr(os, "sysconf", lambda name: iov_max)
+    names = ["w", "odd name é", "last"]  # "flag" and "b" lie between them, unread
+    targets = {n: np.full(want[n].shape, 99, want[n].dtype) for n in names}
+    read_params_into(str(path), mapped, targets)
+    for name in names:
+        np.testing.assert_array_equal(targets[name], want[name])
+
+
+def test_read_params_into_copies_after_a_short_read(tmp_path: Path, monkeypatch) -> None:
+    want = _mixed_params()
+    path = tmp_path / "params"
+    path.write_bytes(save_param_dict(want))
+    mapped = load_params_file(path, views=True)
+    monkeypatch.setattr(os, "preadv", lambda fd, buffers, offset: 0)
+    targets = {n: np.zeros_like(want[n]) for n in ("w", "b")}
+    read_params_into(str(path), mapped, targets)
+    for name, target in targets.items():
+        np.testing.assert_array_equal(target, want[name])

@@ -224,7 +224,8 @@ def job_from_files(files: GraphFiles, devices: Sequence[Device], pairs: Sequence
     """Read the graph, create the module on devices, load params, set inputs."""
     graph = Graph.from_json(files.graph)
     # NOTE: read once; weight files can be large.
-    params = load_params_file(files.params) if files.params is not None else {}
+    # views: the module's load_params reads each weight straight into its storage (preadv).
+    params = load_params_file(files.params, views=True) if files.params is not None else {}
     # NOTE: create first: it checks the memory cap, so a huge graph is refused before random
     # inputs are drawn for it (that died allocating 74.5 GiB).
     inputs = load_inputs(graph, files, pairs, seed, skip=list(params), draw=False)

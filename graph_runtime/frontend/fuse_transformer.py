@@ -2,7 +2,8 @@
 
 As ONNX Runtime's transformer optimizer does, before FuseOps: the prims a pattern computes are
 replaced by one standard op producing the same Value, and whatever is left unread is dropped by
-emission's liveness pass. A pattern matches only where its intermediate values are read by the
+emission's liveness pass; an attention's Q/K/V projections of one input become one dense
+(fuse_qkv.py). A pattern matches only where its intermediate values are read by the
 pattern alone (a value also read elsewhere would be computed twice). Attention: fuse_attention.py.
 """
 from __future__ import annotations
@@ -15,6 +16,7 @@ import numpy as np
 
 from .. import settings
 from .fuse_attention import match_attention
+from .fuse_qkv import pack_qkv
 from .ir import Prim, Value
 from .pattern import PatternGraph, near, new_prim, other, scalar
 
@@ -195,6 +197,10 @@ def fuse_transformer(prims: list[Prim], outputs: list[Value]) -> tuple[list[Prim
     result: list[Prim] = []
     for p in prims:
         result.extend(replace.get(id(p), [p]))
+    if counts["attention"]:
+        result, packed = pack_qkv(result, outputs)
+        if packed:
+            counts["qkv_packed"] = packed
     return result, counts
 
 

@@ -16,6 +16,7 @@ from .attrs import (DTYPE_KEY, NODE_KEYS, NUM_OUTPUTS_KEY, OUT_DTYPE_KEY, WORKSP
                     check_attrs, float_attr, str_attr)
 from .kernels.cpu import chain_jit
 from .kernels.cpu.conv_epilogue import EPILOGUE_DTYPES, EPILOGUE_OPS
+from .kernels.cpu.dense_tiles import DenseTiles
 from .kernels.gpu_elementwise import ELEMENTWISE_EXPRS, gpu_elementwise
 from .library import InputVersion, TensorSpec
 from .prepared import PreparedKernel, capabilities
@@ -108,8 +109,13 @@ def kernel_note(kernel: Any) -> str:
     tails, kernels/cpu/chain_jit.py) or as one NumPy pass per op."""
     if isinstance(kernel, chain_jit.CompiledChain):
         return "compiled " + "+".join(kernel.ops)
+    if isinstance(kernel, DenseTiles):
+        return kernel.note()
     if not isinstance(kernel, PreparedChain):
         return ""
+    tiled = [fn.note() for fn, _ in kernel._steps if isinstance(fn, DenseTiles)]
+    if tiled:
+        return tiled[0]
     compiled = [fn for fn, _ in kernel._steps if isinstance(fn, chain_jit.CompiledChain)]
     if compiled:
         return "compiled tail " + "+".join(compiled[-1].ops)
@@ -201,7 +207,13 @@ class Chain:
                                                     p.attrs)
                 calls.append((fn, tuple(p.slots + p.out_slots)))
             if fused and backend.name == "cpu":
-                calls.append(_jit_call(fused))
+                tail = _jit_call(fused)
+                if (len(calls) == 1 and isinstance(calls[0][0], DenseTiles)
+                        and plan[0].out_slots == fused[-1].out_slots):
+                    # The product's tail runs on each output tile while it is in cache.
+                    calls = [(calls[0][0].with_tail(tail[0]), tuple(plan[0].slots) + tail[1])]
+                else:
+                    calls.append(tail)
             elif fused:
                 calls.append(_fused_call(self.name, backend, device_id, fused))
         flatten = str(attrs.get("flatten_data", "0")).strip().lower() in ("1", "true")
@@ -403,7 +415,10 @@ def _jit_tail(plan: list[_Planned], slot_count: int) -> int:
             [p.op.name for p in plan[start:]], _tail_operands(plan[start:])[1], plan[-1].outputs[0]):
         start += 1
     ops = [p.op.name for p in plan[start:] if p.op.name not in chain_jit.VIEWS]
-    if len(plan) - start < 2 and ops != ["gelu"] or not ops:
+    # One op is worth a compiled pass when it is gelu (several NumPy passes), or a dense's
+    # bias: the dense then applies it per output tile, in cache (dense_tiles.py).
+    alone = ops == ["gelu"] or (start == 1 and plan[0].op.name == "dense")
+    if len(plan) - start < 2 and not alone or not ops:
         return len(plan)
     if start > 0 and _same_spec(plan[start - 1].outputs[0], plan[-1].outputs[0]):
         routed = plan[start - 1].out_slots[0]
@@ -446,8 +461,10 @@ def _jit_call(fused: list[_Planned]) -> tuple[Callable[..., None], tuple[int, ..
         assert template is not None  # _jit_tail checked every step
         steps.append((template, [i if what == "input" else n + i for what, i in refs],
                       p.outputs[0].dtype))
+    out_slot = fused[-1].out_slots[0]
     fn = chain_jit.CompiledChain(kernel_specs, fused[-1].outputs[0], steps,
-                                 [p.op.name for p in fused])
+                                 [p.op.name for p in fused],
+                                 [i for i, slot in enumerate(kernel_slots) if slot == out_slot])
     return fn, tuple(kernel_slots + fused[-1].out_slots)
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 from typing import Any, Mapping, Sequence
 
@@ -290,12 +291,12 @@ class GraphModule(Diagnostics):
 
         source names a blob's or dict's origin in messages (e.g. the file it was read from).
         """
-        from ..params import load_param_arrays, load_params_file
+        from ..params import MappedArrays, load_param_arrays, load_params_file, read_params_into
         if isinstance(params, (bytes, bytearray, memoryview)):
             values: Mapping[str, Any] = load_param_arrays(bytes(params), source or "<params>")
             source = source or "params"
         elif isinstance(params, (str, os.PathLike)):
-            values = load_params_file(params)
+            values = load_params_file(params, views=True)  # read into place, below
             source = os.fspath(params)
         else:
             values = params
@@ -309,6 +310,7 @@ class GraphModule(Diagnostics):
                 raise ParamsError(message)
             log.warning("%s (ignored)", message)
         g = self.graph
+        direct: dict[str, tuple[int, np.ndarray]] = {}  # read into place after the checks
         for name, value in values.items():
             if name not in self._input_index:
                 continue
@@ -319,12 +321,41 @@ class GraphModule(Diagnostics):
                 raise ParamsError(f"{source}: param {name!r} is {shape} {dtype} but the graph's "
                                   f"input {name!r} (eid {eid}) is {tuple(g.shape(eid))} "
                                   f"{g.dtype(eid)}")
+            target = None
+            if isinstance(values, MappedArrays) and name in values.offsets:
+                target = self._read_target(eid, value)
+            if target is not None:
+                direct[name] = (eid, target)
+                continue
             self._acquire("load_params")
             try:
                 self._copy_in(eid, value)
             finally:
                 self._release()
             self._param_names.add(name)
+        if direct:
+            assert isinstance(values, MappedArrays)
+            self._acquire("load_params")
+            try:
+                read_params_into(values.path, values, {n: t for n, (_, t) in direct.items()})
+                for name, (eid, _) in direct.items():
+                    self._unset.discard(eid)
+                    self.executor.written(eid)  # kernels redo weights derived from it
+                    self._param_names.add(name)
+            finally:
+                self._release()
+
+    def _read_target(self, eid: int, value: Any) -> np.ndarray | None:
+        """The CPU array input eid lives in, when a params file's bytes can be read straight
+        into it (params.read_params_into): a C-contiguous writable array of value's layout."""
+        shape, dtype, key = self._input_layout[eid]
+        dst = self.executor.arrays[key] if key[1] == _CPU else None
+        if (type(dst) is not np.ndarray or type(value) is not np.ndarray
+                or value.dtype != dtype or dst.dtype != dtype or dtype == np.bool_
+                or dst.shape != shape or not dst.flags.c_contiguous or not dst.flags.writeable
+                or sys.byteorder != "little"):
+            return None
+        return dst
 
     def share_params(self, other: "GraphModule", params_bytes: bytes) -> None:
         """Use other's param arrays (zero copy) for every name in params_bytes, as TVM does."""

@@ -189,6 +189,8 @@ def test_attention_fuses_and_matches_float64(batch: int, seq: int, heads: int, d
     want = feeds.pop("__want__")
     result = import_onnx(m)
     assert result.patterns["attention"] == 1
+    # three projections of x: one dense writes q | k | v (frontend/fuse_qkv.py)
+    assert result.patterns["qkv_packed"] == (0 if packed else 1)
     ops = [s["op"] for f in result.lib_doc["functions"].values() for s in f.get("ops", [f])]
     assert "softmax" not in ops and "batch_matmul" not in ops and "transpose" not in ops
     (got,) = run_ours(m, feeds, backend_name)
@@ -199,7 +201,8 @@ def test_attention_fuses_and_matches_float64(batch: int, seq: int, heads: int, d
 
 
 @pytest.mark.parametrize("name,want", [
-    ("bert_ts", {"attention": 2, "gelu": 2}), ("bert_dynamo", {"attention": 2}),
+    ("bert_ts", {"attention": 2, "gelu": 2, "qkv_packed": 2}),
+    ("bert_dynamo", {"attention": 2, "qkv_packed": 2}),
     ("gpt2_ts", {"attention": 2, "gelu_tanh": 2}),
     ("gpt2_dynamo", {"attention": 2, "gelu_tanh": 2}),
 ])

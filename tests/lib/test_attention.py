@@ -101,3 +101,24 @@ def test_workspace_is_reported(backend_name: str) -> None:
     run = get_op("attention").kernels[backend_name](get_backend(backend_name), 0, specs,
                                                      [TensorSpec(want.shape, "float32")], attrs)
     assert capabilities(run).workspace_bytes() >= 2 * 3 * 7 * 7 * 4  # the scores
+
+
+# Large enough for the CPU kernel to hand blocks of heads to the workers (kernels/cpu/attention.py)
+WORKER_CASES = [(2, 70, 70, 5, 40, (2, 1, 1, 70), True, True),
+                (3, 80, 80, 1, 64, (3, 1, 80, 80), False, False)]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("case", WORKER_CASES)
+def test_cpu_head_blocks_on_workers(monkeypatch, case: tuple, dtype: str) -> None:
+    from graph_runtime.settings import ATTENTION_SPLIT, NUM_THREADS
+    monkeypatch.setenv(NUM_THREADS.name, "2")
+    monkeypatch.setenv(ATTENTION_SPLIT.name, "on")
+    arrays, attrs, want = _case(*case, dtype=dtype)
+    specs = [TensorSpec(a.shape, dtype) for a in arrays]
+    run = get_op("attention").kernels["cpu"](get_backend("cpu"), 0, specs,
+                                             [TensorSpec(want.shape, dtype)], attrs)
+    assert run.uses_workers() and len(run.blocks) > 2
+    out = np.full(want.shape, np.nan, dtype)
+    run(*[np.ascontiguousarray(a) for a in arrays], out)
+    _check(out, want, dtype)

@@ -35,6 +35,7 @@ def ref_group_norm(x, scale, bias, groups, eps) -> np.ndarray:
     ("instance_norm", (1, 2, 20, 30), None, "float32"),  # rows longer than a work-group
     ("group_norm", (2, 6, 3, 2), 3, "float32"),
     ("group_norm", (1, 4, 2, 2, 3), 1, "float64"),
+    ("group_norm", (2, 32, 64, 64), 8, "float32"),  # rows the CPU hands to its workers
 ])
 def test_group_norms(backend_name, op, shape, groups, dtype, run_op, random_array) -> None:
     x = random_array(shape, dtype, seed=1)

@@ -148,6 +148,48 @@ def test_load_params_bytes_file_and_dict(tmp_path) -> None:
     np.testing.assert_array_equal(m.get_output(0).numpy(), X)
 
 
+def test_load_params_file_reads_weights_into_place(tmp_path, monkeypatch) -> None:
+    """A params file's arrays are read straight into the module's storage (one preadv); each
+    counts as a write, so a kernel's data derived from a weight is redone."""
+    from graph_runtime.lib import Module
+    from graph_runtime.lib.chain import Chain, Step
+    from graph_runtime.params import read_params_into
+    from graph_runtime.settings import DENSE_TRANSPOSE
+    monkeypatch.setenv(DENSE_TRANSPOSE.name, "on")  # keeps a transposed copy of the weight
+    lib = Module("denselib")
+    lib.register("fc", Chain("fc", [Step("dense"), Step("add")]))
+    nodes = [null("data"), null("weight"), null("bias"), tvm_op("fc", "fc", [0, 1, 2])]
+    m = gr.create(make_graph(nodes, [3], shapes=[[8, 30], [26, 30], [26], [8, 26]]), lib,
+                  gr.cpu())
+    calls = []
+    monkeypatch.setattr("graph_runtime.params.read_params_into",
+                        lambda *a: calls.append(a[2]) or read_params_into(*a))
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((8, 30)).astype("float32")
+    for version in range(2):
+        params = {"weight": rng.standard_normal((26, 30)).astype("float32"),
+                  "bias": rng.standard_normal(26).astype("float32")}
+        path = tmp_path / f"p{version}.params"
+        path.write_bytes(gr.save_param_dict(params))
+        m.load_params(path)
+        m.run(data=x)
+        want = x.astype(np.float64) @ params["weight"].T.astype(np.float64) + params["bias"]
+        np.testing.assert_allclose(m.get_output(0).numpy(), want, rtol=1e-5, atol=1e-5)
+    assert [sorted(c) for c in calls] == [["bias", "weight"]] * 2
+
+
+def test_load_params_file_with_an_empty_array(tmp_path) -> None:
+    """An empty param has no bytes to read into place; the others still are."""
+    nodes = [null("x"), null("e"), tvm_op("y", "add", [0, 0]), tvm_op("z", "concatenate", [1, 1])]
+    m = gr.create(make_graph(nodes, [2, 3], shapes=[[2, 3], [0, 3], [2, 3], [0, 3]]), None,
+                  gr.cpu())
+    path = tmp_path / "p.params"
+    path.write_bytes(gr.save_param_dict({"e": np.zeros((0, 3), "float32"), "x": X}))
+    m.load_params(path)
+    m.run()
+    np.testing.assert_array_equal(m.get_output(0).numpy(), 2 * X)
+
+
 def test_load_params_mismatch_and_unknown(caplog: pytest.LogCaptureFixture) -> None:
     m = _axpy()
     with pytest.raises(ParamsError, match=r"param 'a' is \(3, 2\) float32 but the graph's input "

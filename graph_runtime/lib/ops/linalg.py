@@ -6,9 +6,11 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, cast
 
 import numpy as np
 
+from ... import settings
 from ...backends import REGISTRY
 from ...backends.base import Backend
 from ..attrs import attr_error, bool_attr, check_out_dtype, int_attr, normalize_axis, op_error
+from ..kernels.cpu.dense_tiles import DenseTiles, tiles, tiling
 from ..kernels.cpu.padded_gemv import PaddedGemv, padded_rows
 from ..kernels.cpu.split_dense import SplitDense, split_blocks
 from ..kernels.cpu.transposed_dense import TransposedDense, keeps_transposed
@@ -254,6 +256,9 @@ def _todays_gemm(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
         blocks = split_blocks(gemm.m, gemm.n, gemm.k, gemm.dtype)
         if blocks:
             return SplitDense(gemm.m, gemm.n, gemm.k, blocks)
+        chosen = tiling(gemm.m, gemm.n, gemm.k, gemm.dtype)
+        if chosen is not None and settings.word(settings.DENSE_TRANSPOSE) != "on":
+            return DenseTiles(gemm.m, gemm.n, gemm.k, tiles(chosen, gemm.m, gemm.n))
         if keeps_transposed(gemm.m, gemm.n, gemm.k, gemm.dtype):
             return TransposedDense(gemm.m, gemm.n, gemm.k, gemm.dtype)
     return gemm_kernel(backend, device_id, gemm)

@@ -13,6 +13,7 @@ import numpy as np
 
 from ...backends.base import Backend
 from ..attrs import attr_error, float_attr, int_attr, op_error, single_axis
+from ..kernels.cpu.rows_jit import group_norm_rows
 from ..kernels.gpu_common import compute_type
 from ..kernels.host import host_factory, wide_dtype
 from ..kernels.opencl.source import (ClKernel, check_cl_dtypes, cl_header, cl_load, cl_param,
@@ -201,9 +202,22 @@ def _group_norm_cl(op: str) -> Callable[..., Callable[..., None]]:
     return factory
 
 
+def _group_norm_cpu(op: str) -> Callable[..., Callable[..., None]]:
+    """float32/float64: the compiled two-pass rows (kernels/cpu/rows_jit.py); else NumPy's."""
+    numpy_path = host_factory(_group_norm_host(op))
+
+    def make(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
+             outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+        p = group_norm_params(op, inputs, attrs)
+        if p.dtype not in ("float32", "float64") or p.row == 0 or p.n == 0:
+            return numpy_path(backend, device_id, inputs, outputs, attrs)
+        return group_norm_rows(p.n, p.c, p.groups, p.spatial, p.epsilon)
+    return make
+
+
 for _op, _attrs in (("instance_norm", ("epsilon",)), ("group_norm", ("num_groups", "epsilon"))):
     define_op(_op, _group_norm_infer(_op), 3, _attrs)
-    kernel(_op, "cpu")(host_factory(_group_norm_host(_op)))
+    kernel(_op, "cpu")(_group_norm_cpu(_op))
     kernel(_op, "cuda")(host_factory(_group_norm_host(_op)))
     kernel(_op, "opencl")(_group_norm_cl(_op))
 

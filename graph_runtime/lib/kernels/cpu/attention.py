@@ -5,17 +5,29 @@ hold the heads side by side, as the projections (or one packed QKV GEMM) wrote t
 head is a strided view of them, never a transposed copy: NumPy's matmul hands every (tokens x
 head_dim) view to BLAS with its row stride, the scores land in one workspace, a compiled pass
 applies scale, additive mask and softmax (and zeroes NaN rows when the model did) row by row in
-cache, and the second matmul writes each head's columns of the output directly.
+cache, and the second matmul writes each head's columns of the output directly. Large ones go
+to the runtime's workers in blocks of heads (threads.py), each on one BLAS thread, where that
+measured faster once per shape (the tuning service; GRAPH_RUNTIME_ATTENTION_SPLIT forces it).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from .... import settings
+from ...._timing import median_seconds
 from ...prepared import PreparedKernel
+from ...tuning import Choice
 from .loops_jit import compiled
 from .rows_jit import softmax_row
+from .dense_tiles import ROUNDS, SPREAD_SPEEDUP
+from .threads import ONE_BLAS_THREAD, num_threads, parallel_images
+
+CHOICE = Choice("cpu.attention_split", settings.ATTENTION_SPLIT)
+PARALLEL_FLOPS = 4e6  # both products of every head: below this one call does all heads
+MIN_SPEEDUP = 1.1
+SPREAD_WORK = 4e7
 
 
 @compiled
@@ -60,18 +72,82 @@ class AttentionKernel(PreparedKernel):
         self.full = (batch, heads, q_len, k_len)
         self.scores = np.empty(self.full, dtype)
         self.no_mask = np.broadcast_to(np.zeros((1, 1, 1, 1), dtype), self.full)
+        # (batch, first head, last head) per worker item: about four items per worker where
+        # the heads' work pays for the hand-off, else one call over every head.
+        self.workers = num_threads()
+        self.blocks = [(0, 0, heads)]
+        work = 4.0 * batch * heads * q_len * k_len * head_dim
+        if self.workers > 1 and work >= PARALLEL_FLOPS and batch * heads > 1:
+            count = min(batch * heads, 4 * self.workers)
+            per_batch = max(1, -(-count // batch))
+            step = -(-heads // min(heads, per_batch))
+            split = [(b, h, min(heads, h + step)) for b in range(batch)
+                     for h in range(0, heads, step)]
+            key = (f"{dtype} {batch}x{heads} heads of {q_len}x{head_dim} by {k_len} tokens"
+                   f"{' masked' if self.has_mask else ''} in {len(split)} blocks")
+            # as dense_tiles.SPREAD_FLOPS: large ones (BERT-base's 12 heads of 128 tokens: 0.41
+            # against 0.64 ms on one call) keep the blocks unless one call is clearly faster, so
+            # one measurement on a busy machine does not pin them to one core
+            spread = work >= SPREAD_WORK
+            if CHOICE.choose("cpu", key, ("off", "on"), lambda: self._seconds(split),
+                             "on" if spread else "off",
+                             SPREAD_SPEEDUP if spread else MIN_SPEEDUP) == "on":
+                self.blocks = split
+
+    def _seconds(self, split: list[tuple[int, int, int]]) -> Mapping[str, float]:
+        """One call over every head against the blocks on the workers, on random inputs of the
+        real shapes with OpenBLAS at one thread, interleaved."""
+        rng = np.random.default_rng(0)
+        batch, heads, q_len, k_len = self.full
+        width = max(self.offsets) + heads * self.head_dim
+        dtype = self.scores.dtype
+        q = rng.standard_normal((batch, q_len, width)).astype(dtype)
+        k = rng.standard_normal((batch, k_len, width)).astype(dtype)
+        extra = [np.zeros(self.full, dtype)] if self.has_mask else []
+        out = np.empty((batch, q_len, heads * self.head_dim), dtype)
+
+        def using(blocks: list[tuple[int, int, int]]) -> Callable[[], None]:
+            def call() -> None:
+                self.blocks = blocks
+                self(q, k, k, *extra, out)
+            return call
+
+        try:
+            with ONE_BLAS_THREAD:
+                calls = {"off": using([(0, 0, heads)]), "on": using(split)}
+                for call in calls.values():
+                    call()
+                return median_seconds(calls, rounds=ROUNDS)  # as dense_tiles measures
+        finally:
+            self.blocks = [(0, 0, heads)]
 
     def workspace_bytes(self) -> int:
         return int(self.scores.nbytes)
+
+    def uses_workers(self) -> bool:
+        return len(self.blocks) > 1
 
     def __call__(self, q: Any, k: Any, v: Any, *rest: Any) -> None:
         out = rest[-1]
         mask = np.broadcast_to(rest[0], self.full) if self.has_mask else self.no_mask
         heads, dim = self.heads, self.head_dim
         qh = head_view(q, self.offsets[0], heads, dim)
-        kh = head_view(k, self.offsets[1], heads, dim)
+        kt = head_view(k, self.offsets[1], heads, dim).transpose(0, 1, 3, 2)
         vh = head_view(v, self.offsets[2], heads, dim)
-        np.matmul(qh, kh.transpose(0, 1, 3, 2), out=self.scores)
-        _scale_mask_softmax(self.scores, mask, self.scale, self.nan_to_zero, self.has_mask)
         oh = out.reshape(self.batch, self.q_len, heads, dim).transpose(0, 2, 1, 3)
-        np.matmul(self.scores, vh, out=oh)
+        scores, blocks = self.scores, self.blocks
+        scale, nan_to_zero, has_mask = self.scale, self.nan_to_zero, self.has_mask
+
+        def block(worker: int, index: int) -> None:
+            b, h0, h1 = blocks[index]
+            s = scores[b:b + 1, h0:h1]
+            np.matmul(qh[b:b + 1, h0:h1], kt[b:b + 1, h0:h1], out=s)
+            _scale_mask_softmax(s, mask[b:b + 1, h0:h1], scale, nan_to_zero, has_mask)
+            np.matmul(s, vh[b:b + 1, h0:h1], out=oh[b:b + 1, h0:h1])
+
+        if len(blocks) == 1:
+            np.matmul(qh, kt, out=scores)
+            _scale_mask_softmax(scores, mask, scale, nan_to_zero, has_mask)
+            np.matmul(scores, vh, out=oh)
+            return
+        parallel_images(len(blocks), self.workers, block)

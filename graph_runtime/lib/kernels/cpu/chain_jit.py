@@ -39,7 +39,7 @@ from .threads import num_threads, parallel_items
 
 # Part of every generated source, so its hash (the cache key) changes when the helpers the
 # generated code calls do: numba's cache only watches the generated file itself.
-VERSION = 1
+VERSION = 2
 FLOATS = ("float32", "float64")
 log = logging.getLogger(__name__)
 INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
@@ -270,8 +270,13 @@ def _kinds(inputs: Sequence[TensorSpec], out_shape: tuple[int, ...], dims: list[
 
 
 def chain_source(inputs: Sequence[TensorSpec], output: TensorSpec, steps: Sequence[Step],
-                 kinds: Sequence[str]) -> str:
-    """The generated module: run(lo, hi, inner, out, a0.., m0..) computes flat elements [lo, hi)."""
+                 kinds: Sequence[str], in_place: Sequence[int] = ()) -> str:
+    """The generated module: run(lo, hi, inner, out, a0.., m0..) computes flat elements [lo, hi).
+
+    Inputs numbered in in_place are the output array itself and are read through out: LLVM
+    then sees the same array at the same index, where two arguments that overlap fail its
+    run-time alias check and send the loop down its scalar path (10x slower for GELU).
+    """
     n = len(inputs)
     args = ["lo", "hi", "inner", "out"] + [f"a{i}" for i in range(n)] + [f"m{i}" for i in range(n)]
     lines = [f"# graph_runtime chain_jit v{VERSION}", "import math", "import numba",
@@ -289,20 +294,36 @@ def chain_source(inputs: Sequence[TensorSpec], output: TensorSpec, steps: Sequen
             row.append(f"    b{i} += ((r // m{i}[d, 0]) % m{i}[d, 1]) * m{i}[d, 2]")
         if k == "o":
             row.append(f"u{i} = a{i}[b{i}]")
-    row.append("for j in range(j0, j1):")
+    # NOTE: row slices indexed from 0: with indices base + j LLVM left the GELU loop scalar
+    # (11x slower, measured); the slices are views, nothing is copied.
+    row.append("orow = out[base + j0:base + j1]")
+    for i, k in enumerate(kinds):
+        if k == "c" and i not in in_place:
+            row.append(f"c{i} = a{i}[base + j0:base + j1]")
+        elif k == "r":
+            row.append(f"c{i} = a{i}[b{i} + j0:b{i} + j1]")
+    row.append("for j in range(j1 - j0):")
     inner = []
     for i, k in enumerate(kinds):
-        load = {"c": f"a{i}[base + j]", "r": f"a{i}[b{i} + j]", "o": f"u{i}", "s": f"s{i}"}[k]
+        load = {"c": f"c{i}[j]", "r": f"c{i}[j]", "o": f"u{i}", "s": f"s{i}"}[k]
+        if k == "c" and i in in_place:
+            load = "orow[j]"
         inner.append(f"v{i} = {load}")
     for step, (template, operands, dtype) in enumerate(steps):
         ctype = _TYPES[dtype]
         expr = template.format(*[f"v{s}" for s in operands], T=ctype)
         inner.append(f"v{n + step} = {ctype}({expr})")
-    inner.append(f"out[base + j] = v{n + len(steps) - 1}")
+    inner.append(f"orow[j] = v{n + len(steps) - 1}")
     row += ["    " + line for line in inner]
     row += ["pos += j1 - j0", "r += 1", "j0 = 0"]
     body += ["    " + line for line in row]
     lines += ["    " + line for line in body]
+    # A tile of a 2-D view (rows [r0, r1), columns [c0, c1) of rows `width` long): a dense
+    # product's tail run per tile while it is in cache (dense_tiles.py); compiled on first use.
+    call = ", ".join(["r * width + c0", "r * width + c1", "inner", "out"] + args[4:])
+    lines += ["", "", "@numba.njit(cache=True, nogil=True, error_model='numpy', boundscheck=False)",
+              f"def run_block(r0, r1, c0, c1, width, {', '.join(args[2:])}):",
+              "    for r in range(r0, r1):", f"        run({call})"]
     return "\n".join(lines) + "\n"
 
 
@@ -311,12 +332,13 @@ _lock = threading.Lock()
 
 
 def _load(source: str) -> Any:
-    """The compiled run() of source: from this process, the disk cache, or a fresh compile."""
+    """The module of source (run, run_block): from this process, the disk cache, or a fresh
+    compile."""
     key = hashlib.sha256(source.encode()).hexdigest()[:24]
     with _lock:
-        fn = _compiled.get(key)
-        if fn is not None:
-            return fn
+        module = _compiled.get(key)
+        if module is not None:
+            return module
         folder = _writable_dir()
         path = os.path.join(folder, f"chain_{key}.py")
         if not os.path.exists(path):
@@ -330,22 +352,21 @@ def _load(source: str) -> Any:
         # NOTE: numba's cached code names its module and imports it on load: it must be there.
         sys.modules[spec.name] = module
         spec.loader.exec_module(module)
-        fn = module.run
-        _compiled[key] = fn
-        return fn
+        _compiled[key] = module
+        return module
 
 
 class CompiledChain(PreparedKernel):
     """run(*inputs, out): the tail as one compiled pass, on the workers when it is large."""
 
     def __init__(self, inputs: Sequence[TensorSpec], output: TensorSpec, steps: Sequence[Step],
-                 ops: Sequence[str]) -> None:
+                 ops: Sequence[str], in_place: Sequence[int] = ()) -> None:
         self.ops = list(ops)
         out_shape = tuple(int(d) for d in output.shape)
         self.size = size_of(out_shape)
         dims, strides = _collapse([tuple(s.shape) for s in inputs], out_shape)
         kinds = _kinds(inputs, out_shape, dims, strides)
-        self.source = chain_source(inputs, output, steps, kinds)
+        self.source = chain_source(inputs, output, steps, kinds, in_place)
         self.inner = int(dims[-1])
         metas = []
         for k, st in zip(kinds, strides):
@@ -357,13 +378,25 @@ class CompiledChain(PreparedKernel):
             meta = np.array(rows[::-1] or [(1, 1, 0)], np.int64).reshape(-1, 3)
             metas.append(meta if k in "ro" else np.zeros((0, 3), np.int64))
         self.metas = tuple(metas)
-        self.fn = _load(self.source)
+        self.module = _load(self.source)
+        self.fn = self.module.run
         weight = sum(4 if op in HEAVY else 1 for op in ops)
         workers = num_threads()
         self.workers = workers if self.size * weight >= PARALLEL_WORK and workers > 1 else 1
         chunks = min(4 * self.workers, max(1, self.size // 4096))
         self.bounds = [(c * self.size // chunks, (c + 1) * self.size // chunks)
                        for c in range(chunks)] if self.workers > 1 else [(0, self.size)]
+
+    def flat_arrays(self, arrays: Sequence[Any]) -> tuple[Any, ...]:
+        """The arguments run_block takes after the tile: inner, out, the inputs, their metas."""
+        flat = [a.reshape(-1) for a in arrays]
+        return (self.inner, flat[-1], *flat[:-1], *self.metas)
+
+    def run_block(self, r0: int, r1: int, c0: int, c1: int, width: int,
+                  flat: tuple[Any, ...]) -> None:
+        """The tail on rows [r0, r1) and columns [c0, c1) of the output seen as rows of width
+        (flat: flat_arrays of the call's arrays)."""
+        self.module.run_block(r0, r1, c0, c1, width, *flat)
 
     def __call__(self, *arrays: Any) -> None:
         if self.size == 0:

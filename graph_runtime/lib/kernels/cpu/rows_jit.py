@@ -1,4 +1,5 @@
-"""Numba-compiled row kernels for the CPU: layer_norm and softmax over the last axis in one pass.
+"""Numba-compiled row kernels for the CPU: layer_norm and softmax over the last axis in one pass,
+group_norm (and instance_norm) per (image, group) row in two.
 
 NumPy's layer_norm made seven passes over the data (copy, mean, subtract, square, mean, divide,
 scale) and softmax five; here each row is read once into cache and made there, sums in float64
@@ -79,6 +80,28 @@ def _layer_norm_rows(x: Any, gamma: Any, beta: Any, out: Any, eps: float, lo: in
         inv = 1.0 / math.sqrt(_row_squares(row, mean) / n + eps)
         for j in range(n):
             out[r, j] = (row[j] - mean) * inv * gamma[j] + beta[j]
+
+
+@compiled
+def _group_norm_rows(x: Any, scale: Any, bias: Any, out: Any, eps: float, groups: int,
+                     spatial: int, lo: int, hi: int) -> None:
+    """Rows r of x (n * groups, channels per group * spatial): each normalized over itself,
+    then scaled and shifted per channel, in two passes over the row."""
+    n = x.shape[1]
+    per_group = n // spatial if spatial else 0
+    for r in range(lo, hi):
+        row = x[r]
+        orow = out[r]
+        mean = _row_sum(row) / n
+        inv = 1.0 / math.sqrt(_row_squares(row, mean) / n + eps)
+        for cc in range(per_group):
+            c = (r % groups) * per_group + cc
+            sc = scale[c]
+            sh = bias[c]
+            seg = row[cc * spatial:(cc + 1) * spatial]
+            oseg = orow[cc * spatial:(cc + 1) * spatial]
+            for j in range(spatial):
+                oseg[j] = (seg[j] - mean) * inv * sc + sh
 
 
 @inlined
@@ -186,4 +209,19 @@ def softmax_rows(shape: tuple[int, ...]) -> Callable[..., None]:
         x2 = x.reshape(rows, width)
         o2 = out.reshape(rows, width)
         _split(rows, width, lambda lo, hi: _softmax_rows(x2, o2, lo, hi))()
+    return run
+
+
+def group_norm_rows(n: int, channels: int, groups: int, spatial: int, epsilon: float
+                    ) -> Callable[..., None]:
+    """run(x, scale, bias, out) for group_norm (instance_norm: groups == channels) over data of
+    shape (n, channels, *spatial)."""
+    rows = n * groups
+    width = channels // groups * spatial
+
+    def run(x: Any, scale: Any, bias: Any, out: Any) -> None:
+        x2 = x.reshape(rows, width)
+        o2 = out.reshape(rows, width)
+        _split(rows, width, lambda lo, hi: _group_norm_rows(x2, scale, bias, o2, epsilon,
+                                                             groups, spatial, lo, hi))()
     return run
