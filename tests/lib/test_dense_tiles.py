@@ -9,7 +9,14 @@ from graph_runtime.device import cpu
 from graph_runtime.lib.chain import Chain, Step, kernel_note
 from graph_runtime.lib.kernels.cpu.dense_tiles import DenseTiles, tiles, tiling
 from graph_runtime.lib.library import TensorSpec
-from graph_runtime.settings import CHAIN_JIT, DENSE_TILES, NUM_THREADS
+from graph_runtime.settings import CHAIN_JIT, DENSE_TILES, NUM_THREADS, ONEDNN
+
+
+@pytest.fixture(autouse=True)
+def without_onednn(monkeypatch) -> None:
+    """These tests are about the NumPy/OpenBLAS tiles: oneDNN's matmul, a candidate beside
+    them, must not be the one measured faster and taken."""
+    monkeypatch.setenv(ONEDNN.name, "off")
 
 TOL = {"float32": {"rtol": 2e-5, "atol": 2e-5}, "float64": {"rtol": 1e-12, "atol": 1e-12}}
 
