@@ -1,4 +1,5 @@
-"""cumsum (ONNX CumSum): running sums along an axis, optionally exclusive and/or reversed."""
+"""cumsum and cumprod (ONNX CumSum, CumProd): running sums or products along an axis, optionally
+exclusive and/or reversed."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
@@ -21,46 +22,52 @@ if TYPE_CHECKING:
 CUMSUM_ATTRS = ("axis", "exclusive", "reverse")
 
 
-def cumsum_params(spec: TensorSpec, attrs: Mapping[str, Any]) -> tuple[int, bool, bool]:
+def scan_params(op: str, spec: TensorSpec, attrs: Mapping[str, Any]) -> tuple[int, bool, bool]:
     """(normalized axis, exclusive, reverse); axis is required (Relay's None would flatten)."""
-    return (single_axis("cumsum", attrs, "axis", len(spec.shape)),
-            bool_attr("cumsum", attrs, "exclusive", False),
-            bool_attr("cumsum", attrs, "reverse", False))
+    return (single_axis(op, attrs, "axis", len(spec.shape)),
+            bool_attr(op, attrs, "exclusive", False),
+            bool_attr(op, attrs, "reverse", False))
 
 
-def _infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
-    spec = one_input("cumsum", inputs)
-    check_dtype("cumsum", spec, NUMERIC_DTYPES)
-    check_rank("cumsum", spec, range(1, 33))
-    cumsum_params(spec, attrs)
-    return [TensorSpec(tuple(spec.shape), spec.dtype)]
+def _scan_infer(op: str) -> Callable[[Sequence[TensorSpec], Mapping[str, Any]], list[TensorSpec]]:
+    def infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
+        spec = one_input(op, inputs)
+        check_dtype(op, spec, NUMERIC_DTYPES)
+        check_rank(op, spec, range(1, 33))
+        scan_params(op, spec, attrs)
+        return [TensorSpec(tuple(spec.shape), spec.dtype)]
+    return infer
 
 
-def _host_cumsum(xp: Any, backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
-                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
-    axis, exclusive, reverse = cumsum_params(inputs[0], attrs)
-    acc = wide_dtype(inputs[0].dtype)  # float16 sums in float32, as the GPU kernels do
-    head = (slice(None),) * axis + (slice(0, 1),)
-    shifted = (slice(None),) * axis + (slice(1, None),)
-    dropped = (slice(None),) * axis + (slice(0, -1),)
+def _host_scan(op: str, scan: str, identity: int) -> Callable[..., Callable[..., None]]:
+    """The kernel factory of a running scan (xp.cumsum / xp.cumprod) against NumPy's API."""
+    def make(xp: Any, backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
+             outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+        axis, exclusive, reverse = scan_params(op, inputs[0], attrs)
+        acc = wide_dtype(inputs[0].dtype)  # float16 scans in float32, as the GPU kernels do
+        fn = getattr(xp, scan)
+        head = (slice(None),) * axis + (slice(0, 1),)
+        shifted = (slice(None),) * axis + (slice(1, None),)
+        dropped = (slice(None),) * axis + (slice(0, -1),)
 
-    def run(x: Any, out: Any) -> None:
-        y = xp.flip(x, axis) if reverse else x
-        total = xp.cumsum(y, axis=axis, dtype=acc)
-        if exclusive:
-            # Each position gets the sum before it: the inclusive sums moved one step on.
-            moved = xp.empty_like(total)
-            moved[head] = 0
-            moved[shifted] = total[dropped]
-            total = moved
-        xp.copyto(out, xp.flip(total, axis) if reverse else total, casting="unsafe")
-    return run
+        def run(x: Any, out: Any) -> None:
+            y = xp.flip(x, axis) if reverse else x
+            total = fn(y, axis=axis, dtype=acc)
+            if exclusive:
+                # Each position gets the scan before it: the inclusive results moved one on.
+                moved = xp.empty_like(total)
+                moved[head] = identity
+                moved[shifted] = total[dropped]
+                total = moved
+            xp.copyto(out, xp.flip(total, axis) if reverse else total, casting="unsafe")
+        return run
+    return make
 
 
 def _cl_source(dtype: str) -> str:
     acc = compute_type(dtype, "opencl")
     return cl_header([dtype]) + f"""
-// numpy counterpart: _host_cumsum; one work item scans one row of the axis.
+// numpy counterpart: _host_scan("cumsum", ...); one work item scans one row of the axis.
 __kernel void gr_cumsum({cl_param("out", dtype, const=False)}, {cl_param("x", dtype)},
                         long L, long inner, int exclusive, int reverse, long rows) {{
     long g = get_global_id(0);
@@ -84,7 +91,7 @@ def _cl_cumsum(backend: OpenCLBackend, device_id: int, inputs: Sequence[TensorSp
                outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     spec = inputs[0]
     check_cl_dtypes("cumsum", backend, device_id, [spec.dtype])
-    axis, exclusive, reverse = cumsum_params(spec, attrs)
+    axis, exclusive, reverse = scan_params("cumsum", spec, attrs)
     knl = ClKernel(backend, device_id, _cl_source(spec.dtype), "gr_cumsum", "cumsum")
     length = spec.shape[axis]
     inner = size_of(spec.shape[axis + 1:])
@@ -97,7 +104,9 @@ def _cl_cumsum(backend: OpenCLBackend, device_id: int, inputs: Sequence[TensorSp
     return run
 
 
-define_op("cumsum", _infer, 1, CUMSUM_ATTRS)
-kernel("cumsum", "cpu")(host_factory(_host_cumsum))
-kernel("cumsum", "cuda")(host_factory(_host_cumsum))
+define_op("cumsum", _scan_infer("cumsum"), 1, CUMSUM_ATTRS)
+kernel("cumsum", "cpu")(host_factory(_host_scan("cumsum", "cumsum", 0)))
+kernel("cumsum", "cuda")(host_factory(_host_scan("cumsum", "cumsum", 0)))
 kernel("cumsum", "opencl")(_cl_cumsum)
+define_op("cumprod", _scan_infer("cumprod"), 1, CUMSUM_ATTRS)
+kernel("cumprod", "cpu")(host_factory(_host_scan("cumprod", "cumprod", 1)))
