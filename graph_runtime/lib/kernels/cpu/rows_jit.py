@@ -141,21 +141,7 @@ def softmax_row(row: Any, nan_to_zero: bool) -> None:
         top = np.nan
     for j in range(n):
         row[j] = exp_as(row[j] - top, row[j])
-    t0 = 0.0
-    t1 = 0.0
-    t2 = 0.0
-    t3 = 0.0
-    j = 0
-    while j + 4 <= n:
-        t0 += row[j]
-        t1 += row[j + 1]
-        t2 += row[j + 2]
-        t3 += row[j + 3]
-        j += 4
-    while j < n:
-        t0 += row[j]
-        j += 1
-    inv = 1.0 / ((t0 + t1) + (t2 + t3))
+    inv = 1.0 / _row_sum(row)
     for j in range(n):
         p = row[j] * inv
         if nan_to_zero and p != p:
