@@ -72,6 +72,7 @@ def conv(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
         w = b.reshape(w, (w.shape[0], w.shape[1], 1, w.shape[2]))
         strides, dilations = [1] + strides, [1] + dilations
         pads = [0, pads[0], 0, pads[1]]
+    x, pads = _absorb_zero_pad(x, pads)
     y = b.op("conv2d", x, w, strides=strides, padding=[pads[0], pads[1], pads[2], pads[3]],
              dilation=dilations, groups=group)
     if bias is not None:
@@ -79,6 +80,21 @@ def conv(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     if args[0].rank == 3:
         y = b.reshape(y, (y.shape[0], y.shape[1], y.shape[3]))
     return [y]
+
+
+def _absorb_zero_pad(x: Value, pads: list[int]) -> tuple[Value, list[int]]:
+    """A conv reading a zero Pad of its input's rows and columns reads the unpadded input with
+    the widths added to its own pads (TensorFlow-style 'same' exports, e.g. Hugging Face's
+    MobileNetV2, pad before every stride-2 conv): one pass over the data fewer, and the conv's
+    neighbours can keep oneDNN's channels-last layout. The Pad stays for any other reader."""
+    prim = x.producer
+    if prim is None or prim.op != "pad" or x.rank != 4 or prim.attrs.get("pad_value") != 0:
+        return x, pads
+    widths = prim.attrs["pad_width"]
+    if any(widths[0]) or any(widths[1]) or min(w for pair in widths for w in pair) < 0:
+        return x, pads
+    (top, bottom), (left, right) = widths[2], widths[3]
+    return prim.inputs[0], [pads[0] + top, pads[1] + left, pads[2] + bottom, pads[3] + right]
 
 
 @converts("ConvTranspose")

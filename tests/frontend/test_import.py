@@ -349,6 +349,24 @@ def test_batch_norm_folds_into_conv() -> None:
     assert len(result.params) == 2  # the scaled weight and the shifted bias
 
 
+@pytest.mark.parametrize("pads, value, absorbed", [
+    ([0, 0, 0, 1, 0, 0, 1, 2], 0.0, True),   # TensorFlow 'same' before a stride-2 conv
+    ([0, 0, 2, 1, 0, 0, 0, 3], 0.0, True),
+    ([0, 1, 0, 0, 0, 0, 0, 0], 0.0, False),  # channels padded: not a conv pad
+    ([0, 0, 1, 1, 0, 0, 1, 1], 0.5, False),  # a nonzero border
+])
+def test_a_zero_pad_before_a_conv_becomes_its_padding(pads, value, absorbed) -> None:
+    nodes = [node("Pad", ["x", "pads", "value"], ["p"], mode="constant"),
+             node("Conv", ["p", "w", "b"], ["y"], strides=[2, 2], pads=[1, 0, 0, 1])]
+    inits = [init("pads", np.array(pads, np.int64)), init("value", np.array(value, np.float32)),
+             init("w", weights(4, 3 + pads[1], 3, 3)), init("b", weights(4))]
+    m = model(nodes, [tensor("x", F32, [1, 3, 9, 8])], [tensor("y", F32, None)], inits)
+    ops = {s["op"] for f in import_onnx(m).lib_doc["functions"].values()
+           for s in f.get("ops", [f])}
+    assert ("pad" not in ops) == absorbed
+    assert_matches(m, {"x": _x(1, 3, 9, 8)}, "cpu")
+
+
 def test_batch_norm_alone_becomes_multiply_add() -> None:
     nodes = [node("BatchNormalization", ["x", "g", "b", "m", "v"], ["y"])]
     inits = [init(n, np.abs(weights(3)) + 0.5) for n in ("g", "b", "m", "v")]

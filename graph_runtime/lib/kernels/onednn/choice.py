@@ -66,6 +66,8 @@ def onednn_or(op: str, key: str, applies: bool,
         return _seconds(made, make_other(), shapes)
 
     choice = Choice(f"cpu.onednn_{op}", settings.ONEDNN)
+    if capabilities(made).channels_last_positions():
+        key += " (nhwc)"  # timed channels-last (timed_call); entries timed NCHW are not reused
     chosen = choice.choose("cpu", key, ("off", "on"), measure, "off", MIN_SPEEDUP)
     if chosen == "off":
         return make_other()
@@ -80,6 +82,19 @@ def _reference(kernel: Any) -> bool:
     return str(getattr(kernel, "impl", "")).startswith("ref")
 
 
+def timed_call(kernel: Any, args: Sequence[np.ndarray]) -> Callable[[], None]:
+    """A call of kernel on args, for timing. A kernel that can take channels-last arrays (a
+    oneDNN conv or pool) is timed on them, as it runs between oneDNN neighbours
+    (runtime/layouts.py): timed with the reorders it makes on NCHW arrays, oneDNN's conv lost
+    to im2col on most shapes where it wins inside a conv net."""
+    positions = set(capabilities(kernel).channels_last_positions())
+    if positions:
+        capabilities(kernel).use_channels_last(positions)
+        args = [np.ascontiguousarray(a.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+                if i in positions else a for i, a in enumerate(args)]
+    return lambda: kernel(*args)
+
+
 def _seconds(onednn: Callable[..., None], other: Callable[..., None],
              shapes: Sequence[tuple[int, ...]]) -> Mapping[str, float]:
     """Both kernels' median times on arrays of the real shapes."""
@@ -89,7 +104,7 @@ def _seconds(onednn: Callable[..., None], other: Callable[..., None],
     for kernel in (onednn, other):
         made = capabilities(kernel)
         made.bind_versions({pos: steady for pos in made.cached_inputs()})
-    calls = {"on": lambda: onednn(*arrays), "off": lambda: other(*arrays)}
+    calls = {"on": timed_call(onednn, arrays), "off": timed_call(other, arrays)}
     # NOTE: timed with OpenBLAS at one thread, as a graph holding a oneDNN kernel runs (its
     # threads, spinning after a threaded call, stalled the next oneDNN call by milliseconds).
     with ONE_BLAS_THREAD:

@@ -31,7 +31,7 @@ DTYPES = ("float32",)
 # Below this a conv stays one work item: tens of microseconds on one core, about what handing
 # bands to the workers costs (ResNet's 32x32 test model: 0.72 ms forced onto oneDNN in bands,
 # NumPy 0.24 ms).
-MIN_SPLIT_FLOPS = 4_000_000
+MIN_SPLIT_FLOPS = 64_000_000
 
 
 def _full_adds(epilogue: Epilogue) -> list[EpilogueOp]:
