@@ -100,10 +100,17 @@ ONEDNN_LIB = Setting(
     "path of a libdnnl.so.3 to load (default: the environment's lib/, then the system's); only "
     "oneDNN 3.2 is accepted",
     values_text="a file path")
+ONEDNN_THREADS = Setting(
+    "GRAPH_RUNTIME_ONEDNN_THREADS", "auto",
+    "how oneDNN's kernels use the cores: openmp (its own threads inside each primitive: fastest "
+    "on cores nothing else uses), workers (single-threaded primitives over the runtime's "
+    "workers, which pull work: robust beside a busy process), auto (openmp unless another "
+    "process keeps one of this process's CPUs busy when the first oneDNN kernel is made)",
+    ("auto", "openmp", "workers"))
 
 SETTINGS = (NUM_THREADS, CONV, OPENCL_CONV, GEMV_PADDING, DENSE_TRANSPOSE, DENSE_SPLIT,
             DENSE_TILES, ATTENTION_SPLIT, OPENCL_GEMM, TUNING_CACHE, CACHE_DIR, CHAIN_JIT,
-            IMPORT_FUSE, ONEDNN, ONEDNN_LIB)
+            IMPORT_FUSE, ONEDNN, ONEDNN_LIB, ONEDNN_THREADS)
 
 
 def _raw(setting: Setting) -> str:

@@ -112,14 +112,26 @@ def kernel_note(kernel: Any) -> str:
     if isinstance(kernel, DenseTiles):
         return kernel.note()
     if not isinstance(kernel, PreparedChain):
-        return ""
+        return _library_note(kernel)
     tiled = [fn.note() for fn, _ in kernel._steps if isinstance(fn, DenseTiles)]
     if tiled:
         return tiled[0]
+    chosen = [note for note in (_library_note(fn) for fn, _ in kernel._steps) if note]
+    if chosen:
+        return chosen[0]
     compiled = [fn for fn, _ in kernel._steps if isinstance(fn, chain_jit.CompiledChain)]
     if compiled:
         return "compiled tail " + "+".join(compiled[-1].ops)
     return "" if kernel.fused_ops else "numpy, one pass per op"
+
+
+def _library_note(kernel: Any) -> str:
+    """oneDNN's implementation (its JIT kernel's name) or the conv strategy a kernel runs."""
+    impl = getattr(kernel, "impl", None)
+    if isinstance(impl, str):
+        return f"oneDNN {impl}"
+    strategy = getattr(kernel, "strategy", None)
+    return f"conv {strategy}" if isinstance(strategy, str) else ""
 
 
 def _check_workspace(name: str, temps: Sequence[TensorSpec], limit: Any,

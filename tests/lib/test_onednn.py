@@ -22,7 +22,7 @@ from graph_runtime.lib.kernels.cpu.conv_epilogue import Epilogue
 from graph_runtime.lib.kernels.onednn import abi, binding
 from graph_runtime.lib.kernels.onednn.pool import OnednnPool
 from graph_runtime.lib.library import TensorSpec
-from graph_runtime.settings import CONV, NUM_THREADS
+from graph_runtime.settings import CONV, NUM_THREADS, ONEDNN_THREADS
 
 CONV_ENV = CONV.name
 THREADS_ENV = NUM_THREADS.name
@@ -108,6 +108,7 @@ def test_conv_bands_over_workers(onednn, monkeypatch, threads, case, run_op,
     single-threaded primitive with the padding of its edge: any worker count gives the conv."""
     from graph_runtime.lib.kernels.onednn import conv as onednn_conv
     monkeypatch.setenv(THREADS_ENV, threads)
+    monkeypatch.setenv(ONEDNN_THREADS.name, "workers")  # bands are the workers mode's split
     monkeypatch.setattr(onednn_conv, "MIN_SPLIT_FLOPS", 0)  # band even these small convs
     data_shape, weight_shape, attrs = case
     x = random_array(data_shape, "float32", seed=3)
@@ -301,14 +302,17 @@ def _gemm_ref(op, a, b, attrs):
     return a64 @ b64
 
 
+@pytest.mark.parametrize("mode", ["workers", "openmp"])
 @pytest.mark.parametrize("threads", ["1", "2", "5"])
 @pytest.mark.parametrize("op,a_shape,b_shape,attrs", GEMM_CASES)
-def test_gemms_match_float64(onednn, monkeypatch, threads, op, a_shape, b_shape, attrs, run_op,
-                             random_array) -> None:
-    """Forced onto oneDNN, cut into blocks of rows or of the batch for 1, 2 and 5 workers."""
+def test_gemms_match_float64(onednn, monkeypatch, mode, threads, op, a_shape, b_shape, attrs,
+                             run_op, random_array) -> None:
+    """Forced onto oneDNN, cut into blocks of rows or of the batch for 1, 2 and 5 workers, or
+    on that many OpenMP threads."""
     from graph_runtime.lib.kernels.onednn import matmul as onednn_matmul
     monkeypatch.setenv(binding.ONEDNN_ENV, "on")
     monkeypatch.setenv(THREADS_ENV, threads)
+    monkeypatch.setenv(ONEDNN_THREADS.name, mode)
     monkeypatch.setattr(onednn_matmul, "MIN_SPLIT_FLOPS", 0)
     a = random_array(a_shape, "float32", seed=11)
     b = random_array(b_shape, "float32", seed=12)
@@ -388,8 +392,9 @@ def test_a_timed_winner_is_made_afresh(onednn, monkeypatch, run_op, random_array
 
 # -- oneDNN's layout between oneDNN nodes -------------------------------------------------------
 
+@pytest.mark.parametrize("mode", ["workers", "openmp"])
 @pytest.mark.parametrize("threads", ["1", "3"])
-def test_a_conv_net_keeps_nhwc_between_onednn_nodes(onednn, monkeypatch, threads,
+def test_a_conv_net_keeps_nhwc_between_onednn_nodes(onednn, monkeypatch, threads, mode,
                                                     random_array) -> None:
     """conv+bias+relu -> depthwise+clip -> max pool -> 1x1 conv + residual -> global pool: the
     entries between them stay NHWC (no reorders left inside), the result is the float64 one,
@@ -404,6 +409,7 @@ def test_a_conv_net_keeps_nhwc_between_onednn_nodes(onednn, monkeypatch, threads
 
     monkeypatch.setenv(binding.ONEDNN_ENV, "on")
     monkeypatch.setenv(THREADS_ENV, threads)
+    monkeypatch.setenv(ONEDNN_THREADS.name, mode)
     monkeypatch.setattr(onednn_conv, "MIN_SPLIT_FLOPS", 0)  # bands over NHWC arrays too
     lib = Module("nhwc")
     lib.register("conv_relu", Chain("conv_relu", [Step("conv2d", {"padding": [1]}), Step("add"),
@@ -447,3 +453,51 @@ def test_a_conv_net_keeps_nhwc_between_onednn_nodes(onednn, monkeypatch, threads
     for name, value in (("c1", y1), ("dw", y2), ("p", y3), ("pr", y4)):
         np.testing.assert_allclose(debug[name][0], value, rtol=2e-5,
                                    atol=2e-5 * float(np.abs(value).max()))
+
+
+# -- threading policy ---------------------------------------------------------------------------
+
+def test_threading_modes_split_work_their_way(onednn, monkeypatch) -> None:
+    """openmp: one primitive over the batch on OpenMP threads; workers: single-threaded bands
+    over the runtime's workers; a conv's result is the same either way."""
+    from graph_runtime.lib.kernels.onednn.conv import OnednnConv
+    from graph_runtime.lib.kernels.onednn import conv as onednn_conv
+    monkeypatch.setattr(onednn_conv, "MIN_SPLIT_FLOPS", 0)
+    monkeypatch.setenv(THREADS_ENV, "2")
+    p = conv2d_params([TensorSpec((1, 8, 12, 12), "float32"), TensorSpec((8, 8, 3, 3), "float32")],
+                      {"padding": [1]})
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 8, 12, 12)).astype(np.float32)
+    w = rng.standard_normal((8, 8, 3, 3)).astype(np.float32)
+    results = {}
+    for mode, (openmp, pieces) in {"openmp": (2, 1), "workers": (1, 4)}.items():
+        monkeypatch.setenv(ONEDNN_THREADS.name, mode)
+        kernel = OnednnConv(p, Epilogue((), (1, 8, 12, 12)))
+        assert (kernel.openmp, len(kernel.pieces)) == (openmp, pieces)
+        out = np.empty((1, 8, 12, 12), np.float32)
+        kernel(x, w, out)
+        results[mode] = out
+    np.testing.assert_allclose(results["openmp"], results["workers"], rtol=1e-5, atol=1e-5)
+
+
+def test_auto_takes_the_workers_beside_a_busy_process(monkeypatch) -> None:
+    """A process spinning on one of this process's CPUs is seen (busy_cpus) and auto then
+    picks the workers, which pull work around it; the reason is said."""
+    import subprocess
+    import sys
+    from graph_runtime.lib.kernels.onednn import policy
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("one CPU: no second mode to choose")
+    spin = subprocess.Popen([sys.executable, "-c",
+                             f"import os; os.sched_setaffinity(0, {{{cpus[0]}}})\nwhile True: pass"])
+    try:
+        import time
+        time.sleep(0.3)  # the child is running
+        assert cpus[0] in policy.busy_cpus(0.2)
+        decided = policy._decide("auto", len(cpus))
+    finally:
+        spin.kill()
+        spin.wait()
+    assert (decided.openmp, decided.workers) == (1, len(cpus))
+    assert f"CPU {cpus[0]}" in decided.why and "busy" in decided.why

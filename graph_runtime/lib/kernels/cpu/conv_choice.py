@@ -26,6 +26,7 @@ from .depthwise_jit import DepthwiseJitConv
 from .threads import num_threads
 from .winograd import WinogradConv, winograd_applies
 from ..onednn.choice import onednn_conv, onednn_conv_names, onednn_forced, timed_call
+from ..onednn.policy import mode_word
 
 CHOICE = Choice("cpu.conv2d", settings.CONV)
 STRATEGIES = settings.CONV.choices
@@ -93,7 +94,7 @@ def conv2d_cpu(p: ConvParams, epilogue: Epilogue, strategy: str | None = None) -
     bias = " bias folded" if epilogue.channel_bias() is not None else ""
     # NOTE: whether oneDNN is offered is part of the key: it may be offered in one create() and
     # turned off (GRAPH_RUNTIME_ONEDNN=off) in the next, and each keeps its own entry.
-    onednn = " onednn(nhwc)" if "onednn" in names else ""  # timed channels-last (_arguments)
+    onednn = f" onednn(nhwc, {mode_word()})" if "onednn" in names else ""
     key = f"{p.key()} epilogue {kinds}{bias}{onednn}"
     # The base stays unless another is clearly faster: on a busy machine a parallel candidate's
     # timing swings widely, and a lucky sample must not pick it. oneDNN's conv is the base where

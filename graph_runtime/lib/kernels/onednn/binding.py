@@ -175,19 +175,15 @@ def describe() -> str:
     """One line for `graphrun devices`: which CPU kernel library runs, and why not oneDNN."""
     if available():
         lib = library()
-        return f"oneDNN {lib.version_text} ({lib.path}) where measured faster, NumPy/OpenBLAS else"
+        from .policy import policy
+        return (f"oneDNN {lib.version_text} ({lib.path}) where measured faster, NumPy/OpenBLAS "
+                f"else; oneDNN threads: {policy().why}")
     return f"NumPy/OpenBLAS/numba (oneDNN not used: {unavailable_reason()})"
 
 
 # -- threads ------------------------------------------------------------------------------------
 
 _thread_state = threading.local()
-# OpenMP threads oneDNN runs on each calling thread. One: the runtime's workers (threads.py)
-# spread a conv's images and row bands over the cores, pulling work dynamically; OpenMP's static
-# split instead stalled a whole primitive whenever another process held one of its cores
-# (ResNet-18 at batch 1: 76-80 ms with two OpenMP threads at load 4.4 on 2 cores, ONNX
-# Runtime 21 ms).
-CALLER_THREADS = 1
 
 
 def use_threads(n: int) -> None:

@@ -15,6 +15,7 @@ from ...tuning import Choice
 from ..cpu.conv_epilogue import Epilogue
 from ..cpu.threads import ONE_BLAS_THREAD
 from . import binding
+from .policy import mode_word
 
 ROUNDS = 9
 PAUSE_S = 0.0005
@@ -66,8 +67,9 @@ def onednn_or(op: str, key: str, applies: bool,
         return _seconds(made, make_other(), shapes)
 
     choice = Choice(f"cpu.onednn_{op}", settings.ONEDNN)
-    if capabilities(made).channels_last_positions():
-        key += " (nhwc)"  # timed channels-last (timed_call); entries timed NCHW are not reused
+    # timed channels-last (timed_call) where it can be, in this process's threading mode
+    layout = "nhwc, " if capabilities(made).channels_last_positions() else ""
+    key += f" ({layout}{mode_word()})"
     chosen = choice.choose("cpu", key, ("off", "on"), measure, "off", MIN_SPEEDUP)
     if chosen == "off":
         return make_other()

@@ -20,9 +20,10 @@ from ...conv_params import ConvParams
 from ..cpu.conv import ConvKernel
 from ..cpu.conv_epilogue import Epilogue, EpilogueOp
 from ....errors import LibraryError
-from ..cpu.threads import num_threads, parallel_images
+from ..cpu.threads import parallel_images
 from . import abi
 from . import binding as dn
+from .policy import policy
 from .binding import Memory, MemoryDesc, Primitive, PrimitiveDesc
 from .layout import NCHW, NHWC, BandedReorder, band_offset, bands, is_nhwc
 from .weights import PackedWeight, aligned_buffer
@@ -66,7 +67,7 @@ class OnednnConv(ConvKernel):
     direct NHWC kernels (brgconv, brdgmm_dw) run between two reorders, the data NCHW -> NHWC and
     the output back. A residual add is oneDNN's sum post-op: the residual is reordered into the
     NHWC output first, and the sum adds it in. The work is cut into items, whole images or bands
-    of output rows (binding.CALLER_THREADS), each a single-threaded primitive with the padding
+    of output rows for the runtime's workers (policy.py), each a single-threaded primitive with the padding
     of its edge, all sharing one packed weight.
     """
 
@@ -75,7 +76,9 @@ class OnednnConv(ConvKernel):
 
     def __init__(self, p: ConvParams, epilogue: Epilogue) -> None:
         super().__init__(p, epilogue)
-        dn.use_threads(dn.CALLER_THREADS)
+        threads = policy()
+        self.openmp = threads.openmp
+        dn.use_threads(self.openmp)
         self.bias = epilogue.channel_bias()
         tail = epilogue.without(self.bias)
         full = _full_adds(tail)[:1]  # oneDNN takes one sum; a second add stays binary
@@ -91,7 +94,7 @@ class OnednnConv(ConvKernel):
         self._tail, self._full = tail, full
         self._pds: dict[tuple[int, ...], PrimitiveDesc] = {}
         self._chosen_w: MemoryDesc | None = None
-        self.workers = max(1, num_threads())
+        self.workers = threads.workers
         self._buffers = []
         try:
             pieces = self._pieces()
@@ -238,7 +241,7 @@ class OnednnConv(ConvKernel):
         return self.weight.nbytes + sum(int(b.nbytes) for b in self._buffers)
 
     def __call__(self, data: Any, weight: Any, *rest: Any) -> None:
-        dn.use_threads(dn.CALLER_THREADS)
+        dn.use_threads(self.openmp)
         out = rest[-1]
         if self.weight.direct:
             self.weight.memory.bind(weight)
@@ -309,7 +312,7 @@ class OnednnConv(ConvKernel):
 
 def _run_steps(steps: tuple[Primitive, ...]) -> None:
     """One work item on a runtime worker, oneDNN single-threaded there."""
-    dn.use_threads(dn.CALLER_THREADS)
+    dn.use_threads(1)
     for step in steps:
         step.run()
 

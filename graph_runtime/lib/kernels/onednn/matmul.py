@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..cpu.threads import num_threads, parallel_images
+from ..cpu.threads import parallel_images
 from ..derived import DerivesFromInputs
 from . import abi
 from . import binding as dn
+from .policy import policy
 from .binding import Memory, MemoryDesc, Primitive, PrimitiveDesc
 from .weights import PackedWeight
 
@@ -45,10 +46,12 @@ class OnednnMatmul(DerivesFromInputs):
         two_d = batch == a_batches == b_batches == 1
         self.derived = (1,) if two_d else ()
         super().__init__()
-        dn.use_threads(dn.CALLER_THREADS)
+        threads = policy()
+        self.openmp = threads.openmp
+        dn.use_threads(self.openmp)
         self.shape = (batch, m, n, k, trans_a, trans_b, a_batches, b_batches)
         self.two_d = two_d
-        self.workers = max(1, num_threads())
+        self.workers = threads.workers
         w_shape = (k, n) if two_d else (b_batches, k, n)
         pieces = self._pieces()
         pds = {}
@@ -132,7 +135,7 @@ class OnednnMatmul(DerivesFromInputs):
         return True
 
     def __call__(self, a: Any, b: Any, out: Any) -> None:
-        dn.use_threads(dn.CALLER_THREADS)
+        dn.use_threads(self.openmp)
         if self.two_d:
             if self.weight.direct:
                 self.weight.memory.bind(b)
@@ -157,5 +160,5 @@ class OnednnMatmul(DerivesFromInputs):
 
 def _run(primitive: Primitive) -> None:
     """One work item on a runtime worker, oneDNN single-threaded there."""
-    dn.use_threads(dn.CALLER_THREADS)
+    dn.use_threads(1)
     primitive.run()

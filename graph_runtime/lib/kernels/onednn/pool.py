@@ -12,6 +12,7 @@ from typing import Any, Collection
 from ...prepared import PreparedKernel
 from . import abi
 from . import binding as dn
+from .policy import policy
 from .binding import Memory, MemoryDesc, Primitive, PrimitiveDesc
 from .layout import NCHW, NHWC, BandedReorder
 from .weights import aligned_buffer
@@ -48,7 +49,8 @@ class OnednnPool(PreparedKernel):
     def __init__(self, shape: tuple[int, ...], out_shape: tuple[int, ...],
                  kernel: tuple[int, ...], strides: tuple[int, ...], dilation: tuple[int, ...],
                  begin: tuple[int, ...], is_max: bool, count_include_pad: bool) -> None:
-        dn.use_threads(dn.CALLER_THREADS)
+        self.openmp = policy().openmp
+        dn.use_threads(self.openmp)
         end = pool_window(shape[2:], kernel, out_shape[2:], strides, dilation, begin)
         if is_max:
             alg = abi.POOLING_MAX
@@ -107,7 +109,7 @@ class OnednnPool(PreparedKernel):
         return 0 if self.buffer is None else int(self.buffer.nbytes)
 
     def __call__(self, data: Any, out: Any) -> None:
-        dn.use_threads(dn.CALLER_THREADS)
+        dn.use_threads(self.openmp)
         if self.before is not None:
             self.before.bind(data.ctypes.data, self.buffer.ctypes.data)
             self.before.items[0].run()
