@@ -11,6 +11,7 @@ GRAPH_RUNTIME_ONEDNN=on forces onednn wherever it applies; off never offers it.
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Callable, Mapping
 
 import numpy as np
@@ -23,7 +24,7 @@ from ...tuning import Choice
 from .conv import ConvKernel, DepthwiseConv, Gemm1x1Conv, Im2colChannelsConv, Im2colConv
 from .conv_epilogue import Epilogue
 from .depthwise_jit import DepthwiseJitConv
-from .threads import num_threads
+from .threads import ONE_BLAS_THREAD, num_threads
 from .winograd import WinogradConv, winograd_applies
 from ..onednn.choice import onednn_conv, onednn_conv_names, onednn_forced, timed_call
 from ..onednn.policy import mode_word
@@ -135,7 +136,11 @@ def _seconds(p: ConvParams, epilogue: Epilogue, names: list[str]) -> Mapping[str
         call()  # first calls make derived weights and fault pages in
     # NOTE: in a graph other nodes run between two calls of this one, and helper threads have
     # gone to sleep; a pause before each timed call makes the timing include waking them.
-    seconds = dict(median_seconds(calls, ROUNDS, pause_s=PAUSE_S))
+    # NOTE: beside oneDNN, timed with OpenBLAS at one thread, as a graph holding a oneDNN
+    # kernel runs: OpenBLAS's threads, spinning after a threaded im2col, stalled the OpenMP
+    # threads of the next oneDNN call (MobileNetV2: 38 of its 54 convs went to NumPy so timed).
+    with ONE_BLAS_THREAD if "onednn" in names else nullcontext():
+        seconds = dict(median_seconds(calls, ROUNDS, pause_s=PAUSE_S))
     if _NCHW not in seconds:
         return seconds
     reorders = max(0.0, seconds.pop(_NCHW) - seconds["onednn"])

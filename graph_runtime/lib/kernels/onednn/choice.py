@@ -70,7 +70,12 @@ def onednn_or(op: str, key: str, applies: bool,
     # timed channels-last (timed_call) where it can be, in this process's threading mode
     layout = "nhwc, " if capabilities(made).channels_last_positions() else ""
     key += f" ({layout}{mode_word()})"
-    chosen = choice.choose("cpu", key, ("off", "on"), measure, "off", MIN_SPEEDUP)
+    # NOTE: with OpenMP inside oneDNN's primitives, oneDNN is the base: today's kernels run on
+    # the runtime's workers, which then share the cores with OpenMP threads still spinning
+    # after the previous primitive, a cost a kernel timed alone does not show (ConvNeXt-tiny:
+    # 62 ms with the choices so timed, 30 ms with oneDNN's matmuls throughout).
+    base = "on" if mode_word() == "openmp" else "off"
+    chosen = choice.choose("cpu", key, ("off", "on"), measure, base, MIN_SPEEDUP)
     if chosen == "off":
         return make_other()
     # NOTE: a timed kernel derived data (packed weights) from made-up arrays and was bound to a
