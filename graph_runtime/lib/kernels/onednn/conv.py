@@ -175,8 +175,15 @@ class OnednnConv(ConvKernel):
         return bands(p.n, p.oh, self.workers if flops >= MIN_SPLIT_FLOPS else 1)
 
     def _rows_in(self, r0: int, rows: int) -> tuple[int, int, int, int]:
-        """(first input row, input rows, top pad, bottom pad) that output rows r0.. read."""
+        """(first input row, input rows, top pad, bottom pad) that output rows r0.. read.
+
+        All output rows read all input rows with the op's own pads, even rows a stride skips at
+        the bottom: a whole-batch piece's descriptor must keep the real image stride (trimmed
+        to the rows read, images after the first were read from the wrong place).
+        """
         p = self.p
+        if r0 == 0 and rows == p.oh:
+            return 0, p.h, p.pad[0], p.pad[2]
         (sh, _), (dh, _) = p.strides, p.dilation
         a = r0 * sh - p.pad[0]
         b = (r0 + rows - 1) * sh - p.pad[0] + dh * (p.kh - 1)
