@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -17,6 +17,7 @@ from .attrs import (DTYPE_KEY, NODE_KEYS, NUM_OUTPUTS_KEY, OUT_DTYPE_KEY, WORKSP
 from .kernels.cpu import chain_jit
 from .kernels.cpu.conv_epilogue import EPILOGUE_DTYPES, EPILOGUE_OPS
 from .kernels.cpu.dense_tiles import DenseTiles
+from .kernels.cpu.token_layout import TokenLayoutCopy, token_layout
 from .kernels.gpu_elementwise import ELEMENTWISE_EXPRS, gpu_elementwise
 from .library import InputVersion, TensorSpec
 from .prepared import PreparedKernel, capabilities
@@ -79,6 +80,11 @@ class PreparedChain(PreparedKernel):
                 self._binds.append((kernel, index))
             self._workspace += kernel.workspace_bytes()
             self._workers = self._workers or kernel.uses_workers()
+        # function position -> (kernel, its own position) for every kernel touching it
+        self._touching: dict[int, list[tuple[PreparedKernel, int]]] = {}
+        for fn, index in calls:
+            for pos, slot in enumerate(index):
+                self._touching.setdefault(slot, []).append((capabilities(fn), pos))
 
     def storage_requests(self) -> Mapping[int, Any]:
         return self._requests
@@ -97,6 +103,26 @@ class PreparedChain(PreparedKernel):
 
     def uses_workers(self) -> bool:
         return self._workers
+
+    def channels_last_positions(self) -> tuple[int, ...]:
+        """The function's arguments (not its intermediates) that every kernel touching them
+        can take channels-last."""
+        # slots: the function's inputs and outputs, then its intermediates (all touched)
+        args = (max(self._touching) + 1 if self._touching else 0) - len(self.intermediates)
+        found = []
+        for slot, users in sorted(self._touching.items()):
+            if slot < args and all(
+                    pos in kernel.channels_last_positions() for kernel, pos in users):
+                found.append(slot)
+        return tuple(found)
+
+    def use_channels_last(self, positions: Collection[int]) -> None:
+        told: dict[int, tuple[PreparedKernel, list[int]]] = {}  # each kernel told once
+        for slot in positions:
+            for kernel, pos in self._touching[slot]:
+                told.setdefault(id(kernel), (kernel, []))[1].append(pos)
+        for kernel, own in told.values():
+            kernel.use_channels_last(own)
 
     def __call__(self, *arrays: Any) -> None:
         slots = arrays + self.intermediates
@@ -202,16 +228,22 @@ class Chain:
             first_fused = _jit_tail(plan, slot_count)
             if first_fused == len(plan):
                 _write_tail_in_place(plan, slot_count)
-        temps = [p.outputs[0] for p in plan[:first_fused] if p.out_slots[0] >= slot_count]
-        _check_workspace(self.name, temps, attrs.get(WORKSPACE_LIMIT_KEY), device)
-        intermediates = [backend.empty(device_id, tuple(spec.shape), np.dtype(spec.dtype))
-                         for spec in temps]
+        pair = _token_pair(plan, first_fused) if backend.name == "cpu" else None
+        # the pair's first op writes nothing now: its intermediate slot keeps its number, empty
+        temps = [(p.outputs[0], pair is not None and k == 0)
+                 for k, p in enumerate(plan[:first_fused]) if p.out_slots[0] >= slot_count]
+        _check_workspace(self.name, [spec for spec, unused in temps if not unused],
+                         attrs.get(WORKSPACE_LIMIT_KEY), device)
+        intermediates = [backend.empty(device_id, (0,) if unused else tuple(spec.shape),
+                                       np.dtype(spec.dtype)) for spec, unused in temps]
         calls: list[tuple[Callable[..., None], tuple[int, ...]]] = []
         fused = plan[first_fused:]
         # NOTE: CuPy puts the workspace kernels allocate here on the current GPU; make that
         # this node's GPU (cuda:1 ...), not whichever one the caller has current.
         with backend.scope(device_id):
-            for p in plan[:first_fused]:
+            if pair is not None:  # its two ops as one copy
+                calls.append((pair, tuple(plan[0].slots + plan[1].out_slots)))
+            for p in plan[2 if pair else 0:first_fused]:
                 if p.epilogue is not None and p.op.cpu_epilogue is not None:
                     fn = p.op.cpu_epilogue(p.inputs, p.outputs, p.attrs, p.epilogue, p.operands)
                 else:
@@ -229,8 +261,9 @@ class Chain:
             elif fused:
                 calls.append(_fused_call(self.name, backend, device_id, fused))
         flatten = str(attrs.get("flatten_data", "0")).strip().lower() in ("1", "true")
-        if len(plan) == 1 and not flatten and calls[0][1] == tuple(range(slot_count)):
-            return calls[0][0]  # one op: its kernel is the prepared call, with no extra layer
+        ops = len(plan) - (1 if pair is not None else 0)
+        if ops == 1 and not flatten and calls[0][1] == tuple(range(slot_count)):
+            return calls[0][0]  # one kernel: the prepared call, with no extra layer
         run: Callable[..., None] = PreparedChain(calls, intermediates,
                                                  [p.op.name for p in fused], len(inputs))
         if flatten:
@@ -315,6 +348,22 @@ class Chain:
             if tuple(got.shape) != tuple(want.shape) or got.dtype != want.dtype:
                 raise LibraryError(f"{who} produces {got} but the graph declares {want} for "
                                    f"output {i}")
+
+
+def _token_pair(plan: list[_Planned], first_fused: int) -> TokenLayoutCopy | None:
+    """The kernel running a chain's first two ops as one tokens <-> image copy, if they are
+    such a pair (kernels/cpu/token_layout.py) and neither is in the compiled tail."""
+    if first_fused < 2 or plan[0].epilogue is not None or len(plan[0].inputs) != 1:
+        return None
+    ops = [plan[0].op.name, plan[1].op.name]
+    axes = (plan[0] if ops[0] == "transpose" else plan[1]).attrs.get("axes")
+    shapes = [plan[0].inputs[0].shape, plan[0].outputs[0].shape, plan[1].outputs[0].shape]
+    direction = token_layout(ops, axes, shapes)
+    if direction is None:
+        return None
+    image = shapes[2] if direction == "to_image" else shapes[0]
+    n, c, h, w = (int(d) for d in image)
+    return TokenLayoutCopy(direction, (n, c, h, w))
 
 
 def _fusable_tail(plan: list[_Planned]) -> int:

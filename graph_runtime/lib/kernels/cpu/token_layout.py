@@ -1,0 +1,63 @@
+"""Tokens <-> images in one copy: the transpose + reshape pairs vision transformers export.
+
+SegFormer, ConvNeXt and the like turn (N, H*W, C) tokens into an (N, C, H, W) image for a conv
+and back: transpose(0, 2, 1) then reshape, or reshape then transpose(0, 2, 1). Run as ops, each
+pair is two passes, the transpose a strided copy. Here it is one copy through views; and when
+runtime/layouts.py keeps the image side channels-last (its conv neighbour is oneDNN's), the
+tokens are that image's NHWC bytes already, so the copy runs in memory order, as a memcpy.
+"""
+from __future__ import annotations
+
+from typing import Any, Collection, Sequence
+
+import numpy as np
+
+from ...prepared import PreparedKernel
+
+
+def token_layout(ops: Sequence[str], axes: Any, shapes: Sequence[tuple[int, ...]]) -> str | None:
+    """"to_image" or "to_tokens" when two chain ops are such a pair, else None.
+
+    shapes: the first op's input, its output, the second op's output.
+    """
+    source, middle, result = (tuple(s) for s in shapes)
+    if len(source) != len(result) - 1 and len(source) != len(result) + 1:
+        return None
+    swap = axes is not None and [int(a) % 3 for a in axes] == [0, 2, 1]
+    if list(ops) == ["transpose", "reshape"] and swap and len(source) == 3 and len(result) == 4:
+        n, length, c = source
+        if middle == (n, c, length) and result[:2] == (n, c) and result[2] * result[3] == length:
+            return "to_image"
+    if list(ops) == ["reshape", "transpose"] and swap and len(source) == 4 and len(result) == 3:
+        n, c, h, w = source
+        if middle == (n, c, h * w) and result == (n, h * w, c):
+            return "to_tokens"
+    return None
+
+
+class TokenLayoutCopy(PreparedKernel):
+    """run(source, out) for one such pair, its image side (N, C, H, W)."""
+
+    def __init__(self, direction: str, image: tuple[int, int, int, int]) -> None:
+        self.direction = direction
+        self.image = image
+
+    def _nchw_view_of_tokens(self, tokens: Any) -> Any:
+        n, c, h, w = self.image
+        return np.reshape(tokens, (n, h, w, c)).transpose(0, 3, 1, 2)
+
+    def __call__(self, source: Any, out: Any) -> None:
+        if self.direction == "to_image":
+            np.copyto(out, self._nchw_view_of_tokens(source))
+        else:
+            np.copyto(self._nchw_view_of_tokens(out), source)
+
+    def channels_last_positions(self) -> tuple[int, ...]:
+        """The image side may be an NHWC array (the copy then runs in memory order)."""
+        return (1,) if self.direction == "to_image" else (0,)
+
+    def use_channels_last(self, positions: Collection[int]) -> None:
+        """Nothing to change: the views above read any strides."""
+
+    def __repr__(self) -> str:
+        return f"TokenLayoutCopy({self.direction}, image {self.image})"

@@ -1,0 +1,118 @@
+"""Tokens <-> image pairs (transpose + reshape) run as one copy, NHWC beside oneDNN convs."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from graph_runtime.device import cpu
+from graph_runtime.lib.kernels.cpu.token_layout import TokenLayoutCopy, token_layout
+from graph_runtime.lib.library import TensorSpec
+from graph_runtime.lib.loader import function_from_json
+
+TO_IMAGE = {"ops": [{"op": "transpose", "axes": [0, 2, 1]},
+                    {"op": "reshape", "newshape": [2, 5, 3, 4]}]}
+TO_TOKENS = {"ops": [{"op": "reshape", "newshape": [2, 5, 12]},
+                     {"op": "transpose", "axes": [0, 2, 1]}]}
+
+
+def _prepared(func, shape):
+    chain = function_from_json("pair", func, "test")
+    spec = [TensorSpec(shape, "float32")]
+    return chain.prepare(cpu(), spec, chain.infer(spec), {})
+
+
+@pytest.mark.parametrize("ops, axes, shapes, want", [
+    (["transpose", "reshape"], [0, 2, 1], [(2, 12, 5), (2, 5, 12), (2, 5, 3, 4)], "to_image"),
+    (["transpose", "reshape"], [0, -1, 1], [(2, 12, 5), (2, 5, 12), (2, 5, 3, 4)], "to_image"),
+    (["reshape", "transpose"], [0, 2, 1], [(2, 5, 3, 4), (2, 5, 12), (2, 12, 5)], "to_tokens"),
+    (["transpose", "reshape"], [1, 0, 2], [(2, 12, 5), (12, 2, 5), (12, 2, 5, 1)], None),
+    (["transpose", "reshape"], [0, 2, 1], [(2, 12, 5), (2, 5, 12), (2, 5, 2, 6, 1)], None),
+    (["transpose", "reshape"], [0, 2, 1], [(2, 12, 5), (2, 5, 12), (5, 2, 3, 4)], None),
+    (["reshape", "transpose"], [0, 2, 1], [(2, 5, 3, 4), (2, 15, 4), (2, 4, 15)], None),
+])
+def test_pairs_are_recognised_exactly(ops, axes, shapes, want) -> None:
+    assert token_layout(ops, axes, shapes) == want
+
+
+@pytest.mark.parametrize("func, shape, reference", [
+    (TO_IMAGE, (2, 12, 5), lambda x: x.transpose(0, 2, 1).reshape(2, 5, 3, 4)),
+    (TO_TOKENS, (2, 5, 3, 4), lambda x: x.reshape(2, 5, 12).transpose(0, 2, 1)),
+    ({"ops": TO_TOKENS["ops"] + [{"op": "gelu"}]}, (2, 5, 3, 4), None),
+])
+def test_a_pair_is_one_copy_and_gives_the_ops_result(func, shape, reference, run_op,
+                                                     random_array) -> None:
+    x = random_array(shape, "float32", seed=1)
+    x.flat[3] = np.nan
+    x.flat[7] = np.inf
+    (got,) = run_op("cpu", func, [x])
+    if reference is None:  # the tail after the pair: compare with the ops one at a time
+        plain = [{"ops": [step]} for step in func["ops"]]
+        want = x
+        for step in plain:
+            (want,) = run_op("cpu", step, [want])
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_array_equal(got, reference(x))
+    kernel = _prepared(func, shape)
+    inner = [fn for fn, _ in kernel._steps] if hasattr(kernel, "_steps") else [kernel]
+    assert isinstance(inner[0], TokenLayoutCopy)
+
+
+@pytest.mark.parametrize("direction", ["to_image", "to_tokens"])
+def test_the_image_side_may_be_channels_last(direction, random_array) -> None:
+    """Given NHWC bytes (the strided NCHW view) on its image side, the copy is the same."""
+    image = (2, 5, 3, 4)
+    kernel = TokenLayoutCopy(direction, image)
+    assert kernel.channels_last_positions() == ((1,) if direction == "to_image" else (0,))
+    tokens = random_array((2, 12, 5), "float32", seed=2)
+    nchw = tokens.reshape(2, 3, 4, 5).transpose(0, 3, 1, 2)
+    nhwc_buffer = np.empty(2 * 5 * 3 * 4, np.float32)
+    nhwc = nhwc_buffer.reshape(2, 3, 4, 5).transpose(0, 3, 1, 2)
+    if direction == "to_image":
+        kernel(tokens, nhwc)
+        np.testing.assert_array_equal(nhwc, nchw)
+        np.testing.assert_array_equal(nhwc_buffer, tokens.reshape(-1))  # the same bytes
+    else:
+        nhwc[...] = nchw
+        out = np.empty((2, 12, 5), np.float32)
+        kernel(nhwc, out)
+        np.testing.assert_array_equal(out, tokens)
+
+
+def test_tokens_between_onednn_convs_stay_channels_last(monkeypatch, random_array) -> None:
+    """conv -> image to tokens (+gelu) -> tokens to image -> conv, as SegFormer's Mix-FFN: the
+    images stay NHWC (the pairs copy in memory order) and the result is the float64 one."""
+    import graph_runtime as gr
+    from graph_runtime.lib import Module
+    from graph_runtime.lib.chain import Chain, Step
+    from graph_runtime.lib.kernels.onednn import binding
+    from support import make_graph, null, tvm_op
+    from test_conv import ref_conv2d_attrs
+    if not binding.available():
+        pytest.skip(f"oneDNN not available: {binding.unavailable_reason()}")
+    monkeypatch.setenv(binding.ONEDNN_ENV, "on")
+    lib = Module("tokens")
+    lib.register("conv", Chain("conv", [Step("conv2d", {"padding": [1]})]))
+    lib.register("to_tokens", Chain("to_tokens", [Step("reshape", {"newshape": [2, 6, 20]}),
+                                                  Step("transpose", {"axes": [0, 2, 1]}),
+                                                  Step("relu")]))
+    lib.register("to_image", Chain("to_image", [Step("transpose", {"axes": [0, 2, 1]}),
+                                                Step("reshape", {"newshape": [2, 6, 4, 5]})]))
+    nodes = [null("x"), null("w1"), tvm_op("c1", "conv", [0, 1]), tvm_op("t", "to_tokens", [2]),
+             tvm_op("i", "to_image", [3]), null("w2"), tvm_op("c2", "conv", [4, 5])]
+    shapes = [[2, 3, 4, 5], [6, 3, 3, 3], [2, 6, 4, 5], [2, 20, 6], [2, 6, 4, 5], [6, 6, 3, 3],
+              [2, 6, 4, 5]]
+    m = gr.create(make_graph(nodes, [6], shapes=shapes), lib, gr.cpu())
+    arrays = {name: random_array(tuple(shapes[i]), "float32", seed=i)
+              for i, name in [(0, "x"), (1, "w1"), (5, "w2")]}
+    m.set_input(**arrays)
+    m.run()
+    a = {k: v.astype(np.float64) for k, v in arrays.items()}
+    y = np.maximum(ref_conv2d_attrs(a["x"], a["w1"], {"padding": [1]}), 0)
+    want = ref_conv2d_attrs(y, a["w2"], {"padding": [1]})
+    np.testing.assert_allclose(m.get_output(0).numpy(), want, rtol=2e-5,
+                               atol=2e-5 * float(np.abs(want).max()))
+    g = m.executor.graph
+    kept = {g.nodes[nid].name for nid in range(len(g.nodes))
+            if g.entry_id(nid, 0) in m.executor.channels_last}
+    assert kept == {"c1", "i"}
