@@ -17,7 +17,8 @@ from .attrs import (DTYPE_KEY, NODE_KEYS, NUM_OUTPUTS_KEY, OUT_DTYPE_KEY, WORKSP
 from .kernels.cpu import chain_jit
 from .kernels.cpu.conv_epilogue import EPILOGUE_DTYPES, EPILOGUE_OPS
 from .kernels.cpu.dense_tiles import DenseTiles
-from .kernels.cpu.token_layout import TokenLayoutCopy, token_layout
+from .kernels.cpu.token_layout import (PermuteCopy, TokenLayoutCopy, permute_layout,
+                                       token_layout)
 from .kernels.gpu_elementwise import ELEMENTWISE_EXPRS, gpu_elementwise
 from .library import InputVersion, TensorSpec
 from .prepared import PreparedKernel, capabilities
@@ -228,9 +229,9 @@ class Chain:
             first_fused = _jit_tail(plan, slot_count)
             if first_fused == len(plan):
                 _write_tail_in_place(plan, slot_count)
-        pair = _token_pair(plan, first_fused) if backend.name == "cpu" else None
-        # the pair's first op writes nothing now: its intermediate slot keeps its number, empty
-        temps = [(p.outputs[0], pair is not None and k == 0)
+        lead, taken = _layout_lead(plan, first_fused) if backend.name == "cpu" else (None, 0)
+        # a pair's first op writes nothing now: its intermediate slot keeps its number, empty
+        temps = [(p.outputs[0], taken == 2 and k == 0)
                  for k, p in enumerate(plan[:first_fused]) if p.out_slots[0] >= slot_count]
         _check_workspace(self.name, [spec for spec, unused in temps if not unused],
                          attrs.get(WORKSPACE_LIMIT_KEY), device)
@@ -241,9 +242,9 @@ class Chain:
         # NOTE: CuPy puts the workspace kernels allocate here on the current GPU; make that
         # this node's GPU (cuda:1 ...), not whichever one the caller has current.
         with backend.scope(device_id):
-            if pair is not None:  # its two ops as one copy
-                calls.append((pair, tuple(plan[0].slots + plan[1].out_slots)))
-            for p in plan[2 if pair else 0:first_fused]:
+            if lead is not None:  # its leading layout op(s) as one copy
+                calls.append((lead, tuple(plan[0].slots + plan[taken - 1].out_slots)))
+            for p in plan[taken:first_fused]:
                 if p.epilogue is not None and p.op.cpu_epilogue is not None:
                     fn = p.op.cpu_epilogue(p.inputs, p.outputs, p.attrs, p.epilogue, p.operands)
                 else:
@@ -261,7 +262,7 @@ class Chain:
             elif fused:
                 calls.append(_fused_call(self.name, backend, device_id, fused))
         flatten = str(attrs.get("flatten_data", "0")).strip().lower() in ("1", "true")
-        ops = len(plan) - (1 if pair is not None else 0)
+        ops = len(plan) - max(taken - 1, 0)
         if ops == 1 and not flatten and calls[0][1] == tuple(range(slot_count)):
             return calls[0][0]  # one kernel: the prepared call, with no extra layer
         run: Callable[..., None] = PreparedChain(calls, intermediates,
@@ -350,20 +351,26 @@ class Chain:
                                    f"output {i}")
 
 
-def _token_pair(plan: list[_Planned], first_fused: int) -> TokenLayoutCopy | None:
-    """The kernel running a chain's first two ops as one tokens <-> image copy, if they are
-    such a pair (kernels/cpu/token_layout.py) and neither is in the compiled tail."""
-    if first_fused < 2 or plan[0].epilogue is not None or len(plan[0].inputs) != 1:
-        return None
-    ops = [plan[0].op.name, plan[1].op.name]
-    axes = (plan[0] if ops[0] == "transpose" else plan[1]).attrs.get("axes")
-    shapes = [plan[0].inputs[0].shape, plan[0].outputs[0].shape, plan[1].outputs[0].shape]
-    direction = token_layout(ops, axes, shapes)
-    if direction is None:
-        return None
-    image = shapes[2] if direction == "to_image" else shapes[0]
-    n, c, h, w = (int(d) for d in image)
-    return TokenLayoutCopy(direction, (n, c, h, w))
+def _layout_lead(plan: list[_Planned], first_fused: int) -> tuple[PreparedKernel | None, int]:
+    """The kernel running a chain's leading layout op(s) as one copy (kernels/cpu/
+    token_layout.py), and how many ops it runs: a tokens <-> image pair, or a permute of an
+    image's channels; (None, 0) when the chain starts otherwise or they are in the tail."""
+    if first_fused < 1 or plan[0].epilogue is not None or len(plan[0].inputs) != 1:
+        return None, 0
+    if first_fused >= 2:
+        ops = [plan[0].op.name, plan[1].op.name]
+        axes = (plan[0] if ops[0] == "transpose" else plan[1]).attrs.get("axes")
+        shapes = [plan[0].inputs[0].shape, plan[0].outputs[0].shape, plan[1].outputs[0].shape]
+        direction = token_layout(ops, axes, shapes)
+        if direction is not None:
+            image = shapes[2] if direction == "to_image" else shapes[0]
+            n, c, h, w = (int(d) for d in image)
+            return TokenLayoutCopy(direction, (n, c, h, w)), 2
+    if plan[0].op.name == "transpose":
+        axes = permute_layout(plan[0].attrs.get("axes"), len(plan[0].inputs[0].shape))
+        if axes is not None:
+            return PermuteCopy(axes), 1
+    return None, 0
 
 
 def _fusable_tail(plan: list[_Planned]) -> int:

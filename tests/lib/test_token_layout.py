@@ -116,3 +116,30 @@ def test_tokens_between_onednn_convs_stay_channels_last(monkeypatch, random_arra
     kept = {g.nodes[nid].name for nid in range(len(g.nodes))
             if g.entry_id(nid, 0) in m.executor.channels_last}
     assert kept == {"c1", "i"}
+
+
+@pytest.mark.parametrize("axes, image_position", [((0, 2, 3, 1), 0), ((0, 3, 1, 2), 1),
+                                                   ((0, -1, 1, 2), 1)])
+def test_a_channel_permute_reads_or_writes_channels_last(axes, image_position, run_op,
+                                                         random_array) -> None:
+    """transpose(0,2,3,1) / (0,3,1,2), as ConvNeXt wraps its LayerNorm: one copy, the image
+    side channels-last capable, the same values from NHWC bytes."""
+    from graph_runtime.lib.kernels.cpu.token_layout import PermuteCopy
+    shape = (2, 5, 3, 4) if image_position == 0 else (2, 3, 4, 5)
+    x = random_array(shape, "float32", seed=3)
+    func = {"ops": [{"op": "transpose", "axes": list(axes)}]}
+    (got,) = run_op("cpu", func, [x])
+    np.testing.assert_array_equal(got, x.transpose(axes))
+    kernel = _prepared(func, shape)
+    assert isinstance(kernel, PermuteCopy)
+    assert kernel.channels_last_positions() == (image_position,)
+    image = x if image_position == 0 else x.transpose(axes)
+    nhwc = np.ascontiguousarray(image.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    if image_position == 0:
+        out = np.empty(got.shape, np.float32)
+        kernel(nhwc, out)
+        np.testing.assert_array_equal(out, got)
+    else:
+        out = np.empty(image.size, np.float32).reshape(2, 3, 4, 5).transpose(0, 3, 1, 2)
+        kernel(x, out)
+        np.testing.assert_array_equal(out, image)

@@ -1,10 +1,12 @@
-"""Tokens <-> images in one copy: the transpose + reshape pairs vision transformers export.
+"""Tokens <-> images in one copy: the transpose + reshape pairs vision transformers export, and
+the NCHW <-> NHWC permutes ConvNeXt wraps its LayerNorm and MLP in.
 
 SegFormer, ConvNeXt and the like turn (N, H*W, C) tokens into an (N, C, H, W) image for a conv
 and back: transpose(0, 2, 1) then reshape, or reshape then transpose(0, 2, 1). Run as ops, each
 pair is two passes, the transpose a strided copy. Here it is one copy through views; and when
 runtime/layouts.py keeps the image side channels-last (its conv neighbour is oneDNN's), the
-tokens are that image's NHWC bytes already, so the copy runs in memory order, as a memcpy.
+tokens are that image's NHWC bytes already, so the copy runs in memory order, as a memcpy. A
+permute (0, 2, 3, 1) or (0, 3, 1, 2) of an image is the same copy with the tokens 4-D.
 """
 from __future__ import annotations
 
@@ -61,3 +63,34 @@ class TokenLayoutCopy(PreparedKernel):
 
     def __repr__(self) -> str:
         return f"TokenLayoutCopy({self.direction}, image {self.image})"
+
+
+PERMUTES = {(0, 2, 3, 1): 0, (0, 3, 1, 2): 1}  # axes -> the image's argument position
+
+
+def permute_layout(axes: Any, rank: int) -> tuple[int, int, int, int] | None:
+    """The axes when a transpose moves channels last or back on a 4-D image, else None."""
+    if axes is None or rank != 4:
+        return None
+    norm = tuple(int(a) % 4 for a in axes)
+    return norm if norm in PERMUTES else None  # type: ignore[return-value]
+
+
+class PermuteCopy(PreparedKernel):
+    """run(source, out) for a transpose moving an image's channels last, or back."""
+
+    def __init__(self, axes: tuple[int, int, int, int]) -> None:
+        self.axes = axes
+
+    def __call__(self, source: Any, out: Any) -> None:
+        np.copyto(out, source.transpose(self.axes))
+
+    def channels_last_positions(self) -> tuple[int, ...]:
+        """The image side may be an NHWC array: the copy then runs in memory order."""
+        return (PERMUTES[self.axes],)
+
+    def use_channels_last(self, positions: Collection[int]) -> None:
+        """Nothing to change: NumPy's transpose reads any strides."""
+
+    def __repr__(self) -> str:
+        return f"PermuteCopy({self.axes})"
