@@ -140,12 +140,16 @@ def _bench(args: argparse.Namespace) -> None:
         times = {k: statistics.median(v) for k, v in samples.items()}
         base = min(times["onnxruntime"], times["onnxruntime 1 thread"])  # its faster setting
         load = os.getloadavg()[0]
+        from graph_runtime.lib.kernels.onednn.policy import policy
+        threads = policy().why
         print(f"{path.name} {info['input']}: {info['onednn_nodes']} of {info['kernels']} "
-              f"kernels on oneDNN in auto, {info['onednn_nodes_on']} in on; "
-              f"load average {load:.2f}{', one core kept busy' if args.busy_core else ''}")
+              f"kernels on oneDNN in auto, {info['onednn_nodes_on']} in on; oneDNN threads: "
+              f"{threads}; load average {load:.2f}"
+              f"{', one core kept busy' if args.busy_core else ''}")
         for name, seconds in times.items():
             print(f"  {name:22s} {seconds * 1e3:8.2f} ms  {seconds / base:5.2f}x")
         results.append({"model": path.name, **info, "load": load, "busy_core": args.busy_core,
+                        "onednn_threads": threads,
                         "ms": {k: v * 1e3 for k, v in times.items()}})
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
