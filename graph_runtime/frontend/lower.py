@@ -85,6 +85,8 @@ def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]],
     ctx = Context(b, uses, opsets)
     ctx.expected = dict(expected)
     ctx.unfold = unfold
+    ctx.scope = env  # type: ignore[assignment]
+    ctx.model = model
     lowered = Lowered([], [], [o.name for o in graph.output], b, opset, num_nodes)
     walk = _Walk(ctx, env, problems, expected, model, lowered, opsets)
     walk.constants(graph, "graph")
@@ -273,7 +275,7 @@ def _lower_node(ctx: Context, node: Any, args: list[Value | None], model: Any,
     convert = CONVERTERS.get(node.op_type) if node.domain == "" else None
     if convert is None:
         raise Unsupported("__unknown__")
-    if node.inputs and args[0] is None:
+    if node.inputs and args[0] is None and node.op_type != "Scan":  # opset 8's sequence_lens
         # NOTE: every converter reads input 0 as its data; a schema may not say it is required.
         raise Unsupported("input 0 is omitted (''); it is required")
     outs = list(convert(ctx, node, args))

@@ -122,7 +122,8 @@ def _region_kernel(backend: Backend, device_id: int, inputs: Sequence[TensorSpec
             module.set_input(name, backend.to_host(arrays[k]))
         module.run()
         for i, out in enumerate(arrays[n_in:]):
-            backend.from_host(np.ascontiguousarray(module.get_output(i).numpy()), out)
+            # NOTE: ascontiguousarray would make a 0-d output 1-d.
+            backend.from_host(np.asarray(module.get_output(i).numpy(), order="C"), out)
     return run
 
 

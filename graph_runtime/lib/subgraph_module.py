@@ -1,0 +1,124 @@
+"""A control-flow sub-graph (an ONNX model, base64) imported and created as a module of its own.
+
+The body of an If, Loop or Scan is imported like any model (the usual converters, folding,
+fusion) for the static specs its inputs have, and created on the node's device, so its ops run
+where the node runs. A body whose own shapes depend on values it computes (a Slice started at
+the iteration number) imports deferred (frontend/deferred.py) and specialises per value like any
+such model. Modules are cached per (model, input specs, device); the least recently used go.
+"""
+from __future__ import annotations
+
+import base64
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..device import Device
+from ..errors import GraphRuntimeError, LibraryError
+from ..nd import NDArray
+from .library import TensorSpec
+
+CACHE_SIZE = 32
+_cache: OrderedDict[tuple, "SubModule"] = OrderedDict()
+_lock = threading.Lock()
+
+
+@dataclass
+class SubModule:
+    """A created body: the module, its input names (the node's order) and output specs (None
+    where a deferred body's output shape is known only when it runs)."""
+
+    module: Any
+    input_names: list[str]
+    output_specs: list[TensorSpec | None]
+    device: Device
+
+    def feed(self, index: int, native: Any) -> None:
+        """Copy a native array of the node's device into body input index."""
+        self.module.set_input(self.input_names[index], NDArray(native, self.device))
+
+    def feed_host(self, index: int, array: np.ndarray) -> None:
+        self.module.set_input(self.input_names[index], array)
+
+    def read(self, index: int, native: Any) -> None:
+        """Copy body output index into a native array of the node's device."""
+        self.module.get_output(index, out=NDArray(native, self.device))
+
+    def read_host(self, index: int) -> np.ndarray:
+        return np.asarray(self.module.get_output(index).numpy())
+
+
+def sub_module(op: str, model_b64: str, inputs: Sequence[TensorSpec], device: Device) -> SubModule:
+    """The body created for these input specs on device (cached); LibraryError naming op."""
+    key = (model_b64, tuple((tuple(s.shape), s.dtype) for s in inputs), str(device))
+    with _lock:
+        found = _cache.get(key)
+        if found is not None:
+            _cache.move_to_end(key)
+            return found
+    built = _build(op, model_b64, inputs, device)
+    with _lock:
+        _cache[key] = built
+        while len(_cache) > CACHE_SIZE:
+            _cache.popitem(last=False)
+    return built
+
+
+def _build(op: str, model_b64: str, inputs: Sequence[TensorSpec], device: Device) -> SubModule:
+    import onnx
+
+    from ..frontend import import_onnx
+    from ..runtime.graph_module import create
+    model = onnx.ModelProto()
+    model.ParseFromString(base64.b64decode(model_b64))
+    names = [i.name for i in model.graph.input]
+    if len(names) != len(inputs):
+        raise LibraryError(f"{op}: its sub-graph {model.graph.name!r} takes {len(names)} inputs; "
+                           f"the node gives {len(inputs)}")
+    shapes = {n: list(s.shape) for n, s in zip(names, inputs)}
+    where = f"{op} sub-graph {model.graph.name!r}"
+    try:
+        result = import_onnx(model, shapes, name=where)
+        module = create(result.graph_json, result.module(), [device])
+    except GraphRuntimeError as e:
+        raise LibraryError(f"{where}, for inputs {_specs_text(inputs)}: {e}") from e
+    if result.params:
+        module.load_params(result.params)
+    return SubModule(module, names, _output_specs(module, model, shapes, where), device)
+
+
+def _output_specs(module: Any, model: Any, shapes: Mapping[str, Sequence[int]],
+                  where: str) -> list[TensorSpec | None]:
+    graph = module.graph
+    specs: list[TensorSpec | None] = []
+    for eid in graph.output_entries:
+        shape = tuple(graph.shape(eid))
+        if all(isinstance(d, int) for d in shape):
+            specs.append(TensorSpec(tuple(int(d) for d in shape), graph.dtype(eid)))
+        else:
+            specs.append(None)
+    if any(s is None for s in specs):
+        # A deferred body: ONNX shape inference may still know its outputs' shapes.
+        from ..frontend.inference import inferred_types, static_specs
+        from ..frontend.onnx_model import np_dtype
+        known = static_specs(inferred_types(model, shapes, where))
+        for k, out in enumerate(model.graph.output):
+            if specs[k] is None and out.name in known:
+                shape, dtype = known[out.name]
+                specs[k] = TensorSpec(tuple(int(d) for d in shape), np_dtype(dtype))
+    return specs
+
+
+def _specs_text(inputs: Sequence[TensorSpec]) -> str:
+    return ", ".join(f"{tuple(s.shape)} {s.dtype}" for s in inputs) or "none"
+
+
+def row(native: Any, index: tuple[int, ...]) -> Any:
+    """The sub-array native[index] as a view (a 0-d view, not a scalar, for a 1-D numpy array)."""
+    if isinstance(native, np.ndarray):
+        return native[index + (Ellipsis,)]
+    return native[index]
