@@ -1,0 +1,77 @@
+"""PyTorch's control flow exported to ONNX (If, Loop) against ONNX Runtime, on CPU and OpenCL.
+
+tests/data/onnx/loop_if_ts.onnx (a torch.jit.script'ed `for` over an input trip count, then an
+`if` on the data; TorchScript exporter) and cond_dynamo.onnx (torch.cond; dynamo exporter),
+rebuilt by make_control_models.py. Each runs for inputs that take each branch and, for the
+Loop, several trip counts (0 included), one module created once for all of them.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx", reason="the ONNX frontend tests need onnx (pip install .[test])")
+ort = pytest.importorskip("onnxruntime",
+                          reason="ONNX Runtime is the reference here (pip install .[test])")
+
+import graph_runtime as gr
+from graph_runtime.frontend import import_onnx
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "onnx"
+# float32 GEMMs and tanh summed in another order, iterated up to 7 times.
+RELATIVE = 1e-5
+
+
+def _cases(name: str) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(5)
+    cases = []
+    for trial, trips in enumerate([0, 1, 3, 7, 2, 5]):
+        x = (rng.standard_normal((2, 8)) + (1.0 if trial % 2 else -1.0)).astype(np.float32)
+        feeds = {"x": x}
+        if name == "loop_if_ts":
+            feeds["n"] = np.array(trips, np.int64)
+        cases.append(feeds)
+    return cases
+
+
+def _branch(name: str, feeds: dict[str, np.ndarray]) -> bool:
+    """The branch the model takes, computed in float64 NumPy from its weights."""
+    import onnx
+    from onnx import numpy_helper
+    x = feeds["x"].astype(np.float64)
+    if name == "cond_dynamo":
+        return bool(x.sum() > 0)
+    weights = {t.name: numpy_helper.to_array(t).astype(np.float64)
+               for t in onnx.load(str(DATA / f"{name}.onnx")).graph.initializer}
+    h = x
+    for _ in range(int(feeds["n"])):
+        h = np.tanh(h @ weights["lin.weight"].T + weights["lin.bias"]) + x
+    return bool(h.sum() > 0)
+
+
+@pytest.mark.parametrize("name", ["loop_if_ts", "cond_dynamo"])
+def test_control_flow_export_matches_onnxruntime(name: str, backend_name: str) -> None:
+    from graph_runtime.lib import subgraph_module
+    path = DATA / f"{name}.onnx"
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    result = import_onnx(str(path))
+    assert "onnx_if" in " ".join(result.func_names)
+    assert ("onnx_loop" in " ".join(result.func_names)) == (name == "loop_if_ts")
+    module = gr.create(result.graph_json, result.module(), gr.device(backend_name))
+    if result.params:
+        module.load_params(gr.save_param_dict(result.params))
+    branches = set()
+    for feeds in _cases(name):
+        want = session.run(None, feeds)[0]
+        module.run(**feeds)
+        got = module.get_output(0).numpy()
+        assert got.shape == want.shape and got.dtype == want.dtype
+        error = np.abs(got - want).max() / np.abs(want).max()
+        assert error <= RELATIVE, f"{name} {feeds}: relative error {error:.2e}"
+        branches.add(_branch(name, feeds))
+    assert {True, False} <= branches, f"both branches must be taken: {branches}"
+    # The sub-graphs were created on the node's device: their ops run there.
+    devices = {str(sub.device) for sub in subgraph_module._cache.values()}
+    assert str(gr.device(backend_name)) in devices
