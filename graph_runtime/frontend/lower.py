@@ -275,7 +275,7 @@ def _lower_node(ctx: Context, node: Any, args: list[Value | None], model: Any,
     convert = CONVERTERS.get(node.op_type) if node.domain == "" else None
     if convert is None:
         raise Unsupported("__unknown__")
-    if node.inputs and args[0] is None and node.op_type != "Scan":  # opset 8's sequence_lens
+    if node.inputs and args[0] is None and node.op_type not in ("Scan", "Loop"):
         # NOTE: every converter reads input 0 as its data; a schema may not say it is required.
         raise Unsupported("input 0 is omitted (''); it is required")
     outs = list(convert(ctx, node, args))
