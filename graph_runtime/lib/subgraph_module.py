@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..device import Device
+from ..device import Device, cpu
 from ..errors import GraphRuntimeError, LibraryError
 from ..nd import NDArray
 from .library import TensorSpec
@@ -72,7 +72,6 @@ def _build(op: str, model_b64: str, inputs: Sequence[TensorSpec], device: Device
     import onnx
 
     from ..frontend import import_onnx
-    from ..runtime.graph_module import create
     model = onnx.ModelProto()
     model.ParseFromString(base64.b64decode(model_b64))
     names = [i.name for i in model.graph.input]
@@ -83,12 +82,31 @@ def _build(op: str, model_b64: str, inputs: Sequence[TensorSpec], device: Device
     where = f"{op} sub-graph {model.graph.name!r}"
     try:
         result = import_onnx(model, shapes, name=where)
-        module = create(result.graph_json, result.module(), [device])
+        module = create_on(result.graph_json, result.module(), device)
     except GraphRuntimeError as e:
         raise LibraryError(f"{where}, for inputs {_specs_text(inputs)}: {e}") from e
     if result.params:
         module.load_params(result.params)
     return SubModule(module, names, _output_specs(module, model, shapes, where), device)
+
+
+def create_on(graph_json: str, lib: Any, dev: Device) -> Any:
+    """create() on dev; nodes whose function lib lacks there run on the CPU, with the copies
+    the planner inserts (its fallback rule), so a body runs wherever its node is placed."""
+    from ..graph.model import COPY_OP, NOP_OP, Graph
+    from ..runtime.graph_module import create
+    graph = Graph.from_json(graph_json)
+    host = cpu(0)
+    missing = [n for n in graph.nodes if not n.is_arg and n.func_name not in (COPY_OP, NOP_OP)
+               and not lib.has_function(n.func_name or "", dev)]
+    if dev == host or not missing or graph.is_symbolic:
+        return create(graph, lib, [dev])
+    from ..planner.constraints import Placement
+    from ..planner.plan import plan_graph
+    from ..planner.virtual_device import VirtualDevice
+    placement = Placement(default_device=VirtualDevice.from_device(host),
+                          node_devices={"*": VirtualDevice.from_device(dev)})
+    return create(plan_graph(graph, placement, lib).graph, lib, [dev, host])
 
 
 def _output_specs(module: Any, model: Any, shapes: Mapping[str, Sequence[int]],

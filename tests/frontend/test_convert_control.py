@@ -216,3 +216,21 @@ def test_sequence_outputs_of_a_branch_are_refused() -> None:
         branch.g.output.append(helper.make_tensor_sequence_value_info("seq", F, None))
     with pytest.raises(FrontendError, match=r"output 'seq' is of sequence type; only tensors"):
         import_onnx(model)
+
+
+def test_a_body_op_the_device_lacks_runs_on_the_cpu(backend_name: str) -> None:
+    """A Loop body rounding through bfloat16 (convert_type: CPU only): on OpenCL the body's
+    other ops stay there and the casts run on the CPU, copies inserted by the planner."""
+    body = helper.make_graph(
+        [helper.make_node("Mul", ["v_in", "x"], ["m"]),
+         helper.make_node("Cast", ["m"], ["b"], to=TensorProto.BFLOAT16),
+         helper.make_node("Cast", ["b"], ["v_out"], to=F),
+         helper.make_node("Identity", ["c"], ["c_out"])],
+        "body", [_info("i", I64, []), _info("c", B, []), _info("v_in", F, [3])],
+        [_info("c_out", B, []), _info("v_out", F, [3])])
+    loop = helper.make_node("Loop", ["n", "", "v0"], ["v"], body=body)
+    model = _model([loop], [_info("n", I64, []), _info("v0", F, [3]), _info("x", F, [3])],
+                   [_info("v", F, [3])])
+    feeds = [{"n": np.array(n, np.int64), "v0": np.array([1.0, -2.0, 0.5], np.float32),
+              "x": np.array([1.1, 0.9, 1.7], np.float32)} for n in (0, 4)]
+    _check(model, backend_name, feeds)
