@@ -75,3 +75,27 @@ def test_control_flow_export_matches_onnxruntime(name: str, backend_name: str) -
     # The sub-graphs were created on the node's device: their ops run there.
     devices = {str(sub.device) for sub in subgraph_module._cache.values()}
     assert str(gr.device(backend_name)) in devices
+
+
+def test_control_flow_under_a_symbolic_batch_matches_onnxruntime() -> None:
+    """The same export with its batch dim named: imported once, specialised per batch size
+    (the sub-graphs' model text holds no sizes, so every probe import agrees)."""
+    import onnx
+    model = onnx.load(str(DATA / "loop_if_ts.onnx"))
+    dim = model.graph.input[0].type.tensor_type.shape.dim[0]
+    dim.ClearField("dim_value")
+    dim.dim_param = "batch"
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    result = import_onnx(model)
+    module = gr.create(result.graph_json, result.module(), gr.cpu())
+    if result.params:
+        module.load_params(gr.save_param_dict(result.params))
+    rng = np.random.default_rng(2)
+    for batch, trips in [(1, 3), (5, 0), (5, 4), (1, 2)]:
+        x = rng.standard_normal((batch, 8)).astype(np.float32)
+        want = session.run(None, {"x": x, "n": np.array(trips, np.int64)})[0]
+        module.run(x=x, n=np.array(trips, np.int64))
+        got = module.get_output(0).numpy()
+        assert got.shape == want.shape
+        assert np.abs(got - want).max() <= RELATIVE * np.abs(want).max()
+    assert module.specializations == 2
