@@ -38,10 +38,9 @@ def _declared(ctx: Context, names: Sequence[str], drop: int = 0) -> list[Any]:
 def _body_outputs(op: str, b64: str, specs: Sequence[TensorSpec],
                   declared: list[Any]) -> list[Any] | None:
     """declared, when the body's import leaves an output's shape to its run; else None."""
-    from ..device import cpu
-    from ..lib.subgraph_module import sub_module
-    body = sub_module(op, b64, specs, cpu(0))
-    return declared if any(s is None for s in body.output_specs) else None
+    from ..lib.subgraph_module import body_import
+    found = body_import(op, b64, specs).output_specs
+    return declared if any(s is None for s in found) else None
 
 
 @converts("If")

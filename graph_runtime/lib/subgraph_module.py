@@ -4,7 +4,8 @@ The body of an If, Loop or Scan is imported like any model (the usual converters
 fusion) for the static specs its inputs have, and created on the node's device, so its ops run
 where the node runs. A body whose own shapes depend on values it computes (a Slice started at
 the iteration number) imports deferred (frontend/deferred.py) and specialises per value like any
-such model. Modules are cached per (model, input specs, device); the least recently used go.
+such model. Imports are cached per (model, input specs), least recently used dropped first;
+each kernel creates its own module from one.
 """
 from __future__ import annotations
 
@@ -23,18 +24,30 @@ from ..nd import NDArray
 from .library import TensorSpec
 
 CACHE_SIZE = 32
-_cache: OrderedDict[tuple, "SubModule"] = OrderedDict()
+_cache: OrderedDict[tuple, "Imported"] = OrderedDict()
 _lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Imported:
+    """A body imported for one set of input specs: what create() takes, its input names (the
+    node's order) and output specs (None where a deferred body's shape is known only when it
+    runs)."""
+
+    graph_json: str
+    lib: Any
+    params: dict[str, np.ndarray]
+    input_names: list[str]
+    output_specs: list[TensorSpec | None]
 
 
 @dataclass
 class SubModule:
-    """A created body: the module, its input names (the node's order) and output specs (None
-    where a deferred body's output shape is known only when it runs)."""
+    """A body created on one device for one node: kernels never share one (each GraphModule,
+    clones included, runs its own)."""
 
     module: Any
     input_names: list[str]
-    output_specs: list[TensorSpec | None]
     device: Device
 
     def feed(self, index: int, native: Any) -> None:
@@ -52,15 +65,15 @@ class SubModule:
         return np.asarray(self.module.get_output(index).numpy())
 
 
-def sub_module(op: str, model_b64: str, inputs: Sequence[TensorSpec], device: Device) -> SubModule:
-    """The body created for these input specs on device (cached); LibraryError naming op."""
-    key = (model_b64, tuple((tuple(s.shape), s.dtype) for s in inputs), str(device))
+def body_import(op: str, model_b64: str, inputs: Sequence[TensorSpec]) -> Imported:
+    """The body imported for these input specs (cached); LibraryError naming op."""
+    key = (model_b64, tuple((tuple(s.shape), s.dtype) for s in inputs))
     with _lock:
         found = _cache.get(key)
         if found is not None:
             _cache.move_to_end(key)
             return found
-    built = _build(op, model_b64, inputs, device)
+    built = _import(op, model_b64, inputs)
     with _lock:
         _cache[key] = built
         while len(_cache) > CACHE_SIZE:
@@ -68,10 +81,24 @@ def sub_module(op: str, model_b64: str, inputs: Sequence[TensorSpec], device: De
     return built
 
 
-def _build(op: str, model_b64: str, inputs: Sequence[TensorSpec], device: Device) -> SubModule:
+def sub_module(op: str, model_b64: str, inputs: Sequence[TensorSpec], dev: Device) -> SubModule:
+    """A new module of the body for these input specs on dev; LibraryError naming op."""
+    imported = body_import(op, model_b64, inputs)
+    try:
+        module = create_on(imported.graph_json, imported.lib, dev)
+        if imported.params:
+            module.load_params(imported.params)
+    except GraphRuntimeError as e:
+        raise LibraryError(f"{op}: its sub-graph on {dev}, for inputs {_specs_text(inputs)}: "
+                           f"{e}") from e
+    return SubModule(module, imported.input_names, dev)
+
+
+def _import(op: str, model_b64: str, inputs: Sequence[TensorSpec]) -> Imported:
     import onnx
 
     from ..frontend import import_onnx
+    from ..graph.model import Graph
     model = onnx.ModelProto()
     model.ParseFromString(base64.b64decode(model_b64))
     names = [i.name for i in model.graph.input]
@@ -82,12 +109,11 @@ def _build(op: str, model_b64: str, inputs: Sequence[TensorSpec], device: Device
     where = f"{op} sub-graph {model.graph.name!r}"
     try:
         result = import_onnx(model, shapes, name=where)
-        module = create_on(result.graph_json, result.module(), device)
+        graph = Graph.from_json(result.graph_json)
+        specs = _output_specs(graph, model, shapes, where)
     except GraphRuntimeError as e:
         raise LibraryError(f"{where}, for inputs {_specs_text(inputs)}: {e}") from e
-    if result.params:
-        module.load_params(result.params)
-    return SubModule(module, names, _output_specs(module, model, shapes, where), device)
+    return Imported(result.graph_json, result.module(), result.params, names, specs)
 
 
 def create_on(graph_json: str, lib: Any, dev: Device) -> Any:
@@ -109,9 +135,8 @@ def create_on(graph_json: str, lib: Any, dev: Device) -> Any:
     return create(plan_graph(graph, placement, lib).graph, lib, [dev, host])
 
 
-def _output_specs(module: Any, model: Any, shapes: Mapping[str, Sequence[int]],
+def _output_specs(graph: Any, model: Any, shapes: Mapping[str, Sequence[int]],
                   where: str) -> list[TensorSpec | None]:
-    graph = module.graph
     specs: list[TensorSpec | None] = []
     for eid in graph.output_entries:
         shape = tuple(graph.shape(eid))

@@ -16,31 +16,31 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ...backends.base import Backend
-from ...device import Device, cpu, device
+from ...device import device
 from ...errors import GraphRuntimeError
 from ..attrs import op_error
 from ..library import TensorSpec
 from ..registry import define_op, kernel
-from ..subgraph_module import SubModule, row, sub_module
+from ..subgraph_module import body_import, row, sub_module
 
 _SCALAR_I64 = TensorSpec((), "int64")
 _SCALAR_BOOL = TensorSpec((), "bool")
 
 
-def _body(op: str, attrs: Mapping[str, Any], key: str, inputs: Sequence[TensorSpec],
-          dev: Device) -> tuple[SubModule, list[TensorSpec]]:
-    """The created body and its output specs (declared shapes where only the run knows)."""
-    body = sub_module(op, attrs[key], inputs, dev)
-    declared = attrs.get(f"{key}_outputs") or [None] * len(body.output_specs)
+def _specs(op: str, attrs: Mapping[str, Any], key: str,
+           inputs: Sequence[TensorSpec]) -> list[TensorSpec]:
+    """The body's output specs (the shapes the model states where only the run knows)."""
+    found = body_import(op, attrs[key], inputs).output_specs
+    declared = attrs.get(f"{key}_outputs") or [None] * len(found)
     specs = []
-    for k, (spec, stated) in enumerate(zip(body.output_specs, declared)):
+    for k, (spec, stated) in enumerate(zip(found, declared)):
         if spec is None and stated is not None:
             spec = TensorSpec(tuple(int(d) for d in stated[0]), str(stated[1]))
         if spec is None:
             raise op_error(op, f"output {k} of its sub-graph has a shape known only when it "
                                "runs, and the model does not state it")
         specs.append(spec)
-    return body, specs
+    return specs
 
 
 def _check_scalar(op: str, spec: TensorSpec, what: str) -> None:
@@ -60,9 +60,8 @@ def _same(op: str, what: str, want: TensorSpec, got: TensorSpec) -> None:
 def branch_specs(attrs: Mapping[str, Any],
                  fed: Sequence[TensorSpec]) -> tuple[list[TensorSpec], list[TensorSpec]]:
     """The output specs of the then and the else branch for these outer values."""
-    _, then = _body("onnx_if", attrs, "then_branch", fed, cpu(0))
-    _, other = _body("onnx_if", attrs, "else_branch", fed, cpu(0))
-    return then, other
+    return (_specs("onnx_if", attrs, "then_branch", fed),
+            _specs("onnx_if", attrs, "else_branch", fed))
 
 
 def _if_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
@@ -82,8 +81,8 @@ def _if_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[Te
 def _if_kernel(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     dev = device(backend.name, device_id)
-    then, _ = _body("onnx_if", attrs, "then_branch", inputs[1:], dev)
-    other, _ = _body("onnx_if", attrs, "else_branch", inputs[1:], dev)
+    then = sub_module("onnx_if", attrs["then_branch"], inputs[1:], dev)
+    other = sub_module("onnx_if", attrs["else_branch"], inputs[1:], dev)
     n_in = len(inputs)
 
     def run(*arrays: Any) -> None:
@@ -106,7 +105,7 @@ def _loop_parts(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[
 
 def _loop_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
     carried = int(attrs["num_carried"])
-    _, outs = _body("onnx_loop", attrs, "body", _loop_parts(inputs, attrs), cpu(0))
+    outs = _specs("onnx_loop", attrs, "body", _loop_parts(inputs, attrs))
     if len(outs) < 1 + carried:
         raise op_error("onnx_loop", f"its body gives {len(outs)} outputs; expected at least "
                                     f"{1 + carried} (the condition and {carried} carried)")
@@ -124,7 +123,7 @@ def _loop_kernel(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                  outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     from ...settings import loop_max_iterations
     dev = device(backend.name, device_id)
-    body, _ = _body("onnx_loop", attrs, "body", _loop_parts(inputs, attrs), dev)
+    body = sub_module("onnx_loop", attrs["body"], _loop_parts(inputs, attrs), dev)
     carried = int(attrs["num_carried"])
     n_in = len(inputs)
     count = int(attrs.get("iterations", -1))
@@ -209,7 +208,7 @@ def _scan_layout(inputs: Sequence[TensorSpec],
 
 def _scan_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
     states, _, batch, length, specs = _scan_layout(inputs, attrs)
-    _, outs = _body("onnx_scan", attrs, "body", specs, cpu(0))
+    outs = _specs("onnx_scan", attrs, "body", specs)
     if len(outs) < states:
         raise op_error("onnx_scan", f"its body gives {len(outs)} outputs; expected at least "
                                     f"{states} (the states)")
@@ -224,7 +223,7 @@ def _scan_kernel(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                  outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     dev = device(backend.name, device_id)
     states, scans, batch, length, specs = _scan_layout(inputs, attrs)
-    body, _ = _body("onnx_scan", attrs, "body", specs, dev)
+    body = sub_module("onnx_scan", attrs["body"], specs, dev)
     in_reverse = list(attrs.get("input_reverse") or [0] * scans)
     out_reverse = list(attrs.get("output_reverse") or [0] * (len(outputs) - states))
     n_in = len(inputs)
