@@ -78,6 +78,23 @@ def test_scan_axes_directions_and_outer_reads(backend_name: str) -> None:
     _check(scan_model(), backend_name, [feeds])
 
 
+def test_a_scan_of_length_zero_passes_its_states_through(backend_name: str) -> None:
+    """Against NumPy: ONNX Runtime 1.32 dies of a floating point exception on this model."""
+    model = scan_model()
+    model.graph.input[1].type.tensor_type.shape.dim[1].dim_value = 0
+    for out in model.graph.output:
+        out.type.tensor_type.ClearField("shape")
+    result = import_onnx(model)
+    module = gr.create(result.graph_json, result.module(), gr.device(backend_name))
+    if result.params:
+        module.load_params(gr.save_param_dict(result.params))
+    s0 = np.arange(3, dtype=np.float32)
+    module.run(s0=s0, x=np.zeros((3, 0), np.float32), two=np.array(2.0, np.float32))
+    np.testing.assert_array_equal(module.get_output(0).numpy(), s0)
+    assert module.get_output(1).numpy().shape == (3, 0)
+    assert module.get_output(2).numpy().shape == (0, 3)
+
+
 def while_model() -> onnx.ModelProto:
     """Double x until its sum passes a limit (no trip count: the body computes the condition)."""
     body = helper.make_graph(
@@ -176,7 +193,8 @@ def test_a_loop_that_never_ends_stops_at_the_iteration_bound(
     module.load_params(gr.save_param_dict(result.params))
     x = np.array([0.5, 1.0, 0.25, 0.125], np.float32)
     # The sum never reaches an infinite limit: the condition holds forever.
-    with pytest.raises(GraphRuntimeError, match=r"onnx_loop.*ran 30 iterations.*"
+    with pytest.raises(GraphRuntimeError, match=r"node \d+ 'tvmgen_default_fused_onnx_loop'.*"
+                                                r"ran 30 iterations.*"
                                                 r"GRAPH_RUNTIME_LOOP_MAX_ITERATIONS"):
         module.run(c0=np.array(True), x=x, limit=np.array(np.inf, np.float32))
 

@@ -55,6 +55,21 @@ def _same(op: str, what: str, want: TensorSpec, got: TensorSpec) -> None:
                            "dtype changing across iterations is not supported)")
 
 
+class _RunFailure(RuntimeError):
+    """A control-flow kernel failing at run: the executor re-raises it once as a LibraryError
+    naming the node (a GraphRuntimeError would pass through it without the node)."""
+
+
+def _named(op: str, run: Callable[..., None]) -> Callable[..., None]:
+    """run, with its sub-graph's errors turned into _RunFailure (so they name the node)."""
+    def guarded(*arrays: Any) -> None:
+        try:
+            run(*arrays)
+        except GraphRuntimeError as e:
+            raise _RunFailure(f"{op}: its sub-graph failed: {e}") from e
+    return guarded
+
+
 # ---- If -------------------------------------------------------------------------------------
 
 def branch_specs(attrs: Mapping[str, Any],
@@ -92,7 +107,7 @@ def _if_kernel(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
         taken.module.run()
         for k, out in enumerate(arrays[n_in:]):
             taken.read(k, out)
-    return run
+    return _named("onnx_if", run)
 
 
 # ---- Loop -----------------------------------------------------------------------------------
@@ -140,13 +155,12 @@ def _loop_kernel(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
         i = 0
         while i < trips and going:
             if i >= limit:
-                raise op_error("onnx_loop", f"ran {limit} iterations and its condition still "
-                                            "holds (GRAPH_RUNTIME_LOOP_MAX_ITERATIONS bounds a "
-                                            "Loop; raise it if the model needs more)")
+                raise _RunFailure(f"onnx_loop: ran {limit} iterations and its condition still "
+                                  "holds (GRAPH_RUNTIME_LOOP_MAX_ITERATIONS bounds a Loop; "
+                                  "raise it if the model needs more)")
             if scanned and i >= count:
-                raise op_error("onnx_loop", f"its scan outputs were planned for {count} "
-                                            "iterations (the count the import derived); it "
-                                            "runs more")
+                raise _RunFailure(f"onnx_loop: its scan outputs were planned for {count} "
+                                  "iterations (the count the import derived); it runs more")
             body.feed_host(0, np.array(i, np.int64))
             body.feed_host(1, np.array(going))
             for k, value in enumerate(state):
@@ -162,16 +176,16 @@ def _loop_kernel(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                     what = f"scan output {j}"
                     body.read(1 + carried + j, row(out, (i,)))
             except GraphRuntimeError as e:
-                raise op_error("onnx_loop", f"{what} at iteration {i}: {e}") from e
+                raise _RunFailure(f"onnx_loop: {what} at iteration {i}: {e}") from e
             state = list(outs[:carried])
             i += 1
         if scanned and i != count:
-            raise op_error("onnx_loop", f"ran {i} iterations; its scan outputs were planned "
-                                        f"for {count} (the count the import derived)")
+            raise _RunFailure(f"onnx_loop: ran {i} iterations; its scan outputs were planned "
+                              f"for {count} (the count the import derived)")
         if i == 0:
             for k in range(carried):
                 backend.copy(arrays[2 + k], outs[k])
-    return run
+    return _named("onnx_loop", run)
 
 
 # ---- Scan -----------------------------------------------------------------------------------
@@ -252,7 +266,7 @@ def _scan_kernel(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
             if length == 0:
                 for k in range(states):
                     backend.copy(state[k], finals[k])
-    return run
+    return _named("onnx_scan", run)
 
 
 _BODY_ATTRS = ("body", "body_outputs")
