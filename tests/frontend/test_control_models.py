@@ -79,9 +79,16 @@ def test_control_flow_export_matches_onnxruntime(name: str, backend_name: str) -
 def _sub_modules(module: gr.GraphModule) -> list:
     """The body modules the control-flow kernels of module hold (in their run closures)."""
     from graph_runtime.lib.subgraph_module import SubModule
-    cells = [c.cell_contents for step in module.executor.steps
-             for c in getattr(step.fn, "__closure__", None) or ()]
-    return [c for c in cells if isinstance(c, SubModule)]
+    found, todo = [], [step.fn for step in module.executor.steps]
+    while todo:
+        fn = todo.pop()
+        for cell in getattr(fn, "__closure__", None) or ():
+            value = cell.cell_contents
+            if isinstance(value, SubModule):
+                found.append(value)
+            elif callable(value):
+                todo.append(value)
+    return found
 
 
 def test_control_flow_under_a_symbolic_batch_matches_onnxruntime() -> None:
@@ -106,3 +113,20 @@ def test_control_flow_under_a_symbolic_batch_matches_onnxruntime() -> None:
         assert got.shape == want.shape
         assert np.abs(got - want).max() <= RELATIVE * np.abs(want).max()
     assert module.specializations == 2
+
+
+def test_lib_json_written_and_loaded_runs_the_sub_graphs(tmp_path: Path) -> None:
+    """The sub-graphs travel inside lib.json (their model bytes as base64): the files
+    `graphrun import` writes run as loaded back."""
+    import json
+    session = ort.InferenceSession(str(DATA / "loop_if_ts.onnx"),
+                                   providers=["CPUExecutionProvider"])
+    result = import_onnx(str(DATA / "loop_if_ts.onnx"))
+    (tmp_path / "lib.json").write_text(json.dumps(result.lib_doc), encoding="utf-8")
+    module = gr.create(result.graph_json, gr.load_module(tmp_path / "lib.json"), gr.cpu())
+    if result.params:
+        module.load_params(gr.save_param_dict(result.params))
+    feeds = _cases("loop_if_ts")[3]
+    module.run(**feeds)
+    want = session.run(None, feeds)[0]
+    assert np.abs(module.get_output(0).numpy() - want).max() <= RELATIVE * np.abs(want).max()
