@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import LibraryError
 from ..lib.library import TensorSpec
 from .convert import Context, converts, norm_axis
 from .ir import NeedsValue, Unsupported, Value
@@ -39,7 +40,10 @@ def _body_outputs(op: str, b64: str, specs: Sequence[TensorSpec],
                   declared: list[Any]) -> list[Any] | None:
     """declared, when the body's import leaves an output's shape to its run; else None."""
     from ..lib.subgraph_module import body_import
-    found = body_import(op, b64, specs).output_specs
+    try:
+        found = body_import(op, b64, specs).output_specs
+    except LibraryError as e:
+        raise Unsupported(str(e)) from e  # listed with the import's other refusals
     return declared if any(s is None for s in found) else None
 
 
@@ -59,7 +63,10 @@ def _if(ctx: Context, node: OnnxNode, args: list) -> Sequence[Value | None]:
     declared = _declared(ctx, node.outputs)
     for key in ("then_branch", "else_branch"):
         attrs[f"{key}_outputs"] = _body_outputs("onnx_if", attrs[key], specs, declared)
-    then, other = branch_specs(attrs, specs)
+    try:
+        then, other = branch_specs(attrs, specs)
+    except LibraryError as e:
+        raise Unsupported(str(e)) from e
     if [(s.shape, s.dtype) for s in then] != [(s.shape, s.dtype) for s in other]:
         raise NeedsValue("input 0 (the condition) decides the output shapes: the branches "
                          "give different ones")

@@ -252,3 +252,13 @@ def test_a_body_op_the_device_lacks_runs_on_the_cpu(backend_name: str) -> None:
     feeds = [{"n": np.array(n, np.int64), "v0": np.array([1.0, -2.0, 0.5], np.float32),
               "x": np.array([1.1, 0.9, 1.7], np.float32)} for n in (0, 4)]
     _check(model, backend_name, feeds)
+
+
+def test_an_unsupported_op_in_a_body_is_refused_naming_the_node_and_the_body_node() -> None:
+    model = while_model()
+    body = model.graph.node[1].attribute[0].g
+    body.node.append(helper.make_node("Unique", ["v_out"], ["u"]))
+    body.output[1].name = "u"
+    with pytest.raises(FrontendError, match=r"Loop: onnx_loop sub-graph 'body'.*Unique.*"
+                                            r"\(node '<Loop -> v>'\)"):
+        import_onnx(model)
