@@ -24,7 +24,7 @@ from ..nd import NDArray
 from .library import TensorSpec
 
 CACHE_SIZE = 32
-_cache: OrderedDict[tuple, "Imported"] = OrderedDict()
+_cache: OrderedDict[tuple, Imported] = OrderedDict()
 _lock = threading.Lock()
 
 

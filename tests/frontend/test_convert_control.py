@@ -11,11 +11,11 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime", reason="ONNX Runtime is the reference here")
-from onnx import TensorProto, helper  # noqa: E402
+from onnx import TensorProto, helper
 
-import graph_runtime as gr  # noqa: E402
-from graph_runtime.errors import FrontendError, GraphRuntimeError  # noqa: E402
-from graph_runtime.frontend import import_onnx  # noqa: E402
+import graph_runtime as gr
+from graph_runtime.errors import FrontendError, GraphRuntimeError
+from graph_runtime.frontend import import_onnx
 
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper  # noqa: E402
+from onnx import TensorProto, helper
 
-from graph_runtime.frontend.ir import Unsupported, Value  # noqa: E402
-from graph_runtime.frontend.subgraph import (  # noqa: E402
+from graph_runtime.frontend.ir import Unsupported, Value
+from graph_runtime.frontend.subgraph import (
     EMBED_ELEMENTS,
     body_model,
     fed_values,

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper  # noqa: E402
+from onnx import TensorProto, helper
 
-from graph_runtime.errors import LibraryError  # noqa: E402
-from graph_runtime.frontend.subgraph import body_model  # noqa: E402
-from graph_runtime.lib.library import TensorSpec  # noqa: E402
-from graph_runtime.lib.registry import get_op  # noqa: E402
+from graph_runtime.errors import LibraryError
+from graph_runtime.frontend.subgraph import body_model
+from graph_runtime.lib.library import TensorSpec
+from graph_runtime.lib.registry import get_op
 
 F = TensorProto.FLOAT
 PARENT = helper.make_model(helper.make_graph([], "g", [], []),

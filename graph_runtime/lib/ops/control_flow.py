@@ -11,7 +11,8 @@ scan inputs..., outer values...), scan axes moved to 0 by the importer (1 for op
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
