@@ -154,6 +154,17 @@ def test_if_with_branches_of_different_shapes_specialises_on_the_condition(
            [{"c": np.array(c), "x": x} for c in (True, False, True)])
 
 
+def test_if_of_different_shapes_on_a_data_condition_specialises_per_value() -> None:
+    """cond = sum(x) > 0: x becomes a value input; each new x value is one specialisation."""
+    model = if_shapes_model()
+    del model.graph.input[0]
+    model.graph.node.insert(0, helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0))
+    model.graph.node.insert(1, _const("z", np.array(0.0, np.float32)))
+    model.graph.node.insert(2, helper.make_node("Greater", ["s", "z"], ["c"]))
+    feeds = [{"x": np.array(v, np.float32)} for v in ([1, 2], [-1, -2], [3, 4], [1, 2])]
+    assert _check(model, "cpu", feeds).specializations == 3
+
+
 def nested_model() -> onnx.ModelProto:
     """A Loop whose body holds an If reading the outer graph's w and the body's own value."""
     then = helper.make_graph([helper.make_node("Add", ["h", "w"], ["a"])], "then", [],
