@@ -100,6 +100,10 @@ def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]],
         if inp.name in env:
             continue
         try:
+            kind = inp.type.WhichOneof("value")
+            if kind not in (None, "tensor_type"):
+                raise Unsupported(f"{kind.replace('_type', '')} type; sequences, optionals and "
+                                  "maps are not supported, only tensors")
             dtype = np_dtype(inp.type.tensor_type.elem_type)
             shape = tensor_shape(inp.type, inp.name, shapes)
         except Unsupported as e:

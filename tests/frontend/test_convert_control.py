@@ -273,3 +273,12 @@ def test_an_unsupported_op_in_a_body_is_refused_naming_the_node_and_the_body_nod
     with pytest.raises(FrontendError, match=r"Loop: onnx_loop sub-graph 'body'.*RandomNormalLike.*"
                                             r"\(node '<Loop -> v>'\)"):
         import_onnx(model)
+
+
+def test_a_sequence_typed_graph_input_is_refused_as_such() -> None:
+    """ONNX's test_loop13_seq feeds the Loop a sequence: refused naming the type, not a dtype."""
+    model = while_model()
+    model.graph.input[1].CopyFrom(helper.make_tensor_sequence_value_info("x", F, None))
+    with pytest.raises(FrontendError, match=r"graph input: sequence type; sequences, optionals "
+                                            r"and maps are not supported, only tensors"):
+        import_onnx(model)
