@@ -130,3 +130,35 @@ def test_lib_json_written_and_loaded_runs_the_sub_graphs(tmp_path: Path) -> None
     module.run(**feeds)
     want = session.run(None, feeds)[0]
     assert np.abs(module.get_output(0).numpy() - want).max() <= RELATIVE * np.abs(want).max()
+
+
+def test_clones_run_their_own_sub_graphs_on_threads_at_once() -> None:
+    """Each module (a clone too) creates its own body modules: two threads running clones
+    at the same moment get each its own answer."""
+    import threading
+    session = ort.InferenceSession(str(DATA / "loop_if_ts.onnx"),
+                                   providers=["CPUExecutionProvider"])
+    result = import_onnx(str(DATA / "loop_if_ts.onnx"))
+    first = gr.create(result.graph_json, result.module(), gr.cpu())
+    if result.params:
+        first.load_params(gr.save_param_dict(result.params))
+    modules = [first, first.clone()]
+    assert not set(map(id, _sub_modules(modules[0]))) & set(map(id, _sub_modules(modules[1])))
+    cases = _cases("loop_if_ts")
+    errors: list[str] = []
+
+    def work(module: gr.GraphModule, feeds: dict[str, np.ndarray]) -> None:
+        want = session.run(None, feeds)[0]
+        for _ in range(20):
+            got = module.run_with(**feeds)[0]
+            if np.abs(got - want).max() > RELATIVE * np.abs(want).max():
+                errors.append(f"n={feeds['n']}: wrong result")
+                return
+
+    threads = [threading.Thread(target=work, args=(m, cases[k + 2]))
+               for k, m in enumerate(modules)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
