@@ -106,11 +106,15 @@ def _iterations(ctx: Context, node: OnnxNode, args: list, body: Any) -> int:
     trips, cond = args[0], args[1]
     if trips is None:
         raise Unsupported("scan outputs with no trip count (the loop would not end)")
-    if trips.const is None or (cond is not None and cond.const is None):
+    # NOTE: `known` is a value following symbolic dims (a trip count read from a shape): the
+    # symbolic import then writes the count as an expression of the dims.
+    trip = trips.const if trips.const is not None else trips.known
+    go = None if cond is None else cond.const if cond.const is not None else cond.known
+    if trip is None or (cond is not None and go is None):
         raise NeedsValue("inputs 0 and 1 (trip count, condition) decide the length of its scan "
                          "outputs and are computed at run time")
-    count = max(int(np.asarray(trips.const).reshape(-1)[0]), 0)
-    if cond is not None and not bool(np.asarray(cond.const).reshape(-1)[0]):
+    count = max(int(np.asarray(trip).reshape(-1)[0]), 0)
+    if go is not None and not bool(np.asarray(go).reshape(-1)[0]):
         count = 0
     if count > loop_max_iterations():
         raise Unsupported(f"a trip count of {count} with scan outputs; at most "

@@ -282,3 +282,28 @@ def test_a_sequence_typed_graph_input_is_refused_as_such() -> None:
     with pytest.raises(FrontendError, match=r"graph input: sequence type; sequences, optionals "
                                             r"and maps are not supported, only tensors"):
         import_onnx(model)
+
+
+def test_a_loop_over_a_symbolic_dim_plans_its_scan_outputs_per_size(backend_name: str) -> None:
+    """for i in range(x.shape[0]) with scan outputs, x's batch dim named: the iteration count
+    is written as the dim (`{"dim": "batch"}`) and each batch size specialises."""
+    body = helper.make_graph(
+        [helper.make_node("Gather", ["x", "i"], ["row"], axis=0),
+         helper.make_node("Add", ["acc_in", "row"], ["acc_out"]),
+         helper.make_node("Identity", ["c"], ["c_out"]),
+         helper.make_node("Mul", ["acc_out", "row"], ["y"])],
+        "body", [_info("i", I64, []), _info("c", B, []), _info("acc_in", F, [3])],
+        [_info("c_out", B, []), _info("acc_out", F, [3]), _info("y", F, [3])])
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+             helper.make_node("Loop", ["n", "", "acc0"], ["acc", "ys"], body=body)]
+    model = _model(nodes, [_info("x", F, ["batch", 3]), _info("acc0", F, [3])],
+                   [_info("acc", F, [3]), _info("ys", F, ["batch", 3])],
+                   [onnx.numpy_helper.from_array(np.array(0, np.int64), "zero")])
+    loop = [f for f in import_onnx(model).lib_doc["functions"].values()
+            if f.get("op") == "onnx_loop"]
+    assert loop[0]["iterations"] == {"dim": "batch"}
+    rng = np.random.default_rng(4)
+    feeds = [{"x": rng.standard_normal((b, 3)).astype(np.float32),
+              "acc0": np.ones(3, np.float32)} for b in (2, 5, 1)]
+    _check(model, backend_name, feeds)
