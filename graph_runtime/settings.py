@@ -108,9 +108,15 @@ ONEDNN_THREADS = Setting(
     "process keeps one of this process's CPUs busy when the first oneDNN kernel is made)",
     ("auto", "openmp", "workers"))
 
+LOOP_MAX_ITERATIONS = Setting(
+    "GRAPH_RUNTIME_LOOP_MAX_ITERATIONS", "1048576",
+    "most iterations one ONNX Loop node may run (a Loop driven by its condition alone, or "
+    "with a huge trip count, stops with an error naming the node instead of running forever)",
+    values_text="a positive integer")
+
 SETTINGS = (NUM_THREADS, CONV, OPENCL_CONV, GEMV_PADDING, DENSE_TRANSPOSE, DENSE_SPLIT,
             DENSE_TILES, ATTENTION_SPLIT, OPENCL_GEMM, TUNING_CACHE, CACHE_DIR, CHAIN_JIT,
-            IMPORT_FUSE, ONEDNN, ONEDNN_LIB, ONEDNN_THREADS)
+            IMPORT_FUSE, ONEDNN, ONEDNN_LIB, ONEDNN_THREADS, LOOP_MAX_ITERATIONS)
 
 
 def _raw(setting: Setting) -> str:
@@ -136,6 +142,14 @@ def num_threads() -> int | None:
         return None
     if not value.isdigit() or int(value) < 1:
         raise _refuse(NUM_THREADS, value)
+    return int(value)
+
+
+def loop_max_iterations() -> int:
+    """GRAPH_RUNTIME_LOOP_MAX_ITERATIONS as a positive integer (its default when unset)."""
+    value = _raw(LOOP_MAX_ITERATIONS) or LOOP_MAX_ITERATIONS.default
+    if not value.isdigit() or int(value) < 1:
+        raise _refuse(LOOP_MAX_ITERATIONS, value)
     return int(value)
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -28,6 +29,10 @@ class Context:
         # ONNX value names computed by ops although their inputs are known at import: their
         # values follow symbolic dims (frontend/convert_dims.py, symbolic import only).
         self.unfold: frozenset[str] = frozenset()
+        # Every value lowered so far by ONNX name, and the model: control flow's sub-graphs
+        # read outer values by name and become models of their own (frontend/subgraph.py).
+        self.scope: dict[str, Any] = {}
+        self.model: Any = None
 
     def used(self, name: str) -> bool:
         return bool(name) and self.uses[name] > 0
@@ -83,6 +88,7 @@ def _load() -> None:
     # Each module registers its converters when imported.
     from . import (  # noqa: F401
         convert_composite,
+        convert_control,
         convert_conv,
         convert_detection,
         convert_einsum,

@@ -23,6 +23,9 @@ from .symbolic_import import SHAPE_SLOTS
 VALUE_SLOTS: dict[str, tuple[int, ...]] = {
     **SHAPE_SLOTS, "Pad": (1, 2, 3), "OneHot": (1, 2), "Clip": (1, 2), "CenterCropPad": (1,),
     "BlackmanWindow": (0,), "HammingWindow": (0,), "HannWindow": (0,),
+    # A Loop's trip count and condition give its scan outputs' length; an If's condition
+    # picks between branches of different shapes (frontend/convert_control.py).
+    "Loop": (0, 1), "If": (0,),
 }
 _SHAPE_READERS = frozenset({"Shape", "Size"})
 

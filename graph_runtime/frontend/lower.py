@@ -85,6 +85,8 @@ def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]],
     ctx = Context(b, uses, opsets)
     ctx.expected = dict(expected)
     ctx.unfold = unfold
+    ctx.scope = env  # type: ignore[assignment]
+    ctx.model = model
     lowered = Lowered([], [], [o.name for o in graph.output], b, opset, num_nodes)
     walk = _Walk(ctx, env, problems, expected, model, lowered, opsets)
     walk.constants(graph, "graph")
@@ -98,6 +100,10 @@ def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]],
         if inp.name in env:
             continue
         try:
+            kind = inp.type.WhichOneof("value")
+            if kind not in (None, "tensor_type"):
+                raise Unsupported(f"{kind.replace('_type', '')} type; sequences, optionals and "
+                                  "maps are not supported, only tensors")
             dtype = np_dtype(inp.type.tensor_type.elem_type)
             shape = tensor_shape(inp.type, inp.name, shapes)
         except Unsupported as e:
@@ -273,7 +279,7 @@ def _lower_node(ctx: Context, node: Any, args: list[Value | None], model: Any,
     convert = CONVERTERS.get(node.op_type) if node.domain == "" else None
     if convert is None:
         raise Unsupported("__unknown__")
-    if node.inputs and args[0] is None:
+    if node.inputs and args[0] is None and node.op_type not in ("Scan", "Loop"):
         # NOTE: every converter reads input 0 as its data; a schema may not say it is required.
         raise Unsupported("input 0 is omitted (''); it is required")
     outs = list(convert(ctx, node, args))

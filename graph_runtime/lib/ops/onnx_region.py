@@ -4,8 +4,9 @@ A node calling it holds the model (attr `model`, base64 of its bytes). The input
 positions `value_inputs` decide shapes (a Reshape's target, a TopK's k, a Slice's starts...):
 while a graph specialises (runtime/specialize.py), their host values arrive under VALUES_KEY;
 the model is then imported with those values frozen as initializers (the usual converters,
-static shapes) and created on the node's device. That static module is cached per (input
-specs, values, device); each run feeds it the other inputs and copies its outputs out.
+static shapes) and created on the node's device (functions it lacks there run on the CPU:
+lib/subgraph_module.create_on). That static module is cached per (input specs, values, device);
+each run feeds it the other inputs and copies its outputs out.
 """
 from __future__ import annotations
 
@@ -73,7 +74,7 @@ def _build(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any],
 
     from ...errors import GraphRuntimeError
     from ...frontend import import_onnx
-    from ...runtime.graph_module import create
+    from ..subgraph_module import create_on
     model = onnx.ModelProto()
     model.ParseFromString(base64.b64decode(attrs["model"]))
     values = _values(attrs)
@@ -87,7 +88,7 @@ def _build(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any],
     shapes = {names[k]: list(s.shape) for k, s in enumerate(inputs) if names[k] not in frozen}
     try:
         result = import_onnx(model, shapes, name="onnx_region", freeze=True)
-        module = create(result.graph_json, result.module(), [device])
+        module = create_on(result.graph_json, result.module(), device)
     except GraphRuntimeError as e:
         raise op_error("onnx_region", f"for input values {_shown(values)}: {e}") from e
     if result.params:
@@ -122,7 +123,8 @@ def _region_kernel(backend: Backend, device_id: int, inputs: Sequence[TensorSpec
             module.set_input(name, backend.to_host(arrays[k]))
         module.run()
         for i, out in enumerate(arrays[n_in:]):
-            backend.from_host(np.ascontiguousarray(module.get_output(i).numpy()), out)
+            # NOTE: ascontiguousarray would make a 0-d output 1-d.
+            backend.from_host(np.asarray(module.get_output(i).numpy(), order="C"), out)
     return run
 
 
