@@ -28,6 +28,9 @@ class Context:
         # ONNX value names computed by ops although their inputs are known at import: their
         # values follow symbolic dims (frontend/convert_dims.py, symbolic import only).
         self.unfold: frozenset[str] = frozenset()
+        # The probe size of each data-dependent output (NonZero's...), by ONNX value name
+        # (frontend/convert_data_dependent.py).
+        self.data_sizes: dict[str, int] = {}
 
     def used(self, name: str) -> bool:
         return bool(name) and self.uses[name] > 0
@@ -84,6 +87,7 @@ def _load() -> None:
     from . import (  # noqa: F401
         convert_composite,
         convert_conv,
+        convert_data_dependent,
         convert_detection,
         convert_einsum,
         convert_grid,

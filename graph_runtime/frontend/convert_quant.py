@@ -100,6 +100,8 @@ def quantize(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
 def compress(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     b = ctx.b
     x = args[0]
+    if len(args) > 1 and is_computed(args[1]):
+        return compress_computed(ctx, node, args)
     condition = const_input(node, args, 1, "condition")
     if condition is None:
         raise Unsupported("condition is missing")

@@ -216,11 +216,13 @@ def unfold_names(model: Any, docs: Sequence[Mapping[str, Any]]) -> set[str]:
     return unfold
 
 
-def import_with_probes(run: Callable[[dict[str, list[int]], frozenset[str]], Any], model: Any,
+def import_with_probes(run: Callable[[dict[str, list[int]], frozenset[str], dict[str, int]], Any],
+                       model: Any,
                        given: Mapping[str, Sequence[int]], symbols: Sequence[Symbol],
                        model_name: str) -> tuple[Any, dict[str, Any]]:
-    """(first import, fitted documents): run(shapes, unfold) imports at one set of probe shapes
-    (computing the ONNX values named in unfold by ops) and returns (result, {"graph": doc,
+    """(first import, fitted documents): run(shapes, unfold, sizes) imports at one set of probe
+    shapes (computing the ONNX values named in unfold by ops; sizes holds every symbol's probe
+    size, for the symbols no input carries: data-dependent sizes) and returns (result, {"graph": doc,
     "lib": doc, "params": {name: array}, "consts": {...}, "computed": {...}})."""
     if len(symbols) > len(PROBES):
         raise FrontendError(f"cannot import {model_name}: {len(symbols)} symbolic dims "
@@ -229,12 +231,12 @@ def import_with_probes(run: Callable[[dict[str, list[int]], frozenset[str]], Any
     base = {s.name: PROBES[i][0] for i, s in enumerate(symbols)}
     unfold: frozenset[str] = frozenset()
     for _ in range(UNFOLD_ROUNDS):
-        first, first_docs = run(probe_shapes(model, given, symbols, base), unfold)
+        first, first_docs = run(probe_shapes(model, given, symbols, base), unfold, base)
         docs = [first_docs]
         for i, sym in enumerate(symbols):
             sizes = dict(base)
             sizes[sym.name] = PROBES[i][1]
-            docs.append(run(probe_shapes(model, given, symbols, sizes), unfold)[1])
+            docs.append(run(probe_shapes(model, given, symbols, sizes), unfold, sizes)[1])
         more = unfold_names(model, docs) - unfold
         if not more:
             break
