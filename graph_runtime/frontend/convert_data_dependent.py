@@ -42,10 +42,11 @@ def data_symbols(model: Any, taken: Iterable[str] = ()) -> dict[str, Symbol]:
 
 
 def downstream(model: Any, names: Iterable[str]) -> set[str]:
-    """The ONNX value names computed from names (names included)."""
+    """The ONNX value names computed from names (names, and the other outputs of their nodes,
+    included)."""
     reached = set(names)
     for node in model.graph.node:  # nodes are in topological order
-        if any(i in reached for i in node.input if i):
+        if any(i in reached for i in node.input if i) or any(o in reached for o in node.output):
             reached.update(o for o in node.output if o)
     return reached
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .convert import Context, const_input, converts, norm_axis
+from .convert_data_dependent import compress_computed, is_computed
 from .ir import Unsupported, Value
 from .onnx_model import np_dtype
 from .onnx_node import OnnxNode
