@@ -92,6 +92,7 @@ def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]],
             expected.pop(name, None)
     ctx = Context(b, uses, opsets)
     ctx.data_sizes = dict(data_sizes or {})
+    b.sizes_may_be_zero = bool(data_sizes)
     ctx.expected = dict(expected)
     ctx.unfold = unfold
     lowered = Lowered([], [], [o.name for o in graph.output], b, opset, num_nodes)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from types import SimpleNamespace
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -25,7 +26,8 @@ from ..lib.ops.data_dependent import HOST_FUNCTIONS
 from ..nd import NDArray
 from .executor import NodeTime
 from .placement import resolve_entry_devices
-from .segments import CARRIER_PREFIX, Cut, Segment, bind_outputs, plan_static, split
+from .segments import (CARRIER_PREFIX, Cut, Segment, bind_outputs, describe_cuts, plan_static,
+                       split)
 
 
 class SegmentedGraphModule:
@@ -75,10 +77,7 @@ class SegmentedGraphModule:
 
     def describe_cuts(self) -> list[str]:
         """One line per cut: where the graph is cut and which sizes the data decides there."""
-        return [f"cut {i}: {c.label} ({c.op}) after segment {c.level}, binds "
-                f"{', '.join(c.binds(self.graph)) or 'no dim'}; outputs "
-                + ", ".join(format_shape(self.graph.shape(e)) for e in c.out_eids)
-                for i, c in enumerate(self.cuts)]
+        return describe_cuts(self.graph, self.cuts)
 
     @property
     def signature(self) -> str:
@@ -241,6 +240,18 @@ class SegmentedGraphModule:
         self._repeat = repeat
         self._run(timer)
         return rows
+
+    @property
+    def executor(self) -> Any:
+        """The segments' prepared steps with whole-graph node ids (for kernel notes in reports)."""
+        steps = []
+        for seg, module in zip(self.segments, self.modules):
+            if seg is None:
+                continue
+            inner = module.executor if not hasattr(module, "_current") or module._current else None
+            for step in (inner.steps if inner is not None else ()):
+                steps.append(SimpleNamespace(nid=seg.nids[step.nid], kernel=step.kernel))
+        return SimpleNamespace(steps=steps)
 
     def specialised(self) -> Any:
         raise GraphError("a graph cut at data-dependent nodes has no single static module; "

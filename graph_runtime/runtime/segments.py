@@ -178,6 +178,14 @@ def _carriers(graph: Graph, eids: Sequence[int], input_eids: Sequence[int]) -> l
     return [n for n in dict.fromkeys(used) if n not in bound]
 
 
+def describe_cuts(graph: Graph, cuts: Sequence[Cut]) -> list[str]:
+    """One line per cut: the node, the segment it follows, the sizes the data decides there."""
+    return [f"cut {i}: {c.label} ({c.op}) after segment {c.level}, binds "
+            f"{', '.join(c.binds(graph)) or 'no dim'}; outputs "
+            + ", ".join(format_shape(graph.shape(e)) for e in c.out_eids)
+            for i, c in enumerate(cuts)]
+
+
 def plan_static(segment: Segment, entry_device: Sequence[Device]) -> Graph:
     """A static segment's graph with storage planned by liveness (symbolic ones plan per shape)."""
     from ..planner.storage_plan import plan_storage

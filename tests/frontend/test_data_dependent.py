@@ -1,0 +1,102 @@
+"""Models whose output sizes depend on the data (NonZero, Unique, Compress, NonMaxSuppression),
+built with onnx.helper, against ONNX Runtime: imported once, run for data of every size."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from onnx_builders import init, model, run_ort, tensor
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper
+
+import graph_runtime as gr
+from graph_runtime.frontend import from_onnx, import_onnx
+
+F32, I64, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+
+
+def _ending_in_nonzero():
+    """x -> Relu -> NonZero (an output), and the selected values through GatherND after it."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("NonZero", ["r"], ["nz"]),
+             helper.make_node("Transpose", ["nz"], ["idx"]),
+             helper.make_node("GatherND", ["x", "idx"], ["picked"]),
+             helper.make_node("Mul", ["picked", "two"], ["scaled"])]
+    return model(nodes, [tensor("x", F32, (3, 5))],
+                 [tensor("nz", I64, None), tensor("scaled", F32, None)],
+                 [init("two", np.array(2.0, np.float32))], opset=13)
+
+
+def _module(m, device="cpu"):
+    graph_json, lib, params = from_onnx(m)
+    module = gr.create(graph_json, lib, gr.device(device))
+    if params:
+        module.load_params(gr.save_param_dict(params))
+    return module
+
+
+def _check(module, m, feeds):
+    module.run(**feeds)
+    want = run_ort(m, feeds)
+    for i, w in enumerate(want):
+        got = module.get_output(i).numpy()
+        assert got.dtype == w.dtype and got.shape == w.shape, (i, got.shape, w.shape)
+        np.testing.assert_array_equal(got, w)
+
+
+def test_import_names_the_data_dependent_size() -> None:
+    result = import_onnx(_ending_in_nonzero())
+    graph = json.loads(result.graph_json)
+    shapes = graph["attrs"]["shape"][1]
+    assert [2, "NonZero_nz"] in shapes and ["NonZero_nz"] in shapes
+    counts = [f.get("count") for f in result.lib_doc["functions"].values() if "count" in f]
+    assert counts == [{"dim": "NonZero_nz"}]
+
+
+def test_model_ending_in_nonzero_matches_onnxruntime_for_every_count() -> None:
+    m = _ending_in_nonzero()
+    module = _module(m)
+    rng = np.random.default_rng(0)
+    for x in [rng.standard_normal((3, 5)).astype(np.float32) for _ in range(3)] + \
+             [-np.ones((3, 5), np.float32), np.ones((3, 5), np.float32)]:  # 0 and 15 kept
+        _check(module, m, {"x": x})
+
+
+def test_unique_and_compress_on_computed_values_match_onnxruntime() -> None:
+    nodes = [helper.make_node("Greater", ["x", "zero"], ["keep"]),
+             helper.make_node("Compress", ["x", "keep"], ["kept"], axis=0),
+             helper.make_node("Floor", ["kept"], ["floored"]),
+             helper.make_node("Unique", ["floored"], ["y", "first", "inverse", "counts"],
+                              sorted=0),
+             helper.make_node("ReduceSum", ["y"], ["total"], keepdims=0)]
+    m = model(nodes, [tensor("x", F32, (12,))],
+              [tensor(n, t, None) for n, t in (("y", F32), ("first", I64), ("inverse", I64),
+                                                ("counts", I64), ("total", F32))],
+              [init("zero", np.array(0.0, np.float32))], opset=13)
+    module = _module(m)
+    rng = np.random.default_rng(1)
+    for _ in range(4):
+        _check(module, m, {"x": np.round(rng.uniform(-3, 3, 12), 1).astype(np.float32)})
+
+
+def test_nonzero_over_symbolic_input_dims() -> None:
+    """A size from the inputs' symbolic dims and one from the data, in one graph."""
+    nodes = [helper.make_node("NonZero", ["x"], ["nz"]),
+             helper.make_node("ReduceSum", ["nz"], ["s"], keepdims=0)]
+    m = model(nodes, [tensor("x", BOOL, ("n", 4))], [tensor("s", I64, None)], opset=13)
+    module = _module(m)
+    rng = np.random.default_rng(2)
+    for rows in (3, 7, 3):
+        _check(module, m, {"x": rng.uniform(size=(rows, 4)) > 0.5})
+
+
+@pytest.mark.opencl
+def test_segments_run_on_opencl(opencl_available: None) -> None:
+    """The segments' nodes on OpenCL, the cut between them on the host."""
+    m = _ending_in_nonzero()
+    module = _module(m, "opencl")
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        _check(module, m, {"x": rng.standard_normal((3, 5)).astype(np.float32)})
