@@ -37,8 +37,8 @@ class Cut:
     level: int
 
     def binds(self, graph: Graph) -> list[str]:
-        return list(dict.fromkeys(d for e in self.out_eids for d in graph.shape(e)
-                                  if isinstance(d, str) and NAME.match(d)))
+        dims: list[Any] = [d for e in self.out_eids for d in graph.shape(e)]
+        return list(dict.fromkeys(d for d in dims if isinstance(d, str) and NAME.match(d)))
 
 
 @dataclass(frozen=True)
@@ -146,7 +146,8 @@ def _segment(graph: Graph, k: int, nids: list[int], where: Mapping[int, int],
     carriers = _carriers(graph, eids, [e for _, e in inputs])
     for name in carriers:
         docs.append({"op": "null", "name": CARRIER_PREFIX + name, "inputs": []})
-    shapes = [list(graph.shape(e)) for e in eids] + [[name, 0] for name in carriers]
+    shapes: list[list[Any]] = [list(graph.shape(e)) for e in eids]
+    shapes += [[name, 0] for name in carriers]
     dtypes = [graph.dtype(e) for e in eids] + ["int8"] * len(carriers)
     columns: dict[str, Any] = {}
     for column in ("device_index", "device_id"):

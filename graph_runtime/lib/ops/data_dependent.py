@@ -101,7 +101,8 @@ def _unique(arrays: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> list[np.n
     axis = int_attr("unique", attrs, "axis", 0) if has_axis else 0
     data = x if has_axis else x.reshape(-1)
     # Rows along axis as one key each: np.unique's sort, then first occurrences for the order.
-    rows = np.moveaxis(data, axis, 0).reshape(data.shape[axis], -1)
+    moved = np.moveaxis(data, axis, 0)
+    rows = moved.reshape(moved.shape[0], int(np.prod(moved.shape[1:], dtype=np.int64)))
     _, first, inverse, counts = np.unique(rows, axis=0, return_index=True,
                                           return_inverse=True, return_counts=True)
     inverse = inverse.reshape(-1)
