@@ -34,6 +34,8 @@ SHAPE_SLOTS: dict[str, tuple[int, ...]] = {
     "ReduceProd": (1,), "ReduceL1": (1,), "ReduceL2": (1,), "ReduceLogSum": (1,),
     "ReduceLogSumExp": (1,), "ReduceSumSquare": (1,), "Dropout": (1, 2),
 }
+# Sizes a data-dependent symbol is checked at after fitting (frontend/convert_data_dependent.py).
+CHECK_SIZES = (2, 1009)
 # Rounds of probe imports that may each unfold more nodes before the import gives up.
 UNFOLD_ROUNDS = 4
 
@@ -139,6 +141,50 @@ def fit_imports(docs: Sequence[Any], symbols: Sequence[Symbol], model_name: str)
     return {"graph": graph, "lib": lib, "params": params}
 
 
+def fit_disagrees(fitted: Mapping[str, Any], doc: Mapping[str, Any],
+                  env: Mapping[str, int]) -> str | None:
+    """Where the fitted graph and lib, evaluated at env, differ from an import at env (the
+    JSON path), or None. Storage ids and params are not compared."""
+    from ..graph.symbolic import evaluate
+
+    def walk(a: Any, b: Any, path: str, as_dim: bool) -> str | None:
+        if isinstance(a, dict) and set(a) == {"dim"} and not isinstance(b, dict):
+            return None if evaluate(a["dim"], env) == b else path
+        if isinstance(a, str) and as_dim and not isinstance(b, str):
+            return None if evaluate(a, env) == b else path
+        if isinstance(a, dict):
+            if not isinstance(b, dict) or set(a) != set(b):
+                return path
+            pairs = [(a[k], b[k], f"{path}.{k}") for k in a]
+        elif isinstance(a, (list, tuple)):
+            if not isinstance(b, (list, tuple)) or len(a) != len(b):
+                return path
+            pairs = [(x, y, f"{path}[{k}]") for k, (x, y) in enumerate(zip(a, b))]
+        else:
+            return None if isinstance(a, np.ndarray) or a == b else path
+        for x, y, inner in pairs:
+            where = walk(x, y, inner, as_dim)
+            if where:
+                return where
+        return None
+
+    graph, other = fitted["graph"], doc["graph"]
+    for key in graph:
+        if key == "attrs":
+            for name, column in graph["attrs"].items():
+                if name == "storage_id":
+                    continue
+                where = walk(column, other["attrs"].get(name), f"$.attrs.{name}",
+                             name == "shape")
+                if where:
+                    return where
+        else:
+            where = walk(graph[key], other.get(key), f"$.{key}", False)
+            if where:
+                return where
+    return walk(fitted["lib"], doc["lib"], "lib.json", False)
+
+
 def _expression(a: int, bs: Sequence[int], names: Sequence[str], base: Sequence[int],
                 other: Sequence[int]) -> str | None:
     """c * prod(name**e) or c + sum(k * name) matching every probe; None when neither does."""
@@ -242,6 +288,22 @@ def import_with_probes(run: Callable[[dict[str, list[int]], frozenset[str], dict
             break
         unfold = unfold | more
     fitted = fit_imports(docs, symbols, model_name)
+    for i, sym in enumerate(symbols):
+        if sym.places:
+            continue
+        # A size the data decides may be small or large where the probes were neither: a
+        # Min(n, 100) fits "n" at both probes. Import once more at each end and refuse where
+        # the fitted expressions disagree with it.
+        for size in CHECK_SIZES:
+            sizes = dict(base)
+            sizes[sym.name] = size
+            doc = run(probe_shapes(model, given, symbols, sizes), unfold, sizes)[1]
+            where = fit_disagrees(fitted, doc, sizes)
+            if where:
+                raise FrontendError(
+                    f"cannot import {model_name}: the data-dependent size {sym.name} decides "
+                    f"{where} in a way the probe imports do not explain (checked at "
+                    f"{sym.name} = {size})")
     # The inputs' own dims carry the symbol names (a dim equal to a probe is that symbol).
     shapes = fitted["graph"]["attrs"]["shape"][1]
     eid_of = {}
