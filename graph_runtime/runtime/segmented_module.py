@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from types import SimpleNamespace
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -50,6 +49,7 @@ class SegmentedGraphModule:
             self.modules.append(create(sub, lib, self.ctxs, strict=strict, memory_cap=memory_cap,
                                        allow_uninitialized=allow_uninitialized,
                                        cache_size=cache_size))
+        self._entry_device = resolve_entry_devices(graph, self.ctxs, strict)
         self._inputs = dict(graph.input_entries)
         self._names = list(self._inputs)
         arg_eids = set(self._inputs.values())
@@ -117,12 +117,12 @@ class SegmentedGraphModule:
             if self._inputs[name] in self._cut_inputs:
                 self._held[self._inputs[name]] = _host(val)
 
-    def load_params(self, params: bytes | bytearray | str | os.PathLike | Mapping[str, Any]
-                    ) -> None:
+    def load_params(self, params: bytes | bytearray | str | os.PathLike | Mapping[str, Any],
+                    source: str | None = None) -> None:
         """Params (TVM blob, file or dict): each segment gets the ones it reads."""
         from ..params import load_param_arrays, load_params_file
         if isinstance(params, (bytes, bytearray, memoryview)):
-            values: Mapping[str, Any] = load_param_arrays(bytes(params))
+            values: Mapping[str, Any] = load_param_arrays(bytes(params), source or "<params>")
         elif isinstance(params, (str, os.PathLike)):
             values = load_params_file(params)
         else:
@@ -133,7 +133,7 @@ class SegmentedGraphModule:
             names = {n for n, _ in seg.inputs}
             mine = {n: v for n, v in values.items() if n in names}
             if mine:
-                self.modules[k].load_params(mine)
+                self.modules[k].load_params(mine, source=source)
         for name, val in values.items():
             if self._inputs.get(name) in self._cut_inputs:
                 self._held[self._inputs[name]] = _host(val)
@@ -162,18 +162,24 @@ class SegmentedGraphModule:
             for cut in self.cuts:
                 if cut.level != k:
                     continue
-                start = time.perf_counter()
-                arrays = [_host(values[e]) for e in cut.in_eids]
-                try:
-                    results = [np.ascontiguousarray(r) for r in HOST_FUNCTIONS[cut.op](arrays,
-                                                                                      cut.attrs)]
-                except GraphRuntimeError as e:
-                    raise GraphError(f"{cut.label} ({cut.op}): {e}") from e
+                times = []
+                for _ in range(self._repeat if timer is not None else 1):
+                    start = time.perf_counter()
+                    results = self._cut(cut, values)
+                    times.append(time.perf_counter() - start)
                 bind_outputs(cut, self.graph, results, env)
                 values.update(zip(cut.out_eids, results))
                 if timer is not None:
-                    timer(cut, time.perf_counter() - start)
+                    timer(cut, sorted(times)[len(times) // 2])
         self._outputs = [values[e] for e in self._heads]
+
+    def _cut(self, cut: Cut, values: Mapping[int, Any]) -> list[np.ndarray]:
+        """The cut's outputs, computed on the host from its inputs' host copies."""
+        arrays = [_host(values[e]) for e in cut.in_eids]
+        try:
+            return [np.ascontiguousarray(r) for r in HOST_FUNCTIONS[cut.op](arrays, cut.attrs)]
+        except GraphRuntimeError as e:
+            raise GraphError(f"{cut.label} ({cut.op}): {e}") from e
 
     def _run_segment(self, k: int, seg: Segment, values: dict[int, Any], env: Mapping[str, int],
                      timer: Callable[[Any, float], None] | None) -> None:
@@ -220,7 +226,8 @@ class SegmentedGraphModule:
 
     def profile(self, repeat: int = 1, progress: Any = None) -> list[NodeTime]:
         """Per-node times in run order: each segment's own profile (a `specialise` row when it
-        was specialised by this call), and one row per cut (host time, nid of the cut node)."""
+        was specialised by this call), and one row per cut (its host time with the copies of its
+        inputs to the host, median of repeat; nid of the cut node)."""
         rows: list[NodeTime] = []
 
         def timer(what: Any, seconds: float) -> None:
@@ -243,15 +250,14 @@ class SegmentedGraphModule:
 
     @property
     def executor(self) -> Any:
-        """The segments' prepared steps with whole-graph node ids (for kernel notes in reports)."""
-        steps = []
-        for seg, module in zip(self.segments, self.modules):
-            if seg is None:
-                continue
-            inner = module.executor if not hasattr(module, "_current") or module._current else None
-            for step in (inner.steps if inner is not None else ()):
-                steps.append(SimpleNamespace(nid=seg.nids[step.nid], kernel=step.kernel))
-        return SimpleNamespace(steps=steps)
+        """The segments' executors as one whole-graph view (placement, copies, pool, steps) for
+        reports; the specialisations the last run used."""
+        from .segment_report import segments_view
+        if self._outputs is None:
+            raise GraphError("executor: nothing has run yet (a graph cut at data-dependent "
+                             "nodes is specialised by running)")
+        return segments_view(self.graph, self._entry_device, self.segments, self.modules,
+                             self.cuts)
 
     def specialised(self) -> Any:
         raise GraphError("a graph cut at data-dependent nodes has no single static module; "

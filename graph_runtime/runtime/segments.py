@@ -50,7 +50,8 @@ class Segment:
     inputs: tuple[tuple[str, int], ...]  # (input name in the segment, eid in the whole graph)
     outputs: tuple[int, ...]  # whole-graph eids, in the segment's head order
     carriers: tuple[str, ...]  # dim names fed by zero-size carrier inputs
-    nids: tuple[int, ...]  # whole-graph node ids, by the segment's node id
+    nids: tuple[int, ...]  # whole-graph node ids, by the segment's node id (-1: a carrier)
+    eids: tuple[int, ...]  # whole-graph entry ids, by the segment's entry id (-1: a carrier)
 
 
 def data_dependent_op(lib: Module, func_name: str | None) -> tuple[str, Mapping[str, Any]] | None:
@@ -158,7 +159,8 @@ def _segment(graph: Graph, k: int, nids: list[int], where: Mapping[int, int],
     whole = [graph.entry_node(e)[0] for e in eids[:len(inputs)]] + nids + [-1] * len(carriers)
     sub = Graph.build(docs, [list(local[e]) + [0] for e in outputs], shapes=shapes,
                       dtypes=dtypes, **columns)
-    return Segment(k, sub, tuple(inputs), tuple(outputs), tuple(carriers), tuple(whole))
+    return Segment(k, sub, tuple(inputs), tuple(outputs), tuple(carriers), tuple(whole),
+                   tuple(eids) + (-1,) * len(carriers))
 
 
 def _boundary_name(graph: Graph, eid: int, taken: set[str]) -> str:

@@ -135,7 +135,7 @@ def test_a_static_graph_is_no_segmented_module() -> None:
     assert type(module) is GraphModule
 
 
-def test_graphrun_info_says_where_the_graph_is_cut(tmp_path) -> None:
+def test_graphrun_info_run_and_profile_say_where_the_graph_is_cut(tmp_path) -> None:
     path = tmp_path / "m.onnx"
     onnx.save(_nonzero_sum(), str(path))
     out = tmp_path / "imported"
@@ -145,3 +145,11 @@ def test_graphrun_info_says_where_the_graph_is_cut(tmp_path) -> None:
     assert result.exit_code == 0, result.output
     assert "cuts      1 (the graph runs in segments" in result.output
     assert "(nonzero) after segment 0, binds NonZero_nz" in result.output
+    inputs = tmp_path / "in.npz"
+    np.savez(inputs, x=np.linspace(-2, 2, 8).astype(np.float32))
+    ran = runner.invoke(app, ["run", str(out), "--inputs", str(inputs)])
+    assert ran.exit_code == 0, ran.output
+    assert "placement  kernels: 3 on cpu:0" in ran.output and "min 22, max 22" in ran.output
+    profiled = runner.invoke(app, ["profile", str(out), "--inputs", str(inputs)])
+    assert profiled.exit_code == 0, profiled.output
+    assert "[cut: NonZero_nz=4]" in profiled.output
