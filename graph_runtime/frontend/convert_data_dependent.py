@@ -17,8 +17,8 @@ from .ir import Unsupported, Value
 from .onnx_node import OnnxNode
 from .symbolic_import import Symbol
 
-# ONNX op types whose first output's size depends on the data.
-DATA_DEPENDENT_OPS = frozenset({"NonZero", "Unique", "Compress", "NonMaxSuppression"})
+# ONNX op types whose first output's size depends on the data (TopK: when k is computed).
+DATA_DEPENDENT_OPS = frozenset({"NonZero", "Unique", "Compress", "NonMaxSuppression", "TopK"})
 _IDENT = re.compile(r"[^A-Za-z0-9_]")
 
 
@@ -26,10 +26,14 @@ def data_symbols(model: Any, taken: Iterable[str] = ()) -> dict[str, Symbol]:
     """{ONNX output name: the symbol for its data-dependent size} for every such node."""
     used = set(taken)
     symbols: dict[str, Symbol] = {}
+    known = {t.name for t in model.graph.initializer}
+    known.update(o for n in model.graph.node if n.op_type == "Constant" for o in n.output)
     for node in model.graph.node:
         if node.op_type not in DATA_DEPENDENT_OPS or node.domain not in ("", "ai.onnx") \
                 or not node.output or not node.output[0]:
             continue
+        if node.op_type == "TopK" and (len(node.input) < 2 or node.input[1] in known):
+            continue  # k in the attrs (opset < 10) or a constant: a static size
         base = f"{node.op_type}_{_IDENT.sub('_', node.output[0])}"
         name = base
         k = 1
@@ -87,6 +91,16 @@ def compress_computed(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
         attrs.update(axis=norm_axis(int(node.attr("axis")), x.rank, node), has_axis=1)
     flat = ctx.b.reshape(condition, (math.prod(condition.shape),))
     return [ctx.b.op("compress", x, ctx.b.cast(flat, "bool"), **attrs)]
+
+
+def topk_computed(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
+    """TopK whose k is computed at run time: as many values as k says."""
+    x, k = args[0], args[1]
+    return list(ctx.b.ops("topk_dynamic", [x, ctx.b.reshape(ctx.b.cast(k, "int64"), (1,))],
+                          count=data_size(ctx, node),
+                          axis=norm_axis(int(node.attr("axis", -1)), x.rank, node),
+                          largest=int(node.attr("largest", 1)),
+                          sorted=int(node.attr("sorted", 1))))
 
 
 def nms_computed(ctx: Context, node: OnnxNode, args: list, inputs: list[Value]) -> list[Value]:

@@ -222,7 +222,8 @@ def _expression(a: int, bs: Sequence[int], names: Sequence[str], base: Sequence[
     return text
 
 
-def unfold_names(model: Any, docs: Sequence[Mapping[str, Any]]) -> set[str]:
+def unfold_names(model: Any, docs: Sequence[Mapping[str, Any]],
+                 slots_by_op: Mapping[str, tuple[int, ...]] = SHAPE_SLOTS) -> set[str]:
     """ONNX value names to compute by ops: folded constants that change with the dims and are
     read as data by a node computed at run time, and, back along their data inputs, the folded
     ones they are made from (a value read only in a SHAPE_SLOTS slot stays folded).
@@ -240,7 +241,7 @@ def unfold_names(model: Any, docs: Sequence[Mapping[str, Any]]) -> set[str]:
     unfold: set[str] = set()
 
     def data_inputs(node: Any) -> list[str]:
-        slots = SHAPE_SLOTS.get(node.op_type, ())
+        slots = slots_by_op.get(node.op_type, ())
         if node.op_type == "Shape":
             slots = ()  # its input's shape, not its value: unfold only a changing input
         return [name for slot, name in enumerate(node.input)
@@ -276,6 +277,11 @@ def import_with_probes(run: Callable[[dict[str, list[int]], frozenset[str], dict
                             "supported; give some with --shape")
     base = {s.name: PROBES[i][0] for i, s in enumerate(symbols)}
     unfold: frozenset[str] = frozenset()
+    slots = SHAPE_SLOTS
+    if any(not s.places for s in symbols):
+        # With sizes the data decides, a TopK's k that follows them (Min(n, 100)) is computed
+        # at run time and read by the cut, not folded into an expression the probes fit.
+        slots = {op: s for op, s in SHAPE_SLOTS.items() if op != "TopK"}
     for _ in range(UNFOLD_ROUNDS):
         first, first_docs = run(probe_shapes(model, given, symbols, base), unfold, base)
         docs = [first_docs]
@@ -283,7 +289,7 @@ def import_with_probes(run: Callable[[dict[str, list[int]], frozenset[str], dict
             sizes = dict(base)
             sizes[sym.name] = PROBES[i][1]
             docs.append(run(probe_shapes(model, given, symbols, sizes), unfold, sizes)[1])
-        more = unfold_names(model, docs) - unfold
+        more = unfold_names(model, docs, slots) - unfold
         if not more:
             break
         unfold = unfold | more

@@ -12,6 +12,7 @@ onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper
 
 import graph_runtime as gr
+from graph_runtime.errors import FrontendError
 from graph_runtime.frontend import from_onnx, import_onnx
 
 F32, I64, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
@@ -100,3 +101,40 @@ def test_segments_run_on_opencl(opencl_available: None) -> None:
     rng = np.random.default_rng(3)
     for _ in range(3):
         _check(module, m, {"x": rng.standard_normal((3, 5)).astype(np.float32)})
+
+
+def test_topk_with_k_computed_from_the_data() -> None:
+    """k = min(number of non-zero scores, 100): two cuts (NonZero, then TopK reading k on the
+    host); the probe sizes alone would have fitted k as the count (wrong past 100)."""
+    nodes = [helper.make_node("NonZero", ["x"], ["nz"]),
+             helper.make_node("Shape", ["nz"], ["s"]),
+             helper.make_node("Gather", ["s", "one"], ["n"], axis=0),
+             helper.make_node("Min", ["n", "cap"], ["k"]),
+             helper.make_node("TopK", ["x", "k"], ["v", "i"])]
+    m = model(nodes, [tensor("x", F32, (300,))], [tensor("v", F32, None), tensor("i", I64, None)],
+              [init("one", np.array([1], np.int64)), init("cap", np.array([100], np.int64))],
+              opset=13)
+    module = _module(m)
+    rng = np.random.default_rng(4)
+    for keep in (0.1, 0.5, 0.9, 0.1):
+        x = rng.standard_normal(300).astype(np.float32)
+        x[rng.uniform(size=300) > keep] = 0
+        _check(module, m, {"x": x})
+    assert module.env["TopK_v"] == min(module.env["NonZero_nz"], 100)
+
+
+def test_a_size_the_probes_cannot_explain_is_refused() -> None:
+    """ConstantOfShape(min(count, 100)) is folded at the probes (37, 53: it looks like the count);
+    the check at 1009 finds it is not, and the import says so instead of running wrong."""
+    nodes = [helper.make_node("NonZero", ["x"], ["nz"]),
+             helper.make_node("Shape", ["nz"], ["s"]),
+             helper.make_node("Gather", ["s", "one"], ["n"], axis=0),
+             helper.make_node("Min", ["n", "cap"], ["k"]),
+             helper.make_node("ConstantOfShape", ["k"], ["zeros"]),
+             helper.make_node("Concat", ["zeros", "x"], ["y"], axis=0)]
+    m = model(nodes, [tensor("x", F32, (300,))], [tensor("y", F32, None)],
+              [init("one", np.array([1], np.int64)), init("cap", np.array([100], np.int64))],
+              opset=13)
+    with pytest.raises(FrontendError, match=r"the data-dependent size NonZero_nz decides "
+                                            r"\$\.attrs\.shape.* \(checked at NonZero_nz = 1009\)"):
+        from_onnx(m)

@@ -90,6 +90,18 @@ def test_nms_keeps_every_selected_box() -> None:
     np.testing.assert_array_equal(got, [[0, 0, 3], [0, 0, 0], [0, 0, 5]])
 
 
+@pytest.mark.parametrize("largest", [1, 0])
+def test_topk_dynamic_reads_k_at_run_time(largest: int) -> None:
+    x = np.array([[3, 1, 3, 2], [0, 5, 5, 4]], np.float32)  # ties: the lower index first
+    values, indices = HOST_FUNCTIONS["topk_dynamic"](
+        [x, np.array([3])], {"count": 0, "axis": 1, "largest": largest})
+    rows = [sorted(range(4), key=lambda j: (-r[j] if largest else r[j], j))[:3] for r in x]
+    np.testing.assert_array_equal(indices, rows)
+    np.testing.assert_array_equal(values, np.take_along_axis(x, np.array(rows), 1))
+    with pytest.raises(LibraryError, match="expected 0 <= k <= 4"):
+        HOST_FUNCTIONS["topk_dynamic"]([x, np.array([5])], {"count": 0, "axis": 1})
+
+
 def test_static_kernel_refuses_another_count() -> None:
     """In a graph that states the count, the CPU kernel checks the data gives that many."""
     op = get_op("nonzero")

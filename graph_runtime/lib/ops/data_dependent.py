@@ -1,4 +1,5 @@
-"""Ops whose output size depends on the data: nonzero, unique, compress, non_max_suppression_dynamic.
+"""Ops whose output size depends on the data: nonzero, unique, compress, topk_dynamic (k read at
+run time), non_max_suppression_dynamic.
 
 Each op's attr `count` is the data-dependent size (an int, or a symbolic dim `{"dim": name}`
 that a segmented run binds: runtime/segments.py). A graph holding such a node runs in segments
@@ -12,10 +13,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..attrs import bool_attr, int_attr, op_error
+from ..attrs import bool_attr, int_attr, normalize_axis, op_error
 from ..library import TensorSpec
 from ..registry import define_op, kernel
-from ..shapes import check_dtype, check_rank
+from ..shapes import NUMERIC_DTYPES, check_dtype, check_rank
 from .detection import select_boxes
 
 HostFn = Callable[[Sequence[np.ndarray], Mapping[str, Any]], list[np.ndarray]]
@@ -139,6 +140,39 @@ def _nms(arrays: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> list[np.ndar
     return [np.asarray(picked, np.int64).reshape(len(picked), 3)]
 
 
+# -- topk_dynamic: ONNX TopK with k computed at run time -------------------------------------------
+
+def _topk_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
+    op = "topk_dynamic"
+    if len(inputs) != 2:
+        raise op_error(op, f"takes 2 inputs (data, k), got {len(inputs)}")
+    x, k = inputs
+    if tuple(k.shape) not in ((), (1,)) or k.dtype != "int64":
+        raise op_error(op, f"input 1 (k) is {k}; expected (1,) int64")
+    check_dtype(op, x, NUMERIC_DTYPES)
+    axis = normalize_axis(op, int_attr(op, attrs, "axis", -1), len(x.shape))
+    bool_attr(op, attrs, "largest", True)
+    bool_attr(op, attrs, "sorted", True)
+    # NOTE: count is not checked against the axis: the import plans probe sizes past it, and
+    # the host function refuses a k the data's axis cannot give.
+    shape = tuple(_count(op, attrs) if i == axis else d for i, d in enumerate(x.shape))
+    return [TensorSpec(shape, x.dtype), TensorSpec(shape, "int64")]
+
+
+def _topk(arrays: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> list[np.ndarray]:
+    from .sorting import _host_topk, topk_params
+    x = np.asarray(arrays[0])
+    k = int(np.asarray(arrays[1]).reshape(-1)[0])
+    spec = TensorSpec(tuple(x.shape), str(x.dtype))
+    static = {"k": k, "axis": int_attr("topk_dynamic", attrs, "axis", -1),
+              "largest": int_attr("topk_dynamic", attrs, "largest", 1)}
+    _, axis, _ = topk_params(spec, static)  # refuses k outside 0..length of the axis
+    shape = tuple(k if i == axis else d for i, d in enumerate(x.shape))
+    values, indices = np.empty(shape, x.dtype), np.empty(shape, np.int64)
+    _host_topk(np, None, 0, [spec], [], static)(x, values, indices)
+    return [values, indices]
+
+
 def _destination_kernel(op: str, host: HostFn) -> Any:
     """The CPU kernel for a graph that states the count: host's result, checked against it."""
     def factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
@@ -161,6 +195,7 @@ for _name, _infer, _n, _attrs, _host in (
         ("nonzero", _nonzero_infer, 1, ("count",), _nonzero),
         ("compress", _compress_infer, 2, ("count", "axis", "has_axis"), _compress),
         ("unique", _unique_infer, 1, ("count", "axis", "has_axis", "sorted"), _unique),
+        ("topk_dynamic", _topk_infer, 2, ("count", "axis", "largest", "sorted"), _topk),
         ("non_max_suppression_dynamic", _nms_infer, 5, NMS_ATTRS, _nms)):
     define_op(_name, _infer, _n, _attrs)
     kernel(_name, "cpu")(_destination_kernel(_name, _host))
