@@ -160,6 +160,7 @@ def _topk_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[
 
 
 def _topk(arrays: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> list[np.ndarray]:
+    from ...backends import get_backend
     from .sorting import _host_topk, topk_params
     x = np.asarray(arrays[0])
     k = int(np.asarray(arrays[1]).reshape(-1)[0])
@@ -169,7 +170,7 @@ def _topk(arrays: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> list[np.nda
     _, axis, _ = topk_params(spec, static)  # refuses k outside 0..length of the axis
     shape = tuple(k if i == axis else d for i, d in enumerate(x.shape))
     values, indices = np.empty(shape, x.dtype), np.empty(shape, np.int64)
-    _host_topk(np, None, 0, [spec], [], static)(x, values, indices)
+    _host_topk(np, get_backend("cpu"), 0, [spec], [], static)(x, values, indices)
     return [values, indices]
 
 
