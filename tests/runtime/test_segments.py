@@ -153,3 +153,24 @@ def test_graphrun_info_run_and_profile_say_where_the_graph_is_cut(tmp_path) -> N
     profiled = runner.invoke(app, ["profile", str(out), "--inputs", str(inputs)])
     assert profiled.exit_code == 0, profiled.output
     assert "[cut: NonZero_nz=4]" in profiled.output
+
+
+@pytest.mark.opencl
+def test_planned_across_devices(opencl_available: None) -> None:
+    """plan_graph on the symbolic graph (the sum on OpenCL, the rest on the CPU): the copies it
+    inserts run inside the segments, the cut on the host."""
+    from graph_runtime.planner.plan import plan_graph
+    m = _nonzero_sum()
+    graph_json, lib, params = from_onnx(m)
+    planned = plan_graph(graph_json, {"default_device": "cpu",
+                                      "node_devices": {"tvmgen_default_fused_sum": "opencl"}}, lib)
+    module = gr.create(planned.graph, lib, [gr.cpu(), gr.opencl()])
+    module.load_params(gr.save_param_dict(params))
+    for x in (np.linspace(-2, 2, 8), np.linspace(-3, 1, 8)):
+        x = x.astype(np.float32)
+        module.run(x=x)
+        np.testing.assert_array_equal(module.get_output(0).numpy(), _ort(m, {"x": x})[0])
+    view = module.executor
+    devices = {planned.graph.nodes[n].name: str(d) for n, d in enumerate(view.node_device)}
+    assert "opencl" in devices["tvmgen_default_fused_sum"]
+    assert "cpu" in devices["tvmgen_default_fused_nonzero"]
