@@ -24,6 +24,7 @@ from ..lib.library import Module
 from ..lib.ops.data_dependent import HOST_FUNCTIONS
 from ..nd import NDArray
 from .executor import NodeTime
+from .graph_module import _copy_out
 from .placement import resolve_entry_devices
 from .segments import (CARRIER_PREFIX, Cut, Segment, bind_outputs, describe_cuts, plan_static,
                        split)
@@ -116,6 +117,18 @@ class SegmentedGraphModule:
                 self.modules[k].set_input(name, val)
             if self._inputs[name] in self._cut_inputs:
                 self._held[self._inputs[name]] = _host(val)
+
+    def get_input(self, key: int | str, out: Any = None) -> Any:
+        """The value an input holds (from a segment that reads it, or the host copy a cut reads)."""
+        name = self._names[key] if isinstance(key, int) and 0 <= key < len(self._names) else key
+        self.get_input_index(str(name))
+        for k in self._routes[str(name)]:
+            return self.modules[k].get_input(name, out)
+        held = self._held.get(self._inputs[str(name)])
+        if held is None:
+            raise GraphError(f"input {name!r} was never set")
+        return NDArray(held.copy(), cpu(0)) if out is None else _copy_out(NDArray(held, cpu(0)),
+                                                                          out)
 
     def load_params(self, params: bytes | bytearray | str | os.PathLike | Mapping[str, Any],
                     source: str | None = None) -> None:
@@ -213,7 +226,6 @@ class SegmentedGraphModule:
         value = self._outputs[index]
         nd = value if isinstance(value, NDArray) else NDArray(value, cpu(0))
         if out is not None:
-            from .graph_module import _copy_out
             return _copy_out(nd, out)
         return nd
 

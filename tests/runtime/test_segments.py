@@ -93,6 +93,7 @@ def test_each_size_is_specialised_once_and_cached() -> None:
         np.testing.assert_array_equal(module.get_output(0).numpy(), _ort(m, {"x": x})[0])
         sizes.add(module.env["NonZero_nz"])
     assert module.modules[1].specializations == len(sizes)
+    np.testing.assert_array_equal(module.get_input("x").numpy(), xs[-1])
 
 
 def test_size_carried_into_a_later_segment() -> None:
