@@ -66,9 +66,11 @@ class SegmentedGraphModule:
                 else:
                     fed.append((name, eid))
             self._fed.append(fed)
-        self._cut_inputs = {e for c in self.cuts for e in c.in_eids if e in arg_eids}
-        self._held: dict[int, np.ndarray] = {}  # host copies of graph inputs cuts read
         self._heads = [graph.entry_id(h[0], h[1]) for h in graph.heads]
+        # Graph inputs a cut reads (or the graph returns as they are): kept as host copies.
+        self._cut_inputs = {e for c in self.cuts for e in c.in_eids if e in arg_eids}
+        self._cut_inputs.update(e for e in self._heads if e in arg_eids)
+        self._held: dict[int, np.ndarray] = {}
         self._outputs: list[Any] | None = None
         self.env: dict[str, int] = {}
         self._lock = threading.Lock()
