@@ -53,16 +53,17 @@ class SegmentedGraphModule:
         self._entry_device = resolve_entry_devices(graph, self.ctxs, strict)
         self._inputs = dict(graph.input_entries)
         self._names = list(self._inputs)
-        arg_eids = set(self._inputs.values())
-        # Graph inputs by name -> the segments taking them; the rest of a segment's inputs are
+        by_eid = {eid: name for name, eid in self._inputs.items()}
+        arg_eids = set(by_eid)
+        # Graph inputs by name -> (segment, its name there); the rest of a segment's inputs are
         # values crossing from an earlier segment or cut, fed on every run.
-        self._routes: dict[str, list[int]] = {n: [] for n in self._names}
+        self._routes: dict[str, list[tuple[int, str]]] = {n: [] for n in self._names}
         self._fed: list[list[tuple[str, int]]] = []
         for k, seg in enumerate(self.segments):
             fed = []
             for name, eid in (seg.inputs if seg is not None else ()):
                 if eid in arg_eids:
-                    self._routes[name].append(k)
+                    self._routes[by_eid[eid]].append((k, name))
                 else:
                     fed.append((name, eid))
             self._fed.append(fed)
@@ -115,8 +116,8 @@ class SegmentedGraphModule:
         items.update(params)
         for name, val in items.items():
             self.get_input_index(name)
-            for k in self._routes[name]:
-                self.modules[k].set_input(name, val)
+            for k, there in self._routes[name]:
+                self.modules[k].set_input(there, val)
             if self._inputs[name] in self._cut_inputs:
                 self._held[self._inputs[name]] = _host(val)
 
@@ -124,8 +125,8 @@ class SegmentedGraphModule:
         """The value an input holds (from a segment that reads it, or the host copy a cut reads)."""
         name = self._names[key] if isinstance(key, int) and 0 <= key < len(self._names) else key
         self.get_input_index(str(name))
-        for k in self._routes[str(name)]:
-            return self.modules[k].get_input(name, out)
+        for k, there in self._routes[str(name)]:
+            return self.modules[k].get_input(there, out)
         held = self._held.get(self._inputs[str(name)])
         if held is None:
             raise GraphError(f"input {name!r} was never set")
@@ -142,13 +143,12 @@ class SegmentedGraphModule:
             values = load_params_file(params)
         else:
             values = params
-        for k, seg in enumerate(self.segments):
-            if seg is None:
-                continue
-            names = {n for n, _ in seg.inputs}
-            mine = {n: v for n, v in values.items() if n in names}
-            if mine:
-                self.modules[k].load_params(mine, source=source)
+        mine: dict[int, dict[str, Any]] = {}
+        for name, val in values.items():
+            for k, there in self._routes.get(name, ()):
+                mine.setdefault(k, {})[there] = val
+        for k, params_k in mine.items():
+            self.modules[k].load_params(params_k, source=source)
         for name, val in values.items():
             if self._inputs.get(name) in self._cut_inputs:
                 self._held[self._inputs[name]] = _host(val)
