@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .convert import Context, converts, norm_axis
@@ -43,6 +43,12 @@ def data_symbols(model: Any, taken: Iterable[str] = ()) -> dict[str, Symbol]:
         used.add(name)
         symbols[node.output[0]] = Symbol(name, ())
     return symbols
+
+
+def data_only_topk(model: Any, symbols: Mapping[str, Symbol]) -> bool:
+    """Whether every data-dependent size is a TopK's (its k, once frozen, makes it static)."""
+    producers = {o: n.op_type for n in model.graph.node for o in n.output if o}
+    return all(producers.get(out) == "TopK" for out in symbols)
 
 
 def downstream(model: Any, names: Iterable[str]) -> set[str]:

@@ -104,7 +104,7 @@ def import_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None,
     from .fuse_transformer import fuse_patterns
     from .lower import NeedsRunTimeValues, lower
     from .onnx_model import load_model
-    from .convert_data_dependent import data_symbols
+    from .convert_data_dependent import data_only_topk, data_symbols
     from .symbolic_import import import_with_probes, symbols_of
     start = time.perf_counter()
     proto, default_name = load_model(model, base_dir)
@@ -126,8 +126,16 @@ def import_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None,
                                     "computed": lowered.computed}
 
     if symbols or data:
-        (lowered, emitted), docs = import_with_probes(
-            once, proto, given, [*symbols, *data.values()], name)
+        try:
+            (lowered, emitted), docs = import_with_probes(
+                once, proto, given, [*symbols, *data.values()], name)
+        except NeedsRunTimeValues:
+            # A Reshape's shape from an input besides a TopK's k: the model is deferred as
+            # before (the region imports it with both values frozen). Sizes that only the data
+            # decides cannot be deferred that way: the refusal stands.
+            if freeze or symbols or not data_only_topk(proto, data):
+                raise
+            return _deferred(proto, given, name, start)
         emitted.graph_doc, emitted.lib_doc, emitted.params = (docs["graph"], docs["lib"],
                                                               docs["params"])
     else:

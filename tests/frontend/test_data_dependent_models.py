@@ -138,3 +138,15 @@ def test_a_size_the_probes_cannot_explain_is_refused() -> None:
     with pytest.raises(FrontendError, match=r"the data-dependent size NonZero_nz decides "
                                             r"\$\.attrs\.shape.* \(checked at NonZero_nz = 1009\)"):
         from_onnx(m)
+
+
+def test_data_dependent_size_with_a_run_time_shape_input_is_refused_at_import() -> None:
+    """A NonZero and a Reshape whose target is a graph input: neither the segments (the target
+    is read while lowering) nor the deferred region (per input value, not per data) can run
+    it; the import says so rather than failing at the first run."""
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["r"]),
+             helper.make_node("NonZero", ["r"], ["y"])]
+    m = model(nodes, [tensor("x", F32, (2, 6)), tensor("shape", I64, (2,))],
+              [tensor("y", I64, None)], opset=13)
+    with pytest.raises(FrontendError, match=r"Reshape: input 1 \(shape\) must be a constant"):
+        from_onnx(m)
