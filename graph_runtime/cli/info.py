@@ -147,6 +147,7 @@ def graph_info(files: Any, devices: Sequence[Device]) -> dict[str, Any]:
         "outputs": [{"index": i, "name": name, "shape": shape, "dtype": dtype}
                     for i, (name, (shape, dtype)) in enumerate(zip(output_names(graph), shapes))],
         "functions": func_counts(graph),
+        "cuts": cut_lines(graph, files.lib),
         "kernels_per_device": {d.spec: n for d, n in report.kernels_per_device(graph).items()},
         "placement": [{"nid": n.nid, "name": n.name,
                        "func_name": ("param" if n.name in param_args else "input") if n.is_arg
@@ -157,6 +158,16 @@ def graph_info(files: Any, devices: Sequence[Device]) -> dict[str, Any]:
                   "unshared_bytes": report.unshared.get(d, 0)}
                  for d in sorted(set(report.pool) | set(report.unshared))],
     }
+
+
+def cut_lines(graph: Graph, lib_path: Any) -> list[str]:
+    """Where the graph is cut at data-dependent nodes (runtime/segments.py); a lib.json is read
+    for it (a lib.py is not run here)."""
+    if not graph.is_symbolic or lib_path is None or not str(lib_path).endswith(".json"):
+        return []
+    from ..lib import load_module
+    from ..runtime.segments import describe_cuts, find_cuts
+    return describe_cuts(graph, find_cuts(graph, load_module(lib_path)))
 
 
 def copy_rows(report: PlacementReport) -> list[dict[str, Any]]:
@@ -189,6 +200,11 @@ def info_text(doc: dict[str, Any]) -> str:
     lines.append(table(["#", "name", "shape", "dtype"],
                        [[o["index"], o["name"], shape_text(o["shape"]), o["dtype"]]
                         for o in doc["outputs"]]))
+    if doc.get("cuts"):
+        lines.append(f"cuts      {len(doc['cuts'])} (the graph runs in segments cut at "
+                     "data-dependent nodes; each segment after a cut is specialised for the "
+                     "sizes its data produced)")
+        lines.extend(f"  {line}" for line in doc["cuts"])
     lines.append("functions")
     lines.append(table(["nodes", "func_name"], [[n, f] for f, n in doc["functions"].items()]))
     per_device = ", ".join(f"{d}: {n}" for d, n in doc["kernels_per_device"].items())

@@ -33,6 +33,9 @@ class Context:
         # read outer values by name and become models of their own (frontend/subgraph.py).
         self.scope: dict[str, Any] = {}
         self.model: Any = None
+        # The probe size of each data-dependent output (NonZero's...), by ONNX value name
+        # (frontend/convert_data_dependent.py).
+        self.data_sizes: dict[str, int] = {}
 
     def used(self, name: str) -> bool:
         return bool(name) and self.uses[name] > 0
@@ -90,6 +93,7 @@ def _load() -> None:
         convert_composite,
         convert_control,
         convert_conv,
+        convert_data_dependent,
         convert_detection,
         convert_einsum,
         convert_grid,

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .convert import Context, converts
+from .convert_data_dependent import nms_computed
 from .ir import Unsupported, Value
 from .onnx_node import OnnxNode
 
@@ -20,26 +21,15 @@ def _scalar_input(ctx: Context, args: list, i: int, dtype: str, default: float) 
 
 @converts("NonMaxSuppression")
 def non_max_suppression(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
-    b = ctx.b
     boxes, scores = args[0], args[1]
     if boxes.dtype != "float32" or scores.dtype != "float32":
         raise Unsupported(f"boxes {boxes.dtype}, scores {scores.dtype}; expected float32")
-    stated = ctx.expected.get(node.outputs[0])
-    if stated is None or len(stated[0]) != 2:
-        # NOTE: the count of selected boxes depends on the data; until the runtime plans
-        # data-dependent sizes, the model must state it (a static output shape).
-        raise Unsupported("the number of selected boxes depends on the data and the model "
-                          "states no static shape for selected_indices; data-dependent "
-                          "output sizes are not supported yet")
-    score_given = len(args) > 4 and args[4] is not None
-    selected, _ = b.ops("non_max_suppression",
-                        [boxes, scores, _scalar_input(ctx, args, 2, "int64", 0),
-                         _scalar_input(ctx, args, 3, "float32", 0.0),
-                         _scalar_input(ctx, args, 4, "float32", 0.0)],
-                        center_point_box=int(node.attr("center_point_box", 0)),
-                        capacity=int(stated[0][0]), exact=1,
-                        use_score_threshold=int(score_given))
-    return [selected]
+    inputs = [boxes, scores, _scalar_input(ctx, args, 2, "int64", 0),
+              _scalar_input(ctx, args, 3, "float32", 0.0),
+              _scalar_input(ctx, args, 4, "float32", 0.0)]
+    # The count of selected boxes depends on the data (a shape the model states holds for one
+    # input only, as ONNX Runtime reads it): the graph is cut after this node.
+    return nms_computed(ctx, node, args, inputs)
 
 
 @converts("RoiAlign")

@@ -7,6 +7,7 @@ import numpy as np
 
 from ..dtypes import EXTENDED_DTYPES
 from .convert import Context, const_input, converts, ints_of, norm_axis
+from .convert_data_dependent import topk_computed
 from .ir import Unsupported, Value
 from .onnx_node import OnnxNode
 
@@ -287,6 +288,9 @@ def topk(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     x = args[0]
     if node.opset < 10:
         k = int(node.attr("k"))
+    elif args[1] is not None and args[1].const is None and node.outputs[0] in ctx.data_sizes:
+        # k computed at run time (its value may be known at this probe import only).
+        return topk_computed(ctx, node, args)
     else:
         k = int(np.asarray(const_input(node, args, 1, "K")).reshape(-1)[0])
     axis = norm_axis(int(node.attr("axis", -1)), x.rank, node)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .convert import Context, const_input, converts, norm_axis
+from .convert_data_dependent import compress_computed, is_computed
 from .ir import Unsupported, Value
 from .onnx_model import np_dtype
 from .onnx_node import OnnxNode
@@ -100,6 +101,8 @@ def quantize(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
 def compress(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     b = ctx.b
     x = args[0]
+    if len(args) > 1 and is_computed(args[1]):
+        return compress_computed(ctx, node, args)
     condition = const_input(node, args, 1, "condition")
     if condition is None:
         raise Unsupported("condition is missing")

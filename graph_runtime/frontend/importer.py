@@ -104,26 +104,38 @@ def import_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None,
     from .fuse_transformer import fuse_patterns
     from .lower import NeedsRunTimeValues, lower
     from .onnx_model import load_model
+    from .convert_data_dependent import data_only_topk, data_symbols
     from .symbolic_import import import_with_probes, symbols_of
     start = time.perf_counter()
     proto, default_name = load_model(model, base_dir)
     name = name or default_name
     given = dict(shape or {})
     symbols = [] if freeze else symbols_of(proto, given)
+    # Sizes only the data decides (NonZero's...): symbols the probes name like input dims.
+    data = data_symbols(proto, [s.name for s in symbols])
     fused: list[Any] = []
 
-    def once(shapes: Mapping[str, Sequence[int]],
-             unfold: frozenset[str] = frozenset()) -> tuple[Any, dict[str, Any]]:
-        lowered = lower(proto, name, shapes, unfold)
+    def once(shapes: Mapping[str, Sequence[int]], unfold: frozenset[str] = frozenset(),
+             sizes: Mapping[str, int] | None = None) -> tuple[Any, dict[str, Any]]:
+        data_sizes = {out: sizes[sym.name] for out, sym in data.items()} if sizes else None
+        lowered = lower(proto, name, shapes, unfold, data_sizes)
         fused[:] = [fuse_patterns(lowered)]
         emitted = emit(lowered, f"imported from {name} (ONNX opset {lowered.opset})")
         return (lowered, emitted), {"graph": emitted.graph_doc, "lib": emitted.lib_doc,
                                     "params": emitted.params, "consts": lowered.consts,
                                     "computed": lowered.computed}
 
-    if symbols:
-        (lowered, emitted), docs = import_with_probes(
-            once, proto, given, symbols, name)
+    if symbols or data:
+        try:
+            (lowered, emitted), docs = import_with_probes(
+                once, proto, given, [*symbols, *data.values()], name)
+        except NeedsRunTimeValues:
+            # A Reshape's shape from an input besides a TopK's k: the model is deferred as
+            # before (the region imports it with both values frozen). Sizes that only the data
+            # decides cannot be deferred that way: the refusal stands.
+            if freeze or symbols or not data_only_topk(proto, data):
+                raise
+            return _deferred(proto, given, name, start)
         emitted.graph_doc, emitted.lib_doc, emitted.params = (docs["graph"], docs["lib"],
                                                               docs["params"])
     else:

@@ -122,6 +122,9 @@ class Builder:
         self.prims: list[Prim] = []
         self.origin = ""
         self._count = 0
+        # Set when some size is decided by the data (and may be 0 at run time): a reshape's 0
+        # is then a size, never relay's "copy this dim" (lib reshape's allowzero).
+        self.sizes_may_be_zero = False
 
     def fresh(self, hint: str) -> str:
         self._count += 1
@@ -198,6 +201,8 @@ class Builder:
             return x
         if x.const is not None:
             return self.const(x.const.reshape(shape), x.name)
+        if self.sizes_may_be_zero or 0 in shape:
+            return self.op("reshape", x, newshape=list(shape), allowzero=1)
         return self.op("reshape", x, newshape=list(shape))
 
     def copy(self, x: Value) -> Value:

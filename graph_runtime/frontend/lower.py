@@ -57,11 +57,15 @@ def _refusal(model_name: str, opset: int, problems: dict[str, list[str]],
 
 
 def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]],
-          unfold: frozenset[str] = frozenset()) -> Lowered:
+          unfold: frozenset[str] = frozenset(),
+          data_sizes: Mapping[str, int] | None = None) -> Lowered:
     """Lower every node; one FrontendError listing every unsupported op/attr/dtype otherwise.
 
     unfold: ONNX value names whose nodes are computed by ops instead of folded at import (their
     values follow symbolic dims: frontend/convert_dims.py).
+    data_sizes: the probe size of each data-dependent output (NonZero's...) by ONNX value name;
+    the shapes ONNX states for them and for what follows them are not checked (they hold for
+    one input only).
     """
     shapes = check_shapes(model, shapes)
     check_references(model, model_name)
@@ -82,7 +86,13 @@ def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]],
     uses.update(o.name for o in graph.output)
     b = Builder()
     expected = static_specs(types)
+    if data_sizes:
+        from .convert_data_dependent import downstream
+        for name in downstream(model, data_sizes):
+            expected.pop(name, None)
     ctx = Context(b, uses, opsets)
+    ctx.data_sizes = dict(data_sizes or {})
+    b.sizes_may_be_zero = bool(data_sizes)
     ctx.expected = dict(expected)
     ctx.unfold = unfold
     ctx.scope = env  # type: ignore[assignment]

@@ -34,6 +34,8 @@ SHAPE_SLOTS: dict[str, tuple[int, ...]] = {
     "ReduceProd": (1,), "ReduceL1": (1,), "ReduceL2": (1,), "ReduceLogSum": (1,),
     "ReduceLogSumExp": (1,), "ReduceSumSquare": (1,), "Dropout": (1, 2),
 }
+# Sizes a data-dependent symbol is checked at after fitting (frontend/convert_data_dependent.py).
+CHECK_SIZES = (2, 1009)
 # Rounds of probe imports that may each unfold more nodes before the import gives up.
 UNFOLD_ROUNDS = 4
 
@@ -139,6 +141,50 @@ def fit_imports(docs: Sequence[Any], symbols: Sequence[Symbol], model_name: str)
     return {"graph": graph, "lib": lib, "params": params}
 
 
+def fit_disagrees(fitted: Mapping[str, Any], doc: Mapping[str, Any],
+                  env: Mapping[str, int]) -> str | None:
+    """Where the fitted graph and lib, evaluated at env, differ from an import at env (the
+    JSON path), or None. Storage ids and params are not compared."""
+    from ..graph.symbolic import evaluate
+
+    def walk(a: Any, b: Any, path: str, as_dim: bool) -> str | None:
+        if isinstance(a, dict) and set(a) == {"dim"} and not isinstance(b, dict):
+            return None if evaluate(a["dim"], env) == b else path
+        if isinstance(a, str) and as_dim and not isinstance(b, str):
+            return None if evaluate(a, env) == b else path
+        if isinstance(a, dict):
+            if not isinstance(b, dict) or set(a) != set(b):
+                return path
+            pairs = [(a[k], b[k], f"{path}.{k}") for k in a]
+        elif isinstance(a, (list, tuple)):
+            if not isinstance(b, (list, tuple)) or len(a) != len(b):
+                return path
+            pairs = [(x, y, f"{path}[{k}]") for k, (x, y) in enumerate(zip(a, b))]
+        else:
+            return None if isinstance(a, np.ndarray) or a == b else path
+        for x, y, inner in pairs:
+            where = walk(x, y, inner, as_dim)
+            if where:
+                return where
+        return None
+
+    graph, other = fitted["graph"], doc["graph"]
+    for key in graph:
+        if key == "attrs":
+            for name, column in graph["attrs"].items():
+                if name == "storage_id":
+                    continue
+                where = walk(column, other["attrs"].get(name), f"$.attrs.{name}",
+                             name == "shape")
+                if where:
+                    return where
+        else:
+            where = walk(graph[key], other.get(key), f"$.{key}", False)
+            if where:
+                return where
+    return walk(fitted["lib"], doc["lib"], "lib.json", False)
+
+
 def _expression(a: int, bs: Sequence[int], names: Sequence[str], base: Sequence[int],
                 other: Sequence[int]) -> str | None:
     """c * prod(name**e) or c + sum(k * name) matching every probe; None when neither does."""
@@ -176,7 +222,8 @@ def _expression(a: int, bs: Sequence[int], names: Sequence[str], base: Sequence[
     return text
 
 
-def unfold_names(model: Any, docs: Sequence[Mapping[str, Any]]) -> set[str]:
+def unfold_names(model: Any, docs: Sequence[Mapping[str, Any]],
+                 slots_by_op: Mapping[str, tuple[int, ...]] = SHAPE_SLOTS) -> set[str]:
     """ONNX value names to compute by ops: folded constants that change with the dims and are
     read as data by a node computed at run time, and, back along their data inputs, the folded
     ones they are made from (a value read only in a SHAPE_SLOTS slot stays folded).
@@ -194,7 +241,7 @@ def unfold_names(model: Any, docs: Sequence[Mapping[str, Any]]) -> set[str]:
     unfold: set[str] = set()
 
     def data_inputs(node: Any) -> list[str]:
-        slots = SHAPE_SLOTS.get(node.op_type, ())
+        slots = slots_by_op.get(node.op_type, ())
         if node.op_type == "Shape":
             slots = ()  # its input's shape, not its value: unfold only a changing input
         return [name for slot, name in enumerate(node.input)
@@ -216,11 +263,13 @@ def unfold_names(model: Any, docs: Sequence[Mapping[str, Any]]) -> set[str]:
     return unfold
 
 
-def import_with_probes(run: Callable[[dict[str, list[int]], frozenset[str]], Any], model: Any,
+def import_with_probes(run: Callable[[dict[str, list[int]], frozenset[str], dict[str, int]], Any],
+                       model: Any,
                        given: Mapping[str, Sequence[int]], symbols: Sequence[Symbol],
                        model_name: str) -> tuple[Any, dict[str, Any]]:
-    """(first import, fitted documents): run(shapes, unfold) imports at one set of probe shapes
-    (computing the ONNX values named in unfold by ops) and returns (result, {"graph": doc,
+    """(first import, fitted documents): run(shapes, unfold, sizes) imports at one set of probe
+    shapes (computing the ONNX values named in unfold by ops; sizes holds every symbol's probe
+    size, for the symbols no input carries: data-dependent sizes) and returns (result, {"graph": doc,
     "lib": doc, "params": {name: array}, "consts": {...}, "computed": {...}})."""
     if len(symbols) > len(PROBES):
         raise FrontendError(f"cannot import {model_name}: {len(symbols)} symbolic dims "
@@ -228,18 +277,39 @@ def import_with_probes(run: Callable[[dict[str, list[int]], frozenset[str]], Any
                             "supported; give some with --shape")
     base = {s.name: PROBES[i][0] for i, s in enumerate(symbols)}
     unfold: frozenset[str] = frozenset()
+    slots = SHAPE_SLOTS
+    if any(not s.places for s in symbols):
+        # With sizes the data decides, a TopK's k that follows them (Min(n, 100)) is computed
+        # at run time and read by the cut, not folded into an expression the probes fit.
+        slots = {op: s for op, s in SHAPE_SLOTS.items() if op != "TopK"}
     for _ in range(UNFOLD_ROUNDS):
-        first, first_docs = run(probe_shapes(model, given, symbols, base), unfold)
+        first, first_docs = run(probe_shapes(model, given, symbols, base), unfold, base)
         docs = [first_docs]
         for i, sym in enumerate(symbols):
             sizes = dict(base)
             sizes[sym.name] = PROBES[i][1]
-            docs.append(run(probe_shapes(model, given, symbols, sizes), unfold)[1])
-        more = unfold_names(model, docs) - unfold
+            docs.append(run(probe_shapes(model, given, symbols, sizes), unfold, sizes)[1])
+        more = unfold_names(model, docs, slots) - unfold
         if not more:
             break
         unfold = unfold | more
     fitted = fit_imports(docs, symbols, model_name)
+    for i, sym in enumerate(symbols):
+        if sym.places:
+            continue
+        # A size the data decides may be small or large where the probes were neither: a
+        # Min(n, 100) fits "n" at both probes. Import once more at each end and refuse where
+        # the fitted expressions disagree with it.
+        for size in CHECK_SIZES:
+            sizes = dict(base)
+            sizes[sym.name] = size
+            doc = run(probe_shapes(model, given, symbols, sizes), unfold, sizes)[1]
+            where = fit_disagrees(fitted, doc, sizes)
+            if where:
+                raise FrontendError(
+                    f"cannot import {model_name}: the data-dependent size {sym.name} decides "
+                    f"{where} in a way the probe imports do not explain (checked at "
+                    f"{sym.name} = {size})")
     # The inputs' own dims carry the symbol names (a dim equal to a probe is that symbol).
     shapes = fitted["graph"]["attrs"]["shape"][1]
     eid_of = {}

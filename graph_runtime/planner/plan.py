@@ -8,6 +8,7 @@ from typing import Any, Mapping
 from ..device import Device
 from ..errors import PlanError
 from ..graph.model import COPY_OP, NOP_OP, Graph, GraphSource, entry_bytes
+from ..graph.symbolic import shape_is_symbolic
 from ..lib.library import Module
 from .constraints import Placement
 from .copies import Rewritten, insert_copies
@@ -54,7 +55,10 @@ def plan_graph(graph: GraphSource, placement: Placement | Mapping[str, Any] | No
     old_eids = _entry_origins(g, rw)
     shapes_col = g.attrs["shape"][1]
     dtypes_col = g.attrs["dltype"][1]
-    old_sizes = [entry_bytes(shape, dtype) for shape, dtype in zip(shapes_col, dtypes_col)]
+    # NOTE: a symbolic entry (docs/symbolic_shapes.md) counts 0 bytes: create() plans storage
+    # again for each specialisation, so the ids planned here only have to be valid.
+    old_sizes = [0 if shape_is_symbolic(shape) else entry_bytes(shape, dtype)
+                 for shape, dtype in zip(shapes_col, dtypes_col)]
     sizes = [old_sizes[e] for e in old_eids]
     devices = [rw.node_device[nid] for nid, node in enumerate(rw.topo.nodes)
                for _ in range(node.num_outputs)]

@@ -503,6 +503,13 @@ def create(graph: GraphSource, libmod: Module | str | os.PathLike | None = None,
     else:
         lib = load_module(libmod)
     if g.is_symbolic:
+        from .segments import find_cuts
+        cuts = find_cuts(g, lib)
+        if cuts:  # data-dependent sizes: runs in segments (runtime/segmented_module.py)
+            from .segmented_module import SegmentedGraphModule
+            return SegmentedGraphModule(  # type: ignore[return-value]
+                g, lib, _to_device_list(ctxs), cuts, strict=strict, memory_cap=memory_cap,
+                allow_uninitialized=allow_uninitialized, cache_size=cache_size)
         from .symbolic_module import DEFAULT_CACHE_SIZE, SymbolicGraphModule
         return SymbolicGraphModule(  # type: ignore[return-value]
             g, lib, _to_device_list(ctxs), strict=strict, memory_cap=memory_cap,

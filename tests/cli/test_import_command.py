@@ -116,10 +116,11 @@ def test_symbolic_batch_needs_shape_when_frozen(tmp_path: Path) -> None:
 
 
 def test_unsupported_model_writes_nothing(tmp_path: Path) -> None:
-    nodes = [helper.make_node("NonZero", ["x"], ["h"], name="nz"),
+    nodes = [helper.make_node("MaxUnpool", ["x", "i"], ["h"], kernel_shape=[1], name="unpool"),
              helper.make_node("Det", ["h"], ["y"], name="det")]
     graph = helper.make_graph(nodes, "bad",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 3])],
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 3]),
+                               helper.make_tensor_value_info("i", TensorProto.INT64, [3, 3])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
     model = _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
                   tmp_path / "bad.onnx")
@@ -128,7 +129,7 @@ def test_unsupported_model_writes_nothing(tmp_path: Path) -> None:
     assert result.exit_code == 2
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("graphrun: error: cannot import bad.onnx")
-    assert "NonZero" in lines[0] and "'nz'" in lines[0] and "Det" in lines[0]
+    assert "MaxUnpool" in lines[0] and "'unpool'" in lines[0] and "Det" in lines[0]
     assert "opset 17" in lines[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.onnx"]  # no temporary left
 

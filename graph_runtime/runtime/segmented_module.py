@@ -1,0 +1,289 @@
+"""SegmentedGraphModule: create()'s module for a graph cut at data-dependent nodes (NonZero...).
+
+It runs segment 0 (a static or symbolic module of its own), computes the cuts of level 0 on the
+host, binds the sizes they produced and feeds their outputs to segment 1, specialised (and
+cached, runtime/symbolic_module.py) for those sizes; and so on. What a run costs beyond the
+nodes: one host copy of each cut's inputs, each cut on the host, one copy of each value that
+crosses into a later segment (set_input), and a cache lookup per symbolic segment.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from .._timing import BenchmarkResult, time_runs
+from ..device import Device, cpu
+from ..errors import GraphError, GraphRuntimeError
+from ..graph.model import Graph
+from ..graph.symbolic import format_shape
+from ..lib.library import Module
+from ..lib.ops.data_dependent import HOST_FUNCTIONS
+from ..nd import NDArray
+from .executor import NodeTime
+from .graph_module import _copy_out
+from .placement import resolve_entry_devices
+from .segments import (CARRIER_PREFIX, Cut, Segment, bind_outputs, describe_cuts, plan_static,
+                       split)
+
+
+class SegmentedGraphModule:
+    """GraphModule's API over a graph with data-dependent nodes (see the module docstring)."""
+
+    def __init__(self, graph: Graph, lib: Module, ctxs: Sequence[Device], cuts: Sequence[Cut], *,
+                 strict: bool = False, memory_cap: Any = None, allow_uninitialized: bool = False,
+                 cache_size: int | None = None) -> None:
+        from .graph_module import create
+        self.graph = graph
+        self.ctxs = list(ctxs)
+        self.cuts = list(cuts)
+        self.segments = split(graph, lib, self.cuts)
+        self.modules: list[Any] = []
+        for seg in self.segments:
+            if seg is None:
+                self.modules.append(None)
+                continue
+            sub = plan_static(seg, resolve_entry_devices(seg.graph, self.ctxs, strict))
+            self.modules.append(create(sub, lib, self.ctxs, strict=strict, memory_cap=memory_cap,
+                                       allow_uninitialized=allow_uninitialized,
+                                       cache_size=cache_size))
+        self._entry_device = resolve_entry_devices(graph, self.ctxs, strict)
+        self._inputs = dict(graph.input_entries)
+        self._names = list(self._inputs)
+        by_eid = {eid: name for name, eid in self._inputs.items()}
+        arg_eids = set(by_eid)
+        # Graph inputs by name -> (segment, its name there); the rest of a segment's inputs are
+        # values crossing from an earlier segment or cut, fed on every run.
+        self._routes: dict[str, list[tuple[int, str]]] = {n: [] for n in self._names}
+        self._fed: list[list[tuple[str, int]]] = []
+        for k, seg in enumerate(self.segments):
+            fed = []
+            for name, eid in (seg.inputs if seg is not None else ()):
+                if eid in arg_eids:
+                    self._routes[by_eid[eid]].append((k, name))
+                else:
+                    fed.append((name, eid))
+            self._fed.append(fed)
+        self._heads = [graph.entry_id(h[0], h[1]) for h in graph.heads]
+        # Graph inputs a cut reads (or the graph returns as they are): kept as host copies.
+        self._cut_inputs = {e for c in self.cuts for e in c.in_eids if e in arg_eids}
+        self._cut_inputs.update(e for e in self._heads if e in arg_eids)
+        self._held: dict[int, np.ndarray] = {}
+        self._outputs: list[Any] | None = None
+        self.env: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._repeat = 1
+
+    # ---- what the graph takes ------------------------------------------------------------------
+
+    def describe_cuts(self) -> list[str]:
+        """One line per cut: where the graph is cut and which sizes the data decides there."""
+        return describe_cuts(self.graph, self.cuts)
+
+    @property
+    def signature(self) -> str:
+        return "; ".join(f"{n}: {format_shape(self.graph.shape(e))} {self.graph.dtype(e)}"
+                         for n, e in self._inputs.items())
+
+    def get_num_inputs(self) -> int:
+        return len(self._names)
+
+    def get_num_outputs(self) -> int:
+        return len(self._heads)
+
+    def get_input_index(self, name: str) -> int:
+        if name not in self._inputs:
+            raise GraphError(f"graph has no input {name!r}; inputs are: {', '.join(self._names)}")
+        return self._names.index(name)
+
+    def get_input_info(self) -> tuple[dict[str, tuple[Any, ...]], dict[str, str]]:
+        return ({n: tuple(self.graph.shape(e)) for n, e in self._inputs.items()},
+                {n: self.graph.dtype(e) for n, e in self._inputs.items()})
+
+    # ---- inputs and params ---------------------------------------------------------------------
+
+    def set_input(self, key: int | str | Mapping[str, Any] | None = None, value: Any = None,
+                  **params: Any) -> None:
+        """Set inputs by name or index; each goes to every segment (and cut) that reads it."""
+        items: dict[str, Any] = dict(key) if isinstance(key, Mapping) else {}
+        if key is not None and not isinstance(key, Mapping):
+            name = self._names[key] if isinstance(key, int) and 0 <= key < len(self._names) \
+                else key
+            items[str(name)] = value
+        items.update(params)
+        for name, val in items.items():
+            self.get_input_index(name)
+            for k, there in self._routes[name]:
+                self.modules[k].set_input(there, val)
+            if self._inputs[name] in self._cut_inputs:
+                self._held[self._inputs[name]] = _host(val)
+
+    def get_input(self, key: int | str, out: Any = None) -> Any:
+        """The value an input holds (from a segment that reads it, or the host copy a cut reads)."""
+        name = self._names[key] if isinstance(key, int) and 0 <= key < len(self._names) else key
+        self.get_input_index(str(name))
+        for k, there in self._routes[str(name)]:
+            return self.modules[k].get_input(there, out)
+        held = self._held.get(self._inputs[str(name)])
+        if held is None:
+            raise GraphError(f"input {name!r} was never set")
+        return NDArray(held.copy(), cpu(0)) if out is None else _copy_out(NDArray(held, cpu(0)),
+                                                                          out)
+
+    def load_params(self, params: bytes | bytearray | str | os.PathLike | Mapping[str, Any],
+                    source: str | None = None) -> None:
+        """Params (TVM blob, file or dict): each segment gets the ones it reads."""
+        from ..params import load_param_arrays, load_params_file
+        if isinstance(params, (bytes, bytearray, memoryview)):
+            values: Mapping[str, Any] = load_param_arrays(bytes(params), source or "<params>")
+        elif isinstance(params, (str, os.PathLike)):
+            values = load_params_file(params)
+        else:
+            values = params
+        mine: dict[int, dict[str, Any]] = {}
+        for name, val in values.items():
+            for k, there in self._routes.get(name, ()):
+                mine.setdefault(k, {})[there] = val
+        for k, params_k in mine.items():
+            self.modules[k].load_params(params_k, source=source)
+        for name, val in values.items():
+            if self._inputs.get(name) in self._cut_inputs:
+                self._held[self._inputs[name]] = _host(val)
+
+    # ---- running -------------------------------------------------------------------------------
+
+    def run(self, **inputs: Any) -> None:
+        """Run segment by segment; each cut's results bind the sizes of the next segment."""
+        if inputs:
+            self.set_input(inputs)
+        if not self._lock.acquire(False):
+            raise GraphRuntimeError("SegmentedGraphModule.run() called while another thread is "
+                                    "in it; use one module per thread")
+        try:
+            self._run()
+        finally:
+            self._lock.release()
+
+    def _run(self, timer: Callable[[Any, float], None] | None = None) -> None:
+        env: dict[str, int] = {}
+        self.env = env
+        values: dict[int, Any] = dict(self._held)
+        for k, seg in enumerate(self.segments):
+            if seg is not None:
+                self._run_segment(k, seg, values, env, timer)
+            for cut in self.cuts:
+                if cut.level != k:
+                    continue
+                times = []
+                for _ in range(self._repeat if timer is not None else 1):
+                    start = time.perf_counter()
+                    results = self._cut(cut, values)
+                    times.append(time.perf_counter() - start)
+                bind_outputs(cut, self.graph, results, env)
+                values.update(zip(cut.out_eids, results))
+                if timer is not None:
+                    timer(cut, sorted(times)[len(times) // 2])
+        self._outputs = [values[e] for e in self._heads]
+
+    def _cut(self, cut: Cut, values: Mapping[int, Any]) -> list[np.ndarray]:
+        """The cut's outputs, computed on the host from its inputs' host copies."""
+        arrays = [_host(values[e]) for e in cut.in_eids]
+        try:
+            return [np.ascontiguousarray(r) for r in HOST_FUNCTIONS[cut.op](arrays, cut.attrs)]
+        except GraphRuntimeError as e:
+            raise GraphError(f"{cut.label} ({cut.op}): {e}") from e
+
+    def _run_segment(self, k: int, seg: Segment, values: dict[int, Any], env: Mapping[str, int],
+                     timer: Callable[[Any, float], None] | None) -> None:
+        module = self.modules[k]
+        for name, eid in self._fed[k]:
+            module.set_input(name, values[eid])
+        for name in seg.carriers:
+            if name not in env:
+                raise GraphError(f"{self.graph.source}: segment {k} needs the size {name!r}, "
+                                 "which no cut before it binds")
+            module.set_input(CARRIER_PREFIX + name, np.empty((env[name], 0), np.int8))
+        if timer is None:
+            module.run()
+        else:
+            timer((k, module.profile(self._repeat)), 0.0)
+        for i, eid in enumerate(seg.outputs):
+            values[eid] = module.get_output(i)
+
+    def run_with(self, **inputs: Any) -> list[np.ndarray]:
+        """set_input + run + host copies of every output."""
+        self.run(**inputs)
+        return [self.get_output(i).numpy() for i in range(len(self._heads))]
+
+    def get_output(self, index: int, out: Any = None) -> Any:
+        if self._outputs is None:
+            raise GraphError("get_output: nothing has run yet (a graph cut at data-dependent "
+                             "nodes learns its output sizes by running)")
+        if not 0 <= index < len(self._outputs):
+            raise GraphError(f"output index {index} is out of range: the graph has "
+                             f"{len(self._outputs)} outputs")
+        value = self._outputs[index]
+        nd = value if isinstance(value, NDArray) else NDArray(value, cpu(0))
+        if out is not None:
+            return _copy_out(nd, out)
+        return nd
+
+    def benchmark(self, repeat: int = 5, number: int = 5, min_repeat_ms: float | None = None,
+                  **kwargs: Any) -> BenchmarkResult:
+        """Time whole segmented runs (cuts, specialisation lookups and boundary copies included)."""
+        if kwargs:
+            self.set_input(kwargs)
+        return time_runs(self._run, lambda: None, repeat, number, min_repeat_ms)
+
+    def profile(self, repeat: int = 1, progress: Any = None) -> list[NodeTime]:
+        """Per-node times in run order: each segment's own profile (a `specialise` row when it
+        was specialised by this call), and one row per cut (its host time with the copies of its
+        inputs to the host, median of repeat; nid of the cut node)."""
+        rows: list[NodeTime] = []
+
+        def timer(what: Any, seconds: float) -> None:
+            if isinstance(what, Cut):
+                bound = ", ".join(f"{n}={self.env.get(n)}" for n in what.binds(self.graph))
+                node = self.graph.nodes[what.nid]
+                rows.append(NodeTime(what.nid, f"{node.label} [cut: {bound}]",
+                                     node.func_name or what.op, cpu(0), False, seconds))
+                return
+            k, times = what
+            seg = self.segments[k]
+            for t in times:
+                nid = seg.nids[t.nid] if t.nid >= 0 else -1
+                label = self.graph.nodes[nid].label if nid >= 0 else f"segment {k}: {t.label}"
+                rows.append(NodeTime(nid, label,
+                                     t.func_name, t.device, t.is_copy, t.seconds))
+        self._repeat = repeat
+        self._run(timer)
+        return rows
+
+    @property
+    def executor(self) -> Any:
+        """The segments' executors as one whole-graph view (placement, copies, pool, steps) for
+        reports; the specialisations the last run used."""
+        from .segment_report import segments_view
+        if self._outputs is None:
+            raise GraphError("executor: nothing has run yet (a graph cut at data-dependent "
+                             "nodes is specialised by running)")
+        return segments_view(self.graph, self._entry_device, self.segments, self.modules,
+                             self.cuts)
+
+    def specialised(self) -> Any:
+        raise GraphError("a graph cut at data-dependent nodes has no single static module; "
+                         "its segments are in .modules")
+
+
+def _host(value: Any) -> np.ndarray:
+    if isinstance(value, NDArray):
+        return value.numpy()
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "__dlpack__"):
+        from ..nd import from_dlpack
+        return from_dlpack(value).numpy()
+    return np.asarray(value)
