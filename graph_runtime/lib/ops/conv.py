@@ -198,6 +198,10 @@ class _EpilogueAfter(PreparedKernel):
         self.kernel(data, weight, out)
         self.epilogue.apply(out, 0, out.shape[0], rest[:-1])
 
+    def __repr__(self) -> str:
+        return f"EpilogueAfter({getattr(self.kernel, '__name__', self.kernel)!s}, " \
+               f"{'+'.join(op.kind for op in self.epilogue.ops)})"
+
 
 def _onednn_or_host(p: ConvParams, epilogue: Epilogue, host: Callable[[], Callable[..., None]],
                     shapes: Sequence[tuple[int, ...]]) -> Callable[..., None]:
