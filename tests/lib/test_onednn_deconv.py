@@ -292,3 +292,16 @@ def test_setting_off_keeps_the_numpy_kernel(monkeypatch, random_array) -> None:
                              {"op": "relu"}], [x, w, b])
     assert not isinstance(kernel, OnednnDeconv)
     _check(got, np.maximum(_ref(x, w, attrs) + b, 0), _bound(x, w, attrs, 1, 1.0))
+
+
+def test_float64_with_a_fused_tail_stays_numpy(run_op, random_array) -> None:
+    """float64 never goes to oneDNN: the NumPy kernel, then the chain's tail on its output."""
+    x = random_array((1, 4, 5, 6), "float64", seed=1)
+    w = random_array((4, 3, 3, 3), "float64", seed=2)
+    b = random_array((3, 1, 1), "float64", seed=3)
+    r = random_array((1, 3, 10, 13), "float64", seed=4)
+    attrs = {"strides": [2, 2], "output_padding": [0, 1], "padding": [1, 1, 0, 0]}
+    (got,) = run_op("cpu", {"ops": [{"op": "conv2d_transpose", **attrs}, {"op": "add"},
+                                    {"op": "add"}, {"op": "relu"}]}, [x, w, b, r])
+    np.testing.assert_allclose(got, np.maximum(_ref(x, w, attrs) + b + r, 0), rtol=1e-12,
+                               atol=1e-12)
