@@ -1,11 +1,14 @@
 """Convolution standard ops (conv2d, conv2d_transpose) in NCHW: op definitions and kernels.
 
-CPU conv2d picks a strategy per shape (kernels/cpu/conv_choice.py); CUDA runs im2col + GEMM here.
+CPU conv2d picks a strategy per shape (kernels/cpu/conv_choice.py); CPU conv2d_transpose is
+oneDNN's deconvolution or the NumPy kernel here, per shape (kernels/onednn/choice.py onednn_or);
+CUDA runs im2col + GEMM here.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from ...backends import get_backend
 from ...backends.base import Backend
 from ..conv_params import CONV_ATTRS, ConvParams, conv2d_params, conv2d_transpose_params
 from ..kernels.cpu.conv_choice import conv2d_cpu
@@ -14,6 +17,7 @@ from ..kernels.host import array_module, host_kernel, wide_dtype
 from ..kernels.opencl.conv import conv2d_cl, conv2d_transpose_cl
 from ..kernels.opencl.source import check_cl_dtypes
 from ..library import TensorSpec
+from ..prepared import PreparedKernel
 from ..registry import define_op, kernel
 
 if TYPE_CHECKING:
@@ -150,6 +154,75 @@ def _conv2d_transpose_host(backend: Backend, device_id: int, inputs: Sequence[Te
     return host_kernel(backend, device_id, run)
 
 
+def _conv2d_transpose_cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
+                          outputs: Sequence[TensorSpec],
+                          attrs: Mapping[str, Any]) -> Callable[..., None]:
+    """float32: oneDNN's deconvolution where it applies and is chosen; else the NumPy kernel."""
+    p = conv2d_transpose_params(inputs, attrs)
+
+    def host() -> Callable[..., None]:
+        return _conv2d_transpose_host(backend, device_id, inputs, outputs, attrs)
+    if p.dtype != "float32":
+        return host()
+    shapes = [tuple(s.shape) for s in list(inputs) + list(outputs)]
+    return _onednn_or_host(p, Epilogue((), tuple(outputs[0].shape)), host, shapes)
+
+
+def _conv2d_transpose_cpu_fused(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec],
+                                attrs: Mapping[str, Any], ops: Sequence[tuple[str, Any]],
+                                operands: Sequence[TensorSpec]) -> Callable[..., None]:
+    """conv2d_transpose with a chain's trailing add/activations (chain.py): oneDNN's post-ops,
+    or the NumPy kernel followed by the epilogue's passes over the output (conv_epilogue)."""
+    p = conv2d_transpose_params(inputs, attrs)
+    shape = tuple(outputs[0].shape)
+    epilogue = Epilogue.build(ops, [tuple(s.shape) for s in operands], shape)
+
+    def host() -> Callable[..., None]:
+        kernel = _conv2d_transpose_host(get_backend("cpu"), 0, inputs, outputs, attrs)
+        return _EpilogueAfter(kernel, epilogue)
+    if p.dtype != "float32":
+        return host()
+    shapes = [tuple(s.shape) for s in list(inputs) + list(operands) + list(outputs)]
+    return _onednn_or_host(p, epilogue, host, shapes)
+
+
+class _EpilogueAfter(PreparedKernel):
+    """run(data, weight, *operands, out): a kernel writing out, then the epilogue on out."""
+
+    def __init__(self, kernel: Callable[..., None], epilogue: Epilogue) -> None:
+        self.kernel = kernel
+        self.epilogue = epilogue
+
+    def __call__(self, data: Any, weight: Any, *rest: Any) -> None:
+        out = rest[-1]
+        self.kernel(data, weight, out)
+        self.epilogue.apply(out, 0, out.shape[0], rest[:-1])
+
+    def __repr__(self) -> str:
+        return f"EpilogueAfter({getattr(self.kernel, '__name__', self.kernel)!s}, " \
+               f"{'+'.join(op.kind for op in self.epilogue.ops)})"
+
+
+def _onednn_or_host(p: ConvParams, epilogue: Epilogue, host: Callable[[], Callable[..., None]],
+                    shapes: Sequence[tuple[int, ...]]) -> Callable[..., None]:
+    """A oneDNN deconvolution (kernels/onednn/deconv.py) where it applies and the tuning
+    service (or GRAPH_RUNTIME_ONEDNN) picks it for this shape, else host()."""
+    from ..kernels.onednn.choice import onednn_or
+    from ..kernels.onednn.deconv import OnednnDeconv, deconv_applies
+
+    kinds = ",".join(op.kind for op in epilogue.ops) or "none"
+    key = (f"{p.dtype} data {p.n}x{p.c}x{p.h}x{p.w} weight {p.c}x{p.og}x{p.kh}x{p.kw} "
+           f"out {p.oh}x{p.ow} strides {_sides(p.strides)} pad {_sides(p.pad)} "
+           f"dilation {_sides(p.dilation)} groups {p.groups} epilogue {kinds}")
+    return onednn_or("conv2d_transpose", key, deconv_applies(p, epilogue),
+                     lambda: OnednnDeconv(p, epilogue), host, shapes)
+
+
+def _sides(values: tuple[int, ...]) -> str:
+    """One number where all sides agree, else all of them (as ConvParams.key writes them)."""
+    return str(values[0]) if len(set(values)) == 1 else ",".join(map(str, values))
+
+
 # -- opencl -------------------------------------------------------------------------------------
 
 def _conv2d_cl(backend: OpenCLBackend, device_id: int, inputs: Sequence[TensorSpec],
@@ -169,11 +242,13 @@ def _conv2d_transpose_cl(backend: OpenCLBackend, device_id: int, inputs: Sequenc
 
 _CONV2D = define_op("conv2d", _conv2d_infer, 2, CONV_ATTRS)
 _CONV2D.cpu_epilogue = _conv2d_cpu_fused
-define_op("conv2d_transpose", _conv2d_transpose_infer, 2, CONV_ATTRS + ("output_padding",))
+_CONV2D_TRANSPOSE = define_op("conv2d_transpose", _conv2d_transpose_infer, 2,
+                              CONV_ATTRS + ("output_padding",))
+_CONV2D_TRANSPOSE.cpu_epilogue = _conv2d_transpose_cpu_fused
 kernel("conv2d", "cpu")(_conv2d_cpu)
 kernel("conv2d", "cuda")(_conv2d_host)
-for _kind in ("cpu", "cuda"):
-    kernel("conv2d_transpose", _kind)(_conv2d_transpose_host)
+kernel("conv2d_transpose", "cpu")(_conv2d_transpose_cpu)
+kernel("conv2d_transpose", "cuda")(_conv2d_transpose_host)
 kernel("conv2d", "opencl")(_conv2d_cl)
 kernel("conv2d_transpose", "opencl")(_conv2d_transpose_cl)
 

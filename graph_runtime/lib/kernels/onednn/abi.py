@@ -23,6 +23,7 @@ ENGINE_CPU = 1
 STREAM_DEFAULT = 1
 FORWARD_INFERENCE = 96
 CONVOLUTION_DIRECT = 0x1
+DECONVOLUTION_DIRECT = 0xA
 ELTWISE_RELU = 0x20
 ELTWISE_TANH = 0x21
 ELTWISE_LOGISTIC = 0x29
@@ -87,6 +88,9 @@ SIGNATURES: dict[str, list[Any]] = {
     "dnnl_post_ops_append_sum": [_VP, ctypes.c_float, ctypes.c_int32, ctypes.c_int],
     "dnnl_post_ops_append_binary": [_VP, ctypes.c_int, _VP],
     "dnnl_convolution_forward_primitive_desc_create": [
+        _P(_VP), _VP, ctypes.c_int, ctypes.c_int, _VP, _VP, _VP, _VP, Dims, Dims, Dims, Dims,
+        _VP],
+    "dnnl_deconvolution_forward_primitive_desc_create": [
         _P(_VP), _VP, ctypes.c_int, ctypes.c_int, _VP, _VP, _VP, _VP, Dims, Dims, Dims, Dims,
         _VP],
     "dnnl_pooling_forward_primitive_desc_create": [

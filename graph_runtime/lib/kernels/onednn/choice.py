@@ -1,5 +1,6 @@
 """Where oneDNN kernels are offered to the CPU kernel choices: the conv strategy's candidate, and
-oneDNN-or-today's choices for pools and matmuls through the tuning service (lib/tuning.py)."""
+oneDNN-or-today's choices for pools, matmuls and conv2d_transpose through the tuning service
+(lib/tuning.py)."""
 from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
@@ -84,9 +85,11 @@ def onednn_or(op: str, key: str, applies: bool,
 
 
 def _reference(kernel: Any) -> bool:
-    """Whether oneDNN picked its reference code (impl "ref:any"): its slow fallback for what no
-    JIT kernel covers (dilated pools, odd strides), never worth taking."""
-    return str(getattr(kernel, "impl", "")).startswith("ref")
+    """Whether oneDNN picked its reference code (impl "ref:any", or "conv:any+ref:any" for a
+    deconvolution over a reference convolution): its slow fallback for what no JIT kernel
+    covers (dilated pools, odd strides), never worth taking."""
+    impl = str(getattr(kernel, "impl", ""))
+    return any(part.startswith("ref") for part in impl.split("+"))
 
 
 def timed_call(kernel: Any, args: Sequence[np.ndarray]) -> Callable[[], None]:

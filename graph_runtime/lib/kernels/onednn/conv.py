@@ -73,6 +73,9 @@ class OnednnConv(ConvKernel):
 
     strategy = "onednn"
     derived = (1,)
+    op_name = "conv2d"
+    create = "dnnl_convolution_forward_primitive_desc_create"
+    algorithm = abi.CONVOLUTION_DIRECT
 
     def __init__(self, p: ConvParams, epilogue: Epilogue) -> None:
         super().__init__(p, epilogue)
@@ -86,7 +89,7 @@ class OnednnConv(ConvKernel):
         self.adds = [op.operand for op in tail.ops if op.kind == "add" and op not in full]
         w_shape: tuple[int, ...] = (p.o, p.cg, p.kh, p.kw)
         if p.groups > 1:
-            w_shape = (p.groups, p.og, p.cg, p.kh, p.kw)  # goihw: the same bytes as OIHW
+            w_shape = (p.groups, p.og, p.cg, p.kh, p.kw)
         self._w_shape = w_shape
         self._bias_md = MemoryDesc.plain((p.o,)) if self.bias is not None else None
         self._operand_mds = [MemoryDesc.plain(op.shape) for op in tail.ops
@@ -109,7 +112,7 @@ class OnednnConv(ConvKernel):
             self._chosen_w = first.md(abi.QUERY_WEIGHTS_MD, w_shape)
         self.impl = first.impl()
         self.pieces = pieces
-        self.weight = PackedWeight(MemoryDesc.plain(w_shape), self._chosen_w)
+        self.weight = PackedWeight(self._user_weight(), self._chosen_w)
         self.bias_mem = Memory(self._bias_md) if self._bias_md is not None else None
         self.operand_mems = [Memory(md) for md in self._operand_mds]
         # (primitive, src memory, its byte offset, dst memory, its byte offset) per work item;
@@ -123,6 +126,10 @@ class OnednnConv(ConvKernel):
         self.out_position = 2 + (max(adds) + 1 if adds else 0)
         self.nhwc: frozenset[int] = frozenset()
         self._wire()
+
+    def _user_weight(self) -> MemoryDesc:
+        """The op's weight as oneDNN sees it: OIHW, or goihw (the same bytes) with groups."""
+        return MemoryDesc.plain(self._w_shape)
 
     def channels_last_positions(self) -> tuple[int, ...]:
         """The data, the residual and the output may be NHWC arrays."""
@@ -208,8 +215,8 @@ class OnednnConv(ConvKernel):
                                                                             operands))
         try:
             pd = PrimitiveDesc(
-                "dnnl_convolution_forward_primitive_desc_create", dn.library().engine,
-                abi.FORWARD_INFERENCE, abi.CONVOLUTION_DIRECT, src.handle, weights.handle,
+                self.create, dn.library().engine,
+                abi.FORWARD_INFERENCE, self.algorithm, src.handle, weights.handle,
                 None if self._bias_md is None else self._bias_md.handle, dst.handle,
                 dn.dims_array(p.strides), dn.dims_array([d - 1 for d in p.dilation]),
                 dn.dims_array((top, p.pad[1])), dn.dims_array((bottom, p.pad[3])), attr)
@@ -274,7 +281,7 @@ class OnednnConv(ConvKernel):
         for position, array in checks:
             nhwc = self._layout(position) == NHWC
             if not (is_nhwc(array) if nhwc else array.flags.c_contiguous):
-                raise LibraryError(f"oneDNN conv2d argument {position}: expected a "
+                raise LibraryError(f"oneDNN {self.op_name} argument {position}: expected a "
                                    f"{self._layout(position).upper()} array, got strides "
                                    f"{array.strides} for shape {array.shape}")
         assert self.src_buf is not None or self.data_in is None
