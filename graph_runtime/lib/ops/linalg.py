@@ -230,17 +230,21 @@ def _onednn_or(gemm: Gemm, inputs: Sequence[TensorSpec], outputs: Sequence[Tenso
                make_other: Callable[[], Callable[..., None]]) -> Callable[..., None]:
     """A oneDNN matmul primitive where it is faster (kernels/onednn/matmul.py), else today's."""
     from ..kernels.onednn.choice import onednn_or
-    from ..kernels.onednn.matmul import OnednnMatmul, matmul_applies
+    from ..kernels.onednn.matmul import MIN_SPLIT_FLOPS, OnednnMatmul, matmul_applies
 
     shapes = [tuple(s.shape) for s in list(inputs) + list(outputs)]
     applies = matmul_applies(gemm.dtype, gemm.batch, gemm.m, gemm.n, gemm.k)
     key = (f"{gemm.dtype} batch {gemm.batch} m {gemm.m} n {gemm.n} k {gemm.k} "
            f"trans_a {int(gemm.trans_a)} trans_b {int(gemm.trans_b)} "
            f"a_batches {gemm.a_batches} b_batches {gemm.b_batches}")
-    return onednn_or("matmul", key, applies,
-                     lambda: OnednnMatmul(gemm.batch, gemm.m, gemm.n, gemm.k, gemm.trans_a,
-                                          gemm.trans_b, gemm.a_batches, gemm.b_batches),
-                     make_other, shapes)
+    def make(split: bool) -> Callable[..., None]:
+        return OnednnMatmul(gemm.batch, gemm.m, gemm.n, gemm.k, gemm.trans_a, gemm.trans_b,
+                            gemm.a_batches, gemm.b_batches, split=split)
+
+    # one call, or (a product worth the workers' hand-off) items on the workers: measured
+    splits = applies and 2.0 * gemm.batch * gemm.m * gemm.n * gemm.k >= MIN_SPLIT_FLOPS
+    return onednn_or("matmul", key, applies, lambda: make(False), make_other, shapes,
+                     (lambda: make(True)) if splits else None)
 
 
 def _todays_gemm(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],

@@ -2,6 +2,7 @@
 oneDNN-or-today's choices for pools and matmuls through the tuning service (lib/tuning.py)."""
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -46,10 +47,13 @@ def onednn_conv(p: ConvParams, epilogue: Epilogue) -> Any:
 def onednn_or(op: str, key: str, applies: bool,
               make_onednn: Callable[[], Callable[..., None]],
               make_other: Callable[[], Callable[..., None]],
-              shapes: Sequence[tuple[int, ...]]) -> Callable[..., None]:
+              shapes: Sequence[tuple[int, ...]],
+              make_split: Callable[[], Callable[..., None]] | None = None
+              ) -> Callable[..., None]:
     """The oneDNN kernel or today's for one op shape: forced by GRAPH_RUNTIME_ONEDNN=on|off,
-    else the tuning service's choice "cpu.onednn_<op>" between "on" and "off" for key, measured
-    once on float32 arrays of `shapes` (inputs, then outputs)."""
+    else the tuning service's choice "cpu.onednn_<op>" between "on" and "off" (and "split",
+    the oneDNN kernel in work items for the workers, when make_split is given) for key,
+    measured once on float32 arrays of `shapes` (inputs, then outputs)."""
     if not applies:
         if binding.onednn_mode() == "on":
             binding.library()
@@ -57,21 +61,25 @@ def onednn_or(op: str, key: str, applies: bool,
     made = make_onednn()
     if _reference(made):
         return make_other()
+    makers = {"on": make_onednn}
+    if make_split is not None:
+        makers["split"] = make_split
     if onednn_forced():
-        return made
+        return makers["split"]() if "split" in makers else made
     timed = []
 
     def measure() -> Mapping[str, float]:
         timed.append(made)
-        return _seconds(made, make_other(), shapes)
+        kernels = {"on": made, **{name: make() for name, make in makers.items() if name != "on"}}
+        return _seconds(kernels, make_other(), shapes)
 
     choice = Choice(f"cpu.onednn_{op}", settings.ONEDNN)
-    chosen = choice.choose("cpu", key, ("off", "on"), measure, "off", MIN_SPEEDUP)
+    chosen = choice.choose("cpu", key, ("off", *makers), measure, "off", MIN_SPEEDUP)
     if chosen == "off":
         return make_other()
     # NOTE: a timed kernel derived data (packed weights) from made-up arrays and was bound to a
     # constant version: the graph gets a fresh one.
-    return make_onednn() if timed else made
+    return makers[chosen]() if timed or chosen != "on" else made
 
 
 def _reference(kernel: Any) -> bool:
@@ -80,16 +88,17 @@ def _reference(kernel: Any) -> bool:
     return str(getattr(kernel, "impl", "")).startswith("ref")
 
 
-def _seconds(onednn: Callable[..., None], other: Callable[..., None],
+def _seconds(onednn: Mapping[str, Callable[..., None]], other: Callable[..., None],
              shapes: Sequence[tuple[int, ...]]) -> Mapping[str, float]:
-    """Both kernels' median times on arrays of the real shapes."""
+    """Each kernel's median time on arrays of the real shapes (oneDNN's by variant name)."""
     rng = np.random.default_rng(0)
     arrays = [rng.standard_normal(shape).astype(np.float32) for shape in shapes]
     steady = InputVersion()  # constant weights, as params are: derived data made once
-    for kernel in (onednn, other):
+    kernels = {**onednn, "off": other}
+    for kernel in kernels.values():
         made = capabilities(kernel)
         made.bind_versions({pos: steady for pos in made.cached_inputs()})
-    calls = {"on": lambda: onednn(*arrays), "off": lambda: other(*arrays)}
+    calls = {name: functools.partial(kernel, *arrays) for name, kernel in kernels.items()}
     # NOTE: timed with OpenBLAS at one thread, as a graph holding a oneDNN kernel runs (its
     # threads, spinning after a threaded call, stalled the next oneDNN call by milliseconds).
     with ONE_BLAS_THREAD:
