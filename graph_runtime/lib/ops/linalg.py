@@ -10,7 +10,7 @@ from ... import settings
 from ...backends import REGISTRY
 from ...backends.base import Backend
 from ..attrs import attr_error, bool_attr, check_out_dtype, int_attr, normalize_axis, op_error
-from ..kernels.cpu.dense_tiles import DenseTiles, tiles, tiling
+from ..kernels.cpu.dense_tiles import SPREAD_FLOPS, DenseTiles, tiles, tiling
 from ..kernels.cpu.padded_gemv import PaddedGemv, padded_rows
 from ..kernels.cpu.split_dense import SplitDense, split_blocks
 from ..kernels.cpu.transposed_dense import TransposedDense, keeps_transposed
@@ -241,10 +241,12 @@ def _onednn_or(gemm: Gemm, inputs: Sequence[TensorSpec], outputs: Sequence[Tenso
         return OnednnMatmul(gemm.batch, gemm.m, gemm.n, gemm.k, gemm.trans_a, gemm.trans_b,
                             gemm.a_batches, gemm.b_batches, split=split)
 
-    # one call, or (a product worth the workers' hand-off) items on the workers: measured
-    splits = applies and 2.0 * gemm.batch * gemm.m * gemm.n * gemm.k >= MIN_SPLIT_FLOPS
+    # one call, or (a product worth the workers' hand-off) items on the workers: measured,
+    # items kept for large products unless one call is clearly faster (dense_tiles.py's rule)
+    flops = 2.0 * gemm.batch * gemm.m * gemm.n * gemm.k
+    splits = applies and flops >= MIN_SPLIT_FLOPS
     return onednn_or("matmul", key, applies, lambda: make(False), make_other, shapes,
-                     (lambda: make(True)) if splits else None)
+                     (lambda: make(True)) if splits else None, flops >= SPREAD_FLOPS)
 
 
 def _todays_gemm(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],

@@ -20,6 +20,10 @@ from . import binding
 ROUNDS = 9
 PAUSE_S = 0.0005
 MIN_SPEEDUP = 1.1  # what oneDNN must gain over today's kernel to be chosen
+# A large product keeps its work items on both cores unless one call is this much faster (as
+# dense_tiles.SPREAD_SPEEDUP): measured at load 4, one call won BERT-base's 128x3072x768
+# products by 1.14x and the model then ran 203 ms against 160 with the items.
+SPREAD_SPEEDUP = 1.25
 
 
 def onednn_forced() -> bool:
@@ -48,12 +52,13 @@ def onednn_or(op: str, key: str, applies: bool,
               make_onednn: Callable[[], Callable[..., None]],
               make_other: Callable[[], Callable[..., None]],
               shapes: Sequence[tuple[int, ...]],
-              make_split: Callable[[], Callable[..., None]] | None = None
-              ) -> Callable[..., None]:
+              make_split: Callable[[], Callable[..., None]] | None = None,
+              spread: bool = False) -> Callable[..., None]:
     """The oneDNN kernel or today's for one op shape: forced by GRAPH_RUNTIME_ONEDNN=on|off,
     else the tuning service's choice "cpu.onednn_<op>" between "on" and "off" (and "split",
     the oneDNN kernel in work items for the workers, when make_split is given) for key,
-    measured once on float32 arrays of `shapes` (inputs, then outputs)."""
+    measured once on float32 arrays of `shapes` (inputs, then outputs). With spread, "split"
+    is kept unless another is SPREAD_SPEEDUP times faster (else "off" unless MIN_SPEEDUP)."""
     if not applies:
         if binding.onednn_mode() == "on":
             binding.library()
@@ -74,7 +79,9 @@ def onednn_or(op: str, key: str, applies: bool,
         return _seconds(kernels, make_other(), shapes)
 
     choice = Choice(f"cpu.onednn_{op}", settings.ONEDNN)
-    chosen = choice.choose("cpu", key, ("off", *makers), measure, "off", MIN_SPEEDUP)
+    base, speedup = ("split", SPREAD_SPEEDUP) if spread and "split" in makers else ("off",
+                                                                                 MIN_SPEEDUP)
+    chosen = choice.choose("cpu", key, ("off", *makers), measure, base, speedup)
     if chosen == "off":
         return make_other()
     # NOTE: a timed kernel derived data (packed weights) from made-up arrays and was bound to a
