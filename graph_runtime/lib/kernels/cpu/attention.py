@@ -31,7 +31,8 @@ SPREAD_WORK = 4e7
 
 
 # NOTE: numba's on-disk cache of this function watches this file only, not rows_jit.py whose
-# softmax_row it inlines: a change there needs a change here too (or the cache cleared).
+# softmax_row it inlines: a change there needs a change here too (or the cache cleared):
+# softmax_row's float32 exp and vector max and sum (issue 22).
 @compiled
 def _scale_mask_softmax(s: Any, mask: Any, scale: float, nan_to_zero: bool,
                         has_mask: bool) -> None:

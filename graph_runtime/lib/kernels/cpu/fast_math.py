@@ -67,7 +67,11 @@ def exp32(x: Any) -> Any:
     made from their exponent bits, so that results down to the subnormals come out of one
     product.
     """
-    v = np.float32(-104.0) if x < -104.0 else (np.float32(88.73) if x > 88.73 else x)
+    # NOTE: float32 constants throughout: a float64 one widens the comparison, and the loop
+    # then runs at half the vector width (exp took 0.41 ns per value, 0.26 without)
+    lo = np.float32(-104.0)
+    hi = np.float32(88.73)
+    v = lo if x < lo else (hi if x > hi else x)
     # round to nearest: adding 1.5 * 2^23 pushes the fraction bits out
     k = v * np.float32(1.4426950408889634) + np.float32(12582912.0)
     n = k - np.float32(12582912.0)
@@ -85,9 +89,9 @@ def exp32(x: Any) -> Any:
     rest = np.int32(n) - half
     p = p * _float_of_bits(np.int32((half + 127) << 23))  # type: ignore[call-arg]
     p = p * _float_of_bits(np.int32((rest + 127) << 23))  # type: ignore[call-arg]
-    if x < -104.0:
+    if x < lo:
         p = np.float32(0.0)
-    elif x > 88.73:
+    elif x > hi:
         p = np.float32(np.inf)
     return p
 
