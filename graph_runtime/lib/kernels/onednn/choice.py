@@ -63,19 +63,17 @@ def onednn_or(op: str, key: str, applies: bool,
         if binding.onednn_mode() == "on":
             binding.library()
         return make_other()
-    made = make_onednn()
-    if _reference(made):
-        return make_other()
     makers = {"on": make_onednn}
     if make_split is not None:
         makers["split"] = make_split
     if onednn_forced():
-        return makers["split"]() if "split" in makers else made
-    timed = []
+        made = makers["split" if "split" in makers else "on"]()
+        return make_other() if _reference(made) else made
 
     def measure() -> Mapping[str, float]:
-        timed.append(made)
-        kernels = {"on": made, **{name: make() for name, make in makers.items() if name != "on"}}
+        kernels = {name: make() for name, make in makers.items()}
+        if _reference(kernels["on"]):
+            return {name: 1.0 if name == "off" else float("inf") for name in ("off", *makers)}
         return _seconds(kernels, make_other(), shapes)
 
     choice = Choice(f"cpu.onednn_{op}", settings.ONEDNN)
@@ -85,8 +83,10 @@ def onednn_or(op: str, key: str, applies: bool,
     if chosen == "off":
         return make_other()
     # NOTE: a timed kernel derived data (packed weights) from made-up arrays and was bound to a
-    # constant version: the graph gets a fresh one.
-    return makers[chosen]() if timed or chosen != "on" else made
+    # constant version: the graph gets a fresh one (made, like every oneDNN kernel here, only
+    # when it is first used, so that one passed over costs nothing).
+    made = makers[chosen]()
+    return make_other() if _reference(made) else made
 
 
 def _reference(kernel: Any) -> bool:
