@@ -121,3 +121,22 @@ def test_column_operand_stays_compiled(onednn, monkeypatch, random_array) -> Non
     run(x, w, c, b, out)
     want = x.astype(np.float64) @ w.astype(np.float64).T + c + b
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
+
+
+def test_steps_whose_values_are_read_later_stay_compiled() -> None:
+    """oneDNN never writes the product or a value between post-ops: a later step reading one
+    keeps the steps from there compiled (refs as chain._tail_operands gives them)."""
+    from graph_runtime.lib.kernels.onednn.matmul_tail import matmul_tail
+    specs = [TensorSpec((M, N), "float32"), TensorSpec((N,), "float32"),
+             TensorSpec((M, N), "float32")]
+    ops = ["add", "add", "multiply"]
+    taken = matmul_tail(ops, [[("input", 0), ("input", 1)], [("step", 0), ("input", 2)],
+                              [("step", 1), ("input", 2)]], specs, 0, M, N)
+    assert taken.steps == 3 and taken.bias == 0 and len(taken.post_ops) == 2
+    reads_product = [[("input", 0), ("input", 1)], [("step", 0), ("input", 2)],
+                     [("step", 1), ("input", 0)]]
+    assert matmul_tail(ops, reads_product, specs, 0, M, N).steps == 0
+    reads_between = [[("input", 0), ("input", 1)], [("step", 0), ("input", 2)],
+                     [("step", 1), ("step", 0)]]
+    taken = matmul_tail(ops, reads_between, specs, 0, M, N)
+    assert taken.steps == 1 and taken.post_ops == () and taken.bias == 0

@@ -70,30 +70,35 @@ def matmul_tail(ops: Sequence[str], refs: Sequence[Sequence[tuple[str, int]]],
         specs: the tail's free inputs; input `product` is the product itself.
         m, n: the product's rows and columns.
     Returns:
-        The steps taken; their operands are numbered in the order they are first read.
+        The steps taken; their operands are numbered in the order they are first read. The
+        steps after them may read only the last one's result: the product and the values
+        between are never written anywhere.
     """
-    operands: list[int] = []
-    bias = -1
-    post: list[PostOp] = []
     steps = 0
     for k, (op, step_refs) in enumerate(zip(ops, refs)):
         running = ("input", product) if k == 0 else ("step", k - 1)
         others = [r for r in step_refs if r != running]
-        if list(step_refs).count(running) != 1:
-            break
-        if op in BINARY and len(others) == 1 and others[0][0] == "input" \
-                and others[0][1] != product and _form(specs[others[0][1]], m, n):
-            free = others[0][1]
-            form = _form(specs[free], m, n)
-            if free not in operands:
-                operands.append(free)
-            if op == "add" and k == 0 and form == "row":
-                bias = operands.index(free)  # oneDNN adds its bias before any post-op
-            else:
-                post.append(PostOp(op, operands.index(free), form))
-        else:
+        if list(step_refs).count(running) != 1 or op not in BINARY or len(others) != 1 \
+                or others[0][0] != "input" or others[0][1] == product \
+                or not _form(specs[others[0][1]], m, n):
             break
         steps += 1
+    while steps and any(r == ("input", product) or (r[0] == "step" and r[1] < steps - 1)
+                        for later in refs[steps:] for r in later):
+        steps -= 1
+    operands: list[int] = []
+    bias = -1
+    post: list[PostOp] = []
+    for k in range(steps):
+        running = ("input", product) if k == 0 else ("step", k - 1)
+        free = next(i for what, i in refs[k] if (what, i) != running)
+        form = _form(specs[free], m, n)
+        if free not in operands:
+            operands.append(free)
+        if ops[k] == "add" and k == 0 and form == "row":
+            bias = operands.index(free)  # oneDNN adds its bias before any post-op
+        else:
+            post.append(PostOp(ops[k], operands.index(free), form))
     return MatmulTail(steps, bias, tuple(post), tuple(operands), tuple(ops[:steps]))
 
 
