@@ -237,6 +237,7 @@ def _onednn_or(gemm: Gemm, inputs: Sequence[TensorSpec], outputs: Sequence[Tenso
     key = (f"{gemm.dtype} batch {gemm.batch} m {gemm.m} n {gemm.n} k {gemm.k} "
            f"trans_a {int(gemm.trans_a)} trans_b {int(gemm.trans_b)} "
            f"a_batches {gemm.a_batches} b_batches {gemm.b_batches}")
+
     def make(split: bool) -> Callable[..., None]:
         return OnednnMatmul(gemm.batch, gemm.m, gemm.n, gemm.k, gemm.trans_a, gemm.trans_b,
                             gemm.a_batches, gemm.b_batches, split=split)

@@ -15,8 +15,8 @@ from typing import Any
 
 import numba
 import numpy as np
-from numba import types
 from llvmlite import ir
+from numba import types
 from numba.extending import intrinsic, overload
 
 

@@ -78,7 +78,7 @@ class OnednnMatmul(DerivesFromInputs):
         if self._impl:
             return
         dn.use_threads(dn.CALLER_THREADS)
-        batch, m, n, k, trans_a, trans_b, a_batches, b_batches = self.shape
+        n, k, trans_b, b_batches = self.shape[2], self.shape[3], self.shape[5], self.shape[7]
         two_d = self.two_d
         w_shape = (k, n) if two_d else (b_batches, k, n)
         pieces = self._pieces()

@@ -12,8 +12,9 @@ formula gives inf, relu gives 0 for NaN).
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from ...library import TensorSpec
 from . import abi
