@@ -122,3 +122,26 @@ def test_cpu_head_blocks_on_workers(monkeypatch, case: tuple, dtype: str) -> Non
     out = np.full(want.shape, np.nan, dtype)
     run(*[np.ascontiguousarray(a) for a in arrays], out)
     _check(out, want, dtype)
+
+
+
+def test_cpu_kernel_follows_new_arrays() -> None:
+    """The CPU kernel keeps its head views while it gets the same arrays; other arrays, or the
+    same ones changed in place, give their own result (here: the batch reversed)."""
+    arrays, attrs, want = _case(*CASES[0], dtype="float32")
+    specs = [TensorSpec(a.shape, "float32") for a in arrays]
+    kernel = get_op("attention").kernels["cpu"](get_backend("cpu"), 0, specs,
+                                                [TensorSpec(want.shape, "float32")], attrs)
+    out = np.empty(want.shape, np.float32)
+    kernel(*arrays, out)
+    _check(out, want, "float32")
+    flipped = [np.ascontiguousarray(a[::-1]) for a in arrays]
+    other_out = np.empty_like(out)
+    kernel(*flipped, other_out)
+    _check(other_out, want[::-1], "float32")
+    kernel(*arrays, out)
+    _check(out, want, "float32")
+    for a, f in zip(arrays, flipped):
+        a[...] = f
+    kernel(*arrays, out)
+    _check(out, want[::-1], "float32")

@@ -75,6 +75,8 @@ class AttentionKernel(PreparedKernel):
         self.full = (batch, heads, q_len, k_len)
         self.scores = np.empty(self.full, dtype)
         self.no_mask = np.broadcast_to(np.zeros((1, 1, 1, 1), dtype), self.full)
+        self._seen: tuple[Any, ...] | None = None  # the arrays of the last call, and their views
+        self._cached: tuple[Any, ...] = ()
         # (batch, first head, last head) per worker item: about four items per worker where
         # the heads' work pays for the hand-off, else one call over every head.
         self.workers = num_threads()
@@ -130,14 +132,26 @@ class AttentionKernel(PreparedKernel):
     def uses_workers(self) -> bool:
         return len(self.blocks) > 1
 
-    def __call__(self, q: Any, k: Any, v: Any, *rest: Any) -> None:
-        out = rest[-1]
-        mask = np.broadcast_to(rest[0], self.full) if self.has_mask else self.no_mask
+    def _views(self, arrays: tuple[Any, ...]) -> tuple[Any, ...]:
+        """(q heads, k heads transposed, v heads, out heads, mask) over this call's arrays,
+        made again only when the arrays change (a graph passes the same ones every run, and
+        making the views cost ~5 us of BERT-tiny's 22 us attention)."""
+        if self._seen is not None and all(a is b for a, b in zip(arrays, self._seen)) \
+                and len(arrays) == len(self._seen):
+            return self._cached
+        q, k, v, *rest = arrays
         heads, dim = self.heads, self.head_dim
-        qh = head_view(q, self.offsets[0], heads, dim)
-        kt = head_view(k, self.offsets[1], heads, dim).transpose(0, 1, 3, 2)
-        vh = head_view(v, self.offsets[2], heads, dim)
-        oh = out.reshape(self.batch, self.q_len, heads, dim).transpose(0, 2, 1, 3)
+        self._cached = (head_view(q, self.offsets[0], heads, dim),
+                        head_view(k, self.offsets[1], heads, dim).transpose(0, 1, 3, 2),
+                        head_view(v, self.offsets[2], heads, dim),
+                        rest[-1].reshape(self.batch, self.q_len, heads, dim).transpose(0, 2, 1,
+                                                                                        3),
+                        np.broadcast_to(rest[0], self.full) if self.has_mask else self.no_mask)
+        self._seen = arrays
+        return self._cached
+
+    def __call__(self, *arrays: Any) -> None:
+        qh, kt, vh, oh, mask = self._views(arrays)
         scores, blocks = self.scores, self.blocks
         scale, nan_to_zero, has_mask = self.scale, self.nan_to_zero, self.has_mask
 
