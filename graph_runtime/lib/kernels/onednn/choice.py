@@ -53,12 +53,12 @@ def onednn_or(op: str, key: str, applies: bool,
               make_other: Callable[[], Callable[..., None]],
               shapes: Sequence[tuple[int, ...]],
               make_split: Callable[[], Callable[..., None]] | None = None,
-              spread: bool = False) -> Callable[..., None]:
+              base: str = "off") -> Callable[..., None]:
     """The oneDNN kernel or today's for one op shape: forced by GRAPH_RUNTIME_ONEDNN=on|off,
     else the tuning service's choice "cpu.onednn_<op>" between "on" and "off" (and "split",
     the oneDNN kernel in work items for the workers, when make_split is given) for key,
-    measured once on float32 arrays of `shapes` (inputs, then outputs). With spread, "split"
-    is kept unless another is SPREAD_SPEEDUP times faster (else "off" unless MIN_SPEEDUP)."""
+    measured once on float32 arrays of `shapes` (inputs, then outputs). The base candidate is
+    kept unless another is MIN_SPEEDUP times faster (SPREAD_SPEEDUP for "split")."""
     if not applies:
         if binding.onednn_mode() == "on":
             binding.library()
@@ -77,8 +77,9 @@ def onednn_or(op: str, key: str, applies: bool,
         return _seconds(kernels, make_other(), shapes)
 
     choice = Choice(f"cpu.onednn_{op}", settings.ONEDNN)
-    base, speedup = ("split", SPREAD_SPEEDUP) if spread and "split" in makers else ("off",
-                                                                                 MIN_SPEEDUP)
+    if base not in ("off", *makers):
+        base = "on"
+    speedup = SPREAD_SPEEDUP if base == "split" else MIN_SPEEDUP
     chosen = choice.choose("cpu", key, ("off", *makers), measure, base, speedup)
     if chosen == "off":
         return make_other()
