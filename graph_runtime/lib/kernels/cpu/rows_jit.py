@@ -119,9 +119,9 @@ def _row_max(row: Any) -> float:
 
 
 @inlined
-def softmax_row(row: Any, nan_to_zero: bool) -> None:
-    """row = softmax(row) in place, as NumPy's (a NaN, or -inf everywhere, gives NaN; then 0
-    with nan_to_zero).
+def softmax_row(row: Any, nan_to_zero: bool, scale: Any) -> None:
+    """row = softmax(row * scale) in place, for scale > 0 of the row's type, as NumPy's (a NaN,
+    or -inf everywhere, gives NaN; then 0 with nan_to_zero).
 
     The max skips NaNs; a NaN still makes the whole row NaN as in NumPy, through its exp and
     so the sum (as does an inf, whose x - max is NaN). The max, exp and sum are loops of their
@@ -133,7 +133,7 @@ def softmax_row(row: Any, nan_to_zero: bool) -> None:
         return
     top = _row_max(row)
     for j in range(n):
-        row[j] = exp_as(row[j] - top, row[j])
+        row[j] = exp_as((row[j] - top) * scale, row[j])
     inv = 1.0 / _row_sum(row)
     for j in range(n):
         p = row[j] * inv
@@ -143,13 +143,13 @@ def softmax_row(row: Any, nan_to_zero: bool) -> None:
 
 
 @compiled
-def _softmax_rows(x: Any, out: Any, lo: int, hi: int) -> None:
+def _softmax_rows(x: Any, out: Any, lo: int, hi: int, one: Any) -> None:
     n = x.shape[1]
     for r in range(lo, hi):
         row = out[r]
         for j in range(n):
             row[j] = x[r, j]
-        softmax_row(row, False)
+        softmax_row(row, False, one)
 
 
 def _split(rows: int, width: int, call: Callable[[int, int], None]) -> Callable[[], None]:
@@ -183,11 +183,15 @@ def softmax_rows(shape: tuple[int, ...]) -> Callable[..., None]:
     """run(x, out): softmax over the last axis."""
     width = int(shape[-1])
     rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
+    ones: dict[Any, Any] = {}  # 1 in each dtype: a float64 one would widen float32 arithmetic
 
     def run(x: Any, out: Any) -> None:
+        one = ones.get(x.dtype)
+        if one is None:
+            one = ones[x.dtype] = x.dtype.type(1)
         x2 = x.reshape(rows, width)
         o2 = out.reshape(rows, width)
-        _split(rows, width, lambda lo, hi: _softmax_rows(x2, o2, lo, hi))()
+        _split(rows, width, lambda lo, hi: _softmax_rows(x2, o2, lo, hi, one))()
     return run
 
 
