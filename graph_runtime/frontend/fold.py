@@ -30,6 +30,30 @@ def _gather(node: OnnxNode, data: np.ndarray, idx: np.ndarray) -> list[np.ndarra
     return [np.take(data, np.where(wide < 0, wide + n, wide), axis=axis)]
 
 
+def _gather_elements(node: OnnxNode, data: np.ndarray, idx: np.ndarray) -> list[np.ndarray]:
+    """GatherElements (the onnx package's reference failed on BERT's token-type ids: "cannot
+    reshape array of size 1 into shape (1,32)", leaving a runtime node for a constant)."""
+    if data.ndim == 0 or idx.ndim != data.ndim:
+        raise Unsupported(f"indices of rank {idx.ndim} for data of rank {data.ndim}; expected "
+                          "the same rank, at least 1")
+    axis = int(node.attr("axis", 0))
+    if not -data.ndim <= axis < data.ndim:
+        raise Unsupported(f"axis {axis} for data of rank {data.ndim}")
+    axis %= data.ndim
+    if idx.dtype.kind not in "iu":
+        raise Unsupported(f"indices of dtype {idx.dtype}; expected int32 or int64")
+    if any(i > d for k, (i, d) in enumerate(zip(idx.shape, data.shape)) if k != axis):
+        raise Unsupported(f"indices of shape {list(idx.shape)} exceed data of shape "
+                          f"{list(data.shape)} off axis {axis}")
+    n = data.shape[axis]
+    wide = idx.astype(np.int64)
+    if wide.size and (int(wide.min()) < -n or int(wide.max()) >= n):
+        bad = int(wide.min()) if int(wide.min()) < -n else int(wide.max())
+        raise Unsupported(f"index {bad} is out of range for axis {axis} of size {n}")
+    corner = tuple(slice(None) if k == axis else slice(0, m) for k, m in enumerate(idx.shape))
+    return [np.take_along_axis(data[corner], np.where(wide < 0, wide + n, wide), axis=axis)]
+
+
 def _unsqueeze(node: OnnxNode, x: np.ndarray, axes: np.ndarray | None = None) -> list[np.ndarray]:
     picked = node.opt_ints("axes") if axes is None else [int(a) for a in axes]
     rank = x.ndim + len(picked or [])
@@ -78,6 +102,7 @@ def _constant(node: OnnxNode) -> list[np.ndarray] | None:
 _FAST: dict[str, Callable[..., list[np.ndarray]]] = {
     "Shape": _shape,
     "Gather": _gather,
+    "GatherElements": _gather_elements,
     "Concat": _concat,
     "Cast": _cast,
     "Identity": lambda node, x: [x],

@@ -24,12 +24,18 @@ from .pattern import PatternGraph, near, new_prim, other, scalar
 
 def _gelu_tail(g: PatternGraph, one_plus: Prim, x: Value) -> Value | None:
     """The value 0.5 * x * one_plus computes, reading one_plus's output: its (x * a) * 0.5,
-    (a * x) * 0.5 or (x * 0.5) * a forms; None when it is none of them."""
+    (a * x) * 0.5, (x * 0.5) * a or x * (a * 0.5) (PyTorch's dynamo exporter) forms; None
+    when it is none of them."""
     a = one_plus.outputs[0]
     m1 = g.sole(a)
     if m1 is None or m1.op != "multiply":
         return None
     y = other(m1, a)
+    if y is not None and y is not x and near(y, 0.5):
+        m2 = g.sole(m1.outputs[0])
+        if m2 is not None and m2.op == "multiply" and other(m2, m1.outputs[0]) is x:
+            return m2.outputs[0]
+        return None
     if y is x:
         m2 = g.sole(m1.outputs[0])
         if m2 is not None and m2.op == "multiply":

@@ -1,7 +1,7 @@
 """Chain: a lib function made of standard ops applied in sequence (TVM's fused-op convention)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from operator import itemgetter
 from typing import Any, Callable, Collection, Mapping, Sequence
 
@@ -19,6 +19,8 @@ from .kernels.cpu.conv_epilogue import EPILOGUE_DTYPES, EPILOGUE_OPS
 from .kernels.cpu.dense_tiles import DenseTiles
 from .kernels.cpu.token_layout import (PermuteCopy, TokenLayoutCopy, permute_layout,
                                        token_layout)
+from .kernels.onednn.matmul import OnednnMatmul
+from .kernels.onednn.matmul_tail import matmul_tail
 from .kernels.gpu_elementwise import ELEMENTWISE_EXPRS, gpu_elementwise
 from .library import InputVersion, TensorSpec
 from .prepared import PreparedKernel, capabilities
@@ -136,11 +138,12 @@ def kernel_note(kernel: Any) -> str:
     tails, kernels/cpu/chain_jit.py) or as one NumPy pass per op."""
     if isinstance(kernel, chain_jit.CompiledChain):
         return "compiled " + "+".join(kernel.ops)
-    if isinstance(kernel, DenseTiles):
+    if isinstance(kernel, (DenseTiles, OnednnMatmul)):
         return kernel.note()
     if not isinstance(kernel, PreparedChain):
         return _library_note(kernel)
-    tiled = [fn.note() for fn, _ in kernel._steps if isinstance(fn, DenseTiles)]
+    tiled = [fn.note() for fn, _ in kernel._steps
+             if isinstance(fn, (DenseTiles, OnednnMatmul))]
     if tiled:
         return tiled[0]
     chosen = [note for note in (_library_note(fn) for fn, _ in kernel._steps) if note]
@@ -251,7 +254,11 @@ class Chain:
                     fn = p.op.kernels[backend.name](backend, device_id, p.inputs, p.outputs,
                                                     p.attrs)
                 calls.append((fn, tuple(p.slots + p.out_slots)))
-            if fused and backend.name == "cpu":
+            product = _onednn_tail(calls, plan, fused) if fused and backend.name == "cpu" \
+                else None
+            if product is not None:
+                calls = [product]  # the tail as the oneDNN matmul's bias and post-ops
+            elif fused and backend.name == "cpu":
                 tail = _jit_call(fused)
                 if (len(calls) == 1 and isinstance(calls[0][0], DenseTiles)
                         and plan[0].out_slots == fused[-1].out_slots):
@@ -517,6 +524,34 @@ def _tail_operands(fused: list[_Planned]
         operands.append(refs)
         produced[p.out_slots[0]] = k
     return kernel_slots, kernel_specs, operands
+
+
+def _onednn_tail(calls: list[tuple[Callable[..., None], tuple[int, ...]]], plan: list[_Planned],
+                 fused: list[_Planned]) -> tuple[Callable[..., None], tuple[int, ...]] | None:
+    """The product's oneDNN matmul applying the tail: its leading steps as bias and post-ops
+    (kernels/onednn/matmul_tail.py), the rest compiled and run on each work item's rows; or
+    None when the product is not a 2-D oneDNN matmul writing the node's output."""
+    if len(calls) != 1 or plan[0].out_slots != fused[-1].out_slots:
+        return None
+    kernel = calls[0][0]
+    if not isinstance(kernel, OnednnMatmul) or not kernel.two_d:
+        return None
+    slots, specs, refs = _tail_operands(fused)
+    out_slot = plan[0].out_slots[0]
+    tail = matmul_tail([p.op.name for p in fused], refs, specs, slots.index(out_slot),
+                       kernel.shape[1], kernel.shape[2])
+    extra = [slots[i] for i in tail.operands]
+    rest = fused[tail.steps:]
+    if not rest:
+        return kernel.with_tail(tail, len(extra)), tuple(plan[0].slots + extra + [out_slot])
+    if tail.steps:  # the rest reads what oneDNN wrote into the output
+        done = fused[tail.steps - 1].out_slots[0]
+        rest = [replace(p, slots=[out_slot if s == done else s for s in p.slots]) for p in rest]
+    after, after_slots = _jit_call(rest)
+    extra += [s for s in after_slots[:-1] if s not in extra and s != out_slot]
+    merged = plan[0].slots + extra + [out_slot]
+    return (kernel.with_tail(tail, len(extra), after, tuple(merged.index(s) for s in after_slots)),
+            tuple(merged))
 
 
 def _jit_call(fused: list[_Planned]) -> tuple[Callable[..., None], tuple[int, ...]]:

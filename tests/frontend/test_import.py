@@ -341,6 +341,25 @@ def test_pytorch_shape_chain_is_folded() -> None:
     np.testing.assert_array_equal(run_ours(m, {"x": x}, "cpu")[0], np.maximum(x, 0).reshape(2, 12))
 
 
+@pytest.mark.parametrize("axis", [1, -1, 0])
+def test_gather_elements_of_constants_is_folded(axis: int) -> None:
+    """BERT's token-type ids: GatherElements of a (1, 512) buffer by constant (1, 32) indices
+    (the onnx reference evaluator failed on it, leaving a runtime node); negative indices count
+    from the end; the result matches ONNX Runtime."""
+    data = np.arange(2 * 512, dtype=np.int64).reshape(2, 512)
+    idx = np.random.default_rng(3).integers(-2 if axis == 0 else -512, 2 if axis == 0 else 512,
+                                            (1, 32)).astype(np.int64)
+    nodes = [node("GatherElements", ["data", "idx"], ["g"], axis=axis),
+             node("Cast", ["g"], ["gf"], to=F32),
+             node("Add", ["x", "gf"], ["y"])]
+    m = model(nodes, [tensor("x", F32, [1, 32])], [tensor("y", F32, None)],
+              [init("data", data), init("idx", idx)])
+    result = import_onnx(m)
+    assert result.folded["GatherElements"] == 1
+    x = _x(1, 32)
+    assert_matches(m, {"x": x}, "cpu")
+
+
 def test_batch_norm_folds_into_conv() -> None:
     m, _ = conv_bn_relu()
     result = import_onnx(m)

@@ -122,3 +122,48 @@ def test_cpu_head_blocks_on_workers(monkeypatch, case: tuple, dtype: str) -> Non
     out = np.full(want.shape, np.nan, dtype)
     run(*[np.ascontiguousarray(a) for a in arrays], out)
     _check(out, want, dtype)
+
+
+
+def test_cpu_kernel_follows_new_arrays() -> None:
+    """The CPU kernel keeps its head views while it gets the same arrays; other arrays, or the
+    same ones changed in place, give their own result (here: the batch reversed)."""
+    arrays, attrs, want = _case(*CASES[0], dtype="float32")
+    specs = [TensorSpec(a.shape, "float32") for a in arrays]
+    kernel = get_op("attention").kernels["cpu"](get_backend("cpu"), 0, specs,
+                                                [TensorSpec(want.shape, "float32")], attrs)
+    out = np.empty(want.shape, np.float32)
+    kernel(*arrays, out)
+    _check(out, want, "float32")
+    flipped = [np.ascontiguousarray(a[::-1]) for a in arrays]
+    other_out = np.empty_like(out)
+    kernel(*flipped, other_out)
+    _check(other_out, want[::-1], "float32")
+    kernel(*arrays, out)
+    _check(out, want, "float32")
+    for a, f in zip(arrays, flipped):
+        a[...] = f
+    kernel(*arrays, out)
+    _check(out, want[::-1], "float32")
+
+
+@pytest.mark.parametrize("scale", [-0.5, 0.0])
+def test_cpu_kernel_without_mask_and_a_scale_not_positive(scale: float) -> None:
+    """A positive scale is applied inside the softmax's exp; any other is applied first."""
+    arrays, attrs, _ = _case(*CASES[2], dtype="float32")
+    attrs = dict(attrs, scale=scale)
+    batch, q_len, _, heads, dim = CASES[2][:5]
+    width = heads * dim
+    heads_of = [a.astype(np.float64)[:, :, o:o + width].reshape(batch, q_len, heads, dim)
+                .transpose(0, 2, 1, 3)
+                for a, o in zip(arrays, (attrs["q_offset"], attrs["k_offset"], attrs["v_offset"]))]
+    s = heads_of[0] @ heads_of[1].transpose(0, 1, 3, 2) * scale
+    e = np.exp(s - s.max(-1, keepdims=True))
+    want = (e / e.sum(-1, keepdims=True) @ heads_of[2]).transpose(0, 2, 1, 3).reshape(
+        batch, q_len, width)
+    specs = [TensorSpec(a.shape, "float32") for a in arrays]
+    kernel = get_op("attention").kernels["cpu"](get_backend("cpu"), 0, specs,
+                                                [TensorSpec(want.shape, "float32")], attrs)
+    out = np.empty(want.shape, np.float32)
+    kernel(*arrays, out)
+    _check(out, want, "float32")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from graph_runtime.lib.kernels.cpu.fast_math import exp_as, exp_f32
+from graph_runtime.lib.kernels.cpu.fast_math import exp32, exp_as, exp_f32
 
 
 @numba.njit
@@ -48,3 +48,29 @@ def test_exp_as_float64_is_libm() -> None:
     out = np.empty_like(x)
     _exp_like(x, out)
     np.testing.assert_allclose(out, np.exp(x), rtol=4 * 2.0 ** -52)
+
+
+@numba.njit
+def _exp32_all(x: np.ndarray, out: np.ndarray) -> None:
+    for i in range(x.size):
+        out[i] = exp32(x[i])
+
+
+def test_exp32_is_within_one_ulp() -> None:
+    """The float32-arithmetic exp softmax uses: 1 ulp for normal results, one subnormal step
+    below them, 0 and inf past float32's range, NaN for NaN."""
+    x = np.concatenate([np.linspace(-110, 95, 400_001), [0.0, -0.0, 1e-30, -1e-30, -87.33655,
+                                                          88.72283]]).astype(np.float32)
+    out = np.empty_like(x)
+    _exp32_all(x, out)
+    want = np.exp(x.astype(np.float64))
+    with np.errstate(over="ignore"):
+        want32 = want.astype(np.float32)
+    normal = np.isfinite(want32) & (want32 >= np.finfo(np.float32).tiny)
+    np.testing.assert_allclose(out[normal], want[normal], rtol=2.0 ** -23)
+    tiny = ~normal & ~np.isinf(want32)
+    assert np.abs(out[tiny] - want32[tiny]).max() <= np.float32(1.5e-45)
+    assert np.isinf(out[x > 88.73]).all() and (out[x < -104] == 0).all()
+    special = np.array([np.nan, np.inf, -np.inf], np.float32)
+    _exp32_all(special, out[:3])
+    assert np.isnan(out[0]) and out[1] == np.inf and out[2] == 0

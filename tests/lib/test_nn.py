@@ -289,3 +289,36 @@ def test_prelu_slope_must_not_grow_x(make_function) -> None:
     with pytest.raises(LibraryError, match=r"prelu: slope \(2, 3\) float32 must broadcast to x "
                                            r"\(3,\) float32"):
         make_function("prelu").infer([TensorSpec((3,), "float32"), TensorSpec((2, 3), "float32")])
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_cpu_gelu_inside_a_chain_runs_compiled(approximate: str, dtype: str, monkeypatch,
+                                              random_array) -> None:
+    """Whisper's conv output: reshape -> gelu -> transpose -> add; the gelu between the views
+    is one compiled pass (chain_jit), against float64 with NaN and inf as NumPy's kernel."""
+    from graph_runtime.lib.chain import Chain, Step
+    from graph_runtime.lib.kernels.cpu.chain_jit import CompiledChain
+    from graph_runtime.settings import CHAIN_JIT
+    x = random_array((1, 7, 1, 13), dtype, -4, 4, seed=31)
+    x[0, :3, 0, 0] = [np.nan, np.inf, -np.inf]
+    pos = random_array((13, 7), dtype, seed=32)
+    chain = Chain("f", [Step("reshape", {"newshape": [1, 7, 13]}),
+                        Step("gelu", {"approximate": approximate}),
+                        Step("transpose", {"axes": [0, 2, 1]}), Step("add")])
+    specs = [TensorSpec(x.shape, dtype), TensorSpec(pos.shape, dtype)]
+    outs = chain.infer(specs)
+    results = []
+    for mode in ("auto", "off"):
+        monkeypatch.setenv(CHAIN_JIT.name, mode)
+        run = chain.prepare(gr.cpu(), specs, outs, {})
+        compiled = [fn for fn, _ in run._steps if isinstance(fn, CompiledChain)]
+        assert [c.ops for c in compiled] == ([["gelu"]] if mode == "auto" else [])
+        out = np.empty(outs[0].shape, dtype)
+        with np.errstate(invalid="ignore"):
+            run(x, pos, out)
+        results.append(out)
+    attrs = {"approximate": approximate}
+    want = ref_unary("gelu", x.reshape(1, 7, 13), attrs).transpose(0, 2, 1) + pos
+    _close(results[0], want, dtype)
+    np.testing.assert_array_equal(np.isnan(results[0]), np.isnan(results[1]))

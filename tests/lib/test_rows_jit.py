@@ -43,6 +43,8 @@ def test_softmax_rows(shape: tuple[int, ...], dtype: str, monkeypatch) -> None:
     if flat.shape[0] > 2:
         flat[1, :] = -np.inf  # a fully masked row: NaN, as NumPy's softmax gives
         flat[2, -1] = np.nan
+    if flat.shape[0] > 3:
+        flat[3, shape[-1] // 2] = np.inf  # inf - inf: a NaN row, as NumPy's softmax gives
     out = np.empty_like(x)
     rows_jit.softmax_rows(shape)(x, out)
     x64 = x.astype(np.float64)

@@ -10,7 +10,7 @@ from ... import settings
 from ...backends import REGISTRY
 from ...backends.base import Backend
 from ..attrs import attr_error, bool_attr, check_out_dtype, int_attr, normalize_axis, op_error
-from ..kernels.cpu.dense_tiles import DenseTiles, tiles, tiling
+from ..kernels.cpu.dense_tiles import SPREAD_FLOPS, DenseTiles, tiles, tiling
 from ..kernels.cpu.padded_gemv import PaddedGemv, padded_rows
 from ..kernels.cpu.split_dense import SplitDense, split_blocks
 from ..kernels.cpu.transposed_dense import TransposedDense, keeps_transposed
@@ -230,17 +230,28 @@ def _onednn_or(gemm: Gemm, inputs: Sequence[TensorSpec], outputs: Sequence[Tenso
                make_other: Callable[[], Callable[..., None]]) -> Callable[..., None]:
     """A oneDNN matmul primitive where it is faster (kernels/onednn/matmul.py), else today's."""
     from ..kernels.onednn.choice import onednn_or
-    from ..kernels.onednn.matmul import OnednnMatmul, matmul_applies
+    from ..kernels.onednn.matmul import MIN_SPLIT_FLOPS, OnednnMatmul, matmul_applies
 
     shapes = [tuple(s.shape) for s in list(inputs) + list(outputs)]
     applies = matmul_applies(gemm.dtype, gemm.batch, gemm.m, gemm.n, gemm.k)
     key = (f"{gemm.dtype} batch {gemm.batch} m {gemm.m} n {gemm.n} k {gemm.k} "
            f"trans_a {int(gemm.trans_a)} trans_b {int(gemm.trans_b)} "
            f"a_batches {gemm.a_batches} b_batches {gemm.b_batches}")
-    return onednn_or("matmul", key, applies,
-                     lambda: OnednnMatmul(gemm.batch, gemm.m, gemm.n, gemm.k, gemm.trans_a,
-                                          gemm.trans_b, gemm.a_batches, gemm.b_batches),
-                     make_other, shapes)
+
+    def make(split: bool) -> Callable[..., None]:
+        return OnednnMatmul(gemm.batch, gemm.m, gemm.n, gemm.k, gemm.trans_a, gemm.trans_b,
+                            gemm.a_batches, gemm.b_batches, split=split)
+
+    # one call, or (a product worth the workers' hand-off) items on the workers: measured,
+    # items kept for large products unless one call is clearly faster (dense_tiles.py's rule);
+    # else oneDNN is kept unless today's kernel is clearly faster, since the timed product
+    # leaves out the bias and residual adds oneDNN then applies as post-ops (Whisper's
+    # 200x64 by 64x64: 17.3 against 18.2 us bare, 20 us in the graph with its tail pass)
+    flops = 2.0 * gemm.batch * gemm.m * gemm.n * gemm.k
+    splits = applies and flops >= MIN_SPLIT_FLOPS
+    return onednn_or("matmul", key, applies, lambda: make(False), make_other, shapes,
+                     (lambda: make(True)) if splits else None,
+                     "split" if flops >= SPREAD_FLOPS else "on")
 
 
 def _todays_gemm(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],

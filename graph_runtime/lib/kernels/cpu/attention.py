@@ -30,19 +30,28 @@ MIN_SPEEDUP = 1.1
 SPREAD_WORK = 4e7
 
 
+# NOTE: numba's on-disk cache of this function watches this file only, not rows_jit.py whose
+# softmax_row it inlines: a change there needs a change here too (or the cache cleared):
+# softmax_row's float32 exp and vector max and sum, and its scale (issue 22).
 @compiled
-def _scale_mask_softmax(s: Any, mask: Any, scale: float, nan_to_zero: bool,
+def _scale_mask_softmax(s: Any, mask: Any, scale: Any, one: Any, nan_to_zero: bool,
                         has_mask: bool) -> None:
-    """s[b, h, i, :] = softmax(s * scale + mask[b, h, i, :]) in place (mask broadcast).
+    """s[b, h, i, :] = softmax(s * scale + mask[b, h, i, :]) in place (mask broadcast); scale
+    and one of s's type (a float64 one would widen float32 arithmetic).
 
     As NumPy's softmax: a NaN, or a row masked everywhere (-inf - -inf), gives a NaN row;
-    nan_to_zero then zeroes NaNs, as the exporters' where(isnan(p), 0, p) does.
+    nan_to_zero then zeroes NaNs, as the exporters' where(isnan(p), 0, p) does. Without a
+    mask a positive scale is applied inside the exp (softmax_row), saving a pass.
     """
     nb, nh, nq, nk = s.shape
+    folded = not has_mask and scale > 0
     for b in range(nb):
         for h in range(nh):
             for i in range(nq):
                 row = s[b, h, i]
+                if folded:
+                    softmax_row(row, nan_to_zero, scale)
+                    continue
                 if has_mask:
                     mrow = mask[b, h, i]
                     for j in range(nk):
@@ -50,7 +59,7 @@ def _scale_mask_softmax(s: Any, mask: Any, scale: float, nan_to_zero: bool,
                 else:
                     for j in range(nk):
                         row[j] = row[j] * scale
-                softmax_row(row, nan_to_zero)
+                softmax_row(row, nan_to_zero, one)
 
 
 def head_view(x: np.ndarray, offset: int, heads: int, head_dim: int) -> np.ndarray:
@@ -68,10 +77,13 @@ class AttentionKernel(PreparedKernel):
                  mask_shape: tuple[int, ...] | None, dtype: str) -> None:
         self.batch, self.heads, self.q_len, self.head_dim = batch, heads, q_len, head_dim
         self.offsets, self.scale, self.nan_to_zero = offsets, scale, nan_to_zero
+        self.typed_scale, self.one = np.dtype(dtype).type(scale), np.dtype(dtype).type(1)
         self.has_mask = mask_shape is not None
         self.full = (batch, heads, q_len, k_len)
         self.scores = np.empty(self.full, dtype)
         self.no_mask = np.broadcast_to(np.zeros((1, 1, 1, 1), dtype), self.full)
+        self._seen: tuple[Any, ...] | None = None  # the arrays of the last call, and their views
+        self._cached: tuple[Any, ...] = ()
         # (batch, first head, last head) per worker item: about four items per worker where
         # the heads' work pays for the hand-off, else one call over every head.
         self.workers = num_threads()
@@ -127,27 +139,40 @@ class AttentionKernel(PreparedKernel):
     def uses_workers(self) -> bool:
         return len(self.blocks) > 1
 
-    def __call__(self, q: Any, k: Any, v: Any, *rest: Any) -> None:
-        out = rest[-1]
-        mask = np.broadcast_to(rest[0], self.full) if self.has_mask else self.no_mask
+    def _views(self, arrays: tuple[Any, ...]) -> tuple[Any, ...]:
+        """(q heads, k heads transposed, v heads, out heads, mask) over this call's arrays,
+        made again only when the arrays change (a graph passes the same ones every run, and
+        making the views cost ~5 us of BERT-tiny's 22 us attention)."""
+        if self._seen is not None and all(a is b for a, b in zip(arrays, self._seen)) \
+                and len(arrays) == len(self._seen):
+            return self._cached
+        q, k, v, *rest = arrays
         heads, dim = self.heads, self.head_dim
-        qh = head_view(q, self.offsets[0], heads, dim)
-        kt = head_view(k, self.offsets[1], heads, dim).transpose(0, 1, 3, 2)
-        vh = head_view(v, self.offsets[2], heads, dim)
-        oh = out.reshape(self.batch, self.q_len, heads, dim).transpose(0, 2, 1, 3)
+        self._cached = (head_view(q, self.offsets[0], heads, dim),
+                        head_view(k, self.offsets[1], heads, dim).transpose(0, 1, 3, 2),
+                        head_view(v, self.offsets[2], heads, dim),
+                        rest[-1].reshape(self.batch, self.q_len, heads, dim).transpose(0, 2, 1,
+                                                                                        3),
+                        np.broadcast_to(rest[0], self.full) if self.has_mask else self.no_mask)
+        self._seen = arrays
+        return self._cached
+
+    def __call__(self, *arrays: Any) -> None:
+        qh, kt, vh, oh, mask = self._views(arrays)
         scores, blocks = self.scores, self.blocks
-        scale, nan_to_zero, has_mask = self.scale, self.nan_to_zero, self.has_mask
+        scale, one, nan_to_zero, has_mask = self.typed_scale, self.one, self.nan_to_zero, \
+            self.has_mask
 
         def block(worker: int, index: int) -> None:
             b, h0, h1 = blocks[index]
             s = scores[b:b + 1, h0:h1]
             np.matmul(qh[b:b + 1, h0:h1], kt[b:b + 1, h0:h1], out=s)
-            _scale_mask_softmax(s, mask[b:b + 1, h0:h1], scale, nan_to_zero, has_mask)
+            _scale_mask_softmax(s, mask[b:b + 1, h0:h1], scale, one, nan_to_zero, has_mask)
             np.matmul(s, vh[b:b + 1, h0:h1], out=oh[b:b + 1, h0:h1])
 
         if len(blocks) == 1:
             np.matmul(qh, kt, out=scores)
-            _scale_mask_softmax(scores, mask, scale, nan_to_zero, has_mask)
+            _scale_mask_softmax(scores, mask, scale, one, nan_to_zero, has_mask)
             np.matmul(scores, vh, out=oh)
             return
         parallel_images(len(blocks), self.workers, block)

@@ -1,9 +1,12 @@
-"""exp for compiled float32 loops in a form LLVM vectorizes (libm's expf is one call per value).
+"""exp for compiled float32 loops in forms LLVM vectorizes (libm's expf is one call per value).
 
-exp(x) = exp(x / 256) ** 256: the Taylor series of degree 11 at |x / 256| <= 0.41 and eight
-squarings, all in float64 (relative error below 1e-9 over [-104, 89], far under float32's
+exp_f32: exp(x) = exp(x / 256) ** 256: the Taylor series of degree 11 at |x / 256| <= 0.41 and
+eight squarings, all in float64 (relative error below 1e-9 over [-104, 89], far under float32's
 6e-8), with no integer exponent bits to assemble: branch-free multiply-adds that numba's LLVM
 turns into SIMD. Below -104 the float32 result is 0, above 88.73 it is inf; NaN stays NaN.
+Compiled chains use it (their exp mirrors NumPy's).
+exp32: the classic range reduction in float32 arithmetic with 2^n from exponent bits, within 1
+ulp and 3x faster (16 float32 lanes against 8 float64 ones): softmax uses it (exp_as).
 """
 from __future__ import annotations
 
@@ -11,8 +14,10 @@ import math
 from typing import Any
 
 import numba
+import numpy as np
+from llvmlite import ir
 from numba import types
-from numba.extending import overload
+from numba.extending import intrinsic, overload
 
 
 @numba.njit(inline="always", cache=True, error_model="numpy")
@@ -41,8 +46,58 @@ def exp_f32(x: Any) -> float:
     return p
 
 
+@intrinsic
+def _float_of_bits(typingctx: Any, bits: Any) -> Any:
+    """The float32 whose IEEE bits are the int32 bits (LLVM's bitcast: vectorizes)."""
+    if bits != types.int32:
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return builder.bitcast(args[0], ir.FloatType())
+    return types.float32(types.int32), codegen
+
+
+@numba.njit(inline="always", cache=True, error_model="numpy")
+def exp32(x: Any) -> Any:
+    """exp of a float32 in float32 arithmetic, within 1 ulp (2^-23 relative) for normal
+    results, 0 below -104, inf above 88.73, NaN for NaN: 3x exp_f32's speed for softmax.
+
+    x = n ln2 + r with |r| <= ln2 / 2 (ln2 in two parts, so r is exact), e^r by its Taylor
+    series of degree 7 (truncation below 5e-9 relative), and 2^n as two float32 powers of two
+    made from their exponent bits, so that results down to the subnormals come out of one
+    product.
+    """
+    # NOTE: float32 constants throughout: a float64 one widens the comparison, and the loop
+    # then runs at half the vector width (exp took 0.41 ns per value, 0.26 without)
+    lo = np.float32(-104.0)
+    hi = np.float32(88.73)
+    v = lo if x < lo else (hi if x > hi else x)
+    # round to nearest: adding 1.5 * 2^23 pushes the fraction bits out
+    k = v * np.float32(1.4426950408889634) + np.float32(12582912.0)
+    n = k - np.float32(12582912.0)
+    r = v - n * np.float32(0.693145751953125)
+    r = r - n * np.float32(1.428606765330187e-06)
+    p = np.float32(1.0 / 5040.0)
+    p = p * r + np.float32(1.0 / 720.0)
+    p = p * r + np.float32(1.0 / 120.0)
+    p = p * r + np.float32(1.0 / 24.0)
+    p = p * r + np.float32(1.0 / 6.0)
+    p = p * r + np.float32(0.5)
+    p = p * r + np.float32(1.0)
+    p = p * r + np.float32(1.0)
+    half = np.int32(n) >> 1
+    rest = np.int32(n) - half
+    p = p * _float_of_bits(np.int32((half + 127) << 23))  # type: ignore[call-arg]
+    p = p * _float_of_bits(np.int32((rest + 127) << 23))  # type: ignore[call-arg]
+    if x < lo:
+        p = np.float32(0.0)
+    elif x > hi:
+        p = np.float32(np.inf)
+    return p
+
+
 def exp_as(x: Any, like: Any) -> float:
-    """exp(x) to the precision of like's type: exp_f32 for float32, libm's exp otherwise."""
+    """exp(x) to the precision of like's type: exp32 for float32, libm's exp otherwise."""
     return math.exp(x)
 
 
@@ -50,7 +105,7 @@ def exp_as(x: Any, like: Any) -> float:
 def _exp_as(x: Any, like: Any) -> Any:
     if isinstance(like, types.Float) and like.bitwidth == 32:
         def narrow(x: Any, like: Any) -> float:
-            return exp_f32(x)  # type: ignore[no-any-return]
+            return exp32(np.float32(x))  # type: ignore[no-any-return]
         return narrow
 
     def wide(x: Any, like: Any) -> float:

@@ -30,6 +30,17 @@ def compiled(fn: Callable[..., Any], inline: Literal["never", "always"] = "never
                           inline=inline)
 
 
+def reassociating(fn: Callable[..., Any]) -> Any:
+    """compiled, LLVM free to reorder this function's float additions (fastmath's reassoc flag
+    alone: NaN and inf keep their meaning), so that a sum loop vectorizes: for float64 sums
+    whose order matters only to rounding. Called, not inlined: inlined code takes its caller's
+    flags."""
+    try:
+        return numba.njit(fn, cache=True, nogil=True, fastmath={"reassoc"}, boundscheck=False)
+    except RuntimeError:  # no writable cache directory, as in compiled()
+        return numba.njit(fn, cache=False, nogil=True, fastmath={"reassoc"}, boundscheck=False)
+
+
 def inlined(fn: Callable[..., Any]) -> Any:
     """A helper numba copies into each caller: a call between compiled functions is not
     inlined by LLVM, and called helpers made the loops much slower (docs/measurements.md)."""

@@ -21,6 +21,10 @@ from .policy import mode_word
 ROUNDS = 9
 PAUSE_S = 0.0005
 MIN_SPEEDUP = 1.1  # what oneDNN must gain over today's kernel to be chosen
+# A large product keeps its work items on both cores unless one call is this much faster (as
+# dense_tiles.SPREAD_SPEEDUP): measured at load 4, one call won BERT-base's 128x3072x768
+# products by 1.14x and the model then ran 203 ms against 160 with the items.
+SPREAD_SPEEDUP = 1.25
 
 
 def onednn_forced() -> bool:
@@ -48,40 +52,54 @@ def onednn_conv(p: ConvParams, epilogue: Epilogue) -> Any:
 def onednn_or(op: str, key: str, applies: bool,
               make_onednn: Callable[[], Callable[..., None]],
               make_other: Callable[[], Callable[..., None]],
-              shapes: Sequence[tuple[int, ...]]) -> Callable[..., None]:
+              shapes: Sequence[tuple[int, ...]],
+              make_split: Callable[[], Callable[..., None]] | None = None,
+              base: str = "off") -> Callable[..., None]:
     """The oneDNN kernel or today's for one op shape: forced by GRAPH_RUNTIME_ONEDNN=on|off,
-    else the tuning service's choice "cpu.onednn_<op>" between "on" and "off" for key, measured
-    once on float32 arrays of `shapes` (inputs, then outputs)."""
+    else the tuning service's choice "cpu.onednn_<op>" between "on" and "off" (and "split",
+    the oneDNN kernel in work items for the workers, when make_split is given) for key,
+    measured once on float32 arrays of `shapes` (inputs, then outputs). The base candidate is
+    kept unless another is MIN_SPEEDUP times faster (SPREAD_SPEEDUP for "split")."""
     if not applies:
         if binding.onednn_mode() == "on":
             binding.library()
         return make_other()
-    made = make_onednn()
-    if _reference(made):
-        return make_other()
+    makers = {"on": make_onednn}
+    # NOTE: with OpenMP inside each primitive (policy.py) the one call is already spread over
+    # the cores; splitting it into single-threaded items would change the calling thread's
+    # OpenMP count back and forth (6-7 ms each time).
+    if make_split is not None and mode_word() == "workers":
+        makers["split"] = make_split
     if onednn_forced():
-        return made
-    timed = []
+        made = makers["split" if "split" in makers else "on"]()
+        return make_other() if _reference(made) else made
 
     def measure() -> Mapping[str, float]:
-        timed.append(made)
-        return _seconds(made, make_other(), shapes)
+        kernels = {name: make() for name, make in makers.items()}
+        if _reference(kernels["on"]):
+            return {name: 1.0 if name == "off" else float("inf") for name in ("off", *makers)}
+        return _seconds(kernels, make_other(), shapes)
 
     choice = Choice(f"cpu.onednn_{op}", settings.ONEDNN)
-    # timed channels-last (timed_call) where it can be, in this process's threading mode
-    layout = "nhwc, " if capabilities(made).channels_last_positions() else ""
-    key += f" ({layout}{mode_word()})"
+    # timed channels-last where the kernel can be (timed_call), in this process's mode
+    key += f" ({mode_word()})"
     # NOTE: with OpenMP inside oneDNN's primitives, oneDNN is the base: today's kernels run on
     # the runtime's workers, which then share the cores with OpenMP threads still spinning
     # after the previous primitive, a cost a kernel timed alone does not show (ConvNeXt-tiny:
     # 62 ms with the choices so timed, 30 ms with oneDNN's matmuls throughout).
-    base = "on" if mode_word() == "openmp" else "off"
-    chosen = choice.choose("cpu", key, ("off", "on"), measure, base, MIN_SPEEDUP)
+    if mode_word() == "openmp" and base == "off":
+        base = "on"
+    if base not in ("off", *makers):
+        base = "on"
+    speedup = SPREAD_SPEEDUP if base == "split" else MIN_SPEEDUP
+    chosen = choice.choose("cpu", key, ("off", *makers), measure, base, speedup)
     if chosen == "off":
         return make_other()
     # NOTE: a timed kernel derived data (packed weights) from made-up arrays and was bound to a
-    # constant version: the graph gets a fresh one.
-    return make_onednn() if timed else made
+    # constant version: the graph gets a fresh one (made, like every oneDNN kernel here, only
+    # when it is first used, so that one passed over costs nothing).
+    made = makers[chosen]()
+    return make_other() if _reference(made) else made
 
 
 def _reference(kernel: Any) -> bool:
@@ -105,16 +123,17 @@ def timed_call(kernel: Any, args: Sequence[np.ndarray]) -> Callable[[], None]:
     return lambda: kernel(*args)
 
 
-def _seconds(onednn: Callable[..., None], other: Callable[..., None],
+def _seconds(onednn: Mapping[str, Callable[..., None]], other: Callable[..., None],
              shapes: Sequence[tuple[int, ...]]) -> Mapping[str, float]:
-    """Both kernels' median times on arrays of the real shapes."""
+    """Each kernel's median time on arrays of the real shapes (oneDNN's by variant name)."""
     rng = np.random.default_rng(0)
     arrays = [rng.standard_normal(shape).astype(np.float32) for shape in shapes]
     steady = InputVersion()  # constant weights, as params are: derived data made once
-    for kernel in (onednn, other):
+    kernels = {**onednn, "off": other}
+    for kernel in kernels.values():
         made = capabilities(kernel)
         made.bind_versions({pos: steady for pos in made.cached_inputs()})
-    calls = {"on": timed_call(onednn, arrays), "off": timed_call(other, arrays)}
+    calls = {name: timed_call(kernel, arrays) for name, kernel in kernels.items()}
     # NOTE: timed with OpenBLAS at one thread, as a graph holding a oneDNN kernel runs (its
     # threads, spinning after a threaded call, stalled the next oneDNN call by milliseconds).
     with ONE_BLAS_THREAD:

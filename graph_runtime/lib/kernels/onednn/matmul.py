@@ -3,7 +3,8 @@
 Operands are described with their real strides (a transposed operand is a strided view, no
 copy). A 2-D product's right operand (dense's weight) is packed into the layout oneDNN picks
 (format `any`), once and again when written; a batched right operand is read in place, since
-it is usually an activation that changes every run.
+it is usually an activation that changes every run. A 2-D product may carry its chain's tail
+as bias and post-ops (matmul_tail.py).
 """
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from ..cpu.threads import parallel_images
 from ..derived import DerivesFromInputs
 from . import abi
 from . import binding as dn
-from .policy import policy
 from .binding import Memory, MemoryDesc, Primitive, PrimitiveDesc
+from .policy import policy
+from .matmul_tail import MatmulTail, append_post_ops
 from .weights import PackedWeight
 
 MIN_SPLIT_FLOPS = 4_000_000  # below this one work item (conv.py's threshold, same reason)
@@ -35,23 +37,54 @@ def _operand(batches: int, rows: int, cols: int, transposed: bool,
 
 
 class OnednnMatmul(DerivesFromInputs):
-    """run(a, b, out): out[i] = op(a[i % a_batches]) @ op(b[i % b_batches]) on oneDNN.
+    """run(a, b, *extras, out): out[i] = op(a[i % a_batches]) @ op(b[i % b_batches]) on
+    oneDNN; a 2-D product may then apply a tail: bias and post-ops reading extras, and after
+    them a compiled chain (`after`, reading the arrays at after_args) on each item's rows.
 
-    A large product is cut into work items for the runtime's workers (as a conv's bands):
-    blocks of output rows of a 2-D product (sharing its packed weight), or of the batch.
+    With split, a large product is cut into work items for the runtime's workers (as a conv's
+    bands): blocks of output rows of a 2-D product (sharing its packed weight), or of the
+    batch; without, it is one call on the caller's thread (measured faster for the small
+    products of BERT-tiny and Whisper, 64-200 rows: 225 GFLOP/s against 105-117 in 16-row
+    blocks, machine at load 3.6).
     """
 
     def __init__(self, batch: int, m: int, n: int, k: int, trans_a: bool, trans_b: bool,
-                 a_batches: int, b_batches: int) -> None:
+                 a_batches: int, b_batches: int, split: bool = True,
+                 tail: MatmulTail | None = None, extras: int = 0, after: Any = None,
+                 after_args: tuple[int, ...] = ()) -> None:
         two_d = batch == a_batches == b_batches == 1
+        if (tail is not None or after is not None) and not two_d:
+            raise ValueError("OnednnMatmul: a tail needs a 2-D product")
         self.derived = (1,) if two_d else ()
         super().__init__()
-        threads = policy()
-        self.openmp = threads.openmp
-        dn.use_threads(self.openmp)
+        dn.use_threads(policy().openmp)
         self.shape = (batch, m, n, k, trans_a, trans_b, a_batches, b_batches)
         self.two_d = two_d
-        self.workers = threads.workers
+        self.split = split
+        self.tail = tail
+        self.extras = extras
+        self.after = after
+        self.after_args = after_args
+        # OpenMP threads inside the primitive, or (split) single-threaded items over the
+        # runtime's workers: policy.py's mode for this process
+        threads = policy()
+        self.openmp = threads.openmp
+        self.workers = threads.workers if split else 1
+        self.items: list[tuple[Primitive, list[tuple[Memory, int, int]]]] = []
+        self.rows: list[tuple[int, int]] = []  # a 2-D product's item rows
+        self._flat: tuple[Any, ...] = ()
+        self._arrays: tuple[Any, ...] = ()
+        self._impl = ""
+
+    def _build(self) -> None:
+        """Make the primitives and the packed weight, on first need: a kernel the tuning
+        service or a chain's tail passes over costs nothing (BERT-base made 132 matmul
+        primitives for 48 dense nodes, 0.48 s of a warm start)."""
+        if self._impl:
+            return
+        dn.use_threads(self.openmp)
+        n, k, trans_b, b_batches = self.shape[2], self.shape[3], self.shape[5], self.shape[7]
+        two_d = self.two_d
         w_shape = (k, n) if two_d else (b_batches, k, n)
         pieces = self._pieces()
         pds = {}
@@ -63,21 +96,48 @@ class OnednnMatmul(DerivesFromInputs):
                 if chosen is None:
                     chosen = pds[geometry].md(abi.QUERY_WEIGHTS_MD, w_shape)
         assert chosen is not None
-        self.impl = pds[(pieces[0][1] - pieces[0][0], pieces[0][3] - pieces[0][2])].impl()
         user_w = _operand(b_batches, k, n, trans_b, two_d)
         # a batched right operand is read in place by each item (its own memory, not this one)
         self.weight = PackedWeight(user_w, chosen if two_d else user_w)
-        self.items: list[tuple[Primitive, list[tuple[Memory, int, int]]]] = []
+        self.rows = [(piece[2], piece[3]) for piece in pieces]
         for piece in pieces:
             pd = pds[(piece[1] - piece[0], piece[3] - piece[2])]
             self.items.append(self._item(pd, piece))
-        self._arrays: tuple[Any, ...] = ()
+        self._impl = pds[(pieces[0][1] - pieces[0][0], pieces[0][3] - pieces[0][2])].impl()
+
+    @property
+    def impl(self) -> str:
+        """The implementation oneDNN picked (brg:avx512_core, ref:any ...)."""
+        self._build()
+        return self._impl
+
+    def with_tail(self, tail: MatmulTail, extras: int, after: Any = None,
+                  after_args: tuple[int, ...] = ()) -> OnednnMatmul:
+        """This 2-D product with tail's bias and post-ops reading `extras` more inputs, then
+        the compiled chain after (chain_jit.CompiledChain) over the arrays at after_args."""
+        return OnednnMatmul(*self.shape, split=self.split, tail=tail, extras=extras,
+                            after=after, after_args=after_args)
+
+    def pieces(self) -> int:
+        """How many work items a call hands out."""
+        self._build()
+        return len(self.items)
+
+    def note(self) -> str:
+        """What `graphrun profile` says of it."""
+        text = f"onednn matmul ({self.impl}) in {len(self.items)} item" + \
+            ("s" if len(self.items) > 1 else "")
+        if self.tail is not None and self.tail.ops:
+            text += ", post-ops " + "+".join(self.tail.ops)
+        if self.after is not None:
+            text += ", compiled tail " + "+".join(self.after.ops)
+        return text
 
     def _pieces(self) -> list[tuple[int, int, int, int]]:
         """(first batch, end batch, first row, end row) work items."""
         batch, m, n, k = self.shape[:4]
         parts = 1
-        if self.workers > 1 and 2 * batch * m * n * k >= MIN_SPLIT_FLOPS:
+        if self.split and self.workers > 1 and 2 * batch * m * n * k >= MIN_SPLIT_FLOPS:
             parts = min(2 * self.workers, m if self.two_d else batch)
         if self.two_d:
             step = -(-m // parts)
@@ -100,13 +160,34 @@ class OnednnMatmul(DerivesFromInputs):
                 _operand(count if b_batches > 1 else 1, k, n, trans_b, False),
                 MemoryDesc.plain((count, m, n)))
 
+    def _operand_descs(self, rows: int) -> tuple[MemoryDesc | None, list[MemoryDesc]]:
+        """The bias's descriptor (or None) and each binary post-op operand's, for a piece of
+        rows rows."""
+        tail, n = self.tail, self.shape[2]
+        if tail is None:
+            return None, []
+        bias = MemoryDesc.plain((1, n)) if tail.bias >= 0 else None
+        shapes = {"one": (1, 1), "row": (1, n), "full": (rows, n)}
+        return bias, [MemoryDesc.plain(shapes[op.form]) for op in tail.post_ops]
+
     def _pd(self, piece: tuple[int, int, int, int], chosen: MemoryDesc | None) -> PrimitiveDesc:
         src, user_w, dst = self._descs(piece)
         weights = user_w
         if self.two_d:
             weights = chosen or MemoryDesc.plain(user_w.shape, abi.TAG_ANY)
-        return PrimitiveDesc("dnnl_matmul_primitive_desc_create", dn.library().engine,
-                             src.handle, weights.handle, None, dst.handle, None)
+        tail = self.tail
+        if tail is None:
+            return PrimitiveDesc("dnnl_matmul_primitive_desc_create", dn.library().engine,
+                                 src.handle, weights.handle, None, dst.handle, None)
+        bias, operands = self._operand_descs(piece[3] - piece[2])
+        attr, post_ops = dn.post_ops_attr(
+            lambda lib, ops: append_post_ops(lib, ops, tail, operands))
+        try:
+            return PrimitiveDesc("dnnl_matmul_primitive_desc_create", dn.library().engine,
+                                 src.handle, weights.handle,
+                                 None if bias is None else bias.handle, dst.handle, attr)
+        finally:
+            dn.free_attr(attr, post_ops)
 
     def _item(self, pd: PrimitiveDesc, piece: tuple[int, int, int, int]
               ) -> tuple[Primitive, list[tuple[Memory, int, int]]]:
@@ -115,47 +196,73 @@ class OnednnMatmul(DerivesFromInputs):
         b0, _, r0, _ = piece
         src_desc, w_desc, dst_desc = self._descs(piece)
         src, dst = Memory(src_desc), Memory(dst_desc)
+        out = 2 + self.extras  # out's argument index
         if self.two_d:
-            bindings = [(src, 0, 4 * (r0 if trans_a else r0 * k)), (dst, 2, 4 * r0 * n)]
+            bindings = [(src, 0, 4 * (r0 if trans_a else r0 * k)), (dst, out, 4 * r0 * n)]
             weights = self.weight.memory
         else:
             weights = Memory(w_desc)
             bindings = [(src, 0, 4 * b0 * m * k if a_batches > 1 else 0),
                         (weights, 1, 4 * b0 * k * n if b_batches > 1 else 0),
-                        (dst, 2, 4 * b0 * m * n)]
-        primitive = Primitive(pd, [(abi.ARG_SRC, src), (abi.ARG_WEIGHTS, weights),
-                                   (abi.ARG_DST, dst)])
-        return primitive, bindings
+                        (dst, out, 4 * b0 * m * n)]
+        args = [(abi.ARG_SRC, src), (abi.ARG_WEIGHTS, weights), (abi.ARG_DST, dst)]
+        if self.tail is not None:
+            bias_desc, operand_descs = self._operand_descs(piece[3] - piece[2])
+            if bias_desc is not None:
+                bias = Memory(bias_desc)
+                args.append((abi.ARG_BIAS, bias))
+                bindings.append((bias, 2 + self.tail.bias, 0))
+            for index, (op, desc) in enumerate(zip(self.tail.post_ops, operand_descs)):
+                memory = Memory(desc)
+                args.append((abi.ARG_POST_OP_BASE * (index + 1) | abi.ARG_SRC_1, memory))
+                bindings.append((memory, 2 + op.operand, 4 * r0 * n if op.form == "full" else 0))
+        return Primitive(pd, args), bindings
 
     def workspace_bytes(self) -> int:
+        self._build()
         return self.weight.nbytes
 
     def uses_workers(self) -> bool:
         """Its work items go to the runtime's workers (OpenBLAS held at one thread beside it)."""
         return True
 
-    def __call__(self, a: Any, b: Any, out: Any) -> None:
+    def __call__(self, a: Any, b: Any, *rest: Any) -> None:
         dn.use_threads(self.openmp)
+        if not self._impl:
+            self._build()
         if self.two_d:
             if self.weight.direct:
                 self.weight.memory.bind(b)
             elif self._stale():
                 self.weight.refresh(b)
-        arrays = (a, b, out)
-        if len(self._arrays) != 3 or any(x is not y for x, y in zip(arrays, self._arrays)):
+        arrays = (a, b) + rest
+        if len(self._arrays) != len(arrays) or any(x is not y for x, y in zip(arrays,
+                                                                              self._arrays)):
             bases = [x.ctypes.data for x in arrays]
             for _, bindings in self.items:
                 for memory, which, offset in bindings:
                     memory.bind_address(bases[which] + offset)
+            if self.after is not None:
+                self._flat = self.after.flat_arrays([arrays[i] for i in self.after_args])
             self._arrays = arrays
-        items = self.items
+        items, after = self.items, self.after
         if len(items) == 1:
             items[0][0].run()
+            if after is not None:
+                after.run_block(0, self.shape[1], 0, self.shape[2], self.shape[2], self._flat)
             return
-        parallel_images(len(items), self.workers, lambda worker, i: _run(items[i][0]))
+        if after is None:
+            parallel_images(len(items), self.workers, lambda worker, i: _run(items[i][0]))
+            return
+        rows, flat, n = self.rows, self._flat, self.shape[2]
+
+        def item(worker: int, i: int) -> None:
+            _run(items[i][0])
+            after.run_block(rows[i][0], rows[i][1], 0, n, n, flat)
+        parallel_images(len(items), self.workers, item)
 
     def __repr__(self) -> str:
-        return f"OnednnMatmul({self.impl})"
+        return f"OnednnMatmul({self.impl}, {len(self.items)} items)"
 
 
 def _run(primitive: Primitive) -> None:

@@ -1,0 +1,142 @@
+"""A dense's tail on oneDNN's matmul: bias and adds as post-ops, the rest compiled per item
+(lib/kernels/onednn/matmul_tail.py, matmul.py, chain.py's _onednn_tail)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from test_onednn import THREADS_ENV, U32, onednn  # noqa: F401  (the fixture)
+
+import graph_runtime as gr
+from graph_runtime.lib.chain import Chain, Step, kernel_note
+from graph_runtime.lib.kernels.onednn import binding
+from graph_runtime.lib.kernels.onednn import matmul as onednn_matmul
+from graph_runtime.lib.kernels.onednn.matmul import OnednnMatmul
+from graph_runtime.lib.library import TensorSpec
+
+M, N, K = 13, 37, 29  # odd sizes: no vector width divides them
+
+
+def _gelu(x: np.ndarray, tanh: bool) -> np.ndarray:
+    with np.errstate(invalid="ignore", over="ignore"):
+        if tanh:
+            return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+        erf = np.vectorize(math.erf, otypes=[np.float64])
+        return 0.5 * x * (1 + erf(x / math.sqrt(2)))
+
+
+# (tail steps, extra operand shapes, float64 reference of the tail over the product p)
+TAILS = {
+    "bias": ([Step("add")], [(N,)], lambda p, b: p + b),
+    "bias_gelu": ([Step("add"), Step("gelu")], [(N,)], lambda p, b: _gelu(p + b, False)),
+    "bias_gelu_tanh": ([Step("add"), Step("gelu", {"approximate": "tanh"})], [(N,)],
+                       lambda p, b: _gelu(p + b, True)),
+    "bias_residual": ([Step("add"), Step("add")], [(N,), (2, M, N)], lambda p, b, r: p + b + r),
+    "scale_then_row": ([Step("multiply"), Step("add")], [(1,), (1, N)],
+                       lambda p, s, b: p * s + b),
+    "residual_first": ([Step("add"), Step("add")], [(2, M, N), (N,)],
+                       lambda p, r, b: p + r + b),
+    "bias_relu": ([Step("add"), Step("relu")], [(N,)], lambda p, b: np.where(p + b < 0, 0,
+                                                                             p + b)),
+}
+
+
+def _prepare(steps, shapes):
+    specs = [TensorSpec((2, M, K), "float32"), TensorSpec((N, K), "float32")] + \
+        [TensorSpec(s, "float32") for s in shapes]
+    chain = Chain("f", [Step("dense")] + steps)
+    return chain.prepare(gr.cpu(), specs, chain.infer(specs), {})
+
+
+def _matmul_of(kernel) -> OnednnMatmul:
+    found = [fn for fn, _ in kernel._steps if isinstance(fn, OnednnMatmul)]
+    assert len(kernel._steps) == 1 and found, kernel_note(kernel)
+    return found[0]
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+@pytest.mark.parametrize("name", list(TAILS))
+def test_tail_matches_float64(onednn, monkeypatch, threads, name, random_array) -> None:  # noqa: F811
+    """Every tail is one oneDNN call (in row items on two workers), within the GEMM's bound
+    against float64 (GELU adds its slope, at most 1.13, and a few ulps of its own)."""
+    monkeypatch.setenv(binding.ONEDNN_ENV, "on")
+    monkeypatch.setenv(THREADS_ENV, threads)
+    monkeypatch.setattr(onednn_matmul, "MIN_SPLIT_FLOPS", 0)
+    steps, shapes, ref = TAILS[name]
+    run = _prepare(steps, shapes)
+    kernel = _matmul_of(run)
+    assert kernel.pieces() == (1 if threads == "1" else 2 * int(threads))
+    x = random_array((2, M, K), "float32", seed=1)
+    w = random_array((N, K), "float32", seed=2)
+    extras = [random_array(s, "float32", seed=3 + i) for i, s in enumerate(shapes)]
+    out = np.empty((2, M, N), np.float32)
+    run(x, w, *extras, out)
+    p = x.astype(np.float64) @ w.astype(np.float64).T
+    want = ref(p, *[e.astype(np.float64) for e in extras])
+    bound = 2 * (K + 1) * U32 * (np.abs(x).astype(np.float64) @ np.abs(w).T)
+    bound = 1.2 * (bound + 4 * U32 * sum(np.abs(e) for e in extras)) + 8 * U32 * np.abs(want)
+    assert np.all(np.abs(out - want) <= bound + 1e-6), np.max(np.abs(out - want) - bound)
+
+
+@pytest.mark.parametrize("name", ["bias_gelu", "bias_relu", "bias_residual"])
+def test_nan_and_inf_as_numpy(onednn, monkeypatch, name) -> None:  # noqa: F811
+    """NaN and inf in the product or the operands come out as the NumPy path gives them:
+    gelu(+inf) = inf (oneDNN's gelu_erf post-op gave NaN), relu(NaN) = NaN (its relu gave 0)."""
+    monkeypatch.setenv(binding.ONEDNN_ENV, "on")
+    steps, shapes, _ = TAILS[name]
+    x = np.zeros((2, M, K), np.float32)
+    x[0, 0, 0] = np.nan
+    w = np.eye(N, K, dtype=np.float32)
+    b = np.zeros(N, np.float32)
+    b[1:6] = [np.inf, -np.inf, np.nan, -0.0, 3e38]
+    extras = [b] + [np.ones(s, np.float32) for s in shapes[1:]]
+    got = np.empty((2, M, N), np.float32)
+    _prepare(steps, shapes)(x, w, *extras, got)
+    monkeypatch.setenv(binding.ONEDNN_ENV, "off")
+    want = np.empty((2, M, N), np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        _prepare(steps, shapes)(x, w, *extras, want)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_profile_names_post_ops_and_compiled_rest(onednn, monkeypatch) -> None:  # noqa: F811
+    monkeypatch.setenv(binding.ONEDNN_ENV, "on")
+    note = kernel_note(_prepare(*TAILS["bias_gelu"][:2]))
+    assert "post-ops add" in note and "compiled tail gelu" in note, note
+
+
+def test_column_operand_stays_compiled(onednn, monkeypatch, random_array) -> None:  # noqa: F811
+    """An operand broadcast down the columns ((m, 1)) is no oneDNN row or whole operand: the
+    whole tail runs compiled after the product, still right."""
+    monkeypatch.setenv(binding.ONEDNN_ENV, "on")
+    run = _prepare([Step("add"), Step("add")], [(2, M, 1), (N,)])
+    kernel = _matmul_of(run)
+    assert kernel.tail.steps == 0 and kernel.after is not None
+    x = random_array((2, M, K), "float32", seed=1)
+    w = random_array((N, K), "float32", seed=2)
+    c = random_array((2, M, 1), "float32", seed=3)
+    b = random_array((N,), "float32", seed=4)
+    out = np.empty((2, M, N), np.float32)
+    run(x, w, c, b, out)
+    want = x.astype(np.float64) @ w.astype(np.float64).T + c + b
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
+
+
+def test_steps_whose_values_are_read_later_stay_compiled() -> None:
+    """oneDNN never writes the product or a value between post-ops: a later step reading one
+    keeps the steps from there compiled (refs as chain._tail_operands gives them)."""
+    from graph_runtime.lib.kernels.onednn.matmul_tail import matmul_tail
+    specs = [TensorSpec((M, N), "float32"), TensorSpec((N,), "float32"),
+             TensorSpec((M, N), "float32")]
+    ops = ["add", "add", "multiply"]
+    taken = matmul_tail(ops, [[("input", 0), ("input", 1)], [("step", 0), ("input", 2)],
+                              [("step", 1), ("input", 2)]], specs, 0, M, N)
+    assert taken.steps == 3 and taken.bias == 0 and len(taken.post_ops) == 2
+    reads_product = [[("input", 0), ("input", 1)], [("step", 0), ("input", 2)],
+                     [("step", 1), ("input", 0)]]
+    assert matmul_tail(ops, reads_product, specs, 0, M, N).steps == 0
+    reads_between = [[("input", 0), ("input", 1)], [("step", 0), ("input", 2)],
+                     [("step", 1), ("step", 0)]]
+    taken = matmul_tail(ops, reads_between, specs, 0, M, N)
+    assert taken.steps == 1 and taken.post_ops == () and taken.bias == 0
