@@ -14,6 +14,7 @@ from graph_runtime.lib.kernels.onednn import binding
 from graph_runtime.lib.kernels.onednn import matmul as onednn_matmul
 from graph_runtime.lib.kernels.onednn.matmul import OnednnMatmul
 from graph_runtime.lib.library import TensorSpec
+from graph_runtime.settings import ONEDNN_THREADS
 
 M, N, K = 13, 37, 29  # odd sizes: no vector width divides them
 
@@ -55,18 +56,22 @@ def _matmul_of(kernel) -> OnednnMatmul:
     return found[0]
 
 
+@pytest.mark.parametrize("mode", ["workers", "openmp"])
 @pytest.mark.parametrize("threads", ["1", "2"])
 @pytest.mark.parametrize("name", list(TAILS))
-def test_tail_matches_float64(onednn, monkeypatch, threads, name, random_array) -> None:  # noqa: F811
-    """Every tail is one oneDNN call (in row items on two workers), within the GEMM's bound
-    against float64 (GELU adds its slope, at most 1.13, and a few ulps of its own)."""
+def test_tail_matches_float64(onednn, monkeypatch, threads, mode, name,  # noqa: F811
+                              random_array) -> None:
+    """Every tail is one oneDNN call (in row items on two workers, or on OpenMP threads),
+    within the GEMM's bound against float64 (GELU adds its slope, at most 1.13, and a few
+    ulps of its own)."""
     monkeypatch.setenv(binding.ONEDNN_ENV, "on")
     monkeypatch.setenv(THREADS_ENV, threads)
+    monkeypatch.setenv(ONEDNN_THREADS.name, mode)
     monkeypatch.setattr(onednn_matmul, "MIN_SPLIT_FLOPS", 0)
     steps, shapes, ref = TAILS[name]
     run = _prepare(steps, shapes)
     kernel = _matmul_of(run)
-    assert kernel.pieces() == (1 if threads == "1" else 2 * int(threads))
+    assert kernel.pieces() == (1 if threads == "1" or mode == "openmp" else 2 * int(threads))
     x = random_array((2, M, K), "float32", seed=1)
     w = random_array((N, K), "float32", seed=2)
     extras = [random_array(s, "float32", seed=3 + i) for i, s in enumerate(shapes)]
