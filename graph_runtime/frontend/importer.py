@@ -115,7 +115,7 @@ def import_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None,
     def once(shapes: Mapping[str, Sequence[int]],
              unfold: frozenset[str] = frozenset()) -> tuple[Any, dict[str, Any]]:
         lowered = lower(proto, name, shapes, unfold)
-        fused[:] = [fuse_patterns(lowered)]
+        fused[:] = [fuse_patterns(lowered) + lowered.qdq_fused]
         emitted = emit(lowered, f"imported from {name} (ONNX opset {lowered.opset})")
         return (lowered, emitted), {"graph": emitted.graph_doc, "lib": emitted.lib_doc,
                                     "params": emitted.params, "consts": lowered.consts,

@@ -1,0 +1,36 @@
+"""Converters for the fused QDQ nodes (fuse_qdq.py): QConv -> qconv2d, QAdd -> qadd."""
+from __future__ import annotations
+
+from .convert import Context, converts
+from .convert_conv import _window_attrs
+from .fuse_qdq import FUSED_DOMAIN
+from .ir import Unsupported, Value
+from .onnx_node import OnnxNode
+
+
+def _fused_only(node: OnnxNode) -> None:
+    """These names are the fusion's own: the same op type in ONNX's domain is unknown."""
+    if node.domain != FUSED_DOMAIN:
+        raise Unsupported("__unknown__")
+
+
+@converts("QConv")
+def qconv(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
+    _fused_only(node)
+    x, w, m, bias = args[:4]
+    if x.rank != 4:
+        raise Unsupported(f"quantized convolution of a rank-{x.rank} input; 2-D only")
+    strides, dilations, pads = _window_attrs(node, x, list(w.shape[2:]))
+    return [ctx.b.op("qconv2d", x, w, m, bias, strides=strides, padding=pads,
+                     dilation=dilations, groups=int(node.attr("group", 1)),
+                     x_zero=int(node.attr("x_zero")), y_zero=int(node.attr("y_zero")),
+                     relu=bool(node.attr("relu")), dtype=str(node.attr("dtype")))]
+
+
+@converts("QAdd")
+def qadd(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
+    _fused_only(node)
+    names = ("a_scale", "a_zero", "b_scale", "b_zero", "y_scale", "y_zero")
+    attrs = {k: node.attr(k) for k in names}
+    return [ctx.b.op("qadd", args[0], args[1], relu=bool(node.attr("relu")),
+                     dtype=str(node.attr("dtype")), **attrs)]

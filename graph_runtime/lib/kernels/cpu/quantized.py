@@ -1,0 +1,113 @@
+"""CPU kernels of the quantized ops without oneDNN: qconv2d as an exact float64 convolution
+plus float32 requantization, and qadd (the QDQ Add) as one compiled pass.
+
+qconv2d's accumulator is exact: (x - x_zero) * w summed in float64, whose 53-bit mantissa holds
+every u8/s8 product sum of up to 2^37 terms. The requantization is the op's definition
+(lib/ops/quantized.py) in float32: float32(acc) * m + b, relu, rint (half to even), + y_zero,
+saturate. qadd is DequantizeLinear, Add, Relu and QuantizeLinear as ONNX defines them, in
+float32 and in that order (the unfused QDQ graph's values exactly), made once for all 65,536
+pairs of byte values: a run is one table lookup per element.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from ...conv_params import ConvParams
+from .conv_choice import conv2d_cpu
+from .conv_epilogue import Epilogue
+from .loops_jit import compiled
+from .threads import num_threads, parallel_items
+
+QUANT_RANGES = {"uint8": (0, 255), "int8": (-128, 127)}
+ADD_SPLIT = 1 << 17  # elements per work item of qadd
+
+
+def requantize(acc: np.ndarray, m: np.ndarray, b: np.ndarray, y_zero: int, relu: bool,
+               out: np.ndarray) -> None:
+    """out = saturate(rint(relu?(float32(acc) * m + b)) + y_zero), m and b per axis 1."""
+    shape = (1, -1) + (1,) * (acc.ndim - 2)
+    t = acc.astype(np.float32) * m.reshape(shape) + b.reshape(shape)
+    if relu:
+        np.maximum(t, np.float32(0), out=t)
+    lo, hi = QUANT_RANGES[str(out.dtype)]
+    np.copyto(out, np.clip(np.rint(t) + np.float32(y_zero), lo, hi), casting="unsafe")
+
+
+def qconv2d_reference(p64: ConvParams, x_zero: int, y_zero: int,
+                      relu: bool) -> Callable[..., None]:
+    """run(x, w, m, b, out) with the accumulator from a float64 conv2d kernel (exact)."""
+    conv = conv2d_cpu(p64, Epilogue((), (p64.n, p64.o, p64.oh, p64.ow)), "im2col")
+    centered = np.empty((p64.n, p64.c, p64.h, p64.w), np.float64)
+    acc = np.empty((p64.n, p64.o, p64.oh, p64.ow), np.float64)
+
+    def run(x: Any, w: Any, m: Any, b: Any, out: Any) -> None:
+        np.subtract(x, np.float64(x_zero), out=centered)
+        conv(centered, w.astype(np.float64), acc)
+        requantize(acc, m, b, y_zero, relu, out)
+    return run
+
+
+def qadd_table(scales: tuple[float, float, float], zeros: tuple[int, int, int], relu: bool,
+               a_dtype: str, b_dtype: str, out_dtype: str) -> np.ndarray:
+    """Q(relu?(DQ(a) + DQ(b))) for every pair of byte values, indexed by a's byte * 256 + b's:
+    ONNX's float32 steps once per pair, so a lookup is the same value as computing it."""
+    a_s, b_s, y_s = (np.float32(v) for v in scales)
+    a_z, b_z, y_z = (np.float32(z) for z in zeros)
+    a = np.arange(256, dtype=np.uint8).view(a_dtype).astype(np.float32)
+    b = np.arange(256, dtype=np.uint8).view(b_dtype).astype(np.float32)
+    y = ((a - a_z) * a_s)[:, None] + ((b - b_z) * b_s)[None, :]
+    if relu:
+        y = np.maximum(y, np.float32(0))
+    lo, hi = QUANT_RANGES[out_dtype]
+    q = np.clip(np.rint(y / y_s) + y_z, lo, hi)
+    return q.astype(out_dtype).reshape(-1)
+
+
+def _lookup(a: Any, b: Any, table: Any, out: Any, start: int, stop: int) -> None:
+    for i in range(start, stop):
+        out[i] = table[(np.int32(a[i]) << 8) | np.int32(b[i])]
+
+
+_lookup_compiled = compiled(_lookup)
+
+
+def qadd_kernel(table: np.ndarray, same_shape: bool) -> Callable[..., None]:
+    """run(a, b, out): out = table[a, b] over the operands' bytes; one pass over flat memory
+    when a, b and out share one shape and one layout, NumPy's broadcasting otherwise."""
+    workers = max(1, num_threads())
+
+    def flat(fa: Any, fb: Any, fo: Any) -> None:
+        size = fo.shape[0]
+        if size <= ADD_SPLIT or workers == 1:
+            _lookup_compiled(fa, fb, table, fo, 0, size)
+            return
+        parts = -(-size // ADD_SPLIT)
+        parallel_items(parts, workers, lambda worker, i: _lookup_compiled(
+            fa, fb, table, fo, i * ADD_SPLIT, min(size, (i + 1) * ADD_SPLIT)))
+
+    def broadcast(a: Any, b: Any, out: Any) -> None:
+        index = (a.view(np.uint8).astype(np.int32) << 8) | b.view(np.uint8)
+        np.take(table, index, out=out)
+
+    def run(a: Any, b: Any, out: Any) -> None:
+        if same_shape and a.strides == b.strides == out.strides:
+            fa, fb, fo = _flat(a), _flat(b), _flat(out)
+            if fa is not None and fb is not None and fo is not None:
+                flat(fa.view(np.uint8), fb.view(np.uint8), fo)
+                return
+        broadcast(a, b, out)
+    return run
+
+
+def _flat(array: Any) -> Any:
+    """The 1-D view of an array's bytes in memory order (C or NHWC-strided), else None."""
+    if array.flags.c_contiguous:
+        return array.reshape(-1)
+    if array.ndim == 4:
+        n, c, h, w = array.shape
+        nhwc = array.transpose(0, 2, 3, 1)
+        if nhwc.flags.c_contiguous:
+            return nhwc.reshape(-1)
+    return None

@@ -1,0 +1,117 @@
+"""Quantized standard ops the QDQ fusion emits (frontend/fuse_qdq.py): qconv2d and qadd.
+
+qconv2d(x, w, m, b) -> y: x (N, C, H, W) uint8/int8 with zero point x_zero, w (O, C/groups,
+kh, kw) int8 (zero point 0), m and b float32 (O,): y = saturate(rint(relu?(float32(acc) * m[o]
++ b[o])) + y_zero) as dtype, acc the exact integer conv of (x - x_zero) and w. The QDQ form
+DequantizeLinear -> Conv (+ Relu) -> QuantizeLinear is this with m = x_scale * w_scale /
+y_scale and b = bias / y_scale.
+
+qadd(a, b) -> y: Q(relu?(DQ(a) + DQ(b))) with the six scales and zero points as attributes,
+float32 steps as ONNX defines DequantizeLinear, Add and QuantizeLinear.
+
+CPU only: oneDNN's int8 convolution where the library is here (kernels/onednn/int8_conv.py),
+an exact float64 convolution otherwise (kernels/cpu/quantized.py).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Collection, Mapping, Sequence
+
+from ...backends.base import Backend
+from ..attrs import bool_attr, float_attr, int_attr, op_error, str_attr
+from ..conv_params import CONV_ATTRS, ConvParams, conv2d_params
+from ..kernels.cpu.quantized import (QUANT_RANGES, qadd_kernel, qadd_table,
+                                       qconv2d_reference)
+from ..library import TensorSpec
+from ..prepared import PreparedKernel
+from ..registry import define_op, kernel
+from ..shapes import check_num_inputs
+
+QCONV_ATTRS = CONV_ATTRS + ("x_zero", "y_zero", "relu", "dtype")
+QADD_ATTRS = ("a_scale", "a_zero", "b_scale", "b_zero", "y_scale", "y_zero", "relu", "dtype")
+
+
+def _out_dtype(op: str, attrs: Mapping[str, Any]) -> str:
+    return str(str_attr(op, attrs, "dtype", "uint8", tuple(QUANT_RANGES)))
+
+
+def _check_int8(op: str, what: str, spec: TensorSpec, allowed: Sequence[str]) -> None:
+    if spec.dtype not in allowed:
+        raise op_error(op, f"{what} is {spec.dtype}; expected {' or '.join(allowed)}")
+
+
+def qconv2d_params(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> ConvParams:
+    """The conv's geometry (as float64: the reference kernel's accumulator type)."""
+    check_num_inputs("qconv2d", inputs, 4)
+    _check_int8("qconv2d", "input 0 (x)", inputs[0], ("uint8", "int8"))
+    _check_int8("qconv2d", "input 1 (w)", inputs[1], ("int8",))
+    conv_attrs = {k: v for k, v in attrs.items() if k in CONV_ATTRS}
+    p = conv2d_params([TensorSpec(tuple(s.shape), "float64") for s in inputs[:2]], conv_attrs)
+    for i in (2, 3):
+        if inputs[i].dtype != "float32" or tuple(inputs[i].shape) != (p.o,):
+            raise op_error("qconv2d", f"input {i} is {inputs[i].dtype} {tuple(inputs[i].shape)};"
+                                      f" expected float32 ({p.o},)")
+    return p
+
+
+def _qconv2d_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
+    p = qconv2d_params(inputs, attrs)
+    return [TensorSpec((p.n, p.o, p.oh, p.ow), _out_dtype("qconv2d", attrs))]
+
+
+def _qconv2d_cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
+                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+    from ..kernels.onednn.int8_conv import Int8Conv, int8_conv_applies
+    p = qconv2d_params(inputs, attrs)
+    x_zero = int(int_attr("qconv2d", attrs, "x_zero", 0))
+    y_zero = int(int_attr("qconv2d", attrs, "y_zero", 0))
+    relu = bool_attr("qconv2d", attrs, "relu", False)
+    if int8_conv_applies(p, inputs[0].dtype, inputs[1].dtype):
+        return Int8Conv(p, inputs[0].dtype, outputs[0].dtype, x_zero, y_zero, relu)
+    return qconv2d_reference(p, x_zero, y_zero, relu)
+
+
+def _qadd_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
+    check_num_inputs("qadd", inputs, 2)
+    for i, spec in enumerate(inputs):
+        _check_int8("qadd", f"input {i}", spec, ("uint8", "int8"))
+    try:
+        from numpy import broadcast_shapes
+        shape = broadcast_shapes(tuple(inputs[0].shape), tuple(inputs[1].shape))
+    except ValueError:
+        raise op_error("qadd", f"shapes {tuple(inputs[0].shape)} and "
+                               f"{tuple(inputs[1].shape)} do not broadcast") from None
+    return [TensorSpec(tuple(shape), _out_dtype("qadd", attrs))]
+
+
+class QAdd(PreparedKernel):
+    """qadd over flat memory; operands of one 4-D shape may all be NHWC (same bytes order)."""
+
+    def __init__(self, run: Callable[..., None], same_4d: bool) -> None:
+        self.run = run
+        self.same_4d = same_4d
+
+    def __call__(self, a: Any, b: Any, out: Any) -> None:
+        self.run(a, b, out)
+
+    def channels_last_positions(self) -> Sequence[int]:
+        return (0, 1, 2) if self.same_4d else ()
+
+    def use_channels_last(self, positions: Collection[int]) -> None:
+        """Nothing to change: run() reads whatever layout the three share."""
+
+
+def _qadd_cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
+              outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+    scales = tuple(float(float_attr("qadd", attrs, k)) for k in ("a_scale", "b_scale", "y_scale"))
+    zeros = tuple(int(int_attr("qadd", attrs, k, 0)) for k in ("a_zero", "b_zero", "y_zero"))
+    same = tuple(inputs[0].shape) == tuple(inputs[1].shape) == tuple(outputs[0].shape)
+    table = qadd_table(scales, zeros, bool_attr("qadd", attrs, "relu", False),  # type: ignore
+                       inputs[0].dtype, inputs[1].dtype, outputs[0].dtype)
+    run = qadd_kernel(table, same)
+    return QAdd(run, same and len(outputs[0].shape) == 4)
+
+
+define_op("qconv2d", _qconv2d_infer, 4, QCONV_ATTRS)
+kernel("qconv2d", "cpu")(_qconv2d_cpu)
+define_op("qadd", _qadd_infer, 2, QADD_ATTRS)
+kernel("qadd", "cpu")(_qadd_cpu)
