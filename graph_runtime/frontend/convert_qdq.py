@@ -1,4 +1,5 @@
-"""Converters for the fused QDQ nodes (fuse_qdq.py): QConv -> qconv2d, QAdd -> qadd."""
+"""Converters for the fused QDQ nodes (fuse_qdq.py): QConv -> qconv2d, QDense -> qdense,
+QAdd -> qadd."""
 from __future__ import annotations
 
 from .convert import Context, converts
@@ -25,6 +26,14 @@ def qconv(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
                      dilation=dilations, groups=int(node.attr("group", 1)),
                      x_zero=int(node.attr("x_zero")), y_zero=int(node.attr("y_zero")),
                      relu=bool(node.attr("relu")), dtype=str(node.attr("dtype")))]
+
+
+@converts("QDense")
+def qdense(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
+    _fused_only(node)
+    return [ctx.b.op("qdense", *args[:4], x_zero=int(node.attr("x_zero")),
+                     y_zero=int(node.attr("y_zero")), relu=bool(node.attr("relu")),
+                     dtype=str(node.attr("dtype")))]
 
 
 @converts("QAdd")

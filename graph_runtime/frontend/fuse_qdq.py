@@ -6,6 +6,8 @@ convert_qdq.py into the quantized standard ops (lib/ops/quantized.py):
 
 - DQ(x) -> Conv(DQ(w) [, DQ(bias) or float bias]) [-> Relu] -> Q  =>  QConv (qconv2d): int8
   weights with per-output-channel or one scale and zero points 0, scalar x and y parameters.
+- DQ(x) -> MatMul / Gemm(DQ(w) [, bias]) [-> Relu] -> Q  =>  QDense (qdense): int8 weights
+  (K, N) or transposed, per-column or one scale, zero points 0.
 - DQ(a) + DQ(b) [-> Relu] -> Q  =>  QAdd (qadd): scalar parameters.
 
 A pattern matches only where its float values are read by the pattern alone (not graph outputs)
@@ -77,6 +79,76 @@ def _scalar(scale: np.ndarray, zero: np.ndarray) -> bool:
     return scale.size == 1 and zero.size == 1
 
 
+def _bias(g: _Graph, name: str, o: int) -> np.ndarray | None:
+    """The float bias (o,): zeros when absent, a float32 initializer, or DequantizeLinear of an
+    int32 initializer; None when it is something else."""
+    if not name:
+        return np.zeros(o, np.float32)
+    if name in g.inits:
+        value = g.inits[name]
+        return value.reshape(o) if value.dtype == np.float32 and value.size == o else None
+    bq = g.dq(name)
+    if bq is None or bq[0] not in g.inits or g.inits[bq[0]].dtype != np.int32 \
+            or bq[1].size not in (1, o) or g.inits[bq[0]].size != o:
+        return None
+    b_int = g.inits[bq[0]].astype(np.float32) - bq[2].astype(np.float32)
+    return np.broadcast_to(b_int * bq[1].astype(np.float32), (o,)).astype(np.float32)
+
+
+def _requant(x: tuple, w_scale: np.ndarray, bias: np.ndarray, y_scale: float, o: int
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """(m, b) of the quantized ops: x_scale * w_scale / y_scale and bias / y_scale, float32 in
+    ONNX Runtime's order (the scale product, then the division)."""
+    ys = np.float32(y_scale)
+    m = (np.float32(x[1].reshape(())) * np.broadcast_to(
+        w_scale.astype(np.float32).reshape(-1), (o,))) / ys
+    return m.astype(np.float32), (bias / ys).astype(np.float32)
+
+
+def _dense(g: _Graph, q: Any, name: str) -> tuple[Any, dict[str, Any], list[Any]] | None:
+    """DQ(x) -> MatMul / Gemm with DQ(int8 weights) [-> Relu] -> Q as a QDense node."""
+    from onnx import helper, numpy_helper
+    out = g.q(q)
+    if out is None:
+        return None
+    y_scale, y_zero, dtype = out
+    relu = g.sole(q.input[0], "Relu")
+    value = relu.input[0] if relu is not None else q.input[0]
+    op = g.sole(value, "MatMul") or g.sole(value, "Gemm")
+    if op is None or len(op.input) < 2:
+        return None
+    attrs = {a.name: a for a in op.attribute}
+    trans_b = bool(attrs["transB"].i) if "transB" in attrs else False
+    if any(k in attrs and (attrs[k].i if k == "transA" else attrs[k].f != 1.0)
+           for k in ("transA", "alpha", "beta")):
+        return None
+    x, w = g.dq(op.input[0]), g.dq(op.input[1])
+    if x is None or w is None or not _scalar(x[1], x[2]) or x[2].dtype not in INT8 \
+            or w[0] not in g.inits:
+        return None
+    weights, w_scale, w_zero, axis = g.inits[w[0]], w[1], w[2], w[3]
+    if weights.dtype != np.int8 or weights.ndim != 2 or np.any(w_zero != 0):
+        return None
+    o = weights.shape[0 if trans_b else 1]
+    column_axis = (0, -2) if trans_b else (1, -1)
+    if not (w_scale.size == 1 or (w_scale.shape == (o,) and axis in column_axis)):
+        return None
+    bias = _bias(g, op.input[2] if op.op_type == "Gemm" and len(op.input) > 2 else "", o)
+    if bias is None:
+        return None
+    m, b = _requant(x, w_scale, bias, y_scale, o)
+    inits = {f"{name}_m": m, f"{name}_b": b}
+    w_name = w[0]
+    if trans_b:
+        w_name = f"{name}_w"
+        inits[w_name] = np.ascontiguousarray(weights.T)
+    node = helper.make_node("QDense", [x[0], w_name, f"{name}_m", f"{name}_b"], [q.output[0]],
+                            name=name, domain=FUSED_DOMAIN, x_zero=int(x[2].reshape(())),
+                            y_zero=y_zero, relu=int(relu is not None), dtype=dtype)
+    replaced = [op, q] + ([relu] if relu is not None else [])
+    return node, {k: numpy_helper.from_array(v, k) for k, v in inits.items()}, replaced
+
+
 def _conv(g: _Graph, q: Any, name: str) -> tuple[Any, dict[str, Any], list[Any]] | None:
     """The QConv node replacing q, its new initializers, and the nodes it replaces."""
     from onnx import helper, numpy_helper
@@ -97,22 +169,11 @@ def _conv(g: _Graph, q: Any, name: str) -> tuple[Any, dict[str, Any], list[Any]]
     if weights.dtype != np.int8 or weights.ndim != 4 or np.any(w_zero != 0) \
             or not (w_scale.size == 1 or (w_scale.shape == (o,) and axis in (0, -4))):
         return None
-    bias = np.zeros(o, np.float32)
-    if len(conv.input) > 2 and conv.input[2]:
-        if conv.input[2] in g.inits and g.inits[conv.input[2]].dtype == np.float32:
-            bias = g.inits[conv.input[2]].reshape(o)
-        else:
-            bq = g.dq(conv.input[2])
-            if bq is None or bq[0] not in g.inits or g.inits[bq[0]].dtype != np.int32 \
-                    or bq[1].size not in (1, o):
-                return None
-            b_int = g.inits[bq[0]].astype(np.float32) - bq[2].astype(np.float32)
-            bias = np.broadcast_to(b_int * bq[1].astype(np.float32), (o,)).astype(np.float32)
-    x_scale = np.float32(x[1].reshape(()))
-    ys = np.float32(y_scale)
-    m = (x_scale * np.broadcast_to(w_scale.astype(np.float32).reshape(-1), (o,))) / ys
-    b = bias / ys
-    inits = {f"{name}_m": m.astype(np.float32), f"{name}_b": b.astype(np.float32)}
+    bias = _bias(g, conv.input[2] if len(conv.input) > 2 else "", o)
+    if bias is None:
+        return None
+    m, b = _requant(x, w_scale, bias, y_scale, o)
+    inits = {f"{name}_m": m, f"{name}_b": b}
     node = helper.make_node("QConv", [x[0], w[0], f"{name}_m", f"{name}_b"], [q.output[0]],
                             name=name, domain=FUSED_DOMAIN,
                             x_zero=int(x[2].reshape(())), y_zero=y_zero, relu=int(relu is not None),
@@ -158,7 +219,7 @@ def fuse_qdq(model: Any) -> tuple[Any, Counter]:
         if node.op_type != "QuantizeLinear" or node.domain not in ("", "ai.onnx"):
             continue
         name = f"qdq_fused_{i}"
-        for kind, match in (("QConv", _conv), ("QAdd", _add)):
+        for kind, match in (("QConv", _conv), ("QDense", _dense), ("QAdd", _add)):
             found = match(g, node, name)
             if found is None:
                 continue

@@ -1,4 +1,4 @@
-"""Quantized standard ops the QDQ fusion emits (frontend/fuse_qdq.py): qconv2d and qadd.
+"""Quantized standard ops the QDQ fusion emits (frontend/fuse_qdq.py): qconv2d, qdense, qadd.
 
 qconv2d(x, w, m, b) -> y: x (N, C, H, W) uint8/int8 with zero point x_zero, w (O, C/groups,
 kh, kw) int8 (zero point 0), m and b float32 (O,): y = saturate(rint(relu?(float32(acc) * m[o]
@@ -6,11 +6,14 @@ kh, kw) int8 (zero point 0), m and b float32 (O,): y = saturate(rint(relu?(float
 DequantizeLinear -> Conv (+ Relu) -> QuantizeLinear is this with m = x_scale * w_scale /
 y_scale and b = bias / y_scale.
 
+qdense(x, w, m, b) -> y: the same for x (..., K) and w (K, N) int8, m and b per column.
+
 qadd(a, b) -> y: Q(relu?(DQ(a) + DQ(b))) with the six scales and zero points as attributes,
 float32 steps as ONNX defines DequantizeLinear, Add and QuantizeLinear.
 
-CPU only: oneDNN's int8 convolution where the library is here (kernels/onednn/int8_conv.py),
-an exact float64 convolution otherwise (kernels/cpu/quantized.py).
+CPU only: oneDNN's int8 convolution and matmul where the library is here
+(kernels/onednn/int8_conv.py, int8_matmul.py), exact float64 products otherwise
+(kernels/cpu/quantized.py).
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from ...backends.base import Backend
 from ..attrs import bool_attr, float_attr, int_attr, op_error, str_attr
 from ..conv_params import CONV_ATTRS, ConvParams, conv2d_params
 from ..kernels.cpu.quantized import (QUANT_RANGES, qadd_kernel, qadd_table,
-                                       qconv2d_reference)
+                                       qconv2d_reference, qdense_reference)
 from ..library import TensorSpec
 from ..prepared import PreparedKernel
 from ..registry import define_op, kernel
@@ -70,6 +73,74 @@ def _qconv2d_cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
     return qconv2d_reference(p, x_zero, y_zero, relu)
 
 
+def _qdense_check(inputs: Sequence[TensorSpec]) -> tuple[int, int, int]:
+    """(rows, N, K) of qdense(x (..., K), w (K, N), m (N,), b (N,))."""
+    check_num_inputs("qdense", inputs, 4)
+    _check_int8("qdense", "input 0 (x)", inputs[0], ("uint8", "int8"))
+    _check_int8("qdense", "input 1 (w)", inputs[1], ("int8",))
+    x, w = tuple(inputs[0].shape), tuple(inputs[1].shape)
+    if len(w) != 2 or not x or x[-1] != w[0]:
+        raise op_error("qdense", f"x {x} and w {w}: expected (..., K) and (K, N)")
+    for i in (2, 3):
+        if inputs[i].dtype != "float32" or tuple(inputs[i].shape) != (w[1],):
+            raise op_error("qdense", f"input {i} is {inputs[i].dtype} {tuple(inputs[i].shape)};"
+                                     f" expected float32 ({w[1]},)")
+    rows = 1
+    for d in x[:-1]:
+        rows *= d
+    return rows, w[1], w[0]
+
+
+def _qdense_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
+    _qdense_check(inputs)
+    shape = tuple(inputs[0].shape[:-1]) + (inputs[1].shape[1],)
+    return [TensorSpec(shape, _out_dtype("qdense", attrs))]
+
+
+def _qdense_cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
+                outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+    from ..kernels.onednn.int8_matmul import Int8Matmul, int8_matmul_applies
+    rows, n, k = _qdense_check(inputs)
+    x_zero = int(int_attr("qdense", attrs, "x_zero", 0))
+    y_zero = int(int_attr("qdense", attrs, "y_zero", 0))
+    relu = bool_attr("qdense", attrs, "relu", False)
+    kernel: Callable[..., None] = qdense_reference(x_zero, y_zero, relu)
+    if int8_matmul_applies(inputs[0].dtype, inputs[1].dtype, rows, n, k):
+        kernel = Int8Matmul(rows, n, k, inputs[0].dtype, outputs[0].dtype, x_zero, y_zero, relu)
+    if isinstance(kernel, PreparedKernel):
+        return QDense(kernel, rows, n, k)
+
+    def run(x: Any, w: Any, m: Any, b: Any, out: Any) -> None:
+        kernel(x.reshape(rows, k), w, m, b, out.reshape(rows, n))
+    return run
+
+
+class QDense(PreparedKernel):
+    """A 2-D prepared kernel handed 2-D views of qdense's operands (its capabilities kept)."""
+
+    def __init__(self, kernel: Any, rows: int, n: int, k: int) -> None:
+        self.kernel = kernel
+        self.rows, self.n, self.k = rows, n, k
+
+    def __call__(self, x: Any, w: Any, m: Any, b: Any, out: Any) -> None:
+        self.kernel(x.reshape(self.rows, self.k), w, m, b, out.reshape(self.rows, self.n))
+
+    def workspace_bytes(self) -> int:
+        return int(self.kernel.workspace_bytes())
+
+    def cached_inputs(self) -> Sequence[int]:
+        return tuple(self.kernel.cached_inputs())
+
+    def bind_versions(self, versions: Mapping[int, Any]) -> None:
+        self.kernel.bind_versions(versions)
+
+    def uses_workers(self) -> bool:
+        return bool(self.kernel.uses_workers())
+
+    def __repr__(self) -> str:
+        return repr(self.kernel)
+
+
 def _qadd_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
     check_num_inputs("qadd", inputs, 2)
     for i, spec in enumerate(inputs):
@@ -107,11 +178,14 @@ def _qadd_cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
     same = tuple(inputs[0].shape) == tuple(inputs[1].shape) == tuple(outputs[0].shape)
     table = qadd_table(scales, zeros, bool_attr("qadd", attrs, "relu", False),  # type: ignore
                        inputs[0].dtype, inputs[1].dtype, outputs[0].dtype)
-    run = qadd_kernel(table, same)
+    run = qadd_kernel(table, tuple(inputs[0].shape), tuple(inputs[1].shape),
+                      tuple(outputs[0].shape))
     return QAdd(run, same and len(outputs[0].shape) == 4)
 
 
 define_op("qconv2d", _qconv2d_infer, 4, QCONV_ATTRS)
 kernel("qconv2d", "cpu")(_qconv2d_cpu)
+define_op("qdense", _qdense_infer, 4, ("x_zero", "y_zero", "relu", "dtype"))
+kernel("qdense", "cpu")(_qdense_cpu)
 define_op("qadd", _qadd_infer, 2, QADD_ATTRS)
 kernel("qadd", "cpu")(_qadd_cpu)

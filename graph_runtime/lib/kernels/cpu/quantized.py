@@ -1,7 +1,7 @@
-"""CPU kernels of the quantized ops without oneDNN: qconv2d as an exact float64 convolution
-plus float32 requantization, and qadd (the QDQ Add) as one compiled pass.
+"""CPU kernels of the quantized ops without oneDNN: qconv2d and qdense as exact float64
+products plus float32 requantization, and qadd (the QDQ Add) as a table lookup.
 
-qconv2d's accumulator is exact: (x - x_zero) * w summed in float64, whose 53-bit mantissa holds
+qconv2d's (and qdense's) accumulator is exact: (x - x_zero) * w summed in float64, whose 53-bit mantissa holds
 every u8/s8 product sum of up to 2^37 terms. The requantization is the op's definition
 (lib/ops/quantized.py) in float32: float32(acc) * m + b, relu, rint (half to even), + y_zero,
 saturate. qadd is DequantizeLinear, Add, Relu and QuantizeLinear as ONNX defines them, in
@@ -49,6 +49,14 @@ def qconv2d_reference(p64: ConvParams, x_zero: int, y_zero: int,
     return run
 
 
+def qdense_reference(x_zero: int, y_zero: int, relu: bool) -> Callable[..., None]:
+    """run(x, w, m, b, out) on 2-D operands, the accumulator a float64 product (exact)."""
+    def run(x: Any, w: Any, m: Any, b: Any, out: Any) -> None:
+        acc = (x.astype(np.float64) - np.float64(x_zero)) @ w.astype(np.float64)
+        requantize(acc, m, b, y_zero, relu, out)
+    return run
+
+
 def qadd_table(scales: tuple[float, float, float], zeros: tuple[int, int, int], relu: bool,
                a_dtype: str, b_dtype: str, out_dtype: str) -> np.ndarray:
     """Q(relu?(DQ(a) + DQ(b))) for every pair of byte values, indexed by a's byte * 256 + b's:
@@ -70,13 +78,43 @@ def _lookup(a: Any, b: Any, table: Any, out: Any, start: int, stop: int) -> None
         out[i] = table[(np.int32(a[i]) << 8) | np.int32(b[i])]
 
 
+def _lookup_rows(a: Any, b: Any, table: Any, out: Any, start: int, stop: int) -> None:
+    """Rows start..stop of a (rows, len(b)) operand against b repeated along every row."""
+    n = b.shape[0]
+    for r in range(start, stop):
+        for j in range(n):
+            out[r * n + j] = table[(np.int32(a[r * n + j]) << 8) | np.int32(b[j])]
+
+
 _lookup_compiled = compiled(_lookup)
+_lookup_rows_compiled = compiled(_lookup_rows)
 
 
-def qadd_kernel(table: np.ndarray, same_shape: bool) -> Callable[..., None]:
-    """run(a, b, out): out = table[a, b] over the operands' bytes; one pass over flat memory
-    when a, b and out share one shape and one layout, NumPy's broadcasting otherwise."""
+def _tail(small: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    """Whether an operand of shape `small` is shape's trailing dims (leading ones dropped)."""
+    dims = list(small)
+    while dims and dims[0] == 1:
+        dims.pop(0)
+    return tuple(dims) == tuple(shape[len(shape) - len(dims):]) if dims else True
+
+
+def qadd_kernel(table: np.ndarray, a_shape: tuple[int, ...], b_shape: tuple[int, ...],
+                out_shape: tuple[int, ...]) -> Callable[..., None]:
+    """run(a, b, out): out = table[a, b] over the operands' bytes: one pass over flat memory
+    when a, b and out share one shape and one layout, or when one operand is the other's
+    trailing dims (a bias, a scalar); NumPy's broadcasting otherwise."""
     workers = max(1, num_threads())
+    same = a_shape == b_shape == out_shape
+
+    def broadcast(a: Any, b: Any, out: Any) -> None:
+        index = (a.view(np.uint8).astype(np.int32) << 8) | b.view(np.uint8)
+        np.take(table, index, out=out)
+
+    if not same and a_shape == out_shape and _tail(b_shape, out_shape):
+        return _rows_kernel(table, False, broadcast)
+    if not same and b_shape == out_shape and _tail(a_shape, out_shape):
+        swapped = table.reshape(256, 256).T.copy().reshape(-1)  # by b's byte * 256 + a's
+        return _rows_kernel(swapped, True, broadcast)
 
     def flat(fa: Any, fb: Any, fo: Any) -> None:
         size = fo.shape[0]
@@ -87,17 +125,28 @@ def qadd_kernel(table: np.ndarray, same_shape: bool) -> Callable[..., None]:
         parallel_items(parts, workers, lambda worker, i: _lookup_compiled(
             fa, fb, table, fo, i * ADD_SPLIT, min(size, (i + 1) * ADD_SPLIT)))
 
-    def broadcast(a: Any, b: Any, out: Any) -> None:
-        index = (a.view(np.uint8).astype(np.int32) << 8) | b.view(np.uint8)
-        np.take(table, index, out=out)
-
     def run(a: Any, b: Any, out: Any) -> None:
-        if same_shape and a.strides == b.strides == out.strides:
+        if same and a.strides == b.strides == out.strides:
             fa, fb, fo = _flat(a), _flat(b), _flat(out)
             if fa is not None and fb is not None and fo is not None:
                 flat(fa.view(np.uint8), fb.view(np.uint8), fo)
                 return
         broadcast(a, b, out)
+    return run
+
+
+def _rows_kernel(table: np.ndarray, swap: bool,
+                 broadcast: Callable[..., None]) -> Callable[..., None]:
+    """run(a, b, out) where one operand (b, or a with swap) repeats along the other's rows."""
+    def run(a: Any, b: Any, out: Any) -> None:
+        whole, part = (b, a) if swap else (a, b)
+        if not (whole.flags.c_contiguous and part.flags.c_contiguous
+                and out.flags.c_contiguous):
+            broadcast(a, b, out)
+            return
+        fw, fp = whole.reshape(-1).view(np.uint8), part.reshape(-1).view(np.uint8)
+        rows = fw.shape[0] // max(fp.shape[0], 1)
+        _lookup_rows_compiled(fw, fp, table, out.reshape(-1), 0, rows)
     return run
 
 
