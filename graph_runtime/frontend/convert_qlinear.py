@@ -131,5 +131,7 @@ def dynamic_quantize(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     start = b.op("subtract", zero, b.op("divide", low, scale))
     zero_point = b.op("round", b.op("clip", start, a_min=0.0, a_max=255.0))
     y = b.op("add", b.op("round", b.op("divide", x, scale)), zero_point)
-    y = b.cast(b.op("clip", y, a_min=0.0, a_max=255.0), "uint8")
+    # NOTE: through int32 (the values are whole and in [0, 255] after the clip, NaN aside): a
+    # float -> int32 cast compiles in a chain's loop (chain_jit.py), a float -> uint8 one not.
+    y = b.cast(b.cast(b.op("clip", y, a_min=0.0, a_max=255.0), "int32"), "uint8")
     return [y, scale, b.cast(zero_point, "uint8")]

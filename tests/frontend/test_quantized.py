@@ -1,7 +1,9 @@
 """Quantized inference: QLinearConv / QLinearMatMul per channel against float64 NumPy written
-from ONNX's definitions (exact integers), and ONNX Runtime's own quantization tool applied to
-the committed ResNet and BERT exports (quantize_dynamic; quantize_static, QDQ, per channel)
-compared with ONNX Runtime running the same quantized models."""
+from ONNX's definitions (exact integers); the QDQ form fused into integer ops and
+ConvInteger / MatMulInteger with constant weights on the integer ops, against ONNX Runtime and
+exact references; and ONNX Runtime's own quantization tool applied to the committed ResNet and
+BERT exports (quantize_dynamic; quantize_static, QDQ, per channel) compared with ONNX Runtime
+running the same quantized models, with oneDNN and without it."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,6 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from onnx_builders import init, model, run_ort, run_ours, tensor
+from quantize_models import MODES, feeds_for, quantized
+
+from graph_runtime.frontend.importer import import_onnx
+from graph_runtime.settings import ONEDNN
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper
@@ -76,20 +82,6 @@ def test_qlinearmatmul_per_column_and_matmulinteger() -> None:
     np.testing.assert_array_equal(got_y, _requantize(acc, a_s * b_s / ys, yz))
 
 
-def _feeds(path: Path, seed: int) -> dict[str, np.ndarray]:
-    import onnxruntime as ort
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    rng = np.random.default_rng(seed)
-    feeds = {}
-    for info in session.get_inputs():
-        if info.type == "tensor(int64)":
-            high = 2 if "mask" in info.name else 100
-            feeds[info.name] = rng.integers(1 if high == 2 else 0, high, info.shape)
-        else:
-            feeds[info.name] = rng.standard_normal(info.shape).astype(np.float32)
-    return feeds
-
-
 def _output_scales(m) -> dict[str, float]:
     """Each graph output made by a DequantizeLinear -> its (constant) scale."""
     from onnx import numpy_helper
@@ -101,29 +93,23 @@ def _output_scales(m) -> dict[str, float]:
     return scales
 
 
+@pytest.mark.parametrize("onednn", ["auto", "off"])
 @pytest.mark.parametrize("name", ["resnet_ts", "bert_ts"])
-@pytest.mark.parametrize("mode", ["dynamic", "static_qdq"])
-def test_onnxruntime_quantized_model_matches(name: str, mode: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_onnxruntime_quantized_model_matches(name: str, mode: str, onednn: str,
+                                             tmp_path: Path, monkeypatch) -> None:
     """Within 3 output quantisation steps where the output is dequantized, else 1e-5 relative
-    (float ops after the last integer one: summation order only)."""
+    (float ops after the last integer one: summation order only); with oneDNN's integer kernels
+    and without them (GRAPH_RUNTIME_ONEDNN=off)."""
     pytest.importorskip("onnxruntime.quantization")
-    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
-                                          quantize_dynamic, quantize_static)
+    monkeypatch.setenv(ONEDNN.name, onednn)
     source = DATA / f"{name}.onnx"
-    out = tmp_path / f"{name}_{mode}.onnx"
-    if mode == "dynamic":
-        quantize_dynamic(str(source), str(out), weight_type=QuantType.QInt8)
-    else:
-        class Reader(CalibrationDataReader):
-            def __init__(self) -> None:
-                self.batches = iter([_feeds(source, seed) for seed in range(4)])
-
-            def get_next(self):
-                return next(self.batches, None)
-        quantize_static(str(source), str(out), Reader(), quant_format=QuantFormat.QDQ,
-                        per_channel=True)
-    m = onnx.load(str(out))
-    feeds = _feeds(source, 99)
+    m = onnx.load(str(quantized(source, mode, tmp_path)))
+    feeds = feeds_for(source, 99)
+    imported = import_onnx(m)
+    fused = {"QConv", "QAdd"} if name.startswith("resnet") else {"QDense", "QAdd"}
+    if mode == "static_qdq":
+        assert fused <= set(imported.patterns), imported.patterns
     got = run_ours(m, feeds, "cpu")
     want = run_ort(m, feeds)
     scales = _output_scales(m)
@@ -133,3 +119,98 @@ def test_onnxruntime_quantized_model_matches(name: str, mode: str, tmp_path: Pat
         bound = 3 * scales[info.name] if info.name in scales else 1e-5 * float(np.abs(w).max())
         print(f"{name} {mode} {info.name}: max|diff| {diff:.3g} (bound {bound:.3g})")
         assert diff <= bound
+
+
+def _qdq(x: str, scale: float, zero: int, dtype, out: str, inits: list) -> object:
+    """A DequantizeLinear node reading x with initializer parameters (appended to inits)."""
+    inits += [init(f"{out}_s", np.float32(scale)), init(f"{out}_z", np.array(zero, dtype))]
+    return helper.make_node("DequantizeLinear", [x, f"{out}_s", f"{out}_z"], [out])
+
+
+def _q(x: str, scale: float, zero: int, dtype, out: str, inits: list) -> object:
+    inits += [init(f"{out}_s", np.float32(scale)), init(f"{out}_z", np.array(zero, dtype))]
+    return helper.make_node("QuantizeLinear", [x, f"{out}_s", f"{out}_z"], [out])
+
+
+@pytest.mark.parametrize("onednn", ["auto", "off"])
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_qdq_conv_add_gemm_fused_and_match_onnxruntime(dtype, onednn, monkeypatch) -> None:
+    """DQ -> Conv (groups, pads, stride, per-channel int32 bias) -> Relu -> Q, DQ + DQ -> Add ->
+    Q, DQ -> Gemm (transposed int8 weights) -> Q, DQ -> MatMul -> Relu -> Q: each fused into
+    one integer op and within one step of ONNX Runtime (which fuses them into its own QLinear
+    kernels)."""
+    monkeypatch.setenv(ONEDNN.name, onednn)
+    rng = np.random.default_rng(3)
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    zero = 128 if dtype == np.uint8 else 5
+    inits: list = []
+    w = rng.integers(-127, 128, (6, 2, 3, 3)).astype(np.int8)
+    ws = rng.uniform(0.002, 0.01, 6).astype(np.float32)
+    bias = rng.integers(-300, 300, 6).astype(np.int32)
+    inits += [init("w", w), init("ws", ws), init("wz", np.zeros(6, np.int8)), init("bias", bias),
+              init("bs", (np.float32(0.05) * ws).astype(np.float32))]
+    g_w = rng.integers(-127, 128, (7, 6 * 5 * 4)).astype(np.int8)
+    m_w = rng.integers(-127, 128, (7, 4)).astype(np.int8)
+    inits += [init("gw", g_w), init("gws", np.float32(0.004)), init("gwz", np.int8(0)),
+              init("mw", m_w), init("mws", rng.uniform(0.01, 0.02, 4).astype(np.float32)),
+              init("mwz", np.zeros(4, np.int8)), init("shape", np.array([2, -1], np.int64))]
+    nodes = [
+        _qdq("x", 0.05, zero, dtype, "xf", inits),
+        helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wf"], axis=0),
+        helper.make_node("DequantizeLinear", ["bias", "bs"], ["bf"], axis=0),
+        helper.make_node("Conv", ["xf", "wf", "bf"], ["c"], group=2, pads=[1, 0, 2, 1],
+                         strides=[2, 2]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        _q("r", 0.1, 0 if dtype == np.uint8 else -20, dtype, "rq", inits),
+        _qdq("rq", 0.1, 0 if dtype == np.uint8 else -20, dtype, "rf", inits),
+        _qdq("rq", 0.1, 0 if dtype == np.uint8 else -20, dtype, "rf2", inits),
+        helper.make_node("Add", ["rf", "rf2"], ["sum"]),
+        _q("sum", 0.15, 3, dtype, "sq", inits),
+        _qdq("sq", 0.15, 3, dtype, "sf", inits),
+        helper.make_node("Reshape", ["sf", "shape"], ["flat"]),
+        _q("flat", 0.15, 3, dtype, "fq", inits),
+        _qdq("fq", 0.15, 3, dtype, "ff", inits),
+        helper.make_node("DequantizeLinear", ["gw", "gws", "gwz"], ["gwf"]),
+        helper.make_node("Gemm", ["ff", "gwf"], ["gemm"], transB=1),
+        _q("gemm", 0.2, zero, dtype, "gq", inits),
+        _qdq("gq", 0.2, zero, dtype, "gf", inits),
+        helper.make_node("DequantizeLinear", ["mw", "mws", "mwz"], ["mwf"], axis=1),
+        helper.make_node("MatMul", ["gf", "mwf"], ["mm"]),
+        helper.make_node("Relu", ["mm"], ["mr"]),
+        _q("mr", 0.3, zero, dtype, "y", inits),
+    ]
+    m = model(nodes, [tensor("x", elem, (2, 4, 9, 9))], [tensor("y", elem, None)], inits,
+              opset=13)
+    x = rng.integers(np.iinfo(dtype).min, np.iinfo(dtype).max + 1, (2, 4, 9, 9)).astype(dtype)
+    patterns = import_onnx(m).patterns
+    assert (patterns["QConv"], patterns["QAdd"], patterns["QDense"]) == (1, 1, 2), patterns
+    (got,) = run_ours(m, {"x": x}, "cpu")
+    (want,) = run_ort(m, {"x": x})
+    steps = np.abs(got.astype(np.int64) - want.astype(np.int64))
+    assert steps.max() <= 1
+
+
+@pytest.mark.parametrize("onednn", ["auto", "off"])
+def test_conv_and_matmul_integer_with_constant_weights(onednn, monkeypatch) -> None:
+    """quantize_dynamic's form (constant int8 weights, zero point 0; x's zero point computed)
+    as conv2d_integer / dense_integer: the exact int32 accumulators."""
+    monkeypatch.setenv(ONEDNN.name, onednn)
+    rng = np.random.default_rng(4)
+    w = rng.integers(-128, 128, (5, 3, 3, 3)).astype(np.int8)
+    mw = rng.integers(-128, 128, (11, 6)).astype(np.int8)
+    nodes = [helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("MatMulInteger", ["a", "mw", "az"], ["mm"])]
+    m = model(nodes, [tensor("x", TensorProto.UINT8, (2, 3, 7, 8)),
+                      tensor("xz", TensorProto.UINT8, ()),
+                      tensor("a", TensorProto.UINT8, (2, 3, 11)),
+                      tensor("az", TensorProto.UINT8, ())],
+              [tensor("c", TensorProto.INT32, None), tensor("mm", TensorProto.INT32, None)],
+              [init("w", w), init("wz", np.int8(0)), init("mw", mw)], opset=13)
+    feeds = {"x": rng.integers(0, 256, (2, 3, 7, 8)).astype(np.uint8), "xz": np.uint8(77),
+             "a": rng.integers(0, 256, (2, 3, 11)).astype(np.uint8), "az": np.uint8(200)}
+    funcs = " ".join(import_onnx(m).func_names)
+    assert "conv2d_integer" in funcs and "dense_integer" in funcs, funcs
+    got_c, got_mm = run_ours(m, feeds, "cpu")
+    acc = _conv_reference(feeds["x"].astype(np.float64) - 77, w.astype(np.float64), 1)
+    np.testing.assert_array_equal(got_c, acc.astype(np.int32))
+    np.testing.assert_array_equal(got_mm, (feeds["a"].astype(np.int64) - 200) @ mw)

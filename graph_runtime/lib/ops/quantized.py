@@ -8,6 +8,10 @@ y_scale and b = bias / y_scale.
 
 qdense(x, w, m, b) -> y: the same for x (..., K) and w (K, N) int8, m and b per column.
 
+conv2d_integer(x, x_zero, w), dense_integer(x, x_zero, w) -> int32: ConvInteger's and
+MatMulInteger's exact accumulators for int8 weights with zero point 0 (quantize_dynamic's), x's
+zero point a one-element tensor (DynamicQuantizeLinear computes it each run).
+
 qadd(a, b) -> y: Q(relu?(DQ(a) + DQ(b))) with the six scales and zero points as attributes,
 float32 steps as ONNX defines DequantizeLinear, Add and QuantizeLinear.
 
@@ -23,11 +27,12 @@ from ...backends.base import Backend
 from ..attrs import bool_attr, float_attr, int_attr, op_error, str_attr
 from ..conv_params import CONV_ATTRS, ConvParams, conv2d_params
 from ..kernels.cpu.quantized import (QUANT_RANGES, qadd_kernel, qadd_table,
+                                       conv2d_integer_reference, dense_integer_reference,
                                        qconv2d_reference, qdense_reference)
 from ..library import TensorSpec
 from ..prepared import PreparedKernel
 from ..registry import define_op, kernel
-from ..shapes import check_num_inputs
+from ..shapes import check_num_inputs, size_of
 
 QCONV_ATTRS = CONV_ATTRS + ("x_zero", "y_zero", "relu", "dtype")
 QADD_ATTRS = ("a_scale", "a_zero", "b_scale", "b_zero", "y_scale", "y_zero", "relu", "dtype")
@@ -107,23 +112,22 @@ def _qdense_cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
     kernel: Callable[..., None] = qdense_reference(x_zero, y_zero, relu)
     if int8_matmul_applies(inputs[0].dtype, inputs[1].dtype, rows, n, k):
         kernel = Int8Matmul(rows, n, k, inputs[0].dtype, outputs[0].dtype, x_zero, y_zero, relu)
-    if isinstance(kernel, PreparedKernel):
-        return QDense(kernel, rows, n, k)
 
     def run(x: Any, w: Any, m: Any, b: Any, out: Any) -> None:
         kernel(x.reshape(rows, k), w, m, b, out.reshape(rows, n))
-    return run
+    return Forward(kernel, run) if isinstance(kernel, PreparedKernel) else run
 
 
-class QDense(PreparedKernel):
-    """A 2-D prepared kernel handed 2-D views of qdense's operands (its capabilities kept)."""
+class Forward(PreparedKernel):
+    """A prepared kernel run through `call` (a reshaping or argument-reordering wrapper), its
+    capabilities kept."""
 
-    def __init__(self, kernel: Any, rows: int, n: int, k: int) -> None:
+    def __init__(self, kernel: Any, call: Callable[..., None]) -> None:
         self.kernel = kernel
-        self.rows, self.n, self.k = rows, n, k
+        self.call = call
 
-    def __call__(self, x: Any, w: Any, m: Any, b: Any, out: Any) -> None:
-        self.kernel(x.reshape(self.rows, self.k), w, m, b, out.reshape(self.rows, self.n))
+    def __call__(self, *arrays: Any) -> None:
+        self.call(*arrays)
 
     def workspace_bytes(self) -> int:
         return int(self.kernel.workspace_bytes())
@@ -137,8 +141,73 @@ class QDense(PreparedKernel):
     def uses_workers(self) -> bool:
         return bool(self.kernel.uses_workers())
 
+    def channels_last_positions(self) -> Sequence[int]:
+        return tuple(self.kernel.channels_last_positions())
+
+    def use_channels_last(self, positions: Collection[int]) -> None:
+        self.kernel.use_channels_last(positions)
+
     def __repr__(self) -> str:
         return repr(self.kernel)
+
+
+# -- conv2d_integer, dense_integer: ConvInteger and MatMulInteger's int32 accumulators ----------
+
+def _integer_inputs(op: str, inputs: Sequence[TensorSpec]) -> None:
+    check_num_inputs(op, inputs, 3)
+    _check_int8(op, "input 0 (x)", inputs[0], ("uint8", "int8"))
+    _check_int8(op, "input 1 (x_zero)", inputs[1], (inputs[0].dtype,))
+    if size_of(inputs[1].shape) != 1:
+        raise op_error(op, f"input 1 (x_zero) has shape {tuple(inputs[1].shape)}; expected one "
+                           "value")
+    _check_int8(op, "input 2 (w)", inputs[2], ("int8",))
+
+
+def _conv_integer_params(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> ConvParams:
+    _integer_inputs("conv2d_integer", inputs)
+    specs = [TensorSpec(tuple(inputs[i].shape), "float64") for i in (0, 2)]
+    return conv2d_params(specs, attrs)
+
+
+def _conv_integer_infer(inputs: Sequence[TensorSpec],
+                        attrs: Mapping[str, Any]) -> list[TensorSpec]:
+    p = _conv_integer_params(inputs, attrs)
+    return [TensorSpec((p.n, p.o, p.oh, p.ow), "int32")]
+
+
+def _conv_integer_cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
+                      outputs: Sequence[TensorSpec],
+                      attrs: Mapping[str, Any]) -> Callable[..., None]:
+    from ..kernels.onednn.int8_conv import Int8Conv, int8_conv_applies
+    p = _conv_integer_params(inputs, attrs)
+    if int8_conv_applies(p, inputs[0].dtype, inputs[2].dtype):
+        made = Int8Conv(p, inputs[0].dtype, "int32", None, 0, False)
+        return Forward(made, made.integer)
+    return conv2d_integer_reference(p)
+
+
+def _dense_integer_infer(inputs: Sequence[TensorSpec],
+                         attrs: Mapping[str, Any]) -> list[TensorSpec]:
+    _integer_inputs("dense_integer", inputs)
+    x, w = tuple(inputs[0].shape), tuple(inputs[2].shape)
+    if len(w) != 2 or not x or x[-1] != w[0]:
+        raise op_error("dense_integer", f"x {x} and w {w}: expected (..., K) and (K, N)")
+    return [TensorSpec(x[:-1] + (w[1],), "int32")]
+
+
+def _dense_integer_cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
+                       outputs: Sequence[TensorSpec],
+                       attrs: Mapping[str, Any]) -> Callable[..., None]:
+    from ..kernels.onednn.int8_matmul import Int8Matmul, int8_matmul_applies
+    k, n = tuple(inputs[2].shape)
+    rows = size_of(inputs[0].shape) // max(k, 1)
+    if not int8_matmul_applies(inputs[0].dtype, inputs[2].dtype, rows, n, k):
+        return dense_integer_reference()
+    made = Int8Matmul(rows, n, k, inputs[0].dtype, "int32", None, 0, False)
+
+    def run(x: Any, x_zero: Any, w: Any, out: Any) -> None:
+        made.integer(x.reshape(rows, k), x_zero, w, out.reshape(rows, n))
+    return Forward(made, run)
 
 
 def _qadd_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
@@ -187,5 +256,9 @@ define_op("qconv2d", _qconv2d_infer, 4, QCONV_ATTRS)
 kernel("qconv2d", "cpu")(_qconv2d_cpu)
 define_op("qdense", _qdense_infer, 4, ("x_zero", "y_zero", "relu", "dtype"))
 kernel("qdense", "cpu")(_qdense_cpu)
+define_op("conv2d_integer", _conv_integer_infer, 3, CONV_ATTRS)
+kernel("conv2d_integer", "cpu")(_conv_integer_cpu)
+define_op("dense_integer", _dense_integer_infer, 3)
+kernel("dense_integer", "cpu")(_dense_integer_cpu)
 define_op("qadd", _qadd_infer, 2, QADD_ATTRS)
 kernel("qadd", "cpu")(_qadd_cpu)

@@ -49,6 +49,28 @@ def qconv2d_reference(p64: ConvParams, x_zero: int, y_zero: int,
     return run
 
 
+def conv2d_integer_reference(p64: ConvParams) -> Callable[..., None]:
+    """run(x, x_zero, w, out): out (int32) = conv(x - x_zero, w), exact in float64."""
+    conv = conv2d_cpu(p64, Epilogue((), (p64.n, p64.o, p64.oh, p64.ow)), "im2col")
+    centered = np.empty((p64.n, p64.c, p64.h, p64.w), np.float64)
+    acc = np.empty((p64.n, p64.o, p64.oh, p64.ow), np.float64)
+
+    def run(x: Any, x_zero: Any, w: Any, out: Any) -> None:
+        np.subtract(x, x_zero.reshape(()).astype(np.float64), out=centered)
+        conv(centered, w.astype(np.float64), acc)
+        np.copyto(out, np.rint(acc), casting="unsafe")
+    return run
+
+
+def dense_integer_reference() -> Callable[..., None]:
+    """run(x, x_zero, w, out): out (int32) = (x - x_zero) @ w, exact in float64."""
+    def run(x: Any, x_zero: Any, w: Any, out: Any) -> None:
+        acc = (x.astype(np.float64) - x_zero.reshape(()).astype(np.float64)) @ w.astype(
+            np.float64)
+        np.copyto(out, acc, casting="unsafe")
+    return run
+
+
 def qdense_reference(x_zero: int, y_zero: int, relu: bool) -> Callable[..., None]:
     """run(x, w, m, b, out) on 2-D operands, the accumulator a float64 product (exact)."""
     def run(x: Any, w: Any, m: Any, b: Any, out: Any) -> None:

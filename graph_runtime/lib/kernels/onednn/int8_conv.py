@@ -56,16 +56,22 @@ class Int8Conv(DerivesFromInputs):
 
     derived = (1,)
 
-    def __init__(self, p: ConvParams, x_dtype: str, out_dtype: str, x_zero: int, y_zero: int,
-                 relu: bool) -> None:
+    def __init__(self, p: ConvParams, x_dtype: str, out_dtype: str, x_zero: int | None,
+                 y_zero: int, relu: bool) -> None:
+        """out_dtype int32: the plain accumulator (ConvInteger; no scales, bias or relu) with
+        x_zero None, read from the run's arguments (see integer())."""
+        self.requantize = out_dtype != "int32"
+        self.derived = (1,) if self.requantize else (2,)  # the weight's argument position
+        self.out_position = 4 if self.requantize else 3
         super().__init__()
         dn.use_threads(dn.CALLER_THREADS)
         self.p = p
         self.x_type = abi.DATA_TYPES[x_dtype]
         self.y_type = abi.DATA_TYPES[out_dtype]
+        self.out_size = np.dtype(out_dtype).itemsize
         self.relu = relu
-        self.zeros = {abi.ARG_SRC: x_zero, abi.ARG_DST: y_zero}
-        self.zero_arrays = {arg: np.array([z], np.int32) for arg, z in self.zeros.items() if z}
+        zeros = {abi.ARG_SRC: 1 if x_zero is None else x_zero, abi.ARG_DST: y_zero}
+        self.zero_arrays = {arg: np.array([z], np.int32) for arg, z in zeros.items() if z}
         w_shape: tuple[int, ...] = (p.o, p.cg, p.kh, p.kw)
         if p.groups > 1:
             w_shape = (p.groups, p.og, p.cg, p.kh, p.kw)  # goihw: the same bytes as OIHW
@@ -101,7 +107,7 @@ class Int8Conv(DerivesFromInputs):
         src = MemoryDesc.plain((batch, p.c, h_in, p.w), abi.TAG_ACDB, self.x_type)
         dst = MemoryDesc.plain((batch, p.o, r1 - r0, p.ow), abi.TAG_ACDB, self.y_type)
         weights = MemoryDesc.plain(self.w_shape, abi.TAG_ANY, abi.S8)
-        bias = MemoryDesc.plain((p.o,))
+        bias = MemoryDesc.plain((p.o,)) if self.requantize else None
         relu = self.relu
 
         def post_ops(lib: dn.Dnnl, ops: Any) -> None:
@@ -112,13 +118,15 @@ class Int8Conv(DerivesFromInputs):
         try:
             lib = dn.library()
             per_channel = 3 if p.groups > 1 else 1  # the output-channel dims of the weights
-            lib.call("dnnl_primitive_attr_set_scales_mask", attr, abi.ARG_WEIGHTS, per_channel)
+            if self.requantize:
+                lib.call("dnnl_primitive_attr_set_scales_mask", attr, abi.ARG_WEIGHTS,
+                         per_channel)
             for arg in self.zero_arrays:
                 lib.call("dnnl_primitive_attr_set_zero_points_mask", attr, arg, 0)
             pd = PrimitiveDesc(
                 "dnnl_convolution_forward_primitive_desc_create", lib.engine,
                 abi.FORWARD_INFERENCE, abi.CONVOLUTION_DIRECT, src.handle, weights.handle,
-                bias.handle, dst.handle, dn.dims_array(p.strides),
+                None if bias is None else bias.handle, dst.handle, dn.dims_array(p.strides),
                 dn.dims_array([d - 1 for d in p.dilation]), dn.dims_array((top, p.pad[1])),
                 dn.dims_array((bottom, p.pad[3])), attr)
         finally:
@@ -135,18 +143,19 @@ class Int8Conv(DerivesFromInputs):
         image = max(n, 0)
         src = Memory(MemoryDesc.plain((batch, p.c, h_in, p.w), abi.TAG_ACDB, self.x_type))
         dst = Memory(MemoryDesc.plain((batch, p.o, r1 - r0, p.ow), abi.TAG_ACDB, self.y_type))
-        args = [(abi.ARG_SRC, src), (abi.ARG_WEIGHTS, self.weight.memory),
-                (abi.ARG_BIAS, self.bias_mem), (abi.ARG_DST, dst),
-                (abi.ARG_ATTR_SCALES | abi.ARG_WEIGHTS, self.scale_mem)]
+        args = [(abi.ARG_SRC, src), (abi.ARG_WEIGHTS, self.weight.memory), (abi.ARG_DST, dst)]
+        if self.requantize:
+            args += [(abi.ARG_BIAS, self.bias_mem),
+                     (abi.ARG_ATTR_SCALES | abi.ARG_WEIGHTS, self.scale_mem)]
         for arg, mem in self.zero_mems.items():
             args.append((abi.ARG_ATTR_ZERO_POINTS | arg, mem))
         src_offset = (image * p.h + a_in) * p.w * p.c
-        dst_offset = (image * p.oh + r0) * p.ow * p.o
+        dst_offset = (image * p.oh + r0) * p.ow * p.o * self.out_size
         return Primitive(self._pd(n, r0, r1), args), src, src_offset, dst, dst_offset
 
     def channels_last_positions(self) -> tuple[int, ...]:
-        """The data and the output may be NHWC arrays."""
-        return (0, 4)
+        """The data and a requantized output may be NHWC arrays."""
+        return (0, self.out_position) if self.requantize else (0,)
 
     def use_channels_last(self, positions: Any) -> None:
         self.nhwc = frozenset(positions)
@@ -161,8 +170,8 @@ class Int8Conv(DerivesFromInputs):
         if 0 not in self.nhwc:
             self.src_buf = aligned_buffer(p.n * p.c * p.h * p.w)
             self.reorder_in = _Reorder((p.n, p.c, p.h, p.w), self.x_type, to_nhwc=True)
-        if 4 not in self.nhwc:
-            self.dst_buf = aligned_buffer(p.n * p.o * p.oh * p.ow)
+        if self.out_position not in self.nhwc:
+            self.dst_buf = aligned_buffer(p.n * p.o * p.oh * p.ow * self.out_size)
             self.reorder_out = _Reorder((p.n, p.o, p.oh, p.ow), self.y_type, to_nhwc=False)
 
     def workspace_bytes(self) -> int:
@@ -173,13 +182,21 @@ class Int8Conv(DerivesFromInputs):
         return True
 
     def __call__(self, x: Any, w: Any, m: Any, b: Any, out: Any) -> None:
+        self.scale_mem.bind(m)
+        self.bias_mem.bind(b)
+        self._execute(x, w, out)
+
+    def integer(self, x: Any, x_zero: Any, w: Any, out: Any) -> None:
+        """ConvInteger's run: out (int32) = conv(x - x_zero, w), x_zero a one-element array."""
+        self.zero_arrays[abi.ARG_SRC][0] = x_zero.reshape(-1)[0]
+        self._execute(x, w, out)
+
+    def _execute(self, x: Any, w: Any, out: Any) -> None:
         dn.use_threads(dn.CALLER_THREADS)
         if self.weight.direct:
             self.weight.memory.bind(w)
         elif self._stale():
             self.weight.refresh(np.ascontiguousarray(w))
-        self.scale_mem.bind(m)
-        self.bias_mem.bind(b)
         if len(self._arrays) != 2 or x is not self._arrays[0] or out is not self._arrays[1]:
             self._bind(x, out)
         if self.reorder_in is not None:
@@ -214,7 +231,7 @@ class Int8Conv(DerivesFromInputs):
 
 
 class _Reorder:
-    """One 1-byte (N, C, H, W) tensor copied between NCHW and NHWC arrays by oneDNN."""
+    """One (N, C, H, W) tensor copied between NCHW and NHWC arrays by oneDNN."""
 
     def __init__(self, shape: tuple[int, int, int, int], dtype: int, to_nhwc: bool) -> None:
         nchw = MemoryDesc.plain(shape, None, dtype)

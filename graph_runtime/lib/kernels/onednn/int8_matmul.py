@@ -36,16 +36,21 @@ class Int8Matmul(DerivesFromInputs):
 
     derived = (1,)
 
-    def __init__(self, rows: int, n: int, k: int, x_dtype: str, out_dtype: str, x_zero: int,
-                 y_zero: int, relu: bool) -> None:
+    def __init__(self, rows: int, n: int, k: int, x_dtype: str, out_dtype: str,
+                 x_zero: int | None, y_zero: int, relu: bool) -> None:
+        """out_dtype int32: the plain accumulator (MatMulInteger; no scales, bias or relu) with
+        x_zero None, read from the run's arguments (see integer())."""
+        self.requantize = out_dtype != "int32"
+        self.derived = (1,) if self.requantize else (2,)  # the weight's argument position
         super().__init__()
         dn.use_threads(dn.CALLER_THREADS)
         self.shape = (rows, n, k)
         self.x_type = abi.DATA_TYPES[x_dtype]
         self.y_type = abi.DATA_TYPES[out_dtype]
+        self.out_size = np.dtype(out_dtype).itemsize
         self.relu = relu
-        self.zero_arrays = {arg: np.array([z], np.int32)
-                            for arg, z in ((abi.ARG_SRC, x_zero), (abi.ARG_DST, y_zero)) if z}
+        zeros = ((abi.ARG_SRC, 1 if x_zero is None else x_zero), (abi.ARG_DST, y_zero))
+        self.zero_arrays = {arg: np.array([z], np.int32) for arg, z in zeros if z}
         self.workers = max(1, num_threads())
         parts = 1
         if self.workers > 1 and rows * n * k >= MIN_SPLIT_MACS:
@@ -75,7 +80,7 @@ class Int8Matmul(DerivesFromInputs):
         _, n, k = self.shape
         src = MemoryDesc.plain((rows, k), None, self.x_type)
         weights = chosen or MemoryDesc.plain((k, n), abi.TAG_ANY, abi.S8)
-        bias = MemoryDesc.plain((1, n))
+        bias = MemoryDesc.plain((1, n)) if self.requantize else None
         dst = MemoryDesc.plain((rows, n), None, self.y_type)
         relu = self.relu
 
@@ -86,11 +91,13 @@ class Int8Matmul(DerivesFromInputs):
         attr, ops = dn.post_ops_attr(post_ops)
         try:
             lib = dn.library()
-            lib.call("dnnl_primitive_attr_set_scales_mask", attr, abi.ARG_WEIGHTS, 2)  # per N
+            if self.requantize:
+                lib.call("dnnl_primitive_attr_set_scales_mask", attr, abi.ARG_WEIGHTS, 2)  # N
             for arg in self.zero_arrays:
                 lib.call("dnnl_primitive_attr_set_zero_points_mask", attr, arg, 0)
             return PrimitiveDesc("dnnl_matmul_primitive_desc_create", lib.engine, src.handle,
-                                 weights.handle, bias.handle, dst.handle, attr)
+                                 weights.handle, None if bias is None else bias.handle,
+                                 dst.handle, attr)
         finally:
             dn.free_attr(attr, ops)
 
@@ -99,12 +106,13 @@ class Int8Matmul(DerivesFromInputs):
         _, n, k = self.shape
         src = Memory(MemoryDesc.plain((r1 - r0, k), None, self.x_type))
         dst = Memory(MemoryDesc.plain((r1 - r0, n), None, self.y_type))
-        args = [(abi.ARG_SRC, src), (abi.ARG_WEIGHTS, self.weight.memory),
-                (abi.ARG_BIAS, self.bias_mem), (abi.ARG_DST, dst),
-                (abi.ARG_ATTR_SCALES | abi.ARG_WEIGHTS, self.scale_mem)]
+        args = [(abi.ARG_SRC, src), (abi.ARG_WEIGHTS, self.weight.memory), (abi.ARG_DST, dst)]
+        if self.requantize:
+            args += [(abi.ARG_BIAS, self.bias_mem),
+                     (abi.ARG_ATTR_SCALES | abi.ARG_WEIGHTS, self.scale_mem)]
         for arg, mem in self.zero_mems.items():
             args.append((abi.ARG_ATTR_ZERO_POINTS | arg, mem))
-        return Primitive(pd, args), src, r0 * k, dst, r0 * n
+        return Primitive(pd, args), src, r0 * k, dst, r0 * n * self.out_size
 
     def workspace_bytes(self) -> int:
         return self.weight.nbytes
@@ -113,13 +121,21 @@ class Int8Matmul(DerivesFromInputs):
         return True
 
     def __call__(self, x: Any, w: Any, m: Any, b: Any, out: Any) -> None:
+        self.scale_mem.bind(m)
+        self.bias_mem.bind(b)
+        self._execute(x, w, out)
+
+    def integer(self, x: Any, x_zero: Any, w: Any, out: Any) -> None:
+        """MatMulInteger's run: out (int32) = (x - x_zero) @ w, x_zero a one-element array."""
+        self.zero_arrays[abi.ARG_SRC][0] = x_zero.reshape(-1)[0]
+        self._execute(x, w, out)
+
+    def _execute(self, x: Any, w: Any, out: Any) -> None:
         dn.use_threads(dn.CALLER_THREADS)
         if self.weight.direct:
             self.weight.memory.bind(w)
         elif self._stale():
             self.weight.refresh(np.ascontiguousarray(w))
-        self.scale_mem.bind(m)
-        self.bias_mem.bind(b)
         if len(self._arrays) != 2 or x is not self._arrays[0] or out is not self._arrays[1]:
             base_x, base_out = x.ctypes.data, out.ctypes.data
             for _, src, src_offset, dst, dst_offset in self.items:
