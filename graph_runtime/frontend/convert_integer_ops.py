@@ -34,7 +34,7 @@ def _x_zero(ctx: Context, x: Value, zero: Value | None) -> Value | None:
 
 
 @converts("ConvInteger")
-def conv_integer(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
+def conv_integer(ctx: Context, node: OnnxNode, args: list) -> list[Value | None]:
     x, w = args[0], args[1]
     zero = _x_zero(ctx, x, _opt(args, 2))
     if x.rank != 4 or x.dtype not in ("uint8", "int8") or zero is None \
