@@ -208,3 +208,40 @@ def test_qadd_is_dequantize_add_quantize(a_shape, b_shape, a_dtype, b_dtype, out
                             out_dtype).transpose(0, 3, 1, 2)
         kernel(*nhwc, out_nhwc)
         np.testing.assert_array_equal(out_nhwc, want)
+
+
+def _dynamic_quantize_reference(x: np.ndarray) -> tuple[np.ndarray, np.float32, np.uint8]:
+    """ONNX's DynamicQuantizeLinear in float32 steps (the importer's lowering before the op)."""
+    f = np.float32
+    low, high = min(f(x.min()), f(0)), max(f(x.max()), f(0))
+    span = f(high - low)
+    scale = f(f(1) if span == 0 else span) / f(255)
+    zero = f(np.rint(np.clip(f(0) - low / scale, 0, 255)))
+    y = np.clip(np.rint(x / scale) + zero, 0, 255).astype(np.uint8)
+    return y, scale, np.uint8(zero)
+
+
+@pytest.mark.parametrize("shape,kind", [((3, 7, 11), "normal"), ((2, 64, 56, 56), "normal"),
+                                        ((5, 9), "zeros"), ((40,), "positive"),
+                                        ((33,), "negative"), ((6, 6), "nan")])
+def test_dynamic_quantize_is_onnx_definition(shape, kind) -> None:
+    from graph_runtime.lib.ops.quantized import _dynamic_quantize_cpu
+    rng = np.random.default_rng(len(shape))
+    x = (rng.standard_normal(shape) * 3).astype(np.float32)
+    if kind == "zeros":
+        x[...] = 0
+    elif kind == "positive":
+        x = np.abs(x) + 0.5
+    elif kind == "negative":
+        x = -np.abs(x) - 0.5
+    elif kind == "nan":
+        x[2, 3] = np.nan
+    y, scale, zero = np.empty(shape, np.uint8), np.empty((), np.float32), np.empty((), np.uint8)
+    outs = [TensorSpec(shape, "uint8"), TensorSpec((), "float32"), TensorSpec((), "uint8")]
+    _dynamic_quantize_cpu(None, 0, [TensorSpec(shape, "float32")], outs, {})(x, y, scale, zero)
+    if kind == "nan":
+        assert np.isnan(scale) and zero == 0 and not y.any()
+        return
+    want_y, want_scale, want_zero = _dynamic_quantize_reference(x)
+    assert scale == want_scale and zero == want_zero
+    np.testing.assert_array_equal(y, want_y)

@@ -12,6 +12,9 @@ conv2d_integer(x, x_zero, w), dense_integer(x, x_zero, w) -> int32: ConvInteger'
 MatMulInteger's exact accumulators for int8 weights with zero point 0 (quantize_dynamic's), x's
 zero point a one-element tensor (DynamicQuantizeLinear computes it each run).
 
+dynamic_quantize(x) -> (y, scale, zero point): DynamicQuantizeLinear in one kernel
+(kernels/cpu/dynamic_quantize.py).
+
 qadd(a, b) -> y: Q(relu?(DQ(a) + DQ(b))) with the six scales and zero points as attributes,
 float32 steps as ONNX defines DequantizeLinear, Add and QuantizeLinear.
 
@@ -26,6 +29,7 @@ from typing import Any, Callable, Collection, Mapping, Sequence
 from ...backends.base import Backend
 from ..attrs import bool_attr, float_attr, int_attr, op_error, str_attr
 from ..conv_params import CONV_ATTRS, ConvParams, conv2d_params
+from ..kernels.cpu.dynamic_quantize import dynamic_quantize_kernel
 from ..kernels.cpu.quantized import (QUANT_RANGES, qadd_kernel, qadd_table,
                                        conv2d_integer_reference, dense_integer_reference,
                                        qconv2d_reference, qdense_reference)
@@ -210,6 +214,20 @@ def _dense_integer_cpu(backend: Backend, device_id: int, inputs: Sequence[Tensor
     return Forward(made, run)
 
 
+def _dynamic_quantize_infer(inputs: Sequence[TensorSpec],
+                            attrs: Mapping[str, Any]) -> list[TensorSpec]:
+    check_num_inputs("dynamic_quantize", inputs, 1)
+    _check_int8("dynamic_quantize", "input 0", inputs[0], ("float32",))
+    return [TensorSpec(tuple(inputs[0].shape), "uint8"), TensorSpec((), "float32"),
+            TensorSpec((), "uint8")]
+
+
+def _dynamic_quantize_cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
+                          outputs: Sequence[TensorSpec],
+                          attrs: Mapping[str, Any]) -> Callable[..., None]:
+    return dynamic_quantize_kernel(size_of(inputs[0].shape))
+
+
 def _qadd_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
     check_num_inputs("qadd", inputs, 2)
     for i, spec in enumerate(inputs):
@@ -260,5 +278,7 @@ define_op("conv2d_integer", _conv_integer_infer, 3, CONV_ATTRS)
 kernel("conv2d_integer", "cpu")(_conv_integer_cpu)
 define_op("dense_integer", _dense_integer_infer, 3)
 kernel("dense_integer", "cpu")(_dense_integer_cpu)
+define_op("dynamic_quantize", _dynamic_quantize_infer, 1)
+kernel("dynamic_quantize", "cpu")(_dynamic_quantize_cpu)
 define_op("qadd", _qadd_infer, 2, QADD_ATTRS)
 kernel("qadd", "cpu")(_qadd_cpu)

@@ -96,16 +96,20 @@ def qadd_table(scales: tuple[float, float, float], zeros: tuple[int, int, int], 
 
 
 def _lookup(a: Any, b: Any, table: Any, out: Any, start: int, stop: int) -> None:
-    for i in range(start, stop):
-        out[i] = table[(np.int32(a[i]) << 8) | np.int32(b[i])]
+    # NOTE: over slices: a non-negative index lets LLVM vectorize (dynamic_quantize.py)
+    sa, sb, so = a[start:stop], b[start:stop], out[start:stop]
+    for i in range(sa.shape[0]):
+        so[i] = table[(np.int32(sa[i]) << 8) | np.int32(sb[i])]
 
 
 def _lookup_rows(a: Any, b: Any, table: Any, out: Any, start: int, stop: int) -> None:
     """Rows start..stop of a (rows, len(b)) operand against b repeated along every row."""
     n = b.shape[0]
     for r in range(start, stop):
+        row_a = a[r * n:(r + 1) * n]
+        row_out = out[r * n:(r + 1) * n]
         for j in range(n):
-            out[r * n + j] = table[(np.int32(a[r * n + j]) << 8) | np.int32(b[j])]
+            row_out[j] = table[(np.int32(row_a[j]) << 8) | np.int32(b[j])]
 
 
 _lookup_compiled = compiled(_lookup)
