@@ -9,6 +9,8 @@ convert_qdq.py into the quantized standard ops (lib/ops/quantized.py):
 - DQ(x) -> MatMul / Gemm(DQ(w) [, bias]) [-> Relu] -> Q  =>  QDense (qdense): int8 weights
   (K, N) or transposed, per-column or one scale, zero points 0.
 - DQ(a) + DQ(b) [-> Relu] -> Q  =>  QAdd (qadd): scalar parameters.
+- DQ(x) -> Reshape / Transpose / Squeeze / Unsqueeze / Flatten -> Q with the same scale and
+  zero point  =>  that op on x's integers (exact; ONNX Runtime drops these pairs too).
 
 A pattern matches only where its float values are read by the pattern alone (not graph outputs)
 and every scale and zero point is an initializer; the DequantizeLinear nodes stay (emission
@@ -205,6 +207,34 @@ def _add(g: _Graph, q: Any, name: str) -> tuple[Any, dict[str, Any], list[Any]] 
     return node, {}, [add, q] + ([relu] if relu is not None else [])
 
 
+# Ops that only move or select elements: DQ -> op -> Q with one scale and zero point is the op
+# on the integers (Q(DQ(x)) == x: |x - zero| <= 255 survives float32's multiply and divide).
+PASS_THROUGH = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten")
+
+
+def _pass_through(g: _Graph, q: Any, name: str) -> tuple[Any, dict[str, Any], list[Any]] | None:
+    """DQ -> Reshape/Transpose/... -> Q with equal parameters as that op on the integers."""
+    from onnx import NodeProto
+    out = g.q(q)
+    if out is None:
+        return None
+    op = next((n for n in (g.sole(q.input[0], t) for t in PASS_THROUGH) if n is not None), None)
+    if op is None or not op.input:
+        return None
+    x = g.dq(op.input[0])
+    if x is None or not _scalar(x[1], x[2]) or x[2].dtype not in INT8:
+        return None
+    if (np.float32(x[1].reshape(())), int(x[2].reshape(())), str(x[2].dtype)) \
+            != (np.float32(out[0]), out[1], out[2]):
+        return None
+    node = NodeProto()
+    node.CopyFrom(op)
+    node.input[0] = x[0]
+    node.output[0] = q.output[0]
+    node.name = name
+    return node, {}, [op, q]
+
+
 def fuse_qdq(model: Any) -> tuple[Any, Counter]:
     """model with the QDQ patterns fused (a copy; the input is untouched), and their counts."""
     graph = model.graph
@@ -219,7 +249,8 @@ def fuse_qdq(model: Any) -> tuple[Any, Counter]:
         if node.op_type != "QuantizeLinear" or node.domain not in ("", "ai.onnx"):
             continue
         name = f"qdq_fused_{i}"
-        for kind, match in (("QConv", _conv), ("QDense", _dense), ("QAdd", _add)):
+        for kind, match in (("QConv", _conv), ("QDense", _dense), ("QAdd", _add),
+                            ("QDQ pass-through", _pass_through)):
             found = match(g, node, name)
             if found is None:
                 continue
