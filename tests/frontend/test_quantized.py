@@ -214,3 +214,22 @@ def test_conv_and_matmul_integer_with_constant_weights(onednn, monkeypatch) -> N
     acc = _conv_reference(feeds["x"].astype(np.float64) - 77, w.astype(np.float64), 1)
     np.testing.assert_array_equal(got_c, acc.astype(np.int32))
     np.testing.assert_array_equal(got_mm, (feeds["a"].astype(np.int64) - 200) @ mw)
+
+
+def test_per_channel_dequantize_of_1x1_conv_weights_folds() -> None:
+    """A per-output-channel DequantizeLinear of (O, C, 1, 1) weights read by a float Conv (no
+    QuantizeLinear after it, so not fused) folds to a constant of the weights' shape (the fold
+    size check once broadcast the (O,) scale against the last axis: (O, C, 1, O))."""
+    rng = np.random.default_rng(9)
+    w = rng.integers(-127, 128, (300, 200, 1, 1)).astype(np.int8)
+    ws = rng.uniform(0.001, 0.01, 300).astype(np.float32)
+    nodes = [helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wf"], axis=0),
+             helper.make_node("Conv", ["x", "wf"], ["y"])]
+    m = model(nodes, [tensor("x", TensorProto.FLOAT, (1, 200, 3, 3))],
+              [tensor("y", TensorProto.FLOAT, None)],
+              [init("w", w), init("ws", ws), init("wz", np.zeros(300, np.int8))], opset=13)
+    x = rng.standard_normal((1, 200, 3, 3)).astype(np.float32)
+    (got,) = run_ours(m, {"x": x}, "cpu")
+    want = np.einsum("nchw,oc->nohw", x.astype(np.float64),
+                     (w[:, :, 0, 0] * ws[:, None].astype(np.float64)))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
