@@ -1,6 +1,8 @@
-"""Converters for the fused QDQ nodes (fuse_qdq.py): QConv -> qconv2d, QDense -> qdense,
-QAdd -> qadd."""
+"""Converters for the fused nodes of fuse_qdq.py (QConv -> qconv2d, QDense -> qdense, QAdd ->
+qadd) and fuse_integer.py (IntegerToFloatMatMul -> dense_integer_scaled)."""
 from __future__ import annotations
+
+import numpy as np
 
 from .convert import Context, converts
 from .convert_conv import _window_attrs
@@ -34,6 +36,18 @@ def qdense(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     return [ctx.b.op("qdense", *args[:4], x_zero=int(node.attr("x_zero")),
                      y_zero=int(node.attr("y_zero")), relu=bool(node.attr("relu")),
                      dtype=str(node.attr("dtype")))]
+
+
+@converts("IntegerToFloatMatMul")
+def integer_to_float_matmul(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
+    """fuse_integer.py's node: (x - x_zero) @ w * x_scale * w_scale + bias, float32."""
+    _fused_only(node)
+    x, x_zero, w, x_scale, w_scale, bias = args[:6]
+    b = ctx.b
+    if x_zero is None:
+        x_zero = b.const(np.zeros((), x.dtype), "x_zero")
+    return [b.op("dense_integer_scaled", x, b.reshape(x_zero, ()), w,
+                 b.reshape(x_scale, ()), w_scale, bias)]
 
 
 @converts("QAdd")

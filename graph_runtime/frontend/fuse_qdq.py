@@ -37,10 +37,19 @@ class _Graph:
         self.producer = {o: n for n in graph.node for o in n.output}
         self.reads: Counter = Counter(i for n in graph.node for i in n.input)
         self.reads.update(o.name for o in graph.output)
+        self.reader = {i: n for n in graph.node for i in n.input}  # the last; with reads[i]
 
     def sole(self, name: str, op_type: str) -> Any:
         """The node of op_type producing name, when name is read once; else None."""
         node = self.producer.get(name)
+        if node is None or node.op_type != op_type or node.domain not in ("", "ai.onnx") \
+                or self.reads[name] != 1:
+            return None
+        return node
+
+    def sole_reader(self, name: str, op_type: str) -> Any:
+        """The node of op_type reading name, when name is read once; else None."""
+        node = self.reader.get(name)
         if node is None or node.op_type != op_type or node.domain not in ("", "ai.onnx") \
                 or self.reads[name] != 1:
             return None

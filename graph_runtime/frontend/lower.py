@@ -10,6 +10,7 @@ import numpy as np
 
 from ..errors import FrontendError
 from .convert import CONVERTERS, Context
+from .fuse_integer import fuse_integer
 from .fuse_qdq import FUSED_DOMAIN, fuse_qdq
 from .expand import expand_functions
 from .fold import fold
@@ -74,6 +75,8 @@ def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]],
         check_references(model, model_name)
         types = inferred_types(model, shapes, model_name)
     model, qdq_fused = fuse_qdq(model)  # after inference: the fused ops are not ONNX's
+    model, integer_fused = fuse_integer(model, types)
+    qdq_fused.update(integer_fused)
     graph = model.graph
     opset = default_opset(model)
     opsets = {("" if e.domain == "ai.onnx" else e.domain): int(e.version)

@@ -233,3 +233,24 @@ def test_per_channel_dequantize_of_1x1_conv_weights_folds() -> None:
     want = np.einsum("nchw,oc->nohw", x.astype(np.float64),
                      (w[:, :, 0, 0] * ws[:, None].astype(np.float64)))
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def test_matmul_integer_cast_mul_add_fused_into_one_op() -> None:
+    """quantize_dynamic's MatMulInteger -> Cast -> Mul(x_scale * w_scale) -> Add(bias) as
+    dense_integer_scaled, against ONNX Runtime (float: summation order only)."""
+    rng = np.random.default_rng(13)
+    w = rng.integers(-128, 128, (24, 10)).astype(np.int8)
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+             helper.make_node("MatMulInteger", ["xq", "w", "xz", "wz"], ["acc"]),
+             helper.make_node("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["xs", "ws"], ["scale"]),
+             helper.make_node("Mul", ["accf", "scale"], ["y0"]),
+             helper.make_node("Add", ["y0", "bias"], ["y"])]
+    m = model(nodes, [tensor("x", TensorProto.FLOAT, (3, 5, 24))],
+              [tensor("y", TensorProto.FLOAT, None)],
+              [init("w", w), init("wz", np.int8(0)), init("ws", np.float32(0.0042)),
+               init("bias", rng.standard_normal(10).astype(np.float32))], opset=13)
+    assert import_onnx(m).patterns["IntegerToFloatMatMul"] == 1
+    x = rng.standard_normal((3, 5, 24)).astype(np.float32)
+    (got,), (want,) = run_ours(m, {"x": x}, "cpu"), run_ort(m, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())

@@ -12,6 +12,9 @@ conv2d_integer(x, x_zero, w), dense_integer(x, x_zero, w) -> int32: ConvInteger'
 MatMulInteger's exact accumulators for int8 weights with zero point 0 (quantize_dynamic's), x's
 zero point a one-element tensor (DynamicQuantizeLinear computes it each run).
 
+dense_integer_scaled(x, x_zero, w, x_scale, w_scale, bias) -> float32: dense_integer's
+accumulator as float32 times float32(x_scale * w_scale[n]) plus bias[n] (fuse_integer.py).
+
 dynamic_quantize(x) -> (y, scale, zero point): DynamicQuantizeLinear in one kernel
 (kernels/cpu/dynamic_quantize.py).
 
@@ -32,6 +35,7 @@ from ..conv_params import CONV_ATTRS, ConvParams, conv2d_params
 from ..kernels.cpu.dynamic_quantize import dynamic_quantize_kernel
 from ..kernels.cpu.quantized import (QUANT_RANGES, qadd_kernel, qadd_table,
                                        conv2d_integer_reference, dense_integer_reference,
+                                       dense_integer_scaled_reference,
                                        qconv2d_reference, qdense_reference)
 from ..library import TensorSpec
 from ..prepared import PreparedKernel
@@ -214,6 +218,40 @@ def _dense_integer_cpu(backend: Backend, device_id: int, inputs: Sequence[Tensor
     return Forward(made, run)
 
 
+def _scaled_check(inputs: Sequence[TensorSpec]) -> tuple[int, int, int]:
+    """(rows, N, K) of dense_integer_scaled(x, x_zero, w, x_scale, w_scale, bias)."""
+    check_num_inputs("dense_integer_scaled", inputs, 6)
+    _integer_inputs("dense_integer_scaled", inputs[:3])
+    x, w = tuple(inputs[0].shape), tuple(inputs[2].shape)
+    if len(w) != 2 or not x or x[-1] != w[0]:
+        raise op_error("dense_integer_scaled", f"x {x} and w {w}: expected (..., K) and (K, N)")
+    for i, shape in ((3, ()), (4, (w[1],)), (5, (w[1],))):
+        if inputs[i].dtype != "float32" or tuple(inputs[i].shape) != shape:
+            raise op_error("dense_integer_scaled", f"input {i} is {inputs[i].dtype} "
+                                                   f"{tuple(inputs[i].shape)}; expected float32 "
+                                                   f"{shape}")
+    return size_of(x) // max(w[0], 1), w[1], w[0]
+
+
+def _scaled_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
+    _scaled_check(inputs)
+    return [TensorSpec(tuple(inputs[0].shape[:-1]) + (inputs[2].shape[1],), "float32")]
+
+
+def _scaled_cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
+                outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+    from ..kernels.onednn.int8_matmul import Int8Matmul, int8_matmul_applies
+    rows, n, k = _scaled_check(inputs)
+    if not int8_matmul_applies(inputs[0].dtype, inputs[2].dtype, rows, n, k):
+        return dense_integer_scaled_reference()
+    made = Int8Matmul(rows, n, k, inputs[0].dtype, "float32", None, 0, False)
+
+    def run(x: Any, x_zero: Any, w: Any, x_scale: Any, w_scale: Any, bias: Any,
+            out: Any) -> None:
+        made.scaled(x.reshape(rows, k), x_zero, w, x_scale, w_scale, bias, out.reshape(rows, n))
+    return Forward(made, run)
+
+
 def _dynamic_quantize_infer(inputs: Sequence[TensorSpec],
                             attrs: Mapping[str, Any]) -> list[TensorSpec]:
     check_num_inputs("dynamic_quantize", inputs, 1)
@@ -278,6 +316,8 @@ define_op("conv2d_integer", _conv_integer_infer, 3, CONV_ATTRS)
 kernel("conv2d_integer", "cpu")(_conv_integer_cpu)
 define_op("dense_integer", _dense_integer_infer, 3)
 kernel("dense_integer", "cpu")(_dense_integer_cpu)
+define_op("dense_integer_scaled", _scaled_infer, 6)
+kernel("dense_integer_scaled", "cpu")(_scaled_cpu)
 define_op("dynamic_quantize", _dynamic_quantize_infer, 1)
 kernel("dynamic_quantize", "cpu")(_dynamic_quantize_cpu)
 define_op("qadd", _qadd_infer, 2, QADD_ATTRS)

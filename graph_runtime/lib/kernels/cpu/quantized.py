@@ -71,6 +71,20 @@ def dense_integer_reference() -> Callable[..., None]:
     return run
 
 
+def dense_integer_scaled_reference() -> Callable[..., None]:
+    """run(x, x_zero, w, x_scale, w_scale, bias, out): the exact accumulator, then the graph's
+    float32 steps: float32(acc) * float32(x_scale * w_scale) + bias."""
+    integer = dense_integer_reference()
+
+    def run(x: Any, x_zero: Any, w: Any, x_scale: Any, w_scale: Any, bias: Any,
+            out: Any) -> None:
+        acc = np.empty(out.shape, np.int32)
+        integer(x, x_zero, w, acc)
+        scale = np.float32(x_scale) * w_scale.astype(np.float32)
+        np.add(acc.astype(np.float32) * scale, bias, out=out)
+    return run
+
+
 def qdense_reference(x_zero: int, y_zero: int, relu: bool) -> Callable[..., None]:
     """run(x, w, m, b, out) on 2-D operands, the accumulator a float64 product (exact)."""
     def run(x: Any, w: Any, m: Any, b: Any, out: Any) -> None:

@@ -38,9 +38,11 @@ class Int8Matmul(DerivesFromInputs):
 
     def __init__(self, rows: int, n: int, k: int, x_dtype: str, out_dtype: str,
                  x_zero: int | None, y_zero: int, relu: bool) -> None:
-        """out_dtype int32: the plain accumulator (MatMulInteger; no scales, bias or relu) with
-        x_zero None, read from the run's arguments (see integer())."""
-        self.requantize = out_dtype != "int32"
+        """out_dtype int32: the plain accumulator (MatMulInteger; no scales, bias or relu);
+        float32: acc * x_scale * w_scale[n] + bias[n] (MatMulInteger -> Cast -> Mul -> Add);
+        in both x_zero is None, read from the run's arguments (integer(), scaled())."""
+        self.requantize = out_dtype not in ("int32", "float32")
+        self.to_float = out_dtype == "float32"
         self.derived = (1,) if self.requantize else (2,)  # the weight's argument position
         super().__init__()
         dn.use_threads(dn.CALLER_THREADS)
@@ -68,6 +70,7 @@ class Int8Matmul(DerivesFromInputs):
         self.impl = pds[self.pieces[0][1] - self.pieces[0][0]].impl()
         self.weight = PackedWeight(MemoryDesc.plain((k, n), dtype=abi.S8), chosen)
         self.scale_mem = Memory(MemoryDesc.plain((n,)))
+        self.src_scale_mem = Memory(MemoryDesc.plain((1,)))
         self.bias_mem = Memory(MemoryDesc.plain((1, n)))
         self.zero_mems = {}
         for arg, array in self.zero_arrays.items():
@@ -80,7 +83,7 @@ class Int8Matmul(DerivesFromInputs):
         _, n, k = self.shape
         src = MemoryDesc.plain((rows, k), None, self.x_type)
         weights = chosen or MemoryDesc.plain((k, n), abi.TAG_ANY, abi.S8)
-        bias = MemoryDesc.plain((1, n)) if self.requantize else None
+        bias = MemoryDesc.plain((1, n)) if self.requantize or self.to_float else None
         dst = MemoryDesc.plain((rows, n), None, self.y_type)
         relu = self.relu
 
@@ -91,8 +94,10 @@ class Int8Matmul(DerivesFromInputs):
         attr, ops = dn.post_ops_attr(post_ops)
         try:
             lib = dn.library()
-            if self.requantize:
+            if self.requantize or self.to_float:
                 lib.call("dnnl_primitive_attr_set_scales_mask", attr, abi.ARG_WEIGHTS, 2)  # N
+            if self.to_float:
+                lib.call("dnnl_primitive_attr_set_scales_mask", attr, abi.ARG_SRC, 0)
             for arg in self.zero_arrays:
                 lib.call("dnnl_primitive_attr_set_zero_points_mask", attr, arg, 0)
             return PrimitiveDesc("dnnl_matmul_primitive_desc_create", lib.engine, src.handle,
@@ -107,9 +112,11 @@ class Int8Matmul(DerivesFromInputs):
         src = Memory(MemoryDesc.plain((r1 - r0, k), None, self.x_type))
         dst = Memory(MemoryDesc.plain((r1 - r0, n), None, self.y_type))
         args = [(abi.ARG_SRC, src), (abi.ARG_WEIGHTS, self.weight.memory), (abi.ARG_DST, dst)]
-        if self.requantize:
+        if self.requantize or self.to_float:
             args += [(abi.ARG_BIAS, self.bias_mem),
                      (abi.ARG_ATTR_SCALES | abi.ARG_WEIGHTS, self.scale_mem)]
+        if self.to_float:
+            args.append((abi.ARG_ATTR_SCALES | abi.ARG_SRC, self.src_scale_mem))
         for arg, mem in self.zero_mems.items():
             args.append((abi.ARG_ATTR_ZERO_POINTS | arg, mem))
         return Primitive(pd, args), src, r0 * k, dst, r0 * n * self.out_size
@@ -128,6 +135,16 @@ class Int8Matmul(DerivesFromInputs):
     def integer(self, x: Any, x_zero: Any, w: Any, out: Any) -> None:
         """MatMulInteger's run: out (int32) = (x - x_zero) @ w, x_zero a one-element array."""
         self.zero_arrays[abi.ARG_SRC][0] = x_zero.reshape(-1)[0]
+        self._execute(x, w, out)
+
+    def scaled(self, x: Any, x_zero: Any, w: Any, x_scale: Any, w_scale: Any, bias: Any,
+               out: Any) -> None:
+        """out (float32) = (x - x_zero) @ w * x_scale * w_scale + bias; x_zero and x_scale
+        one-element arrays (DynamicQuantizeLinear's), w_scale and bias (N,)."""
+        self.zero_arrays[abi.ARG_SRC][0] = x_zero.reshape(-1)[0]
+        self.src_scale_mem.bind(x_scale)
+        self.scale_mem.bind(w_scale)
+        self.bias_mem.bind(bias)
         self._execute(x, w, out)
 
     def _execute(self, x: Any, w: Any, out: Any) -> None:

@@ -245,3 +245,26 @@ def test_dynamic_quantize_is_onnx_definition(shape, kind) -> None:
     want_y, want_scale, want_zero = _dynamic_quantize_reference(x)
     assert scale == want_scale and zero == want_zero
     np.testing.assert_array_equal(y, want_y)
+
+
+@pytest.mark.parametrize("per_column", [True, False])
+def test_dense_integer_scaled_is_the_graphs_float_steps(mode, per_column) -> None:
+    """float32(acc) * float32(x_scale * w_scale) + bias: exact without oneDNN; within one float32
+    rounding of it with oneDNN (which may fuse the multiply and the add)."""
+    from graph_runtime.lib.ops.quantized import _scaled_cpu
+    rng = np.random.default_rng(12)
+    x, w = _ints(rng, (2, 7, 45), "uint8"), rng.integers(-128, 128, (45, 13)).astype(np.int8)
+    x_zero, x_scale = np.array(121, np.uint8), np.array(0.0173, np.float32)
+    w_scale = np.broadcast_to(rng.uniform(0.001, 0.01, 13 if per_column else 1),
+                              (13,)).astype(np.float32)
+    bias = rng.standard_normal(13).astype(np.float32)
+    specs = [TensorSpec(a.shape, str(a.dtype)) for a in (x, x_zero, w, x_scale, w_scale, bias)]
+    out = np.empty((2, 7, 13), np.float32)
+    _scaled_cpu(None, 0, specs, [TensorSpec(out.shape, "float32")], {})(
+        x, x_zero, w, x_scale, w_scale, bias, out)
+    acc = (x.astype(np.int64) - 121) @ w.astype(np.int64)
+    want = acc.astype(np.float32) * (x_scale * w_scale) + bias
+    if mode == "off":
+        np.testing.assert_array_equal(out, want)
+    else:
+        np.testing.assert_allclose(out, want, rtol=2 ** -22, atol=2 ** -22 * np.abs(want).max())
