@@ -102,7 +102,6 @@ def _load() -> None:
     )
     # Loaded last: these refine converters registered above (same op types).
     from . import convert_integer_gemm, convert_scatter  # noqa: F401
-    from . import convert_integer_ops  # noqa: F401  (refines convert_integer_gemm's in turn)
 
 
 _load()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from .convert import Context, converts
 from .convert_conv import conv
+from .convert_integer_ops import conv_integer_op
 from .convert_nn import matmul
 from .ir import Unsupported, Value
 from .onnx_node import OnnxNode
@@ -75,6 +76,9 @@ def matmul_integer(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
 
 @converts("ConvInteger")
 def conv_integer(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
+    done = conv_integer_op(ctx, node, args)
+    if done is not None:
+        return done
     x, w = args[0], args[1]
     x64 = _centered(ctx, x, _opt(args, 2), None)
     w64 = _centered(ctx, w, _opt(args, 3), 0)
