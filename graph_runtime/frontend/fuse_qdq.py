@@ -9,8 +9,8 @@ convert_qdq.py into the quantized standard ops (lib/ops/quantized.py):
 - DQ(x) -> MatMul / Gemm(DQ(w) [, bias]) [-> Relu] -> Q  =>  QDense (qdense): int8 weights
   (K, N) or transposed, per-column or one scale, zero points 0.
 - DQ(a) + DQ(b) [-> Relu] -> Q  =>  QAdd (qadd): scalar parameters.
-- DQ(x) -> Reshape / Transpose / Squeeze / Unsqueeze / Flatten -> Q with the same scale and
-  zero point  =>  that op on x's integers (exact; ONNX Runtime drops these pairs too).
+- DQ(x) -> Reshape / Transpose / Squeeze / Unsqueeze / Flatten / MaxPool -> Q with the same
+  scale and zero point  =>  that op on x's integers (exact; ONNX Runtime drops these too).
 
 A pattern matches only where its float values are read by the pattern alone (not graph outputs)
 and every scale and zero point is an initializer; the DequantizeLinear nodes stay (emission
@@ -218,7 +218,9 @@ def _add(g: _Graph, q: Any, name: str) -> tuple[Any, dict[str, Any], list[Any]] 
 
 # Ops that only move or select elements: DQ -> op -> Q with one scale and zero point is the op
 # on the integers (Q(DQ(x)) == x: |x - zero| <= 255 survives float32's multiply and divide).
-PASS_THROUGH = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten")
+# MaxPool too: DQ is monotone (scale > 0), and the integer pool's padding (the type's lowest
+# value) never beats a window's real element, as the float pool's -inf does not.
+PASS_THROUGH = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "MaxPool")
 
 
 def _pass_through(g: _Graph, q: Any, name: str) -> tuple[Any, dict[str, Any], list[Any]] | None:
@@ -228,10 +230,11 @@ def _pass_through(g: _Graph, q: Any, name: str) -> tuple[Any, dict[str, Any], li
     if out is None:
         return None
     op = next((n for n in (g.sole(q.input[0], t) for t in PASS_THROUGH) if n is not None), None)
-    if op is None or not op.input:
-        return None
+    if op is None or not op.input or any(op.output[1:]):
+        return None  # (MaxPool's indices output read)
     x = g.dq(op.input[0])
-    if x is None or not _scalar(x[1], x[2]) or x[2].dtype not in INT8:
+    if x is None or not _scalar(x[1], x[2]) or x[2].dtype not in INT8 \
+            or (op.op_type == "MaxPool" and not float(x[1].reshape(())) > 0):
         return None
     if (np.float32(x[1].reshape(())), int(x[2].reshape(())), str(x[2].dtype)) \
             != (np.float32(out[0]), out[1], out[2]):

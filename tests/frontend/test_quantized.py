@@ -137,8 +137,8 @@ def _q(x: str, scale: float, zero: int, dtype, out: str, inits: list) -> object:
 def test_qdq_conv_add_gemm_fused_and_match_onnxruntime(dtype, onednn, monkeypatch) -> None:
     """DQ -> Conv (groups, pads, stride, per-channel int32 bias) -> Relu -> Q, DQ + DQ -> Add ->
     Q, DQ -> Gemm (transposed int8 weights) -> Q, DQ -> MatMul -> Relu -> Q: each fused into
-    one integer op and within one step of ONNX Runtime (which fuses them into its own QLinear
-    kernels)."""
+    one integer op, DQ -> MaxPool / Reshape -> Q run on the integers, and within one step of
+    ONNX Runtime (which fuses them into its own QLinear kernels)."""
     monkeypatch.setenv(ONEDNN.name, onednn)
     rng = np.random.default_rng(3)
     elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
@@ -149,7 +149,7 @@ def test_qdq_conv_add_gemm_fused_and_match_onnxruntime(dtype, onednn, monkeypatc
     bias = rng.integers(-300, 300, 6).astype(np.int32)
     inits += [init("w", w), init("ws", ws), init("wz", np.zeros(6, np.int8)), init("bias", bias),
               init("bs", (np.float32(0.05) * ws).astype(np.float32))]
-    g_w = rng.integers(-127, 128, (7, 6 * 5 * 4)).astype(np.int8)
+    g_w = rng.integers(-127, 128, (7, 6 * 6 * 5)).astype(np.int8)
     m_w = rng.integers(-127, 128, (7, 4)).astype(np.int8)
     inits += [init("gw", g_w), init("gws", np.float32(0.004)), init("gwz", np.int8(0)),
               init("mw", m_w), init("mws", rng.uniform(0.01, 0.02, 4).astype(np.float32)),
@@ -166,7 +166,10 @@ def test_qdq_conv_add_gemm_fused_and_match_onnxruntime(dtype, onednn, monkeypatc
         _qdq("rq", 0.1, 0 if dtype == np.uint8 else -20, dtype, "rf2", inits),
         helper.make_node("Add", ["rf", "rf2"], ["sum"]),
         _q("sum", 0.15, 3, dtype, "sq", inits),
-        _qdq("sq", 0.15, 3, dtype, "sf", inits),
+        _qdq("sq", 0.15, 3, dtype, "sf0", inits),
+        helper.make_node("MaxPool", ["sf0"], ["mp"], kernel_shape=[2, 2], pads=[1, 1, 1, 1]),
+        _q("mp", 0.15, 3, dtype, "mq", inits),
+        _qdq("mq", 0.15, 3, dtype, "sf", inits),
         helper.make_node("Reshape", ["sf", "shape"], ["flat"]),
         _q("flat", 0.15, 3, dtype, "fq", inits),
         _qdq("fq", 0.15, 3, dtype, "ff", inits),
@@ -183,7 +186,8 @@ def test_qdq_conv_add_gemm_fused_and_match_onnxruntime(dtype, onednn, monkeypatc
               opset=13)
     x = rng.integers(np.iinfo(dtype).min, np.iinfo(dtype).max + 1, (2, 4, 9, 9)).astype(dtype)
     patterns = import_onnx(m).patterns
-    assert (patterns["QConv"], patterns["QAdd"], patterns["QDense"]) == (1, 1, 2), patterns
+    assert (patterns["QConv"], patterns["QAdd"], patterns["QDense"],
+            patterns["QDQ pass-through"]) == (1, 1, 2, 2), patterns
     (got,) = run_ours(m, {"x": x}, "cpu")
     (want,) = run_ort(m, {"x": x})
     steps = np.abs(got.astype(np.int64) - want.astype(np.int64))

@@ -26,6 +26,8 @@ MIN_SPLIT_MACS = 16_000_000  # below this one work item (int8_conv.py's threshol
 
 def int8_matmul_applies(x_dtype: str, w_dtype: str, m: int, n: int, k: int) -> bool:
     """Whether Int8Matmul computes this product here (library loaded, u8/s8 rows, s8 weights)."""
+    if dn.onednn_mode() == "on":
+        dn.library()  # GRAPH_RUNTIME_ONEDNN=on: a library that cannot load is an error
     return x_dtype in ("uint8", "int8") and w_dtype == "int8" and min(m, n, k) > 0 \
         and dn.available()
 
