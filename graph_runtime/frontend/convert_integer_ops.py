@@ -9,6 +9,7 @@ import numpy as np
 
 from .convert import Context
 from .convert_conv import _window_attrs
+from .fuse_qdq import int8_import
 from .ir import Value
 from .onnx_node import OnnxNode
 
@@ -36,7 +37,7 @@ def _x_zero(ctx: Context, x: Value, zero: Value | None) -> Value | None:
 def conv_integer_op(ctx: Context, node: OnnxNode, args: list) -> list[Value] | None:
     """ConvInteger as conv2d_integer, or None."""
     x, w = args[0], args[1]
-    if x.rank != 4 or x.dtype not in ("uint8", "int8") or not _zero_weights(w, _opt(args, 3)):
+    if not int8_import() or x.rank != 4 or x.dtype not in ("uint8", "int8") or not _zero_weights(w, _opt(args, 3)):
         return None
     zero = _x_zero(ctx, x, _opt(args, 2))
     if zero is None:
@@ -49,7 +50,7 @@ def conv_integer_op(ctx: Context, node: OnnxNode, args: list) -> list[Value] | N
 def matmul_integer_op(ctx: Context, node: OnnxNode, args: list) -> list[Value] | None:
     """MatMulInteger as dense_integer, or None."""
     a, w = args[0], args[1]
-    if a.rank < 2 or w.rank != 2 or a.dtype not in ("uint8", "int8") \
+    if not int8_import() or a.rank < 2 or w.rank != 2 or a.dtype not in ("uint8", "int8") \
             or not _zero_weights(w, _opt(args, 3)):
         return None
     zero = _x_zero(ctx, a, _opt(args, 2))

@@ -9,9 +9,12 @@ dtype, the accumulator times it in float64, round half to even, add the zero poi
 """
 from __future__ import annotations
 
+import numpy as np
+
 from .convert import Context, converts
 from .convert_conv import conv
 from .convert_integer_ops import conv_integer_op
+from .fuse_qdq import int8_import
 from .convert_nn import matmul
 from .ir import Unsupported, Value
 from .onnx_node import OnnxNode
@@ -119,8 +122,25 @@ def qlinear_conv(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
 
 @converts("DynamicQuantizeLinear")
 def dynamic_quantize(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
-    """One standard op (lib/ops/quantized.py), ONNX's float32 steps in one compiled kernel."""
+    """One standard op (lib/ops/quantized.py), ONNX's float32 steps in one compiled kernel;
+    with GRAPH_RUNTIME_IMPORT_INT8=off the same steps as ops every device has."""
+    b = ctx.b
     x = args[0]
     if x.dtype != "float32":
         raise Unsupported(f"input of dtype {x.dtype}; expected float32")
-    return list(ctx.b.ops("dynamic_quantize", [x]))
+    if int8_import():
+        return list(b.ops("dynamic_quantize", [x]))
+    zero = b.const(np.float32(0), "zero")
+    high = b.op("maximum", b.op("max", x, axis=None, keepdims=False), zero)
+    low = b.op("minimum", b.op("min", x, axis=None, keepdims=False), zero)
+    span = b.op("subtract", high, low)
+    # max == min only when both are 0 (the range always holds 0): the scale is then 1/255.
+    span = b.op("where", b.op("equal", span, zero), b.const(np.float32(1), "one"), span)
+    scale = b.op("divide", span, b.const(np.float32(255), "qrange"))
+    start = b.op("subtract", zero, b.op("divide", low, scale))
+    zero_point = b.op("round", b.op("clip", start, a_min=0.0, a_max=255.0))
+    y = b.op("add", b.op("round", b.op("divide", x, scale)), zero_point)
+    # NOTE: through int32 (the values are whole and in [0, 255] after the clip, NaN aside): a
+    # float -> int32 cast compiles in a chain's loop (chain_jit.py), a float -> uint8 one not.
+    y = b.cast(b.cast(b.op("clip", y, a_min=0.0, a_max=255.0), "int32"), "uint8")
+    return [y, scale, b.cast(zero_point, "uint8")]

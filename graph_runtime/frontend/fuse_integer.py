@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .fuse_qdq import FUSED_DOMAIN, _Graph
+from .fuse_qdq import FUSED_DOMAIN, _Graph, int8_import
 
 INT8_ELEMS = (2, 3)  # TensorProto.UINT8, INT8
 FLOAT = 1
@@ -87,7 +87,7 @@ def _scaled(g: _Graph, types: dict[str, Any], mm: Any, name: str
 def fuse_integer(model: Any, types: dict[str, Any]) -> tuple[Any, Counter]:
     """model with the patterns fused (a copy; the input is untouched), and their count."""
     graph = model.graph
-    if not any(n.op_type == "MatMulInteger" for n in graph.node):
+    if not int8_import() or not any(n.op_type == "MatMulInteger" for n in graph.node):
         return model, Counter()
     from onnx import ModelProto, helper, numpy_helper
     g = _Graph(graph)

@@ -25,6 +25,13 @@ from typing import Any
 import numpy as np
 
 FUSED_DOMAIN = "graph_runtime.qdq"
+
+
+def int8_import() -> bool:
+    """GRAPH_RUNTIME_IMPORT_INT8 (settings.py): the integer ops are CPU-only; off keeps the
+    float lowering, which runs on every device."""
+    from .. import settings
+    return settings.word(settings.IMPORT_INT8) != "off"
 INT8 = (np.int8, np.uint8)
 
 
@@ -250,7 +257,7 @@ def _pass_through(g: _Graph, q: Any, name: str) -> tuple[Any, dict[str, Any], li
 def fuse_qdq(model: Any) -> tuple[Any, Counter]:
     """model with the QDQ patterns fused (a copy; the input is untouched), and their counts."""
     graph = model.graph
-    if not any(n.op_type == "QuantizeLinear" for n in graph.node):
+    if not int8_import() or not any(n.op_type == "QuantizeLinear" for n in graph.node):
         return model, Counter()
     g = _Graph(graph)
     replace: dict[int, Any] = {}  # id of the Q node -> the fused node

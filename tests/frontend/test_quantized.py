@@ -14,7 +14,7 @@ from onnx_builders import init, model, run_ort, run_ours, tensor
 from quantize_models import MODES, feeds_for, quantized
 
 from graph_runtime.frontend.importer import import_onnx
-from graph_runtime.settings import ONEDNN
+from graph_runtime.settings import IMPORT_INT8, ONEDNN
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper
@@ -258,3 +258,21 @@ def test_matmul_integer_cast_mul_add_fused_into_one_op() -> None:
     x = rng.standard_normal((3, 5, 24)).astype(np.float32)
     (got,), (want,) = run_ours(m, {"x": x}, "cpu"), run_ort(m, {"x": x})
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("name,mode", [("resnet_ts", "static_qdq"), ("bert_ts", "dynamic")])
+def test_int8_import_off_keeps_the_float_lowering(name, mode, tmp_path, monkeypatch) -> None:
+    """GRAPH_RUNTIME_IMPORT_INT8=off: no integer op (they are CPU-only), outputs as before."""
+    pytest.importorskip("onnxruntime.quantization")
+    monkeypatch.setenv(IMPORT_INT8.name, "off")
+    source = DATA / f"{name}.onnx"
+    m = onnx.load(str(quantized(source, mode, tmp_path)))
+    imported = import_onnx(m)
+    funcs = " ".join(imported.func_names)
+    assert not any(op in funcs for op in ("qconv2d", "qdense", "qadd", "_integer",
+                                          "dynamic_quantize")), funcs
+    feeds = feeds_for(source, 99)
+    scales = _output_scales(m)
+    for info, g, w in zip(m.graph.output, run_ours(m, feeds, "cpu"), run_ort(m, feeds)):
+        bound = 3 * scales[info.name] if info.name in scales else 1e-5 * float(np.abs(w).max())
+        assert float(np.abs(g - w).max()) <= bound
