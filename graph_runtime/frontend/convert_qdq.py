@@ -1,5 +1,5 @@
 """Converters for the fused nodes of fuse_qdq.py (QConv -> qconv2d, QDense -> qdense, QAdd ->
-qadd) and fuse_integer.py (IntegerToFloatMatMul -> dense_integer_scaled)."""
+qadd) and fuse_integer.py (IntegerToFloatMatMul / Conv -> dense_ / conv2d_integer_scaled)."""
 from __future__ import annotations
 
 import numpy as np
@@ -48,6 +48,20 @@ def integer_to_float_matmul(ctx: Context, node: OnnxNode, args: list) -> list[Va
         x_zero = b.const(np.zeros((), x.dtype), "x_zero")
     return [b.op("dense_integer_scaled", x, b.reshape(x_zero, ()), w,
                  b.reshape(x_scale, ()), w_scale, bias)]
+
+
+@converts("IntegerToFloatConv")
+def integer_to_float_conv(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
+    """fuse_integer.py's node: conv(x - x_zero, w) * x_scale * w_scale + bias, float32."""
+    _fused_only(node)
+    x, x_zero, w, x_scale, w_scale, bias = args[:6]
+    b = ctx.b
+    if x_zero is None:
+        x_zero = b.const(np.zeros((), x.dtype), "x_zero")
+    strides, dilations, pads = _window_attrs(node, x, list(w.shape[2:]))
+    return [b.op("conv2d_integer_scaled", x, b.reshape(x_zero, ()), w, b.reshape(x_scale, ()),
+                 w_scale, bias, strides=strides, padding=pads, dilation=dilations,
+                 groups=int(node.attr("group", 1)))]
 
 
 @converts("QAdd")

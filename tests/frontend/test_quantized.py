@@ -260,6 +260,32 @@ def test_matmul_integer_cast_mul_add_fused_into_one_op() -> None:
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
+def test_conv_integer_cast_mul_add_fused_into_one_op() -> None:
+    """quantize_dynamic's ConvInteger -> Cast -> Mul(x_scale * w_scale) -> Add(Reshape(bias)) as
+    conv2d_integer_scaled, against ONNX Runtime (float: summation order only)."""
+    rng = np.random.default_rng(14)
+    w = rng.integers(-128, 128, (6, 4, 3, 3)).astype(np.int8)
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+             helper.make_node("ConvInteger", ["xq", "w", "xz", "wz"], ["acc"], pads=[1, 1, 1, 1],
+                              strides=[2, 1]),
+             helper.make_node("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["xs", "ws"], ["scale"]),
+             helper.make_node("Mul", ["accf", "scale"], ["y0"]),
+             helper.make_node("Reshape", ["bias", "bshape"], ["b3"]),
+             helper.make_node("Add", ["y0", "b3"], ["y1"]),
+             helper.make_node("Relu", ["y1"], ["y"])]
+    m = model(nodes, [tensor("x", TensorProto.FLOAT, (2, 4, 9, 7))],
+              [tensor("y", TensorProto.FLOAT, None)],
+              [init("w", w), init("wz", np.int8(0)),
+               init("ws", rng.uniform(0.001, 0.01, (6, 1, 1)).astype(np.float32)),
+               init("bias", rng.standard_normal(6).astype(np.float32)),
+               init("bshape", np.array([6, 1, 1], np.int64))], opset=13)
+    assert import_onnx(m).patterns["IntegerToFloatConv"] == 1
+    x = rng.standard_normal((2, 4, 9, 7)).astype(np.float32)
+    (got,), (want,) = run_ours(m, {"x": x}, "cpu"), run_ort(m, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
 @pytest.mark.parametrize("name,mode", [("resnet_ts", "static_qdq"), ("bert_ts", "dynamic")])
 def test_int8_import_off_keeps_the_float_lowering(name, mode, tmp_path, monkeypatch) -> None:
     """GRAPH_RUNTIME_IMPORT_INT8=off: no integer op (they are CPU-only), outputs as before."""

@@ -268,3 +268,31 @@ def test_dense_integer_scaled_is_the_graphs_float_steps(mode, per_column) -> Non
         np.testing.assert_array_equal(out, want)
     else:
         np.testing.assert_allclose(out, want, rtol=2 ** -22, atol=2 ** -22 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("case", CONVS[:4], ids=[f"conv{i}" for i in range(4)])
+def test_conv2d_integer_scaled_is_the_graphs_float_steps(mode, case) -> None:
+    """conv2d_integer's exact accumulator, then float32(acc) * float32(x_scale * w_scale[o])
+    + bias[o]: exact without oneDNN, within one float32 rounding of it with oneDNN."""
+    from graph_runtime.lib.ops.quantized import _conv_scaled_cpu
+    n, c, h, wd, o, kh, kw, strides, pad, dilation, groups = case
+    rng = np.random.default_rng(o)
+    x = _ints(rng, (n, c, h, wd), "uint8")
+    w = rng.integers(-128, 128, (o, c // groups, kh, kw)).astype(np.int8)
+    x_zero, x_scale = np.array(99, np.uint8), np.array(0.031, np.float32)
+    w_scale = rng.uniform(0.001, 0.01, o).astype(np.float32)
+    bias = rng.standard_normal(o).astype(np.float32)
+    attrs = dict(strides=list(strides), padding=list(pad), dilation=list(dilation),
+                 groups=groups)
+    specs = [TensorSpec(a.shape, str(a.dtype)) for a in (x, x_zero, w, x_scale, w_scale, bias)]
+    acc = _conv_acc(x, w, 99, strides, pad, dilation, groups)
+    out = np.empty(acc.shape, np.float32)
+    kernel = _conv_scaled_cpu(None, 0, specs, [TensorSpec(out.shape, "float32")], attrs)
+    assert ("Int8Conv" in repr(kernel)) == (mode == "auto")
+    kernel(x, x_zero, w, x_scale, w_scale, bias, out)
+    want = acc.astype(np.float32) * (x_scale * w_scale).reshape(1, -1, 1, 1) \
+        + bias.reshape(1, -1, 1, 1)
+    if mode == "off":
+        np.testing.assert_array_equal(out, want)
+    else:
+        np.testing.assert_allclose(out, want, rtol=2 ** -22, atol=2 ** -22 * np.abs(want).max())

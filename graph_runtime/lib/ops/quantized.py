@@ -13,7 +13,8 @@ MatMulInteger's exact accumulators for int8 weights with zero point 0 (quantize_
 zero point a one-element tensor (DynamicQuantizeLinear computes it each run).
 
 dense_integer_scaled(x, x_zero, w, x_scale, w_scale, bias) -> float32: dense_integer's
-accumulator as float32 times float32(x_scale * w_scale[n]) plus bias[n] (fuse_integer.py).
+accumulator as float32 times float32(x_scale * w_scale[n]) plus bias[n] (fuse_integer.py);
+conv2d_integer_scaled the same for conv2d_integer, per output channel.
 
 dynamic_quantize(x) -> (y, scale, zero point): DynamicQuantizeLinear in one kernel
 (kernels/cpu/dynamic_quantize.py).
@@ -35,6 +36,7 @@ from ..conv_params import CONV_ATTRS, ConvParams, conv2d_params
 from ..kernels.cpu.dynamic_quantize import dynamic_quantize_kernel
 from ..kernels.cpu.quantized import (QUANT_RANGES, qadd_kernel, qadd_table,
                                        conv2d_integer_reference, dense_integer_reference,
+                                       conv2d_integer_scaled_reference,
                                        dense_integer_scaled_reference,
                                        qconv2d_reference, qdense_reference)
 from ..library import TensorSpec
@@ -252,6 +254,34 @@ def _scaled_cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
     return Forward(made, run)
 
 
+def _conv_scaled_params(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> ConvParams:
+    check_num_inputs("conv2d_integer_scaled", inputs, 6)
+    p = _conv_integer_params(inputs[:3], attrs)
+    for i, shape in ((3, ()), (4, (p.o,)), (5, (p.o,))):
+        if inputs[i].dtype != "float32" or tuple(inputs[i].shape) != shape:
+            raise op_error("conv2d_integer_scaled", f"input {i} is {inputs[i].dtype} "
+                                                    f"{tuple(inputs[i].shape)}; expected "
+                                                    f"float32 {shape}")
+    return p
+
+
+def _conv_scaled_infer(inputs: Sequence[TensorSpec],
+                       attrs: Mapping[str, Any]) -> list[TensorSpec]:
+    p = _conv_scaled_params(inputs, attrs)
+    return [TensorSpec((p.n, p.o, p.oh, p.ow), "float32")]
+
+
+def _conv_scaled_cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
+                     outputs: Sequence[TensorSpec],
+                     attrs: Mapping[str, Any]) -> Callable[..., None]:
+    from ..kernels.onednn.int8_conv import Int8Conv, int8_conv_applies
+    p = _conv_scaled_params(inputs, attrs)
+    if int8_conv_applies(p, inputs[0].dtype, inputs[2].dtype):
+        made = Int8Conv(p, inputs[0].dtype, "float32", None, 0, False)
+        return Forward(made, made.scaled)
+    return conv2d_integer_scaled_reference(p)
+
+
 def _dynamic_quantize_infer(inputs: Sequence[TensorSpec],
                             attrs: Mapping[str, Any]) -> list[TensorSpec]:
     check_num_inputs("dynamic_quantize", inputs, 1)
@@ -316,6 +346,8 @@ define_op("conv2d_integer", _conv_integer_infer, 3, CONV_ATTRS)
 kernel("conv2d_integer", "cpu")(_conv_integer_cpu)
 define_op("dense_integer", _dense_integer_infer, 3)
 kernel("dense_integer", "cpu")(_dense_integer_cpu)
+define_op("conv2d_integer_scaled", _conv_scaled_infer, 6, CONV_ATTRS)
+kernel("conv2d_integer_scaled", "cpu")(_conv_scaled_cpu)
 define_op("dense_integer_scaled", _scaled_infer, 6)
 kernel("dense_integer_scaled", "cpu")(_scaled_cpu)
 define_op("dynamic_quantize", _dynamic_quantize_infer, 1)

@@ -71,6 +71,20 @@ def dense_integer_reference() -> Callable[..., None]:
     return run
 
 
+def conv2d_integer_scaled_reference(p64: ConvParams) -> Callable[..., None]:
+    """run(x, x_zero, w, x_scale, w_scale, bias, out): conv2d_integer's exact accumulator, then
+    float32(acc) * float32(x_scale * w_scale[o]) + bias[o]."""
+    integer = conv2d_integer_reference(p64)
+    acc = np.empty((p64.n, p64.o, p64.oh, p64.ow), np.int32)
+
+    def run(x: Any, x_zero: Any, w: Any, x_scale: Any, w_scale: Any, bias: Any,
+            out: Any) -> None:
+        integer(x, x_zero, w, acc)
+        scale = (np.float32(x_scale) * w_scale.astype(np.float32)).reshape(1, -1, 1, 1)
+        np.add(acc.astype(np.float32) * scale, bias.reshape(1, -1, 1, 1), out=out)
+    return run
+
+
 def dense_integer_scaled_reference() -> Callable[..., None]:
     """run(x, x_zero, w, x_scale, w_scale, bias, out): the exact accumulator, then the graph's
     float32 steps: float32(acc) * float32(x_scale * w_scale) + bias."""

@@ -60,11 +60,13 @@ class Int8Conv(DerivesFromInputs):
 
     def __init__(self, p: ConvParams, x_dtype: str, out_dtype: str, x_zero: int | None,
                  y_zero: int, relu: bool) -> None:
-        """out_dtype int32: the plain accumulator (ConvInteger; no scales, bias or relu) with
-        x_zero None, read from the run's arguments (see integer())."""
-        self.requantize = out_dtype != "int32"
+        """out_dtype int32: the plain accumulator (ConvInteger; no scales, bias or relu);
+        float32: acc * x_scale * w_scale[o] + bias[o] (ConvInteger -> Cast -> Mul -> Add);
+        in both x_zero is None, read from the run's arguments (integer(), scaled())."""
+        self.requantize = out_dtype not in ("int32", "float32")
+        self.to_float = out_dtype == "float32"
         self.derived = (1,) if self.requantize else (2,)  # the weight's argument position
-        self.out_position = 4 if self.requantize else 3
+        self.out_position = 4 if self.requantize else (6 if self.to_float else 3)
         super().__init__()
         dn.use_threads(dn.CALLER_THREADS)
         self.p = p
@@ -89,6 +91,7 @@ class Int8Conv(DerivesFromInputs):
         self.impl = first.impl()
         self.weight = PackedWeight(MemoryDesc.plain(w_shape, dtype=abi.S8), chosen)
         self.scale_mem = Memory(MemoryDesc.plain((p.o,)))
+        self.src_scale_mem = Memory(MemoryDesc.plain((1,)))
         self.bias_mem = Memory(MemoryDesc.plain((p.o,)))
         self.zero_mems = {arg: Memory(MemoryDesc.plain((1,), dtype=abi.S32))
                           for arg in self.zero_arrays}
@@ -109,7 +112,7 @@ class Int8Conv(DerivesFromInputs):
         src = MemoryDesc.plain((batch, p.c, h_in, p.w), abi.TAG_ACDB, self.x_type)
         dst = MemoryDesc.plain((batch, p.o, r1 - r0, p.ow), abi.TAG_ACDB, self.y_type)
         weights = MemoryDesc.plain(self.w_shape, abi.TAG_ANY, abi.S8)
-        bias = MemoryDesc.plain((p.o,)) if self.requantize else None
+        bias = MemoryDesc.plain((p.o,)) if self.requantize or self.to_float else None
         relu = self.relu
 
         def post_ops(lib: dn.Dnnl, ops: Any) -> None:
@@ -120,9 +123,11 @@ class Int8Conv(DerivesFromInputs):
         try:
             lib = dn.library()
             per_channel = 3 if p.groups > 1 else 1  # the output-channel dims of the weights
-            if self.requantize:
+            if self.requantize or self.to_float:
                 lib.call("dnnl_primitive_attr_set_scales_mask", attr, abi.ARG_WEIGHTS,
                          per_channel)
+            if self.to_float:
+                lib.call("dnnl_primitive_attr_set_scales_mask", attr, abi.ARG_SRC, 0)
             for arg in self.zero_arrays:
                 lib.call("dnnl_primitive_attr_set_zero_points_mask", attr, arg, 0)
             pd = PrimitiveDesc(
@@ -146,9 +151,11 @@ class Int8Conv(DerivesFromInputs):
         src = Memory(MemoryDesc.plain((batch, p.c, h_in, p.w), abi.TAG_ACDB, self.x_type))
         dst = Memory(MemoryDesc.plain((batch, p.o, r1 - r0, p.ow), abi.TAG_ACDB, self.y_type))
         args = [(abi.ARG_SRC, src), (abi.ARG_WEIGHTS, self.weight.memory), (abi.ARG_DST, dst)]
-        if self.requantize:
+        if self.requantize or self.to_float:
             args += [(abi.ARG_BIAS, self.bias_mem),
                      (abi.ARG_ATTR_SCALES | abi.ARG_WEIGHTS, self.scale_mem)]
+        if self.to_float:
+            args.append((abi.ARG_ATTR_SCALES | abi.ARG_SRC, self.src_scale_mem))
         for arg, mem in self.zero_mems.items():
             args.append((abi.ARG_ATTR_ZERO_POINTS | arg, mem))
         src_offset = (image * p.h + a_in) * p.w * p.c
@@ -191,6 +198,15 @@ class Int8Conv(DerivesFromInputs):
     def integer(self, x: Any, x_zero: Any, w: Any, out: Any) -> None:
         """ConvInteger's run: out (int32) = conv(x - x_zero, w), x_zero a one-element array."""
         self.zero_arrays[abi.ARG_SRC][0] = x_zero.reshape(-1)[0]
+        self._execute(x, w, out)
+
+    def scaled(self, x: Any, x_zero: Any, w: Any, x_scale: Any, w_scale: Any, bias: Any,
+               out: Any) -> None:
+        """out (float32) = conv(x - x_zero, w) * x_scale * w_scale + bias, per channel."""
+        self.zero_arrays[abi.ARG_SRC][0] = x_zero.reshape(-1)[0]
+        self.src_scale_mem.bind(x_scale)
+        self.scale_mem.bind(w_scale)
+        self.bias_mem.bind(bias)
         self._execute(x, w, out)
 
     def _execute(self, x: Any, w: Any, out: Any) -> None:
