@@ -225,7 +225,7 @@ def _dynamic_quantize_reference(x: np.ndarray) -> tuple[np.ndarray, np.float32, 
                                         ((5, 9), "zeros"), ((40,), "positive"),
                                         ((33,), "negative"), ((6, 6), "nan")])
 def test_dynamic_quantize_is_onnx_definition(shape, kind) -> None:
-    from graph_runtime.lib.ops.quantized import _dynamic_quantize_cpu
+    from graph_runtime.lib.ops.quantized_integer import _dynamic_quantize_cpu
     rng = np.random.default_rng(len(shape))
     x = (rng.standard_normal(shape) * 3).astype(np.float32)
     if kind == "zeros":
@@ -251,7 +251,7 @@ def test_dynamic_quantize_is_onnx_definition(shape, kind) -> None:
 def test_dense_integer_scaled_is_the_graphs_float_steps(mode, per_column) -> None:
     """float32(acc) * float32(x_scale * w_scale) + bias: exact without oneDNN; within one float32
     rounding of it with oneDNN (which may fuse the multiply and the add)."""
-    from graph_runtime.lib.ops.quantized import _scaled_cpu
+    from graph_runtime.lib.ops.quantized_integer import _scaled_cpu
     rng = np.random.default_rng(12)
     x, w = _ints(rng, (2, 7, 45), "uint8"), rng.integers(-128, 128, (45, 13)).astype(np.int8)
     x_zero, x_scale = np.array(121, np.uint8), np.array(0.0173, np.float32)
@@ -274,7 +274,7 @@ def test_dense_integer_scaled_is_the_graphs_float_steps(mode, per_column) -> Non
 def test_conv2d_integer_scaled_is_the_graphs_float_steps(mode, case) -> None:
     """conv2d_integer's exact accumulator, then float32(acc) * float32(x_scale * w_scale[o])
     + bias[o]: exact without oneDNN, within one float32 rounding of it with oneDNN."""
-    from graph_runtime.lib.ops.quantized import _conv_scaled_cpu
+    from graph_runtime.lib.ops.quantized_integer import _conv_scaled_cpu
     n, c, h, wd, o, kh, kw, strides, pad, dilation, groups = case
     rng = np.random.default_rng(o)
     x = _ints(rng, (n, c, h, wd), "uint8")
