@@ -65,7 +65,7 @@ class ImportResult:
             lines.append(f"  inlined from their ONNX function bodies: {self.expanded} nodes")
         if self.patterns:
             fused = ", ".join(f"{op} x{n}" for op, n in sorted(self.patterns.items()))
-            lines.append(f"  transformer patterns fused: {fused}")
+            lines.append(f"  patterns fused (transformer, quantized): {fused}")
         if self.bn_folded:
             lines.append(f"  BatchNormalization folded into conv weights: {self.bn_folded}")
         lines.append("  functions (x calls; chain of standard ops <- ONNX nodes):")
