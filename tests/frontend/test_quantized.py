@@ -302,3 +302,27 @@ def test_int8_import_off_keeps_the_float_lowering(name, mode, tmp_path, monkeypa
     for info, g, w in zip(m.graph.output, run_ours(m, feeds, "cpu"), run_ort(m, feeds)):
         bound = 3 * scales[info.name] if info.name in scales else 1e-5 * float(np.abs(w).max())
         assert float(np.abs(g - w).max()) <= bound
+
+
+def test_int8_activations_stay_nhwc_between_integer_kernels(tmp_path: Path) -> None:
+    """The static ResNet's 8-bit activations between qconv2d / qadd nodes are kept NHWC
+    (runtime/layouts.py), and the output still matches ONNX Runtime's."""
+    pytest.importorskip("onnxruntime.quantization")
+    from graph_runtime.lib.kernels.onednn import binding
+    if not binding.available():
+        pytest.skip(f"oneDNN not available: {binding.unavailable_reason()}")
+    import graph_runtime as gr
+    from graph_runtime.frontend import from_onnx
+    source = DATA / "resnet_ts.onnx"
+    m = onnx.load(str(quantized(source, "static_qdq", tmp_path)))
+    graph_json, lib, params = from_onnx(m)
+    module = gr.create(graph_json, lib, gr.cpu())
+    module.load_params(gr.save_param_dict(params))
+    dtypes = module.executor.graph.dtype
+    kept = [eid for eid in module.executor.channels_last if dtypes(eid) in ("uint8", "int8")]
+    assert len(kept) >= 10, kept
+    feeds = feeds_for(source, 99)
+    module.run(**feeds)
+    (want,) = run_ort(m, feeds)
+    np.testing.assert_allclose(module.get_output(0).numpy(), want,
+                               atol=3 * _output_scales(m)[m.graph.output[0].name])
