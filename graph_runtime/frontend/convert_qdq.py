@@ -38,6 +38,17 @@ def qdense(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
                      dtype=str(node.attr("dtype")))]
 
 
+@converts("QDenseAdd")
+def qdense_add(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
+    _fused_only(node)
+    names = [f"add_{k}" for k in ("a_scale", "a_zero", "b_scale", "b_zero", "y_scale", "y_zero")]
+    adds = {k: node.attr(k) for k in names}
+    return [ctx.b.op("qdense_add", *args[:5], x_zero=int(node.attr("x_zero")),
+                     y_zero=int(node.attr("y_zero")), relu=bool(node.attr("relu")),
+                     dtype=str(node.attr("dtype")), add_relu=bool(node.attr("add_relu")),
+                     add_dtype=str(node.attr("add_dtype")), **adds)]
+
+
 @converts("IntegerToFloatMatMul")
 def integer_to_float_matmul(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     """fuse_integer.py's node: (x - x_zero) @ w * x_scale * w_scale + bias, float32."""

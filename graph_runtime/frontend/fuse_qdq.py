@@ -9,6 +9,8 @@ convert_qdq.py into the quantized standard ops (lib/ops/quantized.py):
 - DQ(x) -> MatMul / Gemm(DQ(w) [, bias]) [-> Relu] -> Q  =>  QDense (qdense): int8 weights
   (K, N) or transposed, per-column or one scale, zero points 0.
 - DQ(a) + DQ(b) [-> Relu] -> Q  =>  QAdd (qadd): scalar parameters.
+- QDense -> QAdd of a constant (a separately quantized bias)  =>  QDenseAdd (qdense_add,
+  fuse_qdq_bias.py).
 - DQ(x) -> Reshape / Transpose / Squeeze / Unsqueeze / Flatten / MaxPool -> Q with the same
   scale and zero point  =>  that op on x's integers (exact; ONNX Runtime drops these too).
 
@@ -23,6 +25,8 @@ from collections import Counter
 from typing import Any
 
 import numpy as np
+
+from .fuse_qdq_bias import merge_bias_adds
 
 FUSED_DOMAIN = "graph_runtime.qdq"
 
@@ -281,7 +285,7 @@ def fuse_qdq(model: Any) -> tuple[Any, Counter]:
             break
     if not replace:
         return model, counts
-    from onnx import ModelProto, helper
+    from onnx import ModelProto, helper, numpy_helper
     out = ModelProto()
     out.CopyFrom(model)
     nodes = [replace.get(id(n), n) for n in graph.node if id(n) not in drop]
@@ -290,6 +294,13 @@ def fuse_qdq(model: Any) -> tuple[Any, Counter]:
     reads = Counter(i for n in nodes for i in n.input)
     reads.update(o.name for o in graph.output)
     nodes = [n for n in nodes if n.op_type != "DequantizeLinear" or reads[n.output[0]]]
+    arrays = dict(g.inits)
+    arrays.update({k: numpy_helper.to_array(v) for k, v in inits.items()})
+    nodes, made, merged = merge_bias_adds(nodes, arrays, {o.name for o in graph.output})
+    inits.update({k: numpy_helper.from_array(v, k) for k, v in made.items()})
+    if merged:
+        counts.update({"QDenseAdd": merged, "QDense": -merged, "QAdd": -merged})
+        counts = +counts  # the counts that stay positive
     del out.graph.node[:]
     out.graph.node.extend(nodes)
     out.graph.initializer.extend(inits.values())

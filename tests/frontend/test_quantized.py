@@ -107,7 +107,7 @@ def test_onnxruntime_quantized_model_matches(name: str, mode: str, onednn: str,
     m = onnx.load(str(quantized(source, mode, tmp_path)))
     feeds = feeds_for(source, 99)
     imported = import_onnx(m)
-    fused = {"QConv", "QAdd"} if name.startswith("resnet") else {"QDense", "QAdd"}
+    fused = {"QConv", "QAdd"} if name.startswith("resnet") else {"QDenseAdd", "QAdd"}
     if mode == "static_qdq":
         assert fused <= set(imported.patterns), imported.patterns
     got = run_ours(m, feeds, "cpu")
@@ -192,6 +192,40 @@ def test_qdq_conv_add_gemm_fused_and_match_onnxruntime(dtype, onednn, monkeypatc
     (want,) = run_ort(m, {"x": x})
     steps = np.abs(got.astype(np.int64) - want.astype(np.int64))
     assert steps.max() <= 1
+
+
+@pytest.mark.parametrize("onednn", ["auto", "off"])
+@pytest.mark.parametrize("bias_first", [False, True])
+def test_qdq_matmul_and_its_quantized_bias_add_merged(onednn, bias_first, monkeypatch) -> None:
+    """DQ -> MatMul -> Q -> DQ -> Add(DQ(Q(Identity(DQ(int32 bias))))) -> Q, as quantize_static
+    writes a BERT projection: one qdense_add, within one step of ONNX Runtime."""
+    monkeypatch.setenv(ONEDNN.name, onednn)
+    rng = np.random.default_rng(15)
+    inits: list = []
+    w = rng.integers(-127, 128, (20, 12)).astype(np.int8)
+    inits += [init("w", w), init("ws", rng.uniform(0.005, 0.01, 12).astype(np.float32)),
+              init("wz", np.zeros(12, np.int8)),
+              init("bq", rng.integers(-2000, 2000, 12).astype(np.int32)),
+              init("bqs", np.float32(0.0007)), init("bqz", np.int32(0))]
+    nodes = [
+        _qdq("x", 0.04, 3, np.int8, "xf", inits),
+        helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wf"], axis=1),
+        helper.make_node("MatMul", ["xf", "wf"], ["mm"]),
+        _q("mm", 0.3, -4, np.int8, "mq", inits),
+        _qdq("mq", 0.3, -4, np.int8, "mf", inits),
+        helper.make_node("DequantizeLinear", ["bq", "bqs", "bqz"], ["bf0"]),
+        helper.make_node("Identity", ["bf0"], ["bf1"]),
+        _q("bf1", 0.01, 2, np.int8, "bq8", inits),
+        _qdq("bq8", 0.01, 2, np.int8, "bf", inits),
+        helper.make_node("Add", ["bf", "mf"] if bias_first else ["mf", "bf"], ["sum"]),
+        _q("sum", 0.35, 1, np.int8, "y", inits),
+    ]
+    m = model(nodes, [tensor("x", TensorProto.INT8, (2, 3, 20))],
+              [tensor("y", TensorProto.INT8, None)], inits, opset=13)
+    assert import_onnx(m).patterns["QDenseAdd"] == 1
+    x = rng.integers(-128, 128, (2, 3, 20)).astype(np.int8)
+    (got,), (want,) = run_ours(m, {"x": x}, "cpu"), run_ort(m, {"x": x})
+    assert np.abs(got.astype(np.int64) - want.astype(np.int64)).max() <= 1
 
 
 @pytest.mark.parametrize("onednn", ["auto", "off"])

@@ -9,6 +9,9 @@ y_scale and b = bias / y_scale.
 
 qdense(x, w, m, b) -> y: the same for x (..., K) and w (K, N) int8, m and b per column.
 
+qdense_add(x, w, m, b, c) -> y: qadd(qdense(x, w, m, b), c) for a constant c of one value or
+one per column (a bias quantized on its own), in one call (frontend/fuse_qdq_bias.py).
+
 qadd(a, b) -> y: Q(relu?(DQ(a) + DQ(b))) with the six scales and zero points as attributes,
 float32 steps as ONNX defines DequantizeLinear, Add and QuantizeLinear.
 
@@ -19,6 +22,8 @@ CPU only: oneDNN's int8 convolution and matmul where the library is here
 from __future__ import annotations
 
 from typing import Any, Callable, Collection, Mapping, Sequence
+
+import numpy as np
 
 from ...backends.base import Backend
 from ..attrs import bool_attr, float_attr, int_attr, op_error, str_attr
@@ -118,15 +123,16 @@ class Forward(PreparedKernel):
     """A prepared kernel run through `call` (a reshaping or argument-reordering wrapper), its
     capabilities kept."""
 
-    def __init__(self, kernel: Any, call: Callable[..., None]) -> None:
+    def __init__(self, kernel: Any, call: Callable[..., None], extra_bytes: int = 0) -> None:
         self.kernel = kernel
         self.call = call
+        self.extra_bytes = extra_bytes  # scratch the wrapper itself keeps
 
     def __call__(self, *arrays: Any) -> None:
         self.call(*arrays)
 
     def workspace_bytes(self) -> int:
-        return int(self.kernel.workspace_bytes())
+        return int(self.kernel.workspace_bytes()) + self.extra_bytes
 
     def cached_inputs(self) -> Sequence[int]:
         return tuple(self.kernel.cached_inputs())
@@ -189,9 +195,47 @@ def _qadd_cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
     return QAdd(run, same and len(outputs[0].shape) == 4)
 
 
+def _qdense_add_parts(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]
+                      ) -> tuple[TensorSpec, TensorSpec, dict[str, Any], dict[str, Any]]:
+    """(qdense's result, the sum's spec, qdense's attrs, qadd's attrs) of qdense_add."""
+    dense_attrs = {k: v for k, v in attrs.items() if not k.startswith("add_")}
+    add_attrs = {k[4:]: v for k, v in attrs.items() if k.startswith("add_")}
+    (dense,) = _qdense_infer(inputs[:4], dense_attrs)
+    (total,) = _qadd_infer([dense, inputs[4]], add_attrs)
+    if tuple(total.shape) != tuple(dense.shape):
+        raise op_error("qdense_add", f"input 4 of shape {tuple(inputs[4].shape)} does not "
+                                     f"broadcast along the product's rows {tuple(dense.shape)}")
+    return dense, total, dense_attrs, add_attrs
+
+
+def _qdense_add_infer(inputs: Sequence[TensorSpec],
+                      attrs: Mapping[str, Any]) -> list[TensorSpec]:
+    return [_qdense_add_parts(inputs, attrs)[1]]
+
+
+def _qdense_add_cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
+                    outputs: Sequence[TensorSpec],
+                    attrs: Mapping[str, Any]) -> Callable[..., None]:
+    """qdense into a scratch array, then qadd's lookup with the constant: one call."""
+    dense_spec, total, dense_attrs, add_attrs = _qdense_add_parts(inputs, attrs)
+    dense = _qdense_cpu(backend, device_id, inputs[:4], [dense_spec], dense_attrs)
+    add = _qadd_cpu(backend, device_id, [dense_spec, inputs[4]], [total], add_attrs)
+    scratch = np.empty(tuple(dense_spec.shape), dense_spec.dtype)
+
+    def run(x: Any, w: Any, m: Any, b: Any, addend: Any, out: Any) -> None:
+        dense(x, w, m, b, scratch)
+        add(scratch, addend, out)
+    if isinstance(dense, PreparedKernel):
+        return Forward(dense, run, int(scratch.nbytes))
+    return run
+
+
 define_op("qconv2d", _qconv2d_infer, 4, QCONV_ATTRS)
 kernel("qconv2d", "cpu")(_qconv2d_cpu)
 define_op("qdense", _qdense_infer, 4, ("x_zero", "y_zero", "relu", "dtype"))
 kernel("qdense", "cpu")(_qdense_cpu)
+define_op("qdense_add", _qdense_add_infer, 5,
+          ("x_zero", "y_zero", "relu", "dtype") + tuple(f"add_{k}" for k in QADD_ATTRS))
+kernel("qdense_add", "cpu")(_qdense_add_cpu)
 define_op("qadd", _qadd_infer, 2, QADD_ATTRS)
 kernel("qadd", "cpu")(_qadd_cpu)
