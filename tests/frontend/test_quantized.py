@@ -360,3 +360,29 @@ def test_int8_activations_stay_nhwc_between_integer_kernels(tmp_path: Path) -> N
     (want,) = run_ort(m, feeds)
     np.testing.assert_allclose(module.get_output(0).numpy(), want,
                                atol=3 * _output_scales(m)[m.graph.output[0].name])
+
+
+def test_quantize_dequantize_of_constants_fold_as_their_converters_compute() -> None:
+    """Opset 13 (ONNX's reference evaluator has these ops from 19): DequantizeLinear per axis
+    with zero points and of an int32 bias, QuantizeLinear with saturation, folded at import
+    (no run-time node left) and equal to ONNX Runtime's."""
+    rng = np.random.default_rng(16)
+    w = rng.integers(-128, 128, (4, 3, 2)).astype(np.int8)
+    x = (rng.standard_normal((5, 7)) * 40).astype(np.float32)
+    nodes = [helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["a"], axis=1),
+             helper.make_node("DequantizeLinear", ["b", "bs"], ["c"]),
+             helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["d"]),
+             helper.make_node("Add", ["a", "in"], ["y"])]
+    m = model(nodes, [tensor("in", TensorProto.FLOAT, (4, 3, 2))],
+              [tensor("y", TensorProto.FLOAT, None), tensor("c", TensorProto.FLOAT, None),
+               tensor("d", TensorProto.INT8, None)],
+              [init("w", w), init("ws", rng.uniform(0.01, 0.1, 3).astype(np.float32)),
+               init("wz", rng.integers(-5, 5, 3).astype(np.int8)),
+               init("b", rng.integers(-2 ** 30, 2 ** 30, 6).astype(np.int32)),
+               init("bs", np.float32(3e-5)), init("x", x), init("xs", np.float32(0.3)),
+               init("xz", np.int8(-7))], opset=13)
+    imported = import_onnx(m)
+    assert imported.folded["DequantizeLinear"] == 2 and imported.folded["QuantizeLinear"] == 1
+    feeds = {"in": rng.standard_normal((4, 3, 2)).astype(np.float32)}
+    for got, want in zip(run_ours(m, feeds, "cpu"), run_ort(m, feeds)):
+        np.testing.assert_array_equal(got, want)
