@@ -179,13 +179,21 @@ def qadd_kernel(table: np.ndarray, a_shape: tuple[int, ...], b_shape: tuple[int,
         parallel_items(parts, workers, lambda worker, i: _lookup_compiled(
             fa, fb, table, fo, i * ADD_SPLIT, min(size, (i + 1) * ADD_SPLIT)))
 
+    last: list[Any] = [None, None, None, None]  # a, b, out, and their flat views (or None)
+
     def run(a: Any, b: Any, out: Any) -> None:
-        if same and a.strides == b.strides == out.strides:
-            fa, fb, fo = _flat(a), _flat(b), _flat(out)
-            if fa is not None and fb is not None and fo is not None:
-                flat(fa.view(np.uint8), fb.view(np.uint8), fo)
-                return
-        broadcast(a, b, out)
+        # NOTE: the pool hands the same arrays every run: their flat views are made once
+        if a is not last[0] or b is not last[1] or out is not last[2]:
+            views = None
+            if same and a.strides == b.strides == out.strides:
+                fa, fb, fo = _flat(a), _flat(b), _flat(out)
+                if fa is not None and fb is not None and fo is not None:
+                    views = (fa.view(np.uint8), fb.view(np.uint8), fo)
+            last[:] = [a, b, out, views]
+        if last[3] is None:
+            broadcast(a, b, out)
+            return
+        flat(*last[3])
     return run
 
 
