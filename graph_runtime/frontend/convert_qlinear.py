@@ -14,7 +14,7 @@ import numpy as np
 from .convert import Context, converts
 from .convert_conv import conv
 from .convert_integer_ops import conv_integer_op
-from .fuse_qdq import int8_import
+from .fuse_qdq import FUSED_DOMAIN
 from .convert_nn import matmul
 from .ir import Unsupported, Value
 from .onnx_node import OnnxNode
@@ -122,13 +122,14 @@ def qlinear_conv(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
 
 @converts("DynamicQuantizeLinear")
 def dynamic_quantize(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
-    """One standard op (lib/ops/quantized.py), ONNX's float32 steps in one compiled kernel;
-    with GRAPH_RUNTIME_IMPORT_INT8=off the same steps as ops every device has."""
+    """Where only the integer ops read y (fuse_integer.py gives the node FUSED_DOMAIN), one
+    CPU op with ONNX's float32 steps in one compiled kernel; else the same steps as ops every
+    device has."""
     b = ctx.b
     x = args[0]
     if x.dtype != "float32":
         raise Unsupported(f"input of dtype {x.dtype}; expected float32")
-    if int8_import():
+    if node.domain == FUSED_DOMAIN:  # read by integer ops only (fuse_integer.py)
         return list(b.ops("dynamic_quantize", [x]))
     zero = b.const(np.float32(0), "zero")
     high = b.op("maximum", b.op("max", x, axis=None, keepdims=False), zero)

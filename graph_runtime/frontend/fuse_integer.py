@@ -1,6 +1,8 @@
 """quantize_dynamic's MatMulInteger / ConvInteger -> Cast -> Mul(x_scale * w_scale) [-> Add(bias)]
 rewritten into one float-output integer op before lowering, as ONNX Runtime's
-MatMulIntegerToFloat fusion.
+MatMulIntegerToFloat fusion. A DynamicQuantizeLinear whose quantized output only such integer
+ops read is marked (FUSED_DOMAIN) to become one CPU kernel (lib op dynamic_quantize); elsewhere
+it keeps the lowering every device runs.
 
 The product runs as oneDNN's int8 matmul or convolution with its float result scaled and biased
 inside (lib/kernels/onednn/int8_*.py): the int32 accumulator, its cast, the scale product and the
@@ -120,6 +122,11 @@ def fuse_integer(model: Any, types: dict[str, Any]) -> tuple[Any, Counter]:
     kinds = ("MatMulInteger", "ConvInteger")
     if not int8_import() or not any(n.op_type in kinds for n in graph.node):
         return model, Counter()
+    readers: dict[str, list[Any]] = {}
+    for n in graph.node:
+        for i in n.input:
+            readers.setdefault(i, []).append(n)
+    outputs = {o.name for o in graph.output}
     from onnx import ModelProto, helper, numpy_helper
     g = _Graph(graph)
     replace: dict[int, Any] = {}
@@ -127,6 +134,15 @@ def fuse_integer(model: Any, types: dict[str, Any]) -> tuple[Any, Counter]:
     inits: dict[str, np.ndarray] = {}
     counts: Counter = Counter()
     for i, node in enumerate(graph.node):
+        if node.op_type == "DynamicQuantizeLinear" and node.domain in ("", "ai.onnx") \
+                and node.output[0] not in outputs and readers.get(node.output[0]) \
+                and all(r.op_type in kinds for r in readers[node.output[0]]):
+            # read by the integer ops only: the one-kernel form (CPU-only, as they are)
+            one = helper.make_node("DynamicQuantizeLinear", list(node.input),
+                                   list(node.output), name=node.name, domain=FUSED_DOMAIN)
+            replace[id(node)] = one
+            counts["DynamicQuantizeLinear"] += 1
+            continue
         if node.op_type not in kinds or node.domain not in ("", "ai.onnx"):
             continue
         found = _scaled(g, types, node, f"integer_fused_{i}")

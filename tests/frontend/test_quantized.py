@@ -288,7 +288,9 @@ def test_matmul_integer_cast_mul_add_fused_into_one_op() -> None:
               [tensor("y", TensorProto.FLOAT, None)],
               [init("w", w), init("wz", np.int8(0)), init("ws", np.float32(0.0042)),
                init("bias", rng.standard_normal(10).astype(np.float32))], opset=13)
-    assert import_onnx(m).patterns["IntegerToFloatMatMul"] == 1
+    imported = import_onnx(m)
+    assert imported.patterns["IntegerToFloatMatMul"] == 1
+    assert "dynamic_quantize" in " ".join(imported.func_names)
     x = rng.standard_normal((3, 5, 24)).astype(np.float32)
     (got,), (want,) = run_ours(m, {"x": x}, "cpu"), run_ort(m, {"x": x})
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
@@ -385,4 +387,17 @@ def test_quantize_dequantize_of_constants_fold_as_their_converters_compute() -> 
     assert imported.folded["DequantizeLinear"] == 2 and imported.folded["QuantizeLinear"] == 1
     feeds = {"in": rng.standard_normal((4, 3, 2)).astype(np.float32)}
     for got, want in zip(run_ours(m, feeds, "cpu"), run_ort(m, feeds)):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_dynamic_quantize_no_integer_op_reads_keeps_the_lowering() -> None:
+    """DynamicQuantizeLinear becomes the CPU-only dynamic_quantize op only where integer ops
+    read it; alone (ONNX's node tests, other consumers) it stays ops every device has."""
+    node = helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"])
+    m = model([node], [tensor("x", TensorProto.FLOAT, (4, 9))],
+              [tensor("y", TensorProto.UINT8, None), tensor("s", TensorProto.FLOAT, None),
+               tensor("z", TensorProto.UINT8, None)], opset=13)
+    assert "dynamic_quantize" not in " ".join(import_onnx(m).func_names)
+    x = {"x": np.random.default_rng(17).standard_normal((4, 9)).astype(np.float32)}
+    for got, want in zip(run_ours(m, x, "cpu"), run_ort(m, x)):
         np.testing.assert_array_equal(got, want)
