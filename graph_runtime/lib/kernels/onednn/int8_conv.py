@@ -5,9 +5,12 @@ The op (lib/ops/quantized.py) computes out = saturate(rint(relu?(acc * m[o] + b[
 with acc the exact integer sum of (x - x_zero) * w. oneDNN 3.2 does the same with m as the
 weights' runtime scales (DNNL_ARG_ATTR_SCALES, one per output channel), b as an f32 bias added
 after scaling, x_zero and y_zero as runtime zero points (DNNL_ARG_ATTR_ZERO_POINTS), and relu as
-an eltwise post-op. What rounds differently from the NumPy reference: oneDNN may fuse acc * m + b
-into one fused multiply-add (one rounding instead of two), which moves a result by one step only
-where it lands within a float32 ulp of a half-step boundary.
+an eltwise post-op. What rounds differently from the NumPy reference: oneDNN adds the output
+zero point before it rounds half to even (the reference, as ONNX, rounds and then adds: the two
+differ by one step at an exact tie with an odd zero point), and may fuse acc * m + b into one
+multiply-add (one rounding instead of two, moving a result by one step only within a float32 ulp
+of a tie). The same primitive gives ConvInteger's plain int32 accumulator (integer()) and its
+float32 form scaled by a runtime source scale with bias (scaled(); fuse_integer.py).
 
 Data and output are NHWC inside (oneDNN's direct int8 kernels); an NCHW argument is reordered
 in or out by one oneDNN reorder, or skipped when the executor keeps the entry NHWC between
