@@ -140,8 +140,15 @@ def _lookup_rows(a: Any, b: Any, table: Any, out: Any, start: int, stop: int) ->
             row_out[j] = table[(np.int32(row_a[j]) << 8) | np.int32(b[j])]
 
 
+def _lookup_one(a: Any, row: Any, out: Any) -> None:
+    """out = row[a]: the table's row for a one-value operand."""
+    for i in range(a.shape[0]):
+        out[i] = row[np.int32(a[i])]
+
+
 _lookup_compiled = compiled(_lookup)
 _lookup_rows_compiled = compiled(_lookup_rows)
+_lookup_one_compiled = compiled(_lookup_one)
 
 
 def _tail(small: tuple[int, ...], shape: tuple[int, ...]) -> bool:
@@ -201,6 +208,7 @@ def _rows_kernel(table: np.ndarray, swap: bool,
                  broadcast: Callable[..., None]) -> Callable[..., None]:
     """run(a, b, out) where one operand (b, or a with swap) repeats along the other's rows."""
     last: list[Any] = [None, None, None, None]  # a, b, out, and the flat views made for them
+    table2d = table.reshape(256, 256)
 
     def run(a: Any, b: Any, out: Any) -> None:
         # NOTE: the pool hands the same arrays every run; their flat views are made once (a
@@ -212,10 +220,15 @@ def _rows_kernel(table: np.ndarray, swap: bool,
                 fw, fp = whole.reshape(-1).view(np.uint8), part.reshape(-1).view(np.uint8)
                 views = (fw, fp, table, out.reshape(-1), 0, fw.shape[0] // max(fp.shape[0], 1))
             last[:] = [a, b, out, views]
-        if last[3] is None:
+        views = last[3]
+        if views is None:
             broadcast(a, b, out)
-            return
-        _lookup_rows_compiled(*last[3])
+        elif views[1].shape[0] == 1:
+            # one value (a scalar's add or multiply): that value's 256 entries, one gather
+            row = np.ascontiguousarray(table2d[:, views[1][0]])
+            _lookup_one_compiled(views[0], row, views[3])
+        else:
+            _lookup_rows_compiled(*views)
     return run
 
 
