@@ -177,7 +177,7 @@ def test_qdense_matches_integer_reference(mode, monkeypatch, shape, n, x_dtype, 
 
 
 @pytest.mark.parametrize("a_shape,b_shape", [((2, 8, 5, 7), (2, 8, 5, 7)), ((2, 9, 33), (33,)),
-                                             ((33,), (2, 9, 33)), ((4, 6), ()),
+                                             ((33,), (2, 9, 33)), ((4, 6), ()), ((), (5, 7)),
                                              ((2, 1, 4, 5), (2, 3, 1, 5))])
 @pytest.mark.parametrize("a_dtype,b_dtype,out_dtype,relu",
                          [("uint8", "uint8", "uint8", True), ("int8", "uint8", "int8", False)])

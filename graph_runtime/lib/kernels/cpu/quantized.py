@@ -1,7 +1,7 @@
-"""CPU kernels of the quantized ops without oneDNN: qconv2d and qdense as exact float64
-products plus float32 requantization, and qadd (the QDQ Add) as a table lookup.
+"""CPU kernels of the quantized ops without oneDNN: qconv2d, qdense and the integer ops as
+exact float64 products plus float32 requantization, and qadd (the QDQ Add) as a table lookup.
 
-qconv2d's (and qdense's) accumulator is exact: (x - x_zero) * w summed in float64, whose 53-bit mantissa holds
+The accumulators are exact: (x - x_zero) * w summed in float64, whose 53-bit mantissa holds
 every u8/s8 product sum of up to 2^37 terms. The requantization is the op's definition
 (lib/ops/quantized.py) in float32: float32(acc) * m + b, relu, rint (half to even), + y_zero,
 saturate. qadd is DequantizeLinear, Add, Relu and QuantizeLinear as ONNX defines them, in
