@@ -37,7 +37,8 @@ def _x_zero(ctx: Context, x: Value, zero: Value | None) -> Value | None:
 def conv_integer_op(ctx: Context, node: OnnxNode, args: list) -> list[Value] | None:
     """ConvInteger as conv2d_integer, or None."""
     x, w = args[0], args[1]
-    if not int8_import() or x.rank != 4 or x.dtype not in ("uint8", "int8") or not _zero_weights(w, _opt(args, 3)):
+    if not int8_import() or x.rank != 4 or x.dtype not in ("uint8", "int8") \
+            or not _zero_weights(w, _opt(args, 3)):
         return None
     zero = _x_zero(ctx, x, _opt(args, 2))
     if zero is None:
