@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .loops_jit import compiled
+from .loops_jit import compiled, inlined
 from .threads import num_threads, parallel_items
 
 CHUNK = 1 << 18  # elements per work item
@@ -30,30 +30,58 @@ def _quantize(x: Any, scale: Any, zero: Any, y: Any, start: int, stop: int) -> N
         ys[i] = np.uint8(np.int32(q))
 
 
+def _scale_zero(low: Any, high: Any, scale: Any, zero: Any) -> None:
+    """scale[0], zero[0] from the range [low, high] (both hold 0), in float32 steps."""
+    span = high - low
+    if span == 0:
+        span = np.float32(1)
+    s = span / np.float32(255)
+    z = np.float32(0) - low / s
+    z = min(max(z, np.float32(0)), np.float32(255))
+    scale[0] = s
+    zero[0] = np.uint8(np.rint(z))
+
+
+_scale_zero_inlined = inlined(_scale_zero)
+_quantize_inlined = inlined(_quantize)
+
+
+def _whole(x: Any, low: Any, high: Any, y: Any, scale: Any, zero: Any) -> None:
+    """The parameters and the quantize pass in one call (a tensor of one work item)."""
+    _scale_zero_inlined(low, high, scale, zero)
+    _quantize_inlined(x, scale[0], np.float32(zero[0]), y, 0, x.shape[0])
+
+
 _quantize_compiled = compiled(_quantize)
+_scale_zero_compiled = compiled(_scale_zero)
+_whole_compiled = compiled(_whole)
 
 
 def dynamic_quantize_kernel(size: int) -> Callable[..., None]:
     """run(x, y, scale, zero_point) for a float32 x of `size` elements."""
     parts = max(1, -(-size // CHUNK))
     workers = max(1, num_threads()) if parts > 1 else 1
+    last: list[Any] = [None, None]  # the arguments, and their flat views
 
     def run(x: Any, y: Any, scale: Any, zero_point: Any) -> None:
-        flat_x = x.reshape(-1)
-        flat_y = y.reshape(-1)
-        f = np.float32
+        arrays = (x, y, scale, zero_point)
+        if last[0] is None or any(a is not b for a, b in zip(arrays, last[0])):
+            last[:] = [arrays, (x.reshape(-1), y.reshape(-1), scale.reshape(1),
+                                zero_point.reshape(1))]
+        flat_x, flat_y, scale1, zero1 = last[1]
         # NumPy's min and max: vectorized, and NaN-propagating as ONNX's reductions are
-        low, high = min(f(flat_x.min()), f(0)), max(f(flat_x.max()), f(0))
+        low, high = flat_x.min(), flat_x.max()
         if np.isnan(low) or np.isnan(high):
-            scale[...] = f(np.nan)
-            zero_point[...] = 0
+            scale1[0] = np.float32(np.nan)
+            zero1[0] = 0
             flat_y[...] = 0
             return
-        span = f(high - low)
-        s = f(f(1) if span == 0 else span) / f(255)
-        z = f(np.rint(np.clip(f(f(0) - f(low / s)), f(0), f(255))))
-        scale[...] = s
-        zero_point[...] = np.uint8(z)
+        low, high = min(low, np.float32(0)), max(high, np.float32(0))
+        if parts == 1:
+            _whole_compiled(flat_x, low, high, flat_y, scale1, zero1)
+            return
+        _scale_zero_compiled(low, high, scale1, zero1)
+        s, z = scale1[0], np.float32(zero1[0])
         parallel_items(parts, workers, lambda worker, i: _quantize_compiled(
             flat_x, s, z, flat_y, i * CHUNK, min(size, (i + 1) * CHUNK)))
     return run
