@@ -1,113 +1,128 @@
-"""int8 models next to their float32 versions and next to ONNX Runtime running the same int8 model.
+"""int8 models next to their float32 versions, here and on ONNX Runtime, in one process.
 
-The committed BERT and ResNet exports (tests/data/onnx) are quantized with ONNX Runtime's own
-tool: quantize_dynamic (MatMulInteger / ConvInteger, weights int8) and quantize_static (QDQ, per
-channel). Each model runs on graph_runtime's CPU and on ONNX Runtime's CPU provider with the
-same thread count; the median of `--repeat` timed runs after one warm-up is printed, with the
-largest output difference between the two.
+Each float32 model is quantized by ONNX Runtime's own tool (tests/frontend/quantize_models.py):
+quantize_dynamic (MatMulInteger / ConvInteger, int8 weights) and quantize_static (QDQ, per
+channel); quantized files are kept in the cache folder. Four contenders per model and mode run
+interleaved in shuffled rounds (bench/interleave.py): int8 here, float32 here, ONNX Runtime int8
+and ONNX Runtime float32 (intra-op threads = --threads, no spinning). The table gives medians,
+the ratios int8/float32 here and int8 here / ONNX Runtime int8, and the largest difference from
+ONNX Runtime's int8 output in steps of the output's quantisation scale (where the output is a
+DequantizeLinear) or as max|diff| / max|ref|.
 
-Usage: python bench/int8_models.py [--repeat 20] [--threads 2] [--models bert_ts resnet_ts]
+Default models: the cached Hugging Face exports (ResNet-50 in ~/.cache/graph_runtime/bench_convnets,
+BERT-tiny from bench/transformers_models.py), else the committed small ones (tests/data/onnx).
+Run with the OpenBLAS core-type override removed, as on a user's machine, and say the load:
+
+  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/int8_models.py [--batch 8] \\
+      [--models PATH ...] [--modes static_qdq dynamic] [--rounds 5]
 """
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
-import tempfile
-import time
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-DATA = ROOT / "tests" / "data" / "onnx"
+sys.path.insert(0, str(ROOT / "tests" / "frontend"))  # quantize_models.py: feeds, quantization
+from interleave import interleaved_samples  # noqa: E402  (bench/)
+from quantize_models import MODES, feeds_for, quantized  # noqa: E402
+
+CACHE = Path.home() / ".cache" / "graph_runtime"
+DEFAULT = [CACHE / "bench_convnets" / "resnet50.onnx",
+           CACHE / "bench_transformers" / "bert_tiny.onnx"]
+SMALL = [ROOT / "tests" / "data" / "onnx" / "resnet_ts.onnx",
+         ROOT / "tests" / "data" / "onnx" / "bert_ts.onnx"]
 
 
-def feeds_for(path: Path, seed: int) -> dict[str, np.ndarray]:
-    import onnxruntime as ort
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    rng = np.random.default_rng(seed)
-    feeds = {}
-    for info in session.get_inputs():
-        if info.type == "tensor(int64)":
-            high = 2 if "mask" in info.name else 100
-            feeds[info.name] = rng.integers(1 if high == 2 else 0, high, info.shape)
-        else:
-            feeds[info.name] = rng.standard_normal(info.shape).astype(np.float32)
-    return feeds
-
-
-def quantized(source: Path, mode: str, folder: Path) -> Path:
-    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
-                                          quantize_dynamic, quantize_static)
-    out = folder / f"{source.stem}_{mode}.onnx"
-    if mode == "dynamic":
-        quantize_dynamic(str(source), str(out), weight_type=QuantType.QInt8)
-    else:
-        class Reader(CalibrationDataReader):
-            def __init__(self) -> None:
-                self.batches = iter([feeds_for(source, seed) for seed in range(4)])
-
-            def get_next(self):  # type: ignore[no-untyped-def]
-                return next(self.batches, None)
-        quantize_static(str(source), str(out), Reader(), quant_format=QuantFormat.QDQ,
-                        per_channel=True)
-    return out
-
-
-def median_ms(fn, repeat: int) -> float:  # type: ignore[no-untyped-def]
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return 1000 * statistics.median(times)
-
-
-def ours(path: Path, feeds: dict[str, np.ndarray]):  # type: ignore[no-untyped-def]
+def ours(path: Path, feeds: dict[str, np.ndarray]) -> Callable[[], list[np.ndarray]]:
     import graph_runtime as gr
     from graph_runtime.frontend import from_onnx
-    graph_json, lib, params = from_onnx(str(path))
+    graph_json, lib, params = from_onnx(str(path), shape={k: v.shape for k, v in feeds.items()})
     module = gr.create(graph_json, lib, gr.device("cpu"))
     module.load_params(gr.save_param_dict(params))
-    for name, value in feeds.items():
-        module.set_input(name, value)
 
     def run() -> list[np.ndarray]:
-        module.run()
+        module.run(**feeds)
         return [module.get_output(i).numpy() for i in range(module.get_num_outputs())]
     return run
 
 
-def theirs(path: Path, feeds: dict[str, np.ndarray], threads: int):  # type: ignore[no-untyped-def]
+def theirs(path: Path, feeds: dict[str, np.ndarray], threads: int
+           ) -> Callable[[], list[np.ndarray]]:
     import onnxruntime as ort
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     return lambda: [np.asarray(v) for v in session.run(None, feeds)]
 
 
+def output_steps(path: Path) -> dict[int, float]:
+    """Output index -> quantisation scale, for outputs a DequantizeLinear with a constant scale
+    makes."""
+    import onnx
+    from onnx import numpy_helper
+    m = onnx.load(str(path))
+    consts = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+    made = {n.output[0]: n for n in m.graph.node if n.op_type == "DequantizeLinear"}
+    steps = {}
+    for i, out in enumerate(m.graph.output):
+        node = made.get(out.name)
+        if node is not None and node.input[1] in consts:
+            steps[i] = float(np.max(consts[node.input[1]]))
+    return steps
+
+
+def difference(got: list[np.ndarray], want: list[np.ndarray], steps: dict[int, float]) -> str:
+    worst = []
+    for i, (g, w) in enumerate(zip(got, want)):
+        diff = float(np.abs(g.astype(np.float64) - w).max())
+        if i in steps:
+            worst.append(f"{diff / steps[i]:.1f} steps")
+        else:
+            worst.append(f"{diff / max(float(np.abs(w).max()), 1e-30):.1e} rel")
+    return ", ".join(worst)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=20)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--models", nargs="+", default=["bert_ts", "resnet_ts"])
+    parser.add_argument("--models", nargs="+", type=Path, default=None)
+    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
+    parser.add_argument("--batch", type=int, default=1, help="for a symbolic batch dimension")
+    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=CACHE / "bench_int8")
     args = parser.parse_args()
-    print(f"{'model':<22} {'ours ms':>9} {'ORT ms':>9} {'ours/ORT':>9} {'max|ours-ORT|':>14}")
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in args.models:
-            source = DATA / f"{name}.onnx"
-            feeds = feeds_for(source, 99)
-            for mode in ("float32", "dynamic", "static_qdq"):
-                path = source if mode == "float32" else quantized(source, mode, Path(tmp))
-                mine, ort_run = ours(path, feeds), theirs(path, feeds, args.threads)
-                diff = max(float(np.abs(a.astype(np.float64) - b).max())
-                           for a, b in zip(mine(), ort_run()))
-                t_ours, t_ort = median_ms(mine, args.repeat), median_ms(ort_run, args.repeat)
-                print(f"{name + ' ' + mode:<22} {t_ours:>9.2f} {t_ort:>9.2f} "
-                      f"{t_ours / t_ort:>9.2f} {diff:>14.3g}", flush=True)
+    models = args.models or [p for p in DEFAULT if p.exists()] or SMALL
+    args.out.mkdir(parents=True, exist_ok=True)
+    print(f"load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}; threads "
+          f"{args.threads}; batch {args.batch}; medians of {args.rounds}x{args.repeat} (ms)")
+    print(f"{'model':<24} {'int8':>8} {'fp32':>8} {'ORT int8':>9} {'ORT fp32':>9} "
+          f"{'int8/fp32':>10} {'int8/ORT':>9}  vs ORT int8")
+    for source in models:
+        feeds = feeds_for(source, 99, args.batch)
+        for mode in args.modes:
+            path = quantized(source, mode, args.out)
+            calls: dict[str, Callable[[], Any]] = {
+                "int8": ours(path, feeds), "fp32": ours(source, feeds),
+                "ORT int8": theirs(path, feeds, args.threads),
+                "ORT fp32": theirs(source, feeds, args.threads)}
+            agree = difference(calls["int8"](), calls["ORT int8"](), output_steps(path))
+            samples = interleaved_samples(calls, args.rounds, args.repeat, 1)
+            ms = {k: 1000 * statistics.median(v) for k, v in samples.items()}
+            label = f"{source.stem} {mode}"
+            print(f"{label:<24} {ms['int8']:>8.2f} {ms['fp32']:>8.2f} {ms['ORT int8']:>9.2f} "
+                  f"{ms['ORT fp32']:>9.2f} {ms['int8'] / ms['fp32']:>10.2f} "
+                  f"{ms['int8'] / ms['ORT int8']:>9.2f}  {agree}", flush=True)
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

@@ -89,6 +89,11 @@ CHAIN_JIT = Setting(
 IMPORT_FUSE = Setting(
     "GRAPH_RUNTIME_IMPORT_FUSE", "on",
     "graphrun import fuses transformer patterns (GELU, LayerNorm, attention)", ("on", "off"))
+IMPORT_INT8 = Setting(
+    "GRAPH_RUNTIME_IMPORT_INT8", "on",
+    "graphrun import makes quantized models' integer ops (QDQ patterns, ConvInteger / "
+    "MatMulInteger with constant weights, DynamicQuantizeLinear: CPU only; off: dequantize, "
+    "compute in float, quantize, on every device)", ("on", "off"))
 
 ONEDNN = Setting(
     "GRAPH_RUNTIME_ONEDNN", "auto",
@@ -116,7 +121,7 @@ LOOP_MAX_ITERATIONS = Setting(
 
 SETTINGS = (NUM_THREADS, CONV, OPENCL_CONV, GEMV_PADDING, DENSE_TRANSPOSE, DENSE_SPLIT,
             DENSE_TILES, ATTENTION_SPLIT, OPENCL_GEMM, TUNING_CACHE, CACHE_DIR, CHAIN_JIT,
-            IMPORT_FUSE, ONEDNN, ONEDNN_LIB, ONEDNN_THREADS, LOOP_MAX_ITERATIONS)
+            IMPORT_FUSE, IMPORT_INT8, ONEDNN, ONEDNN_LIB, ONEDNN_THREADS, LOOP_MAX_ITERATIONS)
 
 
 def _raw(setting: Setting) -> str:

@@ -101,6 +101,7 @@ def _load() -> None:
         convert_math,
         convert_nn,
         convert_norm,
+        convert_qdq,
         convert_qlinear,
         convert_quant,
         convert_recurrent,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .convert import Context, converts
+from .convert_integer_ops import matmul_integer_op
 from .convert_nn import matmul
 from .convert_qlinear import _along, _only, _opt
 from .convert_qlinear import matmul_integer as matmul_integer_float64
@@ -30,6 +31,9 @@ def exact_chunk(weights: np.ndarray) -> int:
 
 @converts("MatMulInteger")
 def matmul_integer(ctx: Context, node: OnnxNode, args: list) -> list[Value | None]:
+    done = matmul_integer_op(ctx, node, args)
+    if done is not None:
+        return list(done)
     b = ctx.b
     a, w = args[0], args[1]
     a_zero, w_zero = _opt(args, 2), _opt(args, 3)

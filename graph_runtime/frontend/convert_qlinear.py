@@ -13,6 +13,8 @@ import numpy as np
 
 from .convert import Context, converts
 from .convert_conv import conv
+from .convert_integer_ops import conv_integer_op
+from .fuse_qdq import FUSED_DOMAIN
 from .convert_nn import matmul
 from .ir import Unsupported, Value
 from .onnx_node import OnnxNode
@@ -77,6 +79,9 @@ def matmul_integer(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
 
 @converts("ConvInteger")
 def conv_integer(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
+    done = conv_integer_op(ctx, node, args)
+    if done is not None:
+        return done
     x, w = args[0], args[1]
     x64 = _centered(ctx, x, _opt(args, 2), None)
     w64 = _centered(ctx, w, _opt(args, 3), 0)
@@ -117,10 +122,15 @@ def qlinear_conv(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
 
 @converts("DynamicQuantizeLinear")
 def dynamic_quantize(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
+    """Where only the integer ops read y (fuse_integer.py gives the node FUSED_DOMAIN), one
+    CPU op with ONNX's float32 steps in one compiled kernel; else the same steps as ops every
+    device has."""
     b = ctx.b
     x = args[0]
     if x.dtype != "float32":
         raise Unsupported(f"input of dtype {x.dtype}; expected float32")
+    if node.domain == FUSED_DOMAIN:  # read by integer ops only (fuse_integer.py)
+        return list(b.ops("dynamic_quantize", [x]))
     zero = b.const(np.float32(0), "zero")
     high = b.op("maximum", b.op("max", x, axis=None, keepdims=False), zero)
     low = b.op("minimum", b.op("min", x, axis=None, keepdims=False), zero)
@@ -131,5 +141,7 @@ def dynamic_quantize(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     start = b.op("subtract", zero, b.op("divide", low, scale))
     zero_point = b.op("round", b.op("clip", start, a_min=0.0, a_max=255.0))
     y = b.op("add", b.op("round", b.op("divide", x, scale)), zero_point)
-    y = b.cast(b.op("clip", y, a_min=0.0, a_max=255.0), "uint8")
+    # NOTE: through int32 (the values are whole and in [0, 255] after the clip, NaN aside): a
+    # float -> int32 cast compiles in a chain's loop (chain_jit.py), a float -> uint8 one not.
+    y = b.cast(b.cast(b.op("clip", y, a_min=0.0, a_max=255.0), "int32"), "uint8")
     return [y, scale, b.cast(zero_point, "uint8")]

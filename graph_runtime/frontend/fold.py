@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from .fold_quant import fold_dequantize, fold_quantize
 from .fold_size import check_fold_size, check_folded
 from .ir import Unsupported
 from .onnx_node import OnnxNode
@@ -106,6 +107,8 @@ _FAST: dict[str, Callable[..., list[np.ndarray]]] = {
     "Concat": _concat,
     "Cast": _cast,
     "Identity": lambda node, x: [x],
+    "DequantizeLinear": fold_dequantize,
+    "QuantizeLinear": fold_quantize,
 }
 
 

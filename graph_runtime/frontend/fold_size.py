@@ -125,6 +125,9 @@ _PREDICT: dict[str, Callable[[OnnxNode, list], Shape]] = {
     "ConstantOfShape": _constant_of_shape, "Range": _range, "Tile": _tile, "Expand": _expand,
     "OneHot": _one_hot, "Pad": _pad, "Resize": _resize, "Upsample": _resize, "Gather": _gather,
     "MatMul": _matmul,
+    # per-axis scales and zero points run along `axis`, not NumPy's trailing dims: x's shape
+    "DequantizeLinear": lambda node, xs: tuple(xs[0].shape),
+    "QuantizeLinear": lambda node, xs: tuple(xs[0].shape),
 }
 
 

@@ -65,7 +65,7 @@ class ImportResult:
             lines.append(f"  inlined from their ONNX function bodies: {self.expanded} nodes")
         if self.patterns:
             fused = ", ".join(f"{op} x{n}" for op, n in sorted(self.patterns.items()))
-            lines.append(f"  transformer patterns fused: {fused}")
+            lines.append(f"  patterns fused (transformer, quantized): {fused}")
         if self.bn_folded:
             lines.append(f"  BatchNormalization folded into conv weights: {self.bn_folded}")
         lines.append("  functions (x calls; chain of standard ops <- ONNX nodes):")
@@ -119,7 +119,7 @@ def import_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None,
              sizes: Mapping[str, int] | None = None) -> tuple[Any, dict[str, Any]]:
         data_sizes = {out: sizes[sym.name] for out, sym in data.items()} if sizes else None
         lowered = lower(proto, name, shapes, unfold, data_sizes)
-        fused[:] = [fuse_patterns(lowered)]
+        fused[:] = [fuse_patterns(lowered) + lowered.qdq_fused]
         emitted = emit(lowered, f"imported from {name} (ONNX opset {lowered.opset})")
         return (lowered, emitted), {"graph": emitted.graph_doc, "lib": emitted.lib_doc,
                                     "params": emitted.params, "consts": lowered.consts,

@@ -10,6 +10,8 @@ import numpy as np
 
 from ..errors import FrontendError
 from .convert import CONVERTERS, Context
+from .fuse_integer import fuse_integer
+from .fuse_qdq import FUSED_DOMAIN, fuse_qdq
 from .expand import expand_functions
 from .fold import fold
 from .inference import check_references, check_shapes, inferred_types, static_specs
@@ -32,6 +34,7 @@ class Lowered:
     folded: Counter = field(default_factory=Counter)
     removed: Counter = field(default_factory=Counter)
     bn_folded: int = 0
+    qdq_fused: Counter = field(default_factory=Counter)  # QDQ patterns fused (fuse_qdq.py)
     expanded: int = 0
     # For symbolic import (frontend/symbolic_import.py): every ONNX value known at import (by
     # name) and the names computed at run time, compared across the probe imports.
@@ -75,6 +78,9 @@ def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]],
     if expanded:
         check_references(model, model_name)
         types = inferred_types(model, shapes, model_name)
+    model, qdq_fused = fuse_qdq(model)  # after inference: the fused ops are not ONNX's
+    model, integer_fused = fuse_integer(model, types)
+    qdq_fused.update(integer_fused)
     graph = model.graph
     opset = default_opset(model)
     opsets = {("" if e.domain == "ai.onnx" else e.domain): int(e.version)
@@ -126,6 +132,7 @@ def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]],
     lowered.inputs = inputs
     walk.nodes(graph.node)
     lowered.bn_folded = ctx.bn_folded
+    lowered.qdq_fused = qdq_fused
     lowered.expanded = expanded
     lowered.removed = ctx.removed
     for out in graph.output:
@@ -286,7 +293,7 @@ def _lower_node(ctx: Context, node: Any, args: list[Value | None], model: Any,
                     raise Unsupported(f"folded output {name!r} has dtype {np_dtype_name}")
                 out.append(ctx.b.const(array, name))
             return out
-    convert = CONVERTERS.get(node.op_type) if node.domain == "" else None
+    convert = CONVERTERS.get(node.op_type) if node.domain in ("", FUSED_DOMAIN) else None
     if convert is None:
         raise Unsupported("__unknown__")
     if node.inputs and args[0] is None and node.op_type not in ("Scan", "Loop"):

@@ -18,6 +18,8 @@ from typing import Any, Sequence
 
 from ..graph.model import Graph
 
+NHWC_DTYPES = ("float32", "uint8", "int8")  # oneDNN's float32 and int8 kernels (int8_conv.py)
+
 
 @dataclass
 class LayoutPlan:
@@ -42,7 +44,7 @@ def plan_channels_last(graph: Graph, steps: Sequence[Any], entry_device: Sequenc
     for eid, written in writers.items():
         read = readers.get(eid, [])
         if (eid in excluded or graph.liveness.aliased(eid) or not read
-                or entry_device[eid].kind != "cpu" or graph.dtype(eid) != "float32"
+                or entry_device[eid].kind != "cpu" or graph.dtype(eid) not in NHWC_DTYPES
                 or len(graph.shape(eid)) != 4):
             continue
         uses = written + read

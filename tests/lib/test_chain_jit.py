@@ -49,6 +49,14 @@ CASES = [
      [((2, 3, 5), "float32"), ((), "float32")]),
     ("clip_tanh", [Step("clip", {"a_min": -1.5, "a_max": 2.0}), Step("tanh"), Step("abs")],
      [((17, 3), "float32")]),
+    # QuantizeLinear's chain: NaN and infinities cast to int32's minimum, as NumPy's cast does
+    ("quantize", [Step("divide"), Step("round"), Step("cast", {"dtype": "int32"}), Step("add"),
+                  Step("clip", {"a_min": -128.0, "a_max": 127.0}),
+                  Step("cast", {"dtype": "int8"})],
+     [((9, 31), "float32"), ((), "float32"), ((), "int32")]),
+    ("round_int64", [Step("multiply"), Step("round"), Step("cast", {"dtype": "int64"}),
+                     Step("clip", {"a_min": -1e30, "a_max": 7.5})],
+     [((40,), "float64"), ((), "float64")]),
 ]
 
 

@@ -19,6 +19,7 @@ GRAPH_RUNTIME_CHAIN_JIT=off turns it off; GRAPH_RUNTIME_CACHE_DIR moves the cach
 from __future__ import annotations
 
 import hashlib
+import math
 import importlib.util
 import logging
 import os
@@ -39,7 +40,7 @@ from .threads import num_threads, parallel_items
 
 # Part of every generated source, so its hash (the cache key) changes when the helpers the
 # generated code calls do: numba's cache only watches the generated file itself.
-VERSION = 2
+VERSION = 3
 FLOATS = ("float32", "float64")
 log = logging.getLogger(__name__)
 INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
@@ -61,6 +62,10 @@ def _gelu(attrs: Mapping[str, Any], dtype: str) -> str:
 def _clip(attrs: Mapping[str, Any], dtype: str) -> str:
     lo = float_attr("clip", attrs, "a_min")
     hi = float_attr("clip", attrs, "a_max")
+    if dtype in INTS:  # as the host kernel: bounds held to the type (a bound past it is none)
+        info = np.iinfo(dtype)
+        lo = -np.inf if lo <= info.min else float(math.ceil(lo))
+        hi = np.inf if hi >= info.max else float(math.floor(hi))
     expr = "{0}"
     if np.isfinite(hi):
         expr = f"({{T}}({hi!r}) if {{0}} > {hi!r} else {expr})"
@@ -95,7 +100,8 @@ PY_EXPRS: dict[str, tuple[Callable[[Mapping[str, Any], str], str], tuple[str, ..
     "reciprocal": (_fixed("{T}(1) / {0}"), FLOATS),
     "copy": (_fixed("{0}"), FLOATS + INTS + ("bool",)),
     "gelu": (_gelu, FLOATS),
-    "clip": (_clip, FLOATS),
+    "clip": (_clip, FLOATS + INTS),
+    "round": (_fixed("np.rint({0})"), FLOATS),
     "where": (_fixed("({1} if {0} else {2})"), ("bool",)),
     "equal": (_fixed("{0} == {1}"), FLOATS + INTS + ("bool",)),
     "not_equal": (_fixed("{0} != {1}"), FLOATS + INTS + ("bool",)),
@@ -148,6 +154,9 @@ def tanh32(v):
     return x if abs(x) < 0.0004 else r
 """
 _TYPES = {d: f"np.{d}" for d in FLOATS + INTS}
+# float -> int casts compiled: the target's range as float literals (QuantizeLinear's round+cast)
+_TO_WIDE_INT = {"int32": ("-2147483648.0", "2147483648.0"),
+                "int64": ("-9223372036854775808.0", "9223372036854775808.0")}
 _TYPES["bool"] = "np.bool_"
 
 
@@ -216,6 +225,11 @@ def step_expr(op: str, attrs: Mapping[str, Any], inputs: Sequence[TensorSpec],
     if op == "cast":
         if out_dtype == "bool":
             return "{0} != 0"
+        if dtype in FLOATS and out_dtype in _TO_WIDE_INT:
+            # NOTE: LLVM's conversion of NaN or an out-of-range float is undefined; NumPy's (x86's
+            # cvtt*2si) gives the type's minimum, and so does this.
+            low, high = _TO_WIDE_INT[out_dtype]
+            return f"({{T}}({{0}}) if {low} <= {{0}} < {high} else {{T}}({low}))"
         if dtype in FLOATS and out_dtype not in FLOATS:
             return None  # NaN and out-of-range floats convert differently in NumPy and LLVM
     if out_dtype not in _TYPES:

@@ -14,6 +14,11 @@ STATUS_NAMES = {0: "dnnl_success", 1: "dnnl_out_of_memory", 2: "dnnl_invalid_arg
                 6: "dnnl_not_required", 7: "dnnl_invalid_graph", 8: "dnnl_invalid_graph_op",
                 9: "dnnl_invalid_shape", 10: "dnnl_invalid_data_type"}
 F32 = 3
+S32 = 4
+S8 = 5
+U8 = 6
+# NumPy dtype name -> oneDNN data type
+DATA_TYPES = {"float32": F32, "int32": S32, "int8": S8, "uint8": U8}
 TAG_ANY = 1
 TAG_PLAIN = {1: 2, 2: 3, 3: 4, 4: 5, 5: 6}  # ndims -> a, ab, abc, abcd, abcde
 TAG_BA = 14
@@ -47,6 +52,8 @@ ARG_WEIGHTS = 33
 ARG_BIAS = 41
 ARG_FROM = 1
 ARG_TO = 17
+ARG_ATTR_SCALES = 4096  # | the argument scaled (ARG_SRC, ARG_WEIGHTS, ARG_DST)
+ARG_ATTR_ZERO_POINTS = 8192
 ARG_POST_OP_BASE = 32768  # DNNL_ARG_ATTR_MULTIPLE_POST_OP(i) = BASE * (i + 1)
 
 Dims = ctypes.c_int64 * 12  # dnnl_dims_t (DNNL_MAX_NDIMS = 12)
@@ -83,6 +90,8 @@ SIGNATURES: dict[str, list[Any]] = {
     "dnnl_primitive_attr_create": [_P(_VP)],
     "dnnl_primitive_attr_destroy": [_VP],
     "dnnl_primitive_attr_set_post_ops": [_VP, _VP],
+    "dnnl_primitive_attr_set_scales_mask": [_VP, ctypes.c_int, ctypes.c_int],
+    "dnnl_primitive_attr_set_zero_points_mask": [_VP, ctypes.c_int, ctypes.c_int],
     "dnnl_post_ops_create": [_P(_VP)],
     "dnnl_post_ops_destroy": [_VP],
     "dnnl_post_ops_append_eltwise": [_VP, ctypes.c_int, ctypes.c_float, ctypes.c_float],

@@ -219,22 +219,23 @@ class MemoryDesc:
         weakref.finalize(self, library().raw["dnnl_memory_desc_destroy"], handle)
 
     @staticmethod
-    def plain(shape: Sequence[int], tag: int | None = None) -> "MemoryDesc":
-        """float32, row-major (tag None), or the given format tag (TAG_ANY lets oneDNN pick)."""
+    def plain(shape: Sequence[int], tag: int | None = None, dtype: int = F32) -> "MemoryDesc":
+        """float32 (or dtype), row-major (tag None), or the given format tag (TAG_ANY lets
+        oneDNN pick)."""
         lib = library()
         h = ctypes.c_void_p()
         fmt = TAG_PLAIN[len(shape)] if tag is None else tag
         lib.call("dnnl_memory_desc_create_with_tag", ctypes.byref(h), len(shape), dims_array(shape),
-                 F32, fmt)
+                 dtype, fmt)
         return MemoryDesc(h, shape)
 
     @staticmethod
-    def strided(shape: Sequence[int], strides: Sequence[int]) -> "MemoryDesc":
-        """float32 with element strides (a transposed view)."""
+    def strided(shape: Sequence[int], strides: Sequence[int], dtype: int = F32) -> "MemoryDesc":
+        """float32 (or dtype) with element strides (a transposed view)."""
         lib = library()
         h = ctypes.c_void_p()
         lib.call("dnnl_memory_desc_create_with_strides", ctypes.byref(h), len(shape),
-                 dims_array(shape), F32, dims_array(strides))
+                 dims_array(shape), dtype, dims_array(strides))
         return MemoryDesc(h, shape)
 
     @staticmethod

@@ -25,7 +25,7 @@ from . import abi
 from . import binding as dn
 from .policy import policy
 from .binding import Memory, MemoryDesc, Primitive, PrimitiveDesc
-from .layout import NCHW, NHWC, BandedReorder, band_offset, bands, is_nhwc
+from .layout import rows_read, NCHW, NHWC, BandedReorder, band_offset, bands, is_nhwc
 from .weights import PackedWeight, aligned_buffer
 
 DTYPES = ("float32",)
@@ -182,22 +182,11 @@ class OnednnConv(ConvKernel):
         return bands(p.n, p.oh, self.workers if flops >= MIN_SPLIT_FLOPS else 1)
 
     def _rows_in(self, r0: int, rows: int) -> tuple[int, int, int, int]:
-        """(first input row, input rows, top pad, bottom pad) that output rows r0.. read.
-
-        All output rows read all input rows with the op's own pads, even rows a stride skips at
-        the bottom: a whole-batch piece's descriptor must keep the real image stride (trimmed
-        to the rows read, images after the first were read from the wrong place).
-        """
-        p = self.p
-        if r0 == 0 and rows == p.oh:
-            return 0, p.h, p.pad[0], p.pad[2]
-        (sh, _), (dh, _) = p.strides, p.dilation
-        a = r0 * sh - p.pad[0]
-        b = (r0 + rows - 1) * sh - p.pad[0] + dh * (p.kh - 1)
-        a_in, b_in = max(a, 0), min(b, p.h - 1)
-        if b_in < a_in:
+        """(first input row, input rows, top pad, bottom pad) that output rows r0.. read."""
+        read = rows_read(self.p, r0, rows)
+        if read[1] == 0:
             raise LibraryError(f"conv2d rows {r0}..{r0 + rows} read padding only")
-        return a_in, b_in - a_in + 1, a_in - a, b - b_in
+        return read
 
     def _pd(self, n: int, r0: int, rows: int) -> PrimitiveDesc:
         """The primitive descriptor for output rows r0.. of one image (n >= 0) or of all."""

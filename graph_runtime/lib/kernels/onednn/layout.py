@@ -27,6 +27,23 @@ def bands(n: int, rows: int, workers: int) -> list[tuple[int, int, int]]:
     return [(i, r0, min(rows, r0 + step)) for i in range(n) for r0 in range(0, rows, step)]
 
 
+def rows_read(p: Any, r0: int, rows: int) -> tuple[int, int, int, int]:
+    """(first input row, input rows (0: padding only), top pad, bottom pad) that a conv's
+    output rows r0.. read (p: its ConvParams).
+
+    All output rows read all input rows with the op's own pads, even rows a stride skips at
+    the bottom: a whole-batch piece's descriptor must keep the real image stride (trimmed
+    to the rows read, images after the first were read from the wrong place).
+    """
+    if r0 == 0 and rows == p.oh:
+        return 0, p.h, p.pad[0], p.pad[2]
+    (sh, _), (dh, _) = p.strides, p.dilation
+    a = r0 * sh - p.pad[0]
+    b = (r0 + rows - 1) * sh - p.pad[0] + dh * (p.kh - 1)
+    a_in, b_in = max(a, 0), min(b, p.h - 1)
+    return a_in, max(b_in - a_in + 1, 0), a_in - a, b - b_in
+
+
 def is_nhwc(array: Any) -> bool:
     """Whether a 4-D array's bytes are NHWC: the strided NCHW view of an NHWC buffer."""
     if array.ndim != 4:
