@@ -26,9 +26,9 @@ import numpy as np
 from ....errors import LibraryError
 from ...conv_params import ConvParams
 from ..cpu.threads import parallel_images
-from ..derived import DerivesFromInputs
 from . import abi
 from . import binding as dn
+from .int8_runs import Int8Runs
 from .binding import Memory, MemoryDesc, Primitive, PrimitiveDesc
 from .layout import bands, rows_read
 from .policy import policy
@@ -50,7 +50,7 @@ def int8_conv_applies(p: ConvParams, x_dtype: str, w_dtype: str) -> bool:
 _rows_in = rows_read  # the float32 conv's rows (layout.rows_read)
 
 
-class Int8Conv(DerivesFromInputs):
+class Int8Conv(Int8Runs):
     """run(x, w, m, b, out) on oneDNN: x (N, C, H, W) u8/s8, w (O, C/g, kh, kw) s8, m and b
     float32 (O,), out (N, O, OH, OW) u8/s8."""
 
@@ -185,28 +185,6 @@ class Int8Conv(DerivesFromInputs):
     def workspace_bytes(self) -> int:
         buffers = [b for b in (self.src_buf, self.dst_buf) if b is not None]
         return self.weight.nbytes + sum(int(b.nbytes) for b in buffers)
-
-    def uses_workers(self) -> bool:
-        return True
-
-    def __call__(self, x: Any, w: Any, m: Any, b: Any, out: Any) -> None:
-        self.scale_mem.bind(m)
-        self.bias_mem.bind(b)
-        self._execute(x, w, out)
-
-    def integer(self, x: Any, x_zero: Any, w: Any, out: Any) -> None:
-        """ConvInteger's run: out (int32) = conv(x - x_zero, w), x_zero a one-element array."""
-        self.zero_arrays[abi.ARG_SRC][0] = x_zero.reshape(-1)[0]
-        self._execute(x, w, out)
-
-    def scaled(self, x: Any, x_zero: Any, w: Any, x_scale: Any, w_scale: Any, bias: Any,
-               out: Any) -> None:
-        """out (float32) = conv(x - x_zero, w) * x_scale * w_scale + bias, per channel."""
-        self.zero_arrays[abi.ARG_SRC][0] = x_zero.reshape(-1)[0]
-        self.src_scale_mem.bind(x_scale)
-        self.scale_mem.bind(w_scale)
-        self.bias_mem.bind(bias)
-        self._execute(x, w, out)
 
     def _execute(self, x: Any, w: Any, out: Any) -> None:
         dn.use_threads(self.openmp)

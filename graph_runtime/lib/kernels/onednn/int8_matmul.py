@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 
 from ..cpu.threads import parallel_images
-from ..derived import DerivesFromInputs
 from . import abi
 from . import binding as dn
+from .int8_runs import Int8Runs
 from .binding import Memory, MemoryDesc, Primitive, PrimitiveDesc
 from .policy import policy
 from .weights import PackedWeight
@@ -33,7 +33,7 @@ def int8_matmul_applies(x_dtype: str, w_dtype: str, m: int, n: int, k: int) -> b
         and dn.available()
 
 
-class Int8Matmul(DerivesFromInputs):
+class Int8Matmul(Int8Runs):
     """run(x, w, m, b, out) on oneDNN: x (M, K) u8/s8, w (K, N) s8, m and b float32 (N,),
     out (M, N) u8/s8 (C-contiguous; callers pass 2-D views of their arrays)."""
 
@@ -127,29 +127,6 @@ class Int8Matmul(DerivesFromInputs):
 
     def workspace_bytes(self) -> int:
         return self.weight.nbytes
-
-    def uses_workers(self) -> bool:
-        return True
-
-    def __call__(self, x: Any, w: Any, m: Any, b: Any, out: Any) -> None:
-        self.scale_mem.bind(m)
-        self.bias_mem.bind(b)
-        self._execute(x, w, out)
-
-    def integer(self, x: Any, x_zero: Any, w: Any, out: Any) -> None:
-        """MatMulInteger's run: out (int32) = (x - x_zero) @ w, x_zero a one-element array."""
-        self.zero_arrays[abi.ARG_SRC][0] = x_zero.reshape(-1)[0]
-        self._execute(x, w, out)
-
-    def scaled(self, x: Any, x_zero: Any, w: Any, x_scale: Any, w_scale: Any, bias: Any,
-               out: Any) -> None:
-        """out (float32) = (x - x_zero) @ w * x_scale * w_scale + bias; x_zero and x_scale
-        one-element arrays (DynamicQuantizeLinear's), w_scale and bias (N,)."""
-        self.zero_arrays[abi.ARG_SRC][0] = x_zero.reshape(-1)[0]
-        self.src_scale_mem.bind(x_scale)
-        self.scale_mem.bind(w_scale)
-        self.bias_mem.bind(bias)
-        self._execute(x, w, out)
 
     def _execute(self, x: Any, w: Any, out: Any) -> None:
         dn.use_threads(self.openmp)
