@@ -140,3 +140,25 @@ def test_resize_errors(make_function) -> None:
         f.infer([TensorSpec((1, 4), "int32")], {"size": [1, 2], "mode": "linear"})
     with pytest.raises(LibraryError, match="resize: missing required attribute 'size'"):
         f.infer(spec, {})
+
+
+@pytest.mark.parametrize("shape, size", [
+    ((1, 3, 7, 5), (1, 3, 14, 10)), ((2, 5, 9, 9), (2, 5, 4, 13)), ((1, 4, 6, 8), (1, 4, 6, 3)),
+    ((2, 70, 40, 40), (2, 70, 80, 80))])
+@pytest.mark.parametrize("mode, ctm", [("linear", "half_pixel"), ("linear", "align_corners"),
+                                       ("cubic", "pytorch_half_pixel"), ("nearest", "asymmetric")])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_compiled_resize_equals_the_numpy_passes(monkeypatch, shape, size, mode, ctm, dtype,
+                                                 run_op, random_array) -> None:
+    """The compiled rows-then-columns pass (kernels/cpu/resize_jit.py) gives exactly the
+    NumPy passes' float64 result, rounded once to the data's dtype, NaN and inf included, for
+    every mode it takes (nearest stays NumPy; float32 data's NumPy passes sum in float32)."""
+    from graph_runtime.lib.ops import resize as resize_op
+    x = random_array(shape, dtype, seed=4)
+    x.flat[5] = np.nan
+    x.flat[11] = np.inf
+    attrs = {"size": list(size), "mode": mode, "coordinate_transformation_mode": ctm}
+    (got,) = run_op("cpu", "resize", [x], attrs)
+    monkeypatch.setattr(resize_op, "resize_jit", lambda *args: None)
+    (want,) = run_op("cpu", "resize", [x.astype(np.float64)], attrs)
+    np.testing.assert_array_equal(got, want.astype(dtype))

@@ -18,6 +18,7 @@ import numpy as np
 from ...backends.base import Backend
 from ..attrs import attr_error, bool_attr, float_attr, int_tuple, op_error, parse_value, str_attr
 from ..kernels.gpu_common import compute_type, copy_type, device_array
+from ..kernels.cpu.resize_jit import resize_jit
 from ..kernels.host import host_factory, wide_dtype
 from ..kernels.opencl.source import (ClKernel, check_cl_dtypes, cl_header, cl_load, cl_param,
                                      cl_pointer, cl_store)
@@ -263,6 +264,10 @@ def _host_resize(xp: Any, backend: Backend, device_id: int, inputs: Sequence[Ten
                  outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     p = resize_params(inputs, attrs)
     empty = size_of(p.out_shape) == 0
+    if xp is np and not empty and p.passes and p.dtype in ("float32", "float64"):
+        compiled = resize_jit(p.shape, p.out_shape, p.passes)
+        if compiled is not None:
+            return compiled
     work = p.dtype if not p.passes or p.passes[0].weight is None else wide_dtype(p.dtype)
     staged = xp.empty(p.shape, work) if work != p.dtype else None
     shapes = _pass_shapes(p)
