@@ -8,7 +8,7 @@ import numpy as np
 from ..dtypes import EXTENDED_DTYPES
 from .convert import Context, const_input, converts, ints_of, norm_axis
 from .convert_data_dependent import topk_computed
-from .ir import Unsupported, Value
+from .ir import Unsupported, Value, check_const_bytes
 from .onnx_node import OnnxNode
 
 # ONNX op type -> standard op, where one op is the whole conversion.
@@ -264,7 +264,32 @@ def reduce(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     if axes is None:
         return [x]
     keep = bool(int(node.attr("keepdims", 1)))
+    if node.op_type in ("ReduceMax", "ReduceMin") and any(x.shape[a] == 0 for a in axes):
+        return [_empty_extreme(ctx, node, x, axes, keep)]
     return [b.op(REDUCE[node.op_type], x, axis=axes, keepdims=keep)]
+
+
+def _empty_extreme(ctx: Context, node: OnnxNode, x: Value, axes: list[int],
+                   keep: bool) -> Value:
+    """ReduceMax/ReduceMin over axes holding no elements: ONNX (opset 18+) gives the identity,
+    -inf/+inf, or the dtype's lowest/highest value where it has no infinity (bool: False for
+    max, True for min)."""
+    if node.opset < 18:
+        raise Unsupported(f"{node.op_type} over axes {axes} of {x.shape}: they hold no elements "
+                          "(defined from opset 18)")
+    kind = np.dtype(x.dtype).kind
+    lowest = node.op_type == "ReduceMax"
+    value: Any
+    if kind == "f":
+        value = -np.inf if lowest else np.inf
+    elif kind == "b":
+        value = not lowest  # max is any(), min is all()
+    else:
+        info = np.iinfo(x.dtype)
+        value = info.min if lowest else info.max
+    shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape) if keep or i not in axes)
+    check_const_bytes(shape, x.dtype, f"{node.op_type} of an empty set")
+    return ctx.b.const(np.full(shape, value, dtype=x.dtype), "empty_extreme")
 
 
 @converts("ArgMax", "ArgMin")
