@@ -200,6 +200,13 @@ def use_threads(n: int) -> None:
     _thread_state.n = n
 
 
+def run_on_worker(primitive: "Primitive") -> None:
+    """One work item on a runtime worker (policy.py's workers mode), oneDNN single-threaded
+    there."""
+    use_threads(1)
+    primitive.run()
+
+
 # -- handles ------------------------------------------------------------------------------------
 
 def dims_array(values: Sequence[int]) -> Any:

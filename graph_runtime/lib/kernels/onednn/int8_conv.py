@@ -25,7 +25,6 @@ import numpy as np
 
 from ....errors import LibraryError
 from ...conv_params import ConvParams
-from ..cpu.threads import parallel_images
 from . import abi
 from . import binding as dn
 from .int8_runs import Int8Runs
@@ -112,23 +111,9 @@ class Int8Conv(Int8Runs):
         dst = MemoryDesc.plain((batch, p.o, r1 - r0, p.ow), abi.TAG_ACDB, self.y_type)
         weights = MemoryDesc.plain(self.w_shape, abi.TAG_ANY, abi.S8)
         bias = MemoryDesc.plain((p.o,)) if self.requantize or self.to_float else None
-        relu = self.relu
-
-        def post_ops(lib: dn.Dnnl, ops: Any) -> None:
-            if relu:
-                lib.call("dnnl_post_ops_append_eltwise", ops, abi.ELTWISE_RELU, 0.0, 0.0)
-
-        attr, ops = dn.post_ops_attr(post_ops)
+        attr, ops = self._quant_attr(3 if p.groups > 1 else 1)  # the weights' output channels
         try:
             lib = dn.library()
-            per_channel = 3 if p.groups > 1 else 1  # the output-channel dims of the weights
-            if self.requantize or self.to_float:
-                lib.call("dnnl_primitive_attr_set_scales_mask", attr, abi.ARG_WEIGHTS,
-                         per_channel)
-            if self.to_float:
-                lib.call("dnnl_primitive_attr_set_scales_mask", attr, abi.ARG_SRC, 0)
-            for arg in self.zero_arrays:
-                lib.call("dnnl_primitive_attr_set_zero_points_mask", attr, arg, 0)
             pd = PrimitiveDesc(
                 "dnnl_convolution_forward_primitive_desc_create", lib.engine,
                 abi.FORWARD_INFERENCE, abi.CONVOLUTION_DIRECT, src.handle, weights.handle,
@@ -149,14 +134,7 @@ class Int8Conv(Int8Runs):
         image = max(n, 0)
         src = Memory(MemoryDesc.plain((batch, p.c, h_in, p.w), abi.TAG_ACDB, self.x_type))
         dst = Memory(MemoryDesc.plain((batch, p.o, r1 - r0, p.ow), abi.TAG_ACDB, self.y_type))
-        args = [(abi.ARG_SRC, src), (abi.ARG_WEIGHTS, self.weight.memory), (abi.ARG_DST, dst)]
-        if self.requantize or self.to_float:
-            args += [(abi.ARG_BIAS, self.bias_mem),
-                     (abi.ARG_ATTR_SCALES | abi.ARG_WEIGHTS, self.scale_mem)]
-        if self.to_float:
-            args.append((abi.ARG_ATTR_SCALES | abi.ARG_SRC, self.src_scale_mem))
-        for arg, mem in self.zero_mems.items():
-            args.append((abi.ARG_ATTR_ZERO_POINTS | arg, mem))
+        args = self._item_args(src, dst)
         src_offset = (image * p.h + a_in) * p.w * p.c
         dst_offset = (image * p.oh + r0) * p.ow * p.o * self.out_size
         return Primitive(self._pd(n, r0, r1), args), src, src_offset, dst, dst_offset
@@ -187,20 +165,12 @@ class Int8Conv(Int8Runs):
         return self.weight.nbytes + sum(int(b.nbytes) for b in buffers)
 
     def _execute(self, x: Any, w: Any, out: Any) -> None:
-        dn.use_threads(self.openmp)
-        if self.weight.direct:
-            self.weight.memory.bind(w)
-        elif self._stale():
-            self.weight.refresh(np.ascontiguousarray(w))
+        self._fresh_weight(w)
         if len(self._arrays) != 2 or x is not self._arrays[0] or out is not self._arrays[1]:
             self._bind(x, out)
         if self.reorder_in is not None:
             self.reorder_in.run()
-        items = self.items
-        if len(items) == 1:
-            items[0][0].run()
-        else:
-            parallel_images(len(items), self.workers, lambda worker, i: _run(items[i][0]))
+        self._run_items()
         if self.reorder_out is not None:
             self.reorder_out.run()
 
@@ -243,8 +213,3 @@ class _Reorder:
     def run(self) -> None:
         self.primitive.run()
 
-
-def _run(primitive: Primitive) -> None:
-    """One work item on a runtime worker, oneDNN single-threaded there."""
-    dn.use_threads(1)
-    primitive.run()

@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 
-from ..cpu.threads import parallel_images
 from . import abi
 from . import binding as dn
 from .int8_runs import Int8Runs
@@ -89,21 +88,9 @@ class Int8Matmul(Int8Runs):
         weights = chosen or MemoryDesc.plain((k, n), abi.TAG_ANY, abi.S8)
         bias = MemoryDesc.plain((1, n)) if self.requantize or self.to_float else None
         dst = MemoryDesc.plain((rows, n), None, self.y_type)
-        relu = self.relu
-
-        def post_ops(lib: dn.Dnnl, ops: Any) -> None:
-            if relu:
-                lib.call("dnnl_post_ops_append_eltwise", ops, abi.ELTWISE_RELU, 0.0, 0.0)
-
-        attr, ops = dn.post_ops_attr(post_ops)
+        attr, ops = self._quant_attr(2)  # the weights' N
         try:
             lib = dn.library()
-            if self.requantize or self.to_float:
-                lib.call("dnnl_primitive_attr_set_scales_mask", attr, abi.ARG_WEIGHTS, 2)  # N
-            if self.to_float:
-                lib.call("dnnl_primitive_attr_set_scales_mask", attr, abi.ARG_SRC, 0)
-            for arg in self.zero_arrays:
-                lib.call("dnnl_primitive_attr_set_zero_points_mask", attr, arg, 0)
             return PrimitiveDesc("dnnl_matmul_primitive_desc_create", lib.engine, src.handle,
                                  weights.handle, None if bias is None else bias.handle,
                                  dst.handle, attr)
@@ -115,42 +102,22 @@ class Int8Matmul(Int8Runs):
         _, n, k = self.shape
         src = Memory(MemoryDesc.plain((r1 - r0, k), None, self.x_type))
         dst = Memory(MemoryDesc.plain((r1 - r0, n), None, self.y_type))
-        args = [(abi.ARG_SRC, src), (abi.ARG_WEIGHTS, self.weight.memory), (abi.ARG_DST, dst)]
-        if self.requantize or self.to_float:
-            args += [(abi.ARG_BIAS, self.bias_mem),
-                     (abi.ARG_ATTR_SCALES | abi.ARG_WEIGHTS, self.scale_mem)]
-        if self.to_float:
-            args.append((abi.ARG_ATTR_SCALES | abi.ARG_SRC, self.src_scale_mem))
-        for arg, mem in self.zero_mems.items():
-            args.append((abi.ARG_ATTR_ZERO_POINTS | arg, mem))
+        args = self._item_args(src, dst)
         return Primitive(pd, args), src, r0 * k, dst, r0 * n * self.out_size
 
     def workspace_bytes(self) -> int:
         return self.weight.nbytes
 
     def _execute(self, x: Any, w: Any, out: Any) -> None:
-        dn.use_threads(self.openmp)
-        if self.weight.direct:
-            self.weight.memory.bind(w)
-        elif self._stale():
-            self.weight.refresh(np.ascontiguousarray(w))
+        self._fresh_weight(w)
         if len(self._arrays) != 2 or x is not self._arrays[0] or out is not self._arrays[1]:
             base_x, base_out = x.ctypes.data, out.ctypes.data
             for _, src, src_offset, dst, dst_offset in self.items:
                 src.bind_address(base_x + src_offset)
                 dst.bind_address(base_out + dst_offset)
             self._arrays = (x, out)
-        items = self.items
-        if len(items) == 1:
-            items[0][0].run()
-            return
-        parallel_images(len(items), self.workers, lambda worker, i: _run(items[i][0]))
+        self._run_items()
 
     def __repr__(self) -> str:
         return f"Int8Matmul({self.impl})"
 
-
-def _run(primitive: Primitive) -> None:
-    """One work item on a runtime worker, oneDNN single-threaded there."""
-    dn.use_threads(1)
-    primitive.run()

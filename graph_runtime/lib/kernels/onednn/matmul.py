@@ -252,20 +252,15 @@ class OnednnMatmul(DerivesFromInputs):
                 after.run_block(0, self.shape[1], 0, self.shape[2], self.shape[2], self._flat)
             return
         if after is None:
-            parallel_images(len(items), self.workers, lambda worker, i: _run(items[i][0]))
+            parallel_images(len(items), self.workers, lambda worker, i: dn.run_on_worker(items[i][0]))
             return
         rows, flat, n = self.rows, self._flat, self.shape[2]
 
         def item(worker: int, i: int) -> None:
-            _run(items[i][0])
+            dn.run_on_worker(items[i][0])
             after.run_block(rows[i][0], rows[i][1], 0, n, n, flat)
         parallel_images(len(items), self.workers, item)
 
     def __repr__(self) -> str:
         return f"OnednnMatmul({self.impl}, {len(self.items)} items)"
 
-
-def _run(primitive: Primitive) -> None:
-    """One work item on a runtime worker, oneDNN single-threaded there."""
-    dn.use_threads(1)
-    primitive.run()
