@@ -15,9 +15,8 @@ from typing import Any, Callable
 import numpy as np
 
 from .loops_jit import compiled
-from .threads import chunk_bounds, num_threads, parallel_items
-
-SERIAL_OUTPUTS = 1 << 17  # below this many outputs one worker (pool_jit's threshold)
+from .pool_jit import SERIAL_OUTPUTS  # a memory-bound loop per plane, as the pools'
+from .threads import channel_split, chunk_bounds, parallel_items
 
 
 @compiled
@@ -63,8 +62,7 @@ def resize_jit(shape: tuple[int, ...], out_shape: tuple[int, ...], passes: Any
     row_w, col_w = np.ascontiguousarray(row_w), np.ascontiguousarray(col_w)
     planes = n * c
     outputs = planes * out_shape[2] * out_shape[3]
-    workers = 1 if outputs < SERIAL_OUTPUTS else max(1, min(num_threads(), planes))
-    chunks = workers * 2 if workers > 1 else 1
+    chunks, workers = channel_split(1, planes, outputs, SERIAL_OUTPUTS)  # planes as channels
     buffers = np.empty((workers, w))
 
     def run(x: Any, out: Any) -> None:
