@@ -10,22 +10,20 @@ each kernel creates its own module from one.
 from __future__ import annotations
 
 import base64
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from .._lru import LruCache
 from ..device import Device, cpu
 from ..errors import GraphRuntimeError, LibraryError
 from ..nd import NDArray
 from .library import TensorSpec
 
 CACHE_SIZE = 32
-_cache: OrderedDict[tuple, Imported] = OrderedDict()
-_lock = threading.Lock()
+_cache: LruCache[Imported] = LruCache(CACHE_SIZE)
 
 
 @dataclass(frozen=True)
@@ -68,17 +66,7 @@ class SubModule:
 def body_import(op: str, model_b64: str, inputs: Sequence[TensorSpec]) -> Imported:
     """The body imported for these input specs (cached); LibraryError naming op."""
     key = (model_b64, tuple((tuple(s.shape), s.dtype) for s in inputs))
-    with _lock:
-        found = _cache.get(key)
-        if found is not None:
-            _cache.move_to_end(key)
-            return found
-    built = _import(op, model_b64, inputs)
-    with _lock:
-        _cache[key] = built
-        while len(_cache) > CACHE_SIZE:
-            _cache.popitem(last=False)
-    return built
+    return _cache.get_or_build(key, lambda: _import(op, model_b64, inputs))
 
 
 def sub_module(op: str, model_b64: str, inputs: Sequence[TensorSpec], dev: Device) -> SubModule:

@@ -11,12 +11,11 @@ each run feeds it the other inputs and copies its outputs out.
 from __future__ import annotations
 
 import base64
-import threading
-from collections import OrderedDict
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from ..._lru import LruCache
 from ...backends.base import Backend
 from ..attrs import op_error
 from ..library import TensorSpec
@@ -25,8 +24,7 @@ from ..registry import define_op, kernel
 VALUES_KEY = "__values"
 # Static sub-modules kept (least recently used dropped first).
 CACHE_SIZE = 32
-_cache: OrderedDict[tuple, Any] = OrderedDict()
-_lock = threading.Lock()
+_cache: LruCache[tuple[Any, list[str]]] = LruCache(CACHE_SIZE)
 
 
 def value_positions(attrs: Mapping[str, Any]) -> tuple[int, ...]:
@@ -53,18 +51,8 @@ def region_module(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any],
                   device: Any) -> tuple[Any, list[str]]:
     """(static GraphModule of the model for these input specs and values, the model's input
     names in order), cached."""
-    key = _key(inputs, attrs, device)
-    with _lock:
-        module = _cache.get(key)
-        if module is not None:
-            _cache.move_to_end(key)
-            return module
-    module = _build(inputs, attrs, device)
-    with _lock:
-        _cache[key] = module
-        while len(_cache) > CACHE_SIZE:
-            _cache.popitem(last=False)
-    return module
+    return _cache.get_or_build(_key(inputs, attrs, device),
+                               lambda: _build(inputs, attrs, device))
 
 
 def _build(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any],
