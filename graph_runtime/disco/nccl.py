@@ -1,7 +1,7 @@
 """The "nccl" data plane: CuPy's NCCL bindings, one communicator per worker and per group."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -61,11 +61,18 @@ class NcclCcl:
             raise DiscoError(f"init_ccl('nccl'): expected {1 + ctx.num_groups} unique ids from "
                              f"the controller, got {len(extra) // _UID_LEN}")
         cupy.cuda.Device(ctx.device.device_id).use()
-        world_id = tuple(extra[:_UID_LEN])
         start = _UID_LEN * (1 + ctx.group_id)
-        group_id = tuple(extra[start:start + _UID_LEN])
-        self.world = self.nccl.NcclCommunicator(ctx.num_workers, world_id, ctx.worker_id)
-        self.group = self.nccl.NcclCommunicator(ctx.group_size, group_id, ctx.local_rank)
+        self.world = self._communicator(ctx.num_workers, extra[:_UID_LEN], ctx.worker_id)
+        self.group = self._communicator(ctx.group_size, extra[start:start + _UID_LEN],
+                                        ctx.local_rank)
+
+    def _communicator(self, size: int, uid: Sequence[int], rank: int) -> Any:
+        """A communicator from a unique id sent as ints: CuPy 14 takes the id as bytes, earlier
+        CuPy as a tuple of (signed) chars; a wrong type is a TypeError before NCCL is called."""
+        try:
+            return self.nccl.NcclCommunicator(size, bytes(v & 0xFF for v in uid), rank)
+        except TypeError:
+            return self.nccl.NcclCommunicator(size, tuple(uid), rank)
 
     def _array(self, value: Any, what: str) -> Any:
         native = getattr(value, "native", value)

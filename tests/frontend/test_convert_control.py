@@ -27,7 +27,9 @@ def _info(name: str, elem: int, shape: list | None) -> onnx.ValueInfoProto:
 def _model(nodes: list, inputs: list, outputs: list, inits: tuple = (),
            opset: int = 17) -> onnx.ModelProto:
     graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8  # what every ONNX Runtime the tests may meet reads
+    return m
 
 
 def _const(name: str, value: np.ndarray) -> onnx.NodeProto:

@@ -9,7 +9,7 @@ import pytest
 
 from graph_runtime.backends import get_backend
 from graph_runtime.lib.library import TensorSpec
-from graph_runtime.lib.ops.attention import attention_host
+from graph_runtime.lib.ops.attention import HostAttention
 from graph_runtime.lib.registry import get_op
 
 # (batch, q_len, k_len, heads, head_dim, mask shape or None, packed q/k/v, nan_to_zero)
@@ -89,8 +89,8 @@ def test_numpy_api_kernel_matches_float64(case: tuple) -> None:
     arrays, attrs, want = _case(*case, dtype="float32")
     specs = [TensorSpec(a.shape, "float32") for a in arrays]
     out = np.empty(want.shape, np.float32)
-    attention_host(np, get_backend("cpu"), 0, specs, [TensorSpec(out.shape, "float32")],
-                   attrs)(*arrays, out)
+    HostAttention(np, get_backend("cpu"), 0, specs, [TensorSpec(out.shape, "float32")],
+                  attrs)(*arrays, out)
     _check(out, want, "float32")
 
 

@@ -14,7 +14,8 @@ from typing import Any
 from ...backends.base import Backend
 from ..attrs import bool_attr, float_attr, int_attr, op_error
 from ..kernels.cpu.attention import AttentionKernel, head_view
-from ..kernels.host import host_factory
+from ..kernels.host import array_module
+from ..prepared import PreparedKernel
 from ..library import TensorSpec
 from ..registry import define_op, kernel
 from ..shapes import check_dtype, check_same_dtype
@@ -74,30 +75,46 @@ def _opencl(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                        **_params(inputs, attrs))
 
 
-def attention_host(xp: Any, backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
-                   outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+class HostAttention(PreparedKernel):
     """The op against NumPy's API, for CuPy (cuda): head views into matmul, softmax as NumPy's
-    (a NaN row stays NaN unless nan_to_zero), the output heads written into out's columns."""
-    p = _params(inputs, attrs)
-    heads, dim, (oq, ok, ov) = p["heads"], p["head_dim"], p["offsets"]
-    scale, nan_to_zero, has_mask = p["scale"], p["nan_to_zero"], p["mask_shape"] is not None
+    (a NaN row stays NaN unless nan_to_zero), the output heads written into out's columns.
+    The scores live in one buffer made here and reused by every run: its workspace."""
 
-    def run(q: Any, k: Any, v: Any, *rest: Any) -> None:
-        out = rest[-1]
-        s = xp.matmul(head_view(q, oq, heads, dim),
-                      head_view(k, ok, heads, dim).transpose(0, 1, 3, 2)) * scale
-        if has_mask:
-            s = s + rest[0]
-        e = xp.exp(s - s.max(axis=-1, keepdims=True))
-        prob = e / e.sum(axis=-1, keepdims=True)
-        if nan_to_zero:
-            prob = xp.where(xp.isnan(prob), 0, prob).astype(prob.dtype)
-        heads_out = xp.matmul(prob, head_view(v, ov, heads, dim))
-        out.reshape(p["batch"], p["q_len"], heads, dim)[...] = heads_out.transpose(0, 2, 1, 3)
-    return run
+    def __init__(self, xp: Any, backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
+                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> None:
+        self.xp, self.p = xp, _params(inputs, attrs)
+        self.backend, self.device_id = backend, device_id
+        p = self.p
+        with backend.scope(device_id):
+            self.scores = xp.empty((p["batch"], p["heads"], p["q_len"], p["k_len"]), p["dtype"])
+
+    def workspace_bytes(self) -> int:
+        return int(self.scores.nbytes)
+
+    def __call__(self, q: Any, k: Any, v: Any, *rest: Any) -> None:
+        xp, p, s, out = self.xp, self.p, self.scores, rest[-1]
+        heads, dim, (oq, ok, ov) = p["heads"], p["head_dim"], p["offsets"]
+        with self.backend.scope(self.device_id):
+            xp.matmul(head_view(q, oq, heads, dim),
+                      head_view(k, ok, heads, dim).transpose(0, 1, 3, 2), out=s)
+            s *= p["scale"]
+            if p["mask_shape"] is not None:
+                s += rest[0]
+            s -= s.max(axis=-1, keepdims=True)
+            xp.exp(s, out=s)
+            s /= s.sum(axis=-1, keepdims=True)
+            if p["nan_to_zero"]:
+                xp.copyto(s, 0, where=xp.isnan(s))
+            heads_out = xp.matmul(s, head_view(v, ov, heads, dim))
+            out.reshape(p["batch"], p["q_len"], heads, dim)[...] = heads_out.transpose(0, 2, 1, 3)
+
+
+def _cuda(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
+          outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+    return HostAttention(array_module(backend), backend, device_id, inputs, outputs, attrs)
 
 
 define_op("attention", _infer, None, ATTRS)
 kernel("attention", "cpu")(_cpu)
 kernel("attention", "opencl")(_opencl)
-kernel("attention", "cuda")(host_factory(attention_host))
+kernel("attention", "cuda")(_cuda)

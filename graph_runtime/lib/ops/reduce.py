@@ -86,6 +86,13 @@ def _host_factory(op: str) -> Callable[..., Callable[..., None]]:
                           casting="unsafe")
             return host_kernel(backend, device_id, run16)
 
+        if op == "min" and backend.name == "cuda":
+            # NOTE: CuPy 14's min(out=...) hands `out` to CUB's dtype check and fails (a
+            # TypeError); its result copied into out costs one small copy.
+            def run_min(x: Any, out: Any) -> None:
+                xp.copyto(out, fn(x, axis=axes, keepdims=keepdims))
+            return host_kernel(backend, device_id, run_min)
+
         def run(x: Any, out: Any) -> None:
             fn(x, axis=axes, keepdims=keepdims, out=out)
         return host_kernel(backend, device_id, run)
