@@ -154,3 +154,14 @@ def test_imported_model_auto_placed_once_matches_onnxruntime_at_two_batches(
         np.testing.assert_allclose(m.get_output(0).numpy(), want[0], rtol=1e-5, atol=1e-5)
         np.testing.assert_array_equal(m.get_output(1).numpy(), want[1])
         assert {dev.kind for *_, dev in m.placement()} == {"cpu", "opencl"}
+
+
+def test_auto_place_of_a_symbolic_graph_points_to_samples(
+        symbolic_dense: tuple[Path, np.ndarray]) -> None:
+    from graph_runtime.errors import PlanError
+    from graph_runtime.lib import standard_module
+    from graph_runtime.planner import auto_place
+    folder, _ = symbolic_dense
+    with pytest.raises(PlanError, match=r"symbolic dims \(x: \(batch, 16\)\).*"
+                                        "auto_place_symbolic"):
+        auto_place(folder / "graph.json", standard_module(), [gr.cpu()], budget_s=0.1)

@@ -61,6 +61,11 @@ def auto_place(graph: GraphSource, lib: Module, devices: Sequence[Device],
     devs = devices_of(devices)
     placement = placement_of(constraints)
     g = without_copies(Graph.from_json(graph))
+    if g.is_symbolic:
+        from ..samples import signature
+        raise PlanError(f"{g.source}: the graph has symbolic dims ({signature(g)}); kernels are "
+                        "measured at concrete shapes: use auto_place_symbolic with sample "
+                        "shapes (graphrun plan --auto --shape NAME=D0,D1,...)")
     measurer, (found,) = measure_problems([g], lib, devs, placement, budget_s, cache, progress,
                                           params, calibrate_devices, laps, started)
     solution = solve_placement(found.problem, method)
