@@ -24,6 +24,7 @@ from ..graph.symbolic import shape_is_symbolic
 from ..lib.library import Module
 from ..nd import NDArray, from_dlpack
 from .graph_module import GraphModule
+from .measure import add_bytes
 from .placement import resolve_entry_devices
 from .specialize import Specializer
 
@@ -224,8 +225,45 @@ class SymbolicGraphModule:
                        False, spent)
         return [row, *times]
 
+    def get_output_info(self) -> tuple[list[tuple[Any, ...]], list[str]]:
+        """(shape of each output, symbolic dims as names; dtype of each output)."""
+        eids = list(self.graph.output_entries)
+        return [tuple(self.graph.shape(e)) for e in eids], [self.graph.dtype(e) for e in eids]
+
     def memory_report(self) -> Any:
+        """memory_report() of the specialisation the last run used."""
         return self._module("memory_report").memory_report()
+
+    def held_bytes(self) -> dict[Device, int]:
+        """What the module holds per device: every specialisation it keeps (pool, workspace,
+        control-flow bodies) and the params once (each specialisation binds them zero copy)."""
+        modules = list(self._cache.values())
+        if self._current is not None and self._current not in modules:
+            modules.append(self._current)  # evicted from the cache but still in use
+        params: dict[Device, int] = {}
+        for dev, array in self._params.values():
+            params[dev] = params.get(dev, 0) + int(array.nbytes)
+        parts = [params]
+        for module in modules:
+            parts.append(module.held_bytes())
+            parts.append({dev: -n for dev, n in params.items()})  # counted in its pool too
+        return add_bytes(parts)
+
+    def clone(self) -> SymbolicGraphModule:
+        """A new module on the same graph, lib and devices with its own specialisations,
+        inputs and outputs, sharing this module's params zero copy (treat them as read-only):
+        one copy of the weights for many threads."""
+        other = SymbolicGraphModule(self.graph, self.lib, self.ctxs, strict=self.strict,
+                                    memory_cap=self.memory_cap,
+                                    allow_uninitialized=self.allow_uninitialized,
+                                    cache_size=self.cache_size)
+        with self._owned("clone"):
+            for name, held in self._params.items():
+                other._params[name] = held
+                other._shapes[name] = self._shapes[name]
+                if name in self._values:
+                    other._values[name] = self._values[name]
+        return other
 
     def debug_get_outputs(self, *args: Any, **kwargs: Any) -> Any:
         return self.specialised().debug_get_outputs(*args, **kwargs)

@@ -309,3 +309,39 @@ def test_a_loop_over_a_symbolic_dim_plans_its_scan_outputs_per_size(backend_name
     feeds = [{"x": rng.standard_normal((b, 3)).astype(np.float32),
               "acc0": np.ones(3, np.float32)} for b in (2, 5, 1)]
     _check(model, backend_name, feeds)
+
+
+def test_memory_report_counts_the_bodies_control_flow_holds(backend_name: str) -> None:
+    """A Loop holds one body module, an If two (an If whose branches differ in shape is an
+    onnx_region: its module per condition); their pools and workspace are the bodies column
+    on the node's device (at least the body's inputs and outputs: the while body takes i
+    int64, c bool and v (4,) float32 and gives go bool and v, 42 bytes), not the pool."""
+    x = np.array([0.5, 1.0, 0.25, 0.125], np.float32)
+    loop = _check(while_model(), backend_name,
+                  [{"c0": np.array(True), "x": x, "limit": np.array(10.0, np.float32)}])
+    dev = gr.device(backend_name)
+    report = loop.memory_report()
+    held = [m.held_bytes() for step in loop.executor.steps for m in step.kernel.sub_modules()]
+    assert len(held) == 1 and report.bodies == held[0]
+    assert report.bodies[dev] >= 8 + 1 + 16 + 1 + 16
+    assert "bodies" in str(report) and report.held()[dev] == (
+        report.pool[dev] + report.workspace.get(dev, 0) + report.bodies[dev])
+    rng = np.random.default_rng(4)
+    branches = _check(nested_model(), backend_name, [
+        {"n": np.array(3, np.int64), "h0": rng.standard_normal(3).astype(np.float32),
+         "w": rng.standard_normal(3).astype(np.float32)}])
+    parts = [m for step in branches.executor.steps for m in step.kernel.sub_modules()]
+    assert len(parts) == 1
+    inner = [m for step in parts[0].executor.steps for m in step.kernel.sub_modules()]
+    assert inner  # the If inside the Loop body: its branches are in the body's own bodies
+    assert parts[0].memory_report().bodies[dev] == sum(m.held_bytes()[dev] for m in inner)
+    assert branches.memory_report().bodies[dev] == parts[0].held_bytes()[dev]
+    region = _check(if_shapes_model(), backend_name,
+                    [{"c": np.array(c), "x": np.array([3.0, 4.0], np.float32)}
+                     for c in (True, False)])
+    assert region.memory_report().bodies[dev] > 0  # the module for c = False
+    assert region.held_bytes()[dev] > region.memory_report().held()[dev]  # and for True
+    relu = import_onnx(_model([helper.make_node("Relu", ["x"], ["y"])], [_info("x", F, [4])],
+                              [_info("y", F, [4])]))
+    plain = gr.create(relu.graph_json, relu.module())
+    assert plain.memory_report().bodies == {} and "bodies" not in str(plain.memory_report())

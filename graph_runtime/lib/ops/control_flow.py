@@ -21,8 +21,9 @@ from ...device import device
 from ...errors import GraphRuntimeError
 from ..attrs import op_error
 from ..library import TensorSpec
+from ..prepared import HoldsModules
 from ..registry import define_op, kernel
-from ..subgraph_module import body_import, row, sub_module
+from ..subgraph_module import SubModule, body_import, row, sub_module
 
 _SCALAR_I64 = TensorSpec((), "int64")
 _SCALAR_BOOL = TensorSpec((), "bool")
@@ -61,14 +62,19 @@ class _RunFailure(RuntimeError):
     naming the node (a GraphRuntimeError would pass through it without the node)."""
 
 
-def _named(op: str, run: Callable[..., None]) -> Callable[..., None]:
-    """run, with its sub-graph's errors turned into _RunFailure (so they name the node)."""
-    def guarded(*arrays: Any) -> None:
+class _ControlFlow(HoldsModules):
+    """A control-flow kernel: run, with its sub-graph's errors turned into _RunFailure (so they
+    name the node), and the body modules it holds (memory_report counts them)."""
+
+    def __init__(self, op: str, run: Callable[..., None], bodies: Sequence[SubModule]) -> None:
+        super().__init__(run, [body.module for body in bodies])
+        self.op = op
+
+    def __call__(self, *arrays: Any) -> None:
         try:
-            run(*arrays)
+            self.run(*arrays)
         except GraphRuntimeError as e:
-            raise _RunFailure(f"{op}: its sub-graph failed: {e}") from e
-    return guarded
+            raise _RunFailure(f"{self.op}: its sub-graph failed: {e}") from e
 
 
 # ---- If -------------------------------------------------------------------------------------
@@ -108,7 +114,7 @@ def _if_kernel(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
         taken.module.run()
         for k, out in enumerate(arrays[n_in:]):
             taken.read(k, out)
-    return _named("onnx_if", run)
+    return _ControlFlow("onnx_if", run, [then, other])
 
 
 # ---- Loop -----------------------------------------------------------------------------------
@@ -186,7 +192,7 @@ def _loop_kernel(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
         if i == 0:
             for k in range(carried):
                 backend.copy(arrays[2 + k], outs[k])
-    return _named("onnx_loop", run)
+    return _ControlFlow("onnx_loop", run, [body])
 
 
 # ---- Scan -----------------------------------------------------------------------------------
@@ -267,7 +273,7 @@ def _scan_kernel(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
             if length == 0:
                 for k in range(states):
                     backend.copy(state[k], finals[k])
-    return _named("onnx_scan", run)
+    return _ControlFlow("onnx_scan", run, [body])
 
 
 _BODY_ATTRS = ("body", "body_outputs")
