@@ -224,6 +224,12 @@ class SegmentedGraphModule(SegmentedDiagnostics):
 
     def _cut(self, cut: Cut, values: Mapping[int, Any]) -> list[np.ndarray]:
         """The cut's outputs, computed on the host from its inputs' host copies."""
+        missing = [e for e in cut.in_eids if e not in values]
+        if missing:
+            g = self.graph
+            names = ", ".join(f"{g.nodes[g.entry_node(e)[0]].name!r} (eid {e})" for e in missing)
+            raise GraphError(f"{g.source}: {cut.label} ({cut.op}) reads input {names}, never "
+                             "set; set it with set_input/load_params (or run(name=value))")
         arrays = [_host(values[e]) for e in cut.in_eids]
         try:
             return [np.ascontiguousarray(r) for r in HOST_FUNCTIONS[cut.op](arrays, cut.attrs)]

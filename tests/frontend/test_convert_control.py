@@ -212,13 +212,64 @@ def test_a_loop_that_never_ends_stops_at_the_iteration_bound(
         module.run(c0=np.array(True), x=x, limit=np.array(np.inf, np.float32))
 
 
-def test_scan_outputs_of_a_data_dependent_length_are_refused_by_name() -> None:
-    model = scan_loop_model()
-    body = model.graph.node[0].attribute[0].g
-    body.node[-1].CopyFrom(helper.make_node("Greater", ["fi", "fi"], ["c_out"]))
-    with pytest.raises(FrontendError, match=r"Loop: scan outputs whose length depends on the "
-                                            r"condition its body computes"):
-        import_onnx(model)
+def early_stop_scan_model(trip_count: bool = True) -> onnx.ModelProto:
+    """A Loop whose body stops it once the accumulator's sum passes a limit, with a scan output
+    of each step read after it (how many rows it has only the data decides)."""
+    body = helper.make_graph(
+        [helper.make_node("Cast", ["i"], ["fi"], to=F),
+         helper.make_node("Mul", ["x", "fi"], ["step"]),
+         helper.make_node("Add", ["acc_in", "step"], ["acc_out"]),
+         helper.make_node("ReduceSum", ["acc_out"], ["total"], keepdims=0),
+         helper.make_node("Less", ["total", "limit"], ["go"])],
+        "body", [_info("i", I64, []), _info("c", B, []), _info("acc_in", F, [2])],
+        [_info("go", B, []), _info("acc_out", F, [2]), _info("step", F, [2])])
+    loop = helper.make_node("Loop", ["n" if trip_count else "", "c0", "acc0"], ["acc", "steps"],
+                            body=body)
+    inputs = [_info("c0", B, []), _info("acc0", F, [2]), _info("x", F, [2]),
+              _info("limit", F, [])]
+    return _model([loop, _const("axis0", np.array([0], np.int64)),
+                   helper.make_node("ReduceSum", ["steps", "axis0"], ["summed"], keepdims=0)],
+                  ([_info("n", I64, [])] if trip_count else []) + inputs,
+                  [_info("acc", F, [2]), _info("steps", F, [None, 2]), _info("summed", F, [2])])
+
+
+def test_scan_outputs_of_a_loop_that_stops_early_run_in_segments(backend_name: str) -> None:
+    """The scan outputs' length is named (Loop_steps) and the graph is cut at the Loop: it runs
+    on the host, and the sum after it is specialised per length; stopped by the body, by the
+    trip count, before the first iteration, and with no trip count at all."""
+    from graph_runtime.runtime.segmented_module import SegmentedGraphModule
+    base = {"acc0": np.array([1.0, -1.0], np.float32), "x": np.array([0.5, 2.0], np.float32)}
+    feeds = [{"n": np.array(n, np.int64), "c0": np.array(c0),
+              "limit": np.array(limit, np.float32), **base}
+             for n, c0, limit in [(10, True, 20.0), (10, True, 1e9), (10, False, 5.0),
+                                  (3, True, 1e9), (10, True, -1.0), (0, True, 5.0),
+                                  (10, True, 20.0)]]
+    module = _check(early_stop_scan_model(), backend_name, feeds)
+    assert isinstance(module, SegmentedGraphModule)
+    assert module.describe_cuts()[0].endswith("(onnx_loop_dynamic) after segment 0, binds "
+                                              "Loop_steps; outputs (2,), (Loop_steps, 2)")
+    assert module.modules[1].specializations == 5  # lengths 5, 10, 0, 3, 1 (0 again, 5 again)
+    whiles = [{"c0": np.array(True), "limit": np.array(limit, np.float32), **base}
+              for limit in (30.0, 1.0)]
+    _check(early_stop_scan_model(trip_count=False), backend_name, whiles)
+
+
+def test_an_early_stopping_loop_with_scan_outputs_stops_at_the_iteration_bound(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from graph_runtime.settings import LOOP_MAX_ITERATIONS
+    monkeypatch.setenv(LOOP_MAX_ITERATIONS.name, "30")
+    result = import_onnx(early_stop_scan_model(trip_count=False))
+    module = gr.create(result.graph_json, result.module())
+    feeds = {"c0": np.array(True), "acc0": np.zeros(2, np.float32), "x": np.zeros(2, np.float32),
+             "limit": np.array(1.0, np.float32)}
+    with pytest.raises(GraphRuntimeError, match=r"onnx_loop_dynamic\) reads input "
+                                                r"'trip_count' \(eid \d+\), never set"):
+        module.run(**feeds)
+    module.load_params(gr.save_param_dict(result.params))
+    with pytest.raises(GraphRuntimeError, match=r"node \d+ 'tvmgen_default_fused_onnx_loop_"
+                                                r"dynamic' \(onnx_loop_dynamic\).*ran 30 "
+                                                r"iterations.*GRAPH_RUNTIME_LOOP_MAX_ITERATIONS"):
+        module.run(**feeds)
 
 
 def test_a_huge_trip_count_with_scan_outputs_is_refused_before_allocating() -> None:

@@ -119,33 +119,38 @@ def _if_kernel(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
 
 # ---- Loop -----------------------------------------------------------------------------------
 
-def _loop_parts(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
+def loop_parts(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
     _check_scalar("onnx_loop", inputs[0], "the trip count")
     _check_scalar("onnx_loop", inputs[1], "the condition")
     return [_SCALAR_I64, _SCALAR_BOOL, *inputs[2:]]
 
 
-def _loop_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
+def loop_outputs(op: str, inputs: Sequence[TensorSpec], attrs: Mapping[str, Any],
+                 count: int) -> list[TensorSpec]:
+    """A Loop node's outputs: its carried values, then each scan output (count, *body's)."""
     carried = int(attrs["num_carried"])
-    outs = _specs("onnx_loop", attrs, "body", _loop_parts(inputs, attrs))
+    outs = _specs(op, attrs, "body", loop_parts(inputs, attrs))
     if len(outs) < 1 + carried:
-        raise op_error("onnx_loop", f"its body gives {len(outs)} outputs; expected at least "
-                                    f"{1 + carried} (the condition and {carried} carried)")
-    _check_scalar("onnx_loop", outs[0], "the body's condition output")
+        raise op_error(op, f"its body gives {len(outs)} outputs; expected at least "
+                           f"{1 + carried} (the condition and {carried} carried)")
+    _check_scalar(op, outs[0], "the body's condition output")
     for k in range(carried):
-        _same("onnx_loop", f"carried value {k}", inputs[2 + k], outs[1 + k])
+        _same(op, f"carried value {k}", inputs[2 + k], outs[1 + k])
     scans = outs[1 + carried:]
-    count = int(attrs.get("iterations", -1))
     if scans and count < 0:
-        raise op_error("onnx_loop", "scan outputs need the iteration count known at import")
+        raise op_error(op, "scan outputs need the iteration count known at import")
     return list(inputs[2:2 + carried]) + [TensorSpec((count, *s.shape), s.dtype) for s in scans]
+
+
+def _loop_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
+    return loop_outputs("onnx_loop", inputs, attrs, int(attrs.get("iterations", -1)))
 
 
 def _loop_kernel(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                  outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     from ...settings import loop_max_iterations
     dev = device(backend.name, device_id)
-    body = sub_module("onnx_loop", attrs["body"], _loop_parts(inputs, attrs), dev)
+    body = sub_module("onnx_loop", attrs["body"], loop_parts(inputs, attrs), dev)
     carried = int(attrs["num_carried"])
     n_in = len(inputs)
     count = int(attrs.get("iterations", -1))
