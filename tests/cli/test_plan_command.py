@@ -165,3 +165,27 @@ def test_auto_place_of_a_symbolic_graph_points_to_samples(
     with pytest.raises(PlanError, match=r"symbolic dims \(x: \(batch, 16\)\).*"
                                         "auto_place_symbolic"):
         auto_place(folder / "graph.json", standard_module(), [gr.cpu()], budget_s=0.1)
+
+
+def test_plan_auto_refuses_sizes_only_the_data_decides(tmp_path: Path) -> None:
+    """A graph cut at NonZero: --auto cannot specialise past the cut from sample shapes; the
+    plan with constraints still works (the segments run where it puts them)."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+    graph = helper.make_graph(
+        [helper.make_node("NonZero", ["x"], ["nz"]),
+         helper.make_node("ReduceSum", ["nz"], ["total"], keepdims=0)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8])],
+        [helper.make_tensor_value_info("total", TensorProto.INT64, None)])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    proto.ir_version = 8
+    model = tmp_path / "nz.onnx"
+    onnx.save(proto, str(model))
+    out = tmp_path / "nz"
+    assert invoke("import", model, "-o", out).exit_code == 0
+    refused = invoke("plan", out, "--auto", "-d", "cpu", "--shape", "x=8")
+    assert refused.exit_code == 2 and "Traceback" not in refused.output
+    assert "sizes decided by data (node 1 'tvmgen_default_fused_nonzero')" in refused.output
+    assert "place it with constraints (--default, --place) and no --shape" in refused.output
+    plain = invoke("plan", out, "--default", "cpu")
+    assert plain.exit_code == 0, plain.output
