@@ -27,6 +27,7 @@ from .placement import resolve_entry_devices
 from .segmented_diagnostics import SegmentedDiagnostics
 from .segments import (CARRIER_PREFIX, Cut, Segment, bind_outputs, describe_cuts, plan_static,
                        split)
+from .symbolic_module import HeldLock
 
 
 class SegmentedGraphModule(SegmentedDiagnostics):
@@ -195,7 +196,7 @@ class SegmentedGraphModule(SegmentedDiagnostics):
             raise GraphRuntimeError(f"SegmentedGraphModule.{what}() called while another thread "
                                     "is in it; use run_with(**inputs) or one module per thread "
                                     "(clone())")
-        return _Release(self._lock)
+        return HeldLock(self._lock)
 
     def _run(self, timer: Callable[[Cut, float], None] | None = None,
              runner: Callable[[int, Any], None] | None = None) -> None:
@@ -274,17 +275,6 @@ class SegmentedGraphModule(SegmentedDiagnostics):
                              f"{len(self._outputs)} outputs")
         value = self._outputs[index]
         return value if isinstance(value, NDArray) else NDArray(value, cpu(0))
-
-
-class _Release:
-    def __init__(self, lock: threading.Lock) -> None:
-        self.lock = lock
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> None:
-        self.lock.release()
 
 
 def _host(value: Any) -> np.ndarray:

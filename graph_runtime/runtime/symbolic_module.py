@@ -24,14 +24,14 @@ from ..graph.symbolic import shape_is_symbolic
 from ..lib.library import Module
 from ..nd import NDArray, from_dlpack
 from .graph_module import GraphModule
-from .measure import add_bytes
+from .symbolic_diagnostics import SymbolicDiagnostics
 from .placement import resolve_entry_devices
 from .specialize import Specializer
 
 DEFAULT_CACHE_SIZE = 8
 
 
-class SymbolicGraphModule:
+class SymbolicGraphModule(SymbolicDiagnostics):
     """GraphModule's API over a graph with symbolic dims (see the module docstring).
 
     get_output, benchmark, profile, memory_report... answer for the specialisation the last
@@ -202,52 +202,10 @@ class SymbolicGraphModule:
     def get_input(self, key: int | str, out: Any = None) -> Any:
         return self._module("get_input").get_input(key, out)
 
-    def benchmark(self, *args: Any, **kwargs: Any) -> Any:
-        """benchmark() of the specialisation for the inputs set (built if needed)."""
-        return self.specialised().benchmark(*args, **kwargs)
-
-    def profile(self, *args: Any, **kwargs: Any) -> Any:
-        """profile() of the specialisation for the inputs set; when that specialisation is built
-        by this call, a first row `specialise` (nid -1) holds the time it took (shape inference,
-        planning, kernels); a cached shape has no such row."""
-        with self._owned("profile"):
-            built = self.specializations
-            spent = self.specialize_seconds
-            module = self._specialised()
-            built = self.specializations - built
-            spent = self.specialize_seconds - spent
-        times = module.profile(*args, **kwargs)
-        if not built:
-            return times
-        from .executor import NodeTime
-        bound = ", ".join(f"{k}={v}" for k, v in self.specializer.last_env.items())
-        row = NodeTime(-1, f"specialise ({bound or 'static'})", "__specialise", self.ctxs[0],
-                       False, spent)
-        return [row, *times]
-
     def get_output_info(self) -> tuple[list[tuple[Any, ...]], list[str]]:
         """(shape of each output, symbolic dims as names; dtype of each output)."""
         eids = list(self.graph.output_entries)
         return [tuple(self.graph.shape(e)) for e in eids], [self.graph.dtype(e) for e in eids]
-
-    def memory_report(self) -> Any:
-        """memory_report() of the specialisation the last run used."""
-        return self._module("memory_report").memory_report()
-
-    def held_bytes(self) -> dict[Device, int]:
-        """What the module holds per device: every specialisation it keeps (pool, workspace,
-        control-flow bodies) and the params once (each specialisation binds them zero copy)."""
-        modules = list(self._cache.values())
-        if self._current is not None and self._current not in modules:
-            modules.append(self._current)  # evicted from the cache but still in use
-        params: dict[Device, int] = {}
-        for dev, array in self._params.values():
-            params[dev] = params.get(dev, 0) + int(array.nbytes)
-        parts = [params]
-        for module in modules:
-            parts.append(module.held_bytes())
-            parts.append({dev: -n for dev, n in params.items()})  # counted in its pool too
-        return add_bytes(parts)
 
     def clone(self) -> SymbolicGraphModule:
         """A new module on the same graph, lib and devices with its own specialisations,
@@ -264,20 +222,6 @@ class SymbolicGraphModule:
                 if name in self._values:
                     other._values[name] = self._values[name]
         return other
-
-    def debug_get_outputs(self, *args: Any, **kwargs: Any) -> Any:
-        return self.specialised().debug_get_outputs(*args, **kwargs)
-
-    def placement(self) -> Any:
-        return self.specialised().placement()
-
-    def copies(self) -> Any:
-        return self.specialised().copies()
-
-    @property
-    def executor(self) -> Any:
-        """The executor of the specialisation the last run used (for reports)."""
-        return self._module("executor").executor
 
     def specialised(self) -> GraphModule:
         """The static module for the inputs set now (built and cached if new)."""
@@ -354,10 +298,12 @@ class SymbolicGraphModule:
             raise GraphRuntimeError(
                 f"SymbolicGraphModule.{what}() called while another thread is in it; use "
                 "run_with(**inputs) or one module per thread")
-        return _Release(lock)
+        return HeldLock(lock)
 
 
-class _Release:
+class HeldLock:
+    """`with`: releases a lock taken without blocking (the owner check of a module's calls)."""
+
     def __init__(self, lock: threading.Lock) -> None:
         self._lock = lock
 
