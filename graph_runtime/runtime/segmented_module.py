@@ -182,6 +182,26 @@ class SegmentedGraphModule(SegmentedDiagnostics):
         other._param_eids = set(self._param_eids)
         return other
 
+    def share_params(self, other: SegmentedGraphModule, params_bytes: bytes) -> None:
+        """Use other's param arrays (zero copy) for every name in params_bytes: each segment
+        shares with the same segment of other (other: a module of the same graph)."""
+        from ..params import load_param_arrays
+        if not isinstance(other, SegmentedGraphModule) or other.segments is not self.segments \
+                and other.graph.to_json() != self.graph.to_json():
+            raise GraphError(f"share_params needs a SegmentedGraphModule of the same graph, got "
+                             f"{type(other).__name__}")
+        if not isinstance(params_bytes, (bytes, bytearray, memoryview)):
+            raise GraphError(f"share_params needs the params as bytes (save_param_dict's "
+                             f"output), got {type(params_bytes).__name__}")
+        for name in load_param_arrays(bytes(params_bytes)):
+            self.get_input_index(name)
+            for k, there in self._routes[name]:
+                self.modules[k]._share_input(other.modules[k], there)
+            eid = self._inputs[name]
+            if eid in other._param_eids:
+                self._held[eid] = other._held[eid]
+                self._param_eids.add(eid)
+
     # ---- running -------------------------------------------------------------------------------
 
     def run(self, **inputs: Any) -> None:

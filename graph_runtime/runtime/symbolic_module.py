@@ -216,12 +216,48 @@ class SymbolicGraphModule(SymbolicDiagnostics):
                                     allow_uninitialized=self.allow_uninitialized,
                                     cache_size=self.cache_size)
         with self._owned("clone"):
-            for name, held in self._params.items():
-                other._params[name] = held
-                other._shapes[name] = self._shapes[name]
-                if name in self._values:
-                    other._values[name] = self._values[name]
+            for name in self._params:
+                other._share_input(self, name)
         return other
+
+    def share_params(self, other: SymbolicGraphModule, params_bytes: bytes) -> None:
+        """Use other's param arrays (zero copy) for every name in params_bytes, as TVM does."""
+        from ..params import load_param_arrays
+        if not isinstance(other, SymbolicGraphModule):
+            raise GraphError(f"share_params needs a SymbolicGraphModule to share with, got "
+                             f"{type(other).__name__}")
+        if not isinstance(params_bytes, (bytes, bytearray, memoryview)):
+            raise ParamsError(f"share_params needs the params as bytes (save_param_dict's "
+                              f"output), got {type(params_bytes).__name__}")
+        with self._owned("share_params"):
+            for name in load_param_arrays(bytes(params_bytes)):
+                self._share_input(other, name)
+
+    def _share_input(self, other: SymbolicGraphModule, name: str) -> None:
+        """Bind other's device array of param name here and in every specialisation."""
+        held = other._params.get(name)
+        if held is None:
+            raise ParamsError(f"share_params: {name!r} is not a param loaded in the other module "
+                              "(load_params there first); its params are: "
+                              + (", ".join(other._params) or "none"))
+        sig = self._sigs.get(name)
+        if sig is None:
+            raise GraphError(f"share_params: graph has no input {name!r}; inputs are: "
+                             f"{', '.join(self._names)}")
+        dev, array = held
+        if dev != self.entry_device[sig.eid] or other._shapes[name] != (tuple(sig.shape),
+                                                                        sig.dtype):
+            raise ParamsError(f"share_params: {name!r} is {other._shapes[name][0]} "
+                              f"{other._shapes[name][1]} on {dev} in the other module but "
+                              f"{tuple(sig.shape)} {sig.dtype} on {self.entry_device[sig.eid]} "
+                              "here")
+        self._params[name] = held
+        self._shapes[name] = other._shapes[name]
+        self._held.pop(name, None)
+        for module in self._cache.values():
+            module._adopt_input(name, array)
+        if name in other._values:
+            self._values[name] = other._values[name]
 
     def specialised(self) -> GraphModule:
         """The static module for the inputs set now (built and cached if new)."""

@@ -110,3 +110,22 @@ def test_clone_shares_params_and_held_bytes_counts_them_once() -> None:
     assert m.held_bytes() == {gr.cpu(): sum(r.pool[gr.cpu()] + r.workspace.get(gr.cpu(), 0)
                                             for r in held) - 48 * len(held) + 48}
     assert m.get_output_info() == ([("batch", 3)], ["float32"])
+
+
+def test_share_params_binds_the_other_modules_arrays() -> None:
+    from graph_runtime.errors import ParamsError
+    w = RNG.standard_normal((3, 4)).astype(np.float32)
+    blob = gr.save_param_dict({"w": w})
+    first, second = gr.create(dense_graph()), gr.create(dense_graph())
+    with pytest.raises(ParamsError, match="'w' is not a param loaded in the other module"):
+        second.share_params(first, blob)
+    first.load_params(blob)
+    second.share_params(first, blob)
+    assert second._params["w"][1] is first._params["w"][1]
+    x = RNG.standard_normal((4, 4)).astype(np.float32)
+    y = np.zeros((4, 3), np.float32)
+    np.testing.assert_allclose(second.run_with(x=x, y=y)[0], np.maximum(x, 0) @ w.T,
+                               rtol=1e-5, atol=1e-6)
+    with pytest.raises(GraphError, match="needs a SymbolicGraphModule to share with, got "
+                                         "GraphModule"):
+        second.share_params(second.specialised(), blob)
