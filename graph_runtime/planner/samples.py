@@ -60,9 +60,6 @@ def specialise_samples(g: Graph, lib: Module, devices: Sequence[Device],
     from ..runtime.placement import resolve_entry_devices
     from ..runtime.segments import find_cuts
     from ..runtime.specialize import Specializer
-    if not samples:
-        raise PlanError(f"{g.source}: the graph has symbolic dims ({signature(g)}); give one "
-                        "or more sample shapes (--shape NAME=D0,D1,...)")
     cuts = find_cuts(g, lib)
     if cuts:
         where = ", ".join(c.label for c in cuts[:3])
@@ -71,9 +68,13 @@ def specialise_samples(g: Graph, lib: Module, devices: Sequence[Device],
                         "place it with constraints (--default, --place) and no --shape")
     specializer = Specializer(g, lib, resolve_entry_devices(g, list(devices), False))
     if specializer.value_inputs:
-        raise PlanError(f"{g.source}: inputs {', '.join(specializer.value_inputs)} decide shapes "
-                        "by their values, which sample shapes do not give; place the graph with "
-                        "constraints (--default, --place) and no --shape")
+        names = ", ".join(repr(n) for n in specializer.value_inputs)
+        raise PlanError(f"{g.source}: the values of inputs {names} decide shapes, which sample "
+                        "shapes do not give; place the graph with constraints (--default, "
+                        "--place) and no --shape")
+    if not samples:
+        raise PlanError(f"{g.source}: the graph has symbolic dims ({signature(g)}); give one "
+                        "or more sample shapes (--shape NAME=D0,D1,...)")
     found = []
     for k, sample in enumerate(samples):
         shapes = _checked(g, k, sample)

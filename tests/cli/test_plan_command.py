@@ -189,3 +189,26 @@ def test_plan_auto_refuses_sizes_only_the_data_decides(tmp_path: Path) -> None:
     assert "place it with constraints (--default, --place) and no --shape" in refused.output
     plain = invoke("plan", out, "--default", "cpu")
     assert plain.exit_code == 0, plain.output
+
+
+def test_plan_auto_refuses_shapes_decided_by_input_values(tmp_path: Path) -> None:
+    """Reshape's target as a graph input: the graph is one onnx_region specialised per value,
+    which sample shapes cannot give."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "s"], ["y"]), helper.make_node("Relu", ["y"], ["z"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6]),
+              helper.make_tensor_value_info("s", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    proto.ir_version = 8
+    model = tmp_path / "r.onnx"
+    onnx.save(proto, str(model))
+    out = tmp_path / "r"
+    assert invoke("import", model, "-o", out).exit_code == 0
+    for extra in ((), ("--shape", "x=2,6")):
+        refused = invoke("plan", out, "--auto", "-d", "cpu", *extra)
+        assert refused.exit_code == 2 and "Traceback" not in refused.output
+        assert "the values of inputs 's' decide shapes" in refused.output
+    assert invoke("plan", out, "--default", "cpu").exit_code == 0
