@@ -114,8 +114,9 @@ def plan(graph: str, default_device: str | None, place: tuple[str, ...],
     if as_json:
         doc = plan_summary(result, files, output_graph)
         if g.is_symbolic:
-            doc["samples"] = [{"shapes": label, "pool_bytes": {d.spec: b for d, b in pools.items()},
-                               "copy_bytes": copied} for label, pools, copied in at]
+            doc["samples"] = [{"shapes": label, "copy_bytes": copied,
+                               "pool_bytes": {d.spec: n for d, n in pools.items()}}
+                              for label, pools, copied in at]
         echo_json(doc)
     else:
         click.echo(result.summary())
@@ -124,8 +125,9 @@ def plan(graph: str, default_device: str | None, place: tuple[str, ...],
                        "for each shape it runs at" + ("" if at else " (--shape NAME=D0,... "
                                                       "gives the bytes at a sample)"))
         for label, pools, copied in at:
-            click.echo(f"  at {label}: pool " + ", ".join(f"{d.spec} {fmt_bytes(b)}"
-                                                         for d, b in sorted(pools.items(), key=lambda p: str(p[0])))
+            per_device = sorted((d.spec, n) for d, n in pools.items())
+            click.echo(f"  at {label}: pool "
+                       + ", ".join(f"{spec} {fmt_bytes(n)}" for spec, n in per_device)
                        + f"; copies {fmt_bytes(copied)} per run")
         click.echo(f"wrote {output_graph}" if output_graph else "(give -o PLANNED.json to "
                    "write the planned graph)")

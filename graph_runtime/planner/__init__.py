@@ -16,6 +16,7 @@ from .virtual_device import VirtualDevice, default, join
 __all__ = [
     "AutoPlan", "Constraint", "CopyReport", "CostCache", "Fallback", "Placement", "PlanNode",
     "PlanResult", "PoolReport", "PoolStats", "SampledAutoPlan", "StoragePlan", "Topology",
-    "VerifyRow", "VirtualDevice", "auto_place", "auto_place_symbolic", "default", "glob_escape", "join", "parse_device_constraint",
-    "plan_graph", "plan_storage", "topology_of", "verify_plans",
+    "VerifyRow", "VirtualDevice", "auto_place", "auto_place_symbolic", "default", "glob_escape",
+    "join", "parse_device_constraint", "plan_graph", "plan_storage", "topology_of",
+    "verify_plans",
 ]

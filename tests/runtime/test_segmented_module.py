@@ -41,9 +41,10 @@ def test_debug_get_outputs_gives_every_node_and_the_cut() -> None:
     got = module.debug_get_outputs()
     mask = 1 / (1 + np.exp(-x.astype(np.float64))) > 0.5
     np.testing.assert_array_equal(got["tvmgen_default_fused_sigmoid_greater"][0], mask)
-    np.testing.assert_array_equal(got["tvmgen_default_fused_nonzero"][0], np.array(np.nonzero(mask)))
-    np.testing.assert_array_equal(got["tvmgen_default_fused_sum"][0], _ort(_nonzero_sum(),
-                                                                           {"x": x})[0])
+    np.testing.assert_array_equal(got["tvmgen_default_fused_nonzero"][0],
+                                  np.array(np.nonzero(mask)))
+    np.testing.assert_array_equal(got["tvmgen_default_fused_sum"][0],
+                                  _ort(_nonzero_sum(), {"x": x})[0])
     by_id = module.debug_get_outputs([3, "tvmgen_default_fused_sum"])
     assert sorted(by_id) == ["tvmgen_default_fused_nonzero", "tvmgen_default_fused_sum"]
     with pytest.raises(GraphError, match="graph has no node named 'nope'"):
