@@ -212,7 +212,8 @@ def test_a_loop_that_never_ends_stops_at_the_iteration_bound(
         module.run(c0=np.array(True), x=x, limit=np.array(np.inf, np.float32))
 
 
-def early_stop_scan_model(trip_count: bool = True) -> onnx.ModelProto:
+def early_stop_scan_model(trip_count: bool = True, width: int | str = 2
+                          ) -> onnx.ModelProto:
     """A Loop whose body stops it once the accumulator's sum passes a limit, with a scan output
     of each step read after it (how many rows it has only the data decides)."""
     body = helper.make_graph(
@@ -221,16 +222,17 @@ def early_stop_scan_model(trip_count: bool = True) -> onnx.ModelProto:
          helper.make_node("Add", ["acc_in", "step"], ["acc_out"]),
          helper.make_node("ReduceSum", ["acc_out"], ["total"], keepdims=0),
          helper.make_node("Less", ["total", "limit"], ["go"])],
-        "body", [_info("i", I64, []), _info("c", B, []), _info("acc_in", F, [2])],
-        [_info("go", B, []), _info("acc_out", F, [2]), _info("step", F, [2])])
+        "body", [_info("i", I64, []), _info("c", B, []), _info("acc_in", F, [width])],
+        [_info("go", B, []), _info("acc_out", F, [width]), _info("step", F, [width])])
     loop = helper.make_node("Loop", ["n" if trip_count else "", "c0", "acc0"], ["acc", "steps"],
                             body=body)
-    inputs = [_info("c0", B, []), _info("acc0", F, [2]), _info("x", F, [2]),
+    inputs = [_info("c0", B, []), _info("acc0", F, [width]), _info("x", F, [width]),
               _info("limit", F, [])]
     return _model([loop, _const("axis0", np.array([0], np.int64)),
                    helper.make_node("ReduceSum", ["steps", "axis0"], ["summed"], keepdims=0)],
                   ([_info("n", I64, [])] if trip_count else []) + inputs,
-                  [_info("acc", F, [2]), _info("steps", F, [None, 2]), _info("summed", F, [2])])
+                  [_info("acc", F, [width]), _info("steps", F, [None, width]),
+                   _info("summed", F, [width])])
 
 
 def test_scan_outputs_of_a_loop_that_stops_early_run_in_segments(backend_name: str) -> None:
@@ -252,6 +254,17 @@ def test_scan_outputs_of_a_loop_that_stops_early_run_in_segments(backend_name: s
     whiles = [{"c0": np.array(True), "limit": np.array(limit, np.float32), **base}
               for limit in (30.0, 1.0)]
     _check(early_stop_scan_model(trip_count=False), backend_name, whiles)
+
+
+def test_an_early_stopping_loop_over_a_symbolic_dim_specialises_per_width_and_length() -> None:
+    """acc0 and x of a named width: imported once, each (width, length) runs against ONNX
+    Runtime (the length bound by the cut, the width by the inputs)."""
+    feeds = [{"n": np.array(12, np.int64), "c0": np.array(True),
+              "acc0": np.ones(w, np.float32), "x": np.linspace(0.5, 2, w).astype(np.float32),
+              "limit": np.array(limit, np.float32)}
+             for w, limit in [(2, 20.0), (5, 100.0), (3, 1e9), (5, 100.0)]]
+    module = _check(early_stop_scan_model(width="W"), "cpu", feeds)
+    assert module.signature.endswith("acc0: (W,) float32; x: (W,) float32; limit: () float32")
 
 
 def test_an_early_stopping_loop_with_scan_outputs_stops_at_the_iteration_bound(
