@@ -11,7 +11,8 @@ from ..errors import GraphRuntimeError
 from .common import (CliError, echo_json, expected_option, graph_argument, job_from_options,
                      job_options, json_option, junit_option, progress, stack, tolerance_options)
 from .import_command import import_cmd
-from .inspect_commands import devices, info, plan, validate, viz
+from .inspect_commands import devices, info, validate, viz
+from .plan_command import plan
 from .tuning_command import tuning_cmd
 
 log = logging.getLogger("graph_runtime")

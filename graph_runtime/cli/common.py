@@ -18,6 +18,19 @@ class CliError(click.ClickException):
         click.echo(f"graphrun: error: {self.format_message()}", err=True)
 
 
+def parse_shape(item: str, flag: str) -> tuple[str, list[int]]:
+    """NAME=D0,D1,... as (name, dims); BadParameter naming the flag otherwise."""
+    name, sep, dims = item.rpartition("=")
+    try:
+        shape = [int(d) for d in dims.split(",") if d.strip()] if sep and name else None
+    except ValueError:
+        shape = None
+    if shape is None:
+        raise click.BadParameter(f"{item}: expected NAME=D0,D1,..., e.g. "
+                                 f"{flag} input=1,3,224,224", param_hint=flag)
+    return name, shape
+
+
 def progress(total: int, desc: str, unit: str = "run") -> Any:
     """A tqdm bar on a terminal; silent when stderr is not a TTY (CI, pipes, tests)."""
     from tqdm import tqdm

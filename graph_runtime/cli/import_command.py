@@ -11,22 +11,11 @@ from typing import Any
 
 import click
 
-from .common import CliError
+from .common import CliError, parse_shape
 
 
 def _parse_shapes(items: Sequence[str]) -> dict[str, list[int]]:
-    shapes: dict[str, list[int]] = {}
-    for item in items:
-        name, sep, dims = item.rpartition("=")
-        try:
-            shape = [int(d) for d in dims.split(",") if d.strip()] if sep and name else None
-        except ValueError:
-            shape = None
-        if shape is None:
-            raise click.BadParameter(f"{item}: expected NAME=D0,D1,..., e.g. "
-                                     "--shape input=1,3,224,224", param_hint="--shape")
-        shapes[name] = shape
-    return shapes
+    return dict(parse_shape(item, "--shape") for item in items)
 
 
 def write_folder(out: Path, files: dict[str, Any], force: bool) -> None:

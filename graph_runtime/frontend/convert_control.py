@@ -6,9 +6,11 @@ created on the node's device when the graph is created (lib/ops/control_flow.py)
 
 Shapes stay static (the design): a Loop's scan outputs need its iteration count at import, so
 a trip count or condition computed at run time is a shape-deciding value (NeedsValue: the
-importer then specialises the model on it, frontend/deferred.py), and a body that may stop
-early (a condition it computes) with scan outputs is refused: that length is data. An If
-whose branches give different shapes specialises on its condition the same way.
+importer then specialises the model on it, frontend/deferred.py). A body that may stop early
+(a condition it computes) with scan outputs makes their length data: the import names it
+(`Loop_<first scan output>`, convert_data_dependent.py) and the node becomes
+onnx_loop_dynamic, which the runtime cuts the graph at (lib/ops/loop_dynamic.py). An If whose
+branches give different shapes specialises on its condition the same way.
 """
 from __future__ import annotations
 
@@ -100,9 +102,6 @@ def _passes_condition(body: Any) -> bool:
 def _iterations(ctx: Context, node: OnnxNode, args: list, body: Any) -> int:
     """The iteration count a Loop with scan outputs runs, known at import."""
     from ..settings import loop_max_iterations
-    if not _passes_condition(body):
-        raise Unsupported("scan outputs whose length depends on the condition its body computes "
-                          "(a size only the data decides) are not supported")
     trips, cond = args[0], args[1]
     if trips is None:
         raise Unsupported("scan outputs with no trip count (the loop would not end)")
@@ -132,7 +131,16 @@ def _loop(ctx: Context, node: OnnxNode, args: list) -> Sequence[Value | None]:
     if len(body.input) != 2 + len(carried) or scans < 0:
         raise Unsupported(f"body {body.name!r} has {len(body.input)} inputs and "
                           f"{len(body.output)} outputs for {len(carried)} carried values")
-    iterations = _iterations(ctx, node, args, body) if scans else -1
+    size = None
+    if scans and not _passes_condition(body):
+        # The body may stop early: the scan outputs' length is a data-dependent size.
+        size = ctx.data_sizes.get(node.outputs[len(carried)])
+        if size is None:
+            raise Unsupported("scan outputs whose length depends on the condition its body "
+                              "computes (a size only the data decides) need the import to "
+                              "name that size (import_onnx does: the graph then runs in "
+                              "segments cut at the Loop)")
+    iterations = _iterations(ctx, node, args, body) if scans and size is None else -1
     b = ctx.b
     trips = args[0] if args[0] is not None else b.const(np.array(np.iinfo(np.int64).max),
                                                         "trip_count")
@@ -147,9 +155,26 @@ def _loop(ctx: Context, node: OnnxNode, args: list) -> Sequence[Value | None]:
         _declared(ctx, node.outputs[len(carried):], drop=1)
     specs = [TensorSpec((), "int64"), TensorSpec((), "bool"), *[v.spec for v in carried],
              *[v.spec for v in fed.values()]]
+    if size is not None:
+        return b.ops("onnx_loop_dynamic", [trips, cond, *carried, *fed.values()], body=b64,
+                     body_outputs=_body_outputs("onnx_loop_dynamic", b64, specs, declared),
+                     num_carried=len(carried), count=int(size))
     return b.ops("onnx_loop", [trips, cond, *carried, *fed.values()], body=b64,
                  body_outputs=_body_outputs("onnx_loop", b64, specs, declared),
                  num_carried=len(carried), iterations=iterations)
+
+
+def data_dependent_loop(node: Any) -> str | None:
+    """The first scan output of an ONNX Loop node whose body computes its own condition (how
+    many rows its scan outputs get is data); None for any other node."""
+    if node.op_type != "Loop" or node.domain not in ("", "ai.onnx"):
+        return None
+    body = next((a.g for a in node.attribute if a.name == "body"), None)
+    carried = len(node.input) - 2
+    scans = list(node.output[carried:])
+    if body is None or carried < 0 or not scans or not scans[0] or _passes_condition(body):
+        return None
+    return str(scans[0])
 
 
 @converts("Scan")

@@ -1,5 +1,7 @@
 """Converters for ops whose output size depends on the data: NonZero, Unique, run-time Compress
-and NonMaxSuppression, each becoming a node the runtime cuts the graph at (runtime/segments.py).
+and NonMaxSuppression, each becoming a node the runtime cuts the graph at (runtime/segments.py);
+the sizes are named here for them and for a Loop whose scan outputs' length is data
+(convert_control.py).
 
 The size is a symbolic dim named after the op's output (`NonZero_y`). The import lowers the
 model at probe sizes for it (frontend/symbolic_import.py), so every shape and attr that
@@ -28,20 +30,24 @@ def data_symbols(model: Any, taken: Iterable[str] = ()) -> dict[str, Symbol]:
     symbols: dict[str, Symbol] = {}
     known = {t.name for t in model.graph.initializer}
     known.update(o for n in model.graph.node if n.op_type == "Constant" for o in n.output)
+    from .convert_control import data_dependent_loop
     for node in model.graph.node:
-        if node.op_type not in DATA_DEPENDENT_OPS or node.domain not in ("", "ai.onnx") \
-                or not node.output or not node.output[0]:
-            continue
-        if node.op_type == "TopK" and (len(node.input) < 2 or node.input[1] in known):
-            continue  # k in the attrs (opset < 10) or a constant: a static size
-        base = f"{node.op_type}_{_IDENT.sub('_', node.output[0])}"
+        out = data_dependent_loop(node)  # a Loop's scan outputs whose length is data
+        if out is None:
+            if node.op_type not in DATA_DEPENDENT_OPS or node.domain not in ("", "ai.onnx") \
+                    or not node.output or not node.output[0]:
+                continue
+            if node.op_type == "TopK" and (len(node.input) < 2 or node.input[1] in known):
+                continue  # k in the attrs (opset < 10) or a constant: a static size
+            out = node.output[0]
+        base = f"{node.op_type}_{_IDENT.sub('_', out)}"
         name = base
         k = 1
         while name in used:
             k += 1
             name = f"{base}_{k}"
         used.add(name)
-        symbols[node.output[0]] = Symbol(name, ())
+        symbols[out] = Symbol(name, ())
     return symbols
 
 

@@ -95,6 +95,9 @@ class PreparedChain(PreparedKernel):
     def workspace_bytes(self) -> int:
         return self._workspace
 
+    def sub_modules(self) -> list[Any]:
+        return [m for fn, _ in self._steps for m in capabilities(fn).sub_modules()]
+
     def cached_inputs(self) -> tuple[int, ...]:
         return tuple(sorted(self._cached))
 
@@ -617,3 +620,6 @@ class _Unflattened(PreparedKernel):
 
     def uses_workers(self) -> bool:
         return self.inner.uses_workers()
+
+    def sub_modules(self) -> Sequence[Any]:
+        return self.inner.sub_modules()

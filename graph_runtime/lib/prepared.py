@@ -8,7 +8,7 @@ from .library import InputVersion
 
 
 class PreparedKernel(ABC):
-    """A kernel prepared for one node: run(*inputs, *outputs), plus five optional capabilities.
+    """A kernel prepared for one node: run(*inputs, *outputs), plus six optional capabilities.
 
     A subclass implements __call__ and overrides only the capabilities it has; the defaults say
     "none". Plain functions (most kernels are closures) have none: `capabilities(fn)` answers
@@ -62,6 +62,26 @@ class PreparedKernel(ABC):
     def use_channels_last(self, positions: Collection[int]) -> None:
         """The arrays at these positions (some of channels_last_positions) hold NHWC bytes from
         now on; called once at create(), before any run."""
+
+    def sub_modules(self) -> Sequence[Any]:
+        """Modules this kernel holds for sub-graphs (control-flow bodies); memory_report counts
+        what they hold (their held_bytes())."""
+        return ()
+
+
+class HoldsModules(PreparedKernel):
+    """run, as a kernel holding modules of its own (a sub-graph's: control flow, onnx_region),
+    so memory_report counts what they hold."""
+
+    def __init__(self, run: Callable[..., None], modules: Sequence[Any]) -> None:
+        self.run = run
+        self.modules = list(modules)
+
+    def __call__(self, *arrays: Any) -> None:
+        self.run(*arrays)
+
+    def sub_modules(self) -> Sequence[Any]:
+        return self.modules
 
 
 class _Plain(PreparedKernel):

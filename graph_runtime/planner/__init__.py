@@ -4,7 +4,8 @@ The measured automatic placement (auto_place) is the subpackage auto/.
 """
 from __future__ import annotations
 
-from .auto import AutoPlan, CostCache, VerifyRow, auto_place, verify_plans
+from .auto import (AutoPlan, CostCache, SampledAutoPlan, VerifyRow, auto_place,
+                   auto_place_symbolic, verify_plans)
 from .constraints import Constraint, Placement, glob_escape, parse_device_constraint
 from .plan import plan_graph
 from .result import CopyReport, Fallback, PlanResult, PoolReport
@@ -14,7 +15,8 @@ from .virtual_device import VirtualDevice, default, join
 
 __all__ = [
     "AutoPlan", "Constraint", "CopyReport", "CostCache", "Fallback", "Placement", "PlanNode",
-    "PlanResult", "PoolReport", "PoolStats", "StoragePlan", "Topology", "VerifyRow",
-    "VirtualDevice", "auto_place", "default", "glob_escape", "join", "parse_device_constraint",
-    "plan_graph", "plan_storage", "topology_of", "verify_plans",
+    "PlanResult", "PoolReport", "PoolStats", "SampledAutoPlan", "StoragePlan", "Topology",
+    "VerifyRow", "VirtualDevice", "auto_place", "auto_place_symbolic", "default", "glob_escape",
+    "join", "parse_device_constraint", "plan_graph", "plan_storage", "topology_of",
+    "verify_plans",
 ]

@@ -11,7 +11,7 @@ from ..device import Device, DeviceLike
 from ..errors import GraphError, GraphRuntimeError
 from ..graph.model import COPY_OP, Graph
 from .executor import Executor, NodeTime
-from .measure import MemoryReport
+from .measure import MemoryReport, add_bytes
 from .placement import InsertedCopy
 
 
@@ -96,8 +96,14 @@ class Diagnostics:
                 for eid in g.node_entries(node.nid):
                     dev = ex.entry_device[eid]
                     copies[dev] = copies.get(dev, 0) + plan.entry_bytes[eid]
+        bodies = add_bytes(module.held_bytes() for step in ex.steps
+                           for module in step.kernel.sub_modules())
         return MemoryReport(plan.bytes_per_device(), plan.unshared_bytes_per_device(), copies,
-                            dict(plan.workspace_bytes))
+                            dict(plan.workspace_bytes), bodies)
+
+    def held_bytes(self: _ModuleState) -> dict[Device, int]:
+        """What this module holds per device: pool, workspace, control-flow bodies."""
+        return Diagnostics.memory_report(self).held()  # type: ignore[arg-type]
 
     def profile(self: _ModuleState, repeat: int = 1, progress: Callable[[int], None] | None = None
                 ) -> list[NodeTime]:

@@ -15,7 +15,6 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from .._timing import BenchmarkResult, time_runs
 from ..device import Device, cpu
 from ..errors import GraphError, GraphRuntimeError
 from ..graph.model import Graph
@@ -23,33 +22,43 @@ from ..graph.symbolic import format_shape
 from ..lib.library import Module
 from ..lib.ops.data_dependent import HOST_FUNCTIONS
 from ..nd import NDArray
-from .executor import NodeTime
 from .graph_module import _copy_out
 from .placement import resolve_entry_devices
+from .segmented_diagnostics import SegmentedDiagnostics
 from .segments import (CARRIER_PREFIX, Cut, Segment, bind_outputs, describe_cuts, plan_static,
                        split)
+from .symbolic_module import HeldLock
 
 
-class SegmentedGraphModule:
+class SegmentedGraphModule(SegmentedDiagnostics):
     """GraphModule's API over a graph with data-dependent nodes (see the module docstring)."""
 
     def __init__(self, graph: Graph, lib: Module, ctxs: Sequence[Device], cuts: Sequence[Cut], *,
                  strict: bool = False, memory_cap: Any = None, allow_uninitialized: bool = False,
-                 cache_size: int | None = None) -> None:
+                 cache_size: int | None = None, _from: SegmentedGraphModule | None = None
+                 ) -> None:
         from .graph_module import create
         self.graph = graph
+        self.lib = lib
         self.ctxs = list(ctxs)
         self.cuts = list(cuts)
-        self.segments = split(graph, lib, self.cuts)
+        self.strict = strict
+        self.memory_cap = memory_cap
+        self.allow_uninitialized = allow_uninitialized
+        self.cache_size = cache_size
+        self.segments = _from.segments if _from is not None else split(graph, lib, self.cuts)
         self.modules: list[Any] = []
-        for seg in self.segments:
+        for k, seg in enumerate(self.segments):
             if seg is None:
                 self.modules.append(None)
-                continue
-            sub = plan_static(seg, resolve_entry_devices(seg.graph, self.ctxs, strict))
-            self.modules.append(create(sub, lib, self.ctxs, strict=strict, memory_cap=memory_cap,
-                                       allow_uninitialized=allow_uninitialized,
-                                       cache_size=cache_size))
+            elif _from is not None:  # clone(): the same segment, params shared
+                self.modules.append(_from.modules[k].clone())
+            else:
+                sub = plan_static(seg, resolve_entry_devices(seg.graph, self.ctxs, strict))
+                self.modules.append(create(sub, lib, self.ctxs, strict=strict,
+                                           memory_cap=memory_cap,
+                                           allow_uninitialized=allow_uninitialized,
+                                           cache_size=cache_size))
         self._entry_device = resolve_entry_devices(graph, self.ctxs, strict)
         self._inputs = dict(graph.input_entries)
         self._names = list(self._inputs)
@@ -72,7 +81,9 @@ class SegmentedGraphModule:
         self._cut_inputs = {e for c in self.cuts for e in c.in_eids if e in arg_eids}
         self._cut_inputs.update(e for e in self._heads if e in arg_eids)
         self._held: dict[int, np.ndarray] = {}
+        self._param_eids: set[int] = set()  # held values that are params (clone shares them)
         self._outputs: list[Any] | None = None
+        self._cut_results: dict[int, list[np.ndarray]] = {}  # by cut nid, the last run's
         self.env: dict[str, int] = {}
         self._lock = threading.Lock()
         self._repeat = 1
@@ -102,6 +113,11 @@ class SegmentedGraphModule:
     def get_input_info(self) -> tuple[dict[str, tuple[Any, ...]], dict[str, str]]:
         return ({n: tuple(self.graph.shape(e)) for n, e in self._inputs.items()},
                 {n: self.graph.dtype(e) for n, e in self._inputs.items()})
+
+    def get_output_info(self) -> tuple[list[tuple[Any, ...]], list[str]]:
+        """(shape of each output, sizes the data decides as names; dtype of each output)."""
+        return ([tuple(self.graph.shape(e)) for e in self._heads],
+                [self.graph.dtype(e) for e in self._heads])
 
     # ---- inputs and params ---------------------------------------------------------------------
 
@@ -152,6 +168,39 @@ class SegmentedGraphModule:
         for name, val in values.items():
             if self._inputs.get(name) in self._cut_inputs:
                 self._held[self._inputs[name]] = _host(val)
+                self._param_eids.add(self._inputs[name])
+
+    def clone(self) -> SegmentedGraphModule:
+        """A new module on the same graph, lib and devices with its own inputs, intermediates
+        and outputs (each segment cloned), sharing this module's params zero copy."""
+        other = SegmentedGraphModule(self.graph, self.lib, self.ctxs, self.cuts,
+                                     strict=self.strict, memory_cap=self.memory_cap,
+                                     allow_uninitialized=self.allow_uninitialized,
+                                     cache_size=self.cache_size, _from=self)
+        for eid in self._param_eids:
+            other._held[eid] = self._held[eid]
+        other._param_eids = set(self._param_eids)
+        return other
+
+    def share_params(self, other: SegmentedGraphModule, params_bytes: bytes) -> None:
+        """Use other's param arrays (zero copy) for every name in params_bytes: each segment
+        shares with the same segment of other (other: a module of the same graph)."""
+        from ..params import load_param_arrays
+        if not isinstance(other, SegmentedGraphModule) or other.segments is not self.segments \
+                and other.graph.to_json() != self.graph.to_json():
+            raise GraphError(f"share_params needs a SegmentedGraphModule of the same graph, got "
+                             f"{type(other).__name__}")
+        if not isinstance(params_bytes, (bytes, bytearray, memoryview)):
+            raise GraphError(f"share_params needs the params as bytes (save_param_dict's "
+                             f"output), got {type(params_bytes).__name__}")
+        for name in load_param_arrays(bytes(params_bytes)):
+            self.get_input_index(name)
+            for k, there in self._routes[name]:
+                self.modules[k]._share_input(other.modules[k], there)
+            eid = self._inputs[name]
+            if eid in other._param_eids:
+                self._held[eid] = other._held[eid]
+                self._param_eids.add(eid)
 
     # ---- running -------------------------------------------------------------------------------
 
@@ -159,21 +208,26 @@ class SegmentedGraphModule:
         """Run segment by segment; each cut's results bind the sizes of the next segment."""
         if inputs:
             self.set_input(inputs)
-        if not self._lock.acquire(False):
-            raise GraphRuntimeError("SegmentedGraphModule.run() called while another thread is "
-                                    "in it; use one module per thread")
-        try:
+        with self._owned("run"):
             self._run()
-        finally:
-            self._lock.release()
 
-    def _run(self, timer: Callable[[Any, float], None] | None = None) -> None:
+    def _owned(self, what: str) -> Any:
+        if not self._lock.acquire(False):
+            raise GraphRuntimeError(f"SegmentedGraphModule.{what}() called while another thread "
+                                    "is in it; use run_with(**inputs) or one module per thread "
+                                    "(clone())")
+        return HeldLock(self._lock)
+
+    def _run(self, timer: Callable[[Cut, float], None] | None = None,
+             runner: Callable[[int, Any], None] | None = None) -> None:
+        """One run. runner(k, module) runs segment k's module in place of module.run() (a
+        profile, a debug run); timer(cut, seconds) gets each cut's median of _repeat runs."""
         env: dict[str, int] = {}
         self.env = env
         values: dict[int, Any] = dict(self._held)
         for k, seg in enumerate(self.segments):
             if seg is not None:
-                self._run_segment(k, seg, values, env, timer)
+                self._run_segment(k, seg, values, env, runner)
             for cut in self.cuts:
                 if cut.level != k:
                     continue
@@ -184,12 +238,19 @@ class SegmentedGraphModule:
                     times.append(time.perf_counter() - start)
                 bind_outputs(cut, self.graph, results, env)
                 values.update(zip(cut.out_eids, results))
+                self._cut_results[cut.nid] = results
                 if timer is not None:
                     timer(cut, sorted(times)[len(times) // 2])
         self._outputs = [values[e] for e in self._heads]
 
     def _cut(self, cut: Cut, values: Mapping[int, Any]) -> list[np.ndarray]:
         """The cut's outputs, computed on the host from its inputs' host copies."""
+        missing = [e for e in cut.in_eids if e not in values]
+        if missing:
+            g = self.graph
+            names = ", ".join(f"{g.nodes[g.entry_node(e)[0]].name!r} (eid {e})" for e in missing)
+            raise GraphError(f"{g.source}: {cut.label} ({cut.op}) reads input {names}, never "
+                             "set; set it with set_input/load_params (or run(name=value))")
         arrays = [_host(values[e]) for e in cut.in_eids]
         try:
             return [np.ascontiguousarray(r) for r in HOST_FUNCTIONS[cut.op](arrays, cut.attrs)]
@@ -197,7 +258,7 @@ class SegmentedGraphModule:
             raise GraphError(f"{cut.label} ({cut.op}): {e}") from e
 
     def _run_segment(self, k: int, seg: Segment, values: dict[int, Any], env: Mapping[str, int],
-                     timer: Callable[[Any, float], None] | None) -> None:
+                     runner: Callable[[int, Any], None] | None) -> None:
         module = self.modules[k]
         for name, eid in self._fed[k]:
             module.set_input(name, values[eid])
@@ -206,19 +267,26 @@ class SegmentedGraphModule:
                 raise GraphError(f"{self.graph.source}: segment {k} needs the size {name!r}, "
                                  "which no cut before it binds")
             module.set_input(CARRIER_PREFIX + name, np.empty((env[name], 0), np.int8))
-        if timer is None:
+        if runner is None:
             module.run()
         else:
-            timer((k, module.profile(self._repeat)), 0.0)
+            runner(k, module)
         for i, eid in enumerate(seg.outputs):
             values[eid] = module.get_output(i)
 
     def run_with(self, **inputs: Any) -> list[np.ndarray]:
-        """set_input + run + host copies of every output."""
-        self.run(**inputs)
-        return [self.get_output(i).numpy() for i in range(len(self._heads))]
+        """set_input + run + host copies of every output, atomically (callers wait their turn)."""
+        with self._lock:
+            if inputs:
+                self.set_input(inputs)
+            self._run()
+            return [self._output(i).numpy() for i in range(len(self._heads))]
 
     def get_output(self, index: int, out: Any = None) -> Any:
+        value = self._output(index)
+        return _copy_out(value, out) if out is not None else value
+
+    def _output(self, index: int) -> NDArray:
         if self._outputs is None:
             raise GraphError("get_output: nothing has run yet (a graph cut at data-dependent "
                              "nodes learns its output sizes by running)")
@@ -226,56 +294,7 @@ class SegmentedGraphModule:
             raise GraphError(f"output index {index} is out of range: the graph has "
                              f"{len(self._outputs)} outputs")
         value = self._outputs[index]
-        nd = value if isinstance(value, NDArray) else NDArray(value, cpu(0))
-        if out is not None:
-            return _copy_out(nd, out)
-        return nd
-
-    def benchmark(self, repeat: int = 5, number: int = 5, min_repeat_ms: float | None = None,
-                  **kwargs: Any) -> BenchmarkResult:
-        """Time whole segmented runs (cuts, specialisation lookups and boundary copies included)."""
-        if kwargs:
-            self.set_input(kwargs)
-        return time_runs(self._run, lambda: None, repeat, number, min_repeat_ms)
-
-    def profile(self, repeat: int = 1, progress: Any = None) -> list[NodeTime]:
-        """Per-node times in run order: each segment's own profile (a `specialise` row when it
-        was specialised by this call), and one row per cut (its host time with the copies of its
-        inputs to the host, median of repeat; nid of the cut node)."""
-        rows: list[NodeTime] = []
-
-        def timer(what: Any, seconds: float) -> None:
-            if isinstance(what, Cut):
-                bound = ", ".join(f"{n}={self.env.get(n)}" for n in what.binds(self.graph))
-                node = self.graph.nodes[what.nid]
-                rows.append(NodeTime(what.nid, f"{node.label} [cut: {bound}]",
-                                     node.func_name or what.op, cpu(0), False, seconds))
-                return
-            k, times = what
-            seg = self.segments[k]
-            for t in times:
-                nid = seg.nids[t.nid] if t.nid >= 0 else -1
-                label = self.graph.nodes[nid].label if nid >= 0 else f"segment {k}: {t.label}"
-                rows.append(NodeTime(nid, label,
-                                     t.func_name, t.device, t.is_copy, t.seconds))
-        self._repeat = repeat
-        self._run(timer)
-        return rows
-
-    @property
-    def executor(self) -> Any:
-        """The segments' executors as one whole-graph view (placement, copies, pool, steps) for
-        reports; the specialisations the last run used."""
-        from .segment_report import segments_view
-        if self._outputs is None:
-            raise GraphError("executor: nothing has run yet (a graph cut at data-dependent "
-                             "nodes is specialised by running)")
-        return segments_view(self.graph, self._entry_device, self.segments, self.modules,
-                             self.cuts)
-
-    def specialised(self) -> Any:
-        raise GraphError("a graph cut at data-dependent nodes has no single static module; "
-                         "its segments are in .modules")
+        return value if isinstance(value, NDArray) else NDArray(value, cpu(0))
 
 
 def _host(value: Any) -> np.ndarray:

@@ -24,13 +24,14 @@ from ..graph.symbolic import shape_is_symbolic
 from ..lib.library import Module
 from ..nd import NDArray, from_dlpack
 from .graph_module import GraphModule
+from .symbolic_diagnostics import SymbolicDiagnostics
 from .placement import resolve_entry_devices
 from .specialize import Specializer
 
 DEFAULT_CACHE_SIZE = 8
 
 
-class SymbolicGraphModule:
+class SymbolicGraphModule(SymbolicDiagnostics):
     """GraphModule's API over a graph with symbolic dims (see the module docstring).
 
     get_output, benchmark, profile, memory_report... answer for the specialisation the last
@@ -201,45 +202,62 @@ class SymbolicGraphModule:
     def get_input(self, key: int | str, out: Any = None) -> Any:
         return self._module("get_input").get_input(key, out)
 
-    def benchmark(self, *args: Any, **kwargs: Any) -> Any:
-        """benchmark() of the specialisation for the inputs set (built if needed)."""
-        return self.specialised().benchmark(*args, **kwargs)
+    def get_output_info(self) -> tuple[list[tuple[Any, ...]], list[str]]:
+        """(shape of each output, symbolic dims as names; dtype of each output)."""
+        eids = list(self.graph.output_entries)
+        return [tuple(self.graph.shape(e)) for e in eids], [self.graph.dtype(e) for e in eids]
 
-    def profile(self, *args: Any, **kwargs: Any) -> Any:
-        """profile() of the specialisation for the inputs set; when that specialisation is built
-        by this call, a first row `specialise` (nid -1) holds the time it took (shape inference,
-        planning, kernels); a cached shape has no such row."""
-        with self._owned("profile"):
-            built = self.specializations
-            spent = self.specialize_seconds
-            module = self._specialised()
-            built = self.specializations - built
-            spent = self.specialize_seconds - spent
-        times = module.profile(*args, **kwargs)
-        if not built:
-            return times
-        from .executor import NodeTime
-        bound = ", ".join(f"{k}={v}" for k, v in self.specializer.last_env.items())
-        row = NodeTime(-1, f"specialise ({bound or 'static'})", "__specialise", self.ctxs[0],
-                       False, spent)
-        return [row, *times]
+    def clone(self) -> SymbolicGraphModule:
+        """A new module on the same graph, lib and devices with its own specialisations,
+        inputs and outputs, sharing this module's params zero copy (treat them as read-only):
+        one copy of the weights for many threads."""
+        other = SymbolicGraphModule(self.graph, self.lib, self.ctxs, strict=self.strict,
+                                    memory_cap=self.memory_cap,
+                                    allow_uninitialized=self.allow_uninitialized,
+                                    cache_size=self.cache_size)
+        with self._owned("clone"):
+            for name in self._params:
+                other._share_input(self, name)
+        return other
 
-    def memory_report(self) -> Any:
-        return self._module("memory_report").memory_report()
+    def share_params(self, other: SymbolicGraphModule, params_bytes: bytes) -> None:
+        """Use other's param arrays (zero copy) for every name in params_bytes, as TVM does."""
+        from ..params import load_param_arrays
+        if not isinstance(other, SymbolicGraphModule):
+            raise GraphError(f"share_params needs a SymbolicGraphModule to share with, got "
+                             f"{type(other).__name__}")
+        if not isinstance(params_bytes, (bytes, bytearray, memoryview)):
+            raise ParamsError(f"share_params needs the params as bytes (save_param_dict's "
+                              f"output), got {type(params_bytes).__name__}")
+        with self._owned("share_params"):
+            for name in load_param_arrays(bytes(params_bytes)):
+                self._share_input(other, name)
 
-    def debug_get_outputs(self, *args: Any, **kwargs: Any) -> Any:
-        return self.specialised().debug_get_outputs(*args, **kwargs)
-
-    def placement(self) -> Any:
-        return self.specialised().placement()
-
-    def copies(self) -> Any:
-        return self.specialised().copies()
-
-    @property
-    def executor(self) -> Any:
-        """The executor of the specialisation the last run used (for reports)."""
-        return self._module("executor").executor
+    def _share_input(self, other: SymbolicGraphModule, name: str) -> None:
+        """Bind other's device array of param name here and in every specialisation."""
+        held = other._params.get(name)
+        if held is None:
+            raise ParamsError(f"share_params: {name!r} is not a param loaded in the other module "
+                              "(load_params there first); its params are: "
+                              + (", ".join(other._params) or "none"))
+        sig = self._sigs.get(name)
+        if sig is None:
+            raise GraphError(f"share_params: graph has no input {name!r}; inputs are: "
+                             f"{', '.join(self._names)}")
+        dev, array = held
+        if dev != self.entry_device[sig.eid] or other._shapes[name] != (tuple(sig.shape),
+                                                                        sig.dtype):
+            raise ParamsError(f"share_params: {name!r} is {other._shapes[name][0]} "
+                              f"{other._shapes[name][1]} on {dev} in the other module but "
+                              f"{tuple(sig.shape)} {sig.dtype} on {self.entry_device[sig.eid]} "
+                              "here")
+        self._params[name] = held
+        self._shapes[name] = other._shapes[name]
+        self._held.pop(name, None)
+        for module in self._cache.values():
+            module._adopt_input(name, array)
+        if name in other._values:
+            self._values[name] = other._values[name]
 
     def specialised(self) -> GraphModule:
         """The static module for the inputs set now (built and cached if new)."""
@@ -316,10 +334,12 @@ class SymbolicGraphModule:
             raise GraphRuntimeError(
                 f"SymbolicGraphModule.{what}() called while another thread is in it; use "
                 "run_with(**inputs) or one module per thread")
-        return _Release(lock)
+        return HeldLock(lock)
 
 
-class _Release:
+class HeldLock:
+    """`with`: releases a lock taken without blocking (the owner check of a module's calls)."""
+
     def __init__(self, lock: threading.Lock) -> None:
         self._lock = lock
 

@@ -73,22 +73,12 @@ def test_control_flow_export_matches_onnxruntime(name: str, backend_name: str) -
     assert {True, False} <= branches, f"both branches must be taken: {branches}"
     # The sub-graphs were created on the node's device: their ops run there.
     subs = _sub_modules(module)
-    assert subs and all(sub.module.ctxs[0] == gr.device(backend_name) for sub in subs)
+    assert subs and all(sub.ctxs[0] == gr.device(backend_name) for sub in subs)
 
 
 def _sub_modules(module: gr.GraphModule) -> list:
-    """The body modules the control-flow kernels of module hold (in their run closures)."""
-    from graph_runtime.lib.subgraph_module import SubModule
-    found, todo = [], [step.fn for step in module.executor.steps]
-    while todo:
-        fn = todo.pop()
-        for cell in getattr(fn, "__closure__", None) or ():
-            value = cell.cell_contents
-            if isinstance(value, SubModule):
-                found.append(value)
-            elif callable(value):
-                todo.append(value)
-    return found
+    """The body modules the control-flow kernels of module hold (PreparedKernel.sub_modules)."""
+    return [m for step in module.executor.steps for m in step.kernel.sub_modules()]
 
 
 def test_control_flow_under_a_symbolic_batch_matches_onnxruntime() -> None:

@@ -212,13 +212,77 @@ def test_a_loop_that_never_ends_stops_at_the_iteration_bound(
         module.run(c0=np.array(True), x=x, limit=np.array(np.inf, np.float32))
 
 
-def test_scan_outputs_of_a_data_dependent_length_are_refused_by_name() -> None:
-    model = scan_loop_model()
-    body = model.graph.node[0].attribute[0].g
-    body.node[-1].CopyFrom(helper.make_node("Greater", ["fi", "fi"], ["c_out"]))
-    with pytest.raises(FrontendError, match=r"Loop: scan outputs whose length depends on the "
-                                            r"condition its body computes"):
-        import_onnx(model)
+def early_stop_scan_model(trip_count: bool = True, width: int | str = 2
+                          ) -> onnx.ModelProto:
+    """A Loop whose body stops it once the accumulator's sum passes a limit, with a scan output
+    of each step read after it (how many rows it has only the data decides)."""
+    body = helper.make_graph(
+        [helper.make_node("Cast", ["i"], ["fi"], to=F),
+         helper.make_node("Mul", ["x", "fi"], ["step"]),
+         helper.make_node("Add", ["acc_in", "step"], ["acc_out"]),
+         helper.make_node("ReduceSum", ["acc_out"], ["total"], keepdims=0),
+         helper.make_node("Less", ["total", "limit"], ["go"])],
+        "body", [_info("i", I64, []), _info("c", B, []), _info("acc_in", F, [width])],
+        [_info("go", B, []), _info("acc_out", F, [width]), _info("step", F, [width])])
+    loop = helper.make_node("Loop", ["n" if trip_count else "", "c0", "acc0"], ["acc", "steps"],
+                            body=body)
+    inputs = [_info("c0", B, []), _info("acc0", F, [width]), _info("x", F, [width]),
+              _info("limit", F, [])]
+    return _model([loop, _const("axis0", np.array([0], np.int64)),
+                   helper.make_node("ReduceSum", ["steps", "axis0"], ["summed"], keepdims=0)],
+                  ([_info("n", I64, [])] if trip_count else []) + inputs,
+                  [_info("acc", F, [width]), _info("steps", F, [None, width]),
+                   _info("summed", F, [width])])
+
+
+def test_scan_outputs_of_a_loop_that_stops_early_run_in_segments(backend_name: str) -> None:
+    """The scan outputs' length is named (Loop_steps) and the graph is cut at the Loop: it runs
+    on the host, and the sum after it is specialised per length; stopped by the body, by the
+    trip count, before the first iteration, and with no trip count at all."""
+    from graph_runtime.runtime.segmented_module import SegmentedGraphModule
+    base = {"acc0": np.array([1.0, -1.0], np.float32), "x": np.array([0.5, 2.0], np.float32)}
+    feeds = [{"n": np.array(n, np.int64), "c0": np.array(c0),
+              "limit": np.array(limit, np.float32), **base}
+             for n, c0, limit in [(10, True, 20.0), (10, True, 1e9), (10, False, 5.0),
+                                  (3, True, 1e9), (10, True, -1.0), (0, True, 5.0),
+                                  (10, True, 20.0)]]
+    module = _check(early_stop_scan_model(), backend_name, feeds)
+    assert isinstance(module, SegmentedGraphModule)
+    assert module.describe_cuts()[0].endswith("(onnx_loop_dynamic) after segment 0, binds "
+                                              "Loop_steps; outputs (2,), (Loop_steps, 2)")
+    assert module.modules[1].specializations == 5  # lengths 5, 10, 0, 3, 1 (0 again, 5 again)
+    whiles = [{"c0": np.array(True), "limit": np.array(limit, np.float32), **base}
+              for limit in (30.0, 1.0)]
+    _check(early_stop_scan_model(trip_count=False), backend_name, whiles)
+
+
+def test_an_early_stopping_loop_over_a_symbolic_dim_specialises_per_width_and_length() -> None:
+    """acc0 and x of a named width: imported once, each (width, length) runs against ONNX
+    Runtime (the length bound by the cut, the width by the inputs)."""
+    feeds = [{"n": np.array(12, np.int64), "c0": np.array(True),
+              "acc0": np.ones(w, np.float32), "x": np.linspace(0.5, 2, w).astype(np.float32),
+              "limit": np.array(limit, np.float32)}
+             for w, limit in [(2, 20.0), (5, 100.0), (3, 1e9), (5, 100.0)]]
+    module = _check(early_stop_scan_model(width="W"), "cpu", feeds)
+    assert module.signature.endswith("acc0: (W,) float32; x: (W,) float32; limit: () float32")
+
+
+def test_an_early_stopping_loop_with_scan_outputs_stops_at_the_iteration_bound(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from graph_runtime.settings import LOOP_MAX_ITERATIONS
+    monkeypatch.setenv(LOOP_MAX_ITERATIONS.name, "30")
+    result = import_onnx(early_stop_scan_model(trip_count=False))
+    module = gr.create(result.graph_json, result.module())
+    feeds = {"c0": np.array(True), "acc0": np.zeros(2, np.float32), "x": np.zeros(2, np.float32),
+             "limit": np.array(1.0, np.float32)}
+    with pytest.raises(GraphRuntimeError, match=r"onnx_loop_dynamic\) reads input "
+                                                r"'trip_count' \(eid \d+\), never set"):
+        module.run(**feeds)
+    module.load_params(gr.save_param_dict(result.params))
+    with pytest.raises(GraphRuntimeError, match=r"node \d+ 'tvmgen_default_fused_onnx_loop_"
+                                                r"dynamic' \(onnx_loop_dynamic\).*ran 30 "
+                                                r"iterations.*GRAPH_RUNTIME_LOOP_MAX_ITERATIONS"):
+        module.run(**feeds)
 
 
 def test_a_huge_trip_count_with_scan_outputs_is_refused_before_allocating() -> None:
@@ -309,3 +373,39 @@ def test_a_loop_over_a_symbolic_dim_plans_its_scan_outputs_per_size(backend_name
     feeds = [{"x": rng.standard_normal((b, 3)).astype(np.float32),
               "acc0": np.ones(3, np.float32)} for b in (2, 5, 1)]
     _check(model, backend_name, feeds)
+
+
+def test_memory_report_counts_the_bodies_control_flow_holds(backend_name: str) -> None:
+    """A Loop holds one body module, an If two (an If whose branches differ in shape is an
+    onnx_region: its module per condition); their pools and workspace are the bodies column
+    on the node's device (at least the body's inputs and outputs: the while body takes i
+    int64, c bool and v (4,) float32 and gives go bool and v, 42 bytes), not the pool."""
+    x = np.array([0.5, 1.0, 0.25, 0.125], np.float32)
+    loop = _check(while_model(), backend_name,
+                  [{"c0": np.array(True), "x": x, "limit": np.array(10.0, np.float32)}])
+    dev = gr.device(backend_name)
+    report = loop.memory_report()
+    held = [m.held_bytes() for step in loop.executor.steps for m in step.kernel.sub_modules()]
+    assert len(held) == 1 and report.bodies == held[0]
+    assert report.bodies[dev] >= 8 + 1 + 16 + 1 + 16
+    assert "bodies" in str(report) and report.held()[dev] == (
+        report.pool[dev] + report.workspace.get(dev, 0) + report.bodies[dev])
+    rng = np.random.default_rng(4)
+    branches = _check(nested_model(), backend_name, [
+        {"n": np.array(3, np.int64), "h0": rng.standard_normal(3).astype(np.float32),
+         "w": rng.standard_normal(3).astype(np.float32)}])
+    parts = [m for step in branches.executor.steps for m in step.kernel.sub_modules()]
+    assert len(parts) == 1
+    inner = [m for step in parts[0].executor.steps for m in step.kernel.sub_modules()]
+    assert inner  # the If inside the Loop body: its branches are in the body's own bodies
+    assert parts[0].memory_report().bodies[dev] == sum(m.held_bytes()[dev] for m in inner)
+    assert branches.memory_report().bodies[dev] == parts[0].held_bytes()[dev]
+    region = _check(if_shapes_model(), backend_name,
+                    [{"c": np.array(c), "x": np.array([3.0, 4.0], np.float32)}
+                     for c in (True, False)])
+    assert region.memory_report().bodies[dev] > 0  # the module for c = False
+    assert region.held_bytes()[dev] > region.memory_report().held()[dev]  # and for True
+    relu = import_onnx(_model([helper.make_node("Relu", ["x"], ["y"])], [_info("x", F, [4])],
+                              [_info("y", F, [4])]))
+    plain = gr.create(relu.graph_json, relu.module())
+    assert plain.memory_report().bodies == {} and "bodies" not in str(plain.memory_report())

@@ -88,3 +88,44 @@ def test_static_graph_stays_a_graph_module() -> None:
                        shapes=[[2, 3], [2, 3]], dtypes="float32")
     assert not g.is_symbolic
     assert type(gr.create(g)) is gr.GraphModule
+
+
+def test_clone_shares_params_and_held_bytes_counts_them_once() -> None:
+    m = gr.create(dense_graph())
+    w = RNG.standard_normal((3, 4)).astype(np.float32)
+    m.load_params({"w": w})
+    other = m.clone()
+    assert isinstance(other, SymbolicGraphModule) and other._params["w"][1] is m._params["w"][1]
+    for module, batch in ((m, 2), (other, 5), (m, 3)):
+        x = RNG.standard_normal((batch, 4)).astype(np.float32)
+        y = RNG.standard_normal((batch, 3)).astype(np.float32)
+        module.run(x=x, y=y)
+        np.testing.assert_allclose(module.get_output(0).numpy(), np.maximum(x, 0) @ w.T + y,
+                                   rtol=1e-5, atol=1e-6)
+    assert m.specializations == 2 and other.specializations == 1
+    # two specialisations (batch 2 and 3), each its pool (w bound zero copy: not its own) and
+    # workspace; w (3 x 4 float32, 48 B) once
+    held = [mod.memory_report() for mod in m._cache.values()]
+    assert len(held) == 2 and all(r.pool[gr.cpu()] >= 48 for r in held)
+    assert m.held_bytes() == {gr.cpu(): sum(r.pool[gr.cpu()] + r.workspace.get(gr.cpu(), 0)
+                                            for r in held) - 48 * len(held) + 48}
+    assert m.get_output_info() == ([("batch", 3)], ["float32"])
+
+
+def test_share_params_binds_the_other_modules_arrays() -> None:
+    from graph_runtime.errors import ParamsError
+    w = RNG.standard_normal((3, 4)).astype(np.float32)
+    blob = gr.save_param_dict({"w": w})
+    first, second = gr.create(dense_graph()), gr.create(dense_graph())
+    with pytest.raises(ParamsError, match="'w' is not a param loaded in the other module"):
+        second.share_params(first, blob)
+    first.load_params(blob)
+    second.share_params(first, blob)
+    assert second._params["w"][1] is first._params["w"][1]
+    x = RNG.standard_normal((4, 4)).astype(np.float32)
+    y = np.zeros((4, 3), np.float32)
+    np.testing.assert_allclose(second.run_with(x=x, y=y)[0], np.maximum(x, 0) @ w.T,
+                               rtol=1e-5, atol=1e-6)
+    with pytest.raises(GraphError, match="needs a SymbolicGraphModule to share with, got "
+                                         "GraphModule"):
+        second.share_params(second.specialised(), blob)

@@ -21,8 +21,9 @@ from ...device import device
 from ...errors import GraphRuntimeError
 from ..attrs import op_error
 from ..library import TensorSpec
+from ..prepared import HoldsModules
 from ..registry import define_op, kernel
-from ..subgraph_module import body_import, row, sub_module
+from ..subgraph_module import SubModule, body_import, row, sub_module
 
 _SCALAR_I64 = TensorSpec((), "int64")
 _SCALAR_BOOL = TensorSpec((), "bool")
@@ -61,14 +62,19 @@ class _RunFailure(RuntimeError):
     naming the node (a GraphRuntimeError would pass through it without the node)."""
 
 
-def _named(op: str, run: Callable[..., None]) -> Callable[..., None]:
-    """run, with its sub-graph's errors turned into _RunFailure (so they name the node)."""
-    def guarded(*arrays: Any) -> None:
+class _ControlFlow(HoldsModules):
+    """A control-flow kernel: run, with its sub-graph's errors turned into _RunFailure (so they
+    name the node), and the body modules it holds (memory_report counts them)."""
+
+    def __init__(self, op: str, run: Callable[..., None], bodies: Sequence[SubModule]) -> None:
+        super().__init__(run, [body.module for body in bodies])
+        self.op = op
+
+    def __call__(self, *arrays: Any) -> None:
         try:
-            run(*arrays)
+            self.run(*arrays)
         except GraphRuntimeError as e:
-            raise _RunFailure(f"{op}: its sub-graph failed: {e}") from e
-    return guarded
+            raise _RunFailure(f"{self.op}: its sub-graph failed: {e}") from e
 
 
 # ---- If -------------------------------------------------------------------------------------
@@ -108,38 +114,43 @@ def _if_kernel(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
         taken.module.run()
         for k, out in enumerate(arrays[n_in:]):
             taken.read(k, out)
-    return _named("onnx_if", run)
+    return _ControlFlow("onnx_if", run, [then, other])
 
 
 # ---- Loop -----------------------------------------------------------------------------------
 
-def _loop_parts(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
+def loop_parts(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
     _check_scalar("onnx_loop", inputs[0], "the trip count")
     _check_scalar("onnx_loop", inputs[1], "the condition")
     return [_SCALAR_I64, _SCALAR_BOOL, *inputs[2:]]
 
 
-def _loop_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
+def loop_outputs(op: str, inputs: Sequence[TensorSpec], attrs: Mapping[str, Any],
+                 count: int) -> list[TensorSpec]:
+    """A Loop node's outputs: its carried values, then each scan output (count, *body's)."""
     carried = int(attrs["num_carried"])
-    outs = _specs("onnx_loop", attrs, "body", _loop_parts(inputs, attrs))
+    outs = _specs(op, attrs, "body", loop_parts(inputs, attrs))
     if len(outs) < 1 + carried:
-        raise op_error("onnx_loop", f"its body gives {len(outs)} outputs; expected at least "
-                                    f"{1 + carried} (the condition and {carried} carried)")
-    _check_scalar("onnx_loop", outs[0], "the body's condition output")
+        raise op_error(op, f"its body gives {len(outs)} outputs; expected at least "
+                           f"{1 + carried} (the condition and {carried} carried)")
+    _check_scalar(op, outs[0], "the body's condition output")
     for k in range(carried):
-        _same("onnx_loop", f"carried value {k}", inputs[2 + k], outs[1 + k])
+        _same(op, f"carried value {k}", inputs[2 + k], outs[1 + k])
     scans = outs[1 + carried:]
-    count = int(attrs.get("iterations", -1))
     if scans and count < 0:
-        raise op_error("onnx_loop", "scan outputs need the iteration count known at import")
+        raise op_error(op, "scan outputs need the iteration count known at import")
     return list(inputs[2:2 + carried]) + [TensorSpec((count, *s.shape), s.dtype) for s in scans]
+
+
+def _loop_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
+    return loop_outputs("onnx_loop", inputs, attrs, int(attrs.get("iterations", -1)))
 
 
 def _loop_kernel(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                  outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     from ...settings import loop_max_iterations
     dev = device(backend.name, device_id)
-    body = sub_module("onnx_loop", attrs["body"], _loop_parts(inputs, attrs), dev)
+    body = sub_module("onnx_loop", attrs["body"], loop_parts(inputs, attrs), dev)
     carried = int(attrs["num_carried"])
     n_in = len(inputs)
     count = int(attrs.get("iterations", -1))
@@ -186,7 +197,7 @@ def _loop_kernel(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
         if i == 0:
             for k in range(carried):
                 backend.copy(arrays[2 + k], outs[k])
-    return _named("onnx_loop", run)
+    return _ControlFlow("onnx_loop", run, [body])
 
 
 # ---- Scan -----------------------------------------------------------------------------------
@@ -267,7 +278,7 @@ def _scan_kernel(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
             if length == 0:
                 for k in range(states):
                     backend.copy(state[k], finals[k])
-    return _named("onnx_scan", run)
+    return _ControlFlow("onnx_scan", run, [body])
 
 
 _BODY_ATTRS = ("body", "body_outputs")

@@ -174,7 +174,7 @@ def _topk(arrays: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> list[np.nda
     return [values, indices]
 
 
-def _destination_kernel(op: str, host: HostFn) -> Any:
+def destination_kernel(op: str, host: HostFn) -> Any:
     """The CPU kernel for a graph that states the count: host's result, checked against it."""
     def factory(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
@@ -199,5 +199,5 @@ for _name, _infer, _n, _attrs, _host in (
         ("topk_dynamic", _topk_infer, 2, ("count", "axis", "largest", "sorted"), _topk),
         ("non_max_suppression_dynamic", _nms_infer, 5, NMS_ATTRS, _nms)):
     define_op(_name, _infer, _n, _attrs)
-    kernel(_name, "cpu")(_destination_kernel(_name, _host))
+    kernel(_name, "cpu")(destination_kernel(_name, _host))
     HOST_FUNCTIONS[_name] = _host

@@ -19,6 +19,7 @@ from ..._lru import LruCache
 from ...backends.base import Backend
 from ..attrs import op_error
 from ..library import TensorSpec
+from ..prepared import HoldsModules
 from ..registry import define_op, kernel
 
 VALUES_KEY = "__values"
@@ -113,7 +114,7 @@ def _region_kernel(backend: Backend, device_id: int, inputs: Sequence[TensorSpec
         for i, out in enumerate(arrays[n_in:]):
             # NOTE: ascontiguousarray would make a 0-d output 1-d.
             backend.from_host(np.asarray(module.get_output(i).numpy(), order="C"), out)
-    return run
+    return HoldsModules(run, [module])
 
 
 define_op("onnx_region", _infer, None, ("model", "value_inputs"))

@@ -9,6 +9,7 @@ storage and the report are the planner's own.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -21,9 +22,10 @@ from ..constraints import Placement, glob_escape
 from ..plan import plan_graph
 from ..result import PlanResult
 from ..virtual_device import VirtualDevice
-from .calibrate import calibrate, sequence_key, whole_run_seconds
+from .calibrate import Calibration, calibrate, sequence_key, whole_run_seconds
 from .cost_cache import SMALL_PARAM, CostCache, value_digest
 from .cost_model import CostModel
+from .cost_problem import CostProblem
 from .measure_costs import Measurer
 from .report import AutoPlan
 from .solve import solve_placement
@@ -56,24 +58,66 @@ def auto_place(graph: GraphSource, lib: Module, devices: Sequence[Device],
     """
     started = time.perf_counter()
     laps: dict[str, float] = {}
+    devs = devices_of(devices)
+    placement = placement_of(constraints)
+    g = without_copies(Graph.from_json(graph))
+    if g.is_symbolic:
+        from ..samples import signature
+        raise PlanError(f"{g.source}: the graph has symbolic dims ({signature(g)}); kernels are "
+                        "measured at concrete shapes: use auto_place_symbolic with sample "
+                        "shapes (graphrun plan --auto --shape NAME=D0,D1,...)")
+    measurer, (found,) = measure_problems([g], lib, devs, placement, budget_s, cache, progress,
+                                          params, calibrate_devices, laps, started)
+    solution = solve_placement(found.problem, method)
+    laps["solve"] = time.perf_counter() - started - sum(laps.values())
+    pinned = pin_all(g, [devs[c] for c in solution.choice[:found.model.n]], placement, devs[0])
+    result = plan_graph(g, pinned, lib, strict=True)
+    laps["emit"] = time.perf_counter() - started - sum(laps.values())
+    return report(found, result, solution.choice, solution.objective, solution.method, measurer,
+                  laps, pinned)
+
+
+@dataclass
+class Measured:
+    """One (static) graph's measured cost problem, its model and the device calibrations."""
+
+    graph: Graph
+    model: CostModel
+    problem: CostProblem
+    calibrations: list[Calibration]
+
+
+def devices_of(devices: Sequence[Device]) -> list[Device]:
+    """The devices once each, in order; PlanError when there are none."""
     devs = list(dict.fromkeys(devices))
     if not devs:
         raise PlanError("auto placement needs at least one device, e.g. -d cpu -d opencl")
+    return devs
+
+
+def placement_of(constraints: Placement | Mapping[str, Any] | None) -> Placement:
     if constraints is None:
-        placement = Placement()
-    elif isinstance(constraints, Placement):
-        placement = constraints
-    else:
-        placement = Placement.from_dict(constraints)
-    g = without_copies(Graph.from_json(graph))
+        return Placement()
+    if isinstance(constraints, Placement):
+        return constraints
+    return Placement.from_dict(constraints)
+
+
+def measure_problems(graphs: Sequence[Graph], lib: Module, devs: list[Device],
+                     placement: Placement, budget_s: float, cache: CostCache | str | None,
+                     progress: Progress | None, params: Mapping[str, Any] | None,
+                     calibrate_devices: bool, laps: dict[str, float], started: float
+                     ) -> tuple[Measurer, list[Measured]]:
+    """Each static graph's CostProblem, its kernels and copies measured in one pass (one
+    progress total) and each device calibrated by a whole-graph run (see auto_place)."""
     store = cache if isinstance(cache, CostCache) else CostCache.load(cache)
     measurer = Measurer(lib, store, budget_s)
     name_digest: dict[str, str] = {}
     for name, array in small_params(params or {}).items():
         name_digest[name] = value_digest(array)
         measurer.values[name_digest[name]] = array
-    model = CostModel(g, lib, devs, placement, name_digest)
-    cases = [c for row in model.cases for c in row.values()]
+    models = [CostModel(g, lib, devs, placement, name_digest) for g in graphs]
+    cases = [c for model in models for row in model.cases for c in row.values()]
     pairs = [(a, b) for a in devs for b in devs if a != b]
     laps["build"] = time.perf_counter() - started
     todo, pair_todo = measurer.missing(cases, pairs)
@@ -81,35 +125,44 @@ def auto_place(graph: GraphSource, lib: Module, devices: Sequence[Device],
     step = None if progress is None else (lambda label: progress(total, label))
     measurer.measure(cases, pairs, step)
     laps["measure"] = time.perf_counter() - started - sum(laps.values())
-    problem = model.problem(measurer)
-    calibrations = []
-    for d, dev in enumerate(devs):
-        single = model.single(d)
-        if not calibrate_devices or single is None:
-            continue
-        keys = [measurer.key(row[d]) for row in model.cases if d in row]
-        planned = _one_device_graph(g, lib, placement, dev)
-        found = calibrate(problem, d, single, model.n,
-                          sequence_key(g, keys, measurer.name(dev)), store,
-                          whole_run_seconds(planned, lib, devs, params), dev)
-        if found is not None:
-            calibrations.append(found)
+    found = []
+    for g, model in zip(graphs, models):
+        problem = model.problem(measurer)
+        calibrations = []
+        for d, dev in enumerate(devs):
+            single = model.single(d)
+            if not calibrate_devices or single is None:
+                continue
+            keys = [measurer.key(row[d]) for row in model.cases if d in row]
+            planned = _one_device_graph(g, lib, placement, dev)
+            got = calibrate(problem, d, single, model.n,
+                            sequence_key(g, keys, measurer.name(dev)), store,
+                            whole_run_seconds(planned, lib, devs, params), dev)
+            if got is not None:
+                calibrations.append(got)
+        found.append(Measured(g, model, problem, calibrations))
     laps["calibrate"] = time.perf_counter() - started - sum(laps.values())
-    solution = solve_placement(problem, method)
-    laps["solve"] = time.perf_counter() - started - sum(laps.values())
-    choice = [devs[c] for c in solution.choice[:model.n]]
-    pinned = _pin_all(g, choice, placement, devs[0])
-    result = plan_graph(g, pinned, lib, strict=True)
-    laps["emit"] = time.perf_counter() - started - sum(laps.values())
+    return measurer, found
+
+
+def report(found: Measured, result: PlanResult, choice_index: Sequence[int], predicted: float,
+           method: str, measurer: Measurer, laps: dict[str, float], pinned: Placement
+           ) -> AutoPlan:
+    """The AutoPlan of one assignment (device indices, nodes then pinned outputs) of found."""
+    model = found.model
+    problem = found.problem
+    devs = model.devs
+    choice = [devs[c] for c in choice_index[:model.n]]
     alternatives: dict[Device, float | None] = {}
     for d, dev in enumerate(devs):
         single = model.single(d)
         alternatives[dev] = None if single is None else problem.objective(single)
-    return AutoPlan(result, g, devs, model.report_nodes(problem, choice, measurer),
-                    model.report_copies(problem, solution.choice), solution.objective,
-                    alternatives, solution.method, measurer.kernels_measured,
+    pairs = [(a, b) for a in devs for b in devs if a != b]
+    return AutoPlan(result, found.graph, devs, model.report_nodes(problem, choice, measurer),
+                    model.report_copies(problem, choice_index), predicted,
+                    alternatives, method, measurer.kernels_measured,
                     measurer.copies_measured, laps, pinned, problem,
-                    {(a, b): measurer.copy_model(a, b) for a, b in pairs}, calibrations)
+                    {(a, b): measurer.copy_model(a, b) for a, b in pairs}, found.calibrations)
 
 
 def _one_device_graph(g: Graph, lib: Module, placement: Placement, dev: Device
@@ -135,7 +188,7 @@ def plan_on(auto: AutoPlan, device: Device, lib: Module) -> PlanResult:
 
 def one_device_plan(g: Graph, lib: Module, placement: Placement, device: Device) -> PlanResult:
     """g with every node on device; placement's output pins kept."""
-    return plan_graph(g, _pin_all(g, [device] * g.num_nodes, placement, device), lib,
+    return plan_graph(g, pin_all(g, [device] * g.num_nodes, placement, device), lib,
                       strict=True)
 
 
@@ -173,7 +226,7 @@ def without_copies(g: Graph) -> Graph:
                        extra_columns=extra)
 
 
-def _pin_all(g: Graph, choice: Sequence[Device], placement: Placement,
+def pin_all(g: Graph, choice: Sequence[Device], placement: Placement,
              default: Device) -> Placement:
     """A Placement naming every node's chosen device, keeping the user's output pins."""
     nodes: dict[str, VirtualDevice] = {}
