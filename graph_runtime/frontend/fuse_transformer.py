@@ -16,6 +16,7 @@ import numpy as np
 
 from .. import settings
 from .fuse_attention import match_attention
+from .fuse_dynamic import fuse_dynamic_quantize
 from .fuse_qkv import pack_qkv
 from .ir import Prim, Value
 from .pattern import PatternGraph, near, new_prim, other, scalar
@@ -216,5 +217,8 @@ def fuse_patterns(lowered: Any) -> Counter:
     if settings.word(settings.IMPORT_FUSE) == "off":
         return Counter()
     prims, counts = fuse_transformer(lowered.builder.prims, lowered.outputs)
+    prims, merged = fuse_dynamic_quantize(prims, lowered.outputs)
+    if merged:
+        counts["dense_dynamic_scaled"] = merged
     lowered.builder.prims[:] = prims
     return counts
