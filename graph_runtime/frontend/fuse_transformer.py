@@ -17,6 +17,8 @@ import numpy as np
 from .. import settings
 from .fuse_attention import match_attention
 from .fuse_dynamic import fuse_dynamic_quantize
+from .fuse_lookup import fuse_lookups
+from .fuse_qdq import int8_import
 from .fuse_qkv import pack_qkv
 from .ir import Prim, Value
 from .pattern import PatternGraph, near, new_prim, other, scalar
@@ -220,5 +222,9 @@ def fuse_patterns(lowered: Any) -> Counter:
     prims, merged = fuse_dynamic_quantize(prims, lowered.outputs)
     if merged:
         counts["dense_dynamic_scaled"] = merged
+    if lowered.qdq_fused and int8_import():  # the int8 ops made the model CPU-only already
+        prims, tables = fuse_lookups(prims, lowered.outputs)
+        if tables:
+            counts["qlookup"] = tables
     lowered.builder.prims[:] = prims
     return counts

@@ -328,3 +328,24 @@ def test_conv2d_integer_scaled_is_the_graphs_float_steps(mode, case) -> None:
         np.testing.assert_array_equal(out, want)
     else:
         np.testing.assert_allclose(out, want, rtol=2 ** -22, atol=2 ** -22 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("dtype,out_dtype", [("int8", "int8"), ("uint8", "int8"),
+                                             ("int8", "uint8")])
+def test_qlookup_is_the_table_at_each_byte(dtype, out_dtype) -> None:
+    """qlookup over flat memory and over a strided view (NumPy's take) against indexing."""
+    from graph_runtime.lib.ops.quantized_lookup import _qlookup_cpu, _qlookup_infer
+    rng = np.random.default_rng(31)
+    x = _ints(rng, (3, 40, 7), dtype)
+    table = rng.integers(0, 256, 256).astype(np.uint8).view(out_dtype)
+    specs = [TensorSpec(x.shape, dtype), TensorSpec((256,), out_dtype)]
+    (spec,) = _qlookup_infer(specs, {})
+    assert spec == TensorSpec(x.shape, out_dtype)
+    kernel = _qlookup_cpu(None, 0, specs, [spec], {})
+    want = table[x.view(np.uint8).astype(np.int64)]
+    for view in (x, np.asfortranarray(x)):
+        out = np.empty(x.shape, out_dtype)
+        kernel(view, table, out)
+        np.testing.assert_array_equal(out, want)
+    with pytest.raises(Exception, match="expected \\(256,\\)"):
+        _qlookup_infer([specs[0], TensorSpec((255,), out_dtype)], {})
