@@ -10,7 +10,7 @@ CPU kernels compute them). Applied only where the QDQ fusion already made the mo
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Callable
 
 import numpy as np
 
@@ -33,11 +33,12 @@ def _elementwise() -> frozenset[str]:
     return frozenset(ELEMENTWISE_EXPRS) | {"qadd"}
 
 
-def _cone(y: Value, ops: frozenset[str], stop_at_bytes: bool
-          ) -> tuple[list[Prim], Value] | None:
+def _cone(y: Value, ops: frozenset[str], stop_at_bytes: bool,
+          stop: Callable[[Value], bool] | None = None) -> tuple[list[Prim], Value] | None:
     """The elementwise prims computing y and the one non-constant value they read (an int8 or
     uint8 tensor of y's shape); None when they read another, or a constant of more than one
-    value. stop_at_bytes: every int8/uint8 value is a leaf (the smallest region)."""
+    value. stop_at_bytes: every int8/uint8 value is a leaf (the smallest region); stop: the
+    int8/uint8 values that are leaves besides."""
     prims: dict[int, Prim] = {}
     leaves: dict[int, Value] = {}
     stack = [y]
@@ -49,7 +50,7 @@ def _cone(y: Value, ops: frozenset[str], stop_at_bytes: bool
             continue
         p = v.producer
         leaf = p is None or p.op not in ops or len(p.outputs) != 1 or v.shape != y.shape \
-            or (stop_at_bytes and v is not y and v.dtype in INT8)
+            or (v is not y and v.dtype in INT8 and (stop_at_bytes or (stop and stop(v))))
         if leaf:
             leaves[id(v)] = v
             continue

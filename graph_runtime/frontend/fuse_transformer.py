@@ -19,6 +19,7 @@ from .fuse_attention import match_attention
 from .fuse_dynamic import fuse_dynamic_quantize
 from .fuse_lookup import fuse_lookups
 from .fuse_qdq import int8_import
+from .fuse_qdq_attention import fuse_qdq_attention
 from .fuse_qkv import pack_qkv
 from .ir import Prim, Value
 from .pattern import PatternGraph, near, new_prim, other, scalar
@@ -223,6 +224,9 @@ def fuse_patterns(lowered: Any) -> Counter:
     if merged:
         counts["dense_dynamic_scaled"] = merged
     if lowered.qdq_fused and int8_import():  # the int8 ops made the model CPU-only already
+        prims, attentions = fuse_qdq_attention(prims, lowered.outputs)
+        if attentions:
+            counts["qdq_attention"] = attentions
         prims, tables = fuse_lookups(prims, lowered.outputs)
         if tables:
             counts["qlookup"] = tables
