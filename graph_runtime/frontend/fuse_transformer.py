@@ -20,6 +20,7 @@ from .fuse_dynamic import fuse_dynamic_quantize
 from .fuse_lookup import fuse_lookups
 from .fuse_qdq import int8_import
 from .fuse_qdq_attention import fuse_qdq_attention
+from .fuse_qdq_qkv import pack_qdq_qkv
 from .fuse_qkv import pack_qkv
 from .ir import Prim, Value
 from .pattern import PatternGraph, near, new_prim, other, scalar
@@ -227,6 +228,9 @@ def fuse_patterns(lowered: Any) -> Counter:
         prims, attentions = fuse_qdq_attention(prims, lowered.outputs)
         if attentions:
             counts["qdq_attention"] = attentions
+            prims, packed = pack_qdq_qkv(prims, lowered.outputs)
+            if packed:
+                counts["qdq_qkv_packed"] = packed
         prims, tables = fuse_lookups(prims, lowered.outputs)
         if tables:
             counts["qlookup"] = tables

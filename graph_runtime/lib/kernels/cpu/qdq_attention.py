@@ -102,10 +102,12 @@ _context_compiled = compiled(_context)
 
 
 def qdq_attention_kernel(batch: int, heads: int, tokens: int, dim: int,
-                         params: dict[str, tuple[float, int, int, int]]) -> Callable[..., None]:
+                         params: dict[str, tuple[float, int, int, int]],
+                         offsets: tuple[int, int, int] = (0, 0, 0)) -> Callable[..., None]:
     """run(q, k, v, mask, q_table, k_table, v_table, add_table, a_table, p_table, out); params
     "s", "p", "y": (scale, zero point, lowest, highest) of the scores', probabilities' and
-    context's quantization."""
+    context's quantization; offsets: the first column of q, k and v in their arrays."""
+    width = heads * dim
     qh, vh = (np.empty((batch, heads, tokens, dim), np.float32) for _ in range(2))
     kh = np.empty((batch, heads, dim, tokens), np.float32)
     scores = np.empty((batch, heads, tokens, tokens), np.float32)
@@ -115,10 +117,11 @@ def qdq_attention_kernel(batch: int, heads: int, tokens: int, dim: int,
 
     def run(q: Any, k: Any, v: Any, mask: Any, q_table: Any, k_table: Any, v_table: Any,
             add_table: Any, a_table: Any, p_table: Any, out: Any) -> None:
-        for x, table, key, f in ((q, q_table, False, qh), (k, k_table, True, kh),
-                                 (v, v_table, False, vh)):
-            _heads_compiled(np.ascontiguousarray(x).view(np.uint8).reshape(
-                batch, tokens, heads, dim), table, key, f)
+        for x, table, key, f, at in ((q, q_table, False, qh, offsets[0]),
+                                     (k, k_table, True, kh, offsets[1]),
+                                     (v, v_table, False, vh, offsets[2])):
+            columns = x.view(np.uint8)[:, :, at:at + width]
+            _heads_compiled(columns.reshape(batch, tokens, heads, dim), table, key, f)
         np.matmul(qh, kh, out=scores)
         masks = np.ascontiguousarray(mask).reshape(mask.shape[0], mask.shape[2], tokens).view(
             np.uint8)
