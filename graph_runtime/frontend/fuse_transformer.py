@@ -20,7 +20,7 @@ from .fuse_dynamic import fuse_dynamic_quantize
 from .fuse_lookup import fuse_lookups
 from .fuse_qdq import int8_import
 from .fuse_qdq_attention import fuse_qdq_attention
-from .fuse_qdq_qkv import pack_qdq_qkv
+from .fuse_qdq_qkv import columns_form, pack_qdq_qkv
 from .fuse_qkv import pack_qkv
 from .ir import Prim, Value
 from .pattern import PatternGraph, near, new_prim, other, scalar
@@ -234,5 +234,10 @@ def fuse_patterns(lowered: Any) -> Counter:
         prims, tables = fuse_lookups(prims, lowered.outputs)
         if tables:
             counts["qlookup"] = tables
+        prims, rewritten, folded = columns_form(prims, lowered.outputs)
+        if rewritten:
+            counts["qdense_add_columns"] = rewritten
+        if folded:
+            counts["qlookup_folded"] = folded
     lowered.builder.prims[:] = prims
     return counts

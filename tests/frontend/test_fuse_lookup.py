@@ -103,3 +103,44 @@ def test_no_lookup_without_the_qdq_fusion() -> None:
     x = {"x": np.random.default_rng(8).integers(-128, 128, (4, 5)).astype(np.int8)}
     (got,), (want,) = run_ours(m, x, "cpu"), run_ort(m, x)
     assert np.abs(got.astype(int) - want).max() <= 1
+
+
+def test_a_lookup_after_a_projection_folds_into_its_byte_map(monkeypatch) -> None:
+    """QDQ MatMul + bias (a qdense_add) then the GELU lookup: one qdense_add_packed whose byte
+    map is the two composed; the same bytes as the two nodes without oneDNN (where both
+    requantize by the reference steps)."""
+    from graph_runtime.settings import ONEDNN
+    monkeypatch.setenv(ONEDNN.name, "off")
+    rng = np.random.default_rng(9)
+    m = _qdq_gelu(np.int8)
+    # the MatMul's bias: Add(DQ(h) , DQ(Q(bias))) -> Q, as quantize_static writes BERT's
+    bias = rng.standard_normal(24).astype(np.float32)
+    graph = m.graph
+    add_nodes = [helper.make_node("QuantizeLinear", ["bias", "s1", "z1"], ["bias_q"]),
+                 helper.make_node("DequantizeLinear", ["bias_q", "s1", "z1"], ["bias_d"]),
+                 helper.make_node("Add", ["hb_in", "bias_d"], ["hb"]),
+                 helper.make_node("QuantizeLinear", ["hb", "s1", "z1"], ["hb_q"]),
+                 helper.make_node("DequantizeLinear", ["hb_q", "s1", "z1"], ["hb_d"])]
+    nodes = list(graph.node)
+    for n in nodes:  # the MatMul's Q/DQ now feed the Add; the GELU reads the sum
+        for i, name in enumerate(n.input):
+            if name == "hd" and n.op_type != "DequantizeLinear":
+                n.input[i] = "hb_d"
+    at = next(i for i, n in enumerate(nodes) if n.output[0] == "hd") + 1
+    nodes[at:at] = add_nodes
+    for n in nodes:
+        if n.op_type == "Add" and n.output[0] == "hb":
+            n.input[0] = "hd"
+    del graph.node[:]
+    graph.node.extend(nodes)
+    graph.initializer.append(init("bias", bias))
+    imported = import_onnx(m)
+    assert imported.patterns["qlookup_folded"] == 1, imported.patterns
+    assert not any("qlookup" in f for f in imported.func_names), imported.func_names
+    feeds = {"x": (rng.standard_normal((3, 16)) * 2).astype(np.float32)}
+    (got,) = run_ours(m, feeds, "cpu")
+    (want,) = run_ort(m, feeds)
+    assert np.abs(got - want).max() <= 0.02 * 1.01
+    monkeypatch.setenv(IMPORT_FUSE.name, "off")
+    (plain,) = run_ours(m, feeds, "cpu")
+    assert np.abs(got - plain).max() <= 0.02 * 1.01
