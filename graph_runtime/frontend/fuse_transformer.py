@@ -20,6 +20,7 @@ from .fuse_dynamic import fuse_dynamic_quantize
 from .fuse_lookup import fuse_lookups
 from .fuse_qdq import int8_import
 from .fuse_qdq_attention import fuse_qdq_attention
+from .fuse_qdq_norm import fuse_qdq_norms
 from .fuse_qdq_qkv import columns_form, pack_qdq_qkv
 from .fuse_qkv import pack_qkv
 from .ir import Prim, Value
@@ -231,6 +232,9 @@ def fuse_patterns(lowered: Any) -> Counter:
             prims, packed = pack_qdq_qkv(prims, lowered.outputs)
             if packed:
                 counts["qdq_qkv_packed"] = packed
+        prims, norms = fuse_qdq_norms(prims, lowered.outputs)
+        if norms:
+            counts["qadd_layer_norm"] = norms
         prims, tables = fuse_lookups(prims, lowered.outputs)
         if tables:
             counts["qlookup"] = tables

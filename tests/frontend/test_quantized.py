@@ -109,7 +109,8 @@ def test_onnxruntime_quantized_model_matches(name: str, mode: str, onednn: str,
     imported = import_onnx(m)
     fused = {"QConv", "QAdd"} if name.startswith("resnet") else {"QDenseAdd", "QAdd",
                                                                  "qdq_attention", "qlookup",
-                                                                 "qdq_qkv_packed"}
+                                                                 "qdq_qkv_packed",
+                                                                 "qadd_layer_norm"}
     if mode == "static_qdq":
         assert fused <= set(imported.patterns), imported.patterns
     elif name.startswith("bert"):  # Q, K, V one product; every quantize inside its matmul
