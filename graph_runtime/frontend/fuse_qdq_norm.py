@@ -10,6 +10,7 @@ from .fuse_lookup import INT8, _cone, _elementwise, _table
 from .fuse_qdq_attention import _quantized
 from .ir import Prim, Value
 from .pattern import PatternGraph, new_prim
+from ..lib.ops.qlayer_norm import trailing
 
 
 def _match(g: PatternGraph, q_out: Prim, order: dict[int, int]) -> Prim | None:
@@ -38,13 +39,19 @@ def _match(g: PatternGraph, q_out: Prim, order: dict[int, int]) -> Prim | None:
             (p for p in prims if total in p.inputs), None) or add.attrs.get("relu"):
         return None
     a, b = add.inputs
-    if a.shape != b.shape or a.shape != x.shape or a.dtype not in INT8 or b.dtype not in INT8:
+    swap = a.shape != x.shape
+    if swap:
+        a, b = b, a
+    if a.shape != x.shape or not trailing(b.shape, a.shape) or a.dtype not in INT8 \
+            or b.dtype not in INT8:
         return None
     x_table = _table(sorted(prims, key=lambda p: order[id(p)]), total, x)
     at = add.attrs
     table = qadd_table((float(at["a_scale"]), float(at["b_scale"]), float(at["y_scale"])),
                        (int(at["a_zero"]), int(at["b_zero"]), int(at["y_zero"])), False,
-                       a.dtype, b.dtype, total.dtype)
+                       add.inputs[0].dtype, add.inputs[1].dtype, total.dtype)
+    if swap:  # indexed by (a byte, b byte) of the operands as the kernel takes them
+        table = np.ascontiguousarray(table.reshape(256, 256).T).reshape(-1)
     width = x.shape[-1]
     gamma, beta = (np.broadcast_to(v.const.reshape(-1), (width,)).astype(np.float32)  # type: ignore
                    for v in ln.inputs[1:3])

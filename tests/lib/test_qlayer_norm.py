@@ -12,11 +12,14 @@ from graph_runtime.lib.library import TensorSpec
 from graph_runtime.lib.ops.qlayer_norm import _cpu, _infer
 
 
-@pytest.mark.parametrize("dtype", ["int8", "uint8"])
-def test_qadd_layer_norm_is_the_graphs_steps(dtype) -> None:
+@pytest.mark.parametrize("dtype,b_shape", [("int8", (2, 7, 48)), ("uint8", (2, 7, 48)),
+                                           ("int8", (1, 7, 48)), ("uint8", (48,))])
+def test_qadd_layer_norm_is_the_graphs_steps(dtype, b_shape) -> None:
+    """b of a's shape, or of its trailing dims (BERT's position embeddings) repeated."""
     rng = np.random.default_rng(61)
     lo, hi = (-128, 127) if dtype == "int8" else (0, 255)
-    a, b = (rng.integers(lo, hi + 1, (2, 7, 48)).astype(dtype) for _ in range(2))
+    a = rng.integers(lo, hi + 1, (2, 7, 48)).astype(dtype)
+    b = rng.integers(lo, hi + 1, b_shape).astype(dtype)
     table = qadd_table((0.03, 0.02, 0.04), (3, -2 if dtype == "int8" else 5, 1), False, dtype,
                        dtype, "int8")
     x_table = (np.arange(256, dtype=np.uint8).view(np.int8).astype(np.float32) - 1) * \
@@ -30,7 +33,7 @@ def test_qadd_layer_norm_is_the_graphs_steps(dtype) -> None:
     (spec,) = _infer(specs, attrs)
     out = np.empty(a.shape, np.int8)
     _cpu(None, 0, specs, [spec], attrs)(*arrays, out)
-    index = (a.view(np.uint8).astype(np.int64) << 8) | b.view(np.uint8)
+    index = (a.view(np.uint8).astype(np.int64) << 8) | np.broadcast_to(b, a.shape).view(np.uint8)
     x = x_table[table.view(np.uint8)[index]].astype(np.float64)
     mean = x.mean(axis=-1, keepdims=True)
     normed = ((x - mean) / np.sqrt(((x - mean) ** 2).mean(axis=-1, keepdims=True) + 1e-5)
@@ -42,8 +45,8 @@ def test_qadd_layer_norm_is_the_graphs_steps(dtype) -> None:
 
 
 def test_qadd_layer_norm_refuses_operands_of_two_shapes() -> None:
-    specs = [TensorSpec((2, 8), "int8"), TensorSpec((1, 8), "int8"),
+    specs = [TensorSpec((2, 8), "int8"), TensorSpec((2, 1), "int8"),
              TensorSpec((65536,), "float32"), TensorSpec((8,), "float32"),
              TensorSpec((8,), "float32")]
-    with pytest.raises(GraphRuntimeError, match=r"a \(2, 8\) and b \(1, 8\)"):
+    with pytest.raises(GraphRuntimeError, match=r"a \(2, 8\) and b \(2, 1\)"):
         _infer(specs, {"epsilon": 1e-5, "y_scale": 0.1, "y_zero": 0, "y_dtype": "int8"})

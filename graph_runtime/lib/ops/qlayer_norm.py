@@ -2,7 +2,7 @@
 over the last axis, quantize_static's residual add and LayerNorm in one CPU op
 (frontend/fuse_qdq_norm.py).
 
-a, b: int8/uint8 of one shape; sum_table: float32 (65536,), the LayerNorm's input per
+a, b: int8/uint8, b of a's shape or of its trailing dims (its rows repeated); sum_table: float32 (65536,), the LayerNorm's input per
 (a byte * 256 + b byte): qadd's table composed with the sum's DQ; gamma, beta float32
 (width,); attributes epsilon, y_scale, y_zero, y_dtype. The values the qadd node, the DQ ->
 layer_norm -> Q chain and its kernels give (kernels/cpu/qlayer_norm.py).
@@ -23,14 +23,24 @@ from .quantized import _check_int8
 OP = "qadd_layer_norm"
 
 
+def trailing(small: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    """Whether small, its leading ones dropped, is shape's trailing dims (a whole row at least),
+    so that b's rows repeat along a's."""
+    dims = list(small)
+    while dims and dims[0] == 1:
+        dims.pop(0)
+    return len(dims) >= 1 and tuple(dims) == shape[len(shape) - len(dims):]
+
+
 def _check(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> tuple[int, int, str]:
     """(rows, width, output dtype)."""
     check_num_inputs(OP, inputs, 5)
     for i, name in ((0, "a"), (1, "b")):
         _check_int8(OP, f"input {i} ({name})", inputs[i], ("int8", "uint8"))
     shape = tuple(inputs[0].shape)
-    if not shape or tuple(inputs[1].shape) != shape:
-        raise op_error(OP, f"a {shape} and b {tuple(inputs[1].shape)}: expected one shape")
+    if not shape or not trailing(tuple(inputs[1].shape), shape):
+        raise op_error(OP, f"a {shape} and b {tuple(inputs[1].shape)}: expected b of a's shape "
+                           "or of its trailing dims (leading ones allowed)")
     width = shape[-1]
     for i, name, dtypes, size in ((2, "sum_table", ("float32",), 65536),
                                   (3, "gamma", ("float32",), width),
@@ -55,7 +65,9 @@ def _cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
     lo, hi = QUANT_RANGES[dtype]
     params = (float(float_attr(OP, attrs, "y_scale")), int(int_attr(OP, attrs, "y_zero", 0)),
               int(lo), int(hi))
-    return qadd_layer_norm_kernel(rows, width, float(float_attr(OP, attrs, "epsilon")), params)
+    b_rows = size_of(tuple(inputs[1].shape)) // max(width, 1)
+    return qadd_layer_norm_kernel(rows, width, float(float_attr(OP, attrs, "epsilon")), params,
+                                  b_rows)
 
 
 define_op(OP, _infer, 5, ("epsilon", "y_scale", "y_zero", "y_dtype"))
