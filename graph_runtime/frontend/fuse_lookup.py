@@ -83,11 +83,17 @@ def _region(g: PatternGraph, y: Value, ops: frozenset[str]) -> tuple[list[Prim],
 
 def _table(prims: list[Prim], x: Value, y: Value) -> np.ndarray:
     """The region run on the 256 byte values of x's type: y's value for each."""
+    return evaluate(prims, x, np.arange(256, dtype=np.uint8).view(x.dtype), y)
+
+
+def evaluate(prims: list[Prim], x: Value, given: np.ndarray, y: Value) -> np.ndarray:
+    """y's value from elementwise prims (scalar constants besides x) run on given as x, with
+    the CPU kernels."""
     from ..backends import get_backend
     from ..lib.library import TensorSpec
     from ..lib.registry import get_op
     backend = get_backend("cpu")
-    values: dict[int, np.ndarray] = {id(x): np.arange(256, dtype=np.uint8).view(x.dtype)}
+    values: dict[int, np.ndarray] = {id(x): given}
     for p in prims:
         args = [v.const.reshape(()) if v.const is not None else values[id(v)]
                 for v in p.inputs]

@@ -232,9 +232,11 @@ def fuse_patterns(lowered: Any) -> Counter:
             prims, packed = pack_qdq_qkv(prims, lowered.outputs)
             if packed:
                 counts["qdq_qkv_packed"] = packed
-        prims, norms = fuse_qdq_norms(prims, lowered.outputs)
+        prims, norms, takes = fuse_qdq_norms(prims, lowered.outputs)
         if norms:
             counts["qadd_layer_norm"] = norms
+        if takes:
+            counts["quantized_take"] = takes
         prims, tables = fuse_lookups(prims, lowered.outputs)
         if tables:
             counts["qlookup"] = tables

@@ -1,6 +1,7 @@
 """fuse_qdq_norm.py on ONNX Runtime's quantize_static of the committed BERT export: every
-residual add + LayerNorm becomes one qadd_layer_norm, and the outputs are bit for bit the ones
-the qadd node and the DQ -> layer_norm -> Q chain give (the same tables and row kernel)."""
+residual add + LayerNorm becomes one qadd_layer_norm and the quantized word embeddings' take a
+take of the quantized table, and the outputs are bit for bit the ones the nodes they replace
+give (the same tables, row kernel and quantization steps)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,10 +22,11 @@ def test_qadd_layer_norm_gives_the_chains_bytes(tmp_path: Path, monkeypatch) -> 
     pytest.importorskip("onnxruntime.quantization")
     source = DATA / "bert_ts.onnx"
     m = onnx.load(str(quantized(source, "static_qdq", tmp_path)))
-    assert import_onnx(m).patterns["qadd_layer_norm"] >= 4
+    patterns = import_onnx(m).patterns
+    assert patterns["qadd_layer_norm"] >= 4 and patterns["quantized_take"] >= 1, patterns
     feeds = feeds_for(source, 99)
     fused = run_ours(m, feeds, "cpu")
-    monkeypatch.setattr(fuse_transformer, "fuse_qdq_norms", lambda prims, outputs: (prims, 0))
-    assert "qadd_layer_norm" not in import_onnx(m).patterns
+    monkeypatch.setattr(fuse_transformer, "fuse_qdq_norms", lambda prims, outputs: (prims, 0, 0))
+    assert "qadd_layer_norm" not in import_onnx(m).patterns  # nor the quantized take
     for got, want in zip(fused, run_ours(m, feeds, "cpu")):
         np.testing.assert_array_equal(got, want)
