@@ -16,12 +16,8 @@ import numpy as np
 
 from .. import settings
 from .fuse_attention import match_attention
-from .fuse_dynamic import fuse_dynamic_quantize
-from .fuse_lookup import fuse_lookups
+from .fuse_int8 import fuse_int8
 from .fuse_qdq import int8_import
-from .fuse_qdq_attention import fuse_qdq_attention
-from .fuse_qdq_norm import fuse_qdq_norms
-from .fuse_qdq_qkv import columns_form, pack_qdq_qkv
 from .fuse_qkv import pack_qkv
 from .ir import Prim, Value
 from .pattern import PatternGraph, near, new_prim, other, scalar
@@ -222,28 +218,7 @@ def fuse_patterns(lowered: Any) -> Counter:
     if settings.word(settings.IMPORT_FUSE) == "off":
         return Counter()
     prims, counts = fuse_transformer(lowered.builder.prims, lowered.outputs)
-    prims, merged = fuse_dynamic_quantize(prims, lowered.outputs)
-    if merged:
-        counts["dense_dynamic_scaled"] = merged
     if lowered.qdq_fused and int8_import():  # the int8 ops made the model CPU-only already
-        prims, attentions = fuse_qdq_attention(prims, lowered.outputs)
-        if attentions:
-            counts["qdq_attention"] = attentions
-            prims, packed = pack_qdq_qkv(prims, lowered.outputs)
-            if packed:
-                counts["qdq_qkv_packed"] = packed
-        prims, norms, takes = fuse_qdq_norms(prims, lowered.outputs)
-        if norms:
-            counts["qadd_layer_norm"] = norms
-        if takes:
-            counts["quantized_take"] = takes
-        prims, tables = fuse_lookups(prims, lowered.outputs)
-        if tables:
-            counts["qlookup"] = tables
-        prims, rewritten, folded = columns_form(prims, lowered.outputs)
-        if rewritten:
-            counts["qdense_add_columns"] = rewritten
-        if folded:
-            counts["qlookup_folded"] = folded
+        prims = fuse_int8(prims, lowered.outputs, counts)
     lowered.builder.prims[:] = prims
     return counts

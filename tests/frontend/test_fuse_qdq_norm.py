@@ -11,7 +11,7 @@ import pytest
 from onnx_builders import run_ours
 from quantize_models import feeds_for, quantized
 
-import graph_runtime.frontend.fuse_transformer as fuse_transformer
+import graph_runtime.frontend.fuse_int8 as fuse_int8
 from graph_runtime.frontend.importer import import_onnx
 
 onnx = pytest.importorskip("onnx")
@@ -26,7 +26,7 @@ def test_qadd_layer_norm_gives_the_chains_bytes(tmp_path: Path, monkeypatch) -> 
     assert patterns["qadd_layer_norm"] >= 4 and patterns["quantized_take"] >= 1, patterns
     feeds = feeds_for(source, 99)
     fused = run_ours(m, feeds, "cpu")
-    monkeypatch.setattr(fuse_transformer, "fuse_qdq_norms", lambda prims, outputs: (prims, 0, 0))
+    monkeypatch.setattr(fuse_int8, "fuse_qdq_norms", lambda prims, outputs: (prims, 0, 0))
     assert "qadd_layer_norm" not in import_onnx(m).patterns  # nor the quantized take
     for got, want in zip(fused, run_ours(m, feeds, "cpu")):
         np.testing.assert_array_equal(got, want)

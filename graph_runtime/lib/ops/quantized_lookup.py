@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
-import numpy as np
-
 from ...backends.base import Backend
 from ..attrs import op_error
 from ..kernels.cpu.quantized import lookup_kernel
@@ -29,11 +27,6 @@ def _qlookup_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> li
 def _qlookup_cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                  outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     return lookup_kernel()
-
-
-def qlookup_reference(x: np.ndarray, table: np.ndarray) -> np.ndarray:
-    """table indexed by x's bytes, with NumPy (the tests' reference)."""
-    return table[x.view(np.uint8)]
 
 
 define_op("qlookup", _qlookup_infer, 2)
