@@ -578,3 +578,48 @@ def test_read_params_into_copies_after_a_short_read(tmp_path: Path, monkeypatch)
     read_params_into(str(path), mapped, targets)
     for name, target in targets.items():
         np.testing.assert_array_equal(target, want[name])
+
+
+# --- the types beyond NumPy's (graph_runtime/dtypes.py) ---------------------------------------
+
+def _extended() -> dict[str, np.ndarray]:
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("make_extended",
+                                                  GOLDEN / "extended" / "make_extended.py")
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module.extended_arrays()
+
+
+def test_bfloat16_and_float8_match_tvms_own_file() -> None:
+    """TVM 0.27 wrote extended.params (make_extended.py): the same bytes from our writer, the
+    same arrays from our reader (DLPack 1.1 codes 4, 10-14)."""
+    golden = (GOLDEN / "extended" / "extended.params").read_bytes()
+    arrays = _extended()
+    assert save_param_dict(arrays) == golden
+    got = load_param_dict(golden)
+    for name, array in arrays.items():
+        back = got[name].numpy()
+        assert back.dtype == array.dtype
+        np.testing.assert_array_equal(back.view(np.uint8), array.view(np.uint8))
+
+
+@pytest.mark.parametrize("dtype,code,bits", [("int4", 0, 4), ("uint4", 1, 4), ("int2", 0, 2),
+                                             ("uint2", 1, 2), ("float4_e2m1fn", 17, 4)])
+def test_sub_byte_records_carry_tvms_header(dtype: str, code: int, bits: int) -> None:
+    """The header TVM 0.27's writer gives a (2, 3) tensor of these types (code, bits, 6 data
+    bytes: one per element, its loader's numel * ceil(bits / 8)), with our data one element per
+    byte. NOTE: TVM itself holds them packed (3 bytes here), so its writer fills those 6 bytes
+    from a 3-byte buffer and its loader reads 6 into one: these values do not travel to or from
+    TVM 0.27 correctly in either direction, whatever we write; between graph_runtime's writer
+    and reader they do."""
+    import ml_dtypes
+    array = (np.arange(6) % 2).reshape(2, 3).astype(np.float32).astype(getattr(ml_dtypes, dtype))
+    data = save_param_dict({"x": array})
+    at = data.index(b"x") + 1 + 8  # past the name and the array count
+    fields = struct.unpack_from("<QQiiiBBH", data, at)
+    assert fields[4:] == (2, code, bits, 1)
+    assert struct.unpack_from("<3q", data, at + 32) == (2, 3, 6)
+    assert data[at + 56:] == array.view(np.uint8).tobytes()
+    assert load_param_dict(data)["x"].numpy().view(np.uint8).tolist() == \
+        array.view(np.uint8).tolist()

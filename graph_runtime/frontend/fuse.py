@@ -9,7 +9,7 @@ from ..lib.kernels.gpu_elementwise import ELEMENTWISE_EXPRS
 from .ir import Prim, Value
 
 # TVM's "out_elemwise_fusable" ops: heavy ops whose elementwise epilogue joins their function.
-ANCHORS = frozenset({"conv2d", "conv2d_transpose", "dense", "matmul", "batch_matmul",
+ANCHORS = frozenset({"conv2d", "conv2d_transpose", "dense", "matmul", "batch_matmul", "dense_dynamic_scaled",
                      "max_pool2d", "avg_pool2d", "global_avg_pool2d", "global_max_pool2d"})
 INJECTIVE = frozenset({"reshape", "transpose", "squeeze", "expand_dims", "flatten",
                        "batch_flatten", "strided_slice", "concatenate", "take", "pad", "split",
@@ -35,7 +35,7 @@ MAX_NAME = 80  # TVM caps the op part of a fused name near this length
 def _kind(op: str) -> str:
     if op in ANCHORS:
         return "anchor"
-    if op in ELEMENTWISE_EXPRS or op == "bias_add":
+    if op in ELEMENTWISE_EXPRS or op in ("bias_add", "qlookup"):
         return "elemwise"
     if op in INJECTIVE:
         return "injective"

@@ -38,8 +38,13 @@ def _elem(types: dict[str, Any], name: str) -> tuple[int, tuple[int, ...] | None
 
 
 def _bias(g: _Graph, name: str, n: int, conv: bool) -> np.ndarray | None:
-    """A per-column (per-channel for a conv) float32 bias: an initializer, or (a conv's) the
-    Reshape / Unsqueeze of one to (n, 1, 1) or (1, n, 1, 1); None otherwise."""
+    """A per-column (per-channel for a conv) float32 bias: an initializer (behind Identity
+    nodes or not), or (a conv's) the Reshape / Unsqueeze of one to (n, 1, 1) or (1, n, 1, 1);
+    None otherwise."""
+    identity = g.producer.get(name)
+    while name not in g.inits and identity is not None and identity.op_type == "Identity":
+        name = identity.input[0]  # PyTorch's exports give a bias as Identity(initializer)
+        identity = g.producer.get(name)
     value = g.inits.get(name)
     shapes = [(n,), (1, n)] if not conv else [(n, 1, 1), (1, n, 1, 1)]
     if value is None and conv:

@@ -16,6 +16,8 @@ import numpy as np
 
 from .. import settings
 from .fuse_attention import match_attention
+from .fuse_int8 import fuse_int8
+from .fuse_qdq import int8_import
 from .fuse_qkv import pack_qkv
 from .ir import Prim, Value
 from .pattern import PatternGraph, near, new_prim, other, scalar
@@ -216,5 +218,7 @@ def fuse_patterns(lowered: Any) -> Counter:
     if settings.word(settings.IMPORT_FUSE) == "off":
         return Counter()
     prims, counts = fuse_transformer(lowered.builder.prims, lowered.outputs)
+    if lowered.qdq_fused and int8_import():  # the int8 ops made the model CPU-only already
+        prims = fuse_int8(prims, lowered.outputs, counts)
     lowered.builder.prims[:] = prims
     return counts

@@ -107,9 +107,15 @@ def test_onnxruntime_quantized_model_matches(name: str, mode: str, onednn: str,
     m = onnx.load(str(quantized(source, mode, tmp_path)))
     feeds = feeds_for(source, 99)
     imported = import_onnx(m)
-    fused = {"QConv", "QAdd"} if name.startswith("resnet") else {"QDenseAdd", "QAdd"}
+    fused = {"QConv", "QAdd"} if name.startswith("resnet") else {"QDenseAdd", "QAdd",
+                                                                 "qdq_attention", "qlookup",
+                                                                 "qdq_qkv_packed",
+                                                                 "qadd_layer_norm"}
     if mode == "static_qdq":
         assert fused <= set(imported.patterns), imported.patterns
+    elif name.startswith("bert"):  # Q, K, V one product; every quantize inside its matmul
+        assert {"qkv_packed", "dense_dynamic_scaled"} <= set(imported.patterns)
+        assert not any(f.endswith("_dynamic_quantize") for f in imported.func_names)
     got = run_ours(m, feeds, "cpu")
     want = run_ort(m, feeds)
     scales = _output_scales(m)
@@ -273,27 +279,35 @@ def test_per_channel_dequantize_of_1x1_conv_weights_folds() -> None:
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
 
 
-def test_matmul_integer_cast_mul_add_fused_into_one_op() -> None:
-    """quantize_dynamic's MatMulInteger -> Cast -> Mul(x_scale * w_scale) -> Add(bias) as
-    dense_integer_scaled, against ONNX Runtime (float: summation order only)."""
+@pytest.mark.parametrize("readers", [1, 2])
+def test_matmul_integer_cast_mul_add_fused_into_one_op(readers: int) -> None:
+    """quantize_dynamic's MatMulInteger -> Cast -> Mul(x_scale * w_scale) -> Add(bias, behind
+    PyTorch's Identity) as dense_integer_scaled, against ONNX Runtime (float: summation order
+    only); its DynamicQuantizeLinear merged into it (dense_dynamic_scaled) where that product
+    alone reads it, kept as its own node where two do."""
     rng = np.random.default_rng(13)
-    w = rng.integers(-128, 128, (24, 10)).astype(np.int8)
-    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
-             helper.make_node("MatMulInteger", ["xq", "w", "xz", "wz"], ["acc"]),
-             helper.make_node("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
-             helper.make_node("Mul", ["xs", "ws"], ["scale"]),
-             helper.make_node("Mul", ["accf", "scale"], ["y0"]),
-             helper.make_node("Add", ["y0", "bias"], ["y"])]
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"])]
+    inits = [init("wz", np.int8(0)), init("ws", np.float32(0.0042))]
+    for i in range(readers):
+        nodes += [helper.make_node("MatMulInteger", ["xq", f"w{i}", "xz", "wz"], [f"acc{i}"]),
+                  helper.make_node("Cast", [f"acc{i}"], [f"accf{i}"], to=TensorProto.FLOAT),
+                  helper.make_node("Mul", ["xs", "ws"], [f"scale{i}"]),
+                  helper.make_node("Mul", [f"accf{i}", f"scale{i}"], [f"y0{i}"]),
+                  helper.make_node("Identity", [f"bias{i}"], [f"b{i}"]),
+                  helper.make_node("Add", [f"b{i}", f"y0{i}"], [f"y{i}"])]
+        inits += [init(f"w{i}", rng.integers(-128, 128, (24, 10)).astype(np.int8)),
+                  init(f"bias{i}", rng.standard_normal(10).astype(np.float32))]
     m = model(nodes, [tensor("x", TensorProto.FLOAT, (3, 5, 24))],
-              [tensor("y", TensorProto.FLOAT, None)],
-              [init("w", w), init("wz", np.int8(0)), init("ws", np.float32(0.0042)),
-               init("bias", rng.standard_normal(10).astype(np.float32))], opset=13)
+              [tensor(f"y{i}", TensorProto.FLOAT, None) for i in range(readers)], inits,
+              opset=13)
     imported = import_onnx(m)
-    assert imported.patterns["IntegerToFloatMatMul"] == 1
-    assert "dynamic_quantize" in " ".join(imported.func_names)
+    assert imported.patterns["IntegerToFloatMatMul"] == readers
+    funcs = " ".join(imported.func_names)
+    assert len(imported.func_names) == (1 if readers == 1 else 3), funcs
+    assert ("dense_dynamic_scaled" in funcs) == (readers == 1), funcs
     x = rng.standard_normal((3, 5, 24)).astype(np.float32)
-    (got,), (want,) = run_ours(m, {"x": x}, "cpu"), run_ort(m, {"x": x})
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    for got, want in zip(run_ours(m, {"x": x}, "cpu"), run_ort(m, {"x": x})):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
 def test_conv_integer_cast_mul_add_fused_into_one_op() -> None:
@@ -332,7 +346,7 @@ def test_int8_import_off_keeps_the_float_lowering(name, mode, tmp_path, monkeypa
     imported = import_onnx(m)
     funcs = " ".join(imported.func_names)
     assert not any(op in funcs for op in ("qconv2d", "qdense", "qadd", "_integer",
-                                          "dynamic_quantize")), funcs
+                                          "dynamic_quantize", "qlookup", "qdq_attention")), funcs
     feeds = feeds_for(source, 99)
     scales = _output_scales(m)
     for info, g, w in zip(m.graph.output, run_ours(m, feeds, "cpu"), run_ort(m, feeds)):

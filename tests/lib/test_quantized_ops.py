@@ -271,6 +271,37 @@ def test_dense_integer_scaled_is_the_graphs_float_steps(mode, per_column) -> Non
         np.testing.assert_allclose(out, want, rtol=2 ** -22, atol=2 ** -22 * np.abs(want).max())
 
 
+@pytest.mark.parametrize("kind", ["normal", "zeros", "nan"])
+def test_dense_dynamic_scaled_is_dynamic_quantize_then_dense_integer_scaled(mode, kind) -> None:
+    """One call giving what the two ops give (its quantize is ONNX's DynamicQuantizeLinear,
+    checked against the float32 steps above), the product against exact integers."""
+    from graph_runtime.lib.ops.quantized_integer import _dynamic_scaled_cpu
+    rng = np.random.default_rng(21)
+    x = (rng.standard_normal((2, 9, 40)) * 2).astype(np.float32)
+    if kind == "zeros":
+        x[...] = 0
+    elif kind == "nan":
+        x[1, 2, 3] = np.nan
+    w = rng.integers(-128, 128, (40, 11)).astype(np.int8)
+    w_scale = rng.uniform(0.001, 0.01, 11).astype(np.float32)
+    bias = rng.standard_normal(11).astype(np.float32)
+    specs = [TensorSpec(a.shape, str(a.dtype)) for a in (x, w, w_scale, bias)]
+    kernel = _dynamic_scaled_cpu(None, 0, specs, [TensorSpec((2, 9, 11), "float32")], {})
+    out = np.empty((2, 9, 11), np.float32)
+    for _ in range(2):  # a second run reuses the scratch arrays
+        kernel(x, w, w_scale, bias, out)
+    if kind == "nan":  # the scale is NaN: so is every product, as the two nodes give
+        assert np.isnan(out).all()
+        return
+    q, x_scale, x_zero = _dynamic_quantize_reference(x)
+    acc = (q.astype(np.int64) - int(x_zero)) @ w.astype(np.int64)
+    want = acc.astype(np.float32) * (x_scale * w_scale) + bias
+    if mode == "off":
+        np.testing.assert_array_equal(out, want)
+    else:
+        np.testing.assert_allclose(out, want, rtol=2 ** -22, atol=2 ** -22 * np.abs(want).max())
+
+
 @pytest.mark.parametrize("case", CONVS[:4], ids=[f"conv{i}" for i in range(4)])
 def test_conv2d_integer_scaled_is_the_graphs_float_steps(mode, case) -> None:
     """conv2d_integer's exact accumulator, then float32(acc) * float32(x_scale * w_scale[o])
@@ -297,3 +328,24 @@ def test_conv2d_integer_scaled_is_the_graphs_float_steps(mode, case) -> None:
         np.testing.assert_array_equal(out, want)
     else:
         np.testing.assert_allclose(out, want, rtol=2 ** -22, atol=2 ** -22 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("dtype,out_dtype", [("int8", "int8"), ("uint8", "int8"),
+                                             ("int8", "uint8")])
+def test_qlookup_is_the_table_at_each_byte(dtype, out_dtype) -> None:
+    """qlookup over flat memory and over a strided view (NumPy's take) against indexing."""
+    from graph_runtime.lib.ops.quantized_lookup import _qlookup_cpu, _qlookup_infer
+    rng = np.random.default_rng(31)
+    x = _ints(rng, (3, 40, 7), dtype)
+    table = rng.integers(0, 256, 256).astype(np.uint8).view(out_dtype)
+    specs = [TensorSpec(x.shape, dtype), TensorSpec((256,), out_dtype)]
+    (spec,) = _qlookup_infer(specs, {})
+    assert spec == TensorSpec(x.shape, out_dtype)
+    kernel = _qlookup_cpu(None, 0, specs, [spec], {})
+    want = table[x.view(np.uint8).astype(np.int64)]
+    for view in (x, np.asfortranarray(x)):
+        out = np.empty(x.shape, out_dtype)
+        kernel(view, table, out)
+        np.testing.assert_array_equal(out, want)
+    with pytest.raises(Exception, match="expected \\(256,\\)"):
+        _qlookup_infer([specs[0], TensorSpec((255,), out_dtype)], {})

@@ -12,12 +12,18 @@ conv2d_integer_scaled the same for conv2d_integer, per output channel.
 dynamic_quantize(x) -> (y, scale, zero point): DynamicQuantizeLinear in one kernel
 (kernels/cpu/dynamic_quantize.py).
 
+dense_dynamic_scaled(x, w, w_scale, bias) -> float32: dynamic_quantize of float32 x, then
+dense_integer_scaled of its three results, in one call (frontend/fuse_dynamic.py): the same
+values, one node instead of two.
+
 CPU only, as quantized.py's: oneDNN's int8 primitives where the library is here, exact float64
 products otherwise.
 """
 from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
 
 from ...backends.base import Backend
 from ..attrs import op_error
@@ -121,6 +127,43 @@ def _scaled_cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
     return Forward(made, run)
 
 
+def _dynamic_scaled_check(inputs: Sequence[TensorSpec]) -> tuple[int, int, int]:
+    """(rows, N, K) of dense_dynamic_scaled(x, w, w_scale, bias)."""
+    check_num_inputs("dense_dynamic_scaled", inputs, 4)
+    _check_int8("dense_dynamic_scaled", "input 0 (x)", inputs[0], ("float32",))
+    x = tuple(inputs[0].shape)
+    _scaled_check([TensorSpec(x, "uint8"), TensorSpec((), "uint8"), inputs[1],
+                   TensorSpec((), "float32"), inputs[2], inputs[3]])
+    k, n = tuple(inputs[1].shape)
+    return size_of(x) // max(k, 1), n, k
+
+
+def _dynamic_scaled_infer(inputs: Sequence[TensorSpec],
+                          attrs: Mapping[str, Any]) -> list[TensorSpec]:
+    _dynamic_scaled_check(inputs)
+    return [TensorSpec(tuple(inputs[0].shape[:-1]) + (inputs[1].shape[1],), "float32")]
+
+
+def _dynamic_scaled_cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
+                        outputs: Sequence[TensorSpec],
+                        attrs: Mapping[str, Any]) -> Callable[..., None]:
+    """dynamic_quantize's kernel into a scratch array, then dense_integer_scaled's."""
+    rows, n, k = _dynamic_scaled_check(inputs)
+    quantize = dynamic_quantize_kernel(rows * k)
+    q = np.empty((rows, k), np.uint8)
+    x_scale, x_zero = np.empty((), np.float32), np.empty((), np.uint8)
+    specs = [TensorSpec((rows, k), "uint8"), TensorSpec((), "uint8"), inputs[1],
+             TensorSpec((), "float32"), inputs[2], inputs[3]]
+    scaled = _scaled_cpu(backend, device_id, specs, [TensorSpec((rows, n), "float32")], attrs)
+    if isinstance(scaled, Forward):
+        scaled.kernel.derived = (1,)  # the weight's position among this op's inputs
+
+    def run(x: Any, w: Any, w_scale: Any, bias: Any, out: Any) -> None:
+        quantize(x, q, x_scale, x_zero)
+        scaled(q, x_zero, w, x_scale, w_scale, bias, out.reshape(rows, n))
+    return Forward(scaled, run, q.nbytes) if isinstance(scaled, Forward) else run
+
+
 def _conv_scaled_params(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> ConvParams:
     check_num_inputs("conv2d_integer_scaled", inputs, 6)
     p = _conv_integer_params(inputs[:3], attrs)
@@ -171,5 +214,7 @@ define_op("conv2d_integer_scaled", _conv_scaled_infer, 6, CONV_ATTRS)
 kernel("conv2d_integer_scaled", "cpu")(_conv_scaled_cpu)
 define_op("dense_integer_scaled", _scaled_infer, 6)
 kernel("dense_integer_scaled", "cpu")(_scaled_cpu)
+define_op("dense_dynamic_scaled", _dynamic_scaled_infer, 4)
+kernel("dense_dynamic_scaled", "cpu")(_dynamic_scaled_cpu)
 define_op("dynamic_quantize", _dynamic_quantize_infer, 1)
 kernel("dynamic_quantize", "cpu")(_dynamic_quantize_cpu)

@@ -151,6 +151,24 @@ _lookup_rows_compiled = compiled(_lookup_rows)
 _lookup_one_compiled = compiled(_lookup_one)
 
 
+def lookup_kernel() -> Callable[..., None]:
+    """run(x, table, out): out = table[x's byte] (qlookup), one compiled gather over flat
+    memory where x and out are C-contiguous, NumPy's take otherwise."""
+    last: list[Any] = [None, None, None]  # x, out, and their flat views (or None)
+
+    def run(x: Any, table: Any, out: Any) -> None:
+        if x is not last[0] or out is not last[1]:
+            views = None
+            if x.flags.c_contiguous and out.flags.c_contiguous:
+                views = (x.reshape(-1).view(np.uint8), out.reshape(-1))
+            last[:] = [x, out, views]
+        if last[2] is None:
+            np.take(table, x.view(np.uint8), out=out)
+            return
+        _lookup_one_compiled(last[2][0], table, last[2][1])
+    return run
+
+
 def _tail(small: tuple[int, ...], shape: tuple[int, ...]) -> bool:
     """Whether an operand of shape `small` is shape's trailing dims (leading ones dropped)."""
     dims = list(small)
