@@ -154,6 +154,7 @@ def phases_child(folder: Path, spawned: float, devices: list[str]) -> None:
     clock.lap("run2")
     clock.seconds["end"] = time.time()
     print(json.dumps(clock.seconds), flush=True)
+    os._exit(0)  # as graphrun's main ends (cli/app.py): the exit step is then the same
 
 
 def fresh(name: str, folder: Path, devices: list[str]) -> dict[str, float]:
