@@ -13,7 +13,8 @@ cache (PYTHONPYCACHEPREFIX) even where PYTHONDONTWRITEBYTECODE is set, as an ins
 has it. Run it unniced with `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE`; say the load average.
 
 Usage: python bench/warm_start.py [--model bert_base] [--rounds 7] [-d cpu] [--fresh]
-                                  [--torch-python /path/to/python] [--json OUT.json]
+                                  [--baseline OTHER_CHECKOUT] [--torch-python /path/to/python]
+                                  [--json OUT.json]
 """
 from __future__ import annotations
 
@@ -39,8 +40,9 @@ SERIAL = ["start", "imports", "lib", "create", "params", "run1", "exit"]  # one 
 PHASES = SERIAL + ["pack", "numba", "run2"]
 
 
-def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+def _env(extra: dict[str, str] | None = None, root: Path = ROOT) -> dict[str, str]:
+    """The child's environment: graph_runtime from root, bytecode kept in the bench cache."""
+    env = dict(os.environ, PYTHONPATH=str(root))
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPYCACHEPREFIX"] = str(IMPORTED / "pycache")
     env.update(extra or {})
@@ -70,11 +72,12 @@ def ensure_imported(name: str, model: Path) -> Path:
     return folder
 
 
-def run_command(folder: Path, devices: list[str], env: dict[str, str]) -> float:
-    """Wall seconds of one `graphrun run folder` process."""
+def run_command(folder: Path, devices: list[str], env: dict[str, str],
+                root: Path = ROOT) -> float:
+    """Wall seconds of one `graphrun run folder` process (root's cli.py)."""
     flags = [x for d in devices for x in ("-d", d)]
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, str(ROOT / "cli.py"), "run", str(folder), *flags],
+    done = subprocess.run([sys.executable, str(root / "cli.py"), "run", str(folder), *flags],
                           env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - start
     if done.returncode != 0:
@@ -167,8 +170,9 @@ def fresh(name: str, folder: Path, devices: list[str]) -> dict[str, float]:
 
 
 def _row(label: str, values: dict[str, list[float]]) -> str:
-    cells = "".join(f"{statistics.median(values[p]):8.3f}" for p in PHASES if p in values)
-    return f"{label:10}{cells}"
+    cells = "".join(f"{statistics.median(values[p]):8.3f}" if p in values else f"{'-':>8}"
+                    for p in PHASES)
+    return f"{label:11}{cells}"
 
 
 def main() -> None:
@@ -182,6 +186,8 @@ def main() -> None:
                         help="also time the first run of an environment with empty caches")
     parser.add_argument("--torch-python", help="a Python with torch and transformers, to "
                                                "export a missing model")
+    parser.add_argument("--baseline", type=Path, help="another checkout (e.g. main's) whose "
+                        "graphrun run is timed in the same rounds, interleaved")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--phases", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--spawned", type=float, help=argparse.SUPPRESS)
@@ -198,22 +204,33 @@ def main() -> None:
             result.update(fresh(name, folder, opts.device))
             print(f"{name}: fresh environment {result['fresh_s']:.2f} s, its second run "
                   f"{result['second_s']:.2f} s", flush=True)
-        run_command(folder, opts.device, _env())  # fills this environment's caches
-        walls: list[float] = []
-        steps: dict[str, list[float]] = {}
+        roots = {"this": ROOT}
+        if opts.baseline is not None:
+            roots["baseline"] = opts.baseline.resolve()
+        for root in roots.values():
+            run_command(folder, opts.device, _env(root=root), root)  # fills the caches
+        walls: dict[str, list[float]] = {label: [] for label in roots}
+        steps: dict[str, dict[str, list[float]]] = {label: {} for label in roots}
         for _ in range(opts.rounds):
-            walls.append(run_command(folder, opts.device, _env()))
-            for key, value in run_phases(folder, opts.device, _env()).items():
-                steps.setdefault(key, []).append(value)
+            for label, root in roots.items():  # interleaved: the machine's load hits both
+                walls[label].append(run_command(folder, opts.device, _env(root=root), root))
+                for key, value in run_phases(folder, opts.device, _env(root=root)).items():
+                    steps[label].setdefault(key, []).append(value)
         result.update(walls=walls, steps=steps)
         results.append(result)
-        print(f"{name}: warm graphrun run, {opts.rounds} processes: median "
-              f"{statistics.median(walls):.3f} s (min {min(walls):.3f}, max {max(walls):.3f})")
+        print(f"{name}: warm graphrun run, {opts.rounds} processes each, interleaved")
+        for label in roots:
+            times = walls[label]
+            print(f"  {label:9} median {statistics.median(times):.3f} s (min {min(times):.3f}, "
+                  f"max {max(times):.3f})")
         print("  --phases processes, median seconds per step (pack and numba are inside run1):")
-        print(f"{'':10}" + "".join(f"{p:>8}" for p in PHASES if p in steps))
-        print(_row("", steps))
-        totals = [sum(values) for values in zip(*(steps[p] for p in SERIAL))]
-        print(f"  sum of {'+'.join(SERIAL)}: median {statistics.median(totals):.3f} s")
+        print(f"{'':11}" + "".join(f"{p:>8}" for p in PHASES))
+        for label in roots:
+            print(_row(f"  {label}", steps[label]))
+        for label in roots:
+            totals = [sum(values) for values in zip(*(steps[label][p] for p in SERIAL))]
+            print(f"  {label}: sum of {'+'.join(SERIAL)}: median "
+                  f"{statistics.median(totals):.3f} s")
     print(f"load average {os.getloadavg()}")
     if opts.json:
         opts.json.write_text(json.dumps({"results": results, "load": os.getloadavg()}, indent=1))
