@@ -74,8 +74,37 @@ def app(ctx: click.Context, debug: bool, verbose: bool) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Console-script entry (`graphrun`), also used by the checkout's cli.py."""
-    app.main(args=list(argv) if argv is not None else None, prog_name="graphrun")
+    """Console-script entry (`graphrun`), also used by the checkout's cli.py.
+
+    The process ends as soon as the command has: tearing the interpreter down (every module,
+    numba's and oneDNN's objects) took 0.13-0.2 s after a warm BERT-base run of 1.3 s, and none
+    of it is needed once the atexit handlers have run and stdout and stderr are flushed (the
+    commands close what they write). An exception other than click's exit keeps the usual end.
+    """
+    try:
+        app.main(args=list(argv) if argv is not None else None, prog_name="graphrun")
+        code: Any = 0
+    except SystemExit as e:
+        code = e.code
+    _exit_now(code)
+
+
+def _exit_now(code: Any) -> None:
+    """End the process with sys.exit's meaning of code, skipping the interpreter's teardown."""
+    import atexit
+    import sys
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (graphrun ... | head): nothing to do
+            pass
+    os._exit(code)
 
 
 @app.command()

@@ -16,6 +16,7 @@ from ..errors import LibraryError
 from ..graph.schema import json_path, load_schema
 from .attrs import check_attrs
 from .chain import Chain, Step
+from . import schema_passed
 from .library import Module
 from .registry import OPS, get_op, load_standard_ops
 from .source_kernel import SourceKernel, add_source_function
@@ -115,13 +116,17 @@ def _load_json(path: Path) -> Module:
         raise LibraryError(f"{path.name}: JSON nested too deeply to read") from e
     except ValueError as e:  # an integer of more than 4300 digits
         raise LibraryError(f"{path.name}: not valid JSON: {str(e)[:120]}") from e
-    lib = module_from_json(doc, path.name)
+    checked = schema_passed.passed(text)
+    if not checked:
+        check_schema(doc, path.name)
+        schema_passed.remember(text)
+    lib = module_from_json(doc, path.name, schema_checked=True)
     lib.source = str(path)
     return lib
 
 
-def module_from_json(doc: Any, filename: str = "lib.json") -> Module:
-    """A Module from a parsed lib document; errors name filename and the JSON path."""
+def check_schema(doc: Any, filename: str = "lib.json") -> None:
+    """LibraryError naming filename and the JSON path where doc breaks lib.schema.json."""
     import jsonschema
     try:
         errors = list(_schema_validator().iter_errors(doc))
@@ -131,6 +136,15 @@ def module_from_json(doc: Any, filename: str = "lib.json") -> Module:
         error = jsonschema.exceptions.best_match(errors)
         raise LibraryError(f"{filename} at {json_path(error.absolute_path)}: "
                            f"{_schema_message(error)}")
+
+
+def module_from_json(doc: Any, filename: str = "lib.json", schema_checked: bool = False) -> Module:
+    """A Module from a parsed lib document; errors name filename and the JSON path.
+
+    schema_checked: doc is known to pass lib.schema.json (schema_passed.py), not checked again.
+    """
+    if not schema_checked:
+        check_schema(doc, filename)
     lib = Module(Path(filename).stem)
     for name, func in doc["functions"].items():
         where = f"{filename} at {json_path(['functions', name])}"

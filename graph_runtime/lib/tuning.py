@@ -153,8 +153,10 @@ def remembered() -> list[Entry]:
 def forget() -> None:
     """Drop what this process remembers (the next choose reads the file again, as a new process
     would)."""
+    global _parsed
     with _lock:
         _memo.clear()
+        _parsed = None
 
 
 def clear() -> int:
@@ -190,15 +192,38 @@ def _measure(wanted: Entry, candidates: Sequence[str],
                  seconds, time.strftime("%Y-%m-%dT%H:%M:%S"))
 
 
+# (path, inode, size, mtime) of the file last parsed, and its entries: a process asked the
+# file once per new key, and a warm BERT-base start parsed its 370 KB five times (0.1 s). Every
+# store replaces the file by a new one (a new inode), so a changed file is never taken for it.
+_parsed: tuple[tuple[str, int, int, int], dict[str, Entry]] | None = None
+
+
 def _read_entries() -> dict[str, Entry]:
     """The cache file's well-formed entries by ident; {} when it is off, missing or malformed."""
-    from .. import __version__
+    global _parsed
     path = cache_path()
     if path is None:
         return {}
     try:
-        doc = json.loads(path.read_bytes())
-    except (OSError, ValueError):  # missing, unreadable, not UTF-8 or not JSON
+        with open(path, "rb") as f:
+            info = os.fstat(f.fileno())
+            stamp = (str(path), info.st_ino, info.st_size, info.st_mtime_ns)
+            if _parsed is not None and _parsed[0] == stamp:
+                return dict(_parsed[1])
+            data = f.read()
+    except OSError:  # missing or unreadable
+        return {}
+    found = _parse_entries(data)
+    _parsed = (stamp, found)
+    return dict(found)
+
+
+def _parse_entries(data: bytes) -> dict[str, Entry]:
+    """The well-formed entries of a cache file's bytes by ident; {} when it is malformed."""
+    from .. import __version__
+    try:
+        doc = json.loads(data)
+    except ValueError:  # not UTF-8 or not JSON
         return {}
     if (not isinstance(doc, dict) or doc.get("format") != FORMAT
             or doc.get("version") != __version__ or not isinstance(doc.get("entries"), list)):

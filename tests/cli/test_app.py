@@ -469,6 +469,31 @@ def test_python_cli_py_from_the_checkout() -> None:
     assert usage.returncode == 0 and usage.stdout.startswith("Usage: graphrun")
 
 
+def test_main_ends_the_process_with_outputs_written_and_atexit_run(tmp_path: Path) -> None:
+    # main() skips the interpreter's teardown (os._exit): what a command writes, stdout,
+    # stderr, the exit status and the atexit handlers must all survive that.
+    out = tmp_path / "out.npz"
+    marker = tmp_path / "atexit.txt"
+    program = ("import atexit, sys; from pathlib import Path; "
+               f"atexit.register(Path({str(marker)!r}).write_text, 'ran'); "
+               "from graph_runtime.cli.app import main; main(sys.argv[1:])")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-c", program, "run", str(SIMPLEX), "-d", "cpu",
+                           "-o", str(out), "--json"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["saved"] == str(out)
+    assert marker.read_text() == "ran"
+    expected = np.load(SIMPLEX / "expected.npz")
+    with np.load(out) as saved:
+        np.testing.assert_allclose(saved["output_0"], expected[expected.files[0]], rtol=1e-5)
+    failed = subprocess.run([sys.executable, "-c", program, "run", str(tmp_path / "none")],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+                            check=False)
+    assert failed.returncode == 2
+    assert failed.stderr.startswith("graphrun: error:") and "none" in failed.stderr
+
+
 def test_progress_bars_stay_quiet_without_a_tty(addw: Path) -> None:
     result = invoke("run", addw, "-d", "cpu", "--repeat", 5)
     assert result.exit_code == 0

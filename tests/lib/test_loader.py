@@ -193,3 +193,32 @@ def test_a_lib_py_calling_sys_exit_is_a_library_error(tmp_path: Path) -> None:
     path.write_text("import sys\nsys.exit(3)\n")
     with pytest.raises(LibraryError, match=r"called sys.exit\(3\) while loading"):
         load_module(path)
+
+
+def test_a_lib_json_that_passed_the_schema_is_not_checked_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+    import subprocess
+    import sys
+    from graph_runtime.lib import loader
+    from graph_runtime.settings import CACHE_DIR
+    monkeypatch.setenv(CACHE_DIR.name, str(tmp_path / "cache"))
+    path = _write_json(tmp_path, {"f": {"op": "relu"}})
+    checked: list[str] = []
+    check = loader.check_schema
+    monkeypatch.setattr(loader, "check_schema", lambda doc, name: checked.append(name) or
+                        check(doc, name))
+    assert "f" in load_module(path) and checked == ["lib.json"]
+    assert "f" in load_module(path) and checked == ["lib.json"]  # remembered
+    # a new process loads it without importing jsonschema
+    program = ("import sys; from graph_runtime.lib import load_module; "
+               f"load_module({str(path)!r}); print('jsonschema' in sys.modules)")
+    root = str(Path(__file__).resolve().parents[2])
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=root), timeout=120, check=True)
+    assert done.stdout.strip() == "False", done.stderr
+    # any change to the text is checked again, and an error still names the JSON path
+    path.write_text(path.read_text().replace('"relu"}', '"relu", "bogus": [1]}'))
+    with pytest.raises(LibraryError, match="functions"):
+        load_module(path)
+    assert checked == ["lib.json", "lib.json"]

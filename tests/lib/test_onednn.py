@@ -507,3 +507,15 @@ def test_auto_takes_the_workers_beside_a_busy_process(monkeypatch) -> None:
         spin.wait()
     assert (decided.openmp, decided.workers) == (1, len(cpus))
     assert f"CPU {cpus[0]}" in decided.why and "busy" in decided.why
+
+
+@pytest.mark.parametrize("mode", ["workers", "openmp"])
+def test_matmul_impl_is_read_without_building_the_kernel(onednn, monkeypatch, mode) -> None:
+    # choice.py asks every oneDNN matmul it offers for its impl; one passed over must cost no
+    # primitives and no packed weight, and the answer must be the built kernel's.
+    from graph_runtime.lib.kernels.onednn.matmul import OnednnMatmul
+    monkeypatch.setenv(ONEDNN_THREADS.name, mode)
+    kernel = OnednnMatmul(1, 128, 768, 768, False, False, 1, 1)
+    asked = kernel.impl
+    assert kernel.items == [] and not hasattr(kernel, "weight")
+    assert kernel.pieces() >= 1 and kernel.impl == asked and not asked.startswith("ref")

@@ -219,3 +219,20 @@ def test_timing_helpers_name_every_candidate() -> None:
     assert set(best_seconds(calls, 2)) == set(median_seconds(calls, 3)) == {"a", "b"}
     assert fastest({"a": 1.0, "b": 0.5}, "a", 1.5) == "b"
     assert fastest({"a": 1.0, "b": 0.9}, "a", 1.5) == "a"
+
+
+def test_the_file_is_parsed_once_until_another_writer_replaces_it(
+        cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache.parent.mkdir(parents=True)
+    cache.write_bytes(_file(_entry(), _entry(key="other", chosen="on",
+                                             seconds={"off": 2.0, "on": 1.0})))
+    parsed: list[int] = []
+    parse = tuning._parse_entries
+    monkeypatch.setattr(tuning, "_parse_entries", lambda data: parsed.append(1) or parse(data))
+    none = Counting({"off": 1.0, "on": 2.0})
+    assert _choose(none) == "off" and _choose(none, "other") == "on"
+    assert none.calls == 0 and len(parsed) == 1  # the second key came from the parsed file
+    # another process stores an entry: the file is replaced, so it is read again
+    subprocess.run([sys.executable, "-c", WRITER, "third", "1"], cwd=ROOT, check=True,
+                   env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
+    assert _choose(none, "third 0") == "on" and none.calls == 0 and len(parsed) == 2
