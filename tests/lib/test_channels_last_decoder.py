@@ -32,8 +32,8 @@ def _blank(shape: tuple[int, ...], nhwc: bool) -> np.ndarray:
 
 
 @pytest.mark.parametrize("shape, size", [
-    ((1, 5, 7, 3), (1, 5, 14, 9)), ((2, 3, 9, 8), (2, 3, 4, 13)), ((1, 40, 16, 16), (1, 40, 64, 64)),
-    ((1, 16, 5, 6), (1, 16, 5, 11))])
+    ((1, 5, 7, 3), (1, 5, 14, 9)), ((2, 3, 9, 8), (2, 3, 4, 13)),
+    ((1, 40, 16, 16), (1, 40, 64, 64)), ((1, 16, 5, 6), (1, 16, 5, 11))])
 @pytest.mark.parametrize("mode, ctm", [("linear", "half_pixel"), ("linear", "align_corners"),
                                        ("cubic", "pytorch_half_pixel")])
 @pytest.mark.parametrize("nhwc_in, nhwc_out", [(True, True), (True, False), (False, True)])
