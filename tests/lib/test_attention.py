@@ -167,3 +167,28 @@ def test_cpu_kernel_without_mask_and_a_scale_not_positive(scale: float) -> None:
     out = np.empty(want.shape, np.float32)
     kernel(*arrays, out)
     _check(out, want, "float32")
+
+
+# Fewer heads than work items (SegFormer's first stages): blocks of query rows on the workers
+ROW_CASES = [(1, 1100, 240, 1, 8, (1, 1, 1, 240), False, True),
+             (1, 1030, 260, 1, 8, None, False, False),
+             (1, 1040, 256, 1, 8, (1, 1, 1040, 256), False, False),
+             (1, 301, 301, 3, 8, (1, 3, 301, 301), True, True)]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("case", ROW_CASES)
+def test_cpu_query_row_blocks_on_workers(monkeypatch, case: tuple, dtype: str) -> None:
+    from graph_runtime.settings import ATTENTION_SPLIT, NUM_THREADS
+    monkeypatch.setenv(NUM_THREADS.name, "2")
+    monkeypatch.setenv(ATTENTION_SPLIT.name, "on")
+    arrays, attrs, want = _case(*case, dtype=dtype)
+    specs = [TensorSpec(a.shape, dtype) for a in arrays]
+    run = get_op("attention").kernels["cpu"](get_backend("cpu"), 0, specs,
+                                             [TensorSpec(want.shape, dtype)], attrs)
+    heads = case[3]
+    assert run.uses_workers() and len(run.blocks) == heads * -(-8 // heads)
+    assert all(q1 > q0 for *_, q0, q1 in run.blocks)
+    out = np.full(want.shape, np.nan, dtype)
+    run(*[np.ascontiguousarray(a) for a in arrays], out)
+    _check(out, want, dtype)

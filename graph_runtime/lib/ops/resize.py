@@ -264,7 +264,7 @@ def _host_resize(xp: Any, backend: Backend, device_id: int, inputs: Sequence[Ten
                  outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     p = resize_params(inputs, attrs)
     empty = size_of(p.out_shape) == 0
-    if xp is np and not empty and p.passes and p.dtype in ("float32", "float64"):
+    if xp is np and not empty and (not p.passes or p.dtype in ("float32", "float64")):
         compiled = resize_jit(p.shape, p.out_shape, p.passes)
         if compiled is not None:
             return compiled

@@ -1,7 +1,7 @@
 """Ops that cut or join along axes (strided_slice, split, concatenate, pad) on every backend."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -11,8 +11,11 @@ from ..attrs import (attr_error, float_attr, normalize_axis, op_error, parse_val
 from ..kernels.host import host_factory
 from ..kernels.opencl.source import cl_strided_copy
 from ..library import TensorSpec
+from ..kernels.cpu.pool_jit import SERIAL_OUTPUTS
+from ..kernels.cpu.threads import channel_split, chunk_bounds, parallel_items
+from ..prepared import PreparedKernel
 from ..registry import define_op, kernel
-from ..shapes import check_rank, check_same_dtype, contiguous_strides, one_input
+from ..shapes import check_rank, check_same_dtype, contiguous_strides, one_input, size_of
 
 if TYPE_CHECKING:
     from ...backends.opencl import OpenCLBackend
@@ -189,7 +192,48 @@ def _host_concatenate(xp: Any, backend: Backend, device_id: int, inputs: Sequenc
                       outputs: Sequence[TensorSpec],
                       attrs: Mapping[str, Any]) -> Callable[..., None]:
     axis = concatenate_axis(inputs, attrs)
+    if xp is np:
+        return _HostConcat(axis, inputs)
     return lambda *arrays: xp.concatenate(arrays[:-1], axis=axis, out=arrays[-1])
+
+
+class _HostConcat(PreparedKernel):
+    """NumPy's concatenate; 4-D arrays may be the NCHW views of NHWC bytes (runtime/layouts.py),
+    copied in their memory order: SegFormer's decoder joins four NHWC maps (64 MB) for a
+    oneDNN 1x1 conv that reads NHWC. Large images are copied in bands of rows on the workers."""
+
+    def __init__(self, axis: int, inputs: Sequence[TensorSpec]) -> None:
+        self.axis, self.n_inputs = axis, len(inputs)
+        shape = tuple(inputs[0].shape)
+        self.images = len(shape) == 4
+        self.band_axis = 2 if axis != 2 else 3
+        outputs = sum(size_of(spec.shape) for spec in inputs)
+        length = shape[self.band_axis] if self.images else 1
+        self.chunks, self.workers = (channel_split(1, length, outputs, SERIAL_OUTPUTS)
+                                     if self.images else (1, 1))
+        self.offsets = np.cumsum([0] + [spec.shape[axis] for spec in inputs]).tolist()
+
+    def __call__(self, *arrays: Any) -> None:
+        if self.workers <= 1:
+            np.concatenate(arrays[:-1], axis=self.axis, out=arrays[-1])
+            return
+        out, length = arrays[-1], arrays[-1].shape[self.band_axis]
+        lead = (slice(None),) * self.band_axis
+
+        def item(worker: int, i: int) -> None:
+            band = lead + (slice(*chunk_bounds(length, self.chunks, i)),)
+            for k, x in enumerate(arrays[:-1]):
+                where = [slice(None)] * 4
+                where[self.band_axis] = band[-1]
+                where[self.axis] = slice(self.offsets[k], self.offsets[k + 1])
+                np.copyto(out[tuple(where)], x[band])
+        parallel_items(self.chunks, self.workers, item)
+
+    def channels_last_positions(self) -> tuple[int, ...]:
+        return tuple(range(self.n_inputs + 1)) if self.images else ()
+
+    def use_channels_last(self, positions: Collection[int]) -> None:
+        """Nothing to change: the copies take any strides."""
 
 
 def _host_pad(xp: Any, backend: Backend, device_id: int, inputs: Sequence[TensorSpec],

@@ -6,7 +6,8 @@ head is a strided view of them, never a transposed copy: NumPy's matmul hands ev
 head_dim) view to BLAS with its row stride, the scores land in one workspace, a compiled pass
 applies scale, additive mask and softmax (and zeroes NaN rows when the model did) row by row in
 cache, and the second matmul writes each head's columns of the output directly. Large ones go
-to the runtime's workers in blocks of heads (threads.py), each on one BLAS thread, where that
+to the runtime's workers in blocks of heads, or of query rows when the heads are few
+(threads.py), each on one BLAS thread, where that
 measured faster once per shape (the tuning service; GRAPH_RUNTIME_ATTENTION_SPLIT forces it).
 """
 from __future__ import annotations
@@ -28,6 +29,22 @@ CHOICE = Choice("cpu.attention_split", settings.ATTENTION_SPLIT)
 PARALLEL_FLOPS = 4e6  # both products of every head: below this one call does all heads
 MIN_SPEEDUP = 1.1
 SPREAD_WORK = 4e7
+
+Block = tuple[int, int, int, int, int]  # batch, first and last head, first and last query
+
+
+def _blocks(batch: int, heads: int, q_len: int, count: int) -> list[Block]:
+    """About `count` items over every (batch, head) and query: blocks of heads while there
+    are enough of them, else each head's queries cut in row blocks."""
+    units = batch * heads
+    if units >= count:
+        per_batch = max(1, -(-count // batch))
+        step = -(-heads // min(heads, per_batch))
+        return [(b, h, min(heads, h + step), 0, q_len) for b in range(batch)
+                for h in range(0, heads, step)]
+    rows = max(1, -(-q_len // -(-count // units)))
+    return [(b, h, h + 1, q, min(q_len, q + rows)) for b in range(batch) for h in range(heads)
+            for q in range(0, q_len, rows)]
 
 
 # NOTE: numba's on-disk cache of this function watches this file only, not rows_jit.py whose
@@ -84,17 +101,16 @@ class AttentionKernel(PreparedKernel):
         self.no_mask = np.broadcast_to(np.zeros((1, 1, 1, 1), dtype), self.full)
         self._seen: tuple[Any, ...] | None = None  # the arrays of the last call, and their views
         self._cached: tuple[Any, ...] = ()
-        # (batch, first head, last head) per worker item: about four items per worker where
-        # the heads' work pays for the hand-off, else one call over every head.
+        # (batch, first head, last head, first query, last query) per worker item: about four
+        # items per worker where the heads' work pays for the hand-off, else one call over every
+        # head. Fewer heads than items (SegFormer's 1 head of 16,384 queries by 256 keys) are
+        # cut into blocks of query rows: 2.7 against 4.2 ms for one call, whose softmax pass
+        # runs on one thread while OpenBLAS's spinning helper holds the other core.
         self.workers = num_threads()
-        self.blocks = [(0, 0, heads)]
+        self.blocks = [(0, 0, heads, 0, q_len)]
         work = 4.0 * batch * heads * q_len * k_len * head_dim
-        if self.workers > 1 and work >= PARALLEL_FLOPS and batch * heads > 1:
-            count = min(batch * heads, 4 * self.workers)
-            per_batch = max(1, -(-count // batch))
-            step = -(-heads // min(heads, per_batch))
-            split = [(b, h, min(heads, h + step)) for b in range(batch)
-                     for h in range(0, heads, step)]
+        if self.workers > 1 and work >= PARALLEL_FLOPS and (batch * heads > 1 or q_len > 1):
+            split = _blocks(batch, heads, q_len, 4 * self.workers)
             key = (f"{dtype} {batch}x{heads} heads of {q_len}x{head_dim} by {k_len} tokens"
                    f"{' masked' if self.has_mask else ''} in {len(split)} blocks")
             # as dense_tiles.SPREAD_FLOPS: large ones (BERT-base's 12 heads of 128 tokens: 0.41
@@ -106,7 +122,7 @@ class AttentionKernel(PreparedKernel):
                              SPREAD_SPEEDUP if spread else MIN_SPEEDUP) == "on":
                 self.blocks = split
 
-    def _seconds(self, split: list[tuple[int, int, int]]) -> Mapping[str, float]:
+    def _seconds(self, split: list[Block]) -> Mapping[str, float]:
         """One call over every head against the blocks on the workers, on random inputs of the
         real shapes with OpenBLAS at one thread, interleaved."""
         rng = np.random.default_rng(0)
@@ -118,7 +134,7 @@ class AttentionKernel(PreparedKernel):
         extra = [np.zeros(self.full, dtype)] if self.has_mask else []
         out = np.empty((batch, q_len, heads * self.head_dim), dtype)
 
-        def using(blocks: list[tuple[int, int, int]]) -> Callable[[], None]:
+        def using(blocks: list[Block]) -> Callable[[], None]:
             def call() -> None:
                 self.blocks = blocks
                 self(q, k, k, *extra, out)
@@ -126,12 +142,12 @@ class AttentionKernel(PreparedKernel):
 
         try:
             with ONE_BLAS_THREAD:
-                calls = {"off": using([(0, 0, heads)]), "on": using(split)}
+                calls = {"off": using([(0, 0, heads, 0, q_len)]), "on": using(split)}
                 for call in calls.values():
                     call()
                 return median_seconds(calls, rounds=ROUNDS)  # as dense_tiles measures
         finally:
-            self.blocks = [(0, 0, heads)]
+            self.blocks = [(0, 0, heads, 0, q_len)]
 
     def workspace_bytes(self) -> int:
         return int(self.scores.nbytes)
@@ -164,11 +180,12 @@ class AttentionKernel(PreparedKernel):
             self.has_mask
 
         def block(worker: int, index: int) -> None:
-            b, h0, h1 = blocks[index]
-            s = scores[b:b + 1, h0:h1]
-            np.matmul(qh[b:b + 1, h0:h1], kt[b:b + 1, h0:h1], out=s)
-            _scale_mask_softmax(s, mask[b:b + 1, h0:h1], scale, one, nan_to_zero, has_mask)
-            np.matmul(s, vh[b:b + 1, h0:h1], out=oh[b:b + 1, h0:h1])
+            b, h0, h1, q0, q1 = blocks[index]
+            s = scores[b:b + 1, h0:h1, q0:q1]
+            np.matmul(qh[b:b + 1, h0:h1, q0:q1], kt[b:b + 1, h0:h1], out=s)
+            _scale_mask_softmax(s, mask[b:b + 1, h0:h1, q0:q1], scale, one, nan_to_zero,
+                                has_mask)
+            np.matmul(s, vh[b:b + 1, h0:h1], out=oh[b:b + 1, h0:h1, q0:q1])
 
         if len(blocks) == 1:
             np.matmul(qh, kt, out=scores)
