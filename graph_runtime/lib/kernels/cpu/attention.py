@@ -30,9 +30,8 @@ MIN_SPEEDUP = 1.1
 SPREAD_WORK = 4e7
 
 
-# NOTE: numba's on-disk cache of this function watches this file only, not rows_jit.py whose
-# softmax_row it inlines: a change there needs a change here too (or the cache cleared):
-# softmax_row's float32 exp and vector max and sum, and its scale (issue 22).
+# NOTE: softmax_row is inlined from rows_jit.py: jit_cache.py keys this function's disk cache by
+# that file (and fast_math.py) too, so an edit there recompiles it.
 @compiled
 def _scale_mask_softmax(s: Any, mask: Any, scale: Any, one: Any, nan_to_zero: bool,
                         has_mask: bool) -> None:
