@@ -167,3 +167,31 @@ def test_cpu_kernel_without_mask_and_a_scale_not_positive(scale: float) -> None:
     out = np.empty(want.shape, np.float32)
     kernel(*arrays, out)
     _check(out, want, "float32")
+
+
+@pytest.mark.parametrize("threads", ["openmp", "workers"])
+@pytest.mark.parametrize("case", CASES + WORKER_CASES)
+def test_cpu_onednn_products_match_float64(monkeypatch, case: tuple, threads: str) -> None:
+    """The products on oneDNN (onednn/attention_products.py) over the same strided head views,
+    in each oneDNN threading mode, with blocks of heads on the workers where they pay."""
+    from graph_runtime.lib.kernels.cpu.attention import AttentionKernel
+    from graph_runtime.lib.kernels.onednn import binding
+    from graph_runtime.lib.ops.attention import _params
+    from graph_runtime.settings import ONEDNN_THREADS
+    if not binding.available():
+        pytest.skip(f"oneDNN: {binding.unavailable_reason()}")
+    monkeypatch.setenv(ONEDNN_THREADS.name, threads)
+    arrays, attrs, want = _case(*case, dtype="float32")
+    specs = [TensorSpec(a.shape, "float32") for a in arrays]
+    p = _params(specs, attrs)
+    kernel = AttentionKernel(**p, products="onednn",
+                             widths=tuple(a.shape[2] for a in arrays[:3]))
+    assert kernel.impl and not kernel.impl.startswith("ref")
+    out = np.full(want.shape, np.nan, np.float32)
+    kernel(*arrays, out)
+    _check(out, want, "float32")
+    assert kernel._views((*arrays, out))[-1] is not None  # oneDNN did that call
+    # arrays it was not made for (a strided view): OpenBLAS does that call, same result
+    wide = np.zeros(want.shape[:2] + (want.shape[2] + 1,), np.float32)
+    kernel(*arrays, wide[:, :, :-1])
+    _check(wide[:, :, :-1], want, "float32")
