@@ -116,8 +116,11 @@ def main() -> None:
         print(f"geometric mean (without bert_base): "
               f"{math.exp(sum(math.log(x) for x in small) / len(small)):.2f}")
     print(f"load average {os.getloadavg()}")
+    from graph_runtime.lib.kernels.onednn.binding import describe
+    print(describe())  # the oneDNN threading mode this process ran in (auto decides per process)
     if opts.json:
-        opts.json.write_text(json.dumps({"rows": rows, "load": os.getloadavg()}, indent=1))
+        opts.json.write_text(json.dumps({"rows": rows, "load": os.getloadavg(),
+                                         "onednn": describe()}, indent=1))
 
 
 if __name__ == "__main__":

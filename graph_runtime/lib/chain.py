@@ -161,7 +161,7 @@ def kernel_note(kernel: Any) -> str:
 def _library_note(kernel: Any) -> str:
     """oneDNN's implementation (its JIT kernel's name) or the conv strategy a kernel runs."""
     impl = getattr(kernel, "impl", None)
-    if isinstance(impl, str):
+    if isinstance(impl, str) and impl:
         return f"oneDNN {impl}"
     strategy = getattr(kernel, "strategy", None)
     return f"conv {strategy}" if isinstance(strategy, str) else ""

@@ -186,9 +186,37 @@ def test_cpu_query_row_blocks_on_workers(monkeypatch, case: tuple, dtype: str) -
     specs = [TensorSpec(a.shape, dtype) for a in arrays]
     run = get_op("attention").kernels["cpu"](get_backend("cpu"), 0, specs,
                                              [TensorSpec(want.shape, dtype)], attrs)
-    heads = case[3]
-    assert run.uses_workers() and len(run.blocks) == heads * -(-8 // heads)
-    assert all(q1 > q0 for *_, q0, q1 in run.blocks)
+    assert run.uses_workers()
+    if case[3] == 1:  # one head on two workers: its queries in 8 row blocks
+        assert len(run.blocks) == 8 and all(q1 > q0 for *_, q0, q1 in run.blocks)
     out = np.full(want.shape, np.nan, dtype)
     run(*[np.ascontiguousarray(a) for a in arrays], out)
     _check(out, want, dtype)
+
+
+@pytest.mark.parametrize("threads", ["openmp", "workers"])
+@pytest.mark.parametrize("case", CASES + WORKER_CASES)
+def test_cpu_onednn_products_match_float64(monkeypatch, case: tuple, threads: str) -> None:
+    """The products on oneDNN (onednn/attention_products.py) over the same strided head views,
+    in each oneDNN threading mode, with blocks of heads on the workers where they pay."""
+    from graph_runtime.lib.kernels.cpu.attention import AttentionKernel
+    from graph_runtime.lib.kernels.onednn import binding
+    from graph_runtime.lib.ops.attention import _params
+    from graph_runtime.settings import ONEDNN_THREADS
+    if not binding.available():
+        pytest.skip(f"oneDNN: {binding.unavailable_reason()}")
+    monkeypatch.setenv(ONEDNN_THREADS.name, threads)
+    arrays, attrs, want = _case(*case, dtype="float32")
+    specs = [TensorSpec(a.shape, "float32") for a in arrays]
+    p = _params(specs, attrs)
+    kernel = AttentionKernel(**p, products="onednn",
+                             widths=tuple(a.shape[2] for a in arrays[:3]))
+    assert kernel.impl and not kernel.impl.startswith("ref")
+    out = np.full(want.shape, np.nan, np.float32)
+    kernel(*arrays, out)
+    _check(out, want, "float32")
+    assert kernel._views((*arrays, out))[-1] is not None  # oneDNN did that call
+    # arrays it was not made for (a strided view): OpenBLAS does that call, same result
+    wide = np.zeros(want.shape[:2] + (want.shape[2] + 1,), np.float32)
+    kernel(*arrays, wide[:, :, :-1])
+    _check(wide[:, :, :-1], want, "float32")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from graph_runtime.lib.kernels.cpu.fast_math import exp32, exp_as, exp_f32
+from graph_runtime.lib.kernels.cpu.fast_math import exp32, exp_as, exp_f32, exp_neg32
 
 
 @numba.njit
@@ -74,3 +74,25 @@ def test_exp32_is_within_one_ulp() -> None:
     special = np.array([np.nan, np.inf, -np.inf], np.float32)
     _exp32_all(special, out[:3])
     assert np.isnan(out[0]) and out[1] == np.inf and out[2] == 0
+
+
+@numba.njit
+def _exp_neg32_all(x: np.ndarray, out: np.ndarray) -> None:
+    for i in range(x.size):
+        out[i] = exp_neg32(x[i])
+
+
+def test_exp_neg32_is_within_one_ulp() -> None:
+    """softmax's exp of x - max <= 0: 1 ulp where the result is above 2^-125, 0 below -86.9
+    (a term under 2.2e-38 of a softmax row's sum), NaN for NaN, 0 for -inf."""
+    x = np.concatenate([np.linspace(-110, 0, 400_001), np.linspace(0, 88, 1001),
+                        [0.0, -0.0, -1e-30, -86.9, -86.89]]).astype(np.float32)
+    out = np.empty_like(x)
+    _exp_neg32_all(x, out)
+    want = np.exp(x.astype(np.float64))
+    kept = x >= np.float32(-86.9)
+    np.testing.assert_allclose(out[kept], want[kept], rtol=2.0 ** -23)
+    assert (out[~kept] == 0).all() and (want[~kept] < 2.0 ** -125).all()
+    special = np.array([np.nan, -np.inf], np.float32)
+    _exp_neg32_all(special, out[:2])
+    assert np.isnan(out[0]) and out[1] == 0

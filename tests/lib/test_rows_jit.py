@@ -53,3 +53,22 @@ def test_softmax_rows(shape: tuple[int, ...], dtype: str, monkeypatch) -> None:
         want = e / e.sum(-1, keepdims=True)
     tol = 4 * F32_EPS if dtype == "float32" else 1e-14
     np.testing.assert_allclose(out, want, rtol=tol, atol=tol, equal_nan=True)
+
+
+@pytest.mark.parametrize("where", [0, 7, 199])
+def test_softmax_rows_float32_nan_anywhere_gives_nan_row(where: int) -> None:
+    """The float32 row max compares IEEE bits as integers: a NaN of either sign anywhere in a
+    row (first, middle, in the vector tail) still gives a NaN row, as NumPy's softmax; the
+    other rows are exact."""
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal((4, 200)) * 5).astype(np.float32)
+    x[0, where] = np.nan
+    x[1, where] = -np.float32(np.nan)
+    x[2, :] = -np.float32(0.0)  # -0 everywhere: uniform
+    out = np.empty_like(x)
+    rows_jit.softmax_rows(x.shape)(x, out)
+    assert np.isnan(out[:2]).all()
+    np.testing.assert_allclose(out[2], 1 / 200, rtol=4 * F32_EPS)
+    x64 = x[3].astype(np.float64)
+    e = np.exp(x64 - x64.max())
+    np.testing.assert_allclose(out[3], e / e.sum(), rtol=4 * F32_EPS, atol=4 * F32_EPS)

@@ -5,10 +5,13 @@ hold the heads side by side, as the projections (or one packed QKV GEMM) wrote t
 head is a strided view of them, never a transposed copy: NumPy's matmul hands every (tokens x
 head_dim) view to BLAS with its row stride, the scores land in one workspace, a compiled pass
 applies scale, additive mask and softmax (and zeroes NaN rows when the model did) row by row in
-cache, and the second matmul writes each head's columns of the output directly. Large ones go
-to the runtime's workers in blocks of heads, or of query rows when the heads are few
-(threads.py), each on one BLAS thread, where that
-measured faster once per shape (the tuning service; GRAPH_RUNTIME_ATTENTION_SPLIT forces it).
+cache, and the second matmul writes each head's columns of the output directly. With products
+"onednn" the two products are oneDNN matmuls over the same strided views instead
+(onednn/attention_products.py; the tuning service picks per shape, ops/attention.py). Large
+ones go to the runtime's workers in blocks of heads, or of query rows when the heads are few
+(threads.py), each on one BLAS (or oneDNN, for blocks of whole heads) thread, where that
+measured faster once per shape (the tuning service; GRAPH_RUNTIME_ATTENTION_SPLIT forces it);
+oneDNN with OpenMP threads inside makes one call.
 """
 from __future__ import annotations
 
@@ -33,11 +36,13 @@ SPREAD_WORK = 4e7
 Block = tuple[int, int, int, int, int]  # batch, first and last head, first and last query
 
 
-def _blocks(batch: int, heads: int, q_len: int, count: int) -> list[Block]:
-    """About `count` items over every (batch, head) and query: blocks of heads while there
-    are enough of them, else each head's queries cut in row blocks."""
-    units = batch * heads
-    if units >= count:
+def _blocks(batch: int, heads: int, q_len: int, workers: int) -> list[Block]:
+    """About four items per worker over every (batch, head) and query: blocks of whole heads
+    (which oneDNN's products can take) while there are at least as many heads as workers, else
+    each head's queries cut in row blocks."""
+    units, count = batch * heads, 4 * workers
+    if units >= workers:
+        count = min(units, count)
         per_batch = max(1, -(-count // batch))
         step = -(-heads // min(heads, per_batch))
         return [(b, h, min(heads, h + step), 0, q_len) for b in range(batch)
@@ -47,9 +52,8 @@ def _blocks(batch: int, heads: int, q_len: int, count: int) -> list[Block]:
             for q in range(0, q_len, rows)]
 
 
-# NOTE: numba's on-disk cache of this function watches this file only, not rows_jit.py whose
-# softmax_row it inlines: a change there needs a change here too (or the cache cleared):
-# softmax_row's float32 exp and vector max and sum, and its scale (issue 22).
+# NOTE: softmax_row is inlined from rows_jit.py: jit_cache.py keys this function's disk cache by
+# that file (and fast_math.py) too, so an edit there recompiles it.
 @compiled
 def _scale_mask_softmax(s: Any, mask: Any, scale: Any, one: Any, nan_to_zero: bool,
                         has_mask: bool) -> None:
@@ -79,6 +83,12 @@ def _scale_mask_softmax(s: Any, mask: Any, scale: Any, one: Any, nan_to_zero: bo
                 softmax_row(row, nan_to_zero, one)
 
 
+def _openmp() -> bool:
+    """Whether oneDNN runs OpenMP threads inside each primitive in this process."""
+    from ..onednn.policy import policy
+    return policy().openmp > 1
+
+
 def head_view(x: np.ndarray, offset: int, heads: int, head_dim: int) -> np.ndarray:
     """(batch, heads, tokens, head_dim) view of columns [offset, offset + heads * head_dim)."""
     cols = x[:, :, offset:offset + heads * head_dim]
@@ -91,8 +101,12 @@ class AttentionKernel(PreparedKernel):
 
     def __init__(self, batch: int, heads: int, q_len: int, k_len: int, head_dim: int,
                  offsets: tuple[int, int, int], scale: float, nan_to_zero: bool,
-                 mask_shape: tuple[int, ...] | None, dtype: str) -> None:
+                 mask_shape: tuple[int, ...] | None, dtype: str, products: str = "blas",
+                 widths: tuple[int, int, int] = (0, 0, 0)) -> None:
         self.batch, self.heads, self.q_len, self.head_dim = batch, heads, q_len, head_dim
+        self.products = products
+        self.widths = widths  # q, k and v's last dimension, for the oneDNN descriptors
+        self._made: dict[tuple[Block, ...], Any] = {}  # blocks -> HeadProducts
         self.offsets, self.scale, self.nan_to_zero = offsets, scale, nan_to_zero
         self.typed_scale, self.one = np.dtype(dtype).type(scale), np.dtype(dtype).type(1)
         self.has_mask = mask_shape is not None
@@ -100,6 +114,7 @@ class AttentionKernel(PreparedKernel):
         self.scores = np.empty(self.full, dtype)
         self.no_mask = np.broadcast_to(np.zeros((1, 1, 1, 1), dtype), self.full)
         self._seen: tuple[Any, ...] | None = None  # the arrays of the last call, and their views
+        self._seen_blocks: list[Block] | None = None
         self._cached: tuple[Any, ...] = ()
         # (batch, first head, last head, first query, last query) per worker item: about four
         # items per worker where the heads' work pays for the hand-off, else one call over every
@@ -109,10 +124,15 @@ class AttentionKernel(PreparedKernel):
         self.workers = num_threads()
         self.blocks = [(0, 0, heads, 0, q_len)]
         work = 4.0 * batch * heads * q_len * k_len * head_dim
-        if self.workers > 1 and work >= PARALLEL_FLOPS and (batch * heads > 1 or q_len > 1):
-            split = _blocks(batch, heads, q_len, 4 * self.workers)
+        # oneDNN's own OpenMP threads share one call's heads (unless blocks are forced)
+        openmp = products == "onednn" and _openmp() and \
+            settings.word(settings.ATTENTION_SPLIT) == "auto"
+        if self.workers > 1 and work >= PARALLEL_FLOPS and (batch * heads > 1 or q_len > 1) \
+                and not openmp:
+            split = _blocks(batch, heads, q_len, self.workers)
             key = (f"{dtype} {batch}x{heads} heads of {q_len}x{head_dim} by {k_len} tokens"
-                   f"{' masked' if self.has_mask else ''} in {len(split)} blocks")
+                   f"{' masked' if self.has_mask else ''} in {len(split)} blocks"
+                   f"{' (onednn products)' if products == 'onednn' else ''}")
             # as dense_tiles.SPREAD_FLOPS: large ones (BERT-base's 12 heads of 128 tokens: 0.41
             # against 0.64 ms on one call) keep the blocks unless one call is clearly faster, so
             # one measurement on a busy machine does not pin them to one core
@@ -128,16 +148,18 @@ class AttentionKernel(PreparedKernel):
         rng = np.random.default_rng(0)
         batch, heads, q_len, k_len = self.full
         width = max(self.offsets) + heads * self.head_dim
+        wq, wk, wv = self.widths if min(self.widths) > 0 else (width, width, width)
         dtype = self.scores.dtype
-        q = rng.standard_normal((batch, q_len, width)).astype(dtype)
-        k = rng.standard_normal((batch, k_len, width)).astype(dtype)
+        q = rng.standard_normal((batch, q_len, wq)).astype(dtype)
+        k = rng.standard_normal((batch, k_len, wk)).astype(dtype)
+        v = rng.standard_normal((batch, k_len, wv)).astype(dtype)
         extra = [np.zeros(self.full, dtype)] if self.has_mask else []
         out = np.empty((batch, q_len, heads * self.head_dim), dtype)
 
         def using(blocks: list[Block]) -> Callable[[], None]:
             def call() -> None:
                 self.blocks = blocks
-                self(q, k, k, *extra, out)
+                self(q, k, v, *extra, out)
             return call
 
         try:
@@ -148,6 +170,28 @@ class AttentionKernel(PreparedKernel):
                 return median_seconds(calls, rounds=ROUNDS)  # as dense_tiles measures
         finally:
             self.blocks = [(0, 0, heads, 0, q_len)]
+
+    @property
+    def impl(self) -> str:
+        """oneDNN's implementations of the two products, or "" where OpenBLAS does them."""
+        products = self._products_for(self.blocks) if self.products == "onednn" else None
+        return "" if products is None else str(products.impl)
+
+    def _products_for(self, blocks: list[Block]) -> Any:
+        """The oneDNN products for these blocks of whole heads (made on first need); None for
+        blocks of query rows, which OpenBLAS does."""
+        batch, heads, q_len, k_len = self.full
+        if any((q0, q1) != (0, q_len) for _, _, _, q0, q1 in blocks):
+            return None
+        key = tuple(blocks)
+        made = self._made.get(key)
+        if made is None:
+            from ..onednn.attention_products import HeadProducts
+            pieces = [(0, batch, 0, heads)] if len(blocks) == 1 else \
+                [(b, b + 1, h0, h1) for b, h0, h1, _, _ in blocks]
+            made = self._made[key] = HeadProducts(batch, heads, q_len, k_len, self.head_dim,
+                                                  self.widths, self.offsets, pieces)
+        return made
 
     def workspace_bytes(self) -> int:
         return int(self.scores.nbytes)
@@ -160,21 +204,28 @@ class AttentionKernel(PreparedKernel):
         made again only when the arrays change (a graph passes the same ones every run, and
         making the views cost ~5 us of BERT-tiny's 22 us attention)."""
         if self._seen is not None and all(a is b for a, b in zip(arrays, self._seen)) \
-                and len(arrays) == len(self._seen):
+                and len(arrays) == len(self._seen) and self._seen_blocks is self.blocks:
             return self._cached
         q, k, v, *rest = arrays
         heads, dim = self.heads, self.head_dim
+        products = None
+        if self.products == "onednn":
+            products = self._products_for(self.blocks)
+            if products is not None and not products.bind(q, k, v, self.scores, rest[-1]):
+                products = None  # arrays oneDNN was not made for: OpenBLAS this call
         self._cached = (head_view(q, self.offsets[0], heads, dim),
                         head_view(k, self.offsets[1], heads, dim).transpose(0, 1, 3, 2),
                         head_view(v, self.offsets[2], heads, dim),
                         rest[-1].reshape(self.batch, self.q_len, heads, dim).transpose(0, 2, 1,
                                                                                         3),
-                        np.broadcast_to(rest[0], self.full) if self.has_mask else self.no_mask)
+                        np.broadcast_to(rest[0], self.full) if self.has_mask else self.no_mask,
+                        products)
         self._seen = arrays
+        self._seen_blocks = self.blocks
         return self._cached
 
     def __call__(self, *arrays: Any) -> None:
-        qh, kt, vh, oh, mask = self._views(arrays)
+        qh, kt, vh, oh, mask, products = self._views(arrays)
         scores, blocks = self.scores, self.blocks
         scale, one, nan_to_zero, has_mask = self.typed_scale, self.one, self.nan_to_zero, \
             self.has_mask
@@ -182,14 +233,26 @@ class AttentionKernel(PreparedKernel):
         def block(worker: int, index: int) -> None:
             b, h0, h1, q0, q1 = blocks[index]
             s = scores[b:b + 1, h0:h1, q0:q1]
-            np.matmul(qh[b:b + 1, h0:h1, q0:q1], kt[b:b + 1, h0:h1], out=s)
+            if products is not None:
+                products.qk_on_worker(index)
+            else:
+                np.matmul(qh[b:b + 1, h0:h1, q0:q1], kt[b:b + 1, h0:h1], out=s)
             _scale_mask_softmax(s, mask[b:b + 1, h0:h1, q0:q1], scale, one, nan_to_zero,
                                 has_mask)
-            np.matmul(s, vh[b:b + 1, h0:h1], out=oh[b:b + 1, h0:h1, q0:q1])
+            if products is not None:
+                products.pv_on_worker(index)
+            else:
+                np.matmul(s, vh[b:b + 1, h0:h1], out=oh[b:b + 1, h0:h1, q0:q1])
 
         if len(blocks) == 1:
-            np.matmul(qh, kt, out=scores)
+            if products is not None:
+                products.qk(0)
+            else:
+                np.matmul(qh, kt, out=scores)
             _scale_mask_softmax(scores, mask, scale, one, nan_to_zero, has_mask)
-            np.matmul(scores, vh, out=oh)
+            if products is not None:
+                products.pv(0)
+            else:
+                np.matmul(scores, vh, out=oh)
             return
         parallel_images(len(blocks), self.workers, block)

@@ -36,7 +36,10 @@ from ...attrs import float_attr, str_attr
 from ...library import TensorSpec
 from ...prepared import PreparedKernel
 from ...shapes import broadcast_strides, size_of
+from .jit_cache import install, sources_digest
 from .threads import num_threads, parallel_items
+
+install()  # before any cache=True function here (jit_cache.py)
 
 # Part of every generated source, so its hash (the cache key) changes when the helpers the
 # generated code calls do: numba's cache only watches the generated file itself.
@@ -293,7 +296,9 @@ def chain_source(inputs: Sequence[TensorSpec], output: TensorSpec, steps: Sequen
     """
     n = len(inputs)
     args = ["lo", "hi", "inner", "out"] + [f"a{i}" for i in range(n)] + [f"m{i}" for i in range(n)]
-    lines = [f"# graph_runtime chain_jit v{VERSION}", "import math", "import numba",
+    # the folder's numba sources in the name too: the helpers the chain inlines (fast_math's exp)
+    lines = [f"# graph_runtime chain_jit v{VERSION}, sources {sources_digest()[:16]}",
+             "import math", "import numba",
              "import numpy as np",
              "from graph_runtime.lib.kernels.cpu.fast_math import exp_f32", "", "", HELPERS, "",
              "@numba.njit(cache=True, nogil=True, error_model='numpy', boundscheck=False)",

@@ -6,7 +6,9 @@ eight squarings, all in float64 (relative error below 1e-9 over [-104, 89], far 
 turns into SIMD. Below -104 the float32 result is 0, above 88.73 it is inf; NaN stays NaN.
 Compiled chains use it (their exp mirrors NumPy's).
 exp32: the classic range reduction in float32 arithmetic with 2^n from exponent bits, within 1
-ulp and 3x faster (16 float32 lanes against 8 float64 ones): softmax uses it (exp_as).
+ulp and 3x faster (16 float32 lanes against 8 float64 ones).
+exp_neg32: exp32 for softmax's x - max <= 0, with one scaling and a shorter polynomial (1.4x
+exp32's speed), results below 2^-125 flushed to 0 (softmax_as).
 """
 from __future__ import annotations
 
@@ -18,6 +20,10 @@ import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic, overload
+
+from .jit_cache import install
+
+install()  # before any cache=True function here (jit_cache.py)
 
 
 @numba.njit(inline="always", cache=True, error_model="numpy")
@@ -55,6 +61,17 @@ def _float_of_bits(typingctx: Any, bits: Any) -> Any:
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
         return builder.bitcast(args[0], ir.FloatType())
     return types.float32(types.int32), codegen
+
+
+@intrinsic
+def _bits_of_float(typingctx: Any, x: Any) -> Any:
+    """The int32 holding a float32's IEEE bits (LLVM's bitcast: vectorizes)."""
+    if x != types.float32:
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return builder.bitcast(args[0], ir.IntType(32))
+    return types.int32(types.float32), codegen
 
 
 @numba.njit(inline="always", cache=True, error_model="numpy")
@@ -96,6 +113,37 @@ def exp32(x: Any) -> Any:
     return p
 
 
+# e^r on |r| <= ln2 / 2 by a degree-6 polynomial: coefficients fitted here to the relative error
+# (numpy least squares on 2000 Chebyshev nodes), 1.9e-9 at most, under float32's 6e-8
+EXP_POLY6 = (1.0000000005920202, 1.0000000361258987, 0.49999991493036655, 0.16666420832120407,
+             0.04166835803306901, 0.008374771520009944, 0.0013829420592237828)
+_C0, _C1, _C2, _C3, _C4, _C5, _C6 = (np.float32(c) for c in EXP_POLY6)
+
+
+@numba.njit(inline="always", cache=True, error_model="numpy")
+def exp_neg32(x: Any) -> Any:
+    """exp of a float32 x <= 88 (softmax's x - max <= 0) in float32 arithmetic, within 1 ulp
+    for results above 2^-125, 0 below (x < -86.9: a softmax term under 2.2e-38 of the row's
+    sum), NaN for NaN: 1.4x exp32's speed (one power of two, a degree-6 polynomial).
+    """
+    lo = np.float32(-86.9)  # n >= -125 below: 2^n * e^r stays normal
+    v = lo if x < lo else x
+    k = v * np.float32(1.4426950408889634) + np.float32(12582912.0)
+    n = k - np.float32(12582912.0)
+    r = v - n * np.float32(0.693145751953125)
+    r = r - n * np.float32(1.428606765330187e-06)
+    p = _C6
+    p = p * r + _C5
+    p = p * r + _C4
+    p = p * r + _C3
+    p = p * r + _C2
+    p = p * r + _C1
+    p = p * r + _C0
+    # NOTE: a float multiply by 2^n, not an add to p's exponent bits, so a NaN stays NaN
+    p = p * _float_of_bits(np.int32((np.int32(n) + 127) << 23))  # type: ignore[call-arg]
+    return np.float32(0.0) if x < lo else p
+
+
 def exp_as(x: Any, like: Any) -> float:
     """exp(x) to the precision of like's type: exp32 for float32, libm's exp otherwise."""
     return math.exp(x)
@@ -111,3 +159,39 @@ def _exp_as(x: Any, like: Any) -> Any:
     def wide(x: Any, like: Any) -> float:
         return math.exp(x)
     return wide
+
+
+def softmax_exp_as(x: Any, like: Any) -> float:
+    """exp(x) of softmax's x - max <= 0 to the precision of like's type: exp_neg32 for
+    float32, libm's exp otherwise."""
+    return math.exp(x)
+
+
+@overload(softmax_exp_as, inline="always")
+def _softmax_exp_as(x: Any, like: Any) -> Any:
+    if isinstance(like, types.Float) and like.bitwidth == 32:
+        def narrow(x: Any, like: Any) -> float:
+            return exp_neg32(np.float32(x))  # type: ignore[no-any-return]
+        return narrow
+
+    def wide(x: Any, like: Any) -> float:
+        return math.exp(x)
+    return wide
+
+
+
+def as_type_of(x: Any, like: Any) -> Any:
+    """x in like's float type (a float32 multiplier keeps a float32 loop at full width)."""
+    return x
+
+
+@overload(as_type_of, inline="always")
+def _as_type_of(x: Any, like: Any) -> Any:
+    if isinstance(like, types.Float) and like.bitwidth == 32:
+        def narrow(x: Any, like: Any) -> Any:
+            return np.float32(x)
+        return narrow
+
+    def same(x: Any, like: Any) -> Any:
+        return x
+    return same

@@ -20,6 +20,10 @@ from typing import Any, Callable, Literal
 import numba
 import numpy as np
 
+from .jit_cache import install
+
+install()  # before any cache=True function here (jit_cache.py)
+
 
 def compiled(fn: Callable[..., Any], inline: Literal["never", "always"] = "never") -> Any:
     try:

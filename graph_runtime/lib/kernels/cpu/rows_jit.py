@@ -12,9 +12,12 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
+import numba
 import numpy as np
+from numba import types
+from numba.extending import overload
 
-from .fast_math import exp_as
+from .fast_math import _bits_of_float, _float_of_bits, as_type_of, softmax_exp_as
 from .loops_jit import compiled, inlined, reassociating
 from .threads import num_threads, parallel_items
 
@@ -118,23 +121,57 @@ def _row_max(row: Any) -> float:
     return m0 if m0 > m4 else m4
 
 
+def row_max_as(row: Any) -> float:
+    """max(row) for softmax: the largest non-NaN value, or a NaN (the softmax row is NaN
+    either way then); float32 rows compare IEEE bits as integers, which vectorizes."""
+    return max(row)
+
+
+@overload(row_max_as, inline="always")
+def _row_max_as(row: Any) -> Any:
+    if isinstance(row.dtype, types.Float) and row.dtype.bitwidth == 32:
+        def bits(row: Any) -> Any:
+            return _row_max_bits(row)
+        return bits
+
+    def floats(row: Any) -> Any:
+        return _row_max(row)
+    return floats
+
+
+@inlined
+def _row_max_bits(row: Any) -> Any:
+    """max of a float32 row by ordered integer keys (the bits with the magnitude flipped for
+    negatives: -NaN < -inf < ... < -0 < +0 < ... < inf < NaN): an integer max reduction,
+    which LLVM vectorizes where the float one (NaN-aware selects) stays scalar, 3x faster."""
+    top = np.int64(-2147483648)
+    for j in range(row.shape[0]):
+        b = np.int64(_bits_of_float(row[numba.uint64(j)]))  # type: ignore[call-arg]
+        key = b ^ ((b >> 31) & 0x7FFFFFFF)
+        top = key if key > top else top
+    bits = top ^ ((top >> 31) & 0x7FFFFFFF)
+    return _float_of_bits(np.int32(bits))  # type: ignore[call-arg]
+
+
 @inlined
 def softmax_row(row: Any, nan_to_zero: bool, scale: Any) -> None:
     """row = softmax(row * scale) in place, for scale > 0 of the row's type, as NumPy's (a NaN,
     or -inf everywhere, gives NaN; then 0 with nan_to_zero).
 
-    The max skips NaNs; a NaN still makes the whole row NaN as in NumPy, through its exp and
-    so the sum (as does an inf, whose x - max is NaN). The max, exp and sum are loops of their
-    own so that each vectorizes (fast_math.exp32 for float32, in float32 arithmetic; the sum
-    in float64 lanes).
+    A NaN makes the whole row NaN as in NumPy, through its exp and so the sum, whatever the
+    max made of it (as does an inf, whose x - max is NaN). The max, exp and sum are loops of
+    their own so that each vectorizes (for float32 an integer max of the bits and
+    fast_math.exp_neg32, in float32 arithmetic; the sum in float64 lanes).
     """
     n = row.shape[0]
     if n == 0:
         return
-    top = _row_max(row)
+    top = row_max_as(row)
     for j in range(n):
-        row[j] = exp_as((row[j] - top) * scale, row[j])
-    inv = 1.0 / _row_sum(row)
+        row[j] = softmax_exp_as((row[j] - top) * scale, row[j])
+    # NOTE: 1 / sum rounded to the row's type: a float64 multiplier took the normalizing loop
+    # from 2.4 to ~10 us over Whisper's 400 rows of 200 (half the vector width)
+    inv = as_type_of(1.0 / _row_sum(row), top)
     for j in range(n):
         p = row[j] * inv
         if nan_to_zero and p != p:

@@ -1,0 +1,109 @@
+"""Attention's two products on oneDNN: q kᵀ into the scores, p v into the output's head columns.
+
+Each is one matmul primitive per block of heads over 4-D strided views of the arrays as the
+graph holds them (batch, heads, tokens, head_dim): a head is columns [offset + h * head_dim, ...)
+of q, k and v, kᵀ is k read with swapped strides, and the output heads are written into their
+columns of out; nothing is transposed or copied. Against NumPy's matmul over the same views
+(OpenBLAS per head) on Whisper-tiny's 2 heads of 200 tokens by 32: q kᵀ 26 against 30 us and
+p v 22 against 28 us on one thread (docs/measurements.md).
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from . import abi
+from . import binding as dn
+from .binding import Memory, MemoryDesc, Primitive, PrimitiveDesc
+from .policy import policy
+
+
+def products_apply(dtype: str) -> bool:
+    """Whether HeadProducts computes attention of this dtype (and the library is here)."""
+    return dtype == "float32" and dn.available()
+
+
+class HeadProducts:
+    """qk(i) and pv(i) run block i's two products; blocks are (first batch, end batch, first
+    head, end head). bind() points them at a call's arrays."""
+
+    def __init__(self, batch: int, heads: int, q_len: int, k_len: int, head_dim: int,
+                 widths: tuple[int, int, int], offsets: tuple[int, int, int],
+                 blocks: Sequence[tuple[int, int, int, int]]) -> None:
+        self.openmp = policy().openmp
+        dn.use_threads(self.openmp)
+        self.dims = (batch, heads, q_len, k_len, head_dim)
+        self.widths, self.offsets = widths, offsets
+        self.blocks = list(blocks)
+        self._qk: list[Primitive] = []
+        self._pv: list[Primitive] = []
+        # (memory, which array: q k v scores out, byte offset) to bind per call
+        self._bindings: list[tuple[Memory, int, int]] = []
+        self._addresses: tuple[int, ...] = ()
+        self.impl = ""
+        for block in self.blocks:
+            self._make(block)
+
+    def _make(self, block: tuple[int, int, int, int]) -> None:
+        batch, heads, q_len, k_len, dim = self.dims
+        (wq, wk, wv), (oq, ok, ov) = self.widths, self.offsets
+        b0, b1, h0, h1 = block
+        nb, nh = b1 - b0, h1 - h0
+        q = MemoryDesc.strided((nb, nh, q_len, dim), (q_len * wq, dim, wq, 1))
+        kt = MemoryDesc.strided((nb, nh, dim, k_len), (k_len * wk, dim, 1, wk))
+        s = MemoryDesc.strided((nb, nh, q_len, k_len),
+                               (heads * q_len * k_len, q_len * k_len, k_len, 1))
+        v = MemoryDesc.strided((nb, nh, k_len, dim), (k_len * wv, dim, wv, 1))
+        o = MemoryDesc.strided((nb, nh, q_len, dim), (q_len * heads * dim, dim, heads * dim, 1))
+        engine = dn.library().engine
+        pd_qk = PrimitiveDesc("dnnl_matmul_primitive_desc_create", engine, q.handle, kt.handle,
+                              None, s.handle, None)
+        pd_pv = PrimitiveDesc("dnnl_matmul_primitive_desc_create", engine, s.handle, v.handle,
+                              None, o.handle, None)
+        self.impl = self.impl or f"{pd_qk.impl()}, {pd_pv.impl()}"
+        mq, mk, ms, ms2, mv, mo = (Memory(d) for d in (q, kt, s, s, v, o))
+        self._qk.append(Primitive(pd_qk, [(abi.ARG_SRC, mq), (abi.ARG_WEIGHTS, mk),
+                                          (abi.ARG_DST, ms)]))
+        self._pv.append(Primitive(pd_pv, [(abi.ARG_SRC, ms2), (abi.ARG_WEIGHTS, mv),
+                                          (abi.ARG_DST, mo)]))
+        head = h0 * dim
+        scores = (b0 * heads + h0) * q_len * k_len
+        self._bindings += [(mq, 0, 4 * (b0 * q_len * wq + oq + head)),
+                           (mk, 1, 4 * (b0 * k_len * wk + ok + head)),
+                           (ms, 3, 4 * scores), (ms2, 3, 4 * scores),
+                           (mv, 2, 4 * (b0 * k_len * wv + ov + head)),
+                           (mo, 4, 4 * (b0 * q_len * heads * dim + head))]
+
+    def bind(self, q: Any, k: Any, v: Any, scores: Any, out: Any) -> bool:
+        """Point the primitives at these arrays; False (nothing bound) unless all are
+        C-contiguous float32 of the shapes made for, when the caller takes its other path."""
+        batch, heads, q_len, k_len, dim = self.dims
+        shapes = ((batch, q_len, self.widths[0]), (batch, k_len, self.widths[1]),
+                  (batch, k_len, self.widths[2]), (batch, heads, q_len, k_len),
+                  (batch, q_len, heads * dim))
+        arrays = (q, k, v, scores, out)
+        for array, shape in zip(arrays, shapes):
+            if (array.dtype.name != "float32" or not array.flags.c_contiguous
+                    or tuple(array.shape) != shape):
+                return False
+        addresses = tuple(a.ctypes.data for a in arrays)
+        if addresses != self._addresses:
+            for memory, which, offset in self._bindings:
+                memory.bind_address(addresses[which] + offset)
+            self._addresses = addresses
+        return True
+
+    def qk(self, index: int) -> None:
+        """scores of block index = q kᵀ, on this thread (OpenMP inside in that mode)."""
+        dn.use_threads(self.openmp)
+        self._qk[index].run()
+
+    def pv(self, index: int) -> None:
+        dn.use_threads(self.openmp)
+        self._pv[index].run()
+
+    def qk_on_worker(self, index: int) -> None:
+        """qk on a runtime worker, single-threaded there (policy.py's workers mode)."""
+        dn.run_on_worker(self._qk[index])
+
+    def pv_on_worker(self, index: int) -> None:
+        dn.run_on_worker(self._pv[index])
