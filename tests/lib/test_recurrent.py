@@ -199,3 +199,18 @@ def test_opencl_activations_follow_the_op() -> None:
     from graph_runtime.lib.kernels.opencl.recurrent import CL_ACTIVATIONS
     from graph_runtime.lib.ops.recurrent import ACTIVATIONS
     assert set(CL_ACTIVATIONS) == set(ACTIVATIONS) == set(FUNCS)
+
+
+@pytest.mark.parametrize("backend", RECURRENT_BACKENDS)
+@pytest.mark.parametrize("cell,before_reset", [("rnn", 0), ("gru", 0), ("gru", 1), ("lstm", 0)])
+def test_recurrence_batch_past_a_block(backend: str, cell: str, before_reset: int,
+                                       run_op) -> None:
+    """11 batch rows: OpenCL's products take 8 rows a work item, so the last block is partial."""
+    lens = [5, 1, 3, 5, 0, 2, 5, 4, 5, 1, 3]
+    arrays = _inputs(cell, 5, 11, 2, 8, "float64", lens)
+    attrs = _attrs(cell, "bidirectional", DEFAULTS[cell], linear_before_reset=before_reset)
+    got = run_op(backend, "recurrence", arrays, attrs)
+    c0, p = (arrays[4], arrays[5]) if cell == "lstm" else (None, None)
+    want = reference(cell, *arrays[:4], c0, p, lens, attrs)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
