@@ -212,6 +212,38 @@ __kernel void gr_rec_init({params}, {sizes}) {{
         return kernels
 
 
+class StepKernel:
+    """A kernel launched every step, its arguments set once a run for even and for odd steps
+    (they differ in the state buffers read and written): a step sets at most s, then enqueues.
+
+    NOTE: converting and setting ~20 array arguments costs about as much as PoCL's launch
+    itself; for small hidden sizes that is most of a step."""
+
+    def __init__(self, make: Callable[[str], ClKernel], entry: str, items: int,
+                 takes_step: bool) -> None:
+        import pyopencl as cl
+        self._enqueue = cl.enqueue_nd_range_kernel
+        self.pair = (make(entry), make(entry))
+        self.items = items
+        self.size = (-(-items // 64) * 64,)
+        self.takes_step = takes_step
+        self.step_index = 0
+
+    def bind(self, parity: int, arrays: Sequence[Any], scalars: Sequence[Any]) -> None:
+        knl = self.pair[parity]
+        args = [*knl.args(arrays), *scalars] + ([np.int64(0)] if self.takes_step else [])
+        self.step_index = len(args) - 1
+        knl.kernel.set_args(*args)
+
+    def launch(self, s: int) -> None:
+        if not self.items:
+            return
+        knl = self.pair[s % 2]
+        if self.takes_step:
+            knl.kernel.set_arg(self.step_index, np.int64(s))
+        self._enqueue(knl.queue, knl.kernel, self.size, None)
+
+
 def cl_recurrence(backend: OpenCLBackend, device_id: int, inputs: Sequence[TensorSpec],
                   params: tuple[str, str, list[tuple[str, float, float]], float, bool, bool]
                   ) -> Callable[..., None]:
@@ -221,18 +253,19 @@ def cl_recurrence(backend: OpenCLBackend, device_id: int, inputs: Sequence[Tenso
     check_cl_dtypes("recurrence", backend, device_id, [dtype])
     steps, batch, dirs, width = inputs[0].shape
     hidden = width // GATES[cell]
+    n = dirs * batch * hidden
     src = RecurrenceSource(dtype, cell, direction, functions, clip, before_reset, input_forget,
                            batch, hidden)
 
     def make(entry: str) -> ClKernel:
         return ClKernel(backend, device_id, src.text, entry, "recurrence")
-    transpose, init, step = make("gr_rec_transpose"), make("gr_rec_init"), make("gr_rec_step")
-    gates = make("gr_rec_gates") if src.two_phase else None
-    dots = [(make(f"gr_rec_dot{w}"), np.int64(q0), np.int64(nq), vec,
-             nq // w * -(-batch // src.rows) * dirs) for q0, nq, w, vec in src.products]
-    n = dirs * batch * hidden
+    transpose, init = make("gr_rec_transpose"), make("gr_rec_init")
+    step = StepKernel(make, "gr_rec_step", n, True)
+    gates = StepKernel(make, "gr_rec_gates", n, True) if src.two_phase else None
+    dots = [(StepKernel(make, f"gr_rec_dot{w}", nq // w * -(-batch // src.rows) * dirs, False),
+             (np.int64(width), np.int64(q0), np.int64(nq)), vec)
+            for q0, nq, w, vec in src.products]
     sizes = tuple(np.int64(v) for v in (steps, dirs, batch, hidden))
-    gw = np.int64(width)
     state = np.dtype(wide_dtype(dtype))
     shape = (dirs, batch, hidden)
     # Device buffers of this prepared call: R transposed, H(t-1) @ R^T, the state twice (read
@@ -249,22 +282,23 @@ def cl_recurrence(backend: OpenCLBackend, device_id: int, inputs: Sequence[Tenso
     swapped = {**own, **{a: own[b] for a, b in pairs}, **{b: own[a] for a, b in pairs}}
 
     def run(*arrays: Any) -> None:
-        bound = {**dict(zip(names, arrays)), **own}
+        even = {**dict(zip(names, arrays)), **own}
         transpose.launch(dirs * hidden * width, None,
-                         *(bound[a] for a, _, _ in src.transpose_args), *sizes)
+                         *(even[a] for a, _, _ in src.transpose_args), *sizes)
         # Even steps read h_prev and write h_next, odd steps the other way round; init writes
         # what step 0 reads.
-        odd = {**bound, **swapped}
+        odd = {**even, **swapped}
         init.launch(n, None, *(odd[a] for a, _, _ in src.init_args), *sizes)
-        lists = [[arg[a] for a, _, _ in src.step_args] for arg in (bound, odd)]
-        gate_lists = [[arg[a] for a, _, _ in src.gate_args] for arg in (bound, odd)]
-        hr, rt = own["hr"], own["rt"]
+        for parity, arg in enumerate((even, odd)):
+            step.bind(parity, [arg[a] for a, _, _ in src.step_args], sizes)
+            if gates is not None:
+                gates.bind(parity, [arg[a] for a, _, _ in src.gate_args], sizes)
+            for dot, scalars, vec in dots:
+                dot.bind(parity, [own["hr"], own["rt"], arg[vec]], (*sizes, *scalars))
         for s in range(steps):
-            arg = (bound, odd)[s % 2]
-            si = np.int64(s)
-            for i, (knl, q0, nq, vec, items) in enumerate(dots):
-                knl.launch(items, None, hr, rt, arg[vec], *sizes, gw, q0, nq)
+            for i, (dot, _, _) in enumerate(dots):
+                dot.launch(s)
                 if i == 0 and gates is not None:
-                    gates.launch(n, None, *gate_lists[s % 2], *sizes, si)
-            step.launch(n, None, *lists[s % 2], *sizes, si)
+                    gates.launch(s)
+            step.launch(s)
     return run
