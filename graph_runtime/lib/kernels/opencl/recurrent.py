@@ -17,7 +17,7 @@ import numpy as np
 from ...library import TensorSpec
 from ..gpu_common import compute_type
 from ..host import wide_dtype
-from .recurrent_dot import ROWS, dot_source, vector_width
+from .recurrent_dot import ROWS, StepKernel, dot_source, vector_width
 from .source import ClKernel, check_cl_dtypes, cl_header, cl_load, cl_param, cl_pointer, cl_store
 
 if TYPE_CHECKING:
@@ -210,38 +210,6 @@ __kernel void gr_rec_init({params}, {sizes}) {{
     {c_write}
 }}""")
         return kernels
-
-
-class StepKernel:
-    """A kernel launched every step, its arguments set once a run for even and for odd steps
-    (they differ in the state buffers read and written): a step sets at most s, then enqueues.
-
-    NOTE: converting and setting ~20 array arguments costs about as much as PoCL's launch
-    itself; for small hidden sizes that is most of a step."""
-
-    def __init__(self, make: Callable[[str], ClKernel], entry: str, items: int,
-                 takes_step: bool) -> None:
-        import pyopencl as cl
-        self._enqueue = cl.enqueue_nd_range_kernel
-        self.pair = (make(entry), make(entry))
-        self.items = items
-        self.size = (-(-items // 64) * 64,)
-        self.takes_step = takes_step
-        self.step_index = 0
-
-    def bind(self, parity: int, arrays: Sequence[Any], scalars: Sequence[Any]) -> None:
-        knl = self.pair[parity]
-        args = [*knl.args(arrays), *scalars] + ([np.int64(0)] if self.takes_step else [])
-        self.step_index = len(args) - 1
-        knl.kernel.set_args(*args)
-
-    def launch(self, s: int) -> None:
-        if not self.items:
-            return
-        knl = self.pair[s % 2]
-        if self.takes_step:
-            knl.kernel.set_arg(self.step_index, np.int64(s))
-        self._enqueue(knl.queue, knl.kernel, self.size, None)
 
 
 def cl_recurrence(backend: OpenCLBackend, device_id: int, inputs: Sequence[TensorSpec],

@@ -1,9 +1,14 @@
-"""The per-step product of recurrence on OpenCL: H(t-1) @ R^T for every direction and batch row,
-register-blocked with explicit vectors."""
+"""Per-step pieces of recurrence on OpenCL: the product H(t-1) @ R^T for every direction and
+batch row (register-blocked with explicit vectors), and the launcher of per-step kernels."""
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
 from ..gpu_common import compute_type
-from .source import cl_param, cl_pointer
+from .source import ClKernel, cl_param, cl_pointer
 
 # A work item's register block: ROWS batch rows x one vector of up to 16 gate columns.
 ROWS = 8
@@ -50,3 +55,35 @@ def dot_source(state: str, rows: int, width: int) -> str:
 def vector_width(columns: int) -> int:
     """The widest vector (16, 8, 4, 2, 1 values) that tiles columns."""
     return next(w for w in (16, 8, 4, 2, 1) if columns % w == 0)
+
+
+class StepKernel:
+    """A kernel launched every step, its arguments set once a run for even and for odd steps
+    (they differ in the state buffers read and written): a step sets at most s, then enqueues.
+
+    NOTE: converting and setting ~20 array arguments costs about as much as PoCL's launch
+    itself; for small hidden sizes that is most of a step."""
+
+    def __init__(self, make: Callable[[str], ClKernel], entry: str, items: int,
+                 takes_step: bool) -> None:
+        import pyopencl as cl
+        self._enqueue = cl.enqueue_nd_range_kernel
+        self.pair = (make(entry), make(entry))
+        self.items = items
+        self.size = (-(-items // 64) * 64,)
+        self.takes_step = takes_step
+        self.step_index = 0
+
+    def bind(self, parity: int, arrays: Sequence[Any], scalars: Sequence[Any]) -> None:
+        knl = self.pair[parity]
+        args = [*knl.args(arrays), *scalars] + ([np.int64(0)] if self.takes_step else [])
+        self.step_index = len(args) - 1
+        knl.kernel.set_args(*args)
+
+    def launch(self, s: int) -> None:
+        if not self.items:
+            return
+        knl = self.pair[s % 2]
+        if self.takes_step:
+            knl.kernel.set_arg(self.step_index, np.int64(s))
+        self._enqueue(knl.queue, knl.kernel, self.size, None)
