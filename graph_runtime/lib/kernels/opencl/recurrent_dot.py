@@ -73,11 +73,17 @@ class StepKernel:
         self.size = (-(-items // 64) * 64,)
         self.takes_step = takes_step
         self.step_index = 0
+        self.typed = [False, False]
 
     def bind(self, parity: int, arrays: Sequence[Any], scalars: Sequence[Any]) -> None:
         knl = self.pair[parity]
         args = [*knl.args(arrays), *scalars] + ([np.int64(0)] if self.takes_step else [])
         self.step_index = len(args) - 1
+        if not self.typed[parity]:
+            # NOTE: undeclared, pyopencl inspects each NumPy scalar (~18 us apiece, see source.py).
+            knl.kernel.set_scalar_arg_dtypes(
+                [a.dtype if isinstance(a, np.generic) else None for a in args])
+            self.typed[parity] = True
         knl.kernel.set_args(*args)
 
     def launch(self, s: int) -> None:
