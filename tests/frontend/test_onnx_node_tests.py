@@ -46,7 +46,7 @@ def _check(name: str, device: str, record_property: pytest.RecordProperty) -> No
     outcome = run_case(CASES[name], device)
     record_property("onnx_outcome", outcome.status)
     if device != "cpu" and CPU_ONLY.search(outcome.detail):
-        # Ops whose kernels exist on the CPU only so far (recurrence, convert_type, roi_align):
+        # Ops whose kernels exist on the CPU only so far (convert_type, roi_align):
         # the case passes on CPU and is refused cleanly here. (NonMaxSuppression, NonZero...
         # are cuts computed on the host between segments: they run with any device.)
         pytest.skip(f"{name}: cpu-only kernel on {device}: {outcome.detail.splitlines()[0]}")

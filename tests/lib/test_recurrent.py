@@ -9,8 +9,9 @@ from graph_runtime.errors import LibraryError
 from graph_runtime.lib.library import TensorSpec
 from graph_runtime.lib.registry import get_op
 
-# cpu is the oracle; cuda runs the same NumPy-API kernel through CuPy. No OpenCL kernel yet.
+# cuda runs the cpu's NumPy-API kernel through CuPy; opencl runs generated OpenCL C.
 RECURRENT_BACKENDS = [pytest.param("cpu", id="cpu"),
+                      pytest.param("opencl", id="opencl", marks=pytest.mark.opencl),
                       pytest.param("cuda", id="cuda", marks=pytest.mark.cuda)]
 
 FUNCS = {
@@ -23,7 +24,7 @@ FUNCS = {
     "affine": lambda x, a, b: a * x + b,
     "elu": lambda x, a, b: np.where(x >= 0, x, a * (np.exp(x) - 1)),
     "softsign": lambda x, a, b: x / (1 + np.abs(x)),
-    "softplus": lambda x, a, b: np.log1p(np.exp(x)),
+    "softplus": lambda x, a, b: np.maximum(x, 0) + np.log1p(np.exp(-np.abs(x))),
     "thresholdedrelu": lambda x, a, b: np.where(x > a, x, 0),
 }
 
@@ -151,3 +152,65 @@ def test_recurrence_refuses_bad_shapes() -> None:
         op.infer(specs[:5], attrs)
     with pytest.raises(LibraryError, match="activations"):
         op.infer(specs, {**attrs, "activations": ["sigmoid", "tanh", "nope"]})
+
+
+@pytest.mark.parametrize("backend", RECURRENT_BACKENDS)
+@pytest.mark.parametrize("cell", ["rnn", "gru", "lstm"])
+@pytest.mark.parametrize("name", list(FUNCS))
+def test_recurrence_every_activation(backend: str, cell: str, name: str, run_op) -> None:
+    """Each activation in each slot of a cell, bidirectional with other functions backwards
+    (odd hidden size, ragged lengths, clip on half the cases, both GRU resets)."""
+    per = len(DEFAULTS[cell])
+    names = [name] * per + [n for n in list(FUNCS)[::-1] if n != name][:per]
+    clip = 0.9 if len(name) % 2 else 0.0
+    extra = {"clip": clip, "linear_before_reset": int(len(name) % 3 == 0),
+             "input_forget": int(len(name) % 4 == 0)}
+    attrs = {"cell": cell, "direction": "bidirectional", "activations": names,
+             "activation_alpha": [0.3 + 0.1 * i for i in range(len(names))],
+             "activation_beta": [0.4 - 0.1 * i for i in range(len(names))], **extra}
+    lens = [3, 6, 1, 0]
+    arrays = _inputs(cell, 6, 4, 2, 5, "float64", lens)
+    got = run_op(backend, "recurrence", arrays, attrs)
+    c0, p = (arrays[4], arrays[5]) if cell == "lstm" else (None, None)
+    want = reference(cell, *arrays[:4], c0, p, lens, attrs)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", RECURRENT_BACKENDS)
+@pytest.mark.parametrize("cell", ["rnn", "gru", "lstm"])
+@pytest.mark.parametrize("dtype,tol", [("float16", 3e-3), ("float32", 2e-5)])
+def test_recurrence_narrow_dtypes(backend: str, cell: str, dtype: str, tol: float,
+                                  run_op) -> None:
+    """float16 computes in float32 (stored as float16); a larger hidden size, reverse rows."""
+    lens = [7, 4, 7]
+    arrays = _inputs(cell, 7, 3, 1, 33, dtype, lens)
+    attrs = _attrs(cell, "reverse", DEFAULTS[cell])
+    got = run_op(backend, "recurrence", arrays, attrs)
+    c0, p = (arrays[4], arrays[5]) if cell == "lstm" else (None, None)
+    want = reference(cell, *arrays[:4], c0, p, lens, attrs)
+    for g, w in zip(got, want):
+        assert g.dtype == np.dtype(dtype)
+        np.testing.assert_allclose(g.astype(np.float64), w, rtol=tol, atol=tol)
+
+
+def test_opencl_activations_follow_the_op() -> None:
+    """The OpenCL C activation table names exactly the op's activations."""
+    from graph_runtime.lib.kernels.opencl.recurrent import CL_ACTIVATIONS
+    from graph_runtime.lib.ops.recurrent import ACTIVATIONS
+    assert set(CL_ACTIVATIONS) == set(ACTIVATIONS) == set(FUNCS)
+
+
+@pytest.mark.parametrize("backend", RECURRENT_BACKENDS)
+@pytest.mark.parametrize("cell,before_reset", [("rnn", 0), ("gru", 0), ("gru", 1), ("lstm", 0)])
+def test_recurrence_batch_past_a_block(backend: str, cell: str, before_reset: int,
+                                       run_op) -> None:
+    """11 batch rows: OpenCL's products take 8 rows a work item, so the last block is partial."""
+    lens = [5, 1, 3, 5, 0, 2, 5, 4, 5, 1, 3]
+    arrays = _inputs(cell, 5, 11, 2, 8, "float64", lens)
+    attrs = _attrs(cell, "bidirectional", DEFAULTS[cell], linear_before_reset=before_reset)
+    got = run_op(backend, "recurrence", arrays, attrs)
+    c0, p = (arrays[4], arrays[5]) if cell == "lstm" else (None, None)
+    want = reference(cell, *arrays[:4], c0, p, lens, attrs)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)

@@ -1,16 +1,20 @@
 """recurrence (ONNX RNN, LSTM, GRU): the per-step loop over precomputed input projections."""
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from ...backends.base import Backend
 from ..attrs import attr_error, bool_attr, float_attr, op_error, str_attr
 from ..kernels.host import host_factory, wide_dtype
+from ..kernels.opencl.recurrent import cl_recurrence
 from ..library import TensorSpec
 from ..registry import define_op, kernel
 from ..shapes import FLOAT_DTYPES, check_dtype, check_rank
+
+if TYPE_CHECKING:
+    from ...backends.opencl import OpenCLBackend
 
 # The importer computes xw = X @ W^T + Wb for every step and direction in one dense call; this
 # op runs what cannot be batched over time: H(t-1) @ R^T, the gates and the state updates.
@@ -193,6 +197,13 @@ def _host_recurrence(xp: Any, backend: Backend, device_id: int, inputs: Sequence
     return run
 
 
+def _cl_recurrence(backend: OpenCLBackend, device_id: int, inputs: Sequence[TensorSpec],
+                   outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]
+                   ) -> Callable[..., None]:
+    return cl_recurrence(backend, device_id, inputs, recurrence_params(attrs))
+
+
 define_op("recurrence", _infer, None, RECURRENCE_ATTRS)
 kernel("recurrence", "cpu")(host_factory(_host_recurrence))
 kernel("recurrence", "cuda")(host_factory(_host_recurrence))
+kernel("recurrence", "opencl")(_cl_recurrence)
