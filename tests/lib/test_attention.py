@@ -106,11 +106,16 @@ def test_workspace_is_reported(backend_name: str) -> None:
 # Large enough for the CPU kernel to hand blocks of heads to the workers (kernels/cpu/attention.py)
 WORKER_CASES = [(2, 70, 70, 5, 40, (2, 1, 1, 70), True, True),
                 (3, 80, 80, 1, 64, (3, 1, 80, 80), False, False)]
+# Fewer heads than workers (SegFormer's first stage): each head's queries in row blocks
+ROW_CASES = [(1, 1100, 240, 1, 8, (1, 1, 1, 240), False, True),
+             (1, 1030, 260, 1, 8, None, False, False),
+             (1, 1040, 256, 1, 8, (1, 1, 1040, 256), False, False),
+             (1, 301, 301, 3, 8, (1, 3, 301, 301), True, True)]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("case", WORKER_CASES)
-def test_cpu_head_blocks_on_workers(monkeypatch, case: tuple, dtype: str) -> None:
+@pytest.mark.parametrize("case", WORKER_CASES + ROW_CASES)
+def test_cpu_blocks_on_workers(monkeypatch, case: tuple, dtype: str) -> None:
     from graph_runtime.settings import ATTENTION_SPLIT, NUM_THREADS
     monkeypatch.setenv(NUM_THREADS.name, "2")
     monkeypatch.setenv(ATTENTION_SPLIT.name, "on")
@@ -119,6 +124,8 @@ def test_cpu_head_blocks_on_workers(monkeypatch, case: tuple, dtype: str) -> Non
     run = get_op("attention").kernels["cpu"](get_backend("cpu"), 0, specs,
                                              [TensorSpec(want.shape, dtype)], attrs)
     assert run.uses_workers() and len(run.blocks) > 2
+    if case[0] * case[3] == 1:  # one head on two workers: its queries in 8 row blocks
+        assert len(run.blocks) == 8 and all(q1 > q0 for *_, q0, q1 in run.blocks)
     out = np.full(want.shape, np.nan, dtype)
     run(*[np.ascontiguousarray(a) for a in arrays], out)
     _check(out, want, dtype)
@@ -167,31 +174,6 @@ def test_cpu_kernel_without_mask_and_a_scale_not_positive(scale: float) -> None:
     out = np.empty(want.shape, np.float32)
     kernel(*arrays, out)
     _check(out, want, "float32")
-
-
-# Fewer heads than work items (SegFormer's first stages): blocks of query rows on the workers
-ROW_CASES = [(1, 1100, 240, 1, 8, (1, 1, 1, 240), False, True),
-             (1, 1030, 260, 1, 8, None, False, False),
-             (1, 1040, 256, 1, 8, (1, 1, 1040, 256), False, False),
-             (1, 301, 301, 3, 8, (1, 3, 301, 301), True, True)]
-
-
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("case", ROW_CASES)
-def test_cpu_query_row_blocks_on_workers(monkeypatch, case: tuple, dtype: str) -> None:
-    from graph_runtime.settings import ATTENTION_SPLIT, NUM_THREADS
-    monkeypatch.setenv(NUM_THREADS.name, "2")
-    monkeypatch.setenv(ATTENTION_SPLIT.name, "on")
-    arrays, attrs, want = _case(*case, dtype=dtype)
-    specs = [TensorSpec(a.shape, dtype) for a in arrays]
-    run = get_op("attention").kernels["cpu"](get_backend("cpu"), 0, specs,
-                                             [TensorSpec(want.shape, dtype)], attrs)
-    assert run.uses_workers()
-    if case[3] == 1:  # one head on two workers: its queries in 8 row blocks
-        assert len(run.blocks) == 8 and all(q1 > q0 for *_, q0, q1 in run.blocks)
-    out = np.full(want.shape, np.nan, dtype)
-    run(*[np.ascontiguousarray(a) for a in arrays], out)
-    _check(out, want, dtype)
 
 
 @pytest.mark.parametrize("threads", ["openmp", "workers"])
