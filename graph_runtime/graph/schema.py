@@ -27,8 +27,10 @@ Where = Callable[[Sequence["str | int"]], str]
 _CHECKOUT_SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 
 
+@functools.lru_cache(maxsize=None)
 def schema_text(name: str) -> str:
-    """The text of schema file `name`, from a checkout's schemas/ or the installed package data."""
+    """The text of schema file `name`, from a checkout's schemas/ or the installed package data
+    (read once per process: the lib check's cache key and the validator both need it)."""
     local = _CHECKOUT_SCHEMAS / name
     try:
         if local.is_file():
