@@ -31,6 +31,16 @@ def check_dtype(op: str, spec: TensorSpec, allowed: Sequence[str], what: str = "
     return spec.dtype
 
 
+def check_vector(op: str, inputs: Sequence[TensorSpec], index: int, name: str,
+                 dtypes: Sequence[str], size: int) -> None:
+    """A LibraryError unless input `index` (a table or per-column operand the import made) is a
+    vector of `size` values of one of dtypes."""
+    spec = inputs[index]
+    if tuple(spec.shape) != (size,) or spec.dtype not in dtypes:
+        raise op_error(op, f"input {index} ({name}) is {spec.dtype} {tuple(spec.shape)}; "
+                           f"expected {' or '.join(dtypes)} ({size},)")
+
+
 def check_same_dtype(op: str, inputs: Sequence[TensorSpec]) -> str:
     """The common dtype of all inputs (Relay does not promote)."""
     first = inputs[0].dtype

@@ -20,7 +20,7 @@ from ..kernels.cpu.qdq_attention import qdq_attention_kernel
 from ..kernels.cpu.quantized import QUANT_RANGES
 from ..library import TensorSpec
 from ..registry import define_op, kernel
-from ..shapes import check_num_inputs
+from ..shapes import check_num_inputs, check_vector
 from .quantized import _check_int8
 
 ATTRS = ("heads", "s_scale", "s_zero", "s_dtype", "p_scale", "p_zero", "p_dtype", "y_scale",
@@ -64,11 +64,7 @@ def _shape(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> tuple[int,
         raise op_error(op, f"input 3 (mask) is {mask}; expected ({batch} or 1, 1, {tokens} or "
                            f"1, {tokens})")
     for i, (name, dtype, size) in enumerate(TABLES, start=4):
-        dtypes = (dtype,) if dtype else ("int8", "uint8")
-        if tuple(inputs[i].shape) != (size,) or inputs[i].dtype not in dtypes:
-            raise op_error(op, f"input {i} ({name}) is {inputs[i].dtype} "
-                               f"{tuple(inputs[i].shape)}; expected {' or '.join(dtypes)} "
-                               f"({size},)")
+        check_vector(op, inputs, i, name, (dtype,) if dtype else ("int8", "uint8"), size)
     return batch, heads, tokens, width // heads
 
 

@@ -17,7 +17,7 @@ from ..kernels.cpu.qlayer_norm import qadd_layer_norm_kernel
 from ..kernels.cpu.quantized import QUANT_RANGES
 from ..library import TensorSpec
 from ..registry import define_op, kernel
-from ..shapes import check_num_inputs, size_of
+from ..shapes import check_num_inputs, check_vector, size_of
 from .quantized import _check_int8
 
 OP = "qadd_layer_norm"
@@ -45,10 +45,7 @@ def _check(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> tuple[int,
     for i, name, dtypes, size in ((2, "sum_table", ("float32",), 65536),
                                   (3, "gamma", ("float32",), width),
                                   (4, "beta", ("float32",), width)):
-        if tuple(inputs[i].shape) != (size,) or inputs[i].dtype not in dtypes:
-            raise op_error(OP, f"input {i} ({name}) is {inputs[i].dtype} "
-                               f"{tuple(inputs[i].shape)}; expected {' or '.join(dtypes)} "
-                               f"({size},)")
+        check_vector(OP, inputs, i, name, dtypes, size)
     dtype = str(attrs.get("y_dtype", ""))
     if dtype not in QUANT_RANGES:
         raise op_error(OP, f"attribute y_dtype is {dtype!r}; expected 'int8' or 'uint8'")

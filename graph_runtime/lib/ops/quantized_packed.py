@@ -21,7 +21,7 @@ from ..kernels.cpu.qdense_columns import requantize_columns
 from ..kernels.cpu.quantized import QUANT_RANGES, dense_integer_reference
 from ..library import TensorSpec
 from ..registry import define_op, kernel
-from ..shapes import check_num_inputs, size_of
+from ..shapes import check_num_inputs, check_vector, size_of
 from .quantized import Forward, _check_int8
 
 OP = "qdense_add_packed"
@@ -38,11 +38,7 @@ def _check(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> tuple[int,
     k, n = w
     for i, name, dtype, size in ((2, "m", "float32", n), (3, "b", "float32", n),
                                  (4, "y_zero", "int32", n), (5, "colmap", None, n * 256)):
-        dtypes = (dtype,) if dtype else ("int8", "uint8")
-        if tuple(inputs[i].shape) != (size,) or inputs[i].dtype not in dtypes:
-            raise op_error(OP, f"input {i} ({name}) is {inputs[i].dtype} "
-                               f"{tuple(inputs[i].shape)}; expected {' or '.join(dtypes)} "
-                               f"({size},)")
+        check_vector(OP, inputs, i, name, (dtype,) if dtype else ("int8", "uint8"), size)
     dense = str(attrs.get("dense_dtype", ""))
     if dense not in QUANT_RANGES:
         raise op_error(OP, f"attribute dense_dtype is {dense!r}; expected 'int8' or 'uint8'")
