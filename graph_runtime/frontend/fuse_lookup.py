@@ -72,13 +72,17 @@ def _region(g: PatternGraph, y: Value, ops: frozenset[str]) -> tuple[list[Prim],
         found = _cone(y, ops, stop)
         if found is None or len(found[0]) < MIN_PRIMS:
             continue
-        prims, _ = found
-        inner = [o for p in prims for o in p.outputs if o is not y]
-        members = {id(p) for p in prims}
-        if all(id(o) not in g.pinned and all(id(r) in members for r in g.readers.get(id(o), []))
-               for o in inner):
+        if closed(g, found[0], y):
             return found
     return None
+
+
+def closed(g: PatternGraph, prims: list[Prim], y: Value) -> bool:
+    """Whether prims can become one op making y: none of their other outputs is a graph
+    output or read by a prim outside them."""
+    members = {id(p) for p in prims}
+    return all(id(o) not in g.pinned and all(id(r) in members for r in g.readers.get(id(o), []))
+               for p in prims for o in p.outputs if o is not y)
 
 
 def _table(prims: list[Prim], x: Value, y: Value) -> np.ndarray:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .fuse_attention import _heads
-from .fuse_lookup import INT8, _cone, _elementwise, _table
+from .fuse_lookup import INT8, _cone, _elementwise, _table, closed
 from .ir import Prim, Value
 from .pattern import PatternGraph, new_prim
 
@@ -95,12 +95,8 @@ def _operand(g: PatternGraph, v: Value, ops: frozenset[str], order: dict[int, in
     if cone is None or made.dtype != "float32":
         return None
     prims, leaf = cone
-    members = {id(p) for p in prims}
-    for p in prims:
-        for o in p.outputs:
-            if o is not made and (id(o) in g.pinned or any(
-                    id(r) not in members for r in g.readers.get(id(o), []))):
-                return None
+    if not closed(g, prims, made):
+        return None
     if made is not v and g.sole(made) is None:
         return None
     root, byte_steps, more = _views(g, leaf)
@@ -120,10 +116,7 @@ def _byte_map(g: PatternGraph, v: Value, ops: frozenset[str], order: dict[int, i
     if cone is None:
         return None
     prims, leaf = cone
-    members = {id(p) for p in prims}
-    if any(o is not v and (id(o) in g.pinned or any(id(r) not in members for r in
-                                                     g.readers.get(id(o), [])))
-           for p in prims for o in p.outputs):
+    if not closed(g, prims, v):
         return None
     return leaf, _table(sorted(prims, key=lambda p: order[id(p)]), leaf, v), prims
 

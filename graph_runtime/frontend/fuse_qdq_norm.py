@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..lib.kernels.cpu.quantized import qadd_table
-from .fuse_lookup import INT8, _cone, _elementwise, _table, evaluate
+from .fuse_lookup import INT8, _cone, _elementwise, _table, closed, evaluate
 from .fuse_qdq_attention import _quantized
 from .ir import Prim, Value
 from .pattern import PatternGraph, new_prim
@@ -30,10 +30,7 @@ def _match(g: PatternGraph, q_out: Prim, order: dict[int, int]) -> Prim | None:
     if cone is None or g.sole(x) is not ln:
         return None
     prims, total = cone
-    members = {id(p) for p in prims}
-    if any(o is not x and (id(o) in g.pinned or any(id(r) not in members for r in
-                                                     g.readers.get(id(o), [])))
-           for p in prims for o in p.outputs):
+    if not closed(g, prims, x):
         return None
     add = total.producer
     if add is None or add.op != "qadd" or g.sole(total) is not next(
