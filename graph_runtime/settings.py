@@ -112,6 +112,11 @@ ONEDNN_THREADS = Setting(
     "workers, which pull work: robust beside a busy process), auto (openmp unless another "
     "process keeps one of this process's CPUs busy when the first oneDNN kernel is made)",
     ("auto", "openmp", "workers"))
+IN_PLACE = Setting(
+    "GRAPH_RUNTIME_IN_PLACE", "on",
+    "kernels that can write an output over an input dying there (oneDNN's conv adding its "
+    "residual) get the input's storage, where the storage plan allows (off: a copy first)",
+    ("on", "off"))
 
 LOOP_MAX_ITERATIONS = Setting(
     "GRAPH_RUNTIME_LOOP_MAX_ITERATIONS", "1048576",
@@ -121,7 +126,8 @@ LOOP_MAX_ITERATIONS = Setting(
 
 SETTINGS = (NUM_THREADS, CONV, OPENCL_CONV, GEMV_PADDING, DENSE_TRANSPOSE, DENSE_SPLIT,
             DENSE_TILES, ATTENTION_SPLIT, OPENCL_GEMM, TUNING_CACHE, CACHE_DIR, CHAIN_JIT,
-            IMPORT_FUSE, IMPORT_INT8, ONEDNN, ONEDNN_LIB, ONEDNN_THREADS, LOOP_MAX_ITERATIONS)
+            IMPORT_FUSE, IMPORT_INT8, ONEDNN, ONEDNN_LIB, ONEDNN_THREADS, IN_PLACE,
+            LOOP_MAX_ITERATIONS)
 
 
 def _raw(setting: Setting) -> str:

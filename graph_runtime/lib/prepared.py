@@ -8,7 +8,7 @@ from .library import InputVersion
 
 
 class PreparedKernel(ABC):
-    """A kernel prepared for one node: run(*inputs, *outputs), plus six optional capabilities.
+    """A kernel prepared for one node: run(*inputs, *outputs), plus optional capabilities.
 
     A subclass implements __call__ and overrides only the capabilities it has; the defaults say
     "none". Plain functions (most kernels are closures) have none: `capabilities(fn)` answers
@@ -62,6 +62,16 @@ class PreparedKernel(ABC):
     def use_channels_last(self, positions: Collection[int]) -> None:
         """The arrays at these positions (some of channels_last_positions) hold NHWC bytes from
         now on; called once at create(), before any run."""
+
+    def in_place_positions(self) -> Mapping[int, int]:
+        """{output position: input position} where this kernel is also right when handed the
+        input's own array as that output (it reads each input element before it overwrites it:
+        oneDNN's conv adding a residual, its sum post-op).
+
+        The executor then gives the output the input's storage where the input dies at this
+        node (runtime/in_place.py). Asked once at create(), after use_channels_last.
+        """
+        return {}
 
     def sub_modules(self) -> Sequence[Any]:
         """Modules this kernel holds for sub-graphs (control-flow bodies); memory_report counts

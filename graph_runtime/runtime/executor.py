@@ -9,6 +9,7 @@ from typing import Any, Callable, ContextManager, Mapping, Sequence
 
 import numpy as np
 
+from .. import settings
 from .._text import fmt_bytes
 from ..backends import check_device, copy_array, run_in_scope
 from ..device import Device
@@ -18,9 +19,11 @@ from ..lib.attrs import WORKSPACE_LIMIT_KEY
 from ..lib.kernels.cpu.threads import ONE_BLAS_THREAD
 from ..lib.library import InputVersion, Module, TensorSpec
 from ..lib.prepared import PreparedKernel, capabilities
+from .in_place import plan_in_place
 from .layouts import nhwc_view, plan_channels_last
 from .placement import plan_placement, resolve_entry_devices
 from .storage import PoolLayout, StoragePool, check_capacity, default_caps
+from .storage_check import check_liveness
 
 log = logging.getLogger("graph_runtime")
 
@@ -91,6 +94,8 @@ class Executor:
         # Write counters of graph inputs that kernels derive data from (lib.library.InputVersion).
         self.versions: dict[int, InputVersion] = {}
         self._place_requested_inputs()
+        # (input eid, output eid) pairs whose kernel writes the output over the input.
+        self.in_place = self._write_in_place()
         self._bind_versions()
         self._calls = [(s.fn, s.args) for s in self.steps]
         self.devices = sorted(set(self.entry_device) | {c.dst for c in self.copies})
@@ -180,6 +185,24 @@ class Executor:
             log.info("%s: %d entries kept NHWC between kernels that take it", self.graph.source,
                      len(plan.entries))
         return plan.entries
+
+    def _write_in_place(self) -> list[tuple[int, int]]:
+        """Give outputs the storage of the input their kernel may overwrite, where that input
+        dies there and the lives stay apart (runtime/in_place.py); the pairs so written."""
+        if settings.word(settings.IN_PLACE) == "off":
+            return []
+        plan = plan_in_place(self.graph, self.steps, self.entry_device, self.plan.entry_sid,
+                             self.plan.sid_bytes, self._io_eids | self._aliased,
+                             self.channels_last)
+        for eid, sid in sorted(plan.moves.items()):
+            view = self.pool.move(eid, sid)
+            self.rebind(eid, nhwc_view(view) if eid in self.channels_last else view)
+        if plan.pairs:
+            # NOTE: cannot fail for a plan in_place.py made; checked as the graph's plan is.
+            check_liveness(self.graph, self.plan.entry_sid, plan.pairs)
+            log.info("%s: %d outputs written in place over an input (%d entries moved)",
+                     self.graph.source, len(plan.pairs), len(plan.moves))
+        return plan.pairs
 
     def _count_workspace(self, node: Any, dev: Device, nbytes: int,
                          used: dict[Device, int]) -> None:

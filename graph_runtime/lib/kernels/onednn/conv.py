@@ -4,7 +4,8 @@ The primitive is made at create() for NHWC data and output with weights in the l
 picks, reordered once and again when the weight is written. Data, residual and output arrive as
 NCHW arrays and are reordered to and from NHWC buffers, unless the executor keeps them NHWC
 between oneDNN nodes (prepared.PreparedKernel.use_channels_last): then the conv reads and writes
-them in place. A leading per-channel add is the primitive's bias, a residual add its sum
+them in place, and where the executor hands it an NHWC residual as its own output array
+(runtime/in_place.py) the sum post-op adds into it with no copy first. A leading per-channel add is the primitive's bias, a residual add its sum
 post-op, other adds binary-add post-ops reading the operand in place; relu, clip, leaky relu,
 sigmoid, hard-swish and gelu are eltwise post-ops. A run is the conv primitive between the two
 layout reorders (three foreign calls, four with a residual; one between NHWC neighbours), all
@@ -140,6 +141,16 @@ class OnednnConv(ConvKernel):
         self.nhwc = frozenset(positions)
         self._wire()
 
+    def in_place_positions(self) -> dict[int, int]:
+        """An NHWC residual may be the NHWC output's own array: the sum post-op then adds it in
+        place, and its copy into the output is skipped (_bind sees the same address)."""
+        if self.residual is None:
+            return {}
+        residual = 2 + self.residual
+        if residual in self.nhwc and self.out_position in self.nhwc:
+            return {self.out_position: residual}
+        return {}
+
     def _layout(self, position: int) -> str:
         return NHWC if position in self.nhwc else NCHW
 
@@ -171,6 +182,7 @@ class OnednnConv(ConvKernel):
         self.out: BandedReorder | None = None if out_nhwc else BandedReorder(
             out_shape, NHWC, NCHW, pieces)
         self.together = whole and self.data_in is not None
+        self.in_place = False  # the residual is the output's own array (_bind)
         self.steps = [self._steps(i) for i in range(len(pieces))]
         self._arrays: tuple[Any, ...] = ()
 
@@ -278,6 +290,10 @@ class OnednnConv(ConvKernel):
         dst = out.ctypes.data if self.dst_buf is None else self.dst_buf.ctypes.data
         if self.data_in is not None:
             self.data_in.bind(data.ctypes.data, src)
+        in_place = self.residual_in is not None and residual.ctypes.data == dst
+        if in_place != self.in_place:
+            self.in_place = in_place
+            self.steps = [self._steps(i) for i in range(len(self.pieces))]
         if self.residual_in is not None:
             self.residual_in.bind(residual.ctypes.data, dst)
         if self.out is not None:
@@ -289,9 +305,10 @@ class OnednnConv(ConvKernel):
 
     def _steps(self, i: int) -> tuple[Primitive, ...]:
         """What work item i runs in order: its data rows in (whole images only), its residual
-        rows in, the conv of its rows, its output rows back to NCHW (each where needed)."""
+        rows in, the conv of its rows, its output rows back to NCHW (each where needed; no
+        residual rows where the residual is the output's own buffer)."""
         steps = [self.data_in.items[i]] if self.together and self.data_in is not None else []
-        if self.residual_in is not None:
+        if self.residual_in is not None and not self.in_place:
             steps.append(self.residual_in.items[i])
         steps.append(self.items[i][0])
         if self.out is not None:

@@ -1,0 +1,116 @@
+"""Which kernel outputs take the storage of an input they may overwrite (written in place).
+
+oneDNN's conv adds a residual into its output (its sum post-op): handed two arrays, it first
+copies the residual into the output, 16 copies and about 4% of ResNet-50's time. Given the
+residual's own array as its output it adds in place. A kernel opts in per pair of argument
+positions (PreparedKernel.in_place_positions); the executor then gives the output entry O the
+storage of the input entry R where R's value dies there: this node reads R last and only once,
+and R and O are plain values of this device (no graph input, param or output, nothing aliasing
+them, not read through a copy or flattened), with R's shape, dtype and layout.
+
+The graph's storage plan gives R's storage id to other entries once R is dead, often at the
+very next node (a ResNet's blocks alternate two ids), while O still lives. Then, from this node
+on, the entries of R's id and of O's id trade ids: O's own id is free from the moment O moved
+out of it, and R's id from the moment R died, so the traded entries keep their lives apart
+(runtime/storage_check.py checks the result). An entry moves only into an id whose buffer
+already holds its bytes, so nothing is allocated and the pool's byte counts stay the graph's.
+The graph itself is unchanged (a graph written back is TVM's); only the executor's views move.
+Debug outputs stay right: they are copied right after their node runs, before a later write.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from ..device import Device
+from ..graph.model import Graph, entry_bytes
+
+
+@dataclass
+class InPlacePlan:
+    """Entries given another storage id, and the (input eid, output eid) pairs written in place."""
+
+    moves: dict[int, int] = field(default_factory=dict)
+    pairs: list[tuple[int, int]] = field(default_factory=list)
+
+
+def plan_in_place(graph: Graph, steps: Sequence[Any], entry_device: Sequence[Device],
+                  storage_ids: Sequence[int], sid_bytes: dict[int, int], excluded: set[int],
+                  channels_last: set[int]) -> InPlacePlan:
+    """The in-place pairs the steps' kernels offer and the storage moves that make them safe.
+
+    Args:
+        storage_ids: per entry, the pool's ids (not changed; the plan's moves apply on top).
+        sid_bytes: bytes allocated per storage id.
+        excluded: graph inputs, outputs and entries aliased by the executor (dropped copies).
+        channels_last: the entries kept NHWC (runtime/layouts.py): R and O must agree.
+    """
+    sids = list(storage_ids)
+    members: dict[int, list[int]] = {}  # group root -> its entries
+    for eid, root in enumerate(graph.liveness.group):
+        members.setdefault(root, []).append(eid)
+    plan = InPlacePlan()
+    for step in steps:
+        if step.is_copy:
+            continue
+        n_in = len(graph.nodes[step.nid].inputs)
+        for out_pos, in_pos in sorted(step.kernel.in_place_positions().items()):
+            pair = _pair(graph, step, n_in, out_pos, in_pos, entry_device, excluded,
+                         channels_last)
+            if pair is None:
+                continue
+            moves = _moves(graph, step.nid, pair, sids, sid_bytes, excluded, members)
+            if moves is None:
+                continue
+            for eid, sid in moves.items():
+                sids[eid] = sid
+                plan.moves[eid] = sid
+            plan.pairs.append(pair)
+    return plan
+
+
+def _pair(graph: Graph, step: Any, n_in: int, out_pos: int, in_pos: int,
+          entry_device: Sequence[Device], excluded: set[int], channels_last: set[int]
+          ) -> tuple[int, int] | None:
+    """(R, O) when output O may take input R's storage at this step, else None."""
+    live = graph.liveness
+    r_eid, r_dev, r_flat = step.arg_keys[in_pos]
+    o_eid, o_dev, o_flat = step.arg_keys[out_pos]
+    if in_pos >= n_in or out_pos < n_in or r_flat or o_flat:
+        return None
+    if r_dev != entry_device[r_eid] or o_dev != entry_device[o_eid] or r_dev != o_dev:
+        return None  # read through a copy, or on another device
+    reads = [key[0] for key in step.arg_keys[:n_in]]
+    if reads.count(r_eid) != 1 or o_eid in reads or live.last_read[r_eid] != step.nid:
+        return None  # read again: by this node at another position, or later
+    for eid in (r_eid, o_eid):
+        if eid in excluded or live.held(eid) or live.aliased(eid):
+            return None
+    if (tuple(graph.shape(r_eid)) != tuple(graph.shape(o_eid))
+            or graph.dtype(r_eid) != graph.dtype(o_eid)
+            or (r_eid in channels_last) != (o_eid in channels_last)):
+        return None
+    return r_eid, o_eid
+
+
+def _moves(graph: Graph, nid: int, pair: tuple[int, int], sids: list[int],
+           sid_bytes: dict[int, int], excluded: set[int], members: dict[int, list[int]]
+           ) -> dict[int, int] | None:
+    """{eid: new storage id}: O into R's id, and where another entry takes R's id while O
+    lives, the two ids' entries written after this node traded; None when one would not fit."""
+    live = graph.liveness
+    r_eid, o_eid = pair
+    r_sid, o_sid = sids[r_eid], sids[o_eid]
+    later = [e for e in live.roots if live.start[e] > nid and sids[e] in (r_sid, o_sid)]
+    if not any(sids[e] == r_sid and live.start[e] <= live.end[o_eid] for e in later):
+        return {o_eid: r_sid}
+    moves = {o_eid: r_sid}
+    for root in later:
+        new = o_sid if sids[root] == r_sid else r_sid
+        for eid in members[root]:
+            if sids[eid] != sids[root]:
+                continue  # a `__nop` output with an id of its own: not this value's storage
+            if eid in excluded or entry_bytes(graph.shape(eid), graph.dtype(eid)) > sid_bytes[new]:
+                return None
+            moves[eid] = new
+    return moves
