@@ -76,6 +76,21 @@ def test_a_nop_output_aliases_its_input() -> None:
         check_liveness(make_graph(nodes, [4], storage_ids=[0, 1, 1, 1, 2]))
 
 
+def test_an_in_place_pair_may_meet_at_its_node_only() -> None:
+    """The executor's in-place writes (runtime/in_place.py): b = add(a, x) written over a,
+    which b's node reads last, is allowed when said; a read again later never is."""
+    nodes = [null("x"), tvm_op("a", "relu", [0]), tvm_op("b", "add", [1, 0]),
+             tvm_op("c", "exp", [2])]
+    g = make_graph(nodes, [3], storage_ids=[0, 1, 2, 3])
+    check_liveness(g, [0, 1, 1, 3], [(1, 2)])
+    with pytest.raises(GraphError, match=r"storage id 1 .*eid 1 is still read by node 2 'b'"):
+        check_liveness(g, [0, 1, 1, 3])
+    nodes.append(tvm_op("d", "add", [3, 1]))  # a read by d too
+    g = make_graph(nodes, [4], storage_ids=[0, 1, 2, 3, 4])
+    with pytest.raises(GraphError, match=r"eid 1 is still read up to node 4 'd'"):
+        check_liveness(g, [0, 1, 1, 3, 4], [(1, 2)])
+
+
 def test_a_copy_onto_its_own_storage_is_refused_at_create() -> None:
     nodes = [null("x"), tvm_op("a", "relu", [0]), copy_op("c", 1), tvm_op("b", "exp", [2])]
     g = make_graph(nodes, [3], storage_ids=[0, 1, 1, 2])

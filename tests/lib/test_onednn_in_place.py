@@ -1,0 +1,172 @@
+"""oneDNN convs adding their residual in place (runtime/in_place.py) on ResNet-style ONNX models:
+the result is the float64 one and ONNX Runtime's, bit for bit the one with the copy
+(GRAPH_RUNTIME_IN_PLACE=off), and only residuals that die at their conv are written over."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_conv import ref_conv2d_attrs
+from test_onednn import onednn  # noqa: F401  (the fixture: skip or force oneDNN)
+
+import graph_runtime as gr
+from graph_runtime.frontend import from_onnx
+from graph_runtime.lib.kernels.onednn import binding
+from graph_runtime.lib.kernels.onednn import conv as onednn_conv
+from graph_runtime.lib.kernels.onednn.conv import OnednnConv
+from graph_runtime.settings import IN_PLACE, NUM_THREADS, ONEDNN_THREADS
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+RNG = np.random.default_rng(21)
+
+
+class Net:
+    """An ONNX graph built conv by conv, with the float64 values of every tensor beside it."""
+
+    def __init__(self, x: np.ndarray) -> None:
+        self.nodes: list = []
+        self.inits: list = []
+        self.values: dict[str, np.ndarray] = {"x": x.astype(np.float64)}
+        self.x = x
+
+    def conv(self, src: str, out_c: int, k: int = 3, stride: int = 1, relu: bool = True,
+             residual: str | None = None) -> str:
+        name = f"t{len(self.nodes)}"
+        c = self.values[src].shape[1]
+        w = (RNG.standard_normal((out_c, c, k, k)) / np.sqrt(c * k * k)).astype(np.float32)
+        b = (RNG.standard_normal(out_c) * 0.1).astype(np.float32)
+        self.inits += [numpy_helper.from_array(w, name + "_w"), numpy_helper.from_array(b, name
+                                                                                      + "_b")]
+        pad = k // 2
+        attrs = {"strides": [stride, stride], "padding": [pad]}
+        y = ref_conv2d_attrs(self.values[src], w.astype(np.float64), attrs) + \
+            b.astype(np.float64)[:, None, None]
+        self.nodes.append(helper.make_node("Conv", [src, name + "_w", name + "_b"], [name + "c"],
+                                           pads=[pad] * 4, strides=[stride, stride]))
+        last = name + "c"
+        if residual is not None:
+            y = y + self.values[residual]
+            self.nodes.append(helper.make_node("Add", [last, residual], [name + "a"]))
+            last = name + "a"
+        if relu:
+            y = np.maximum(y, 0)
+            self.nodes.append(helper.make_node("Relu", [last], [name]))
+            last = name
+        self.values[last] = y
+        return last
+
+    def model(self, out: str) -> tuple:
+        self.nodes.append(helper.make_node("GlobalAveragePool", [out], ["y"]))
+        want = self.values[out].mean(axis=(2, 3), keepdims=True)
+        shape = list(self.x.shape)
+        graph = helper.make_graph(
+            self.nodes, "resnet_blocks",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], self.inits)
+        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        m.ir_version = 8
+        return m, want
+
+
+def _resnet(n: int = 2) -> tuple:
+    """Stem, an identity block, a downsampling block (1x1 stride-2 projection), an identity
+    block, global pool: three convs add a residual that dies there."""
+    net = Net(RNG.standard_normal((n, 8, 12, 10)).astype(np.float32))
+    h = net.conv("x", 16)
+    h = net.conv(net.conv(h, 16), 16, relu=True, residual=h)
+    proj = net.conv(h, 24, k=1, stride=2, relu=False)
+    h = net.conv(net.conv(h, 24, stride=2), 24, residual=proj)
+    h = net.conv(net.conv(h, 24), 24, residual=h)
+    return net, *net.model(h)
+
+
+def _create(model, monkeypatch, in_place: str = "on"):
+    monkeypatch.setenv(IN_PLACE.name, in_place)
+    graph, lib, params = from_onnx(model)
+    m = gr.create(graph, lib, gr.cpu())
+    m.load_params(gr.save_param_dict(params))
+    return m
+
+
+def _convs(m) -> list[OnednnConv]:
+    return [s.kernel for s in m.executor.steps if isinstance(s.kernel, OnednnConv)]
+
+
+def _check(got: np.ndarray, want: np.ndarray) -> None:
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * float(np.abs(want).max()))
+
+
+@pytest.mark.parametrize("mode", ["workers", "openmp"])
+@pytest.mark.parametrize("threads", ["1", "3"])
+def test_resnet_blocks_add_their_residuals_in_place(onednn, monkeypatch, mode,  # noqa: F811
+                                                    threads) -> None:
+    monkeypatch.setenv(binding.ONEDNN_ENV, "on")
+    monkeypatch.setenv(ONEDNN_THREADS.name, mode)
+    monkeypatch.setenv(NUM_THREADS.name, threads)
+    monkeypatch.setattr(onednn_conv, "MIN_SPLIT_FLOPS", 0)  # bands of rows in place too
+    net, model, want = _resnet()
+    m = _create(model, monkeypatch)
+    assert len(m.executor.in_place) == 3
+    convs = _convs(m)
+    assert sum(c.residual is not None for c in convs) == 3
+    m.set_input("x", net.x)
+    for _ in range(2):  # the second run recomputes each residual before it is written over
+        m.run()
+        _check(m.get_output(0).numpy(), want)
+    assert [c.in_place for c in convs if c.residual is not None] == [True] * 3
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    _check(m.get_output(0).numpy(), session.run(None, {"x": net.x})[0])
+    off = _create(model, monkeypatch, "off")
+    assert off.executor.in_place == [] and not any(c.in_place for c in _convs(off))
+    off.set_input("x", net.x)
+    off.run()
+    np.testing.assert_array_equal(m.get_output(0).numpy(), off.get_output(0).numpy())
+    mine, theirs = m.memory_report(), off.memory_report()  # the kernels' workspace may differ
+    assert (mine.pool, mine.unshared, mine.copies) == (theirs.pool, theirs.unshared, theirs.copies)
+    # every intermediate value as it was written, the residuals included
+    values, others = m.debug_get_outputs(), off.debug_get_outputs()
+    assert values.keys() == others.keys()
+    for name in values:
+        np.testing.assert_array_equal(values[name][0], others[name][0], err_msg=name)
+
+
+def test_a_residual_read_by_two_convs_is_written_over_by_the_last(onednn,  # noqa: F811
+                                                                   monkeypatch) -> None:
+    """h feeds u = conv(h) + h and v = conv(u) + h: u must not write over h; v may."""
+    monkeypatch.setenv(binding.ONEDNN_ENV, "on")
+    monkeypatch.setenv(ONEDNN_THREADS.name, "openmp")
+    net = Net(RNG.standard_normal((1, 8, 9, 11)).astype(np.float32))
+    h = net.conv("x", 16)
+    u = net.conv(h, 16, residual=h)
+    v = net.conv(u, 16, residual=h)
+    model, want = net.model(net.conv(v, 16))
+    m = _create(model, monkeypatch)
+    g = m.executor.graph
+    convs = [c for c in _convs(m) if c.residual is not None]
+    assert len(convs) == 2
+    assert len(m.executor.in_place) == 1
+    (r_eid, o_eid), = m.executor.in_place
+    m.set_input("x", net.x)
+    m.run()
+    _check(m.get_output(0).numpy(), want)
+    assert [c.in_place for c in convs] == [False, True]
+    # the pair is the second conv writing over h, which no node reads after it
+    assert g.liveness.last_read[r_eid] == g.liveness.writer[o_eid]
+
+
+def test_a_residual_that_is_the_graph_input_is_not_written_over(onednn,  # noqa: F811
+                                                                monkeypatch) -> None:
+    monkeypatch.setenv(binding.ONEDNN_ENV, "on")
+    monkeypatch.setenv(ONEDNN_THREADS.name, "openmp")
+    net = Net(RNG.standard_normal((2, 16, 7, 8)).astype(np.float32))
+    h = net.conv("x", 16, residual="x")
+    model, want = net.model(net.conv(h, 16))
+    m = _create(model, monkeypatch)
+    assert m.executor.in_place == []
+    m.set_input("x", net.x)
+    m.run()
+    _check(m.get_output(0).numpy(), want)
+    np.testing.assert_array_equal(m.get_input("x").numpy(), net.x)
