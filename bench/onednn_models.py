@@ -12,7 +12,9 @@ run on oneDNN. Run with the OpenBLAS core-type override removed, as on a user's 
 
 The machine may be shared: report the load average (printed) with the numbers. --busy-core
 runs the whole bench beside a child process spinning on one core (`while True: pass`), the
-busy neighbour the thread policy must survive.
+busy neighbour the thread policy must survive. --copy-residuals adds oneDNN (auto) made with
+GRAPH_RUNTIME_IN_PLACE=off, its convs copying each residual into their output first: the
+in-place sum (runtime/in_place.py) before and after, in the same rounds.
 """
 from __future__ import annotations
 
@@ -33,17 +35,21 @@ import graph_runtime as gr  # noqa: E402
 from interleave import interleaved_samples  # noqa: E402  (bench/)
 
 
-def _module(graph_json: str, lib: Any, params: dict, onednn: str) -> tuple[Any, int]:
-    """A GraphModule made with GRAPH_RUNTIME_ONEDNN=onednn, and its nodes on oneDNN."""
-    saved = os.environ.get("GRAPH_RUNTIME_ONEDNN")
-    os.environ["GRAPH_RUNTIME_ONEDNN"] = onednn
+def _module(graph_json: str, lib: Any, params: dict, onednn: str,
+            in_place: str = "on") -> tuple[Any, int]:
+    """A GraphModule made with GRAPH_RUNTIME_ONEDNN=onednn (and GRAPH_RUNTIME_IN_PLACE), and
+    its nodes on oneDNN."""
+    env = {"GRAPH_RUNTIME_ONEDNN": onednn, "GRAPH_RUNTIME_IN_PLACE": in_place}
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
     try:
         m = gr.create(graph_json, lib, gr.cpu())
     finally:
-        if saved is None:
-            os.environ.pop("GRAPH_RUNTIME_ONEDNN", None)
-        else:
-            os.environ["GRAPH_RUNTIME_ONEDNN"] = saved
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     m.load_params(gr.save_param_dict(params))
     on_onednn = sum(1 for fn in _kernels(m) if "Onednn" in repr(fn))
     return m, on_onednn
@@ -59,7 +65,8 @@ def _kernels(m: Any) -> list[Any]:
     return found
 
 
-def contenders(path: Path, batch: int | None) -> tuple[dict[str, Callable[[], Any]], dict]:
+def contenders(path: Path, batch: int | None, copy_residuals: bool = False
+               ) -> tuple[dict[str, Callable[[], Any]], dict]:
     import onnxruntime as ort
 
     from graph_runtime.frontend import from_onnx
@@ -70,6 +77,8 @@ def contenders(path: Path, batch: int | None) -> tuple[dict[str, Callable[[], An
     shape = {first.name: (batch or dims[0] or 1, *dims[1:])}
     graph_json, lib, params = from_onnx(str(path), shape=shape)
     modules = {mode: _module(graph_json, lib, params, mode) for mode in ("off", "auto", "on")}
+    if copy_residuals:
+        modules["copy"] = _module(graph_json, lib, params, "auto", in_place="off")
     rng = np.random.default_rng(0)
     info = json.loads(graph_json)
     name = [info["nodes"][i]["name"] for i in info["arg_nodes"]
@@ -99,8 +108,10 @@ def contenders(path: Path, batch: int | None) -> tuple[dict[str, Callable[[], An
         "onnxruntime": lambda: sessions[0].run(None, {name: x}),
         "onnxruntime 1 thread": lambda: sessions[1].run(None, {name: x}),
     }
+    if copy_residuals:
+        calls["onednn (auto), copy"] = ours(modules["copy"][0])
     want = calls["onnxruntime"]()
-    for label in ("numpy/openblas", "onednn (auto)", "onednn (on)"):
+    for label in [k for k in calls if not k.startswith("onnxruntime")]:
         for i, (g, w) in enumerate(zip(calls[label](), want)):
             error = float(np.abs(g - w).max() / max(float(np.abs(w).max()), 1e-30))
             if error > 2e-4:
@@ -108,7 +119,7 @@ def contenders(path: Path, batch: int | None) -> tuple[dict[str, Callable[[], An
                                  f"(max|diff| / max|ref| = {error:.1e})")
     kernels = len(_kernels(modules["auto"][0]))
     return calls, {"onednn_nodes": modules["auto"][1], "onednn_nodes_on": modules["on"][1],
-                   "kernels": kernels,
+                   "kernels": kernels, "in_place": len(modules["auto"][0].executor.in_place),
                    "input": list(x.shape)}
 
 
@@ -119,6 +130,9 @@ def main() -> None:
                         help="the input's batch (default: the file's, or 1 where symbolic)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--copy-residuals", action="store_true",
+                        help="also run oneDNN (auto) with GRAPH_RUNTIME_IN_PLACE=off: each "
+                             "conv copies its residual into its output first")
     parser.add_argument("--busy-core", action="store_true",
                         help="keep one core busy with a spinning child process meanwhile")
     args = parser.parse_args()
@@ -135,7 +149,7 @@ def main() -> None:
 def _bench(args: argparse.Namespace) -> None:
     results = []
     for path in args.models:
-        calls, info = contenders(path, args.batch)
+        calls, info = contenders(path, args.batch, args.copy_residuals)
         samples = interleaved_samples(calls, args.rounds, repeat=3, number=3)
         times = {k: statistics.median(v) for k, v in samples.items()}
         base = min(times["onnxruntime"], times["onnxruntime 1 thread"])  # its faster setting
@@ -143,7 +157,8 @@ def _bench(args: argparse.Namespace) -> None:
         from graph_runtime.lib.kernels.onednn.policy import policy
         threads = policy().why
         print(f"{path.name} {info['input']}: {info['onednn_nodes']} of {info['kernels']} "
-              f"kernels on oneDNN in auto, {info['onednn_nodes_on']} in on; oneDNN threads: "
+              f"kernels on oneDNN in auto, {info['onednn_nodes_on']} in on, "
+              f"{info['in_place']} outputs written in place; oneDNN threads: "
               f"{threads}; load average {load:.2f}"
               f"{', one core kept busy' if args.busy_core else ''}")
         for name, seconds in times.items():
