@@ -147,6 +147,17 @@ def test_debug_outputs_and_profile_see_every_value(monkeypatch) -> None:
     np.testing.assert_array_equal(m.get_output(0).numpy(), 20 * _x())
 
 
+def test_zero_copy_inputs_and_outputs_are_unaffected(monkeypatch) -> None:
+    m, _ = _module(BLOCK, [4], [0, 1, 2, 3, 4], monkeypatch=monkeypatch)
+    x, out = _x(), np.zeros(SHAPE, np.float32)
+    m.set_input_zero_copy("x", x)
+    m.set_output_zero_copy(0, out)
+    m.run()
+    assert m.executor.in_place == [(1, 3)]
+    np.testing.assert_array_equal(out, 20 * _x())
+    np.testing.assert_array_equal(x, _x())
+
+
 # a ResNet-like chain whose plan gives a's id to d while c still lives (two ids alternate):
 # x, a=2x, b=2a, c=2b+a, d=2c, e=2d+c, f=2e (output)
 PING_PONG = [null("x"), tvm_op("a", "twice", [0]), tvm_op("b", "twice", [1]),
