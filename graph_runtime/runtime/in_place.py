@@ -46,9 +46,6 @@ def plan_in_place(graph: Graph, steps: Sequence[Any], entry_device: Sequence[Dev
         channels_last: the entries kept NHWC (runtime/layouts.py): R and O must agree.
     """
     sids = list(storage_ids)
-    members: dict[int, list[int]] = {}  # group root -> its entries
-    for eid, root in enumerate(graph.liveness.group):
-        members.setdefault(root, []).append(eid)
     plan = InPlacePlan()
     for step in steps:
         if step.is_copy:
@@ -59,7 +56,7 @@ def plan_in_place(graph: Graph, steps: Sequence[Any], entry_device: Sequence[Dev
                          channels_last)
             if pair is None:
                 continue
-            moves = _moves(graph, step.nid, pair, sids, sid_bytes, excluded, members)
+            moves = _moves(graph, step.nid, pair, sids, sid_bytes, excluded)
             if moves is None:
                 continue
             for eid, sid in moves.items():
@@ -94,23 +91,21 @@ def _pair(graph: Graph, step: Any, n_in: int, out_pos: int, in_pos: int,
 
 
 def _moves(graph: Graph, nid: int, pair: tuple[int, int], sids: list[int],
-           sid_bytes: dict[int, int], excluded: set[int], members: dict[int, list[int]]
-           ) -> dict[int, int] | None:
+           sid_bytes: dict[int, int], excluded: set[int]) -> dict[int, int] | None:
     """{eid: new storage id}: O into R's id, and where another entry takes R's id while O
-    lives, the two ids' entries written after this node traded; None when one would not fit."""
+    lives, the two ids' entries written after this node traded; None when one of those is a
+    graph output or an alias, or would not fit."""
     live = graph.liveness
     r_eid, o_eid = pair
     r_sid, o_sid = sids[r_eid], sids[o_eid]
     later = [e for e in live.roots if live.start[e] > nid and sids[e] in (r_sid, o_sid)]
-    if not any(sids[e] == r_sid and live.start[e] <= live.end[o_eid] for e in later):
-        return {o_eid: r_sid}
     moves = {o_eid: r_sid}
-    for root in later:
-        new = o_sid if sids[root] == r_sid else r_sid
-        for eid in members[root]:
-            if sids[eid] != sids[root]:
-                continue  # a `__nop` output with an id of its own: not this value's storage
-            if eid in excluded or entry_bytes(graph.shape(eid), graph.dtype(eid)) > sid_bytes[new]:
-                return None
-            moves[eid] = new
+    if not any(sids[e] == r_sid and live.start[e] <= live.end[o_eid] for e in later):
+        return moves
+    for eid in later:
+        new = o_sid if sids[eid] == r_sid else r_sid
+        if (eid in excluded or live.aliased(eid)
+                or entry_bytes(graph.shape(eid), graph.dtype(eid)) > sid_bytes[new]):
+            return None
+        moves[eid] = new
     return moves
