@@ -155,7 +155,8 @@ class StoragePool:
         old = self.plan.entry_sid[eid]
         dev = self.plan.sid_device[sid]
         view = self.views[eid]
-        if dev != self.plan.sid_device[old] or self.plan.entry_bytes[eid] > self.plan.sid_bytes[sid]:
+        if (dev != self.plan.sid_device[old]
+                or self.plan.entry_bytes[eid] > self.plan.sid_bytes[sid]):
             raise AssertionError(f"entry {eid} cannot move from storage id {old} to {sid}")
         self.views[eid] = check_device(dev).view(self.buffers[sid], 0, tuple(view.shape),
                                                  view.dtype)

@@ -5,11 +5,11 @@ picks, reordered once and again when the weight is written. Data, residual and o
 NCHW arrays and are reordered to and from NHWC buffers, unless the executor keeps them NHWC
 between oneDNN nodes (prepared.PreparedKernel.use_channels_last): then the conv reads and writes
 them in place, and where the executor hands it an NHWC residual as its own output array
-(runtime/in_place.py) the sum post-op adds into it with no copy first. A leading per-channel add is the primitive's bias, a residual add its sum
-post-op, other adds binary-add post-ops reading the operand in place; relu, clip, leaky relu,
-sigmoid, hard-swish and gelu are eltwise post-ops. A run is the conv primitive between the two
-layout reorders (three foreign calls, four with a residual; one between NHWC neighbours), all
-prepared at create().
+(runtime/in_place.py) the sum post-op adds into it with no copy first. A leading per-channel
+add is the primitive's bias, a residual add its sum post-op, other adds binary-add post-ops
+reading the operand in place; relu, clip, leaky relu, sigmoid, hard-swish and gelu are eltwise
+post-ops. A run is the conv primitive between the two layout reorders (three foreign calls,
+four with a residual copied in; one between NHWC neighbours), all prepared at create().
 """
 from __future__ import annotations
 
