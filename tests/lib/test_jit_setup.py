@@ -97,8 +97,19 @@ print("ok")
 """
 
 
-def _run(script: str) -> None:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), GRAPH_RUNTIME_ONEDNN_THREADS="workers")
+ONE_CPU = MODELS + r"""
+module, ref = create("layer_norm")
+check(module, ref)  # numba sets its target up on this thread, in the first call
+assert not jit_setup.started() and "numba.np.arraymath" in sys.modules
+print("ok")
+"""
+
+
+def _run(script: str, **settings: str) -> None:
+    # two workers unless a case says otherwise: the set-up starts only where there are two
+    env = dict(os.environ, PYTHONPATH=str(ROOT), GRAPH_RUNTIME_ONEDNN_THREADS="workers",
+               GRAPH_RUNTIME_NUM_THREADS="2")
+    env.update(settings)
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stdout + done.stderr
@@ -110,6 +121,10 @@ def test_a_compiled_kernel_starts_the_set_up_once() -> None:
 
 def test_a_graph_without_compiled_kernels_never_starts_it() -> None:
     _run(NEVER_STARTS)
+
+
+def test_one_cpu_never_starts_it() -> None:
+    _run(ONE_CPU, GRAPH_RUNTIME_NUM_THREADS="1")
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")

@@ -24,16 +24,19 @@ import os
 import threading
 from typing import Any
 
+from .threads import num_threads
+
 log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _thread: threading.Thread | None = None
 
 
 def start() -> None:
-    """Start the set-up on its thread, once per process (later calls return at once)."""
+    """Start the set-up on its thread, once per process (later calls return at once); not
+    where the runtime may use one CPU only, which leaves the thread nothing to overlap."""
     global _thread
     with _lock:
-        if _thread is not None:
+        if _thread is not None or num_threads() < 2:
             return
         # NOTE: imported here, on the caller's thread (numba is loaded already: the caller's
         # kernels are numba's), so that the thread itself starts inside no import.
