@@ -5,13 +5,15 @@ The first call of any numba function in a process, even one loaded from the disk
 sets numba's CPU target up (`BaseContext.refresh`): it imports numba's implementation
 registries and, through numba.np.arraymath's BLAS check, all of scipy.linalg. In a warm
 `graphrun run` of BERT-base that took 0.2-0.4 s of a 1 s start, where each later load takes a
-few ms (docs/measurements.md). start() does it on a daemon thread holding numba's compiler
-lock, so that the first call only waits for what is left of it; started while create() builds
-such a kernel, it overlaps the steps that release the GIL (oneDNN's primitive creation and
-weight packing, reading the params). Not at import time: a thread importing while the main
-thread is inside an import can deadlock on that lock. A graph without such a kernel never starts
-it (the thread would take a core and the GIL from oneDNN and create()). A fork waits for it to
-end, so that no child inherits numba's lock or an import lock held by a thread it lacks.
+few ms. start() does it on a daemon thread holding numba's compiler lock, so that the first
+call only waits for what is left of it; started while create() builds such a kernel, it
+overlaps what create() does without the GIL (oneDNN's thread-policy sample and primitive
+creation). Being Python, it also takes the GIL from create(): BERT-base's create grew by
+~0.14 s while its first run's wait shrank by 0.2 s (docs/measurements.md, with what else was
+tried). Not at import time: a thread importing while the main thread is inside an import can
+deadlock on that lock. A graph without such a kernel never starts it (the thread would take a
+core and the GIL from oneDNN and create()). A fork waits for it to end, so that no child
+inherits numba's lock or an import lock held by a thread it lacks.
 
 Who calls start(): every builder that returns a kernel calling compiled code at each run
 (rows_jit, attention, chain_jit, the pools, depthwise conv, resize and the int8 kernels). The
