@@ -105,6 +105,16 @@ print("ok")
 """
 
 
+# create() and the first run inside an import (a module that runs a graph when imported): the
+# thread imports numba's and scipy's modules while the main thread holds that module's import
+# lock, then the main thread's first call waits for numba's lock; neither waits on the other.
+IN_AN_IMPORT = MODELS + r"""
+module, ref = create("layer_norm")
+check(module, ref)
+assert jit_setup.started()
+"""
+
+
 def _run(script: str, **settings: str) -> None:
     # two workers unless a case says otherwise: the set-up starts only where there are two
     env = dict(os.environ, PYTHONPATH=str(ROOT), GRAPH_RUNTIME_ONEDNN_THREADS="workers",
@@ -125,6 +135,11 @@ def test_a_graph_without_compiled_kernels_never_starts_it() -> None:
 
 def test_one_cpu_never_starts_it() -> None:
     _run(ONE_CPU, GRAPH_RUNTIME_NUM_THREADS="1")
+
+
+def test_a_graph_run_inside_an_import_does_not_deadlock(tmp_path: Path) -> None:
+    (tmp_path / "runs_a_graph.py").write_text(IN_AN_IMPORT)
+    _run(f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import runs_a_graph; print('ok')")
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
