@@ -12,9 +12,12 @@ loading of cached code), then a second run. Python's bytecode goes to a folder i
 cache (PYTHONPYCACHEPREFIX) even where PYTHONDONTWRITEBYTECODE is set, as an installed package
 has it. Run it unniced with `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE`; say the load average.
 
-Usage: python bench/warm_start.py [--model bert_base] [--rounds 7] [-d cpu] [--fresh]
-                                  [--baseline OTHER_CHECKOUT] [--torch-python /path/to/python]
-                                  [--json OUT.json]
+An imported folder of another model (`graphrun import x.onnx -o DIR`) is timed the same way
+with --folder DIR (say ResNet-50, whose warm start has no numba kernel to set up).
+
+Usage: python bench/warm_start.py [--model bert_base] [--folder DIR] [--rounds 7] [-d cpu]
+                                  [--fresh] [--baseline OTHER_CHECKOUT]
+                                  [--torch-python /path/to/python] [--json OUT.json]
 """
 from __future__ import annotations
 
@@ -179,6 +182,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", action="append",
                         help="bench_transformers model name(s) (default bert_base)")
+    parser.add_argument("--folder", action="append", type=Path, default=[],
+                        help="an imported folder (graph.json, lib.json, params) to time too")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("-d", "--device", action="append", default=[],
                         help="as graphrun run's -d (default: its default, auto)")
@@ -197,8 +202,10 @@ def main() -> None:
         return
     results = []
     print(f"load average {os.getloadavg()}")
-    for name in opts.model or ["bert_base"]:
-        folder = ensure_imported(name, ensure_model(name, opts.torch_python))
+    names = opts.model or ([] if opts.folder else ["bert_base"])
+    folders = [(name, ensure_imported(name, ensure_model(name, opts.torch_python)))
+               for name in names] + [(str(path), path.resolve()) for path in opts.folder]
+    for name, folder in folders:
         result: dict[str, Any] = {"model": name}
         if opts.fresh:
             result.update(fresh(name, folder, opts.device))

@@ -17,6 +17,7 @@ import numpy as np
 
 from ...backends.base import Backend
 from ..attrs import int_attr, op_error
+from ..kernels.cpu import jit_setup
 from ..kernels.cpu.qdense_columns import requantize_columns
 from ..kernels.cpu.quantized import QUANT_RANGES, dense_integer_reference
 from ..library import TensorSpec
@@ -54,6 +55,7 @@ def _cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
          outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     from ..kernels.onednn.int8_matmul import Int8Matmul, int8_matmul_applies
     rows, n, k, dense = _check(inputs, attrs)
+    jit_setup.start()
     lo, hi = (np.float32(v) for v in QUANT_RANGES[dense])
     x_zero = np.array(int(int_attr(OP, attrs, "x_zero", 0)), inputs[0].dtype)
     acc = np.empty((rows, n), np.int32)

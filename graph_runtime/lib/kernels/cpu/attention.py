@@ -23,6 +23,7 @@ from .... import settings
 from ...._timing import median_seconds
 from ...prepared import PreparedKernel
 from ...tuning import Choice
+from . import jit_setup
 from .loops_jit import compiled
 from .rows_jit import softmax_row
 from .dense_tiles import ROUNDS, SPREAD_SPEEDUP
@@ -103,6 +104,7 @@ class AttentionKernel(PreparedKernel):
                  offsets: tuple[int, int, int], scale: float, nan_to_zero: bool,
                  mask_shape: tuple[int, ...] | None, dtype: str, products: str = "blas",
                  widths: tuple[int, int, int] = (0, 0, 0)) -> None:
+        jit_setup.start()
         self.batch, self.heads, self.q_len, self.head_dim = batch, heads, q_len, head_dim
         self.products = products
         self.widths = widths  # q, k and v's last dimension, for the oneDNN descriptors

@@ -36,6 +36,7 @@ from ...attrs import float_attr, str_attr
 from ...library import TensorSpec
 from ...prepared import PreparedKernel
 from ...shapes import broadcast_strides, size_of
+from . import jit_setup
 from .jit_cache import install, sources_digest
 from .threads import num_threads, parallel_items
 
@@ -380,6 +381,7 @@ class CompiledChain(PreparedKernel):
 
     def __init__(self, inputs: Sequence[TensorSpec], output: TensorSpec, steps: Sequence[Step],
                  ops: Sequence[str], in_place: Sequence[int] = ()) -> None:
+        jit_setup.start()
         self.ops = list(ops)
         out_shape = tuple(int(d) for d in output.shape)
         self.size = size_of(out_shape)

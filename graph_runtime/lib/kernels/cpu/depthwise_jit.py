@@ -6,6 +6,7 @@ from typing import Any
 import numpy as np
 
 from ...conv_params import ConvParams
+from . import jit_setup
 from .conv import ConvKernel
 from .conv_epilogue import Epilogue, fold_epilogue
 from .threads import channel_split, chunk_bounds, parallel_items
@@ -30,6 +31,7 @@ class DepthwiseJitConv(ConvKernel):
     def __init__(self, p: ConvParams, epilogue: Epilogue) -> None:
         from . import loops_jit  # NOTE: numba loads (slow) only once a compiled kernel is built
 
+        jit_setup.start()
         self.bias, self.residual, lo, hi, remaining = fold_epilogue(epilogue)
         super().__init__(p, remaining)
         scalar = np.dtype(p.dtype).type

@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import jit_setup
 from .loops_jit import compiled, inlined
 from .threads import num_threads, parallel_items
 
@@ -59,6 +60,7 @@ _whole_compiled = compiled(_whole)
 
 def dynamic_quantize_kernel(size: int) -> Callable[..., None]:
     """run(x, y, scale, zero_point) for a float32 x of `size` elements."""
+    jit_setup.start()
     parts = max(1, -(-size // CHUNK))
     workers = max(1, num_threads()) if parts > 1 else 1
     last: list[Any] = [None, None]  # the arguments, and their flat views

@@ -5,7 +5,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import loops_jit
+from . import jit_setup, loops_jit
 from .threads import channel_split, chunk_bounds, parallel_items
 
 # Below this many outputs one worker is faster: handing items to a second worker costs more
@@ -27,6 +27,7 @@ def pool2d_jit(dtype: str, shape: tuple[int, ...], out_shape: tuple[int, ...],
     chunks, workers = channel_split(n, c, int(np.prod(out_shape)), SERIAL_OUTPUTS)
     (kh, kw), (sh, sw), (dh, dw), (pt, pl) = kernel, strides, dilation, begin
     lowest = np.dtype(dtype).type(np.finfo(dtype).min)
+    jit_setup.start()
     loops_jit.warm_pool(dtype, is_max)  # compile now, not in the first run
 
     def run(data: Any, out: Any) -> None:

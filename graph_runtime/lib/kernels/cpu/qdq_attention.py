@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import jit_setup
 from .loops_jit import compiled, inlined
 from .fast_math import exp_as
 
@@ -118,6 +119,7 @@ def qdq_attention_kernel(batch: int, heads: int, tokens: int, dim: int,
     """run(q, k, v, mask, q_table, k_table, v_table, add_table, a_table, p_table, out); params
     "s", "p", "y": (scale, zero point, lowest, highest) of the scores', probabilities' and
     context's quantization; offsets: the first column of q, k and v in their arrays."""
+    jit_setup.start()
     width = heads * dim
     qh, vh = (np.empty((batch, heads, tokens, dim), np.float32) for _ in range(2))
     kh = np.empty((batch, heads, dim, tokens), np.float32)

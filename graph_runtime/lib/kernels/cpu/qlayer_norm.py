@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import jit_setup
 from .loops_jit import compiled
 from .rows_jit import _row_squares, _row_sum
 
@@ -42,6 +43,7 @@ def qadd_layer_norm_kernel(rows: int, width: int, epsilon: float,
                            b_rows: int | None = None) -> Callable[..., None]:
     """run(a, b, sum_table, gamma, beta, out) over rows of width elements, b's b_rows rows
     repeated along a's; params: the output's (scale, zero point, lowest, highest)."""
+    jit_setup.start()
     b_rows = rows if b_rows is None else b_rows
     row = np.empty(width, np.float32)
     quant = np.array(params, np.float64)

@@ -15,6 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ...conv_params import ConvParams
+from . import jit_setup
 from .conv_choice import conv2d_cpu
 from .conv_epilogue import Epilogue
 from .loops_jit import compiled
@@ -154,6 +155,7 @@ _lookup_one_compiled = compiled(_lookup_one)
 def lookup_kernel() -> Callable[..., None]:
     """run(x, table, out): out = table[x's byte] (qlookup), one compiled gather over flat
     memory where x and out are C-contiguous, NumPy's take otherwise."""
+    jit_setup.start()
     last: list[Any] = [None, None, None]  # x, out, and their flat views (or None)
 
     def run(x: Any, table: Any, out: Any) -> None:
@@ -182,6 +184,7 @@ def qadd_kernel(table: np.ndarray, a_shape: tuple[int, ...], b_shape: tuple[int,
     """run(a, b, out): out = table[a, b] over the operands' bytes: one pass over flat memory
     when a, b and out share one shape and one layout, or when one operand is the other's
     trailing dims (a bias, a scalar); NumPy's broadcasting otherwise."""
+    jit_setup.start()
     workers = max(1, num_threads())
     same = a_shape == b_shape == out_shape
 

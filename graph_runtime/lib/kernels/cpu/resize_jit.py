@@ -20,6 +20,7 @@ from typing import Any, Collection
 import numpy as np
 
 from ...prepared import PreparedKernel
+from . import jit_setup
 from .loops_jit import compiled
 from .pool_jit import SERIAL_OUTPUTS  # a memory-bound loop per plane, as the pools'
 from .threads import channel_split, chunk_bounds, parallel_items
@@ -100,6 +101,7 @@ class ResizeJit(PreparedKernel):
     the NCHW view of NHWC bytes (use_channels_last)."""
 
     def __init__(self, shape: tuple[int, ...], out_shape: tuple[int, ...], passes: Any) -> None:
+        jit_setup.start()
         n, c, h, w = shape
         self.shape, self.out_shape = shape, out_shape
         tables = {step.axis: (step.index, step.weight) for step in passes}

@@ -17,6 +17,7 @@ import numpy as np
 from numba import types
 from numba.extending import overload
 
+from . import jit_setup
 from .fast_math import _bits_of_float, _float_of_bits, as_type_of, softmax_exp_as
 from .loops_jit import compiled, inlined, reassociating
 from .threads import num_threads, parallel_items
@@ -204,6 +205,7 @@ def _split(rows: int, width: int, call: Callable[[int, int], None]) -> Callable[
 def layer_norm_rows(shape: tuple[int, ...], epsilon: float, center: bool, scale: bool
                     ) -> Callable[..., None]:
     """run(x, gamma, beta, out) normalizing over the last axis."""
+    jit_setup.start()
     width = int(shape[-1]) if shape else 1
     rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
 
@@ -218,6 +220,7 @@ def layer_norm_rows(shape: tuple[int, ...], epsilon: float, center: bool, scale:
 
 def softmax_rows(shape: tuple[int, ...]) -> Callable[..., None]:
     """run(x, out): softmax over the last axis."""
+    jit_setup.start()
     width = int(shape[-1])
     rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
     ones: dict[Any, Any] = {}  # 1 in each dtype: a float64 one would widen float32 arithmetic
@@ -236,6 +239,7 @@ def group_norm_rows(n: int, channels: int, groups: int, spatial: int, epsilon: f
                     ) -> Callable[..., None]:
     """run(x, scale, bias, out) for group_norm (instance_norm: groups == channels) over data of
     shape (n, channels, *spatial)."""
+    jit_setup.start()
     rows = n * groups
     width = channels // groups * spatial
 

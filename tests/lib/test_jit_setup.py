@@ -1,0 +1,147 @@
+"""numba's CPU target set-up on a background thread (lib/kernels/cpu/jit_setup.py).
+
+Each case runs in a fresh interpreter: the set-up happens once per process, and this one's
+tests have long done it.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# A model with one layer norm (a compiled row kernel, rows_jit.py) or one MatMul (oneDNN or
+# OpenBLAS, no compiled code), imported, created on the CPU, run, and checked against float64.
+MODELS = r"""
+import os, sys, threading
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+import graph_runtime as gr
+from graph_runtime.frontend import from_onnx
+from graph_runtime.lib.kernels.cpu import jit_setup
+
+rng = np.random.default_rng(0)
+x = rng.standard_normal((5, 7)).astype(np.float32)
+
+def model(kind):
+    inp = helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 7])
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    if kind == "layer_norm":
+        g, b = (rng.standard_normal(7).astype(np.float32) for _ in range(2))
+        inits = [numpy_helper.from_array(g, "g"), numpy_helper.from_array(b, "b")]
+        node = helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], epsilon=1e-5)
+        x64 = x.astype(np.float64)
+        mean = x64.mean(-1, keepdims=True)
+        ref = (x64 - mean) / np.sqrt(((x64 - mean) ** 2).mean(-1, keepdims=True) + 1e-5) * g + b
+    else:
+        w = rng.standard_normal((7, 3)).astype(np.float32)
+        inits = [numpy_helper.from_array(w, "w")]
+        node = helper.make_node("MatMul", ["x", "w"], ["y"])
+        ref = x.astype(np.float64) @ w.astype(np.float64)
+    graph = helper.make_graph([node], kind, [inp], [out], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), ref
+
+def create(kind):
+    onnx_model, ref = model(kind)
+    graph, lib, params = from_onnx(onnx_model)
+    module = gr.create(graph, lib, gr.cpu())
+    module.load_params(params)
+    return module, ref
+
+def check(module, ref):
+    module.run(x=x)
+    np.testing.assert_allclose(module.get_output(0).numpy(), ref, rtol=1e-5, atol=1e-5)
+
+def setup_threads():
+    return [t for t in threading.enumerate() if t.name == "graph_runtime numba set-up"]
+"""
+
+STARTS_ONCE = MODELS + r"""
+assert not jit_setup.started() and "numba.np.arraymath" not in sys.modules
+first, ref = create("layer_norm")
+assert jit_setup.started()
+thread = jit_setup._thread
+check(first, ref)  # the first call waits for the set-up (numba's lock), then loads its code
+assert jit_setup.wait(60) and not thread.is_alive()
+assert "numba.np.arraymath" in sys.modules  # imported by numba's target set-up only
+second, ref = create("layer_norm")
+assert jit_setup._thread is thread and setup_threads() == []  # no second thread
+check(second, ref)
+print("ok")
+"""
+
+NEVER_STARTS = MODELS + r"""
+module, ref = create("matmul")
+check(module, ref)
+assert not jit_setup.started() and setup_threads() == []
+assert "numba.np.arraymath" not in sys.modules
+print("ok")
+"""
+
+FORK_WAITS = MODELS + r"""
+from numba.core.compiler_lock import global_compiler_lock
+module, ref = create("layer_norm")  # starts the set-up; fork at once, while it runs
+pid = os.fork()
+if pid == 0:
+    # the child has no set-up thread: numba's lock must be free and the set-up done
+    free = global_compiler_lock._lock.acquire(timeout=10)
+    os._exit(0 if free and "numba.np.arraymath" in sys.modules else 1)
+_, status = os.waitpid(pid, 0)
+assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+check(module, ref)
+print("ok")
+"""
+
+
+ONE_CPU = MODELS + r"""
+module, ref = create("layer_norm")
+check(module, ref)  # numba sets its target up on this thread, in the first call
+assert not jit_setup.started() and "numba.np.arraymath" in sys.modules
+print("ok")
+"""
+
+
+# create() and the first run inside an import (a module that runs a graph when imported): the
+# thread imports numba's and scipy's modules while the main thread holds that module's import
+# lock, then the main thread's first call waits for numba's lock; neither waits on the other.
+IN_AN_IMPORT = MODELS + r"""
+module, ref = create("layer_norm")
+check(module, ref)
+assert jit_setup.started()
+"""
+
+
+def _run(script: str, **settings: str) -> None:
+    # two workers unless a case says otherwise: the set-up starts only where there are two
+    env = dict(os.environ, PYTHONPATH=str(ROOT), GRAPH_RUNTIME_ONEDNN_THREADS="workers",
+               GRAPH_RUNTIME_NUM_THREADS="2")
+    env.update(settings)
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stdout + done.stderr
+
+
+def test_a_compiled_kernel_starts_the_set_up_once() -> None:
+    _run(STARTS_ONCE)
+
+
+def test_a_graph_without_compiled_kernels_never_starts_it() -> None:
+    _run(NEVER_STARTS)
+
+
+def test_one_cpu_never_starts_it() -> None:
+    _run(ONE_CPU, GRAPH_RUNTIME_NUM_THREADS="1")
+
+
+def test_a_graph_run_inside_an_import_does_not_deadlock(tmp_path: Path) -> None:
+    (tmp_path / "runs_a_graph.py").write_text(IN_AN_IMPORT)
+    _run(f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import runs_a_graph; print('ok')")
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
+def test_a_fork_waits_for_the_set_up() -> None:
+    _run(FORK_WAITS)
