@@ -8,7 +8,7 @@ from .library import InputVersion
 
 
 class PreparedKernel(ABC):
-    """A kernel prepared for one node: run(*inputs, *outputs), plus six optional capabilities.
+    """A kernel prepared for one node: run(*inputs, *outputs), plus eight optional capabilities.
 
     A subclass implements __call__ and overrides only the capabilities it has; the defaults say
     "none". Plain functions (most kernels are closures) have none: `capabilities(fn)` answers
@@ -62,6 +62,18 @@ class PreparedKernel(ABC):
     def use_channels_last(self, positions: Collection[int]) -> None:
         """The arrays at these positions (some of channels_last_positions) hold NHWC bytes from
         now on; called once at create(), before any run."""
+
+    def flattens(self) -> bool:
+        """True for a kernel that only copies its (N, ...) input into its (N, rest) output
+        (batch_flatten): run() may skip it, its reader reading the input's storage instead
+        (runtime/flatten_reads.py)."""
+        return False
+
+    def reading_nhwc(self, position: int, shape: tuple[int, ...]) -> PreparedKernel | None:
+        """This kernel, but with its 2-D input at position (the batch_flatten of an (N, C, H,
+        W) tensor of this shape) handed as that tensor's NHWC bytes flattened, (N, H*W*C);
+        None where it cannot (runtime/flatten_reads.py)."""
+        return None
 
     def sub_modules(self) -> Sequence[Any]:
         """Modules this kernel holds for sub-graphs (control-flow bodies); memory_report counts

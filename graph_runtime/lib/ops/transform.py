@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from ...backends.base import Backend
 from ..attrs import attr_error, axis_attr, bool_attr, int_attr, int_tuple, normalize_axis, op_error
+from ..kernels.cpu.flatten import Flatten
 from ..kernels.host import host_factory
 from ..kernels.opencl.source import cl_strided_copy
 from ..library import TensorSpec
@@ -191,8 +192,16 @@ _OPS: dict[str, tuple[Callable[..., list[TensorSpec]], tuple[str, ...],
     "transpose": (_transpose, ("axes",), _host_transpose, _cl_transpose),
 }
 
+def _cpu_flatten(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
+                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Flatten:
+    return Flatten(tuple(inputs[0].shape), inputs[0].dtype)
+
+
 for _name, (_infer, _attrs, _host_make, _cl_factory) in _OPS.items():
     define_op(_name, _infer, 1, _attrs)
-    kernel(_name, "cpu")(host_factory(_host_make))
+    if _name in ("batch_flatten", "flatten"):
+        kernel(_name, "cpu")(_cpu_flatten)  # may read NHWC; run() may skip it (its kernel)
+    else:
+        kernel(_name, "cpu")(host_factory(_host_make))
     kernel(_name, "cuda")(host_factory(_host_make))
     kernel(_name, "opencl")(_cl_factory)

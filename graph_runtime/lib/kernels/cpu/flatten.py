@@ -1,0 +1,54 @@
+"""batch_flatten / flatten on CPU: a copy of (N, ...) into (N, rest), from NHWC bytes one reorder.
+
+Taking its 4-D float32 input NHWC (runtime/layouts.py) lets the kernel before it (a oneDNN pool
+or conv) write NHWC without a reorder of its own; then this copy is the reorder back to NCHW
+order. Where its only reader can read the input directly, run() skips it altogether
+(runtime/flatten_reads.py).
+"""
+from __future__ import annotations
+
+from typing import Any, Collection
+
+import numpy as np
+
+from ...prepared import PreparedKernel
+
+
+class Flatten(PreparedKernel):
+    """run(data, out): out = data flattened after the batch axis."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: str) -> None:
+        self.shape = shape
+        self._nhwc_ok = len(shape) == 4 and dtype == "float32" and min(shape) > 0
+        self._reorder: Any = None
+        self._openmp = 1
+
+    def flattens(self) -> bool:
+        return True
+
+    def channels_last_positions(self) -> tuple[int, ...]:
+        """The 4-D float32 input, where oneDNN (which keeps tensors NHWC) is here."""
+        from ..onednn import binding as dn
+        return (0,) if self._nhwc_ok and dn.available() else ()
+
+    def use_channels_last(self, positions: Collection[int]) -> None:
+        if 0 not in positions:
+            return
+        from ..onednn.layout import NCHW, NHWC, BandedReorder
+        from ..onednn.policy import policy
+        n, c, h, w = self.shape
+        self._openmp = policy().openmp
+        self._reorder = BandedReorder((n, c, h, w), NHWC, NCHW, [(-1, 0, h)])
+
+    def __call__(self, data: Any, out: Any) -> None:
+        reorder = self._reorder
+        if reorder is None:
+            np.copyto(out, data.reshape(out.shape))
+            return
+        from ..onednn import binding as dn
+        dn.use_threads(self._openmp)
+        reorder.bind(data.ctypes.data, out.ctypes.data)
+        reorder.items[0].run()
+
+    def __repr__(self) -> str:
+        return "Flatten(" + ("NHWC reorder" if self._reorder is not None else "copy") + ")"
