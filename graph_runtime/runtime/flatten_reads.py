@@ -67,8 +67,11 @@ def plan_flatten_reads(graph: Graph, steps: Sequence[Any], entry_device: Sequenc
         staged = tuple(pos for pos in range(n_in, len(reader.arg_keys))
                        if graph.storage_id(reader.arg_keys[pos][0]) == sid)
         kernel = reader.kernel
-        if source in nhwc:
-            kernel = kernel.reading_nhwc(position, tuple(graph.shape(source)))
+        shape = tuple(graph.shape(source))
+        # NHWC bytes in another order than NCHW's need a reader that takes them so; with one
+        # channel or one pixel (a global pool's output) the orders agree
+        if source in nhwc and shape[1] > 1 and shape[2] * shape[3] > 1:
+            kernel = kernel.reading_nhwc(position, shape)
             if kernel is None:
                 continue
         found.append(FlattenRead(index, reader_index, position, source, kernel, staged))

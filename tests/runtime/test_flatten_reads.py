@@ -248,3 +248,43 @@ def test_nchw_source_read_in_place_only_when_the_flatten_has_one_reader(
     assert m.executor.skipped == (set() if extra_reader or output else {1})
     if output:
         np.testing.assert_array_equal(m.get_output(1).numpy(), flat.astype(np.float32))
+
+
+def test_a_reshape_after_a_global_pool_is_skipped_with_the_dense_as_it_is(onednn: None) -> None:
+    """PyTorch's flatten(1) imports as reshape; after a global pool (one pixel) NHWC and NCHW
+    order agree, so the dense reads the pooled bytes with its own weight (no permuted copy)."""
+    n, c, o, units = 3, 5, 24, 7
+    lib = module_from_json({"format": "graph_runtime.lib", "version": 1, "functions": {
+        "conv": {"ops": [{"op": "conv2d", "padding": [1, 1]}, {"op": "add"}, {"op": "relu"}]},
+        "gap": {"op": "global_avg_pool2d"},
+        "reshape": {"op": "reshape", "newshape": [0, -1]},
+        "dense": {"ops": [{"op": "dense"}, {"op": "add"}]},
+    }})
+    nodes = [null("x"), null("w"), null("b"), tvm_op("conv", "conv", [0, 1, 2]),
+             tvm_op("gap", "gap", [3]), tvm_op("reshape", "reshape", [4]),
+             null("wd"), null("bd"), tvm_op("dense", "dense", [5, 6, 7])]
+    shapes = [[n, c, 9, 8], [o, c, 3, 3], [o, 1, 1], [n, o, 9, 8], [n, o, 1, 1], [n, o],
+              [units, o], [units], [n, units]]
+    graph = make_graph(nodes, [8], shapes=shapes, storage_ids=[0, 1, 2, 10, 11, 10, 6, 7, 11])
+    p = _params(c, o, 3, o, units, seed=9)
+    x = np.random.default_rng(8).standard_normal((n, c, 9, 8)).astype(np.float32)
+    m = gr.create(graph, lib, gr.cpu())
+    m.set_input(x=x, **p)
+    m.run()
+    conv = {"kernel": 3, "strides": [1, 1], "padding": [1, 1, 1, 1]}
+    w = p["w"].astype(np.float64)
+    y = np.maximum(_ref_conv(x.astype(np.float64), w, conv) + p["b"], 0)
+    y_bound = 2 * (c * 9 + 1) * U32 * (_ref_conv(np.abs(x).astype(np.float64), np.abs(w), conv)
+                                      + np.abs(p["b"]))
+    pooled = y.mean(axis=(2, 3))
+    pooled_bound = y_bound.mean(axis=(2, 3)) + 2 * 72 * U32 * np.abs(y).mean(axis=(2, 3))
+    wd = p["wd"].T.astype(np.float64)
+    want = pooled @ wd + p["bd"]
+    bound = (2 * (o + 1) * U32 * (np.abs(pooled) @ np.abs(wd) + np.abs(p["bd"]))
+             + 2 * pooled_bound @ np.abs(wd) + 1e-30)
+    _check(m.get_output(0).numpy(), want, bound)
+    ex = m.executor
+    assert ex.skipped == {2}
+    assert graph.entry_id(4, 0) in ex.channels_last
+    staged = ex.shortcuts[3].kernel
+    assert isinstance(staged, StagedOutputs) and staged.kernel is ex.steps[3].fn

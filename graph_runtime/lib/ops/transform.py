@@ -193,15 +193,19 @@ _OPS: dict[str, tuple[Callable[..., list[TensorSpec]], tuple[str, ...],
 }
 
 def _cpu_flatten(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
-                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Flatten:
-    return Flatten(tuple(inputs[0].shape), inputs[0].dtype)
+                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+    """A Flatten kernel (it may read NHWC, and run() may skip it) for a batch flatten: also a
+    reshape to (N, rest), as PyTorch's flatten(1) before a classifier imports; else a copy."""
+    shape, out = tuple(inputs[0].shape), tuple(outputs[0].shape)
+    if len(shape) >= 2 and out == (shape[0], size_of(shape[1:])):
+        return Flatten(shape, inputs[0].dtype)
+    return host_factory(_host_reshape)(backend, device_id, inputs, outputs, attrs)
 
+
+_CPU_FLATTENS = ("batch_flatten", "flatten", "reshape")  # their CPU kernel is _cpu_flatten
 
 for _name, (_infer, _attrs, _host_make, _cl_factory) in _OPS.items():
     define_op(_name, _infer, 1, _attrs)
-    if _name in ("batch_flatten", "flatten"):
-        kernel(_name, "cpu")(_cpu_flatten)  # may read NHWC; run() may skip it (its kernel)
-    else:
-        kernel(_name, "cpu")(host_factory(_host_make))
+    kernel(_name, "cpu")(_cpu_flatten if _name in _CPU_FLATTENS else host_factory(_host_make))
     kernel(_name, "cuda")(host_factory(_host_make))
     kernel(_name, "opencl")(_cl_factory)
