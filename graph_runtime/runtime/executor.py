@@ -212,8 +212,11 @@ class Executor:
                 fn = StagedOutputs(fn, {pos: (tuple(args[pos].shape), str(args[pos].dtype))
                                         for pos in read.staged})
                 extra += sum(int(b.nbytes) for b in fn.buffers.values())
-            self._count_workspace(self.graph.nodes[reader.nid], reader.device, extra,
-                                  self._bytes_in_use())
+            used = self._bytes_in_use()
+            cap = self.caps.get(reader.device)
+            if cap is not None and used.get(reader.device, 0) + extra > cap:
+                continue  # a shortcut is worth no GraphError: the flatten runs instead
+            self._count_workspace(self.graph.nodes[reader.nid], reader.device, extra, used)
             self.shortcuts[read.reader] = PreparedCall(
                 reader.nid, reader.label, reader.func_name, reader.device,
                 fn if own and not read.staged else _in_device_scope(fn, reader.device), args,

@@ -130,8 +130,11 @@ def _params(c: int, o: int, k: int, features: int, units: int, seed: int) -> dic
 CASES = [  # (n, c, (h, w), o, units, conv attrs, pool attrs)
     (32, 3, (64, 64), 16, 10, {"kernel": 3, "strides": [1, 1], "padding": [1, 1, 1, 1]},
      {"pool_size": [2, 2], "strides": [2, 2]}),
-    (5, 3, (13, 11), 17, 7, {"kernel": 3, "strides": [2, 2], "padding": [1, 0, 2, 1]},
+    (5, 3, (13, 11), 17, 5, {"kernel": 3, "strides": [2, 2], "padding": [1, 0, 2, 1]},
      {"pool_size": [3, 3], "strides": [2, 2]}),
+    (6, 4, (6, 6), 40, 3, {"kernel": 3, "strides": [1, 1], "padding": [1, 1, 1, 1]},
+     {"pool_size": [2, 2], "strides": [2, 2]}),
+    # more units than rows: the permuted weight would outweigh the features, the flatten runs
     (3, 7, (9, 10), 19, 33, {"kernel": 1, "strides": [1, 1], "padding": [0, 0, 0, 0]},
      {"pool_size": [2, 2], "strides": [1, 1]}),
     (1, 4, (6, 6), 40, 3, {"kernel": 3, "strides": [1, 1], "padding": [1, 1, 1, 1]},
@@ -160,14 +163,15 @@ def test_run_skips_the_flatten_and_matches_float64(onednn: None, case: tuple,
     flat, flat_bound, want, bound = _reference(x.astype(np.float64), p, conv, pool)
     _check(m.get_output(0).numpy(), want, bound)
     ex = m.executor
-    assert ex.skipped == {2}  # the flatten's step
-    shortcut = ex.shortcuts[3].kernel
-    assert isinstance(shortcut, StagedOutputs) == shared
-    pool_out = graph.entry_id(4, 0)
-    if pool_out in ex.channels_last:  # a oneDNN dense reads the NHWC bytes, weight permuted
+    assert graph.entry_id(4, 0) in ex.channels_last  # the pool writes NHWC for the flatten
+    if units <= n:
+        assert ex.skipped == {2}  # the flatten's step
+        shortcut = ex.shortcuts[3].kernel
+        assert isinstance(shortcut, StagedOutputs) == shared
         inner = shortcut.kernel if shared else shortcut
-        steps = getattr(inner, "_steps", [(inner, None)])
-        assert isinstance(steps[0][0], NhwcFeaturesMatmul)
+        assert isinstance(inner._steps[0][0], NhwcFeaturesMatmul)  # weight rows permuted
+    else:
+        assert ex.skipped == set() and not ex.shortcuts  # the flatten reorders to NCHW
     # debug outputs run every node as written: the flatten's output is the NCHW flatten
     outs = m.debug_get_outputs(["flatten", "dense"])
     _check(outs["flatten"][0], flat, flat_bound)
@@ -288,3 +292,26 @@ def test_a_reshape_after_a_global_pool_is_skipped_with_the_dense_as_it_is(onednn
     assert graph.entry_id(4, 0) in ex.channels_last
     staged = ex.shortcuts[3].kernel
     assert isinstance(staged, StagedOutputs) and staged.kernel is ex.steps[3].fn
+
+
+def test_a_shortcut_past_the_memory_cap_is_left_out_not_refused(onednn: None) -> None:
+    """The dense's permuted weight is workspace: past the cap the flatten simply runs (a
+    case whose weight outweighs what channels-last saves of the conv's own buffers, so that
+    a cap just under the roomy total still admits every kernel)."""
+    n, c, hw, o, units = 8, 3, (8, 8), 16, 8
+    conv = {"kernel": 3, "strides": [1, 1], "padding": [1, 1, 1, 1]}
+    pool = {"pool_size": [2, 2], "strides": [1, 1]}
+    graph, pooled = _graph(n, c, hw, o, units, conv, pool, shared=True)
+    lib = _lib(conv, pool)
+    roomy = gr.create(graph, lib, gr.cpu())
+    assert roomy.executor.skipped == {2}
+    total = roomy.executor._bytes_in_use()[gr.cpu()]
+    m = gr.create(graph, lib, gr.cpu(), memory_cap=total - 1)
+    assert m.executor.skipped == set()
+    features = pooled[1] * pooled[2] * pooled[3]
+    p = _params(c, o, 3, features, units, seed=11)
+    x = np.random.default_rng(12).standard_normal((n, c, *hw)).astype(np.float32)
+    m.set_input(x=x, **p)
+    m.run()
+    _, _, want, bound = _reference(x.astype(np.float64), p, conv, pool)
+    _check(m.get_output(0).numpy(), want, bound)
