@@ -20,7 +20,7 @@ from graph_runtime.lib.kernels.onednn import binding
 from graph_runtime.lib.kernels.onednn.nhwc_dense import NhwcFeaturesMatmul
 from graph_runtime.lib.loader import module_from_json
 from graph_runtime.runtime.flatten_reads import StagedOutputs
-from graph_runtime.settings import ONEDNN, ONEDNN_THREADS
+from graph_runtime.settings import NUM_THREADS, ONEDNN, ONEDNN_THREADS
 
 U32 = float(np.finfo(np.float32).eps) / 2
 
@@ -315,3 +315,25 @@ def test_a_shortcut_past_the_memory_cap_is_left_out_not_refused(onednn: None) ->
     m.run()
     _, _, want, bound = _reference(x.astype(np.float64), p, conv, pool)
     _check(m.get_output(0).numpy(), want, bound)
+
+
+@pytest.mark.parametrize("case", [CASES[0], CASES[3]], ids=["skipped", "run"])
+def test_workers_mode_bands_the_flattens_reorder(onednn: None, monkeypatch: Any,
+                                                 case: tuple) -> None:
+    """With the runtime's workers (three) the flatten's NHWC -> NCHW reorder runs in bands."""
+    monkeypatch.setenv(ONEDNN_THREADS.name, "workers")
+    monkeypatch.setenv(NUM_THREADS.name, "3")
+    n, c, hw, o, units, conv, pool = case
+    graph, pooled = _graph(n, c, hw, o, units, conv, pool, shared=True)
+    features = pooled[1] * pooled[2] * pooled[3]
+    p = _params(c, o, conv["kernel"], features, units, seed=13)
+    x = np.random.default_rng(14).standard_normal((n, c, *hw)).astype(np.float32)
+    m = gr.create(graph, _lib(conv, pool), gr.cpu())
+    m.set_input(x=x, **p)
+    m.run()
+    flat, flat_bound, want, bound = _reference(x.astype(np.float64), p, conv, pool)
+    _check(m.get_output(0).numpy(), want, bound)
+    flatten = m.executor.steps[2].kernel
+    assert len(flatten._reorder.items) > 1
+    outs = m.debug_get_outputs(["flatten"])
+    _check(outs["flatten"][0], flat, flat_bound)

@@ -12,6 +12,7 @@ from typing import Any, Collection
 import numpy as np
 
 from ...prepared import PreparedKernel
+from .threads import parallel_items
 
 
 class Flatten(PreparedKernel):
@@ -22,6 +23,7 @@ class Flatten(PreparedKernel):
         self._nhwc_ok = len(shape) == 4 and dtype == "float32" and min(shape) > 0
         self._reorder: Any = None
         self._openmp = 1
+        self._workers = 1
 
     def flattens(self) -> bool:
         return True
@@ -34,11 +36,18 @@ class Flatten(PreparedKernel):
     def use_channels_last(self, positions: Collection[int]) -> None:
         if 0 not in positions:
             return
-        from ..onednn.layout import NCHW, NHWC, BandedReorder
+        from ..onednn.layout import NCHW, NHWC, BandedReorder, bands
         from ..onednn.policy import policy
         n, c, h, w = self.shape
-        self._openmp = policy().openmp
-        self._reorder = BandedReorder((n, c, h, w), NHWC, NCHW, [(-1, 0, h)])
+        threads = policy()
+        self._openmp, self._workers = threads.openmp, threads.workers
+        # in the workers mode, bands for the workers (as a conv's own output reorder had)
+        self._reorder = BandedReorder((n, c, h, w), NHWC, NCHW, bands(n, h, self._workers))
+
+    def uses_workers(self) -> bool:
+        """Its NHWC reorder is oneDNN's (OpenBLAS held at one thread beside it, as for the
+        oneDNN kernels around it), in bands over the workers in their mode."""
+        return self._reorder is not None
 
     def __call__(self, data: Any, out: Any) -> None:
         reorder = self._reorder
@@ -48,7 +57,11 @@ class Flatten(PreparedKernel):
         from ..onednn import binding as dn
         dn.use_threads(self._openmp)
         reorder.bind(data.ctypes.data, out.ctypes.data)
-        reorder.items[0].run()
+        items = reorder.items
+        if len(items) == 1:
+            items[0].run()
+            return
+        parallel_items(len(items), self._workers, lambda worker, i: dn.run_on_worker(items[i]))
 
     def __repr__(self) -> str:
         return "Flatten(" + ("NHWC reorder" if self._reorder is not None else "copy") + ")"
