@@ -19,7 +19,7 @@ from . import binding as dn
 from .binding import Memory, MemoryDesc, Primitive, PrimitiveDesc
 from .weights import PackedWeight
 
-MAX_CHANNELS = 16  # oneDNN's first-conv kernels are for inputs with fewer channels than a block
+MAX_CHANNELS = 16  # a channel block (AVX-512): first-conv kernels read fewer channels than one
 MAX_PROBE = 1 << 24  # distinct float32 integers: the byte check needs one value per element
 
 
@@ -56,7 +56,9 @@ class NchwDataConv:
         p = conv.p
         whole = all(r0 == 0 and r1 == p.oh for _, r0, r1 in conv.pieces)
         batch = p.n if conv.pieces[0][0] < 0 else 1
-        if (p.groups != 1 or p.c >= MAX_CHANNELS or conv.residual is not None or conv.adds
+        # more than one block of output channels is never NHWC's order: skip making it
+        if (p.groups != 1 or p.c >= MAX_CHANNELS or p.o > MAX_CHANNELS
+                or conv.residual is not None or conv.adds
                 or not whole or batch * p.o * p.oh * p.ow > MAX_PROBE):
             return None
         src = MemoryDesc.plain((batch, p.c, p.h, p.w))
