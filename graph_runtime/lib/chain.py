@@ -63,6 +63,8 @@ class PreparedChain(PreparedKernel):
         # Allocated once at prepare time, reused by every run: the slots after the arrays.
         self.intermediates = tuple(intermediates)
         self.fused_ops = fused_ops  # ops of the elementwise tail generated as one GPU kernel
+        self._calls = calls
+        self._n_inputs = n_inputs
         # (kernel, picks its arguments out of the slots): itemgetter does it in C
         self._steps = [(fn, itemgetter(*index) if len(index) > 1 else _one(index[0]))
                        for fn, index in calls]
@@ -129,6 +131,20 @@ class PreparedChain(PreparedKernel):
                 told.setdefault(id(kernel), (kernel, []))[1].append(pos)
         for kernel, own in told.values():
             kernel.use_channels_last(own)
+
+    def reading_nhwc(self, position: int, shape: tuple[int, ...]) -> PreparedKernel | None:
+        """A one-kernel chain (a dense and its fused tail) as its kernel answers, the kernel
+        reading the function's input at position at exactly one of its own."""
+        if len(self._calls) != 1 or self.intermediates:
+            return None
+        fn, index = self._calls[0]
+        own = [k for k, slot in enumerate(index) if slot == position]
+        if len(own) != 1:
+            return None
+        inner = capabilities(fn).reading_nhwc(own[0], shape)
+        if inner is None:
+            return None
+        return PreparedChain([(inner, index)], [], self.fused_ops, self._n_inputs)
 
     def __call__(self, *arrays: Any) -> None:
         slots = arrays + self.intermediates

@@ -73,6 +73,18 @@ class PreparedKernel(ABC):
         """
         return {}
 
+    def flattens(self) -> bool:
+        """True for a kernel that only copies its (N, ...) input into its (N, rest) output
+        (batch_flatten): run() may skip it, its reader reading the input's storage instead
+        (runtime/flatten_reads.py)."""
+        return False
+
+    def reading_nhwc(self, position: int, shape: tuple[int, ...]) -> PreparedKernel | None:
+        """This kernel, but with its 2-D input at position (the batch_flatten of an (N, C, H,
+        W) tensor of this shape) handed as that tensor's NHWC bytes flattened, (N, H*W*C);
+        None where it cannot (runtime/flatten_reads.py)."""
+        return None
+
     def sub_modules(self) -> Sequence[Any]:
         """Modules this kernel holds for sub-graphs (control-flow bodies); memory_report counts
         what they hold (their held_bytes())."""

@@ -19,6 +19,7 @@ from ..lib.attrs import WORKSPACE_LIMIT_KEY
 from ..lib.kernels.cpu.threads import ONE_BLAS_THREAD
 from ..lib.library import InputVersion, Module, TensorSpec
 from ..lib.prepared import PreparedKernel, capabilities
+from .flatten_reads import StagedOutputs, flat_source, plan_flatten_reads
 from .in_place import plan_in_place
 from .layouts import nhwc_view, plan_channels_last
 from .placement import plan_placement, resolve_entry_devices
@@ -95,9 +96,18 @@ class Executor:
         self.versions: dict[int, InputVersion] = {}
         self._place_requested_inputs()
         # (input eid, output eid) pairs whose kernel writes the output over the input.
+        self.shortcuts: dict[int, PreparedCall] = {}
         self.in_place = self._write_in_place()
+        # Steps run() runs otherwise: flattens it skips, their readers reading the source
+        # (runtime/flatten_reads.py); run_steps runs every step as prepared. After the in-place
+        # moves: the shortcuts bind the moved views and check the storage ids as they end up.
+        self.skipped: set[int] = set()
+        self._skip_flattens()
         self._bind_versions()
-        self._calls = [(s.fn, s.args) for s in self.steps]
+        # what run() calls, and the step each call stands for (to name a failing node)
+        self._call_steps = [self.shortcuts.get(i, s) for i, s in enumerate(self.steps)
+                            if i not in self.skipped]
+        self._calls = [(s.fn, s.args) for s in self._call_steps]
         self.devices = sorted(set(self.entry_device) | {c.dst for c in self.copies})
         # NOTE: kernels that spread work over the runtime's CPU workers (lib/kernels/cpu/threads.py)
         # need the cores to themselves: one threaded OpenBLAS call elsewhere in the run leaves
@@ -204,6 +214,50 @@ class Executor:
                      self.graph.source, len(plan.pairs), len(plan.moves))
         return plan.pairs
 
+    def _skip_flattens(self) -> None:
+        """Plan the flattens run() skips and prepare their readers' calls."""
+        reads = plan_flatten_reads(self.graph, self.steps, self.entry_device,
+                                   self._io_eids | self._aliased, self.channels_last,
+                                   self.plan.entry_sid)
+        for read in reads:
+            reader = self.steps[read.reader]
+            if read.reader in self.shortcuts:
+                continue  # a second flatten into the same reader: keep the first
+            source = self.arrays[(read.source, self.entry_device[read.source])]
+            rows = flat_source(source, read.source in self.channels_last)
+            if rows is None:
+                continue
+            args = list(reader.args)
+            args[read.position] = rows
+            # the reader's own call where it reads the rows as they are, else its variant
+            own = read.kernel is reader.kernel
+            fn: Any = reader.fn if own else read.kernel
+            extra = 0 if own else read.kernel.workspace_bytes()
+            if read.staged:
+                fn = StagedOutputs(fn, {pos: (tuple(args[pos].shape), str(args[pos].dtype))
+                                        for pos in read.staged})
+                extra += sum(int(b.nbytes) for b in fn.buffers.values())
+            used = self._bytes_in_use()
+            cap = self.caps.get(reader.device)
+            if cap is not None and used.get(reader.device, 0) + extra > cap:
+                continue  # a shortcut is worth no GraphError: the flatten runs instead
+            self._count_workspace(self.graph.nodes[reader.nid], reader.device, extra, used)
+            self.shortcuts[read.reader] = PreparedCall(
+                reader.nid, reader.label, reader.func_name, reader.device,
+                fn if own and not read.staged else _in_device_scope(fn, reader.device), args,
+                list(reader.arg_keys), False, capabilities(fn))
+            self.skipped.add(read.flatten)
+        if self.skipped:
+            log.info("%s: run() skips %d flatten(s), their readers reading the source",
+                     self.graph.source, len(self.skipped))
+
+    def _bytes_in_use(self) -> dict[Device, int]:
+        """The pool's bytes and every kernel's workspace so far, per device."""
+        used = self.plan.bytes_per_device()
+        for dev, nbytes in self.plan.workspace_bytes.items():
+            used[dev] = used.get(dev, 0) + nbytes
+        return used
+
     def _count_workspace(self, node: Any, dev: Device, nbytes: int,
                          used: dict[Device, int]) -> None:
         """Add a kernel's workspace to its device's total; GraphError naming the node past the cap.
@@ -247,7 +301,7 @@ class Executor:
         """
         g = self.graph
         inputs = {g.entry_id(nid, 0) for nid in g.arg_nodes}
-        for step in self.steps:
+        for step in self.steps + list(self.shortcuts.values()):
             positions = step.kernel.cached_inputs()
             if not positions:
                 continue
@@ -336,7 +390,7 @@ class Executor:
         dev = self.entry_device[eid]
         self.arrays[(eid, dev)] = array
         self.escaped(eid)
-        for step in self.steps:
+        for step in self.steps + list(self.shortcuts.values()):
             for pos, (e, d, flatten) in enumerate(step.arg_keys):
                 if e == eid and d == dev:
                     step.args[pos] = array.reshape(-1) if flatten else array
@@ -354,7 +408,7 @@ class Executor:
             except GraphRuntimeError:
                 raise
             except Exception as e:
-                raise self._failed(self.steps[done], e) from e
+                raise self._failed(self._call_steps[done], e) from e
 
     def _failed(self, step: PreparedCall, e: Exception) -> LibraryError:
         """The one error a kernel's own exception becomes, naming the node (wrapped once)."""

@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from ...backends.base import Backend
 from ..attrs import attr_error, axis_attr, bool_attr, int_attr, int_tuple, normalize_axis, op_error
+from ..kernels.cpu.flatten import Flatten
 from ..kernels.host import host_factory
 from ..kernels.opencl.source import cl_strided_copy
 from ..library import TensorSpec
@@ -191,8 +192,20 @@ _OPS: dict[str, tuple[Callable[..., list[TensorSpec]], tuple[str, ...],
     "transpose": (_transpose, ("axes",), _host_transpose, _cl_transpose),
 }
 
+def _cpu_flatten(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
+                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+    """A Flatten kernel (it may read NHWC, and run() may skip it) for a batch flatten: also a
+    reshape to (N, rest), as PyTorch's flatten(1) before a classifier imports; else a copy."""
+    shape, out = tuple(inputs[0].shape), tuple(outputs[0].shape)
+    if len(shape) >= 2 and out == (shape[0], size_of(shape[1:])):
+        return Flatten(shape, inputs[0].dtype)
+    return host_factory(_host_reshape)(backend, device_id, inputs, outputs, attrs)
+
+
+_CPU_FLATTENS = ("batch_flatten", "flatten", "reshape")  # their CPU kernel is _cpu_flatten
+
 for _name, (_infer, _attrs, _host_make, _cl_factory) in _OPS.items():
     define_op(_name, _infer, 1, _attrs)
-    kernel(_name, "cpu")(host_factory(_host_make))
+    kernel(_name, "cpu")(_cpu_flatten if _name in _CPU_FLATTENS else host_factory(_host_make))
     kernel(_name, "cuda")(host_factory(_host_make))
     kernel(_name, "opencl")(_cl_factory)

@@ -27,6 +27,7 @@ from . import binding as dn
 from .policy import policy
 from .binding import Memory, MemoryDesc, Primitive, PrimitiveDesc
 from .layout import rows_read, NCHW, NHWC, BandedReorder, band_offset, bands, is_nhwc
+from .nchw_data_conv import NchwDataConv
 from .weights import PackedWeight, aligned_buffer
 
 DTYPES = ("float32",)
@@ -126,6 +127,8 @@ class OnednnConv(ConvKernel):
         adds = [op.operand for op in epilogue.ops if op.kind == "add"]
         self.out_position = 2 + (max(adds) + 1 if adds else 0)
         self.nhwc: frozenset[int] = frozenset()
+        self._nchw_data: NchwDataConv | None | bool = False  # False: not tried yet
+        self._first_out: Any = None
         self._wire()
 
     def _user_weight(self) -> MemoryDesc:
@@ -167,6 +170,15 @@ class OnednnConv(ConvKernel):
         self._buffers = []
         data_nhwc = self._layout(0) == NHWC
         out_nhwc = self._layout(self.out_position) == NHWC
+        # NCHW data into NHWC output: oneDNN's first-conv kernel reads the data itself
+        self.nchw_data: NchwDataConv | None = None
+        if not data_nhwc and out_nhwc:
+            if self._nchw_data is False:
+                self._nchw_data = NchwDataConv.make(self)
+            made = self._nchw_data
+            self.nchw_data = made if isinstance(made, NchwDataConv) else None
+        if self.nchw_data is not None:
+            data_nhwc = True  # no data reorder, no buffer for it: the primitive reads NCHW
         self.src_buf = None if data_nhwc else self._workspace(4 * p.n * p.c * p.h * p.w)
         self.dst_buf = None if out_nhwc else self._workspace(4 * p.n * p.o * p.oh * p.ow)
         whole = all(r0 == 0 and r1 == p.oh for _, r0, r1 in pieces)
@@ -253,11 +265,19 @@ class OnednnConv(ConvKernel):
         return buf
 
     def workspace_bytes(self) -> int:
-        return self.weight.nbytes + sum(int(b.nbytes) for b in self._buffers)
+        first = 0 if self.nchw_data is None else self.nchw_data.nbytes
+        return self.weight.nbytes + first + sum(int(b.nbytes) for b in self._buffers)
+
+    def append_post_ops(self, lib: dn.Dnnl, ops: Any) -> None:
+        """The epilogue (bias taken off) as this conv's post-ops (for a variant's primitive)."""
+        _append_post_ops(lib, ops, self._tail, self._full, self._operand_mds)
 
     def __call__(self, data: Any, weight: Any, *rest: Any) -> None:
         dn.use_threads(self.openmp)
         out = rest[-1]
+        if self.nchw_data is not None:
+            self._first_conv(data, weight, rest)
+            return
         if self.weight.direct:
             self.weight.memory.bind(weight)
         elif self._stale():
@@ -273,6 +293,24 @@ class OnednnConv(ConvKernel):
         if not self.together and self.data_in is not None:
             self._run([(item,) for item in self.data_in.items])
         self._run(self.steps)
+
+    def _first_conv(self, data: Any, weight: Any, rest: tuple[Any, ...]) -> None:
+        """The run as one primitive reading NCHW data (nchw_data_conv.py)."""
+        first = self.nchw_data
+        assert first is not None
+        out = rest[-1]
+        if out is not self._first_out:
+            if not is_nhwc(out):
+                raise LibraryError(f"oneDNN {self.op_name} argument {self.out_position}: "
+                                   f"expected an NHWC array, got strides {out.strides} for "
+                                   f"shape {out.shape}")
+            self._first_out = out
+        if not data.flags.c_contiguous:
+            data = np.ascontiguousarray(data)
+        for mem, operand in self.operands:
+            mem.bind(rest[operand])
+        first.bind(data, weight, not first.weight.direct and self._stale(), out)
+        self._run(first.work)
 
     def _bind(self, data: Any, residual: Any, out: Any) -> None:
         """Point the reorders and the items at this run's arrays."""
