@@ -232,3 +232,60 @@ def test_random_storage_plans_give_the_answer_of_the_copy(onednn, monkeypatch) -
         np.testing.assert_array_equal(on.get_output(0).numpy(), off.get_output(0).numpy())
         _check(on.get_output(0).numpy(), want)
     assert pairs >= 8 and moved > pairs  # in place each time, with trades beside
+
+
+def _block_nodes(src: str, out: str) -> list:
+    """a = relu(conv(src)), c = relu(conv(a)), out = conv(relu(conv(c) + a)): a dies at the
+    residual conv."""
+    return [helper.make_node("Conv", [src, "w0"], ["a0"], pads=[1] * 4),
+            helper.make_node("Relu", ["a0"], ["a"]),
+            helper.make_node("Conv", ["a", "w1"], ["c0"], pads=[1] * 4),
+            helper.make_node("Relu", ["c0"], ["c"]),
+            helper.make_node("Conv", ["c", "w1"], ["b0"], pads=[1] * 4),
+            helper.make_node("Add", ["b0", "a"], ["b1"]),
+            helper.make_node("Relu", ["b1"], ["b"]),
+            helper.make_node("Conv", ["b", "w2"], [out], pads=[1] * 4)]
+
+
+def test_control_flow_bodies_add_their_residuals_in_place(onednn, monkeypatch) -> None:  # noqa: F811
+    """A Loop body and an If branch build their own executors: each writes its residual in
+    place, and every run (the branch taken or not) is ONNX Runtime's."""
+    monkeypatch.setenv(binding.ONEDNN_ENV, "on")
+    monkeypatch.setenv(ONEDNN_THREADS.name, "openmp")
+    c = 8
+
+    def value(name: str) -> object:
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, c, 9, 7])
+
+    body = helper.make_graph(
+        _block_nodes("h", "h_out") + [helper.make_node("Identity", ["cond"], ["cond_out"])],
+        "body", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                 helper.make_tensor_value_info("cond", TensorProto.BOOL, []), value("h")],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), value("h_out")])
+    then = helper.make_graph(_block_nodes("x", "then_out"), "then", [], [value("then_out")])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["else_out"])], "else", [],
+                              [value("else_out")])
+    inits = [numpy_helper.from_array((RNG.standard_normal((c, c, 3, 3)) / 8).astype(np.float32),
+                                     f"w{i}") for i in range(3)]
+    inits += [numpy_helper.from_array(np.array(3, np.int64), "n"),
+              numpy_helper.from_array(np.zeros((), np.float32), "zero")]
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["n", "", "x"], ["y"], body=body),
+         helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+         helper.make_node("Greater", ["s", "zero"], ["positive"]),
+         helper.make_node("If", ["positive"], ["z"], then_branch=then, else_branch=other)],
+        "control_flow", [value("x")], [value("y"), value("z")], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    m = _create(model, monkeypatch)
+    inner = [sub.executor for s in m.executor.steps for sub in s.kernel.sub_modules()]
+    assert sorted(len(e.in_place) for e in inner) == [0, 1, 1]  # loop body, then; else none
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    for sign in (1, -1, 1):
+        x = (sign * np.abs(RNG.standard_normal((1, c, 9, 7)))).astype(np.float32)
+        m.set_input("x", x)
+        m.run()
+        for got, want in zip((m.get_output(0).numpy(), m.get_output(1).numpy()),
+                             session.run(None, {"x": x})):
+            _check(got, want)
