@@ -114,15 +114,61 @@ check(module, ref)
 assert jit_setup.started()
 """
 
+# The process ends while the set-up still runs: a plain exit (the daemon thread inside an import
+# as the interpreter shuts down) and graphrun's os._exit; neither may hang or print.
+EXITS_AT_ONCE = MODELS + r"""
+module, ref = create("layer_norm")
+assert jit_setup._thread.is_alive()
+print("ok", flush=True)
+if sys.argv[1:] == ["os_exit"]:
+    os._exit(0)
+"""
 
-def _run(script: str, **settings: str) -> None:
+# The set-up fails on its thread: the error is only logged, and the first call sets up again.
+FAILS_ON_THE_THREAD = MODELS + r"""
+from numba.core.registry import cpu_target
+context = type(cpu_target.target_context)
+refresh = context.refresh
+def failing(self):
+    if threading.current_thread().name == "graph_runtime numba set-up":
+        raise RuntimeError("set-up failed on its thread")
+    return refresh(self)
+context.refresh = failing
+module, ref = create("layer_norm")
+assert jit_setup.wait(60)
+check(module, ref)
+print("ok")
+"""
+
+# Four threads create and run modules at once: one set-up thread, every answer right.
+THREADS_AT_ONCE = MODELS + r"""
+errors = []
+def work():
+    try:
+        module, ref = create("layer_norm")
+        check(module, ref)
+    except BaseException as e:
+        errors.append(repr(e))
+threads = [threading.Thread(target=work) for _ in range(4)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join(120)
+assert not errors and not any(t.is_alive() for t in threads), errors
+assert jit_setup.started() and len(setup_threads()) <= 1
+print("ok")
+"""
+
+
+def _run(script: str, *args: str, **settings: str) -> str:
     # two workers unless a case says otherwise: the set-up starts only where there are two
     env = dict(os.environ, PYTHONPATH=str(ROOT), GRAPH_RUNTIME_ONEDNN_THREADS="workers",
                GRAPH_RUNTIME_NUM_THREADS="2")
     env.update(settings)
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+    done = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stdout + done.stderr
+    return done.stderr
 
 
 def test_a_compiled_kernel_starts_the_set_up_once() -> None:
@@ -145,3 +191,16 @@ def test_a_graph_run_inside_an_import_does_not_deadlock(tmp_path: Path) -> None:
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
 def test_a_fork_waits_for_the_set_up() -> None:
     _run(FORK_WAITS)
+
+
+@pytest.mark.parametrize("how", ["exit", "os_exit"])
+def test_the_process_may_end_while_the_set_up_runs(how: str) -> None:
+    assert _run(EXITS_AT_ONCE, how) == ""  # no error from the thread as the process ends
+
+
+def test_a_set_up_failing_on_its_thread_leaves_the_first_call_to_do_it() -> None:
+    _run(FAILS_ON_THE_THREAD)
+
+
+def test_modules_created_on_several_threads_at_once() -> None:
+    _run(THREADS_AT_ONCE)
