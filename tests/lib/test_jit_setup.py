@@ -159,6 +159,37 @@ assert jit_setup.started() and len(setup_threads()) <= 1
 print("ok")
 """
 
+# A fork from another thread while start() is starting the set-up thread (start() made slow to
+# widen that window): the fork must still wait for the set-up to end, as it does once the thread
+# runs, not find a thread it cannot join yet and go on beside it.
+FORK_DURING_START = MODELS + r"""
+import time
+from numba.core.compiler_lock import global_compiler_lock
+real_start = threading.Thread.start
+starting = threading.Event()
+def slow_start(self):
+    if self.name == "graph_runtime numba set-up":
+        starting.set()
+        time.sleep(1.0)
+    return real_start(self)
+threading.Thread.start = slow_start
+status = []
+def fork():
+    starting.wait(60)
+    pid = os.fork()
+    if pid == 0:
+        free = global_compiler_lock._lock.acquire(timeout=10)
+        os._exit(0 if free and "numba.np.arraymath" in sys.modules else 1)
+    status.append(os.waitpid(pid, 0)[1])
+forker = threading.Thread(target=fork)
+forker.start()
+module, ref = create("layer_norm")
+forker.join(120)
+assert os.WIFEXITED(status[0]) and os.WEXITSTATUS(status[0]) == 0, status
+check(module, ref)
+print("ok")
+"""
+
 
 def _run(script: str, *args: str, **settings: str) -> str:
     # two workers unless a case says otherwise: the set-up starts only where there are two
@@ -204,3 +235,8 @@ def test_a_set_up_failing_on_its_thread_leaves_the_first_call_to_do_it() -> None
 
 def test_modules_created_on_several_threads_at_once() -> None:
     _run(THREADS_AT_ONCE)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
+def test_a_fork_while_the_thread_is_starting_waits_for_the_set_up() -> None:
+    assert _run(FORK_DURING_START) == ""
