@@ -114,15 +114,92 @@ check(module, ref)
 assert jit_setup.started()
 """
 
+# The process ends while the set-up still runs: a plain exit (the daemon thread inside an import
+# as the interpreter shuts down) and graphrun's os._exit; neither may hang or print.
+EXITS_AT_ONCE = MODELS + r"""
+module, ref = create("layer_norm")
+assert jit_setup._thread.is_alive()
+print("ok", flush=True)
+if sys.argv[1:] == ["os_exit"]:
+    os._exit(0)
+"""
 
-def _run(script: str, **settings: str) -> None:
+# The set-up fails on its thread: the error is only logged, and the first call sets up again.
+FAILS_ON_THE_THREAD = MODELS + r"""
+from numba.core.registry import cpu_target
+context = type(cpu_target.target_context)
+refresh = context.refresh
+def failing(self):
+    if threading.current_thread().name == "graph_runtime numba set-up":
+        raise RuntimeError("set-up failed on its thread")
+    return refresh(self)
+context.refresh = failing
+module, ref = create("layer_norm")
+assert jit_setup.wait(60)
+check(module, ref)
+print("ok")
+"""
+
+# Four threads create and run modules at once: one set-up thread, every answer right.
+THREADS_AT_ONCE = MODELS + r"""
+errors = []
+def work():
+    try:
+        module, ref = create("layer_norm")
+        check(module, ref)
+    except BaseException as e:
+        errors.append(repr(e))
+threads = [threading.Thread(target=work) for _ in range(4)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join(120)
+assert not errors and not any(t.is_alive() for t in threads), errors
+assert jit_setup.started() and len(setup_threads()) <= 1
+print("ok")
+"""
+
+# A fork from another thread while start() is starting the set-up thread (start() made slow to
+# widen that window): the fork must still wait for the set-up to end, as it does once the thread
+# runs, not find a thread it cannot join yet and go on beside it.
+FORK_DURING_START = MODELS + r"""
+import time
+from numba.core.compiler_lock import global_compiler_lock
+real_start = threading.Thread.start
+starting = threading.Event()
+def slow_start(self):
+    if self.name == "graph_runtime numba set-up":
+        starting.set()
+        time.sleep(1.0)
+    return real_start(self)
+threading.Thread.start = slow_start
+status = []
+def fork():
+    starting.wait(60)
+    pid = os.fork()
+    if pid == 0:
+        free = global_compiler_lock._lock.acquire(timeout=10)
+        os._exit(0 if free and "numba.np.arraymath" in sys.modules else 1)
+    status.append(os.waitpid(pid, 0)[1])
+forker = threading.Thread(target=fork)
+forker.start()
+module, ref = create("layer_norm")
+forker.join(120)
+assert os.WIFEXITED(status[0]) and os.WEXITSTATUS(status[0]) == 0, status
+check(module, ref)
+print("ok")
+"""
+
+
+def _run(script: str, *args: str, **settings: str) -> str:
     # two workers unless a case says otherwise: the set-up starts only where there are two
     env = dict(os.environ, PYTHONPATH=str(ROOT), GRAPH_RUNTIME_ONEDNN_THREADS="workers",
                GRAPH_RUNTIME_NUM_THREADS="2")
     env.update(settings)
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+    done = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stdout + done.stderr
+    return done.stderr
 
 
 def test_a_compiled_kernel_starts_the_set_up_once() -> None:
@@ -145,3 +222,21 @@ def test_a_graph_run_inside_an_import_does_not_deadlock(tmp_path: Path) -> None:
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
 def test_a_fork_waits_for_the_set_up() -> None:
     _run(FORK_WAITS)
+
+
+@pytest.mark.parametrize("how", ["exit", "os_exit"])
+def test_the_process_may_end_while_the_set_up_runs(how: str) -> None:
+    assert _run(EXITS_AT_ONCE, how) == ""  # no error from the thread as the process ends
+
+
+def test_a_set_up_failing_on_its_thread_leaves_the_first_call_to_do_it() -> None:
+    _run(FAILS_ON_THE_THREAD)
+
+
+def test_modules_created_on_several_threads_at_once() -> None:
+    _run(THREADS_AT_ONCE)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
+def test_a_fork_while_the_thread_is_starting_waits_for_the_set_up() -> None:
+    assert _run(FORK_DURING_START) == ""

@@ -259,3 +259,21 @@ def test_the_setting_is_checked(monkeypatch) -> None:
     graph = make_graph(BLOCK, [4], shapes=[SHAPE] * 5, storage_ids=[0, 1, 2, 3, 4])
     with pytest.raises(LibraryError, match="GRAPH_RUNTIME_IN_PLACE must be on or off, got 'maybe'"):
         gr.create(graph, lib, gr.cpu())
+
+
+def test_a_wrong_in_place_plan_is_refused_naming_the_setting(monkeypatch) -> None:
+    """A plan in_place.py should never make (b written over a, which c still reads) is refused
+    before any view moves, blaming the in-place plan, not the graph, and naming the way out."""
+    from graph_runtime.errors import GraphError
+    from graph_runtime.runtime import executor
+    from graph_runtime.runtime.in_place import InPlacePlan
+
+    monkeypatch.setattr(executor, "plan_in_place",
+                        lambda *args: InPlacePlan(moves={2: 1}, pairs=[(1, 2)]))
+    with pytest.raises(GraphError) as info:
+        _module(BLOCK, [4], [0, 1, 2, 3, 4], monkeypatch=monkeypatch)
+    message = str(info.value)
+    assert "in-place plan" in message and "GRAPH_RUNTIME_IN_PLACE=off" in message
+    assert "storage id 1 is shared by" in message  # the entries, as the graph check says
+    off, _ = _module(BLOCK, [4], [0, 1, 2, 3, 4], in_place="off", monkeypatch=monkeypatch)
+    np.testing.assert_array_equal(_run(off), 20 * _x())

@@ -56,7 +56,10 @@ def started() -> bool:
 
 def wait(timeout: float | None = None) -> bool:
     """Wait for the set-up to end (True when it has, or never started)."""
-    thread = _thread
+    # NOTE: start()'s lock first: a fork while start() is starting the thread (which cannot be
+    # joined before it has started) then waits for it too, instead of going on beside it.
+    with _lock:
+        thread = _thread
     if thread is None or thread is threading.current_thread():
         return True
     thread.join(timeout)
