@@ -33,6 +33,17 @@ def require_backend(name: str) -> None:
     pytest.skip(reason)
 
 
+def require_onednn() -> None:
+    """Skip with the reason when oneDNN cannot load; fail instead where CI requires it
+    (GRAPH_RUNTIME_REQUIRE_ONEDNN=1), except in its run with oneDNN turned off."""
+    from graph_runtime.lib.kernels.onednn import binding
+    if binding.available():
+        return
+    reason = f"oneDNN not available: {binding.unavailable_reason()}"
+    if os.environ.get("GRAPH_RUNTIME_REQUIRE_ONEDNN") == "1" and binding.onednn_mode() != "off":
+        pytest.fail(reason)
+    pytest.skip(reason)
+
 
 # ---- small graph builders (tests build graphs with these, not inline JSON) ----------------------
 

@@ -7,16 +7,14 @@ a conv weight written later must be packed again.
 """
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
 import pytest
 from numpy.lib.stride_tricks import sliding_window_view
-from support import make_graph, null, tvm_op
+from support import make_graph, null, require_onednn, tvm_op
 
 import graph_runtime as gr
-from graph_runtime.lib.kernels.onednn import binding
 from graph_runtime.lib.loader import module_from_json
 from graph_runtime.settings import NUM_THREADS, ONEDNN, ONEDNN_THREADS
 
@@ -26,12 +24,7 @@ U32 = float(np.finfo(np.float32).eps) / 2
 @pytest.fixture
 def onednn(monkeypatch: Any) -> None:
     """oneDNN wherever it applies, or skip (fail under GRAPH_RUNTIME_REQUIRE_ONEDNN=1)."""
-    if not binding.available():
-        reason = f"oneDNN not available: {binding.unavailable_reason()}"
-        if os.environ.get("GRAPH_RUNTIME_REQUIRE_ONEDNN") == "1" and \
-                binding.onednn_mode() != "off":
-            pytest.fail(reason)
-        pytest.skip(reason)
+    require_onednn()
     monkeypatch.setenv(ONEDNN.name, "on")
 
 

@@ -14,6 +14,7 @@ import pytest
 import test_conv_strategies as strategies
 import test_pool as pool_tests
 from test_conv import ref_conv2d_attrs
+from support import require_onednn
 
 from graph_runtime.errors import LibraryError
 from graph_runtime.lib.conv_params import conv2d_params
@@ -37,12 +38,7 @@ def onednn(monkeypatch):
     CI sets GRAPH_RUNTIME_REQUIRE_ONEDNN=1 so that a missing library fails instead, except in
     its run with oneDNN turned off.
     """
-    if not binding.available():
-        reason = f"oneDNN not available: {binding.unavailable_reason()}"
-        if os.environ.get("GRAPH_RUNTIME_REQUIRE_ONEDNN") == "1" and \
-                binding.onednn_mode() != "off":
-            pytest.fail(reason)
-        pytest.skip(reason)
+    require_onednn()
     monkeypatch.setenv(CONV_ENV, "onednn")
     return binding.library()
 

@@ -5,12 +5,11 @@ Accuracy is judged as in test_onednn.py: |error| <= 2 * terms * u * sum|terms|.
 """
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import pytest
 import test_conv_strategies as strategies
-from support import make_graph, null, tvm_op
+from support import make_graph, null, require_onednn, tvm_op
 from test_conv import ref_conv2d_attrs, ref_conv2d_transpose
 from test_onednn import U32, _check
 
@@ -78,12 +77,7 @@ def _prepared(func, inputs, attrs=None):
 def on(monkeypatch):
     """oneDNN forced on (GRAPH_RUNTIME_ONEDNN=on); skipped with the reason where it cannot run,
     failed instead where CI requires it (as test_onednn's fixture)."""
-    if not binding.available():
-        reason = f"oneDNN not available: {binding.unavailable_reason()}"
-        if os.environ.get("GRAPH_RUNTIME_REQUIRE_ONEDNN") == "1" and \
-                binding.onednn_mode() != "off":
-            pytest.fail(reason)
-        pytest.skip(reason)
+    require_onednn()
     monkeypatch.setenv(binding.ONEDNN_ENV, "on")
     return binding.library()
 

@@ -7,16 +7,14 @@ which runs every node as written.
 """
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
 import pytest
 from numpy.lib.stride_tricks import sliding_window_view
-from support import make_graph, null, tvm_op
+from support import make_graph, null, require_onednn, tvm_op
 
 import graph_runtime as gr
-from graph_runtime.lib.kernels.onednn import binding
 from graph_runtime.lib.kernels.onednn.nhwc_dense import NhwcFeaturesMatmul
 from graph_runtime.lib.loader import module_from_json
 from graph_runtime.runtime.flatten_reads import StagedOutputs
@@ -29,12 +27,7 @@ U32 = float(np.finfo(np.float32).eps) / 2
 def onednn(monkeypatch: Any) -> None:
     """oneDNN wherever it applies (no timing), in OpenMP mode (the mode auto picks on an idle
     machine); or skip with why."""
-    if not binding.available():
-        reason = f"oneDNN not available: {binding.unavailable_reason()}"
-        if os.environ.get("GRAPH_RUNTIME_REQUIRE_ONEDNN") == "1" and \
-                binding.onednn_mode() != "off":
-            pytest.fail(reason)
-        pytest.skip(reason)
+    require_onednn()
     monkeypatch.setenv(ONEDNN_THREADS.name, "openmp")
     monkeypatch.setenv(ONEDNN.name, "on")
 
