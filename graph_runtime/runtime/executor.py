@@ -92,16 +92,16 @@ class Executor:
         self.steps = self._prepare_steps(lib)
         # Entries kept NHWC between kernels that write and read them so (runtime/layouts.py).
         self.channels_last = self._keep_channels_last()
+        # Steps run() runs otherwise: flattens it skips, their readers reading the source
+        # (runtime/flatten_reads.py); run_steps runs every step as prepared. Planned after the
+        # in-place moves: the shortcuts bind the moved views and check the ids as they end up.
+        self.skipped: set[int] = set()
+        self.shortcuts: dict[int, PreparedCall] = {}
         # Write counters of graph inputs that kernels derive data from (lib.library.InputVersion).
         self.versions: dict[int, InputVersion] = {}
         self._place_requested_inputs()
         # (input eid, output eid) pairs whose kernel writes the output over the input.
-        self.shortcuts: dict[int, PreparedCall] = {}
         self.in_place = self._write_in_place()
-        # Steps run() runs otherwise: flattens it skips, their readers reading the source
-        # (runtime/flatten_reads.py); run_steps runs every step as prepared. After the in-place
-        # moves: the shortcuts bind the moved views and check the storage ids as they end up.
-        self.skipped: set[int] = set()
         self._skip_flattens()
         self._bind_versions()
         # what run() calls, and the step each call stands for (to name a failing node)
