@@ -23,7 +23,7 @@ from .kernels.onednn.matmul import OnednnMatmul
 from .kernels.onednn.matmul_tail import matmul_tail
 from .kernels.gpu_elementwise import ELEMENTWISE_EXPRS, gpu_elementwise
 from .library import InputVersion, TensorSpec
-from .prepared import PreparedKernel, capabilities
+from .prepared import PreparedKernel, Wrapping, capabilities
 from .registry import OpDef, get_op
 
 
@@ -608,7 +608,7 @@ def _c_name(name: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in name)[:40]
 
 
-class _Unflattened(PreparedKernel):
+class _Unflattened(Wrapping):
     """With flatten_data the executor passes 1-D views; the kernels get the declared shapes back.
 
     The wrapped kernel's workspace, cached inputs and worker use carry through (a conv under
@@ -624,18 +624,3 @@ class _Unflattened(PreparedKernel):
     def __call__(self, *arrays: Any) -> None:
         self.run(*[a if a.shape == shape else a.reshape(shape)
                    for a, shape in zip(arrays, self.shapes)])
-
-    def workspace_bytes(self) -> int:
-        return self.inner.workspace_bytes()
-
-    def cached_inputs(self) -> Sequence[int]:
-        return self.inner.cached_inputs()
-
-    def bind_versions(self, versions: Mapping[int, InputVersion]) -> None:
-        self.inner.bind_versions(versions)
-
-    def uses_workers(self) -> bool:
-        return self.inner.uses_workers()
-
-    def sub_modules(self) -> Sequence[Any]:
-        return self.inner.sub_modules()

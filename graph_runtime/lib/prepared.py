@@ -106,6 +106,30 @@ class HoldsModules(PreparedKernel):
         return self.modules
 
 
+class Wrapping(PreparedKernel):
+    """A kernel that calls another one (self.inner: its capabilities) with its arguments
+    adjusted: the inner kernel's workspace, cached inputs, write counters, worker use and
+    sub-modules carry through; its storage requests and layouts do not (the wrapper changes
+    what the inner kernel is handed)."""
+
+    inner: PreparedKernel
+
+    def workspace_bytes(self) -> int:
+        return self.inner.workspace_bytes()
+
+    def cached_inputs(self) -> Sequence[int]:
+        return self.inner.cached_inputs()
+
+    def bind_versions(self, versions: Mapping[int, InputVersion]) -> None:
+        self.inner.bind_versions(versions)
+
+    def uses_workers(self) -> bool:
+        return self.inner.uses_workers()
+
+    def sub_modules(self) -> Sequence[Any]:
+        return self.inner.sub_modules()
+
+
 class _Plain(PreparedKernel):
     """What a plain function can be asked: every capability at its default."""
 

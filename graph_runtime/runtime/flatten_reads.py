@@ -20,8 +20,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..graph.model import Graph
-from ..lib.library import InputVersion
-from ..lib.prepared import PreparedKernel, capabilities
+from ..lib.prepared import PreparedKernel, Wrapping, capabilities
 
 
 @dataclass(frozen=True)
@@ -100,7 +99,7 @@ def flat_source(array: Any, nhwc: bool) -> Any:
     return array.reshape(array.shape[0], -1)
 
 
-class StagedOutputs(PreparedKernel):
+class StagedOutputs(Wrapping):
     """run(*arrays): kernel's run with the outputs at some positions written to buffers of their
     own, then copied into the arrays given there."""
 
@@ -119,12 +118,3 @@ class StagedOutputs(PreparedKernel):
 
     def workspace_bytes(self) -> int:
         return self.inner.workspace_bytes() + sum(int(b.nbytes) for b in self.buffers.values())
-
-    def cached_inputs(self) -> Sequence[int]:
-        return self.inner.cached_inputs()
-
-    def bind_versions(self, versions: Mapping[int, InputVersion]) -> None:
-        self.inner.bind_versions(versions)
-
-    def uses_workers(self) -> bool:
-        return self.inner.uses_workers()
