@@ -24,9 +24,9 @@ HOSTILE_INTS = [0, 1, 2, -1, 3, 7, 16, 255, 2 ** 31 - 1, 2 ** 31, 2 ** 32, 2 ** 
                 2 ** 63 - 1, -2 ** 62, -2 ** 63]
 HOSTILE_FLOATS = [0.0, -1.0, 0.5, 1e30, -1e30, float("nan"), float("inf"), float("-inf")]
 # External data locations a hostile model would try (relative to the model's folder).
-LOCATIONS = ["data.bin", "../secret.bin", "link_out", "fifo", "/dev/zero", "/etc/passwd",
+LOCATIONS = ["data.bin", "../secret.bin", "link_out", "hard_out", "fifo", "/dev/zero", "/etc/passwd",
              "sub/../data.bin", "", "missing.bin", "data.bin\x00x", "C:\\x", "./data.bin"]
-WATCHED = ("secret.bin", "fifo", "/dev/zero", "/etc/passwd")
+WATCHED = ("secret.bin", "hard_out", "fifo", "/dev/zero", "/etc/passwd")
 
 
 def _seed_models() -> list[Any]:
@@ -128,6 +128,7 @@ def _prepare_folder(tmp: Path) -> Path:
     (folder / "data.bin").write_bytes(np.arange(64, dtype=np.float32).tobytes())
     (tmp / "secret.bin").write_bytes(b"S" * 4096)
     for name, make in (("link_out", lambda p: p.symlink_to(tmp / "secret.bin")),
+                       ("hard_out", lambda p: os.link(tmp / "secret.bin", p)),
                        ("fifo", lambda p: os.mkfifo(p))):
         path = folder / name
         if not os.path.lexists(path):

@@ -71,7 +71,8 @@ def load_external_data(model: Any, folder: Path | None) -> None:
     """Read every external tensor of model (in place) from files confined to folder.
 
     Raises FrontendError naming the tensor when a location leaves the folder, is not a regular
-    file, is shorter than declared, or when there is no folder (a ModelProto given alone).
+    file, has more than one hard link, is shorter than declared, or when there is no folder (a
+    ModelProto given alone).
     """
     from onnx import TensorProto
     for where, tensor in model_tensors(model):
@@ -147,10 +148,25 @@ def _read(tensor: Any, where: str, folder: Path | None) -> bytes:
     if not stat.S_ISREG(info.st_mode):
         raise Unsupported(f"{where}: external data {location!r} is not a regular file "
                           f"({_kind(info.st_mode)})")
+    _refuse_hard_link(info, where, location)
     if offset + need > info.st_size:
         raise Unsupported(f"{where}: external data {location!r} holds {info.st_size} bytes; "
                           f"expected {need} from offset {offset}")
     return _read_exactly(path, offset, need, info, f"{where}: external data {location!r}")
+
+
+def _refuse_hard_link(info: os.stat_result, where: str, location: str) -> None:
+    """Refuse a file with more than one name: a hard link's other name may lie outside the folder.
+
+    NOTE: realpath sees through symbolic links only. A hard link made inside the folder to a
+    file elsewhere (another user's secrets, /etc/shadow on the same file system) is a regular
+    file under the folder by every path check, and nothing on the file says where its other
+    names are; so any file whose link count is not 1 is refused.
+    """
+    if info.st_nlink != 1:
+        raise Unsupported(f"{where}: external data {location!r} has {info.st_nlink} hard links, "
+                          "so its data may come from outside the model's folder; copy the file "
+                          "into the folder (cp, not ln) so it has a single name")
 
 
 def _read_exactly(path: Path, offset: int, need: int, info: os.stat_result, what: str) -> bytes:
@@ -166,6 +182,8 @@ def _read_exactly(path: Path, offset: int, need: int, info: os.stat_result, what
         if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != (info.st_dev,
                                                                           info.st_ino):
             raise Unsupported(f"{what}: the file changed while being opened")
+        if now.st_nlink != 1:
+            raise Unsupported(f"{what}: the file gained a hard link while being opened")
         chunks = []
         got = 0
         while got < need:

@@ -77,6 +77,9 @@ def folder(tmp_path: Path) -> Path:
     (model_dir / "sub" / "inner.bin").write_bytes(VALUES.tobytes())
     (model_dir / "link_in").symlink_to(model_dir / "sub" / "inner.bin")
     os.mkfifo(model_dir / "fifo")
+    # A hard link is a regular file inside the folder by every path check; its other name is
+    # outside.
+    os.link(tmp_path / "secret.bin", model_dir / "hard_out")
     return model_dir
 
 
@@ -109,6 +112,7 @@ def test_data_inside_the_folder_loads(folder: Path, kind: str, location: str) ->
     ("SECRET", "is absolute"),
     ("/dev/zero", "is absolute"),
     ("link_out", "outside the model's folder"),
+    ("hard_out", "has 2 hard links"),
     ("fifo", "not a regular file (a FIFO)"),
     ("sub", "not a regular file (a directory)"),
     ("missing.bin", "No such file"),
@@ -147,11 +151,23 @@ def test_model_proto_with_external_data_needs_a_folder(folder: Path, kind: str,
     assert has_external_data(m)  # the caller's proto is left as it was
 
 
-def test_cli_import_confines_too(folder: Path, tmp_path: Path) -> None:
+def test_hard_link_inside_the_folder_is_refused_even_to_another_name_inside(
+        folder: Path) -> None:
+    # Two names inside the folder are refused as well: the link count cannot tell where the
+    # other name is, and the message says how to make the file single.
+    os.link(folder / "data.bin", folder / "twin.bin")
+    with pytest.raises(FrontendError, match="twin.bin' has 2 hard links") as info:
+        from_onnx(_save(_model("twin.bin"), folder))
+    assert "copy the file into the folder (cp, not ln)" in str(info.value)
+    assert len(str(info.value).splitlines()) == 1
+
+
+@pytest.mark.parametrize("hostile", ["link_out", "hard_out"])
+def test_cli_import_confines_too(folder: Path, tmp_path: Path, hostile: str) -> None:
     from click.testing import CliRunner
 
     from graph_runtime.cli import app
-    path = _save(_model("link_out", "sparse"), folder)
+    path = _save(_model(hostile, "sparse"), folder)
     result = CliRunner().invoke(app, ["import", str(path), "-o", str(tmp_path / "out")])
     assert result.exit_code == 2, result.output
     assert "outside the model's folder" in result.output
