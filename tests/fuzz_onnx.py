@@ -106,6 +106,75 @@ def _seed_models() -> list[Any]:
         entry = w.external_data.add()
         entry.key, entry.value = key, value
     seeds.append(external)
+    return seeds + _round_three_seeds(make, vi, arr)
+
+
+def _round_three_seeds(make: Callable, vi: Callable, arr: Callable) -> list[Any]:
+    """Seeds for the paths added since the first campaigns: QDQ, Loop, symbolic dims, data-sized
+    Tile/Expand/Resize/ScatterND, large pooling windows, GridSample, RoiAlign, real exports."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+    f32, i64 = TensorProto.FLOAT, TensorProto.INT64
+    seeds = [onnx.load(str(ROOT / "tests" / "data" / "onnx" / f"{name}.onnx"))
+             for name in ("loop_if_ts", "cond_dynamo", "gru_ts", "bert_dyn")]
+    seeds.append(make(
+        [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+         helper.make_node("DequantizeLinear", ["q", "s", "z"], ["dq"]),
+         helper.make_node("QuantizeLinear", ["w", "s", "z"], ["wq"]),
+         helper.make_node("DequantizeLinear", ["wq", "s", "z"], ["wdq"]),
+         helper.make_node("MatMul", ["dq", "wdq"], ["y"])],
+        [vi("x", f32, [2, 4])], [vi("y", f32, [2, 3])],
+        [arr("s", np.float32(0.05)), arr("z", np.uint8(128)),
+         arr("w", np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3))], opset=13))
+    body = helper.make_graph(
+        [helper.make_node("Add", ["acc", "step"], ["acc_out"]),
+         helper.make_node("Identity", ["cond"], ["cond_out"]),
+         helper.make_node("Cast", ["i"], ["fi"], to=f32),
+         helper.make_node("Mul", ["acc_out", "fi"], ["scan"])],
+        "body", [vi("i", i64, []), vi("cond", TensorProto.BOOL, []), vi("acc", f32, [3])],
+        [vi("cond_out", TensorProto.BOOL, []), vi("acc_out", f32, [3]), vi("scan", f32, [3])],
+        [arr("step", np.ones(3, np.float32))])
+    seeds.append(make(
+        [helper.make_node("Loop", ["n", "", "x"], ["final", "scans"], body=body)],
+        [vi("x", f32, [3])], [vi("final", f32, [3]), vi("scans", f32, None)],
+        [arr("n", np.int64(4))]))
+    seeds.append(make(
+        [helper.make_node("Shape", ["x"], ["s"]),
+         helper.make_node("Slice", ["s", "b0", "b1"], ["bs"]),
+         helper.make_node("Concat", ["bs", "m1"], ["flat"], axis=0),
+         helper.make_node("Reshape", ["x", "flat"], ["r"]),
+         helper.make_node("ReduceMean", ["r"], ["y"], axes=[1], keepdims=1),
+         helper.make_node("Expand", ["y", "s2"], ["e"]),
+         helper.make_node("Tile", ["x", "reps"], ["t"])],
+        [vi("x", f32, ["batch", "seq", 4])],
+        [vi("e", f32, None), vi("t", f32, None)],
+        [arr("b0", np.array([0], np.int64)), arr("b1", np.array([1], np.int64)),
+         arr("m1", np.array([-1], np.int64)),
+         arr("s2", np.array([1, 1, 3], np.int64)), arr("reps", np.array([1, 2, 1], np.int64))]))
+    seeds.append(make(
+        [helper.make_node("AveragePool", ["x"], ["a"], kernel_shape=[5, 5], strides=[5, 5],
+                          ceil_mode=1),
+         helper.make_node("MaxPool", ["x"], ["m"], kernel_shape=[2, 2], pads=[1, 1, 1, 1]),
+         helper.make_node("Resize", ["x", "", "", "sizes"], ["r"], mode="linear"),
+         helper.make_node("ScatterND", ["d", "si", "su"], ["sc"]),
+         helper.make_node("GridSample", ["x", "grid"], ["g"]),
+         helper.make_node("RoiAlign", ["x", "rois", "bi"], ["ra"], output_height=2,
+                          output_width=2)],
+        [vi("x", f32, [1, 2, 3, 3])],
+        [vi(n, f32, None) for n in ("a", "m", "r", "sc", "g", "ra")],
+        [arr("sizes", np.array([1, 2, 5, 4], np.int64)), arr("d", np.zeros((4, 3), np.float32)),
+         arr("si", np.array([[1], [3]], np.int64)), arr("su", np.ones((2, 3), np.float32)),
+         arr("grid", np.zeros((1, 2, 2, 2), np.float32)),
+         arr("rois", np.array([[0, 0, 2, 2]], np.float32)), arr("bi", np.array([0], np.int64))],
+        opset=17))
+    seeds.append(make(
+        [helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "qs", "qz"]),
+         helper.make_node("MatMulInteger", ["q", "wq", "qz", "wz"], ["acc"]),
+         helper.make_node("Cast", ["acc"], ["y"], to=f32)],
+        [vi("x", f32, [2, 4])], [vi("y", f32, None)],
+        [arr("wq", np.arange(12, dtype=np.uint8).reshape(4, 3)), arr("wz", np.uint8(3))],
+        opset=13))
     return seeds
 
 
@@ -307,6 +376,7 @@ def onnx_target(mutate_bytes: Callable, memory_cap: int) -> Callable[[random.Ran
         m.load_params(params)
         shapes, dtypes = m.get_input_info()
         for name, shape in shapes.items():
-            m.set_input(name, np.zeros(concrete_shape(shape), dtypes[name]))
+            if name not in params:  # get_input_info lists params too, as TVM's does
+                m.set_input(name, np.zeros(concrete_shape(shape), dtypes[name]))
         m.run()
     return case
