@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import FrontendError
 from .ir import Builder, NeedsValue, Unsupported, Value
 from .onnx_node import OnnxNode
 
@@ -49,11 +50,21 @@ class Context:
 
 
 def converts(*op_types: str) -> Callable[[Converter], Converter]:
+    """Register fn as the converter of op_types; a second converter for one op type is refused
+    (which one won used to depend on import order)."""
     def add(fn: Converter) -> Converter:
         for op_type in op_types:
+            earlier = CONVERTERS.get(op_type)
+            if earlier is not None and earlier is not fn:
+                raise FrontendError(f"{op_type} has two converters: {_where(earlier)} and "
+                                    f"{_where(fn)}; register one (it may call the other)")
             CONVERTERS[op_type] = fn
         return fn
     return add
+
+
+def _where(fn: Converter) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)}"
 
 
 def const_input(node: OnnxNode, args: list, i: int, what: str) -> np.ndarray | None:
@@ -110,7 +121,6 @@ def _load() -> None:
         convert_shape,
         convert_signal,
     )
-    # Loaded last: these refine converters registered above (same op types).
     from . import convert_integer_gemm, convert_scatter  # noqa: F401
 
 

@@ -228,8 +228,8 @@ def _scatter(ctx: Context, node: OnnxNode, data: Value, updates: Value,
     raise Unsupported(f"reduction {reduction!r} on {data.dtype}")
 
 
-@converts("ScatterElements", "Scatter", "ScatterND")
 def scatter(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
+    """Scatter with indices known at import (convert_scatter.py's converter calls it)."""
     data, updates = args[0], args[2]
     indices = const_input(node, args, 1, "indices")
     if indices is None:

@@ -68,8 +68,8 @@ def _opt(args: list, i: int) -> Value | None:
     return args[i] if i < len(args) else None
 
 
-@converts("MatMulInteger")
 def matmul_integer(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
+    """MatMulInteger in float64 (convert_integer_gemm.py's converter falls back to it)."""
     a, w = args[0], args[1]
     a64 = _centered(ctx, a, _opt(args, 2), max(a.rank - 2, 0))
     w64 = _centered(ctx, w, _opt(args, 3), None)

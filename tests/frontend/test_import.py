@@ -523,3 +523,17 @@ def test_missing_onnx_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "onnx", None)
     with pytest.raises(FrontendError, match=r"pip install graph_runtime\[onnx\]"):
         from_onnx("model.onnx")
+
+
+def test_an_op_type_has_one_converter() -> None:
+    # Which of two converters won used to follow import order (MatMulInteger, Scatter*): a
+    # second registration is refused, naming both.
+    from graph_runtime.frontend.convert import CONVERTERS, converts
+    before = CONVERTERS["Relu"]
+
+    def another(ctx: Any, node: Any, args: list) -> list:
+        return []
+    with pytest.raises(FrontendError, match=r"Relu has two converters: .*\.another"):
+        converts("Relu")(another)
+    assert CONVERTERS["Relu"] is before
+    assert converts("Relu")(before) is before  # the same function again is harmless
