@@ -9,7 +9,8 @@ failure names a case that reproduces: `python tests/test_fuzz.py TARGET CASES SE
 
 A longer campaign runs outside the suite: `python tests/test_fuzz.py campaign TARGET CASES SEED`
 runs the cases in worker processes (many cases each, under the same memory limit), restarts a
-worker that dies or hangs, and reports every case that escaped, crashed, hung or ran slow.
+worker that dies or hangs, and reports every case that escaped, crashed, hung, ran slow or grew
+the process's (or a forked child's) peak memory by more than HEAVY_BYTES.
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ TARGET_CASES = {"onnx": 600}  # ONNX seeds include the node-test models (~5 s to
 MEMORY_LIMIT = 3 << 30  # bytes of address space for the fuzzing process
 CASE_SECONDS = 5.0  # one case slower than this is a finding
 MEMORY_CAP = 64 << 20  # create()'s memory cap for graphs that load
+HEAVY_BYTES = 512 << 20  # one case whose peak memory grows past this is a finding
 
 # Values that broke loaders before: wrong types, huge and negative numbers, long strings.
 HOSTILE = [None, True, False, 0, -1, 1, 2, 1.0, 0.5, -2 ** 63, 2 ** 31, 2 ** 40, 2 ** 63,
@@ -231,12 +233,13 @@ def fuzz(target: str, cases: int, seed: int, first: int = 0,
     logging.getLogger("graph_runtime").setLevel(logging.ERROR)
     case = TARGETS[target]()
     report: dict[str, Any] = {"target": target, "cases": cases, "accepted": 0, "refused": 0,
-                              "escaped": [], "slow": [], "seconds": 0.0}
+                              "escaped": [], "slow": [], "heavy": [], "seconds": 0.0}
     start = time.perf_counter()
     for k in range(first, first + cases):
         if progress is not None:
             progress.write_text(str(k))
         rng = random.Random(f"{seed}:{target}:{k}")
+        memory = _CaseMemory()
         t0 = time.perf_counter()
         try:
             case(rng)
@@ -250,8 +253,45 @@ def fuzz(target: str, cases: int, seed: int, first: int = 0,
         elapsed = time.perf_counter() - t0
         if elapsed > CASE_SECONDS:
             report["slow"].append(f"case {k}: {elapsed:.1f} s")
+        grown = memory.grown()
+        if grown > HEAVY_BYTES:
+            report["heavy"].append(f"case {k}: {grown >> 20} MiB")
     report["seconds"] = round(time.perf_counter() - start, 2)
     return report
+
+
+class _CaseMemory:
+    """How far one case grew this process's resident memory at its peak, or a child's (onnx's
+    shape inference runs in a forked one): the kernel's peak counter (VmHWM) is reset before
+    the case (/proc/self/clear_refs), the children's peak is read before and after."""
+
+    def __init__(self) -> None:
+        import resource
+        try:
+            Path("/proc/self/clear_refs").write_text("5")
+        except OSError:  # not Linux, or not allowed: the peak is then since the process began
+            pass
+        self.before = _status_bytes("VmRSS")
+        self.children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss << 10
+
+    def grown(self) -> int:
+        import resource
+        own = _status_bytes("VmHWM") - self.before
+        children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss << 10
+        # NOTE: a forked child's resident set counts the parent's pages it shares; the
+        # parent's size before the case is taken off.
+        child = children - self.before if children > self.children else 0
+        return max(own, child)
+
+
+def _status_bytes(field: str) -> int:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) << 10
+    except OSError:
+        pass
+    return 0
 
 
 def _limit_memory() -> None:
@@ -277,11 +317,12 @@ def test_fuzzed_inputs_give_only_our_errors(target: str, tmp_path: Path) -> None
     assert report["accepted"] + report["refused"] + len(report["escaped"]) == cases
     assert report["escaped"] == [], report["escaped"][:10]
     assert report["slow"] == [], report["slow"]
+    assert report["heavy"] == [], report["heavy"]
     assert report["refused"] > cases // 4  # the mutations really do reach the checks
 
 
 def _add(total: dict[str, Any], report: dict[str, Any]) -> None:
-    for key in ("accepted", "refused", "escaped", "slow"):
+    for key in ("accepted", "refused", "escaped", "slow", "heavy"):
         total[key] += report[key]
 
 
@@ -292,8 +333,8 @@ def campaign(target: str, cases: int, seed: int, hang_seconds: float = 60.0) -> 
     tmp = Path(tempfile.mkdtemp(prefix=f"fuzz-{target}-"))
     progress = tmp / "progress"
     total: dict[str, Any] = {"target": target, "cases": cases, "accepted": 0, "refused": 0,
-                             "escaped": [], "slow": [], "crashed": [], "hung": [],
-                             "seconds": 0.0}
+                             "escaped": [], "slow": [], "heavy": [], "crashed": [],
+                             "hung": [], "seconds": 0.0}
     start = time.perf_counter()
     k = 0
     while k < cases:
