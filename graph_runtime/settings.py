@@ -88,7 +88,8 @@ CHAIN_JIT = Setting(
     "CPU elementwise chains as one compiled pass (off: one NumPy pass per op)", AUTO_ON_OFF)
 IMPORT_FUSE = Setting(
     "GRAPH_RUNTIME_IMPORT_FUSE", "on",
-    "graphrun import fuses transformer patterns (GELU, LayerNorm, attention)", ("on", "off"))
+    "graphrun import runs its prim-level rewrite passes (GELU, LayerNorm, attention, Q/K/V "
+    "packing, the int8 ones: graphrun import --list-passes)", ("on", "off"))
 IMPORT_INT8 = Setting(
     "GRAPH_RUNTIME_IMPORT_INT8", "on",
     "graphrun import makes quantized models' integer ops (QDQ patterns, ConvInteger / "

@@ -45,6 +45,14 @@ def write_folder(out: Path, files: dict[str, Any], force: bool) -> None:
         raise
 
 
+def _list_passes(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from ..frontend.passes import describe
+    click.echo(describe())
+    ctx.exit()
+
+
 @click.command(name="import")
 @click.argument("model", metavar="MODEL.onnx", type=click.Path(dir_okay=False))
 @click.option("-o", "--output", "out_dir", required=True, type=click.Path(file_okay=False),
@@ -59,8 +67,13 @@ def write_folder(out: Path, files: dict[str, Any], force: bool) -> None:
                    "before symbolic dims); by default they stay symbolic in graph.json.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of inputs.npz.")
 @click.option("--force", is_flag=True, help="Replace DIR if it exists.")
+@click.option("--disable-pass", "disable", multiple=True, metavar="NAME",
+              help="Skip one rewrite pass (repeat for more); --list-passes names them.")
+@click.option("--list-passes", is_flag=True, is_eager=True, expose_value=False,
+              callback=_list_passes, help="Print the rewrite passes in the order they run, "
+                                          "and exit.")
 def import_cmd(model: str, out_dir: str, shapes: tuple[str, ...], reference: bool, freeze: bool,
-               seed: int, force: bool) -> None:
+               seed: int, force: bool, disable: tuple[str, ...]) -> None:
     """Import an ONNX model into DIR: graph.json, lib.json (fused standard ops) and params.
 
     Inputs with named or unknown dims and no --shape keep them: graph.json carries symbolic
@@ -74,6 +87,7 @@ def import_cmd(model: str, out_dir: str, shapes: tuple[str, ...], reference: boo
     \b
       graphrun import model.onnx -o examples/graphs/model --reference
       graphrun import bert.onnx -o bert --shape input_ids=1,128 --shape attention_mask=1,128
+      graphrun import bert.onnx -o bert --disable-pass attention
       graphrun plan examples/graphs/model --place '*conv2d*=opencl' -o planned.json
       graphrun run examples/graphs/model -d cpu -d opencl
     """
@@ -83,7 +97,7 @@ def import_cmd(model: str, out_dir: str, shapes: tuple[str, ...], reference: boo
     given = _parse_shapes(shapes)
     proto, _ = load_model(model)
     result = import_onnx(proto, given, name=Path(model).name, base_dir=Path(model).parent,
-                         freeze=freeze)
+                         freeze=freeze, disable=disable)
     if reference and Graph.from_json(result.graph_json).is_symbolic:
         raise click.UsageError("--reference draws inputs of one shape: give the symbolic "
                                "inputs' shapes with --shape NAME=D0,D1,... (or --freeze)")

@@ -8,6 +8,8 @@ ones the two nodes gave; only the node and its three small results go.
 """
 from __future__ import annotations
 
+from collections import Counter
+
 from .ir import Prim
 from .fuse_qkv import live
 from .pattern import PatternGraph, new_prim
@@ -28,7 +30,7 @@ def _merged(g: PatternGraph, quantize: Prim) -> Prim | None:
                     dense.outputs[0], dense.origin)
 
 
-def fuse_dynamic_quantize(prims: list[Prim], outputs: list) -> tuple[list[Prim], int]:
+def fuse_dynamic_quantize(prims: list[Prim], outputs: list) -> tuple[list[Prim], Counter]:
     """prims with each such pair merged (the dynamic_quantize left unread, for emission to
     drop), and how many."""
     # the prims earlier fusions left unread (projections fuse_qkv.py packed) read y too
@@ -39,4 +41,4 @@ def fuse_dynamic_quantize(prims: list[Prim], outputs: list) -> tuple[list[Prim],
             merged = _merged(g, p)
             if merged is not None:
                 replace[id(g.sole(p.outputs[0]))] = merged
-    return [replace.get(id(p), p) for p in prims], len(replace)
+    return [replace.get(id(p), p) for p in prims], Counter(dense_dynamic_scaled=len(replace))

@@ -10,6 +10,8 @@ CPU kernels compute them). Applied only where the QDQ fusion already made the mo
 """
 from __future__ import annotations
 
+from collections import Counter
+
 from typing import Callable
 
 import numpy as np
@@ -114,7 +116,7 @@ def _ordered(prims: list[Prim], order: dict[int, int]) -> list[Prim]:
     return sorted(prims, key=lambda p: order[id(p)])
 
 
-def fuse_lookups(prims: list[Prim], outputs: list[Value]) -> tuple[list[Prim], int]:
+def fuse_lookups(prims: list[Prim], outputs: list[Value]) -> tuple[list[Prim], Counter]:
     """prims with each region replaced by one qlookup (its prims left unread, for emission to
     drop), and how many; the last regions first, so each takes the most prims it can."""
     from .fuse_qkv import live
@@ -141,4 +143,4 @@ def fuse_lookups(prims: list[Prim], outputs: list[Value]) -> tuple[list[Prim], i
         const = Value(f"{y.name}_table", (256,), y.dtype, const=table)
         replace[id(p)] = new_prim("qlookup", [x, const], {}, y, p.origin)
         taken.update(id(q) for q in region)
-    return [replace.get(id(p), p) for p in prims], len(replace)
+    return [replace.get(id(p), p) for p in prims], Counter(qlookup=len(replace))

@@ -12,6 +12,8 @@ quantized again (kernels/cpu/qdq_attention.py). Only the standard head layout is
 """
 from __future__ import annotations
 
+from collections import Counter
+
 import math
 from typing import Any
 
@@ -230,7 +232,7 @@ def match_qdq_attention(g: PatternGraph, y: Value, order: dict[int, int]
     return prim, replaced
 
 
-def fuse_qdq_attention(prims: list[Prim], outputs: list[Value]) -> tuple[list[Prim], int]:
+def fuse_qdq_attention(prims: list[Prim], outputs: list[Value]) -> tuple[list[Prim], Counter]:
     """prims with each matched attention one qdq_attention (the prims it replaces left unread,
     for emission to drop), and how many."""
     from .fuse_qkv import live
@@ -247,4 +249,4 @@ def fuse_qdq_attention(prims: list[Prim], outputs: list[Value]) -> tuple[list[Pr
             continue
         if found is not None:
             replace[id(p)] = found[0]
-    return [replace.get(id(p), p) for p in prims], len(replace)
+    return [replace.get(id(p), p) for p in prims], Counter(qdq_attention=len(replace))

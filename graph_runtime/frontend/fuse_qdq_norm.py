@@ -4,6 +4,8 @@ for the qadd and 10 for the chain, where float32's LayerNorm is 4); and the Q of
 constant table as a take from the table quantized at import."""
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 
 from ..lib.kernels.cpu.quantized import qadd_table
@@ -82,7 +84,7 @@ def _quantized_take(g: PatternGraph, q_out: Prim, order: dict[int, int]) -> Prim
     return new_prim("take", [value] + take.inputs[1:], dict(take.attrs), y, take.origin)
 
 
-def fuse_qdq_norms(prims: list[Prim], outputs: list[Value]) -> tuple[list[Prim], int, int]:
+def fuse_qdq_norms(prims: list[Prim], outputs: list[Value]) -> tuple[list[Prim], Counter]:
     """prims with each match one qadd_layer_norm or quantized take (the prims they replace left
     unread), and how many of each."""
     from .fuse_qkv import live
@@ -100,4 +102,5 @@ def fuse_qdq_norms(prims: list[Prim], outputs: list[Value]) -> tuple[list[Prim],
         if made is not None:
             replace[id(p)] = made
     takes = sum(1 for p in replace.values() if p.op == "take")
-    return [replace.get(id(p), p) for p in prims], len(replace) - takes, takes
+    return [replace.get(id(p), p) for p in prims], Counter(qadd_layer_norm=len(replace) - takes,
+                                                           quantized_take=takes)

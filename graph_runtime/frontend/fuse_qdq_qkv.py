@@ -8,6 +8,8 @@ map, so one product three times as wide gives every value the three gave
 """
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 
 from ..lib.kernels.cpu.quantized import qadd_table
@@ -58,12 +60,12 @@ def _columns(p: Prim, parts: list[Prim]) -> Prim:
                     p.outputs[0] if parts == [p] else None, p.origin)
 
 
-def columns_form(prims: list[Prim], outputs: list[Value]) -> tuple[list[Prim], int, int]:
+def columns_form(prims: list[Prim], outputs: list[Value]) -> tuple[list[Prim], Counter]:
     """prims with each remaining qdense_add of constant operands one qdense_add_packed (its
     product's int32 result requantized and mapped by one compiled pass: 2-3x faster than
     oneDNN's requantization and the qadd lookup for BERT-tiny), and a qlookup reading one alone
     folded into its byte map (the two byte functions composed: the same bytes). Returns the
-    prims, how many rewritten and how many lookups folded."""
+    prims and how many were rewritten (qdense_add_columns) and lookups folded (qlookup_folded)."""
     from .fuse_qkv import live
     alive = live(prims, outputs)
     g = PatternGraph(alive, outputs)
@@ -89,10 +91,11 @@ def columns_form(prims: list[Prim], outputs: list[Value]) -> tuple[list[Prim], i
         replace[id(p)] = new_prim("qdense_add_packed", made.inputs[:5] + [value], made.attrs,
                                   p.outputs[0], p.origin)
         folded += 1
-    return [replace.get(id(p), p) for p in prims], rewritten, folded
+    return [replace.get(id(p), p) for p in prims], Counter(qdense_add_columns=rewritten,
+                                                           qlookup_folded=folded)
 
 
-def pack_qdq_qkv(prims: list[Prim], outputs: list[Value]) -> tuple[list[Prim], int]:
+def pack_qdq_qkv(prims: list[Prim], outputs: list[Value]) -> tuple[list[Prim], Counter]:
     """prims with each qdq_attention's projections packed (the three left unread, for emission
     to drop), and how many attentions."""
     from .fuse_qkv import live
@@ -123,4 +126,4 @@ def pack_qdq_qkv(prims: list[Prim], outputs: list[Value]) -> tuple[list[Prim], i
     result: list[Prim] = []
     for p in prims:
         result.extend(before.get(id(p), [p]))
-    return result, len(before)
+    return result, Counter(qdq_qkv_packed=len(before))

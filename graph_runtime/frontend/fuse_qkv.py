@@ -10,6 +10,8 @@ int8 weights, per-column weight scales and biases side by side.
 """
 from __future__ import annotations
 
+from collections import Counter
+
 from typing import Any
 
 import numpy as np
@@ -102,7 +104,7 @@ def _pack_integer(g: PatternGraph, p: Prim) -> tuple[Value, list[Prim], list[int
     return dense.outputs[0], [dense], [f[1][0].shape[1] for f in projections]
 
 
-def pack_qkv(prims: list[Prim], outputs: list[Value]) -> tuple[list[Prim], int]:
+def pack_qkv(prims: list[Prim], outputs: list[Value]) -> tuple[list[Prim], Counter]:
     """prims with each attention's three projections of one input made one dense, and how many
     attentions were packed."""
     # The prims the attention fusion left unread (its head views) still read the projections.
@@ -123,11 +125,11 @@ def pack_qkv(prims: list[Prim], outputs: list[Value]) -> tuple[list[Prim], int]:
                              p.outputs[0], p.origin)
         before[id(p)] = new + [attention]
     if not before:
-        return prims, 0
+        return prims, Counter()
     result: list[Prim] = []
     for p in prims:
         result.extend(before.get(id(p), [p]))
-    return result, len(before)
+    return result, Counter(qkv_packed=len(before))
 
 
 def live(prims: list[Prim], outputs: list[Value]) -> list[Prim]:

@@ -10,15 +10,11 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Any
+from collections.abc import Collection
 
 import numpy as np
 
-from .. import settings
 from .fuse_attention import match_attention
-from .fuse_int8 import fuse_int8
-from .fuse_qdq import int8_import
-from .fuse_qkv import pack_qkv
 from .ir import Prim, Value
 from .pattern import PatternGraph, near, new_prim, other, scalar
 
@@ -169,14 +165,18 @@ def _match_layer_norm(g: PatternGraph, sub: Prim) -> tuple[list[Value], Value, f
         float(scalar(eps))  # type: ignore[arg-type]
 
 
-def fuse_transformer(prims: list[Prim], outputs: list[Value]) -> tuple[list[Prim], Counter]:
-    """prims with the patterns replaced, and how many of each were fused."""
+MATCHERS = ("gelu", "layer-norm", "attention")  # what fuse_transformer can be asked to match
+
+
+def fuse_transformer(prims: list[Prim], outputs: list[Value],
+                     matchers: Collection[str] = MATCHERS) -> tuple[list[Prim], Counter]:
+    """prims with the named patterns replaced, and how many of each were fused."""
     counts: Counter = Counter()
     g = PatternGraph(prims, outputs)
     replace: dict[int, list[Prim]] = {}  # id(old producer of a replaced value) -> new prims
     for p in prims:
         try:
-            if p.op == "erf" or p.op == "tanh":
+            if (p.op == "erf" or p.op == "tanh") and "gelu" in matchers:
                 match = _match_erf_gelu(g, p) if p.op == "erf" else _match_tanh_gelu(g, p)
                 if match is not None and match[0].dtype in ("float32", "float64"):
                     x, out = match
@@ -184,7 +184,7 @@ def fuse_transformer(prims: list[Prim], outputs: list[Value]) -> tuple[list[Prim
                     attrs = {} if p.op == "erf" else {"approximate": "tanh"}
                     replace[id(old)] = [new_prim("gelu", [x], attrs, out, p.origin)]
                     counts["gelu" if p.op == "erf" else "gelu_tanh"] += 1
-            elif p.op == "subtract":
+            elif p.op == "subtract" and "layer-norm" in matchers:
                 ln = _match_layer_norm(g, p)
                 if ln is not None and ln[0][0].dtype in ("float32", "float64"):
                     ins, out, eps = ln
@@ -192,7 +192,7 @@ def fuse_transformer(prims: list[Prim], outputs: list[Value]) -> tuple[list[Prim
                     replace[id(old)] = [new_prim("layer_norm", ins,
                                                   {"axis": -1, "epsilon": eps}, out, p.origin)]
                     counts["layer_norm"] += 1
-            elif p.op in ("batch_matmul", "matmul"):
+            elif p.op in ("batch_matmul", "matmul") and "attention" in matchers:
                 found = match_attention(g, p)
                 if found is not None:
                     new, old = found
@@ -205,20 +205,4 @@ def fuse_transformer(prims: list[Prim], outputs: list[Value]) -> tuple[list[Prim
     result: list[Prim] = []
     for p in prims:
         result.extend(replace.get(id(p), [p]))
-    if counts["attention"]:
-        result, packed = pack_qkv(result, outputs)
-        if packed:
-            counts["qkv_packed"] = packed
     return result, counts
-
-
-
-def fuse_patterns(lowered: Any) -> Counter:
-    """Rewrite lowered.builder.prims in place (GRAPH_RUNTIME_IMPORT_FUSE=off: leave them)."""
-    if settings.word(settings.IMPORT_FUSE) == "off":
-        return Counter()
-    prims, counts = fuse_transformer(lowered.builder.prims, lowered.outputs)
-    if lowered.qdq_fused and int8_import():  # the int8 ops made the model CPU-only already
-        prims = fuse_int8(prims, lowered.outputs, counts)
-    lowered.builder.prims[:] = prims
-    return counts

@@ -5,7 +5,7 @@ import json
 import os
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,7 +86,7 @@ class ImportResult:
 def import_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None,
                 name: str | None = None,
                 base_dir: str | os.PathLike[str] | None = None,
-                freeze: bool = False) -> ImportResult:
+                freeze: bool = False, disable: Iterable[str] = ()) -> ImportResult:
     """Import an ONNX model (a ModelProto or a path): graph JSON, lib.json document, params.
 
     name is how messages call the model (default: the file name, or the graph's name).
@@ -97,16 +97,19 @@ def import_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None,
     dims (frontend/symbolic_import.py) and create() specialises it per input shape. freeze=True
     refuses such inputs instead, asking for shapes (the behaviour before symbolic dims).
 
+    disable names rewrite passes to skip (frontend/passes.py; an unknown name is refused).
+
     Raises FrontendError listing every unsupported op, attribute value or dtype (with node
     names and the opset) before anything is produced.
     """
     from .emit import emit
-    from .fuse_transformer import fuse_patterns
     from .lower import NeedsRunTimeValues, lower
+    from .passes import check_disabled, fuse_lowered
     from .onnx_model import load_model
     from .convert_data_dependent import data_only_topk, data_symbols
     from .symbolic_import import import_with_probes, symbols_of
     start = time.perf_counter()
+    disabled = check_disabled(disable)
     proto, default_name = load_model(model, base_dir)
     name = name or default_name
     given = dict(shape or {})
@@ -118,8 +121,8 @@ def import_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None,
     def once(shapes: Mapping[str, Sequence[int]], unfold: frozenset[str] = frozenset(),
              sizes: Mapping[str, int] | None = None) -> tuple[Any, dict[str, Any]]:
         data_sizes = {out: sizes[sym.name] for out, sym in data.items()} if sizes else None
-        lowered = lower(proto, name, shapes, unfold, data_sizes)
-        fused[:] = [fuse_patterns(lowered) + lowered.qdq_fused]
+        lowered = lower(proto, name, shapes, unfold, data_sizes, disabled)
+        fused[:] = [fuse_lowered(lowered, disabled) + lowered.qdq_fused]
         emitted = emit(lowered, f"imported from {name} (ONNX opset {lowered.opset})")
         return (lowered, emitted), {"graph": emitted.graph_doc, "lib": emitted.lib_doc,
                                     "params": emitted.params, "consts": lowered.consts,
@@ -189,11 +192,12 @@ def _deferred(proto: Any, given: Mapping[str, Sequence[int]], name: str,
 
 
 def from_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None,
-              base_dir: str | os.PathLike[str] | None = None, freeze: bool = False
-              ) -> tuple[str, Module, dict[str, np.ndarray]]:
+              base_dir: str | os.PathLike[str] | None = None, freeze: bool = False,
+              disable: Iterable[str] = ()) -> tuple[str, Module, dict[str, np.ndarray]]:
     """(graph_json, lib Module, params) for `graph_runtime.create(graph_json, lib, ctxs)`.
 
-    Inputs with named or unknown dims and no shape given keep them (see import_onnx).
+    Inputs with named or unknown dims and no shape given keep them; disable names rewrite
+    passes to skip (see import_onnx).
     """
-    result = import_onnx(model, shape, base_dir=base_dir, freeze=freeze)
+    result = import_onnx(model, shape, base_dir=base_dir, freeze=freeze, disable=disable)
     return result.graph_json, result.module(), result.params

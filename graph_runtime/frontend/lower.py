@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,9 +10,8 @@ import numpy as np
 
 from ..errors import FrontendError
 from .convert import CONVERTERS, Context
-from .fuse_integer import fuse_integer
-from .fuse_qdq import FUSED_DOMAIN, fuse_qdq
-from .expand import expand_functions
+from .fuse_qdq import FUSED_DOMAIN
+from .passes import OnnxState, run_onnx_passes
 from .fold import fold
 from .inference import check_references, check_shapes, inferred_types, static_specs
 from .ir import RUNTIME_DTYPES, Builder, NeedsValue, TooLarge, Unsupported, Value
@@ -61,7 +60,8 @@ def _refusal(model_name: str, opset: int, problems: dict[str, list[str]],
 
 def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]],
           unfold: frozenset[str] = frozenset(),
-          data_sizes: Mapping[str, int] | None = None) -> Lowered:
+          data_sizes: Mapping[str, int] | None = None,
+          disabled: Collection[str] = frozenset()) -> Lowered:
     """Lower every node; one FrontendError listing every unsupported op/attr/dtype otherwise.
 
     unfold: ONNX value names whose nodes are computed by ops instead of folded at import (their
@@ -69,18 +69,20 @@ def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]],
     data_sizes: the probe size of each data-dependent output (NonZero's...) by ONNX value name;
     the shapes ONNX states for them and for what follows them are not checked (they hold for
     one input only).
+    disabled: names of import passes to skip (frontend/passes.py).
     """
     shapes = check_shapes(model, shapes)
     check_references(model, model_name)
-    types = inferred_types(model, shapes, model_name)
     num_nodes = len(model.graph.node)
-    model, expanded = expand_functions(model, CONVERTERS, types)
-    if expanded:
-        check_references(model, model_name)
-        types = inferred_types(model, shapes, model_name)
-    model, qdq_fused = fuse_qdq(model)  # after inference: the fused ops are not ONNX's
-    model, integer_fused = fuse_integer(model, types)
-    qdq_fused.update(integer_fused)
+
+    def reinfer(changed: Any) -> dict[str, Any]:
+        check_references(changed, model_name)
+        return inferred_types(changed, shapes, model_name)
+    # NOTE: types are inferred before the QDQ and integer passes: the ops they make are not ONNX's
+    state = OnnxState(model, inferred_types(model, shapes, model_name), reinfer)
+    qdq_fused = run_onnx_passes(state, disabled)
+    model, types = state.model, state.types
+    expanded = qdq_fused.pop("expanded", 0)
     graph = model.graph
     opset = default_opset(model)
     opsets = {("" if e.domain == "ai.onnx" else e.domain): int(e.version)

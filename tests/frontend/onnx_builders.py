@@ -40,8 +40,9 @@ def weights(*shape: int, scale: float = 0.5) -> np.ndarray:
 
 
 def run_ours(m: Any, feeds: Mapping[str, np.ndarray], backend: str,
-             shape: Mapping[str, Sequence[int]] | None = None) -> list[np.ndarray]:
-    graph_json, lib, params = from_onnx(m, shape)
+             shape: Mapping[str, Sequence[int]] | None = None,
+             disable: Sequence[str] = ()) -> list[np.ndarray]:
+    graph_json, lib, params = from_onnx(m, shape, disable=disable)
     module = gr.create(graph_json, lib, gr.device(backend))
     module.load_params(gr.save_param_dict(params))
     for name, value in feeds.items():

@@ -1,6 +1,8 @@
 """Q/K/V projections of one input packed into one dense at import (frontend/fuse_qkv.py)."""
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 
 from graph_runtime.frontend.fuse_qkv import pack_qkv
@@ -36,7 +38,7 @@ def test_three_projections_of_one_input_become_one_dense() -> None:
     x = Value("x", (2, 5, 8), "float32", is_input=True)
     prims, outputs, _ = _attention([x, x, x], bias=(True, False, True))
     result, packed = pack_qkv(prims, outputs)
-    assert packed == 1
+    assert packed == Counter(qkv_packed=1)
     dense, add, att = result[-3:]
     assert dense.op == "dense" and dense.inputs[0] is x and add.op == "add"
     want_w = np.concatenate([p.inputs[1].const for p in prims if p.op == "dense"])
@@ -52,10 +54,10 @@ def test_projections_of_different_inputs_stay() -> None:
     x = Value("x", (2, 5, 8), "float32", is_input=True)
     memory = Value("memory", (2, 5, 8), "float32", is_input=True)  # cross-attention
     prims, outputs, _ = _attention([x, memory, memory])
-    assert pack_qkv(prims, outputs) == (prims, 0)
+    assert pack_qkv(prims, outputs) == (prims, Counter())
 
 
 def test_a_projection_read_elsewhere_stays() -> None:
     x = Value("x", (2, 5, 8), "float32", is_input=True)
     prims, outputs, projected = _attention([x, x, x])
-    assert pack_qkv(prims, outputs + [projected[1]]) == (prims, 0)
+    assert pack_qkv(prims, outputs + [projected[1]]) == (prims, Counter())
