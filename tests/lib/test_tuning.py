@@ -8,6 +8,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
@@ -15,7 +16,7 @@ from typing import Any, Callable, Iterator, Mapping
 import numpy as np
 import pytest
 
-from graph_runtime import __version__
+from graph_runtime import __version__, _load
 from graph_runtime._timing import (BUSY, CLEAR, NOISE, Budget, Race, Verdict, fastest,
                                    median_bounds, sampler)
 from graph_runtime.lib import tuning
@@ -54,7 +55,7 @@ class Counting:
         return race.known(self.seconds)
 
 
-def _choose(measure: Counting, key: str = KEY) -> str:
+def _choose(measure: Callable[[Race], Verdict], key: str = KEY) -> str:
     return SWITCH.choose("cpu", key, ("off", "on"), measure, "off", 1.1)
 
 
@@ -316,7 +317,10 @@ def test_rounds_alternate_their_order_and_adjust_prices_a_helper() -> None:
     order: list[str] = []
 
     def source(name: str, seconds: float) -> Callable[[], float]:
-        return lambda: order.append(name) or seconds
+        def sample() -> float:
+            order.append(name)
+            return seconds
+        return sample
     def adjust(s: dict[str, float]) -> dict[str, float]:
         return {"off": s["off"] + s["helper"], "on": s["on"]}
     verdict = replace(race(Budget(6, 6)), adjust=adjust)(
@@ -325,33 +329,39 @@ def test_rounds_alternate_their_order_and_adjust_prices_a_helper() -> None:
     assert verdict.seconds == {"off": 2.0, "on": 1.5} and verdict.chosen == "on"
 
 
-def _race_with(load: Any, on: float) -> Callable[[Race], Verdict]:
-    def measure(given: Race) -> Verdict:
-        measure.calls += 1  # type: ignore[attr-defined]
-        return replace(given, load=load)({"off": scripted(1.0), "on": scripted(on)})
-    measure.calls = 0  # type: ignore[attr-defined]
-    return measure
+class Raced:
+    """A measure() that races scripted sources (off 1.0 s, on as given) under a load window,
+    and counts its calls."""
+
+    def __init__(self, load: Callable[[], Callable[[], str]], on: float) -> None:
+        self.load = load
+        self.on = on
+        self.calls = 0
+
+    def __call__(self, given: Race) -> Verdict:
+        self.calls += 1
+        return replace(given, load=self.load)({"off": scripted(1.0), "on": scripted(self.on)})
 
 
 def test_a_busy_measurement_is_kept_in_the_process_only(cache: Path,
                                                         caplog: pytest.LogCaptureFixture) -> None:
-    busy = _race_with(busy_now, 0.5)
+    busy = Raced(busy_now, 0.5)
     with caplog.at_level(logging.INFO, logger="graph_runtime"):
         assert _choose(busy) == "on" and _choose(busy) == "on"
-    assert busy.calls == 1  # type: ignore[attr-defined]
+    assert busy.calls == 1
     assert "kept in this process only" in caplog.text
     (entry,) = json.loads(cache.read_text())["entries"]
     assert entry["confidence"] == BUSY and entry["chosen"] == "on"
     tuning.forget()  # a new process measures again, on a quiet machine: the base wins there
-    calm = _race_with(quiet, 1.0)
-    assert _choose(calm) == "off" and calm.calls == 1  # type: ignore[attr-defined]
+    calm = Raced(quiet, 1.0)
+    assert _choose(calm) == "off" and calm.calls == 1
     tuning.forget()  # and the next one trusts that
-    assert _choose(calm) == "off" and calm.calls == 1  # type: ignore[attr-defined]
+    assert _choose(calm) == "off" and calm.calls == 1
     assert [e.confidence for e in tuning.entries()] == [CLEAR]
 
 
 def test_a_busy_measurement_never_replaces_a_trusted_entry(cache: Path) -> None:
-    busy = _race_with(busy_now, 0.5)
+    busy = Raced(busy_now, 0.5)
 
     def meanwhile(given: Race) -> Verdict:
         cache.parent.mkdir(parents=True, exist_ok=True)
@@ -363,10 +373,10 @@ def test_a_busy_measurement_never_replaces_a_trusted_entry(cache: Path) -> None:
 
 def test_busy_keep_trusts_busy_entries(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(TUNING_BUSY.name, "keep")
-    busy = _race_with(busy_now, 0.5)
+    busy = Raced(busy_now, 0.5)
     assert _choose(busy) == "on"
     tuning.forget()
-    assert _choose(busy) == "on" and busy.calls == 1  # type: ignore[attr-defined]
+    assert _choose(busy) == "on" and busy.calls == 1
 
 
 def test_within_noise_is_recorded_and_trusted(cache: Path,
@@ -380,3 +390,17 @@ def test_within_noise_is_recorded_and_trusted(cache: Path,
     tuning.forget()
     assert _choose(Counting({"off": 1.0, "on": 0.1})) == "off"  # read back: not measured
     assert [e.confidence for e in tuning.entries()] == [NOISE]
+
+
+def test_a_load_window_sees_another_process_on_the_cpus() -> None:
+    """A process spinning on a CPU is a CPU's worth of other work, however many CPUs there are
+    (this process's own time is not counted)."""
+    if not _load.cpu_jiffies():
+        pytest.skip("no /proc/stat here")
+    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.2)  # started and spinning
+        assert _load.open_window(0.2)().startswith("other processes used ")
+    finally:
+        child.kill()
+        child.wait()
