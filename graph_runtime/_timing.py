@@ -134,7 +134,8 @@ class Verdict:
         return {name: statistics.median(s) for name, s in self.samples.items()}
 
     def text(self) -> str:
-        """One line for logs and reports, e.g. "within noise after 30 rounds: on 1.06x off"."""
+        """One line for logs and reports, e.g. "within noise after 30 rounds: on 1.06x as fast
+        as off"."""
         times = self.seconds
         best = min((n for n in times if n != self.base), key=lambda n: times[n], default=None)
         line = f"{self.outcome} after {self.rounds} round{'s' if self.rounds != 1 else ''}"
