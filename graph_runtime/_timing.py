@@ -1,10 +1,14 @@
-"""Timing shared by GraphModule.benchmark, kernels that calibrate themselves, and bench/."""
+"""Timing shared by GraphModule.benchmark, the choices measured among candidates (kernels, the
+auto planner's placement), and bench/."""
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
+
+from . import _load
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,24 @@ class BenchmarkResult:
                 f"{self.std * ms:10.4f}")
 
 
+Source = Callable[[], float]  # one timing sample: seconds per call
+
+
+def sampler(call: Callable[[], None], sync: Callable[[], None] = lambda: None,
+            number: int = 1, pause_s: float = 0.0) -> Source:
+    """A timing source: after pause_s of sleep (helper threads go to sleep between a graph's
+    nodes too), number calls then sync, seconds per call."""
+    def sample() -> float:
+        if pause_s:
+            time.sleep(pause_s)
+        start = time.perf_counter()
+        for _ in range(number):
+            call()
+        sync()
+        return (time.perf_counter() - start) / number
+    return sample
+
+
 def time_runs(once: Callable[[], None], sync: Callable[[], None], repeat: int, number: int,
               min_repeat_ms: float | None = None,
               progress: Callable[[int], None] | None = None) -> BenchmarkResult:
@@ -47,45 +69,14 @@ def time_runs(once: Callable[[], None], sync: Callable[[], None], repeat: int, n
     for r in range(repeat):
         n = number
         while True:
-            start = time.perf_counter()
-            for _ in range(n):
-                once()
-            sync()
-            elapsed = time.perf_counter() - start
-            if min_repeat_ms is None or elapsed * 1e3 >= min_repeat_ms or n > 1 << 20:
+            seconds = sampler(once, sync, n)()
+            if min_repeat_ms is None or seconds * n * 1e3 >= min_repeat_ms or n > 1 << 20:
                 break
             n *= 2
-        results.append(elapsed / n)
+        results.append(seconds)
         if progress is not None:
             progress(r + 1)
     return BenchmarkResult(tuple(results))
-
-
-def best_seconds(calls: Mapping[str, Callable[[], None]], rounds: int) -> dict[str, float]:
-    """Each call's best time over interleaved rounds (machine noise hits all alike); each sample
-    is the mean of 8 calls after a warm-up call (wakes BLAS threads, fills caches)."""
-    best = {name: float("inf") for name in calls}
-    for _ in range(rounds):
-        for name, call in calls.items():
-            best[name] = min(best[name], time_runs(call, lambda: None, repeat=1, number=8).min)
-    return best
-
-
-def median_seconds(calls: Mapping[str, Callable[[], None]], rounds: int,
-                   sync: Callable[[], None] = lambda: None,
-                   pause_s: float = 0.0) -> dict[str, float]:
-    """Each call's median time over interleaved rounds (machine noise hits all alike), each
-    call timed through sync and after pause_s of sleep."""
-    samples: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(rounds):
-        for name, call in calls.items():
-            if pause_s:
-                time.sleep(pause_s)
-            start = time.perf_counter()
-            call()
-            sync()
-            samples[name].append(time.perf_counter() - start)
-    return {name: statistics.median(times) for name, times in samples.items()}
 
 
 def fastest(seconds: Mapping[str, float], base: str, min_speedup: float) -> str:
@@ -93,3 +84,141 @@ def fastest(seconds: Mapping[str, float], base: str, min_speedup: float) -> str:
     lucky sample must not pick another)."""
     best = min(seconds, key=lambda name: seconds[name])
     return best if seconds[best] * min_speedup < seconds[base] else base
+
+
+# ---- comparing candidates until the difference is clear ----------------------------------------
+
+CLEAR = "clear"  # the rule decided: a challenger clearly faster, or none plausibly so
+NOISE = "within noise"  # the budget ran out undecided: the base was kept
+BUSY = "busy"  # decided or not, measured while other processes kept the CPUs busy
+ALPHA = 0.05  # a median's bounds hold it with at least 95% confidence
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How long a comparison samples: min_rounds, then until it is clear, max_rounds are taken
+    or max_s have passed."""
+
+    min_rounds: int = 6  # the fewest whose extremes bound a median at 95% (see median_bounds)
+    max_rounds: int = 30
+    max_s: float = 0.5
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A comparison's answer: the chosen candidate, every sample, and how sure it is."""
+
+    chosen: str
+    base: str
+    samples: Mapping[str, tuple[float, ...]]  # per candidate, one per round, rounds aligned
+    outcome: str  # CLEAR or NOISE
+    busy: str = ""  # why the machine counted as busy while sampling ("": quiet)
+
+    @property
+    def confidence(self) -> str:
+        """CLEAR, NOISE or BUSY: only CLEAR and NOISE answers may be trusted by later runs."""
+        return BUSY if self.busy else self.outcome
+
+    @property
+    def confident(self) -> bool:
+        """Whether the answer is clear and was measured on a quiet machine."""
+        return self.confidence == CLEAR
+
+    @property
+    def rounds(self) -> int:
+        return len(self.samples[self.base])
+
+    @property
+    def seconds(self) -> dict[str, float]:
+        """Each candidate's median seconds."""
+        return {name: statistics.median(s) for name, s in self.samples.items()}
+
+    def text(self) -> str:
+        """One line for logs and reports, e.g. "within noise after 30 rounds: on 1.06x as fast
+        as off"."""
+        times = self.seconds
+        best = min((n for n in times if n != self.base), key=lambda n: times[n], default=None)
+        line = f"{self.outcome} after {self.rounds} round{'s' if self.rounds != 1 else ''}"
+        if best is not None and times[best] > 0:
+            line += f": {best} {times[self.base] / times[best]:.2f}x as fast as {self.base}"
+        return line + (f" ({self.busy})" if self.busy else "")
+
+
+def median_bounds(values: Sequence[float], alpha: float = ALPHA) -> tuple[float, float] | None:
+    """Bounds holding the median of values' distribution with 1 - alpha confidence, from order
+    statistics (no assumption on the distribution: a busy machine's times are skewed); None
+    when there are too few values (fewer than 6 at 95%)."""
+    n = len(values)
+    ordered = sorted(values)
+    k = 0
+    # the interval [x_(k), x_(n-k+1)] misses the median with probability 2 P(Binom(n, 1/2) < k)
+    while k < n // 2 and 2 * sum(math.comb(n, i) for i in range(k + 1)) <= alpha * 2 ** n:
+        k += 1
+    return None if k == 0 else (ordered[k - 1], ordered[n - k])
+
+
+def decide(samples: Mapping[str, Sequence[float]], base: str,
+           min_speedup: float) -> tuple[str, bool]:
+    """(chosen, clear) from rounds of samples: per challenger the rounds' ratios base / it (a
+    load change within a round hits both), bounded at their median; a challenger whose lower
+    bound beats min_speedup wins clearly (the best median ratio among such), base stays clearly
+    when no challenger's upper bound reaches min_speedup, and otherwise stays unclearly."""
+    ratios = {name: [_ratio(b, c) for b, c in zip(samples[base], s)]
+              for name, s in samples.items() if name != base}
+    if not ratios:
+        return base, True
+    bounds = {name: median_bounds(r) for name, r in ratios.items()}
+    winners = [name for name, b in bounds.items() if b is not None and b[0] > min_speedup]
+    if winners:
+        return max(winners, key=lambda name: statistics.median(ratios[name])), True
+    clear = all(b is not None and b[1] <= min_speedup for b in bounds.values())
+    return base, clear
+
+
+def _ratio(base: float, other: float) -> float:
+    """base / other, where a zero or infinite time still compares (no ZeroDivisionError)."""
+    if other == base:
+        return 1.0
+    return math.inf if other == 0.0 else base / other
+
+
+@dataclass(frozen=True)
+class Race:
+    """The rule of one choice: base is kept unless a challenger is clearly min_speedup times
+    faster. Called with timing sources, it samples them in interleaved rounds within budget
+    and watches the machine's load meanwhile (load: _load.open_window when None)."""
+
+    base: str
+    min_speedup: float
+    budget: Budget = Budget()
+    load: Callable[[], _load.Window] | None = None
+    adjust: Callable[[dict[str, float]], dict[str, float]] | None = None
+
+    def __call__(self, sources: Mapping[str, Source]) -> Verdict:
+        """Sample every source once to warm it (first calls compile, pack weights, fault pages
+        in), then rounds, alternately forwards and backwards (no candidate always follows the
+        same one), until decide() is clear or the budget is spent. adjust, when given, turns a
+        round's samples into the candidates' (a timed helper priced into the others)."""
+        names = list(sources)
+        for name in names:
+            sources[name]()
+        window = (self.load or _load.open_window)()
+        samples: dict[str, list[float]] = {}
+        started = time.perf_counter()
+        chosen, clear = self.base, False
+        for r in range(self.budget.max_rounds):
+            timed = {name: float(sources[name]()) for name in (names[::-1] if r % 2 else names)}
+            for name, seconds in (self.adjust(timed) if self.adjust else timed).items():
+                samples.setdefault(name, []).append(seconds)
+            if r + 1 < self.budget.min_rounds:
+                continue
+            chosen, clear = decide(samples, self.base, self.min_speedup)
+            if clear or time.perf_counter() - started >= self.budget.max_s:
+                break
+        return Verdict(chosen, self.base, {n: tuple(s) for n, s in samples.items()},
+                       CLEAR if clear else NOISE, window())
+
+    def known(self, seconds: Mapping[str, float]) -> Verdict:
+        """The verdict on costs known without timing (nothing to repeat): fastest() on them."""
+        return Verdict(fastest(seconds, self.base, self.min_speedup), self.base,
+                       {name: (float(s),) for name, s in seconds.items()}, CLEAR)

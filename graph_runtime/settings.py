@@ -77,6 +77,11 @@ TUNING_CACHE = Setting(
     "folder of the tuning cache (default $XDG_CACHE_HOME/graph_runtime, else "
     "~/.cache/graph_runtime); off keeps choices in the process only",
     values_text="a folder, or off")
+TUNING_BUSY = Setting(
+    "GRAPH_RUNTIME_TUNING_BUSY", "retry",
+    "a choice measured while other processes kept the CPUs busy: retry (kept in the process, "
+    "measured again by the next one), keep (trusted as any other: for machines always busy)",
+    ("retry", "keep"))
 
 CACHE_DIR = Setting(
     "GRAPH_RUNTIME_CACHE_DIR", "",
@@ -126,8 +131,8 @@ LOOP_MAX_ITERATIONS = Setting(
     values_text="a positive integer")
 
 SETTINGS = (NUM_THREADS, CONV, OPENCL_CONV, GEMV_PADDING, DENSE_TRANSPOSE, DENSE_SPLIT,
-            DENSE_TILES, ATTENTION_SPLIT, OPENCL_GEMM, TUNING_CACHE, CACHE_DIR, CHAIN_JIT,
-            IMPORT_FUSE, IMPORT_INT8, ONEDNN, ONEDNN_LIB, ONEDNN_THREADS, IN_PLACE,
+            DENSE_TILES, ATTENTION_SPLIT, OPENCL_GEMM, TUNING_CACHE, TUNING_BUSY, CACHE_DIR,
+            CHAIN_JIT, IMPORT_FUSE, IMPORT_INT8, ONEDNN, ONEDNN_LIB, ONEDNN_THREADS, IN_PLACE,
             LOOP_MAX_ITERATIONS)
 
 

@@ -17,7 +17,9 @@ def tuning_cmd(clear: bool, as_json: bool) -> None:
     candidate's measured time, and where the cache file is.
 
     Kernels with several strategies (CPU and OpenCL conv2d, dense variants) are timed once per
-    key and remembered there, so later processes pick the same ones without measuring.
+    key and remembered there, so later processes pick the same ones without measuring. The
+    measured column says how sure the choice was: clear, within noise (the default kept), or
+    busy (other processes kept the CPUs busy: the next process measures it again).
     GRAPH_RUNTIME_TUNING_CACHE moves the cache folder, or turns the file off (off).
 
     Examples:
@@ -56,9 +58,10 @@ def _text(doc: dict[str, Any]) -> str:
         times = ", ".join(f"{name} {seconds * 1e3:.3f}{'*' if name == e['chosen'] else ''}"
                           for name, seconds in sorted(e["seconds"].items(),
                                                       key=lambda item: item[1]))
-        rows.append([e["choice"], e["device"], e["threads"], e["key"], e["chosen"], times])
+        rows.append([e["choice"], e["device"], e["threads"], e["key"], e["chosen"],
+                     e["confidence"], times])
     if rows:
-        lines.append(table(["choice", "device", "threads", "key", "chosen",
+        lines.append(table(["choice", "device", "threads", "key", "chosen", "measured",
                             "times (ms, * chosen)"], rows))
     else:
         lines.append("  nothing measured yet (a create() of a kernel with several strategies "

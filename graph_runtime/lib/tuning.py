@@ -2,12 +2,15 @@
 
 A kernel with several strategies declares a Choice (its name and the setting that forces it)
 and asks choice.choose(...) at create(). The first process to meet a key (the op's shapes and
-dtypes, the device, the CPU model and the worker count) times every candidate and writes the
-times and the winner to tuning-<version>.json in the cache folder (settings.tuning_cache_dir);
-later processes read the winner and measure nothing, so they pick the same kernels. The file
-is never trusted: an unreadable or malformed file, or an entry whose candidates are not this
-call's, is ignored and measured again. Writers merge with what is on disk under a lock file and
-replace the file whole, so two processes writing at once both land their entries.
+dtypes, the device, the CPU model and the worker count) races the candidates (_timing.Race:
+interleaved rounds until the difference is clear, the base kept within noise) and writes the
+times, the winner and how sure it was to tuning-<version>.json in the cache folder
+(settings.tuning_cache_dir); later processes read the winner and measure nothing, so they pick
+the same kernels. An answer measured while other processes kept the CPUs busy is marked so and
+measured again by the next process (GRAPH_RUNTIME_TUNING_BUSY=keep trusts it). The file is never
+trusted: an unreadable or malformed file, or an entry whose candidates are not this call's, is
+ignored and measured again. Writers merge with what is on disk under a lock file and replace the
+file whole, so two processes writing at once both land their entries.
 """
 from __future__ import annotations
 
@@ -24,12 +27,13 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from .. import settings
-from .._timing import fastest
+from .._timing import BUSY, CLEAR, NOISE, Race, Verdict
 from .kernels.cpu.threads import num_threads
 
 log = logging.getLogger("graph_runtime")
 
-FORMAT = 1  # the file's layout; a file of another layout is ignored (and rewritten)
+FORMAT = 2  # the file's layout; a file of another layout is ignored (and rewritten)
+# NOTE: format 1 entries were kept however busy the machine was when measured (issue 33).
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,7 @@ class Entry:
     chosen: str
     seconds: Mapping[str, float]
     measured: str  # when, ISO 8601 local time
+    confidence: str = CLEAR  # CLEAR, NOISE (the base kept undecided) or BUSY (not trusted)
 
     @property
     def ident(self) -> str:
@@ -53,14 +58,14 @@ class Entry:
     def to_json(self) -> dict[str, Any]:
         return {"choice": self.choice, "device": self.device, "key": self.key, "cpu": self.cpu,
                 "threads": self.threads, "chosen": self.chosen, "seconds": dict(self.seconds),
-                "measured": self.measured}
+                "measured": self.measured, "confidence": self.confidence}
 
     @classmethod
     def from_json(cls, doc: Any) -> Entry | None:
         """The entry doc describes, or None when any field is missing or of the wrong type."""
         if not isinstance(doc, dict):
             return None
-        text = ("choice", "device", "key", "cpu", "chosen", "measured")
+        text = ("choice", "device", "key", "cpu", "chosen", "measured", "confidence")
         if not all(isinstance(doc.get(name), str) for name in text):
             return None
         threads, seconds = doc.get("threads"), doc.get("seconds")
@@ -69,10 +74,16 @@ class Entry:
         if not all(isinstance(s, (int, float)) and not isinstance(s, bool) and s >= 0
                    for s in seconds.values()):
             return None
-        if doc["chosen"] not in seconds:
+        if doc["chosen"] not in seconds or doc["confidence"] not in (CLEAR, NOISE, BUSY):
             return None
         return cls(doc["choice"], doc["device"], doc["key"], doc["cpu"], threads, doc["chosen"],
-                   {str(k): float(v) for k, v in seconds.items()}, doc["measured"])
+                   {str(k): float(v) for k, v in seconds.items()}, doc["measured"],
+                   doc["confidence"])
+
+    @property
+    def trusted(self) -> bool:
+        """Whether a later process may take this entry without measuring again."""
+        return self.confidence != BUSY or settings.word(settings.TUNING_BUSY) == "keep"
 
 
 @dataclass(frozen=True)
@@ -88,15 +99,16 @@ class Choice:
         return None if value == "auto" else value
 
     def choose(self, device: str, key: str, candidates: Sequence[str],
-               measure: Callable[[], Mapping[str, float]], base: str,
-               min_speedup: float) -> str:
+               measure: Callable[[Race], Verdict], base: str, min_speedup: float) -> str:
         """The forced candidate if it is one of candidates, else the remembered or measured one.
 
         Args:
             device: where the kernel runs ("cpu", or an OpenCL device with its name).
             key: the op's shapes, dtypes and attributes, as a readable line.
-            measure: seconds per candidate (every one of candidates), timed once per key.
-            base: the candidate kept unless another is min_speedup times faster.
+            measure: given the race (base, min_speedup), its verdict over every one of
+                candidates: race(timing sources), or race.known(costs) where nothing is timed.
+                Called once per key.
+            base: the candidate kept unless another is clearly min_speedup times faster.
         """
         forced = self.forced()
         if forced is not None and forced in candidates:
@@ -106,9 +118,11 @@ class Choice:
             entry = _memo.get(wanted.ident)
             if entry is None or not _fits(entry, candidates):
                 entry = _read_entries().get(wanted.ident)
-            if entry is None or not _fits(entry, candidates):
-                entry = _measure(wanted, candidates, measure, base, min_speedup)
-                _store(entry)
+                # NOTE: this process keeps what it measured while busy; the file's busy entries
+                # were another process's, measured again here.
+                if entry is None or not _fits(entry, candidates) or not entry.trusted:
+                    entry = _measure(wanted, candidates, measure, base, min_speedup)
+                    _store(entry)
             _memo[wanted.ident] = entry
             return entry.chosen
 
@@ -178,18 +192,21 @@ def _fits(entry: Entry, candidates: Sequence[str]) -> bool:
     return set(entry.seconds) == set(candidates) and entry.chosen in candidates
 
 
-def _measure(wanted: Entry, candidates: Sequence[str],
-             measure: Callable[[], Mapping[str, float]], base: str,
-             min_speedup: float) -> Entry:
+def _measure(wanted: Entry, candidates: Sequence[str], measure: Callable[[Race], Verdict],
+             base: str, min_speedup: float) -> Entry:
     start = time.perf_counter()
-    seconds = {name: float(s) for name, s in measure().items()}
+    verdict = measure(Race(base, min_speedup))
+    seconds = verdict.seconds
     missing = [name for name in candidates if name not in seconds]
     assert not missing, f"{wanted.choice}: measure() left out {missing}"
-    chosen = fastest(seconds, base, min_speedup)
-    log.info("tuning: measured %s on %s for %s in %.3f s: %s", wanted.choice, wanted.device,
-             wanted.key, time.perf_counter() - start, chosen)
-    return Entry(wanted.choice, wanted.device, wanted.key, wanted.cpu, wanted.threads, chosen,
-                 seconds, time.strftime("%Y-%m-%dT%H:%M:%S"))
+    kept = {CLEAR: "", NOISE: " (the base kept)",
+            BUSY: " (kept in this process only: measured again by the next)"}
+    log.info("tuning: measured %s on %s for %s in %.3f s: %s, %s%s", wanted.choice,
+             wanted.device, wanted.key, time.perf_counter() - start, verdict.chosen,
+             verdict.text(), kept[verdict.confidence])
+    return Entry(wanted.choice, wanted.device, wanted.key, wanted.cpu, wanted.threads,
+                 verdict.chosen, seconds, time.strftime("%Y-%m-%dT%H:%M:%S"),
+                 verdict.confidence)
 
 
 # (path, inode, size, mtime) of the file last parsed, and its entries: a process asked the
@@ -246,6 +263,9 @@ def _store(entry: Entry) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         with _file_lock(path):
             merged = _read_entries()
+            there = merged.get(entry.ident)
+            if there is not None and there.trusted and not entry.trusted:
+                return  # another process measured this key on a quieter machine meanwhile
             merged[entry.ident] = entry
             doc = {"format": FORMAT, "version": __version__,
                    "entries": [e.to_json() for e in merged.values()]}

@@ -381,9 +381,9 @@ def test_a_timed_winner_is_made_afresh(onednn, monkeypatch, run_op, random_array
     from graph_runtime.lib import tuning
     from graph_runtime.lib.kernels.onednn import choice
     monkeypatch.setenv(binding.ONEDNN_ENV, "auto")
-    timed = choice._seconds  # times (and so packs made-up weights), then oneDNN "wins"
-    monkeypatch.setattr(choice, "_seconds", lambda one, other, shapes: dict(
-        timed(one, other, shapes), on=0.0))
+    timed = choice._race  # times (and so packs made-up weights), then oneDNN "wins"
+    monkeypatch.setattr(choice, "_race", lambda race, one, other, shapes: race.known(dict(
+        timed(race, one, other, shapes).seconds, on=0.0)))
     tuning.clear()
     a = random_array((70, 130), "float32", seed=1)
     w = random_array((33, 130), "float32", seed=2)

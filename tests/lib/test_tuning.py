@@ -1,29 +1,46 @@
 """The tuning service (lib/tuning.py): measured once per key, remembered on disk, never trusted."""
 from __future__ import annotations
 
+import itertools
 import json
+import logging
+import math
 import os
 import subprocess
 import sys
+import time
+from dataclasses import replace
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 import pytest
 
-from graph_runtime import __version__
+from graph_runtime import __version__, _load
+from graph_runtime._timing import (BUSY, CLEAR, NOISE, Budget, Race, Verdict, fastest,
+                                   median_bounds, sampler)
 from graph_runtime.lib import tuning
 from graph_runtime.lib.conv_params import conv2d_params
 from graph_runtime.lib.kernels.cpu import conv_choice, padded_gemv
 from graph_runtime.lib.kernels.cpu.conv_epilogue import Epilogue
 from graph_runtime.lib.kernels.cpu.threads import num_threads
 from graph_runtime.lib.library import TensorSpec
-from graph_runtime.settings import GEMV_PADDING, NUM_THREADS, TUNING_CACHE
+from graph_runtime.settings import GEMV_PADDING, NUM_THREADS, TUNING_BUSY, TUNING_CACHE
 
 ROOT = Path(__file__).resolve().parents[2]
 # A choice of the tests' own, forced by a real auto/on/off setting.
 SWITCH = tuning.Choice("test.switch", GEMV_PADDING)
 KEY = "float32 x 2x3"
+
+
+def quiet() -> Callable[[], str]:
+    """A load window that saw no other process."""
+    return lambda: ""
+
+
+def busy_now() -> Callable[[], str]:
+    """A load window that saw other processes on the CPUs."""
+    return lambda: "other processes used 1.2 of 2 CPUs"
 
 
 class Counting:
@@ -33,12 +50,12 @@ class Counting:
         self.seconds = dict(seconds)
         self.calls = 0
 
-    def __call__(self) -> Mapping[str, float]:
+    def __call__(self, race: Race) -> Verdict:
         self.calls += 1
-        return self.seconds
+        return race.known(self.seconds)
 
 
-def _choose(measure: Counting, key: str = KEY) -> str:
+def _choose(measure: Callable[[Race], Verdict], key: str = KEY) -> str:
     return SWITCH.choose("cpu", key, ("off", "on"), measure, "off", 1.1)
 
 
@@ -58,7 +75,7 @@ def _entry(**change: object) -> dict:
     """The file entry of SWITCH at KEY on this machine, with fields changed."""
     doc = {"choice": SWITCH.name, "device": "cpu", "key": KEY, "cpu": tuning.cpu_model(),
            "threads": num_threads(), "chosen": "off", "seconds": {"off": 1e-3, "on": 2e-3},
-           "measured": "2024-01-01T00:00:00"}
+           "measured": "2024-01-01T00:00:00", "confidence": "clear"}
     doc.update(change)
     return doc
 
@@ -88,14 +105,15 @@ def test_a_real_kernel_read_from_the_file_times_nothing(cache: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """CPU conv2d: a second process picks the first one's strategy without timing any."""
     monkeypatch.setenv(NUM_THREADS.name, "2")
+    monkeypatch.setenv(TUNING_BUSY.name, "keep")  # trusted even if measured on a busy machine
     monkeypatch.delenv("GRAPH_RUNTIME_CONV", raising=False)
     timed = []
-    real = conv_choice.median_seconds
+    real = conv_choice._race
 
-    def counted(*args: object, **kwargs: object) -> Mapping[str, float]:
+    def counted(*args: object, **kwargs: object) -> Verdict:
         timed.append(1)
         return real(*args, **kwargs)  # type: ignore[arg-type]
-    monkeypatch.setattr(conv_choice, "median_seconds", counted)
+    monkeypatch.setattr(conv_choice, "_race", counted)
     p = conv2d_params([TensorSpec((2, 8, 10, 10), "float32"), TensorSpec((8, 8, 3, 3), "float32")],
                       {"padding": [1, 1]})
     assert len(conv_choice.applicable(p)) > 1
@@ -117,7 +135,7 @@ def test_forcing_overrides_the_cache(cache: Path, monkeypatch: pytest.MonkeyPatc
     assert padded_gemv.CHOICE.choose("cpu", key, ("off", "on"),
                                      Counting({"off": 1e-3, "on": 1e-4}), "off", 1.15) == "on"
     tuning.forget()
-    monkeypatch.setattr(padded_gemv, "best_seconds", no_timing)
+    monkeypatch.setattr(padded_gemv, "_race", no_timing)
     assert padded_gemv.padded_rows(784, 512, "float32") == 588
     monkeypatch.setenv(GEMV_PADDING.name, "off")
     assert padded_gemv.padded_rows(784, 512, "float32") == 0
@@ -137,6 +155,9 @@ GARBAGE = {
     "bad seconds": _file(_entry(seconds={"off": "fast", "on": 1e-3})),
     "unknown candidate": _file(_entry(chosen="fft", seconds={"off": 1e-3, "fft": 1e-4})),
     "other candidates": _file(_entry(seconds={"off": 1e-3, "on": 2e-3, "gone": 1e-4})),
+    "unknown confidence": _file(_entry(confidence="sure")),
+    "format 1 (no load guard)": _file({k: v for k, v in _entry().items() if k != "confidence"},
+                                      format=1),
 }
 
 
@@ -164,8 +185,8 @@ from graph_runtime.lib import tuning
 from graph_runtime.settings import GEMV_PADDING
 choice = tuning.Choice("test.switch", GEMV_PADDING)
 for i in range(int(sys.argv[2])):
-    choice.choose("cpu", f"{sys.argv[1]} {i}", ("off", "on"), lambda: {"off": 1.0, "on": 0.5},
-                  "off", 1.1)
+    choice.choose("cpu", f"{sys.argv[1]} {i}", ("off", "on"),
+                  lambda race: race.known({"off": 1.0, "on": 0.5}), "off", 1.1)
 """
 
 
@@ -214,9 +235,9 @@ def test_listing_and_clear(cache: Path) -> None:
 
 
 def test_timing_helpers_name_every_candidate() -> None:
-    from graph_runtime._timing import best_seconds, fastest, median_seconds
     calls = {"a": lambda: None, "b": lambda: np.ones(1000).sum()}
-    assert set(best_seconds(calls, 2)) == set(median_seconds(calls, 3)) == {"a", "b"}
+    verdict = Race("a", 1.5, Budget(6, 6), load=quiet)({n: sampler(c) for n, c in calls.items()})
+    assert set(verdict.seconds) == {"a", "b"} and verdict.rounds == 6
     assert fastest({"a": 1.0, "b": 0.5}, "a", 1.5) == "b"
     assert fastest({"a": 1.0, "b": 0.9}, "a", 1.5) == "a"
 
@@ -236,3 +257,150 @@ def test_the_file_is_parsed_once_until_another_writer_replaces_it(
     subprocess.run([sys.executable, "-c", WRITER, "third", "1"], cwd=ROOT, check=True,
                    env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
     assert _choose(none, "third 0") == "on" and none.calls == 0 and len(parsed) == 2
+
+
+# ---- the race: interleaved rounds until the difference is clear (_timing.Race) ---------------
+
+def scripted(*seconds: float) -> Callable[[], float]:
+    """A timing source giving these seconds in turn, over and over (the first is the warm-up)."""
+    times = itertools.cycle(seconds)
+    return lambda: next(times)
+
+
+def race(budget: Budget = Budget(6, 20, math.inf), load: Any = quiet) -> Race:
+    return Race("off", 1.1, budget, load)
+
+
+def test_median_bounds_need_six_samples_and_widen_with_skew() -> None:
+    assert median_bounds([1.0] * 5) is None
+    assert median_bounds([3.0, 1.0, 2.0, 6.0, 5.0, 4.0]) == (1.0, 6.0)  # 97% for n = 6
+    assert median_bounds(list(range(30))) == (9, 20)
+
+
+def test_a_clear_win_stops_at_the_fewest_rounds() -> None:
+    verdict = race()({"off": scripted(1.0, 1.02, 0.98), "on": scripted(0.5, 0.51, 0.49)})
+    assert (verdict.chosen, verdict.confidence, verdict.rounds) == ("on", CLEAR, 6)
+    assert verdict.confident and verdict.text().startswith("clear after 6 rounds: on 2.0")
+
+
+def test_a_challenger_clearly_not_fast_enough_keeps_the_base_early() -> None:
+    verdict = race()({"off": scripted(1.0, 1.02, 0.98), "on": scripted(0.97, 0.99, 0.96)})
+    assert (verdict.chosen, verdict.confidence, verdict.rounds) == ("off", CLEAR, 6)
+
+
+def test_within_noise_the_budget_runs_out_and_the_base_stays() -> None:
+    """Round ratios 0.95 and 1.45 in turn: medians 1.15x apart (past 1.1), but the bounds
+    straddle 1.1 however long it samples."""
+    verdict = race()({"off": scripted(1.0), "on": scripted(1 / 0.95, 1 / 1.45)})
+    assert (verdict.chosen, verdict.confidence, verdict.rounds) == ("off", NOISE, 20)
+    assert not verdict.confident and verdict.text().startswith("within noise after 20 rounds")
+    # the old rule on medians alone would have taken the challenger
+    assert fastest(verdict.seconds, "off", 1.1) == "on"
+
+
+def test_it_keeps_sampling_until_the_difference_is_clear() -> None:
+    """Three noisy rounds, then a steady 1.6x: clear once the noisy ones fall outside the
+    bounds, before the budget's 20 rounds."""
+    on = scripted(*([1.0] + [1 / 0.9, 1 / 1.6] * 3 + [1 / 1.6] * 40))
+    verdict = race(Budget(6, 40, math.inf))({"off": scripted(1.0), "on": on})
+    assert verdict.chosen == "on" and verdict.confidence == CLEAR
+    assert 6 < verdict.rounds < 40
+
+
+def test_busy_samples_are_not_confident() -> None:
+    verdict = race(load=busy_now)({"off": scripted(1.0), "on": scripted(0.5)})
+    assert verdict.chosen == "on" and verdict.confidence == BUSY and not verdict.confident
+    assert verdict.text().endswith("(other processes used 1.2 of 2 CPUs)")
+
+
+def test_rounds_alternate_their_order_and_adjust_prices_a_helper() -> None:
+    order: list[str] = []
+
+    def source(name: str, seconds: float) -> Callable[[], float]:
+        def sample() -> float:
+            order.append(name)
+            return seconds
+        return sample
+    def adjust(s: dict[str, float]) -> dict[str, float]:
+        return {"off": s["off"] + s["helper"], "on": s["on"]}
+    verdict = replace(race(Budget(6, 6)), adjust=adjust)(
+        {"off": source("off", 1.0), "on": source("on", 1.5), "helper": source("helper", 1.0)})
+    assert order[3:9] == ["off", "on", "helper", "helper", "on", "off"]  # after the warm-up
+    assert verdict.seconds == {"off": 2.0, "on": 1.5} and verdict.chosen == "on"
+
+
+class Raced:
+    """A measure() that races scripted sources (off 1.0 s, on as given) under a load window,
+    and counts its calls."""
+
+    def __init__(self, load: Callable[[], Callable[[], str]], on: float) -> None:
+        self.load = load
+        self.on = on
+        self.calls = 0
+
+    def __call__(self, given: Race) -> Verdict:
+        self.calls += 1
+        return replace(given, load=self.load)({"off": scripted(1.0), "on": scripted(self.on)})
+
+
+def test_a_busy_measurement_is_kept_in_the_process_only(cache: Path,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    busy = Raced(busy_now, 0.5)
+    with caplog.at_level(logging.INFO, logger="graph_runtime"):
+        assert _choose(busy) == "on" and _choose(busy) == "on"
+    assert busy.calls == 1
+    assert "kept in this process only" in caplog.text
+    (entry,) = json.loads(cache.read_text())["entries"]
+    assert entry["confidence"] == BUSY and entry["chosen"] == "on"
+    tuning.forget()  # a new process measures again, on a quiet machine: the base wins there
+    calm = Raced(quiet, 1.0)
+    assert _choose(calm) == "off" and calm.calls == 1
+    tuning.forget()  # and the next one trusts that
+    assert _choose(calm) == "off" and calm.calls == 1
+    assert [e.confidence for e in tuning.entries()] == [CLEAR]
+
+
+def test_a_busy_measurement_never_replaces_a_trusted_entry(cache: Path) -> None:
+    busy = Raced(busy_now, 0.5)
+
+    def meanwhile(given: Race) -> Verdict:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_bytes(_file(_entry()))  # another process, on a quiet machine
+        return busy(given)
+    assert _choose(meanwhile) == "on"  # this process keeps what it measured
+    assert [(e.chosen, e.confidence) for e in tuning.entries()] == [("off", CLEAR)]
+
+
+def test_busy_keep_trusts_busy_entries(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(TUNING_BUSY.name, "keep")
+    busy = Raced(busy_now, 0.5)
+    assert _choose(busy) == "on"
+    tuning.forget()
+    assert _choose(busy) == "on" and busy.calls == 1
+
+
+def test_within_noise_is_recorded_and_trusted(cache: Path,
+                                              caplog: pytest.LogCaptureFixture) -> None:
+    def noisy(given: Race) -> Verdict:
+        return replace(given, load=quiet, budget=Budget(6, 12, math.inf))(
+            {"off": scripted(1.0), "on": scripted(1 / 0.95, 1 / 1.45)})
+    with caplog.at_level(logging.INFO, logger="graph_runtime"):
+        assert _choose(noisy) == "off"
+    assert "within noise after 12 rounds" in caplog.text and "(the base kept)" in caplog.text
+    tuning.forget()
+    assert _choose(Counting({"off": 1.0, "on": 0.1})) == "off"  # read back: not measured
+    assert [e.confidence for e in tuning.entries()] == [NOISE]
+
+
+def test_a_load_window_sees_another_process_on_the_cpus() -> None:
+    """A process spinning on a CPU is a CPU's worth of other work, however many CPUs there are
+    (this process's own time is not counted)."""
+    if not _load.cpu_jiffies():
+        pytest.skip("no /proc/stat here")
+    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.2)  # started and spinning
+        assert _load.open_window(0.2)().startswith("other processes used ")
+    finally:
+        child.kill()
+        child.wait()

@@ -79,25 +79,31 @@ def calibrate(problem: CostProblem, d: int, single: list[int], n_nodes: int, key
 def whole_run_seconds(planned: Callable[[], Graph], lib: Module, devices: Sequence[Device],
                       params: Mapping[str, Any] | None) -> Callable[[], float]:
     """run_plan for calibrate: plan the graph (only now: a cached factor needs no plan), create
-    it, feed params and sampled inputs (floats normal, integers and booleans zero, valid as
-    indices), return its benchmark median."""
+    it with sampled inputs (sampled_module), return its benchmark median."""
     def run() -> float:
-        from ...runtime.graph_module import create
-        g = planned()
-        rng = np.random.default_rng(0)
-        given = dict(params or {})
-        module = create(g, lib, list(devices))
-        values = {}
-        for name, eid in g.input_entries.items():
-            if name in given:
-                values[name] = given[name]
-                continue
-            dtype = np.dtype(g.dtype(eid))
-            shape = tuple(g.shape(eid))
-            values[name] = (rng.standard_normal(shape).astype(dtype) if dtype.kind == "f"
-                            else np.zeros(shape, dtype))
-        module.set_input(values)
+        module = sampled_module(planned(), lib, devices, params)
         with np.errstate(all="ignore"):
             return float(module.benchmark(repeat=5, number=1, min_repeat_ms=20.0).median)
     return run
+
+
+def sampled_module(g: Graph, lib: Module, devices: Sequence[Device],
+                   params: Mapping[str, Any] | None) -> Any:
+    """g created on devices, fed params and sampled inputs (floats normal, integers and
+    booleans zero, valid as indices)."""
+    from ...runtime.graph_module import create
+    rng = np.random.default_rng(0)
+    given = dict(params or {})
+    module = create(g, lib, list(devices))
+    values = {}
+    for name, eid in g.input_entries.items():
+        if name in given:
+            values[name] = given[name]
+            continue
+        dtype = np.dtype(g.dtype(eid))
+        shape = tuple(g.shape(eid))
+        values[name] = (rng.standard_normal(shape).astype(dtype) if dtype.kind == "f"
+                        else np.zeros(shape, dtype))
+    module.set_input(values)
+    return module
 

@@ -4,7 +4,8 @@ Existing `__copy` nodes are dropped first (readers read the copy's source): the 
 own copies, and plan_graph inserts them. The graph becomes a CostProblem (cost_model.py), the
 kernels and copies are measured (measure_costs.py) and each device calibrated (calibrate.py),
 and the chosen devices go back through plan_graph with every node pinned by name, so copies,
-storage and the report are the planner's own.
+storage and the report are the planner's own. The solver's plan replaces the default one only
+when it runs clearly faster (confirm.py).
 """
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ from ..constraints import Placement, glob_escape
 from ..plan import plan_graph
 from ..result import PlanResult
 from ..virtual_device import VirtualDevice
+from ..._timing import Budget
 from .calibrate import Calibration, calibrate, sequence_key, whole_run_seconds
+from .confirm import DefaultCheck, PlanTiming, check_default, default_label, module_timing
 from .cost_cache import SMALL_PARAM, CostCache, value_digest
 from .cost_model import CostModel
 from .cost_problem import CostProblem
@@ -37,7 +40,7 @@ def auto_place(graph: GraphSource, lib: Module, devices: Sequence[Device],
                constraints: Placement | Mapping[str, Any] | None = None, budget_s: float = 60.0,
                cache: CostCache | str | None = None, progress: Progress | None = None,
                method: str = "auto", params: Mapping[str, Any] | None = None,
-               calibrate_devices: bool = True) -> AutoPlan:
+               calibrate_devices: bool = True, timing: PlanTiming | None = None) -> AutoPlan:
     """Place graph on devices where its predicted run time is least, from measured costs.
 
     Args:
@@ -55,6 +58,8 @@ def auto_place(graph: GraphSource, lib: Module, devices: Sequence[Device],
             that device's kernel costs by the run (calibrate.py; cached): kernels timed alone
             run hotter than in a graph on the CPU and, on an asynchronous device, cannot overlap
             launches as a run does. False keeps the costs as timed alone.
+        timing: how the solver's plan and the default one are timed against each other
+            (confirm.py); None creates both and benchmarks them in interleaved rounds.
     """
     started = time.perf_counter()
     laps: dict[str, float] = {}
@@ -70,11 +75,30 @@ def auto_place(graph: GraphSource, lib: Module, devices: Sequence[Device],
                                           params, calibrate_devices, laps, started)
     solution = solve_placement(found.problem, method)
     laps["solve"] = time.perf_counter() - started - sum(laps.values())
-    pinned = pin_all(g, [devs[c] for c in solution.choice[:found.model.n]], placement, devs[0])
+    n = found.model.n
+    chosen = list(solution.choice)
+    check = None
+    if len(devs) > 1:
+        default = default_choice(found.model)
+        label = default_label(default, n, devs)
+        predicted = {"default": found.problem.objective(default), "auto": solution.objective}
+        if default == chosen:
+            check = DefaultCheck(label, predicted, "auto")
+        else:
+            plans = {name: plan_graph(g, pin_all(g, [devs[c] for c in choice[:n]], placement,
+                                                 devs[0]), lib, strict=True)
+                     for name, choice in (("default", default), ("auto", chosen))}
+            budget = Budget(max_rounds=40, max_s=max(1.0, min(10.0, budget_s / 10)))
+            check = check_default(plans, predicted, label,
+                                  timing or module_timing(lib, devs, params), budget)
+            if check.kept == "default":
+                chosen = default
+        laps["check"] = time.perf_counter() - started - sum(laps.values())
+    pinned = pin_all(g, [devs[c] for c in chosen[:n]], placement, devs[0])
     result = plan_graph(g, pinned, lib, strict=True)
     laps["emit"] = time.perf_counter() - started - sum(laps.values())
-    return report(found, result, solution.choice, solution.objective, solution.method, measurer,
-                  laps, pinned)
+    return report(found, result, chosen, found.problem.objective(chosen), solution.method,
+                  measurer, laps, pinned, check)
 
 
 @dataclass
@@ -145,9 +169,16 @@ def measure_problems(graphs: Sequence[Graph], lib: Module, devs: list[Device],
     return measurer, found
 
 
+def default_choice(model: CostModel) -> list[int]:
+    """The default assignment: every node on the first given device that may hold it (so all on
+    the first device unless a pin or a missing kernel says otherwise), pinned outputs pinned."""
+    return ([int(np.argmax(row)) for row in model.allowed]
+            + [d for _, d in sorted(model.head_pins.items())])
+
+
 def report(found: Measured, result: PlanResult, choice_index: Sequence[int], predicted: float,
-           method: str, measurer: Measurer, laps: dict[str, float], pinned: Placement
-           ) -> AutoPlan:
+           method: str, measurer: Measurer, laps: dict[str, float], pinned: Placement,
+           check: DefaultCheck | None = None) -> AutoPlan:
     """The AutoPlan of one assignment (device indices, nodes then pinned outputs) of found."""
     model = found.model
     problem = found.problem
@@ -162,7 +193,8 @@ def report(found: Measured, result: PlanResult, choice_index: Sequence[int], pre
                     model.report_copies(problem, choice_index), predicted,
                     alternatives, method, measurer.kernels_measured,
                     measurer.copies_measured, laps, pinned, problem,
-                    {(a, b): measurer.copy_model(a, b) for a, b in pairs}, found.calibrations)
+                    {(a, b): measurer.copy_model(a, b) for a, b in pairs}, found.calibrations,
+                    check)
 
 
 def _one_device_graph(g: Graph, lib: Module, placement: Placement, dev: Device

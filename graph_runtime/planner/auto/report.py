@@ -12,6 +12,7 @@ from ..constraints import Placement
 from ..result import PlanResult
 from .calibrate import Calibration
 from .cost_cache import CopyModel
+from .confirm import DefaultCheck
 from .cost_problem import CostProblem
 
 
@@ -58,6 +59,8 @@ class AutoPlan:
     problem: CostProblem | None = None  # what the solver saw (bench/ reuses it)
     copy_models: dict[tuple[Device, Device], CopyModel] = field(default_factory=dict)
     calibrations: list[Calibration] = field(default_factory=list)  # factors applied per device
+    # the solver's plan against the default one, run end to end (None: one device, or symbolic)
+    check: DefaultCheck | None = None
 
     def predict_graph(self, planned: Graph) -> float:
         """This plan's cost model applied to another plan of the same graph.
@@ -129,7 +132,13 @@ class AutoPlan:
             lines.append(table(["entry", "from", "to", "bytes", "ms"],
                                [[c.entry, c.src.spec, c.dst.spec, fmt_bytes(c.nbytes),
                                  f"{c.seconds * 1e3:.3f}"] for c in self.copies]))
-        alt_rows = [["auto (" + self.method + ")", f"{self.predicted * 1e3:.3f}", "1.00x"]]
+        label = "auto (" + self.method + ")"
+        alt_rows = [[label, f"{self.predicted * 1e3:.3f}", "1.00x"]]
+        if self.check is not None and self.check.kept == "default":
+            solved = self.check.predicted["auto"]
+            alt_rows = [["default (kept)", f"{self.predicted * 1e3:.3f}", "1.00x"],
+                        [label + ", not kept", f"{solved * 1e3:.3f}",
+                         f"{solved / self.predicted:.2f}x" if self.predicted else "-"]]
         for dev, value in self.alternatives.items():
             if value is None:
                 alt_rows.append([f"all on {dev.spec}", "not possible", "-"])
@@ -142,6 +151,8 @@ class AutoPlan:
                          "after another device's)")
         lines.append("predicted run time")
         lines.append(table(["plan", "ms", "vs auto"], alt_rows))
+        if self.check is not None:
+            lines.append(self.check.text())
         for c in self.calibrations:
             if c.failed:
                 lines.append(f"{c.device.spec} not calibrated: its whole-graph run failed on "
@@ -171,6 +182,7 @@ class AutoPlan:
             "kernels_measured": self.kernels_measured, "copies_measured": self.copies_measured,
             "stage_seconds": self.stage_seconds,
             "calibration": {c.device.spec: c.factor for c in self.calibrations},
+            "check": None if self.check is None else self.check.to_json(),
         }
 
 

@@ -15,18 +15,18 @@ oneDNN with OpenMP threads inside makes one call.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 import numpy as np
 
 from .... import settings
-from ...._timing import median_seconds
+from ...._timing import Race, Verdict, sampler
 from ...prepared import PreparedKernel
 from ...tuning import Choice
 from . import jit_setup
 from .loops_jit import compiled
 from .rows_jit import softmax_row
-from .dense_tiles import ROUNDS, SPREAD_SPEEDUP
+from .dense_tiles import SPREAD_SPEEDUP
 from .threads import ONE_BLAS_THREAD, num_threads, parallel_images
 
 CHOICE = Choice("cpu.attention_split", settings.ATTENTION_SPLIT)
@@ -139,12 +139,12 @@ class AttentionKernel(PreparedKernel):
             # against 0.64 ms on one call) keep the blocks unless one call is clearly faster, so
             # one measurement on a busy machine does not pin them to one core
             spread = work >= SPREAD_WORK
-            if CHOICE.choose("cpu", key, ("off", "on"), lambda: self._seconds(split),
+            if CHOICE.choose("cpu", key, ("off", "on"), lambda race: self._race(race, split),
                              "on" if spread else "off",
                              SPREAD_SPEEDUP if spread else MIN_SPEEDUP) == "on":
                 self.blocks = split
 
-    def _seconds(self, split: list[Block]) -> Mapping[str, float]:
+    def _race(self, race: Race, split: list[Block]) -> Verdict:
         """One call over every head against the blocks on the workers, on random inputs of the
         real shapes with OpenBLAS at one thread, interleaved."""
         rng = np.random.default_rng(0)
@@ -166,10 +166,8 @@ class AttentionKernel(PreparedKernel):
 
         try:
             with ONE_BLAS_THREAD:
-                calls = {"off": using([(0, 0, heads, 0, q_len)]), "on": using(split)}
-                for call in calls.values():
-                    call()
-                return median_seconds(calls, rounds=ROUNDS)  # as dense_tiles measures
+                return race({"off": sampler(using([(0, 0, heads, 0, q_len)])),
+                             "on": sampler(using(split))})  # as dense_tiles measures
         finally:
             self.blocks = [(0, 0, heads, 0, q_len)]
 

@@ -12,12 +12,13 @@ GRAPH_RUNTIME_ONEDNN=on forces onednn wherever it applies; off never offers it.
 from __future__ import annotations
 
 from contextlib import nullcontext
-from typing import Callable, Mapping
+from dataclasses import replace
+from typing import Callable
 
 import numpy as np
 
 from .... import settings
-from ...._timing import median_seconds
+from ...._timing import Race, Verdict, sampler
 from ...conv_params import ConvParams
 from ...library import InputVersion
 from ...tuning import Choice
@@ -31,7 +32,6 @@ from ..onednn.policy import mode_word
 
 CHOICE = Choice("cpu.conv2d", settings.CONV)
 STRATEGIES = settings.CONV.choices
-ROUNDS = 9  # timed calls per candidate; their median decides
 PAUSE_S = 0.0005
 MIN_SPEEDUP = 1.1  # what another strategy must gain over the plain im2col loop to be chosen
 
@@ -103,18 +103,18 @@ def conv2d_cpu(p: ConvParams, epilogue: Epilogue, strategy: str | None = None) -
     # (one NCHW conv among oneDNN ones makes two reorders of its data), which favours the rest.
     base = "onednn" if "onednn" in names else (
         "im2col_serial" if "im2col_serial" in names else "im2col")
-    chosen = CHOICE.choose("cpu", key, names, lambda: _seconds(p, epilogue, names), base,
+    chosen = CHOICE.choose("cpu", key, names, lambda race: _race(race, p, epilogue, names), base,
                            MIN_SPEEDUP)
     return build(chosen, p, epilogue)
 
 
-def _seconds(p: ConvParams, epilogue: Epilogue, names: list[str]) -> Mapping[str, float]:
-    """Each strategy's median time on arrays of the real shapes (interleaved rounds).
+def _race(race: Race, p: ConvParams, epilogue: Epilogue, names: list[str]) -> Verdict:
+    """The strategies raced on arrays of the real shapes, one call a sample after a pause.
 
     oneDNN's conv is timed as it runs between oneDNN neighbours, channels-last (timed_call),
     and once more on NCHW arrays, with the reorders it then makes of its data and output. Every
-    other strategy is charged that difference: among oneDNN convs it leaves both of its
-    neighbours' entries NCHW, so they make those reorders instead.
+    other strategy is charged that difference, round by round: among oneDNN convs it leaves
+    both of its neighbours' entries NCHW, so they make those reorders instead.
     """
     rng = np.random.default_rng(0)
     data = rng.standard_normal((p.n, p.c, p.h, p.w)).astype(p.dtype)
@@ -132,17 +132,20 @@ def _seconds(p: ConvParams, epilogue: Epilogue, names: list[str]) -> Mapping[str
     args = [data, weight, *extras, out]
     calls = {name: (lambda k=k: k(*args)) if name == _NCHW else timed_call(k, args)
              for name, k in kernels.items()}
-    for call in calls.values():
-        call()  # first calls make derived weights and fault pages in
     # NOTE: in a graph other nodes run between two calls of this one, and helper threads have
     # gone to sleep; a pause before each timed call makes the timing include waking them.
     # NOTE: beside oneDNN, timed with OpenBLAS at one thread, as a graph holding a oneDNN
     # kernel runs: OpenBLAS's threads, spinning after a threaded im2col, stalled the OpenMP
     # threads of the next oneDNN call (MobileNetV2: 38 of its 54 convs went to NumPy so timed).
     with ONE_BLAS_THREAD if "onednn" in names else nullcontext():
-        seconds = dict(median_seconds(calls, ROUNDS, pause_s=PAUSE_S))
-    if _NCHW not in seconds:
-        return seconds
+        sources = {name: sampler(call, pause_s=PAUSE_S) for name, call in calls.items()}
+        return (replace(race, adjust=_charge_reorders) if _NCHW in calls else race)(sources)
+
+
+def _charge_reorders(seconds: dict[str, float]) -> dict[str, float]:
+    """One round's samples with the NCHW timing of oneDNN's conv turned into what its reorders
+    cost, charged to every other strategy."""
+    seconds = dict(seconds)
     reorders = max(0.0, seconds.pop(_NCHW) - seconds["onednn"])
     return {name: t if name == "onednn" else t + reorders for name, t in seconds.items()}
 

@@ -18,12 +18,12 @@ and a separate tail pass, as before).
 from __future__ import annotations
 
 import functools
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from .... import settings
-from ...._timing import median_seconds
+from ...._timing import Race, Verdict, sampler
 from ...prepared import PreparedKernel
 from ...tuning import Choice
 from .threads import ONE_BLAS_THREAD, num_threads, parallel_images
@@ -43,7 +43,6 @@ MIN_SPEEDUP = 1.1  # another tiling must beat one tile clearly (a lucky sample m
 # 197x192 by 768x192, 58 MFLOP) one tile measured 1.1-1.2x faster and the measurement decides.
 SPREAD_FLOPS = 1e8
 SPREAD_SPEEDUP = 1.25
-ROUNDS = 9  # interleaved rounds of the tuning measurement, one call per candidate each
 
 Tile = tuple[int, int, int, int]  # rows [r0, r1), columns [c0, c1)
 
@@ -58,7 +57,8 @@ def tiling(m: int, n: int, k: int, dtype: str) -> str | None:
         return "whole"
     key = f"{dtype} x {m}x{k} weight {n}x{k}"
     spread = "cols" in candidates and 2.0 * m * n * k >= SPREAD_FLOPS
-    return CHOICE.choose("cpu", key, candidates, lambda: _seconds(m, n, k, dtype, candidates),
+    return CHOICE.choose("cpu", key, candidates,
+                         lambda race: _race(race, m, n, k, dtype, candidates),
                          "cols" if spread else "whole", SPREAD_SPEEDUP if spread else MIN_SPEEDUP)
 
 
@@ -78,9 +78,8 @@ def tiles(kind: str, m: int, n: int) -> list[Tile]:
     return [(0, m, 0, n)]
 
 
-def _seconds(m: int, n: int, k: int, dtype: str,
-             candidates: Sequence[str]) -> Mapping[str, float]:
-    """Each tiling's median time on arrays of the real shapes, interleaved (a few ms)."""
+def _race(race: Race, m: int, n: int, k: int, dtype: str, candidates: Sequence[str]) -> Verdict:
+    """The tilings raced on arrays of the real shapes, one call a sample (a few ms)."""
     rng = np.random.default_rng(0)
     x = rng.standard_normal((m, k)).astype(dtype)
     w = rng.standard_normal((n, k)).astype(dtype)
@@ -90,11 +89,10 @@ def _seconds(m: int, n: int, k: int, dtype: str,
         kernel = DenseTiles(m, n, k, tiles(name, m, n))
         calls[name] = functools.partial(kernel, x, w, out)
     with ONE_BLAS_THREAD:
-        # NOTE: medians, not best times: a best sample is one where both cores happened to be
-        # free, and tiles chosen on it ran ViT-small slower inside the graph (load 2)
-        for call in calls.values():
-            call()  # warm-up: first touches, the workers started
-        return median_seconds(calls, rounds=ROUNDS)
+        # NOTE: medians, not best times (the race compares medians): a best sample is one where
+        # both cores happened to be free, and tiles chosen on it ran ViT-small slower inside
+        # the graph (load 2)
+        return race({name: sampler(call) for name, call in calls.items()})
 
 
 class DenseTiles(PreparedKernel):

@@ -13,12 +13,12 @@ GRAPH_RUNTIME_GEMV_PADDING: auto (default, measured), on (whenever the size allo
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
 from .... import settings
-from ...._timing import best_seconds
+from ...._timing import Race, Verdict, sampler
 from ...prepared import PreparedKernel
 from ...tuning import Choice
 
@@ -36,13 +36,14 @@ def padded_rows(k: int, n: int, dtype: str) -> int:
     if rows <= n or rows > MAX_GROWTH * n:
         return 0
     key = f"{dtype} x 1x{k} weight {n}x{k} padded to {rows} rows"
-    chosen = CHOICE.choose("cpu", key, ("off", "on"), lambda: _seconds(k, n, rows, dtype), "off",
-                           MIN_SPEEDUP)
+    chosen = CHOICE.choose("cpu", key, ("off", "on"), lambda race: _race(race, k, n, rows, dtype),
+                           "off", MIN_SPEEDUP)
     return rows if chosen == "on" else 0
 
 
-def _seconds(k: int, n: int, rows: int, dtype: str) -> Mapping[str, float]:
-    """Both calls' best times on buffers of the real shapes (a few ms, once per shape)."""
+def _race(race: Race, k: int, n: int, rows: int, dtype: str) -> Verdict:
+    """Both calls raced on buffers of the real shapes, 8 calls a sample (a few ms, once per
+    shape)."""
     x = np.ones((1, k), dtype)
     buffer = np.ones((rows, k), dtype)
     narrow, wide = np.empty((1, n), dtype), np.empty((1, rows), dtype)
@@ -54,7 +55,7 @@ def _seconds(k: int, n: int, rows: int, dtype: str) -> Mapping[str, float]:
         np.dot(x, buffer.T, out=wide)
         np.copyto(narrow, wide[:, :n])
 
-    return best_seconds({"on": padded, "off": plain}, rounds=3)
+    return race({"on": sampler(padded, number=8), "off": sampler(plain, number=8)})
 
 
 class PaddedGemv(PreparedKernel):

@@ -15,12 +15,12 @@ GRAPH_RUNTIME_DENSE_SPLIT: off (default), auto (measured once per shape), on.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
 from .... import settings
-from ...._timing import best_seconds
+from ...._timing import Race, Verdict, sampler
 from ...prepared import PreparedKernel
 from ...tuning import Choice
 from .threads import num_threads, parallel_images
@@ -40,13 +40,13 @@ def split_blocks(m: int, n: int, k: int, dtype: str) -> int:
             or dtype not in ("float32", "float64")):
         return 0
     key = f"{dtype} x {m}x{k} weight {n}x{k} in {blocks} blocks"
-    chosen = CHOICE.choose("cpu", key, ("off", "on"), lambda: _seconds(m, n, k, dtype, blocks),
-                           "off", MIN_SPEEDUP)
+    chosen = CHOICE.choose("cpu", key, ("off", "on"),
+                           lambda race: _race(race, m, n, k, dtype, blocks), "off", MIN_SPEEDUP)
     return blocks if chosen == "on" else 0
 
 
-def _seconds(m: int, n: int, k: int, dtype: str, blocks: int) -> Mapping[str, float]:
-    """Both calls' best times on arrays of the real shapes, interleaved (a few ms)."""
+def _race(race: Race, m: int, n: int, k: int, dtype: str, blocks: int) -> Verdict:
+    """Both calls raced on arrays of the real shapes, 8 calls a sample (a few ms)."""
     x = np.ones((m, k), dtype)
     w = np.ones((n, k), dtype)
     out = np.empty((m, n), dtype)
@@ -58,7 +58,7 @@ def _seconds(m: int, n: int, k: int, dtype: str, blocks: int) -> Mapping[str, fl
     def spread() -> None:
         split(x, w, out)
 
-    return best_seconds({"on": spread, "off": plain}, rounds=5)
+    return race({"on": sampler(spread, number=8), "off": sampler(plain, number=8)})
 
 
 class SplitDense(PreparedKernel):

@@ -9,12 +9,12 @@ GRAPH_RUNTIME_DENSE_TRANSPOSE: auto (default, measured per shape), on, off.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
 from .... import settings
-from ...._timing import best_seconds
+from ...._timing import Race, Verdict, sampler
 from ...tuning import Choice
 from ..derived import DerivesFromInputs
 
@@ -28,13 +28,13 @@ def keeps_transposed(m: int, n: int, k: int, dtype: str) -> bool:
     if m < 2 or 2.0 * m * n * k < MIN_FLOPS or dtype not in ("float32", "float64"):
         return False
     key = f"{dtype} x {m}x{k} weight {n}x{k}"
-    chosen = CHOICE.choose("cpu", key, ("off", "on"), lambda: _seconds(m, n, k, dtype), "off",
-                           MIN_SPEEDUP)
+    chosen = CHOICE.choose("cpu", key, ("off", "on"), lambda race: _race(race, m, n, k, dtype),
+                           "off", MIN_SPEEDUP)
     return chosen == "on"
 
 
-def _seconds(m: int, n: int, k: int, dtype: str) -> Mapping[str, float]:
-    """Both layouts' best times on arrays of the real shapes, interleaved (a few ms)."""
+def _race(race: Race, m: int, n: int, k: int, dtype: str) -> Verdict:
+    """Both layouts raced on arrays of the real shapes, 8 calls a sample (a few ms)."""
     rng = np.random.default_rng(0)
     x = rng.standard_normal((m, k)).astype(dtype)
     w = rng.standard_normal((n, k)).astype(dtype)
@@ -47,7 +47,7 @@ def _seconds(m: int, n: int, k: int, dtype: str) -> Mapping[str, float]:
     def given() -> None:
         np.dot(x, w.T, out=out)
 
-    return best_seconds({"on": kept, "off": given}, rounds=5)
+    return race({"on": sampler(kept, number=8), "off": sampler(given, number=8)})
 
 
 class TransposedDense(DerivesFromInputs):

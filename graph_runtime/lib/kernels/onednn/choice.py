@@ -8,7 +8,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from .... import settings
-from ...._timing import median_seconds
+from ...._timing import Race, Verdict, sampler
 from ...conv_params import ConvParams
 from ...library import InputVersion
 from ...prepared import capabilities
@@ -18,7 +18,6 @@ from ..cpu.threads import ONE_BLAS_THREAD
 from . import binding
 from .policy import mode_word
 
-ROUNDS = 9
 PAUSE_S = 0.0005
 MIN_SPEEDUP = 1.1  # what oneDNN must gain over today's kernel to be chosen
 # A large product keeps its work items on both cores unless one call is this much faster (as
@@ -74,11 +73,12 @@ def onednn_or(op: str, key: str, applies: bool,
         made = makers["split" if "split" in makers else "on"]()
         return make_other() if _reference(made) else made
 
-    def measure() -> Mapping[str, float]:
+    def measure(race: Race) -> Verdict:
         kernels = {name: make() for name, make in makers.items()}
         if _reference(kernels["on"]):
-            return {name: 1.0 if name == "off" else float("inf") for name in ("off", *makers)}
-        return _seconds(kernels, make_other(), shapes)
+            return race.known({name: 1.0 if name == "off" else float("inf")
+                               for name in ("off", *makers)})
+        return _race(race, kernels, make_other(), shapes)
 
     choice = Choice(f"cpu.onednn_{op}", settings.ONEDNN)
     # timed channels-last where the kernel can be (timed_call), in this process's mode
@@ -123,9 +123,10 @@ def timed_call(kernel: Any, args: Sequence[np.ndarray]) -> Callable[[], None]:
     return lambda: kernel(*args)
 
 
-def _seconds(onednn: Mapping[str, Callable[..., None]], other: Callable[..., None],
-             shapes: Sequence[tuple[int, ...]]) -> Mapping[str, float]:
-    """Each kernel's median time on arrays of the real shapes (oneDNN's by variant name)."""
+def _race(race: Race, onednn: Mapping[str, Callable[..., None]], other: Callable[..., None],
+          shapes: Sequence[tuple[int, ...]]) -> Verdict:
+    """The kernels raced on arrays of the real shapes (oneDNN's by variant name), one call a
+    sample after a pause."""
     rng = np.random.default_rng(0)
     arrays = [rng.standard_normal(shape).astype(np.float32) for shape in shapes]
     steady = InputVersion()  # constant weights, as params are: derived data made once
@@ -137,6 +138,4 @@ def _seconds(onednn: Mapping[str, Callable[..., None]], other: Callable[..., Non
     # NOTE: timed with OpenBLAS at one thread, as a graph holding a oneDNN kernel runs (its
     # threads, spinning after a threaded call, stalled the next oneDNN call by milliseconds).
     with ONE_BLAS_THREAD:
-        for call in calls.values():
-            call()  # first calls compile, pack weights and fault pages in
-        return median_seconds(calls, ROUNDS, pause_s=PAUSE_S)
+        return race({name: sampler(call, pause_s=PAUSE_S) for name, call in calls.items()})

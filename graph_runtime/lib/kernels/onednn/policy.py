@@ -13,16 +13,13 @@ primitive for the thread count of its creation, and a thread whose OpenMP count 
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
 from dataclasses import dataclass
 
 from .... import settings
+from ...._load import BUSY_SHARE, WINDOW_S, cpu_jiffies, my_cpus, own_ticks
 from ..cpu.threads import num_threads
-
-BUSY_SHARE = 0.5  # a CPU busier than this with other processes' work counts as taken
-WINDOW_S = 0.06
 
 
 @dataclass(frozen=True)
@@ -69,19 +66,14 @@ def _decide(mode: str, cores: int) -> Threads:
 def busy_cpus(window_s: float = WINDOW_S) -> list[int]:
     """This process's CPUs that other processes kept more than BUSY_SHARE busy over a short
     window (this thread sleeps meanwhile); none where /proc/stat cannot be read."""
-    try:
-        mine = sorted(os.sched_getaffinity(0))
-    except AttributeError:
-        return []
-    first = _cpu_jiffies()
-    own = os.times()
+    mine = my_cpus()
+    first = cpu_jiffies()
+    own = own_ticks()
     time.sleep(window_s)
-    second = _cpu_jiffies()
-    own_after = os.times()
+    second = cpu_jiffies()
+    own_busy = own_ticks() - own
     if not first or not second:
         return []
-    tick = os.sysconf("SC_CLK_TCK")
-    own_busy = (own_after.user + own_after.system - own.user - own.system) * tick
     busy = []
     for cpu in mine:
         if cpu not in first or cpu not in second:
@@ -90,21 +82,3 @@ def busy_cpus(window_s: float = WINDOW_S) -> list[int]:
         if t1 > t0 and (b1 - b0 - own_busy) / (t1 - t0) > BUSY_SHARE:
             busy.append(cpu)
     return busy
-
-
-def _cpu_jiffies() -> dict[int, tuple[int, int]]:
-    """(busy, total) jiffies per CPU from /proc/stat; empty when unreadable."""
-    try:
-        with open("/proc/stat") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return {}
-    found = {}
-    for line in lines:
-        name, *fields = line.split()
-        if not name.startswith("cpu") or name == "cpu" or len(fields) < 5:
-            continue
-        values = [int(v) for v in fields[:8]]
-        idle = values[3] + values[4]  # idle, iowait
-        found[int(name[3:])] = (sum(values) - idle, sum(values))
-    return found

@@ -7,12 +7,13 @@ auto choice).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+import functools
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from .... import settings
-from ...._timing import median_seconds
+from ...._timing import Race, Verdict, sampler
 from ...conv_params import ConvParams
 from ...library import InputVersion
 from ...prepared import capabilities
@@ -31,7 +32,6 @@ CHOICE = Choice("opencl.conv2d", settings.OPENCL_CONV)
 DIRECT_MAX_OG = 4
 # The Winograd methods of conv2d_cl, by output tile size m (winograd.py).
 WINOGRAD = {"winograd": 2, "winograd4": 4}
-ROUNDS = 5  # timed calls per candidate; their median decides
 # What another method must gain over the first candidate (the GEMM method) to be chosen: a
 # shared machine's noise must not flip a tie.
 MIN_SPEEDUP = 1.1
@@ -79,13 +79,13 @@ def measured_method(backend: OpenCLBackend, device_id: int, p: ConvParams,
     """
     device = f"opencl:{device_id} {backend.cl_device(device_id).name.strip()}"
     return CHOICE.choose(device, p.key(), candidates,
-                         lambda: _seconds(backend, device_id, p, candidates, build),
+                         lambda race: _race(race, backend, device_id, p, candidates, build),
                          candidates[0], MIN_SPEEDUP)
 
 
-def _seconds(backend: OpenCLBackend, device_id: int, p: ConvParams, candidates: Sequence[str],
-             build: Build) -> Mapping[str, float]:
-    """Each candidate's median time on device arrays of p's shapes (interleaved rounds)."""
+def _race(race: Race, backend: OpenCLBackend, device_id: int, p: ConvParams,
+          candidates: Sequence[str], build: Build) -> Verdict:
+    """The candidates raced on device arrays of p's shapes, device-synchronised."""
     rng = np.random.default_rng(0)
     dtype = np.dtype(p.dtype)
     data = device_array(backend, device_id, rng.standard_normal((p.n, p.c, p.h, p.w)).astype(dtype))
@@ -93,14 +93,12 @@ def _seconds(backend: OpenCLBackend, device_id: int, p: ConvParams, candidates: 
                      rng.standard_normal((p.o, p.cg, p.kh, p.kw)).astype(dtype))
     out = backend.empty(device_id, (p.n, p.o, p.oh, p.ow), dtype)
     steady = InputVersion()  # constant weights, as params are: derived weights made once
-    runs = {}
+    sources = {}
     for name in candidates:
         run = build(name)
         kernel = capabilities(run)
         kernel.bind_versions({pos: steady for pos in kernel.cached_inputs()})
-        run(data, weight, out)  # builds kernels, makes derived weights, faults pages in
-        runs[name] = run
-    backend.sync(device_id)
-    calls = {name: (lambda run=run: run(data, weight, out)) for name, run in runs.items()}
-    return median_seconds(calls, ROUNDS, sync=lambda: backend.sync(device_id))
+        sources[name] = sampler(functools.partial(run, data, weight, out),
+                                lambda: backend.sync(device_id))
+    return race(sources)
 
