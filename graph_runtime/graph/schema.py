@@ -201,6 +201,8 @@ def _detail(err: ValidationError, keyword: Any, value: Any) -> str:
     if keyword == "pattern":
         expected = expected_text or f"a string matching {rule}"
         return f"expected {expected}, got {brief(value)}"
+    if keyword == "minProperties":
+        return f"expected at least {rule} key{'s' if rule != 1 else ''}, got {brief(value)}"
     if keyword == "minLength":
         return f"expected at least {rule} characters, got {brief(value)}"
     return err.message

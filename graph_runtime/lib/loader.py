@@ -123,7 +123,13 @@ def check_schema(doc: Any, filename: str = "lib.json") -> None:
     except RecursionError as e:
         raise LibraryError(f"{filename}: JSON nested too deeply to check") from e
     if errors:
-        raise LibraryError(describe(jsonschema.exceptions.best_match(errors), doc, filename))
+        error = jsonschema.exceptions.best_match(errors)
+        message = describe(error, doc, filename)
+        if error.validator == "required" and len(error.absolute_path) == 2:
+            # NOTE: the schema reads a function without "ops" or "kernel" as the one-op form.
+            message += ('; a function is {"ops": [...]}, {"op": NAME, ...attrs} or '
+                        '{"kernel": {...}}')
+        raise LibraryError(message)
 
 
 def module_from_json(doc: Any, filename: str = "lib.json", schema_checked: bool = False) -> Module:

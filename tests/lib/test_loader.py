@@ -125,6 +125,9 @@ def test_devices_restriction_is_enforced(tmp_path: Path) -> None:
     ({"f": {"kernel": {"opencl": {"source": "x", "entry": "k"}}, "devices": ["cuda"]}},
      "$.functions.f.devices[0]", "'cuda' has no kernel source; this function has sources for: "
      "opencl"),
+    ({"f": {"description": "no body"}}, "$.functions.f", "missing key 'op'; required keys: op; "
+     'a function is {"ops": [...]}, {"op": NAME, ...attrs} or {"kernel": {...}}'),
+    ({"f": {"kernel": {}}}, "$.functions.f.kernel", "expected at least 1 key, got {}"),
     ({"f": {"op": "add", "num_inputs": 3}}, "$.functions.f",
      "num_inputs 3: 'add' always takes 2 input(s)"),
 ])
