@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import LibraryError
+from ..graph.model import json_value_error
 from ..graph.schema import describe, json_path, validator
 from .attrs import check_attrs
 from .chain import Chain, Step
@@ -104,7 +105,7 @@ def _load_json(path: Path) -> Module:
     except RecursionError as e:
         raise LibraryError(f"{path.name}: JSON nested too deeply to read") from e
     except ValueError as e:  # an integer of more than 4300 digits
-        raise LibraryError(f"{path.name}: not valid JSON: {str(e)[:120]}") from e
+        raise LibraryError(f"{path.name}: not valid JSON: {json_value_error(e)}") from e
     checked = schema_passed.passed(text)
     if not checked:
         check_schema(doc, path.name)
