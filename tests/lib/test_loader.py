@@ -128,6 +128,9 @@ def test_devices_restriction_is_enforced(tmp_path: Path) -> None:
     ({"f": {"description": "no body"}}, "$.functions.f", "missing key 'op'; required keys: op; "
      'a function is {"ops": [...]}, {"op": NAME, ...attrs} or {"kernel": {...}}'),
     ({"f": {"kernel": {}}}, "$.functions.f.kernel", "expected at least 1 key, got {}"),
+    ({"f": {"kernel": {"opencl": {"source": "x", "entry": "2x"}}}},
+     "$.functions.f.kernel.opencl.entry", "expected a C identifier (the __kernel function's "
+     'name), got "2x"'),
     ({"f": {"op": "add", "num_inputs": 3}}, "$.functions.f",
      "num_inputs 3: 'add' always takes 2 input(s)"),
 ])
