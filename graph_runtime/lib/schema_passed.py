@@ -14,8 +14,8 @@ from .. import settings
 from ..graph.schema import schema_text
 
 SCHEMA = "lib.schema.json"
-# The validator's own rules, beyond the schema's text (a change here invalidates old records):
-# graph/schema.py's strict "integer" refuses 64.0.
+# Rules the validator adds to the schema's text (graph/schema.py's strict "integer" refuses
+# 64.0): part of the key, so texts that passed under older rules are checked again.
 _RULES = b"strict integers"
 
 
