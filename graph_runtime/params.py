@@ -252,6 +252,8 @@ _MAX_DEFLATE_RATIO = 1032
 _NPZ_ERRORS = (ValueError, OSError, EOFError, KeyError, IndexError, TypeError, OverflowError,
                zipfile.BadZipFile, zlib.error, NotImplementedError, RuntimeError, MemoryError,
                struct.error, SyntaxError, tokenize.TokenError)
+# ... of which these come from the zip layer: a damaged or truncated file, not its arrays.
+_ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError)
 
 
 def _read_npz(file: Any, source: str, noun: str = "param") -> dict[str, np.ndarray]:
@@ -273,8 +275,12 @@ def _read_npz(file: Any, source: str, noun: str = "param") -> dict[str, np.ndarr
         raise ParamsError(f"{source}: {e}") from e
     except _NPZ_ERRORS as e:
         where = source if key is None else f"{source}: member {key!r}"
+        found = f"{type(e).__name__}: {str(e)[:200] or 'no details'}"
+        if isinstance(e, _ZIP_ERRORS):
+            raise ParamsError(f"{where}: cannot read the .npz's zip (damaged, truncated, or a "
+                              f"compression numpy does not read): {found}") from e
         raise ParamsError(f"{where}: expected a numpy .npz without pickled objects, "
-                          f"found {type(e).__name__}: {str(e)[:200]}") from e
+                          f"found {found}") from e
     return arrays
 
 

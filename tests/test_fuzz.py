@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from support import concrete_shape
+from support import backend_missing, concrete_shape
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "graphs"
@@ -39,10 +39,11 @@ MEMORY_CAP = 64 << 20  # create()'s memory cap for graphs that load
 HEAVY_BYTES = 512 << 20  # one case whose peak memory grows past this is a finding
 
 # Values that broke loaders before: wrong types, huge and negative numbers, long strings.
-HOSTILE = [None, True, False, 0, -1, 1, 2, 1.0, 0.5, -2 ** 63, 2 ** 31, 2 ** 40, 2 ** 63,
+HOSTILE = [None, True, False, 0, -1, 1, 2, 1.0, 64.0, 0.5, -2 ** 63, 2 ** 31, 2 ** 40, 2 ** 63,
            2 ** 64, 1e308, "", "0", "1", "x", "NaN", "-1", "1e9", "x" * 2000, [], {}, [0],
            [2 ** 40, 2 ** 40], [0, 2 ** 62], [[0, 0, 0]], {"op": "relu"}, ["list_int", [0]],
-           "float32", "__copy", "__nop", "dense", "conv2d"]
+           "float32", "__copy", "__nop", "dense", "conv2d", "n % 0", "n / (n - 100)",
+           "batch // 0", {"dim": "batch % (batch - 1)"}]
 # Text that JSON parsers choke on, spliced into the serialized document.
 HOSTILE_TEXT = ["[" * 5000, "9" * 5000, "NaN", "Infinity", "\"\\ud800\"", "\x00", "\xff",
                 "{\"a\": 1, \"a\": 2}", "1e999", "-0"]
@@ -98,9 +99,14 @@ def _near_miss(doc: Any, rng: random.Random) -> None:
     path = rng.choice(leaves)
     value = _get(doc, path)
     if isinstance(value, int) and not isinstance(value, bool):
-        new: Any = rng.choice([value - 1, value + 1, 0, 2 * value, value * 1000, -value])
+        # float(value): JSON Schema's "integer" takes 64.0; the loaders must not (issue 30)
+        new: Any = rng.choice([value - 1, value + 1, 0, 2 * value, value * 1000, -value,
+                               float(value)])
     elif isinstance(value, str) and value.isdigit():
         new = str(rng.choice([int(value) + 1, 0, int(value) * 1000]))
+    elif isinstance(value, str) and ("/" in value or "%" in value):
+        # A size expression: a divisor that is always 0, or 0 for KERNEL_GRAPH's n of 100.
+        new = rng.choice([f"{value} % 0", f"({value}) / (n - 100)"])
     else:
         new = _get(doc, rng.choice(leaves))
     _get(doc, path[:-1])[path[-1]] = new
@@ -154,13 +160,34 @@ def _graph_target() -> Callable[[random.Random], None]:
     return case
 
 
+# A raw OpenCL kernel and a graph calling it: mutations reach the size expressions, the count
+# and the launch checks at create (on PoCL where OpenCL is available).
+KERNEL_LIB = {"format": "graph_runtime.lib", "version": 1, "functions": {"twice": {"kernel": {
+    "opencl": {"source": "__kernel void twice(__global const float* x, __global float* y, "
+                         "int n) { int i = get_global_id(0); if (i < n) y[i] = 2.0f * x[i]; }",
+               "entry": "twice", "global_size": "(n + 63) / 64 * 64", "local_size": 64,
+               "count": "int32"}}}}}
+KERNEL_GRAPH = {
+    "nodes": [{"op": "null", "name": "x", "inputs": []},
+              {"op": "tvm_op", "name": "twice0", "inputs": [[0, 0, 0]],
+               "attrs": {"func_name": "twice", "num_inputs": "1", "num_outputs": "1",
+                         "flatten_data": "0"}}],
+    "arg_nodes": [0], "heads": [[1, 0, 0]], "node_row_ptr": [0, 1, 2],
+    "attrs": {"dltype": ["list_str", ["float32", "float32"]],
+              "shape": ["list_shape", [[100], [100]]], "storage_id": ["list_int", [0, 1]]}}
+
+
 def _lib_target() -> Callable[[random.Random], None]:
+    import numpy as np
+
     import graph_runtime as gr
     from graph_runtime.lib.loader import module_from_json
     docs = [json.loads((EXAMPLES / name / "lib.json").read_text()) for name in
-            ("mlp", "hetero_cnn")]
-    graphs = {id(docs[0]): EXAMPLES / "mlp" / "graph.json",
-              id(docs[1]): EXAMPLES / "hetero_cnn" / "graph.json"}
+            ("mlp", "hetero_cnn")] + [KERNEL_LIB]
+    graphs: dict[int, Any] = {id(docs[0]): EXAMPLES / "mlp" / "graph.json",
+                              id(docs[1]): EXAMPLES / "hetero_cnn" / "graph.json",
+                              id(KERNEL_LIB): KERNEL_GRAPH}
+    opencl = backend_missing("opencl") is None
 
     def case(rng: random.Random) -> None:
         seed = rng.choice(docs)
@@ -175,8 +202,14 @@ def _lib_target() -> Callable[[random.Random], None]:
             gr.load_module(path)
             return
         lib = module_from_json(doc)
-        gr.create(graphs[id(seed)], lib, gr.cpu(), memory_cap=MEMORY_CAP,
-                  allow_uninitialized=True)
+        if seed is not KERNEL_LIB:
+            gr.create(graphs[id(seed)], lib, gr.cpu(), memory_cap=MEMORY_CAP,
+                      allow_uninitialized=True)
+        elif opencl:
+            m = gr.create(KERNEL_GRAPH, lib, gr.opencl(), memory_cap=MEMORY_CAP)
+            m.set_input("x", np.ones(100, np.float32))
+            m.run()
+            m.get_output(0).numpy()
     return case
 
 

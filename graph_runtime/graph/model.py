@@ -5,6 +5,7 @@ import codecs
 import json
 import operator
 import os
+import re
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -395,7 +396,19 @@ def _parse_json(text: str | bytes, name: str) -> Any:
     except RecursionError as e:
         raise GraphError(f"{name}: not valid JSON: nested too deeply") from e
     except ValueError as e:  # duplicate keys, NaN, bad encoding, ints of thousands of digits
-        raise GraphError(f"{name}: not valid JSON: {e}") from e
+        raise GraphError(f"{name}: not valid JSON: {json_value_error(e)}") from e
+
+
+_LONG_INT = re.compile(r"Exceeds the limit \((\d+) digits\).*value has (\d+) digits")
+
+
+def json_value_error(e: ValueError) -> str:
+    """The reason of a ValueError from json.loads, for users: Python's limit on an integer's
+    digits suggests sys.set_int_max_str_digits(), a call no user of graphrun can make."""
+    match = _LONG_INT.search(str(e))
+    if match:
+        return f"an integer of {match[2]} digits (at most {match[1]})"
+    return str(e)[:200]
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -78,7 +78,8 @@ def _strict_validator() -> Any:
 
 
 @functools.lru_cache(maxsize=None)
-def _validator(name: str) -> Any:
+def validator(name: str) -> Any:
+    """The validator of schema file `name` whose integers are Python ints (2.0 is refused)."""
     return _strict_validator()(load_schema(name))
 
 
@@ -107,7 +108,7 @@ def schema_problems(doc: Any, schema_name: str, source: str, *,
     problems: list[GraphRuntimeError] = []
     seen: set[str] = set()
     wrong_tags: list[list[str | int]] = []
-    for count, err in enumerate(_validator(schema_name).iter_errors(doc)):
+    for count, err in enumerate(validator(schema_name).iter_errors(doc)):
         if count >= 20 * limit:  # mostly repeats (skipped below); stop rather than walk them all
             problems.append(error(f"{source}: stopped checking after {count} schema errors"))
             break
@@ -200,6 +201,8 @@ def _detail(err: ValidationError, keyword: Any, value: Any) -> str:
     if keyword == "pattern":
         expected = expected_text or f"a string matching {rule}"
         return f"expected {expected}, got {brief(value)}"
+    if keyword == "minProperties":
+        return f"expected at least {rule} key{'s' if rule != 1 else ''}, got {brief(value)}"
     if keyword == "minLength":
         return f"expected at least {rule} characters, got {brief(value)}"
     return err.message

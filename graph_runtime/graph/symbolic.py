@@ -52,6 +52,11 @@ def _parse(text: str) -> ast.expr:
         if not ok:
             raise DimError(f"dim {text!r}: {type(node).__name__} is not allowed; use names, ints "
                            "and + - * // %")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.FloorDiv, ast.Mod)) \
+                and not _names(node.right) and _eval(node.right, {}, text) == 0:
+            raise DimError(f"dim {text!r} divides by {ast.unparse(node.right)!r}, which is "
+                           "always 0")
     return tree
 
 
@@ -76,7 +81,11 @@ def names_in(dim: Any) -> list[str]:
     """The symbol names a dim refers to, in order of appearance."""
     if not isinstance(dim, str) or dim == UNKNOWN:
         return []
-    return list(dict.fromkeys(n.id for n in ast.walk(_parse(dim)) if isinstance(n, ast.Name)))
+    return _names(_parse(dim))
+
+
+def _names(node: ast.expr) -> list[str]:
+    return list(dict.fromkeys(n.id for n in ast.walk(node) if isinstance(n, ast.Name)))
 
 
 def evaluate(dim: Any, env: Mapping[str, int]) -> int:
@@ -100,7 +109,9 @@ def _eval(node: ast.expr, env: Mapping[str, int], text: str) -> int:
         left = _eval(node.left, env, text)
         right = _eval(node.right, env, text)
         if isinstance(node.op, (ast.FloorDiv, ast.Mod)) and right == 0:
-            raise DimError(f"dim {text!r}: division by zero")
+            bound = ", ".join(f"{n} = {env[n]}" for n in _names(node.right))
+            raise DimError(f"dim {text!r} divides by {ast.unparse(node.right)!r}, which is 0"
+                           + (f" for {bound}" if bound else ""))
         return _OPS[type(node.op)](left, right)
     raise DimError(f"dim {text!r}: cannot evaluate {type(node).__name__}")
 

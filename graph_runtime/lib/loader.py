@@ -13,14 +13,15 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import LibraryError
-from ..graph.schema import json_path, load_schema
+from ..graph.model import json_value_error
+from ..graph.schema import describe, json_path, validator
 from .attrs import check_attrs
 from .chain import Chain, Step
 from . import schema_passed
 from .library import Module
 from .registry import OPS, get_op, load_standard_ops
 from .source_kernel import SourceKernel, add_source_function
-from .symbolic_chain import SymbolicChain, is_symbolic_attr
+from .symbolic_chain import SymbolicChain, check_dim_attrs, is_symbolic_attr
 
 # Keys of an op entry that are not op attributes.
 _OP_KEYS = ("op", "num_inputs", "devices", "description")
@@ -89,17 +90,6 @@ def _load_py(path: Path) -> Module:
 
 # -- *.json ---------------------------------------------------------------------------------------
 
-_validator: Any = None
-
-
-def _schema_validator() -> Any:
-    global _validator
-    if _validator is None:
-        import jsonschema
-        _validator = jsonschema.Draft202012Validator(load_schema("lib.schema.json"))
-    return _validator
-
-
 def _load_json(path: Path) -> Module:
     try:
         text = path.read_bytes().decode("utf-8")
@@ -115,7 +105,7 @@ def _load_json(path: Path) -> Module:
     except RecursionError as e:
         raise LibraryError(f"{path.name}: JSON nested too deeply to read") from e
     except ValueError as e:  # an integer of more than 4300 digits
-        raise LibraryError(f"{path.name}: not valid JSON: {str(e)[:120]}") from e
+        raise LibraryError(f"{path.name}: not valid JSON: {json_value_error(e)}") from e
     checked = schema_passed.passed(text)
     if not checked:
         check_schema(doc, path.name)
@@ -126,16 +116,21 @@ def _load_json(path: Path) -> Module:
 
 
 def check_schema(doc: Any, filename: str = "lib.json") -> None:
-    """LibraryError naming filename and the JSON path where doc breaks lib.schema.json."""
+    """LibraryError naming filename and the JSON path where doc breaks lib.schema.json (an
+    integer must be written as one: 64.0 is refused, as TVM's JSON reader refuses it)."""
     import jsonschema
     try:
-        errors = list(_schema_validator().iter_errors(doc))
+        errors = list(validator("lib.schema.json").iter_errors(doc))
     except RecursionError as e:
         raise LibraryError(f"{filename}: JSON nested too deeply to check") from e
     if errors:
         error = jsonschema.exceptions.best_match(errors)
-        raise LibraryError(f"{filename} at {json_path(error.absolute_path)}: "
-                           f"{_schema_message(error)}")
+        message = describe(error, doc, filename)
+        if error.validator == "required" and len(error.absolute_path) == 2:
+            # NOTE: the schema reads a function without "ops" or "kernel" as the one-op form.
+            message += ('; a function is {"ops": [...]}, {"op": NAME, ...attrs} or '
+                        '{"kernel": {...}}')
+        raise LibraryError(message)
 
 
 def module_from_json(doc: Any, filename: str = "lib.json", schema_checked: bool = False) -> Module:
@@ -153,14 +148,6 @@ def module_from_json(doc: Any, filename: str = "lib.json", schema_checked: bool 
         else:
             _add_chain_function(lib, name, func, where)
     return lib
-
-
-def _schema_message(error: Any) -> str:
-    message = error.message
-    if error.validator == "additionalProperties":
-        allowed = sorted(error.schema.get("properties", {}))
-        message += "; allowed keys: " + ", ".join(allowed)
-    return message
 
 
 def function_from_json(name: str, func: Mapping[str, Any], where: str = "lib.json") -> Chain:
@@ -195,6 +182,7 @@ def _add_chain_function(lib: Module, name: str, func: Mapping[str, Any], where: 
     entries = func["ops"] if "ops" in func else [func]
     chain: Chain | SymbolicChain
     if any(is_symbolic_attr(v) for e in entries for v in e.values()):
+        check_dim_attrs(entries, where, "ops" in func)
         chain = SymbolicChain(name, entries,
                               lambda n, doc: function_from_json(n, doc, where))
     else:

@@ -14,12 +14,15 @@ from .. import settings
 from ..graph.schema import schema_text
 
 SCHEMA = "lib.schema.json"
+# Rules the validator adds to the schema's text (graph/schema.py's strict "integer" refuses
+# 64.0): part of the key, so texts that passed under older rules are checked again.
+_RULES = b"strict integers"
 
 
 def _marker(text: str) -> Path:
     digest = hashlib.sha256()
     digest.update(schema_text(SCHEMA).encode("utf-8"))
-    digest.update(b"\0")
+    digest.update(b"\0" + _RULES + b"\0")
     digest.update(text.encode("utf-8"))
     return settings.cache_dir() / "lib_schema" / digest.hexdigest()
 

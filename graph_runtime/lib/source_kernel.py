@@ -19,6 +19,7 @@ from ..backends import REGISTRY, get_backend
 from ..backends.base import Backend
 from ..device import Device
 from ..errors import LibraryError
+from .kernels.opencl.launch_checks import check_arguments, check_work_group
 from .library import Module, TensorSpec
 from .shapes import size_of
 
@@ -59,9 +60,17 @@ _MAX_EXPRESSION = 200
 
 
 def size_expression(value: int | str, where: str) -> Callable[[int], int]:
-    """fn(n) for an integer or an expression in n; parsed here, never run as code."""
-    if isinstance(value, int):
+    """fn(n) for an integer or an expression in n; parsed here, never run as code.
+
+    A divisor that is 0 is refused here when it is a constant, else by fn for the n that makes
+    it 0, with a LibraryError naming where, the expression, the divisor and n.
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
         return lambda n: value
+    if not isinstance(value, str):
+        # NOTE: a lib built in Python skips the schema; 64.0 reached len() here.
+        raise LibraryError(f"{where}: expected an integer such as 64 or an expression in n such "
+                           f"as \"(n + 63) / 64 * 64\", got {type(value).__name__} {value!r}")
     if len(value) > _MAX_EXPRESSION:
         raise LibraryError(f"{where}: size expression of {len(value)} characters; at most "
                            f"{_MAX_EXPRESSION}")
@@ -77,7 +86,11 @@ def size_expression(value: int | str, where: str) -> Callable[[int], int]:
         if isinstance(node, ast.BinOp) and type(node.op) in _SIZE_OPS:
             check(node.left)
             check(node.right)
-        elif isinstance(node, ast.Constant) and isinstance(node.value, int):
+            if type(node.op) in _DIVISIONS and not _uses_n(node.right) \
+                    and evaluate(node.right, 0) == 0:
+                raise LibraryError(f"{where}: size expression {value!r} divides by "
+                                   f"{ast.unparse(node.right)!r}, which is always 0")
+        elif isinstance(node, ast.Constant) and type(node.value) is int:
             pass
         elif not (isinstance(node, ast.Name) and node.id == "n"):
             raise LibraryError(f"{where}: size expression {value!r} may use only integers, n, "
@@ -85,7 +98,12 @@ def size_expression(value: int | str, where: str) -> Callable[[int], int]:
 
     def evaluate(node: ast.AST, n: int) -> int:
         if isinstance(node, ast.BinOp):
-            return _SIZE_OPS[type(node.op)](evaluate(node.left, n), evaluate(node.right, n))
+            left = evaluate(node.left, n)
+            right = evaluate(node.right, n)
+            if right == 0 and type(node.op) in _DIVISIONS:
+                raise LibraryError(f"{where}: size expression {value!r} divides by "
+                                   f"{ast.unparse(node.right)!r}, which is 0 for n = {n}")
+            return _SIZE_OPS[type(node.op)](left, right)
         if isinstance(node, ast.Constant):
             assert isinstance(node.value, int)  # check() let only ints through
             return node.value
@@ -93,6 +111,13 @@ def size_expression(value: int | str, where: str) -> Callable[[int], int]:
 
     check(tree)
     return lambda n: evaluate(tree, n)
+
+
+_DIVISIONS = (ast.Div, ast.FloorDiv, ast.Mod)
+
+
+def _uses_n(node: ast.AST) -> bool:
+    return any(isinstance(sub, ast.Name) for sub in ast.walk(node))
 
 
 _MAX_GROUP = 1024
@@ -128,7 +153,13 @@ class SourceKernel:
                                f"n = {n}: the global size may exceed the largest buffer "
                                f"({largest} elements) by at most one work-group (local at most "
                                f"{_MAX_GROUP})")
-        tail = [] if self.count is None else [np.dtype(self.count).type(n)]
+        tail = []
+        if self.count is not None:
+            info = np.iinfo(self.count)
+            if n > info.max:
+                raise LibraryError(f"{self.name}: the count n = {n} does not fit count "
+                                   f"{self.count!r} (at most {info.max}); use 'int64'")
+            tail.append(np.dtype(self.count).type(n))
         backend = get_backend(device)
         if self.kind == "opencl":
             return self._prepare_opencl(cast("OpenCLBackend", backend), device.device_id,
@@ -139,7 +170,11 @@ class SourceKernel:
     def _prepare_opencl(self, backend: OpenCLBackend, device_id: int, arrays: int, total: int,
                         group: int | None, tail: list[Any]) -> Callable[..., None]:
         import pyopencl as cl
-        program = backend.program(device_id, self.source, list(self.options), name=self.name)
+        options = list(self.options)
+        if "-cl-kernel-arg-info" not in options:
+            # NOTE: lets check_arguments read the declared argument types (metadata only).
+            options.append("-cl-kernel-arg-info")
+        program = backend.program(device_id, self.source, options, name=self.name)
         try:
             kernel = cl.Kernel(program, self.entry)
         except cl.Error as e:
@@ -150,6 +185,11 @@ class SourceKernel:
             raise LibraryError(f"{self.name}: kernel {self.entry!r} takes {kernel.num_args} "
                                f"arguments, but the node passes {want} ({arrays} arrays"
                                f"{' and the count n' if tail else ''})")
+        dev = backend.cl_device(device_id)
+        where = f"{self.name}: kernel {self.entry!r} on opencl:{device_id} ({dev.name.strip()})"
+        check_arguments(kernel, where, arrays, tail, self.count)
+        if total:
+            check_work_group(kernel, dev, where, total, group, options)
         queue = backend.queue(device_id)
         local = (group,) if group is not None else None
         subs: dict[tuple[int, int], Any] = {}
@@ -183,3 +223,4 @@ class SourceKernel:
                 with backend.scope(device_id):
                     kernel((grid,), (block,), (*arrays, *tail))
         return run
+

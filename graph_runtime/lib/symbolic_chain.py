@@ -10,7 +10,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..device import Device
 from ..errors import LibraryError
-from ..graph.symbolic import DimError, evaluate, names_in
+from ..graph.symbolic import UNKNOWN, DimError, check_dim, evaluate, names_in
 from .chain import Chain
 from .library import TensorSpec
 
@@ -24,6 +24,33 @@ def is_symbolic_attr(value: Any) -> bool:
     if isinstance(value, (list, tuple)):
         return any(is_symbolic_attr(v) for v in value)
     return False
+
+
+def check_dim_attrs(entries: Sequence[Mapping[str, Any]], where: str, chained: bool) -> None:
+    """LibraryError naming the JSON path of a `{"dim": ...}` that holds no int or readable
+    expression ('?' too: no producer decides an attr); chained: entries are where's "ops"."""
+    for k, entry in enumerate(entries):
+        at = f"{where}.ops[{k}]" if chained else where
+        for key, value in entry.items():
+            for path, dim in _dim_values(value, f"{at}.{key}"):
+                if isinstance(dim, int) and not isinstance(dim, bool):
+                    continue
+                if not isinstance(dim, str):
+                    problem = f"expected an int or an expression such as \"seq*4\", got {dim!r}"
+                elif dim == UNKNOWN:
+                    problem = "'?' has no value here; name the dim (\"seq\") instead"
+                else:
+                    problem = check_dim(dim) or ""
+                if problem:
+                    raise LibraryError(f"{path}: {problem}")
+
+
+def _dim_values(value: Any, path: str) -> list[tuple[str, Any]]:
+    if isinstance(value, Mapping) and set(value) == {"dim"}:
+        return [(f"{path}.dim", value["dim"])]
+    if isinstance(value, (list, tuple)):
+        return [found for i, v in enumerate(value) for found in _dim_values(v, f"{path}[{i}]")]
+    return []
 
 
 def _substitute(value: Any, env: Mapping[str, int]) -> Any:

@@ -418,8 +418,11 @@ class Executor:
                 for fn, args in self._calls:
                     fn(*args)
                     done += 1
-            except GraphRuntimeError:
-                raise
+            except GraphRuntimeError as e:
+                named = self._named(self._call_steps[done], e)
+                if named is e:
+                    raise
+                raise named from e
             except Exception as e:
                 raise self._failed(self._call_steps[done], e) from e
 
@@ -427,6 +430,14 @@ class Executor:
         """The one error a kernel's own exception becomes, naming the node (wrapped once)."""
         return LibraryError(f"{self.graph.source}: {step.label} ({step.func_name} on "
                             f"{step.device}) failed: {type(e).__name__}: {e}")
+
+    def _named(self, step: PreparedCall, e: GraphRuntimeError) -> GraphRuntimeError:
+        """A kernel's refusal at run (a data check: an index out of range) with its node named,
+        or e itself when it names the node already."""
+        if step.label in str(e):
+            return e
+        return type(e)(f"{self.graph.source}: {step.label} ({step.func_name} on {step.device}): "
+                       f"{e}")
 
     def sync(self) -> None:
         """Wait for every device this graph uses."""
@@ -447,8 +458,11 @@ class Executor:
             try:
                 step.fn(*step.args)
                 backend.sync(step.device.device_id)
-            except GraphRuntimeError:
-                raise
+            except GraphRuntimeError as e:
+                named = self._named(step, e)
+                if named is e:
+                    raise
+                raise named from e
             except Exception as e:
                 raise self._failed(step, e) from e
             if timer is not None:

@@ -212,10 +212,13 @@ class Specializer:
         for axis, (want, got) in enumerate(zip(declared, shape)):
             if want == UNKNOWN:
                 continue
+            if any(name not in env for name in names_in(want)):
+                continue  # a name only data decides (bound nowhere): the rule's value stands
             try:
                 value = evaluate(want, env)
-            except DimError:
-                continue  # a name only data decides (bound nowhere): the rule's value stands
+            except DimError as e:  # a divisor that is 0 for these shapes
+                raise GraphError(self._conflict(node, env, f"output eid {eid} dim {axis}: "
+                                                f"{e}")) from e
             if value != got:
                 raise GraphError(self._conflict(
                     node, env, f"output eid {eid} dim {axis} is {got} but the graph declares "

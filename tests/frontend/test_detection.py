@@ -117,3 +117,17 @@ def test_roi_align_against_onnx_reference(mode: str, ctm: str) -> None:
     (want,) = ReferenceEvaluator(m).run(None, feeds)
     (got,) = run_ours(m, feeds, "cpu")
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("bad", [2, -1])
+def test_roi_align_batch_index_out_of_range_is_refused_at_run(bad: int) -> None:
+    x = np.zeros((2, 1, 4, 4), np.float32)
+    rois = np.array([[0, 0, 2, 2], [1, 1, 3, 3], [0, 0, 1, 1]], np.float32)
+    node = helper.make_node("RoiAlign", ["x", "rois", "idx"], ["y"], output_height=2,
+                            output_width=2)
+    m = model([node], [tensor("x", F32, x.shape), tensor("rois", F32, rois.shape),
+                       tensor("idx", I64, (3,))], [tensor("y", F32, None)], opset=16)
+    with pytest.raises(GraphRuntimeError, match=rf"node \d+ '\w+roi_align' .*: row 1 of "
+                                                rf"batch_indices is {bad}, but X has batch size "
+                                                r"2; expected indices in \[0, 2\)"):
+        run_ours(m, {"x": x, "rois": rois, "idx": np.array([1, bad, 0], np.int64)}, "cpu")

@@ -143,6 +143,8 @@ def test_sources_text_bytes_path_and_pathlike(tmp_path: Any) -> None:
     ('{"nodes": NaN}', "NaN is not a JSON number"),
     ("{" + "[" * 100000 + "]" * 100000 + "}", "not valid JSON"),
     (b"\xff\xfe{", "not valid JSON"),
+    ('{"nodes": ' + "9" * 5000 + "}", "<graph>: not valid JSON: an integer of 5000 digits (at most "
+     "4300)"),
     ("/no/such/graph.json", "/no/such/graph.json: cannot read the graph file: No such file"),
     (12, "expected a graph as JSON text, bytes, a dict or a path, got int"),
     ({"nodes": {1, 2}}, "not JSON data: a value of type set is not JSON data"),

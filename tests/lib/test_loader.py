@@ -107,23 +107,30 @@ def test_devices_restriction_is_enforced(tmp_path: Path) -> None:
     ({"f": {"ops": [{"op": "multiply"}, {"op": "relux"}]}}, "$.functions.f.ops[1]",
      "unknown op 'relux'; known ops: abs, "),
     ({"f": {"ops": [{"op": "relu"}, {"opx": "relu"}]}}, "$.functions.f.ops[1]",
-     "'op' is a required property"),
+     "missing key 'op'; required keys: op"),
     ({"f": {"op": "transpose", "axis": [1, 0]}}, "$.functions.f",
      "transpose: unknown attribute 'axis'; it accepts: axes"),
-    ({"f": {"ops": [], "devices": ["cpu"]}}, "$.functions.f.ops", "should be non-empty"),
+    ({"f": {"ops": [], "devices": ["cpu"]}}, "$.functions.f.ops",
+     "expected at least 1 items, got 0"),
     ({"f": {"op": "relu", "devices": ["cpu", "gpu"]}}, "$.functions.f.devices[1]",
-     "'gpu' is not one of ['cpu', 'cuda', 'opencl']"),
+     'expected one of cpu, cuda, opencl, got "gpu"'),
     ({"f": {"ops": [{"op": "relu"}], "extra": 1}}, "$.functions.f",
-     "'extra' was unexpected); allowed keys: description, devices, ops"),
+     "unknown key 'extra'; allowed keys: ops, devices, description"),
     ({"f": {"kernel": {"opencl": {"source": "x"}}}}, "$.functions.f.kernel.opencl",
-     "'entry' is a required property"),
+     "missing key 'entry'; required keys: source, entry"),
     ({"f": {"kernel": {"metal": {"source": "x", "entry": "k"}}}}, "$.functions.f.kernel",
-     "'metal' was unexpected"),
+     "unknown key 'metal'; allowed keys: opencl, cuda"),
     ({"f": {"kernel": {"opencl": {"source": "x", "entry": "k", "global_size": "n ** 2"}}}},
      "$.functions.f.kernel.opencl.global_size", "may use only integers, n"),
     ({"f": {"kernel": {"opencl": {"source": "x", "entry": "k"}}, "devices": ["cuda"]}},
      "$.functions.f.devices[0]", "'cuda' has no kernel source; this function has sources for: "
      "opencl"),
+    ({"f": {"description": "no body"}}, "$.functions.f", "missing key 'op'; required keys: op; "
+     'a function is {"ops": [...]}, {"op": NAME, ...attrs} or {"kernel": {...}}'),
+    ({"f": {"kernel": {}}}, "$.functions.f.kernel", "expected at least 1 key, got {}"),
+    ({"f": {"kernel": {"opencl": {"source": "x", "entry": "2x"}}}},
+     "$.functions.f.kernel.opencl.entry", "expected a C identifier (the __kernel function's "
+     'name), got "2x"'),
     ({"f": {"op": "add", "num_inputs": 3}}, "$.functions.f",
      "num_inputs 3: 'add' always takes 2 input(s)"),
 ])
@@ -139,11 +146,11 @@ def test_json_errors_give_json_path(tmp_path: Path, functions: dict[str, Any], w
 
 def test_json_top_level_errors(tmp_path: Path) -> None:
     path = _write_json(tmp_path, {}, extra=1)
-    with pytest.raises(LibraryError, match=r"lib.json at \$: Additional properties .*'extra'.*"
-                                           "allowed keys: description, format, functions"):
+    with pytest.raises(LibraryError, match=r"lib.json at \$: unknown key 'extra'; allowed keys: "
+                                           "format, version, description, functions"):
         load_module(path)
     path.write_text('{"format": "graph_runtime.lib", "version": 2, "functions": {}}')
-    with pytest.raises(LibraryError, match=r"lib.json at \$.version: 1 was expected"):
+    with pytest.raises(LibraryError, match=r"lib.json at \$.version: expected 1, got 2"):
         load_module(path)
     path.write_text('{"format": ')
     with pytest.raises(LibraryError, match="lib.json: not valid JSON at line 1"):
@@ -165,7 +172,8 @@ def test_standard_module_has_every_op_for_every_backend() -> None:
 @pytest.mark.parametrize("content, message", [
     (b'{"format": "graph_runtime.lib", \xff}', r"lib.json: not UTF-8 text \(byte 32"),
     (b"[" * 100_000, r"lib.json: (JSON nested too deeply|not valid JSON)"),
-    (b'{"version": ' + b"9" * 5000 + b"}", r"lib.json: not valid JSON"),
+    (b'{"version": ' + b"9" * 5000 + b"}",
+     r"lib.json: not valid JSON: an integer of 5000 digits \(at most 4300\)$"),
 ])
 def test_unreadable_lib_json_is_a_library_error(tmp_path: Path, content: bytes,
                                                 message: str) -> None:
@@ -175,9 +183,24 @@ def test_unreadable_lib_json_is_a_library_error(tmp_path: Path, content: bytes,
         load_module(path)
 
 
-def test_num_inputs_must_be_an_int_not_a_float(tmp_path: Path) -> None:
-    path = _write_json(tmp_path, {"cat": {"ops": [{"op": "concatenate", "num_inputs": 1.0}]}})
-    with pytest.raises(LibraryError, match=r"ops\[0\]: num_inputs 1\.0: expected an integer"):
+@pytest.mark.parametrize("functions, where, expected", [
+    ({"cat": {"ops": [{"op": "concatenate", "num_inputs": 1.0}]}},
+     r"\.functions\.cat\.ops\[0\]\.num_inputs", "a count"),
+    # issue 30: JSON Schema's "integer" takes 64.0, which then reached len() (a TypeError)
+    ({"k": {"kernel": {"opencl": {"source": "x", "entry": "k", "local_size": 64.0}}}},
+     r"\.functions\.k\.kernel\.opencl\.local_size", "a work-group size"),
+    ({"k": {"kernel": {"cuda": {"source": "x", "entry": "k", "global_size": 64.0}}}},
+     r"\.functions\.k\.kernel\.cuda\.global_size", "a work size"),
+])
+def test_integers_must_be_ints_not_floats(tmp_path: Path, functions: dict[str, Any], where: str,
+                                          expected: str) -> None:
+    path = _write_json(tmp_path, functions)
+    with pytest.raises(LibraryError, match=rf"lib.json at \${where}: expected {expected} .*, got "
+                                           r"number (1|64)\.0$"):
+        load_module(path)
+    path = _write_json(tmp_path, {}, version=1.0)
+    with pytest.raises(LibraryError, match=r"lib.json at \$.version: expected integer, got "
+                                           r"number 1\.0"):
         load_module(path)
 
 
@@ -222,3 +245,20 @@ def test_a_lib_json_that_passed_the_schema_is_not_checked_again(
     with pytest.raises(LibraryError, match="functions"):
         load_module(path)
     assert checked == ["lib.json", "lib.json"]
+
+
+@pytest.mark.parametrize("dim, message", [
+    ("seq % 0", "dim 'seq % 0' divides by '0', which is always 0"),
+    ("seq seq", "dim 'seq seq': not an expression"),
+    ("?", "'?' has no value here"),
+    (None, "expected an int or an expression such as \"seq*4\", got None"),
+    (["seq"], "got ['seq']"),
+])
+def test_symbolic_attrs_are_checked_at_load(tmp_path: Path, dim: Any, message: str) -> None:
+    path = _write_json(tmp_path, {"r": {"ops": [{"op": "reshape",
+                                                 "newshape": [1, {"dim": dim}]}]}})
+    with pytest.raises(LibraryError) as info:
+        load_module(path)
+    text = str(info.value)
+    assert text.startswith("lib.json at $.functions.r.ops[0].newshape[1].dim: "), text
+    assert message in text, text

@@ -129,3 +129,17 @@ def test_share_params_binds_the_other_modules_arrays() -> None:
     with pytest.raises(GraphError, match="needs a SymbolicGraphModule to share with, got "
                                          "GraphModule"):
         second.share_params(second.specialised(), blob)
+
+
+def test_a_zero_divisor_in_a_dim_names_the_entry_or_the_dims_that_make_it() -> None:
+    with pytest.raises(GraphError, match=r"at \$\.attrs\.shape\[1\]\[4\]: node 4 'dense0' entry "
+                                         r"4:0 \(eid 4\): dim 'batch // \(3 - 3\)' divides by "
+                                         r"'3 - 3', which is always 0"):
+        gr.create(dense_graph(out_dim="batch // (3 - 3)"))
+    m = gr.create(dense_graph(out_dim="batch % (batch - 2)"))
+    m.load_params({"w": np.ones((3, 4), np.float32)})
+    with pytest.raises(GraphError, match=r"node 4 'dense0' \(dense\) cannot take these input "
+                                         r"shapes \(batch=2\): output eid 4 dim 0: dim 'batch % "
+                                         r"\(batch - 2\)' divides by 'batch - 2', which is 0 for "
+                                         r"batch = 2"):
+        m.run(x=np.ones((2, 4), np.float32), y=np.ones((2, 3), np.float32))

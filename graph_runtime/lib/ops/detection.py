@@ -161,12 +161,22 @@ def _axis_samples(start: float, size: float, bins: int, grid: int, extent: int
     return low, high, 1.0 - frac, frac, inside
 
 
+def _check_batch_indices(index: np.ndarray, batch: int) -> None:
+    """The rows' batch indices lie in [0, batch): data decides them, so this runs each call."""
+    bad = (index < 0) | (index >= batch)
+    if bad.any():
+        row = int(np.argmax(bad))
+        raise op_error("roi_align", f"row {row} of batch_indices is {int(index[row])}, but X has "
+                                    f"batch size {batch}; expected indices in [0, {batch})")
+
+
 def _cpu_roi_align(backend: Any, device_id: int, inputs: Sequence[TensorSpec],
                    outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     mode, out_h, out_w, sampling, scale, half_pixel = _roi_params(attrs)
     height, width = inputs[0].shape[2:]
 
     def run(x: Any, rois: Any, index: Any, out: Any) -> None:
+        _check_batch_indices(index, x.shape[0])
         shift = 0.5 if half_pixel else 0.0
         for n in range(rois.shape[0]):
             x0, y0, x1, y1 = (float(v) * scale - shift for v in rois[n])
