@@ -287,8 +287,9 @@ def scatter_constant_indices() -> tuple:
 PATTERNS: dict[str, Callable[[], tuple]] = {
     f.__name__: f for f in (conv_bn_relu, depthwise_clip_same, conv_dilated_1d, conv_transpose,
                             gemm_variants, matmul_broadcast, norms, softmax_old_axis, pools,
-                            efficientnet_pooler, resize_modes, elementwise_math, activations, where_compare_cast,
-                            shape_ops, gather_embedding, reductions, topk_cumsum_einsum,
+                            efficientnet_pooler, resize_modes, elementwise_math, activations,
+                            where_compare_cast, shape_ops, gather_embedding, reductions,
+                            topk_cumsum_einsum,
                             attention_einsum, gather_nd_onehot_hardmax, losses,
                             narrow_integers, pads_and_int64_division,
                             quantize_lppool_compress, scatter_constant_indices)}
