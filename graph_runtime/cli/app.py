@@ -111,8 +111,9 @@ def _exit_now(code: Any) -> None:
 @graph_argument
 @stack(job_options, expected_option, tolerance_options)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), metavar="OUT.npz",
-              help="Save the outputs (keys output_0, output_1, ...) as .npz or, for a .params "
-                   "file, TVM's param dict.")
+              help="Save the outputs as .npz or, for a .params file, TVM's param dict: keys "
+                   "output_0, output_1, ..., or the output names a graph declares (an "
+                   "imported model's: logits, ...).")
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
               help="Time this many runs after a warm-up run (device-synchronised).")
 @json_option
@@ -133,7 +134,7 @@ def run(ctx: click.Context, graph: str, rtol: float, atol: float, output: str | 
           --params examples/graphs/mlp/params --input data=data.npy -o out.npz --json
     """
     from ..params import save_params_file
-    from .job import benchmark, compare, expected_outputs, output_names
+    from .job import benchmark, compare, expected_outputs, output_keys, output_names
     from .output import run_summary, run_text
     if output is not None and os.path.splitext(output)[1].lower() not in (".npz", ".params"):
         raise click.BadParameter(f"{output}: write outputs as OUT.npz (numpy) or OUT.params "
@@ -149,10 +150,11 @@ def run(ctx: click.Context, graph: str, rtol: float, atol: float, output: str | 
     names = output_names(job.graph)
     comparisons = None
     if job.files.expected is not None:
-        comparisons = compare(outputs, expected_outputs(job.files.expected, names), names,
+        comparisons = compare(outputs, expected_outputs(job.files.expected, names,
+                                                        job.graph.node_output_names), names,
                               rtol, atol)
     if output is not None:
-        save_params_file(output, {f"output_{i}": value for i, value in enumerate(outputs)})
+        save_params_file(output, dict(zip(output_keys(job.graph), outputs)))
     doc = run_summary(job, outputs, timing, comparisons, rtol, atol)
     doc["saved"] = output
     if as_json:
@@ -192,7 +194,9 @@ def compare_cmd(ctx: click.Context, graph: str, rtol: float, atol: float, junit:
     job = job_from_options(graph, **opts)
     outputs = job.run()
     names = output_names(job.graph)
-    comparisons = compare(outputs, expected_outputs(job.files.expected, names), names, rtol, atol)
+    comparisons = compare(outputs, expected_outputs(job.files.expected, names,
+                                                    job.graph.node_output_names),
+                          names, rtol, atol)
     suite = (job.files.folder or job.files.graph).stem
     if junit is not None:
         write_junit(junit, f"graphrun compare {suite}",

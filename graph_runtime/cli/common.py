@@ -85,7 +85,8 @@ inputs_options = [
 ]
 expected_option = click.option("--expected", type=click.Path(dir_okay=False),
                                metavar="EXPECTED.npz",
-                               help="Expected outputs (keys output_0, ... or output names).")
+                               help="Expected outputs (keys output_0, ..., or output names: a "
+                                    "model's own, e.g. logits, or the head node's).")
 def _tolerance(ctx: click.Context, param: click.Parameter, value: float) -> float:
     from .job import tolerance_problem
     problem = tolerance_problem(value)

@@ -94,6 +94,7 @@ def import_cmd(model: str, out_dir: str, shapes: tuple[str, ...], reference: boo
     from ..frontend.importer import import_onnx
     from ..frontend.onnx_model import load_model
     from ..graph.model import Graph
+    from .job import output_keys
     given = _parse_shapes(shapes)
     proto, _ = load_model(model)
     result = import_onnx(proto, given, name=Path(model).name, base_dir=Path(model).parent,
@@ -108,7 +109,8 @@ def import_cmd(model: str, out_dir: str, shapes: tuple[str, ...], reference: boo
         inputs = reference_inputs(result, proto, seed)
         expected = onnxruntime_outputs(proto, inputs, result.output_names)
         files["inputs.npz"] = inputs
-        files["expected.npz"] = {f"output_{i}": v for i, v in enumerate(expected)}
+        keys = output_keys(Graph.from_json(result.graph_json))
+        files["expected.npz"] = dict(zip(keys, expected))
     write_folder(Path(out_dir), files, force)
     click.echo(result.summary())
     click.echo(f"wrote {out_dir}: " + ", ".join(files))

@@ -144,8 +144,9 @@ def graph_info(files: Any, devices: Sequence[Device]) -> dict[str, Any]:
         "signature": ("; ".join(f"{r['name']}: {format_shape(r['shape'])} {r['dtype']}"
                                 for r in arg_rows(graph, data)) if graph.is_symbolic else None),
         "inputs": arg_rows(graph, data), "params": arg_rows(graph, param_args),
-        "outputs": [{"index": i, "name": name, "shape": shape, "dtype": dtype}
-                    for i, (name, (shape, dtype)) in enumerate(zip(output_names(graph), shapes))],
+        "outputs": [{"index": i, "name": name, "node": node, "shape": shape, "dtype": dtype}
+                    for i, (name, node, (shape, dtype)) in enumerate(
+                        zip(output_names(graph), graph.node_output_names, shapes))],
         "functions": func_counts(graph),
         "cuts": cut_lines(graph, files.lib),
         "kernels_per_device": {d.spec: n for d, n in report.kernels_per_device(graph).items()},
@@ -197,8 +198,8 @@ def info_text(doc: dict[str, Any]) -> str:
                            [[r["name"], shape_text(r["shape"]), r["dtype"], fmt_bytes(r["bytes"])]
                             for r in rows]) if rows else "  none")
     lines.append(f"outputs ({len(doc['outputs'])})")
-    lines.append(table(["#", "name", "shape", "dtype"],
-                       [[o["index"], o["name"], shape_text(o["shape"]), o["dtype"]]
+    lines.append(table(["#", "name", "node", "shape", "dtype"],
+                       [[o["index"], o["name"], o["node"], shape_text(o["shape"]), o["dtype"]]
                         for o in doc["outputs"]]))
     if doc.get("cuts"):
         lines.append(f"cuts      {len(doc['cuts'])} (the graph runs in segments cut at "

@@ -190,12 +190,16 @@ def random_array(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -
 
 
 def output_names(graph: Graph) -> list[str]:
-    """A name per output: its head node's name (TVM does not name outputs), ':i' when needed."""
-    names = []
-    for nid, index, *_ in graph.heads:
-        node = graph.nodes[nid]
-        names.append(node.name if node.num_outputs == 1 else f"{node.name}:{index}")
-    return names
+    """A name per output: the graph's declared names (an imported model's own,
+    docs/output_names.md), else its head node's name (as TVM names outputs), ':i' when needed."""
+    return list(graph.output_names)
+
+
+def output_keys(graph: Graph) -> list[str]:
+    """The key of each output in the .npz files graphrun writes: its declared name, else
+    output_<i>."""
+    declared = graph.declared_output_names
+    return declared if declared is not None else [f"output_{i}" for i in range(len(graph.heads))]
 
 
 @dataclass
@@ -249,20 +253,25 @@ class Comparison:
     problem: str = ""  # why it cannot be compared (shape or dtype differ), else empty
 
 
-def expected_outputs(path: Path, names: Sequence[str]) -> list[np.ndarray]:
-    """Expected value per output from an .npz: key output_<i> (as examples/ write) or the name."""
+def expected_outputs(path: Path, names: Sequence[str],
+                     aliases: Sequence[str] = ()) -> list[np.ndarray]:
+    """Expected value per output from an .npz: key output_<i> (as examples/ write), the output's
+    name, or its alias (TVM's head node name, for a graph that declares names); a key that is
+    another output's name means that output."""
     if not path.is_file():
         raise ParamsError(f"--expected {path}: no such file")
     arrays = load_params_file(path, "expected values")
     result = []
     for i, name in enumerate(names):
-        for key in (f"output_{i}", name):
-            if key in arrays:
-                result.append(arrays[key])
-                break
-        else:
+        keys = [f"output_{i}", name] + ([aliases[i]] if i < len(aliases) else [])
+        keys = [k for j, k in enumerate(keys) if j == 1 or k not in names]
+        keys = list(dict.fromkeys(keys))
+        found = next((k for k in keys if k in arrays), None)
+        if found is None:
+            tried = " or ".join(repr(k) for k in keys)
             raise ParamsError(f"--expected {path}: no array for output {i} {name!r} (key "
-                              f"'output_{i}' or {name!r}); it has: {', '.join(arrays) or 'none'}")
+                              f"{tried}); it has: {', '.join(arrays) or 'none'}")
+        result.append(arrays[found])
     return result
 
 

@@ -173,8 +173,8 @@ def run_case(case: Case, devices: tuple[str, ...]) -> CaseResult:
         job = job_from_files(files, ctxs, seed=case.seed, strict=case.strict)
         outputs = job.run()
         names = output_names(job.graph)
-        comparisons = compare(outputs, expected_outputs(case.expected, names), names,
-                              case.rtol, case.atol)
+        expected = expected_outputs(case.expected, names, job.graph.node_output_names)
+        comparisons = compare(outputs, expected, names, case.rtol, case.atol)
     except GraphRuntimeError as e:
         return CaseResult(case, devices, "error", str(e), time.perf_counter() - start)
     bad = [c for c in comparisons if not c.ok]

@@ -233,5 +233,5 @@ def graph_module_run(gm: Any) -> None:
 
 
 @_reg("graph_module_get_output")
-def graph_module_get_output(gm: Any, index: int) -> Any:
+def graph_module_get_output(gm: Any, index: int | str) -> Any:
     return gm.get_output(index)

@@ -89,8 +89,9 @@ class DGraphModule(DRef):
     def run(self) -> None:
         self.session._method("runtime.disco.graph_module_run")(self)
 
-    def get_output(self, index: int) -> DRef:
-        """Output index on every worker (NDArray registers, usable by copy_from_worker_0)."""
+    def get_output(self, index: int | str) -> DRef:
+        """Output index (or name: a declared one, or its head node's) on every worker (NDArray
+        registers, usable by copy_from_worker_0)."""
         return self.session._method("runtime.disco.graph_module_get_output")(self, index)
 
 

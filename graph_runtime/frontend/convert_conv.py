@@ -189,6 +189,14 @@ def pool(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
         include = True
         x = b.op("multiply", x, x) if p == 2 else \
             b.op("power", b.op("abs", x), b.scalar(float(p), x))
+    for i in range(nd):
+        span = (kernel[i] - 1) * dilations[i] + 1
+        padded = x.shape[2 + i] + pads[i] + pads[nd + i]
+        if not ceil and span > padded:
+            raise Unsupported(f"ceil_mode=0 with a window spanning {span} on axis {2 + i} but "
+                              f"the padded input has only {padded}: ONNX's formula floors to "
+                              "no window (ONNX Runtime truncates toward zero and may pool one); "
+                              "with ceil_mode=1 the window pools what it covers")
     want = [_pool_out(x.shape[2 + i], kernel[i], strides[i], dilations[i], pads[i],
                       pads[nd + i], ceil) for i in range(nd)]
     if x.rank == 3:

@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..graph.model import Graph
+from ..graph.model import Graph, usable_output_names
 from .ir import Unsupported
 from .onnx_model import np_dtype
 from .symbolic_import import SHAPE_SLOTS
@@ -93,7 +93,8 @@ def deferred_documents(model: Any, shapes: Mapping[str, Sequence[int]],
                           "per input value")
     entry_shapes += [["?"] * len(s) for s in out_shapes]
     graph = Graph.build(nodes, [[len(inputs), k, 0] for k in range(outs)], shapes=entry_shapes,
-                        dtypes=dtypes)
+                        dtypes=dtypes,
+                        output_names=usable_output_names([o.name for o in model.graph.output]))
     function = {"op": "onnx_region",
                 "model": base64.b64encode(model.SerializeToString()).decode("ascii"),
                 "value_inputs": [k for k, i in enumerate(inputs) if i.name in values]}

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..device import cpu
 from ..errors import FrontendError, GraphError, LibraryError
-from ..graph.model import Graph, entry_bytes
+from ..graph.model import Graph, entry_bytes, usable_output_names
 from ..lib.library import TensorSpec
 from ..lib.loader import function_from_json
 from ..planner.storage_plan import plan_storage
@@ -138,7 +138,7 @@ def emit(lowered: Lowered, description: str) -> Emitted:
             specs.append((v.shape, v.dtype))
     heads = [list(out_entry[id(v)]) + [0] for v in outputs]
 
-    graph = _graph(nodes, heads, specs)
+    graph = _graph(nodes, heads, specs, usable_output_names(lowered.output_names))
     graph_doc = graph.to_dict()
     lib_doc = {"format": "graph_runtime.lib", "version": 1, "description": description,
                "functions": lib_functions}
@@ -147,11 +147,12 @@ def emit(lowered: Lowered, description: str) -> Emitted:
 
 
 def _graph(nodes: list[dict[str, Any]], heads: list[list[int]],
-           specs: list[tuple[tuple[int, ...], str]]) -> Graph:
-    """The graph through Graph.build, with its storage planned by liveness on the CPU."""
+           specs: list[tuple[tuple[int, ...], str]], output_names: list[str] | None) -> Graph:
+    """The graph through Graph.build, with its storage planned by liveness on the CPU and the
+    model's output names kept (metadata.output_names, docs/output_names.md)."""
     try:
         graph = Graph.build(nodes, heads, shapes=[shape for shape, _ in specs],
-                            dtypes=[dtype for _, dtype in specs])
+                            dtypes=[dtype for _, dtype in specs], output_names=output_names)
         sizes = [entry_bytes(shape, dtype) for shape, dtype in specs]
         plan = plan_storage(graph, sizes, [cpu(0)] * len(specs))
         return graph.with_columns(storage_id=plan.storage_ids)

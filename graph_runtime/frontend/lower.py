@@ -163,7 +163,7 @@ class _Walk:
     """Lowers nodes in order into env; an If with a constant condition lowers its branch."""
 
     def __init__(self, ctx: Context, env: dict[str, Value | None],
-                 problems: dict[str, list[str]], expected: Mapping[str, tuple], model: Any,
+                 problems: dict[str, list[str]], expected: dict[str, tuple], model: Any,
                  lowered: Lowered, opsets: Mapping[str, int]) -> None:
         self.ctx = ctx
         self.env = env
@@ -201,6 +201,8 @@ class _Walk:
                 self.branch(node, args[0].const)
                 return
             outs = _lower_node(self.ctx, node, args, self.model, self.lowered, self.expected)
+            if node.op_type in ("MaxPool", "AveragePool") and int(node.attr("ceil_mode", 0)):
+                self.forget_inferred(node, outs)
             _check_outputs(node, outs, self.expected)
         except NeedsValue as e:
             key = f"{node.op_type}: {e}"
@@ -224,6 +226,20 @@ class _Walk:
                     self.lowered.consts[name] = out_value.const
                 elif out_value is not None:
                     self.lowered.computed.add(name)
+
+    def forget_inferred(self, node: OnnxNode, outs: Sequence[Value | None]) -> None:
+        """Stop checking the inferred shapes from a ceil_mode pool on where they disagree with
+        ours: onnx's shape inference (1.23) keeps a last window that would start in the end
+        padding, which ONNX's operator text and ONNX Runtime drop (as the converter does), and
+        its shapes downstream carry that window."""
+        from .convert_data_dependent import downstream
+        for name, value in zip(node.outputs, outs):
+            known = self.expected.get(name)
+            if value is None or known is None or tuple(known[0]) == tuple(value.shape):
+                continue
+            for stale in downstream(self.model, [name]):
+                self.expected.pop(stale, None)
+                self.ctx.expected.pop(stale, None)
 
     def branch(self, node: OnnxNode, condition: np.ndarray) -> None:
         """The taken branch's nodes, as if they stood in the graph (its outer reads resolve)."""

@@ -49,7 +49,16 @@ def matches_schema(doc: Any) -> bool:
             and type(heads) is list and len(heads) > 0 and all(map(_is_entry_ref, heads))
             and type(row_ptr) is list and len(row_ptr) > 0
             and all(_is_int(p, 0, None) for p in row_ptr)
-            and _is_graph_attrs(doc["attrs"]))
+            and _is_graph_attrs(doc["attrs"]) and _is_metadata(doc.get("metadata")))
+
+
+def _is_metadata(value: Any) -> bool:
+    """Free-form, but an object's output_names is a list of names (docs/output_names.md)."""
+    if type(value) is not dict or "output_names" not in value:
+        return True
+    names = value["output_names"]
+    return (type(names) is list and len(names) > 0
+            and all(type(name) is str and 0 < len(name) <= 4096 for name in names))
 
 
 def _is_int(value: Any, low: int, high: int | None) -> bool:
@@ -189,6 +198,7 @@ def semantic_problems(g: Graph) -> list[str]:
     row_ptr = [0, *accumulate(outputs)]
     out += _row_ptr_problems(g, row_ptr)
     out += _arg_node_problems(g)
+    out += _output_name_problems(g)
     for name, (tag, values) in g.attrs.items():
         if len(values) != row_ptr[-1]:
             out.append(f" at {json_path(['attrs', name])}: expected {row_ptr[-1]} values "
@@ -197,6 +207,24 @@ def semantic_problems(g: Graph) -> list[str]:
     if not out:
         out += _size_problems(g)
     return out
+
+
+def _output_name_problems(g: Graph) -> list[str]:
+    """metadata.output_names (extension): one distinct name per head."""
+    names = g.declared_output_names
+    if names is None:
+        return []
+    where = json_path(["metadata", "output_names"])
+    if len(names) != len(g.heads):
+        return [f" at {where}: expected {count_of(len(g.heads), 'name')} (one per head), "
+                f"got {len(names)}"]
+    seen: set[str] = set()
+    for position, name in enumerate(names):
+        if name in seen:
+            return [f" at {json_path(['metadata', 'output_names', position])}: output name "
+                    f"{name!r} is given twice; each output needs its own name"]
+        seen.add(name)
+    return []
 
 
 def _size_problems(g: Graph) -> list[str]:

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from .liveness import Liveness
 
 __all__ = ["COLUMN_TAGS", "COPY_OP", "NOP_OP", "SUPPORTED_DTYPES", "Graph", "GraphSource", "Node",
-           "check_graph", "load_graph", "read_graph_doc"]
+           "check_graph", "load_graph", "read_graph_doc", "usable_output_names"]
 
 SCHEMA = "graph.schema.json"
 # func_names of the two nodes that run no kernel: a copy between devices, and an alias of inputs.
@@ -34,6 +34,8 @@ NOP_OP = "__nop"
 # The type tag of each column this runtime knows; unknown columns are kept as they are.
 COLUMN_TAGS = {"dltype": "list_str", "shape": "list_shape", "storage_id": "list_int",
                "device_index": "list_int", "device_id": "list_int"}
+
+MAX_OUTPUT_NAME = 4096  # characters of one metadata.output_names entry (graph.schema.json)
 
 GraphSource = Union[str, bytes, bytearray, Mapping[str, Any], "os.PathLike[str]", "Graph"]
 
@@ -97,6 +99,13 @@ class Node:
         return doc
 
 
+def usable_output_names(names: Sequence[str]) -> list[str] | None:
+    """names as metadata.output_names can hold them (distinct, non-empty, at most 4096
+    characters), else None: such outputs keep TVM's names (their head nodes')."""
+    fits = all(isinstance(n, str) and 0 < len(n) <= MAX_OUTPUT_NAME for n in names)
+    return list(names) if names and fits and len(set(names)) == len(names) else None
+
+
 def _parse_count(value: Any) -> int | None:
     """A non-negative int from TVM's string form or an int; None when it is neither."""
     if isinstance(value, bool):
@@ -147,12 +156,14 @@ class Graph:
               shapes: Sequence[Sequence[int]], dtypes: Sequence[str] | str,
               storage_ids: Sequence[int] | None = None, device_index: Sequence[int] | None = None,
               device_id: Sequence[int] | None = None,
-              extra_columns: Mapping[str, Any] | None = None) -> Graph:
+              extra_columns: Mapping[str, Any] | None = None,
+              output_names: Sequence[str] | None = None) -> Graph:
         """A validated graph from node dicts (as in JSON) and one shape/dtype per entry.
 
         Computes arg_nodes and node_row_ptr. A head may be a node id (its output 0).
         storage_ids default to 0..n-1 (no sharing); a str dtypes applies to every entry.
-        extra_columns values are lists (tag inferred) or (tag, values) pairs.
+        extra_columns values are lists (tag inferred) or (tag, values) pairs. output_names,
+        one per head, become metadata.output_names (extension, docs/output_names.md).
         """
         node_docs = []
         for node in nodes:
@@ -180,6 +191,8 @@ class Graph:
             "attrs": {name: _column(name, values) for name, values in columns.items()},
             "node_row_ptr": [0, *accumulate(outputs)],
         }
+        if output_names is not None:
+            doc["metadata"] = {"output_names": list(output_names)}
         return cls.from_json(doc)
 
     @classmethod
@@ -307,6 +320,49 @@ class Graph:
     def input_entries(self) -> dict[str, int]:
         """Entry id of each graph input, by name, in arg_nodes order."""
         return {self.nodes[nid].name: self.node_row_ptr[nid] for nid in self.arg_nodes}
+
+    @property
+    def declared_output_names(self) -> list[str] | None:
+        """metadata.output_names (extension, docs/output_names.md), or None without it."""
+        meta = self.extra.get("metadata")
+        names = meta.get("output_names") if isinstance(meta, Mapping) else None
+        return list(names) if isinstance(names, list) else None
+
+    @cached_property
+    def output_names(self) -> tuple[str, ...]:
+        """A name per head: the declared ones, else the head node's name (TVM's
+        GetOutputIndex names outputs so), with ':index' for a node of more outputs."""
+        declared = self.declared_output_names
+        return tuple(declared) if declared is not None else self.node_output_names
+
+    @cached_property
+    def node_output_names(self) -> tuple[str, ...]:
+        """Each head's node name (TVM's GetOutputIndex names outputs so), with ':index' for a
+        node of more outputs."""
+        names = []
+        for nid, index, *_ in self.heads:
+            node = self.nodes[nid]
+            names.append(node.name if node.num_outputs == 1 else f"{node.name}:{index}")
+        return tuple(names)
+
+    def output_index(self, key: int | str) -> int:
+        """The head index of an output given by index or by name: a declared name, or (as
+        TVM's GetOutputIndex) its node's name; GraphError lists the outputs when none fits."""
+        if isinstance(key, str):
+            if key in self.output_names:
+                return self.output_names.index(key)
+            if key in self.node_output_names:
+                return self.node_output_names.index(key)
+            shown = ", ".join(self.output_names[:20])
+            more = f" ... ({len(self.output_names)} in all)" if len(self.output_names) > 20 else ""
+            raise GraphError(f"graph has no output {key!r}; outputs are: {shown}{more}")
+        if isinstance(key, bool) or not isinstance(key, (int, np.integer)):
+            raise GraphError(f"get_output needs an output index (an int) or name (a str), "
+                             f"got {type(key).__name__} {key!r}")
+        if not 0 <= key < len(self.heads):
+            raise GraphError(f"output index {key} is out of range: the graph has "
+                             f"{count_of(len(self.heads), 'output')}")
+        return int(key)
 
     @property
     def output_entries(self) -> list[int]:

@@ -425,8 +425,17 @@ class GraphModule(Diagnostics):
                          "allow_uninitialized=True to create() to run on whatever the memory "
                          "holds (benchmarks)")
 
-    def get_output(self, index: int, out: Any = None) -> Any:
-        """Output index as a new NDArray (the next run cannot overwrite it), or copied into out."""
+    def get_output_index(self, name: str) -> int:
+        """Index of the output called name (its declared name, e.g. an imported model's, or its
+        head node's name); GraphError lists the outputs when there is none."""
+        if not isinstance(name, str):
+            raise GraphError(f"get_output_index needs an output name (a str), got "
+                             f"{type(name).__name__} {name!r}")
+        return self.graph.output_index(name)
+
+    def get_output(self, index: int | str, out: Any = None) -> Any:
+        """Output index (or name) as a new NDArray (the next run cannot overwrite it), or copied
+        into out."""
         lock = self._lock
         if not lock.acquire(False):
             self._acquire("get_output")
@@ -435,14 +444,8 @@ class GraphModule(Diagnostics):
         finally:
             lock.release()
 
-    def _get_output_unlocked(self, index: int, out: Any) -> Any:
-        if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
-            raise GraphError(f"get_output needs an output index (an int), got "
-                             f"{type(index).__name__} {index!r}")
-        if not 0 <= index < len(self._output_eids):
-            raise GraphError(f"output index {index} is out of range: the graph has "
-                             f"{count_of(len(self._output_eids), 'output')}")
-        eid = self._output_eids[index]
+    def _get_output_unlocked(self, key: int | str, out: Any) -> Any:
+        eid = self._output_eids[self.graph.output_index(key)]
         dev = self.executor.entry_device[eid]
         src = self.executor.arrays[(eid, dev)]
         if out is not None:

@@ -282,17 +282,23 @@ class SegmentedGraphModule(SegmentedDiagnostics):
             self._run()
             return [self._output(i).numpy() for i in range(len(self._heads))]
 
-    def get_output(self, index: int, out: Any = None) -> Any:
+    def get_output(self, index: int | str, out: Any = None) -> Any:
+        """Output index (or name) of the last run."""
         value = self._output(index)
         return _copy_out(value, out) if out is not None else value
 
-    def _output(self, index: int) -> NDArray:
+    def get_output_index(self, name: str) -> int:
+        """Index of the output called name (declared, else its head node's name)."""
+        if not isinstance(name, str):
+            raise GraphError(f"get_output_index needs an output name (a str), got "
+                             f"{type(name).__name__} {name!r}")
+        return self.graph.output_index(name)
+
+    def _output(self, key: int | str) -> NDArray:
+        index = self.graph.output_index(key)
         if self._outputs is None:
             raise GraphError("get_output: nothing has run yet (a graph cut at data-dependent "
                              "nodes learns its output sizes by running)")
-        if not 0 <= index < len(self._outputs):
-            raise GraphError(f"output index {index} is out of range: the graph has "
-                             f"{len(self._outputs)} outputs")
         value = self._outputs[index]
         return value if isinstance(value, NDArray) else NDArray(value, cpu(0))
 

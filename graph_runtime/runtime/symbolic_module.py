@@ -196,8 +196,16 @@ class SymbolicGraphModule(SymbolicDiagnostics):
             module = self._specialised()
             return module.run_with()
 
-    def get_output(self, index: int, out: Any = None) -> Any:
-        return self._module("get_output").get_output(index, out)
+    def get_output(self, index: int | str, out: Any = None) -> Any:
+        """Output index (or name) of the last run's specialisation."""
+        return self._module("get_output").get_output(self.graph.output_index(index), out)
+
+    def get_output_index(self, name: str) -> int:
+        """Index of the output called name (declared, else its head node's name)."""
+        if not isinstance(name, str):
+            raise GraphError(f"get_output_index needs an output name (a str), got "
+                             f"{type(name).__name__} {name!r}")
+        return self.graph.output_index(name)
 
     def get_input(self, key: int | str, out: Any = None) -> Any:
         return self._module("get_input").get_input(key, out)

@@ -356,7 +356,8 @@ def test_info_splits_inputs_and_params_by_file(addw: Path) -> None:
     doc = json.loads(invoke("info", addw, "--json").stdout)
     assert [r["name"] for r in doc["inputs"]] == ["x", "z"]
     assert [r["name"] for r in doc["params"]] == ["w"]
-    assert doc["outputs"] == [{"index": 0, "name": "minus", "shape": [4], "dtype": "float32"}]
+    assert doc["outputs"] == [{"index": 0, "name": "minus", "node": "minus", "shape": [4],
+                               "dtype": "float32"}]
 
 
 # ---- devices ----------------------------------------------------------------------------------

@@ -81,6 +81,64 @@ def test_import_reference_then_run_on_cpu_and_opencl(tmp_path: Path) -> None:
     assert "OK" in both.output
 
 
+def encoder_head(tmp_path: Path, batch: Any = 2) -> Path:
+    """Outputs named as Hugging Face exports them: last_hidden_state, then logits."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]),
+             helper.make_node("LayerNormalization", ["h", "g", "b"], ["last_hidden_state"]),
+             helper.make_node("ReduceMean", ["last_hidden_state"], ["pooled"], axes=[1],
+                              keepdims=0),
+             helper.make_node("Gemm", ["pooled", "c"], ["logits"])]
+    graph = helper.make_graph(
+        nodes, "encoder", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 5, 4])],
+        [helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("logits", TensorProto.FLOAT, None)],
+        [_init("w", RNG.standard_normal((4, 4)).astype(np.float32)),
+         _init("g", np.ones(4, np.float32)), _init("b", np.zeros(4, np.float32)),
+         _init("c", RNG.standard_normal((4, 3)).astype(np.float32))])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return _save(m, tmp_path / "encoder.onnx")
+
+
+def test_outputs_keep_the_models_names_in_every_command(tmp_path: Path) -> None:
+    """graph.json declares them (metadata.output_names); import --reference, run -o, run and
+    compare --expected, info all use them; TVM's fused-function names still answer."""
+    import onnxruntime as ort
+    model = encoder_head(tmp_path)
+    out = tmp_path / "enc"
+    assert invoke("import", model, "-o", out, "--reference").exit_code == 0
+    graph = json.loads((out / "graph.json").read_text())
+    assert graph["metadata"] == {"output_names": ["last_hidden_state", "logits"]}
+    assert list(graph)[-1] == "metadata"  # after TVM's keys: its reader stops there
+    assert np.load(out / "expected.npz").files == ["last_hidden_state", "logits"]
+    saved = tmp_path / "out.npz"
+    ran = invoke("run", out, "-o", saved)
+    assert ran.exit_code == 0, ran.output
+    assert "logits" in ran.output and "OK" in ran.output
+    assert np.load(saved).files == ["last_hidden_state", "logits"]
+    # Arrays keyed by the ONNX names, as ONNX Runtime's users have them.
+    x = np.load(out / "inputs.npz")["x"]
+    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    want = dict(zip(["last_hidden_state", "logits"], session.run(None, {"x": x})))
+    np.savez(tmp_path / "ort.npz", **want)
+    compared = invoke("compare", out, "--expected", tmp_path / "ort.npz", "--json")
+    assert compared.exit_code == 0, compared.output
+    assert [o["name"] for o in json.loads(compared.output)["outputs"]] == [
+        "last_hidden_state", "logits"]
+    nodes = [graph["nodes"][nid]["name"] for nid, *_ in graph["heads"]]
+    assert nodes == ["tvmgen_default_fused_nn_layer_norm", "tvmgen_default_fused_nn_dense"]
+    np.savez(tmp_path / "tvm.npz", **{nodes[1]: want["logits"]},
+             last_hidden_state=want["last_hidden_state"])
+    assert invoke("compare", out, "--expected", tmp_path / "tvm.npz").exit_code == 0
+    np.savez(tmp_path / "wrong.npz", last_hidden_state=want["last_hidden_state"])
+    missing = invoke("compare", out, "--expected", tmp_path / "wrong.npz")
+    assert missing.exit_code == 2
+    assert "no array for output 1 'logits' (key 'output_1' or 'logits' or " in missing.output
+    info = invoke("info", out, "--json")
+    assert info.exit_code == 0, info.output
+    assert [(o["name"], o["node"]) for o in json.loads(info.output)["outputs"]] == [
+        ("last_hidden_state", nodes[0]), ("logits", nodes[1])]
+
+
 def test_symbolic_batch_imports_once_and_runs_any_batch(tmp_path: Path) -> None:
     model = cnn_with_embedding(tmp_path, batch="N")
     out = tmp_path / "sym"

@@ -122,6 +122,7 @@ def test_graph_info_of_hetero_cnn_lists_copies_and_pool_bytes_per_device() -> No
                               "bytes": 4 * 3 * 64 * 64}]
     assert [p["name"] for p in doc["params"]] == ["p0", "p1", "p2", "p3", "p4", "p5"]
     assert doc["outputs"] == [{"index": 0, "name": "tvmgen_default_fused_nn_softmax",
+                               "node": "tvmgen_default_fused_nn_softmax",
                                "shape": [1, 10], "dtype": "float32"}]
     assert doc["functions"]["__copy"] == 1 and sum(doc["functions"].values()) == 8
     assert doc["kernels_per_device"] == {"cpu:0": 3, "opencl:0": 4}
@@ -151,7 +152,8 @@ def test_info_text_shows_the_numbers_it_was_given() -> None:
     doc = {"graph": "g.json", "devices": ["cpu:0", "opencl:0"], "nodes": 13, "entries": 17,
            "inputs": [{"name": "img", "shape": [1, 7], "dtype": "float32", "bytes": 3000}],
            "params": [],
-           "outputs": [{"index": 0, "name": "prob", "shape": [9], "dtype": "float16"}],
+           "outputs": [{"index": 0, "name": "prob", "node": "fused_x", "shape": [9],
+                        "dtype": "float16"}],
            "functions": {"fused_x": 4, "__copy": 2},
            "kernels_per_device": {"cpu:0": 3, "opencl:0": 5},
            "placement": [{"nid": 0, "name": "img", "func_name": "input", "device": "opencl:0"},
@@ -165,7 +167,9 @@ def test_info_text_shows_the_numbers_it_was_given() -> None:
     assert "cpu:0, opencl:0 (first = primary, the fallback)" in text
     assert "inputs (1, 2.9 KiB)" in text and "(1, 7)" in text
     assert "params (0, 0 B)\n  none" in text
-    assert "outputs (1)" in text and "prob" in text and "(9,)" in text and "float16" in text
+    assert "outputs (1)" in text and "(9,)" in text and "float16" in text
+    assert next(line for line in text.splitlines() if "prob" in line).split()[:3] == [
+        "0", "prob", "fused_x"]
     assert "kernels per device: cpu:0: 3, opencl:0: 5" in text
     assert "copies (2)" in text
     copy_line = next(line for line in text.splitlines() if "inserted" in line)

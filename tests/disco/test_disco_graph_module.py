@@ -41,6 +41,24 @@ def test_graph_module_runs_on_every_worker(sess2: Session) -> None:
     np.testing.assert_allclose(out.debug_get_from_remote(1), want, rtol=1e-6)
 
 
+def test_graph_module_outputs_by_name(sess2: Session) -> None:
+    """A declared output name (metadata.output_names) and the head node's name reach every
+    worker's GraphModule."""
+    import json
+    inputs = np.load(os.path.join(SIMPLEX, "inputs.npz"))
+    want = np.load(os.path.join(SIMPLEX, "expected.npz"))["output_0"]
+    with open(os.path.join(SIMPLEX, "graph.json")) as f:
+        doc = json.load(f)
+    doc["metadata"] = {"output_names": ["result"]}
+    gm = sess2.create_graph_module(json.dumps(doc), os.path.join(SIMPLEX, "lib.json"))
+    for name in inputs.files:
+        gm.set_input(name, sess2.broadcast(inputs[name]))
+    gm.run()
+    head_node = doc["nodes"][doc["heads"][0][0]]["name"]
+    for key in ("result", head_node):
+        np.testing.assert_allclose(gm.get_output(key).debug_get_from_remote(1), want, rtol=1e-6)
+
+
 def test_dmodule_function_call(sess2: Session) -> None:
     lib = sess2.load_module(os.path.join(SIMPLEX, "lib.json"))
     add = lib["elemwise_add"]

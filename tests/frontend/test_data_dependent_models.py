@@ -47,6 +47,17 @@ def _check(module, m, feeds):
         np.testing.assert_array_equal(got, w)
 
 
+def test_segmented_module_outputs_answer_to_the_models_names() -> None:
+    m = _ending_in_nonzero()
+    module = _module(m)
+    x = np.array([[1, -1, 2, 0, 3]] * 3, np.float32)
+    module.run(x=x)
+    assert [module.get_output_index(n) for n in ("nz", "scaled")] == [0, 1]
+    want = run_ort(m, {"x": x})
+    np.testing.assert_array_equal(module.get_output("nz").numpy(), want[0])
+    np.testing.assert_array_equal(module.get_output("scaled").numpy(), want[1])
+
+
 def test_import_names_the_data_dependent_size() -> None:
     result = import_onnx(_ending_in_nonzero())
     graph = json.loads(result.graph_json)

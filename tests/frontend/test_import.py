@@ -100,6 +100,20 @@ def pools() -> tuple:
         {"x": _x(1, 2, 10, 9)}
 
 
+def efficientnet_pooler() -> tuple:
+    """Hugging Face's EfficientNet: AvgPool2d(1280, ceil_mode=True) over its 7x7 map, as torch
+    exports it; then a ceil_mode max pool whose last window ONNX drops (onnx's shape inference
+    keeps it) and a reader of its output."""
+    nodes = [node("AveragePool", ["x"], ["p"], kernel_shape=[1280, 1280], strides=[1280, 1280],
+                  pads=[0, 0, 0, 0], ceil_mode=1, count_include_pad=1),
+             node("Flatten", ["p"], ["y"]),
+             node("MaxPool", ["x"], ["m"], kernel_shape=[3, 3], strides=[3, 3],
+                  pads=[1, 1, 2, 2], ceil_mode=1),
+             node("Relu", ["m"], ["z"])]
+    return model(nodes, [tensor("x", F32, [2, 1280, 7, 7])],
+                 [tensor("y", F32, None), tensor("z", F32, None)]), {"x": _x(2, 1280, 7, 7)}
+
+
 def resize_modes() -> tuple:
     nodes = [node("Resize", ["x", "", "s"], ["n"], mode="nearest"),
              node("Resize", ["n", "", "", "sz"], ["y"], mode="linear",
@@ -273,8 +287,9 @@ def scatter_constant_indices() -> tuple:
 PATTERNS: dict[str, Callable[[], tuple]] = {
     f.__name__: f for f in (conv_bn_relu, depthwise_clip_same, conv_dilated_1d, conv_transpose,
                             gemm_variants, matmul_broadcast, norms, softmax_old_axis, pools,
-                            resize_modes, elementwise_math, activations, where_compare_cast,
-                            shape_ops, gather_embedding, reductions, topk_cumsum_einsum,
+                            efficientnet_pooler, resize_modes, elementwise_math, activations,
+                            where_compare_cast, shape_ops, gather_embedding, reductions,
+                            topk_cumsum_einsum,
                             attention_einsum, gather_nd_onehot_hardmax, losses,
                             narrow_integers, pads_and_int64_division,
                             quantize_lppool_compress, scatter_constant_indices)}
@@ -284,6 +299,40 @@ PATTERNS: dict[str, Callable[[], tuple]] = {
 def test_pattern_matches_onnxruntime(pattern: str, backend_name: str) -> None:
     m, feeds = PATTERNS[pattern]()
     assert_matches(m, feeds, backend_name)
+
+
+def _pool_grid() -> list[tuple]:
+    """Windows longer than the input, ceil_mode 0/1, pads, strides, count_include_pad 0/1."""
+    cases = []
+    for op in ("AveragePool", "MaxPool"):
+        for k, s, pads, ceil in [(8, 1, [1, 2], 1), (8, 3, [1, 2], 0), (8, 3, [1, 2], 1),
+                                 (10, 10, [0, 0], 1), (10, 3, [2, 0], 1), (13, 4, [3, 3], 1),
+                                 (5, 3, [0, 0], 1), (9, 2, [0, 0], 0), (9, 10, [0, 0], 0)]:
+            for cip in ((0, 1) if op == "AveragePool" else (0,)):
+                cases.append((op, k, s, pads, ceil, cip))
+    return cases
+
+
+@pytest.mark.parametrize("op,k,s,pads,ceil,cip", _pool_grid())
+def test_pool_windows_past_the_input_match_onnxruntime(op: str, k: int, s: int, pads: list,
+                                                       ceil: int, cip: int,
+                                                       backend_name: str) -> None:
+    """Over a 7x6 image: where ONNX Runtime pools, the import matches it; where ONNX's formula
+    floors to no window but ONNX Runtime truncates to one (ceil_mode=0), a refusal says so."""
+    attrs = {"count_include_pad": cip} if op == "AveragePool" else {}
+    m = model([node(op, ["x"], ["y"], kernel_shape=[k, k - 1], strides=[s, s],
+                    pads=pads[:1] * 2 + pads[1:] * 2, ceil_mode=ceil, **attrs)],
+              [tensor("x", F32, [1, 2, 7, 6])], [tensor("y", F32, None)], opset=19)
+    feeds = {"x": _x(1, 2, 7, 6)}
+    if ceil or k <= 7 + pads[0] + pads[1]:
+        assert_matches(m, feeds, backend_name)
+        return
+    # ONNX Runtime gives no window (9 taps, stride 2) or one (stride 10)
+    assert run_ort(m, feeds)[0].size == (0 if s == 2 else 2)
+    with pytest.raises(FrontendError, match="ceil_mode=0 with a window spanning 9 on axis 2 but "
+                                            "the padded input has only 7: ONNX's formula floors "
+                                            "to no window"):
+        from_onnx(m)
 
 
 # -- the passes -----------------------------------------------------------------------------------

@@ -64,8 +64,8 @@ def _run(graph: Path, folder: Path, out: Path, *devices: str) -> list[np.ndarray
     # exit 1 = outputs differ from expected.npz at `graphrun run`'s default rtol 1e-4 /
     # atol 1e-5; the relative check below is the one this test states, so accept it here.
     assert result.exit_code in (0, 1), f"graphrun run exited {result.exit_code}:\n{result.output}"
-    with np.load(out) as saved:
-        return [saved[f"output_{i}"] for i in range(len(saved.files))]
+    with np.load(out) as saved:  # keyed by the model's output names, in output order
+        return [saved[key] for key in saved.files]
 
 
 def _imported(name: str, exporter: str, tmp_path: Path

@@ -61,6 +61,20 @@ def test_one_import_runs_every_shape_like_onnxruntime() -> None:
     assert module.specializations == 3
 
 
+def test_symbolic_module_outputs_answer_to_the_models_names() -> None:
+    """The fitted graph keeps the ONNX output name; every specialisation answers to it."""
+    graph_json, lib, params = from_onnx(reshape_model())
+    assert json.loads(graph_json)["metadata"] == {"output_names": ["y"]}
+    module = gr.create(graph_json, lib)
+    module.load_params(params)
+    assert module.get_output_index("y") == 0
+    for batch in (1, 3):
+        x = RNG.standard_normal((batch, 2, 8)).astype(np.float32)
+        module.run(x=x)
+        np.testing.assert_array_equal(module.get_output("y").numpy(),
+                                      module.get_output(0).numpy())
+
+
 def test_constant_depending_on_dims_is_refused_with_the_fix() -> None:
     # Trilu's converter builds its (n, n) mask at import: no ONNX node to compute instead.
     nodes = [helper.make_node("Trilu", ["x"], ["y"])]

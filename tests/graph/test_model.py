@@ -106,6 +106,38 @@ def test_round_trip_is_lossless_with_every_variant() -> None:
     assert g.attrs["my_shapes"][0] == "list_shape"
 
 
+def test_a_graph_without_output_names_stays_tvms_format() -> None:
+    """No metadata is added: the document written is the one read, key for key, and its
+    outputs are named as TVM's GetOutputIndex names them (the head node's name)."""
+    doc = base_doc()
+    g = Graph.from_json(json.dumps(doc))
+    assert g.to_dict() == doc and list(json.loads(g.to_json())) == list(doc)
+    assert g.declared_output_names is None
+    assert g.output_names == g.node_output_names == ("add",)
+    assert g.output_index("add") == 0 and g.output_index(0) == 0
+
+
+def test_declared_output_names_name_the_heads_and_write_metadata_last() -> None:
+    """metadata.output_names (docs/output_names.md) answer before the head nodes' names; the
+    metadata key is written after TVM's five, where TVM's reader stops reading."""
+    doc = {"metadata": {"output_names": ["total", "half"], "version": "1"}, **base_doc()}
+    doc["heads"] = [[4, 0, 0], [3, 1, 0]]
+    g = Graph.from_json(doc)
+    assert g.output_names == ("total", "half")
+    assert g.node_output_names == ("add", "split:1")
+    assert [g.output_index(k) for k in ("total", "half", "add", "split:1", 1)] == [0, 1, 0, 1, 1]
+    written = json.loads(g.to_json())
+    assert list(written) == ["nodes", "arg_nodes", "heads", "attrs", "node_row_ptr", "metadata"]
+    assert written == doc
+    with pytest.raises(GraphError, match="graph has no output 'logits'; outputs are: total, half"):
+        g.output_index("logits")
+    with pytest.raises(GraphError, match="output index 2 is out of range: the graph has 2 "
+                                         "outputs"):
+        g.output_index(2)
+    doc["metadata"]["output_names"] = ["total", "total"]
+    assert "at $.metadata.output_names[1]: output name 'total' is given twice" in problems_of(doc)
+
+
 def test_to_dict_is_a_copy() -> None:
     g = Graph.from_json(base_doc())
     doc = g.to_dict()
@@ -293,6 +325,12 @@ MALFORMED = [
      ["node 1 'w' is a 'null' (input) node with attrs.num_outputs 2"]),
     ("attr and attrs", _set(("nodes", 2, "attr"), {"func_name": "x"}),
      ["node 2 'dense0' has both 'attr' and 'attrs'"]),
+    ("output name count", _set(("metadata",), {"output_names": ["y", "z"]}),
+     ["at $.metadata.output_names: expected 1 name (one per head), got 2"]),
+    ("output name type", _set(("metadata",), {"output_names": ["y", 3]}),
+     ["$.metadata.output_names[1]", "an output name (a non-empty string)"]),
+    ("output name empty", _set(("metadata",), {"output_names": [""]}),
+     ["$.metadata.output_names[0]", 'got ""']),
 ]
 
 

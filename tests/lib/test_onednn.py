@@ -268,6 +268,24 @@ def test_pools_match_float64(onednn, monkeypatch, shape, attrs, count_include_pa
     assert_close(got, reference)
 
 
+@pytest.mark.parametrize("count_include_pad", [None, False, True])
+@pytest.mark.parametrize("shape,attrs", [c for c in pool_tests.LONG_CASES if len(c[0]) == 4])
+def test_pools_longer_than_the_data(onednn, monkeypatch, shape, attrs, count_include_pad,
+                                    run_op, make_function, assert_close, random_array) -> None:
+    """Windows longer than the data run their data taps on oneDNN (an include-padding
+    average whose window was shortened stays off it: oneDNN would divide by the short one)."""
+    monkeypatch.setenv(binding.ONEDNN_ENV, "on")
+    x = random_array(shape, "float32", seed=7)
+    kind = "max" if count_include_pad is None else "avg"
+    if count_include_pad is not None:
+        attrs = dict(attrs, count_include_pad=count_include_pad)
+    kernel = _pool_kernel(f"{kind}_pool2d", shape, attrs, make_function)
+    if shape == pool_tests.LONG_CASES[0][0]:
+        assert isinstance(kernel, OnednnPool) != bool(count_include_pad), kernel
+    (got,) = run_op("cpu", f"{kind}_pool2d", [x], attrs)
+    assert_close(got, pool_tests.brute_pool(x, kind, attrs))
+
+
 @pytest.mark.parametrize("op", ["global_avg_pool2d", "global_max_pool2d"])
 @pytest.mark.parametrize("shape", [(1, 1280, 7, 7), (3, 19, 5, 6)])
 def test_global_pools(onednn, monkeypatch, op, shape, run_op, assert_close, random_array) -> None:

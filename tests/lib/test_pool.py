@@ -1,5 +1,6 @@
-"""2-D and 3-D max/avg pools against ONNX's float64 reference MaxPool/AveragePool; global pools
-over any number of spatial axes; pool attribute errors."""
+"""2-D and 3-D max/avg pools against ONNX's float64 reference MaxPool/AveragePool (windows longer
+than the data against brute_pool); global pools over any number of spatial axes; pool attribute
+errors."""
 from __future__ import annotations
 
 import numpy as np
@@ -196,6 +197,101 @@ def test_ceil_mode_drops_window_past_data(make_function) -> None:
     assert spec.shape == (1, 1, 1, 1)
 
 
+def brute_pool(x: np.ndarray, kind: str, attrs: dict) -> np.ndarray:
+    """ONNX's MaxPool/AveragePool one window at a time in float64: the window count by ONNX's
+    formula (ceil_mode drops a last window starting past the data and its begin padding); a
+    tap reads the data or nothing; an average divides by the taps inside the data, or inside
+    the data and explicit padding (count_include_pad), never by the ceil_mode overhang."""
+    dims = x.ndim - 2
+    kernel, strides = attrs["pool_size"], attrs.get("strides", [1] * dims)
+    dilation = attrs.get("dilation", [1] * dims)
+    pad = list(attrs.get("padding", [0]))
+    pad = pad * (2 * dims) if len(pad) == 1 else pad
+    begin, end = pad[:dims], pad[dims:]
+    ceil, include = attrs.get("ceil_mode", False), attrs.get("count_include_pad", False)
+    taps_of, out = [], []
+    for n, k, s, d, b, e in zip(x.shape[2:], kernel, strides, dilation, begin, end):
+        room = n + b + e - (k - 1) * d - 1
+        length = (-(-room // s) if ceil else room // s) + 1
+        if ceil and (length - 1) * s >= n + b:
+            length -= 1
+        out.append(length)
+        taps_of.append([[w * s - b + j * d for j in range(k)] for w in range(length)])
+    y = np.empty(x.shape[:2] + tuple(out))
+    for index in np.ndindex(*out):
+        windows = [taps_of[i][w] for i, w in enumerate(index)]
+        inside = [[t for t in taps if 0 <= t < n] for taps, n in zip(windows, x.shape[2:])]
+        values = x[(slice(None), slice(None)) + np.ix_(*inside)].astype(np.float64)
+        values = values.reshape(x.shape[:2] + (-1,))
+        if kind == "max":
+            y[(...,) + index] = values.max(axis=-1)
+            continue
+        counted = [[t for t in taps if -b <= t < n + e] if include else kept
+                   for taps, kept, n, b, e in zip(windows, inside, x.shape[2:], begin, end)]
+        y[(...,) + index] = values.sum(axis=-1) / max(int(np.prod([len(c) for c in counted])), 1)
+    return y
+
+
+# Windows longer than the padded data (ceil_mode): Hugging Face's EfficientNet averages its 7x7
+# map with a 1280-tap window; leading taps that only read begin padding; dilated taps.
+LONG_CASES = [
+    ((1, 6, 7, 7), {"pool_size": [1280, 1280], "strides": [1280, 1280], "padding": [0],
+                    "ceil_mode": True}),
+    ((1, 2, 6, 7), {"pool_size": [4, 5], "strides": [5, 4], "dilation": [3, 2],
+                    "padding": [2, 1, 0, 0], "ceil_mode": True}),
+    ((1, 2, 3, 5), {"pool_size": [5, 3], "strides": [1, 2], "padding": [4, 1, 0, 1],
+                    "ceil_mode": True}),
+    ((1, 2, 5, 4), {"pool_size": [4, 9], "strides": [3, 5], "padding": [1, 1, 0, 2],
+                    "ceil_mode": True}),
+    ((1, 2, 3, 4, 5), {"pool_size": [8, 2, 9], "strides": [8, 2, 9], "padding": [0, 1, 0, 0, 1, 0],
+                       "ceil_mode": True}),
+]
+
+
+@pytest.mark.parametrize("count_include_pad", [None, False, True])
+@pytest.mark.parametrize("shape,attrs", LONG_CASES)
+def test_windows_longer_than_the_data(backend_name, shape, attrs, count_include_pad, run_op,
+                                      assert_close, random_array) -> None:
+    """Max (count_include_pad None) and avg pools as ONNX defines them (brute_pool); ONNX
+    Runtime agrees (tests/frontend/test_import.py's grid)."""
+    x = random_array(shape, "float32", seed=8)
+    kind = "max" if count_include_pad is None else "avg"
+    if count_include_pad is not None:
+        attrs = dict(attrs, count_include_pad=count_include_pad)
+    (got,) = run_op(backend_name, _op(kind, shape), [x], attrs)
+    assert_close(got, brute_pool(x, kind, attrs))
+
+
+@pytest.mark.parametrize("count_include_pad", [None, False, True])
+@pytest.mark.parametrize("shape,attrs", [c for c in LONG_CASES if len(c[0]) == 4])
+def test_windows_longer_than_the_data_jit(monkeypatch, shape, attrs, count_include_pad, run_op,
+                                          assert_close, random_array) -> None:
+    """The same on the CPU's compiled loops (oneDNN's: test_onednn.py)."""
+    monkeypatch.setenv("GRAPH_RUNTIME_ONEDNN", "off")
+    x = random_array(shape, "float64", seed=9)
+    kind = "max" if count_include_pad is None else "avg"
+    if count_include_pad is not None:
+        attrs = dict(attrs, count_include_pad=count_include_pad)
+    (got,) = run_op("cpu", _op(kind, shape), [x], attrs)
+    assert_close(got, brute_pool(x, kind, attrs))
+
+
+def test_reading_drops_the_taps_that_read_no_data() -> None:
+    """EfficientNet's 1280x1280 window over 7x7 data reads a 7x7 window: no 1280-wide
+    workspace or 1280^2-tap loop on any backend."""
+    from graph_runtime.lib.ops.pool import pool_params, reading
+
+    whole = pool_params("avg_pool2d", [TensorSpec((2, 1280, 7, 7), "float32")], {
+        "pool_size": [1280, 1280], "strides": [1280, 1280], "ceil_mode": True,
+        "count_include_pad": True})
+    assert whole.out == (1, 1)
+    assert (reading(whole).kernel, reading(whole).begin) == ((7, 7), (0, 0))
+    # Begin padding 4 over 3 rows with a 5-tap window: the 2 taps no window reads go.
+    p = pool_params("max_pool2d", [TensorSpec((1, 1, 3, 3), "float32")], {
+        "pool_size": [5, 1], "padding": [4, 0, 0, 0]})
+    assert (p.out, reading(p).kernel, reading(p).begin) == ((3, 3), (3, 1), (2, 0))
+
+
 @pytest.mark.parametrize("shape", [(2, 3, 5), (1, 2, 3, 2, 4)])
 @pytest.mark.parametrize("op", ["global_avg_pool2d", "global_max_pool2d"])
 def test_global_pools_nd(backend_name, op, shape, run_op, assert_close, random_array) -> None:
@@ -223,6 +319,10 @@ def test_pool_errors(make_function) -> None:
     with pytest.raises(LibraryError, match="max_pool3d: the depth window .* spans 5 but the "
                                            "padded input has only 4"):
         make_function("max_pool3d").infer(x5, {"pool_size": [5, 1, 1]})
+    with pytest.raises(LibraryError, match="max_pool3d: the depth window .* spans 9: with stride "
+                                           "4 and ceil_mode no window starts inside the data"):
+        make_function("max_pool3d").infer(x5, {"pool_size": [9, 1, 1], "strides": [4, 1, 1],
+                                               "ceil_mode": True})
     with pytest.raises(LibraryError, match=r"global_avg_pool2d: data \(2, 3\) float32 needs "
                                            "rank 3 or more"):
         make_function("global_avg_pool2d").infer([TensorSpec((2, 3), "float32")])

@@ -23,6 +23,29 @@ def _axpy():
 X = np.arange(6, dtype="float32").reshape(2, 3)
 
 
+def test_outputs_answer_to_declared_names_and_to_their_node_names() -> None:
+    """metadata.output_names (an imported model's own names) and, as TVM's GetOutputIndex,
+    the head node's name; an unknown name lists the outputs."""
+    nodes = [null("x"), null("a"), null("b"), tvm_op("ax", "multiply", [1, 0]),
+             tvm_op("axb", "add", [3, 2])]
+    doc = make_graph(nodes, [4, 3], shapes=(2, 3)).to_dict()
+    doc["metadata"] = {"output_names": ["logits", "scaled"]}
+    m = gr.create(doc, None, gr.cpu())
+    m.set_input(x=X, a=np.full((2, 3), 2, "float32"), b=np.ones((2, 3), "float32"))
+    m.run()
+    assert [m.get_output_index(n) for n in ("logits", "scaled", "axb", "ax")] == [0, 1, 0, 1]
+    np.testing.assert_array_equal(m.get_output("logits").numpy(), 2 * X + 1)
+    np.testing.assert_array_equal(m.get_output("ax").numpy(), 2 * X)
+    out = np.empty((2, 3), "float32")
+    m.get_output("scaled", out)
+    np.testing.assert_array_equal(out, 2 * X)
+    with pytest.raises(GraphError, match="graph has no output 'prob'; outputs are: logits, "
+                                         "scaled"):
+        m.get_output("prob")
+    with pytest.raises(GraphError, match="get_output_index needs an output name"):
+        m.get_output_index(0)  # type: ignore[arg-type]
+
+
 def test_input_lookup_and_info() -> None:
     m = _axpy()
     assert m.get_num_inputs() == 3 and m.get_num_outputs() == 1
@@ -353,9 +376,11 @@ def test_allow_uninitialized_and_benchmark_run_without_inputs() -> None:
 
 def test_api_type_errors_are_typed() -> None:
     m = _axpy()
-    for bad in ("0", None, 1.5, True):
+    for bad in (None, 1.5, True):
         with pytest.raises(GraphError, match="get_output needs an output index"):
             m.get_output(bad)
+    with pytest.raises(GraphError, match="graph has no output '0'; outputs are: "):
+        m.get_output("0")
     with pytest.raises(GraphError, match=r"input 'x' \(eid 0\): cannot make a float32 array of "
                                          r"a str"):
         m.set_input("x", "abc")

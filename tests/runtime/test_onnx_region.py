@@ -39,6 +39,15 @@ def test_shape_inputs_are_read_while_specialising_and_key_the_cache() -> None:
     assert module.specializations == 3  # the fourth is the first again: cached
 
 
+def test_region_outputs_answer_to_the_models_names() -> None:
+    graph_json, lib, params = from_onnx(reshape_topk_model())
+    module = gr.create(graph_json, lib)
+    x = np.arange(12, dtype=np.float32).reshape(2, 6)
+    module.run(x=x, shape=np.array((3, 4), np.int64), k=np.array([2], np.int64))
+    assert [module.get_output_index(n) for n in ("v", "i")] == [0, 1]
+    np.testing.assert_array_equal(module.get_output("i").numpy(), module.get_output(1).numpy())
+
+
 def test_freeze_keeps_the_refusal() -> None:
     with pytest.raises(FrontendError, match=r"Reshape: input 1 \(shape\) must be a constant"):
         from_onnx(reshape_topk_model(), freeze=True)

@@ -1,8 +1,9 @@
 """Pooling standard ops: max/avg pools over 2 (NCHW) or 3 (NCDHW) spatial axes, global pools.
 
 Semantics are ONNX MaxPool/AveragePool's: explicit begin/end padding, dilations, ceil_mode (the
-last window must start inside the data or its begin padding, as ONNX and PyTorch rule),
-count_include_pad counting explicit padding but never the ceil_mode overhang.
+last window must start inside the data or its begin padding, as ONNX and PyTorch rule; a window
+may be longer than the padded data), count_include_pad counting explicit padding but never the
+ceil_mode overhang.
 """
 from __future__ import annotations
 
@@ -104,17 +105,55 @@ def pool_params(op: str, inputs: Sequence[TensorSpec], attrs: Mapping[str, Any])
     ceil = bool_attr(op, attrs, "ceil_mode", False)
     include = bool_attr(op, attrs, "count_include_pad", False)
     shape = tuple(inputs[0].shape)
-    out = []
-    for i, what in enumerate(AXIS_NAMES[dims]):
-        length = out_size(op, what, shape[2 + i], pad[i] + pad[dims + i], kernel_size[i],
+    out = [_pooled_length(op, what, shape[2 + i], pad[i], pad[dims + i], kernel_size[i],
                           strides[i], dilation[i], ceil)
-        # ONNX (and PyTorch): a ceil_mode window starting past the data and its begin
-        # padding is dropped rather than pooled over nothing.
-        if ceil and length > 1 and (length - 1) * strides[i] >= shape[2 + i] + pad[i]:
-            length -= 1
-        out.append(length)
+           for i, what in enumerate(AXIS_NAMES[dims])]
     return PoolParams(shape[0], shape[1], shape[2:], kernel_size, tuple(out), strides, pad,
                       dilation, include, inputs[0].dtype)
+
+
+def _pooled_length(op: str, what: str, size: int, begin: int, end: int, k: int, stride: int,
+                   dilation: int, ceil: bool) -> int:
+    """ONNX's window count along one axis: (size + pads - span) / stride rounded down, or up
+    with ceil_mode, plus 1.
+
+    With ceil_mode a window may run past the padded data (Hugging Face's EfficientNet averages
+    a 7x7 map with a 1280-tap window, ceil_mode=1): it pools what it covers. A last window that
+    would start past the data and its begin padding is dropped rather than pooled over nothing
+    (ONNX's operator text and PyTorch rule so).
+    """
+    if not ceil:
+        return out_size(op, what, size, begin + end, k, stride, dilation)
+    span = dilation * (k - 1) + 1
+    length = -(-(size + begin + end - span) // stride) + 1
+    if length >= 1 and (length - 1) * stride >= size + begin:
+        length -= 1
+    if length < 1:
+        raise op_error(op, f"the {what} window ({k} taps, dilation {dilation}) spans {span}: "
+                           f"with stride {stride} and ceil_mode no window starts inside the "
+                           f"data ({size}) or its begin padding ({begin})")
+    return length
+
+
+def reading(p: PoolParams) -> PoolParams:
+    """The same pool less the taps that read no data in any window (only padding or the
+    ceil_mode overhang): maxima and sums are unchanged, and a window far longer than the data
+    reads only the data (EfficientNet's 1280-tap window over a 7x7 map becomes 7x7). An average
+    still divides by avg_divisor(p), counted over the whole window."""
+    kernel, begin = [], []
+    for i in range(p.dims):
+        k, s, d, b, n, o = (p.kernel[i], p.strides[i], p.dilation[i], p.begin[i], p.size[i],
+                            p.out[i])
+        # Tap j of window w reads w * s - b + j * d: keep the j that some window reads inside
+        # [0, n), but never drop so many leading taps that the begin padding turns negative.
+        first = max(0, min(-(-(b - (o - 1) * s) // d), b // d))
+        last = min(k - 1, (b + n - 1) // d)
+        if last < first:  # no window reads any data here: keep the axis as it is
+            first, last = 0, k - 1
+        kernel.append(last - first + 1)
+        begin.append(b - first * d)
+    return PoolParams(p.n, p.c, p.size, tuple(kernel), p.out, p.strides, tuple(begin) + p.end,
+                      p.dilation, p.count_include_pad, p.dtype)
 
 
 def _pool_infer(op: str) -> Callable[..., list[TensorSpec]]:
@@ -153,9 +192,10 @@ def _pool_host(op: str) -> Callable[..., Callable[..., None]]:
 
     def factory(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
-        p = pool_params(op, inputs, attrs)
-        if backend.name == "cpu" and p.dims == 2 and p.dtype in JIT_DTYPES:
-            return _onednn_or_jit(p, is_max)
+        whole = pool_params(op, inputs, attrs)
+        if backend.name == "cpu" and whole.dims == 2 and whole.dtype in JIT_DTYPES:
+            return _onednn_or_jit(whole, is_max)
+        p = reading(whole)
         xp = array_module(backend)
         # Workspace made once: the data inside a border of lowest (max) or 0 (avg) that also
         # covers the ceil_mode overhang; only the interior is rewritten per call. Without padding
@@ -173,7 +213,7 @@ def _pool_host(op: str) -> Callable[..., Callable[..., None]]:
         acc = xp.empty(outputs[0].shape, work) if work != p.dtype else None
         inv = None
         if not is_max:
-            inv = xp.asarray((1.0 / avg_divisor(p)).astype(work))
+            inv = xp.asarray((1.0 / avg_divisor(whole)).astype(work))
         # Separable (max and sum both are): pool the last spatial axis into a buffer, then the
         # one before it, ...: sum(kernel) strided passes over shrinking arrays instead of
         # prod(kernel) passes over the whole window grid.
@@ -212,14 +252,18 @@ def _onednn_or_jit(p: PoolParams, is_max: bool) -> Callable[..., None]:
     from ..kernels.onednn.pool import OnednnPool, pool_applies
 
     shape, out = (p.n, p.c) + p.size, (p.n, p.c) + p.out
-    applies = pool_applies(p.dtype, p.size, p.kernel, p.out, p.strides, p.dilation, p.begin,
-                           p.end, is_max, p.count_include_pad)
+    r = reading(p)
+    # oneDNN's include-padding average divides by its (here shortened) window: exact only for
+    # the window as given.
+    applies = (r == p or is_max or not p.count_include_pad) and pool_applies(
+        r.dtype, r.size, r.kernel, r.out, r.strides, r.dilation, r.begin, r.end, is_max,
+        r.count_include_pad)
     key = (f"{'max' if is_max else 'avg'} {p.dtype} data {_dims(shape)} out {_dims(out)} "
            f"kernel {_dims(p.kernel)} strides {_dims(p.strides)} pad {_dims(p.pad)} "
            f"dilation {_dims(p.dilation)}{' count_include_pad' if p.count_include_pad else ''}")
     return onednn_or("pool2d", key, applies,
-                     lambda: OnednnPool(shape, out, p.kernel, p.strides, p.dilation, p.begin,
-                                        is_max, p.count_include_pad),
+                     lambda: OnednnPool(shape, out, r.kernel, r.strides, r.dilation, r.begin,
+                                        is_max, r.count_include_pad),
                      lambda: _pool_jit(p, is_max), [shape, out])
 
 
@@ -233,8 +277,9 @@ def _pool_jit(p: PoolParams, is_max: bool) -> Callable[..., None]:
     from ..kernels.cpu.pool_jit import pool2d_jit  # NOTE: loads numba, so only when one is built
 
     inv = None if is_max else (1.0 / avg_divisor(p)).astype(p.dtype)
-    return pool2d_jit(p.dtype, (p.n, p.c) + p.size, (p.n, p.c) + p.out, p.kernel, p.strides,
-                      p.dilation, p.begin, inv)
+    r = reading(p)
+    return pool2d_jit(r.dtype, (r.n, r.c) + r.size, (r.n, r.c) + r.out, r.kernel, r.strides,
+                      r.dilation, r.begin, inv)
 
 
 def _fold_taps(xp: Any, fold: Any, taps: list[Any], out: Any) -> None:
@@ -311,7 +356,8 @@ def _pool_cl(op: str) -> Callable[..., Callable[..., None]]:
 
     def factory(backend: OpenCLBackend, device_id: int, inputs: Sequence[TensorSpec],
                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
-        p = pool_params(op, inputs, attrs)
+        whole = pool_params(op, inputs, attrs)
+        p = reading(whole)
         check_cl_dtypes(op, backend, device_id, [p.dtype])
         knl = ClKernel(backend, device_id, _cl_pool_source(p.dtype, is_max), "gr_pool", op)
         total = size_of((p.n, p.c) + p.out)
@@ -324,7 +370,8 @@ def _pool_cl(op: str) -> Callable[..., Callable[..., None]]:
             + three(p.begin, 0) + three(p.dilation, 1))]
         if is_max:
             return lambda data, out: knl.launch(total, None, out, data, *sizes)
-        inv = device_array(backend, device_id, (1.0 / avg_divisor(p)).astype(_inv_dtype(p.dtype)))
+        inv = device_array(backend, device_id,
+                           (1.0 / avg_divisor(whole)).astype(_inv_dtype(p.dtype)))
         return lambda data, out: knl.launch(total, None, out, data, inv, *sizes)
     return factory
 
@@ -392,4 +439,4 @@ for _op in GLOBAL_REDUCE:
     for _kind in REGISTRY:
         kernel(_op, _kind)(_global_factory(_op))
 
-__all__ = ["PoolParams", "avg_divisor", "pool_params"]
+__all__ = ["PoolParams", "avg_divisor", "pool_params", "reading"]
