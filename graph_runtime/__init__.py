@@ -13,6 +13,9 @@ from .nd import NDArray
 from .params import load_param_dict, load_params_file, save_param_dict, save_params_file
 from .planner import Placement, plan_graph
 from .runtime.graph_module import GraphModule, create
+from .subgraphs import install as _install_subgraph_builder
+
+_install_subgraph_builder()
 
 __version__ = "0.1.0"
 

@@ -1,7 +1,7 @@
 """Liveness: each entry's life over the node order and the alias group it belongs to.
 
 One model for everything that reuses storage: the check of a graph's storage plan at
-create() (runtime/storage_check.py), the planner's storage plan (planner/storage_plan.py) and
+create() (runtime/storage_check.py), the planner's storage plan (graph/storage_plan.py) and
 the executor's choice to read a same-device `__copy`'s output from its source
 (runtime/executor.py).
 

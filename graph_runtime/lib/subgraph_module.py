@@ -6,24 +6,60 @@ where the node runs. A body whose own shapes depend on values it computes (a Sli
 the iteration number) imports deferred (frontend/deferred.py) and specialises per value like any
 such model. Imports are cached per (model, input specs), least recently used dropped first;
 each kernel creates its own module from one.
+
+Importing and creating a module are the layers above's jobs (frontend, planner, runtime): as
+ONNX Runtime hands an If/Loop kernel its subgraph's session, they hand this module a
+SubgraphBuilder (graph_runtime/subgraphs.py installs it when the package is imported), so the
+kernel library imports none of them.
 """
 from __future__ import annotations
 
 import base64
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from .._lru import LruCache
-from ..device import Device, cpu
+from ..device import Device
 from ..errors import GraphRuntimeError, LibraryError
 from ..nd import NDArray
 from .library import TensorSpec
 
 CACHE_SIZE = 32
 _cache: LruCache[Imported] = LruCache(CACHE_SIZE)
+
+
+@dataclass(frozen=True)
+class SubgraphBuilder:
+    """What the layers above give kernels that run a model of their own.
+
+    import_model(model, shapes, name, freeze) -> (graph_json, lib Module, params);
+    create_on(graph_json, lib, device) -> a module whose nodes the device lacks run on the CPU;
+    inferred_specs(model, shapes, name) -> {output name: (shape, dtype)} ONNX inference knows.
+    """
+
+    import_model: Callable[..., tuple[str, Any, dict[str, np.ndarray]]]
+    create_on: Callable[[str, Any, Device], Any]
+    inferred_specs: Callable[..., dict[str, tuple[tuple[int, ...], str]]]
+
+
+_builder: SubgraphBuilder | None = None
+
+
+def install_builder(builder: SubgraphBuilder) -> None:
+    """Set the builder kernels use (graph_runtime/subgraphs.py, at package import)."""
+    global _builder
+    _builder = builder
+
+
+def builder() -> SubgraphBuilder:
+    """The installed builder; LibraryError when none is (the package was not imported whole)."""
+    if _builder is None:
+        raise LibraryError("no sub-graph builder is installed: import graph_runtime (its "
+                           "__init__ installs graph_runtime.subgraphs) before running sub-graphs")
+    return _builder
 
 
 @dataclass(frozen=True)
@@ -85,7 +121,6 @@ def sub_module(op: str, model_b64: str, inputs: Sequence[TensorSpec], dev: Devic
 def _import(op: str, model_b64: str, inputs: Sequence[TensorSpec]) -> Imported:
     import onnx
 
-    from ..frontend import import_onnx
     from ..graph.model import Graph
     model = onnx.ModelProto()
     model.ParseFromString(base64.b64decode(model_b64))
@@ -96,31 +131,16 @@ def _import(op: str, model_b64: str, inputs: Sequence[TensorSpec]) -> Imported:
     shapes = {n: list(s.shape) for n, s in zip(names, inputs)}
     where = f"{op} sub-graph {model.graph.name!r}"
     try:
-        result = import_onnx(model, shapes, name=where)
-        graph = Graph.from_json(result.graph_json)
-        specs = _output_specs(graph, model, shapes, where)
+        graph_json, lib, params = builder().import_model(model, shapes, where, False)
+        specs = _output_specs(Graph.from_json(graph_json), model, shapes, where)
     except GraphRuntimeError as e:
         raise LibraryError(f"{where}, for inputs {_specs_text(inputs)}: {e}") from e
-    return Imported(result.graph_json, result.module(), result.params, names, specs)
+    return Imported(graph_json, lib, params, names, specs)
 
 
 def create_on(graph_json: str, lib: Any, dev: Device) -> Any:
-    """create() on dev; nodes whose function lib lacks there run on the CPU, with the copies
-    the planner inserts (its fallback rule), so a body runs wherever its node is placed."""
-    from ..graph.model import COPY_OP, NOP_OP, Graph
-    from ..runtime.graph_module import create
-    graph = Graph.from_json(graph_json)
-    host = cpu(0)
-    missing = [n for n in graph.nodes if not n.is_arg and n.func_name not in (COPY_OP, NOP_OP)
-               and not lib.has_function(n.func_name or "", dev)]
-    if dev == host or not missing or graph.is_symbolic:
-        return create(graph, lib, [dev])
-    from ..planner.constraints import Placement
-    from ..planner.plan import plan_graph
-    from ..planner.virtual_device import VirtualDevice
-    placement = Placement(default_device=VirtualDevice.from_device(host),
-                          node_devices={"*": VirtualDevice.from_device(dev)})
-    return create(plan_graph(graph, placement, lib).graph, lib, [dev, host])
+    """create() on dev through the installed builder (nodes dev lacks run on the CPU)."""
+    return builder().create_on(graph_json, lib, dev)
 
 
 def _output_specs(graph: Any, model: Any, shapes: Mapping[str, Sequence[int]],
@@ -134,13 +154,11 @@ def _output_specs(graph: Any, model: Any, shapes: Mapping[str, Sequence[int]],
             specs.append(None)
     if any(s is None for s in specs):
         # A deferred body: ONNX shape inference may still know its outputs' shapes.
-        from ..frontend.inference import inferred_types, static_specs
-        from ..frontend.onnx_model import np_dtype
-        known = static_specs(inferred_types(model, shapes, where))
+        known = builder().inferred_specs(model, shapes, where)
         for k, out in enumerate(model.graph.output):
             if specs[k] is None and out.name in known:
                 shape, dtype = known[out.name]
-                specs[k] = TensorSpec(tuple(int(d) for d in shape), np_dtype(dtype))
+                specs[k] = TensorSpec(tuple(int(d) for d in shape), dtype)
     return specs
 
 

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 from .constraints import Constraint, Placement, glob_escape, parse_device_constraint
 from .plan import plan_graph
 from .result import CopyReport, Fallback, PlanResult, PoolReport
-from .storage_plan import PoolStats, StoragePlan, plan_storage
-from .topology import PlanNode, Topology, topology_of
+from ..graph.storage_plan import PoolStats, StoragePlan, plan_storage
+from ..graph.topology import PlanNode, Topology, topology_of
 from .virtual_device import VirtualDevice, default, join
 
 __all__ = [

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from ..device import Device
 from ..graph.model import COPY_OP
-from .topology import PlanNode, Topology
+from ..graph.topology import PlanNode, Topology
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from typing import Mapping
 
 from ..errors import PlanError
 from .constraints import Constraint, Placement
-from .topology import Topology
+from ..graph.topology import Topology
 from .virtual_device import VirtualDevice, join, join_conflict
 
 _GLOB_CHARS = re.compile(r"[*?\[]")

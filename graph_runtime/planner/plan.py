@@ -16,8 +16,8 @@ from .match import resolve
 from .result import CopyReport, Fallback, PlanResult, PoolReport
 from .solve import settle
 from .solve import solve as solve_devices
-from .storage_plan import PoolStats, plan_storage
-from .topology import Topology, topology_of
+from ..graph.storage_plan import PoolStats, plan_storage
+from ..graph.topology import Topology, topology_of
 from .virtual_device import VirtualDevice
 
 _OWN_COLUMNS = ("dltype", "shape", "storage_id", "device_index", "device_id")

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from ..device import Device
 from .match import Resolved
-from .topology import Topology
+from ..graph.topology import Topology
 from .virtual_device import VirtualDevice, default, join
 
 

@@ -191,7 +191,7 @@ def describe_cuts(graph: Graph, cuts: Sequence[Cut]) -> list[str]:
 
 def plan_static(segment: Segment, entry_device: Sequence[Device]) -> Graph:
     """A static segment's graph with storage planned by liveness (symbolic ones plan per shape)."""
-    from ..planner.storage_plan import plan_storage
+    from ..graph.storage_plan import plan_storage
     g = segment.graph
     if g.is_symbolic:
         return g

@@ -3,7 +3,7 @@
 Every entry's shape comes from the op library's own shape rules (a lib function's `infer`),
 node by node from the inputs; where the graph's column names an expression (`"seq*4"`) the rule
 must agree with it. A function without a rule (a Python kernel) takes the column's expression.
-Storage is re-planned by liveness for the new sizes (planner/storage_plan.py).
+Storage is re-planned by liveness for the new sizes (graph/storage_plan.py).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from ..graph.symbolic import UNKNOWN, DimError, evaluate, format_shape, names_in
 from ..lib.library import Module, TensorSpec
 from ..lib.ops.onnx_region import VALUES_KEY, value_positions
 from ..lib.symbolic_chain import DIMS_KEY
-from ..planner.storage_plan import plan_storage
+from ..graph.storage_plan import plan_storage
 
 # A function that reads the values of some inputs to decide its output shapes (a deferred ONNX
 # node) has `value_inputs` (input positions) and infer_values(inputs, attrs, values, out_dtypes).

@@ -5,7 +5,7 @@ import pytest
 from support import copy_op, make_graph, null, tvm_op
 
 from graph_runtime.graph.liveness import liveness
-from graph_runtime.planner.topology import topology_of
+from graph_runtime.graph.topology import topology_of
 
 
 def _nop_split_graph(heads: list, storage_ids: tuple[int, ...] = (0, 1, 1, 2, 3, 4, 5)):

@@ -5,7 +5,7 @@ positions `value_inputs` decide shapes (a Reshape's target, a TopK's k, a Slice'
 while a graph specialises (runtime/specialize.py), their host values arrive under VALUES_KEY;
 the model is then imported with those values frozen as initializers (the usual converters,
 static shapes) and created on the node's device (functions it lacks there run on the CPU:
-lib/subgraph_module.create_on). That static module is cached per (input specs, values, device);
+the sub-graph builder's create_on). That static module is cached per (input specs, values, device);
 each run feeds it the other inputs and copies its outputs out.
 """
 from __future__ import annotations
@@ -62,8 +62,7 @@ def _build(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any],
     from onnx import numpy_helper
 
     from ...errors import GraphRuntimeError
-    from ...frontend import import_onnx
-    from ..subgraph_module import create_on
+    from ..subgraph_module import builder
     model = onnx.ModelProto()
     model.ParseFromString(base64.b64decode(attrs["model"]))
     values = _values(attrs)
@@ -76,12 +75,12 @@ def _build(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any],
         model.graph.initializer.append(numpy_helper.from_array(np.asarray(array), names[p]))
     shapes = {names[k]: list(s.shape) for k, s in enumerate(inputs) if names[k] not in frozen}
     try:
-        result = import_onnx(model, shapes, name="onnx_region", freeze=True)
-        module = create_on(result.graph_json, result.module(), device)
+        graph_json, lib, params = builder().import_model(model, shapes, "onnx_region", True)
+        module = builder().create_on(graph_json, lib, device)
     except GraphRuntimeError as e:
         raise op_error("onnx_region", f"for input values {_shown(values)}: {e}") from e
-    if result.params:
-        module.load_params(result.params)
+    if params:
+        module.load_params(params)
     return module, names  # the outer node's input k is the model's input names[k]
 
 

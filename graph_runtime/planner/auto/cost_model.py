@@ -24,7 +24,7 @@ from ...graph.model import NOP_OP, Graph, entry_bytes
 from ...lib.library import Module, TensorSpec
 from ..constraints import Placement
 from ..match import resolve
-from ..topology import topology_of
+from ...graph.topology import topology_of
 from ..virtual_device import VirtualDevice, join
 from .cost_cache import KernelCase, node_attrs_text
 from .cost_problem import CopyTerm, CostProblem, SwitchTerm

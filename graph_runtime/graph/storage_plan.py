@@ -12,8 +12,8 @@ from bisect import bisect_right
 from dataclasses import dataclass
 
 from ..device import Device
-from ..graph.liveness import liveness
-from ..graph.model import Graph
+from .liveness import liveness
+from .model import Graph
 from .topology import Topology
 
 

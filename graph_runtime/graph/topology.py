@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import PlanError
-from ..graph.model import COPY_OP, Graph
+from .model import COPY_OP, Graph
 
 
 @dataclass(frozen=True)
