@@ -8,7 +8,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from .convert import Context, const_input, converts, ints_of, norm_axis, required_ints
-from .ir import NeedsValue, Unsupported, Value, check_const_bytes
+from .fold_size import broadcast
+from .ir import NeedsValue, Unsupported, Value, check_const_bytes, check_rank
 from .onnx_node import OnnxNode
 
 
@@ -151,11 +152,8 @@ def _broadcast(ctx: Context, x: Value, shape: Sequence[int]) -> Value:
 def expand(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     x = args[0]
     target = required_ints(node, args, 1, "shape")
-    try:
-        out = np.broadcast_shapes(x.shape, tuple(target))
-    except ValueError:
-        raise Unsupported(f"cannot expand {x.shape} to {target}") from None
-    return [_broadcast(ctx, x, out)]
+    check_rank(target, "input 1 (shape)")
+    return [_broadcast(ctx, x, broadcast([x.shape, tuple(target)], "input 0 and input 1 (shape)"))]
 
 
 @converts("Tile")
