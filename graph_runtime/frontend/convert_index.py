@@ -220,6 +220,7 @@ def _scatter(ctx: Context, node: OnnxNode, data: Value, updates: Value,
                       axis=0, mode="clip")
         return b.op("where", b.const(written.reshape(data.shape), "scatter_mask"), picked, data)
     if reduction == "add" and np.dtype(data.dtype).kind == "f":
+        check_const_bytes((size, flat_targets.size), data.dtype, "the scatter routing matrix")
         routing = np.zeros((size, flat_targets.size), data.dtype)
         routing[flat_targets, np.arange(flat_targets.size)] = 1
         added = b.op("dense", b.reshape(updates, (1, flat_targets.size)),
@@ -235,6 +236,9 @@ def scatter(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     if indices is None:
         raise Unsupported("indices are missing")
     indices = np.asarray(indices, np.int64)
+    # NOTE: data is computed at run time and may be of any size; its tables here are not.
+    check_const_bytes(data.shape, np.int64, "the scatter position table")
+    check_const_bytes((max(data.rank, 1), *indices.shape), np.int64, "the scatter index table")
     positions = np.arange(int(np.prod(data.shape)), dtype=np.int64).reshape(data.shape)
     if node.op_type in ("ScatterElements", "Scatter"):
         axis = norm_axis(int(node.attr("axis", 0)), data.rank, node)
