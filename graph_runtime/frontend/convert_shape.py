@@ -36,6 +36,9 @@ def reshape(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     allowzero = int(node.attr("allowzero", 0))
     out = []
     for i, d in enumerate(target or []):
+        if d == 0 and not allowzero and i >= x.rank:
+            raise Unsupported(f"shape {target[:8]}: dim {i} is 0 (copy the input's dim {i}) "
+                              f"but the input has rank {x.rank}")
         out.append(x.shape[i] if d == 0 and not allowzero else d)
     if out.count(-1) > 1:
         raise Unsupported(f"shape {target} has more than one -1")

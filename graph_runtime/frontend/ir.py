@@ -66,7 +66,19 @@ def check_rank(shape: Sequence[int], what: str) -> None:
     """Refuse a shape of more dims than a graph entry may have."""
     if len(shape) > MAX_RANK:
         raise TooLarge(f"{what}: {len(shape)} dims; expected at most {MAX_RANK} (the "
-                          "graph format's limit)")
+                       "graph format's limit)")
+
+
+def check_entry(shape: Sequence[int], dtype: Any, what: str) -> None:
+    """Refuse a shape no graph entry may have: too many dims, or 2^63 bytes or more (zero
+    dims counted as 1, as the graph format counts them)."""
+    check_rank(shape, what)
+    nbytes = np.dtype(dtype).itemsize
+    for d in shape:
+        nbytes *= max(int(d), 1)
+    if nbytes >= 1 << 63:
+        raise TooLarge(f"{what}: shape {[int(d) for d in shape][:8]} {np.dtype(dtype)} would "
+                       "hold 2^63 bytes or more (zero dims counted as 1); no array can")
 
 
 # ONNX dtypes the runtime can hold in an entry (params format and backends).
@@ -177,7 +189,7 @@ class Builder:
                 raise Unsupported(str(e)) from e
             return widened
         for k, spec in enumerate(specs):
-            check_rank(spec.shape, f"{op} output {k}")
+            check_entry(spec.shape, spec.dtype, f"{op} output {k}")
         prim = Prim(op, clean, list(inputs), [], self.origin)
         prim.outputs = [Value(self.fresh(op), tuple(int(d) for d in s.shape), str(s.dtype),
                               producer=prim) for s in specs]
