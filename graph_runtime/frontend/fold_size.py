@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .ir import Unsupported, check_const_bytes, check_rank
+from .ir import Unsupported, check_const_bytes, check_entry
 from .onnx_node import OnnxNode
 
 Shape = tuple[int, ...]
@@ -241,8 +241,8 @@ def check_fold_size(node: OnnxNode, inputs: Sequence[np.ndarray | None],
         except Unsupported:
             pass  # not an elementwise op; its own evaluation checks its inputs
     for shape in shapes:
-        check_rank(shape, f"folding {node.op_type}")
         check_const_bytes(shape, np.dtype(f"V{itemsize}"), f"folding {node.op_type}", in_bytes)
+        check_entry(shape, np.dtype(f"V{itemsize}"), f"folding {node.op_type}")  # empty ones
     work = _WORKSPACE.get(node.op_type)
     if work is not None and predict is not None and present:
         for shape, dtype, what in work(node, list(inputs), shapes[-1]):

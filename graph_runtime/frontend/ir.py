@@ -77,8 +77,10 @@ def check_entry(shape: Sequence[int], dtype: Any, what: str) -> None:
     for d in shape:
         nbytes *= max(int(d), 1)
     if nbytes >= 1 << 63:
-        raise TooLarge(f"{what}: shape {[int(d) for d in shape][:8]} {np.dtype(dtype)} would "
-                       "hold 2^63 bytes or more (zero dims counted as 1); no array can")
+        kind = np.dtype(dtype)
+        name = f"{kind.itemsize}-byte elements" if kind.kind == "V" else str(kind)
+        raise TooLarge(f"{what}: shape {[int(d) for d in shape][:8]} of {name} would hold "
+                       "2^63 bytes or more (zero dims counted as 1); no array can")
 
 
 # ONNX dtypes the runtime can hold in an entry (params format and backends).

@@ -438,11 +438,22 @@ def test_pad_axes_named_twice() -> None:
 
 @pytest.mark.parametrize("op, value", [("Tile", [2 ** 62, 2 ** 62]), ("Tile", [2 ** 40, 2 ** 40]),
                                        ("Pad", [2 ** 62, 0, 2 ** 62, 0])])
-def test_outputs_no_array_can_hold(op: str, value: list) -> None:
+@pytest.mark.parametrize("known", [False, True])
+def test_outputs_no_array_can_hold(op: str, value: list, known: bool) -> None:
+    # known: folded at import (an empty input once let np.tile overflow into a bad shape)
     node = helper.make_node(op, ["x", "r"], ["y"])
-    m = model([node], [vi("x", shape=(2, 3))], [vi("y", shape=None)],
-              [_const("r", np.array(value, np.int64))])
-    refused(m, f"{op}:", "would hold 2^63 bytes or more")
+    x = np.ones((0, 3) if value[0] == 2 ** 62 and op == "Tile" else (2, 3), np.float32)
+    inits = [_const("r", np.array(value, np.int64))] + ([_const("x", x)] if known else [])
+    m = model([node], [] if known else [vi("x", shape=x.shape)], [vi("y", shape=None)], inits)
+    refused(m, f"{op}:", "made at import; expected at most" if known and x.size else
+            "would hold 2^63 bytes or more")
+
+
+def test_tile_repeats_beyond_int64() -> None:
+    # uint64 repeats overflowed NumPy's int64 (OverflowError, "internal error").
+    m = model([helper.make_node("Tile", ["x", "r"], ["y"])], [vi("x", shape=(2, 3))],
+              [vi("y", shape=None)], [_const("r", np.array([2 ** 64 - 1, 1], np.uint64))])
+    refused(m, "Tile: input 1 (repeats) holds [18446744073709551615, 1]; expected values within")
 
 
 def test_reshape_copying_a_dim_the_input_lacks() -> None:
