@@ -9,7 +9,7 @@ import numpy as np
 
 from .convert import Context, const_input, converts, ints_of, norm_axis, required_ints
 from .fold_size import broadcast
-from .ir import NeedsValue, Unsupported, Value, check_const_bytes, check_rank
+from .ir import NeedsValue, Unsupported, Value, check_const_bytes, check_entry, check_rank
 from .onnx_node import OnnxNode
 
 
@@ -109,6 +109,9 @@ def unsqueeze(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
 def concat(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     values = [a for a in args if a is not None]
     axis = norm_axis(int(node.attr("axis")), values[0].rank, node)
+    if any(v.rank != values[0].rank for v in values):
+        raise Unsupported(f"inputs of shapes {[list(v.shape) for v in values][:8]}; expected "
+                          "one rank")
     nonempty = [v for v in values if v.shape[axis] != 0]
     if not nonempty:
         shape = list(values[0].shape)
@@ -166,6 +169,7 @@ def tile(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     reps = required_ints(node, args, 1, "repeats")
     if len(reps) != x.rank:
         raise Unsupported(f"repeats {reps} for rank {x.rank}")
+    check_entry([d * r for d, r in zip(x.shape, reps)], x.dtype, "its output")
     return [b.op("tile", x, reps=reps)]
 
 

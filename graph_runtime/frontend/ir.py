@@ -33,8 +33,8 @@ class NeedsValue(Unsupported):
 
 
 class TooLarge(Unsupported):
-    """A value the import would make is over its budget or rank limit (final: no converter may
-    retry)."""
+    """A value the import would make is over its byte budget or a graph entry's limits (final:
+    no converter may retry)."""
 
 
 # A constant the import makes (folded, or a table a converter builds) may hold this many bytes,

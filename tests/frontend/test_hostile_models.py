@@ -467,3 +467,9 @@ def test_layer_norm_scale_that_does_not_broadcast() -> None:
     m = model([node], [vi("x", shape=(3, 5))], [vi("y", shape=None)],
               [_const("s", np.ones(7, np.float32))])
     refused(m, "LayerNormalization", "do not broadcast")
+
+
+def test_concat_of_inputs_of_different_ranks() -> None:
+    m = model([helper.make_node("Concat", ["x", "k"], ["y"], axis=0)], [vi("x", shape=(1,))],
+              [vi("y", shape=None)], [_const("k", np.float32(2))])
+    refused(m, "Concat", "inputs of shapes [[1], []]; expected one rank")
