@@ -159,7 +159,8 @@ def expand(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     x = args[0]
     target = required_ints(node, args, 1, "shape")
     check_rank(target, "input 1 (shape)")
-    return [_broadcast(ctx, x, broadcast([x.shape, tuple(target)], "input 0 and input 1 (shape)"))]
+    out = broadcast([x.shape, tuple(target)], "input 0 and input 1 (shape)")
+    return [_broadcast(ctx, x, out)]
 
 
 @converts("Tile")

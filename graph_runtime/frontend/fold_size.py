@@ -154,8 +154,11 @@ def _stft(node: OnnxNode, xs: list) -> Shape:
     step = _count(xs[1], "input 1 (frame_step)")
     window = xs[2] if len(xs) > 2 else None
     length = xs[3] if len(xs) > 3 else None
+    if x.ndim != 3:
+        raise Unsupported(f"signal of shape {list(x.shape)}; expected [batch, length, 1 or 2]")
     frame = _count(length, "input 3 (frame_length)") if length is not None else \
-        np.asarray(window).shape[0] if window is not None and np.asarray(window).ndim else 0
+        np.asarray(window).shape[0] if window is not None and np.asarray(window).ndim else \
+        x.shape[1]
     if x.ndim != 3 or step < 1 or not 0 < frame <= x.shape[1]:
         raise Unsupported(f"signal of shape {list(x.shape)}, frame_step {step}, frame length "
                           f"{frame}; expected [batch, length, 1 or 2], a step >= 1 and a frame "
@@ -177,7 +180,16 @@ def _affine_grid(node: OnnxNode, xs: list) -> Shape:
 def _max_unpool(node: OnnxNode, xs: list) -> Shape:
     if len(xs) > 2 and xs[2] is not None:
         return tuple(_ints(xs[2], "input 2 (output_shape)"))
-    return tuple(xs[0].shape)  # the attributes' shape: the reference's own arithmetic
+    x = xs[0]
+    kernel = node.ints("kernel_shape")
+    n = len(kernel)
+    strides = node.ints("strides", [1] * n)
+    pads = node.ints("pads", [0] * 2 * n)
+    if x.ndim != n + 2 or len(strides) != n or len(pads) != 2 * n:
+        raise Unsupported(f"input of shape {list(x.shape)} for kernel_shape {kernel}, strides "
+                          f"{strides}, pads {pads}")
+    return tuple(x.shape[:2]) + tuple(max((d - 1) * s + k - pads[i] - pads[n + i], 0) for i, (
+        d, s, k) in enumerate(zip(x.shape[2:], strides, kernel)))
 
 
 _PREDICT: dict[str, Callable[[OnnxNode, list], Shape]] = {
