@@ -473,3 +473,9 @@ def test_concat_of_inputs_of_different_ranks() -> None:
     m = model([helper.make_node("Concat", ["x", "k"], ["y"], axis=0)], [vi("x", shape=(1,))],
               [vi("y", shape=None)], [_const("k", np.float32(2))])
     refused(m, "Concat", "inputs of shapes [[1], []]; expected one rank")
+
+
+def test_pool_attributes_of_the_wrong_length() -> None:
+    node = helper.make_node("LpPool", ["x"], ["y"], kernel_shape=[2, 2], dilations=[2])
+    m = model([node], [vi("x", shape=(1, 1, 4, 4))], [vi("y", shape=None)], opset=22)
+    refused(m, "LpPool", "dilations [2] for an input of shape [1, 1, 4, 4]; expected 2 each")
