@@ -61,7 +61,22 @@ def load_model(model: Any, base_dir: str | os.PathLike[str] | None = None) -> tu
     except RecursionError:
         raise FrontendError(f"{name}: subgraphs nested too deeply") from None
     check_opsets(proto, name)
+    check_unique_names(proto, name)
     return proto, name
+
+
+def check_unique_names(model: Any, name: str) -> None:
+    """Refuse a graph input or initializer name declared twice (which one would a read take?)."""
+    graph = model.graph
+    for kind, names in (("input", [i.name for i in graph.input]),
+                        ("initializer", [t.name for t in graph.initializer] +
+                         [s.values.name for s in graph.sparse_initializer])):
+        seen: set[str] = set()
+        for k, value in enumerate(names):
+            if value in seen:
+                raise FrontendError(f"{name}: graph {kind} {k} {value!r} is declared twice; "
+                                    f"expected one {kind} per name")
+            seen.add(value)
 
 
 def check_stored_sizes(model: Any, name: str) -> None:

@@ -479,3 +479,12 @@ def test_pool_attributes_of_the_wrong_length() -> None:
     node = helper.make_node("LpPool", ["x"], ["y"], kernel_shape=[2, 2], dilations=[2])
     m = model([node], [vi("x", shape=(1, 1, 4, 4))], [vi("y", shape=None)], opset=22)
     refused(m, "LpPool", "dilations [2] for an input of shape [1, 1, 4, 4]; expected 2 each")
+
+
+def test_graph_input_declared_twice() -> None:
+    # The second 'x' (rank 2, a symbolic dim) made the symbolic import's probes index past
+    # the first one's rank: an IndexError escaped.
+    m = model([helper.make_node("Add", ["x", "y"], ["z"])],
+              [vi("x", shape=(3,)), vi("y", shape=(3,)), vi("x", shape=(3, "N"))],
+              [vi("z", shape=None)])
+    refused(m, "graph input 2 'x' is declared twice")
