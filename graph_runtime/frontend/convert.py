@@ -85,7 +85,11 @@ def required_ints(node: OnnxNode, args: list, i: int, what: str) -> list[int]:
     array = const_input(node, args, i, what)
     if array is None:
         raise Unsupported(f"input {i} ({what}) is missing")
-    return [int(v) for v in np.asarray(array).reshape(-1)]
+    values = [int(v) for v in np.asarray(array).reshape(-1)]
+    if any(not -2 ** 63 <= v < 2 ** 63 for v in values):
+        # NOTE: a uint64 tensor where ONNX asks for int64; NumPy would overflow on it.
+        raise Unsupported(f"input {i} ({what}) holds {values[:8]}; expected values within int64")
+    return values
 
 
 def ints_of(array: np.ndarray | None) -> list[int] | None:

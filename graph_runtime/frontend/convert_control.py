@@ -78,6 +78,8 @@ def _if(ctx: Context, node: OnnxNode, args: list) -> Sequence[Value | None]:
 def _passes_condition(body: Any) -> bool:
     """Whether the body's condition output is its condition input (or constant true): then
     only the trip count and the initial condition decide the iteration count."""
+    if not body.output or len(body.input) < 2:
+        return False  # a body ONNX's Loop cannot run: check_node refuses it
     producers = {o: n for n in body.node for o in n.output if o}
     name = body.output[0].name
     for _ in range(len(body.node) + 1):

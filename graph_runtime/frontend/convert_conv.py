@@ -42,6 +42,9 @@ def _window_attrs(node: OnnxNode, x: Value, kernel: Sequence[int], dilation_attr
     nd = len(kernel)
     strides = node.ints("strides", [1] * nd)
     dilations = node.ints("dilations", [1] * nd) if dilation_attr else [1] * nd
+    if nd != x.rank - 2 or len(strides) != nd or len(dilations) != nd:
+        raise Unsupported(f"kernel {list(kernel)}, strides {strides}, dilations {dilations} "
+                          f"for an input of shape {list(x.shape)}; expected {x.rank - 2} each")
     pads = window_pads(node, x.shape[2:], kernel, strides, dilations)
     return strides, dilations, pads
 

@@ -71,13 +71,24 @@ def pad(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
         computed = args[2] if len(args) > 2 and args[2] is not None and \
             args[2].const is None else None
         given = None if computed is not None else const_input(node, args, 2, "constant_value")
+        if given is not None and np.asarray(given).size != 1:
+            raise Unsupported(f"input 2 (constant_value) of shape {list(np.shape(given))}; "
+                              "expected one value")
         value = 0.0 if given is None else float(np.asarray(given).reshape(-1)[0])
         axes = ints_of(const_input(node, args, 3, "axes")) or list(range(x.rank))
     axes = [norm_axis(a, x.rank, node, "axes") for a in axes]
     n = len(axes)
+    if len(set(axes)) != n:
+        raise Unsupported(f"axes {axes} name an axis twice")
+    if len(pads) != 2 * n:
+        raise Unsupported(f"{len(pads)} pads for {n} axes; expected {2 * n} (all begins, "
+                          "then all ends)")
     widths = [[0, 0] for _ in range(x.rank)]
     for k, a in enumerate(axes):
         widths[a] = [pads[k], pads[n + k]]
+        if x.shape[a] + pads[k] + pads[n + k] < 0:
+            raise Unsupported(f"pads {pads[k]} and {pads[n + k]} on axis {a} of size "
+                              f"{x.shape[a]}; they crop more than the axis holds")
     if any(w < 0 for pair in widths for w in pair):
         # Negative pads crop: slice first, then pad with what is left.
         begin = [-min(p[0], 0) for p in widths]
@@ -220,6 +231,7 @@ def _scatter(ctx: Context, node: OnnxNode, data: Value, updates: Value,
                       axis=0, mode="clip")
         return b.op("where", b.const(written.reshape(data.shape), "scatter_mask"), picked, data)
     if reduction == "add" and np.dtype(data.dtype).kind == "f":
+        check_const_bytes((size, flat_targets.size), data.dtype, "the scatter routing matrix")
         routing = np.zeros((size, flat_targets.size), data.dtype)
         routing[flat_targets, np.arange(flat_targets.size)] = 1
         added = b.op("dense", b.reshape(updates, (1, flat_targets.size)),
@@ -235,6 +247,9 @@ def scatter(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     if indices is None:
         raise Unsupported("indices are missing")
     indices = np.asarray(indices, np.int64)
+    # NOTE: data is computed at run time and may be of any size; its tables here are not.
+    check_const_bytes(data.shape, np.int64, "the scatter position table")
+    check_const_bytes((max(data.rank, 1), *indices.shape), np.int64, "the scatter index table")
     positions = np.arange(int(np.prod(data.shape)), dtype=np.int64).reshape(data.shape)
     if node.op_type in ("ScatterElements", "Scatter"):
         axis = norm_axis(int(node.attr("axis", 0)), data.rank, node)

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .convert import Context, converts, norm_axis
+from .fold_size import broadcast
 from .ir import Unsupported, Value
 from .onnx_node import OnnxNode
 
@@ -42,7 +43,7 @@ def gemm(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
 def _matmul_shape(a: Sequence[int], w: Sequence[int]) -> tuple[int, ...]:
     a2 = (1,) + tuple(a) if len(a) == 1 else tuple(a)
     w2 = tuple(w) + (1,) if len(w) == 1 else tuple(w)
-    batch = tuple(np.broadcast_shapes(a2[:-2], w2[:-2]))
+    batch = broadcast([a2[:-2], w2[:-2]], "the batch dims of inputs 0 and 1")
     shape = batch + (a2[-2], w2[-1])
     if len(a) == 1:
         shape = shape[:-2] + shape[-1:]
@@ -74,7 +75,7 @@ def matmul(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
         else:
             y = b.op("matmul", a, w)
         return [b.reshape(y, final)]
-    batch = tuple(np.broadcast_shapes(a.shape[:-2], w.shape[:-2]))
+    batch = broadcast([a.shape[:-2], w.shape[:-2]], "the batch dims of inputs 0 and 1")
     count = math.prod(batch)
 
     def as_3d(v: Value) -> Value:

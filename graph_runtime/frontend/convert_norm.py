@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from .convert import Context, converts, norm_axis
+from .fold_size import broadcast
 from .ir import Unsupported, Value
 from .onnx_node import OnnxNode
 
@@ -84,7 +85,7 @@ def layer_norm(ctx: Context, node: OnnxNode, args: list) -> list[Value | None]:
     inner = x.shape[axis:]
     flat = math.prod(inner)
     for what, v in (("scale", scale), ("bias", bias)):
-        if v is not None and tuple(np.broadcast_shapes(v.shape, inner)) != tuple(inner):
+        if v is not None and broadcast([v.shape, inner], what) != tuple(inner):
             raise Unsupported(f"{what} of shape {v.shape} for normalized shape {inner}")
 
     def vector(v: Value | None, fill: float) -> Value:

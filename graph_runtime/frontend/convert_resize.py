@@ -6,7 +6,7 @@ import math
 import numpy as np
 
 from .convert import Context, const_input, converts, ints_of, norm_axis
-from .ir import Unsupported, Value
+from .ir import Unsupported, Value, check_const_bytes
 from .onnx_node import OnnxNode
 
 
@@ -26,6 +26,19 @@ def _counted(values: list, axes: list[int], what: str) -> list:
     return values
 
 
+def _check_tables(x: Value, out: list[int], mode: str, antialias: bool) -> None:
+    """Refuse an output size whose per-axis index and weight tables (built at import: the
+    resize op's infer) pass the import's budget: (out, taps) int64 and float64 arrays, and
+    their temporaries, for each resized axis."""
+    taps = 1 if mode == "nearest" else 2 if mode in ("linear", "bilinear") else 4
+    for axis, (d_in, d_out) in enumerate(zip(x.shape, out)):
+        if d_out == d_in or d_in == 0:
+            continue
+        widen = -(-d_in // d_out) if antialias and 0 < d_out < d_in else 1
+        check_const_bytes((d_out, taps * widen, 4), "float64",
+                          f"the interpolation tables of axis {axis} (size {d_in} -> {d_out})")
+
+
 @converts("Resize", "Upsample")
 def resize(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     x = args[0]
@@ -42,6 +55,7 @@ def resize(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
         scales = _counted(_floats(np.asarray(given, dtype=np.float64)) or [],
                           list(range(rank)), "scales")
         sizes = [math.floor(d * s) for d, s in zip(x.shape, scales)]
+        _check_tables(x, sizes, mode, False)
         return [ctx.b.op("resize", x, size=sizes, scales=scales,
                          mode="nearest" if mode == "nearest" else "linear",
                          coordinate_transformation_mode="asymmetric", nearest_mode="floor")]
@@ -88,6 +102,7 @@ def resize(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
         "antialias": bool(int(node.attr("antialias", 0)))}
     if full_scales is not None:
         attrs["scales"] = full_scales
+    _check_tables(x, out, mode, bool(attrs["antialias"]))
     if ctm == "tf_crop_and_resize":
         return [_crop_and_resize(ctx, node, args, x, axes, attrs)]
     return [ctx.b.op("resize", x, **attrs)]
@@ -109,6 +124,7 @@ def _crop_and_resize(ctx: Context, node: OnnxNode, args: list, x: Value, axes: l
         raise Unsupported(f"roi {values}: expected finite numbers")
     attrs["roi"] = roi
     resized = ctx.b.op("resize", x, **attrs)
+    check_const_bytes(resized.shape, bool, "the mask of outputs outside the roi")
     mask = outside_mask(x.shape, resized.shape, roi_pairs({"roi": roi}, x.rank))
     if not mask.any():
         return resized

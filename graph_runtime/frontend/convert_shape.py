@@ -8,7 +8,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from .convert import Context, const_input, converts, ints_of, norm_axis, required_ints
-from .ir import NeedsValue, Unsupported, Value, check_const_bytes
+from .fold_size import broadcast
+from .ir import NeedsValue, Unsupported, Value, check_const_bytes, check_entry, check_rank
 from .onnx_node import OnnxNode
 
 
@@ -35,6 +36,9 @@ def reshape(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     allowzero = int(node.attr("allowzero", 0))
     out = []
     for i, d in enumerate(target or []):
+        if d == 0 and not allowzero and i >= x.rank:
+            raise Unsupported(f"shape {target[:8]}: dim {i} is 0 (copy the input's dim {i}) "
+                              f"but the input has rank {x.rank}")
         out.append(x.shape[i] if d == 0 and not allowzero else d)
     if out.count(-1) > 1:
         raise Unsupported(f"shape {target} has more than one -1")
@@ -105,6 +109,9 @@ def unsqueeze(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
 def concat(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     values = [a for a in args if a is not None]
     axis = norm_axis(int(node.attr("axis")), values[0].rank, node)
+    if any(v.rank != values[0].rank for v in values):
+        raise Unsupported(f"inputs of shapes {[list(v.shape) for v in values][:8]}; expected "
+                          "one rank")
     nonempty = [v for v in values if v.shape[axis] != 0]
     if not nonempty:
         shape = list(values[0].shape)
@@ -151,10 +158,8 @@ def _broadcast(ctx: Context, x: Value, shape: Sequence[int]) -> Value:
 def expand(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     x = args[0]
     target = required_ints(node, args, 1, "shape")
-    try:
-        out = np.broadcast_shapes(x.shape, tuple(target))
-    except ValueError:
-        raise Unsupported(f"cannot expand {x.shape} to {target}") from None
+    check_rank(target, "input 1 (shape)")
+    out = broadcast([x.shape, tuple(target)], "input 0 and input 1 (shape)")
     return [_broadcast(ctx, x, out)]
 
 
@@ -165,6 +170,7 @@ def tile(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     reps = required_ints(node, args, 1, "repeats")
     if len(reps) != x.rank:
         raise Unsupported(f"repeats {reps} for rank {x.rank}")
+    check_entry([d * r for d, r in zip(x.shape, reps)], x.dtype, "its output")
     return [b.op("tile", x, reps=reps)]
 
 

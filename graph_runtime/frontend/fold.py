@@ -56,7 +56,8 @@ def _gather_elements(node: OnnxNode, data: np.ndarray, idx: np.ndarray) -> list[
 
 
 def _unsqueeze(node: OnnxNode, x: np.ndarray, axes: np.ndarray | None = None) -> list[np.ndarray]:
-    picked = node.opt_ints("axes") if axes is None else [int(a) for a in axes]
+    picked = node.opt_ints("axes") if axes is None else \
+        [int(a) for a in np.asarray(axes).reshape(-1)]
     rank = x.ndim + len(picked or [])
     chosen = sorted(a + rank if a < 0 else a for a in picked or [])
     if any(not 0 <= a < rank for a in chosen) or len(set(chosen)) != len(chosen):
@@ -66,6 +67,24 @@ def _unsqueeze(node: OnnxNode, x: np.ndarray, axes: np.ndarray | None = None) ->
     for a in chosen:
         shape.insert(a, 1)
     return [x.reshape(shape)]
+
+
+def _tile(node: OnnxNode, x: np.ndarray, repeats: np.ndarray) -> list[np.ndarray]:
+    """Tile as one broadcast (x's axis d as (repeats, d)): it allocates the output only, where
+    np.tile grows one axis at a time (repeats [1e8, 0] made 1.6 GB for an empty output)."""
+    reps = [int(r) for r in repeats.reshape(-1)]  # checked by fold_size's _tile
+    split = x.reshape([n for d in x.shape for n in (1, d)])
+    wide = np.broadcast_to(split, [n for d, r in zip(x.shape, reps) for n in (r, d)])
+    return [wide.copy().reshape([d * r for d, r in zip(x.shape, reps)])]
+
+
+def _expand(node: OnnxNode, x: np.ndarray, shape: np.ndarray) -> list[np.ndarray]:
+    """Expand as one broadcast: the reference multiplies by ones of the target shape, which
+    is larger than the output where x has a 0 dim."""
+    from .fold_size import broadcast
+    target = tuple(int(d) for d in shape.reshape(-1))
+    out = broadcast([x.shape, target], "input 0 and input 1 (shape)")
+    return [np.broadcast_to(x, out).copy()]
 
 
 def _concat(node: OnnxNode, *xs: np.ndarray) -> list[np.ndarray]:
@@ -107,6 +126,8 @@ _FAST: dict[str, Callable[..., list[np.ndarray]]] = {
     "Concat": _concat,
     "Cast": _cast,
     "Identity": lambda node, x: [x],
+    "Tile": _tile,
+    "Expand": _expand,
     "DequantizeLinear": fold_dequantize,
     "QuantizeLinear": fold_quantize,
 }
@@ -137,6 +158,8 @@ def fold(node: OnnxNode, inputs: Sequence[np.ndarray | None], opset_imports: Any
 def _evaluate(node: OnnxNode, inputs: Sequence[np.ndarray | None],
               opset_imports: Any) -> list[Any]:
     fast = _FAST.get(node.op_type)
+    if node.op_type == "Tile" and node.opset < 6:
+        fast = None  # Tile-1 takes (input, tiles, axis)
     if fast is not None and all(x is not None for x in inputs):
         return fast(node, *inputs)
     if node.op_type == "Unsqueeze" and inputs[0] is not None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .ir import Unsupported, check_const_bytes
+from .ir import Unsupported, check_const_bytes, check_entry
 from .onnx_node import OnnxNode
 
 Shape = tuple[int, ...]
@@ -121,6 +121,77 @@ def _matmul(node: OnnxNode, xs: list) -> Shape:
     return broadcast([a[:-2], b[:-2]], "MatMul") + (a[-2], b[-1])
 
 
+def _count(x: np.ndarray | None, what: str) -> int:
+    values = _ints(x, what)
+    if len(values) != 1 or values[0] < 0:
+        raise Unsupported(f"{what} is {values[:8]}; expected one size >= 0")
+    return values[0]
+
+
+def _window(node: OnnxNode, xs: list) -> Shape:
+    return (_count(xs[0], "input 0 (size)"),)
+
+
+def _dft(node: OnnxNode, xs: list) -> Shape:
+    """At most: the signal axis as long as dft_length, the last axis (real, imaginary)."""
+    x = xs[0]
+    given = xs[1] if len(xs) > 1 and xs[1] is not None else None
+    if node.opset < 20:
+        axis = int(node.attr("axis", 1))
+    else:
+        axis = _ints(xs[2], "input 2 (axis)")[0] if len(xs) > 2 and xs[2] is not None else -2
+    if not -x.ndim <= axis < x.ndim:
+        raise Unsupported(f"axis {axis} for a signal of rank {x.ndim}")
+    shape = list(x.shape[:-1]) + [2]
+    axis %= x.ndim
+    if given is not None and axis < x.ndim - 1:
+        shape[axis] = max(shape[axis], _count(given, "input 1 (dft_length)"))
+    return tuple(shape)
+
+
+def _stft(node: OnnxNode, xs: list) -> Shape:
+    x = xs[0]
+    step = _count(xs[1], "input 1 (frame_step)")
+    window = xs[2] if len(xs) > 2 else None
+    length = xs[3] if len(xs) > 3 else None
+    if x.ndim != 3:
+        raise Unsupported(f"signal of shape {list(x.shape)}; expected [batch, length, 1 or 2]")
+    frame = _count(length, "input 3 (frame_length)") if length is not None else \
+        np.asarray(window).shape[0] if window is not None and np.asarray(window).ndim else \
+        x.shape[1]
+    if x.ndim != 3 or step < 1 or not 0 < frame <= x.shape[1]:
+        raise Unsupported(f"signal of shape {list(x.shape)}, frame_step {step}, frame length "
+                          f"{frame}; expected [batch, length, 1 or 2], a step >= 1 and a frame "
+                          "within the signal")
+    return (x.shape[0], 1 + (x.shape[1] - frame) // step, frame, 2)
+
+
+def _mel(node: OnnxNode, xs: list) -> Shape:
+    return (_count(xs[1], "input 1 (dft_length)") // 2 + 1, _count(xs[0], "input 0 (bins)"))
+
+
+def _affine_grid(node: OnnxNode, xs: list) -> Shape:
+    size = _ints(xs[1], "input 1 (size)")
+    if len(size) not in (4, 5) or any(d < 0 for d in size):
+        raise Unsupported(f"size {size[:8]}; expected [N, C, H, W] or [N, C, D, H, W] >= 0")
+    return (size[0], *size[2:], len(size) - 2)
+
+
+def _max_unpool(node: OnnxNode, xs: list) -> Shape:
+    if len(xs) > 2 and xs[2] is not None:
+        return tuple(_ints(xs[2], "input 2 (output_shape)"))
+    x = xs[0]
+    kernel = node.ints("kernel_shape")
+    n = len(kernel)
+    strides = node.ints("strides", [1] * n)
+    pads = node.ints("pads", [0] * 2 * n)
+    if x.ndim != n + 2 or len(strides) != n or len(pads) != 2 * n:
+        raise Unsupported(f"input of shape {list(x.shape)} for kernel_shape {kernel}, strides "
+                          f"{strides}, pads {pads}")
+    return tuple(x.shape[:2]) + tuple(max((d - 1) * s + k - pads[i] - pads[n + i], 0) for i, (
+        d, s, k) in enumerate(zip(x.shape[2:], strides, kernel)))
+
+
 _PREDICT: dict[str, Callable[[OnnxNode, list], Shape]] = {
     "ConstantOfShape": _constant_of_shape, "Range": _range, "Tile": _tile, "Expand": _expand,
     "OneHot": _one_hot, "Pad": _pad, "Resize": _resize, "Upsample": _resize, "Gather": _gather,
@@ -128,6 +199,41 @@ _PREDICT: dict[str, Callable[[OnnxNode, list], Shape]] = {
     # per-axis scales and zero points run along `axis`, not NumPy's trailing dims: x's shape
     "DequantizeLinear": lambda node, xs: tuple(xs[0].shape),
     "QuantizeLinear": lambda node, xs: tuple(xs[0].shape),
+    # outputs sized by an input's value (not its size)
+    "HannWindow": _window, "HammingWindow": _window, "BlackmanWindow": _window, "DFT": _dft,
+    "STFT": _stft, "MelWeightMatrix": _mel, "AffineGrid": _affine_grid,
+    "MaxUnpool": _max_unpool,
+}
+
+
+Work = list[tuple[Shape, str, str]]
+
+
+def _resize_tables(node: OnnxNode, xs: list, out: Shape) -> Work:
+    """The reference's float64 result and, per resized axis, its (out, taps) float64 table
+    (a cubic kernel spans 4 input steps; with antialias a downscale widens it by the ratio)."""
+    antialias = bool(node.attr("antialias", 0))
+    work = [(out, "float64", "its float64 result")]
+    for axis, (d_in, d_out) in enumerate(zip(xs[0].shape, out)):
+        if d_in != d_out:
+            widen = -(-d_in // max(d_out, 1)) if antialias else 1
+            work.append(((d_out, 4 * widen + 2), "float64",
+                         f"the interpolation table of axis {axis}"))
+    return work
+
+
+def _float64(copies: int) -> Callable[[OnnxNode, list, Shape], Work]:
+    return lambda node, xs, out: [((copies, *out), "float64", f"{copies} float64 working copies")]
+
+
+# What the evaluation allocates on the way, where that is more than its output: the ONNX
+# reference computes these ops in float64 or complex128. Ops whose intermediates are larger
+# still (Tile's per axis, Expand's target) have fast paths in fold.py allocating the output only.
+_WORKSPACE: dict[str, Callable[[OnnxNode, list, Shape], Work]] = {
+    "Resize": _resize_tables, "Upsample": _resize_tables,
+    "HannWindow": _float64(2), "HammingWindow": _float64(2), "BlackmanWindow": _float64(3),
+    "DFT": _float64(2), "STFT": _float64(2), "MelWeightMatrix": _float64(2),
+    "AffineGrid": _float64(2),
 }
 
 
@@ -148,6 +254,11 @@ def check_fold_size(node: OnnxNode, inputs: Sequence[np.ndarray | None],
             pass  # not an elementwise op; its own evaluation checks its inputs
     for shape in shapes:
         check_const_bytes(shape, np.dtype(f"V{itemsize}"), f"folding {node.op_type}", in_bytes)
+        check_entry(shape, np.dtype(f"V{itemsize}"), f"folding {node.op_type}")  # empty ones
+    work = _WORKSPACE.get(node.op_type)
+    if work is not None and predict is not None and present:
+        for shape, dtype, what in work(node, list(inputs), shapes[-1]):
+            check_const_bytes(shape, dtype, f"folding {node.op_type} ({what})", in_bytes)
 
 
 def check_folded(node: OnnxNode, results: Sequence[Any],

@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 
 from .fuse_qdq_bias import merge_bias_adds
+from .ir import Unsupported
+from .tensor_data import to_array
 
 FUSED_DOMAIN = "graph_runtime.qdq"
 
@@ -43,8 +45,12 @@ class _Graph:
     """Producers, reader counts and initializers of one ONNX graph."""
 
     def __init__(self, graph: Any) -> None:
-        from onnx import numpy_helper
-        self.inits = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+        self.inits: dict[str, np.ndarray] = {}
+        for t in graph.initializer:
+            try:
+                self.inits[t.name] = to_array(t, f"initializer {t.name!r}")
+            except Unsupported:
+                continue  # not matched here; lowering refuses it (naming it) if it is read
         self.producer = {o: n for n in graph.node for o in n.output}
         self.reads: Counter = Counter(i for n in graph.node for i in n.input)
         self.reads.update(o.name for o in graph.output)

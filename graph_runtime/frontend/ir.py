@@ -33,7 +33,8 @@ class NeedsValue(Unsupported):
 
 
 class TooLarge(Unsupported):
-    """A constant the import would make is over its budget (final: no converter may retry)."""
+    """A value the import would make is over its byte budget or a graph entry's limits (final:
+    no converter may retry)."""
 
 
 # A constant the import makes (folded, or a table a converter builds) may hold this many bytes,
@@ -54,6 +55,32 @@ def check_const_bytes(shape: Sequence[int], dtype: Any, what: str, inputs_bytes:
         raise TooLarge(f"{what}: a constant of shape {list(shape)} {np.dtype(dtype)} "
                           f"({fmt_bytes(nbytes)}) made at import; expected at most "
                           f"{fmt_bytes(limit)}")
+
+
+# The most dims a value may have: the graph format's limit (graph/checks.py), and NumPy's for
+# broadcasting (np.broadcast raises RuntimeError past 32).
+MAX_RANK = 32
+
+
+def check_rank(shape: Sequence[int], what: str) -> None:
+    """Refuse a shape of more dims than a graph entry may have."""
+    if len(shape) > MAX_RANK:
+        raise TooLarge(f"{what}: {len(shape)} dims; expected at most {MAX_RANK} (the "
+                       "graph format's limit)")
+
+
+def check_entry(shape: Sequence[int], dtype: Any, what: str) -> None:
+    """Refuse a shape no graph entry may have: too many dims, or 2^63 bytes or more (zero
+    dims counted as 1, as the graph format counts them)."""
+    check_rank(shape, what)
+    nbytes = np.dtype(dtype).itemsize
+    for d in shape:
+        nbytes *= max(int(d), 1)
+    if nbytes >= 1 << 63:
+        kind = np.dtype(dtype)
+        name = f"{kind.itemsize}-byte elements" if kind.kind == "V" else str(kind)
+        raise TooLarge(f"{what}: shape {[int(d) for d in shape][:8]} of {name} would hold "
+                       "2^63 bytes or more (zero dims counted as 1); no array can")
 
 
 # ONNX dtypes the runtime can hold in an entry (params format and backends).
@@ -133,6 +160,7 @@ class Builder:
     def const(self, array: Any, hint: str = "const", dtype: Any = None) -> Value:
         """A constant value (becomes a param if a prim reads it)."""
         data = np.asarray(array, dtype=dtype)
+        check_rank(data.shape, f"constant {hint!r}")
         if data.dtype == np.float64 and dtype is None and not isinstance(array, np.ndarray):
             data = data.astype(np.float32)
         return Value(self.fresh(hint), tuple(int(d) for d in data.shape), str(data.dtype),
@@ -146,6 +174,10 @@ class Builder:
         """Call a standard op; its infer checks the inputs and gives the output specs."""
         if not has_op(op):
             raise Unsupported(f"needs standard op {op!r}, which the op library does not have")
+        for k, v in enumerate(inputs):
+            if v is None:
+                raise Unsupported(f"{op}: its input {k} would be an omitted ('') ONNX input; "
+                                  "the conversion needs it")
         clean = {k: _jsonable(v) for k, v in attrs.items() if v is not None}
         for name, value in clean.items():
             if isinstance(value, float) and not np.isfinite(value):
@@ -158,6 +190,8 @@ class Builder:
             if widened is None:
                 raise Unsupported(str(e)) from e
             return widened
+        for k, spec in enumerate(specs):
+            check_entry(spec.shape, spec.dtype, f"{op} output {k}")
         prim = Prim(op, clean, list(inputs), [], self.origin)
         prim.outputs = [Value(self.fresh(op), tuple(int(d) for d in s.shape), str(s.dtype),
                               producer=prim) for s in specs]

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import FrontendError
-from .ir import RUNTIME_DTYPES, Unsupported
+from .ir import MAX_RANK, RUNTIME_DTYPES, TooLarge, Unsupported
 
 INSTALL_HINT = "pip install graph_runtime[onnx]"
 
@@ -50,17 +50,52 @@ def load_model(model: Any, base_dir: str | os.PathLike[str] | None = None) -> tu
                             f"{type(model).__name__}")
     try:
         check_text(proto, name)
+        if name == "<model>":
+            name = proto.graph.name or name
         if has_external_data(proto):
             if proto is model:
                 proto = onnx.ModelProto()
                 proto.CopyFrom(model)
             load_external_data(proto, folder)
+        check_stored_sizes(proto, name)
     except RecursionError:
         raise FrontendError(f"{name}: subgraphs nested too deeply") from None
     check_opsets(proto, name)
-    if name == "<model>":
-        name = proto.graph.name or name
+    check_unique_names(proto, name)
     return proto, name
+
+
+def check_unique_names(model: Any, name: str) -> None:
+    """Refuse a graph input or initializer name declared twice (which one would a read take?)."""
+    graph = model.graph
+    for kind, names in (("input", [i.name for i in graph.input]),
+                        ("initializer", [t.name for t in graph.initializer] +
+                         [s.values.name for s in graph.sparse_initializer])):
+        seen: set[str] = set()
+        for k, value in enumerate(names):
+            if value in seen:
+                raise FrontendError(f"{name}: graph {kind} {k} {value!r} is declared twice; "
+                                    f"expected one {kind} per name")
+            seen.add(value)
+
+
+def check_stored_sizes(model: Any, name: str) -> None:
+    """Refuse a tensor (initializer, attribute, in any subgraph or function) whose dims x element
+    type need more or less data than it holds: before ONNX shape inference, which would take
+    a 473-byte model's [1e12] initializer at its word."""
+    from .external_data import model_tensors
+    from .tensor_data import check_stored, elem_dtype
+    for where, tensor in model_tensors(model):
+        try:
+            dtype = elem_dtype(tensor.data_type, where)
+        except Unsupported:
+            continue  # an element type the runtime lacks: refused where it is read
+        try:
+            check_stored(tensor, dtype, where)
+        except TooLarge:
+            continue  # too many dims: refused where it is read
+        except Unsupported as e:
+            raise FrontendError(f"{name}: {e}") from None
 
 
 def _parse(path: Path) -> Any:
@@ -103,14 +138,26 @@ def _is_repeated(field: Any) -> bool:
 
 
 def check_opsets(model: Any, name: str) -> None:
-    """Refuse opset versions outside what the installed onnx package knows."""
+    """Refuse opset versions outside what the installed onnx package knows, and a domain
+    imported at two versions (also as '' and 'ai.onnx', one domain spelled two ways)."""
     from onnx import defs
     newest = defs.onnx_opset_version()
-    for entry in model.opset_import:
-        top = newest if entry.domain in ("", "ai.onnx") else 2 ** 31 - 1
-        if not 1 <= entry.version <= top:
-            raise FrontendError(f"{name}: opset_import domain {entry.domain!r} version "
-                                f"{entry.version}; expected 1 to {top}")
+    lists = [(name, model.opset_import)]
+    lists += [(f"{name}: function {f.name!r}", f.opset_import) for f in model.functions]
+    for where, entries in lists:
+        seen: dict[str, Any] = {}
+        for entry in entries:
+            top = newest if entry.domain in ("", "ai.onnx") else 2 ** 31 - 1
+            if not 1 <= entry.version <= top:
+                raise FrontendError(f"{where}: opset_import domain {entry.domain!r} version "
+                                    f"{entry.version}; expected 1 to {top}")
+            domain = "" if entry.domain == "ai.onnx" else entry.domain
+            first = seen.setdefault(domain, entry)
+            if first.version != entry.version:
+                raise FrontendError(f"{where}: opset_import gives domain {first.domain!r} "
+                                    f"version {first.version} and {entry.domain!r} version "
+                                    f"{entry.version}; expected one version per domain ('' "
+                                    "and 'ai.onnx' are the same domain)")
 
 
 def default_opset(model: Any) -> int:
@@ -176,6 +223,9 @@ def checked_dims(name: str, dims: Any, source: str = "shape given") -> tuple[int
     except TypeError:
         raise FrontendError(f"{source} for input {name!r}: expected integer sizes, got "
                             f"{list(dims)[:8]!r}") from None
+    if len(shape) > MAX_RANK:
+        raise FrontendError(f"{source} for input {name!r}: {len(shape)} dims; expected at most "
+                            f"{MAX_RANK} (the graph format's limit)")
     if any(d < 0 for d in shape) or math.prod(shape) > MAX_INPUT_ELEMENTS:
         raise FrontendError(f"{source} for input {name!r}: {list(shape)}; expected sizes >= 0 "
                             f"with at most {MAX_INPUT_ELEMENTS} elements in all")

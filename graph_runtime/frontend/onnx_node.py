@@ -1,6 +1,7 @@
 """One ONNX node decoded: checked against its op's schema, attributes as Python and NumPy values."""
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -63,9 +64,17 @@ def check_node(proto: Any, opsets: Mapping[str, int]) -> Any:
     input/output counts, omitted required inputs, attribute names, types and required ones."""
     from onnx import defs
     domain = proto.domain if proto.domain != "ai.onnx" else ""
+    version = int(opsets.get(domain, 1))
     try:
-        schema: Any = defs.get_schema(proto.op_type, int(opsets.get(domain, 1)), domain)
+        schema: Any = defs.get_schema(proto.op_type, version, domain)
     except Exception:  # noqa: BLE001 - SchemaError: an op this onnx does not know
+        since = _first_versions().get((domain, proto.op_type))
+        if since is not None:
+            # NOTE: without its schema nothing would check the node (an omitted required input
+            # would reach a converter as None).
+            raise Unsupported(f"{proto.op_type} is not in opset {version} of domain "
+                              f"{domain or 'ai.onnx'!r}; it exists from opset {since} on") \
+                from None
         return None
     _check_arity(proto, schema)
     given = set()
@@ -90,12 +99,44 @@ def check_node(proto: Any, opsets: Mapping[str, int]) -> Any:
         if a.name in ("axis", "axes") and any(not -2 ** 31 <= v < 2 ** 31 for v in values):
             # NOTE: onnx's C++ inference (LayerNormalization) crashes on an axis past int32.
             raise Unsupported(f"attribute {a.name!r} is {values[:8]}; expected axes of a tensor")
+    if proto.op_type == "Loop" and domain == "":
+        _check_loop_body(proto)
     count_attr = _OUTPUT_COUNT_ATTRS.get(proto.op_type)
     for a in proto.attribute:
         if a.name == count_attr and a.i != len(proto.output):
             raise Unsupported(f"attribute {a.name!r} is {a.i}; expected {len(proto.output)}, "
                               "the node's output count")
     return schema
+
+
+def _check_loop_body(proto: Any) -> None:
+    """The body declares what ONNX's Loop passes it and takes from it: inputs (iteration number,
+    condition, N loop-carried values), outputs (condition, N loop-carried values, K scans)."""
+    body = next((a.g for a in proto.attribute if a.name == "body"), None)
+    carried = len(proto.input) - 2
+    scans = len(proto.output) - carried
+    if body is None:
+        return  # the required-attribute check refuses it
+    if scans < 0:
+        raise Unsupported(f"{len(proto.output)} outputs for {carried} loop-carried values; "
+                          f"expected at least {carried}")
+    if len(body.input) != 2 + carried or len(body.output) != 1 + carried + scans:
+        raise Unsupported(f"body {body.name!r} declares {len(body.input)} inputs and "
+                          f"{len(body.output)} outputs; for {carried} loop-carried values and "
+                          f"{scans} scan outputs it must declare {2 + carried} inputs (iteration "
+                          f"number, condition, the loop-carried values) and {1 + carried + scans} "
+                          "outputs (condition, the loop-carried values, the scan outputs)")
+
+
+@functools.cache
+def _first_versions() -> dict[tuple[str, str], int]:
+    """The first opset of each (domain, op type) the onnx package has a schema for."""
+    from onnx import defs
+    first: dict[tuple[str, str], int] = {}
+    for schema in defs.get_all_schemas_with_history():
+        key = (schema.domain, schema.name)
+        first[key] = min(first.get(key, schema.since_version), schema.since_version)
+    return first
 
 
 def _check_arity(proto: Any, schema: Any) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..dtypes import DLPACK_CODES, EXTENDED_DTYPES
-from .ir import RUNTIME_DTYPES, Unsupported, check_const_bytes
+from .ir import RUNTIME_DTYPES, Unsupported, check_const_bytes, check_rank
 
 # The TensorProto field holding each element type's values when raw_data is not used.
 _TYPED_FIELD = {"float32": "float_data", "float64": "double_data", "int64": "int64_data",
@@ -42,7 +42,8 @@ def elem_dtype(data_type: int, what: str) -> np.dtype:
 
 
 def element_count(dims: Sequence[int], what: str) -> int:
-    """The product of dims (Python ints, no overflow); refuses a negative dim."""
+    """The product of dims (Python ints, no overflow); refuses a negative dim or too many."""
+    check_rank(dims, what)
     for i, d in enumerate(dims):
         if d < 0:
             raise Unsupported(f"{what}: dim {i} is {d}; expected a size >= 0")
@@ -59,9 +60,18 @@ def to_array(tensor: Any, what: str) -> np.ndarray:
     """The tensor's values, after checking its data holds exactly dims x element type."""
     from onnx import TensorProto, numpy_helper
     dtype = elem_dtype(tensor.data_type, what)
-    count = element_count(list(tensor.dims), what)
     if tensor.data_location == TensorProto.EXTERNAL:
         raise Unsupported(f"{what}: its data is still in an external file (not loaded)")
+    check_stored(tensor, dtype, what)
+    try:
+        return np.asarray(numpy_helper.to_array(tensor), dtype=dtype)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise Unsupported(f"{what}: cannot read its values: {e}") from None
+
+
+def check_stored(tensor: Any, dtype: np.dtype, what: str) -> None:
+    """Refuse a tensor whose stored values are not exactly what its dims x dtype need."""
+    count = element_count(list(tensor.dims), what)
     if tensor.HasField("raw_data"):
         held = len(tensor.raw_data)
         need = _packed_count(count, dtype) * (dtype.itemsize if dtype.itemsize > 1 else 1)
@@ -79,10 +89,6 @@ def to_array(tensor: Any, what: str) -> np.ndarray:
             if len(getattr(tensor, other)):
                 raise Unsupported(f"{what}: a {dtype} tensor holds values in {other}; "
                                   f"expected {field}")
-    try:
-        return np.asarray(numpy_helper.to_array(tensor), dtype=dtype)
-    except (TypeError, ValueError, OverflowError) as e:
-        raise Unsupported(f"{what}: cannot read its values: {e}") from None
 
 
 def sparse_to_dense(sparse: Any, what: str) -> np.ndarray:

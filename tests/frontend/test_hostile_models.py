@@ -272,3 +272,219 @@ def test_a_huge_shape_deciding_input_is_refused_before_allocating() -> None:
     m = model([helper.make_node("Reshape", ["x", "shape"], ["y"])],
               [vi("x"), vi("shape", I64, (2 ** 31,))], [vi("y", shape=None)])
     refused(m, "input 'shape' decides shapes", "2147483648 elements")
+
+
+# Issue 30: escapes, and sizes bounded before anything large is made --------------------------
+
+def _quantized_add(w: Any) -> Any:
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+             helper.make_node("Add", ["x", "w"], ["y"])]
+    return model(nodes, [vi("x", shape=(8,))], [vi("y", shape=None),
+                                                 vi("q", TensorProto.UINT8, None)],
+                 [w, _const("s", np.float32(0.1)), _const("z", np.uint8(0))])
+
+
+def test_qdq_fusion_reads_initializers_with_the_importers_checks() -> None:
+    from graph_runtime.frontend.fuse_qdq import fuse_qdq
+    m = _quantized_add(raw_tensor("w", [8], b"\0" * 8))
+    fuse_qdq(m)  # numpy_helper raised ValueError here, before any size check
+    refused(m, "initializer 'w'", "need 32 bytes of raw_data, got 8")
+
+
+def test_initializer_sizes_are_checked_before_shape_inference(monkeypatch) -> None:
+    def must_not_run(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("shape inference ran on a model whose sizes lie")
+    monkeypatch.setattr(inference, "_infer_in_child", must_not_run)
+    w = TensorProto(name="w", data_type=I64, dims=[10 ** 12], int64_data=[1])
+    then = helper.make_graph([helper.make_node("Shape", ["w"], ["t"])], "then", [],
+                             [vi("t", I64, None)], [w])
+    other = helper.make_graph([helper.make_node("Shape", ["x"], ["e"])], "else", [],
+                              [vi("e", I64, None)])
+    node = helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)
+    m = model([node], [vi("x"), vi("c", TensorProto.BOOL, ())], [vi("y", I64, None)])
+    refused(m, "attribute 'then_branch' initializer 'w'", "need 1000000000000 values", "got 1")
+
+
+@pytest.mark.parametrize("outputs, inputs", [(["o"], ["n", "c"]), (["o"], ["n", "c", "x"])])
+def test_loop_body_that_declares_nothing(outputs: list, inputs: list) -> None:
+    body = helper.make_graph([], "body", [], [])
+    m = model([helper.make_node("Loop", inputs, outputs, body=body)], [vi("x")],
+              [vi("o", shape=None)], [_const("n", np.int64(3)), _const("c", np.array(True))])
+    refused(m, "(Loop)", "body 'body' declares 0 inputs and 0 outputs", "iteration number, "
+            "condition, the loop-carried values", "condition, the loop-carried values, the "
+            "scan outputs")
+
+
+def test_conflicting_opset_imports() -> None:
+    m = model([helper.make_node("GridSample", ["x", ""], ["y"])], [vi("x", shape=(1, 1, 4, 4))],
+              [vi("y", shape=None)], opset=16)
+    m.opset_import.append(helper.make_opsetid("ai.onnx", 11))
+    refused(m, "domain '' version 16 and 'ai.onnx' version 11")
+    del m.opset_import[1]
+    m.opset_import.append(helper.make_opsetid("", 20))
+    refused(m, "domain '' version 16 and '' version 20")
+
+
+def test_an_op_outside_its_opset_is_refused_not_left_unchecked() -> None:
+    # Without GridSample's schema at opset 11, its omitted grid reached the converter as None.
+    m = model([helper.make_node("GridSample", ["x", ""], ["y"])], [vi("x", shape=(1, 1, 4, 4))],
+              [vi("y", shape=None)], opset=11)
+    refused(m, "(GridSample)", "not in opset 11", "from opset 16 on")
+
+
+def test_an_omitted_input_never_reaches_a_standard_op() -> None:
+    from graph_runtime.frontend.ir import Builder, Unsupported
+    b = Builder()
+    x = b.const(np.ones(2, np.float32))
+    with pytest.raises(Unsupported, match="input 1 would be an omitted"):
+        b.ops("add", [x, None])  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize("op, inputs, const", [
+    ("Expand", ["x", "s"], False), ("Expand", ["x", "s"], True),
+    ("Reshape", ["x", "s"], False), ("ConstantOfShape", ["s"], True)])
+def test_more_than_32_dims(op: str, inputs: list, const: bool) -> None:
+    inits = [_const("s", np.ones(33, np.int64))]
+    if const and op == "Expand":
+        inits.append(_const("x", np.ones(1, np.float32)))
+    graph_inputs = [] if const else [vi("x", shape=(1,))]
+    m = model([helper.make_node(op, inputs, ["y"])], graph_inputs, [vi("y", shape=None)], inits)
+    refused(m, f"{op}:", "33 dims; expected at most 32")
+
+
+def test_initializer_of_more_than_32_dims() -> None:
+    w = _const("w", np.ones((1,) * 33, np.float32))
+    m = model([helper.make_node("Relu", ["w"], ["y"])], [], [vi("y", shape=None)], [w])
+    refused(m, "initializer 'w'", "33 dims; expected at most 32")
+
+
+def test_folding_an_empty_tile_makes_no_large_intermediate() -> None:
+    # np.tile grew axis 0 to 1e8 rows (1.6 GB) before the 0 repeats emptied it.
+    m = model([helper.make_node("Tile", ["t", "r"], ["y"])], [], [vi("y", shape=None)],
+              [_const("t", np.ones((2, 2), np.float32)),
+               _const("r", np.array([10 ** 8, 0], np.int64))])
+    start = time.perf_counter()
+    _, _, params = from_onnx(m)
+    assert time.perf_counter() - start < 5
+    assert [a.shape for a in params.values()] in ([], [(200000000, 0)])
+
+
+@pytest.mark.parametrize("reps", [[2, 3], [0, 1], [1, 1]])
+def test_tile_and_expand_folded_as_one_broadcast(reps: list) -> None:
+    from graph_runtime.frontend.fold import _expand, _tile
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(_tile(None, x, np.array(reps)),  # type: ignore[arg-type]
+                                  [np.tile(x, reps)])
+    target = np.array([2, 1, 3] if reps[0] else [0, 2, 3])
+    np.testing.assert_array_equal(_expand(None, x, target)[0],  # type: ignore[arg-type]
+                                  x * np.ones(target, np.float32))
+
+
+@pytest.mark.parametrize("node, inits", [
+    (helper.make_node("HannWindow", ["s"], ["y"]), [_const("s", np.int64(10 ** 8))]),
+    (helper.make_node("DFT", ["x", "n"], ["y"]),
+     [_const("x", np.ones((1, 4, 1), np.float32)), _const("n", np.int64(10 ** 8))]),
+    (helper.make_node("MelWeightMatrix", ["a", "b", "c", "d", "e"], ["y"]),
+     [_const("a", np.int64(10 ** 4)), _const("b", np.int64(10 ** 5)),
+      _const("c", np.int64(16000)), _const("d", np.float32(0)), _const("e", np.float32(8000))]),
+    (helper.make_node("MaxUnpool", ["x", "i", "s"], ["y"], kernel_shape=[2, 2]),
+     [_const("x", np.ones((1, 1, 1, 1), np.float32)), _const("i", np.zeros((1, 1, 1, 1), np.int64)),
+      _const("s", np.array([1, 1, 10 ** 5, 10 ** 5], np.int64))]),
+    (helper.make_node("AffineGrid", ["t", "s"], ["y"]),
+     [_const("t", np.ones((1, 2, 3), np.float32)),
+      _const("s", np.array([1, 1, 10 ** 4, 10 ** 4], np.int64))]),
+])
+def test_folding_sized_by_a_value_is_bounded_before_it_runs(node: Any, inits: list) -> None:
+    m = model([node], [], [vi("y", shape=None)], inits, opset=20)
+    start = time.perf_counter()
+    refused(m, f"folding {node.op_type}", "made at import; expected at most 64.0 MiB")
+    assert time.perf_counter() - start < 5
+
+
+def test_resize_tables_for_a_huge_size_are_refused() -> None:
+    sizes = _const("s", np.array([1, 1, 4, 10 ** 10], np.int64))
+    m = model([helper.make_node("Resize", ["x", "", "", "s"], ["y"], mode="linear")],
+              [vi("x", shape=(1, 1, 4, 4))], [vi("y", shape=None)], [sizes], opset=18)
+    refused(m, "Resize", "interpolation tables of axis 3 (size 4 -> 10000000000)",
+            "expected at most 64.0 MiB")
+
+
+def test_scatter_with_tables_over_budget_reads_its_indices_at_run_time() -> None:
+    # The routing matrix of a known-index add would have been 1e9 x 1e3 float32.
+    node = helper.make_node("ScatterND", ["x", "i", "u"], ["y"], reduction="add")
+    m = model([node], [vi("x", shape=(10 ** 5, 10 ** 4)), vi("u", shape=(1000, 10 ** 4))],
+              [vi("y", shape=None)], [_const("i", np.zeros((1000, 1), np.int64))], opset=18)
+    graph_json, _, _ = from_onnx(m)
+    assert "scatter_nd" in graph_json
+
+
+@pytest.mark.parametrize("pads, extra, words", [
+    ([1, 1], [], "2 pads for 2 axes; expected 4"),
+    ([1, 1, 1, 1], [np.zeros(0, np.float32)], "constant_value) of shape [0]; expected one"),
+    ([-5, 0, 0, 0], [], "pads -5 and 0 on axis 0 of size 2; they crop more than"),
+])
+def test_pad_inputs_that_do_not_fit(pads: list, extra: list, words: str) -> None:
+    inits = [_const("p", np.array(pads, np.int64))] + [_const("v", v) for v in extra]
+    node = helper.make_node("Pad", ["x", "p"] + ["v"] * len(extra), ["y"])
+    refused(model([node], [vi("x", shape=(2, 3))], [vi("y", shape=None)], inits), "Pad", words)
+
+
+def test_pad_axes_named_twice() -> None:
+    inits = [_const("p", np.array([1, 1, 1, 1], np.int64)), _const("a", np.array([0, 0]))]
+    node = helper.make_node("Pad", ["x", "p", "", "a"], ["y"])
+    refused(model([node], [vi("x", shape=(2, 3))], [vi("y", shape=None)], inits, opset=18),
+            "Pad", "axes [0, 0] name an axis twice")
+
+
+@pytest.mark.parametrize("op, value", [("Tile", [2 ** 62, 2 ** 62]), ("Tile", [2 ** 40, 2 ** 40]),
+                                       ("Pad", [2 ** 62, 0, 2 ** 62, 0])])
+@pytest.mark.parametrize("known", [False, True])
+def test_outputs_no_array_can_hold(op: str, value: list, known: bool) -> None:
+    # known: folded at import (an empty input once let np.tile overflow into a bad shape)
+    node = helper.make_node(op, ["x", "r"], ["y"])
+    x = np.ones((0, 3) if value[0] == 2 ** 62 and op == "Tile" else (2, 3), np.float32)
+    inits = [_const("r", np.array(value, np.int64))] + ([_const("x", x)] if known else [])
+    m = model([node], [] if known else [vi("x", shape=x.shape)], [vi("y", shape=None)], inits)
+    refused(m, f"{op}:", "made at import; expected at most" if known and x.size else
+            "would hold 2^63 bytes or more")
+
+
+def test_tile_repeats_beyond_int64() -> None:
+    # uint64 repeats overflowed NumPy's int64 (OverflowError, "internal error").
+    m = model([helper.make_node("Tile", ["x", "r"], ["y"])], [vi("x", shape=(2, 3))],
+              [vi("y", shape=None)], [_const("r", np.array([2 ** 64 - 1, 1], np.uint64))])
+    refused(m, "Tile: input 1 (repeats) holds [18446744073709551615, 1]; expected values within")
+
+
+def test_reshape_copying_a_dim_the_input_lacks() -> None:
+    m = model([helper.make_node("Reshape", ["x", "s"], ["y"])], [vi("x", shape=(4,))],
+              [vi("y", shape=None)], [_const("s", np.array([4, 0], np.int64))])
+    refused(m, "Reshape", "dim 1 is 0 (copy the input's dim 1) but the input has rank 1")
+
+
+def test_layer_norm_scale_that_does_not_broadcast() -> None:
+    node = helper.make_node("LayerNormalization", ["x", "s"], ["y"], axis=-1)
+    m = model([node], [vi("x", shape=(3, 5))], [vi("y", shape=None)],
+              [_const("s", np.ones(7, np.float32))])
+    refused(m, "LayerNormalization", "do not broadcast")
+
+
+def test_concat_of_inputs_of_different_ranks() -> None:
+    m = model([helper.make_node("Concat", ["x", "k"], ["y"], axis=0)], [vi("x", shape=(1,))],
+              [vi("y", shape=None)], [_const("k", np.float32(2))])
+    refused(m, "Concat", "inputs of shapes [[1], []]; expected one rank")
+
+
+def test_pool_attributes_of_the_wrong_length() -> None:
+    node = helper.make_node("LpPool", ["x"], ["y"], kernel_shape=[2, 2], dilations=[2])
+    m = model([node], [vi("x", shape=(1, 1, 4, 4))], [vi("y", shape=None)], opset=22)
+    refused(m, "LpPool", "dilations [2] for an input of shape [1, 1, 4, 4]; expected 2 each")
+
+
+def test_graph_input_declared_twice() -> None:
+    # The second 'x' (rank 2, a symbolic dim) made the symbolic import's probes index past
+    # the first one's rank: an IndexError escaped.
+    m = model([helper.make_node("Add", ["x", "y"], ["z"])],
+              [vi("x", shape=(3,)), vi("y", shape=(3,)), vi("x", shape=(3, "N"))],
+              [vi("z", shape=None)])
+    refused(m, "graph input 2 'x' is declared twice")
