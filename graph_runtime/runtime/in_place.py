@@ -20,10 +20,11 @@ Debug outputs stay right: they are copied right after their node runs, before a 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Sequence
 
 from ..device import Device
 from ..graph.model import Graph, entry_bytes
+from .steps import PreparedCall
 
 
 @dataclass
@@ -34,7 +35,7 @@ class InPlacePlan:
     pairs: list[tuple[int, int]] = field(default_factory=list)
 
 
-def plan_in_place(graph: Graph, steps: Sequence[Any], entry_device: Sequence[Device],
+def plan_in_place(graph: Graph, steps: Sequence[PreparedCall], entry_device: Sequence[Device],
                   storage_ids: Sequence[int], sid_bytes: dict[int, int], excluded: set[int],
                   channels_last: set[int]) -> InPlacePlan:
     """The in-place pairs the steps' kernels offer and the storage moves that make them safe.
@@ -66,7 +67,7 @@ def plan_in_place(graph: Graph, steps: Sequence[Any], entry_device: Sequence[Dev
     return plan
 
 
-def _pair(graph: Graph, step: Any, n_in: int, out_pos: int, in_pos: int,
+def _pair(graph: Graph, step: PreparedCall, n_in: int, out_pos: int, in_pos: int,
           entry_device: Sequence[Device], excluded: set[int], channels_last: set[int]
           ) -> tuple[int, int] | None:
     """(R, O) when output O may take input R's storage at this step, else None."""

@@ -16,7 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from ..device import Device
 from ..graph.model import Graph
+from .steps import PreparedCall
 
 NHWC_DTYPES = ("float32", "uint8", "int8")  # oneDNN's float32 and int8 kernels (int8_conv.py)
 
@@ -29,8 +31,8 @@ class LayoutPlan:
     positions: dict[int, set[int]] = field(default_factory=dict)
 
 
-def plan_channels_last(graph: Graph, steps: Sequence[Any], entry_device: Sequence[Any],
-                       excluded: set[int]) -> LayoutPlan:
+def plan_channels_last(graph: Graph, steps: Sequence[PreparedCall],
+                       entry_device: Sequence[Device], excluded: set[int]) -> LayoutPlan:
     """The entries to keep NHWC; excluded: graph inputs, outputs and aliased entries."""
     writers: dict[int, list[tuple[int, int, bool]]] = {}  # eid -> (step, position, can)
     readers: dict[int, list[tuple[int, int, bool]]] = {}
