@@ -157,7 +157,7 @@ class Executor:
             self._count_workspace(node, dev, kernel.workspace_bytes(), used)
             steps.append(PreparedCall(node.nid, node.label, node.func_name or "", dev,
                                       in_device_scope(fn, dev), [self._bind(k) for k in keys],
-                                      keys, False, kernel))
+                                      keys, len(in_eids), False, kernel))
         return steps
 
     # ---- setup passes (SETUP_PASSES): each plan reads, its apply changes ----------------------
@@ -267,7 +267,7 @@ class Executor:
             self.shortcuts[read.reader] = PreparedCall(
                 reader.nid, reader.label, reader.func_name, reader.device,
                 fn if own and not read.staged else in_device_scope(fn, reader.device), args,
-                list(reader.arg_keys), False, capabilities(fn))
+                list(reader.arg_keys), reader.num_inputs, False, capabilities(fn))
             self.skipped.add(read.flatten)
         if self.skipped:
             log.info("%s: run() skips %d flatten(s), their readers reading the source",
@@ -398,7 +398,7 @@ class Executor:
         keys = [ArgKey(src_eid, src, False),
                 ArgKey(src_eid if dst_eid is None else dst_eid, dst, False)]
         return PreparedCall(nid, label, COPY_OP, dst, copy, [self._bind(k) for k in keys], keys,
-                            True, capabilities(copy))
+                            1, True, capabilities(copy))
 
     def _bind(self, key: ArgKey) -> Any:
         eid, dev, flatten = key

@@ -45,8 +45,7 @@ def plan_flatten_reads(graph: Graph, steps: Sequence[PreparedCall],
     storage_ids: the executor's per entry (the graph's, with runtime/in_place.py's moves)."""
     readers: dict[int, list[tuple[int, int]]] = {}
     for index, step in enumerate(steps):
-        n_in = 1 if step.is_copy else len(graph.nodes[step.nid].inputs)
-        for pos, (eid, _, _) in enumerate(step.arg_keys[:n_in]):
+        for pos, (eid, _, _) in enumerate(step.arg_keys[:step.num_inputs]):
             readers.setdefault(eid, []).append((index, pos))
     found = []
     # the graph's lives over the executor's storage ids, to see who writes the source's id
@@ -66,9 +65,8 @@ def plan_flatten_reads(graph: Graph, steps: Sequence[PreparedCall],
         if (reader.is_copy or reader.device != dev or reader.arg_keys[position][2]
                 or live.written_between(source, step.nid, reader.nid - 1)):
             continue
-        n_in = len(graph.nodes[reader.nid].inputs)
         sid = storage_ids[source]
-        staged = tuple(pos for pos in range(n_in, len(reader.arg_keys))
+        staged = tuple(pos for pos in range(reader.num_inputs, len(reader.arg_keys))
                        if storage_ids[reader.arg_keys[pos][0]] == sid)
         kernel: PreparedKernel | None = reader.kernel
         shape = tuple(graph.shape(source))

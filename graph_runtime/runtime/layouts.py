@@ -38,10 +38,9 @@ def plan_channels_last(graph: Graph, steps: Sequence[PreparedCall],
     readers: dict[int, list[tuple[int, int, bool]]] = {}
     for index, step in enumerate(steps):
         can = set(step.kernel.channels_last_positions()) if not step.is_copy else set()
-        n_in = 1 if step.is_copy else len(graph.nodes[step.nid].inputs)
         for pos, (eid, dev, flatten) in enumerate(step.arg_keys):
             ok = pos in can and not flatten and dev == entry_device[eid]
-            (readers if pos < n_in else writers).setdefault(eid, []).append((index, pos, ok))
+            (readers if pos < step.num_inputs else writers).setdefault(eid, []).append((index, pos, ok))
     plan = LayoutPlan()
     for eid, written in writers.items():
         read = readers.get(eid, [])

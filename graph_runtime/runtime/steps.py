@@ -32,6 +32,7 @@ class PreparedCall:
     fn: Callable[..., Any]
     args: list[Any]
     arg_keys: list[ArgKey]
+    num_inputs: int     # arg_keys[:num_inputs] are read, the rest written
     is_copy: bool
     kernel: PreparedKernel  # what the executor may ask of fn (lib/prepared.py), unwrapped
 
