@@ -3,7 +3,7 @@
 One model for everything that reuses storage: the check of a graph's storage plan at
 create() (runtime/storage_check.py), the planner's storage plan (graph/storage_plan.py) and
 the executor's choice to read a same-device `__copy`'s output from its source
-(runtime/executor.py).
+(runtime/executor.py) and its flattens skipped (runtime/flatten_reads.py).
 
 Steps are node ids. An entry is written by its node and read up to its last reader, inclusive,
 so an op's output never shares storage with its own inputs. Graph inputs and params are written
@@ -13,7 +13,7 @@ it joins that input's group, and a group's life covers all of its entries' lives
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Protocol, Sequence
 
@@ -71,6 +71,11 @@ class Liveness:
         own = self.writer[eid]
         writers = self._writers_by_storage[self.storage_ids[eid]]
         return any(after < w <= until for w in writers if w != own)
+
+    def with_storage_ids(self, storage_ids: Sequence[int]) -> Liveness:
+        """The same lives and groups over other storage ids (the executor's, after
+        runtime/in_place.py moved entries that alias nothing), for written_between."""
+        return replace(self, storage_ids=tuple(storage_ids))
 
     @cached_property
     def _roots_with_aliases(self) -> set[int]:

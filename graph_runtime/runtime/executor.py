@@ -5,13 +5,13 @@ import logging
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, Mapping, Sequence
+from typing import Any, Callable, ContextManager, Generic, Mapping, Sequence, TypeVar
 
 import numpy as np
 
 from .. import settings
 from .._text import fmt_bytes
-from ..backends import check_device, copy_array, run_in_scope
+from ..backends import check_device, copy_array
 from ..device import Device
 from ..errors import GraphError, GraphRuntimeError, LibraryError
 from ..graph.model import COPY_OP, NOP_OP, Graph
@@ -19,32 +19,17 @@ from ..lib.attrs import WORKSPACE_LIMIT_KEY
 from ..lib.kernels.cpu.threads import ONE_BLAS_THREAD
 from ..lib.library import InputVersion, Module, TensorSpec
 from ..lib.prepared import PreparedKernel, capabilities
-from .flatten_reads import StagedOutputs, flat_source, plan_flatten_reads
-from .in_place import plan_in_place
-from .layouts import nhwc_view, plan_channels_last
+from .flatten_reads import FlattenRead, StagedOutputs, flat_source, plan_flatten_reads
+from .in_place import InPlacePlan, plan_in_place
+from .layouts import LayoutPlan, nhwc_view, plan_channels_last
 from .placement import plan_placement, resolve_entry_devices
+from .steps import ArgKey, PreparedCall, in_device_scope
 from .storage import PoolLayout, StoragePool, check_capacity, default_caps
 from .storage_check import check_liveness
 
 log = logging.getLogger("graph_runtime")
 
-
-@dataclass
-class PreparedCall:
-    """One prepared call: a kernel or a copy, with its argument arrays bound.
-
-    Not to be confused with lib.chain.Step, one op inside a fused function.
-    """
-
-    nid: int            # node id; -1 for a copy the executor inserted
-    label: str
-    func_name: str
-    device: Device
-    fn: Callable[..., Any]
-    args: list[Any]
-    arg_keys: list[tuple[int, Device, bool]]  # (eid, device the array lives on, flattened)
-    is_copy: bool
-    kernel: PreparedKernel  # what the executor may ask of fn (lib/prepared.py), unwrapped
+P = TypeVar("P")
 
 
 @dataclass(frozen=True)
@@ -90,20 +75,21 @@ class Executor:
         self._aliased: set[int] = set()
         self._io_eids = set(graph.input_entries.values()) | set(graph.output_entries)
         self.steps = self._prepare_steps(lib)
-        # Entries kept NHWC between kernels that write and read them so (runtime/layouts.py).
-        self.channels_last = self._keep_channels_last()
-        # Steps run() runs otherwise: flattens it skips, their readers reading the source
-        # (runtime/flatten_reads.py); run_steps runs every step as prepared. Planned after the
-        # in-place moves: the shortcuts bind the moved views and check the ids as they end up.
+        # Entries no setup pass may change the layout or storage of: inputs, outputs, aliased.
+        self._excluded = self._io_eids | self._aliased
+        # What the setup passes (SETUP_PASSES, in that order) decide:
+        # entries kept NHWC between kernels that write and read them so (runtime/layouts.py);
+        self.channels_last: set[int] = set()
+        # (input eid, output eid) pairs whose kernel writes the output over the input;
+        self.in_place: list[tuple[int, int]] = []
+        # steps run() runs otherwise: flattens it skips, their readers reading the source
+        # (runtime/flatten_reads.py); run_steps runs every step as prepared;
         self.skipped: set[int] = set()
         self.shortcuts: dict[int, PreparedCall] = {}
-        # Write counters of graph inputs that kernels derive data from (lib.library.InputVersion).
+        # write counters of graph inputs that kernels derive data from (lib.library.InputVersion).
         self.versions: dict[int, InputVersion] = {}
-        self._place_requested_inputs()
-        # (input eid, output eid) pairs whose kernel writes the output over the input.
-        self.in_place = self._write_in_place()
-        self._skip_flattens()
-        self._bind_versions()
+        for setup in SETUP_PASSES:
+            setup.apply(self, setup.plan(self))
         # what run() calls, and the step each call stands for (to name a failing node)
         self._call_steps = [self.shortcuts.get(i, s) for i, s in enumerate(self.steps)
                             if i not in self.skipped]
@@ -153,9 +139,9 @@ class Executor:
                     steps.append(self._copy_step(-1, f"copy of eid {eid} ({c.producer}) to {dev}",
                                                  eid, c.src, c.dst))
             flatten = node.flatten_data
-            keys = [(e, dev if (e, dev) in self.arrays else self.entry_device[e], flatten)
+            keys = [ArgKey(e, dev if (e, dev) in self.arrays else self.entry_device[e], flatten)
                     for e in in_eids]
-            keys += [(e, dev, flatten) for e in out_eids]
+            keys += [ArgKey(e, dev, flatten) for e in out_eids]
             # With flatten_data the arrays are 1-D views, but a prepared kernel is told the
             # declared shapes (and gets flatten_data in attrs): a chain of standard ops needs them
             # to broadcast, and gives its kernels the shapes back (lib/chain.py).
@@ -170,15 +156,20 @@ class Executor:
             kernel = capabilities(fn)
             self._count_workspace(node, dev, kernel.workspace_bytes(), used)
             steps.append(PreparedCall(node.nid, node.label, node.func_name or "", dev,
-                                      _in_device_scope(fn, dev), [self._bind(k) for k in keys],
-                                      keys, False, kernel))
+                                      in_device_scope(fn, dev), [self._bind(k) for k in keys],
+                                      keys, len(in_eids), False, kernel))
         return steps
 
-    def _keep_channels_last(self) -> set[int]:
-        """Hand the steps NHWC views of the entries layouts.py keeps NHWC, and tell their
-        kernels (whose workspace may shrink: buffers for reorders they no longer make)."""
-        plan = plan_channels_last(self.graph, self.steps, self.entry_device,
-                                  self._io_eids | self._aliased)
+    # ---- setup passes (SETUP_PASSES): each plan reads, its apply changes ----------------------
+
+    def _plan_channels_last(self) -> LayoutPlan:
+        """The entries kept NHWC between kernels that take it (runtime/layouts.py)."""
+        return plan_channels_last(self.graph, self.steps, self.entry_device, self._excluded)
+
+    def _keep_channels_last(self, plan: LayoutPlan) -> None:
+        """Hand the steps NHWC views of the entries kept NHWC, and tell their kernels (whose
+        workspace may shrink: buffers for reorders they no longer make)."""
+        self.channels_last = plan.entries
         for eid in plan.entries:
             key = (eid, self.entry_device[eid])
             self.arrays[key] = nhwc_view(self.arrays[key])
@@ -194,31 +185,62 @@ class Executor:
         if plan.entries:
             log.info("%s: %d entries kept NHWC between kernels that take it", self.graph.source,
                      len(plan.entries))
-        return plan.entries
 
-    def _write_in_place(self) -> list[tuple[int, int]]:
-        """Give outputs the storage of the input their kernel may overwrite, where that input
-        dies there and the lives stay apart (runtime/in_place.py); the pairs so written."""
+    def _plan_requested_storage(self) -> dict[int, Any]:
+        """{eid: array} for the entries given the storage their kernel asked for
+        (PreparedKernel.storage_requests), the first request winning.
+
+        A padded CPU GEMV wants its weight inside a larger zeroed buffer
+        (lib/kernels/cpu/padded_gemv.py).
+        An entry shared with another storage user, read through a copy or flattened keeps the
+        pool's buffer; the kernel then takes its plain path.
+        """
+        placed: dict[int, Any] = {}
+        for step in self.steps:
+            for pos, array in step.kernel.storage_requests().items():
+                eid, dev, flat = step.arg_keys[pos]
+                if (flat or eid in placed or eid in self._aliased
+                        or dev != self.entry_device[eid] or not self.pool.can_place(eid, array)):
+                    continue
+                placed[eid] = array
+        return placed
+
+    def _place_requested(self, placed: dict[int, Any]) -> None:
+        """Make each array its entry's storage, holding the entry's values, in every step."""
+        for eid, array in placed.items():
+            self.pool.place(eid, array)
+            self.rebind(eid, array)
+
+    def _plan_in_place(self) -> InPlacePlan:
+        """The outputs given the storage of the input their kernel may overwrite, where that
+        input dies there and the lives stay apart (runtime/in_place.py), checked."""
         if settings.word(settings.IN_PLACE) == "off":
-            return []
+            return InPlacePlan()
         plan = plan_in_place(self.graph, self.steps, self.entry_device, self.plan.entry_sid,
-                             self.plan.sid_bytes, self._io_eids | self._aliased,
-                             self.channels_last)
+                             self.plan.sid_bytes, self._excluded, self.channels_last)
         if plan.pairs:
             self._check_in_place(plan.moves, plan.pairs)
+        return plan
+
+    def _write_in_place(self, plan: InPlacePlan) -> None:
+        """Move the planned entries' views; their steps read and write the moved ones."""
+        self.in_place = plan.pairs
         for eid, sid in sorted(plan.moves.items()):
             view = self.pool.move(eid, sid)
             self.rebind(eid, nhwc_view(view) if eid in self.channels_last else view)
         if plan.pairs:
             log.info("%s: %d outputs written in place over an input (%d entries moved)",
                      self.graph.source, len(plan.pairs), len(plan.moves))
-        return plan.pairs
 
-    def _skip_flattens(self) -> None:
-        """Plan the flattens run() skips and prepare their readers' calls."""
-        reads = plan_flatten_reads(self.graph, self.steps, self.entry_device,
-                                   self._io_eids | self._aliased, self.channels_last,
-                                   self.plan.entry_sid)
+    def _plan_flatten_reads(self) -> list[FlattenRead]:
+        """The flattens run() may skip (runtime/flatten_reads.py), over the storage ids as the
+        in-place moves left them."""
+        return plan_flatten_reads(self.graph, self.steps, self.entry_device, self._excluded,
+                                  self.channels_last, self.plan.entry_sid)
+
+    def _skip_flattens(self, reads: list[FlattenRead]) -> None:
+        """Prepare the skipping readers' calls (on the views as they end up), each where its
+        source's rows are a view and the memory cap leaves room for its workspace."""
         for read in reads:
             reader = self.steps[read.reader]
             if read.reader in self.shortcuts:
@@ -244,12 +266,42 @@ class Executor:
             self._count_workspace(self.graph.nodes[reader.nid], reader.device, extra, used)
             self.shortcuts[read.reader] = PreparedCall(
                 reader.nid, reader.label, reader.func_name, reader.device,
-                fn if own and not read.staged else _in_device_scope(fn, reader.device), args,
-                list(reader.arg_keys), False, capabilities(fn))
+                fn if own and not read.staged else in_device_scope(fn, reader.device), args,
+                list(reader.arg_keys), reader.num_inputs, False, capabilities(fn))
             self.skipped.add(read.flatten)
         if self.skipped:
             log.info("%s: run() skips %d flatten(s), their readers reading the source",
                      self.graph.source, len(self.skipped))
+
+    def _plan_versions(self) -> list[tuple[PreparedKernel, dict[int, int | None]]]:
+        """Per kernel that caches derived inputs (lib/prepared.py), per such position: the graph
+        input whose write counter it shares, or None for a volatile counter of its own.
+
+        Only a graph input read in place, with a storage id of its own, is written solely through
+        GraphModule's setters, which count; any other entry gets a volatile counter.
+        """
+        g = self.graph
+        inputs = {g.entry_id(nid, 0) for nid in g.arg_nodes}
+        plan = []
+        for step in self.steps + list(self.shortcuts.values()):
+            counted: dict[int, int | None] = {}
+            for pos in step.kernel.cached_inputs():
+                eid, dev, _ = step.arg_keys[pos]
+                counted[pos] = (eid if eid in inputs and dev == self.entry_device[eid]
+                                and self.pool.owns_storage(eid) else None)
+            if counted:
+                plan.append((step.kernel, counted))
+        return plan
+
+    def _bind_versions(self, plan: list[tuple[PreparedKernel, dict[int, int | None]]]) -> None:
+        """Bind the counters: one per graph input, shared by its kernels; volatile ones else."""
+        for kernel, counted in plan:
+            kernel.bind_versions({
+                pos: InputVersion(volatile=True) if eid is None
+                else self.versions.setdefault(eid, InputVersion())
+                for pos, eid in counted.items()})
+
+    # ---- setup helpers -------------------------------------------------------------------------
 
     def _bytes_in_use(self) -> dict[Device, int]:
         """The pool's bytes and every kernel's workspace so far, per device."""
@@ -287,46 +339,6 @@ class Executor:
                              f"{fmt_bytes(nbytes)} of workspace on {dev}, which brings the total "
                              f"there to {fmt_bytes(used[dev])} but the cap is {fmt_bytes(cap)}; "
                              "pass memory_cap= to raise the cap")
-
-    def _place_requested_inputs(self) -> None:
-        """Give entries the storage their kernel asked for (PreparedKernel.storage_requests).
-
-        A padded CPU GEMV wants its weight inside a larger zeroed buffer
-        (lib/kernels/cpu/padded_gemv.py).
-        An entry shared with another storage user, read through a copy or flattened keeps the
-        pool's buffer; the kernel then takes its plain path.
-        """
-        placed: set[int] = set(self._aliased)
-        for step in self.steps:
-            for pos, array in step.kernel.storage_requests().items():
-                eid, dev, flatten = step.arg_keys[pos]
-                if (flatten or eid in placed or dev != self.entry_device[eid]
-                        or not self.pool.place(eid, array)):
-                    continue
-                placed.add(eid)
-                self.rebind(eid, array)
-
-    def _bind_versions(self) -> None:
-        """Give kernels that cache derived inputs a counter per input (lib/prepared.py).
-
-        Only a graph input read in place, with a storage id of its own, is written solely through
-        GraphModule's setters, which count; any other entry gets a volatile counter.
-        """
-        g = self.graph
-        inputs = {g.entry_id(nid, 0) for nid in g.arg_nodes}
-        for step in self.steps + list(self.shortcuts.values()):
-            positions = step.kernel.cached_inputs()
-            if not positions:
-                continue
-            cells: dict[int, InputVersion] = {}
-            for pos in positions:
-                eid, dev, _ = step.arg_keys[pos]
-                if (eid in inputs and dev == self.entry_device[eid]
-                        and self.pool.owns_storage(eid)):
-                    cells[pos] = self.versions.setdefault(eid, InputVersion())
-                else:
-                    cells[pos] = InputVersion(volatile=True)
-            step.kernel.bind_versions(cells)
 
     def written(self, eid: int) -> None:
         """Count a write into input eid from outside run(), so derived data is redone."""
@@ -383,11 +395,12 @@ class Executor:
         def copy(src_array: Any, dst_array: Any) -> None:
             copy_array(src_backend, src_array, dst_backend, dst_array)
 
-        keys = [(src_eid, src, False), (src_eid if dst_eid is None else dst_eid, dst, False)]
+        keys = [ArgKey(src_eid, src, False),
+                ArgKey(src_eid if dst_eid is None else dst_eid, dst, False)]
         return PreparedCall(nid, label, COPY_OP, dst, copy, [self._bind(k) for k in keys], keys,
-                            True, capabilities(copy))
+                            1, True, capabilities(copy))
 
-    def _bind(self, key: tuple[int, Device, bool]) -> Any:
+    def _bind(self, key: ArgKey) -> Any:
         eid, dev, flatten = key
         array = self.arrays[(eid, dev)]
         return array.reshape(-1) if flatten else array
@@ -490,12 +503,26 @@ class Executor:
         return result
 
 
-def _in_device_scope(fn: Callable[..., Any], dev: Device) -> Callable[..., Any]:
-    """Wrap fn so it runs with dev current, for backends that have a current device (CUDA).
+@dataclass(frozen=True)
+class SetupPass(Generic[P]):
+    """One setup pass over the prepared steps: plan reads the executor and changes nothing;
+    apply is the one place its plan changes arrays, step arguments, the pool or byte counts."""
 
-    Device 0 is current by default, so its kernels skip the wrapper (standard ops enter the
-    backend's scope themselves, for its stream).
-    """
-    if dev.device_id == 0:
-        return fn
-    return run_in_scope(check_device(dev), dev.device_id, fn)
+    name: str
+    plan: Callable[[Executor], P]
+    apply: Callable[[Executor, P], None]
+
+
+# The setup passes, in the order they run, each planning over what the ones before applied:
+# the in-place pairs must agree on the layout and the flatten reads know which sources hold NHWC
+# bytes; requested storage goes to entries sole in their storage id as the graph planned it,
+# before the in-place moves trade ids; the flatten reads check the ids as the moves left them
+# and bind the moved views; input counters go to the shortcuts' kernels too, and count only
+# an input still sole in its id.
+SETUP_PASSES: tuple[SetupPass[Any], ...] = (
+    SetupPass("channels-last", Executor._plan_channels_last, Executor._keep_channels_last),
+    SetupPass("requested-storage", Executor._plan_requested_storage, Executor._place_requested),
+    SetupPass("in-place", Executor._plan_in_place, Executor._write_in_place),
+    SetupPass("flatten-reads", Executor._plan_flatten_reads, Executor._skip_flattens),
+    SetupPass("input-versions", Executor._plan_versions, Executor._bind_versions),
+)

@@ -19,8 +19,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ..device import Device
 from ..graph.model import Graph
 from ..lib.prepared import PreparedKernel, Wrapping, capabilities
+from .steps import PreparedCall
 
 
 @dataclass(frozen=True)
@@ -36,18 +38,18 @@ class FlattenRead:
     staged: tuple[int, ...]
 
 
-def plan_flatten_reads(graph: Graph, steps: Sequence[Any], entry_device: Sequence[Any],
-                       excluded: set[int], nhwc: set[int], storage_ids: Sequence[int]
-                       ) -> list[FlattenRead]:
+def plan_flatten_reads(graph: Graph, steps: Sequence[PreparedCall],
+                       entry_device: Sequence[Device], excluded: set[int], nhwc: set[int],
+                       storage_ids: Sequence[int]) -> list[FlattenRead]:
     """The flatten steps run() may skip; excluded: graph inputs, outputs and aliased entries;
     storage_ids: the executor's per entry (the graph's, with runtime/in_place.py's moves)."""
     readers: dict[int, list[tuple[int, int]]] = {}
     for index, step in enumerate(steps):
-        n_in = 1 if step.is_copy else len(graph.nodes[step.nid].inputs)
-        for pos, (eid, _, _) in enumerate(step.arg_keys[:n_in]):
+        for pos, (eid, _, _) in enumerate(step.arg_keys[:step.num_inputs]):
             readers.setdefault(eid, []).append((index, pos))
     found = []
-    live = graph.liveness
+    # the graph's lives over the executor's storage ids, to see who writes the source's id
+    live = graph.liveness.with_storage_ids(storage_ids)
     for index, step in enumerate(steps):
         if step.is_copy or not step.kernel.flattens() or len(step.arg_keys) != 2:
             continue
@@ -61,31 +63,21 @@ def plan_flatten_reads(graph: Graph, steps: Sequence[Any], entry_device: Sequenc
         reader_index, position = use[0]
         reader = steps[reader_index]
         if (reader.is_copy or reader.device != dev or reader.arg_keys[position][2]
-                or _written_between(live, storage_ids, source, step.nid, reader.nid - 1)):
+                or live.written_between(source, step.nid, reader.nid - 1)):
             continue
-        n_in = len(graph.nodes[reader.nid].inputs)
         sid = storage_ids[source]
-        staged = tuple(pos for pos in range(n_in, len(reader.arg_keys))
+        staged = tuple(pos for pos in range(reader.num_inputs, len(reader.arg_keys))
                        if storage_ids[reader.arg_keys[pos][0]] == sid)
-        kernel = reader.kernel
+        kernel: PreparedKernel | None = reader.kernel
         shape = tuple(graph.shape(source))
         # NHWC bytes in another order than NCHW's need a reader that takes them so; with one
         # channel or one pixel (a global pool's output) the orders agree
         if source in nhwc and shape[1] > 1 and shape[2] * shape[3] > 1:
-            kernel = kernel.reading_nhwc(position, shape)
-            if kernel is None:
-                continue
+            kernel = reader.kernel.reading_nhwc(position, shape)
+        if kernel is None:
+            continue
         found.append(FlattenRead(index, reader_index, position, source, kernel, staged))
     return found
-
-
-def _written_between(live: Any, storage_ids: Sequence[int], eid: int, after: int,
-                     until: int) -> bool:
-    """Liveness.written_between over these storage ids: whether a node other than eid's writer
-    writes eid's storage id at a step in (after, until]."""
-    sid, own = storage_ids[eid], live.writer[eid]
-    return any(after < live.writer[e] <= until for e, s in enumerate(storage_ids)
-               if s == sid and live.writer[e] != own)
 
 
 def flat_source(array: Any, nhwc: bool) -> Any:

@@ -20,10 +20,11 @@ Debug outputs stay right: they are copied right after their node runs, before a 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Sequence
 
 from ..device import Device
 from ..graph.model import Graph, entry_bytes
+from .steps import PreparedCall
 
 
 @dataclass
@@ -34,7 +35,7 @@ class InPlacePlan:
     pairs: list[tuple[int, int]] = field(default_factory=list)
 
 
-def plan_in_place(graph: Graph, steps: Sequence[Any], entry_device: Sequence[Device],
+def plan_in_place(graph: Graph, steps: Sequence[PreparedCall], entry_device: Sequence[Device],
                   storage_ids: Sequence[int], sid_bytes: dict[int, int], excluded: set[int],
                   channels_last: set[int]) -> InPlacePlan:
     """The in-place pairs the steps' kernels offer and the storage moves that make them safe.
@@ -50,10 +51,8 @@ def plan_in_place(graph: Graph, steps: Sequence[Any], entry_device: Sequence[Dev
     for step in steps:
         if step.is_copy:
             continue
-        n_in = len(graph.nodes[step.nid].inputs)
         for out_pos, in_pos in sorted(step.kernel.in_place_positions().items()):
-            pair = _pair(graph, step, n_in, out_pos, in_pos, entry_device, excluded,
-                         channels_last)
+            pair = _pair(graph, step, out_pos, in_pos, entry_device, excluded, channels_last)
             if pair is None:
                 continue
             moves = _moves(graph, step.nid, pair, sids, sid_bytes, excluded)
@@ -66,11 +65,12 @@ def plan_in_place(graph: Graph, steps: Sequence[Any], entry_device: Sequence[Dev
     return plan
 
 
-def _pair(graph: Graph, step: Any, n_in: int, out_pos: int, in_pos: int,
+def _pair(graph: Graph, step: PreparedCall, out_pos: int, in_pos: int,
           entry_device: Sequence[Device], excluded: set[int], channels_last: set[int]
           ) -> tuple[int, int] | None:
     """(R, O) when output O may take input R's storage at this step, else None."""
     live = graph.liveness
+    n_in = step.num_inputs
     r_eid, r_dev, r_flat = step.arg_keys[in_pos]
     o_eid, o_dev, o_flat = step.arg_keys[out_pos]
     if in_pos >= n_in or out_pos < n_in or r_flat or o_flat:

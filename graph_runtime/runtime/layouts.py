@@ -16,7 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from ..device import Device
 from ..graph.model import Graph
+from .steps import PreparedCall
 
 NHWC_DTYPES = ("float32", "uint8", "int8")  # oneDNN's float32 and int8 kernels (int8_conv.py)
 
@@ -29,17 +31,16 @@ class LayoutPlan:
     positions: dict[int, set[int]] = field(default_factory=dict)
 
 
-def plan_channels_last(graph: Graph, steps: Sequence[Any], entry_device: Sequence[Any],
-                       excluded: set[int]) -> LayoutPlan:
+def plan_channels_last(graph: Graph, steps: Sequence[PreparedCall],
+                       entry_device: Sequence[Device], excluded: set[int]) -> LayoutPlan:
     """The entries to keep NHWC; excluded: graph inputs, outputs and aliased entries."""
     writers: dict[int, list[tuple[int, int, bool]]] = {}  # eid -> (step, position, can)
     readers: dict[int, list[tuple[int, int, bool]]] = {}
     for index, step in enumerate(steps):
         can = set(step.kernel.channels_last_positions()) if not step.is_copy else set()
-        n_in = 1 if step.is_copy else len(graph.nodes[step.nid].inputs)
         for pos, (eid, dev, flatten) in enumerate(step.arg_keys):
             ok = pos in can and not flatten and dev == entry_device[eid]
-            (readers if pos < n_in else writers).setdefault(eid, []).append((index, pos, ok))
+            (readers if pos < step.num_inputs else writers).setdefault(eid, []).append((index, pos, ok))
     plan = LayoutPlan()
     for eid, written in writers.items():
         read = readers.get(eid, [])

@@ -133,21 +133,25 @@ class StoragePool:
         """True when no other entry shares eid's storage id (nothing else writes its bytes)."""
         return self._sid_users[self.plan.entry_sid[eid]] == 1
 
-    def place(self, eid: int, array: Any) -> bool:
-        """Make array entry eid's storage (a kernel's layout), dropping the pool's buffer.
+    def can_place(self, eid: int, array: Any) -> bool:
+        """Whether place(eid, array) may: entry eid shares its storage id with no other entry
+        and array has its shape and dtype."""
+        old = self.views[eid]
+        return (self._sid_users[self.plan.entry_sid[eid]] == 1
+                and tuple(array.shape) == tuple(old.shape) and array.dtype == old.dtype)
 
-        Only for an entry that shares its storage id with no other entry (False otherwise);
-        array must have the entry's shape and dtype and is given the entry's current values.
+    def place(self, eid: int, array: Any) -> None:
+        """Make array entry eid's storage (a kernel's layout), dropping the pool's buffer; array
+        is given the entry's current values. Only where can_place(eid, array).
         """
         sid = self.plan.entry_sid[eid]
         old = self.views[eid]
-        if (self._sid_users[sid] != 1 or tuple(array.shape) != tuple(old.shape)
-                or array.dtype != old.dtype):
-            return False
+        if not self.can_place(eid, array):
+            raise AssertionError(f"entry {eid} cannot take a {array.dtype} {array.shape} array "
+                                 f"as its storage")
         array[...] = old
         self.buffers[sid] = array
         self.views[eid] = array
-        return True
 
     def move(self, eid: int, sid: int) -> Any:
         """Make entry eid a view of storage id sid's buffer (an in-place plan, runtime/

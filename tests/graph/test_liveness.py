@@ -96,6 +96,17 @@ def test_written_between_sees_another_writer_of_the_storage_id() -> None:
     assert not live.written_between(3, 1, 4)
 
 
+def test_written_between_over_other_storage_ids() -> None:
+    """The executor's ids after in-place moves (runtime/flatten_reads.py asks over them)."""
+    nodes = [null("x"), tvm_op("a", "exp", [0]), copy_op("c", 1), tvm_op("b", "negative", [2]),
+             tvm_op("out", "exp", [3])]
+    live = make_graph(nodes, [4], storage_ids=[0, 1, 2, 1, 3]).liveness
+    moved = live.with_storage_ids([0, 1, 2, 4, 3])  # b moved out of a's id
+    assert not moved.written_between(1, 2, 3) and live.written_between(1, 2, 3)
+    assert moved.group == live.group and moved.last_read == live.last_read
+    assert live.storage_ids == (0, 1, 2, 1, 3)
+
+
 def test_written_between_needs_storage_ids() -> None:
     g = _nop_split_graph([5])
     with pytest.raises(ValueError, match="storage ids"):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -354,3 +355,105 @@ def test_memory_report_counts_graph_copies(opencl_available: None) -> None:
     report = m.memory_report()
     assert report.copies[gr.cpu()] == 32 * 1024
     assert report.workspace[gr.opencl()] > 0
+
+
+class _Scaled(PreparedKernel):
+    """out = 2 * x (+ r); NHWC at positions `nhwc`; offers out over r when `over`."""
+
+    def __init__(self, nhwc: tuple[int, ...] = (), over: bool = False) -> None:
+        self.nhwc, self.over = nhwc, over
+
+    def __call__(self, *arrays: np.ndarray) -> None:
+        *inputs, out = arrays
+        total = 2 * inputs[0]
+        for r in inputs[1:]:
+            total += r
+        out[...] = total
+
+    def channels_last_positions(self) -> tuple[int, ...]:
+        return self.nhwc
+
+    def in_place_positions(self) -> dict[int, int]:
+        return {2: 1} if self.over else {}
+
+
+class _Flat(PreparedKernel):
+    def __call__(self, x: np.ndarray, out: np.ndarray) -> None:
+        out[...] = x.reshape(out.shape)
+
+    def flattens(self) -> bool:
+        return True
+
+
+class _Head(PreparedKernel):
+    """out = f @ w; asks for w's storage and for a write counter of w."""
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        self.w = np.zeros(shape, np.float32)
+
+    def __call__(self, f: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
+        np.matmul(f, w, out=out)
+
+    def storage_requests(self) -> dict[int, np.ndarray]:
+        return {1: self.w}
+
+    def cached_inputs(self) -> tuple[int, ...]:
+        return (1,)
+
+
+class _Factory:
+    def __init__(self, make: Any) -> None:
+        self.make = make
+
+    def prepare(self, device: Any, inputs: Any, outputs: Any, attrs: Any) -> Any:
+        return self.make(inputs)
+
+
+def test_setup_passes_plan_without_changing_the_executor(monkeypatch) -> None:
+    """Each setup pass's plan reads the executor and changes nothing, its apply changes it;
+    every pass has something to do on this graph, in SETUP_PASSES' order; the result is right."""
+    from graph_runtime.runtime import executor as ex
+
+    lib = Module("passes")
+    lib.register("twice_cl", _Factory(lambda ins: _Scaled(nhwc=(0, 1))))
+    lib.register("twice", _Factory(lambda ins: _Scaled()))
+    lib.register("add2", _Factory(lambda ins: _Scaled(over=True)))
+    lib.register("flat", _Factory(lambda ins: _Flat()))
+    lib.register("head", _Factory(lambda ins: _Head(ins[1].shape)))
+    plans: dict[str, Any] = {}
+
+    def state(e: Any) -> Any:
+        return ({k: id(v) for k, v in e.arrays.items()}, [[id(a) for a in s.args] for s in e.steps],
+                list(e.plan.entry_sid), dict(e.plan.workspace_bytes), list(e.in_place),
+                set(e.channels_last), set(e.skipped), dict(e.shortcuts), dict(e.versions),
+                [id(v) for v in e.pool.views])
+
+    def checked(setup: Any) -> Any:
+        def plan(e: Any) -> Any:
+            before = state(e)
+            plans[setup.name] = setup.plan(e)
+            assert state(e) == before, setup.name
+            return plans[setup.name]
+        return ex.SetupPass(setup.name, plan, setup.apply)
+
+    monkeypatch.setattr(ex, "SETUP_PASSES", tuple(checked(p) for p in ex.SETUP_PASSES))
+    # x -> p -> q (p NHWC) -> a -> b -> c = 2b + a (over a) -> f = flat(c) -> d = f @ w
+    nodes = [null("x"), null("w"), tvm_op("p", "twice_cl", [0]), tvm_op("q", "twice_cl", [2]),
+             tvm_op("a", "twice", [3]), tvm_op("b", "twice", [4]), tvm_op("c", "add2", [5, 4]),
+             tvm_op("f", "flat", [6]), tvm_op("d", "head", [7, 1])]
+    shapes = [[2, 3, 4, 5], [60, 4]] + [[2, 3, 4, 5]] * 5 + [[2, 60], [2, 4]]
+    m = gr.create(make_graph(nodes, [8], shapes=shapes, storage_ids=list(range(9))), lib,
+                  gr.cpu())
+    assert list(plans) == ["channels-last", "requested-storage", "in-place", "flatten-reads",
+                           "input-versions"]
+    assert plans["channels-last"].entries == {2} and list(plans["requested-storage"]) == [1]
+    assert plans["in-place"].pairs == [(4, 6)] and len(plans["flatten-reads"]) == 1
+    # d's step and its shortcut (the same kernel, reading the rows as they are) count w
+    assert [counted for _, counted in plans["input-versions"]] == [{1: 1}, {1: 1}]
+    e = m.executor
+    assert e.channels_last == {2} and e.in_place == [(4, 6)] and e.skipped == {5}
+    assert list(e.versions) == [1] and e.arrays[(1, gr.cpu())] is e.steps[-1].kernel.w
+    x = np.arange(120, dtype=np.float32).reshape(2, 3, 4, 5)
+    w = np.arange(240, dtype=np.float32).reshape(60, 4) / 7
+    m.run(x=x, w=w)
+    np.testing.assert_allclose(m.get_output(0).numpy(), (40 * x).reshape(2, 60) @ w, rtol=1e-6)
