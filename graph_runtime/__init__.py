@@ -13,6 +13,7 @@ from .nd import NDArray
 from .params import load_param_dict, load_params_file, save_param_dict, save_params_file
 from .planner import Placement, plan_graph
 from .runtime.graph_module import GraphModule, create
+from .runtime.module_base import ModuleBase
 from .subgraphs import install as _install_subgraph_builder
 
 _install_subgraph_builder()
@@ -21,8 +22,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BenchmarkResult", "Device", "NDArray", "DeviceError", "DiscoError", "FrontendError", "Graph",
-    "GraphError", "GraphModule", "GraphRuntimeError", "LibraryError", "Module", "ParamsError",
-    "PlanError", "Placement", "available_backends", "cpu", "create", "cuda", "device",
-    "list_devices", "load_graph", "load_module", "load_param_dict", "load_params_file", "nd",
-    "opencl", "plan_graph", "save_param_dict", "save_params_file", "standard_module",
+    "GraphError", "GraphModule", "GraphRuntimeError", "LibraryError", "Module", "ModuleBase",
+    "ParamsError", "PlanError", "Placement", "available_backends", "cpu", "create", "cuda",
+    "device", "list_devices", "load_graph", "load_module", "load_param_dict", "load_params_file",
+    "nd", "opencl", "plan_graph", "save_param_dict", "save_params_file", "standard_module",
 ]

@@ -17,7 +17,8 @@ from ..errors import DeviceError, GraphError, GraphRuntimeError, ParamsError
 from ..graph.model import Graph
 from ..params import load_params_file
 from ..graph.symbolic import format_shape, shape_is_symbolic
-from ..runtime.graph_module import GraphModule, create
+from ..runtime.graph_module import create
+from ..runtime.module_base import ModuleBase
 
 # The files an example folder (examples/graphs/<name>/) holds, by the flag they stand in for.
 FOLDER_FILES = {"graph": ("graph.json",), "lib": ("lib.json", "lib.py"), "params": ("params",),
@@ -209,7 +210,7 @@ class Job:
     files: GraphFiles
     graph: Graph
     devices: list[Device]
-    module: GraphModule
+    module: ModuleBase
     inputs: Inputs
     seconds: float = 0.0  # the last run's wall time, outputs fetched
 

@@ -1,12 +1,14 @@
-"""GraphModule's timing and introspection: benchmark, profile, placement, memory, debug outputs."""
+"""Every module's timing and introspection: benchmark, profile, placement, memory, debug outputs."""
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Protocol, Sequence
+import functools
+import operator
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from .._timing import BenchmarkResult, time_runs
-from ..backends import check_device
 from ..device import Device, DeviceLike
 from ..errors import GraphError, GraphRuntimeError
 from ..graph.model import COPY_OP, Graph
@@ -14,37 +16,72 @@ from .executor import Executor, NodeTime
 from .measure import MemoryReport, add_bytes
 from .placement import InsertedCopy
 
+if TYPE_CHECKING:
+    from .graph_module import GraphModule
 
-class _ModuleState(Protocol):
-    """What Diagnostics' methods use of the GraphModule they are part of."""
+
+class Diagnostics(ABC):
+    """The measuring half of a module (runtime/module_base.py): methods written once over a few
+    primitives each module kind provides (the static module itself, a symbolic module's
+    specialisation, a segmented module's segments)."""
 
     graph: Graph
-    executor: Executor
-    _output_eids: list[int]
-    _unset: set[int]
 
-    def _acquire(self, what: str) -> None: ...
+    if TYPE_CHECKING:  # ModuleBase's, declared for mypy only
+        def _acquire(self, what: str) -> None: ...
 
-    def _release(self) -> None: ...
+        def _release(self) -> None: ...
 
-    def _refuse_unset(self) -> None: ...
+        def set_input(self, key: int | str | Mapping[str, Any] | None = None, value: Any = None,
+                      **params: Any) -> None: ...
 
-    def set_input(self, key: int | str | Mapping[str, Any] | None = None, value: Any = None,
-                  **params: Any) -> None: ...
+        def _set_input_unlocked(self, key: Any, value: Any, params: Mapping[str, Any]
+                                ) -> None: ...
 
-    def _set_input_unlocked(self, key: Any, value: Any, params: Mapping[str, Any]) -> None: ...
+        def _get_output_unlocked(self, key: int | str, out: Any) -> Any: ...
 
-    def _get_output_unlocked(self, index: int, out: Any) -> Any: ...
+        def get_num_outputs(self) -> int: ...
 
+    # ---- what each module kind provides --------------------------------------------------------
 
-class Diagnostics:
-    """The measuring half of GraphModule: a mixin whose methods run on GraphModule's state."""
+    @abstractmethod
+    def _bench_target(self) -> tuple[Callable[[], None], Callable[[], None]]:
+        """(run once without the never-set check, wait for the devices) for the inputs set now;
+        called holding the module."""
 
-    def benchmark(self: _ModuleState, device: DeviceLike | None = None, func_name: str = "run",
+    @abstractmethod
+    def _profile_unlocked(self, repeat: int, progress: Callable[[int], None] | None
+                          ) -> list[NodeTime]:
+        """profile()'s rows; called holding the module."""
+
+    @abstractmethod
+    def _capture(self, names: set[str] | None) -> dict[str, list[np.ndarray]]:
+        """Run once, returning host copies of the outputs of the nodes called names (None: all);
+        called holding the module."""
+
+    @abstractmethod
+    def _report_executor(self, what: str) -> Any:
+        """The executor (or a whole-graph view of several) that placement() and copies() read."""
+
+    @abstractmethod
+    def _static_modules(self, what: str) -> list[GraphModule]:
+        """The static modules the last run used, whose memory memory_report() sums."""
+
+    @abstractmethod
+    def held_bytes(self) -> dict[Device, int]:
+        """What this module holds per device: pool, workspace, control-flow bodies."""
+
+    # ---- the diagnostics -----------------------------------------------------------------------
+
+    def benchmark(self, device: DeviceLike | None = None, func_name: str = "run",
                   repeat: int = 5, number: int = 5, min_repeat_ms: float | None = None,
                   end_to_end: bool = False, progress: Callable[[int], None] | None = None,
                   **kwargs: Any) -> BenchmarkResult:
-        """Time run() (device-synchronised): repeat samples, each the mean of number runs."""
+        """Time run() (device-synchronised): repeat samples, each the mean of number runs.
+
+        kwargs are inputs, set first; end_to_end times setting them, the run and host copies of
+        every output.
+        """
         if func_name != "run":
             raise GraphRuntimeError(f"benchmark can time 'run' only, got {func_name!r}")
         if repeat < 1 or number < 1:
@@ -52,104 +89,99 @@ class Diagnostics:
                                     f"repeat={repeat} number={number}")
         host_inputs = {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v)
                        for k, v in kwargs.items()}
-        if host_inputs and not end_to_end:
-            self.set_input(host_inputs)
-
+        outputs = range(self.get_num_outputs())
         # NOTE: benchmark runs on whatever inputs hold (timing does not depend on values), so
         # it skips the never-set check; it holds the module for its whole duration.
-        def once() -> None:
-            if end_to_end:
-                self._set_input_unlocked(None, None, host_inputs)
-                self.executor.run()
-                for i in range(len(self._output_eids)):
-                    self._get_output_unlocked(i, None).numpy()
-            else:
-                self.executor.run()
-
         self._acquire("benchmark")
         try:
-            return time_runs(once, self.executor.sync, repeat, number, min_repeat_ms, progress)
+            if host_inputs:
+                self._set_input_unlocked(None, None, host_inputs)
+            run, sync = self._bench_target()
+
+            def once() -> None:
+                if end_to_end:
+                    self._set_input_unlocked(None, None, host_inputs)
+                    run()
+                    for i in outputs:
+                        self._get_output_unlocked(i, None).numpy()
+                else:
+                    run()
+            return time_runs(once, sync, repeat, number, min_repeat_ms, progress)
         finally:
             self._release()
 
-    def placement(self: _ModuleState) -> list[tuple[int, str, str, Device]]:
-        """(node id, name, func_name, device) for every node, in node order."""
-        g = self.graph
-        return [(n.nid, n.name, n.func_name or ("input" if n.is_arg else ""),
-                 self.executor.node_device[n.nid]) for n in g.nodes]
-
-    def copies(self: _ModuleState) -> list[InsertedCopy]:
-        """Copies the executor inserted where the graph had none (none for a well-planned graph)."""
-        return list(self.executor.copies)
-
-    def memory_report(self: _ModuleState) -> MemoryReport:
-        """Bytes per device: pool, pool without sharing, copy destinations, kernel workspace.
-
-        See MemoryReport for what each column counts; print it for a table.
-        """
-        ex = self.executor
-        plan = ex.plan
-        copies = dict(plan.extra_bytes)
-        g = self.graph
-        for node in g.nodes:
-            if node.func_name == COPY_OP and node.nid not in ex.dropped_copies:
-                for eid in g.node_entries(node.nid):
-                    dev = ex.entry_device[eid]
-                    copies[dev] = copies.get(dev, 0) + plan.entry_bytes[eid]
-        bodies = add_bytes(module.held_bytes() for step in ex.steps
-                           for module in step.kernel.sub_modules())
-        return MemoryReport(plan.bytes_per_device(), plan.unshared_bytes_per_device(), copies,
-                            dict(plan.workspace_bytes), bodies)
-
-    def held_bytes(self: _ModuleState) -> dict[Device, int]:
-        """What this module holds per device: pool, workspace, control-flow bodies."""
-        return Diagnostics.memory_report(self).held()  # type: ignore[arg-type]
-
-    def profile(self: _ModuleState, repeat: int = 1, progress: Callable[[int], None] | None = None
+    def profile(self, repeat: int = 1, progress: Callable[[int], None] | None = None
                 ) -> list[NodeTime]:
         """Per-node device-synchronised times (median of repeat runs), in execution order.
 
-        Like benchmark(), runs on whatever the inputs hold.
+        Like benchmark(), runs on whatever the inputs hold. A symbolic module's first row
+        `specialise` (nid -1) holds the time this call spent specialising, when it did; a
+        segmented module adds one row per cut (its host time, with the copies of its inputs).
         """
         self._acquire("profile")
         try:
-            return self.executor.profile(repeat, progress)
+            return self._profile_unlocked(repeat, progress)
         finally:
             self._release()
 
-    def debug_get_outputs(self: _ModuleState, nodes: Sequence[str | int] | None = None
+    def placement(self) -> list[tuple[int, str, str, Device]]:
+        """(node id, name, func_name, device) for every node, in node order."""
+        node_device = self._report_executor("placement").node_device
+        return [(n.nid, n.name, n.func_name or ("input" if n.is_arg else ""),
+                 node_device[n.nid]) for n in self.graph.nodes]
+
+    def copies(self) -> list[InsertedCopy]:
+        """Copies the executor inserted where the graph had none (none for a well-planned graph)."""
+        return list(self._report_executor("copies").copies)
+
+    def memory_report(self) -> MemoryReport:
+        """Bytes per device: pool, pool without sharing, copy destinations, kernel workspace
+        (summed over a segmented module's segments; a cut's results are made per run, not held).
+
+        See MemoryReport for what each column counts; print it for a table.
+        """
+        reports = [_memory_of(m.graph, m.executor)
+                   for m in self._static_modules("memory_report")]
+        return functools.reduce(operator.add, reports)
+
+    def debug_get_outputs(self, nodes: Sequence[str | int] | None = None
                           ) -> dict[str, list[np.ndarray]]:
         """Run once node by node and return host copies of each (selected) node's outputs.
 
         Outputs are captured right after their node runs, before storage sharing reuses them.
         """
         g = self.graph
-        wanted = None
+        wanted: set[str] | None = None
         if nodes is not None:
+            by_name = {n.name for n in g.nodes}
             wanted = set()
-            by_name = {n.name: n.nid for n in g.nodes}
             for key in nodes:
                 if isinstance(key, str):
                     if key not in by_name:
                         raise GraphError(f"graph has no node named {key!r}")
-                    wanted.add(by_name[key])
+                    wanted.add(key)
+                elif 0 <= int(key) < g.num_nodes:
+                    wanted.add(g.nodes[int(key)].name)
                 else:
-                    wanted.add(int(key))
-        captured: dict[str, list[np.ndarray]] = {}
-
-        def grab(step: Any) -> None:
-            if step.nid < 0 or (wanted is not None and step.nid not in wanted):
-                return
-            dev = self.executor.node_device[step.nid]
-            backend = check_device(dev)
-            captured[g.nodes[step.nid].name] = [
-                backend.to_host(self.executor.arrays[(e, dev)]) for e in g.node_entries(step.nid)]
-
+                    raise GraphError(f"node id {key} is out of range: the graph has "
+                                     f"{g.num_nodes} nodes")
         self._acquire("debug_get_outputs")
         try:
-            if self._unset:
-                self._refuse_unset()
-            self.executor.run_steps(each=grab)
+            return self._capture(wanted)
         finally:
             self._release()
-        return captured
+
+
+def _memory_of(g: Graph, ex: Executor) -> MemoryReport:
+    """One static module's MemoryReport, from its executor's plan."""
+    plan = ex.plan
+    copies = dict(plan.extra_bytes)
+    for node in g.nodes:
+        if node.func_name == COPY_OP and node.nid not in ex.dropped_copies:
+            for eid in g.node_entries(node.nid):
+                dev = ex.entry_device[eid]
+                copies[dev] = copies.get(dev, 0) + plan.entry_bytes[eid]
+    bodies = add_bytes(module.held_bytes() for step in ex.steps
+                       for module in step.kernel.sub_modules())
+    return MemoryReport(plan.bytes_per_device(), plan.unshared_bytes_per_device(), copies,
+                        dict(plan.workspace_bytes), bodies)

@@ -4,14 +4,14 @@ Each new combination of input shapes (and values of the inputs that decide shape
 GraphModule (shapes inferred, storage planned, kernels prepared: runtime/specialize.py), kept in
 a bounded LRU cache; params are held once per device and bound zero copy into every one.
 A cached combination costs a dictionary lookup per run; a new one costs one specialisation.
+get_output, benchmark, profile, memory_report... answer for the specialisation the last run()
+used (placement, copies and debug_get_outputs: the one for the inputs set now).
 """
 from __future__ import annotations
 
-import os
-import threading
 import time
 from collections import OrderedDict
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -23,20 +23,21 @@ from ..graph.model import Graph
 from ..graph.symbolic import shape_is_symbolic
 from ..lib.library import Module
 from ..nd import NDArray, from_dlpack
+from .executor import Executor, NodeTime
 from .graph_module import GraphModule
-from .symbolic_diagnostics import SymbolicDiagnostics
+from .measure import add_bytes
+from .module_base import ModuleBase
 from .placement import resolve_entry_devices
 from .specialize import Specializer
 
 DEFAULT_CACHE_SIZE = 8
 
 
-class SymbolicGraphModule(SymbolicDiagnostics):
-    """GraphModule's API over a graph with symbolic dims (see the module docstring).
+class SymbolicGraphModule(ModuleBase):
+    """ModuleBase's API over a graph with symbolic dims (see the module docstring).
 
-    get_output, benchmark, profile, memory_report... answer for the specialisation the last
-    run() used. `specializations` counts the static modules built; `cache_size` bounds how many
-    are kept (least recently used dropped first).
+    `specializations` counts the static modules built; `cache_size` bounds how many are kept
+    (least recently used dropped first).
     """
 
     def __init__(self, graph: Graph, lib: Module, ctxs: Sequence[Device], *, strict: bool = False,
@@ -45,19 +46,14 @@ class SymbolicGraphModule(SymbolicDiagnostics):
                  cache_size: int = DEFAULT_CACHE_SIZE) -> None:
         if cache_size < 1:
             raise GraphRuntimeError(f"cache_size must be >= 1, got {cache_size}")
-        self.graph = graph
-        self.lib = lib
-        self.ctxs = list(ctxs)
-        self.strict = strict
-        self.memory_cap = memory_cap
-        self.allow_uninitialized = allow_uninitialized
+        super().__init__(graph, lib, ctxs, strict=strict, memory_cap=memory_cap,
+                         allow_uninitialized=allow_uninitialized)
         self.cache_size = cache_size
         self.entry_device = resolve_entry_devices(graph, self.ctxs, strict)
         self.specializer = Specializer(graph, lib, self.entry_device)
         self._sigs = {sig.name: sig for sig in self.specializer.inputs}
         self._names = [sig.name for sig in self.specializer.inputs]
         self._value_names = set(self.specializer.value_inputs)
-        self._output_count = len(graph.output_entries)
         self._cache: OrderedDict[tuple, GraphModule] = OrderedDict()
         self._current: GraphModule | None = None
         self._current_key: tuple | None = None
@@ -67,60 +63,27 @@ class SymbolicGraphModule(SymbolicDiagnostics):
         self._held: dict[str, Any] = {}
         self._values: dict[str, np.ndarray] = {}  # host copies of shape-deciding inputs
         self._params: dict[str, tuple[Device, Any]] = {}  # one device array per param
-        self._lock = threading.Lock()
         self.specializations = 0
         self.specialize_seconds = 0.0
-
-    # ---- what the graph takes ------------------------------------------------------------------
 
     @property
     def signature(self) -> str:
         return self.specializer.signature
 
-    def get_num_inputs(self) -> int:
-        return len(self._names)
-
-    def get_num_outputs(self) -> int:
-        return self._output_count
-
-    def get_input_index(self, name: str) -> int:
-        if name not in self._sigs:
-            raise GraphError(f"graph has no input {name!r}; inputs are: {', '.join(self._names)}")
-        return self._names.index(name)
-
-    def get_input_info(self) -> tuple[dict[str, tuple[Any, ...]], dict[str, str]]:
-        """(shape by input name, symbolic dims as names; dtype by input name)."""
-        return ({s.name: s.shape for s in self.specializer.inputs},
-                {s.name: s.dtype for s in self.specializer.inputs})
-
-    def _name_of(self, key: int | str) -> str:
-        if isinstance(key, str):
-            self.get_input_index(key)
-            return key
-        if isinstance(key, (int, np.integer)) and not isinstance(key, bool) \
-                and 0 <= key < len(self._names):
-            return self._names[int(key)]
-        raise GraphError(f"input key must be a name or an index below "
-                         f"{len(self._names)}, got {key!r}")
+    def _clone(self) -> SymbolicGraphModule:
+        other = SymbolicGraphModule(self.graph, self.lib, self.ctxs, strict=self.strict,
+                                    memory_cap=self.memory_cap,
+                                    allow_uninitialized=self.allow_uninitialized,
+                                    cache_size=self.cache_size)
+        for name in self._params:
+            other._share_input(self, name)
+        return other
 
     # ---- inputs and params ---------------------------------------------------------------------
 
-    def set_input(self, key: int | str | Mapping[str, Any] | None = None, value: Any = None,
-                  **params: Any) -> None:
-        """Set inputs by name or index; each may have any shape the graph's dims allow."""
-        items: dict[str, Any] = {}
-        if isinstance(key, Mapping):
-            items.update(key)
-        elif key is not None:
-            if value is None:
-                raise GraphError(f"set_input({key!r}) needs a value; got None")
-            items[self._name_of(key)] = value
-        items.update(params)
-        with self._owned("set_input"):
-            for name, val in items.items():
-                self._set_one(self._name_of(name), val)
-
-    def _set_one(self, name: str, value: Any) -> None:
+    def _set_one(self, index: int, value: Any) -> None:
+        """Each input may have any shape the graph's dims allow."""
+        name = self._names[index]
         if name in self._params:
             raise GraphError(f"input {name!r} is a param; load it with load_params")
         shape, dtype = _shape_dtype(value)
@@ -133,113 +96,39 @@ class SymbolicGraphModule(SymbolicDiagnostics):
             self._values[name] = _host_copy(value)
         current = self._current
         if current is not None and self._current_key is not None \
-                and self._current_key[self._names.index(name)] == shape \
-                and name not in self._held:
+                and self._current_key[index] == shape and name not in self._held:
             current.set_input(name, value)
             return
         self._held[name] = _keep(value)
 
-    def load_params(self, params: bytes | bytearray | str | os.PathLike | Mapping[str, Any],
-                    source: str | None = None) -> None:
-        """Params (TVM blob, file or dict) held once per device, shared by every specialisation."""
-        from ..params import load_param_arrays, load_params_file
-        if isinstance(params, (bytes, bytearray, memoryview)):
-            values: Mapping[str, Any] = load_param_arrays(bytes(params), source or "<params>")
-        elif isinstance(params, (str, os.PathLike)):
-            values = load_params_file(params)
-            source = os.fspath(params)
-        else:
-            values = params
-        source = source or "params"
-        with self._owned("load_params"):
-            for name, val in values.items():
-                sig = self._sigs.get(name)
-                if sig is None:
-                    if self.strict:
-                        raise ParamsError(f"{source}: param {name!r} is not an input of the "
-                                          f"graph; inputs are: {', '.join(self._names)}")
-                    continue
-                if shape_is_symbolic(sig.shape):
-                    raise ParamsError(f"{source}: param {name!r}: the graph declares it with "
-                                      f"symbolic dims {sig.shape}; params need static shapes")
-                host = _host_copy(val)
-                if tuple(host.shape) != tuple(sig.shape) or host.dtype != np.dtype(sig.dtype):
-                    raise ParamsError(f"{source}: param {name!r} is {tuple(host.shape)} "
-                                      f"{host.dtype} but the graph's input {name!r} (eid "
-                                      f"{sig.eid}) is {tuple(sig.shape)} {sig.dtype}")
-                dev = self.entry_device[sig.eid]
-                backend = check_device(dev)
-                array = backend.empty(dev.device_id, tuple(host.shape), host.dtype)
-                copy_array(get_backend("cpu"), host, backend, array)
-                self._params[name] = (dev, array)
-                self._shapes[name] = (tuple(host.shape), sig.dtype)
-                self._held.pop(name, None)
-                for module in self._cache.values():
-                    module._adopt_input(name, array)
-                if name in self._value_names:
-                    self._values[name] = host
+    def _get_input_at(self, index: int, out: Any) -> Any:
+        return self._module("get_input").get_input(index, out)
 
-    # ---- running -------------------------------------------------------------------------------
-
-    def run(self, **inputs: Any) -> None:
-        """Set the given inputs, pick (or build) the specialisation for their shapes, run it."""
-        if inputs:
-            self.set_input(inputs)
-        with self._owned("run"):
-            self._specialised().run()
-
-    def run_with(self, **inputs: Any) -> list[np.ndarray]:
-        """Atomic set_input + run + host copies of every output (callers wait their turn)."""
-        with self._lock:
-            for name, val in inputs.items():
-                self._set_one(self._name_of(name), val)
-            module = self._specialised()
-            return module.run_with()
-
-    def get_output(self, index: int | str, out: Any = None) -> Any:
-        """Output index (or name) of the last run's specialisation."""
-        return self._module("get_output").get_output(self.graph.output_index(index), out)
-
-    def get_output_index(self, name: str) -> int:
-        """Index of the output called name (declared, else its head node's name)."""
-        if not isinstance(name, str):
-            raise GraphError(f"get_output_index needs an output name (a str), got "
-                             f"{type(name).__name__} {name!r}")
-        return self.graph.output_index(name)
-
-    def get_input(self, key: int | str, out: Any = None) -> Any:
-        return self._module("get_input").get_input(key, out)
-
-    def get_output_info(self) -> tuple[list[tuple[Any, ...]], list[str]]:
-        """(shape of each output, symbolic dims as names; dtype of each output)."""
-        eids = list(self.graph.output_entries)
-        return [tuple(self.graph.shape(e)) for e in eids], [self.graph.dtype(e) for e in eids]
-
-    def clone(self) -> SymbolicGraphModule:
-        """A new module on the same graph, lib and devices with its own specialisations,
-        inputs and outputs, sharing this module's params zero copy (treat them as read-only):
-        one copy of the weights for many threads."""
-        other = SymbolicGraphModule(self.graph, self.lib, self.ctxs, strict=self.strict,
-                                    memory_cap=self.memory_cap,
-                                    allow_uninitialized=self.allow_uninitialized,
-                                    cache_size=self.cache_size)
-        with self._owned("clone"):
-            for name in self._params:
-                other._share_input(self, name)
-        return other
-
-    def share_params(self, other: SymbolicGraphModule, params_bytes: bytes) -> None:
-        """Use other's param arrays (zero copy) for every name in params_bytes, as TVM does."""
-        from ..params import load_param_arrays
-        if not isinstance(other, SymbolicGraphModule):
-            raise GraphError(f"share_params needs a SymbolicGraphModule to share with, got "
-                             f"{type(other).__name__}")
-        if not isinstance(params_bytes, (bytes, bytearray, memoryview)):
-            raise ParamsError(f"share_params needs the params as bytes (save_param_dict's "
-                              f"output), got {type(params_bytes).__name__}")
-        with self._owned("share_params"):
-            for name in load_param_arrays(bytes(params_bytes)):
-                self._share_input(other, name)
+    def _load_values(self, values: Mapping[str, Any], source: str) -> None:
+        """Params held once per device, shared by every specialisation."""
+        for name, val in values.items():
+            sig = self._sigs.get(name)
+            if sig is None:
+                continue
+            if shape_is_symbolic(sig.shape):
+                raise ParamsError(f"{source}: param {name!r}: the graph declares it with "
+                                  f"symbolic dims {sig.shape}; params need static shapes")
+            host = _host_copy(val)
+            if tuple(host.shape) != tuple(sig.shape) or host.dtype != np.dtype(sig.dtype):
+                raise ParamsError(f"{source}: param {name!r} is {tuple(host.shape)} "
+                                  f"{host.dtype} but the graph's input {name!r} (eid "
+                                  f"{sig.eid}) is {tuple(sig.shape)} {sig.dtype}")
+            dev = self.entry_device[sig.eid]
+            backend = check_device(dev)
+            array = backend.empty(dev.device_id, tuple(host.shape), host.dtype)
+            copy_array(get_backend("cpu"), host, backend, array)
+            self._params[name] = (dev, array)
+            self._shapes[name] = (tuple(host.shape), sig.dtype)
+            self._held.pop(name, None)
+            for module in self._cache.values():
+                module._adopt_input(name, array)
+            if name in self._value_names:
+                self._values[name] = host
 
     def _share_input(self, other: SymbolicGraphModule, name: str) -> None:
         """Bind other's device array of param name here and in every specialisation."""
@@ -251,7 +140,7 @@ class SymbolicGraphModule(SymbolicDiagnostics):
         sig = self._sigs.get(name)
         if sig is None:
             raise GraphError(f"share_params: graph has no input {name!r}; inputs are: "
-                             f"{', '.join(self._names)}")
+                             f"{self._input_names()}")
         dev, array = held
         if dev != self.entry_device[sig.eid] or other._shapes[name] != (tuple(sig.shape),
                                                                         sig.dtype):
@@ -267,10 +156,22 @@ class SymbolicGraphModule(SymbolicDiagnostics):
         if name in other._values:
             self._values[name] = other._values[name]
 
+    # ---- running -------------------------------------------------------------------------------
+
+    def _run_unlocked(self) -> None:
+        """Pick (or build) the specialisation for the inputs' shapes, run it."""
+        self._specialised().run()
+
+    def _output_at(self, index: int, out: Any) -> Any:
+        return self._module("get_output").get_output(index, out)
+
     def specialised(self) -> GraphModule:
         """The static module for the inputs set now (built and cached if new)."""
-        with self._owned("specialised"):
+        self._acquire("specialised")
+        try:
             return self._specialised()
+        finally:
+            self._release()
 
     def _module(self, what: str) -> GraphModule:
         if self._current is None:
@@ -295,20 +196,20 @@ class SymbolicGraphModule(SymbolicDiagnostics):
 
     def _specialised(self) -> GraphModule:
         key = self._key()
-        if key == self._current_key and not self._held:
-            return self._current  # type: ignore[return-value]
+        current = self._current
+        if current is not None and key == self._current_key and not self._held:
+            return current
         module = self._cache.get(key)
         if module is None:
             module = self._build(key)
         else:
             self._cache.move_to_end(key)
-        previous = self._current
-        if module is not previous:
+        if module is not current:
             for name in self._names:
                 if name in self._held or name in self._params:
                     continue
-                if previous is not None:  # the value lives in the module used last
-                    module.set_input(name, previous.get_input(name, out=None))
+                if current is not None:  # the value lives in the module used last
+                    module.set_input(name, current.get_input(name, out=None))
         for name, value in self._held.items():
             module.set_input(name, value)
         self._held.clear()
@@ -331,31 +232,62 @@ class SymbolicGraphModule(SymbolicDiagnostics):
         while len(self._cache) > self.cache_size:
             old_key, _ = self._cache.popitem(last=False)
             if old_key == self._current_key:
-                self._current_key = None  # still usable as `previous` for the copies above
+                self._current_key = None  # still usable as `current` for the copies above
         self.specializations += 1
         self.specialize_seconds += time.perf_counter() - start
         return module
 
-    def _owned(self, what: str) -> Any:
-        lock = self._lock
-        if not lock.acquire(False):
-            raise GraphRuntimeError(
-                f"SymbolicGraphModule.{what}() called while another thread is in it; use "
-                "run_with(**inputs) or one module per thread")
-        return HeldLock(lock)
+    # ---- diagnostics: the specialisation for the inputs set (or the last run's) ----------------
 
+    def _bench_target(self) -> tuple[Callable[[], None], Callable[[], None]]:
+        executor = self._specialised().executor
+        return executor.run, executor.sync
 
-class HeldLock:
-    """`with`: releases a lock taken without blocking (the owner check of a module's calls)."""
+    def _profile_unlocked(self, repeat: int, progress: Callable[[int], None] | None
+                          ) -> list[NodeTime]:
+        """When the specialisation is built by this call, a first row `specialise` (nid -1)
+        holds the time it took (shape inference, planning, kernels); a cached shape has none."""
+        built = self.specializations
+        spent = self.specialize_seconds
+        module = self._specialised()
+        built = self.specializations - built
+        spent = self.specialize_seconds - spent
+        times = module.profile(repeat, progress)
+        if not built:
+            return times
+        bound = ", ".join(f"{k}={v}" for k, v in self.specializer.last_env.items())
+        row = NodeTime(-1, f"specialise ({bound or 'static'})", "__specialise", self.ctxs[0],
+                       False, spent)
+        return [row, *times]
 
-    def __init__(self, lock: threading.Lock) -> None:
-        self._lock = lock
+    def _capture(self, names: set[str] | None) -> dict[str, list[np.ndarray]]:
+        return self._specialised().debug_get_outputs(None if names is None else sorted(names))
 
-    def __enter__(self) -> None:
-        return None
+    def _report_executor(self, what: str) -> Executor:
+        return self.specialised().executor
 
-    def __exit__(self, *exc: Any) -> None:
-        self._lock.release()
+    def _static_modules(self, what: str) -> list[GraphModule]:
+        return [self._module(what)]
+
+    def held_bytes(self) -> dict[Device, int]:
+        """What the module holds per device: every specialisation it keeps (pool, workspace,
+        control-flow bodies) and the params once (each specialisation binds them zero copy)."""
+        modules = list(self._cache.values())
+        if self._current is not None and self._current not in modules:
+            modules.append(self._current)  # evicted from the cache but still in use
+        params: dict[Device, int] = {}
+        for dev, array in self._params.values():
+            params[dev] = params.get(dev, 0) + int(array.nbytes)
+        parts = [params]
+        for module in modules:
+            parts.append(module.held_bytes())
+            parts.append({dev: -n for dev, n in params.items()})  # counted in its pool too
+        return add_bytes(parts)
+
+    @property
+    def executor(self) -> Executor:
+        """The executor of the specialisation the last run used (for reports)."""
+        return self._module("executor").executor
 
 
 def _shape_dtype(value: Any) -> tuple[tuple[int, ...], str]:
