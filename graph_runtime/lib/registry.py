@@ -15,6 +15,10 @@ InferFn = Callable[[Sequence[TensorSpec], Mapping[str, Any]], list[TensorSpec]]
 # The factory allocates any workspace once; run() writes into the given outputs in place.
 KernelFactory = Callable[[Any, int, Sequence[TensorSpec], Sequence[TensorSpec], Mapping[str, Any]],
                          Callable[..., None]]
+# host(input arrays, attrs) -> output arrays, for an op whose output sizes the data decides.
+HostFn = Callable[[Sequence[Any], Mapping[str, Any]], list[Any]]
+# The attr under which a specialising graph hands an op the values of its value inputs.
+VALUES_KEY = "__values"
 
 
 @dataclass
@@ -32,17 +36,26 @@ class OpDef:
     # CPU only: factory(inputs, outputs, attrs, epilogue, operands) -> run(*inputs, *operands,
     # out) for an op that applies a chain's trailing add/relu/clip itself (conv2d: chain.py).
     cpu_epilogue: Callable[..., Callable[..., None]] | None = None
+    # Data-dependent sizes: the op computed on the host from its inputs (NumPy), so a graph can
+    # be cut at it and each part created for the sizes it gave (runtime/segments.py).
+    host: HostFn | None = None
+    # Value-dependent shapes: which inputs' values (given in attrs[VALUES_KEY]) decide the
+    # outputs' shapes, so a graph specialises per value set (runtime/specialize.py).
+    value_inputs: Callable[[Mapping[str, Any]], tuple[int, ...]] | None = None
 
 
 OPS: dict[str, OpDef] = {}
 
 
 def define_op(name: str, infer: InferFn, num_inputs: int | None,
-              attrs: Sequence[str] = (), in_place: bool = False) -> OpDef:
-    """Declare an op once (in the module of its family)."""
+              attrs: Sequence[str] = (), in_place: bool = False, host: HostFn | None = None,
+              value_inputs: Callable[[Mapping[str, Any]], tuple[int, ...]] | None = None
+              ) -> OpDef:
+    """Declare an op once (in the module of its family), with the facts the runtime asks of it."""
     if name in OPS:
         raise LibraryError(f"standard op {name!r} is defined twice")
-    op = OpDef(name, infer, num_inputs, tuple(attrs), in_place=in_place)
+    op = OpDef(name, infer, num_inputs, tuple(attrs), in_place=in_place, host=host,
+               value_inputs=value_inputs)
     OPS[name] = op
     return op
 

@@ -19,7 +19,7 @@ from ..errors import GraphError, GraphRuntimeError
 from ..graph.model import Graph
 from ..graph.symbolic import format_shape
 from ..lib.library import Module
-from ..lib.ops.data_dependent import HOST_FUNCTIONS
+from ..lib.registry import HostFn, get_op
 from ..nd import NDArray
 from .executor import NodeTime
 from .graph_module import GraphModule
@@ -194,7 +194,7 @@ class SegmentedGraphModule(ModuleBase):
                              "set; set it with set_input/load_params (or run(name=value))")
         arrays = [_host(values[e]) for e in cut.in_eids]
         try:
-            return [np.ascontiguousarray(r) for r in HOST_FUNCTIONS[cut.op](arrays, cut.attrs)]
+            return [np.ascontiguousarray(r) for r in _host_function(cut.op)(arrays, cut.attrs)]
         except GraphRuntimeError as e:
             raise GraphError(f"{cut.label} ({cut.op}): {e}") from e
 
@@ -300,6 +300,13 @@ class SegmentedGraphModule(ModuleBase):
         if self._outputs is None:
             raise GraphError(f"{what}: nothing has run yet (a graph cut at data-dependent "
                              "nodes is specialised by running)")
+
+
+def _host_function(op: str) -> HostFn:
+    """The op's host function (segments.py cuts only at ops that have one)."""
+    fn = get_op(op).host
+    assert fn is not None  # cannot happen: a cut is made only where the op has one
+    return fn
 
 
 def _host(value: Any) -> np.ndarray:

@@ -17,7 +17,7 @@ from ..errors import GraphError, LibraryError
 from ..graph.model import Graph, entry_bytes
 from ..graph.symbolic import UNKNOWN, NAME, format_shape, names_in
 from ..lib.library import Module
-from ..lib.ops.data_dependent import HOST_FUNCTIONS
+from ..lib.registry import OPS
 
 # Zero-element inputs that carry a dim a segment needs but none of its inputs has as a plain
 # name (`n` when its inputs are (n*4,)): shape (n, 0), so binding n costs no bytes.
@@ -63,7 +63,8 @@ def data_dependent_op(lib: Module, func_name: str | None) -> tuple[str, Mapping[
     except LibraryError:
         return None
     steps = getattr(fn, "steps", None)
-    if not steps or len(steps) != 1 or getattr(steps[0], "op", None) not in HOST_FUNCTIONS:
+    op = OPS.get(getattr(steps[0], "op", "")) if steps and len(steps) == 1 else None
+    if op is None or op.host is None:
         return None
     return steps[0].op, dict(steps[0].attrs)
 

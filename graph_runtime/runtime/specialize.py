@@ -18,7 +18,7 @@ from ..errors import GraphError, GraphRuntimeError
 from ..graph.model import COPY_OP, NOP_OP, Graph, entry_bytes
 from ..graph.symbolic import UNKNOWN, DimError, evaluate, format_shape, names_in
 from ..lib.library import Module, TensorSpec
-from ..lib.ops.onnx_region import VALUES_KEY, value_positions
+from ..lib.registry import VALUES_KEY, get_op
 from ..lib.symbolic_chain import DIMS_KEY
 from ..graph.storage_plan import plan_storage
 
@@ -252,8 +252,10 @@ class Specializer:
 
 
 def _region_positions(fn: Any) -> tuple[int, ...]:
-    """The value inputs of a function that is one onnx_region op; () for any other."""
+    """The value inputs of a function that is one op whose shapes its input values decide
+    (onnx_region: the op registry says which); () for any other."""
     steps = getattr(fn, "steps", None)
-    if not steps or len(steps) != 1 or getattr(steps[0], "op", None) != "onnx_region":
+    if not steps or len(steps) != 1 or getattr(steps[0], "op", None) is None:
         return ()
-    return value_positions(steps[0].attrs)
+    value_inputs = get_op(steps[0].op).value_inputs
+    return () if value_inputs is None else value_inputs(steps[0].attrs)

@@ -3,7 +3,7 @@ run time), non_max_suppression_dynamic.
 
 Each op's attr `count` is the data-dependent size (an int, or a symbolic dim `{"dim": name}`
 that a segmented run binds: runtime/segments.py). A graph holding such a node runs in segments
-cut at it: HOST_FUNCTIONS computes the node on the host (NumPy) from its inputs, the sizes it
+cut at it: the op's host function (registry OpDef.host) computes the node on the host (NumPy) from its inputs, the sizes it
 produced bind the following segment. The destination-passing CPU kernel is for a graph that
 states the count statically: it computes the same result and refuses a different count.
 """
@@ -19,9 +19,6 @@ from ..registry import define_op, kernel
 from ..shapes import NUMERIC_DTYPES, check_dtype, check_rank
 from .detection import select_boxes
 
-HostFn = Callable[[Sequence[np.ndarray], Mapping[str, Any]], list[np.ndarray]]
-# op name -> host function(input arrays, attrs) -> output arrays (sizes decided by the data).
-HOST_FUNCTIONS: dict[str, HostFn] = {}
 
 
 def _count(op: str, attrs: Mapping[str, Any]) -> int:
@@ -198,6 +195,5 @@ for _name, _infer, _n, _attrs, _host in (
         ("unique", _unique_infer, 1, ("count", "axis", "has_axis", "sorted"), _unique),
         ("topk_dynamic", _topk_infer, 2, ("count", "axis", "largest", "sorted"), _topk),
         ("non_max_suppression_dynamic", _nms_infer, 5, NMS_ATTRS, _nms)):
-    define_op(_name, _infer, _n, _attrs)
+    define_op(_name, _infer, _n, _attrs, host=_host)
     kernel(_name, "cpu")(destination_kernel(_name, _host))
-    HOST_FUNCTIONS[_name] = _host

@@ -3,7 +3,7 @@
 How many iterations such a Loop runs (so its scan outputs' length) only the data decides, as
 NonZero's count: attr `count` is that size, a symbolic dim (`Loop_<first scan output>`) that a
 segmented run binds (runtime/segments.py, lib/ops/data_dependent.py). The graph is cut at the
-node: HOST_FUNCTIONS runs the loop on the host, its body a CPU module (lib/subgraph_module.py)
+node: its host function runs the loop on the host, its body a CPU module (lib/subgraph_module.py)
 kept per (body, input specs), each iteration's scan values stacked at the end. The
 destination-passing CPU kernel serves a graph that states the count (and refuses another).
 """
@@ -21,7 +21,7 @@ from ..library import TensorSpec
 from ..registry import define_op, kernel
 from ..subgraph_module import SubModule, sub_module
 from .control_flow import loop_outputs, loop_parts
-from .data_dependent import HOST_FUNCTIONS, destination_kernel
+from .data_dependent import destination_kernel
 
 OP = "onnx_loop_dynamic"
 CACHE_SIZE = 16
@@ -82,6 +82,5 @@ def _host(arrays: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> list[np.nda
     return [np.array(v, copy=True) for v in state] + scans
 
 
-define_op(OP, _infer, None, ("body", "body_outputs", "num_carried", "count"))
+define_op(OP, _infer, None, ("body", "body_outputs", "num_carried", "count"), host=_host)
 kernel(OP, "cpu")(destination_kernel(OP, _host))
-HOST_FUNCTIONS[OP] = _host

@@ -20,9 +20,8 @@ from ...backends.base import Backend
 from ..attrs import op_error
 from ..library import TensorSpec
 from ..prepared import HoldsModules
-from ..registry import define_op, kernel
+from ..registry import VALUES_KEY, define_op, kernel
 
-VALUES_KEY = "__values"
 # Static sub-modules kept (least recently used dropped first).
 CACHE_SIZE = 32
 _cache: LruCache[tuple[Any, list[str]]] = LruCache(CACHE_SIZE)
@@ -116,6 +115,6 @@ def _region_kernel(backend: Backend, device_id: int, inputs: Sequence[TensorSpec
     return HoldsModules(run, [module])
 
 
-define_op("onnx_region", _infer, None, ("model", "value_inputs"))
+define_op("onnx_region", _infer, None, ("model", "value_inputs"), value_inputs=value_positions)
 for _backend in ("cpu", "cuda", "opencl"):
     kernel("onnx_region", _backend)(_region_kernel)
