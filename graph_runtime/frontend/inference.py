@@ -34,6 +34,9 @@ def check_references(model: Any, name: str) -> None:
     """
     opsets = {("" if e.domain == "ai.onnx" else e.domain): int(e.version)
               for e in model.opset_import}
+    if not model.graph.output:
+        raise FrontendError(f"{name}: the graph has no outputs; expected at least one (a model "
+                            "computes nothing without them)")
     _check_graph(model.graph, set(), f"{name}: graph", opsets)
     for f in model.functions:
         inner = {**opsets, **{("" if e.domain == "ai.onnx" else e.domain): int(e.version)

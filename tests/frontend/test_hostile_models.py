@@ -272,3 +272,12 @@ def test_a_huge_shape_deciding_input_is_refused_before_allocating() -> None:
     m = model([helper.make_node("Reshape", ["x", "shape"], ["y"])],
               [vi("x"), vi("shape", I64, (2 ** 31,))], [vi("y", shape=None)])
     refused(m, "input 'shape' decides shapes", "2147483648 elements")
+
+
+# Issue 30: converters that accepted what they should refuse ("internal error" at emission) ------
+
+@pytest.mark.parametrize("empty", [False, True])
+def test_a_graph_without_outputs(empty: bool) -> None:
+    nodes = [] if empty else [helper.make_node("Relu", ["x"], ["y"])]
+    m = model(nodes, [] if empty else [vi("x")], [])
+    refused(m, "the graph has no outputs")
