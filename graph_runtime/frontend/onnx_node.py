@@ -63,9 +63,15 @@ def check_node(proto: Any, opsets: Mapping[str, int]) -> Any:
     input/output counts, omitted required inputs, attribute names, types and required ones."""
     from onnx import defs
     domain = proto.domain if proto.domain != "ai.onnx" else ""
+    version = int(opsets.get(domain, 1))
     try:
-        schema: Any = defs.get_schema(proto.op_type, int(opsets.get(domain, 1)), domain)
+        schema: Any = defs.get_schema(proto.op_type, version, domain)
     except Exception:  # noqa: BLE001 - SchemaError: an op this onnx does not know
+        if defs.has(proto.op_type, domain):
+            # NOTE: an op newer than the model's opset has no schema there to check it against.
+            since = _first_version(proto.op_type, domain, version)
+            raise Unsupported(f"op {proto.op_type} is not in opset {version} of domain "
+                              f"{domain or 'ai.onnx'!r}; it exists from opset {since}") from None
         return None
     _check_arity(proto, schema)
     given = set()
@@ -96,6 +102,18 @@ def check_node(proto: Any, opsets: Mapping[str, int]) -> Any:
             raise Unsupported(f"attribute {a.name!r} is {a.i}; expected {len(proto.output)}, "
                               "the node's output count")
     return schema
+
+
+def _first_version(op_type: str, domain: str, after: int) -> int:
+    """The first opset version past after where onnx defines op_type."""
+    from onnx import defs
+    latest = int(defs.get_schema(op_type, domain).since_version)
+    for version in range(after + 1, latest):
+        try:
+            return int(defs.get_schema(op_type, version, domain).since_version)
+        except Exception:  # noqa: BLE001 - SchemaError: not defined yet at version
+            continue
+    return latest
 
 
 def _check_arity(proto: Any, schema: Any) -> None:

@@ -281,3 +281,44 @@ def test_a_graph_without_outputs(empty: bool) -> None:
     nodes = [] if empty else [helper.make_node("Relu", ["x"], ["y"])]
     m = model(nodes, [] if empty else [vi("x")], [])
     refused(m, "the graph has no outputs")
+
+
+def test_an_op_newer_than_the_models_opset() -> None:
+    m = model([helper.make_node("EyeLike", ["x"], ["y"])], [vi("x", shape=(3, 3))],
+              [vi("y", shape=None)], opset=1)
+    refused(m, "node 0", "(EyeLike)", "not in opset 1", "exists from opset 9")
+
+
+@pytest.mark.parametrize("attrs, shape, words", [
+    ({"kernel_shape": [2, 2]}, (1, 1, 5), ["the kernel [2, 2]", "[1, 1, 5]", "expected 1"]),
+    ({"kernel_shape": [2, 2], "strides": [2]}, (1, 1, 5, 5), ["strides [2]", "expected 2"]),
+    ({"kernel_shape": [2, 0]}, (1, 1, 5, 5), ["the kernel [2, 0]", "positive"])])
+def test_pool_window_not_matching_the_input(attrs: dict, shape: tuple, words: list) -> None:
+    m = model([helper.make_node("MaxPool", ["x"], ["y"], **attrs)], [vi("x", shape=shape)],
+              [vi("y", shape=None)])
+    refused(m, "MaxPool", *words)
+
+
+@pytest.mark.parametrize("shape, value", [((2,), np.float32(1)),
+                                          ((0, 2), np.zeros((0, 3), np.float32))])
+def test_concat_inputs_of_other_shapes(shape: tuple, value: Any) -> None:
+    m = model([helper.make_node("Concat", ["x", "c"], ["y"], axis=0)], [vi("x", shape=shape)],
+              [vi("y", shape=None)], [_const("c", value)])
+    refused(m, "Concat", f"input 1 of shape {list(value.shape)}", "expected the shape of input 0")
+
+
+def test_layer_norm_scale_that_does_not_broadcast() -> None:
+    m = model([helper.make_node("LayerNormalization", ["x", "w"], ["y"], axis=1)],
+              [vi("x", shape=(2, 3, 4))], [vi("y", shape=None)],
+              [_const("w", np.ones(5, np.float32))])
+    refused(m, "LayerNormalization", "scale of shape [5] for normalized shape [3, 4]")
+
+
+@pytest.mark.parametrize("inputs, inits, words", [
+    ([vi("s", I64, (4, 4))], [], ["input 1 (shape) of shape [4, 4]: expected 1-D"]),
+    ([], [_const("s", np.array([2, 3, 4, 0], np.int64))], ["item 3 is 0"]),
+    ([], [_const("s", np.array([-4, -6], np.int64))], ["item 0 is -4"])])
+def test_reshape_target_out_of_its_domain(inputs: list, inits: list, words: list) -> None:
+    m = model([helper.make_node("Reshape", ["x", "s"], ["y"])],
+              [vi("x", shape=(2, 3, 4))] + inputs, [vi("y", shape=None)], inits)
+    refused(m, "Reshape", *words)
