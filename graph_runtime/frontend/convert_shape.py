@@ -111,7 +111,9 @@ def unsqueeze(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
 def concat(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     values = [a for a in args if a is not None]
     first = values[0]
-    axis = norm_axis(int(node.attr("axis")), first.rank, node)
+    if first.rank == 0:
+        raise Unsupported("input 0 is 0-d; expected a tensor with the axis to concatenate on")
+    axis = norm_axis(int(node.attr("axis", 1)), first.rank, node)  # Concat-1 defaults to 1
     for k, v in enumerate(args):
         if v is not None and (v.rank != first.rank or any(
                 a != b for i, (a, b) in enumerate(zip(v.shape, first.shape)) if i != axis)):
@@ -130,6 +132,8 @@ def concat(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
 @converts("Split")
 def split(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     x = args[0]
+    if x.rank == 0:
+        raise Unsupported("input 0 is 0-d; expected a tensor with the axis to split")
     axis = norm_axis(int(node.attr("axis", 0)), x.rank, node)
     dim = x.shape[axis]
     count = len(node.outputs)

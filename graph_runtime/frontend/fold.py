@@ -56,7 +56,7 @@ def _gather_elements(node: OnnxNode, data: np.ndarray, idx: np.ndarray) -> list[
 
 
 def _unsqueeze(node: OnnxNode, x: np.ndarray, axes: np.ndarray | None = None) -> list[np.ndarray]:
-    picked = node.opt_ints("axes") if axes is None else [int(a) for a in axes]
+    picked = node.opt_ints("axes") if axes is None else [int(a) for a in axes.reshape(-1)]
     rank = x.ndim + len(picked or [])
     chosen = sorted(a + rank if a < 0 else a for a in picked or [])
     if any(not 0 <= a < rank for a in chosen) or len(set(chosen)) != len(chosen):

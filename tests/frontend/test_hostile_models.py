@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from onnx_builders import F32, I64, TensorProto, helper, model, numpy_helper, onnx, tensor
+from onnx_builders import (F32, I64, TensorProto, helper, model, numpy_helper, onnx, run_ours,
+                           tensor)
 
 from graph_runtime.cli import app
 from graph_runtime.errors import FrontendError
@@ -322,3 +323,28 @@ def test_reshape_target_out_of_its_domain(inputs: list, inits: list, words: list
     m = model([helper.make_node("Reshape", ["x", "s"], ["y"])],
               [vi("x", shape=(2, 3, 4))] + inputs, [vi("y", shape=None)], inits)
     refused(m, "Reshape", *words)
+
+
+@pytest.mark.parametrize("op, attrs", [("Split", {"num_outputs": 2}), ("Concat", {"axis": 0})])
+def test_axis_op_on_a_0d_input(op: str, attrs: dict) -> None:
+    outputs = ["a", "b"] if op == "Split" else ["a"]
+    m = model([helper.make_node(op, ["x"], outputs, **attrs)], [vi("x", shape=())],
+              [vi(name, shape=None) for name in outputs], opset=18)
+    refused(m, op, "input 0 is 0-d")
+
+
+def test_recurrent_with_more_steps_than_int32() -> None:
+    w, r = np.ones((1, 9, 2), np.float32), np.ones((1, 9, 3), np.float32)
+    m = model([helper.make_node("GRU", ["x", "w", "r"], ["", "h"], hidden_size=3)],
+              [vi("x", shape=(2 ** 32, 1, 2))], [vi("h", shape=None)],
+              [_const("w", w), _const("r", r)])
+    refused(m, "GRU", "4294967296 time steps; expected fewer than 2^31")
+
+
+def test_concat_1_without_axis_joins_axis_1() -> None:
+    # Concat-1's axis is optional, default 1 (onnx's schema); ONNX Runtime has no Concat-1.
+    c = np.arange(6, dtype=np.float32).reshape(2, 3)
+    m = model([helper.make_node("Concat", ["x", "c"], ["y"])], [vi("x", shape=(2, 2))],
+              [vi("y", shape=None)], [_const("c", c)], opset=1)
+    x = np.ones((2, 2), np.float32)
+    np.testing.assert_array_equal(run_ours(m, {"x": x}, "cpu")[0], np.concatenate([x, c], 1))
