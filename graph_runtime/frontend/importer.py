@@ -102,6 +102,7 @@ def import_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None,
     """
     from .emit import emit
     from .fuse_transformer import fuse_patterns
+    from .inference import check_references
     from .lower import NeedsRunTimeValues, lower
     from .onnx_model import load_model
     from .convert_data_dependent import data_only_topk, data_symbols
@@ -109,6 +110,7 @@ def import_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None,
     start = time.perf_counter()
     proto, default_name = load_model(model, base_dir)
     name = name or default_name
+    check_references(proto, name)  # before the probes read the inputs' declared shapes
     given = dict(shape or {})
     symbols = [] if freeze else symbols_of(proto, given)
     # Sizes only the data decides (NonZero's...): symbols the probes name like input dims.

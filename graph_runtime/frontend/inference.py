@@ -46,7 +46,11 @@ def check_references(model: Any, name: str) -> None:
 
 def _check_graph(graph: Any, outer: set[str], where: str, opsets: Mapping[str, int]) -> None:
     defined = set(outer)
-    defined.update(i.name for i in graph.input)
+    for k, inp in enumerate(graph.input):
+        if inp.name in defined:
+            raise FrontendError(f"{where} input {k} {inp.name!r} is already defined (an "
+                                "earlier input, or a value outside); expected each name once")
+        defined.add(inp.name)
     defined.update(t.name for t in graph.initializer)
     defined.update(s.values.name for s in graph.sparse_initializer)
     _check_nodes(graph.node, defined, where, opsets)
@@ -71,7 +75,13 @@ def _check_nodes(nodes: Any, defined: set[str], where: str, opsets: Mapping[str,
             subgraphs = ([a.g] if a.HasField("g") else []) + list(a.graphs)
             for sub in subgraphs:
                 _check_graph(sub, defined, f"{label} attribute {a.name!r}", opsets)
-        defined.update(n for n in node.output if n)
+        for k, name in enumerate(node.output):
+            if name in defined:
+                # NOTE: ONNX assigns each name once; a second writer would replace the value.
+                raise FrontendError(f"{label} output {k} {name!r} is already defined (an "
+                                    "input, initializer or earlier node output)")
+            if name:
+                defined.add(name)
 
 
 def check_shapes(model: Any, shapes: Mapping[str, Sequence[int]]) -> dict[str, tuple[int, ...]]:

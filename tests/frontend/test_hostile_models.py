@@ -348,3 +348,16 @@ def test_concat_1_without_axis_joins_axis_1() -> None:
               [vi("y", shape=None)], [_const("c", c)], opset=1)
     x = np.ones((2, 2), np.float32)
     np.testing.assert_array_equal(run_ours(m, {"x": x}, "cpu")[0], np.concatenate([x, c], 1))
+
+
+def test_a_graph_input_declared_twice() -> None:
+    # Found by the fuzzer (seed 606): the symbolic import read the second one's dims (IndexError).
+    m = model([helper.make_node("Relu", ["x"], ["y"])], [vi("x"), vi("x", shape=(4, "n"))],
+              [vi("y")])
+    refused(m, "input 1 'x' is already defined")
+
+
+def test_a_node_output_that_redefines_a_value() -> None:
+    m = model([helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Neg", ["x"], ["y"])],
+              [vi("x")], [vi("y")])
+    refused(m, "node 1", "(Neg) output 0 'y' is already defined")
