@@ -45,12 +45,13 @@ def check_references(model: Any, name: str) -> None:
 
 
 def _check_graph(graph: Any, outer: set[str], where: str, opsets: Mapping[str, int]) -> None:
-    defined = set(outer)
+    inputs: set[str] = set()
     for k, inp in enumerate(graph.input):
-        if inp.name in defined:
-            raise FrontendError(f"{where} input {k} {inp.name!r} is already defined (an "
-                                "earlier input, or a value outside); expected each name once")
-        defined.add(inp.name)
+        if inp.name in inputs:
+            raise FrontendError(f"{where} input {k} {inp.name!r} is declared twice; expected "
+                                "each input once")
+        inputs.add(inp.name)
+    defined = outer | inputs  # a subgraph's input may shadow a value outside (not its nodes)
     defined.update(t.name for t in graph.initializer)
     defined.update(s.values.name for s in graph.sparse_initializer)
     _check_nodes(graph.node, defined, where, opsets)

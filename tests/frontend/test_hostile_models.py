@@ -354,10 +354,23 @@ def test_a_graph_input_declared_twice() -> None:
     # Found by the fuzzer (seed 606): the symbolic import read the second one's dims (IndexError).
     m = model([helper.make_node("Relu", ["x"], ["y"])], [vi("x"), vi("x", shape=(4, "n"))],
               [vi("y")])
-    refused(m, "input 1 'x' is already defined")
+    refused(m, "input 1 'x' is declared twice")
 
 
 def test_a_node_output_that_redefines_a_value() -> None:
     m = model([helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Neg", ["x"], ["y"])],
               [vi("x")], [vi("y")])
     refused(m, "node 1", "(Neg) output 0 'y' is already defined")
+
+
+def test_a_loop_body_input_may_shadow_an_outer_value() -> None:
+    # ONNX's checker and ONNX Runtime accept it: only node outputs must not reuse a name.
+    b = TensorProto.BOOL
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond"], ["cond_out"]),
+         helper.make_node("Add", ["x", "x"], ["x_out"])], "body",
+        [vi("i", I64, ()), vi("cond", b, ()), vi("x")], [vi("cond_out", b, ()), vi("x_out")])
+    m = model([helper.make_node("Loop", ["n", "", "x"], ["y"], body=body)], [vi("x")],
+              [vi("y")], [_const("n", np.int64(3))])
+    x = np.ones(4, np.float32)
+    np.testing.assert_array_equal(run_ours(m, {"x": x}, "cpu")[0], 8 * x)
