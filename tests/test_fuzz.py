@@ -9,8 +9,9 @@ failure names a case that reproduces: `python tests/test_fuzz.py TARGET CASES SE
 
 A longer campaign runs outside the suite: `python tests/test_fuzz.py campaign TARGET CASES SEED`
 runs the cases in worker processes (many cases each, under the same memory limit), restarts a
-worker that dies or hangs, and reports every case that escaped, crashed, hung, ran slow or grew
-the process's (or a forked child's) peak memory by more than HEAVY_BYTES.
+worker that dies or hangs, and reports every case that escaped, crashed, hung, ran slow, grew
+the process's (or a forked child's) peak memory by more than HEAVY_BYTES, or was refused with an
+"internal error" (an exception relabelled: a check missing before it).
 """
 from __future__ import annotations
 
@@ -266,7 +267,8 @@ def fuzz(target: str, cases: int, seed: int, first: int = 0,
     logging.getLogger("graph_runtime").setLevel(logging.ERROR)
     case = TARGETS[target]()
     report: dict[str, Any] = {"target": target, "cases": cases, "accepted": 0, "refused": 0,
-                              "escaped": [], "slow": [], "heavy": [], "seconds": 0.0}
+                              "escaped": [], "internal": [], "slow": [], "heavy": [],
+                              "seconds": 0.0}
     start = time.perf_counter()
     for k in range(first, first + cases):
         if progress is not None:
@@ -279,6 +281,11 @@ def fuzz(target: str, cases: int, seed: int, first: int = 0,
             report["accepted"] += 1
         except GraphRuntimeError as e:
             report["refused"] += 1
+            text = str(e)
+            at = text.find("internal error")
+            if at >= 0:
+                # An exception relabelled as a refusal: a check missing before it (a finding).
+                report["internal"].append(f"case {k}: {text[max(at - 80, 0):at + 200]}")
             if os.environ.get("FUZZ_VERBOSE"):
                 print(f"case {k}: {type(e).__name__}: {str(e)[:300]}", file=sys.stderr)
         except BaseException as e:  # noqa: BLE001 - a finding, reported with its case
@@ -349,13 +356,14 @@ def test_fuzzed_inputs_give_only_our_errors(target: str, tmp_path: Path) -> None
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["accepted"] + report["refused"] + len(report["escaped"]) == cases
     assert report["escaped"] == [], report["escaped"][:10]
+    assert report["internal"] == [], report["internal"][:10]
     assert report["slow"] == [], report["slow"]
     assert report["heavy"] == [], report["heavy"]
     assert report["refused"] > cases // 4  # the mutations really do reach the checks
 
 
 def _add(total: dict[str, Any], report: dict[str, Any]) -> None:
-    for key in ("accepted", "refused", "escaped", "slow", "heavy"):
+    for key in ("accepted", "refused", "escaped", "internal", "slow", "heavy"):
         total[key] += report[key]
 
 
@@ -366,8 +374,8 @@ def campaign(target: str, cases: int, seed: int, hang_seconds: float = 60.0) -> 
     tmp = Path(tempfile.mkdtemp(prefix=f"fuzz-{target}-"))
     progress = tmp / "progress"
     total: dict[str, Any] = {"target": target, "cases": cases, "accepted": 0, "refused": 0,
-                             "escaped": [], "slow": [], "heavy": [], "crashed": [],
-                             "hung": [], "seconds": 0.0}
+                             "escaped": [], "internal": [], "slow": [], "heavy": [],
+                             "crashed": [], "hung": [], "seconds": 0.0}
     start = time.perf_counter()
     k = 0
     while k < cases:

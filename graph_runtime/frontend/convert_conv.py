@@ -39,12 +39,14 @@ def window_pads(node: OnnxNode, sizes: Sequence[int], kernel: Sequence[int], str
 
 def _window_attrs(node: OnnxNode, x: Value, kernel: Sequence[int], dilation_attr: bool = True
                   ) -> tuple[list[int], list[int], list[int]]:
-    nd = len(kernel)
+    nd = x.rank - 2
     strides = node.ints("strides", [1] * nd)
     dilations = node.ints("dilations", [1] * nd) if dilation_attr else [1] * nd
-    if nd != x.rank - 2 or len(strides) != nd or len(dilations) != nd:
-        raise Unsupported(f"kernel {list(kernel)}, strides {strides}, dilations {dilations} "
-                          f"for an input of shape {list(x.shape)}; expected {x.rank - 2} each")
+    for what, values in (("the kernel", kernel), ("strides", strides),
+                         ("dilations", dilations)):
+        if len(values) != nd or min(values, default=1) < 1:
+            raise Unsupported(f"{what} {list(values)} for input of shape {list(x.shape)}: "
+                              f"expected {nd} positive values, one per spatial axis")
     pads = window_pads(node, x.shape[2:], kernel, strides, dilations)
     return strides, dilations, pads
 

@@ -85,8 +85,16 @@ def layer_norm(ctx: Context, node: OnnxNode, args: list) -> list[Value | None]:
     inner = x.shape[axis:]
     flat = math.prod(inner)
     for what, v in (("scale", scale), ("bias", bias)):
-        if v is not None and broadcast([v.shape, inner], what) != tuple(inner):
-            raise Unsupported(f"{what} of shape {v.shape} for normalized shape {inner}")
+        if v is None:
+            continue
+        try:
+            fits = tuple(np.broadcast_shapes(v.shape, inner)) == tuple(inner)
+        except ValueError:  # not broadcastable at all
+            fits = False
+        if not fits:
+            raise Unsupported(f"{what} of shape {list(v.shape)} for normalized shape "
+                              f"{list(inner)} (axis {axis}): expected a shape that "
+                              "broadcasts to it")
 
     def vector(v: Value | None, fill: float) -> Value:
         if v is None:

@@ -60,6 +60,9 @@ def recurrent(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     if layout:
         x = b.transpose(x, [1, 0, 2])
     steps, batch, size = x.shape
+    if steps >= 2 ** 31:
+        # NOTE: sequence lengths are int32 (ONNX's sequence_lens type).
+        raise Unsupported(f"X {x.shape}: {steps} time steps; expected fewer than 2^31")
     dirs, width, hidden = r.shape
     gates = GATES[cell]
     direction = str(node.attr("direction", "forward"))

@@ -32,14 +32,17 @@ def reshape(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     if node.opset < 5:
         target = node.ints("shape")
     else:
+        if len(args) > 1 and args[1] is not None and args[1].rank != 1:
+            raise Unsupported(f"input 1 (shape) of shape {list(args[1].shape)}: expected 1-D")
         target = required_ints(node, args, 1, "shape")
     allowzero = int(node.attr("allowzero", 0))
     out = []
     for i, d in enumerate(target or []):
-        if d == 0 and not allowzero and i >= x.rank:
-            raise Unsupported(f"shape {target[:8]}: dim {i} is 0 (copy the input's dim {i}) "
-                              f"but the input has rank {x.rank}")
-        out.append(x.shape[i] if d == 0 and not allowzero else d)
+        copies = d == 0 and not allowzero
+        if d < -1 or (copies and i >= x.rank):
+            raise Unsupported(f"shape {target}: item {i} is {d}; expected a size, -1, or 0 "
+                              f"for a dim the input {list(x.shape)} has")
+        out.append(x.shape[i] if copies else d)
     if out.count(-1) > 1:
         raise Unsupported(f"shape {target} has more than one -1")
     if -1 in out:
@@ -108,10 +111,15 @@ def unsqueeze(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
 @converts("Concat")
 def concat(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     values = [a for a in args if a is not None]
-    axis = norm_axis(int(node.attr("axis")), values[0].rank, node)
-    if any(v.rank != values[0].rank for v in values):
-        raise Unsupported(f"inputs of shapes {[list(v.shape) for v in values][:8]}; expected "
-                          "one rank")
+    first = values[0]
+    if first.rank == 0:
+        raise Unsupported("input 0 is 0-d; expected a tensor with the axis to concatenate on")
+    axis = norm_axis(int(node.attr("axis", 1)), first.rank, node)  # Concat-1 defaults to 1
+    for k, v in enumerate(args):
+        if v is not None and (v.rank != first.rank or any(
+                a != b for i, (a, b) in enumerate(zip(v.shape, first.shape)) if i != axis)):
+            raise Unsupported(f"input {k} of shape {list(v.shape)}: expected the shape of "
+                              f"input 0 {list(first.shape)} but for axis {axis}")
     nonempty = [v for v in values if v.shape[axis] != 0]
     if not nonempty:
         shape = list(values[0].shape)
@@ -125,6 +133,8 @@ def concat(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
 @converts("Split")
 def split(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     x = args[0]
+    if x.rank == 0:
+        raise Unsupported("input 0 is 0-d; expected a tensor with the axis to split")
     axis = norm_axis(int(node.attr("axis", 0)), x.rank, node)
     dim = x.shape[axis]
     count = len(node.outputs)

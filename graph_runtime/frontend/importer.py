@@ -103,6 +103,7 @@ def import_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None,
     names and the opset) before anything is produced.
     """
     from .emit import emit
+    from .inference import check_references
     from .lower import NeedsRunTimeValues, lower
     from .passes import check_disabled, fuse_lowered
     from .onnx_model import load_model
@@ -112,6 +113,7 @@ def import_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None,
     disabled = check_disabled(disable)
     proto, default_name = load_model(model, base_dir)
     name = name or default_name
+    check_references(proto, name)  # before the probes read the inputs' declared shapes
     given = dict(shape or {})
     symbols = [] if freeze else symbols_of(proto, given)
     # Sizes only the data decides (NonZero's...): symbols the probes name like input dims.

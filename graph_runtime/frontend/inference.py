@@ -34,6 +34,9 @@ def check_references(model: Any, name: str) -> None:
     """
     opsets = {("" if e.domain == "ai.onnx" else e.domain): int(e.version)
               for e in model.opset_import}
+    if not model.graph.output:
+        raise FrontendError(f"{name}: the graph has no outputs; expected at least one (a model "
+                            "computes nothing without them)")
     _check_graph(model.graph, set(), f"{name}: graph", opsets)
     for f in model.functions:
         inner = {**opsets, **{("" if e.domain == "ai.onnx" else e.domain): int(e.version)
@@ -42,8 +45,13 @@ def check_references(model: Any, name: str) -> None:
 
 
 def _check_graph(graph: Any, outer: set[str], where: str, opsets: Mapping[str, int]) -> None:
-    defined = set(outer)
-    defined.update(i.name for i in graph.input)
+    inputs: set[str] = set()
+    for k, inp in enumerate(graph.input):
+        if inp.name in inputs:
+            raise FrontendError(f"{where} input {k} {inp.name!r} is declared twice; expected "
+                                "each input once")
+        inputs.add(inp.name)
+    defined = outer | inputs  # a subgraph's input may shadow a value outside (not its nodes)
     defined.update(t.name for t in graph.initializer)
     defined.update(s.values.name for s in graph.sparse_initializer)
     _check_nodes(graph.node, defined, where, opsets)
@@ -68,7 +76,13 @@ def _check_nodes(nodes: Any, defined: set[str], where: str, opsets: Mapping[str,
             subgraphs = ([a.g] if a.HasField("g") else []) + list(a.graphs)
             for sub in subgraphs:
                 _check_graph(sub, defined, f"{label} attribute {a.name!r}", opsets)
-        defined.update(n for n in node.output if n)
+        for k, name in enumerate(node.output):
+            if name in defined:
+                # NOTE: ONNX assigns each name once; a second writer would replace the value.
+                raise FrontendError(f"{label} output {k} {name!r} is already defined (an "
+                                    "input, initializer or earlier node output)")
+            if name:
+                defined.add(name)
 
 
 def check_shapes(model: Any, shapes: Mapping[str, Sequence[int]]) -> dict[str, tuple[int, ...]]:

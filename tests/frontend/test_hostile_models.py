@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from onnx_builders import F32, I64, TensorProto, helper, model, numpy_helper, onnx, tensor
+from onnx_builders import (F32, I64, TensorProto, helper, model, numpy_helper, onnx, run_ours,
+                           tensor)
 
 from graph_runtime.cli import app
 from graph_runtime.errors import FrontendError
@@ -459,7 +460,7 @@ def test_tile_repeats_beyond_int64() -> None:
 def test_reshape_copying_a_dim_the_input_lacks() -> None:
     m = model([helper.make_node("Reshape", ["x", "s"], ["y"])], [vi("x", shape=(4,))],
               [vi("y", shape=None)], [_const("s", np.array([4, 0], np.int64))])
-    refused(m, "Reshape", "dim 1 is 0 (copy the input's dim 1) but the input has rank 1")
+    refused(m, "Reshape", "item 1 is 0; expected a size, -1, or 0 for a dim the input [4] has")
 
 
 def test_layer_norm_scale_that_does_not_broadcast() -> None:
@@ -472,13 +473,14 @@ def test_layer_norm_scale_that_does_not_broadcast() -> None:
 def test_concat_of_inputs_of_different_ranks() -> None:
     m = model([helper.make_node("Concat", ["x", "k"], ["y"], axis=0)], [vi("x", shape=(1,))],
               [vi("y", shape=None)], [_const("k", np.float32(2))])
-    refused(m, "Concat", "inputs of shapes [[1], []]; expected one rank")
+    refused(m, "Concat", "input 1 of shape []: expected the shape of input 0 [1] but for axis 0")
 
 
 def test_pool_attributes_of_the_wrong_length() -> None:
     node = helper.make_node("LpPool", ["x"], ["y"], kernel_shape=[2, 2], dilations=[2])
     m = model([node], [vi("x", shape=(1, 1, 4, 4))], [vi("y", shape=None)], opset=22)
-    refused(m, "LpPool", "dilations [2] for an input of shape [1, 1, 4, 4]; expected 2 each")
+    refused(m, "LpPool", "dilations [2] for input of shape [1, 1, 4, 4]: expected 2 positive "
+            "values, one per spatial axis")
 
 
 def test_graph_input_declared_twice() -> None:
@@ -488,3 +490,102 @@ def test_graph_input_declared_twice() -> None:
               [vi("x", shape=(3,)), vi("y", shape=(3,)), vi("x", shape=(3, "N"))],
               [vi("z", shape=None)])
     refused(m, "graph input 2 'x' is declared twice")
+# Issue 30: converters that accepted what they should refuse ("internal error" at emission) ------
+
+@pytest.mark.parametrize("empty", [False, True])
+def test_a_graph_without_outputs(empty: bool) -> None:
+    nodes = [] if empty else [helper.make_node("Relu", ["x"], ["y"])]
+    m = model(nodes, [] if empty else [vi("x")], [])
+    refused(m, "the graph has no outputs")
+
+
+def test_an_op_newer_than_the_models_opset() -> None:
+    m = model([helper.make_node("EyeLike", ["x"], ["y"])], [vi("x", shape=(3, 3))],
+              [vi("y", shape=None)], opset=1)
+    refused(m, "node 0", "(EyeLike)", "not in opset 1", "exists from opset 9")
+
+
+@pytest.mark.parametrize("attrs, shape, words", [
+    ({"kernel_shape": [2, 2]}, (1, 1, 5), ["the kernel [2, 2]", "[1, 1, 5]", "expected 1"]),
+    ({"kernel_shape": [2, 2], "strides": [2]}, (1, 1, 5, 5), ["strides [2]", "expected 2"]),
+    ({"kernel_shape": [2, 0]}, (1, 1, 5, 5), ["the kernel [2, 0]", "positive"])])
+def test_pool_window_not_matching_the_input(attrs: dict, shape: tuple, words: list) -> None:
+    m = model([helper.make_node("MaxPool", ["x"], ["y"], **attrs)], [vi("x", shape=shape)],
+              [vi("y", shape=None)])
+    refused(m, "MaxPool", *words)
+
+
+@pytest.mark.parametrize("shape, value", [((2,), np.float32(1)),
+                                          ((0, 2), np.zeros((0, 3), np.float32))])
+def test_concat_inputs_of_other_shapes(shape: tuple, value: Any) -> None:
+    m = model([helper.make_node("Concat", ["x", "c"], ["y"], axis=0)], [vi("x", shape=shape)],
+              [vi("y", shape=None)], [_const("c", value)])
+    refused(m, "Concat", f"input 1 of shape {list(value.shape)}", "expected the shape of input 0")
+
+
+def test_layer_norm_scale_that_does_not_broadcast() -> None:
+    m = model([helper.make_node("LayerNormalization", ["x", "w"], ["y"], axis=1)],
+              [vi("x", shape=(2, 3, 4))], [vi("y", shape=None)],
+              [_const("w", np.ones(5, np.float32))])
+    refused(m, "LayerNormalization", "scale of shape [5] for normalized shape [3, 4]")
+
+
+@pytest.mark.parametrize("inputs, inits, words", [
+    ([vi("s", I64, (4, 4))], [], ["input 1 (shape) of shape [4, 4]: expected 1-D"]),
+    ([], [_const("s", np.array([2, 3, 4, 0], np.int64))], ["item 3 is 0"]),
+    ([], [_const("s", np.array([-4, -6], np.int64))], ["item 0 is -4"])])
+def test_reshape_target_out_of_its_domain(inputs: list, inits: list, words: list) -> None:
+    m = model([helper.make_node("Reshape", ["x", "s"], ["y"])],
+              [vi("x", shape=(2, 3, 4))] + inputs, [vi("y", shape=None)], inits)
+    refused(m, "Reshape", *words)
+
+
+@pytest.mark.parametrize("op, attrs", [("Split", {"num_outputs": 2}), ("Concat", {"axis": 0})])
+def test_axis_op_on_a_0d_input(op: str, attrs: dict) -> None:
+    outputs = ["a", "b"] if op == "Split" else ["a"]
+    m = model([helper.make_node(op, ["x"], outputs, **attrs)], [vi("x", shape=())],
+              [vi(name, shape=None) for name in outputs], opset=18)
+    refused(m, op, "input 0 is 0-d")
+
+
+def test_recurrent_with_more_steps_than_int32() -> None:
+    w, r = np.ones((1, 9, 2), np.float32), np.ones((1, 9, 3), np.float32)
+    m = model([helper.make_node("GRU", ["x", "w", "r"], ["", "h"], hidden_size=3)],
+              [vi("x", shape=(2 ** 32, 1, 2))], [vi("h", shape=None)],
+              [_const("w", w), _const("r", r)])
+    refused(m, "GRU", "4294967296 time steps; expected fewer than 2^31")
+
+
+def test_concat_1_without_axis_joins_axis_1() -> None:
+    # Concat-1's axis is optional, default 1 (onnx's schema); ONNX Runtime has no Concat-1.
+    c = np.arange(6, dtype=np.float32).reshape(2, 3)
+    m = model([helper.make_node("Concat", ["x", "c"], ["y"])], [vi("x", shape=(2, 2))],
+              [vi("y", shape=None)], [_const("c", c)], opset=1)
+    x = np.ones((2, 2), np.float32)
+    np.testing.assert_array_equal(run_ours(m, {"x": x}, "cpu")[0], np.concatenate([x, c], 1))
+
+
+def test_a_graph_input_declared_twice() -> None:
+    # Found by the fuzzer (seed 606): the symbolic import read the second one's dims (IndexError).
+    m = model([helper.make_node("Relu", ["x"], ["y"])], [vi("x"), vi("x", shape=(4, "n"))],
+              [vi("y")])
+    refused(m, "input 1 'x' is declared twice")
+
+
+def test_a_node_output_that_redefines_a_value() -> None:
+    m = model([helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Neg", ["x"], ["y"])],
+              [vi("x")], [vi("y")])
+    refused(m, "node 1", "(Neg) output 0 'y' is already defined")
+
+
+def test_a_loop_body_input_may_shadow_an_outer_value() -> None:
+    # ONNX's checker and ONNX Runtime accept it: only node outputs must not reuse a name.
+    b = TensorProto.BOOL
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond"], ["cond_out"]),
+         helper.make_node("Add", ["x", "x"], ["x_out"])], "body",
+        [vi("i", I64, ()), vi("cond", b, ()), vi("x")], [vi("cond_out", b, ()), vi("x_out")])
+    m = model([helper.make_node("Loop", ["n", "", "x"], ["y"], body=body)], [vi("x")],
+              [vi("y")], [_const("n", np.int64(3))])
+    x = np.ones(4, np.float32)
+    np.testing.assert_array_equal(run_ours(m, {"x": x}, "cpu")[0], 8 * x)
