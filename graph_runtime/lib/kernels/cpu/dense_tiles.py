@@ -111,6 +111,9 @@ class DenseTiles(PreparedKernel):
         m, k = self.shapes[0]
         return DenseTiles(m, self.shapes[1][0], k, self.tiles, tail)
 
+    def with_tile_tail(self, tail: Any) -> DenseTiles:
+        return self.with_tail(tail)
+
     def uses_workers(self) -> bool:
         return True
 
