@@ -93,6 +93,13 @@ class TunableOp(Generic[Spec]):
         speedup = min_speedup(kind[base], [kind[name] for name in names if name != base])
         return self.choice.choose(device, key, names, measure, base, speedup)
 
+    def first(self, names: Sequence[str]) -> str:
+        """The forced candidate, else the first offered (names: offered(spec)), unmeasured: for
+        a set whose candidates are not raced (oneDNN's int8 kernels against the exact float64
+        references they replace, onednn/choice.py)."""
+        forced = self.forced(names)
+        return names[0] if forced is None else forced
+
     def build(self, name: str, spec: Spec) -> Any:
         """The kernel of candidate name (which must apply to spec)."""
         make = self._by_name[name].build

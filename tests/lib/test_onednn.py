@@ -205,6 +205,21 @@ def test_missing_library_is_not_an_error(monkeypatch, fresh_loader, tmp_path) ->
         conv2d_cpu(p, Epilogue((), (1, 3, 3, 3)))
 
 
+def test_int8_kernels_follow_the_setting(monkeypatch, fresh_loader, tmp_path) -> None:
+    """The int8 ops' oneDNN candidate (onednn/choice.py: onednn_int8_or): the reference where
+    the library is missing, and an error when GRAPH_RUNTIME_ONEDNN=on asks for it."""
+    from graph_runtime.lib.ops.quantized import _qdense_cpu
+    specs = [TensorSpec((4, 32), "uint8"), TensorSpec((32, 16), "int8"),
+             TensorSpec((16,), "float32"), TensorSpec((16,), "float32")]
+    out = [TensorSpec((4, 16), "uint8")]
+    monkeypatch.setenv(binding.ONEDNN_ENV, "auto")
+    monkeypatch.setenv(binding.ONEDNN_LIB_ENV, str(tmp_path / "libdnnl.so.3"))
+    assert "Int8Matmul" not in repr(_qdense_cpu(None, 0, specs, out, {}))
+    monkeypatch.setenv(binding.ONEDNN_ENV, "on")
+    with pytest.raises(LibraryError, match="oneDNN is not available: libdnnl.so.3 not found"):
+        _qdense_cpu(None, 0, specs, out, {})
+
+
 def test_untested_version_is_refused(monkeypatch, fresh_loader) -> None:
     if not binding.available():
         pytest.skip(f"oneDNN not available: {binding.unavailable_reason()}")

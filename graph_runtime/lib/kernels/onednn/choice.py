@@ -102,6 +102,29 @@ def onednn_or(op: str, key: str, applies: bool, make_onednn: Make, make_other: M
     return make_other() if _reference(made) else made
 
 
+# oneDNN's integer kernel where it applies, else the exact reference (float64 products)
+INT8_CANDIDATES: tuple[Candidate[OnednnOr], ...] = (
+    Candidate("onednn", lambda s: s.onednn(), lambda s: s.applies, onednn=True),
+    Candidate("reference", lambda s: s.other()),
+)
+
+
+@functools.cache
+def _int8_tunable(op: str) -> TunableOp[OnednnOr]:
+    return TunableOp(Choice(f"cpu.int8_{op}", settings.ONEDNN), INT8_CANDIDATES)
+
+
+def onednn_int8_or(op: str, applies: bool, make_onednn: Make,
+                   make_reference: Make) -> Callable[..., None]:
+    """oneDNN's int8 kernel for one op shape where it applies and GRAPH_RUNTIME_ONEDNN allows
+    it (on: the library must load), else the reference. Not measured: the reference computes
+    exact float64 products, never a rival worth a race at create()."""
+    spec = OnednnOr(applies, make_onednn, make_reference, None)
+    tunable = _int8_tunable(op)
+    made: Callable[..., None] = tunable.build(tunable.first(tunable.offered(spec)), spec)
+    return made
+
+
 def _reference(kernel: Any) -> bool:
     """Whether oneDNN picked its reference code (impl "ref:any", or "conv:any+ref:any" for a
     deconvolution over a reference convolution): its slow fallback for what no JIT kernel
