@@ -302,3 +302,16 @@ def test_opencl_gemm_unknown_impl(opencl_available) -> None:
     from graph_runtime.lib.kernels.opencl.gemm import GemmShape, make_gemm
     with pytest.raises(LibraryError, match=r"gemm: impl 'fast': expected 'tiled', 'clblast'"):
         make_gemm(get_backend("opencl"), 0, GemmShape(2, 2, 2, "float32"), "fast")
+
+
+def test_each_backend_has_its_own_gemm_kernels() -> None:
+    """dense, matmul and batch_matmul register a factory per backend (CPU's candidates, OpenCL's
+    GEMM, cuBLAS) instead of branching on the backend's name inside one."""
+    from pathlib import Path
+
+    import graph_runtime.lib.ops.linalg as linalg
+    from graph_runtime.lib.registry import get_op
+    assert "backend.name" not in Path(linalg.__file__).read_text(encoding="utf-8")
+    for op in ("dense", "matmul", "batch_matmul"):
+        factories = get_op(op).kernels
+        assert len({factories[kind] for kind in ("cpu", "cuda", "opencl")}) == 3
