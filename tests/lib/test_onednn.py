@@ -253,10 +253,10 @@ POOL_CASES = [c for c in pool_tests.CASES + pool_tests.JIT_CASES if len(c[0]) ==
 
 def _pool_kernel(op: str, shape, attrs, make_function) -> object:
     from graph_runtime.backends import get_backend
-    from graph_runtime.lib.ops.pool import _pool_host
+    from graph_runtime.lib.ops.pool import _pool_cpu
     specs = [TensorSpec(shape, "float32")]
     outputs = make_function(op).infer(specs, attrs)
-    return _pool_host(op)(get_backend("cpu"), 0, specs, outputs, attrs)
+    return _pool_cpu(op)(get_backend("cpu"), 0, specs, outputs, attrs)
 
 
 @pytest.mark.parametrize("count_include_pad", [None, False, True])
