@@ -42,9 +42,11 @@ class TunableOp(Generic[Spec]):
     candidates: tuple[Candidate[Spec], ...]
     fallback: str | None = None
     _by_name: dict[str, Candidate[Spec]] = field(init=False, repr=False, compare=False)
+    _onednn: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_name", {c.name: c for c in self.candidates})
+        object.__setattr__(self, "_onednn", any(c.onednn for c in self.candidates))
 
     def offered(self, spec: Spec) -> list[str]:
         """The candidates that apply to spec and that the settings allow, in the set's order.
@@ -52,7 +54,7 @@ class TunableOp(Generic[Spec]):
         GRAPH_RUNTIME_ONEDNN=off removes oneDNN's; on needs the library (LibraryError with the
         reason when it cannot load) before asking where oneDNN applies.
         """
-        mode = settings.word(settings.ONEDNN)
+        mode = settings.word(settings.ONEDNN) if self._onednn else "auto"
         names = []
         for c in self.candidates:
             if c.onednn and mode == "off":
@@ -69,10 +71,9 @@ class TunableOp(Generic[Spec]):
         GRAPH_RUNTIME_ONEDNN=on the last oneDNN one offered (a set lists its oneDNN candidates
         plainest first), else the choice's setting where it names one of names, else fallback
         where the setting forces a name that is not offered; None: measure."""
-        if settings.word(settings.ONEDNN) == "on":
-            onednn = [name for name in names if self._by_name[name].onednn]
-            if onednn:
-                return onednn[-1]
+        onednn = [name for name in names if self._by_name[name].onednn]
+        if onednn and settings.word(settings.ONEDNN) == "on":
+            return onednn[-1]
         forced = self.choice.forced()
         if forced is None or forced in names:
             return forced
