@@ -88,6 +88,43 @@ def fastest(seconds: Mapping[str, float], base: str, min_speedup: float) -> str:
 
 # ---- comparing candidates until the difference is clear ----------------------------------------
 
+# The one speedup rule: what a challenger must gain over the base, measured, to replace it. A
+# candidate has a kind (lib/tunable.py: Candidate.kind); MIN_SPEEDUP holds unless a kind below
+# says otherwise, so that a shared machine's noise does not flip a tie nor a lucky sample pick
+# a kernel. No other module sets a speedup (tests/lib/test_tuning.py holds that).
+MIN_SPEEDUP = 1.1
+# What a challenger of these kinds must gain:
+TAKE_SPEEDUP = {
+    # zero rows padded to a GEMV so that OpenBLAS threads it: only when clearly faster here
+    "padded": 1.15,
+    # dense columns split over the workers (GRAPH_RUNTIME_DENSE_SPLIT): a wrong "on" costs much
+    # on a busy machine (docs/measurements.md)
+    "split": 1.25,
+    # the auto planner's placement against the default one, whole runs timed (confirm.py)
+    "plan": 1.05,
+}
+# What a challenger must gain over a base of these kinds:
+KEEP_SPEEDUP = {
+    # Work spread over the runtime's workers (dense column tiles, attention blocks, oneDNN work
+    # items) is the base for large ops and kept unless one call is clearly faster: measured on
+    # a busy machine, one tile won BERT-base's 128x768x3072 products while another process held
+    # the second core, and the model then ran at ONNX Runtime's one-thread speed (1.7x its
+    # two-thread time) on a quiet one; column tiles lose little when a core is busy (the caller
+    # takes the tiles a helper does not get to): BERT-base ran in 81 ms with them against 142
+    # ms on one tile at load 1, 201 against 235 ms with another process spinning. oneDNN's
+    # matmul at load 4: one call won its 128x3072x768 products by 1.14x and the model then ran
+    # 203 ms against 160 with the items.
+    "spread": 1.25,
+}
+
+
+def min_speedup(base: str, challengers: Sequence[str]) -> float:
+    """What challengers (by kind) must gain over a base of kind base: the most any of them must
+    gain (TAKE_SPEEDUP, else MIN_SPEEDUP), and at least KEEP_SPEEDUP[base] where listed."""
+    needs = [TAKE_SPEEDUP.get(kind, MIN_SPEEDUP) for kind in challengers] or [MIN_SPEEDUP]
+    return max([*needs, KEEP_SPEEDUP.get(base, 0.0)])
+
+
 CLEAR = "clear"  # the rule decided: a challenger clearly faster, or none plausibly so
 NOISE = "within noise"  # the budget ran out undecided: the base was kept
 BUSY = "busy"  # decided or not, measured while other processes kept the CPUs busy

@@ -16,10 +16,8 @@ from .attrs import (DTYPE_KEY, NODE_KEYS, NUM_OUTPUTS_KEY, OUT_DTYPE_KEY, WORKSP
                     check_attrs, float_attr, str_attr)
 from .kernels.cpu import chain_jit
 from .kernels.cpu.conv_epilogue import EPILOGUE_DTYPES, EPILOGUE_OPS
-from .kernels.cpu.dense_tiles import DenseTiles
 from .kernels.cpu.token_layout import (PermuteCopy, TokenLayoutCopy, permute_layout,
                                        token_layout)
-from .kernels.onednn.matmul import OnednnMatmul
 from .kernels.onednn.matmul_tail import matmul_tail
 from .kernels.gpu_elementwise import ELEMENTWISE_EXPRS, gpu_elementwise
 from .library import InputVersion, TensorSpec
@@ -157,12 +155,11 @@ def kernel_note(kernel: Any) -> str:
     tails, kernels/cpu/chain_jit.py) or as one NumPy pass per op."""
     if isinstance(kernel, chain_jit.CompiledChain):
         return "compiled " + "+".join(kernel.ops)
-    if isinstance(kernel, (DenseTiles, OnednnMatmul)):
-        return kernel.note()
+    if capabilities(kernel).note():
+        return capabilities(kernel).note()
     if not isinstance(kernel, PreparedChain):
         return _library_note(kernel)
-    tiled = [fn.note() for fn, _ in kernel._steps
-             if isinstance(fn, (DenseTiles, OnednnMatmul))]
+    tiled = [note for note in (capabilities(fn).note() for fn, _ in kernel._steps) if note]
     if tiled:
         return tiled[0]
     chosen = [note for note in (_library_note(fn) for fn, _ in kernel._steps) if note]
@@ -279,10 +276,11 @@ class Chain:
                 calls = [product]  # the tail as the oneDNN matmul's bias and post-ops
             elif fused and backend.name == "cpu":
                 tail = _jit_call(fused)
-                if (len(calls) == 1 and isinstance(calls[0][0], DenseTiles)
-                        and plan[0].out_slots == fused[-1].out_slots):
+                tiled = capabilities(calls[0][0]).with_tile_tail(tail[0]) if (
+                    len(calls) == 1 and plan[0].out_slots == fused[-1].out_slots) else None
+                if tiled is not None:
                     # The product's tail runs on each output tile while it is in cache.
-                    calls = [(calls[0][0].with_tail(tail[0]), tuple(plan[0].slots) + tail[1])]
+                    calls = [(tiled, tuple(plan[0].slots) + tail[1])]
                 else:
                     calls.append(tail)
             elif fused:
@@ -549,28 +547,31 @@ def _onednn_tail(calls: list[tuple[Callable[..., None], tuple[int, ...]]], plan:
                  fused: list[_Planned]) -> tuple[Callable[..., None], tuple[int, ...]] | None:
     """The product's oneDNN matmul applying the tail: its leading steps as bias and post-ops
     (kernels/onednn/matmul_tail.py), the rest compiled and run on each work item's rows; or
-    None when the product is not a 2-D oneDNN matmul writing the node's output."""
+    None when the product takes no post-ops (PreparedKernel.post_op_shape: a 2-D oneDNN
+    matmul does) or does not write the node's output."""
     if len(calls) != 1 or plan[0].out_slots != fused[-1].out_slots:
         return None
-    kernel = calls[0][0]
-    if not isinstance(kernel, OnednnMatmul) or not kernel.two_d:
+    kernel = capabilities(calls[0][0])
+    shape = kernel.post_op_shape()
+    if shape is None:
         return None
     slots, specs, refs = _tail_operands(fused)
     out_slot = plan[0].out_slots[0]
-    tail = matmul_tail([p.op.name for p in fused], refs, specs, slots.index(out_slot),
-                       kernel.shape[1], kernel.shape[2])
+    tail = matmul_tail([p.op.name for p in fused], refs, specs, slots.index(out_slot), *shape)
     extra = [slots[i] for i in tail.operands]
     rest = fused[tail.steps:]
     if not rest:
-        return kernel.with_tail(tail, len(extra)), tuple(plan[0].slots + extra + [out_slot])
+        made = kernel.with_post_ops(tail, len(extra))
+        return None if made is None else (made, tuple(plan[0].slots + extra + [out_slot]))
     if tail.steps:  # the rest reads what oneDNN wrote into the output
         done = fused[tail.steps - 1].out_slots[0]
         rest = [replace(p, slots=[out_slot if s == done else s for s in p.slots]) for p in rest]
     after, after_slots = _jit_call(rest)
     extra += [s for s in after_slots[:-1] if s not in extra and s != out_slot]
     merged = plan[0].slots + extra + [out_slot]
-    return (kernel.with_tail(tail, len(extra), after, tuple(merged.index(s) for s in after_slots)),
-            tuple(merged))
+    made = kernel.with_post_ops(tail, len(extra), after,
+                                tuple(merged.index(s) for s in after_slots))
+    return None if made is None else (made, tuple(merged))
 
 
 def _jit_call(fused: list[_Planned]) -> tuple[Callable[..., None], tuple[int, ...]]:

@@ -90,6 +90,28 @@ class PreparedKernel(ABC):
         what they hold (their held_bytes())."""
         return ()
 
+    def note(self) -> str:
+        """How it runs, for `graphrun profile` (its tiles, work items, post-ops); "" for nothing
+        beyond what lib/chain.py's kernel_note finds."""
+        return ""
+
+    def with_tile_tail(self, tail: Any) -> PreparedKernel | None:
+        """This product applying tail (a chain_jit.CompiledChain over its output, reading its
+        inputs after the product's) on each output tile while the tile is in cache; None where
+        it cannot (lib/chain.py fuses a dense's tail so)."""
+        return None
+
+    def post_op_shape(self) -> tuple[int, int] | None:
+        """(m, n) of a 2-D product that can apply an elementwise tail as bias and post-ops
+        (with_post_ops; kernels/onednn/matmul_tail.py), else None."""
+        return None
+
+    def with_post_ops(self, tail: Any, extras: int, after: Any = None,
+                      after_args: tuple[int, ...] = ()) -> PreparedKernel | None:
+        """This product applying tail's bias and post-ops reading `extras` more inputs, then the
+        compiled chain after over the arrays at after_args; None where post_op_shape() is."""
+        return None
+
 
 class HoldsModules(PreparedKernel):
     """run, as a kernel holding modules of its own (a sub-graph's: control flow, onnx_region),

@@ -284,3 +284,30 @@ def test_flatten_data_keeps_the_kernels_capabilities() -> None:
     assert got.workspace_bytes() == want.workspace_bytes()
     assert got.uses_workers() == want.uses_workers()
     assert got.storage_requests() == {}
+
+
+def test_chain_asks_kernels_what_they_can_do_not_their_class() -> None:
+    """lib/chain.py fuses tails and writes profile notes from the capabilities kernels declare
+    (PreparedKernel.note, with_tile_tail, post_op_shape), never by testing a kernel's class: its
+    isinstance tests name only its own classes (and the compiled tail it makes)."""
+    import ast
+    from pathlib import Path
+
+    import graph_runtime.lib.chain as chain
+    tree = ast.parse(Path(chain.__file__).read_text(encoding="utf-8"))
+    tested = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "isinstance":
+            kinds = node.args[1]
+            for kind in (kinds.elts if isinstance(kinds, ast.Tuple) else [kinds]):
+                tested.add(ast.unparse(kind))
+    assert tested <= {"PreparedChain", "chain_jit.CompiledChain", "str"}, tested
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                for alias in node.names}
+    assert not imported & {"DenseTiles", "OnednnMatmul"}
+
+
+def test_a_plain_kernel_declares_no_fusion() -> None:
+    plain = capabilities(lambda *arrays: None)
+    assert plain.note() == "" and plain.with_tile_tail(object()) is None
+    assert plain.post_op_shape() is None and plain.with_post_ops(object(), 0) is None

@@ -302,3 +302,25 @@ def test_opencl_gemm_unknown_impl(opencl_available) -> None:
     from graph_runtime.lib.kernels.opencl.gemm import GemmShape, make_gemm
     with pytest.raises(LibraryError, match=r"gemm: impl 'fast': expected 'tiled', 'clblast'"):
         make_gemm(get_backend("opencl"), 0, GemmShape(2, 2, 2, "float32"), "fast")
+
+
+def test_each_backend_has_its_own_kernel_factories() -> None:
+    """dense, matmul and batch_matmul (and pools, softmax, layer_norm, the unary activations,
+    batch_norm) register a factory per backend instead of branching on the backend's name
+    inside one. What remains are library quirks inside kernels shared by NumPy and CuPy."""
+    import re
+    from pathlib import Path
+
+    import graph_runtime.lib.ops as ops
+    from graph_runtime.lib.registry import get_op
+    branches = sorted(f"{path.name}: {line.strip()}"
+                      for path in Path(ops.__file__).parent.glob("*.py")
+                      for line in path.read_text(encoding="utf-8").splitlines()
+                      if re.search(r"backend\.name ==|\.name == \"", line))
+    assert branches == [
+        "conv.py: return wide_dtype(dtype) if backend.name == \"cpu\" else dtype",
+        "gather.py: check = backend.name == \"cpu\"",
+        "reduce.py: if op == \"min\" and backend.name == \"cuda\":"]
+    for op in ("dense", "matmul", "batch_matmul", "max_pool2d", "softmax", "layer_norm",
+               "gelu", "batch_norm"):
+        assert set(get_op(op).kernels) == {"cpu", "cuda", "opencl"}, op  # none left out

@@ -205,6 +205,21 @@ def test_missing_library_is_not_an_error(monkeypatch, fresh_loader, tmp_path) ->
         conv2d_cpu(p, Epilogue((), (1, 3, 3, 3)))
 
 
+def test_int8_kernels_follow_the_setting(monkeypatch, fresh_loader, tmp_path) -> None:
+    """The int8 ops' oneDNN candidate (onednn/choice.py: onednn_int8_or): the reference where
+    the library is missing, and an error when GRAPH_RUNTIME_ONEDNN=on asks for it."""
+    from graph_runtime.lib.ops.quantized import _qdense_cpu
+    specs = [TensorSpec((4, 32), "uint8"), TensorSpec((32, 16), "int8"),
+             TensorSpec((16,), "float32"), TensorSpec((16,), "float32")]
+    out = [TensorSpec((4, 16), "uint8")]
+    monkeypatch.setenv(binding.ONEDNN_ENV, "auto")
+    monkeypatch.setenv(binding.ONEDNN_LIB_ENV, str(tmp_path / "libdnnl.so.3"))
+    assert "Int8Matmul" not in repr(_qdense_cpu(None, 0, specs, out, {}))
+    monkeypatch.setenv(binding.ONEDNN_ENV, "on")
+    with pytest.raises(LibraryError, match="oneDNN is not available: libdnnl.so.3 not found"):
+        _qdense_cpu(None, 0, specs, out, {})
+
+
 def test_untested_version_is_refused(monkeypatch, fresh_loader) -> None:
     if not binding.available():
         pytest.skip(f"oneDNN not available: {binding.unavailable_reason()}")
@@ -238,10 +253,10 @@ POOL_CASES = [c for c in pool_tests.CASES + pool_tests.JIT_CASES if len(c[0]) ==
 
 def _pool_kernel(op: str, shape, attrs, make_function) -> object:
     from graph_runtime.backends import get_backend
-    from graph_runtime.lib.ops.pool import _pool_host
+    from graph_runtime.lib.ops.pool import _pool_cpu
     specs = [TensorSpec(shape, "float32")]
     outputs = make_function(op).infer(specs, attrs)
-    return _pool_host(op)(get_backend("cpu"), 0, specs, outputs, attrs)
+    return _pool_cpu(op)(get_backend("cpu"), 0, specs, outputs, attrs)
 
 
 @pytest.mark.parametrize("count_include_pad", [None, False, True])

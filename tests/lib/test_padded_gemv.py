@@ -8,7 +8,7 @@ from support import make_graph, null, tvm_op
 import graph_runtime as gr
 from graph_runtime.errors import LibraryError
 from graph_runtime.lib import tuning
-from graph_runtime.lib.kernels.cpu.padded_gemv import CHOICE, PaddedGemv, padded_rows
+from graph_runtime.lib.kernels.cpu.padded_gemv import PADDING, PaddedGemv, padded_rows
 from graph_runtime.settings import GEMV_PADDING
 
 PADDING_ENV = GEMV_PADDING.name
@@ -44,7 +44,7 @@ def test_auto_measures_once_per_shape(monkeypatch):
     tuning.forget()
     first = padded_rows(784, 512, "float32")
     assert first in (0, 588)
-    (entry,) = [e for e in tuning.remembered() if e.choice == CHOICE.name]
+    (entry,) = [e for e in tuning.remembered() if e.choice == PADDING.choice.name]
     assert entry.key == "float32 x 1x784 weight 512x784 padded to 588 rows"
     assert entry.chosen == ("on" if first else "off") and set(entry.seconds) == {"on", "off"}
     assert padded_rows(784, 512, "float32") == first

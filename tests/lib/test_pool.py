@@ -133,7 +133,7 @@ def test_cpu_pools_run_compiled(op, make_function, monkeypatch) -> None:
     """float32/float64 2-D pools on the CPU are jit_cpu's loops; 3-D and float16 keep NumPy's."""
     monkeypatch.setenv("GRAPH_RUNTIME_ONEDNN", "off")  # oneDNN's pools: test_onednn.py
     from graph_runtime.backends import get_backend
-    from graph_runtime.lib.ops.pool import _pool_host
+    from graph_runtime.lib.ops.pool import _pool_cpu
 
     backend = get_backend("cpu")
     attrs = {"pool_size": [2, 2]}
@@ -145,7 +145,7 @@ def test_cpu_pools_run_compiled(op, make_function, monkeypatch) -> None:
         specs = [TensorSpec(shape, dtype)]
         attrs["pool_size"] = [2] * (len(shape) - 2)
         outputs = make_function(name).infer(specs, attrs)
-        run = _pool_host(name)(backend, 0, specs, outputs, attrs)
+        run = _pool_cpu(name)(backend, 0, specs, outputs, attrs)
         compiled_here = run.__module__ == "graph_runtime.lib.kernels.cpu.pool_jit"
         assert compiled_here == compiled, (shape, dtype)
 

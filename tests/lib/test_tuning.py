@@ -20,12 +20,13 @@ from graph_runtime import __version__, _load
 from graph_runtime._timing import (BUSY, CLEAR, NOISE, Budget, Race, Verdict, fastest,
                                    median_bounds, sampler)
 from graph_runtime.lib import tuning
+from graph_runtime.lib.tunable import Candidate, TunableOp
 from graph_runtime.lib.conv_params import conv2d_params
 from graph_runtime.lib.kernels.cpu import conv_choice, padded_gemv
 from graph_runtime.lib.kernels.cpu.conv_epilogue import Epilogue
 from graph_runtime.lib.kernels.cpu.threads import num_threads
 from graph_runtime.lib.library import TensorSpec
-from graph_runtime.settings import GEMV_PADDING, NUM_THREADS, TUNING_BUSY, TUNING_CACHE
+from graph_runtime.settings import GEMV_PADDING, NUM_THREADS, ONEDNN, TUNING_BUSY, TUNING_CACHE
 
 ROOT = Path(__file__).resolve().parents[2]
 # A choice of the tests' own, forced by a real auto/on/off setting.
@@ -132,8 +133,9 @@ def test_forcing_overrides_the_cache(cache: Path, monkeypatch: pytest.MonkeyPatc
     def no_timing(*args: object, **kwargs: object) -> None:
         raise AssertionError("measured although the cache knows")
     key = "float32 x 1x784 weight 512x784 padded to 588 rows"
-    assert padded_gemv.CHOICE.choose("cpu", key, ("off", "on"),
-                                     Counting({"off": 1e-3, "on": 1e-4}), "off", 1.15) == "on"
+    assert padded_gemv.PADDING.choice.choose("cpu", key, ("off", "on"),
+                                             Counting({"off": 1e-3, "on": 1e-4}), "off",
+                                             1.15) == "on"
     tuning.forget()
     monkeypatch.setattr(padded_gemv, "_race", no_timing)
     assert padded_gemv.padded_rows(784, 512, "float32") == 588
@@ -404,3 +406,69 @@ def test_a_load_window_sees_another_process_on_the_cpus() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+# ---- tunable ops (lib/tunable.py) and the one speedup rule (_timing.min_speedup) ---------------
+
+def test_no_module_but_the_rules_sets_a_speedup() -> None:
+    """The one speedup rule: only _timing.py sets a *SPEEDUP constant or passes a literal one."""
+    import ast
+    found = []
+    for path in sorted((ROOT / "graph_runtime").rglob("*.py")):
+        if path.name == "_timing.py" and path.parent.name == "graph_runtime":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets = (node.targets if isinstance(node, ast.Assign) else
+                       [node.target] if isinstance(node, ast.AnnAssign) else [])
+            found += [f"{path.relative_to(ROOT)}:{node.lineno} {t.id}" for t in targets
+                      if isinstance(t, ast.Name) and t.id.isupper() and t.id.endswith("SPEEDUP")]
+            if isinstance(node, ast.Call):
+                literal = [a for a in node.args if isinstance(a, ast.Constant)
+                           and isinstance(a.value, float) and 1.0 < a.value < 2.0]
+                called = getattr(node.func, "attr", getattr(node.func, "id", ""))
+                if called in ("choose", "Race") and literal:
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno} a literal speedup")
+    assert found == []
+
+
+def test_the_speedup_rule_by_kind() -> None:
+    """What each choice asked before the rule, now read from it by the candidates' kinds."""
+    from graph_runtime._timing import min_speedup
+    assert min_speedup("plain", ["plain"]) == 1.1  # conv, OpenCL conv, transpose, oneDNN on/off
+    assert min_speedup("plain", ["padded"]) == 1.15  # GEMV padding
+    assert min_speedup("plain", ["split"]) == 1.25  # dense column split
+    assert min_speedup("plain", ["spread", "spread"]) == 1.1  # tiles or blocks: small ops
+    assert min_speedup("spread", ["plain", "spread"]) == 1.25  # ... large ones keep them
+    assert min_speedup("plain", ["plan"]) == 1.05  # the auto planner's placement
+
+
+SET = TunableOp(tuning.Choice("test.set", GEMV_PADDING), (
+    Candidate("off", lambda s: "plain kernel"),
+    Candidate("on", lambda s: f"wide kernel for {s}", lambda s: s > 1, "spread"),
+    Candidate("dnn", lambda s: "onednn kernel", lambda s: s > 2, onednn=True)), fallback="off")
+
+
+@pytest.mark.parametrize("mode, offered", [("auto", ["off", "on", "dnn"]), ("off", ["off", "on"])])
+def test_a_tunable_op_offers_what_applies_and_the_settings_allow(
+        cache: Path, monkeypatch: pytest.MonkeyPatch, mode: str, offered: list[str]) -> None:
+    monkeypatch.setenv(ONEDNN.name, mode)
+    assert SET.offered(1) == ["off"] and SET.offered(3) == offered
+    assert SET.build("on", 3) == "wide kernel for 3"
+
+
+def test_a_tunable_op_forces_in_one_place(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The choice's setting forces a name where it is offered (fallback elsewhere); oneDNN=on
+    forces its candidate wherever offered; else the race, under the rule for the base's kind."""
+    measure = Counting({"off": 1.2e-3, "on": 1e-3, "dnn": 2e-3})
+    assert SET.choose(["off", "on", "dnn"], "cpu", KEY, measure, "on") == "on"  # 1.25 to beat
+    tuning.forget()
+    assert SET.choose(["off", "on"], "cpu", "k2", measure, "off") == "on"  # 1.1 to beat
+    assert measure.calls == 2
+    monkeypatch.setenv(GEMV_PADDING.name, "off")
+    assert SET.choose(["off", "on"], "cpu", KEY, measure, "on") == "off"
+    monkeypatch.setenv(GEMV_PADDING.name, "on")
+    assert SET.choose(["off"], "cpu", KEY, measure, "off") == "off"  # on does not apply
+    monkeypatch.delenv(GEMV_PADDING.name)
+    monkeypatch.setenv(ONEDNN.name, "on")
+    assert SET.forced(["off", "on"]) is None and SET.forced(["off", "on", "dnn"]) == "dnn"
+    assert measure.calls == 2

@@ -164,20 +164,27 @@ def _unary_infer(op: str) -> Callable[..., list[TensorSpec]]:
     return infer
 
 
-def _unary_factory(op: str) -> Callable[..., Callable[..., None]]:
-    expr, host, _, _ = UNARY_NN[op]
+def _unary_cpu(op: str) -> Callable[..., Callable[..., None]]:
+    _, host, _, _ = UNARY_NN[op]
 
     def factory(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
-        if backend.name == "cpu":
-            if op in COMPILED and chain_jit.enabled():
-                # gelu inside a chain (Whisper's conv -> gelu -> transpose): several NumPy
-                # passes (48 us on 200x64 values), one compiled pass instead
-                template = chain_jit.step_expr(op, attrs, inputs, outputs[0].dtype)
-                if template is not None:
-                    return chain_jit.CompiledChain(inputs, outputs[0],
-                                                   [(template, [0], outputs[0].dtype)], [op])
-            return host(attrs, inputs[0])
+        if op in COMPILED and chain_jit.enabled():
+            # gelu inside a chain (Whisper's conv -> gelu -> transpose): several NumPy
+            # passes (48 us on 200x64 values), one compiled pass instead
+            template = chain_jit.step_expr(op, attrs, inputs, outputs[0].dtype)
+            if template is not None:
+                return chain_jit.CompiledChain(inputs, outputs[0],
+                                               [(template, [0], outputs[0].dtype)], [op])
+        return host(attrs, inputs[0])
+    return factory
+
+
+def _unary_gpu(op: str) -> Callable[..., Callable[..., None]]:
+    expr = UNARY_NN[op][0]
+
+    def factory(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
+                outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
         step = (expr({**attrs, DTYPE_KEY: inputs[0].dtype}), [0], outputs[0].dtype)
         return gpu_elementwise(backend, device_id, inputs, outputs[0], [step], f"gr_{op}")
     return factory
@@ -187,8 +194,9 @@ for _op, (_expr, _host, _dtypes, _attrs) in UNARY_NN.items():
     # clip and erf are single ufunc calls (in place safe); leaky_relu and gelu read x again
     # after writing out.
     define_op(_op, _unary_infer(_op), 1, _attrs, in_place=_op in ("clip", "erf"))
-    for _kind in REGISTRY:
-        kernel(_op, _kind)(_unary_factory(_op))
+    kernel(_op, "cpu")(_unary_cpu(_op))
+    for _kind in ("cuda", "opencl"):
+        kernel(_op, _kind)(_unary_gpu(_op))
     elementwise_expr(_op, _expr)
 
 

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, cast
 import numpy as np
 
 from ... import settings
-from ...backends import REGISTRY
 from ...backends.base import Backend
 from ..attrs import attr_error, bool_attr, check_out_dtype, int_attr, normalize_axis, op_error
 from ..kernels.cpu.dense_tiles import SPREAD_FLOPS, DenseTiles, tiles, tiling
@@ -150,20 +149,19 @@ def _gemm_infer(op: str) -> Callable[..., list[TensorSpec]]:
 
 # -- kernels ------------------------------------------------------------------------------------
 
-def host_gemm(backend: Backend, device_id: int, gemm: Gemm) -> Callable[[Any, Any, Any], None]:
-    """run(a, b, out) with numpy/cupy matmul (BLAS / cuBLAS) on reshaped, transposed views."""
+def host_gemm(backend: Backend, device_id: int, gemm: Gemm,
+              stage_float16: bool = False) -> Callable[[Any, Any, Any], None]:
+    """run(a, b, out) with numpy/cupy matmul (BLAS / cuBLAS) on reshaped, transposed views;
+    stage_float16: a float16 product computed in float32 buffers (NumPy has no float16 BLAS)."""
     xp = array_module(backend)
     a_shape = gemm.a_shape()
     b_shape = gemm.b_shape()
     c_shape = (gemm.batch, gemm.m, gemm.n)
     staged = None
-    if gemm.dtype == "float16" and backend.name == "cpu":
-        # NOTE: NumPy has no float16 BLAS; compute in float32 buffers made once, here.
+    if gemm.dtype == "float16" and stage_float16:
+        # NOTE: the float32 buffers are made once, here.
         staged = (np.empty(a_shape, np.float32), np.empty(b_shape, np.float32),
                   np.empty(c_shape, np.float32))
-
-    if staged is None and backend.name == "cpu" and gemm.batch == 1 and gemm.k > 0:
-        return _cpu_dot(gemm)
 
     def operands(a: Any, b: Any) -> tuple[Any, Any]:
         a3 = a.reshape(a_shape)
@@ -208,22 +206,35 @@ def _cpu_dot(gemm: Gemm) -> Callable[[Any, Any, Any], None]:
     return run
 
 
-def gemm_kernel(backend: Backend, device_id: int, gemm: Gemm) -> Callable[[Any, Any, Any], None]:
-    """run(a, b, out) for gemm on any backend."""
-    if backend.name == "opencl":
-        return make_gemm(cast("OpenCLBackend", backend), device_id, gemm.opencl_shape())
-    return host_gemm(backend, device_id, gemm)
+def cpu_gemm(backend: Backend, device_id: int, gemm: Gemm) -> Callable[[Any, Any, Any], None]:
+    """run(a, b, out) for gemm with NumPy's BLAS: np.dot on 2-D views for one product, float16
+    through float32 buffers."""
+    if gemm.dtype != "float16" and gemm.batch == 1 and gemm.k > 0:
+        return _cpu_dot(gemm)
+    return host_gemm(backend, device_id, gemm, stage_float16=True)
 
 
-def _gemm_factory(op: str) -> Factory:
-    def factory(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
-                outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+# The op's kernels by backend: CPU's candidates (oneDNN's matmul, dense's stages, BLAS), OpenCL's
+# GEMM, cuBLAS through CuPy.
+def _gemm_factories(op: str) -> dict[str, Factory]:
+    def cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
+            outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
         gemm, _ = SHAPES[op](inputs, attrs)
-        if backend.name == "cpu" and gemm.dtype == "float32":
+        if gemm.dtype == "float32":
             return _onednn_or(gemm, inputs, outputs,
-                              lambda: _todays_gemm(backend, device_id, inputs, gemm))
-        return _todays_gemm(backend, device_id, inputs, gemm)
-    return factory
+                              lambda: _cpu_todays_gemm(backend, device_id, inputs, gemm))
+        return _cpu_todays_gemm(backend, device_id, inputs, gemm)
+
+    def opencl(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
+               outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+        gemm, _ = SHAPES[op](inputs, attrs)
+        return make_gemm(cast("OpenCLBackend", backend), device_id, gemm.opencl_shape())
+
+    def cuda(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
+             outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+        gemm, _ = SHAPES[op](inputs, attrs)
+        return host_gemm(backend, device_id, gemm)
+    return {"cpu": cpu, "opencl": opencl, "cuda": cuda}
 
 
 def _onednn_or(gemm: Gemm, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec],
@@ -254,16 +265,16 @@ def _onednn_or(gemm: Gemm, inputs: Sequence[TensorSpec], outputs: Sequence[Tenso
                      "split" if flops >= SPREAD_FLOPS else "on")
 
 
-def _todays_gemm(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
-                 gemm: Gemm) -> Callable[..., None]:
-    """The NumPy/OpenBLAS (or GPU) kernel for gemm: GEMV padding, split or transposed dense."""
-    if (backend.name == "cpu" and gemm.m == 1 and gemm.batch == 1 and gemm.trans_b
-            and not gemm.trans_a and tuple(inputs[1].shape) == (gemm.n, gemm.k)):
+def _cpu_todays_gemm(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
+                     gemm: Gemm) -> Callable[..., None]:
+    """The NumPy/OpenBLAS kernel for gemm: GEMV padding, split, tiled or transposed dense."""
+    weight = (gemm.batch == 1 and gemm.trans_b and not gemm.trans_a
+              and tuple(inputs[1].shape) == (gemm.n, gemm.k))
+    if weight and gemm.m == 1:
         rows = padded_rows(gemm.k, gemm.n, gemm.dtype)
         if rows:
             return PaddedGemv(gemm.k, gemm.n, rows, gemm.dtype)
-    if (backend.name == "cpu" and gemm.m > 1 and gemm.batch == 1 and gemm.trans_b
-            and not gemm.trans_a and tuple(inputs[1].shape) == (gemm.n, gemm.k)):
+    if weight and gemm.m > 1:
         blocks = split_blocks(gemm.m, gemm.n, gemm.k, gemm.dtype)
         if blocks:
             return SplitDense(gemm.m, gemm.n, gemm.k, blocks)
@@ -272,7 +283,7 @@ def _todays_gemm(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
             return DenseTiles(gemm.m, gemm.n, gemm.k, tiles(chosen, gemm.m, gemm.n))
         if keeps_transposed(gemm.m, gemm.n, gemm.k, gemm.dtype):
             return TransposedDense(gemm.m, gemm.n, gemm.k, gemm.dtype)
-    return gemm_kernel(backend, device_id, gemm)
+    return cpu_gemm(backend, device_id, gemm)
 
 
 GEMM_ATTRS = {"dense": ("units", "out_dtype"),
@@ -281,8 +292,8 @@ GEMM_ATTRS = {"dense": ("units", "out_dtype"),
 
 for _op, _attrs in GEMM_ATTRS.items():
     define_op(_op, _gemm_infer(_op), 2, _attrs)
-    for _kind in REGISTRY:
-        kernel(_op, _kind)(_gemm_factory(_op))
+    for _kind, _factory in _gemm_factories(_op).items():
+        kernel(_op, _kind)(_factory)
 
 
 # -- bias_add -----------------------------------------------------------------------------------
@@ -331,4 +342,4 @@ kernel("bias_add", "cpu")(_bias_add_host)
 kernel("bias_add", "cuda")(_bias_add_host)
 kernel("bias_add", "opencl")(_bias_add_cl)
 
-__all__ = ["Gemm", "SHAPES", "gemm_kernel", "host_gemm", "check_out_dtype", "np"]
+__all__ = ["Gemm", "SHAPES", "cpu_gemm", "host_gemm", "check_out_dtype", "np"]

@@ -5,7 +5,6 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ...backends import REGISTRY
 from ...backends.base import Backend
 from ..attrs import NUM_OUTPUTS_KEY, attr_error, bool_attr, float_attr, op_error, single_axis
 from ..kernels.gpu_elementwise import gpu_elementwise
@@ -39,6 +38,20 @@ def _softmax_infer(op: str) -> Callable[..., list[TensorSpec]]:
     return infer
 
 
+def _softmax_cpu(op: str) -> Callable[..., Callable[..., None]]:
+    """softmax over rows in one compiled pass where it applies (_jit_rows); else as on CUDA."""
+    host = _softmax_host(op)
+
+    def factory(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
+                outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+        spec = inputs[0]
+        axis = single_axis(op, attrs, "axis", len(spec.shape), -1)
+        if op == "softmax" and _jit_rows(spec, axis):
+            return softmax_rows(tuple(spec.shape))
+        return host(backend, device_id, inputs, outputs, attrs)
+    return factory
+
+
 def _softmax_host(op: str) -> Callable[..., Callable[..., None]]:
     log = op == "log_softmax"
 
@@ -47,8 +60,6 @@ def _softmax_host(op: str) -> Callable[..., Callable[..., None]]:
         spec = inputs[0]
         xp = array_module(backend)
         axis = single_axis(op, attrs, "axis", len(spec.shape), -1)
-        if backend.name == "cpu" and not log and _jit_rows(spec, axis):
-            return softmax_rows(tuple(spec.shape))
         work = wide_dtype(spec.dtype)
         reduced = tuple(1 if i == axis else d for i, d in enumerate(spec.shape))
         row = xp.empty(reduced, work)
@@ -102,7 +113,7 @@ def _softmax_cl(op: str) -> Callable[..., Callable[..., None]]:
 
 for _op in ("softmax", "log_softmax"):
     define_op(_op, _softmax_infer(_op), 1, ("axis",))
-    kernel(_op, "cpu")(_softmax_host(_op))
+    kernel(_op, "cpu")(_softmax_cpu(_op))
     kernel(_op, "cuda")(_softmax_host(_op))
     kernel(_op, "opencl")(_softmax_cl(_op))
 
@@ -142,14 +153,24 @@ def _layer_norm_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) ->
     return [TensorSpec(tuple(inputs[0].shape), inputs[0].dtype)]
 
 
+def _layer_norm_cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
+                    outputs: Sequence[TensorSpec],
+                    attrs: Mapping[str, Any]) -> Callable[..., None]:
+    """layer_norm over rows in one compiled pass where it applies (_jit_rows); else as on CUDA."""
+    spec = inputs[0]
+    axis, epsilon, center, scale = _norm_checks("layer_norm", inputs, attrs, LAYER_NORM_INPUTS,
+                                                -1)
+    if _jit_rows(spec, axis):
+        return layer_norm_rows(tuple(spec.shape), epsilon, center, scale)
+    return _layer_norm_host(backend, device_id, inputs, outputs, attrs)
+
+
 def _layer_norm_host(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                      outputs: Sequence[TensorSpec],
                      attrs: Mapping[str, Any]) -> Callable[..., None]:
     spec = inputs[0]
     axis, epsilon, center, scale = _norm_checks("layer_norm", inputs, attrs, LAYER_NORM_INPUTS,
                                                 -1)
-    if backend.name == "cpu" and _jit_rows(spec, axis):
-        return layer_norm_rows(tuple(spec.shape), epsilon, center, scale)
     xp = array_module(backend)
     work = wide_dtype(spec.dtype)
     shaped = tuple(d if i == axis else 1 for i, d in enumerate(spec.shape))
@@ -191,7 +212,7 @@ def _layer_norm_cl(backend: OpenCLBackend, device_id: int, inputs: Sequence[Tens
 
 
 define_op("layer_norm", _layer_norm_infer, 3, ("axis", "epsilon", "center", "scale"))
-kernel("layer_norm", "cpu")(_layer_norm_host)
+kernel("layer_norm", "cpu")(_layer_norm_cpu)
 kernel("layer_norm", "cuda")(_layer_norm_host)
 kernel("layer_norm", "opencl")(_layer_norm_cl)
 
@@ -233,28 +254,29 @@ def _batch_norm_template(epsilon: float, center: bool, scale: bool) -> str:
     return expr
 
 
-def _batch_norm_factory(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
-                        outputs: Sequence[TensorSpec],
-                        attrs: Mapping[str, Any]) -> Callable[..., None]:
-    spec = inputs[0]
-    axis, epsilon, center, scale = _norm_checks("batch_norm", inputs, attrs, BATCH_NORM_INPUTS,
-                                                1)
-    shaped = tuple(d if i == axis else 1 for i, d in enumerate(spec.shape))[axis:]
-    if backend.name == "cpu":
-        normalize = _batch_norm_cpu(inputs, shaped, epsilon, center, scale)
-    else:
-        # numpy counterpart: _batch_norm_cpu; one fused kernel on GPUs.
-        params = [TensorSpec(shaped, s.dtype) for s in inputs[1:]]
-        step = (_batch_norm_template(epsilon, center, scale), [0, 1, 2, 3, 4], spec.dtype)
-        fused = gpu_elementwise(backend, device_id, [spec] + params, outputs[0], [step],
-                                "gr_batch_norm")
-        if backend.name == "opencl":
-            normalize = fused
-        else:
-            def normalize(x: Any, *rest: Any) -> None:
-                fused(x, *[a.reshape(shaped) for a in rest[:4]], rest[4])
-    passthrough = len(outputs) == 3
+# normalize(x, gamma, beta, mean, var, out) for a backend, given (backend, device_id, inputs,
+# output, the parameters' broadcast shape, epsilon, center, scale)
+Normalizer = Callable[[Backend, int, Sequence[TensorSpec], TensorSpec, tuple[int, ...], float,
+                       bool, bool], Callable[..., None]]
 
+
+def _batch_norm_factory(normalizer: Normalizer) -> Callable[..., Callable[..., None]]:
+    """batch_norm on a backend: its normalizer, then the running statistics passed through."""
+    def factory(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
+                outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+        axis, epsilon, center, scale = _norm_checks("batch_norm", inputs, attrs,
+                                                    BATCH_NORM_INPUTS, 1)
+        shaped = tuple(d if i == axis else 1 for i, d in enumerate(inputs[0].shape))[axis:]
+        normalize = normalizer(backend, device_id, inputs, outputs[0], shaped, epsilon, center,
+                               scale)
+        return _passing_stats(backend, normalize, len(outputs) == 3)
+    return factory
+
+
+def _passing_stats(backend: Backend, normalize: Callable[..., None],
+                   passthrough: bool) -> Callable[..., None]:
+    """run(x, gamma, beta, mean, var, out, *stats): normalize, then (passthrough) copy mean and
+    var to the two statistics outputs."""
     def run(x: Any, gamma: Any, beta: Any, mean: Any, var: Any, out: Any, *stats: Any) -> None:
         normalize(x, gamma, beta, mean, var, out)
         if passthrough:
@@ -263,7 +285,28 @@ def _batch_norm_factory(backend: Backend, device_id: int, inputs: Sequence[Tenso
     return run
 
 
-def _batch_norm_cpu(inputs: Sequence[TensorSpec], shaped: tuple[int, ...], epsilon: float,
+def _batch_norm_gpu(reshape: bool) -> Normalizer:
+    """One fused kernel (numpy counterpart: _batch_norm_cpu); reshape: the parameters handed
+    in their broadcast shape (CuPy's arrays; OpenCL's buffers are flat)."""
+    def normalizer(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
+                   output: TensorSpec, shaped: tuple[int, ...], epsilon: float, center: bool,
+                   scale: bool) -> Callable[..., None]:
+        spec = inputs[0]
+        params = [TensorSpec(shaped, s.dtype) for s in inputs[1:]]
+        step = (_batch_norm_template(epsilon, center, scale), [0, 1, 2, 3, 4], spec.dtype)
+        fused = gpu_elementwise(backend, device_id, [spec] + params, output, [step],
+                                "gr_batch_norm")
+        if not reshape:
+            return fused
+
+        def normalize(x: Any, *rest: Any) -> None:
+            fused(x, *[a.reshape(shaped) for a in rest[:4]], rest[4])
+        return normalize
+    return normalizer
+
+
+def _batch_norm_cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
+                    output: TensorSpec, shaped: tuple[int, ...], epsilon: float,
                     center: bool, scale: bool) -> Callable[..., None]:
     work = wide_dtype(inputs[0].dtype)
     factor = np.empty(shaped, work)
@@ -290,7 +333,8 @@ def _batch_norm_cpu(inputs: Sequence[TensorSpec], shaped: tuple[int, ...], epsil
 
 
 define_op("batch_norm", _batch_norm_infer, 5, ("axis", "epsilon", "center", "scale"))
-for _kind in REGISTRY:
-    kernel("batch_norm", _kind)(_batch_norm_factory)
+kernel("batch_norm", "cpu")(_batch_norm_factory(_batch_norm_cpu))
+kernel("batch_norm", "cuda")(_batch_norm_factory(_batch_norm_gpu(reshape=True)))
+kernel("batch_norm", "opencl")(_batch_norm_factory(_batch_norm_gpu(reshape=False)))
 
 __all__ = ["NUM_OUTPUTS_KEY", "batch_norm_outputs"]

@@ -187,14 +187,26 @@ def avg_divisor(p: PoolParams) -> np.ndarray:
 
 # -- cpu / cuda ---------------------------------------------------------------------------------
 
+def _pool_cpu(op: str) -> Callable[..., Callable[..., None]]:
+    """2-D pools: oneDNN's or the compiled loops (_onednn_or_jit); the rest as on CUDA."""
+    is_max = op.startswith("max")
+    host = _pool_host(op)
+
+    def factory(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
+                outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+        p = pool_params(op, inputs, attrs)
+        if p.dims == 2 and p.dtype in JIT_DTYPES:
+            return _onednn_or_jit(p, is_max)
+        return host(backend, device_id, inputs, outputs, attrs)
+    return factory
+
+
 def _pool_host(op: str) -> Callable[..., Callable[..., None]]:
     is_max = op.startswith("max")
 
     def factory(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
         whole = pool_params(op, inputs, attrs)
-        if backend.name == "cpu" and whole.dims == 2 and whole.dtype in JIT_DTYPES:
-            return _onednn_or_jit(whole, is_max)
         p = reading(whole)
         xp = array_module(backend)
         # Workspace made once: the data inside a border of lowest (max) or 0 (avg) that also
@@ -431,7 +443,7 @@ def _global_factory(op: str) -> Callable[..., Callable[..., None]]:
 
 for _op in POOL_OPS:
     define_op(_op, _pool_infer(_op), 1, AVG_ATTRS if _op.startswith("avg") else POOL_ATTRS)
-    kernel(_op, "cpu")(_pool_host(_op))
+    kernel(_op, "cpu")(_pool_cpu(_op))
     kernel(_op, "cuda")(_pool_host(_op))
     kernel(_op, "opencl")(_pool_cl(_op))
 for _op in GLOBAL_REDUCE:

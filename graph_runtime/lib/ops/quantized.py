@@ -69,14 +69,16 @@ def _qconv2d_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> li
 
 def _qconv2d_cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                  outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+    from ..kernels.onednn.choice import onednn_int8_or
     from ..kernels.onednn.int8_conv import Int8Conv, int8_conv_applies
     p = qconv2d_params(inputs, attrs)
     x_zero = int(int_attr("qconv2d", attrs, "x_zero", 0))
     y_zero = int(int_attr("qconv2d", attrs, "y_zero", 0))
     relu = bool_attr("qconv2d", attrs, "relu", False)
-    if int8_conv_applies(p, inputs[0].dtype, inputs[1].dtype):
-        return Int8Conv(p, inputs[0].dtype, outputs[0].dtype, x_zero, y_zero, relu)
-    return qconv2d_reference(p, x_zero, y_zero, relu)
+    return onednn_int8_or(
+        "qconv2d", int8_conv_applies(p, inputs[0].dtype, inputs[1].dtype),
+        lambda: Int8Conv(p, inputs[0].dtype, outputs[0].dtype, x_zero, y_zero, relu),
+        lambda: qconv2d_reference(p, x_zero, y_zero, relu))
 
 
 def _qdense_check(inputs: Sequence[TensorSpec]) -> tuple[int, int, int]:
@@ -105,14 +107,16 @@ def _qdense_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> lis
 
 def _qdense_cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+    from ..kernels.onednn.choice import onednn_int8_or
     from ..kernels.onednn.int8_matmul import Int8Matmul, int8_matmul_applies
     rows, n, k = _qdense_check(inputs)
     x_zero = int(int_attr("qdense", attrs, "x_zero", 0))
     y_zero = int(int_attr("qdense", attrs, "y_zero", 0))
     relu = bool_attr("qdense", attrs, "relu", False)
-    kernel: Callable[..., None] = qdense_reference(x_zero, y_zero, relu)
-    if int8_matmul_applies(inputs[0].dtype, inputs[1].dtype, rows, n, k):
-        kernel = Int8Matmul(rows, n, k, inputs[0].dtype, outputs[0].dtype, x_zero, y_zero, relu)
+    kernel = onednn_int8_or(
+        "qdense", int8_matmul_applies(inputs[0].dtype, inputs[1].dtype, rows, n, k),
+        lambda: Int8Matmul(rows, n, k, inputs[0].dtype, outputs[0].dtype, x_zero, y_zero, relu),
+        lambda: qdense_reference(x_zero, y_zero, relu))
 
     def run(x: Any, w: Any, m: Any, b: Any, out: Any) -> None:
         kernel(x.reshape(rows, k), w, m, b, out.reshape(rows, n))

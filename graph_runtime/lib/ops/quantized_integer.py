@@ -61,12 +61,16 @@ def _conv_integer_infer(inputs: Sequence[TensorSpec],
 def _conv_integer_cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                       outputs: Sequence[TensorSpec],
                       attrs: Mapping[str, Any]) -> Callable[..., None]:
+    from ..kernels.onednn.choice import onednn_int8_or
     from ..kernels.onednn.int8_conv import Int8Conv, int8_conv_applies
     p = _conv_integer_params(inputs, attrs)
-    if int8_conv_applies(p, inputs[0].dtype, inputs[2].dtype):
+
+    def onednn() -> Callable[..., None]:
         made = Int8Conv(p, inputs[0].dtype, "int32", None, 0, False)
         return Forward(made, made.integer)
-    return conv2d_integer_reference(p)
+    return onednn_int8_or("conv2d_integer", int8_conv_applies(p, inputs[0].dtype,
+                                                              inputs[2].dtype),
+                          onednn, lambda: conv2d_integer_reference(p))
 
 
 def _dense_integer_infer(inputs: Sequence[TensorSpec],
@@ -81,16 +85,20 @@ def _dense_integer_infer(inputs: Sequence[TensorSpec],
 def _dense_integer_cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                        outputs: Sequence[TensorSpec],
                        attrs: Mapping[str, Any]) -> Callable[..., None]:
+    from ..kernels.onednn.choice import onednn_int8_or
     from ..kernels.onednn.int8_matmul import Int8Matmul, int8_matmul_applies
     k, n = tuple(inputs[2].shape)
     rows = size_of(inputs[0].shape) // max(k, 1)
-    if not int8_matmul_applies(inputs[0].dtype, inputs[2].dtype, rows, n, k):
-        return dense_integer_reference()
-    made = Int8Matmul(rows, n, k, inputs[0].dtype, "int32", None, 0, False)
 
-    def run(x: Any, x_zero: Any, w: Any, out: Any) -> None:
-        made.integer(x.reshape(rows, k), x_zero, w, out.reshape(rows, n))
-    return Forward(made, run)
+    def onednn() -> Callable[..., None]:
+        made = Int8Matmul(rows, n, k, inputs[0].dtype, "int32", None, 0, False)
+
+        def run(x: Any, x_zero: Any, w: Any, out: Any) -> None:
+            made.integer(x.reshape(rows, k), x_zero, w, out.reshape(rows, n))
+        return Forward(made, run)
+    return onednn_int8_or("dense_integer",
+                          int8_matmul_applies(inputs[0].dtype, inputs[2].dtype, rows, n, k),
+                          onednn, dense_integer_reference)
 
 
 def _scaled_check(inputs: Sequence[TensorSpec]) -> tuple[int, int, int]:
@@ -115,16 +123,21 @@ def _scaled_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> lis
 
 def _scaled_cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+    from ..kernels.onednn.choice import onednn_int8_or
     from ..kernels.onednn.int8_matmul import Int8Matmul, int8_matmul_applies
     rows, n, k = _scaled_check(inputs)
-    if not int8_matmul_applies(inputs[0].dtype, inputs[2].dtype, rows, n, k):
-        return dense_integer_scaled_reference()
-    made = Int8Matmul(rows, n, k, inputs[0].dtype, "float32", None, 0, False)
 
-    def run(x: Any, x_zero: Any, w: Any, x_scale: Any, w_scale: Any, bias: Any,
-            out: Any) -> None:
-        made.scaled(x.reshape(rows, k), x_zero, w, x_scale, w_scale, bias, out.reshape(rows, n))
-    return Forward(made, run)
+    def onednn() -> Callable[..., None]:
+        made = Int8Matmul(rows, n, k, inputs[0].dtype, "float32", None, 0, False)
+
+        def run(x: Any, x_zero: Any, w: Any, x_scale: Any, w_scale: Any, bias: Any,
+                out: Any) -> None:
+            made.scaled(x.reshape(rows, k), x_zero, w, x_scale, w_scale, bias,
+                        out.reshape(rows, n))
+        return Forward(made, run)
+    return onednn_int8_or("dense_integer_scaled",
+                          int8_matmul_applies(inputs[0].dtype, inputs[2].dtype, rows, n, k),
+                          onednn, dense_integer_scaled_reference)
 
 
 def _dynamic_scaled_check(inputs: Sequence[TensorSpec]) -> tuple[int, int, int]:
@@ -184,12 +197,16 @@ def _conv_scaled_infer(inputs: Sequence[TensorSpec],
 def _conv_scaled_cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                      outputs: Sequence[TensorSpec],
                      attrs: Mapping[str, Any]) -> Callable[..., None]:
+    from ..kernels.onednn.choice import onednn_int8_or
     from ..kernels.onednn.int8_conv import Int8Conv, int8_conv_applies
     p = _conv_scaled_params(inputs, attrs)
-    if int8_conv_applies(p, inputs[0].dtype, inputs[2].dtype):
+
+    def onednn() -> Callable[..., None]:
         made = Int8Conv(p, inputs[0].dtype, "float32", None, 0, False)
         return Forward(made, made.scaled)
-    return conv2d_integer_scaled_reference(p)
+    return onednn_int8_or("conv2d_integer_scaled", int8_conv_applies(p, inputs[0].dtype,
+                                                                     inputs[2].dtype),
+                          onednn, lambda: conv2d_integer_scaled_reference(p))
 
 
 def _dynamic_quantize_infer(inputs: Sequence[TensorSpec],

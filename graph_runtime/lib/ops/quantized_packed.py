@@ -53,18 +53,22 @@ def _infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[Tenso
 
 def _cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
          outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+    from ..kernels.onednn.choice import onednn_int8_or
     from ..kernels.onednn.int8_matmul import Int8Matmul, int8_matmul_applies
     rows, n, k, dense = _check(inputs, attrs)
     jit_setup.start()
     lo, hi = (np.float32(v) for v in QUANT_RANGES[dense])
     x_zero = np.array(int(int_attr(OP, attrs, "x_zero", 0)), inputs[0].dtype)
     acc = np.empty((rows, n), np.int32)
-    integer: Callable[..., None] = dense_integer_reference()
-    made = None
-    if int8_matmul_applies(inputs[0].dtype, inputs[1].dtype, rows, n, k):
+
+    def onednn() -> Int8Matmul:
         made = Int8Matmul(rows, n, k, inputs[0].dtype, "int32", None, 0, False)
         made.derived = (1,)  # the weight's position among this op's inputs
-        integer = made.integer
+        return made
+    chosen = onednn_int8_or(OP, int8_matmul_applies(inputs[0].dtype, inputs[1].dtype, rows, n, k),
+                            onednn, dense_integer_reference)
+    made = chosen if isinstance(chosen, Int8Matmul) else None
+    integer = chosen if made is None else made.integer
 
     def run(x: Any, w: Any, m: Any, b: Any, y_zero: Any, colmap: Any, out: Any) -> None:
         integer(x.reshape(rows, k), x_zero, w, acc)

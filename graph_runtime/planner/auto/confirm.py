@@ -4,7 +4,7 @@ The solver trusts kernel costs measured one by one, and costs measured while the
 busy once put the MLP example all on OpenCL at 4.3x its all-CPU time. So the solver's plan and
 the default one (every node on the first given device that may hold it) are created and run in
 interleaved rounds (_timing.Race) until the difference is clear; the default stays unless the
-solver's plan is clearly MIN_SPEEDUP times faster on a quiet machine.
+solver's plan is clearly faster on a quiet machine (by _timing.TAKE_SPEEDUP["plan"]).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ... import _load
-from ..._timing import NOISE, Budget, Race, Source, Verdict
+from ..._timing import NOISE, Budget, Race, Source, Verdict, min_speedup
 from ...device import Device
 from ...errors import GraphRuntimeError
 from ...lib.library import Module
@@ -25,7 +25,7 @@ from .calibrate import sampled_module
 
 log = logging.getLogger("graph_runtime")
 
-MIN_SPEEDUP = 1.05  # what the solver's plan must gain over the default, measured, to be kept
+GAIN = min_speedup("plain", ["plan"])  # what the solver's plan must gain over the default
 SAMPLE_S = 0.005  # a sample is as many runs as last this long (a tiny graph's run is µs)
 
 
@@ -72,7 +72,7 @@ class DefaultCheck:
         elif v.outcome == NOISE:
             kept = "kept the default: within noise"
         else:
-            kept = f"kept the default (auto is not clearly {MIN_SPEEDUP:.2f}x as fast)"
+            kept = f"kept the default (auto is not clearly {GAIN:.2f}x as fast)"
         return (f"measured run time (medians of interleaved rounds): default ({self.default}) "
                 f"{seconds['default'] * 1e3:.3f} ms, auto {seconds['auto'] * 1e3:.3f} ms\n"
                 f"{v.text()}: {kept}")
@@ -114,7 +114,7 @@ def check_default(plans: Mapping[str, PlanResult], predicted: dict[str, float], 
     """Race plans["auto"] against plans["default"]; auto is kept only when clearly faster."""
     try:
         sources = {name: timing.source(name, plan) for name, plan in plans.items()}
-        verdict = Race("default", MIN_SPEEDUP, budget, timing.load)(sources)
+        verdict = Race("default", GAIN, budget, timing.load)(sources)
     except GraphRuntimeError as e:
         log.info("plan --auto: kept the default (%s): the plans could not run: %s", label, e)
         return DefaultCheck(label, predicted, "default", failed=str(e))

@@ -22,16 +22,17 @@ import numpy as np
 from .... import settings
 from ...._timing import Race, Verdict, sampler
 from ...prepared import PreparedKernel
+from ...tunable import Candidate, TunableOp
 from ...tuning import Choice
 from . import jit_setup
 from .loops_jit import compiled
 from .rows_jit import softmax_row
-from .dense_tiles import SPREAD_SPEEDUP
 from .threads import ONE_BLAS_THREAD, num_threads, parallel_images
 
-CHOICE = Choice("cpu.attention_split", settings.ATTENTION_SPLIT)
+# one call over every head, or blocks of heads (or query rows) on the workers
+SPLIT: TunableOp[None] = TunableOp(Choice("cpu.attention_split", settings.ATTENTION_SPLIT),
+                                   (Candidate("off"), Candidate("on", kind="spread")))
 PARALLEL_FLOPS = 4e6  # both products of every head: below this one call does all heads
-MIN_SPEEDUP = 1.1
 SPREAD_WORK = 4e7
 
 Block = tuple[int, int, int, int, int]  # batch, first and last head, first and last query
@@ -139,9 +140,8 @@ class AttentionKernel(PreparedKernel):
             # against 0.64 ms on one call) keep the blocks unless one call is clearly faster, so
             # one measurement on a busy machine does not pin them to one core
             spread = work >= SPREAD_WORK
-            if CHOICE.choose("cpu", key, ("off", "on"), lambda race: self._race(race, split),
-                             "on" if spread else "off",
-                             SPREAD_SPEEDUP if spread else MIN_SPEEDUP) == "on":
+            if SPLIT.choose(("off", "on"), "cpu", key, lambda race: self._race(race, split),
+                            "on" if spread else "off") == "on":
                 self.blocks = split
 
     def _race(self, race: Race, split: list[Block]) -> Verdict:

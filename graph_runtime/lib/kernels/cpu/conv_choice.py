@@ -12,8 +12,7 @@ GRAPH_RUNTIME_ONEDNN=on forces onednn wherever it applies; off never offers it.
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import replace
-from typing import Callable
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -21,76 +20,101 @@ from .... import settings
 from ...._timing import Race, Verdict, sampler
 from ...conv_params import ConvParams
 from ...library import InputVersion
+from ...tunable import Candidate, TunableOp
 from ...tuning import Choice
 from .conv import ConvKernel, DepthwiseConv, Gemm1x1Conv, Im2colChannelsConv, Im2colConv
 from .conv_epilogue import Epilogue
 from .depthwise_jit import DepthwiseJitConv
 from .threads import ONE_BLAS_THREAD, num_threads
 from .winograd import WinogradConv, winograd_applies
-from ..onednn.choice import onednn_conv, onednn_conv_names, onednn_forced, timed_call
+from ..onednn.choice import onednn_conv, timed_call
 from ..onednn.policy import mode_word
 
-CHOICE = Choice("cpu.conv2d", settings.CONV)
-STRATEGIES = settings.CONV.choices
 PAUSE_S = 0.0005
-MIN_SPEEDUP = 1.1  # what another strategy must gain over the plain im2col loop to be chosen
+
+
+@dataclass(frozen=True)
+class ConvSpec:
+    """What a strategy is chosen for: the conv's sizes and the epilogue it applies."""
+
+    p: ConvParams
+    epilogue: Epilogue
+
+
+def _many_threads(s: ConvSpec) -> bool:
+    return num_threads() > 1
+
+
+def _few_images(s: ConvSpec) -> bool:
+    return s.p.n < num_threads() and s.p.groups == 1
+
+
+def _one_by_one(s: ConvSpec) -> bool:
+    return s.p.kh == s.p.kw == 1 and s.p.strides == (1, 1) and not any(s.p.pad)
+
+
+def _depthwise(s: ConvSpec) -> bool:
+    return s.p.cg == 1 and s.p.groups > 1
+
+
+def _winograd(s: ConvSpec) -> bool:
+    return winograd_applies(s.p) and s.p.n > 0
+
+
+def _onednn_applies(s: ConvSpec) -> bool:
+    from ..onednn.conv import conv_applies
+    return conv_applies(s.p, s.epilogue)
+
+
+# The strategies (im2col computes every conv exactly; the rest where they apply), in the order
+# they are raced; onednn, where it applies, is the base (see conv2d_cpu).
+CONV2D: TunableOp[ConvSpec] = TunableOp(Choice("cpu.conv2d", settings.CONV), (
+    Candidate("im2col", lambda s: Im2colConv(s.p, s.epilogue)),
+    Candidate("im2col_rows", lambda s: Im2colConv(s.p, s.epilogue, split_rows=True),
+              lambda s: s.p.n == 1 and s.p.oh > 1 and _many_threads(s), "spread"),
+    Candidate("im2col_channels", lambda s: Im2colChannelsConv(s.p, s.epilogue),
+              lambda s: _few_images(s) and s.p.o > 1, "spread"),
+    # a busy machine's other cores may only stall the loop
+    Candidate("im2col_serial", lambda s: Im2colConv(s.p, s.epilogue, serial=True),
+              lambda s: s.p.n > 1 and _many_threads(s)),
+    Candidate("gemm1x1", lambda s: Gemm1x1Conv(s.p, s.epilogue), _one_by_one),
+    Candidate("gemm1x1_split", lambda s: Gemm1x1Conv(s.p, s.epilogue, split=True),
+              lambda s: _one_by_one(s) and _few_images(s), "spread"),
+    Candidate("depthwise", lambda s: DepthwiseConv(s.p, s.epilogue), _depthwise),
+    Candidate("depthwise_jit", lambda s: DepthwiseJitConv(s.p, s.epilogue), _depthwise),
+    Candidate("winograd", lambda s: WinogradConv(s.p, s.epilogue, 2), _winograd),
+    Candidate("winograd4", lambda s: WinogradConv(s.p, s.epilogue, 4), _winograd),
+    Candidate("onednn", lambda s: onednn_conv(s.p, s.epilogue), _onednn_applies, onednn=True),
+), fallback="im2col")
+STRATEGIES = settings.CONV.choices
 
 
 def applicable(p: ConvParams) -> list[str]:
-    """Strategies that compute this conv exactly (im2col always does)."""
-    names = ["im2col"]
-    if p.n == 1 and p.oh > 1 and num_threads() > 1:
-        names.append("im2col_rows")
-    few_images = p.n < num_threads() and p.groups == 1
-    if few_images and p.o > 1:
-        names.append("im2col_channels")
-    if p.n > 1 and num_threads() > 1:
-        names.append("im2col_serial")  # a busy machine's other cores may only stall the loop
-    if p.kh == p.kw == 1 and p.strides == (1, 1) and not any(p.pad):
-        names.append("gemm1x1")
-        if few_images:
-            names.append("gemm1x1_split")
-    if p.cg == 1 and p.groups > 1:
-        names.append("depthwise")
-        names.append("depthwise_jit")
-    if winograd_applies(p) and p.n > 0:
-        names.append("winograd")
-        names.append("winograd4")
-    return names
+    """Strategies other than oneDNN's that compute this conv exactly (im2col always does)."""
+    spec = ConvSpec(p, Epilogue((), (p.n, p.o, p.oh, p.ow)))
+    return [c.name for c in CONV2D.candidates if not c.onednn and c.applies(spec)]
 
 
 def candidates(p: ConvParams, epilogue: Epilogue) -> list[str]:
-    """applicable(p), plus onednn where a oneDNN primitive computes p and its epilogue."""
-    return applicable(p) + onednn_conv_names(p, epilogue)
+    """The strategies offered for p and its epilogue: applicable(p), plus onednn where a oneDNN
+    primitive computes them and GRAPH_RUNTIME_ONEDNN allows it."""
+    return CONV2D.offered(ConvSpec(p, epilogue))
 
 
 def build(name: str, p: ConvParams, epilogue: Epilogue) -> ConvKernel:
     """The kernel of one named strategy (which must apply to p)."""
-    makers: dict[str, Callable[[], ConvKernel]] = {
-        "im2col": lambda: Im2colConv(p, epilogue),
-        "im2col_rows": lambda: Im2colConv(p, epilogue, split_rows=True),
-        "im2col_serial": lambda: Im2colConv(p, epilogue, serial=True),
-        "im2col_channels": lambda: Im2colChannelsConv(p, epilogue),
-        "gemm1x1": lambda: Gemm1x1Conv(p, epilogue),
-        "gemm1x1_split": lambda: Gemm1x1Conv(p, epilogue, split=True),
-        "depthwise": lambda: DepthwiseConv(p, epilogue),
-        "depthwise_jit": lambda: DepthwiseJitConv(p, epilogue),
-        "winograd": lambda: WinogradConv(p, epilogue, 2),
-        "winograd4": lambda: WinogradConv(p, epilogue, 4),
-        "onednn": lambda: onednn_conv(p, epilogue),
-    }
-    return makers[name]()
+    kernel: ConvKernel = CONV2D.build(name, ConvSpec(p, epilogue))
+    return kernel
 
 
 def conv2d_cpu(p: ConvParams, epilogue: Epilogue, strategy: str | None = None) -> ConvKernel:
     """The conv2d kernel for p: strategy if given, else GRAPH_RUNTIME_CONV, else measured."""
     names = candidates(p, epilogue)
-    forced = strategy or ("onednn" if names[-1] == "onednn" and onednn_forced()
-                          else CHOICE.forced())
-    if forced is not None:
-        return build(forced if forced in names else "im2col", p, epilogue)
-    if len(names) == 1:
-        return build(names[0], p, epilogue)
+    if strategy is not None:
+        return build(strategy if strategy in names else "im2col", p, epilogue)
+    forced = CONV2D.forced(names)
+    if forced is not None or len(names) == 1:
+        return build(forced or names[0], p, epilogue)
     kinds = ",".join(op.kind for op in epilogue.ops) or "none"
     bias = " bias folded" if epilogue.channel_bias() is not None else ""
     # NOTE: whether oneDNN is offered is part of the key: it may be offered in one create() and
@@ -103,8 +127,7 @@ def conv2d_cpu(p: ConvParams, epilogue: Epilogue, strategy: str | None = None) -
     # (one NCHW conv among oneDNN ones makes two reorders of its data), which favours the rest.
     base = "onednn" if "onednn" in names else (
         "im2col_serial" if "im2col_serial" in names else "im2col")
-    chosen = CHOICE.choose("cpu", key, names, lambda race: _race(race, p, epilogue, names), base,
-                           MIN_SPEEDUP)
+    chosen = CONV2D.choose(names, "cpu", key, lambda race: _race(race, p, epilogue, names), base)
     return build(chosen, p, epilogue)
 
 

@@ -25,24 +25,21 @@ import numpy as np
 from .... import settings
 from ...._timing import Race, Verdict, sampler
 from ...prepared import PreparedKernel
+from ...tunable import Candidate, TunableOp
 from ...tuning import Choice
 from .threads import ONE_BLAS_THREAD, num_threads, parallel_images
 
-CHOICE = Choice("cpu.dense_tiles", settings.DENSE_TILES)
-TILINGS = ("whole", "cols", "rows")
+# one tile on the caller, column blocks or row blocks on the workers (DenseTiles over tiles())
+TILES: TunableOp[None] = TunableOp(Choice("cpu.dense_tiles", settings.DENSE_TILES), (
+    Candidate("whole"), Candidate("cols", kind="spread"), Candidate("rows", kind="spread")))
+TILINGS = tuple(c.name for c in TILES.candidates)
 MIN_FLOPS = 2e5  # below this the product is too short for the workers or a choice to matter
 MIN_COLUMNS = 64  # per column block: narrower GEMMs lose BLAS efficiency
 MIN_ROWS = 16
-MIN_SPEEDUP = 1.1  # another tiling must beat one tile clearly (a lucky sample must not pick it)
-# From here column tiles are the tiling kept unless one tile is clearly faster: measured once on
-# a busy machine, one tile won BERT-base's 128x768x3072 products while another process held
-# the second core, and the model then ran at ONNX Runtime's one-thread speed (1.7x its
-# two-thread time) on a quiet one; column tiles lose little when a core is busy (the caller
-# takes the tiles a helper does not get to): BERT-base ran in 81 ms with them against 142 ms on
-# one tile at load 1, 201 against 235 ms with another process spinning. Below this size (ViT-small's
-# 197x192 by 768x192, 58 MFLOP) one tile measured 1.1-1.2x faster and the measurement decides.
+# From here column tiles are the base, kept unless one tile is clearly faster (work spread over
+# the workers: _timing.KEEP_SPEEDUP says why). Below this size (ViT-small's 197x192 by 768x192,
+# 58 MFLOP) one tile measured 1.1-1.2x faster and the measurement decides.
 SPREAD_FLOPS = 1e8
-SPREAD_SPEEDUP = 1.25
 
 Tile = tuple[int, int, int, int]  # rows [r0, r1), columns [c0, c1)
 
@@ -57,9 +54,9 @@ def tiling(m: int, n: int, k: int, dtype: str) -> str | None:
         return "whole"
     key = f"{dtype} x {m}x{k} weight {n}x{k}"
     spread = "cols" in candidates and 2.0 * m * n * k >= SPREAD_FLOPS
-    return CHOICE.choose("cpu", key, candidates,
-                         lambda race: _race(race, m, n, k, dtype, candidates),
-                         "cols" if spread else "whole", SPREAD_SPEEDUP if spread else MIN_SPEEDUP)
+    return TILES.choose(candidates, "cpu", key,
+                        lambda race: _race(race, m, n, k, dtype, candidates),
+                        "cols" if spread else "whole")
 
 
 def tiles(kind: str, m: int, n: int) -> list[Tile]:
@@ -113,6 +110,9 @@ class DenseTiles(PreparedKernel):
         """This product with a compiled tail applied per tile."""
         m, k = self.shapes[0]
         return DenseTiles(m, self.shapes[1][0], k, self.tiles, tail)
+
+    def with_tile_tail(self, tail: Any) -> DenseTiles:
+        return self.with_tail(tail)
 
     def uses_workers(self) -> bool:
         return True

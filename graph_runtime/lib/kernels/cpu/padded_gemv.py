@@ -20,12 +20,14 @@ import numpy as np
 from .... import settings
 from ...._timing import Race, Verdict, sampler
 from ...prepared import PreparedKernel
+from ...tunable import Candidate, TunableOp
 from ...tuning import Choice
 
-CHOICE = Choice("cpu.gemv_padding", settings.GEMV_PADDING)
+# the plain call, or the padded one (built by ops/linalg.py from padded_rows)
+PADDING: TunableOp[None] = TunableOp(Choice("cpu.gemv_padding", settings.GEMV_PADDING),
+                                     (Candidate("off"), Candidate("on", kind="padded")))
 OPENBLAS_THREADED_WEIGHTS = 460_800
 MAX_GROWTH = 2.0  # at most twice the weights: beyond that the extra traffic eats the gain
-MIN_SPEEDUP = 1.15  # "auto" pads only when the padded call is clearly faster here
 
 
 def padded_rows(k: int, n: int, dtype: str) -> int:
@@ -36,8 +38,8 @@ def padded_rows(k: int, n: int, dtype: str) -> int:
     if rows <= n or rows > MAX_GROWTH * n:
         return 0
     key = f"{dtype} x 1x{k} weight {n}x{k} padded to {rows} rows"
-    chosen = CHOICE.choose("cpu", key, ("off", "on"), lambda race: _race(race, k, n, rows, dtype),
-                           "off", MIN_SPEEDUP)
+    chosen = PADDING.choose(("off", "on"), "cpu", key,
+                            lambda race: _race(race, k, n, rows, dtype), "off")
     return rows if chosen == "on" else 0
 
 

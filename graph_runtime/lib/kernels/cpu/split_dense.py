@@ -22,14 +22,15 @@ import numpy as np
 from .... import settings
 from ...._timing import Race, Verdict, sampler
 from ...prepared import PreparedKernel
+from ...tunable import Candidate, TunableOp
 from ...tuning import Choice
 from .threads import num_threads, parallel_images
 
-CHOICE = Choice("cpu.dense_split", settings.DENSE_SPLIT)
+# the plain call, or column blocks on the workers (SplitDense, built by ops/linalg.py)
+SPLIT: TunableOp[None] = TunableOp(Choice("cpu.dense_split", settings.DENSE_SPLIT),
+                                   (Candidate("off"), Candidate("on", kind="split")))
 MIN_FLOPS = 4e6  # below this a call is too short to hand out
 MIN_COLUMNS = 64  # per block: narrower GEMMs lose BLAS efficiency
-# Clearly faster: a wrong "on" costs much on a busy machine (docs/measurements.md).
-MIN_SPEEDUP = 1.25
 
 
 def split_blocks(m: int, n: int, k: int, dtype: str) -> int:
@@ -40,8 +41,8 @@ def split_blocks(m: int, n: int, k: int, dtype: str) -> int:
             or dtype not in ("float32", "float64")):
         return 0
     key = f"{dtype} x {m}x{k} weight {n}x{k} in {blocks} blocks"
-    chosen = CHOICE.choose("cpu", key, ("off", "on"),
-                           lambda race: _race(race, m, n, k, dtype, blocks), "off", MIN_SPEEDUP)
+    chosen = SPLIT.choose(("off", "on"), "cpu", key,
+                          lambda race: _race(race, m, n, k, dtype, blocks), "off")
     return blocks if chosen == "on" else 0
 
 

@@ -15,12 +15,14 @@ import numpy as np
 
 from .... import settings
 from ...._timing import Race, Verdict, sampler
+from ...tunable import Candidate, TunableOp
 from ...tuning import Choice
 from ..derived import DerivesFromInputs
 
-CHOICE = Choice("cpu.dense_transpose", settings.DENSE_TRANSPOSE)
+# the given weight, or a kept transposed copy (TransposedDense, built by ops/linalg.py)
+TRANSPOSE: TunableOp[None] = TunableOp(Choice("cpu.dense_transpose", settings.DENSE_TRANSPOSE),
+                                       (Candidate("off"), Candidate("on")))
 MIN_FLOPS = 1e6  # below this the call is too short for the layout to matter
-MIN_SPEEDUP = 1.1
 
 
 def keeps_transposed(m: int, n: int, k: int, dtype: str) -> bool:
@@ -28,8 +30,8 @@ def keeps_transposed(m: int, n: int, k: int, dtype: str) -> bool:
     if m < 2 or 2.0 * m * n * k < MIN_FLOPS or dtype not in ("float32", "float64"):
         return False
     key = f"{dtype} x {m}x{k} weight {n}x{k}"
-    chosen = CHOICE.choose("cpu", key, ("off", "on"), lambda race: _race(race, m, n, k, dtype),
-                           "off", MIN_SPEEDUP)
+    chosen = TRANSPOSE.choose(("off", "on"), "cpu", key,
+                              lambda race: _race(race, m, n, k, dtype), "off")
     return chosen == "on"
 
 

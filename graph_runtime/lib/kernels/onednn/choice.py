@@ -1,8 +1,10 @@
 """Where oneDNN kernels are offered to the CPU kernel choices: the conv strategy's candidate, and
-oneDNN-or-today's choices for pools, matmuls and conv2d_transpose through the tuning service
+oneDNN-or-today's candidate sets for pools, matmuls and conv2d_transpose through the tuning service
 (lib/tuning.py)."""
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -12,34 +14,13 @@ from ...._timing import Race, Verdict, sampler
 from ...conv_params import ConvParams
 from ...library import InputVersion
 from ...prepared import capabilities
+from ...tunable import Candidate, TunableOp
 from ...tuning import Choice
 from ..cpu.conv_epilogue import Epilogue
 from ..cpu.threads import ONE_BLAS_THREAD
-from . import binding
 from .policy import mode_word
 
 PAUSE_S = 0.0005
-MIN_SPEEDUP = 1.1  # what oneDNN must gain over today's kernel to be chosen
-# A large product keeps its work items on both cores unless one call is this much faster (as
-# dense_tiles.SPREAD_SPEEDUP): measured at load 4, one call won BERT-base's 128x3072x768
-# products by 1.14x and the model then ran 203 ms against 160 with the items.
-SPREAD_SPEEDUP = 1.25
-
-
-def onednn_forced() -> bool:
-    """GRAPH_RUNTIME_ONEDNN=on: oneDNN wherever it applies, no timing; the library must load."""
-    if binding.onednn_mode() != "on":
-        return False
-    binding.library()  # LibraryError with the reason when it cannot run
-    return True
-
-
-def onednn_conv_names(p: ConvParams, epilogue: Epilogue) -> list[str]:
-    """["onednn"] where a oneDNN primitive computes this conv2d and its epilogue, else []."""
-    from .conv import conv_applies
-    if binding.onednn_mode() == "on":
-        binding.library()
-    return ["onednn"] if conv_applies(p, epilogue) else []
 
 
 def onednn_conv(p: ConvParams, epilogue: Epilogue) -> Any:
@@ -48,58 +29,100 @@ def onednn_conv(p: ConvParams, epilogue: Epilogue) -> Any:
     return OnednnConv(p, epilogue)
 
 
-def onednn_or(op: str, key: str, applies: bool,
-              make_onednn: Callable[[], Callable[..., None]],
-              make_other: Callable[[], Callable[..., None]],
-              shapes: Sequence[tuple[int, ...]],
-              make_split: Callable[[], Callable[..., None]] | None = None,
+Make = Callable[[], Callable[..., None]]
+
+
+@dataclass(frozen=True)
+class OnednnOr:
+    """One op shape oneDNN may serve: whether it applies, and how each candidate is made."""
+
+    applies: bool
+    onednn: Make
+    other: Make
+    split: Make | None
+
+
+def _split_offered(s: OnednnOr) -> bool:
+    # NOTE: with OpenMP inside each primitive (policy.py) the one call is already spread over
+    # the cores; splitting it into single-threaded items would change the calling thread's
+    # OpenMP count back and forth (6-7 ms each time).
+    return s.applies and s.split is not None and mode_word() == "workers"
+
+
+# today's kernel, the oneDNN one, and the oneDNN one in work items for the runtime's workers
+CANDIDATES: tuple[Candidate[OnednnOr], ...] = (
+    Candidate("off", lambda s: s.other()),
+    Candidate("on", lambda s: s.onednn(), lambda s: s.applies, onednn=True),
+    Candidate("split", lambda s: s.split() if s.split else None, _split_offered, "spread",
+              onednn=True),
+)
+
+
+@functools.cache
+def _tunable(op: str) -> TunableOp[OnednnOr]:
+    return TunableOp(Choice(f"cpu.onednn_{op}", settings.ONEDNN), CANDIDATES)
+
+
+def onednn_or(op: str, key: str, applies: bool, make_onednn: Make, make_other: Make,
+              shapes: Sequence[tuple[int, ...]], make_split: Make | None = None,
               base: str = "off") -> Callable[..., None]:
     """The oneDNN kernel or today's for one op shape: forced by GRAPH_RUNTIME_ONEDNN=on|off,
     else the tuning service's choice "cpu.onednn_<op>" between "on" and "off" (and "split",
     the oneDNN kernel in work items for the workers, when make_split is given) for key,
     measured once on float32 arrays of `shapes` (inputs, then outputs). The base candidate is
-    kept unless another is MIN_SPEEDUP times faster (SPREAD_SPEEDUP for "split")."""
-    if not applies:
-        if binding.onednn_mode() == "on":
-            binding.library()
+    kept unless another clearly gains what the speedup rule asks (_timing.min_speedup)."""
+    spec = OnednnOr(applies, make_onednn, make_other, make_split)
+    tunable = _tunable(op)
+    names = tunable.offered(spec)
+    if names == ["off"]:
         return make_other()
-    makers = {"on": make_onednn}
-    # NOTE: with OpenMP inside each primitive (policy.py) the one call is already spread over
-    # the cores; splitting it into single-threaded items would change the calling thread's
-    # OpenMP count back and forth (6-7 ms each time).
-    if make_split is not None and mode_word() == "workers":
-        makers["split"] = make_split
-    if onednn_forced():
-        made = makers["split" if "split" in makers else "on"]()
-        return make_other() if _reference(made) else made
 
     def measure(race: Race) -> Verdict:
-        kernels = {name: make() for name, make in makers.items()}
+        kernels = {name: tunable.build(name, spec) for name in names if name != "off"}
         if _reference(kernels["on"]):
-            return race.known({name: 1.0 if name == "off" else float("inf")
-                               for name in ("off", *makers)})
+            return race.known({name: 1.0 if name == "off" else float("inf") for name in names})
         return _race(race, kernels, make_other(), shapes)
 
-    choice = Choice(f"cpu.onednn_{op}", settings.ONEDNN)
-    # timed channels-last where the kernel can be (timed_call), in this process's mode
-    key += f" ({mode_word()})"
     # NOTE: with OpenMP inside oneDNN's primitives, oneDNN is the base: today's kernels run on
     # the runtime's workers, which then share the cores with OpenMP threads still spinning
     # after the previous primitive, a cost a kernel timed alone does not show (ConvNeXt-tiny:
     # 62 ms with the choices so timed, 30 ms with oneDNN's matmuls throughout).
     if mode_word() == "openmp" and base == "off":
         base = "on"
-    if base not in ("off", *makers):
+    if base not in names:
         base = "on"
-    speedup = SPREAD_SPEEDUP if base == "split" else MIN_SPEEDUP
-    chosen = choice.choose("cpu", key, ("off", *makers), measure, base, speedup)
+    # timed channels-last where the kernel can be (timed_call), in this process's mode
+    chosen = tunable.choose(names, "cpu", f"{key} ({mode_word()})", measure, base)
     if chosen == "off":
         return make_other()
     # NOTE: a timed kernel derived data (packed weights) from made-up arrays and was bound to a
     # constant version: the graph gets a fresh one (made, like every oneDNN kernel here, only
     # when it is first used, so that one passed over costs nothing).
-    made = makers[chosen]()
+    made = tunable.build(chosen, spec)
     return make_other() if _reference(made) else made
+
+
+# oneDNN's integer kernel where it applies, else the exact reference (float64 products)
+INT8_CANDIDATES: tuple[Candidate[OnednnOr], ...] = (
+    Candidate("onednn", lambda s: s.onednn(), lambda s: s.applies, onednn=True),
+    Candidate("reference", lambda s: s.other()),
+)
+
+
+@functools.cache
+def _int8_tunable(op: str) -> TunableOp[OnednnOr]:
+    return TunableOp(Choice(f"cpu.int8_{op}", settings.ONEDNN), INT8_CANDIDATES)
+
+
+def onednn_int8_or(op: str, applies: bool, make_onednn: Make,
+                   make_reference: Make) -> Callable[..., None]:
+    """oneDNN's int8 kernel for one op shape where it applies and GRAPH_RUNTIME_ONEDNN allows
+    it (on: the library must load), else the reference. Not measured: the reference computes
+    exact float64 products, never a rival worth a race at create()."""
+    spec = OnednnOr(applies, make_onednn, make_reference, None)
+    tunable = _int8_tunable(op)
+    made: Callable[..., None] = tunable.build(tunable.first(tunable.offered(spec)), spec)
+    return made
 
 
 def _reference(kernel: Any) -> bool:

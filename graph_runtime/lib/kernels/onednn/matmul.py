@@ -122,6 +122,13 @@ class OnednnMatmul(DerivesFromInputs):
         return OnednnMatmul(*self.shape, split=self.split, tail=tail, extras=extras,
                             after=after, after_args=after_args)
 
+    def post_op_shape(self) -> tuple[int, int] | None:
+        return (self.shape[1], self.shape[2]) if self.two_d else None
+
+    def with_post_ops(self, tail: Any, extras: int, after: Any = None,
+                      after_args: tuple[int, ...] = ()) -> OnednnMatmul | None:
+        return self.with_tail(tail, extras, after, after_args) if self.two_d else None
+
     def reading_nhwc(self, position: int, shape: tuple[int, ...]) -> Any:
         """A dense (2-D, untransposed data) reading its features from NHWC bytes
         (nhwc_dense.py): position 0, an (N, C, H, W) shape with N rows and C*H*W columns.

@@ -17,6 +17,7 @@ from ...._timing import Race, Verdict, sampler
 from ...conv_params import ConvParams
 from ...library import InputVersion
 from ...prepared import capabilities
+from ...tunable import Candidate, TunableOp
 from ...tuning import Choice
 from ..gpu_common import device_array
 from ..winograd_math import winograd_applies
@@ -25,16 +26,18 @@ from .gemm import GemmShape, chosen_variant, is_cpu_device
 if TYPE_CHECKING:
     from ....backends.opencl import OpenCLBackend
 
-CHOICE = Choice("opencl.conv2d", settings.OPENCL_CONV)
+# The methods (conv.py builds them): the GEMM ones (gemm_method picks the one of them offered)
+# and the Winograd ones where they apply. A forced name is taken by conv.conv2d_cl wherever it
+# applies.
+CONV2D: TunableOp[None] = TunableOp(Choice("opencl.conv2d", settings.OPENCL_CONV), tuple(
+    Candidate(name) for name in settings.OPENCL_CONV.choices if name != "auto"))
+CHOICE = CONV2D.choice
 # On a CPU device a convolution with at most this many output channels per group (depthwise:
 # 1) runs the direct kernel: the packed GEMM's 12-row register blocks would mostly idle
 # (docs/measurements.md).
 DIRECT_MAX_OG = 4
 # The Winograd methods of conv2d_cl, by output tile size m (winograd.py).
 WINOGRAD = {"winograd": 2, "winograd4": 4}
-# What another method must gain over the first candidate (the GEMM method) to be chosen: a
-# shared machine's noise must not flip a tie.
-MIN_SPEEDUP = 1.1
 
 Build = Callable[[str], Callable[[Any, Any, Any], None]]
 
@@ -74,13 +77,13 @@ def measured_method(backend: OpenCLBackend, device_id: int, p: ConvParams,
 
     Args:
         candidates: method names; the first is the default, kept unless another is
-            MIN_SPEEDUP times faster.
+            faster by what the speedup rule asks (_timing.min_speedup).
         build: build(method) -> run(data, weight, out).
     """
     device = f"opencl:{device_id} {backend.cl_device(device_id).name.strip()}"
-    return CHOICE.choose(device, p.key(), candidates,
+    return CONV2D.choose(candidates, device, p.key(),
                          lambda race: _race(race, backend, device_id, p, candidates, build),
-                         candidates[0], MIN_SPEEDUP)
+                         candidates[0])
 
 
 def _race(race: Race, backend: OpenCLBackend, device_id: int, p: ConvParams,
