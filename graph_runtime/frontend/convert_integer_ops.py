@@ -9,7 +9,7 @@ import numpy as np
 
 from .convert import Context
 from .convert_conv import _window_attrs
-from .fuse_qdq import int8_import
+from .fusion.fuse_qdq import int8_import
 from .ir import Value
 from .onnx_node import OnnxNode
 

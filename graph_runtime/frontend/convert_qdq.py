@@ -6,7 +6,7 @@ import numpy as np
 
 from .convert import Context, converts
 from .convert_conv import _window_attrs
-from .fuse_qdq import FUSED_DOMAIN
+from .fusion.fuse_qdq import FUSED_DOMAIN
 from .ir import Unsupported, Value
 from .onnx_node import OnnxNode
 

@@ -14,7 +14,7 @@ import numpy as np
 from .convert import Context, converts
 from .convert_conv import conv
 from .convert_integer_ops import conv_integer_op
-from .fuse_qdq import FUSED_DOMAIN
+from .fusion.fuse_qdq import FUSED_DOMAIN
 from .convert_nn import matmul
 from .ir import Unsupported, Value
 from .onnx_node import OnnxNode

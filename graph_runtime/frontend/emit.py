@@ -14,7 +14,7 @@ from ..graph.model import Graph, entry_bytes, usable_output_names
 from ..lib.library import TensorSpec
 from ..lib.loader import function_from_json
 from ..graph.storage_plan import plan_storage
-from .fuse import Group, base_name, function_doc, fuse
+from .fusion.fuse_ops import Group, base_name, function_doc, fuse
 from .ir import Prim, Value
 from .lower import Lowered
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import FrontendError
 from .convert import CONVERTERS, Context
-from .fuse_qdq import FUSED_DOMAIN
+from .fusion.fuse_qdq import FUSED_DOMAIN
 from .passes import OnnxState, run_onnx_passes
 from .fold import fold
 from .inference import check_references, check_shapes, inferred_types, static_specs

@@ -18,15 +18,15 @@ from .. import settings
 from ..errors import FrontendError
 from .convert import CONVERTERS
 from .expand import expand_functions
-from .fuse_dynamic import fuse_dynamic_quantize
-from .fuse_integer import fuse_integer
-from .fuse_lookup import fuse_lookups
-from .fuse_qdq import fuse_qdq, int8_import
-from .fuse_qdq_attention import fuse_qdq_attention
-from .fuse_qdq_norm import fuse_qdq_norms
-from .fuse_qdq_qkv import columns_form, pack_qdq_qkv
-from .fuse_qkv import live, pack_qkv
-from .fuse_transformer import fuse_transformer
+from .fusion.fuse_dynamic import fuse_dynamic_quantize
+from .fusion.fuse_integer import fuse_integer
+from .fusion.fuse_lookup import fuse_lookups
+from .fusion.fuse_qdq import fuse_qdq, int8_import
+from .fusion.fuse_qdq_attention import fuse_qdq_attention
+from .fusion.fuse_qdq_norm import fuse_qdq_norms
+from .fusion.fuse_qdq_qkv import columns_form, pack_qdq_qkv
+from .fusion.fuse_qkv import live, pack_qkv
+from .fusion.fuse_transformer import fuse_transformer
 from .ir import Prim, Value
 
 

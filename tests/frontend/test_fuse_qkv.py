@@ -1,13 +1,13 @@
-"""Q/K/V projections of one input packed into one dense at import (frontend/fuse_qkv.py)."""
+"""Q/K/V projections of one input packed into one dense at import (frontend/fusion/fuse_qkv.py)."""
 from __future__ import annotations
 
 from collections import Counter
 
 import numpy as np
 
-from graph_runtime.frontend.fuse_qkv import pack_qkv
+from graph_runtime.frontend.fusion.fuse_qkv import pack_qkv
 from graph_runtime.frontend.ir import Value
-from graph_runtime.frontend.pattern import new_prim
+from graph_runtime.frontend.fusion.pattern import new_prim
 from graph_runtime.lib.registry import load_standard_ops
 
 load_standard_ops()

@@ -1,4 +1,4 @@
-"""Transformer patterns fused at import (frontend/fuse_transformer.py), judged in float64."""
+"""Transformer patterns fused at import (frontend/fusion/fuse_transformer.py), judged in float64."""
 from __future__ import annotations
 
 import math
@@ -195,7 +195,7 @@ def test_attention_fuses_and_matches_float64(batch: int, seq: int, heads: int, d
     want = feeds.pop("__want__")
     result = import_onnx(m)
     assert result.patterns["attention"] == 1
-    # three projections of x: one dense writes q | k | v (frontend/fuse_qkv.py)
+    # three projections of x: one dense writes q | k | v (frontend/fusion/fuse_qkv.py)
     assert result.patterns["qkv_packed"] == (0 if packed else 1)
     ops = [s["op"] for f in result.lib_doc["functions"].values() for s in f.get("ops", [f])]
     assert "softmax" not in ops and "batch_matmul" not in ops and "transpose" not in ops

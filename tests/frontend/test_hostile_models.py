@@ -286,7 +286,7 @@ def _quantized_add(w: Any) -> Any:
 
 
 def test_qdq_fusion_reads_initializers_with_the_importers_checks() -> None:
-    from graph_runtime.frontend.fuse_qdq import fuse_qdq
+    from graph_runtime.frontend.fusion.fuse_qdq import fuse_qdq
     m = _quantized_add(raw_tensor("w", [8], b"\0" * 8))
     fuse_qdq(m)  # numpy_helper raised ValueError here, before any size check
     refused(m, "initializer 'w'", "need 32 bytes of raw_data, got 8")

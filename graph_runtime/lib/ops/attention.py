@@ -3,7 +3,7 @@
 Inputs q (batch, q_len, wq), k and v (batch, k_len, wk/wv) and an optional additive mask that
 broadcasts to (batch, heads, q_len, k_len); heads sit side by side in columns
 [offset, offset + num_heads * head_dim) of each (one packed QKV array may serve all three).
-Output (batch, q_len, num_heads * head_dim). frontend/fuse_transformer.py forms it from the
+Output (batch, q_len, num_heads * head_dim). frontend/fusion/fuse_transformer.py forms it from the
 exporters' reshape/transpose/matmul/softmax patterns.
 """
 from __future__ import annotations

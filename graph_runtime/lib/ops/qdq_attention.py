@@ -1,5 +1,5 @@
 """qdq_attention(q, k, v, mask, q_table, k_table, v_table, add_table, a_table, p_table) -> y:
-multi-head attention of quantize_static's QDQ form (frontend/fuse_qdq_attention.py).
+multi-head attention of quantize_static's QDQ form (frontend/fusion/fuse_qdq_attention.py).
 
 q, k, v: int8/uint8 (batch, tokens, heads * dim), or one packed tensor read from the columns
 q_offset, k_offset, v_offset on (attribute width: heads * dim); mask: int8/uint8 (batch or 1, 1, tokens or 1, tokens)

@@ -1,6 +1,6 @@
 """qadd_layer_norm(a, b, sum_table, gamma, beta) -> y: Q(layer_norm(DQ(qadd(a, b))))
 over the last axis, quantize_static's residual add and LayerNorm in one CPU op
-(frontend/fuse_qdq_norm.py).
+(frontend/fusion/fuse_qdq_norm.py).
 
 a, b: int8/uint8, b of a's shape or of its trailing dims (its rows repeated); sum_table: float32 (65536,), the LayerNorm's input per
 (a byte * 256 + b byte): qadd's table composed with the sum's DQ; gamma, beta float32

@@ -1,4 +1,4 @@
-"""Quantized standard ops the QDQ fusion emits (frontend/fuse_qdq.py): qconv2d, qdense, qadd
+"""Quantized standard ops the QDQ fusion emits (frontend/fusion/fuse_qdq.py): qconv2d, qdense, qadd
 (quantize_dynamic's integer ops: quantized_integer.py).
 
 qconv2d(x, w, m, b) -> y: x (N, C, H, W) uint8/int8 with zero point x_zero, w (O, C/groups,
@@ -10,7 +10,7 @@ y_scale and b = bias / y_scale.
 qdense(x, w, m, b) -> y: the same for x (..., K) and w (K, N) int8, m and b per column.
 
 qdense_add(x, w, m, b, c) -> y: qadd(qdense(x, w, m, b), c) for a constant c of one value or
-one per column (a bias quantized on its own), in one call (frontend/fuse_qdq_bias.py).
+one per column (a bias quantized on its own), in one call (frontend/fusion/fuse_qdq_bias.py).
 
 qadd(a, b) -> y: Q(relu?(DQ(a) + DQ(b))) with the six scales and zero points as attributes,
 float32 steps as ONNX defines DequantizeLinear, Add and QuantizeLinear.

@@ -13,7 +13,7 @@ dynamic_quantize(x) -> (y, scale, zero point): DynamicQuantizeLinear in one kern
 (kernels/cpu/dynamic_quantize.py).
 
 dense_dynamic_scaled(x, w, w_scale, bias) -> float32: dynamic_quantize of float32 x, then
-dense_integer_scaled of its three results, in one call (frontend/fuse_dynamic.py): the same
+dense_integer_scaled of its three results, in one call (frontend/fusion/fuse_dynamic.py): the same
 values, one node instead of two.
 
 CPU only, as quantized.py's: oneDNN's int8 primitives where the library is here, exact float64

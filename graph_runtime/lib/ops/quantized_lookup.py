@@ -1,5 +1,5 @@
 """qlookup(x, table) -> y: y = table[x's byte] for an int8/uint8 x and a constant table of 256
-values (indexed by the byte's unsigned value), the form frontend/fuse_lookup.py gives an
+values (indexed by the byte's unsigned value), the form frontend/fusion/fuse_lookup.py gives an
 elementwise quantize-dequantize region of one int8 tensor. CPU only, as the quantized ops."""
 from __future__ import annotations
 

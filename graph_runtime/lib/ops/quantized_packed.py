@@ -1,5 +1,5 @@
 """qdense_add_packed(x, w, m, b, y_zero, colmap) -> y: several qdense_add of one x side by side
-(frontend/fuse_qdq_qkv.py packs an attention's Q, K and V projections).
+(frontend/fusion/fuse_qdq_qkv.py packs an attention's Q, K and V projections).
 
 x (..., K) uint8/int8 with zero point x_zero (attribute), w (K, N) int8, m and b float32 (N,):
 qdense's requantization per column with y_zero (N,) int32 (qdense's dtype: attribute

@@ -5,8 +5,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..lib.kernels.gpu_elementwise import ELEMENTWISE_EXPRS
-from .ir import Prim, Value
+from ...lib.kernels.gpu_elementwise import ELEMENTWISE_EXPRS
+from ..ir import Prim, Value
 
 # TVM's "out_elemwise_fusable" ops: heavy ops whose elementwise epilogue joins their function.
 ANCHORS = frozenset({"conv2d", "conv2d_transpose", "dense", "matmul", "batch_matmul", "dense_dynamic_scaled",

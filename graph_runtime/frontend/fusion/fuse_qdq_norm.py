@@ -8,12 +8,12 @@ from collections import Counter
 
 import numpy as np
 
-from ..lib.kernels.cpu.quantized import qadd_table
+from ...lib.kernels.cpu.quantized import qadd_table
 from .fuse_lookup import INT8, _cone, _elementwise, _table, closed, evaluate
 from .fuse_qdq_attention import _quantized
-from .ir import Prim, Value
+from ..ir import Prim, Value
 from .pattern import PatternGraph, new_prim
-from ..lib.ops.qlayer_norm import trailing
+from ...lib.ops.qlayer_norm import trailing
 
 
 def _match(g: PatternGraph, q_out: Prim, order: dict[int, int]) -> Prim | None:

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..lib.registry import OPS
-from .ir import Prim, Value
+from ...lib.registry import OPS
+from ..ir import Prim, Value
 
 
 class PatternGraph:

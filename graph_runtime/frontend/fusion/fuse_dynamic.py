@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .ir import Prim
+from ..ir import Prim
 from .fuse_qkv import live
 from .pattern import PatternGraph, new_prim
 

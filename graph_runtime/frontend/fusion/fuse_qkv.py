@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .ir import Prim, Value
+from ..ir import Prim, Value
 from .pattern import PatternGraph, new_prim
 
 

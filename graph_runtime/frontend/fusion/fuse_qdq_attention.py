@@ -21,7 +21,7 @@ import numpy as np
 
 from .fuse_attention import _heads
 from .fuse_lookup import INT8, _cone, _elementwise, _table, closed
-from .ir import Prim, Value
+from ..ir import Prim, Value
 from .pattern import PatternGraph, new_prim
 
 VIEWS = ("reshape", "transpose")
@@ -207,7 +207,7 @@ def match_qdq_attention(g: PatternGraph, y: Value, order: dict[int, int]
     if y.shape != (batch, tokens, width) \
             or not np.array_equal(ctx_idx, want.transpose(0, 2, 1, 3).reshape(y.shape)):
         return None
-    from ..lib.kernels.cpu.quantized import qadd_table
+    from ...lib.kernels.cpu.quantized import qadd_table
     attrs = {k: qadd.attrs[k] for k in ("a_scale", "a_zero", "b_scale", "b_zero", "y_scale",
                                          "y_zero")}
     names = ("a_scale", "a_zero", "b_scale", "b_zero") if not swap else (

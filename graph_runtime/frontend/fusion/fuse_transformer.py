@@ -15,7 +15,7 @@ from collections.abc import Collection
 import numpy as np
 
 from .fuse_attention import match_attention
-from .ir import Prim, Value
+from ..ir import Prim, Value
 from .pattern import PatternGraph, near, new_prim, other, scalar
 
 # -- GELU ---------------------------------------------------------------------------------------

@@ -12,8 +12,8 @@ from collections import Counter
 
 import numpy as np
 
-from ..lib.kernels.cpu.quantized import qadd_table
-from .ir import Prim, Value
+from ...lib.kernels.cpu.quantized import qadd_table
+from ..ir import Prim, Value
 from .pattern import PatternGraph, new_prim
 
 

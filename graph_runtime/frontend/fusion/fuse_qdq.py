@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 
 from .fuse_qdq_bias import merge_bias_adds
-from .ir import Unsupported
-from .tensor_data import to_array
+from ..ir import Unsupported
+from ..tensor_data import to_array
 
 FUSED_DOMAIN = "graph_runtime.qdq"
 
@@ -36,7 +36,7 @@ FUSED_DOMAIN = "graph_runtime.qdq"
 def int8_import() -> bool:
     """GRAPH_RUNTIME_IMPORT_INT8 (settings.py): the integer ops are CPU-only; off keeps the
     float lowering, which runs on every device."""
-    from .. import settings
+    from ... import settings
     return settings.word(settings.IMPORT_INT8) != "off"
 INT8 = (np.int8, np.uint8)
 

@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 
-from .ir import Prim, Value, load_standard_ops
+from ..ir import Prim, Value, load_standard_ops
 from .pattern import PatternGraph, new_prim
 
 INT8 = ("int8", "uint8")
@@ -30,7 +30,7 @@ CHEAP = frozenset({"cast", "subtract", "add", "multiply", "divide", "round", "cl
 
 
 def _elementwise() -> frozenset[str]:
-    from ..lib.kernels.gpu_elementwise import ELEMENTWISE_EXPRS
+    from ...lib.kernels.gpu_elementwise import ELEMENTWISE_EXPRS
     load_standard_ops()
     return frozenset(ELEMENTWISE_EXPRS) | {"qadd"}
 
@@ -95,9 +95,9 @@ def _table(prims: list[Prim], x: Value, y: Value) -> np.ndarray:
 def evaluate(prims: list[Prim], x: Value, given: np.ndarray, y: Value) -> np.ndarray:
     """y's value from elementwise prims (scalar constants besides x) run on given as x, with
     the CPU kernels."""
-    from ..backends import get_backend
-    from ..lib.library import TensorSpec
-    from ..lib.registry import get_op
+    from ...backends import get_backend
+    from ...lib.library import TensorSpec
+    from ...lib.registry import get_op
     backend = get_backend("cpu")
     values: dict[int, np.ndarray] = {id(x): given}
     for p in prims:

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .ir import Prim, Value
+from ..ir import Prim, Value
 from .pattern import PatternGraph, near, new_prim, other, scalar
 
 _VIEWS = ("reshape", "transpose")
