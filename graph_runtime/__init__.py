@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from . import nd
+from ._version import __version__
 from ._timing import BenchmarkResult
 from .backends import available_backends, list_devices
 from .device import Device, cpu, cuda, device, opencl
@@ -18,7 +19,6 @@ from .subgraphs import install as _install_subgraph_builder
 
 _install_subgraph_builder()
 
-__version__ = "0.1.0"
 
 __all__ = [
     "BenchmarkResult", "Device", "NDArray", "DeviceError", "DiscoError", "FrontendError", "Graph",

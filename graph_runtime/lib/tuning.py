@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from .. import settings
 from .._timing import BUSY, CLEAR, NOISE, Race, Verdict
+from .._version import __version__
 from .kernels.cpu.threads import num_threads
 
 log = logging.getLogger("graph_runtime")
@@ -140,7 +141,6 @@ def cpu_model() -> str:
 
 def cache_path() -> Path | None:
     """The cache file (tuning-<version>.json in the cache folder), or None when it is off."""
-    from .. import __version__
     folder = settings.tuning_cache_dir()
     return None if folder is None else folder / f"tuning-{__version__}.json"
 
@@ -237,7 +237,6 @@ def _read_entries() -> dict[str, Entry]:
 
 def _parse_entries(data: bytes) -> dict[str, Entry]:
     """The well-formed entries of a cache file's bytes by ident; {} when it is malformed."""
-    from .. import __version__
     try:
         doc = json.loads(data)
     except ValueError:  # not UTF-8 or not JSON
@@ -255,7 +254,6 @@ def _parse_entries(data: bytes) -> dict[str, Entry]:
 
 def _store(entry: Entry) -> None:
     """Add entry to the cache file: merge with what is on disk, then replace the file whole."""
-    from .. import __version__
     path = cache_path()
     if path is None:
         return
