@@ -15,7 +15,7 @@ from ..errors import LibraryError
 from .attrs import (DTYPE_KEY, NODE_KEYS, NUM_OUTPUTS_KEY, OUT_DTYPE_KEY, WORKSPACE_LIMIT_KEY,
                     check_attrs, float_attr, str_attr)
 from .kernels.cpu import chain_jit
-from .kernels.cpu.conv_epilogue import EPILOGUE_DTYPES, EPILOGUE_OPS
+from .kernels.conv_epilogue import EPILOGUE_DTYPES, EPILOGUE_OPS
 from .kernels.cpu.token_layout import (PermuteCopy, TokenLayoutCopy, permute_layout,
                                        token_layout)
 from .kernels.onednn.matmul_tail import matmul_tail
@@ -407,7 +407,7 @@ def _fusable_tail(plan: list[_Planned]) -> int:
 
 
 def _fuse_epilogue(plan: list[_Planned], slot_count: int) -> list[_Planned]:
-    """Merge the add/relu/clip ops right after a CPU conv2d into it (kernels/cpu/conv_epilogue.py).
+    """Merge the add/relu/clip ops right after a CPU conv2d into it (kernels/conv_epilogue.py).
 
     The op's kernel then applies them to each output block while it is in cache; the merged
     step reads the ops' other operands as extra inputs and writes the last op's output.

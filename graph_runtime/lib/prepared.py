@@ -44,7 +44,7 @@ class PreparedKernel(ABC):
         """The write counters of the cached inputs, by position."""
 
     def uses_workers(self) -> bool:
-        """True when the work goes to the runtime's CPU workers (kernels/cpu/threads.py).
+        """True when the work goes to the runtime's CPU workers (kernels/threads.py).
 
         A graph holding one runs with OpenBLAS at one thread throughout (executor.py): a threaded
         BLAS call elsewhere in the run leaves OpenBLAS threads spinning on the workers' cores.

@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from .. import settings
 from .._timing import BUSY, CLEAR, NOISE, Race, Verdict
 from .._version import __version__
-from .kernels.cpu.threads import num_threads
+from .kernels.threads import num_threads
 
 log = logging.getLogger("graph_runtime")
 

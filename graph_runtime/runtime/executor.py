@@ -16,7 +16,7 @@ from ..device import Device
 from ..errors import GraphError, GraphRuntimeError, LibraryError
 from ..graph.model import COPY_OP, NOP_OP, Graph
 from ..lib.attrs import WORKSPACE_LIMIT_KEY
-from ..lib.kernels.cpu.threads import ONE_BLAS_THREAD
+from ..lib.kernels.threads import ONE_BLAS_THREAD
 from ..lib.library import InputVersion, Module, TensorSpec
 from ..lib.prepared import PreparedKernel, capabilities
 from .flatten_reads import FlattenRead, StagedOutputs, flat_source, plan_flatten_reads
@@ -95,7 +95,7 @@ class Executor:
                             if i not in self.skipped]
         self._calls = [(s.fn, s.args) for s in self._call_steps]
         self.devices = sorted(set(self.entry_device) | {c.dst for c in self.copies})
-        # NOTE: kernels that spread work over the runtime's CPU workers (lib/kernels/cpu/threads.py)
+        # NOTE: kernels that spread work over the runtime's CPU workers (lib/kernels/threads.py)
         # need the cores to themselves: one threaded OpenBLAS call elsewhere in the run leaves
         # OpenBLAS threads spinning on them, which made ResNet-18 markedly slower (measured in
         # docs/measurements.md).

@@ -63,10 +63,12 @@ def data_dependent_op(lib: Module, func_name: str | None) -> tuple[str, Mapping[
     except LibraryError:
         return None
     steps = getattr(fn, "steps", None)
-    op = OPS.get(getattr(steps[0], "op", "")) if steps and len(steps) == 1 else None
+    if not steps or len(steps) != 1:
+        return None
+    op = OPS.get(getattr(steps[0], "op", ""))
     if op is None or op.host is None:
         return None
-    return steps[0].op, dict(steps[0].attrs)
+    return op.name, dict(steps[0].attrs)
 
 
 def find_cuts(graph: Graph, lib: Module) -> list[Cut]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from graph_runtime.lib.kernels.cpu import conv_epilogue
-from graph_runtime.lib.kernels.cpu.conv_epilogue import Epilogue
+from graph_runtime.lib.kernels import conv_epilogue
+from graph_runtime.lib.kernels.conv_epilogue import Epilogue
 
 SHAPE = (2, 5, 4, 19)
 # (ops, operand shapes, reference(y, bias, residual))

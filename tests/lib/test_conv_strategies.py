@@ -17,12 +17,12 @@ from graph_runtime.lib import Module
 from graph_runtime.lib.chain import Chain, Step
 from graph_runtime.lib.conv_params import conv2d_params
 from graph_runtime.lib.kernels.cpu import depthwise_jit, winograd
-from graph_runtime.lib.kernels.cpu.conv import ConvKernel
+from graph_runtime.lib.kernels.conv_kernel import ConvKernel
 from graph_runtime.lib.kernels.cpu.conv_choice import (STRATEGIES, applicable, candidates,
                                                       conv2d_cpu)
-from graph_runtime.lib.kernels.cpu.conv_epilogue import Epilogue
+from graph_runtime.lib.kernels.conv_epilogue import Epilogue
 from graph_runtime.lib.kernels.cpu.depthwise_jit import DepthwiseJitConv, fold_epilogue
-from graph_runtime.lib.kernels.cpu.threads import num_threads
+from graph_runtime.lib.kernels.threads import num_threads
 from graph_runtime.lib.kernels.winograd_math import MATRICES
 from graph_runtime.lib.library import TensorSpec
 from graph_runtime.settings import CONV, NUM_THREADS

@@ -9,7 +9,7 @@ import pytest
 
 import graph_runtime as gr
 from graph_runtime.errors import LibraryError
-from graph_runtime.lib.kernels.cpu import threads as cpu_threads
+from graph_runtime.lib.kernels import threads as cpu_threads
 from graph_runtime.settings import NUM_THREADS, ONEDNN
 
 

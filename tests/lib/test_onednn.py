@@ -19,7 +19,7 @@ from support import require_onednn
 from graph_runtime.errors import LibraryError
 from graph_runtime.lib.conv_params import conv2d_params
 from graph_runtime.lib.kernels.cpu.conv_choice import candidates, conv2d_cpu
-from graph_runtime.lib.kernels.cpu.conv_epilogue import Epilogue
+from graph_runtime.lib.kernels.conv_epilogue import Epilogue
 from graph_runtime.lib.kernels.onednn import abi, binding
 from graph_runtime.lib.kernels.onednn.pool import OnednnPool
 from graph_runtime.lib.library import TensorSpec

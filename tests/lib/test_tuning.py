@@ -23,8 +23,8 @@ from graph_runtime.lib import tuning
 from graph_runtime.lib.tunable import Candidate, TunableOp
 from graph_runtime.lib.conv_params import conv2d_params
 from graph_runtime.lib.kernels.cpu import conv_choice, padded_gemv
-from graph_runtime.lib.kernels.cpu.conv_epilogue import Epilogue
-from graph_runtime.lib.kernels.cpu.threads import num_threads
+from graph_runtime.lib.kernels.conv_epilogue import Epilogue
+from graph_runtime.lib.kernels.threads import num_threads
 from graph_runtime.lib.library import TensorSpec
 from graph_runtime.settings import GEMV_PADDING, NUM_THREADS, ONEDNN, TUNING_BUSY, TUNING_CACHE
 

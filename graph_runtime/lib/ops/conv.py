@@ -12,7 +12,7 @@ from ...backends import get_backend
 from ...backends.base import Backend
 from ..conv_params import CONV_ATTRS, ConvParams, conv2d_params, conv2d_transpose_params
 from ..kernels.cpu.conv_choice import conv2d_cpu
-from ..kernels.cpu.conv_epilogue import EPILOGUE_DTYPES, Epilogue
+from ..kernels.conv_epilogue import EPILOGUE_DTYPES, Epilogue
 from ..kernels.host import array_module, host_kernel, wide_dtype
 from ..kernels.opencl.conv import conv2d_cl, conv2d_transpose_cl
 from ..kernels.opencl.source import check_cl_dtypes

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..attrs import bool_attr, int_attr, normalize_axis, op_error
 from ..library import TensorSpec
-from ..registry import define_op, kernel
+from ..registry import HostFn, define_op, kernel
 from ..shapes import NUMERIC_DTYPES, check_dtype, check_rank
 from .detection import select_boxes
 

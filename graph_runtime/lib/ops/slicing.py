@@ -12,7 +12,7 @@ from ..kernels.host import host_factory
 from ..kernels.opencl.source import cl_strided_copy
 from ..library import TensorSpec
 from ..kernels.cpu.pool_jit import SERIAL_OUTPUTS
-from ..kernels.cpu.threads import channel_split, chunk_bounds, parallel_items
+from ..kernels.threads import channel_split, chunk_bounds, parallel_items
 from ..prepared import PreparedKernel
 from ..registry import define_op, kernel
 from ..shapes import check_rank, check_same_dtype, contiguous_strides, one_input, size_of

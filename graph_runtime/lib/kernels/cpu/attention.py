@@ -27,7 +27,7 @@ from ...tuning import Choice
 from . import jit_setup
 from .loops_jit import compiled
 from .rows_jit import softmax_row
-from .threads import ONE_BLAS_THREAD, num_threads, parallel_images
+from ..threads import ONE_BLAS_THREAD, num_threads, parallel_images
 
 # one call over every head, or blocks of heads (or query rows) on the workers
 SPLIT: TunableOp[None] = TunableOp(Choice("cpu.attention_split", settings.ATTENTION_SPLIT),

@@ -38,7 +38,7 @@ from ...prepared import PreparedKernel
 from ...shapes import broadcast_strides, size_of
 from . import jit_setup
 from .jit_cache import install, sources_digest
-from .threads import num_threads, parallel_items
+from ..threads import num_threads, parallel_items
 
 install()  # before any cache=True function here (jit_cache.py)
 

@@ -7,54 +7,16 @@ Winograd lives in winograd.py; which one runs is chosen in conv_choice.py.
 """
 from __future__ import annotations
 
-from abc import abstractmethod
 from typing import Any, Sequence
 
 import numpy as np
 
 from ...conv_params import ConvParams
-from ..derived import DerivesFromInputs
-from .conv_epilogue import Epilogue
-from .threads import num_threads, parallel_images
+from ..conv_epilogue import Epilogue
+from ..conv_kernel import ConvKernel
+from ..threads import num_threads, parallel_images
 
 as_strided = np.lib.stride_tricks.as_strided
-
-
-class ConvKernel(DerivesFromInputs):
-    """What the strategies share: epilogue, derived-weight freshness, workspace accounting.
-
-    A strategy that derives data from its weight (and bias) lists those inputs in `derived`
-    (derived.py redoes it when they change).
-    """
-
-    strategy = ""
-
-    def __init__(self, p: ConvParams, epilogue: Epilogue) -> None:
-        super().__init__()
-        self.p = p
-        self.epilogue = epilogue
-        self._buffers: list[np.ndarray] = []
-
-    def _alloc(self, shape: Sequence[int], fill: float | None = None) -> np.ndarray:
-        """A workspace array made once at prepare time, counted by workspace_bytes()."""
-        a = np.zeros(tuple(shape), self.p.dtype) if fill is None else np.full(
-            tuple(shape), fill, self.p.dtype)
-        self._buffers.append(a)
-        return a
-
-    def workspace_bytes(self) -> int:
-        """im2col columns, padded images, transformed weights: everything kept between runs."""
-        return sum(int(a.nbytes) for a in self._buffers)
-
-    def uses_workers(self) -> bool:
-        return True
-
-    @abstractmethod
-    def __call__(self, data: Any, weight: Any, *rest: Any) -> None:
-        """run(data, weight, *epilogue operands, out): out = epilogue(conv(data, weight))."""
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.strategy})"
 
 
 BLOCK_BYTES = 1 << 20  # im2col columns per work item: inside a core's L2 with the output

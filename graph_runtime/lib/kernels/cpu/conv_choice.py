@@ -22,10 +22,11 @@ from ...conv_params import ConvParams
 from ...library import InputVersion
 from ...tunable import Candidate, TunableOp
 from ...tuning import Choice
-from .conv import ConvKernel, DepthwiseConv, Gemm1x1Conv, Im2colChannelsConv, Im2colConv
-from .conv_epilogue import Epilogue
+from ..conv_kernel import ConvKernel
+from .conv import DepthwiseConv, Gemm1x1Conv, Im2colChannelsConv, Im2colConv
+from ..conv_epilogue import Epilogue
 from .depthwise_jit import DepthwiseJitConv
-from .threads import ONE_BLAS_THREAD, num_threads
+from ..threads import ONE_BLAS_THREAD, num_threads
 from .winograd import WinogradConv, winograd_applies
 from ..onednn.choice import onednn_conv, timed_call
 from ..onednn.policy import mode_word

@@ -27,7 +27,7 @@ from ...._timing import Race, Verdict, sampler
 from ...prepared import PreparedKernel
 from ...tunable import Candidate, TunableOp
 from ...tuning import Choice
-from .threads import ONE_BLAS_THREAD, num_threads, parallel_images
+from ..threads import ONE_BLAS_THREAD, num_threads, parallel_images
 
 # one tile on the caller, column blocks or row blocks on the workers (DenseTiles over tiles())
 TILES: TunableOp[None] = TunableOp(Choice("cpu.dense_tiles", settings.DENSE_TILES), (

@@ -7,9 +7,9 @@ import numpy as np
 
 from ...conv_params import ConvParams
 from . import jit_setup
-from .conv import ConvKernel
-from .conv_epilogue import Epilogue, fold_epilogue
-from .threads import channel_split, chunk_bounds, parallel_items
+from ..conv_kernel import ConvKernel
+from ..conv_epilogue import Epilogue, fold_epilogue
+from ..threads import channel_split, chunk_bounds, parallel_items
 
 # Below this many outputs one worker is faster: handing items to a second worker costs more
 # than it saves (measured on 2 cores; docs/measurements.md).

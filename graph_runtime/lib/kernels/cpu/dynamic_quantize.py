@@ -15,7 +15,7 @@ import numpy as np
 
 from . import jit_setup
 from .loops_jit import compiled, inlined
-from .threads import num_threads, parallel_items
+from ..threads import num_threads, parallel_items
 
 CHUNK = 1 << 18  # elements per work item
 

@@ -12,7 +12,7 @@ from typing import Any, Collection
 import numpy as np
 
 from ...prepared import PreparedKernel
-from .threads import parallel_items
+from ..threads import parallel_items
 
 
 class Flatten(PreparedKernel):

@@ -26,7 +26,7 @@ import os
 import threading
 from typing import Any
 
-from .threads import num_threads
+from ..threads import num_threads
 
 log = logging.getLogger(__name__)
 _lock = threading.Lock()

@@ -6,7 +6,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import jit_setup, loops_jit
-from .threads import channel_split, chunk_bounds, parallel_items
+from ..threads import channel_split, chunk_bounds, parallel_items
 
 # Below this many outputs one worker is faster: handing items to a second worker costs more
 # than it saves (measured on 2 cores; docs/measurements.md).

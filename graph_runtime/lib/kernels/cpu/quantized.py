@@ -17,9 +17,9 @@ import numpy as np
 from ...conv_params import ConvParams
 from . import jit_setup
 from .conv_choice import conv2d_cpu
-from .conv_epilogue import Epilogue
+from ..conv_epilogue import Epilogue
 from .loops_jit import compiled
-from .threads import num_threads, parallel_items
+from ..threads import num_threads, parallel_items
 
 QUANT_RANGES = {"uint8": (0, 255), "int8": (-128, 127)}
 ADD_SPLIT = 1 << 17  # elements per work item of qadd

@@ -23,7 +23,7 @@ from ...prepared import PreparedKernel
 from . import jit_setup
 from .loops_jit import compiled
 from .pool_jit import SERIAL_OUTPUTS  # a memory-bound loop per plane, as the pools'
-from .threads import channel_split, chunk_bounds, parallel_items
+from ..threads import channel_split, chunk_bounds, parallel_items
 
 
 @compiled

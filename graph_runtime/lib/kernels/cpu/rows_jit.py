@@ -20,7 +20,7 @@ from numba.extending import overload
 from . import jit_setup
 from .fast_math import _bits_of_float, _float_of_bits, as_type_of, softmax_exp_as
 from .loops_jit import compiled, inlined, reassociating
-from .threads import num_threads, parallel_items
+from ..threads import num_threads, parallel_items
 
 # Row elements x rows above which the rows go to the workers.
 PARALLEL_ELEMENTS = 1 << 17

@@ -24,7 +24,7 @@ from ...._timing import Race, Verdict, sampler
 from ...prepared import PreparedKernel
 from ...tunable import Candidate, TunableOp
 from ...tuning import Choice
-from .threads import num_threads, parallel_images
+from ..threads import num_threads, parallel_images
 
 # the plain call, or column blocks on the workers (SplitDense, built by ops/linalg.py)
 SPLIT: TunableOp[None] = TunableOp(Choice("cpu.dense_split", settings.DENSE_SPLIT),

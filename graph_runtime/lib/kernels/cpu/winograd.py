@@ -14,9 +14,10 @@ import numpy as np
 
 from ...conv_params import ConvParams
 from ..winograd_math import MATRICES, chunk_images, transform_weight, winograd_applies
-from .conv import ConvKernel, as_strided
-from .conv_epilogue import Epilogue
-from .threads import num_threads, parallel_images
+from ..conv_kernel import ConvKernel
+from .conv import as_strided
+from ..conv_epilogue import Epilogue
+from ..threads import num_threads, parallel_images
 
 CHUNK_BYTES = 1 << 21  # transformed tiles of one chunk of images: about an L2's worth
 # Bands pay only on big images: below about 1.5 MiB of transformed tiles the hand-off between

@@ -16,8 +16,8 @@ from ...library import InputVersion
 from ...prepared import capabilities
 from ...tunable import Candidate, TunableOp
 from ...tuning import Choice
-from ..cpu.conv_epilogue import Epilogue
-from ..cpu.threads import ONE_BLAS_THREAD
+from ..conv_epilogue import Epilogue
+from ..threads import ONE_BLAS_THREAD
 from .policy import mode_word
 
 PAUSE_S = 0.0005

@@ -18,10 +18,10 @@ from typing import Any, Callable
 import numpy as np
 
 from ...conv_params import ConvParams
-from ..cpu.conv import ConvKernel
-from ..cpu.conv_epilogue import Epilogue, EpilogueOp
+from ..conv_kernel import ConvKernel
+from ..conv_epilogue import Epilogue, EpilogueOp
 from ....errors import LibraryError
-from ..cpu.threads import parallel_images
+from ..threads import parallel_images
 from . import abi
 from . import binding as dn
 from .policy import policy

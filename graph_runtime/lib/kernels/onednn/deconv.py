@@ -13,7 +13,7 @@ enough batches), never bands of rows; a batch-1 deconvolution is one primitive o
 from __future__ import annotations
 
 from ...conv_params import ConvParams
-from ..cpu.conv_epilogue import Epilogue
+from ..conv_epilogue import Epilogue
 from . import abi
 from .binding import MemoryDesc
 from .conv import MIN_SPLIT_FLOPS, OnednnConv, conv_applies

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..cpu.threads import parallel_images
+from ..threads import parallel_images
 from ..derived import DerivesFromInputs
 from . import abi
 from . import binding as dn

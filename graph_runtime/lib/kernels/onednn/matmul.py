@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..cpu.threads import parallel_images
+from ..threads import parallel_images
 from ..derived import DerivesFromInputs
 from . import abi
 from . import binding as dn

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from .... import settings
 from ...._load import BUSY_SHARE, WINDOW_S, cpu_jiffies, my_cpus, own_ticks
-from ..cpu.threads import num_threads
+from ..threads import num_threads
 
 
 @dataclass(frozen=True)

@@ -178,6 +178,6 @@ def fold_epilogue(epilogue: Epilogue) -> tuple[int | None, EpilogueOp | None, fl
 
 def _one_pass() -> Any:
     """epilogue_jit.apply_folded, imported on first use (numba loads only when needed)."""
-    from .epilogue_jit import apply_folded
+    from .cpu.epilogue_jit import apply_folded
     return apply_folded
 

@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .... import settings
+from ... import settings
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
