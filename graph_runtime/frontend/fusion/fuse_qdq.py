@@ -102,6 +102,18 @@ class _Graph:
             return None
         return float(scale.reshape(())), int(zero.reshape(())), str(zero.dtype)
 
+    def quantized_op(self, q: Any, *op_types: str
+                     ) -> tuple[tuple[float, int, str], Any | None, Any] | None:
+        """((scale, zero, dtype) of q, its Relu or None, the op of op_types the two read) for
+        the form op -> (Relu ->) QuantizeLinear q, each read only by the next."""
+        out = self.q(q)
+        if out is None:
+            return None
+        relu = self.sole(q.input[0], "Relu")
+        value = relu.input[0] if relu is not None else q.input[0]
+        op = next((n for n in (self.sole(value, t) for t in op_types) if n is not None), None)
+        return None if op is None else (out, relu, op)
+
 
 def _scalar(scale: np.ndarray, zero: np.ndarray) -> bool:
     return scale.size == 1 and zero.size == 1
@@ -136,15 +148,10 @@ def _requant(x: tuple, w_scale: np.ndarray, bias: np.ndarray, y_scale: float, o:
 def _dense(g: _Graph, q: Any, name: str) -> tuple[Any, dict[str, Any], list[Any]] | None:
     """DQ(x) -> MatMul / Gemm with DQ(int8 weights) [-> Relu] -> Q as a QDense node."""
     from onnx import helper, numpy_helper
-    out = g.q(q)
-    if out is None:
+    found = g.quantized_op(q, "MatMul", "Gemm")
+    if found is None or len(found[2].input) < 2:
         return None
-    y_scale, y_zero, dtype = out
-    relu = g.sole(q.input[0], "Relu")
-    value = relu.input[0] if relu is not None else q.input[0]
-    op = g.sole(value, "MatMul") or g.sole(value, "Gemm")
-    if op is None or len(op.input) < 2:
-        return None
+    (y_scale, y_zero, dtype), relu, op = found
     attrs = {a.name: a for a in op.attribute}
     trans_b = bool(attrs["transB"].i) if "transB" in attrs else False
     if any(k in attrs and (attrs[k].i if k == "transA" else attrs[k].f != 1.0)
@@ -180,14 +187,10 @@ def _dense(g: _Graph, q: Any, name: str) -> tuple[Any, dict[str, Any], list[Any]
 def _conv(g: _Graph, q: Any, name: str) -> tuple[Any, dict[str, Any], list[Any]] | None:
     """The QConv node replacing q, its new initializers, and the nodes it replaces."""
     from onnx import helper, numpy_helper
-    out = g.q(q)
-    if out is None:
+    found = g.quantized_op(q, "Conv")
+    if found is None or len(found[2].input) < 2:
         return None
-    y_scale, y_zero, dtype = out
-    relu = g.sole(q.input[0], "Relu")
-    conv = g.sole(relu.input[0] if relu is not None else q.input[0], "Conv")
-    if conv is None or len(conv.input) < 2:
-        return None
+    (y_scale, y_zero, dtype), relu, conv = found
     x, w = g.dq(conv.input[0]), g.dq(conv.input[1])
     if x is None or w is None or not _scalar(x[1], x[2]) or x[2].dtype not in INT8 \
             or w[0] not in g.inits:
@@ -213,14 +216,10 @@ def _conv(g: _Graph, q: Any, name: str) -> tuple[Any, dict[str, Any], list[Any]]
 
 def _add(g: _Graph, q: Any, name: str) -> tuple[Any, dict[str, Any], list[Any]] | None:
     from onnx import helper
-    out = g.q(q)
-    if out is None:
+    found = g.quantized_op(q, "Add")
+    if found is None:
         return None
-    y_scale, y_zero, dtype = out
-    relu = g.sole(q.input[0], "Relu")
-    add = g.sole(relu.input[0] if relu is not None else q.input[0], "Add")
-    if add is None:
-        return None
+    (y_scale, y_zero, dtype), relu, add = found
     a, b = g.dq(add.input[0]), g.dq(add.input[1])
     if a is None or b is None or not _scalar(a[1], a[2]) or not _scalar(b[1], b[2]) \
             or a[2].dtype not in INT8 or b[2].dtype not in INT8:
