@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT / "examples"))
 import make_examples  # noqa: E402  (the examples' graph builders, for other batch sizes)
 
 from interleave import interleaved_samples, seconds_per_call  # noqa: E402  (bench/)
+from peers import DEFAULT, ONE_THREAD, onnxruntime_sessions  # noqa: E402  (bench/)
 
 TARGET = 1.5  # issue 3: graph_runtime no slower than 1.5x ONNX Runtime on the MLP
 
@@ -143,7 +144,6 @@ MODELS = {
 
 def contenders(model: str, batch: int) -> tuple[dict[str, Callable[[], Any]], GraphModule]:
     """name -> one end-to-end call, plus the GraphModule (for profiling)."""
-    import onnxruntime as ort
     make_graph, make_onnx, make_numpy, data_shape = MODELS[model]
     folder = ROOT / "examples" / "graphs" / model
     params = load_params_file(folder / "params")
@@ -158,23 +158,13 @@ def contenders(model: str, batch: int) -> tuple[dict[str, Callable[[], Any]], Gr
         return m.get_output(0).numpy()
 
     onnx_bytes = make_onnx(params, batch)
-    sessions = {}
-    for threads in (0, 1):  # 0: ONNX Runtime's default (one thread per physical core)
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        # Its best: every graph optimisation (Conv + bias + Relu fused into one kernel).
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        # NOTE: idle ORT workers spin by default, stealing the core the next contender needs.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        sessions[threads] = ort.InferenceSession(onnx_bytes, options,
-                                                 providers=["CPUExecutionProvider"])
+    sessions = onnxruntime_sessions(onnx_bytes)  # its defaults include every optimisation
     plain = make_numpy(params)
     calls = {
         "graph_runtime": ours,
         "graph_runtime run() only": lambda: m.run(),
-        "onnxruntime": lambda: sessions[0].run(None, {"data": x})[0],
-        "onnxruntime 1 thread": lambda: sessions[1].run(None, {"data": x})[0],
+        DEFAULT: lambda: sessions[DEFAULT].run(None, {"data": x})[0],
+        ONE_THREAD: lambda: sessions[ONE_THREAD].run(None, {"data": x})[0],
         "numpy": lambda: plain(x),
     }
     want = calls["numpy"]()

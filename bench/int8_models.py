@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "frontend"))  # quantize_models.py: feeds, quantization
 from interleave import interleaved_samples  # noqa: E402  (bench/)
+import peers  # noqa: E402  (bench/)
 from quantize_models import MODES, feeds_for, quantized  # noqa: E402
 
 CACHE = Path.home() / ".cache" / "graph_runtime"
@@ -55,12 +56,8 @@ def ours(path: Path, feeds: dict[str, np.ndarray]) -> Callable[[], list[np.ndarr
 
 def theirs(path: Path, feeds: dict[str, np.ndarray], threads: int
            ) -> Callable[[], list[np.ndarray]]:
-    import onnxruntime as ort
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    label = peers.ONE_THREAD if threads == 1 else peers.DEFAULT
+    session = peers.onnxruntime_sessions(path)[label]
     return lambda: [np.asarray(v) for v in session.run(None, feeds)]
 
 

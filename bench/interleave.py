@@ -7,6 +7,8 @@ from typing import Any, Callable
 
 from graph_runtime._timing import time_runs
 
+SETTLE_S = 0.5  # pause before each contender's samples (see interleaved_samples)
+
 
 def _no_sync() -> None:
     """CPU contenders: nothing to wait for."""
@@ -29,9 +31,9 @@ def interleaved_samples(calls: dict[str, Callable[[], Any]], rounds: int, repeat
     for _ in range(rounds):
         shuffle(order)  # no contender always follows the same neighbour's leftover threads
         for name in order:
-            # NOTE: BLAS threads (OpenBLAS's, behind graph_runtime's padded GEMVs and NumPy;
-            # ONNX Runtime's are told not to spin) spin ~0.1 s after a threaded call; the pause
-            # lets them sleep so they do not steal the core the next contender needs.
-            time.sleep(0.25)
+            # NOTE: idle threads spin after a threaded call (OpenBLAS's ~0.1 s, behind
+            # graph_runtime's GEMMs and NumPy; ONNX Runtime's, spinning as its defaults allow):
+            # the pause lets them sleep so they do not steal the core the next contender needs.
+            time.sleep(SETTLE_S)
             samples[name] += seconds_per_call(calls[name], repeat, number)
     return samples

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from interleave import interleaved_samples
+from peers import DEFAULT, ONE_THREAD, onnxruntime_sessions
 from onnx import TensorProto, helper
 
 import graph_runtime as gr
@@ -74,12 +74,8 @@ def main() -> None:
             module = gr.create(result.graph_json, result.module())
             module.load_params(gr.save_param_dict(result.params))
             ours = module.run_with(**feeds)
-            one = ort.SessionOptions()
-            one.intra_op_num_threads = 1
-            sessions = {"ort": ort.InferenceSession(model.SerializeToString(),
-                                                    providers=["CPUExecutionProvider"]),
-                        "ort_1t": ort.InferenceSession(model.SerializeToString(), one,
-                                                       providers=["CPUExecutionProvider"])}
+            peers = onnxruntime_sessions(model.SerializeToString())
+            sessions = {"ort": peers[DEFAULT], "ort_1t": peers[ONE_THREAD]}
             want = sessions["ort"].run(None, feeds)
             for got, ref in zip(ours, want):
                 np.testing.assert_allclose(got, ref, rtol=1e-6)

@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # measure the checkout this script sits in
 import graph_runtime as gr  # noqa: E402
 from interleave import interleaved_samples  # noqa: E402  (bench/)
+from peers import onnxruntime_calls  # noqa: E402  (bench/)
 
 
 def _module(graph_json: str, lib: Any, params: dict, onednn: str,
@@ -67,7 +68,6 @@ def _kernels(m: Any) -> list[Any]:
 
 def contenders(path: Path, batch: int | None, copy_residuals: bool = False
                ) -> tuple[dict[str, Callable[[], Any]], dict]:
-    import onnxruntime as ort
 
     from graph_runtime.frontend import from_onnx
     import onnx
@@ -93,20 +93,11 @@ def contenders(path: Path, batch: int | None, copy_residuals: bool = False
             return [m.get_output(i).numpy() for i in range(m.get_num_outputs())]
         return call
 
-    sessions = {}
-    for threads in (0, 1):
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        sessions[threads] = ort.InferenceSession(str(path), options,
-                                                 providers=["CPUExecutionProvider"])
     calls: dict[str, Callable[[], Any]] = {
         "numpy/openblas": ours(modules["off"][0]),
         "onednn (auto)": ours(modules["auto"][0]),
         "onednn (on)": ours(modules["on"][0]),
-        "onnxruntime": lambda: sessions[0].run(None, {name: x}),
-        "onnxruntime 1 thread": lambda: sessions[1].run(None, {name: x}),
+        **onnxruntime_calls(path, {name: x}),
     }
     if copy_residuals:
         calls["onednn (auto), copy"] = ours(modules["copy"][0])

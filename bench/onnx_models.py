@@ -7,8 +7,8 @@ committed), imported with graph_runtime.frontend.from_onnx for each batch, and r
 process as ONNX Runtime with its default threads and with 1 thread. One call = set the inputs,
 run, fetch every output as host arrays. Rounds interleave the contenders in a shuffled order
 with a pause between them (BLAS threads settle, as in bench/e2e_cpu.py); the table gives medians
-and the ratio to ONNX Runtime (default threads). It also checks that importing a generated
-100-layer model (Conv+BatchNorm+Relu x 100) takes under 2 s. The machine is shared: say so
+and the ratio to ONNX Runtime's faster setting (its defaults, or one thread: bench/peers.py).
+It also checks that importing a generated 100-layer model (Conv+BatchNorm+Relu x 100) takes under 2 s. The machine is shared: say so
 with the numbers. Results go to bench/results/onnx_models.json.
 
 On a loaded 2-core machine OpenBLAS's threads (behind graph_runtime's dense/matmul) can cost
@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT / "tests" / "data" / "onnx"))  # make_models.py: the
 sys.path.insert(0, str(ROOT))  # measure the checkout this script sits in
 import graph_runtime as gr
 from interleave import interleaved_samples, seconds_per_call  # noqa: E402  (bench/)
+from peers import DEFAULT, ONE_THREAD, machine_line, onnxruntime_calls  # noqa: E402  (bench/)
 
 IMPORT_TARGET_S = 2.0  # issue 11: importing a 100-layer model takes under 2 s
 SEQ = 128
@@ -91,7 +92,6 @@ def make_inputs(shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
 def contenders(path: Path, shapes: dict[str, tuple[int, ...]]
                ) -> tuple[dict[str, Callable[[], Any]], float]:
     """name -> one end-to-end call, and graph_runtime's import time (median of 3)."""
-    import onnxruntime as ort
 
     from graph_runtime.frontend import from_onnx
     import_s = []
@@ -110,20 +110,8 @@ def contenders(path: Path, shapes: dict[str, tuple[int, ...]]
         m.run()
         return [m.get_output(i).numpy() for i in range(count)]
 
-    sessions = {}
-    for threads in (0, 1):  # 0: ONNX Runtime's default (one thread per physical core)
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        # NOTE: idle ORT workers spin by default, stealing the core the next contender needs.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        sessions[threads] = ort.InferenceSession(str(path), options,
-                                                 providers=["CPUExecutionProvider"])
-    calls: dict[str, Callable[[], Any]] = {
-        "graph_runtime": ours,
-        "onnxruntime": lambda: sessions[0].run(None, inputs),
-        "onnxruntime 1 thread": lambda: sessions[1].run(None, inputs),
-    }
+    calls: dict[str, Callable[[], Any]] = {"graph_runtime": ours,
+                                           **onnxruntime_calls(path, inputs)}
     want = calls["onnxruntime"]()
     for i, (g, w) in enumerate(zip(ours(), want)):
         error = float(np.abs(g - w).max() / max(float(np.abs(w).max()), 1e-30))
@@ -199,8 +187,8 @@ def main() -> None:
     print(f"import of a 100-layer model (300 ONNX nodes): {deep['min_s']:.2f} s (min of 3); "
           f"{'meets' if deep['meets'] else 'MISSES'} the {IMPORT_TARGET_S:.0f} s target")
     print(f"\nONNX models on CPU, medians of {args.rounds} interleaved rounds x {args.repeat} "
-          f"samples; ratio = time / onnxruntime (default threads); {os.cpu_count()} CPUs, "
-          f"load average {os.getloadavg()[0]:.2f} at the start")
+          f"samples; ratio = time / ONNX Runtime's faster setting (defaults or one thread)")
+    print(machine_line())
     print(f"{'model':<12} {'batch':>5} {'import (s)':>10} {'contender':<22} {'median (ms)':>12} "
           f"{'ratio':>7}")
     results: list[dict[str, Any]] = []
@@ -212,7 +200,7 @@ def main() -> None:
             one = statistics.median(seconds_per_call(calls["graph_runtime"], 3, 1))
             number = max(1, int(0.2 / max(one, 1e-6)))
             times = bench(calls, args.rounds, args.repeat, number)
-            ref = times["onnxruntime"]
+            ref = min(times[DEFAULT], times[ONE_THREAD])
             for contender, t in times.items():
                 shown = f"{import_s:10.2f}" if contender == "graph_runtime" else f"{'':>10}"
                 print(f"{name:<12} {batch:>5} {shown} {contender:<22} {t * 1e3:12.2f} "

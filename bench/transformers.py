@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # measure the checkout this script sits in
 import graph_runtime as gr  # noqa: E402
 from interleave import interleaved_samples  # noqa: E402  (bench/)
+from peers import DEFAULT, ONE_THREAD, machine_line, onnxruntime_sessions  # noqa: E402
 
 CACHE = Path.home() / ".cache" / "graph_runtime" / "bench_transformers"
 MODELS = ["vit_small", "bert_tiny", "bert_tiny_dynamo", "distilbert_tiny", "whisper_encoder_tiny",
@@ -54,18 +55,10 @@ def _inputs(session: Any) -> dict[str, np.ndarray]:
 
 
 def measure(name: str, folder: Path, rounds: int) -> dict[str, Any]:
-    import onnxruntime as ort
     from graph_runtime.frontend import from_onnx
     path = folder / f"{name}.onnx"
-    sessions = {}
-    for label, threads in (("ort", 0), ("ort_1t", 1)):
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        # NOTE: as bench/onnx_models.py: idle ORT workers spin by default, stealing the core
-        # the next contender needs (graph_runtime ran 10x slower beside them here).
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        sessions[label] = ort.InferenceSession(str(path), options,
-                                               providers=["CPUExecutionProvider"])
+    peers = onnxruntime_sessions(path)
+    sessions = {"ort": peers[DEFAULT], "ort_1t": peers[ONE_THREAD]}
     feeds = _inputs(sessions["ort"])
     start = time.perf_counter()
     graph_json, lib, params = from_onnx(str(path))
@@ -101,7 +94,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     opts = parser.parse_args()
     rows = []
-    print(f"load average {os.getloadavg()}")
+    print(machine_line())
     print(f"{'model':22} {'ours ms':>9} {'ort ms':>9} {'ort1t ms':>9} {'ratio':>6} "
           f"{'import s':>8} {'1st run s':>9} {'max err':>8}")
     for name in opts.models:
@@ -115,7 +108,7 @@ def main() -> None:
     if small:
         print(f"geometric mean (without bert_base): "
               f"{math.exp(sum(math.log(x) for x in small) / len(small)):.2f}")
-    print(f"load average {os.getloadavg()}")
+    print(machine_line())
     from graph_runtime.lib.kernels.onednn.binding import describe
     print(describe())  # the oneDNN threading mode this process ran in (auto decides per process)
     if opts.json:
