@@ -8,8 +8,8 @@ process as ONNX Runtime with its default threads and with 1 thread. One call = s
 run, fetch every output as host arrays. Rounds interleave the contenders in a shuffled order
 with a pause between them (BLAS threads settle, as in bench/e2e_cpu.py); the table gives medians
 and the ratio to ONNX Runtime's faster setting (its defaults, or one thread: bench/peers.py).
-It also checks that importing a generated 100-layer model (Conv+BatchNorm+Relu x 100) takes under 2 s. The machine is shared: say so
-with the numbers. Results go to bench/results/onnx_models.json.
+It also checks that importing a generated 100-layer model (Conv+BatchNorm+Relu x 100) takes
+under 2 s. The machine is shared: say so with the numbers. Results go to bench/results/onnx_models.json.
 
 On a loaded 2-core machine OpenBLAS's threads (behind graph_runtime's dense/matmul) can cost
 10x on BERT; OPENBLAS_NUM_THREADS=1 shows graph_runtime without that contention.
