@@ -111,13 +111,15 @@ def _seed_models() -> list[Any]:
 
 def _round_three_seeds(make: Callable, vi: Callable, arr: Callable) -> list[Any]:
     """Seeds for the paths added since the first campaigns: QDQ, Loop, symbolic dims, data-sized
-    Tile/Expand/Resize/ScatterND, large pooling windows, GridSample, RoiAlign, real exports."""
+    Tile/Expand/Resize/ScatterND, large pooling windows, GridSample, RoiAlign, small exports."""
     import numpy as np
     import onnx
     from onnx import TensorProto, helper
     f32, i64 = TensorProto.FLOAT, TensorProto.INT64
     seeds = [onnx.load(str(ROOT / "tests" / "data" / "onnx" / f"{name}.onnx"))
-             for name in ("loop_if_ts", "cond_dynamo", "gru_ts", "bert_dyn")]
+             for name in ("loop_if_ts", "cond_dynamo", "gru_ts")]
+    # NOTE: not a real transformer (bert_dyn): its first run compiles every chain (6-8 s), a
+    # "slow" case the input did not cause; the symbolic seed below covers named dims.
     seeds.append(make(
         [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
          helper.make_node("DequantizeLinear", ["q", "s", "z"], ["dq"]),

@@ -192,6 +192,11 @@ def _scan(ctx: Context, node: OnnxNode, args: list) -> Sequence[Value | None]:
     n_states = len(args) - n_scan
     if n_states < 0 or any(v is None for v in args):
         raise Unsupported(f"{len(args)} inputs for {n_scan} scan inputs (an omitted input?)")
+    if len(body.input) != len(args) or len(body.output) != len(node.outputs):
+        raise Unsupported(f"body {body.name!r} declares {len(body.input)} inputs and "
+                          f"{len(body.output)} outputs; the node passes {len(args)} ({n_states} "
+                          f"state values, {n_scan} scanned) and takes {len(node.outputs)} (the "
+                          "state values, then the scan outputs): expected as many each")
     n_out = len(body.output) - n_states
     b = ctx.b
     in_dirs = node.ints("directions" if batched else "scan_input_directions", [0] * n_scan)

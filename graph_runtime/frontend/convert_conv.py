@@ -56,9 +56,13 @@ def _to_2d(ctx: Context, x: Value) -> Value:
     return ctx.b.reshape(x, (x.shape[0], x.shape[1], 1, x.shape[2]))
 
 
-def channel_vector(ctx: Context, v: Value, rank: int) -> Value:
-    """A (C,) vector shaped (C, 1, ...) to broadcast over an NC... tensor of rank."""
-    return ctx.b.reshape(v, (v.shape[0],) + (1,) * (rank - 2))
+def channel_vector(ctx: Context, v: Value, rank: int, channels: int) -> Value:
+    """A (C,) vector shaped (C, 1, ...) to broadcast over an NC... tensor of rank; a vector of
+    another shape is refused (one value per output channel)."""
+    if tuple(v.shape) != (channels,):
+        raise Unsupported(f"bias of shape {list(v.shape)}; expected [{channels}], one value per "
+                          "output channel")
+    return ctx.b.reshape(v, (channels,) + (1,) * (rank - 2))
 
 
 @converts("Conv")
@@ -81,7 +85,7 @@ def conv(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     y = b.op("conv2d", x, w, strides=strides, padding=[pads[0], pads[1], pads[2], pads[3]],
              dilation=dilations, groups=group)
     if bias is not None:
-        y = b.op("add", y, channel_vector(ctx, bias, 4))
+        y = b.op("add", y, channel_vector(ctx, bias, 4, y.shape[1]))
     if args[0].rank == 3:
         y = b.reshape(y, (y.shape[0], y.shape[1], y.shape[3]))
     return [y]
@@ -151,7 +155,7 @@ def conv_transpose(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     y = b.op("conv2d_transpose", x, w, strides=strides, padding=pads, dilation=dilations,
              groups=group, output_padding=outpad)
     if bias is not None:
-        y = b.op("add", y, channel_vector(ctx, bias, 4))
+        y = b.op("add", y, channel_vector(ctx, bias, 4, y.shape[1]))
     if args[0].rank == 3:
         y = b.reshape(y, (y.shape[0], y.shape[1], y.shape[3]))
     return [y]

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .convert import Context, converts
-from .ir import Unsupported, Value
+from .ir import Unsupported, Value, check_const_bytes
 from .onnx_node import OnnxNode
 
 
@@ -46,6 +46,7 @@ def _diagonal(ctx: Context, x: Value, term: str) -> tuple[Value, str]:
         if dims.setdefault(c, d) != d:
             raise Unsupported(f"index {c!r} of term {term!r} spans sizes {dims[c]} and {d}")
     shape = tuple(dims[c] for c in letters)
+    check_const_bytes((len(shape), *shape), np.int64, f"the diagonal index table of {term!r}")
     grids = np.indices(shape, dtype=np.int64)
     source = [grids[letters.index(c)] for c in term]
     flat = np.ravel_multi_index(tuple(source), x.shape) if x.shape else np.zeros(shape, np.int64)

@@ -1,10 +1,12 @@
 """Converters for GridSample, AffineGrid and Col2Im."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .convert import Context, converts, required_ints
-from .ir import Unsupported, Value
+from .ir import Unsupported, Value, check_const_bytes
 from .onnx_node import OnnxNode
 
 _MODES = {"bilinear": "linear", "bicubic": "cubic"}
@@ -21,6 +23,7 @@ def grid_sample(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
 
 def base_grid(sizes: list[int], align: bool) -> np.ndarray:
     """(prod(sizes), k + 1) homogeneous points, x (the last axis) first, as ONNX's AffineGrid."""
+    check_const_bytes((math.prod(sizes), len(sizes) + 1), np.float64, "the grid's points")
     axes = []
     for size in sizes:
         if align:

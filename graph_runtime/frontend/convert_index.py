@@ -195,6 +195,7 @@ def gather_nd(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     rest = x.shape[nb + k:]
     strides = np.array([math.prod(dims[j + 1:]) for j in range(k)], np.int64)
     lookup = tuple(idx.shape[nb:-1])
+    check_const_bytes((batch,), np.int64, "GatherND's batch offsets")
     offsets = (np.arange(batch, dtype=np.int64) * math.prod(dims)).reshape(
         (batch,) + (1,) * len(lookup))
     if idx.const is not None:

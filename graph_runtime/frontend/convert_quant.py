@@ -5,7 +5,7 @@ import numpy as np
 
 from .convert import Context, const_input, converts, norm_axis
 from .convert_data_dependent import compress_computed, is_computed
-from .ir import Unsupported, Value
+from .ir import Unsupported, Value, check_const_bytes
 from .onnx_model import np_dtype
 from .onnx_node import OnnxNode
 
@@ -29,6 +29,9 @@ def _per_axis(ctx: Context, node: OnnxNode, v: Value, x: Value) -> Value:
             raise Unsupported(f"blocked quantization with parameters of shape {v.shape} for "
                               f"{x.shape}")
         if v.const is not None:
+            made = list(v.shape)
+            made[axis] *= block
+            check_const_bytes(made, v.dtype, "the blocked quantization parameters")
             repeated = np.repeat(v.const, block, axis=axis)
             return ctx.b.const(np.take(repeated, np.arange(x.shape[axis]), axis=axis), v.name)
         # Each entry repeated block times along axis: a new axis after it, broadcast, merged.

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .convert import Context, converts
-from .ir import Unsupported, Value
+from .ir import Unsupported, Value, check_const_bytes
 from .onnx_node import OnnxNode
 
 
@@ -38,6 +38,7 @@ def reverse_sequence(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     t_shape[time_axis] = steps
     l_shape = [1] * x.rank
     l_shape[batch_axis] = batch
+    check_const_bytes(t_shape, np.int64, "ReverseSequence's step table")
     t = b.const(np.arange(steps, dtype=np.int64).reshape(t_shape), "steps")
     n = b.reshape(b.cast(lens, "int64"), l_shape)
     flipped = b.op("subtract", b.op("subtract", n, b.const(np.array(1, np.int64))), t)

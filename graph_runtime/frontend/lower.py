@@ -139,7 +139,9 @@ def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]],
     lowered.removed = ctx.removed
     for out in graph.output:
         result = env.get(out.name)
-        if result is None and out.name not in env:
+        if result is None and (out.name not in env or not problems):
+            # NOTE: a name bound to None without a refusal listed is an output a converter did
+            # not give: dropping it would misalign the outputs with their names.
             problems.setdefault(f"graph output {out.name!r} is never computed", []).append(
                 out.name)
         if result is not None:

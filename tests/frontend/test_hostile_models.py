@@ -589,3 +589,29 @@ def test_a_loop_body_input_may_shadow_an_outer_value() -> None:
               [vi("y")], [_const("n", np.int64(3))])
     x = np.ones(4, np.float32)
     np.testing.assert_array_equal(run_ours(m, {"x": x}, "cpu")[0], 8 * x)
+
+
+# The 30,000-case campaign of issue 30 (seed 2611): its three "internal error" refusals --------
+
+def test_reverse_sequence_over_a_huge_time_axis_builds_no_table() -> None:
+    # A step table of 2^32 int64 (32 GiB) was allocated before anything bounded it.
+    node = helper.make_node("ReverseSequence", ["x", "lens"], ["y"], batch_axis=0, time_axis=1)
+    m = model([node], [vi("x", shape=(4, 2 ** 32)), vi("lens", I64, (4,))], [vi("y", shape=None)])
+    refused(m, "ReverseSequence", "step table", "expected at most 64.0 MiB")
+
+
+def test_conv_bias_of_the_wrong_shape() -> None:
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"])
+    m = model([node], [vi("x", shape=(2, 4, 8)), vi("w", shape=(4, 1, 4)), vi("b", shape=())],
+              [vi("y", shape=None)])
+    refused(m, "Conv", "bias of shape []; expected [4], one value per output channel")
+
+
+def test_scan_body_with_fewer_outputs_than_the_node() -> None:
+    # The node's second output was silently dropped, misaligning outputs and their names.
+    body = helper.make_graph([helper.make_node("Add", ["s", "n"], ["s_out"])], "scan_body",
+                             [vi("s", shape=()), vi("n", shape=())], [vi("s_out", shape=())])
+    node = helper.make_node("Scan", ["init", "x"], ["y", "z"], body=body, num_scan_inputs=1)
+    m = model([node], [vi("init", shape=()), vi("x", shape=(5,))],
+              [vi("y", shape=None), vi("z", shape=None)], opset=9)
+    refused(m, "Scan", "body 'scan_body' declares 2 inputs and 1 outputs", "takes 2")
