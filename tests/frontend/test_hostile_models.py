@@ -601,7 +601,7 @@ def test_reverse_sequence_over_a_huge_time_axis_builds_no_table() -> None:
 
 
 def test_conv_bias_of_the_wrong_shape() -> None:
-    node = helper.make_node("Conv", ["x", "w", "b"], ["y"])
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], group=4)
     m = model([node], [vi("x", shape=(2, 4, 8)), vi("w", shape=(4, 1, 4)), vi("b", shape=())],
               [vi("y", shape=None)])
     refused(m, "Conv", "bias of shape []; expected [4], one value per output channel")
