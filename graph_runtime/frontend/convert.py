@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -13,6 +14,46 @@ from .onnx_node import OnnxNode
 
 Converter = Callable[["Context", OnnxNode, list], Sequence["Value | None"]]
 CONVERTERS: dict[str, Converter] = {}
+
+
+@dataclass(frozen=True)
+class OpFacts:
+    """What the import knows of an op besides its converter, registered beside it.
+
+    shape_inputs: input slots whose value a converter reads at import to decide shapes or
+    attrs (symbolic import keeps a folded constant changing with the dims there, as a
+    `{"dim": ...}` attr). value_inputs: further slots that decide shapes or attributes
+    (deferred import freezes the graph inputs reaching either kind). fold(node, *inputs): a
+    fast path folding the op, instead of the ONNX reference. predict(node, inputs): the output
+    shape folding makes, in Python integers, before it allocates (fold_size.py); workspace(node,
+    inputs, shape): what the reference allocates on the way, where that is more than its output.
+    """
+
+    shape_inputs: tuple[int, ...] = ()
+    value_inputs: tuple[int, ...] = ()
+    fold: Callable[..., list[np.ndarray]] | None = None
+    predict: Callable[[OnnxNode, list], tuple[int, ...]] | None = None
+    workspace: Callable[[OnnxNode, list, tuple[int, ...]], list[tuple[Any, str, str]]] | None \
+        = None
+
+
+FACTS: dict[str, OpFacts] = {}
+NO_FACTS = OpFacts()
+
+
+def add_facts(op_type: str, **facts: Any) -> None:
+    """Register op_type's OpFacts; a second, different record for one op type is refused."""
+    made = OpFacts(**facts)
+    earlier = FACTS.get(op_type)
+    if earlier is not None and earlier != made:
+        raise FrontendError(f"{op_type} has its facts registered twice: {earlier} and {made}; "
+                            "register them once, beside its converter")
+    FACTS[op_type] = made
+
+
+def op_facts(op_type: str) -> OpFacts:
+    """op_type's registered facts (none registered: every field empty)."""
+    return FACTS.get(op_type, NO_FACTS)
 
 
 class Context:
@@ -49,9 +90,10 @@ class Context:
                                   "only the first output is supported")
 
 
-def converts(*op_types: str) -> Callable[[Converter], Converter]:
-    """Register fn as the converter of op_types; a second converter for one op type is refused
-    (which one won used to depend on import order)."""
+def converts(*op_types: str, **facts: Any) -> Callable[[Converter], Converter]:
+    """Register fn as the converter of op_types, with the OpFacts fields given (the same for
+    each; add_facts beside it where they differ); a second converter for one op type is
+    refused (which one won used to depend on import order)."""
     def add(fn: Converter) -> Converter:
         for op_type in op_types:
             earlier = CONVERTERS.get(op_type)
@@ -59,6 +101,8 @@ def converts(*op_types: str) -> Callable[[Converter], Converter]:
                 raise FrontendError(f"{op_type} has two converters: {_where(earlier)} and "
                                     f"{_where(fn)}; register one (it may call the other)")
             CONVERTERS[op_type] = fn
+            if facts:
+                add_facts(op_type, **facts)
         return fn
     return add
 
@@ -126,6 +170,13 @@ def _load() -> None:
         convert_signal,
     )
     from . import convert_integer_gemm, convert_scatter  # noqa: F401
+    # Ops folded only through ONNX's reference (no converter): their facts here, in one place.
+    from .fold_size import float64_copies, size_max_unpool, size_window
+    for op_type, copies in (("HannWindow", 2), ("HammingWindow", 2), ("BlackmanWindow", 3)):
+        add_facts(op_type, value_inputs=(0,), predict=size_window,
+                  workspace=float64_copies(copies))
+    add_facts("CenterCropPad", value_inputs=(1,))
+    add_facts("MaxUnpool", predict=size_max_unpool)
 
 
 _load()

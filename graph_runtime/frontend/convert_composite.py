@@ -6,6 +6,7 @@ import math
 import numpy as np
 
 from .convert import Context, const_input, converts, norm_axis
+from .fold_size import size_one_hot
 from .ir import Unsupported, Value, check_const_bytes
 from .onnx_node import OnnxNode
 
@@ -114,7 +115,7 @@ def _hardmax_axis(ctx: Context, x: Value, axis: int) -> Value:
     return b.cast(hit, x.dtype)
 
 
-@converts("OneHot")
+@converts("OneHot", shape_inputs=(1,), value_inputs=(2,), predict=size_one_hot)
 def one_hot(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     b = ctx.b
     indices, values = args[0], args[2]

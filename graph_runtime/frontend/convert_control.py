@@ -49,7 +49,8 @@ def _body_outputs(op: str, b64: str, specs: Sequence[TensorSpec],
     return declared if any(s is None for s in found) else None
 
 
-@converts("If")
+# An If's condition picks between branches of different shapes: deferred import freezes it.
+@converts("If", value_inputs=(0,))
 def _if(ctx: Context, node: OnnxNode, args: list) -> Sequence[Value | None]:
     from ..lib.ops.control_flow import branch_specs
     then_g, else_g = node.attr("then_branch"), node.attr("else_branch")
@@ -123,7 +124,9 @@ def _iterations(ctx: Context, node: OnnxNode, args: list, body: Any) -> int:
     return count
 
 
-@converts("Loop")
+# A Loop's trip count and condition give its scan outputs' length: deferred import freezes
+# them.
+@converts("Loop", value_inputs=(0, 1))
 def _loop(ctx: Context, node: OnnxNode, args: list) -> Sequence[Value | None]:
     body = node.attr("body")
     carried = list(args[2:])

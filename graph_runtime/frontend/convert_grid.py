@@ -6,6 +6,7 @@ import math
 import numpy as np
 
 from .convert import Context, converts, required_ints
+from .fold_size import float64_copies, size_affine_grid
 from .ir import Unsupported, Value, check_const_bytes
 from .onnx_node import OnnxNode
 
@@ -35,7 +36,7 @@ def base_grid(sizes: list[int], align: bool) -> np.ndarray:
     return np.stack(points + [np.ones_like(points[0])], axis=1)
 
 
-@converts("AffineGrid")
+@converts("AffineGrid", predict=size_affine_grid, workspace=float64_copies(2))
 def affine_grid(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     """theta (N, k, k + 1) times the fixed grid of points: one dense in float64."""
     b = ctx.b

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from .convert import Context, const_input, converts, ints_of, norm_axis, required_ints
+from .fold import fold_gather, fold_gather_elements
+from .fold_size import size_gather, size_pad
 from .ir import Unsupported, Value, check_const_bytes
 from .onnx_node import OnnxNode
 
@@ -36,7 +38,7 @@ def _slice_attrs(x: Value, starts: Sequence[int], ends: Sequence[int], axes: Seq
     return begin, end, strides, picked
 
 
-@converts("Slice")
+@converts("Slice", shape_inputs=(1, 2, 3, 4))
 def slice_(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     x = args[0]
     if node.opset < 10:
@@ -54,7 +56,7 @@ def slice_(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     return [ctx.b.op("strided_slice", x, begin=begin, end=end, strides=strides, axes=picked)]
 
 
-@converts("Pad")
+@converts("Pad", shape_inputs=(1, 3), value_inputs=(2,), predict=size_pad)
 def pad(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     b = ctx.b
     x = args[0]
@@ -159,7 +161,7 @@ def _pad_from_data(ctx: Context, x: Value, widths: list[list[int]], mode: str) -
     return y
 
 
-@converts("Gather")
+@converts("Gather", fold=fold_gather, predict=size_gather)
 def gather(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     x, idx = args[0], args[1]
     axis = norm_axis(int(node.attr("axis", 0)), x.rank, node)
@@ -174,7 +176,7 @@ def gather(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
                      else idx, axis=axis, mode="wrap")]
 
 
-@converts("GatherElements")
+@converts("GatherElements", fold=fold_gather_elements)
 def gather_elements(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     x = args[0]
     axis = norm_axis(int(node.attr("axis", 0)), x.rank, node)

@@ -8,6 +8,7 @@ import numpy as np
 from ..dtypes import EXTENDED_DTYPES
 from .convert import Context, const_input, converts, ints_of, norm_axis
 from .convert_data_dependent import topk_computed
+from .fold import fold_cast, fold_identity
 from .ir import Unsupported, Value, check_const_bytes
 from .onnx_node import OnnxNode
 
@@ -80,7 +81,8 @@ def activation(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     return [ctx.b.op(op, args[0], **attrs)]
 
 
-@converts("Identity", "Dropout")
+@converts("Identity", fold=fold_identity)
+@converts("Dropout", shape_inputs=(1, 2))
 def identity(ctx: Context, node: OnnxNode, args: list) -> list[Value | None]:
     if node.op_type == "Dropout":
         if len(args) > 2 and args[2] is not None:
@@ -107,7 +109,7 @@ def _dtype_limits(dtype: str) -> tuple[float, float]:
     return float(info.min), float(info.max)
 
 
-@converts("Clip")
+@converts("Clip", value_inputs=(1, 2))
 def clip(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     x = args[0]
     lo, hi = _dtype_limits(x.dtype)
@@ -223,7 +225,8 @@ def where(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
 EXTENDED_DTYPES_SET = frozenset(EXTENDED_DTYPES)
 
 
-@converts("Cast", "CastLike")
+@converts("Cast", fold=fold_cast)
+@converts("CastLike")
 def cast(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     from .onnx_model import np_dtype
     if node.op_type == "CastLike":
@@ -256,7 +259,7 @@ def _reduce_axes(node: OnnxNode, args: list, x: Value) -> list[int] | None:
     return sorted({norm_axis(a, x.rank, node, "axes") for a in axes})
 
 
-@converts(*REDUCE)
+@converts(*REDUCE, shape_inputs=(1,))
 def reduce(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     b = ctx.b
     x = args[0]
@@ -308,7 +311,7 @@ def arg_reduce(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     return [b.cast(b.op(op, x, axis=[axis], keepdims=keep), "int64")]
 
 
-@converts("TopK")
+@converts("TopK", shape_inputs=(1,))
 def topk(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     x = args[0]
     if node.opset < 10:
@@ -324,7 +327,7 @@ def topk(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     return outs
 
 
-@converts("CumSum")
+@converts("CumSum", shape_inputs=(1,))
 def cumsum(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     x = args[0]
     axis = norm_axis(int(np.asarray(const_input(node, args, 1, "axis")).reshape(-1)[0]),

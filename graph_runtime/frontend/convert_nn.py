@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .convert import Context, converts, norm_axis
-from .fold_size import broadcast
+from .fold_size import broadcast, size_matmul
 from .ir import Unsupported, Value
 from .onnx_node import OnnxNode
 
@@ -52,7 +52,7 @@ def _matmul_shape(a: Sequence[int], w: Sequence[int]) -> tuple[int, ...]:
     return shape
 
 
-@converts("MatMul")
+@converts("MatMul", predict=size_matmul)
 def matmul(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     b = ctx.b
     a, w = args[0], args[1]

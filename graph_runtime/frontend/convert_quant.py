@@ -5,6 +5,8 @@ import numpy as np
 
 from .convert import Context, const_input, converts, norm_axis
 from .convert_data_dependent import compress_computed, is_computed
+from .fold_quant import fold_dequantize, fold_quantize
+from .fold_size import size_of_input
 from .ir import Unsupported, Value, check_const_bytes
 from .onnx_model import np_dtype
 from .onnx_node import OnnxNode
@@ -53,7 +55,7 @@ def _per_axis(ctx: Context, node: OnnxNode, v: Value, x: Value) -> Value:
     return ctx.b.reshape(v, shape)
 
 
-@converts("DequantizeLinear")
+@converts("DequantizeLinear", fold=fold_dequantize, predict=size_of_input)
 def dequantize(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     b = ctx.b
     x, scale = args[0], args[1]
@@ -72,7 +74,7 @@ def dequantize(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     return [b.cast(y, out)]
 
 
-@converts("QuantizeLinear")
+@converts("QuantizeLinear", fold=fold_quantize, predict=size_of_input)
 def quantize(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     b = ctx.b
     x, scale = args[0], args[1]

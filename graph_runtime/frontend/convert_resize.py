@@ -5,7 +5,8 @@ import math
 
 import numpy as np
 
-from .convert import Context, const_input, converts, ints_of, norm_axis
+from .convert import Context, add_facts, const_input, converts, ints_of, norm_axis
+from .fold_size import resize_tables, size_resize
 from .ir import Unsupported, Value, check_const_bytes
 from .onnx_node import OnnxNode
 
@@ -106,6 +107,10 @@ def resize(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     if ctm == "tf_crop_and_resize":
         return [_crop_and_resize(ctx, node, args, x, axes, attrs)]
     return [ctx.b.op("resize", x, **attrs)]
+
+
+add_facts("Resize", shape_inputs=(1, 2, 3), predict=size_resize, workspace=resize_tables)
+add_facts("Upsample", shape_inputs=(1,), predict=size_resize, workspace=resize_tables)
 
 
 def _crop_and_resize(ctx: Context, node: OnnxNode, args: list, x: Value, axes: list[int],

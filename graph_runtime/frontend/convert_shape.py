@@ -7,13 +7,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .convert import Context, const_input, converts, ints_of, norm_axis, required_ints
-from .fold_size import broadcast
+from .convert import (Context, add_facts, const_input, converts, ints_of, norm_axis,
+                      required_ints)
+from .fold import fold_concat, fold_expand, fold_shape, fold_tile
+from .fold_size import broadcast, size_constant_of_shape, size_expand, size_range, size_tile
 from .ir import NeedsValue, Unsupported, Value, check_const_bytes, check_entry, check_rank
 from .onnx_node import OnnxNode
 
 
-@converts("Shape")
+@converts("Shape", fold=fold_shape)
 def shape(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     dims = np.array(args[0].shape, dtype=np.int64)
     start = int(node.attr("start", 0))
@@ -26,7 +28,7 @@ def size(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     return [ctx.b.const(np.array(math.prod(args[0].shape), np.int64), "size")]
 
 
-@converts("Reshape")
+@converts("Reshape", shape_inputs=(1,))
 def reshape(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     x = args[0]
     if node.opset < 5:
@@ -81,7 +83,7 @@ def _axes(ctx: Context, node: OnnxNode, args: list, index: int) -> list[int] | N
     return node.opt_ints("axes")
 
 
-@converts("Squeeze")
+@converts("Squeeze", shape_inputs=(1,))
 def squeeze(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     x = args[0]
     axes = _axes(ctx, node, args, 1)
@@ -96,7 +98,7 @@ def squeeze(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     return [ctx.b.reshape(x, out) if out != x.shape else x]
 
 
-@converts("Unsqueeze")
+@converts("Unsqueeze", shape_inputs=(1,))
 def unsqueeze(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     x = args[0]
     axes = _axes(ctx, node, args, 1) or []
@@ -108,7 +110,7 @@ def unsqueeze(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     return [ctx.b.reshape(x, out)]
 
 
-@converts("Concat")
+@converts("Concat", fold=fold_concat)
 def concat(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     values = [a for a in args if a is not None]
     first = values[0]
@@ -130,7 +132,7 @@ def concat(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     return [ctx.b.op("concatenate", *nonempty, axis=axis)]
 
 
-@converts("Split")
+@converts("Split", shape_inputs=(1,))
 def split(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     x = args[0]
     if x.rank == 0:
@@ -164,7 +166,7 @@ def _broadcast(ctx: Context, x: Value, shape: Sequence[int]) -> Value:
     return ctx.b.op("broadcast_to", x, shape=list(shape))
 
 
-@converts("Expand")
+@converts("Expand", shape_inputs=(1,), fold=fold_expand, predict=size_expand)
 def expand(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     x = args[0]
     target = required_ints(node, args, 1, "shape")
@@ -173,7 +175,7 @@ def expand(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     return [_broadcast(ctx, x, out)]
 
 
-@converts("Tile")
+@converts("Tile", shape_inputs=(1,), fold=fold_tile, predict=size_tile)
 def tile(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     b = ctx.b
     x = args[0]
@@ -202,7 +204,11 @@ def needs_constants(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
                       "inputs are supported")
 
 
-@converts("Trilu")
+add_facts("ConstantOfShape", shape_inputs=(0,), predict=size_constant_of_shape)
+add_facts("Range", shape_inputs=(0, 1, 2), predict=size_range)
+
+
+@converts("Trilu", shape_inputs=(1,))
 def trilu(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     b = ctx.b
     x = args[0]

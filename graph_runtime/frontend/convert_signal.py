@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .convert import Context, const_input, converts, norm_axis
+from .fold_size import float64_copies, size_dft, size_mel, size_stft
 from .ir import Unsupported, Value
 from .onnx_node import OnnxNode
 
@@ -22,7 +23,7 @@ def _one_int(node: OnnxNode, args: list, i: int, what: str) -> int | None:
     return None if value is None else int(np.asarray(value).reshape(-1)[0])
 
 
-@converts("DFT")
+@converts("DFT", predict=size_dft, workspace=float64_copies(2))
 def dft(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     x = args[0]
     if node.opset >= 20:
@@ -41,7 +42,7 @@ def dft(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     return [ctx.b.op("dft", x, axis=axis, length=length, inverse=inverse, onesided=onesided)]
 
 
-@converts("STFT")
+@converts("STFT", predict=size_stft, workspace=float64_copies(2))
 def stft(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     b = ctx.b
     signal = args[0]
@@ -56,7 +57,7 @@ def stft(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
                  onesided=bool(int(node.attr("onesided", 1))))]
 
 
-@converts("MelWeightMatrix")
+@converts("MelWeightMatrix", predict=size_mel, workspace=float64_copies(2))
 def mel_weight_matrix(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     from onnx.helper import tensor_dtype_to_np_dtype
     b = ctx.b

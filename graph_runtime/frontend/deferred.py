@@ -17,21 +17,14 @@ from typing import Any
 from ..graph.model import Graph, usable_output_names
 from .ir import Unsupported
 from .onnx_model import np_dtype
-from .symbolic_import import SHAPE_SLOTS
 
-# Shape-deciding (or attribute-like) slots beyond those symbolic import keeps folded.
-VALUE_SLOTS: dict[str, tuple[int, ...]] = {
-    **SHAPE_SLOTS, "Pad": (1, 2, 3), "OneHot": (1, 2), "Clip": (1, 2), "CenterCropPad": (1,),
-    "BlackmanWindow": (0,), "HammingWindow": (0,), "HannWindow": (0,),
-    # A Loop's trip count and condition give its scan outputs' length; an If's condition
-    # picks between branches of different shapes (frontend/convert_control.py).
-    "Loop": (0, 1), "If": (0,),
-}
 _SHAPE_READERS = frozenset({"Shape", "Size"})
 
 
 def value_inputs(model: Any) -> list[str]:
-    """Graph inputs that reach a VALUE_SLOTS slot, directly or through nodes computing it."""
+    """Graph inputs that reach a slot deciding shapes or attributes (OpFacts.shape_inputs or
+    value_inputs, registered with each op's converter), directly or through nodes computing it."""
+    from .convert import op_facts
     uses: dict[str, list[tuple[Any, int]]] = {}
     for node in model.graph.node:
         for slot, name in enumerate(node.input):
@@ -43,7 +36,8 @@ def value_inputs(model: Any) -> list[str]:
         if name not in memo:
             memo[name] = False  # a graph has no cycles; this only guards the recursion
             memo[name] = any(
-                slot in VALUE_SLOTS.get(node.op_type, ()) or (
+                slot in op_facts(node.op_type).shape_inputs
+                or slot in op_facts(node.op_type).value_inputs or (
                     node.op_type not in _SHAPE_READERS
                     and any(reaches(out) for out in node.output if out))
                 for node, slot in uses.get(name, []))

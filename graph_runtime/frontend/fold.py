@@ -1,12 +1,11 @@
 """Constant folding: evaluate an ONNX node whose inputs are all known at import, with NumPy."""
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from .fold_quant import fold_dequantize, fold_quantize
 from .fold_size import check_fold_size, check_folded
 from .ir import Unsupported
 from .onnx_node import OnnxNode
@@ -19,8 +18,8 @@ NOT_FOLDABLE = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike",
                           "OptionalGetElement", "OptionalHasElement"})
 
 
-def _gather(node: OnnxNode, data: np.ndarray, idx: np.ndarray) -> list[np.ndarray]:
-    axis = int(node.attr("axis", 0)) % max(data.ndim, 1)  # checked by fold_size's _gather
+def fold_gather(node: OnnxNode, data: np.ndarray, idx: np.ndarray) -> list[np.ndarray]:
+    axis = int(node.attr("axis", 0)) % max(data.ndim, 1)  # checked by fold_size's size_gather
     if idx.dtype.kind not in "iu":
         raise Unsupported(f"indices of dtype {idx.dtype}; expected int32 or int64")
     n = data.shape[axis]
@@ -31,7 +30,7 @@ def _gather(node: OnnxNode, data: np.ndarray, idx: np.ndarray) -> list[np.ndarra
     return [np.take(data, np.where(wide < 0, wide + n, wide), axis=axis)]
 
 
-def _gather_elements(node: OnnxNode, data: np.ndarray, idx: np.ndarray) -> list[np.ndarray]:
+def fold_gather_elements(node: OnnxNode, data: np.ndarray, idx: np.ndarray) -> list[np.ndarray]:
     """GatherElements (the onnx package's reference failed on BERT's token-type ids: "cannot
     reshape array of size 1 into shape (1,32)", leaving a runtime node for a constant)."""
     if data.ndim == 0 or idx.ndim != data.ndim:
@@ -69,16 +68,16 @@ def _unsqueeze(node: OnnxNode, x: np.ndarray, axes: np.ndarray | None = None) ->
     return [x.reshape(shape)]
 
 
-def _tile(node: OnnxNode, x: np.ndarray, repeats: np.ndarray) -> list[np.ndarray]:
+def fold_tile(node: OnnxNode, x: np.ndarray, repeats: np.ndarray) -> list[np.ndarray]:
     """Tile as one broadcast (x's axis d as (repeats, d)): it allocates the output only, where
     np.tile grows one axis at a time (repeats [1e8, 0] made 1.6 GB for an empty output)."""
-    reps = [int(r) for r in repeats.reshape(-1)]  # checked by fold_size's _tile
+    reps = [int(r) for r in repeats.reshape(-1)]  # checked by fold_size's size_tile
     split = x.reshape([n for d in x.shape for n in (1, d)])
     wide = np.broadcast_to(split, [n for d, r in zip(x.shape, reps) for n in (r, d)])
     return [wide.copy().reshape([d * r for d, r in zip(x.shape, reps)])]
 
 
-def _expand(node: OnnxNode, x: np.ndarray, shape: np.ndarray) -> list[np.ndarray]:
+def fold_expand(node: OnnxNode, x: np.ndarray, shape: np.ndarray) -> list[np.ndarray]:
     """Expand as one broadcast: the reference multiplies by ones of the target shape, which
     is larger than the output where x has a 0 dim."""
     from .fold_size import broadcast
@@ -87,7 +86,7 @@ def _expand(node: OnnxNode, x: np.ndarray, shape: np.ndarray) -> list[np.ndarray
     return [np.broadcast_to(x, out).copy()]
 
 
-def _concat(node: OnnxNode, *xs: np.ndarray) -> list[np.ndarray]:
+def fold_concat(node: OnnxNode, *xs: np.ndarray) -> list[np.ndarray]:
     rank = xs[0].ndim
     axis = int(node.attr("axis"))
     if not -rank <= axis < rank or any(x.ndim != rank for x in xs):
@@ -95,14 +94,14 @@ def _concat(node: OnnxNode, *xs: np.ndarray) -> list[np.ndarray]:
     return [np.concatenate(xs, axis=axis)]
 
 
-def _shape(node: OnnxNode, x: np.ndarray) -> list[np.ndarray]:
+def fold_shape(node: OnnxNode, x: np.ndarray) -> list[np.ndarray]:
     dims = np.array(x.shape, dtype=np.int64)
     start = int(node.attr("start", 0))
     end = node.attr("end")
     return [dims[start:None if end is None else int(end)]]
 
 
-def _cast(node: OnnxNode, x: np.ndarray) -> list[np.ndarray]:
+def fold_cast(node: OnnxNode, x: np.ndarray) -> list[np.ndarray]:
     from .onnx_model import np_dtype
     return [x.astype(np_dtype(int(node.attr("to"))))]
 
@@ -117,20 +116,8 @@ def _constant(node: OnnxNode) -> list[np.ndarray] | None:
     return [value] if isinstance(value, np.ndarray) else None
 
 
-# Fast paths for what PyTorch's exports fold most (Shape -> Gather -> Unsqueeze -> Concat);
-# anything else goes through the onnx package's reference evaluator.
-_FAST: dict[str, Callable[..., list[np.ndarray]]] = {
-    "Shape": _shape,
-    "Gather": _gather,
-    "GatherElements": _gather_elements,
-    "Concat": _concat,
-    "Cast": _cast,
-    "Identity": lambda node, x: [x],
-    "Tile": _tile,
-    "Expand": _expand,
-    "DequantizeLinear": fold_dequantize,
-    "QuantizeLinear": fold_quantize,
-}
+def fold_identity(node: OnnxNode, x: np.ndarray) -> list[np.ndarray]:
+    return [x]
 
 
 def fold(node: OnnxNode, inputs: Sequence[np.ndarray | None], opset_imports: Any,
@@ -157,7 +144,11 @@ def fold(node: OnnxNode, inputs: Sequence[np.ndarray | None], opset_imports: Any
 
 def _evaluate(node: OnnxNode, inputs: Sequence[np.ndarray | None],
               opset_imports: Any) -> list[Any]:
-    fast = _FAST.get(node.op_type)
+    # Fast paths (OpFacts.fold, registered with each op's converter) for what PyTorch's exports
+    # fold most (Shape -> Gather -> Unsqueeze -> Concat); anything else goes through the onnx
+    # package's reference evaluator.
+    from .convert import op_facts
+    fast = op_facts(node.op_type).fold
     if node.op_type == "Tile" and node.opset < 6:
         fast = None  # Tile-1 takes (input, tiles, axis)
     if fast is not None and all(x is not None for x in inputs):

@@ -40,11 +40,13 @@ def broadcast(shapes: Sequence[Shape], what: str) -> Shape:
     return tuple(out)
 
 
-def _constant_of_shape(node: OnnxNode, xs: list) -> Shape:
+# The predictions (OpFacts.predict, registered with each op's converter in frontend/convert*.py):
+# the output shape of folding node from its inputs xs.
+def size_constant_of_shape(node: OnnxNode, xs: list) -> Shape:
     return tuple(_ints(xs[0], "input 0 (shape)"))
 
 
-def _range(node: OnnxNode, xs: list) -> Shape:
+def size_range(node: OnnxNode, xs: list) -> Shape:
     start, limit, delta = (float(np.asarray(x).reshape(-1)[0]) if x is not None and
                            np.asarray(x).size else math.nan for x in xs[:3])
     if not all(math.isfinite(v) for v in (start, limit, delta)) or delta == 0:
@@ -53,7 +55,7 @@ def _range(node: OnnxNode, xs: list) -> Shape:
     return (max(math.ceil((limit - start) / delta), 0),)
 
 
-def _tile(node: OnnxNode, xs: list) -> Shape:
+def size_tile(node: OnnxNode, xs: list) -> Shape:
     reps = _ints(xs[1], "input 1 (repeats)")
     if len(reps) != xs[0].ndim or any(r < 0 for r in reps):
         raise Unsupported(f"repeats {reps} for an input of shape {list(xs[0].shape)}; expected "
@@ -61,18 +63,18 @@ def _tile(node: OnnxNode, xs: list) -> Shape:
     return tuple(d * r for d, r in zip(xs[0].shape, reps))
 
 
-def _expand(node: OnnxNode, xs: list) -> Shape:
+def size_expand(node: OnnxNode, xs: list) -> Shape:
     return broadcast([xs[0].shape, tuple(_ints(xs[1], "input 1 (shape)"))], "Expand")
 
 
-def _one_hot(node: OnnxNode, xs: list) -> Shape:
+def size_one_hot(node: OnnxNode, xs: list) -> Shape:
     depth = np.asarray(xs[1]).reshape(-1)
     if depth.size != 1 or not np.isfinite(depth[0]) or depth[0] < 1:
         raise Unsupported(f"depth {depth.tolist()[:4]}; expected one number >= 1")
     return tuple(xs[0].shape) + (int(depth[0]),)
 
 
-def _pad(node: OnnxNode, xs: list) -> Shape:
+def size_pad(node: OnnxNode, xs: list) -> Shape:
     pads = node.ints("pads") if node.opset < 11 else _ints(xs[1], "input 1 (pads)")
     axes = list(range(xs[0].ndim)) if node.opset < 11 or len(xs) < 4 or xs[3] is None \
         else _ints(xs[3], "input 3 (axes)")
@@ -86,7 +88,7 @@ def _pad(node: OnnxNode, xs: list) -> Shape:
     return tuple(shape)
 
 
-def _resize(node: OnnxNode, xs: list) -> Shape:
+def size_resize(node: OnnxNode, xs: list) -> Shape:
     x = xs[0]
     sizes = xs[3] if len(xs) > 3 else None
     if sizes is not None and np.asarray(sizes).size:
@@ -105,7 +107,7 @@ def _resize(node: OnnxNode, xs: list) -> Shape:
     return tuple(math.floor(d * f) for d, f in zip(x.shape, factors))
 
 
-def _gather(node: OnnxNode, xs: list) -> Shape:
+def size_gather(node: OnnxNode, xs: list) -> Shape:
     data, idx = xs[0], np.asarray(xs[1])
     axis = int(node.attr("axis", 0))
     if not -data.ndim <= axis < max(data.ndim, 1) or data.ndim == 0:
@@ -114,7 +116,7 @@ def _gather(node: OnnxNode, xs: list) -> Shape:
     return tuple(data.shape[:axis]) + tuple(idx.shape) + tuple(data.shape[axis + 1:])
 
 
-def _matmul(node: OnnxNode, xs: list) -> Shape:
+def size_matmul(node: OnnxNode, xs: list) -> Shape:
     a, b = (tuple(x.shape) for x in xs[:2])
     if len(a) < 2 or len(b) < 2:
         return broadcast([a, b], "MatMul")
@@ -128,11 +130,11 @@ def _count(x: np.ndarray | None, what: str) -> int:
     return values[0]
 
 
-def _window(node: OnnxNode, xs: list) -> Shape:
+def size_window(node: OnnxNode, xs: list) -> Shape:
     return (_count(xs[0], "input 0 (size)"),)
 
 
-def _dft(node: OnnxNode, xs: list) -> Shape:
+def size_dft(node: OnnxNode, xs: list) -> Shape:
     """At most: the signal axis as long as dft_length, the last axis (real, imaginary)."""
     x = xs[0]
     given = xs[1] if len(xs) > 1 and xs[1] is not None else None
@@ -149,7 +151,7 @@ def _dft(node: OnnxNode, xs: list) -> Shape:
     return tuple(shape)
 
 
-def _stft(node: OnnxNode, xs: list) -> Shape:
+def size_stft(node: OnnxNode, xs: list) -> Shape:
     x = xs[0]
     step = _count(xs[1], "input 1 (frame_step)")
     window = xs[2] if len(xs) > 2 else None
@@ -166,18 +168,18 @@ def _stft(node: OnnxNode, xs: list) -> Shape:
     return (x.shape[0], 1 + (x.shape[1] - frame) // step, frame, 2)
 
 
-def _mel(node: OnnxNode, xs: list) -> Shape:
+def size_mel(node: OnnxNode, xs: list) -> Shape:
     return (_count(xs[1], "input 1 (dft_length)") // 2 + 1, _count(xs[0], "input 0 (bins)"))
 
 
-def _affine_grid(node: OnnxNode, xs: list) -> Shape:
+def size_affine_grid(node: OnnxNode, xs: list) -> Shape:
     size = _ints(xs[1], "input 1 (size)")
     if len(size) not in (4, 5) or any(d < 0 for d in size):
         raise Unsupported(f"size {size[:8]}; expected [N, C, H, W] or [N, C, D, H, W] >= 0")
     return (size[0], *size[2:], len(size) - 2)
 
 
-def _max_unpool(node: OnnxNode, xs: list) -> Shape:
+def size_max_unpool(node: OnnxNode, xs: list) -> Shape:
     if len(xs) > 2 and xs[2] is not None:
         return tuple(_ints(xs[2], "input 2 (output_shape)"))
     x = xs[0]
@@ -192,26 +194,23 @@ def _max_unpool(node: OnnxNode, xs: list) -> Shape:
         d, s, k) in enumerate(zip(x.shape[2:], strides, kernel)))
 
 
-_PREDICT: dict[str, Callable[[OnnxNode, list], Shape]] = {
-    "ConstantOfShape": _constant_of_shape, "Range": _range, "Tile": _tile, "Expand": _expand,
-    "OneHot": _one_hot, "Pad": _pad, "Resize": _resize, "Upsample": _resize, "Gather": _gather,
-    "MatMul": _matmul,
-    # per-axis scales and zero points run along `axis`, not NumPy's trailing dims: x's shape
-    "DequantizeLinear": lambda node, xs: tuple(xs[0].shape),
-    "QuantizeLinear": lambda node, xs: tuple(xs[0].shape),
-    # outputs sized by an input's value (not its size)
-    "HannWindow": _window, "HammingWindow": _window, "BlackmanWindow": _window, "DFT": _dft,
-    "STFT": _stft, "MelWeightMatrix": _mel, "AffineGrid": _affine_grid,
-    "MaxUnpool": _max_unpool,
-}
+def size_of_input(node: OnnxNode, xs: list) -> Shape:
+    """Input 0's shape (Quantize/DequantizeLinear: per-axis scales and zero points run along
+    `axis`, not NumPy's trailing dims)."""
+    return tuple(xs[0].shape)
 
 
 Work = list[tuple[Shape, str, str]]
 
 
-def _resize_tables(node: OnnxNode, xs: list, out: Shape) -> Work:
-    """The reference's float64 result and, per resized axis, its (out, taps) float64 table
-    (a cubic kernel spans 4 input steps; with antialias a downscale widens it by the ratio)."""
+# The workspaces (OpFacts.workspace, frontend/convert.py): what the evaluation allocates on the
+# way, where that is more than its output (the ONNX reference computes these ops in float64 or
+# complex128). Ops whose intermediates are larger still (Tile's per axis, Expand's target) have
+# fast paths in fold.py allocating the output only.
+def resize_tables(node: OnnxNode, xs: list, out: Shape) -> Work:
+    """Resize's workspace: the reference's float64 result and, per resized axis, its (out,
+    taps) float64 table (a cubic kernel spans 4 input steps; with antialias a downscale widens
+    it by the ratio)."""
     antialias = bool(node.attr("antialias", 0))
     work = [(out, "float64", "its float64 result")]
     for axis, (d_in, d_out) in enumerate(zip(xs[0].shape, out)):
@@ -222,29 +221,21 @@ def _resize_tables(node: OnnxNode, xs: list, out: Shape) -> Work:
     return work
 
 
-def _float64(copies: int) -> Callable[[OnnxNode, list, Shape], Work]:
+def float64_copies(copies: int) -> Callable[[OnnxNode, list, Shape], Work]:
+    """The workspace of copies float64 arrays of the output's shape."""
     return lambda node, xs, out: [((copies, *out), "float64", f"{copies} float64 working copies")]
-
-
-# What the evaluation allocates on the way, where that is more than its output: the ONNX
-# reference computes these ops in float64 or complex128. Ops whose intermediates are larger
-# still (Tile's per axis, Expand's target) have fast paths in fold.py allocating the output only.
-_WORKSPACE: dict[str, Callable[[OnnxNode, list, Shape], Work]] = {
-    "Resize": _resize_tables, "Upsample": _resize_tables,
-    "HannWindow": _float64(2), "HammingWindow": _float64(2), "BlackmanWindow": _float64(3),
-    "DFT": _float64(2), "STFT": _float64(2), "MelWeightMatrix": _float64(2),
-    "AffineGrid": _float64(2),
-}
 
 
 def check_fold_size(node: OnnxNode, inputs: Sequence[np.ndarray | None],
                     expected: Sequence[Shape | None]) -> None:
     """Refuse folding node when its output would pass the import's constant budget."""
+    from .convert import op_facts
+    facts = op_facts(node.op_type)
     present = [np.asarray(x) for x in inputs if x is not None]
     in_bytes = sum(int(x.nbytes) for x in present)
     itemsize = max([x.dtype.itemsize for x in present] + [4])
     shapes = [s for s in expected if s is not None]
-    predict = _PREDICT.get(node.op_type)
+    predict = facts.predict
     if predict is not None and present:
         shapes.append(predict(node, list(inputs)))
     elif len(present) > 1:
@@ -255,7 +246,7 @@ def check_fold_size(node: OnnxNode, inputs: Sequence[np.ndarray | None],
     for shape in shapes:
         check_const_bytes(shape, np.dtype(f"V{itemsize}"), f"folding {node.op_type}", in_bytes)
         check_entry(shape, np.dtype(f"V{itemsize}"), f"folding {node.op_type}")  # empty ones
-    work = _WORKSPACE.get(node.op_type)
+    work = facts.workspace
     if work is not None and predict is not None and present:
         for shape, dtype, what in work(node, list(inputs), shapes[-1]):
             check_const_bytes(shape, dtype, f"folding {node.op_type} ({what})", in_bytes)

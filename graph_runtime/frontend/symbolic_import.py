@@ -24,16 +24,6 @@ from ..errors import FrontendError
 # (base, other) probe size per symbol: primes no tiny model is likely to hold as a constant.
 PROBES = [(37, 53), (41, 59), (43, 67), (47, 71), (31, 73), (29, 79), (61, 83), (23, 89)]
 _IDENT = re.compile(r"[^A-Za-z0-9_]")
-# Input slots whose value a converter reads at import to decide shapes or attrs: a folded
-# constant changing with the dims there becomes a `{"dim": ...}` attr, so it stays folded.
-SHAPE_SLOTS: dict[str, tuple[int, ...]] = {
-    "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4), "Pad": (1, 3),
-    "Resize": (1, 2, 3), "Upsample": (1,), "Unsqueeze": (1,), "Squeeze": (1,), "Split": (1,),
-    "ConstantOfShape": (0,), "Range": (0, 1, 2), "OneHot": (1,), "TopK": (1,), "CumSum": (1,),
-    "Trilu": (1,), "ReduceSum": (1,), "ReduceMean": (1,), "ReduceMax": (1,), "ReduceMin": (1,),
-    "ReduceProd": (1,), "ReduceL1": (1,), "ReduceL2": (1,), "ReduceLogSum": (1,),
-    "ReduceLogSumExp": (1,), "ReduceSumSquare": (1,), "Dropout": (1, 2),
-}
 # Sizes a data-dependent symbol is checked at after fitting (frontend/convert_data_dependent.py).
 CHECK_SIZES = (2, 1009)
 # Rounds of probe imports that may each unfold more nodes before the import gives up.
@@ -222,11 +212,20 @@ def _expression(a: int, bs: Sequence[int], names: Sequence[str], base: Sequence[
     return text
 
 
+def shape_slots() -> dict[str, tuple[int, ...]]:
+    """Each op's input slots whose value a converter reads at import to decide shapes or attrs
+    (OpFacts.shape_inputs, registered with its converter): a folded constant changing with the
+    dims there becomes a `{"dim": ...}` attr, so it stays folded."""
+    from .convert import FACTS
+    return {op: f.shape_inputs for op, f in FACTS.items() if f.shape_inputs}
+
+
 def unfold_names(model: Any, docs: Sequence[Mapping[str, Any]],
-                 slots_by_op: Mapping[str, tuple[int, ...]] = SHAPE_SLOTS) -> set[str]:
+                 slots_by_op: Mapping[str, tuple[int, ...]] | None = None) -> set[str]:
     """ONNX value names to compute by ops: folded constants that change with the dims and are
     read as data by a node computed at run time, and, back along their data inputs, the folded
-    ones they are made from (a value read only in a SHAPE_SLOTS slot stays folded).
+    ones they are made from (a value read only in a slots_by_op slot, shape_slots() when None,
+    stays folded).
 
     Each doc holds "consts" ({name: array} of every value known at import) and "computed" (the
     names computed at run time) of one probe import; docs[0] is the base probe's.
@@ -239,6 +238,8 @@ def unfold_names(model: Any, docs: Sequence[Mapping[str, Any]],
         return set()
     producer = {out: node for node in model.graph.node for out in node.output if out}
     unfold: set[str] = set()
+    if slots_by_op is None:
+        slots_by_op = shape_slots()
 
     def data_inputs(node: Any) -> list[str]:
         slots = slots_by_op.get(node.op_type, ())
@@ -277,11 +278,11 @@ def import_with_probes(run: Callable[[dict[str, list[int]], frozenset[str], dict
                             "supported; give some with --shape")
     base = {s.name: PROBES[i][0] for i, s in enumerate(symbols)}
     unfold: frozenset[str] = frozenset()
-    slots = SHAPE_SLOTS
+    slots = shape_slots()
     if any(not s.places for s in symbols):
         # With sizes the data decides, a TopK's k that follows them (Min(n, 100)) is computed
         # at run time and read by the cut, not folded into an expression the probes fit.
-        slots = {op: s for op, s in SHAPE_SLOTS.items() if op != "TopK"}
+        slots = {op: s for op, s in slots.items() if op != "TopK"}
     for _ in range(UNFOLD_ROUNDS):
         first, first_docs = run(probe_shapes(model, given, symbols, base), unfold, base)
         docs = [first_docs]

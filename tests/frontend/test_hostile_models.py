@@ -372,12 +372,12 @@ def test_folding_an_empty_tile_makes_no_large_intermediate() -> None:
 
 @pytest.mark.parametrize("reps", [[2, 3], [0, 1], [1, 1]])
 def test_tile_and_expand_folded_as_one_broadcast(reps: list) -> None:
-    from graph_runtime.frontend.fold import _expand, _tile
+    from graph_runtime.frontend.fold import fold_expand, fold_tile
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
-    np.testing.assert_array_equal(_tile(None, x, np.array(reps)),  # type: ignore[arg-type]
+    np.testing.assert_array_equal(fold_tile(None, x, np.array(reps)),  # type: ignore[arg-type]
                                   [np.tile(x, reps)])
     target = np.array([2, 1, 3] if reps[0] else [0, 2, 3])
-    np.testing.assert_array_equal(_expand(None, x, target)[0],  # type: ignore[arg-type]
+    np.testing.assert_array_equal(fold_expand(None, x, target)[0],  # type: ignore[arg-type]
                                   x * np.ones(target, np.float32))
 
 

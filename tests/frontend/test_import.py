@@ -586,3 +586,46 @@ def test_an_op_type_has_one_converter() -> None:
         converts("Relu")(another)
     assert CONVERTERS["Relu"] is before
     assert converts("Relu")(before) is before  # the same function again is harmless
+
+
+# What symbolic import keeps folded, deferred import freezes, folding runs fast and sizes first:
+# per-op facts registered beside the converters (frontend/convert.py's OpFacts), each once.
+SHAPE_INPUTS = {
+    "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4), "Pad": (1, 3),
+    "Resize": (1, 2, 3), "Upsample": (1,), "Unsqueeze": (1,), "Squeeze": (1,), "Split": (1,),
+    "ConstantOfShape": (0,), "Range": (0, 1, 2), "OneHot": (1,), "TopK": (1,), "CumSum": (1,),
+    "Trilu": (1,), "ReduceSum": (1,), "ReduceMean": (1,), "ReduceMax": (1,), "ReduceMin": (1,),
+    "ReduceProd": (1,), "ReduceL1": (1,), "ReduceL2": (1,), "ReduceLogSum": (1,),
+    "ReduceLogSumExp": (1,), "ReduceSumSquare": (1,), "Dropout": (1, 2),
+}
+VALUE_INPUTS = {
+    **SHAPE_INPUTS, "Pad": (1, 2, 3), "OneHot": (1, 2), "Clip": (1, 2), "CenterCropPad": (1,),
+    "BlackmanWindow": (0,), "HammingWindow": (0,), "HannWindow": (0,), "Loop": (0, 1),
+    "If": (0,),
+}
+FOLDED_FAST = {"Shape", "Gather", "GatherElements", "Concat", "Cast", "Identity", "Tile",
+               "Expand", "DequantizeLinear", "QuantizeLinear"}
+PREDICTED = {"ConstantOfShape", "Range", "Tile", "Expand", "OneHot", "Pad", "Resize",
+             "Upsample", "Gather", "MatMul", "DequantizeLinear", "QuantizeLinear", "HannWindow",
+             "HammingWindow", "BlackmanWindow", "DFT", "STFT", "MelWeightMatrix", "AffineGrid",
+             "MaxUnpool"}
+WORKSPACES = {"Resize", "Upsample", "HannWindow", "HammingWindow", "BlackmanWindow", "DFT",
+              "STFT", "MelWeightMatrix", "AffineGrid"}
+
+
+def test_per_op_facts_are_registered_once_beside_the_converters() -> None:
+    from graph_runtime.frontend.convert import CONVERTERS, FACTS, add_facts, converts
+    from graph_runtime.frontend.symbolic_import import shape_slots
+    assert shape_slots() == SHAPE_INPUTS
+    assert {op: set(f.shape_inputs) | set(f.value_inputs) for op, f in FACTS.items()
+            if f.shape_inputs or f.value_inputs} == {k: set(v) for k, v in VALUE_INPUTS.items()}
+    assert {op for op, f in FACTS.items() if f.fold is not None} == FOLDED_FAST
+    assert {op for op, f in FACTS.items() if f.predict is not None} == PREDICTED
+    assert {op for op, f in FACTS.items() if f.workspace is not None} == WORKSPACES
+    before = FACTS["Reshape"]
+    with pytest.raises(FrontendError, match=r"Reshape has its facts registered twice"):
+        add_facts("Reshape", shape_inputs=(2,))
+    with pytest.raises(FrontendError, match=r"Reshape has its facts registered twice"):
+        converts("Reshape", shape_inputs=(1, 2))(CONVERTERS["Reshape"])
+    assert FACTS["Reshape"] is before
+    add_facts("Reshape", shape_inputs=(1,))  # the same facts again are harmless

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .fuse_qdq import FUSED_DOMAIN, _Graph, int8_import
+from .fuse_qdq import FUSED_DOMAIN, OnnxGraph, int8_import
 
 INT8_ELEMS = (2, 3)  # TensorProto.UINT8, INT8
 FLOAT = 1
@@ -37,7 +37,7 @@ def _elem(types: dict[str, Any], name: str) -> tuple[int, tuple[int, ...] | None
                                for d in tt.shape.dim)
 
 
-def _bias(g: _Graph, name: str, n: int, conv: bool) -> np.ndarray | None:
+def _bias(g: OnnxGraph, name: str, n: int, conv: bool) -> np.ndarray | None:
     """A per-column (per-channel for a conv) float32 bias: an initializer (behind Identity
     nodes or not), or (a conv's) the Reshape / Unsqueeze of one to (n, 1, 1) or (1, n, 1, 1);
     None otherwise."""
@@ -66,7 +66,7 @@ def _bias(g: _Graph, name: str, n: int, conv: bool) -> np.ndarray | None:
     return value.reshape(n)
 
 
-def _scaled(g: _Graph, types: dict[str, Any], mm: Any, name: str
+def _scaled(g: OnnxGraph, types: dict[str, Any], mm: Any, name: str
             ) -> tuple[Any, dict[str, np.ndarray], list[Any]] | None:
     conv = mm.op_type == "ConvInteger"
     if len(mm.input) < 2 or mm.input[1] not in g.inits:
@@ -127,21 +127,16 @@ def fuse_integer(model: Any, types: dict[str, Any]) -> tuple[Any, Counter]:
     kinds = ("MatMulInteger", "ConvInteger")
     if not int8_import() or not any(n.op_type in kinds for n in graph.node):
         return model, Counter()
-    readers: dict[str, list[Any]] = {}
-    for n in graph.node:
-        for i in n.input:
-            readers.setdefault(i, []).append(n)
-    outputs = {o.name for o in graph.output}
     from onnx import ModelProto, helper, numpy_helper
-    g = _Graph(graph)
+    g = OnnxGraph(graph)
     replace: dict[int, Any] = {}
     drop: set[int] = set()
     inits: dict[str, np.ndarray] = {}
     counts: Counter = Counter()
     for i, node in enumerate(graph.node):
         if node.op_type == "DynamicQuantizeLinear" and node.domain in ("", "ai.onnx") \
-                and node.output[0] not in outputs and readers.get(node.output[0]) \
-                and all(r.op_type in kinds for r in readers[node.output[0]]):
+                and node.output[0] not in g.pinned and g.readers.get(node.output[0]) \
+                and all(r.op_type in kinds for r in g.readers[node.output[0]]):
             # read by the integer ops only: the one-kernel form (CPU-only, as they are)
             one = helper.make_node("DynamicQuantizeLinear", list(node.input),
                                    list(node.output), name=node.name, domain=FUSED_DOMAIN)

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from .fuse_qdq_bias import merge_bias_adds
+from .pattern import NodeUses
 from ..ir import Unsupported
 from ..tensor_data import to_array
 
@@ -41,36 +42,34 @@ def int8_import() -> bool:
 INT8 = (np.int8, np.uint8)
 
 
-class _Graph:
-    """Producers, reader counts and initializers of one ONNX graph."""
+def _standard(node: Any, op_type: str) -> bool:
+    """Whether node is the standard (ai.onnx) op op_type."""
+    return node.op_type == op_type and node.domain in ("", "ai.onnx")
+
+
+class OnnxGraph(NodeUses):
+    """The producers, readers and initializers of one ONNX graph, and its QDQ queries."""
 
     def __init__(self, graph: Any) -> None:
+        super().__init__(graph.node, (o.name for o in graph.output))
         self.inits: dict[str, np.ndarray] = {}
         for t in graph.initializer:
             try:
                 self.inits[t.name] = to_array(t, f"initializer {t.name!r}")
             except Unsupported:
                 continue  # not matched here; lowering refuses it (naming it) if it is read
-        self.producer = {o: n for n in graph.node for o in n.output}
-        self.reads: Counter = Counter(i for n in graph.node for i in n.input)
-        self.reads.update(o.name for o in graph.output)
-        self.reader = {i: n for n in graph.node for i in n.input}  # the last; with reads[i]
 
     def sole(self, name: str, op_type: str) -> Any:
         """The node of op_type producing name, when name is read once; else None."""
         node = self.producer.get(name)
-        if node is None or node.op_type != op_type or node.domain not in ("", "ai.onnx") \
-                or self.reads[name] != 1:
+        if node is None or not _standard(node, op_type) or self.only_reader(name) is None:
             return None
         return node
 
     def sole_reader(self, name: str, op_type: str) -> Any:
         """The node of op_type reading name, when name is read once; else None."""
-        node = self.reader.get(name)
-        if node is None or node.op_type != op_type or node.domain not in ("", "ai.onnx") \
-                or self.reads[name] != 1:
-            return None
-        return node
+        node = self.only_reader(name)
+        return node if node is not None and _standard(node, op_type) else None
 
     def dq(self, name: str) -> tuple[str, np.ndarray, np.ndarray, int] | None:
         """(quantized input, scale, zero point, axis) of the DequantizeLinear making name, its
@@ -119,7 +118,7 @@ def _scalar(scale: np.ndarray, zero: np.ndarray) -> bool:
     return scale.size == 1 and zero.size == 1
 
 
-def _bias(g: _Graph, name: str, o: int) -> np.ndarray | None:
+def _bias(g: OnnxGraph, name: str, o: int) -> np.ndarray | None:
     """The float bias (o,): zeros when absent, a float32 initializer, or DequantizeLinear of an
     int32 initializer; None when it is something else."""
     if not name:
@@ -145,7 +144,7 @@ def _requant(x: tuple, w_scale: np.ndarray, bias: np.ndarray, y_scale: float, o:
     return m.astype(np.float32), (bias / ys).astype(np.float32)
 
 
-def _dense(g: _Graph, q: Any, name: str) -> tuple[Any, dict[str, Any], list[Any]] | None:
+def _dense(g: OnnxGraph, q: Any, name: str) -> tuple[Any, dict[str, Any], list[Any]] | None:
     """DQ(x) -> MatMul / Gemm with DQ(int8 weights) [-> Relu] -> Q as a QDense node."""
     from onnx import helper, numpy_helper
     found = g.quantized_op(q, "MatMul", "Gemm")
@@ -184,7 +183,7 @@ def _dense(g: _Graph, q: Any, name: str) -> tuple[Any, dict[str, Any], list[Any]
     return node, {k: numpy_helper.from_array(v, k) for k, v in inits.items()}, replaced
 
 
-def _conv(g: _Graph, q: Any, name: str) -> tuple[Any, dict[str, Any], list[Any]] | None:
+def _conv(g: OnnxGraph, q: Any, name: str) -> tuple[Any, dict[str, Any], list[Any]] | None:
     """The QConv node replacing q, its new initializers, and the nodes it replaces."""
     from onnx import helper, numpy_helper
     found = g.quantized_op(q, "Conv")
@@ -214,7 +213,7 @@ def _conv(g: _Graph, q: Any, name: str) -> tuple[Any, dict[str, Any], list[Any]]
     return node, {k: numpy_helper.from_array(v, k) for k, v in inits.items()}, replaced
 
 
-def _add(g: _Graph, q: Any, name: str) -> tuple[Any, dict[str, Any], list[Any]] | None:
+def _add(g: OnnxGraph, q: Any, name: str) -> tuple[Any, dict[str, Any], list[Any]] | None:
     from onnx import helper
     found = g.quantized_op(q, "Add")
     if found is None:
@@ -239,7 +238,7 @@ def _add(g: _Graph, q: Any, name: str) -> tuple[Any, dict[str, Any], list[Any]] 
 PASS_THROUGH = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "MaxPool")
 
 
-def _pass_through(g: _Graph, q: Any, name: str) -> tuple[Any, dict[str, Any], list[Any]] | None:
+def _pass_through(g: OnnxGraph, q: Any, name: str) -> tuple[Any, dict[str, Any], list[Any]] | None:
     """DQ -> Reshape/Transpose/... -> Q with equal parameters as that op on the integers."""
     from onnx import NodeProto
     out = g.q(q)
@@ -268,7 +267,7 @@ def fuse_qdq(model: Any) -> tuple[Any, Counter]:
     graph = model.graph
     if not int8_import() or not any(n.op_type == "QuantizeLinear" for n in graph.node):
         return model, Counter()
-    g = _Graph(graph)
+    g = OnnxGraph(graph)
     replace: dict[int, Any] = {}  # id of the Q node -> the fused node
     drop: set[int] = set()
     inits: dict[str, Any] = {}
@@ -296,9 +295,8 @@ def fuse_qdq(model: Any) -> tuple[Any, Counter]:
     nodes = [replace.get(id(n), n) for n in graph.node if id(n) not in drop]
     # DequantizeLinear nodes only the fused patterns read go too (a weight's would be folded
     # into a float copy of the weights for nothing)
-    reads = Counter(i for n in nodes for i in n.input)
-    reads.update(o.name for o in graph.output)
-    nodes = [n for n in nodes if n.op_type != "DequantizeLinear" or reads[n.output[0]]]
+    kept = NodeUses(nodes, (o.name for o in graph.output))
+    nodes = [n for n in nodes if n.op_type != "DequantizeLinear" or kept.used(n.output[0])]
     arrays = dict(g.inits)
     arrays.update({k: numpy_helper.to_array(v) for k, v in inits.items()})
     nodes, made, merged = merge_bias_adds(nodes, arrays, {o.name for o in graph.output})

@@ -8,10 +8,11 @@ operand is one value or one per column.
 """
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 import numpy as np
+
+from .pattern import NodeUses
 
 ADD_ATTRS = ("a_scale", "a_zero", "b_scale", "b_zero", "y_scale", "y_zero", "relu", "dtype")
 
@@ -60,10 +61,8 @@ def merge_bias_adds(nodes: list[Any], inits: dict[str, np.ndarray], outputs: set
     """nodes with each QDense -> QAdd(constant) pair as one QDenseAdd, the constants made, and
     how many merged."""
     from onnx import helper
-    producer = {o: n for n in nodes for o in n.output}
+    uses = NodeUses(nodes, outputs)
     made: dict[str, np.ndarray] = {}
-    reads = Counter(i for n in nodes for i in n.input)
-    reads.update(outputs)
     dense = {n.output[0]: n for n in nodes if n.op_type == "QDense"}
     merged: dict[int, Any] = {}
     drop: set[int] = set()
@@ -72,8 +71,9 @@ def merge_bias_adds(nodes: list[Any], inits: dict[str, np.ndarray], outputs: set
             continue
         for k in (0, 1):
             d = dense.get(add.input[k])
-            const = _constant(add.input[1 - k], inits, producer)
-            if d is None or const is None or reads[d.output[0]] != 1 or id(d) in drop:
+            const = _constant(add.input[1 - k], inits, uses.producer)
+            if d is None or const is None or uses.only_reader(d.output[0]) is None \
+                    or id(d) in drop:
                 continue
             n = inits[d.input[1]].shape[1]
             if const.shape not in ((), (1,), (n,), (1, n)):

@@ -1,28 +1,61 @@
-"""Pattern matching over the importer's prims: readers of each value and small matchers."""
+"""Pattern matching: the producer and readers of each value over a graph's nodes (the importer's
+prims, or ONNX nodes before lowering), and small matchers over prims."""
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any, Generic, TypeVar
 
 from ...lib.registry import OPS
 from ..ir import Prim, Value
 
+N = TypeVar("N")
+K = TypeVar("K", bound=Hashable)
 
-class PatternGraph:
-    """Readers of each value, and the graph's outputs, over the prims being rewritten."""
+
+class Uses(Generic[N, K]):
+    """The producer and the readers (one entry per read) of each value, keyed as the nodes name
+    their inputs and outputs, and the values the graph gives out (pinned: read from outside)."""
+
+    def __init__(self, nodes: Iterable[N], inputs: Callable[[N], Iterable[K]],
+                 outputs: Callable[[N], Iterable[K]], pinned: Iterable[K]) -> None:
+        self.producer: dict[K, N] = {}
+        self.readers: dict[K, list[N]] = {}
+        for n in nodes:
+            for k in inputs(n):
+                self.readers.setdefault(k, []).append(n)
+            for k in outputs(n):
+                self.producer[k] = n
+        self.pinned = set(pinned)
+
+    def only_reader(self, key: K) -> N | None:
+        """The one node reading key, once, when key is no graph output; else None."""
+        readers = self.readers.get(key, [])
+        if len(readers) != 1 or key in self.pinned:
+            return None
+        return readers[0]
+
+    def used(self, key: K) -> bool:
+        """Whether a node or the graph's outputs read key."""
+        return key in self.readers or key in self.pinned
+
+
+class NodeUses(Uses[Any, str]):
+    """Uses over ONNX NodeProtos, keyed by value name."""
+
+    def __init__(self, nodes: Iterable[Any], outputs: Iterable[str]) -> None:
+        super().__init__(nodes, lambda n: n.input, lambda n: n.output, outputs)
+
+
+class PatternGraph(Uses[Prim, int]):
+    """Uses over the prims being rewritten, keyed by the id of each Value."""
 
     def __init__(self, prims: list[Prim], outputs: list[Value]) -> None:
-        self.readers: dict[int, list[Prim]] = {}
-        for p in prims:
-            for v in p.inputs:
-                self.readers.setdefault(id(v), []).append(p)
-        self.pinned = {id(v) for v in outputs}
+        super().__init__(prims, lambda p: map(id, p.inputs), lambda p: map(id, p.outputs),
+                         map(id, outputs))
 
     def sole(self, v: Value) -> Prim | None:
         """The one prim reading v once, when v is no graph output."""
-        readers = self.readers.get(id(v), [])
-        if len(readers) != 1 or id(v) in self.pinned:
-            return None
-        return readers[0]
+        return self.only_reader(id(v))
 
 
 def scalar(v: Value) -> float | None:
