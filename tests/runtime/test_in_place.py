@@ -283,7 +283,8 @@ def test_the_setting_is_checked(monkeypatch) -> None:
 
 def test_a_wrong_in_place_plan_is_refused_naming_the_setting(monkeypatch) -> None:
     """A plan in_place.py should never make (b written over a, which c still reads) is refused
-    before the pool is allocated, blaming the in-place plan, not the graph, and naming the way out."""
+    before the pool is allocated, blaming the in-place plan, not the graph, and naming the way
+    out."""
     from graph_runtime.errors import GraphError
     from graph_runtime.runtime import executor
     from graph_runtime.runtime.in_place import InPlacePlan
