@@ -68,8 +68,9 @@ class PreparedKernel(ABC):
         input's own array as that output (it reads each input element before it overwrites it:
         oneDNN's conv adding a residual, its sum post-op).
 
-        The executor then gives the output the input's storage where the input dies at this
-        node (runtime/in_place.py). Asked once at create(), after use_channels_last.
+        The executor's storage plan then gives the output the input's storage id where the
+        input dies at this node (runtime/in_place.py). Asked once at create(), after
+        use_channels_last and before any array is bound.
         """
         return {}
 

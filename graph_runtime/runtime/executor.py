@@ -20,7 +20,7 @@ from ..lib.kernels.threads import ONE_BLAS_THREAD
 from ..lib.library import InputVersion, Module, TensorSpec
 from ..lib.prepared import PreparedKernel, capabilities
 from .flatten_reads import FlattenRead, StagedOutputs, flat_source, plan_flatten_reads
-from .in_place import InPlacePlan, plan_in_place
+from .in_place import InPlacePlan, in_place_offers, plan_in_place
 from .layouts import LayoutPlan, nhwc_view, plan_channels_last
 from .placement import plan_placement, resolve_entry_devices
 from .steps import ArgKey, PreparedCall, in_device_scope
@@ -47,6 +47,8 @@ class NodeTime:
 class Executor:
     """Prepared steps over a storage pool. Setup resolves everything; run() is a tight loop."""
 
+    pool: StoragePool  # allocated by the storage setup pass, over the ids it plans
+
     def __init__(self, graph: Graph, lib: Module, ctxs: Sequence[Device], *, strict: bool = False,
                  memory_cap: int | Mapping[Device, int] | None = None) -> None:
         self.graph = graph
@@ -62,10 +64,9 @@ class Executor:
         self.caps = self._caps(plan, memory_cap)
         check_capacity(graph, plan, self.caps)
         self.plan: PoolLayout = plan
-        self.pool = StoragePool(graph, plan)
-        # Every array a step may touch, by (eid, device): pool views plus inserted copies' buffers.
-        self.arrays: dict[tuple[int, Device], Any] = {
-            (eid, self.entry_device[eid]): view for eid, view in enumerate(self.pool.views)}
+        # Every array a step may touch, by (eid, device): inserted copies' buffers, then the
+        # pool's views once the storage pass has planned the ids and allocated it.
+        self.arrays: dict[tuple[int, Device], Any] = {}
         for c in self.copies:
             backend = check_device(c.dst)
             self.arrays[(c.eid, c.dst)] = backend.empty(c.dst.device_id, tuple(graph.shape(c.eid)),
@@ -73,14 +74,18 @@ class Executor:
         # Same-device __copy nodes whose readers read the source directly (no step).
         self.dropped_copies: set[int] = set()
         self._aliased: set[int] = set()
+        # (reader's key, source's key) per dropped copy: the reader's array is the source's.
+        self._alias_keys: list[tuple[tuple[int, Device], tuple[int, Device]]] = []
         self._io_eids = set(graph.input_entries.values()) | set(graph.output_entries)
+        # The steps' kernels, prepared from shapes alone: the storage pass binds their arrays.
         self.steps = self._prepare_steps(lib)
         # Entries no setup pass may change the layout or storage of: inputs, outputs, aliased.
         self._excluded = self._io_eids | self._aliased
         # What the setup passes (SETUP_PASSES, in that order) decide:
         # entries kept NHWC between kernels that write and read them so (runtime/layouts.py);
         self.channels_last: set[int] = set()
-        # (input eid, output eid) pairs whose kernel writes the output over the input;
+        # (input eid, output eid) pairs whose kernel writes the output over the input, given
+        # the input's storage id by the storage plan;
         self.in_place: list[tuple[int, int]] = []
         # steps run() runs otherwise: flattens it skips, their readers reading the source
         # (runtime/flatten_reads.py); run_steps runs every step as prepared;
@@ -156,8 +161,8 @@ class Executor:
             kernel = capabilities(fn)
             self._count_workspace(node, dev, kernel.workspace_bytes(), used)
             steps.append(PreparedCall(node.nid, node.label, node.func_name or "", dev,
-                                      in_device_scope(fn, dev), [self._bind(k) for k in keys],
-                                      keys, len(in_eids), False, kernel))
+                                      in_device_scope(fn, dev), [], keys, len(in_eids), False,
+                                      kernel))
         return steps
 
     # ---- setup passes (SETUP_PASSES): each plan reads, its apply changes ----------------------
@@ -167,16 +172,11 @@ class Executor:
         return plan_channels_last(self.graph, self.steps, self.entry_device, self._excluded)
 
     def _keep_channels_last(self, plan: LayoutPlan) -> None:
-        """Hand the steps NHWC views of the entries kept NHWC, and tell their kernels (whose
-        workspace may shrink: buffers for reorders they no longer make)."""
+        """Tell the kernels which of their arrays hold NHWC bytes (their workspace may shrink:
+        buffers for reorders they no longer make); the storage pass binds NHWC views there."""
         self.channels_last = plan.entries
-        for eid in plan.entries:
-            key = (eid, self.entry_device[eid])
-            self.arrays[key] = nhwc_view(self.arrays[key])
         for index, positions in sorted(plan.positions.items()):
             step = self.steps[index]
-            for pos in positions:
-                step.args[pos] = self._bind(step.arg_keys[pos])
             before = step.kernel.workspace_bytes()
             step.kernel.use_channels_last(positions)
             grown = step.kernel.workspace_bytes() - before
@@ -185,6 +185,38 @@ class Executor:
         if plan.entries:
             log.info("%s: %d entries kept NHWC between kernels that take it", self.graph.source,
                      len(plan.entries))
+
+    def _plan_storage(self) -> InPlacePlan:
+        """The pool's storage ids: the graph's, with each output its kernel declares it may
+        write over a dying input given that input's id where the lives stay apart
+        (runtime/in_place.py), checked."""
+        if settings.word(settings.IN_PLACE) == "off":
+            return InPlacePlan()
+        offers = in_place_offers(self.graph, self.steps, self.entry_device, self._excluded,
+                                 self.channels_last)
+        plan = plan_in_place(self.graph, offers, self.plan.entry_sid, self.plan.sid_bytes,
+                             self._excluded)
+        if plan.pairs:
+            self._check_in_place(plan.moves, plan.pairs)
+        return plan
+
+    def _allocate(self, plan: InPlacePlan) -> None:
+        """Allocate the pool over the planned ids and bind every step's arrays: the pool's views
+        (NHWC ones for the NHWC entries), copies' buffers, dropped copies' sources."""
+        self.in_place = plan.pairs
+        for eid, sid in plan.moves.items():
+            self.plan.entry_sid[eid] = sid
+        self.pool = StoragePool(self.graph, self.plan)
+        for eid, view in enumerate(self.pool.views):
+            self.arrays[(eid, self.entry_device[eid])] = (
+                nhwc_view(view) if eid in self.channels_last else view)
+        for reader, source in self._alias_keys:
+            self.arrays[reader] = self.arrays[source]
+        for step in self.steps:
+            step.args[:] = [self._bind(k) for k in step.arg_keys]
+        if plan.pairs:
+            log.info("%s: %d outputs written in place over an input (%d entries given another "
+                     "storage id)", self.graph.source, len(plan.pairs), len(plan.moves))
 
     def _plan_requested_storage(self) -> dict[int, Any]:
         """{eid: array} for the entries given the storage their kernel asked for
@@ -211,30 +243,9 @@ class Executor:
             self.pool.place(eid, array)
             self.rebind(eid, array)
 
-    def _plan_in_place(self) -> InPlacePlan:
-        """The outputs given the storage of the input their kernel may overwrite, where that
-        input dies there and the lives stay apart (runtime/in_place.py), checked."""
-        if settings.word(settings.IN_PLACE) == "off":
-            return InPlacePlan()
-        plan = plan_in_place(self.graph, self.steps, self.entry_device, self.plan.entry_sid,
-                             self.plan.sid_bytes, self._excluded, self.channels_last)
-        if plan.pairs:
-            self._check_in_place(plan.moves, plan.pairs)
-        return plan
-
-    def _write_in_place(self, plan: InPlacePlan) -> None:
-        """Move the planned entries' views; their steps read and write the moved ones."""
-        self.in_place = plan.pairs
-        for eid, sid in sorted(plan.moves.items()):
-            view = self.pool.move(eid, sid)
-            self.rebind(eid, nhwc_view(view) if eid in self.channels_last else view)
-        if plan.pairs:
-            log.info("%s: %d outputs written in place over an input (%d entries moved)",
-                     self.graph.source, len(plan.pairs), len(plan.moves))
-
     def _plan_flatten_reads(self) -> list[FlattenRead]:
-        """The flattens run() may skip (runtime/flatten_reads.py), over the storage ids as the
-        in-place moves left them."""
+        """The flattens run() may skip (runtime/flatten_reads.py), over the pool's storage ids
+        (with the in-place moves)."""
         return plan_flatten_reads(self.graph, self.steps, self.entry_device, self._excluded,
                                   self.channels_last, self.plan.entry_sid)
 
@@ -311,7 +322,7 @@ class Executor:
         return used
 
     def _check_in_place(self, moves: Mapping[int, int], pairs: list[tuple[int, int]]) -> None:
-        """Check the in-place plan's ids as the graph's plan is, before any view moves; a
+        """Check the in-place plan's ids as the graph's plan is, before the pool is made; a
         failure is runtime/in_place.py's fault, not the graph's, and names the way around it."""
         sids = list(self.plan.entry_sid)
         for eid, sid in moves.items():
@@ -367,7 +378,7 @@ class Executor:
                              f"{dst_eid} {dst_spec}; a __copy needs equal shape and dtype")
         src, dst = self.entry_device[src_eid], self.entry_device[dst_eid]
         if src == dst and self._can_alias(node.nid, src_eid, dst_eid):
-            self.arrays[(dst_eid, dst)] = self.arrays[(src_eid, src)]
+            self._alias_keys.append(((dst_eid, dst), (src_eid, src)))
             self._aliased.update((src_eid, dst_eid))
             self.dropped_copies.add(node.nid)
             log.info("%s: %s copies within %s; its readers read eid %d directly", g.source,
@@ -397,8 +408,7 @@ class Executor:
 
         keys = [ArgKey(src_eid, src, False),
                 ArgKey(src_eid if dst_eid is None else dst_eid, dst, False)]
-        return PreparedCall(nid, label, COPY_OP, dst, copy, [self._bind(k) for k in keys], keys,
-                            1, True, capabilities(copy))
+        return PreparedCall(nid, label, COPY_OP, dst, copy, [], keys, 1, True, capabilities(copy))
 
     def _bind(self, key: ArgKey) -> Any:
         eid, dev, flatten = key
@@ -514,15 +524,16 @@ class SetupPass(Generic[P]):
 
 
 # The setup passes, in the order they run, each planning over what the ones before applied:
-# the in-place pairs must agree on the layout and the flatten reads know which sources hold NHWC
-# bytes; requested storage goes to entries sole in their storage id as the graph planned it,
-# before the in-place moves trade ids; the flatten reads check the ids as the moves left them
-# and bind the moved views; input counters go to the shortcuts' kernels too, and count only
-# an input still sole in its id.
+# the layouts come first, as a kernel told its NHWC positions declares its in-place pairs
+# (lib/prepared.py) and the flatten reads must know which sources hold NHWC bytes; the storage
+# pass plans the pool's ids with the in-place pairs, allocates it and binds every step's
+# arrays once; requested storage goes to entries sole in their id as planned; the flatten reads
+# check those ids; input counters go to the shortcuts' kernels too, and count only an input
+# sole in its id.
 SETUP_PASSES: tuple[SetupPass[Any], ...] = (
     SetupPass("channels-last", Executor._plan_channels_last, Executor._keep_channels_last),
+    SetupPass("storage", Executor._plan_storage, Executor._allocate),
     SetupPass("requested-storage", Executor._plan_requested_storage, Executor._place_requested),
-    SetupPass("in-place", Executor._plan_in_place, Executor._write_in_place),
     SetupPass("flatten-reads", Executor._plan_flatten_reads, Executor._skip_flattens),
     SetupPass("input-versions", Executor._plan_versions, Executor._bind_versions),
 )

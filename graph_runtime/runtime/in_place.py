@@ -2,11 +2,11 @@
 
 oneDNN's conv adds a residual into its output (its sum post-op): handed two arrays, it first
 copies the residual into the output, 16 copies and about 4% of ResNet-50's time. Given the
-residual's own array as its output it adds in place. A kernel opts in per pair of argument
-positions (PreparedKernel.in_place_positions); the executor then gives the output entry O the
-storage of the input entry R where R's value dies there: this node reads R last and only once,
-and R and O are plain values of this device (no graph input, param or output, nothing aliasing
-them, not read through a copy or flattened), with R's shape, dtype and layout.
+residual's own array as its output it adds in place. A kernel declares it per pair of argument
+positions (PreparedKernel.in_place_positions); in_place_offers keeps the pairs (R, O) where R's
+value dies there: this node reads R last and only once, and R and O are plain values of this
+device (no graph input, param or output, nothing aliasing them, not read through a copy or
+flattened), with R's shape, dtype and layout. plan_in_place then gives O the storage id of R.
 
 The graph's storage plan gives R's storage id to other entries once R is dead, often at the
 very next node (a ResNet's blocks alternate two ids), while O still lives. Then, from this node
@@ -14,13 +14,14 @@ on, the entries of R's id and of O's id trade ids: O's own id is free from the m
 out of it, and R's id from the moment R died, so the traded entries keep their lives apart
 (runtime/storage_check.py checks the result). An entry moves only into an id whose buffer
 already holds its bytes, so nothing is allocated and the pool's byte counts stay the graph's.
-The graph itself is unchanged (a graph written back is TVM's); only the executor's views move.
+This is part of the executor's storage plan, made before the pool is allocated: every view is
+made once, over its final id. The graph itself is unchanged (a graph written back is TVM's).
 Debug outputs stay right: they are copied right after their node runs, before a later write.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from ..device import Device
 from ..graph.model import Graph, entry_bytes
@@ -35,33 +36,54 @@ class InPlacePlan:
     pairs: list[tuple[int, int]] = field(default_factory=list)
 
 
-def plan_in_place(graph: Graph, steps: Sequence[PreparedCall], entry_device: Sequence[Device],
-                  storage_ids: Sequence[int], sid_bytes: dict[int, int], excluded: set[int],
-                  channels_last: set[int]) -> InPlacePlan:
-    """The in-place pairs the steps' kernels offer and the storage moves that make them safe.
+class Offer(NamedTuple):
+    """At node nid, output entry O (o_eid) may be written over input entry R (r_eid), which
+    dies there."""
+
+    nid: int
+    r_eid: int
+    o_eid: int
+
+
+def in_place_offers(graph: Graph, steps: Sequence[PreparedCall], entry_device: Sequence[Device],
+                    excluded: set[int], channels_last: set[int]) -> list[Offer]:
+    """The pairs the steps' kernels declare (in_place_positions) that may go in place.
 
     Args:
-        storage_ids: per entry, the pool's ids (not changed; the plan's moves apply on top).
-        sid_bytes: bytes allocated per storage id.
         excluded: graph inputs, outputs and entries aliased by the executor (dropped copies).
         channels_last: the entries kept NHWC (runtime/layouts.py): R and O must agree.
     """
-    sids = list(storage_ids)
-    plan = InPlacePlan()
+    offers = []
     for step in steps:
         if step.is_copy:
             continue
         for out_pos, in_pos in sorted(step.kernel.in_place_positions().items()):
             pair = _pair(graph, step, out_pos, in_pos, entry_device, excluded, channels_last)
-            if pair is None:
-                continue
-            moves = _moves(graph, step.nid, pair, sids, sid_bytes, excluded)
-            if moves is None:
-                continue
-            for eid, sid in moves.items():
-                sids[eid] = sid
-                plan.moves[eid] = sid
-            plan.pairs.append(pair)
+            if pair is not None:
+                offers.append(Offer(step.nid, *pair))
+    return offers
+
+
+def plan_in_place(graph: Graph, offers: Sequence[Offer], storage_ids: Sequence[int],
+                  sid_bytes: dict[int, int], excluded: set[int]) -> InPlacePlan:
+    """The offers taken, in node order, and the storage id moves that make them safe.
+
+    Args:
+        storage_ids: per entry, the graph's ids (not changed; the plan's moves apply on top).
+        sid_bytes: bytes allocated per storage id.
+        excluded: as for in_place_offers.
+    """
+    sids = list(storage_ids)
+    plan = InPlacePlan()
+    for offer in offers:
+        pair = (offer.r_eid, offer.o_eid)
+        moves = _moves(graph, offer.nid, pair, sids, sid_bytes, excluded)
+        if moves is None:
+            continue
+        for eid, sid in moves.items():
+            sids[eid] = sid
+            plan.moves[eid] = sid
+        plan.pairs.append(pair)
     return plan
 
 

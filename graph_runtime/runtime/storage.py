@@ -153,22 +153,6 @@ class StoragePool:
         self.buffers[sid] = array
         self.views[eid] = array
 
-    def move(self, eid: int, sid: int) -> Any:
-        """Make entry eid a view of storage id sid's buffer (an in-place plan, runtime/
-        in_place.py, which checked that it fits and that the lives stay apart); the new view."""
-        old = self.plan.entry_sid[eid]
-        dev = self.plan.sid_device[sid]
-        view = self.views[eid]
-        if (dev != self.plan.sid_device[old]
-                or self.plan.entry_bytes[eid] > self.plan.sid_bytes[sid]):
-            raise AssertionError(f"entry {eid} cannot move from storage id {old} to {sid}")
-        self.views[eid] = check_device(dev).view(self.buffers[sid], 0, tuple(view.shape),
-                                                 view.dtype)
-        self.plan.entry_sid[eid] = sid
-        self._sid_users[old] -= 1
-        self._sid_users[sid] += 1
-        return self.views[eid]
-
     def adopt(self, eid: int, array: Any) -> None:
         """Drop the pool's buffer for eid when it is its id's only user: array (bound with
         Executor.rebind, e.g. another module's param) replaces it, so the memory is not held

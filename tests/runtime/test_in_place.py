@@ -181,6 +181,26 @@ def test_ids_are_traded_where_the_plan_reuses_the_inputs_id(monkeypatch) -> None
         np.testing.assert_array_equal(outputs[name][0], factor * _x())
 
 
+def test_the_pool_is_made_once_over_the_in_place_ids(monkeypatch) -> None:
+    """In-place reuse is part of the storage plan: the pool is allocated over the traded ids,
+    and every step reads the pool's own views (none made for the graph's ids, then moved)."""
+    from graph_runtime.runtime import executor
+
+    made: list[list[int]] = []
+
+    class Recording(executor.StoragePool):
+        def __init__(self, graph: Any, plan: Any) -> None:
+            made.append(list(plan.entry_sid))
+            super().__init__(graph, plan)
+
+    monkeypatch.setattr(executor, "StoragePool", Recording)
+    m, _ = _module(PING_PONG, [6], [0, 1, 2, 3, 1, 2, 4], monkeypatch=monkeypatch)
+    assert made == [[0, 1, 2, 1, 3, 1, 4]]
+    views = m.executor.pool.views
+    assert all(m.executor.arrays[(eid, gr.cpu())] is views[eid] for eid in range(7))
+    np.testing.assert_array_equal(_run(m), 100 * _x())
+
+
 def test_no_trade_moves_a_graph_output(monkeypatch) -> None:
     """f, the output, holds a's id after d: trading at c would move it, so c stays put; e still
     goes in place (nothing takes c's id after it)."""
@@ -263,7 +283,8 @@ def test_the_setting_is_checked(monkeypatch) -> None:
 
 def test_a_wrong_in_place_plan_is_refused_naming_the_setting(monkeypatch) -> None:
     """A plan in_place.py should never make (b written over a, which c still reads) is refused
-    before any view moves, blaming the in-place plan, not the graph, and naming the way out."""
+    before the pool is allocated, blaming the in-place plan, not the graph, and naming the way
+    out."""
     from graph_runtime.errors import GraphError
     from graph_runtime.runtime import executor
     from graph_runtime.runtime.in_place import InPlacePlan
