@@ -460,6 +460,7 @@ def test_dense_is_one_candidate_set_with_one_entry(cache: Path, monkeypatch: pyt
     """Dense's ways (OpenBLAS's call, padding, tiles, oneDNN's matmul where it loads) race as
     one set: one measurement and one entry per shape, over every candidate offered."""
     monkeypatch.setenv(NUM_THREADS.name, "2")
+    monkeypatch.setenv(TUNING_BUSY.name, "keep")  # read back even if measured on a busy machine
     batched, gemv = dense_spec(64, 256, 256), dense_spec(1, 512, 784)
     assert {"whole", "cols", "rows"} <= set(dense_choice.offered(batched))
     assert {"blas", "padded"} <= set(dense_choice.offered(gemv))

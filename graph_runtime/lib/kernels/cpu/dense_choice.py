@@ -165,9 +165,11 @@ def _reference(kernel: Any) -> bool:
 
 def _race(race: Race, spec: DenseSpec, names: Sequence[str]) -> Verdict:
     """Every candidate timed on arrays of the real shapes as it runs in a graph: GEMV padding
-    with OpenBLAS free to use its threads (8 calls a sample, the weight in its buffer); every
-    other with OpenBLAS at one thread, as a graph holding a kernel on the runtime's workers or
-    oneDNN's runs (one call after a pause). oneDNN's reference code is not timed (never taken)."""
+    with OpenBLAS free to use its threads (8 calls a sample, the weight in its buffer), and the
+    plain call it pads the same way where it is offered (a GEMV below OpenBLAS's threading
+    threshold, one thread either way); every other with OpenBLAS at one thread, as a graph
+    holding a kernel on the runtime's workers or oneDNN's runs (one call after a pause).
+    oneDNN's reference code is not timed (never taken)."""
     rng = np.random.default_rng(0)
     arrays = [rng.standard_normal(shape).astype(spec.dtype) for shape in spec.shapes]
     steady = InputVersion()  # constant weights, as params are: derived data made once
@@ -180,7 +182,8 @@ def _race(race: Race, spec: DenseSpec, names: Sequence[str]) -> Verdict:
             continue
         made = capabilities(kernel)
         made.bind_versions({pos: steady for pos in made.cached_inputs()})
-        sources[name] = _source(name, kernel, arrays)
+        threaded = name == "padded" or (name == "blas" and "padded" in names)
+        sources[name] = _source(kernel, arrays, threaded)
     if not skipped:
         return race(sources)
     kept = race if race.base in sources else replace(race, base=base(spec, list(sources)))
@@ -191,10 +194,14 @@ def _race(race: Race, spec: DenseSpec, names: Sequence[str]) -> Verdict:
                    verdict.outcome, verdict.busy)
 
 
-def _source(name: str, kernel: Any, arrays: Sequence[np.ndarray]) -> Source:
-    if name == "padded":
-        np.copyto(kernel.weight, arrays[1].reshape(kernel.weight.shape))
-        args = [arrays[0], kernel.weight, arrays[2]]
+def _source(kernel: Any, arrays: Sequence[np.ndarray], threaded: bool) -> Source:
+    """kernel's timing source: threaded, 8 calls a sample with OpenBLAS's threads free (a
+    PaddedGemv on its own buffer); else one call after a pause with OpenBLAS at one thread."""
+    if threaded:
+        args = list(arrays)
+        if isinstance(kernel, PaddedGemv):
+            np.copyto(kernel.weight, arrays[1].reshape(kernel.weight.shape))
+            args[1] = kernel.weight
         return sampler(lambda: kernel(*args), number=8)
     timed = sampler(lambda: kernel(*arrays), pause_s=PAUSE_S)
 
