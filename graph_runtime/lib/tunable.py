@@ -23,7 +23,7 @@ class Candidate(Generic[Spec]):
     how it is built, its kind (the speedup rule's key: "plain", "spread" for work handed to the
     runtime's workers, "padded", "split") and whether it is oneDNN's (GRAPH_RUNTIME_ONEDNN=off
     removes it; on forces it wherever it applies). build None: the op makes its kernel from the
-    chosen name itself (dense's stages, ops/linalg.py)."""
+    chosen name itself (attention.py's split)."""
 
     name: str
     build: Callable[[Spec], Any] | None = None

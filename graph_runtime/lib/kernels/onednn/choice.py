@@ -1,6 +1,6 @@
 """Where oneDNN kernels are offered to the CPU kernel choices: the conv strategy's candidate, and
-oneDNN-or-today's candidate sets for pools, matmuls and conv2d_transpose through the tuning service
-(lib/tuning.py)."""
+oneDNN-or-today's candidate sets for pools and conv2d_transpose through the tuning service
+(lib/tuning.py); the matmul is a candidate of dense's one set (cpu/dense_choice.py)."""
 from __future__ import annotations
 
 import functools
