@@ -6,7 +6,7 @@ import math
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence, Union
 
 from . import _load
 
@@ -79,11 +79,23 @@ def time_runs(once: Callable[[], None], sync: Callable[[], None], repeat: int, n
     return BenchmarkResult(tuple(results))
 
 
-def fastest(seconds: Mapping[str, float], base: str, min_speedup: float) -> str:
-    """The name with the least time; base stays unless the fastest beats it by min_speedup (a
-    lucky sample must not pick another)."""
+# What a challenger must gain over the base: one figure for all, or one per challenger (a set
+# whose candidates are of several kinds, lib/tunable.py).
+Speedup = Union[float, Mapping[str, float]]
+
+
+def needs(min_speedup: Speedup, name: str) -> float:
+    """What challenger name must gain under min_speedup."""
+    return min_speedup[name] if isinstance(min_speedup, Mapping) else min_speedup
+
+
+def fastest(seconds: Mapping[str, float], base: str, min_speedup: Speedup) -> str:
+    """The name with the least time; base stays unless the fastest beats it by what it must gain
+    (min_speedup: a lucky sample must not pick another)."""
     best = min(seconds, key=lambda name: seconds[name])
-    return best if seconds[best] * min_speedup < seconds[base] else base
+    if best == base:
+        return base
+    return best if seconds[best] * needs(min_speedup, best) < seconds[base] else base
 
 
 # ---- comparing candidates until the difference is clear ----------------------------------------
@@ -121,8 +133,14 @@ KEEP_SPEEDUP = {
 def min_speedup(base: str, challengers: Sequence[str]) -> float:
     """What challengers (by kind) must gain over a base of kind base: the most any of them must
     gain (TAKE_SPEEDUP, else MIN_SPEEDUP), and at least KEEP_SPEEDUP[base] where listed."""
-    needs = [TAKE_SPEEDUP.get(kind, MIN_SPEEDUP) for kind in challengers] or [MIN_SPEEDUP]
-    return max([*needs, KEEP_SPEEDUP.get(base, 0.0)])
+    gains = [TAKE_SPEEDUP.get(kind, MIN_SPEEDUP) for kind in challengers] or [MIN_SPEEDUP]
+    return max([*gains, KEEP_SPEEDUP.get(base, 0.0)])
+
+
+def speedups(base: str, challengers: Mapping[str, str]) -> dict[str, float]:
+    """What each challenger (name: kind) must gain over a base of kind base: min_speedup of its
+    kind alone, so that one set may race candidates of several kinds (dense's)."""
+    return {name: min_speedup(base, [kind]) for name, kind in challengers.items()}
 
 
 CLEAR = "clear"  # the rule decided: a challenger clearly faster, or none plausibly so
@@ -195,20 +213,22 @@ def median_bounds(values: Sequence[float], alpha: float = ALPHA) -> tuple[float,
 
 
 def decide(samples: Mapping[str, Sequence[float]], base: str,
-           min_speedup: float) -> tuple[str, bool]:
+           min_speedup: Speedup) -> tuple[str, bool]:
     """(chosen, clear) from rounds of samples: per challenger the rounds' ratios base / it (a
     load change within a round hits both), bounded at their median; a challenger whose lower
-    bound beats min_speedup wins clearly (the best median ratio among such), base stays clearly
-    when no challenger's upper bound reaches min_speedup, and otherwise stays unclearly."""
+    bound beats what it must gain (min_speedup, one figure or one per challenger) wins clearly
+    (the best median ratio among such), base stays clearly when no challenger's upper bound
+    reaches what it must gain, and otherwise stays unclearly."""
     ratios = {name: [_ratio(b, c) for b, c in zip(samples[base], s)]
               for name, s in samples.items() if name != base}
     if not ratios:
         return base, True
     bounds = {name: median_bounds(r) for name, r in ratios.items()}
-    winners = [name for name, b in bounds.items() if b is not None and b[0] > min_speedup]
+    winners = [name for name, b in bounds.items()
+               if b is not None and b[0] > needs(min_speedup, name)]
     if winners:
         return max(winners, key=lambda name: statistics.median(ratios[name])), True
-    clear = all(b is not None and b[1] <= min_speedup for b in bounds.values())
+    clear = all(b is not None and b[1] <= needs(min_speedup, name) for name, b in bounds.items())
     return base, clear
 
 
@@ -226,7 +246,7 @@ class Race:
     and watches the machine's load meanwhile (load: _load.open_window when None)."""
 
     base: str
-    min_speedup: float
+    min_speedup: Speedup
     budget: Budget = Budget()
     load: Callable[[], _load.Window] | None = None
     adjust: Callable[[dict[str, float]], dict[str, float]] | None = None

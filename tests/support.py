@@ -96,3 +96,10 @@ def concrete_shape(shape: Sequence[Any], value: int = 2, most: int = 1 << 20) ->
     for d in dims:
         total *= d
     return tuple(dims) if total <= most else tuple(1 for _ in dims)
+
+
+def dense_spec(m: int, n: int, k: int, dtype: str = "float32") -> Any:
+    """x[m, k] @ w[n, k].T as dense's one candidate set sees it (kernels/cpu/dense_choice.py)."""
+    from graph_runtime.lib.ops.linalg import Gemm, dense_spec as spec
+    return spec(get_backend("cpu"), 0, Gemm(1, m, n, k, False, True, 1, 1, dtype),
+                [(m, k), (n, k), (m, n)])

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, Sequence, TypeVar
 
 from .. import settings
-from .._timing import Race, Verdict, min_speedup
+from .._timing import Race, Verdict, speedups
 from .tuning import Choice
 
 Spec = TypeVar("Spec")
@@ -23,7 +23,7 @@ class Candidate(Generic[Spec]):
     how it is built, its kind (the speedup rule's key: "plain", "spread" for work handed to the
     runtime's workers, "padded", "split") and whether it is oneDNN's (GRAPH_RUNTIME_ONEDNN=off
     removes it; on forces it wherever it applies). build None: the op makes its kernel from the
-    chosen name itself (dense's stages, ops/linalg.py)."""
+    chosen name itself (attention.py's split)."""
 
     name: str
     build: Callable[[Spec], Any] | None = None
@@ -47,6 +47,10 @@ class TunableOp(Generic[Spec]):
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_name", {c.name: c for c in self.candidates})
         object.__setattr__(self, "_onednn", any(c.onednn for c in self.candidates))
+
+    def candidate(self, name: str) -> Candidate[Spec]:
+        """The candidate called name."""
+        return self._by_name[name]
 
     def offered(self, spec: Spec) -> list[str]:
         """The candidates that apply to spec and that the settings allow, in the set's order.
@@ -83,7 +87,8 @@ class TunableOp(Generic[Spec]):
                measure: Callable[[Race], Verdict], base: str) -> str:
         """The forced candidate, else the only one offered, else the remembered or measured one
         among names (offered(spec)), base kept unless another clearly gains what the speedup
-        rule asks (_timing.min_speedup over the candidates' kinds). measure: as Choice.choose's.
+        rule asks of its kind (_timing.speedups: one figure per challenger, so that candidates of
+        several kinds race at once). measure: as Choice.choose's.
         """
         forced = self.forced(names)
         if forced is not None:
@@ -91,7 +96,7 @@ class TunableOp(Generic[Spec]):
         if len(names) == 1:
             return names[0]
         kind = {name: self._by_name[name].kind for name in names}
-        speedup = min_speedup(kind[base], [kind[name] for name in names if name != base])
+        speedup = speedups(kind[base], {name: kind[name] for name in names if name != base})
         return self.choice.choose(device, key, names, measure, base, speedup)
 
     def first(self, names: Sequence[str]) -> str:

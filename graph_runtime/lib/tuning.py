@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from .. import settings
-from .._timing import BUSY, CLEAR, NOISE, Race, Verdict
+from .._timing import BUSY, CLEAR, NOISE, Race, Speedup, Verdict
 from .._version import __version__
 from .kernels.threads import num_threads
 
@@ -100,7 +100,7 @@ class Choice:
         return None if value == "auto" else value
 
     def choose(self, device: str, key: str, candidates: Sequence[str],
-               measure: Callable[[Race], Verdict], base: str, min_speedup: float) -> str:
+               measure: Callable[[Race], Verdict], base: str, min_speedup: Speedup) -> str:
         """The forced candidate if it is one of candidates, else the remembered or measured one.
 
         Args:
@@ -109,7 +109,8 @@ class Choice:
             measure: given the race (base, min_speedup), its verdict over every one of
                 candidates: race(timing sources), or race.known(costs) where nothing is timed.
                 Called once per key.
-            base: the candidate kept unless another is clearly min_speedup times faster.
+            base: the candidate kept unless another is clearly min_speedup times faster (one
+                figure, or one per challenger).
         """
         forced = self.forced()
         if forced is not None and forced in candidates:
@@ -193,7 +194,7 @@ def _fits(entry: Entry, candidates: Sequence[str]) -> bool:
 
 
 def _measure(wanted: Entry, candidates: Sequence[str], measure: Callable[[Race], Verdict],
-             base: str, min_speedup: float) -> Entry:
+             base: str, min_speedup: Speedup) -> Entry:
     start = time.perf_counter()
     verdict = measure(Race(base, min_speedup))
     seconds = verdict.seconds

@@ -4,10 +4,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from scipy.special import erf
+from support import dense_spec
 
 from graph_runtime.device import cpu
 from graph_runtime.lib.chain import Chain, Step, kernel_note
-from graph_runtime.lib.kernels.cpu.dense_tiles import DenseTiles, tiles, tiling
+from graph_runtime.lib.kernels.cpu.dense_choice import choose, offered
+from graph_runtime.lib.kernels.cpu.dense_tiles import DenseTiles, tiles
 from graph_runtime.lib.library import TensorSpec
 from graph_runtime.settings import CHAIN_JIT, DENSE_TILES, NUM_THREADS, ONEDNN
 
@@ -95,12 +97,14 @@ def test_tiles_cover_the_output_once(monkeypatch, kind, m, n) -> None:
 
 def test_settings(monkeypatch) -> None:
     monkeypatch.setenv(NUM_THREADS.name, "2")
-    monkeypatch.setenv(DENSE_TILES.name, "off")
-    assert tiling(128, 768, 768, "float32") is None
+    monkeypatch.setenv(DENSE_TILES.name, "off")  # OpenBLAS's threads, or the transposed copy
+    assert offered(dense_spec(128, 768, 768)) == ["blas", "transposed"]
     monkeypatch.setenv(DENSE_TILES.name, "rows")
-    assert tiling(128, 768, 768, "float32") == "rows"
-    assert tiling(1, 768, 768, "float32") is None  # a GEMV: padded_gemv.py's business
-    assert tiling(128, 768, 768, "float16") is None
+    assert offered(dense_spec(128, 768, 768)) == ["rows"]
+    assert choose(dense_spec(128, 768, 768)) == "rows"
+    assert offered(dense_spec(1, 768, 768)) == ["blas"]  # a GEMV (already threaded: no padding)
+    assert offered(dense_spec(128, 768, 768, "float16")) == ["blas"]
     monkeypatch.setenv(DENSE_TILES.name, "auto")
-    assert tiling(4, 8, 8, "float32") == "whole"  # too small to measure
+    assert offered(dense_spec(128, 768, 768)) == ["whole", "cols", "rows"]  # the tiles race
+    assert choose(dense_spec(4, 8, 8)) == "whole"  # too small to race
     assert DenseTiles(4, 8, 8, tiles("whole", 4, 8)).uses_workers()

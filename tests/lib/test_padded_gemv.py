@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from support import make_graph, null, tvm_op
+from support import dense_spec, make_graph, null, tvm_op
 
 import graph_runtime as gr
 from graph_runtime.errors import LibraryError
 from graph_runtime.lib import tuning
-from graph_runtime.lib.kernels.cpu.padded_gemv import PADDING, PaddedGemv, padded_rows
+from graph_runtime.lib.kernels.cpu.dense_choice import DENSE, choose, offered
+from graph_runtime.lib.kernels.cpu.padded_gemv import PaddedGemv, padded_rows
 from graph_runtime.settings import GEMV_PADDING
 
 PADDING_ENV = GEMV_PADDING.name
@@ -29,32 +30,34 @@ def padding_on(monkeypatch):
 
 
 def test_padded_rows_reach_the_openblas_threshold_within_twice_the_weights(monkeypatch):
-    monkeypatch.setenv(PADDING_ENV, "on")
     assert padded_rows(784, 512, "float32") == 588  # 588 x 784 = 460,992 >= 460,800
     assert padded_rows(512, 512, "float64") == 900
     assert padded_rows(512, 10, "float32") == 0  # would need 90x the weights
     assert padded_rows(1024, 512, "float32") == 0  # already threaded by OpenBLAS
     assert padded_rows(784, 512, "float16") == 0  # no BLAS for float16
+    monkeypatch.setenv(PADDING_ENV, "on")
+    assert offered(dense_spec(1, 512, 784)) == ["padded"]
     monkeypatch.setenv(PADDING_ENV, "off")
-    assert padded_rows(784, 512, "float32") == 0
+    assert offered(dense_spec(1, 512, 784)) == ["blas"]
 
 
 def test_auto_measures_once_per_shape(monkeypatch):
     monkeypatch.setenv(PADDING_ENV, "auto")
     tuning.forget()
-    first = padded_rows(784, 512, "float32")
-    assert first in (0, 588)
-    (entry,) = [e for e in tuning.remembered() if e.choice == PADDING.choice.name]
-    assert entry.key == "float32 x 1x784 weight 512x784 padded to 588 rows"
-    assert entry.chosen == ("on" if first else "off") and set(entry.seconds) == {"on", "off"}
-    assert padded_rows(784, 512, "float32") == first
+    spec = dense_spec(1, 512, 784)
+    first = choose(spec)
+    assert first in ("blas", "padded")
+    (entry,) = [e for e in tuning.remembered() if e.choice == DENSE.choice.name]
+    assert entry.key == spec.key()
+    assert entry.chosen == first and set(entry.seconds) == {"blas", "padded"}
+    assert choose(spec) == first
 
 
 def test_bad_mode_is_named(monkeypatch):
     monkeypatch.setenv(PADDING_ENV, "fast")
     with pytest.raises(LibraryError, match="GRAPH_RUNTIME_GEMV_PADDING must be auto, on or off, "
                                            "got 'fast'"):
-        padded_rows(784, 512, "float32")
+        offered(dense_spec(1, 512, 784))
 
 
 def _dense_graph(two_readers: bool = False):

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from support import dense_spec
 
 from graph_runtime.errors import LibraryError
+from graph_runtime.lib.kernels.cpu.dense_choice import offered
 from graph_runtime.lib.kernels.cpu.split_dense import SplitDense, split_blocks
 from graph_runtime.settings import DENSE_SPLIT, NUM_THREADS
 
@@ -44,11 +46,14 @@ def test_dense_chain_forced_split(monkeypatch, run_op, random_array) -> None:
 def test_mode_and_limits(monkeypatch) -> None:
     monkeypatch.setenv(NUM_THREADS.name, "2")
     monkeypatch.setenv(SPLIT_ENV, "off")
-    assert split_blocks(32, 512, 784, "float32") == 0
+    assert "split" not in offered(dense_spec(32, 512, 784))
+    monkeypatch.setenv(SPLIT_ENV, "auto")
+    assert "split" in offered(dense_spec(32, 512, 784))
     monkeypatch.setenv(SPLIT_ENV, "on")
+    assert offered(dense_spec(32, 512, 784)) == ["split"]
     assert split_blocks(32, 512, 784, "float32") == 4
     assert split_blocks(1, 512, 784, "float32") == 0  # a GEMV: padded_gemv.py's business
     assert split_blocks(32, 512, 784, "float16") == 0
     monkeypatch.setenv(SPLIT_ENV, "sometimes")
     with pytest.raises(LibraryError, match="GRAPH_RUNTIME_DENSE_SPLIT must be auto, on or off"):
-        split_blocks(32, 512, 784, "float32")
+        offered(dense_spec(32, 512, 784))

@@ -3,14 +3,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from support import make_graph, null, tvm_op
+from support import dense_spec, make_graph, null, tvm_op
 
 import graph_runtime as gr
 from graph_runtime.errors import LibraryError
 from graph_runtime.lib import Module
 from graph_runtime.lib.chain import Chain, Step
-from graph_runtime.lib.kernels.cpu.transposed_dense import TransposedDense, keeps_transposed
-from graph_runtime.settings import DENSE_TRANSPOSE
+from graph_runtime.lib.kernels.cpu.dense_choice import choose, offered
+from graph_runtime.lib.kernels.cpu.transposed_dense import TransposedDense, transposes
+from graph_runtime.settings import DENSE_TILES, DENSE_TRANSPOSE
 
 TRANSPOSE_ENV = DENSE_TRANSPOSE.name
 
@@ -73,13 +74,15 @@ def test_every_weight_write_reaches_the_copy(monkeypatch, random_array) -> None:
 
 def test_mode_and_limits(monkeypatch) -> None:
     monkeypatch.setenv(TRANSPOSE_ENV, "off")
-    assert not keeps_transposed(32, 512, 784, "float32")
-    monkeypatch.setenv(TRANSPOSE_ENV, "on")
-    assert keeps_transposed(32, 512, 784, "float32")
-    assert not keeps_transposed(1, 512, 784, "float32")  # a GEMV: padded_gemv.py's business
-    assert not keeps_transposed(32, 512, 784, "float16")
+    assert "transposed" not in offered(dense_spec(32, 512, 784))
+    monkeypatch.setenv(TRANSPOSE_ENV, "on")  # forced over the tiles
+    assert choose(dense_spec(32, 512, 784)) == "transposed"
+    assert not transposes(1, 512, 784, "float32")  # a GEMV: padded_gemv.py's business
+    assert not transposes(32, 512, 784, "float16")
     monkeypatch.setenv(TRANSPOSE_ENV, "auto")
-    assert keeps_transposed(32, 512, 784, "float32") in (True, False)  # measured, either way
+    assert "transposed" not in offered(dense_spec(32, 512, 784))  # the tiles stand for it
+    monkeypatch.setenv(DENSE_TILES.name, "off")
+    assert choose(dense_spec(32, 512, 784)) in ("blas", "transposed")  # measured, either way
     monkeypatch.setenv(TRANSPOSE_ENV, "sideways")
     with pytest.raises(LibraryError, match="GRAPH_RUNTIME_DENSE_TRANSPOSE must be auto, on or"):
-        keeps_transposed(32, 512, 784, "float32")
+        offered(dense_spec(32, 512, 784))

@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 import pytest
+from support import dense_spec
 
 from graph_runtime import __version__, _load
 from graph_runtime._timing import (BUSY, CLEAR, NOISE, Budget, Race, Verdict, fastest,
@@ -22,7 +23,7 @@ from graph_runtime._timing import (BUSY, CLEAR, NOISE, Budget, Race, Verdict, fa
 from graph_runtime.lib import tuning
 from graph_runtime.lib.tunable import Candidate, TunableOp
 from graph_runtime.lib.conv_params import conv2d_params
-from graph_runtime.lib.kernels.cpu import conv_choice, padded_gemv
+from graph_runtime.lib.kernels.cpu import conv_choice, dense_choice
 from graph_runtime.lib.kernels.conv_epilogue import Epilogue
 from graph_runtime.lib.kernels.threads import num_threads
 from graph_runtime.lib.library import TensorSpec
@@ -129,18 +130,19 @@ def test_a_real_kernel_read_from_the_file_times_nothing(cache: Path,
 
 
 def test_forcing_overrides_the_cache(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """GEMV padding remembered "on": read back without timing, and forced off by its setting."""
+    """GEMV padding remembered: read back without timing, and forced off by its setting."""
     def no_timing(*args: object, **kwargs: object) -> None:
         raise AssertionError("measured although the cache knows")
-    key = "float32 x 1x784 weight 512x784 padded to 588 rows"
-    assert padded_gemv.PADDING.choice.choose("cpu", key, ("off", "on"),
-                                             Counting({"off": 1e-3, "on": 1e-4}), "off",
-                                             1.15) == "on"
+    monkeypatch.setenv(ONEDNN.name, "off")
+    spec = dense_spec(1, 512, 784)
+    assert dense_choice.DENSE.choice.choose("cpu", spec.key(), ("blas", "padded"),
+                                            Counting({"blas": 1e-3, "padded": 1e-4}), "blas",
+                                            1.15) == "padded"
     tuning.forget()
-    monkeypatch.setattr(padded_gemv, "_race", no_timing)
-    assert padded_gemv.padded_rows(784, 512, "float32") == 588
+    monkeypatch.setattr(dense_choice, "_race", no_timing)
+    assert dense_choice.choose(spec) == "padded"
     monkeypatch.setenv(GEMV_PADDING.name, "off")
-    assert padded_gemv.padded_rows(784, 512, "float32") == 0
+    assert dense_choice.choose(spec) == "blas"
     measure = Counting({"off": 2e-3, "on": 1e-3})
     assert _choose(measure) == "off" and measure.calls == 0
 
@@ -440,6 +442,45 @@ def test_the_speedup_rule_by_kind() -> None:
     assert min_speedup("plain", ["spread", "spread"]) == 1.1  # tiles or blocks: small ops
     assert min_speedup("spread", ["plain", "spread"]) == 1.25  # ... large ones keep them
     assert min_speedup("plain", ["plan"]) == 1.05  # the auto planner's placement
+
+
+def test_one_race_holds_each_challenger_to_its_kind() -> None:
+    """Candidates of several kinds race at once, each challenger held to its own kind's gain."""
+    from graph_runtime._timing import decide, speedups
+    need = speedups("plain", {"padded": "padded", "tile": "spread"})
+    assert need == {"padded": 1.15, "tile": 1.1}
+    samples = {"base": [1.0] * 8, "padded": [1 / 1.12] * 8, "tile": [1 / 1.12] * 8}
+    assert decide(samples, "base", need) == ("tile", True)
+    assert decide(samples, "base", 1.15) == ("base", True)  # one figure for all: the most
+    assert Race("base", need).known({"base": 1.0, "padded": 0.8, "tile": 0.95}).chosen == "padded"
+
+
+def test_dense_is_one_candidate_set_with_one_entry(cache: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    run_op: Any) -> None:
+    """Dense's ways (OpenBLAS's call, padding, tiles, oneDNN's matmul where it loads) race as
+    one set: one measurement and one entry per shape, over every candidate offered."""
+    monkeypatch.setenv(NUM_THREADS.name, "2")
+    monkeypatch.setenv(TUNING_BUSY.name, "keep")  # read back even if measured on a busy machine
+    batched, gemv = dense_spec(64, 256, 256), dense_spec(1, 512, 784)
+    assert {"whole", "cols", "rows"} <= set(dense_choice.offered(batched))
+    assert {"blas", "padded"} <= set(dense_choice.offered(gemv))
+    chosen = [dense_choice.choose(batched), dense_choice.choose(gemv)]
+    entries = tuning.remembered()
+    assert [e.choice for e in entries] == ["cpu.gemm", "cpu.gemm"]
+    assert [e.chosen for e in entries] == chosen
+    assert [set(e.seconds) for e in entries] == [set(dense_choice.offered(batched)),
+                                                  set(dense_choice.offered(gemv))]
+    tuning.forget()
+
+    def no_timing(*args: object) -> None:
+        raise AssertionError("measured although the cache knows")
+    monkeypatch.setattr(dense_choice, "_race", no_timing)
+    assert [dense_choice.choose(batched), dense_choice.choose(gemv)] == chosen
+    # the op asks that one set and nothing else
+    x, w = np.ones((64, 256), np.float32), np.ones((256, 256), np.float32)
+    (got,) = run_op("cpu", "dense", [x, w])
+    np.testing.assert_array_equal(got, np.full((64, 256), 256, np.float32))
+    assert {e.choice for e in tuning.remembered()} == {"cpu.gemm"}
 
 
 SET = TunableOp(tuning.Choice("test.set", GEMV_PADDING), (

@@ -6,13 +6,9 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, cast
 
 import numpy as np
 
-from ... import settings
 from ...backends.base import Backend
 from ..attrs import attr_error, bool_attr, check_out_dtype, int_attr, normalize_axis, op_error
-from ..kernels.cpu.dense_tiles import SPREAD_FLOPS, DenseTiles, tiles, tiling
-from ..kernels.cpu.padded_gemv import PaddedGemv, padded_rows
-from ..kernels.cpu.split_dense import SplitDense, split_blocks
-from ..kernels.cpu.transposed_dense import TransposedDense, keeps_transposed
+from ..kernels.cpu.dense_choice import DenseSpec, dense_cpu
 from ..kernels.gpu_elementwise import gpu_elementwise
 from ..kernels.host import array_module, host_kernel
 from ..kernels.opencl.gemm import GemmShape, make_gemm
@@ -214,16 +210,24 @@ def cpu_gemm(backend: Backend, device_id: int, gemm: Gemm) -> Callable[[Any, Any
     return host_gemm(backend, device_id, gemm, stage_float16=True)
 
 
-# The op's kernels by backend: CPU's candidates (oneDNN's matmul, dense's stages, BLAS), OpenCL's
-# GEMM, cuBLAS through CuPy.
+def dense_spec(backend: Backend, device_id: int, gemm: Gemm,
+               shapes: Sequence[Sequence[int]]) -> DenseSpec:
+    """gemm as dense's candidate set sees it (kernels/cpu/dense_choice.py): shapes are the
+    inputs' then the output's, OpenBLAS's call made by cpu_gemm."""
+    return DenseSpec(gemm.batch, gemm.m, gemm.n, gemm.k, gemm.trans_a, gemm.trans_b,
+                     gemm.a_batches, gemm.b_batches, gemm.dtype,
+                     tuple(tuple(int(d) for d in shape) for shape in shapes),
+                     lambda: cpu_gemm(backend, device_id, gemm))
+
+
+# The op's kernels by backend: CPU's one candidate set (OpenBLAS, dense's own strategies,
+# oneDNN's matmul), OpenCL's GEMM, cuBLAS through CuPy.
 def _gemm_factories(op: str) -> dict[str, Factory]:
     def cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
             outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
         gemm, _ = SHAPES[op](inputs, attrs)
-        if gemm.dtype == "float32":
-            return _onednn_or(gemm, inputs, outputs,
-                              lambda: _cpu_todays_gemm(backend, device_id, inputs, gemm))
-        return _cpu_todays_gemm(backend, device_id, inputs, gemm)
+        shapes = [s.shape for s in list(inputs) + list(outputs)]
+        return dense_cpu(dense_spec(backend, device_id, gemm, shapes))
 
     def opencl(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
@@ -235,55 +239,6 @@ def _gemm_factories(op: str) -> dict[str, Factory]:
         gemm, _ = SHAPES[op](inputs, attrs)
         return host_gemm(backend, device_id, gemm)
     return {"cpu": cpu, "opencl": opencl, "cuda": cuda}
-
-
-def _onednn_or(gemm: Gemm, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec],
-               make_other: Callable[[], Callable[..., None]]) -> Callable[..., None]:
-    """A oneDNN matmul primitive where it is faster (kernels/onednn/matmul.py), else today's."""
-    from ..kernels.onednn.choice import onednn_or
-    from ..kernels.onednn.matmul import MIN_SPLIT_FLOPS, OnednnMatmul, matmul_applies
-
-    shapes = [tuple(s.shape) for s in list(inputs) + list(outputs)]
-    applies = matmul_applies(gemm.dtype, gemm.batch, gemm.m, gemm.n, gemm.k)
-    key = (f"{gemm.dtype} batch {gemm.batch} m {gemm.m} n {gemm.n} k {gemm.k} "
-           f"trans_a {int(gemm.trans_a)} trans_b {int(gemm.trans_b)} "
-           f"a_batches {gemm.a_batches} b_batches {gemm.b_batches}")
-
-    def make(split: bool) -> Callable[..., None]:
-        return OnednnMatmul(gemm.batch, gemm.m, gemm.n, gemm.k, gemm.trans_a, gemm.trans_b,
-                            gemm.a_batches, gemm.b_batches, split=split)
-
-    # one call, or (a product worth the workers' hand-off) items on the workers: measured,
-    # items kept for large products unless one call is clearly faster (dense_tiles.py's rule);
-    # else oneDNN is kept unless today's kernel is clearly faster, since the timed product
-    # leaves out the bias and residual adds oneDNN then applies as post-ops (Whisper's
-    # 200x64 by 64x64: 17.3 against 18.2 us bare, 20 us in the graph with its tail pass)
-    flops = 2.0 * gemm.batch * gemm.m * gemm.n * gemm.k
-    splits = applies and flops >= MIN_SPLIT_FLOPS
-    return onednn_or("matmul", key, applies, lambda: make(False), make_other, shapes,
-                     (lambda: make(True)) if splits else None,
-                     "split" if flops >= SPREAD_FLOPS else "on")
-
-
-def _cpu_todays_gemm(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
-                     gemm: Gemm) -> Callable[..., None]:
-    """The NumPy/OpenBLAS kernel for gemm: GEMV padding, split, tiled or transposed dense."""
-    weight = (gemm.batch == 1 and gemm.trans_b and not gemm.trans_a
-              and tuple(inputs[1].shape) == (gemm.n, gemm.k))
-    if weight and gemm.m == 1:
-        rows = padded_rows(gemm.k, gemm.n, gemm.dtype)
-        if rows:
-            return PaddedGemv(gemm.k, gemm.n, rows, gemm.dtype)
-    if weight and gemm.m > 1:
-        blocks = split_blocks(gemm.m, gemm.n, gemm.k, gemm.dtype)
-        if blocks:
-            return SplitDense(gemm.m, gemm.n, gemm.k, blocks)
-        chosen = tiling(gemm.m, gemm.n, gemm.k, gemm.dtype)
-        if chosen is not None and settings.word(settings.DENSE_TRANSPOSE) != "on":
-            return DenseTiles(gemm.m, gemm.n, gemm.k, tiles(chosen, gemm.m, gemm.n))
-        if keeps_transposed(gemm.m, gemm.n, gemm.k, gemm.dtype):
-            return TransposedDense(gemm.m, gemm.n, gemm.k, gemm.dtype)
-    return cpu_gemm(backend, device_id, gemm)
 
 
 GEMM_ATTRS = {"dense": ("units", "out_dtype"),

@@ -8,31 +8,22 @@ is cut into tiles (column blocks, or row blocks) handed out one at a time to the
 tiles; and the chain's elementwise tail after the dense (bias, residual add, GELU: chain_jit.py)
 runs on each tile right after its GEMM, while the tile is in cache, instead of one more pass over
 the whole output. Kernels of this module claim the workers, so the run holds OpenBLAS at one
-thread throughout (runtime/executor.py). The tiling is measured once per shape (the tuning
-service): one tile on the caller, column blocks or row blocks (column blocks kept for large
-products unless one tile is clearly faster).
+thread throughout (runtime/executor.py). One tile on the caller, column blocks or row blocks:
+candidates of dense's one set (dense_choice.py; column blocks are its base for large products
+without oneDNN).
 
 GRAPH_RUNTIME_DENSE_TILES: auto (default, measured), whole, cols, rows, off (OpenBLAS's threads
 and a separate tail pass, as before).
 """
 from __future__ import annotations
 
-import functools
 from typing import Any, Sequence
 
 import numpy as np
 
-from .... import settings
-from ...._timing import Race, Verdict, sampler
 from ...prepared import PreparedKernel
-from ...tunable import Candidate, TunableOp
-from ...tuning import Choice
 from ..threads import ONE_BLAS_THREAD, num_threads, parallel_images
 
-# one tile on the caller, column blocks or row blocks on the workers (DenseTiles over tiles())
-TILES: TunableOp[None] = TunableOp(Choice("cpu.dense_tiles", settings.DENSE_TILES), (
-    Candidate("whole"), Candidate("cols", kind="spread"), Candidate("rows", kind="spread")))
-TILINGS = tuple(c.name for c in TILES.candidates)
 MIN_FLOPS = 2e5  # below this the product is too short for the workers or a choice to matter
 MIN_COLUMNS = 64  # per column block: narrower GEMMs lose BLAS efficiency
 MIN_ROWS = 16
@@ -44,19 +35,12 @@ SPREAD_FLOPS = 1e8
 Tile = tuple[int, int, int, int]  # rows [r0, r1), columns [c0, c1)
 
 
-def tiling(m: int, n: int, k: int, dtype: str) -> str | None:
-    """The tiling for x[m, k] @ w[n, k].T, or None for the plain call (off, or not batched)."""
-    if settings.word(settings.DENSE_TILES) == "off" or m < 2 or dtype not in ("float32",
-                                                                              "float64"):
-        return None
-    candidates = [t for t in TILINGS if len(tiles(t, m, n)) > 1 or t == "whole"]
-    if len(candidates) == 1 or 2.0 * m * n * k < MIN_FLOPS:
-        return "whole"
-    key = f"{dtype} x {m}x{k} weight {n}x{k}"
-    spread = "cols" in candidates and 2.0 * m * n * k >= SPREAD_FLOPS
-    return TILES.choose(candidates, "cpu", key,
-                        lambda race: _race(race, m, n, k, dtype, candidates),
-                        "cols" if spread else "whole")
+def tilings(m: int, n: int, k: int) -> list[str]:
+    """The tilings worth racing for x[m, k] @ w[n, k].T: one tile, and the column and row blocks
+    that cut it (none below MIN_FLOPS)."""
+    if 2.0 * m * n * k < MIN_FLOPS:
+        return ["whole"]
+    return ["whole"] + [t for t in ("cols", "rows") if len(tiles(t, m, n)) > 1]
 
 
 def tiles(kind: str, m: int, n: int) -> list[Tile]:
@@ -73,23 +57,6 @@ def tiles(kind: str, m: int, n: int) -> list[Tile]:
         if workers > 1 and count > 1:
             return [(r * m // count, (r + 1) * m // count, 0, n) for r in range(count)]
     return [(0, m, 0, n)]
-
-
-def _race(race: Race, m: int, n: int, k: int, dtype: str, candidates: Sequence[str]) -> Verdict:
-    """The tilings raced on arrays of the real shapes, one call a sample (a few ms)."""
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((m, k)).astype(dtype)
-    w = rng.standard_normal((n, k)).astype(dtype)
-    out = np.empty((m, n), dtype)
-    calls = {}
-    for name in candidates:
-        kernel = DenseTiles(m, n, k, tiles(name, m, n))
-        calls[name] = functools.partial(kernel, x, w, out)
-    with ONE_BLAS_THREAD:
-        # NOTE: medians, not best times (the race compares medians): a best sample is one where
-        # both cores happened to be free, and tiles chosen on it ran ViT-small slower inside
-        # the graph (load 2)
-        return race({name: sampler(call) for name, call in calls.items()})
 
 
 class DenseTiles(PreparedKernel):

@@ -7,7 +7,8 @@ stream from L3 at one core's bandwidth. Zero rows up to the threshold make the s
 multi-threaded; the extra outputs are zeros nobody reads. The weight must live in the padded
 buffer for that, so the kernel asks the executor to place the weight's entry there
 (storage_requests); a weight bound elsewhere later (zero copy) takes the plain call. Whether the
-padding pays is measured once per shape on this machine (the tuning service), not assumed.
+padding pays is measured once per shape on this machine (a candidate of dense's one set,
+dense_choice.py), not assumed.
 
 GRAPH_RUNTIME_GEMV_PADDING: auto (default, measured), on (whenever the size allows), off.
 """
@@ -17,47 +18,19 @@ from typing import Any
 
 import numpy as np
 
-from .... import settings
-from ...._timing import Race, Verdict, sampler
 from ...prepared import PreparedKernel
-from ...tunable import Candidate, TunableOp
-from ...tuning import Choice
 
-# the plain call, or the padded one (built by ops/linalg.py from padded_rows)
-PADDING: TunableOp[None] = TunableOp(Choice("cpu.gemv_padding", settings.GEMV_PADDING),
-                                     (Candidate("off"), Candidate("on", kind="padded")))
 OPENBLAS_THREADED_WEIGHTS = 460_800
 MAX_GROWTH = 2.0  # at most twice the weights: beyond that the extra traffic eats the gain
 
 
 def padded_rows(k: int, n: int, dtype: str) -> int:
-    """Rows to give an [n, k] weight of x[1, k] @ w.T, or 0 to keep it as it is."""
+    """Rows to give an [n, k] weight of x[1, k] @ w.T so that OpenBLAS threads it, or 0 where
+    padding cannot pay (already threaded, or more than MAX_GROWTH times the weights)."""
     if dtype not in ("float32", "float64") or k == 0 or n == 0:
         return 0
     rows = -(-OPENBLAS_THREADED_WEIGHTS // k)
-    if rows <= n or rows > MAX_GROWTH * n:
-        return 0
-    key = f"{dtype} x 1x{k} weight {n}x{k} padded to {rows} rows"
-    chosen = PADDING.choose(("off", "on"), "cpu", key,
-                            lambda race: _race(race, k, n, rows, dtype), "off")
-    return rows if chosen == "on" else 0
-
-
-def _race(race: Race, k: int, n: int, rows: int, dtype: str) -> Verdict:
-    """Both calls raced on buffers of the real shapes, 8 calls a sample (a few ms, once per
-    shape)."""
-    x = np.ones((1, k), dtype)
-    buffer = np.ones((rows, k), dtype)
-    narrow, wide = np.empty((1, n), dtype), np.empty((1, rows), dtype)
-
-    def plain() -> None:
-        np.dot(x, buffer[:n].T, out=narrow)
-
-    def padded() -> None:
-        np.dot(x, buffer.T, out=wide)
-        np.copyto(narrow, wide[:, :n])
-
-    return race({"on": sampler(padded, number=8), "off": sampler(plain, number=8)})
+    return 0 if rows <= n or rows > MAX_GROWTH * n else rows
 
 
 class PaddedGemv(PreparedKernel):

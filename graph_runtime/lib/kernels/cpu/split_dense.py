@@ -3,8 +3,8 @@
 x[m, k] @ w[n, k].T for m > 1 (the batch-32 MLP) is compute bound; OpenBLAS's threaded GEMM
 splits it statically, so one descheduled thread on a shared machine stalls the call. Here the
 columns go out in blocks to threads.parallel_images workers, each on one BLAS thread, so a
-worker that has a core takes more blocks. Whether the split beats the plain call is measured
-once per shape on this machine ("auto", the tuning service), as the padded GEMV is.
+worker that has a core takes more blocks. Whether the split beats the other ways is measured
+once per shape on this machine ("auto": a candidate of dense's one set, dense_choice.py).
 
 Off by default: on the shared 2-core development machine the split measured faster in isolation
 but ran the batch-32 MLP's dense layers slower inside the graph (OpenBLAS's own threads,
@@ -19,47 +19,21 @@ from typing import Any
 
 import numpy as np
 
-from .... import settings
-from ...._timing import Race, Verdict, sampler
 from ...prepared import PreparedKernel
-from ...tunable import Candidate, TunableOp
-from ...tuning import Choice
 from ..threads import num_threads, parallel_images
 
-# the plain call, or column blocks on the workers (SplitDense, built by ops/linalg.py)
-SPLIT: TunableOp[None] = TunableOp(Choice("cpu.dense_split", settings.DENSE_SPLIT),
-                                   (Candidate("off"), Candidate("on", kind="split")))
 MIN_FLOPS = 4e6  # below this a call is too short to hand out
 MIN_COLUMNS = 64  # per block: narrower GEMMs lose BLAS efficiency
 
 
 def split_blocks(m: int, n: int, k: int, dtype: str) -> int:
-    """Column blocks for x[m, k] @ w[n, k].T, or 0 to make the plain call."""
+    """Column blocks for x[m, k] @ w[n, k].T, or 0 where the split does not apply."""
     workers = num_threads()
     blocks = min(2 * workers, n // MIN_COLUMNS)
     if (workers < 2 or m < 2 or blocks < 2 or 2.0 * m * n * k < MIN_FLOPS
             or dtype not in ("float32", "float64")):
         return 0
-    key = f"{dtype} x {m}x{k} weight {n}x{k} in {blocks} blocks"
-    chosen = SPLIT.choose(("off", "on"), "cpu", key,
-                          lambda race: _race(race, m, n, k, dtype, blocks), "off")
-    return blocks if chosen == "on" else 0
-
-
-def _race(race: Race, m: int, n: int, k: int, dtype: str, blocks: int) -> Verdict:
-    """Both calls raced on arrays of the real shapes, 8 calls a sample (a few ms)."""
-    x = np.ones((m, k), dtype)
-    w = np.ones((n, k), dtype)
-    out = np.empty((m, n), dtype)
-    split = SplitDense(m, n, k, blocks)
-
-    def plain() -> None:
-        np.dot(x, w.T, out=out)
-
-    def spread() -> None:
-        split(x, w, out)
-
-    return race({"on": sampler(spread, number=8), "off": sampler(plain, number=8)})
+    return blocks
 
 
 class SplitDense(PreparedKernel):

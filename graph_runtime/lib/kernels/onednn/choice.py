@@ -1,6 +1,6 @@
 """Where oneDNN kernels are offered to the CPU kernel choices: the conv strategy's candidate, and
-oneDNN-or-today's candidate sets for pools, matmuls and conv2d_transpose through the tuning service
-(lib/tuning.py)."""
+oneDNN-or-today's candidate sets for pools and conv2d_transpose through the tuning service
+(lib/tuning.py); the matmul is a candidate of dense's one set (cpu/dense_choice.py)."""
 from __future__ import annotations
 
 import functools
@@ -79,7 +79,7 @@ def onednn_or(op: str, key: str, applies: bool, make_onednn: Make, make_other: M
 
     def measure(race: Race) -> Verdict:
         kernels = {name: tunable.build(name, spec) for name in names if name != "off"}
-        if _reference(kernels["on"]):
+        if is_reference(kernels["on"]):
             return race.known({name: 1.0 if name == "off" else float("inf") for name in names})
         return _race(race, kernels, make_other(), shapes)
 
@@ -99,7 +99,7 @@ def onednn_or(op: str, key: str, applies: bool, make_onednn: Make, make_other: M
     # constant version: the graph gets a fresh one (made, like every oneDNN kernel here, only
     # when it is first used, so that one passed over costs nothing).
     made = tunable.build(chosen, spec)
-    return make_other() if _reference(made) else made
+    return make_other() if is_reference(made) else made
 
 
 # oneDNN's integer kernel where it applies, else the exact reference (float64 products)
@@ -125,7 +125,7 @@ def onednn_int8_or(op: str, applies: bool, make_onednn: Make,
     return made
 
 
-def _reference(kernel: Any) -> bool:
+def is_reference(kernel: Any) -> bool:
     """Whether oneDNN picked its reference code (impl "ref:any", or "conv:any+ref:any" for a
     deconvolution over a reference convolution): its slow fallback for what no JIT kernel
     covers (dilated pools, odd strides), never worth taking."""
