@@ -113,6 +113,9 @@ def conv_transpose(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     bias = args[2] if len(args) > 2 else None
     if x.rank not in (3, 4):
         raise Unsupported(f"{x.rank - 2}-D transposed convolution; 1-D and 2-D are supported")
+    if w.rank != x.rank:
+        raise Unsupported(f"weight of shape {list(w.shape)} for input of shape {list(x.shape)}: "
+                          f"expected a weight of rank {x.rank}")
     nd = x.rank - 2
     kernel = list(w.shape[2:])
     strides = node.ints("strides", [1] * nd)

@@ -105,8 +105,19 @@ def leaky_relu(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
 
 
 def _dtype_limits(dtype: str) -> tuple[float, float]:
-    info: Any = np.finfo(dtype) if np.dtype(dtype).kind == "f" else np.iinfo(dtype)
-    return float(info.min), float(info.max)
+    """The range of dtype: NumPy's types, and ml_dtypes' (bfloat16, float8, int4: kind 'V')."""
+    kind = np.dtype(dtype).kind
+    if kind in "fiu":
+        info: Any = np.finfo(dtype) if kind == "f" else np.iinfo(dtype)
+        return float(info.min), float(info.max)
+    import ml_dtypes
+    for lookup in (ml_dtypes.finfo, ml_dtypes.iinfo):
+        try:
+            info = lookup(dtype)
+        except (TypeError, ValueError):
+            continue
+        return float(info.min), float(info.max)
+    raise Unsupported(f"an input of {dtype}, which has no numeric range")
 
 
 @converts("Clip", value_inputs=(1, 2))

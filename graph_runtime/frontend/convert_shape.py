@@ -232,6 +232,8 @@ def depth_space(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     if x.rank != 4:
         raise Unsupported(f"input of rank {x.rank}")
     bs = int(node.attr("blocksize"))
+    if bs < 1:
+        raise Unsupported(f"blocksize {bs}; expected at least 1")
     n, c, h, w = x.shape
     if node.op_type == "SpaceToDepth":
         y = b.reshape(x, (n, c, h // bs, bs, w // bs, bs))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 import operator
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,7 @@ def load_model(model: Any, base_dir: str | os.PathLike[str] | None = None) -> tu
                 proto.CopyFrom(model)
             load_external_data(proto, folder)
         check_stored_sizes(proto, name)
+        check_dtype_attributes(proto, name)
     except RecursionError:
         raise FrontendError(f"{name}: subgraphs nested too deeply") from None
     check_opsets(proto, name)
@@ -96,6 +97,54 @@ def check_stored_sizes(model: Any, name: str) -> None:
             continue  # too many dims: refused where it is read
         except Unsupported as e:
             raise FrontendError(f"{name}: {e}") from None
+
+
+# Attributes naming an element type, by op: onnx's shape inference takes them at their word (a
+# Cast to 2147483647 drove its child to the 4 GiB cap for 5 s per inference).
+_DTYPE_ATTRIBUTES = {"Cast": "to", "EyeLike": "dtype", "RandomNormal": "dtype",
+                     "RandomUniform": "dtype", "RandomNormalLike": "dtype",
+                     "RandomUniformLike": "dtype", "Multinomial": "dtype", "Bernoulli": "dtype",
+                     "QuantizeLinear": "output_dtype", "DequantizeLinear": "output_dtype"}
+
+
+def check_dtype_attributes(model: Any, name: str) -> None:
+    """Refuse, before shape inference, an element-type attribute that names no ONNX type, and
+    an op of ONNX's own domain that no opset defines (nor a local function): onnx's inference
+    ran to its 4 GiB cap for 5 s on a Loop body holding one."""
+    from onnx import TensorProto, defs
+    known = set(TensorProto.DataType.values()) - {TensorProto.UNDEFINED}
+    functions = {(f.domain, f.name) for f in model.functions}
+    unknown: dict[str, list[str]] = {}
+    for where, node in _model_nodes(model):
+        if node.domain in ("", "ai.onnx") and not defs.has(node.op_type) \
+                and (node.domain, node.op_type) not in functions:
+            unknown.setdefault(node.op_type[:80], []).append(where)
+        key = _DTYPE_ATTRIBUTES.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+        for a in node.attribute:
+            if a.name == key and a.type == a.INT and a.i not in known and \
+                    not (a.i == 0 and key == "output_dtype"):  # 0: "as the scale's" there
+                raise FrontendError(f"{name}: {where} ({node.op_type}) attribute {key!r} is "
+                                    f"{a.i}; expected an ONNX element type (1 float, 7 int64, "
+                                    "... TensorProto.DataType)")
+    if unknown:
+        listed = "; ".join(f"op type {op!r} is not supported ({', '.join(places[:3])}"
+                           f"{f' and {len(places) - 3} more' if len(places) > 3 else ''})"
+                           for op, places in unknown.items())
+        raise FrontendError(f"{name}: {len(unknown)} op type(s) no ONNX opset defines: {listed}")
+
+
+def _model_nodes(model: Any) -> Iterator[tuple[str, Any]]:
+    """(where, NodeProto) for every node: the graph's, its subgraphs', local functions'."""
+    def walk(nodes: Any, where: str) -> Iterator[tuple[str, Any]]:
+        for i, node in enumerate(nodes):
+            label = f"{where} node {i} {node.name or node.op_type!r}"
+            yield label, node
+            for a in node.attribute:
+                for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                    yield from walk(g.node, f"{label} attribute {a.name!r}")
+    yield from walk(model.graph.node, "graph")
+    for f in model.functions:
+        yield from walk(f.node, f"function {f.name!r}")
 
 
 def _parse(path: Path) -> Any:

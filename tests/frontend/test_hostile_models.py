@@ -615,3 +615,57 @@ def test_scan_body_with_fewer_outputs_than_the_node() -> None:
     m = model([node], [vi("init", shape=()), vi("x", shape=(5,))],
               [vi("y", shape=None), vi("z", shape=None)], opset=9)
     refused(m, "Scan", "body 'scan_body' declares 2 inputs and 1 outputs", "takes 2")
+
+
+# The second campaign (seed 3141): onnx's shape inference ran to its 4 GiB cap on a Loop body
+# holding an unknown op or a Cast to no type; both are refused before inference runs.
+
+def _loop_with_body_node(body_node: Any) -> Any:
+    body = helper.make_graph(
+        [helper.make_node("Add", ["acc", "step"], ["acc_out"]),
+         helper.make_node("Identity", ["cond"], ["cond_out"]), body_node,
+         helper.make_node("Mul", ["acc_out", "fi"], ["scan"])],
+        "body", [vi("i", I64, ()), vi("cond", TensorProto.BOOL, ()), vi("acc", shape=(3,))],
+        [vi("cond_out", TensorProto.BOOL, ()), vi("acc_out", shape=(3,)), vi("scan", shape=(3,))],
+        [_const("step", np.ones(3, np.float32))])
+    node = helper.make_node("Loop", ["n", "", "x"], ["final", "scans"], body=body)
+    return model([node], [vi("x", shape=(3,))], [vi("final", shape=(3,)), vi("scans", shape=None)],
+                 [_const("n", np.int64(4))])
+
+
+def test_cast_to_no_type_is_refused_before_shape_inference(monkeypatch: Any) -> None:
+    def must_not_run(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("shape inference ran")
+    monkeypatch.setattr(inference, "_infer_in_child", must_not_run)
+    m = _loop_with_body_node(helper.make_node("Cast", ["i"], ["fi"], to=2 ** 31 - 1))
+    refused(m, "attribute 'body' node 2 'Cast' (Cast) attribute 'to' is 2147483647")
+
+
+def test_unknown_op_in_a_body_is_refused_before_shape_inference(monkeypatch: Any) -> None:
+    def must_not_run(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("shape inference ran")
+    monkeypatch.setattr(inference, "_infer_in_child", must_not_run)
+    m = _loop_with_body_node(helper.make_node("./data.bin", ["i"], ["fi"], to=1))
+    refused(m, "op type './data.bin' is not supported (graph node 0 'Loop' attribute 'body' "
+               "node 2 './data.bin')")
+
+
+@pytest.mark.parametrize("op", ["DepthToSpace", "SpaceToDepth"])
+def test_block_size_zero(op: str) -> None:
+    m = model([helper.make_node(op, ["x"], ["y"], blocksize=0)], [vi("x", shape=(1, 8, 2, 2))],
+              [vi("y", shape=None)])
+    refused(m, op, "blocksize 0; expected at least 1")
+
+
+def test_conv_transpose_weight_of_the_wrong_rank() -> None:
+    m = model([helper.make_node("ConvTranspose", ["x", "w"], ["y"])],
+              [vi("x", shape=(1, 1, 3)), vi("w", shape=(1, 2))], [vi("y", shape=None)])
+    refused(m, "ConvTranspose", "weight of shape [1, 2] for input of shape [1, 1, 3]")
+
+
+def test_clip_bounds_of_a_bfloat16_input_come_from_its_range() -> None:
+    from graph_runtime.frontend.convert_math import _dtype_limits
+    import ml_dtypes
+    assert _dtype_limits("bfloat16") == (float(ml_dtypes.finfo(ml_dtypes.bfloat16).min),
+                                         float(ml_dtypes.finfo(ml_dtypes.bfloat16).max))
+    assert _dtype_limits("int4") == (-8.0, 7.0)
