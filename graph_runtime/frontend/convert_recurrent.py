@@ -5,7 +5,7 @@ import numpy as np
 
 from ..lib.ops.recurrent import ACTIVATIONS, FUNCTIONS, GATES
 from .convert import Context, converts
-from .ir import Unsupported, Value
+from .ir import Unsupported, Value, check_const_bytes
 from .onnx_node import OnnxNode
 
 DEFAULT_ACTIVATIONS = {"rnn": ["Tanh"], "gru": ["Sigmoid", "Tanh"],
@@ -86,17 +86,18 @@ def recurrent(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
                       axes=[1])
         xw = b.op("add", xw, wb)
     else:
-        rb = b.const(np.zeros((dirs, width), dtype), "rb")
+        rb = b.const(_zeros((dirs, width), dtype, "the recurrence bias"), "rb")
     xw = b.reshape(xw, (steps, batch, dirs, width))
 
     def state(i: int, hint: str) -> Value:
         value = _optional(args, i)
         if value is None:
-            return b.const(np.zeros((dirs, batch, hidden), dtype), hint)
+            return b.const(_zeros((dirs, batch, hidden), dtype, hint), hint)
         return b.transpose(value, [1, 0, 2]) if layout else value
 
     lens = _optional(args, 4)
     if lens is None:
+        check_const_bytes((batch,), np.int32, "sequence_lens")
         lens = b.const(np.full(batch, steps, np.int32), "sequence_lens")
     else:
         if lens.const is not None and ((lens.const < 0) | (lens.const > steps)).any():
@@ -106,7 +107,7 @@ def recurrent(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     if lstm:
         peep = _optional(args, 7)
         inputs += [state(6, "initial_c"),
-                   peep if peep is not None else b.const(np.zeros((dirs, 3 * hidden), dtype), "P")]
+                   peep if peep is not None else b.const(_zeros((dirs, 3 * hidden), dtype, "P"), "P")]
     names, alphas, betas = _activations(node, cell, dirs)
     outs = b.ops("recurrence", inputs + [lens], cell=cell, direction=direction,
                  activations=names, activation_alpha=alphas, activation_beta=betas,
@@ -118,3 +119,10 @@ def recurrent(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
         y = b.transpose(y, [2, 0, 1, 3])
         states = [b.transpose(s, [1, 0, 2]) for s in states]
     return [y] + states
+
+
+def _zeros(shape: tuple[int, ...], dtype: str, what: str) -> np.ndarray:
+    """A default (zero) input the ONNX node omitted, refused before it is made past the import's
+    budget (a batch of 2^31 made 24 GiB of initial state)."""
+    check_const_bytes(shape, dtype, f"the default {what}")
+    return np.zeros(shape, dtype)

@@ -669,3 +669,11 @@ def test_clip_bounds_of_a_bfloat16_input_come_from_its_range() -> None:
     assert _dtype_limits("bfloat16") == (float(ml_dtypes.finfo(ml_dtypes.bfloat16).min),
                                          float(ml_dtypes.finfo(ml_dtypes.bfloat16).max))
     assert _dtype_limits("int4") == (-8.0, 7.0)
+
+
+def test_recurrent_default_state_of_a_huge_batch_is_not_made() -> None:
+    # A batch of 2^31 - 1 made 24 GiB of zero initial state (and 8 GiB of sequence lengths).
+    m = model([helper.make_node("LSTM", ["x", "w", "r"], ["", "h"], hidden_size=3)],
+              [vi("x", shape=(1, 2 ** 31 - 1, 2)), vi("w", shape=(1, 12, 2)),
+               vi("r", shape=(1, 12, 3))], [vi("h", shape=None)])
+    refused(m, "LSTM", "made at import; expected at most 64.0 MiB")
