@@ -69,6 +69,10 @@ def einsum(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     terms, out = _einsum_terms(str(node.attr("equation")), [a.rank for a in args])
     if len(set(out)) != len(out):
         raise Unsupported(f"repeated index in the output {out!r}")
+    missing = [c for c in out if not any(c in t for t in terms)]
+    if missing:
+        raise Unsupported(f"output index {missing[0]!r} of {str(node.attr('equation'))!r} is "
+                          "in no input term")
     pairs = [_diagonal(ctx, a, t) for a, t in zip(args, terms)]
     args = [p[0] for p in pairs]
     terms = [p[1] for p in pairs]

@@ -54,6 +54,9 @@ def _requantize(ctx: Context, acc: Value, scale: Value, zero: Value | None, out:
     y = b.op("multiply", acc, b.cast(scale, "float64"))
     if zero is not None:
         y = b.op("add", y, b.cast(zero, "float64"))
+    if out not in INT_RANGES:
+        raise Unsupported(f"a quantized output of {out}; expected one of "
+                          f"{', '.join(INT_RANGES)} (the zero point's type)")
     lo, hi = INT_RANGES[out]
     return b.cast(b.op("clip", b.op("round", y), a_min=float(lo), a_max=float(hi)), out)
 

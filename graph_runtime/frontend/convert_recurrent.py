@@ -75,6 +75,9 @@ def recurrent(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     dtype = x.dtype
     xw = b.op("dense", b.reshape(x, (steps * batch, size)), b.reshape(w, (dirs * width, size)))
     bias = _optional(args, 3)
+    if bias is not None and tuple(bias.shape) != (dirs, 2 * width):
+        raise Unsupported(f"B of shape {list(bias.shape)}; expected [{dirs}, {2 * width}] "
+                          f"(D, 2*{gates}*H)")
     if bias is not None:
         if bias.const is not None:
             wb = b.const(np.ascontiguousarray(bias.const[:, :width]).reshape(-1), bias.name)

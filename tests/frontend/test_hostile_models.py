@@ -677,3 +677,18 @@ def test_recurrent_default_state_of_a_huge_batch_is_not_made() -> None:
               [vi("x", shape=(1, 2 ** 31 - 1, 2)), vi("w", shape=(1, 12, 2)),
                vi("r", shape=(1, 12, 3))], [vi("h", shape=None)])
     refused(m, "LSTM", "made at import; expected at most 64.0 MiB")
+
+
+def test_gru_bias_of_the_wrong_shape() -> None:
+    w, r = np.ones((1, 9, 2), np.float32), np.ones((1, 9, 3), np.float32)
+    m = model([helper.make_node("GRU", ["x", "w", "r", "b"], ["", "h"], hidden_size=3)],
+              [vi("x", shape=(4, 1, 2))], [vi("h", shape=None)],
+              [_const("w", w), _const("r", r), _const("b", np.zeros(18, np.float32))])
+    refused(m, "GRU", "B of shape [18]; expected [1, 18]")
+
+
+def test_einsum_output_index_in_no_input() -> None:
+    m = model([helper.make_node("Einsum", ["x", "y"], ["z"], equation="bIj,bjk->bik")],
+              [vi("x", shape=(2, 3, 4)), vi("y", shape=(2, 4, 5))], [vi("z", shape=None)],
+              opset=12)
+    refused(m, "Einsum", "output index 'i' of 'bIj,bjk->bik' is in no input term")
