@@ -93,6 +93,7 @@ def identity(ctx: Context, node: OnnxNode, args: list) -> list[Value | None]:
         mask = node.outputs[1] if len(node.outputs) > 1 else ""
         ctx.removed[node.op_type] += 1
         if ctx.used(mask):
+            check_const_bytes(args[0].shape, bool, "Dropout's mask")
             return [args[0], ctx.b.const(np.ones(args[0].shape, bool), "mask")]
         return [args[0]]
     ctx.removed[node.op_type] += 1

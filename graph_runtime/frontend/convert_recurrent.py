@@ -109,8 +109,9 @@ def recurrent(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     inputs = [xw, r, rb, state(5, "initial_h")]
     if lstm:
         peep = _optional(args, 7)
-        inputs += [state(6, "initial_c"),
-                   peep if peep is not None else b.const(_zeros((dirs, 3 * hidden), dtype, "P"), "P")]
+        if peep is None:
+            peep = b.const(_zeros((dirs, 3 * hidden), dtype, "peepholes"), "P")
+        inputs += [state(6, "initial_c"), peep]
     names, alphas, betas = _activations(node, cell, dirs)
     outs = b.ops("recurrence", inputs + [lens], cell=cell, direction=direction,
                  activations=names, activation_alpha=alphas, activation_beta=betas,

@@ -166,7 +166,7 @@ def run_onnx_passes(state: OnnxState, disabled: Collection[str] = ()) -> Counter
 
 
 def run_prim_passes(state: PrimState, disabled: Collection[str] = ()) -> Counter:
-    """Every enabled prim-level pass on state, in order (none with GRAPH_RUNTIME_IMPORT_FUSE=off)."""
+    """Every enabled prim-level pass on state, in order (none with IMPORT_FUSE=off)."""
     if settings.word(settings.IMPORT_FUSE) == "off":
         return Counter()
     return _run("prims", state, disabled)

@@ -692,3 +692,11 @@ def test_einsum_output_index_in_no_input() -> None:
               [vi("x", shape=(2, 3, 4)), vi("y", shape=(2, 4, 5))], [vi("z", shape=None)],
               opset=12)
     refused(m, "Einsum", "output index 'i' of 'bIj,bjk->bik' is in no input term")
+
+
+def test_dropout_mask_of_a_huge_input_is_not_made() -> None:
+    # The fifth campaign: a 3 x (2^31 - 1) x 5 mask of ones (30 GiB) was made at import.
+    m = model([helper.make_node("Dropout", ["x"], ["y", "z"])],
+              [vi("x", shape=(3, 2 ** 31 - 1, 5))],
+              [vi("y", shape=None), vi("z", TensorProto.BOOL, None)], opset=13)
+    refused(m, "Dropout", "Dropout's mask", "expected at most 64.0 MiB")
