@@ -1,0 +1,198 @@
+"""Export the dynamic-shape models bench/stream.py and bench/generate.py measure (needs torch).
+
+Hugging Face transformers' own model code, small configurations with seeded random weights (no
+download), exported with dynamic axes by PyTorch's TorchScript exporter (`_ts`, opset 17) and
+its dynamo exporter (`_dynamo`, opset 18) into a cache folder (never committed):
+
+- `llama_ts`, `llama_dynamo`: a LLaMA-style decoder (hidden 512, 4 layers, 8 query heads over 2
+  key/value heads, RMSNorm, rotary, SiLU-gated MLP); inputs input_ids and attention_mask
+  (batch, seq); output logits.
+- `llama_kv_ts`: the same decoder for generation with a KV cache, as Hugging Face Optimum
+  exports it: input_ids (batch, seq), attention_mask (batch, past+seq), position_ids (batch,
+  seq), past_key_values.<i>.key/value (batch, 2, past, 64); outputs logits and
+  present.<i>.key/value (batch, 2, past+seq, 64).
+- `cnn_hw_ts`: a small CNN (stride-2 convs, pads, pooling) with dynamic batch, height and width.
+- `wav2vec2_ts`: wav2vec2's conv feature encoder and transformer (hidden 256, 2 layers) on
+  dynamic batch and audio length.
+
+Run it with a Python that has torch and transformers; the benches need only onnx and
+onnxruntime. Usage: python bench/dynamic_models.py [--out DIR] [--only llama_ts ...]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+# bench/transformers.py would shadow the transformers package for a script run from bench/.
+sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+import torch  # noqa: E402
+
+CACHE = Path.home() / ".cache" / "graph_runtime" / "bench_dynamic"
+LAYERS = 4
+
+
+def _llama() -> Any:
+    from transformers import LlamaConfig, LlamaForCausalLM
+    config = LlamaConfig(hidden_size=512, intermediate_size=1376, num_hidden_layers=LAYERS,
+                         num_attention_heads=8, num_key_value_heads=2, vocab_size=2000,
+                         max_position_embeddings=1024, attn_implementation="eager")
+    return LlamaForCausalLM(config).eval()
+
+
+class _Logits(torch.nn.Module):
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=input_ids, attention_mask=attention_mask,
+                          use_cache=False).logits
+
+
+class _WithCache(torch.nn.Module):
+    """Optimum's calling convention: the cache as flat key/value tensors in and out."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                position_ids: torch.Tensor, *past: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        from transformers import DynamicCache
+        cache = DynamicCache(config=self.model.config)
+        for i in range(LAYERS):
+            cache.update(past[2 * i], past[2 * i + 1], i)
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask,
+                         position_ids=position_ids, past_key_values=cache, use_cache=True)
+        flat: list[torch.Tensor] = []
+        for i in range(LAYERS):
+            layer = out.past_key_values.layers[i]
+            flat += [layer.keys, layer.values]
+        return (out.logits, *flat)
+
+
+def _ids(batch: int, seq: int) -> torch.Tensor:
+    return torch.randint(0, 2000, (batch, seq), generator=torch.Generator().manual_seed(1))
+
+
+def _export(module: torch.nn.Module, args: tuple, path: Path, names: list[str],
+            outputs: list[str], axes: dict[str, dict[int, str]], dynamo: bool) -> None:
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        if dynamo:
+            dims = {name: {a: torch.export.Dim.AUTO for a in ax} for name, ax in axes.items()
+                    if name in names}
+            program = torch.onnx.export(module, args, input_names=names, output_names=outputs,
+                                        dynamic_shapes=tuple(dims.get(n) for n in names),
+                                        dynamo=True, opset_version=18)
+            program.save(str(path), external_data=False)
+        else:
+            torch.onnx.export(module, args, str(path), input_names=names, output_names=outputs,
+                              dynamic_axes=axes, opset_version=17, dynamo=False)
+
+
+def llama(path: Path, dynamo: bool) -> None:
+    model = _Logits(_llama())
+    args = (_ids(2, 16), torch.ones(2, 16, dtype=torch.int64))
+    axes = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"},
+            "logits": {0: "batch", 1: "seq"}}
+    _export(model, args, path, ["input_ids", "attention_mask"], ["logits"], axes, dynamo)
+
+
+def llama_kv(path: Path, dynamo: bool) -> None:
+    model = _WithCache(_llama())
+    batch, past, seq = 1, 7, 3
+    names = ["input_ids", "attention_mask", "position_ids"]
+    outputs = ["logits"]
+    axes: dict[str, dict[int, str]] = {
+        "input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "total"},
+        "position_ids": {0: "batch", 1: "seq"}, "logits": {0: "batch", 1: "seq"}}
+    past_kv = []
+    for i in range(LAYERS):
+        for kind in ("key", "value"):
+            names.append(f"past_key_values.{i}.{kind}")
+            outputs.append(f"present.{i}.{kind}")
+            axes[names[-1]] = {0: "batch", 2: "past"}
+            axes[outputs[-1]] = {0: "batch", 2: "total"}
+            past_kv.append(torch.randn(batch, 2, past, 64))
+    args = (_ids(batch, seq), torch.ones(batch, past + seq, dtype=torch.int64),
+            torch.arange(past, past + seq).unsqueeze(0), *past_kv)
+    _export(model, args, path, names, outputs, axes, dynamo)
+
+
+class _Cnn(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 16, 3, stride=2, padding=1), torch.nn.ReLU(),
+            torch.nn.Conv2d(16, 32, 3, stride=2, padding=1), torch.nn.BatchNorm2d(32),
+            torch.nn.ReLU(), torch.nn.MaxPool2d(3, stride=2, padding=1),
+            torch.nn.Conv2d(32, 64, 5, stride=2), torch.nn.ReLU())
+        self.head = torch.nn.Linear(64, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(x).mean(dim=(2, 3)))
+
+
+def cnn_hw(path: Path, dynamo: bool) -> None:
+    axes = {"x": {0: "batch", 2: "height", 3: "width"}, "y": {0: "batch"}}
+    _export(_Cnn().eval(), (torch.randn(1, 3, 64, 48),), path, ["x"], ["y"], axes, dynamo)
+
+
+def wav2vec2(path: Path, dynamo: bool) -> None:
+    from transformers import Wav2Vec2Config, Wav2Vec2Model
+    config = Wav2Vec2Config(hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
+                            intermediate_size=1024, conv_dim=(128, 128, 128, 128, 128, 128, 128),
+                            attn_implementation="eager")
+
+    class Hidden(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = Wav2Vec2Model(config).eval()
+
+        def forward(self, audio: torch.Tensor) -> torch.Tensor:
+            return self.model(audio).last_hidden_state
+
+    axes = {"audio": {0: "batch", 1: "samples"}, "y": {0: "batch", 1: "frames"}}
+    _export(Hidden().eval(), (torch.randn(1, 16000),), path, ["audio"], ["y"], axes, dynamo)
+
+
+MODELS: dict[str, tuple[Callable[[Path, bool], None], bool]] = {
+    "llama_ts": (llama, False),
+    "llama_dynamo": (llama, True),
+    "llama_kv_ts": (llama_kv, False),
+    "cnn_hw_ts": (cnn_hw, False),
+    "cnn_hw_dynamo": (cnn_hw, True),
+    "wav2vec2_ts": (wav2vec2, False),
+    "wav2vec2_dynamo": (wav2vec2, True),
+}
+
+
+def export(name: str, out: Path) -> Path:
+    torch.manual_seed(0)
+    path = out / f"{name}.onnx"
+    build, dynamo = MODELS[name]
+    build(path, dynamo)
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=CACHE)
+    parser.add_argument("--only", nargs="*", default=list(MODELS))
+    opts = parser.parse_args()
+    opts.out.mkdir(parents=True, exist_ok=True)
+    for name in opts.only:
+        try:
+            print("wrote", export(name, opts.out), flush=True)
+        except Exception as e:  # one failing exporter must not stop the others
+            print(f"FAILED {name}: {type(e).__name__}: {str(e)[:300]}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
