@@ -16,7 +16,9 @@ its dynamo exporter (`_dynamo`, opset 18) into a cache folder (never committed):
   dynamic batch and audio length.
 
 Run it with a Python that has torch and transformers; the benches need only onnx and
-onnxruntime. Usage: python bench/dynamic_models.py [--out DIR] [--only llama_ts ...]
+onnxruntime. `--tiny` writes the tests' copies (hidden 64, 2 layers: `llama_tiny_ts.onnx`...)
+into tests/data/onnx, where they are committed; CI never runs this script.
+Usage: python bench/dynamic_models.py [--out DIR] [--only llama_ts ...] [--tiny]
 """
 from __future__ import annotations
 
@@ -33,14 +35,19 @@ sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).re
 import torch  # noqa: E402
 
 CACHE = Path.home() / ".cache" / "graph_runtime" / "bench_dynamic"
-LAYERS = 4
+TESTS = Path(__file__).resolve().parents[1] / "tests" / "data" / "onnx"
+# (hidden, intermediate, layers, query heads, key/value heads, vocab) of the LLaMA decoder
+SIZES = {"bench": (512, 1376, 4, 8, 2, 2000), "tiny": (64, 96, 2, 4, 2, 100)}
+SIZE = SIZES["bench"]
 
 
 def _llama() -> Any:
     from transformers import LlamaConfig, LlamaForCausalLM
-    config = LlamaConfig(hidden_size=512, intermediate_size=1376, num_hidden_layers=LAYERS,
-                         num_attention_heads=8, num_key_value_heads=2, vocab_size=2000,
-                         max_position_embeddings=1024, attn_implementation="eager")
+    hidden, inner, layers, heads, kv_heads, vocab = SIZE
+    config = LlamaConfig(hidden_size=hidden, intermediate_size=inner, num_hidden_layers=layers,
+                         num_attention_heads=heads, num_key_value_heads=kv_heads,
+                         vocab_size=vocab, max_position_embeddings=1024,
+                         attn_implementation="eager")
     return LlamaForCausalLM(config).eval()
 
 
@@ -65,19 +72,19 @@ class _WithCache(torch.nn.Module):
                 position_ids: torch.Tensor, *past: torch.Tensor) -> tuple[torch.Tensor, ...]:
         from transformers import DynamicCache
         cache = DynamicCache(config=self.model.config)
-        for i in range(LAYERS):
+        for i in range(SIZE[2]):
             cache.update(past[2 * i], past[2 * i + 1], i)
         out = self.model(input_ids=input_ids, attention_mask=attention_mask,
                          position_ids=position_ids, past_key_values=cache, use_cache=True)
         flat: list[torch.Tensor] = []
-        for i in range(LAYERS):
+        for i in range(SIZE[2]):
             layer = out.past_key_values.layers[i]
             flat += [layer.keys, layer.values]
         return (out.logits, *flat)
 
 
 def _ids(batch: int, seq: int) -> torch.Tensor:
-    return torch.randint(0, 2000, (batch, seq), generator=torch.Generator().manual_seed(1))
+    return torch.randint(0, SIZE[5], (batch, seq), generator=torch.Generator().manual_seed(1))
 
 
 def _export(module: torch.nn.Module, args: tuple, path: Path, names: list[str],
@@ -113,13 +120,14 @@ def llama_kv(path: Path, dynamo: bool) -> None:
         "input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "total"},
         "position_ids": {0: "batch", 1: "seq"}, "logits": {0: "batch", 1: "seq"}}
     past_kv = []
-    for i in range(LAYERS):
+    hidden, _, layers, heads, kv_heads, _ = SIZE
+    for i in range(layers):
         for kind in ("key", "value"):
             names.append(f"past_key_values.{i}.{kind}")
             outputs.append(f"present.{i}.{kind}")
             axes[names[-1]] = {0: "batch", 2: "past"}
             axes[outputs[-1]] = {0: "batch", 2: "total"}
-            past_kv.append(torch.randn(batch, 2, past, 64))
+            past_kv.append(torch.randn(batch, kv_heads, past, hidden // heads))
     args = (_ids(batch, seq), torch.ones(batch, past + seq, dtype=torch.int64),
             torch.arange(past, past + seq).unsqueeze(0), *past_kv)
     _export(model, args, path, names, outputs, axes, dynamo)
@@ -146,9 +154,10 @@ def cnn_hw(path: Path, dynamo: bool) -> None:
 
 def wav2vec2(path: Path, dynamo: bool) -> None:
     from transformers import Wav2Vec2Config, Wav2Vec2Model
-    config = Wav2Vec2Config(hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
-                            intermediate_size=1024, conv_dim=(128, 128, 128, 128, 128, 128, 128),
-                            attn_implementation="eager")
+    width, hidden = (16, 32) if SIZE == SIZES["tiny"] else (128, 256)
+    config = Wav2Vec2Config(hidden_size=hidden, num_hidden_layers=2, num_attention_heads=4,
+                            intermediate_size=4 * hidden, conv_dim=(width,) * 7,
+                            num_conv_pos_embeddings=16, attn_implementation="eager")
 
     class Hidden(torch.nn.Module):
         def __init__(self) -> None:
@@ -173,9 +182,9 @@ MODELS: dict[str, tuple[Callable[[Path, bool], None], bool]] = {
 }
 
 
-def export(name: str, out: Path) -> Path:
+def export(name: str, out: Path, tiny: bool = False) -> Path:
     torch.manual_seed(0)
-    path = out / f"{name}.onnx"
+    path = out / (name.replace("_", "_tiny_", 1) + ".onnx" if tiny else f"{name}.onnx")
     build, dynamo = MODELS[name]
     build(path, dynamo)
     return path
@@ -183,13 +192,19 @@ def export(name: str, out: Path) -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=CACHE)
+    parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--only", nargs="*", default=list(MODELS))
+    parser.add_argument("--tiny", action="store_true",
+                        help="the tests' sizes (hidden 64, 2 layers), named NAME_tiny_..., "
+                             "written to tests/data/onnx unless --out is given")
     opts = parser.parse_args()
-    opts.out.mkdir(parents=True, exist_ok=True)
+    global SIZE
+    SIZE = SIZES["tiny" if opts.tiny else "bench"]
+    out = opts.out or (TESTS if opts.tiny else CACHE)
+    out.mkdir(parents=True, exist_ok=True)
     for name in opts.only:
         try:
-            print("wrote", export(name, opts.out), flush=True)
+            print("wrote", export(name, out, opts.tiny), flush=True)
         except Exception as e:  # one failing exporter must not stop the others
             print(f"FAILED {name}: {type(e).__name__}: {str(e)[:300]}", flush=True)
 
