@@ -221,10 +221,16 @@ class GraphModule(ModuleBase):
 
     def _adopt_input(self, name: str, array: Any) -> None:
         """Bind array (on the input's device, of its shape) as input name, zero copy: params
-        shared with a symbolic graph's specialisations."""
+        shared with a symbolic graph's specialisations. Its owner never writes the array (a
+        new load makes a new one, adopted again), so kernels deriving data from it (packed
+        weights) count it as one write instead of deriving again every run."""
         self._acquire("share_params")
         try:
             self._bind_param(name, array)
+            version = self.executor.versions.get(self._resolve_input(name))
+            if version is not None:
+                version.volatile = False
+                version.value += 1
         finally:
             self._release()
 
