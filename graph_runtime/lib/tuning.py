@@ -15,8 +15,8 @@ file whole, so two processes writing at once both land their entries.
 Inside by_size_class() (a symbolic module specialising for a new shape) nothing is measured:
 each dim in the key is rounded to its size class (size_class), the exact key's entry or one of
 its class is taken from this process or the file, and an unknown class gets the base candidate.
-Every measured entry is remembered under its class too, so a module tuned at representative
-sizes (SymbolicGraphModule.tune) decides every shape of that class.
+Any entry (measured here or read from the file) also serves its class, so a module tuned at
+representative sizes (runtime/symbolic_module.py's tune) decides every shape of those classes.
 """
 from __future__ import annotations
 

@@ -6,14 +6,13 @@ an LRU cache bounded by a count (cache_size) and by bytes (GRAPH_RUNTIME_SHAPE_C
 params are held once per device and bound zero copy into every one.
 A cached combination costs a dictionary lookup per run; a new one costs one specialisation,
 which measures nothing: its tuning choices are taken per size class (GRAPH_RUNTIME_SHAPE_TUNING,
-lib/tuning.py's by_size_class; tune() measures representative shapes ahead of time).
+lib/tuning.py's by_size_class; tune() measures representative shapes ahead of time)..
 get_output, benchmark, profile, memory_report... answer for the specialisation the last run()
 used (placement, copies and debug_get_outputs: the one for the inputs set now).
 """
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import time
 from collections import OrderedDict
 from typing import Any, Callable, Mapping, Sequence
@@ -32,7 +31,7 @@ from ..lib.library import Module
 from ..nd import NDArray, from_dlpack
 from .executor import Executor, NodeTime
 from .graph_module import GraphModule
-from .measure import MemoryReport, ShapeCost, add_bytes
+from .measure import ShapeCost, add_bytes
 from .module_base import ModuleBase
 from .placement import resolve_entry_devices
 from .specialize import Specializer
@@ -273,36 +272,7 @@ class SymbolicGraphModule(ModuleBase):
         return module, (bound, inferred - start, planned - inferred, done - planned,
                         tuning.class_defaults - defaults)
 
-    def tune(self, shapes: Sequence[Mapping[str, Sequence[int]]]) -> int:
-        """Measure the tuning choices of representative shapes ahead of time (at create, not in
-        a user's run()): each {input: shape} is specialised with its candidates raced, the
-        answers kept in the tuning cache, where every later shape of the same size class finds
-        them. The modules are not kept. Returns how many shapes were specialised."""
-        if self.specializer.value_inputs:
-            raise GraphError(f"tune: inputs {', '.join(self.specializer.value_inputs)} decide "
-                             "shapes by their values; set them and run() instead")
-        self._acquire("tune")
-        saved = dict(self._shapes)
-        try:
-            for one in shapes:
-                unknown = sorted(set(one) - set(self._names))
-                if unknown:
-                    raise GraphError(f"tune: graph has no input {unknown[0]!r}; inputs are: "
-                                     f"{self._input_names()}")
-                for name in self._names:
-                    if name not in self._params:
-                        if name not in one:
-                            raise GraphError(f"tune: a shape for input {name!r} is missing "
-                                             f"({self.signature})")
-                        self._shapes[name] = (tuple(int(d) for d in one[name]),
-                                              self._sigs[name].dtype)
-                self._static(measure=True)
-            return len(shapes)
-        finally:
-            self._shapes = saved
-            self._release()
-
-    def shape_cost(self) -> ShapeCost:
+    def _shape_cost(self) -> ShapeCost:
         """The last run's shape: new or kept, what specialising it cost, what is kept."""
         bound, infer, plan, prepare, defaults = self._last_cost
         if not self._last_new:
@@ -326,17 +296,13 @@ class SymbolicGraphModule(ModuleBase):
         times = module.profile(repeat, progress)
         if self.specializations == built:
             return times
-        cost = self.shape_cost()
+        cost = self._shape_cost()
         rows = [NodeTime(-1, f"specialise ({cost.shape or 'static'}): {what}", "__specialise",
                          self.ctxs[0], False, seconds)
                 for what, seconds in (("infer shapes", cost.infer_s),
                                       ("plan storage", cost.plan_s),
                                       ("prepare kernels", cost.prepare_s))]
         return [*rows, *times]
-
-    def memory_report(self) -> MemoryReport:
-        """The last run's specialisation's memory, with its shape's cost (shape_cost())."""
-        return dataclasses.replace(super().memory_report(), shape=self.shape_cost())
 
     def _capture(self, names: set[str] | None) -> dict[str, list[np.ndarray]]:
         return self._specialised().debug_get_outputs(None if names is None else sorted(names))
@@ -366,6 +332,36 @@ class SymbolicGraphModule(ModuleBase):
     def executor(self) -> Executor:
         """The executor of the specialisation the last run used (for reports)."""
         return self._module("executor").executor
+
+
+def tune(module: SymbolicGraphModule, shapes: Sequence[Mapping[str, Sequence[int]]]) -> int:
+    """Measure module's tuning choices at representative shapes ahead of time (at create, never
+    in a user's run()): each {input: shape} is specialised with its candidates raced and the
+    answers kept in the tuning cache, where every later shape of the same size class finds them
+    (lib/tuning.py's size_class). The modules made are not kept. Returns how many were made."""
+    if module.specializer.value_inputs:
+        raise GraphError(f"tune: inputs {', '.join(module.specializer.value_inputs)} decide "
+                         "shapes by their values; set them and run() instead")
+    module._acquire("tune")
+    saved = dict(module._shapes)
+    try:
+        for one in shapes:
+            unknown = sorted(set(one) - set(module._names))
+            if unknown:
+                raise GraphError(f"tune: graph has no input {unknown[0]!r}; inputs are: "
+                                 f"{module._input_names()}")
+            for name in module._names:
+                if name in module._params:
+                    continue
+                if name not in one:
+                    raise GraphError(f"tune: no shape for input {name!r} ({module.signature})")
+                module._shapes[name] = (tuple(int(d) for d in one[name]),
+                                        module._sigs[name].dtype)
+            module._static(measure=True)
+        return len(shapes)
+    finally:
+        module._shapes = saved
+        module._release()
 
 
 def _shape_dtype(value: Any) -> tuple[tuple[int, ...], str]:
