@@ -17,6 +17,7 @@ from ..lib.library import Module
 from ..nd import NDArray, from_dlpack
 from .executor import Executor, NodeTime
 from .module_base import ModuleBase, copy_out
+from .steps import KernelCache
 
 _CPU = cpu(0)  # host arrays live here; the one CPU device
 
@@ -43,10 +44,11 @@ class GraphModule(ModuleBase):
 
     def __init__(self, graph: Graph, lib: Module, ctxs: Sequence[Device], *, strict: bool = False,
                  memory_cap: int | Mapping[Any, int] | None = None,
-                 allow_uninitialized: bool = False) -> None:
+                 allow_uninitialized: bool = False, kernels: KernelCache | None = None) -> None:
         super().__init__(graph, lib, ctxs, strict=strict, memory_cap=memory_cap,
                          allow_uninitialized=allow_uninitialized)
-        self.executor = Executor(graph, lib, ctxs, strict=strict, memory_cap=memory_cap)
+        self.executor = Executor(graph, lib, ctxs, strict=strict, memory_cap=memory_cap,
+                                 kernels=kernels)
         self.ctxs = self.executor.ctxs
         # (shape, dtype, home key) of each input entry, for set_input's fast path.
         ex = self.executor

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-from .._text import fmt_bytes
+from .._text import count_of, fmt_bytes
 from .._timing import BenchmarkResult, time_runs
 from ..device import Device
 
@@ -37,10 +37,12 @@ class ShapeCost:
         cost = (f"new: specialised in {self.seconds * 1e3:.1f} ms (infer "
                 f"{self.infer_s * 1e3:.1f}, plan {self.plan_s * 1e3:.1f}, prepare "
                 f"{self.prepare_s * 1e3:.1f} ms"
-                + (f"; {self.defaults} tuning choices at their default" if self.defaults else "")
+                + (f"; {count_of(self.defaults, 'tuning choice')} at the default"
+                   if self.defaults else "")
                 + ")") if self.new else "kept from an earlier run"
-        return (f"shape {self.shape or 'static'}: {cost}; {self.kept_shapes} shapes kept in "
-                f"{fmt_bytes(self.kept_bytes)} of {fmt_bytes(self.bound_bytes)}")
+        return (f"shape {self.shape or 'static'}: {cost}; {count_of(self.kept_shapes, 'shape')} "
+                f"kept in "
+                f"{fmt_bytes(self.kept_bytes)} (bound {fmt_bytes(self.bound_bytes)})")
 
 
 @dataclass(frozen=True)

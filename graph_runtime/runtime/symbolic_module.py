@@ -35,6 +35,7 @@ from .measure import ShapeCost, add_bytes
 from .module_base import ModuleBase
 from .placement import resolve_entry_devices
 from .specialize import Specializer
+from .steps import KernelCache
 
 DEFAULT_CACHE_SIZE = 8
 
@@ -71,7 +72,9 @@ class SymbolicGraphModule(ModuleBase):
         self._params: dict[str, tuple[Device, Any]] = {}  # one device array per param
         self.specializations = 0
         self.specialize_seconds = 0.0
+        self.kernels = KernelCache()  # prepared kernels the specialisations share
         self._kept_bytes: dict[tuple, int] = {}  # per cached key: its module's bytes, no params
+        self._kernel_keys: dict[tuple, list] = {}  # per cached key: the shared kernels it uses
         # The last run's shape: whether that run specialised it, and what specialising cost.
         self._last_new = False
         # the bound dims; infer, plan, prepare seconds; tuning choices left at their default
@@ -140,6 +143,7 @@ class SymbolicGraphModule(ModuleBase):
                 module._adopt_input(name, array)
             if name in self._value_names:
                 self._values[name] = host
+        self._params_changed()
 
     def _share_input(self, other: SymbolicGraphModule, name: str) -> None:
         """Bind other's device array of param name here and in every specialisation."""
@@ -166,6 +170,12 @@ class SymbolicGraphModule(ModuleBase):
             module._adopt_input(name, array)
         if name in other._values:
             self._values[name] = other._values[name]
+        self._params_changed()
+
+    def _params_changed(self) -> None:
+        """Kernels deriving data from the old params are prepared again for new shapes."""
+        self.kernels.params = {self._sigs[name].eid for name in self._params}
+        self.kernels.clear()
 
     # ---- running -------------------------------------------------------------------------------
 
@@ -239,11 +249,13 @@ class SymbolicGraphModule(ModuleBase):
         self._cache[key] = module
         self._kept_bytes[key] = sum(module.held_bytes().values()) - sum(
             int(array.nbytes) for _, array in self._params.values())
+        self._kernel_keys[key] = self.kernels.hold()
         bound = settings.shape_cache_bytes()
         while len(self._cache) > 1 and (len(self._cache) > self.cache_size
                                         or sum(self._kept_bytes.values()) > bound):
             old_key, _ = self._cache.popitem(last=False)
             del self._kept_bytes[old_key]
+            self.kernels.release(self._kernel_keys.pop(old_key))
             if old_key == self._current_key:
                 self._current_key = None  # still usable as `current` for the copies above
         return module
@@ -254,6 +266,7 @@ class SymbolicGraphModule(ModuleBase):
         (as _last_cost); its tuning choices are measured only when measure is set, else taken
         per size class."""
         start = time.perf_counter()
+        self.kernels.taken = []  # a build that failed before leaves none
         defaults = tuning.class_defaults
         shapes = {n: self._shapes[n][0] for n in self._names}
         values = {self._sigs[n].eid: v for n, v in self._values.items()}
@@ -264,7 +277,8 @@ class SymbolicGraphModule(ModuleBase):
         with contextlib.nullcontext() if measure else tuning.by_size_class():
             module = GraphModule(static, self.lib, self.ctxs, strict=self.strict,
                                  memory_cap=self.memory_cap,
-                                 allow_uninitialized=self.allow_uninitialized)
+                                 allow_uninitialized=self.allow_uninitialized,
+                                 kernels=self.kernels)
         done = time.perf_counter()
         self.specializations += 1
         self.specialize_seconds += done - start
@@ -358,6 +372,7 @@ def tune(module: SymbolicGraphModule, shapes: Sequence[Mapping[str, Sequence[int
                 module._shapes[name] = (tuple(int(d) for d in one[name]),
                                         module._sigs[name].dtype)
             module._static(measure=True)
+            module.kernels.release(module.kernels.hold())  # the module made is not kept
         return len(shapes)
     finally:
         module._shapes = saved
