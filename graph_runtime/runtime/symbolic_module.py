@@ -27,6 +27,7 @@ from ..errors import GraphError, GraphRuntimeError, ParamsError
 from ..graph.model import Graph
 from ..graph.symbolic import shape_is_symbolic
 from ..lib import tuning
+from ..lib.kernels.derived import freeze
 from ..lib.library import Module
 from ..nd import NDArray, from_dlpack
 from .executor import Executor, NodeTime
@@ -136,6 +137,8 @@ class SymbolicGraphModule(ModuleBase):
             backend = check_device(dev)
             array = backend.empty(dev.device_id, tuple(host.shape), host.dtype)
             copy_array(get_backend("cpu"), host, backend, array)
+            if dev.kind == "cpu":
+                freeze(array)  # never written again: its packed forms are shared
             self._params[name] = (dev, array)
             self._shapes[name] = (tuple(host.shape), sig.dtype)
             self._held.pop(name, None)

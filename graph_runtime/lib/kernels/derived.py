@@ -4,9 +4,14 @@ A kernel lists the input positions it derives from in `derived`; the executor bi
 InputVersion per position (prepared.PreparedKernel.cached_inputs). The kernel redoes the
 derivation when their counts moved, every run when one is volatile, and every run when nothing
 was bound (then correct, only slower).
+
+An array frozen (freeze: a symbolic module's param, never written again) has a list of what
+kernels derived from it (derived_of), so that the kernels of every specialisation share one
+packed weight instead of each making its own.
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any, Mapping
 
 from ..library import InputVersion
@@ -35,3 +40,22 @@ class DerivesFromInputs(PreparedKernel):
             self._seen = None if -1 in stamp else stamp
             return True
         return False
+
+
+# id(array) -> (the array, weakly; what kernels derived from it)
+_frozen: dict[int, tuple[weakref.ref, list[Any]]] = {}
+
+
+def freeze(array: Any) -> None:
+    """Promise that array is never written again: data derived from it may be shared."""
+    key = id(array)
+    entry = _frozen.get(key)
+    if entry is None or entry[0]() is not array:
+        _frozen[key] = (weakref.ref(array, lambda _, key=key: _frozen.pop(key, None)), [])
+
+
+def derived_of(array: Any) -> list[Any] | None:
+    """The data kernels derived from array, shared (a kernel appends what it derives), or
+    None when array is not frozen."""
+    entry = _frozen.get(id(array))
+    return entry[1] if entry is not None and entry[0]() is array else None
