@@ -13,11 +13,11 @@ __all__ = ["BenchmarkResult", "MemoryReport", "ShapeCost", "add_bytes", "time_ru
 
 @dataclass(frozen=True)
 class ShapeCost:
-    """A symbolic module's shape as its last run met it: new (specialised by that run) or kept,
-    what specialising it cost in seconds (shape inference, storage plan, kernels prepared: the
-    static module made), the tuning choices left at their default for want of an entry for their
-    size class, and what the module keeps across shapes against its bound
-    (GRAPH_RUNTIME_SHAPE_CACHE_BYTES)."""
+    """A symbolic module's shape as its last run met it: new (specialised by that run) or kept
+    from an earlier run; what specialising it cost in seconds (shape inference, storage plan,
+    kernels prepared: the static module made) and how many tuning choices took the default for
+    want of an entry for their size class; what the module keeps across shapes against its
+    bound (GRAPH_RUNTIME_SHAPE_CACHE_BYTES)."""
 
     shape: str  # the bound dims, e.g. "batch=2, seq=37"
     new: bool
@@ -34,14 +34,13 @@ class ShapeCost:
         return self.infer_s + self.plan_s + self.prepare_s
 
     def __str__(self) -> str:
-        cost = (f"new: specialised in {self.seconds * 1e3:.1f} ms (infer "
-                f"{self.infer_s * 1e3:.1f}, plan {self.plan_s * 1e3:.1f}, prepare "
-                f"{self.prepare_s * 1e3:.1f} ms"
+        cost = (f"specialised in {self.seconds * 1e3:.1f} ms (infer {self.infer_s * 1e3:.1f}, "
+                f"plan {self.plan_s * 1e3:.1f}, prepare {self.prepare_s * 1e3:.1f} ms"
                 + (f"; {count_of(self.defaults, 'tuning choice')} at the default"
-                   if self.defaults else "")
-                + ")") if self.new else "kept from an earlier run"
-        return (f"shape {self.shape or 'static'}: {cost}; {count_of(self.kept_shapes, 'shape')} "
-                f"kept in "
+                   if self.defaults else "") + ")")
+        return (f"shape {self.shape or 'static'}: "
+                + (f"new, {cost}" if self.new else f"kept from an earlier run ({cost})")
+                + f"; {count_of(self.kept_shapes, 'shape')} kept in "
                 f"{fmt_bytes(self.kept_bytes)} (bound {fmt_bytes(self.bound_bytes)})")
 
 

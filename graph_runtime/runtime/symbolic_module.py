@@ -76,7 +76,8 @@ class SymbolicGraphModule(ModuleBase):
         self.kernels = KernelCache()  # prepared kernels the specialisations share
         self._kept_bytes: dict[tuple, int] = {}  # per cached key: its module's bytes, no params
         self._kernel_keys: dict[tuple, list] = {}  # per cached key: the shared kernels it uses
-        # The last run's shape: whether that run specialised it, and what specialising cost.
+        self._costs: dict[tuple, tuple[str, float, float, float, int]] = {}  # as _last_cost
+        # The last run's shape: whether that run specialised it, and what specialising it cost:
         self._last_new = False
         # the bound dims; infer, plan, prepare seconds; tuning choices left at their default
         self._last_cost: tuple[str, float, float, float, int] = ("", 0.0, 0.0, 0.0, 0)
@@ -230,6 +231,7 @@ class SymbolicGraphModule(ModuleBase):
         else:
             self._cache.move_to_end(key)
             self._last_new = False
+            self._last_cost = self._costs[key]
         if module is not current:
             for name in self._names:
                 if name in self._held or name in self._params:
@@ -253,12 +255,14 @@ class SymbolicGraphModule(ModuleBase):
         self._kept_bytes[key] = sum(module.held_bytes().values()) - sum(
             int(array.nbytes) for _, array in self._params.values())
         self._kernel_keys[key] = self.kernels.hold()
+        self._costs[key] = self._last_cost
         bound = settings.shape_cache_bytes()
         while len(self._cache) > 1 and (len(self._cache) > self.cache_size
                                         or sum(self._kept_bytes.values()) > bound):
             old_key, _ = self._cache.popitem(last=False)
             del self._kept_bytes[old_key]
             self.kernels.release(self._kernel_keys.pop(old_key))
+            del self._costs[old_key]
             if old_key == self._current_key:
                 self._current_key = None  # still usable as `current` for the copies above
         return module
@@ -290,10 +294,9 @@ class SymbolicGraphModule(ModuleBase):
                         tuning.class_defaults - defaults)
 
     def _shape_cost(self) -> ShapeCost:
-        """The last run's shape: new or kept, what specialising it cost, what is kept."""
+        """The last run's shape: new or kept, what specialising it cost (by this run or the one
+        that met it first), what is kept across shapes."""
         bound, infer, plan, prepare, defaults = self._last_cost
-        if not self._last_new:
-            infer, plan, prepare, defaults = 0.0, 0.0, 0.0, 0
         return ShapeCost(bound, self._last_new, infer, plan, prepare, defaults, len(self._cache),
                          sum(self._kept_bytes.values()), settings.shape_cache_bytes())
 
