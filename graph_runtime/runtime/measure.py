@@ -82,8 +82,10 @@ class MemoryReport:
 
     def __add__(self, other: MemoryReport) -> MemoryReport:
         """Two modules' reports as one (a segmented graph's segments)."""
-        return MemoryReport(*(add_bytes([getattr(self, f), getattr(other, f)])
-                              for f in ("pool", "unshared", "copies", "workspace", "bodies")))
+        pool, unshared, copies, workspace, bodies = (
+            add_bytes([getattr(self, f), getattr(other, f)])
+            for f in ("pool", "unshared", "copies", "workspace", "bodies"))
+        return MemoryReport(pool, unshared, copies, workspace, bodies)
 
     def __str__(self) -> str:
         """A table; the bodies column only when some control-flow body holds memory."""

@@ -51,7 +51,9 @@ def freeze(array: Any) -> None:
     key = id(array)
     entry = _frozen.get(key)
     if entry is None or entry[0]() is not array:
-        _frozen[key] = (weakref.ref(array, lambda _, key=key: _frozen.pop(key, None)), [])
+        def forget(_: weakref.ref) -> None:  # array gone: its id may be reused
+            _frozen.pop(key, None)
+        _frozen[key] = (weakref.ref(array, forget), [])
 
 
 def derived_of(array: Any) -> list[Any] | None:
