@@ -126,18 +126,21 @@ class Choice:
             return forced
         wanted = Entry(self.name, device, key, cpu_model(), num_threads(), base, {}, "")
         with _lock:
-            if _by_class.get():
+            scope = _by_class.get()
+            if scope is not None:
                 # a shape met by a symbolic module's run(): the exact key's entry, its class's,
-                # else the base; never measured here
-                entry = _known(wanted.ident, candidates, trusted_only=False)
-                if entry is None:
-                    entry = _class_entries().get(_class_ident(wanted))
+                # else the base; never measured here (the file read once per scope)
+                if "classes" not in scope:
+                    scope["classes"] = _class_entries()
+                entry = _memo.get(wanted.ident) or scope["classes"].get(wanted.ident)
+                if entry is None or not _fits(entry, candidates):
+                    entry = scope["classes"].get(_class_ident(wanted))
                 if entry is not None and _fits(entry, candidates):
                     return entry.chosen
                 global class_defaults
                 class_defaults += 1
                 return base
-            entry = _known(wanted.ident, candidates, trusted_only=True)
+            entry = _known(wanted.ident, candidates)
             if entry is None:
                 entry = _measure(wanted, candidates, measure, base, min_speedup)
                 _store(entry)
@@ -145,17 +148,17 @@ class Choice:
             return entry.chosen
 
 
-def _known(ident: str, candidates: Sequence[str], trusted_only: bool) -> Entry | None:
-    """The entry for ident this process remembers, else the file's (remembered from then on);
-    None when neither has one over exactly these candidates.
+def _known(ident: str, candidates: Sequence[str]) -> Entry | None:
+    """The entry for ident this process remembers, else the file's if trusted (remembered from
+    then on); None when neither has one over exactly these candidates.
 
     NOTE: this process keeps what it measured while busy; the file's busy entries were another
-    process's, measured again (trusted_only) unless no measuring is allowed."""
+    process's, measured again here."""
     entry = _memo.get(ident)
     if entry is not None and _fits(entry, candidates):
         return entry
     entry = _read_entries().get(ident)
-    if entry is None or not _fits(entry, candidates) or (trusted_only and not entry.trusted):
+    if entry is None or not _fits(entry, candidates) or not entry.trusted:
         return None
     _memo[ident] = entry
     return entry
@@ -180,14 +183,14 @@ def _class_ident(entry: Entry) -> str:
 
 
 def _class_entries() -> dict[str, Entry]:
-    """Every entry of the file and of this process by its class's ident (this process's and
-    clear answers first); kept until the file or the memory changes."""
+    """Every entry of the file and of this process by its own ident and by its class's (this
+    process's and clear answers first); kept until the file or the memory changes."""
     global _classes
     found = _read_entries()
     stamp = (_parsed[0] if _parsed is not None else None, len(_memo), len(found))
     if _classes is not None and _classes[0] == stamp:
         return _classes[1]
-    index: dict[str, Entry] = {}
+    index: dict[str, Entry] = dict(found)
     ranked = sorted([*_memo.values(), *found.values()], key=lambda e: e.confidence != CLEAR)
     for entry in ranked:
         index.setdefault(_class_ident(entry), entry)
@@ -201,14 +204,16 @@ _classes: tuple[Any, dict[str, Entry]] | None = None
 @contextlib.contextmanager
 def by_size_class() -> Iterator[None]:
     """Within: choices are taken per size class and never measured (see the module docstring)."""
-    token = _by_class.set(True)
+    token = _by_class.set({})
     try:
         yield
     finally:
         _by_class.reset(token)
 
 
-_by_class: contextvars.ContextVar[bool] = contextvars.ContextVar("by_size_class", default=False)
+# Within by_size_class(): what it read of the file ("classes": _class_entries()); None outside.
+_by_class: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "by_size_class", default=None)
 class_defaults = 0  # choices by_size_class() left at the base: no entry for their class
 
 

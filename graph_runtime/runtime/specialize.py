@@ -52,6 +52,9 @@ class Specializer:
                        for name, eid in graph.input_entries.items()]
         self._dtypes = [graph.dtype(eid) for eid in range(graph.num_entries)]
         self._declared = [tuple(graph.shape(eid)) for eid in range(graph.num_entries)]
+        # per entry, per dim: the names its expression reads (parsed once, not per shape)
+        self._names = [[names_in(d) if isinstance(d, str) and d != UNKNOWN else [] for d in s]
+                       for s in self._declared]
         # (node, input eids, output eids, infer or None, value positions) per kernel node
         self._steps: list[tuple[Any, list[int], list[int], Any, tuple[int, ...]]] = []
         # Nodes whose function's attrs hold symbolic dims (lib/symbolic_chain.py).
@@ -212,7 +215,7 @@ class Specializer:
         for axis, (want, got) in enumerate(zip(declared, shape)):
             if want == UNKNOWN:
                 continue
-            if any(name not in env for name in names_in(want)):
+            if any(name not in env for name in self._names[eid][axis]):
                 continue  # a name only data decides (bound nowhere): the rule's value stands
             try:
                 value = evaluate(want, env)
