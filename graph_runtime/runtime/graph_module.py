@@ -13,6 +13,7 @@ from ..device import Device, DeviceLike, cpu
 from ..device import device as parse_device
 from ..errors import DeviceError, GraphError, ParamsError
 from ..graph.model import Graph, GraphSource
+from ..lib.kernels.derived import watch
 from ..lib.library import Module
 from ..nd import NDArray, from_dlpack
 from .executor import Executor, NodeTime
@@ -223,14 +224,14 @@ class GraphModule(ModuleBase):
 
     def _adopt_input(self, name: str, array: Any) -> None:
         """Bind array (on the input's device, of its shape) as input name, zero copy: params
-        shared with a symbolic graph's specialisations. Its owner never writes the array (a
-        new load makes a new one, adopted again), so kernels deriving data from it (packed
-        weights) count it as one write instead of deriving again every run."""
+        shared with a symbolic graph's specialisations. A frozen array (never written: a new
+        load makes a new one, adopted again) counts as one write for the kernels deriving data
+        from it (packed weights) instead of being derived again every run."""
         self._acquire("share_params")
         try:
             self._bind_param(name, array)
             version = self.executor.versions.get(self._resolve_input(name))
-            if version is not None:
+            if version is not None and watch(array, version):
                 version.volatile = False
                 version.value += 1
         finally:

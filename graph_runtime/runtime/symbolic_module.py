@@ -27,7 +27,7 @@ from ..errors import GraphError, GraphRuntimeError, ParamsError
 from ..graph.model import Graph
 from ..graph.symbolic import shape_is_symbolic
 from ..lib import tuning
-from ..lib.kernels.derived import freeze
+from ..lib.kernels.derived import freeze, thaw
 from ..lib.library import Module
 from ..nd import NDArray, from_dlpack
 from .executor import Executor, NodeTime
@@ -118,6 +118,9 @@ class SymbolicGraphModule(ModuleBase):
         self._held[name] = _keep(value)
 
     def _get_input_at(self, index: int, out: Any) -> Any:
+        held = self._params.get(self._names[index])
+        if held is not None and out is None:
+            thaw(held[1])  # the caller may write the param through the view
         return self._module("get_input").get_input(index, out)
 
     def _load_values(self, values: Mapping[str, Any], source: str) -> None:

@@ -271,3 +271,21 @@ def test_profile_and_memory_report_say_when_a_shape_was_new_and_its_cost() -> No
                                       [1], shapes=[[2], [2]], dtypes="float32"))
     static.run(x=np.ones(2, np.float32))
     assert static.memory_report().shape is None
+
+
+def test_a_param_written_through_its_view_reaches_every_shape() -> None:
+    # params are counted as written once (their packed forms shared across shapes) until a
+    # view of one is handed out: then every specialisation derives from it again each run
+    m = gr.create(_wide_dense())
+    m.load_params({"w": np.ones((32, 64), np.float32)})
+    for batch in (2, 3):
+        _feed(m, batch)
+        np.testing.assert_allclose(m.get_output(0).numpy(), np.full((batch, 32), 64.0))
+    m.get_input("w").copyfrom(np.full((32, 64), 2, np.float32))
+    for batch in (3, 2, 4):
+        _feed(m, batch)
+        np.testing.assert_allclose(m.get_output(0).numpy(), np.full((batch, 32), 128.0))
+    m.load_params({"w": np.full((32, 64), 3, np.float32)})  # a new array, counted again
+    for batch in (4, 2):
+        _feed(m, batch)
+        np.testing.assert_allclose(m.get_output(0).numpy(), np.full((batch, 32), 192.0))
