@@ -280,15 +280,21 @@ class SymbolicGraphModule(ModuleBase):
         defaults = tuning.class_defaults
         shapes = {n: self._shapes[n][0] for n in self._names}
         values = {self._sigs[n].eid: v for n, v in self._values.items()}
-        entry_shapes = self.specializer.infer_shapes(shapes, values)
+        entry_shapes = self.specializer.infer_shapes(shapes, values, fast=True)
         inferred = time.perf_counter()
-        static = self.specializer.static_graph(entry_shapes, self.specializer.last_env)
-        planned = time.perf_counter()
-        with contextlib.nullcontext() if measure else tuning.by_size_class():
-            module = GraphModule(static, self.lib, self.ctxs, strict=self.strict,
-                                 memory_cap=self.memory_cap,
-                                 allow_uninitialized=self.allow_uninitialized,
-                                 kernels=self.kernels)
+        try:
+            static = self.specializer.static_graph(entry_shapes, self.specializer.last_env)
+            planned = time.perf_counter()
+            with contextlib.nullcontext() if measure else tuning.by_size_class():
+                module = GraphModule(static, self.lib, self.ctxs, strict=self.strict,
+                                     memory_cap=self.memory_cap,
+                                     allow_uninitialized=self.allow_uninitialized,
+                                     kernels=self.kernels)
+        except GraphRuntimeError:
+            # a shape taken from the graph's expression that its rule contradicts: every rule
+            # asked names the node and the dims (else the error stands)
+            self.specializer.infer_shapes(shapes, values)
+            raise
         done = time.perf_counter()
         self.specializations += 1
         self.specialize_seconds += done - start

@@ -85,6 +85,15 @@ def test_unsatisfiable_shapes_name_input_dim_and_node() -> None:
                                          r"shapes \(batch=2\): output eid 4 dim 0 is 2 but the "
                                          r"graph declares batch\+1 = 3"):
         bad.run(x=np.ones((2, 4), np.float32), y=np.ones((2, 3), np.float32))
+    # run() takes the declared shapes without asking the rules (each chain's prepare checks
+    # them): dense0's conflict surfaced there and the rules were then asked to name it
+    shapes = {"x": (2, 4), "y": (2, 3)}
+    assert isinstance(bad, SymbolicGraphModule)
+    assert bad.specializer.infer_shapes(shapes, fast=True)[4] == (3, 3)
+    good = gr.create(dense_graph())
+    assert isinstance(good, SymbolicGraphModule)
+    assert good.specializer.infer_shapes(shapes, fast=True) == \
+        good.specializer.infer_shapes(shapes)
 
 
 def test_static_graph_stays_a_graph_module() -> None:
