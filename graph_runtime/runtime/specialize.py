@@ -54,8 +54,9 @@ class Specializer:
         self._dtypes = [graph.dtype(eid) for eid in range(graph.num_entries)]
         self._declared = [tuple(graph.shape(eid)) for eid in range(graph.num_entries)]
         # per entry, per dim: the names its expression reads (parsed once, not per shape)
-        self._names = [[names_in(d) if isinstance(d, str) and d != UNKNOWN else [] for d in s]
-                       for s in self._declared]
+        self._names: list[list[list[str]]] = [
+            [names_in(d) if isinstance(d, str) and d != UNKNOWN else [] for d in s]
+            for s in self._declared]
         # (node, input eids, output eids, infer or None, value positions) per kernel node
         self._steps: list[tuple[Any, list[int], list[int], Any, tuple[int, ...]]] = []
         # Nodes whose function's attrs hold symbolic dims (lib/symbolic_chain.py).
