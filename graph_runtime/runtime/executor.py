@@ -16,11 +16,11 @@ from ..device import Device
 from ..errors import GraphError, GraphRuntimeError, LibraryError
 from ..graph.model import COPY_OP, NOP_OP, Graph
 from ..lib.attrs import WORKSPACE_LIMIT_KEY
-from ..lib.registry import VALUES_KEY
-from ..lib.symbolic_chain import DIMS_KEY
 from ..lib.kernels.threads import ONE_BLAS_THREAD
 from ..lib.library import InputVersion, Module, TensorSpec
 from ..lib.prepared import PreparedKernel, capabilities
+from ..lib.registry import VALUES_KEY
+from ..lib.symbolic_chain import DIMS_KEY
 from .flatten_reads import FlattenRead, StagedOutputs, flat_source, plan_flatten_reads
 from .in_place import InPlacePlan, in_place_offers, plan_in_place
 from .layouts import LayoutPlan, nhwc_view, plan_channels_last
