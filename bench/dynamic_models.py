@@ -171,7 +171,56 @@ def wav2vec2(path: Path, dynamo: bool) -> None:
     _export(Hidden().eval(), (torch.randn(1, 16000),), path, ["audio"], ["y"], axes, dynamo)
 
 
+# Architectures whose dynamo exports the probe import refused (issue 32), tiny: import once.
+ARCHS = {
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {"num_key_value_heads": 2}),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM", {"num_key_value_heads": 2, "pad_token_id": 0}),
+    "mistral": ("MistralConfig", "MistralForCausalLM", {"num_key_value_heads": 2}),
+    "bloom": ("BloomConfig", "BloomForCausalLM", {"n_head": 4, "n_layer": 2}),
+    "falcon": ("FalconConfig", "FalconForCausalLM", {"new_decoder_architecture": False}),
+    "gpt_neox": ("GPTNeoXConfig", "GPTNeoXForCausalLM", {}),
+    "opt": ("OPTConfig", "OPTForCausalLM", {"ffn_dim": 128, "word_embed_proj_dim": 64}),
+    "t5_encoder": ("T5Config", "T5EncoderModel", {"d_model": 64, "d_kv": 16, "d_ff": 128,
+                                                  "num_layers": 2, "num_heads": 4}),
+    "albert": ("AlbertConfig", "AlbertModel", {"embedding_size": 32}),
+    "roberta": ("RobertaConfig", "RobertaModel", {}),
+    "mpnet": ("MPNetConfig", "MPNetModel", {}),
+    "clip_text": ("CLIPTextConfig", "CLIPTextModel", {}),
+}
+
+
+def arch(name: str) -> Callable[[Path, bool], None]:
+    """Export ARCHS[name] (hidden 64, 2 layers, 4 heads, vocab 1000) with dynamic batch and seq;
+    inputs input_ids and attention_mask, output the first output (logits or hidden states)."""
+    def build(path: Path, dynamo: bool) -> None:
+        import transformers
+        config_name, model_name, extra = ARCHS[name]
+        config = getattr(transformers, config_name)(
+            hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            vocab_size=1000, max_position_embeddings=512, attn_implementation="eager",
+            **extra)
+        model = getattr(transformers, model_name)(config).eval()
+
+        class First(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.model = model
+
+            def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor
+                        ) -> torch.Tensor:
+                return self.model(input_ids=input_ids, attention_mask=attention_mask)[0]
+
+        ids = torch.randint(0, 1000, (2, 16), generator=torch.Generator().manual_seed(1))
+        mask = torch.ones(2, 16, dtype=torch.int64)
+        axes = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"},
+                "y": {0: "batch", 1: "seq"}}
+        _export(First().eval(), (ids, mask), path, ["input_ids", "attention_mask"], ["y"],
+                axes, dynamo)
+    return build
+
+
 MODELS: dict[str, tuple[Callable[[Path, bool], None], bool]] = {
+    **{f"{a}_{kind}": (arch(a), kind == "dynamo") for a in ARCHS for kind in ("dynamo", "ts")},
     "llama_ts": (llama, False),
     "llama_dynamo": (llama, True),
     "llama_kv_ts": (llama_kv, False),
