@@ -11,6 +11,7 @@ from .fold import fold_gather, fold_gather_elements
 from .fold_size import size_gather, size_pad
 from .ir import Unsupported, Value, check_const_bytes
 from .onnx_node import OnnxNode
+from .symdim import has_sym, slice_range
 
 
 def _slice_attrs(x: Value, starts: Sequence[int], ends: Sequence[int], axes: Sequence[int],
@@ -24,6 +25,13 @@ def _slice_attrs(x: Value, starts: Sequence[int], ends: Sequence[int], axes: Seq
         if st == 0:
             raise Unsupported("a zero step")
         dim = x.shape[a]
+        if has_sym([dim, s, e]):
+            first, last, _ = slice_range(dim, s, e, st)  # Undecidable for a negative step
+            begin.append(first)
+            end.append(last)
+            strides.append(st)
+            picked.append(a)
+            continue
         chosen = range(dim)[slice(max(min(s, 2 ** 62), -2 ** 62), max(min(e, 2 ** 62), -2 ** 62),
                                   st)]
         if len(chosen) == 0:
@@ -165,7 +173,14 @@ def _pad_from_data(ctx: Context, x: Value, widths: list[list[int]], mode: str) -
 def gather(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     x, idx = args[0], args[1]
     axis = norm_axis(int(node.attr("axis", 0)), x.rank, node)
-    if idx.const is not None:
+    if idx.const is not None and has_sym(x.shape[axis]):
+        # Indices 0 and -1 hold for any size from 1 (take's rule refuses an empty axis when the
+        # module is specialised); others must be decided in range.
+        n = x.shape[axis]
+        for i in _ints_of_index(idx):
+            if i not in (0, -1) and not (-n <= i < n):
+                raise Unsupported(f"index {i} is out of range for axis {axis} of size {n}")
+    elif idx.const is not None:
         n = x.shape[axis]
         bad = (idx.const < -n) | (idx.const >= n)
         if np.any(bad):
@@ -174,6 +189,12 @@ def gather(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     # NOTE: 'wrap' maps ONNX's negative indices (-1 = last) to their place.
     return [ctx.b.op("take", x, ctx.b.cast(idx, "int64") if idx.dtype not in ("int32", "int64")
                      else idx, axis=axis, mode="wrap")]
+
+
+def _ints_of_index(idx: Value) -> list[int]:
+    if idx.const is None or has_sym(idx.const):
+        raise Unsupported("indices holding symbolic dims into a symbolic axis")
+    return [int(i) for i in idx.const.reshape(-1)]
 
 
 @converts("GatherElements", fold=fold_gather_elements)
