@@ -168,6 +168,11 @@ def import_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None,
             if freeze or symbols or not data_only_topk(proto, data):
                 raise
             return _deferred(proto, given, name, start)
+        except FrontendError as e:
+            if not refusal:
+                raise
+            # Both ways refused: say why propagation did too (it names the node and the dims).
+            raise type(e)(f"{e}; importing by propagation was refused first: {refusal}") from e
         emitted.graph_doc, emitted.lib_doc, emitted.params = (docs["graph"], docs["lib"],
                                                               docs["params"])
     elif not symbols:

@@ -16,7 +16,7 @@ from ..lib.library import TensorSpec
 from ..lib.registry import OPS
 from .ir import Unsupported
 from .symdim import (Sym, Undecidable, as_int, broadcast_dims, clamped_by, has_sym,
-                     slice_range)
+                     slice_range, window_length)
 
 Rule = Callable[[Sequence[TensorSpec], Mapping[str, Any]], list[TensorSpec]]
 
@@ -89,9 +89,18 @@ def infer(op: str, inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> li
         return rule(inputs, attrs)
     inputs = _unclamped(inputs)
     try:
-        return OPS[op].infer(list(inputs), attrs)
+        specs = OPS[op].infer(list(inputs), attrs)
+        if op.startswith(_WINDOW_OPS):
+            specs = [TensorSpec(tuple(window_length(d) for d in s.shape), s.dtype)
+                     for s in specs]
+        return specs
     except (Undecidable, LibraryError, TypeError, ValueError) as e:
         return _at_markers(op, inputs, attrs, e)
+
+
+# Sliding-window ops: their output lengths are floor divisions that exist only where the window
+# fits (symdim.window_length).
+_WINDOW_OPS = ("conv", "max_pool", "avg_pool", "lp_pool", "deformable_conv")
 
 
 def _unclamped(inputs: Sequence[TensorSpec]) -> list[TensorSpec]:

@@ -233,6 +233,18 @@ def _atom(text: str, nonneg: bool = False) -> Sym:
     return Sym({(text,): 1})
 
 
+def window_length(x: SymInt) -> SymInt:
+    """x, a sliding window's output length ((L + pads - span) // stride + 1), with its floor
+    divisions known >= 0: the length exists only where the window fits (L + pads >= span),
+    which the op's own rule checks when the module is specialised."""
+    if isinstance(x, Sym):
+        for m, _ in x.terms:
+            for atom in m:
+                if atom.startswith("(") and atom.endswith(")") and "//" in atom:
+                    _NONNEG.add(atom)
+    return x
+
+
 def nonneg(x: Any) -> bool:
     """Whether x >= 0 is decided (dim names are sizes: >= 0)."""
     x = as_int(x)
