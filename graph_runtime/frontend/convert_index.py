@@ -11,6 +11,7 @@ from .fold import fold_gather, fold_gather_elements
 from .fold_size import size_gather, size_pad
 from .ir import Unsupported, Value, check_const_bytes
 from .onnx_node import OnnxNode
+from .fold_sym import normal
 from .symdim import has_sym, slice_range
 
 
@@ -216,7 +217,9 @@ def gather_nd(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     batch = math.prod(x.shape[:nb])
     dims = x.shape[nb:nb + k]
     rest = x.shape[nb + k:]
-    strides = np.array([math.prod(dims[j + 1:]) for j in range(k)], np.int64)
+    # Symbolic dims (frontend/symdim.py) stay expressions: the tables below read them as data
+    # through dim_values nodes.
+    strides = normal(np.array([math.prod(dims[j + 1:]) for j in range(k)], object))
     lookup = tuple(idx.shape[nb:-1])
     check_const_bytes((batch,), np.int64, "GatherND's batch offsets")
     offsets = (np.arange(batch, dtype=np.int64) * math.prod(dims)).reshape(
@@ -226,7 +229,8 @@ def gather_nd(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
         flat_idx = (wrapped * strides).sum(axis=-1).reshape((batch,) + lookup) + offsets
         flat = b.const(flat_idx, "gather_nd_index")
     else:
-        wrapped = b.op("mod", b.cast(idx, "int64"), b.const(np.array(dims, np.int64), "dims"))
+        wrapped = b.op("mod", b.cast(idx, "int64"), b.const(normal(np.array(dims, object)),
+                                                            "dims"))
         summed = b.op("sum", b.op("multiply", wrapped, b.const(strides, "strides")), axis=[-1],
                       keepdims=False)
         flat = b.op("add", b.reshape(summed, (batch,) + lookup), b.const(offsets, "offsets"))

@@ -179,6 +179,8 @@ class Builder:
             return Value(self.fresh(hint), tuple(int(d) for d in data.shape),
                          str(np.dtype(dtype or "int64")), const=data)
         data = np.asarray(array, dtype=dtype)
+        if data.dtype == object:  # shape arithmetic whose symbolic dims all cancelled
+            data = data.astype(np.int64)
         check_rank(data.shape, f"constant {hint!r}")
         if data.dtype == np.float64 and dtype is None and not isinstance(array, np.ndarray):
             data = data.astype(np.float32)
