@@ -215,9 +215,10 @@ def is_sym(x: Any) -> bool:
 
 
 def _paren(x: SymInt) -> str:
+    """x as an operand of // or %: parenthesised unless one atom or an int >= 0."""
     if isinstance(x, int):
         return str(x) if x >= 0 else f"({x})"
-    if len(x.terms) == 1 and x.terms[0][1] == 1:
+    if len(x.terms) == 1 and x.terms[0][1] == 1 and len(x.terms[0][0]) == 1:
         return str(x)
     return f"({x})"
 
@@ -285,21 +286,36 @@ def floordiv(a: Any, b: Any) -> SymInt:
 
 
 def _divide(a: SymInt, b: Sym) -> SymInt | None:
-    """a / b where b is one monomial dividing every term of a exactly; None otherwise."""
-    if len(b.terms) != 1:
-        return None
-    (mb, cb), = b.terms
-    terms: dict[Monomial, int] = {}
-    for m, c in Sym._poly(a).items():
-        rest = list(m)
-        for atom in mb:
-            if atom not in rest:
+    """a / b where a is b times one monomial (256*batch*(n+1) / (64*batch*(n+1)) is 4);
+    None otherwise."""
+    terms = Sym._poly(a)
+    if not terms:
+        return 0
+    if len(b.terms) == 1:  # a monomial divides term by term
+        (mb, cb), = b.terms
+        out: dict[Monomial, int] = {}
+        for m, c in terms.items():
+            left = list(m)
+            for atom in mb:
+                if atom not in left:
+                    return None
+                left.remove(atom)
+            if c % cb:
                 return None
-            rest.remove(atom)
-        if c % cb:
+            out[tuple(left)] = c // cb
+        return make(out)
+    (ma, ca), (mb, cb) = min(terms.items(), key=lambda t: (not t[0], len(t[0]), t[0])), \
+        b.terms[0]
+    rest = list(ma)
+    for atom in mb:
+        if atom not in rest:
             return None
-        terms[tuple(rest)] = c // cb
-    return make(terms)
+        rest.remove(atom)
+    if ca % cb:
+        return None
+    q = make({tuple(rest): ca // cb})
+    product = q * b
+    return q if isinstance(product, Sym) and product.terms == Sym(terms).terms else None
 
 
 def mod(a: Any, b: Any) -> SymInt:
