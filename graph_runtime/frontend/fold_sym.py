@@ -32,10 +32,13 @@ def _ints(x: np.ndarray, what: str) -> list[int]:
 
 
 def _div(a: Any, b: Any) -> Any:
-    # ONNX's integer Div truncates; it equals floor division where both signs are known >= 0.
-    if not (nonneg(a) and nonneg(b)):
-        raise Unsupported(f"integer Div of {a} by {b}: the signs are not known at import")
-    return floordiv(a, b)
+    """ONNX's integer Div, which truncates: floor division where a >= 0 is known, else
+    max(a, 0)//b - max(-a, 0)//b (exact for any sign of a, b > 0)."""
+    if nonneg(a) and nonneg(b):
+        return floordiv(a, b)
+    if isinstance(b, int) and b > 0:
+        return floordiv(sym_max(a, 0), b) - floordiv(sym_max(-a, 0), b)
+    raise Unsupported(f"integer Div of {a} by {b}: the signs are not known at import")
 
 
 def _eq(a: Any, b: Any) -> bool:

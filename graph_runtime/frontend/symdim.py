@@ -119,7 +119,7 @@ class Sym:
         step = math.gcd(*(c for m, c in diff.terms if m))
         if diff.constant() % step:
             return False  # 2*batch == 1 has no integer solution
-        raise Undecidable(f"cannot decide at import whether {self} == {other}")
+        raise Undecidable(f"cannot decide at import whether {short(self)} == {short(other)}")
 
     def __ne__(self, other: object) -> bool:
         result = self.__eq__(other)
@@ -132,7 +132,7 @@ class Sym:
             return True
         if nonneg(-gap - 1):
             return False
-        raise Undecidable(f"cannot decide at import whether {self} {op} {other}")
+        raise Undecidable(f"cannot decide at import whether {short(self)} {op} {short(other)}")
 
     def __lt__(self, other: Any) -> bool:
         return self._le(other, "<", True)
@@ -150,15 +150,17 @@ class Sym:
         return self._hash
 
     def __bool__(self) -> bool:
-        raise Undecidable(f"cannot decide at import whether {self} is 0")
+        raise Undecidable(f"cannot decide at import whether {short(self)} is 0")
 
     def __index__(self) -> int:
-        raise Undecidable(f"the symbolic dim {self} is used where a number is needed at import")
+        raise Undecidable(f"the symbolic dim {short(self)} is used where a number is needed at "
+                          "import")
 
     __int__ = __index__
 
     def __float__(self) -> float:
-        raise Undecidable(f"the symbolic dim {self} is used where a number is needed at import")
+        raise Undecidable(f"the symbolic dim {short(self)} is used where a number is needed at "
+                          "import")
 
     def names(self) -> list[str]:
         """The dim names in the expression (inside opaque atoms too), in order."""
@@ -182,6 +184,12 @@ class Sym:
 
 
 SymInt = Union[int, Sym]
+
+
+def short(x: Any, limit: int = 120) -> str:
+    """x's text for a message, cut to limit characters."""
+    text = str(x)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _is_np_int(x: Any) -> bool:
@@ -451,14 +459,14 @@ def slice_range(dim: Any, start: Any, end: Any, step: int) -> tuple[SymInt, SymI
     """(begin, end, count) of range(dim)[start:end:step] for a step > 0, begin and end clamped
     to [0, dim]; Undecidable where a sign or a clamp is not decided."""
     if step <= 0:
-        raise Undecidable(f"a slice of step {step} over the symbolic dim {dim}")
+        raise Undecidable(f"a slice of step {step} over the symbolic dim {short(dim)}")
 
     def clamp(v: SymInt) -> SymInt:
         if isinstance(v, int) and v <= -BOUND:
             return 0
         if not nonneg(v):
             if not nonneg(-as_int(v) - 1):
-                raise Undecidable(f"cannot decide at import whether the slice bound {v} is "
+                raise Undecidable(f"cannot decide at import whether the slice bound {short(v)} is "
                                   "negative")
             v = v + dim
             return sym_max(v, 0) if not nonneg(v) else v

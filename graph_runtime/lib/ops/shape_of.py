@@ -1,4 +1,4 @@
-"""shape_of (ONNX Shape as data): an entry's dims as int64; dim_values: values from the bound dims."""
+"""shape_of (ONNX Shape as data): an entry's dims as int64; dim_values: the bound dims' values."""
 from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
