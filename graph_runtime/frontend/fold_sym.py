@@ -1,10 +1,4 @@
-"""Folding of shape-valued tensors that hold symbolic dims (object arrays of ints and Syms).
-
-PyTorch's exports compute shapes with Shape -> Gather/Slice/Concat/arithmetic -> Reshape/Expand:
-those nodes fold here on expressions, elementwise or by indexing. Any other op, or a question
-the dims cannot answer (`seq == 4`), raises Unsupported and the node is converted to ops computed
-at run time instead (its symbolic inputs read through dim_values nodes).
-"""
+"""Folding of shape-valued tensors holding symbolic dims (object arrays of ints and Syms)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -131,6 +125,8 @@ def _slice(node: OnnxNode, xs: list) -> np.ndarray:
 
 def _reshaped(node: OnnxNode, xs: list, opset_imports: Any) -> np.ndarray:
     from .fold import fold
+    if has_sym(list(xs[1:])):
+        raise Unsupported(f"{node.op_type} to a shape holding symbolic dims is not folded")
     # The index bookkeeping of these ops never reads the values: fold a same-shaped array of
     # positions, then pick the symbolic values by them.
     positions = np.arange(xs[0].size, dtype=np.int64).reshape(xs[0].shape)

@@ -105,8 +105,10 @@ def import_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None,
     a ModelProto with external data and no base_dir is refused).
 
     Inputs with named or unknown dims and no shape given keep them: the graph carries symbolic
-    dims (frontend/symbolic_import.py) and create() specialises it per input shape. freeze=True
-    refuses such inputs instead, asking for shapes (the behaviour before symbolic dims).
+    dims and create() specialises it per input shape. They are propagated through one import
+    (frontend/symdim.py); where that refuses, the model is imported at probe sizes and fitted
+    (frontend/symbolic_import.py); ImportResult.symbolic_path says which. freeze=True refuses
+    such inputs instead, asking for shapes (the behaviour before symbolic dims).
 
     disable names rewrite passes to skip (frontend/passes.py; an unknown name is refused).
 

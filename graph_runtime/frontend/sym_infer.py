@@ -1,11 +1,4 @@
-"""Output specs of standard ops whose shapes or attrs hold symbolic dims (frontend/symdim.py).
-
-Most ops' own shape rules (lib) compute on symbolic dims as they do on ints; the ones whose
-attrs hold dims (reshape, broadcast_to, tile, strided_slice) have a rule here, and the rest of
-those that need numbers run with stand-in primes (_at_markers). Either way runtime/specialize.py
-runs each op's own rule for every binding of the dims and refuses a shape the graph's
-expression does not give.
-"""
+"""Output specs of standard ops whose shapes or attrs hold symbolic dims (frontend/symdim.py)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence

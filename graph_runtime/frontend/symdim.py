@@ -1,12 +1,5 @@
-"""Symbolic dims at import: integer polynomials over dim names (opaque atoms for // % min max).
-
-A `Sym` is a canonical sum of monomials: equal expressions have equal forms, so equality is
-decided when two forms are equal (True) or differ by a nonzero constant (False); anything else
-raises `Undecidable` ("cannot decide at import whether seq == past+1"), never a guess. `int()`,
-`bool()` and NumPy's index use raise it too, so code that needs a number refuses clearly.
-`str()` is an expression graph/symbolic.py parses (docs/symbolic_shapes.md). Arithmetic with an
-int result gives an int: a Sym never holds a plain constant.
-"""
+"""Symbolic dims at import: integer polynomials over dim names, decided or refused, never guessed
+(docs/symbolic_shapes.md)."""
 from __future__ import annotations
 
 import math
