@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -17,8 +18,8 @@ from .symdim import has_sym, slice_range
 
 def _slice_attrs(x: Value, starts: Sequence[int], ends: Sequence[int], axes: Sequence[int],
                  steps: Sequence[int], node: OnnxNode) -> tuple[list, list, list, list]:
-    begin: list[int] = []
-    end: list[int | None] = []
+    begin: list[Any] = []  # ints, or symbolic dims (frontend/symdim.py)
+    end: list[Any] = []
     strides: list[int] = []
     picked: list[int] = []
     for s, e, a, st in zip(starts, ends, axes, steps):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -34,8 +34,9 @@ def broadcast(shapes: Sequence[Shape], what: str) -> Shape:
     rank = max((len(s) for s in shapes), default=0)
     if has_sym(list(shapes)):
         # Symbolic dims: literal 1s first (broadcast(seq, 1) is seq), then equal expressions.
-        return tuple(broadcast_dims([s[len(s) - rank + k] for s in shapes
-                                     if len(s) - rank + k >= 0], what) for k in range(rank))
+        return cast(Shape, tuple(broadcast_dims([s[len(s) - rank + k] for s in shapes
+                                                 if len(s) - rank + k >= 0], what)
+                                 for k in range(rank)))
     out = []
     for k in range(rank):
         dims = {s[len(s) - rank + k] for s in shapes if len(s) - rank + k >= 0} - {1}

@@ -51,7 +51,7 @@ def fold_symbolic(node: OnnxNode, inputs: Sequence[np.ndarray | None],
                   opset_imports: Any) -> list[np.ndarray]:
     """node folded on object arrays of ints and Syms; Unsupported where it cannot be."""
     op = node.op_type
-    xs = [None if x is None else np.asarray(x) for x in inputs]
+    xs: list[Any] = [None if x is None else np.asarray(x) for x in inputs]
     x = xs[0] if xs else None
     if x is None:
         raise Unsupported(f"{op}: input 0 omitted")
@@ -88,7 +88,7 @@ def fold_symbolic(node: OnnxNode, inputs: Sequence[np.ndarray | None],
         data, idx = x, xs[1]
         axis = int(node.attr("axis", 0))
         n = data.shape[axis] if data.ndim else 0
-        wide = np.asarray(_ints(idx, "Gather indices")).reshape(idx.shape)
+        wide = np.array(_ints(idx, "Gather indices"), np.int64).reshape(idx.shape)
         if wide.size and (wide.min() < -n or wide.max() >= n):
             raise Unsupported(f"Gather index out of range for axis {axis} of size {n}")
         return [normal(np.take(data, np.where(wide < 0, wide + n, wide), axis=axis))]

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from ..errors import LibraryError
 from ..lib.library import TensorSpec
@@ -12,6 +12,11 @@ from .symdim import (Sym, Undecidable, as_int, broadcast_dims, clamped_by, has_s
                      slice_range, window_length)
 
 Rule = Callable[[Sequence[TensorSpec], Mapping[str, Any]], list[TensorSpec]]
+
+
+def _spec(shape: Sequence[Any], dtype: str) -> TensorSpec:
+    """A TensorSpec whose int slots hold symbolic dims too (the import's use of the type)."""
+    return TensorSpec(cast(tuple[int, ...], tuple(shape)), dtype)
 
 
 def _product(dims: Sequence[Any]) -> Any:
@@ -31,7 +36,7 @@ def _reshape(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[Ten
     if not _product(shape) == _product(spec.shape):
         raise Unsupported(f"cannot reshape {[str(d) for d in spec.shape]} to "
                           f"{[str(d) for d in shape]}")
-    return [TensorSpec(tuple(shape), spec.dtype)]
+    return [_spec(shape, spec.dtype)]
 
 
 def _broadcast_to(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
@@ -44,7 +49,7 @@ def _broadcast_to(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> lis
         if not broadcast_dims([d, shape[pad + k]], "broadcast_to") == shape[pad + k]:
             raise Unsupported(f"cannot broadcast {[str(x) for x in spec.shape]} to "
                               f"{[str(x) for x in shape]}")
-    return [TensorSpec(shape, spec.dtype)]
+    return [_spec(shape, spec.dtype)]
 
 
 def _tile(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
@@ -52,18 +57,18 @@ def _tile(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[Tensor
     reps = [as_int(r) for r in attrs["reps"]]
     if len(reps) != len(spec.shape):
         raise Unsupported(f"tile: {len(reps)} repeats for rank {len(spec.shape)}")
-    return [TensorSpec(tuple(d * r for d, r in zip(spec.shape, reps)), spec.dtype)]
+    return [_spec([d * r for d, r in zip(spec.shape, reps)], spec.dtype)]
 
 
 def _strided_slice(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
     spec = inputs[0]
-    shape = list(spec.shape)
+    shape: list[Any] = list(spec.shape)
     begin, end, strides = attrs["begin"], attrs["end"], attrs["strides"]
     axes = attrs.get("axes") or list(range(len(begin)))
     for b, e, s, a in zip(begin, end, strides, axes):
         _, _, count = slice_range(shape[a], b, shape[a] if e is None else e, int(s))
         shape[a] = count
-    return [TensorSpec(tuple(shape), spec.dtype)]
+    return [_spec(shape, spec.dtype)]
 
 
 def _dim_values(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
@@ -84,8 +89,7 @@ def infer(op: str, inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> li
     try:
         specs = OPS[op].infer(list(inputs), attrs)
         if op.startswith(_WINDOW_OPS):
-            specs = [TensorSpec(tuple(window_length(d) for d in s.shape), s.dtype)
-                     for s in specs]
+            specs = [_spec([window_length(d) for d in s.shape], s.dtype) for s in specs]
         return specs
     except (Undecidable, LibraryError, TypeError, ValueError) as e:
         return _at_markers(op, inputs, attrs, e)
