@@ -304,3 +304,56 @@ def test_transformers_import_by_propagation(name: str) -> None:
     result = import_onnx(DYNAMIC / f"{name}.onnx")
     assert result.symbolic_path == "propagation", result.propagation_refusal
     assert "imported once, shapes propagated as expressions" in result.summary()
+
+
+# Tiny exports of the models issue 32 names (bench/dynamic_models.py --tiny): dims by name, the
+# bindings each is run at (mask, if any, padded at the end of row 0; position ids after past).
+TINY = {"llama_tiny_ts": [{"batch": 1, "seq": 9}, {"batch": 2, "seq": 17}, {"batch": 3, "seq": 5}],
+        "llama_tiny_dynamo": [{"s72": 1, "s43": 1, "s53": 9}, {"s72": 2, "s43": 2, "s53": 17},
+                              {"s72": 3, "s43": 3, "s53": 5}],
+        "llama_tiny_kv_ts": [{"batch": 1, "seq": 1, "past": 5, "total": 6},
+                             {"batch": 2, "seq": 7, "past": 0, "total": 7},
+                             {"batch": 1, "seq": 3, "past": 20, "total": 23}],
+        "cnn_tiny_hw_ts": [{"batch": 1, "height": 64, "width": 64},
+                           {"batch": 2, "height": 81, "width": 97},
+                           {"batch": 1, "height": 100, "width": 72}],
+        "cnn_tiny_hw_dynamo": [{"s77": 1, "s53": 64, "s0": 64}, {"s77": 2, "s53": 81, "s0": 97}],
+        "wav2vec2_tiny_ts": [{"batch": 1, "samples": 800}, {"batch": 2, "samples": 1201}]}
+
+
+def _tiny_feeds(session: ort.InferenceSession, env: dict[str, int]) -> dict[str, np.ndarray]:
+    feeds = {}
+    for i in session.get_inputs():
+        shape = [env[d] if isinstance(d, str) else d for d in i.shape]
+        if "int64" not in i.type:
+            feeds[i.name] = RNG.standard_normal(shape).astype(np.float32)
+        elif "mask" in i.name:
+            feeds[i.name] = np.ones(shape, np.int64)
+            if shape[-1] > 3:
+                feeds[i.name][0, -2:] = 0
+        elif "position" in i.name:
+            past = env.get("past", 0)
+            feeds[i.name] = np.broadcast_to(np.arange(past, past + shape[-1]), shape).copy()
+        else:
+            feeds[i.name] = RNG.integers(0, 100, shape).astype(np.int64)
+    return feeds
+
+
+@pytest.mark.parametrize("name", list(TINY))
+def test_issue_models_import_once_by_propagation(name: str) -> None:
+    """Refused or probe-imported before (dynamo's mask builder, conv lengths, the KV cache's
+    past+seq); now one import serves every shape, as ONNX Runtime computes it."""
+    from graph_runtime.frontend.importer import import_onnx
+    path = DYNAMIC / f"{name}.onnx"
+    result = import_onnx(path)
+    assert result.symbolic_path == "propagation", result.propagation_refusal
+    module = gr.create(result.graph_json, result.module())
+    module.load_params(result.params)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for env in TINY[name]:
+        feeds = _tiny_feeds(session, env)
+        want = session.run(None, feeds)
+        module.run(**feeds)
+        for i, expected in enumerate(want):
+            np.testing.assert_allclose(module.get_output(i).numpy(), expected, rtol=1e-3,
+                                       atol=1e-4, err_msg=f"{name} {env} output {i}")
