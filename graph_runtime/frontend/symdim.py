@@ -276,6 +276,13 @@ def floordiv(a: Any, b: Any) -> SymInt:
         if all(c % b == 0 for c in rest.values()):
             q = make({m: c // b for m, c in rest.items()})
             return q + a.constant() // b
+        inner = _FLOORDIV.get(next(iter(rest))[0]) if len(rest) == 1 and \
+            list(rest.values()) == [1] and len(next(iter(rest))) == 1 else None
+        if inner is not None and b > 0:
+            # ⌊(⌊x/k⌋ + c)/b⌋ = ⌊(x + c·k)/(k·b)⌋ for integers, k, b > 0: a conv stack's
+            # lengths flatten to one division, whichever way they were written.
+            x, k = inner
+            return floordiv(x + a.constant() * k, k * b)
     elif is_int(a, 0):
         return 0
     else:
@@ -283,7 +290,10 @@ def floordiv(a: Any, b: Any) -> SymInt:
         if exact is not None:
             return exact
     positive_int = isinstance(b, int) and b > 0
-    return _atom(f"({_paren(a)}//{_paren(b)})", nonneg(a) and (positive_int or nonneg(b)))
+    text = f"({_paren(a)}//{_paren(b)})"
+    if positive_int:
+        _FLOORDIV[text] = (a, b)
+    return _atom(text, nonneg(a) and (positive_int or nonneg(b)))
 
 
 def _divide(a: SymInt, b: Sym) -> SymInt | None:
@@ -351,6 +361,9 @@ def _order(a: SymInt, b: SymInt) -> int | None:
         return 1 if a > 0 else -1
     return None
 
+
+# The dividend and the positive int divisor of each opaque floor-division atom, by its text.
+_FLOORDIV: dict[str, tuple[SymInt, int]] = {}
 
 # The operands of each opaque min/max atom, by its text: min(min(seq, 128), 128) is min(seq, 128).
 _ARGS: dict[str, tuple[SymInt, SymInt]] = {}
