@@ -76,6 +76,9 @@ def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]],
     """
     shapes = check_shapes(model, shapes)
     check_references(model, model_name)
+    if symbolic:
+        from .symdim import reset
+        reset()
     num_nodes = len(model.graph.node)
 
     def reinfer(changed: Any) -> dict[str, Any]:

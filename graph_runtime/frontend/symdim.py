@@ -227,6 +227,8 @@ def _paren(x: SymInt) -> str:
 # Opaque atoms known to be >= 0 (made from operands that are): a floor division or modulo by a
 # positive int, min/max of values >= 0. The text decides the meaning, so the set is global.
 _NONNEG: set[str] = set()
+# Atoms the model being imported implies are >= 0 (window_length): cleared by reset().
+_ASSUMED: set[str] = set()
 
 
 def _atom(text: str, nonneg: bool = False) -> Sym:
@@ -243,8 +245,15 @@ def window_length(x: SymInt) -> SymInt:
         for m, _ in x.terms:
             for atom in m:
                 if atom.startswith("(") and atom.endswith(")") and "//" in atom:
-                    _NONNEG.add(atom)
+                    _ASSUMED.add(atom)
     return x
+
+
+def reset() -> None:
+    """Forget what earlier imports learned of atoms: an assumption holds for its model only
+    (window_length's), and the tables stay small in a long process."""
+    for table in (_NONNEG, _ASSUMED, _FLOORDIV, _ARGS):
+        table.clear()
 
 
 def nonneg(x: Any) -> bool:
@@ -253,7 +262,7 @@ def nonneg(x: Any) -> bool:
     if isinstance(x, int):
         return x >= 0
     return all(c > 0 if m else c >= 0 for m, c in x.terms) and all(
-        a in _NONNEG or _NAME.match(a) for m, _ in x.terms for a in m)
+        a in _NONNEG or a in _ASSUMED or _NAME.match(a) for m, _ in x.terms for a in m)
 
 
 def floordiv(a: Any, b: Any) -> SymInt:
