@@ -11,7 +11,7 @@ from .convert import (Context, add_facts, const_input, converts, ints_of, norm_a
                       required_ints)
 from .fold import fold_concat, fold_expand, fold_shape, fold_tile
 from .fold_sym import normal
-from .symdim import floordiv, is_int, same_shape
+from .symdim import decided_unequal, floordiv, is_int, same_shape
 from .fold_size import broadcast, size_constant_of_shape, size_expand, size_range, size_tile
 from .ir import NeedsValue, Unsupported, Value, check_const_bytes, check_entry, check_rank
 from .onnx_node import OnnxNode
@@ -57,7 +57,7 @@ def reshape(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
         if is_int(known, 0):
             raise Unsupported(f"shape {target} with -1 and a zero dim")
         out[infer[0]] = floordiv(math.prod(x.shape), known)
-    if not math.prod(out) == math.prod(x.shape):
+    if decided_unequal(math.prod(out), math.prod(x.shape)):
         raise Unsupported(f"cannot reshape {x.shape} to {target}")
     return [x if same_shape(out, x.shape) else ctx.b.reshape(x, out)]
 

@@ -8,7 +8,8 @@ from ..errors import LibraryError
 from ..lib.library import TensorSpec
 from ..lib.registry import OPS
 from .ir import Unsupported
-from .symdim import (Sym, Undecidable, as_int, broadcast_dims, clamped_by, has_sym,
+from .symdim import (Sym, Undecidable, as_int, broadcast_dims, clamped_by, decided_unequal,
+                     has_sym,
                      slice_range, window_length)
 
 Rule = Callable[[Sequence[TensorSpec], Mapping[str, Any]], list[TensorSpec]]
@@ -33,7 +34,7 @@ def _reshape(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[Ten
             not attrs.get("allowzero") and any(isinstance(d, int) and d == 0 for d in shape)):
         raise Unsupported(f"reshape to {[str(d) for d in shape]} with symbolic dims: expected "
                           "every size given (no -1 or copied 0)")
-    if not _product(shape) == _product(spec.shape):
+    if decided_unequal(_product(shape), _product(spec.shape)):
         raise Unsupported(f"cannot reshape {[str(d) for d in spec.shape]} to "
                           f"{[str(d) for d in shape]}")
     return [_spec(shape, spec.dtype)]
@@ -157,7 +158,11 @@ def _at_markers(op: str, inputs: Sequence[TensorSpec], attrs: Mapping[str, Any],
         try:
             runs.append(OPS[op].infer([TensorSpec(put(tuple(s.shape)), s.dtype) for s in inputs],
                                       {k: put(v) for k, v in attrs.items()}))
-        except (LibraryError, TypeError, ValueError):
+        except LibraryError as e:
+            # Refused with numbers too (a dtype the op lacks): the op's own error, so the
+            # builder may widen the dtype as it does for static shapes.
+            raise e from error
+        except (TypeError, ValueError):
             raise refusal from error
     back = [{m: sym for sym, m in zip(syms, markers)} for markers in _MARKERS]
     out = []
