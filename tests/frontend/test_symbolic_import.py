@@ -357,3 +357,26 @@ def test_issue_models_import_once_by_propagation(name: str) -> None:
         for i, expected in enumerate(want):
             np.testing.assert_allclose(module.get_output(i).numpy(), expected, rtol=1e-3,
                                        atol=1e-4, err_msg=f"{name} {env} output {i}")
+
+
+def test_symbolic_value_read_inside_a_loop_body_is_fed() -> None:
+    """A shape value that follows the dims, read by a Loop body, is fed to it as an input (a
+    dim_values node makes it per shape), never embedded as a constant of one size."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["acc", "n"], ["acc_out"]),
+         helper.make_node("Identity", ["cond"], ["cond_out"])],
+        "body", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                 helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+                 helper.make_tensor_value_info("acc", TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_out", TensorProto.INT64, [1])])
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "i1"], ["n"], axis=0),
+             helper.make_node("Loop", ["trips", "", "zero"], ["total"], body=body),
+             helper.make_node("Cast", ["total"], ["tf"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["x", "tf"], ["y"])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq"])
+    model = _model(nodes, [x], {"i1": np.array([1], np.int64), "trips": np.array(3, np.int64),
+                                "zero": np.array([0], np.int64)})
+    _matches_onnxruntime(model, [{"x": RNG.standard_normal((b, s)).astype(np.float32)}
+                                 for b, s in [(1, 2), (2, 5)]])
