@@ -49,7 +49,19 @@ _BOOL = frozenset({"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"})
 
 def fold_symbolic(node: OnnxNode, inputs: Sequence[np.ndarray | None],
                   opset_imports: Any) -> list[np.ndarray]:
-    """node folded on object arrays of ints and Syms; Unsupported where it cannot be."""
+    """node folded on object arrays of ints and Syms; Unsupported where it cannot be (the
+    node's converter then gives its own refusal, or computes it)."""
+    try:
+        return _fold(node, inputs, opset_imports)
+    except Unsupported:
+        raise
+    except (ArithmeticError, LookupError, TypeError, ValueError) as e:
+        # NumPy refusing the inputs' shapes (ranks that differ, an axis out of range).
+        raise Unsupported(f"{node.op_type} of symbolic dims: {type(e).__name__}: {e}") from e
+
+
+def _fold(node: OnnxNode, inputs: Sequence[np.ndarray | None],
+          opset_imports: Any) -> list[np.ndarray]:
     op = node.op_type
     xs: list[Any] = [None if x is None else np.asarray(x) for x in inputs]
     x = xs[0] if xs else None

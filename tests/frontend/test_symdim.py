@@ -1,4 +1,4 @@
-"""Symbolic dims at import (frontend/symdim.py): canonical arithmetic, decided questions, refusals."""
+"""Symbolic dims at import (frontend/symdim.py): canonical arithmetic, decisions, refusals."""
 from __future__ import annotations
 
 import itertools
@@ -26,11 +26,13 @@ def test_arithmetic_is_canonical_and_prints_an_expression_the_graph_reads() -> N
     assert floordiv(floordiv(SEQ - 10, 5) + 1 - 3, 2) == floordiv(SEQ - 20, 10)
     assert str(floordiv(floordiv(floordiv(SEQ - 10, 5) - 2, 2) - 2, 2)) == "((seq-40)//20)"
     # Every expression evaluates, through the graph format's parser, as Python computes it.
-    exprs = [((SEQ - 3) // 2 - 1) // 3 + 1, (BATCH * SEQ + 3) % (BATCH * SEQ), floordiv(BATCH * SEQ + 1, BATCH),
+    exprs = [((SEQ - 3) // 2 - 1) // 3 + 1, (BATCH * SEQ + 3) % (BATCH * SEQ),
+             floordiv(BATCH * SEQ + 1, BATCH),
              sym_max(SEQ - 5, 0) // 3 - PAST, sym_min(SEQ, PAST + 2) * BATCH, -((-SEQ) // 4)]
     for seq, past, batch in itertools.product((1, 3, 17), (0, 5), (1, 2)):
         env = {"seq": seq, "past": past, "batch": batch}
-        want = [((seq - 3) // 2 - 1) // 3 + 1, (batch * seq + 3) % (batch * seq), (batch * seq + 1) // batch,
+        want = [((seq - 3) // 2 - 1) // 3 + 1, (batch * seq + 3) % (batch * seq),
+                (batch * seq + 1) // batch,
                 max(seq - 5, 0) // 3 - past, min(seq, past + 2) * batch, -((-seq) // 4)]
         assert [evaluate(str(e), env) for e in exprs] == want, env
 
