@@ -179,8 +179,10 @@ class Builder:
             return Value(self.fresh(hint), tuple(int(d) for d in data.shape),
                          str(np.dtype(dtype or "int64")), const=data)
         data = np.asarray(array, dtype=dtype)
-        if data.dtype == object:  # shape arithmetic whose symbolic dims all cancelled
-            data = data.astype(np.int64)
+        if data.dtype == object and data.size and all(
+                isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+                for v in data.reshape(-1)):
+            data = data.astype(np.int64)  # shape arithmetic whose symbolic dims all cancelled
         check_rank(data.shape, f"constant {hint!r}")
         if data.dtype == np.float64 and dtype is None and not isinstance(array, np.ndarray):
             data = data.astype(np.float32)
@@ -199,14 +201,14 @@ class Builder:
             if v is None:
                 raise Unsupported(f"{op}: its input {k} would be an omitted ('') ONNX input; "
                                   "the conversion needs it")
-        if any(v.const is not None and v.const.dtype == object for v in inputs):
+        from .symdim import has_sym
+        if any(v.const is not None and has_sym(v.const) for v in inputs):
             inputs = [self.dim_values(v) for v in inputs]
         clean = {k: _jsonable(v) for k, v in attrs.items() if v is not None}
         for name, value in clean.items():
             if isinstance(value, float) and not np.isfinite(value):
                 raise Unsupported(f"{op}: attribute {name!r} = {value} (lib.json holds finite "
                                   "numbers only)")
-        from .symdim import has_sym
         try:
             if has_sym([list(v.shape) for v in inputs] + list(clean.values())):
                 from .sym_infer import infer
@@ -251,7 +253,8 @@ class Builder:
     def dim_values(self, v: Value) -> Value:
         """v itself, or, for a shape-valued constant holding symbolic dims, a node computing it
         from the bound dims at run time (lib op dim_values)."""
-        if v.const is None or v.const.dtype != object:
+        from .symdim import has_sym
+        if v.const is None or not has_sym(v.const):
             return v
         if self.anchor is None:
             raise Unsupported(f"{v.name}: a value holding symbolic dims and no input to bind them")
@@ -290,7 +293,8 @@ class Builder:
     def cast(self, x: Value, dtype: str) -> Value:
         if x.dtype == dtype:
             return x
-        if x.const is not None and x.const.dtype != object:
+        from .symdim import has_sym
+        if x.const is not None and not has_sym(x.const):
             return self.const(x.const.astype(dtype), x.name)
         if x.dtype in EXTENDED_DTYPES or dtype in EXTENDED_DTYPES:
             return self.op("convert_type", x, dtype=dtype)

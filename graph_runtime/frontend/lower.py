@@ -329,7 +329,7 @@ def _lower_node(ctx: Context, node: Any, args: list[Value | None], model: Any,
                     continue
                 array = np.asarray(r)
                 np_dtype_name = str(array.dtype)
-                if array.dtype == object:
+                if has_sym(array):
                     out.append(ctx.b.const(array, name))  # int64 holding symbolic dims
                     continue
                 if np_dtype_name not in RUNTIME_DTYPES:
