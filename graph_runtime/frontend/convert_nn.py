@@ -10,6 +10,7 @@ from .convert import Context, converts, norm_axis
 from .fold_size import broadcast, size_matmul
 from .ir import Unsupported, Value
 from .onnx_node import OnnxNode
+from .symdim import same, same_shape
 
 
 @converts("Gemm")
@@ -66,8 +67,9 @@ def matmul(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
         a = b.reshape(a, (1, a.shape[0]))
     if w.rank == 1:
         w = b.reshape(w, (w.shape[0], 1))
+    # same(): a batch only decided at run time (batch*1) takes the general path, right for 1 too.
     w_batch = math.prod(w.shape[:-2])
-    if w_batch == 1 and w.rank > 2 and w.rank <= a.rank:
+    if same(w_batch, 1) and w.rank > 2 and w.rank <= a.rank:
         w = b.reshape(w, w.shape[-2:])
     if w.rank == 2:
         if w.const is not None:
@@ -81,9 +83,9 @@ def matmul(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     def as_3d(v: Value) -> Value:
         own = tuple(v.shape[:-2])
         pad = (1,) * (len(batch) - len(own)) + own
-        if pad == batch:
+        if same_shape(pad, batch):
             return b.reshape(v, (count,) + tuple(v.shape[-2:]))
-        if math.prod(own) == 1:
+        if same(math.prod(own), 1):
             return b.reshape(v, (1,) + tuple(v.shape[-2:]))
         full = b.op("broadcast_to", b.reshape(v, pad + tuple(v.shape[-2:])),
                     shape=list(batch + tuple(v.shape[-2:])))

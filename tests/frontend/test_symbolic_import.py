@@ -284,6 +284,18 @@ def test_kv_cache_concat_names_the_sum_of_lengths() -> None:
     assert ["batch", "past+seq", 4] in doc["attrs"]["shape"][1]
 
 
+def test_matmul_over_a_batch_only_known_at_run_time() -> None:
+    """Falcon's multi-query scores: (batch, 4, seq, 16) @ (batch, 1, 16, seq). Whether batch*1
+    is 1 is not known at import; the general broadcast path serves batch 1 too."""
+    nodes = [helper.make_node("MatMul", ["q", "k"], ["y"])]
+    inputs = [helper.make_tensor_value_info("q", TensorProto.FLOAT, ["batch", 4, "seq", 16]),
+              helper.make_tensor_value_info("k", TensorProto.FLOAT, ["batch", 1, 16, "seq"])]
+    _matches_onnxruntime(_model(nodes, inputs, {}), [
+        {"q": RNG.standard_normal((b, 4, s, 16)).astype(np.float32),
+         "k": RNG.standard_normal((b, 1, 16, s)).astype(np.float32)}
+        for b, s in [(1, 5), (3, 2), (2, 9)]])
+
+
 def test_what_propagation_cannot_decide_falls_back_to_the_probes() -> None:
     """Squeeze without axes on (1, n): whether n is 1 is not known at import; the probe import
     (n at 37 and 53) still serves, and the result says which way it went and why."""
