@@ -47,7 +47,7 @@ def value_inputs(model: Any) -> list[str]:
     return [i.name for i in model.graph.input if i.name not in inits and reaches(i.name)]
 
 
-def deferred_documents(model: Any, shapes: Mapping[str, Sequence[int]],
+def deferred_documents(model: Any, shapes: Mapping[str, Sequence[int | str]],
                        types: Mapping[str, Any], description: str) -> dict[str, Any]:
     """{"graph": doc, "lib": doc, "params": {}} for the model as one onnx_region node.
 
@@ -65,7 +65,7 @@ def deferred_documents(model: Any, shapes: Mapping[str, Sequence[int]],
         if inp.name not in shapes:
             raise Unsupported(f"input {inp.name!r} has no static shape")
         nodes.append({"op": "null", "name": inp.name, "inputs": []})
-        entry_shapes.append([int(d) for d in shapes[inp.name]])
+        entry_shapes.append([d if isinstance(d, str) else int(d) for d in shapes[inp.name]])
         dtypes.append(str(np_dtype(inp.type.tensor_type.elem_type)))
     out_shapes = []
     for out in model.graph.output:

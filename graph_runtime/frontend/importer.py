@@ -37,7 +37,8 @@ class ImportResult:
     input_names: list[str] = field(default_factory=list)
     output_names: list[str] = field(default_factory=list)
     # How symbolic dims were imported: "propagation" (one import computing on expressions),
-    # "probes" (the fallback: imports at probe sizes, fitted) or "" (no symbolic dims).
+    # "probes" (the fallback: imports at probe sizes, fitted), "deferred" (one onnx_region
+    # imported per input specs and shape-deciding values) or "" (no symbolic dims).
     symbolic_path: str = ""
     # Why propagation fell back to probes (the refusal that stopped it), or "".
     propagation_refusal: str = ""
@@ -66,6 +67,9 @@ class ImportResult:
         elif self.symbolic_path == "probes":
             lines.append("  symbolic dims: imported at probe sizes and fitted (propagation "
                          f"refused: {self.propagation_refusal})")
+        elif self.symbolic_path == "deferred":
+            lines.append("  symbolic dims: the model is imported per input shape and "
+                         "shape-deciding value when it runs (graph inputs decide shapes)")
         if self.folded:
             folded = ", ".join(f"{op} x{n}" for op, n in self.folded.most_common())
             lines.append(f"  folded at import: {sum(self.folded.values())} nodes ({folded})")
@@ -167,9 +171,9 @@ def import_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None,
             # A Reshape's shape from an input besides a TopK's k: the model is deferred as
             # before (the region imports it with both values frozen). Sizes that only the data
             # decides cannot be deferred that way: the refusal stands.
-            if freeze or symbols or not data_only_topk(proto, data):
+            if freeze or (data and (symbols or not data_only_topk(proto, data))):
                 raise
-            return _deferred(proto, given, name, start)
+            return _deferred(proto, given, name, start, _places(symbols))
         except FrontendError as e:
             if not refusal:
                 raise
@@ -206,23 +210,42 @@ def _places(symbols: Sequence[Any]) -> dict[str, dict[int, str]]:
     return places
 
 
-def _deferred(proto: Any, given: Mapping[str, Sequence[int]], name: str,
-              start: float) -> ImportResult:
+def _deferred(proto: Any, given: Mapping[str, Sequence[int]], name: str, start: float,
+              symbolic: Mapping[str, Mapping[int, str]] | None = None) -> ImportResult:
     """The model as one onnx_region node (frontend/deferred.py): its shape-deciding inputs are
-    read while specialising. The refusal stands where even that cannot express the model."""
+    read while specialising. The refusal stands where even that cannot express the model.
+
+    symbolic ({input: {axis: dim name}}) keeps those dims named in the graph: the region is
+    imported per input specs and values anyway, so a Reshape's target from a graph input
+    serves inputs of any size."""
     from .deferred import deferred_documents, dtype_trial, value_inputs
     from .inference import check_shapes, inferred_types
     from .ir import Unsupported
     from .lower import lower
     from .onnx_model import default_opset, tensor_shape
+    from .symbolic_import import PROBES
     shapes = dict(check_shapes(proto, given))
+    named: dict[str, list[Any]] = {}
+    deciding = set(value_inputs(proto))
     inits = {t.name for t in proto.graph.initializer}
     try:
         for inp in proto.graph.input:
-            if inp.name not in inits and inp.name not in shapes:
+            if inp.name in inits or inp.name in shapes:
+                continue
+            axes = (symbolic or {}).get(inp.name)
+            if axes and inp.name in deciding:
+                raise Unsupported(f"input {inp.name!r} decides shapes and its length is "
+                                  "symbolic: the outputs' ranks would not be known")
+            if axes:
+                dims = inp.type.tensor_type.shape.dim
+                named[inp.name] = [axes.get(a, d.dim_value) for a, d in enumerate(dims)]
+                # Types and the dtype trial need sizes, any will do: a probe's.
+                shapes[inp.name] = tuple(PROBES[0][0] if a in axes else d.dim_value
+                                         for a, d in enumerate(dims))
+            else:
                 shapes[inp.name] = tuple(tensor_shape(inp.type, inp.name, shapes))
         dtype_trial(proto, shapes, name)
-        docs = deferred_documents(proto, shapes, inferred_types(proto, shapes, name),
+        docs = deferred_documents(proto, {**shapes, **named}, inferred_types(proto, shapes, name),
                                   f"imported from {name}: run-time shape inputs "
                                   f"{', '.join(value_inputs(proto))}, imported per value")
     except Unsupported:
@@ -234,7 +257,8 @@ def _deferred(proto: Any, given: Mapping[str, Sequence[int]], name: str,
         opset=default_opset(proto), num_onnx_nodes=len(proto.graph.node),
         func_names=["onnx_region"], func_origins=[[n.name or n.op_type for n in proto.graph.node]],
         seconds=time.perf_counter() - start, input_names=inputs,
-        output_names=[o.name for o in proto.graph.output])
+        output_names=[o.name for o in proto.graph.output],
+        symbolic_path="deferred" if named else "")
 
 
 def from_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None,

@@ -230,6 +230,40 @@ def test_reshape_expand_tile_of_shape_derived_targets() -> None:
     assert ["batch", "2*seq", 8] in doc["attrs"]["shape"][1]
 
 
+@pytest.mark.parametrize("op, cases", [
+    ("Reshape", [((1, 6), [3, 2, 1]), ((4, 1), [2, 2, 1]), ((2, 3), [1, -1, 2])]),
+    ("Expand", [((1, 6), [3, 6]), ((4, 1), [4, 5])]),
+    ("Tile", [((1, 6), [2, 1]), ((4, 1), [1, 3])])])
+def test_targets_from_graph_inputs_with_symbolic_data(op: str, cases: list) -> None:
+    """A Reshape/Expand/Tile target that is a graph input, over data with symbolic dims: the
+    model is deferred (imported per input shape and target value when it runs)."""
+    from graph_runtime.frontend.importer import import_onnx
+    nodes = [helper.make_node(op, ["x", "t"], ["r"]), helper.make_node("Relu", ["r"], ["y"])]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["a", "b"]),
+              helper.make_tensor_value_info("t", TensorProto.INT64, [len(cases[0][1])])]
+    model = _model(nodes, inputs, {}, opset=17)
+    result = import_onnx(model)
+    assert result.symbolic_path == "deferred"
+    assert "imported per input shape and shape-deciding value" in result.summary()
+    module = gr.create(result.graph_json, result.module())
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for shape, target in cases:
+        feed = {"x": RNG.standard_normal(shape).astype(np.float32),
+                "t": np.array(target, np.int64)}
+        module.run(**feed)
+        np.testing.assert_array_equal(module.get_output(0).numpy(), session.run(None, feed)[0])
+
+
+def test_a_shape_deciding_input_of_symbolic_length_is_refused() -> None:
+    """The target's own length decides the output's rank: refused, asking for its shape."""
+    from graph_runtime.frontend.importer import import_onnx
+    nodes = [helper.make_node("Reshape", ["x", "t"], ["y"])]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["a", "b"]),
+              helper.make_tensor_value_info("t", TensorProto.INT64, ["r"])]
+    with pytest.raises(FrontendError, match="input 't' has symbolic dims .r.; give concrete"):
+        import_onnx(_model(nodes, inputs, {}, opset=17))
+
+
 def test_dynamo_mask_builder_gather_nd_over_shape_built_indices() -> None:
     """Transformers' mask builder as the dynamo exporter writes it: GatherND into the mask with
     index tables from Range(Shape) broadcast to (batch, seq); the converter's stride and dims
