@@ -18,7 +18,7 @@ its dynamo exporter (`_dynamo`, opset 18) into a cache folder (never committed):
 Run it with a Python that has torch and transformers; the benches need only onnx and
 onnxruntime. `--tiny` writes the tests' copies (hidden 64, 2 layers: `llama_tiny_ts.onnx`...)
 into tests/data/onnx, where they are committed; CI never runs this script.
-Usage: python bench/dynamic_models.py [--out DIR] [--only llama_ts ...] [--tiny]
+Usage: python bench/dynamic_models.py [--out DIR] [--only llama_ts ...] [--tiny] [--opset 13]
 """
 from __future__ import annotations
 
@@ -39,6 +39,7 @@ TESTS = Path(__file__).resolve().parents[1] / "tests" / "data" / "onnx"
 # (hidden, intermediate, layers, query heads, key/value heads, vocab) of the LLaMA decoder
 SIZES = {"bench": (512, 1376, 4, 8, 2, 2000), "tiny": (64, 96, 2, 4, 2, 100)}
 SIZE = SIZES["bench"]
+TS_OPSET = 17  # --opset: the TorchScript exporter's opset (13 and up)
 
 
 def _llama() -> Any:
@@ -100,7 +101,7 @@ def _export(module: torch.nn.Module, args: tuple, path: Path, names: list[str],
             program.save(str(path), external_data=False)
         else:
             torch.onnx.export(module, args, str(path), input_names=names, output_names=outputs,
-                              dynamic_axes=axes, opset_version=17, dynamo=False)
+                              dynamic_axes=axes, opset_version=TS_OPSET, dynamo=False)
 
 
 def llama(path: Path, dynamo: bool) -> None:
@@ -233,7 +234,10 @@ MODELS: dict[str, tuple[Callable[[Path, bool], None], bool]] = {
 
 def export(name: str, out: Path, tiny: bool = False) -> Path:
     torch.manual_seed(0)
-    path = out / (name.replace("_", "_tiny_", 1) + ".onnx" if tiny else f"{name}.onnx")
+    stem = name.replace("_", "_tiny_", 1) if tiny else name
+    if TS_OPSET != 17 and not MODELS[name][1]:
+        stem += f"_op{TS_OPSET}"
+    path = out / f"{stem}.onnx"
     build, dynamo = MODELS[name]
     build(path, dynamo)
     return path
@@ -246,9 +250,12 @@ def main() -> None:
     parser.add_argument("--tiny", action="store_true",
                         help="the tests' sizes (hidden 64, 2 layers), named NAME_tiny_..., "
                              "written to tests/data/onnx unless --out is given")
+    parser.add_argument("--opset", type=int, default=17,
+                        help="the TorchScript exporter's opset (13-17); names get _opN")
     opts = parser.parse_args()
-    global SIZE
+    global SIZE, TS_OPSET
     SIZE = SIZES["tiny" if opts.tiny else "bench"]
+    TS_OPSET = opts.opset
     out = opts.out or (TESTS if opts.tiny else CACHE)
     out.mkdir(parents=True, exist_ok=True)
     for name in opts.only:
