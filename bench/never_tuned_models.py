@@ -133,8 +133,19 @@ def _mobilevit() -> Any:
     from transformers import MobileViTConfig, MobileViTModel
     config = MobileViTConfig(image_size=256, hidden_sizes=[64, 80, 96],
                              neck_hidden_sizes=[16, 16, 24, 48, 64, 80, 320])
-    return (MobileViTModel(config, expand_output=True), ["pixel_values"], (_pixels(256),),
-            "last_hidden_state")
+    model = MobileViTModel(config, expand_output=True)
+    # its initializer (normal, std 0.02, batch-norm scales too) shrinks the activations to
+    # denormals by the last stage, which would make any output match: He initialisation and
+    # unit batch-norm scales keep them near 1
+    for module in model.modules():
+        if isinstance(module, torch.nn.BatchNorm2d):
+            torch.nn.init.ones_(module.weight)
+            torch.nn.init.zeros_(module.bias)
+        if isinstance(module, torch.nn.Conv2d):
+            torch.nn.init.kaiming_normal_(module.weight)
+        elif isinstance(module, torch.nn.Linear):
+            torch.nn.init.kaiming_normal_(module.weight, nonlinearity="linear")
+    return model, ["pixel_values"], (_pixels(256),), "last_hidden_state"
 
 
 def _wav2vec2() -> Any:

@@ -127,6 +127,8 @@ PASSES: tuple[Pass, ...] = (
     Pass("gelu", "prims", "exact and tanh GELU from erf/tanh chains", _transformer("gelu")),
     Pass("layer-norm", "prims", "a decomposed LayerNorm (mean, variance, rsqrt, scale) as "
          "layer_norm", _transformer("layer-norm")),
+    Pass("rms-norm", "prims", "a decomposed RMSNorm (mean of squares, rsqrt, scale) as "
+         "rms_norm", _transformer("rms-norm")),
     Pass("attention", "prims", "scaled dot-product attention (matmul, scale, mask, softmax, "
          "matmul) as one attention op", _transformer("attention")),
     Pass("qkv-pack", "prims", "an attention's Q, K, V projections of one input as one dense",

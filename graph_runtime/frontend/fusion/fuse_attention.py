@@ -5,6 +5,10 @@ attention: the heads made by reshape/transpose views of (batch, tokens, heads * 
 projections (or of one packed QKV GEMM split in three), checked by applying the views to an
 index array; scalar scales on q, k or the scores; an additive mask; softmax over the last axis;
 the optional where(isnan(p), 0, p); the second matmul; the views back to (batch, tokens, width).
+An operand whose heads are no column block of a (batch, tokens, width) array (heads computed
+in (batch, heads, tokens, dim) by rotary embeddings, K/V heads repeated by broadcast_to for
+grouped- or multi-query attention) is copied into one by the views it was made with and a
+transpose, which FuseOps joins into one copy.
 """
 from __future__ import annotations
 
@@ -17,16 +21,28 @@ from ..ir import Prim, Value
 from .pattern import PatternGraph, near, new_prim, other, scalar
 
 _VIEWS = ("reshape", "transpose")
+_Steps = list[tuple[str, Any]]
 
 
-def _trace_back(g: PatternGraph, v: Value) -> tuple[Value, np.ndarray, float] | None:
-    """The array v is a view of, v's elements as indices into it, and the scalar factor."""
+def _view(idx: np.ndarray, op: str, attrs: Any) -> np.ndarray:
+    if op == "reshape":
+        return idx.reshape(attrs["newshape"])
+    if op == "transpose":
+        return idx.transpose(attrs["axes"])
+    return np.broadcast_to(idx, attrs["shape"])
+
+
+def _trace_back(g: PatternGraph, v: Value
+                ) -> tuple[Value, np.ndarray, float, tuple[Value, _Steps]] | None:
+    """The array v is a view of, v's elements as indices into it, the scalar factor, and the
+    value the view steps start from (src, or the split output src was cut into) with the
+    steps, first step first."""
     steps: list[tuple[str, Any]] = []
     scale = 1.0
     cur = v
     while cur.producer is not None and g.sole(cur) is not None:
         p = cur.producer
-        if p.op in _VIEWS:
+        if p.op in _VIEWS or p.op == "broadcast_to":
             steps.append((p.op, p.attrs))
             cur = p.inputs[0]
         elif p.op in ("multiply", "divide") and scalar(p.inputs[1]) is not None:
@@ -39,6 +55,8 @@ def _trace_back(g: PatternGraph, v: Value) -> tuple[Value, np.ndarray, float] | 
         else:
             break
     src = cur
+    steps.reverse()
+    start = (cur, steps)
     idx = np.arange(math.prod(src.shape)).reshape(src.shape)
     if src.producer is not None and src.producer.op == "split" and src.rank >= 2:
         split = src.producer
@@ -52,9 +70,9 @@ def _trace_back(g: PatternGraph, v: Value) -> tuple[Value, np.ndarray, float] | 
                 start += o.shape[-1]
             src = base
             idx = np.arange(math.prod(src.shape)).reshape(src.shape)[..., start:start + cur.shape[-1]]
-    for op, attrs in reversed(steps):
-        idx = idx.reshape(attrs["newshape"]) if op == "reshape" else idx.transpose(attrs["axes"])
-    return src, idx, scale
+    for op, attrs in steps:
+        idx = _view(idx, op, attrs)
+    return src, idx, scale, start
 
 
 def _heads(src: Value, idx: np.ndarray, tokens: int, dim: int, key_t: bool
@@ -90,6 +108,23 @@ def _as_3d(src: Value, batch: int, prims: list[Prim], origin: str) -> Value:
     prim = new_prim("reshape", [src], {"newshape": list(shape)}, None, origin)
     prims.append(prim)
     return prim.outputs[0]
+
+
+def _copied(start: tuple[Value, _Steps], batch: int, heads: int, tokens: int, key_t: bool,
+            prims: list[Prim], origin: str) -> Value:
+    """The operand the steps make from start, copied to (batch, tokens, heads * dim) by a
+    transpose (its scalar factors left out: the caller applies them)."""
+    cur, steps = start
+    for op, attrs in steps:
+        prims.append(new_prim(op, [cur], attrs, None, origin))
+        cur = prims[-1].outputs[0]
+    rows, cols = cur.shape[-2:]
+    for op, attrs in (("reshape", {"newshape": [batch, heads, rows, cols]}),
+                      ("transpose", {"axes": [0, 3, 1, 2] if key_t else [0, 2, 1, 3]}),
+                      ("reshape", {"newshape": [batch, tokens, heads * (rows * cols // tokens)]})):
+        prims.append(new_prim(op, [cur], attrs, None, origin))
+        cur = prims[-1].outputs[0]
+    return cur
 
 
 def match_attention(g: PatternGraph, bmm: Prim) -> tuple[list[Prim], Prim] | None:
@@ -154,25 +189,37 @@ def match_attention(g: PatternGraph, bmm: Prim) -> tuple[list[Prim], Prim] | Non
             or math.prod(p.inputs[1].shape[:-2]) != bh:
         return None
     bmm2 = p
-    # the three operands as head views of their sources
-    found = []
-    for operand, tokens, kt in ((qa, q_len, False), (ka, k_len, key_t), (bmm2.inputs[1], k_len,
-                                                                          False)):
-        traced = _trace_back(g, operand)
-        if traced is None:
-            return None
-        src, idx, factor = traced
-        idx = idx.reshape((bh,) + tuple(operand.shape[-2:]))
-        layout = _heads(src, idx, tokens, dim, kt)
-        if layout is None:
-            return None
-        found.append((src, layout, factor))
-    batch, heads = found[0][1][0], found[0][1][1]
-    if any(f[1][:2] != (batch, heads) for f in found) or found[2][2] != 1.0:
+    # the three operands as head views of their sources, or copied into that layout
+    traced = [_trace_back(g, operand) for operand in (qa, ka, bmm2.inputs[1])]
+    if any(t is None for t in traced):
         return None
-    scale *= found[0][2] * found[1][2]
-    if bh != batch * heads:
+    kinds = ((q_len, False), (k_len, key_t), (k_len, False))
+    layouts = [_heads(t[0], t[1].reshape((bh,) + tuple(o.shape[-2:])), tokens, dim, kt)
+               for t, o, (tokens, kt) in zip(traced, (qa, ka, bmm2.inputs[1]), kinds)]
+    # a (batch, heads, tokens, dim) source says which; (batch*heads, tokens, dim) does not
+    q_src = traced[0][0]  # type: ignore[index]
+    if q_src.rank == 4 and q_src.shape[2:] == (q_len, dim):
+        batch, heads = q_src.shape[:2]
+    elif layouts[0] is not None:
+        batch, heads = layouts[0][:2]
+    elif qa.rank == 4:
+        batch, heads = qa.shape[:2]
+    else:
         return None
+    if bh != batch * heads or traced[2][2] != 1.0:  # type: ignore[index]
+        return None
+    scale *= traced[0][2] * traced[1][2]  # type: ignore[index]
+    origin = bmm.origin
+    new: list[Prim] = []
+    inputs: list[Value] = []
+    offsets = []
+    for t, layout, (tokens, kt) in zip(traced, layouts, kinds):
+        if layout is not None and layout[:2] == (batch, heads):
+            inputs.append(_as_3d(t[0], batch, new, origin))  # type: ignore[index]
+            offsets.append(layout[2])
+        else:
+            inputs.append(_copied(t[3], batch, heads, tokens, kt, new, origin))  # type: ignore
+            offsets.append(0)
     # context (batch*heads, q_len, dim) -> views -> (batch, q_len, heads*dim) or 2-D
     cur = bmm2.outputs[0]
     idx = np.arange(math.prod(cur.shape)).reshape(cur.shape)
@@ -193,9 +240,6 @@ def match_attention(g: PatternGraph, bmm: Prim) -> tuple[list[Prim], Prim] | Non
         return None
     old = final.producer
     # mask broadcast to 4-D
-    origin = bmm.origin
-    new: list[Prim] = []
-    inputs = [_as_3d(f[0], batch, new, origin) for f in found]
     if mask is not None:
         shape4 = (1,) * (4 - mask.rank) + tuple(mask.shape)
         full = (batch, heads, q_len, k_len)
@@ -209,8 +253,8 @@ def match_attention(g: PatternGraph, bmm: Prim) -> tuple[list[Prim], Prim] | Non
                 new.append(reshape)
                 mask = reshape.outputs[0]
         inputs.append(mask)
-    attrs = {"num_heads": heads, "head_dim": dim, "scale": scale, "q_offset": found[0][1][2],
-             "k_offset": found[1][1][2], "v_offset": found[2][1][2], "nan_to_zero": nan_to_zero}
+    attrs = {"num_heads": heads, "head_dim": dim, "scale": scale, "q_offset": offsets[0],
+             "k_offset": offsets[1], "v_offset": offsets[2], "nan_to_zero": nan_to_zero}
     if final.rank == 3:
         new.append(new_prim("attention", inputs, attrs, final, origin))
     else:
