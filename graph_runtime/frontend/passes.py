@@ -125,6 +125,8 @@ PASSES: tuple[Pass, ...] = (
     Pass("integer", "onnx", "MatMulInteger/ConvInteger -> Cast -> Mul -> Add as one scaled "
          "integer op (quantize_dynamic)", _integer, _int8_import),
     Pass("gelu", "prims", "exact and tanh GELU from erf/tanh chains", _transformer("gelu")),
+    Pass("silu", "prims", "x * sigmoid(x) as silu, one input, so it joins a conv's or dense's "
+         "tail", _transformer("silu")),
     Pass("layer-norm", "prims", "a decomposed LayerNorm (mean, variance, rsqrt, scale) as "
          "layer_norm", _transformer("layer-norm")),
     Pass("rms-norm", "prims", "a decomposed RMSNorm (mean of squares, rsqrt, scale) as "

@@ -1,4 +1,4 @@
-"""Transformer patterns rewritten at import: exact and tanh GELU, decomposed LayerNorm and
+"""Transformer patterns rewritten at import: exact and tanh GELU, SiLU, decomposed LayerNorm and
 RMSNorm, attention.
 
 As ONNX Runtime's transformer optimizer does, before FuseOps: the prims a pattern computes are
@@ -219,7 +219,17 @@ def _match_rms_norm(g: PatternGraph, mean: Prim) -> tuple[list[Value], Value, fl
     return [x, gamma], out, float(scalar(eps))  # type: ignore[arg-type]
 
 
-MATCHERS = ("gelu", "layer-norm", "rms-norm", "attention")  # what fuse_transformer can be asked to match
+def _match_silu(g: PatternGraph, sigmoid: Prim) -> tuple[Value, Value] | None:
+    """(x, x * sigmoid(x)'s output) when sigmoid's output is read by that multiply alone."""
+    x = sigmoid.inputs[0]
+    mul = g.sole(sigmoid.outputs[0])
+    if mul is None or mul.op != "multiply" or other(mul, sigmoid.outputs[0]) is not x \
+            or mul.outputs[0].shape != x.shape:
+        return None
+    return x, mul.outputs[0]
+
+
+MATCHERS = ("gelu", "silu", "layer-norm", "rms-norm", "attention")  # what fuse_transformer can be asked to match
 
 
 def fuse_transformer(prims: list[Prim], outputs: list[Value],
@@ -238,6 +248,13 @@ def fuse_transformer(prims: list[Prim], outputs: list[Value],
                     attrs = {} if p.op == "erf" else {"approximate": "tanh"}
                     replace[id(old)] = [new_prim("gelu", [x], attrs, out, p.origin)]
                     counts["gelu" if p.op == "erf" else "gelu_tanh"] += 1
+            elif p.op == "sigmoid" and "silu" in matchers:
+                silu = _match_silu(g, p)
+                if silu is not None and silu[0].dtype in ("float32", "float64"):
+                    x, out = silu
+                    old = out.producer
+                    replace[id(old)] = [new_prim("silu", [x], {}, out, p.origin)]
+                    counts["silu"] += 1
             elif p.op == "subtract" and "layer-norm" in matchers:
                 ln = _match_layer_norm(g, p)
                 if ln is not None and ln[0][0].dtype in ("float32", "float64"):
@@ -250,9 +267,9 @@ def fuse_transformer(prims: list[Prim], outputs: list[Value],
                 rms = _match_rms_norm(g, p)
                 if rms is not None and rms[0][0].dtype in ("float32", "float64"):
                     ins, out, eps = rms
-                    replace[id(out.producer)] = [new_prim("rms_norm", ins,
-                                                          {"axis": -1, "epsilon": eps}, out,
-                                                          p.origin)]
+                    old = out.producer
+                    replace[id(old)] = [new_prim("rms_norm", ins, {"axis": -1, "epsilon": eps},
+                                                 out, p.origin)]
                     counts["rms_norm"] += 1
             elif p.op in ("batch_matmul", "matmul") and "attention" in matchers:
                 found = match_attention(g, p)
