@@ -147,6 +147,7 @@ def match_attention(g: PatternGraph, bmm: Prim) -> tuple[list[Prim], Prim] | Non
     cur = bmm.outputs[0]
     scale = 1.0
     mask: Value | None = None
+    scores4: tuple[int, ...] = ()
     while True:
         p = g.sole(cur)
         if p is None:
@@ -162,6 +163,7 @@ def match_attention(g: PatternGraph, bmm: Prim) -> tuple[list[Prim], Prim] | Non
             mask = other(p, cur)
             if mask is None or mask.dtype != cur.dtype:
                 return None
+            scores4 = cur.shape  # the mask broadcasts against these axes
             cur = p.outputs[0]
         elif p.op == "softmax" and p.attrs.get("axis", -1) in (-1, cur.rank - 1):
             cur = p.outputs[0]
@@ -243,7 +245,7 @@ def match_attention(g: PatternGraph, bmm: Prim) -> tuple[list[Prim], Prim] | Non
     if mask is not None:
         shape4 = (1,) * (4 - mask.rank) + tuple(mask.shape)
         full = (batch, heads, q_len, k_len)
-        if len(shape4) != 4 or any(m not in (1, f) for m, f in zip(shape4, full)):
+        if scores4 != full or len(shape4) != 4 or any(m not in (1, f) for m, f in zip(shape4, full)):
             return None
         if shape4 != mask.shape:
             if mask.const is not None:
