@@ -1,4 +1,4 @@
-"""Export the never-tuned bench's models (bench/never_tuned.py) from transformers' code (needs torch).
+"""Export bench/never_tuned.py's models from transformers' own model code (needs torch).
 
 Architectures no other bench uses and nothing in graph_runtime was tuned for: decoder LLMs with
 RMSNorm, rotary embeddings, grouped-query attention and SiLU-gated MLPs (LLaMA, Qwen2, Mistral,

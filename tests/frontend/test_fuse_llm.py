@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from onnx_builders import F32, assert_matches, helper, init, model, tensor, weights
+from onnx_builders import F32, assert_matches, helper, init, model, numpy_helper, tensor, weights
 
 from graph_runtime.frontend.importer import import_onnx
 
@@ -126,10 +126,11 @@ def _rotary(name: str, heads: int, seq: int, dim: int, nodes: list, inits: list)
     return f"{name}_r"
 
 
-def _gqa(batch: int, seq: int, heads: int, kv_heads: int, dim: int, rotary: bool) -> object:
-    """LLaMA's attention: projections, heads by Reshape/Transpose, rotary on q and k, K/V heads
-    repeated by Unsqueeze/Expand/Reshape, MatMul, scale, causal mask, Softmax, MatMul, heads
-    back to (batch, seq, heads * dim)."""
+def _gqa(batch: int, seq: int, heads: int, kv_heads: int, dim: int, rotary: bool,
+         packed: bool = False) -> object:
+    """LLaMA's attention: projections (or one packed projection split in three), heads by
+    Reshape/Transpose, rotary on q and k, K/V heads repeated by Unsqueeze/Expand/Reshape,
+    MatMul, scale, causal mask, Softmax, MatMul, heads back to (batch, seq, heads * dim)."""
     emb, group = 32, heads // kv_heads
     nodes: list = []
     inits = [init("wq", weights(emb, heads * dim)), init("wk", weights(emb, kv_heads * dim)),
@@ -142,9 +143,15 @@ def _gqa(batch: int, seq: int, heads: int, kv_heads: int, dim: int, rotary: bool
              init("rep4", np.array([batch, heads, seq, dim], np.int64)),
              init("out3", np.array([batch, seq, heads * dim], np.int64)),
              init("axis2", np.array([2], np.int64))]
+    if packed:
+        inits += [init("wqkv", np.concatenate([numpy_helper.to_array(i) for i in inits[:3]], 1)),
+                  init("splits", np.array([heads * dim, kv_heads * dim, kv_heads * dim]))]
+        nodes += [helper.make_node("MatMul", ["x", "wqkv"], ["pqkv"]),
+                  helper.make_node("Split", ["pqkv", "splits"], ["pq", "pk", "pv"], axis=2)]
     for n, shape in (("q", "q4"), ("k", "kv4"), ("v", "kv4")):
-        nodes += [helper.make_node("MatMul", ["x", f"w{n}"], [f"p{n}"]),
-                  helper.make_node("Reshape", [f"p{n}", shape], [f"r{n}"]),
+        if not packed:
+            nodes.append(helper.make_node("MatMul", ["x", f"w{n}"], [f"p{n}"]))
+        nodes += [helper.make_node("Reshape", [f"p{n}", shape], [f"r{n}"]),
                   helper.make_node("Transpose", [f"r{n}"], [f"t{n}"], perm=[0, 2, 1, 3])]
     q, k = "tq", "tk"
     if rotary:
@@ -167,19 +174,23 @@ def _gqa(batch: int, seq: int, heads: int, kv_heads: int, dim: int, rotary: bool
               helper.make_node("MatMul", ["p", repeated["v"]], ["ctx"]),
               helper.make_node("Transpose", ["ctx"], ["ctx_t"], perm=[0, 2, 1, 3]),
               helper.make_node("Reshape", ["ctx_t", "out3"], ["y"])]
+    used = {i for n in nodes for i in n.input}
     return model(nodes, [tensor("x", F32, [batch, seq, emb])],
-                 [tensor("y", F32, [batch, seq, heads * dim])], inits, opset=17)
+                 [tensor("y", F32, [batch, seq, heads * dim])],
+                 [i for i in inits if i.name in used], opset=17)
 
 
-@pytest.mark.parametrize("batch,seq,heads,kv_heads,dim,rotary", [
-    (1, 9, 4, 2, 8, True),    # grouped-query, rotary (LLaMA, Qwen2, Mistral)
-    (2, 6, 3, 1, 4, True),    # multi-query
-    (2, 7, 2, 2, 6, True),    # rotary, every head its own K/V (Phi-3's 1:1)
-    (1, 5, 6, 3, 4, False),   # grouped-query over plain projections
+@pytest.mark.parametrize("batch,seq,heads,kv_heads,dim,rotary,packed", [
+    (1, 9, 4, 2, 8, True, False),    # grouped-query, rotary (LLaMA, Qwen2, Mistral)
+    (2, 6, 3, 1, 4, True, False),    # multi-query
+    (2, 7, 2, 2, 6, True, False),    # rotary, every head its own K/V
+    (1, 5, 6, 3, 4, False, False),   # grouped-query over plain projections
+    (2, 5, 4, 2, 4, False, True),    # grouped-query over one packed projection, split
 ])
 def test_grouped_query_attention_fuses(batch: int, seq: int, heads: int, kv_heads: int,
-                                       dim: int, rotary: bool, backend_name: str) -> None:
-    m = _gqa(batch, seq, heads, kv_heads, dim, rotary)
+                                       dim: int, rotary: bool, packed: bool,
+                                       backend_name: str) -> None:
+    m = _gqa(batch, seq, heads, kv_heads, dim, rotary, packed)
     result = import_onnx(m)
     assert result.patterns["attention"] == 1
     ops = _ops(result)

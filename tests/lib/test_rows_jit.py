@@ -1,4 +1,5 @@
-"""Compiled layer_norm, rms_norm and softmax rows (lib/kernels/cpu/rows_jit.py) against float64 references."""
+"""Compiled layer_norm, rms_norm and softmax rows (lib/kernels/cpu/rows_jit.py) against float64
+references."""
 from __future__ import annotations
 
 import numpy as np

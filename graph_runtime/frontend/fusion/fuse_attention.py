@@ -56,7 +56,7 @@ def _trace_back(g: PatternGraph, v: Value
             break
     src = cur
     steps.reverse()
-    start = (cur, steps)
+    made_from = (cur, steps)
     idx = np.arange(math.prod(src.shape)).reshape(src.shape)
     if src.producer is not None and src.producer.op == "split" and src.rank >= 2:
         split = src.producer
@@ -72,7 +72,7 @@ def _trace_back(g: PatternGraph, v: Value
             idx = np.arange(math.prod(src.shape)).reshape(src.shape)[..., start:start + cur.shape[-1]]
     for op, attrs in steps:
         idx = _view(idx, op, attrs)
-    return src, idx, scale, start
+    return src, idx, scale, made_from
 
 
 def _heads(src: Value, idx: np.ndarray, tokens: int, dim: int, key_t: bool
@@ -245,7 +245,8 @@ def match_attention(g: PatternGraph, bmm: Prim) -> tuple[list[Prim], Prim] | Non
     if mask is not None:
         shape4 = (1,) * (4 - mask.rank) + tuple(mask.shape)
         full = (batch, heads, q_len, k_len)
-        if scores4 != full or len(shape4) != 4 or any(m not in (1, f) for m, f in zip(shape4, full)):
+        if scores4 != full or len(shape4) != 4 \
+                or any(m not in (1, f) for m, f in zip(shape4, full)):
             return None
         if shape4 != mask.shape:
             if mask.const is not None:

@@ -229,7 +229,8 @@ def _match_silu(g: PatternGraph, sigmoid: Prim) -> tuple[Value, Value] | None:
     return x, mul.outputs[0]
 
 
-MATCHERS = ("gelu", "silu", "layer-norm", "rms-norm", "attention")  # what fuse_transformer can be asked to match
+# what fuse_transformer can be asked to match
+MATCHERS = ("gelu", "silu", "layer-norm", "rms-norm", "attention")
 
 
 def fuse_transformer(prims: list[Prim], outputs: list[Value],

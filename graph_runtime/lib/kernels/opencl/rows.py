@@ -1,4 +1,4 @@
-"""OpenCL row kernels (one work-group per row of an axis) behind softmax, layer_norm and rms_norm."""
+"""OpenCL row kernels (one work-group per row of an axis): softmax, layer_norm and rms_norm."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
