@@ -60,6 +60,16 @@ def test_rms_norm_disabled_keeps_the_prims() -> None:
     assert "rms_norm" not in _ops(result) and "mean" in _ops(result)
 
 
+def test_a_negative_epsilon_is_left_to_the_prims() -> None:
+    """mean(x^2) - 1 under the root: a model may write it (NaN below 1); rms_norm refuses a
+    negative epsilon, so the pattern stays as the graph wrote it."""
+    m = _rms_norm("dynamo", True)
+    eps = next(i for i in m.graph.initializer if i.name == "eps")
+    eps.CopyFrom(init("eps", np.float32(-1.0)))
+    result = import_onnx(m)
+    assert "rms_norm" not in dict(result.patterns) and "mean" in _ops(result)
+
+
 def test_a_mean_of_squares_read_twice_is_left() -> None:
     """mean(x^2) also a graph output: fusing would compute it twice, so nothing is fused."""
     m = _rms_norm("dynamo", True)

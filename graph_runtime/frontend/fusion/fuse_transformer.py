@@ -137,7 +137,7 @@ def _match_layer_norm(g: PatternGraph, sub: Prim) -> tuple[list[Value], Value, f
         return None
     add = g.sole(var.outputs[0])  # type: ignore[union-attr]
     eps = None if add is None or add.op != "add" else other(add, var.outputs[0])  # type: ignore
-    if eps is None or scalar(eps) is None:
+    if eps is None or scalar(eps) is None or scalar(eps) < 0:  # type: ignore[operator]
         return None
     sqrt = g.sole(add.outputs[0])  # type: ignore[union-attr]
     if sqrt is None or sqrt.op != "sqrt" or g.sole(sqrt.outputs[0]) is not div:
@@ -185,7 +185,7 @@ def _match_rms_norm(g: PatternGraph, mean: Prim) -> tuple[list[Value], Value, fl
         return None
     add = g.sole(mean.outputs[0])
     eps = None if add is None or add.op != "add" else other(add, mean.outputs[0])
-    if eps is None or scalar(eps) is None:
+    if eps is None or scalar(eps) is None or scalar(eps) < 0:  # type: ignore[operator]
         return None
     sqrt = g.sole(add.outputs[0])  # type: ignore[union-attr]
     if sqrt is None or sqrt.op != "sqrt":
