@@ -192,14 +192,15 @@ def match_attention(g: PatternGraph, bmm: Prim) -> tuple[list[Prim], Prim] | Non
         return None
     bmm2 = p
     # the three operands as head views of their sources, or copied into that layout
-    traced = [_trace_back(g, operand) for operand in (qa, ka, bmm2.inputs[1])]
-    if any(t is None for t in traced):
+    operands = (qa, ka, bmm2.inputs[1])
+    traced = [t for t in (_trace_back(g, v) for v in operands) if t is not None]
+    if len(traced) != 3:
         return None
     kinds = ((q_len, False), (k_len, key_t), (k_len, False))
     layouts = [_heads(t[0], t[1].reshape((bh,) + tuple(o.shape[-2:])), tokens, dim, kt)
-               for t, o, (tokens, kt) in zip(traced, (qa, ka, bmm2.inputs[1]), kinds)]
+               for t, o, (tokens, kt) in zip(traced, operands, kinds)]
     # a (batch, heads, tokens, dim) source says which; (batch*heads, tokens, dim) does not
-    q_src = traced[0][0]  # type: ignore[index]
+    q_src = traced[0][0]
     if q_src.rank == 4 and q_src.shape[2:] == (q_len, dim):
         batch, heads = q_src.shape[:2]
     elif layouts[0] is not None:
@@ -208,19 +209,19 @@ def match_attention(g: PatternGraph, bmm: Prim) -> tuple[list[Prim], Prim] | Non
         batch, heads = qa.shape[:2]
     else:
         return None
-    if bh != batch * heads or traced[2][2] != 1.0:  # type: ignore[index]
+    if bh != batch * heads or traced[2][2] != 1.0:
         return None
-    scale *= traced[0][2] * traced[1][2]  # type: ignore[index]
+    scale *= traced[0][2] * traced[1][2]
     origin = bmm.origin
     new: list[Prim] = []
     inputs: list[Value] = []
     offsets = []
     for t, layout, (tokens, kt) in zip(traced, layouts, kinds):
         if layout is not None and layout[:2] == (batch, heads):
-            inputs.append(_as_3d(t[0], batch, new, origin))  # type: ignore[index]
+            inputs.append(_as_3d(t[0], batch, new, origin))
             offsets.append(layout[2])
         else:
-            inputs.append(_copied(t[3], batch, heads, tokens, kt, new, origin))  # type: ignore
+            inputs.append(_copied(t[3], batch, heads, tokens, kt, new, origin))
             offsets.append(0)
     # context (batch*heads, q_len, dim) -> views -> (batch, q_len, heads*dim) or 2-D
     cur = bmm2.outputs[0]
