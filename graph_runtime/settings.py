@@ -82,6 +82,17 @@ TUNING_BUSY = Setting(
     "a choice measured while other processes kept the CPUs busy: retry (kept in the process, "
     "measured again by the next one), keep (trusted as any other: for machines always busy)",
     ("retry", "keep"))
+SHAPE_TUNING = Setting(
+    "GRAPH_RUNTIME_SHAPE_TUNING", "class",
+    "a module with symbolic dims meeting a new shape in run(): class takes each tuning choice "
+    "for the shape's size class (dims over 16 rounded up to a power of two) from this process "
+    "or the tuning file, else the default kernel, and measures nothing; measure races the "
+    "candidates there and then, as create() does for a static module", ("class", "measure"))
+SHAPE_CACHE_BYTES = Setting(
+    "GRAPH_RUNTIME_SHAPE_CACHE_BYTES", "1073741824",
+    "most bytes (storage pools and workspace, params not counted) a module with symbolic dims "
+    "keeps across the shapes it has run: the least recently used shapes are dropped beyond it "
+    "(the shape in use is always kept)", values_text="a non-negative integer")
 
 CACHE_DIR = Setting(
     "GRAPH_RUNTIME_CACHE_DIR", "",
@@ -131,7 +142,8 @@ LOOP_MAX_ITERATIONS = Setting(
     values_text="a positive integer")
 
 SETTINGS = (NUM_THREADS, CONV, OPENCL_CONV, GEMV_PADDING, DENSE_TRANSPOSE, DENSE_SPLIT,
-            DENSE_TILES, ATTENTION_SPLIT, OPENCL_GEMM, TUNING_CACHE, TUNING_BUSY, CACHE_DIR,
+            DENSE_TILES, ATTENTION_SPLIT, OPENCL_GEMM, TUNING_CACHE, TUNING_BUSY, SHAPE_TUNING,
+            SHAPE_CACHE_BYTES, CACHE_DIR,
             CHAIN_JIT, IMPORT_FUSE, IMPORT_INT8, ONEDNN, ONEDNN_LIB, ONEDNN_THREADS, IN_PLACE,
             LOOP_MAX_ITERATIONS)
 
@@ -167,6 +179,14 @@ def loop_max_iterations() -> int:
     value = _raw(LOOP_MAX_ITERATIONS) or LOOP_MAX_ITERATIONS.default
     if not value.isdigit() or int(value) < 1:
         raise _refuse(LOOP_MAX_ITERATIONS, value)
+    return int(value)
+
+
+def shape_cache_bytes() -> int:
+    """GRAPH_RUNTIME_SHAPE_CACHE_BYTES as a non-negative integer (its default when unset)."""
+    value = _raw(SHAPE_CACHE_BYTES) or SHAPE_CACHE_BYTES.default
+    if not value.isdigit():
+        raise _refuse(SHAPE_CACHE_BYTES, value)
     return int(value)
 
 

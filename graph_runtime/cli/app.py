@@ -1,6 +1,7 @@
 """The click app behind `graphrun`: the group, and the commands that run a graph."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from typing import Any, Sequence
@@ -251,6 +252,9 @@ def profile(graph: str, repeat: int, top: int, trace: str | None, plot: str | No
     doc = profile_summary(times)
     doc.update(graph=str(job.files.graph), devices=[d.spec for d in job.devices], repeat=repeat,
                trace=trace, plot=plot)
+    # a symbolic graph's shape: new or kept, what specialising it cost
+    cost = job.module.memory_report().shape
+    doc["shape"] = None if cost is None else {**dataclasses.asdict(cost), "text": str(cost)}
     from ..lib.chain import kernel_note
     notes = {s.nid: kernel_note(s.kernel) for s in job.module.executor.steps}
     for step in doc["steps"]:

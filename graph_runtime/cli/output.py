@@ -168,6 +168,8 @@ def profile_text(doc: dict[str, Any], top: int) -> str:
     rows.append(["copies", ms(doc["copies_s"]), f"{100 * doc['copies_s'] / total:.1f}"])
     rows.append(["all", ms(doc["total_s"]), "100.0"])
     lines.append(table(["device", "time", "%"], rows))
+    if doc.get("shape"):
+        lines.append(doc["shape"]["text"])
     for key, what in (("trace", "Chrome trace"), ("plot", "plot")):
         if doc.get(key):
             lines.append(f"wrote {what} {doc[key]}")

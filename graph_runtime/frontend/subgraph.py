@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from .ir import Unsupported, Value
+from .symdim import has_sym
 
 # Outer constants up to this many elements are embedded in a body; larger ones (weights) are
 # passed as node inputs, so lib.json does not hold a second copy of them.
@@ -57,7 +58,9 @@ def outer_reads(graphs: Sequence[Any], scope: Mapping[str, Value | None],
             if value is None:
                 raise Unsupported(f"{where} reads outer value {name!r}, which is "
                                   + ("not defined" if name not in scope else "itself refused"))
-            if value.const is not None and value.const.size <= EMBED_ELEMENTS:
+            # A value holding symbolic dims is fed (a dim_values node makes it per shape).
+            if value.const is not None and value.const.size <= EMBED_ELEMENTS \
+                    and not has_sym(value.const):
                 embedded[name] = value.const
             else:
                 fed.append(name)

@@ -42,7 +42,7 @@ class InputVersion:
     computed by a node, bound zero copy, shared, or its view was handed out): derive every run.
     """
 
-    __slots__ = ("value", "volatile")
+    __slots__ = ("value", "volatile", "__weakref__")
 
     def __init__(self, volatile: bool = False) -> None:
         self.value = 0

@@ -11,14 +11,23 @@ measured again by the next process (GRAPH_RUNTIME_TUNING_BUSY=keep trusts it). T
 trusted: an unreadable or malformed file, or an entry whose candidates are not this call's, is
 ignored and measured again. Writers merge with what is on disk under a lock file and replace the
 file whole, so two processes writing at once both land their entries.
+
+Inside by_size_class() (a symbolic module specialising for a new shape) nothing is measured:
+each dim in the key is rounded to its size class (size_class), the exact key's entry or one of
+its class is taken from this process or the file, and an unknown class gets the base candidate.
+Any entry (measured here or read from the file) also serves its class, so a module tuned at
+representative sizes (runtime/symbolic_module.py's tune) decides every shape of those classes.
 """
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import dataclasses
 import functools
 import json
 import logging
 import os
+import re
 import tempfile
 import threading
 import time
@@ -117,16 +126,95 @@ class Choice:
             return forced
         wanted = Entry(self.name, device, key, cpu_model(), num_threads(), base, {}, "")
         with _lock:
-            entry = _memo.get(wanted.ident)
-            if entry is None or not _fits(entry, candidates):
-                entry = _read_entries().get(wanted.ident)
-                # NOTE: this process keeps what it measured while busy; the file's busy entries
-                # were another process's, measured again here.
-                if entry is None or not _fits(entry, candidates) or not entry.trusted:
-                    entry = _measure(wanted, candidates, measure, base, min_speedup)
-                    _store(entry)
+            scope = _by_class.get()
+            if scope is not None:
+                # a shape met by a symbolic module's run(): the exact key's entry, its class's,
+                # else the base; never measured here (the file read once per scope)
+                if "classes" not in scope:
+                    scope["classes"] = _class_entries()
+                entry = _memo.get(wanted.ident) or scope["classes"].get(wanted.ident)
+                if entry is None or not _fits(entry, candidates):
+                    entry = scope["classes"].get(_class_ident(wanted))
+                if entry is not None and _fits(entry, candidates):
+                    return entry.chosen
+                global class_defaults
+                class_defaults += 1
+                return base
+            entry = _known(wanted.ident, candidates)
+            if entry is None:
+                entry = _measure(wanted, candidates, measure, base, min_speedup)
+                _store(entry)
             _memo[wanted.ident] = entry
             return entry.chosen
+
+
+def _known(ident: str, candidates: Sequence[str]) -> Entry | None:
+    """The entry for ident this process remembers, else the file's if trusted (remembered from
+    then on); None when neither has one over exactly these candidates.
+
+    NOTE: this process keeps what it measured while busy; the file's busy entries were another
+    process's, measured again here."""
+    entry = _memo.get(ident)
+    if entry is not None and _fits(entry, candidates):
+        return entry
+    entry = _read_entries().get(ident)
+    if entry is None or not _fits(entry, candidates) or not entry.trusted:
+        return None
+    _memo[ident] = entry
+    return entry
+
+
+# Integers standing alone in a key (not inside a word such as float32; 4x12's both count).
+_DIM = re.compile(r"(?<![A-WYZa-wyz_.\d])\d+")
+SMALL_DIM = 16  # dims up to this stay exact in a size class (batch, heads: each one matters)
+
+
+def size_class(key: str) -> str:
+    """key with every dim over SMALL_DIM rounded up to a power of two (300 -> 512): one tuning
+    decision serves every shape of the class."""
+    def rounded(match: re.Match[str]) -> str:
+        value = int(match.group())
+        return str(value if value <= SMALL_DIM else 1 << (value - 1).bit_length())
+    return _DIM.sub(rounded, key)
+
+
+def _class_ident(entry: Entry) -> str:
+    return dataclasses.replace(entry, key=size_class(entry.key)).ident
+
+
+def _class_entries() -> dict[str, Entry]:
+    """Every entry of the file and of this process by its own ident and by its class's (this
+    process's and clear answers first); kept until the file or the memory changes."""
+    global _classes
+    found = _read_entries()
+    stamp = (_parsed[0] if _parsed is not None else None, len(_memo), len(found))
+    if _classes is not None and _classes[0] == stamp:
+        return _classes[1]
+    index: dict[str, Entry] = dict(found)
+    ranked = sorted([*_memo.values(), *found.values()], key=lambda e: e.confidence != CLEAR)
+    for entry in ranked:
+        index.setdefault(_class_ident(entry), entry)
+    _classes = (stamp, index)
+    return index
+
+
+_classes: tuple[Any, dict[str, Entry]] | None = None
+
+
+@contextlib.contextmanager
+def by_size_class() -> Iterator[None]:
+    """Within: choices are taken per size class and never measured (see the module docstring)."""
+    token = _by_class.set({})
+    try:
+        yield
+    finally:
+        _by_class.reset(token)
+
+
+# Within by_size_class(): what it read of the file ("classes": _class_entries()); None outside.
+_by_class: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "by_size_class", default=None)
+class_defaults = 0  # choices by_size_class() left at the base: no entry for their class
 
 
 _memo: dict[str, Entry] = {}

@@ -1,6 +1,7 @@
 """Every module's timing and introspection: benchmark, profile, placement, memory, debug outputs."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 import operator
 from abc import ABC, abstractmethod
@@ -13,7 +14,7 @@ from ..device import Device, DeviceLike
 from ..errors import GraphError, GraphRuntimeError
 from ..graph.model import COPY_OP, Graph
 from .executor import Executor, NodeTime
-from .measure import MemoryReport, add_bytes
+from .measure import MemoryReport, ShapeCost, add_bytes
 from .placement import InsertedCopy
 
 if TYPE_CHECKING:
@@ -70,6 +71,10 @@ class Diagnostics(ABC):
     @abstractmethod
     def held_bytes(self) -> dict[Device, int]:
         """What this module holds per device: pool, workspace, control-flow bodies."""
+
+    def _shape_cost(self) -> ShapeCost | None:
+        """A symbolic module's last shape (new or kept, its cost); None for a static one."""
+        return None
 
     # ---- the diagnostics -----------------------------------------------------------------------
 
@@ -136,13 +141,16 @@ class Diagnostics(ABC):
 
     def memory_report(self) -> MemoryReport:
         """Bytes per device: pool, pool without sharing, copy destinations, kernel workspace
-        (summed over a segmented module's segments; a cut's results are made per run, not held).
+        (summed over a segmented module's segments; a cut's results are made per run, not held);
+        a symbolic module's also says whether its last run's shape was new and what it cost.
 
         See MemoryReport for what each column counts; print it for a table.
         """
         reports = [_memory_of(m.graph, m.executor)
                    for m in self._static_modules("memory_report")]
-        return functools.reduce(operator.add, reports)
+        report: MemoryReport = functools.reduce(operator.add, reports)
+        shape = self._shape_cost()
+        return report if shape is None else dataclasses.replace(report, shape=shape)
 
     def debug_get_outputs(self, nodes: Sequence[str | int] | None = None
                           ) -> dict[str, list[np.ndarray]]:

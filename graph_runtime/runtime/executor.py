@@ -19,11 +19,13 @@ from ..lib.attrs import WORKSPACE_LIMIT_KEY
 from ..lib.kernels.threads import ONE_BLAS_THREAD
 from ..lib.library import InputVersion, Module, TensorSpec
 from ..lib.prepared import PreparedKernel, capabilities
+from ..lib.registry import VALUES_KEY
+from ..lib.symbolic_chain import DIMS_KEY
 from .flatten_reads import FlattenRead, StagedOutputs, flat_source, plan_flatten_reads
 from .in_place import InPlacePlan, in_place_offers, plan_in_place
 from .layouts import LayoutPlan, nhwc_view, plan_channels_last
 from .placement import plan_placement, resolve_entry_devices
-from .steps import ArgKey, PreparedCall, in_device_scope
+from .steps import ArgKey, KernelCache, PreparedCall, in_device_scope
 from .storage import PoolLayout, StoragePool, check_capacity, default_caps
 from .storage_check import check_liveness
 
@@ -50,8 +52,10 @@ class Executor:
     pool: StoragePool  # allocated by the storage setup pass, over the ids it plans
 
     def __init__(self, graph: Graph, lib: Module, ctxs: Sequence[Device], *, strict: bool = False,
-                 memory_cap: int | Mapping[Device, int] | None = None) -> None:
+                 memory_cap: int | Mapping[Device, int] | None = None,
+                 kernels: KernelCache | None = None) -> None:
         self.graph = graph
+        self._kernels = kernels  # shared with the other specialisations of a symbolic module
         self.ctxs = list(ctxs)
         for dev in self.ctxs:
             check_device(dev)
@@ -156,8 +160,16 @@ class Executor:
             cap = self.caps.get(dev)
             if cap is not None:
                 attrs[WORKSPACE_LIMIT_KEY] = cap - used.get(dev, 0)
-            fn = lib.prepare(node.func_name or "", dev, in_specs, out_specs, attrs,
-                             node=node.label)
+            shared = self._kernels
+            # a node whose attrs hold the bound dims or shape-deciding values is never shared
+            key = (node.nid, dev, tuple(in_specs), tuple(out_specs)) if (
+                shared is not None and DIMS_KEY not in attrs and VALUES_KEY not in attrs) else None
+            fn = shared.get(key) if shared is not None and key is not None else None
+            if fn is None:
+                fn = lib.prepare(node.func_name or "", dev, in_specs, out_specs, attrs,
+                                 node=node.label)
+                if shared is not None and key is not None:
+                    shared.put(key, fn, capabilities(fn), in_eids + out_eids)
             kernel = capabilities(fn)
             self._count_workspace(node, dev, kernel.workspace_bytes(), used)
             steps.append(PreparedCall(node.nid, node.label, node.func_name or "", dev,

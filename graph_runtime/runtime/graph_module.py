@@ -13,10 +13,12 @@ from ..device import Device, DeviceLike, cpu
 from ..device import device as parse_device
 from ..errors import DeviceError, GraphError, ParamsError
 from ..graph.model import Graph, GraphSource
+from ..lib.kernels.derived import watch
 from ..lib.library import Module
 from ..nd import NDArray, from_dlpack
 from .executor import Executor, NodeTime
 from .module_base import ModuleBase, copy_out
+from .steps import KernelCache
 
 _CPU = cpu(0)  # host arrays live here; the one CPU device
 
@@ -43,10 +45,11 @@ class GraphModule(ModuleBase):
 
     def __init__(self, graph: Graph, lib: Module, ctxs: Sequence[Device], *, strict: bool = False,
                  memory_cap: int | Mapping[Any, int] | None = None,
-                 allow_uninitialized: bool = False) -> None:
+                 allow_uninitialized: bool = False, kernels: KernelCache | None = None) -> None:
         super().__init__(graph, lib, ctxs, strict=strict, memory_cap=memory_cap,
                          allow_uninitialized=allow_uninitialized)
-        self.executor = Executor(graph, lib, ctxs, strict=strict, memory_cap=memory_cap)
+        self.executor = Executor(graph, lib, ctxs, strict=strict, memory_cap=memory_cap,
+                                 kernels=kernels)
         self.ctxs = self.executor.ctxs
         # (shape, dtype, home key) of each input entry, for set_input's fast path.
         ex = self.executor
@@ -221,10 +224,16 @@ class GraphModule(ModuleBase):
 
     def _adopt_input(self, name: str, array: Any) -> None:
         """Bind array (on the input's device, of its shape) as input name, zero copy: params
-        shared with a symbolic graph's specialisations."""
+        shared with a symbolic graph's specialisations. A frozen array (never written: a new
+        load makes a new one, adopted again) counts as one write for the kernels deriving data
+        from it (packed weights) instead of being derived again every run."""
         self._acquire("share_params")
         try:
             self._bind_param(name, array)
+            version = self.executor.versions.get(self._resolve_input(name))
+            if version is not None and watch(array, version):
+                version.volatile = False
+                version.value += 1
         finally:
             self._release()
 

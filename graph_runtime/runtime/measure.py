@@ -4,11 +4,44 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-from .._text import fmt_bytes
+from .._text import count_of, fmt_bytes
 from .._timing import BenchmarkResult, time_runs
 from ..device import Device
 
-__all__ = ["BenchmarkResult", "MemoryReport", "add_bytes", "time_runs"]
+__all__ = ["BenchmarkResult", "MemoryReport", "ShapeCost", "add_bytes", "time_runs"]
+
+
+@dataclass(frozen=True)
+class ShapeCost:
+    """A symbolic module's shape as its last run met it: new (specialised by that run) or kept
+    from an earlier run; what specialising it cost in seconds (shape inference, storage plan,
+    kernels prepared: the static module made) and how many tuning choices took the default for
+    want of an entry for their size class; what the module keeps across shapes against its
+    bound (GRAPH_RUNTIME_SHAPE_CACHE_BYTES)."""
+
+    shape: str  # the bound dims, e.g. "batch=2, seq=37"
+    new: bool
+    infer_s: float
+    plan_s: float
+    prepare_s: float
+    defaults: int
+    kept_shapes: int
+    kept_bytes: int
+    bound_bytes: int
+
+    @property
+    def seconds(self) -> float:
+        return self.infer_s + self.plan_s + self.prepare_s
+
+    def __str__(self) -> str:
+        cost = (f"specialised in {self.seconds * 1e3:.1f} ms (infer {self.infer_s * 1e3:.1f}, "
+                f"plan {self.plan_s * 1e3:.1f}, prepare {self.prepare_s * 1e3:.1f} ms"
+                + (f"; {count_of(self.defaults, 'tuning choice')} at the default"
+                   if self.defaults else "") + ")")
+        return (f"shape {self.shape or 'static'}: "
+                + (f"new, {cost}" if self.new else f"kept from an earlier run ({cost})")
+                + f"; {count_of(self.kept_shapes, 'shape')} kept in "
+                f"{fmt_bytes(self.kept_bytes)} (bound {fmt_bytes(self.bound_bytes)})")
 
 
 @dataclass(frozen=True)
@@ -30,6 +63,7 @@ class MemoryReport:
     copies: dict[Device, int]
     workspace: dict[Device, int] = field(default_factory=dict)
     bodies: dict[Device, int] = field(default_factory=dict)
+    shape: ShapeCost | None = None  # a symbolic module's: the shape of the last run
 
     def rows(self) -> list[tuple[str, int, int, int, int, int]]:
         """(device, pool, no sharing, copies, workspace, bodies) per device."""
@@ -48,8 +82,10 @@ class MemoryReport:
 
     def __add__(self, other: MemoryReport) -> MemoryReport:
         """Two modules' reports as one (a segmented graph's segments)."""
-        return MemoryReport(*(add_bytes([getattr(self, f), getattr(other, f)])
-                              for f in ("pool", "unshared", "copies", "workspace", "bodies")))
+        pool, unshared, copies, workspace, bodies = (
+            add_bytes([getattr(self, f), getattr(other, f)])
+            for f in ("pool", "unshared", "copies", "workspace", "bodies"))
+        return MemoryReport(pool, unshared, copies, workspace, bodies)
 
     def __str__(self) -> str:
         """A table; the bodies column only when some control-flow body holds memory."""
@@ -60,6 +96,8 @@ class MemoryReport:
             lines.append(f"{dev:<12} {fmt_bytes(pool):>12} {fmt_bytes(unshared):>12} "
                          f"{fmt_bytes(copies):>12} {fmt_bytes(workspace):>12}"
                          + (f" {fmt_bytes(body):>12}" if bodies else ""))
+        if self.shape is not None:
+            lines.append(str(self.shape))
         return "\n".join(lines)
 
 

@@ -17,9 +17,10 @@ from ..device import Device
 from ..errors import GraphError, GraphRuntimeError
 from ..graph.model import COPY_OP, NOP_OP, Graph, entry_bytes
 from ..graph.symbolic import UNKNOWN, DimError, evaluate, format_shape, names_in
+from ..lib.chain import Chain
 from ..lib.library import Module, TensorSpec
 from ..lib.registry import VALUES_KEY, get_op
-from ..lib.symbolic_chain import DIMS_KEY
+from ..lib.symbolic_chain import DIMS_KEY, SymbolicChain
 from ..graph.storage_plan import plan_storage
 
 # A function that reads the values of some inputs to decide its output shapes (a deferred ONNX
@@ -52,10 +53,16 @@ class Specializer:
                        for name, eid in graph.input_entries.items()]
         self._dtypes = [graph.dtype(eid) for eid in range(graph.num_entries)]
         self._declared = [tuple(graph.shape(eid)) for eid in range(graph.num_entries)]
+        # per entry, per dim: the names its expression reads (parsed once, not per shape)
+        self._names: list[list[list[str]]] = [
+            [names_in(d) if isinstance(d, str) and d != UNKNOWN else [] for d in s]
+            for s in self._declared]
         # (node, input eids, output eids, infer or None, value positions) per kernel node
         self._steps: list[tuple[Any, list[int], list[int], Any, tuple[int, ...]]] = []
         # Nodes whose function's attrs hold symbolic dims (lib/symbolic_chain.py).
         self._symbolic_nodes: set[int] = set()
+        # Nodes whose declared output shapes their function's prepare() checks (see below).
+        self._checked_later: set[int] = set()
         # Nodes calling an onnx_region (lib/ops/onnx_region.py) and the values they got last.
         self._region_nodes: set[int] = set()
         self.last_values: dict[int, dict[int, np.ndarray]] = {}
@@ -82,6 +89,11 @@ class Specializer:
                 if infer is None:
                     infer = getattr(fn, "infer", None)
                 value_eids.update(in_eids[p] for p in positions)
+                # A chain checks its rule against the declared shapes when prepared: where every
+                # output dim is an expression of bound names, infer_shapes(fast=True) takes it.
+                if isinstance(fn, (Chain, SymbolicChain)) and not positions and all(
+                        d != UNKNOWN for e in out_eids for d in self._declared[e]):
+                    self._checked_later.add(node.nid)
             self._steps.append((node, in_eids, out_eids, infer, positions))
         # Graph inputs whose values decide shapes: their values are part of the cache key.
         by_eid = {sig.eid: sig.name for sig in self.inputs}
@@ -134,8 +146,13 @@ class Specializer:
         return env
 
     def infer_shapes(self, shapes: Mapping[str, tuple[int, ...]],
-                     values: Mapping[int, np.ndarray] | None = None) -> list[tuple[int, ...]]:
-        """Every entry's shape for these input shapes (and shape-deciding values, by eid)."""
+                     values: Mapping[int, np.ndarray] | None = None,
+                     fast: bool = False) -> list[tuple[int, ...]]:
+        """Every entry's shape for these input shapes (and shape-deciding values, by eid).
+
+        fast: a chain node whose output dims are all expressions of bound names takes them
+        without asking its rule (its prepare() checks them against the rule); a conflict then
+        surfaces there, and infer_shapes without fast names it."""
         env = self.bind(shapes)
         values = values or {}
         out: list[tuple[int, ...] | None] = [None] * self.graph.num_entries
@@ -155,6 +172,14 @@ class Specializer:
                 for eid in out_eids:
                     out[eid] = self._evaluate(eid, env, node)
                 continue
+            if fast and node.nid in self._checked_later and all(
+                    name in env for e in out_eids for names in self._names[e] for name in names):
+                try:
+                    for eid in out_eids:
+                        out[eid] = tuple(evaluate(d, env) for d in self._declared[eid])
+                    continue
+                except DimError:
+                    pass  # a divisor 0 for these dims: the rule's check below names them
             specs = [TensorSpec(s, self._dtypes[e]) for s, e in  # type: ignore[arg-type]
                      zip(in_shapes, in_eids)]
             dtypes = [self._dtypes[e] for e in out_eids]
@@ -212,7 +237,7 @@ class Specializer:
         for axis, (want, got) in enumerate(zip(declared, shape)):
             if want == UNKNOWN:
                 continue
-            if any(name not in env for name in names_in(want)):
+            if any(name not in env for name in self._names[eid][axis]):
                 continue  # a name only data decides (bound nowhere): the rule's value stands
             try:
                 value = evaluate(want, env)

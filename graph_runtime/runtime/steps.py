@@ -1,8 +1,8 @@
 """The executor's prepared steps: one kernel or copy call each, with its argument arrays bound."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple
+from dataclasses import dataclass, field
+from typing import Any, Callable, Collection, Hashable, NamedTuple
 
 from ..backends import check_device, run_in_scope
 from ..device import Device
@@ -46,3 +46,62 @@ def in_device_scope(fn: Callable[..., Any], dev: Device) -> Callable[..., Any]:
     if dev.device_id == 0:
         return fn
     return run_in_scope(check_device(dev), dev.device_id, fn)
+
+
+@dataclass
+class KernelCache:
+    """Prepared kernels a symbolic module's specialisations share: a node met again with the
+    same input and output specs (a shape come back, a node whose shapes no dim changes: a
+    decoder's products at one new token) takes the kernel prepared before, primitives and packed
+    weights included. A kernel is kept while a specialisation kept by the module uses it.
+
+    Only a kernel no setup pass adapts to its module is shared: none whose arrays may be stored
+    channels-last or as the kernel asks, and none deriving data (packed weights) from an input
+    other than a param (params are never written in place: a new load makes new arrays, and
+    the cache is emptied then). `prepared` counts kernels made, `reused` those taken from here.
+    """
+
+    params: Collection[int] = ()  # entry ids of the params
+    kernels: dict[Hashable, Any] = field(default_factory=dict)
+    users: dict[Hashable, int] = field(default_factory=dict)  # kept specialisations using each
+    taken: list[Hashable] = field(default_factory=list)  # keys the module being made uses
+    prepared: int = 0
+    reused: int = 0
+
+    def get(self, key: Hashable) -> Any:
+        fn = self.kernels.get(key)
+        if fn is not None:
+            self.reused += 1
+            self.taken.append(key)
+        return fn
+
+    def put(self, key: Hashable, fn: Any, kernel: PreparedKernel, eids: list[int]) -> None:
+        """Count fn as prepared; keep it when sharing it is safe (see the class docstring)."""
+        self.prepared += 1
+        if kernel.channels_last_positions() or kernel.storage_requests():
+            return
+        if any(eids[pos] not in self.params for pos in kernel.cached_inputs()):
+            return
+        self.kernels[key] = fn
+        self.taken.append(key)
+
+    def hold(self) -> list[Hashable]:
+        """The keys the module just made uses, now counted as its (release them with it)."""
+        keys, self.taken = self.taken, []
+        for key in keys:
+            self.users[key] = self.users.get(key, 0) + 1
+        return keys
+
+    def release(self, keys: list[Hashable]) -> None:
+        """A module dropped: the kernels no kept module uses go."""
+        for key in keys:
+            left = self.users.get(key, 0) - 1
+            if left > 0:
+                self.users[key] = left
+            else:
+                self.users.pop(key, None)
+                self.kernels.pop(key, None)
+
+    def clear(self) -> None:
+        self.kernels.clear()
+        self.users.clear()

@@ -2,33 +2,41 @@
 
 Each new combination of input shapes (and values of the inputs that decide shapes) gets a static
 GraphModule (shapes inferred, storage planned, kernels prepared: runtime/specialize.py), kept in
-a bounded LRU cache; params are held once per device and bound zero copy into every one.
-A cached combination costs a dictionary lookup per run; a new one costs one specialisation.
+an LRU cache bounded by a count (cache_size) and by bytes (GRAPH_RUNTIME_SHAPE_CACHE_BYTES);
+params are held once per device and bound zero copy into every one.
+A cached combination costs a dictionary lookup per run; a new one costs one specialisation,
+which measures nothing: its tuning choices are taken per size class (GRAPH_RUNTIME_SHAPE_TUNING,
+lib/tuning.py's by_size_class; tune() measures representative shapes ahead of time)..
 get_output, benchmark, profile, memory_report... answer for the specialisation the last run()
 used (placement, copies and debug_get_outputs: the one for the inputs set now).
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import OrderedDict
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from .. import settings
 from .._text import count_of
 from ..backends import check_device, copy_array, get_backend
 from ..device import Device
 from ..errors import GraphError, GraphRuntimeError, ParamsError
 from ..graph.model import Graph
 from ..graph.symbolic import shape_is_symbolic
+from ..lib import tuning
+from ..lib.kernels.derived import freeze, thaw
 from ..lib.library import Module
 from ..nd import NDArray, from_dlpack
 from .executor import Executor, NodeTime
 from .graph_module import GraphModule
-from .measure import add_bytes
+from .measure import ShapeCost, add_bytes
 from .module_base import ModuleBase
 from .placement import resolve_entry_devices
 from .specialize import Specializer
+from .steps import KernelCache
 
 DEFAULT_CACHE_SIZE = 8
 
@@ -65,6 +73,14 @@ class SymbolicGraphModule(ModuleBase):
         self._params: dict[str, tuple[Device, Any]] = {}  # one device array per param
         self.specializations = 0
         self.specialize_seconds = 0.0
+        self.kernels = KernelCache()  # prepared kernels the specialisations share
+        self._kept_bytes: dict[tuple, int] = {}  # per cached key: its module's bytes, no params
+        self._kernel_keys: dict[tuple, list] = {}  # per cached key: the shared kernels it uses
+        self._costs: dict[tuple, tuple[str, float, float, float, int]] = {}  # as _last_cost
+        # The last run's shape: whether that run specialised it, and what specialising it cost:
+        self._last_new = False
+        # the bound dims; infer, plan, prepare seconds; tuning choices left at their default
+        self._last_cost: tuple[str, float, float, float, int] = ("", 0.0, 0.0, 0.0, 0)
 
     @property
     def signature(self) -> str:
@@ -102,6 +118,9 @@ class SymbolicGraphModule(ModuleBase):
         self._held[name] = _keep(value)
 
     def _get_input_at(self, index: int, out: Any) -> Any:
+        held = self._params.get(self._names[index])
+        if held is not None and out is None:
+            thaw(held[1])  # the caller may write the param through the view
         return self._module("get_input").get_input(index, out)
 
     def _load_values(self, values: Mapping[str, Any], source: str) -> None:
@@ -122,6 +141,8 @@ class SymbolicGraphModule(ModuleBase):
             backend = check_device(dev)
             array = backend.empty(dev.device_id, tuple(host.shape), host.dtype)
             copy_array(get_backend("cpu"), host, backend, array)
+            if dev.kind == "cpu":
+                freeze(array)  # never written again: its packed forms are shared
             self._params[name] = (dev, array)
             self._shapes[name] = (tuple(host.shape), sig.dtype)
             self._held.pop(name, None)
@@ -129,6 +150,7 @@ class SymbolicGraphModule(ModuleBase):
                 module._adopt_input(name, array)
             if name in self._value_names:
                 self._values[name] = host
+        self._params_changed()
 
     def _share_input(self, other: SymbolicGraphModule, name: str) -> None:
         """Bind other's device array of param name here and in every specialisation."""
@@ -155,6 +177,12 @@ class SymbolicGraphModule(ModuleBase):
             module._adopt_input(name, array)
         if name in other._values:
             self._values[name] = other._values[name]
+        self._params_changed()
+
+    def _params_changed(self) -> None:
+        """Kernels deriving data from the old params are prepared again for new shapes."""
+        self.kernels.params = {self._sigs[name].eid for name in self._params}
+        self.kernels.clear()
 
     # ---- running -------------------------------------------------------------------------------
 
@@ -198,12 +226,15 @@ class SymbolicGraphModule(ModuleBase):
         key = self._key()
         current = self._current
         if current is not None and key == self._current_key and not self._held:
+            self._last_new = False
             return current
         module = self._cache.get(key)
         if module is None:
             module = self._build(key)
         else:
             self._cache.move_to_end(key)
+            self._last_new = False
+            self._last_cost = self._costs[key]
         if module is not current:
             for name in self._names:
                 if name in self._held or name in self._params:
@@ -218,24 +249,65 @@ class SymbolicGraphModule(ModuleBase):
         return module
 
     def _build(self, key: tuple) -> GraphModule:
-        start = time.perf_counter()
-        shapes = {n: self._shapes[n][0] for n in self._names}
-        values = {self._sigs[n].eid: v for n, v in self._values.items()}
-        entry_shapes = self.specializer.infer_shapes(shapes, values)
-        static = self.specializer.static_graph(entry_shapes, self.specializer.last_env)
-        module = GraphModule(static, self.lib, self.ctxs, strict=self.strict,
-                             memory_cap=self.memory_cap,
-                             allow_uninitialized=self.allow_uninitialized)
+        module, self._last_cost = self._static(
+            measure=settings.word(settings.SHAPE_TUNING) == "measure")
+        self._last_new = True
         for name, (_, array) in self._params.items():
             module._adopt_input(name, array)
         self._cache[key] = module
-        while len(self._cache) > self.cache_size:
+        self._kept_bytes[key] = sum(module.held_bytes().values()) - sum(
+            int(array.nbytes) for _, array in self._params.values())
+        self._kernel_keys[key] = self.kernels.hold()
+        self._costs[key] = self._last_cost
+        bound = settings.shape_cache_bytes()
+        while len(self._cache) > 1 and (len(self._cache) > self.cache_size
+                                        or sum(self._kept_bytes.values()) > bound):
             old_key, _ = self._cache.popitem(last=False)
+            del self._kept_bytes[old_key]
+            self.kernels.release(self._kernel_keys.pop(old_key))
+            del self._costs[old_key]
             if old_key == self._current_key:
                 self._current_key = None  # still usable as `current` for the copies above
-        self.specializations += 1
-        self.specialize_seconds += time.perf_counter() - start
         return module
+
+    def _static(self, measure: bool
+                ) -> tuple[GraphModule, tuple[str, float, float, float, int]]:
+        """The static module for the shapes (and values) set now, counted, and what it cost
+        (as _last_cost); its tuning choices are measured only when measure is set, else taken
+        per size class."""
+        start = time.perf_counter()
+        self.kernels.taken = []  # a build that failed before leaves none
+        defaults = tuning.class_defaults
+        shapes = {n: self._shapes[n][0] for n in self._names}
+        values = {self._sigs[n].eid: v for n, v in self._values.items()}
+        entry_shapes = self.specializer.infer_shapes(shapes, values, fast=True)
+        inferred = time.perf_counter()
+        try:
+            static = self.specializer.static_graph(entry_shapes, self.specializer.last_env)
+            planned = time.perf_counter()
+            with contextlib.nullcontext() if measure else tuning.by_size_class():
+                module = GraphModule(static, self.lib, self.ctxs, strict=self.strict,
+                                     memory_cap=self.memory_cap,
+                                     allow_uninitialized=self.allow_uninitialized,
+                                     kernels=self.kernels)
+        except GraphRuntimeError:
+            # a shape taken from the graph's expression that its rule contradicts: every rule
+            # asked names the node and the dims (else the error stands)
+            self.specializer.infer_shapes(shapes, values)
+            raise
+        done = time.perf_counter()
+        self.specializations += 1
+        self.specialize_seconds += done - start
+        bound = ", ".join(f"{k}={v}" for k, v in self.specializer.last_env.items())
+        return module, (bound, inferred - start, planned - inferred, done - planned,
+                        tuning.class_defaults - defaults)
+
+    def _shape_cost(self) -> ShapeCost:
+        """The last run's shape: new or kept, what specialising it cost (by this run or the one
+        that met it first), what is kept across shapes."""
+        bound, infer, plan, prepare, defaults = self._last_cost
+        return ShapeCost(bound, self._last_new, infer, plan, prepare, defaults, len(self._cache),
+                         sum(self._kept_bytes.values()), settings.shape_cache_bytes())
 
     # ---- diagnostics: the specialisation for the inputs set (or the last run's) ----------------
 
@@ -245,20 +317,21 @@ class SymbolicGraphModule(ModuleBase):
 
     def _profile_unlocked(self, repeat: int, progress: Callable[[int], None] | None
                           ) -> list[NodeTime]:
-        """When the specialisation is built by this call, a first row `specialise` (nid -1)
-        holds the time it took (shape inference, planning, kernels); a cached shape has none."""
+        """When the specialisation is built by this call, first rows `specialise` (nid -1) hold
+        the time it took: shape inference, storage plan, kernels prepared; a cached shape has
+        none."""
         built = self.specializations
-        spent = self.specialize_seconds
         module = self._specialised()
-        built = self.specializations - built
-        spent = self.specialize_seconds - spent
         times = module.profile(repeat, progress)
-        if not built:
+        if self.specializations == built:
             return times
-        bound = ", ".join(f"{k}={v}" for k, v in self.specializer.last_env.items())
-        row = NodeTime(-1, f"specialise ({bound or 'static'})", "__specialise", self.ctxs[0],
-                       False, spent)
-        return [row, *times]
+        cost = self._shape_cost()
+        rows = [NodeTime(-1, f"specialise ({cost.shape or 'static'}): {what}", "__specialise",
+                         self.ctxs[0], False, seconds)
+                for what, seconds in (("infer shapes", cost.infer_s),
+                                      ("plan storage", cost.plan_s),
+                                      ("prepare kernels", cost.prepare_s))]
+        return [*rows, *times]
 
     def _capture(self, names: set[str] | None) -> dict[str, list[np.ndarray]]:
         return self._specialised().debug_get_outputs(None if names is None else sorted(names))
@@ -288,6 +361,37 @@ class SymbolicGraphModule(ModuleBase):
     def executor(self) -> Executor:
         """The executor of the specialisation the last run used (for reports)."""
         return self._module("executor").executor
+
+
+def tune(module: SymbolicGraphModule, shapes: Sequence[Mapping[str, Sequence[int]]]) -> int:
+    """Measure module's tuning choices at representative shapes ahead of time (at create, never
+    in a user's run()): each {input: shape} is specialised with its candidates raced and the
+    answers kept in the tuning cache, where every later shape of the same size class finds them
+    (lib/tuning.py's size_class). The modules made are not kept. Returns how many were made."""
+    if module.specializer.value_inputs:
+        raise GraphError(f"tune: inputs {', '.join(module.specializer.value_inputs)} decide "
+                         "shapes by their values; set them and run() instead")
+    module._acquire("tune")
+    saved = dict(module._shapes)
+    try:
+        for one in shapes:
+            unknown = sorted(set(one) - set(module._names))
+            if unknown:
+                raise GraphError(f"tune: graph has no input {unknown[0]!r}; inputs are: "
+                                 f"{module._input_names()}")
+            for name in module._names:
+                if name in module._params:
+                    continue
+                if name not in one:
+                    raise GraphError(f"tune: no shape for input {name!r} ({module.signature})")
+                module._shapes[name] = (tuple(int(d) for d in one[name]),
+                                        module._sigs[name].dtype)
+            module._static(measure=True)
+            module.kernels.release(module.kernels.hold())  # the module made is not kept
+        return len(shapes)
+    finally:
+        module._shapes = saved
+        module._release()
 
 
 def _shape_dtype(value: Any) -> tuple[tuple[int, ...], str]:

@@ -410,6 +410,23 @@ def test_profile_json(addw: Path) -> None:
     assert [s["label"] for s in doc["steps"]] != []
     assert sum(s["percent"] for s in doc["steps"]) == pytest.approx(100.0)
     assert set(doc["per_device_s"]) == {"cpu:0"}
+    assert doc["shape"] is None  # a static graph
+
+
+
+def test_profile_of_a_symbolic_graph_says_what_its_shape_cost(tmp_path: Path) -> None:
+    g = make_graph([null("x"), tvm_op("relu0", "relu", [0])], [1], shapes=[["batch", 4]] * 2)
+    (tmp_path / "graph.json").write_text(g.to_json())
+    x = tmp_path / "x.npy"
+    np.save(x, np.ones((3, 4), np.float32))
+    result = invoke("profile", tmp_path, "-d", "cpu", "--input", f"x={x}", "--json")
+    assert result.exit_code == 0, result.output
+    shape = json.loads(result.stdout)["shape"]
+    assert shape["shape"] == "batch=3" and shape["kept_shapes"] == 1
+    assert shape["infer_s"] >= 0 and shape["prepare_s"] > 0
+    text = invoke("profile", tmp_path, "-d", "cpu", "--input", f"x={x}")
+    assert text.exit_code == 0, text.output
+    assert "shape batch=3: " in text.output and "specialised in" in text.output
 
 
 # ---- plan -------------------------------------------------------------------------------------

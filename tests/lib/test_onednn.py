@@ -549,3 +549,30 @@ def test_matmul_impl_is_read_without_building_the_kernel(onednn, monkeypatch, mo
     asked = kernel.impl
     assert kernel.items == [] and not hasattr(kernel, "weight")
     assert kernel.pieces() >= 1 and kernel.impl == asked and not asked.startswith("ref")
+
+
+def test_a_frozen_weight_is_packed_once_for_every_kernel_reading_it(onednn) -> None:
+    # a symbolic module's param (never written again): the kernels of each shape share one
+    # packed copy; a weight not frozen keeps a packed copy per kernel
+    from graph_runtime.lib.kernels.derived import freeze
+    from graph_runtime.lib.kernels.onednn.matmul import OnednnMatmul
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((96, 64)).astype(np.float32)  # dense's (units, features)
+    freeze(w)
+    kernels = []
+    for m in (5, 40, 40):
+        kernel = OnednnMatmul(1, m, 96, 64, False, True, 1, 1)
+        a = rng.standard_normal((m, 64)).astype(np.float32)
+        out = np.empty((m, 96), np.float32)
+        kernel(a, w, out)
+        np.testing.assert_allclose(out, a @ w.T, rtol=1e-4, atol=1e-4)
+        kernels.append(kernel)
+    first = kernels[0].weight
+    assert not first.direct and first._own is not None  # packed, by the first kernel
+    assert all(k.weight.buffer is first.buffer and k.weight._own is None for k in kernels[1:])
+    loose = w.copy()  # not frozen
+    kernel = OnednnMatmul(1, 5, 96, 64, False, True, 1, 1)
+    out = np.empty((5, 96), np.float32)
+    kernel(np.ones((5, 64), np.float32), loose, out)
+    assert kernel.weight._own is not None and kernel.weight.buffer is not first.buffer
+    np.testing.assert_allclose(out, np.ones((5, 64)) @ w.T, rtol=1e-4, atol=1e-4)

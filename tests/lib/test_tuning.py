@@ -513,3 +513,23 @@ def test_a_tunable_op_forces_in_one_place(cache: Path, monkeypatch: pytest.Monke
     monkeypatch.setenv(ONEDNN.name, "on")
     assert SET.forced(["off", "on"]) is None and SET.forced(["off", "on", "dnn"]) == "dnn"
     assert measure.calls == 2
+
+
+def test_by_size_class_never_measures_and_takes_the_classes_entry(cache: Path) -> None:
+    """A symbolic module's new shape: the exact key's entry, else its class's, else the base;
+    measure is never called."""
+    assert tuning.size_class("float32 batch 1 m 300 n 512 k 33 4x12 (openmp)") == \
+        "float32 batch 1 m 512 n 512 k 64 4x12 (openmp)"
+    measure = Counting({"off": 2e-3, "on": 1e-3})
+    defaults = tuning.class_defaults
+    with tuning.by_size_class():
+        assert _choose(measure, "m 300") == "off" and measure.calls == 0  # unknown: the base
+    assert tuning.class_defaults == defaults + 1
+    assert _choose(measure, "m 260") == "on" and measure.calls == 1  # measured outside run()
+    with tuning.by_size_class():
+        assert _choose(measure, "m 300") == "on"  # 300 and 260 are both of class 512
+        assert _choose(measure, "m 100") == "off"  # class 128: nothing known, the base
+    tuning.forget()  # a new process: the file's entry serves the class too
+    with tuning.by_size_class():
+        assert _choose(measure, "m 511") == "on"
+    assert measure.calls == 1 and tuning.class_defaults == defaults + 2

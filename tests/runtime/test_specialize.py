@@ -1,11 +1,15 @@
 """Symbolic graphs: create() specialises per input shape, caches, shares params, names conflicts."""
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any, Iterator
+
 import numpy as np
 import pytest
 
 import graph_runtime as gr
-from graph_runtime.errors import GraphError
+from graph_runtime import settings
+from graph_runtime.errors import GraphError, LibraryError
 from graph_runtime.graph.symbolic import check_dim, evaluate, names_in
 from graph_runtime.runtime.symbolic_module import SymbolicGraphModule
 
@@ -81,6 +85,15 @@ def test_unsatisfiable_shapes_name_input_dim_and_node() -> None:
                                          r"shapes \(batch=2\): output eid 4 dim 0 is 2 but the "
                                          r"graph declares batch\+1 = 3"):
         bad.run(x=np.ones((2, 4), np.float32), y=np.ones((2, 3), np.float32))
+    # run() takes the declared shapes without asking the rules (each chain's prepare checks
+    # them): dense0's conflict surfaced there and the rules were then asked to name it
+    shapes = {"x": (2, 4), "y": (2, 3)}
+    assert isinstance(bad, SymbolicGraphModule)
+    assert bad.specializer.infer_shapes(shapes, fast=True)[4] == (3, 3)
+    good = gr.create(dense_graph())
+    assert isinstance(good, SymbolicGraphModule)
+    assert good.specializer.infer_shapes(shapes, fast=True) == \
+        good.specializer.infer_shapes(shapes)
 
 
 def test_static_graph_stays_a_graph_module() -> None:
@@ -143,3 +156,145 @@ def test_a_zero_divisor_in_a_dim_names_the_entry_or_the_dims_that_make_it() -> N
                                          r"\(batch - 2\)' divides by 'batch - 2', which is 0 for "
                                          r"batch = 2"):
         m.run(x=np.ones((2, 4), np.float32), y=np.ones((2, 3), np.float32))
+
+
+def _wide_dense() -> gr.Graph:
+    """x (batch, 64) -> dense with w (32, 64), and relu of z (3, 4), which no dim changes."""
+    return gr.Graph.build(
+        [{"op": "null", "name": "x"}, {"op": "null", "name": "w"}, {"op": "null", "name": "z"},
+         _op("dense0", "dense", [0, 1]), _op("relu0", "relu", [2])],
+        [3, 4], shapes=[["batch", 64], [32, 64], [3, 4], ["batch", 32], [3, 4]],
+        dtypes="float32")
+
+
+@pytest.fixture
+def own_tuning(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[list[str]]:
+    """A tuning cache of this test's own, a process that remembers nothing, and the keys
+    measured meanwhile."""
+    from graph_runtime.lib import tuning
+    monkeypatch.setenv(settings.TUNING_CACHE.name, str(tmp_path / "tuning"))
+    tuning.forget()
+    measured: list[str] = []
+    real = tuning._measure
+
+    def counted(wanted: tuning.Entry, *args: Any) -> tuning.Entry:
+        measured.append(wanted.key)
+        return real(wanted, *args)
+    monkeypatch.setattr(tuning, "_measure", counted)
+    yield measured
+    tuning.forget()
+
+
+def _feed(m: Any, batch: int) -> None:
+    m.run(x=np.ones((batch, 64), np.float32), z=-np.ones((3, 4), np.float32))
+
+
+def test_a_new_shape_measures_nothing_in_run_and_takes_its_size_classes_choice(
+        own_tuning: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from graph_runtime.runtime.symbolic_module import tune
+    monkeypatch.setenv(settings.SHAPE_TUNING.name, "measure")  # the old way: measured in run()
+    m = gr.create(_wide_dense())
+    m.load_params({"w": np.ones((32, 64), np.float32)})
+    _feed(m, 20)
+    assert len(own_tuning) == 1 and "m 20 " in own_tuning[0]
+    monkeypatch.delenv(settings.SHAPE_TUNING.name)  # the default: class
+    m = gr.create(_wide_dense())
+    m.load_params({"w": np.ones((32, 64), np.float32)})
+    _feed(m, 40)  # class 64: nothing known, the default kernel
+    cost = m.memory_report().shape
+    assert cost is not None and cost.new and cost.defaults == 1 and len(own_tuning) == 1
+    assert tune(m, [{"x": (60, 64), "z": (3, 4)}]) == 1  # ahead of time, for class 64
+    assert len(own_tuning) == 2 and "m 60 " in own_tuning[1]
+    _feed(m, 50)
+    cost = m.memory_report().shape
+    assert cost is not None and cost.new and cost.defaults == 0 and len(own_tuning) == 2
+    np.testing.assert_allclose(m.get_output(0).numpy(), np.full((50, 32), 64.0))
+    with pytest.raises(GraphError, match="tune: no shape for input 'z'"):
+        tune(m, [{"x": (60, 64)}])
+
+
+def test_kernels_are_prepared_once_across_shapes_and_dropped_with_them() -> None:
+    m = gr.create(_wide_dense(), cache_size=2)
+    m.load_params({"w": np.ones((32, 64), np.float32)})
+    assert isinstance(m, SymbolicGraphModule)
+    _feed(m, 2)
+    assert (m.kernels.prepared, m.kernels.reused) == (2, 0)
+    _feed(m, 3)  # relu0's shapes are the same: its kernel is taken, dense0's made
+    assert (m.kernels.prepared, m.kernels.reused) == (3, 1)
+    relu = [s.fn for s in m.specialised().executor.steps if s.label.endswith("'relu0'")]
+    _feed(m, 2)  # cached: nothing prepared or taken
+    assert (m.kernels.prepared, m.kernels.reused) == (3, 1)
+    assert [s.fn for s in m.specialised().executor.steps if s.label.endswith("'relu0'")] == relu
+    np.testing.assert_allclose(m.get_output(1).numpy(), np.zeros((3, 4)))
+    for batch in (4, 5, 6):  # every older shape evicted: their kernels go with them
+        _feed(m, batch)
+    assert len(m.kernels.kernels) == 3  # relu0's, and dense0's of batch 5 and 6
+    m.load_params({"w": np.full((32, 64), 2, np.float32)})
+    assert m.kernels.kernels == {}  # a new weight: kernels deriving from it prepared anew
+    _feed(m, 7)
+    np.testing.assert_allclose(m.get_output(0).numpy(), np.full((7, 32), 128.0))
+
+
+def test_the_bytes_kept_across_shapes_are_bounded_by_the_setting(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    m = gr.create(_wide_dense())
+    m.load_params({"w": np.ones((32, 64), np.float32)})
+    for batch in (1, 2, 3):
+        _feed(m, batch)
+    cost = m.memory_report().shape
+    assert cost is not None and cost.kept_shapes == 3 and cost.kept_bytes > 0
+    monkeypatch.setenv(settings.SHAPE_CACHE_BYTES.name, str(cost.kept_bytes))
+    _feed(m, 4)  # a larger fourth passes the bound: the oldest shapes go
+    cost = m.memory_report().shape
+    assert cost is not None and 1 < cost.kept_shapes <= 3
+    assert cost.kept_bytes <= cost.bound_bytes
+    monkeypatch.setenv(settings.SHAPE_CACHE_BYTES.name, "0")
+    _feed(m, 5)  # the one in use stays, whatever the bound
+    assert len(m._cache) == 1
+    np.testing.assert_allclose(m.get_output(0).numpy(), np.full((5, 32), 64.0))
+    monkeypatch.setenv(settings.SHAPE_CACHE_BYTES.name, "lots")
+    with pytest.raises(LibraryError, match="GRAPH_RUNTIME_SHAPE_CACHE_BYTES must be a "
+                                           "non-negative integer, got 'lots'"):
+        _feed(m, 6)
+
+
+def test_profile_and_memory_report_say_when_a_shape_was_new_and_its_cost() -> None:
+    m = gr.create(_wide_dense())
+    m.load_params({"w": np.ones((32, 64), np.float32)})
+    m.set_input(x=np.ones((8, 64), np.float32), z=np.ones((3, 4), np.float32))
+    rows = m.profile()
+    assert [r.label for r in rows[:3]] == [f"specialise (batch=8): {what}" for what in
+                                           ("infer shapes", "plan storage", "prepare kernels")]
+    assert all(r.func_name == "__specialise" and r.nid == -1 for r in rows[:3])
+    assert rows[3].func_name != "__specialise"
+    cost = m.memory_report().shape
+    assert cost is not None and cost.new and cost.shape == "batch=8"
+    assert cost.seconds == cost.infer_s + cost.plan_s + cost.prepare_s > 0
+    assert "shape batch=8: new, specialised in" in str(m.memory_report())
+    m.run()
+    again = m.memory_report().shape
+    assert again is not None and not again.new and again.seconds == cost.seconds
+    assert "shape batch=8: kept from an earlier run (specialised in" in str(m.memory_report())
+    assert "; 1 shape kept in" in str(m.memory_report())
+    static = gr.create(gr.Graph.build([{"op": "null", "name": "x"}, _op("relu0", "relu", [0])],
+                                      [1], shapes=[[2], [2]], dtypes="float32"))
+    static.run(x=np.ones(2, np.float32))
+    assert static.memory_report().shape is None
+
+
+def test_a_param_written_through_its_view_reaches_every_shape() -> None:
+    # params are counted as written once (their packed forms shared across shapes) until a
+    # view of one is handed out: then every specialisation derives from it again each run
+    m = gr.create(_wide_dense())
+    m.load_params({"w": np.ones((32, 64), np.float32)})
+    for batch in (2, 3):
+        _feed(m, batch)
+        np.testing.assert_allclose(m.get_output(0).numpy(), np.full((batch, 32), 64.0))
+    m.get_input("w").copyfrom(np.full((32, 64), 2, np.float32))
+    for batch in (3, 2, 4):
+        _feed(m, batch)
+        np.testing.assert_allclose(m.get_output(0).numpy(), np.full((batch, 32), 128.0))
+    m.load_params({"w": np.full((32, 64), 3, np.float32)})  # a new array, counted again
+    for batch in (4, 2):
+        _feed(m, batch)
+        np.testing.assert_allclose(m.get_output(0).numpy(), np.full((batch, 32), 192.0))

@@ -1,0 +1,141 @@
+"""Text generation with a KV cache: a greedy loop where every step is a new sequence length.
+
+The decoder (default: llama_kv_ts from bench/dynamic_models.py, Hugging Face Optimum's
+convention: input_ids, attention_mask, position_ids, past_key_values.<i>.key/value in; logits
+and present.<i>.key/value out) is imported once without --shape. A prompt of 32 tokens is
+prefilled, then 128 new tokens are generated greedily, each step feeding the previous step's
+present tensors back as the past: the past length grows by one every step, so every step runs a
+shape not seen before. graph_runtime and ONNX Runtime (default session options, and one thread:
+bench/peers.py) each run the whole generation in turn with a pause between them, over several
+rounds (a fresh module per round); the tokens must agree. Prints the per-token latency (median
+over the decode steps) and the prefill time; writes bench/results/generate.json.
+Usage: python bench/generate.py [--model PATH] [--new 128] [--prompt 32] [--rounds 3]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # measure the checkout this script sits in
+import graph_runtime as gr  # noqa: E402
+from graph_runtime.frontend import import_onnx  # noqa: E402
+from interleave import SETTLE_S  # noqa: E402  (bench/)
+from peers import machine_line, onnxruntime_sessions  # noqa: E402  (bench/)
+
+DEFAULT_MODEL = Path.home() / ".cache" / "graph_runtime" / "bench_dynamic" / "llama_kv_ts.onnx"
+
+Step = Callable[[dict[str, np.ndarray]], list[np.ndarray]]
+
+
+def past_names(input_names: list[str]) -> list[str]:
+    return [n for n in input_names if n.startswith("past_key_values.")]
+
+
+def generate(step: Step, names: list[str], kv_shape: tuple[int, int], prompt: np.ndarray,
+             new: int) -> tuple[list[int], list[float], float]:
+    """(tokens, seconds per decode step, prefill seconds) of a greedy generation."""
+    pasts = past_names(names)
+    heads, dim = kv_shape
+    feeds = {"input_ids": prompt, "attention_mask": np.ones_like(prompt),
+             "position_ids": np.arange(prompt.shape[1], dtype=np.int64)[None]}
+    feeds.update({n: np.zeros((1, heads, 0, dim), np.float32) for n in pasts})
+    tokens: list[int] = []
+    times: list[float] = []
+    prefill = 0.0
+    for k in range(new):
+        t = time.perf_counter()
+        outs = step(feeds)
+        elapsed = time.perf_counter() - t
+        if k == 0:
+            prefill = elapsed
+        else:
+            times.append(elapsed)
+        token = int(np.argmax(outs[0][0, -1]))
+        tokens.append(token)
+        total = feeds["attention_mask"].shape[1] + 1
+        feeds = {"input_ids": np.array([[token]], np.int64),
+                 "attention_mask": np.ones((1, total), np.int64),
+                 "position_ids": np.array([[total - 1]], np.int64)}
+        feeds.update(dict(zip(pasts, outs[1:])))
+    return tokens, times, prefill
+
+
+def ours_step(module: Any, count: int) -> Step:
+    def step(feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        module.run(**feeds)
+        return [module.get_output(i).numpy() for i in range(count)]
+    return step
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL)
+    parser.add_argument("--new", type=int, default=128)
+    parser.add_argument("--prompt", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", type=Path,
+                        default=ROOT / "bench" / "results" / "generate.json")
+    opts = parser.parse_args()
+    if not opts.model.exists():
+        sys.exit(f"{opts.model} is missing: run bench/dynamic_models.py --only "
+                 f"{opts.model.stem} with a Python that has torch and transformers")
+    print(machine_line())
+    start = time.perf_counter()
+    result = import_onnx(opts.model)
+    print(f"imported {opts.model.name} once without --shape in "
+          f"{time.perf_counter() - start:.1f} s")
+    sessions = onnxruntime_sessions(opts.model)
+    names = [i.name for i in sessions["onnxruntime"].get_inputs()]
+    outputs = len(sessions["onnxruntime"].get_outputs())
+    kv = next(i for i in sessions["onnxruntime"].get_inputs() if i.name in past_names(names))
+    kv_shape = (int(kv.shape[1]), int(kv.shape[3]))
+    prompt = np.random.default_rng(0).integers(0, 2000, (1, opts.prompt)).astype(np.int64)
+    lib = result.module()
+
+    per_token: dict[str, list[float]] = {"graph_runtime": [], **{k: [] for k in sessions}}
+    prefill: dict[str, list[float]] = {k: [] for k in per_token}
+    tokens: dict[str, list[int]] = {}
+    for _ in range(opts.rounds):
+        for name in per_token:
+            time.sleep(SETTLE_S)
+            if name == "graph_runtime":
+                module = gr.create(result.graph_json, lib)
+                module.load_params(result.params)
+                step = ours_step(module, outputs)
+            else:
+                session = sessions[name]
+                step = (lambda s: lambda feeds: s.run(None, feeds))(session)
+            got, times, first = generate(step, names, kv_shape, prompt, opts.new)
+            tokens.setdefault(name, got)
+            per_token[name].append(statistics.median(times))
+            prefill[name].append(first)
+    same = all(t == tokens["onnxruntime"] for t in tokens.values())
+    print(f"\ngreedy generation of {opts.new} tokens after a {opts.prompt}-token prompt, "
+          f"{opts.rounds} rounds; tokens agree with ONNX Runtime: {same}")
+    for name in per_token:
+        print(f"  {name:24s} per token {statistics.median(per_token[name]) * 1e3:7.2f} ms   "
+              f"prefill {statistics.median(prefill[name]) * 1e3:7.1f} ms")
+    peer = min(statistics.median(per_token[k]) for k in sessions)
+    ratio = statistics.median(per_token["graph_runtime"]) / peer
+    print(f"  per-token ratio to ONNX Runtime's faster setting: {ratio:.2f}x")
+    opts.json.parent.mkdir(parents=True, exist_ok=True)
+    opts.json.write_text(json.dumps({
+        "machine": machine_line(), "load": os.getloadavg()[0], "model": opts.model.name,
+        "per_token_s": per_token, "prefill_s": prefill, "ratio": ratio,
+        "tokens_agree": same}, indent=1))
+    print(f"wrote {opts.json}")
+    if not same:
+        sys.exit("the generated tokens differ from ONNX Runtime's")
+
+
+if __name__ == "__main__":
+    main()
