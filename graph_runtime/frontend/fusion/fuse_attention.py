@@ -18,21 +18,62 @@ from typing import Any
 import numpy as np
 
 from ..ir import Prim, Value
+from ..symdim import evaluate, is_int, is_sym, same, same_shape
 from .pattern import PatternGraph, near, new_prim, other, scalar
 
 _VIEWS = ("reshape", "transpose")
 _Steps = list[tuple[str, Any]]
+Env = dict[str, int]
 
 
-def _view(idx: np.ndarray, op: str, attrs: Any) -> np.ndarray:
+class _StandIns(dict):  # type: ignore[type-arg]
+    """Stand-in sizes for symbolic dims: each name met gets the next of primes."""
+
+    def __init__(self, primes: tuple[int, ...]) -> None:
+        super().__init__()
+        self.primes = iter(primes)
+
+    def __contains__(self, name: object) -> bool:
+        return True
+
+    def __missing__(self, name: str) -> int:
+        value = next(self.primes, None)
+        if value is None:
+            raise ValueError(f"more symbolic dims than stand-in sizes at {name!r}")
+        self[name] = value
+        return value
+
+
+# NOTE: index arrays cannot be built of symbolic dims, so a layout is traced at stand-in sizes
+# (the shapes' other arithmetic stays symbolic). The index map of a reshape/transpose chain is
+# a mixed-radix digit map: which digits (axes split or merged) go where depends on the sizes
+# only through coincidences between them (a size 1, or one size a product of others). Distinct
+# primes above the literal dims' usual factors (2, 3, 5, 7) avoid those; the match is made at
+# two such sizings with no prime in common and taken only when both give the same op, so the
+# layout holds for every size > 1 (and for 1: its digit is then always 0, the others unmoved).
+_SIZINGS = ((11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53),
+            (59, 61, 67, 71, 73, 79, 83, 89, 97, 101, 103, 107))
+
+
+def _at(shape: Any, env: Env) -> list[int]:
+    return [evaluate(d, env) for d in shape]
+
+
+def _index(shape: Any, env: Env) -> np.ndarray:
+    """Each element's flat index, for an array of shape at the sizes env gives."""
+    dims = _at(shape, env)
+    return np.arange(math.prod(dims)).reshape(dims)
+
+
+def _view(idx: np.ndarray, op: str, attrs: Any, env: Env) -> np.ndarray:
     if op == "reshape":
-        return idx.reshape(attrs["newshape"])
+        return idx.reshape(_at(attrs["newshape"], env))
     if op == "transpose":
         return idx.transpose(attrs["axes"])
-    return np.broadcast_to(idx, attrs["shape"])
+    return np.broadcast_to(idx, _at(attrs["shape"], env))
 
 
-def _trace_back(g: PatternGraph, v: Value
+def _trace_back(g: PatternGraph, v: Value, env: Env
                 ) -> tuple[Value, np.ndarray, float, tuple[Value, _Steps]] | None:
     """The array v is a view of, v's elements as indices into it, the scalar factor, and the
     value the view steps start from (src, or the split output src was cut into) with the
@@ -57,7 +98,7 @@ def _trace_back(g: PatternGraph, v: Value
     src = cur
     steps.reverse()
     made_from = (cur, steps)
-    idx = np.arange(math.prod(src.shape)).reshape(src.shape)
+    idx = _index(src.shape, env)
     if src.producer is not None and src.producer.op == "split" and src.rank >= 2:
         split = src.producer
         axis = split.attrs.get("axis", 0)
@@ -69,30 +110,32 @@ def _trace_back(g: PatternGraph, v: Value
                     break
                 start += o.shape[-1]
             src = base
-            idx = np.arange(math.prod(src.shape)).reshape(src.shape)[..., start:start + cur.shape[-1]]
+            first, width = _at((start, cur.shape[-1]), env)
+            idx = _index(src.shape, env)[..., first:first + width]
     for op, attrs in steps:
-        idx = _view(idx, op, attrs)
+        idx = _view(idx, op, attrs, env)
     return src, idx, scale, made_from
 
 
-def _heads(src: Value, idx: np.ndarray, tokens: int, dim: int, key_t: bool
-           ) -> tuple[int, int, int] | None:
-    """(batch, heads, column offset) when idx holds src's heads as (batch*heads, tokens, dim)
-    (or (batch*heads, dim, tokens) with key_t), else None."""
+def _heads(src: Value, idx: np.ndarray, tokens: Any, dim: int, key_t: bool, env: Env
+           ) -> tuple[Any, int, int] | None:
+    """(batch, heads, column offset) when idx (at the sizes env gives) holds src's heads as
+    (batch*heads, tokens, dim) (or (batch*heads, dim, tokens) with key_t), else None."""
     width = src.shape[-1]
     total = math.prod(src.shape)
-    if width * tokens == 0 or total % (width * tokens):
+    if is_int(width * tokens, 0) or not is_int(total % (width * tokens), 0):
         return None
     batch = total // (width * tokens)
+    n_batch, n_tokens, n_width = _at((batch, tokens, width), env)
     flat = idx.reshape(-1)
-    heads = idx.shape[0] // batch if batch and idx.shape[0] % batch == 0 else 0
+    heads = idx.shape[0] // n_batch if n_batch and idx.shape[0] % n_batch == 0 else 0
     if heads < 1:
         return None
-    offset = int(flat.min()) % width
-    if offset + heads * dim > width:
+    offset = int(flat.min()) % n_width
+    if offset + heads * dim > n_width:
         return None
-    want = np.arange(total).reshape(batch, tokens, width)[:, :, offset:offset + heads * dim]
-    want = want.reshape(batch, tokens, heads, dim)
+    want = np.arange(n_batch * n_tokens * n_width).reshape(n_batch, n_tokens, n_width)
+    want = want[:, :, offset:offset + heads * dim].reshape(n_batch, n_tokens, heads, dim)
     want = want.transpose(0, 2, 3, 1) if key_t else want.transpose(0, 2, 1, 3)
     if want.size != idx.size or not np.array_equal(want.reshape(idx.shape), idx):
         return None
@@ -101,7 +144,7 @@ def _heads(src: Value, idx: np.ndarray, tokens: int, dim: int, key_t: bool
 
 def _as_3d(src: Value, batch: int, prims: list[Prim], origin: str) -> Value:
     shape = (batch, math.prod(src.shape) // (batch * src.shape[-1]), src.shape[-1])
-    if src.shape == shape:
+    if same_shape(src.shape, shape):
         return src
     if src.const is not None:
         return Value(src.name, shape, src.dtype, const=src.const.reshape(shape))
@@ -129,6 +172,26 @@ def _copied(start: tuple[Value, _Steps], batch: int, heads: int, tokens: int, ke
 
 def match_attention(g: PatternGraph, bmm: Prim) -> tuple[list[Prim], Prim] | None:
     """New prims computing the attention whose scores bmm makes, and the prim they replace."""
+    if not any(is_sym(d) for v in bmm.inputs + bmm.outputs for d in v.shape):
+        return _match(g, bmm, {})
+    # symbolic dims: the layouts traced at two stand-in sizings (see _SIZINGS) must agree
+    found = _match(g, bmm, _StandIns(_SIZINGS[0]))
+    if found is None:
+        return None
+    new, old = found
+    final = new[-1].outputs[0]
+    final.producer = old  # the check matches the graph as it was
+    check = _match(g, bmm, _StandIns(_SIZINGS[1]))
+    final.producer = new[-1]
+    if check is None or check[1] is not old \
+            or [(p.op, p.attrs) for p in check[0]] != [(p.op, p.attrs) for p in new]:
+        final.producer = old
+        return None
+    return found
+
+
+def _match(g: PatternGraph, bmm: Prim, env: Env) -> tuple[list[Prim], Prim] | None:
+    """match_attention with layouts traced at the sizes env gives the symbolic dims."""
     if bmm.op not in ("batch_matmul", "matmul") or bmm.outputs[0].dtype not in ("float32",
                                                                                  "float64"):
         return None
@@ -193,15 +256,17 @@ def match_attention(g: PatternGraph, bmm: Prim) -> tuple[list[Prim], Prim] | Non
     bmm2 = p
     # the three operands as head views of their sources, or copied into that layout
     operands = (qa, ka, bmm2.inputs[1])
-    traced = [t for t in (_trace_back(g, v) for v in operands) if t is not None]
+    traced = [t for t in (_trace_back(g, v, env) for v in operands) if t is not None]
     if len(traced) != 3:
         return None
     kinds = ((q_len, False), (k_len, key_t), (k_len, False))
-    layouts = [_heads(t[0], t[1].reshape((bh,) + tuple(o.shape[-2:])), tokens, dim, kt)
-               for t, o, (tokens, kt) in zip(traced, operands, kinds)]
+    if is_sym(dim):
+        return None  # the op's head_dim would be symbolic
+    layouts = [_heads(t[0], t[1].reshape(_at((bh,) + tuple(o.shape[-2:]), env)), tokens, dim,
+                      kt, env) for t, o, (tokens, kt) in zip(traced, operands, kinds)]
     # a (batch, heads, tokens, dim) source says which; (batch*heads, tokens, dim) does not
     q_src = traced[0][0]
-    if q_src.rank == 4 and q_src.shape[2:] == (q_len, dim):
+    if q_src.rank == 4 and same_shape(q_src.shape[2:], (q_len, dim)):
         batch, heads = q_src.shape[:2]
     elif layouts[0] is not None:
         batch, heads = layouts[0][:2]
@@ -209,7 +274,7 @@ def match_attention(g: PatternGraph, bmm: Prim) -> tuple[list[Prim], Prim] | Non
         batch, heads = qa.shape[:2]
     else:
         return None
-    if bh != batch * heads or traced[2][2] != 1.0:
+    if is_sym(heads) or not same(bh, batch * heads) or traced[2][2] != 1.0:
         return None
     scale *= traced[0][2] * traced[1][2]
     origin = bmm.origin
@@ -217,7 +282,7 @@ def match_attention(g: PatternGraph, bmm: Prim) -> tuple[list[Prim], Prim] | Non
     inputs: list[Value] = []
     offsets = []
     for t, layout, (tokens, kt) in zip(traced, layouts, kinds):
-        if layout is not None and layout[:2] == (batch, heads):
+        if layout is not None and same_shape(layout[:2], (batch, heads)):
             inputs.append(_as_3d(t[0], batch, new, origin))
             offsets.append(layout[2])
         else:
@@ -225,19 +290,17 @@ def match_attention(g: PatternGraph, bmm: Prim) -> tuple[list[Prim], Prim] | Non
             offsets.append(0)
     # context (batch*heads, q_len, dim) -> views -> (batch, q_len, heads*dim) or 2-D
     cur = bmm2.outputs[0]
-    idx = np.arange(math.prod(cur.shape)).reshape(cur.shape)
-    want_all = np.arange(math.prod(cur.shape)).reshape(batch, heads, q_len, dim)
-    want_all = want_all.transpose(0, 2, 1, 3)
+    idx = _index(cur.shape, env)
+    want_all = _index((batch, heads, q_len, dim), env).transpose(0, 2, 1, 3)
     final = None
     while True:
         p = g.sole(cur)
         if p is None or p.op not in _VIEWS:
             break
-        idx = idx.reshape(p.attrs["newshape"]) if p.op == "reshape" \
-            else idx.transpose(p.attrs["axes"])
+        idx = _view(idx, p.op, p.attrs, env)
         cur = p.outputs[0]
-        if cur.shape[-1] == heads * dim and cur.rank in (2, 3) \
-                and np.array_equal(idx, want_all.reshape(cur.shape)):
+        if same(cur.shape[-1], heads * dim) and cur.rank in (2, 3) \
+                and np.array_equal(idx, want_all.reshape(_at(cur.shape, env))):
             final = cur
     if final is None or final.producer is None:
         return None
@@ -246,8 +309,8 @@ def match_attention(g: PatternGraph, bmm: Prim) -> tuple[list[Prim], Prim] | Non
     if mask is not None:
         shape4 = (1,) * (4 - mask.rank) + tuple(mask.shape)
         full = (batch, heads, q_len, k_len)
-        if scores4 != full or len(shape4) != 4 \
-                or any(m not in (1, f) for m, f in zip(shape4, full)):
+        if not same_shape(scores4, full) or len(shape4) != 4 \
+                or any(not (is_int(m, 1) or same(m, f)) for m, f in zip(shape4, full)):
             return None
         if shape4 != mask.shape:
             if mask.const is not None:
