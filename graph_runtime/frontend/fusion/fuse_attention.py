@@ -45,14 +45,17 @@ class _StandIns(dict):  # type: ignore[type-arg]
 
 
 # NOTE: index arrays cannot be built of symbolic dims, so a layout is traced at stand-in sizes
-# (the shapes' other arithmetic stays symbolic). The index map of a reshape/transpose chain is
-# a mixed-radix digit map: which digits (axes split or merged) go where depends on the sizes
-# only through coincidences between them (a size 1, or one size a product of others). Distinct
-# primes above the literal dims' usual factors (2, 3, 5, 7) avoid those; the match is made at
-# two such sizings with no prime in common and taken only when both give the same op, so the
-# layout holds for every size > 1 (and for 1: its digit is then always 0, the others unmoved).
+# (the shapes' other arithmetic stays symbolic, and the op's attrs must come out as ints). The
+# index map of a reshape/transpose chain is a mixed-radix digit map: which digits (axes split
+# or merged) go where is fixed by the chain; two different chains give the same map only where
+# sizes coincide (a size 1, two sizes equal, one the product of others), as the attention
+# layout with a Reshape alone for the Transpose does at seq 1. Distinct primes, none a factor
+# of the literal dims' usual 2, 3, 5, 7, have no such coincidence; and the match is made at two
+# sizings with no prime in common and taken only when both give the same ops and attrs. A size
+# 1 at run time keeps the map: its digit is then always 0 and the others do not move.
 _SIZINGS = ((11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53),
             (59, 61, 67, 71, 73, 79, 83, 89, 97, 101, 103, 107))
+_MAX_TRACED = 1 << 24  # elements of one stand-in index array
 
 
 def _at(shape: Any, env: Env) -> list[int]:
@@ -62,6 +65,8 @@ def _at(shape: Any, env: Env) -> list[int]:
 def _index(shape: Any, env: Env) -> np.ndarray:
     """Each element's flat index, for an array of shape at the sizes env gives."""
     dims = _at(shape, env)
+    if math.prod(dims) > _MAX_TRACED:
+        raise ValueError(f"a stand-in index array of {dims} is too large to trace")
     return np.arange(math.prod(dims)).reshape(dims)
 
 
@@ -117,8 +122,8 @@ def _trace_back(g: PatternGraph, v: Value, env: Env
     return src, idx, scale, made_from
 
 
-def _heads(src: Value, idx: np.ndarray, tokens: Any, dim: int, key_t: bool, env: Env
-           ) -> tuple[Any, int, int] | None:
+def _heads(src: Value, idx: np.ndarray, tokens: Any, dim: int, key_t: bool,
+           env: Env | None = None) -> tuple[Any, int, int] | None:
     """(batch, heads, column offset) when idx (at the sizes env gives) holds src's heads as
     (batch*heads, tokens, dim) (or (batch*heads, dim, tokens) with key_t), else None."""
     width = src.shape[-1]
@@ -126,7 +131,7 @@ def _heads(src: Value, idx: np.ndarray, tokens: Any, dim: int, key_t: bool, env:
     if is_int(width * tokens, 0) or not is_int(total % (width * tokens), 0):
         return None
     batch = total // (width * tokens)
-    n_batch, n_tokens, n_width = _at((batch, tokens, width), env)
+    n_batch, n_tokens, n_width = _at((batch, tokens, width), env or {})
     flat = idx.reshape(-1)
     heads = idx.shape[0] // n_batch if n_batch and idx.shape[0] % n_batch == 0 else 0
     if heads < 1:
@@ -134,7 +139,8 @@ def _heads(src: Value, idx: np.ndarray, tokens: Any, dim: int, key_t: bool, env:
     offset = int(flat.min()) % n_width
     if offset + heads * dim > n_width:
         return None
-    want = np.arange(n_batch * n_tokens * n_width).reshape(n_batch, n_tokens, n_width)
+    want: np.ndarray = np.arange(n_batch * n_tokens * n_width).reshape(n_batch, n_tokens,
+                                                                        n_width)
     want = want[:, :, offset:offset + heads * dim].reshape(n_batch, n_tokens, heads, dim)
     want = want.transpose(0, 2, 3, 1) if key_t else want.transpose(0, 2, 1, 3)
     if want.size != idx.size or not np.array_equal(want.reshape(idx.shape), idx):
@@ -172,12 +178,11 @@ def _copied(start: tuple[Value, _Steps], batch: int, heads: int, tokens: int, ke
 
 def match_attention(g: PatternGraph, bmm: Prim) -> tuple[list[Prim], Prim] | None:
     """New prims computing the attention whose scores bmm makes, and the prim they replace."""
-    if not any(is_sym(d) for v in bmm.inputs + bmm.outputs for d in v.shape):
-        return _match(g, bmm, {})
-    # symbolic dims: the layouts traced at two stand-in sizings (see _SIZINGS) must agree
-    found = _match(g, bmm, _StandIns(_SIZINGS[0]))
-    if found is None:
-        return None
+    env = _StandIns(_SIZINGS[0])
+    found = _match(g, bmm, env)
+    if found is None or not env:
+        return found  # no symbolic dim was traced: the layouts are of the real sizes
+    # the layouts traced at two stand-in sizings (see _SIZINGS) must agree
     new, old = found
     final = new[-1].outputs[0]
     final.producer = old  # the check matches the graph as it was
