@@ -125,10 +125,16 @@ PASSES: tuple[Pass, ...] = (
     Pass("integer", "onnx", "MatMulInteger/ConvInteger -> Cast -> Mul -> Add as one scaled "
          "integer op (quantize_dynamic)", _integer, _int8_import),
     Pass("gelu", "prims", "exact and tanh GELU from erf/tanh chains", _transformer("gelu")),
+    Pass("silu", "prims", "x * sigmoid(x) as silu, one input, so it joins a conv's or dense's "
+         "tail", _transformer("silu")),
     Pass("layer-norm", "prims", "a decomposed LayerNorm (mean, variance, rsqrt, scale) as "
          "layer_norm", _transformer("layer-norm")),
+    Pass("rms-norm", "prims", "a decomposed RMSNorm (mean of squares, rsqrt, scale) as "
+         "rms_norm", _transformer("rms-norm")),
     Pass("attention", "prims", "scaled dot-product attention (matmul, scale, mask, softmax, "
-         "matmul) as one attention op", _transformer("attention")),
+         "matmul) as one attention op; heads rotated in (batch, heads, tokens, dim) or K/V "
+         "heads repeated (grouped-/multi-query) are copied into its layout",
+         _transformer("attention")),
     Pass("qkv-pack", "prims", "an attention's Q, K, V projections of one input as one dense",
          _prims(pack_qkv), _has("attention")),
     Pass("int8-dynamic-quantize", "prims", "DynamicQuantizeLinear joined to the one product "

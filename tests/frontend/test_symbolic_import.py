@@ -426,3 +426,60 @@ def test_symbolic_value_read_inside_a_loop_body_is_fed() -> None:
                                 "zero": np.array([0], np.int64)})
     _matches_onnxruntime(model, [{"x": RNG.standard_normal((b, s)).astype(np.float32)}
                                  for b, s in [(1, 2), (2, 5)]])
+
+
+def _static_shapes(path: Path, env: dict[str, int]) -> dict[str, list[int]]:
+    inputs = onnx.load(str(path), load_external_data=False).graph.input
+    return {i.name: [d.dim_value if d.HasField("dim_value") else env[d.dim_param]
+                     for d in i.type.tensor_type.shape.dim] for i in inputs}
+
+
+@pytest.mark.parametrize("name, env", [
+    ("bert_dyn", {"batch": 2, "seq": 7}), ("gpt2_dyn", {"batch": 2, "seq": 7}),
+    ("llama_tiny_ts", TINY["llama_tiny_ts"][1]), ("llama_tiny_kv_ts", TINY["llama_tiny_kv_ts"][0])])
+def test_symbolic_import_fuses_as_a_static_one(name: str, env: dict[str, int]) -> None:
+    """Attention (and BERT's QKV packing) traced at stand-in sizes: the same rewrites as an import
+    at one shape (test_transformers_import_once... and test_issue_models... run the fused module
+    against ONNX Runtime at every shape)."""
+    from graph_runtime.frontend.importer import import_onnx
+    path = DYNAMIC / f"{name}.onnx"
+    symbolic = import_onnx(path)
+    assert symbolic.symbolic_path == "propagation", symbolic.propagation_refusal
+    static = import_onnx(path, shape=_static_shapes(path, env))
+    assert symbolic.patterns["attention"] == 2
+    assert symbolic.patterns == static.patterns
+
+
+def _attention_model(heads_back: bool) -> onnx.ModelProto:
+    """x (batch, seq, 32) -> self-attention of 4 heads of 8; the context's heads put back by
+    Transpose + Reshape (heads_back), or by a Reshape alone (the right layout only for seq 1)."""
+    nodes = []
+    for n, perm in (("q", [0, 2, 1, 3]), ("k", [0, 2, 3, 1]), ("v", [0, 2, 1, 3])):
+        nodes += [helper.make_node("MatMul", ["x", f"W{n}"], [f"{n}p"]),
+                  helper.make_node("Reshape", [f"{n}p", "split"], [f"{n}4"]),
+                  helper.make_node("Transpose", [f"{n}4"], [n], perm=perm)]
+    nodes += [helper.make_node("MatMul", ["q", "k"], ["s"]),
+              helper.make_node("Mul", ["s", "scale"], ["ss"]),
+              helper.make_node("Softmax", ["ss"], ["p"], axis=-1),
+              helper.make_node("MatMul", ["p", "v"], ["c"])]
+    if heads_back:
+        nodes += [helper.make_node("Transpose", ["c"], ["ct"], perm=[0, 2, 1, 3]),
+                  helper.make_node("Reshape", ["ct", "merge"], ["y"])]
+    else:
+        nodes += [helper.make_node("Reshape", ["c", "merge"], ["y"])]
+    inits = {f"W{n}": RNG.standard_normal((32, 32)).astype(np.float32) for n in "qkv"}
+    inits.update(split=np.array([0, 0, 4, 8], np.int64), merge=np.array([0, -1, 32], np.int64),
+                 scale=np.array(8 ** -0.5, np.float32))
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                        ["batch", "seq", 32])], inits)
+
+
+@pytest.mark.parametrize("heads_back", [True, False])
+def test_attention_layout_right_only_at_some_sizes_is_not_fused(heads_back: bool) -> None:
+    """The context's Reshape without a Transpose gives attention's layout only where seq is 1:
+    traced at stand-in sizes it is no match, and both models run as ONNX Runtime's."""
+    from graph_runtime.frontend.importer import import_onnx
+    model = _attention_model(heads_back)
+    assert import_onnx(model).patterns["attention"] == int(heads_back)
+    _matches_onnxruntime(model, [{"x": RNG.standard_normal(s).astype(np.float32)}
+                                 for s in ((1, 1, 32), (2, 5, 32), (3, 7, 32))])

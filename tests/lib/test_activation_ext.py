@@ -1,4 +1,5 @@
-"""ONNX activations (softplus ... thresholded_relu) against float64 references of their specs."""
+"""ONNX activations (softplus ... thresholded_relu) and silu against float64 references of their
+specs."""
 from __future__ import annotations
 
 import numpy as np
@@ -26,6 +27,7 @@ CASES = [
     ("hard_sigmoid", {}, _hard_sigmoid),
     ("hard_sigmoid", {"alpha": 0.5, "beta": 0.6}, lambda x: _hard_sigmoid(x, 0.5, 0.6)),
     ("hard_swish", {}, lambda x: x * _hard_sigmoid(x, 1 / 6, 0.5)),
+    ("silu", {}, lambda x: x / (1 + np.exp(-x))),
     ("elu", {}, lambda x: np.where(x < 0, np.exp(x) - 1, x)),
     ("elu", {"alpha": 2.0}, lambda x: np.where(x < 0, 2 * (np.exp(x) - 1), x)),
     ("selu", {}, lambda x: np.where(x <= 0, SELU_GAMMA * SELU_ALPHA * (np.exp(x) - 1),
@@ -50,7 +52,7 @@ def test_activation(backend_name: str, name: str, attrs: dict, ref, dtype: str, 
     assert_close(got, ref(x.astype(np.float64)), dtype)
 
 
-@pytest.mark.parametrize("name", ["softplus", "mish", "hard_swish"])
+@pytest.mark.parametrize("name", ["softplus", "mish", "hard_swish", "silu"])
 def test_activation_float16(backend_name: str, name: str, run_op, random_array,
                             assert_close) -> None:
     ref = {n: r for n, a, r in CASES if not a}[name]

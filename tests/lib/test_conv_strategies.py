@@ -175,6 +175,8 @@ EPILOGUES = {
                         lambda y, b, r: np.where(y + b < 0, 0.2 * (y + b), y + b), "bias"),
     "bias_sigmoid": ([{"op": "add"}, {"op": "sigmoid"}], lambda y, b, r: 1 / (1 + np.exp(-y - b)),
                      "bias"),
+    "bias_silu": ([{"op": "add"}, {"op": "silu"}], lambda y, b, r: (y + b) / (1 + np.exp(-y - b)),
+                  "bias"),
     "bias_hard_swish": ([{"op": "add"}, {"op": "hard_swish"}],
                         lambda y, b, r: (y + b) * np.clip((y + b) / 6 + 0.5, 0, 1), "bias"),
     "residual_gelu": ([{"op": "add"}, {"op": "gelu"}], lambda y, b, r: _gelu(y + r), "residual"),

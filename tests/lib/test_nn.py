@@ -120,6 +120,22 @@ def test_layer_norm(backend_name: str, shape, axis, center, scale, dtype, run_op
     _close(got, ref_norm(x, gamma, beta, where, 1e-5, center, scale), dtype)
 
 
+@pytest.mark.parametrize("shape,axis,dtype", [
+    ((2, 3, 8), None, "float32"), ((2, 5, 3), 1, "float32"), ((4, 300), -1, "float64"),
+    ((2, 6), -1, "float16"), ((0, 4), -1, "float32"), ((3, 1), -1, "float32")])
+def test_rms_norm(backend_name: str, shape, axis, dtype, run_op, random_array) -> None:
+    where = -1 if axis is None else axis
+    x = random_array(shape, dtype, seed=13)
+    gamma = random_array((shape[where],), dtype, 0.5, 2, seed=14)
+    attrs = {"epsilon": 1e-6} if axis is None else {"epsilon": 1e-6, "axis": axis}
+    (got,) = run_op(backend_name, "rms_norm", [x, gamma], attrs)
+    x64 = x.astype(np.float64)
+    rms = np.sqrt((x64 * x64).mean(axis=where, keepdims=True) + 1e-6) if x.size else 1.0
+    shaped = [1] * x.ndim
+    shaped[where] = -1
+    _close(got, x64 / rms * gamma.astype(np.float64).reshape(shaped), dtype)
+
+
 # -- elementwise ops with attributes ------------------------------------------------------------
 
 _ERF = np.vectorize(math.erf)
@@ -251,6 +267,10 @@ ERRORS = [
      r"layer_norm: beta has shape \(2,\) but data \(2, 3\) float32 needs \(3,\) for axis 1"),
     ("layer_norm", [((2, 3), F32), ((3,), "float64"), ((3,), F32)], {},
      r"layer_norm: input 1 has dtype float64 but input 0 has float32"),
+    ("rms_norm", [((2, 3), F32), ((2,), F32)], {},
+     r"rms_norm: gamma has shape \(2,\) but data \(2, 3\) float32 needs \(3,\) for axis 1"),
+    ("rms_norm", [((2, 3), F32), ((3,), F32)], {"epsilon": -1},
+     r"rms_norm: attribute 'epsilon' = -1.0: expected a non-negative number"),
     ("clip", [((2,), F32)], {"a_min": 2, "a_max": 1},
      r"clip: attribute 'a_min' = 2.0: expected at most a_max = 1.0"),
     ("clip", [((2,), F32)], {"a_min": 0}, r"clip: missing required attribute 'a_max'"),

@@ -393,15 +393,16 @@ def test_dense_weight_changes_between_runs(onednn, monkeypatch, random_array) ->
 
 
 def test_activations_are_post_ops_of_one_primitive(onednn) -> None:
-    """conv2d -> add -> leaky_relu (or sigmoid, hard_swish, gelu) prepares to one oneDNN conv."""
+    """conv2d -> add -> leaky_relu (or sigmoid, silu, hard_swish, gelu) prepares to one oneDNN
+    conv."""
     import graph_runtime as gr
     from graph_runtime.lib.chain import Chain, Step
     from graph_runtime.lib.kernels.onednn.conv import OnednnConv
 
     specs = [TensorSpec((1, 3, 8, 8), "float32"), TensorSpec((5, 3, 3, 3), "float32"),
              TensorSpec((5, 1, 1), "float32")]
-    for act in (Step("leaky_relu", {"alpha": 0.1}), Step("sigmoid"), Step("hard_swish"),
-                Step("gelu", {"approximate": "tanh"})):
+    for act in (Step("leaky_relu", {"alpha": 0.1}), Step("sigmoid"), Step("silu"),
+                Step("hard_swish"), Step("gelu", {"approximate": "tanh"})):
         chain = Chain("f", [Step("conv2d", {"padding": [1]}), Step("add"), act])
         kernel = chain.prepare(gr.cpu(), specs, chain.infer(specs), {})
         assert isinstance(kernel, OnednnConv), (act.op, kernel)

@@ -1,4 +1,5 @@
-"""Compiled layer_norm and softmax rows (lib/kernels/cpu/rows_jit.py) against float64 references."""
+"""Compiled layer_norm, rms_norm and softmax rows (lib/kernels/cpu/rows_jit.py) against float64
+references."""
 from __future__ import annotations
 
 import numpy as np
@@ -28,6 +29,21 @@ def test_layer_norm_rows(shape: tuple[int, ...], dtype: str, monkeypatch) -> Non
     rows_jit.layer_norm_rows(shape, 1e-5, True, True)(x, g, b, out)
     want = _layer_norm64(x, g, b, 1e-5)
     # statistics in float64; the result rounds once per multiply-add of the last line
+    tol = 8 * F32_EPS if dtype == "float32" else 1e-13
+    np.testing.assert_allclose(out, want, rtol=tol, atol=tol * np.abs(want).max())
+
+
+@pytest.mark.parametrize("shape", [(1, 7), (3, 5, 129), (1000, 64)])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_rms_norm_rows(shape: tuple[int, ...], dtype: str, monkeypatch) -> None:
+    monkeypatch.setattr(rows_jit, "PARALLEL_ELEMENTS", 1000)
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal(shape) * 4 + 1).astype(dtype)
+    g = rng.standard_normal(shape[-1]).astype(dtype)
+    out = np.empty_like(x)
+    rows_jit.rms_norm_rows(shape, 1e-6)(x, g, out)
+    x64 = x.astype(np.float64)
+    want = x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + 1e-6) * g
     tol = 8 * F32_EPS if dtype == "float32" else 1e-13
     np.testing.assert_allclose(out, want, rtol=tol, atol=tol * np.abs(want).max())
 

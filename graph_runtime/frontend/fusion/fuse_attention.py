@@ -5,6 +5,10 @@ attention: the heads made by reshape/transpose views of (batch, tokens, heads * 
 projections (or of one packed QKV GEMM split in three), checked by applying the views to an
 index array; scalar scales on q, k or the scores; an additive mask; softmax over the last axis;
 the optional where(isnan(p), 0, p); the second matmul; the views back to (batch, tokens, width).
+An operand whose heads are no column block of a (batch, tokens, width) array (heads computed
+in (batch, heads, tokens, dim) by rotary embeddings, K/V heads repeated by broadcast_to for
+grouped- or multi-query attention) is copied into one by the views it was made with and a
+transpose, which FuseOps joins into one copy.
 """
 from __future__ import annotations
 
@@ -14,19 +18,77 @@ from typing import Any
 import numpy as np
 
 from ..ir import Prim, Value
+from ..symdim import evaluate, is_int, is_sym, same, same_shape
 from .pattern import PatternGraph, near, new_prim, other, scalar
 
 _VIEWS = ("reshape", "transpose")
+_Steps = list[tuple[str, Any]]
+Env = dict[str, int]
 
 
-def _trace_back(g: PatternGraph, v: Value) -> tuple[Value, np.ndarray, float] | None:
-    """The array v is a view of, v's elements as indices into it, and the scalar factor."""
+class _StandIns(dict):  # type: ignore[type-arg]
+    """Stand-in sizes for symbolic dims: each name met gets the next of primes."""
+
+    def __init__(self, primes: tuple[int, ...]) -> None:
+        super().__init__()
+        self.primes = iter(primes)
+
+    def __contains__(self, name: object) -> bool:
+        return True
+
+    def __missing__(self, name: str) -> int:
+        value = next(self.primes, None)
+        if value is None:
+            raise ValueError(f"more symbolic dims than stand-in sizes at {name!r}")
+        self[name] = value
+        return value
+
+
+# NOTE: index arrays cannot be built of symbolic dims, so a layout is traced at stand-in sizes
+# (the shapes' other arithmetic stays symbolic, and the op's attrs must come out as ints). The
+# index map of a reshape/transpose chain is a mixed-radix digit map: which digits (axes split
+# or merged) go where is fixed by the chain; two different chains give the same map only where
+# sizes coincide (a size 1, two sizes equal, one the product of others), as the attention
+# layout with a Reshape alone for the Transpose does at seq 1. Distinct primes, none a factor
+# of the literal dims' usual 2, 3, 5, 7, have no such coincidence; and the match is made at two
+# sizings with no prime in common and taken only when both give the same ops and attrs. A size
+# 1 at run time keeps the map: its digit is then always 0 and the others do not move.
+_SIZINGS = ((11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53),
+            (59, 61, 67, 71, 73, 79, 83, 89, 97, 101, 103, 107))
+_MAX_TRACED = 1 << 24  # elements of one stand-in index array
+
+
+def _at(shape: Any, env: Env) -> list[int]:
+    return [evaluate(d, env) for d in shape]
+
+
+def _index(shape: Any, env: Env) -> np.ndarray:
+    """Each element's flat index, for an array of shape at the sizes env gives."""
+    dims = _at(shape, env)
+    if math.prod(dims) > _MAX_TRACED:
+        raise ValueError(f"a stand-in index array of {dims} is too large to trace")
+    return np.arange(math.prod(dims)).reshape(dims)
+
+
+def _view(idx: np.ndarray, op: str, attrs: Any, env: Env) -> np.ndarray:
+    if op == "reshape":
+        return idx.reshape(_at(attrs["newshape"], env))
+    if op == "transpose":
+        return idx.transpose(attrs["axes"])
+    return np.broadcast_to(idx, _at(attrs["shape"], env))
+
+
+def _trace_back(g: PatternGraph, v: Value, env: Env
+                ) -> tuple[Value, np.ndarray, float, tuple[Value, _Steps]] | None:
+    """The array v is a view of, v's elements as indices into it, the scalar factor, and the
+    value the view steps start from (src, or the split output src was cut into) with the
+    steps, first step first."""
     steps: list[tuple[str, Any]] = []
     scale = 1.0
     cur = v
     while cur.producer is not None and g.sole(cur) is not None:
         p = cur.producer
-        if p.op in _VIEWS:
+        if p.op in _VIEWS or p.op == "broadcast_to":
             steps.append((p.op, p.attrs))
             cur = p.inputs[0]
         elif p.op in ("multiply", "divide") and scalar(p.inputs[1]) is not None:
@@ -39,7 +101,9 @@ def _trace_back(g: PatternGraph, v: Value) -> tuple[Value, np.ndarray, float] | 
         else:
             break
     src = cur
-    idx = np.arange(math.prod(src.shape)).reshape(src.shape)
+    steps.reverse()
+    made_from = (cur, steps)
+    idx = _index(src.shape, env)
     if src.producer is not None and src.producer.op == "split" and src.rank >= 2:
         split = src.producer
         axis = split.attrs.get("axis", 0)
@@ -51,30 +115,33 @@ def _trace_back(g: PatternGraph, v: Value) -> tuple[Value, np.ndarray, float] | 
                     break
                 start += o.shape[-1]
             src = base
-            idx = np.arange(math.prod(src.shape)).reshape(src.shape)[..., start:start + cur.shape[-1]]
-    for op, attrs in reversed(steps):
-        idx = idx.reshape(attrs["newshape"]) if op == "reshape" else idx.transpose(attrs["axes"])
-    return src, idx, scale
+            first, width = _at((start, cur.shape[-1]), env)
+            idx = _index(src.shape, env)[..., first:first + width]
+    for op, attrs in steps:
+        idx = _view(idx, op, attrs, env)
+    return src, idx, scale, made_from
 
 
-def _heads(src: Value, idx: np.ndarray, tokens: int, dim: int, key_t: bool
-           ) -> tuple[int, int, int] | None:
-    """(batch, heads, column offset) when idx holds src's heads as (batch*heads, tokens, dim)
-    (or (batch*heads, dim, tokens) with key_t), else None."""
+def _heads(src: Value, idx: np.ndarray, tokens: Any, dim: int, key_t: bool,
+           env: Env | None = None) -> tuple[Any, int, int] | None:
+    """(batch, heads, column offset) when idx (at the sizes env gives) holds src's heads as
+    (batch*heads, tokens, dim) (or (batch*heads, dim, tokens) with key_t), else None."""
     width = src.shape[-1]
     total = math.prod(src.shape)
-    if width * tokens == 0 or total % (width * tokens):
+    if is_int(width * tokens, 0) or not is_int(total % (width * tokens), 0):
         return None
     batch = total // (width * tokens)
+    n_batch, n_tokens, n_width = _at((batch, tokens, width), env or {})
     flat = idx.reshape(-1)
-    heads = idx.shape[0] // batch if batch and idx.shape[0] % batch == 0 else 0
+    heads = idx.shape[0] // n_batch if n_batch and idx.shape[0] % n_batch == 0 else 0
     if heads < 1:
         return None
-    offset = int(flat.min()) % width
-    if offset + heads * dim > width:
+    offset = int(flat.min()) % n_width
+    if offset + heads * dim > n_width:
         return None
-    want = np.arange(total).reshape(batch, tokens, width)[:, :, offset:offset + heads * dim]
-    want = want.reshape(batch, tokens, heads, dim)
+    want: np.ndarray = np.arange(n_batch * n_tokens * n_width).reshape(n_batch, n_tokens,
+                                                                        n_width)
+    want = want[:, :, offset:offset + heads * dim].reshape(n_batch, n_tokens, heads, dim)
     want = want.transpose(0, 2, 3, 1) if key_t else want.transpose(0, 2, 1, 3)
     if want.size != idx.size or not np.array_equal(want.reshape(idx.shape), idx):
         return None
@@ -83,7 +150,7 @@ def _heads(src: Value, idx: np.ndarray, tokens: int, dim: int, key_t: bool
 
 def _as_3d(src: Value, batch: int, prims: list[Prim], origin: str) -> Value:
     shape = (batch, math.prod(src.shape) // (batch * src.shape[-1]), src.shape[-1])
-    if src.shape == shape:
+    if same_shape(src.shape, shape):
         return src
     if src.const is not None:
         return Value(src.name, shape, src.dtype, const=src.const.reshape(shape))
@@ -92,8 +159,44 @@ def _as_3d(src: Value, batch: int, prims: list[Prim], origin: str) -> Value:
     return prim.outputs[0]
 
 
+def _copied(start: tuple[Value, _Steps], batch: int, heads: int, tokens: int, key_t: bool,
+            prims: list[Prim], origin: str) -> Value:
+    """The operand the steps make from start, copied to (batch, tokens, heads * dim) by a
+    transpose (its scalar factors left out: the caller applies them)."""
+    cur, steps = start
+    for op, attrs in steps:
+        prims.append(new_prim(op, [cur], attrs, None, origin))
+        cur = prims[-1].outputs[0]
+    rows, cols = cur.shape[-2:]
+    for op, attrs in (("reshape", {"newshape": [batch, heads, rows, cols]}),
+                      ("transpose", {"axes": [0, 3, 1, 2] if key_t else [0, 2, 1, 3]}),
+                      ("reshape", {"newshape": [batch, tokens, heads * (rows * cols // tokens)]})):
+        prims.append(new_prim(op, [cur], attrs, None, origin))
+        cur = prims[-1].outputs[0]
+    return cur
+
+
 def match_attention(g: PatternGraph, bmm: Prim) -> tuple[list[Prim], Prim] | None:
     """New prims computing the attention whose scores bmm makes, and the prim they replace."""
+    env = _StandIns(_SIZINGS[0])
+    found = _match(g, bmm, env)
+    if found is None or not env:
+        return found  # no symbolic dim was traced: the layouts are of the real sizes
+    # the layouts traced at two stand-in sizings (see _SIZINGS) must agree
+    new, old = found
+    final = new[-1].outputs[0]
+    final.producer = old  # the check matches the graph as it was
+    check = _match(g, bmm, _StandIns(_SIZINGS[1]))
+    final.producer = new[-1]
+    if check is None or check[1] is not old \
+            or [(p.op, p.attrs) for p in check[0]] != [(p.op, p.attrs) for p in new]:
+        final.producer = old
+        return None
+    return found
+
+
+def _match(g: PatternGraph, bmm: Prim, env: Env) -> tuple[list[Prim], Prim] | None:
+    """match_attention with layouts traced at the sizes env gives the symbolic dims."""
     if bmm.op not in ("batch_matmul", "matmul") or bmm.outputs[0].dtype not in ("float32",
                                                                                  "float64"):
         return None
@@ -112,6 +215,7 @@ def match_attention(g: PatternGraph, bmm: Prim) -> tuple[list[Prim], Prim] | Non
     cur = bmm.outputs[0]
     scale = 1.0
     mask: Value | None = None
+    scores4: tuple[int, ...] = ()
     while True:
         p = g.sole(cur)
         if p is None:
@@ -127,6 +231,7 @@ def match_attention(g: PatternGraph, bmm: Prim) -> tuple[list[Prim], Prim] | Non
             mask = other(p, cur)
             if mask is None or mask.dtype != cur.dtype:
                 return None
+            scores4 = cur.shape  # the mask broadcasts against these axes
             cur = p.outputs[0]
         elif p.op == "softmax" and p.attrs.get("axis", -1) in (-1, cur.rank - 1):
             cur = p.outputs[0]
@@ -154,52 +259,63 @@ def match_attention(g: PatternGraph, bmm: Prim) -> tuple[list[Prim], Prim] | Non
             or math.prod(p.inputs[1].shape[:-2]) != bh:
         return None
     bmm2 = p
-    # the three operands as head views of their sources
-    found = []
-    for operand, tokens, kt in ((qa, q_len, False), (ka, k_len, key_t), (bmm2.inputs[1], k_len,
-                                                                          False)):
-        traced = _trace_back(g, operand)
-        if traced is None:
-            return None
-        src, idx, factor = traced
-        idx = idx.reshape((bh,) + tuple(operand.shape[-2:]))
-        layout = _heads(src, idx, tokens, dim, kt)
-        if layout is None:
-            return None
-        found.append((src, layout, factor))
-    batch, heads = found[0][1][0], found[0][1][1]
-    if any(f[1][:2] != (batch, heads) for f in found) or found[2][2] != 1.0:
+    # the three operands as head views of their sources, or copied into that layout
+    operands = (qa, ka, bmm2.inputs[1])
+    traced = [t for t in (_trace_back(g, v, env) for v in operands) if t is not None]
+    if len(traced) != 3:
         return None
-    scale *= found[0][2] * found[1][2]
-    if bh != batch * heads:
+    kinds = ((q_len, False), (k_len, key_t), (k_len, False))
+    if is_sym(dim):
+        return None  # the op's head_dim would be symbolic
+    layouts = [_heads(t[0], t[1].reshape(_at((bh,) + tuple(o.shape[-2:]), env)), tokens, dim,
+                      kt, env) for t, o, (tokens, kt) in zip(traced, operands, kinds)]
+    # a (batch, heads, tokens, dim) source says which; (batch*heads, tokens, dim) does not
+    q_src = traced[0][0]
+    if q_src.rank == 4 and same_shape(q_src.shape[2:], (q_len, dim)):
+        batch, heads = q_src.shape[:2]
+    elif layouts[0] is not None:
+        batch, heads = layouts[0][:2]
+    elif qa.rank == 4:
+        batch, heads = qa.shape[:2]
+    else:
         return None
+    if is_sym(heads) or not same(bh, batch * heads) or traced[2][2] != 1.0:
+        return None
+    scale *= traced[0][2] * traced[1][2]
+    origin = bmm.origin
+    new: list[Prim] = []
+    inputs: list[Value] = []
+    offsets = []
+    for t, layout, (tokens, kt) in zip(traced, layouts, kinds):
+        if layout is not None and same_shape(layout[:2], (batch, heads)):
+            inputs.append(_as_3d(t[0], batch, new, origin))
+            offsets.append(layout[2])
+        else:
+            inputs.append(_copied(t[3], batch, heads, tokens, kt, new, origin))
+            offsets.append(0)
     # context (batch*heads, q_len, dim) -> views -> (batch, q_len, heads*dim) or 2-D
     cur = bmm2.outputs[0]
-    idx = np.arange(math.prod(cur.shape)).reshape(cur.shape)
-    want_all = np.arange(math.prod(cur.shape)).reshape(batch, heads, q_len, dim)
-    want_all = want_all.transpose(0, 2, 1, 3)
+    idx = _index(cur.shape, env)
+    want_all = _index((batch, heads, q_len, dim), env).transpose(0, 2, 1, 3)
     final = None
     while True:
         p = g.sole(cur)
         if p is None or p.op not in _VIEWS:
             break
-        idx = idx.reshape(p.attrs["newshape"]) if p.op == "reshape" \
-            else idx.transpose(p.attrs["axes"])
+        idx = _view(idx, p.op, p.attrs, env)
         cur = p.outputs[0]
-        if cur.shape[-1] == heads * dim and cur.rank in (2, 3) \
-                and np.array_equal(idx, want_all.reshape(cur.shape)):
+        if same(cur.shape[-1], heads * dim) and cur.rank in (2, 3) \
+                and np.array_equal(idx, want_all.reshape(_at(cur.shape, env))):
             final = cur
     if final is None or final.producer is None:
         return None
     old = final.producer
     # mask broadcast to 4-D
-    origin = bmm.origin
-    new: list[Prim] = []
-    inputs = [_as_3d(f[0], batch, new, origin) for f in found]
     if mask is not None:
         shape4 = (1,) * (4 - mask.rank) + tuple(mask.shape)
         full = (batch, heads, q_len, k_len)
-        if len(shape4) != 4 or any(m not in (1, f) for m, f in zip(shape4, full)):
+        if not same_shape(scores4, full) or len(shape4) != 4 \
+                or any(not (is_int(m, 1) or same(m, f)) for m, f in zip(shape4, full)):
             return None
         if shape4 != mask.shape:
             if mask.const is not None:
@@ -209,8 +325,8 @@ def match_attention(g: PatternGraph, bmm: Prim) -> tuple[list[Prim], Prim] | Non
                 new.append(reshape)
                 mask = reshape.outputs[0]
         inputs.append(mask)
-    attrs = {"num_heads": heads, "head_dim": dim, "scale": scale, "q_offset": found[0][1][2],
-             "k_offset": found[1][1][2], "v_offset": found[2][1][2], "nan_to_zero": nan_to_zero}
+    attrs = {"num_heads": heads, "head_dim": dim, "scale": scale, "q_offset": offsets[0],
+             "k_offset": offsets[1], "v_offset": offsets[2], "nan_to_zero": nan_to_zero}
     if final.rank == 3:
         new.append(new_prim("attention", inputs, attrs, final, origin))
     else:

@@ -16,7 +16,7 @@ INJECTIVE = frozenset({"reshape", "transpose", "squeeze", "expand_dims", "flatte
                        "broadcast_to", "tile", "copy"})
 # Reductions take an elementwise/injective prologue and an elementwise epilogue.
 REDUCTIONS = frozenset({"sum", "mean", "max", "min", "prod", "argmax", "argmin", "softmax",
-                        "log_softmax", "layer_norm"})
+                        "log_softmax", "layer_norm", "rms_norm"})
 COMMUTATIVE = frozenset({"add", "multiply", "maximum", "minimum"})
 # Relay's op names as they appear in TVM's fused function names.
 RELAY_NAMES = {"conv2d": "nn_conv2d", "conv2d_transpose": "nn_conv2d_transpose",
@@ -25,7 +25,8 @@ RELAY_NAMES = {"conv2d": "nn_conv2d", "conv2d_transpose": "nn_conv2d_transpose",
                "log_softmax": "nn_log_softmax", "max_pool2d": "nn_max_pool2d",
                "avg_pool2d": "nn_avg_pool2d", "global_avg_pool2d": "nn_global_avg_pool2d",
                "global_max_pool2d": "nn_global_max_pool2d", "batch_norm": "nn_batch_norm",
-               "layer_norm": "nn_layer_norm", "bias_add": "nn_bias_add", "pad": "nn_pad",
+               "layer_norm": "nn_layer_norm", "rms_norm": "nn_rms_norm",
+               "bias_add": "nn_bias_add", "pad": "nn_pad",
                "batch_flatten": "nn_batch_flatten", "instance_norm": "nn_instance_norm",
                "group_norm": "nn_group_norm", "prelu": "nn_prelu", "lrn": "nn_lrn",
                "resize": "image_resize2d", "gelu": "nn_gelu"}

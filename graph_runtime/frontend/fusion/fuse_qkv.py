@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..ir import Prim, Value
+from ..symdim import has_sym, same, same_shape
 from .pattern import PatternGraph, new_prim
 
 
@@ -31,19 +32,22 @@ def _projection(g: PatternGraph, v: Value, reader: Prim
     if p.op == "add":
         dense_out = next((a for a in p.inputs if a.producer is not None
                           and a.producer.op == "dense"), None)
-        if dense_out is None or g.sole(dense_out) is not p or dense_out.shape != v.shape:
+        if dense_out is None or g.sole(dense_out) is not p \
+                or not same_shape(dense_out.shape, v.shape):
             return None
         b = p.inputs[1] if p.inputs[0] is dense_out else p.inputs[0]
         if b is dense_out or b.const is None or b.dtype != v.dtype:
             return None
+        # symbolic dims cannot be broadcast to: a per-column bias broadcasts to one row
+        shape = (1,) * (v.rank - 1) + v.shape[-1:] if has_sym(v.shape) else v.shape
         try:
-            bias = np.broadcast_to(b.const, v.shape).reshape(-1, v.shape[-1])[0]
+            bias = np.broadcast_to(b.const, shape).reshape(-1, v.shape[-1])[0]
         except ValueError:
             return None
-        if not np.array_equal(np.broadcast_to(bias, v.shape), np.broadcast_to(b.const, v.shape)):
+        if not np.array_equal(np.broadcast_to(bias, shape), np.broadcast_to(b.const, shape)):
             return None  # a bias that varies along the tokens is no per-column bias
         p = dense_out.producer  # type: ignore[assignment]
-    if p.op != "dense" or p.attrs.get("units") not in (None, v.shape[-1]):
+    if p.op != "dense" or not (p.attrs.get("units") is None or same(p.attrs["units"], v.shape[-1])):
         return None
     data, weight = p.inputs
     if weight.const is None or weight.rank != 2 or weight.dtype != v.dtype:

@@ -1,4 +1,5 @@
-"""Transformer patterns rewritten at import: exact and tanh GELU, decomposed LayerNorm, attention.
+"""Transformer patterns rewritten at import: exact and tanh GELU, SiLU, decomposed LayerNorm and
+RMSNorm, attention.
 
 As ONNX Runtime's transformer optimizer does, before FuseOps: the prims a pattern computes are
 replaced by one standard op producing the same Value, and whatever is left unread is dropped by
@@ -136,7 +137,7 @@ def _match_layer_norm(g: PatternGraph, sub: Prim) -> tuple[list[Value], Value, f
         return None
     add = g.sole(var.outputs[0])  # type: ignore[union-attr]
     eps = None if add is None or add.op != "add" else other(add, var.outputs[0])  # type: ignore
-    if eps is None or scalar(eps) is None:
+    if eps is None or scalar(eps) is None or scalar(eps) < 0:  # type: ignore[operator]
         return None
     sqrt = g.sole(add.outputs[0])  # type: ignore[union-attr]
     if sqrt is None or sqrt.op != "sqrt" or g.sole(sqrt.outputs[0]) is not div:
@@ -165,7 +166,71 @@ def _match_layer_norm(g: PatternGraph, sub: Prim) -> tuple[list[Value], Value, f
         float(scalar(eps))  # type: ignore[arg-type]
 
 
-MATCHERS = ("gelu", "layer-norm", "attention")  # what fuse_transformer can be asked to match
+# -- RMSNorm (Pow or x * x / ReduceMean / Add / Sqrt / Div or Reciprocal and Mul) --------------
+
+def _match_rms_norm(g: PatternGraph, mean: Prim) -> tuple[list[Value], Value, float] | None:
+    """x / sqrt(mean(x^2) + eps) [* gamma] as LLaMA's and T5's exports write it: x / sqrt,
+    x * (1 / sqrt) or x * reciprocal(sqrt); ([x, gamma], output, eps) or None."""
+    sq = mean.inputs[0]
+    square = sq.producer
+    if square is None or g.sole(sq) is not mean:
+        return None
+    if square.op == "power" and near(square.inputs[1], 2.0):
+        x = square.inputs[0]
+    elif square.op == "multiply" and square.inputs[0] is square.inputs[1]:
+        x = square.inputs[0]
+    else:
+        return None
+    if not _last_axis_mean(mean, x.rank):
+        return None
+    add = g.sole(mean.outputs[0])
+    eps = None if add is None or add.op != "add" else other(add, mean.outputs[0])
+    if eps is None or scalar(eps) is None or scalar(eps) < 0:  # type: ignore[operator]
+        return None
+    sqrt = g.sole(add.outputs[0])  # type: ignore[union-attr]
+    if sqrt is None or sqrt.op != "sqrt":
+        return None
+    root = sqrt.outputs[0]
+    after = g.sole(root)
+    if after is None:
+        return None
+    if after.op == "divide" and after.inputs[1] is root and after.inputs[0] is x:
+        out = after.outputs[0]
+    else:
+        if not (after.op == "reciprocal" or (after.op == "divide" and after.inputs[1] is root
+                                             and near(after.inputs[0], 1.0))):
+            return None
+        inverse = after.outputs[0]
+        mul = g.sole(inverse)
+        if mul is None or mul.op != "multiply" or other(mul, inverse) is not x:
+            return None
+        out = mul.outputs[0]
+    width = x.shape[-1]
+    gamma = Value("rms_gamma", (width,), x.dtype, const=np.ones(width, x.dtype))
+    mul = g.sole(out)
+    scale = None if mul is None or mul.op != "multiply" else other(mul, out)
+    if scale is not None and scale.dtype == x.dtype and scale.rank <= x.rank \
+            and math.prod(scale.shape) == width and scale.shape[-1:] == (width,):
+        gamma = scale if scale.shape == (width,) or scale.const is None \
+            else Value(scale.name, (width,), x.dtype, const=scale.const.reshape(width))
+        out = mul.outputs[0]  # type: ignore[union-attr]
+    if out.shape != x.shape or gamma.shape != (width,):
+        return None
+    return [x, gamma], out, float(scalar(eps))  # type: ignore[arg-type]
+
+
+def _match_silu(g: PatternGraph, sigmoid: Prim) -> tuple[Value, Value] | None:
+    """(x, x * sigmoid(x)'s output) when sigmoid's output is read by that multiply alone."""
+    x = sigmoid.inputs[0]
+    mul = g.sole(sigmoid.outputs[0])
+    if mul is None or mul.op != "multiply" or other(mul, sigmoid.outputs[0]) is not x \
+            or mul.outputs[0].shape != x.shape:
+        return None
+    return x, mul.outputs[0]
+
+
+# what fuse_transformer can be asked to match
+MATCHERS = ("gelu", "silu", "layer-norm", "rms-norm", "attention")
 
 
 def fuse_transformer(prims: list[Prim], outputs: list[Value],
@@ -184,6 +249,13 @@ def fuse_transformer(prims: list[Prim], outputs: list[Value],
                     attrs = {} if p.op == "erf" else {"approximate": "tanh"}
                     replace[id(old)] = [new_prim("gelu", [x], attrs, out, p.origin)]
                     counts["gelu" if p.op == "erf" else "gelu_tanh"] += 1
+            elif p.op == "sigmoid" and "silu" in matchers:
+                silu = _match_silu(g, p)
+                if silu is not None and silu[0].dtype in ("float32", "float64"):
+                    x, out = silu
+                    old = out.producer
+                    replace[id(old)] = [new_prim("silu", [x], {}, out, p.origin)]
+                    counts["silu"] += 1
             elif p.op == "subtract" and "layer-norm" in matchers:
                 ln = _match_layer_norm(g, p)
                 if ln is not None and ln[0][0].dtype in ("float32", "float64"):
@@ -192,6 +264,14 @@ def fuse_transformer(prims: list[Prim], outputs: list[Value],
                     replace[id(old)] = [new_prim("layer_norm", ins,
                                                   {"axis": -1, "epsilon": eps}, out, p.origin)]
                     counts["layer_norm"] += 1
+            elif p.op == "mean" and "rms-norm" in matchers:
+                rms = _match_rms_norm(g, p)
+                if rms is not None and rms[0][0].dtype in ("float32", "float64"):
+                    ins, out, eps = rms
+                    old = out.producer
+                    replace[id(old)] = [new_prim("rms_norm", ins, {"axis": -1, "epsilon": eps},
+                                                 out, p.origin)]
+                    counts["rms_norm"] += 1
             elif p.op in ("batch_matmul", "matmul") and "attention" in matchers:
                 found = match_attention(g, p)
                 if found is not None:

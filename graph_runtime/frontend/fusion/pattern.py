@@ -6,7 +6,9 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Generic, TypeVar
 
 from ...lib.registry import OPS
-from ..ir import Prim, Value
+from .. import sym_infer
+from ..ir import Prim, Unsupported, Value
+from ..symdim import has_sym, is_sym
 
 N = TypeVar("N")
 K = TypeVar("K", bound=Hashable)
@@ -85,13 +87,19 @@ def other(p: Prim, v: Value) -> Value | None:
 def new_prim(op: str, inputs: list[Value], attrs: dict[str, Any], out: Value | None,
               origin: str) -> Prim:
     """A prim of op whose output is out (or a fresh value), checked by the op's infer."""
-    specs = OPS[op].infer([v.spec for v in inputs], attrs)
+    if has_sym([list(v.shape) for v in inputs] + list(attrs.values())):
+        try:
+            specs = sym_infer.infer(op, [v.spec for v in inputs], attrs)
+        except Unsupported as e:  # a shape of symbolic dims the rules cannot tell: no match
+            raise ValueError(str(e)) from e
+    else:
+        specs = OPS[op].infer([v.spec for v in inputs], attrs)
     if len(specs) != 1:
         raise ValueError(f"{op} gives {len(specs)} outputs")
     spec = specs[0]
     if out is None:
-        out = Value(f"{op}#fused{id(inputs[0]) % 100000}", tuple(int(d) for d in spec.shape),
-                    str(spec.dtype))
+        out = Value(f"{op}#fused{id(inputs[0]) % 100000}",
+                    tuple(d if is_sym(d) else int(d) for d in spec.shape), str(spec.dtype))
     elif (tuple(spec.shape), spec.dtype) != (tuple(out.shape), out.dtype):
         raise ValueError(f"{op} gives {spec}, the pattern gave {out.spec}")
     prim = Prim(op, attrs, inputs, [out], origin)

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-EPILOGUE_OPS = ("add", "relu", "clip", "leaky_relu", "sigmoid", "hard_swish", "gelu")
+EPILOGUE_OPS = ("add", "relu", "clip", "leaky_relu", "sigmoid", "silu", "hard_swish", "gelu")
 EPILOGUE_DTYPES = ("float32", "float64")
 # The compiled pass replaces two or more NumPy passes over blocks of at least
 # ONE_PASS_MIN_SIZE elements in rows of at least ONE_PASS_MIN_WIDTH; elsewhere NumPy's SIMD
@@ -26,8 +26,8 @@ ONE_PASS_MIN_SIZE = 1 << 15
 @dataclass(frozen=True)
 class EpilogueOp:
     """One op: add (operand = index among the kernel's extra inputs, shape = its 4-D shape),
-    relu, clip between lo and hi, leaky_relu (slope lo), sigmoid, hard_swish, gelu (erf) or
-    gelu_tanh."""
+    relu, clip between lo and hi, leaky_relu (slope lo), sigmoid, silu, hard_swish, gelu (erf)
+    or gelu_tanh."""
 
     kind: str
     operand: int = -1
@@ -135,7 +135,7 @@ _SQRT_2_PI = 0.7978845608028654
 
 
 def activation(op: EpilogueOp, block: Any) -> None:
-    """leaky_relu, sigmoid, hard_swish or gelu of block in place, by the formulas of the ops'
+    """leaky_relu, sigmoid, silu, hard_swish or gelu of block in place, by the formulas of the ops'
     own CPU kernels (ops/activation.py, elementwise.py, activation_ext.py)."""
     if op.kind == "leaky_relu":
         np.multiply(block, op.lo, out=block, where=block < 0)
@@ -145,6 +145,8 @@ def activation(op: EpilogueOp, block: Any) -> None:
         np.tanh(block, out=block)
         np.multiply(block, 0.5, out=block)
         np.add(block, 0.5, out=block)
+    elif op.kind == "silu":
+        np.multiply(block, np.tanh(block * 0.5) * 0.5 + 0.5, out=block)
     elif op.kind == "hard_swish":
         np.multiply(block, np.clip(block / 6 + 0.5, 0, 1), out=block)
     elif op.kind == "gelu":

@@ -1,4 +1,5 @@
-"""ONNX's further activations (softplus ... thresholded_relu) with its attribute names/defaults."""
+"""ONNX's further activations (softplus ... thresholded_relu) with its attribute names/defaults,
+and silu (x * sigmoid(x), which the import's silu pass forms)."""
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -18,6 +19,11 @@ HARD_SIGMOID_BETA = 0.5
 def _softplus(x: Any) -> Any:
     # NOTE: log(1 + exp(x)) overflows for large x; max(x, 0) + log1p(exp(-|x|)) never does.
     return np.logaddexp(0, x)
+
+
+def _silu(x: Any) -> Any:
+    # sigmoid as its own kernel computes it (0.5 tanh(x / 2) + 0.5 never overflows)
+    return x * (np.tanh(x * 0.5) * 0.5 + 0.5)
 
 
 def _hard_sigmoid(x: Any, alpha: float, beta: float) -> Any:
@@ -59,6 +65,10 @@ ACTIVATIONS: dict[str, ExprOp] = {
                        FLOAT_DTYPES),
     "softsign": ExprOp(host_compute(lambda attrs, x: x / (1 + np.abs(x))),
                        lambda attrs: "({0} / (({T})1 + fabs({0})))", FLOAT_DTYPES),
+    # x * sigmoid(x) (SiLU, Swish with beta 1): one input, so it joins a conv's or dense's tail
+    "silu": ExprOp(host_compute(lambda attrs, x: _silu(x)),
+                   lambda attrs: "({0} * (({T})0.5 * tanh(({T})0.5 * {0}) + ({T})0.5))",
+                   FLOAT_DTYPES),
     "hard_sigmoid": ExprOp(
         host_compute(lambda attrs, x: _hard_sigmoid(x, *_hs_params(attrs))),
         lambda attrs: _hard_sigmoid_c("{0}", *_hs_params(attrs)), FLOAT_DTYPES,

@@ -1,4 +1,5 @@
-"""Neural-network standard ops: softmax, log_softmax, layer_norm and batch_norm (inference)."""
+"""Neural-network standard ops: softmax, log_softmax, layer_norm, rms_norm and batch_norm
+(inference)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
@@ -8,7 +9,7 @@ import numpy as np
 from ...backends.base import Backend
 from ..attrs import NUM_OUTPUTS_KEY, attr_error, bool_attr, float_attr, op_error, single_axis
 from ..kernels.gpu_elementwise import gpu_elementwise
-from ..kernels.cpu.rows_jit import layer_norm_rows, softmax_rows
+from ..kernels.cpu.rows_jit import layer_norm_rows, rms_norm_rows, softmax_rows
 from ..kernels.host import array_module, host_kernel, wide_dtype
 from ..kernels.opencl.rows import RowKernel
 from ..library import TensorSpec
@@ -215,6 +216,70 @@ define_op("layer_norm", _layer_norm_infer, 3, ("axis", "epsilon", "center", "sca
 kernel("layer_norm", "cpu")(_layer_norm_cpu)
 kernel("layer_norm", "cuda")(_layer_norm_host)
 kernel("layer_norm", "opencl")(_layer_norm_cl)
+
+
+# -- rms_norm: x / sqrt(mean(x^2) + epsilon) * gamma (LLaMA's, T5's; ONNX's RMSNormalization) ----
+
+def _rms_norm_checks(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> tuple[int, float]:
+    axis, epsilon, _, _ = _norm_checks("rms_norm", inputs, attrs, ("gamma",), -1)
+    return axis, epsilon
+
+
+def _rms_norm_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
+    _rms_norm_checks(inputs, attrs)
+    return [TensorSpec(tuple(inputs[0].shape), inputs[0].dtype)]
+
+
+def _rms_norm_cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
+                  outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+    """rms_norm over rows in one compiled pass where it applies (_jit_rows); else as on CUDA."""
+    axis, epsilon = _rms_norm_checks(inputs, attrs)
+    if _jit_rows(inputs[0], axis):
+        return rms_norm_rows(tuple(inputs[0].shape), epsilon)
+    return _rms_norm_host(backend, device_id, inputs, outputs, attrs)
+
+
+def _rms_norm_host(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
+                   outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+    spec = inputs[0]
+    axis, epsilon = _rms_norm_checks(inputs, attrs)
+    xp = array_module(backend)
+    work = wide_dtype(spec.dtype)
+    shaped = tuple(d if i == axis else 1 for i, d in enumerate(spec.shape))
+    row = xp.empty(tuple(1 if i == axis else d for i, d in enumerate(spec.shape)), work)
+    wide = xp.empty(spec.shape, work)
+    squares = xp.empty(spec.shape, work)
+
+    def run(x: Any, gamma: Any, out: Any) -> None:
+        if spec.shape[axis] == 0:
+            return
+        xp.copyto(wide, x, casting="unsafe")
+        xp.multiply(wide, wide, out=squares)
+        xp.mean(squares, axis=axis, keepdims=True, out=row)
+        xp.add(row, epsilon, out=row)
+        xp.sqrt(row, out=row)
+        xp.divide(wide, row, out=wide)
+        xp.multiply(wide, gamma.reshape(shaped), out=wide)
+        xp.copyto(out, wide, casting="unsafe")
+    return host_kernel(backend, device_id, run)
+
+
+def _rms_norm_cl(backend: OpenCLBackend, device_id: int, inputs: Sequence[TensorSpec],
+                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+    spec = inputs[0]
+    axis, epsilon = _rms_norm_checks(inputs, attrs)
+    row_kernel = RowKernel(backend, device_id, spec, axis, "gr_rms_norm", "rms_norm")
+    eps = np.float64(epsilon) if spec.dtype == "float64" else np.float32(epsilon)
+
+    def run(x: Any, gamma: Any, out: Any) -> None:
+        row_kernel.launch((out, x, gamma), eps)
+    return run
+
+
+define_op("rms_norm", _rms_norm_infer, 2, ("axis", "epsilon"))
+kernel("rms_norm", "cpu")(_rms_norm_cpu)
+kernel("rms_norm", "cuda")(_rms_norm_host)
+kernel("rms_norm", "opencl")(_rms_norm_cl)
 
 
 # -- batch_norm (inference) ---------------------------------------------------------------------

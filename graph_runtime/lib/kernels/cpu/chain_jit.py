@@ -51,7 +51,7 @@ INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"
 _SQRT1_2 = "0.7071067811865476"
 _SQRT_2_PI = "0.7978845608028654"
 # Ops costing a few times a multiply per element: they decide when to use both cores.
-HEAVY = frozenset({"erf", "tanh", "exp", "log", "gelu", "sigmoid", "power", "sqrt"})
+HEAVY = frozenset({"erf", "tanh", "exp", "log", "gelu", "sigmoid", "silu", "power", "sqrt"})
 # Elements x weight above which a tail runs on the workers (below, the hand-off costs more).
 PARALLEL_WORK = 1 << 21
 
@@ -99,6 +99,7 @@ PY_EXPRS: dict[str, tuple[Callable[[Mapping[str, Any], str], str], tuple[str, ..
     "tanh": (_fixed("math.tanh({0})"), FLOATS),
     "erf": (_fixed("math.erf({0})"), FLOATS),
     "sigmoid": (_fixed("{T}(0.5) * math.tanh({T}(0.5) * {0}) + {T}(0.5)"), FLOATS),
+    "silu": (_fixed("{0} * ({T}(0.5) * math.tanh({T}(0.5) * {0}) + {T}(0.5))"), FLOATS),
     "relu": (_fixed("({T}(0) if {0} < 0 else {0})"), FLOATS + INTS),
     "abs": (_fixed("({T}(-{0}) if {0} < 0 else {0})"), FLOATS + INTS),
     "reciprocal": (_fixed("{T}(1) / {0}"), FLOATS),

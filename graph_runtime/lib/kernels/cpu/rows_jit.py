@@ -1,5 +1,5 @@
-"""Numba-compiled row kernels for the CPU: layer_norm and softmax over the last axis in one pass,
-group_norm (and instance_norm) per (image, group) row in two.
+"""Numba-compiled row kernels for the CPU: layer_norm, rms_norm and softmax over the last axis in
+one pass, group_norm (and instance_norm) per (image, group) row in two.
 
 NumPy's layer_norm made seven passes over the data (copy, mean, subtract, square, mean, divide,
 scale) and softmax five; here each row is read once into cache and made there, sums in float64
@@ -56,6 +56,16 @@ def _layer_norm_rows(x: Any, gamma: Any, beta: Any, out: Any, eps: float, lo: in
         inv = 1.0 / math.sqrt(_row_squares(row, mean) / n + eps)
         for j in range(n):
             out[r, j] = (row[j] - mean) * inv * gamma[j] + beta[j]
+
+
+@compiled
+def _rms_norm_rows(x: Any, gamma: Any, out: Any, eps: float, lo: int, hi: int) -> None:
+    n = x.shape[1]
+    for r in range(lo, hi):
+        row = x[r]
+        inv = 1.0 / math.sqrt(_row_squares(row, 0.0) / n + eps)
+        for j in range(n):
+            out[r, j] = row[j] * inv * gamma[j]
 
 
 @compiled
@@ -215,6 +225,19 @@ def layer_norm_rows(shape: tuple[int, ...], epsilon: float, center: bool, scale:
         x2 = x.reshape(rows, width)
         o2 = out.reshape(rows, width)
         _split(rows, width, lambda lo, hi: _layer_norm_rows(x2, g, b, o2, epsilon, lo, hi))()
+    return run
+
+
+def rms_norm_rows(shape: tuple[int, ...], epsilon: float) -> Callable[..., None]:
+    """run(x, gamma, out): x / sqrt(mean(x^2) + epsilon) * gamma over the last axis."""
+    jit_setup.start()
+    width = int(shape[-1])
+    rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
+
+    def run(x: Any, gamma: Any, out: Any) -> None:
+        x2 = x.reshape(rows, width)
+        o2 = out.reshape(rows, width)
+        _split(rows, width, lambda lo, hi: _rms_norm_rows(x2, gamma, o2, epsilon, lo, hi))()
     return run
 
 

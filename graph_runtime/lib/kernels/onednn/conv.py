@@ -398,6 +398,7 @@ ELTWISE: dict[str, Callable[[EpilogueOp], tuple[int, float, float]]] = {
     "clip": lambda op: (abi.ELTWISE_CLIP, op.lo, op.hi),
     "leaky_relu": lambda op: (abi.ELTWISE_RELU, op.lo, 0.0),  # oneDNN's relu: alpha * x below 0
     "sigmoid": lambda op: (abi.ELTWISE_LOGISTIC, 0.0, 0.0),
+    "silu": lambda op: (abi.ELTWISE_SWISH, 1.0, 0.0),  # x * sigmoid(alpha * x)
     "hard_swish": lambda op: (abi.ELTWISE_HARDSWISH, 1 / 6, 0.5),  # x * clip(x / 6 + 1/2, 0, 1)
     "gelu": lambda op: (abi.ELTWISE_GELU_ERF, 0.0, 0.0),
     "gelu_tanh": lambda op: (abi.ELTWISE_GELU_TANH, 0.0, 0.0),

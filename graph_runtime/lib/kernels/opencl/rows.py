@@ -1,4 +1,4 @@
-"""OpenCL row kernels (one work-group per row of an axis) behind softmax and layer_norm."""
+"""OpenCL row kernels (one work-group per row of an axis): softmax, layer_norm and rms_norm."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
@@ -38,9 +38,10 @@ def _group_reduce(acc: str, name: str, merge: str) -> str:
 
 
 def row_source(dtype: str) -> str:
-    """softmax and layer_norm kernels for dtype, with their work-group sum and max."""
+    """softmax, layer_norm and rms_norm kernels for dtype, with their work-group sum and max."""
     acc = compute_type(dtype, "opencl")
     load = cl_load("x", dtype, "base + k * inner")
+    rms = f"{load} * inv * {cl_load('gamma', dtype, 'k')}"
     # Work-group r takes row r: its L values sit inner apart, from base on.
     row = "\n    ".join([f"__local {acc} buf[{_GROUP}];", "long r = get_group_id(0);",
                          "int G = get_local_size(0);",
@@ -96,6 +97,24 @@ __kernel void gr_layer_norm({cl_param("out", dtype, const=False)}, {cl_param("x"
         if (scale) v *= {cl_load("gamma", dtype, "k")};
         if (center) v += {cl_load("beta", dtype, "k")};
         {cl_store("out", dtype, "base + k * inner", "v")}
+    }}
+}}
+
+// numpy counterpart: _rms_norm_host (x / sqrt(mean(x^2) + eps) * gamma)
+__kernel void gr_rms_norm({cl_param("out", dtype, const=False)}, {cl_param("x", dtype)},
+                          {cl_param("gamma", dtype)}, long L, long inner, {acc} eps) {{
+    {cl_pointer("out", dtype, const=False)}
+    {cl_pointer("x", dtype)}
+    {cl_pointer("gamma", dtype)}
+    {row}
+    {acc} q = 0;
+    for (long k = get_local_id(0); k < L; k += G) {{
+        {acc} d = {load};
+        q += d * d;
+    }}
+    {acc} inv = 1 / sqrt(gr_group_sum(buf, q) / L + eps);
+    for (long k = get_local_id(0); k < L; k += G) {{
+        {cl_store("out", dtype, "base + k * inner", rms)}
     }}
 }}
 """

@@ -1,0 +1,108 @@
+"""Models graph_runtime was never tuned for: graph_runtime (CPU) vs ONNX Runtime as users run it.
+
+The models come from bench/never_tuned_models.py (run it first with a Python that has torch and
+transformers): LLaMA, Qwen2, Mistral, Phi-3, a T5 encoder, ALBERT, ELECTRA, DeiT, CLIP's vision
+tower, Swin, RegNet, ConvNeXt-v2, MobileViT and wav2vec2, each from both PyTorch exporters where
+they worked. Each is imported with graph_runtime.frontend.from_onnx (passes named by --disable-pass
+are skipped) and timed beside ONNX Runtime's default session and its one-thread session
+(bench/peers.py), the contenders interleaved with a pause between them (bench/interleave.py);
+the table gives medians, ONNX Runtime's absolute times, the ratio to its faster setting and
+whether our output matches its (max abs error against a tolerance scaled to the output). Run it
+with `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE` as on a user's machine; it prints the load.
+
+Usage: python bench/never_tuned.py [--models llama_ts swin_dynamo ...] [--rounds 3]
+                                   [--disable-pass NAME ...] [--json OUT.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # measure the checkout this script sits in
+import graph_runtime as gr  # noqa: E402
+from interleave import interleaved_samples  # noqa: E402  (bench/)
+from peers import DEFAULT, ONE_THREAD, machine_line, onnxruntime_sessions  # noqa: E402
+
+CACHE = Path.home() / ".cache" / "graph_runtime" / "bench_never_tuned"
+
+
+def _inputs(session: Any) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for inp in session.get_inputs():
+        shape = [int(d) for d in inp.shape]
+        if "int64" in inp.type:
+            feeds[inp.name] = np.ones(shape, np.int64) if "mask" in inp.name \
+                else rng.integers(0, 1000, shape).astype(np.int64)
+        else:
+            feeds[inp.name] = rng.standard_normal(shape).astype(np.float32)
+    return feeds
+
+
+def measure(path: Path, rounds: int, disable: list[str]) -> dict[str, Any]:
+    from graph_runtime.frontend import from_onnx
+    peers = onnxruntime_sessions(path)
+    feeds = _inputs(peers[DEFAULT])
+    graph_json, lib, params = from_onnx(str(path), disable=disable)
+    module = gr.create(graph_json, lib, gr.cpu(0))
+    module.load_params(params)
+    module.run(**feeds)
+    want = peers[DEFAULT].run(None, feeds)[0].astype(np.float64)
+    got = module.get_output(0).numpy().astype(np.float64)
+    error = float(np.abs(got - want).max()) if got.shape == want.shape else math.inf
+    tolerance = 1e-3 * max(1.0, float(np.abs(want).max()))
+
+    def ours() -> None:
+        module.run(**feeds)
+        module.get_output(0).numpy()
+
+    calls = {"graph_runtime": ours}
+    for label, session in peers.items():
+        calls[label] = lambda s=session: s.run(None, feeds)
+    samples = interleaved_samples(calls, rounds=rounds, repeat=3, number=2)
+    med = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
+    return {"model": path.stem, "ms": med, "max_abs_err": error, "matches": error <= tolerance,
+            "ratio": med["graph_runtime"] / min(med[DEFAULT], med[ONE_THREAD])}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="*")
+    parser.add_argument("--folder", type=Path, default=CACHE)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--disable-pass", action="append", default=[])
+    parser.add_argument("--json", type=Path)
+    opts = parser.parse_args()
+    paths = [opts.folder / f"{m}.onnx" for m in opts.models] if opts.models \
+        else sorted(opts.folder.glob("*.onnx"))
+    print(machine_line())
+    print(f"{'model':20} {'ort ms':>8} {'ort1t ms':>8} {'ours ms':>8} {'ratio':>6} "
+          f"{'max err':>8} matches")
+    rows = []
+    for path in paths:
+        r = measure(path, opts.rounds, opts.disable_pass)
+        rows.append(r)
+        ms = r["ms"]
+        print(f"{r['model']:20} {ms[DEFAULT]:8.2f} {ms[ONE_THREAD]:8.2f} "
+              f"{ms['graph_runtime']:8.2f} {r['ratio']:6.2f} {r['max_abs_err']:8.1e} "
+              f"{'yes' if r['matches'] else 'NO'}", flush=True)
+    if rows:
+        ratios = [r["ratio"] for r in rows]
+        print(f"geometric mean {math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}, "
+              f"worst {max(ratios):.2f} ({max(rows, key=lambda r: r['ratio'])['model']})")
+    print(machine_line())
+    if opts.json:
+        opts.json.write_text(json.dumps({"rows": rows, "load": os.getloadavg()}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,214 @@
+"""Decoder-LLM and mobile-net patterns fused at import: RMSNorm in the exporters' forms, SiLU
+(into a conv's or dense's tail: the SiLU-gated MLP), and attention whose heads carry rotary
+embeddings and whose K/V heads are repeated (grouped- and multi-query)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from onnx_builders import F32, assert_matches, helper, init, model, numpy_helper, tensor, weights
+
+from graph_runtime.frontend.importer import import_onnx
+
+
+def _ops(result: object) -> list[str]:
+    return [s["op"] for f in result.lib_doc["functions"].values()  # type: ignore[attr-defined]
+            for s in f.get("ops", [f])]
+
+
+def _rms_norm(form: str, gamma: bool) -> object:
+    """x / sqrt(mean(x^2) + eps) [* w] as the TorchScript exporter (Pow, Div(1, .), Mul), the
+    dynamo exporter (Mul(x, x), Reciprocal, Mul) or directly (Div(x, .)) writes it."""
+    width = 24
+    square = helper.make_node("Pow", ["x", "two"], ["sq"]) if form == "ts" \
+        else helper.make_node("Mul", ["x", "x"], ["sq"])
+    nodes = [square, helper.make_node("ReduceMean", ["sq"], ["ms"], axes=[-1]),
+             helper.make_node("Add", ["ms", "eps"], ["mse"]),
+             helper.make_node("Sqrt", ["mse"], ["rms"])]
+    if form == "ts":
+        nodes += [helper.make_node("Div", ["one", "rms"], ["inv"]),
+                  helper.make_node("Mul", ["x", "inv"], ["n"])]
+    elif form == "dynamo":
+        nodes += [helper.make_node("Reciprocal", ["rms"], ["inv"]),
+                  helper.make_node("Mul", ["x", "inv"], ["n"])]
+    else:
+        nodes += [helper.make_node("Div", ["x", "rms"], ["n"])]
+    if gamma:
+        nodes.append(helper.make_node("Mul", ["w", "n"], ["y"]))
+    else:
+        nodes[-1].output[0] = "y"
+    inits = [init("two", np.float32(2)), init("eps", np.float32(1e-6)),
+             init("one", np.float32(1)), init("w", weights(width) + 1)]
+    used = {i for n in nodes for i in n.input}
+    return model(nodes, [tensor("x", F32, [2, 5, width])], [tensor("y", F32, [2, 5, width])],
+                 [i for i in inits if i.name in used], opset=17)
+
+
+@pytest.mark.parametrize("form,gamma", [("ts", True), ("dynamo", True), ("div", False)])
+def test_rms_norm_becomes_one_op(form: str, gamma: bool, backend_name: str) -> None:
+    m = _rms_norm(form, gamma)
+    result = import_onnx(m)
+    assert dict(result.patterns) == {"rms_norm": 1}
+    assert _ops(result) == ["rms_norm"]
+    x = (np.random.default_rng(5).standard_normal((2, 5, 24)) * 3).astype(np.float32)
+    assert_matches(m, {"x": x}, backend_name)
+
+
+def test_rms_norm_disabled_keeps_the_prims() -> None:
+    result = import_onnx(_rms_norm("ts", True), disable=["rms-norm"])
+    assert "rms_norm" not in _ops(result) and "mean" in _ops(result)
+
+
+def test_a_negative_epsilon_is_left_to_the_prims() -> None:
+    """mean(x^2) - 1 under the root: a model may write it (NaN below 1); rms_norm refuses a
+    negative epsilon, so the pattern stays as the graph wrote it."""
+    m = _rms_norm("dynamo", True)
+    eps = next(i for i in m.graph.initializer if i.name == "eps")
+    eps.CopyFrom(init("eps", np.float32(-1.0)))
+    result = import_onnx(m)
+    assert "rms_norm" not in dict(result.patterns) and "mean" in _ops(result)
+
+
+def test_a_mean_of_squares_read_twice_is_left() -> None:
+    """mean(x^2) also a graph output: fusing would compute it twice, so nothing is fused."""
+    m = _rms_norm("dynamo", True)
+    m.graph.output.append(tensor("ms", F32, [2, 5, 1]))
+    assert "rms_norm" not in dict(import_onnx(m).patterns)
+
+
+def test_silu_joins_the_conv_tail(backend_name: str) -> None:
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Sigmoid", ["c"], ["s"]),
+             helper.make_node("Mul", ["c", "s"], ["y"])]
+    m = model(nodes, [tensor("x", F32, [1, 3, 6, 6])], [tensor("y", F32, [1, 4, 6, 6])],
+              [init("w", weights(4, 3, 3, 3)), init("b", weights(4))])
+    result = import_onnx(m)
+    assert dict(result.patterns) == {"silu": 1}
+    assert list(result.lib_doc["functions"]) == ["tvmgen_default_fused_nn_conv2d_add_silu"]
+    x = np.random.default_rng(6).standard_normal((1, 3, 6, 6)).astype(np.float32) * 3
+    assert_matches(m, {"x": x}, backend_name)
+
+
+def test_silu_gated_mlp_is_one_dense_tail(backend_name: str) -> None:
+    """LLaMA's MLP, down(silu(gate(x)) * up(x)): silu and the product join gate's dense."""
+    nodes = [helper.make_node("MatMul", ["x", "wg"], ["g"]),
+             helper.make_node("MatMul", ["x", "wu"], ["u"]),
+             helper.make_node("Sigmoid", ["g"], ["sg"]),
+             helper.make_node("Mul", ["g", "sg"], ["act"]),
+             helper.make_node("Mul", ["act", "u"], ["h"]),
+             helper.make_node("MatMul", ["h", "wd"], ["y"])]
+    m = model(nodes, [tensor("x", F32, [1, 7, 16])], [tensor("y", F32, [1, 7, 16])],
+              [init("wg", weights(16, 40)), init("wu", weights(16, 40)),
+               init("wd", weights(40, 16))])
+    result = import_onnx(m)
+    assert dict(result.patterns) == {"silu": 1}
+    assert "tvmgen_default_fused_nn_dense_silu_multiply" in result.lib_doc["functions"]
+    x = np.random.default_rng(7).standard_normal((1, 7, 16)).astype(np.float32)
+    assert_matches(m, {"x": x}, backend_name)
+
+
+def test_sigmoid_times_another_value_is_no_silu() -> None:
+    """Squeeze-and-excite's x * sigmoid(s) with s not x stays as it is."""
+    nodes = [helper.make_node("Sigmoid", ["s"], ["g"]), helper.make_node("Mul", ["x", "g"], ["y"])]
+    m = model(nodes, [tensor("x", F32, [2, 3]), tensor("s", F32, [2, 3])],
+              [tensor("y", F32, [2, 3])])
+    assert "silu" not in dict(import_onnx(m).patterns)
+
+
+def _rotary(name: str, heads: int, seq: int, dim: int, nodes: list, inits: list) -> str:
+    """name * cos + rotate_half(name) * sin over (batch, heads, seq, dim), as LLaMA's code."""
+    half = dim // 2
+    nodes += [helper.make_node("Slice", [name, "zero1", "half1", "axis3"], [f"{name}_a"]),
+              helper.make_node("Slice", [name, "half1", "dim1", "axis3"], [f"{name}_b"]),
+              helper.make_node("Neg", [f"{name}_b"], [f"{name}_nb"]),
+              helper.make_node("Concat", [f"{name}_nb", f"{name}_a"], [f"{name}_rot"], axis=3),
+              helper.make_node("Mul", [name, "cos"], [f"{name}_c"]),
+              helper.make_node("Mul", [f"{name}_rot", "sin"], [f"{name}_s"]),
+              helper.make_node("Add", [f"{name}_c", f"{name}_s"], [f"{name}_r"])]
+    if not any(i.name == "cos" for i in inits):
+        angles = np.arange(seq)[:, None] / 10000 ** (np.arange(half) * 2 / dim)[None]
+        angles = np.concatenate([angles, angles], 1)[None, None]
+        inits += [init("cos", np.cos(angles).astype(np.float32)),
+                  init("sin", np.sin(angles).astype(np.float32)),
+                  init("zero1", np.array([0], np.int64)), init("half1", np.array([half])),
+                  init("dim1", np.array([dim])), init("axis3", np.array([3]))]
+    return f"{name}_r"
+
+
+def _gqa(batch: int, seq: int, heads: int, kv_heads: int, dim: int, rotary: bool,
+         packed: bool = False) -> object:
+    """LLaMA's attention: projections (or one packed projection split in three), heads by
+    Reshape/Transpose, rotary on q and k, K/V heads repeated by Unsqueeze/Expand/Reshape,
+    MatMul, scale, causal mask, Softmax, MatMul, heads back to (batch, seq, heads * dim)."""
+    emb, group = 32, heads // kv_heads
+    nodes: list = []
+    inits = [init("wq", weights(emb, heads * dim)), init("wk", weights(emb, kv_heads * dim)),
+             init("wv", weights(emb, kv_heads * dim)),
+             init("scale", np.float32(1 / math.sqrt(dim))),
+             init("mask", np.triu(np.full((seq, seq), -np.inf, np.float32), 1)[None, None]),
+             init("q4", np.array([batch, seq, heads, dim], np.int64)),
+             init("kv4", np.array([batch, seq, kv_heads, dim], np.int64)),
+             init("kv5", np.array([batch, kv_heads, group, seq, dim], np.int64)),
+             init("rep4", np.array([batch, heads, seq, dim], np.int64)),
+             init("out3", np.array([batch, seq, heads * dim], np.int64)),
+             init("axis2", np.array([2], np.int64))]
+    if packed:
+        inits += [init("wqkv", np.concatenate([numpy_helper.to_array(i) for i in inits[:3]], 1)),
+                  init("splits", np.array([heads * dim, kv_heads * dim, kv_heads * dim]))]
+        nodes += [helper.make_node("MatMul", ["x", "wqkv"], ["pqkv"]),
+                  helper.make_node("Split", ["pqkv", "splits"], ["pq", "pk", "pv"], axis=2)]
+    for n, shape in (("q", "q4"), ("k", "kv4"), ("v", "kv4")):
+        if not packed:
+            nodes.append(helper.make_node("MatMul", ["x", f"w{n}"], [f"p{n}"]))
+        nodes += [helper.make_node("Reshape", [f"p{n}", shape], [f"r{n}"]),
+                  helper.make_node("Transpose", [f"r{n}"], [f"t{n}"], perm=[0, 2, 1, 3])]
+    q, k = "tq", "tk"
+    if rotary:
+        q = _rotary("tq", heads, seq, dim, nodes, inits)
+        k = _rotary("tk", kv_heads, seq, dim, nodes, inits)
+    repeated = {}
+    for n, src in (("k", k), ("v", "tv")):
+        if group == 1:
+            repeated[n] = src
+            continue
+        nodes += [helper.make_node("Unsqueeze", [src, "axis2"], [f"u{n}"]),
+                  helper.make_node("Expand", [f"u{n}", "kv5"], [f"e{n}"]),
+                  helper.make_node("Reshape", [f"e{n}", "rep4"], [f"g{n}"])]
+        repeated[n] = f"g{n}"
+    nodes += [helper.make_node("Transpose", [repeated["k"]], ["kt"], perm=[0, 1, 3, 2]),
+              helper.make_node("MatMul", [q, "kt"], ["s0"]),
+              helper.make_node("Mul", ["s0", "scale"], ["s1"]),
+              helper.make_node("Add", ["s1", "mask"], ["s2"]),
+              helper.make_node("Softmax", ["s2"], ["p"], axis=-1),
+              helper.make_node("MatMul", ["p", repeated["v"]], ["ctx"]),
+              helper.make_node("Transpose", ["ctx"], ["ctx_t"], perm=[0, 2, 1, 3]),
+              helper.make_node("Reshape", ["ctx_t", "out3"], ["y"])]
+    used = {i for n in nodes for i in n.input}
+    return model(nodes, [tensor("x", F32, [batch, seq, emb])],
+                 [tensor("y", F32, [batch, seq, heads * dim])],
+                 [i for i in inits if i.name in used], opset=17)
+
+
+@pytest.mark.parametrize("batch,seq,heads,kv_heads,dim,rotary,packed", [
+    (1, 9, 4, 2, 8, True, False),    # grouped-query, rotary (LLaMA, Qwen2, Mistral)
+    (2, 6, 3, 1, 4, True, False),    # multi-query
+    (2, 7, 2, 2, 6, True, False),    # rotary, every head its own K/V
+    (1, 5, 6, 3, 4, False, False),   # grouped-query over plain projections
+    (2, 5, 4, 2, 4, False, True),    # grouped-query over one packed projection, split
+])
+def test_grouped_query_attention_fuses(batch: int, seq: int, heads: int, kv_heads: int,
+                                       dim: int, rotary: bool, packed: bool,
+                                       backend_name: str) -> None:
+    m = _gqa(batch, seq, heads, kv_heads, dim, rotary, packed)
+    result = import_onnx(m)
+    assert result.patterns["attention"] == 1
+    ops = _ops(result)
+    assert "softmax" not in ops and "batch_matmul" not in ops
+    x = np.random.default_rng(seq).standard_normal((batch, seq, 32)).astype(np.float32)
+    assert_matches(m, {"x": x}, backend_name)
+
+
+def test_grouped_query_attention_disabled_keeps_the_products() -> None:
+    result = import_onnx(_gqa(1, 9, 4, 2, 8, True), disable=["attention"])
+    assert "attention" not in _ops(result) and "softmax" in _ops(result)
