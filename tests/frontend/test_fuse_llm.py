@@ -209,6 +209,25 @@ def test_grouped_query_attention_fuses(batch: int, seq: int, heads: int, kv_head
     assert_matches(m, {"x": x}, backend_name)
 
 
+def test_value_heads_of_another_width_are_left_unfused(backend_name: str) -> None:
+    """softmax(q k^T) v with v's heads 5 wide, q's and k's 4: the attention op has one head
+    width, so the products stay as the graph wrote them."""
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["q", "kt"], ["s"]),
+             helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["ctx"]),
+             helper.make_node("Transpose", ["ctx"], ["ct"], perm=[0, 2, 1, 3]),
+             helper.make_node("Reshape", ["ct", "shape"], ["y"])]
+    m = model(nodes, [tensor("q", F32, [1, 2, 6, 4]), tensor("k", F32, [1, 2, 6, 4]),
+                      tensor("v", F32, [1, 2, 6, 5])], [tensor("y", F32, [1, 6, 10])],
+              [init("shape", np.array([1, 6, 10], np.int64))])
+    assert "attention" not in dict(import_onnx(m).patterns)
+    rng = np.random.default_rng(8)
+    feeds = {n: rng.standard_normal((1, 2, 6, 5 if n == "v" else 4)).astype(np.float32)
+             for n in "qkv"}
+    assert_matches(m, feeds, backend_name)
+
+
 def test_grouped_query_attention_disabled_keeps_the_products() -> None:
     result = import_onnx(_gqa(1, 9, 4, 2, 8, True), disable=["attention"])
     assert "attention" not in _ops(result) and "softmax" in _ops(result)

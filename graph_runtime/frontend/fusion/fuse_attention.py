@@ -256,8 +256,8 @@ def _match(g: PatternGraph, bmm: Prim, env: Env) -> tuple[list[Prim], Prim] | No
         p = g.sole(cur)
     if p is None or p.op != bmm.op or p.inputs[0] is not cur \
             or p.attrs.get("transpose_b", False) or p.inputs[1].rank < 2 \
-            or math.prod(p.inputs[1].shape[:-2]) != bh:
-        return None
+            or math.prod(p.inputs[1].shape[:-2]) != bh or p.inputs[1].shape[-1] != dim:
+        return None  # the op's v heads are as wide as q's and k's
     bmm2 = p
     # the three operands as head views of their sources, or copied into that layout
     operands = (qa, ka, bmm2.inputs[1])
