@@ -24,11 +24,17 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import warnings
 from typing import Any
 
 from ..threads import num_threads
 
 log = logging.getLogger(__name__)
+# numba's SSA pass reports its own pedantic findings on the loops we generate ("variable ... is
+# not in scope ... please report to numba", NumbaIRAssumptionWarning) at each first compile:
+# numba's internal check, not a fault of the kernel, and noise on a user's console.
+warnings.filterwarnings("ignore", message=r"variable '.*' is not in scope",
+                        module=r"numba\.core\.ssa")
 _lock = threading.Lock()
 _thread: threading.Thread | None = None
 
