@@ -131,3 +131,34 @@ def test_roi_align_batch_index_out_of_range_is_refused_at_run(bad: int) -> None:
                                                 rf"batch_indices is {bad}, but X has batch size "
                                                 r"2; expected indices in \[0, 2\)"):
         run_ours(m, {"x": x, "rois": rois, "idx": np.array([1, bad, 0], np.int64)}, "cpu")
+
+
+def test_nms_over_a_symbolic_box_count_imports_once() -> None:
+    """Boxes (1, n, 4) and scores (1, 1, n) with n named, NMS keeping what the data gives:
+    imported once, it matches ONNX Runtime for 5, 30 and 200 boxes (issue 32)."""
+    from graph_runtime.frontend.importer import import_onnx
+    nodes = [helper.make_node("NonMaxSuppression", ["boxes", "scores", "max_out", "iou",
+                                                    "score_thr"], ["selected"]),
+             helper.make_node("Gather", ["selected", "col2"], ["idx"], axis=1),
+             helper.make_node("Squeeze", ["scores", "axes01"], ["flat"]),
+             helper.make_node("Gather", ["flat", "idx"], ["kept"], axis=0)]
+    inits = [init("max_out", np.array([10], np.int64)), init("iou", np.array([0.5], np.float32)),
+             init("score_thr", np.array([0.1], np.float32)),
+             init("col2", np.array(2, np.int64)), init("axes01", np.array([0, 1], np.int64))]
+    graph = helper.make_graph(
+        nodes, "nms", [helper.make_tensor_value_info("boxes", F32, [1, "n", 4]),
+                       helper.make_tensor_value_info("scores", F32, [1, 1, "n"])],
+        [helper.make_tensor_value_info("kept", F32, ["k"])], inits)
+    onnx_model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    result = import_onnx(onnx_model)
+    module = gr.create(result.graph_json, result.module())
+    module.load_params(result.params)
+    rng = np.random.default_rng(0)
+    for n in (5, 30, 200):
+        corner = rng.uniform(0, 100, (1, n, 2)).astype(np.float32)
+        boxes = np.concatenate([corner, corner + rng.uniform(5, 20, (1, n, 2))], -1)
+        feeds = {"boxes": boxes.astype(np.float32),
+                 "scores": rng.uniform(0, 1, (1, 1, n)).astype(np.float32)}
+        module.run(**feeds)
+        np.testing.assert_array_equal(module.get_output(0).numpy(),
+                                      run_ort(onnx_model, feeds)[0])
