@@ -124,19 +124,22 @@ def const_input(node: OnnxNode, args: list, i: int, what: str) -> np.ndarray | N
     return value.const
 
 
-def required_ints(node: OnnxNode, args: list, i: int, what: str) -> list[int]:
-    """Input i as ints known at import; refuse when it is omitted or computed."""
+def required_ints(node: OnnxNode, args: list, i: int, what: str) -> list[Any]:
+    """Input i as ints (or symbolic dims) known at import; refuse when omitted or computed."""
     array = const_input(node, args, i, what)
     if array is None:
         raise Unsupported(f"input {i} ({what}) is missing")
-    values = [int(v) for v in np.asarray(array).reshape(-1)]
-    if any(not -2 ** 63 <= v < 2 ** 63 for v in values):
+    from .symdim import Sym
+    # A shape-valued input may hold symbolic dims (frontend/symdim.py): kept as they are.
+    values = [v if isinstance(v, Sym) else int(v) for v in np.asarray(array).reshape(-1)]
+    if any(isinstance(v, int) and not -2 ** 63 <= v < 2 ** 63 for v in values):
         # NOTE: a uint64 tensor where ONNX asks for int64; NumPy would overflow on it.
         raise Unsupported(f"input {i} ({what}) holds {values[:8]}; expected values within int64")
     return values
 
 
 def ints_of(array: np.ndarray | None) -> list[int] | None:
+    """array's items as ints (a symbolic dim among them: Undecidable, a number was needed)."""
     return None if array is None else [int(v) for v in np.asarray(array).reshape(-1)]
 
 

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from .convert import Context, converts
 from .ir import Unsupported, Value
 from .onnx_node import OnnxNode
+from .symdim import has_sym, same_shape
 
 # -- windows (conv and pooling) -------------------------------------------------------------------
 
@@ -204,7 +205,8 @@ def pool(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     for i in range(nd):
         span = (kernel[i] - 1) * dilations[i] + 1
         padded = x.shape[2 + i] + pads[i] + pads[nd + i]
-        if not ceil and span > padded:
+        # A symbolic size's fit is checked by the op's own rule when the module is specialised.
+        if not ceil and not has_sym(padded) and span > padded:
             raise Unsupported(f"ceil_mode=0 with a window spanning {span} on axis {2 + i} but "
                               f"the padded input has only {padded}: ONNX's formula floors to "
                               "no window (ONNX Runtime truncates toward zero and may pool one); "
@@ -222,7 +224,7 @@ def pool(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
         attrs["count_include_pad"] = include
     dims = "3d" if x.rank == 5 else "2d"
     y = b.op(f"max_pool{dims}" if is_max else f"avg_pool{dims}", x, **attrs)
-    if list(y.shape[2:]) != want:
+    if not same_shape(y.shape[2:], want):
         raise Unsupported(f"ceil_mode={int(ceil)} with pads {pads}: the op library gives "
                           f"{list(y.shape[2:])} windows, ONNX {want}")
     if args[0].rank == 3:

@@ -18,6 +18,7 @@ from .convert import CONVERTERS, Context, const_input, required_ints
 from .fold import fold
 from .ir import Unsupported, Value
 from .onnx_node import OnnxNode
+from .symdim import floordiv, has_sym, sym_max
 
 
 def convert_unfolded(ctx: Context, node: OnnxNode, args: list) -> list[Value | None]:
@@ -66,10 +67,22 @@ def _range(ctx: Context, node: OnnxNode, args: list) -> Value:
     if start is None or limit is None or delta is None:
         raise Unsupported("start, limit and delta are all required")
     dtype = np.asarray(start).dtype
-    s, lim, d = (np.asarray(v).reshape(-1)[0].item() for v in (start, limit, delta))
-    if d == 0:
-        raise Unsupported("delta 0")
-    n = max(int(math.ceil((lim - s) / d)), 0)
+    s, lim, d = (np.asarray(v).reshape(-1)[0] for v in (start, limit, delta))
+    if has_sym([s, lim, d]):
+        # A limit that follows symbolic dims (Range(0, seq)): the count as an expression.
+        dtype = np.dtype(args[0].dtype)
+        if has_sym([s, d]) or dtype.kind not in "iu":
+            raise Unsupported(f"Range({s}, {lim}, {d}) of {dtype}: expected a symbolic limit "
+                              "only, with integer start and delta")
+        s, d = int(s), int(d)
+        if d == 0:
+            raise Unsupported("delta 0")
+        n = sym_max(floordiv(lim - s + d - 1, d) if d > 0 else floordiv(s - lim - d - 1, -d), 0)
+    else:
+        s, lim, d = (v.item() for v in (s, lim, d))
+        if d == 0:
+            raise Unsupported("delta 0")
+        n = max(int(math.ceil((lim - s) / d)), 0)
     ones = b.op("broadcast_to", b.const(np.ones((), dtype), "one"), shape=[n])
     out = b.op("cumsum", ones, axis=0, exclusive=True)
     if d != 1:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -11,12 +12,14 @@ from .fold import fold_gather, fold_gather_elements
 from .fold_size import size_gather, size_pad
 from .ir import Unsupported, Value, check_const_bytes
 from .onnx_node import OnnxNode
+from .fold_sym import normal
+from .symdim import has_sym, slice_range
 
 
 def _slice_attrs(x: Value, starts: Sequence[int], ends: Sequence[int], axes: Sequence[int],
                  steps: Sequence[int], node: OnnxNode) -> tuple[list, list, list, list]:
-    begin: list[int] = []
-    end: list[int | None] = []
+    begin: list[Any] = []  # ints, or symbolic dims (frontend/symdim.py)
+    end: list[Any] = []
     strides: list[int] = []
     picked: list[int] = []
     for s, e, a, st in zip(starts, ends, axes, steps):
@@ -24,6 +27,13 @@ def _slice_attrs(x: Value, starts: Sequence[int], ends: Sequence[int], axes: Seq
         if st == 0:
             raise Unsupported("a zero step")
         dim = x.shape[a]
+        if has_sym([dim, s, e]):
+            first, last, _ = slice_range(dim, s, e, st)  # Undecidable for a negative step
+            begin.append(first)
+            end.append(last)
+            strides.append(st)
+            picked.append(a)
+            continue
         chosen = range(dim)[slice(max(min(s, 2 ** 62), -2 ** 62), max(min(e, 2 ** 62), -2 ** 62),
                                   st)]
         if len(chosen) == 0:
@@ -165,7 +175,14 @@ def _pad_from_data(ctx: Context, x: Value, widths: list[list[int]], mode: str) -
 def gather(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     x, idx = args[0], args[1]
     axis = norm_axis(int(node.attr("axis", 0)), x.rank, node)
-    if idx.const is not None:
+    if idx.const is not None and has_sym(x.shape[axis]):
+        # Indices 0 and -1 hold for any size from 1 (take's rule refuses an empty axis when the
+        # module is specialised); others must be decided in range.
+        n = x.shape[axis]
+        for i in _ints_of_index(idx):
+            if i not in (0, -1) and not (-n <= i < n):
+                raise Unsupported(f"index {i} is out of range for axis {axis} of size {n}")
+    elif idx.const is not None:
         n = x.shape[axis]
         bad = (idx.const < -n) | (idx.const >= n)
         if np.any(bad):
@@ -174,6 +191,12 @@ def gather(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     # NOTE: 'wrap' maps ONNX's negative indices (-1 = last) to their place.
     return [ctx.b.op("take", x, ctx.b.cast(idx, "int64") if idx.dtype not in ("int32", "int64")
                      else idx, axis=axis, mode="wrap")]
+
+
+def _ints_of_index(idx: Value) -> list[int]:
+    if idx.const is None or has_sym(idx.const):
+        raise Unsupported("indices holding symbolic dims into a symbolic axis")
+    return [int(i) for i in idx.const.reshape(-1)]
 
 
 @converts("GatherElements", fold=fold_gather_elements)
@@ -195,7 +218,9 @@ def gather_nd(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     batch = math.prod(x.shape[:nb])
     dims = x.shape[nb:nb + k]
     rest = x.shape[nb + k:]
-    strides = np.array([math.prod(dims[j + 1:]) for j in range(k)], np.int64)
+    # Symbolic dims (frontend/symdim.py) stay expressions: the tables below read them as data
+    # through dim_values nodes.
+    strides = normal(np.array([math.prod(dims[j + 1:]) for j in range(k)], object))
     lookup = tuple(idx.shape[nb:-1])
     check_const_bytes((batch,), np.int64, "GatherND's batch offsets")
     offsets = (np.arange(batch, dtype=np.int64) * math.prod(dims)).reshape(
@@ -205,7 +230,8 @@ def gather_nd(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
         flat_idx = (wrapped * strides).sum(axis=-1).reshape((batch,) + lookup) + offsets
         flat = b.const(flat_idx, "gather_nd_index")
     else:
-        wrapped = b.op("mod", b.cast(idx, "int64"), b.const(np.array(dims, np.int64), "dims"))
+        wrapped = b.op("mod", b.cast(idx, "int64"), b.const(normal(np.array(dims, object)),
+                                                            "dims"))
         summed = b.op("sum", b.op("multiply", wrapped, b.const(strides, "strides")), axis=[-1],
                       keepdims=False)
         flat = b.op("add", b.reshape(summed, (batch,) + lookup), b.const(offsets, "offsets"))

@@ -11,6 +11,7 @@ from .convert_data_dependent import topk_computed
 from .fold import fold_cast, fold_identity
 from .ir import Unsupported, Value, check_const_bytes
 from .onnx_node import OnnxNode
+from .symdim import is_int
 
 # ONNX op type -> standard op, where one op is the whole conversion.
 BINARY = {"Add": "add", "Sub": "subtract", "Mul": "multiply", "Div": "divide",
@@ -279,7 +280,7 @@ def reduce(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     if axes is None:
         return [x]
     keep = bool(int(node.attr("keepdims", 1)))
-    if node.op_type in ("ReduceMax", "ReduceMin") and any(x.shape[a] == 0 for a in axes):
+    if node.op_type in ("ReduceMax", "ReduceMin") and any(is_int(x.shape[a], 0) for a in axes):
         return [_empty_extreme(ctx, node, x, axes, keep)]
     return [b.op(REDUCE[node.op_type], x, axis=axes, keepdims=keep)]
 

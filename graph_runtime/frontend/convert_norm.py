@@ -10,6 +10,7 @@ from .convert import Context, converts, norm_axis
 from .fold_size import broadcast
 from .ir import Unsupported, Value
 from .onnx_node import OnnxNode
+from .symdim import Undecidable, same_shape
 
 
 def _bn_scale_shift(node: OnnxNode, args: list) -> tuple[np.ndarray, np.ndarray] | None:
@@ -88,8 +89,10 @@ def layer_norm(ctx: Context, node: OnnxNode, args: list) -> list[Value | None]:
         if v is None:
             continue
         try:
-            fits = tuple(np.broadcast_shapes(v.shape, inner)) == tuple(inner)
-        except ValueError:  # not broadcastable at all
+            fits = same_shape(broadcast([v.shape, inner], what), inner)
+        except Undecidable:
+            raise
+        except Unsupported:  # not broadcastable at all
             fits = False
         if not fits:
             raise Unsupported(f"{what} of shape {list(v.shape)} for normalized shape "

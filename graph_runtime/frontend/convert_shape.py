@@ -10,6 +10,8 @@ import numpy as np
 from .convert import (Context, add_facts, const_input, converts, ints_of, norm_axis,
                       required_ints)
 from .fold import fold_concat, fold_expand, fold_shape, fold_tile
+from .fold_sym import normal
+from .symdim import decided_unequal, floordiv, is_int, same_shape
 from .fold_size import broadcast, size_constant_of_shape, size_expand, size_range, size_tile
 from .ir import NeedsValue, Unsupported, Value, check_const_bytes, check_entry, check_rank
 from .onnx_node import OnnxNode
@@ -17,7 +19,7 @@ from .onnx_node import OnnxNode
 
 @converts("Shape", fold=fold_shape)
 def shape(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
-    dims = np.array(args[0].shape, dtype=np.int64)
+    dims = normal(np.array(args[0].shape, dtype=object))
     start = int(node.attr("start", 0))
     end = node.attr("end")
     return [ctx.b.const(dims[start:None if end is None else int(end)], "shape")]
@@ -25,7 +27,7 @@ def shape(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
 
 @converts("Size")
 def size(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
-    return [ctx.b.const(np.array(math.prod(args[0].shape), np.int64), "size")]
+    return [ctx.b.const(normal(np.array(math.prod(args[0].shape), dtype=object)), "size")]
 
 
 @converts("Reshape", shape_inputs=(1,))
@@ -39,22 +41,25 @@ def reshape(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
         target = required_ints(node, args, 1, "shape")
     allowzero = int(node.attr("allowzero", 0))
     out = []
+    # NOTE: a symbolic item is a size (a dim that is 0 at run time copies the input's dim in
+    # ONNX and in the lib's reshape alike); only literal 0 and -1 are codes here.
     for i, d in enumerate(target or []):
-        copies = d == 0 and not allowzero
-        if d < -1 or (copies and i >= x.rank):
+        copies = is_int(d, 0) and not allowzero
+        if (isinstance(d, int) and d < -1) or (copies and i >= x.rank):
             raise Unsupported(f"shape {target}: item {i} is {d}; expected a size, -1, or 0 "
                               f"for a dim the input {list(x.shape)} has")
         out.append(x.shape[i] if copies else d)
-    if out.count(-1) > 1:
+    infer = [i for i, d in enumerate(out) if is_int(d, -1)]
+    if len(infer) > 1:
         raise Unsupported(f"shape {target} has more than one -1")
-    if -1 in out:
-        known = math.prod(d for d in out if d != -1)
-        if known == 0:
+    if infer:
+        known = math.prod(d for i, d in enumerate(out) if i != infer[0])
+        if is_int(known, 0):
             raise Unsupported(f"shape {target} with -1 and a zero dim")
-        out[out.index(-1)] = math.prod(x.shape) // known
-    if math.prod(out) != math.prod(x.shape):
+        out[infer[0]] = floordiv(math.prod(x.shape), known)
+    if decided_unequal(math.prod(out), math.prod(x.shape)):
         raise Unsupported(f"cannot reshape {x.shape} to {target}")
-    return [ctx.b.reshape(x, out) if tuple(out) != x.shape else x]
+    return [x if same_shape(out, x.shape) else ctx.b.reshape(x, out)]
 
 
 @converts("Flatten")
@@ -65,7 +70,7 @@ def flatten(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     if not 0 <= axis <= x.rank:
         raise Unsupported(f"axis {node.attr('axis')} for rank {x.rank}")
     out = (math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
-    return [ctx.b.reshape(x, out) if out != x.shape else x]
+    return [x if same_shape(out, x.shape) else ctx.b.reshape(x, out)]
 
 
 @converts("Transpose")
@@ -95,7 +100,7 @@ def squeeze(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
             if x.shape[a] != 1:
                 raise Unsupported(f"axis {a} has size {x.shape[a]}, not 1")
     out = tuple(d for i, d in enumerate(x.shape) if i not in picked)
-    return [ctx.b.reshape(x, out) if out != x.shape else x]
+    return [x if same_shape(out, x.shape) else ctx.b.reshape(x, out)]
 
 
 @converts("Unsqueeze", shape_inputs=(1,))
@@ -122,7 +127,7 @@ def concat(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
                 a != b for i, (a, b) in enumerate(zip(v.shape, first.shape)) if i != axis)):
             raise Unsupported(f"input {k} of shape {list(v.shape)}: expected the shape of "
                               f"input 0 {list(first.shape)} but for axis {axis}")
-    nonempty = [v for v in values if v.shape[axis] != 0]
+    nonempty = [v for v in values if not is_int(v.shape[axis], 0)]
     if not nonempty:
         shape = list(values[0].shape)
         shape[axis] = 0
@@ -160,8 +165,7 @@ def split(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
 
 
 def _broadcast(ctx: Context, x: Value, shape: Sequence[int]) -> Value:
-    shape = tuple(int(d) for d in shape)
-    if shape == x.shape:
+    if same_shape(shape, x.shape):
         return x
     return ctx.b.op("broadcast_to", x, shape=list(shape))
 
@@ -200,6 +204,10 @@ def eye_like(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
 
 @converts("ConstantOfShape", "Range")
 def needs_constants(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
+    if all(a is None or a.const is not None for a in args):
+        # Known at import but holding symbolic dims (folding refused them): computed by ops.
+        from .convert_dims import convert_unfolded
+        return [v for v in convert_unfolded(ctx, node, args) if v is not None]
     raise NeedsValue("its inputs are computed at run time (a dynamic shape); only constant "
                       "inputs are supported")
 

@@ -15,7 +15,9 @@ from ..lib.library import TensorSpec
 from ..lib.loader import function_from_json
 from ..graph.storage_plan import plan_storage
 from .fusion.fuse_ops import Group, base_name, function_doc, fuse
+from ..graph.symbolic import shape_is_symbolic
 from .ir import Prim, Value
+from .symdim import dim_text, has_sym, to_json
 from .lower import Lowered
 
 _SMALL = 64  # constants with at most this many elements are shared when equal
@@ -117,7 +119,7 @@ def emit(lowered: Lowered, description: str) -> Emitted:
     counts: dict[str, int] = {}
     out_entry: dict[int, tuple[int, int]] = {v_id: (nid, 0) for v_id, nid in entry.items()}
     for g in groups:
-        doc = function_doc(g)
+        doc = to_json(function_doc(g))
         key = json.dumps(doc, sort_keys=True)
         name = by_key.get(key)
         if name is None:
@@ -138,11 +140,14 @@ def emit(lowered: Lowered, description: str) -> Emitted:
             specs.append((v.shape, v.dtype))
     heads = [list(out_entry[id(v)]) + [0] for v in outputs]
 
+    symbolic = any(has_sym(shape) for shape, _ in specs)
+    specs = [(tuple(dim_text(d) for d in shape), dtype) for shape, dtype in specs]
     graph = _graph(nodes, heads, specs, usable_output_names(lowered.output_names))
     graph_doc = graph.to_dict()
     lib_doc = {"format": "graph_runtime.lib", "version": 1, "description": description,
                "functions": lib_functions}
-    _verify(graph, lib_functions)
+    if not symbolic:  # a symbolic graph's calls are checked per shape, when specialised
+        _verify(graph, lib_functions)
     return Emitted(graph_doc, lib_doc, params, groups, func_names)
 
 
@@ -153,7 +158,9 @@ def _graph(nodes: list[dict[str, Any]], heads: list[list[int]],
     try:
         graph = Graph.build(nodes, heads, shapes=[shape for shape, _ in specs],
                             dtypes=[dtype for _, dtype in specs], output_names=output_names)
-        sizes = [entry_bytes(shape, dtype) for shape, dtype in specs]
+        # Symbolic entries count 0 B: storage is planned again per specialisation.
+        sizes = [0 if shape_is_symbolic(shape) else entry_bytes(shape, dtype)
+                 for shape, dtype in specs]
         plan = plan_storage(graph, sizes, [cpu(0)] * len(specs))
         return graph.with_columns(storage_id=plan.storage_ids)
     except GraphError as e:

@@ -133,6 +133,9 @@ def fold(node: OnnxNode, inputs: Sequence[np.ndarray | None], opset_imports: Any
         known = _constant(node)
         if known is not None:
             return known
+    if any(x is not None and np.asarray(x).dtype == object for x in inputs):
+        from .fold_sym import fold_symbolic
+        return fold_symbolic(node, inputs, opset_imports)
     check_fold_size(node, inputs, expected)
     try:
         results = _evaluate(node, inputs, opset_imports)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -30,7 +30,13 @@ def _ints(x: np.ndarray | None, what: str) -> list[int]:
 
 def broadcast(shapes: Sequence[Shape], what: str) -> Shape:
     """NumPy's broadcast of shapes, in Python integers (no overflow, no allocation)."""
+    from .symdim import broadcast_dims, has_sym
     rank = max((len(s) for s in shapes), default=0)
+    if has_sym(list(shapes)):
+        # Symbolic dims: literal 1s first (broadcast(seq, 1) is seq), then equal expressions.
+        return cast(Shape, tuple(broadcast_dims([s[len(s) - rank + k] for s in shapes
+                                                 if len(s) - rank + k >= 0], what)
+                                 for k in range(rank)))
     out = []
     for k in range(rank):
         dims = {s[len(s) - rank + k] for s in shapes if len(s) - rank + k >= 0} - {1}

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from .._text import fmt_bytes
+from ..errors import FrontendError
 from ..lib.library import Module
 
 
@@ -35,6 +36,11 @@ class ImportResult:
     seconds: float = 0.0
     input_names: list[str] = field(default_factory=list)
     output_names: list[str] = field(default_factory=list)
+    # How symbolic dims were imported: "propagation" (one import computing on expressions),
+    # "probes" (the fallback: imports at probe sizes, fitted) or "" (no symbolic dims).
+    symbolic_path: str = ""
+    # Why propagation fell back to probes (the refusal that stopped it), or "".
+    propagation_refusal: str = ""
 
     @property
     def params_bytes(self) -> int:
@@ -55,6 +61,11 @@ class ImportResult:
                  (f"  inputs: {', '.join(self.input_names) or '-'}; outputs: "
                   f"{', '.join(self.output_names)}"),
                  f"  params: {len(self.params)} arrays, {fmt_bytes(self.params_bytes)}"]
+        if self.symbolic_path == "propagation":
+            lines.append("  symbolic dims: imported once, shapes propagated as expressions")
+        elif self.symbolic_path == "probes":
+            lines.append("  symbolic dims: imported at probe sizes and fitted (propagation "
+                         f"refused: {self.propagation_refusal})")
         if self.folded:
             folded = ", ".join(f"{op} x{n}" for op, n in self.folded.most_common())
             lines.append(f"  folded at import: {sum(self.folded.values())} nodes ({folded})")
@@ -94,8 +105,10 @@ def import_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None,
     a ModelProto with external data and no base_dir is refused).
 
     Inputs with named or unknown dims and no shape given keep them: the graph carries symbolic
-    dims (frontend/symbolic_import.py) and create() specialises it per input shape. freeze=True
-    refuses such inputs instead, asking for shapes (the behaviour before symbolic dims).
+    dims and create() specialises it per input shape. They are propagated through one import
+    (frontend/symdim.py); where that refuses, the model is imported at probe sizes and fitted
+    (frontend/symbolic_import.py); ImportResult.symbolic_path says which. freeze=True refuses
+    such inputs instead, asking for shapes (the behaviour before symbolic dims).
 
     disable names rewrite passes to skip (frontend/passes.py; an unknown name is refused).
 
@@ -109,6 +122,7 @@ def import_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None,
     from .onnx_model import load_model
     from .convert_data_dependent import data_only_topk, data_symbols
     from .symbolic_import import import_with_probes, symbols_of
+    from .ir import Unsupported
     start = time.perf_counter()
     disabled = check_disabled(disable)
     proto, default_name = load_model(model, base_dir)
@@ -121,16 +135,31 @@ def import_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None,
     fused: list[Any] = []
 
     def once(shapes: Mapping[str, Sequence[int]], unfold: frozenset[str] = frozenset(),
-             sizes: Mapping[str, int] | None = None) -> tuple[Any, dict[str, Any]]:
+             sizes: Mapping[str, int] | None = None,
+             symbolic: Mapping[str, Mapping[int, str]] | None = None
+             ) -> tuple[Any, dict[str, Any]]:
         data_sizes = {out: sizes[sym.name] for out, sym in data.items()} if sizes else None
-        lowered = lower(proto, name, shapes, unfold, data_sizes, disabled)
+        lowered = lower(proto, name, shapes, unfold, data_sizes, disabled, symbolic)
         fused[:] = [fuse_lowered(lowered, disabled) + lowered.qdq_fused]
         emitted = emit(lowered, f"imported from {name} (ONNX opset {lowered.opset})")
         return (lowered, emitted), {"graph": emitted.graph_doc, "lib": emitted.lib_doc,
                                     "params": emitted.params, "consts": lowered.consts,
                                     "computed": lowered.computed}
 
-    if symbols or data:
+    path, refusal = "", ""
+    if symbols and not data:
+        path = "propagation"
+        try:
+            (lowered, emitted), _ = once(given, symbolic=_places(symbols))
+        except (FrontendError, Unsupported, ArithmeticError, LookupError, TypeError,
+                ValueError) as e:
+            # Propagation could not express something (an undecidable comparison of dims, an
+            # op whose shape rule needs numbers): today's probe import, recorded as such.
+            path = "probes"
+            refusal = str(e) if isinstance(e, (FrontendError, Unsupported)) else \
+                f"internal error: {type(e).__name__}: {e}"
+    if (symbols or data) and path != "propagation":
+        path = "probes"
         try:
             (lowered, emitted), docs = import_with_probes(
                 once, proto, given, [*symbols, *data.values()], name)
@@ -141,9 +170,14 @@ def import_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None,
             if freeze or symbols or not data_only_topk(proto, data):
                 raise
             return _deferred(proto, given, name, start)
+        except FrontendError as e:
+            if not refusal:
+                raise
+            # Both ways refused: say why propagation did too (it names the node and the dims).
+            raise type(e)(f"{e}; importing by propagation was refused first: {refusal}") from e
         emitted.graph_doc, emitted.lib_doc, emitted.params = (docs["graph"], docs["lib"],
                                                               docs["params"])
-    else:
+    elif not symbols:
         try:
             (lowered, emitted), _ = once(given)
         except NeedsRunTimeValues:
@@ -159,7 +193,17 @@ def import_onnx(model: Any, shape: Mapping[str, Sequence[int]] | None = None,
         folded=lowered.folded, removed=lowered.removed, bn_folded=lowered.bn_folded,
         expanded=lowered.expanded, patterns=patterns,
         seconds=time.perf_counter() - start,
-        input_names=[v.name for v in lowered.inputs], output_names=lowered.output_names)
+        input_names=[v.name for v in lowered.inputs], output_names=lowered.output_names,
+        symbolic_path=path, propagation_refusal=refusal)
+
+
+def _places(symbols: Sequence[Any]) -> dict[str, dict[int, str]]:
+    """{input name: {axis: dim name}} of symbolic_import's Symbols."""
+    places: dict[str, dict[int, str]] = {}
+    for sym in symbols:
+        for name, axis in sym.places:
+            places.setdefault(name, {})[axis] = sym.name
+    return places
 
 
 def _deferred(proto: Any, given: Mapping[str, Sequence[int]], name: str,

@@ -75,6 +75,8 @@ def check_entry(shape: Sequence[int], dtype: Any, what: str) -> None:
     check_rank(shape, what)
     nbytes = np.dtype(dtype).itemsize
     for d in shape:
+        if not isinstance(d, (int, np.integer)):
+            return  # a symbolic dim: checked when the module is specialised for its value
         nbytes *= max(int(d), 1)
     if nbytes >= 1 << 63:
         kind = np.dtype(dtype)
@@ -93,8 +95,10 @@ class Value:
     """One tensor: a graph input, a constant known at import, or a prim's output."""
 
     name: str
-    shape: tuple[int, ...]
+    shape: tuple[Any, ...]  # ints, or symbolic dims (frontend/symdim.py's Sym)
     dtype: str
+    # Known at import; an object array of ints and Syms for a shape-valued tensor that follows
+    # symbolic dims (a prim reading it as data gets it from a dim_values node).
     const: np.ndarray | None = None
     producer: Prim | None = None
     is_input: bool = False
@@ -129,6 +133,12 @@ def has_op(name: str) -> bool:
     return name in OPS
 
 
+def _dim(d: Any) -> Any:
+    """A dim as a Python int, or the symbolic dim itself."""
+    from .symdim import Sym
+    return d if isinstance(d, Sym) else int(d)
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
@@ -152,6 +162,9 @@ class Builder:
         # Set when some size is decided by the data (and may be 0 at run time): a reshape's 0
         # is then a size, never relay's "copy this dim" (lib reshape's allowzero).
         self.sizes_may_be_zero = False
+        # A graph input whose shape holds symbolic dims: what dim_values nodes read (their
+        # values come from the bound dims, the input only orders them after binding).
+        self.anchor: Value | None = None
 
     def fresh(self, hint: str) -> str:
         self._count += 1
@@ -159,7 +172,15 @@ class Builder:
 
     def const(self, array: Any, hint: str = "const", dtype: Any = None) -> Value:
         """A constant value (becomes a param if a prim reads it)."""
+        from .symdim import has_sym
+        if has_sym(array):
+            data = np.asarray(array, dtype=object)
+            check_rank(data.shape, f"constant {hint!r}")
+            return Value(self.fresh(hint), tuple(int(d) for d in data.shape),
+                         str(np.dtype(dtype or "int64")), const=data)
         data = np.asarray(array, dtype=dtype)
+        if data.dtype == object:  # shape arithmetic whose symbolic dims all cancelled
+            data = data.astype(np.int64)
         check_rank(data.shape, f"constant {hint!r}")
         if data.dtype == np.float64 and dtype is None and not isinstance(array, np.ndarray):
             data = data.astype(np.float32)
@@ -178,13 +199,20 @@ class Builder:
             if v is None:
                 raise Unsupported(f"{op}: its input {k} would be an omitted ('') ONNX input; "
                                   "the conversion needs it")
+        if any(v.const is not None and v.const.dtype == object for v in inputs):
+            inputs = [self.dim_values(v) for v in inputs]
         clean = {k: _jsonable(v) for k, v in attrs.items() if v is not None}
         for name, value in clean.items():
             if isinstance(value, float) and not np.isfinite(value):
                 raise Unsupported(f"{op}: attribute {name!r} = {value} (lib.json holds finite "
                                   "numbers only)")
+        from .symdim import has_sym
         try:
-            specs = OPS[op].infer([v.spec for v in inputs], clean)
+            if has_sym([list(v.shape) for v in inputs] + list(clean.values())):
+                from .sym_infer import infer
+                specs = infer(op, [v.spec for v in inputs], clean)
+            else:
+                specs = OPS[op].infer([v.spec for v in inputs], clean)
         except LibraryError as e:
             widened = self._widened(op, inputs, clean)
             if widened is None:
@@ -193,7 +221,7 @@ class Builder:
         for k, spec in enumerate(specs):
             check_entry(spec.shape, spec.dtype, f"{op} output {k}")
         prim = Prim(op, clean, list(inputs), [], self.origin)
-        prim.outputs = [Value(self.fresh(op), tuple(int(d) for d in s.shape), str(s.dtype),
+        prim.outputs = [Value(self.fresh(op), tuple(_dim(d) for d in s.shape), str(s.dtype),
                               producer=prim) for s in specs]
         self.prims.append(prim)
         return prim.outputs
@@ -220,6 +248,17 @@ class Builder:
             return None
         return [self.cast(v, dtype) if v.dtype == WIDER[dtype] else v for v in outs]
 
+    def dim_values(self, v: Value) -> Value:
+        """v itself, or, for a shape-valued constant holding symbolic dims, a node computing it
+        from the bound dims at run time (lib op dim_values)."""
+        if v.const is None or v.const.dtype != object:
+            return v
+        if self.anchor is None:
+            raise Unsupported(f"{v.name}: a value holding symbolic dims and no input to bind them")
+        values = [_dim(d) for d in v.const.reshape(-1)]
+        return self.op("dim_values", self.anchor, values=values, shape=list(v.const.shape),
+                       dtype=v.dtype)
+
     def op(self, op: str, *inputs: Value, **attrs: Any) -> Value:
         """A one-output standard op."""
         outs = self.ops(op, inputs, **attrs)
@@ -230,12 +269,13 @@ class Builder:
     # -- shorthands ---------------------------------------------------------------------------
 
     def reshape(self, x: Value, shape: Sequence[int]) -> Value:
-        shape = tuple(int(d) for d in shape)
-        if shape == x.shape:
+        from .symdim import same
+        shape = tuple(_dim(d) for d in shape)
+        if len(shape) == len(x.shape) and all(same(a, b) for a, b in zip(shape, x.shape)):
             return x
         if x.const is not None:
             return self.const(x.const.reshape(shape), x.name)
-        if self.sizes_may_be_zero or 0 in shape:
+        if self.sizes_may_be_zero or any(isinstance(d, int) and d == 0 for d in shape):
             return self.op("reshape", x, newshape=list(shape), allowzero=1)
         return self.op("reshape", x, newshape=list(shape))
 
@@ -250,7 +290,7 @@ class Builder:
     def cast(self, x: Value, dtype: str) -> Value:
         if x.dtype == dtype:
             return x
-        if x.const is not None:
+        if x.const is not None and x.const.dtype != object:
             return self.const(x.const.astype(dtype), x.name)
         if x.dtype in EXTENDED_DTYPES or dtype in EXTENDED_DTYPES:
             return self.op("convert_type", x, dtype=dtype)

@@ -17,6 +17,7 @@ from .inference import check_references, check_shapes, inferred_types, static_sp
 from .ir import RUNTIME_DTYPES, Builder, NeedsValue, TooLarge, Unsupported, Value
 from .onnx_model import default_opset, np_dtype, tensor_shape
 from .onnx_node import OnnxNode, decode_node
+from .symdim import has_sym
 from .tensor_data import sparse_to_dense, to_array
 
 
@@ -61,7 +62,8 @@ def _refusal(model_name: str, opset: int, problems: dict[str, list[str]],
 def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]],
           unfold: frozenset[str] = frozenset(),
           data_sizes: Mapping[str, int] | None = None,
-          disabled: Collection[str] = frozenset()) -> Lowered:
+          disabled: Collection[str] = frozenset(),
+          symbolic: Mapping[str, Mapping[int, str]] | None = None) -> Lowered:
     """Lower every node; one FrontendError listing every unsupported op/attr/dtype otherwise.
 
     unfold: ONNX value names whose nodes are computed by ops instead of folded at import (their
@@ -70,9 +72,14 @@ def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]],
     the shapes ONNX states for them and for what follows them are not checked (they hold for
     one input only).
     disabled: names of import passes to skip (frontend/passes.py).
+    symbolic: {input name: {axis: dim name}} for inputs whose named or unknown dims stay
+    symbolic (frontend/symdim.py): shapes, shape-valued tensors and attrs are expressions of them.
     """
     shapes = check_shapes(model, shapes)
     check_references(model, model_name)
+    if symbolic:
+        from .symdim import reset
+        reset()
     num_nodes = len(model.graph.node)
 
     def reinfer(changed: Any) -> dict[str, Any]:
@@ -123,7 +130,10 @@ def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]],
                 raise Unsupported(f"{kind.replace('_type', '')} type; sequences, optionals and "
                                   "maps are not supported, only tensors")
             dtype = np_dtype(inp.type.tensor_type.elem_type)
-            shape = tensor_shape(inp.type, inp.name, shapes)
+            if symbolic and inp.name in symbolic:
+                shape = _symbolic_shape(inp, symbolic[inp.name])
+            else:
+                shape = tensor_shape(inp.type, inp.name, shapes)
         except Unsupported as e:
             problems.setdefault(f"graph input: {e}", []).append(inp.name)
             env[inp.name] = None
@@ -131,6 +141,8 @@ def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]],
         graph_input = Value(inp.name, shape, dtype, is_input=True)
         env[inp.name] = graph_input
         inputs.append(graph_input)
+        if b.anchor is None and inp.name in (symbolic or {}):
+            b.anchor = graph_input
     lowered.inputs = inputs
     walk.nodes(graph.node)
     lowered.bn_folded = ctx.bn_folded
@@ -149,6 +161,14 @@ def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]],
     if problems:
         raise _refusal(model_name, opset, problems, walk.value_keys)
     return lowered
+
+
+def _symbolic_shape(inp: Any, names: Mapping[int, str]) -> tuple[Any, ...]:
+    """A graph input's shape with its named or unknown dims as symbolic dims."""
+    from .symdim import Sym
+    dims = inp.type.tensor_type.shape.dim
+    return tuple(Sym.name(names[axis]) if axis in names else int(d.dim_value)
+                 for axis, d in enumerate(dims))
 
 
 def _count_uses(nodes: Any, uses: Counter) -> None:
@@ -309,6 +329,9 @@ def _lower_node(ctx: Context, node: Any, args: list[Value | None], model: Any,
                     continue
                 array = np.asarray(r)
                 np_dtype_name = str(array.dtype)
+                if array.dtype == object:
+                    out.append(ctx.b.const(array, name))  # int64 holding symbolic dims
+                    continue
                 if np_dtype_name not in RUNTIME_DTYPES:
                     raise Unsupported(f"folded output {name!r} has dtype {np_dtype_name}")
                 out.append(ctx.b.const(array, name))
@@ -325,12 +348,27 @@ def _lower_node(ctx: Context, node: Any, args: list[Value | None], model: Any,
     return outs + [None] * (len(node.outputs) - len(outs))
 
 
+def _decided_different(a: Any, b: Any) -> bool:
+    from .symdim import Undecidable
+    try:
+        return bool(a != b)
+    except Undecidable:
+        return False
+
+
 def _check_outputs(node: Any, outs: Sequence[Value | None], expected: Mapping[str, tuple]) -> None:
     """Our shapes must agree with ONNX shape inference wherever it found static ones."""
     for name, value in zip(node.outputs, outs):
         if not name or value is None or name not in expected:
             continue
         shape, _ = expected[name]
+        if has_sym(value.shape):
+            # A symbolic dim against a number ONNX states (a declared output shape, the size it
+            # was exported at): only a difference decided at import refuses. The graph keeps
+            # the expression, which specialising checks against each node's own shape rule.
+            if len(shape) == len(value.shape) and not any(
+                    _decided_different(a, b) for a, b in zip(shape, value.shape)):
+                continue
         if tuple(shape) != tuple(value.shape):
             raise Unsupported(f"output {name!r}: the import computes shape {value.shape} but "
                               f"ONNX shape inference gives {tuple(shape)}")

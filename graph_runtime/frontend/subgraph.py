@@ -57,7 +57,9 @@ def outer_reads(graphs: Sequence[Any], scope: Mapping[str, Value | None],
             if value is None:
                 raise Unsupported(f"{where} reads outer value {name!r}, which is "
                                   + ("not defined" if name not in scope else "itself refused"))
-            if value.const is not None and value.const.size <= EMBED_ELEMENTS:
+            # A value holding symbolic dims is fed (a dim_values node makes it per shape).
+            if value.const is not None and value.const.size <= EMBED_ELEMENTS \
+                    and value.const.dtype != object:
                 embedded[name] = value.const
             else:
                 fed.append(name)

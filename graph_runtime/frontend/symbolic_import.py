@@ -1,4 +1,7 @@
-"""Import with symbolic dims: lower at probe sizes, and name every number that follows the dims.
+"""Import with symbolic dims, the fallback: lower at probe sizes, name every number that follows.
+
+(The import first propagates the dims as expressions, frontend/symdim.py; this runs where that
+refuses, and for data-dependent sizes.)
 
 A model whose inputs have named or unknown dims (and no `--shape` for them) is lowered once at
 distinct prime probe sizes and once more per dim with that dim changed. The imports must agree

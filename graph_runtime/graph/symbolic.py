@@ -1,7 +1,8 @@
 """Symbolic dimensions: the `shape` column's extension where a dim is a name or an expression.
 
 A dim in a graph's `shape` column is an int (TVM's format) or a string: a name (`"batch"`), an
-expression over names and ints with `+ - * // %` and parentheses (`"seq*4"`, `"batch*seq"`), or
+expression over names and ints with `+ - * // %`, `min(a, b)`, `max(a, b)` and parentheses
+(`"seq*4"`, `"batch*seq"`, `"(seq-3)//2+1"`, `"min(seq, 512)"`), or
 `"?"`, a size only the producing node's shape rule (or its data) decides. Names are bound by the
 graph inputs' shapes when a module specialises (runtime/specialize.py).
 """
@@ -14,7 +15,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 UNKNOWN = "?"
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_TEXT = re.compile(r"^[A-Za-z0-9_+\-*/%() ]{1,200}$")
+_TEXT = re.compile(r"^[A-Za-z0-9_+\-*/%(), ]{1,400}$")
+_CALLS: dict[str, Callable[[int, int], int]] = {"min": min, "max": max}
 _OPS: dict[type, Callable[[int, int], int]] = {
     ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
     ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b}
@@ -45,13 +47,19 @@ def _parse(text: str) -> ast.expr:
         tree = ast.parse(text, mode="eval").body
     except SyntaxError as e:
         raise DimError(f"dim {text!r}: not an expression ({e.msg})") from None
+    calls = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
     for node in ast.walk(tree):
         ok = isinstance(node, (ast.BinOp, ast.Name, ast.Load, ast.UnaryOp, ast.USub, ast.UAdd,
                                *_OPS)) or (isinstance(node, ast.Constant)
                                            and type(node.value) is int)
+        if isinstance(node, ast.Call):
+            ok = (isinstance(node.func, ast.Name) and node.func.id in _CALLS
+                  and len(node.args) == 2 and not node.keywords)
+        if isinstance(node, ast.Name) and node.id in _CALLS and id(node) not in calls:
+            ok = False  # min/max are functions, never dim names
         if not ok:
-            raise DimError(f"dim {text!r}: {type(node).__name__} is not allowed; use names, ints "
-                           "and + - * // %")
+            raise DimError(f"dim {text!r}: {type(node).__name__} is not allowed; use names, ints, "
+                           "+ - * // %, min(a, b) and max(a, b)")
     for node in ast.walk(tree):
         if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.FloorDiv, ast.Mod)) \
                 and not _names(node.right) and _eval(node.right, {}, text) == 0:
@@ -85,7 +93,9 @@ def names_in(dim: Any) -> list[str]:
 
 
 def _names(node: ast.expr) -> list[str]:
-    return list(dict.fromkeys(n.id for n in ast.walk(node) if isinstance(n, ast.Name)))
+    calls = {id(n.func) for n in ast.walk(node) if isinstance(n, ast.Call)}
+    return list(dict.fromkeys(n.id for n in ast.walk(node)
+                              if isinstance(n, ast.Name) and id(n) not in calls))
 
 
 def evaluate(dim: Any, env: Mapping[str, int]) -> int:
@@ -102,6 +112,8 @@ def _eval(node: ast.expr, env: Mapping[str, int], text: str) -> int:
         if node.id not in env:
             raise DimError(f"dim {text!r}: name {node.id!r} is not bound by any input's shape")
         return int(env[node.id])
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        return _CALLS[node.func.id](*(_eval(a, env, text) for a in node.args))
     if isinstance(node, ast.UnaryOp):
         value = _eval(node.operand, env, text)
         return -value if isinstance(node.op, ast.USub) else value

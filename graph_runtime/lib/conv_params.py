@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+import numpy as np
+
 from .attrs import attr_error, check_out_dtype, int_attr, int_tuple, op_error, str_attr
 from .library import TensorSpec
 from .shapes import FLOAT_DTYPES, check_dtype, check_num_inputs, check_rank, check_same_dtype
@@ -108,7 +110,9 @@ def out_size(op: str, what: str, size: int, pad: int, k: int, stride: int, dilat
              ceil: bool = False) -> int:
     """Sliding-window output length; LibraryError when the window does not fit."""
     span = dilation * (k - 1) + 1
-    if size + pad < span:
+    # NOTE: a size that is not an int is the importer's symbolic dim: whether the window fits
+    # is checked when the module is specialised for its value (this rule runs again then).
+    if isinstance(size, (int, np.integer)) and size + pad < span:
         raise op_error(op, f"the {what} window ({k} taps, dilation {dilation}) spans {span} but "
                            f"the padded input has only {size + pad}")
     extra = stride - 1 if ceil else 0

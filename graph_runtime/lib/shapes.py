@@ -61,11 +61,29 @@ def check_rank(op: str, spec: TensorSpec, ranks: Sequence[int], what: str = "inp
 
 def broadcast_shape(op: str, *shapes: Sequence[int]) -> tuple[int, ...]:
     """NumPy's broadcast of shapes, or a LibraryError naming them."""
+    if not all(isinstance(d, (int, np.integer)) for s in shapes for d in s):
+        return _broadcast_symbolic(op, shapes)
     try:
         return tuple(int(d) for d in np.broadcast_shapes(*(tuple(s) for s in shapes)))
     except ValueError as e:
         listed = " and ".join(str(tuple(s)) for s in shapes)
         raise op_error(op, f"cannot broadcast input shapes {listed}") from e
+
+
+def _broadcast_symbolic(op: str, shapes: Sequence[Sequence[object]]) -> tuple:
+    """Broadcasting of dims that are not all ints (the importer's symbolic dims, which decide
+    == themselves or raise): literal 1s first, so broadcast(seq, 1) is seq."""
+    rank = max((len(s) for s in shapes), default=0)
+    out = []
+    for k in range(rank):
+        dims = [s[len(s) - rank + k] for s in shapes if len(s) - rank + k >= 0]
+        rest = [d for d in dims if not (isinstance(d, (int, np.integer)) and d == 1)]
+        for d in rest[1:]:
+            if not d == rest[0]:
+                listed = " and ".join(str(tuple(s)) for s in shapes)
+                raise op_error(op, f"cannot broadcast input shapes {listed}")
+        out.append(rest[0] if rest else 1)
+    return tuple(out)
 
 
 def size_of(shape: Sequence[int]) -> int:

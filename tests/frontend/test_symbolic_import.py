@@ -157,3 +157,226 @@ def test_transformers_import_once_and_match_onnxruntime_at_every_shape(name: str
     rows = module.profile()
     assert rows[0].func_name == "__specialise" and rows[0].label.startswith("specialise (")
     assert module.specializations == 5
+
+
+def _matches_onnxruntime(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]],
+                         path: str = "propagation") -> dict:
+    """Import once (checking which way), then every feed against ONNX Runtime; the graph doc."""
+    from graph_runtime.frontend.importer import import_onnx
+    result = import_onnx(model)
+    assert result.symbolic_path == path, result.propagation_refusal
+    module = gr.create(result.graph_json, result.module())
+    module.load_params(result.params)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for feed in feeds:
+        want = session.run(None, feed)
+        module.run(**feed)
+        for i, expected in enumerate(want):
+            got = module.get_output(i).numpy()
+            assert got.shape == expected.shape, (feed.keys(), got.shape, expected.shape)
+            np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+    return json.loads(result.graph_json)
+
+
+def _model(nodes: list, inputs: list, inits: dict[str, np.ndarray],
+           opset: int = 17) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "g", inputs,
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(a, k) for k, a in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def test_conv_with_dynamic_height_and_width_imports_once() -> None:
+    """⌊(L + pads - k)/s⌋ + 1 is no product or sum of the dims: the probes could not fit it."""
+    w1 = RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    w2 = RNG.standard_normal((5, 4, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], strides=[2, 2], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("MaxPool", ["r1"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Conv", ["p", "w2"], ["c2"], strides=[2, 1], pads=[0, 1, 2, 0]),
+             helper.make_node("GlobalAveragePool", ["c2"], ["g"]),
+             helper.make_node("Flatten", ["g"], ["y"])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, "height", "width"])
+    sizes = [(1, 16, 16), (2, 23, 41), (3, 9, 30)]
+    doc = _matches_onnxruntime(
+        _model(nodes, [x], {"w1": w1, "w2": w2}),
+        [{"x": RNG.standard_normal((b, 3, h, w)).astype(np.float32)} for b, h, w in sizes])
+    shapes = doc["attrs"]["shape"][1]
+    assert ["batch", 4, "((height-1)//2)+1", "((width-1)//2)+1"] in shapes, shapes
+
+
+def test_reshape_expand_tile_of_shape_derived_targets() -> None:
+    """Targets computed from Shape (Gather, Mul, Concat) fold to expressions; the shape value
+    read as data (Cast to float) is computed at run time by a dim_values node."""
+    i = {"i0": np.array([0], np.int64), "i1": np.array([1], np.int64),
+         "two": np.array([2], np.int64), "four": np.array([4], np.int64),
+         "ones": np.array([1, 1, 1], np.int64)}
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "i0"], ["b"], axis=0),
+             helper.make_node("Gather", ["s", "i1"], ["n"], axis=0),
+             helper.make_node("Mul", ["n", "two"], ["n2"]),
+             helper.make_node("Concat", ["b", "n2", "four"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["r"]),
+             helper.make_node("Concat", ["b", "n2", "four"], ["big"], axis=0),
+             helper.make_node("Expand", ["r", "big"], ["e"]),
+             helper.make_node("Concat", ["i1", "i1", "two"], ["reps"], axis=0),
+             helper.make_node("Tile", ["e", "reps"], ["t"]),
+             helper.make_node("Cast", ["n2"], ["nf"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["t", "nf"], ["y"])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8])
+    doc = _matches_onnxruntime(_model(nodes, [x], i), [
+        {"x": RNG.standard_normal((b, s, 8)).astype(np.float32)} for b, s in [(1, 2), (3, 5),
+                                                                              (2, 1)]])
+    assert ["batch", "2*seq", 8] in doc["attrs"]["shape"][1]
+
+
+def test_dynamo_mask_builder_gather_nd_over_shape_built_indices() -> None:
+    """Transformers' mask builder as the dynamo exporter writes it: GatherND into the mask with
+    index tables from Range(Shape) broadcast to (batch, seq); the converter's stride and dims
+    tables follow the dims."""
+    c = {"zero": np.array(0, np.int64), "one": np.array(1, np.int64),
+         "a0": np.array([0], np.int64), "a1": np.array([1], np.int64),
+         "am1": np.array([-1], np.int64), "big": np.array(-1e9, np.float32)}
+    nodes = [helper.make_node("Shape", ["mask"], ["s"]),
+             helper.make_node("Gather", ["s", "zero"], ["b"], axis=0),
+             helper.make_node("Gather", ["s", "one"], ["n"], axis=0),
+             helper.make_node("Range", ["zero", "b", "one"], ["rb"]),
+             helper.make_node("Range", ["zero", "n", "one"], ["rn"]),
+             helper.make_node("Unsqueeze", ["rb", "a1"], ["rb2"]),
+             helper.make_node("Unsqueeze", ["rn", "a0"], ["rn2"]),
+             helper.make_node("Unsqueeze", ["b", "a0"], ["b1"]),
+             helper.make_node("Unsqueeze", ["n", "a0"], ["n1"]),
+             helper.make_node("Concat", ["b1", "n1"], ["bn"], axis=0),
+             helper.make_node("Expand", ["rb2", "bn"], ["ib"]),
+             helper.make_node("Expand", ["rn2", "bn"], ["in_"]),
+             helper.make_node("Unsqueeze", ["ib", "am1"], ["ib3"]),
+             helper.make_node("Unsqueeze", ["in_", "am1"], ["in3"]),
+             helper.make_node("Concat", ["ib3", "in3"], ["idx"], axis=-1),
+             helper.make_node("GatherND", ["mask", "idx"], ["picked"]),
+             helper.make_node("Cast", ["picked"], ["keep"], to=TensorProto.BOOL),
+             helper.make_node("Unsqueeze", ["keep", "am1"], ["keep3"]),
+             helper.make_node("Where", ["keep3", "x", "big"], ["y"])]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 4]),
+              helper.make_tensor_value_info("mask", TensorProto.INT64, ["batch", "seq"])]
+    feeds = []
+    for b, n in [(1, 3), (2, 6), (3, 1)]:
+        mask = (RNG.random((b, n)) > 0.4).astype(np.int64)
+        feeds.append({"x": RNG.standard_normal((b, n, 4)).astype(np.float32), "mask": mask})
+    _matches_onnxruntime(_model(nodes, inputs, c, opset=18), feeds)
+
+
+def test_kv_cache_concat_names_the_sum_of_lengths() -> None:
+    """past (batch, past, 4) ++ new (batch, seq, 4), reshaped through its own Shape: past+seq."""
+    c = {"m1": np.array([-1], np.int64), "a0": np.array([0], np.int64),
+         "a2": np.array([2], np.int64)}
+    nodes = [helper.make_node("Concat", ["past_kv", "x"], ["kv"], axis=1),
+             helper.make_node("Shape", ["kv"], ["s"]),
+             helper.make_node("Slice", ["s", "a0", "a2"], ["bt"]),
+             helper.make_node("Concat", ["bt", "m1"], ["target"], axis=0),
+             helper.make_node("Reshape", ["kv", "target"], ["r"]),
+             helper.make_node("Softmax", ["r"], ["y"], axis=1)]
+    inputs = [helper.make_tensor_value_info("past_kv", TensorProto.FLOAT, ["batch", "past", 4]),
+              helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 4])]
+    doc = _matches_onnxruntime(_model(nodes, inputs, c), [
+        {"past_kv": RNG.standard_normal((b, p, 4)).astype(np.float32),
+         "x": RNG.standard_normal((b, s, 4)).astype(np.float32)}
+        for b, p, s in [(1, 0, 3), (2, 5, 1), (1, 9, 4)]])
+    assert ["batch", "past+seq", 4] in doc["attrs"]["shape"][1]
+
+
+def test_what_propagation_cannot_decide_falls_back_to_the_probes() -> None:
+    """Squeeze without axes on (1, n): whether n is 1 is not known at import; the probe import
+    (n at 37 and 53) still serves, and the result says which way it went and why."""
+    from graph_runtime.frontend.importer import import_onnx
+    nodes = [helper.make_node("Squeeze", ["x"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "n"])], {})
+    result = import_onnx(model)
+    assert result.symbolic_path == "probes"
+    assert "Squeeze" in result.propagation_refusal and "n == 1" in result.propagation_refusal
+    assert "imported at probe sizes and fitted (propagation refused: " in result.summary()
+    _matches_onnxruntime(model, [{"x": RNG.standard_normal((1, k)).astype(np.float32)}
+                                 for k in (2, 7)], path="probes")
+
+
+@pytest.mark.parametrize("name", ["bert_dyn", "gpt2_dyn"])
+def test_transformers_import_by_propagation(name: str) -> None:
+    from graph_runtime.frontend.importer import import_onnx
+    result = import_onnx(DYNAMIC / f"{name}.onnx")
+    assert result.symbolic_path == "propagation", result.propagation_refusal
+    assert "imported once, shapes propagated as expressions" in result.summary()
+
+
+# Tiny exports of the models issue 32 names (bench/dynamic_models.py --tiny): dims by name, the
+# bindings each is run at (mask, if any, padded at the end of row 0; position ids after past).
+TINY = {"llama_tiny_ts": [{"batch": 1, "seq": 9}, {"batch": 2, "seq": 17}, {"batch": 3, "seq": 5}],
+        "llama_tiny_dynamo": [{"s72": 1, "s43": 1, "s53": 9}, {"s72": 2, "s43": 2, "s53": 17},
+                              {"s72": 3, "s43": 3, "s53": 5}],
+        "llama_tiny_kv_ts": [{"batch": 1, "seq": 1, "past": 5, "total": 6},
+                             {"batch": 2, "seq": 7, "past": 0, "total": 7},
+                             {"batch": 1, "seq": 3, "past": 20, "total": 23}],
+        "cnn_tiny_hw_ts": [{"batch": 1, "height": 64, "width": 64},
+                           {"batch": 2, "height": 81, "width": 97},
+                           {"batch": 1, "height": 100, "width": 72}],
+        "cnn_tiny_hw_dynamo": [{"s77": 1, "s53": 64, "s0": 64}, {"s77": 2, "s53": 81, "s0": 97}],
+        "wav2vec2_tiny_ts": [{"batch": 1, "samples": 800}, {"batch": 2, "samples": 1201}]}
+
+
+def _tiny_feeds(session: ort.InferenceSession, env: dict[str, int]) -> dict[str, np.ndarray]:
+    feeds = {}
+    for i in session.get_inputs():
+        shape = [env[d] if isinstance(d, str) else d for d in i.shape]
+        if "int64" not in i.type:
+            feeds[i.name] = RNG.standard_normal(shape).astype(np.float32)
+        elif "mask" in i.name:
+            feeds[i.name] = np.ones(shape, np.int64)
+            if shape[-1] > 3:
+                feeds[i.name][0, -2:] = 0
+        elif "position" in i.name:
+            past = env.get("past", 0)
+            feeds[i.name] = np.broadcast_to(np.arange(past, past + shape[-1]), shape).copy()
+        else:
+            feeds[i.name] = RNG.integers(0, 100, shape).astype(np.int64)
+    return feeds
+
+
+@pytest.mark.parametrize("name", list(TINY))
+def test_issue_models_import_once_by_propagation(name: str) -> None:
+    """Refused or probe-imported before (dynamo's mask builder, conv lengths, the KV cache's
+    past+seq); now one import serves every shape, as ONNX Runtime computes it."""
+    from graph_runtime.frontend.importer import import_onnx
+    path = DYNAMIC / f"{name}.onnx"
+    result = import_onnx(path)
+    assert result.symbolic_path == "propagation", result.propagation_refusal
+    module = gr.create(result.graph_json, result.module())
+    module.load_params(result.params)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for env in TINY[name]:
+        feeds = _tiny_feeds(session, env)
+        want = session.run(None, feeds)
+        module.run(**feeds)
+        for i, expected in enumerate(want):
+            np.testing.assert_allclose(module.get_output(i).numpy(), expected, rtol=1e-3,
+                                       atol=1e-4, err_msg=f"{name} {env} output {i}")
+
+
+def test_symbolic_value_read_inside_a_loop_body_is_fed() -> None:
+    """A shape value that follows the dims, read by a Loop body, is fed to it as an input (a
+    dim_values node makes it per shape), never embedded as a constant of one size."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["acc", "n"], ["acc_out"]),
+         helper.make_node("Identity", ["cond"], ["cond_out"])],
+        "body", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                 helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+                 helper.make_tensor_value_info("acc", TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_out", TensorProto.INT64, [1])])
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "i1"], ["n"], axis=0),
+             helper.make_node("Loop", ["trips", "", "zero"], ["total"], body=body),
+             helper.make_node("Cast", ["total"], ["tf"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["x", "tf"], ["y"])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq"])
+    model = _model(nodes, [x], {"i1": np.array([1], np.int64), "trips": np.array(3, np.int64),
+                                "zero": np.array([0], np.int64)})
+    _matches_onnxruntime(model, [{"x": RNG.standard_normal((b, s)).astype(np.float32)}
+                                 for b, s in [(1, 2), (2, 5)]])
