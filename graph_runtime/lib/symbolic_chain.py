@@ -95,6 +95,11 @@ class SymbolicChain:
     def backends(self) -> list[str]:
         return self.template.backends()
 
+    def binding_key(self, env: Mapping[str, int]) -> tuple[int, ...]:
+        """The values of the names its attrs read: equal keys make the same chain (a node
+        prepared at one binding serves another that changes only other names)."""
+        return tuple(int(env.get(n, -1)) for n in self.names)
+
     def concrete(self, attrs: Mapping[str, Any]) -> Chain:
         """The chain for the binding in attrs[DIMS_KEY]."""
         env = attrs.get(DIMS_KEY)
@@ -102,7 +107,7 @@ class SymbolicChain:
             raise LibraryError(f"{self.name}: its attrs hold symbolic dims "
                                f"({', '.join(self.names)}) and the node gives no values for "
                                "them; a graph calling it must be specialised (create() does)")
-        key = tuple(int(env.get(n, -1)) for n in self.names)
+        key = self.binding_key(env)
         chain = self._chains.get(key)
         if chain is None:
             try:

@@ -5,7 +5,8 @@ import logging
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, Generic, Mapping, Sequence, TypeVar
+from typing import (Any, Callable, ContextManager, Generic, Hashable, Mapping, Sequence,
+                    TypeVar)
 
 import numpy as np
 
@@ -81,6 +82,12 @@ class Executor:
         # (reader's key, source's key) per dropped copy: the reader's array is the source's.
         self._alias_keys: list[tuple[tuple[int, Device], tuple[int, Device]]] = []
         self._io_eids = set(graph.input_entries.values()) | set(graph.output_entries)
+        # per step index whose kernel came from the shared cache and may be told NHWC: how to
+        # prepare one of its own (telling changes the kernel)
+        self._unshare: dict[int, Callable[[], Any]] = {}
+        self._told: set[int] = set()  # step indices the layout pass told of NHWC arrays
+        self._uses: dict[tuple[int, Device], list[tuple[list[Any], int, bool]]] | None = None
+        self._ready = False  # set up: rebind() may index the steps' arguments once
         # The steps' kernels, prepared from shapes alone: the storage pass binds their arrays.
         self.steps = self._prepare_steps(lib)
         # Entries no setup pass may change the layout or storage of: inputs, outputs, aliased.
@@ -99,6 +106,10 @@ class Executor:
         self.versions: dict[int, InputVersion] = {}
         for setup in SETUP_PASSES:
             setup.apply(self, setup.plan(self))
+        if self._kernels is not None:
+            # kernels that offered NHWC positions and were told none are the same as prepared
+            self._kernels.settle({id(self.steps[i].kernel) for i in self._told})
+        self._ready = True
         # what run() calls, and the step each call stands for (to name a failing node)
         self._call_steps = [self.shortcuts.get(i, s) for i, s in enumerate(self.steps)
                             if i not in self.skipped]
@@ -130,12 +141,14 @@ class Executor:
         # Bytes in use per device: the pool and copies, then each kernel's workspace as prepared.
         used = self.plan.bytes_per_device()
         pending = {(c.eid, c.dst): c for c in self.copies}
+        # the columns read once (a symbolic graph's decode step prepares here per shape)
+        shapes, dtypes, rows = g.column("shape") or [], g.column("dltype") or [], g.node_row_ptr
         for node in g.nodes:
             if node.is_arg or node.func_name == NOP_OP:
                 continue
             dev = self.node_device[node.nid]
-            in_eids = [g.entry_id(ref[0], ref[1]) for ref in node.inputs]
-            out_eids = list(g.node_entries(node.nid))
+            in_eids = [rows[ref[0]] + ref[1] for ref in node.inputs]
+            out_eids = list(range(rows[node.nid], rows[node.nid + 1]))
             if node.func_name == COPY_OP:
                 step = self._copy_node_step(node, in_eids, out_eids)
                 if step is not None:
@@ -154,28 +167,47 @@ class Executor:
             # With flatten_data the arrays are 1-D views, but a prepared kernel is told the
             # declared shapes (and gets flatten_data in attrs): a chain of standard ops needs them
             # to broadcast, and gives its kernels the shapes back (lib/chain.py).
-            in_specs = [TensorSpec(tuple(g.shape(e)), g.dtype(e)) for e in in_eids]
-            out_specs = [TensorSpec(tuple(g.shape(e)), g.dtype(e)) for e in out_eids]
+            in_specs = [TensorSpec(tuple(shapes[e]), dtypes[e]) for e in in_eids]
+            out_specs = [TensorSpec(tuple(shapes[e]), dtypes[e]) for e in out_eids]
             attrs = dict(node.attrs)
             cap = self.caps.get(dev)
             if cap is not None:
                 attrs[WORKSPACE_LIMIT_KEY] = cap - used.get(dev, 0)
             shared = self._kernels
-            # a node whose attrs hold the bound dims or shape-deciding values is never shared
-            key = (node.nid, dev, tuple(in_specs), tuple(out_specs)) if (
-                shared is not None and DIMS_KEY not in attrs and VALUES_KEY not in attrs) else None
+            key = None if shared is None else self._kernel_key(lib, node, dev, in_specs,
+                                                                 out_specs, attrs)
             fn = shared.get(key) if shared is not None and key is not None else None
             if fn is None:
                 fn = lib.prepare(node.func_name or "", dev, in_specs, out_specs, attrs,
                                  node=node.label)
                 if shared is not None and key is not None:
                     shared.put(key, fn, capabilities(fn), in_eids + out_eids)
+            elif capabilities(fn).channels_last_positions():
+                # a shared kernel the layout pass may tell of NHWC arrays gets its own then
+                self._unshare[len(steps)] = (lambda name=node.func_name or "", d=dev,
+                                             i=in_specs, o=out_specs, a=attrs, n=node.label:
+                                             lib.prepare(name, d, i, o, a, node=n))
             kernel = capabilities(fn)
             self._count_workspace(node, dev, kernel.workspace_bytes(), used)
             steps.append(PreparedCall(node.nid, node.label, node.func_name or "", dev,
                                       in_device_scope(fn, dev), [], keys, len(in_eids), False,
                                       kernel))
         return steps
+
+    def _kernel_key(self, lib: Module, node: Any, dev: Device, in_specs: list[TensorSpec],
+                    out_specs: list[TensorSpec], attrs: Mapping[str, Any]) -> Hashable | None:
+        """What decides a node's prepared kernel, for sharing it across specialisations: its
+        specs, and for a chain with symbolic attrs the values of the dims those read (a
+        decoder's reshapes by (batch, seq) are the same kernel at every past length); None for
+        a node whose shape-deciding values travel in its attrs (never shared)."""
+        if VALUES_KEY in attrs:
+            return None
+        key = (node.nid, dev, tuple(in_specs), tuple(out_specs))
+        if DIMS_KEY not in attrs:
+            return key
+        binding = getattr(lib.get_function(node.func_name or "", dev, node.label),
+                          "binding_key", None)
+        return None if binding is None else key + (binding(attrs[DIMS_KEY]),)
 
     # ---- setup passes (SETUP_PASSES): each plan reads, its apply changes ----------------------
 
@@ -187,8 +219,12 @@ class Executor:
         """Tell the kernels which of their arrays hold NHWC bytes (their workspace may shrink:
         buffers for reorders they no longer make); the storage pass binds NHWC views there."""
         self.channels_last = plan.entries
+        self._told = set(plan.positions)
         for index, positions in sorted(plan.positions.items()):
             step = self.steps[index]
+            if index in self._unshare:
+                fn = self._unshare[index]()
+                step.fn, step.kernel = in_device_scope(fn, step.device), capabilities(fn)
             before = step.kernel.workspace_bytes()
             step.kernel.use_channels_last(positions)
             grown = step.kernel.workspace_bytes() - before
@@ -438,10 +474,24 @@ class Executor:
         dev = self.entry_device[eid]
         self.arrays[(eid, dev)] = array
         self.escaped(eid)
-        for step in self.steps + list(self.shortcuts.values()):
+        if not self._ready:  # still in setup: the shortcuts may change
+            uses = self._uses_of(self.steps + list(self.shortcuts.values())).get((eid, dev), [])
+        else:
+            if self._uses is None:  # built once: a symbolic module binds every param here
+                self._uses = self._uses_of(self.steps + list(self.shortcuts.values()))
+            uses = self._uses.get((eid, dev), [])
+        for args, pos, flatten in uses:
+            args[pos] = array.reshape(-1) if flatten else array
+
+    @staticmethod
+    def _uses_of(steps: list[PreparedCall]
+                 ) -> dict[tuple[int, Device], list[tuple[list[Any], int, bool]]]:
+        """Per (eid, device): the argument lists (and positions) holding its array."""
+        uses: dict[tuple[int, Device], list[tuple[list[Any], int, bool]]] = {}
+        for step in steps:
             for pos, (e, d, flatten) in enumerate(step.arg_keys):
-                if e == eid and d == dev:
-                    step.args[pos] = array.reshape(-1) if flatten else array
+                uses.setdefault((e, d), []).append((step.args, pos, flatten))
+        return uses
 
     # ---- running -------------------------------------------------------------------------------
 

@@ -55,16 +55,18 @@ class KernelCache:
     decoder's products at one new token) takes the kernel prepared before, primitives and packed
     weights included. A kernel is kept while a specialisation kept by the module uses it.
 
-    Only a kernel no setup pass adapts to its module is shared: none whose arrays may be stored
-    channels-last or as the kernel asks, and none deriving data (packed weights) from an input
-    other than a param (params are never written in place: a new load makes new arrays, and
-    the cache is emptied then). `prepared` counts kernels made, `reused` those taken from here.
+    Only a kernel no setup pass adapts to its module is shared: none told its arrays are stored
+    channels-last (one that may be is kept only once its module's layout pass told it nothing:
+    settle), none whose storage it asks for, and none deriving data (packed weights) from an
+    input other than a param (params are never written in place: a new load makes new arrays,
+    and the cache is emptied then). `prepared` counts kernels made, `reused` those taken here.
     """
 
     params: Collection[int] = ()  # entry ids of the params
     kernels: dict[Hashable, Any] = field(default_factory=dict)
     users: dict[Hashable, int] = field(default_factory=dict)  # kept specialisations using each
     taken: list[Hashable] = field(default_factory=list)  # keys the module being made uses
+    pending: list[tuple[Hashable, Any, PreparedKernel]] = field(default_factory=list)
     prepared: int = 0
     reused: int = 0
 
@@ -78,12 +80,24 @@ class KernelCache:
     def put(self, key: Hashable, fn: Any, kernel: PreparedKernel, eids: list[int]) -> None:
         """Count fn as prepared; keep it when sharing it is safe (see the class docstring)."""
         self.prepared += 1
-        if kernel.channels_last_positions() or kernel.storage_requests():
+        if kernel.storage_requests():
             return
         if any(eids[pos] not in self.params for pos in kernel.cached_inputs()):
             return
+        if kernel.channels_last_positions():
+            self.pending.append((key, fn, kernel))
+            return
         self.kernels[key] = fn
         self.taken.append(key)
+
+    def settle(self, told: Collection[int]) -> None:
+        """Keep the pending kernels (put, offering NHWC positions) whose module's layout pass
+        told them nothing: told holds the ids of those it told."""
+        for key, fn, kernel in self.pending:
+            if id(kernel) not in told:
+                self.kernels[key] = fn
+                self.taken.append(key)
+        self.pending = []
 
     def hold(self) -> list[Hashable]:
         """The keys the module just made uses, now counted as its (release them with it)."""
