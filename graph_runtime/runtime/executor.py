@@ -180,7 +180,7 @@ class Executor:
             if fn is None:
                 fn = lib.prepare(node.func_name or "", dev, in_specs, out_specs, attrs,
                                  node=node.label)
-                if shared is not None and key is not None:
+                if shared is not None:
                     shared.put(key, fn, capabilities(fn), in_eids + out_eids)
             elif capabilities(fn).channels_last_positions():
                 # a shared kernel the layout pass may tell of NHWC arrays gets its own then

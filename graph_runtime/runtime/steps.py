@@ -77,10 +77,12 @@ class KernelCache:
             self.taken.append(key)
         return fn
 
-    def put(self, key: Hashable, fn: Any, kernel: PreparedKernel, eids: list[int]) -> None:
-        """Count fn as prepared; keep it when sharing it is safe (see the class docstring)."""
+    def put(self, key: Hashable | None, fn: Any, kernel: PreparedKernel, eids: list[int]
+            ) -> None:
+        """Count fn as prepared; keep it when sharing it is safe (see the class docstring) and
+        it has a key (a node whose attrs hold shape-deciding values has none)."""
         self.prepared += 1
-        if kernel.storage_requests():
+        if key is None or kernel.storage_requests():
             return
         if any(eids[pos] not in self.params for pos in kernel.cached_inputs()):
             return
