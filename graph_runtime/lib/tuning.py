@@ -178,6 +178,17 @@ def size_class(key: str) -> str:
     return _DIM.sub(rounded, key)
 
 
+def class_shape(shape: Sequence[int]) -> tuple[int, ...]:
+    """shape's size class as size_class rounds a key's dims: over SMALL_DIM, the power of two
+    at or above (its 0s and small dims exact)."""
+    return tuple(d if d <= SMALL_DIM else 1 << (d - 1).bit_length() for d in shape)
+
+
+def in_size_class_scope() -> bool:
+    """Whether kernels are being prepared for a symbolic module's new shape (by_size_class)."""
+    return _by_class.get() is not None
+
+
 def _class_ident(entry: Entry) -> str:
     ident = entry.ident
     found = _class_idents.get(ident)

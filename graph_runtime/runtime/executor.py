@@ -22,6 +22,7 @@ from ..lib.library import InputVersion, Module, TensorSpec
 from ..lib.prepared import PreparedKernel, capabilities
 from ..lib.registry import VALUES_KEY
 from ..lib.symbolic_chain import DIMS_KEY
+from ..lib.tuning import class_shape
 from .flatten_reads import FlattenRead, StagedOutputs, flat_source, plan_flatten_reads
 from .in_place import InPlacePlan, in_place_offers, plan_in_place
 from .layouts import LayoutPlan, nhwc_view, plan_channels_last
@@ -174,14 +175,22 @@ class Executor:
             if cap is not None:
                 attrs[WORKSPACE_LIMIT_KEY] = cap - used.get(dev, 0)
             shared = self._kernels
-            key = None if shared is None else self._kernel_key(lib, node, dev, in_specs,
-                                                                 out_specs, attrs)
-            fn = shared.get(key) if shared is not None and key is not None else None
+            fn = None
+            exact = rounded = None
+            if shared is not None:
+                exact = self._kernel_key(lib, node, dev, in_specs, out_specs, attrs)
+                if exact is not None:
+                    fn = shared.get(exact)
+                    if fn is None:  # a kernel of this node taking any shape of its class
+                        rounded = _class_key(exact)
+                        fn = shared.get(rounded)
             if fn is None:
                 fn = lib.prepare(node.func_name or "", dev, in_specs, out_specs, attrs,
                                  node=node.label)
                 if shared is not None:
-                    shared.put(key, fn, capabilities(fn), in_eids + out_eids)
+                    made = capabilities(fn)
+                    shared.put(rounded if made.any_shape() and rounded is not None else exact,
+                               fn, made, in_eids + out_eids)
             elif capabilities(fn).channels_last_positions():
                 # a shared kernel the layout pass may tell of NHWC arrays gets its own then
                 self._unshare[len(steps)] = (lambda name=node.func_name or "", d=dev,
@@ -195,7 +204,7 @@ class Executor:
         return steps
 
     def _kernel_key(self, lib: Module, node: Any, dev: Device, in_specs: list[TensorSpec],
-                    out_specs: list[TensorSpec], attrs: Mapping[str, Any]) -> Hashable | None:
+                    out_specs: list[TensorSpec], attrs: Mapping[str, Any]) -> tuple | None:
         """What decides a node's prepared kernel, for sharing it across specialisations: its
         specs, and for a chain with symbolic attrs the values of the dims those read (a
         decoder's reshapes by (batch, seq) are the same kernel at every past length); None for
@@ -573,6 +582,14 @@ class Executor:
             result.append(NodeTime(s.nid, s.label, s.func_name, s.device, s.is_copy,
                                    times[len(times) // 2]))
         return result
+
+
+def _class_key(key: tuple) -> tuple:
+    """A kernel key (Executor._kernel_key) with its specs' shapes rounded to their size classes
+    (tuning.class_shape): where a kernel taking any shape (PreparedKernel.any_shape) is kept."""
+    nid, dev, ins, outs = key[:4]
+    return ("class", nid, dev, tuple(TensorSpec(class_shape(s.shape), s.dtype) for s in ins),
+            tuple(TensorSpec(class_shape(s.shape), s.dtype) for s in outs)) + key[4:]
 
 
 @dataclass(frozen=True)
