@@ -165,25 +165,28 @@ class Executor:
             keys = [ArgKey(e, dev if (e, dev) in self.arrays else self.entry_device[e], flatten)
                     for e in in_eids]
             keys += [ArgKey(e, dev, flatten) for e in out_eids]
-            # With flatten_data the arrays are 1-D views, but a prepared kernel is told the
-            # declared shapes (and gets flatten_data in attrs): a chain of standard ops needs them
-            # to broadcast, and gives its kernels the shapes back (lib/chain.py).
-            in_specs = [TensorSpec(tuple(shapes[e]), dtypes[e]) for e in in_eids]
-            out_specs = [TensorSpec(tuple(shapes[e]), dtypes[e]) for e in out_eids]
-            attrs = dict(node.attrs)
-            cap = self.caps.get(dev)
-            if cap is not None:
-                attrs[WORKSPACE_LIMIT_KEY] = cap - used.get(dev, 0)
             shared = self._kernels
             fn = None
             exact = rounded = None
             if shared is not None:
-                exact = self._kernel_key(lib, node, dev, in_specs, out_specs, attrs)
+                exact = self._kernel_key(lib, node, dev, tuple(
+                    tuple(shapes[e]) for e in in_eids + out_eids))
                 if exact is not None:
                     fn = shared.get(exact)
                     if fn is None:  # a kernel of this node taking any shape of its class
                         rounded = _class_key(exact)
                         fn = shared.get(rounded)
+            # With flatten_data the arrays are 1-D views, but a prepared kernel is told the
+            # declared shapes (and gets flatten_data in attrs): a chain of standard ops needs them
+            # to broadcast, and gives its kernels the shapes back (lib/chain.py).
+            # (a kernel taken from the shared cache needs neither specs nor attrs)
+            if fn is None or capabilities(fn).channels_last_positions():
+                in_specs = [TensorSpec(tuple(shapes[e]), dtypes[e]) for e in in_eids]
+                out_specs = [TensorSpec(tuple(shapes[e]), dtypes[e]) for e in out_eids]
+                attrs = dict(node.attrs)
+                cap = self.caps.get(dev)
+                if cap is not None:
+                    attrs[WORKSPACE_LIMIT_KEY] = cap - used.get(dev, 0)
             if fn is None:
                 fn = lib.prepare(node.func_name or "", dev, in_specs, out_specs, attrs,
                                  node=node.label)
@@ -203,15 +206,17 @@ class Executor:
                                       kernel))
         return steps
 
-    def _kernel_key(self, lib: Module, node: Any, dev: Device, in_specs: list[TensorSpec],
-                    out_specs: list[TensorSpec], attrs: Mapping[str, Any]) -> tuple | None:
-        """What decides a node's prepared kernel, for sharing it across specialisations: its
-        specs, and for a chain with symbolic attrs the values of the dims those read (a
-        decoder's reshapes by (batch, seq) are the same kernel at every past length); None for
-        a node whose shape-deciding values travel in its attrs (never shared)."""
+    def _kernel_key(self, lib: Module, node: Any, dev: Device,
+                    shapes: tuple[tuple[int, ...], ...]) -> tuple | None:
+        """What decides a node's prepared kernel, for sharing it across specialisations (of one
+        graph: its dtypes are the same): its arrays' shapes (inputs, then outputs), and for a
+        chain with symbolic attrs the values of the dims those read (a decoder's reshapes by
+        (batch, seq) are the same kernel at every past length); None for a node whose
+        shape-deciding values travel in its attrs (never shared)."""
+        attrs = node.attrs
         if VALUES_KEY in attrs:
             return None
-        key = (node.nid, dev, tuple(in_specs), tuple(out_specs))
+        key = (node.nid, dev, shapes)
         if DIMS_KEY not in attrs:
             return key
         binding = getattr(lib.get_function(node.func_name or "", dev, node.label),
@@ -585,11 +590,10 @@ class Executor:
 
 
 def _class_key(key: tuple) -> tuple:
-    """A kernel key (Executor._kernel_key) with its specs' shapes rounded to their size classes
+    """A kernel key (Executor._kernel_key) with its shapes rounded to their size classes
     (tuning.class_shape): where a kernel taking any shape (PreparedKernel.any_shape) is kept."""
-    nid, dev, ins, outs = key[:4]
-    return ("class", nid, dev, tuple(TensorSpec(class_shape(s.shape), s.dtype) for s in ins),
-            tuple(TensorSpec(class_shape(s.shape), s.dtype) for s in outs)) + key[4:]
+    nid, dev, shapes = key[:3]
+    return ("class", nid, dev, tuple(class_shape(s) for s in shapes)) + key[3:]
 
 
 @dataclass(frozen=True)
