@@ -359,3 +359,18 @@ def test_greedy_decoding_with_a_kv_cache_matches_onnxruntime_and_prepares_only_w
                  "attention_mask": np.ones((1, total), np.int64),
                  "position_ids": np.array([[total - 1]], np.int64), **dict(zip(pasts, got[1:]))}
     assert m.specializations == 20
+
+
+def test_a_symbolic_chain_keeps_the_chains_of_the_bindings_met_last() -> None:
+    # one chain per binding of the dims its attrs read, a bounded number kept: a decoder's
+    # reshape by past+seq meets a new binding every step of a long generation
+    from graph_runtime.lib.loader import function_from_json
+    from graph_runtime.lib.symbolic_chain import CHAINS_KEPT, DIMS_KEY, SymbolicChain
+    entries = [{"op": "reshape", "newshape": [{"dim": "batch"}, {"dim": "seq*4"}]}]
+    fn = SymbolicChain("r", entries, lambda name, doc: function_from_json(name, doc, "r"))
+    first = fn.concrete({DIMS_KEY: {"batch": 1, "seq": 1, "past": 0}})
+    assert fn.concrete({DIMS_KEY: {"batch": 1, "seq": 1, "past": 9}}) is first  # past unread
+    for seq in range(2, CHAINS_KEPT + 10):
+        fn.concrete({DIMS_KEY: {"batch": 1, "seq": seq}})
+    assert len(fn._chains._entries) == CHAINS_KEPT
+    assert fn.concrete({DIMS_KEY: {"batch": 1, "seq": 1}}) is not first  # dropped, made again
