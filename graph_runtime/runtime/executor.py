@@ -5,7 +5,7 @@ import logging
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import (Any, Callable, ContextManager, Generic, Hashable, Mapping, Sequence,
+from typing import (Any, Callable, Collection, ContextManager, Generic, Mapping, Sequence,
                     TypeVar)
 
 import numpy as np
@@ -143,7 +143,8 @@ class Executor:
         used = self.plan.bytes_per_device()
         pending = {(c.eid, c.dst): c for c in self.copies}
         # the columns read once (a symbolic graph's decode step prepares here per shape)
-        shapes, dtypes, rows = g.column("shape") or [], g.column("dltype") or [], g.node_row_ptr
+        shapes, dtypes, rows = g.attrs["shape"][1], g.attrs["dltype"][1], g.node_row_ptr
+        shared = self._kernels
         for node in g.nodes:
             if node.is_arg or node.func_name == NOP_OP:
                 continue
@@ -161,11 +162,14 @@ class Executor:
                 if c is not None:
                     steps.append(self._copy_step(-1, f"copy of eid {eid} ({c.producer}) to {dev}",
                                                  eid, c.src, c.dst))
-            flatten = node.flatten_data
-            keys = [ArgKey(e, dev if (e, dev) in self.arrays else self.entry_device[e], flatten)
-                    for e in in_eids]
-            keys += [ArgKey(e, dev, flatten) for e in out_eids]
-            shared = self._kernels
+            keys = shared.arg_keys.get(node.nid) if shared is not None else None
+            if keys is None:
+                flatten = node.flatten_data
+                keys = [ArgKey(e, dev if (e, dev) in self.arrays else self.entry_device[e],
+                               flatten) for e in in_eids]
+                keys += [ArgKey(e, dev, flatten) for e in out_eids]
+                if shared is not None:
+                    shared.arg_keys[node.nid] = keys
             fn = None
             exact = rounded = None
             if shared is not None:
@@ -488,23 +492,25 @@ class Executor:
         dev = self.entry_device[eid]
         self.arrays[(eid, dev)] = array
         self.escaped(eid)
-        if not self._ready:  # still in setup: the shortcuts may change
-            uses = self._uses_of(self.steps + list(self.shortcuts.values())).get((eid, dev), [])
+        steps = self.steps + list(self.shortcuts.values())
+        if not self._ready or eid not in self._io_eids:  # in setup the shortcuts may change
+            uses = self._uses_of(steps, {eid}).get((eid, dev), [])
         else:
             if self._uses is None:  # built once: a symbolic module binds every param here
-                self._uses = self._uses_of(self.steps + list(self.shortcuts.values()))
+                self._uses = self._uses_of(steps, self._io_eids)
             uses = self._uses.get((eid, dev), [])
         for args, pos, flatten in uses:
             args[pos] = array.reshape(-1) if flatten else array
 
     @staticmethod
-    def _uses_of(steps: list[PreparedCall]
+    def _uses_of(steps: list[PreparedCall], eids: Collection[int]
                  ) -> dict[tuple[int, Device], list[tuple[list[Any], int, bool]]]:
-        """Per (eid, device): the argument lists (and positions) holding its array."""
+        """Per (eid, device) of eids: the argument lists (and positions) holding its array."""
         uses: dict[tuple[int, Device], list[tuple[list[Any], int, bool]]] = {}
         for step in steps:
             for pos, (e, d, flatten) in enumerate(step.arg_keys):
-                uses.setdefault((e, d), []).append((step.args, pos, flatten))
+                if e in eids:
+                    uses.setdefault((e, d), []).append((step.args, pos, flatten))
         return uses
 
     # ---- running -------------------------------------------------------------------------------

@@ -69,6 +69,9 @@ class KernelCache:
     pending: list[tuple[Hashable, Any, PreparedKernel]] = field(default_factory=list)
     prepared: int = 0
     reused: int = 0
+    # per node id: its steps' argument keys, the same in every specialisation (devices and
+    # flatten_data do not change with shapes), made once instead of per shape
+    arg_keys: dict[int, list[ArgKey]] = field(default_factory=dict)
 
     def get(self, key: Hashable) -> Any:
         fn = self.kernels.get(key)
