@@ -184,7 +184,8 @@ class Executor:
             # declared shapes (and gets flatten_data in attrs): a chain of standard ops needs them
             # to broadcast, and gives its kernels the shapes back (lib/chain.py).
             # (a kernel taken from the shared cache needs neither specs nor attrs)
-            if fn is None or capabilities(fn).channels_last_positions():
+            nhwc = fn is not None and bool(capabilities(fn).channels_last_positions())
+            if fn is None or nhwc:
                 in_specs = [TensorSpec(tuple(shapes[e]), dtypes[e]) for e in in_eids]
                 out_specs = [TensorSpec(tuple(shapes[e]), dtypes[e]) for e in out_eids]
                 attrs = dict(node.attrs)
@@ -198,7 +199,7 @@ class Executor:
                     made = capabilities(fn)
                     shared.put(rounded if made.any_shape() and rounded is not None else exact,
                                fn, made, in_eids + out_eids)
-            elif capabilities(fn).channels_last_positions():
+            elif nhwc:
                 # a shared kernel the layout pass may tell of NHWC arrays gets its own then
                 self._unshare[len(steps)] = (lambda name=node.func_name or "", d=dev,
                                              i=in_specs, o=out_specs, a=attrs, n=node.label:
