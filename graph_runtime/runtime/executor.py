@@ -1,6 +1,7 @@
 """Turns a graph's nodes into a flat list of prepared calls (kernels and copies) and runs it."""
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from contextlib import nullcontext
@@ -201,9 +202,9 @@ class Executor:
                                fn, made, in_eids + out_eids)
             elif nhwc:
                 # a shared kernel the layout pass may tell of NHWC arrays gets its own then
-                self._unshare[len(steps)] = (lambda name=node.func_name or "", d=dev,
-                                             i=in_specs, o=out_specs, a=attrs, n=node.label:
-                                             lib.prepare(name, d, i, o, a, node=n))
+                self._unshare[len(steps)] = functools.partial(
+                    lib.prepare, node.func_name or "", dev, in_specs, out_specs, attrs,
+                    node=node.label)
             kernel = capabilities(fn)
             self._count_workspace(node, dev, kernel.workspace_bytes(), used)
             steps.append(PreparedCall(node.nid, node.label, node.func_name or "", dev,
