@@ -111,6 +111,7 @@ class Executor:
         if self._kernels is not None:
             # kernels that offered NHWC positions and were told none are the same as prepared
             self._kernels.settle({id(self.steps[i].kernel) for i in self._told})
+        self._unshare.clear()
         self._ready = True
         # what run() calls, and the step each call stands for (to name a failing node)
         self._call_steps = [self.shortcuts.get(i, s) for i, s in enumerate(self.steps)
