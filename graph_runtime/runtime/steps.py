@@ -51,9 +51,13 @@ def in_device_scope(fn: Callable[..., Any], dev: Device) -> Callable[..., Any]:
 @dataclass
 class KernelCache:
     """Prepared kernels a symbolic module's specialisations share: a node met again with the
-    same input and output specs (a shape come back, a node whose shapes no dim changes: a
-    decoder's products at one new token) takes the kernel prepared before, primitives and packed
-    weights included. A kernel is kept while a specialisation kept by the module uses it.
+    same input and output shapes (a shape come back, a node whose shapes no dim changes: a
+    decoder's products at one new token), and for a chain with symbolic attrs the same values of
+    the dims they read, takes the kernel prepared before, primitives and packed weights
+    included; a kernel taking any shape (PreparedKernel.any_shape: a KV cache's concatenate, a
+    decoder's attention products) is kept by its shapes' size classes instead, so it serves
+    every past length of a class. A kernel is kept while a specialisation kept by the module
+    uses it.
 
     Only a kernel no setup pass adapts to its module is shared: none told its arrays are stored
     channels-last (one that may be is kept only once its module's layout pass told it nothing:
