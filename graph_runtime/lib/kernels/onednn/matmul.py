@@ -91,8 +91,10 @@ class OnednnMatmul(DerivesFromInputs):
         self._impl = ""
         self.any = (not two_d and tail is None and after is None and not split and extras == 0
                     and tuning.in_size_class_scope())
-        # per (a, b, out) shapes met: the run-time-dims primitive on memories of those dims
+        # per (a, b, out) shapes met: the run-time-dims primitive on memories of those dims,
+        # and the one the last call ran (on the arrays in _arrays)
         self._by_shape: OrderedDict[tuple, tuple[Primitive, list[Memory]]] = OrderedDict()
+        self._current: Any = None
 
     def _build(self) -> None:
         """Make the primitives and the packed weight, on first need: a kernel the tuning
@@ -269,6 +271,10 @@ class OnednnMatmul(DerivesFromInputs):
         return primitive, memories
 
     def _run_any(self, a: Any, b: Any, out: Any) -> None:
+        last = self._arrays
+        if len(last) == 3 and a is last[0] and b is last[1] and out is last[2]:
+            self._current.run()  # the arrays of the call before (a warm module)
+            return
         key = (a.shape, b.shape, out.shape)
         item = self._by_shape.get(key)
         if item is None:
@@ -276,9 +282,11 @@ class OnednnMatmul(DerivesFromInputs):
             if len(self._by_shape) > SHAPES_KEPT:
                 self._by_shape.popitem(last=False)
         primitive, memories = item
-        memories[0].bind(a)
-        memories[1].bind(b)
-        memories[2].bind(out)
+        # by address: a kept shape's memories must not keep its module's arrays alive
+        for memory, array in zip(memories, (a, b, out)):
+            memory.bind_address(array.ctypes.data)
+        self._arrays = (a, b, out)
+        self._current = primitive
         primitive.run()
 
     def _item(self, pd: PrimitiveDesc, piece: tuple[int, int, int, int]
