@@ -173,15 +173,22 @@ class Executor:
                 if shared is not None:
                     shared.arg_keys[node.nid] = keys
             fn = None
-            exact = rounded = None
+            exact = by_function = rounded = None
             if shared is not None:
                 exact = self._kernel_key(lib, node, dev, tuple(
                     tuple(shapes[e]) for e in in_eids + out_eids))
                 if exact is not None:
-                    fn = shared.get(exact)
-                    if fn is None:  # a kernel of this node taking any shape of its class
-                        rounded = _class_key(exact)
-                        fn = shared.get(rounded)
+                    # this node's kernel, else one of another node calling the same function
+                    # (a decoder's layers), else one taking any shape of the size class
+                    ident = shared.functions.get(node.nid)
+                    if ident is None:
+                        ident = shared.functions[node.nid] = _function_ident(node)
+                    by_function = (ident,) + exact[1:]
+                    rounded = _class_key(by_function)
+                    for key in (exact, by_function, rounded):
+                        fn = shared.get(key)
+                        if fn is not None:
+                            break
             # With flatten_data the arrays are 1-D views, but a prepared kernel is told the
             # declared shapes (and gets flatten_data in attrs): a chain of standard ops needs them
             # to broadcast, and gives its kernels the shapes back (lib/chain.py).
@@ -199,8 +206,11 @@ class Executor:
                                  node=node.label)
                 if shared is not None:
                     made = capabilities(fn)
-                    shared.put(rounded if made.any_shape() and rounded is not None else exact,
-                               fn, made, in_eids + out_eids)
+                    # a kernel holding no node's data (derived weights, sub-modules) serves
+                    # every node calling its function at these shapes
+                    alone = not made.cached_inputs() and not made.sub_modules()
+                    shared.put((rounded if made.any_shape() else by_function) if alone
+                               else exact, fn, made, in_eids + out_eids)
             elif nhwc:
                 # a shared kernel the layout pass may tell of NHWC arrays gets its own then
                 self._unshare[len(steps)] = functools.partial(
@@ -598,11 +608,19 @@ class Executor:
         return result
 
 
+def _function_ident(node: Any) -> str:
+    """What a node's kernel is made of besides its shapes: its function and its own attrs (a
+    one-op function takes the node's), without the dims and values a specialisation adds."""
+    return repr((node.func_name, sorted((k, v) for k, v in node.attrs.items()
+                                        if k not in (DIMS_KEY, VALUES_KEY))))
+
+
 def _class_key(key: tuple) -> tuple:
-    """A kernel key (Executor._kernel_key) with its shapes rounded to their size classes
-    (tuning.class_shape): where a kernel taking any shape (PreparedKernel.any_shape) is kept."""
-    nid, dev, shapes = key[:3]
-    return ("class", nid, dev, tuple(class_shape(s) for s in shapes)) + key[3:]
+    """A kernel key by function (Executor._prepare_steps) with its shapes rounded to their size
+    classes (tuning.class_shape): where a kernel taking any shape (PreparedKernel.any_shape) is
+    kept."""
+    func, dev, shapes = key[:3]
+    return ("class", func, dev, tuple(class_shape(s) for s in shapes)) + key[3:]
 
 
 @dataclass(frozen=True)

@@ -54,10 +54,12 @@ class KernelCache:
     same input and output shapes (a shape come back, a node whose shapes no dim changes: a
     decoder's products at one new token), and for a chain with symbolic attrs the same values of
     the dims they read, takes the kernel prepared before, primitives and packed weights
-    included; a kernel taking any shape (PreparedKernel.any_shape: a KV cache's concatenate, a
-    decoder's attention products) is kept by its shapes' size classes instead, so it serves
-    every past length of a class. A kernel is kept while a specialisation kept by the module
-    uses it.
+    included. A kernel holding no node's data (no derived weights, no sub-modules) is kept by
+    its function and node attrs instead of its node, so it serves every node calling them at
+    those shapes (a decoder's layers); one taking any shape (PreparedKernel.any_shape: a KV
+    cache's concatenate, the attention products) is kept by its shapes' size classes, so it
+    serves every past length of a class. A kernel is kept while a specialisation kept by the
+    module uses it.
 
     Only a kernel no setup pass adapts to its module is shared: none told its arrays are stored
     channels-last (one that may be is kept only once its module's layout pass told it nothing:
@@ -76,6 +78,7 @@ class KernelCache:
     # per node id: its steps' argument keys, the same in every specialisation (devices and
     # flatten_data do not change with shapes), made once instead of per shape
     arg_keys: dict[int, list[ArgKey]] = field(default_factory=dict)
+    functions: dict[int, str] = field(default_factory=dict)  # per node id: its function's ident
 
     def get(self, key: Hashable) -> Any:
         fn = self.kernels.get(key)
