@@ -178,17 +178,18 @@ class Executor:
                 exact = self._kernel_key(lib, node, dev, tuple(
                     tuple(shapes[e]) for e in in_eids + out_eids))
                 if exact is not None:
-                    # this node's kernel, else one of another node calling the same function
-                    # (a decoder's layers), else one taking any shape of the size class
+                    # a kernel of a node calling this function (a decoder's layers share
+                    # one), else this node's own, else one taking any shape of the size class
                     ident = shared.functions.get(node.nid)
                     if ident is None:
                         ident = shared.functions[node.nid] = _function_ident(node)
                     by_function = (ident,) + exact[1:]
-                    rounded = _class_key(by_function)
-                    for key in (exact, by_function, rounded):
-                        fn = shared.get(key)
-                        if fn is not None:
-                            break
+                    fn = shared.get(by_function)
+                    if fn is None:
+                        fn = shared.get(exact)
+                    if fn is None:
+                        rounded = _class_key(by_function)
+                        fn = shared.get(rounded)
             # With flatten_data the arrays are 1-D views, but a prepared kernel is told the
             # declared shapes (and gets flatten_data in attrs): a chain of standard ops needs them
             # to broadcast, and gives its kernels the shapes back (lib/chain.py).
@@ -209,8 +210,9 @@ class Executor:
                     # a kernel holding no node's data (derived weights, sub-modules) serves
                     # every node calling its function at these shapes
                     alone = not made.cached_inputs() and not made.sub_modules()
-                    shared.put((rounded if made.any_shape() else by_function) if alone
-                               else exact, fn, made, in_eids + out_eids)
+                    shared.put((rounded if made.any_shape() else by_function)
+                               if alone and by_function is not None else exact, fn, made,
+                               in_eids + out_eids)
             elif nhwc:
                 # a shared kernel the layout pass may tell of NHWC arrays gets its own then
                 self._unshare[len(steps)] = functools.partial(
