@@ -51,6 +51,13 @@ class PreparedKernel(ABC):
         """
         return False
 
+    def any_shape(self) -> bool:
+        """True for a kernel that reads its arrays' shapes at each call, so it computes its node
+        at any shapes of the ones it was prepared for rounded as tuning.class_shape rounds them
+        (a symbolic module's next shape takes it, unprepared: runtime/executor.py). Its other
+        answers here then hold for all those shapes."""
+        return False
+
     def channels_last_positions(self) -> Sequence[int]:
         """Argument positions (inputs, then outputs) of 4-D arrays this kernel can also read or
         write with NHWC bytes: the strided NCHW view of an NHWC buffer (runtime/layouts.py).

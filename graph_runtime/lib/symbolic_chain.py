@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
+from .._lru import LruCache
 from ..device import Device
 from ..errors import LibraryError
 from ..graph.symbolic import UNKNOWN, DimError, check_dim, evaluate, names_in
@@ -15,6 +16,7 @@ from .chain import Chain
 from .library import TensorSpec
 
 DIMS_KEY = "__dims"
+CHAINS_KEPT = 64  # concrete chains kept per function, for the bindings met last
 
 
 def is_symbolic_attr(value: Any) -> bool:
@@ -80,7 +82,8 @@ class SymbolicChain:
         self._entries = [dict(e) for e in entries]
         self._make = make
         self.names = sorted({n for e in self._entries for v in e.values() for n in _names(v)})
-        self._chains: dict[tuple[int, ...], Chain] = {}
+        # the chains of the bindings met last (a decoder meets a new past length every step)
+        self._chains: LruCache[Chain] = LruCache(CHAINS_KEPT)
         # The ops (and so the devices) never depend on the binding: check them once.
         self.template = make(name, {"ops": [{k: (1 if is_symbolic_attr(v) and
                                                  not isinstance(v, list) else
@@ -95,6 +98,11 @@ class SymbolicChain:
     def backends(self) -> list[str]:
         return self.template.backends()
 
+    def binding_key(self, env: Mapping[str, int]) -> tuple[int, ...]:
+        """The values of the names its attrs read: equal keys make the same chain (a node
+        prepared at one binding serves another that changes only other names)."""
+        return tuple(int(env.get(n, -1)) for n in self.names)
+
     def concrete(self, attrs: Mapping[str, Any]) -> Chain:
         """The chain for the binding in attrs[DIMS_KEY]."""
         env = attrs.get(DIMS_KEY)
@@ -102,17 +110,14 @@ class SymbolicChain:
             raise LibraryError(f"{self.name}: its attrs hold symbolic dims "
                                f"({', '.join(self.names)}) and the node gives no values for "
                                "them; a graph calling it must be specialised (create() does)")
-        key = tuple(int(env.get(n, -1)) for n in self.names)
-        chain = self._chains.get(key)
-        if chain is None:
-            try:
-                entries = [{k: _substitute(v, env) for k, v in e.items()}
-                           for e in self._entries]
-            except DimError as e:
-                raise LibraryError(f"{self.name}: {e}") from e
-            chain = self._make(self.name, {"ops": entries})
-            self._chains[key] = chain
-        return chain
+        return self._chains.get_or_build(self.binding_key(env), lambda: self._build(env))
+
+    def _build(self, env: Mapping[str, Any]) -> Chain:
+        try:
+            entries = [{k: _substitute(v, env) for k, v in e.items()} for e in self._entries]
+        except DimError as e:
+            raise LibraryError(f"{self.name}: {e}") from e
+        return self._make(self.name, {"ops": entries})
 
     def infer(self, inputs: Sequence[TensorSpec], attrs: Mapping[str, Any] | None = None,
               out_dtypes: Sequence[str] | None = None) -> list[TensorSpec]:

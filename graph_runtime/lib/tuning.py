@@ -178,8 +178,28 @@ def size_class(key: str) -> str:
     return _DIM.sub(rounded, key)
 
 
+def class_shape(shape: Sequence[int]) -> tuple[int, ...]:
+    """shape's size class as size_class rounds a key's dims: over SMALL_DIM, the power of two
+    at or above (its 0s and small dims exact)."""
+    return tuple(d if d <= SMALL_DIM else 1 << (d - 1).bit_length() for d in shape)
+
+
+def in_size_class_scope() -> bool:
+    """Whether kernels are being prepared for a symbolic module's new shape (by_size_class)."""
+    return _by_class.get() is not None
+
+
 def _class_ident(entry: Entry) -> str:
-    return dataclasses.replace(entry, key=size_class(entry.key)).ident
+    ident = entry.ident
+    found = _class_idents.get(ident)
+    if found is None:
+        found = _class_idents[ident] = dataclasses.replace(entry, key=size_class(entry.key)).ident
+    return found
+
+
+# ident -> its class's ident: a file that other processes keep adding to is indexed again per
+# change, and rounding every key of a 9,000-entry file cost 25 ms of each new decode shape
+_class_idents: dict[str, str] = {}
 
 
 def _class_entries() -> dict[str, Entry]:

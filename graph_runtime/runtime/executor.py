@@ -1,11 +1,13 @@
 """Turns a graph's nodes into a flat list of prepared calls (kernels and copies) and runs it."""
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, Generic, Mapping, Sequence, TypeVar
+from typing import (Any, Callable, Collection, ContextManager, Generic, Mapping, Sequence,
+                    TypeVar)
 
 import numpy as np
 
@@ -21,6 +23,7 @@ from ..lib.library import InputVersion, Module, TensorSpec
 from ..lib.prepared import PreparedKernel, capabilities
 from ..lib.registry import VALUES_KEY
 from ..lib.symbolic_chain import DIMS_KEY
+from ..lib.tuning import class_shape
 from .flatten_reads import FlattenRead, StagedOutputs, flat_source, plan_flatten_reads
 from .in_place import InPlacePlan, in_place_offers, plan_in_place
 from .layouts import LayoutPlan, nhwc_view, plan_channels_last
@@ -81,6 +84,12 @@ class Executor:
         # (reader's key, source's key) per dropped copy: the reader's array is the source's.
         self._alias_keys: list[tuple[tuple[int, Device], tuple[int, Device]]] = []
         self._io_eids = set(graph.input_entries.values()) | set(graph.output_entries)
+        # per step index whose kernel came from the shared cache and may be told NHWC: how to
+        # prepare one of its own (telling changes the kernel)
+        self._unshare: dict[int, Callable[[], Any]] = {}
+        self._told: set[int] = set()  # step indices the layout pass told of NHWC arrays
+        self._uses: dict[tuple[int, Device], list[tuple[list[Any], int, bool]]] | None = None
+        self._ready = False  # set up: rebind() may index the steps' arguments once
         # The steps' kernels, prepared from shapes alone: the storage pass binds their arrays.
         self.steps = self._prepare_steps(lib)
         # Entries no setup pass may change the layout or storage of: inputs, outputs, aliased.
@@ -99,6 +108,11 @@ class Executor:
         self.versions: dict[int, InputVersion] = {}
         for setup in SETUP_PASSES:
             setup.apply(self, setup.plan(self))
+        if self._kernels is not None:
+            # kernels that offered NHWC positions and were told none are the same as prepared
+            self._kernels.settle({id(self.steps[i].kernel) for i in self._told})
+        self._unshare.clear()
+        self._ready = True
         # what run() calls, and the step each call stands for (to name a failing node)
         self._call_steps = [self.shortcuts.get(i, s) for i, s in enumerate(self.steps)
                             if i not in self.skipped]
@@ -130,12 +144,15 @@ class Executor:
         # Bytes in use per device: the pool and copies, then each kernel's workspace as prepared.
         used = self.plan.bytes_per_device()
         pending = {(c.eid, c.dst): c for c in self.copies}
+        # the columns read once (a symbolic graph's decode step prepares here per shape)
+        shapes, dtypes, rows = g.attrs["shape"][1], g.attrs["dltype"][1], g.node_row_ptr
+        shared = self._kernels
         for node in g.nodes:
             if node.is_arg or node.func_name == NOP_OP:
                 continue
             dev = self.node_device[node.nid]
-            in_eids = [g.entry_id(ref[0], ref[1]) for ref in node.inputs]
-            out_eids = list(g.node_entries(node.nid))
+            in_eids = [rows[ref[0]] + ref[1] for ref in node.inputs]
+            out_eids = list(range(rows[node.nid], rows[node.nid + 1]))
             if node.func_name == COPY_OP:
                 step = self._copy_node_step(node, in_eids, out_eids)
                 if step is not None:
@@ -147,35 +164,83 @@ class Executor:
                 if c is not None:
                     steps.append(self._copy_step(-1, f"copy of eid {eid} ({c.producer}) to {dev}",
                                                  eid, c.src, c.dst))
-            flatten = node.flatten_data
-            keys = [ArgKey(e, dev if (e, dev) in self.arrays else self.entry_device[e], flatten)
-                    for e in in_eids]
-            keys += [ArgKey(e, dev, flatten) for e in out_eids]
+            keys = shared.arg_keys.get(node.nid) if shared is not None else None
+            if keys is None:
+                flatten = node.flatten_data
+                keys = [ArgKey(e, dev if (e, dev) in self.arrays else self.entry_device[e],
+                               flatten) for e in in_eids]
+                keys += [ArgKey(e, dev, flatten) for e in out_eids]
+                if shared is not None:
+                    shared.arg_keys[node.nid] = keys
+            fn = None
+            exact = by_function = rounded = None
+            if shared is not None:
+                exact = self._kernel_key(lib, node, dev, tuple(
+                    tuple(shapes[e]) for e in in_eids + out_eids))
+                if exact is not None:
+                    # a kernel of a node calling this function (a decoder's layers share
+                    # one), else this node's own, else one taking any shape of the size class
+                    ident = shared.functions.get(node.nid)
+                    if ident is None:
+                        ident = shared.functions[node.nid] = _function_ident(node)
+                    by_function = (ident,) + exact[1:]
+                    fn = shared.get(by_function)
+                    if fn is None:
+                        fn = shared.get(exact)
+                    if fn is None:
+                        rounded = _class_key(by_function)
+                        fn = shared.get(rounded)
             # With flatten_data the arrays are 1-D views, but a prepared kernel is told the
             # declared shapes (and gets flatten_data in attrs): a chain of standard ops needs them
             # to broadcast, and gives its kernels the shapes back (lib/chain.py).
-            in_specs = [TensorSpec(tuple(g.shape(e)), g.dtype(e)) for e in in_eids]
-            out_specs = [TensorSpec(tuple(g.shape(e)), g.dtype(e)) for e in out_eids]
-            attrs = dict(node.attrs)
-            cap = self.caps.get(dev)
-            if cap is not None:
-                attrs[WORKSPACE_LIMIT_KEY] = cap - used.get(dev, 0)
-            shared = self._kernels
-            # a node whose attrs hold the bound dims or shape-deciding values is never shared
-            key = (node.nid, dev, tuple(in_specs), tuple(out_specs)) if (
-                shared is not None and DIMS_KEY not in attrs and VALUES_KEY not in attrs) else None
-            fn = shared.get(key) if shared is not None and key is not None else None
+            # (a kernel taken from the shared cache needs neither specs nor attrs)
+            nhwc = fn is not None and bool(capabilities(fn).channels_last_positions())
+            if fn is None or nhwc:
+                in_specs = [TensorSpec(tuple(shapes[e]), dtypes[e]) for e in in_eids]
+                out_specs = [TensorSpec(tuple(shapes[e]), dtypes[e]) for e in out_eids]
+                attrs = dict(node.attrs)
+                cap = self.caps.get(dev)
+                if cap is not None:
+                    attrs[WORKSPACE_LIMIT_KEY] = cap - used.get(dev, 0)
             if fn is None:
                 fn = lib.prepare(node.func_name or "", dev, in_specs, out_specs, attrs,
                                  node=node.label)
-                if shared is not None and key is not None:
-                    shared.put(key, fn, capabilities(fn), in_eids + out_eids)
+                if shared is not None:
+                    made = capabilities(fn)
+                    # a kernel holding no node's data (derived weights, sub-modules) serves
+                    # every node calling its function at these shapes
+                    alone = not made.cached_inputs() and not made.sub_modules()
+                    shared.put((rounded if made.any_shape() else by_function)
+                               if alone and by_function is not None else exact, fn, made,
+                               in_eids + out_eids)
+            elif nhwc:
+                # a shared kernel the layout pass may tell of NHWC arrays gets its own then
+                self._unshare[len(steps)] = functools.partial(
+                    lib.prepare, node.func_name or "", dev, in_specs, out_specs, attrs,
+                    node=node.label)
             kernel = capabilities(fn)
             self._count_workspace(node, dev, kernel.workspace_bytes(), used)
             steps.append(PreparedCall(node.nid, node.label, node.func_name or "", dev,
                                       in_device_scope(fn, dev), [], keys, len(in_eids), False,
                                       kernel))
         return steps
+
+    def _kernel_key(self, lib: Module, node: Any, dev: Device,
+                    shapes: tuple[tuple[int, ...], ...]) -> tuple | None:
+        """What decides a node's prepared kernel, for sharing it across specialisations (of one
+        graph: its dtypes are the same): its arrays' shapes (inputs, then outputs), and for a
+        chain with symbolic attrs the values of the dims those read (a decoder's reshapes by
+        (batch, seq) are the same kernel at every past length); None for a node whose
+        shape-deciding values travel in its attrs (never shared)."""
+        attrs = node.attrs
+        if VALUES_KEY in attrs:
+            return None
+        key = (node.nid, dev, shapes)
+        if DIMS_KEY not in attrs:
+            return key
+        binding = getattr(lib.get_function(node.func_name or "", dev, node.label),
+                          "binding_key", None)
+        return None if binding is None else key + (binding(attrs[DIMS_KEY]),)
 
     # ---- setup passes (SETUP_PASSES): each plan reads, its apply changes ----------------------
 
@@ -187,8 +252,12 @@ class Executor:
         """Tell the kernels which of their arrays hold NHWC bytes (their workspace may shrink:
         buffers for reorders they no longer make); the storage pass binds NHWC views there."""
         self.channels_last = plan.entries
+        self._told = set(plan.positions)
         for index, positions in sorted(plan.positions.items()):
             step = self.steps[index]
+            if index in self._unshare:
+                fn = self._unshare[index]()
+                step.fn, step.kernel = in_device_scope(fn, step.device), capabilities(fn)
             before = step.kernel.workspace_bytes()
             step.kernel.use_channels_last(positions)
             grown = step.kernel.workspace_bytes() - before
@@ -438,10 +507,26 @@ class Executor:
         dev = self.entry_device[eid]
         self.arrays[(eid, dev)] = array
         self.escaped(eid)
-        for step in self.steps + list(self.shortcuts.values()):
+        steps = self.steps + list(self.shortcuts.values())
+        if not self._ready or eid not in self._io_eids:  # in setup the shortcuts may change
+            uses = self._uses_of(steps, {eid}).get((eid, dev), [])
+        else:
+            if self._uses is None:  # built once: a symbolic module binds every param here
+                self._uses = self._uses_of(steps, self._io_eids)
+            uses = self._uses.get((eid, dev), [])
+        for args, pos, flatten in uses:
+            args[pos] = array.reshape(-1) if flatten else array
+
+    @staticmethod
+    def _uses_of(steps: list[PreparedCall], eids: Collection[int]
+                 ) -> dict[tuple[int, Device], list[tuple[list[Any], int, bool]]]:
+        """Per (eid, device) of eids: the argument lists (and positions) holding its array."""
+        uses: dict[tuple[int, Device], list[tuple[list[Any], int, bool]]] = {}
+        for step in steps:
             for pos, (e, d, flatten) in enumerate(step.arg_keys):
-                if e == eid and d == dev:
-                    step.args[pos] = array.reshape(-1) if flatten else array
+                if e in eids:
+                    uses.setdefault((e, d), []).append((step.args, pos, flatten))
+        return uses
 
     # ---- running -------------------------------------------------------------------------------
 
@@ -523,6 +608,21 @@ class Executor:
             result.append(NodeTime(s.nid, s.label, s.func_name, s.device, s.is_copy,
                                    times[len(times) // 2]))
         return result
+
+
+def _function_ident(node: Any) -> str:
+    """What a node's kernel is made of besides its shapes: its function and its own attrs (a
+    one-op function takes the node's), without the dims and values a specialisation adds."""
+    return repr((node.func_name, sorted((k, v) for k, v in node.attrs.items()
+                                        if k not in (DIMS_KEY, VALUES_KEY))))
+
+
+def _class_key(key: tuple) -> tuple:
+    """A kernel key by function (Executor._prepare_steps) with its shapes rounded to their size
+    classes (tuning.class_shape): where a kernel taking any shape (PreparedKernel.any_shape) is
+    kept."""
+    func, dev, shapes = key[:3]
+    return ("class", func, dev, tuple(class_shape(s) for s in shapes)) + key[3:]
 
 
 @dataclass(frozen=True)

@@ -260,7 +260,9 @@ class Specializer:
         sizes = [entry_bytes(s, d) for s, d in zip(shapes, self._dtypes)]
         plan = plan_storage(self.graph, sizes, self.entry_device)
         attrs = dict(self.graph.attrs)
-        attrs["shape"] = ("list_shape", [list(s) for s in shapes])
+        # the shapes as inferred (tuples: untracked by the collector, which a decoder's new
+        # shape every step keeps busy; every reader takes any sequence)
+        attrs["shape"] = ("list_shape", list(shapes))
         attrs["storage_id"] = ("list_int", plan.storage_ids)
         # NOTE: the symbolic graph was validated; only the shape and storage columns change, so
         # the new graph skips the schema (a BERT-size graph's check costs milliseconds).

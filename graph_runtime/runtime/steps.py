@@ -51,22 +51,34 @@ def in_device_scope(fn: Callable[..., Any], dev: Device) -> Callable[..., Any]:
 @dataclass
 class KernelCache:
     """Prepared kernels a symbolic module's specialisations share: a node met again with the
-    same input and output specs (a shape come back, a node whose shapes no dim changes: a
-    decoder's products at one new token) takes the kernel prepared before, primitives and packed
-    weights included. A kernel is kept while a specialisation kept by the module uses it.
+    same input and output shapes (a shape come back, a node whose shapes no dim changes: a
+    decoder's products at one new token), and for a chain with symbolic attrs the same values of
+    the dims they read, takes the kernel prepared before, primitives and packed weights
+    included. A kernel holding no node's data (no derived weights, no sub-modules) is kept by
+    its function and node attrs instead of its node, so it serves every node calling them at
+    those shapes (a decoder's layers); one taking any shape (PreparedKernel.any_shape: a KV
+    cache's concatenate, the attention products) is kept by its shapes' size classes, so it
+    serves every past length of a class. A kernel is kept while a specialisation kept by the
+    module uses it.
 
-    Only a kernel no setup pass adapts to its module is shared: none whose arrays may be stored
-    channels-last or as the kernel asks, and none deriving data (packed weights) from an input
-    other than a param (params are never written in place: a new load makes new arrays, and
-    the cache is emptied then). `prepared` counts kernels made, `reused` those taken from here.
+    Only a kernel no setup pass adapts to its module is shared: none told its arrays are stored
+    channels-last (one that may be is kept only once its module's layout pass told it nothing:
+    settle), none whose storage it asks for, and none deriving data (packed weights) from an
+    input other than a param (params are never written in place: a new load makes new arrays,
+    and the cache is emptied then). `prepared` counts kernels made, `reused` those taken here.
     """
 
     params: Collection[int] = ()  # entry ids of the params
     kernels: dict[Hashable, Any] = field(default_factory=dict)
     users: dict[Hashable, int] = field(default_factory=dict)  # kept specialisations using each
     taken: list[Hashable] = field(default_factory=list)  # keys the module being made uses
+    pending: list[tuple[Hashable, Any, PreparedKernel]] = field(default_factory=list)
     prepared: int = 0
     reused: int = 0
+    # per node id: its steps' argument keys, the same in every specialisation (devices and
+    # flatten_data do not change with shapes), made once instead of per shape
+    arg_keys: dict[int, list[ArgKey]] = field(default_factory=dict)
+    functions: dict[int, str] = field(default_factory=dict)  # per node id: its function's ident
 
     def get(self, key: Hashable) -> Any:
         fn = self.kernels.get(key)
@@ -75,15 +87,29 @@ class KernelCache:
             self.taken.append(key)
         return fn
 
-    def put(self, key: Hashable, fn: Any, kernel: PreparedKernel, eids: list[int]) -> None:
-        """Count fn as prepared; keep it when sharing it is safe (see the class docstring)."""
+    def put(self, key: Hashable | None, fn: Any, kernel: PreparedKernel, eids: list[int]
+            ) -> None:
+        """Count fn as prepared; keep it when sharing it is safe (see the class docstring) and
+        it has a key (a node whose attrs hold shape-deciding values has none)."""
         self.prepared += 1
-        if kernel.channels_last_positions() or kernel.storage_requests():
+        if key is None or kernel.storage_requests():
             return
         if any(eids[pos] not in self.params for pos in kernel.cached_inputs()):
             return
+        if kernel.channels_last_positions():
+            self.pending.append((key, fn, kernel))
+            return
         self.kernels[key] = fn
         self.taken.append(key)
+
+    def settle(self, told: Collection[int]) -> None:
+        """Keep the pending kernels (put, offering NHWC positions) whose module's layout pass
+        told them nothing: told holds the ids of those it told."""
+        for key, fn, kernel in self.pending:
+            if id(kernel) not in told:
+                self.kernels[key] = fn
+                self.taken.append(key)
+        self.pending = []
 
     def hold(self) -> list[Hashable]:
         """The keys the module just made uses, now counted as its (release them with it)."""

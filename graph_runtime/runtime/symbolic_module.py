@@ -277,6 +277,7 @@ class SymbolicGraphModule(ModuleBase):
         per size class."""
         start = time.perf_counter()
         self.kernels.taken = []  # a build that failed before leaves none
+        self.kernels.pending = []
         defaults = tuning.class_defaults
         shapes = {n: self._shapes[n][0] for n in self._names}
         values = {self._sigs[n].eid: v for n, v in self._values.items()}

@@ -88,6 +88,22 @@ def test_concatenate_reads_and_writes_channels_last(shapes, axis, random_array) 
         np.testing.assert_array_equal(out, want)
 
 
+def test_a_serial_concatenate_takes_any_shape(random_array) -> None:
+    # a KV cache's past joined with one new token, one length more each step: the kernel
+    # prepared at one length serves the next (runtime/executor.py shares it by size class)
+    kernel = _prepared("concatenate", [(1, 2, 40, 16), (1, 2, 1, 16)], {"axis": 2})
+    assert kernel.any_shape()
+    for past in (40, 41, 63):
+        xs = [random_array((1, 2, past, 16), "float32", seed=past),
+              random_array((1, 2, 1, 16), "float32", seed=1)]
+        out = _blank((1, 2, past + 1, 16), False)
+        kernel(*xs, out)
+        np.testing.assert_array_equal(out, np.concatenate(xs, axis=2))
+    # in bands on the workers (more than one core), it copies at the offsets of its shapes
+    large = _prepared("concatenate", [(1, 64, 80, 80), (1, 32, 80, 80)], {"axis": 1})
+    assert large.any_shape() == (large.workers <= 1)
+
+
 def test_segformer_decoder_stays_channels_last(monkeypatch, random_array) -> None:
     """tokens -> image -> resize (and an unchanged-size resize) -> concatenate -> oneDNN 1x1
     conv, as SegFormer's decode head: every image entry stays NHWC and the result is the

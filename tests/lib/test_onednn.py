@@ -576,3 +576,38 @@ def test_a_frozen_weight_is_packed_once_for_every_kernel_reading_it(onednn) -> N
     kernel(np.ones((5, 64), np.float32), loose, out)
     assert kernel.weight._own is not None and kernel.weight.buffer is not first.buffer
     np.testing.assert_allclose(out, np.ones((5, 64)) @ w.T, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("trans_a,trans_b", [(False, True), (False, False), (True, False)])
+def test_a_batched_matmul_for_a_new_shape_takes_any_shape(onednn, trans_a, trans_b) -> None:
+    # prepared for a symbolic module's shape (a decoder's attention products, one past length
+    # more each step): one run-time-dims primitive serves every shape, each met again reused;
+    # prepared elsewhere the product keeps one primitive of its own shape
+    from graph_runtime.lib import tuning
+    from graph_runtime.lib.kernels.onednn.matmul import OnednnMatmul
+    rng = np.random.default_rng(4)
+    assert not OnednnMatmul(8, 1, 40, 64, trans_a, trans_b, 8, 8, split=False).any_shape()
+    with tuning.by_size_class():
+        kernel = OnednnMatmul(8, 1, 40, 64, trans_a, trans_b, 8, 8, split=False)
+        assert OnednnMatmul(8, 1, 40, 64, trans_a, trans_b, 8, 8, split=True).any_shape() is False
+    assert kernel.any_shape()
+    for m, n, k, b_batches in [(1, 40, 64, 8), (1, 41, 64, 8), (3, 64, 41, 1), (1, 40, 64, 8)]:
+        a = rng.standard_normal((8, k, m) if trans_a else (8, m, k)).astype(np.float32)
+        b = rng.standard_normal((b_batches, n, k) if trans_b else (b_batches, k, n)).astype(
+            np.float32)
+        out = np.empty((8, m, n), np.float32)
+        kernel(a, b, out)
+        op_a = a.transpose(0, 2, 1) if trans_a else a
+        op_b = b.transpose(0, 2, 1) if trans_b else b
+        np.testing.assert_allclose(out, op_a @ op_b, rtol=1e-4, atol=1e-4)
+    assert len(kernel._by_shape) == 3 and len(kernel.items) == 1
+    # a kept shape's memories hold addresses, not arrays: a dropped module's pool is freed
+    assert all(memory._array is None for _, memories in kernel._by_shape.values()
+               for memory in memories)
+    out2 = np.empty((8, 1, 40), np.float32)
+    kernel(a, b, out2)  # the same inputs into another output: bound again
+    np.testing.assert_allclose(out2, op_a @ op_b, rtol=1e-4, atol=1e-4)
+    with pytest.raises(LibraryError, match=r"batch must be 1 or the output's 8"):
+        kernel(np.ones((4, 1, 64) if not trans_a else (4, 64, 1), np.float32),
+               np.ones((8, 40, 64) if trans_b else (8, 64, 40), np.float32),
+               np.empty((8, 1, 40), np.float32))

@@ -126,3 +126,33 @@ def test_storage_plan_is_unchanged() -> None:
     for eid in m.executor.channels_last:
         view = m.executor.arrays[(eid, gr.cpu())]
         assert view.base is not None and np.shares_memory(view, m.executor.pool.views[eid])
+
+
+def test_a_shared_kernel_told_nhwc_in_a_later_module_gets_its_own() -> None:
+    # a symbolic module's specialisations share kernels (runtime/steps.py's KernelCache): one
+    # that offered NHWC and was told nothing is shared; where a later specialisation's layout
+    # pass tells it (its neighbours' kernels now take NHWC), that one prepares its own, and the
+    # shared kernel stays as it was
+    from graph_runtime.runtime.graph_module import GraphModule
+    from graph_runtime.runtime.steps import KernelCache
+    lib = Module("layouts")
+    makers = {"both": Maker((0, 1)), "edge": Maker(())}
+    for name, maker in makers.items():
+        lib.register(name, maker)
+    cache = KernelCache()
+    x = np.arange(np.prod(SHAPE), dtype=np.float32).reshape(SHAPE)
+    nodes = [null("x")] + [tvm_op(f"n{i}", f, [i]) for i, f in enumerate(["edge", "both", "edge"])]
+    graph = gr.Graph.from_json(make_graph(nodes, [3], shapes=[SHAPE] * 4))
+    for _ in range(2):
+        m = GraphModule(graph, lib, [gr.cpu()], kernels=cache)
+        cache.hold()
+        m.set_input("x", x)
+        m.run()
+        np.testing.assert_array_equal(m.get_output(0).numpy(), 8 * x)
+        # the edges' kernels dropped, and made anew taking NHWC (as other shapes might)
+        cache.kernels = {key: fn for key, fn in cache.kernels.items() if "edge" not in key[0]}
+        makers["edge"].positions = (0, 1)
+    shared, own = makers["both"].made
+    assert shared.told == set() and own.told == {0, 1}
+    assert [k.told for k in makers["edge"].made] == [set(), {1}, {0}]
+    assert cache.reused == 2 and m.executor.channels_last == {1, 2}

@@ -298,3 +298,81 @@ def test_a_param_written_through_its_view_reaches_every_shape() -> None:
     for batch in (4, 2):
         _feed(m, batch)
         np.testing.assert_allclose(m.get_output(0).numpy(), np.full((batch, 32), 192.0))
+
+
+def _changed_nodes(before: gr.Graph, after: gr.Graph, lib: Any) -> int:
+    """Kernel nodes whose input or output shapes differ between two specialisations, or whose
+    attrs read symbolic dims that differ."""
+    from graph_runtime.lib.symbolic_chain import DIMS_KEY
+    count = 0
+    for node in before.nodes:
+        if node.is_arg:
+            continue
+        eids = [before.entry_id(r[0], r[1]) for r in node.inputs]
+        eids += list(before.node_entries(node.nid))
+        read = lib.get_function(node.func_name, gr.cpu()).names if DIMS_KEY in node.attrs else []
+        dims = any(node.attrs[DIMS_KEY][n] != after.nodes[node.nid].attrs[DIMS_KEY][n]
+                   for n in read)
+        count += dims or any(before.shape(e) != after.shape(e) for e in eids)
+    return count
+
+
+def test_greedy_decoding_with_a_kv_cache_matches_onnxruntime_and_prepares_only_what_changes(
+        ) -> None:
+    """Issue 32's text generation on the tiny KV-cache LLaMA: every step is a new past length;
+    each step's logits and cache match ONNX Runtime's, and a new step prepares no more kernels
+    than it has nodes whose shapes changed (the rest are the kernels of the step before)."""
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    from graph_runtime.frontend.importer import import_onnx
+    path = Path(__file__).resolve().parents[1] / "data" / "onnx" / "llama_tiny_kv_ts.onnx"
+    result = import_onnx(path)
+    m = gr.create(result.graph_json, result.module())
+    m.load_params(result.params)
+    assert isinstance(m, SymbolicGraphModule)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+    pasts = [n for n in names if n.startswith("past_key_values.")]
+    kv = next(i for i in session.get_inputs() if i.name in pasts)
+    prompt = RNG.integers(0, 100, (1, 6)).astype(np.int64)
+    feeds = {"input_ids": prompt, "attention_mask": np.ones_like(prompt),
+             "position_ids": np.arange(6, dtype=np.int64)[None]}
+    feeds.update({n: np.zeros((1, kv.shape[1], 0, kv.shape[3]), np.float32) for n in pasts})
+    before: gr.Graph | None = None
+    for k in range(20):
+        want = session.run(None, feeds)
+        prepared = m.kernels.prepared
+        m.run(**feeds)
+        got = [m.get_output(i).numpy() for i in range(len(want))]
+        for i, expected in enumerate(want):
+            np.testing.assert_allclose(got[i], expected, rtol=1e-4, atol=1e-5,
+                                       err_msg=f"step {k} output {i}")
+        graph = m.specialised().graph
+        if k == 0:  # the layers' nodes calling one function at the same shapes share a kernel
+            assert m.kernels.prepared < sum(1 for n in graph.nodes if not n.is_arg)
+        if k >= 2:  # decode steps after the first (prefill and the first step share no shapes)
+            assert before is not None
+            assert m.kernels.prepared - prepared <= _changed_nodes(before, graph, m.lib), k
+        before = graph
+        token = int(np.argmax(got[0][0, -1]))
+        assert token == int(np.argmax(want[0][0, -1]))
+        total = feeds["attention_mask"].shape[1] + 1
+        feeds = {"input_ids": np.array([[token]], np.int64),
+                 "attention_mask": np.ones((1, total), np.int64),
+                 "position_ids": np.array([[total - 1]], np.int64), **dict(zip(pasts, got[1:]))}
+    assert m.specializations == 20
+
+
+def test_a_symbolic_chain_keeps_the_chains_of_the_bindings_met_last() -> None:
+    # one chain per binding of the dims its attrs read, a bounded number kept: a decoder's
+    # reshape by past+seq meets a new binding every step of a long generation
+    from graph_runtime.lib.loader import function_from_json
+    from graph_runtime.lib.symbolic_chain import CHAINS_KEPT, DIMS_KEY, SymbolicChain
+    entries = [{"op": "reshape", "newshape": [{"dim": "batch"}, {"dim": "seq*4"}]}]
+    fn = SymbolicChain("r", entries, lambda name, doc: function_from_json(name, doc, "r"))
+    first = fn.concrete({DIMS_KEY: {"batch": 1, "seq": 1, "past": 0}})
+    assert fn.concrete({DIMS_KEY: {"batch": 1, "seq": 1, "past": 9}}) is first  # past unread
+    for seq in range(2, CHAINS_KEPT + 10):
+        fn.concrete({DIMS_KEY: {"batch": 1, "seq": seq}})
+    assert len(fn._chains._entries) == CHAINS_KEPT
+    assert fn.concrete({DIMS_KEY: {"batch": 1, "seq": 1}}) is not first  # dropped, made again

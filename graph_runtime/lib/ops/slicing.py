@@ -229,6 +229,11 @@ class _HostConcat(PreparedKernel):
                 np.copyto(out[tuple(where)], x[band])
         parallel_items(self.chunks, self.workers, item)
 
+    def any_shape(self) -> bool:
+        """Serial, it is NumPy's concatenate of whatever arrays it is handed (a KV cache's
+        past joined with the new token at every length)."""
+        return self.workers <= 1
+
     def channels_last_positions(self) -> tuple[int, ...]:
         return tuple(range(self.n_inputs + 1)) if self.images else ()
 

@@ -338,12 +338,26 @@ class Primitive:
         self.handle = ctypes.c_void_p()
         lib.call("dnnl_primitive_create", ctypes.byref(self.handle), pd.handle)
         weakref.finalize(self, lib.raw["dnnl_primitive_destroy"], self.handle)
+        self._owner: Primitive | None = None
+        self._bind_args(lib, args)
+
+    def _bind_args(self, lib: Dnnl, args: Sequence[tuple[int, Memory]]) -> None:
         self.memories = [m for _, m in args]  # kept alive as long as the argument array
         self.args = (ExecArg * len(args))(*[ExecArg(kind, m.handle) for kind, m in args])
         self._execute = lib.raw["dnnl_primitive_execute"]
         self._lib = lib
         self._count = len(args)
         self._address = ctypes.addressof(self.args)
+
+    def with_args(self, args: Sequence[tuple[int, Memory]]) -> Primitive:
+        """This primitive executing on other memories, made once: one with run-time dims runs
+        memories of any dims (no primitive made per shape)."""
+        other = Primitive.__new__(Primitive)
+        other.pd = self.pd
+        other.handle = self.handle
+        other._owner = self  # the handle is destroyed with its owner, never before this
+        other._bind_args(self._lib, args)
+        return other
 
     def run(self) -> None:
         """Execute on this thread's stream (blocking: the CPU engine runs in the caller's
