@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT))  # measure the checkout this script sits in
 import graph_runtime as gr  # noqa: E402
 from graph_runtime.errors import GraphRuntimeError  # noqa: E402
 from graph_runtime.frontend import import_onnx  # noqa: E402
+from peers import DEFAULT, onnxruntime_sessions  # noqa: E402  (bench/)
 
 CACHE = Path.home() / ".cache" / "graph_runtime" / "bench_dynamic"
 # (batch, seq, past) per check; images and audio take their own sizes from these.
@@ -68,7 +69,6 @@ def feeds(session: Any, batch: int, seq: int, past: int) -> dict[str, np.ndarray
 
 
 def check(path: Path) -> dict[str, Any]:
-    import onnxruntime as ort
     row: dict[str, Any] = {"model": path.stem}
     start = time.perf_counter()
     try:
@@ -78,7 +78,7 @@ def check(path: Path) -> dict[str, Any]:
         return row
     row["import_s"] = time.perf_counter() - start
     row["how"] = getattr(result, "symbolic_path", None) or "static"
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    session = onnxruntime_sessions(path)[DEFAULT]
     module = gr.create(result.graph_json, result.module())
     module.load_params(result.params)
     worst, checked = 0.0, 0
