@@ -194,6 +194,9 @@ def test_cpu_onednn_products_match_float64(monkeypatch, case: tuple, threads: st
     kernel = AttentionKernel(**p, products="onednn",
                              widths=tuple(a.shape[2] for a in arrays[:3]))
     assert kernel.impl and not kernel.impl.startswith("ref")
+    # OpenBLAS is held at one thread beside oneDNN's products (a threaded GEMV elsewhere in the
+    # run left its threads spinning on the cores oneDNN's OpenMP threads need)
+    assert kernel.uses_workers()
     out = np.full(want.shape, np.nan, np.float32)
     kernel(*arrays, out)
     _check(out, want, "float32")

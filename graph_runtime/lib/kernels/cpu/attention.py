@@ -197,7 +197,10 @@ class AttentionKernel(PreparedKernel):
         return int(self.scores.nbytes)
 
     def uses_workers(self) -> bool:
-        return len(self.blocks) > 1
+        # Split blocks go to the workers; whole heads on oneDNN's products run on its OpenMP
+        # threads, which a threaded OpenBLAS call (a decode step's GEMVs) leaves spinning
+        # beside: a LLaMA decode step took 68 ms with OpenBLAS threaded, 29 ms held at one.
+        return len(self.blocks) > 1 or self.products == "onednn"
 
     def _views(self, arrays: tuple[Any, ...]) -> tuple[Any, ...]:
         """(q heads, k heads transposed, v heads, out heads, mask) over this call's arrays,
