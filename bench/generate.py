@@ -27,9 +27,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # measure the checkout this script sits in
 import graph_runtime as gr  # noqa: E402
-from graph_runtime.frontend import import_onnx  # noqa: E402
+from import_once import import_timed  # noqa: E402  (bench/)
 from interleave import SETTLE_S  # noqa: E402  (bench/)
-from peers import machine_line, onnxruntime_sessions  # noqa: E402  (bench/)
+from peers import DEFAULT, machine_line, onnxruntime_sessions  # noqa: E402  (bench/)
 
 DEFAULT_MODEL = Path.home() / ".cache" / "graph_runtime" / "bench_dynamic" / "llama_kv_ts.onnx"
 
@@ -85,18 +85,11 @@ def main() -> None:
     parser.add_argument("--json", type=Path,
                         default=ROOT / "bench" / "results" / "generate.json")
     opts = parser.parse_args()
-    if not opts.model.exists():
-        sys.exit(f"{opts.model} is missing: run bench/dynamic_models.py --only "
-                 f"{opts.model.stem} with a Python that has torch and transformers")
-    print(machine_line())
-    start = time.perf_counter()
-    result = import_onnx(opts.model)
-    print(f"imported {opts.model.name} once without --shape in "
-          f"{time.perf_counter() - start:.1f} s")
+    result = import_timed(opts.model)
     sessions = onnxruntime_sessions(opts.model)
-    names = [i.name for i in sessions["onnxruntime"].get_inputs()]
-    outputs = len(sessions["onnxruntime"].get_outputs())
-    kv = next(i for i in sessions["onnxruntime"].get_inputs() if i.name in past_names(names))
+    names = [i.name for i in sessions[DEFAULT].get_inputs()]
+    outputs = len(sessions[DEFAULT].get_outputs())
+    kv = next(i for i in sessions[DEFAULT].get_inputs() if i.name in past_names(names))
     kv_shape = (int(kv.shape[1]), int(kv.shape[3]))
     prompt = np.random.default_rng(0).integers(0, 2000, (1, opts.prompt)).astype(np.int64)
     lib = result.module()
@@ -118,7 +111,7 @@ def main() -> None:
             tokens.setdefault(name, got)
             per_token[name].append(statistics.median(times))
             prefill[name].append(first)
-    same = all(t == tokens["onnxruntime"] for t in tokens.values())
+    same = all(t == tokens[DEFAULT] for t in tokens.values())
     print(f"\ngreedy generation of {opts.new} tokens after a {opts.prompt}-token prompt, "
           f"{opts.rounds} rounds; tokens agree with ONNX Runtime: {same}")
     for name in per_token:

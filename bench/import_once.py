@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))  # measure the checkout this script sits in
 import graph_runtime as gr  # noqa: E402
 from graph_runtime.errors import GraphRuntimeError  # noqa: E402
 from graph_runtime.frontend import import_onnx  # noqa: E402
-from peers import DEFAULT, onnxruntime_sessions  # noqa: E402  (bench/)
+from peers import DEFAULT, machine_line, onnxruntime_sessions  # noqa: E402  (bench/)
 
 CACHE = Path.home() / ".cache" / "graph_runtime" / "bench_dynamic"
 # (batch, seq, past) per check; images and audio take their own sizes from these.
@@ -66,6 +66,19 @@ def feeds(session: Any, batch: int, seq: int, past: int) -> dict[str, np.ndarray
         else:
             out[name] = rng.standard_normal(shape).astype(np.float32)
     return out
+
+
+def import_timed(path: Path) -> Any:
+    """The model imported once without --shape (ImportResult), after the machine line; exits
+    naming the export script when the model is missing (stream.py and generate.py start so)."""
+    if not path.exists():
+        sys.exit(f"{path} is missing: run bench/dynamic_models.py --only {path.stem} with a "
+                 "Python that has torch and transformers")
+    print(machine_line())
+    start = time.perf_counter()
+    result = import_onnx(path)
+    print(f"imported {path.name} once without --shape in {time.perf_counter() - start:.1f} s")
+    return result
 
 
 def check(path: Path) -> dict[str, Any]:

@@ -30,7 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # measure the checkout this script sits in
 import graph_runtime as gr  # noqa: E402
 from interleave import interleaved_samples  # noqa: E402  (bench/)
-from peers import DEFAULT, ONE_THREAD, machine_line, onnxruntime_sessions  # noqa: E402
+from peers import (DEFAULT, ONE_THREAD, machine_line, onnxruntime_sessions,  # noqa: E402
+                   session_calls)
 
 CACHE = Path.home() / ".cache" / "graph_runtime" / "bench_never_tuned"
 
@@ -65,9 +66,7 @@ def measure(path: Path, rounds: int, disable: list[str]) -> dict[str, Any]:
         module.run(**feeds)
         module.get_output(0).numpy()
 
-    calls = {"graph_runtime": ours}
-    for label, session in peers.items():
-        calls[label] = lambda s=session: s.run(None, feeds)
+    calls = {"graph_runtime": ours, **session_calls(peers, feeds)}
     samples = interleaved_samples(calls, rounds=rounds, repeat=3, number=2)
     med = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
     return {"model": path.stem, "ms": med, "max_abs_err": error, "matches": error <= tolerance,

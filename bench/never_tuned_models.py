@@ -21,30 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from transformers_models import _ids, _Wrap  # bench/: imports torch only
 
 # bench/transformers.py would shadow the transformers package when this runs as a script
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 CACHE = Path.home() / ".cache" / "graph_runtime" / "bench_never_tuned"
 SEQ = 128
-
-
-class _Wrap(torch.nn.Module):
-    """Calls a transformers model with keyword inputs and returns one tensor."""
-
-    def __init__(self, model: torch.nn.Module, keys: list[str], output: str) -> None:
-        super().__init__()
-        self.model = model
-        self.keys = keys
-        self.output = output
-
-    def forward(self, *args: torch.Tensor) -> torch.Tensor:
-        out = self.model(**dict(zip(self.keys, args)), return_dict=True)
-        return out[self.output]
-
-
-def _ids(batch: int, seq: int, vocab: int) -> torch.Tensor:
-    return torch.randint(0, vocab, (batch, seq), generator=torch.Generator().manual_seed(1))
 
 
 def _pixels(size: int, channels: int = 3) -> torch.Tensor:

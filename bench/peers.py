@@ -32,8 +32,14 @@ def onnxruntime_sessions(model: str | bytes | Path) -> dict[str, Any]:
 def onnxruntime_calls(model: str | bytes | Path, feeds: Mapping[str, Any]
                       ) -> dict[str, Callable[[], Any]]:
     """Both settings as calls running the model on feeds."""
+    return session_calls(onnxruntime_sessions(model), feeds)
+
+
+def session_calls(sessions: Mapping[str, Any], feeds: Mapping[str, Any]
+                  ) -> dict[str, Callable[[], Any]]:
+    """{label: a call running that session on feeds} for sessions already made."""
     return {label: (lambda s=session: s.run(None, dict(feeds)))
-            for label, session in onnxruntime_sessions(model).items()}
+            for label, session in sessions.items()}
 
 
 def machine_line() -> str:

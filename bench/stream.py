@@ -29,8 +29,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # measure the checkout this script sits in
 import graph_runtime as gr  # noqa: E402
 from graph_runtime.frontend import import_onnx  # noqa: E402
+from import_once import import_timed  # noqa: E402  (bench/)
 from interleave import SETTLE_S, interleaved_samples  # noqa: E402  (bench/)
-from peers import machine_line, onnxruntime_sessions  # noqa: E402  (bench/)
+from peers import DEFAULT, machine_line, onnxruntime_sessions  # noqa: E402  (bench/)
 
 DEFAULT_MODEL = Path.home() / ".cache" / "graph_runtime" / "bench_dynamic" / "llama_ts.onnx"
 
@@ -74,19 +75,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "stream.json")
     opts = parser.parse_args()
-    if not opts.model.exists():
-        sys.exit(f"{opts.model} is missing: run bench/dynamic_models.py --only "
-                 f"{opts.model.stem} with a Python that has torch and transformers")
-    print(machine_line())
-    start = time.perf_counter()
-    result = import_onnx(opts.model)
-    print(f"imported {opts.model.name} once without --shape in "
-          f"{time.perf_counter() - start:.1f} s")
+    result = import_timed(opts.model)
     graph_json, lib, params = result.graph_json, result.module(), result.params
     stream = requests(opts.requests)
     inputs = [feeds(b, s) for b, s in stream]
     sessions = onnxruntime_sessions(opts.model)
-    expected = [sessions["onnxruntime"].run(None, x)[0] for x in inputs]
+    expected = [sessions[DEFAULT].run(None, x)[0] for x in inputs]
 
     totals: dict[str, list[float]] = {"graph_runtime": [], **{k: [] for k in sessions}}
     first_runs: list[float] = []  # seconds, per request that met a new shape (first round)

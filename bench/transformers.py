@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # measure the checkout this script sits in
 import graph_runtime as gr  # noqa: E402
 from interleave import interleaved_samples  # noqa: E402  (bench/)
-from peers import DEFAULT, ONE_THREAD, machine_line, onnxruntime_sessions  # noqa: E402
+from peers import (DEFAULT, ONE_THREAD, machine_line, onnxruntime_sessions,  # noqa: E402
+                   session_calls)
 
 CACHE = Path.home() / ".cache" / "graph_runtime" / "bench_transformers"
 MODELS = ["vit_small", "bert_tiny", "bert_tiny_dynamo", "distilbert_tiny", "whisper_encoder_tiny",
@@ -76,9 +77,7 @@ def measure(name: str, folder: Path, rounds: int) -> dict[str, Any]:
         module.run(**feeds)
         module.get_output(0).numpy()
 
-    calls = {"graph_runtime": ours}
-    for label, session in sessions.items():
-        calls[label] = lambda s=session: s.run(None, feeds)
+    calls = {"graph_runtime": ours, **session_calls(sessions, feeds)}
     samples = interleaved_samples(calls, rounds=rounds, repeat=5, number=3)
     med = {k: statistics.median(v) for k, v in samples.items()}
     best = min(med["ort"], med["ort_1t"])
