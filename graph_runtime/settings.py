@@ -176,17 +176,19 @@ def num_threads() -> int | None:
 
 def loop_max_iterations() -> int:
     """GRAPH_RUNTIME_LOOP_MAX_ITERATIONS as a positive integer (its default when unset)."""
-    value = _raw(LOOP_MAX_ITERATIONS) or LOOP_MAX_ITERATIONS.default
-    if not value.isdigit() or int(value) < 1:
-        raise _refuse(LOOP_MAX_ITERATIONS, value)
-    return int(value)
+    return _int_setting(LOOP_MAX_ITERATIONS, 1)
 
 
 def shape_cache_bytes() -> int:
     """GRAPH_RUNTIME_SHAPE_CACHE_BYTES as a non-negative integer (its default when unset)."""
-    value = _raw(SHAPE_CACHE_BYTES) or SHAPE_CACHE_BYTES.default
-    if not value.isdigit():
-        raise _refuse(SHAPE_CACHE_BYTES, value)
+    return _int_setting(SHAPE_CACHE_BYTES, 0)
+
+
+def _int_setting(setting: Setting, minimum: int) -> int:
+    """The setting (its default when unset) as an integer of at least minimum, else refused."""
+    value = _raw(setting) or setting.default
+    if not value.isdigit() or int(value) < minimum:
+        raise _refuse(setting, value)
     return int(value)
 
 

@@ -226,7 +226,7 @@ def _deferred(proto: Any, given: Mapping[str, Sequence[int]], name: str, start: 
     from .symbolic_import import PROBES
     shapes = dict(check_shapes(proto, given))
     named: dict[str, list[Any]] = {}
-    deciding = set(value_inputs(proto))
+    deciding = value_inputs(proto)
     inits = {t.name for t in proto.graph.initializer}
     try:
         for inp in proto.graph.input:
@@ -247,7 +247,7 @@ def _deferred(proto: Any, given: Mapping[str, Sequence[int]], name: str, start: 
         dtype_trial(proto, shapes, name)
         docs = deferred_documents(proto, {**shapes, **named}, inferred_types(proto, shapes, name),
                                   f"imported from {name}: run-time shape inputs "
-                                  f"{', '.join(value_inputs(proto))}, imported per value")
+                                  f"{', '.join(deciding)}, imported per value")
     except Unsupported:
         lower(proto, name, given)  # raises the import's own refusal
         raise

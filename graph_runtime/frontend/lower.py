@@ -17,7 +17,7 @@ from .inference import check_references, check_shapes, inferred_types, static_sp
 from .ir import RUNTIME_DTYPES, Builder, NeedsValue, TooLarge, Unsupported, Value
 from .onnx_model import default_opset, np_dtype, tensor_shape
 from .onnx_node import OnnxNode, decode_node
-from .symdim import has_sym
+from .symdim import decided_unequal, has_sym
 from .tensor_data import sparse_to_dense, to_array
 
 
@@ -348,14 +348,6 @@ def _lower_node(ctx: Context, node: Any, args: list[Value | None], model: Any,
     return outs + [None] * (len(node.outputs) - len(outs))
 
 
-def _decided_different(a: Any, b: Any) -> bool:
-    from .symdim import Undecidable
-    try:
-        return bool(a != b)
-    except Undecidable:
-        return False
-
-
 def _check_outputs(node: Any, outs: Sequence[Value | None], expected: Mapping[str, tuple]) -> None:
     """Our shapes must agree with ONNX shape inference wherever it found static ones."""
     for name, value in zip(node.outputs, outs):
@@ -367,7 +359,7 @@ def _check_outputs(node: Any, outs: Sequence[Value | None], expected: Mapping[st
             # was exported at): only a difference decided at import refuses. The graph keeps
             # the expression, which specialising checks against each node's own shape rule.
             if len(shape) == len(value.shape) and not any(
-                    _decided_different(a, b) for a, b in zip(shape, value.shape)):
+                    decided_unequal(a, b) for a, b in zip(shape, value.shape)):
                 continue
         if tuple(shape) != tuple(value.shape):
             raise Unsupported(f"output {name!r}: the import computes shape {value.shape} but "

@@ -1,6 +1,7 @@
 """Output specs of standard ops whose shapes or attrs hold symbolic dims (frontend/symdim.py)."""
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
@@ -20,13 +21,6 @@ def _spec(shape: Sequence[Any], dtype: str) -> TensorSpec:
     return TensorSpec(cast(tuple[int, ...], tuple(shape)), dtype)
 
 
-def _product(dims: Sequence[Any]) -> Any:
-    out: Any = 1
-    for d in dims:
-        out = out * d
-    return out
-
-
 def _reshape(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
     spec = inputs[0]
     shape = [as_int(d) for d in attrs["newshape"]]
@@ -34,7 +28,7 @@ def _reshape(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[Ten
             not attrs.get("allowzero") and any(isinstance(d, int) and d == 0 for d in shape)):
         raise Unsupported(f"reshape to {[str(d) for d in shape]} with symbolic dims: expected "
                           "every size given (no -1 or copied 0)")
-    if decided_unequal(_product(shape), _product(spec.shape)):
+    if decided_unequal(math.prod(shape), math.prod(spec.shape)):
         raise Unsupported(f"cannot reshape {[str(d) for d in spec.shape]} to "
                           f"{[str(d) for d in shape]}")
     return [_spec(shape, spec.dtype)]

@@ -6,6 +6,8 @@ import math
 import re
 from typing import Any, Union
 
+import numpy as np
+
 from .ir import Unsupported
 
 # Every symbolic value the import meets is a size or an index derived from sizes: its magnitude
@@ -152,7 +154,6 @@ class Sym:
 
     def names(self) -> list[str]:
         """The dim names in the expression (inside opaque atoms too), in order."""
-        import re
         found = [n for m, _ in self.terms for a in m for n in re.findall(r"[A-Za-z_]\w*", a)]
         return list(dict.fromkeys(n for n in found if n not in ("min", "max")))
 
@@ -181,7 +182,6 @@ def short(x: Any, limit: int = 120) -> str:
 
 
 def _is_np_int(x: Any) -> bool:
-    import numpy as np
     return isinstance(x, np.integer)
 
 
@@ -446,7 +446,6 @@ def is_int(x: Any, value: int) -> bool:
 
 def has_sym(values: Any) -> bool:
     """Whether a shape, list or object array holds a Sym."""
-    import numpy as np
     if isinstance(values, Sym):
         return True
     if isinstance(values, np.ndarray):

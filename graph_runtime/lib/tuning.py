@@ -172,16 +172,18 @@ SMALL_DIM = 16  # dims up to this stay exact in a size class (batch, heads: each
 def size_class(key: str) -> str:
     """key with every dim over SMALL_DIM rounded up to a power of two (300 -> 512): one tuning
     decision serves every shape of the class."""
-    def rounded(match: re.Match[str]) -> str:
-        value = int(match.group())
-        return str(value if value <= SMALL_DIM else 1 << (value - 1).bit_length())
-    return _DIM.sub(rounded, key)
+    return _DIM.sub(lambda match: str(_class_dim(int(match.group()))), key)
 
 
 def class_shape(shape: Sequence[int]) -> tuple[int, ...]:
     """shape's size class as size_class rounds a key's dims: over SMALL_DIM, the power of two
     at or above (its 0s and small dims exact)."""
-    return tuple(d if d <= SMALL_DIM else 1 << (d - 1).bit_length() for d in shape)
+    return tuple(_class_dim(d) for d in shape)
+
+
+def _class_dim(d: int) -> int:
+    """d over SMALL_DIM rounded up to a power of two; d itself at or under it."""
+    return d if d <= SMALL_DIM else 1 << (d - 1).bit_length()
 
 
 def in_size_class_scope() -> bool:

@@ -507,15 +507,18 @@ class Executor:
         dev = self.entry_device[eid]
         self.arrays[(eid, dev)] = array
         self.escaped(eid)
-        steps = self.steps + list(self.shortcuts.values())
         if not self._ready or eid not in self._io_eids:  # in setup the shortcuts may change
-            uses = self._uses_of(steps, {eid}).get((eid, dev), [])
+            uses = self._uses_of(self._all_steps(), {eid}).get((eid, dev), [])
         else:
             if self._uses is None:  # built once: a symbolic module binds every param here
-                self._uses = self._uses_of(steps, self._io_eids)
+                self._uses = self._uses_of(self._all_steps(), self._io_eids)
             uses = self._uses.get((eid, dev), [])
         for args, pos, flatten in uses:
             args[pos] = array.reshape(-1) if flatten else array
+
+    def _all_steps(self) -> list[PreparedCall]:
+        """The steps and their shortcuts: every argument list an entry's array may sit in."""
+        return self.steps + list(self.shortcuts.values())
 
     @staticmethod
     def _uses_of(steps: list[PreparedCall], eids: Collection[int]

@@ -1,6 +1,7 @@
 """shape_of (ONNX Shape as data): an entry's dims as int64; dim_values: the bound dims' values."""
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -45,10 +46,7 @@ def _dim_values_attrs(attrs: Mapping[str, Any]) -> tuple[list[int], tuple[int, .
             isinstance(v, int) and not isinstance(v, bool) for v in values):
         raise op_error("dim_values", f"values {short_repr(values)}; expected a list of ints "
                                      "(or {\"dim\": ...} items, bound per shape)")
-    count = 1
-    for d in shape:
-        count *= d
-    if count != len(values) or dtype not in ("int32", "int64"):
+    if math.prod(shape) != len(values) or dtype not in ("int32", "int64"):
         raise op_error("dim_values", f"{len(values)} values of dtype {dtype} for shape "
                                      f"{list(shape)}; expected as many values as the shape "
                                      "holds, int32 or int64")
