@@ -311,27 +311,29 @@ def _divide(a: SymInt, b: Sym) -> SymInt | None:
         (mb, cb), = b.terms
         out: dict[Monomial, int] = {}
         for m, c in terms.items():
-            left = list(m)
-            for atom in mb:
-                if atom not in left:
-                    return None
-                left.remove(atom)
-            if c % cb:
+            term = _term_quotient(m, c, mb, cb)
+            if term is None:
                 return None
-            out[tuple(left)] = c // cb
+            out[term[0]] = term[1]
         return make(out)
     (ma, ca), (mb, cb) = min(terms.items(), key=lambda t: (not t[0], len(t[0]), t[0])), \
         b.terms[0]
-    rest = list(ma)
-    for atom in mb:
-        if atom not in rest:
-            return None
-        rest.remove(atom)
-    if ca % cb:
+    lead = _term_quotient(ma, ca, mb, cb)
+    if lead is None:
         return None
-    q = make({tuple(rest): ca // cb})
+    q = make({lead[0]: lead[1]})
     product = q * b
     return q if isinstance(product, Sym) and product.terms == Sym(terms).terms else None
+
+
+def _term_quotient(m: Monomial, c: int, mb: Monomial, cb: int) -> tuple[Monomial, int] | None:
+    """c*m / (cb*mb) as (monomial, coefficient) where it is one; None otherwise."""
+    left = list(m)
+    for atom in mb:
+        if atom not in left:
+            return None
+        left.remove(atom)
+    return None if c % cb else (tuple(left), c // cb)
 
 
 def mod(a: Any, b: Any) -> SymInt:

@@ -103,7 +103,7 @@ def _trace_back(g: PatternGraph, v: Value, env: Env
     src = cur
     steps.reverse()
     made_from = (cur, steps)
-    idx = _index(src.shape, env)
+    idx: np.ndarray | None = None
     if src.producer is not None and src.producer.op == "split" and src.rank >= 2:
         split = src.producer
         axis = split.attrs.get("axis", 0)
@@ -117,6 +117,8 @@ def _trace_back(g: PatternGraph, v: Value, env: Env
             src = base
             first, width = _at((start, cur.shape[-1]), env)
             idx = _index(src.shape, env)[..., first:first + width]
+    if idx is None:  # not a column block of a split: the source's own index
+        idx = _index(src.shape, env)
     for op, attrs in steps:
         idx = _view(idx, op, attrs, env)
     return src, idx, scale, made_from
