@@ -61,8 +61,9 @@ class Specializer:
         self._steps: list[tuple[Any, list[int], list[int], Any, tuple[int, ...]]] = []
         # Nodes whose function's attrs hold symbolic dims (lib/symbolic_chain.py).
         self._symbolic_nodes: set[int] = set()
-        # Nodes whose declared output shapes their function's prepare() checks (see below).
-        self._checked_later: set[int] = set()
+        # Nodes whose declared output shapes their function's prepare() checks (see below), with
+        # the names those shapes read.
+        self._checked_later: dict[int, frozenset[str]] = {}
         # Nodes calling an onnx_region (lib/ops/onnx_region.py) and the values they got last.
         self._region_nodes: set[int] = set()
         self.last_values: dict[int, dict[int, np.ndarray]] = {}
@@ -93,7 +94,8 @@ class Specializer:
                 # output dim is an expression of bound names, infer_shapes(fast=True) takes it.
                 if isinstance(fn, (Chain, SymbolicChain)) and not positions and all(
                         d != UNKNOWN for e in out_eids for d in self._declared[e]):
-                    self._checked_later.add(node.nid)
+                    self._checked_later[node.nid] = frozenset(
+                        name for e in out_eids for names in self._names[e] for name in names)
             self._steps.append((node, in_eids, out_eids, infer, positions))
         # Graph inputs whose values decide shapes: their values are part of the cache key.
         by_eid = {sig.eid: sig.name for sig in self.inputs}
@@ -172,8 +174,8 @@ class Specializer:
                 for eid in out_eids:
                     out[eid] = self._evaluate(eid, env, node)
                 continue
-            if fast and node.nid in self._checked_later and all(
-                    name in env for e in out_eids for names in self._names[e] for name in names):
+            read = self._checked_later.get(node.nid) if fast else None
+            if read is not None and read.issubset(env):
                 try:
                     for eid in out_eids:
                         out[eid] = tuple(evaluate(d, env) for d in self._declared[eid])
