@@ -205,14 +205,16 @@ _class_idents: dict[str, str] = {}
 
 
 def _class_entries() -> dict[str, Entry]:
-    """Every entry of the file and of this process by its own ident and by its class's (this
-    process's and clear answers first); kept until the file or the memory changes."""
+    """Every entry of this process and every trusted entry of the file (Entry.trusted: a
+    busy machine's answer serves no other process, as _known), by its own ident and by its
+    class's (this process's and clear answers first); kept until the file, the memory or the
+    busy setting changes."""
     global _classes
-    found = _read_entries()
+    found = {ident: e for ident, e in _read_entries().items() if e.trusted}
     stamp = (_parsed[0] if _parsed is not None else None, len(_memo), len(found))
     if _classes is not None and _classes[0] == stamp:
         return _classes[1]
-    index: dict[str, Entry] = dict(found)
+    index: dict[str, Entry] = {**found, **_memo}
     ranked = sorted([*_memo.values(), *found.values()], key=lambda e: e.confidence != CLEAR)
     for entry in ranked:
         index.setdefault(_class_ident(entry), entry)

@@ -29,7 +29,7 @@ from .in_place import InPlacePlan, in_place_offers, plan_in_place
 from .layouts import LayoutPlan, nhwc_view, plan_channels_last
 from .placement import plan_placement, resolve_entry_devices
 from .steps import ArgKey, KernelCache, PreparedCall, in_device_scope
-from .storage import PoolLayout, StoragePool, check_capacity, default_caps
+from .storage import PoolLayout, Scratch, StoragePool, check_capacity, default_caps
 from .storage_check import check_liveness
 
 log = logging.getLogger("graph_runtime")
@@ -56,9 +56,10 @@ class Executor:
 
     def __init__(self, graph: Graph, lib: Module, ctxs: Sequence[Device], *, strict: bool = False,
                  memory_cap: int | Mapping[Device, int] | None = None,
-                 kernels: KernelCache | None = None) -> None:
+                 kernels: KernelCache | None = None, scratch: Scratch | None = None) -> None:
         self.graph = graph
         self._kernels = kernels  # shared with the other specialisations of a symbolic module
+        self._scratch = scratch  # ditto: host memory for the intermediates (storage.Scratch)
         self.ctxs = list(ctxs)
         for dev in self.ctxs:
             check_device(dev)
@@ -287,7 +288,9 @@ class Executor:
         self.in_place = plan.pairs
         for eid, sid in plan.moves.items():
             self.plan.entry_sid[eid] = sid
-        self.pool = StoragePool(self.graph, self.plan)
+        io_sids = {self.plan.entry_sid[eid] for eid in self._io_eids}
+        self.pool = StoragePool(self.graph, self.plan, self._scratch,
+                                [sid for sid in self.plan.sid_bytes if sid not in io_sids])
         for eid, view in enumerate(self.pool.views):
             self.arrays[(eid, self.entry_device[eid])] = (
                 nhwc_view(view) if eid in self.channels_last else view)

@@ -19,6 +19,7 @@ from ..nd import NDArray, from_dlpack
 from .executor import Executor, NodeTime
 from .module_base import ModuleBase, copy_out
 from .steps import KernelCache
+from .storage import Scratch
 
 _CPU = cpu(0)  # host arrays live here; the one CPU device
 
@@ -45,11 +46,12 @@ class GraphModule(ModuleBase):
 
     def __init__(self, graph: Graph, lib: Module, ctxs: Sequence[Device], *, strict: bool = False,
                  memory_cap: int | Mapping[Any, int] | None = None,
-                 allow_uninitialized: bool = False, kernels: KernelCache | None = None) -> None:
+                 allow_uninitialized: bool = False, kernels: KernelCache | None = None,
+                 scratch: Scratch | None = None) -> None:
         super().__init__(graph, lib, ctxs, strict=strict, memory_cap=memory_cap,
                          allow_uninitialized=allow_uninitialized)
         self.executor = Executor(graph, lib, ctxs, strict=strict, memory_cap=memory_cap,
-                                 kernels=kernels)
+                                 kernels=kernels, scratch=scratch)
         self.ctxs = self.executor.ctxs
         # (shape, dtype, home key) of each input entry, for set_input's fast path.
         ex = self.executor

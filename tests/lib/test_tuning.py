@@ -383,6 +383,24 @@ def test_busy_keep_trusts_busy_entries(cache: Path, monkeypatch: pytest.MonkeyPa
     assert _choose(busy) == "on" and busy.calls == 1
 
 
+def test_a_busy_entry_serves_no_size_class_in_another_process(
+        cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A symbolic module's new shape takes no answer another process measured while busy (it
+    took a slower kernel for every shape of the class); this process's own it keeps."""
+    busy = Raced(busy_now, 0.5)
+    assert _choose(busy, "m 260") == "on"
+    with tuning.by_size_class():
+        assert _choose(busy, "m 300") == "on"  # measured by this process: kept here
+    tuning.forget()  # a new process
+    defaults = tuning.class_defaults
+    with tuning.by_size_class():
+        assert _choose(busy, "m 260") == "off" and _choose(busy, "m 300") == "off"
+    assert tuning.class_defaults == defaults + 2 and busy.calls == 1
+    monkeypatch.setenv(TUNING_BUSY.name, "keep")
+    with tuning.by_size_class():
+        assert _choose(busy, "m 300") == "on"
+
+
 def test_within_noise_is_recorded_and_trusted(cache: Path,
                                               caplog: pytest.LogCaptureFixture) -> None:
     def noisy(given: Race) -> Verdict:

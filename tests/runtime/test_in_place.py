@@ -189,9 +189,9 @@ def test_the_pool_is_made_once_over_the_in_place_ids(monkeypatch) -> None:
     made: list[list[int]] = []
 
     class Recording(executor.StoragePool):
-        def __init__(self, graph: Any, plan: Any) -> None:
+        def __init__(self, graph: Any, plan: Any, *scratch: Any) -> None:
             made.append(list(plan.entry_sid))
-            super().__init__(graph, plan)
+            super().__init__(graph, plan, *scratch)
 
     monkeypatch.setattr(executor, "StoragePool", Recording)
     m, _ = _module(PING_PONG, [6], [0, 1, 2, 3, 1, 2, 4], monkeypatch=monkeypatch)

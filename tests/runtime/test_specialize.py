@@ -1,6 +1,9 @@
 """Symbolic graphs: create() specialises per input shape, caches, shares params, names conflicts."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -103,6 +106,52 @@ def test_static_graph_stays_a_graph_module() -> None:
     assert type(gr.create(g)) is gr.GraphModule
 
 
+def test_specialisations_share_one_scratch_for_their_intermediates() -> None:
+    """A new shape allocates no intermediate storage (storage.Scratch): relu's output lives in
+    the same bytes at every batch; outputs and inputs stay each module's own, and a shape come
+    back after another overwrote the scratch still runs right."""
+    m = gr.create(dense_graph())
+    w = RNG.standard_normal((3, 4)).astype(np.float32)
+    m.load_params({"w": w})
+    got = {}
+    for batch in (4, 2, 4, 2):
+        x = RNG.standard_normal((batch, 4)).astype(np.float32)
+        y = RNG.standard_normal((batch, 3)).astype(np.float32)
+        m.run(x=x, y=y)
+        np.testing.assert_allclose(m.get_output(0).numpy(), np.maximum(x, 0) @ w.T + y,
+                                   rtol=1e-5, atol=1e-6)
+        got[batch] = m.specialised().executor.pool
+    assert m.specializations == 2
+    relu = [pool.views[3] for pool in got.values()]  # entry 3: relu0's output
+    assert np.shares_memory(relu[0], relu[1])
+    outs = [pool.views[5] for pool in got.values()]
+    assert not np.shares_memory(outs[0], outs[1])
+
+
+FREEZE_SCRIPT = """
+import gc, sys
+sys.path.insert(0, sys.argv[1])
+import graph_runtime as gr
+from tests.runtime.test_specialize import dense_graph
+before = gc.get_freeze_count()
+gr.create(dense_graph())
+first = gc.get_freeze_count()
+gr.create(dense_graph())
+print(before, first > 1000, gc.get_freeze_count() == first)
+"""
+
+
+@pytest.mark.parametrize("word, frozen", [("once", "True"), ("off", "False")])
+def test_the_first_symbolic_module_freezes_what_is_alive_once(word: str, frozen: str) -> None:
+    """GRAPH_RUNTIME_GC_FREEZE: the libraries' objects leave the collector's full scans (each
+    new shape's leftovers bring one on); a second module freezes nothing more."""
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, settings.GC_FREEZE.name: word}
+    out = subprocess.run([sys.executable, "-c", FREEZE_SCRIPT, root], env=env, check=True,
+                         capture_output=True, text=True, timeout=120).stdout.split()
+    assert out == ["0", frozen, "True"]
+
+
 def test_clone_shares_params_and_held_bytes_counts_them_once() -> None:
     m = gr.create(dense_graph())
     w = RNG.standard_normal((3, 4)).astype(np.float32)
@@ -117,11 +166,15 @@ def test_clone_shares_params_and_held_bytes_counts_them_once() -> None:
                                    rtol=1e-5, atol=1e-6)
     assert m.specializations == 2 and other.specializations == 1
     # two specialisations (batch 2 and 3), each its pool (w bound zero copy: not its own) and
-    # workspace; w (3 x 4 float32, 48 B) once
+    # workspace, their intermediates in one shared scratch (counted once: the larger need);
+    # w (3 x 4 float32, 48 B) once
     held = [mod.memory_report() for mod in m._cache.values()]
+    scratch = [mod.executor.pool.scratch_bytes[gr.cpu()] for mod in m._cache.values()]
     assert len(held) == 2 and all(r.pool[gr.cpu()] >= 48 for r in held)
+    assert m.scratch.held_bytes() == {gr.cpu(): max(scratch)} and min(scratch) > 0
     assert m.held_bytes() == {gr.cpu(): sum(r.pool[gr.cpu()] + r.workspace.get(gr.cpu(), 0)
-                                            for r in held) - 48 * len(held) + 48}
+                                            for r in held) - 48 * len(held) + 48
+                              - sum(scratch) + max(scratch)}
     assert m.get_output_info() == ([("batch", 3)], ["float32"])
 
 
