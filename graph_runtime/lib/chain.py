@@ -110,6 +110,12 @@ class PreparedChain(PreparedKernel):
     def uses_workers(self) -> bool:
         return self._workers
 
+    def any_shape(self) -> bool:
+        """A chain without intermediates (sized at prepare) whose kernels all take any shape:
+        a dense and its tail as one oneDNN product with run-time rows."""
+        return not self.intermediates and all(capabilities(fn).any_shape()
+                                              for fn, _ in self._calls)
+
     def channels_last_positions(self) -> tuple[int, ...]:
         """The function's arguments (not its intermediates) that every kernel touching them
         can take channels-last."""

@@ -180,7 +180,8 @@ class Executor:
                     tuple(shapes[e]) for e in in_eids + out_eids))
                 if exact is not None:
                     # a kernel of a node calling this function (a decoder's layers share
-                    # one), else this node's own, else one taking any shape of the size class
+                    # one), else this node's own, else one taking any shape of the size class:
+                    # any such node's, else this node's (one holding its packed weights)
                     ident = shared.functions.get(node.nid)
                     if ident is None:
                         ident = shared.functions[node.nid] = _function_ident(node)
@@ -191,6 +192,8 @@ class Executor:
                     if fn is None:
                         rounded = _class_key(by_function)
                         fn = shared.get(rounded)
+                    if fn is None:
+                        fn = shared.get(_class_key(exact))
             # With flatten_data the arrays are 1-D views, but a prepared kernel is told the
             # declared shapes (and gets flatten_data in attrs): a chain of standard ops needs them
             # to broadcast, and gives its kernels the shapes back (lib/chain.py).
@@ -211,9 +214,9 @@ class Executor:
                     # a kernel holding no node's data (derived weights, sub-modules) serves
                     # every node calling its function at these shapes
                     alone = not made.cached_inputs() and not made.sub_modules()
-                    shared.put((rounded if made.any_shape() else by_function)
-                               if alone and by_function is not None else exact, fn, made,
-                               in_eids + out_eids)
+                    key = by_function if alone and by_function is not None else exact
+                    shared.put(None if key is None else _class_key(key) if made.any_shape()
+                               else key, fn, made, in_eids + out_eids)
             elif nhwc:
                 # a shared kernel the layout pass may tell of NHWC arrays gets its own then
                 self._unshare[len(steps)] = functools.partial(
@@ -624,9 +627,9 @@ def _function_ident(node: Any) -> str:
 
 
 def _class_key(key: tuple) -> tuple:
-    """A kernel key by function (Executor._prepare_steps) with its shapes rounded to their size
-    classes (tuning.class_shape): where a kernel taking any shape (PreparedKernel.any_shape) is
-    kept."""
+    """A kernel key (by function, or by node for one holding the node's data: Executor.
+    _prepare_steps) with its shapes rounded to their size classes (tuning.class_shape): where a
+    kernel taking any shape (PreparedKernel.any_shape) is kept."""
     func, dev, shapes = key[:3]
     return ("class", func, dev, tuple(class_shape(s) for s in shapes)) + key[3:]
 

@@ -275,14 +275,15 @@ class SymbolicGraphModule(ModuleBase):
                 self._current_key = None  # still usable as `current` for the copies above
         return module
 
-    def _static(self, measure: bool
+    def _static(self, measure: bool, kernels: KernelCache | None = None
                 ) -> tuple[GraphModule, tuple[str, float, float, float, int]]:
         """The static module for the shapes (and values) set now, counted, and what it cost
         (as _last_cost); its tuning choices are measured only when measure is set, else taken
-        per size class."""
+        per size class. kernels: where its kernels are shared (default: the module's)."""
         start = time.perf_counter()
-        self.kernels.taken = []  # a build that failed before leaves none
-        self.kernels.pending = []
+        kernels = self.kernels if kernels is None else kernels
+        kernels.taken = []  # a build that failed before leaves none
+        kernels.pending = []
         defaults = tuning.class_defaults
         shapes = {n: self._shapes[n][0] for n in self._names}
         values = {self._sigs[n].eid: v for n, v in self._values.items()}
@@ -295,7 +296,7 @@ class SymbolicGraphModule(ModuleBase):
                 module = GraphModule(static, self.lib, self.ctxs, strict=self.strict,
                                      memory_cap=self.memory_cap,
                                      allow_uninitialized=self.allow_uninitialized,
-                                     kernels=self.kernels, scratch=self.scratch)
+                                     kernels=kernels, scratch=self.scratch)
         except GraphRuntimeError:
             # a shape taken from the graph's expression that its rule contradicts: every rule
             # asked names the node and the dims (else the error stands)
@@ -393,7 +394,9 @@ def tune(module: SymbolicGraphModule, shapes: Sequence[Mapping[str, Sequence[int
     """Measure module's tuning choices at representative shapes ahead of time (at create, never
     in a user's run()): each {input: shape} is specialised with its candidates raced and the
     answers kept in the tuning cache, where every later shape of the same size class finds them
-    (lib/tuning.py's size_class). The modules made are not kept. Returns how many were made."""
+    (lib/tuning.py's size_class). The modules made are not kept, and the module's kept kernels
+    are dropped (a later shape prepares its own, with the answers). Returns how many were
+    made."""
     if module.specializer.value_inputs:
         raise GraphError(f"tune: inputs {', '.join(module.specializer.value_inputs)} decide "
                          "shapes by their values; set them and run() instead")
@@ -412,8 +415,10 @@ def tune(module: SymbolicGraphModule, shapes: Sequence[Mapping[str, Sequence[int
                     raise GraphError(f"tune: no shape for input {name!r} ({module.signature})")
                 module._shapes[name] = (tuple(int(d) for d in one[name]),
                                         module._sigs[name].dtype)
-            module._static(measure=True)
-            module.kernels.release(module.kernels.hold())  # the module made is not kept
+            # kernels of its own: a kept one serving the shape's class (any_shape) would skip
+            # the race; then none kept is taken for a new shape, which meets the answers
+            module._static(measure=True, kernels=KernelCache(params=module.kernels.params))
+        module.kernels.clear()
         return len(shapes)
     finally:
         module._shapes = saved

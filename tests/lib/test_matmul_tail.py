@@ -84,6 +84,36 @@ def test_tail_matches_float64(onednn, monkeypatch, threads, mode, name,  # noqa:
     assert np.all(np.abs(out - want) <= bound + 1e-6), np.max(np.abs(out - want) - bound)
 
 
+@pytest.mark.parametrize("name", list(TAILS))
+def test_a_symbolic_modules_dense_runs_any_rows(onednn, monkeypatch, name,  # noqa: F811
+                                                random_array) -> None:
+    """Prepared for a symbolic module's new shape (tuning.by_size_class), a dense and its tail
+    are one oneDNN primitive with run-time rows (any_shape): every batch of rows runs on it,
+    the post-ops from the first whole operand on in NumPy after it, within the same bound."""
+    from graph_runtime.lib import tuning
+    monkeypatch.setenv(binding.ONEDNN_ENV, "on")
+    monkeypatch.setenv(ONEDNN_THREADS.name, "openmp")
+    steps, shapes, ref = TAILS[name]
+    with tuning.by_size_class():
+        run = _prepare(steps, shapes)
+    kernel = _matmul_of(run)
+    assert run.any_shape() and kernel.any_shape() and kernel.impl.startswith("gemm")
+    w = random_array((N, K), "float32", seed=2)
+    for rows in (M, 16, 9, M):
+        x = random_array((2, rows, K), "float32", seed=rows)
+        extras = [random_array((2, rows, N) if s == (2, M, N) else s, "float32",
+                               seed=3 + i) for i, s in enumerate(shapes)]
+        out = np.empty((2, rows, N), np.float32)
+        run(x, w, *extras, out)
+        p = x.astype(np.float64) @ w.astype(np.float64).T
+        want = ref(p, *[e.astype(np.float64) for e in extras])
+        bound = 2 * (K + 1) * U32 * (np.abs(x).astype(np.float64) @ np.abs(w).T)
+        bound = 1.2 * (bound + 4 * U32 * sum(np.abs(e) for e in extras)) + \
+            8 * U32 * np.abs(want)
+        assert np.all(np.abs(out - want) <= bound + 1e-6), (rows, np.max(np.abs(out - want)))
+    assert sorted(kernel._by_shape) == [18, 26, 32] and len(kernel.items) == 1
+
+
 @pytest.mark.parametrize("name", ["bias_gelu", "bias_relu", "bias_residual"])
 def test_nan_and_inf_as_numpy(onednn, monkeypatch, name) -> None:  # noqa: F811
     """NaN and inf in the product or the operands come out as the NumPy path gives them:

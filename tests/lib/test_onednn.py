@@ -602,8 +602,8 @@ def test_a_batched_matmul_for_a_new_shape_takes_any_shape(onednn, trans_a, trans
         np.testing.assert_allclose(out, op_a @ op_b, rtol=1e-4, atol=1e-4)
     assert len(kernel._by_shape) == 3 and len(kernel.items) == 1
     # a kept shape's memories hold addresses, not arrays: a dropped module's pool is freed
-    assert all(memory._array is None for _, memories in kernel._by_shape.values()
-               for memory in memories)
+    assert all(memory._array is None for _, bindings in kernel._by_shape.values()
+               for memory, _, _ in bindings)
     out2 = np.empty((8, 1, 40), np.float32)
     kernel(a, b, out2)  # the same inputs into another output: bound again
     np.testing.assert_allclose(out2, op_a @ op_b, rtol=1e-4, atol=1e-4)

@@ -19,7 +19,11 @@ from ..prepared import PreparedKernel
 from ..library import TensorSpec
 from ..registry import define_op, kernel
 from ..shapes import check_dtype, check_same_dtype
+from .. import tuning
 
+# Below this much work (multiply-adds x 2 of both products) a symbolic module's new shape takes
+# OpenBLAS's products: a LLaMA decode step's 8 heads of 64 by up to 976 past tokens.
+ONE_SHOT_FLOPS = 2_000_000
 ATTRS = ("num_heads", "head_dim", "scale", "q_offset", "k_offset", "v_offset", "nan_to_zero")
 
 
@@ -71,6 +75,12 @@ def _cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
     from ..kernels.onednn.choice import onednn_or
     p = _params(inputs, attrs)
     p["widths"] = tuple(int(spec.shape[2]) for spec in inputs[:3])
+    work = 4 * p["batch"] * p["heads"] * p["q_len"] * p["k_len"] * p["head_dim"]
+    if work < ONE_SHOT_FLOPS and tuning.in_size_class_scope():
+        # NOTE: a symbolic module's new shape (a decode step: every past length is new) may
+        # run once: oneDNN's two primitives cost 1-2 ms to make, OpenBLAS's products nothing,
+        # and at this size they differ by microseconds a run.
+        return AttentionKernel(**p)
     key = (f"{p['dtype']} {p['batch']}x{p['heads']} heads of {p['q_len']}x{p['head_dim']} by "
            f"{p['k_len']} tokens{' masked' if p['mask_shape'] is not None else ''}")
     shapes = [tuple(int(d) for d in spec.shape) for spec in list(inputs) + list(outputs)]

@@ -9,8 +9,11 @@ as bias and post-ops (matmul_tail.py).
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import replace
 from math import prod
 from typing import Any
+
+import numpy as np
 
 from ....errors import LibraryError
 from ... import tuning
@@ -24,6 +27,7 @@ from .matmul_tail import MatmulTail, append_post_ops
 from .weights import PackedWeight
 
 MIN_SPLIT_FLOPS = 4_000_000  # below this one work item (conv.py's threshold, same reason)
+_UFUNCS = {"add": np.add, "multiply": np.multiply}  # a post-op run in NumPy (_host_ops)
 RUNTIME_DIM = -(1 << 63)  # DNNL_RUNTIME_DIM_VAL: a dim or stride given with the memories
 SHAPES_KEPT = 16  # memories an any-shape product keeps, for the shapes met last
 
@@ -89,12 +93,26 @@ class OnednnMatmul(DerivesFromInputs):
         self._flat: tuple[Any, ...] = ()
         self._arrays: tuple[Any, ...] = ()
         self._impl = ""
-        self.any = (not two_d and tail is None and after is None and not split and extras == 0
-                    and tuning.in_size_class_scope())
-        # per (a, b, out) shapes met: the run-time-dims primitive on memories of those dims,
-        # and the one the last call ran (on the arrays in _arrays)
-        self._by_shape: OrderedDict[tuple, tuple[Primitive, list[Memory]]] = OrderedDict()
+        batched_any = not two_d and tail is None and after is None and not split and extras == 0
+        # a 2-D product with run-time rows: its compiled tail must read every array whole
+        # (chain_jit kinds c and s: no per-row metadata made for the prepared rows)
+        rows_any = two_d and not trans_a and self.workers == 1 and (
+            after is None or all(meta.size == 0 for meta in after.metas))
+        self.any = (batched_any or rows_any) and tuning.in_size_class_scope()
+        # per shapes met (a batched product's (a, b, out); a 2-D product's rows): the
+        # run-time-dims primitive on memories of those dims (with each memory's argument index
+        # and byte offset), and the one the last call ran (on the arrays in _arrays)
+        self._by_shape: OrderedDict[Any, tuple[Primitive, list[tuple[Memory, int, int]]]] = \
+            OrderedDict()
         self._current: Any = None
+        # a 2-D any-shape product's post-ops from the first whole operand on, which oneDNN takes
+        # with no run-time rows: (ufunc, operand index, form), run in NumPy after it, in order
+        ops = tail.post_ops if tail is not None and self.any and two_d else ()
+        first_full = next((i for i, op in enumerate(ops) if op.form == "full"), len(ops))
+        self._fused_ops = ops[:first_full]
+        self._host_ops = [(_UFUNCS[op.kind], op.operand, op.form) for op in ops[first_full:]]
+        self._host_arrays: list[tuple[Any, Any, Any]] = []  # this call's (ufunc, out, operand)
+        self._rows = 0  # this call's rows (a 2-D any-shape product)
 
     def _build(self) -> None:
         """Make the primitives and the packed weight, on first need: a kernel the tuning
@@ -218,7 +236,7 @@ class OnednnMatmul(DerivesFromInputs):
 
     def _pd(self, piece: tuple[int, int, int, int], chosen: MemoryDesc | None) -> PrimitiveDesc:
         if self.any:
-            return self._runtime_pd()
+            return self._runtime_rows_pd(chosen) if self.two_d else self._runtime_pd()
         src, user_w, dst = self._descs(piece)
         weights = user_w
         if self.two_d:
@@ -248,11 +266,86 @@ class OnednnMatmul(DerivesFromInputs):
         return PrimitiveDesc("dnnl_matmul_primitive_desc_create", dn.library().engine,
                              src.handle, weights.handle, None, dst.handle, None)
 
+    def _runtime_rows_pd(self, chosen: MemoryDesc | None) -> PrimitiveDesc:
+        """A 2-D product's descriptor with its rows given at run time (oneDNN's gemm:jit; as
+        fast as brgemm's per-shape primitives at 150-776 rows, faster below: 18 x 512 x 1376
+        in 0.12 against 0.98 ms, 2 threads). Bias and the post-ops before the first whole
+        (rows, n) operand go to oneDNN, which refuses a binary operand with run-time dims; the
+        rest run in NumPy after it (_host_ops), each one rounding as oneDNN's."""
+        n, k = self.shape[2], self.shape[3]
+        src = MemoryDesc.strided((RUNTIME_DIM, k), (k, 1))
+        weights = chosen or MemoryDesc.plain((k, n), abi.TAG_ANY)
+        dst = MemoryDesc.strided((RUNTIME_DIM, n), (n, 1))
+        tail = self.tail
+        if tail is None:
+            return PrimitiveDesc("dnnl_matmul_primitive_desc_create", dn.library().engine,
+                                 src.handle, weights.handle, None, dst.handle, None)
+        fused = self._fused_ops
+        bias = MemoryDesc.plain((1, n)) if tail.bias >= 0 else None
+        operands = [MemoryDesc.plain((1, 1) if op.form == "one" else (1, n)) for op in fused]
+        attr, post_ops = dn.post_ops_attr(lambda lib, ops: append_post_ops(
+            lib, ops, replace(tail, post_ops=fused), operands))
+        try:
+            return PrimitiveDesc("dnnl_matmul_primitive_desc_create", dn.library().engine,
+                                 src.handle, weights.handle,
+                                 None if bias is None else bias.handle, dst.handle, attr)
+        finally:
+            dn.free_attr(attr, post_ops)
+
     def any_shape(self) -> bool:
         return self.any
 
+    def _rows_item(self, rows: int) -> tuple[Primitive, list[tuple[Memory, int, int]]]:
+        """The run-time-rows primitive on memories for a 2-D product of these rows."""
+        n, k = self.shape[2], self.shape[3]
+        out = 2 + self.extras
+        src, dst = Memory(MemoryDesc.strided((rows, k), (k, 1))), Memory(MemoryDesc.plain(
+            (rows, n)))
+        args = [(abi.ARG_SRC, src), (abi.ARG_WEIGHTS, self.weight.memory), (abi.ARG_DST, dst)]
+        bindings = [(src, 0, 0), (dst, out, 0)]
+        tail = self.tail
+        if tail is not None:
+            if tail.bias >= 0:
+                bias = Memory(MemoryDesc.plain((1, n)))
+                args.append((abi.ARG_BIAS, bias))
+                bindings.append((bias, 2 + tail.bias, 0))
+            for index, op in enumerate(self._fused_ops):
+                memory = Memory(MemoryDesc.plain((1, 1) if op.form == "one" else (1, n)))
+                args.append((abi.ARG_POST_OP_BASE * (index + 1) | abi.ARG_SRC_1, memory))
+                bindings.append((memory, 2 + op.operand, 0))
+        return self.items[0][0].with_args(args), bindings
+
+    def _run_rows(self, arrays: tuple[Any, ...]) -> None:
+        """A 2-D any-shape call: the primitive for out's rows, the host post-ops, the tail."""
+        if len(arrays) != len(self._arrays) or any(x is not y for x, y in zip(arrays,
+                                                                              self._arrays)):
+            n = self.shape[2]
+            rows = arrays[-1].size // n if n else 0
+            item = self._by_shape.get(rows)
+            if item is None:
+                item = self._by_shape[rows] = self._rows_item(rows)
+                if len(self._by_shape) > SHAPES_KEPT:
+                    self._by_shape.popitem(last=False)
+            primitive, bindings = item
+            for memory, which, offset in bindings:  # by address, as _run_any
+                memory.bind_address(arrays[which].ctypes.data + offset)
+            out = arrays[-1].reshape(rows, n)
+            self._host_arrays = [(ufunc, out, arrays[2 + operand].reshape(
+                (rows, n) if form == "full" else (1, n) if form == "row" else ()))
+                for ufunc, operand, form in self._host_ops]
+            if self.after is not None:
+                self._flat = self.after.flat_arrays([arrays[i] for i in self.after_args])
+            self._arrays = arrays
+            self._current = primitive
+            self._rows = rows
+        self._current.run()
+        for ufunc, out, operand in self._host_arrays:
+            ufunc(out, operand, out=out)
+        if self.after is not None:
+            self.after.run_block(0, self._rows, 0, self.shape[2], self.shape[2], self._flat)
+
     def _shape_item(self, a: tuple[int, ...], b: tuple[int, ...], out: tuple[int, ...]
-                    ) -> tuple[Primitive, list[Memory]]:
+                    ) -> tuple[Primitive, list[tuple[Memory, int, int]]]:
         """The run-time-dims primitive on memories for arrays of these shapes (any_shape)."""
         trans_a, trans_b = self.shape[4], self.shape[5]
         m, n = out[-2], out[-1]
@@ -268,7 +361,7 @@ class OnednnMatmul(DerivesFromInputs):
         primitive = self.items[0][0].with_args([(abi.ARG_SRC, memories[0]),
                                                 (abi.ARG_WEIGHTS, memories[1]),
                                                 (abi.ARG_DST, memories[2])])
-        return primitive, memories
+        return primitive, [(memory, which, 0) for which, memory in enumerate(memories)]
 
     def _run_any(self, a: Any, b: Any, out: Any) -> None:
         last = self._arrays
@@ -281,10 +374,11 @@ class OnednnMatmul(DerivesFromInputs):
             item = self._by_shape[key] = self._shape_item(*key)
             if len(self._by_shape) > SHAPES_KEPT:
                 self._by_shape.popitem(last=False)
-        primitive, memories = item
+        primitive, bindings = item
         # by address: a kept shape's memories must not keep its module's arrays alive
-        for memory, array in zip(memories, (a, b, out)):
-            memory.bind_address(array.ctypes.data)
+        arrays = (a, b, out)
+        for memory, which, _ in bindings:
+            memory.bind_address(arrays[which].ctypes.data)
         self._arrays = (a, b, out)
         self._current = primitive
         primitive.run()
@@ -330,7 +424,7 @@ class OnednnMatmul(DerivesFromInputs):
         dn.use_threads(self.openmp)
         if not self._impl:
             self._build()
-        if self.any:
+        if self.any and not self.two_d:
             self._run_any(a, b, rest[0])
             return
         if self.two_d:
@@ -338,6 +432,9 @@ class OnednnMatmul(DerivesFromInputs):
                 self.weight.memory.bind(b)
             elif self._stale():
                 self.weight.refresh(b)
+            if self.any:
+                self._run_rows((a, b) + rest)
+                return
         arrays = (a, b) + rest
         if len(self._arrays) != len(arrays) or any(x is not y for x, y in zip(arrays,
                                                                               self._arrays)):
