@@ -53,9 +53,9 @@ class PreparedKernel(ABC):
 
     def any_shape(self) -> bool:
         """True for a kernel that reads its arrays' shapes at each call, so it computes its node
-        at any shapes of the ones it was prepared for rounded as tuning.class_shape rounds them
-        (a symbolic module's next shape takes it, unprepared: runtime/executor.py). Its other
-        answers here then hold for all those shapes."""
+        at any shapes of its arrays' ranks (a symbolic module's next shape whose arrays' rows
+        and last dims round to the same size classes takes it, unprepared: runtime/executor.py's
+        _class_key). Its other answers here then hold for all those shapes."""
         return False
 
     def channels_last_positions(self) -> Sequence[int]:

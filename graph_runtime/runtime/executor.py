@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -631,7 +632,14 @@ def _class_key(key: tuple) -> tuple:
     _prepare_steps) with its shapes rounded to their size classes (tuning.class_shape): where a
     kernel taking any shape (PreparedKernel.any_shape) is kept."""
     func, dev, shapes = key[:3]
-    return ("class", func, dev, tuple(class_shape(s) for s in shapes)) + key[3:]
+    return ("class", func, dev, tuple(_rows_class(s) for s in shapes)) + key[3:]
+
+
+def _rows_class(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """An array's rank, and the size classes of its rows (every dim but the last, together)
+    and of its last dim: a dense with run-time rows serves a prompt of any batch and length
+    whose rows round alike ((3, 193) and (4, 156): 579 and 624 rows, class 1024)."""
+    return (len(shape), *class_shape((math.prod(shape[:-1]), shape[-1] if shape else 1)))
 
 
 @dataclass(frozen=True)
