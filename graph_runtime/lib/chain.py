@@ -83,6 +83,7 @@ class PreparedChain(PreparedKernel):
                 self._binds.append((kernel, index))
             self._workspace += kernel.workspace_bytes()
             self._workers = self._workers or kernel.uses_workers()
+        self._nhwc: tuple[int, ...] | None = None  # channels_last_positions, once asked
         # function position -> (kernel, its own position) for every kernel touching it
         self._touching: dict[int, list[tuple[PreparedKernel, int]]] = {}
         for fn, index in calls:
@@ -118,15 +119,15 @@ class PreparedChain(PreparedKernel):
 
     def channels_last_positions(self) -> tuple[int, ...]:
         """The function's arguments (not its intermediates) that every kernel touching them
-        can take channels-last."""
-        # slots: the function's inputs and outputs, then its intermediates (all touched)
-        args = (max(self._touching) + 1 if self._touching else 0) - len(self.intermediates)
-        found = []
-        for slot, users in sorted(self._touching.items()):
-            if slot < args and all(
-                    pos in kernel.channels_last_positions() for kernel, pos in users):
-                found.append(slot)
-        return tuple(found)
+        can take channels-last (worked out once: a symbolic module's layout pass asks every
+        shape it meets, and the kernels' answers never change)."""
+        if self._nhwc is None:
+            # slots: the function's inputs and outputs, then its intermediates (all touched)
+            args = (max(self._touching) + 1 if self._touching else 0) - len(self.intermediates)
+            self._nhwc = tuple(slot for slot, users in sorted(self._touching.items())
+                               if slot < args and all(pos in kernel.channels_last_positions()
+                                                      for kernel, pos in users))
+        return self._nhwc
 
     def use_channels_last(self, positions: Collection[int]) -> None:
         told: dict[int, tuple[PreparedKernel, list[int]]] = {}  # each kernel told once

@@ -28,7 +28,7 @@ from ..lib.tuning import class_shape
 from .flatten_reads import FlattenRead, StagedOutputs, flat_source, plan_flatten_reads
 from .in_place import InPlacePlan, in_place_offers, plan_in_place
 from .layouts import LayoutPlan, nhwc_view, plan_channels_last
-from .placement import plan_placement, resolve_entry_devices
+from .placement import plan_placement, replan_placement, resolve_entry_devices
 from .steps import ArgKey, KernelCache, PreparedCall, in_device_scope
 from .storage import PoolLayout, Scratch, StoragePool, check_capacity, default_caps
 from .storage_check import check_liveness
@@ -65,8 +65,15 @@ class Executor:
         for dev in self.ctxs:
             check_device(dev)
         self.entry_device = resolve_entry_devices(graph, self.ctxs, strict)
-        self.node_device, self.copies, plan = plan_placement(graph, self.entry_device,
-                                                             self.ctxs[0], strict)
+        placed = kernels.placement if kernels is not None else None
+        if placed is None:
+            self.node_device, self.copies, plan = plan_placement(graph, self.entry_device,
+                                                                 self.ctxs[0], strict)
+            if kernels is not None:
+                kernels.placement = (self.node_device, self.copies)
+        else:  # another specialisation of the module's graph: only sizes change
+            self.node_device = placed[0]
+            self.copies, plan = replan_placement(graph, self.entry_device, *placed)
         for c in self.copies:
             log.info("%s: inserted a copy of eid %d (%s) from %s to %s for %s", graph.source,
                      c.eid, c.producer, c.src, c.dst, ", ".join(c.readers))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .._text import count_of
 from ..device import Device
@@ -81,6 +81,20 @@ def plan_placement(graph: Graph, entry_device: Sequence[Device], fallback: Devic
     for c in copies:
         plan.extra_bytes[c.dst] = plan.extra_bytes.get(c.dst, 0) + c.nbytes
     return node_device, copies, plan
+
+
+def replan_placement(graph: Graph, entry_device: Sequence[Device], node_device: list[Device],
+                     copies: Sequence[InsertedCopy]) -> tuple[list[InsertedCopy], PoolLayout]:
+    """plan_placement's copies and storage plan for another specialisation of a symbolic graph
+    whose node devices and copies were planned (they follow the entries' devices, which no
+    shape changes): only the copies' bytes and the storage plan are its own."""
+    plan = layout_pool(graph, entry_device)
+    check_liveness(graph)
+    mine = [replace(c, nbytes=entry_bytes(graph.shape(c.eid), graph.dtype(c.eid)))
+            for c in copies]
+    for c in mine:
+        plan.extra_bytes[c.dst] = plan.extra_bytes.get(c.dst, 0) + c.nbytes
+    return mine, plan
 
 
 def _node_devices(graph: Graph, entry_device: Sequence[Device], fallback: Device) -> list[Device]:
