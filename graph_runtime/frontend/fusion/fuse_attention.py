@@ -127,10 +127,11 @@ def _trace_back(g: PatternGraph, v: Value, env: Env
 
 
 def _heads(src: Value, idx: np.ndarray, tokens: Any, dim: int, key_t: bool,
-           env: Env | None = None) -> tuple[Any, int, int] | None:
+           env: Env | None = None, width: Any = None) -> tuple[Any, int, int] | None:
     """(batch, heads, column offset) when idx (at the sizes env gives) holds src's heads as
-    (batch*heads, tokens, dim) (or (batch*heads, dim, tokens) with key_t), else None."""
-    width = src.shape[-1]
+    (batch*heads, tokens, dim) (or (batch*heads, dim, tokens) with key_t), src read as
+    (batch, tokens, width) (width its last dim unless given), else None."""
+    width = src.shape[-1] if width is None else width
     total = math.prod(src.shape)
     if is_int(width * tokens, 0) or not is_int(total % (width * tokens), 0):
         return None
@@ -152,8 +153,20 @@ def _heads(src: Value, idx: np.ndarray, tokens: Any, dim: int, key_t: bool,
     return batch, heads, offset
 
 
-def _as_3d(src: Value, batch: int, prims: list[Prim], origin: str) -> Value:
-    shape = (batch, math.prod(src.shape) // (batch * src.shape[-1]), src.shape[-1])
+def _layout(src: Value, idx: np.ndarray, tokens: Any, dim: int, key_t: bool,
+            env: Env) -> tuple[Any, int, int, Any] | None:
+    """_heads and the width it read src with: src's last dim, or for a (batch, tokens, heads,
+    dim) source (Bloom's heads taken from a QKV interleaved per head) its last two."""
+    widths = [src.shape[-1]] + ([src.shape[-2] * src.shape[-1]] if src.rank >= 4 else [])
+    for width in widths:
+        found = _heads(src, idx, tokens, dim, key_t, env, width)
+        if found is not None:
+            return (*found, width)
+    return None
+
+
+def _as_3d(src: Value, batch: int, width: Any, prims: list[Prim], origin: str) -> Value:
+    shape = (batch, math.prod(src.shape) // (batch * width), width)
     if same_shape(src.shape, shape):
         return src
     if src.const is not None:
@@ -200,7 +213,7 @@ def _as_mask(term: Value, at: tuple[Any, ...], full: tuple[Any, ...], prims: lis
         return None  # a reshape that is neither layout: where term's elements land is unknown
     if any(not (is_int(m, 1) or same(m, f)) for m, f in zip(shape, full)):
         return None
-    if shape == term.shape:
+    if same_shape(shape, term.shape):
         return term
     if term.const is not None:
         return Value(term.name, shape, term.dtype, const=term.const.reshape(shape))
@@ -324,8 +337,8 @@ def _match(g: PatternGraph, bmm: Prim, env: Env) -> tuple[list[Prim], Prim] | No
     kinds = ((q_len, False), (k_len, key_t), (k_len, False))
     if is_sym(dim):
         return None  # the op's head_dim would be symbolic
-    layouts = [_heads(t[0], t[1].reshape(_at((bh,) + tuple(o.shape[-2:]), env)), tokens, dim,
-                      kt, env) for t, o, (tokens, kt) in zip(traced, operands, kinds)]
+    layouts = [_layout(t[0], t[1].reshape(_at((bh,) + tuple(o.shape[-2:]), env)), tokens, dim,
+                       kt, env) for t, o, (tokens, kt) in zip(traced, operands, kinds)]
     # a (batch, heads, tokens, dim) source says which; (batch*heads, tokens, dim) does not
     q_src = traced[0][0]
     if q_src.rank == 4 and same_shape(q_src.shape[2:], (q_len, dim)):
@@ -345,7 +358,7 @@ def _match(g: PatternGraph, bmm: Prim, env: Env) -> tuple[list[Prim], Prim] | No
     offsets = []
     for t, layout, (tokens, kt) in zip(traced, layouts, kinds):
         if layout is not None and same_shape(layout[:2], (batch, heads)):
-            inputs.append(_as_3d(t[0], batch, new, origin))
+            inputs.append(_as_3d(t[0], batch, layout[3], new, origin))
             offsets.append(layout[2])
         else:
             inputs.append(_copied(t[3], batch, heads, tokens, kt, new, origin))
