@@ -291,6 +291,8 @@ def _match(g: PatternGraph, bmm: Prim, env: Env) -> tuple[list[Prim], Prim] | No
                 and p.inputs[0] is cur:
             factor = scalar(p.inputs[1])
             if p.op == "divide":
+                if factor == 0.0:
+                    return None  # x / 0 is left to the prims (1 / 0 would raise here)
                 factor = 1.0 / factor  # type: ignore[operator]
             scale *= factor  # type: ignore[operator]
             # softmax(s * (qk + b)) = softmax(s * qk + s * b): a term added before is scaled too
