@@ -6,8 +6,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from onnx_builders import F32, helper, init, model, run_ours, tensor, weights
+from onnx_builders import F32, helper, init, model, ort, run_ort, run_ours, tensor, weights
 
+import graph_runtime as gr
 from graph_runtime.frontend.importer import import_onnx
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "onnx"
@@ -215,3 +216,110 @@ def test_attention_fuses_and_matches_float64(batch: int, seq: int, heads: int, d
 def test_real_exports_fuse(name: str, want: dict[str, int]) -> None:
     result = import_onnx(str(DATA / f"{name}.onnx"))
     assert dict(result.patterns) == want
+
+
+def _rel_err(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.abs(got.astype(np.float64) - want).max()) / float(np.abs(want).max())
+
+
+# bench/dynamic_models.py's arch() exports (hidden 64, 2 layers, 4 heads: --tiny's size), by the
+# TorchScript exporter: T5's and MPNet's relative position bias and the padding mask added to the
+# scores; Bloom's ALiBi added to the (batch*heads, q, k) scores, then its causal+padding mask.
+@pytest.mark.parametrize("name", ["t5_tiny_encoder_ts", "mpnet_tiny_ts", "bloom_tiny_ts"])
+def test_position_biased_attention_fuses_and_matches(name: str) -> None:
+    path = DATA / f"{name}.onnx"
+    result = import_onnx(path)
+    assert result.patterns["attention"] == 2
+    module = gr.create(result.graph_json, result.module())
+    module.load_params(result.params)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(5)
+    for batch, seq in ((1, 9), (2, 13), (1, 1)):
+        mask = np.ones((batch, seq), np.int64)
+        mask[-1, seq * 3 // 4 + 1:] = 0  # the last sequence padded
+        feeds = {"input_ids": rng.integers(0, 1000, (batch, seq)), "attention_mask": mask}
+        (want,) = session.run(None, feeds)
+        module.run(**feeds)
+        err = _rel_err(module.get_output(0).numpy(), want)
+        assert err <= 1e-5, f"{name} at ({batch}, {seq}): max|diff|/max|ref| = {err:.3g}"
+
+
+def _biased_scores_model(tail: str) -> tuple[object, dict[str, np.ndarray], int]:
+    """softmax(f(q k^T)) v over q, k, v inputs cut in heads by Reshape/Transpose, f as tail
+    names; the attentions it should fuse (0 where the bias cannot be one additive mask)."""
+    batch, seq, heads, dim = 2, 5, 3, 4
+    rng = np.random.default_rng(11)
+    bias = (rng.standard_normal((1, heads, seq, seq)) * 2).astype(np.float32)
+    inits = [init("shape4", np.array([batch, seq, heads, dim], np.int64)),
+             init("shape3", np.array([batch, seq, heads * dim], np.int64))]
+    nodes = []
+    for n, perm in (("q", [0, 2, 1, 3]), ("k", [0, 2, 3, 1]), ("v", [0, 2, 1, 3])):
+        nodes += [helper.make_node("Reshape", [n, "shape4"], [f"r{n}"]),
+                  helper.make_node("Transpose", [f"r{n}"], [f"t{n}"], perm=perm)]
+    nodes.append(helper.make_node("MatMul", ["tq", "tk"], ["scores"]))
+    fused = 0
+    if tail == "bias before the scale":  # softmax(0.5 * (qk + bias) + mask): bias scaled too
+        inits += [init("bias", bias), init("half", np.float32(0.5))]
+        nodes += [helper.make_node("Add", ["scores", "bias"], ["biased"]),
+                  helper.make_node("Mul", ["biased", "half"], ["scaled"]),
+                  helper.make_node("Add", ["scaled", "mask"], ["logits"])]
+        fused = 1
+    elif tail == "per-head scale after the bias":  # no scalar scale: no op attr holds it
+        inits += [init("bias", bias),
+                  init("w", rng.uniform(0.2, 1.0, (1, heads, 1, 1)).astype(np.float32))]
+        nodes += [helper.make_node("Add", ["scores", "bias"], ["biased"]),
+                  helper.make_node("Mul", ["biased", "w"], ["scaled"]),
+                  helper.make_node("Add", ["scaled", "mask"], ["logits"])]
+    elif tail == "bias on merged head rows":  # (batch, heads*q, k): not a layout matched
+        inits += [init("bias", bias.reshape(heads * seq, seq)),
+                  init("merged", np.array([batch, heads * seq, seq], np.int64)),
+                  init("split", np.array([batch, heads, seq, seq], np.int64))]
+        nodes += [helper.make_node("Reshape", ["scores", "merged"], ["rows"]),
+                  helper.make_node("Add", ["rows", "bias"], ["biased"]),
+                  helper.make_node("Reshape", ["biased", "split"], ["unmerged"]),
+                  helper.make_node("Add", ["unmerged", "mask"], ["logits"])]
+    else:  # masked_fill: where(keep, scores, fill) is no additive term
+        inits += [init("keep", rng.uniform(size=(1, heads, seq, seq)) > 0.3),
+                  init("fill", np.float32(-1e4))]
+        nodes += [helper.make_node("Where", ["keep", "scores", "fill"], ["filled"]),
+                  helper.make_node("Add", ["filled", "mask"], ["logits"])]
+    nodes += [helper.make_node("Softmax", ["logits"], ["probs"], axis=-1),
+              helper.make_node("MatMul", ["probs", "tv"], ["ctx"]),
+              helper.make_node("Transpose", ["ctx"], ["ctx_t"], perm=[0, 2, 1, 3]),
+              helper.make_node("Reshape", ["ctx_t", "shape3"], ["y"])]
+    width = heads * dim
+    inputs = [tensor(n, F32, [batch, seq, width]) for n in "qkv"]
+    inputs.append(tensor("mask", F32, [batch, 1, 1, seq]))
+    mask = np.zeros((batch, 1, 1, seq), np.float32)
+    mask[-1, ..., -2:] = -np.inf
+    feeds = {n: rng.standard_normal((batch, seq, width)).astype(np.float32) for n in "qkv"}
+    feeds["mask"] = mask
+    return model(nodes, inputs, [tensor("y", F32, [batch, seq, width])], inits), feeds, fused
+
+
+@pytest.mark.parametrize("tail", ["bias before the scale", "per-head scale after the bias",
+                                  "bias on merged head rows", "masked_fill"])
+def test_a_bias_fuses_only_where_one_scaled_mask_holds_it(tail: str, backend_name: str) -> None:
+    m, feeds, fused = _biased_scores_model(tail)
+    assert import_onnx(m).patterns.get("attention", 0) == fused
+    (got,) = run_ours(m, feeds, backend_name)
+    (want,) = run_ort(m, feeds)
+    assert _rel_err(got, want) <= 1e-5
+
+
+@pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning")
+def test_scores_divided_by_zero_are_left_to_the_prims(backend_name: str) -> None:
+    """softmax(q k^T / 0) v: no scale attr holds 1/0 (the match raised ZeroDivisionError out of
+    the importer); the prims give ONNX Runtime's infinities and NaNs."""
+    nodes = [helper.make_node("MatMul", ["q", "kt"], ["s"]),
+             helper.make_node("Div", ["s", "zero"], ["d"]),
+             helper.make_node("Softmax", ["d"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["y"])]
+    shapes = {"q": [2, 3, 4], "kt": [2, 4, 3], "v": [2, 3, 4]}
+    m = model(nodes, [tensor(n, F32, s) for n, s in shapes.items()],
+              [tensor("y", F32, [2, 3, 4])], [init("zero", np.float32(0))])
+    assert "attention" not in import_onnx(m).patterns
+    feeds = {n: weights(*s) for n, s in shapes.items()}
+    (got,) = run_ours(m, feeds, backend_name)
+    (want,) = run_ort(m, feeds)
+    np.testing.assert_allclose(got, want, rtol=1e-5, equal_nan=True)

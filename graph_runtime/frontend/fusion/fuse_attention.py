@@ -3,7 +3,9 @@
 From what the PyTorch exporters write for scaled_dot_product_attention and for eager
 attention: the heads made by reshape/transpose views of (batch, tokens, heads * head_dim)
 projections (or of one packed QKV GEMM split in three), checked by applying the views to an
-index array; scalar scales on q, k or the scores; an additive mask; softmax over the last axis;
+index array; scalar scales on q, k or the scores; additive terms (padding and causal masks, T5's
+and MPNet's relative position biases, Bloom's ALiBi added to the (batch*heads, q, k) scores),
+summed into the op's one mask, each times the scales applied after it; softmax over the last axis;
 the optional where(isnan(p), 0, p); the second matmul; the views back to (batch, tokens, width).
 An operand whose heads are no column block of a (batch, tokens, width) array (heads computed
 in (batch, heads, tokens, dim) by rotary embeddings, K/V heads repeated by broadcast_to for
@@ -125,10 +127,11 @@ def _trace_back(g: PatternGraph, v: Value, env: Env
 
 
 def _heads(src: Value, idx: np.ndarray, tokens: Any, dim: int, key_t: bool,
-           env: Env | None = None) -> tuple[Any, int, int] | None:
+           env: Env | None = None, width: Any = None) -> tuple[Any, int, int] | None:
     """(batch, heads, column offset) when idx (at the sizes env gives) holds src's heads as
-    (batch*heads, tokens, dim) (or (batch*heads, dim, tokens) with key_t), else None."""
-    width = src.shape[-1]
+    (batch*heads, tokens, dim) (or (batch*heads, dim, tokens) with key_t), src read as
+    (batch, tokens, width) (width its last dim unless given), else None."""
+    width = src.shape[-1] if width is None else width
     total = math.prod(src.shape)
     if is_int(width * tokens, 0) or not is_int(total % (width * tokens), 0):
         return None
@@ -150,8 +153,20 @@ def _heads(src: Value, idx: np.ndarray, tokens: Any, dim: int, key_t: bool,
     return batch, heads, offset
 
 
-def _as_3d(src: Value, batch: int, prims: list[Prim], origin: str) -> Value:
-    shape = (batch, math.prod(src.shape) // (batch * src.shape[-1]), src.shape[-1])
+def _layout(src: Value, idx: np.ndarray, tokens: Any, dim: int, key_t: bool,
+            env: Env) -> tuple[Any, int, int, Any] | None:
+    """_heads and the width it read src with: src's last dim, or for a (batch, tokens, heads,
+    dim) source (Bloom's heads taken from a QKV interleaved per head) its last two."""
+    widths = [src.shape[-1]] + ([src.shape[-2] * src.shape[-1]] if src.rank >= 4 else [])
+    for width in widths:
+        found = _heads(src, idx, tokens, dim, key_t, env, width)
+        if found is not None:
+            return (*found, width)
+    return None
+
+
+def _as_3d(src: Value, batch: int, width: Any, prims: list[Prim], origin: str) -> Value:
+    shape = (batch, math.prod(src.shape) // (batch * width), width)
     if same_shape(src.shape, shape):
         return src
     if src.const is not None:
@@ -176,6 +191,55 @@ def _copied(start: tuple[Value, _Steps], batch: int, heads: int, tokens: int, ke
         prims.append(new_prim(op, [cur], attrs, None, origin))
         cur = prims[-1].outputs[0]
     return cur
+
+
+def _as_mask(term: Value, at: tuple[Any, ...], full: tuple[Any, ...], prims: list[Prim],
+             origin: str) -> Value | None:
+    """term, added to the scores where they were shaped at (full, or full's batch and heads
+    merged in one axis), as a 4-D value broadcasting to full; None when it is neither."""
+    batch, heads = full[:2]
+    if term.rank > len(at):
+        return None
+    shape = (1,) * (len(at) - term.rank) + tuple(term.shape)
+    if len(at) == 3 and same_shape(at, (batch * heads,) + full[2:]):
+        # the merged axis is batch-major, as the q and k traces found the heads
+        if is_int(shape[0], 1):
+            shape = (1, 1) + shape[1:]
+        elif same(shape[0], batch * heads):
+            shape = (batch, heads) + shape[1:]
+        else:
+            return None
+    elif not same_shape(at, full):
+        return None  # a reshape that is neither layout: where term's elements land is unknown
+    if any(not (is_int(m, 1) or same(m, f)) for m, f in zip(shape, full)):
+        return None
+    if same_shape(shape, term.shape):
+        return term
+    if term.const is not None:
+        return Value(term.name, shape, term.dtype, const=term.const.reshape(shape))
+    prims.append(new_prim("reshape", [term], {"newshape": list(shape)}, None, origin))
+    return prims[-1].outputs[0]
+
+
+def _mask(terms: list[tuple[Value, tuple[Any, ...], float]], full: tuple[Any, ...],
+          prims: list[Prim], origin: str) -> Value | None:
+    """The sum of the terms (each times its factor) as one 4-D mask broadcasting to full; None
+    when one of them cannot be put in that form."""
+    total: Value | None = None
+    for term, at, factor in terms:
+        mask = _as_mask(term, at, full, prims, origin)
+        if mask is None:
+            return None
+        if factor != 1.0:
+            times = Value(f"{term.name}_factor", (), mask.dtype,
+                          const=np.array(factor, mask.dtype))
+            prims.append(new_prim("multiply", [mask, times], {}, None, origin))
+            mask = prims[-1].outputs[0]
+        if total is not None:
+            prims.append(new_prim("add", [total, mask], {}, None, origin))
+            mask = prims[-1].outputs[0]
+        total = mask
+    return total
 
 
 def match_attention(g: PatternGraph, bmm: Prim) -> tuple[list[Prim], Prim] | None:
@@ -213,11 +277,10 @@ def _match(g: PatternGraph, bmm: Prim, env: Env) -> tuple[list[Prim], Prim] | No
     k_len = ka.shape[-1] if key_t else ka.shape[-2]
     if math.prod(ka.shape[:-2]) != bh or (bmm.op == "matmul" and bh != 1):
         return None
-    # scores -> [reshape] -> [scale] -> [+ mask] -> softmax
+    # scores -> [reshape] -> [scale] -> [+ term]... -> softmax, in any order
     cur = bmm.outputs[0]
     scale = 1.0
-    mask: Value | None = None
-    scores4: tuple[int, ...] = ()
+    terms: list[tuple[Value, tuple[Any, ...], float]] = []  # (term, scores' shape, factor)
     while True:
         p = g.sole(cur)
         if p is None:
@@ -227,15 +290,22 @@ def _match(g: PatternGraph, bmm: Prim, env: Env) -> tuple[list[Prim], Prim] | No
         elif p.op in ("multiply", "divide") and scalar(p.inputs[1]) is not None \
                 and p.inputs[0] is cur:
             factor = scalar(p.inputs[1])
-            scale = scale * factor if p.op == "multiply" else scale / factor  # type: ignore
+            if p.op == "divide":
+                if factor == 0.0:
+                    return None  # x / 0 is left to the prims (1 / 0 would raise here)
+                factor = 1.0 / factor  # type: ignore[operator]
+            scale *= factor  # type: ignore[operator]
+            # softmax(s * (qk + b)) = softmax(s * qk + s * b): a term added before is scaled too
+            terms = [(t, at, f * factor) for t, at, f in terms]  # type: ignore[operator]
             cur = p.outputs[0]
-        elif p.op == "add" and mask is None and cur.rank == 4:
-            mask = other(p, cur)
-            if mask is None or mask.dtype != cur.dtype:
+        elif p.op == "add" and cur.rank in (3, 4):
+            term = other(p, cur)
+            if term is None or term.dtype != cur.dtype:
                 return None
-            scores4 = cur.shape  # the mask broadcasts against these axes
+            terms.append((term, cur.shape, 1.0))  # the term broadcasts against these axes
             cur = p.outputs[0]
-        elif p.op == "softmax" and p.attrs.get("axis", -1) in (-1, cur.rank - 1):
+        elif p.op == "softmax" and p.attrs.get("axis", -1) in (-1, cur.rank - 1) \
+                and same(cur.shape[-1], k_len):  # its rows are the scores' rows
             cur = p.outputs[0]
             break
         else:
@@ -269,8 +339,8 @@ def _match(g: PatternGraph, bmm: Prim, env: Env) -> tuple[list[Prim], Prim] | No
     kinds = ((q_len, False), (k_len, key_t), (k_len, False))
     if is_sym(dim):
         return None  # the op's head_dim would be symbolic
-    layouts = [_heads(t[0], t[1].reshape(_at((bh,) + tuple(o.shape[-2:]), env)), tokens, dim,
-                      kt, env) for t, o, (tokens, kt) in zip(traced, operands, kinds)]
+    layouts = [_layout(t[0], t[1].reshape(_at((bh,) + tuple(o.shape[-2:]), env)), tokens, dim,
+                       kt, env) for t, o, (tokens, kt) in zip(traced, operands, kinds)]
     # a (batch, heads, tokens, dim) source says which; (batch*heads, tokens, dim) does not
     q_src = traced[0][0]
     if q_src.rank == 4 and same_shape(q_src.shape[2:], (q_len, dim)):
@@ -290,7 +360,7 @@ def _match(g: PatternGraph, bmm: Prim, env: Env) -> tuple[list[Prim], Prim] | No
     offsets = []
     for t, layout, (tokens, kt) in zip(traced, layouts, kinds):
         if layout is not None and same_shape(layout[:2], (batch, heads)):
-            inputs.append(_as_3d(t[0], batch, new, origin))
+            inputs.append(_as_3d(t[0], batch, layout[3], new, origin))
             offsets.append(layout[2])
         else:
             inputs.append(_copied(t[3], batch, heads, tokens, kt, new, origin))
@@ -312,20 +382,10 @@ def _match(g: PatternGraph, bmm: Prim, env: Env) -> tuple[list[Prim], Prim] | No
     if final is None or final.producer is None:
         return None
     old = final.producer
-    # mask broadcast to 4-D
-    if mask is not None:
-        shape4 = (1,) * (4 - mask.rank) + tuple(mask.shape)
-        full = (batch, heads, q_len, k_len)
-        if not same_shape(scores4, full) or len(shape4) != 4 \
-                or any(not (is_int(m, 1) or same(m, f)) for m, f in zip(shape4, full)):
+    if terms:
+        mask = _mask(terms, (batch, heads, q_len, k_len), new, origin)
+        if mask is None:
             return None
-        if shape4 != mask.shape:
-            if mask.const is not None:
-                mask = Value(mask.name, shape4, mask.dtype, const=mask.const.reshape(shape4))
-            else:
-                reshape = new_prim("reshape", [mask], {"newshape": list(shape4)}, None, origin)
-                new.append(reshape)
-                mask = reshape.outputs[0]
         inputs.append(mask)
     attrs = {"num_heads": heads, "head_dim": dim, "scale": scale, "q_offset": offsets[0],
              "k_offset": offsets[1], "v_offset": offsets[2], "nan_to_zero": nan_to_zero}
