@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import replace
 from math import prod
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -44,6 +44,24 @@ def _operand(batches: int, rows: int, cols: int, transposed: bool,
     if two_d:
         return MemoryDesc.strided((rows, cols), strides[1:])
     return MemoryDesc.strided((batches, rows, cols), strides)
+
+
+def _matmul_pd(src: MemoryDesc, weights: MemoryDesc, dst: MemoryDesc,
+               tail: MatmulTail | None = None, bias: MemoryDesc | None = None,
+               operands: Sequence[MemoryDesc] = ()) -> PrimitiveDesc:
+    """oneDNN's matmul descriptor, with tail's bias and binary post-ops (reading operands)."""
+    engine = dn.library().engine
+    if tail is None:
+        return PrimitiveDesc("dnnl_matmul_primitive_desc_create", engine, src.handle,
+                             weights.handle, None, dst.handle, None)
+    attr, post_ops = dn.post_ops_attr(
+        lambda lib, ops: append_post_ops(lib, ops, tail, operands))
+    try:
+        return PrimitiveDesc("dnnl_matmul_primitive_desc_create", engine, src.handle,
+                             weights.handle, None if bias is None else bias.handle, dst.handle,
+                             attr)
+    finally:
+        dn.free_attr(attr, post_ops)
 
 
 class OnednnMatmul(DerivesFromInputs):
@@ -241,30 +259,19 @@ class OnednnMatmul(DerivesFromInputs):
         weights = user_w
         if self.two_d:
             weights = chosen or MemoryDesc.plain(user_w.shape, abi.TAG_ANY)
-        tail = self.tail
-        if tail is None:
-            return PrimitiveDesc("dnnl_matmul_primitive_desc_create", dn.library().engine,
-                                 src.handle, weights.handle, None, dst.handle, None)
-        bias, operands = self._operand_descs(piece[3] - piece[2])
-        attr, post_ops = dn.post_ops_attr(
-            lambda lib, ops: append_post_ops(lib, ops, tail, operands))
-        try:
-            return PrimitiveDesc("dnnl_matmul_primitive_desc_create", dn.library().engine,
-                                 src.handle, weights.handle,
-                                 None if bias is None else bias.handle, dst.handle, attr)
-        finally:
-            dn.free_attr(attr, post_ops)
+        if self.tail is None:
+            return _matmul_pd(src, weights, dst)
+        return _matmul_pd(src, weights, dst, self.tail,
+                          *self._operand_descs(piece[3] - piece[2]))
 
     def _runtime_pd(self) -> PrimitiveDesc:
         """A batched product's descriptor with every dim and outer stride given at run time."""
         trans_a, trans_b = self.shape[4], self.shape[5]
         dims = (RUNTIME_DIM,) * 3
         plain, transposed = (RUNTIME_DIM, RUNTIME_DIM, 1), (RUNTIME_DIM, 1, RUNTIME_DIM)
-        src = MemoryDesc.strided(dims, transposed if trans_a else plain)
-        weights = MemoryDesc.strided(dims, transposed if trans_b else plain)
-        dst = MemoryDesc.strided(dims, plain)
-        return PrimitiveDesc("dnnl_matmul_primitive_desc_create", dn.library().engine,
-                             src.handle, weights.handle, None, dst.handle, None)
+        return _matmul_pd(MemoryDesc.strided(dims, transposed if trans_a else plain),
+                          MemoryDesc.strided(dims, transposed if trans_b else plain),
+                          MemoryDesc.strided(dims, plain))
 
     def _runtime_rows_pd(self, chosen: MemoryDesc | None) -> PrimitiveDesc:
         """A 2-D product's descriptor with its rows given at run time (oneDNN's gemm:jit; as
@@ -278,19 +285,11 @@ class OnednnMatmul(DerivesFromInputs):
         dst = MemoryDesc.strided((RUNTIME_DIM, n), (n, 1))
         tail = self.tail
         if tail is None:
-            return PrimitiveDesc("dnnl_matmul_primitive_desc_create", dn.library().engine,
-                                 src.handle, weights.handle, None, dst.handle, None)
-        fused = self._fused_ops
+            return _matmul_pd(src, weights, dst)
         bias = MemoryDesc.plain((1, n)) if tail.bias >= 0 else None
-        operands = [MemoryDesc.plain((1, 1) if op.form == "one" else (1, n)) for op in fused]
-        attr, post_ops = dn.post_ops_attr(lambda lib, ops: append_post_ops(
-            lib, ops, replace(tail, post_ops=fused), operands))
-        try:
-            return PrimitiveDesc("dnnl_matmul_primitive_desc_create", dn.library().engine,
-                                 src.handle, weights.handle,
-                                 None if bias is None else bias.handle, dst.handle, attr)
-        finally:
-            dn.free_attr(attr, post_ops)
+        return _matmul_pd(src, weights, dst, replace(tail, post_ops=self._fused_ops), bias,
+                          [MemoryDesc.plain((1, 1) if op.form == "one" else (1, n))
+                           for op in self._fused_ops])
 
     def any_shape(self) -> bool:
         return self.any
