@@ -93,6 +93,7 @@ def test_a_symbolic_modules_dense_runs_any_rows(onednn, monkeypatch, name,  # no
     from graph_runtime.lib import tuning
     monkeypatch.setenv(binding.ONEDNN_ENV, "on")
     monkeypatch.setenv(ONEDNN_THREADS.name, "openmp")
+    monkeypatch.setattr(onednn_matmul, "RUNTIME_ROWS_MIN", 0)  # the test's odd sizes are small
     steps, shapes, ref = TAILS[name]
     with tuning.by_size_class():
         run = _prepare(steps, shapes)
@@ -112,6 +113,19 @@ def test_a_symbolic_modules_dense_runs_any_rows(onednn, monkeypatch, name,  # no
             8 * U32 * np.abs(want)
         assert np.all(np.abs(out - want) <= bound + 1e-6), (rows, np.max(np.abs(out - want)))
     assert sorted(kernel._by_shape) == [18, 26, 32] and len(kernel.items) == 1
+
+
+def test_only_large_prompts_take_run_time_rows(onednn, monkeypatch) -> None:  # noqa: F811
+    """Over RUNTIME_ROWS_MIN rows a symbolic module's dense takes run-time rows; below, where
+    gemm:jit ran 1.2-2.8x slower than brgemm, it keeps a primitive per shape; never outside a
+    symbolic module's new shape."""
+    from graph_runtime.lib import tuning
+    monkeypatch.setenv(ONEDNN_THREADS.name, "openmp")
+    rows = onednn_matmul.RUNTIME_ROWS_MIN
+    with tuning.by_size_class():
+        assert OnednnMatmul(1, rows + 1, 64, 32, False, True, 1, 1).any_shape()
+        assert not OnednnMatmul(1, rows, 64, 32, False, True, 1, 1).any_shape()
+    assert not OnednnMatmul(1, rows + 1, 64, 32, False, True, 1, 1).any_shape()
 
 
 @pytest.mark.parametrize("name", ["bias_gelu", "bias_relu", "bias_residual"])

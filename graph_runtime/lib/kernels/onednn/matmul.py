@@ -30,6 +30,10 @@ MIN_SPLIT_FLOPS = 4_000_000  # below this one work item (conv.py's threshold, sa
 _UFUNCS = {"add": np.add, "multiply": np.multiply}  # a post-op run in NumPy (_host_ops)
 RUNTIME_DIM = -(1 << 63)  # DNNL_RUNTIME_DIM_VAL: a dim or stride given with the memories
 SHAPES_KEPT = 16  # memories an any-shape product keeps, for the shapes met last
+# A 2-D product takes run-time rows over this many (its size class 512 and up): oneDNN's
+# gemm:jit then runs within 0.77-1.04x of brgemm's per-shape primitive (LLaMA's 579-776 rows by
+# 512-2000), but 1.2-2.8x slower below at 512 columns (a 32-token prompt's denses: 20% slower).
+RUNTIME_ROWS_MIN = 256
 
 
 def matmul_applies(dtype: str, batch: int, m: int, n: int, k: int) -> bool:
@@ -114,7 +118,7 @@ class OnednnMatmul(DerivesFromInputs):
         batched_any = not two_d and tail is None and after is None and not split and extras == 0
         # a 2-D product with run-time rows: its compiled tail must read every array whole
         # (chain_jit kinds c and s: no per-row metadata made for the prepared rows)
-        rows_any = two_d and not trans_a and self.workers == 1 and (
+        rows_any = two_d and not trans_a and self.workers == 1 and m > RUNTIME_ROWS_MIN and (
             after is None or all(meta.size == 0 for meta in after.metas))
         self.any = (batched_any or rows_any) and tuning.in_size_class_scope()
         # per shapes met (a batched product's (a, b, out); a 2-D product's rows): the
@@ -274,9 +278,8 @@ class OnednnMatmul(DerivesFromInputs):
                           MemoryDesc.strided(dims, plain))
 
     def _runtime_rows_pd(self, chosen: MemoryDesc | None) -> PrimitiveDesc:
-        """A 2-D product's descriptor with its rows given at run time (oneDNN's gemm:jit; as
-        fast as brgemm's per-shape primitives at 150-776 rows, faster below: 18 x 512 x 1376
-        in 0.12 against 0.98 ms, 2 threads). Bias and the post-ops before the first whole
+        """A 2-D product's descriptor with its rows given at run time (oneDNN's gemm:jit, over
+        RUNTIME_ROWS_MIN rows). Bias and the post-ops before the first whole
         (rows, n) operand go to oneDNN, which refuses a binary operand with run-time dims; the
         rest run in NumPy after it (_host_ops), each one rounding as oneDNN's."""
         n, k = self.shape[2], self.shape[3]
