@@ -82,6 +82,12 @@ TUNING_BUSY = Setting(
     "a choice measured while other processes kept the CPUs busy: retry (kept in the process, "
     "measured again by the next one), keep (trusted as any other: for machines always busy)",
     ("retry", "keep"))
+TUNING_CONFIRM = Setting(
+    "GRAPH_RUNTIME_TUNING_CONFIRM", "2",
+    "how many measurements in a row, each by its own process, must agree before a tuning "
+    "choice other than the default kernel is taken from the tuning cache without measuring "
+    "(one outlying sample once pinned a slower kernel for every later process); 1 trusts the "
+    "first", values_text="a positive integer")
 SHAPE_TUNING = Setting(
     "GRAPH_RUNTIME_SHAPE_TUNING", "class",
     "a module with symbolic dims meeting a new shape in run(): class takes each tuning choice "
@@ -149,7 +155,8 @@ LOOP_MAX_ITERATIONS = Setting(
     values_text="a positive integer")
 
 SETTINGS = (NUM_THREADS, CONV, OPENCL_CONV, GEMV_PADDING, DENSE_TRANSPOSE, DENSE_SPLIT,
-            DENSE_TILES, ATTENTION_SPLIT, OPENCL_GEMM, TUNING_CACHE, TUNING_BUSY, SHAPE_TUNING,
+            DENSE_TILES, ATTENTION_SPLIT, OPENCL_GEMM, TUNING_CACHE, TUNING_BUSY, TUNING_CONFIRM,
+            SHAPE_TUNING,
             SHAPE_CACHE_BYTES, GC_FREEZE, CACHE_DIR,
             CHAIN_JIT, IMPORT_FUSE, IMPORT_INT8, ONEDNN, ONEDNN_LIB, ONEDNN_THREADS, IN_PLACE,
             LOOP_MAX_ITERATIONS)
@@ -184,6 +191,11 @@ def num_threads() -> int | None:
 def loop_max_iterations() -> int:
     """GRAPH_RUNTIME_LOOP_MAX_ITERATIONS as a positive integer (its default when unset)."""
     return _int_setting(LOOP_MAX_ITERATIONS, 1)
+
+
+def tuning_confirm() -> int:
+    """GRAPH_RUNTIME_TUNING_CONFIRM as a positive integer (its default when unset)."""
+    return _int_setting(TUNING_CONFIRM, 1)
 
 
 def shape_cache_bytes() -> int:

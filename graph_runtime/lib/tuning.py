@@ -59,6 +59,8 @@ class Entry:
     seconds: Mapping[str, float]
     measured: str  # when, ISO 8601 local time
     confidence: str = CLEAR  # CLEAR, NOISE (the base kept undecided) or BUSY (not trusted)
+    base: str = ""  # the candidate kept unless another clearly won ("": a file of before)
+    agreed: int = 1  # measurements in a row (processes) that chose `chosen`
 
     @property
     def ident(self) -> str:
@@ -68,7 +70,8 @@ class Entry:
     def to_json(self) -> dict[str, Any]:
         return {"choice": self.choice, "device": self.device, "key": self.key, "cpu": self.cpu,
                 "threads": self.threads, "chosen": self.chosen, "seconds": dict(self.seconds),
-                "measured": self.measured, "confidence": self.confidence}
+                "measured": self.measured, "confidence": self.confidence, "base": self.base,
+                "agreed": self.agreed}
 
     @classmethod
     def from_json(cls, doc: Any) -> Entry | None:
@@ -86,14 +89,23 @@ class Entry:
             return None
         if doc["chosen"] not in seconds or doc["confidence"] not in (CLEAR, NOISE, BUSY):
             return None
+        base, agreed = doc.get("base", ""), doc.get("agreed", 1)
+        if not isinstance(base, str) or type(agreed) is not int or agreed < 1:
+            return None
         return cls(doc["choice"], doc["device"], doc["key"], doc["cpu"], threads, doc["chosen"],
                    {str(k): float(v) for k, v in seconds.items()}, doc["measured"],
-                   doc["confidence"])
+                   doc["confidence"], base, agreed)
 
     @property
     def trusted(self) -> bool:
-        """Whether a later process may take this entry without measuring again."""
-        return self.confidence != BUSY or settings.word(settings.TUNING_BUSY) == "keep"
+        """Whether a later process may take this entry without measuring again: not measured
+        on a busy machine (unless GRAPH_RUNTIME_TUNING_BUSY=keep), and keeping the base or
+        confirmed by a second measurement (one sample run could pin a slower kernel for good:
+        oneDNN timed at 7.6 ms against its 0.25 ms once took a T5 encoder's QKV product off
+        oneDNN in every later process)."""
+        if self.confidence == BUSY and settings.word(settings.TUNING_BUSY) != "keep":
+            return False
+        return self.chosen == self.base or self.agreed >= settings.tuning_confirm()
 
 
 @dataclass(frozen=True)
@@ -312,14 +324,15 @@ def _measure(wanted: Entry, candidates: Sequence[str], measure: Callable[[Race],
     seconds = verdict.seconds
     missing = [name for name in candidates if name not in seconds]
     assert not missing, f"{wanted.choice}: measure() left out {missing}"
-    kept = {CLEAR: "", NOISE: " (the base kept)",
+    kept = {CLEAR: "" if verdict.chosen == base else " (measured again by the next process, "
+                   "which confirms it)", NOISE: " (the base kept)",
             BUSY: " (kept in this process only: measured again by the next)"}
     log.info("tuning: measured %s on %s for %s in %.3f s: %s, %s%s", wanted.choice,
              wanted.device, wanted.key, time.perf_counter() - start, verdict.chosen,
              verdict.text(), kept[verdict.confidence])
     return Entry(wanted.choice, wanted.device, wanted.key, wanted.cpu, wanted.threads,
                  verdict.chosen, seconds, time.strftime("%Y-%m-%dT%H:%M:%S"),
-                 verdict.confidence)
+                 verdict.confidence, base)
 
 
 # (path, inode, size, mtime) of the file last parsed, and its entries: a process asked the
@@ -375,8 +388,13 @@ def _store(entry: Entry) -> None:
         with _file_lock(path):
             merged = _read_entries()
             there = merged.get(entry.ident)
-            if there is not None and there.trusted and not entry.trusted:
-                return  # another process measured this key on a quieter machine meanwhile
+            if there is not None and there.chosen == entry.chosen and (
+                    BUSY not in (there.confidence, entry.confidence)
+                    or settings.word(settings.TUNING_BUSY) == "keep"):
+                entry = dataclasses.replace(entry, agreed=there.agreed + 1)  # confirmed
+            if (there is not None and there.trusted and not entry.trusted
+                    and set(there.seconds) == set(entry.seconds)):
+                return  # another process measured this key (quieter, or confirmed) meanwhile
             merged[entry.ident] = entry
             doc = {"format": FORMAT, "version": __version__,
                    "entries": [e.to_json() for e in merged.values()]}
