@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
 import time
 from collections import OrderedDict
 from typing import Any, Callable, Mapping, Sequence
@@ -29,6 +30,7 @@ from ..graph.model import Graph
 from ..graph.symbolic import shape_is_symbolic
 from ..lib import tuning
 from ..lib.kernels.derived import freeze, thaw
+from ..lib.kernels.onednn.policy import policy, recheck as threads_recheck
 from ..lib.library import Module
 from ..nd import NDArray, from_dlpack
 from .executor import Executor, NodeTime
@@ -41,6 +43,7 @@ from .storage import Scratch
 from .steps import KernelCache
 
 DEFAULT_CACHE_SIZE = 8
+log = logging.getLogger("graph_runtime")
 
 
 class SymbolicGraphModule(ModuleBase):
@@ -228,6 +231,8 @@ class SymbolicGraphModule(ModuleBase):
 
     def _specialised(self) -> GraphModule:
         key = self._key()
+        if threads_recheck():
+            self._drop_shapes()
         current = self._current
         if current is not None and key == self._current_key and not self._held:
             self._last_new = False
@@ -251,6 +256,19 @@ class SymbolicGraphModule(ModuleBase):
         self._current = module
         self._current_key = key
         return module
+
+    def _drop_shapes(self) -> None:
+        """oneDNN's thread mode changed (a neighbour came or went: policy.recheck): every shape
+        is made again in the new one, kernels included. The module in use stays readable (its
+        inputs are copied into the next)."""
+        self._cache.clear()
+        self._kept_bytes.clear()
+        self._kernel_keys.clear()
+        self._costs.clear()
+        self.kernels.clear()
+        self._current_key = None
+        log.info("%s: oneDNN's threads are now %s; every shape is specialised again",
+                 self.graph.source, policy().why)
 
     def _build(self, key: tuple) -> GraphModule:
         module, self._last_cost = self._static(

@@ -539,6 +539,38 @@ def test_auto_takes_the_workers_beside_a_busy_process(monkeypatch) -> None:
     assert f"CPU {cpus[0]}" in decided.why and "busy" in decided.why
 
 
+def test_auto_looks_again_and_follows_a_neighbour(monkeypatch) -> None:
+    """recheck(): no sleep, at most every RECHECK_S; a neighbour arriving after the first
+    decision turns OpenMP into the workers, and QUIET_S without one gives OpenMP back."""
+    import types
+    from graph_runtime.lib.kernels.onednn import policy
+    monkeypatch.setenv(ONEDNN_THREADS.name, "auto")
+    monkeypatch.setenv(NUM_THREADS.name, "2")
+    for name, value in (("_decided", {}), ("_look", None), ("_quiet_since", None)):
+        monkeypatch.setattr(policy, name, value)
+    clock = [100.0]
+    monkeypatch.setattr(policy, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(policy, "busy_cpus", lambda window_s=0.0: [])  # quiet at first
+    loads: list[list[int]] = []
+    monkeypatch.setattr(policy, "_busy_between", lambda first, second, own: loads.pop(0))
+    assert not policy.recheck()  # nothing decided yet: the first kernel decides
+    assert policy.policy().openmp == 2
+    assert not policy.recheck()  # the first look only starts the count
+
+    def look(after: float, load: list[int]) -> bool:
+        clock[0] += after
+        loads.append(load)
+        return policy.recheck()
+    clock[0] += 1.0
+    assert not policy.recheck() and not loads  # too soon: not even looked
+    assert look(2.0, [1]) and policy.policy().openmp == 1
+    assert "looked again: CPU 1 busy" in policy.policy().why
+    assert not look(3.0, [1]) and not look(3.0, [])  # quiet from here
+    assert not look(policy.QUIET_S - 1.0, []) and policy.policy().openmp == 1
+    assert look(2.0, []) and policy.policy().openmp == 2
+    assert not loads
+
+
 @pytest.mark.parametrize("mode", ["workers", "openmp"])
 def test_matmul_impl_is_read_without_building_the_kernel(onednn, monkeypatch, mode) -> None:
     # choice.py asks every oneDNN matmul it offers for its impl; one passed over must cost no

@@ -152,6 +152,27 @@ def test_the_first_symbolic_module_freezes_what_is_alive_once(word: str, frozen:
     assert out == ["0", frozen, "True"]
 
 
+def test_a_new_onednn_thread_mode_specialises_every_shape_again(monkeypatch) -> None:
+    """When oneDNN's thread mode changes (policy.recheck: a neighbour came or went), a shape
+    run before is made again, kernels included, and still gives the right answer."""
+    from graph_runtime.runtime import symbolic_module
+    m = gr.create(dense_graph())
+    w = RNG.standard_normal((3, 4)).astype(np.float32)
+    m.load_params({"w": w})
+    x = RNG.standard_normal((2, 4)).astype(np.float32)
+    y = RNG.standard_normal((2, 3)).astype(np.float32)
+    m.run(x=x, y=y)
+    prepared = m.kernels.prepared
+    changed = [True]
+    monkeypatch.setattr(symbolic_module, "threads_recheck", lambda: bool(changed and changed.pop()))
+    m.run(x=x, y=y)
+    assert m.specializations == 2 and m.kernels.prepared > prepared and len(m._cache) == 1
+    np.testing.assert_allclose(m.get_output(0).numpy(), np.maximum(x, 0) @ w.T + y, rtol=1e-5,
+                               atol=1e-6)
+    m.run(x=x, y=y)  # no change since: the cached shape
+    assert m.specializations == 2
+
+
 def test_clone_shares_params_and_held_bytes_counts_them_once() -> None:
     m = gr.create(dense_graph())
     w = RNG.standard_normal((3, 4)).astype(np.float32)

@@ -7,9 +7,14 @@ batch 1 in 21 ms against 28 ms with the workers (ONNX Runtime: 21-24 ms). But wh
 process holds one of the cores, every primitive waits for its descheduled half (7-11 ms for a
 0.5 ms conv). The workers pull row bands dynamically and survive that. `auto` looks once per
 process, when the first oneDNN kernel is made, whether another process keeps one of this
-process's CPUs busy, and takes OpenMP only if none does. One mode per process: oneDNN plans a
-primitive for the thread count of its creation, and a thread whose OpenMP count changes pays
-6-7 ms on its next call.
+process's CPUs busy, and takes OpenMP only if none does. oneDNN plans a primitive for the thread
+count of its creation, and a thread whose OpenMP count changes pays 6-7 ms on its next call, so a
+kernel keeps the mode it was made in.
+
+A neighbour that arrives later is not missed: recheck() (asked by a symbolic module's runs, at
+most every RECHECK_S) looks at the load since its last look, without sleeping; auto then turns
+OpenMP into the workers when another process keeps one of the CPUs busy (a LLaMA prompt's warm
+run took 220 ms instead of 8.8 ms in OpenMP beside a test run), and back after QUIET_S quiet.
 """
 from __future__ import annotations
 
@@ -33,6 +38,10 @@ class Threads:
 
 _decided: dict[tuple[str, int], Threads] = {}
 _lock = threading.Lock()
+RECHECK_S = 2.0  # recheck() looks at the load at most this often
+QUIET_S = 30.0  # and gives OpenMP back only after the CPUs stayed free of others this long
+_look: tuple[float, dict[int, tuple[int, int]], float] | None = None  # when, jiffies, own ticks
+_quiet_since: float | None = None
 
 
 def policy() -> Threads:
@@ -42,6 +51,51 @@ def policy() -> Threads:
         if (mode, cores) not in _decided:
             _decided[(mode, cores)] = _decide(mode, cores)
         return _decided[(mode, cores)]
+
+
+def recheck() -> bool:
+    """auto, once decided: another look at the load since the last one (at most every
+    RECHECK_S; no sleep): OpenMP becomes the workers when another process kept one of this
+    process's CPUs busy, the workers OpenMP again after QUIET_S without one. True when the
+    mode changed (kernels made before keep theirs: make them again to follow)."""
+    global _quiet_since
+    mode, cores = settings.word(settings.ONEDNN_THREADS), max(1, num_threads())
+    now = time.monotonic()
+    with _lock:
+        current = _decided.get((mode, cores))
+        if mode != "auto" or cores == 1 or current is None or (
+                _look is not None and now - _look[0] < RECHECK_S):
+            return False
+        busy = _busy_since_look(now)
+        if busy is None:
+            return False
+        if busy:
+            _quiet_since = None
+            if current.openmp > 1:
+                _decided[(mode, cores)] = Threads(
+                    1, cores, f"runtime workers over {cores} CPUs (auto, looked again: CPU "
+                    f"{', '.join(map(str, busy))} busy with another process)")
+                return True
+            return False
+        if _quiet_since is None:
+            _quiet_since = now
+        if current.openmp == 1 and now - _quiet_since >= QUIET_S:
+            _decided[(mode, cores)] = Threads(
+                cores, 1, f"OpenMP, {cores} threads (auto, looked again: no other process busy "
+                f"for {QUIET_S:.0f} s)")
+            return True
+        return False
+
+
+def _busy_since_look(now: float) -> list[int] | None:
+    """This process's CPUs that other processes kept more than BUSY_SHARE busy since the last
+    look (None at the first: it only starts the count)."""
+    global _look
+    first, second, own = _look, cpu_jiffies(), own_ticks()
+    _look = (now, second, own)
+    if first is None or not first[1] or not second:
+        return None
+    return _busy_between(first[1], second, own - first[2])
 
 
 def mode_word() -> str:
@@ -66,19 +120,19 @@ def _decide(mode: str, cores: int) -> Threads:
 def busy_cpus(window_s: float = WINDOW_S) -> list[int]:
     """This process's CPUs that other processes kept more than BUSY_SHARE busy over a short
     window (this thread sleeps meanwhile); none where /proc/stat cannot be read."""
-    mine = my_cpus()
-    first = cpu_jiffies()
-    own = own_ticks()
+    first, own = cpu_jiffies(), own_ticks()
     time.sleep(window_s)
-    second = cpu_jiffies()
-    own_busy = own_ticks() - own
-    if not first or not second:
-        return []
+    return _busy_between(first, cpu_jiffies(), own_ticks() - own)
+
+
+def _busy_between(first: dict[int, tuple[int, int]], second: dict[int, tuple[int, int]],
+                  own_busy: float) -> list[int]:
+    """The CPUs of this process that others kept busy between two /proc/stat readings, this
+    process's own ticks taken off each."""
     busy = []
-    for cpu in mine:
-        if cpu not in first or cpu not in second:
-            continue
-        (b0, t0), (b1, t1) = first[cpu], second[cpu]
-        if t1 > t0 and (b1 - b0 - own_busy) / (t1 - t0) > BUSY_SHARE:
-            busy.append(cpu)
+    for cpu in my_cpus():
+        if cpu in first and cpu in second:
+            (b0, t0), (b1, t1) = first[cpu], second[cpu]
+            if t1 > t0 and (b1 - b0 - own_busy) / (t1 - t0) > BUSY_SHARE:
+                busy.append(cpu)
     return busy
