@@ -55,15 +55,23 @@ def open_window(min_s: float = WINDOW_S) -> Window:
         if left > 0:
             time.sleep(left)
         second, own_after = cpu_jiffies(), own_ticks()
-        cpus = [c for c in my_cpus() if c in first and c in second]
-        busy = sum(second[c][0] - first[c][0] for c in cpus)
-        total = sum(second[c][1] - first[c][1] for c in cpus)
-        if not cpus or total <= 0:
+        others = others_between(first, second, own_after - own)
+        if others is None or others <= BUSY_SHARE:
             return ""
-        # NOTE: summed over the CPUs, not per CPU: this process's own work may sit on any of
-        # them, and subtracting it from each CPU alone would hide a neighbour on another one.
-        others = max(0.0, busy - (own_after - own)) / (total / len(cpus))
-        if others <= BUSY_SHARE:
-            return ""
-        return f"other processes used {others:.1f} of {len(cpus)} CPUs"
+        return f"other processes used {others:.1f} of {len(my_cpus())} CPUs"
     return close
+
+
+def others_between(first: dict[int, tuple[int, int]], second: dict[int, tuple[int, int]],
+                   own: float) -> float | None:
+    """How many CPUs' worth other processes used on this process's CPUs between two readings
+    of cpu_jiffies, this process's own ticks (own) taken off; None where unreadable.
+
+    NOTE: summed over the CPUs, not per CPU: this process's own work may sit on any of them,
+    and subtracting it from each CPU alone would hide a neighbour on another one."""
+    cpus = [c for c in my_cpus() if c in first and c in second]
+    busy = sum(second[c][0] - first[c][0] for c in cpus)
+    total = sum(second[c][1] - first[c][1] for c in cpus)
+    if not cpus or total <= 0:
+        return None
+    return max(0.0, busy - own) / (total / len(cpus))

@@ -551,23 +551,23 @@ def test_auto_looks_again_and_follows_a_neighbour(monkeypatch) -> None:
     clock = [100.0]
     monkeypatch.setattr(policy, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
     monkeypatch.setattr(policy, "busy_cpus", lambda window_s=0.0: [])  # quiet at first
-    loads: list[list[int]] = []
-    monkeypatch.setattr(policy, "_busy_between", lambda first, second, own: loads.pop(0))
+    loads: list[float] = []  # other processes' CPUs at each look
+    monkeypatch.setattr(policy, "others_between", lambda first, second, own: loads.pop(0))
     assert not policy.recheck()  # nothing decided yet: the first kernel decides
     assert policy.policy().openmp == 2
     assert not policy.recheck()  # the first look only starts the count
 
-    def look(after: float, load: list[int]) -> bool:
+    def look(after: float, load: float) -> bool:
         clock[0] += after
         loads.append(load)
         return policy.recheck()
     clock[0] += 1.0
     assert not policy.recheck() and not loads  # too soon: not even looked
-    assert look(2.0, [1]) and policy.policy().openmp == 1
-    assert "looked again: CPU 1 busy" in policy.policy().why
-    assert not look(3.0, [1]) and not look(3.0, [])  # quiet from here
-    assert not look(policy.QUIET_S - 1.0, []) and policy.policy().openmp == 1
-    assert look(2.0, []) and policy.policy().openmp == 2
+    assert look(2.0, 0.6) and policy.policy().openmp == 1
+    assert "looked again: other processes used 0.6 CPUs" in policy.policy().why
+    assert not look(3.0, 0.9) and not look(3.0, 0.1)  # quiet from here
+    assert not look(policy.QUIET_S - 1.0, 0.0) and policy.policy().openmp == 1
+    assert look(2.0, 0.2) and policy.policy().openmp == 2
     assert not loads
 
 

@@ -23,7 +23,8 @@ import time
 from dataclasses import dataclass
 
 from .... import settings
-from ...._load import BUSY_SHARE, WINDOW_S, cpu_jiffies, my_cpus, own_ticks
+from ...._load import (BUSY_SHARE, WINDOW_S, cpu_jiffies, my_cpus, others_between,
+                       own_ticks)
 from ..threads import num_threads
 
 
@@ -39,6 +40,7 @@ class Threads:
 _decided: dict[tuple[str, int], Threads] = {}
 _lock = threading.Lock()
 RECHECK_S = 2.0  # recheck() looks at the load at most this often
+OTHERS_SHARE = 0.25  # other processes' CPUs that make it a busy machine then (its own running)
 QUIET_S = 30.0  # and gives OpenMP back only after the CPUs stayed free of others this long
 _look: tuple[float, dict[int, tuple[int, int]], float] | None = None  # when, jiffies, own ticks
 _quiet_since: float | None = None
@@ -55,9 +57,9 @@ def policy() -> Threads:
 
 def recheck() -> bool:
     """auto, once decided: another look at the load since the last one (at most every
-    RECHECK_S; no sleep): OpenMP becomes the workers when another process kept one of this
-    process's CPUs busy, the workers OpenMP again after QUIET_S without one. True when the
-    mode changed (kernels made before keep theirs: make them again to follow)."""
+    RECHECK_S; no sleep): OpenMP becomes the workers when other processes used more than
+    OTHERS_SHARE of a CPU, the workers OpenMP again after QUIET_S without. True when the mode
+    changed (kernels made before keep theirs: make them again to follow)."""
     global _quiet_since
     mode, cores = settings.word(settings.ONEDNN_THREADS), max(1, num_threads())
     now = time.monotonic()
@@ -66,15 +68,15 @@ def recheck() -> bool:
         if mode != "auto" or cores == 1 or current is None or (
                 _look is not None and now - _look[0] < RECHECK_S):
             return False
-        busy = _busy_since_look(now)
-        if busy is None:
+        others = _others_since_look(now)
+        if others is None:
             return False
-        if busy:
+        if others > OTHERS_SHARE:
             _quiet_since = None
             if current.openmp > 1:
                 _decided[(mode, cores)] = Threads(
-                    1, cores, f"runtime workers over {cores} CPUs (auto, looked again: CPU "
-                    f"{', '.join(map(str, busy))} busy with another process)")
+                    1, cores, f"runtime workers over {cores} CPUs (auto, looked again: other "
+                    f"processes used {others:.1f} CPUs)")
                 return True
             return False
         if _quiet_since is None:
@@ -87,15 +89,17 @@ def recheck() -> bool:
         return False
 
 
-def _busy_since_look(now: float) -> list[int] | None:
-    """This process's CPUs that other processes kept more than BUSY_SHARE busy since the last
-    look (None at the first: it only starts the count)."""
+def _others_since_look(now: float) -> float | None:
+    """How many CPUs' worth other processes used on this process's CPUs since the last look
+    (None at the first: it only starts the count).
+
+    NOTE: summed over the CPUs (_load.others_between): running, this process is busy on every
+    CPU (its OpenMP threads spin between primitives), and taking its time off each CPU alone
+    (as busy_cpus does for an idle process) hid a neighbour spinning on one of them."""
     global _look
     first, second, own = _look, cpu_jiffies(), own_ticks()
     _look = (now, second, own)
-    if first is None or not first[1] or not second:
-        return None
-    return _busy_between(first[1], second, own - first[2])
+    return None if first is None else others_between(first[1], second, own - first[2])
 
 
 def mode_word() -> str:
