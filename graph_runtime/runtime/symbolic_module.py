@@ -30,7 +30,7 @@ from ..graph.model import Graph
 from ..graph.symbolic import shape_is_symbolic
 from ..lib import tuning
 from ..lib.kernels.derived import freeze, thaw
-from ..lib.kernels.onednn.policy import policy, recheck as threads_recheck
+from ..lib.kernels.threads import threads_changed
 from ..lib.library import Module
 from ..nd import NDArray, from_dlpack
 from .executor import Executor, NodeTime
@@ -231,7 +231,7 @@ class SymbolicGraphModule(ModuleBase):
 
     def _specialised(self) -> GraphModule:
         key = self._key()
-        if threads_recheck():
+        if threads_changed():
             self._drop_shapes()
         current = self._current
         if current is not None and key == self._current_key and not self._held:
@@ -267,8 +267,8 @@ class SymbolicGraphModule(ModuleBase):
         self._costs.clear()
         self.kernels.clear()
         self._current_key = None
-        log.info("%s: oneDNN's threads are now %s; every shape is specialised again",
-                 self.graph.source, policy().why)
+        log.info("%s: oneDNN's thread mode changed; every shape is specialised again",
+                 self.graph.source)
 
     def _build(self, key: tuple) -> GraphModule:
         module, self._last_cost = self._static(

@@ -164,7 +164,8 @@ def test_a_new_onednn_thread_mode_specialises_every_shape_again(monkeypatch) -> 
     m.run(x=x, y=y)
     prepared = m.kernels.prepared
     changed = [True]
-    monkeypatch.setattr(symbolic_module, "threads_recheck", lambda: bool(changed and changed.pop()))
+    monkeypatch.setattr(symbolic_module, "threads_changed",
+                        lambda: bool(changed and changed.pop()))
     m.run(x=x, y=y)
     assert m.specializations == 2 and m.kernels.prepared > prepared and len(m._cache) == 1
     np.testing.assert_allclose(m.get_output(0).numpy(), np.maximum(x, 0) @ w.T + y, rtol=1e-5,

@@ -197,3 +197,11 @@ def channel_split(n: int, channels: int, outputs: int, serial_below: int) -> tup
 def chunk_bounds(channels: int, chunks: int, chunk: int) -> tuple[int, int]:
     """Channels [c0, c1) of one of `chunks` near-equal ranges."""
     return chunk * channels // chunks, (chunk + 1) * channels // chunks
+
+
+def threads_changed() -> bool:
+    """Whether oneDNN's thread mode just changed (its auto policy looked at the load again:
+    onednn/policy.py's recheck, at most every 2 s): kernels made before keep the old one, so
+    a module that can make its kernels again (a symbolic module's shapes) should."""
+    from .onednn.policy import recheck
+    return recheck()
