@@ -2,8 +2,8 @@
 
 Each model file is imported once (graph_runtime.frontend.from_onnx) and created twice: with
 GRAPH_RUNTIME_ONEDNN=off (NumPy/OpenBLAS/numba kernels), with the default auto (oneDNN where
-timed faster per shape) and with on (oneDNN wherever it applies). ONNX Runtime runs the same file with its default threads and with one,
-told not to spin. Rounds interleave the contenders in a shuffled order (bench/interleave.py);
+timed faster per shape) and with on (oneDNN wherever it applies). ONNX Runtime runs the same file with its default session options and with
+one thread, spinning allowed, as users run it (bench/peers.py). Rounds interleave the contenders in a shuffled order (bench/interleave.py);
 the table gives medians and the ratio to ONNX Runtime's faster setting (default threads or one), plus how many nodes
 run on oneDNN. Run with the OpenBLAS core-type override removed, as on a user's machine:
 
