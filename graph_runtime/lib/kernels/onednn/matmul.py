@@ -127,10 +127,12 @@ class OnednnMatmul(DerivesFromInputs):
         self._by_shape: OrderedDict[Any, tuple[Primitive, list[tuple[Memory, int, int]]]] = \
             OrderedDict()
         self._current: Any = None
-        # a 2-D any-shape product's post-ops from the first whole operand on, which oneDNN takes
-        # with no run-time rows: (ufunc, operand index, form), run in NumPy after it, in order
-        ops = tail.post_ops if tail is not None and self.any and two_d else ()
-        first_full = next((i for i, op in enumerate(ops) if op.form == "full"), len(ops))
+        # the post-ops oneDNN applies; a 2-D any-shape product's from the first whole operand
+        # on, which oneDNN takes with no run-time rows, are (ufunc, operand index, form) run in
+        # NumPy after it, in order
+        ops = tail.post_ops if tail is not None else ()
+        first_full = next((i for i, op in enumerate(ops) if op.form == "full"), len(ops)) \
+            if self.any and two_d else len(ops)
         self._fused_ops = ops[:first_full]
         self._host_ops = [(_UFUNCS[op.kind], op.operand, op.form) for op in ops[first_full:]]
         self._host_arrays: list[tuple[Any, Any, Any]] = []  # this call's (ufunc, out, operand)
@@ -247,14 +249,14 @@ class OnednnMatmul(DerivesFromInputs):
                 MemoryDesc.plain((count, m, n)))
 
     def _operand_descs(self, rows: int) -> tuple[MemoryDesc | None, list[MemoryDesc]]:
-        """The bias's descriptor (or None) and each binary post-op operand's, for a piece of
-        rows rows."""
+        """The bias's descriptor (or None) and the operand's of each binary post-op oneDNN
+        applies (_fused_ops), for a piece of rows rows."""
         tail, n = self.tail, self.shape[2]
         if tail is None:
             return None, []
         bias = MemoryDesc.plain((1, n)) if tail.bias >= 0 else None
         shapes = {"one": (1, 1), "row": (1, n), "full": (rows, n)}
-        return bias, [MemoryDesc.plain(shapes[op.form]) for op in tail.post_ops]
+        return bias, [MemoryDesc.plain(shapes[op.form]) for op in self._fused_ops]
 
     def _pd(self, piece: tuple[int, int, int, int], chosen: MemoryDesc | None) -> PrimitiveDesc:
         if self.any:
@@ -286,35 +288,18 @@ class OnednnMatmul(DerivesFromInputs):
         src = MemoryDesc.strided((RUNTIME_DIM, k), (k, 1))
         weights = chosen or MemoryDesc.plain((k, n), abi.TAG_ANY)
         dst = MemoryDesc.strided((RUNTIME_DIM, n), (n, 1))
-        tail = self.tail
-        if tail is None:
+        if self.tail is None:
             return _matmul_pd(src, weights, dst)
-        bias = MemoryDesc.plain((1, n)) if tail.bias >= 0 else None
-        return _matmul_pd(src, weights, dst, replace(tail, post_ops=self._fused_ops), bias,
-                          [MemoryDesc.plain((1, 1) if op.form == "one" else (1, n))
-                           for op in self._fused_ops])
+        # the operands oneDNN takes read one value or one row: the same descriptors for any rows
+        return _matmul_pd(src, weights, dst, replace(self.tail, post_ops=self._fused_ops),
+                          *self._operand_descs(1))
 
     def any_shape(self) -> bool:
         return self.any
 
     def _rows_item(self, rows: int) -> tuple[Primitive, list[tuple[Memory, int, int]]]:
         """The run-time-rows primitive on memories for a 2-D product of these rows."""
-        n, k = self.shape[2], self.shape[3]
-        out = 2 + self.extras
-        src, dst = Memory(MemoryDesc.strided((rows, k), (k, 1))), Memory(MemoryDesc.plain(
-            (rows, n)))
-        args = [(abi.ARG_SRC, src), (abi.ARG_WEIGHTS, self.weight.memory), (abi.ARG_DST, dst)]
-        bindings = [(src, 0, 0), (dst, out, 0)]
-        tail = self.tail
-        if tail is not None:
-            if tail.bias >= 0:
-                bias = Memory(MemoryDesc.plain((1, n)))
-                args.append((abi.ARG_BIAS, bias))
-                bindings.append((bias, 2 + tail.bias, 0))
-            for index, op in enumerate(self._fused_ops):
-                memory = Memory(MemoryDesc.plain((1, 1) if op.form == "one" else (1, n)))
-                args.append((abi.ARG_POST_OP_BASE * (index + 1) | abi.ARG_SRC_1, memory))
-                bindings.append((memory, 2 + op.operand, 0))
+        args, bindings = self._args((0, 1, 0, rows))
         return self.items[0][0].with_args(args), bindings
 
     def _run_rows(self, arrays: tuple[Any, ...]) -> None:
@@ -388,6 +373,13 @@ class OnednnMatmul(DerivesFromInputs):
     def _item(self, pd: PrimitiveDesc, piece: tuple[int, int, int, int]
               ) -> tuple[Primitive, list[tuple[Memory, int, int]]]:
         """The item's primitive and its (memory, operand 0-2, byte offset) to bind each run."""
+        args, bindings = self._args(piece)
+        return Primitive(pd, args), bindings
+
+    def _args(self, piece: tuple[int, int, int, int]
+              ) -> tuple[list[tuple[int, Memory]], list[tuple[Memory, int, int]]]:
+        """An item's execute arguments on memories of its piece, and (memory, argument index,
+        byte offset) for each to bind per run."""
         _, m, n, k, trans_a, _, a_batches, b_batches = self.shape
         b0, _, r0, _ = piece
         src_desc, w_desc, dst_desc = self._descs(piece)
@@ -408,11 +400,11 @@ class OnednnMatmul(DerivesFromInputs):
                 bias = Memory(bias_desc)
                 args.append((abi.ARG_BIAS, bias))
                 bindings.append((bias, 2 + self.tail.bias, 0))
-            for index, (op, desc) in enumerate(zip(self.tail.post_ops, operand_descs)):
+            for index, (op, desc) in enumerate(zip(self._fused_ops, operand_descs)):
                 memory = Memory(desc)
                 args.append((abi.ARG_POST_OP_BASE * (index + 1) | abi.ARG_SRC_1, memory))
                 bindings.append((memory, 2 + op.operand, 4 * r0 * n if op.form == "full" else 0))
-        return Primitive(pd, args), bindings
+        return args, bindings
 
     def workspace_bytes(self) -> int:
         self._build()

@@ -124,19 +124,19 @@ def _decide(mode: str, cores: int) -> Threads:
 def busy_cpus(window_s: float = WINDOW_S) -> list[int]:
     """This process's CPUs that other processes kept more than BUSY_SHARE busy over a short
     window (this thread sleeps meanwhile); none where /proc/stat cannot be read."""
-    first, own = cpu_jiffies(), own_ticks()
+    mine = my_cpus()
+    first = cpu_jiffies()
+    own = own_ticks()
     time.sleep(window_s)
-    return _busy_between(first, cpu_jiffies(), own_ticks() - own)
-
-
-def _busy_between(first: dict[int, tuple[int, int]], second: dict[int, tuple[int, int]],
-                  own_busy: float) -> list[int]:
-    """The CPUs of this process that others kept busy between two /proc/stat readings, this
-    process's own ticks taken off each."""
+    second = cpu_jiffies()
+    own_busy = own_ticks() - own
+    if not first or not second:
+        return []
     busy = []
-    for cpu in my_cpus():
-        if cpu in first and cpu in second:
-            (b0, t0), (b1, t1) = first[cpu], second[cpu]
-            if t1 > t0 and (b1 - b0 - own_busy) / (t1 - t0) > BUSY_SHARE:
-                busy.append(cpu)
+    for cpu in mine:
+        if cpu not in first or cpu not in second:
+            continue
+        (b0, t0), (b1, t1) = first[cpu], second[cpu]
+        if t1 > t0 and (b1 - b0 - own_busy) / (t1 - t0) > BUSY_SHARE:
+            busy.append(cpu)
     return busy
