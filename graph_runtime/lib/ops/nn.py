@@ -166,18 +166,24 @@ def _layer_norm_cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpe
     return _layer_norm_host(backend, device_id, inputs, outputs, attrs)
 
 
+def _row_buffers(backend: Backend, spec: TensorSpec, axis: int) -> tuple[Any, ...]:
+    """A host normalisation's array module, gamma's broadcast shape, and its buffers in the
+    wide dtype: one value per row, then two of the input's shape (made once, reused by every
+    run)."""
+    xp = array_module(backend)
+    work = wide_dtype(spec.dtype)
+    shaped = tuple(d if i == axis else 1 for i, d in enumerate(spec.shape))
+    row = xp.empty(tuple(1 if i == axis else d for i, d in enumerate(spec.shape)), work)
+    return xp, shaped, row, xp.empty(spec.shape, work), xp.empty(spec.shape, work)
+
+
 def _layer_norm_host(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                      outputs: Sequence[TensorSpec],
                      attrs: Mapping[str, Any]) -> Callable[..., None]:
     spec = inputs[0]
     axis, epsilon, center, scale = _norm_checks("layer_norm", inputs, attrs, LAYER_NORM_INPUTS,
                                                 -1)
-    xp = array_module(backend)
-    work = wide_dtype(spec.dtype)
-    shaped = tuple(d if i == axis else 1 for i, d in enumerate(spec.shape))
-    row = xp.empty(tuple(1 if i == axis else d for i, d in enumerate(spec.shape)), work)
-    centered = xp.empty(spec.shape, work)
-    squares = xp.empty(spec.shape, work)
+    xp, shaped, row, centered, squares = _row_buffers(backend, spec, axis)
 
     def run(x: Any, gamma: Any, beta: Any, out: Any) -> None:
         xp.copyto(centered, x, casting="unsafe")
@@ -243,12 +249,7 @@ def _rms_norm_host(backend: Backend, device_id: int, inputs: Sequence[TensorSpec
                    outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     spec = inputs[0]
     axis, epsilon = _rms_norm_checks(inputs, attrs)
-    xp = array_module(backend)
-    work = wide_dtype(spec.dtype)
-    shaped = tuple(d if i == axis else 1 for i, d in enumerate(spec.shape))
-    row = xp.empty(tuple(1 if i == axis else d for i, d in enumerate(spec.shape)), work)
-    wide = xp.empty(spec.shape, work)
-    squares = xp.empty(spec.shape, work)
+    xp, shaped, row, wide, squares = _row_buffers(backend, spec, axis)
 
     def run(x: Any, gamma: Any, out: Any) -> None:
         if spec.shape[axis] == 0:
