@@ -31,28 +31,15 @@ sys.path.insert(0, str(ROOT))  # measure the checkout this script sits in
 import graph_runtime as gr  # noqa: E402
 from interleave import interleaved_samples  # noqa: E402  (bench/)
 from peers import (DEFAULT, ONE_THREAD, machine_line, onnxruntime_sessions,  # noqa: E402
-                   session_calls)
+                   random_feeds, session_calls)
 
 CACHE = Path.home() / ".cache" / "graph_runtime" / "bench_never_tuned"
-
-
-def _inputs(session: Any) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(0)
-    feeds = {}
-    for inp in session.get_inputs():
-        shape = [int(d) for d in inp.shape]
-        if "int64" in inp.type:
-            feeds[inp.name] = np.ones(shape, np.int64) if "mask" in inp.name \
-                else rng.integers(0, 1000, shape).astype(np.int64)
-        else:
-            feeds[inp.name] = rng.standard_normal(shape).astype(np.float32)
-    return feeds
 
 
 def measure(path: Path, rounds: int, disable: list[str]) -> dict[str, Any]:
     from graph_runtime.frontend import from_onnx
     peers = onnxruntime_sessions(path)
-    feeds = _inputs(peers[DEFAULT])
+    feeds = random_feeds(peers[DEFAULT])
     graph_json, lib, params = from_onnx(str(path), disable=disable)
     module = gr.create(graph_json, lib, gr.cpu(0))
     module.load_params(params)

@@ -14,17 +14,14 @@ Usage: python bench/never_tuned_models.py [--out DIR] [--only llama qwen2 ...]
 from __future__ import annotations
 
 import argparse
-import sys
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
-from transformers_models import _ids, _Wrap  # bench/: imports torch only
-
-# bench/transformers.py would shadow the transformers package when this runs as a script
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+# bench/: imports torch only, and takes bench/ off the import path (bench/transformers.py would
+# shadow the transformers package)
+from transformers_models import _ids, _Wrap, onnx_export
 
 CACHE = Path.home() / ".cache" / "graph_runtime" / "bench_never_tuned"
 SEQ = 128
@@ -158,15 +155,7 @@ def export(name: str, exporter: str, out: Path) -> Path:
     model.eval()
     wrapped = _Wrap(model, keys, output).eval()
     path = out / f"{name}_{exporter}.onnx"
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")
-        if exporter == "dynamo":
-            program = torch.onnx.export(wrapped, args, input_names=keys, output_names=["y"],
-                                        dynamo=True, opset_version=18)
-            program.save(str(path), external_data=False)
-        else:
-            torch.onnx.export(wrapped, args, str(path), input_names=keys, output_names=["y"],
-                              opset_version=17, dynamo=False)
+    onnx_export(wrapped, args, keys, path, exporter)
     return path
 
 

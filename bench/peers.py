@@ -15,6 +15,8 @@ import platform
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+import numpy as np
+
 DEFAULT = "onnxruntime"
 ONE_THREAD = "onnxruntime 1 thread"
 
@@ -56,3 +58,23 @@ def machine_line() -> str:
     return (f"{cpu}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; "
             f"ONNX Runtime {ort.__version__} with default session options (spinning allowed) "
             "and with one thread")
+
+
+def random_feeds(session: Any, pad_masks: bool = False) -> dict[str, Any]:
+    """Seeded inputs of the shapes session declares: int64 token ids in [0, 1000) and masks of
+    ones (with pad_masks, every sequence after the first padded from 3/4 of its length on),
+    float32 normals for the rest."""
+    rng = np.random.default_rng(0)
+    feeds: dict[str, Any] = {}
+    for inp in session.get_inputs():
+        shape = [int(d) for d in inp.shape]
+        if "int64" not in inp.type:
+            feeds[inp.name] = rng.standard_normal(shape).astype(np.float32)
+        elif "mask" not in inp.name:
+            feeds[inp.name] = rng.integers(0, 1000, shape).astype(np.int64)
+        else:
+            mask = np.ones(shape, np.int64)
+            if pad_masks and shape[0] > 1:
+                mask[1:, shape[1] * 3 // 4:] = 0
+            feeds[inp.name] = mask
+    return feeds

@@ -30,29 +30,11 @@ sys.path.insert(0, str(ROOT))  # measure the checkout this script sits in
 import graph_runtime as gr  # noqa: E402
 from interleave import interleaved_samples  # noqa: E402  (bench/)
 from peers import (DEFAULT, ONE_THREAD, machine_line, onnxruntime_sessions,  # noqa: E402
-                   session_calls)
+                   random_feeds, session_calls)
 
 CACHE = Path.home() / ".cache" / "graph_runtime" / "bench_transformers"
 MODELS = ["vit_small", "bert_tiny", "bert_tiny_dynamo", "distilbert_tiny", "whisper_encoder_tiny",
           "gpt2_tiny", "bert_base"]
-
-
-def _inputs(session: Any) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(0)
-    feeds = {}
-    for inp in session.get_inputs():
-        shape = [int(d) for d in inp.shape]
-        if "int64" in inp.type:
-            if "mask" in inp.name:
-                mask = np.ones(shape, np.int64)
-                if shape[0] > 1:
-                    mask[1:, shape[1] * 3 // 4:] = 0
-                feeds[inp.name] = mask
-            else:
-                feeds[inp.name] = rng.integers(0, 1000, shape).astype(np.int64)
-        else:
-            feeds[inp.name] = rng.standard_normal(shape).astype(np.float32)
-    return feeds
 
 
 def measure(name: str, folder: Path, rounds: int) -> dict[str, Any]:
@@ -60,7 +42,7 @@ def measure(name: str, folder: Path, rounds: int) -> dict[str, Any]:
     path = folder / f"{name}.onnx"
     peers = onnxruntime_sessions(path)
     sessions = {"ort": peers[DEFAULT], "ort_1t": peers[ONE_THREAD]}
-    feeds = _inputs(sessions["ort"])
+    feeds = random_feeds(sessions["ort"], pad_masks=True)
     start = time.perf_counter()
     graph_json, lib, params = from_onnx(str(path))
     import_s = time.perf_counter() - start

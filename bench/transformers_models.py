@@ -10,12 +10,17 @@ Usage: python bench/transformers_models.py [--out DIR] [--only vit bert_tiny ...
 from __future__ import annotations
 
 import argparse
+import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
+
+# bench/transformers.py would shadow the transformers package when this runs as a script (or is
+# imported by another bench/ export script): bench/ leaves the import path
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 CACHE = Path.home() / ".cache" / "graph_runtime" / "bench_transformers"
 
@@ -103,16 +108,22 @@ def export(name: str, out: Path) -> Path:
     model.eval()
     wrapped = _Wrap(model, keys, output).eval()
     path = out / f"{name}.onnx"
+    onnx_export(wrapped, args, keys, path, MODELS[name][1])
+    return path
+
+
+def onnx_export(wrapped: Any, args: Any, keys: Any, path: Path, exporter: str) -> None:
+    """wrapped's ONNX file at path by PyTorch's dynamo exporter (opset 18) or TorchScript's
+    (opset 17), inputs named keys, the output y."""
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
-        if MODELS[name][1] == "dynamo":
+        if exporter == "dynamo":
             program = torch.onnx.export(wrapped, args, input_names=keys, output_names=["y"],
                                         dynamo=True, opset_version=18)
             program.save(str(path), external_data=False)
         else:
             torch.onnx.export(wrapped, args, str(path), input_names=keys, output_names=["y"],
                               opset_version=17, dynamo=False)
-    return path
 
 
 def main() -> None:
