@@ -61,8 +61,11 @@ def recheck() -> bool:
     OTHERS_SHARE of a CPU, the workers OpenMP again after QUIET_S without. True when the mode
     changed (kernels made before keep theirs: make them again to follow)."""
     global _quiet_since
-    mode, cores = settings.word(settings.ONEDNN_THREADS), max(1, num_threads())
     now = time.monotonic()
+    look = _look
+    if look is not None and now - look[0] < RECHECK_S:
+        return False  # the common case, first: a symbolic module asks on every run
+    mode, cores = settings.word(settings.ONEDNN_THREADS), max(1, num_threads())
     with _lock:
         current = _decided.get((mode, cores))
         if mode != "auto" or cores == 1 or current is None or (
