@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib
+import math
 from typing import Any, Callable
 
 import numpy as np
@@ -137,7 +138,7 @@ def check_same_layout(what: str, src: Any, dst: Any) -> None:
 def view_nbytes(kind: str, capacity: int, offset: int, shape: tuple[int, ...],
                 dtype: np.dtype) -> int:
     """The bytes a view needs, after checking it lies inside a buffer of capacity bytes."""
-    nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    nbytes = math.prod(shape) * np.dtype(dtype).itemsize  # Python ints: no overflow
     if offset < 0 or offset + nbytes > capacity:
         raise DeviceError(f"{kind}: a {tuple(shape)} {np.dtype(dtype)} view at byte offset "
                           f"{offset} needs bytes [{offset}, {offset + nbytes}), but the buffer "

@@ -69,8 +69,8 @@ class Executor:
         if placed is None:
             self.node_device, self.copies, plan = plan_placement(graph, self.entry_device,
                                                                  self.ctxs[0], strict)
-            if kernels is not None:
-                kernels.placement = (self.node_device, self.copies)
+            if kernels is not None:  # with the storage ids checked
+                kernels.placement = (self.node_device, self.copies, graph.attrs["storage_id"][1])
         else:  # another specialisation of the module's graph: only sizes change
             self.node_device = placed[0]
             self.copies, plan = replan_placement(graph, self.entry_device, *placed)

@@ -34,10 +34,13 @@ class LayoutPlan:
 def plan_channels_last(graph: Graph, steps: Sequence[PreparedCall],
                        entry_device: Sequence[Device], excluded: set[int]) -> LayoutPlan:
     """The entries to keep NHWC; excluded: graph inputs, outputs and aliased entries."""
+    offered = [set(step.kernel.channels_last_positions()) if not step.is_copy else set()
+               for step in steps]
+    if not any(offered):
+        return LayoutPlan()  # a transformer's steps (a decoder plans this every step)
     writers: dict[int, list[tuple[int, int, bool]]] = {}  # eid -> (step, position, can)
     readers: dict[int, list[tuple[int, int, bool]]] = {}
-    for index, step in enumerate(steps):
-        can = set(step.kernel.channels_last_positions()) if not step.is_copy else set()
+    for index, (step, can) in enumerate(zip(steps, offered)):
         for pos, (eid, dev, flatten) in enumerate(step.arg_keys):
             ok = pos in can and not flatten and dev == entry_device[eid]
             (readers if pos < step.num_inputs else writers).setdefault(eid, []).append((index, pos, ok))

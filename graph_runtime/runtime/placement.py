@@ -84,12 +84,15 @@ def plan_placement(graph: Graph, entry_device: Sequence[Device], fallback: Devic
 
 
 def replan_placement(graph: Graph, entry_device: Sequence[Device], node_device: list[Device],
-                     copies: Sequence[InsertedCopy]) -> tuple[list[InsertedCopy], PoolLayout]:
+                     copies: Sequence[InsertedCopy], checked: object = None
+                     ) -> tuple[list[InsertedCopy], PoolLayout]:
     """plan_placement's copies and storage plan for another specialisation of a symbolic graph
     whose node devices and copies were planned (they follow the entries' devices, which no
-    shape changes): only the copies' bytes and the storage plan are its own."""
+    shape changes): only the copies' bytes and the storage plan are its own. The storage ids
+    are checked unless they are the list checked (the specialiser keeps the first shape's)."""
     plan = layout_pool(graph, entry_device)
-    check_liveness(graph)
+    if graph.attrs["storage_id"][1] is not checked:
+        check_liveness(graph)
     mine = [replace(c, nbytes=entry_bytes(graph.shape(c.eid), graph.dtype(c.eid)))
             for c in copies]
     for c in mine:

@@ -3,7 +3,9 @@
 Every entry's shape comes from the op library's own shape rules (a lib function's `infer`),
 node by node from the inputs; where the graph's column names an expression (`"seq*4"`) the rule
 must agree with it. A function without a rule (a Python kernel) takes the column's expression.
-Storage is re-planned by liveness for the new sizes (graph/storage_plan.py).
+Storage is planned by liveness for the first shape (graph/storage_plan.py) and kept for every
+later one: which entries may share an id depends on their lives, never on their sizes, so each
+id is only sized again (a decoder's step plans nothing).
 """
 from __future__ import annotations
 
@@ -102,6 +104,9 @@ class Specializer:
         self.value_inputs = [by_eid[e] for e in sorted(value_eids) if e in by_eid]
         self._value_eids = value_eids
         self.last_env: dict[str, int] = {}
+        # The first static graph's storage ids (checked with its liveness by the executor's
+        # placement) and that graph, whose liveness every later one shares.
+        self.planned: Graph | None = None
 
     @property
     def signature(self) -> str:
@@ -259,13 +264,17 @@ class Specializer:
     def static_graph(self, shapes: list[tuple[int, ...]], env: Mapping[str, int]) -> Graph:
         """The graph with these entry shapes and storage planned for them; nodes calling a
         function with symbolic attrs get the binding env in their attrs."""
-        sizes = [entry_bytes(s, d) for s, d in zip(shapes, self._dtypes)]
-        plan = plan_storage(self.graph, sizes, self.entry_device)
         attrs = dict(self.graph.attrs)
         # the shapes as inferred (tuples: untracked by the collector, which a decoder's new
         # shape every step keeps busy; every reader takes any sequence)
         attrs["shape"] = ("list_shape", list(shapes))
-        attrs["storage_id"] = ("list_int", plan.storage_ids)
+        first = self.planned
+        if first is None:
+            sizes = [entry_bytes(s, d) for s, d in zip(shapes, self._dtypes)]
+            attrs["storage_id"] = ("list_int", plan_storage(self.graph, sizes,
+                                                            self.entry_device).storage_ids)
+        else:  # the same list: runtime/placement.py checks a storage plan once
+            attrs["storage_id"] = first.attrs["storage_id"]
         # NOTE: the symbolic graph was validated; only the shape and storage columns change, so
         # the new graph skips the schema (a BERT-size graph's check costs milliseconds).
         nodes = self.graph.nodes
@@ -277,7 +286,12 @@ class Specializer:
             nodes = tuple(dataclasses.replace(n, attrs={**n.attrs,
                                                         VALUES_KEY: self.last_values[n.nid]})
                           if n.nid in self._region_nodes else n for n in nodes)
-        return dataclasses.replace(self.graph, attrs=attrs, nodes=nodes)
+        static = dataclasses.replace(self.graph, attrs=attrs, nodes=nodes)
+        if first is None:
+            self.planned = static
+        else:  # the same nodes, outputs and storage ids: the same lives (a cached property)
+            vars(static)["liveness"] = first.liveness
+        return static
 
 
 def _region_positions(fn: Any) -> tuple[int, ...]:

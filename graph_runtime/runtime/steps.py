@@ -80,8 +80,8 @@ class KernelCache:
     arg_keys: dict[int, list[ArgKey]] = field(default_factory=dict)
     functions: dict[int, str] = field(default_factory=dict)  # per node id: its function's ident
     # the first specialisation's node devices and inserted copies, which every other shares
-    # (runtime/placement.py's replan_placement)
-    placement: tuple[list[Device], list[Any]] | None = None
+    # (runtime/placement.py's replan_placement), and the storage ids its placement checked
+    placement: tuple[list[Device], list[Any], object] | None = None
 
     def get(self, key: Hashable) -> Any:
         fn = self.kernels.get(key)

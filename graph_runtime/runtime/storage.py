@@ -50,16 +50,16 @@ class PoolLayout:
 
 def layout_pool(graph: Graph, entry_device: Sequence[Device]) -> PoolLayout:
     """Size each storage id (max over its entries) and check each id stays on one device."""
-    num = graph.num_entries
     sid_bytes: dict[int, int] = {}
     sid_device: dict[int, Device] = {}
     sid_first: dict[int, int] = {}
     sids: list[int] = []
     sizes: list[int] = []
-    for eid in range(num):
-        sid = graph.storage_id(eid)
-        nbytes = entry_bytes(graph.shape(eid), graph.dtype(eid))
-        dev = entry_device[eid]
+    # the columns read once (a decoder's step lays out its pool here)
+    columns = zip(graph.attrs["storage_id"][1], graph.attrs["shape"][1], graph.attrs["dltype"][1],
+                  entry_device)
+    for eid, (sid, shape, dtype, dev) in enumerate(columns):
+        nbytes = entry_bytes(shape, dtype)
         sids.append(sid)
         sizes.append(nbytes)
         if sid not in sid_device:
@@ -158,13 +158,12 @@ class StoragePool:
             except Exception as e:  # out of memory surfaces as the backend library's own error
                 raise DeviceError(f"allocating storage id {sid} ({fmt_bytes(nbytes)}) on {dev} "
                                   f"failed: {type(e).__name__}: {e}") from e
+        backends = {dev: check_device(dev) for dev in set(plan.sid_device.values())}
+        shapes, dtypes = graph.attrs["shape"][1], graph.attrs["dltype"][1]
         self.views: list[Any] = []
-        for eid in range(graph.num_entries):
-            sid = plan.entry_sid[eid]
-            dev = plan.sid_device[sid]
-            backend = check_device(dev)
-            self.views.append(backend.view(self.buffers[sid], 0, tuple(graph.shape(eid)),
-                                           np.dtype(graph.dtype(eid))))
+        for eid, sid in enumerate(plan.entry_sid):
+            self.views.append(backends[plan.sid_device[sid]].view(
+                self.buffers[sid], 0, tuple(shapes[eid]), np.dtype(dtypes[eid])))
         self._sid_users: dict[int, int] = {}
         for sid in plan.entry_sid:
             self._sid_users[sid] = self._sid_users.get(sid, 0) + 1
