@@ -10,6 +10,7 @@ from ..backends.base import Backend
 from .attrs import DTYPE_KEY
 from .kernels.gpu_elementwise import elementwise_expr, gpu_elementwise
 from .library import TensorSpec
+from .prepared import AnyShape
 from .registry import define_op, kernel
 from .shapes import broadcast_shape, check_dtype, check_num_inputs, check_same_dtype
 
@@ -37,7 +38,7 @@ def ufunc(name: str) -> HostMaker:
     fn = getattr(np, name)
 
     def make(attrs: Mapping[str, Any], inputs: Sequence[TensorSpec]) -> Callable[..., None]:
-        return lambda *arrays: fn(*arrays[:-1], out=arrays[-1])
+        return AnyShape(lambda *arrays: fn(*arrays[:-1], out=arrays[-1]))
     return make
 
 

@@ -160,6 +160,21 @@ class Wrapping(PreparedKernel):
         return self.inner.sub_modules()
 
 
+class AnyShape(PreparedKernel):
+    """run, a kernel that reads its arrays' shapes at each call and keeps nothing sized
+    (a NumPy ufunc writing into out): a symbolic module keeps it by size class
+    (PreparedKernel.any_shape), so a decoder's next past length prepares it again."""
+
+    def __init__(self, run: Callable[..., None]) -> None:
+        self.run = run
+
+    def __call__(self, *arrays: Any) -> None:
+        self.run(*arrays)
+
+    def any_shape(self) -> bool:
+        return True
+
+
 class _Plain(PreparedKernel):
     """What a plain function can be asked: every capability at its default."""
 

@@ -6,6 +6,7 @@ passes the names' values in the node's attrs under DIMS_KEY; the chain is built 
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable, Mapping, Sequence
 
 from .._lru import LruCache
@@ -56,10 +57,22 @@ def _dim_values(value: Any, path: str) -> list[tuple[str, Any]]:
 
 
 def _substitute(value: Any, env: Mapping[str, int]) -> Any:
-    if isinstance(value, Mapping) and set(value) == {"dim"}:
+    """value (made _plain) with each `{"dim": ...}` evaluated; type checks, not the slower
+    isinstance(Mapping): a decoder's step substitutes every attr of a few chains."""
+    kind = type(value)
+    if kind is dict:
         return evaluate(value["dim"], env)
-    if isinstance(value, (list, tuple)):
+    if kind is list:
         return [_substitute(v, env) for v in value]
+    return value
+
+
+def _plain(value: Any) -> Any:
+    """A symbolic attr value with dicts for its `{"dim": ...}` and lists for its sequences."""
+    if isinstance(value, Mapping):
+        return {"dim": value["dim"]}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
     return value
 
 
@@ -80,7 +93,6 @@ class SymbolicChain:
                  make: Callable[[str, Mapping[str, Any]], Chain]) -> None:
         self.name = name
         self._entries = [dict(e) for e in entries]
-        self._make = make
         self.names = sorted({n for e in self._entries for v in e.values() for n in _names(v)})
         # the chains of the bindings met last (a decoder meets a new past length every step)
         self._chains: LruCache[Chain] = LruCache(CHAINS_KEPT)
@@ -89,6 +101,10 @@ class SymbolicChain:
                                                  not isinstance(v, list) else
                                                  [1] * len(v) if is_symbolic_attr(v) else v)
                                              for k, v in e.items()} for e in self._entries]})
+        # per step: its symbolic attrs, put into the template's step per binding (the concrete
+        # chain's attrs are checked when it is planned, as any chain's)
+        self._symbolic = [{k: _plain(v) for k, v in e.items() if is_symbolic_attr(v)}
+                          for e in self._entries]
 
     @property
     def steps(self) -> list[Any]:
@@ -114,10 +130,12 @@ class SymbolicChain:
 
     def _build(self, env: Mapping[str, Any]) -> Chain:
         try:
-            entries = [{k: _substitute(v, env) for k, v in e.items()} for e in self._entries]
+            steps = [replace(step, attrs={**step.attrs, **{k: _substitute(v, env)
+                                                           for k, v in symbolic.items()}})
+                     for step, symbolic in zip(self.template.steps, self._symbolic)]
         except DimError as e:
             raise LibraryError(f"{self.name}: {e}") from e
-        return self._make(self.name, {"ops": entries})
+        return Chain(self.name, steps)
 
     def infer(self, inputs: Sequence[TensorSpec], attrs: Mapping[str, Any] | None = None,
               out_dtypes: Sequence[str] | None = None) -> list[TensorSpec]:

@@ -57,7 +57,8 @@ class Executor:
 
     def __init__(self, graph: Graph, lib: Module, ctxs: Sequence[Device], *, strict: bool = False,
                  memory_cap: int | Mapping[Device, int] | None = None,
-                 kernels: KernelCache | None = None, scratch: Scratch | None = None) -> None:
+                 kernels: KernelCache | None = None, scratch: Scratch | None = None,
+                 base: Executor | None = None) -> None:
         self.graph = graph
         self._kernels = kernels  # shared with the other specialisations of a symbolic module
         self._scratch = scratch  # ditto: host memory for the intermediates (storage.Scratch)
@@ -99,8 +100,11 @@ class Executor:
         self._told: set[int] = set()  # step indices the layout pass told of NHWC arrays
         self._uses: dict[tuple[int, Device], list[tuple[list[Any], int, bool]]] | None = None
         self._ready = False  # set up: rebind() may index the steps' arguments once
+        # per node id: the key its kernel is kept under in the shared cache (a later
+        # specialisation made from this one takes the kernel of a node whose shapes it keeps)
+        self.kernel_keys: dict[int, Any] = {}
         # The steps' kernels, prepared from shapes alone: the storage pass binds their arrays.
-        self.steps = self._prepare_steps(lib)
+        self.steps = self._prepare_steps(lib, base)
         # Entries no setup pass may change the layout or storage of: inputs, outputs, aliased.
         self._excluded = self._io_eids | self._aliased
         # What the setup passes (SETUP_PASSES, in that order) decide:
@@ -147,9 +151,14 @@ class Executor:
                 caps[parse_device(key)] = int(value)
         return caps
 
-    def _prepare_steps(self, lib: Module) -> list[PreparedCall]:
+    def _prepare_steps(self, lib: Module, base: Executor | None) -> list[PreparedCall]:
+        """One call per node (copies inserted before their first reader). base: another
+        specialisation of the same symbolic graph, whose kept kernels serve the nodes whose
+        arrays keep their shapes (_kept_step)."""
         g = self.graph
         steps: list[PreparedCall] = []
+        prior = {} if base is None or base.channels_last else {
+            step.nid: step for step in base.steps if not step.is_copy}
         # Bytes in use per device: the pool and copies, then each kernel's workspace as prepared.
         used = self.plan.bytes_per_device()
         pending = {(c.eid, c.dst): c for c in self.copies}
@@ -168,11 +177,19 @@ class Executor:
                     steps.append(step)
                 continue
             # Inserted copies run right before their first reader.
-            for eid in in_eids:
+            for eid in in_eids if pending else ():
                 c = pending.pop((eid, dev), None)
                 if c is not None:
                     steps.append(self._copy_step(-1, f"copy of eid {eid} ({c.producer}) to {dev}",
                                                  eid, c.src, c.dst))
+            kept = prior.get(node.nid)
+            if kept is not None and shared is not None:
+                step = self._kept_step(lib, kept, base, node, in_eids + out_eids,  # type: ignore[arg-type]
+                                       shared)
+                if step is not None:
+                    self._count_workspace(node, dev, step.kernel.workspace_bytes(), used)
+                    steps.append(step)
+                    continue
             keys = shared.arg_keys.get(node.nid) if shared is not None else None
             if keys is None:
                 flatten = node.flatten_data
@@ -182,7 +199,7 @@ class Executor:
                 if shared is not None:
                     shared.arg_keys[node.nid] = keys
             fn = None
-            exact = by_function = rounded = None
+            exact = by_function = None
             if shared is not None:
                 exact = self._kernel_key(lib, node, dev, tuple(
                     tuple(shapes[e]) for e in in_eids + out_eids))
@@ -194,14 +211,12 @@ class Executor:
                     if ident is None:
                         ident = shared.functions[node.nid] = _function_ident(node)
                     by_function = (ident,) + exact[1:]
-                    fn = shared.get(by_function)
-                    if fn is None:
-                        fn = shared.get(exact)
-                    if fn is None:
-                        rounded = _class_key(by_function)
-                        fn = shared.get(rounded)
-                    if fn is None:
-                        fn = shared.get(_class_key(exact))
+                    for candidate in (by_function, exact, _class_key(by_function),
+                                      _class_key(exact)):
+                        fn = shared.get(candidate)
+                        if fn is not None:
+                            self.kernel_keys[node.nid] = candidate
+                            break
             # With flatten_data the arrays are 1-D views, but a prepared kernel is told the
             # declared shapes (and gets flatten_data in attrs): a chain of standard ops needs them
             # to broadcast, and gives its kernels the shapes back (lib/chain.py).
@@ -223,8 +238,11 @@ class Executor:
                     # every node calling its function at these shapes
                     alone = not made.cached_inputs() and not made.sub_modules()
                     key = by_function if alone and by_function is not None else exact
-                    shared.put(None if key is None else _class_key(key) if made.any_shape()
-                               else key, fn, made, in_eids + out_eids)
+                    if key is not None and made.any_shape():
+                        key = _class_key(key)
+                    shared.put(key, fn, made, in_eids + out_eids)
+                    if key is not None and shared.kernels.get(key) is fn:
+                        self.kernel_keys[node.nid] = key
             elif nhwc:
                 # a shared kernel the layout pass may tell of NHWC arrays gets its own then
                 self._unshare[len(steps)] = functools.partial(
@@ -236,6 +254,31 @@ class Executor:
                                       in_device_scope(fn, dev), [], keys, len(in_eids), False,
                                       kernel))
         return steps
+
+    def _kept_step(self, lib: Module, kept: PreparedCall, base: Executor, node: Any,
+                   eids: list[int], shared: KernelCache) -> PreparedCall | None:
+        """kept (base's step for node) as this executor's, where its kernel serves here as it
+        is: the node's arrays have the shapes they had in base, its attrs hold no dims or
+        values a specialisation adds (a chain reading the past length), the kernel is still
+        in the shared cache and offers no NHWC positions (a layout pass could tell it); else
+        None (prepared or looked up by key)."""
+        key = base.kernel_keys.get(node.nid)
+        if key is None or VALUES_KEY in node.attrs:
+            return None
+        shapes, before = self.graph.attrs["shape"][1], base.graph.attrs["shape"][1]
+        if any(shapes[e] != before[e] for e in eids):
+            return None
+        dims = node.attrs.get(DIMS_KEY)
+        if dims is not None:  # a chain with symbolic attrs: the same values of those it reads
+            binding = self._binding(lib, node, kept.device)
+            if binding is None or binding(dims) != binding(
+                    base.graph.nodes[node.nid].attrs[DIMS_KEY]):
+                return None
+        if kept.kernel.channels_last_positions() or shared.get(key) is None:
+            return None
+        self.kernel_keys[node.nid] = key
+        return PreparedCall(kept.nid, kept.label, kept.func_name, kept.device, kept.fn, [],
+                            kept.arg_keys, kept.num_inputs, False, kept.kernel)
 
     def _kernel_key(self, lib: Module, node: Any, dev: Device,
                     shapes: tuple[tuple[int, ...], ...]) -> tuple | None:
@@ -250,9 +293,14 @@ class Executor:
         key = (node.nid, dev, shapes)
         if DIMS_KEY not in attrs:
             return key
-        binding = getattr(lib.get_function(node.func_name or "", dev, node.label),
-                          "binding_key", None)
+        binding = self._binding(lib, node, dev)
         return None if binding is None else key + (binding(attrs[DIMS_KEY]),)
+
+    @staticmethod
+    def _binding(lib: Module, node: Any, dev: Device) -> Callable[[Any], Any] | None:
+        """A symbolic chain's binding_key (the values of the dims its attrs read)."""
+        return getattr(lib.get_function(node.func_name or "", dev, node.label), "binding_key",
+                       None)
 
     # ---- setup passes (SETUP_PASSES): each plan reads, its apply changes ----------------------
 

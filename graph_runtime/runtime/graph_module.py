@@ -47,11 +47,12 @@ class GraphModule(ModuleBase):
     def __init__(self, graph: Graph, lib: Module, ctxs: Sequence[Device], *, strict: bool = False,
                  memory_cap: int | Mapping[Any, int] | None = None,
                  allow_uninitialized: bool = False, kernels: KernelCache | None = None,
-                 scratch: Scratch | None = None) -> None:
+                 scratch: Scratch | None = None, base: GraphModule | None = None) -> None:
         super().__init__(graph, lib, ctxs, strict=strict, memory_cap=memory_cap,
                          allow_uninitialized=allow_uninitialized)
         self.executor = Executor(graph, lib, ctxs, strict=strict, memory_cap=memory_cap,
-                                 kernels=kernels, scratch=scratch)
+                                 kernels=kernels, scratch=scratch,
+                                 base=None if base is None else base.executor)
         self.ctxs = self.executor.ctxs
         # (shape, dtype, home key) of each input entry, for set_input's fast path.
         ex = self.executor

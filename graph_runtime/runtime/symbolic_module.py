@@ -314,7 +314,8 @@ class SymbolicGraphModule(ModuleBase):
                 module = GraphModule(static, self.lib, self.ctxs, strict=self.strict,
                                      memory_cap=self.memory_cap,
                                      allow_uninitialized=self.allow_uninitialized,
-                                     kernels=kernels, scratch=self.scratch)
+                                     kernels=kernels, scratch=self.scratch,
+                                     base=self._current if kernels is self.kernels else None)
         except GraphRuntimeError:
             # a shape taken from the graph's expression that its rule contradicts: every rule
             # asked names the node and the dims (else the error stands)

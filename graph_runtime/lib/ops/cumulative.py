@@ -13,6 +13,7 @@ from ..kernels.host import host_factory, wide_dtype
 from ..kernels.opencl.source import (ClKernel, check_cl_dtypes, cl_header, cl_load, cl_param,
                                      cl_pointer, cl_store)
 from ..library import TensorSpec
+from ..prepared import AnyShape
 from ..registry import define_op, kernel
 from ..shapes import NUMERIC_DTYPES, check_dtype, check_rank, one_input, size_of
 
@@ -60,7 +61,7 @@ def _host_scan(op: str, scan: str, identity: int) -> Callable[..., Callable[...,
                 moved[shifted] = total[dropped]
                 total = moved
             xp.copyto(out, xp.flip(total, axis) if reverse else total, casting="unsafe")
-        return run
+        return AnyShape(run)  # the axis depends on the rank alone
     return make
 
 

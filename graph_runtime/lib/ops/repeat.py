@@ -8,6 +8,7 @@ from ..attrs import attr_error, int_tuple, op_error
 from ..kernels.host import host_factory
 from ..kernels.opencl.source import cl_strided_copy
 from ..library import TensorSpec
+from ..prepared import AnyShape
 from ..registry import define_op, kernel
 from ..shapes import broadcast_strides, contiguous_strides, one_input, size_of
 
@@ -90,7 +91,7 @@ def _host_tile(xp: Any, backend: Backend, device_id: int, inputs: Sequence[Tenso
 def _host_broadcast_to(xp: Any, backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                        outputs: Sequence[TensorSpec],
                        attrs: Mapping[str, Any]) -> Callable[..., None]:
-    return lambda x, out: xp.copyto(out, x)
+    return AnyShape(lambda x, out: xp.copyto(out, x))
 
 
 # -- opencl ---------------------------------------------------------------------------------------
