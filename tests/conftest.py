@@ -32,13 +32,14 @@ def tuning_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 @pytest.fixture(scope="session", autouse=True)
 def steady_threads() -> Iterator[None]:
-    """oneDNN's thread mode stays as first decided: a symbolic module's runs otherwise look at
-    the load again (policy.recheck) and, seeing a test's subprocess as a neighbour, make every
-    shape again, which tests counting the kernels a shape prepares cannot tell from a bug.
+    """oneDNN's thread mode stays as first decided: a module's runs otherwise look at the load
+    again (policy.recheck) and, seeing a test's subprocess as a neighbour, make every kernel
+    again, which tests counting the kernels a shape prepares cannot tell from a bug.
     Tests of the recheck itself patch it back in."""
-    from graph_runtime.runtime import symbolic_module
+    from graph_runtime.runtime import graph_module, symbolic_module
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(symbolic_module, "threads_changed", lambda: False)
+        for module in (graph_module, symbolic_module):
+            patch.setattr(module, "threads_generation", lambda: 0)
         yield
 
 

@@ -103,6 +103,7 @@ class Executor:
         # per node id: the key its kernel is kept under in the shared cache (a later
         # specialisation made from this one takes the kernel of a node whose shapes it keeps)
         self.kernel_keys: dict[int, Any] = {}
+        self.escaped_entries: set[int] = set()  # entries escaped() (the count may miss writes)
         # The steps' kernels, prepared from shapes alone: the storage pass binds their arrays.
         self.steps = self._prepare_steps(lib, base)
         # Entries no setup pass may change the layout or storage of: inputs, outputs, aliased.
@@ -502,6 +503,8 @@ class Executor:
 
     def escaped(self, eid: int) -> None:
         """Entry eid may now change without a count (a view handed out, a zero-copy bind)."""
+        if self._ready:  # setup's own binds (requested storage) hand nothing out
+            self.escaped_entries.add(eid)
         version = self.versions.get(eid)
         if version is not None:
             version.volatile = True

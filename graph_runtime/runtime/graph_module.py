@@ -1,6 +1,7 @@
 """GraphModule: create()'s module for a static graph, with tvm.contrib.graph_executor's names."""
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from typing import Any, Callable, Mapping, Sequence
@@ -14,6 +15,7 @@ from ..device import device as parse_device
 from ..errors import DeviceError, GraphError, ParamsError
 from ..graph.model import Graph, GraphSource
 from ..lib.kernels.derived import watch
+from ..lib.kernels.threads import threads_generation
 from ..lib.library import Module
 from ..nd import NDArray, from_dlpack
 from .executor import Executor, NodeTime
@@ -22,6 +24,7 @@ from .steps import KernelCache
 from .storage import Scratch
 
 _CPU = cpu(0)  # host arrays live here; the one CPU device
+log = logging.getLogger("graph_runtime")
 
 
 def _to_device_list(ctxs: DeviceLike | Sequence[DeviceLike]) -> list[Device]:
@@ -61,6 +64,7 @@ class GraphModule(ModuleBase):
                               for eid in self._input_eids}
         self._unset: set[int] = set() if allow_uninitialized else set(self._input_eids)
         self._param_names: set[str] = set()
+        self._threads_made_in = threads_generation()  # oneDNN's thread mode of its kernels
 
     def _clone(self) -> GraphModule:
         other = GraphModule(self.graph, self.lib, self.ctxs, strict=self.strict,
@@ -252,7 +256,35 @@ class GraphModule(ModuleBase):
     def _run_unlocked(self) -> None:
         if self._unset:
             self._refuse_unset()
+        made_in = threads_generation()
+        if made_in != self._threads_made_in:
+            self._follow_threads(made_in)
         self.executor.run()
+
+    def _follow_threads(self, made_in: int) -> None:
+        """oneDNN's thread mode changed since the kernels were made (a neighbour came or went:
+        onednn/policy.py's recheck): make the executor again, its kernels in the new mode.
+
+        Every input (params included) and every output bound zero copy keeps its array, so a
+        view handed out by get_input still writes the input; an input's write counter stays
+        volatile where it was (a view escaped), else counts as before."""
+        old = self.executor
+        new = Executor(self.graph, self.lib, self.ctxs, strict=self.strict,
+                       memory_cap=self.memory_cap)
+        for eid in [*self._input_eids, *self._output_eids]:
+            array = old.arrays[(eid, old.entry_device[eid])]
+            if eid not in self._input_eids and array is old.pool.views[eid]:
+                continue  # an output in the pool: the next run writes the new one
+            new.rebind(eid, array)
+            new.pool.adopt(eid, array)
+            version = new.versions.get(eid)
+            if version is not None:
+                version.volatile = eid in old.escaped_entries
+        new.escaped_entries = set(old.escaped_entries)
+        self.executor = new
+        self._threads_made_in = made_in
+        log.info("%s: oneDNN's thread mode changed; the executor was made again",
+                 self.graph.source)
 
     def _refuse_unset(self) -> None:
         g = self.graph

@@ -399,3 +399,35 @@ def test_create_with_bad_arguments_is_typed() -> None:
     assert "not valid JSON" in str(info.value) and len(str(info.value)) < 300
     with pytest.raises(GraphError, match="is a directory"):
         gr.create(Path(__file__).parent, None, gr.cpu())
+
+
+def test_a_new_onednn_thread_mode_makes_the_executor_again(monkeypatch) -> None:
+    """When oneDNN's thread mode changes (policy.recheck: a neighbour came or went), a static
+    module makes its executor (and kernels) again; params, inputs bound zero copy, a view of an
+    input handed out and an output bound zero copy keep their arrays."""
+    from graph_runtime.runtime import graph_module
+    g = make_graph([null("x"), null("w"), null("y"), tvm_op("relu0", "relu", [0]),
+                    tvm_op("dense0", "dense", [3, 1]), tvm_op("add0", "add", [4, 2])],
+                   [5], shapes=[[2, 4], [3, 4], [2, 3], [2, 4], [2, 3], [2, 3]])
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((3, 4)).astype(np.float32)
+    x = rng.standard_normal((2, 4)).astype(np.float32)
+    y = rng.standard_normal((2, 3)).astype(np.float32)
+    m = gr.create(g)
+    m.load_params({"w": w})
+    m.set_input_zero_copy("y", y)
+    out = np.empty((2, 3), np.float32)
+    m.set_output_zero_copy(0, out)
+    view = m.get_input("x")
+    m.set_input(x=x)
+    m.run()
+    before = m.executor
+    monkeypatch.setattr(graph_module, "threads_generation", lambda: 1)
+    x[0, 0] = 5.0
+    view.native[0, 0] = 5.0  # written through the view handed out before the change
+    y[1, 2] += 1.0
+    m.run()
+    assert m.executor is not before
+    np.testing.assert_allclose(out, np.maximum(x, 0) @ w.T + y, rtol=1e-5, atol=1e-6)
+    m.run()  # no change since: the same executor
+    assert m.executor is not before and m._threads_made_in == 1

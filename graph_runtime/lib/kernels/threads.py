@@ -199,9 +199,10 @@ def chunk_bounds(channels: int, chunks: int, chunk: int) -> tuple[int, int]:
     return chunk * channels // chunks, (chunk + 1) * channels // chunks
 
 
-def threads_changed() -> bool:
-    """Whether oneDNN's thread mode just changed (its auto policy looked at the load again:
-    onednn/policy.py's recheck, at most every 2 s): kernels made before keep the old one, so
-    a module that can make its kernels again (a symbolic module's shapes) should."""
-    from .onednn.policy import recheck
-    return recheck()
+def threads_generation() -> int:
+    """How many times oneDNN's thread mode changed in this process so far (its auto policy
+    looks at the load again when asked, at most every 2 s: onednn/policy.py's recheck).
+    Kernels made before keep their mode, so a module whose kernels were made in an older
+    generation makes them again."""
+    from .onednn.policy import generation
+    return generation()

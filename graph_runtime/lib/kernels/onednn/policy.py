@@ -11,7 +11,7 @@ process's CPUs busy, and takes OpenMP only if none does. oneDNN plans a primitiv
 count of its creation, and a thread whose OpenMP count changes pays 6-7 ms on its next call, so a
 kernel keeps the mode it was made in.
 
-A neighbour that arrives later is not missed: recheck() (asked by a symbolic module's runs, at
+A neighbour that arrives later is not missed: recheck() (asked by every module's runs, at
 most every RECHECK_S) looks at the load since its last look, without sleeping; auto then turns
 OpenMP into the workers when another process keeps one of the CPUs busy (a LLaMA prompt's warm
 run took 220 ms instead of 8.8 ms in OpenMP beside a test run), and back after QUIET_S quiet.
@@ -44,6 +44,7 @@ OTHERS_SHARE = 0.25  # other processes' CPUs that make it a busy machine then (i
 QUIET_S = 30.0  # and gives OpenMP back only after the CPUs stayed free of others this long
 _look: tuple[float, dict[int, tuple[int, int]], float] | None = None  # when, jiffies, own ticks
 _quiet_since: float | None = None
+_generation = 0  # how many times recheck() changed the mode in this process
 
 
 def policy() -> Threads:
@@ -60,7 +61,7 @@ def recheck() -> bool:
     RECHECK_S; no sleep): OpenMP becomes the workers when other processes used more than
     OTHERS_SHARE of a CPU, the workers OpenMP again after QUIET_S without. True when the mode
     changed (kernels made before keep theirs: make them again to follow)."""
-    global _quiet_since
+    global _quiet_since, _generation
     now = time.monotonic()
     look = _look
     if look is not None and now - look[0] < RECHECK_S:
@@ -80,6 +81,7 @@ def recheck() -> bool:
                 _decided[(mode, cores)] = Threads(
                     1, cores, f"runtime workers over {cores} CPUs (auto, looked again: other "
                     f"processes used {others:.1f} CPUs)")
+                _generation += 1
                 return True
             return False
         if _quiet_since is None:
@@ -88,8 +90,17 @@ def recheck() -> bool:
             _decided[(mode, cores)] = Threads(
                 cores, 1, f"OpenMP, {cores} threads (auto, looked again: no other process busy "
                 f"for {QUIET_S:.0f} s)")
+            _generation += 1
             return True
         return False
+
+
+def generation() -> int:
+    """recheck(), then how many times the mode changed in this process: a module remembers the
+    generation its kernels were made in and makes them again once it moved on (each module
+    sees the change, not only the first to ask)."""
+    recheck()
+    return _generation
 
 
 def _others_since_look(now: float) -> float | None:
