@@ -18,7 +18,8 @@ import numpy as np
 from ..device import Device
 from ..errors import GraphError, GraphRuntimeError
 from ..graph.model import COPY_OP, NOP_OP, Graph, entry_bytes
-from ..graph.symbolic import UNKNOWN, DimError, evaluate, format_shape, names_in
+from ..graph.symbolic import (UNKNOWN, DimError, evaluate, evaluate_shape, format_shape,
+                              names_in)
 from ..lib.chain import Chain
 from ..lib.library import Module, TensorSpec
 from ..lib.registry import VALUES_KEY, get_op
@@ -59,6 +60,10 @@ class Specializer:
         self._names: list[list[list[str]]] = [
             [names_in(d) if isinstance(d, str) and d != UNKNOWN else [] for d in s]
             for s in self._declared]
+        # per input eid, per axis: whether its dim is a plain name (which its size binds)
+        self._named_axes = {sig.eid: [names == [d] for d, names in zip(sig.shape,
+                                                                      self._names[sig.eid])]
+                            for sig in self.inputs}
         # (node, input eids, output eids, infer or None, value positions) per kernel node
         self._steps: list[tuple[Any, list[int], list[int], Any, tuple[int, ...]]] = []
         # Nodes whose function's attrs hold symbolic dims (lib/symbolic_chain.py).
@@ -125,8 +130,9 @@ class Specializer:
                 raise GraphError(f"input {sig.name!r} (eid {sig.eid}): expected rank "
                                  f"{len(sig.shape)} {format_shape(sig.shape)}, got "
                                  f"{tuple(shape)}")
+            named = self._named_axes[sig.eid]
             for axis, (want, got) in enumerate(zip(sig.shape, shape)):
-                if isinstance(want, str) and want != UNKNOWN and names_in(want) == [want]:
+                if named[axis]:
                     if want in env and env[want] != got:
                         raise GraphError(
                             f"input {sig.name!r} dim {axis} ({want!r}) is {got} but "
@@ -183,7 +189,7 @@ class Specializer:
             if read is not None and read.issubset(env):
                 try:
                     for eid in out_eids:
-                        out[eid] = tuple(evaluate(d, env) for d in self._declared[eid])
+                        out[eid] = evaluate_shape(self._declared[eid], env)
                     continue
                 except DimError:
                     pass  # a divisor 0 for these dims: the rule's check below names them
