@@ -43,8 +43,8 @@ class CpuBackend:
         return raw[start:start + nbytes]
 
     def view(self, buffer: Any, offset: int, shape: tuple[int, ...], dtype: np.dtype) -> Any:
-        nbytes = view_nbytes("cpu", buffer.nbytes, offset, shape, dtype)
-        return buffer[offset:offset + nbytes].view(dtype).reshape(shape)
+        view_nbytes("cpu", buffer.nbytes, offset, shape, dtype)
+        return np.ndarray(shape, dtype, buffer, offset)  # one call: no slice, view, reshape
 
     def empty(self, device_id: int, shape: tuple[int, ...], dtype: np.dtype) -> Any:
         return np.empty(shape, dtype=dtype)

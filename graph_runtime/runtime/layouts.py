@@ -36,12 +36,19 @@ def plan_channels_last(graph: Graph, steps: Sequence[PreparedCall],
     """The entries to keep NHWC; excluded: graph inputs, outputs and aliased entries."""
     offered = [set(step.kernel.channels_last_positions()) if not step.is_copy else set()
                for step in steps]
-    if not any(offered):
+    # the entries some kernel offers to take NHWC: only their writers and readers matter
+    shapes = graph.attrs["shape"][1]
+    candidates = {eid for step, can in zip(steps, offered) for pos in can
+                  for eid in (step.arg_keys[pos][0],)
+                  if len(shapes[eid]) == 4 and eid not in excluded}
+    if not candidates:
         return LayoutPlan()  # a transformer's steps (a decoder plans this every step)
     writers: dict[int, list[tuple[int, int, bool]]] = {}  # eid -> (step, position, can)
     readers: dict[int, list[tuple[int, int, bool]]] = {}
     for index, (step, can) in enumerate(zip(steps, offered)):
         for pos, (eid, dev, flatten) in enumerate(step.arg_keys):
+            if eid not in candidates:
+                continue
             ok = pos in can and not flatten and dev == entry_device[eid]
             (readers if pos < step.num_inputs else writers).setdefault(eid, []).append((index, pos, ok))
     plan = LayoutPlan()

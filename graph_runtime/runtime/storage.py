@@ -160,10 +160,11 @@ class StoragePool:
                                   f"failed: {type(e).__name__}: {e}") from e
         backends = {dev: check_device(dev) for dev in set(plan.sid_device.values())}
         shapes, dtypes = graph.attrs["shape"][1], graph.attrs["dltype"][1]
+        types = {name: np.dtype(name) for name in set(dtypes)}
         self.views: list[Any] = []
         for eid, sid in enumerate(plan.entry_sid):
             self.views.append(backends[plan.sid_device[sid]].view(
-                self.buffers[sid], 0, tuple(shapes[eid]), np.dtype(dtypes[eid])))
+                self.buffers[sid], 0, tuple(shapes[eid]), types[dtypes[eid]]))
         self._sid_users: dict[int, int] = {}
         for sid in plan.entry_sid:
             self._sid_users[sid] = self._sid_users.get(sid, 0) + 1
