@@ -140,7 +140,8 @@ ONEDNN_THREADS = Setting(
     "how oneDNN's kernels use the cores: openmp (its own threads inside each primitive: fastest "
     "on cores nothing else uses), workers (single-threaded primitives over the runtime's "
     "workers, which pull work: robust beside a busy process), auto (openmp unless another "
-    "process keeps one of this process's CPUs busy when the first oneDNN kernel is made)",
+    "process keeps one of this process's CPUs busy when the first oneDNN kernel is made; "
+    "looked at again as modules run, which then make their kernels in the new mode)",
     ("auto", "openmp", "workers"))
 IN_PLACE = Setting(
     "GRAPH_RUNTIME_IN_PLACE", "on",
