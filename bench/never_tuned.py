@@ -9,9 +9,10 @@ are skipped) and timed beside ONNX Runtime's default session and its one-thread 
 the table gives medians, ONNX Runtime's absolute times, the ratio to its faster setting and
 whether our output matches its (max abs error against a tolerance scaled to the output). Run it
 with `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE` as on a user's machine; it prints the load.
+--busy-core keeps one core busy with a spinning process meanwhile (issue 33's neighbour).
 
 Usage: python bench/never_tuned.py [--models llama_ts swin_dynamo ...] [--rounds 3]
-                                   [--disable-pass NAME ...] [--json OUT.json]
+                                   [--disable-pass NAME ...] [--busy-core] [--json OUT.json]
 """
 from __future__ import annotations
 
@@ -30,8 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # measure the checkout this script sits in
 import graph_runtime as gr  # noqa: E402
 from interleave import interleaved_samples  # noqa: E402  (bench/)
-from peers import (DEFAULT, ONE_THREAD, machine_line, onnxruntime_sessions,  # noqa: E402
-                   random_feeds, session_calls)
+from peers import (DEFAULT, ONE_THREAD, busy_core, machine_line,  # noqa: E402
+                   onnxruntime_sessions, random_feeds, session_calls)
 
 CACHE = Path.home() / ".cache" / "graph_runtime" / "bench_never_tuned"
 
@@ -67,10 +68,19 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--disable-pass", action="append", default=[])
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--busy-core", action="store_true",
+                        help="keep one core busy with a spinning child process meanwhile "
+                             "(a neighbour holding a core, for every contender alike)")
     opts = parser.parse_args()
+    with busy_core(opts.busy_core):
+        _bench(opts)
+
+
+def _bench(opts: argparse.Namespace) -> None:
     paths = [opts.folder / f"{m}.onnx" for m in opts.models] if opts.models \
         else sorted(opts.folder.glob("*.onnx"))
-    print(machine_line())
+    print(machine_line() + (", one core kept busy by a spinning process" if opts.busy_core
+                            else ""))
     print(f"{'model':20} {'ort ms':>8} {'ort1t ms':>8} {'ours ms':>8} {'ratio':>6} "
           f"{'max err':>8} matches")
     rows = []
@@ -87,7 +97,8 @@ def main() -> None:
               f"worst {max(ratios):.2f} ({max(rows, key=lambda r: r['ratio'])['model']})")
     print(machine_line())
     if opts.json:
-        opts.json.write_text(json.dumps({"rows": rows, "load": os.getloadavg()}, indent=1))
+        opts.json.write_text(json.dumps({"rows": rows, "load": os.getloadavg(),
+                                         "busy_core": opts.busy_core}, indent=1))
 
 
 if __name__ == "__main__":

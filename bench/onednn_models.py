@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -33,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # measure the checkout this script sits in
 import graph_runtime as gr  # noqa: E402
 from interleave import interleaved_samples  # noqa: E402  (bench/)
-from peers import onnxruntime_calls  # noqa: E402  (bench/)
+from peers import busy_core, onnxruntime_calls  # noqa: E402  (bench/)
 
 
 def _module(graph_json: str, lib: Any, params: dict, onednn: str,
@@ -127,14 +126,8 @@ def main() -> None:
     parser.add_argument("--busy-core", action="store_true",
                         help="keep one core busy with a spinning child process meanwhile")
     args = parser.parse_args()
-    busy = (subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.busy_core
-            else None)
-    try:
+    with busy_core(args.busy_core):
         _bench(args)
-    finally:
-        if busy is not None:
-            busy.kill()
-            busy.wait()
 
 
 def _bench(args: argparse.Namespace) -> None:

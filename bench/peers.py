@@ -10,10 +10,13 @@ benches to this module.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
+import subprocess
+import sys
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
@@ -78,3 +81,20 @@ def random_feeds(session: Any, pad_masks: bool = False) -> dict[str, Any]:
                 mask[1:, shape[1] * 3 // 4:] = 0
             feeds[inp.name] = mask
     return feeds
+
+
+@contextlib.contextmanager
+def busy_core(on: bool = True) -> Iterator[None]:
+    """A child process spinning on one CPU meanwhile (pinned to the last one this process may
+    use), as a neighbour holding a core does to every contender alike; nothing when not on."""
+    if not on:
+        yield
+        return
+    cpu = max(os.sched_getaffinity(0))
+    spin = subprocess.Popen([sys.executable, "-c",
+                             f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"])
+    try:
+        yield
+    finally:
+        spin.kill()
+        spin.wait()
