@@ -79,6 +79,11 @@ def main() -> None:
 def _bench(opts: argparse.Namespace) -> None:
     paths = [opts.folder / f"{m}.onnx" for m in opts.models] if opts.models \
         else sorted(opts.folder.glob("*.onnx"))
+    missing = [p.stem for p in paths if not p.is_file()]
+    if missing:
+        have = ", ".join(sorted(p.stem for p in opts.folder.glob("*.onnx"))) or "none"
+        sys.exit(f"never_tuned: no {', '.join(missing)} in {opts.folder} (run "
+                 f"bench/never_tuned_models.py first); there: {have}")
     print(machine_line() + (", one core kept busy by a spinning process" if opts.busy_core
                             else ""))
     print(f"{'model':20} {'ort ms':>8} {'ort1t ms':>8} {'ours ms':>8} {'ratio':>6} "
