@@ -11,7 +11,9 @@ cache, and the second matmul writes each head's columns of the output directly. 
 ones go to the runtime's workers in blocks of heads, or of query rows when the heads are few
 (threads.py), each on one BLAS (or oneDNN, for blocks of whole heads) thread, where that
 measured faster once per shape (the tuning service; GRAPH_RUNTIME_ATTENTION_SPLIT forces it);
-oneDNN with OpenMP threads inside makes one call.
+oneDNN with OpenMP threads inside makes one call. Grouped-query attention (kv_heads below heads)
+reads each kv head once per group of query heads: matmul broadcasts it over the group in one
+call, or a block of heads is done one group at a time; nothing is repeated in memory.
 """
 from __future__ import annotations
 
@@ -85,16 +87,32 @@ def _scale_mask_softmax(s: Any, mask: Any, scale: Any, one: Any, nan_to_zero: bo
                 softmax_row(row, nan_to_zero, one)
 
 
+def _groups(h0: int, h1: int, group: int) -> list[tuple[int, int]]:
+    """Heads [h0, h1) cut where the kv head they read changes (every group heads); whole
+    without groups."""
+    if group == 1:
+        return [(h0, h1)]
+    return [(lo, min(h1, (lo // group + 1) * group))
+            for lo in [h0] + list(range((h0 // group + 1) * group, h1, group))]
+
+
 def _openmp() -> bool:
     """Whether oneDNN runs OpenMP threads inside each primitive in this process."""
     from ..onednn.policy import policy
     return policy().openmp > 1
 
 
-def head_view(x: np.ndarray, offset: int, heads: int, head_dim: int) -> np.ndarray:
-    """(batch, heads, tokens, head_dim) view of columns [offset, offset + heads * head_dim)."""
+def head_view(x: Any, offset: int, heads: int, head_dim: int, kv_heads: int = 0) -> Any:
+    """(batch, heads, tokens, head_dim) view of columns [offset, offset + heads * head_dim);
+    with kv_heads, (batch, kv_heads, heads // kv_heads, tokens, head_dim): the heads in groups,
+    one per kv head (k's and v's own kv heads: heads = kv_heads, groups of one, which
+    matmul broadcasts over the query heads of each group)."""
+    batch, tokens = x.shape[:2]
     cols = x[:, :, offset:offset + heads * head_dim]
-    return cols.reshape(x.shape[0], x.shape[1], heads, head_dim).transpose(0, 2, 1, 3)
+    if kv_heads:
+        return cols.reshape(batch, tokens, kv_heads, heads // kv_heads, head_dim) \
+            .transpose(0, 2, 3, 1, 4)
+    return cols.reshape(batch, tokens, heads, head_dim).transpose(0, 2, 1, 3)
 
 
 class AttentionKernel(PreparedKernel):
@@ -104,9 +122,10 @@ class AttentionKernel(PreparedKernel):
     def __init__(self, batch: int, heads: int, q_len: int, k_len: int, head_dim: int,
                  offsets: tuple[int, int, int], scale: float, nan_to_zero: bool,
                  mask_shape: tuple[int, ...] | None, dtype: str, products: str = "blas",
-                 widths: tuple[int, int, int] = (0, 0, 0)) -> None:
+                 widths: tuple[int, int, int] = (0, 0, 0), kv_heads: int = 0) -> None:
         jit_setup.start()
         self.batch, self.heads, self.q_len, self.head_dim = batch, heads, q_len, head_dim
+        self.kv_heads = kv_heads or heads
         self.products = products
         self.widths = widths  # q, k and v's last dimension, for the oneDNN descriptors
         self._made: dict[tuple[Block, ...], Any] = {}  # blocks -> HeadProducts
@@ -149,7 +168,7 @@ class AttentionKernel(PreparedKernel):
         real shapes with OpenBLAS at one thread, interleaved."""
         rng = np.random.default_rng(0)
         batch, heads, q_len, k_len = self.full
-        width = max(self.offsets) + heads * self.head_dim
+        width = max(self.offsets) + heads * self.head_dim  # q's heads are the widest
         wq, wk, wv = self.widths if min(self.widths) > 0 else (width, width, width)
         dtype = self.scores.dtype
         q = rng.standard_normal((batch, q_len, wq)).astype(dtype)
@@ -181,7 +200,9 @@ class AttentionKernel(PreparedKernel):
         """The oneDNN products for these blocks of whole heads (made on first need); None for
         blocks of query rows, which OpenBLAS does."""
         batch, heads, q_len, k_len = self.full
-        if any((q0, q1) != (0, q_len) for _, _, _, q0, q1 in blocks):
+        group = heads // self.kv_heads
+        if any((q0, q1) != (0, q_len) or h0 % group or h1 % group
+               for _, h0, h1, q0, q1 in blocks):
             return None
         key = tuple(blocks)
         made = self._made.get(key)
@@ -190,7 +211,8 @@ class AttentionKernel(PreparedKernel):
             pieces = [(0, batch, 0, heads)] if len(blocks) == 1 else \
                 [(b, b + 1, h0, h1) for b, h0, h1, _, _ in blocks]
             made = self._made[key] = HeadProducts(batch, heads, q_len, k_len, self.head_dim,
-                                                  self.widths, self.offsets, pieces)
+                                                  self.widths, self.offsets, pieces,
+                                                  self.kv_heads)
         return made
 
     def workspace_bytes(self) -> int:
@@ -203,33 +225,40 @@ class AttentionKernel(PreparedKernel):
         return len(self.blocks) > 1 or self.products == "onednn"
 
     def _views(self, arrays: tuple[Any, ...]) -> tuple[Any, ...]:
-        """(q heads, k heads transposed, v heads, out heads, mask) over this call's arrays,
+        """(q heads, k heads transposed, v heads, out heads, mask, oneDNN's products, and for
+        grouped-query attention the same in groups with the scores) over this call's arrays,
         made again only when the arrays change (a graph passes the same ones every run, and
         making the views cost ~5 us of BERT-tiny's 22 us attention)."""
         if self._seen is not None and all(a is b for a, b in zip(arrays, self._seen)) \
                 and len(arrays) == len(self._seen) and self._seen_blocks is self.blocks:
             return self._cached
         q, k, v, *rest = arrays
-        heads, dim = self.heads, self.head_dim
+        heads, kv, dim = self.heads, self.kv_heads, self.head_dim
         products = None
         if self.products == "onednn":
             products = self._products_for(self.blocks)
             if products is not None and not products.bind(q, k, v, self.scores, rest[-1]):
                 products = None  # arrays oneDNN was not made for: OpenBLAS this call
+        out = rest[-1]
         self._cached = (head_view(q, self.offsets[0], heads, dim),
-                        head_view(k, self.offsets[1], heads, dim).transpose(0, 1, 3, 2),
-                        head_view(v, self.offsets[2], heads, dim),
-                        rest[-1].reshape(self.batch, self.q_len, heads, dim).transpose(0, 2, 1,
-                                                                                        3),
+                        head_view(k, self.offsets[1], kv, dim).transpose(0, 1, 3, 2),
+                        head_view(v, self.offsets[2], kv, dim),
+                        head_view(out, 0, heads, dim),
                         np.broadcast_to(rest[0], self.full) if self.has_mask else self.no_mask,
                         products)
+        if kv != heads:
+            self._cached += (head_view(q, self.offsets[0], heads, dim, kv),
+                             self._cached[1][:, :, None], self._cached[2][:, :, None],
+                             head_view(out, 0, heads, dim, kv),
+                             self.scores.reshape(self.batch, kv, heads // kv,
+                                                 *self.full[2:]))
         self._seen = arrays
         self._seen_blocks = self.blocks
         return self._cached
 
     def __call__(self, *arrays: Any) -> None:
-        qh, kt, vh, oh, mask, products = self._views(arrays)
-        scores, blocks = self.scores, self.blocks
+        qh, kt, vh, oh, mask, products, *grouped = self._views(arrays)
+        scores, blocks, group = self.scores, self.blocks, self.heads // self.kv_heads
         scale, one, nan_to_zero, has_mask = self.typed_scale, self.one, self.nan_to_zero, \
             self.has_mask
 
@@ -239,22 +268,32 @@ class AttentionKernel(PreparedKernel):
             if products is not None:
                 products.qk_on_worker(index)
             else:
-                np.matmul(qh[b:b + 1, h0:h1, q0:q1], kt[b:b + 1, h0:h1], out=s)
+                for lo, hi in _groups(h0, h1, group):  # the query heads of one kv head each
+                    kv = slice(lo // group, (hi - 1) // group + 1)
+                    np.matmul(qh[b:b + 1, lo:hi, q0:q1], kt[b:b + 1, kv],
+                              out=s[:, lo - h0:hi - h0])
             _scale_mask_softmax(s, mask[b:b + 1, h0:h1, q0:q1], scale, one, nan_to_zero,
                                 has_mask)
             if products is not None:
                 products.pv_on_worker(index)
             else:
-                np.matmul(s, vh[b:b + 1, h0:h1], out=oh[b:b + 1, h0:h1, q0:q1])
+                for lo, hi in _groups(h0, h1, group):
+                    kv = slice(lo // group, (hi - 1) // group + 1)
+                    np.matmul(s[:, lo - h0:hi - h0], vh[b:b + 1, kv],
+                              out=oh[b:b + 1, lo:hi, q0:q1])
 
         if len(blocks) == 1:
             if products is not None:
                 products.qk(0)
+            elif grouped:
+                np.matmul(grouped[0], grouped[1], out=grouped[4])
             else:
                 np.matmul(qh, kt, out=scores)
             _scale_mask_softmax(scores, mask, scale, one, nan_to_zero, has_mask)
             if products is not None:
                 products.pv(0)
+            elif grouped:
+                np.matmul(grouped[4], grouped[2], out=grouped[3])
             else:
                 np.matmul(scores, vh, out=oh)
             return
