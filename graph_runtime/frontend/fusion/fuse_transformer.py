@@ -278,6 +278,8 @@ def fuse_transformer(prims: list[Prim], outputs: list[Value],
                     new, old = found
                     replace[id(old)] = new
                     counts["attention"] += 1
+                    if "kv_heads" in new[-1].attrs or "kv_heads" in new[-2].attrs:
+                        counts["grouped_kv"] += 1  # k and v read un-repeated
         except (ValueError, KeyError, TypeError, IndexError):
             continue  # a shape or attribute this matcher did not expect: leave the prims
     if not replace:
