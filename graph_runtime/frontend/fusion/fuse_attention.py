@@ -23,7 +23,7 @@ import numpy as np
 
 from ..ir import Prim, Value
 from ..symdim import evaluate, is_int, is_sym, same, same_shape
-from .pattern import PatternGraph, near, new_prim, other, scalar
+from .pattern import PatternGraph, last_axis_slice, near, new_prim, other, scalar
 
 _VIEWS = ("reshape", "transpose")
 _Steps = list[tuple[str, Any]]
@@ -121,6 +121,10 @@ def _trace_back(g: PatternGraph, v: Value, env: Env
             src = base
             first, width = _at((start, cur.shape[-1]), env)
             idx = _index(src.shape, env)[..., first:first + width]
+    block = last_axis_slice(src) if idx is None and src.rank >= 2 else None
+    if block is not None and block[0].rank == src.rank:  # Phi-3's V: a packed QKV's columns
+        src = block[0]
+        idx = _index(src.shape, env)[..., block[1]:block[2]]
     if idx is None:  # not a column block of a split: the source's own index
         idx = _index(src.shape, env)
     for op, attrs in steps:

@@ -18,29 +18,9 @@ from typing import Any
 
 from ..ir import Prim, Value
 from ..symdim import is_int, is_sym, same, same_shape
-from .pattern import PatternGraph, new_prim, other
+from .pattern import PatternGraph, last_axis_slice, new_prim, other
 
 _VIEWS = ("reshape", "transpose", "broadcast_to")
-
-
-def _last_slice(v: Value) -> tuple[Value, int, int] | None:
-    """(input, begin, end) when v is a unit-step strided_slice of its input's last axis (end
-    clipped to the axis), else None."""
-    p = v.producer
-    if p is None or p.op != "strided_slice":
-        return None
-    x = p.inputs[0]
-    axes, begin, end = p.attrs.get("axes"), p.attrs.get("begin"), p.attrs.get("end")
-    strides = p.attrs.get("strides") or [1]
-    if axes is None or len(axes) != 1 or axes[0] not in (-1, x.rank - 1) or list(strides) != [1]:
-        return None
-    size = x.shape[-1]
-    if is_sym(size) or not all(isinstance(b, int) for b in (begin[0], end[0])):
-        return None
-    lo, hi = begin[0], min(end[0], size)
-    if lo < 0 or hi <= lo:
-        return None
-    return x, lo, hi
 
 
 def _heads(xh: Value) -> tuple[Value, int, int, int] | None:
@@ -56,7 +36,7 @@ def _heads(xh: Value) -> tuple[Value, int, int, int] | None:
     batch, tokens, heads, dim = t.inputs[0].shape
     if is_sym(heads) or is_sym(dim) or not same_shape(src.shape, (batch, tokens, heads * dim)):
         return None
-    block = _last_slice(src)
+    block = last_axis_slice(src)
     if block is not None and block[0].rank == 3:  # a column block of a packed projection
         return block[0], block[1], heads, dim
     return src, 0, heads, dim
@@ -98,7 +78,7 @@ def _to_products(g: PatternGraph, v: Value) -> bool:
 def match_rotary(g: PatternGraph, neg: Prim) -> tuple[list[Prim], Prim] | None:
     """New prims computing the rotary embedding whose rotate_half negates with neg, and the
     prim they replace."""
-    sliced = _last_slice(neg.inputs[0])
+    sliced = last_axis_slice(neg.inputs[0])
     if sliced is None or g.sole(neg.inputs[0]) is not neg:
         return None
     x, half, end = sliced
@@ -110,7 +90,7 @@ def match_rotary(g: PatternGraph, neg: Prim) -> tuple[list[Prim], Prim] | None:
     if cat is None or cat.op != "concatenate" or cat.attrs.get("axis") not in (-1, 3) \
             or len(cat.inputs) != 2 or cat.inputs[0] is not neg.outputs[0]:
         return None
-    low = _last_slice(cat.inputs[1])
+    low = last_axis_slice(cat.inputs[1])
     if low is None or low[0] is not x or low[1:] != (0, half) or g.sole(cat.inputs[1]) is not cat:
         return None
     times_sin = g.sole(cat.outputs[0])
@@ -128,12 +108,12 @@ def match_rotary(g: PatternGraph, neg: Prim) -> tuple[list[Prim], Prim] | None:
         return None
     # x: the heads, or (partial rotary) their first rot columns, the rest concatenated after
     out, xh = add.outputs[0], x
-    whole = _last_slice(x)
+    whole = last_axis_slice(x)
     if whole is not None and whole[1] == 0 and whole[0].rank == 4:
         xh = whole[0]
         if whole[2] != xh.shape[-1]:
             rest = g.sole(out)
-            tail = None if rest is None or len(rest.inputs) != 2 else _last_slice(rest.inputs[1])
+            tail = None if rest is None or len(rest.inputs) != 2 else last_axis_slice(rest.inputs[1])
             if rest is None or rest.op != "concatenate" or rest.attrs.get("axis") not in (-1, 3) \
                     or rest.inputs[0] is not out or tail is None or tail[0] is not xh \
                     or tail[1:] != (whole[2], xh.shape[-1]):
