@@ -113,7 +113,8 @@ def match_rotary(g: PatternGraph, neg: Prim) -> tuple[list[Prim], Prim] | None:
         xh = whole[0]
         if whole[2] != xh.shape[-1]:
             rest = g.sole(out)
-            tail = None if rest is None or len(rest.inputs) != 2 else last_axis_slice(rest.inputs[1])
+            tail = None if rest is None or len(rest.inputs) != 2 \
+                else last_axis_slice(rest.inputs[1])
             if rest is None or rest.op != "concatenate" or rest.attrs.get("axis") not in (-1, 3) \
                     or rest.inputs[0] is not out or tail is None or tail[0] is not xh \
                     or tail[1:] != (whole[2], xh.shape[-1]):

@@ -1,4 +1,5 @@
-"""Rotary position embedding on OpenCL: one work item per output element, token layout in and out."""
+"""Rotary position embedding on OpenCL: one work item per output element, token layout in and
+out."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
