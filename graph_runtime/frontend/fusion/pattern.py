@@ -116,7 +116,8 @@ def last_axis_slice(v: Value) -> tuple[Value, int, int] | None:
     x = p.inputs[0]
     axes, begin, end = p.attrs.get("axes"), p.attrs.get("begin"), p.attrs.get("end")
     strides = p.attrs.get("strides") or [1]
-    if axes is None or len(axes) != 1 or axes[0] not in (-1, x.rank - 1) or list(strides) != [1]:
+    if axes is None or begin is None or end is None or len(axes) != 1 \
+            or axes[0] not in (-1, x.rank - 1) or list(strides) != [1]:
         return None
     size = x.shape[-1]
     if is_sym(size) or not all(isinstance(b, int) for b in (begin[0], end[0])):
