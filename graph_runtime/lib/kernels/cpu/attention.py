@@ -247,11 +247,16 @@ class AttentionKernel(PreparedKernel):
                         np.broadcast_to(rest[0], self.full) if self.has_mask else self.no_mask,
                         products)
         if kv != heads:
-            self._cached += (head_view(q, self.offsets[0], heads, dim, kv),
-                             self._cached[1][:, :, None], self._cached[2][:, :, None],
-                             head_view(out, 0, heads, dim, kv),
-                             self.scores.reshape(self.batch, kv, heads // kv,
-                                                 *self.full[2:]))
+            grouped = (head_view(q, self.offsets[0], heads, dim, kv),
+                       head_view(out, 0, heads, dim, kv),
+                       self.scores.reshape(self.batch, kv, heads // kv, *self.full[2:]))
+            if heads // kv > self.q_len:
+                # a group's heads as the rows of one product per query (a decode step's one
+                # query: one GEMM per kv head, not one GEMV per head); each query row and head
+                # is computed alike either way
+                grouped = tuple(a.swapaxes(2, 3) for a in grouped)
+            self._cached += (grouped[0], self._cached[1][:, :, None],
+                             self._cached[2][:, :, None], grouped[1], grouped[2])
         self._seen = arrays
         self._seen_blocks = self.blocks
         return self._cached
