@@ -137,8 +137,9 @@ PASSES: tuple[Pass, ...] = (
          "rotated heads go to a product only", _prims(fuse_rotary), _has("negative")),
     Pass("attention", "prims", "scaled dot-product attention (matmul, scale, mask, softmax, "
          "matmul) as one attention op; K/V heads repeated by repeat_kv (grouped-/multi-query) "
-         "read un-repeated (kv_heads); heads in (batch, heads, tokens, dim) copied into its "
-         "layout", _transformer("attention")),
+         "read un-repeated (kv_heads), a KV cache's (batch, kv heads, tokens, dim) in place; "
+         "other heads in (batch, heads, tokens, dim) copied into its layout",
+         _transformer("attention")),
     Pass("qkv-pack", "prims", "an attention's Q, K, V projections of one input as one dense",
          _prims(pack_qkv), _has("attention")),
     Pass("int8-dynamic-quantize", "prims", "DynamicQuantizeLinear joined to the one product "

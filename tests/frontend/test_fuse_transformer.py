@@ -373,7 +373,8 @@ def _run(result: object, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
 @pytest.mark.parametrize("name", list(LLAMA))
 def test_llama_rotary_and_grouped_kv_fuse_and_match(name: str) -> None:
     """q and k rotated by the rotary op in token layout and k/v read un-repeated (kv_heads 2)
-    by the attention op: no slice/neg/concat, transpose or repeated-heads copy left around it,
+    by the attention op (a KV cache's presents in their own layout): no slice/neg/concat,
+    transpose or repeated-heads copy left around it,
     imported with symbolic dims and at one shape, both as ONNX Runtime computes them. With the
     KV cache the rotated k also makes the present output: that rotation stays in the graph,
     the presents bit for bit as without the rotary pass (and, before any attention output
@@ -403,6 +404,8 @@ def test_llama_rotary_and_grouped_kv_fuse_and_match(name: str) -> None:
             assert ops.count("negative") == (2 if kv else 0)  # k's rotation, for the present
             if not kv:
                 assert not {"strided_slice", "transpose"} & set(ops)
+            else:  # the new tokens' k and v heads, for the presents; the caches read in place
+                assert ops.count("transpose") == 4
             got = _run(result, feeds)
             for i, expected in enumerate(want):
                 err = float(np.abs(got[i] - expected).max())

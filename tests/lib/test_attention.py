@@ -29,15 +29,20 @@ GQA_CASES = [
     (1, 9, 9, 4, 8, (1, 1, 9, 9), True, False, 1),
     (3, 1, 13, 8, 6, (3, 1, 1, 13), False, True, 1),
     (1, 11, 11, 8, 3, (1, 8, 11, 11), False, False, 2),
+    # (..., kv_heads, k and v as (batch, kv_heads, tokens, head_dim): a KV cache's layout)
+    (2, 1, 9, 8, 4, (2, 1, 1, 9), False, False, 2, True),
+    (1, 6, 10, 3, 5, (1, 1, 6, 10), False, True, 3, True),
+    (3, 4, 7, 4, 8, None, False, False, 1, True),
 ]
 TOLERANCE = {"float32": 2e-5, "float64": 1e-12}
 
 
 def _case(batch: int, q_len: int, k_len: int, heads: int, dim: int, mask: Any, packed: bool,
-          nan_to_zero: bool, kv: int = 0, *, dtype: str
+          nan_to_zero: bool, kv: int = 0, heads_layout: bool = False, *, dtype: str
           ) -> tuple[list[np.ndarray], dict[str, Any], np.ndarray]:
     """Inputs, attrs and the float64 reference (softmax as NumPy's: NaN rows, then zeroed); k
-    and v of kv heads (kv_heads given where kv is)."""
+    and v of kv heads (kv_heads given where kv is), as (batch, kv, tokens, dim) arrays where
+    heads_layout."""
     rng = np.random.default_rng(batch * 31 + q_len)
     width, kv_width = heads * dim, (kv or heads) * dim
     if packed:  # one array holds q, k and v side by side, as GPT-2's QKV projection writes
@@ -56,6 +61,10 @@ def _case(batch: int, q_len: int, k_len: int, heads: int, dim: int, mask: Any, p
     heads_of = [a[:, :, o:o + n * dim].reshape(batch, a.shape[1], n, dim).transpose(0, 2, 1, 3)
                 .repeat(heads // n, axis=1)  # repeat_kv: query head h reads kv head h // group
                 for a, o, n in zip(arrays, offsets, (heads, kv or heads, kv or heads))]
+    if heads_layout:
+        for i in (1, 2):
+            arrays[i] = heads_of[i][:, ::heads // (kv or heads)].copy()
+            attrs[f"{'kv'[i - 1]}_offset"] = 0
     s = heads_of[0] @ heads_of[1].transpose(0, 1, 3, 2) * 0.37
     if mask is not None:
         m = np.where(rng.random(mask) < 0.3, -np.inf, rng.standard_normal(mask))
@@ -208,8 +217,7 @@ def test_cpu_onednn_products_match_float64(monkeypatch, case: tuple, threads: st
     arrays, attrs, want = _case(*case, dtype="float32")
     specs = [TensorSpec(a.shape, "float32") for a in arrays]
     p = _params(specs, attrs)
-    kernel = AttentionKernel(**p, products="onednn",
-                             widths=tuple(a.shape[2] for a in arrays[:3]))
+    kernel = AttentionKernel(**p, products="onednn")
     assert kernel.impl and not kernel.impl.startswith("ref")
     # OpenBLAS is held at one thread beside oneDNN's products (a threaded GEMV elsewhere in the
     # run left its threads spinning on the cores oneDNN's OpenMP threads need)
@@ -243,4 +251,22 @@ def test_kv_columns_beyond_k_are_refused() -> None:
              TensorSpec((1, 5, 8), "float32")]
     attrs = {"num_heads": 4, "head_dim": 4, "kv_heads": 2, "k_offset": 2}
     with pytest.raises(LibraryError, match=r"k .* has no columns \[2, 10\) for batch 1"):
+        get_op("attention").infer(specs, attrs)
+
+
+@pytest.mark.parametrize("k_shape,k_offset,message", [
+    ((1, 3, 5, 4), 0, r"k \(1, 3, 5, 4\) float32 is not \(1, 2, tokens, 4\) with k_offset 0 "
+                      r"\(it has 0\)"),
+    ((1, 2, 5, 4), 1, r"k \(1, 2, 5, 4\) float32 is not \(1, 2, tokens, 4\) with k_offset 0 "
+                      r"\(it has 1\)"),
+    ((1, 2, 6, 4), 0, r"v \(1, 2, 5, 4\) float32 needs 6 tokens as k"),
+    ((1, 2, 1, 5, 4), 0, r"k \(1, 2, 1, 5, 4\) float32 must be \(batch, tokens, width\) or")])
+def test_kv_in_heads_layout_of_other_shapes_are_refused(k_shape: tuple, k_offset: int,
+                                                        message: str) -> None:
+    """k and v as a KV cache holds them, (batch, kv_heads, tokens, head_dim), or refused."""
+    from graph_runtime.errors import LibraryError
+    specs = [TensorSpec((1, 5, 16), "float32"), TensorSpec(k_shape, "float32"),
+             TensorSpec((1, 2, 5, 4), "float32")]
+    attrs = {"num_heads": 4, "head_dim": 4, "kv_heads": 2, "k_offset": k_offset}
+    with pytest.raises(LibraryError, match=f"^attention: {message}"):
         get_op("attention").infer(specs, attrs)

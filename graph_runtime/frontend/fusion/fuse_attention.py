@@ -8,11 +8,12 @@ and MPNet's relative position biases, Bloom's ALiBi added to the (batch*heads, q
 summed into the op's one mask, each times the scales applied after it; softmax over the last axis;
 the optional where(isnan(p), 0, p); the second matmul; the views back to (batch, tokens, width).
 K/V heads repeated for grouped- or multi-query attention (repeat_kv: a broadcast_to of a size-1
-axis between kv heads and tokens, merged) are read un-repeated, the op's kv_heads set. An
-operand whose heads are no column block of a (batch, tokens, width) array (heads computed in
-(batch, heads, tokens, dim): rotary embeddings the rotary pass did not take, a KV cache's
-concatenation) is copied into one by the views it was made with and a transpose, which FuseOps
-joins into one copy: K/V before their repeat_kv where they have one.
+axis between kv heads and tokens, merged) are read un-repeated, the op's kv_heads set; K/V made
+in (batch, kv heads, tokens, dim) (a KV cache's concatenation, its present) are given to the op
+in that layout, read in place. Any other operand whose heads are no column block of a (batch,
+tokens, width) array (Q rotated in (batch, heads, tokens, dim) where the rotary pass did not
+take it) is copied into one by the views it was made with and a transpose, which FuseOps joins
+into one copy.
 """
 from __future__ import annotations
 
@@ -208,11 +209,11 @@ def _unrepeated(start: tuple[Value, _Steps], operand: Value, batch: Any, heads: 
                 tokens: Any, dim: int, key_t: bool, env: Env) -> tuple[_Steps, int] | None:
     """The steps from start to the (batch, kv heads, tokens, dim) value repeat_kv repeats, and
     its kv heads, when the operand (made from start by its steps) is that value with each head
-    repeated for heads // kv consecutive heads (a broadcast_to of a size-1 axis, merged); else
-    None."""
+    repeated for heads // kv consecutive heads (a broadcast_to of a size-1 axis, merged), or
+    start itself, unrepeated (kv heads = heads); else None."""
     cur, steps = start
     at = next((i for i, (op, _) in enumerate(steps) if op == "broadcast_to"), None)
-    if at is None:
+    if at is not None and any(op == "broadcast_to" for op, _ in steps[at + 1:]):
         return None
     idx = _index(cur.shape, env)
     traced = [idx]
@@ -220,7 +221,8 @@ def _unrepeated(start: tuple[Value, _Steps], operand: Value, batch: Any, heads: 
         traced.append(_view(traced[-1], op, attrs, env))
     got = traced[-1].reshape(_at(operand.shape, env))
     want_dims = _at((batch, tokens, dim), env)
-    for cut in (at - 1, at):  # before the reshape adding the group axis, or the broadcast
+    # before the reshape adding the group axis, or the broadcast; with none, start
+    for cut in (0,) if at is None else (at - 1, at):
         pre = traced[max(cut, 0)]
         if pre.ndim != 4 or [pre.shape[0], *pre.shape[2:]] != want_dims or heads % pre.shape[1]:
             continue
@@ -415,8 +417,13 @@ def _match(g: PatternGraph, bmm: Prim, env: Env) -> tuple[list[Prim], Prim] | No
             offsets.append(layout[2])
             continue
         if unrepeated[i] is not None and kvs[i] == kv:
-            start = (t[3][0], unrepeated[i][0])  # type: ignore[index]
-            inputs.append(_copied(start, batch, kv, tokens, False, new, origin))
+            # the (batch, kv heads, tokens, dim) value itself (a KV cache's present), read in
+            # place by the op
+            cur = t[3][0]
+            for op, view_attrs in unrepeated[i][0]:  # type: ignore[index]
+                new.append(new_prim(op, [cur], view_attrs, None, origin))
+                cur = new[-1].outputs[0]
+            inputs.append(cur)
         else:  # the heads as the product reads them, repeated ones included
             inputs.append(_copied(start, batch, heads, tokens, kt, new, origin))
         offsets.append(0)

@@ -87,6 +87,14 @@ def _scale_mask_softmax(s: Any, mask: Any, scale: Any, one: Any, nan_to_zero: bo
                 softmax_row(row, nan_to_zero, one)
 
 
+def head_strides(shape: tuple[int, ...], head_dim: int) -> tuple[int, int, int]:
+    """Element strides of batch, head and token of the heads of an array of this shape:
+    (batch, tokens, width) with the heads side by side, or (batch, heads, tokens, head_dim)."""
+    if len(shape) == 4:
+        return shape[1] * shape[2] * shape[3], shape[2] * shape[3], shape[3]
+    return shape[1] * shape[2], head_dim, shape[2]
+
+
 def _groups(h0: int, h1: int, group: int) -> list[tuple[int, int]]:
     """Heads [h0, h1) cut where the kv head they read changes (every group heads); whole
     without groups."""
@@ -103,10 +111,13 @@ def _openmp() -> bool:
 
 
 def head_view(x: Any, offset: int, heads: int, head_dim: int, kv_heads: int = 0) -> Any:
-    """(batch, heads, tokens, head_dim) view of columns [offset, offset + heads * head_dim);
-    with kv_heads, (batch, kv_heads, heads // kv_heads, tokens, head_dim): the heads in groups,
-    one per kv head (k's and v's own kv heads: heads = kv_heads, groups of one, which
-    matmul broadcasts over the query heads of each group)."""
+    """(batch, heads, tokens, head_dim) view of columns [offset, offset + heads * head_dim)
+    (of x itself where x is in that layout, a KV cache's); with kv_heads, (batch, kv_heads,
+    heads // kv_heads, tokens, head_dim): the heads in groups, one per kv head (k's and v's
+    own kv heads: heads = kv_heads, groups of one, which matmul broadcasts over the query heads
+    of each group)."""
+    if x.ndim == 4:
+        return x[:, :, None] if kv_heads else x  # only k's and v's: kv_heads = heads
     batch, tokens = x.shape[:2]
     cols = x[:, :, offset:offset + heads * head_dim]
     if kv_heads:
@@ -122,12 +133,12 @@ class AttentionKernel(PreparedKernel):
     def __init__(self, batch: int, heads: int, q_len: int, k_len: int, head_dim: int,
                  offsets: tuple[int, int, int], scale: float, nan_to_zero: bool,
                  mask_shape: tuple[int, ...] | None, dtype: str, products: str = "blas",
-                 widths: tuple[int, int, int] = (0, 0, 0), kv_heads: int = 0) -> None:
+                 shapes: tuple[tuple[int, ...], ...] = (), kv_heads: int = 0) -> None:
         jit_setup.start()
         self.batch, self.heads, self.q_len, self.head_dim = batch, heads, q_len, head_dim
         self.kv_heads = kv_heads or heads
         self.products = products
-        self.widths = widths  # q, k and v's last dimension, for the oneDNN descriptors
+        self.shapes = shapes  # q's, k's and v's, for the oneDNN descriptors
         self._made: dict[tuple[Block, ...], Any] = {}  # blocks -> HeadProducts
         self.offsets, self.scale, self.nan_to_zero = offsets, scale, nan_to_zero
         self.typed_scale, self.one = np.dtype(dtype).type(scale), np.dtype(dtype).type(1)
@@ -169,11 +180,10 @@ class AttentionKernel(PreparedKernel):
         rng = np.random.default_rng(0)
         batch, heads, q_len, k_len = self.full
         width = max(self.offsets) + heads * self.head_dim  # q's heads are the widest
-        wq, wk, wv = self.widths if min(self.widths) > 0 else (width, width, width)
+        shapes = self.shapes or ((batch, q_len, width), (batch, k_len, width),
+                                 (batch, k_len, width))
         dtype = self.scores.dtype
-        q = rng.standard_normal((batch, q_len, wq)).astype(dtype)
-        k = rng.standard_normal((batch, k_len, wk)).astype(dtype)
-        v = rng.standard_normal((batch, k_len, wv)).astype(dtype)
+        q, k, v = (rng.standard_normal(shape).astype(dtype) for shape in shapes)
         extra = [np.zeros(self.full, dtype)] if self.has_mask else []
         out = np.empty((batch, q_len, heads * self.head_dim), dtype)
 
@@ -211,7 +221,7 @@ class AttentionKernel(PreparedKernel):
             pieces = [(0, batch, 0, heads)] if len(blocks) == 1 else \
                 [(b, b + 1, h0, h1) for b, h0, h1, _, _ in blocks]
             made = self._made[key] = HeadProducts(batch, heads, q_len, k_len, self.head_dim,
-                                                  self.widths, self.offsets, pieces,
+                                                  self.shapes, self.offsets, pieces,
                                                   self.kv_heads)
         return made
 
@@ -247,7 +257,7 @@ class AttentionKernel(PreparedKernel):
                         np.broadcast_to(rest[0], self.full) if self.has_mask else self.no_mask,
                         products)
         if kv != heads:
-            grouped = (head_view(q, self.offsets[0], heads, dim, kv),
+            grouped: tuple[Any, ...] = (head_view(q, self.offsets[0], heads, dim, kv),
                        head_view(out, 0, heads, dim, kv),
                        self.scores.reshape(self.batch, kv, heads // kv, *self.full[2:]))
             if heads // kv > self.q_len:
