@@ -63,10 +63,8 @@ def _run(kernel_of: str, arrays: list[np.ndarray], attrs: dict, want: np.ndarray
 def test_kernel_matches_rotate_half(case: tuple, dtype: str, backend_name: str) -> None:
     arrays, attrs, want = _case(*case, dtype=dtype)
     got = _run(backend_name, arrays, attrs, want)
-    if backend_name == "cpu":  # the same float32 roundings as the exporters' Mul, Neg, Add
-        np.testing.assert_array_equal(got, want)
-    else:
-        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    # the same roundings as the exporters' Mul, Neg and Add (no fused multiply-add)
+    np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("case", CASES)

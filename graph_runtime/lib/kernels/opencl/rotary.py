@@ -16,7 +16,10 @@ if TYPE_CHECKING:
 def rotary_source(dtype: str) -> str:
     """gr_rotary for dtype, computing in its compute type."""
     acc = compute_type(dtype, "opencl")
+    # NOTE: no fused multiply-add: each product rounded before the sum, as the exporters' Mul
+    # and Add are (OpenCL C may contract a * b + c by default)
     return cl_header([dtype]) + f"""
+#pragma OPENCL FP_CONTRACT OFF
 // numpy counterpart: ops/rotary.py's host kernel (x * cos + rotate_half(x) * sin per head)
 __kernel void gr_rotary({cl_param("out", dtype, const=False)}, {cl_param("x", dtype)},
         {cl_param("cos", dtype)}, {cl_param("sin", dtype)}, long n, long T, long H, long D,
