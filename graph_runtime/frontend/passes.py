@@ -133,8 +133,8 @@ PASSES: tuple[Pass, ...] = (
     Pass("rms-norm", "prims", "a decomposed RMSNorm (mean of squares, rsqrt, scale) as "
          "rms_norm", _transformer("rms-norm")),
     Pass("rotary", "prims", "x * cos + rotate_half(x) * sin over a projection's heads (LLaMA, "
-         "Mistral, Qwen2, Phi-3) as one rotary op reading and writing token layout, where the "
-         "rotated heads go to a product only", _prims(fuse_rotary), _has("negative")),
+         "Mistral, Qwen2, Phi-3) as one rotary op reading and writing token layout, viewed "
+         "back for the attention", _prims(fuse_rotary), _has("negative")),
     Pass("attention", "prims", "scaled dot-product attention (matmul, scale, mask, softmax, "
          "matmul) as one attention op; K/V heads repeated by repeat_kv (grouped-/multi-query) "
          "read un-repeated (kv_heads), a KV cache's (batch, kv heads, tokens, dim) in place; "

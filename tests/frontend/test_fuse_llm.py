@@ -282,18 +282,16 @@ def test_tiled_heads_are_not_grouped(backend_name: str) -> None:
 
 
 @pytest.mark.parametrize("kv_heads", [2, 4])
-def test_rotated_k_given_out_keeps_its_rotation_in_the_graph(kv_heads: int,
+def test_rotated_k_given_out_keeps_its_layout_and_values(kv_heads: int,
                                                             backend_name: str) -> None:
-    """The rotated K heads are also an output (a KV cache's present): they stay as the graph
-    computes them, bit for bit as without the fusions; q is rotated by the op, K read in its
-    (batch, kv heads, tokens, dim) layout (un-repeated) by the attention."""
+    """The rotated K heads are also an output (a KV cache's present): rotated by the op in
+    token layout, put in (batch, kv heads, tokens, dim) for the output, bit for bit as without
+    the fusions, and read there (un-repeated) by the attention."""
     m = _gqa(2, 6, 4, kv_heads, 8, True, k_out=True)
     result = import_onnx(m)
-    assert result.patterns["rotary"] == 1
+    assert result.patterns["rotary"] == 2
     assert result.patterns["grouped_kv"] == (kv_heads != 4)
-    # k's heads put in (batch, kv heads, tokens, dim) for the rotation the output needs; no
-    # copy of q, k or v for the attention
-    assert _ops(result).count("transpose") == 1
+    assert _ops(result).count("transpose") == 1  # k's for the output; no copy for attention
     x = np.random.default_rng(5).standard_normal((2, 6, 32)).astype(np.float32)
     assert_matches(m, {"x": x}, backend_name)
     fused = run_ours(m, {"x": x}, backend_name)

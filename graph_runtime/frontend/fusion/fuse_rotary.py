@@ -7,9 +7,9 @@ block of one, Phi-3's packed QKV) made by reshape and transpose, and cos/sin are
 tables broadcasting over the heads. Partial rotary (x the first rotary_dim of each head,
 concatenated back with the rest) is taken too. The op reads the projection and writes the
 rotated heads in token layout, and the heads are viewed back as the graph had them: the
-attention pass then reads them in place instead of copying them. Only where every reader of the
-rotated heads is a view on the way to a product (the attention's): a KV cache's concatenation
-(present) is left as the graph computes it.
+attention pass then reads them in place instead of copying them, and any other reader (a KV
+cache's concatenation into its present) gets them in that layout, a copy as before. The op's
+kernels round as the exporters' Mul, Neg and Add do, so the values are the graph's bit for bit.
 """
 from __future__ import annotations
 
@@ -19,9 +19,6 @@ from typing import Any
 from ..ir import Prim, Value
 from ..symdim import is_int, is_sym, same, same_shape
 from .pattern import PatternGraph, last_axis_slice, new_prim, other
-
-_VIEWS = ("reshape", "transpose", "broadcast_to")
-
 
 def _heads(xh: Value) -> tuple[Value, int, int, int] | None:
     """(projection, column offset, heads, dim) when xh (batch, heads, tokens, dim) is the heads
@@ -64,15 +61,6 @@ def _table(t: Value, heads_shape: tuple[Any, ...], rot: int, prims: list[Prim], 
         return Value(t.name, table, t.dtype, const=t.const.reshape(table))
     prims.append(new_prim("reshape", [t], {"newshape": list(table)}, None, origin))
     return prims[-1].outputs[0]
-
-
-def _to_products(g: PatternGraph, v: Value) -> bool:
-    """Whether v is read, through views alone, by products alone (and is no graph output)."""
-    readers = g.readers.get(id(v), [])
-    if id(v) in g.pinned or not readers:
-        return False
-    return all(p.op in ("batch_matmul", "matmul")
-               or (p.op in _VIEWS and _to_products(g, p.outputs[0])) for p in readers)
 
 
 def match_rotary(g: PatternGraph, neg: Prim) -> tuple[list[Prim], Prim] | None:
@@ -121,7 +109,7 @@ def match_rotary(g: PatternGraph, neg: Prim) -> tuple[list[Prim], Prim] | None:
                 return None
             out = rest.outputs[0]
     heads = _heads(xh)
-    if heads is None or heads[0].dtype != x.dtype or not _to_products(g, out):
+    if heads is None or heads[0].dtype != x.dtype:
         return None
     src, offset, num_heads, dim = heads
     origin = neg.origin
