@@ -394,8 +394,8 @@ def _match(g: PatternGraph, bmm: Prim, env: Env) -> tuple[list[Prim], Prim] | No
     if is_sym(heads) or not same(bh, batch * heads) or traced[2][2] != 1.0:
         return None
     scale *= traced[0][2] * traced[1][2]
-    # each operand read in place (a column block of kv heads, repeated or not), or copied: its
-    # heads before repeat_kv's broadcast where that is how it was made, else as it is read
+    # each operand read in place: a column block of kv heads (repeated or not), or k's and v's
+    # (batch, kv heads, tokens, dim) value before repeat_kv's broadcast; else copied as read
     kvs: list[int] = []
     unrepeated: list[tuple[_Steps, int] | None] = []
     for i, (t, layout, o, (tokens, kt)) in enumerate(zip(traced, layouts, operands, kinds)):
@@ -411,7 +411,7 @@ def _match(g: PatternGraph, bmm: Prim, env: Env) -> tuple[list[Prim], Prim] | No
     inputs: list[Value] = []
     offsets = []
     for i, (t, layout, (tokens, kt)) in enumerate(zip(traced, layouts, kinds)):
-        kv, start = (heads, t[3]) if i == 0 else (kv_heads, t[3])
+        kv = heads if i == 0 else kv_heads
         if layout is not None and kvs[i] == kv:
             inputs.append(_as_3d(t[0], batch, layout[4], new, origin))
             offsets.append(layout[2])
@@ -425,7 +425,7 @@ def _match(g: PatternGraph, bmm: Prim, env: Env) -> tuple[list[Prim], Prim] | No
                 cur = new[-1].outputs[0]
             inputs.append(cur)
         else:  # the heads as the product reads them, repeated ones included
-            inputs.append(_copied(start, batch, heads, tokens, kt, new, origin))
+            inputs.append(_copied(t[3], batch, heads, tokens, kt, new, origin))
         offsets.append(0)
     # context (batch*heads, q_len, dim) -> views -> (batch, q_len, heads*dim) or 2-D
     cur = bmm2.outputs[0]

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from ...errors import LibraryError
 from ..ir import Prim, Value
 from ..symdim import is_int, is_sym, same, same_shape
 from .pattern import PatternGraph, last_axis_slice, new_prim, other
@@ -143,7 +144,7 @@ def fuse_rotary(prims: list[Prim], outputs: list[Value]) -> tuple[list[Prim], Co
             continue
         try:
             found = match_rotary(g, p)
-        except (ValueError, KeyError, TypeError, IndexError):
+        except (ValueError, KeyError, TypeError, IndexError, LibraryError):
             continue  # a shape or attribute this matcher did not expect: leave the prims
         if found is not None:
             new, old = found
