@@ -8,8 +8,9 @@ where(isnan(p), 0, p) on the probabilities), kv_heads (num_heads): grouped- and 
 attention, k and v holding kv_heads heads in columns [offset, offset + kv_heads * head_dim),
 query head h reading kv head h // (num_heads // kv_heads), as LLaMA's repeat_kv lays them out.
 k and v may instead be (batch, kv_heads, k_len, head_dim) arrays (a KV cache's layout, offset 0),
-each head read where it lies. Output (batch, q_len, num_heads * head_dim). frontend/fusion/fuse_transformer.py forms it from the
-exporters' reshape/transpose/matmul/softmax patterns.
+each head read where it lies. Output (batch, q_len, num_heads * head_dim).
+frontend/fusion/fuse_transformer.py forms it from the exporters' reshape/transpose/matmul/softmax
+patterns.
 """
 from __future__ import annotations
 

@@ -257,9 +257,9 @@ class AttentionKernel(PreparedKernel):
                         np.broadcast_to(rest[0], self.full) if self.has_mask else self.no_mask,
                         products)
         if kv != heads:
-            grouped: tuple[Any, ...] = (head_view(q, self.offsets[0], heads, dim, kv),
-                       head_view(out, 0, heads, dim, kv),
-                       self.scores.reshape(self.batch, kv, heads // kv, *self.full[2:]))
+            grouped: tuple[Any, ...] = (
+                head_view(q, self.offsets[0], heads, dim, kv), head_view(out, 0, heads, dim, kv),
+                self.scores.reshape(self.batch, kv, heads // kv, *self.full[2:]))
             if heads // kv > self.q_len:
                 # a group's heads as the rows of one product per query (a decode step's one
                 # query: one GEMM per kv head, not one GEMV per head); each query row and head

@@ -104,9 +104,8 @@ class AttentionCl(PreparedKernel):
         self.has_mask = mask_shape is not None
         self.scalars = (np.int64(self.rows), np.int64(heads), np.int64(q_len),
                         np.int64(k_len), np.int64(head_dim),
-                        np.int64(shapes[0][2]),
-                        *(np.int64(s) for shape in shapes[1:] for s in head_strides(shape,
-                                                                                     head_dim)),
+                        np.int64(shapes[0][2]),  # q's width, then k's and v's strides
+                        *(np.int64(s) for kv in shapes[1:] for s in head_strides(kv, head_dim)),
                         *(np.int64(o) for o in offsets),
                         np.int64(heads // (kv_heads or heads)),
                         *(np.int64(s) for s in mask_strides), acc.type(scale),
