@@ -21,6 +21,7 @@ from ..ir import Prim, Value
 from ..symdim import is_int, is_sym, same, same_shape
 from .pattern import PatternGraph, last_axis_slice, new_prim, other
 
+
 def _heads(xh: Value) -> tuple[Value, int, int, int] | None:
     """(projection, column offset, heads, dim) when xh (batch, heads, tokens, dim) is the heads
     of a (batch, tokens, width) projection by reshape and transpose (0, 2, 1, 3)."""
