@@ -26,6 +26,7 @@ from .fusion.fuse_qdq_attention import fuse_qdq_attention
 from .fusion.fuse_qdq_norm import fuse_qdq_norms
 from .fusion.fuse_qdq_qkv import columns_form, pack_qdq_qkv
 from .fusion.fuse_qkv import live, pack_qkv
+from .fusion.fuse_rotary import fuse_rotary
 from .fusion.fuse_transformer import fuse_transformer
 from .ir import Prim, Value
 
@@ -131,9 +132,13 @@ PASSES: tuple[Pass, ...] = (
          "layer_norm", _transformer("layer-norm")),
     Pass("rms-norm", "prims", "a decomposed RMSNorm (mean of squares, rsqrt, scale) as "
          "rms_norm", _transformer("rms-norm")),
+    Pass("rotary", "prims", "x * cos + rotate_half(x) * sin over a projection's heads (LLaMA, "
+         "Mistral, Qwen2, Phi-3) as one rotary op reading and writing token layout, viewed "
+         "back for the attention", _prims(fuse_rotary), _has("negative")),
     Pass("attention", "prims", "scaled dot-product attention (matmul, scale, mask, softmax, "
-         "matmul) as one attention op; heads rotated in (batch, heads, tokens, dim) or K/V "
-         "heads repeated (grouped-/multi-query) are copied into its layout",
+         "matmul) as one attention op; K/V heads repeated by repeat_kv (grouped-/multi-query) "
+         "read un-repeated (kv_heads), a KV cache's (batch, kv heads, tokens, dim) in place; "
+         "other heads in (batch, heads, tokens, dim) copied into its layout",
          _transformer("attention")),
     Pass("qkv-pack", "prims", "an attention's Q, K, V projections of one input as one dense",
          _prims(pack_qkv), _has("attention")),

@@ -7,7 +7,8 @@ import math
 
 import numpy as np
 import pytest
-from onnx_builders import F32, assert_matches, helper, init, model, numpy_helper, tensor, weights
+from onnx_builders import (F32, assert_matches, helper, init, model, numpy_helper, run_ours,
+                           tensor, weights)
 
 from graph_runtime.frontend.importer import import_onnx
 
@@ -116,31 +117,49 @@ def test_sigmoid_times_another_value_is_no_silu() -> None:
     assert "silu" not in dict(import_onnx(m).patterns)
 
 
-def _rotary(name: str, heads: int, seq: int, dim: int, nodes: list, inits: list) -> str:
-    """name * cos + rotate_half(name) * sin over (batch, heads, seq, dim), as LLaMA's code."""
-    half = dim // 2
-    nodes += [helper.make_node("Slice", [name, "zero1", "half1", "axis3"], [f"{name}_a"]),
-              helper.make_node("Slice", [name, "half1", "dim1", "axis3"], [f"{name}_b"]),
-              helper.make_node("Neg", [f"{name}_b"], [f"{name}_nb"]),
-              helper.make_node("Concat", [f"{name}_nb", f"{name}_a"], [f"{name}_rot"], axis=3),
-              helper.make_node("Mul", [name, "cos"], [f"{name}_c"]),
-              helper.make_node("Mul", [f"{name}_rot", "sin"], [f"{name}_s"]),
-              helper.make_node("Add", [f"{name}_c", f"{name}_s"], [f"{name}_r"])]
+def _rotary(name: str, heads: int, seq: int, dim: int, nodes: list, inits: list,
+            rot: int = 0, flipped: bool = False) -> str:
+    """name * cos + rotate_half(name) * sin over (batch, heads, seq, dim), as LLaMA's code; with
+    rot, over the first rot of each head, the rest concatenated after (GPT-NeoX's partial
+    rotary); flipped: concat(x_a, -x_b), no rotate_half."""
+    rot = rot or dim
+    half = rot // 2
+    x = name
+    if rot != dim:
+        nodes += [helper.make_node("Slice", [name, "zero1", "rot1", "axis3"], [f"{name}_x"]),
+                  helper.make_node("Slice", [name, "rot1", "dim1", "axis3"], [f"{name}_p"])]
+        x = f"{name}_x"
+    parts = [f"{x}_a", f"{x}_nb"] if flipped else [f"{x}_nb", f"{x}_a"]
+    nodes += [helper.make_node("Slice", [x, "zero1", "half1", "axis3"], [f"{x}_a"]),
+              helper.make_node("Slice", [x, "half1", "rot1", "axis3"], [f"{x}_b"]),
+              helper.make_node("Neg", [f"{x}_b"], [f"{x}_nb"]),
+              helper.make_node("Concat", parts, [f"{x}_rot"], axis=3),
+              helper.make_node("Mul", [x, "cos"], [f"{x}_c"]),
+              helper.make_node("Mul", [f"{x}_rot", "sin"], [f"{x}_s"]),
+              helper.make_node("Add", [f"{x}_c", f"{x}_s"], [f"{name}_r"])]
+    if rot != dim:
+        nodes[-1].output[0] = f"{name}_rr"
+        nodes.append(helper.make_node("Concat", [f"{name}_rr", f"{name}_p"], [f"{name}_r"],
+                                      axis=3))
     if not any(i.name == "cos" for i in inits):
-        angles = np.arange(seq)[:, None] / 10000 ** (np.arange(half) * 2 / dim)[None]
+        angles = np.arange(seq)[:, None] / 10000 ** (np.arange(half) * 2 / rot)[None]
         angles = np.concatenate([angles, angles], 1)[None, None]
         inits += [init("cos", np.cos(angles).astype(np.float32)),
                   init("sin", np.sin(angles).astype(np.float32)),
                   init("zero1", np.array([0], np.int64)), init("half1", np.array([half])),
-                  init("dim1", np.array([dim])), init("axis3", np.array([3]))]
+                  init("rot1", np.array([rot])), init("dim1", np.array([dim])),
+                  init("axis3", np.array([3]))]
     return f"{name}_r"
 
 
 def _gqa(batch: int, seq: int, heads: int, kv_heads: int, dim: int, rotary: bool,
-         packed: bool = False) -> object:
+         packed: bool = False, rot: int = 0, flipped: bool = False, tiled: bool = False,
+         k_out: bool = False) -> object:
     """LLaMA's attention: projections (or one packed projection split in three), heads by
-    Reshape/Transpose, rotary on q and k, K/V heads repeated by Unsqueeze/Expand/Reshape,
-    MatMul, scale, causal mask, Softmax, MatMul, heads back to (batch, seq, heads * dim)."""
+    Reshape/Transpose, rotary on q and k (partial with rot; no rotate_half if flipped), K/V
+    heads repeated by Unsqueeze/Expand/Reshape (tiled: Tile, kv head h % kv_heads for head h),
+    MatMul, scale, causal mask, Softmax, MatMul, heads back to (batch, seq, heads * dim); k_out:
+    the rotated K heads an output too (as a KV cache's present)."""
     emb, group = 32, heads // kv_heads
     nodes: list = []
     inits = [init("wq", weights(emb, heads * dim)), init("wk", weights(emb, kv_heads * dim)),
@@ -152,7 +171,8 @@ def _gqa(batch: int, seq: int, heads: int, kv_heads: int, dim: int, rotary: bool
              init("kv5", np.array([batch, kv_heads, group, seq, dim], np.int64)),
              init("rep4", np.array([batch, heads, seq, dim], np.int64)),
              init("out3", np.array([batch, seq, heads * dim], np.int64)),
-             init("axis2", np.array([2], np.int64))]
+             init("axis2", np.array([2], np.int64)),
+             init("tile4", np.array([1, group, 1, 1], np.int64))]
     if packed:
         inits += [init("wqkv", np.concatenate([numpy_helper.to_array(i) for i in inits[:3]], 1)),
                   init("splits", np.array([heads * dim, kv_heads * dim, kv_heads * dim]))]
@@ -165,12 +185,16 @@ def _gqa(batch: int, seq: int, heads: int, kv_heads: int, dim: int, rotary: bool
                   helper.make_node("Transpose", [f"r{n}"], [f"t{n}"], perm=[0, 2, 1, 3])]
     q, k = "tq", "tk"
     if rotary:
-        q = _rotary("tq", heads, seq, dim, nodes, inits)
-        k = _rotary("tk", kv_heads, seq, dim, nodes, inits)
+        q = _rotary("tq", heads, seq, dim, nodes, inits, rot, flipped)
+        k = _rotary("tk", kv_heads, seq, dim, nodes, inits, rot, flipped)
     repeated = {}
     for n, src in (("k", k), ("v", "tv")):
         if group == 1:
             repeated[n] = src
+            continue
+        if tiled:
+            nodes.append(helper.make_node("Tile", [src, "tile4"], [f"g{n}"]))
+            repeated[n] = f"g{n}"
             continue
         nodes += [helper.make_node("Unsqueeze", [src, "axis2"], [f"u{n}"]),
                   helper.make_node("Expand", [f"u{n}", "kv5"], [f"e{n}"]),
@@ -185,8 +209,10 @@ def _gqa(batch: int, seq: int, heads: int, kv_heads: int, dim: int, rotary: bool
               helper.make_node("Transpose", ["ctx"], ["ctx_t"], perm=[0, 2, 1, 3]),
               helper.make_node("Reshape", ["ctx_t", "out3"], ["y"])]
     used = {i for n in nodes for i in n.input}
-    return model(nodes, [tensor("x", F32, [batch, seq, emb])],
-                 [tensor("y", F32, [batch, seq, heads * dim])],
+    outputs = [tensor("y", F32, [batch, seq, heads * dim])]
+    if k_out:
+        outputs.append(tensor(k, F32, [batch, kv_heads, seq, dim]))
+    return model(nodes, [tensor("x", F32, [batch, seq, emb])], outputs,
                  [i for i in inits if i.name in used], opset=17)
 
 
@@ -203,10 +229,74 @@ def test_grouped_query_attention_fuses(batch: int, seq: int, heads: int, kv_head
     m = _gqa(batch, seq, heads, kv_heads, dim, rotary, packed)
     result = import_onnx(m)
     assert result.patterns["attention"] == 1
+    # q and k rotated in token layout, k and v read un-repeated: no copy left around attention
+    assert result.patterns["rotary"] == (2 if rotary else 0)
+    assert result.patterns["grouped_kv"] == (heads != kv_heads)
+    (attention,) = _attention_attrs(result)
+    assert attention.get("kv_heads", heads) == kv_heads
     ops = _ops(result)
     assert "softmax" not in ops and "batch_matmul" not in ops
+    assert not {"broadcast_to", "transpose", "negative", "strided_slice"} & set(ops)
     x = np.random.default_rng(seq).standard_normal((batch, seq, 32)).astype(np.float32)
     assert_matches(m, {"x": x}, backend_name)
+
+
+def _attention_attrs(result: object) -> list[dict]:
+    return [s for f in result.lib_doc["functions"].values()  # type: ignore[attr-defined]
+            for s in f.get("ops", [f]) if s["op"] == "attention"]
+
+
+@pytest.mark.parametrize("rot", [4, 6])
+def test_partial_rotary_fuses(rot: int, backend_name: str) -> None:
+    """GPT-NeoX's and Phi's partial rotary: the first rot of each head rotated, the rest
+    concatenated back unchanged, all in one rotary op."""
+    m = _gqa(2, 7, 4, 2, 8, True, rot=rot)
+    result = import_onnx(m)
+    assert result.patterns["rotary"] == 2 and result.patterns["grouped_kv"] == 1
+    ops = _ops(result)
+    assert "concatenate" not in ops and "strided_slice" not in ops
+    assert all(s.get("rotary_dim") == rot for f in result.lib_doc["functions"].values()
+               for s in f.get("ops", [f]) if s["op"] == "rotary")
+    x = np.random.default_rng(rot).standard_normal((2, 7, 32)).astype(np.float32)
+    assert_matches(m, {"x": x}, backend_name)
+
+
+def test_no_rotate_half_is_no_rotary(backend_name: str) -> None:
+    """concat(x_a, -x_b) * sin: not rotate_half, so the prims stay as the graph wrote them."""
+    m = _gqa(1, 6, 4, 2, 8, True, flipped=True)
+    result = import_onnx(m)
+    assert "rotary" not in result.patterns and "negative" in _ops(result)
+    x = np.random.default_rng(3).standard_normal((1, 6, 32)).astype(np.float32)
+    assert_matches(m, {"x": x}, backend_name)
+
+
+def test_tiled_heads_are_not_grouped(backend_name: str) -> None:
+    """Tile repeats the kv heads as a whole (head h reads kv head h % kv_heads), not as
+    repeat_kv does: the op's kv_heads cannot say that, so K and V are copied as read."""
+    m = _gqa(2, 5, 6, 2, 4, True, tiled=True)
+    result = import_onnx(m)
+    assert result.patterns["attention"] == 1 and "grouped_kv" not in result.patterns
+    assert all("kv_heads" not in a for a in _attention_attrs(result))
+    x = np.random.default_rng(4).standard_normal((2, 5, 32)).astype(np.float32)
+    assert_matches(m, {"x": x}, backend_name)
+
+
+@pytest.mark.parametrize("kv_heads", [2, 4])
+def test_rotated_k_given_out_keeps_its_layout_and_values(kv_heads: int,
+                                                            backend_name: str) -> None:
+    """The rotated K heads are also an output (a KV cache's present): rotated by the op in
+    token layout, put in (batch, kv heads, tokens, dim) for the output, bit for bit as without
+    the fusions, and read there (un-repeated) by the attention."""
+    m = _gqa(2, 6, 4, kv_heads, 8, True, k_out=True)
+    result = import_onnx(m)
+    assert result.patterns["rotary"] == 2
+    assert result.patterns["grouped_kv"] == (kv_heads != 4)
+    assert _ops(result).count("transpose") == 1  # k's for the output; no copy for attention
+    x = np.random.default_rng(5).standard_normal((2, 6, 32)).astype(np.float32)
+    assert_matches(m, {"x": x}, backend_name)
+    fused = run_ours(m, {"x": x}, backend_name)
+    plain = run_ours(m, {"x": x}, backend_name, disable=["rotary", "attention"])
+    np.testing.assert_array_equal(fused[1], plain[1])
 
 
 def test_value_heads_of_another_width_are_left_unfused(backend_name: str) -> None:
@@ -231,3 +321,9 @@ def test_value_heads_of_another_width_are_left_unfused(backend_name: str) -> Non
 def test_grouped_query_attention_disabled_keeps_the_products() -> None:
     result = import_onnx(_gqa(1, 9, 4, 2, 8, True), disable=["attention"])
     assert "attention" not in _ops(result) and "softmax" in _ops(result)
+
+
+def test_rotary_disabled_keeps_rotate_half() -> None:
+    result = import_onnx(_gqa(1, 9, 4, 2, 8, True), disable=["rotary"])
+    assert "rotary" not in _ops(result) and "negative" in _ops(result)
+    assert result.patterns["attention"] == 1 and result.patterns["grouped_kv"] == 1

@@ -323,3 +323,95 @@ def test_scores_divided_by_zero_are_left_to_the_prims(backend_name: str) -> None
     (got,) = run_ours(m, feeds, backend_name)
     (want,) = run_ort(m, feeds)
     np.testing.assert_allclose(got, want, rtol=1e-5, equal_nan=True)
+
+
+# LLaMA's tiny exports (bench/dynamic_models.py --tiny: 4 heads of 16 reading 2 kv heads, 2
+# layers), the dims by name and the bindings each runs at (position ids after past).
+LLAMA = {"llama_tiny_ts": [{"batch": 1, "seq": 9}, {"batch": 2, "seq": 17},
+                           {"batch": 3, "seq": 1}],
+         "llama_tiny_dynamo": [{"s72": 1, "s43": 1, "s53": 9}, {"s72": 2, "s43": 2, "s53": 17}],
+         "llama_tiny_kv_ts": [{"batch": 1, "seq": 1, "past": 5, "total": 6},
+                              {"batch": 2, "seq": 7, "past": 0, "total": 7},
+                              {"batch": 1, "seq": 3, "past": 20, "total": 23}]}
+
+
+def _llama_feeds(session: object, env: dict[str, int]) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(sum(env.values()))
+    feeds = {}
+    for i in session.get_inputs():  # type: ignore[attr-defined]
+        shape = [env[d] if isinstance(d, str) else d for d in i.shape]
+        if "int64" not in i.type:  # the KV cache
+            feeds[i.name] = rng.standard_normal(shape).astype(np.float32)
+        elif "mask" in i.name:
+            feeds[i.name] = np.ones(shape, np.int64)
+            feeds[i.name][0, :min(2, shape[-1] - 1)] = 0  # row 0 padded on the left
+        elif "position" in i.name:
+            past = env.get("past", 0)
+            feeds[i.name] = np.broadcast_to(np.arange(past, past + shape[-1]), shape).copy()
+        else:
+            feeds[i.name] = rng.integers(0, 100, shape)
+    return feeds
+
+
+def _ops_of(result: object) -> list[dict]:
+    """The ops of every node of the graph, in order (a function as often as nodes call it)."""
+    import json
+    graph = result.graph_json  # type: ignore[attr-defined]
+    nodes = (json.loads(graph) if isinstance(graph, str) else graph)["nodes"]
+    functions = result.lib_doc["functions"]  # type: ignore[attr-defined]
+    called = [functions[n["attrs"]["func_name"]] for n in nodes if n["op"] == "tvm_op"]
+    return [s for f in called for s in f.get("ops", [f])]
+
+
+def _run(result: object, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    module = gr.create(result.graph_json, result.module())  # type: ignore[attr-defined]
+    module.load_params(result.params)  # type: ignore[attr-defined]
+    module.run(**feeds)
+    return [module.get_output(i).numpy() for i in range(module.get_num_outputs())]
+
+
+@pytest.mark.parametrize("name", list(LLAMA))
+def test_llama_rotary_and_grouped_kv_fuse_and_match(name: str) -> None:
+    """q and k rotated by the rotary op in token layout and k/v read un-repeated (kv_heads 2)
+    by the attention op (a KV cache's presents in their own layout): no slice/neg/concat,
+    transpose or repeated-heads copy left around it,
+    imported with symbolic dims and at one shape, both as ONNX Runtime computes them. With the
+    KV cache the rotated k also makes the present output, in its own layout: the presents bit
+    for bit as without the rotary pass (and, before any attention output reaches them, without
+    the attention pass: its kv heads are read, never rewritten)."""
+    path = DATA / f"{name}.onnx"
+    kv = "kv" in name
+    symbolic = import_onnx(path)
+    want_patterns = {"silu": 2, "rms_norm": 5, "rotary": 4, "attention": 2, "grouped_kv": 2}
+    assert dict(symbolic.patterns) == want_patterns
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    if kv:
+        no_rotary = import_onnx(path, disable=["rotary"])
+        plain = import_onnx(path, disable=["rotary", "attention"])
+    for env in LLAMA[name]:
+        feeds = _llama_feeds(session, env)
+        want = session.run(None, feeds)
+        results = [symbolic]
+        if env is LLAMA[name][0]:
+            results.append(import_onnx(path, shape={k: list(v.shape) for k, v in feeds.items()}))
+            assert dict(results[1].patterns) == want_patterns
+        for result in results:
+            ops = [s["op"] for s in _ops_of(result)]
+            attentions = [s for s in _ops_of(result) if s["op"] == "attention"]
+            assert [(a["num_heads"], a.get("kv_heads")) for a in attentions] == [(4, 2)] * 2
+            assert ops.count("rotary") == 4 and "negative" not in ops
+            assert "strided_slice" not in ops
+            # with a KV cache, the new tokens' k and v heads in the presents' layout; the
+            # presents read in place
+            assert ops.count("transpose") == (4 if kv else 0)
+            got = _run(result, feeds)
+            for i, expected in enumerate(want):
+                err = float(np.abs(got[i] - expected).max())
+                assert err <= 1e-5, f"{name} {env} output {i}: max|diff| {err:.3g}"
+        if kv:  # outputs: logits, then each layer's key and value
+            presents = _run(symbolic, feeds)[1:]
+            for fused, unfused in zip(presents, _run(no_rotary, feeds)[1:]):
+                np.testing.assert_array_equal(fused, unfused)
+            # the first layer's, before any attention output reaches them
+            for fused, unfused in zip(presents[:2], _run(plain, feeds)[1:3]):
+                np.testing.assert_array_equal(fused, unfused)

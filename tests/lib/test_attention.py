@@ -1,5 +1,6 @@
 """The attention op's kernels (CPU, OpenCL, and the NumPy-API one CUDA runs through CuPy) against
-float64 NumPy: odd sizes, packed and separate q/k/v columns, broadcast masks, NaN rows."""
+float64 NumPy: odd sizes, packed and separate q/k/v columns, broadcast masks, NaN rows, k and v
+of fewer heads (grouped- and multi-query)."""
 from __future__ import annotations
 
 from typing import Any
@@ -21,26 +22,49 @@ CASES = [
     (3, 11, 4, 2, 3, (3, 2, 11, 4), False, False),
     (1, 1, 13, 6, 16, (1, 1, 1, 13), False, True),
 ]
+# (..., kv_heads): grouped-query attention at ratios 1, 2, 4 and 8 (multi-query: one kv head)
+GQA_CASES = [
+    (2, 7, 7, 3, 5, (2, 1, 1, 7), False, True, 3),
+    (2, 5, 6, 4, 4, None, False, False, 2),
+    (1, 9, 9, 4, 8, (1, 1, 9, 9), True, False, 1),
+    (3, 1, 13, 8, 6, (3, 1, 1, 13), False, True, 1),
+    (1, 11, 11, 8, 3, (1, 8, 11, 11), False, False, 2),
+    # (..., kv_heads, k and v as (batch, kv_heads, tokens, head_dim): a KV cache's layout)
+    (2, 1, 9, 8, 4, (2, 1, 1, 9), False, False, 2, True),
+    (1, 6, 10, 3, 5, (1, 1, 6, 10), False, True, 3, True),
+    (3, 4, 7, 4, 8, None, False, False, 1, True),
+]
 TOLERANCE = {"float32": 2e-5, "float64": 1e-12}
 
 
 def _case(batch: int, q_len: int, k_len: int, heads: int, dim: int, mask: Any, packed: bool,
-          nan_to_zero: bool, dtype: str) -> tuple[list[np.ndarray], dict[str, Any], np.ndarray]:
-    """Inputs, attrs and the float64 reference (softmax as NumPy's: NaN rows, then zeroed)."""
+          nan_to_zero: bool, kv: int = 0, heads_layout: bool = False, *, dtype: str
+          ) -> tuple[list[np.ndarray], dict[str, Any], np.ndarray]:
+    """Inputs, attrs and the float64 reference (softmax as NumPy's: NaN rows, then zeroed); k
+    and v of kv heads (kv_heads given where kv is), as (batch, kv, tokens, dim) arrays where
+    heads_layout."""
     rng = np.random.default_rng(batch * 31 + q_len)
-    width = heads * dim
+    width, kv_width = heads * dim, (kv or heads) * dim
     if packed:  # one array holds q, k and v side by side, as GPT-2's QKV projection writes
         assert q_len == k_len
-        qkv = rng.standard_normal((batch, q_len, 3 * width + 2))
+        qkv = rng.standard_normal((batch, q_len, width + 2 * kv_width + 2))
         arrays = [qkv, qkv, qkv]
-        offsets = (1, 1 + width, 1 + 2 * width)
+        offsets = (1, 1 + width, 1 + width + kv_width)
     else:
-        arrays = [rng.standard_normal((batch, n, width + 3)) for n in (q_len, k_len, k_len)]
+        arrays = [rng.standard_normal((batch, n, w + 3))
+                  for n, w in ((q_len, width), (k_len, kv_width), (k_len, kv_width))]
         offsets = (2, 0, 3)
     attrs = {"num_heads": heads, "head_dim": dim, "scale": 0.37, "q_offset": offsets[0],
              "k_offset": offsets[1], "v_offset": offsets[2], "nan_to_zero": nan_to_zero}
-    heads_of = [a[:, :, o:o + width].reshape(batch, a.shape[1], heads, dim).transpose(0, 2, 1, 3)
-                for a, o in zip(arrays, offsets)]
+    if kv:
+        attrs["kv_heads"] = kv
+    heads_of = [a[:, :, o:o + n * dim].reshape(batch, a.shape[1], n, dim).transpose(0, 2, 1, 3)
+                .repeat(heads // n, axis=1)  # repeat_kv: query head h reads kv head h // group
+                for a, o, n in zip(arrays, offsets, (heads, kv or heads, kv or heads))]
+    if heads_layout:
+        for i in (1, 2):
+            arrays[i] = heads_of[i][:, ::heads // (kv or heads)].copy()
+            attrs[f"{'kv'[i - 1]}_offset"] = 0
     s = heads_of[0] @ heads_of[1].transpose(0, 1, 3, 2) * 0.37
     if mask is not None:
         m = np.where(rng.random(mask) < 0.3, -np.inf, rng.standard_normal(mask))
@@ -63,7 +87,7 @@ def _check(got: np.ndarray, want: np.ndarray, dtype: str) -> None:
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", CASES + GQA_CASES)
 def test_kernel_matches_float64(case: tuple, dtype: str, backend_name: str) -> None:
     arrays, attrs, want = _case(*case, dtype=dtype)
     backend = get_backend(backend_name)
@@ -83,7 +107,7 @@ def test_kernel_matches_float64(case: tuple, dtype: str, backend_name: str) -> N
     _check(backend.to_host(out), want, dtype)
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", CASES + GQA_CASES)
 def test_numpy_api_kernel_matches_float64(case: tuple) -> None:
     # What CUDA runs through CuPy, run here with NumPy.
     arrays, attrs, want = _case(*case, dtype="float32")
@@ -105,7 +129,9 @@ def test_workspace_is_reported(backend_name: str) -> None:
 
 # Large enough for the CPU kernel to hand blocks of heads to the workers (kernels/cpu/attention.py)
 WORKER_CASES = [(2, 70, 70, 5, 40, (2, 1, 1, 70), True, True),
-                (3, 80, 80, 1, 64, (3, 1, 80, 80), False, False)]
+                (3, 80, 80, 1, 64, (3, 1, 80, 80), False, False),
+                (2, 70, 70, 8, 40, (2, 1, 70, 70), False, False, 2),  # blocks across groups
+                (1, 72, 72, 6, 40, None, True, True, 3)]
 # Fewer heads than workers (SegFormer's first stage): each head's queries in row blocks
 ROW_CASES = [(1, 1100, 240, 1, 8, (1, 1, 1, 240), False, True),
              (1, 1030, 260, 1, 8, None, False, False),
@@ -177,7 +203,7 @@ def test_cpu_kernel_without_mask_and_a_scale_not_positive(scale: float) -> None:
 
 
 @pytest.mark.parametrize("threads", ["openmp", "workers"])
-@pytest.mark.parametrize("case", CASES + WORKER_CASES)
+@pytest.mark.parametrize("case", CASES + GQA_CASES + WORKER_CASES)
 def test_cpu_onednn_products_match_float64(monkeypatch, case: tuple, threads: str) -> None:
     """The products on oneDNN (onednn/attention_products.py) over the same strided head views,
     in each oneDNN threading mode, with blocks of heads on the workers where they pay."""
@@ -191,8 +217,7 @@ def test_cpu_onednn_products_match_float64(monkeypatch, case: tuple, threads: st
     arrays, attrs, want = _case(*case, dtype="float32")
     specs = [TensorSpec(a.shape, "float32") for a in arrays]
     p = _params(specs, attrs)
-    kernel = AttentionKernel(**p, products="onednn",
-                             widths=tuple(a.shape[2] for a in arrays[:3]))
+    kernel = AttentionKernel(**p, products="onednn")
     assert kernel.impl and not kernel.impl.startswith("ref")
     # OpenBLAS is held at one thread beside oneDNN's products (a threaded GEMV elsewhere in the
     # run left its threads spinning on the cores oneDNN's OpenMP threads need)
@@ -200,8 +225,48 @@ def test_cpu_onednn_products_match_float64(monkeypatch, case: tuple, threads: st
     out = np.full(want.shape, np.nan, np.float32)
     kernel(*arrays, out)
     _check(out, want, "float32")
-    assert kernel._views((*arrays, out))[-1] is not None  # oneDNN did that call
+    assert kernel._views((*arrays, out))[5] is not None  # oneDNN did that call
     # arrays it was not made for (a strided view): OpenBLAS does that call, same result
     wide = np.zeros(want.shape[:2] + (want.shape[2] + 1,), np.float32)
     kernel(*arrays, wide[:, :, :-1])
     _check(wide[:, :, :-1], want, "float32")
+
+
+@pytest.mark.parametrize("heads,kv,message", [
+    (4, 3, "kv_heads 3 must be a positive divisor of num_heads 4"),
+    (4, 0, "kv_heads 0 must be a positive divisor of num_heads 4"),
+    (6, 12, "kv_heads 12 must be a positive divisor of num_heads 6")])
+def test_kv_heads_not_dividing_the_heads_is_refused(heads: int, kv: int, message: str) -> None:
+    from graph_runtime.errors import LibraryError
+    specs = [TensorSpec((1, 5, heads * 4), "float32")] * 3
+    attrs = {"num_heads": heads, "head_dim": 4, "kv_heads": kv}
+    with pytest.raises(LibraryError, match=f"^attention: {message}$"):
+        get_op("attention").infer(specs, attrs)
+
+
+def test_kv_columns_beyond_k_are_refused() -> None:
+    """k holds 2 heads of 4 from column 2: kv_heads 2 needs columns [2, 10) of its 9."""
+    from graph_runtime.errors import LibraryError
+    specs = [TensorSpec((1, 5, 16), "float32"), TensorSpec((1, 5, 9), "float32"),
+             TensorSpec((1, 5, 8), "float32")]
+    attrs = {"num_heads": 4, "head_dim": 4, "kv_heads": 2, "k_offset": 2}
+    with pytest.raises(LibraryError, match=r"k .* has no columns \[2, 10\) for batch 1"):
+        get_op("attention").infer(specs, attrs)
+
+
+@pytest.mark.parametrize("k_shape,k_offset,message", [
+    ((1, 3, 5, 4), 0, r"k \(1, 3, 5, 4\) float32 is not \(1, 2, tokens, 4\) with k_offset 0 "
+                      r"\(it has 0\)"),
+    ((1, 2, 5, 4), 1, r"k \(1, 2, 5, 4\) float32 is not \(1, 2, tokens, 4\) with k_offset 0 "
+                      r"\(it has 1\)"),
+    ((1, 2, 6, 4), 0, r"v \(1, 2, 5, 4\) float32 needs 6 tokens as k"),
+    ((1, 2, 1, 5, 4), 0, r"k \(1, 2, 1, 5, 4\) float32 must be \(batch, tokens, width\) or")])
+def test_kv_in_heads_layout_of_other_shapes_are_refused(k_shape: tuple, k_offset: int,
+                                                        message: str) -> None:
+    """k and v as a KV cache holds them, (batch, kv_heads, tokens, head_dim), or refused."""
+    from graph_runtime.errors import LibraryError
+    specs = [TensorSpec((1, 5, 16), "float32"), TensorSpec(k_shape, "float32"),
+             TensorSpec((1, 2, 5, 4), "float32")]
+    attrs = {"num_heads": 4, "head_dim": 4, "kv_heads": 2, "k_offset": k_offset}
+    with pytest.raises(LibraryError, match=f"^attention: {message}"):
+        get_op("attention").infer(specs, attrs)

@@ -7,10 +7,13 @@ index array; scalar scales on q, k or the scores; additive terms (padding and ca
 and MPNet's relative position biases, Bloom's ALiBi added to the (batch*heads, q, k) scores),
 summed into the op's one mask, each times the scales applied after it; softmax over the last axis;
 the optional where(isnan(p), 0, p); the second matmul; the views back to (batch, tokens, width).
-An operand whose heads are no column block of a (batch, tokens, width) array (heads computed
-in (batch, heads, tokens, dim) by rotary embeddings, K/V heads repeated by broadcast_to for
-grouped- or multi-query attention) is copied into one by the views it was made with and a
-transpose, which FuseOps joins into one copy.
+K/V heads repeated for grouped- or multi-query attention (repeat_kv: a broadcast_to of a size-1
+axis between kv heads and tokens, merged) are read un-repeated, the op's kv_heads set; K/V made
+in (batch, kv heads, tokens, dim) (a KV cache's concatenation, its present) are given to the op
+in that layout, read in place. Any other operand whose heads are no column block of a (batch,
+tokens, width) array (Q rotated in (batch, heads, tokens, dim) where the rotary pass did not
+take it) is copied into one by the views it was made with and a transpose, which FuseOps joins
+into one copy.
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ import numpy as np
 
 from ..ir import Prim, Value
 from ..symdim import evaluate, is_int, is_sym, same, same_shape
-from .pattern import PatternGraph, near, new_prim, other, scalar
+from .pattern import PatternGraph, last_axis_slice, near, new_prim, other, scalar
 
 _VIEWS = ("reshape", "transpose")
 _Steps = list[tuple[str, Any]]
@@ -119,6 +122,10 @@ def _trace_back(g: PatternGraph, v: Value, env: Env
             src = base
             first, width = _at((start, cur.shape[-1]), env)
             idx = _index(src.shape, env)[..., first:first + width]
+    block = last_axis_slice(src) if idx is None and src.rank >= 2 else None
+    if block is not None and block[0].rank == src.rank:  # Phi-3's V: a packed QKV's columns
+        src = block[0]
+        idx = _index(src.shape, env)[..., block[1]:block[2]]
     if idx is None:  # not a column block of a split: the source's own index
         idx = _index(src.shape, env)
     for op, attrs in steps:
@@ -127,10 +134,12 @@ def _trace_back(g: PatternGraph, v: Value, env: Env
 
 
 def _heads(src: Value, idx: np.ndarray, tokens: Any, dim: int, key_t: bool,
-           env: Env | None = None, width: Any = None) -> tuple[Any, int, int] | None:
-    """(batch, heads, column offset) when idx (at the sizes env gives) holds src's heads as
-    (batch*heads, tokens, dim) (or (batch*heads, dim, tokens) with key_t), src read as
-    (batch, tokens, width) (width its last dim unless given), else None."""
+           env: Env | None = None, width: Any = None) -> tuple[Any, int, int, int] | None:
+    """(batch, heads, column offset, kv heads) when idx (at the sizes env gives) holds src's
+    heads as (batch*heads, tokens, dim) (or (batch*heads, dim, tokens) with key_t), src read as
+    (batch, tokens, width) (width its last dim unless given), each of its kv heads repeated for
+    heads // kv heads consecutive heads (repeat_kv's broadcast; kv heads = heads where none
+    is), else None."""
     width = src.shape[-1] if width is None else width
     total = math.prod(src.shape)
     if is_int(width * tokens, 0) or not is_int(total % (width * tokens), 0):
@@ -142,19 +151,22 @@ def _heads(src: Value, idx: np.ndarray, tokens: Any, dim: int, key_t: bool,
     if heads < 1:
         return None
     offset = int(flat.min()) % n_width
-    if offset + heads * dim > n_width:
+    # the distinct heads batch 0 reads, by their first element
+    kv = len(np.unique(idx.reshape(n_batch, heads, -1)[0, :, 0])) if idx.size else heads
+    if heads % kv or offset + kv * dim > n_width:
         return None
     want: np.ndarray = np.arange(n_batch * n_tokens * n_width).reshape(n_batch, n_tokens,
                                                                         n_width)
-    want = want[:, :, offset:offset + heads * dim].reshape(n_batch, n_tokens, heads, dim)
+    want = want[:, :, offset:offset + kv * dim].reshape(n_batch, n_tokens, kv, dim)
     want = want.transpose(0, 2, 3, 1) if key_t else want.transpose(0, 2, 1, 3)
+    want = want.repeat(heads // kv, axis=1)
     if want.size != idx.size or not np.array_equal(want.reshape(idx.shape), idx):
         return None
-    return batch, heads, offset
+    return batch, heads, offset, kv
 
 
 def _layout(src: Value, idx: np.ndarray, tokens: Any, dim: int, key_t: bool,
-            env: Env) -> tuple[Any, int, int, Any] | None:
+            env: Env) -> tuple[Any, int, int, int, Any] | None:
     """_heads and the width it read src with: src's last dim, or for a (batch, tokens, heads,
     dim) source (Bloom's heads taken from a QKV interleaved per head) its last two."""
     widths = [src.shape[-1]] + ([src.shape[-2] * src.shape[-1]] if src.rank >= 4 else [])
@@ -191,6 +203,34 @@ def _copied(start: tuple[Value, _Steps], batch: int, heads: int, tokens: int, ke
         prims.append(new_prim(op, [cur], attrs, None, origin))
         cur = prims[-1].outputs[0]
     return cur
+
+
+def _unrepeated(start: tuple[Value, _Steps], operand: Value, batch: Any, heads: int,
+                tokens: Any, dim: int, key_t: bool, env: Env) -> tuple[_Steps, int] | None:
+    """The steps from start to the (batch, kv heads, tokens, dim) value repeat_kv repeats, and
+    its kv heads, when the operand (made from start by its steps) is that value with each head
+    repeated for heads // kv consecutive heads (a broadcast_to of a size-1 axis, merged), or
+    start itself, unrepeated (kv heads = heads); else None."""
+    cur, steps = start
+    at = next((i for i, (op, _) in enumerate(steps) if op == "broadcast_to"), None)
+    if at is not None and any(op == "broadcast_to" for op, _ in steps[at + 1:]):
+        return None
+    idx = _index(cur.shape, env)
+    traced = [idx]
+    for op, attrs in steps:
+        traced.append(_view(traced[-1], op, attrs, env))
+    got = traced[-1].reshape(_at(operand.shape, env))
+    want_dims = _at((batch, tokens, dim), env)
+    # before the reshape adding the group axis, or the broadcast; with none, start
+    for cut in (0,) if at is None else (at - 1, at):
+        pre = traced[max(cut, 0)]
+        if pre.ndim != 4 or [pre.shape[0], *pre.shape[2:]] != want_dims or heads % pre.shape[1]:
+            continue
+        want = pre.repeat(heads // pre.shape[1], axis=1)
+        want = want.transpose(0, 1, 3, 2) if key_t else want
+        if want.size == got.size and np.array_equal(want.reshape(got.shape), got):
+            return steps[:max(cut, 0)], int(pre.shape[1])
+    return None
 
 
 def _as_mask(term: Value, at: tuple[Any, ...], full: tuple[Any, ...], prims: list[Prim],
@@ -354,17 +394,39 @@ def _match(g: PatternGraph, bmm: Prim, env: Env) -> tuple[list[Prim], Prim] | No
     if is_sym(heads) or not same(bh, batch * heads) or traced[2][2] != 1.0:
         return None
     scale *= traced[0][2] * traced[1][2]
+    # each operand read in place: a column block of kv heads (repeated or not), or k's and v's
+    # (batch, kv heads, tokens, dim) value before repeat_kv's broadcast; else copied as read
+    kvs: list[int] = []
+    unrepeated: list[tuple[_Steps, int] | None] = []
+    for i, (t, layout, o, (tokens, kt)) in enumerate(zip(traced, layouts, operands, kinds)):
+        if layout is not None and not same_shape(layout[:2], (batch, heads)):
+            layouts[i] = layout = None
+        unrepeated.append(None if layout is not None or i == 0
+                          else _unrepeated(t[3], o, batch, heads, tokens, dim, kt, env))
+        kvs.append(layout[3] if layout is not None else
+                   heads if unrepeated[i] is None else unrepeated[i][1])  # type: ignore[index]
+    kv_heads = kvs[1] if kvs[1] == kvs[2] else heads  # k's and v's kv heads, or every head
     origin = bmm.origin
     new: list[Prim] = []
     inputs: list[Value] = []
     offsets = []
-    for t, layout, (tokens, kt) in zip(traced, layouts, kinds):
-        if layout is not None and same_shape(layout[:2], (batch, heads)):
-            inputs.append(_as_3d(t[0], batch, layout[3], new, origin))
+    for i, (t, layout, (tokens, kt)) in enumerate(zip(traced, layouts, kinds)):
+        kv = heads if i == 0 else kv_heads
+        if layout is not None and kvs[i] == kv:
+            inputs.append(_as_3d(t[0], batch, layout[4], new, origin))
             offsets.append(layout[2])
-        else:
+            continue
+        if unrepeated[i] is not None and kvs[i] == kv:
+            # the (batch, kv heads, tokens, dim) value itself (a KV cache's present), read in
+            # place by the op
+            cur = t[3][0]
+            for op, view_attrs in unrepeated[i][0]:  # type: ignore[index]
+                new.append(new_prim(op, [cur], view_attrs, None, origin))
+                cur = new[-1].outputs[0]
+            inputs.append(cur)
+        else:  # the heads as the product reads them, repeated ones included
             inputs.append(_copied(t[3], batch, heads, tokens, kt, new, origin))
-            offsets.append(0)
+        offsets.append(0)
     # context (batch*heads, q_len, dim) -> views -> (batch, q_len, heads*dim) or 2-D
     cur = bmm2.outputs[0]
     idx = _index(cur.shape, env)
@@ -389,6 +451,8 @@ def _match(g: PatternGraph, bmm: Prim, env: Env) -> tuple[list[Prim], Prim] | No
         inputs.append(mask)
     attrs = {"num_heads": heads, "head_dim": dim, "scale": scale, "q_offset": offsets[0],
              "k_offset": offsets[1], "v_offset": offsets[2], "nan_to_zero": nan_to_zero}
+    if kv_heads != heads:
+        attrs["kv_heads"] = kv_heads
     if final.rank == 3:
         new.append(new_prim("attention", inputs, attrs, final, origin))
     else:

@@ -197,7 +197,7 @@ def match_qdq_attention(g: PatternGraph, y: Value, order: dict[int, int]
     for side, kt in ((q_side, False), (k_side, key_t), (v_side, v_key_t)):
         root = side[0]
         if root.shape != (batch, tokens, width) or _heads(root, side[1], tokens, dim, kt) \
-                != (batch, heads, 0):
+                != (batch, heads, 0, heads):  # every head its own k and v
             return None
     p_want = _index(softmax.outputs[0]).reshape(batch * heads, tokens, keys)
     if not np.array_equal(p_side[1], p_want) or tokens != keys:

@@ -15,8 +15,9 @@ from collections.abc import Collection
 
 import numpy as np
 
-from .fuse_attention import match_attention
+from ...errors import LibraryError
 from ..ir import Prim, Value
+from .fuse_attention import match_attention
 from .pattern import PatternGraph, near, new_prim, other, scalar
 
 # -- GELU ---------------------------------------------------------------------------------------
@@ -278,7 +279,9 @@ def fuse_transformer(prims: list[Prim], outputs: list[Value],
                     new, old = found
                     replace[id(old)] = new
                     counts["attention"] += 1
-        except (ValueError, KeyError, TypeError, IndexError):
+                    if "kv_heads" in new[-1].attrs or "kv_heads" in new[-2].attrs:
+                        counts["grouped_kv"] += 1  # k and v read un-repeated
+        except (ValueError, KeyError, TypeError, IndexError, LibraryError):
             continue  # a shape or attribute this matcher did not expect: leave the prims
     if not replace:
         return prims, counts

@@ -105,3 +105,24 @@ def new_prim(op: str, inputs: list[Value], attrs: dict[str, Any], out: Value | N
     prim = Prim(op, attrs, inputs, [out], origin)
     out.producer = prim
     return prim
+
+
+def last_axis_slice(v: Value) -> tuple[Value, int, int] | None:
+    """(input, begin, end) when v is a unit-step strided_slice of its input's last axis (end
+    clipped to the axis), else None."""
+    p = v.producer
+    if p is None or p.op != "strided_slice":
+        return None
+    x = p.inputs[0]
+    axes, begin, end = p.attrs.get("axes"), p.attrs.get("begin"), p.attrs.get("end")
+    strides = p.attrs.get("strides") or [1]
+    if axes is None or begin is None or end is None or len(axes) != 1 \
+            or axes[0] not in (-1, x.rank - 1) or list(strides) != [1]:
+        return None
+    size = x.shape[-1]
+    if is_sym(size) or not all(isinstance(b, int) for b in (begin[0], end[0])):
+        return None
+    lo, hi = begin[0], min(end[0], size)
+    if lo < 0 or hi <= lo:
+        return None
+    return x, lo, hi

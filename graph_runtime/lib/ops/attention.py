@@ -3,8 +3,14 @@
 Inputs q (batch, q_len, wq), k and v (batch, k_len, wk/wv) and an optional additive mask that
 broadcasts to (batch, heads, q_len, k_len); heads sit side by side in columns
 [offset, offset + num_heads * head_dim) of each (one packed QKV array may serve all three).
-Output (batch, q_len, num_heads * head_dim). frontend/fusion/fuse_transformer.py forms it from the
-exporters' reshape/transpose/matmul/softmax patterns.
+Attrs: num_heads, head_dim, scale (1.0), q_offset, k_offset, v_offset (0), nan_to_zero (false:
+where(isnan(p), 0, p) on the probabilities), kv_heads (num_heads): grouped- and multi-query
+attention, k and v holding kv_heads heads in columns [offset, offset + kv_heads * head_dim),
+query head h reading kv head h // (num_heads // kv_heads), as LLaMA's repeat_kv lays them out.
+k and v may instead be (batch, kv_heads, k_len, head_dim) arrays (a KV cache's layout, offset 0),
+each head read where it lies. Output (batch, q_len, num_heads * head_dim).
+frontend/fusion/fuse_transformer.py forms it from the exporters' reshape/transpose/matmul/softmax
+patterns.
 """
 from __future__ import annotations
 
@@ -24,7 +30,8 @@ from .. import tuning
 # Below this much work (multiply-adds x 2 of both products) a symbolic module's new shape takes
 # OpenBLAS's products: a LLaMA decode step's 8 heads of 64 by up to 976 past tokens.
 ONE_SHOT_FLOPS = 2_000_000
-ATTRS = ("num_heads", "head_dim", "scale", "q_offset", "k_offset", "v_offset", "nan_to_zero")
+ATTRS = ("num_heads", "head_dim", "scale", "q_offset", "k_offset", "v_offset", "nan_to_zero",
+         "kv_heads")
 
 
 def _params(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> dict[str, Any]:
@@ -35,30 +42,44 @@ def _params(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> dict[str,
     check_dtype(op, inputs[0], ("float32", "float64"))
     heads = int_attr(op, attrs, "num_heads")
     dim = int_attr(op, attrs, "head_dim")
+    kv_heads = int_attr(op, attrs, "kv_heads", heads)
     offsets = tuple(int_attr(op, attrs, f"{n}_offset", 0) for n in "qkv")
     q, k, v = inputs[:3]
-    for spec, name in ((q, "q"), (k, "k"), (v, "v")):
-        if len(spec.shape) != 3:
-            raise op_error(op, f"{name} {spec} must be (batch, tokens, width)")
+    if len(q.shape) != 3:
+        raise op_error(op, f"q {q} must be (batch, tokens, width)")
+    for spec, name in ((k, "k"), (v, "v")):
+        if len(spec.shape) not in (3, 4):
+            raise op_error(op, f"{name} {spec} must be (batch, tokens, width) or (batch, "
+                               f"kv_heads, tokens, head_dim)")
     batch, q_len = int(q.shape[0]), int(q.shape[1])
-    k_len = int(k.shape[1])
+    k_len = int(k.shape[-2])
     if heads < 1 or dim < 1:
         raise op_error(op, f"num_heads {heads} and head_dim {dim} must be positive")
-    for spec, name, off in ((q, "q", offsets[0]), (k, "k", offsets[1]), (v, "v", offsets[2])):
-        if int(spec.shape[0]) != batch or off < 0 or off + heads * dim > int(spec.shape[2]):
-            raise op_error(op, f"{name} {spec} has no columns [{off}, {off + heads * dim}) for "
+    if kv_heads < 1 or heads % kv_heads:
+        raise op_error(op, f"kv_heads {kv_heads} must be a positive divisor of num_heads "
+                           f"{heads}")
+    for spec, name, off, n in ((q, "q", offsets[0], heads), (k, "k", offsets[1], kv_heads),
+                               (v, "v", offsets[2], kv_heads)):
+        shape = tuple(int(d) for d in spec.shape)
+        if len(shape) == 4:
+            if shape[:2] != (batch, n) or shape[3] != dim or off:
+                raise op_error(op, f"{name} {spec} is not ({batch}, {n}, tokens, {dim}) with "
+                                   f"{name}_offset 0 (it has {off})")
+        elif shape[0] != batch or off < 0 or off + n * dim > shape[2]:
+            raise op_error(op, f"{name} {spec} has no columns [{off}, {off + n * dim}) for "
                                f"batch {batch}")
-    if int(v.shape[1]) != k_len:
+    if int(v.shape[-2]) != k_len:
         raise op_error(op, f"v {v} needs {k_len} tokens as k {k} has")
     mask = tuple(int(d) for d in inputs[3].shape) if len(inputs) == 4 else None
     full = (batch, heads, q_len, k_len)
     if mask is not None:
         if len(mask) != 4 or any(m not in (1, f) for m, f in zip(mask, full)):
             raise op_error(op, f"mask {inputs[3]} does not broadcast to {full}")
-    return {"batch": batch, "heads": heads, "q_len": q_len, "k_len": k_len, "head_dim": dim,
-            "offsets": offsets, "scale": float_attr(op, attrs, "scale", 1.0),
+    return {"batch": batch, "heads": heads, "kv_heads": kv_heads, "q_len": q_len, "k_len": k_len,
+            "head_dim": dim, "offsets": offsets, "scale": float_attr(op, attrs, "scale", 1.0),
             "nan_to_zero": bool_attr(op, attrs, "nan_to_zero", False), "mask_shape": mask,
-            "dtype": q.dtype}
+            "dtype": q.dtype, "shapes": tuple(tuple(int(d) for d in spec.shape) for spec in
+                                              (q, k, v))}
 
 
 def _infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
@@ -74,7 +95,6 @@ def _cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
     from ..kernels.onednn.attention_products import products_apply
     from ..kernels.onednn.choice import onednn_or
     p = _params(inputs, attrs)
-    p["widths"] = tuple(int(spec.shape[2]) for spec in inputs[:3])
     work = 4 * p["batch"] * p["heads"] * p["q_len"] * p["k_len"] * p["head_dim"]
     if work < ONE_SHOT_FLOPS and tuning.in_size_class_scope():
         # NOTE: a symbolic module's new shape (a decode step: every past length is new) may
@@ -92,9 +112,7 @@ def _cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
 def _opencl(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
             outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     from ..kernels.opencl.attention import AttentionCl
-    widths = (int(inputs[0].shape[2]), int(inputs[1].shape[2]), int(inputs[2].shape[2]))
-    return AttentionCl(backend, device_id, widths=widths,  # type: ignore[arg-type]
-                       **_params(inputs, attrs))
+    return AttentionCl(backend, device_id, **_params(inputs, attrs))  # type: ignore[arg-type]
 
 
 class HostAttention(PreparedKernel):
@@ -115,10 +133,13 @@ class HostAttention(PreparedKernel):
 
     def __call__(self, q: Any, k: Any, v: Any, *rest: Any) -> None:
         xp, p, s, out = self.xp, self.p, self.scores, rest[-1]
-        heads, dim, (oq, ok, ov) = p["heads"], p["head_dim"], p["offsets"]
+        heads, kv, dim, (oq, ok, ov) = p["heads"], p["kv_heads"], p["head_dim"], p["offsets"]
+        batch, q_len, k_len = p["batch"], p["q_len"], p["k_len"]
         with self.backend.scope(self.device_id):
-            xp.matmul(head_view(q, oq, heads, dim),
-                      head_view(k, ok, heads, dim).transpose(0, 1, 3, 2), out=s)
+            # (batch, kv heads, group, ...): each kv head broadcast over the query heads it serves
+            s5 = s.reshape(batch, kv, heads // kv, q_len, k_len)
+            xp.matmul(head_view(q, oq, heads, dim, kv),
+                      head_view(k, ok, kv, dim, kv).transpose(0, 1, 2, 4, 3), out=s5)
             s *= p["scale"]
             if p["mask_shape"] is not None:
                 s += rest[0]
@@ -127,8 +148,9 @@ class HostAttention(PreparedKernel):
             s /= s.sum(axis=-1, keepdims=True)
             if p["nan_to_zero"]:
                 xp.copyto(s, 0, where=xp.isnan(s))
-            heads_out = xp.matmul(s, head_view(v, ov, heads, dim))
-            out.reshape(p["batch"], p["q_len"], heads, dim)[...] = heads_out.transpose(0, 2, 1, 3)
+            heads_out = xp.matmul(s5, head_view(v, ov, kv, dim, kv))
+            out.reshape(batch, q_len, kv, heads // kv, dim)[...] = \
+                heads_out.transpose(0, 3, 1, 2, 4)
 
 
 def _cuda(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],

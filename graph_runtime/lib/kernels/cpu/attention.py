@@ -11,7 +11,9 @@ cache, and the second matmul writes each head's columns of the output directly. 
 ones go to the runtime's workers in blocks of heads, or of query rows when the heads are few
 (threads.py), each on one BLAS (or oneDNN, for blocks of whole heads) thread, where that
 measured faster once per shape (the tuning service; GRAPH_RUNTIME_ATTENTION_SPLIT forces it);
-oneDNN with OpenMP threads inside makes one call.
+oneDNN with OpenMP threads inside makes one call. Grouped-query attention (kv_heads below heads)
+reads each kv head once per group of query heads: matmul broadcasts it over the group in one
+call, or a block of heads is done one group at a time; nothing is repeated in memory.
 """
 from __future__ import annotations
 
@@ -85,16 +87,43 @@ def _scale_mask_softmax(s: Any, mask: Any, scale: Any, one: Any, nan_to_zero: bo
                 softmax_row(row, nan_to_zero, one)
 
 
+def head_strides(shape: tuple[int, ...], head_dim: int) -> tuple[int, int, int]:
+    """Element strides of batch, head and token of the heads of an array of this shape:
+    (batch, tokens, width) with the heads side by side, or (batch, heads, tokens, head_dim)."""
+    if len(shape) == 4:
+        return shape[1] * shape[2] * shape[3], shape[2] * shape[3], shape[3]
+    return shape[1] * shape[2], head_dim, shape[2]
+
+
+def _groups(h0: int, h1: int, group: int) -> list[tuple[int, int]]:
+    """Heads [h0, h1) cut where the kv head they read changes (every group heads); whole
+    without groups."""
+    if group == 1:
+        return [(h0, h1)]
+    return [(lo, min(h1, (lo // group + 1) * group))
+            for lo in [h0] + list(range((h0 // group + 1) * group, h1, group))]
+
+
 def _openmp() -> bool:
     """Whether oneDNN runs OpenMP threads inside each primitive in this process."""
     from ..onednn.policy import policy
     return policy().openmp > 1
 
 
-def head_view(x: np.ndarray, offset: int, heads: int, head_dim: int) -> np.ndarray:
-    """(batch, heads, tokens, head_dim) view of columns [offset, offset + heads * head_dim)."""
+def head_view(x: Any, offset: int, heads: int, head_dim: int, kv_heads: int = 0) -> Any:
+    """(batch, heads, tokens, head_dim) view of columns [offset, offset + heads * head_dim)
+    (of x itself where x is in that layout, a KV cache's); with kv_heads, (batch, kv_heads,
+    heads // kv_heads, tokens, head_dim): the heads in groups, one per kv head (k's and v's
+    own kv heads: heads = kv_heads, groups of one, which matmul broadcasts over the query heads
+    of each group)."""
+    if x.ndim == 4:
+        return x[:, :, None] if kv_heads else x  # only k's and v's: kv_heads = heads
+    batch, tokens = x.shape[:2]
     cols = x[:, :, offset:offset + heads * head_dim]
-    return cols.reshape(x.shape[0], x.shape[1], heads, head_dim).transpose(0, 2, 1, 3)
+    if kv_heads:
+        return cols.reshape(batch, tokens, kv_heads, heads // kv_heads, head_dim) \
+            .transpose(0, 2, 3, 1, 4)
+    return cols.reshape(batch, tokens, heads, head_dim).transpose(0, 2, 1, 3)
 
 
 class AttentionKernel(PreparedKernel):
@@ -104,11 +133,12 @@ class AttentionKernel(PreparedKernel):
     def __init__(self, batch: int, heads: int, q_len: int, k_len: int, head_dim: int,
                  offsets: tuple[int, int, int], scale: float, nan_to_zero: bool,
                  mask_shape: tuple[int, ...] | None, dtype: str, products: str = "blas",
-                 widths: tuple[int, int, int] = (0, 0, 0)) -> None:
+                 shapes: tuple[tuple[int, ...], ...] = (), kv_heads: int = 0) -> None:
         jit_setup.start()
         self.batch, self.heads, self.q_len, self.head_dim = batch, heads, q_len, head_dim
+        self.kv_heads = kv_heads or heads
         self.products = products
-        self.widths = widths  # q, k and v's last dimension, for the oneDNN descriptors
+        self.shapes = shapes  # q's, k's and v's, for the oneDNN descriptors
         self._made: dict[tuple[Block, ...], Any] = {}  # blocks -> HeadProducts
         self.offsets, self.scale, self.nan_to_zero = offsets, scale, nan_to_zero
         self.typed_scale, self.one = np.dtype(dtype).type(scale), np.dtype(dtype).type(1)
@@ -149,12 +179,11 @@ class AttentionKernel(PreparedKernel):
         real shapes with OpenBLAS at one thread, interleaved."""
         rng = np.random.default_rng(0)
         batch, heads, q_len, k_len = self.full
-        width = max(self.offsets) + heads * self.head_dim
-        wq, wk, wv = self.widths if min(self.widths) > 0 else (width, width, width)
+        width = max(self.offsets) + heads * self.head_dim  # q's heads are the widest
+        shapes = self.shapes or ((batch, q_len, width), (batch, k_len, width),
+                                 (batch, k_len, width))
         dtype = self.scores.dtype
-        q = rng.standard_normal((batch, q_len, wq)).astype(dtype)
-        k = rng.standard_normal((batch, k_len, wk)).astype(dtype)
-        v = rng.standard_normal((batch, k_len, wv)).astype(dtype)
+        q, k, v = (rng.standard_normal(shape).astype(dtype) for shape in shapes)
         extra = [np.zeros(self.full, dtype)] if self.has_mask else []
         out = np.empty((batch, q_len, heads * self.head_dim), dtype)
 
@@ -181,7 +210,9 @@ class AttentionKernel(PreparedKernel):
         """The oneDNN products for these blocks of whole heads (made on first need); None for
         blocks of query rows, which OpenBLAS does."""
         batch, heads, q_len, k_len = self.full
-        if any((q0, q1) != (0, q_len) for _, _, _, q0, q1 in blocks):
+        group = heads // self.kv_heads
+        if any((q0, q1) != (0, q_len) or h0 % group or h1 % group
+               for _, h0, h1, q0, q1 in blocks):
             return None
         key = tuple(blocks)
         made = self._made.get(key)
@@ -190,7 +221,8 @@ class AttentionKernel(PreparedKernel):
             pieces = [(0, batch, 0, heads)] if len(blocks) == 1 else \
                 [(b, b + 1, h0, h1) for b, h0, h1, _, _ in blocks]
             made = self._made[key] = HeadProducts(batch, heads, q_len, k_len, self.head_dim,
-                                                  self.widths, self.offsets, pieces)
+                                                  self.shapes, self.offsets, pieces,
+                                                  self.kv_heads)
         return made
 
     def workspace_bytes(self) -> int:
@@ -203,33 +235,45 @@ class AttentionKernel(PreparedKernel):
         return len(self.blocks) > 1 or self.products == "onednn"
 
     def _views(self, arrays: tuple[Any, ...]) -> tuple[Any, ...]:
-        """(q heads, k heads transposed, v heads, out heads, mask) over this call's arrays,
+        """(q heads, k heads transposed, v heads, out heads, mask, oneDNN's products, and for
+        grouped-query attention the same in groups with the scores) over this call's arrays,
         made again only when the arrays change (a graph passes the same ones every run, and
         making the views cost ~5 us of BERT-tiny's 22 us attention)."""
         if self._seen is not None and all(a is b for a, b in zip(arrays, self._seen)) \
                 and len(arrays) == len(self._seen) and self._seen_blocks is self.blocks:
             return self._cached
         q, k, v, *rest = arrays
-        heads, dim = self.heads, self.head_dim
+        heads, kv, dim = self.heads, self.kv_heads, self.head_dim
         products = None
         if self.products == "onednn":
             products = self._products_for(self.blocks)
             if products is not None and not products.bind(q, k, v, self.scores, rest[-1]):
                 products = None  # arrays oneDNN was not made for: OpenBLAS this call
+        out = rest[-1]
         self._cached = (head_view(q, self.offsets[0], heads, dim),
-                        head_view(k, self.offsets[1], heads, dim).transpose(0, 1, 3, 2),
-                        head_view(v, self.offsets[2], heads, dim),
-                        rest[-1].reshape(self.batch, self.q_len, heads, dim).transpose(0, 2, 1,
-                                                                                        3),
+                        head_view(k, self.offsets[1], kv, dim).transpose(0, 1, 3, 2),
+                        head_view(v, self.offsets[2], kv, dim),
+                        head_view(out, 0, heads, dim),
                         np.broadcast_to(rest[0], self.full) if self.has_mask else self.no_mask,
                         products)
+        if kv != heads:
+            grouped: tuple[Any, ...] = (
+                head_view(q, self.offsets[0], heads, dim, kv), head_view(out, 0, heads, dim, kv),
+                self.scores.reshape(self.batch, kv, heads // kv, *self.full[2:]))
+            if heads // kv > self.q_len:
+                # a group's heads as the rows of one product per query (a decode step's one
+                # query: one GEMM per kv head, not one GEMV per head); each query row and head
+                # is computed alike either way
+                grouped = tuple(a.swapaxes(2, 3) for a in grouped)
+            self._cached += (grouped[0], self._cached[1][:, :, None],
+                             self._cached[2][:, :, None], grouped[1], grouped[2])
         self._seen = arrays
         self._seen_blocks = self.blocks
         return self._cached
 
     def __call__(self, *arrays: Any) -> None:
-        qh, kt, vh, oh, mask, products = self._views(arrays)
-        scores, blocks = self.scores, self.blocks
+        qh, kt, vh, oh, mask, products, *grouped = self._views(arrays)
+        scores, blocks, group = self.scores, self.blocks, self.heads // self.kv_heads
         scale, one, nan_to_zero, has_mask = self.typed_scale, self.one, self.nan_to_zero, \
             self.has_mask
 
@@ -239,22 +283,32 @@ class AttentionKernel(PreparedKernel):
             if products is not None:
                 products.qk_on_worker(index)
             else:
-                np.matmul(qh[b:b + 1, h0:h1, q0:q1], kt[b:b + 1, h0:h1], out=s)
+                for lo, hi in _groups(h0, h1, group):  # the query heads of one kv head each
+                    kv = slice(lo // group, (hi - 1) // group + 1)
+                    np.matmul(qh[b:b + 1, lo:hi, q0:q1], kt[b:b + 1, kv],
+                              out=s[:, lo - h0:hi - h0])
             _scale_mask_softmax(s, mask[b:b + 1, h0:h1, q0:q1], scale, one, nan_to_zero,
                                 has_mask)
             if products is not None:
                 products.pv_on_worker(index)
             else:
-                np.matmul(s, vh[b:b + 1, h0:h1], out=oh[b:b + 1, h0:h1, q0:q1])
+                for lo, hi in _groups(h0, h1, group):
+                    kv = slice(lo // group, (hi - 1) // group + 1)
+                    np.matmul(s[:, lo - h0:hi - h0], vh[b:b + 1, kv],
+                              out=oh[b:b + 1, lo:hi, q0:q1])
 
         if len(blocks) == 1:
             if products is not None:
                 products.qk(0)
+            elif grouped:
+                np.matmul(grouped[0], grouped[1], out=grouped[4])
             else:
                 np.matmul(qh, kt, out=scores)
             _scale_mask_softmax(scores, mask, scale, one, nan_to_zero, has_mask)
             if products is not None:
                 products.pv(0)
+            elif grouped:
+                np.matmul(grouped[4], grouped[2], out=grouped[3])
             else:
                 np.matmul(scores, vh, out=oh)
             return

@@ -16,8 +16,9 @@ core and the GIL from oneDNN and create()). A fork waits for it to end, so that 
 inherits numba's lock or an import lock held by a thread it lacks.
 
 Who calls start(): every builder that returns a kernel calling compiled code at each run
-(rows_jit, attention, chain_jit, the pools, depthwise conv, resize and the int8 kernels). The
-conv epilogue's one pass, taken or not by size at run time, leaves the set-up to its first call.
+(rows_jit, attention, rotary, chain_jit, the pools, depthwise conv, resize and the int8
+kernels). The conv epilogue's one pass, taken or not by size at run time, leaves the set-up to
+its first call.
 """
 from __future__ import annotations
 

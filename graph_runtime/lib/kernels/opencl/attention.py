@@ -4,7 +4,9 @@ Each work item reads its head's columns of q, k and v straight from the (batch, 
 arrays (no transposed copies), writes its row of scaled, masked scores into a workspace, turns
 them into probabilities as NumPy's softmax does (max, exp, sum: a NaN anywhere, or a row masked
 everywhere, gives a NaN row; nan_to_zero zeroes it, as the exporters' where(isnan(p), 0, p)
-does) and adds p_j * v_j into its row of the output.
+does) and adds p_j * v_j into its row of the output. With kv_heads below heads (grouped-query
+attention) head h reads k's and v's head h / (heads / kv_heads); k and v may be (batch, kv heads,
+tokens, head_dim) arrays (their strides are given).
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...prepared import PreparedKernel
+from ..cpu.attention import head_strides
 from ..gpu_common import compute_type
 from .source import ClKernel, check_cl_dtypes, cl_header, cl_load, cl_param, cl_pointer, cl_store
 
@@ -28,7 +31,8 @@ def attention_source(dtype: str) -> str:
 __kernel void gr_attention({cl_param("out", dtype, const=False)}, {cl_param("q", dtype)},
         {cl_param("k", dtype)}, {cl_param("v", dtype)}, {cl_param("mask", dtype)},
         {cl_param("s", dtype, const=False)}, long rows, long H, long Q, long K, long D,
-        long wq, long wk, long wv, long oq, long ok, long ov,
+        long wq, long kb, long kh, long kt, long vb, long vh, long vt,
+        long oq, long ok, long ov, long G,
         long m0, long m1, long m2, long m3, {acc} scale, int has_mask, int nan_to_zero) {{
     {cl_pointer("out", dtype, const=False)}
     {cl_pointer("q", dtype)}
@@ -42,10 +46,12 @@ __kernel void gr_attention({cl_param("out", dtype, const=False)}, {cl_param("q",
     long h = (r / Q) % H;
     long b = r / (Q * H);
     long qrow = (b * Q + i) * wq + oq + h * D;
+    long kh0 = b * kb + ok + (h / G) * kh;  // the kv head this query head reads
+    long vh0 = b * vb + ov + (h / G) * vh;
     long srow = r * K;
     {acc} m = -INFINITY;
     for (long j = 0; j < K; ++j) {{
-        long krow = (b * K + j) * wk + ok + h * D;
+        long krow = kh0 + j * kt;
         {acc} dot = 0;
         for (long d = 0; d < D; ++d)
             dot += ({acc}){cl_load("q", dtype, "qrow + d")}
@@ -68,7 +74,7 @@ __kernel void gr_attention({cl_param("out", dtype, const=False)}, {cl_param("q",
         {acc} a = 0;
         for (long j = 0; j < K; ++j) {{
             {acc} p = zero ? 0 : s[srow + j] / sum;
-            a += p * ({acc}){cl_load("v", dtype, "(b * K + j) * wv + ov + h * D + d")};
+            a += p * ({acc}){cl_load("v", dtype, "vh0 + j * vt + d")};
         }}
         {cl_store("out", dtype, "orow + d", "a")}
     }}
@@ -82,7 +88,7 @@ class AttentionCl(PreparedKernel):
     def __init__(self, backend: OpenCLBackend, device_id: int, batch: int, heads: int,
                  q_len: int, k_len: int, head_dim: int, offsets: tuple[int, int, int],
                  scale: float, nan_to_zero: bool, mask_shape: tuple[int, ...] | None,
-                 dtype: str, widths: tuple[int, int, int]) -> None:
+                 dtype: str, shapes: tuple[tuple[int, ...], ...], kv_heads: int = 0) -> None:
         check_cl_dtypes("attention", backend, device_id, [dtype])
         self.kernel = ClKernel(backend, device_id, attention_source(dtype), "gr_attention",
                                "attention")
@@ -98,7 +104,10 @@ class AttentionCl(PreparedKernel):
         self.has_mask = mask_shape is not None
         self.scalars = (np.int64(self.rows), np.int64(heads), np.int64(q_len),
                         np.int64(k_len), np.int64(head_dim),
-                        *(np.int64(w) for w in widths), *(np.int64(o) for o in offsets),
+                        np.int64(shapes[0][2]),  # q's width, then k's and v's strides
+                        *(np.int64(s) for kv in shapes[1:] for s in head_strides(kv, head_dim)),
+                        *(np.int64(o) for o in offsets),
+                        np.int64(heads // (kv_heads or heads)),
                         *(np.int64(s) for s in mask_strides), acc.type(scale),
                         np.int32(self.has_mask), np.int32(nan_to_zero))
 
