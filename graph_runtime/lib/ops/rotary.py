@@ -60,7 +60,7 @@ def _cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
          outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     from ..kernels.cpu.rotary import RotaryKernel
     p = _params(inputs, attrs)
-    return RotaryKernel(p["heads"], p["dim"], p["rot"], p["offset"], p["out"])
+    return RotaryKernel(p["heads"], p["dim"], p["rot"], p["offset"])
 
 
 def _host(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],

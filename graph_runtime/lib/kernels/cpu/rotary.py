@@ -32,14 +32,17 @@ def _rotate(x: Any, cos: Any, sin: Any, out: Any, heads: int, dim: int, rot: int
 
 class RotaryKernel(PreparedKernel):
     """run(x, cos, sin, out): the heads of columns [offset, offset + heads * dim) of x rotated
-    into out, cos and sin broadcast to (batch, tokens, rot)."""
+    into out, cos and sin broadcast to (batch, tokens, rot). It reads the batch and tokens from
+    out at each call: a symbolic module keeps it for every prompt length (any_shape)."""
 
-    def __init__(self, heads: int, dim: int, rot: int, offset: int,
-                 out_shape: tuple[int, ...]) -> None:
+    def __init__(self, heads: int, dim: int, rot: int, offset: int) -> None:
         jit_setup.start()
         self.heads, self.dim, self.rot, self.offset = heads, dim, rot, offset
-        self.table = (out_shape[0], out_shape[1], rot)
 
     def __call__(self, x: Any, cos: Any, sin: Any, out: Any) -> None:
-        _rotate(x, np.broadcast_to(cos, self.table), np.broadcast_to(sin, self.table), out,
+        table = (out.shape[0], out.shape[1], self.rot)
+        _rotate(x, np.broadcast_to(cos, table), np.broadcast_to(sin, table), out,
                 self.heads, self.dim, self.rot, self.offset)
+
+    def any_shape(self) -> bool:
+        return True
