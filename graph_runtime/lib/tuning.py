@@ -222,10 +222,13 @@ def _class_entries() -> dict[str, Entry]:
     class's (this process's and clear answers first); kept until the file, the memory or the
     busy setting changes."""
     global _classes
-    found = {ident: e for ident, e in _read_entries().items() if e.trusted}
-    stamp = (_parsed[0] if _parsed is not None else None, len(_memo), len(found))
+    entries = _read_entries()
+    # what trusted() reads: asking all entries cost 2-3 ms of every new shape
+    stamp = (_parsed[0] if _parsed is not None else None, len(_memo),
+             settings.word(settings.TUNING_BUSY), settings.tuning_confirm())
     if _classes is not None and _classes[0] == stamp:
         return _classes[1]
+    found = {ident: e for ident, e in entries.items() if e.trusted}
     index: dict[str, Entry] = {**found, **_memo}
     ranked = sorted([*_memo.values(), *found.values()], key=lambda e: e.confidence != CLEAR)
     for entry in ranked:
