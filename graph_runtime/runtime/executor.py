@@ -199,7 +199,7 @@ class Executor:
                 keys += [ArgKey(e, dev, flatten) for e in out_eids]
                 if shared is not None:
                     shared.arg_keys[node.nid] = keys
-            fn = None
+            fn: Any = None  # the kernel: found in the shared cache, else prepared below
             exact = by_function = None
             if shared is not None:
                 exact = self._kernel_key(lib, node, dev, tuple(
