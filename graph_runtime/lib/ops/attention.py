@@ -19,7 +19,8 @@ from typing import Any
 
 from ...backends.base import Backend
 from ..attrs import bool_attr, float_attr, int_attr, op_error
-from ..kernels.cpu.attention import AttentionKernel, head_view
+from ..kernels.cpu.attention import AttentionKernel
+from ..kernels.heads import head_view
 from ..kernels.host import array_module
 from ..prepared import PreparedKernel
 from ..library import TensorSpec

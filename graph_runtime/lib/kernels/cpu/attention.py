@@ -29,6 +29,7 @@ from ...tuning import Choice
 from . import jit_setup
 from .loops_jit import compiled
 from .rows_jit import softmax_row
+from ..heads import head_view
 from ..threads import ONE_BLAS_THREAD, num_threads, parallel_images
 
 # one call over every head, or blocks of heads (or query rows) on the workers
@@ -87,14 +88,6 @@ def _scale_mask_softmax(s: Any, mask: Any, scale: Any, one: Any, nan_to_zero: bo
                 softmax_row(row, nan_to_zero, one)
 
 
-def head_strides(shape: tuple[int, ...], head_dim: int) -> tuple[int, int, int]:
-    """Element strides of batch, head and token of the heads of an array of this shape:
-    (batch, tokens, width) with the heads side by side, or (batch, heads, tokens, head_dim)."""
-    if len(shape) == 4:
-        return shape[1] * shape[2] * shape[3], shape[2] * shape[3], shape[3]
-    return shape[1] * shape[2], head_dim, shape[2]
-
-
 def _groups(h0: int, h1: int, group: int) -> list[tuple[int, int]]:
     """Heads [h0, h1) cut where the kv head they read changes (every group heads); whole
     without groups."""
@@ -108,22 +101,6 @@ def _openmp() -> bool:
     """Whether oneDNN runs OpenMP threads inside each primitive in this process."""
     from ..onednn.policy import policy
     return policy().openmp > 1
-
-
-def head_view(x: Any, offset: int, heads: int, head_dim: int, kv_heads: int = 0) -> Any:
-    """(batch, heads, tokens, head_dim) view of columns [offset, offset + heads * head_dim)
-    (of x itself where x is in that layout, a KV cache's); with kv_heads, (batch, kv_heads,
-    heads // kv_heads, tokens, head_dim): the heads in groups, one per kv head (k's and v's
-    own kv heads: heads = kv_heads, groups of one, which matmul broadcasts over the query heads
-    of each group)."""
-    if x.ndim == 4:
-        return x[:, :, None] if kv_heads else x  # only k's and v's: kv_heads = heads
-    batch, tokens = x.shape[:2]
-    cols = x[:, :, offset:offset + heads * head_dim]
-    if kv_heads:
-        return cols.reshape(batch, tokens, kv_heads, heads // kv_heads, head_dim) \
-            .transpose(0, 2, 3, 1, 4)
-    return cols.reshape(batch, tokens, heads, head_dim).transpose(0, 2, 1, 3)
 
 
 class AttentionKernel(PreparedKernel):

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...prepared import PreparedKernel
-from ..cpu.attention import head_strides
+from ..heads import head_strides
 from ..gpu_common import compute_type
 from .source import ClKernel, check_cl_dtypes, cl_header, cl_load, cl_param, cl_pointer, cl_store
 
