@@ -14,7 +14,7 @@ import numpy as np
 
 from ...lib.kernels.cpu.quantized import qadd_table
 from ..ir import Prim, Value
-from .pattern import PatternGraph, new_prim
+from .pattern import PatternGraph, new_prim, spliced
 
 
 def _projection(g: PatternGraph, v: Value, reader: Prim) -> Prim | None:
@@ -123,7 +123,4 @@ def pack_qdq_qkv(prims: list[Prim], outputs: list[Value]) -> tuple[list[Prim], C
         attention = new_prim("qdq_attention", [out, out, out] + p.inputs[3:], attrs,
                              p.outputs[0], p.origin)
         before[id(p)] = [packed, attention]
-    result: list[Prim] = []
-    for p in prims:
-        result.extend(before.get(id(p), [p]))
-    return result, Counter(qdq_qkv_packed=len(before))
+    return spliced(prims, before), Counter(qdq_qkv_packed=len(before))

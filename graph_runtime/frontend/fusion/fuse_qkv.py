@@ -18,7 +18,7 @@ import numpy as np
 
 from ..ir import Prim, Value
 from ..symdim import has_sym, same, same_shape
-from .pattern import PatternGraph, new_prim
+from .pattern import PatternGraph, new_prim, spliced
 
 
 def _projection(g: PatternGraph, v: Value, reader: Prim
@@ -130,10 +130,7 @@ def pack_qkv(prims: list[Prim], outputs: list[Value]) -> tuple[list[Prim], Count
         before[id(p)] = new + [attention]
     if not before:
         return prims, Counter()
-    result: list[Prim] = []
-    for p in prims:
-        result.extend(before.get(id(p), [p]))
-    return result, Counter(qkv_packed=len(before))
+    return spliced(prims, before), Counter(qkv_packed=len(before))
 
 
 def live(prims: list[Prim], outputs: list[Value]) -> list[Prim]:

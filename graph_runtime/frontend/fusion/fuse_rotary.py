@@ -19,7 +19,7 @@ from typing import Any
 from ...errors import LibraryError
 from ..ir import Prim, Value
 from ..symdim import is_int, is_sym, same, same_shape
-from .pattern import PatternGraph, last_axis_slice, new_prim, other
+from .pattern import PatternGraph, last_axis_slice, new_prim, other, spliced
 
 
 def _heads(xh: Value) -> tuple[Value, int, int, int] | None:
@@ -152,7 +152,4 @@ def fuse_rotary(prims: list[Prim], outputs: list[Value]) -> tuple[list[Prim], Co
             replace[id(old)] = new
     if not replace:
         return prims, Counter()
-    result: list[Prim] = []
-    for p in prims:
-        result.extend(replace.get(id(p), [p]))
-    return result, Counter(rotary=len(replace))
+    return spliced(prims, replace), Counter(rotary=len(replace))

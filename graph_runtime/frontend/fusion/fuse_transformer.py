@@ -18,7 +18,7 @@ import numpy as np
 from ...errors import LibraryError
 from ..ir import Prim, Value
 from .fuse_attention import match_attention
-from .pattern import PatternGraph, near, new_prim, other, scalar
+from .pattern import PatternGraph, near, new_prim, other, scalar, spliced
 
 # -- GELU ---------------------------------------------------------------------------------------
 
@@ -285,7 +285,4 @@ def fuse_transformer(prims: list[Prim], outputs: list[Value],
             continue  # a shape or attribute this matcher did not expect: leave the prims
     if not replace:
         return prims, counts
-    result: list[Prim] = []
-    for p in prims:
-        result.extend(replace.get(id(p), [p]))
-    return result, counts
+    return spliced(prims, replace), counts

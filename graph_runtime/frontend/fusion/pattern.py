@@ -126,3 +126,11 @@ def last_axis_slice(v: Value) -> tuple[Value, int, int] | None:
     if lo < 0 or hi <= lo:
         return None
     return x, lo, hi
+
+
+def spliced(prims: list[Prim], by_id: dict[int, list[Prim]]) -> list[Prim]:
+    """prims with each prim whose id is in by_id replaced by its list (its fused prims)."""
+    result: list[Prim] = []
+    for p in prims:
+        result.extend(by_id.get(id(p), [p]))
+    return result
