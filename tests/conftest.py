@@ -36,10 +36,9 @@ def steady_threads() -> Iterator[None]:
     again (policy.recheck) and, seeing a test's subprocess as a neighbour, make every kernel
     again, which tests counting the kernels a shape prepares cannot tell from a bug.
     Tests of the recheck itself patch it back in."""
-    from graph_runtime.runtime import graph_module, symbolic_module
+    from graph_runtime.runtime import module_base
     with pytest.MonkeyPatch.context() as patch:
-        for module in (graph_module, symbolic_module):
-            patch.setattr(module, "threads_generation", lambda: 0)
+        patch.setattr(module_base, "threads_generation", lambda: 0)
         yield
 
 

@@ -184,9 +184,8 @@ class Executor:
                     steps.append(self._copy_step(-1, f"copy of eid {eid} ({c.producer}) to {dev}",
                                                  eid, c.src, c.dst))
             kept = prior.get(node.nid)
-            if kept is not None and shared is not None:
-                step = self._kept_step(lib, kept, base, node, in_eids + out_eids,  # type: ignore[arg-type]
-                                       shared)
+            if kept is not None and shared is not None and base is not None:
+                step = self._kept_step(lib, kept, base, node, in_eids + out_eids, shared)
                 if step is not None:
                     self._count_workspace(node, dev, step.kernel.workspace_bytes(), used)
                     steps.append(step)

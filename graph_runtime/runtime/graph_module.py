@@ -15,7 +15,6 @@ from ..device import device as parse_device
 from ..errors import DeviceError, GraphError, ParamsError
 from ..graph.model import Graph, GraphSource
 from ..lib.kernels.derived import watch
-from ..lib.kernels.threads import threads_generation
 from ..lib.library import Module
 from ..nd import NDArray, from_dlpack
 from .executor import Executor, NodeTime
@@ -64,7 +63,6 @@ class GraphModule(ModuleBase):
                               for eid in self._input_eids}
         self._unset: set[int] = set() if allow_uninitialized else set(self._input_eids)
         self._param_names: set[str] = set()
-        self._threads_made_in = threads_generation()  # oneDNN's thread mode of its kernels
 
     def _clone(self) -> GraphModule:
         other = GraphModule(self.graph, self.lib, self.ctxs, strict=self.strict,
@@ -256,12 +254,11 @@ class GraphModule(ModuleBase):
     def _run_unlocked(self) -> None:
         if self._unset:
             self._refuse_unset()
-        made_in = threads_generation()
-        if made_in != self._threads_made_in:
-            self._follow_threads(made_in)
+        if self._threads_moved():
+            self._follow_threads()
         self.executor.run()
 
-    def _follow_threads(self, made_in: int) -> None:
+    def _follow_threads(self) -> None:
         """oneDNN's thread mode changed since the kernels were made (a neighbour came or went:
         onednn/policy.py's recheck): make the executor again, its kernels in the new mode.
 
@@ -282,7 +279,6 @@ class GraphModule(ModuleBase):
                 version.volatile = eid in old.escaped_entries
         new.escaped_entries = set(old.escaped_entries)
         self.executor = new
-        self._threads_made_in = made_in
         log.info("%s: oneDNN's thread mode changed; the executor was made again",
                  self.graph.source)
 

@@ -54,9 +54,8 @@ def plan_channels_last(graph: Graph, steps: Sequence[PreparedCall],
     plan = LayoutPlan()
     for eid, written in writers.items():
         read = readers.get(eid, [])
-        if (eid in excluded or graph.liveness.aliased(eid) or not read
-                or entry_device[eid].kind != "cpu" or graph.dtype(eid) not in NHWC_DTYPES
-                or len(graph.shape(eid)) != 4):
+        if (graph.liveness.aliased(eid) or not read  # candidates: 4-D, not excluded
+                or entry_device[eid].kind != "cpu" or graph.dtype(eid) not in NHWC_DTYPES):
             continue
         uses = written + read
         if len(written) != 1 or not all(ok for _, _, ok in uses):

@@ -14,6 +14,7 @@ from ..backends import check_device, copy_array
 from ..device import Device
 from ..errors import GraphError, GraphRuntimeError, ParamsError
 from ..graph.model import Graph
+from ..lib.kernels.threads import threads_generation
 from ..lib.library import Module
 from ..nd import NDArray
 from .diagnostics import Diagnostics
@@ -57,6 +58,17 @@ class ModuleBase(Diagnostics):
         # NOTE: a non-blocking acquire is the cheapest owner check on the hot calls;
         # run_with() blocks on it instead.
         self._lock = threading.Lock()
+        self._threads_made_in = threads_generation()  # oneDNN's thread mode of its kernels
+
+    def _threads_moved(self) -> bool:
+        """Whether oneDNN's thread mode changed since this module's kernels were made (a
+        neighbour came or went: onednn/policy.py's recheck); True once per change, the module
+        then making its kernels again."""
+        made_in = threads_generation()
+        if made_in == self._threads_made_in:
+            return False
+        self._threads_made_in = made_in
+        return True
 
     # ---- what each module kind provides --------------------------------------------------------
 

@@ -30,7 +30,6 @@ from ..graph.model import Graph
 from ..graph.symbolic import shape_is_symbolic
 from ..lib import tuning
 from ..lib.kernels.derived import freeze, thaw
-from ..lib.kernels.threads import threads_generation
 from ..lib.library import Module
 from ..nd import NDArray, from_dlpack
 from .executor import Executor, NodeTime
@@ -80,7 +79,6 @@ class SymbolicGraphModule(ModuleBase):
         self.specializations = 0
         self.specialize_seconds = 0.0
         self.kernels = KernelCache()  # prepared kernels the specialisations share
-        self._threads_made_in = threads_generation()  # oneDNN's thread mode they were made in
         self.scratch = Scratch()  # host memory their intermediates share (one runs at a time)
         self._kept_bytes: dict[tuple, int] = {}  # per cached key: its module's bytes, no params
         self._kernel_keys: dict[tuple, list] = {}  # per cached key: the shared kernels it uses
@@ -232,9 +230,7 @@ class SymbolicGraphModule(ModuleBase):
 
     def _specialised(self) -> GraphModule:
         key = self._key()
-        made_in = threads_generation()
-        if made_in != self._threads_made_in:
-            self._threads_made_in = made_in
+        if self._threads_moved():
             self._drop_shapes()
         current = self._current
         if current is not None and key == self._current_key and not self._held:

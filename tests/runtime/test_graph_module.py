@@ -405,7 +405,7 @@ def test_a_new_onednn_thread_mode_makes_the_executor_again(monkeypatch) -> None:
     """When oneDNN's thread mode changes (policy.recheck: a neighbour came or went), a static
     module makes its executor (and kernels) again; params, inputs bound zero copy, a view of an
     input handed out and an output bound zero copy keep their arrays."""
-    from graph_runtime.runtime import graph_module
+    from graph_runtime.runtime import module_base
     g = make_graph([null("x"), null("w"), null("y"), tvm_op("relu0", "relu", [0]),
                     tvm_op("dense0", "dense", [3, 1]), tvm_op("add0", "add", [4, 2])],
                    [5], shapes=[[2, 4], [3, 4], [2, 3], [2, 4], [2, 3], [2, 3]])
@@ -422,7 +422,7 @@ def test_a_new_onednn_thread_mode_makes_the_executor_again(monkeypatch) -> None:
     m.set_input(x=x)
     m.run()
     before = m.executor
-    monkeypatch.setattr(graph_module, "threads_generation", lambda: 1)
+    monkeypatch.setattr(module_base, "threads_generation", lambda: 1)
     x[0, 0] = 5.0
     view.native[0, 0] = 5.0  # written through the view handed out before the change
     y[1, 2] += 1.0

@@ -155,7 +155,7 @@ def test_the_first_symbolic_module_freezes_what_is_alive_once(word: str, frozen:
 def test_a_new_onednn_thread_mode_specialises_every_shape_again(monkeypatch) -> None:
     """When oneDNN's thread mode changes (policy.recheck: a neighbour came or went), a shape
     run before is made again, kernels included, and still gives the right answer."""
-    from graph_runtime.runtime import symbolic_module
+    from graph_runtime.runtime import module_base
     m = gr.create(dense_graph())
     w = RNG.standard_normal((3, 4)).astype(np.float32)
     m.load_params({"w": w})
@@ -163,7 +163,7 @@ def test_a_new_onednn_thread_mode_specialises_every_shape_again(monkeypatch) -> 
     y = RNG.standard_normal((2, 3)).astype(np.float32)
     m.run(x=x, y=y)
     prepared = m.kernels.prepared
-    monkeypatch.setattr(symbolic_module, "threads_generation", lambda: 1)
+    monkeypatch.setattr(module_base, "threads_generation", lambda: 1)
     m.run(x=x, y=y)
     assert m.specializations == 2 and m.kernels.prepared > prepared and len(m._cache) == 1
     np.testing.assert_allclose(m.get_output(0).numpy(), np.maximum(x, 0) @ w.T + y, rtol=1e-5,
