@@ -1,6 +1,7 @@
 """Turns a graph's nodes into a flat list of prepared calls (kernels and copies) and runs it."""
 from __future__ import annotations
 
+import copy
 import functools
 import logging
 import math
@@ -120,6 +121,7 @@ class Executor:
         self.shortcuts: dict[int, PreparedCall] = {}
         # write counters of graph inputs that kernels derive data from (lib.library.InputVersion).
         self.versions: dict[int, InputVersion] = {}
+        self.placed: set[int] = set()  # entries stored in arrays their kernels asked for
         for setup in SETUP_PASSES:
             setup.apply(self, setup.plan(self))
         if self._kernels is not None:
@@ -127,17 +129,105 @@ class Executor:
             self._kernels.settle({id(self.steps[i].kernel) for i in self._told})
         self._unshare.clear()
         self._ready = True
-        # what run() calls, and the step each call stands for (to name a failing node)
+        self.devices = sorted(set(self.entry_device) | {c.dst for c in self.copies})
+        self._finish()
+
+    def _finish(self) -> None:
+        """What run() calls, and the step each call stands for (to name a failing node)."""
         self._call_steps = [self.shortcuts.get(i, s) for i, s in enumerate(self.steps)
                             if i not in self.skipped]
         self._calls = [(s.fn, s.args) for s in self._call_steps]
-        self.devices = sorted(set(self.entry_device) | {c.dst for c in self.copies})
         # NOTE: kernels that spread work over the runtime's CPU workers (lib/kernels/threads.py)
         # need the cores to themselves: one threaded OpenBLAS call elsewhere in the run leaves
         # OpenBLAS threads spinning on them, which made ResNet-18 markedly slower (measured in
         # docs/measurements.md).
         self._blas_scope: ContextManager[None] = (
             ONE_BLAS_THREAD if any(s.kernel.uses_workers() for s in self.steps) else nullcontext())
+
+    # ---- another specialisation, made from this one ------------------------------------------
+
+    def derive(self, graph: Graph, lib: Module) -> Executor | None:
+        """This executor over graph, another specialisation of its symbolic graph (the same
+        nodes, devices and storage ids, other sizes: a decoder's next past length), made by
+        touching only what the new sizes change. Entries of a new shape get new views in the
+        bytes their storage id holds; graph inputs and outputs (params aside) get buffers of
+        their own; nodes whose shapes or dims changed get kernels as a full build gives them.
+        Every other step, view and setup pass's decision is this executor's.
+
+        None where that is not known to be safe, and the caller builds in full: an executor with
+        copies, NHWC entries or a device other than the host; a storage id whose bytes outgrew
+        its buffer; a changed node that a setup pass decided on (written in place, skipped
+        flatten or its reader, storage it asked for), or whose new kernel asks for storage. No
+        layout pass runs: kernels offering NHWC positions are told none (they work as made)."""
+        shared, before = self._kernels, self.graph.attrs["shape"][1]
+        shapes = graph.attrs["shape"][1]
+        if (shared is None or self._scratch is None or not self._ready or self.copies
+                or self.dropped_copies or self.channels_last or len(shapes) != len(before)
+                or any(dev.kind != "cpu" for dev in self.devices)):
+            return None
+        changed = {eid for eid, (now, was) in enumerate(zip(shapes, before)) if now != was}
+        plan = self.plan.resized(graph, changed)
+        fresh = {plan.entry_sid[eid] for eid in self._io_eids if eid not in shared.params}
+        if any(plan.entry_sid[eid] in fresh for eid in self.placed):
+            return None
+        resized = self.pool.resized(graph, plan, changed, fresh)
+        if resized is None:
+            return None
+        new = copy.copy(self)
+        new.graph, new.plan, (new.pool, renewed) = graph, plan, resized
+        new.arrays = dict(self.arrays)
+        for eid in renewed:
+            new.arrays[(eid, self.entry_device[eid])] = new.pool.views[eid]
+        new.kernel_keys, new.escaped_entries, new._uses = {}, set(), None
+        new._unshare, new._told = {}, set()
+        decided = {graph.entry_node(o)[0] for _, o in self.in_place}
+        decided |= {self.steps[i].nid for i in self.skipped} | {
+            call.nid for call in self.shortcuts.values()}
+        used = new._bytes_in_use()
+        new.steps = []
+        for step in self.steps:
+            node = graph.nodes[step.nid]
+            eids = [key.eid for key in step.arg_keys]
+            kept = new._kept_step(lib, step, self, node, eids, shared)
+            if kept is None:
+                if step.nid in decided or step.kernel.storage_requests():
+                    return None
+                n_in = step.num_inputs
+                fn = new._node_kernel(lib, node, step.device, eids, n_in, used, len(new.steps))
+                kernel = capabilities(fn)
+                if kernel.storage_requests():
+                    return None
+                new._count_workspace(node, step.device, kernel.workspace_bytes()
+                                     - step.kernel.workspace_bytes(), used)
+                kept = PreparedCall(
+                    step.nid, step.label, step.func_name, step.device,
+                    in_device_scope(fn, step.device), [], step.arg_keys, n_in, False, kernel)
+            kept.args[:] = new._args_of(step, renewed)
+            new.steps.append(kept)
+        new.shortcuts = {}
+        for index, call in self.shortcuts.items():
+            new.shortcuts[index] = PreparedCall(
+                call.nid, call.label, call.func_name, call.device, call.fn,
+                new._args_of(call, renewed), call.arg_keys, call.num_inputs, False, call.kernel)
+        check_capacity(graph, plan, self.caps)
+        shared.settle(())  # no layout pass here: kernels offering NHWC were told nothing
+        # the write counters go on: the kept kernels' derived data stays theirs (a param, bound
+        # here already, is not adopted again), a counted write to either executor's input is
+        # seen by both (a new shape's inputs are set again, counted)
+        new.versions = dict(self.versions)
+        new._bind_versions(new._plan_versions())
+        new._unshare.clear()
+        new._finish()
+        return new
+
+    def _args_of(self, step: PreparedCall, renewed: set[int]) -> list[Any]:
+        """step's arguments (its arrays in the executor derived from) with the entries whose
+        views are new bound again."""
+        args = list(step.args)
+        for pos, key in enumerate(step.arg_keys):
+            if key.eid in renewed:
+                args[pos] = self._bind(key)
+        return args
 
     # ---- setup ---------------------------------------------------------------------------------
 
@@ -163,9 +253,7 @@ class Executor:
         # Bytes in use per device: the pool and copies, then each kernel's workspace as prepared.
         used = self.plan.bytes_per_device()
         pending = {(c.eid, c.dst): c for c in self.copies}
-        # the columns read once (a symbolic graph's decode step prepares here per shape)
-        shapes, dtypes, rows = g.attrs["shape"][1], g.attrs["dltype"][1], g.node_row_ptr
-        shared = self._kernels
+        rows, shared = g.node_row_ptr, self._kernels
         for node in g.nodes:
             if node.is_arg or node.func_name == NOP_OP:
                 continue
@@ -190,70 +278,89 @@ class Executor:
                     self._count_workspace(node, dev, step.kernel.workspace_bytes(), used)
                     steps.append(step)
                     continue
-            keys = shared.arg_keys.get(node.nid) if shared is not None else None
-            if keys is None:
-                flatten = node.flatten_data
-                keys = [ArgKey(e, dev if (e, dev) in self.arrays else self.entry_device[e],
-                               flatten) for e in in_eids]
-                keys += [ArgKey(e, dev, flatten) for e in out_eids]
-                if shared is not None:
-                    shared.arg_keys[node.nid] = keys
-            fn: Any = None  # the kernel: found in the shared cache, else prepared below
-            exact = by_function = None
-            if shared is not None:
-                exact = self._kernel_key(lib, node, dev, tuple(
-                    tuple(shapes[e]) for e in in_eids + out_eids))
-                if exact is not None:
-                    # a kernel of a node calling this function (a decoder's layers share
-                    # one), else this node's own, else one taking any shape of the size class:
-                    # any such node's, else this node's (one holding its packed weights)
-                    ident = shared.functions.get(node.nid)
-                    if ident is None:
-                        ident = shared.functions[node.nid] = _function_ident(node)
-                    by_function = (ident,) + exact[1:]
-                    for candidate in (by_function, exact, _class_key(by_function),
-                                      _class_key(exact)):
-                        fn = shared.get(candidate)
-                        if fn is not None:
-                            self.kernel_keys[node.nid] = candidate
-                            break
-            # With flatten_data the arrays are 1-D views, but a prepared kernel is told the
-            # declared shapes (and gets flatten_data in attrs): a chain of standard ops needs them
-            # to broadcast, and gives its kernels the shapes back (lib/chain.py).
-            # (a kernel taken from the shared cache needs neither specs nor attrs)
-            nhwc = fn is not None and bool(capabilities(fn).channels_last_positions())
-            if fn is None or nhwc:
-                in_specs = [TensorSpec(tuple(shapes[e]), dtypes[e]) for e in in_eids]
-                out_specs = [TensorSpec(tuple(shapes[e]), dtypes[e]) for e in out_eids]
-                attrs = dict(node.attrs)
-                cap = self.caps.get(dev)
-                if cap is not None:
-                    attrs[WORKSPACE_LIMIT_KEY] = cap - used.get(dev, 0)
-            if fn is None:
-                fn = lib.prepare(node.func_name or "", dev, in_specs, out_specs, attrs,
-                                 node=node.label)
-                if shared is not None:
-                    made = capabilities(fn)
-                    # a kernel holding no node's data (derived weights, sub-modules) serves
-                    # every node calling its function at these shapes
-                    alone = not made.cached_inputs() and not made.sub_modules()
-                    key = by_function if alone and by_function is not None else exact
-                    if key is not None and made.any_shape():
-                        key = _class_key(key)
-                    shared.put(key, fn, made, in_eids + out_eids)
-                    if key is not None and shared.kernels.get(key) is fn:
-                        self.kernel_keys[node.nid] = key
-            elif nhwc:
-                # a shared kernel the layout pass may tell of NHWC arrays gets its own then
-                self._unshare[len(steps)] = functools.partial(
-                    lib.prepare, node.func_name or "", dev, in_specs, out_specs, attrs,
-                    node=node.label)
+            keys = self._arg_keys(node, dev, in_eids, out_eids)
+            fn = self._node_kernel(lib, node, dev, in_eids + out_eids, len(in_eids), used,
+                                   len(steps))
             kernel = capabilities(fn)
             self._count_workspace(node, dev, kernel.workspace_bytes(), used)
             steps.append(PreparedCall(node.nid, node.label, node.func_name or "", dev,
                                       in_device_scope(fn, dev), [], keys, len(in_eids), False,
                                       kernel))
         return steps
+
+    def _arg_keys(self, node: Any, dev: Device, in_eids: list[int], out_eids: list[int]
+                  ) -> list[ArgKey]:
+        """A node's argument keys (made once per node when the kernels are shared)."""
+        shared = self._kernels
+        keys = shared.arg_keys.get(node.nid) if shared is not None else None
+        if keys is None:
+            flatten = node.flatten_data
+            keys = [ArgKey(e, dev if (e, dev) in self.arrays else self.entry_device[e],
+                           flatten) for e in in_eids]
+            keys += [ArgKey(e, dev, flatten) for e in out_eids]
+            if shared is not None:
+                shared.arg_keys[node.nid] = keys
+        return keys
+
+    def _node_kernel(self, lib: Module, node: Any, dev: Device, eids: list[int], n_in: int,
+                     used: dict[Device, int], index: int) -> Any:
+        """A node's kernel: from the shared cache when one serves it, else prepared (and kept
+        there where sharing is safe); index: its step's, where a shared kernel the layout pass
+        may tell of NHWC arrays registers how to prepare its own."""
+        g, shared = self.graph, self._kernels
+        # the columns read once (a symbolic graph's decode step prepares here per shape)
+        shapes, dtypes = g.attrs["shape"][1], g.attrs["dltype"][1]
+        fn: Any = None  # the kernel: found in the shared cache, else prepared below
+        exact = by_function = None
+        if shared is not None:
+            exact = self._kernel_key(lib, node, dev, tuple(tuple(shapes[e]) for e in eids))
+            if exact is not None:
+                # a kernel of a node calling this function (a decoder's layers share
+                # one), else this node's own, else one taking any shape of the size class:
+                # any such node's, else this node's (one holding its packed weights)
+                ident = shared.functions.get(node.nid)
+                if ident is None:
+                    ident = shared.functions[node.nid] = _function_ident(node)
+                by_function = (ident,) + exact[1:]
+                classes = _class_shapes(exact[2])
+                for candidate in (by_function, exact, _class_key(by_function, classes),
+                                  _class_key(exact, classes)):
+                    fn = shared.get(candidate)
+                    if fn is not None:
+                        self.kernel_keys[node.nid] = candidate
+                        break
+        # With flatten_data the arrays are 1-D views, but a prepared kernel is told the
+        # declared shapes (and gets flatten_data in attrs): a chain of standard ops needs them
+        # to broadcast, and gives its kernels the shapes back (lib/chain.py).
+        # (a kernel taken from the shared cache needs neither specs nor attrs)
+        nhwc = fn is not None and bool(capabilities(fn).channels_last_positions())
+        if fn is None or nhwc:
+            in_specs = [TensorSpec(tuple(shapes[e]), dtypes[e]) for e in eids[:n_in]]
+            out_specs = [TensorSpec(tuple(shapes[e]), dtypes[e]) for e in eids[n_in:]]
+            attrs = dict(node.attrs)
+            cap = self.caps.get(dev)
+            if cap is not None:
+                attrs[WORKSPACE_LIMIT_KEY] = cap - used.get(dev, 0)
+        if fn is None:
+            fn = lib.prepare(node.func_name or "", dev, in_specs, out_specs, attrs,
+                             node=node.label)
+            if shared is not None:
+                made = capabilities(fn)
+                # a kernel holding no node's data (derived weights, sub-modules) serves
+                # every node calling its function at these shapes
+                alone = not made.cached_inputs() and not made.sub_modules()
+                key = by_function if alone and by_function is not None else exact
+                if key is not None and made.any_shape():
+                    key = _class_key(key)
+                shared.put(key, fn, made, eids)
+                if key is not None and shared.kernels.get(key) is fn:
+                    self.kernel_keys[node.nid] = key
+        elif nhwc:
+            # a shared kernel the layout pass may tell of NHWC arrays gets its own then
+            self._unshare[index] = functools.partial(
+                lib.prepare, node.func_name or "", dev, in_specs, out_specs, attrs,
+                node=node.label)
+        return fn
 
     def _kept_step(self, lib: Module, kept: PreparedCall, base: Executor, node: Any,
                    eids: list[int], shared: KernelCache) -> PreparedCall | None:
@@ -382,6 +489,7 @@ class Executor:
 
     def _place_requested(self, placed: dict[int, Any]) -> None:
         """Make each array its entry's storage, holding the entry's values, in every step."""
+        self.placed = set(placed)
         for eid, array in placed.items():
             self.pool.place(eid, array)
             self.rebind(eid, array)
@@ -684,12 +792,17 @@ def _function_ident(node: Any) -> str:
                                         if k not in (DIMS_KEY, VALUES_KEY))))
 
 
-def _class_key(key: tuple) -> tuple:
+def _class_key(key: tuple, classes: tuple | None = None) -> tuple:
     """A kernel key (by function, or by node for one holding the node's data: Executor.
     _prepare_steps) with its shapes rounded to their size classes (tuning.class_shape): where a
-    kernel taking any shape (PreparedKernel.any_shape) is kept."""
+    kernel taking any shape (PreparedKernel.any_shape) is kept. classes: _class_shapes of the
+    key's shapes, made already."""
     func, dev, shapes = key[:3]
-    return ("class", func, dev, tuple(_rows_class(s) for s in shapes)) + key[3:]
+    return ("class", func, dev, classes or _class_shapes(shapes)) + key[3:]
+
+
+def _class_shapes(shapes: tuple[tuple[int, ...], ...]) -> tuple:
+    return tuple(_rows_class(s) for s in shapes)
 
 
 def _rows_class(shape: tuple[int, ...]) -> tuple[int, ...]:

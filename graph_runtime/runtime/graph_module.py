@@ -49,12 +49,15 @@ class GraphModule(ModuleBase):
     def __init__(self, graph: Graph, lib: Module, ctxs: Sequence[Device], *, strict: bool = False,
                  memory_cap: int | Mapping[Any, int] | None = None,
                  allow_uninitialized: bool = False, kernels: KernelCache | None = None,
-                 scratch: Scratch | None = None, base: GraphModule | None = None) -> None:
+                 scratch: Scratch | None = None, base: GraphModule | None = None,
+                 executor: Executor | None = None) -> None:
         super().__init__(graph, lib, ctxs, strict=strict, memory_cap=memory_cap,
                          allow_uninitialized=allow_uninitialized)
-        self.executor = Executor(graph, lib, ctxs, strict=strict, memory_cap=memory_cap,
-                                 kernels=kernels, scratch=scratch,
-                                 base=None if base is None else base.executor)
+        # executor: made already (Executor.derive: another specialisation's, over graph)
+        self.executor = executor or Executor(graph, lib, ctxs, strict=strict,
+                                             memory_cap=memory_cap, kernels=kernels,
+                                             scratch=scratch,
+                                             base=None if base is None else base.executor)
         self.ctxs = self.executor.ctxs
         # (shape, dtype, home key) of each input entry, for set_input's fast path.
         ex = self.executor
@@ -234,6 +237,13 @@ class GraphModule(ModuleBase):
         from it (packed weights) instead of being derived again every run."""
         self._acquire("share_params")
         try:
+            eid = self._resolve_input(name)
+            if self.executor.arrays[(eid, self.executor.entry_device[eid])] is array:
+                # bound already (Executor.derive kept it from another specialisation), its
+                # counter counted there: adopted again, its kernels would derive again
+                self._unset.discard(eid)
+                self._param_names.add(name)
+                return
             self._bind_param(name, array)
             version = self.executor.versions.get(self._resolve_input(name))
             if version is not None and watch(array, version):

@@ -28,16 +28,18 @@ class ShapeCost:
     kept_shapes: int
     kept_bytes: int
     bound_bytes: int
+    derived: bool = False  # made from the shape run before, only what the sizes change redone
 
     @property
     def seconds(self) -> float:
         return self.infer_s + self.plan_s + self.prepare_s
 
     def __str__(self) -> str:
-        cost = (f"specialised in {self.seconds * 1e3:.1f} ms (infer {self.infer_s * 1e3:.1f}, "
-                f"plan {self.plan_s * 1e3:.1f}, prepare {self.prepare_s * 1e3:.1f} ms"
-                + (f"; {count_of(self.defaults, 'tuning choice')} at the default"
-                   if self.defaults else "") + ")")
+        cost = ("derived from the shape before, " if self.derived else "") + (
+            f"specialised in {self.seconds * 1e3:.1f} ms (infer {self.infer_s * 1e3:.1f}, "
+            f"plan {self.plan_s * 1e3:.1f}, prepare {self.prepare_s * 1e3:.1f} ms"
+            + (f"; {count_of(self.defaults, 'tuning choice')} at the default"
+               if self.defaults else "") + ")")
         return (f"shape {self.shape or 'static'}: "
                 + (f"new, {cost}" if self.new else f"kept from an earlier run ({cost})")
                 + f"; {count_of(self.kept_shapes, 'shape')} kept in "

@@ -1,6 +1,7 @@
 """Device-aware storage pool: bytes per storage id, one device per id, a view per entry."""
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any, Collection, Mapping, Sequence
 
@@ -36,6 +37,25 @@ class PoolLayout:
         for dev, nbytes in self.extra_bytes.items():
             totals[dev] = totals.get(dev, 0) + nbytes
         return totals
+
+    def resized(self, graph: Graph, changed: Collection[int]) -> PoolLayout:
+        """This layout with graph's sizes for the entries in changed (another specialisation of
+        a symbolic graph: the same storage ids and devices), each of their ids sized again."""
+        shapes, dtypes = graph.attrs["shape"][1], graph.attrs["dltype"][1]
+        sizes = list(self.entry_bytes)
+        sid_bytes = dict(self.sid_bytes)
+        touched = set()
+        for eid in changed:
+            sizes[eid] = entry_bytes(shapes[eid], dtypes[eid])
+            touched.add(self.entry_sid[eid])
+        for sid in touched:
+            sid_bytes[sid] = 0
+        if touched:
+            for eid, sid in enumerate(self.entry_sid):
+                if sid in touched and sizes[eid] > sid_bytes[sid]:
+                    sid_bytes[sid] = sizes[eid]
+        return PoolLayout(sid_bytes, self.sid_device, self.sid_first_entry, self.entry_sid, sizes,
+                          self.entry_device, dict(self.extra_bytes), dict(self.workspace_bytes))
 
     def unshared_bytes_per_device(self) -> dict[Device, int]:
         """What the pool would take if no two entries shared a storage id."""
@@ -179,9 +199,35 @@ class StoragePool:
             nbytes = self.plan.sid_bytes[sid]
             offsets[dev] = start + -(-nbytes // SCRATCH_ALIGN) * SCRATCH_ALIGN
         buffers = {dev: scratch.take(dev, total) for dev, total in offsets.items()}
-        for sid, dev, start in places:
-            self.buffers[sid] = buffers[dev][start:start + self.plan.sid_bytes[sid]]
+        for sid, dev, start in places:  # each up to the next id's start: room to grow (resized)
+            nbytes = -(-self.plan.sid_bytes[sid] // SCRATCH_ALIGN) * SCRATCH_ALIGN
+            self.buffers[sid] = buffers[dev][start:start + nbytes]
         self.scratch_bytes = offsets
+
+    def resized(self, graph: Graph, plan: PoolLayout, changed: Collection[int],
+                fresh: Collection[int]) -> tuple[StoragePool, set[int]] | None:
+        """This pool over plan (PoolLayout.resized: the same ids, other sizes) for another
+        specialisation, which runs only when this one does not: the ids in fresh (graph inputs
+        and outputs) get buffers of their own, every other id keeps its buffer, None where one
+        is too small for its new bytes. With it, the entries whose views are new: those in
+        changed and those of the fresh ids."""
+        for eid in changed:
+            sid = plan.entry_sid[eid]
+            if sid not in fresh and self.buffers[sid].nbytes < plan.sid_bytes[sid]:
+                return None
+        new = copy.copy(self)
+        new.plan, new.buffers, new.views = plan, dict(self.buffers), list(self.views)
+        for sid in fresh:
+            dev = plan.sid_device[sid]
+            new.buffers[sid] = check_device(dev).alloc(dev.device_id, plan.sid_bytes[sid])
+        renewed = set(changed)
+        renewed.update(eid for eid, sid in enumerate(plan.entry_sid) if sid in fresh)
+        shapes, dtypes = graph.attrs["shape"][1], graph.attrs["dltype"][1]
+        for eid in renewed:
+            sid = plan.entry_sid[eid]
+            new.views[eid] = check_device(plan.sid_device[sid]).view(
+                new.buffers[sid], 0, tuple(shapes[eid]), np.dtype(dtypes[eid]))
+        return new, renewed
 
     def owns_storage(self, eid: int) -> bool:
         """True when no other entry shares eid's storage id (nothing else writes its bytes)."""

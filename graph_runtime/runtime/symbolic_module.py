@@ -77,16 +77,19 @@ class SymbolicGraphModule(ModuleBase):
         self._values: dict[str, np.ndarray] = {}  # host copies of shape-deciding inputs
         self._params: dict[str, tuple[Device, Any]] = {}  # one device array per param
         self.specializations = 0
+        self.derivations = 0  # of them, made from the one used last (Executor.derive)
         self.specialize_seconds = 0.0
         self.kernels = KernelCache()  # prepared kernels the specialisations share
         self.scratch = Scratch()  # host memory their intermediates share (one runs at a time)
         self._kept_bytes: dict[tuple, int] = {}  # per cached key: its module's bytes, no params
         self._kernel_keys: dict[tuple, list] = {}  # per cached key: the shared kernels it uses
-        self._costs: dict[tuple, tuple[str, float, float, float, int]] = {}  # as _last_cost
+        self._costs: dict[tuple, tuple[str, float, float, float, int, bool]] = {}  # as _last_cost
         # The last run's shape: whether that run specialised it, and what specialising it cost:
         self._last_new = False
-        # the bound dims; infer, plan, prepare seconds; tuning choices left at their default
-        self._last_cost: tuple[str, float, float, float, int] = ("", 0.0, 0.0, 0.0, 0)
+        # the bound dims; infer, plan, prepare seconds; tuning choices left at their default;
+        # whether it was derived from the specialisation used before (Executor.derive)
+        self._last_cost: tuple[str, float, float, float, int, bool] = ("", 0.0, 0.0, 0.0, 0,
+                                                                      False)
 
     @property
     def signature(self) -> str:
@@ -293,7 +296,7 @@ class SymbolicGraphModule(ModuleBase):
         return module
 
     def _static(self, measure: bool, kernels: KernelCache | None = None
-                ) -> tuple[GraphModule, tuple[str, float, float, float, int]]:
+                ) -> tuple[GraphModule, tuple[str, float, float, float, int, bool]]:
         """The static module for the shapes (and values) set now, counted, and what it cost
         (as _last_cost); its tuning choices are measured only when measure is set, else taken
         per size class. kernels: where its kernels are shared (default: the module's)."""
@@ -309,12 +312,15 @@ class SymbolicGraphModule(ModuleBase):
         try:
             static = self.specializer.static_graph(entry_shapes, self.specializer.last_env)
             planned = time.perf_counter()
+            base = self._current if kernels is self.kernels else None
             with contextlib.nullcontext() if measure else tuning.by_size_class():
+                # from the specialisation used last where only sizes move (a decode step)
+                derived = None if base is None else base.executor.derive(static, self.lib)
                 module = GraphModule(static, self.lib, self.ctxs, strict=self.strict,
                                      memory_cap=self.memory_cap,
                                      allow_uninitialized=self.allow_uninitialized,
-                                     kernels=kernels, scratch=self.scratch,
-                                     base=self._current if kernels is self.kernels else None)
+                                     kernels=kernels, scratch=self.scratch, base=base,
+                                     executor=derived)
         except GraphRuntimeError:
             # a shape taken from the graph's expression that its rule contradicts: every rule
             # asked names the node and the dims (else the error stands)
@@ -322,17 +328,18 @@ class SymbolicGraphModule(ModuleBase):
             raise
         done = time.perf_counter()
         self.specializations += 1
+        self.derivations += derived is not None
         self.specialize_seconds += done - start
         bound = ", ".join(f"{k}={v}" for k, v in self.specializer.last_env.items())
         return module, (bound, inferred - start, planned - inferred, done - planned,
-                        tuning.class_defaults - defaults)
+                        tuning.class_defaults - defaults, derived is not None)
 
     def _shape_cost(self) -> ShapeCost:
         """The last run's shape: new or kept, what specialising it cost (by this run or the one
         that met it first), what is kept across shapes."""
-        bound, infer, plan, prepare, defaults = self._last_cost
+        bound, infer, plan, prepare, defaults, derived = self._last_cost
         return ShapeCost(bound, self._last_new, infer, plan, prepare, defaults, len(self._cache),
-                         sum(self._kept_bytes.values()), settings.shape_cache_bytes())
+                         sum(self._kept_bytes.values()), settings.shape_cache_bytes(), derived)
 
     # ---- diagnostics: the specialisation for the inputs set (or the last run's) ----------------
 

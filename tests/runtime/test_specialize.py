@@ -128,6 +128,49 @@ def test_specialisations_share_one_scratch_for_their_intermediates() -> None:
     assert not np.shares_memory(outs[0], outs[1])
 
 
+def test_a_new_shape_is_derived_from_the_one_before_where_only_sizes_move() -> None:
+    """Executor.derive: batch 4 then 3 (relu's 48 bytes fit the 64 its storage id holds) makes
+    the second executor from the first: the intermediate's bytes and the params are the
+    first's, inputs and outputs get buffers of their own, the steps write the new views;
+    batch 16 outgrows relu's id and is built in full. Every answer is right, also for shapes
+    come back."""
+    m = gr.create(dense_graph())
+    w = RNG.standard_normal((3, 4)).astype(np.float32)
+    m.load_params({"w": w})
+    modules = {}
+    for batch in (4, 3, 16, 3, 4):
+        x = RNG.standard_normal((batch, 4)).astype(np.float32)
+        y = RNG.standard_normal((batch, 3)).astype(np.float32)
+        m.run(x=x, y=y)
+        np.testing.assert_allclose(m.get_output(0).numpy(), np.maximum(x, 0) @ w.T + y,
+                                   rtol=1e-5, atol=1e-6)
+        modules.setdefault(batch, m.specialised())
+        if batch == 3:
+            assert "derived from the shape before" in str(m.memory_report().shape)
+    assert (m.specializations, m.derivations) == (3, 1)
+    first, second = modules[4].executor, modules[3].executor
+    assert np.shares_memory(first.pool.views[3], second.pool.views[3])  # relu0's output
+    for eid in (0, 2, 5):  # x, y and the output: each module's own
+        assert not np.shares_memory(first.pool.views[eid], second.pool.views[eid])
+    assert first.arrays[(1, gr.cpu())] is second.arrays[(1, gr.cpu())]  # w: one array
+    add = [s for s in second.steps if s.func_name == "add"][0]
+    assert add.args[-1] is second.pool.views[5] and add.args[-1].shape == (3, 3)
+
+
+def test_a_derived_decode_step_keeps_the_last_steps_outputs() -> None:
+    """A step made from the one before writes its outputs into buffers of its own: an output
+    read zero copy from the module used last (a view, as a KV cache fed back would be) keeps
+    its values when the next shape runs."""
+    m = gr.create(dense_graph())
+    m.load_params({"w": np.ones((3, 4), np.float32)})
+    m.run(x=np.ones((4, 4), np.float32), y=np.zeros((4, 3), np.float32))
+    kept = m.specialised().executor.arrays[(5, gr.cpu())]
+    m.run(x=np.ones((3, 4), np.float32), y=np.full((3, 3), 7, np.float32))
+    assert m.derivations == 1
+    np.testing.assert_array_equal(kept, np.full((4, 3), 4.0))
+    np.testing.assert_array_equal(m.get_output(0).numpy(), np.full((3, 3), 11.0))
+
+
 FREEZE_SCRIPT = """
 import gc, sys
 sys.path.insert(0, sys.argv[1])
@@ -412,6 +455,7 @@ def test_greedy_decoding_with_a_kv_cache_matches_onnxruntime_and_prepares_only_w
              "position_ids": np.arange(6, dtype=np.int64)[None]}
     feeds.update({n: np.zeros((1, kv.shape[1], 0, kv.shape[3]), np.float32) for n in pasts})
     before: gr.Graph | None = None
+    derived: list[int] = []
     for k in range(20):
         want = session.run(None, feeds)
         prepared = m.kernels.prepared
@@ -426,6 +470,7 @@ def test_greedy_decoding_with_a_kv_cache_matches_onnxruntime_and_prepares_only_w
         if k >= 2:  # decode steps after the first (prefill and the first step share no shapes)
             assert before is not None
             assert m.kernels.prepared - prepared <= _changed_nodes(before, graph, m.lib), k
+        derived.append(m.derivations)
         before = graph
         token = int(np.argmax(got[0][0, -1]))
         assert token == int(np.argmax(want[0][0, -1]))
@@ -434,6 +479,7 @@ def test_greedy_decoding_with_a_kv_cache_matches_onnxruntime_and_prepares_only_w
                  "attention_mask": np.ones((1, total), np.int64),
                  "position_ids": np.array([[total - 1]], np.int64), **dict(zip(pasts, got[1:]))}
     assert m.specializations == 20
+    assert derived == list(range(20))  # each step made from the one before (Executor.derive)
 
 
 def test_a_symbolic_chain_keeps_the_chains_of_the_bindings_met_last() -> None:
