@@ -18,6 +18,7 @@ from ..lib.kernels.derived import watch
 from ..lib.library import Module
 from ..nd import NDArray, from_dlpack
 from .executor import Executor, NodeTime
+from .measure import add_bytes
 from .module_base import ModuleBase, copy_out
 from .steps import KernelCache
 from .storage import Scratch
@@ -352,8 +353,13 @@ class GraphModule(ModuleBase):
         return [self]
 
     def held_bytes(self) -> dict[Device, int]:
-        """What this module holds per device: pool, workspace, control-flow bodies."""
-        return self.memory_report().held()
+        """What this module holds per device: pool, workspace, control-flow bodies (as
+        memory_report().held(), without the columns it does not count: a symbolic module asks
+        at every new shape)."""
+        ex = self.executor
+        return add_bytes([ex.plan.bytes_per_device(), ex.plan.workspace_bytes,
+                          *(module.held_bytes() for step in ex.steps
+                            for module in step.kernel.sub_modules())])
 
 
 def _check_layout(what: str, eid: int, want_shape: tuple[int, ...], want_dtype: Any,
