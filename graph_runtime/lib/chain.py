@@ -21,6 +21,7 @@ from .kernels.cpu.token_layout import (PermuteCopy, TokenLayoutCopy, permute_lay
 from .kernels.onednn.matmul_tail import matmul_tail
 from .kernels.gpu_elementwise import ELEMENTWISE_EXPRS, gpu_elementwise
 from .library import InputVersion, TensorSpec
+from .ops.slicing import slice_index
 from .prepared import PreparedKernel, Wrapping, capabilities
 from .registry import OpDef, get_op
 
@@ -57,9 +58,13 @@ class PreparedChain(PreparedKernel):
     """
 
     def __init__(self, calls: list[tuple[Callable[..., None], tuple[int, ...]]],
-                 intermediates: list[Any], fused_ops: list[str], n_inputs: int) -> None:
+                 intermediates: list[Any], fused_ops: list[str], n_inputs: int,
+                 views: Sequence[tuple[int, int, Callable[[Any], Any]]] = ()) -> None:
         # Allocated once at prepare time, reused by every run: the slots after the arrays.
         self.intermediates = tuple(intermediates)
+        # (slot, slot it views, how), in order: a view of a function argument, made per run
+        # (_view_steps; those of intermediates are views among them already)
+        self._views = tuple(views)
         self.fused_ops = fused_ops  # ops of the elementwise tail generated as one GPU kernel
         self._calls = calls
         self._n_inputs = n_inputs
@@ -70,7 +75,8 @@ class PreparedChain(PreparedKernel):
         self._cached: set[int] = set()
         # Kernels keeping data derived from the function's own inputs, with their argument slots.
         self._binds: list[tuple[PreparedKernel, tuple[int, ...]]] = []
-        self._workspace = sum(int(a.nbytes) for a in intermediates)
+        self._workspace = sum(int(a.nbytes) for a in intermediates
+                              if getattr(a, "base", None) is None)  # views hold no bytes
         self._workers = False
         for fn, index in calls:
             kernel = capabilities(fn)
@@ -153,6 +159,11 @@ class PreparedChain(PreparedKernel):
 
     def __call__(self, *arrays: Any) -> None:
         slots = arrays + self.intermediates
+        if self._views:
+            viewed = list(slots)
+            for slot, source, view in self._views:
+                viewed[slot] = view(viewed[source])
+            slots = tuple(viewed)
         for fn, pick in self._steps:
             fn(*pick(slots))
 
@@ -256,13 +267,22 @@ class Chain:
             if first_fused == len(plan):
                 _write_tail_in_place(plan, slot_count)
         lead, taken = _layout_lead(plan, first_fused) if backend.name == "cpu" else (None, 0)
-        # a pair's first op writes nothing now: its intermediate slot keeps its number, empty
-        temps = [(p.outputs[0], taken == 2 and k == 0)
+        views = _view_steps(plan[taken:first_fused], slot_count) if backend.name == "cpu" \
+            else {}
+        # a pair's first op writes nothing now, nor does a reshape made a view: their
+        # intermediate slots keep their numbers, empty
+        temps = [(p.outputs[0], (taken == 2 and k == 0) or p.out_slots[0] in views)
                  for k, p in enumerate(plan[:first_fused]) if p.out_slots[0] >= slot_count]
         _check_workspace(self.name, [spec for spec, unused in temps if not unused],
                          attrs.get(WORKSPACE_LIMIT_KEY), device)
         intermediates = [backend.empty(device_id, (0,) if unused else tuple(spec.shape),
                                        np.dtype(spec.dtype)) for spec, unused in temps]
+        dynamic = []  # views of the function's arguments, made per run
+        for slot, (source, view) in views.items():
+            if source >= slot_count and not any(s == source for s, _, _ in dynamic):
+                intermediates[slot - slot_count] = view(intermediates[source - slot_count])
+            else:
+                dynamic.append((slot, source, view))
         calls: list[tuple[Callable[..., None], tuple[int, ...]]] = []
         fused = plan[first_fused:]
         # NOTE: CuPy puts the workspace kernels allocate here on the current GPU; make that
@@ -271,6 +291,8 @@ class Chain:
             if lead is not None:  # its leading layout op(s) as one copy
                 calls.append((lead, tuple(plan[0].slots + plan[taken - 1].out_slots)))
             for p in plan[taken:first_fused]:
+                if p.out_slots[0] in views:
+                    continue
                 if p.epilogue is not None and p.op.cpu_epilogue is not None:
                     fn = p.op.cpu_epilogue(p.inputs, p.outputs, p.attrs, p.epilogue, p.operands)
                 else:
@@ -297,7 +319,8 @@ class Chain:
         if ops == 1 and not flatten and calls[0][1] == tuple(range(slot_count)):
             return calls[0][0]  # one kernel: the prepared call, with no extra layer
         run: Callable[..., None] = PreparedChain(calls, intermediates,
-                                                 [p.op.name for p in fused], len(inputs))
+                                                 [p.op.name for p in fused], len(inputs),
+                                                 dynamic)
         if flatten:
             run = _Unflattened(run, list(inputs) + list(outputs))
         return run
@@ -380,6 +403,33 @@ class Chain:
             if tuple(got.shape) != tuple(want.shape) or got.dtype != want.dtype:
                 raise LibraryError(f"{who} produces {got} but the graph declares {want} for "
                                    f"output {i}")
+
+
+# ops whose output is their input's bytes in another shape (the CPU kernel of each copies)
+RESHAPES = frozenset({"reshape", "batch_flatten", "flatten", "expand_dims", "squeeze"})
+# ops whose kernels read a strided view as NumPy does (a sliced input: a torch.roll's halves)
+STRIDED_READERS = frozenset({"concatenate", "transpose"}) | RESHAPES
+
+
+def _view_steps(plan: list[_Planned], slot_count: int
+                ) -> dict[int, tuple[int, Callable[[Any], Any]]]:
+    """{intermediate slot: (slot it views, how)} for the ops of plan (CPU, before the compiled
+    tail) whose output, an intermediate, can be a view of their input instead of a copy: the
+    reshape-like ops (a reshape of a non-contiguous argument copies, as it must), and a
+    strided_slice whose reader takes strided arrays. A window partition's reshape, transpose,
+    reshape takes one pass, not three; an op writing a function output still copies into it."""
+    views: dict[int, tuple[int, Callable[[Any], Any]]] = {}
+    for k, p in enumerate(plan):
+        if p.epilogue is not None or len(p.slots) != 1 or p.out_slots[0] < slot_count:
+            continue
+        if p.op.name in RESHAPES:
+            shape = tuple(int(d) for d in p.outputs[0].shape)
+            views[p.out_slots[0]] = (p.slots[0], lambda a, shape=shape: a.reshape(shape))
+        elif (p.op.name == "strided_slice" and k + 1 < len(plan)
+              and plan[k + 1].op.name in STRIDED_READERS and plan[k + 1].epilogue is None):
+            index = slice_index(tuple(int(d) for d in p.inputs[0].shape), p.attrs)
+            views[p.out_slots[0]] = (p.slots[0], lambda a, index=index: a[index])
+    return views
 
 
 def _layout_lead(plan: list[_Planned], first_fused: int) -> tuple[PreparedKernel | None, int]:

@@ -147,6 +147,33 @@ def test_cpu_in_place_needs_the_output_shape(random_array, assert_close):
     assert_close(out, np.exp(x.astype(np.float64).sum(1) + y), "float32")
 
 
+def test_cpu_layout_ops_into_intermediates_are_views_not_passes() -> None:
+    """A window partition (reshape, transpose, reshape) copies once, in the transpose; a
+    torch.roll's halves (strided_slice, concatenate) are read in place by the concatenate. A
+    strided (transposed) argument is reshaped with the copy NumPy must make; intermediates
+    viewing others hold no bytes of their own."""
+    x = np.arange(2 * 4 * 6, dtype=np.float32).reshape(2, 4, 6)
+    steps = [Step("reshape", {"newshape": [2, 2, 2, 6]}), Step("transpose", {"axes": [0, 2, 1, 3]}),
+             Step("reshape", {"newshape": [2, 24]}), Step("reshape", {"newshape": [4, 12]})]
+    run = _cpu_chain(steps, [x], TensorSpec((4, 12), "float32"))
+    want = x.reshape(2, 2, 2, 6).transpose(0, 2, 1, 3).reshape(4, 12)
+    for given in (x, np.ascontiguousarray(x.transpose(0, 2, 1)).transpose(0, 2, 1)):
+        out = np.empty((4, 12), np.float32)
+        run(given, out)
+        np.testing.assert_array_equal(out, want)
+    # the transpose's output and its reshape share bytes; the first reshape views the argument
+    assert run.workspace_bytes() == x.nbytes
+    assert sum(a.base is None and a.size > 0 for a in run.intermediates) == 1
+    roll = [Step("strided_slice", {"begin": [0, 3], "end": [2, 6]}),
+            Step("concatenate", {"axis": 1}, num_inputs=2), Step("reshape", {"newshape": [12]})]
+    tail = np.arange(6, dtype=np.float32).reshape(2, 3)
+    run = _cpu_chain(roll, [x[0, :2], tail], TensorSpec((12,), "float32"))
+    out = np.empty(12, np.float32)
+    run(x[0, :2], tail, out)
+    np.testing.assert_array_equal(out, np.concatenate([x[0, :2, 3:], tail], 1).reshape(12))
+    assert run.workspace_bytes() == 2 * 6 * 4  # the concatenate's; the slice is a view
+
+
 def test_fused_tail_after_reduction_with_cast(backend_name, run_op, random_array, assert_close):
     x = random_array((4, 5), "float32", seed=14)
     y = random_array((4,), "float32", seed=15)

@@ -169,11 +169,15 @@ def _pad(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorS
 def _host_strided_slice(xp: Any, backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                         outputs: Sequence[TensorSpec],
                         attrs: Mapping[str, Any]) -> Callable[..., None]:
-    plan = slice_plan(tuple(inputs[0].shape), attrs)
-    # NOTE: a negative step that ends below index 0 needs stop None, not -1 (the last element).
-    index = tuple(slice(start, None if start + step * count < 0 else start + step * count, step)
-                  if count else slice(0, 0) for start, step, count in plan)
+    index = slice_index(tuple(inputs[0].shape), attrs)
     return lambda x, out: xp.copyto(out, x[index])
+
+
+def slice_index(shape: tuple[int, ...], attrs: Mapping[str, Any]) -> tuple[slice, ...]:
+    """strided_slice's selection as NumPy's basic index (a view of the input)."""
+    # NOTE: a negative step that ends below index 0 needs stop None, not -1 (the last element).
+    return tuple(slice(start, None if start + step * count < 0 else start + step * count, step)
+                 if count else slice(0, 0) for start, step, count in slice_plan(shape, attrs))
 
 
 def _host_split(xp: Any, backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
