@@ -1,6 +1,7 @@
 """Chain: a lib function made of standard ops applied in sequence (TVM's fused-op convention)."""
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field, replace
 from operator import itemgetter
 from typing import Any, Callable, Collection, Mapping, Sequence
@@ -277,7 +278,7 @@ class Chain:
                          attrs.get(WORKSPACE_LIMIT_KEY), device)
         intermediates = [backend.empty(device_id, (0,) if unused else tuple(spec.shape),
                                        np.dtype(spec.dtype)) for spec, unused in temps]
-        dynamic = []  # views of the function's arguments, made per run
+        dynamic: list[tuple[int, int, Callable[[Any], Any]]] = []  # of arguments, per run
         for slot, (source, view) in views.items():
             if source >= slot_count and not any(s == source for s, _, _ in dynamic):
                 intermediates[slot - slot_count] = view(intermediates[source - slot_count])
@@ -424,11 +425,11 @@ def _view_steps(plan: list[_Planned], slot_count: int
             continue
         if p.op.name in RESHAPES:
             shape = tuple(int(d) for d in p.outputs[0].shape)
-            views[p.out_slots[0]] = (p.slots[0], lambda a, shape=shape: a.reshape(shape))
+            views[p.out_slots[0]] = (p.slots[0], operator.methodcaller("reshape", shape))
         elif (p.op.name == "strided_slice" and k + 1 < len(plan)
               and plan[k + 1].op.name in STRIDED_READERS and plan[k + 1].epilogue is None):
             index = slice_index(tuple(int(d) for d in p.inputs[0].shape), p.attrs)
-            views[p.out_slots[0]] = (p.slots[0], lambda a, index=index: a[index])
+            views[p.out_slots[0]] = (p.slots[0], itemgetter(index))
     return views
 
 
