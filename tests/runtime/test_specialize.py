@@ -34,6 +34,15 @@ def dense_graph(out_dim: object = "batch") -> gr.Graph:
                      ["batch", 3]], dtypes="float32")
 
 
+def _run_dense(m: Any, w: np.ndarray, batch: int) -> None:
+    """Run dense_graph's module on random inputs of this batch and check its output."""
+    x = RNG.standard_normal((batch, 4)).astype(np.float32)
+    y = RNG.standard_normal((batch, 3)).astype(np.float32)
+    m.run(x=x, y=y)
+    np.testing.assert_allclose(m.get_output(0).numpy(), np.maximum(x, 0) @ w.T + y,
+                               rtol=1e-5, atol=1e-6)
+
+
 def test_dims_parse_and_evaluate() -> None:
     assert evaluate("batch*seq+1", {"batch": 2, "seq": 5}) == 11
     assert names_in("16*seq") == ["seq"]
@@ -50,11 +59,7 @@ def test_specialises_per_shape_caches_and_shares_params() -> None:
     w = RNG.standard_normal((3, 4)).astype(np.float32)
     m.load_params({"w": w})
     for batch in (1, 5, 5, 2, 1):
-        x = RNG.standard_normal((batch, 4)).astype(np.float32)
-        y = RNG.standard_normal((batch, 3)).astype(np.float32)
-        m.run(x=x, y=y)
-        np.testing.assert_allclose(m.get_output(0).numpy(), np.maximum(x, 0) @ w.T + y,
-                                   rtol=1e-5, atol=1e-6)
+        _run_dense(m, w, batch)
     # 1, 5, 2 built; 1 again was evicted (cache of 2) and built again
     assert m.specializations == 4
     arrays = {id(mod.executor.arrays[(1, gr.cpu(0))]) for mod in m._cache.values()}
@@ -115,11 +120,7 @@ def test_specialisations_share_one_scratch_for_their_intermediates() -> None:
     m.load_params({"w": w})
     got = {}
     for batch in (4, 2, 4, 2):
-        x = RNG.standard_normal((batch, 4)).astype(np.float32)
-        y = RNG.standard_normal((batch, 3)).astype(np.float32)
-        m.run(x=x, y=y)
-        np.testing.assert_allclose(m.get_output(0).numpy(), np.maximum(x, 0) @ w.T + y,
-                                   rtol=1e-5, atol=1e-6)
+        _run_dense(m, w, batch)
         got[batch] = m.specialised().executor.pool
     assert m.specializations == 2
     relu = [pool.views[3] for pool in got.values()]  # entry 3: relu0's output
@@ -139,11 +140,7 @@ def test_a_new_shape_is_derived_from_the_one_before_where_only_sizes_move() -> N
     m.load_params({"w": w})
     modules = {}
     for batch in (4, 3, 16, 3, 4):
-        x = RNG.standard_normal((batch, 4)).astype(np.float32)
-        y = RNG.standard_normal((batch, 3)).astype(np.float32)
-        m.run(x=x, y=y)
-        np.testing.assert_allclose(m.get_output(0).numpy(), np.maximum(x, 0) @ w.T + y,
-                                   rtol=1e-5, atol=1e-6)
+        _run_dense(m, w, batch)
         modules.setdefault(batch, m.specialised())
         if batch == 3:
             assert "derived from the shape before" in str(m.memory_report().shape)
