@@ -167,17 +167,8 @@ class StoragePool:
             self._slice_scratch(scratch, [sid for sid in sorted(scratch_ids)
                                           if plan.sid_device[sid].kind == "cpu"])
         for sid, nbytes in sorted(plan.sid_bytes.items()):
-            if sid in self.buffers:
-                continue
-            dev = plan.sid_device[sid]
-            backend = check_device(dev)
-            try:
-                self.buffers[sid] = backend.alloc(dev.device_id, nbytes)
-            except DeviceError:
-                raise
-            except Exception as e:  # out of memory surfaces as the backend library's own error
-                raise DeviceError(f"allocating storage id {sid} ({fmt_bytes(nbytes)}) on {dev} "
-                                  f"failed: {type(e).__name__}: {e}") from e
+            if sid not in self.buffers:
+                self.buffers[sid] = _alloc(sid, nbytes, plan.sid_device[sid])
         backends = {dev: check_device(dev) for dev in set(plan.sid_device.values())}
         shapes, dtypes = graph.attrs["shape"][1], graph.attrs["dltype"][1]
         types = {name: np.dtype(name) for name in set(dtypes)}
@@ -218,8 +209,7 @@ class StoragePool:
         new = copy.copy(self)
         new.plan, new.buffers, new.views = plan, dict(self.buffers), list(self.views)
         for sid in fresh:
-            dev = plan.sid_device[sid]
-            new.buffers[sid] = check_device(dev).alloc(dev.device_id, plan.sid_bytes[sid])
+            new.buffers[sid] = _alloc(sid, plan.sid_bytes[sid], plan.sid_device[sid])
         renewed = set(changed)
         renewed.update(eid for eid, sid in enumerate(plan.entry_sid) if sid in fresh)
         shapes, dtypes = graph.attrs["shape"][1], graph.attrs["dltype"][1]
@@ -261,6 +251,17 @@ class StoragePool:
         if self._sid_users[sid] == 1:
             self.buffers[sid] = array
             self.views[eid] = array
+
+
+def _alloc(sid: int, nbytes: int, dev: Device) -> Any:
+    """Storage id sid's buffer on dev; DeviceError naming the id where the backend fails."""
+    try:
+        return check_device(dev).alloc(dev.device_id, nbytes)
+    except DeviceError:
+        raise
+    except Exception as e:  # out of memory surfaces as the backend library's own error
+        raise DeviceError(f"allocating storage id {sid} ({fmt_bytes(nbytes)}) on {dev} "
+                          f"failed: {type(e).__name__}: {e}") from e
 
 
 def _entry_label(graph: Graph, eid: int) -> str:
