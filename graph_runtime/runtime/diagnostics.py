@@ -14,7 +14,7 @@ from ..device import Device, DeviceLike
 from ..errors import GraphError, GraphRuntimeError
 from ..graph.model import COPY_OP, Graph
 from .executor import Executor, NodeTime
-from .measure import MemoryReport, ShapeCost, add_bytes
+from .measure import MemoryReport, ShapeCost
 from .placement import InsertedCopy
 
 if TYPE_CHECKING:
@@ -189,7 +189,5 @@ def _memory_of(g: Graph, ex: Executor) -> MemoryReport:
             for eid in g.node_entries(node.nid):
                 dev = ex.entry_device[eid]
                 copies[dev] = copies.get(dev, 0) + plan.entry_bytes[eid]
-    bodies = add_bytes(module.held_bytes() for step in ex.steps
-                       for module in step.kernel.sub_modules())
     return MemoryReport(plan.bytes_per_device(), plan.unshared_bytes_per_device(), copies,
-                        dict(plan.workspace_bytes), bodies)
+                        dict(plan.workspace_bytes), ex.bodies_bytes())

@@ -29,6 +29,7 @@ from ..lib.tuning import class_shape
 from .flatten_reads import FlattenRead, StagedOutputs, flat_source, plan_flatten_reads
 from .in_place import InPlacePlan, in_place_offers, plan_in_place
 from .layouts import LayoutPlan, nhwc_view, plan_channels_last
+from .measure import add_bytes
 from .placement import plan_placement, replan_placement, resolve_entry_devices
 from .steps import ArgKey, KernelCache, PreparedCall, in_device_scope
 from .storage import PoolLayout, Scratch, StoragePool, check_capacity, default_caps
@@ -601,6 +602,11 @@ class Executor:
                              f"{fmt_bytes(nbytes)} of workspace on {dev}, which brings the total "
                              f"there to {fmt_bytes(used[dev])} but the cap is {fmt_bytes(cap)}; "
                              "pass memory_cap= to raise the cap")
+
+    def bodies_bytes(self) -> dict[Device, int]:
+        """What the control-flow bodies its kernels hold keep, per device."""
+        return add_bytes(module.held_bytes() for step in self.steps
+                         for module in step.kernel.sub_modules())
 
     def written(self, eid: int) -> None:
         """Count a write into input eid from outside run(), so derived data is redone."""

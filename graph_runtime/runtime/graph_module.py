@@ -356,10 +356,9 @@ class GraphModule(ModuleBase):
         """What this module holds per device: pool, workspace, control-flow bodies (as
         memory_report().held(), without the columns it does not count: a symbolic module asks
         at every new shape)."""
-        ex = self.executor
-        return add_bytes([ex.plan.bytes_per_device(), ex.plan.workspace_bytes,
-                          *(module.held_bytes() for step in ex.steps
-                            for module in step.kernel.sub_modules())])
+        plan = self.executor.plan
+        return add_bytes([plan.bytes_per_device(), plan.workspace_bytes,
+                          self.executor.bodies_bytes()])
 
 
 def _check_layout(what: str, eid: int, want_shape: tuple[int, ...], want_dtype: Any,
