@@ -232,6 +232,35 @@ def test_cpu_onednn_products_match_float64(monkeypatch, case: tuple, threads: st
     _check(wide[:, :, :-1], want, "float32")
 
 
+@pytest.mark.parametrize("case", [CASES[2], CASES[4], GQA_CASES[1], GQA_CASES[4]])
+def test_cpu_onednn_softmax_with_the_products_matches_float64(monkeypatch, case: tuple) -> None:
+    """With oneDNN's OpenMP threads, q kᵀ takes the scale (and adds the mask) and oneDNN's
+    softmax runs on the same threads; a row masked everywhere, or a NaN in q, gives a NaN row
+    as NumPy's softmax does."""
+    from graph_runtime.lib.kernels.cpu.attention import AttentionKernel
+    from graph_runtime.lib.kernels.onednn import binding
+    from graph_runtime.lib.ops.attention import _params
+    from graph_runtime.settings import ONEDNN_THREADS
+    if not binding.available():
+        pytest.skip(f"oneDNN: {binding.unavailable_reason()}")
+    monkeypatch.setenv(ONEDNN_THREADS.name, "openmp")
+    arrays, attrs, want = _case(*case, dtype="float32")
+    p = _params([TensorSpec(a.shape, "float32") for a in arrays], attrs)
+    kernel = AttentionKernel(**p, products="onednn")
+    out = np.full(want.shape, np.nan, np.float32)
+    kernel(*arrays, out)
+    _check(out, want, "float32")
+    assert kernel._views((*arrays, out))[5].softmax_fused
+    poisoned = [a.copy() for a in arrays]
+    if case[5] is not None:  # batch 0's first query row of every head masked everywhere
+        poisoned[3][0, :, 0, :] = -np.inf
+    else:  # a NaN in batch 0's first query
+        poisoned[0][0, 0, :] = np.nan
+    kernel(*poisoned, out)
+    assert np.isnan(out[0, 0]).all() and not np.isnan(out[0, 1:]).any()
+    assert not np.isnan(out[1:]).any()
+
+
 @pytest.mark.parametrize("heads,kv,message", [
     (4, 3, "kv_heads 3 must be a positive divisor of num_heads 4"),
     (4, 0, "kv_heads 0 must be a positive divisor of num_heads 4"),

@@ -119,7 +119,7 @@ class AttentionKernel(PreparedKernel):
         self._made: dict[tuple[Block, ...], Any] = {}  # blocks -> HeadProducts
         self.offsets, self.scale, self.nan_to_zero = offsets, scale, nan_to_zero
         self.typed_scale, self.one = np.dtype(dtype).type(scale), np.dtype(dtype).type(1)
-        self.has_mask = mask_shape is not None
+        self.has_mask, self.mask_shape = mask_shape is not None, mask_shape
         self.full = (batch, heads, q_len, k_len)
         self.scores = np.empty(self.full, dtype)
         self.no_mask = np.broadcast_to(np.zeros((1, 1, 1, 1), dtype), self.full)
@@ -137,6 +137,10 @@ class AttentionKernel(PreparedKernel):
         # oneDNN's own OpenMP threads share one call's heads (unless blocks are forced)
         openmp = products == "onednn" and _openmp() and \
             settings.word(settings.ATTENTION_SPLIT) == "auto"
+        # the softmax on oneDNN's OpenMP threads too (a compiled pass runs on one core; the
+        # runtime's workers beside those threads spin against them); NaN rows made zero stay
+        # with the compiled pass
+        self.softmax_on_onednn = openmp and not nan_to_zero and dtype == "float32"
         if self.workers > 1 and work >= PARALLEL_FLOPS and (batch * heads > 1 or q_len > 1) \
                 and not openmp:
             split = _blocks(batch, heads, q_len, self.workers)
@@ -197,9 +201,9 @@ class AttentionKernel(PreparedKernel):
             from ..onednn.attention_products import HeadProducts
             pieces = [(0, batch, 0, heads)] if len(blocks) == 1 else \
                 [(b, b + 1, h0, h1) for b, h0, h1, _, _ in blocks]
-            made = self._made[key] = HeadProducts(batch, heads, q_len, k_len, self.head_dim,
-                                                  self.shapes, self.offsets, pieces,
-                                                  self.kv_heads)
+            made = self._made[key] = HeadProducts(
+                batch, heads, q_len, k_len, self.head_dim, self.shapes, self.offsets, pieces,
+                self.kv_heads, (self.scale, self.mask_shape) if self.softmax_on_onednn else None)
         return made
 
     def workspace_bytes(self) -> int:
@@ -224,7 +228,8 @@ class AttentionKernel(PreparedKernel):
         products = None
         if self.products == "onednn":
             products = self._products_for(self.blocks)
-            if products is not None and not products.bind(q, k, v, self.scores, rest[-1]):
+            if products is not None and not products.bind(
+                    q, k, v, self.scores, rest[-1], rest[0] if len(rest) > 1 else None):
                 products = None  # arrays oneDNN was not made for: OpenBLAS this call
         out = rest[-1]
         self._cached = (head_view(q, self.offsets[0], heads, dim),
@@ -275,6 +280,11 @@ class AttentionKernel(PreparedKernel):
                               out=oh[b:b + 1, lo:hi, q0:q1])
 
         if len(blocks) == 1:
+            if products is not None and products.softmax_fused:
+                products.qk(0)  # scaled and masked as its post-ops
+                products.softmax()
+                products.pv(0)
+                return
             if products is not None:
                 products.qk(0)
             elif grouped:

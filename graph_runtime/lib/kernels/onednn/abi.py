@@ -42,6 +42,7 @@ POOLING_AVG_INCLUDE_PADDING = 0x2FF
 POOLING_AVG_EXCLUDE_PADDING = 0x3FF
 BINARY_ADD = 0x1FFF0
 BINARY_MUL = 0x1FFF1
+SOFTMAX_ACCURATE = 0x30000
 QUERY_IMPL_INFO_STR = 8
 QUERY_SRC_MD = 129
 QUERY_WEIGHTS_MD = 131
@@ -107,6 +108,8 @@ SIGNATURES: dict[str, list[Any]] = {
     "dnnl_pooling_forward_primitive_desc_create": [
         _P(_VP), _VP, ctypes.c_int, ctypes.c_int, _VP, _VP, Dims, Dims, Dims, Dims, Dims, _VP],
     "dnnl_matmul_primitive_desc_create": [_P(_VP), _VP, _VP, _VP, _VP, _VP, _VP],
+    "dnnl_softmax_forward_primitive_desc_create": [
+        _P(_VP), _VP, ctypes.c_int, ctypes.c_int, _VP, _VP, ctypes.c_int, _VP],
     "dnnl_reorder_primitive_desc_create": [_P(_VP), _VP, _VP, _VP, _VP, _VP],
     "dnnl_primitive_desc_query": [_VP, ctypes.c_int, ctypes.c_int, _VP],
     "dnnl_primitive_desc_query_md": [_VP, ctypes.c_int, ctypes.c_int],

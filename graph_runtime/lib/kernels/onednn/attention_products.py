@@ -14,6 +14,10 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import numpy as np
+
+from ....errors import LibraryError
+
 from ..heads import head_strides
 from . import abi
 from . import binding as dn
@@ -44,7 +48,8 @@ class HeadProducts:
 
     def __init__(self, batch: int, heads: int, q_len: int, k_len: int, head_dim: int,
                  shapes: Sequence[tuple[int, ...]], offsets: tuple[int, int, int],
-                 blocks: Sequence[tuple[int, int, int, int]], kv_heads: int = 0) -> None:
+                 blocks: Sequence[tuple[int, int, int, int]], kv_heads: int = 0,
+                 softmax: tuple[float, tuple[int, ...] | None] | None = None) -> None:
         self.openmp = policy().openmp
         dn.use_threads(self.openmp)
         self.dims = (batch, heads, q_len, k_len, head_dim)
@@ -57,10 +62,23 @@ class HeadProducts:
         self._bindings: list[tuple[Memory, int, int]] = []
         self._addresses: tuple[int, ...] = ()
         self.impl = ""
+        # one block of every head: q kᵀ scaled (and the mask added) as its post-ops, then
+        # oneDNN's softmax over the scores, on the same OpenMP threads (a compiled softmax pass
+        # between the products runs on one core: MobileViT's 16 heads of 256 by 256 took 0.70
+        # ms against 0.46)
+        self._softmax: Primitive | None = None
+        self.mask_shape: tuple[int, ...] | None = None
+        whole = self.blocks == [(0, batch, 0, heads)]
         for block in self.blocks:
-            self._make(block)
+            self._make(block, softmax if whole else None)
 
-    def _make(self, block: tuple[int, int, int, int]) -> None:
+    @property
+    def softmax_fused(self) -> bool:
+        """Whether qk(0) leaves the scores scaled and masked and softmax() normalises them."""
+        return self._softmax is not None
+
+    def _make(self, block: tuple[int, int, int, int],
+              softmax: tuple[float, tuple[int, ...] | None] | None = None) -> None:
         batch, heads, q_len, k_len, dim = self.dims
         (qb, qh, qt), (kb, kh, kt_), (vb, vh, vt) = (head_strides(shape, dim)
                                                      for shape in self.shapes)
@@ -73,8 +91,13 @@ class HeadProducts:
         v = _desc((nb, nh // g, k_len, dim), (vb, vh, vt, 1), g, kv=True)
         o = _desc((nb, nh, q_len, dim), (q_len * heads * dim, dim, heads * dim, 1), g)
         engine = dn.library().engine
-        pd_qk = PrimitiveDesc("dnnl_matmul_primitive_desc_create", engine, q.handle, kt.handle,
-                              None, s.handle, None)
+        pd_qk = mask = None
+        if softmax is not None:
+            pd_qk, mask = _scaled_qk(q, kt, s, softmax[0], softmax[1], g)
+        fused = pd_qk is not None
+        if pd_qk is None:
+            pd_qk = PrimitiveDesc("dnnl_matmul_primitive_desc_create", engine, q.handle,
+                                  kt.handle, None, s.handle, None)
         pd_pv = PrimitiveDesc("dnnl_matmul_primitive_desc_create", engine, s.handle, v.handle,
                               None, o.handle, None)
         self.impl = self.impl or f"{pd_qk.impl()}, {pd_pv.impl()}"
@@ -85,18 +108,41 @@ class HeadProducts:
                                           (abi.ARG_DST, mo)]))
         kv_head = h0 // g
         scores = (b0 * heads + h0) * q_len * k_len
+        if softmax is not None and fused:
+            self._scale = np.array([softmax[0]], np.float32)
+            scale = Memory(MemoryDesc.plain((1,)))
+            scale.bind(self._scale)
+            args = [(abi.ARG_SRC, mq), (abi.ARG_WEIGHTS, mk), (abi.ARG_DST, ms),
+                    (abi.ARG_ATTR_SCALES | abi.ARG_SRC, scale)]
+            if mask is not None:
+                mm = Memory(mask)
+                args.append((abi.ARG_POST_OP_BASE | abi.ARG_SRC_1, mm))
+                self._bindings.append((mm, 5, 0))
+                self.mask_shape = softmax[1]
+            self._qk[-1] = Primitive(pd_qk, args)
+            plain = MemoryDesc.plain((nb, nh, q_len, k_len))
+            pd_sm = PrimitiveDesc("dnnl_softmax_forward_primitive_desc_create", engine,
+                                  abi.FORWARD_INFERENCE, abi.SOFTMAX_ACCURATE, plain.handle,
+                                  plain.handle, 3, None)
+            ms3 = Memory(plain)
+            self._softmax = Primitive(pd_sm, [(abi.ARG_SRC, ms3), (abi.ARG_DST, ms3)])
+            self._bindings.append((ms3, 3, 4 * scores))
         self._bindings += [(mq, 0, 4 * (b0 * qb + oq + h0 * qh)),
                            (mk, 1, 4 * (b0 * kb + ok + kv_head * kh)),
                            (ms, 3, 4 * scores), (ms2, 3, 4 * scores),
                            (mv, 2, 4 * (b0 * vb + ov + kv_head * vh)),
                            (mo, 4, 4 * (b0 * q_len * heads * dim + h0 * dim))]
 
-    def bind(self, q: Any, k: Any, v: Any, scores: Any, out: Any) -> bool:
+    def bind(self, q: Any, k: Any, v: Any, scores: Any, out: Any, mask: Any = None) -> bool:
         """Point the primitives at these arrays; False (nothing bound) unless all are
-        C-contiguous float32 of the shapes made for, when the caller takes its other path."""
+        C-contiguous float32 of the shapes made for (the mask too, where q kᵀ adds it), when
+        the caller takes its other path."""
         batch, heads, q_len, k_len, dim = self.dims
         shapes = self.shapes + ((batch, heads, q_len, k_len), (batch, q_len, heads * dim))
-        arrays = (q, k, v, scores, out)
+        arrays: tuple[Any, ...] = (q, k, v, scores, out)
+        if self.mask_shape is not None:
+            shapes += (self.mask_shape,)
+            arrays += (mask,)
         for array, shape in zip(arrays, shapes):
             if (array.dtype.name != "float32" or not array.flags.c_contiguous
                     or tuple(array.shape) != shape):
@@ -117,9 +163,51 @@ class HeadProducts:
         dn.use_threads(self.openmp)
         self._pv[index].run()
 
+    def softmax(self) -> None:
+        """The scores q kᵀ left (scaled, masked) made softmax's, in place (softmax_fused)."""
+        assert self._softmax is not None
+        self._softmax.run()
+
     def qk_on_worker(self, index: int) -> None:
         """qk on a runtime worker, single-threaded there (policy.py's workers mode)."""
         dn.run_on_worker(self._qk[index])
 
     def pv_on_worker(self, index: int) -> None:
         dn.run_on_worker(self._pv[index])
+
+
+def _scaled_qk(q: MemoryDesc, kt: MemoryDesc, s: MemoryDesc, scale: float,
+               mask_shape: tuple[int, ...] | None,
+               group: int) -> tuple[PrimitiveDesc | None, MemoryDesc | None]:
+    """q kᵀ with the scale (and the additive mask, a C-contiguous array of mask_shape that
+    broadcasts to the scores) as post-ops, and the mask's descriptor; (None, None) where oneDNN
+    refuses them (the compiled pass then applies both)."""
+    mask = None
+    if mask_shape is not None:
+        dims = (1,) * (4 - len(mask_shape)) + tuple(mask_shape)
+        if group > 1:  # as the scores: (batch, heads // group, group, rows, cols)
+            b, h, rows, cols = dims
+            mask = MemoryDesc.strided((b, max(1, h // group), group if h > 1 else 1, rows,
+                                       cols), (h * rows * cols, group * rows * cols,
+                                               rows * cols, cols, 1))
+        else:
+            mask = MemoryDesc.plain(dims)
+
+    def build(lib: Any, ops: Any) -> None:
+        if mask is not None:
+            lib.call("dnnl_post_ops_append_binary", ops, abi.BINARY_ADD, mask.handle)
+
+    attr, post_ops = dn.post_ops_attr(build)
+    # the scale as q's (one value, given at run time): free in oneDNN's brgemm kernels, where
+    # an eltwise post-op took q kᵀ from 0.23 to 0.50 ms in gemm:jit's
+    dn.library().call("dnnl_primitive_attr_set_scales_mask", attr, abi.ARG_SRC, 0)
+    try:
+        pd = PrimitiveDesc("dnnl_matmul_primitive_desc_create", dn.library().engine,
+                           q.handle, kt.handle, None, s.handle, attr)
+    except LibraryError:
+        return None, None
+    finally:
+        dn.free_attr(attr, post_ops)
+    # oneDNN's reference code takes what its fast kernels refuse (a grouped-query mask's 5-D
+    # broadcast): slower than the plain product and the compiled pass
+    return (None, None) if pd.impl().startswith("ref") else (pd, mask)
