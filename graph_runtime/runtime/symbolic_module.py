@@ -41,7 +41,9 @@ from .specialize import Specializer
 from .storage import Scratch
 from .steps import KernelCache
 
-DEFAULT_CACHE_SIZE = 8
+# a server's stream meets dozens of shapes (40 requests of bench/stream.py: 31); the bytes
+# bound (GRAPH_RUNTIME_SHAPE_CACHE_BYTES) decides first for a large model
+DEFAULT_CACHE_SIZE = 64
 log = logging.getLogger("graph_runtime")
 
 
