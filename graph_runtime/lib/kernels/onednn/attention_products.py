@@ -102,24 +102,19 @@ class HeadProducts:
                               None, o.handle, None)
         self.impl = self.impl or f"{pd_qk.impl()}, {pd_pv.impl()}"
         mq, mk, ms, ms2, mv, mo = (Memory(d) for d in (q, kt, s, s, v, o))
-        self._qk.append(Primitive(pd_qk, [(abi.ARG_SRC, mq), (abi.ARG_WEIGHTS, mk),
-                                          (abi.ARG_DST, ms)]))
-        self._pv.append(Primitive(pd_pv, [(abi.ARG_SRC, ms2), (abi.ARG_WEIGHTS, mv),
-                                          (abi.ARG_DST, mo)]))
         kv_head = h0 // g
         scores = (b0 * heads + h0) * q_len * k_len
-        if softmax is not None and fused:
+        qk_args = [(abi.ARG_SRC, mq), (abi.ARG_WEIGHTS, mk), (abi.ARG_DST, ms)]
+        if fused and softmax is not None:
             self._scale = np.array([softmax[0]], np.float32)
             scale = Memory(MemoryDesc.plain((1,)))
             scale.bind(self._scale)
-            args = [(abi.ARG_SRC, mq), (abi.ARG_WEIGHTS, mk), (abi.ARG_DST, ms),
-                    (abi.ARG_ATTR_SCALES | abi.ARG_SRC, scale)]
+            qk_args.append((abi.ARG_ATTR_SCALES | abi.ARG_SRC, scale))
             if mask is not None:
                 mm = Memory(mask)
-                args.append((abi.ARG_POST_OP_BASE | abi.ARG_SRC_1, mm))
+                qk_args.append((abi.ARG_POST_OP_BASE | abi.ARG_SRC_1, mm))
                 self._bindings.append((mm, 5, 0))
                 self.mask_shape = softmax[1]
-            self._qk[-1] = Primitive(pd_qk, args)
             plain = MemoryDesc.plain((nb, nh, q_len, k_len))
             pd_sm = PrimitiveDesc("dnnl_softmax_forward_primitive_desc_create", engine,
                                   abi.FORWARD_INFERENCE, abi.SOFTMAX_ACCURATE, plain.handle,
@@ -127,6 +122,9 @@ class HeadProducts:
             ms3 = Memory(plain)
             self._softmax = Primitive(pd_sm, [(abi.ARG_SRC, ms3), (abi.ARG_DST, ms3)])
             self._bindings.append((ms3, 3, 4 * scores))
+        self._qk.append(Primitive(pd_qk, qk_args))
+        self._pv.append(Primitive(pd_pv, [(abi.ARG_SRC, ms2), (abi.ARG_WEIGHTS, mv),
+                                          (abi.ARG_DST, mo)]))
         self._bindings += [(mq, 0, 4 * (b0 * qb + oq + h0 * qh)),
                            (mk, 1, 4 * (b0 * kb + ok + kv_head * kh)),
                            (ms, 3, 4 * scores), (ms2, 3, 4 * scores),
@@ -179,29 +177,28 @@ class HeadProducts:
 def _scaled_qk(q: MemoryDesc, kt: MemoryDesc, s: MemoryDesc, scale: float,
                mask_shape: tuple[int, ...] | None,
                group: int) -> tuple[PrimitiveDesc | None, MemoryDesc | None]:
-    """q kᵀ with the scale (and the additive mask, a C-contiguous array of mask_shape that
-    broadcasts to the scores) as post-ops, and the mask's descriptor; (None, None) where oneDNN
-    refuses them (the compiled pass then applies both)."""
+    """q kᵀ with the scale (and the additive mask, a C-contiguous (batch, heads, rows, cols)
+    array of mask_shape that broadcasts to the scores) as post-ops, and the mask's descriptor;
+    (None, None) where oneDNN refuses them (the compiled pass then applies both)."""
     mask = None
     if mask_shape is not None:
-        dims = (1,) * (4 - len(mask_shape)) + tuple(mask_shape)
+        b, h, rows, cols = mask_shape  # 4-D: ops/attention.py refuses any other mask
         if group > 1:  # as the scores: (batch, heads // group, group, rows, cols)
-            b, h, rows, cols = dims
             mask = MemoryDesc.strided((b, max(1, h // group), group if h > 1 else 1, rows,
                                        cols), (h * rows * cols, group * rows * cols,
                                                rows * cols, cols, 1))
         else:
-            mask = MemoryDesc.plain(dims)
+            mask = MemoryDesc.plain(mask_shape)
 
     def build(lib: Any, ops: Any) -> None:
         if mask is not None:
             lib.call("dnnl_post_ops_append_binary", ops, abi.BINARY_ADD, mask.handle)
 
     attr, post_ops = dn.post_ops_attr(build)
-    # the scale as q's (one value, given at run time): free in oneDNN's brgemm kernels, where
-    # an eltwise post-op took q kᵀ from 0.23 to 0.50 ms in gemm:jit's
-    dn.library().call("dnnl_primitive_attr_set_scales_mask", attr, abi.ARG_SRC, 0)
     try:
+        # the scale as q's (one value, given at run time): free in oneDNN's brgemm kernels,
+        # where an eltwise post-op took q kᵀ from 0.23 to 0.50 ms in gemm:jit's
+        dn.library().call("dnnl_primitive_attr_set_scales_mask", attr, abi.ARG_SRC, 0)
         pd = PrimitiveDesc("dnnl_matmul_primitive_desc_create", dn.library().engine,
                            q.handle, kt.handle, None, s.handle, attr)
     except LibraryError:
