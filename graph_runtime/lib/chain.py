@@ -1,9 +1,8 @@
 """Chain: a lib function made of standard ops applied in sequence (TVM's fused-op convention)."""
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass, field, replace
-from operator import itemgetter
+from operator import itemgetter, methodcaller
 from typing import Any, Callable, Collection, Mapping, Sequence
 
 import numpy as np
@@ -425,7 +424,7 @@ def _view_steps(plan: list[_Planned], slot_count: int
             continue
         if p.op.name in RESHAPES:
             shape = tuple(int(d) for d in p.outputs[0].shape)
-            views[p.out_slots[0]] = (p.slots[0], operator.methodcaller("reshape", shape))
+            views[p.out_slots[0]] = (p.slots[0], methodcaller("reshape", shape))
         elif (p.op.name == "strided_slice" and k + 1 < len(plan)
               and plan[k + 1].op.name in STRIDED_READERS and plan[k + 1].epilogue is None):
             index = slice_index(tuple(int(d) for d in p.inputs[0].shape), p.attrs)

@@ -246,7 +246,7 @@ class GraphModule(ModuleBase):
                 self._param_names.add(name)
                 return
             self._bind_param(name, array)
-            version = self.executor.versions.get(self._resolve_input(name))
+            version = self.executor.versions.get(eid)
             if version is not None and watch(array, version):
                 version.volatile = False
                 version.value += 1
