@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Any, Hashable, Iterable, Mapping
 
 from .._text import count_of, fmt_bytes
 from .._timing import BenchmarkResult, time_runs
 from ..device import Device
 
-__all__ = ["BenchmarkResult", "MemoryReport", "ShapeCost", "add_bytes", "time_runs"]
+__all__ = ["BenchmarkResult", "MemoryReport", "ShapeCost", "SharedBytes", "add_bytes",
+           "time_runs"]
 
 
 @dataclass(frozen=True)
@@ -110,3 +111,47 @@ def add_bytes(parts: Iterable[Mapping[Device, int]]) -> dict[Device, int]:
         for dev, n in part.items():
             total[dev] = total.get(dev, 0) + n
     return total
+
+
+class SharedBytes:
+    """Memory held by objects that several holders share, each object counted once while any
+    holder of it is counted: a symbolic module's kept shapes, whose pools share buffers with the
+    shape each was derived from and whose steps share prepared kernels (and their workspace)
+    through one KernelCache."""
+
+    def __init__(self) -> None:
+        self._held: dict[int, list[Any]] = {}  # id -> [object, device, bytes, holders]
+        self._by_holder: dict[Hashable, list[int]] = {}
+        self.total = 0
+
+    def add(self, holder: Hashable, items: Iterable[tuple[Any, Device, int]]) -> None:
+        """Count holder's (object, device, bytes) items; an object counted already adds none."""
+        ids = []
+        for obj, dev, nbytes in items:
+            held = self._held.get(id(obj))
+            if held is None:
+                held = self._held[id(obj)] = [obj, dev, nbytes, 0]  # kept: its id stays its own
+                self.total += nbytes
+            held[3] += 1
+            ids.append(id(obj))
+        self._by_holder[holder] = ids
+
+    def drop(self, holder: Hashable) -> None:
+        """Stop counting holder's items: those no other holder counts are let go."""
+        for ident in self._by_holder.pop(holder, ()):
+            held = self._held[ident]
+            held[3] -= 1
+            if held[3] == 0:
+                self.total -= held[2]
+                del self._held[ident]
+
+    def clear(self) -> None:
+        self._held.clear()
+        self._by_holder.clear()
+        self.total = 0
+
+    def bytes_per_device(self) -> dict[Device, int]:
+        totals: dict[Device, int] = {}
+        for _, dev, nbytes, _ in self._held.values():
+            totals[dev] = totals.get(dev, 0) + nbytes
+        return totals

@@ -163,6 +163,7 @@ class StoragePool:
         self.plan = plan
         self.buffers: dict[int, Any] = {}
         self.scratch_bytes: dict[Device, int] = {}
+        self.scratch_ids: frozenset[int] = frozenset()  # the ids sliced from the Scratch
         if scratch is not None:
             self._slice_scratch(scratch, [sid for sid in sorted(scratch_ids)
                                           if plan.sid_device[sid].kind == "cpu"])
@@ -190,6 +191,7 @@ class StoragePool:
             nbytes = self.plan.sid_bytes[sid]
             offsets[dev] = start + -(-nbytes // SCRATCH_ALIGN) * SCRATCH_ALIGN
         buffers = {dev: scratch.take(dev, total) for dev, total in offsets.items()}
+        self.scratch_ids = frozenset(sid for sid, _, _ in places)
         for sid, dev, start in places:  # each up to the next id's start: room to grow (resized)
             nbytes = -(-self.plan.sid_bytes[sid] // SCRATCH_ALIGN) * SCRATCH_ALIGN
             self.buffers[sid] = buffers[dev][start:start + nbytes]

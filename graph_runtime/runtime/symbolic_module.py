@@ -34,7 +34,7 @@ from ..lib.library import Module
 from ..nd import NDArray, from_dlpack
 from .executor import Executor, NodeTime
 from .graph_module import GraphModule
-from .measure import ShapeCost, add_bytes
+from .measure import ShapeCost, SharedBytes, add_bytes
 from .module_base import ModuleBase
 from .placement import resolve_entry_devices
 from .specialize import Specializer
@@ -83,7 +83,11 @@ class SymbolicGraphModule(ModuleBase):
         self.specialize_seconds = 0.0
         self.kernels = KernelCache()  # prepared kernels the specialisations share
         self.scratch = Scratch()  # host memory their intermediates share (one runs at a time)
-        self._kept_bytes: dict[tuple, int] = {}  # per cached key: its module's bytes, no params
+        # per cached key: its module's own bytes (buffers outside its pool, control-flow
+        # bodies); its pool buffers and its kernels' workspace, which a shape shares with those
+        # derived from it and with every shape using the same kernels, in _shared (counted once)
+        self._kept_bytes: dict[tuple, int] = {}
+        self._shared = SharedBytes()
         self._kernel_keys: dict[tuple, list] = {}  # per cached key: the shared kernels it uses
         self._costs: dict[tuple, tuple[str, float, float, float, int, bool]] = {}  # as _last_cost
         # The last run's shape: whether that run specialised it, and what specialising it cost:
@@ -267,6 +271,7 @@ class SymbolicGraphModule(ModuleBase):
         inputs are copied into the next)."""
         self._cache.clear()
         self._kept_bytes.clear()
+        self._shared.clear()
         self._kernel_keys.clear()
         self._costs.clear()
         self.kernels.clear()
@@ -281,21 +286,28 @@ class SymbolicGraphModule(ModuleBase):
         for name, (_, array) in self._params.items():
             module._adopt_input(name, array)
         self._cache[key] = module
-        self._kept_bytes[key] = sum(module.held_bytes().values()) - sum(
-            int(array.nbytes) for _, array in self._params.values()) - sum(
-            module.executor.pool.scratch_bytes.values())  # counted once: held_bytes
+        self._kept_bytes[key] = sum(_own_bytes(module).values())
+        self._shared.add(key, _shared_items(module, self._param_ids()))
         self._kernel_keys[key] = self.kernels.hold()
         self._costs[key] = self._last_cost
         bound = settings.shape_cache_bytes()
         while len(self._cache) > 1 and (len(self._cache) > self.cache_size
-                                        or sum(self._kept_bytes.values()) > bound):
+                                        or self._kept_total() > bound):
             old_key, _ = self._cache.popitem(last=False)
             del self._kept_bytes[old_key]
+            self._shared.drop(old_key)
             self.kernels.release(self._kernel_keys.pop(old_key))
             del self._costs[old_key]
             if old_key == self._current_key:
                 self._current_key = None  # still usable as `current` for the copies above
         return module
+
+    def _param_ids(self) -> set[int]:
+        return {id(array) for _, array in self._params.values()}
+
+    def _kept_total(self) -> int:
+        """The bytes the cached shapes keep, params and the shared scratch aside."""
+        return sum(self._kept_bytes.values()) + self._shared.total
 
     def _static(self, measure: bool, kernels: KernelCache | None = None
                 ) -> tuple[GraphModule, tuple[str, float, float, float, int, bool]]:
@@ -341,7 +353,7 @@ class SymbolicGraphModule(ModuleBase):
         that met it first), what is kept across shapes."""
         bound, infer, plan, prepare, defaults, derived = self._last_cost
         return ShapeCost(bound, self._last_new, infer, plan, prepare, defaults, len(self._cache),
-                         sum(self._kept_bytes.values()), settings.shape_cache_bytes(), derived)
+                         self._kept_total(), settings.shape_cache_bytes(), derived)
 
     # ---- diagnostics: the specialisation for the inputs set (or the last run's) ----------------
 
@@ -380,24 +392,49 @@ class SymbolicGraphModule(ModuleBase):
         """What the module holds per device: every specialisation it keeps (pool, workspace,
         control-flow bodies), and once each the params (each specialisation binds them zero copy)
         and the scratch their intermediates share (storage.Scratch; a module made before it last
-        grew may still hold a slice of the old one, not counted)."""
+        grew may still hold a slice of the old one, not counted); a pool buffer or a kernel
+        that specialisations share (Executor.derive, the KernelCache) counts once."""
         modules = list(self._cache.values())
         if self._current is not None and self._current not in modules:
             modules.append(self._current)  # evicted from the cache but still in use
         params: dict[Device, int] = {}
         for dev, array in self._params.values():
             params[dev] = params.get(dev, 0) + int(array.nbytes)
-        parts = [params, self.scratch.held_bytes()]
-        for module in modules:
-            parts.append(module.held_bytes())
-            parts.append({dev: -n for dev, n in params.items()})  # counted in its pool too
-            parts.append({dev: -n for dev, n in module.executor.pool.scratch_bytes.items()})
-        return add_bytes(parts)
+        shared, skip = SharedBytes(), self._param_ids()
+        for index, module in enumerate(modules):
+            shared.add(index, _shared_items(module, skip))
+        return add_bytes([params, self.scratch.held_bytes(), shared.bytes_per_device(),
+                          *map(_own_bytes, modules)])
 
     @property
     def executor(self) -> Executor:
         """The executor of the specialisation the last run used (for reports)."""
         return self._module("executor").executor
+
+
+def _own_bytes(module: GraphModule) -> dict[Device, int]:
+    """What a specialisation holds that no other does: buffers outside its pool, control-flow
+    bodies."""
+    return add_bytes([module.executor.plan.extra_bytes, module.executor.bodies_bytes()])
+
+
+def _shared_items(module: GraphModule, params: set[int]) -> list[tuple[Any, Device, int]]:
+    """What a specialisation may share with others, for SharedBytes: its pool's buffers (the
+    scratch's slices and the params, held once by the module, aside; a host buffer kept from a
+    larger shape counted at its own size) and its kernels with workspace."""
+    executor = module.executor
+    pool = executor.pool
+    items: list[tuple[Any, Device, int]] = []
+    for sid, buffer in pool.buffers.items():
+        if sid in pool.scratch_ids or id(buffer) in params:
+            continue
+        nbytes = buffer.nbytes if isinstance(buffer, np.ndarray) else pool.plan.sid_bytes[sid]
+        items.append((buffer, pool.plan.sid_device[sid], int(nbytes)))
+    for step in executor.steps:
+        workspace = step.kernel.workspace_bytes()
+        if workspace:
+            items.append((step.kernel, step.device, workspace))
+    return items
 
 
 _frozen = False

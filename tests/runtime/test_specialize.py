@@ -212,6 +212,29 @@ def test_a_new_onednn_thread_mode_specialises_every_shape_again(monkeypatch) -> 
     assert m.specializations == 2
 
 
+def test_kept_bytes_count_a_kernel_the_shapes_share_once() -> None:
+    # relu over x (batch, 4) beside add-then-sum over fixed (300, 1) + (1, 300) arrays, whose
+    # kernel holds a 300 x 300 temp: every batch's specialisation runs the same kernel
+    from graph_runtime.lib.loader import module_from_json
+    lib = module_from_json({"format": "graph_runtime.lib", "version": 1, "functions": {
+        "relu": {"ops": [{"op": "relu"}]}, "addsum": {"ops": [{"op": "add"}, {"op": "sum"}]}}})
+    g = gr.Graph.build(
+        [{"op": "null", "name": "x"}, {"op": "null", "name": "a"}, {"op": "null", "name": "b"},
+         _op("relu0", "relu", [0]), _op("s", "addsum", [1, 2])],
+        [3, 4], shapes=[["batch", 4], [300, 1], [1, 300], ["batch", 4], []], dtypes="float32")
+    m = gr.create(g, lib)
+    a, b = np.ones((300, 1), np.float32), np.ones((1, 300), np.float32)
+    for batch in (2, 3, 4):
+        m.run(x=np.full((batch, 4), -1.0, np.float32), a=a, b=b)
+        assert m.get_output(1).numpy() == 180000.0
+    temp = 300 * 300 * 4
+    kernels = {id(step.kernel) for mod in m._cache.values() for step in mod.executor.steps
+               if step.kernel.workspace_bytes() == temp}
+    assert len(m._cache) == 3 and len(kernels) == 1
+    assert temp <= m._shape_cost().kept_bytes < 2 * temp
+    assert temp <= m.held_bytes()[gr.cpu()] < 2 * temp
+
+
 def test_clone_shares_params_and_held_bytes_counts_them_once() -> None:
     m = gr.create(dense_graph())
     w = RNG.standard_normal((3, 4)).astype(np.float32)
@@ -228,13 +251,16 @@ def test_clone_shares_params_and_held_bytes_counts_them_once() -> None:
     # two specialisations (batch 2 and 3), each its pool (w bound zero copy: not its own) and
     # workspace, their intermediates in one shared scratch (counted once: the larger need);
     # w (3 x 4 float32, 48 B) once
-    held = [mod.memory_report() for mod in m._cache.values()]
-    scratch = [mod.executor.pool.scratch_bytes[gr.cpu()] for mod in m._cache.values()]
-    assert len(held) == 2 and all(r.pool[gr.cpu()] >= 48 for r in held)
+    modules = list(m._cache.values())
+    scratch = [mod.executor.pool.scratch_bytes[gr.cpu()] for mod in modules]
+    assert len(modules) == 2 and all(mod.memory_report().pool[gr.cpu()] >= 48 for mod in modules)
     assert m.scratch.held_bytes() == {gr.cpu(): max(scratch)} and min(scratch) > 0
-    assert m.held_bytes() == {gr.cpu(): sum(r.pool[gr.cpu()] + r.workspace.get(gr.cpu(), 0)
-                                            for r in held) - 48 * len(held) + 48
-                              - sum(scratch) + max(scratch)}
+    pools = sum(buffer.nbytes for mod in modules for sid, buffer in
+                mod.executor.pool.buffers.items()
+                if sid not in mod.executor.pool.scratch_ids and buffer is not m._params["w"][1])
+    kernels = {id(step.kernel): step.kernel.workspace_bytes() for mod in modules
+               for step in mod.executor.steps}
+    assert m.held_bytes() == {gr.cpu(): pools + sum(kernels.values()) + 48 + max(scratch)}
     assert m.get_output_info() == ([("batch", 3)], ["float32"])
 
 
