@@ -354,8 +354,7 @@ class GraphModule(ModuleBase):
 
     def held_bytes(self) -> dict[Device, int]:
         """What this module holds per device: pool, workspace, control-flow bodies (as
-        memory_report().held(), without the columns it does not count: a symbolic module asks
-        at every new shape)."""
+        memory_report().held(), without the columns it does not count)."""
         plan = self.executor.plan
         return add_bytes([plan.bytes_per_device(), plan.workspace_bytes,
                           self.executor.bodies_bytes()])

@@ -116,23 +116,25 @@ def add_bytes(parts: Iterable[Mapping[Device, int]]) -> dict[Device, int]:
 class SharedBytes:
     """Memory held by objects that several holders share, each object counted once while any
     holder of it is counted: a symbolic module's kept shapes, whose pools share buffers with the
-    shape each was derived from and whose steps share prepared kernels (and their workspace)
-    through one KernelCache."""
+    shape each was derived from and whose steps share prepared kernels (their workspace and
+    control-flow bodies) through one KernelCache."""
 
     def __init__(self) -> None:
-        self._held: dict[int, list[Any]] = {}  # id -> [object, device, bytes, holders]
+        # id -> [object, its bytes per device, holders]
+        self._held: dict[int, list[Any]] = {}
         self._by_holder: dict[Hashable, list[int]] = {}
         self.total = 0
 
-    def add(self, holder: Hashable, items: Iterable[tuple[Any, Device, int]]) -> None:
-        """Count holder's (object, device, bytes) items; an object counted already adds none."""
+    def add(self, holder: Hashable, items: Iterable[tuple[Any, Mapping[Device, int]]]) -> None:
+        """Count holder's (object, bytes per device) items; an object counted already adds
+        none."""
         ids = []
-        for obj, dev, nbytes in items:
+        for obj, nbytes in items:
             held = self._held.get(id(obj))
             if held is None:
-                held = self._held[id(obj)] = [obj, dev, nbytes, 0]  # kept: its id stays its own
-                self.total += nbytes
-            held[3] += 1
+                held = self._held[id(obj)] = [obj, nbytes, 0]  # kept: its id stays its own
+                self.total += sum(nbytes.values())
+            held[2] += 1
             ids.append(id(obj))
         self._by_holder[holder] = ids
 
@@ -140,9 +142,9 @@ class SharedBytes:
         """Stop counting holder's items: those no other holder counts are let go."""
         for ident in self._by_holder.pop(holder, ()):
             held = self._held[ident]
-            held[3] -= 1
-            if held[3] == 0:
-                self.total -= held[2]
+            held[2] -= 1
+            if held[2] == 0:
+                self.total -= sum(held[1].values())
                 del self._held[ident]
 
     def clear(self) -> None:
@@ -151,7 +153,4 @@ class SharedBytes:
         self.total = 0
 
     def bytes_per_device(self) -> dict[Device, int]:
-        totals: dict[Device, int] = {}
-        for _, dev, nbytes, _ in self._held.values():
-            totals[dev] = totals.get(dev, 0) + nbytes
-        return totals
+        return add_bytes(nbytes for _, nbytes, _ in self._held.values())

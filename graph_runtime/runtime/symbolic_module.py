@@ -83,8 +83,8 @@ class SymbolicGraphModule(ModuleBase):
         self.specialize_seconds = 0.0
         self.kernels = KernelCache()  # prepared kernels the specialisations share
         self.scratch = Scratch()  # host memory their intermediates share (one runs at a time)
-        # per cached key: its module's own bytes (buffers outside its pool, control-flow
-        # bodies); its pool buffers and its kernels' workspace, which a shape shares with those
+        # per cached key: its module's own bytes (buffers outside its pool); its pool buffers
+        # and its kernels' workspace and control-flow bodies, which a shape shares with those
         # derived from it and with every shape using the same kernels, in _shared (counted once)
         self._kept_bytes: dict[tuple, int] = {}
         self._shared = SharedBytes()
@@ -286,7 +286,7 @@ class SymbolicGraphModule(ModuleBase):
         for name, (_, array) in self._params.items():
             module._adopt_input(name, array)
         self._cache[key] = module
-        self._kept_bytes[key] = sum(_own_bytes(module).values())
+        self._kept_bytes[key] = sum(module.executor.plan.extra_bytes.values())
         self._shared.add(key, _shared_items(module, self._param_ids()))
         self._kernel_keys[key] = self.kernels.hold()
         self._costs[key] = self._last_cost
@@ -404,7 +404,7 @@ class SymbolicGraphModule(ModuleBase):
         for index, module in enumerate(modules):
             shared.add(index, _shared_items(module, skip))
         return add_bytes([params, self.scratch.held_bytes(), shared.bytes_per_device(),
-                          *map(_own_bytes, modules)])
+                          *(module.executor.plan.extra_bytes for module in modules)])
 
     @property
     def executor(self) -> Executor:
@@ -412,28 +412,25 @@ class SymbolicGraphModule(ModuleBase):
         return self._module("executor").executor
 
 
-def _own_bytes(module: GraphModule) -> dict[Device, int]:
-    """What a specialisation holds that no other does: buffers outside its pool, control-flow
-    bodies."""
-    return add_bytes([module.executor.plan.extra_bytes, module.executor.bodies_bytes()])
-
-
-def _shared_items(module: GraphModule, params: set[int]) -> list[tuple[Any, Device, int]]:
+def _shared_items(module: GraphModule, params: set[int]
+                  ) -> list[tuple[Any, dict[Device, int]]]:
     """What a specialisation may share with others, for SharedBytes: its pool's buffers (the
     scratch's slices and the params, held once by the module, aside; a host buffer kept from a
-    larger shape counted at its own size) and its kernels with workspace."""
+    larger shape counted at its own size), its kernels' workspace and the control-flow bodies
+    they hold. Its buffers outside the pool are its own (plan.extra_bytes)."""
     executor = module.executor
     pool = executor.pool
-    items: list[tuple[Any, Device, int]] = []
+    items: list[tuple[Any, dict[Device, int]]] = []
     for sid, buffer in pool.buffers.items():
         if sid in pool.scratch_ids or id(buffer) in params:
             continue
         nbytes = buffer.nbytes if isinstance(buffer, np.ndarray) else pool.plan.sid_bytes[sid]
-        items.append((buffer, pool.plan.sid_device[sid], int(nbytes)))
+        items.append((buffer, {pool.plan.sid_device[sid]: int(nbytes)}))
     for step in executor.steps:
         workspace = step.kernel.workspace_bytes()
         if workspace:
-            items.append((step.kernel, step.device, workspace))
+            items.append((step.kernel, {step.device: workspace}))
+        items.extend((body, body.held_bytes()) for body in step.kernel.sub_modules())
     return items
 
 

@@ -103,6 +103,11 @@ def test_control_flow_under_a_symbolic_batch_matches_onnxruntime() -> None:
         assert got.shape == want.shape
         assert np.abs(got - want).max() <= RELATIVE * np.abs(want).max()
     assert module.specializations == 2
+    # the bodies the shapes' kernels hold are counted in what the shapes keep
+    bodies = {id(body): body for shape in module._cache.values() for body in _sub_modules(shape)}
+    held = sum(body.held_bytes()[gr.cpu()] for body in bodies.values())
+    assert bodies and module._shape_cost().kept_bytes >= held
+    assert module.held_bytes()[gr.cpu()] >= held + module.scratch.held_bytes()[gr.cpu()]
 
 
 def test_lib_json_written_and_loaded_runs_the_sub_graphs(tmp_path: Path) -> None:
