@@ -124,7 +124,19 @@ def offered(spec: DenseSpec) -> list[str]:
     if any(name in names for name in TILINGS):
         # the tiles stand for OpenBLAS's call (see _tiled); a transposed copy only when forced
         names = [name for name in names if name != "transposed"]
+    if "padded" in names and _beside_openmp(names):
+        # NOTE: GEMV padding threads OpenBLAS; beside oneDNN's OpenMP threads, which hold every
+        # core, its threads and theirs spin against each other (raced so, oneDNN's 1x512x512
+        # product, 26 us alone, took 1.3 ms after a threaded sample, and OpenBLAS's call on one
+        # thread was kept: 85-94 us in a LLaMA decode step, where oneDNN's takes about 36)
+        names = [name for name in names if name != "padded"]
     return names
+
+
+def _beside_openmp(names: Sequence[str]) -> bool:
+    """Whether oneDNN's products are offered and run on OpenMP threads over every core."""
+    from ..onednn.policy import mode_word
+    return any(DENSE.candidate(name).onednn for name in names) and mode_word() == "openmp"
 
 
 def base(spec: DenseSpec, names: Sequence[str]) -> str:
