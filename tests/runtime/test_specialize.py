@@ -79,6 +79,19 @@ def test_cached_shape_does_not_specialise_again() -> None:
     np.testing.assert_allclose(m.get_output(0).numpy(), np.ones((2, 3)))
 
 
+def test_a_second_sweep_of_160_lengths_meets_every_one_kept() -> None:
+    """A decoder's generation meets one new length per token, and the next generation the same
+    lengths in the same order: an LRU bound below their count missed every one of them again
+    (64 of bench/generate.py's 160), so the default keeps more than a generation holds."""
+    m = gr.create(dense_graph())
+    w = RNG.standard_normal((3, 4)).astype(np.float32)
+    m.load_params({"w": w})
+    for _ in range(2):
+        for batch in range(1, 161):
+            _run_dense(m, w, batch)
+    assert m.specializations == 160 and len(m._cache) == 160
+
+
 def test_unsatisfiable_shapes_name_input_dim_and_node() -> None:
     m = gr.create(dense_graph())
     m.load_params({"w": np.ones((3, 4), np.float32)})
