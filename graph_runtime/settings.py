@@ -50,7 +50,8 @@ OPENCL_CONV = Setting(
     ("auto", "direct", "panel", "im2col", "winograd", "winograd4"))
 GEMV_PADDING = Setting(
     "GRAPH_RUNTIME_GEMV_PADDING", "auto",
-    "batch-1 dense: zero rows up to OpenBLAS's threading threshold (auto: where measured faster)",
+    "batch-1 dense: zero rows up to OpenBLAS's threading threshold (auto: where measured faster; "
+    "not offered beside oneDNN on OpenMP threads)",
     AUTO_ON_OFF)
 DENSE_TRANSPOSE = Setting(
     "GRAPH_RUNTIME_DENSE_TRANSPOSE", "auto",

@@ -82,7 +82,7 @@ def test_cached_shape_does_not_specialise_again() -> None:
 def test_a_second_sweep_of_160_lengths_meets_every_one_kept() -> None:
     """A decoder's generation meets one new length per token, and the next generation the same
     lengths in the same order: an LRU bound below their count missed every one of them again
-    (64 of bench/generate.py's 160), so the default keeps more than a generation holds."""
+    (64 of bench/generate.py's 129), so the default keeps more than a generation holds."""
     m = gr.create(dense_graph())
     w = RNG.standard_normal((3, 4)).astype(np.float32)
     m.load_params({"w": w})

@@ -8,7 +8,8 @@ multi-threaded; the extra outputs are zeros nobody reads. The weight must live i
 buffer for that, so the kernel asks the executor to place the weight's entry there
 (storage_requests); a weight bound elsewhere later (zero copy) takes the plain call. Whether the
 padding pays is measured once per shape on this machine (a candidate of dense's one set,
-dense_choice.py), not assumed.
+dense_choice.py), not assumed; it is not offered where oneDNN's products run on OpenMP threads
+over every core, whose threads and OpenBLAS's would spin against each other.
 
 GRAPH_RUNTIME_GEMV_PADDING: auto (default, measured), on (whenever the size allows), off.
 """
