@@ -27,8 +27,8 @@ from graph_runtime.lib.kernels.cpu import conv_choice, dense_choice
 from graph_runtime.lib.kernels.conv_epilogue import Epilogue
 from graph_runtime.lib.kernels.threads import num_threads
 from graph_runtime.lib.library import TensorSpec
-from graph_runtime.settings import (GEMV_PADDING, NUM_THREADS, ONEDNN, TUNING_BUSY,
-                                     TUNING_CACHE, TUNING_CONFIRM)
+from graph_runtime.settings import (GEMV_PADDING, NUM_THREADS, ONEDNN, ONEDNN_THREADS,
+                                     TUNING_BUSY, TUNING_CACHE, TUNING_CONFIRM)
 
 ROOT = Path(__file__).resolve().parents[2]
 # A choice of the tests' own, forced by a real auto/on/off setting.
@@ -509,6 +509,8 @@ def test_dense_is_one_candidate_set_with_one_entry(cache: Path, monkeypatch: pyt
     monkeypatch.setenv(NUM_THREADS.name, "2")
     monkeypatch.setenv(TUNING_BUSY.name, "keep")  # read back even if measured on a busy machine
     monkeypatch.setenv(TUNING_CONFIRM.name, "1")  # and taken from one measurement
+    # padding is offered beside oneDNN's single-threaded kernels (not beside OpenMP's threads)
+    monkeypatch.setenv(ONEDNN_THREADS.name, "workers")
     batched, gemv = dense_spec(64, 256, 256), dense_spec(1, 512, 784)
     assert {"whole", "cols", "rows"} <= set(dense_choice.offered(batched))
     assert {"blas", "padded"} <= set(dense_choice.offered(gemv))
