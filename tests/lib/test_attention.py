@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from support import require_onednn
 
 from graph_runtime.backends import get_backend
 from graph_runtime.lib.library import TensorSpec
@@ -208,11 +209,9 @@ def test_cpu_onednn_products_match_float64(monkeypatch, case: tuple, threads: st
     """The products on oneDNN (onednn/attention_products.py) over the same strided head views,
     in each oneDNN threading mode, with blocks of heads on the workers where they pay."""
     from graph_runtime.lib.kernels.cpu.attention import AttentionKernel
-    from graph_runtime.lib.kernels.onednn import binding
     from graph_runtime.lib.ops.attention import _params
     from graph_runtime.settings import ONEDNN_THREADS
-    if not binding.available():
-        pytest.skip(f"oneDNN: {binding.unavailable_reason()}")
+    require_onednn()
     monkeypatch.setenv(ONEDNN_THREADS.name, threads)
     arrays, attrs, want = _case(*case, dtype="float32")
     specs = [TensorSpec(a.shape, "float32") for a in arrays]
@@ -238,11 +237,9 @@ def test_cpu_onednn_softmax_with_the_products_matches_float64(monkeypatch, case:
     softmax runs on the same threads; a row masked everywhere, or a NaN in q, gives a NaN row
     as NumPy's softmax does."""
     from graph_runtime.lib.kernels.cpu.attention import AttentionKernel
-    from graph_runtime.lib.kernels.onednn import binding
     from graph_runtime.lib.ops.attention import _params
     from graph_runtime.settings import ONEDNN_THREADS
-    if not binding.available():
-        pytest.skip(f"oneDNN: {binding.unavailable_reason()}")
+    require_onednn()
     monkeypatch.setenv(ONEDNN_THREADS.name, "openmp")
     arrays, attrs, want = _case(*case, dtype="float32")
     p = _params([TensorSpec(a.shape, "float32") for a in arrays], attrs)
