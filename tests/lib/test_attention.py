@@ -296,3 +296,28 @@ def test_kv_in_heads_layout_of_other_shapes_are_refused(k_shape: tuple, k_offset
     attrs = {"num_heads": 4, "head_dim": 4, "kv_heads": 2, "k_offset": k_offset}
     with pytest.raises(LibraryError, match=f"^attention: {message}"):
         get_op("attention").infer(specs, attrs)
+
+
+def test_a_new_shapes_small_attention_takes_every_past_length() -> None:
+    """Prepared for a symbolic module's new shape (tuning.by_size_class) at a decode step's
+    size, the kernel takes any shape: one kept per size class serves every past length, each
+    as exact as its own kernel, and arrays that do not fit together are refused as prepare()
+    refuses them."""
+    from graph_runtime.errors import LibraryError
+    from graph_runtime.lib import tuning
+    kernels = []
+    for k_len in (9, 12, 5, 9):
+        arrays, attrs, want = _case(2, 1, k_len, 8, 4, (2, 1, 1, k_len), False, False, 2, True,
+                                    dtype="float32")
+        if not kernels:
+            specs = [TensorSpec(a.shape, "float32") for a in arrays]
+            with tuning.by_size_class():
+                kernels.append(get_op("attention").kernels["cpu"](
+                    get_backend("cpu"), 0, specs, [TensorSpec(want.shape, "float32")], attrs))
+            assert kernels[0].any_shape()
+        out = np.empty(want.shape, np.float32)
+        kernels[0](*arrays, out)
+        _check(out, want, "float32")
+    q, k, v, mask = arrays
+    with pytest.raises(LibraryError, match="needs 9 tokens"):
+        kernels[0](q, k, v[:, :, :7], mask, out)

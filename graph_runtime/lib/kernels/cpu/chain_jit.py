@@ -350,6 +350,10 @@ def chain_source(inputs: Sequence[TensorSpec], output: TensorSpec, steps: Sequen
 
 _compiled: dict[str, Any] = {}
 _lock = threading.Lock()
+# (kinds, steps, in_place) -> the module made from their source: a symbolic module's new shape
+# prepares its chains again, and generating and hashing the same source cost a decode step
+# ~40 us per chain (the source depends on nothing else: chain_source)
+_by_form: dict[tuple, Any] = {}
 
 
 def _load(source: str) -> Any:
@@ -388,7 +392,6 @@ class CompiledChain(PreparedKernel):
         self.size = size_of(out_shape)
         dims, strides = _collapse([tuple(s.shape) for s in inputs], out_shape)
         kinds = _kinds(inputs, out_shape, dims, strides)
-        self.source = chain_source(inputs, output, steps, kinds, in_place)
         self.inner = int(dims[-1])
         metas = []
         for k, st in zip(kinds, strides):
@@ -400,7 +403,13 @@ class CompiledChain(PreparedKernel):
             meta = np.array(rows[::-1] or [(1, 1, 0)], np.int64).reshape(-1, 3)
             metas.append(meta if k in "ro" else np.zeros((0, 3), np.int64))
         self.metas = tuple(metas)
-        self.module = _load(self.source)
+        form = (len(inputs), tuple(kinds), tuple((template, tuple(operands), dtype)
+                                                 for template, operands, dtype in steps),
+                tuple(in_place))
+        module = _by_form.get(form)
+        if module is None:
+            module = _by_form[form] = _load(chain_source(inputs, output, steps, kinds, in_place))
+        self.module = module
         self.fn = self.module.run
         weight = sum(4 if op in HEAVY else 1 for op in ops)
         workers = num_threads()
