@@ -131,7 +131,6 @@ def _segment(graph: Graph, k: int, nids: list[int], where: Mapping[int, int],
             eid = graph.entry_id(ref[0], ref[1])
             if eid in local or eid in produced:
                 continue
-            producer = graph.nodes[ref[0]]
             name = _boundary_name(graph, eid, names)
             local[eid] = (len(docs), 0)
             docs.append({"op": "null", "name": name, "inputs": []})
