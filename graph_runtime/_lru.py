@@ -1,4 +1,5 @@
-"""A small thread-safe least-recently-used cache of built things (imported sub-models)."""
+"""A small thread-safe least-recently-used cache of built things (imported sub-models, concrete
+chains, per-shape kernels)."""
 from __future__ import annotations
 
 import threading
@@ -30,3 +31,8 @@ class LruCache(Generic[T]):
             while len(self._entries) > self.size:
                 self._entries.popitem(last=False)
         return built
+
+    def values(self) -> list[T]:
+        """The entries, least recently used first."""
+        with self._lock:
+            return list(self._entries.values())

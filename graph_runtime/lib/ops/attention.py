@@ -14,10 +14,10 @@ patterns.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..._lru import LruCache
 from ...backends.base import Backend
 from ..attrs import bool_attr, float_attr, int_attr, op_error
 from ..kernels.cpu.attention import AttentionKernel
@@ -123,8 +123,8 @@ class AttentionByShape(PreparedKernel):
                  inputs: Sequence[TensorSpec]) -> None:
         self.attrs = dict(attrs)
         key = tuple(tuple(int(d) for d in spec.shape) for spec in inputs)
-        self._kernels: OrderedDict[tuple[tuple[int, ...], ...], AttentionKernel] = \
-            OrderedDict({key: first})
+        self._kernels: LruCache[AttentionKernel] = LruCache(SHAPES_KEPT)
+        self._kernels.get_or_build(key, lambda: first)
         self._last = (key, first)
         self._dtype = first.scores.dtype.name
 
@@ -135,15 +135,8 @@ class AttentionByShape(PreparedKernel):
         return sum(int(kernel.scores.nbytes) for kernel in self._kernels.values())
 
     def _kernel(self, key: tuple[tuple[int, ...], ...]) -> AttentionKernel:
-        kernel = self._kernels.get(key)
-        if kernel is None:
-            kernel = AttentionKernel(**_params([TensorSpec(shape, self._dtype) for shape in key],
-                                               self.attrs))
-            self._kernels[key] = kernel
-            if len(self._kernels) > SHAPES_KEPT:
-                self._kernels.popitem(last=False)
-        else:
-            self._kernels.move_to_end(key)
+        kernel = self._kernels.get_or_build(key, lambda: AttentionKernel(**_params(
+            [TensorSpec(shape, self._dtype) for shape in key], self.attrs)))
         self._last = (key, kernel)
         return kernel
 
