@@ -348,22 +348,22 @@ def chain_source(inputs: Sequence[TensorSpec], output: TensorSpec, steps: Sequen
     return "\n".join(lines) + "\n"
 
 
-_compiled: dict[str, Any] = {}
+# (input count, kinds, steps, in_place) -> the module made from their source, which depends on
+# nothing else (chain_source): a symbolic module's new shape prepares its chains again, and
+# generating and hashing the same source cost a decode step ~40 us per chain
+_compiled: dict[tuple, Any] = {}
 _lock = threading.Lock()
-# (kinds, steps, in_place) -> the module made from their source: a symbolic module's new shape
-# prepares its chains again, and generating and hashing the same source cost a decode step
-# ~40 us per chain (the source depends on nothing else: chain_source)
-_by_form: dict[tuple, Any] = {}
 
 
-def _load(source: str) -> Any:
-    """The module of source (run, run_block): from this process, the disk cache, or a fresh
-    compile."""
-    key = hashlib.sha256(source.encode()).hexdigest()[:24]
+def _load(form: tuple, source_of: Callable[[], str]) -> Any:
+    """The module of a chain's form (run, run_block): from this process, else its source
+    (source_of) from the disk cache or a fresh compile."""
     with _lock:
-        module = _compiled.get(key)
+        module = _compiled.get(form)
         if module is not None:
             return module
+        source = source_of()
+        key = hashlib.sha256(source.encode()).hexdigest()[:24]
         folder = _writable_dir()
         path = os.path.join(folder, f"chain_{key}.py")
         if not os.path.exists(path):
@@ -377,7 +377,7 @@ def _load(source: str) -> Any:
         # NOTE: numba's cached code names its module and imports it on load: it must be there.
         sys.modules[spec.name] = module
         spec.loader.exec_module(module)
-        _compiled[key] = module
+        _compiled[form] = module
         return module
 
 
@@ -406,10 +406,7 @@ class CompiledChain(PreparedKernel):
         form = (len(inputs), tuple(kinds), tuple((template, tuple(operands), dtype)
                                                  for template, operands, dtype in steps),
                 tuple(in_place))
-        module = _by_form.get(form)
-        if module is None:
-            module = _by_form[form] = _load(chain_source(inputs, output, steps, kinds, in_place))
-        self.module = module
+        self.module = _load(form, lambda: chain_source(inputs, output, steps, kinds, in_place))
         self.fn = self.module.run
         weight = sum(4 if op in HEAVY else 1 for op in ops)
         workers = num_threads()
