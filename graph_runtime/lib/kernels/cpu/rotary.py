@@ -4,30 +4,55 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from numba import carray
 
 from ...prepared import PreparedKernel
 from . import jit_setup
-from .loops_jit import compiled
+from .loops_jit import compiled, inlined
+from .rows_jit import PARALLEL_ELEMENTS
+from .omp_team import block, float32_at, my_rows, run_on_team, team_kernel, team_size
 
 
 # NOTE: x * cos + (-x_other) * sin, each product rounded, then the sum: the exporters' Mul, Neg,
 # Mul and Add give these values bit for bit (fastmath is off: no fused multiply-add).
+@inlined
+def _rotate_row(row: Any, c: Any, s: Any, o: Any, heads: int, dim: int, rot: int,
+                offset: int) -> None:
+    half = rot // 2
+    for h in range(heads):
+        src, dst = offset + h * dim, h * dim
+        for j in range(half):
+            o[dst + j] = row[src + j] * c[j] + -row[src + j + half] * s[j]
+        for j in range(half, rot):
+            o[dst + j] = row[src + j] * c[j] + row[src + j - half] * s[j]
+        for j in range(rot, dim):
+            o[dst + j] = row[src + j]
+
+
 @compiled
 def _rotate(x: Any, cos: Any, sin: Any, out: Any, heads: int, dim: int, rot: int,
             offset: int) -> None:
-    nb, nt = out.shape[0], out.shape[1]
-    half = rot // 2
-    for b in range(nb):
-        for t in range(nt):
-            row, c, s, o = x[b, t], cos[b, t], sin[b, t], out[b, t]
-            for h in range(heads):
-                src, dst = offset + h * dim, h * dim
-                for j in range(half):
-                    o[dst + j] = row[src + j] * c[j] + -row[src + j + half] * s[j]
-                for j in range(half, rot):
-                    o[dst + j] = row[src + j] * c[j] + row[src + j - half] * s[j]
-                for j in range(rot, dim):
-                    o[dst + j] = row[src + j]
+    for b in range(out.shape[0]):
+        for t in range(out.shape[1]):
+            _rotate_row(x[b, t], cos[b, t], sin[b, t], out[b, t], heads, dim, rot, offset)
+
+
+@team_kernel
+def _rotate_team(data: Any) -> None:
+    """_rotate's rows on oneDNN's OpenMP team (omp_team.py), float32: the block holds x, cos,
+    sin, out, tokens, rows, x's and out's widths, heads, dim, rot, offset and whether cos and
+    sin hold a table per batch item (else one for all)."""
+    b = carray(data, (13,), np.int64)
+    tokens, rows, heads, dim, rot = b[4], b[5], b[8], b[9], b[10]
+    x = float32_at(b[0], (rows, b[6]))
+    out = float32_at(b[3], (rows, b[7]))
+    tables = rows if b[12] else tokens
+    cos = float32_at(b[1], (tables, rot))
+    sin = float32_at(b[2], (tables, rot))
+    lo, hi = my_rows(rows)
+    for r in range(lo, hi):
+        t = r if b[12] else r % tokens
+        _rotate_row(x[r], cos[t], sin[t], out[r], heads, dim, rot, b[11])
 
 
 class RotaryKernel(PreparedKernel):
@@ -38,9 +63,19 @@ class RotaryKernel(PreparedKernel):
     def __init__(self, heads: int, dim: int, rot: int, offset: int) -> None:
         jit_setup.start()
         self.heads, self.dim, self.rot, self.offset = heads, dim, rot, offset
+        self.team = team_size() > 0  # large calls on oneDNN's OpenMP team
 
     def __call__(self, x: Any, cos: Any, sin: Any, out: Any) -> None:
         table = (out.shape[0], out.shape[1], self.rot)
+        if self.team and out.size >= PARALLEL_ELEMENTS:
+            per_batch = cos.shape == table
+            if (per_batch or cos.shape in (table[1:], (1, *table[1:]))) and sin.shape == \
+                    cos.shape and all(a.dtype == np.float32 and a.flags.c_contiguous
+                                      for a in (x, cos, sin, out)):
+                run_on_team(_rotate_team(), block(
+                    x, cos, sin, out, table[1], table[0] * table[1], x.shape[-1],
+                    out.shape[-1], self.heads, self.dim, self.rot, self.offset, per_batch))
+                return
         _rotate(x, np.broadcast_to(cos, table), np.broadcast_to(sin, table), out,
                 self.heads, self.dim, self.rot, self.offset)
 

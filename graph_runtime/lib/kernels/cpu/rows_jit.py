@@ -14,12 +14,13 @@ from typing import Any, Callable
 
 import numba
 import numpy as np
-from numba import types
+from numba import carray, types
 from numba.extending import overload
 
 from . import jit_setup
 from .fast_math import _bits_of_float, _float_of_bits, as_type_of, softmax_exp_as
 from .loops_jit import compiled, inlined, reassociating
+from .omp_team import block, float32_at, my_rows, run_on_team, team_kernel, team_size
 from ..threads import num_threads, parallel_items
 
 # Row elements x rows above which the rows go to the workers.
@@ -200,6 +201,50 @@ def _softmax_rows(x: Any, out: Any, lo: int, hi: int, one: Any) -> None:
         softmax_row(row, False, one)
 
 
+# The same loops on oneDNN's OpenMP team (omp_team.py), float32 rows: each reads its block
+# (addresses, rows, width, then its floats as bits) and runs its thread's share.
+@team_kernel
+def _layer_norm_team(data: Any) -> None:
+    b = carray(data, (7,), np.int64)
+    rows, width = b[4], b[5]
+    x = float32_at(b[0], (rows, width))
+    out = float32_at(b[3], (rows, width))
+    lo, hi = my_rows(rows)
+    _layer_norm_rows(x, float32_at(b[1], (width,)),
+                     float32_at(b[2], (width,)), out,
+                     b[6:7].view(np.float64)[0], lo, hi)
+
+
+@team_kernel
+def _rms_norm_team(data: Any) -> None:
+    b = carray(data, (6,), np.int64)
+    rows, width = b[3], b[4]
+    x = float32_at(b[0], (rows, width))
+    out = float32_at(b[2], (rows, width))
+    lo, hi = my_rows(rows)
+    _rms_norm_rows(x, float32_at(b[1], (width,)), out,
+                   b[5:6].view(np.float64)[0], lo, hi)
+
+
+@team_kernel
+def _softmax_team(data: Any) -> None:
+    b = carray(data, (4,), np.int64)
+    rows, width = b[2], b[3]
+    lo, hi = my_rows(rows)
+    _softmax_rows(float32_at(b[0], (rows, width)),
+                  float32_at(b[1], (rows, width)), lo, hi, np.float32(1))
+
+
+def _on_team(rows: int, width: int) -> bool:
+    """Whether a kernel made now splits these rows over oneDNN's OpenMP team (float32 arrays)."""
+    return rows * width >= PARALLEL_ELEMENTS and rows > 1 and team_size() > 0
+
+
+def _team_arrays(*arrays: Any) -> bool:
+    """Whether the arrays a team kernel reads by address are float32 and C-contiguous."""
+    return all(a.dtype == np.float32 and a.flags.c_contiguous for a in arrays)
+
+
 def _split(rows: int, width: int, call: Callable[[int, int], None]) -> Callable[[], None]:
     workers = num_threads() if rows * width >= PARALLEL_ELEMENTS and rows > 1 else 1
     if workers <= 1:
@@ -218,12 +263,16 @@ def layer_norm_rows(shape: tuple[int, ...], epsilon: float, center: bool, scale:
     jit_setup.start()
     width = int(shape[-1]) if shape else 1
     rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
+    team = _on_team(rows, width)
 
     def run(x: Any, gamma: Any, beta: Any, out: Any) -> None:
         g = gamma if scale else np.ones(width, x.dtype)
         b = beta if center else np.zeros(width, x.dtype)
         x2 = x.reshape(rows, width)
         o2 = out.reshape(rows, width)
+        if team and _team_arrays(x2, g, b, o2):
+            run_on_team(_layer_norm_team(), block(x2, g, b, o2, rows, width, float(epsilon)))
+            return
         _split(rows, width, lambda lo, hi: _layer_norm_rows(x2, g, b, o2, epsilon, lo, hi))()
     return run
 
@@ -234,9 +283,14 @@ def rms_norm_rows(shape: tuple[int, ...], epsilon: float) -> Callable[..., None]
     width = int(shape[-1])
     rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
 
+    team = _on_team(rows, width)
+
     def run(x: Any, gamma: Any, out: Any) -> None:
         x2 = x.reshape(rows, width)
         o2 = out.reshape(rows, width)
+        if team and _team_arrays(x2, gamma, o2):
+            run_on_team(_rms_norm_team(), block(x2, gamma, o2, rows, width, float(epsilon)))
+            return
         _split(rows, width, lambda lo, hi: _rms_norm_rows(x2, gamma, o2, epsilon, lo, hi))()
     return run
 
@@ -247,13 +301,17 @@ def softmax_rows(shape: tuple[int, ...]) -> Callable[..., None]:
     width = int(shape[-1])
     rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
     ones: dict[Any, Any] = {}  # 1 in each dtype: a float64 one would widen float32 arithmetic
+    team = _on_team(rows, width)
 
     def run(x: Any, out: Any) -> None:
+        x2 = x.reshape(rows, width)
+        o2 = out.reshape(rows, width)
+        if team and _team_arrays(x2, o2):
+            run_on_team(_softmax_team(), block(x2, o2, rows, width))
+            return
         one = ones.get(x.dtype)
         if one is None:
             one = ones[x.dtype] = x.dtype.type(1)
-        x2 = x.reshape(rows, width)
-        o2 = out.reshape(rows, width)
         _split(rows, width, lambda lo, hi: _softmax_rows(x2, o2, lo, hi, one))()
     return run
 

@@ -1,0 +1,121 @@
+"""Row loops run on oneDNN's own OpenMP team (libgomp's GOMP_parallel), not the runtime's workers.
+
+In OpenMP mode (onednn/policy.py) oneDNN's threads keep spinning on the other cores for a while
+after each primitive. A row kernel that split its rows over the runtime's workers then shared
+each core with a spinning thread: in a LLaMA-style decoder at (4, 194), its 9 RMSNorms took
+3.2-7.8 ms between the dense products, and 0.74-0.86 ms when the same rows went to the OpenMP
+team (docs/measurements.md). Here they go to that team: the threads that spin take the work.
+
+A kernel is a numba cfunc `void(void*)`: every thread of the team calls it with the same block
+of int64 (array addresses, sizes, floats as their bits), asks its thread number and the team's
+size, and runs its share of the rows. oneDNN's wheel and numba's own OpenMP pool both link the
+system's libgomp.so.1, so the team is the one oneDNN's primitives use on the calling thread.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Any
+
+import numpy as np
+from llvmlite import binding as llvm
+from numba import carray, cfunc, types
+from numba.extending import intrinsic
+
+from .loops_jit import inlined
+
+LIBGOMP = "libgomp.so.1"
+_thread_num: Any = types.ExternalFunction("omp_get_thread_num", types.int32())
+_team_size: Any = types.ExternalFunction("omp_get_num_threads", types.int32())
+_parallel: Any = None
+_tried = False
+_lock = threading.Lock()
+_made_lock = threading.Lock()
+
+
+def _gomp_parallel() -> Any:
+    """libgomp's GOMP_parallel(fn, data, num_threads, flags), loaded once; None without it."""
+    global _parallel, _tried
+    with _lock:
+        if not _tried:
+            _tried = True
+            try:
+                llvm.load_library_permanently(LIBGOMP)  # the symbols the cfuncs call
+                fn = ctypes.CDLL(LIBGOMP).GOMP_parallel
+            except (OSError, RuntimeError, AttributeError):
+                return None
+            fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint]
+            fn.restype = None
+            _parallel = fn
+    return _parallel
+
+
+def team_size() -> int:
+    """OpenMP threads a row loop may use now: oneDNN's count where it runs in OpenMP mode, else 0
+    (the runtime's workers split the rows, as where a neighbour holds a core)."""
+    from ..onednn import binding, policy
+    if not binding.available():
+        return 0
+    threads = policy.policy().openmp
+    return threads if threads > 1 and _gomp_parallel() is not None else 0
+
+
+def run_on_team(kernel: Any, block: np.ndarray) -> None:
+    """Every thread of the calling thread's OpenMP team runs kernel (a cfunc) on block; the team
+    has as many threads as oneDNN's primitives get on this thread (use_threads)."""
+    _gomp_parallel()(kernel.address, block.ctypes.data, 0, 0)
+
+
+def block(*values: Any) -> np.ndarray:
+    """The int64 block a kernel reads: arrays as their data addresses, floats as float64 bits."""
+    out = np.empty(len(values), np.int64)
+    for k, value in enumerate(values):
+        if isinstance(value, np.ndarray):
+            out[k] = value.ctypes.data
+        elif isinstance(value, float):
+            out[k] = np.float64(value).view(np.int64)
+        else:
+            out[k] = int(value)
+    return out
+
+
+@intrinsic
+def _pointer(typingctx: Any, address: Any, dtype: Any) -> Any:
+    """The int64 address as a pointer to dtype's elements."""
+    if not isinstance(address, types.Integer) or not isinstance(dtype, types.NumberClass):
+        return None
+    result = types.CPointer(dtype.instance_type)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return builder.inttoptr(args[0], context.get_value_type(result))
+    return result(address, dtype), codegen
+
+
+@inlined
+def float32_at(address: int, shape: Any) -> Any:
+    """The C-contiguous float32 array of shape at the address (a block's entry)."""
+    return carray(_pointer(address, np.float32), shape)  # type: ignore[call-arg]
+
+
+@inlined
+def my_rows(rows: int) -> tuple[int, int]:
+    """[lo, hi): the calling team thread's share of rows (near-equal, contiguous)."""
+    t, n = _thread_num(), _team_size()
+    return rows * t // n, rows * (t + 1) // n
+
+
+def team_kernel(fn: Any) -> Any:
+    """fn as a `void(void*)` cfunc, made at its first use (compiled, or loaded from numba's
+    cache): at import it would set numba's target up on the importing thread (jit_setup.py)."""
+    made: list[Any] = []
+
+    def get() -> Any:
+        _gomp_parallel()  # the symbols it calls, loaded before it is linked
+        with _made_lock:
+            if not made:
+                try:
+                    made.append(cfunc(types.void(types.voidptr), cache=True)(fn))
+                except RuntimeError:  # no writable cache directory, as in loops_jit.compiled
+                    made.append(cfunc(types.void(types.voidptr))(fn))
+            return made[0]
+    return get

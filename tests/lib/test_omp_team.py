@@ -1,0 +1,70 @@
+"""Row kernels on oneDNN's OpenMP team (lib/kernels/cpu/omp_team.py): layer_norm, rms_norm,
+softmax and rotary give bit for bit what the same loops give split over the runtime's workers,
+at sizes that take the team, with column offsets, partial rotary and each cos/sin table form."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from graph_runtime.lib.kernels.cpu import omp_team, rotary, rows_jit
+from graph_runtime.lib.kernels.onednn import binding
+from graph_runtime.lib.kernels.threads import num_threads
+from graph_runtime.settings import ONEDNN_THREADS
+
+pytestmark = pytest.mark.skipif(not binding.available() or num_threads() < 2,
+                                reason="the team is oneDNN's OpenMP threads: needs oneDNN and "
+                                       "two CPUs")
+
+
+def _both(monkeypatch: pytest.MonkeyPatch, make, *arrays: np.ndarray
+          ) -> tuple[np.ndarray, np.ndarray]:
+    """make()'s kernel run on arrays (the last: like the output) on the team, then on the
+    workers: (team's out, workers' out)."""
+    outs, launched = [], []
+
+    def counted(kernel, block):
+        launched.append(kernel)
+        omp_team.run_on_team(kernel, block)
+    for module in (rows_jit, rotary):
+        monkeypatch.setattr(module, "run_on_team", counted)
+    for mode in ("openmp", "workers"):
+        monkeypatch.setenv(ONEDNN_THREADS.name, mode)
+        out = np.full_like(arrays[-1], np.nan)
+        make()(*arrays[:-1], out)
+        outs.append(out)
+        assert len(launched) == 1  # the team ran it in OpenMP mode, the workers then
+    return outs[0], outs[1]
+
+
+def test_norms_and_softmax_on_the_team_match_the_workers(monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    rng = np.random.default_rng(5)
+    shape = (3, 301, 517)  # above PARALLEL_ELEMENTS, rows not a multiple of the team
+    x = (rng.standard_normal(shape) * 3 + 1).astype(np.float32)
+    g, b = (rng.standard_normal(shape[-1]).astype(np.float32) for _ in range(2))
+    x[0, 5, :] = -np.inf  # a fully masked row: NaN in softmax on both
+    x[2, 300, 7] = np.nan
+    like = np.empty_like(x)
+    team, workers = _both(monkeypatch, lambda: rows_jit.layer_norm_rows(shape, 1e-5, True, True),
+                          x, g, b, like)
+    np.testing.assert_array_equal(team, workers)
+    team, workers = _both(monkeypatch, lambda: rows_jit.rms_norm_rows(shape, 1e-6), x, g, like)
+    np.testing.assert_array_equal(team, workers)
+    team, workers = _both(monkeypatch, lambda: rows_jit.softmax_rows(shape), x, like)
+    np.testing.assert_array_equal(team, workers)
+    assert np.isnan(team[0, 5]).all() and np.isfinite(team[1]).all()
+
+
+@pytest.mark.parametrize("table", ["per batch", "one for all", "no batch axis"])
+def test_rotary_on_the_team_matches_one_thread(table: str, monkeypatch: pytest.MonkeyPatch
+                                               ) -> None:
+    rng = np.random.default_rng(6)
+    batch, tokens, heads, dim, rot, offset = 3, 157, 6, 64, 48, 5  # partial rotary, offset
+    x = rng.standard_normal((batch, tokens, offset + heads * dim + 7)).astype(np.float32)
+    lead = {"per batch": (batch,), "one for all": (1,), "no batch axis": ()}[table]
+    cos, sin = (rng.standard_normal((*lead, tokens, rot)).astype(np.float32) for _ in range(2))
+    like = np.empty((batch, tokens, heads * dim), np.float32)
+    team, one = _both(monkeypatch, lambda: rotary.RotaryKernel(heads, dim, rot, offset),
+                      x, cos, sin, like)
+    np.testing.assert_array_equal(team, one)
+    assert team.size >= rows_jit.PARALLEL_ELEMENTS  # the team took it
