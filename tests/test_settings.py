@@ -77,3 +77,28 @@ def test_the_readme_table_lists_every_setting() -> None:
         row = rows[setting.name]
         assert all(f"`{value}`" in row.split("|")[2] for value in setting.values), row
         assert f"`{setting.default}`" in row.split("|")[3], row
+
+
+def test_a_held_scope_reads_each_setting_once_on_its_thread(monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    """A module's build holds its settings (settings.held): a change inside the scope is seen
+    after it, never halfway through one build; another thread reads the environment."""
+    import threading
+    setting = settings.GEMV_PADDING
+    monkeypatch.setenv(setting.name, "on")
+    reads: list[int] = []
+    with settings.held():
+        assert settings.word(setting) == "on"
+        monkeypatch.setenv(setting.name, "off")
+        assert settings.word(setting) == "on"
+        with settings.held():  # nested: the outer scope's values
+            assert settings.word(setting) == "on"
+        elsewhere: list[str] = []
+        thread = threading.Thread(target=lambda: elsewhere.append(settings.word(setting)))
+        thread.start()
+        thread.join()
+        assert elsewhere == ["off"]
+        assert settings.held_value("k", lambda: reads.append(1) or 7) == 7
+        assert settings.held_value("k", lambda: reads.append(1) or 8) == 7
+    assert settings.word(setting) == "off"
+    assert settings.held_value("k", lambda: reads.append(1) or 9) == 9 and len(reads) == 2

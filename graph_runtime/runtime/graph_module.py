@@ -8,6 +8,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from .. import settings
 from .._text import count_of
 from ..backends import check_device, copy_array, get_backend
 from ..device import Device, DeviceLike, cpu
@@ -55,10 +56,12 @@ class GraphModule(ModuleBase):
         super().__init__(graph, lib, ctxs, strict=strict, memory_cap=memory_cap,
                          allow_uninitialized=allow_uninitialized)
         # executor: made already (Executor.derive: another specialisation's, over graph)
-        self.executor = executor or Executor(graph, lib, ctxs, strict=strict,
-                                             memory_cap=memory_cap, kernels=kernels,
-                                             scratch=scratch,
-                                             base=None if base is None else base.executor)
+        if executor is None:
+            with settings.held():  # read once for the whole build
+                executor = Executor(graph, lib, ctxs, strict=strict, memory_cap=memory_cap,
+                                    kernels=kernels, scratch=scratch,
+                                    base=None if base is None else base.executor)
+        self.executor = executor
         self.ctxs = self.executor.ctxs
         # (shape, dtype, home key) of each input entry, for set_input's fast path.
         ex = self.executor

@@ -330,7 +330,8 @@ class SymbolicGraphModule(ModuleBase):
             static = self.specializer.static_graph(entry_shapes, self.specializer.last_env)
             planned = time.perf_counter()
             base = self._current if kernels is self.kernels else None
-            with contextlib.nullcontext() if measure else tuning.by_size_class():
+            with contextlib.nullcontext() if measure else tuning.by_size_class(), \
+                    settings.held():
                 # from the specialisation used last where only sizes move (a decode step)
                 derived = None if base is None else base.executor.derive(static, self.lib)
                 module = GraphModule(static, self.lib, self.ctxs, strict=self.strict,

@@ -34,6 +34,10 @@ def num_threads() -> int:
     forced = settings.num_threads()
     if forced is not None:
         return forced
+    return settings.held_value("usable CPUs", _usable_cpus)
+
+
+def _usable_cpus() -> int:
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
