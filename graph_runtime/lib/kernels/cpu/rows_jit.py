@@ -201,38 +201,35 @@ def _softmax_rows(x: Any, out: Any, lo: int, hi: int, one: Any) -> None:
         softmax_row(row, False, one)
 
 
-# The same loops on oneDNN's OpenMP team (omp_team.py), float32 rows: each reads its block
-# (addresses, rows, width, then its floats as bits) and runs its thread's share.
+# The same loops on oneDNN's OpenMP team (omp_team.py), float32 rows. Each block starts with
+# x, out, rows and width (_team_rows), then the kernel's own entries (floats as float64 bits).
+@inlined
+def _team_rows(b: Any) -> tuple[Any, Any, int, int]:
+    """x and out of a team kernel's block, and the calling thread's rows [lo, hi)."""
+    rows, width = b[2], b[3]
+    lo, hi = my_rows(rows)
+    return float32_at(b[0], (rows, width)), float32_at(b[1], (rows, width)), lo, hi
+
+
 @team_kernel
 def _layer_norm_team(data: Any) -> None:
     b = carray(data, (7,), np.int64)
-    rows, width = b[4], b[5]
-    x = float32_at(b[0], (rows, width))
-    out = float32_at(b[3], (rows, width))
-    lo, hi = my_rows(rows)
-    _layer_norm_rows(x, float32_at(b[1], (width,)),
-                     float32_at(b[2], (width,)), out,
+    x, out, lo, hi = _team_rows(b)
+    _layer_norm_rows(x, float32_at(b[4], (b[3],)), float32_at(b[5], (b[3],)), out,
                      b[6:7].view(np.float64)[0], lo, hi)
 
 
 @team_kernel
 def _rms_norm_team(data: Any) -> None:
     b = carray(data, (6,), np.int64)
-    rows, width = b[3], b[4]
-    x = float32_at(b[0], (rows, width))
-    out = float32_at(b[2], (rows, width))
-    lo, hi = my_rows(rows)
-    _rms_norm_rows(x, float32_at(b[1], (width,)), out,
-                   b[5:6].view(np.float64)[0], lo, hi)
+    x, out, lo, hi = _team_rows(b)
+    _rms_norm_rows(x, float32_at(b[4], (b[3],)), out, b[5:6].view(np.float64)[0], lo, hi)
 
 
 @team_kernel
 def _softmax_team(data: Any) -> None:
-    b = carray(data, (4,), np.int64)
-    rows, width = b[2], b[3]
-    lo, hi = my_rows(rows)
-    _softmax_rows(float32_at(b[0], (rows, width)),
-                  float32_at(b[1], (rows, width)), lo, hi, np.float32(1))
+    x, out, lo, hi = _team_rows(carray(data, (4,), np.int64))
+    _softmax_rows(x, out, lo, hi, np.float32(1))
 
 
 def _on_team(rows: int, width: int) -> bool:
@@ -271,7 +268,7 @@ def layer_norm_rows(shape: tuple[int, ...], epsilon: float, center: bool, scale:
         x2 = x.reshape(rows, width)
         o2 = out.reshape(rows, width)
         if team and _team_arrays(x2, g, b, o2):
-            run_on_team(_layer_norm_team(), block(x2, g, b, o2, rows, width, float(epsilon)))
+            run_on_team(_layer_norm_team(), block(x2, o2, rows, width, g, b, float(epsilon)))
             return
         _split(rows, width, lambda lo, hi: _layer_norm_rows(x2, g, b, o2, epsilon, lo, hi))()
     return run
@@ -289,7 +286,7 @@ def rms_norm_rows(shape: tuple[int, ...], epsilon: float) -> Callable[..., None]
         x2 = x.reshape(rows, width)
         o2 = out.reshape(rows, width)
         if team and _team_arrays(x2, gamma, o2):
-            run_on_team(_rms_norm_team(), block(x2, gamma, o2, rows, width, float(epsilon)))
+            run_on_team(_rms_norm_team(), block(x2, o2, rows, width, gamma, float(epsilon)))
             return
         _split(rows, width, lambda lo, hi: _rms_norm_rows(x2, gamma, o2, epsilon, lo, hi))()
     return run
