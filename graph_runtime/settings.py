@@ -199,13 +199,7 @@ def held_value(key: str, read: Callable[[], _T]) -> _T:
 
 
 def _raw(setting: Setting) -> str:
-    values = getattr(_held, "values", None)
-    value = None if values is None else values.get(setting.name)
-    if value is None:
-        value = os.environ.get(setting.name, "").strip()
-        if values is not None:
-            values[setting.name] = value
-    return value
+    return held_value(setting.name, lambda: os.environ.get(setting.name, "").strip())
 
 
 def _refuse(setting: Setting, found: str) -> LibraryError:

@@ -36,6 +36,8 @@ _made_lock = threading.Lock()
 def _gomp_parallel() -> Any:
     """libgomp's GOMP_parallel(fn, data, num_threads, flags), loaded once; None without it."""
     global _parallel, _tried
+    if _tried:  # the common case (every call), without the lock
+        return _parallel
     with _lock:
         if not _tried:
             _tried = True
@@ -50,14 +52,17 @@ def _gomp_parallel() -> Any:
     return _parallel
 
 
-def team_size() -> int:
-    """OpenMP threads a row loop may use now: oneDNN's count where it runs in OpenMP mode, else 0
-    (the runtime's workers split the rows, as where a neighbour holds a core)."""
+def available() -> bool:
+    """Whether a row loop made now may run on the team: oneDNN runs in OpenMP mode (not the
+    runtime's workers, as where a neighbour holds a core) and libgomp's entry point loaded."""
     from ..onednn import binding, policy
-    if not binding.available():
-        return 0
-    threads = policy.policy().openmp
-    return threads if threads > 1 and _gomp_parallel() is not None else 0
+    return binding.available() and policy.mode_word() == "openmp" and \
+        _gomp_parallel() is not None
+
+
+def team_arrays(*arrays: Any) -> bool:
+    """Whether the arrays a team kernel reads by address are float32 and C-contiguous."""
+    return all(a.dtype == np.float32 and a.flags.c_contiguous for a in arrays)
 
 
 def run_on_team(kernel: Any, block: np.ndarray) -> None:
@@ -110,6 +115,8 @@ def team_kernel(fn: Any) -> Any:
     made: list[Any] = []
 
     def get() -> Any:
+        if made:  # the common case (every call), without the lock
+            return made[0]
         _gomp_parallel()  # the symbols it calls, loaded before it is linked
         with _made_lock:
             if not made:

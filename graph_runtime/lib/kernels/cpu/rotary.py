@@ -10,7 +10,7 @@ from ...prepared import PreparedKernel
 from . import jit_setup
 from .loops_jit import compiled, inlined
 from .rows_jit import PARALLEL_ELEMENTS
-from .omp_team import block, float32_at, my_rows, run_on_team, team_kernel, team_size
+from .omp_team import available, block, float32_at, my_rows, run_on_team, team_arrays, team_kernel
 
 
 # NOTE: x * cos + (-x_other) * sin, each product rounded, then the sum: the exporters' Mul, Neg,
@@ -63,15 +63,14 @@ class RotaryKernel(PreparedKernel):
     def __init__(self, heads: int, dim: int, rot: int, offset: int) -> None:
         jit_setup.start()
         self.heads, self.dim, self.rot, self.offset = heads, dim, rot, offset
-        self.team = team_size() > 0  # large calls on oneDNN's OpenMP team
+        self.team = available()  # large calls on oneDNN's OpenMP team
 
     def __call__(self, x: Any, cos: Any, sin: Any, out: Any) -> None:
         table = (out.shape[0], out.shape[1], self.rot)
         if self.team and out.size >= PARALLEL_ELEMENTS:
             per_batch = cos.shape == table
             if (per_batch or cos.shape in (table[1:], (1, *table[1:]))) and sin.shape == \
-                    cos.shape and all(a.dtype == np.float32 and a.flags.c_contiguous
-                                      for a in (x, cos, sin, out)):
+                    cos.shape and team_arrays(x, cos, sin, out):
                 run_on_team(_rotate_team(), block(
                     x, cos, sin, out, table[1], table[0] * table[1], x.shape[-1],
                     out.shape[-1], self.heads, self.dim, self.rot, self.offset, per_batch))

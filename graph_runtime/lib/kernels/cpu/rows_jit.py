@@ -20,7 +20,7 @@ from numba.extending import overload
 from . import jit_setup
 from .fast_math import _bits_of_float, _float_of_bits, as_type_of, softmax_exp_as
 from .loops_jit import compiled, inlined, reassociating
-from .omp_team import block, float32_at, my_rows, run_on_team, team_kernel, team_size
+from .omp_team import available, block, float32_at, my_rows, run_on_team, team_arrays, team_kernel
 from ..threads import num_threads, parallel_items
 
 # Row elements x rows above which the rows go to the workers.
@@ -234,12 +234,7 @@ def _softmax_team(data: Any) -> None:
 
 def _on_team(rows: int, width: int) -> bool:
     """Whether a kernel made now splits these rows over oneDNN's OpenMP team (float32 arrays)."""
-    return rows * width >= PARALLEL_ELEMENTS and rows > 1 and team_size() > 0
-
-
-def _team_arrays(*arrays: Any) -> bool:
-    """Whether the arrays a team kernel reads by address are float32 and C-contiguous."""
-    return all(a.dtype == np.float32 and a.flags.c_contiguous for a in arrays)
+    return rows * width >= PARALLEL_ELEMENTS and rows > 1 and available()
 
 
 def _split(rows: int, width: int, call: Callable[[int, int], None]) -> Callable[[], None]:
@@ -267,7 +262,7 @@ def layer_norm_rows(shape: tuple[int, ...], epsilon: float, center: bool, scale:
         b = beta if center else np.zeros(width, x.dtype)
         x2 = x.reshape(rows, width)
         o2 = out.reshape(rows, width)
-        if team and _team_arrays(x2, g, b, o2):
+        if team and team_arrays(x2, g, b, o2):
             run_on_team(_layer_norm_team(), block(x2, o2, rows, width, g, b, float(epsilon)))
             return
         _split(rows, width, lambda lo, hi: _layer_norm_rows(x2, g, b, o2, epsilon, lo, hi))()
@@ -279,13 +274,12 @@ def rms_norm_rows(shape: tuple[int, ...], epsilon: float) -> Callable[..., None]
     jit_setup.start()
     width = int(shape[-1])
     rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
-
     team = _on_team(rows, width)
 
     def run(x: Any, gamma: Any, out: Any) -> None:
         x2 = x.reshape(rows, width)
         o2 = out.reshape(rows, width)
-        if team and _team_arrays(x2, gamma, o2):
+        if team and team_arrays(x2, gamma, o2):
             run_on_team(_rms_norm_team(), block(x2, o2, rows, width, gamma, float(epsilon)))
             return
         _split(rows, width, lambda lo, hi: _rms_norm_rows(x2, gamma, o2, epsilon, lo, hi))()
@@ -303,7 +297,7 @@ def softmax_rows(shape: tuple[int, ...]) -> Callable[..., None]:
     def run(x: Any, out: Any) -> None:
         x2 = x.reshape(rows, width)
         o2 = out.reshape(rows, width)
-        if team and _team_arrays(x2, o2):
+        if team and team_arrays(x2, o2):
             run_on_team(_softmax_team(), block(x2, o2, rows, width))
             return
         one = ones.get(x.dtype)
