@@ -7,13 +7,18 @@ import numpy as np
 import pytest
 
 from graph_runtime.lib.kernels.cpu import omp_team, rotary, rows_jit
-from graph_runtime.lib.kernels.onednn import binding
 from graph_runtime.lib.kernels.threads import num_threads
 from graph_runtime.settings import ONEDNN_THREADS
+from support import require_onednn
 
-pytestmark = pytest.mark.skipif(not binding.available() or num_threads() < 2,
-                                reason="the team is oneDNN's OpenMP threads: needs oneDNN and "
-                                       "two CPUs")
+
+@pytest.fixture(autouse=True)
+def _team() -> None:
+    """The team is oneDNN's OpenMP threads: oneDNN (required where CI requires it) and two
+    CPUs."""
+    require_onednn()
+    if num_threads() < 2:
+        pytest.skip("one CPU: oneDNN has no OpenMP team to share")
 
 
 def _both(monkeypatch: pytest.MonkeyPatch, make, *arrays: np.ndarray
