@@ -1,14 +1,15 @@
 """Row kernels on oneDNN's OpenMP team (lib/kernels/cpu/omp_team.py): layer_norm, rms_norm,
-softmax and rotary give bit for bit what the same loops give split over the runtime's workers,
-at sizes that take the team, with column offsets, partial rotary and each cos/sin table form."""
+softmax, rotary and attention's scale, mask and softmax pass give bit for bit what the same
+loops give split over the runtime's workers (or on one thread), at sizes that take the team,
+with column offsets, partial rotary, each cos/sin table form and each mask broadcast."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from graph_runtime.lib.kernels.cpu import omp_team, rotary, rows_jit
+from graph_runtime.lib.kernels.cpu import attention, omp_team, rotary, rows_jit
 from graph_runtime.lib.kernels.threads import num_threads
-from graph_runtime.settings import ONEDNN_THREADS
+from graph_runtime.settings import ATTENTION_SPLIT, ONEDNN_THREADS
 from support import require_onednn
 
 
@@ -30,7 +31,7 @@ def _both(monkeypatch: pytest.MonkeyPatch, make, *arrays: np.ndarray
     def counted(kernel, block):
         launched.append(kernel)
         omp_team.run_on_team(kernel, block)
-    for module in (rows_jit, rotary):
+    for module in (rows_jit, rotary, attention):
         monkeypatch.setattr(module, "run_on_team", counted)
     for mode in ("openmp", "workers"):
         monkeypatch.setenv(ONEDNN_THREADS.name, mode)
@@ -73,3 +74,32 @@ def test_rotary_on_the_team_matches_one_thread(table: str, monkeypatch: pytest.M
                       x, cos, sin, like)
     np.testing.assert_array_equal(team, one)
     assert team.size >= rows_jit.PARALLEL_ELEMENTS  # the team took it
+
+
+@pytest.mark.parametrize("mask", [None, "causal", "padding", "per head", "full", "scale only"])
+def test_attention_softmax_on_the_team_matches_one_thread(
+        mask: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One call over every head (grouped-query, OpenBLAS products): the scale, mask and softmax
+    pass on the team against the compiled pass on this thread, NaN rows zeroed or kept."""
+    rng = np.random.default_rng(7)
+    batch, heads, kv, q_len, k_len, dim = 2, 4, 2, 131, 137, 16
+    assert batch * heads * q_len * k_len >= rows_jit.PARALLEL_ELEMENTS
+    q = rng.standard_normal((batch, q_len, heads * dim)).astype(np.float32)
+    k, v = (rng.standard_normal((batch, k_len, kv * dim)).astype(np.float32) for _ in range(2))
+    shape = {None: None, "scale only": None, "causal": (1, 1, q_len, k_len),
+             "padding": (batch, 1, 1, k_len), "per head": (1, heads, q_len, k_len),
+             "full": (batch, heads, q_len, k_len)}[mask]
+    extra = []
+    if shape is not None:
+        m = np.where(rng.random(shape) < 0.3, -np.inf, rng.standard_normal(shape))
+        m[..., 0, :] = -np.inf  # a row masked everywhere: NaN, or zero with nan_to_zero
+        extra = [m.astype(np.float32)]
+    scale = -0.5 if mask == "scale only" else 0.25  # a scale applied apart from the exp
+    monkeypatch.setenv(ATTENTION_SPLIT.name, "off")  # one call: the pass the team takes
+    like = np.empty((batch, q_len, heads * dim), np.float32)
+    for nan_to_zero in (False, True):
+        team, one = _both(monkeypatch, lambda: attention.AttentionKernel(
+            batch, heads, q_len, k_len, dim, (0, 0, 0), scale, nan_to_zero, shape, "float32",
+            kv_heads=kv), q, k, v, *extra, like)
+        np.testing.assert_array_equal(team, one)
+        assert np.isfinite(one).all() == (nan_to_zero or shape is None)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import numpy as np
+from numba import carray
 
 from .... import settings
 from ...._timing import Race, Verdict, sampler
@@ -27,8 +28,9 @@ from ...prepared import PreparedKernel
 from ...tunable import Candidate, TunableOp
 from ...tuning import Choice
 from . import jit_setup
-from .loops_jit import compiled
-from .rows_jit import softmax_row
+from .loops_jit import compiled, inlined
+from .omp_team import block, float32_at, my_rows, run_on_team, team_arrays, team_kernel
+from .rows_jit import on_team, softmax_row
 from ..heads import head_view
 from ..threads import ONE_BLAS_THREAD, num_threads, parallel_images
 
@@ -59,33 +61,58 @@ def _blocks(batch: int, heads: int, q_len: int, workers: int) -> list[Block]:
 
 # NOTE: softmax_row is inlined from rows_jit.py: jit_cache.py keys this function's disk cache by
 # that file (and fast_math.py) too, so an edit there recompiles it.
-@compiled
-def _scale_mask_softmax(s: Any, mask: Any, scale: Any, one: Any, nan_to_zero: bool,
+@inlined
+def _masked_softmax_row(row: Any, mrow: Any, scale: Any, one: Any, nan_to_zero: bool,
                         has_mask: bool) -> None:
-    """s[b, h, i, :] = softmax(s * scale + mask[b, h, i, :]) in place (mask broadcast); scale
-    and one of s's type (a float64 one would widen float32 arithmetic).
+    """row = softmax(row * scale + mrow) in place (mrow read only with has_mask).
 
     As NumPy's softmax: a NaN, or a row masked everywhere (-inf - -inf), gives a NaN row;
     nan_to_zero then zeroes NaNs, as the exporters' where(isnan(p), 0, p) does. Without a
     mask a positive scale is applied inside the exp (softmax_row), saving a pass.
     """
-    nb, nh, nq, nk = s.shape
-    folded = not has_mask and scale > 0
+    if not has_mask and scale > 0:
+        softmax_row(row, nan_to_zero, scale)
+        return
+    if has_mask:
+        for j in range(row.shape[0]):
+            row[j] = row[j] * scale + mrow[j]
+    else:
+        for j in range(row.shape[0]):
+            row[j] = row[j] * scale
+    softmax_row(row, nan_to_zero, one)
+
+
+@compiled
+def _scale_mask_softmax(s: Any, mask: Any, scale: Any, one: Any, nan_to_zero: bool,
+                        has_mask: bool) -> None:
+    """s[b, h, i, :] = softmax(s * scale + mask[b, h, i, :]) in place (mask broadcast); scale
+    and one of s's type (a float64 one would widen float32 arithmetic)."""
+    nb, nh, nq, _ = s.shape
     for b in range(nb):
         for h in range(nh):
             for i in range(nq):
-                row = s[b, h, i]
-                if folded:
-                    softmax_row(row, nan_to_zero, scale)
-                    continue
-                if has_mask:
-                    mrow = mask[b, h, i]
-                    for j in range(nk):
-                        row[j] = row[j] * scale + mrow[j]
-                else:
-                    for j in range(nk):
-                        row[j] = row[j] * scale
-                softmax_row(row, nan_to_zero, one)
+                _masked_softmax_row(s[b, h, i], mask[b, h, i], scale, one, nan_to_zero,
+                                    has_mask)
+
+
+@team_kernel
+def _scale_mask_softmax_team(data: Any) -> None:
+    """_scale_mask_softmax's rows on oneDNN's OpenMP team (omp_team.py), float32: the block
+    holds the scores and their four dims, the mask (0 without one) and its first three dims (1
+    where it broadcasts; its last is the scores'), the scale's bits and nan_to_zero."""
+    b = carray(data, (11,), np.int64)
+    nb, nh, nq, nk = b[1], b[2], b[3], b[4]
+    mb, mh, mq = b[6], b[7], b[8]
+    s = float32_at(b[0], (nb * nh * nq, nk))
+    has_mask = b[5] != 0
+    mask = float32_at(b[5], (mb * mh * mq, nk))
+    scale = np.float32(b[9:10].view(np.float64)[0])
+    lo, hi = my_rows(nb * nh * nq)
+    for r in range(lo, hi):
+        i, h, n = r % nq, r // nq % nh, r // (nh * nq)
+        m = ((n if mb > 1 else 0) * mh + (h if mh > 1 else 0)) * mq + (i if mq > 1 else 0)
+        _masked_softmax_row(s[r], mask[m if has_mask else 0], scale, np.float32(1),
+                            b[10] != 0, has_mask)
 
 
 def _groups(h0: int, h1: int, group: int) -> list[tuple[int, int]]:
@@ -141,6 +168,12 @@ class AttentionKernel(PreparedKernel):
         # runtime's workers beside those threads spin against them); NaN rows made zero stay
         # with the compiled pass
         self.softmax_on_onednn = openmp and not nan_to_zero and dtype == "float32"
+        # where one call does every head and oneDNN's softmax does not (a grouped-query mask,
+        # which its matmul cannot add), the compiled pass on oneDNN's OpenMP team: on this
+        # thread alone it took 1.6 of a LLaMA attention's 3.3 ms at (4, 194)
+        self.team = dtype == "float32" and on_team(batch * heads * q_len, k_len) and (
+            mask_shape is None or (len(mask_shape) == 4 and mask_shape[-1] == k_len))
+        self._team_block: Any = None  # its block over the last call's arrays
         if self.workers > 1 and work >= PARALLEL_FLOPS and (batch * heads > 1 or q_len > 1) \
                 and not openmp:
             split = _blocks(batch, heads, q_len, self.workers)
@@ -249,6 +282,12 @@ class AttentionKernel(PreparedKernel):
                 grouped = tuple(a.swapaxes(2, 3) for a in grouped)
             self._cached += (grouped[0], self._cached[1][:, :, None],
                              self._cached[2][:, :, None], grouped[1], grouped[2])
+        mask = rest[0] if self.has_mask else None
+        self._team_block = block(
+            self.scores, *self.full, 0 if mask is None else mask,
+            *(mask.shape[:3] if mask is not None else (1, 1, 1)), self.scale,
+            self.nan_to_zero) if self.team and team_arrays(
+                self.scores, *([mask] if mask is not None else [])) else None
         self._seen = arrays
         self._seen_blocks = self.blocks
         return self._cached
@@ -291,7 +330,10 @@ class AttentionKernel(PreparedKernel):
                 np.matmul(grouped[0], grouped[1], out=grouped[4])
             else:
                 np.matmul(qh, kt, out=scores)
-            _scale_mask_softmax(scores, mask, scale, one, nan_to_zero, has_mask)
+            if self._team_block is not None:
+                run_on_team(_scale_mask_softmax_team(), self._team_block)
+            else:
+                _scale_mask_softmax(scores, mask, scale, one, nan_to_zero, has_mask)
             if products is not None:
                 products.pv(0)
             elif grouped:

@@ -232,7 +232,7 @@ def _softmax_team(data: Any) -> None:
     _softmax_rows(x, out, lo, hi, np.float32(1))
 
 
-def _on_team(rows: int, width: int) -> bool:
+def on_team(rows: int, width: int) -> bool:
     """Whether a kernel made now splits these rows over oneDNN's OpenMP team (float32 arrays)."""
     return rows * width >= PARALLEL_ELEMENTS and rows > 1 and available()
 
@@ -255,7 +255,7 @@ def layer_norm_rows(shape: tuple[int, ...], epsilon: float, center: bool, scale:
     jit_setup.start()
     width = int(shape[-1]) if shape else 1
     rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
-    team = _on_team(rows, width)
+    team = on_team(rows, width)
 
     def run(x: Any, gamma: Any, beta: Any, out: Any) -> None:
         g = gamma if scale else np.ones(width, x.dtype)
@@ -274,7 +274,7 @@ def rms_norm_rows(shape: tuple[int, ...], epsilon: float) -> Callable[..., None]
     jit_setup.start()
     width = int(shape[-1])
     rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
-    team = _on_team(rows, width)
+    team = on_team(rows, width)
 
     def run(x: Any, gamma: Any, out: Any) -> None:
         x2 = x.reshape(rows, width)
@@ -292,7 +292,7 @@ def softmax_rows(shape: tuple[int, ...]) -> Callable[..., None]:
     width = int(shape[-1])
     rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
     ones: dict[Any, Any] = {}  # 1 in each dtype: a float64 one would widen float32 arithmetic
-    team = _on_team(rows, width)
+    team = on_team(rows, width)
 
     def run(x: Any, out: Any) -> None:
         x2 = x.reshape(rows, width)
