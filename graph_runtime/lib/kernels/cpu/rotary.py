@@ -14,19 +14,26 @@ from .omp_team import available, block, float32_at, my_rows, run_on_team, team_a
 
 
 # NOTE: x * cos + (-x_other) * sin, each product rounded, then the sum: the exporters' Mul, Neg,
-# Mul and Add give these values bit for bit (fastmath is off: no fused multiply-add).
+# Mul and Add give these values bit for bit (fastmath is off: no fused multiply-add). Each head
+# is read through slices indexed from 0: indices computed as offset + h * dim + j kept numba's
+# negative-index checks in the loops, which then did not vectorize (a LLaMA layer's 4 x 194
+# tokens of 8 heads: 752 against 94 us).
 @inlined
 def _rotate_row(row: Any, c: Any, s: Any, o: Any, heads: int, dim: int, rot: int,
                 offset: int) -> None:
     half = rot // 2
     for h in range(heads):
-        src, dst = offset + h * dim, h * dim
+        x = row[offset + h * dim:offset + (h + 1) * dim]
+        y = o[h * dim:(h + 1) * dim]
+        first, second = x[:half], x[half:rot]
+        c2, s2 = c[half:rot], s[half:rot]
+        out2 = y[half:rot]
         for j in range(half):
-            o[dst + j] = row[src + j] * c[j] + -row[src + j + half] * s[j]
-        for j in range(half, rot):
-            o[dst + j] = row[src + j] * c[j] + row[src + j - half] * s[j]
+            y[j] = first[j] * c[j] + -second[j] * s[j]
+        for j in range(half):
+            out2[j] = second[j] * c2[j] + first[j] * s2[j]
         for j in range(rot, dim):
-            o[dst + j] = row[src + j]
+            y[j] = x[j]
 
 
 @compiled
