@@ -172,7 +172,7 @@ class AttentionKernel(PreparedKernel):
         # which its matmul cannot add), the compiled pass on oneDNN's OpenMP team: on this
         # thread alone it took 1.6 of a LLaMA attention's 3.3 ms at (4, 194)
         self.team = dtype == "float32" and on_team(batch * heads * q_len, k_len) and (
-            mask_shape is None or (len(mask_shape) == 4 and mask_shape[-1] == k_len))
+            mask_shape is None or mask_shape[-1] == k_len)
         self._team_block: Any = None  # its block over the last call's arrays
         if self.workers > 1 and work >= PARALLEL_FLOPS and (batch * heads > 1 or q_len > 1) \
                 and not openmp:
@@ -282,15 +282,24 @@ class AttentionKernel(PreparedKernel):
                 grouped = tuple(a.swapaxes(2, 3) for a in grouped)
             self._cached += (grouped[0], self._cached[1][:, :, None],
                              self._cached[2][:, :, None], grouped[1], grouped[2])
-        mask = rest[0] if self.has_mask else None
-        self._team_block = block(
-            self.scores, *self.full, 0 if mask is None else mask,
-            *(mask.shape[:3] if mask is not None else (1, 1, 1)), self.scale,
-            self.nan_to_zero) if self.team and team_arrays(
-                self.scores, *([mask] if mask is not None else [])) else None
+        fused = products is not None and products.softmax_fused
+        self._team_block = None if fused else self._team_pass(
+            rest[0] if self.has_mask else None)
         self._seen = arrays
         self._seen_blocks = self.blocks
         return self._cached
+
+    def _team_pass(self, mask: Any) -> Any:
+        """The block of _scale_mask_softmax_team over the scores and this call's mask, or None
+        where the compiled pass runs on this thread (no team, or arrays it cannot read)."""
+        if not self.team:
+            return None
+        if mask is None:
+            return block(self.scores, *self.full, 0, 1, 1, 1, self.scale, self.nan_to_zero)
+        if mask.shape != self.mask_shape or not team_arrays(self.scores, mask):
+            return None
+        return block(self.scores, *self.full, mask, *mask.shape[:3], self.scale,
+                     self.nan_to_zero)
 
     def __call__(self, *arrays: Any) -> None:
         qh, kt, vh, oh, mask, products, *grouped = self._views(arrays)
