@@ -43,9 +43,9 @@ TAILS = {
 }
 
 
-def _prepare(steps, shapes):
-    specs = [TensorSpec((2, M, K), "float32"), TensorSpec((N, K), "float32")] + \
-        [TensorSpec(s, "float32") for s in shapes]
+def _prepare(steps, shapes, rows=M):
+    specs = [TensorSpec((2, rows, K), "float32"), TensorSpec((N, K), "float32")] + \
+        [TensorSpec((2, rows, N) if s == (2, M, N) else s, "float32") for s in shapes]
     chain = Chain("f", [Step("dense")] + steps)
     return chain.prepare(gr.cpu(), specs, chain.infer(specs), {})
 
@@ -112,20 +112,70 @@ def test_a_symbolic_modules_dense_runs_any_rows(onednn, monkeypatch, name,  # no
         bound = 1.2 * (bound + 4 * U32 * sum(np.abs(e) for e in extras)) + \
             8 * U32 * np.abs(want)
         assert np.all(np.abs(out - want) <= bound + 1e-6), (rows, np.max(np.abs(out - want)))
-    assert sorted(kernel._by_shape) == [18, 26, 32] and len(kernel.items) == 1
+    assert sorted(kernel._by_rows) == [18, 26, 32] and len(kernel.items) == 1
 
 
-def test_only_large_prompts_take_run_time_rows(onednn, monkeypatch) -> None:  # noqa: F811
-    """Over RUNTIME_ROWS_MIN rows a symbolic module's dense takes run-time rows; below, where
-    gemm:jit ran 1.2-2.8x slower than brgemm, it keeps a primitive per shape; never outside a
-    symbolic module's new shape."""
+def test_which_products_take_any_rows(onednn, monkeypatch) -> None:  # noqa: F811
+    """Over RUNTIME_ROWS_MIN rows a symbolic module's dense takes run-time rows; from SMALL_DIM
+    to it, where gemm:jit ran 1.2-2.8x slower than brgemm, pieces of exact primitives; at
+    SMALL_DIM rows and under (a size class of one shape) a primitive for its rows; never outside
+    a symbolic module's new shape."""
     from graph_runtime.lib import tuning
     monkeypatch.setenv(ONEDNN_THREADS.name, "openmp")
     rows = onednn_matmul.RUNTIME_ROWS_MIN
     with tuning.by_size_class():
-        assert OnednnMatmul(1, rows + 1, 64, 32, False, True, 1, 1).any_shape()
-        assert not OnednnMatmul(1, rows, 64, 32, False, True, 1, 1).any_shape()
+        large = OnednnMatmul(1, rows + 1, 64, 32, False, True, 1, 1)
+        assert large.any_shape() and not large.in_pieces
+        assert OnednnMatmul(1, rows, 64, 32, False, True, 1, 1).in_pieces
+        assert OnednnMatmul(1, tuning.SMALL_DIM + 1, 64, 32, False, True, 1, 1).in_pieces
+        assert not OnednnMatmul(1, tuning.SMALL_DIM, 64, 32, False, True, 1, 1).any_shape()
+        assert not OnednnMatmul(1, rows, 64, 32, True, True, 1, 1).any_shape()  # transposed
     assert not OnednnMatmul(1, rows + 1, 64, 32, False, True, 1, 1).any_shape()
+    assert not OnednnMatmul(1, rows, 64, 32, False, True, 1, 1).any_shape()
+
+
+def test_row_pieces_cover_the_rows_largest_first() -> None:
+    assert onednn_matmul.row_pieces(180) == [(0, 128), (128, 160), (160, 176), (176, 180)]
+    assert onednn_matmul.row_pieces(256) == [(0, 128), (128, 256)]
+    assert onednn_matmul.row_pieces(7) == [(0, 7)]
+    for rows in range(1, 300):
+        pieces = onednn_matmul.row_pieces(rows)
+        assert pieces[0][0] == 0 and pieces[-1][1] == rows
+        assert all(a[1] == b[0] for a, b in zip(pieces, pieces[1:]))
+        assert all(r1 - r0 in onednn_matmul.PIECE_ROWS for r0, r1 in pieces[:-1])
+
+
+@pytest.mark.parametrize("name", list(TAILS))
+def test_a_symbolic_modules_dense_runs_small_rows_in_pieces(onednn, monkeypatch,  # noqa: F811
+                                                            name, random_array) -> None:
+    """Up to RUNTIME_ROWS_MIN rows a symbolic module's dense and its tail run in pieces of
+    exact primitives on one packed weight, every post-op fused in each piece: any rows of the
+    size class, on primitives made once per piece size, within the GEMM's bound."""
+    from graph_runtime.lib import tuning
+    monkeypatch.setenv(binding.ONEDNN_ENV, "on")
+    monkeypatch.setenv(ONEDNN_THREADS.name, "openmp")
+    steps, shapes, ref = TAILS[name]
+    with tuning.by_size_class():
+        run = _prepare(steps, shapes, rows=100)
+    kernel = _matmul_of(run)
+    assert run.any_shape() and kernel.in_pieces and not kernel._host_ops
+    w = random_array((N, K), "float32", seed=2)
+    met = (100, 90, 71, 100, 128)  # 2 x: 200, 180, 142 and 256 rows
+    for rows in met:
+        x = random_array((2, rows, K), "float32", seed=rows)
+        extras = [random_array((2, rows, N) if s == (2, M, N) else s, "float32",
+                               seed=3 + i) for i, s in enumerate(shapes)]
+        out = np.empty((2, rows, N), np.float32)
+        run(x, w, *extras, out)
+        p = x.astype(np.float64) @ w.astype(np.float64).T
+        want = ref(p, *[e.astype(np.float64) for e in extras])
+        bound = 2 * (K + 1) * U32 * (np.abs(x).astype(np.float64) @ np.abs(w).T)
+        bound = 1.2 * (bound + 4 * U32 * sum(np.abs(e) for e in extras)) + \
+            8 * U32 * np.abs(want)
+        assert np.all(np.abs(out - want) <= bound + 1e-6), (rows, np.max(np.abs(out - want)))
+    assert sorted(kernel._by_rows) == [142, 180, 200, 256]
+    assert set(kernel._sized) == {r1 - r0 for rows in met
+                                  for r0, r1 in onednn_matmul.row_pieces(2 * rows)}
 
 
 @pytest.mark.parametrize("name", ["bias_gelu", "bias_relu", "bias_residual"])

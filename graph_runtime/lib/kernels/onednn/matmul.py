@@ -34,11 +34,31 @@ SHAPES_KEPT = 16  # memories an any-shape product keeps, for the shapes met last
 # gemm:jit then runs within 0.77-1.04x of brgemm's per-shape primitive (LLaMA's 579-776 rows by
 # 512-2000), but 1.2-2.8x slower below at 512 columns (a 32-token prompt's denses: 20% slower).
 RUNTIME_ROWS_MIN = 256
+# Over SMALL_DIM rows and up to RUNTIME_ROWS_MIN, such a product runs its rows in pieces of these
+# sizes, largest first, then one exact remainder under the smallest: each piece an exact brgemm
+# primitive on the one packed weight, made once per piece size, so a new batch or length makes
+# no primitive (0.3-0.6 ms each: 29 of LLaMA's products a shape) and runs at 1.00-1.08x a
+# primitive made for its rows (1.03-1.19x for 512 x 128, 20-240 rows; gemm:jit's run-time rows
+# 1.2-2.8x).
+PIECE_ROWS = (128, 64, 32, 16, 8)
 
 
 def matmul_applies(dtype: str, batch: int, m: int, n: int, k: int) -> bool:
     """Whether OnednnMatmul computes this product (and the library is here)."""
     return dtype == "float32" and min(batch, m, n, k) > 0 and dn.available()
+
+
+def row_pieces(rows: int) -> list[tuple[int, int]]:
+    """(first row, end row) pieces of rows: PIECE_ROWS sizes largest first, then the rest."""
+    out: list[tuple[int, int]] = []
+    r0 = 0
+    for size in PIECE_ROWS:
+        while rows - r0 >= size:
+            out.append((r0, r0 + size))
+            r0 += size
+    if r0 < rows:
+        out.append((r0, rows))
+    return out
 
 
 def _operand(batches: int, rows: int, cols: int, transposed: bool,
@@ -85,7 +105,8 @@ class OnednnMatmul(DerivesFromInputs):
     products need no new primitive per past length (0.3-0.5 ms each; it runs the decode
     products at 1, 64-300 columns in 4-12 us against brgemm's 5-21 us, and BERT-base's 12 x 128
     x 128 x 64 within 5%, measured on 2 loaded cores). Static graphs keep one primitive per
-    shape.
+    shape. A 2-D product for such a shape takes any rows too: over RUNTIME_ROWS_MIN on one
+    primitive with run-time rows, from SMALL_DIM to it in pieces (PIECE_ROWS).
     """
 
     def __init__(self, batch: int, m: int, n: int, k: int, trans_a: bool, trans_b: bool,
@@ -118,21 +139,29 @@ class OnednnMatmul(DerivesFromInputs):
         batched_any = not two_d and tail is None and after is None and not split and extras == 0
         # a 2-D product with run-time rows: its compiled tail must read every array whole
         # (chain_jit kinds c and s: no per-row metadata made for the prepared rows)
-        rows_any = two_d and not trans_a and self.workers == 1 and m > RUNTIME_ROWS_MIN and (
+        rows_whole = two_d and not trans_a and self.workers == 1 and (
             after is None or all(meta.size == 0 for meta in after.metas))
-        self.any = (batched_any or rows_any) and tuning.in_size_class_scope()
-        # per shapes met (a batched product's (a, b, out); a 2-D product's rows): the
-        # run-time-dims primitive on memories of those dims (with each memory's argument index
-        # and byte offset), and the one the last call ran (on the arrays in _arrays)
+        # fewer rows run in pieces (PIECE_ROWS), each exact: any rows of the size class
+        self.in_pieces = rows_whole and tuning.SMALL_DIM < m <= RUNTIME_ROWS_MIN
+        self.any = (batched_any or (rows_whole and m > RUNTIME_ROWS_MIN) or self.in_pieces) \
+            and tuning.in_size_class_scope()
+        self.in_pieces = self.in_pieces and self.any
+        self._sized: dict[int, Primitive] = {}  # in pieces: the primitive per piece's rows
+        # per shapes met, the primitive on memories of those dims (with each memory's argument
+        # index and byte offset): a batched product's per (a, b, out), a 2-D product's per rows
+        # (in pieces, each piece's, in order); and those the last call ran (on _arrays)
         self._by_shape: OrderedDict[Any, tuple[Primitive, list[tuple[Memory, int, int]]]] = \
             OrderedDict()
+        self._by_rows: OrderedDict[int, list[tuple[Primitive, list[tuple[Memory, int, int]]]]] \
+            = OrderedDict()  # the same for a 2-D product: per rows, its primitives in order
         self._current: Any = None
+        self._current_rows: list[Primitive] = []  # a 2-D any-shape call's primitives, in order
         # the post-ops oneDNN applies; a 2-D any-shape product's from the first whole operand
         # on, which oneDNN takes with no run-time rows, are (ufunc, operand index, form) run in
         # NumPy after it, in order
         ops = tail.post_ops if tail is not None else ()
         first_full = next((i for i, op in enumerate(ops) if op.form == "full"), len(ops)) \
-            if self.any and two_d else len(ops)
+            if self.any and two_d and not self.in_pieces else len(ops)
         self._fused_ops = ops[:first_full]
         self._host_ops = [(_UFUNCS[op.kind], op.operand, op.form) for op in ops[first_full:]]
         self._host_arrays: list[tuple[Any, Any, Any]] = []  # this call's (ufunc, out, operand)
@@ -165,6 +194,8 @@ class OnednnMatmul(DerivesFromInputs):
         for piece in pieces:
             pd = pds[(piece[1] - piece[0], piece[3] - piece[2])]
             self.items.append(self._item(pd, piece))
+            if self.in_pieces:
+                self._sized.setdefault(piece[3] - piece[2], self.items[-1][0])
         self._impl = pds[(pieces[0][1] - pieces[0][0], pieces[0][3] - pieces[0][2])].impl()
 
     @property
@@ -222,8 +253,11 @@ class OnednnMatmul(DerivesFromInputs):
         return text
 
     def _pieces(self) -> list[tuple[int, int, int, int]]:
-        """(first batch, end batch, first row, end row) work items."""
+        """(first batch, end batch, first row, end row) work items: blocks for the workers,
+        or the prepared rows' pieces."""
         batch, m, n, k = self.shape[:4]
+        if self.in_pieces:
+            return [(0, 1, r0, r1) for r0, r1 in row_pieces(m)]
         parts = 1
         if self.split and self.workers > 1 and 2 * batch * m * n * k >= MIN_SPLIT_FLOPS:
             parts = min(2 * self.workers, m if self.two_d else batch)
@@ -259,7 +293,7 @@ class OnednnMatmul(DerivesFromInputs):
         return bias, [MemoryDesc.plain(shapes[op.form]) for op in self._fused_ops]
 
     def _pd(self, piece: tuple[int, int, int, int], chosen: MemoryDesc | None) -> PrimitiveDesc:
-        if self.any:
+        if self.any and not self.in_pieces:
             return self._runtime_rows_pd(chosen) if self.two_d else self._runtime_pd()
         src, user_w, dst = self._descs(piece)
         weights = user_w
@@ -297,25 +331,39 @@ class OnednnMatmul(DerivesFromInputs):
     def any_shape(self) -> bool:
         return self.any
 
-    def _rows_item(self, rows: int) -> tuple[Primitive, list[tuple[Memory, int, int]]]:
-        """The run-time-rows primitive on memories for a 2-D product of these rows."""
-        args, bindings = self._args((0, 1, 0, rows))
-        return self.items[0][0].with_args(args), bindings
+    def _rows_items(self, rows: int) -> list[tuple[Primitive, list[tuple[Memory, int, int]]]]:
+        """A 2-D product of these rows: the run-time-rows primitive, or (in pieces) each
+        piece's, on memories of its rows."""
+        if not self.in_pieces:
+            args, bindings = self._args((0, 1, 0, rows))
+            return [(self.items[0][0].with_args(args), bindings)]
+        items = []
+        for r0, r1 in row_pieces(rows):
+            args, bindings = self._args((0, 1, r0, r1))
+            made = self._sized.get(r1 - r0)
+            if made is None:
+                # the packed weight's layout: one for every piece, as for the prepared rows
+                pd = self._pd((0, 1, r0, r1), self.weight.memory.desc)
+                made = self._sized[r1 - r0] = Primitive(pd, args)
+                items.append((made, bindings))
+            else:
+                items.append((made.with_args(args), bindings))
+        return items
 
     def _run_rows(self, arrays: tuple[Any, ...]) -> None:
-        """A 2-D any-shape call: the primitive for out's rows, the host post-ops, the tail."""
+        """A 2-D any-shape call: the primitives for out's rows, the host post-ops, the tail."""
         if len(arrays) != len(self._arrays) or any(x is not y for x, y in zip(arrays,
                                                                               self._arrays)):
             n = self.shape[2]
             rows = arrays[-1].size // n if n else 0
-            item = self._by_shape.get(rows)
-            if item is None:
-                item = self._by_shape[rows] = self._rows_item(rows)
-                if len(self._by_shape) > SHAPES_KEPT:
-                    self._by_shape.popitem(last=False)
-            primitive, bindings = item
-            for memory, which, offset in bindings:  # by address, as _run_any
-                memory.bind_address(arrays[which].ctypes.data + offset)
+            items = self._by_rows.get(rows)
+            if items is None:
+                items = self._by_rows[rows] = self._rows_items(rows)
+                if len(self._by_rows) > SHAPES_KEPT:
+                    self._by_rows.popitem(last=False)
+            for _, bindings in items:
+                for memory, which, offset in bindings:  # by address, as _run_any
+                    memory.bind_address(arrays[which].ctypes.data + offset)
             out = arrays[-1].reshape(rows, n)
             self._host_arrays = [(ufunc, out, arrays[2 + operand].reshape(
                 (rows, n) if form == "full" else (1, n) if form == "row" else ()))
@@ -323,9 +371,10 @@ class OnednnMatmul(DerivesFromInputs):
             if self.after is not None:
                 self._flat = self.after.flat_arrays([arrays[i] for i in self.after_args])
             self._arrays = arrays
-            self._current = primitive
+            self._current_rows = [primitive for primitive, _ in items]
             self._rows = rows
-        self._current.run()
+        for primitive in self._current_rows:
+            primitive.run()
         for ufunc, out, operand in self._host_arrays:
             ufunc(out, operand, out=out)
         if self.after is not None:
