@@ -19,7 +19,6 @@ import ctypes
 import os
 import sys
 import threading
-import weakref
 from typing import Any, Sequence
 
 from .... import settings
@@ -216,6 +215,15 @@ def run_on_worker(primitive: "Primitive") -> None:
 
 # -- handles ------------------------------------------------------------------------------------
 
+def _destroy(owner: Any) -> None:
+    """Destroy owner's handle once, if it made one (its constructor may have failed first)."""
+    destroy = getattr(owner, "_destroy", None)
+    handle = getattr(owner, "handle", None)
+    if destroy is not None and handle is not None and handle.value:
+        owner._destroy = None
+        destroy(handle)
+
+
 def dims_array(values: Sequence[int]) -> Any:
     """A dnnl_dims_t holding values."""
     d = Dims()
@@ -224,13 +232,23 @@ def dims_array(values: Sequence[int]) -> Any:
     return d
 
 
+# The handles below are destroyed by __del__, not weakref.finalize: a finalizer is four more
+# objects for the collector to scan (the finalizer, its info, a weak reference, its arguments),
+# and a server's kept kernels hold handles by the thousand (10,000 finalizers, a quarter of
+# what a full collection scanned in a LLaMA stream: 46-69 ms each). A handle a method copies
+# (Primitive.with_args) is not destroyed by the copy.
+
+
 class MemoryDesc:
     """An owned dnnl_memory_desc_t."""
 
     def __init__(self, handle: ctypes.c_void_p, shape: Sequence[int]) -> None:
         self.handle = handle
         self.shape = tuple(shape)
-        weakref.finalize(self, _lib().raw["dnnl_memory_desc_destroy"], handle)
+        self._destroy = _lib().raw["dnnl_memory_desc_destroy"]
+
+    def __del__(self, destroy: Any = _destroy) -> None:  # bound here: globals go at exit
+        destroy(self)
 
     @staticmethod
     def plain(shape: Sequence[int], tag: int | None = None, dtype: int = F32) -> "MemoryDesc":
@@ -274,7 +292,7 @@ class MemoryDesc:
 class Memory:
     """A dnnl_memory_t whose data handle follows a NumPy array, rebound only when it changes."""
 
-    __slots__ = ("handle", "desc", "_array", "_address", "_set", "__weakref__")
+    __slots__ = ("handle", "desc", "_array", "_address", "_set", "_destroy", "__weakref__")
 
     def __init__(self, desc: MemoryDesc) -> None:
         lib = _lib()
@@ -284,7 +302,10 @@ class Memory:
         self._array: Any = None
         self._address = 0
         self._set = lib.raw["dnnl_memory_set_data_handle"]
-        weakref.finalize(self, lib.raw["dnnl_memory_destroy"], self.handle)
+        self._destroy = lib.raw["dnnl_memory_destroy"]
+
+    def __del__(self, destroy: Any = _destroy) -> None:  # bound here: globals go at exit
+        destroy(self)
 
     def bind(self, array: Any) -> None:
         """Point the memory at array's data (a C-contiguous NumPy array), if it moved."""
@@ -312,7 +333,10 @@ class PrimitiveDesc:
         lib = _lib()
         self.handle = ctypes.c_void_p()
         lib.call(create, ctypes.byref(self.handle), *args)
-        weakref.finalize(self, lib.raw["dnnl_primitive_desc_destroy"], self.handle)
+        self._destroy = lib.raw["dnnl_primitive_desc_destroy"]
+
+    def __del__(self, destroy: Any = _destroy) -> None:  # bound here: globals go at exit
+        destroy(self)
 
     def md(self, query: int, shape: Sequence[int], index: int = 0) -> MemoryDesc:
         """A memory descriptor the primitive chose (src, weights, dst)."""
@@ -337,7 +361,7 @@ class Primitive:
         self.pd = pd
         self.handle = ctypes.c_void_p()
         lib.call("dnnl_primitive_create", ctypes.byref(self.handle), pd.handle)
-        weakref.finalize(self, lib.raw["dnnl_primitive_destroy"], self.handle)
+        self._destroy = lib.raw["dnnl_primitive_destroy"]
         self._owner: Primitive | None = None
         self._bind_args(lib, args)
 
@@ -355,9 +379,13 @@ class Primitive:
         other = Primitive.__new__(Primitive)
         other.pd = self.pd
         other.handle = self.handle
+        other._destroy = None
         other._owner = self  # the handle is destroyed with its owner, never before this
         other._bind_args(self._lib, args)
         return other
+
+    def __del__(self, destroy: Any = _destroy) -> None:  # bound here: globals go at exit
+        destroy(self)
 
     def run(self) -> None:
         """Execute on this thread's stream (blocking: the CPU engine runs in the caller's
