@@ -84,6 +84,22 @@ def test_tail_matches_float64(onednn, monkeypatch, threads, mode, name,  # noqa:
     assert np.all(np.abs(out - want) <= bound + 1e-6), np.max(np.abs(out - want) - bound)
 
 
+def _check_rows(run, w, rows, shapes, ref, random_array) -> None:
+    """run on a batch of 2 x rows rows (and its operands of those rows) is within the GEMM's
+    bound against float64."""
+    x = random_array((2, rows, K), "float32", seed=rows)
+    extras = [random_array((2, rows, N) if s == (2, M, N) else s, "float32",
+                           seed=3 + i) for i, s in enumerate(shapes)]
+    out = np.empty((2, rows, N), np.float32)
+    run(x, w, *extras, out)
+    p = x.astype(np.float64) @ w.astype(np.float64).T
+    want = ref(p, *[e.astype(np.float64) for e in extras])
+    bound = 2 * (K + 1) * U32 * (np.abs(x).astype(np.float64) @ np.abs(w).T)
+    bound = 1.2 * (bound + 4 * U32 * sum(np.abs(e) for e in extras)) + \
+        8 * U32 * np.abs(want)
+    assert np.all(np.abs(out - want) <= bound + 1e-6), (rows, np.max(np.abs(out - want)))
+
+
 @pytest.mark.parametrize("name", list(TAILS))
 def test_a_symbolic_modules_dense_runs_any_rows(onednn, monkeypatch, name,  # noqa: F811
                                                 random_array) -> None:
@@ -101,17 +117,7 @@ def test_a_symbolic_modules_dense_runs_any_rows(onednn, monkeypatch, name,  # no
     assert run.any_shape() and kernel.any_shape() and kernel.impl.startswith("gemm")
     w = random_array((N, K), "float32", seed=2)
     for rows in (M, 16, 9, M):
-        x = random_array((2, rows, K), "float32", seed=rows)
-        extras = [random_array((2, rows, N) if s == (2, M, N) else s, "float32",
-                               seed=3 + i) for i, s in enumerate(shapes)]
-        out = np.empty((2, rows, N), np.float32)
-        run(x, w, *extras, out)
-        p = x.astype(np.float64) @ w.astype(np.float64).T
-        want = ref(p, *[e.astype(np.float64) for e in extras])
-        bound = 2 * (K + 1) * U32 * (np.abs(x).astype(np.float64) @ np.abs(w).T)
-        bound = 1.2 * (bound + 4 * U32 * sum(np.abs(e) for e in extras)) + \
-            8 * U32 * np.abs(want)
-        assert np.all(np.abs(out - want) <= bound + 1e-6), (rows, np.max(np.abs(out - want)))
+        _check_rows(run, w, rows, shapes, ref, random_array)
     assert sorted(kernel._by_rows) == [18, 26, 32] and len(kernel.items) == 1
 
 
@@ -162,17 +168,7 @@ def test_a_symbolic_modules_dense_runs_small_rows_in_pieces(onednn, monkeypatch,
     w = random_array((N, K), "float32", seed=2)
     met = (100, 90, 71, 100, 128)  # 2 x: 200, 180, 142 and 256 rows
     for rows in met:
-        x = random_array((2, rows, K), "float32", seed=rows)
-        extras = [random_array((2, rows, N) if s == (2, M, N) else s, "float32",
-                               seed=3 + i) for i, s in enumerate(shapes)]
-        out = np.empty((2, rows, N), np.float32)
-        run(x, w, *extras, out)
-        p = x.astype(np.float64) @ w.astype(np.float64).T
-        want = ref(p, *[e.astype(np.float64) for e in extras])
-        bound = 2 * (K + 1) * U32 * (np.abs(x).astype(np.float64) @ np.abs(w).T)
-        bound = 1.2 * (bound + 4 * U32 * sum(np.abs(e) for e in extras)) + \
-            8 * U32 * np.abs(want)
-        assert np.all(np.abs(out - want) <= bound + 1e-6), (rows, np.max(np.abs(out - want)))
+        _check_rows(run, w, rows, shapes, ref, random_array)
     assert sorted(kernel._by_rows) == [142, 180, 200, 256]
     assert set(kernel._sized) == {r1 - r0 for rows in met
                                   for r0, r1 in onednn_matmul.row_pieces(2 * rows)}
