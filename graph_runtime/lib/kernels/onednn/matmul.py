@@ -137,15 +137,15 @@ class OnednnMatmul(DerivesFromInputs):
         self._arrays: tuple[Any, ...] = ()
         self._impl = ""
         batched_any = not two_d and tail is None and after is None and not split and extras == 0
-        # a 2-D product with run-time rows: its compiled tail must read every array whole
+        # a 2-D product taking any rows: its compiled tail must read every array whole
         # (chain_jit kinds c and s: no per-row metadata made for the prepared rows)
         rows_whole = two_d and not trans_a and self.workers == 1 and (
             after is None or all(meta.size == 0 for meta in after.metas))
-        # fewer rows run in pieces (PIECE_ROWS), each exact: any rows of the size class
-        self.in_pieces = rows_whole and tuning.SMALL_DIM < m <= RUNTIME_ROWS_MIN
-        self.any = (batched_any or (rows_whole and m > RUNTIME_ROWS_MIN) or self.in_pieces) \
-            and tuning.in_size_class_scope()
-        self.in_pieces = self.in_pieces and self.any
+        in_scope = tuning.in_size_class_scope()
+        # fewer rows run in pieces (PIECE_ROWS), each exact; more on run-time rows
+        self.in_pieces = in_scope and rows_whole and tuning.SMALL_DIM < m <= RUNTIME_ROWS_MIN
+        self.any = self.in_pieces or in_scope and (
+            batched_any or (rows_whole and m > RUNTIME_ROWS_MIN))
         self._sized: dict[int, Primitive] = {}  # in pieces: the primitive per piece's rows
         # per shapes met, the primitive on memories of those dims (with each memory's argument
         # index and byte offset): a batched product's per (a, b, out), a 2-D product's per rows
@@ -196,6 +196,8 @@ class OnednnMatmul(DerivesFromInputs):
             self.items.append(self._item(pd, piece))
             if self.in_pieces:
                 self._sized.setdefault(piece[3] - piece[2], self.items[-1][0])
+        if self.any and two_d:  # the prepared rows' items serve their first call (_run_rows)
+            self._by_rows[self.shape[1]] = list(self.items)
         self._impl = pds[(pieces[0][1] - pieces[0][0], pieces[0][3] - pieces[0][2])].impl()
 
     @property
