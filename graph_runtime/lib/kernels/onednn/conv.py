@@ -7,9 +7,10 @@ between oneDNN nodes (prepared.PreparedKernel.use_channels_last): then the conv 
 them in place, and where the executor hands it an NHWC residual as its own output array
 (runtime/in_place.py) the sum post-op adds into it with no copy first. A leading per-channel
 add is the primitive's bias, a residual add its sum post-op, other adds binary-add post-ops
-reading the operand in place; relu, clip, leaky relu, sigmoid, hard-swish and gelu are eltwise
-post-ops. A run is the conv primitive between the two layout reorders (three foreign calls,
-four with a residual copied in; one between NHWC neighbours), all prepared at create().
+reading the operand in place; relu, clip, leaky relu, sigmoid, hard-swish, gelu and a silu
+before other ops are eltwise post-ops; a last silu is a compiled pass over each item's rows
+(cpu/silu_pass.py). A run is the conv primitive between the two layout reorders (three foreign
+calls, four with a residual copied in; one between NHWC neighbours), all prepared at create().
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import numpy as np
 from ...conv_params import ConvParams
 from ..conv_kernel import ConvKernel
 from ..conv_epilogue import Epilogue, EpilogueOp
+from ..cpu.silu_pass import SiluBand
 from ....errors import LibraryError
 from ..threads import parallel_images
 from . import abi
@@ -35,6 +37,9 @@ DTYPES = ("float32",)
 # bands to the workers costs (ResNet's 32x32 test model: 0.72 ms forced onto oneDNN in bands,
 # NumPy 0.24 ms).
 MIN_SPLIT_FLOPS = 64_000_000
+# A last silu as cpu/silu_pass.py's pass instead of oneDNN's swish post-op (False: the post-op,
+# for measuring one against the other)
+SILU_PASS = True
 
 
 def _full_adds(epilogue: Epilogue) -> list[EpilogueOp]:
@@ -86,6 +91,11 @@ class OnednnConv(ConvKernel):
         dn.use_threads(self.openmp)
         self.bias = epilogue.channel_bias()
         tail = epilogue.without(self.bias)
+        # a last silu runs as a compiled pass over each item's rows, not as oneDNN's slow swish
+        # post-op (cpu/silu_pass.py); the post-ops before it keep their positions
+        self.silu_after = SILU_PASS and bool(tail.ops) and tail.ops[-1].kind == "silu"
+        if self.silu_after:
+            tail = Epilogue(tail.ops[:-1], tail.out_shape)
         full = _full_adds(tail)[:1]  # oneDNN takes one sum; a second add stays binary
         self.residual = full[0].operand if full else None
         self.adds = [op.operand for op in tail.ops if op.kind == "add" and op not in full]
@@ -120,6 +130,7 @@ class OnednnConv(ConvKernel):
         # (primitive, src memory, its byte offset, dst memory, its byte offset) per work item;
         # the offsets are into NHWC arrays, the conv's own buffers or NHWC neighbours alike
         self.items = [self._item(n, r0, r1) for n, r0, r1 in pieces]
+        self.silu_bands = self.silu_after_items(pieces)
         # (memory, extra input) pairs bound each run: the bias, then the binary-add operands
         self.operands = list(zip(self.operand_mems, self.adds))
         if self.bias_mem is not None and self.bias is not None:
@@ -259,6 +270,16 @@ class OnednnConv(ConvKernel):
             args.append((abi.ARG_POST_OP_BASE * (index + 1) | abi.ARG_SRC_1, mem))
         return Primitive(pd, args), src, src_offset, dst, dst_offset
 
+    def silu_after_items(self, pieces: list[tuple[int, int, int]]) -> list[SiluBand]:
+        """The silu pass of each work item (none without a last silu): over its output rows,
+        on the OpenMP team where its primitive runs there (one item, OpenMP threads)."""
+        if not self.silu_after:
+            return []
+        p = self.p
+        team = len(pieces) == 1 and self.openmp > 1
+        return [SiluBand((p.n if n < 0 else 1) * p.o * (r1 - r0) * p.ow, team)
+                for n, r0, r1 in pieces]
+
     def _workspace(self, nbytes: int) -> np.ndarray:
         buf = aligned_buffer(nbytes)
         self._buffers.append(buf)
@@ -339,9 +360,11 @@ class OnednnConv(ConvKernel):
         for _, src_mem, src_offset, dst_mem, dst_offset in self.items:
             src_mem.bind_address(src + src_offset)
             dst_mem.bind_address(dst + dst_offset)
+        for band, item in zip(self.silu_bands, self.items):
+            band.bind_address(dst + item[4])
         self._arrays = (data, residual, out)
 
-    def _steps(self, i: int) -> tuple[Primitive, ...]:
+    def _steps(self, i: int) -> tuple[Any, ...]:
         """What work item i runs in order: its data rows in (whole images only), its residual
         rows in, the conv of its rows, its output rows back to NCHW (each where needed; no
         residual rows where the residual is the output's own buffer)."""
@@ -349,15 +372,19 @@ class OnednnConv(ConvKernel):
         if self.residual_in is not None and not self.in_place:
             steps.append(self.residual_in.items[i])
         steps.append(self.items[i][0])
+        if self.silu_bands:
+            steps.append(self.silu_bands[i])
         if self.out is not None:
             steps.append(self.out.items[i])
         return tuple(steps)
 
     def convolve(self) -> None:
-        """The conv alone, NHWC buffer to NHWC buffer, over the workers (for measuring)."""
-        self._run([(item[0],) for item in self.items])
+        """The conv alone (with its silu pass), NHWC buffer to NHWC buffer, over the workers
+        (for measuring)."""
+        self._run([(item[0],) + tuple(self.silu_bands[i:i + 1])
+                   for i, item in enumerate(self.items)])
 
-    def _run(self, work: list[tuple[Primitive, ...]]) -> None:
+    def _run(self, work: list[tuple[Any, ...]]) -> None:
         if len(work) == 1:
             for step in work[0]:
                 step.run()
@@ -365,10 +392,11 @@ class OnednnConv(ConvKernel):
         parallel_images(len(work), self.workers, lambda worker, i: _run_steps(work[i]))
 
     def __repr__(self) -> str:
-        return f"OnednnConv({self.strategy}: {self.impl})"
+        silu = ", then a silu pass" if self.silu_after else ""
+        return f"OnednnConv({self.strategy}: {self.impl}{silu})"
 
 
-def _run_steps(steps: tuple[Primitive, ...]) -> None:
+def _run_steps(steps: tuple[Any, ...]) -> None:
     """One work item on a runtime worker, oneDNN single-threaded there."""
     dn.use_threads(1)
     for step in steps:

@@ -45,7 +45,11 @@ class NchwDataConv:
                 args.append((abi.ARG_BIAS, conv.bias_mem))
             self.items.append((Primitive(pd, args), src, 4 * first * p.c * p.h * p.w,
                                dst, 4 * first * p.o * p.oh * p.ow))
-        self.work: list[tuple[Primitive, ...]] = [(item[0],) for item in self.items]
+        # the conv's last silu, where it leaves that to a pass over each item's rows
+        self.silu_bands = conv.silu_after_items(conv.pieces)
+        self.work: list[tuple[Any, ...]] = [(item[0],) for item in self.items]
+        if self.silu_bands:
+            self.work = [(item[0], band) for item, band in zip(self.items, self.silu_bands)]
         self._bound: tuple[int, int] = (0, 0)
 
     @staticmethod
@@ -97,6 +101,8 @@ class NchwDataConv:
             for _, src, src_offset, dst, dst_offset in self.items:
                 src.bind_address(addresses[0] + src_offset)
                 dst.bind_address(addresses[1] + dst_offset)
+            for band, item in zip(self.silu_bands, self.items):
+                band.bind_address(addresses[1] + item[4])
             self._bound = addresses
 
 
