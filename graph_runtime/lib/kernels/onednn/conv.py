@@ -368,7 +368,9 @@ class OnednnConv(ConvKernel):
         """What work item i runs in order: its data rows in (whole images only), its residual
         rows in, the conv of its rows, its output rows back to NCHW (each where needed; no
         residual rows where the residual is the output's own buffer)."""
-        steps = [self.data_in.items[i]] if self.together and self.data_in is not None else []
+        steps: list[Any] = []
+        if self.together and self.data_in is not None:
+            steps.append(self.data_in.items[i])
         if self.residual_in is not None and not self.in_place:
             steps.append(self.residual_in.items[i])
         steps.append(self.items[i][0])
