@@ -174,6 +174,36 @@ def test_a_symbolic_modules_dense_runs_small_rows_in_pieces(onednn, monkeypatch,
                                   for r0, r1 in onednn_matmul.row_pieces(2 * rows)}
 
 
+def test_run_time_rows_pack_a_frozen_weight_for_the_pieces_too(onednn, monkeypatch,  # noqa: F811
+                                                                random_array) -> None:
+    """A run-time-rows product's first call packs a frozen weight (a symbolic module's param)
+    in its pieces' layout as well; the pieces kernel made later for fewer rows finds it packed
+    (derived.py) and computes with it; a weight that is not frozen gets no second copy."""
+    from graph_runtime.lib import tuning
+    from graph_runtime.lib.kernels.derived import freeze, thaw
+    monkeypatch.setenv(binding.ONEDNN_ENV, "on")
+    monkeypatch.setenv(ONEDNN_THREADS.name, "openmp")
+    steps, shapes, ref = TAILS["bias_gelu"]
+    w = random_array((N, K), "float32", seed=2)
+    with tuning.by_size_class():
+        loose, large, small = (_prepare(steps, shapes, rows=rows) for rows in (200, 200, 40))
+    big, pieces = _matmul_of(large), _matmul_of(small)
+    assert big.any and not big.in_pieces and pieces.in_pieces
+    _check_rows(loose, w.copy(), 200, shapes, ref, random_array)
+    # not frozen: nothing shared, nothing packed twice
+    assert _matmul_of(loose)._packed_for_pieces is None
+    freeze(w)
+    try:
+        _check_rows(large, w, 200, shapes, ref, random_array)
+        packed = big._packed_for_pieces
+        assert packed is not None and packed.buffer is not None
+        assert big.workspace_bytes() == big.weight.nbytes + packed.nbytes
+        _check_rows(small, w, 20, shapes, ref, random_array)
+        assert pieces.weight.buffer is packed.buffer  # not packed again
+    finally:
+        thaw(w)
+
+
 @pytest.mark.parametrize("name", ["bias_gelu", "bias_relu", "bias_residual"])
 def test_nan_and_inf_as_numpy(onednn, monkeypatch, name) -> None:  # noqa: F811
     """NaN and inf in the product or the operands come out as the NumPy path gives them:

@@ -18,7 +18,7 @@ import numpy as np
 from ....errors import LibraryError
 from ... import tuning
 from ..threads import parallel_images
-from ..derived import DerivesFromInputs
+from ..derived import DerivesFromInputs, derived_of
 from . import abi
 from . import binding as dn
 from .binding import Memory, MemoryDesc, Primitive, PrimitiveDesc
@@ -166,6 +166,10 @@ class OnednnMatmul(DerivesFromInputs):
         self._host_ops = [(_UFUNCS[op.kind], op.operand, op.form) for op in ops[first_full:]]
         self._host_arrays: list[tuple[Any, Any, Any]] = []  # this call's (ufunc, out, operand)
         self._rows = 0  # this call's rows (a 2-D any-shape product)
+        # a run-time-rows product's weight in its pieces' layout, packed on its first call
+        # (_pack_for_pieces) and then kept
+        self._pieces_weight: PackedWeight | None = None
+        self._packed_for_pieces: PackedWeight | None = None
 
     def _build(self) -> None:
         """Make the primitives and the packed weight, on first need: a kernel the tuning
@@ -198,7 +202,31 @@ class OnednnMatmul(DerivesFromInputs):
                 self._sized.setdefault(piece[3] - piece[2], self.items[-1][0])
         if self.any and two_d:  # the prepared rows' items serve their first call (_run_rows)
             self._by_rows[self.shape[1]] = list(self.items)
+        if self.any and two_d and not self.in_pieces:
+            layout = self._pieces_layout()
+            if layout != user_w:
+                self._pieces_weight = PackedWeight(user_w, layout)
         self._impl = pds[(pieces[0][1] - pieces[0][0], pieces[0][3] - pieces[0][2])].impl()
+
+    def _pieces_layout(self) -> MemoryDesc:
+        """The weight layout oneDNN picks for this product's pieces (a shape of fewer rows in
+        its size class; one layout for every piece size, brg:avx512_core here)."""
+        n, k = self.shape[2], self.shape[3]
+        src, user_w, dst = self._descs((0, 1, 0, PIECE_ROWS[0]))
+        pd = _matmul_pd(src, MemoryDesc.plain(user_w.shape, abi.TAG_ANY), dst)
+        return pd.md(abi.QUERY_WEIGHTS_MD, (k, n))
+
+    def _pack_for_pieces(self, weight: Any) -> None:
+        """A run-time-rows product's first call packs a frozen weight (a symbolic module's
+        param, whose packed copies derived.py shares) in its pieces' layout too, so that the
+        first shape of fewer rows finds it packed: the LLaMA-style stream's 29 denses took 14-16
+        ms of its first small shape's 35 ms (bench/stream.py's (2, 20)), paid here by a longer
+        shape. One packed copy of the weight, kept while this kernel is; none for a weight that
+        may be written (not frozen)."""
+        packed, self._pieces_weight = self._pieces_weight, None
+        if packed is not None and derived_of(weight) is not None:
+            packed.refresh(weight)
+            self._packed_for_pieces = packed
 
     @property
     def impl(self) -> str:
@@ -459,7 +487,8 @@ class OnednnMatmul(DerivesFromInputs):
 
     def workspace_bytes(self) -> int:
         self._build()
-        return self.weight.nbytes
+        pieces = self._pieces_weight or self._packed_for_pieces
+        return self.weight.nbytes + (pieces.nbytes if pieces is not None else 0)
 
     def uses_workers(self) -> bool:
         """Its work items go to the runtime's workers (OpenBLAS held at one thread beside it)."""
@@ -477,6 +506,8 @@ class OnednnMatmul(DerivesFromInputs):
                 self.weight.memory.bind(b)
             elif self._stale():
                 self.weight.refresh(b)
+            if self._pieces_weight is not None:
+                self._pack_for_pieces(b)
             if self.any:
                 self._run_rows((a, b) + rest)
                 return
