@@ -207,6 +207,7 @@ def _onednn_or_host(p: ConvParams, epilogue: Epilogue, host: Callable[[], Callab
                     shapes: Sequence[tuple[int, ...]]) -> Callable[..., None]:
     """A oneDNN deconvolution (kernels/onednn/deconv.py) where it applies and the tuning
     service (or GRAPH_RUNTIME_ONEDNN) picks it for this shape, else host()."""
+    from ..kernels.cpu.silu_pass import SiluBand
     from ..kernels.onednn.choice import onednn_or
     from ..kernels.onednn.deconv import OnednnDeconv, deconv_applies
 
@@ -215,7 +216,7 @@ def _onednn_or_host(p: ConvParams, epilogue: Epilogue, host: Callable[[], Callab
            f"out {p.oh}x{p.ow} strides {_sides(p.strides)} pad {_sides(p.pad)} "
            f"dilation {_sides(p.dilation)} groups {p.groups} epilogue {kinds}")
     return onednn_or("conv2d_transpose", key, deconv_applies(p, epilogue),
-                     lambda: OnednnDeconv(p, epilogue), host, shapes)
+                     lambda: OnednnDeconv(p, epilogue, SiluBand), host, shapes)
 
 
 def _sides(values: tuple[int, ...]) -> str:

@@ -29,6 +29,7 @@ from .depthwise_jit import DepthwiseJitConv
 from ..threads import ONE_BLAS_THREAD, num_threads
 from .winograd import WinogradConv, winograd_applies
 from ..onednn.choice import onednn_conv, timed_call
+from .silu_pass import SiluBand
 from ..onednn.policy import mode_word
 
 PAUSE_S = 0.0005
@@ -85,7 +86,8 @@ CONV2D: TunableOp[ConvSpec] = TunableOp(Choice("cpu.conv2d", settings.CONV), (
     Candidate("depthwise_jit", lambda s: DepthwiseJitConv(s.p, s.epilogue), _depthwise),
     Candidate("winograd", lambda s: WinogradConv(s.p, s.epilogue, 2), _winograd),
     Candidate("winograd4", lambda s: WinogradConv(s.p, s.epilogue, 4), _winograd),
-    Candidate("onednn", lambda s: onednn_conv(s.p, s.epilogue), _onednn_applies, onednn=True),
+    Candidate("onednn", lambda s: onednn_conv(s.p, s.epilogue, SiluBand), _onednn_applies,
+              onednn=True),
 ), fallback="im2col")
 STRATEGIES = settings.CONV.choices
 

@@ -5,9 +5,10 @@ oneDNN 3.2's swish post-op (x * sigmoid(x)) is slow on this AVX-512 machine: a 1
 same output 420-870 us against 147 (MobileViT, session 17). This pass computes x / (1 + e^-x)
 with fast_math's exp32 in a loop LLVM vectorizes (0.35 ns a value on one core against oneDNN's
 0.43-1.4 ns), within 2 float32 ulps (tests/lib/test_silu_pass.py), NaN and infinities as NumPy's
-x * sigmoid(x) gives them. A conv whose tail ends in silu leaves that silu to this pass
-(onednn/conv.py): each work item's rows, on the worker that convolved them, or split over
-oneDNN's OpenMP team when one primitive ran there.
+x * sigmoid(x) gives them. A oneDNN conv whose tail ends in silu leaves that silu to this pass
+(onednn/conv.py, handed SiluBand by conv_choice.py: the oneDNN family imports nothing of this
+one): each work item's rows, on the worker that convolved them, or split over oneDNN's OpenMP
+team when one primitive ran there.
 """
 from __future__ import annotations
 

@@ -23,10 +23,11 @@ from .policy import mode_word
 PAUSE_S = 0.0005
 
 
-def onednn_conv(p: ConvParams, epilogue: Epilogue) -> Any:
-    """The oneDNN conv2d kernel (imported on first use: loading the library costs ~50 ms)."""
+def onednn_conv(p: ConvParams, epilogue: Epilogue, silu_pass: Any = None) -> Any:
+    """The oneDNN conv2d kernel (imported on first use: loading the library costs ~50 ms);
+    silu_pass: conv.py's SiluPass for a last silu."""
     from .conv import OnednnConv
-    return OnednnConv(p, epilogue)
+    return OnednnConv(p, epilogue, silu_pass)
 
 
 Make = Callable[[], Callable[..., None]]

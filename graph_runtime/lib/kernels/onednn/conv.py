@@ -8,8 +8,8 @@ them in place, and where the executor hands it an NHWC residual as its own outpu
 (runtime/in_place.py) the sum post-op adds into it with no copy first. A leading per-channel
 add is the primitive's bias, a residual add its sum post-op, other adds binary-add post-ops
 reading the operand in place; relu, clip, leaky relu, sigmoid, hard-swish, gelu and a silu
-before other ops are eltwise post-ops; a last silu is a compiled pass over each item's rows
-(cpu/silu_pass.py). A run is the conv primitive between the two layout reorders (three foreign
+before other ops are eltwise post-ops; a last silu is the caller's compiled pass over each item's rows
+(cpu/silu_pass.py), where one is given. A run is the conv primitive between the two layout reorders (three foreign
 calls, four with a residual copied in; one between NHWC neighbours), all prepared at create().
 """
 from __future__ import annotations
@@ -21,7 +21,6 @@ import numpy as np
 from ...conv_params import ConvParams
 from ..conv_kernel import ConvKernel
 from ..conv_epilogue import Epilogue, EpilogueOp
-from ..cpu.silu_pass import SiluBand
 from ....errors import LibraryError
 from ..threads import parallel_images
 from . import abi
@@ -37,9 +36,9 @@ DTYPES = ("float32",)
 # bands to the workers costs (ResNet's 32x32 test model: 0.72 ms forced onto oneDNN in bands,
 # NumPy 0.24 ms).
 MIN_SPLIT_FLOPS = 64_000_000
-# A last silu as cpu/silu_pass.py's pass instead of oneDNN's swish post-op (False: the post-op,
-# for measuring one against the other)
-SILU_PASS = True
+# silu_pass(count, on_team): a pass applying silu in place over count float32 values at an
+# address it is bound to (bind_address, run); the CPU family's cpu/silu_pass.SiluBand
+SiluPass = Callable[[int, bool], Any]
 
 
 def _full_adds(epilogue: Epilogue) -> list[EpilogueOp]:
@@ -84,16 +83,20 @@ class OnednnConv(ConvKernel):
     create = "dnnl_convolution_forward_primitive_desc_create"
     algorithm = abi.CONVOLUTION_DIRECT
 
-    def __init__(self, p: ConvParams, epilogue: Epilogue) -> None:
+    def __init__(self, p: ConvParams, epilogue: Epilogue,
+                 silu_pass: SiluPass | None = None) -> None:
         super().__init__(p, epilogue)
+        self._silu_pass = silu_pass
         threads = policy()
         self.openmp = threads.openmp
         dn.use_threads(self.openmp)
         self.bias = epilogue.channel_bias()
         tail = epilogue.without(self.bias)
-        # a last silu runs as a compiled pass over each item's rows, not as oneDNN's slow swish
-        # post-op (cpu/silu_pass.py); the post-ops before it keep their positions
-        self.silu_after = SILU_PASS and bool(tail.ops) and tail.ops[-1].kind == "silu"
+        # given a silu pass, a last silu runs as that pass over each item's rows, not as
+        # oneDNN's slow swish post-op (cpu/silu_pass.py); the post-ops before it keep their
+        # positions
+        self.silu_after = silu_pass is not None and bool(tail.ops) and \
+            tail.ops[-1].kind == "silu"
         if self.silu_after:
             tail = Epilogue(tail.ops[:-1], tail.out_shape)
         full = _full_adds(tail)[:1]  # oneDNN takes one sum; a second add stays binary
@@ -270,14 +273,15 @@ class OnednnConv(ConvKernel):
             args.append((abi.ARG_POST_OP_BASE * (index + 1) | abi.ARG_SRC_1, mem))
         return Primitive(pd, args), src, src_offset, dst, dst_offset
 
-    def silu_after_items(self, pieces: list[tuple[int, int, int]]) -> list[SiluBand]:
+    def silu_after_items(self, pieces: list[tuple[int, int, int]]) -> list[Any]:
         """The silu pass of each work item (none without a last silu): over its output rows,
         on the OpenMP team where its primitive runs there (one item, OpenMP threads)."""
-        if not self.silu_after:
+        make = self._silu_pass
+        if not self.silu_after or make is None:
             return []
         p = self.p
         team = len(pieces) == 1 and self.openmp > 1
-        return [SiluBand((p.n if n < 0 else 1) * p.o * (r1 - r0) * p.ow, team)
+        return [make((p.n if n < 0 else 1) * p.o * (r1 - r0) * p.ow, team)
                 for n, r0, r1 in pieces]
 
     def _workspace(self, nbytes: int) -> np.ndarray:
