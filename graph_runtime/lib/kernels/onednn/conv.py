@@ -8,9 +8,10 @@ them in place, and where the executor hands it an NHWC residual as its own outpu
 (runtime/in_place.py) the sum post-op adds into it with no copy first. A leading per-channel
 add is the primitive's bias, a residual add its sum post-op, other adds binary-add post-ops
 reading the operand in place; relu, clip, leaky relu, sigmoid, hard-swish, gelu and a silu
-before other ops are eltwise post-ops; a last silu is the caller's compiled pass over each item's rows
-(cpu/silu_pass.py), where one is given. A run is the conv primitive between the two layout reorders (three foreign
-calls, four with a residual copied in; one between NHWC neighbours), all prepared at create().
+before other ops are eltwise post-ops; a last silu is the caller's compiled pass over each
+item's rows (cpu/silu_pass.py), where one is given. A run is the conv primitive between the two
+layout reorders (three foreign calls, four with a residual copied in; one between NHWC
+neighbours), all prepared at create().
 """
 from __future__ import annotations
 

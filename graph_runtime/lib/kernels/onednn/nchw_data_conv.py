@@ -47,9 +47,8 @@ class NchwDataConv:
                                dst, 4 * first * p.o * p.oh * p.ow))
         # the conv's last silu, where it leaves that to a pass over each item's rows
         self.silu_bands = conv.silu_after_items(conv.pieces)
-        self.work: list[tuple[Any, ...]] = [(item[0],) for item in self.items]
-        if self.silu_bands:
-            self.work = [(item[0], band) for item, band in zip(self.items, self.silu_bands)]
+        self.work: list[tuple[Any, ...]] = [(item[0],) + tuple(self.silu_bands[i:i + 1])
+                                            for i, item in enumerate(self.items)]
         self._bound: tuple[int, int] = (0, 0)
 
     @staticmethod
