@@ -56,6 +56,11 @@ GEMV_PADDING = Setting(
     "batch-1 dense: zero rows up to OpenBLAS's threading threshold (auto: where measured faster; "
     "not offered beside oneDNN on OpenMP threads)",
     AUTO_ON_OFF)
+TEAM_GEMV = Setting(
+    "GRAPH_RUNTIME_TEAM_GEMV", "auto",
+    "dense of at most 8 float32 rows: split over oneDNN's OpenMP team by weight rows, at the "
+    "memory's speed (auto: where measured faster, and for a symbolic module's new shapes)",
+    AUTO_ON_OFF)
 DENSE_TRANSPOSE = Setting(
     "GRAPH_RUNTIME_DENSE_TRANSPOSE", "auto",
     "batched dense: keep the weight transposed (auto: where measured faster)", AUTO_ON_OFF)
@@ -160,7 +165,7 @@ LOOP_MAX_ITERATIONS = Setting(
     "with a huge trip count, stops with an error naming the node instead of running forever)",
     values_text="a positive integer")
 
-SETTINGS = (NUM_THREADS, CONV, OPENCL_CONV, GEMV_PADDING, DENSE_TRANSPOSE, DENSE_SPLIT,
+SETTINGS = (NUM_THREADS, CONV, OPENCL_CONV, GEMV_PADDING, TEAM_GEMV, DENSE_TRANSPOSE, DENSE_SPLIT,
             DENSE_TILES, ATTENTION_SPLIT, OPENCL_GEMM, TUNING_CACHE, TUNING_BUSY, TUNING_CONFIRM,
             SHAPE_TUNING,
             SHAPE_CACHE_BYTES, GC_FREEZE, CACHE_DIR,

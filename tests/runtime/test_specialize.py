@@ -391,7 +391,7 @@ def test_the_bytes_kept_across_shapes_are_bounded_by_the_setting(
         monkeypatch: pytest.MonkeyPatch) -> None:
     m = gr.create(_wide_dense())
     m.load_params({"w": np.ones((32, 64), np.float32)})
-    for batch in (1, 2, 3):
+    for batch in (3, 2, 1):  # the oldest the largest: dropping it leaves room for two
         _feed(m, batch)
     cost = m.memory_report().shape
     assert cost is not None and cost.kept_shapes == 3 and cost.kept_bytes > 0
@@ -399,6 +399,7 @@ def test_the_bytes_kept_across_shapes_are_bounded_by_the_setting(
     _feed(m, 4)  # a larger fourth passes the bound: the oldest shapes go
     cost = m.memory_report().shape
     assert cost is not None and 1 < cost.kept_shapes <= 3
+    assert ((3, 64), (32, 64), (3, 4)) not in m._cache
     assert cost.kept_bytes <= cost.bound_bytes
     monkeypatch.setenv(settings.SHAPE_CACHE_BYTES.name, "0")
     _feed(m, 5)  # the one in use stays, whatever the bound

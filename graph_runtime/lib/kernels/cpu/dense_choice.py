@@ -1,6 +1,6 @@
 """Dense, matmul and batch_matmul on the CPU as one candidate set (DENSE): OpenBLAS's call, GEMV
-padding, the column split, a kept transposed weight, output tiles and oneDNN's matmul, raced
-once per shape against one base."""
+padding, the column split, a kept transposed weight, few rows on the OpenMP team, output tiles
+and oneDNN's matmul, raced once per shape against one base."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -18,6 +18,8 @@ from ..threads import ONE_BLAS_THREAD
 from .dense_tiles import SPREAD_FLOPS, DenseTiles, tilings, tiles
 from .padded_gemv import PaddedGemv, padded_rows
 from .split_dense import SplitDense, split_blocks
+from .team_gemv import TeamGemv
+from .team_gemv import applies as team_applies
 from .transposed_dense import TransposedDense, transposes
 
 PAUSE_S = 0.0005  # before a sample of a kernel timed as a graph holding OpenBLAS at one thread
@@ -100,6 +102,8 @@ DENSE: TunableOp[DenseSpec] = TunableOp(Choice("cpu.gemm", settings.ONEDNN), (
               lambda s: s.weight and split_blocks(s.m, s.n, s.k, s.dtype) > 0, "split"),
     Candidate("transposed", lambda s: TransposedDense(s.m, s.n, s.k, s.dtype),
               lambda s: s.weight and transposes(s.m, s.n, s.k, s.dtype)),
+    Candidate("team", lambda s: TeamGemv(s.m, s.n, s.k),
+              lambda s: s.weight and team_applies(s.m, s.n, s.dtype)),
     _tiles("whole"), _tiles("cols"), _tiles("rows"),
     Candidate("onednn", lambda s: _onednn(s, False), _onednn_applies, onednn=True),
     Candidate("onednn_items", lambda s: _onednn(s, True), _items_apply, "spread", onednn=True)))
@@ -107,10 +111,11 @@ TILINGS = ("whole", "cols", "rows")
 # The setting of each candidate that has one: off removes it, on (or the tiling's name) makes
 # it OpenBLAS's side's only candidate, still raced against oneDNN's.
 FAMILY = {"padded": settings.GEMV_PADDING, "split": settings.DENSE_SPLIT,
+          "team": settings.TEAM_GEMV,
           "transposed": settings.DENSE_TRANSPOSE,
           **{name: settings.DENSE_TILES for name in TILINGS}}
 # whose forcing wins where several are forced (the order today's stages were asked in)
-PRECEDENCE = ("padded", "split", "transposed", *TILINGS)
+PRECEDENCE = ("padded", "split", "transposed", "team", *TILINGS)
 
 
 def offered(spec: DenseSpec) -> list[str]:
@@ -140,11 +145,13 @@ def _beside_openmp(names: Sequence[str]) -> bool:
 
 
 def base(spec: DenseSpec, names: Sequence[str]) -> str:
-    """The candidate kept unless another clearly gains what its kind asks: oneDNN's (in work
-    items for large products), else the column tiles for large products, else one tile, else
-    OpenBLAS's call."""
+    """The candidate kept unless another clearly gains what its kind asks: a product of few rows
+    on the OpenMP team (team_gemv.py: at the memory's speed where oneDNN's reads its weight at
+    one core's), else oneDNN's (in work items for large products), else the column tiles for
+    large products, else one tile, else OpenBLAS's call."""
     large = spec.flops >= SPREAD_FLOPS
-    order = (["onednn_items"] if large else []) + ["onednn"] + (["cols"] if large else [])
+    order = ["team"] + (["onednn_items"] if large else []) + ["onednn"] + \
+        (["cols"] if large else [])
     for name in order + ["whole", "blas"]:
         if name in names:
             return name

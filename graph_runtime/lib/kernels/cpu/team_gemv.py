@@ -1,0 +1,105 @@
+"""Dense products of a few rows (a decode step's x[1, k] @ w[n, k].T) over oneDNN's OpenMP team.
+
+Such a product reads its whole weight once and does two flops a weight: it runs at the memory's
+speed. oneDNN 3.2's matmul reads it at one core's bandwidth even on two threads: in a
+LLaMA-style decoder whose 48 MB of weights stream from memory each token, its 512x512 products
+took 60 us and its 1376x512 ones 140 (17-20 GB/s), about ONNX Runtime's one-thread speed, where
+its default two threads took 32 and 93 us (30 GB/s). Here each thread of the team takes a
+contiguous share of the weight's rows (whole cache lines of the output) and makes their dot
+products with every row of x, the weight row staying in cache across x's rows: 29 and 99 us on
+the same machine (numba, float32, sums reassociated into vector lanes). A compiled tail (the
+chain's residual add, silu * up) then runs over the few output rows on the caller.
+
+Offered by dense's candidate set (dense_choice.py) for float32 products of at most MAX_ROWS rows
+against a 2-D weight when oneDNN's products run on that team (omp_team.available()), and its base
+there: a symbolic module's new shapes take it unmeasured. A race times each candidate alone after
+a pause, the team asleep and the weight in cache, so small products go to OpenBLAS's call on one
+thread there.
+
+GRAPH_RUNTIME_TEAM_GEMV: auto (default, measured), on (wherever it applies), off.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numba import carray
+
+from ...prepared import PreparedKernel
+from . import jit_setup
+from .loops_jit import reassociating
+from .omp_team import available, float32_at, my_rows, run_on_team, team_kernel
+
+MAX_ROWS = 8  # of x: beyond, the product has flops enough for a GEMM's blocking to win
+LINE = 16  # float32 values per cache line: no two threads write one line of the output
+
+
+def applies(m: int, n: int, dtype: str) -> bool:
+    """Whether a product of m rows against an [n, k] weight may run here now."""
+    return dtype == "float32" and 1 <= m <= MAX_ROWS and n >= 2 * LINE and available()
+
+
+@reassociating
+def _dot(x: Any, w: Any) -> float:
+    total = np.float32(0.0)
+    for i in range(x.shape[0]):
+        total += x[i] * w[i]
+    return total
+
+
+@team_kernel
+def _gemv_team(data: Any) -> None:
+    """The block holds x, w and out's addresses, then m, n, k."""
+    b = carray(data, (6,), np.int64)
+    m, n, k = b[3], b[4], b[5]
+    x = float32_at(b[0], (m, k))
+    w = float32_at(b[1], (n, k))
+    out = float32_at(b[2], (m, n))
+    lo, hi = my_rows((n + LINE - 1) // LINE)
+    for j in range(lo * LINE, min(hi * LINE, n)):
+        row = w[j]
+        for r in range(m):
+            out[r, j] = _dot(x[r], row)
+
+
+class TeamGemv(PreparedKernel):
+    """run(x, w, *tail_inputs, out): out[m, n] = tail(x[m, k] @ w[n, k].T, ...), the product on
+    the OpenMP team, then the tail (a chain_jit.CompiledChain over the (m, n) output reading
+    its inputs after w; None: the product alone) over the output on the caller."""
+
+    def __init__(self, m: int, n: int, k: int, tail: Any = None) -> None:
+        jit_setup.start()
+        self.shapes = ((m, k), (n, k), (m, n))
+        self.tail = tail
+        self.block = np.zeros(6, np.int64)
+        self.block[3:] = (m, n, k)
+
+    def with_tile_tail(self, tail: Any) -> TeamGemv:
+        (m, k), (n, _), _ = self.shapes
+        return TeamGemv(m, n, k, tail)
+
+    def note(self) -> str:
+        text = "dense of few rows on the OpenMP team"
+        return text if self.tail is None else text + ", compiled tail " + "+".join(self.tail.ops)
+
+    def workspace_bytes(self) -> int:
+        return 0 if self.tail is None else self.tail.workspace_bytes()
+
+    def __call__(self, a: Any, b: Any, *rest: Any) -> None:
+        out = rest[-1]
+        x = np.ascontiguousarray(a, np.float32)
+        w = np.ascontiguousarray(b, np.float32)
+        if out.flags.c_contiguous and out.dtype == np.float32:
+            y = out
+        else:
+            y = np.empty(self.shapes[2], np.float32)
+        block = self.block
+        block[0] = x.ctypes.data
+        block[1] = w.ctypes.data
+        block[2] = y.ctypes.data
+        run_on_team(_gemv_team(), block)
+        if y is not out:
+            out[...] = y.reshape(out.shape)
+        if self.tail is not None:
+            m, n = self.shapes[2]
+            self.tail.run_block(0, m, 0, n, n, self.tail.flat_arrays(rest))

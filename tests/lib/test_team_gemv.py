@@ -1,0 +1,132 @@
+"""Dense products of few rows on oneDNN's OpenMP team (lib/kernels/cpu/team_gemv.py).
+
+The kernel against float64 NumPy (row counts, widths that leave a partial cache line, a strided
+input, NaN and infinities), its compiled tail through a chain, and where dense's candidate set
+offers it and takes it as its base.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from support import dense_spec, make_graph, null, require_onednn, tvm_op
+
+import graph_runtime as gr
+from graph_runtime.lib import Module
+from graph_runtime.lib.chain import Chain, Step, kernel_note
+from graph_runtime.lib.kernels.cpu import dense_choice
+from graph_runtime.lib.kernels.cpu.team_gemv import MAX_ROWS, TeamGemv
+from graph_runtime.settings import NUM_THREADS, ONEDNN_THREADS, TEAM_GEMV
+
+U32 = float(np.finfo(np.float32).eps) / 2
+
+
+@pytest.fixture
+def team(monkeypatch):
+    """Two OpenMP threads inside oneDNN's primitives: the team the kernel runs on."""
+    require_onednn()
+    monkeypatch.setenv(NUM_THREADS.name, "2")
+    monkeypatch.setenv(ONEDNN_THREADS.name, "openmp")
+
+
+def _check(out: np.ndarray, x: np.ndarray, w: np.ndarray, extra: np.ndarray | None = None
+           ) -> None:
+    """out within float32's rounding of sums of k products (any order) of float64's answer."""
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+    want = x64 @ w64.T
+    bound = np.abs(x64) @ np.abs(w64).T
+    if extra is not None:
+        want = want + extra
+        bound = bound + np.abs(extra)
+    tolerance = (x.shape[1] + 2) * U32 * bound + 1e-30
+    np.testing.assert_array_less(np.abs(out.astype(np.float64) - want), tolerance)
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 512, 512), (1, 40, 5), (3, 130, 64), (MAX_ROWS, 1000, 300)])
+def test_the_product_matches_float64(team, m, n, k, random_array) -> None:
+    x = random_array((m, k), "float32", seed=1)
+    w = random_array((n, k), "float32", seed=2)
+    kernel = TeamGemv(m, n, k)
+    out = np.full((m, n), np.nan, np.float32)
+    for _ in range(2):  # the second call over the same arrays: nothing left from the first
+        out[...] = np.nan
+        kernel(x, w, out)
+        _check(out, x, w)
+
+
+def test_a_strided_input_and_a_3d_output(team, random_array) -> None:
+    """x a column slice of a wider array (copied to be read by address); out (1, 1, n)."""
+    wide = random_array((1, 300), "float32", seed=3)
+    w = random_array((70, 150), "float32", seed=4)
+    out = np.full((1, 1, 70), np.nan, np.float32)
+    TeamGemv(1, 70, 150)(wide[:, ::2], w, out)
+    _check(out.reshape(1, 70), np.ascontiguousarray(wide[:, ::2]), w)
+
+
+def test_nan_and_infinities_come_through(team) -> None:
+    """A NaN in x reaches every output; an infinity meeting a zero weight gives NaN, as
+    OpenBLAS's product does."""
+    x = np.ones((1, 64), np.float32)
+    w = np.ones((48, 64), np.float32)
+    w[5] = 0.0
+    x[0, 3] = np.inf
+    out = np.empty((1, 48), np.float32)
+    TeamGemv(1, 48, 64)(x, w, out)
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(out, x @ w.T)
+    assert np.isnan(out[0, 5]) and np.isinf(out[0, 4])
+    x[0, 3] = np.nan
+    TeamGemv(1, 48, 64)(x, w, out)
+    assert np.isnan(out).all()
+
+
+def test_a_dense_add_chain_runs_its_tail_after_the_product(team, monkeypatch, random_array) -> None:
+    """dense -> add (a decoder's residual): one TeamGemv applying the add, equal to float64
+    (chosen so: a race may give so small a product to OpenBLAS's call)."""
+    monkeypatch.setattr(dense_choice, "choose", lambda spec: "team")
+    chain = Chain("f", [Step("dense"), Step("add")])
+    specs = [gr.lib.TensorSpec((1, 256), "float32"), gr.lib.TensorSpec((96, 256), "float32"),
+             gr.lib.TensorSpec((1, 96), "float32")]
+    kernel = chain.prepare(gr.cpu(), specs, chain.infer(specs), {})
+    assert kernel_note(kernel) == "dense of few rows on the OpenMP team, compiled tail add"
+    x, w, r = (random_array(s.shape, "float32", seed=k) for k, s in enumerate(specs))
+    out = np.full((1, 96), np.nan, np.float32)
+    kernel(x, w, r, out)
+    _check(out, x, w, r.astype(np.float64))
+
+
+def test_a_graph_of_one_row_runs_on_the_team(team, monkeypatch, random_array) -> None:
+    """A batch-1 dense graph (the team chosen): its product is the team's, the answer right."""
+    monkeypatch.setattr(dense_choice, "choose", lambda spec: "team")
+    lib = Module("teamlib")
+    lib.register("fused_dense", Chain("fused_dense", [Step("dense")]))
+    nodes = [null("data"), null("weight"), tvm_op("fc", "fused_dense", [0, 1])]
+    graph = make_graph(nodes, [2], shapes=[[1, 384], [200, 384], [1, 200]])
+    module = gr.create(graph, lib, gr.cpu())
+    x = random_array((1, 384), "float32", seed=5)
+    w = random_array((200, 384), "float32", seed=6)
+    module.load_params({"weight": w})
+    module.run(data=x)
+    assert isinstance(module.executor.steps[0].kernel, TeamGemv)
+    _check(module.get_output(0).numpy(), x, w)
+
+
+def test_where_dense_offers_it(team, monkeypatch) -> None:
+    """Offered for float32 products of 1..MAX_ROWS rows against a weight while oneDNN runs on
+    the OpenMP team, and kept as the base there; not beside the runtime's workers, with oneDNN
+    off, for float64, for more rows, for a narrow weight or with its setting off."""
+    assert "team" in dense_choice.offered(dense_spec(1, 512, 512))
+    assert dense_choice.base(dense_spec(1, 512, 512),
+                             dense_choice.offered(dense_spec(1, 512, 512))) == "team"
+    assert "team" in dense_choice.offered(dense_spec(MAX_ROWS, 512, 512))
+    assert "team" not in dense_choice.offered(dense_spec(MAX_ROWS + 1, 512, 512))
+    assert "team" not in dense_choice.offered(dense_spec(1, 512, 512, "float64"))
+    assert "team" not in dense_choice.offered(dense_spec(1, 16, 512))
+    monkeypatch.setenv(TEAM_GEMV.name, "off")
+    assert "team" not in dense_choice.offered(dense_spec(1, 512, 512))
+    monkeypatch.setenv(TEAM_GEMV.name, "on")  # OpenBLAS's side's only one, raced with oneDNN
+    assert dense_choice.offered(dense_spec(1, 512, 512)) == ["team", "onednn"]
+    monkeypatch.setenv("GRAPH_RUNTIME_ONEDNN", "off")
+    assert "team" not in dense_choice.offered(dense_spec(1, 512, 512))
+    monkeypatch.setenv("GRAPH_RUNTIME_ONEDNN", "auto")
+    monkeypatch.setenv(ONEDNN_THREADS.name, "workers")
+    assert "team" not in dense_choice.offered(dense_spec(1, 512, 512))
