@@ -409,6 +409,28 @@ def test_gather_elements_of_constants_is_folded(axis: int) -> None:
     assert_matches(m, {"x": x}, "cpu")
 
 
+def test_folding_floating_point_edges_is_quiet() -> None:
+    """T5's relative-position buckets: Log of a constant holding 0 (-inf), cast to int64 and
+    dropped by a Where, folded at import without NumPy's warnings, and the graph still right."""
+    import warnings
+    pos = np.array([0.0, 1.0, 8.0, 40.0], np.float32)
+    nodes = [node("Log", ["pos"], ["lg"]),
+             node("Cast", ["lg"], ["li"], to=I64),
+             node("Greater", ["pos", "zero"], ["big"]),
+             node("Where", ["big", "li", "minus"], ["w"]),
+             node("Cast", ["w"], ["wf"], to=F32),
+             node("Add", ["x", "wf"], ["y"])]
+    m = model(nodes, [tensor("x", F32, [4])], [tensor("y", F32, None)],
+              [init("pos", pos), init("zero", np.array(0.0, np.float32)),
+               init("minus", np.array(-1, np.int64))])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        result = import_onnx(m)
+    assert result.folded["Log"] == 1
+    np.testing.assert_array_equal(run_ours(m, {"x": np.zeros(4, np.float32)}, "cpu")[0],
+                                  np.array([-1, 0, 2, 3], np.float32))
+
+
 def test_batch_norm_folds_into_conv() -> None:
     m, _ = conv_bn_relu()
     result = import_onnx(m)
