@@ -18,8 +18,7 @@ from ..threads import ONE_BLAS_THREAD
 from .dense_tiles import SPREAD_FLOPS, DenseTiles, tilings, tiles
 from .padded_gemv import PaddedGemv, padded_rows
 from .split_dense import SplitDense, split_blocks
-from .team_gemv import TeamGemv
-from .team_gemv import applies as team_applies
+from .team_gemv import TeamGemv, applies as team_applies
 from .transposed_dense import TransposedDense, transposes
 
 PAUSE_S = 0.0005  # before a sample of a kernel timed as a graph holding OpenBLAS at one thread

@@ -102,5 +102,7 @@ class TeamGemv(PreparedKernel):
         if y is not out:
             out[...] = y.reshape(out.shape)
         if self.tail is not None:
+            # its rows as one block on this thread: a tail's own call may hand a wide output
+            # (8 rows of a vocabulary) to the runtime's workers, beside the team's spinning
             m, n = self.shapes[2]
             self.tail.run_block(0, m, 0, n, n, self.tail.flat_arrays(rest))
