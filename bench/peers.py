@@ -34,6 +34,17 @@ def onnxruntime_sessions(model: str | bytes | Path) -> dict[str, Any]:
             ONE_THREAD: ort.InferenceSession(source, one, providers=["CPUExecutionProvider"])}
 
 
+def cuda_session(model: str | bytes | Path) -> Any:
+    """ONNX Runtime's CUDA execution provider with default options (issue 34's peer), or None
+    where `onnxruntime-gpu` is not installed or cannot load CUDA."""
+    import onnxruntime as ort
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        return None
+    source = str(model) if isinstance(model, Path) else model
+    session = ort.InferenceSession(source, providers=["CUDAExecutionProvider"])
+    return session if "CUDAExecutionProvider" in session.get_providers() else None
+
+
 def onnxruntime_calls(model: str | bytes | Path, feeds: Mapping[str, Any]
                       ) -> dict[str, Callable[[], Any]]:
     """Both settings as calls running the model on feeds."""

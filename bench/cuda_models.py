@@ -1,0 +1,289 @@
+"""CUDA speed: ResNet-50, BERT-base 1x128 and a LLaMA-style decoder at batch 1 and 32 (issue 34).
+
+Each model is built in PyTorch (random weights, seeded), exported with the TorchScript exporter
+(opset 17, dynamic batch) into a cache folder, imported with graph_runtime.frontend.from_onnx at
+each batch and run on `cuda(0)`. One call = inputs from host arrays, run, every output back to
+the host: what a user of `set_input`/`run`/`get_output` pays. The peers, in the same process and
+interleaved rounds: ONNX Runtime's CUDA execution provider where `onnxruntime-gpu` is installed
+(the issue's peer), and PyTorch eager on the same GPU (TF32 off, so both compute float32) as a
+reference that is always there on a GPU machine. Outputs are checked against PyTorch.
+
+Also measured: host<->device copy bandwidth through the backend (pageable NumPy arrays) against
+CuPy's pinned-memory copies of the same size, and whether a module's `run()` can be captured as a
+CUDA graph (stream capture, then replay, compared with a normal run).
+
+Needs a CUDA GPU, CuPy, torch, torchvision, transformers, onnx. Usage:
+  python bench/cuda_models.py [--models resnet50 bert_base llama] [--batch 1 32] [--rounds 5]
+                              [--json OUT.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+# bench/transformers.py would shadow the transformers package: bench/ goes last on the path.
+sys.path = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
+sys.path.insert(0, str(ROOT / "tests" / "data" / "onnx"))  # make_models.py: BERT
+sys.path.insert(0, str(ROOT))  # measure the checkout this script sits in
+sys.path.append(str(ROOT / "bench"))  # last: bench/transformers.py must not shadow the package
+import graph_runtime as gr  # noqa: E402
+from peers import cuda_session  # noqa: E402  (bench/)
+
+SEQ = 128
+VOCAB = 100  # token ids drawn below this: inside make_models' BERT vocabulary and LLaMA's
+COPY_BYTES = 64 << 20
+CAPTURES: list[tuple[str, Any, list[np.ndarray]]] = []  # (label, module, outputs) to capture
+
+
+def _resnet50() -> Any:
+    import torch
+    import torchvision
+    torch.manual_seed(0)
+    return torchvision.models.resnet50(weights=None).eval()
+
+
+def _bert_base() -> Any:
+    import make_models
+    model, _ = make_models.build("bert", hidden=768, layers=12, heads=12, max_positions=SEQ)
+    return model
+
+
+def _llama() -> Any:
+    import dynamic_models
+    return dynamic_models._Logits(dynamic_models._llama()).eval()
+
+
+# name -> (builder, input names, output names, shapes at batch b)
+MODELS: dict[str, tuple[Callable[[], Any], list[str], list[str],
+                        Callable[[int], dict[str, tuple[int, ...]]]]] = {
+    "resnet50": (_resnet50, ["data"], ["logits"], lambda b: {"data": (b, 3, 224, 224)}),
+    "bert_base": (_bert_base, ["input_ids", "attention_mask"], ["last_hidden_state", "pooler_output"],
+                  lambda b: {"input_ids": (b, SEQ), "attention_mask": (b, SEQ)}),
+    "llama": (_llama, ["input_ids", "attention_mask"], ["logits"],
+              lambda b: {"input_ids": (b, SEQ), "attention_mask": (b, SEQ)}),
+}
+
+
+def make_inputs(shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+    """Seeded inputs: images in [0, 1), token ids below VOCAB, masks with a padded tail."""
+    rng = np.random.default_rng(0)
+    values = {}
+    for name, shape in shapes.items():
+        if name == "input_ids":
+            values[name] = rng.integers(0, VOCAB, shape, dtype=np.int64)
+        elif name == "attention_mask":
+            mask = np.ones(shape, dtype=np.int64)
+            mask[:, -shape[1] // 4:] = 0
+            values[name] = mask
+        else:
+            values[name] = rng.random(shape, dtype=np.float32)
+    return values
+
+
+def export(name: str, model: Any, cache: Path) -> Path:
+    """The model exported once (TorchScript exporter, opset 17, dynamic batch)."""
+    import torch
+    path = cache / f"{name}.onnx"
+    if path.exists():
+        return path
+    _, inputs, outputs, shapes = MODELS[name]
+    args = tuple(torch.from_numpy(v) for v in make_inputs(shapes(1)).values())
+    axes = {n: {0: "batch"} for n in inputs + outputs}
+    with torch.no_grad():
+        torch.onnx.export(model, args, str(path), input_names=inputs, output_names=outputs,
+                          dynamic_axes=axes, opset_version=17, dynamo=False)
+    return path
+
+
+def ours(path: Path, inputs: dict[str, np.ndarray]) -> tuple[Callable[[], list], Any, float]:
+    """graph_runtime's end-to-end call on cuda(0), its module, and the import seconds."""
+    from graph_runtime.frontend import from_onnx
+    start = time.perf_counter()
+    graph_json, lib, params = from_onnx(str(path), shape={k: v.shape for k, v in inputs.items()})
+    imported = time.perf_counter() - start
+    m = gr.create(graph_json, lib, gr.cuda(0))
+    m.load_params(gr.save_param_dict(params))
+    count = m.get_num_outputs()
+
+    def call() -> list[np.ndarray]:
+        for name, value in inputs.items():
+            m.set_input(name, value)
+        m.run()
+        return [m.get_output(i).numpy() for i in range(count)]
+    return call, m, imported
+
+
+def torch_call(model: Any, inputs: dict[str, np.ndarray]) -> Callable[[], list]:
+    """PyTorch eager on the GPU: host inputs in, host outputs out."""
+    import torch
+    model = model.cuda()
+
+    def call() -> list[np.ndarray]:
+        with torch.no_grad():
+            args = [torch.from_numpy(v).cuda() for v in inputs.values()]
+            out = model(*args)
+        out = out if isinstance(out, (tuple, list)) else (out,)
+        return [o.cpu().numpy() for o in out]
+    return call
+
+
+def ort_cuda_call(path: Path, inputs: dict[str, np.ndarray]) -> Callable[[], list] | None:
+    """ONNX Runtime's CUDA execution provider, default options; None where it is not installed."""
+    session = cuda_session(path)
+    if session is None:
+        return None
+    return lambda: session.run(None, dict(inputs))
+
+
+def worst_error(got: list[np.ndarray], want: list[np.ndarray]) -> float:
+    return max(float(np.abs(g - w).max() / max(float(np.abs(w).max()), 1e-30))
+               for g, w in zip(got, want))
+
+
+def medians(calls: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]:
+    """name -> median seconds per call; rounds interleave the contenders after a warm-up, each
+    sample as many calls as fill about 50 ms."""
+    number = {}
+    for name, call in calls.items():
+        for _ in range(2):
+            call()
+        start = time.perf_counter()
+        call()
+        number[name] = max(1, int(0.05 / (time.perf_counter() - start)))
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            for _ in range(number[name]):
+                call()
+            samples[name].append((time.perf_counter() - start) / number[name])
+    return {name: statistics.median(s) for name, s in samples.items()}
+
+
+def graph_capture(m: Any, want: list[np.ndarray]) -> str:
+    """Whether run() captures as a CUDA graph whose replay gives the same outputs."""
+    from graph_runtime.backends import get_backend
+    stream = get_backend("cuda").stream(0)
+    try:
+        stream.begin_capture()
+        try:
+            m.run()
+        finally:
+            graph = stream.end_capture()
+        graph.launch(stream)
+        stream.synchronize()
+        got = [m.get_output(i).numpy() for i in range(len(want))]
+        return f"captured and replayed; worst error vs a normal run {worst_error(got, want):.1e}"
+    except Exception as exc:  # the probe reports why capture fails; it is not a result
+        return f"capture failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+
+
+def copy_bandwidth() -> dict[str, float]:
+    """GB/s for COPY_BYTES host->device and back: the backend's copies vs CuPy pinned."""
+    import cupy
+    from graph_runtime.backends import get_backend
+    backend = get_backend("cuda")
+    host = np.ones(COPY_BYTES // 4, np.float32)
+    dst = backend.empty(0, host.shape, np.dtype(np.float32))
+    out = np.empty_like(host)
+    pinned = cupy.cuda.alloc_pinned_memory(COPY_BYTES)
+    pinned_host = np.frombuffer(pinned, np.float32, host.size)
+    stream = backend.stream(0)
+
+    def rate(call: Callable[[], Any]) -> float:
+        call()
+        times = []
+        for _ in range(5):
+            start = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - start)
+        return COPY_BYTES / min(times) / 1e9
+
+    def pinned_up() -> None:
+        dst.set(pinned_host, stream=stream)
+        stream.synchronize()
+
+    def pinned_down() -> None:
+        dst.get(stream=stream, out=pinned_host)
+        stream.synchronize()
+    return {"backend_h2d": rate(lambda: backend.from_host(host, dst)),
+            "backend_d2h": rate(lambda: backend.to_host(dst, out)),
+            "pinned_h2d": rate(pinned_up), "pinned_d2h": rate(pinned_down)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--batch", type=int, nargs="+", default=[1, 32])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir())
+                        / "graph_runtime_bench_cuda", help="where the exports are kept")
+    parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "cuda.json")
+    args = parser.parse_args()
+    args.cache.mkdir(parents=True, exist_ok=True)
+    import torch
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    import cupy
+    props = cupy.cuda.runtime.getDeviceProperties(0)
+    print(f"{props['name'].decode()}, driver {cupy.cuda.runtime.driverGetVersion()}, "
+          f"CUDA runtime {cupy.cuda.runtime.runtimeGetVersion()}, CuPy {cupy.__version__}, "
+          f"torch {torch.__version__}", flush=True)
+    bandwidth = copy_bandwidth()
+    print("copies of 64 MiB, GB/s: " + ", ".join(f"{k} {v:.1f}" for k, v in bandwidth.items()),
+          flush=True)
+    results: list[dict[str, Any]] = [{"copies_GBps": bandwidth}]
+    print(f"{'model':<10} {'batch':>5} {'import s':>8} {'contender':<14} {'median ms':>10} "
+          f"{'vs torch':>8}", flush=True)
+    for name in args.models:
+        builder, _, _, shapes = MODELS[name]
+        model = builder()
+        path = export(name, model, args.cache)
+        for batch in args.batch:
+            try:
+                results.append(measure(name, model, path, batch, args.rounds))
+            except Exception as exc:  # one model's failure is reported; the others still run
+                print(f"{name:<10} {batch:>5} FAILED: {type(exc).__name__}: "
+                      f"{str(exc).splitlines()[0][:300] if str(exc) else ''}", flush=True)
+                results.append({"model": name, "batch": batch, "failed": repr(exc)[:500]})
+    for label, m, want in CAPTURES:  # last: a failed capture must not disturb the timings
+        capture = graph_capture(m, want)
+        print(f"CUDA graph of {label}: {capture}", flush=True)
+        results.append({"capture": label, "result": capture})
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(results, indent=1))
+
+
+def measure(name: str, model: Any, path: Path, batch: int, rounds: int) -> dict[str, Any]:
+    """One model at one batch: the contenders' medians, our error and the graph-capture probe."""
+    inputs = make_inputs(MODELS[name][3](batch))
+    ref = torch_call(model, inputs)
+    call, m, imported = ours(path, inputs)
+    want = ref()
+    error = worst_error(call(), want)
+    calls = {"graph_runtime": call, "torch": ref}
+    ort = ort_cuda_call(path, inputs)
+    if ort is not None:
+        calls["ort_cuda"] = ort
+    times = medians(calls, rounds)
+    for who, seconds in times.items():
+        print(f"{name:<10} {batch:>5} {imported:>8.1f} {who:<14} {seconds * 1e3:>10.3f} "
+              f"{seconds / times['torch']:>8.2f}", flush=True)
+    print(f"  error vs torch {error:.1e}", flush=True)
+    CAPTURES.append((f"{name} b{batch}", m, call()))
+    return {"model": name, "batch": batch, "import_s": imported,
+            "ms": {k: v * 1e3 for k, v in times.items()}, "error_vs_torch": error}
+
+
+if __name__ == "__main__":
+    main()
