@@ -8,9 +8,10 @@ interleaved rounds: ONNX Runtime's CUDA execution provider where `onnxruntime-gp
 (the issue's peer), and PyTorch eager on the same GPU (TF32 off, so both compute float32) as a
 reference that is always there on a GPU machine. Outputs are checked against PyTorch.
 
-Also measured: host<->device copy bandwidth through the backend (pageable NumPy arrays) against
-CuPy's pinned-memory copies of the same size, and whether a module's `run()` can be captured as a
-CUDA graph (stream capture, then replay, compared with a normal run).
+Ours runs twice: as by default (run() replayed as a CUDA graph from its second call) and with
+GRAPH_RUNTIME_CUDA_GRAPHS=off (each kernel launched from Python); the line under each model says
+whether the graph was captured, or why not. Also measured: host<->device copy bandwidth through
+the backend (pageable NumPy arrays) against CuPy's pinned-memory copies of the same size.
 
 Needs a CUDA GPU, CuPy, torch, torchvision, transformers, onnx. Usage:
   python bench/cuda_models.py [--models resnet50 bert_base llama] [--batch 1 32] [--rounds 5]
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -42,7 +44,6 @@ from peers import cuda_session  # noqa: E402  (bench/)
 SEQ = 128
 VOCAB = 100  # token ids drawn below this: inside make_models' BERT vocabulary and LLaMA's
 COPY_BYTES = 64 << 20
-CAPTURES: list[tuple[str, Any, list[np.ndarray]]] = []  # (label, module, outputs) to capture
 
 
 def _resnet50() -> Any:
@@ -105,13 +106,20 @@ def export(name: str, model: Any, cache: Path) -> Path:
     return path
 
 
-def ours(path: Path, inputs: dict[str, np.ndarray]) -> tuple[Callable[[], list], Any, float]:
-    """graph_runtime's end-to-end call on cuda(0), its module, and the import seconds."""
+def ours(path: Path, inputs: dict[str, np.ndarray], graphs: bool = True
+         ) -> tuple[Callable[[], list], Any, float]:
+    """graph_runtime's end-to-end call on cuda(0), its module, and the import seconds; graphs:
+    run() replayed as a CUDA graph (the default) or each kernel launched (the setting off)."""
     from graph_runtime.frontend import from_onnx
+    from graph_runtime.settings import CUDA_GRAPHS
     start = time.perf_counter()
     graph_json, lib, params = from_onnx(str(path), shape={k: v.shape for k, v in inputs.items()})
     imported = time.perf_counter() - start
-    m = gr.create(graph_json, lib, gr.cuda(0))
+    os.environ[CUDA_GRAPHS.name] = "on" if graphs else "off"
+    try:
+        m = gr.create(graph_json, lib, gr.cuda(0))
+    finally:
+        del os.environ[CUDA_GRAPHS.name]
     m.load_params(gr.save_param_dict(params))
     count = m.get_num_outputs()
 
@@ -168,24 +176,6 @@ def medians(calls: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float
                 call()
             samples[name].append((time.perf_counter() - start) / number[name])
     return {name: statistics.median(s) for name, s in samples.items()}
-
-
-def graph_capture(m: Any, want: list[np.ndarray]) -> str:
-    """Whether run() captures as a CUDA graph whose replay gives the same outputs."""
-    from graph_runtime.backends import get_backend
-    stream = get_backend("cuda").stream(0)
-    try:
-        stream.begin_capture()
-        try:
-            m.run()
-        finally:
-            graph = stream.end_capture()
-        graph.launch(stream)
-        stream.synchronize()
-        got = [m.get_output(i).numpy() for i in range(len(want))]
-        return f"captured and replayed; worst error vs a normal run {worst_error(got, want):.1e}"
-    except Exception as exc:  # the probe reports why capture fails; it is not a result
-        return f"capture failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
 
 
 def copy_bandwidth() -> dict[str, float]:
@@ -256,10 +246,6 @@ def main() -> None:
                 print(f"{name:<10} {batch:>5} FAILED: {type(exc).__name__}: "
                       f"{str(exc).splitlines()[0][:300] if str(exc) else ''}", flush=True)
                 results.append({"model": name, "batch": batch, "failed": repr(exc)[:500]})
-    for label, m, want in CAPTURES:  # last: a failed capture must not disturb the timings
-        capture = graph_capture(m, want)
-        print(f"CUDA graph of {label}: {capture}", flush=True)
-        results.append({"capture": label, "result": capture})
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(results, indent=1))
 
@@ -271,7 +257,8 @@ def measure(name: str, model: Any, path: Path, batch: int, rounds: int) -> dict[
     call, m, imported = ours(path, inputs)
     want = ref()
     error = worst_error(call(), want)
-    calls = {"graph_runtime": call, "torch": ref}
+    plain, _, _ = ours(path, inputs, graphs=False)
+    calls = {"graph_runtime": call, "gr no graphs": plain, "torch": ref}
     ort = ort_cuda_call(path, inputs)
     if ort is not None:
         calls["ort_cuda"] = ort
@@ -279,10 +266,15 @@ def measure(name: str, model: Any, path: Path, batch: int, rounds: int) -> dict[
     for who, seconds in times.items():
         print(f"{name:<10} {batch:>5} {imported:>8.1f} {who:<14} {seconds * 1e3:>10.3f} "
               f"{seconds / times['torch']:>8.2f}", flush=True)
-    print(f"  error vs torch {error:.1e}", flush=True)
-    CAPTURES.append((f"{name} b{batch}", m, call()))
+    graph = m.executor.cuda_graph
+    state = graph.state if graph is not None else "none"
+    why = (graph.reason if graph is not None else m.executor.cuda_graph_reason) or "-"
+    replayed = worst_error(call(), want)
+    print(f"  error vs torch {error:.1e} (first run), {replayed:.1e} (replayed); CUDA graph "
+          f"{state} ({why})", flush=True)
     return {"model": name, "batch": batch, "import_s": imported,
-            "ms": {k: v * 1e3 for k, v in times.items()}, "error_vs_torch": error}
+            "ms": {k: v * 1e3 for k, v in times.items()}, "error_vs_torch": error,
+            "error_replayed": replayed, "cuda_graph": state, "why": why}
 
 
 if __name__ == "__main__":

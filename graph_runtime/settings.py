@@ -153,6 +153,11 @@ ONEDNN_THREADS = Setting(
     "process keeps one of this process's CPUs busy when the first oneDNN kernel is made; "
     "looked at again as modules run, which then make their kernels in the new mode)",
     ("auto", "openmp", "workers"))
+CUDA_GRAPHS = Setting(
+    "GRAPH_RUNTIME_CUDA_GRAPHS", "on",
+    "a module on one GPU: its second run() captured as a CUDA graph and every later run() "
+    "replayed from it, one launch instead of one per kernel (off: each kernel launched from "
+    "Python every run)", ("on", "off"))
 IN_PLACE = Setting(
     "GRAPH_RUNTIME_IN_PLACE", "on",
     "kernels that can write an output over an input dying there (oneDNN's conv adding its "
@@ -170,6 +175,7 @@ SETTINGS = (NUM_THREADS, CONV, OPENCL_CONV, GEMV_PADDING, TEAM_GEMV, DENSE_TRANS
             SHAPE_TUNING,
             SHAPE_CACHE_BYTES, GC_FREEZE, CACHE_DIR,
             CHAIN_JIT, IMPORT_FUSE, IMPORT_INT8, ONEDNN, ONEDNN_LIB, ONEDNN_THREADS, IN_PLACE,
+            CUDA_GRAPHS,
             LOOP_MAX_ITERATIONS)
 
 

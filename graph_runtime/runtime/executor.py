@@ -26,6 +26,7 @@ from ..lib.prepared import PreparedKernel, capabilities
 from ..lib.registry import VALUES_KEY
 from ..lib.symbolic_chain import DIMS_KEY
 from ..lib.tuning import class_shape
+from .cuda_graph import CudaGraphRuns, cuda_graph_runs
 from .flatten_reads import FlattenRead, StagedOutputs, flat_source, plan_flatten_reads
 from .in_place import InPlacePlan, in_place_offers, plan_in_place
 from .layouts import LayoutPlan, nhwc_view, plan_channels_last
@@ -56,6 +57,7 @@ class Executor:
     """Prepared steps over a storage pool. Setup resolves everything; run() is a tight loop."""
 
     pool: StoragePool  # allocated by the storage setup pass, over the ids it plans
+    cuda_graph: CudaGraphRuns | None
 
     def __init__(self, graph: Graph, lib: Module, ctxs: Sequence[Device], *, strict: bool = False,
                  memory_cap: int | Mapping[Device, int] | None = None,
@@ -144,6 +146,10 @@ class Executor:
         # docs/measurements.md).
         self._blas_scope: ContextManager[None] = (
             ONE_BLAS_THREAD if any(s.kernel.uses_workers() for s in self.steps) else nullcontext())
+        # On one GPU: run() captured as a CUDA graph and replayed (runtime/cuda_graph.py);
+        # cuda_graph_reason says why not where it is None.
+        self.cuda_graph, self.cuda_graph_reason = cuda_graph_runs(
+            self.devices, bool(self.versions), self._run_calls, self.graph.source)
 
     # ---- another specialisation, made from this one ------------------------------------------
 
@@ -685,6 +691,8 @@ class Executor:
         dev = self.entry_device[eid]
         self.arrays[(eid, dev)] = array
         self.escaped(eid)
+        if self._ready and self.cuda_graph is not None:
+            self.cuda_graph.invalidate()  # the graph holds the old array's address
         if not self._ready or eid not in self._io_eids:  # in setup the shortcuts may change
             uses = self._uses_of(self._all_steps(), {eid}).get((eid, dev), [])
         else:
@@ -713,6 +721,12 @@ class Executor:
 
     def run(self) -> None:
         """Run every step once, in order. Work may still be queued on devices when it returns."""
+        if self.cuda_graph is None:
+            self._run_calls()
+        else:
+            self.cuda_graph.run()
+
+    def _run_calls(self) -> None:
         done = 0
         with self._blas_scope:
             try:

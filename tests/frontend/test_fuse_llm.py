@@ -296,7 +296,13 @@ def test_rotated_k_given_out_keeps_its_layout_and_values(kv_heads: int,
     assert_matches(m, {"x": x}, backend_name)
     fused = run_ours(m, {"x": x}, backend_name)
     plain = run_ours(m, {"x": x}, backend_name, disable=["rotary", "attention"])
-    np.testing.assert_array_equal(fused[1], plain[1])
+    if backend_name == "cuda":
+        # NOTE: CUDA's compiler contracts the unfused chain's x * cos + r * sin into an FMA
+        # (one rounding less), the CuPy rotary kernel does not: they differ in the last bit
+        # (seen on an H200, 4.8e-7 at most).
+        np.testing.assert_allclose(fused[1], plain[1], rtol=2e-6, atol=1e-6)
+    else:
+        np.testing.assert_array_equal(fused[1], plain[1])
 
 
 def test_value_heads_of_another_width_are_left_unfused(backend_name: str) -> None:

@@ -21,6 +21,7 @@ from ..._lru import LruCache
 from ...backends.base import Backend
 from ..attrs import bool_attr, float_attr, int_attr, op_error
 from ..kernels.cpu.attention import AttentionKernel
+from ..kernels.cuda_gemm import matmul_function
 from ..kernels.heads import head_view
 from ..kernels.host import array_module
 from ..prepared import PreparedKernel
@@ -162,6 +163,7 @@ class HostAttention(PreparedKernel):
     def __init__(self, xp: Any, backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                  outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> None:
         self.xp, self.p = xp, _params(inputs, attrs)
+        self.matmul = matmul_function(xp)
         self.backend, self.device_id = backend, device_id
         p = self.p
         with backend.scope(device_id):
@@ -177,8 +179,8 @@ class HostAttention(PreparedKernel):
         with self.backend.scope(self.device_id):
             # (batch, kv heads, group, ...): each kv head broadcast over the query heads it serves
             s5 = s.reshape(batch, kv, heads // kv, q_len, k_len)
-            xp.matmul(head_view(q, oq, heads, dim, kv),
-                      head_view(k, ok, kv, dim, kv).transpose(0, 1, 2, 4, 3), out=s5)
+            self.matmul(head_view(q, oq, heads, dim, kv),
+                        head_view(k, ok, kv, dim, kv).transpose(0, 1, 2, 4, 3), out=s5)
             s *= p["scale"]
             if p["mask_shape"] is not None:
                 s += rest[0]
@@ -187,7 +189,7 @@ class HostAttention(PreparedKernel):
             s /= s.sum(axis=-1, keepdims=True)
             if p["nan_to_zero"]:
                 xp.copyto(s, 0, where=xp.isnan(s))
-            heads_out = xp.matmul(s5, head_view(v, ov, kv, dim, kv))
+            heads_out = self.matmul(s5, head_view(v, ov, kv, dim, kv))
             out.reshape(batch, q_len, kv, heads // kv, dim)[...] = \
                 heads_out.transpose(0, 3, 1, 2, 4)
 

@@ -13,6 +13,7 @@ from ...backends.base import Backend
 from ..conv_params import CONV_ATTRS, ConvParams, conv2d_params, conv2d_transpose_params
 from ..kernels.cpu.conv_choice import conv2d_cpu
 from ..kernels.conv_epilogue import EPILOGUE_DTYPES, Epilogue
+from ..kernels.cuda_gemm import matmul_function
 from ..kernels.host import array_module, host_kernel, wide_dtype
 from ..kernels.opencl.conv import conv2d_cl, conv2d_transpose_cl
 from ..kernels.opencl.source import check_cl_dtypes
@@ -54,6 +55,7 @@ def _conv2d_host(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                  outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     p = conv2d_params(inputs, attrs)
     xp = array_module(backend)
+    matmul = matmul_function(xp)
     work = _work_dtype(backend, p.dtype)
     staged = work != p.dtype
     pt, pl, pb, pr = p.pad
@@ -91,7 +93,7 @@ def _conv2d_host(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
             cols = col.reshape(p.n, p.groups, kk, p.oh * p.ow)
         w = _staged(xp, weight, w_buf).reshape(p.groups, p.og, kk)
         target = out if out_buf is None else out_buf
-        xp.matmul(w, cols, out=target.reshape(p.n, p.groups, p.og, p.oh * p.ow))
+        matmul(w, cols, out=target.reshape(p.n, p.groups, p.og, p.oh * p.ow))
         if out_buf is not None:
             xp.copyto(out, out_buf, casting="unsafe")
     return host_kernel(backend, device_id, run)
@@ -120,6 +122,7 @@ def _conv2d_transpose_host(backend: Backend, device_id: int, inputs: Sequence[Te
                            attrs: Mapping[str, Any]) -> Callable[..., None]:
     p = conv2d_transpose_params(inputs, attrs)
     xp = array_module(backend)
+    matmul = matmul_function(xp)
     work = _work_dtype(backend, p.dtype)
     staged = work != p.dtype
     pt, pl = p.pad[0], p.pad[1]
@@ -142,7 +145,7 @@ def _conv2d_transpose_host(backend: Backend, device_id: int, inputs: Sequence[Te
             return
         x = _staged(xp, data, d_buf).reshape(p.n, p.groups, p.cg, p.h * p.w)
         w = _staged(xp, weight, w_buf).reshape(p.groups, p.cg, taps).swapaxes(1, 2)
-        xp.matmul(w, x, out=cols)
+        matmul(w, x, out=cols)
         taps6 = cols.reshape(p.n, p.o, p.kh, p.kw, p.h, p.w)
         full.fill(0)
         for i in range(p.kh):

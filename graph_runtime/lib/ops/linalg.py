@@ -9,6 +9,7 @@ import numpy as np
 from ...backends.base import Backend
 from ..attrs import attr_error, bool_attr, check_out_dtype, int_attr, normalize_axis, op_error
 from ..kernels.cpu.dense_choice import DenseSpec, dense_cpu
+from ..kernels.cuda_gemm import matmul_function
 from ..kernels.gpu_elementwise import gpu_elementwise
 from ..kernels.host import array_module, host_kernel
 from ..kernels.opencl.gemm import GemmShape, make_gemm
@@ -150,6 +151,7 @@ def host_gemm(backend: Backend, device_id: int, gemm: Gemm,
     """run(a, b, out) with numpy/cupy matmul (BLAS / cuBLAS) on reshaped, transposed views;
     stage_float16: a float16 product computed in float32 buffers (NumPy has no float16 BLAS)."""
     xp = array_module(backend)
+    matmul = matmul_function(xp)
     a_shape = gemm.a_shape()
     b_shape = gemm.b_shape()
     c_shape = (gemm.batch, gemm.m, gemm.n)
@@ -177,9 +179,9 @@ def host_gemm(backend: Backend, device_id: int, gemm: Gemm,
         a3, b3 = operands(a, b)
         c3 = out.reshape(c_shape)
         if staged is None:
-            xp.matmul(a3, b3, out=c3)
+            matmul(a3, b3, out=c3)
         else:
-            xp.matmul(a3, b3, out=staged[2])
+            matmul(a3, b3, out=staged[2])
             xp.copyto(c3, staged[2], casting="unsafe")
     return host_kernel(backend, device_id, run)
 
