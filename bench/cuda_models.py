@@ -211,6 +211,35 @@ def copy_bandwidth() -> dict[str, float]:
             "pinned_h2d": rate(pinned_up), "pinned_d2h": rate(pinned_down)}
 
 
+def copy_node_bandwidth() -> dict[str, float]:
+    """GB/s of a graph's __copy nodes moving COPY_BYTES from the host to the GPU and back (their
+    host ends page-locked by the executor), from graph_runtime's profile (device-synchronised)."""
+    from graph_runtime.graph.model import Graph
+    n = COPY_BYTES // 4
+    ref = [[0, 0, 0]]
+    nodes = [{"op": "null", "name": "x", "inputs": []},
+             {"op": "tvm_op", "name": "host_relu", "inputs": ref,
+              "attrs": {"func_name": "relu", "num_inputs": "1", "num_outputs": "1", "flatten_data": "0"}},
+             {"op": "tvm_op", "name": "__copy_up", "inputs": [[1, 0, 0]],
+              "attrs": {"func_name": "__copy", "num_inputs": "1", "num_outputs": "1", "flatten_data": "0"}},
+             {"op": "tvm_op", "name": "gpu_relu", "inputs": [[2, 0, 0]],
+              "attrs": {"func_name": "relu", "num_inputs": "1", "num_outputs": "1", "flatten_data": "0"}},
+             {"op": "tvm_op", "name": "__copy_down", "inputs": [[3, 0, 0]],
+              "attrs": {"func_name": "__copy", "num_inputs": "1", "num_outputs": "1", "flatten_data": "0"}},
+             {"op": "tvm_op", "name": "host_neg", "inputs": [[4, 0, 0]],
+              "attrs": {"func_name": "negative", "num_inputs": "1", "num_outputs": "1", "flatten_data": "0"}}]
+    graph = Graph.build(nodes, [[5, 0, 0]], shapes=[[n]] * 6, dtypes="float32",
+                        device_index=[1, 1, 2, 2, 1, 1])
+    m = gr.create(graph, None, [gr.cpu(0), gr.cuda(0)], strict=True)
+    x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+    m.run(x=x)
+    np.testing.assert_array_equal(m.get_output(0).numpy(), -np.maximum(x, 0))
+    rows = m.profile(repeat=5)
+    up = next(t.seconds for t in rows if "__copy_up" in t.label)
+    down = next(t.seconds for t in rows if "__copy_down" in t.label)
+    return {"copy_node_h2d": COPY_BYTES / up / 1e9, "copy_node_d2h": COPY_BYTES / down / 1e9}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
@@ -229,7 +258,7 @@ def main() -> None:
     print(f"{props['name'].decode()}, driver {cupy.cuda.runtime.driverGetVersion()}, "
           f"CUDA runtime {cupy.cuda.runtime.runtimeGetVersion()}, CuPy {cupy.__version__}, "
           f"torch {torch.__version__}", flush=True)
-    bandwidth = copy_bandwidth()
+    bandwidth = {**copy_bandwidth(), **copy_node_bandwidth()}
     print("copies of 64 MiB, GB/s: " + ", ".join(f"{k} {v:.1f}" for k, v in bandwidth.items()),
           flush=True)
     results: list[dict[str, Any]] = [{"copies_GBps": bandwidth}]

@@ -108,6 +108,12 @@ class CudaBackend:
         with self.scope(device_id):
             return cupy.empty(tuple(shape), dtype=dtype)
 
+    def pinned_host(self, nbytes: int) -> np.ndarray:
+        """nbytes of page-locked host memory (uint8): a GPU copies to and from it by DMA at the
+        bus's speed (about 55 GB/s on an H200 against 8-15 GB/s from pageable memory)."""
+        memory = cupy.cuda.alloc_pinned_memory(max(nbytes, 1))
+        return np.frombuffer(memory, np.uint8, nbytes)  # the array keeps the memory alive
+
     # -- copies -------------------------------------------------------------------------------
 
     def from_host(self, host: np.ndarray, dst: Any) -> None:

@@ -9,7 +9,7 @@ import numpy as np
 
 from .._text import fmt_bytes
 from ..backends import check_device
-from ..device import Device
+from ..device import Device, cuda
 from ..errors import DeviceError, GraphError
 from ..graph.model import Graph, entry_bytes
 
@@ -159,14 +159,18 @@ class StoragePool:
     """
 
     def __init__(self, graph: Graph, plan: PoolLayout, scratch: Scratch | None = None,
-                 scratch_ids: Collection[int] = ()) -> None:
+                 scratch_ids: Collection[int] = (), pinned: Collection[int] = ()) -> None:
         self.plan = plan
         self.buffers: dict[int, Any] = {}
         self.scratch_bytes: dict[Device, int] = {}
         self.scratch_ids: frozenset[int] = frozenset()  # the ids sliced from the Scratch
         if scratch is not None:
             self._slice_scratch(scratch, [sid for sid in sorted(scratch_ids)
-                                          if plan.sid_device[sid].kind == "cpu"])
+                                          if plan.sid_device[sid].kind == "cpu"
+                                          and sid not in pinned])
+        for sid in sorted(pinned):  # host ids a GPU copies from or into (Executor.pinned_ids)
+            if sid not in self.buffers:
+                self.buffers[sid] = pinned_host(plan.sid_bytes[sid])
         for sid, nbytes in sorted(plan.sid_bytes.items()):
             if sid not in self.buffers:
                 self.buffers[sid] = _alloc(sid, nbytes, plan.sid_device[sid])
@@ -253,6 +257,12 @@ class StoragePool:
         if self._sid_users[sid] == 1:
             self.buffers[sid] = array
             self.views[eid] = array
+
+
+def pinned_host(nbytes: int) -> Any:
+    """Page-locked host bytes (from the CUDA backend, which has the allocator)."""
+    backend: Any = check_device(cuda(0))
+    return backend.pinned_host(nbytes)
 
 
 def _alloc(sid: int, nbytes: int, dev: Device) -> Any:

@@ -75,6 +75,30 @@ def test_duplex_copies_back_and_forth(host: str, dev: str) -> None:
     assert m.get_output(0).device.kind == dev
 
 
+@pytest.mark.cuda
+def test_host_ends_of_gpu_copies_are_page_locked() -> None:
+    """The host storage a copy moves to or from a GPU is pinned (DMA at the bus's speed); the
+    answer is the same."""
+    require_backend("cuda")
+    from cupy.cuda import runtime
+    m = gr.create(duplex(CPU, CUDA), None, [gr.cpu(), gr.cuda()], strict=True)
+    x = _inputs("ABCD", seed=2)
+    m.run(**x)
+    np.testing.assert_allclose(m.get_output(0).numpy(), x["A"] + x["B"] - x["C"] + x["D"],
+                               rtol=1e-6)
+    ex = m.executor
+    pinned = ex.pinned_ids()
+    assert len(pinned) == 2  # the subtraction's input and output, both on the host
+    for sid in pinned:
+        attrs = runtime.pointerGetAttributes(ex.pool.buffers[sid].ctypes.data)
+        assert attrs.type == getattr(runtime, "memoryTypeHost", 1)
+
+
+def test_a_host_only_module_pins_nothing() -> None:
+    m = gr.create(simplex(CPU, CPU), standard_module(), [gr.cpu()])
+    assert m.executor.pinned_ids() == set()
+
+
 @pytest.mark.parametrize("make", [simplex, duplex], ids=["simplex", "duplex"])
 def test_only_cpu_given_falls_back_and_warns(make, caplog: pytest.LogCaptureFixture) -> None:
     graph = make(CPU, OPENCL)
