@@ -39,10 +39,10 @@ sys.path.insert(0, str(ROOT / "tests" / "data" / "onnx"))  # make_models.py: BER
 sys.path.insert(0, str(ROOT))  # measure the checkout this script sits in
 sys.path.append(str(ROOT / "bench"))  # last: bench/transformers.py must not shadow the package
 import graph_runtime as gr  # noqa: E402
+from onnx_models import make_inputs  # noqa: E402  (bench/: seeded images, ids, padded masks)
 from peers import cuda_session  # noqa: E402  (bench/)
 
 SEQ = 128
-VOCAB = 100  # token ids drawn below this: inside make_models' BERT vocabulary and LLaMA's
 COPY_BYTES = 64 << 20
 
 
@@ -73,22 +73,6 @@ MODELS: dict[str, tuple[Callable[[], Any], list[str], list[str],
     "llama": (_llama, ["input_ids", "attention_mask"], ["logits"],
               lambda b: {"input_ids": (b, SEQ), "attention_mask": (b, SEQ)}),
 }
-
-
-def make_inputs(shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
-    """Seeded inputs: images in [0, 1), token ids below VOCAB, masks with a padded tail."""
-    rng = np.random.default_rng(0)
-    values = {}
-    for name, shape in shapes.items():
-        if name == "input_ids":
-            values[name] = rng.integers(0, VOCAB, shape, dtype=np.int64)
-        elif name == "attention_mask":
-            mask = np.ones(shape, dtype=np.int64)
-            mask[:, -shape[1] // 4:] = 0
-            values[name] = mask
-        else:
-            values[name] = rng.random(shape, dtype=np.float32)
-    return values
 
 
 def export(name: str, model: Any, cache: Path) -> Path:
