@@ -33,7 +33,8 @@ class CudaGraphRuns:
         self.device_id = device_id
         self.run_plain = run_plain
         self.source = source
-        self.state = "warming"  # warming -> replaying, or -> plain (reason says why)
+        # warming -> capture -> replaying, or -> plain when the capture fails (reason says why)
+        self.state = "warming"
         self.reason = ""
         self._graph: Any = None
         self._pool: Any = None
@@ -64,7 +65,6 @@ class CudaGraphRuns:
         from cupy.cuda import runtime
         stream = self._stream()
         pool = cupy.cuda.MemoryPool()
-        graph = None
         try:
             with cupy.cuda.Device(self.device_id), cupy.cuda.using_allocator(pool.malloc):
                 # relaxed: a first allocation of the pool's may call cudaMalloc meanwhile

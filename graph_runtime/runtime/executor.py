@@ -18,7 +18,7 @@ from .._text import fmt_bytes
 from ..backends import check_device, copy_array
 from ..device import Device
 from ..errors import GraphError, GraphRuntimeError, LibraryError
-from ..graph.model import COPY_OP, NOP_OP, Graph
+from ..graph.model import COPY_OP, NOP_OP, Graph, entry_bytes
 from ..lib.attrs import WORKSPACE_LIMIT_KEY
 from ..lib.kernels.threads import ONE_BLAS_THREAD
 from ..lib.library import InputVersion, Module, TensorSpec
@@ -92,7 +92,7 @@ class Executor:
         for c in self.copies:
             shape, dtype = tuple(graph.shape(c.eid)), np.dtype(graph.dtype(c.eid))
             if c.dst.kind == "cpu" and c.src.kind == "cuda":  # page-locked: see pinned_ids
-                nbytes = dtype.itemsize * math.prod(shape)
+                nbytes = entry_bytes(shape, graph.dtype(c.eid))
                 self.arrays[(c.eid, c.dst)] = pinned_host(nbytes).view(dtype).reshape(shape)
             else:
                 self.arrays[(c.eid, c.dst)] = check_device(c.dst).empty(c.dst.device_id, shape,
