@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT / "tests" / "data" / "onnx"))  # make_models.py: BER
 sys.path.insert(0, str(ROOT))  # measure the checkout this script sits in
 sys.path.append(str(ROOT / "bench"))  # last: bench/transformers.py must not shadow the package
 import graph_runtime as gr  # noqa: E402
-from onnx_models import make_inputs  # noqa: E402  (bench/: seeded images, ids, padded masks)
+from onnx_models import end_to_end_call, make_inputs  # noqa: E402  (bench/: seeded inputs)
 from peers import cuda_session  # noqa: E402  (bench/)
 
 SEQ = 128
@@ -105,14 +105,7 @@ def ours(path: Path, inputs: dict[str, np.ndarray], graphs: bool = True
     finally:
         del os.environ[CUDA_GRAPHS.name]
     m.load_params(gr.save_param_dict(params))
-    count = m.get_num_outputs()
-
-    def call() -> list[np.ndarray]:
-        for name, value in inputs.items():
-            m.set_input(name, value)
-        m.run()
-        return [m.get_output(i).numpy() for i in range(count)]
-    return call, m, imported
+    return end_to_end_call(m, inputs), m, imported
 
 
 def torch_call(model: Any, inputs: dict[str, np.ndarray]) -> Callable[[], list]:

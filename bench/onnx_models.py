@@ -89,6 +89,18 @@ def make_inputs(shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
     return values
 
 
+def end_to_end_call(m: Any, inputs: dict[str, np.ndarray]) -> Callable[[], list[np.ndarray]]:
+    """One call as a user makes it: set every input, run, fetch every output on the host."""
+    count = m.get_num_outputs()
+
+    def call() -> list[np.ndarray]:
+        for name, value in inputs.items():
+            m.set_input(name, value)
+        m.run()
+        return [m.get_output(i).numpy() for i in range(count)]
+    return call
+
+
 def contenders(path: Path, shapes: dict[str, tuple[int, ...]]
                ) -> tuple[dict[str, Callable[[], Any]], float]:
     """name -> one end-to-end call, and graph_runtime's import time (median of 3)."""
@@ -102,18 +114,10 @@ def contenders(path: Path, shapes: dict[str, tuple[int, ...]]
     m = gr.create(graph_json, lib, gr.cpu())
     m.load_params(gr.save_param_dict(params))
     inputs = make_inputs(shapes)
-    count = m.get_num_outputs()
-
-    def ours() -> list[np.ndarray]:
-        for name, value in inputs.items():
-            m.set_input(name, value)
-        m.run()
-        return [m.get_output(i).numpy() for i in range(count)]
-
-    calls: dict[str, Callable[[], Any]] = {"graph_runtime": ours,
+    calls: dict[str, Callable[[], Any]] = {"graph_runtime": end_to_end_call(m, inputs),
                                            **onnxruntime_calls(path, inputs)}
     want = calls["onnxruntime"]()
-    for i, (g, w) in enumerate(zip(ours(), want)):
+    for i, (g, w) in enumerate(zip(calls["graph_runtime"](), want)):
         error = float(np.abs(g - w).max() / max(float(np.abs(w).max()), 1e-30))
         if error > 2e-4:
             raise SystemExit(f"{path.name} output {i}: graph_runtime disagrees with ONNX Runtime"
