@@ -321,3 +321,48 @@ def test_a_new_shapes_small_attention_takes_every_past_length() -> None:
     q, k, v, mask = arrays
     with pytest.raises(LibraryError, match="needs 9 tokens"):
         kernels[0](q, k, v[:, :, :7], mask, out)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("case", CASES + GQA_CASES)
+def test_few_query_kernel_matches_float64(case: tuple, dtype: str) -> None:
+    """The decode step's one-pass kernel at every case's shapes (it takes any number of query
+    rows; a symbolic module gives it one), arrays met again and new ones."""
+    from graph_runtime.lib.kernels.cpu.attention import FewQueryAttention
+    arrays, attrs, want = _case(*case, dtype=dtype)
+    p = {name: attrs.get(f"{name}", default) for name, default in
+         (("num_heads", 0), ("head_dim", 0), ("kv_heads", attrs["num_heads"]))}
+    kernel = FewQueryAttention(p["num_heads"], p["kv_heads"], p["head_dim"],
+                               (attrs["q_offset"], attrs["k_offset"], attrs["v_offset"]),
+                               attrs["scale"], attrs["nan_to_zero"], len(arrays) == 4, dtype)
+    assert kernel.any_shape() and kernel.workspace_bytes() == 0
+    out = np.empty(want.shape, dtype)
+    for _ in range(2):  # the views kept from the first call serve the second
+        out[...] = 7.0
+        kernel(*arrays, out)
+        _check(out, want, dtype)
+    fresh = [a.copy() for a in arrays]
+    out = np.empty(want.shape, dtype)
+    kernel(*fresh, out)
+    _check(out, want, dtype)
+
+
+def test_a_decode_steps_attention_runs_on_the_few_query_kernel() -> None:
+    """A symbolic module's new shape of one query row takes the one-pass kernel, shared by
+    every past length; more rows keep OpenBLAS's products."""
+    from graph_runtime.lib import tuning
+    from graph_runtime.lib.kernels.cpu.attention import AttentionKernel, FewQueryAttention
+    made = {}
+    for q_len in (1, 3):
+        arrays, attrs, want = _case(2, q_len, 9, 8, 4, (2, 1, 1, 9), False, False, 2, True,
+                                    dtype="float32")
+        specs = [TensorSpec(a.shape, "float32") for a in arrays]
+        with tuning.by_size_class():
+            kernel = get_op("attention").kernels["cpu"](
+                get_backend("cpu"), 0, specs, [TensorSpec(want.shape, "float32")], attrs)
+        out = np.empty(want.shape, np.float32)
+        kernel(*arrays, out)
+        _check(out, want, "float32")
+        made[q_len] = kernel._last[1]
+    assert isinstance(made[1], FewQueryAttention)
+    assert isinstance(made[3], AttentionKernel)

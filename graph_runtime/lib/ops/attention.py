@@ -20,7 +20,7 @@ from typing import Any
 from ..._lru import LruCache
 from ...backends.base import Backend
 from ..attrs import bool_attr, float_attr, int_attr, op_error
-from ..kernels.cpu.attention import AttentionKernel
+from ..kernels.cpu.attention import AttentionKernel, FewQueryAttention
 from ..kernels.cuda_gemm import matmul_function
 from ..kernels.heads import head_view
 from ..kernels.host import array_module
@@ -34,6 +34,8 @@ from .. import tuning
 # OpenBLAS's products: a LLaMA decode step's 8 heads of 64 by up to 976 past tokens.
 ONE_SHOT_FLOPS = 2_000_000
 SHAPES_KEPT = 16  # kernels an AttentionByShape keeps, for the shapes met last
+FEW_QUERIES = 1  # query rows up to which a shape takes FewQueryAttention: a decode step's token
+# (4 rows by 8 tokens took 24 us there against 11 for OpenBLAS's products, each alone)
 ATTRS = ("num_heads", "head_dim", "scale", "q_offset", "k_offset", "v_offset", "nan_to_zero",
          "kv_heads")
 
@@ -104,7 +106,7 @@ def _cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
         # NOTE: a symbolic module's new shape (a decode step: every past length is new) may
         # run once: oneDNN's two primitives cost 1-2 ms to make, OpenBLAS's products nothing,
         # and at this size they differ by microseconds a run.
-        return AttentionByShape(attrs, AttentionKernel(**p), inputs)
+        return AttentionByShape(attrs, p, inputs)
     key = (f"{p['dtype']} {p['batch']}x{p['heads']} heads of {p['q_len']}x{p['head_dim']} by "
            f"{p['k_len']} tokens{' masked' if p['mask_shape'] is not None else ''}")
     shapes = [tuple(int(d) for d in spec.shape) for spec in list(inputs) + list(outputs)]
@@ -114,29 +116,38 @@ def _cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
 
 
 class AttentionByShape(PreparedKernel):
-    """The OpenBLAS attention of a symbolic module's small new shapes, taking any shape
+    """The attention of a symbolic module's small new shapes, taking any shape
     (PreparedKernel.any_shape): kept by size class, it serves a decoder's every past length
     of the class, where each step prepared its own (0.2 ms of a 7 ms LLaMA decode step). A
-    shape met is checked as prepare() checks it (_params), then gets an AttentionKernel of its
-    own, the last SHAPES_KEPT kept; arrays of the shape met last go straight to its kernel."""
+    shape met is checked as prepare() checks it (_params); one of at most FEW_QUERIES query
+    rows (a decode step) runs on the one FewQueryAttention, which takes any shape; any other
+    gets an OpenBLAS AttentionKernel of its own, the last SHAPES_KEPT kept. Arrays of the shape
+    met last go straight to its kernel."""
 
-    def __init__(self, attrs: Mapping[str, Any], first: AttentionKernel,
+    def __init__(self, attrs: Mapping[str, Any], first: Mapping[str, Any],
                  inputs: Sequence[TensorSpec]) -> None:
         self.attrs = dict(attrs)
+        self._dtype = str(first["dtype"])
+        self._few = FewQueryAttention(first["heads"], first["kv_heads"], first["head_dim"],
+                                      first["offsets"], first["scale"], first["nan_to_zero"],
+                                      first["mask_shape"] is not None, self._dtype)
         key = tuple(tuple(int(d) for d in spec.shape) for spec in inputs)
-        self._kernels: LruCache[AttentionKernel] = LruCache(SHAPES_KEPT)
-        self._kernels.get_or_build(key, lambda: first)
-        self._last = (key, first)
-        self._dtype = first.scores.dtype.name
+        self._kernels: LruCache[Any] = LruCache(SHAPES_KEPT)
+        kernel = self._kernels.get_or_build(key, lambda: self._made(first))
+        self._last = (key, kernel)
 
     def any_shape(self) -> bool:
         return True
 
     def workspace_bytes(self) -> int:
-        return sum(int(kernel.scores.nbytes) for kernel in self._kernels.values())
+        return sum(int(kernel.scores.nbytes) for kernel in self._kernels.values()
+                   if isinstance(kernel, AttentionKernel))
 
-    def _kernel(self, key: tuple[tuple[int, ...], ...]) -> AttentionKernel:
-        kernel = self._kernels.get_or_build(key, lambda: AttentionKernel(**_params(
+    def _made(self, p: Mapping[str, Any]) -> Any:
+        return self._few if p["q_len"] <= FEW_QUERIES else AttentionKernel(**p)
+
+    def _kernel(self, key: tuple[tuple[int, ...], ...]) -> Any:
+        kernel = self._kernels.get_or_build(key, lambda: self._made(_params(
             [TensorSpec(shape, self._dtype) for shape in key], self.attrs)))
         self._last = (key, kernel)
         return kernel
