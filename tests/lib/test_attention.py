@@ -330,9 +330,8 @@ def test_few_query_kernel_matches_float64(case: tuple, dtype: str) -> None:
     rows; a symbolic module gives it one), arrays met again and new ones."""
     from graph_runtime.lib.kernels.cpu.attention import FewQueryAttention
     arrays, attrs, want = _case(*case, dtype=dtype)
-    p = {name: attrs.get(f"{name}", default) for name, default in
-         (("num_heads", 0), ("head_dim", 0), ("kv_heads", attrs["num_heads"]))}
-    kernel = FewQueryAttention(p["num_heads"], p["kv_heads"], p["head_dim"],
+    heads = attrs["num_heads"]
+    kernel = FewQueryAttention(heads, attrs.get("kv_heads", heads), attrs["head_dim"],
                                (attrs["q_offset"], attrs["k_offset"], attrs["v_offset"]),
                                attrs["scale"], attrs["nan_to_zero"], len(arrays) == 4, dtype)
     assert kernel.any_shape() and kernel.workspace_bytes() == 0

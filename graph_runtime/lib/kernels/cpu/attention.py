@@ -28,7 +28,7 @@ from ...prepared import PreparedKernel
 from ...tunable import Candidate, TunableOp
 from ...tuning import Choice
 from . import jit_setup
-from .loops_jit import compiled, inlined, reassociating
+from .loops_jit import compiled, inlined, lane_dot
 from .omp_team import block, float32_at, my_rows, run_on_team, team_arrays, team_kernel
 from .rows_jit import on_team, softmax_row
 from ..heads import head_view
@@ -115,15 +115,6 @@ def _scale_mask_softmax_team(data: Any) -> None:
                             b[10] != 0, has_mask)
 
 
-@reassociating
-def _head_dot(x: Any, w: Any, zero: Any) -> Any:
-    """x . w in x's type, summed in vector lanes (as the BLAS products sum)."""
-    total = zero
-    for i in range(x.shape[0]):
-        total += x[i] * w[i]
-    return total
-
-
 @compiled
 def _few_queries(q: Any, k: Any, v: Any, mask: Any, out: Any, scale: Any, one: Any,
                  nan_to_zero: bool, has_mask: bool) -> None:
@@ -143,7 +134,7 @@ def _few_queries(q: Any, k: Any, v: Any, mask: Any, out: Any, scale: Any, one: A
             for i in range(nq):
                 qi = q[b, h, i]
                 for j in range(nk):
-                    s[j] = _head_dot(qi, k[b, g, j], zero)
+                    s[j] = lane_dot(qi, k[b, g, j], zero)
                 _masked_softmax_row(s, mask[b, h, i], scale, one, nan_to_zero, has_mask)
                 acc[:] = zero
                 for j in range(nk):

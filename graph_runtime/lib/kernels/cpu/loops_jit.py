@@ -45,6 +45,16 @@ def reassociating(fn: Callable[..., Any]) -> Any:
         return numba.njit(fn, cache=False, nogil=True, fastmath={"reassoc"}, boundscheck=False)
 
 
+@reassociating
+def lane_dot(x: Any, w: Any, zero: Any) -> Any:
+    """x . w summed from zero (x's type) in vector lanes, as OpenBLAS's and oneDNN's products
+    sum: the dot products of the few-row kernels (team_gemv.py, attention.py's decode pass)."""
+    total = zero
+    for i in range(x.shape[0]):
+        total += x[i] * w[i]
+    return total
+
+
 def inlined(fn: Callable[..., Any]) -> Any:
     """A helper numba copies into each caller: a call between compiled functions is not
     inlined by LLVM, and called helpers made the loops much slower (docs/measurements.md)."""

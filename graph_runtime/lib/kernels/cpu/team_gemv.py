@@ -27,7 +27,7 @@ from numba import carray
 
 from ...prepared import PreparedKernel
 from . import jit_setup
-from .loops_jit import reassociating
+from .loops_jit import lane_dot
 from .omp_team import available, float32_at, my_rows, run_on_team, team_kernel
 
 MAX_ROWS = 8  # of x: beyond, the product has flops enough for a GEMM's blocking to win
@@ -37,15 +37,6 @@ LINE = 16  # float32 values per cache line: no two threads write one line of the
 def applies(m: int, n: int, dtype: str) -> bool:
     """Whether a product of m rows against an [n, k] weight may run here now."""
     return dtype == "float32" and 1 <= m <= MAX_ROWS and n >= 2 * LINE and available()
-
-
-@reassociating
-def _dot(x: Any, w: Any) -> Any:
-    """x . w in float32, summed in vector lanes (as OpenBLAS's and oneDNN's products sum)."""
-    total = np.float32(0.0)
-    for i in range(x.shape[0]):
-        total += x[i] * w[i]
-    return total
 
 
 @team_kernel
@@ -60,7 +51,7 @@ def _gemv_team(data: Any) -> None:
     for j in range(lo * LINE, min(hi * LINE, n)):
         row = w[j]
         for r in range(m):
-            out[r, j] = _dot(x[r], row)
+            out[r, j] = lane_dot(x[r], row, np.float32(0.0))
 
 
 class TeamGemv(PreparedKernel):
