@@ -123,9 +123,7 @@ class ModuleBase(Diagnostics):
         """
         self._lock.acquire()
         try:
-            if inputs:
-                self._set_input_unlocked(None, None, inputs)
-            self._run_unlocked()
+            self._run_with(inputs)
             return [self._get_output_unlocked(i, None).numpy()
                     for i in range(len(self._output_eids))]
         finally:
@@ -297,11 +295,16 @@ class ModuleBase(Diagnostics):
         if not lock.acquire(False):
             self._acquire("run")
         try:
-            if inputs:
-                self._set_input_unlocked(None, None, inputs)
-            self._run_unlocked()
+            self._run_with(inputs)
         finally:
             lock.release()
+
+    def _run_with(self, inputs: Mapping[str, Any]) -> None:
+        """run(**inputs) holding the module: set them, run once (a module may read the
+        caller's arrays until it returns, copying them only where it runs)."""
+        if inputs:
+            self._set_input_unlocked(None, None, inputs)
+        self._run_unlocked()
 
     def get_output(self, index: int | str, out: Any = None) -> Any:
         """Output index (or name) of the last run as a new NDArray (the next run cannot

@@ -79,6 +79,10 @@ class SymbolicGraphModule(ModuleBase):
         # specialisation does not hold it (a new shape, or no specialisation yet).
         self._shapes: dict[str, tuple[tuple[int, ...], str]] = {}
         self._held: dict[str, Any] = {}
+        # inside run(**inputs): the caller's own arrays for inputs of a new shape, read in
+        # place (copied once, into the specialisation) instead of held (copied twice)
+        self._lent: dict[str, Any] = {}
+        self._lending = False
         self._values: dict[str, np.ndarray] = {}  # host copies of shape-deciding inputs
         self._params: dict[str, tuple[Device, Any]] = {}  # one device array per param
         self.specializations = 0
@@ -130,8 +134,13 @@ class SymbolicGraphModule(ModuleBase):
             self._values[name] = _host_copy(value)
         current = self._current
         if current is not None and self._current_key is not None \
-                and self._current_key[index] == shape and name not in self._held:
+                and self._current_key[index] == shape and name not in self._held \
+                and name not in self._lent:
             current.set_input(name, value)
+            return
+        if self._lending:
+            self._held.pop(name, None)
+            self._lent[name] = value
             return
         self._held[name] = _keep(value)
 
@@ -208,6 +217,25 @@ class SymbolicGraphModule(ModuleBase):
         """Pick (or build) the specialisation for the inputs' shapes, run it."""
         self._specialised().run()
 
+    def _run_with(self, inputs: Mapping[str, Any]) -> None:
+        """run(**inputs): an input of a new shape is read from the caller's array (lent) by
+        the specialisation it goes to, one copy (a decode step's KV cache: held, it was copied
+        twice, about 0.4 ms a step of bench/generate.py's decoder); where no specialisation
+        takes them (an error), they are held as set_input holds them, so nothing set is lost."""
+        if not inputs:
+            self._run_unlocked()
+            return
+        self._lending = True
+        try:
+            self._set_input_unlocked(None, None, inputs)
+            module = self._specialised()
+        finally:
+            self._lending = False
+            for name, value in self._lent.items():
+                self._held[name] = _keep(value)
+            self._lent.clear()
+        module.run()
+
     def _output_at(self, index: int, out: Any) -> Any:
         return self._module("get_output").get_output(index, out)
 
@@ -245,7 +273,8 @@ class SymbolicGraphModule(ModuleBase):
         if self._threads_moved():
             self._drop_shapes()
         current = self._current
-        if current is not None and key == self._current_key and not self._held:
+        if current is not None and key == self._current_key and not self._held \
+                and not self._lent:
             self._last_new = False
             return current
         module = self._cache.get(key)
@@ -257,13 +286,16 @@ class SymbolicGraphModule(ModuleBase):
             self._last_cost = self._costs[key]
         if module is not current:
             for name in self._names:
-                if name in self._held or name in self._params:
+                if name in self._held or name in self._lent or name in self._params:
                     continue
                 if current is not None:  # the value lives in the module used last
                     module.set_input(name, current.get_input(name, out=None))
         for name, value in self._held.items():
             module.set_input(name, value)
         self._held.clear()
+        for name, value in self._lent.items():
+            module.set_input(name, value)
+        self._lent.clear()
         self._current = module
         self._current_key = key
         return module

@@ -68,6 +68,27 @@ def test_kernel_matches_rotate_half(case: tuple, dtype: str, backend_name: str) 
 
 
 @pytest.mark.parametrize("case", CASES)
+def test_calls_on_the_same_arrays_read_their_values_now(case: tuple) -> None:
+    """The CPU kernel keeps the arrays of its last call (a module passes the same ones every
+    run): new values in them are rotated, and new arrays are bound."""
+    backend = get_backend("cpu")
+    arrays, attrs, want = _case(*case, dtype="float32")
+    specs = [TensorSpec(a.shape, "float32") for a in arrays]
+    out_spec = [TensorSpec(want.shape, "float32")]
+    run = get_op("rotary").kernels["cpu"](backend, 0, specs, out_spec, attrs)
+    x, cos, sin = (np.ascontiguousarray(a) for a in arrays)
+    out = np.empty(want.shape, np.float32)
+    run(x, cos, sin, out)
+    np.testing.assert_array_equal(out, want)
+    x *= 2.0  # exact in float32: each product and sum doubles
+    run(x, cos, sin, out)
+    np.testing.assert_array_equal(out, 2.0 * want)
+    fresh = np.empty(want.shape, np.float32)
+    run(x / 2.0, cos, sin, fresh)
+    np.testing.assert_array_equal(fresh, want)
+
+
+@pytest.mark.parametrize("case", CASES)
 def test_numpy_api_kernel_matches_rotate_half(case: tuple) -> None:
     """What CUDA runs through CuPy, run here with NumPy."""
     from graph_runtime.lib.ops.rotary import _host

@@ -53,6 +53,29 @@ def test_the_product_matches_float64(team, m, n, k, random_array) -> None:
         _check(out, x, w)
 
 
+def test_calls_on_the_same_arrays_read_their_values_now(team, random_array) -> None:
+    """The kernel keeps the arrays it was called on (a module passes the same ones every run):
+    new values in them are read, new arrays are bound, and a tail's operand too."""
+    x = random_array((1, 96), "float32", seed=5)
+    w = random_array((64, 96), "float32", seed=6)
+    kernel = TeamGemv(1, 64, 96)
+    out = np.empty((1, 64), np.float32)
+    kernel(x, w, out)
+    _check(out, x, w)
+    x[...] = random_array((1, 96), "float32", seed=7)
+    w[:3] = 0.0
+    kernel(x, w, out)
+    _check(out, x, w)
+    other = np.empty((1, 64), np.float32)
+    x2 = random_array((1, 96), "float32", seed=8)
+    kernel(x2, w, other)
+    _check(other, x2, w)
+    kernel(x2[:, ::-1], w, other)  # a strided input: copied for that call, then bound again
+    _check(other, np.ascontiguousarray(x2[:, ::-1]), w)
+    kernel(x2, w, other)
+    _check(other, x2, w)
+
+
 def test_a_strided_input_and_a_3d_output(team, random_array) -> None:
     """x a column slice of a wider array (copied to be read by address); out (1, 1, n)."""
     wide = random_array((1, 300), "float32", seed=3)

@@ -79,6 +79,36 @@ def test_cached_shape_does_not_specialise_again() -> None:
     np.testing.assert_allclose(m.get_output(0).numpy(), np.ones((2, 3)))
 
 
+def test_run_reads_a_new_shapes_inputs_from_the_callers_arrays_and_keeps_none() -> None:
+    """run(**inputs) at a new shape copies each input once, into the specialisation: writing
+    the caller's arrays afterwards changes neither get_input nor the next run's answer; a run
+    that fails to specialise holds copies, as set_input does, so nothing set is lost."""
+    m = gr.create(dense_graph())
+    w = RNG.standard_normal((3, 4)).astype(np.float32)
+    m.load_params({"w": w})
+    _run_dense(m, w, 2)
+    x = RNG.standard_normal((5, 4)).astype(np.float32)
+    y = RNG.standard_normal((5, 3)).astype(np.float32)
+    want = np.maximum(x, 0) @ w.T + y
+    m.run(x=x, y=y)
+    x_set, y_set = x.copy(), y.copy()
+    x[...] = 7.0
+    y[...] = -7.0
+    np.testing.assert_array_equal(m.get_input("x").numpy(), x_set)
+    m.run()
+    np.testing.assert_allclose(m.get_output(0).numpy(), want, rtol=1e-5, atol=1e-6)
+    assert not m._lent and not m._held
+    bad_x = np.ones((4, 4), np.float32)
+    with pytest.raises(GraphError, match="inputs that share a dimension name must agree"):
+        m.run(x=bad_x, y=np.ones((6, 3), np.float32))
+    assert not m._lent and set(m._held) == {"x", "y"}
+    bad_x[...] = 2.0  # the held copy does not see it
+    np.testing.assert_array_equal(m._held["x"], np.ones((4, 4), np.float32))
+    m.run(y=y_set[:4])  # x's held (4, 4) with a y that agrees
+    np.testing.assert_allclose(m.get_output(0).numpy(), np.ones((4, 4)) @ w.T + y_set[:4],
+                               rtol=1e-5, atol=1e-6)
+
+
 def test_a_second_sweep_of_160_lengths_meets_every_one_kept() -> None:
     """A decoder's generation meets one new length per token, and the next generation the same
     lengths in the same order: an LRU bound below their count missed every one of them again

@@ -65,10 +65,12 @@ def team_arrays(*arrays: Any) -> bool:
     return all(a.dtype == np.float32 and a.flags.c_contiguous for a in arrays)
 
 
-def run_on_team(kernel: Any, block: np.ndarray) -> None:
-    """Every thread of the calling thread's OpenMP team runs kernel (a cfunc) on block; the team
-    has as many threads as oneDNN's primitives get on this thread (use_threads)."""
-    _gomp_parallel()(kernel.address, block.ctypes.data, 0, 0)
+def run_on_team(kernel: Any, block: np.ndarray | int) -> None:
+    """Every thread of the calling thread's OpenMP team runs kernel (a cfunc) on block (an
+    array, or its data's address: kept by a kernel called on the same block every run); the
+    team has as many threads as oneDNN's primitives get on this thread (use_threads)."""
+    _gomp_parallel()(kernel.address, block if isinstance(block, int) else block.ctypes.data,
+                     0, 0)
 
 
 def block(*values: Any) -> np.ndarray:

@@ -1,7 +1,7 @@
 """Rotary position embedding on the CPU: one compiled pass from token layout to token layout."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from numba import carray
@@ -71,19 +71,33 @@ class RotaryKernel(PreparedKernel):
         jit_setup.start()
         self.heads, self.dim, self.rot, self.offset = heads, dim, rot, offset
         self.team = available()  # large calls on oneDNN's OpenMP team
+        # the arrays of the call before and its call on them: a module passes the same arrays
+        # every run, which then skip the broadcasts and the block (about 8 us of a decode
+        # step's rotary, 8 a step in a 4-layer LLaMA)
+        self._last: tuple[Any, ...] = ()
+        self._call: Callable[[], None] = lambda: None
 
     def __call__(self, x: Any, cos: Any, sin: Any, out: Any) -> None:
+        last = self._last
+        if not (last and x is last[0] and cos is last[1] and sin is last[2] and out is last[3]):
+            self._call = self._bound(x, cos, sin, out)
+            self._last = (x, cos, sin, out)
+        self._call()
+
+    def _bound(self, x: Any, cos: Any, sin: Any, out: Any) -> Callable[[], None]:
+        """The call on these arrays: on the team (its block made once) or on this thread."""
         table = (out.shape[0], out.shape[1], self.rot)
         if self.team and out.size >= PARALLEL_ELEMENTS:
             per_batch = cos.shape == table
             if (per_batch or cos.shape in (table[1:], (1, *table[1:]))) and sin.shape == \
                     cos.shape and team_arrays(x, cos, sin, out):
-                run_on_team(_rotate_team(), block(
-                    x, cos, sin, out, table[1], table[0] * table[1], x.shape[-1],
-                    out.shape[-1], self.heads, self.dim, self.rot, self.offset, per_batch))
-                return
-        _rotate(x, np.broadcast_to(cos, table), np.broadcast_to(sin, table), out,
-                self.heads, self.dim, self.rot, self.offset)
+                made = block(x, cos, sin, out, table[1], table[0] * table[1], x.shape[-1],
+                             out.shape[-1], self.heads, self.dim, self.rot, self.offset,
+                             per_batch)
+                return lambda: run_on_team(_rotate_team(), made)
+        args = (x, np.broadcast_to(cos, table), np.broadcast_to(sin, table), out, self.heads,
+                self.dim, self.rot, self.offset)
+        return lambda: _rotate(*args)
 
     def any_shape(self) -> bool:
         return True

@@ -65,6 +65,11 @@ class TeamGemv(PreparedKernel):
         self.tail = tail
         self.block = np.zeros(6, np.int64)
         self.block[3:] = (m, n, k)
+        self._block_at = self.block.ctypes.data
+        # the arrays of the call before, when its block and tail arguments read them in place
+        # (a module's arrays: each run passes the same ones), and the tail's flat arguments
+        self._last: tuple[Any, ...] = ()
+        self._flat: tuple[Any, ...] = ()
 
     def with_tile_tail(self, tail: Any) -> TeamGemv:
         (m, k), (n, _), _ = self.shapes
@@ -78,6 +83,37 @@ class TeamGemv(PreparedKernel):
         return 0 if self.tail is None else self.tail.workspace_bytes()
 
     def __call__(self, a: Any, b: Any, *rest: Any) -> None:
+        arrays = (a, b, *rest)
+        last = self._last
+        if len(arrays) != len(last) or any(x is not y for x, y in zip(arrays, last)):
+            if not self._bind(arrays):
+                self._copying_call(a, b, rest)
+                return
+        run_on_team(_gemv_team(), self._block_at)
+        if self.tail is not None:
+            # its rows as one block on this thread: a tail's own call may hand a wide output
+            # (8 rows of a vocabulary) to the runtime's workers, beside the team's spinning
+            m, n = self.shapes[2]
+            self.tail.run_block(0, m, 0, n, n, self._flat)
+
+    def _bind(self, arrays: tuple[Any, ...]) -> bool:
+        """Point the block at arrays read and written in place (float32, C-contiguous) and keep
+        them, so a call on the same arrays (every run of a module) costs the team's call alone
+        (about 6 us less a call, 29 calls a LLaMA decode step); False (nothing kept) where x, w
+        or out would need a copy."""
+        self._last = ()
+        x, w, out = arrays[0], arrays[1], arrays[-1]
+        if not all(isinstance(v, np.ndarray) and v.dtype == np.float32 and v.flags.c_contiguous
+                   for v in (x, w, out)):
+            return False
+        block = self.block
+        block[0], block[1], block[2] = x.ctypes.data, w.ctypes.data, out.ctypes.data
+        self._flat = () if self.tail is None else self.tail.flat_arrays(arrays[2:])
+        self._last = arrays
+        return True
+
+    def _copying_call(self, a: Any, b: Any, rest: tuple[Any, ...]) -> None:
+        """A call whose operands are not float32 C-contiguous arrays: copied, product, back."""
         out = rest[-1]
         x = np.ascontiguousarray(a, np.float32)
         w = np.ascontiguousarray(b, np.float32)
@@ -89,11 +125,9 @@ class TeamGemv(PreparedKernel):
         block[0] = x.ctypes.data
         block[1] = w.ctypes.data
         block[2] = y.ctypes.data
-        run_on_team(_gemv_team(), block)
+        run_on_team(_gemv_team(), self._block_at)
         if y is not out:
             out[...] = y.reshape(out.shape)
         if self.tail is not None:
-            # its rows as one block on this thread: a tail's own call may hand a wide output
-            # (8 rows of a vocabulary) to the runtime's workers, beside the team's spinning
             m, n = self.shapes[2]
             self.tail.run_block(0, m, 0, n, n, self.tail.flat_arrays(rest))
