@@ -25,6 +25,9 @@ from numba.extending import intrinsic
 from .loops_jit import inlined
 
 LIBGOMP = "libgomp.so.1"
+# array sets a team kernel keeps bound to its blocks (TeamGemv, RotaryKernel): a decoder's layers
+# each pass their own, a symbolic module's new shapes their new views; past it all are dropped
+BOUND_KEPT = 64
 _thread_num: Any = types.ExternalFunction("omp_get_thread_num", types.int32())
 _team_size: Any = types.ExternalFunction("omp_get_num_threads", types.int32())
 _parallel: Any = None

@@ -10,7 +10,8 @@ from ...prepared import PreparedKernel
 from . import jit_setup
 from .loops_jit import compiled, inlined
 from .rows_jit import PARALLEL_ELEMENTS
-from .omp_team import available, block, float32_at, my_rows, run_on_team, team_arrays, team_kernel
+from .omp_team import (BOUND_KEPT, available, block, float32_at, my_rows, run_on_team,
+                       team_arrays, team_kernel)
 
 
 # NOTE: x * cos + (-x_other) * sin, each product rounded, then the sum: the exporters' Mul, Neg,
@@ -71,18 +72,19 @@ class RotaryKernel(PreparedKernel):
         jit_setup.start()
         self.heads, self.dim, self.rot, self.offset = heads, dim, rot, offset
         self.team = available()  # large calls on oneDNN's OpenMP team
-        # the arrays of the call before and its call on them: a module passes the same arrays
-        # every run, which then skip the broadcasts and the block (about 8 us of a decode
-        # step's rotary, 8 a step in a 4-layer LLaMA)
-        self._last: tuple[Any, ...] = ()
-        self._call: Callable[[], None] = lambda: None
+        # per set of arrays met (by identity; the entry holds them, so no id is reused while
+        # it is kept), the call on them: a module passes the same arrays every run (one kernel
+        # serves a decoder's every layer), which then skip the broadcasts or the block
+        self._calls: dict[tuple[int, ...], tuple[Callable[[], None], tuple[Any, ...]]] = {}
 
     def __call__(self, x: Any, cos: Any, sin: Any, out: Any) -> None:
-        last = self._last
-        if not (last and x is last[0] and cos is last[1] and sin is last[2] and out is last[3]):
-            self._call = self._bound(x, cos, sin, out)
-            self._last = (x, cos, sin, out)
-        self._call()
+        key = (id(x), id(cos), id(sin), id(out))
+        made = self._calls.get(key)
+        if made is None:
+            if len(self._calls) >= BOUND_KEPT:
+                self._calls.clear()
+            made = self._calls[key] = (self._bound(x, cos, sin, out), (x, cos, sin, out))
+        made[0]()
 
     def _bound(self, x: Any, cos: Any, sin: Any, out: Any) -> Callable[[], None]:
         """The call on these arrays: on the team (its block made once) or on this thread."""

@@ -28,7 +28,7 @@ from numba import carray
 from ...prepared import PreparedKernel
 from . import jit_setup
 from .loops_jit import lane_dot
-from .omp_team import available, float32_at, my_rows, run_on_team, team_kernel
+from .omp_team import BOUND_KEPT, available, float32_at, my_rows, run_on_team, team_kernel
 
 MAX_ROWS = 8  # of x: beyond, the product has flops enough for a GEMM's blocking to win
 LINE = 16  # float32 values per cache line: no two threads write one line of the output
@@ -66,10 +66,11 @@ class TeamGemv(PreparedKernel):
         self.block = np.zeros(6, np.int64)
         self.block[3:] = (m, n, k)
         self._block_at = self.block.ctypes.data
-        # the arrays of the call before, when its block and tail arguments read them in place
-        # (a module's arrays: each run passes the same ones), and the tail's flat arguments
-        self._last: tuple[Any, ...] = ()
-        self._flat: tuple[Any, ...] = ()
+        # per set of arrays met (by identity; the entry holds them, so no id is reused while
+        # it is kept): a block pointing at them and the tail's flat arguments. A module passes
+        # the same arrays every run, and one kernel serves a decoder's every layer.
+        self._bound: dict[tuple[int, ...], tuple[np.ndarray, int, tuple[Any, ...],
+                                                 tuple[Any, ...]]] = {}
 
     def with_tile_tail(self, tail: Any) -> TeamGemv:
         (m, k), (n, _), _ = self.shapes
@@ -84,33 +85,36 @@ class TeamGemv(PreparedKernel):
 
     def __call__(self, a: Any, b: Any, *rest: Any) -> None:
         arrays = (a, b, *rest)
-        last = self._last
-        if len(arrays) != len(last) or any(x is not y for x, y in zip(arrays, last)):
-            if not self._bind(arrays):
+        bound = self._bound.get(tuple(map(id, arrays)))
+        if bound is None:
+            bound = self._bind(arrays)
+            if bound is None:
                 self._copying_call(a, b, rest)
                 return
-        run_on_team(_gemv_team(), self._block_at)
+        run_on_team(_gemv_team(), bound[1])
         if self.tail is not None:
             # its rows as one block on this thread: a tail's own call may hand a wide output
             # (8 rows of a vocabulary) to the runtime's workers, beside the team's spinning
             m, n = self.shapes[2]
-            self.tail.run_block(0, m, 0, n, n, self._flat)
+            self.tail.run_block(0, m, 0, n, n, bound[2])
 
-    def _bind(self, arrays: tuple[Any, ...]) -> bool:
-        """Point the block at arrays read and written in place (float32, C-contiguous) and keep
-        them, so a call on the same arrays (every run of a module) costs the team's call alone
-        (about 6 us less a call, 29 calls a LLaMA decode step); False (nothing kept) where x, w
-        or out would need a copy."""
-        self._last = ()
+    def _bind(self, arrays: tuple[Any, ...]
+              ) -> tuple[np.ndarray, int, tuple[Any, ...], tuple[Any, ...]] | None:
+        """A block pointing at arrays read and written in place (float32, C-contiguous), kept
+        with the tail's flat arguments, so that a call on the same arrays (every run of a
+        module) costs the team's call alone (about 5 us less a call, 29 calls a LLaMA decode
+        step); None where x, w or out would need a copy. At most BOUND_KEPT sets are kept."""
         x, w, out = arrays[0], arrays[1], arrays[-1]
         if not all(isinstance(v, np.ndarray) and v.dtype == np.float32 and v.flags.c_contiguous
                    for v in (x, w, out)):
-            return False
-        block = self.block
+            return None
+        block = self.block.copy()
         block[0], block[1], block[2] = x.ctypes.data, w.ctypes.data, out.ctypes.data
-        self._flat = () if self.tail is None else self.tail.flat_arrays(arrays[2:])
-        self._last = arrays
-        return True
+        flat = () if self.tail is None else self.tail.flat_arrays(arrays[2:])
+        if len(self._bound) >= BOUND_KEPT:
+            self._bound.clear()
+        made = self._bound[tuple(map(id, arrays))] = (block, block.ctypes.data, flat, arrays)
+        return made
 
     def _copying_call(self, a: Any, b: Any, rest: tuple[Any, ...]) -> None:
         """A call whose operands are not float32 C-contiguous arrays: copied, product, back."""
