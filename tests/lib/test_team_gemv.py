@@ -76,6 +76,24 @@ def test_calls_on_the_same_arrays_read_their_values_now(team, random_array) -> N
     _check(other, x2, w)
 
 
+def test_the_blocks_kept_keep_no_array_alive(team, random_array) -> None:
+    """A kept block holds addresses and weak references only: the arrays of a module dropped
+    go with it, and arrays made later at their ids are bound afresh."""
+    import gc
+    import weakref
+    kernel = TeamGemv(1, 48, 32)
+    w = random_array((48, 32), "float32", seed=9)
+    for seed in range(3):
+        x = random_array((1, 32), "float32", seed=10 + seed)
+        out = np.empty((1, 48), np.float32)
+        kernel(x, w, out)
+        _check(out, x, w)
+        gone = weakref.ref(out)
+        del x, out
+        gc.collect()
+        assert gone() is None
+
+
 def test_a_strided_input_and_a_3d_output(team, random_array) -> None:
     """x a column slice of a wider array (copied to be read by address); out (1, 1, n)."""
     wide = random_array((1, 300), "float32", seed=3)

@@ -29,8 +29,7 @@ from ...tunable import Candidate, TunableOp
 from ...tuning import Choice
 from . import jit_setup
 from .loops_jit import compiled, inlined, lane_dot
-from .omp_team import (BOUND_KEPT, block, float32_at, my_rows, run_on_team, team_arrays,
-                       team_kernel)
+from .omp_team import block, float32_at, my_rows, run_on_team, team_arrays, team_kernel
 from .rows_jit import on_team, softmax_row
 from ..heads import head_view
 from ..threads import ONE_BLAS_THREAD, num_threads, parallel_images
@@ -165,32 +164,24 @@ class FewQueryAttention(PreparedKernel):
         self.offsets, self.nan_to_zero, self.has_mask = offsets, nan_to_zero, has_mask
         self.typed_scale, self.one = np.dtype(dtype).type(scale), np.dtype(dtype).type(1)
         self.zero_mask = np.zeros((1, 1, 1, 1), dtype)
-        # per set of arrays met (by identity; the entry holds them, so no id is reused while
-        # it is kept), their head views: one kernel serves a decoder's every layer, and a
-        # module passes the same arrays every run
-        self._views: dict[tuple[int, ...], tuple[tuple[Any, ...], tuple[Any, ...]]] = {}
+        self._seen: tuple[Any, ...] = ()  # the arrays of the last call, and their views
+        self._views: tuple[Any, ...] = ()
 
     def any_shape(self) -> bool:
         return True
 
     def __call__(self, *arrays: Any) -> None:
-        made = self._views.get(tuple(map(id, arrays)))
-        if made is None:
-            made = self._bind(arrays)
-        _few_queries(*made[0], self.typed_scale, self.one, self.nan_to_zero, self.has_mask)
-
-    def _bind(self, arrays: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-        q, k, v, *rest = arrays
-        heads, kv, dim, (oq, ok, ov) = self.heads, self.kv_heads, self.head_dim, self.offsets
-        qh = head_view(q, oq, heads, dim)
-        full = (*qh.shape[:3], int(k.shape[-2]))
-        views = (qh, head_view(k, ok, kv, dim), head_view(v, ov, kv, dim),
-                 np.broadcast_to(rest[0] if self.has_mask else self.zero_mask, full),
-                 head_view(rest[-1], 0, heads, dim))
-        if len(self._views) >= BOUND_KEPT:
-            self._views.clear()
-        made = self._views[tuple(map(id, arrays))] = (views, arrays)
-        return made
+        if len(arrays) != len(self._seen) or any(a is not b for a, b in zip(arrays, self._seen)):
+            q, k, v, *rest = arrays
+            heads, kv, dim, (oq, ok, ov) = self.heads, self.kv_heads, self.head_dim, \
+                self.offsets
+            qh = head_view(q, oq, heads, dim)
+            full = (*qh.shape[:3], int(k.shape[-2]))
+            self._views = (qh, head_view(k, ok, kv, dim), head_view(v, ov, kv, dim),
+                           np.broadcast_to(rest[0] if self.has_mask else self.zero_mask, full),
+                           head_view(rest[-1], 0, heads, dim))
+            self._seen = arrays
+        _few_queries(*self._views, self.typed_scale, self.one, self.nan_to_zero, self.has_mask)
 
 
 def _groups(h0: int, h1: int, group: int) -> list[tuple[int, int]]:

@@ -25,9 +25,6 @@ from numba.extending import intrinsic
 from .loops_jit import inlined
 
 LIBGOMP = "libgomp.so.1"
-# array sets a team kernel keeps bound to its blocks (TeamGemv, RotaryKernel): a decoder's layers
-# each pass their own, a symbolic module's new shapes their new views; past it all are dropped
-BOUND_KEPT = 64
 _thread_num: Any = types.ExternalFunction("omp_get_thread_num", types.int32())
 _team_size: Any = types.ExternalFunction("omp_get_num_threads", types.int32())
 _parallel: Any = None
@@ -68,12 +65,10 @@ def team_arrays(*arrays: Any) -> bool:
     return all(a.dtype == np.float32 and a.flags.c_contiguous for a in arrays)
 
 
-def run_on_team(kernel: Any, block: np.ndarray | int) -> None:
-    """Every thread of the calling thread's OpenMP team runs kernel (a cfunc) on block (an
-    array, or its data's address: kept by a kernel called on the same block every run); the
-    team has as many threads as oneDNN's primitives get on this thread (use_threads)."""
-    _gomp_parallel()(kernel.address, block if isinstance(block, int) else block.ctypes.data,
-                     0, 0)
+def run_on_team(kernel: Any, block: np.ndarray) -> None:
+    """Every thread of the calling thread's OpenMP team runs kernel (a cfunc) on block; the team
+    has as many threads as oneDNN's primitives get on this thread (use_threads)."""
+    _gomp_parallel()(kernel.address, block.ctypes.data, 0, 0)
 
 
 def block(*values: Any) -> np.ndarray:

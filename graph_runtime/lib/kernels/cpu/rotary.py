@@ -1,7 +1,7 @@
 """Rotary position embedding on the CPU: one compiled pass from token layout to token layout."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from numba import carray
@@ -10,8 +10,7 @@ from ...prepared import PreparedKernel
 from . import jit_setup
 from .loops_jit import compiled, inlined
 from .rows_jit import PARALLEL_ELEMENTS
-from .omp_team import (BOUND_KEPT, available, block, float32_at, my_rows, run_on_team,
-                       team_arrays, team_kernel)
+from .omp_team import available, block, float32_at, my_rows, run_on_team, team_arrays, team_kernel
 
 
 # NOTE: x * cos + (-x_other) * sin, each product rounded, then the sum: the exporters' Mul, Neg,
@@ -72,34 +71,19 @@ class RotaryKernel(PreparedKernel):
         jit_setup.start()
         self.heads, self.dim, self.rot, self.offset = heads, dim, rot, offset
         self.team = available()  # large calls on oneDNN's OpenMP team
-        # per set of arrays met (by identity; the entry holds them, so no id is reused while
-        # it is kept), the call on them: a module passes the same arrays every run (one kernel
-        # serves a decoder's every layer), which then skip the broadcasts or the block
-        self._calls: dict[tuple[int, ...], tuple[Callable[[], None], tuple[Any, ...]]] = {}
 
     def __call__(self, x: Any, cos: Any, sin: Any, out: Any) -> None:
-        key = (id(x), id(cos), id(sin), id(out))
-        made = self._calls.get(key)
-        if made is None:
-            if len(self._calls) >= BOUND_KEPT:
-                self._calls.clear()
-            made = self._calls[key] = (self._bound(x, cos, sin, out), (x, cos, sin, out))
-        made[0]()
-
-    def _bound(self, x: Any, cos: Any, sin: Any, out: Any) -> Callable[[], None]:
-        """The call on these arrays: on the team (its block made once) or on this thread."""
         table = (out.shape[0], out.shape[1], self.rot)
         if self.team and out.size >= PARALLEL_ELEMENTS:
             per_batch = cos.shape == table
             if (per_batch or cos.shape in (table[1:], (1, *table[1:]))) and sin.shape == \
                     cos.shape and team_arrays(x, cos, sin, out):
-                made = block(x, cos, sin, out, table[1], table[0] * table[1], x.shape[-1],
-                             out.shape[-1], self.heads, self.dim, self.rot, self.offset,
-                             per_batch)
-                return lambda: run_on_team(_rotate_team(), made)
-        args = (x, np.broadcast_to(cos, table), np.broadcast_to(sin, table), out, self.heads,
-                self.dim, self.rot, self.offset)
-        return lambda: _rotate(*args)
+                run_on_team(_rotate_team(), block(
+                    x, cos, sin, out, table[1], table[0] * table[1], x.shape[-1],
+                    out.shape[-1], self.heads, self.dim, self.rot, self.offset, per_batch))
+                return
+        _rotate(x, np.broadcast_to(cos, table), np.broadcast_to(sin, table), out,
+                self.heads, self.dim, self.rot, self.offset)
 
     def any_shape(self) -> bool:
         return True

@@ -20,6 +20,7 @@ GRAPH_RUNTIME_TEAM_GEMV: auto (default, measured), on (wherever it applies), off
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
@@ -28,10 +29,13 @@ from numba import carray
 from ...prepared import PreparedKernel
 from . import jit_setup
 from .loops_jit import lane_dot
-from .omp_team import BOUND_KEPT, available, float32_at, my_rows, run_on_team, team_kernel
+from .omp_team import available, float32_at, my_rows, run_on_team, team_kernel
 
 MAX_ROWS = 8  # of x: beyond, the product has flops enough for a GEMM's blocking to win
 LINE = 16  # float32 values per cache line: no two threads write one line of the output
+# array sets a kernel keeps blocks for (TeamGemv._bind): a decoder's layers each pass their own,
+# a symbolic module's new shapes their new views; past it all are dropped at once
+BOUND_KEPT = 64
 
 
 def applies(m: int, n: int, dtype: str) -> bool:
@@ -65,12 +69,11 @@ class TeamGemv(PreparedKernel):
         self.tail = tail
         self.block = np.zeros(6, np.int64)
         self.block[3:] = (m, n, k)
-        self._block_at = self.block.ctypes.data
-        # per set of arrays met (by identity; the entry holds them, so no id is reused while
-        # it is kept): a block pointing at them and the tail's flat arguments. A module passes
-        # the same arrays every run, and one kernel serves a decoder's every layer.
-        self._bound: dict[tuple[int, ...], tuple[np.ndarray, int, tuple[Any, ...],
-                                                 tuple[Any, ...]]] = {}
+        # per set of arrays met, by identity: weak references to them (an entry is used only
+        # while each still is the array it was made for, and keeps none alive: a shape's
+        # buffers go with its module) and a block holding their addresses. A module passes the
+        # same arrays every run, and one kernel serves a decoder's every layer.
+        self._bound: dict[tuple[int, ...], tuple[tuple[Any, ...], np.ndarray]] = {}
 
     def with_tile_tail(self, tail: Any) -> TeamGemv:
         (m, k), (n, _), _ = self.shapes
@@ -85,35 +88,33 @@ class TeamGemv(PreparedKernel):
 
     def __call__(self, a: Any, b: Any, *rest: Any) -> None:
         arrays = (a, b, *rest)
-        bound = self._bound.get(tuple(map(id, arrays)))
-        if bound is None:
-            bound = self._bind(arrays)
-            if bound is None:
+        made = self._bound.get(tuple(map(id, arrays)))
+        if made is None or any(ref() is not x for ref, x in zip(made[0], arrays)):
+            made = self._bind(arrays)
+            if made is None:
                 self._copying_call(a, b, rest)
                 return
-        run_on_team(_gemv_team(), bound[1])
+        run_on_team(_gemv_team(), made[1])
         if self.tail is not None:
             # its rows as one block on this thread: a tail's own call may hand a wide output
             # (8 rows of a vocabulary) to the runtime's workers, beside the team's spinning
             m, n = self.shapes[2]
-            self.tail.run_block(0, m, 0, n, n, bound[2])
+            self.tail.run_block(0, m, 0, n, n, self.tail.flat_arrays(rest))
 
-    def _bind(self, arrays: tuple[Any, ...]
-              ) -> tuple[np.ndarray, int, tuple[Any, ...], tuple[Any, ...]] | None:
-        """A block pointing at arrays read and written in place (float32, C-contiguous), kept
-        with the tail's flat arguments, so that a call on the same arrays (every run of a
-        module) costs the team's call alone (about 5 us less a call, 29 calls a LLaMA decode
-        step); None where x, w or out would need a copy. At most BOUND_KEPT sets are kept."""
+    def _bind(self, arrays: tuple[Any, ...]) -> tuple[tuple[Any, ...], np.ndarray] | None:
+        """A block pointing at arrays read and written in place (float32, C-contiguous), kept,
+        so that a call on the same arrays (every run of a module) skips the copies' checks and
+        the address lookups (about 4 us less a call, 29 calls a LLaMA decode step); None where
+        x, w or out would need a copy."""
         x, w, out = arrays[0], arrays[1], arrays[-1]
         if not all(isinstance(v, np.ndarray) and v.dtype == np.float32 and v.flags.c_contiguous
                    for v in (x, w, out)):
             return None
         block = self.block.copy()
         block[0], block[1], block[2] = x.ctypes.data, w.ctypes.data, out.ctypes.data
-        flat = () if self.tail is None else self.tail.flat_arrays(arrays[2:])
         if len(self._bound) >= BOUND_KEPT:
             self._bound.clear()
-        made = self._bound[tuple(map(id, arrays))] = (block, block.ctypes.data, flat, arrays)
+        made = self._bound[tuple(map(id, arrays))] = (tuple(map(weakref.ref, arrays)), block)
         return made
 
     def _copying_call(self, a: Any, b: Any, rest: tuple[Any, ...]) -> None:
@@ -129,7 +130,7 @@ class TeamGemv(PreparedKernel):
         block[0] = x.ctypes.data
         block[1] = w.ctypes.data
         block[2] = y.ctypes.data
-        run_on_team(_gemv_team(), self._block_at)
+        run_on_team(_gemv_team(), block)
         if y is not out:
             out[...] = y.reshape(out.shape)
         if self.tail is not None:
