@@ -79,9 +79,9 @@ class SymbolicGraphModule(ModuleBase):
         # specialisation does not hold it (a new shape, or no specialisation yet).
         self._shapes: dict[str, tuple[tuple[int, ...], str]] = {}
         self._held: dict[str, Any] = {}
-        # inside run(**inputs): the caller's own arrays for inputs of a new shape, read in
-        # place (copied once, into the specialisation) instead of held (copied twice)
-        self._lent: dict[str, Any] = {}
+        # inside run(**inputs): the inputs whose _held value is the caller's own array (copied
+        # once, into the specialisation, instead of copied to be held and copied again)
+        self._lent: set[str] = set()
         self._lending = False
         self._values: dict[str, np.ndarray] = {}  # host copies of shape-deciding inputs
         self._params: dict[str, tuple[Device, Any]] = {}  # one device array per param
@@ -134,13 +134,12 @@ class SymbolicGraphModule(ModuleBase):
             self._values[name] = _host_copy(value)
         current = self._current
         if current is not None and self._current_key is not None \
-                and self._current_key[index] == shape and name not in self._held \
-                and name not in self._lent:
+                and self._current_key[index] == shape and name not in self._held:
             current.set_input(name, value)
             return
         if self._lending:
-            self._held.pop(name, None)
-            self._lent[name] = value
+            self._held[name] = value
+            self._lent.add(name)
             return
         self._held[name] = _keep(value)
 
@@ -218,10 +217,10 @@ class SymbolicGraphModule(ModuleBase):
         self._specialised().run()
 
     def _run_with(self, inputs: Mapping[str, Any]) -> None:
-        """run(**inputs): an input of a new shape is read from the caller's array (lent) by
-        the specialisation it goes to, one copy (a decode step's KV cache: held, it was copied
-        twice, about 0.4 ms a step of bench/generate.py's decoder); where no specialisation
-        takes them (an error), they are held as set_input holds them, so nothing set is lost."""
+        """run(**inputs): an input of a new shape is held as the caller's own array (lent),
+        which the specialisation it goes to copies once (set_input copies it to hold it, then
+        again into the specialisation); where no specialisation takes them (an error), lent
+        inputs still held are copied, as set_input holds them, so nothing set is lost."""
         if not inputs:
             self._run_unlocked()
             return
@@ -231,8 +230,9 @@ class SymbolicGraphModule(ModuleBase):
             module = self._specialised()
         finally:
             self._lending = False
-            for name, value in self._lent.items():
-                self._held[name] = _keep(value)
+            for name in self._lent:
+                if name in self._held:
+                    self._held[name] = _keep(self._held[name])
             self._lent.clear()
         module.run()
 
@@ -273,8 +273,7 @@ class SymbolicGraphModule(ModuleBase):
         if self._threads_moved():
             self._drop_shapes()
         current = self._current
-        if current is not None and key == self._current_key and not self._held \
-                and not self._lent:
+        if current is not None and key == self._current_key and not self._held:
             self._last_new = False
             return current
         module = self._cache.get(key)
@@ -286,16 +285,13 @@ class SymbolicGraphModule(ModuleBase):
             self._last_cost = self._costs[key]
         if module is not current:
             for name in self._names:
-                if name in self._held or name in self._lent or name in self._params:
+                if name in self._held or name in self._params:
                     continue
                 if current is not None:  # the value lives in the module used last
                     module.set_input(name, current.get_input(name, out=None))
         for name, value in self._held.items():
             module.set_input(name, value)
         self._held.clear()
-        for name, value in self._lent.items():
-            module.set_input(name, value)
-        self._lent.clear()
         self._current = module
         self._current_key = key
         return module

@@ -69,8 +69,8 @@ def test_kernel_matches_rotate_half(case: tuple, dtype: str, backend_name: str) 
 
 @pytest.mark.parametrize("case", CASES)
 def test_calls_on_the_same_arrays_read_their_values_now(case: tuple) -> None:
-    """The CPU kernel keeps the arrays of its last call (a module passes the same ones every
-    run): new values in them are rotated, and new arrays are bound."""
+    """Called again on the same arrays (as a module calls it every run), the CPU kernel
+    rotates their new values, and then new arrays."""
     backend = get_backend("cpu")
     arrays, attrs, want = _case(*case, dtype="float32")
     specs = [TensorSpec(a.shape, "float32") for a in arrays]

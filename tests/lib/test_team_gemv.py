@@ -54,8 +54,8 @@ def test_the_product_matches_float64(team, m, n, k, random_array) -> None:
 
 
 def test_calls_on_the_same_arrays_read_their_values_now(team, random_array) -> None:
-    """The kernel keeps the arrays it was called on (a module passes the same ones every run):
-    new values in them are read, new arrays are bound, and a tail's operand too."""
+    """The kernel keeps a block of addresses for the arrays it was called on (a module passes
+    the same ones every run): new values in them are read, and new arrays are bound."""
     x = random_array((1, 96), "float32", seed=5)
     w = random_array((64, 96), "float32", seed=6)
     kernel = TeamGemv(1, 64, 96)

@@ -91,10 +91,10 @@ class TeamGemv(PreparedKernel):
         made = self._bound.get(tuple(map(id, arrays)))
         if made is None or any(ref() is not x for ref, x in zip(made[0], arrays)):
             made = self._bind(arrays)
-            if made is None:
-                self._copying_call(a, b, rest)
-                return
-        run_on_team(_gemv_team(), made[1])
+        if made is None:
+            self._copying_product(a, b, rest[-1])
+        else:
+            run_on_team(_gemv_team(), made[1])
         if self.tail is not None:
             # its rows as one block on this thread: a tail's own call may hand a wide output
             # (8 rows of a vocabulary) to the runtime's workers, beside the team's spinning
@@ -117,9 +117,9 @@ class TeamGemv(PreparedKernel):
         made = self._bound[tuple(map(id, arrays))] = (tuple(map(weakref.ref, arrays)), block)
         return made
 
-    def _copying_call(self, a: Any, b: Any, rest: tuple[Any, ...]) -> None:
-        """A call whose operands are not float32 C-contiguous arrays: copied, product, back."""
-        out = rest[-1]
+    def _copying_product(self, a: Any, b: Any, out: Any) -> None:
+        """The product of operands that are not all float32 C-contiguous arrays: copied to be
+        read by address, the result copied back into out."""
         x = np.ascontiguousarray(a, np.float32)
         w = np.ascontiguousarray(b, np.float32)
         if out.flags.c_contiguous and out.dtype == np.float32:
@@ -133,6 +133,3 @@ class TeamGemv(PreparedKernel):
         run_on_team(_gemv_team(), block)
         if y is not out:
             out[...] = y.reshape(out.shape)
-        if self.tail is not None:
-            m, n = self.shapes[2]
-            self.tail.run_block(0, m, 0, n, n, self.tail.flat_arrays(rest))
