@@ -324,7 +324,10 @@ def test_a_new_shapes_small_attention_takes_every_past_length() -> None:
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("case", CASES + GQA_CASES)
+@pytest.mark.parametrize("case", CASES + GQA_CASES + [
+    # a mask broadcast over its tokens (last dim 1), and one over batch and queries only
+    (2, 3, 6, 4, 4, (1, 4, 3, 1), False, False),
+    (2, 1, 6, 4, 4, (1, 4, 1, 6), False, False, 2, True)])
 def test_few_query_kernel_matches_float64(case: tuple, dtype: str) -> None:
     """The decode step's one-pass kernel at every case's shapes (it takes any number of query
     rows; a symbolic module gives it one), arrays met again and new ones."""

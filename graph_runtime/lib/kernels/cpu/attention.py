@@ -116,33 +116,38 @@ def _scale_mask_softmax_team(data: Any) -> None:
 
 
 @compiled
-def _few_queries(q: Any, k: Any, v: Any, mask: Any, out: Any, scale: Any, one: Any,
-                 nan_to_zero: bool, has_mask: bool) -> None:
-    """out[b, h, i] = softmax(q[b, h, i] . k[b, g] * scale + mask[b, h, i]) . v[b, g] with g
-    = h // (heads // kv_heads), row by row in one pass: q and out (batch, heads, queries,
-    head_dim) views, k and v (batch, kv_heads, tokens, head_dim), mask broadcast to (batch,
-    heads, queries, tokens)."""
-    nb, nh, nq, nd = q.shape
-    group = nh // k.shape[1]
+def _few_queries(q: Any, k: Any, v: Any, mask: Any, out: Any, q_offset: int, heads: int,
+                 scale: Any, one: Any, nan_to_zero: bool, has_mask: bool) -> None:
+    """out[b, i, head h] = softmax(q[b, i, head h] . k[b, g] * scale + mask[b, h, i]) . v[b, g]
+    with g = h // (heads // kv_heads), row by row in one pass. q and out are the arrays as
+    given, in token layout (batch, queries, width): head h is columns [q_offset + h * head_dim,
+    ...) of q and [h * head_dim, ...) of out, read through slices (no head views made per call);
+    k and v (batch, kv_heads, tokens, head_dim); mask 4-D, each of its first three dims 1 or
+    full (read as broadcast), its last the tokens."""
+    nb, nq = out.shape[0], out.shape[1]
+    nd = k.shape[3]
+    group = heads // k.shape[1]
     nk = k.shape[2]
+    mb, mh, mq = mask.shape[0] > 1, mask.shape[1] > 1, mask.shape[2] > 1
     zero = one - one
     s = np.empty(nk, q.dtype)
     acc = np.empty(nd, q.dtype)
     for b in range(nb):
-        for h in range(nh):
+        for h in range(heads):
             g = h // group
             for i in range(nq):
-                qi = q[b, h, i]
+                qi = q[b, i, q_offset + h * nd:q_offset + (h + 1) * nd]
                 for j in range(nk):
                     s[j] = lane_dot(qi, k[b, g, j], zero)
-                _masked_softmax_row(s, mask[b, h, i], scale, one, nan_to_zero, has_mask)
+                _masked_softmax_row(s, mask[b if mb else 0, h if mh else 0, i if mq else 0],
+                                    scale, one, nan_to_zero, has_mask)
                 acc[:] = zero
                 for j in range(nk):
                     p = s[j]
                     vj = v[b, g, j]
                     for d in range(nd):
                         acc[d] += p * vj[d]
-                o = out[b, h, i]
+                o = out[b, i, h * nd:(h + 1) * nd]
                 for d in range(nd):
                     o[d] = acc[d]
 
@@ -164,24 +169,25 @@ class FewQueryAttention(PreparedKernel):
         self.offsets, self.nan_to_zero, self.has_mask = offsets, nan_to_zero, has_mask
         self.typed_scale, self.one = np.dtype(dtype).type(scale), np.dtype(dtype).type(1)
         self.zero_mask = np.zeros((1, 1, 1, 1), dtype)
-        self._seen: tuple[Any, ...] = ()  # the arrays of the last call, and their views
-        self._views: tuple[Any, ...] = ()
 
     def any_shape(self) -> bool:
         return True
 
     def __call__(self, *arrays: Any) -> None:
-        if len(arrays) != len(self._seen) or any(a is not b for a, b in zip(arrays, self._seen)):
-            q, k, v, *rest = arrays
-            heads, kv, dim, (oq, ok, ov) = self.heads, self.kv_heads, self.head_dim, \
-                self.offsets
-            qh = head_view(q, oq, heads, dim)
-            full = (*qh.shape[:3], int(k.shape[-2]))
-            self._views = (qh, head_view(k, ok, kv, dim), head_view(v, ov, kv, dim),
-                           np.broadcast_to(rest[0] if self.has_mask else self.zero_mask, full),
-                           head_view(rest[-1], 0, heads, dim))
-            self._seen = arrays
-        _few_queries(*self._views, self.typed_scale, self.one, self.nan_to_zero, self.has_mask)
+        # NOTE: nothing is kept between calls: one kernel serves a decoder's every layer (the
+        # KernelCache shares it), so views kept per call missed, and views kept per array set
+        # held the arrays (a dropped shape's KV cache) alive. q and out go in as given; k and
+        # v are views only in token layout (a KV cache's own layout is taken as it is).
+        q, k, v, *rest = arrays
+        out = rest[-1]
+        kh = head_view(k, self.offsets[1], self.kv_heads, self.head_dim)
+        vh = head_view(v, self.offsets[2], self.kv_heads, self.head_dim)
+        mask = rest[0] if self.has_mask else self.zero_mask  # read only with has_mask
+        if self.has_mask and (mask.ndim != 4 or mask.shape[-1] != kh.shape[2]):
+            mask = np.broadcast_to(mask, (out.shape[0], self.heads, out.shape[1],
+                                          kh.shape[2]))
+        _few_queries(q, kh, vh, mask, out, self.offsets[0], self.heads, self.typed_scale,
+                     self.one, self.nan_to_zero, self.has_mask)
 
 
 def _groups(h0: int, h1: int, group: int) -> list[tuple[int, int]]:

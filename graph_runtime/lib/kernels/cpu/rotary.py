@@ -82,8 +82,9 @@ class RotaryKernel(PreparedKernel):
                     x, cos, sin, out, table[1], table[0] * table[1], x.shape[-1],
                     out.shape[-1], self.heads, self.dim, self.rot, self.offset, per_batch))
                 return
-        _rotate(x, np.broadcast_to(cos, table), np.broadcast_to(sin, table), out,
-                self.heads, self.dim, self.rot, self.offset)
+        if cos.shape != table or sin.shape != table:  # a decode step's are (1, 1, rot)
+            cos, sin = np.broadcast_to(cos, table), np.broadcast_to(sin, table)
+        _rotate(x, cos, sin, out, self.heads, self.dim, self.rot, self.offset)
 
     def any_shape(self) -> bool:
         return True
