@@ -71,6 +71,7 @@ class SymbolicGraphModule(ModuleBase):
         _freeze_once()
         self._sigs = {sig.name: sig for sig in self.specializer.inputs}
         self._names = [sig.name for sig in self.specializer.inputs]
+        self._dtypes = [np.dtype(sig.dtype) for sig in self.specializer.inputs]
         self._value_names = set(self.specializer.value_inputs)
         self._cache: OrderedDict[tuple, GraphModule] = OrderedDict()
         self._current: GraphModule | None = None
@@ -124,11 +125,15 @@ class SymbolicGraphModule(ModuleBase):
         name = self._names[index]
         if name in self._params:
             raise GraphError(f"input {name!r} is a param; load it with load_params")
-        shape, dtype = _shape_dtype(value)
         sig = self._sigs[name]
-        if np.dtype(dtype) != np.dtype(sig.dtype):
+        if type(value) is np.ndarray:  # the per-step case: no string made or parsed
+            shape, same = value.shape, value.dtype == self._dtypes[index]
+        else:
+            shape, dtype = _shape_dtype(value)
+            same = np.dtype(dtype) == self._dtypes[index]
+        if not same:
             raise GraphError(f"input {name!r} (eid {sig.eid}): expected dtype {sig.dtype}, got "
-                             f"{dtype} (shape {shape})")
+                             f"{_shape_dtype(value)[1]} (shape {shape})")
         self._shapes[name] = (shape, sig.dtype)
         if name in self._value_names:
             self._values[name] = _host_copy(value)

@@ -122,6 +122,21 @@ def test_a_second_sweep_of_160_lengths_meets_every_one_kept() -> None:
     assert m.specializations == 160 and len(m._cache) == 160
 
 
+def test_an_input_of_another_dtype_is_refused_naming_it_and_both_dtypes() -> None:
+    """A NumPy array (the per-step case, checked without strings) and a list are refused
+    alike, and nothing is set."""
+    m = gr.create(dense_graph())
+    w = RNG.standard_normal((3, 4)).astype(np.float32)
+    m.load_params({"w": w})
+    for bad in (np.zeros((2, 4), np.float64), [[1, 2, 3, 4]]):
+        with pytest.raises(GraphError, match=r"input 'x' \(eid 0\): expected dtype float32, "
+                           r"got (float64|int64) \(shape \((2|1), 4\)\)"):
+            m.set_input("x", bad)
+    with pytest.raises(GraphError, match="never set: x, y"):
+        m.run()
+    _run_dense(m, w, 2)
+
+
 def test_unsatisfiable_shapes_name_input_dim_and_node() -> None:
     m = gr.create(dense_graph())
     m.load_params({"w": np.ones((3, 4), np.float32)})
