@@ -125,15 +125,11 @@ class SymbolicGraphModule(ModuleBase):
         name = self._names[index]
         if name in self._params:
             raise GraphError(f"input {name!r} is a param; load it with load_params")
+        shape, dtype = _shape_dtype(value)
         sig = self._sigs[name]
-        if type(value) is np.ndarray:  # the per-step case: no string made or parsed
-            shape, same = value.shape, value.dtype == self._dtypes[index]
-        else:
-            shape, dtype = _shape_dtype(value)
-            same = np.dtype(dtype) == self._dtypes[index]
-        if not same:
+        if dtype != self._dtypes[index]:
             raise GraphError(f"input {name!r} (eid {sig.eid}): expected dtype {sig.dtype}, got "
-                             f"{_shape_dtype(value)[1]} (shape {shape})")
+                             f"{dtype} (shape {shape})")
         self._shapes[name] = (shape, sig.dtype)
         if name in self._value_names:
             self._values[name] = _host_copy(value)
@@ -523,14 +519,18 @@ def tune(module: SymbolicGraphModule, shapes: Sequence[Mapping[str, Sequence[int
         module._release()
 
 
-def _shape_dtype(value: Any) -> tuple[tuple[int, ...], str]:
+def _shape_dtype(value: Any) -> tuple[tuple[int, ...], np.dtype]:
+    """A value's shape and dtype; a NumPy array's taken as NumPy gives them (run(**feeds)'s
+    case, every input of every step: no string made or parsed)."""
+    if type(value) is np.ndarray:
+        return value.shape, value.dtype
     if isinstance(value, (np.ndarray, NDArray)):
-        return tuple(int(d) for d in value.shape), str(value.dtype)
+        return tuple(int(d) for d in value.shape), np.dtype(value.dtype)
     if hasattr(value, "__dlpack__"):
         nd = from_dlpack(value)
-        return tuple(int(d) for d in nd.shape), str(nd.dtype)
+        return tuple(int(d) for d in nd.shape), np.dtype(nd.dtype)
     host = np.asarray(value)
-    return tuple(host.shape), str(host.dtype)
+    return tuple(host.shape), host.dtype
 
 
 def _host_copy(value: Any) -> np.ndarray:
