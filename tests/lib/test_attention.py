@@ -339,7 +339,7 @@ def test_few_query_kernel_matches_float64(case: tuple, dtype: str) -> None:
                                attrs["scale"], attrs["nan_to_zero"], len(arrays) == 4, dtype)
     assert kernel.any_shape() and kernel.workspace_bytes() == 0
     out = np.empty(want.shape, dtype)
-    for _ in range(2):  # the views kept from the first call serve the second
+    for _ in range(2):  # the same arrays again, as a module calls it every run
         out[...] = 7.0
         kernel(*arrays, out)
         _check(out, want, dtype)
