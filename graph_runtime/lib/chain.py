@@ -123,6 +123,13 @@ class PreparedChain(PreparedKernel):
         return not self.intermediates and all(capabilities(fn).any_shape()
                                               for fn, _ in self._calls)
 
+    def serves(self, shapes: Sequence[tuple[int, ...]]) -> bool:
+        """Each kernel at its arguments' shapes (a view made per run: no shape known here,
+        so no)."""
+        return all(all(slot < len(shapes) for slot in index)
+                   and capabilities(fn).serves([shapes[slot] for slot in index])
+                   for fn, index in self._calls)
+
     def channels_last_positions(self) -> tuple[int, ...]:
         """The function's arguments (not its intermediates) that every kernel touching them
         can take channels-last (worked out once: a symbolic module's layout pass asks every

@@ -58,6 +58,12 @@ class PreparedKernel(ABC):
         _class_key). Its other answers here then hold for all those shapes."""
         return False
 
+    def serves(self, shapes: Sequence[tuple[int, ...]]) -> bool:
+        """For an any_shape kernel: whether preparing its node at arrays of these shapes
+        (inputs, then outputs) would make this kernel again, i.e. the tuning choices that made
+        it pick it there too (a size class of another row count may have chosen otherwise)."""
+        return True
+
     def channels_last_positions(self) -> Sequence[int]:
         """Argument positions (inputs, then outputs) of 4-D arrays this kernel can also read or
         write with NHWC bytes: the strided NCHW view of an NHWC buffer (runtime/layouts.py).

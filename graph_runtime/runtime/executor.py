@@ -25,7 +25,7 @@ from ..lib.library import InputVersion, Module, TensorSpec
 from ..lib.prepared import PreparedKernel, capabilities
 from ..lib.registry import VALUES_KEY
 from ..lib.symbolic_chain import DIMS_KEY
-from ..lib.tuning import class_shape
+from ..lib.tuning import SMALL_DIM, class_shape
 from .cuda_graph import CudaGraphRuns, cuda_graph_runs
 from .flatten_reads import FlattenRead, StagedOutputs, flat_source, plan_flatten_reads
 from .in_place import InPlacePlan, in_place_offers, plan_in_place
@@ -328,19 +328,24 @@ class Executor:
             exact = self._kernel_key(lib, node, dev, tuple(tuple(shapes[e]) for e in eids))
             if exact is not None:
                 # a kernel of a node calling this function (a decoder's layers share
-                # one), else this node's own, else one taking any shape of the size class:
-                # any such node's, else this node's (one holding its packed weights)
+                # one), else this node's own, else one taking any shape of the rows' band
+                # that its tuning choices pick here too, else of the size class: any such
+                # node's, else this node's (one holding its packed weights)
                 ident = shared.functions.get(node.nid)
                 if ident is None:
                     ident = shared.functions[node.nid] = _function_ident(node)
                 by_function = (ident,) + exact[1:]
-                classes = _class_shapes(exact[2])
-                for candidate in (by_function, exact, _class_key(by_function, classes),
-                                  _class_key(exact, classes)):
+                bands, classes = _band_shapes(exact[2]), _class_shapes(exact[2])
+                for candidate in (by_function, exact, _class_key(by_function, bands, "band"),
+                                  _class_key(exact, bands, "band"),
+                                  _class_key(by_function, classes), _class_key(exact, classes)):
+                    found = shared.kernels.get(candidate)
+                    if found is None or candidate[0] == "band" and not capabilities(
+                            found).serves(exact[2]):
+                        continue
                     fn = shared.get(candidate)
-                    if fn is not None:
-                        self.kernel_keys[node.nid] = candidate
-                        break
+                    self.kernel_keys[node.nid] = candidate
+                    break
         # With flatten_data the arrays are 1-D views, but a prepared kernel is told the
         # declared shapes (and gets flatten_data in attrs): a chain of standard ops needs them
         # to broadcast, and gives its kernels the shapes back (lib/chain.py).
@@ -363,7 +368,9 @@ class Executor:
                 alone = not made.cached_inputs() and not made.sub_modules()
                 key = by_function if alone and by_function is not None else exact
                 if key is not None and made.any_shape():
-                    key = _class_key(key)
+                    # the band's, unless one its choices made otherwise holds it
+                    band = _class_key(key, _band_shapes(key[2]), "band")
+                    key = band if band not in shared.kernels else _class_key(key)
                 shared.put(key, fn, made, eids)
                 if key is not None and shared.kernels.get(key) is fn:
                     self.kernel_keys[node.nid] = key
@@ -834,17 +841,31 @@ def _function_ident(node: Any) -> str:
                                         if k not in (DIMS_KEY, VALUES_KEY))))
 
 
-def _class_key(key: tuple, classes: tuple | None = None) -> tuple:
+def _class_key(key: tuple, classes: tuple | None = None, kind: str = "class") -> tuple:
     """A kernel key (by function, or by node for one holding the node's data: Executor.
-    _prepare_steps) with its shapes rounded to their size classes (tuning.class_shape): where a
-    kernel taking any shape (PreparedKernel.any_shape) is kept. classes: _class_shapes of the
-    key's shapes, made already."""
+    _prepare_steps) with its shapes rounded: where a kernel taking any shape (PreparedKernel.
+    any_shape) is kept. By their rows' bands (kind "band", _band_shapes: one kernel for every
+    row count over SMALL_DIM where its tuning choices agree, PreparedKernel.serves), else by
+    their size classes (tuning.class_shape). classes: the key's shapes rounded so already."""
     func, dev, shapes = key[:3]
-    return ("class", func, dev, classes or _class_shapes(shapes)) + key[3:]
+    return (kind, func, dev, classes or _class_shapes(shapes)) + key[3:]
 
 
 def _class_shapes(shapes: tuple[tuple[int, ...], ...]) -> tuple:
     return tuple(_rows_class(s) for s in shapes)
+
+
+def _band_shapes(shapes: tuple[tuple[int, ...], ...]) -> tuple:
+    """Each array's rank, its rows (every dim but the last, together) exact up to SMALL_DIM
+    and one band over it, and its last dim's size class: a dense in pieces serves a prompt of
+    any batch and length over SMALL_DIM rows (bench/stream.py's (2, 20) after (4, 194): its 29
+    products no longer prepared again per size class)."""
+    out = []
+    for shape in shapes:
+        rows = math.prod(shape[:-1])
+        out.append((len(shape), rows if rows <= SMALL_DIM else -1,
+                    class_shape((shape[-1] if shape else 1,))[0]))
+    return tuple(out)
 
 
 def _rows_class(shape: tuple[int, ...]) -> tuple[int, ...]:

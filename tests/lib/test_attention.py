@@ -321,6 +321,15 @@ def test_a_new_shapes_small_attention_takes_every_past_length() -> None:
     q, k, v, mask = arrays
     with pytest.raises(LibraryError, match="needs 9 tokens"):
         kernels[0](q, k, v[:, :, :7], mask, out)
+    # it serves any past length whose work stays that small; a longer one is the tuning
+    # service's choice (prepared again)
+    from graph_runtime.lib.ops.attention import ONE_SHOT_FLOPS
+    shapes = [a.shape for a in arrays] + [out.shape]
+    assert kernels[0].serves(shapes)
+    long = ONE_SHOT_FLOPS // (4 * 2 * 8 * 4) + 1  # tokens: batch 2, 8 heads of 4, one query
+    assert not kernels[0].serves([s[:-1] + (long,) if i == 3 else
+                                  s[:2] + (long,) + s[3:] if i in (1, 2) else s
+                                  for i, s in enumerate(shapes)])
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

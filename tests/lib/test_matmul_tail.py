@@ -100,51 +100,29 @@ def _check_rows(run, w, rows, shapes, ref, random_array) -> None:
     assert np.all(np.abs(out - want) <= bound + 1e-6), (rows, np.max(np.abs(out - want)))
 
 
-@pytest.mark.parametrize("name", list(TAILS))
-def test_a_symbolic_modules_dense_runs_any_rows(onednn, monkeypatch, name,  # noqa: F811
-                                                random_array) -> None:
-    """Prepared for a symbolic module's new shape (tuning.by_size_class), a dense and its tail
-    are one oneDNN primitive with run-time rows (any_shape): every batch of rows runs on it,
-    the post-ops from the first whole operand on in NumPy after it, within the same bound."""
-    from graph_runtime.lib import tuning
-    monkeypatch.setenv(binding.ONEDNN_ENV, "on")
-    monkeypatch.setenv(ONEDNN_THREADS.name, "openmp")
-    monkeypatch.setattr(onednn_matmul, "RUNTIME_ROWS_MIN", 0)  # the test's odd sizes are small
-    steps, shapes, ref = TAILS[name]
-    with tuning.by_size_class():
-        run = _prepare(steps, shapes)
-    kernel = _matmul_of(run)
-    assert run.any_shape() and kernel.any_shape() and kernel.impl.startswith("gemm")
-    w = random_array((N, K), "float32", seed=2)
-    for rows in (M, 16, 9, M):
-        _check_rows(run, w, rows, shapes, ref, random_array)
-    assert sorted(kernel._by_rows) == [18, 26, 32] and len(kernel.items) == 1
-
-
 def test_which_products_take_any_rows(onednn, monkeypatch) -> None:  # noqa: F811
-    """Over RUNTIME_ROWS_MIN rows a symbolic module's dense takes run-time rows; from SMALL_DIM
-    to it, where gemm:jit ran 1.2-2.8x slower than brgemm, pieces of exact primitives; at
-    SMALL_DIM rows and under (a size class of one shape) a primitive for its rows; never outside
-    a symbolic module's new shape."""
+    """Over SMALL_DIM rows a symbolic module's dense runs in pieces of exact primitives, taking
+    any such rows; at SMALL_DIM rows and under (a size class of one shape) a primitive for its
+    rows; never transposed, never outside a symbolic module's new shape."""
     from graph_runtime.lib import tuning
     monkeypatch.setenv(ONEDNN_THREADS.name, "openmp")
-    rows = onednn_matmul.RUNTIME_ROWS_MIN
+    rows = tuning.SMALL_DIM + 1
     with tuning.by_size_class():
-        large = OnednnMatmul(1, rows + 1, 64, 32, False, True, 1, 1)
-        assert large.any_shape() and not large.in_pieces
-        assert OnednnMatmul(1, rows, 64, 32, False, True, 1, 1).in_pieces
-        assert OnednnMatmul(1, tuning.SMALL_DIM + 1, 64, 32, False, True, 1, 1).in_pieces
+        for many in (rows, 256, 2000):
+            made = OnednnMatmul(1, many, 64, 32, False, True, 1, 1)
+            assert made.any_shape() and made.in_pieces
         assert not OnednnMatmul(1, tuning.SMALL_DIM, 64, 32, False, True, 1, 1).any_shape()
         assert not OnednnMatmul(1, rows, 64, 32, True, True, 1, 1).any_shape()  # transposed
-    assert not OnednnMatmul(1, rows + 1, 64, 32, False, True, 1, 1).any_shape()
     assert not OnednnMatmul(1, rows, 64, 32, False, True, 1, 1).any_shape()
 
 
 def test_row_pieces_cover_the_rows_largest_first() -> None:
     assert onednn_matmul.row_pieces(180) == [(0, 128), (128, 160), (160, 176), (176, 180)]
-    assert onednn_matmul.row_pieces(256) == [(0, 128), (128, 256)]
+    assert onednn_matmul.row_pieces(256) == [(0, 256)]
+    assert onednn_matmul.row_pieces(1100) == [(0, 512), (512, 1024), (1024, 1088),
+                                              (1088, 1096), (1096, 1100)]
     assert onednn_matmul.row_pieces(7) == [(0, 7)]
-    for rows in range(1, 300):
+    for rows in range(1, 1200):
         pieces = onednn_matmul.row_pieces(rows)
         assert pieces[0][0] == 0 and pieces[-1][1] == rows
         assert all(a[1] == b[0] for a, b in zip(pieces, pieces[1:]))
@@ -152,11 +130,12 @@ def test_row_pieces_cover_the_rows_largest_first() -> None:
 
 
 @pytest.mark.parametrize("name", list(TAILS))
-def test_a_symbolic_modules_dense_runs_small_rows_in_pieces(onednn, monkeypatch,  # noqa: F811
-                                                            name, random_array) -> None:
-    """Up to RUNTIME_ROWS_MIN rows a symbolic module's dense and its tail run in pieces of
-    exact primitives on one packed weight, every post-op fused in each piece: any rows of the
-    size class, on primitives made once per piece size, within the GEMM's bound."""
+def test_a_symbolic_modules_dense_runs_any_rows_in_pieces(onednn, monkeypatch,  # noqa: F811
+                                                          name, random_array) -> None:
+    """A symbolic module's dense and its tail run in pieces of exact primitives on one packed
+    weight, every post-op fused in each piece: rows of any size class over SMALL_DIM (the
+    kernel is prepared at 200), on primitives made once per piece size, within the GEMM's
+    bound."""
     from graph_runtime.lib import tuning
     monkeypatch.setenv(binding.ONEDNN_ENV, "on")
     monkeypatch.setenv(ONEDNN_THREADS.name, "openmp")
@@ -164,44 +143,14 @@ def test_a_symbolic_modules_dense_runs_small_rows_in_pieces(onednn, monkeypatch,
     with tuning.by_size_class():
         run = _prepare(steps, shapes, rows=100)
     kernel = _matmul_of(run)
-    assert run.any_shape() and kernel.in_pieces and not kernel._host_ops
+    assert run.any_shape() and kernel.in_pieces
     w = random_array((N, K), "float32", seed=2)
-    met = (100, 90, 71, 100, 128)  # 2 x: 200, 180, 142 and 256 rows
+    met = (100, 90, 9, 300, 71, 100, 128)  # 2 x: 200, 180, 18, 600, 142 and 256 rows
     for rows in met:
         _check_rows(run, w, rows, shapes, ref, random_array)
-    assert sorted(kernel._by_rows) == [142, 180, 200, 256]
+    assert sorted(kernel._by_rows) == [18, 142, 180, 200, 256, 600]
     assert set(kernel._sized) == {r1 - r0 for rows in met
                                   for r0, r1 in onednn_matmul.row_pieces(2 * rows)}
-
-
-def test_run_time_rows_pack_a_frozen_weight_for_the_pieces_too(onednn, monkeypatch,  # noqa: F811
-                                                                random_array) -> None:
-    """A run-time-rows product's first call packs a frozen weight (a symbolic module's param)
-    in its pieces' layout as well; the pieces kernel made later for fewer rows finds it packed
-    (derived.py) and computes with it; a weight that is not frozen gets no second copy."""
-    from graph_runtime.lib import tuning
-    from graph_runtime.lib.kernels.derived import freeze, thaw
-    monkeypatch.setenv(binding.ONEDNN_ENV, "on")
-    monkeypatch.setenv(ONEDNN_THREADS.name, "openmp")
-    steps, shapes, ref = TAILS["bias_gelu"]
-    w = random_array((N, K), "float32", seed=2)
-    with tuning.by_size_class():
-        loose, large, small = (_prepare(steps, shapes, rows=rows) for rows in (200, 200, 40))
-    big, pieces = _matmul_of(large), _matmul_of(small)
-    assert big.any and not big.in_pieces and pieces.in_pieces
-    _check_rows(loose, w.copy(), 200, shapes, ref, random_array)
-    # not frozen: nothing shared, nothing packed twice
-    assert _matmul_of(loose)._packed_for_pieces is None
-    freeze(w)
-    try:
-        _check_rows(large, w, 200, shapes, ref, random_array)
-        packed = big._packed_for_pieces
-        assert packed is not None and packed.buffer is not None
-        assert big.workspace_bytes() == big.weight.nbytes + packed.nbytes
-        _check_rows(small, w, 20, shapes, ref, random_array)
-        assert pieces.weight.buffer is packed.buffer  # not packed again
-    finally:
-        thaw(w)
 
 
 @pytest.mark.parametrize("name", ["bias_gelu", "bias_relu", "bias_residual"])

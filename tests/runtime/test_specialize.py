@@ -577,3 +577,44 @@ def test_a_symbolic_chain_keeps_the_chains_of_the_bindings_met_last() -> None:
         fn.concrete({DIMS_KEY: {"batch": 1, "seq": seq}})
     assert len(fn._chains._entries) == CHAINS_KEPT
     assert fn.concrete({DIMS_KEY: {"batch": 1, "seq": 1}}) is not first  # dropped, made again
+
+
+def test_a_dense_in_pieces_serves_every_row_band_where_its_choice_holds(
+        own_tuning: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A symbolic module's dense on oneDNN takes any rows over SMALL_DIM (in pieces): a shape of
+    another size class takes the kernel prepared before, unprepared; a class whose tuning
+    choice picks another kernel gets that one, kept apart."""
+    from graph_runtime.lib import tuning
+    from graph_runtime.lib.kernels.cpu import dense_choice
+    from graph_runtime.lib.kernels.onednn.matmul import OnednnMatmul
+    from tests.support import require_onednn
+    require_onednn()
+    monkeypatch.setenv(settings.ONEDNN_THREADS.name, "openmp")  # pieces on OpenMP threads
+    m = gr.create(_wide_dense())
+    m.load_params({"w": np.ones((32, 64), np.float32)})
+
+    def dense_kernel() -> Any:
+        return next(s.fn for s in m.specialised().executor.steps
+                    if s.label.endswith("'dense0'"))
+    _feed(m, 40)
+    first = dense_kernel()
+    assert isinstance(first, OnednnMatmul) and first.in_pieces
+    prepared = m.kernels.prepared
+    for batch in (300, 17, 40):  # classes 512 and 17, then the first again (cached)
+        _feed(m, batch)
+        assert dense_kernel() is first and m.kernels.prepared == prepared
+        np.testing.assert_allclose(m.get_output(0).numpy(), np.full((batch, 32), 64.0))
+    # class 2048's choice, as tune() would have measured it: another candidate
+    spec = dense_choice.DenseSpec(1, 1500, 32, 64, False, True, 1, 1, "float32",
+                                  ((1500, 64), (32, 64), (1500, 32)), lambda: None)
+    offered = dense_choice.offered(spec)
+    other = next(n for n in offered if not n.startswith("onednn"))
+    entry = tuning.Entry("cpu.gemm", "cpu", spec.key(), tuning.cpu_model(),
+                         tuning.num_threads(), other, {n: 1e-3 for n in offered}, "",
+                         base=other)
+    monkeypatch.setitem(tuning._memo, entry.ident, entry)
+    _feed(m, 1500)
+    assert not isinstance(dense_kernel(), OnednnMatmul) and m.kernels.prepared == prepared + 1
+    np.testing.assert_allclose(m.get_output(0).numpy(), np.full((1500, 32), 64.0))
+    _feed(m, 300)  # the band's kernel still serves its own
+    assert dense_kernel() is first

@@ -101,8 +101,7 @@ def _cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
     from ..kernels.onednn.attention_products import products_apply
     from ..kernels.onednn.choice import onednn_or
     p = _params(inputs, attrs)
-    work = 4 * p["batch"] * p["heads"] * p["q_len"] * p["k_len"] * p["head_dim"]
-    if work < ONE_SHOT_FLOPS and tuning.in_size_class_scope():
+    if _work(p) < ONE_SHOT_FLOPS and tuning.in_size_class_scope():
         # NOTE: a symbolic module's new shape (a decode step: every past length is new) may
         # run once: oneDNN's two primitives cost 1-2 ms to make, OpenBLAS's products nothing,
         # and at this size they differ by microseconds a run.
@@ -113,6 +112,11 @@ def _cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
     return onednn_or("attention", key, products_apply(p["dtype"]),
                      lambda: AttentionKernel(**p, products="onednn"),
                      lambda: AttentionKernel(**p), shapes, base="on")
+
+
+def _work(p: Mapping[str, Any]) -> int:
+    """The attention's two products' flops."""
+    return 4 * p["batch"] * p["heads"] * p["q_len"] * p["k_len"] * p["head_dim"]
 
 
 class AttentionByShape(PreparedKernel):
@@ -138,6 +142,12 @@ class AttentionByShape(PreparedKernel):
 
     def any_shape(self) -> bool:
         return True
+
+    def serves(self, shapes: Sequence[tuple[int, ...]]) -> bool:
+        """Shapes prepare() would give this kind of kernel too: work under ONE_SHOT_FLOPS
+        (a larger shape is the tuning service's choice)."""
+        p = _params([TensorSpec(shape, self._dtype) for shape in shapes[:-1]], self.attrs)
+        return _work(p) < ONE_SHOT_FLOPS
 
     def workspace_bytes(self) -> int:
         return sum(int(kernel.scores.nbytes) for kernel in self._kernels.values()

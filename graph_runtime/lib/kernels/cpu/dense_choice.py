@@ -4,6 +4,7 @@ and oneDNN's matmul, raced once per shape against one base."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from math import prod
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -13,7 +14,7 @@ from ...._timing import Race, Source, Verdict, sampler
 from ...library import InputVersion
 from ...prepared import capabilities
 from ...tunable import Candidate, TunableOp
-from ...tuning import Choice
+from ...tuning import Choice, in_size_class_scope
 from ..threads import ONE_BLAS_THREAD
 from .dense_tiles import SPREAD_FLOPS, DenseTiles, tilings, tiles
 from .padded_gemv import PaddedGemv, padded_rows
@@ -51,6 +52,18 @@ class DenseSpec:
     @property
     def flops(self) -> float:
         return 2.0 * self.batch * self.m * self.n * self.k
+
+    def at(self, shapes: Sequence[tuple[int, ...]]) -> DenseSpec:
+        """This product on arrays of other shapes (a, b, then whatever else its kernel reads,
+        out last), with the same K and transposes: a 2-D weight's rows, else the batches."""
+        a, b, out = (tuple(int(d) for d in shape) for shape in (shapes[0], shapes[1],
+                                                                 shapes[-1]))
+        if len(b) == 2 and self.batch == 1:
+            m = a[-1] if self.trans_a else prod(a[:-1])
+            lead = (m,) if self.trans_a else a[:-1]
+            return replace(self, m=m, shapes=(a, b, lead + (self.n,)))
+        return replace(self, batch=prod(out[:-2]), m=out[-2], n=out[-1],
+                       a_batches=prod(a[:-2]), b_batches=prod(b[:-2]), shapes=(a, b, out))
 
     def key(self) -> str:
         from ..onednn.policy import mode_word
@@ -173,7 +186,16 @@ def dense_cpu(spec: DenseSpec) -> Callable[..., None]:
         # NOTE: its reference code (remembered by another process's race, or forced): never
         # worth taking over OpenBLAS.
         return spec.plain()
+    from ..onednn.matmul import OnednnMatmul
+    if isinstance(made, OnednnMatmul) and made.any:
+        made.chosen_at = lambda shapes: _chosen_at(spec.at(shapes), name)
     return made
+
+
+def _chosen_at(spec: DenseSpec, name: str) -> bool:
+    """Whether choose() picks name for spec: asked only where nothing is measured (a symbolic
+    module's new shape, tuning.by_size_class), else no."""
+    return in_size_class_scope() and choose(spec) == name
 
 
 def _reference(kernel: Any) -> bool:

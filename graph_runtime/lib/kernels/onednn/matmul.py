@@ -9,16 +9,14 @@ as bias and post-ops (matmul_tail.py).
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import replace
 from math import prod
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
-import numpy as np
 
 from ....errors import LibraryError
 from ... import tuning
 from ..threads import parallel_images
-from ..derived import DerivesFromInputs, derived_of
+from ..derived import DerivesFromInputs
 from . import abi
 from . import binding as dn
 from .binding import Memory, MemoryDesc, Primitive, PrimitiveDesc
@@ -27,20 +25,17 @@ from .matmul_tail import MatmulTail, append_post_ops
 from .weights import PackedWeight
 
 MIN_SPLIT_FLOPS = 4_000_000  # below this one work item (conv.py's threshold, same reason)
-_UFUNCS = {"add": np.add, "multiply": np.multiply}  # a post-op run in NumPy (_host_ops)
 RUNTIME_DIM = -(1 << 63)  # DNNL_RUNTIME_DIM_VAL: a dim or stride given with the memories
 SHAPES_KEPT = 16  # memories an any-shape product keeps, for the shapes met last
-# A 2-D product takes run-time rows over this many (its size class 512 and up): oneDNN's
-# gemm:jit then runs within 0.77-1.04x of brgemm's per-shape primitive (LLaMA's 579-776 rows by
-# 512-2000), but 1.2-2.8x slower below at 512 columns (a 32-token prompt's denses: 20% slower).
-RUNTIME_ROWS_MIN = 256
-# Over SMALL_DIM rows and up to RUNTIME_ROWS_MIN, such a product runs its rows in pieces of these
-# sizes, largest first, then one exact remainder under the smallest: each piece an exact brgemm
+# A symbolic module's 2-D product of over SMALL_DIM rows runs its rows in pieces of these sizes,
+# largest first, then one exact remainder under the smallest: each piece an exact brgemm
 # primitive on the one packed weight, made once per piece size, so a new batch or length makes
-# no primitive (0.3-0.6 ms each: 29 of LLaMA's products a shape) and runs at 1.00-1.08x a
-# primitive made for its rows (1.03-1.19x for 512 x 128, 20-240 rows; gemm:jit's run-time rows
-# 1.2-2.8x).
-PIECE_ROWS = (128, 64, 32, 16, 8)
+# no primitive (0.3-0.6 ms each: 29 of LLaMA's products a shape). Pieces run at 1.00-1.08x a
+# primitive made for their rows (20-240 rows; 1.03-1.19x for 512 x 128) and 0.97-1.08x over
+# 256 rows, where oneDNN's run-time rows (gemm:jit) ran 0.90-1.22x, and 1.2-2.8x below
+# (docs/measurements.md). One kernel so serves every row count over SMALL_DIM
+# (runtime/executor.py keys it by that band).
+PIECE_ROWS = (512, 256, 128, 64, 32, 16, 8)
 
 
 def matmul_applies(dtype: str, batch: int, m: int, n: int, k: int) -> bool:
@@ -105,8 +100,11 @@ class OnednnMatmul(DerivesFromInputs):
     products need no new primitive per past length (0.3-0.5 ms each; it runs the decode
     products at 1, 64-300 columns in 4-12 us against brgemm's 5-21 us, and BERT-base's 12 x 128
     x 128 x 64 within 5%, measured on 2 loaded cores). Static graphs keep one primitive per
-    shape. A 2-D product for such a shape takes any rows too: over RUNTIME_ROWS_MIN on one
-    primitive with run-time rows, from SMALL_DIM to it in pieces (PIECE_ROWS).
+    shape. A 2-D product for such a shape of over SMALL_DIM rows takes any such rows too, in
+    pieces (PIECE_ROWS).
+
+    An any-shape product made by a tuning choice (dense_choice.py) serves another shape only
+    where that choice picks it there too (serves).
     """
 
     def __init__(self, batch: int, m: int, n: int, k: int, trans_a: bool, trans_b: bool,
@@ -142,10 +140,11 @@ class OnednnMatmul(DerivesFromInputs):
         rows_whole = two_d and not trans_a and self.workers == 1 and (
             after is None or all(meta.size == 0 for meta in after.metas))
         in_scope = tuning.in_size_class_scope()
-        # fewer rows run in pieces (PIECE_ROWS), each exact; more on run-time rows
-        self.in_pieces = in_scope and rows_whole and tuning.SMALL_DIM < m <= RUNTIME_ROWS_MIN
-        self.any = self.in_pieces or in_scope and (
-            batched_any or (rows_whole and m > RUNTIME_ROWS_MIN))
+        # any rows over SMALL_DIM run in pieces (PIECE_ROWS), each exact
+        self.in_pieces = in_scope and rows_whole and m > tuning.SMALL_DIM
+        self.any = self.in_pieces or in_scope and batched_any
+        # whether the tuning choice that made this kernel picks it at other shapes (serves)
+        self.chosen_at: Callable[[Sequence[tuple[int, ...]]], bool] | None = None
         self._sized: dict[int, Primitive] = {}  # in pieces: the primitive per piece's rows
         # per shapes met, the primitive on memories of those dims (with each memory's argument
         # index and byte offset): a batched product's per (a, b, out), a 2-D product's per rows
@@ -156,20 +155,8 @@ class OnednnMatmul(DerivesFromInputs):
             = OrderedDict()  # the same for a 2-D product: per rows, its primitives in order
         self._current: Any = None
         self._current_rows: list[Primitive] = []  # a 2-D any-shape call's primitives, in order
-        # the post-ops oneDNN applies; a 2-D any-shape product's from the first whole operand
-        # on, which oneDNN takes with no run-time rows, are (ufunc, operand index, form) run in
-        # NumPy after it, in order
-        ops = tail.post_ops if tail is not None else ()
-        first_full = next((i for i, op in enumerate(ops) if op.form == "full"), len(ops)) \
-            if self.any and two_d and not self.in_pieces else len(ops)
-        self._fused_ops = ops[:first_full]
-        self._host_ops = [(_UFUNCS[op.kind], op.operand, op.form) for op in ops[first_full:]]
-        self._host_arrays: list[tuple[Any, Any, Any]] = []  # this call's (ufunc, out, operand)
+        self._fused_ops = tail.post_ops if tail is not None else ()  # oneDNN applies them
         self._rows = 0  # this call's rows (a 2-D any-shape product)
-        # a run-time-rows product's weight in its pieces' layout, packed on its first call
-        # (_pack_for_pieces) and then kept
-        self._pieces_weight: PackedWeight | None = None
-        self._packed_for_pieces: PackedWeight | None = None
 
     def _build(self) -> None:
         """Make the primitives and the packed weight, on first need: a kernel the tuning
@@ -202,31 +189,7 @@ class OnednnMatmul(DerivesFromInputs):
                 self._sized.setdefault(piece[3] - piece[2], self.items[-1][0])
         if self.any and two_d:  # the prepared rows' items serve their first call (_run_rows)
             self._by_rows[self.shape[1]] = list(self.items)
-        if self.any and two_d and not self.in_pieces:
-            layout = self._pieces_layout()
-            if layout != user_w:
-                self._pieces_weight = PackedWeight(user_w, layout)
         self._impl = pds[(pieces[0][1] - pieces[0][0], pieces[0][3] - pieces[0][2])].impl()
-
-    def _pieces_layout(self) -> MemoryDesc:
-        """The weight layout oneDNN picks for this product's pieces (a shape of fewer rows in
-        its size class; one layout for every piece size, brg:avx512_core here)."""
-        n, k = self.shape[2], self.shape[3]
-        src, user_w, dst = self._descs((0, 1, 0, PIECE_ROWS[0]))
-        pd = _matmul_pd(src, MemoryDesc.plain(user_w.shape, abi.TAG_ANY), dst)
-        return pd.md(abi.QUERY_WEIGHTS_MD, (k, n))
-
-    def _pack_for_pieces(self, weight: Any) -> None:
-        """A run-time-rows product's first call packs a frozen weight (a symbolic module's
-        param, whose packed copies derived.py shares) in its pieces' layout too, so that the
-        first shape of fewer rows finds it packed: the LLaMA-style stream's 29 denses took 14-16
-        ms of its first small shape's 35 ms (bench/stream.py's (2, 20)), paid here by a longer
-        shape. One packed copy of the weight, kept while this kernel is; none for a weight that
-        may be written (not frozen)."""
-        packed, self._pieces_weight = self._pieces_weight, None
-        if packed is not None and derived_of(weight) is not None:
-            packed.refresh(weight)
-            self._packed_for_pieces = packed
 
     @property
     def impl(self) -> str:
@@ -242,8 +205,10 @@ class OnednnMatmul(DerivesFromInputs):
                   after_args: tuple[int, ...] = ()) -> OnednnMatmul:
         """This 2-D product with tail's bias and post-ops reading `extras` more inputs, then
         the compiled chain after (chain_jit.CompiledChain) over the arrays at after_args."""
-        return OnednnMatmul(*self.shape, split=self.split, tail=tail, extras=extras,
+        made = OnednnMatmul(*self.shape, split=self.split, tail=tail, extras=extras,
                             after=after, after_args=after_args)
+        made.chosen_at = self.chosen_at
+        return made
 
     def post_op_shape(self) -> tuple[int, int] | None:
         return (self.shape[1], self.shape[2]) if self.two_d else None
@@ -323,8 +288,8 @@ class OnednnMatmul(DerivesFromInputs):
         return bias, [MemoryDesc.plain(shapes[op.form]) for op in self._fused_ops]
 
     def _pd(self, piece: tuple[int, int, int, int], chosen: MemoryDesc | None) -> PrimitiveDesc:
-        if self.any and not self.in_pieces:
-            return self._runtime_rows_pd(chosen) if self.two_d else self._runtime_pd()
+        if self.any and not self.two_d:
+            return self._runtime_pd()
         src, user_w, dst = self._descs(piece)
         weights = user_w
         if self.two_d:
@@ -343,30 +308,16 @@ class OnednnMatmul(DerivesFromInputs):
                           MemoryDesc.strided(dims, transposed if trans_b else plain),
                           MemoryDesc.strided(dims, plain))
 
-    def _runtime_rows_pd(self, chosen: MemoryDesc | None) -> PrimitiveDesc:
-        """A 2-D product's descriptor with its rows given at run time (oneDNN's gemm:jit, over
-        RUNTIME_ROWS_MIN rows). Bias and the post-ops before the first whole
-        (rows, n) operand go to oneDNN, which refuses a binary operand with run-time dims; the
-        rest run in NumPy after it (_host_ops), each one rounding as oneDNN's."""
-        n, k = self.shape[2], self.shape[3]
-        src = MemoryDesc.strided((RUNTIME_DIM, k), (k, 1))
-        weights = chosen or MemoryDesc.plain((k, n), abi.TAG_ANY)
-        dst = MemoryDesc.strided((RUNTIME_DIM, n), (n, 1))
-        if self.tail is None:
-            return _matmul_pd(src, weights, dst)
-        # the operands oneDNN takes read one value or one row: the same descriptors for any rows
-        return _matmul_pd(src, weights, dst, replace(self.tail, post_ops=self._fused_ops),
-                          *self._operand_descs(1))
-
     def any_shape(self) -> bool:
         return self.any
 
+    def serves(self, shapes: Sequence[tuple[int, ...]]) -> bool:
+        """Whether its tuning choice picks it for arrays of these shapes too (chosen_at; a
+        kernel no choice made serves every shape it takes)."""
+        return self.chosen_at is None or self.chosen_at(shapes)
+
     def _rows_items(self, rows: int) -> list[tuple[Primitive, list[tuple[Memory, int, int]]]]:
-        """A 2-D product of these rows: the run-time-rows primitive, or (in pieces) each
-        piece's, on memories of its rows."""
-        if not self.in_pieces:
-            args, bindings = self._args((0, 1, 0, rows))
-            return [(self.items[0][0].with_args(args), bindings)]
+        """A 2-D product of these rows: each piece's primitive on memories of its rows."""
         items = []
         for r0, r1 in row_pieces(rows):
             args, bindings = self._args((0, 1, r0, r1))
@@ -381,7 +332,7 @@ class OnednnMatmul(DerivesFromInputs):
         return items
 
     def _run_rows(self, arrays: tuple[Any, ...]) -> None:
-        """A 2-D any-shape call: the primitives for out's rows, the host post-ops, the tail."""
+        """A 2-D any-shape call: the primitives for out's rows, then the tail."""
         if len(arrays) != len(self._arrays) or any(x is not y for x, y in zip(arrays,
                                                                               self._arrays)):
             n = self.shape[2]
@@ -394,10 +345,6 @@ class OnednnMatmul(DerivesFromInputs):
             for _, bindings in items:
                 for memory, which, offset in bindings:  # by address, as _run_any
                     memory.bind_address(arrays[which].ctypes.data + offset)
-            out = arrays[-1].reshape(rows, n)
-            self._host_arrays = [(ufunc, out, arrays[2 + operand].reshape(
-                (rows, n) if form == "full" else (1, n) if form == "row" else ()))
-                for ufunc, operand, form in self._host_ops]
             if self.after is not None:
                 self._flat = self.after.flat_arrays([arrays[i] for i in self.after_args])
             self._arrays = arrays
@@ -405,8 +352,6 @@ class OnednnMatmul(DerivesFromInputs):
             self._rows = rows
         for primitive in self._current_rows:
             primitive.run()
-        for ufunc, out, operand in self._host_arrays:
-            ufunc(out, operand, out=out)
         if self.after is not None:
             self.after.run_block(0, self._rows, 0, self.shape[2], self.shape[2], self._flat)
 
@@ -487,8 +432,7 @@ class OnednnMatmul(DerivesFromInputs):
 
     def workspace_bytes(self) -> int:
         self._build()
-        pieces = self._pieces_weight or self._packed_for_pieces
-        return self.weight.nbytes + (pieces.nbytes if pieces is not None else 0)
+        return self.weight.nbytes
 
     def uses_workers(self) -> bool:
         """Its work items go to the runtime's workers (OpenBLAS held at one thread beside it)."""
@@ -506,8 +450,6 @@ class OnednnMatmul(DerivesFromInputs):
                 self.weight.memory.bind(b)
             elif self._stale():
                 self.weight.refresh(b)
-            if self._pieces_weight is not None:
-                self._pack_for_pieces(b)
             if self.any:
                 self._run_rows((a, b) + rest)
                 return
