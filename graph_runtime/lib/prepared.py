@@ -58,6 +58,13 @@ class PreparedKernel(ABC):
         _class_key). Its other answers here then hold for all those shapes."""
         return False
 
+    def call_site(self) -> Callable[..., None] | None:
+        """For a kernel that several nodes share (a symbolic module's KernelCache: a decoder's
+        layers), what one node calls instead of the kernel itself: the kernel with state of that
+        node's own (the views of its arrays), which its step, and so its module, holds. None:
+        the kernel keeps nothing per call site."""
+        return None
+
     def serves(self, shapes: Sequence[tuple[int, ...]]) -> bool:
         """For an any_shape kernel: whether preparing its node at arrays of these shapes
         (inputs, then outputs) would make this kernel again, i.e. the tuning choices that made

@@ -213,7 +213,8 @@ class Executor:
                                      - step.kernel.workspace_bytes(), used)
                 kept = PreparedCall(
                     step.nid, step.label, step.func_name, step.device,
-                    in_device_scope(fn, step.device), [], step.arg_keys, n_in, False, kernel)
+                    in_device_scope(new._site(fn), step.device), [], step.arg_keys, n_in,
+                    False, kernel)
             kept.args[:] = new._args_of(step, renewed)
             new.steps.append(kept)
         new.shortcuts = {}
@@ -296,8 +297,8 @@ class Executor:
             kernel = capabilities(fn)
             self._count_workspace(node, dev, kernel.workspace_bytes(), used)
             steps.append(PreparedCall(node.nid, node.label, node.func_name or "", dev,
-                                      in_device_scope(fn, dev), [], keys, len(in_eids), False,
-                                      kernel))
+                                      in_device_scope(self._site(fn), dev), [], keys,
+                                      len(in_eids), False, kernel))
         return steps
 
     def _arg_keys(self, node: Any, dev: Device, in_eids: list[int], out_eids: list[int]
@@ -380,6 +381,14 @@ class Executor:
                 lib.prepare, node.func_name or "", dev, in_specs, out_specs, attrs,
                 node=node.label)
         return fn
+
+    def _site(self, fn: Any) -> Any:
+        """What a node's step calls: a kernel the specialisations share, at its call site
+        (PreparedKernel.call_site: state of the node's own, held by the step); else fn."""
+        if self._kernels is None:
+            return fn
+        site = capabilities(fn).call_site()
+        return fn if site is None else site
 
     def _kept_step(self, lib: Module, kept: PreparedCall, base: Executor, node: Any,
                    eids: list[int], shared: KernelCache) -> PreparedCall | None:

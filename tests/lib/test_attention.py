@@ -203,6 +203,32 @@ def test_cpu_kernel_without_mask_and_a_scale_not_positive(scale: float) -> None:
     _check(out, want, "float32")
 
 
+@pytest.mark.parametrize("products", ["blas", "onednn"])
+def test_a_shared_kernels_call_sites_keep_their_own_views(products: str) -> None:
+    """One kernel called by two nodes (a decoder's layers share it), each at its call site:
+    the sites' arrays alternate, each site makes its views once and every call is right
+    (oneDNN's products, which the sites share, pointed at each call's arrays)."""
+    from graph_runtime.lib.kernels.cpu.attention import AttentionKernel
+    from graph_runtime.lib.ops.attention import _params
+    if products == "onednn":
+        require_onednn()
+    arrays, attrs, want = _case(*GQA_CASES[0], dtype="float32")
+    sets = [(arrays, attrs, want), ([a.copy() for a in arrays], attrs, want)]  # other arrays
+    kernel = AttentionKernel(**_params([TensorSpec(a.shape, "float32") for a in arrays], attrs),
+                             products=products)
+    sites = [kernel.call_site(), kernel.call_site()]
+    outs = [np.empty(want.shape, np.float32) for _, _, want in sets]
+    made = []
+    for _ in range(3):
+        for site, (arrays, _, want), out in zip(sites, sets, outs):
+            out[...] = np.nan
+            site(*arrays, out)
+            _check(out, want, "float32")
+        made.append([site.seen.views for site in sites])
+    assert all(views[0] is views[1] for views in zip(*made))  # made once per site
+    assert (made[0][0][5] is not None) == (products == "onednn")
+
+
 @pytest.mark.parametrize("threads", ["openmp", "workers"])
 @pytest.mark.parametrize("case", CASES + GQA_CASES + WORKER_CASES)
 def test_cpu_onednn_products_match_float64(monkeypatch, case: tuple, threads: str) -> None:
@@ -224,7 +250,7 @@ def test_cpu_onednn_products_match_float64(monkeypatch, case: tuple, threads: st
     out = np.full(want.shape, np.nan, np.float32)
     kernel(*arrays, out)
     _check(out, want, "float32")
-    assert kernel._views((*arrays, out))[5] is not None  # oneDNN did that call
+    assert kernel._views(kernel._views_of, (*arrays, out))[5] is not None  # oneDNN did that call
     # arrays it was not made for (a strided view): OpenBLAS does that call, same result
     wide = np.zeros(want.shape[:2] + (want.shape[2] + 1,), np.float32)
     kernel(*arrays, wide[:, :, :-1])
@@ -247,7 +273,7 @@ def test_cpu_onednn_softmax_with_the_products_matches_float64(monkeypatch, case:
     out = np.full(want.shape, np.nan, np.float32)
     kernel(*arrays, out)
     _check(out, want, "float32")
-    assert kernel._views((*arrays, out))[5].softmax_fused
+    assert kernel._views(kernel._views_of, (*arrays, out))[5].softmax_fused
     poisoned = [a.copy() for a in arrays]
     if case[5] is not None:  # batch 0's first query row of every head masked everywhere
         poisoned[3][0, :, 0, :] = -np.inf

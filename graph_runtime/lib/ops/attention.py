@@ -20,7 +20,7 @@ from typing import Any
 from ..._lru import LruCache
 from ...backends.base import Backend
 from ..attrs import bool_attr, float_attr, int_attr, op_error
-from ..kernels.cpu.attention import AttentionKernel, FewQueryAttention
+from ..kernels.cpu.attention import AttentionKernel, FewQueryAttention, ViewsOf
 from ..kernels.cuda_gemm import matmul_function
 from ..kernels.heads import head_view
 from ..kernels.host import array_module
@@ -168,6 +168,32 @@ class AttentionByShape(PreparedKernel):
         if key != last:
             kernel = self._kernel(key)
         kernel(*arrays)
+
+    def call_site(self) -> ByShapeSite:
+        """As AttentionKernel.call_site: one node's calls keep the views of its arrays."""
+        return ByShapeSite(self)
+
+
+class ByShapeSite:
+    """An AttentionByShape as one node calls it: the kernel of its last shape, with the views
+    of that node's arrays where it is an AttentionKernel (FewQueryAttention keeps none)."""
+
+    def __init__(self, by_shape: AttentionByShape) -> None:
+        self.by_shape = by_shape
+        self.key: tuple[tuple[int, ...], ...] | None = None
+        self.kernel: Any = None
+        self.seen: ViewsOf | None = None
+
+    def __call__(self, *arrays: Any) -> None:
+        key = tuple(a.shape for a in arrays[:-1])
+        if key != self.key:
+            self.kernel = self.by_shape._kernel(key)
+            self.key = key
+            self.seen = ViewsOf() if isinstance(self.kernel, AttentionKernel) else None
+        if self.seen is None:
+            self.kernel(*arrays)
+        else:
+            self.kernel.run_with(self.seen, arrays)
 
 
 def _opencl(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],

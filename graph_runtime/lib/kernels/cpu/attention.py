@@ -205,6 +205,17 @@ def _openmp() -> bool:
     return policy().openmp > 1
 
 
+class ViewsOf:
+    """The arrays of an attention's last call at one call site, their views and oneDNN's
+    products bound to them, and the team's block over them (AttentionKernel._views)."""
+
+    def __init__(self) -> None:
+        self.arrays: tuple[Any, ...] | None = None
+        self.views: tuple[Any, ...] = ()
+        self.blocks: list[Block] | None = None
+        self.team_block: Any = None
+
+
 class AttentionKernel(PreparedKernel):
     """run(q, k, v, [mask,] out) with out (batch, q_len, heads * head_dim); the scores of every
     head live in one workspace made at prepare time."""
@@ -225,9 +236,7 @@ class AttentionKernel(PreparedKernel):
         self.full = (batch, heads, q_len, k_len)
         self.scores = np.empty(self.full, dtype)
         self.no_mask = np.broadcast_to(np.zeros((1, 1, 1, 1), dtype), self.full)
-        self._seen: tuple[Any, ...] | None = None  # the arrays of the last call, and their views
-        self._seen_blocks: list[Block] | None = None
-        self._cached: tuple[Any, ...] = ()
+        self._views_of = ViewsOf()  # the views of its calls' arrays (see call_site)
         # (batch, first head, last head, first query, last query) per worker item: about four
         # items per worker where the heads' work pays for the hand-off, else one call over every
         # head. Fewer heads than items (SegFormer's 1 head of 16,384 queries by 256 keys) are
@@ -248,7 +257,6 @@ class AttentionKernel(PreparedKernel):
         # thread alone it took 1.6 of a LLaMA attention's 3.3 ms at (4, 194)
         self.team = dtype == "float32" and on_team(batch * heads * q_len, k_len) and (
             mask_shape is None or mask_shape[-1] == k_len)
-        self._team_block: Any = None  # its block over the last call's arrays
         if self.workers > 1 and work >= PARALLEL_FLOPS and (batch * heads > 1 or q_len > 1) \
                 and not openmp:
             split = _blocks(batch, heads, q_len, self.workers)
@@ -323,14 +331,28 @@ class AttentionKernel(PreparedKernel):
         # beside: a LLaMA decode step took 68 ms with OpenBLAS threaded, 29 ms held at one.
         return len(self.blocks) > 1 or self.products == "onednn"
 
-    def _views(self, arrays: tuple[Any, ...]) -> tuple[Any, ...]:
+    def call_site(self) -> AttentionSite:
+        """The kernel as one node calls it, keeping the views of that node's arrays: one kernel
+        serves a decoder's every layer (the KernelCache shares it), whose arrays alternate, and
+        views made again at every call cost 40-100 us of a 65 us attention ((1, 32) of a
+        LLaMA-style model). The node's step holds the site, so the views go with its module."""
+        return AttentionSite(self, ViewsOf())
+
+    def __call__(self, *arrays: Any) -> None:
+        self.run_with(self._views_of, arrays)
+
+    def _views(self, seen: ViewsOf, arrays: tuple[Any, ...]) -> tuple[Any, ...]:
         """(q heads, k heads transposed, v heads, out heads, mask, oneDNN's products, and for
         grouped-query attention the same in groups with the scores) over this call's arrays,
         made again only when the arrays change (a graph passes the same ones every run, and
-        making the views cost ~5 us of BERT-tiny's 22 us attention)."""
-        if self._seen is not None and all(a is b for a, b in zip(arrays, self._seen)) \
-                and len(arrays) == len(self._seen) and self._seen_blocks is self.blocks:
-            return self._cached
+        making the views cost ~5 us of BERT-tiny's 22 us attention); seen keeps them."""
+        if seen.arrays is not None and len(arrays) == len(seen.arrays) and all(
+                a is b for a, b in zip(arrays, seen.arrays)) and seen.blocks is self.blocks:
+            products = seen.views[5]
+            if products is not None:  # shared by the sites: pointed at these arrays again
+                q, k, v, *rest = arrays
+                products.bind(q, k, v, self.scores, rest[-1], rest[0] if len(rest) > 1 else None)
+            return seen.views
         q, k, v, *rest = arrays
         heads, kv, dim = self.heads, self.kv_heads, self.head_dim
         products = None
@@ -340,12 +362,11 @@ class AttentionKernel(PreparedKernel):
                     q, k, v, self.scores, rest[-1], rest[0] if len(rest) > 1 else None):
                 products = None  # arrays oneDNN was not made for: OpenBLAS this call
         out = rest[-1]
-        self._cached = (head_view(q, self.offsets[0], heads, dim),
-                        head_view(k, self.offsets[1], kv, dim).transpose(0, 1, 3, 2),
-                        head_view(v, self.offsets[2], kv, dim),
-                        head_view(out, 0, heads, dim),
-                        np.broadcast_to(rest[0], self.full) if self.has_mask else self.no_mask,
-                        products)
+        views: tuple[Any, ...] = (
+            head_view(q, self.offsets[0], heads, dim),
+            head_view(k, self.offsets[1], kv, dim).transpose(0, 1, 3, 2),
+            head_view(v, self.offsets[2], kv, dim), head_view(out, 0, heads, dim),
+            np.broadcast_to(rest[0], self.full) if self.has_mask else self.no_mask, products)
         if kv != heads:
             grouped: tuple[Any, ...] = (
                 head_view(q, self.offsets[0], heads, dim, kv), head_view(out, 0, heads, dim, kv),
@@ -355,14 +376,12 @@ class AttentionKernel(PreparedKernel):
                 # query: one GEMM per kv head, not one GEMV per head); each query row and head
                 # is computed alike either way
                 grouped = tuple(a.swapaxes(2, 3) for a in grouped)
-            self._cached += (grouped[0], self._cached[1][:, :, None],
-                             self._cached[2][:, :, None], grouped[1], grouped[2])
+            views += (grouped[0], views[1][:, :, None], views[2][:, :, None], grouped[1],
+                      grouped[2])
         fused = products is not None and products.softmax_fused
-        self._team_block = None if fused else self._team_pass(
-            rest[0] if self.has_mask else None)
-        self._seen = arrays
-        self._seen_blocks = self.blocks
-        return self._cached
+        seen.team_block = None if fused else self._team_pass(rest[0] if self.has_mask else None)
+        seen.arrays, seen.views, seen.blocks = arrays, views, self.blocks
+        return views
 
     def _team_pass(self, mask: Any) -> Any:
         """The block of _scale_mask_softmax_team over the scores and this call's mask, or None
@@ -376,8 +395,10 @@ class AttentionKernel(PreparedKernel):
         return block(self.scores, *self.full, mask, *mask.shape[:3], self.scale,
                      self.nan_to_zero)
 
-    def __call__(self, *arrays: Any) -> None:
-        qh, kt, vh, oh, mask, products, *grouped = self._views(arrays)
+    def run_with(self, seen: ViewsOf, arrays: tuple[Any, ...]) -> None:
+        """Compute over arrays, with the views seen keeps (made again where they are not of
+        these arrays)."""
+        qh, kt, vh, oh, mask, products, *grouped = self._views(seen, arrays)
         scores, blocks, group = self.scores, self.blocks, self.heads // self.kv_heads
         scale, one, nan_to_zero, has_mask = self.typed_scale, self.one, self.nan_to_zero, \
             self.has_mask
@@ -414,8 +435,8 @@ class AttentionKernel(PreparedKernel):
                 np.matmul(grouped[0], grouped[1], out=grouped[4])
             else:
                 np.matmul(qh, kt, out=scores)
-            if self._team_block is not None:
-                run_on_team(_scale_mask_softmax_team(), self._team_block)
+            if seen.team_block is not None:
+                run_on_team(_scale_mask_softmax_team(), seen.team_block)
             else:
                 _scale_mask_softmax(scores, mask, scale, one, nan_to_zero, has_mask)
             if products is not None:
@@ -426,3 +447,15 @@ class AttentionKernel(PreparedKernel):
                 np.matmul(scores, vh, out=oh)
             return
         parallel_images(len(blocks), self.workers, block)
+
+
+class AttentionSite:
+    """An AttentionKernel as one node calls it (AttentionKernel.call_site): the kernel with
+    the views of that node's arrays."""
+
+    def __init__(self, kernel: AttentionKernel, seen: ViewsOf) -> None:
+        self.kernel = kernel
+        self.seen = seen
+
+    def __call__(self, *arrays: Any) -> None:
+        self.kernel.run_with(self.seen, arrays)
