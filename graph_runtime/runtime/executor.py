@@ -879,8 +879,8 @@ def _band_shapes(shapes: tuple[tuple[int, ...], ...]) -> tuple:
 
 def _rows_class(shape: tuple[int, ...]) -> tuple[int, ...]:
     """An array's rank, and the size classes of its rows (every dim but the last, together)
-    and of its last dim: a dense with run-time rows serves a prompt of any batch and length
-    whose rows round alike ((3, 193) and (4, 156): 579 and 624 rows, class 1024)."""
+    and of its last dim: where a kernel the band's own tuning choice does not pick is kept
+    ((3, 193) and (4, 156): 579 and 624 rows, class 1024)."""
     return (len(shape), *class_shape((math.prod(shape[:-1]), shape[-1] if shape else 1)))
 
 

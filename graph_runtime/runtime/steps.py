@@ -57,8 +57,9 @@ class KernelCache:
     included. A kernel holding no node's data (no derived weights, no sub-modules) is kept by
     its function and node attrs instead of its node, so it serves every node calling them at
     those shapes (a decoder's layers); one taking any shape (PreparedKernel.any_shape: a KV
-    cache's concatenate, the attention products) is kept by its shapes' size classes, so it
-    serves every past length of a class. A kernel is kept while a specialisation kept by the
+    cache's concatenate, the attention products, a dense in pieces) is kept by its rows' band
+    and last dims' size classes (executor._band_shapes), so it serves every past length of a
+    class and every prompt of over 16 rows, where its tuning choices pick it too. A kernel is kept while a specialisation kept by the
     module uses it.
 
     Only a kernel no setup pass adapts to its module is shared: none told its arrays are stored
