@@ -8,8 +8,8 @@ import math
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import (Any, Callable, Collection, ContextManager, Generic, Mapping, Sequence,
-                    TypeVar)
+from typing import (Any, Callable, Collection, ContextManager, Generic, Iterator, Mapping,
+                    Sequence, TypeVar)
 
 import numpy as np
 
@@ -336,10 +336,7 @@ class Executor:
                 if ident is None:
                     ident = shared.functions[node.nid] = _function_ident(node)
                 by_function = (ident,) + exact[1:]
-                bands, classes = _band_shapes(exact[2]), _class_shapes(exact[2])
-                for candidate in (by_function, exact, _class_key(by_function, bands, "band"),
-                                  _class_key(exact, bands, "band"),
-                                  _class_key(by_function, classes), _class_key(exact, classes)):
+                for candidate in _candidate_keys(by_function, exact):
                     found = shared.kernels.get(candidate)
                     if found is None or candidate[0] == "band" and not capabilities(
                             found).serves(exact[2]):
@@ -858,6 +855,20 @@ def _class_key(key: tuple, classes: tuple | None = None, kind: str = "class") ->
     their size classes (tuning.class_shape). classes: the key's shapes rounded so already."""
     func, dev, shapes = key[:3]
     return (kind, func, dev, classes or _class_shapes(shapes)) + key[3:]
+
+
+def _candidate_keys(by_function: tuple, exact: tuple) -> Iterator[tuple]:
+    """The keys a node's kernel may be kept by, in the order they are asked: its function's
+    and its own at these shapes, then both by band, then by size class (each made only when
+    the ones before missed: a decode step asks for some 30 nodes)."""
+    yield by_function
+    yield exact
+    bands = _band_shapes(exact[2])
+    yield _class_key(by_function, bands, "band")
+    yield _class_key(exact, bands, "band")
+    classes = _class_shapes(exact[2])
+    yield _class_key(by_function, classes)
+    yield _class_key(exact, classes)
 
 
 def _class_shapes(shapes: tuple[tuple[int, ...], ...]) -> tuple:

@@ -132,6 +132,7 @@ class AttentionByShape(PreparedKernel):
                  inputs: Sequence[TensorSpec]) -> None:
         self.attrs = dict(attrs)
         self._dtype = str(first["dtype"])
+        self._heads, self._head_dim = int(first["heads"]), int(first["head_dim"])
         self._few = FewQueryAttention(first["heads"], first["kv_heads"], first["head_dim"],
                                       first["offsets"], first["scale"], first["nan_to_zero"],
                                       first["mask_shape"] is not None, self._dtype)
@@ -146,8 +147,9 @@ class AttentionByShape(PreparedKernel):
     def serves(self, shapes: Sequence[tuple[int, ...]]) -> bool:
         """Shapes prepare() would give this kind of kernel too: work under ONE_SHOT_FLOPS
         (a larger shape is the tuning service's choice)."""
-        p = _params([TensorSpec(shape, self._dtype) for shape in shapes[:-1]], self.attrs)
-        return _work(p) < ONE_SHOT_FLOPS
+        q, k = shapes[0], shapes[1]  # (batch, tokens, width); k's tokens at -2 in either layout
+        return _work({"batch": q[0], "heads": self._heads, "q_len": q[1], "k_len": k[-2],
+                      "head_dim": self._head_dim}) < ONE_SHOT_FLOPS
 
     def workspace_bytes(self) -> int:
         return sum(int(kernel.scores.nbytes) for kernel in self._kernels.values()
