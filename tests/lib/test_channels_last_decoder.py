@@ -90,7 +90,7 @@ def test_concatenate_reads_and_writes_channels_last(shapes, axis, random_array) 
 
 def test_a_serial_concatenate_takes_any_shape(random_array) -> None:
     # a KV cache's past joined with one new token, one length more each step: the kernel
-    # prepared at one length serves the next (runtime/executor.py shares it by size class)
+    # prepared at one length serves the next (runtime/executor.py shares it by band)
     kernel = _prepared("concatenate", [(1, 2, 40, 16), (1, 2, 1, 16)], {"axis": 2})
     assert kernel.any_shape()
     for past in (40, 41, 63):
@@ -102,6 +102,11 @@ def test_a_serial_concatenate_takes_any_shape(random_array) -> None:
     # in bands on the workers (more than one core), it copies at the offsets of its shapes
     large = _prepared("concatenate", [(1, 64, 80, 80), (1, 32, 80, 80)], {"axis": 1})
     assert large.any_shape() == (large.workers <= 1)
+    # the serial one serves the shapes a prepare also makes serial: a large image join is not
+    # one of them where the workers would take it
+    assert kernel.serves([(1, 2, 300, 16), (1, 2, 1, 16), (1, 2, 301, 16)])
+    assert kernel.serves([(1, 64, 80, 80), (1, 32, 80, 80), (1, 96, 80, 80)]) == (
+        large.workers <= 1)
 
 
 def test_segformer_decoder_stays_channels_last(monkeypatch, random_array) -> None:

@@ -238,6 +238,12 @@ class _HostConcat(PreparedKernel):
         past joined with the new token at every length)."""
         return self.workers <= 1
 
+    def serves(self, shapes: Sequence[tuple[int, ...]]) -> bool:
+        """Serial at these shapes too: a large image join is prepared on the workers."""
+        out = shapes[-1]
+        return not self.images or channel_split(1, out[self.band_axis], size_of(out),
+                                                SERIAL_OUTPUTS)[1] <= 1
+
     def channels_last_positions(self) -> tuple[int, ...]:
         return tuple(range(self.n_inputs + 1)) if self.images else ()
 
