@@ -409,7 +409,9 @@ class Executor:
         if kept.kernel.channels_last_positions() or shared.get(key) is None:
             return None
         self.kernel_keys[node.nid] = key
-        return PreparedCall(kept.nid, kept.label, kept.func_name, kept.device, kept.fn, [],
+        site = kept.kernel.call_site()  # this module's own (its views are of its arrays)
+        fn = kept.fn if site is None else in_device_scope(site, kept.device)
+        return PreparedCall(kept.nid, kept.label, kept.func_name, kept.device, fn, [],
                             kept.arg_keys, kept.num_inputs, False, kept.kernel)
 
     def _kernel_key(self, lib: Module, node: Any, dev: Device,

@@ -12,7 +12,6 @@ from collections import OrderedDict
 from math import prod
 from typing import Any, Callable, Sequence
 
-
 from ....errors import LibraryError
 from ... import tuning
 from ..threads import parallel_images
