@@ -213,8 +213,8 @@ class Executor:
                                      - step.kernel.workspace_bytes(), used)
                 kept = PreparedCall(
                     step.nid, step.label, step.func_name, step.device,
-                    in_device_scope(new._site(fn), step.device), [], step.arg_keys, n_in,
-                    False, kernel)
+                    in_device_scope(new._site(kernel) or fn, step.device), [], step.arg_keys,
+                    n_in, False, kernel)
             kept.args[:] = new._args_of(step, renewed)
             new.steps.append(kept)
         new.shortcuts = {}
@@ -297,8 +297,8 @@ class Executor:
             kernel = capabilities(fn)
             self._count_workspace(node, dev, kernel.workspace_bytes(), used)
             steps.append(PreparedCall(node.nid, node.label, node.func_name or "", dev,
-                                      in_device_scope(self._site(fn), dev), [], keys,
-                                      len(in_eids), False, kernel))
+                                      in_device_scope(self._site(kernel) or fn, dev), [],
+                                      keys, len(in_eids), False, kernel))
         return steps
 
     def _arg_keys(self, node: Any, dev: Device, in_eids: list[int], out_eids: list[int]
@@ -367,7 +367,7 @@ class Executor:
                 key = by_function if alone and by_function is not None else exact
                 if key is not None and made.any_shape():
                     # the band's, unless one its choices made otherwise holds it
-                    band = _class_key(key, _band_shapes(key[2]), "band")
+                    band = _class_key(key, "band")
                     key = band if band not in shared.kernels else _class_key(key)
                 shared.put(key, fn, made, eids)
                 if key is not None and shared.kernels.get(key) is fn:
@@ -379,13 +379,10 @@ class Executor:
                 node=node.label)
         return fn
 
-    def _site(self, fn: Any) -> Any:
-        """What a node's step calls: a kernel the specialisations share, at its call site
-        (PreparedKernel.call_site: state of the node's own, held by the step); else fn."""
-        if self._kernels is None:
-            return fn
-        site = capabilities(fn).call_site()
-        return fn if site is None else site
+    def _site(self, kernel: PreparedKernel) -> Callable[..., None] | None:
+        """What a node's step calls instead of a kernel the specialisations share: its call
+        site (PreparedKernel.call_site: state of the node's own, held by the step), if any."""
+        return None if self._kernels is None else kernel.call_site()
 
     def _kept_step(self, lib: Module, kept: PreparedCall, base: Executor, node: Any,
                    eids: list[int], shared: KernelCache) -> PreparedCall | None:
@@ -409,7 +406,7 @@ class Executor:
         if kept.kernel.channels_last_positions() or shared.get(key) is None:
             return None
         self.kernel_keys[node.nid] = key
-        site = kept.kernel.call_site()  # this module's own (its views are of its arrays)
+        site = self._site(kept.kernel)  # this module's own (its views are of its arrays)
         fn = kept.fn if site is None else in_device_scope(site, kept.device)
         return PreparedCall(kept.nid, kept.label, kept.func_name, kept.device, fn, [],
                             kept.arg_keys, kept.num_inputs, False, kept.kernel)
@@ -849,14 +846,14 @@ def _function_ident(node: Any) -> str:
                                         if k not in (DIMS_KEY, VALUES_KEY))))
 
 
-def _class_key(key: tuple, classes: tuple | None = None, kind: str = "class") -> tuple:
+def _class_key(key: tuple, kind: str = "class", classes: tuple | None = None) -> tuple:
     """A kernel key (by function, or by node for one holding the node's data: Executor.
     _prepare_steps) with its shapes rounded: where a kernel taking any shape (PreparedKernel.
-    any_shape) is kept. By their rows' bands (kind "band", _band_shapes: one kernel for every
-    row count over SMALL_DIM where its tuning choices agree, PreparedKernel.serves), else by
-    their size classes (tuning.class_shape). classes: the key's shapes rounded so already."""
+    any_shape) is kept. By their rows' bands (kind "band": one kernel for every row count over
+    SMALL_DIM where its tuning choices agree, PreparedKernel.serves), else by their size
+    classes (_rounded_shapes). classes: the key's shapes rounded so already."""
     func, dev, shapes = key[:3]
-    return (kind, func, dev, classes or _class_shapes(shapes)) + key[3:]
+    return (kind, func, dev, classes or _rounded_shapes(shapes, kind == "band")) + key[3:]
 
 
 def _candidate_keys(by_function: tuple, exact: tuple) -> Iterator[tuple]:
@@ -865,36 +862,23 @@ def _candidate_keys(by_function: tuple, exact: tuple) -> Iterator[tuple]:
     the ones before missed: a decode step asks for some 30 nodes)."""
     yield by_function
     yield exact
-    bands = _band_shapes(exact[2])
-    yield _class_key(by_function, bands, "band")
-    yield _class_key(exact, bands, "band")
-    classes = _class_shapes(exact[2])
-    yield _class_key(by_function, classes)
-    yield _class_key(exact, classes)
+    for kind in ("band", "class"):
+        rounded = _rounded_shapes(exact[2], kind == "band")
+        yield _class_key(by_function, kind, rounded)
+        yield _class_key(exact, kind, rounded)
 
 
-def _class_shapes(shapes: tuple[tuple[int, ...], ...]) -> tuple:
-    return tuple(_rows_class(s) for s in shapes)
-
-
-def _band_shapes(shapes: tuple[tuple[int, ...], ...]) -> tuple:
-    """Each array's rank, its rows (every dim but the last, together) exact up to SMALL_DIM
-    and one band over it, and its last dim's size class: a dense in pieces serves a prompt of
-    any batch and length over SMALL_DIM rows (bench/stream.py's (2, 20) after (4, 194): its 29
-    products no longer prepared again per size class)."""
+def _rounded_shapes(shapes: tuple[tuple[int, ...], ...], band: bool) -> tuple:
+    """Each array's rank, its rows (every dim but the last, together) and its last dim's size
+    class (tuning.class_shape). The rows by their size class too ((3, 193) and (4, 156): 579
+    and 624 rows, class 1024), or with band exact up to SMALL_DIM and one band over it: a dense
+    in pieces serves a prompt of any batch and length over SMALL_DIM rows (bench/stream.py's
+    (2, 20) after (4, 194): its 29 products no longer prepared again per size class)."""
     out = []
     for shape in shapes:
-        rows = math.prod(shape[:-1])
-        out.append((len(shape), rows if rows <= SMALL_DIM else -1,
-                    class_shape((shape[-1] if shape else 1,))[0]))
+        rows, last = class_shape((math.prod(shape[:-1]), shape[-1] if shape else 1))
+        out.append((len(shape), -1 if band and rows > SMALL_DIM else rows, last))
     return tuple(out)
-
-
-def _rows_class(shape: tuple[int, ...]) -> tuple[int, ...]:
-    """An array's rank, and the size classes of its rows (every dim but the last, together)
-    and of its last dim: where a kernel the band's own tuning choice does not pick is kept
-    ((3, 193) and (4, 156): 579 and 624 rows, class 1024)."""
-    return (len(shape), *class_shape((math.prod(shape[:-1]), shape[-1] if shape else 1)))
 
 
 @dataclass(frozen=True)

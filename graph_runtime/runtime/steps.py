@@ -58,7 +58,7 @@ class KernelCache:
     its function and node attrs instead of its node, so it serves every node calling them at
     those shapes (a decoder's layers); one taking any shape (PreparedKernel.any_shape: a KV
     cache's concatenate, the attention products, a dense in pieces) is kept by its rows' band
-    and last dims' size classes (executor._band_shapes), so it serves every past length of a
+    and last dims' size classes (executor._rounded_shapes), so it serves every past length of a
     class and every prompt of over 16 rows, where its tuning choices pick it too. A kernel is kept while a specialisation kept by the
     module uses it.
 

@@ -126,7 +126,7 @@ class AttentionByShape(PreparedKernel):
     shape met is checked as prepare() checks it (_params); one of at most FEW_QUERIES query
     rows (a decode step) runs on the one FewQueryAttention, which takes any shape; any other
     gets an OpenBLAS AttentionKernel of its own, the last SHAPES_KEPT kept. Arrays of the shape
-    met last go straight to its kernel."""
+    met last go straight to its kernel (a call site's: call_site; its own calls have one too)."""
 
     def __init__(self, attrs: Mapping[str, Any], first: Mapping[str, Any],
                  inputs: Sequence[TensorSpec]) -> None:
@@ -138,8 +138,8 @@ class AttentionByShape(PreparedKernel):
                                       first["mask_shape"] is not None, self._dtype)
         key = tuple(tuple(int(d) for d in spec.shape) for spec in inputs)
         self._kernels: LruCache[Any] = LruCache(SHAPES_KEPT)
-        kernel = self._kernels.get_or_build(key, lambda: self._made(first))
-        self._last = (key, kernel)
+        self._kernels.get_or_build(key, lambda: self._made(first))
+        self._own = ByShapeSite(self)  # where it is called itself
 
     def any_shape(self) -> bool:
         return True
@@ -159,17 +159,11 @@ class AttentionByShape(PreparedKernel):
         return self._few if p["q_len"] <= FEW_QUERIES else AttentionKernel(**p)
 
     def _kernel(self, key: tuple[tuple[int, ...], ...]) -> Any:
-        kernel = self._kernels.get_or_build(key, lambda: self._made(_params(
+        return self._kernels.get_or_build(key, lambda: self._made(_params(
             [TensorSpec(shape, self._dtype) for shape in key], self.attrs)))
-        self._last = (key, kernel)
-        return kernel
 
     def __call__(self, *arrays: Any) -> None:
-        key = tuple(a.shape for a in arrays[:-1])
-        last, kernel = self._last
-        if key != last:
-            kernel = self._kernel(key)
-        kernel(*arrays)
+        self._own(*arrays)
 
     def call_site(self) -> ByShapeSite:
         """As AttentionKernel.call_site: one node's calls keep the views of its arrays."""
