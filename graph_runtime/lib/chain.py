@@ -1,6 +1,7 @@
 """Chain: a lib function made of standard ops applied in sequence (TVM's fused-op convention)."""
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field, replace
 from operator import itemgetter, methodcaller
 from typing import Any, Callable, Collection, Mapping, Sequence
@@ -122,6 +123,19 @@ class PreparedChain(PreparedKernel):
         a dense and its tail as one oneDNN product with run-time rows."""
         return not self.intermediates and all(capabilities(fn).any_shape()
                                               for fn, _ in self._calls)
+
+    def call_site(self) -> PreparedChain | None:
+        """This chain calling its kernels' call sites (a compiled tail reading its arrays'
+        shapes per call), where any has one; a chain with intermediates (sized at prepare)
+        runs its own shapes only."""
+        if self.intermediates:
+            return None
+        sites = [capabilities(fn).call_site() for fn, _ in self._calls]
+        if not any(sites):
+            return None
+        site = copy.copy(self)
+        site._steps = [(own or fn, pick) for own, (fn, pick) in zip(sites, self._steps)]
+        return site
 
     def serves(self, shapes: Sequence[tuple[int, ...]]) -> bool:
         """Each kernel at its arguments' shapes (a view made per run: no shape known here,
@@ -266,6 +280,11 @@ class Chain:
                 have = ", ".join(kind for kind in REGISTRY if kind in p.op.kernels)
                 raise LibraryError(f"{self._where(k)}: no {backend.name} kernel; it exists for: "
                                    f"{have}")
+        if len(plan) > 1 and len(inputs) == 1 and all(p.op.name in RESHAPES for p in plan):
+            # reshapes in a row are one (a decoder's mask: three, of the past length), which a
+            # symbolic module keeps for every length (any_shape)
+            plan = [replace(plan[-1], op=get_op("reshape"), attrs={}, inputs=list(inputs),
+                            slots=[0])]
         first_fused = _fusable_tail(plan) if backend.name in ("opencl", "cuda") else len(plan)
         slot_count = len(inputs) + len(outputs)
         if backend.name == "cpu":

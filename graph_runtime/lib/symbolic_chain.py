@@ -7,7 +7,7 @@ passes the names' values in the node's attrs under DIMS_KEY; the chain is built 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from .._lru import LruCache
 from ..device import Device
@@ -18,6 +18,19 @@ from .library import TensorSpec
 
 DIMS_KEY = "__dims"
 CHAINS_KEPT = 64  # concrete chains kept per function, for the bindings met last
+# Attrs that only say an op's output shape, which its CPU kernel reads from the output array
+# at each call (an AnyShape kernel): a kernel taking any shape serves every value of the dims
+# they read (Binding.values leaves them out).
+SHAPE_TARGETS = frozenset({("reshape", "newshape"), ("broadcast_to", "shape")})
+
+
+class Binding(NamedTuple):
+    """What a symbolic chain's kernel depends on besides its arrays' shapes: the values of
+    every dim its attrs read (a kernel made for its shapes), and of those read by attrs other
+    than shape targets (a kernel taking any shape: PreparedKernel.any_shape)."""
+
+    every: tuple[int, ...]
+    values: tuple[int, ...]
 
 
 def is_symbolic_attr(value: Any) -> bool:
@@ -94,6 +107,9 @@ class SymbolicChain:
         self.name = name
         self._entries = [dict(e) for e in entries]
         self.names = sorted({n for e in self._entries for v in e.values() for n in _names(v)})
+        self.value_names = sorted({n for e in self._entries for k, v in e.items()
+                                   if (e.get("op", name), k) not in SHAPE_TARGETS
+                                   for n in _names(v)})
         # the chains of the bindings met last (a decoder meets a new past length every step)
         self._chains: LruCache[Chain] = LruCache(CHAINS_KEPT)
         # The ops (and so the devices) never depend on the binding: check them once.
@@ -114,10 +130,12 @@ class SymbolicChain:
     def backends(self) -> list[str]:
         return self.template.backends()
 
-    def binding_key(self, env: Mapping[str, int]) -> tuple[int, ...]:
+    def binding_key(self, env: Mapping[str, int]) -> Binding:
         """The values of the names its attrs read: equal keys make the same chain (a node
-        prepared at one binding serves another that changes only other names)."""
-        return tuple(int(env.get(n, -1)) for n in self.names)
+        prepared at one binding serves another that changes only other names), and of those
+        that decide more than a shape."""
+        return Binding(tuple(int(env.get(n, -1)) for n in self.names),
+                       tuple(int(env.get(n, -1)) for n in self.value_names))
 
     def concrete(self, attrs: Mapping[str, Any]) -> Chain:
         """The chain for the binding in attrs[DIMS_KEY]."""
@@ -126,7 +144,8 @@ class SymbolicChain:
             raise LibraryError(f"{self.name}: its attrs hold symbolic dims "
                                f"({', '.join(self.names)}) and the node gives no values for "
                                "them; a graph calling it must be specialised (create() does)")
-        return self._chains.get_or_build(self.binding_key(env), lambda: self._build(env))
+        return self._chains.get_or_build(self.binding_key(env).every,
+                                        lambda: self._build(env))
 
     def _build(self, env: Mapping[str, Any]) -> Chain:
         try:

@@ -24,7 +24,7 @@ from ..lib.kernels.threads import ONE_BLAS_THREAD
 from ..lib.library import InputVersion, Module, TensorSpec
 from ..lib.prepared import PreparedKernel, capabilities
 from ..lib.registry import VALUES_KEY
-from ..lib.symbolic_chain import DIMS_KEY
+from ..lib.symbolic_chain import DIMS_KEY, Binding
 from ..lib.tuning import SMALL_DIM, class_shape
 from .cuda_graph import CudaGraphRuns, cuda_graph_runs
 from .flatten_reads import FlattenRead, StagedOutputs, flat_source, plan_flatten_reads
@@ -338,8 +338,8 @@ class Executor:
                 by_function = (ident,) + exact[1:]
                 for candidate in _candidate_keys(by_function, exact):
                     found = shared.kernels.get(candidate)
-                    if found is None or candidate[0] == "band" and not capabilities(
-                            found).serves(exact[2]):
+                    if found is None or candidate[0] in ("band", "class") and not \
+                            capabilities(found).serves(exact[2]):
                         continue
                     fn = shared.get(candidate)
                     self.kernel_keys[node.nid] = candidate
@@ -851,9 +851,12 @@ def _class_key(key: tuple, kind: str = "class", classes: tuple | None = None) ->
     _prepare_steps) with its shapes rounded: where a kernel taking any shape (PreparedKernel.
     any_shape) is kept. By their rows' bands (kind "band": one kernel for every row count over
     SMALL_DIM where its tuning choices agree, PreparedKernel.serves), else by their size
-    classes (_rounded_shapes). classes: the key's shapes rounded so already."""
+    classes (_rounded_shapes). classes: the key's shapes rounded so already. A symbolic
+    chain's binding counts only its dims that decide more than a shape (Binding.values: the
+    kernel reads its arrays' shapes at each call)."""
     func, dev, shapes = key[:3]
-    return (kind, func, dev, classes or _rounded_shapes(shapes, kind == "band")) + key[3:]
+    return (kind, func, dev, classes or _rounded_shapes(shapes, kind == "band")) + tuple(
+        b.values if isinstance(b, Binding) else b for b in key[3:])
 
 
 def _candidate_keys(by_function: tuple, exact: tuple) -> Iterator[tuple]:

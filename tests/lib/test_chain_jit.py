@@ -10,7 +10,9 @@ from graph_runtime import settings
 from graph_runtime.device import cpu
 from graph_runtime.lib.chain import Chain, PreparedChain, Step
 from graph_runtime.lib.kernels.cpu import chain_jit
+from graph_runtime.errors import LibraryError
 from graph_runtime.lib.library import TensorSpec
+from graph_runtime.lib.prepared import capabilities
 from graph_runtime.lib.registry import load_standard_ops
 
 load_standard_ops()
@@ -197,3 +199,80 @@ def test_kernel_note_says_which_path_ran(monkeypatch: pytest.MonkeyPatch) -> Non
     assert kernel_note(compiled) == "compiled tail add+gelu"
     _, numpy_path = _run([Step("add"), Step("gelu")], specs, arrays, monkeypatch, "off")
     assert kernel_note(numpy_path) == "numpy, one pass per op"
+
+
+# (steps, shapes prepared, other shapes met by a symbolic module's next length): the site
+# runs each as the NumPy path prepared for it would (a broadcast input turned whole or one
+# value loads that form's loop)
+OTHER_SHAPES = [
+    ([Step("logical_and"), Step("logical_and"), Step("where")],
+     [((), "bool"), ((1, 1, 1, 33), "bool"), ((1, 1, 1, 33), "bool"), ((), "float32"),
+      ((), "float32")],
+     [[(), (1, 1, 1, 34), (1, 1, 1, 34), (), ()], [(), (2, 1, 5, 70), (2, 1, 1, 70), (), ()],
+      [(), (1, 1, 1, 1), (1, 1, 1, 1), (), ()]]),
+    ([Step("add"), Step("gelu")], [((5, 37), "float32"), ((37,), "float32")],
+     [[(9, 37), (37,)], [(9, 37), (9, 37)], [(2, 3, 8), (1,)]]),
+    ([Step("reshape", {"newshape": [-1]}), Step("multiply"), Step("add")],
+     [((2, 3, 5), "float32"), ((), "float32"), ((30,), "float32")],
+     [[(2, 3, 7), (), (42,)], [(1, 1, 1), (1,), (1,)]]),
+]
+
+
+@pytest.mark.parametrize("steps,prepared,others", OTHER_SHAPES,
+                         ids=["mask", "bias_gelu", "flat"])
+def test_a_compiled_chain_through_its_call_site_runs_any_shape(
+        steps: list[Step], prepared: list, others: list,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    specs = [TensorSpec(s, d) for s, d in prepared]
+    _, fn = _run(steps, specs, _inputs(specs, np.random.default_rng(0)), monkeypatch, "auto")
+    kernel = capabilities(fn)
+    assert kernel.any_shape()
+    site = kernel.call_site()
+    assert site is not None
+    rng = np.random.default_rng(1)
+    for shapes in others:
+        other = [TensorSpec(s, spec.dtype) for s, spec in zip(shapes, specs)]
+        arrays = _inputs(other, rng)
+        want, _ = _run(steps, other, arrays, monkeypatch, "off")
+        assert kernel.serves([tuple(s) for s in shapes] + [tuple(want.shape)])
+        got = np.full(want.shape, 7, want.dtype)
+        with np.errstate(all="ignore"):
+            site(*arrays, got)
+        _assert_close(got, want, arrays)
+    # the kernel itself still runs the shapes it was prepared for
+    arrays = _inputs(specs, rng)
+    want, _ = _run(steps, specs, arrays, monkeypatch, "off")
+    got = np.full(want.shape, 7, want.dtype)
+    with np.errstate(all="ignore"):
+        fn(*arrays, got)
+    _assert_close(got, want, arrays)
+
+
+def test_a_flat_loop_serves_no_input_neither_whole_nor_one_value(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # with a reshape in the tail each input is read at the element's flat index: (3,) against
+    # an output of 6 elements would read the wrong ones, so the site refuses it
+    steps = [Step("reshape", {"newshape": [6]}), Step("multiply")]
+    specs = [TensorSpec((2, 3), "float32"), TensorSpec((6,), "float32")]
+    _, fn = _run(steps, specs, _inputs(specs, np.random.default_rng(0)), monkeypatch, "auto")
+    assert isinstance(fn, (PreparedChain, chain_jit.CompiledChain))
+    assert fn.serves([(2, 3), (6,), (6,)])
+    assert not fn.serves([(2, 3), (3,), (6,)])
+    site = fn.call_site()
+    assert site is not None
+    with pytest.raises(LibraryError, match="neither whole nor one value"):
+        site(np.ones((2, 3), np.float32), np.ones(3, np.float32), np.empty(6, np.float32))
+
+
+def test_reshapes_in_a_row_are_one_reshape_taking_any_shape() -> None:
+    # a decoder's mask: reshape to (1, n), (1, 1, n), (1, 1, 1, n) of the past length
+    chain = Chain("t", [Step("reshape", {"newshape": [1, 8]}),
+                        Step("reshape", {"newshape": [1, 1, 8]}),
+                        Step("reshape", {"newshape": [1, 1, 1, 8]})])
+    specs = [TensorSpec((8,), "int64")]
+    fn = chain.prepare(cpu(0), specs, chain.infer(specs), {})
+    kernel = capabilities(fn)
+    assert kernel.any_shape() and not isinstance(fn, PreparedChain)
+    out = np.empty((1, 1, 1, 11), np.int64)
+    fn(np.arange(11), out)
+    np.testing.assert_array_equal(out.reshape(-1), np.arange(11))

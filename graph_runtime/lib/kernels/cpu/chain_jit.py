@@ -27,11 +27,12 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from .... import settings
+from ....errors import LibraryError
 from ...attrs import float_attr, str_attr
 from ...library import TensorSpec
 from ...prepared import PreparedKernel
@@ -54,6 +55,8 @@ _SQRT_2_PI = "0.7978845608028654"
 HEAVY = frozenset({"erf", "tanh", "exp", "log", "gelu", "sigmoid", "silu", "power", "sqrt"})
 # Elements x weight above which a tail runs on the workers (below, the hand-off costs more).
 PARALLEL_WORK = 1 << 21
+# Shapes a compiled chain keeps its geometry for (CompiledChain.at: a decoder's lengths met last).
+SHAPES_KEPT = 64
 
 
 def _gelu(attrs: Mapping[str, Any], dtype: str) -> str:
@@ -381,18 +384,60 @@ def _load(form: tuple, source_of: Callable[[], str]) -> Any:
         return module
 
 
+class _Geometry(NamedTuple):
+    """How a compiled chain runs at one set of shapes: its function (the form's module, whose
+    source depends on the inputs' kinds), the output's size and innermost collapsed dim, each
+    input's metas, and the work items."""
+
+    fn: Callable[..., None]
+    kinds: tuple[str, ...]
+    size: int
+    inner: int
+    metas: tuple[Any, ...]
+    workers: int
+    bounds: list[tuple[int, int]]
+
+
 class CompiledChain(PreparedKernel):
-    """run(*inputs, out): the tail as one compiled pass, on the workers when it is large."""
+    """run(*inputs, out): the tail as one compiled pass, on the workers when it is large.
+
+    Prepared for its specs' shapes; through its call_site (a symbolic module's steps) it runs
+    its arrays' shapes at each call, the form's module kept per kinds, so a decoder's next
+    length takes it unprepared (any_shape)."""
 
     def __init__(self, inputs: Sequence[TensorSpec], output: TensorSpec, steps: Sequence[Step],
                  ops: Sequence[str], in_place: Sequence[int] = ()) -> None:
         jit_setup.start()
         self.ops = list(ops)
-        out_shape = tuple(int(d) for d in output.shape)
-        self.size = size_of(out_shape)
-        dims, strides = _collapse([tuple(s.shape) for s in inputs], out_shape)
-        kinds = _kinds(inputs, out_shape, dims, strides)
-        self.inner = int(dims[-1])
+        self._dtypes = ([s.dtype for s in inputs], output.dtype)
+        self._steps = tuple((template, tuple(operands), dtype)
+                            for template, operands, dtype in steps)
+        self._in_place = tuple(in_place)
+        # with a view op in the tail the loop is flat: inputs whole or one value (tail_ok)
+        self.flat = bool(VIEWS.intersection(ops))
+        self._weight = sum(4 if op in HEAVY else 1 for op in ops)
+        shapes = tuple(tuple(int(d) for d in s.shape) for s in inputs) + (
+            tuple(int(d) for d in output.shape),)
+        geometry = self._geometry(shapes)
+        assert geometry is not None  # chain.py compiles a tail only where tail_ok holds
+        self.module = _compiled[self._form(geometry.kinds)]
+        self.fn, _, self.size, self.inner, self.metas, self.workers, self.bounds = geometry
+        self._at: dict[tuple, _Geometry | None] = {shapes: geometry}  # per shapes met
+
+    def _form(self, kinds: tuple[str, ...]) -> tuple:
+        return (len(self._dtypes[0]), kinds, self._steps, self._in_place)
+
+    def _geometry(self, shapes: tuple[tuple[int, ...], ...]) -> _Geometry | None:
+        """How it runs at these shapes (inputs, then the output), or None where its loop
+        cannot: a flat one (a view op in the tail) with an input neither whole nor one value.
+        A new set of kinds loads (or compiles) that form's module."""
+        out_shape = shapes[-1]
+        size = size_of(out_shape)
+        if self.flat and any(size_of(s) not in (1, size) for s in shapes[:-1]):
+            return None
+        dims, strides = _collapse(shapes[:-1], out_shape)
+        ins = [TensorSpec(s, d) for s, d in zip(shapes[:-1], self._dtypes[0])]
+        kinds = tuple(_kinds(ins, out_shape, dims, strides))
         metas = []
         for k, st in zip(kinds, strides):
             rows = []
@@ -402,18 +447,34 @@ class CompiledChain(PreparedKernel):
                 div *= dims[d]
             meta = np.array(rows[::-1] or [(1, 1, 0)], np.int64).reshape(-1, 3)
             metas.append(meta if k in "ro" else np.zeros((0, 3), np.int64))
-        self.metas = tuple(metas)
-        form = (len(inputs), tuple(kinds), tuple((template, tuple(operands), dtype)
-                                                 for template, operands, dtype in steps),
-                tuple(in_place))
-        self.module = _load(form, lambda: chain_source(inputs, output, steps, kinds, in_place))
-        self.fn = self.module.run
-        weight = sum(4 if op in HEAVY else 1 for op in ops)
+        out = TensorSpec(out_shape, self._dtypes[1])
+        steps = [(template, list(operands), dtype) for template, operands, dtype in self._steps]
+        module = _load(self._form(kinds), lambda: chain_source(ins, out, steps, kinds,
+                                                               self._in_place))
         workers = num_threads()
-        self.workers = workers if self.size * weight >= PARALLEL_WORK and workers > 1 else 1
-        chunks = min(4 * self.workers, max(1, self.size // 4096))
-        self.bounds = [(c * self.size // chunks, (c + 1) * self.size // chunks)
-                       for c in range(chunks)] if self.workers > 1 else [(0, self.size)]
+        workers = workers if size * self._weight >= PARALLEL_WORK and workers > 1 else 1
+        chunks = min(4 * workers, max(1, size // 4096))
+        bounds = [(c * size // chunks, (c + 1) * size // chunks)
+                  for c in range(chunks)] if workers > 1 else [(0, size)]
+        return _Geometry(module.run, kinds, size, int(dims[-1]), tuple(metas), workers, bounds)
+
+    def at(self, shapes: tuple[tuple[int, ...], ...]) -> _Geometry | None:
+        """_geometry, kept per shapes (the lengths a decoder met last)."""
+        if shapes not in self._at:
+            if len(self._at) >= SHAPES_KEPT:
+                del self._at[next(iter(self._at))]
+            self._at[shapes] = self._geometry(shapes)
+        return self._at[shapes]
+
+    def any_shape(self) -> bool:
+        return True
+
+    def serves(self, shapes: Sequence[tuple[int, ...]]) -> bool:
+        """Whether its loop runs these shapes (a flat one: inputs whole or one value)."""
+        return self.at(tuple(tuple(s) for s in shapes)) is not None
+
+    def call_site(self) -> ChainSite:
+        return ChainSite(self)
 
     def flat_arrays(self, arrays: Sequence[Any]) -> tuple[Any, ...]:
         """The arguments run_block takes after the tile: inner, out, the inputs, their metas."""
@@ -427,18 +488,45 @@ class CompiledChain(PreparedKernel):
         self.module.run_block(r0, r1, c0, c1, width, *flat)
 
     def __call__(self, *arrays: Any) -> None:
-        if self.size == 0:
+        self.run(self, arrays)
+
+    @staticmethod
+    def run(geometry: Any, arrays: Sequence[Any]) -> None:
+        """The loop over arrays, as geometry (the kernel's own, or a _Geometry) says."""
+        size = geometry.size
+        if size == 0:
             return
         flat = [a.reshape(-1) for a in arrays]
         out = flat[-1]
         ins = flat[:-1]
-        fn, inner, metas = self.fn, self.inner, self.metas
-        if self.workers == 1:
-            fn(0, self.size, inner, out, *ins, *metas)
+        fn, inner, metas = geometry.fn, geometry.inner, geometry.metas
+        if geometry.workers == 1:
+            fn(0, size, inner, out, *ins, *metas)
             return
-        bounds = self.bounds
+        bounds = geometry.bounds
 
         def work(worker: int, item: int) -> None:
             lo, hi = bounds[item]
             fn(lo, hi, inner, out, *ins, *metas)
-        parallel_items(len(bounds), self.workers, work)
+        parallel_items(len(bounds), geometry.workers, work)
+
+
+class ChainSite:
+    """A CompiledChain as one node of a symbolic module calls it: at its arrays' shapes, read
+    each call (a decoder's next length runs the same kernel)."""
+
+    def __init__(self, chain: CompiledChain) -> None:
+        self.chain = chain
+        self._shapes: list[tuple[int, ...]] = []
+        self._geometry: Any = chain
+
+    def __call__(self, *arrays: Any) -> None:
+        shapes = [a.shape for a in arrays]
+        if shapes != self._shapes:
+            geometry = self.chain.at(tuple(shapes))
+            if geometry is None:
+                raise LibraryError(
+                    f"compiled chain {'+'.join(self.chain.ops)}: prepared for other shapes; "
+                    f"its flat loop cannot run {shapes} (an input neither whole nor one value)")
+            self._shapes, self._geometry = shapes, geometry
+        CompiledChain.run(self._geometry, arrays)
