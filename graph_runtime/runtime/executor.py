@@ -200,7 +200,10 @@ class Executor:
         for step in self.steps:
             node = graph.nodes[step.nid]
             eids = [key.eid for key in step.arg_keys]
-            kept = new._kept_step(lib, step, self, node, eids, shared)
+            kept = new._kept_step(lib, step, self, node, eids, shared, renewed)
+            if kept is step:  # its arrays are the base's too: the base's step, shared
+                new.steps.append(step)
+                continue
             if kept is None:
                 if step.nid in decided or step.kernel.storage_requests():
                     return None
@@ -385,12 +388,16 @@ class Executor:
         return None if self._kernels is None else kernel.call_site()
 
     def _kept_step(self, lib: Module, kept: PreparedCall, base: Executor, node: Any,
-                   eids: list[int], shared: KernelCache) -> PreparedCall | None:
+                   eids: list[int], shared: KernelCache, renewed: set[int] | None = None
+                   ) -> PreparedCall | None:
         """kept (base's step for node) as this executor's, where its kernel serves here as it
         is: the node's arrays have the shapes they had in base, its attrs hold no dims or
         values a specialisation adds (a chain reading the past length), the kernel is still
         in the shared cache and offers no NHWC positions (a layout pass could tell it); else
-        None (prepared or looked up by key)."""
+        None (prepared or looked up by key). renewed (derive): the entries whose arrays this
+        executor made anew; a step touching none of them is kept itself, shared with base (its
+        arguments are the same arrays: a rebind here, of an input or a param, touches no
+        shared step, as inputs and outputs are renewed and params are the same arrays)."""
         key = base.kernel_keys.get(node.nid)
         if key is None or VALUES_KEY in node.attrs:
             return None
@@ -406,6 +413,8 @@ class Executor:
         if kept.kernel.channels_last_positions() or shared.get(key) is None:
             return None
         self.kernel_keys[node.nid] = key
+        if renewed is not None and renewed.isdisjoint(eids):
+            return kept  # the same arrays (and so the same site) as in base
         site = self._site(kept.kernel)  # this module's own (its views are of its arrays)
         fn = kept.fn if site is None else in_device_scope(site, kept.device)
         return PreparedCall(kept.nid, kept.label, kept.func_name, kept.device, fn, [],
