@@ -84,19 +84,27 @@ def test_tail_matches_float64(onednn, monkeypatch, threads, mode, name,  # noqa:
     assert np.all(np.abs(out - want) <= bound + 1e-6), np.max(np.abs(out - want) - bound)
 
 
-def _check_rows(run, w, rows, shapes, ref, random_array) -> None:
-    """run on a batch of 2 x rows rows (and its operands of those rows) is within the GEMM's
-    bound against float64."""
+def _rows_case(w, rows, shapes, ref, random_array):
+    """Arrays for a batch of 2 x rows rows (x, its operands of those rows, out), the float64
+    answer and the GEMM's bound around it."""
     x = random_array((2, rows, K), "float32", seed=rows)
     extras = [random_array((2, rows, N) if s == (2, M, N) else s, "float32",
                            seed=3 + i) for i, s in enumerate(shapes)]
-    out = np.empty((2, rows, N), np.float32)
-    run(x, w, *extras, out)
+    out = np.full((2, rows, N), np.nan, np.float32)
     p = x.astype(np.float64) @ w.astype(np.float64).T
     want = ref(p, *[e.astype(np.float64) for e in extras])
     bound = 2 * (K + 1) * U32 * (np.abs(x).astype(np.float64) @ np.abs(w).T)
     bound = 1.2 * (bound + 4 * U32 * sum(np.abs(e) for e in extras)) + \
         8 * U32 * np.abs(want)
+    return (x, w, *extras, out), want, bound
+
+
+def _check_rows(run, w, rows, shapes, ref, random_array) -> None:
+    """run on a batch of 2 x rows rows (and its operands of those rows) is within the GEMM's
+    bound against float64."""
+    arrays, want, bound = _rows_case(w, rows, shapes, ref, random_array)
+    run(*arrays)
+    out = arrays[-1]
     assert np.all(np.abs(out - want) <= bound + 1e-6), (rows, np.max(np.abs(out - want)))
 
 
@@ -151,6 +159,30 @@ def test_a_symbolic_modules_dense_runs_any_rows_in_pieces(onednn, monkeypatch,  
     assert sorted(kernel._by_rows) == [18, 142, 180, 200, 256, 600]
     assert set(kernel._sized) == {r1 - r0 for rows in met
                                   for r0, r1 in onednn_matmul.row_pieces(2 * rows)}
+    # a piece met at another row count is the same item: rows 0-128 of 200 and of 180
+    assert kernel._by_rows[200][0] is kernel._by_rows[180][0]
+    assert set(kernel._by_piece) == {piece for rows in met
+                                     for piece in onednn_matmul.row_pieces(2 * rows)}
+
+
+def test_pieces_shared_by_row_counts_follow_each_calls_arrays(onednn, monkeypatch,  # noqa: F811
+                                                               random_array) -> None:
+    """Two row counts whose first piece is one item, called in turn on arrays each keeps:
+    every call binds the shared piece to its own arrays (no piece writes the other's out)."""
+    from graph_runtime.lib import tuning
+    monkeypatch.setenv(binding.ONEDNN_ENV, "on")
+    monkeypatch.setenv(ONEDNN_THREADS.name, "openmp")
+    steps, shapes, ref = TAILS["bias_residual"]
+    with tuning.by_size_class():
+        run = _prepare(steps, shapes, rows=100)
+    w = random_array((N, K), "float32", seed=2)
+    cases = [_rows_case(w, rows, shapes, ref, random_array) for rows in (100, 90)]
+    for arrays, want, bound in cases * 3:
+        arrays[-1].fill(np.nan)
+        run(*arrays)
+        assert np.all(np.abs(arrays[-1] - want) <= bound + 1e-6)
+    kernel = _matmul_of(run)
+    assert kernel._by_rows[200][0] is kernel._by_rows[180][0]
 
 
 @pytest.mark.parametrize("name", ["bias_gelu", "bias_relu", "bias_residual"])
