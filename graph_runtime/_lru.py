@@ -32,6 +32,11 @@ class LruCache(Generic[T]):
                 self._entries.popitem(last=False)
         return built
 
+    def keys(self) -> list[Hashable]:
+        """The keys, least recently used first."""
+        with self._lock:
+            return list(self._entries)
+
     def values(self) -> list[T]:
         """The entries, least recently used first."""
         with self._lock:

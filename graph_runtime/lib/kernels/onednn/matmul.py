@@ -9,9 +9,11 @@ as bias and post-ops (matmul_tail.py).
 from __future__ import annotations
 
 from collections import OrderedDict
+from functools import partial
 from math import prod
 from typing import Any, Callable, Sequence
 
+from ...._lru import LruCache
 from ....errors import LibraryError
 from ... import tuning
 from ..threads import parallel_images
@@ -153,9 +155,9 @@ class OnednnMatmul(DerivesFromInputs):
             OrderedDict()
         self._by_rows: OrderedDict[int, list[tuple[Primitive, list[tuple[Memory, int, int]]]]] \
             = OrderedDict()  # the same for a 2-D product: per rows, its primitives in order
-        self._by_piece: OrderedDict[tuple[int, int],
-                                    tuple[Primitive, list[tuple[Memory, int, int]]]] = \
-            OrderedDict()  # in pieces: per piece (first row, end row), its item (_rows_items)
+        # in pieces: per piece (first row, end row), its item (_rows_items)
+        self._by_piece: LruCache[tuple[Primitive, list[tuple[Memory, int, int]]]] = \
+            LruCache(PIECES_KEPT)
         self._current: Any = None
         self._current_rows: list[Primitive] = []  # a 2-D any-shape call's primitives, in order
         self._fused_ops = tail.post_ops if tail is not None else ()  # oneDNN applies them
@@ -192,7 +194,8 @@ class OnednnMatmul(DerivesFromInputs):
                 self._sized.setdefault(piece[3] - piece[2], self.items[-1][0])
         if self.any and two_d:  # the prepared rows' items serve their first call (_run_rows)
             self._by_rows[self.shape[1]] = list(self.items)
-            self._by_piece.update(zip(row_pieces(self.shape[1]), self.items))
+            for span, item in zip(self.rows, self.items):
+                self._by_piece.get_or_build(span, lambda: item)  # (called here, at once)
         self._impl = pds[(pieces[0][1] - pieces[0][0], pieces[0][3] - pieces[0][2])].impl()
 
     @property
@@ -326,17 +329,8 @@ class OnednnMatmul(DerivesFromInputs):
         descriptors and offsets depend on the piece alone; _run_rows binds them per call):
         a new length makes only its last pieces (a stream's 29 products each made all, 0.4 ms
         a product)."""
-        items = []
-        for piece in row_pieces(rows):
-            item = self._by_piece.get(piece)
-            if item is None:
-                item = self._by_piece[piece] = self._piece_item(*piece)
-                if len(self._by_piece) > PIECES_KEPT:
-                    self._by_piece.popitem(last=False)
-            else:
-                self._by_piece.move_to_end(piece)
-            items.append(item)
-        return items
+        return [self._by_piece.get_or_build(piece, partial(self._piece_item, *piece))
+                for piece in row_pieces(rows)]
 
     def _piece_item(self, r0: int, r1: int) -> tuple[Primitive, list[tuple[Memory, int, int]]]:
         """The primitive for rows r0:r1 (one per piece size) on memories of those rows."""
