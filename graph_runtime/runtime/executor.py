@@ -204,6 +204,8 @@ class Executor:
             if kept is step:  # its arrays are the base's too: the base's step, shared
                 new.steps.append(step)
                 continue
+            if kept is not None and step.nid in decided and not changed.isdisjoint(eids):
+                return None  # a setup pass decided on it at other sizes
             if kept is None:
                 if step.nid in decided or step.kernel.storage_requests():
                     return None
@@ -391,26 +393,37 @@ class Executor:
                    eids: list[int], shared: KernelCache, renewed: set[int] | None = None
                    ) -> PreparedCall | None:
         """kept (base's step for node) as this executor's, where its kernel serves here as it
-        is: the node's arrays have the shapes they had in base, its attrs hold no dims or
-        values a specialisation adds (a chain reading the past length), the kernel is still
-        in the shared cache and offers no NHWC positions (a layout pass could tell it); else
-        None (prepared or looked up by key). renewed (derive): the entries whose arrays this
-        executor made anew; a step touching none of them is kept itself, shared with base (its
-        arguments are the same arrays: a rebind here, of an input or a param, touches no
-        shared step, as inputs and outputs are renewed and params are the same arrays)."""
+        is: the node's arrays have the shapes they had in base, or it takes any shape and was
+        kept by its shapes' band or size class, which the new shapes round to as well, and
+        serves them (a decode step's concatenations, attention and mask chains, without asking
+        the cache); its attrs hold no values a specialisation adds, and the same values of the
+        dims they read (of those deciding more than a shape, for a kernel taking any shape);
+        the kernel is still in the shared cache and, where a layout pass follows (not in
+        derive), offers no NHWC positions that it could tell; else None (prepared or looked up
+        by key). renewed (derive): the entries whose arrays this executor made anew; a step
+        touching none of them is kept itself, shared with base (its arguments are the same
+        arrays: a rebind here, of an input or a param, touches no shared step, as inputs and
+        outputs are renewed and params are the same arrays)."""
         key = base.kernel_keys.get(node.nid)
         if key is None or VALUES_KEY in node.attrs:
             return None
         shapes, before = self.graph.attrs["shape"][1], base.graph.attrs["shape"][1]
+        by_class = key[0] in ("band", "class") and kept.kernel.any_shape()
         if any(shapes[e] != before[e] for e in eids):
-            return None
+            if not by_class:
+                return None
+            now = tuple(tuple(shapes[e]) for e in eids)
+            if _rounded_shapes(now, key[0] == "band") != key[3] or not kept.kernel.serves(now):
+                return None
         dims = node.attrs.get(DIMS_KEY)
         if dims is not None:  # a chain with symbolic attrs: the same values of those it reads
             binding = self._binding(lib, node, kept.device)
-            if binding is None or binding(dims) != binding(
-                    base.graph.nodes[node.nid].attrs[DIMS_KEY]):
+            if binding is None:
                 return None
-        if kept.kernel.channels_last_positions() or shared.get(key) is None:
+            was, bound = binding(base.graph.nodes[node.nid].attrs[DIMS_KEY]), binding(dims)
+            if (was.values != bound.values) if by_class else (was != bound):
+                return None
+        if renewed is None and kept.kernel.channels_last_positions() or shared.get(key) is None:
             return None
         self.kernel_keys[node.nid] = key
         if renewed is not None and renewed.isdisjoint(eids):

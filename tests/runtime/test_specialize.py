@@ -517,10 +517,20 @@ def _changed_nodes(before: gr.Graph, after: gr.Graph, lib: Any) -> int:
 
 
 def test_greedy_decoding_with_a_kv_cache_matches_onnxruntime_and_prepares_only_what_changes(
-        ) -> None:
+        monkeypatch) -> None:
     """Issue 32's text generation on the tiny KV-cache LLaMA: every step is a new past length;
     each step's logits and cache match ONNX Runtime's, and a new step prepares no more kernels
-    than it has nodes whose shapes changed (the rest are the kernels of the step before)."""
+    than it has nodes whose shapes changed (the rest are the kernels of the step before).
+    Within a size class of lengths a step asks the kernel cache only for the kernels it
+    prepares: its concatenations, attention and mask chains keep the step before's."""
+    from graph_runtime.runtime.executor import Executor
+    asked: list[int] = []
+    node_kernel = Executor._node_kernel
+
+    def counted(self, lib, node, *args):  # type: ignore[no-untyped-def]
+        asked.append(node.nid)
+        return node_kernel(self, lib, node, *args)
+    monkeypatch.setattr(Executor, "_node_kernel", counted)
     ort = pytest.importorskip("onnxruntime")
     pytest.importorskip("onnx")
     from graph_runtime.frontend.importer import import_onnx
@@ -542,6 +552,7 @@ def test_greedy_decoding_with_a_kv_cache_matches_onnxruntime_and_prepares_only_w
     for k in range(20):
         want = session.run(None, feeds)
         prepared = m.kernels.prepared
+        asked.clear()
         m.run(**feeds)
         got = [m.get_output(i).numpy() for i in range(len(want))]
         for i, expected in enumerate(want):
@@ -559,6 +570,7 @@ def test_greedy_decoding_with_a_kv_cache_matches_onnxruntime_and_prepares_only_w
             # length's value are prepared again (its two dim_values and the gather by it):
             # reshapes, broadcasts and compiled chains by it read their arrays' shapes
             assert m.kernels.prepared - prepared <= 3, k
+            assert len(asked) == m.kernels.prepared - prepared, k
         derived.append(m.derivations)
         before = graph
         token = int(np.argmax(got[0][0, -1]))
