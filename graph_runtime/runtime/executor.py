@@ -112,6 +112,11 @@ class Executor:
         # per node id: the key its kernel is kept under in the shared cache (a later
         # specialisation made from this one takes the kernel of a node whose shapes it keeps)
         self.kernel_keys: dict[int, Any] = {}
+        # derive's index of the steps' entries and dims (_touched), shared by derived executors
+        self._step_index: tuple[dict[int, list[int]], list[tuple[int, frozenset[str]]],
+                                set[int]] | None = None
+        # the shared cache's generation its kernels were taken in (KernelCache.clear)
+        self._generation = kernels.generation if kernels is not None else 0
         self.escaped_entries: set[int] = set()  # entries escaped() (the count may miss writes)
         # The steps' kernels, prepared from shapes alone: the storage pass binds their arrays.
         self.steps = self._prepare_steps(lib, base)
@@ -158,7 +163,7 @@ class Executor:
 
     # ---- another specialisation, made from this one ------------------------------------------
 
-    def derive(self, graph: Graph, lib: Module) -> Executor | None:
+    def derive(self, graph: Graph, lib: Module, held: bool = False) -> Executor | None:
         """This executor over graph, another specialisation of its symbolic graph (the same
         nodes, devices and storage ids, other sizes: a decoder's next past length), made by
         touching only what the new sizes change. Entries of a new shape get new views in the
@@ -170,7 +175,11 @@ class Executor:
         copies, NHWC entries or a device other than the host; a storage id whose bytes outgrew
         its buffer; a changed node that a setup pass decided on (written in place, skipped
         flatten or its reader, storage it asked for), or whose new kernel asks for storage. No
-        layout pass runs: kernels offering NHWC positions are told none (they work as made)."""
+        layout pass runs: kernels offering NHWC positions are told none (they work as made).
+
+        held: this executor's kernels are all still in the shared cache (its module is kept):
+        its steps touching no new array and reading no dim whose value moved are then kept
+        without looking at them (a decode step visits the ~30 of ~90 steps its length moves)."""
         shared, before = self._kernels, self.graph.attrs["shape"][1]
         shapes = graph.attrs["shape"][1]
         if (shared is None or self._scratch is None or not self._ready or self.copies
@@ -197,7 +206,20 @@ class Executor:
             call.nid for call in self.shortcuts.values()}
         used = new._bytes_in_use()
         new.steps = []
-        for step in self.steps:
+        # (a load of params empties the cache: kernels deriving from the old ones are not kept)
+        held = held and self._generation == shared.generation
+        visit = self._touched(graph, lib, renewed | changed) if held else None
+        new._step_index = self._step_index  # the same steps, in the same order
+        new._generation = shared.generation
+        for index, step in enumerate(self.steps):
+            if visit is not None and index not in visit:
+                key = self.kernel_keys.get(step.nid)
+                if key is not None:  # held by this module: in the cache as _kept_step asks
+                    new.kernel_keys[step.nid] = key
+                    shared.taken.append(key)
+                    shared.reused += 1
+                new.steps.append(step)
+                continue
             node = graph.nodes[step.nid]
             eids = [key.eid for key in step.arg_keys]
             kept = new._kept_step(lib, step, self, node, eids, shared, renewed)
@@ -237,6 +259,41 @@ class Executor:
         new._unshare.clear()
         new._finish()
         return new
+
+    def _touched(self, graph: Graph, lib: Module, renewed: set[int]) -> set[int]:
+        """The indices of the steps derive must look at for graph: those touching an entry
+        given a new array, reading a dim whose value moved, or holding values a specialisation
+        adds (by an index of the steps' entries and dims, made once per executor built in
+        full and shared by those derived from it)."""
+        index = self._step_index
+        if index is None:
+            by_eid: dict[int, list[int]] = {}
+            dims: list[tuple[int, frozenset[str]]] = []
+            always: set[int] = set()
+            for i, step in enumerate(self.steps):
+                for key in step.arg_keys:
+                    by_eid.setdefault(key.eid, []).append(i)
+                attrs = self.graph.nodes[step.nid].attrs
+                if VALUES_KEY in attrs:
+                    always.add(i)
+                elif DIMS_KEY in attrs:
+                    fn = lib.get_function(step.func_name, step.device, step.label)
+                    names = getattr(fn, "names", None)
+                    if names is None:
+                        always.add(i)
+                    else:
+                        dims.append((i, frozenset(names)))
+            index = self._step_index = (by_eid, dims, always)
+        by_eid, dims, always = index
+        visit = set(always)
+        for eid in renewed:
+            visit.update(by_eid.get(eid, ()))
+        if dims:
+            nid = self.steps[dims[0][0]].nid  # every such node holds the whole binding
+            now, was = graph.nodes[nid].attrs[DIMS_KEY], self.graph.nodes[nid].attrs[DIMS_KEY]
+            moved = {name for name in now.keys() | was.keys() if now.get(name) != was.get(name)}
+            visit.update(i for i, names in dims if not names.isdisjoint(moved))
+        return visit
 
     def _args_of(self, step: PreparedCall, renewed: set[int]) -> list[Any]:
         """step's arguments (its arrays in the executor derived from) with the entries whose

@@ -66,6 +66,10 @@ class Specializer:
                             for sig in self.inputs}
         # (node, input eids, output eids, infer or None, value positions) per kernel node
         self._steps: list[tuple[Any, list[int], list[int], Any, tuple[int, ...]]] = []
+        self._reads: list[frozenset[str] | None] = []  # per step (below)
+        # the last fast inference: its binding, entry shapes and shape-deciding values (a
+        # decode step infers again only the nodes its moved dims reach)
+        self._last: tuple[dict[str, int], list[tuple[int, ...]], dict[int, Any]] | None = None
         # Nodes whose function's attrs hold symbolic dims (lib/symbolic_chain.py).
         self._symbolic_nodes: set[int] = set()
         # Nodes whose declared output shapes their function's prepare() checks (see below), with
@@ -104,6 +108,13 @@ class Specializer:
                     self._checked_later[node.nid] = frozenset(
                         name for e in out_eids for names in self._names[e] for name in names)
             self._steps.append((node, in_eids, out_eids, infer, positions))
+            # the dim names its outputs' shapes may read besides its inputs' shapes (its
+            # declared outputs', and for a function with symbolic attrs those they read); None:
+            # its shapes read input values too (inferred again every time)
+            reads = {name for e in out_eids for names in self._names[e] for name in names}
+            attr_names = getattr(fn, "names", None) if node.nid in self._symbolic_nodes else ()
+            self._reads.append(None if positions or attr_names is None
+                               else frozenset(reads.union(attr_names)))
         # Graph inputs whose values decide shapes: their values are part of the cache key.
         by_eid = {sig.eid: sig.name for sig in self.inputs}
         self.value_inputs = [by_eid[e] for e in sorted(value_eids) if e in by_eid]
@@ -165,16 +176,31 @@ class Specializer:
 
         fast: a chain node whose output dims are all expressions of bound names takes them
         without asking its rule (its prepare() checks them against the rule); a conflict then
-        surfaces there, and infer_shapes without fast names it."""
+        surfaces there, and infer_shapes without fast names it. With fast, a node whose inputs
+        keep the shapes of the last fast call and that reads no dim whose value moved keeps its
+        outputs' shapes (the same tuples: derive compares them) without asking its rule."""
         env = self.bind(shapes)
         values = values or {}
+        last = self._last if fast and self._same_values(values) else None
+        moved: set[str] | None = None
+        if last is not None:
+            moved = {n for n in env.keys() | last[0].keys() if env.get(n) != last[0].get(n)}
         out: list[tuple[int, ...] | None] = [None] * self.graph.num_entries
         for sig in self.inputs:
             if sig.name in shapes:
                 out[sig.eid] = tuple(int(d) for d in shapes[sig.name])
             else:
                 out[sig.eid] = self._evaluate(sig.eid, env, None)
-        for node, in_eids, out_eids, infer, positions in self._steps:
+            if last is not None and out[sig.eid] == last[1][sig.eid]:
+                out[sig.eid] = last[1][sig.eid]
+        for index, (node, in_eids, out_eids, infer, positions) in enumerate(self._steps):
+            if moved is not None:
+                reads = self._reads[index]
+                if reads is not None and reads.isdisjoint(moved) and all(
+                        out[e] is last[1][e] for e in in_eids):  # type: ignore[index]
+                    for eid in out_eids:
+                        out[eid] = last[1][eid]  # type: ignore[index]
+                    continue
             in_shapes = [out[e] for e in in_eids]
             if node.func_name in (COPY_OP, NOP_OP):
                 for k, eid in enumerate(out_eids):
@@ -220,8 +246,24 @@ class Specializer:
                 shape = tuple(int(d) for d in spec.shape)
                 self._check_declared(node, eid, shape, env)
                 out[eid] = shape
+        if last is not None:  # shapes that came out the same stay the last call's tuples
+            before = last[1]
+            for eid, shape in enumerate(out):
+                if shape is not before[eid] and shape == before[eid]:
+                    out[eid] = before[eid]
         self.last_env = env
+        if fast:
+            self._last = (env, out, dict(values))  # type: ignore[arg-type]
         return out  # type: ignore[return-value]
+
+    def _same_values(self, values: Mapping[int, np.ndarray]) -> bool:
+        """Whether values are the last fast call's (shapes inferred then may be kept)."""
+        if self._last is None:
+            return False
+        was = self._last[2]
+        return was.keys() == values.keys() and all(
+            np.array_equal(was[e], v) and np.asarray(was[e]).dtype == np.asarray(v).dtype
+            for e, v in values.items())
 
     def _given(self, node: Any, in_eids: Sequence[int], positions: Sequence[int],
                values: Mapping[int, np.ndarray]) -> dict[int, np.ndarray]:

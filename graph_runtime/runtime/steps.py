@@ -76,6 +76,7 @@ class KernelCache:
     pending: list[tuple[Hashable, Any, PreparedKernel]] = field(default_factory=list)
     prepared: int = 0
     reused: int = 0
+    generation: int = 0  # counts clear(): an executor's kernels taken before are not kept
     # per node id: its steps' argument keys, the same in every specialisation (devices and
     # flatten_data do not change with shapes), made once instead of per shape
     arg_keys: dict[int, list[ArgKey]] = field(default_factory=dict)
@@ -133,5 +134,6 @@ class KernelCache:
                 self.kernels.pop(key, None)
 
     def clear(self) -> None:
+        self.generation += 1
         self.kernels.clear()
         self.users.clear()

@@ -362,7 +362,8 @@ class SymbolicGraphModule(ModuleBase):
             with contextlib.nullcontext() if measure else tuning.by_size_class(), \
                     settings.held():
                 # from the specialisation used last where only sizes move (a decode step)
-                derived = None if base is None else base.executor.derive(static, self.lib)
+                derived = None if base is None else base.executor.derive(
+                    static, self.lib, held=self._current_key in self._cache)
                 module = GraphModule(static, self.lib, self.ctxs, strict=self.strict,
                                      memory_cap=self.memory_cap,
                                      allow_uninitialized=self.allow_uninitialized,

@@ -583,6 +583,37 @@ def test_greedy_decoding_with_a_kv_cache_matches_onnxruntime_and_prepares_only_w
     assert derived == list(range(20))  # each step made from the one before (Executor.derive)
 
 
+def test_fast_inference_infers_again_only_what_moved_dims_reach() -> None:
+    """Specializer.infer_shapes(fast=True) after another fast call keeps the shapes of nodes
+    whose inputs and dims did not move (the same tuples) and gives what a full inference gives
+    for every entry, through decode steps, a new batch and a new prompt length."""
+    pytest.importorskip("onnx")
+    from graph_runtime.frontend.importer import import_onnx
+    path = Path(__file__).resolve().parents[1] / "data" / "onnx" / "llama_tiny_kv_ts.onnx"
+    result = import_onnx(path)
+    m = gr.create(result.graph_json, result.module())
+    assert isinstance(m, SymbolicGraphModule)
+    spec = m.specializer
+    kv = next(s.shape for s in spec.inputs if s.name.startswith("past_key_values."))
+
+    def shapes(batch: int, seq: int, past: int) -> dict[str, tuple[int, ...]]:
+        out = {"input_ids": (batch, seq), "attention_mask": (batch, past + seq),
+               "position_ids": (batch, seq)}
+        out.update({s.name: (batch, kv[1], past, kv[3]) for s in spec.inputs
+                    if s.name.startswith("past_key_values.")})
+        return out
+    before = None
+    for batch, seq, past in [(1, 6, 0), (1, 1, 6), (1, 1, 7), (1, 1, 8), (2, 1, 8), (2, 5, 0),
+                             (2, 5, 0), (1, 1, 9)]:
+        fast = spec.infer_shapes(shapes(batch, seq, past), fast=True)
+        assert fast == spec.infer_shapes(shapes(batch, seq, past)), (batch, seq, past)
+        if before is not None and (batch, seq) == (1, 1) and past in (7, 8):
+            kept = [e for e, shape in enumerate(fast) if shape is before[e]]
+            moved = [e for e, shape in enumerate(fast) if shape != before[e]]
+            assert kept and moved and len(kept) + len(moved) == len(fast)
+        before = fast
+
+
 def test_a_symbolic_chain_keeps_the_chains_of_the_bindings_met_last() -> None:
     # one chain per binding of the dims its attrs read, a bounded number kept: a decoder's
     # reshape by past+seq meets a new binding every step of a long generation
