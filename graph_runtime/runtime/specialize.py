@@ -248,12 +248,12 @@ class Specializer:
                 out[eid] = shape
         if last is not None:  # shapes that came out the same stay the last call's tuples
             before = last[1]
-            for eid, shape in enumerate(out):
-                if shape is not before[eid] and shape == before[eid]:
+            for eid, now in enumerate(out):
+                if now is not before[eid] and now == before[eid]:
                     out[eid] = before[eid]
         self.last_env = env
         if fast:
-            self._last = (env, out, dict(values))  # type: ignore[arg-type]
+            self._last = (env, out, dict(values))  # type: ignore[assignment]
         return out  # type: ignore[return-value]
 
     def _same_values(self, values: Mapping[int, np.ndarray]) -> bool:
