@@ -165,6 +165,9 @@ class Builder:
         # A graph input whose shape holds symbolic dims: what dim_values nodes read (their
         # values come from the bound dims, the input only orders them after binding).
         self.anchor: Value | None = None
+        # per dim name, the graph input and axis holding it: a dim_values node reading only
+        # such names takes those inputs and reads their shapes at run time
+        self.dims_at: dict[str, tuple[Value, int]] = {}
 
     def fresh(self, hint: str) -> str:
         self._count += 1
@@ -259,6 +262,22 @@ class Builder:
         if self.anchor is None:
             raise Unsupported(f"{v.name}: a value holding symbolic dims and no input to bind them")
         values = [_dim(d) for d in v.const.reshape(-1)]
+        from .symdim import Sym
+        names = {n for d in values if isinstance(d, Sym) for n in d.names()}
+        if names.issubset(self.dims_at):
+            # its inputs are the graph inputs holding the names, whose shapes it reads per
+            # run: one kernel serves every value of them (a decoder's past length)
+            inputs: list[Value] = []
+            at = []
+            for name in sorted(names):
+                source, axis = self.dims_at[name]
+                position = next((k for k, x in enumerate(inputs) if x is source), len(inputs))
+                if position == len(inputs):
+                    inputs.append(source)
+                at.append([name, position, axis])
+            return self.op("dim_values", *inputs, at=at, shape=list(v.const.shape),
+                           dtype=v.dtype, values=[str(d) if isinstance(d, Sym) else d
+                                                  for d in values])
         return self.op("dim_values", self.anchor, values=values, shape=list(v.const.shape),
                        dtype=v.dtype)
 

@@ -143,6 +143,8 @@ def lower(model: Any, model_name: str, shapes: Mapping[str, Sequence[int]],
         inputs.append(graph_input)
         if b.anchor is None and inp.name in (symbolic or {}):
             b.anchor = graph_input
+        for axis, name in (symbolic or {}).get(inp.name, {}).items():
+            b.dims_at.setdefault(name, (graph_input, axis))
     lowered.inputs = inputs
     walk.nodes(graph.node)
     lowered.bn_folded = ctx.bn_folded
