@@ -480,7 +480,7 @@ class Executor:
             was, bound = binding(base.graph.nodes[node.nid].attrs[DIMS_KEY]), binding(dims)
             if (was.values != bound.values) if by_class else (was != bound):
                 return None
-        if renewed is None and kept.kernel.channels_last_positions() or shared.get(key) is None:
+        if (renewed is None and kept.kernel.channels_last_positions()) or shared.get(key) is None:
             return None
         self.kernel_keys[node.nid] = key
         if renewed is not None and renewed.isdisjoint(eids):

@@ -197,7 +197,7 @@ class Specializer:
             if moved is not None:
                 reads = self._reads[index]
                 if reads is not None and reads.isdisjoint(moved) and all(
-                        out[e] is last[1][e] for e in in_eids):  # type: ignore[index]
+                        out[e] == last[1][e] for e in in_eids):  # type: ignore[index]
                     for eid in out_eids:
                         out[eid] = last[1][eid]  # type: ignore[index]
                     continue
@@ -252,8 +252,9 @@ class Specializer:
                 if now is not before[eid] and now == before[eid]:
                     out[eid] = before[eid]
         self.last_env = env
-        if fast:
-            self._last = (env, out, dict(values))  # type: ignore[assignment]
+        if fast:  # copies: neither the caller's list nor a value written in place moves them
+            self._last = (env, list(out),  # type: ignore[arg-type]
+                          {e: np.array(v, copy=True) for e, v in values.items()})
         return out  # type: ignore[return-value]
 
     def _same_values(self, values: Mapping[int, np.ndarray]) -> bool:

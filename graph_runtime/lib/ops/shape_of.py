@@ -8,7 +8,7 @@ import numpy as np
 
 from ...backends.base import Backend
 from ...errors import GraphRuntimeError
-from ...graph.symbolic import check_dim, evaluate, names_in
+from ...graph.symbolic import check_dim, evaluate_shape, names_in
 from ..attrs import dtype_attr, int_attr, int_tuple, op_error, short_repr
 from ..library import TensorSpec
 from ..prepared import PreparedKernel
@@ -101,7 +101,7 @@ class DimsFromShapes(PreparedKernel):
     def __init__(self, backend: Backend, values: Sequence[Any], shape: tuple[int, ...],
                  dtype: str, at: Sequence[tuple[str, int, int]], ranks: Sequence[int]) -> None:
         self.backend = backend
-        self.values = list(values)
+        self.values = tuple(values)  # evaluate_shape compiles them once
         self.shape, self.dtype = shape, dtype
         self.at = list(at)
         self.ranks = list(ranks)
@@ -116,7 +116,7 @@ class DimsFromShapes(PreparedKernel):
                 raise GraphRuntimeError(f"dim_values: an input of rank {x.ndim} where its dims "
                                         f"are read at rank {rank}; flatten_data must be off")
         env = {name: int(inputs[pos].shape[axis]) for name, pos, axis in self.at}
-        data = np.array([evaluate(v, env) for v in self.values], dtype=self.dtype)
+        data = np.array(evaluate_shape(self.values, env), dtype=self.dtype)
         self.backend.from_host(data.reshape(self.shape), out)
 
 
