@@ -27,11 +27,13 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from .... import settings
+from ...._lru import LruCache
 from ....errors import LibraryError
 from ...attrs import float_attr, str_attr
 from ...library import TensorSpec
@@ -422,7 +424,9 @@ class CompiledChain(PreparedKernel):
         assert geometry is not None  # chain.py compiles a tail only where tail_ok holds
         self.module = _compiled[self._form(geometry.kinds)]
         self.fn, _, self.size, self.inner, self.metas, self.workers, self.bounds = geometry
-        self._at: dict[tuple, _Geometry | None] = {shapes: geometry}  # per shapes met
+        # per shapes met (a flat loop's None is asked again: it is known before compiling)
+        self._at: LruCache[_Geometry | None] = LruCache(SHAPES_KEPT)
+        self._at.get_or_build(shapes, lambda: geometry)
 
     def _form(self, kinds: tuple[str, ...]) -> tuple:
         return (len(self._dtypes[0]), kinds, self._steps, self._in_place)
@@ -460,11 +464,7 @@ class CompiledChain(PreparedKernel):
 
     def at(self, shapes: tuple[tuple[int, ...], ...]) -> _Geometry | None:
         """_geometry, kept per shapes (the lengths a decoder met last)."""
-        if shapes not in self._at:
-            if len(self._at) >= SHAPES_KEPT:
-                del self._at[next(iter(self._at))]
-            self._at[shapes] = self._geometry(shapes)
-        return self._at[shapes]
+        return self._at.get_or_build(shapes, partial(self._geometry, shapes))
 
     def any_shape(self) -> bool:
         return True
