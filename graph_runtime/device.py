@@ -35,6 +35,14 @@ class Device:
     device_type: int
     device_id: int = 0
 
+    def __post_init__(self) -> None:
+        # NOTE: its hash made once: a specialisation's setup hashes (entry, device) keys some
+        # 700 times, and the generated __hash__ built a tuple each time
+        object.__setattr__(self, "_hash", hash((self.device_type, self.device_id)))
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[attr-defined, no-any-return]
+
     @property
     def kind(self) -> str:
         """The lowercase type name ("cpu", "cuda", "opencl", ...)."""

@@ -950,6 +950,7 @@ def _candidate_keys(by_function: tuple, exact: tuple) -> Iterator[tuple]:
         yield _class_key(exact, kind, rounded)
 
 
+@functools.lru_cache(maxsize=1024)  # a decode step asks the same few shapes ~20 times
 def _rounded_shapes(shapes: tuple[tuple[int, ...], ...], band: bool) -> tuple:
     """Each array's rank, its rows (every dim but the last, together) and its last dim's size
     class (tuning.class_shape). The rows by their size class too ((3, 193) and (4, 156): 579

@@ -65,9 +65,15 @@ class GraphModule(ModuleBase):
         self.ctxs = self.executor.ctxs
         # (shape, dtype, home key) of each input entry, for set_input's fast path.
         ex = self.executor
-        self._input_layout = {eid: (tuple(graph.shape(eid)), np.dtype(graph.dtype(eid)),
-                                    (eid, ex.entry_device[eid]))
-                              for eid in self._input_eids}
+        kept = base._input_layout if base is not None and executor is not None else {}
+        shapes, before = graph.attrs["shape"][1], (
+            base.graph.attrs["shape"][1] if kept else None)
+        # a derived specialisation (a decode step) keeps base's layout of inputs whose shape
+        # did not move (its params: some 45 of a decoder's 56 inputs)
+        self._input_layout = {
+            eid: kept[eid] if kept and shapes[eid] == before[eid] else (  # type: ignore[index]
+                tuple(graph.shape(eid)), np.dtype(graph.dtype(eid)), (eid, ex.entry_device[eid]))
+            for eid in self._input_eids}
         self._unset: set[int] = set() if allow_uninitialized else set(self._input_eids)
         self._param_names: set[str] = set()
 
@@ -239,20 +245,27 @@ class GraphModule(ModuleBase):
         shared with a symbolic graph's specialisations. A frozen array (never written: a new
         load makes a new one, adopted again) counts as one write for the kernels deriving data
         from it (packed weights) instead of being derived again every run."""
+        self._adopt_inputs({name: array})
+
+    def _adopt_inputs(self, arrays: Mapping[str, Any]) -> None:
+        """_adopt_input for each (name, array), holding the module once (a new specialisation
+        adopts every param: a decoder's 45)."""
         self._acquire("share_params")
         try:
-            eid = self._resolve_input(name)
-            if self.executor.arrays[(eid, self.executor.entry_device[eid])] is array:
-                # bound already (Executor.derive kept it from another specialisation), its
-                # counter counted there: adopted again, its kernels would derive again
-                self._unset.discard(eid)
-                self._param_names.add(name)
-                return
-            self._bind_param(name, array)
-            version = self.executor.versions.get(eid)
-            if version is not None and watch(array, version):
-                version.volatile = False
-                version.value += 1
+            bound = self.executor.arrays
+            for name, array in arrays.items():
+                eid = self._resolve_input(name)
+                if bound[(eid, self.executor.entry_device[eid])] is array:
+                    # bound already (Executor.derive kept it from another specialisation), its
+                    # counter counted there: adopted again, its kernels would derive again
+                    self._unset.discard(eid)
+                    self._param_names.add(name)
+                    continue
+                self._bind_param(name, array)
+                version = self.executor.versions.get(eid)
+                if version is not None and watch(array, version):
+                    version.volatile = False
+                    version.value += 1
         finally:
             self._release()
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..device import Device
 from ..errors import GraphError, GraphRuntimeError
-from ..graph.model import COPY_OP, NOP_OP, Graph, entry_bytes
+from ..graph.model import COPY_OP, NOP_OP, Graph, Node, entry_bytes
 from ..graph.symbolic import (UNKNOWN, DimError, evaluate, evaluate_shape, format_shape,
                               names_in)
 from ..lib.chain import Chain
@@ -64,6 +64,10 @@ class Specializer:
         self._named_axes = {sig.eid: [names == [d] for d, names in zip(sig.shape,
                                                                       self._names[sig.eid])]
                             for sig in self.inputs}
+        # per input name: its shape where every dim is a number (a param), which bind checks
+        # by one comparison (the full check below names the dim where it differs)
+        self._fixed = {sig.name: tuple(sig.shape) for sig in self.inputs
+                       if all(isinstance(d, int) for d in sig.shape)}
         # (node, input eids, output eids, infer or None, value positions) per kernel node
         self._steps: list[tuple[Any, list[int], list[int], Any, tuple[int, ...]]] = []
         self._reads: list[frozenset[str] | None] = []  # per step (below)
@@ -133,9 +137,10 @@ class Specializer:
         """The value of every name the inputs' shapes bind; GraphError naming input and dim."""
         env: dict[str, int] = {}
         where: dict[str, str] = {}
+        fixed = self._fixed
         for sig in self.inputs:
             shape = shapes.get(sig.name)
-            if shape is None:
+            if shape is None or fixed.get(sig.name) == shape:
                 continue
             if len(shape) != len(sig.shape):
                 raise GraphError(f"input {sig.name!r} (eid {sig.eid}): expected rank "
@@ -153,7 +158,7 @@ class Specializer:
                     where.setdefault(want, f"input {sig.name!r} dim {axis}")
         for sig in self.inputs:
             shape = shapes.get(sig.name)
-            if shape is None:
+            if shape is None or fixed.get(sig.name) == shape:
                 continue
             for axis, (want, got) in enumerate(zip(sig.shape, shape)):
                 if want == UNKNOWN:
@@ -327,14 +332,16 @@ class Specializer:
         # NOTE: the symbolic graph was validated; only the shape and storage columns change, so
         # the new graph skips the schema (a BERT-size graph's check costs milliseconds).
         nodes = self.graph.nodes
-        if self._symbolic_nodes:
+        if self._symbolic_nodes or self._region_nodes:
+            # only those nodes are made again (a decode step: ~20 of ~140), each by its fields
+            # (dataclasses.replace asks the class for them every call)
+            changed = list(nodes)
             bound = dict(env)
-            nodes = tuple(dataclasses.replace(n, attrs={**n.attrs, DIMS_KEY: bound})
-                          if n.nid in self._symbolic_nodes else n for n in nodes)
-        if self._region_nodes:
-            nodes = tuple(dataclasses.replace(n, attrs={**n.attrs,
-                                                        VALUES_KEY: self.last_values[n.nid]})
-                          if n.nid in self._region_nodes else n for n in nodes)
+            for nid in self._symbolic_nodes:
+                changed[nid] = _with_attrs(changed[nid], DIMS_KEY, bound)
+            for nid in self._region_nodes:
+                changed[nid] = _with_attrs(changed[nid], VALUES_KEY, self.last_values[nid])
+            nodes = tuple(changed)
         static = dataclasses.replace(self.graph, attrs=attrs, nodes=nodes)
         if first is None:
             self.planned = static
@@ -351,3 +358,9 @@ def _region_positions(fn: Any) -> tuple[int, ...]:
         return ()
     value_inputs = get_op(steps[0].op).value_inputs
     return () if value_inputs is None else value_inputs(steps[0].attrs)
+
+
+def _with_attrs(node: Node, key: str, value: Any) -> Node:
+    """node with attrs[key] = value (a specialisation's binding or values)."""
+    return Node(node.nid, node.op, node.name, node.inputs, {**node.attrs, key: value},
+                node.extra, node.attrs_key)

@@ -315,8 +315,7 @@ class SymbolicGraphModule(ModuleBase):
         module, self._last_cost = self._static(
             measure=settings.word(settings.SHAPE_TUNING) == "measure")
         self._last_new = True
-        for name, (_, array) in self._params.items():
-            module._adopt_input(name, array)
+        module._adopt_inputs({name: array for name, (_, array) in self._params.items()})
         self._cache[key] = module
         self._kept_bytes[key] = sum(module.executor.plan.extra_bytes.values())
         self._shared.add(key, _shared_items(module, self._param_ids()))
