@@ -27,6 +27,17 @@ class PoolLayout:
     extra_bytes: dict[Device, int] = field(default_factory=dict)  # buffers outside the pool
     # Kernels' own memory (chain intermediates, im2col, padded weights), known after prepare.
     workspace_bytes: dict[Device, int] = field(default_factory=dict)
+    # the entries of each storage id, made once and shared by the layouts resized from this
+    # one (the ids stay): see entries_of
+    sid_entries: dict[int, list[int]] | None = field(default=None, repr=False, compare=False)
+
+    def entries_of(self, sid: int) -> list[int]:
+        """The entries storage id sid holds."""
+        if self.sid_entries is None:
+            self.sid_entries = {}
+            for eid, owner in enumerate(self.entry_sid):
+                self.sid_entries.setdefault(owner, []).append(eid)
+        return self.sid_entries[sid]
 
     def bytes_per_device(self) -> dict[Device, int]:
         """Pool bytes per device with storage sharing, as allocated."""
@@ -49,13 +60,10 @@ class PoolLayout:
             sizes[eid] = entry_bytes(shapes[eid], dtypes[eid])
             touched.add(self.entry_sid[eid])
         for sid in touched:
-            sid_bytes[sid] = 0
-        if touched:
-            for eid, sid in enumerate(self.entry_sid):
-                if sid in touched and sizes[eid] > sid_bytes[sid]:
-                    sid_bytes[sid] = sizes[eid]
+            sid_bytes[sid] = max(sizes[eid] for eid in self.entries_of(sid))
         return PoolLayout(sid_bytes, self.sid_device, self.sid_first_entry, self.entry_sid, sizes,
-                          self.entry_device, dict(self.extra_bytes), dict(self.workspace_bytes))
+                          self.entry_device, dict(self.extra_bytes), dict(self.workspace_bytes),
+                          self.sid_entries)
 
     def unshared_bytes_per_device(self) -> dict[Device, int]:
         """What the pool would take if no two entries shared a storage id."""
@@ -217,7 +225,8 @@ class StoragePool:
         for sid in fresh:
             new.buffers[sid] = _alloc(sid, plan.sid_bytes[sid], plan.sid_device[sid])
         renewed = set(changed)
-        renewed.update(eid for eid, sid in enumerate(plan.entry_sid) if sid in fresh)
+        for sid in fresh:
+            renewed.update(plan.entries_of(sid))
         shapes, dtypes = graph.attrs["shape"][1], graph.attrs["dltype"][1]
         for eid in renewed:
             sid = plan.entry_sid[eid]

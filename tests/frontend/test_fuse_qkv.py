@@ -61,3 +61,23 @@ def test_a_projection_read_elsewhere_stays() -> None:
     x = Value("x", (2, 5, 8), "float32", is_input=True)
     prims, outputs, projected = _attention([x, x, x])
     assert pack_qkv(prims, outputs + [projected[1]]) == (prims, Counter())
+
+
+def test_a_take_from_a_symbolic_array_is_a_function_of_its_own() -> None:
+    """fuse_ops.fuse: a take whose data has symbolic dims (a decoder's padding-mask gather)
+    neither joins the cast before it nor takes the reshapes after it, so each function takes
+    any shape; the same prims at static shapes stay one chain."""
+    from graph_runtime.frontend.fusion.fuse_ops import fuse
+    from graph_runtime.frontend.symdim import Sym
+
+    def groups(rows: object) -> list[list[str]]:
+        mask = Value("mask", (rows,), "int64", is_input=True)
+        index = Value("index", (rows, 1), "int64", is_input=True)
+        cast = new_prim("cast", [mask], {"dtype": "bool"}, None, "mask")
+        take = new_prim("take", [cast.outputs[0], index], {"axis": 0, "mode": "wrap"}, None,
+                        "mask")
+        flat = new_prim("reshape", [take.outputs[0]], {"newshape": [rows]}, None, "mask")
+        return [[p.op for p in g.prims] for g in fuse([cast, take, flat], flat.outputs)]
+
+    assert groups(Sym.name("total")) == [["cast"], ["take"], ["reshape"]]
+    assert groups(7) == [["cast", "take", "reshape"]]

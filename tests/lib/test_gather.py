@@ -29,6 +29,33 @@ def test_take_int64_indices_and_zero_size(backend_name, run_op) -> None:
     assert got.shape == (0,)
 
 
+@pytest.mark.parametrize("mode,axis", [("wrap", 0), ("clip", 1), ("fast", None)])
+def test_a_host_take_takes_any_shape(make_function, mode, axis) -> None:
+    """One CPU take serves every shape of its ranks (a decoder's padding-mask gather at each past
+    length, kept by a symbolic module): the extent is read per call and the index workspace
+    grows to the largest indices met."""
+    from graph_runtime.device import cpu
+    from graph_runtime.lib.prepared import capabilities
+    chain = make_function("take")
+    attrs = {"axis": axis, "mode": mode}
+    specs = [TensorSpec((4, 3), "float32"), TensorSpec((2, 1), "int64")]
+    kernel = chain.prepare(cpu(), specs, chain.infer(specs, attrs), attrs)
+    assert capabilities(kernel).any_shape()
+    rng = np.random.default_rng(3)
+    for rows, count in ((4, 2), (9, 7), (5, 3), (30, 40)):
+        x = rng.standard_normal((rows, 3)).astype(np.float32)
+        extent = x.size if axis is None else x.shape[axis]
+        idx = rng.integers(-2 * extent, 2 * extent, (count, 1)).astype(np.int64)
+        want = np.take(x, idx, axis=axis, mode="clip" if mode == "fast" else mode)
+        out = np.empty_like(want)
+        kernel(x, idx, out)
+        np.testing.assert_array_equal(out, want)
+    with pytest.raises(LibraryError, match="take: cannot take from input 0 of shape"):
+        kernel(np.zeros((0, 3) if axis != 1 else (4, 0), np.float32),
+               np.zeros((2, 1), np.int64), np.empty((2, 1, 3) if axis == 0 else (4, 2, 1)
+                                                   if axis == 1 else (2, 1), np.float32))
+
+
 def test_errors_name_op_and_value(make_function) -> None:
     with pytest.raises(LibraryError, match=r"take: input 1 \(indices\) has dtype float32; "
                                            "supported: int32, int64"):

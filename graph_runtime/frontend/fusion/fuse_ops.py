@@ -7,6 +7,7 @@ from typing import Any
 
 from ...lib.kernels.gpu_elementwise import ELEMENTWISE_EXPRS
 from ..ir import Prim, Value
+from ..symdim import has_sym
 
 # TVM's "out_elemwise_fusable" ops: heavy ops whose elementwise epilogue joins their function.
 ANCHORS = frozenset({"conv2d", "conv2d_transpose", "dense", "matmul", "batch_matmul", "dense_dynamic_scaled",
@@ -76,6 +77,14 @@ def _can_join(group: Group, prim: Prim) -> bool:
     return group.kind in ("injective", "elemwise")  # a reduction after its prologue
 
 
+def _alone(p: Prim) -> bool:
+    """A take from an array of symbolic shape (a decoder's padding-mask gather) is a function
+    of its own: alone its kernel takes any shape (it reads the extent per call), where in a
+    chain its input and output would be intermediates sized for one shape, prepared again at
+    every past length."""
+    return p.op == "take" and bool(p.inputs) and has_sym(p.inputs[0].shape)
+
+
 def fuse(prims: list[Prim], outputs: list[Value]) -> list[Group]:
     """Greedy chains: a prim joins the group producing its first input when that value has no
     other reader and is no graph output; commutative ops swap inputs to put it first."""
@@ -96,7 +105,8 @@ def fuse(prims: list[Prim], outputs: list[Value]) -> list[Group]:
 
     for p in prims:
         joined = None
-        if p.inputs:
+        alone = _alone(p)
+        if p.inputs and not alone:
             joined = host(p.inputs[0], p)
             if joined is None and p.op in COMMUTATIVE and len(p.inputs) == 2:
                 joined = host(p.inputs[1], p)
@@ -110,7 +120,7 @@ def fuse(prims: list[Prim], outputs: list[Value]) -> list[Group]:
             if kind == "reduce":
                 joined.kind = "reduce"
         joined.prims.append(p)
-        if len(p.outputs) > 1 or _kind(p.op) == "opaque":
+        if len(p.outputs) > 1 or _kind(p.op) == "opaque" or alone:
             joined.closed = True
         for v in p.outputs:
             group_of[id(v)] = joined

@@ -12,6 +12,7 @@ from ..kernels.gpu_common import copy_type, device_array
 from ..kernels.host import host_factory
 from ..kernels.opencl.source import ClKernel, cl_param, cl_pointer
 from ..library import TensorSpec
+from ..prepared import AnyShape
 from ..registry import define_op, kernel
 from ..shapes import check_dtype, check_num_inputs, contiguous_strides, size_of
 
@@ -54,19 +55,27 @@ def _host_take(xp: Any, backend: Backend, device_id: int, inputs: Sequence[Tenso
     data, indices = inputs
     axis = take_axis(data, attrs)
     mode = str_attr("take", attrs, "mode", "clip")
-    extent = take_extent(data, axis)
-    # Index workspace allocated once; "fast" clamps too, so no read leaves the array.
-    work = backend.empty(device_id, tuple(indices.shape), np.dtype(indices.dtype))
+    # The index workspace grows to the largest indices met and the extent is read per call, so
+    # one kernel takes any shapes of these ranks (a decoder's mask gather at every past length).
+    # "fast" clamps too, so no read leaves the array.
+    work = [backend.empty(device_id, (size_of(indices.shape),), np.dtype(indices.dtype))]
 
     def run(x: Any, idx: Any, out: Any) -> None:
         if out.size == 0:
             return
+        extent = x.size if axis is None else x.shape[axis]
+        if extent == 0:
+            raise op_error("take", f"cannot take from input 0 of shape {tuple(x.shape)}: axis "
+                                   f"{axis} is empty")
+        if work[0].size < idx.size:
+            work[0] = backend.empty(device_id, (idx.size,), np.dtype(idx.dtype))
+        chosen = work[0][:idx.size].reshape(idx.shape)
         if mode == "wrap":
-            xp.mod(idx, extent, out=work)
+            xp.mod(idx, extent, out=chosen)
         else:
-            xp.clip(idx, 0, extent - 1, out=work)
-        xp.take(x.reshape(-1) if axis is None else x, work, axis=axis or 0, out=out)
-    return run
+            xp.clip(idx, 0, extent - 1, out=chosen)
+        xp.take(x.reshape(-1) if axis is None else x, chosen, axis=axis or 0, out=out)
+    return AnyShape(run)
 
 
 def _cl_take(backend: OpenCLBackend, device_id: int, inputs: Sequence[TensorSpec],
