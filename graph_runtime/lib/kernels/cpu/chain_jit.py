@@ -38,7 +38,7 @@ from ....errors import LibraryError
 from ...attrs import float_attr, str_attr
 from ...library import TensorSpec
 from ...prepared import PreparedKernel
-from ...shapes import broadcast_strides, size_of
+from ...shapes import size_of
 from . import jit_setup
 from .jit_cache import install, sources_digest
 from ..threads import num_threads, parallel_items
@@ -254,10 +254,25 @@ def step_expr(op: str, attrs: Mapping[str, Any], inputs: Sequence[TensorSpec],
 Step = tuple[str, list[int], str]  # (expression template, operand value numbers, result dtype)
 
 
+# the rows table of an input read at the element's index or as one value (none; never written)
+_NO_ROWS = np.zeros((0, 3), np.int64)
+
+
 def _collapse(shapes: Sequence[tuple[int, ...]], out_shape: tuple[int, ...]
               ) -> tuple[list[int], list[list[int]]]:
     """The output's dims merged where every input's strides allow, and each input's strides."""
-    strides = [broadcast_strides(s, out_shape) for s in shapes]
+    rank = len(out_shape)
+    strides = []
+    for shape in shapes:  # shapes.broadcast_strides, inlined (a decode step's chains ask it)
+        pad = rank - len(shape)
+        own = [0] * rank
+        acc = 1
+        for i in range(len(shape) - 1, -1, -1):
+            d = int(shape[i])
+            if d != 1 and i + pad >= 0:  # an input of higher rank (a flat tail): its last dims
+                own[i + pad] = acc
+            acc *= d if d > 1 else 1
+        strides.append(own)
     dims: list[int] = []
     merged: list[list[int]] = [[] for _ in shapes]
     for d, size in enumerate(out_shape):
@@ -277,16 +292,17 @@ def _collapse(shapes: Sequence[tuple[int, ...]], out_shape: tuple[int, ...]
     return dims, merged
 
 
-def _kinds(inputs: Sequence[TensorSpec], out_shape: tuple[int, ...], dims: list[int],
+def _kinds(shapes: Sequence[tuple[int, ...]], out_shape: tuple[int, ...], dims: list[int],
            strides: list[list[int]]) -> list[str]:
-    """How each input is read: c (at the element's index), s (one value), r (a row with its
-    own base), o (one value per row)."""
+    """How each input (of these shapes) is read: c (at the element's index), s (one value), r (a
+    row with its own base), o (one value per row)."""
     kinds = []
     n = size_of(out_shape)
-    for spec, st in zip(inputs, strides):
-        if size_of(spec.shape) == 1:
+    for shape, st in zip(shapes, strides):
+        count = size_of(shape)
+        if count == 1:
             kinds.append("s")
-        elif tuple(spec.shape) == tuple(out_shape) or size_of(spec.shape) == n:
+        elif count == n:
             kinds.append("c")
         else:
             kinds.append("r" if st[-1] == 1 else "o")
@@ -440,21 +456,26 @@ class CompiledChain(PreparedKernel):
         if self.flat and any(size_of(s) not in (1, size) for s in shapes[:-1]):
             return None
         dims, strides = _collapse(shapes[:-1], out_shape)
-        ins = [TensorSpec(s, d) for s, d in zip(shapes[:-1], self._dtypes[0])]
-        kinds = tuple(_kinds(ins, out_shape, dims, strides))
+        kinds = tuple(_kinds(shapes[:-1], out_shape, dims, strides))
         metas = []
         for k, st in zip(kinds, strides):
+            if k not in "ro":
+                metas.append(_NO_ROWS)  # read at the element's index or as one value
+                continue
             rows = []
             div = 1
             for d in range(len(dims) - 2, -1, -1):
                 rows.append((div, dims[d], st[d]))
                 div *= dims[d]
-            meta = np.array(rows[::-1] or [(1, 1, 0)], np.int64).reshape(-1, 3)
-            metas.append(meta if k in "ro" else np.zeros((0, 3), np.int64))
-        out = TensorSpec(out_shape, self._dtypes[1])
-        steps = [(template, list(operands), dtype) for template, operands, dtype in self._steps]
-        module = _load(self._form(kinds), lambda: chain_source(ins, out, steps, kinds,
-                                                               self._in_place))
+            metas.append(np.array(rows[::-1] or [(1, 1, 0)], np.int64).reshape(-1, 3))
+
+        def source() -> str:
+            ins = [TensorSpec(s, d) for s, d in zip(shapes[:-1], self._dtypes[0])]
+            steps = [(template, list(operands), dtype) for template, operands, dtype
+                     in self._steps]
+            return chain_source(ins, TensorSpec(out_shape, self._dtypes[1]), steps, kinds,
+                                self._in_place)
+        module = _load(self._form(kinds), source)
         workers = num_threads()
         workers = workers if size * self._weight >= PARALLEL_WORK and workers > 1 else 1
         chunks = min(4 * workers, max(1, size // 4096))
