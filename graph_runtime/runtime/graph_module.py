@@ -47,6 +47,8 @@ class GraphModule(ModuleBase):
     """
 
     executor: Executor
+    # (shape, dtype, home key) of each input entry, for set_input's fast path
+    _input_layout: dict[int, tuple[tuple[int, ...], np.dtype, tuple[int, Device]]]
 
     def __init__(self, graph: Graph, lib: Module, ctxs: Sequence[Device], *, strict: bool = False,
                  memory_cap: int | Mapping[Any, int] | None = None,
@@ -63,15 +65,15 @@ class GraphModule(ModuleBase):
                                     base=None if base is None else base.executor)
         self.executor = executor
         self.ctxs = self.executor.ctxs
-        # (shape, dtype, home key) of each input entry, for set_input's fast path.
         ex = self.executor
-        kept = base._input_layout if base is not None and executor is not None else {}
-        shapes, before = graph.attrs["shape"][1], (
-            base.graph.attrs["shape"][1] if kept else None)
         # a derived specialisation (a decode step) keeps base's layout of inputs whose shape
         # did not move (its params: some 45 of a decoder's 56 inputs)
+        kept: dict[int, tuple[tuple[int, ...], np.dtype, tuple[int, Device]]] = {}
+        shapes = before = graph.attrs["shape"][1]
+        if base is not None and executor is not None:
+            kept, before = base._input_layout, base.graph.attrs["shape"][1]
         self._input_layout = {
-            eid: kept[eid] if kept and shapes[eid] == before[eid] else (  # type: ignore[index]
+            eid: kept[eid] if eid in kept and shapes[eid] == before[eid] else (
                 tuple(graph.shape(eid)), np.dtype(graph.dtype(eid)), (eid, ex.entry_device[eid]))
             for eid in self._input_eids}
         self._unset: set[int] = set() if allow_uninitialized else set(self._input_eids)
