@@ -189,9 +189,6 @@ class Specializer:
         env = self.bind(shapes)
         values = values or {}
         last = self._last if fast and self._same_values(values) else None
-        moved: set[str] | None = None
-        if last is not None:
-            moved = {n for n in env.keys() | last[0].keys() if env.get(n) != last[0].get(n)}
         # after another fast call every entry starts as it was (_infer_moved asks what moved)
         out: list[tuple[int, ...] | None] = [None] * self.graph.num_entries if last is None \
             else list(last[1])
@@ -205,8 +202,8 @@ class Specializer:
                 out[sig.eid] = self._evaluate(sig.eid, env, None)
             if last is not None and out[sig.eid] == last[1][sig.eid]:
                 out[sig.eid] = last[1][sig.eid]
-        if last is not None and moved is not None:
-            self._infer_moved(out, last[1], moved, env, values)
+        if last is not None:
+            self._infer_moved(out, last, env, values)
         else:
             for index in range(len(self._steps)):
                 self._infer_step(index, out, env, values, fast)
@@ -216,13 +213,16 @@ class Specializer:
                           {e: np.array(v, copy=True) for e, v in values.items()})
         return out  # type: ignore[return-value]
 
-    def _infer_moved(self, out: list[Any], before: list[tuple[int, ...]], moved: set[str],
+    def _infer_moved(self, out: list[Any],
+                     last: tuple[dict[str, int], list[tuple[int, ...]], dict[int, Any]],
                      env: Mapping[str, int], values: Mapping[int, np.ndarray]) -> None:
-        """Fast inference after another: out holds before's shapes with the inputs' new ones;
-        every node whose inputs' shapes came out the same as before and that reads no moved
-        dim keeps its outputs' tuples, and only the others are asked, in graph order (a decode
-        step: the ~15 of ~85 its past length reaches), each changed output sending on to its
-        readers."""
+        """Fast inference after another (last: its binding and shapes): out holds the last
+        shapes with the inputs' new ones; every node whose inputs' shapes came out the same
+        and that reads no dim whose value moved keeps its outputs' tuples, and only the others
+        are asked, in graph order (a decode step: the ~23 of ~87 its past length reaches),
+        each changed output sending on to its readers."""
+        was, before = last[0], last[1]
+        moved = {n for n in env.keys() | was.keys() if env.get(n) != was.get(n)}
         readers, by_name, always = self._worklist_index()
         pending = list(always)
         for name in moved:
@@ -242,8 +242,8 @@ class Specializer:
                 if out[eid] == before[eid]:
                     out[eid] = before[eid]  # the same tuple: derive compares by identity too
                 else:
-                    pending.extend(readers.get(eid, ()))
-                    heapq.heapify(pending)
+                    for reader in readers.get(eid, ()):
+                        heapq.heappush(pending, reader)
 
     def _worklist_index(self) -> tuple[dict[int, list[int]], dict[str, list[int]], list[int]]:
         """For _infer_moved, made once: each entry's reading steps, each dim name's steps

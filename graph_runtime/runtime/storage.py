@@ -116,8 +116,7 @@ def check_capacity(graph: Graph, plan: PoolLayout, caps: Mapping[Device, int]) -
         worst = max(on_dev, key=lambda sid: plan.sid_bytes[sid]) if on_dev else None
         detail = ""
         if worst is not None:
-            eid = max((e for e in range(len(plan.entry_sid)) if plan.entry_sid[e] == worst),
-                      key=lambda e: plan.entry_bytes[e])
+            eid = max(plan.entries_of(worst), key=lambda e: plan.entry_bytes[e])
             detail = (f"; the largest is storage id {worst} ({fmt_bytes(plan.sid_bytes[worst])}) "
                       f"for entry {eid} ({_entry_label(graph, eid)}, shape "
                       f"{tuple(graph.shape(eid))} {graph.dtype(eid)})")
@@ -189,9 +188,6 @@ class StoragePool:
         for eid, sid in enumerate(plan.entry_sid):
             self.views.append(backends[plan.sid_device[sid]].view(
                 self.buffers[sid], 0, tuple(shapes[eid]), types[dtypes[eid]]))
-        self._sid_users: dict[int, int] = {}
-        for sid in plan.entry_sid:
-            self._sid_users[sid] = self._sid_users.get(sid, 0) + 1
 
     def _slice_scratch(self, scratch: Scratch, sids: list[int]) -> None:
         offsets: dict[Device, int] = {}
@@ -236,13 +232,13 @@ class StoragePool:
 
     def owns_storage(self, eid: int) -> bool:
         """True when no other entry shares eid's storage id (nothing else writes its bytes)."""
-        return self._sid_users[self.plan.entry_sid[eid]] == 1
+        return len(self.plan.entries_of(self.plan.entry_sid[eid])) == 1
 
     def can_place(self, eid: int, array: Any) -> bool:
         """Whether place(eid, array) may: entry eid shares its storage id with no other entry
         and array has its shape and dtype."""
         old = self.views[eid]
-        return (self._sid_users[self.plan.entry_sid[eid]] == 1
+        return (len(self.plan.entries_of(self.plan.entry_sid[eid])) == 1
                 and tuple(array.shape) == tuple(old.shape) and array.dtype == old.dtype)
 
     def place(self, eid: int, array: Any) -> None:
@@ -263,7 +259,7 @@ class StoragePool:
         Executor.rebind, e.g. another module's param) replaces it, so the memory is not held
         twice."""
         sid = self.plan.entry_sid[eid]
-        if self._sid_users[sid] == 1:
+        if len(self.plan.entries_of(sid)) == 1:
             self.buffers[sid] = array
             self.views[eid] = array
 
