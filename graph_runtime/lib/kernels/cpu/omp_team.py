@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 from llvmlite import binding as llvm
+from llvmlite import ir
 from numba import carray, cfunc, types
 from numba.extending import intrinsic
 
@@ -71,6 +72,12 @@ def run_on_team(kernel: Any, block: np.ndarray) -> None:
     _gomp_parallel()(kernel.address, block.ctypes.data, 0, 0)
 
 
+def run_at(kernel_address: int, block_address: int) -> None:
+    """run_on_team with both addresses read before (a kernel called every run on the same
+    block: about 2 us less a call than asking the cfunc and the array for them)."""
+    _parallel(kernel_address, block_address, 0, 0)
+
+
 def block(*values: Any) -> np.ndarray:
     """The int64 block a kernel reads: arrays as their data addresses, floats as float64 bits."""
     out = np.empty(len(values), np.int64)
@@ -102,6 +109,27 @@ def float32_at(address: int, shape: Any) -> Any:
     return carray(_pointer(address, np.float32), shape)  # type: ignore[call-arg]
 
 
+@intrinsic
+def _fetch_add(typingctx: Any, address: Any, count: Any) -> Any:
+    """The int64 at address, count added to it atomically (the value before)."""
+    if not isinstance(address, types.Integer) or not isinstance(count, types.Integer):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        pointer = builder.inttoptr(args[0], ir.IntType(64).as_pointer())
+        return builder.atomic_rmw("add", pointer, builder.sext(args[1], ir.IntType(64))
+                                  if args[1].type.width < 64 else args[1], "monotonic")
+    return types.int64(address, count), codegen
+
+
+@inlined
+def claim_rows(counter: int, count: int) -> int:
+    """The first of the next count rows no team thread has taken (counter: the address of an
+    int64 set to 0 before the team starts): a thread that runs late, its core shared with
+    another process, takes fewer rows instead of keeping the others waiting at the end."""
+    return _fetch_add(counter, count)
+
+
 @inlined
 def my_rows(rows: int) -> tuple[int, int]:
     """[lo, hi): the calling team thread's share of rows (near-equal, contiguous)."""
@@ -109,9 +137,15 @@ def my_rows(rows: int) -> tuple[int, int]:
     return rows * t // n, rows * (t + 1) // n
 
 
-def team_kernel(fn: Any) -> Any:
+def team_kernel(fn: Any = None, *, reassociate: bool = False) -> Any:
     """fn as a `void(void*)` cfunc, made at its first use (compiled, or loaded from numba's
-    cache): at import it would set numba's target up on the importing thread (jit_setup.py)."""
+    cache): at import it would set numba's target up on the importing thread (jit_setup.py).
+    reassociate: its sums may be reordered (summed in vector lanes, as loops_jit.lane_dot) and
+    each product fused with its sum."""
+    if fn is None:
+        return lambda f: team_kernel(f, reassociate=reassociate)
+    # contract: a product and its sum as one fused multiply-add (fewer operations a value)
+    options: dict[str, Any] = {"fastmath": {"reassoc", "contract"}} if reassociate else {}
     made: list[Any] = []
 
     def get() -> Any:
@@ -121,8 +155,8 @@ def team_kernel(fn: Any) -> Any:
         with _made_lock:
             if not made:
                 try:
-                    made.append(cfunc(types.void(types.voidptr), cache=True)(fn))
+                    made.append(cfunc(types.void(types.voidptr), cache=True, **options)(fn))
                 except RuntimeError:  # no writable cache directory, as in loops_jit.compiled
-                    made.append(cfunc(types.void(types.voidptr))(fn))
+                    made.append(cfunc(types.void(types.voidptr), **options)(fn))
             return made[0]
     return get

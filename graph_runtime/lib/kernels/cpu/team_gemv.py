@@ -29,10 +29,13 @@ from numba import carray
 from ...prepared import PreparedKernel
 from . import jit_setup
 from .loops_jit import lane_dot
-from .omp_team import available, float32_at, my_rows, run_on_team, team_kernel
+from .omp_team import available, claim_rows, float32_at, run_at, run_on_team, team_kernel
 
 MAX_ROWS = 8  # of x: beyond, the product has flops enough for a GEMM's blocking to win
-LINE = 16  # float32 values per cache line: no two threads write one line of the output
+LINE = 16  # float32 values per cache line
+# rows a team thread takes at a time (whole cache lines of the output: no two threads write one)
+CHUNK = 2 * LINE
+BLOCK = 8  # int64 entries of a kernel's block (_gemv_team)
 # array sets a kernel keeps blocks for (TeamGemv._bind): a decoder's layers each pass their own,
 # a symbolic module's new shapes their new views; past it all are dropped at once
 BOUND_KEPT = 64
@@ -43,19 +46,45 @@ def applies(m: int, n: int, dtype: str) -> bool:
     return dtype == "float32" and 1 <= m <= MAX_ROWS and n >= 2 * LINE and available()
 
 
-@team_kernel
+@team_kernel(reassociate=True)
 def _gemv_team(data: Any) -> None:
-    """The block holds x, w and out's addresses, then m, n, k."""
-    b = carray(data, (6,), np.int64)
+    """The block holds x, w and out's addresses, m, n, k, the address of its last entry and
+    that entry (the first row not yet taken: 0 when the team starts). Each thread takes CHUNK
+    rows at a time, eight weight rows summed together in vector lanes: eight streams from
+    memory in flight, not one, and no thread left waiting for another whose core is busy."""
+    b = carray(data, (BLOCK,), np.int64)
     m, n, k = b[3], b[4], b[5]
     x = float32_at(b[0], (m, k))
     w = float32_at(b[1], (n, k))
     out = float32_at(b[2], (m, n))
-    lo, hi = my_rows((n + LINE - 1) // LINE)
-    for j in range(lo * LINE, min(hi * LINE, n)):
-        row = w[j]
-        for r in range(m):
-            out[r, j] = lane_dot(x[r], row, np.float32(0.0))
+    while True:
+        j = claim_rows(b[6], CHUNK)
+        if j >= n:
+            return
+        end = min(j + CHUNK, n)
+        while j + 8 <= end:
+            w0, w1, w2, w3 = w[j], w[j + 1], w[j + 2], w[j + 3]
+            w4, w5, w6, w7 = w[j + 4], w[j + 5], w[j + 6], w[j + 7]
+            for r in range(m):
+                xr = x[r]
+                s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = np.float32(0.0)
+                for i in range(k):
+                    xi = xr[i]
+                    s0 += xi * w0[i]
+                    s1 += xi * w1[i]
+                    s2 += xi * w2[i]
+                    s3 += xi * w3[i]
+                    s4 += xi * w4[i]
+                    s5 += xi * w5[i]
+                    s6 += xi * w6[i]
+                    s7 += xi * w7[i]
+                o = out[r]
+                o[j], o[j + 1], o[j + 2], o[j + 3] = s0, s1, s2, s3
+                o[j + 4], o[j + 5], o[j + 6], o[j + 7] = s4, s5, s6, s7
+            j += 8
+        for jj in range(j, end):
+            for r in range(m):
+                out[r, jj] = lane_dot(x[r], w[jj], np.float32(0.0))
 
 
 class TeamGemv(PreparedKernel):
@@ -67,13 +96,12 @@ class TeamGemv(PreparedKernel):
         jit_setup.start()
         self.shapes = ((m, k), (n, k), (m, n))
         self.tail = tail
-        self.block = np.zeros(6, np.int64)
-        self.block[3:] = (m, n, k)
-        # per set of arrays met, by identity: weak references to them (an entry is used only
+        # per (x, w, out) met, by identity: weak references to them (an entry is used only
         # while each still is the array it was made for, and keeps none alive: a shape's
-        # buffers go with its module) and a block holding their addresses. A module passes the
-        # same arrays every run, and one kernel serves a decoder's every layer.
-        self._bound: dict[tuple[int, ...], tuple[tuple[Any, ...], np.ndarray]] = {}
+        # buffers go with its module), a block holding their addresses and the block's own
+        # address. A module passes the same arrays every run, and one kernel serves a
+        # decoder's every layer.
+        self._bound: dict[tuple[int, ...], tuple[tuple[Any, ...], np.ndarray, int]] = {}
 
     def with_tile_tail(self, tail: Any) -> TeamGemv:
         (m, k), (n, _), _ = self.shapes
@@ -87,34 +115,37 @@ class TeamGemv(PreparedKernel):
         return 0 if self.tail is None else self.tail.workspace_bytes()
 
     def __call__(self, a: Any, b: Any, *rest: Any) -> None:
-        arrays = (a, b, *rest)
-        made = self._bound.get(tuple(map(id, arrays)))
-        if made is None or any(ref() is not x for ref, x in zip(made[0], arrays)):
-            made = self._bind(arrays)
+        out = rest[-1]
+        made = self._bound.get((id(a), id(b), id(out)))
+        if made is None or made[0][0]() is not a or made[0][1]() is not b \
+                or made[0][2]() is not out:
+            made = self._bind(a, b, out)
         if made is None:
-            self._copying_product(a, b, rest[-1])
+            self._copying_product(a, b, out)
         else:
-            run_on_team(_gemv_team(), made[1])
+            made[1][7] = 0  # no row taken yet
+            run_at(_gemv_team().address, made[2])
         if self.tail is not None:
             # its rows as one block on this thread: a tail's own call may hand a wide output
             # (8 rows of a vocabulary) to the runtime's workers, beside the team's spinning
             m, n = self.shapes[2]
             self.tail.run_block(0, m, 0, n, n, self.tail.flat_arrays(rest))
 
-    def _bind(self, arrays: tuple[Any, ...]) -> tuple[tuple[Any, ...], np.ndarray] | None:
-        """A block pointing at arrays read and written in place (float32, C-contiguous), kept,
-        so that a call on the same arrays (every run of a module) skips the copies' checks and
-        the address lookups (about 4 us less a call, 29 calls a LLaMA decode step); None where
-        x, w or out would need a copy."""
-        x, w, out = arrays[0], arrays[1], arrays[-1]
+    def _bind(self, x: Any, w: Any, out: Any
+              ) -> tuple[tuple[Any, ...], np.ndarray, int] | None:
+        """A block pointing at the arrays read and written in place (float32, C-contiguous),
+        kept with its address, so that a call on the same arrays (every run of a module) skips
+        the copies' checks and the address lookups (about 5 us less a call, 29 calls a LLaMA
+        decode step); None where x, w or out would need a copy. A tail's inputs are not in it
+        (read anew each call)."""
         if not all(isinstance(v, np.ndarray) and v.dtype == np.float32 and v.flags.c_contiguous
                    for v in (x, w, out)):
             return None
-        block = self.block.copy()
-        block[0], block[1], block[2] = x.ctypes.data, w.ctypes.data, out.ctypes.data
+        block = self._block(x, w, out)
         if len(self._bound) >= BOUND_KEPT:
             self._bound.clear()
-        made = self._bound[tuple(map(id, arrays))] = (tuple(map(weakref.ref, arrays)), block)
+        made = self._bound[(id(x), id(w), id(out))] = (
+            (weakref.ref(x), weakref.ref(w), weakref.ref(out)), block, block.ctypes.data)
         return made
 
     def _copying_product(self, a: Any, b: Any, out: Any) -> None:
@@ -126,10 +157,14 @@ class TeamGemv(PreparedKernel):
             y = out
         else:
             y = np.empty(self.shapes[2], np.float32)
-        block = self.block
-        block[0] = x.ctypes.data
-        block[1] = w.ctypes.data
-        block[2] = y.ctypes.data
-        run_on_team(_gemv_team(), block)
+        run_on_team(_gemv_team(), self._block(x, w, y))
         if y is not out:
             out[...] = y.reshape(out.shape)
+
+    def _block(self, x: np.ndarray, w: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """_gemv_team's block for these arrays, its row counter at 0."""
+        (m, k), (n, _), _ = self.shapes
+        block = np.zeros(BLOCK, np.int64)
+        block[:6] = (x.ctypes.data, w.ctypes.data, out.ctypes.data, m, n, k)
+        block[6] = block.ctypes.data + 7 * block.itemsize
+        return block
