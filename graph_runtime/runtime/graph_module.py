@@ -98,6 +98,25 @@ class GraphModule(ModuleBase):
     def _set_one(self, index: int, value: Any) -> None:
         self._copy_in(self._input_eids[index], value)
 
+    def _set_inputs(self, values: Mapping[str, Any]) -> None:
+        """set_input for each (name, value) of inputs this graph has, holding the module once
+        (a symbolic module hands a decode step's eleven inputs to its specialisation so)."""
+        self._acquire("set_input")
+        try:
+            index = self._input_index
+            for name, value in values.items():
+                self._set_one(index[name], value)
+        finally:
+            self._release()
+
+    def _output_held(self, index: int) -> NDArray:
+        """get_output(index) of a valid index as a new array, holding the module."""
+        self._acquire("get_output")
+        try:
+            return self._output_at(index, None)
+        finally:
+            self._release()
+
     def _copy_in(self, eid: int, value: Any) -> None:
         shape, dtype, key = self._input_layout[eid]
         if self._unset:

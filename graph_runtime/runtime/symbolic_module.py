@@ -133,14 +133,14 @@ class SymbolicGraphModule(ModuleBase):
         self._shapes[name] = (shape, sig.dtype)
         if name in self._value_names:
             self._values[name] = _host_copy(value)
+        if self._lending:  # run(**inputs): the specialisation they pick copies them once
+            self._held[name] = value
+            self._lent.add(name)
+            return
         current = self._current
         if current is not None and self._current_key is not None \
                 and self._current_key[index] == shape and name not in self._held:
             current.set_input(name, value)
-            return
-        if self._lending:
-            self._held[name] = value
-            self._lent.add(name)
             return
         self._held[name] = _keep(value)
 
@@ -238,7 +238,8 @@ class SymbolicGraphModule(ModuleBase):
         module.run()
 
     def _output_at(self, index: int, out: Any) -> Any:
-        return self._module("get_output").get_output(index, out)
+        module = self._module("get_output")
+        return module.get_output(index, out) if out is not None else module._output_held(index)
 
     def specialised(self) -> GraphModule:
         """The static module for the inputs set now (built and cached if new)."""
@@ -274,24 +275,24 @@ class SymbolicGraphModule(ModuleBase):
         if self._threads_moved():
             self._drop_shapes()
         current = self._current
-        if current is not None and key == self._current_key and not self._held:
+        if current is not None and key == self._current_key:
             self._last_new = False
-            return current
-        module = self._cache.get(key)
+            if not self._held:
+                return current
+        module = current if key == self._current_key else self._cache.get(key)
         if module is None:
             module = self._build(key)
         else:
             self._cache.move_to_end(key)
             self._last_new = False
             self._last_cost = self._costs[key]
-        if module is not current:
+        if module is not current and len(self._held) + len(self._params) < len(self._names):
             for name in self._names:
                 if name in self._held or name in self._params:
                     continue
                 if current is not None:  # the value lives in the module used last
                     module.set_input(name, current.get_input(name, out=None))
-        for name, value in self._held.items():
-            module.set_input(name, value)
+        module._set_inputs(self._held)
         self._held.clear()
         self._current = module
         self._current_key = key
