@@ -127,7 +127,7 @@ def claim_rows(counter: int, count: int) -> int:
     """The first of the next count rows no team thread has taken (counter: the address of an
     int64 set to 0 before the team starts): a thread that runs late, its core shared with
     another process, takes fewer rows instead of keeping the others waiting at the end."""
-    return _fetch_add(counter, count)
+    return _fetch_add(counter, count)  # type: ignore[call-arg]
 
 
 @inlined
