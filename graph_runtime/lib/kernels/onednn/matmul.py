@@ -155,7 +155,8 @@ class OnednnMatmul(DerivesFromInputs):
             OrderedDict()
         self._by_rows: OrderedDict[int, list[tuple[Primitive, list[tuple[Memory, int, int]]]]] \
             = OrderedDict()  # the same for a 2-D product: per rows, its primitives in order
-        # in pieces: per piece (first row, end row), its item (_rows_items)
+        # in pieces: per piece size and its place among the pieces of that size in a call,
+        # its primitive and (memory, argument index, bytes per row of the piece's first row)
         self._by_piece: LruCache[tuple[Primitive, list[tuple[Memory, int, int]]]] = \
             LruCache(PIECES_KEPT)
         self._current: Any = None
@@ -194,8 +195,6 @@ class OnednnMatmul(DerivesFromInputs):
                 self._sized.setdefault(piece[3] - piece[2], self.items[-1][0])
         if self.any and two_d:  # the prepared rows' items serve their first call (_run_rows)
             self._by_rows[self.shape[1]] = list(self.items)
-            for span, item in zip(self.rows, self.items):
-                self._by_piece.get_or_build(span, lambda: item)  # (called here, at once)
         self._impl = pds[(pieces[0][1] - pieces[0][0], pieces[0][3] - pieces[0][2])].impl()
 
     @property
@@ -325,23 +324,32 @@ class OnednnMatmul(DerivesFromInputs):
 
     def _rows_items(self, rows: int) -> list[tuple[Primitive, list[tuple[Memory, int, int]]]]:
         """A 2-D product of these rows: each piece's primitive on memories of its rows. A
-        piece (first row, end row) met at another row count is the same item (its memories'
-        descriptors and offsets depend on the piece alone; _run_rows binds them per call):
-        a new length makes only its last pieces (a stream's 29 products each made all, 0.4 ms
-        a product)."""
-        return [self._by_piece.get_or_build(piece, partial(self._piece_item, *piece))
-                for piece in row_pieces(rows)]
+        piece's memories depend on its size alone (its first row moves only their addresses):
+        the first piece of each size in a call, the second, ... are items kept across row
+        counts, so a new length makes nothing once its piece sizes were met (a stream's new
+        shapes each made 2-3 items a product, 75 us each, where the pieces began elsewhere)."""
+        items = []
+        seen: dict[int, int] = {}
+        for r0, r1 in row_pieces(rows):
+            size = r1 - r0
+            place = seen[size] = seen.get(size, -1) + 1
+            primitive, per_row = self._by_piece.get_or_build(
+                (size, place), partial(self._piece_item, size))
+            items.append((primitive, [(memory, which, r0 * row_bytes)
+                                      for memory, which, row_bytes in per_row]))
+        return items
 
-    def _piece_item(self, r0: int, r1: int) -> tuple[Primitive, list[tuple[Memory, int, int]]]:
-        """The primitive for rows r0:r1 (one per piece size) on memories of those rows."""
-        args, bindings = self._args((0, 1, r0, r1))
-        made = self._sized.get(r1 - r0)
+    def _piece_item(self, size: int) -> tuple[Primitive, list[tuple[Memory, int, int]]]:
+        """The primitive for a piece of size rows (one per size) on memories of its own, with
+        each memory's argument index and its offset in bytes per first row of the piece."""
+        args, per_row = self._args((0, 1, 0, size), per_row=True)
+        made = self._sized.get(size)
         if made is None:
             # the packed weight's layout: one for every piece, as for the prepared rows
-            pd = self._pd((0, 1, r0, r1), self.weight.memory.desc)
-            made = self._sized[r1 - r0] = Primitive(pd, args)
-            return made, bindings
-        return made.with_args(args), bindings
+            pd = self._pd((0, 1, 0, size), self.weight.memory.desc)
+            made = self._sized[size] = Primitive(pd, args)
+            return made, per_row
+        return made.with_args(args), per_row
 
     def _run_rows(self, arrays: tuple[Any, ...]) -> None:
         """A 2-D any-shape call: the primitives for out's rows, then the tail."""
@@ -412,16 +420,18 @@ class OnednnMatmul(DerivesFromInputs):
         args, bindings = self._args(piece)
         return Primitive(pd, args), bindings
 
-    def _args(self, piece: tuple[int, int, int, int]
+    def _args(self, piece: tuple[int, int, int, int], per_row: bool = False
               ) -> tuple[list[tuple[int, Memory]], list[tuple[Memory, int, int]]]:
         """An item's execute arguments on memories of its piece, and (memory, argument index,
-        byte offset) for each to bind per run."""
+        byte offset) for each to bind per run; per_row (a 2-D product): the offset of a piece
+        starting at row 1 instead (a piece at row r0 binds r0 times it)."""
         _, m, n, k, trans_a, _, a_batches, b_batches = self.shape
         b0, _, r0, _ = piece
         src_desc, w_desc, dst_desc = self._descs(piece)
         src, dst = Memory(src_desc), Memory(dst_desc)
         out = 2 + self.extras  # out's argument index
         if self.two_d:
+            r0 = 1 if per_row else r0
             bindings = [(src, 0, 4 * (r0 if trans_a else r0 * k)), (dst, out, 4 * r0 * n)]
             weights = self.weight.memory
         else:
