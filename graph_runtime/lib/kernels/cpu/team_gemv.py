@@ -4,11 +4,14 @@ Such a product reads its whole weight once and does two flops a weight: it runs 
 speed. oneDNN 3.2's matmul reads it at one core's bandwidth even on two threads: in a
 LLaMA-style decoder whose 48 MB of weights stream from memory each token, its 512x512 products
 took 60 us and its 1376x512 ones 140 (17-20 GB/s), about ONNX Runtime's one-thread speed, where
-its default two threads took 32 and 93 us (30 GB/s). Here each thread of the team takes a
-contiguous share of the weight's rows (whole cache lines of the output) and makes their dot
-products with every row of x, the weight row staying in cache across x's rows: 29 and 99 us on
-the same machine (numba, float32, sums reassociated into vector lanes). A compiled tail (the
-chain's residual add, silu * up) then runs over the few output rows on the caller.
+its default two threads took 32 and 93 us (30 GB/s). Here the team's threads take the
+weight's rows 32 at a time from a shared counter (whole cache lines of the output; a thread
+whose core is late takes fewer) and sum eight rows' dot products together with every row of x,
+the weight rows staying in cache across x's rows (numba, float32, sums in vector lanes, each
+product fused with its sum). A 90 MB chain of decode-size products took 1.57-2.04x ONNX
+Runtime's default time one row at a time, evenly split; so, 1.04-1.08x (docs/measurements.md).
+A compiled tail (the chain's residual add, silu * up) then runs over the few output rows on the
+caller.
 
 Offered by dense's candidate set (dense_choice.py) for float32 products of at most MAX_ROWS rows
 against a 2-D weight when oneDNN's products run on that team (omp_team.available()), and its base
