@@ -109,11 +109,12 @@ class GraphModule(ModuleBase):
         finally:
             self._release()
 
-    def _output_held(self, index: int) -> NDArray:
-        """get_output(index) of a valid index as a new array, holding the module."""
+    def _output_held(self, index: int, out: Any) -> Any:
+        """get_output(index, out) of a valid index, holding the module (the symbolic module's
+        outputs: its index was checked there)."""
         self._acquire("get_output")
         try:
-            return self._output_at(index, None)
+            return self._output_at(index, out)
         finally:
             self._release()
 

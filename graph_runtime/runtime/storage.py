@@ -238,8 +238,8 @@ class StoragePool:
         """Whether place(eid, array) may: entry eid shares its storage id with no other entry
         and array has its shape and dtype."""
         old = self.views[eid]
-        return (len(self.plan.entries_of(self.plan.entry_sid[eid])) == 1
-                and tuple(array.shape) == tuple(old.shape) and array.dtype == old.dtype)
+        return (self.owns_storage(eid) and tuple(array.shape) == tuple(old.shape)
+                and array.dtype == old.dtype)
 
     def place(self, eid: int, array: Any) -> None:
         """Make array entry eid's storage (a kernel's layout), dropping the pool's buffer; array
@@ -258,9 +258,8 @@ class StoragePool:
         """Drop the pool's buffer for eid when it is its id's only user: array (bound with
         Executor.rebind, e.g. another module's param) replaces it, so the memory is not held
         twice."""
-        sid = self.plan.entry_sid[eid]
-        if len(self.plan.entries_of(sid)) == 1:
-            self.buffers[sid] = array
+        if self.owns_storage(eid):
+            self.buffers[self.plan.entry_sid[eid]] = array
             self.views[eid] = array
 
 

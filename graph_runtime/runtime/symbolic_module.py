@@ -238,8 +238,7 @@ class SymbolicGraphModule(ModuleBase):
         module.run()
 
     def _output_at(self, index: int, out: Any) -> Any:
-        module = self._module("get_output")
-        return module.get_output(index, out) if out is not None else module._output_held(index)
+        return self._module("get_output")._output_held(index, out)
 
     def specialised(self) -> GraphModule:
         """The static module for the inputs set now (built and cached if new)."""
@@ -275,11 +274,14 @@ class SymbolicGraphModule(ModuleBase):
         if self._threads_moved():
             self._drop_shapes()
         current = self._current
+        module: GraphModule | None
         if current is not None and key == self._current_key:
-            self._last_new = False
             if not self._held:
+                self._last_new = False
                 return current
-        module = current if key == self._current_key else self._cache.get(key)
+            module = current  # new values for the same shapes
+        else:
+            module = self._cache.get(key)
         if module is None:
             module = self._build(key)
         else:

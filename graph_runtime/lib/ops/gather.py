@@ -27,8 +27,9 @@ def take_axis(spec: TensorSpec, attrs: Mapping[str, Any]) -> int | None:
     return single_axis("take", attrs, "axis", len(spec.shape))
 
 
-def take_extent(data: TensorSpec, axis: int | None) -> int:
-    """How many entries the indices choose among: the axis, or every element when axis is None."""
+def take_extent(data: Any, axis: int | None) -> int:
+    """How many entries the indices choose among: the axis, or every element when axis is None
+    (data: a TensorSpec, or an array at run time)."""
     return size_of(data.shape) if axis is None else data.shape[axis]
 
 
@@ -63,7 +64,7 @@ def _host_take(xp: Any, backend: Backend, device_id: int, inputs: Sequence[Tenso
     def run(x: Any, idx: Any, out: Any) -> None:
         if out.size == 0:
             return
-        extent = x.size if axis is None else x.shape[axis]
+        extent = take_extent(x, axis)
         if extent == 0:
             raise op_error("take", f"cannot take from input 0 of shape {tuple(x.shape)}: axis "
                                    f"{axis} is empty")

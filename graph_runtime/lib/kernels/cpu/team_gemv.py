@@ -39,6 +39,7 @@ LINE = 16  # float32 values per cache line
 # rows a team thread takes at a time (whole cache lines of the output: no two threads write one)
 CHUNK = 2 * LINE
 BLOCK = 8  # int64 entries of a kernel's block (_gemv_team)
+COUNTER = BLOCK - 1  # the block's last entry: the first row no thread has taken
 # array sets a kernel keeps blocks for (TeamGemv._bind): a decoder's layers each pass their own,
 # a symbolic module's new shapes their new views; past it all are dropped at once
 BOUND_KEPT = 64
@@ -126,7 +127,7 @@ class TeamGemv(PreparedKernel):
         if made is None:
             self._copying_product(a, b, out)
         else:
-            made[1][7] = 0  # no row taken yet
+            made[1][COUNTER] = 0  # no row taken yet
             run_at(_gemv_team().address, made[2])
         if self.tail is not None:
             # its rows as one block on this thread: a tail's own call may hand a wide output
@@ -169,5 +170,5 @@ class TeamGemv(PreparedKernel):
         (m, k), (n, _), _ = self.shapes
         block = np.zeros(BLOCK, np.int64)
         block[:6] = (x.ctypes.data, w.ctypes.data, out.ctypes.data, m, n, k)
-        block[6] = block.ctypes.data + 7 * block.itemsize
+        block[6] = block.ctypes.data + COUNTER * block.itemsize
         return block
