@@ -6,7 +6,7 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, TypeVar
+from typing import Callable, Hashable, Iterator, TypeVar
 
 from .errors import LibraryError
 
@@ -199,8 +199,8 @@ def held() -> Iterator[None]:
         _held.values = None
 
 
-def held_value(key: str, read: Callable[[], _T]) -> _T:
-    """read(), or inside held() the value it gave first there."""
+def held_value(key: Hashable, read: Callable[[], _T]) -> _T:
+    """read(), or inside held() the value it gave first there (key: what decides it)."""
     values = getattr(_held, "values", None)
     if values is None:
         return read()

@@ -258,3 +258,33 @@ def test_steps_whose_values_are_read_later_stay_compiled() -> None:
                      [("step", 1), ("step", 0)]]
     taken = matmul_tail(ops, reads_between, specs, 0, M, N)
     assert taken.steps == 1 and taken.post_ops == () and taken.bias == 0
+
+
+def test_one_choice_per_shape_in_a_build(onednn, monkeypatch) -> None:  # noqa: F811
+    """Inside one build (settings.held) the kernels of products of the same sizes (a decoder's
+    layers) ask the tuning choice once for a new shape's arrays; their answers are the
+    unkept ones, and outside a symbolic module's new shape no kernel serves another shape."""
+    from graph_runtime import settings
+    from graph_runtime.lib import tuning
+    from graph_runtime.lib.kernels.cpu import dense_choice
+    monkeypatch.setenv(binding.ONEDNN_ENV, "on")
+    monkeypatch.setenv(ONEDNN_THREADS.name, "openmp")
+    shapes = ((100, 32), (64, 32), (100, 64))
+    spec = dense_choice.DenseSpec(1, 100, 64, 32, False, True, 1, 1, "float32", shapes,
+                                  lambda: np.matmul)
+    with tuning.by_size_class():
+        layers = [dense_choice.dense_cpu(spec) for _ in range(4)]
+    assert all(isinstance(k, OnednnMatmul) and k.any_shape() for k in layers)
+    asked = []
+    choose = dense_choice.choose
+    monkeypatch.setattr(dense_choice, "choose", lambda s: asked.append(s.m) or choose(s))
+    other = ((300, 32), (64, 32), (300, 64))
+    with tuning.by_size_class():
+        want = [k.serves(other) for k in layers]
+        assert asked == [300] * 4  # unkept: each kernel asks
+        asked.clear()
+        with settings.held():
+            assert [k.serves(other) for k in layers] == want
+            assert [k.serves(shapes) for k in layers] == [True] * 4
+        assert asked == [300, 100]
+    assert not any(k.serves(other) for k in layers)
