@@ -155,6 +155,37 @@ def test_reshape_with_broadcast_input_stays_out_of_the_tail(monkeypatch: pytest.
     _assert_close(got, want, arrays)
 
 
+def test_views_after_every_op_leave_the_loop_in_its_inputs_shape(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # wav2vec2's group norm: a per-channel scale and bias, GELU, then a reshape to 4-D. The
+    # loop runs over the inputs' broadcast (1, 8, 50) and the reshape keeps the elements' order,
+    # so the per-channel inputs (neither whole nor one value) are compiled too
+    steps = [Step("multiply"), Step("add"), Step("gelu"),
+             Step("reshape", {"newshape": [1, 8, 1, 50]})]
+    specs = [TensorSpec((1, 8, 50), "float32"), TensorSpec((8, 1), "float32"),
+             TensorSpec((8, 1), "float32")]
+    arrays = _inputs(specs, np.random.default_rng(3))
+    want, _ = _run(steps, specs, arrays, monkeypatch, "off")
+    got, fn = _run(steps, specs, arrays, monkeypatch, "auto")
+    assert fn.fused_ops == ["multiply", "add", "gelu", "reshape"]  # type: ignore[attr-defined]
+    _assert_close(got, want, arrays)
+    # through its call site at another length, as a symbolic module's step calls it
+    site = capabilities(fn).call_site()
+    assert site is not None
+    other = [TensorSpec((1, 8, 70), "float32"), *specs[1:]]
+    arrays = _inputs(other, np.random.default_rng(4))
+    steps[-1] = Step("reshape", {"newshape": [1, 8, 1, 70]})
+    want, _ = _run(steps, other, arrays, monkeypatch, "off")
+    got = np.full(want.shape, 7, want.dtype)
+    with np.errstate(all="ignore"):
+        site(*arrays, got)
+    _assert_close(got, want, arrays)
+    # inputs whose broadcast has another size than the output's are refused, not misread
+    assert not capabilities(fn).serves([(1, 8, 70), (8, 1), (8, 1), (1, 8, 1, 50)])
+    assert chain_jit.before_views(["multiply", "reshape", "exp"], [(8, 5), (8, 1)],
+                                  (40,)) is None  # a view before another op
+
+
 def test_exotic_chain_keeps_numpy_path(monkeypatch: pytest.MonkeyPatch) -> None:
     specs = [TensorSpec((4, 4), "float16")]
     _, fn = _run([Step("exp"), Step("tanh")], specs, [np.ones((4, 4), np.float16)], monkeypatch,

@@ -207,13 +207,31 @@ VIEWS = frozenset({"reshape", "squeeze", "expand_dims", "flatten", "batch_flatte
 
 
 def tail_ok(ops: Sequence[str], inputs: Sequence[TensorSpec], output: TensorSpec) -> bool:
-    """Whether a tail with these ops and free inputs runs as one flat loop: with a view op in
-    it, inputs broadcast against another shape than the output's, so each must be whole or
-    one value."""
+    """Whether a tail with these ops and free inputs runs as one loop: with a view op in it,
+    inputs broadcast against another shape than the output's, so each must be whole or one
+    value (a flat loop), or the views all come last (before_views)."""
     if not VIEWS.intersection(ops):
         return True
     n = size_of(output.shape)
-    return all(size_of(s.shape) in (1, n) for s in inputs)
+    return all(size_of(s.shape) in (1, n) for s in inputs) or before_views(
+        ops, [tuple(s.shape) for s in inputs], tuple(output.shape)) is not None
+
+
+def before_views(ops: Sequence[str], shapes: Sequence[tuple[int, ...]],
+                 out_shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The shape a tail whose view ops all come after its other ops computes before them (its
+    inputs' broadcast), where that has the output's size: the loop runs over it and the views
+    keep the elements' order (wav2vec2's group norm affine and GELU, then a reshape to 4-D,
+    were two NumPy passes and one compiled; its per-channel inputs are neither whole nor one
+    value); else None."""
+    first_view = next((i for i, op in enumerate(ops) if op in VIEWS), len(ops))
+    if first_view == len(ops) or any(op not in VIEWS for op in ops[first_view:]):
+        return None
+    try:
+        shape = tuple(int(d) for d in np.broadcast_shapes(*shapes))
+    except ValueError:
+        return None
+    return shape if size_of(shape) == size_of(out_shape) else None
 
 
 def step_expr(op: str, attrs: Mapping[str, Any], inputs: Sequence[TensorSpec],
@@ -454,7 +472,11 @@ class CompiledChain(PreparedKernel):
         out_shape = shapes[-1]
         size = size_of(out_shape)
         if self.flat and any(size_of(s) not in (1, size) for s in shapes[:-1]):
-            return None
+            # an input that is the output itself has its shape, not the loop's
+            loop = None if self._in_place else before_views(self.ops, shapes[:-1], out_shape)
+            if loop is None:
+                return None
+            out_shape = loop
         dims, strides = _collapse(shapes[:-1], out_shape)
         kinds = tuple(_kinds(shapes[:-1], out_shape, dims, strides))
         metas = []
