@@ -1,7 +1,7 @@
 """Row kernels on oneDNN's OpenMP team (lib/kernels/cpu/omp_team.py): layer_norm, rms_norm,
-softmax, rotary and attention's scale, mask and softmax pass give bit for bit what the same
-loops give split over the runtime's workers (or on one thread), at sizes that take the team,
-with column offsets, partial rotary, each cos/sin table form and each mask broadcast."""
+group_norm, softmax, rotary and attention's scale, mask and softmax pass give bit for bit what
+the same loops give split over the runtime's workers (or on one thread), at sizes that take the
+team, with column offsets, partial rotary, each cos/sin table form and each mask broadcast."""
 from __future__ import annotations
 
 import numpy as np
@@ -59,6 +59,27 @@ def test_norms_and_softmax_on_the_team_match_the_workers(monkeypatch: pytest.Mon
     team, workers = _both(monkeypatch, lambda: rows_jit.softmax_rows(shape), x, like)
     np.testing.assert_array_equal(team, workers)
     assert np.isnan(team[0, 5]).all() and np.isfinite(team[1]).all()
+
+
+@pytest.mark.parametrize("groups", [128, 32, 1])
+def test_group_norm_on_the_team_matches_the_workers(groups: int,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # instance norm (a group per channel, wav2vec2's front end), groups of channels, and one
+    # group: rows of (n, group) not a multiple of the team, per-channel scale and bias
+    rng = np.random.default_rng(7)
+    n, channels, spatial = 3, 128, 419
+    x = (rng.standard_normal((n, channels, spatial)) * 2 + 1).astype(np.float32)
+    scale, bias = (rng.standard_normal(channels).astype(np.float32) for _ in range(2))
+    x[1, 5, 7] = np.nan  # its group's row is NaN on both
+    like = np.empty_like(x)
+    assert n * channels * spatial >= rows_jit.PARALLEL_ELEMENTS
+    team, workers = _both(monkeypatch,
+                          lambda: rows_jit.group_norm_rows(n, channels, groups, spatial, 1e-5),
+                          x, scale, bias, like)
+    np.testing.assert_array_equal(team, workers)
+    per = channels // groups
+    assert np.isnan(team[1, 5 // per * per:(5 // per + 1) * per]).all()
+    assert np.isfinite(team[0]).all()
 
 
 @pytest.mark.parametrize("table", ["per batch", "one for all", "no batch axis"])
