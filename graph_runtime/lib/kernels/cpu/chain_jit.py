@@ -55,6 +55,10 @@ _SQRT1_2 = "0.7071067811865476"
 _SQRT_2_PI = "0.7978845608028654"
 # Ops costing a few times a multiply per element: they decide when to use both cores.
 HEAVY = frozenset({"erf", "tanh", "exp", "log", "gelu", "sigmoid", "silu", "power", "sqrt"})
+# Of them, the rational erf and tanh (erf32, tanh32: a division and a dozen multiply-adds, about
+# 0.7 ns an element on one core): wav2vec2's GELU over 128 x 1599 took 147 us on one core, under
+# PARALLEL_WORK at the weight of exp, and 1.6x less on two.
+RATIONAL = frozenset({"erf", "tanh", "gelu"})
 # Elements x weight above which a tail runs on the workers (below, the hand-off costs more).
 PARALLEL_WORK = 1 << 21
 # Shapes a compiled chain keeps its geometry for (CompiledChain.at: a decoder's lengths met last).
@@ -451,7 +455,9 @@ class CompiledChain(PreparedKernel):
         self._in_place = tuple(in_place)
         # with a view op in the tail the loop is flat: inputs whole or one value (tail_ok)
         self.flat = bool(VIEWS.intersection(ops))
-        self._weight = sum(4 if op in HEAVY else 1 for op in ops)
+        # (a view op moves nothing)
+        self._weight = sum(12 if op in RATIONAL else 4 if op in HEAVY else op not in VIEWS
+                           for op in ops)
         shapes = tuple(tuple(int(d) for d in s.shape) for s in inputs) + (
             tuple(int(d) for d in output.shape),)
         geometry = self._geometry(shapes)
