@@ -61,6 +61,18 @@ def test_norms_and_softmax_on_the_team_match_the_workers(monkeypatch: pytest.Mon
     assert np.isnan(team[0, 5]).all() and np.isfinite(team[1]).all()
 
 
+def test_rows_under_the_workers_size_take_the_team(monkeypatch: pytest.MonkeyPatch) -> None:
+    # MobileViT's layer norm: 1,024 rows of 64, under PARALLEL_ELEMENTS but over TEAM_ELEMENTS
+    rng = np.random.default_rng(8)
+    shape = (4, 256, 64)
+    assert rows_jit.TEAM_ELEMENTS <= np.prod(shape) < rows_jit.PARALLEL_ELEMENTS
+    x = rng.standard_normal(shape).astype(np.float32)
+    g, b = (rng.standard_normal(shape[-1]).astype(np.float32) for _ in range(2))
+    team, one = _both(monkeypatch, lambda: rows_jit.layer_norm_rows(shape, 1e-5, True, True),
+                      x, g, b, np.empty_like(x))
+    np.testing.assert_array_equal(team, one)
+
+
 @pytest.mark.parametrize("groups", [128, 32, 1])
 def test_group_norm_on_the_team_matches_the_workers(groups: int,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
