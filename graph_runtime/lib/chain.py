@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import copy
-import math
 from dataclasses import dataclass, field, replace
 from operator import itemgetter, methodcaller
 from typing import Any, Callable, Collection, Mapping, Sequence
@@ -599,19 +598,15 @@ def _jit_tail(plan: list[_Planned], slot_count: int) -> int:
     # a loop run before trailing views (chain_jit.before_views) must not read the output as
     # an input: the output has the views' shape, not the loop's
     if start > 0 and _same_spec(plan[start - 1].outputs[0], plan[-1].outputs[0]) and (
-            len(ops) == len(plan) - start or _flat_tail(plan[start:])):
+            len(ops) == len(plan) - start or chain_jit.reads_flat(
+                [tuple(spec.shape) for spec in _tail_operands(plan[start:])[1]],
+                tuple(plan[-1].outputs[0].shape))):
         routed = plan[start - 1].out_slots[0]
         out_slot = plan[-1].out_slots[0]
         for p in plan[start:]:
             p.slots = [out_slot if i == routed else i for i in p.slots]
         plan[start - 1].out_slots = [out_slot]
     return start
-
-
-def _flat_tail(fused: list[_Planned]) -> bool:
-    """Whether every free input of the tail is whole or one value (a flat loop)."""
-    n = math.prod(fused[-1].outputs[0].shape)
-    return all(math.prod(spec.shape) in (1, n) for spec in _tail_operands(fused)[1])
 
 
 def _tail_operands(fused: list[_Planned]

@@ -216,9 +216,16 @@ def tail_ok(ops: Sequence[str], inputs: Sequence[TensorSpec], output: TensorSpec
     value (a flat loop), or the views all come last (before_views)."""
     if not VIEWS.intersection(ops):
         return True
-    n = size_of(output.shape)
-    return all(size_of(s.shape) in (1, n) for s in inputs) or before_views(
-        ops, [tuple(s.shape) for s in inputs], tuple(output.shape)) is not None
+    shapes = [tuple(s.shape) for s in inputs]
+    return reads_flat(shapes, tuple(output.shape)) or before_views(
+        ops, shapes, tuple(output.shape)) is not None
+
+
+def reads_flat(shapes: Sequence[tuple[int, ...]], out_shape: tuple[int, ...]) -> bool:
+    """Whether inputs of these shapes are each whole or one value against the output: a flat
+    loop (a view op in the tail) reads them at the element's flat index."""
+    n = size_of(out_shape)
+    return all(size_of(s) in (1, n) for s in shapes)
 
 
 def before_views(ops: Sequence[str], shapes: Sequence[tuple[int, ...]],
@@ -477,7 +484,7 @@ class CompiledChain(PreparedKernel):
         A new set of kinds loads (or compiles) that form's module."""
         out_shape = shapes[-1]
         size = size_of(out_shape)
-        if self.flat and any(size_of(s) not in (1, size) for s in shapes[:-1]):
+        if self.flat and not reads_flat(shapes[:-1], out_shape):
             # an input that is the output itself has its shape, not the loop's
             loop = None if self._in_place else before_views(self.ops, shapes[:-1], out_shape)
             if loop is None:
