@@ -595,10 +595,11 @@ def _jit_tail(plan: list[_Planned], slot_count: int) -> int:
     alone = ops == ["gelu"] or (start == 1 and plan[0].op.name == "dense")
     if len(plan) - start < 2 and not alone or not ops:
         return len(plan)
-    # a loop run before trailing views (chain_jit.before_views) must not read the output as
-    # an input: the output has the views' shape, not the loop's
+    # a loop run before trailing views (chain_jit.before_views, where the loop is not flat)
+    # must not read the output as an input: the output has the views' shape, not the loop's
+    views = len(ops) < len(plan) - start
     if start > 0 and _same_spec(plan[start - 1].outputs[0], plan[-1].outputs[0]) and (
-            len(ops) == len(plan) - start or chain_jit.reads_flat(
+            not views or chain_jit.reads_flat(
                 [tuple(spec.shape) for spec in _tail_operands(plan[start:])[1]],
                 tuple(plan[-1].outputs[0].shape))):
         routed = plan[start - 1].out_slots[0]

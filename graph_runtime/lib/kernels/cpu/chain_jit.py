@@ -462,9 +462,8 @@ class CompiledChain(PreparedKernel):
         self._in_place = tuple(in_place)
         # with a view op in the tail the loop is flat: inputs whole or one value (tail_ok)
         self.flat = bool(VIEWS.intersection(ops))
-        # (a view op moves nothing)
-        self._weight = sum(12 if op in RATIONAL else 4 if op in HEAVY else op not in VIEWS
-                           for op in ops)
+        self._weight = sum(0 if op in VIEWS else 12 if op in RATIONAL else 4 if op in HEAVY
+                           else 1 for op in ops)  # a view op moves nothing
         shapes = tuple(tuple(int(d) for d in s.shape) for s in inputs) + (
             tuple(int(d) for d in output.shape),)
         geometry = self._geometry(shapes)

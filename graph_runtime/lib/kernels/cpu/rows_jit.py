@@ -26,9 +26,9 @@ from ..threads import num_threads, parallel_items
 
 # Row elements x rows above which the rows go to the workers.
 PARALLEL_ELEMENTS = 1 << 17
-# ... or to oneDNN's OpenMP team, whose start costs less than the workers' hand-off: MobileViT's
-# layer norm of 1,024 rows of 64 took 105 us on one core and 50 on the team; at 6,144 elements
-# the team's start (about 7 us) costs more than it saves.
+# ... or from this many to oneDNN's OpenMP team, whose start is about 7 us: MobileViT's layer
+# norm of 1,024 rows of 64 took 105 us on one core and 50 on the team; at 6,144 elements the
+# team's start costs more than it saves (11 against 19 us).
 TEAM_ELEMENTS = 1 << 15
 
 
