@@ -4,7 +4,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from graph_runtime.lib.kernels.cpu.fast_math import exp32, exp_as, exp_f32, exp_neg32
+from graph_runtime.lib.kernels.cpu.fast_math import exp32, exp_as, exp_f32, exp_neg32, mul_add
 
 
 @numba.njit
@@ -96,3 +96,34 @@ def test_exp_neg32_is_within_one_ulp() -> None:
     special = np.array([np.nan, -np.inf], np.float32)
     _exp_neg32_all(special, out[:2])
     assert np.isnan(out[0]) and out[1] == 0
+
+
+@numba.njit
+def _mul_adds(a: np.ndarray, b: np.ndarray, c: np.ndarray, out: np.ndarray) -> None:
+    for i in range(a.size):
+        out[i] = mul_add(a[i], b[i], c[i])
+
+
+def test_mul_add_rounds_once_where_the_cpu_fuses() -> None:
+    """a * b + c in the arrays' type: the exactly rounded value where the CPU has fused
+    multiply-adds (x86-64 with FMA3), else the twice-rounded one; NaN and inf as the two
+    operations give them."""
+    from llvmlite import binding
+    fuses = bool(binding.get_host_cpu_features().get("fma", False))
+    rng = np.random.default_rng(0)
+    a, b, c = (rng.standard_normal(10_000).astype(np.float32) for _ in range(3))
+    out = np.empty_like(a)
+    _mul_adds(a, b, c, out)
+    # float32 products are exact in float64, so this rounds the exact result (almost always
+    # once: a float64 sum on a float32 midpoint is rare enough for 10,000 random values)
+    once = (a.astype(np.float64) * b.astype(np.float64) + c).astype(np.float32)
+    np.testing.assert_array_equal(out, once if fuses else a * b + c)
+    wide = [x.astype(np.float64) for x in (a, b, c)]
+    out64 = np.empty(a.size, np.float64)
+    _mul_adds(*wide, out64)
+    np.testing.assert_allclose(out64, wide[0] * wide[1] + wide[2], rtol=1e-12, atol=1e-12)
+    special = np.array([np.inf, np.nan, 0.0, np.inf, -np.inf], np.float32)
+    out = np.empty(5, np.float32)
+    _mul_adds(special, np.array([0.0, 1.0, np.inf, 1.0, 2.0], np.float32),
+              np.array([1.0, 1.0, 1.0, -np.inf, 1.0], np.float32), out)
+    assert np.isnan(out[:4]).all() and out[4] == -np.inf

@@ -131,23 +131,27 @@ PY_EXPRS: dict[str, tuple[Callable[[Mapping[str, Any], str], str], tuple[str, ..
 }
 # float32 erf and tanh as rational functions (Eigen's and XLA's float kernels): branch-free, so
 # LLVM vectorizes the loop around them, where libm's erff/tanhf are one call per element. Their
-# error is a few float32 ulps (tests/lib/test_chain_jit.py bounds it against float64).
+# error is a few float32 ulps (tests/lib/test_chain_jit.py bounds it against float64). Horner's
+# steps are fused multiply-adds (fast_math.mul_add: the exact GELU chain took 0.6x the time);
+# past the clamp the result is exactly +-1, as float32's erf and tanh round there (so
+# GELU(-inf) is NaN, as NumPy's -inf * 0).
 HELPERS = """\
 @numba.njit(inline='always', cache=True, error_model='numpy')
 def erf32(v):
     x = np.float32(4.0) if v > 4.0 else (np.float32(-4.0) if v < -4.0 else v)
     x2 = x * x
-    p = x2 * np.float32(-2.72614225801306e-10) + np.float32(2.77068142495902e-08)
-    p = x2 * p + np.float32(-2.10102402082508e-06)
-    p = x2 * p + np.float32(-5.69250639462346e-05)
-    p = x2 * p + np.float32(-7.34990630326855e-04)
-    p = x2 * p + np.float32(-2.95459980854025e-03)
-    p = x2 * p + np.float32(-1.60960333262415e-02)
-    q = x2 * np.float32(-1.45660718464996e-05) + np.float32(-2.13374055278905e-04)
-    q = x2 * q + np.float32(-1.68282697438203e-03)
-    q = x2 * q + np.float32(-7.37332916720468e-03)
-    q = x2 * q + np.float32(-1.42647390514189e-02)
-    return np.float32(x * p / q)
+    p = mul_add(x2, np.float32(-2.72614225801306e-10), np.float32(2.77068142495902e-08))
+    p = mul_add(x2, p, np.float32(-2.10102402082508e-06))
+    p = mul_add(x2, p, np.float32(-5.69250639462346e-05))
+    p = mul_add(x2, p, np.float32(-7.34990630326855e-04))
+    p = mul_add(x2, p, np.float32(-2.95459980854025e-03))
+    p = mul_add(x2, p, np.float32(-1.60960333262415e-02))
+    q = mul_add(x2, np.float32(-1.45660718464996e-05), np.float32(-2.13374055278905e-04))
+    q = mul_add(x2, q, np.float32(-1.68282697438203e-03))
+    q = mul_add(x2, q, np.float32(-7.37332916720468e-03))
+    q = mul_add(x2, q, np.float32(-1.42647390514189e-02))
+    r = np.float32(x * p / q)
+    return np.float32(1.0) if v > 4.0 else (np.float32(-1.0) if v < -4.0 else r)
 
 
 @numba.njit(inline='always', cache=True, error_model='numpy')
@@ -155,16 +159,18 @@ def tanh32(v):
     x = np.float32(7.90531110763549805) if v > 7.90531110763549805 else (
         np.float32(-7.90531110763549805) if v < -7.90531110763549805 else v)
     x2 = x * x
-    p = x2 * np.float32(-2.76076847742355e-16) + np.float32(2.00018790482477e-13)
-    p = x2 * p + np.float32(-8.60467152213735e-11)
-    p = x2 * p + np.float32(5.12229709037114e-08)
-    p = x2 * p + np.float32(1.48572235717979e-05)
-    p = x2 * p + np.float32(6.37261928875436e-04)
-    p = x2 * p + np.float32(4.89352455891786e-03)
-    q = x2 * np.float32(1.19825839466702e-06) + np.float32(1.18534705686654e-04)
-    q = x2 * q + np.float32(2.26843463243900e-03)
-    q = x2 * q + np.float32(4.89352518554385e-03)
+    p = mul_add(x2, np.float32(-2.76076847742355e-16), np.float32(2.00018790482477e-13))
+    p = mul_add(x2, p, np.float32(-8.60467152213735e-11))
+    p = mul_add(x2, p, np.float32(5.12229709037114e-08))
+    p = mul_add(x2, p, np.float32(1.48572235717979e-05))
+    p = mul_add(x2, p, np.float32(6.37261928875436e-04))
+    p = mul_add(x2, p, np.float32(4.89352455891786e-03))
+    q = mul_add(x2, np.float32(1.19825839466702e-06), np.float32(1.18534705686654e-04))
+    q = mul_add(x2, q, np.float32(2.26843463243900e-03))
+    q = mul_add(x2, q, np.float32(4.89352518554385e-03))
     r = np.float32(x * p / q)
+    r = np.float32(1.0) if v > 7.90531110763549805 else (
+        np.float32(-1.0) if v < -7.90531110763549805 else r)
     return x if abs(x) < 0.0004 else r
 """
 _TYPES = {d: f"np.{d}" for d in FLOATS + INTS}
@@ -352,7 +358,8 @@ def chain_source(inputs: Sequence[TensorSpec], output: TensorSpec, steps: Sequen
     lines = [f"# graph_runtime chain_jit v{VERSION}, sources {sources_digest()[:16]}",
              "import math", "import numba",
              "import numpy as np",
-             "from graph_runtime.lib.kernels.cpu.fast_math import exp_f32", "", "", HELPERS, "",
+             "from graph_runtime.lib.kernels.cpu.fast_math import exp_f32, mul_add", "", "",
+             HELPERS, "",
              "@numba.njit(cache=True, nogil=True, error_model='numpy', boundscheck=False)",
              f"def run({', '.join(args)}):"]
     body = [f"s{i} = a{i}[0]" for i, k in enumerate(kinds) if k == "s"]

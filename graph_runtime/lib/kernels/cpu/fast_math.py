@@ -9,11 +9,14 @@ exp32: the classic range reduction in float32 arithmetic with 2^n from exponent 
 ulp and 3x faster (16 float32 lanes against 8 float64 ones).
 exp_neg32: exp32 for softmax's x - max <= 0, with one scaling and a shorter polynomial (1.4x
 exp32's speed), results below 2^-125 flushed to 0 (softmax_as).
+Their Horner steps are mul_add, fused multiply-adds: the loops around them are compiled
+without contraction (every other operation rounds as NumPy's), and as separate multiplies and
+adds the polynomials took up to twice as long (softmax's pass 1.2x, docs/measurements.md).
 """
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 import numba
 import numpy as np
@@ -26,23 +29,43 @@ from .jit_cache import install
 install()  # before any cache=True function here (jit_cache.py)
 
 
+@intrinsic
+def _fmuladd(typingctx: Any, a: Any, b: Any, c: Any) -> Any:
+    """a * b + c as LLVM's fmuladd: one fused multiply-add (a single rounding) where the CPU
+    has them, else a multiply and an add; vectorizes. Written where a polynomial wants it
+    (Horner's steps), so that the loops around keep every other operation rounded as NumPy
+    rounds it: contract flags on a whole loop would fuse its ops too."""
+    if not (a == b == c and isinstance(a, types.Float)):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        t = args[0].type
+        fn = builder.module.declare_intrinsic("llvm.fmuladd", [t], ir.FunctionType(t, [t, t, t]))
+        return builder.call(fn, args)
+    return a(a, a, a), codegen
+
+
+# mul_add(a, b, c) in compiled code (the intrinsic's typing context is numba's)
+mul_add: Callable[[Any, Any, Any], Any] = _fmuladd  # type: ignore[assignment]
+
+
 @numba.njit(inline="always", cache=True, error_model="numpy")
 def exp_f32(x: Any) -> float:
     """exp(x) as a float64 accurate to float32 (x float32 or float64)."""
     v = numba.float64(x)
     t = (-104.0 if v < -104.0 else (88.73 if v > 88.73 else v)) * (1.0 / 256.0)
     p = 1.0 / 39916800.0
-    p = p * t + 1.0 / 3628800.0
-    p = p * t + 1.0 / 362880.0
-    p = p * t + 1.0 / 40320.0
-    p = p * t + 1.0 / 5040.0
-    p = p * t + 1.0 / 720.0
-    p = p * t + 1.0 / 120.0
-    p = p * t + 1.0 / 24.0
-    p = p * t + 1.0 / 6.0
-    p = p * t + 0.5
-    p = p * t + 1.0
-    p = p * t + 1.0
+    p = mul_add(p, t, 1.0 / 3628800.0)
+    p = mul_add(p, t, 1.0 / 362880.0)
+    p = mul_add(p, t, 1.0 / 40320.0)
+    p = mul_add(p, t, 1.0 / 5040.0)
+    p = mul_add(p, t, 1.0 / 720.0)
+    p = mul_add(p, t, 1.0 / 120.0)
+    p = mul_add(p, t, 1.0 / 24.0)
+    p = mul_add(p, t, 1.0 / 6.0)
+    p = mul_add(p, t, 0.5)
+    p = mul_add(p, t, 1.0)
+    p = mul_add(p, t, 1.0)
     for _ in range(8):
         p = p * p
     if v < -104.0:
@@ -95,13 +118,13 @@ def exp32(x: Any) -> Any:
     r = v - n * np.float32(0.693145751953125)
     r = r - n * np.float32(1.428606765330187e-06)
     p = np.float32(1.0 / 5040.0)
-    p = p * r + np.float32(1.0 / 720.0)
-    p = p * r + np.float32(1.0 / 120.0)
-    p = p * r + np.float32(1.0 / 24.0)
-    p = p * r + np.float32(1.0 / 6.0)
-    p = p * r + np.float32(0.5)
-    p = p * r + np.float32(1.0)
-    p = p * r + np.float32(1.0)
+    p = mul_add(p, r, np.float32(1.0 / 720.0))
+    p = mul_add(p, r, np.float32(1.0 / 120.0))
+    p = mul_add(p, r, np.float32(1.0 / 24.0))
+    p = mul_add(p, r, np.float32(1.0 / 6.0))
+    p = mul_add(p, r, np.float32(0.5))
+    p = mul_add(p, r, np.float32(1.0))
+    p = mul_add(p, r, np.float32(1.0))
     half = np.int32(n) >> 1
     rest = np.int32(n) - half
     p = p * _float_of_bits(np.int32((half + 127) << 23))  # type: ignore[call-arg]
@@ -133,12 +156,12 @@ def exp_neg32(x: Any) -> Any:
     r = v - n * np.float32(0.693145751953125)
     r = r - n * np.float32(1.428606765330187e-06)
     p = _C6
-    p = p * r + _C5
-    p = p * r + _C4
-    p = p * r + _C3
-    p = p * r + _C2
-    p = p * r + _C1
-    p = p * r + _C0
+    p = mul_add(p, r, _C5)
+    p = mul_add(p, r, _C4)
+    p = mul_add(p, r, _C3)
+    p = mul_add(p, r, _C2)
+    p = mul_add(p, r, _C1)
+    p = mul_add(p, r, _C0)
     # NOTE: a float multiply by 2^n, not an add to p's exponent bits, so a NaN stays NaN
     p = p * _float_of_bits(np.int32((np.int32(n) + 127) << 23))  # type: ignore[call-arg]
     return np.float32(0.0) if x < lo else p
