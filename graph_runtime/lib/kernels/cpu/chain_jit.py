@@ -132,9 +132,10 @@ PY_EXPRS: dict[str, tuple[Callable[[Mapping[str, Any], str], str], tuple[str, ..
 # float32 erf and tanh as rational functions (Eigen's and XLA's float kernels): branch-free, so
 # LLVM vectorizes the loop around them, where libm's erff/tanhf are one call per element. Their
 # error is a few float32 ulps (tests/lib/test_chain_jit.py bounds it against float64). Horner's
-# steps are fused multiply-adds (fast_math.mul_add: the exact GELU chain took 0.6x the time);
-# past the clamp the result is exactly +-1, as float32's erf and tanh round there (so
-# GELU(-inf) is NaN, as NumPy's -inf * 0).
+# steps are fused multiply-adds (fast_math.mul_add: the exact GELU chain took 0.55-0.85x the
+# time on one thread). Past the clamp the result is exactly +-1 (float32's erf there; tanh's
+# within 5 ulps), so that GELU(-inf) is NaN as NumPy's -inf * 0: with fused steps the rational
+# tanh came out just under 1 at its clamp.
 HELPERS = """\
 @numba.njit(inline='always', cache=True, error_model='numpy')
 def erf32(v):
