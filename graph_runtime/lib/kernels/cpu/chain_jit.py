@@ -133,14 +133,13 @@ PY_EXPRS: dict[str, tuple[Callable[[Mapping[str, Any], str], str], tuple[str, ..
 # LLVM vectorizes the loop around them, where libm's erff/tanhf are one call per element. Their
 # error is a few float32 ulps (tests/lib/test_chain_jit.py bounds it against float64). Horner's
 # steps are fused multiply-adds (fast_math.mul_add: the exact GELU chain took 0.55-0.85x the
-# time on one thread). Past the clamp the result is exactly +-1 (float32's erf there; tanh's
-# within 5 ulps), so that GELU(-inf) is NaN as NumPy's -inf * 0: with fused steps the rational
-# tanh came out just under 1 at its clamp.
+# time on one thread). Past 4 and 7.905 the result is exactly +-1 (float32's erf there; tanh's
+# within 5 ulps), so that GELU(-inf) is NaN as NumPy's -inf * 0 (with fused steps the rational
+# tanh came out just under 1 there); that select is the only clamp the inputs need.
 HELPERS = """\
 @numba.njit(inline='always', cache=True, error_model='numpy')
 def erf32(v):
-    x = np.float32(4.0) if v > 4.0 else (np.float32(-4.0) if v < -4.0 else v)
-    x2 = x * x
+    x2 = v * v
     p = mul_add(x2, np.float32(-2.72614225801306e-10), np.float32(2.77068142495902e-08))
     p = mul_add(x2, p, np.float32(-2.10102402082508e-06))
     p = mul_add(x2, p, np.float32(-5.69250639462346e-05))
@@ -151,15 +150,13 @@ def erf32(v):
     q = mul_add(x2, q, np.float32(-1.68282697438203e-03))
     q = mul_add(x2, q, np.float32(-7.37332916720468e-03))
     q = mul_add(x2, q, np.float32(-1.42647390514189e-02))
-    r = np.float32(x * p / q)
+    r = np.float32(v * p / q)
     return np.float32(1.0) if v > 4.0 else (np.float32(-1.0) if v < -4.0 else r)
 
 
 @numba.njit(inline='always', cache=True, error_model='numpy')
 def tanh32(v):
-    x = np.float32(7.90531110763549805) if v > 7.90531110763549805 else (
-        np.float32(-7.90531110763549805) if v < -7.90531110763549805 else v)
-    x2 = x * x
+    x2 = v * v
     p = mul_add(x2, np.float32(-2.76076847742355e-16), np.float32(2.00018790482477e-13))
     p = mul_add(x2, p, np.float32(-8.60467152213735e-11))
     p = mul_add(x2, p, np.float32(5.12229709037114e-08))
@@ -169,10 +166,10 @@ def tanh32(v):
     q = mul_add(x2, np.float32(1.19825839466702e-06), np.float32(1.18534705686654e-04))
     q = mul_add(x2, q, np.float32(2.26843463243900e-03))
     q = mul_add(x2, q, np.float32(4.89352518554385e-03))
-    r = np.float32(x * p / q)
+    r = np.float32(v * p / q)
     r = np.float32(1.0) if v > 7.90531110763549805 else (
         np.float32(-1.0) if v < -7.90531110763549805 else r)
-    return x if abs(x) < 0.0004 else r
+    return v if abs(v) < 0.0004 else r
 """
 _TYPES = {d: f"np.{d}" for d in FLOATS + INTS}
 # float -> int casts compiled: the target's range as float literals (QuantizeLinear's round+cast)
