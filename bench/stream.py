@@ -68,6 +68,11 @@ def ours_call(module: Any, inputs: dict[str, np.ndarray]) -> np.ndarray:
     return module.get_output(0).numpy()
 
 
+def _rounds(samples: list[float], repeat: int) -> list[list[float]]:
+    """interleaved_samples' samples of one contender, split into its rounds."""
+    return [samples[i:i + repeat] for i in range(0, len(samples), repeat)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL)
@@ -143,13 +148,18 @@ def main() -> None:
         x = feeds(*shape)
         static = import_onnx(opts.model, shape={k: list(v.shape) for k, v in x.items()})
         static_module = create(static.graph_json, static.module(), static.params)
+        # NOTE: 12 rounds of 5 samples of 2 calls: with 5 rounds of 3 single calls the ratio
+        # swung 0.85-1.21 between runs on the 2-core machine (docs/measurements.md)
         samples = interleaved_samples({"symbolic": lambda: ours_call(module, x),
                                        "static": lambda: ours_call(static_module, x)},
-                                      rounds=5, repeat=3, number=1)
+                                      rounds=12, repeat=5, number=2)
         sym, sta = (statistics.median(samples[k]) for k in ("symbolic", "static"))
-        statics.append({"shape": shape, "symbolic_ms": sym * 1e3, "static_ms": sta * 1e3})
-        print(f"  warm {shape}: imported once {sym * 1e3:.1f} ms, static {sta * 1e3:.1f} ms, "
-              f"ratio {sym / sta:.3f}")
+        per_round = [statistics.median(a) / statistics.median(b) for a, b in zip(
+            _rounds(samples["symbolic"], 5), _rounds(samples["static"], 5))]
+        statics.append({"shape": shape, "symbolic_ms": sym * 1e3, "static_ms": sta * 1e3,
+                        "round_ratios": per_round})
+        print(f"  warm {shape}: imported once {sym * 1e3:.2f} ms, static {sta * 1e3:.2f} ms, "
+              f"ratio {sym / sta:.3f} (rounds {min(per_round):.2f}-{max(per_round):.2f})")
     opts.json.parent.mkdir(parents=True, exist_ok=True)
     opts.json.write_text(json.dumps({
         "machine": machine_line(), "load": os.getloadavg()[0], "model": opts.model.name,
