@@ -257,16 +257,24 @@ def test_cpu_onednn_products_match_float64(monkeypatch, case: tuple, threads: st
     _check(wide[:, :, :-1], want, "float32")
 
 
+@pytest.mark.parametrize("threads", ["openmp", "one thread"])
 @pytest.mark.parametrize("case", [CASES[2], CASES[4], GQA_CASES[1], GQA_CASES[4]])
-def test_cpu_onednn_softmax_with_the_products_matches_float64(monkeypatch, case: tuple) -> None:
-    """With oneDNN's OpenMP threads, q kᵀ takes the scale (and adds the mask) and oneDNN's
-    softmax runs on the same threads; a row masked everywhere, or a NaN in q, gives a NaN row
-    as NumPy's softmax does."""
+def test_cpu_onednn_softmax_with_the_products_matches_float64(monkeypatch, case: tuple,
+                                                              threads: str) -> None:
+    """With oneDNN's OpenMP threads, or on one thread from ONEDNN_SOFTMAX_SCORES scores (0
+    here), q kᵀ takes the scale (and adds the mask) and oneDNN's softmax runs after it; a row
+    masked everywhere, or a NaN in q, gives a NaN row as NumPy's softmax does."""
+    from graph_runtime.lib.kernels.cpu import attention
     from graph_runtime.lib.kernels.cpu.attention import AttentionKernel
     from graph_runtime.lib.ops.attention import _params
-    from graph_runtime.settings import ONEDNN_THREADS
+    from graph_runtime.settings import NUM_THREADS, ONEDNN_THREADS
     require_onednn()
-    monkeypatch.setenv(ONEDNN_THREADS.name, "openmp")
+    if threads == "openmp":
+        monkeypatch.setenv(ONEDNN_THREADS.name, "openmp")
+    else:
+        monkeypatch.setenv(ONEDNN_THREADS.name, "workers")
+        monkeypatch.setenv(NUM_THREADS.name, "1")
+        monkeypatch.setattr(attention, "ONEDNN_SOFTMAX_SCORES", 0)
     arrays, attrs, want = _case(*case, dtype="float32")
     p = _params([TensorSpec(a.shape, "float32") for a in arrays], attrs)
     kernel = AttentionKernel(**p, products="onednn")
@@ -282,6 +290,26 @@ def test_cpu_onednn_softmax_with_the_products_matches_float64(monkeypatch, case:
     kernel(*poisoned, out)
     assert np.isnan(out[0, 0]).all() and not np.isnan(out[0, 1:]).any()
     assert not np.isnan(out[1:]).any()
+
+
+def test_cpu_one_thread_keeps_the_compiled_softmax_below_the_threshold(monkeypatch) -> None:
+    """On one thread a call of fewer than ONEDNN_SOFTMAX_SCORES scores keeps the compiled pass
+    between oneDNN's products (the primitive gains nothing there)."""
+    from graph_runtime.lib.kernels.cpu.attention import ONEDNN_SOFTMAX_SCORES, AttentionKernel
+    from graph_runtime.lib.ops.attention import _params
+    from graph_runtime.settings import NUM_THREADS, ONEDNN_THREADS
+    require_onednn()
+    monkeypatch.setenv(ONEDNN_THREADS.name, "workers")
+    monkeypatch.setenv(NUM_THREADS.name, "1")
+    arrays, attrs, want = _case(*CASES[4], dtype="float32")
+    p = _params([TensorSpec(a.shape, "float32") for a in arrays], attrs)
+    assert p["batch"] * p["heads"] * p["q_len"] * p["k_len"] < ONEDNN_SOFTMAX_SCORES
+    kernel = AttentionKernel(**p, products="onednn")
+    out = np.full(want.shape, np.nan, np.float32)
+    kernel(*arrays, out)
+    _check(out, want, "float32")
+    products = kernel._views(kernel._views_of, (*arrays, out))[5]
+    assert products is not None and not products.softmax_fused
 
 
 @pytest.mark.parametrize("heads,kv,message", [

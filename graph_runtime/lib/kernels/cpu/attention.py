@@ -38,6 +38,12 @@ from ..threads import ONE_BLAS_THREAD, num_threads, parallel_images
 SPLIT: TunableOp[None] = TunableOp(Choice("cpu.attention_split", settings.ATTENTION_SPLIT),
                                    (Candidate("off"), Candidate("on", kind="spread")))
 PARALLEL_FLOPS = 4e6  # both products of every head: below this one call does all heads
+# From this many scores a call on one thread scales, masks and normalises them in oneDNN's
+# products and softmax primitive rather than the compiled pass; one call, one thread, three
+# processes: MobileViT's 16 heads of 256 by 256 1.35-1.42 against 1.66-1.68 ms, 16 of 64 by 64
+# 141 against 179-184 us, BERT-base's 12 of 128 by 128 masked 619-647 against 745-750 us; 16
+# of 16 by 16 and 2 of 32 by 32 alike either way (docs/measurements.md)
+ONEDNN_SOFTMAX_SCORES = 32768
 SPREAD_WORK = 4e7
 
 Block = tuple[int, int, int, int, int]  # batch, first and last head, first and last query
@@ -250,8 +256,13 @@ class AttentionKernel(PreparedKernel):
             settings.word(settings.ATTENTION_SPLIT) == "auto"
         # the softmax on oneDNN's OpenMP threads too (a compiled pass runs on one core; the
         # runtime's workers beside those threads spin against them); NaN rows made zero stay
-        # with the compiled pass
-        self.softmax_on_onednn = openmp and not nan_to_zero and dtype == "float32"
+        # with the compiled pass. On one thread (the workers' mode, one CPU) one call over
+        # every head takes oneDNN's softmax too from ONEDNN_SOFTMAX_SCORES scores on: the
+        # scale as q's and the softmax primitive beat the compiled pass there (blocks on the
+        # workers keep the pass)
+        self.softmax_on_onednn = products == "onednn" and not nan_to_zero and \
+            dtype == "float32" and (openmp or batch * heads * q_len * k_len
+                                    >= ONEDNN_SOFTMAX_SCORES)
         # where one call does every head and oneDNN's softmax does not (a grouped-query mask,
         # which its matmul cannot add), the compiled pass on oneDNN's OpenMP team: on this
         # thread alone it took 1.6 of a LLaMA attention's 3.3 ms at (4, 194)
