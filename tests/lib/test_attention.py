@@ -292,6 +292,51 @@ def test_cpu_onednn_softmax_with_the_products_matches_float64(monkeypatch, case:
     assert not np.isnan(out[1:]).any()
 
 
+@pytest.mark.parametrize("case", [
+    WORKER_CASES[1],
+    # blocks of whole groups of 2 with a mask: oneDNN fuses none (its fast kernels refuse a
+    # grouped-query mask), each block takes the compiled pass
+    (2, 64, 64, 8, 32, (2, 1, 64, 64), False, False, 4),
+    (2, 64, 64, 4, 32, (2, 4, 64, 64), False, False),  # a mask per batch and head
+    (3, 64, 64, 4, 32, (1, 1, 64, 64), True, False),  # one mask for all
+    (2, 48, 48, 8, 32, None, False, False, 4)])  # grouped-query, no mask
+def test_cpu_onednn_softmax_in_each_block_on_the_workers(monkeypatch, case: tuple) -> None:
+    """Blocks of heads on the workers (oneDNN threads `workers`) each scale and mask in their
+    q kᵀ and run oneDNN's softmax over their scores (their part of the mask bound at its
+    offset), or none does; a row masked everywhere gives a NaN row in its block alone."""
+    from graph_runtime.lib.kernels.cpu import attention
+    from graph_runtime.lib.kernels.cpu.attention import AttentionKernel
+    from graph_runtime.lib.ops.attention import _params
+    from graph_runtime.settings import ATTENTION_SPLIT, NUM_THREADS, ONEDNN_THREADS
+    require_onednn()
+    monkeypatch.setenv(ONEDNN_THREADS.name, "workers")
+    monkeypatch.setenv(NUM_THREADS.name, "2")
+    monkeypatch.setenv(ATTENTION_SPLIT.name, "on")
+    monkeypatch.setattr(attention, "ONEDNN_SOFTMAX_SCORES", 0)
+    arrays, attrs, want = _case(*case, dtype="float32")
+    p = _params([TensorSpec(a.shape, "float32") for a in arrays], attrs)
+    kernel = AttentionKernel(**p, products="onednn")
+    assert len(kernel.blocks) > 2
+    out = np.full(want.shape, np.nan, np.float32)
+    kernel(*arrays, out)
+    _check(out, want, "float32")
+    products = kernel._views(kernel._views_of, (*arrays, out))[5]
+    grouped_mask = len(case) > 8 and case[5] is not None
+    assert products.softmax_fused is not grouped_mask
+    assert len(products.blocks) == len(kernel.blocks)
+    if case[5] is not None:
+        poisoned = [a.copy() for a in arrays]
+        poisoned[3][-1, -1, -1, :] = -np.inf  # the last batch's last query row (last head)
+        kernel(*poisoned, out)
+        heads = range(case[3] - 1 if case[5][1] > 1 else 0, case[3])
+        bad = np.zeros(out.shape, bool)
+        for h in heads:
+            bad[-1, -1, h * case[4]:(h + 1) * case[4]] = True
+        if case[5][0] == 1:  # a mask shared by every batch
+            bad[:, -1] = bad[-1, -1]
+        assert np.isnan(out[bad]).all() and not np.isnan(out[~bad]).any()
+
+
 def test_cpu_one_thread_keeps_the_compiled_softmax_below_the_threshold(monkeypatch) -> None:
     """On one thread a call of fewer than ONEDNN_SOFTMAX_SCORES scores keeps the compiled pass
     between oneDNN's products (the primitive gains nothing there)."""

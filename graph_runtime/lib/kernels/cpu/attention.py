@@ -256,10 +256,9 @@ class AttentionKernel(PreparedKernel):
             settings.word(settings.ATTENTION_SPLIT) == "auto"
         # the softmax on oneDNN's OpenMP threads too (a compiled pass runs on one core; the
         # runtime's workers beside those threads spin against them); NaN rows made zero stay
-        # with the compiled pass. On one thread (the workers' mode, one CPU) one call over
-        # every head takes oneDNN's softmax too from ONEDNN_SOFTMAX_SCORES scores on: the
-        # scale as q's and the softmax primitive beat the compiled pass there (blocks on the
-        # workers keep the pass)
+        # with the compiled pass. Without OpenMP (the workers' mode, one CPU) from
+        # ONEDNN_SOFTMAX_SCORES scores on too, in one call or in each block of heads on the
+        # workers: the scale as q's and the softmax primitive beat the compiled pass there
         self.softmax_on_onednn = products == "onednn" and not nan_to_zero and \
             dtype == "float32" and (openmp or batch * heads * q_len * k_len
                                     >= ONEDNN_SOFTMAX_SCORES)
@@ -273,7 +272,11 @@ class AttentionKernel(PreparedKernel):
             split = _blocks(batch, heads, q_len, self.workers)
             key = (f"{dtype} {batch}x{heads} heads of {q_len}x{head_dim} by {k_len} tokens"
                    f"{' masked' if self.has_mask else ''} in {len(split)} blocks"
-                   f"{' (onednn products)' if products == 'onednn' else ''}")
+                   f"{' (onednn products)' if products == 'onednn' else ''}"
+                   # one call with oneDNN's softmax races the blocks otherwise than with the
+                   # compiled pass (MobileViT's 16 heads of 256 beside a busy core: 1.49 ms
+                   # against the pass's 1.77 and the blocks' 1.85)
+                   f"{' softmax on onednn' if self.softmax_on_onednn else ''}")
             # as dense_tiles.SPREAD_FLOPS: large ones (BERT-base's 12 heads of 128 tokens: 0.41
             # against 0.64 ms on one call) keep the blocks unless one call is clearly faster, so
             # one measurement on a busy machine does not pin them to one core
@@ -424,8 +427,11 @@ class AttentionKernel(PreparedKernel):
                     kv = slice(lo // group, (hi - 1) // group + 1)
                     np.matmul(qh[b:b + 1, lo:hi, q0:q1], kt[b:b + 1, kv],
                               out=s[:, lo - h0:hi - h0])
-            _scale_mask_softmax(s, mask[b:b + 1, h0:h1, q0:q1], scale, one, nan_to_zero,
-                                has_mask)
+            if products is not None and products.softmax_fused:
+                products.softmax_on_worker(index)  # scaled and masked by qk's post-ops
+            else:
+                _scale_mask_softmax(s, mask[b:b + 1, h0:h1, q0:q1], scale, one, nan_to_zero,
+                                    has_mask)
             if products is not None:
                 products.pv_on_worker(index)
             else:

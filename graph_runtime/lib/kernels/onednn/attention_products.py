@@ -62,23 +62,32 @@ class HeadProducts:
         self._bindings: list[tuple[Memory, int, int]] = []
         self._addresses: tuple[int, ...] = ()
         self.impl = ""
-        # one block of every head: q kᵀ scaled (and the mask added) as its post-ops, then
-        # oneDNN's softmax over the scores, on the same OpenMP threads (a compiled softmax pass
-        # between the products runs on one core: MobileViT's 16 heads of 256 by 256 took 0.70
-        # ms against 0.46)
-        self._softmax: Primitive | None = None
+        # with softmax: each block's q kᵀ scaled (and the mask added) as its post-ops, then
+        # oneDNN's softmax over its scores, on the same thread or OpenMP threads (a compiled
+        # softmax pass between the products runs on one core: MobileViT's 16 heads of 256 by
+        # 256 took 0.70 ms against 0.46 on two OpenMP threads; on a worker beside a busy core,
+        # its 8 blocks (see docs/measurements.md)); every block or none
+        self._softmax: list[Primitive] = []
         self.mask_shape: tuple[int, ...] | None = None
-        whole = self.blocks == [(0, batch, 0, heads)]
         for block in self.blocks:
-            self._make(block, softmax if whole else None)
+            if not self._make(block, softmax) and softmax is not None:
+                # a block oneDNN would not fuse: none fused (the compiled pass scales them all)
+                self._qk, self._pv, self._bindings, self._softmax = [], [], [], []
+                self.mask_shape, softmax, self.impl = None, None, ""
+                for again in self.blocks:
+                    self._make(again)
+                break
 
     @property
     def softmax_fused(self) -> bool:
-        """Whether qk(0) leaves the scores scaled and masked and softmax() normalises them."""
-        return self._softmax is not None
+        """Whether qk(i) leaves block i's scores scaled and masked and softmax(i) normalises
+        them."""
+        return bool(self._softmax)
 
     def _make(self, block: tuple[int, int, int, int],
-              softmax: tuple[float, tuple[int, ...] | None] | None = None) -> None:
+              softmax: tuple[float, tuple[int, ...] | None] | None = None) -> bool:
+        """Block's two products (and with softmax, its scale, mask and softmax); whether
+        the softmax was fused (False where it was not asked)."""
         batch, heads, q_len, k_len, dim = self.dims
         (qb, qh, qt), (kb, kh, kt_), (vb, vh, vt) = (head_strides(shape, dim)
                                                      for shape in self.shapes)
@@ -87,15 +96,25 @@ class HeadProducts:
         nb, nh, g = b1 - b0, h1 - h0, self.group
         q = _desc((nb, nh, q_len, dim), (qb, qh, qt, 1), g)
         kt = _desc((nb, nh // g, dim, k_len), (kb, kh, 1, kt_), g, kv=True)
-        s = _desc((nb, nh, q_len, k_len), (heads * q_len * k_len, q_len * k_len, k_len, 1), g)
+        # a block's scores are one dense run (one batch's heads h0..h1, or every head): strides
+        # of its own dims, which oneDNN's fast kernels take with a mask post-op (a block of one
+        # head of four, with its batch stride over four heads, got the reference kernel)
+        s = _desc((nb, nh, q_len, k_len), (nh * q_len * k_len, q_len * k_len, k_len, 1), g)
         v = _desc((nb, nh // g, k_len, dim), (vb, vh, vt, 1), g, kv=True)
         o = _desc((nb, nh, q_len, dim), (q_len * heads * dim, dim, heads * dim, 1), g)
         engine = dn.library().engine
         pd_qk = mask = None
+        mask_at = 0  # the block's first mask value, in bytes
         if softmax is not None:
-            pd_qk, mask = _scaled_qk(q, kt, s, softmax[0], softmax[1], g)
-        fused = pd_qk is not None
-        if pd_qk is None:
+            mask_dims = None
+            if softmax[1] is not None:  # the block's part of the mask (dims of 1 broadcast)
+                mb, mh, rows, cols = softmax[1]
+                mask_dims = (nb if mb > 1 else 1, nh if mh > 1 else 1, rows, cols)
+                mask_at = 4 * ((b0 if mb > 1 else 0) * mh + (h0 if mh > 1 else 0)) * rows * cols
+            pd_qk, mask = _scaled_qk(q, kt, s, softmax[0], mask_dims, g)
+            if pd_qk is None:
+                return False
+        else:
             pd_qk = PrimitiveDesc("dnnl_matmul_primitive_desc_create", engine, q.handle,
                                   kt.handle, None, s.handle, None)
         pd_pv = PrimitiveDesc("dnnl_matmul_primitive_desc_create", engine, s.handle, v.handle,
@@ -105,7 +124,7 @@ class HeadProducts:
         kv_head = h0 // g
         scores = (b0 * heads + h0) * q_len * k_len
         qk_args = [(abi.ARG_SRC, mq), (abi.ARG_WEIGHTS, mk), (abi.ARG_DST, ms)]
-        if fused and softmax is not None:
+        if softmax is not None:
             self._scale = np.array([softmax[0]], np.float32)
             scale = Memory(MemoryDesc.plain((1,)))
             scale.bind(self._scale)
@@ -113,14 +132,14 @@ class HeadProducts:
             if mask is not None:
                 mm = Memory(mask)
                 qk_args.append((abi.ARG_POST_OP_BASE | abi.ARG_SRC_1, mm))
-                self._bindings.append((mm, 5, 0))
+                self._bindings.append((mm, 5, mask_at))
                 self.mask_shape = softmax[1]
             plain = MemoryDesc.plain((nb, nh, q_len, k_len))
             pd_sm = PrimitiveDesc("dnnl_softmax_forward_primitive_desc_create", engine,
                                   abi.FORWARD_INFERENCE, abi.SOFTMAX_ACCURATE, plain.handle,
                                   plain.handle, 3, None)
             ms3 = Memory(plain)
-            self._softmax = Primitive(pd_sm, [(abi.ARG_SRC, ms3), (abi.ARG_DST, ms3)])
+            self._softmax.append(Primitive(pd_sm, [(abi.ARG_SRC, ms3), (abi.ARG_DST, ms3)]))
             self._bindings.append((ms3, 3, 4 * scores))
         self._qk.append(Primitive(pd_qk, qk_args))
         self._pv.append(Primitive(pd_pv, [(abi.ARG_SRC, ms2), (abi.ARG_WEIGHTS, mv),
@@ -130,6 +149,7 @@ class HeadProducts:
                            (ms, 3, 4 * scores), (ms2, 3, 4 * scores),
                            (mv, 2, 4 * (b0 * vb + ov + kv_head * vh)),
                            (mo, 4, 4 * (b0 * q_len * heads * dim + h0 * dim))]
+        return softmax is not None
 
     def bind(self, q: Any, k: Any, v: Any, scores: Any, out: Any, mask: Any = None) -> bool:
         """Point the primitives at these arrays; False (nothing bound) unless all are
@@ -161,10 +181,11 @@ class HeadProducts:
         dn.use_threads(self.openmp)
         self._pv[index].run()
 
-    def softmax(self) -> None:
-        """The scores q kᵀ left (scaled, masked) made softmax's, in place (softmax_fused)."""
-        assert self._softmax is not None
-        self._softmax.run()
+    def softmax(self, index: int = 0) -> None:
+        """Block index's scores q kᵀ left (scaled, masked) made softmax's, in place
+        (softmax_fused), on this thread (OpenMP inside in that mode)."""
+        dn.use_threads(self.openmp)
+        self._softmax[index].run()
 
     def qk_on_worker(self, index: int) -> None:
         """qk on a runtime worker, single-threaded there (policy.py's workers mode)."""
@@ -172,6 +193,9 @@ class HeadProducts:
 
     def pv_on_worker(self, index: int) -> None:
         dn.run_on_worker(self._pv[index])
+
+    def softmax_on_worker(self, index: int) -> None:
+        dn.run_on_worker(self._softmax[index])
 
 
 def _scaled_qk(q: MemoryDesc, kt: MemoryDesc, s: MemoryDesc, scale: float,
