@@ -257,6 +257,31 @@ def test_cpu_onednn_products_match_float64(monkeypatch, case: tuple, threads: st
     _check(wide[:, :, :-1], want, "float32")
 
 
+def _onednn_kernel(monkeypatch, case: tuple, threads: str, workers: str | None = None,
+                   split: str | None = None, softmax_from: int | None = None
+                   ) -> tuple[list[np.ndarray], np.ndarray, Any]:
+    """The float32 case's inputs, its float64 reference and an AttentionKernel with its
+    products on oneDNN, made with oneDNN's threads mode (and the runtime's workers, the
+    attention split and ONEDNN_SOFTMAX_SCORES where given); its output checked once."""
+    from graph_runtime.lib.kernels.cpu import attention
+    from graph_runtime.lib.ops.attention import _params
+    from graph_runtime.settings import ATTENTION_SPLIT, NUM_THREADS, ONEDNN_THREADS
+    require_onednn()
+    monkeypatch.setenv(ONEDNN_THREADS.name, threads)
+    for setting, value in ((NUM_THREADS, workers), (ATTENTION_SPLIT, split)):
+        if value is not None:
+            monkeypatch.setenv(setting.name, value)
+    if softmax_from is not None:
+        monkeypatch.setattr(attention, "ONEDNN_SOFTMAX_SCORES", softmax_from)
+    arrays, attrs, want = _case(*case, dtype="float32")
+    p = _params([TensorSpec(a.shape, "float32") for a in arrays], attrs)
+    kernel = attention.AttentionKernel(**p, products="onednn")
+    out = np.full(want.shape, np.nan, np.float32)
+    kernel(*arrays, out)
+    _check(out, want, "float32")
+    return arrays, want, kernel
+
+
 @pytest.mark.parametrize("threads", ["openmp", "one thread"])
 @pytest.mark.parametrize("case", [CASES[2], CASES[4], GQA_CASES[1], GQA_CASES[4]])
 def test_cpu_onednn_softmax_with_the_products_matches_float64(monkeypatch, case: tuple,
@@ -264,23 +289,12 @@ def test_cpu_onednn_softmax_with_the_products_matches_float64(monkeypatch, case:
     """With oneDNN's OpenMP threads, or on one thread from ONEDNN_SOFTMAX_SCORES scores (0
     here), q kᵀ takes the scale (and adds the mask) and oneDNN's softmax runs after it; a row
     masked everywhere, or a NaN in q, gives a NaN row as NumPy's softmax does."""
-    from graph_runtime.lib.kernels.cpu import attention
-    from graph_runtime.lib.kernels.cpu.attention import AttentionKernel
-    from graph_runtime.lib.ops.attention import _params
-    from graph_runtime.settings import NUM_THREADS, ONEDNN_THREADS
-    require_onednn()
     if threads == "openmp":
-        monkeypatch.setenv(ONEDNN_THREADS.name, "openmp")
+        arrays, want, kernel = _onednn_kernel(monkeypatch, case, "openmp")
     else:
-        monkeypatch.setenv(ONEDNN_THREADS.name, "workers")
-        monkeypatch.setenv(NUM_THREADS.name, "1")
-        monkeypatch.setattr(attention, "ONEDNN_SOFTMAX_SCORES", 0)
-    arrays, attrs, want = _case(*case, dtype="float32")
-    p = _params([TensorSpec(a.shape, "float32") for a in arrays], attrs)
-    kernel = AttentionKernel(**p, products="onednn")
+        arrays, want, kernel = _onednn_kernel(monkeypatch, case, "workers", workers="1",
+                                              softmax_from=0)
     out = np.full(want.shape, np.nan, np.float32)
-    kernel(*arrays, out)
-    _check(out, want, "float32")
     assert kernel._views(kernel._views_of, (*arrays, out))[5].softmax_fused
     poisoned = [a.copy() for a in arrays]
     if case[5] is not None:  # batch 0's first query row of every head masked everywhere
@@ -304,22 +318,10 @@ def test_cpu_onednn_softmax_in_each_block_on_the_workers(monkeypatch, case: tupl
     """Blocks of heads on the workers (oneDNN threads `workers`) each scale and mask in their
     q kᵀ and run oneDNN's softmax over their scores (their part of the mask bound at its
     offset), or none does; a row masked everywhere gives a NaN row in its block alone."""
-    from graph_runtime.lib.kernels.cpu import attention
-    from graph_runtime.lib.kernels.cpu.attention import AttentionKernel
-    from graph_runtime.lib.ops.attention import _params
-    from graph_runtime.settings import ATTENTION_SPLIT, NUM_THREADS, ONEDNN_THREADS
-    require_onednn()
-    monkeypatch.setenv(ONEDNN_THREADS.name, "workers")
-    monkeypatch.setenv(NUM_THREADS.name, "2")
-    monkeypatch.setenv(ATTENTION_SPLIT.name, "on")
-    monkeypatch.setattr(attention, "ONEDNN_SOFTMAX_SCORES", 0)
-    arrays, attrs, want = _case(*case, dtype="float32")
-    p = _params([TensorSpec(a.shape, "float32") for a in arrays], attrs)
-    kernel = AttentionKernel(**p, products="onednn")
+    arrays, want, kernel = _onednn_kernel(monkeypatch, case, "workers", workers="2",
+                                          split="on", softmax_from=0)
     assert len(kernel.blocks) > 2
     out = np.full(want.shape, np.nan, np.float32)
-    kernel(*arrays, out)
-    _check(out, want, "float32")
     products = kernel._views(kernel._views_of, (*arrays, out))[5]
     grouped_mask = len(case) > 8 and case[5] is not None
     assert products.softmax_fused is not grouped_mask
@@ -340,19 +342,10 @@ def test_cpu_onednn_softmax_in_each_block_on_the_workers(monkeypatch, case: tupl
 def test_cpu_one_thread_keeps_the_compiled_softmax_below_the_threshold(monkeypatch) -> None:
     """On one thread a call of fewer than ONEDNN_SOFTMAX_SCORES scores keeps the compiled pass
     between oneDNN's products (the primitive gains nothing there)."""
-    from graph_runtime.lib.kernels.cpu.attention import ONEDNN_SOFTMAX_SCORES, AttentionKernel
-    from graph_runtime.lib.ops.attention import _params
-    from graph_runtime.settings import NUM_THREADS, ONEDNN_THREADS
-    require_onednn()
-    monkeypatch.setenv(ONEDNN_THREADS.name, "workers")
-    monkeypatch.setenv(NUM_THREADS.name, "1")
-    arrays, attrs, want = _case(*CASES[4], dtype="float32")
-    p = _params([TensorSpec(a.shape, "float32") for a in arrays], attrs)
-    assert p["batch"] * p["heads"] * p["q_len"] * p["k_len"] < ONEDNN_SOFTMAX_SCORES
-    kernel = AttentionKernel(**p, products="onednn")
+    from graph_runtime.lib.kernels.cpu.attention import ONEDNN_SOFTMAX_SCORES
+    arrays, want, kernel = _onednn_kernel(monkeypatch, CASES[4], "workers", workers="1")
+    assert kernel.scores.size < ONEDNN_SOFTMAX_SCORES
     out = np.full(want.shape, np.nan, np.float32)
-    kernel(*arrays, out)
-    _check(out, want, "float32")
     products = kernel._views(kernel._views_of, (*arrays, out))[5]
     assert products is not None and not products.softmax_fused
 
