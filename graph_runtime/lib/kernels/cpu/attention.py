@@ -39,10 +39,10 @@ SPLIT: TunableOp[None] = TunableOp(Choice("cpu.attention_split", settings.ATTENT
                                    (Candidate("off"), Candidate("on", kind="spread")))
 PARALLEL_FLOPS = 4e6  # both products of every head: below this one call does all heads
 # From this many scores a call on one thread scales, masks and normalises them in oneDNN's
-# products and softmax primitive rather than the compiled pass; one call, one thread, three
-# processes: MobileViT's 16 heads of 256 by 256 1.35-1.42 against 1.66-1.68 ms, 16 of 64 by 64
-# 141 against 179-184 us, BERT-base's 12 of 128 by 128 masked 619-647 against 745-750 us; 16
-# of 16 by 16 and 2 of 32 by 32 alike either way (docs/measurements.md)
+# products and softmax primitive rather than the compiled pass; one call, one thread, two
+# processes each: MobileViT's 16 heads of 256 by 256 1.35-1.42 against 1.66-1.68 ms, 16 of 64
+# by 64 141 against 179-184 us, BERT-base's 12 of 128 by 128 masked 619-647 against 745-750
+# us; 16 of 16 by 16 and 2 of 32 by 32 alike either way (docs/measurements.md)
 ONEDNN_SOFTMAX_SCORES = 32768
 SPREAD_WORK = 4e7
 
@@ -273,9 +273,8 @@ class AttentionKernel(PreparedKernel):
             key = (f"{dtype} {batch}x{heads} heads of {q_len}x{head_dim} by {k_len} tokens"
                    f"{' masked' if self.has_mask else ''} in {len(split)} blocks"
                    f"{' (onednn products)' if products == 'onednn' else ''}"
-                   # one call with oneDNN's softmax races the blocks otherwise than with the
-                   # compiled pass (MobileViT's 16 heads of 256 beside a busy core: 1.49 ms
-                   # against the pass's 1.77 and the blocks' 1.85)
+                   # the blocks and one call race otherwise with oneDNN's softmax than with
+                   # the compiled pass: a choice measured with the pass is not taken for it
                    f"{' softmax on onednn' if self.softmax_on_onednn else ''}")
             # as dense_tiles.SPREAD_FLOPS: large ones (BERT-base's 12 heads of 128 tokens: 0.41
             # against 0.64 ms on one call) keep the blocks unless one call is clearly faster, so
