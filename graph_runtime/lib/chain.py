@@ -19,10 +19,12 @@ from .kernels.cpu import chain_jit
 from .kernels.conv_epilogue import EPILOGUE_DTYPES, EPILOGUE_OPS
 from .kernels.cpu.token_layout import (PermuteCopy, TokenLayoutCopy, permute_layout,
                                        token_layout)
+from .kernels.cpu.permuted_copy import PermutedCopy, atom_permutation
 from .kernels.onednn.matmul_tail import matmul_tail
 from .kernels.gpu_elementwise import ELEMENTWISE_EXPRS, gpu_elementwise
 from .library import InputVersion, TensorSpec
 from .ops.slicing import slice_index
+from .ops.transform import transpose_axes
 from .prepared import PreparedKernel, Wrapping, capabilities
 from .registry import OpDef, get_op
 
@@ -285,6 +287,10 @@ class Chain:
             # symbolic module keeps for every length (any_shape)
             plan = [replace(plan[-1], op=get_op("reshape"), attrs={}, inputs=list(inputs),
                             slots=[0])]
+        if backend.name == "cpu":
+            permuted = _permuted_copy(plan, len(inputs), len(outputs))
+            if permuted is not None:
+                return permuted
         first_fused = _fusable_tail(plan) if backend.name in ("opencl", "cuda") else len(plan)
         slot_count = len(inputs) + len(outputs)
         if backend.name == "cpu":
@@ -456,6 +462,23 @@ def _view_steps(plan: list[_Planned], slot_count: int
             index = slice_index(tuple(int(d) for d in p.inputs[0].shape), p.attrs)
             views[p.out_slots[0]] = (p.slots[0], itemgetter(index))
     return views
+
+
+def _permuted_copy(plan: list[_Planned], n_in: int, n_out: int) -> PermutedCopy | None:
+    """Three or more reshapes and transposes from one input to one output as one copy
+    (kernels/cpu/permuted_copy.py; MobileViT's patch unfold and fold: 3 copies each before);
+    None otherwise. Two such ops stay with _layout_lead, whose copies keep NHWC neighbours'
+    bytes."""
+    if len(plan) < 3 or n_in != 1 or n_out != 1 or not any(
+            p.op.name == "transpose" for p in plan) or not all(
+            p.epilogue is None and (p.op.name in RESHAPES or p.op.name == "transpose")
+            for p in plan):
+        return None
+    ops = [(p.op.name, tuple(int(d) for d in p.outputs[0].shape),
+            transpose_axes(p.inputs[0], p.attrs) if p.op.name == "transpose" else None)
+           for p in plan]
+    found = atom_permutation(tuple(int(d) for d in plan[0].inputs[0].shape), ops)
+    return None if found is None else PermutedCopy(*found)
 
 
 def _layout_lead(plan: list[_Planned], first_fused: int) -> tuple[PreparedKernel | None, int]:
