@@ -25,13 +25,9 @@ def atom_permutation(shape: Sequence[int], ops: Sequence[LayoutOp]
     """(input atoms, permutation, output atoms) with out.reshape(output atoms) equal to
     x.reshape(input atoms).transpose(permutation) after ops on x of shape; None where a
     reshape cuts an atom at a size that does not divide it (no such view exists)."""
-    sizes: dict[int, int] = {}
-    order: list[int] = []  # the atoms in the input's memory order
-    dims: list[list[int]] = []  # the current tensor's dims, each a run of atoms
-    for d in shape:
-        sizes[len(sizes)] = int(d)
-        order.append(len(sizes) - 1)
-        dims.append([len(sizes) - 1])
+    sizes = [int(d) for d in shape]  # by atom: at first, one per input axis
+    order = list(range(len(sizes)))  # the atoms in the input's memory order
+    dims = [[atom] for atom in order]  # the current tensor's dims, each a run of atoms
     for op, out_shape, axes in ops:
         if op == "transpose":
             assert axes is not None
@@ -56,7 +52,7 @@ def atom_permutation(shape: Sequence[int], ops: Sequence[LayoutOp]
                     return None
                 # cut the atom: its outer part (size left) ends this dim, the rest stays
                 outer, inner = len(sizes), len(sizes) + 1
-                sizes[outer], sizes[inner] = left, sizes[atom] // left
+                sizes += [left, sizes[atom] // left]
                 at = order.index(atom)
                 order[at:at + 1] = [outer, inner]
                 flat[0] = inner
@@ -72,7 +68,7 @@ def atom_permutation(shape: Sequence[int], ops: Sequence[LayoutOp]
     return _merged(kept, out_order, sizes)
 
 
-def _merged(order: list[int], out_order: list[int], sizes: dict[int, int]
+def _merged(order: list[int], out_order: list[int], sizes: list[int]
             ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
     """Atoms next to each other in both orders made one (fewer, longer axes to copy)."""
     runs: list[list[int]] = []  # runs of atoms, in the output's order
