@@ -167,8 +167,10 @@ class Executor:
         """This executor over graph, another specialisation of its symbolic graph (the same
         nodes, devices and storage ids, other sizes: a decoder's next past length), made by
         touching only what the new sizes change. Entries of a new shape get new views in the
-        bytes their storage id holds; graph inputs and outputs (params aside) get buffers of
-        their own; nodes whose shapes or dims changed get kernels as a full build gives them.
+        bytes their storage id holds; graph inputs and outputs (params aside) get the bytes the
+        scratch keeps for their storage ids, which the specialisations derived share (a
+        dormant one's are never read: storage.Scratch, own_io); nodes whose shapes or dims
+        changed get kernels as a full build gives them.
         Every other step, view and setup pass's decision is this executor's.
 
         None where that is not known to be safe, and the caller builds in full: an executor with
@@ -191,7 +193,7 @@ class Executor:
         fresh = {plan.entry_sid[eid] for eid in self._io_eids if eid not in shared.params}
         if any(plan.entry_sid[eid] in fresh for eid in self.placed):
             return None
-        resized = self.pool.resized(graph, plan, changed, fresh)
+        resized = self.pool.resized(graph, plan, changed, fresh, self._scratch)
         if resized is None:
             return None
         new = copy.copy(self)
@@ -794,6 +796,15 @@ class Executor:
         return array.reshape(-1) if flatten else array
 
     # ---- binding (zero copy) -------------------------------------------------------------------
+
+    def own_io(self) -> None:
+        """Inputs and outputs in bytes other specialisations share (derive) get buffers of
+        their own, their values kept: this executor's module is handed out, and may run or be
+        read while another specialisation is the current one."""
+        before = list(self.pool.views)
+        for eid, view in self.pool.own_io(self.graph).items():
+            if self.arrays.get((eid, self.entry_device[eid])) is before[eid]:
+                self.rebind(eid, view)
 
     def rebind(self, eid: int, array: Any) -> None:
         """Make every step that touches eid on its home device use array instead of the pool view.

@@ -124,10 +124,15 @@ class ModuleBase(Diagnostics):
         self._lock.acquire()
         try:
             self._run_with(inputs)
-            return [self._get_output_unlocked(i, None).numpy()
-                    for i in range(len(self._output_eids))]
+            return [self._host_output(i) for i in range(len(self._output_eids))]
         finally:
             self._lock.release()
+
+    def _host_output(self, index: int) -> np.ndarray:
+        """Output index (a valid one) as a host array of its own, for run_with; called holding
+        the module. A module that knows its output is a host array copies it once here (not
+        into an NDArray, then to the host)."""
+        return self._output_at(index, None).numpy()
 
     def clone(self: _Module) -> _Module:
         """A new module on the same graph, lib and devices with its own inputs, intermediates

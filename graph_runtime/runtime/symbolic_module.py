@@ -8,7 +8,10 @@ A cached combination costs a dictionary lookup per run; a new one costs one spec
 which measures nothing: its tuning choices are taken per size class (GRAPH_RUNTIME_SHAPE_TUNING,
 lib/tuning.py's by_size_class; tune() measures representative shapes ahead of time)..
 get_output, benchmark, profile, memory_report... answer for the specialisation the last run()
-used (placement, copies and debug_get_outputs: the one for the inputs set now).
+used (placement, copies and debug_get_outputs: the one for the inputs set now). Specialisations
+derived from another share their inputs' and outputs' bytes (storage.Scratch.take_io): a view
+get_input hands out is the current shape's input, which a later shape's run may overwrite;
+specialised() hands out a module with bytes of its own.
 """
 from __future__ import annotations
 
@@ -240,11 +243,28 @@ class SymbolicGraphModule(ModuleBase):
     def _output_at(self, index: int, out: Any) -> Any:
         return self._module("get_output")._output_held(index, out)
 
+    def _host_output(self, index: int) -> np.ndarray:
+        module = self._module("run_with")
+        module._acquire("run_with")
+        try:
+            return module._host_output(index)
+        finally:
+            module._release()
+
     def specialised(self) -> GraphModule:
-        """The static module for the inputs set now (built and cached if new)."""
+        """The static module for the inputs set now (built and cached if new), whose inputs and
+        outputs are its own from now on (Executor.own_io): it may be run or read directly
+        while other shapes run here."""
         self._acquire("specialised")
         try:
-            return self._specialised()
+            module = self._specialised()
+            if module.executor.pool.io_ids:
+                module.executor.own_io()
+                if self._current_key in self._cache:  # its bytes counted anew
+                    self._shared.drop(self._current_key)
+                    self._shared.add(self._current_key,
+                                     _shared_items(module, self._param_ids()))
+            return module
         finally:
             self._release()
 
@@ -419,7 +439,11 @@ class SymbolicGraphModule(ModuleBase):
         return self._specialised().debug_get_outputs(None if names is None else sorted(names))
 
     def _report_executor(self, what: str) -> Executor:
-        return self.specialised().executor
+        self._acquire(what)
+        try:
+            return self._specialised().executor
+        finally:
+            self._release()
 
     def _static_modules(self, what: str) -> list[GraphModule]:
         return [self._module(what)]
@@ -427,9 +451,10 @@ class SymbolicGraphModule(ModuleBase):
     def held_bytes(self) -> dict[Device, int]:
         """What the module holds per device: every specialisation it keeps (pool, workspace,
         control-flow bodies), and once each the params (each specialisation binds them zero copy)
-        and the scratch their intermediates share (storage.Scratch; a module made before it last
-        grew may still hold a slice of the old one, not counted); a pool buffer or a kernel
-        that specialisations share (Executor.derive, the KernelCache) counts once."""
+        and the scratch their intermediates, inputs and outputs share (storage.Scratch; a module
+        made before it last grew may still hold a slice of the old one, not counted); a pool
+        buffer or a kernel that specialisations share (Executor.derive, the KernelCache) counts
+        once."""
         modules = list(self._cache.values())
         if self._current is not None and self._current not in modules:
             modules.append(self._current)  # evicted from the cache but still in use
@@ -453,12 +478,13 @@ def _shared_items(module: GraphModule, params: set[int]
     """What a specialisation may share with others, for SharedBytes: its pool's buffers (the
     scratch's slices and the params, held once by the module, aside; a host buffer kept from a
     larger shape counted at its own size), its kernels' workspace and the control-flow bodies
-    they hold. Its buffers outside the pool are its own (plan.extra_bytes)."""
+    they hold. Its buffers outside the pool are its own (plan.extra_bytes); its inputs' and
+    outputs' bytes shared with other specialisations (StoragePool.io_ids) are the scratch's."""
     executor = module.executor
     pool = executor.pool
     items: list[tuple[Any, dict[Device, int]]] = []
     for sid, buffer in pool.buffers.items():
-        if sid in pool.scratch_ids or id(buffer) in params:
+        if sid in pool.scratch_ids or sid in pool.io_ids or id(buffer) in params:
             continue
         nbytes = buffer.nbytes if isinstance(buffer, np.ndarray) else pool.plan.sid_bytes[sid]
         items.append((buffer, {pool.plan.sid_device[sid]: int(nbytes)}))

@@ -93,6 +93,23 @@ def test_every_kind_answers_the_shared_forms_with_the_same_messages() -> None:
                 m._lock.release()
 
 
+def test_run_with_returns_arrays_of_the_callers_own() -> None:
+    # one copy of each output (GraphModule._host_output), still the caller's alone: the next
+    # run does not overwrite it, and writing it changes nothing the module holds
+    rng = np.random.default_rng(1)
+    for m in _modules():
+        info = m.get_input_info()
+        inputs = {n: rng.standard_normal([d if isinstance(d, int) else 2 for d in shape])
+                  .astype(dtype) for (n, shape), dtype in zip(info[0].items(), info[1].values())}
+        first = m.run_with(**inputs)
+        kept = [a.copy() for a in first]
+        assert all(isinstance(a, np.ndarray) and a.flags.owndata for a in first)
+        first[0][...] = 0
+        np.testing.assert_array_equal(m.get_output(0).numpy(), kept[0])
+        again = m.run_with(**{n: v + 1 for n, v in inputs.items()})
+        assert not np.array_equal(again[0], kept[0]) and not np.any(first[0])
+
+
 def test_every_kind_runs_benchmarks_and_reports_through_the_same_methods() -> None:
     rng = np.random.default_rng(0)
     for m in _modules():

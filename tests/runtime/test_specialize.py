@@ -308,18 +308,23 @@ def test_clone_shares_params_and_held_bytes_counts_them_once() -> None:
                                    rtol=1e-5, atol=1e-6)
     assert m.specializations == 2 and other.specializations == 1
     # two specialisations (batch 2 and 3), each its pool (w bound zero copy: not its own) and
-    # workspace, their intermediates in one shared scratch (counted once: the larger need);
+    # workspace, their intermediates in one shared scratch (counted once: the larger need), the
+    # second's inputs and outputs (derived from the first) in the scratch's io bytes;
     # w (3 x 4 float32, 48 B) once
     modules = list(m._cache.values())
     scratch = [mod.executor.pool.scratch_bytes[gr.cpu()] for mod in modules]
     assert len(modules) == 2 and all(mod.memory_report().pool[gr.cpu()] >= 48 for mod in modules)
-    assert m.scratch.held_bytes() == {gr.cpu(): max(scratch)} and min(scratch) > 0
+    first, derived = (mod.executor.pool for mod in modules)
+    io = sum(derived.buffers[sid].nbytes for sid in derived.io_ids)
+    assert not first.io_ids and io == (3 * 4 + 3 * 3 + 3 * 3) * 4  # x, y and the output
+    assert m.scratch.held_bytes() == {gr.cpu(): max(scratch) + io} and min(scratch) > 0
     pools = sum(buffer.nbytes for mod in modules for sid, buffer in
                 mod.executor.pool.buffers.items()
-                if sid not in mod.executor.pool.scratch_ids and buffer is not m._params["w"][1])
+                if sid not in mod.executor.pool.scratch_ids | mod.executor.pool.io_ids
+                and buffer is not m._params["w"][1])
     kernels = {id(step.kernel): step.kernel.workspace_bytes() for mod in modules
                for step in mod.executor.steps}
-    assert m.held_bytes() == {gr.cpu(): pools + sum(kernels.values()) + 48 + max(scratch)}
+    assert m.held_bytes() == {gr.cpu(): pools + sum(kernels.values()) + 48 + max(scratch) + io}
     assert m.get_output_info() == ([("batch", 3)], ["float32"])
 
 
@@ -433,6 +438,35 @@ def test_kernels_are_prepared_once_across_shapes_and_dropped_with_them() -> None
     np.testing.assert_allclose(m.get_output(0).numpy(), np.full((7, 32), 128.0))
 
 
+def test_derived_shapes_share_their_inputs_and_outputs_bytes_and_lose_no_value() -> None:
+    """Shapes derived from another keep their inputs and outputs in the scratch's bytes (no
+    new page for a decode step's new length); a shape made current again is given every input
+    (z, set once, comes from the shape run before), and specialised() hands out a module with
+    bytes of its own, right when run or read after other shapes ran."""
+    m = gr.create(_wide_dense())
+    m.load_params({"w": np.ones((32, 64), np.float32)})
+    z = np.arange(-6, 6, dtype=np.float32).reshape(3, 4)
+    for batch in (3, 2, 1):
+        m.run(x=np.full((batch, 64), batch, np.float32), z=z)
+    derived = [m._cache[((batch, 64), (32, 64), (3, 4))].executor for batch in (2, 1)]
+    assert all(ex.pool.io_ids for ex in derived) and m.derivations == 2
+    assert np.shares_memory(derived[0].pool.views[0], derived[1].pool.views[0])  # x
+    for batch in (2, 3, 1, 2):
+        m.run(x=np.full((batch, 64), 10 * batch, np.float32))
+        np.testing.assert_array_equal(m.get_output(0).numpy(), np.full((batch, 32), 640 * batch))
+        np.testing.assert_array_equal(m.get_output(1).numpy(), np.maximum(z, 0))
+    handed = m.specialised()  # batch 2
+    assert not handed.executor.pool.io_ids
+    m.run(x=np.full((1, 64), 5, np.float32), z=-z)
+    np.testing.assert_array_equal(m.get_output(0).numpy(), np.full((1, 32), 320))
+    np.testing.assert_array_equal(handed.get_output(0).numpy(), np.full((2, 32), 1280))
+    handed.run()
+    np.testing.assert_array_equal(handed.get_output(1).numpy(), np.maximum(z, 0))
+    m.run(x=np.full((2, 64), 1, np.float32))  # z: -z, from the shape run last
+    np.testing.assert_array_equal(m.get_output(0).numpy(), np.full((2, 32), 64))
+    np.testing.assert_array_equal(m.get_output(1).numpy(), np.maximum(-z, 0))
+
+
 def test_the_bytes_kept_across_shapes_are_bounded_by_the_setting(
         monkeypatch: pytest.MonkeyPatch) -> None:
     m = gr.create(_wide_dense())
@@ -441,15 +475,21 @@ def test_the_bytes_kept_across_shapes_are_bounded_by_the_setting(
         _feed(m, batch)
     cost = m.memory_report().shape
     assert cost is not None and cost.kept_shapes == 3 and cost.kept_bytes > 0
-    monkeypatch.setenv(settings.SHAPE_CACHE_BYTES.name, str(cost.kept_bytes))
-    _feed(m, 4)  # a larger fourth passes the bound: the oldest shapes go
+    # a bound a byte below: the oldest shape goes, the one built in full, whose inputs and
+    # outputs were its own; those derived from it keep theirs in the shared scratch, and their
+    # intermediates: no byte each
+    monkeypatch.setenv(settings.SHAPE_CACHE_BYTES.name, str(cost.kept_bytes - 1))
+    _feed(m, 4)
     cost = m.memory_report().shape
-    assert cost is not None and 1 < cost.kept_shapes <= 3
+    assert cost is not None and cost.kept_shapes == 3 and cost.kept_bytes == 0
     assert ((3, 64), (32, 64), (3, 4)) not in m._cache
-    assert cost.kept_bytes <= cost.bound_bytes
     monkeypatch.setenv(settings.SHAPE_CACHE_BYTES.name, "0")
-    _feed(m, 5)  # the one in use stays, whatever the bound
-    assert len(m._cache) == 1
+    _feed(m, 5)  # derived too: no byte of its own, nothing to drop
+    assert len(m._cache) == 4 and m.memory_report().shape.kept_bytes == 0
+    _feed(m, 40)  # built in full (it outgrows the bytes the others share): it stays alone
+    assert len(m._cache) == 1 and m.memory_report().shape.kept_bytes > 0
+    np.testing.assert_allclose(m.get_output(0).numpy(), np.full((40, 32), 64.0))
+    _feed(m, 5)
     np.testing.assert_allclose(m.get_output(0).numpy(), np.full((5, 32), 64.0))
     monkeypatch.setenv(settings.SHAPE_CACHE_BYTES.name, "lots")
     with pytest.raises(LibraryError, match="GRAPH_RUNTIME_SHAPE_CACHE_BYTES must be a "
