@@ -3,6 +3,7 @@ and answer the shared argument forms with the same messages; create() is typed h
 from __future__ import annotations
 
 import inspect
+from typing import Any
 from abc import ABC
 
 import numpy as np
@@ -93,14 +94,19 @@ def test_every_kind_answers_the_shared_forms_with_the_same_messages() -> None:
                 m._lock.release()
 
 
+def _random_inputs(m: Any, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Random values for every input of m, its symbolic dims at 2."""
+    info = m.get_input_info()
+    return {n: rng.standard_normal([d if isinstance(d, int) else 2 for d in shape]).astype(dtype)
+            for (n, shape), dtype in zip(info[0].items(), info[1].values())}
+
+
 def test_run_with_returns_arrays_of_the_callers_own() -> None:
     # one copy of each output (GraphModule._host_output), still the caller's alone: the next
     # run does not overwrite it, and writing it changes nothing the module holds
     rng = np.random.default_rng(1)
     for m in _modules():
-        info = m.get_input_info()
-        inputs = {n: rng.standard_normal([d if isinstance(d, int) else 2 for d in shape])
-                  .astype(dtype) for (n, shape), dtype in zip(info[0].items(), info[1].values())}
+        inputs = _random_inputs(m, rng)
         first = m.run_with(**inputs)
         kept = [a.copy() for a in first]
         assert all(isinstance(a, np.ndarray) and a.flags.owndata for a in first)
@@ -113,9 +119,7 @@ def test_run_with_returns_arrays_of_the_callers_own() -> None:
 def test_every_kind_runs_benchmarks_and_reports_through_the_same_methods() -> None:
     rng = np.random.default_rng(0)
     for m in _modules():
-        info = m.get_input_info()
-        inputs = {n: rng.standard_normal([d if isinstance(d, int) else 2 for d in shape])
-                  .astype(dtype) for (n, shape), dtype in zip(info[0].items(), info[1].values())}
+        inputs = _random_inputs(m, rng)
         outputs = m.run_with(**inputs)
         m.run(**inputs)
         np.testing.assert_array_equal(m.get_output(0).numpy(), outputs[0])
