@@ -3,8 +3,8 @@ and answer the shared argument forms with the same messages; create() is typed h
 from __future__ import annotations
 
 import inspect
-from typing import Any
 from abc import ABC
+from typing import Any
 
 import numpy as np
 import pytest
