@@ -34,6 +34,7 @@ from interleave import SETTLE_S, interleaved_samples  # noqa: E402  (bench/)
 from peers import DEFAULT, machine_line, onnxruntime_sessions  # noqa: E402  (bench/)
 
 DEFAULT_MODEL = Path.home() / ".cache" / "graph_runtime" / "bench_dynamic" / "llama_ts.onnx"
+WARM_REPEAT = 5  # samples per round of the warm-vs-static comparison
 
 
 def requests(count: int, seed: int = 0) -> list[tuple[int, int]]:
@@ -153,10 +154,11 @@ def main() -> None:
         # swung 0.85-1.21 between runs on the 2-core machine (docs/measurements.md)
         samples = interleaved_samples({"symbolic": lambda: ours_call(module, x),
                                        "static": lambda: ours_call(static_module, x)},
-                                      rounds=12, repeat=5, number=2)
+                                      rounds=12, repeat=WARM_REPEAT, number=2)
         sym, sta = (statistics.median(samples[k]) for k in ("symbolic", "static"))
         per_round = [statistics.median(a) / statistics.median(b) for a, b in zip(
-            _rounds(samples["symbolic"], 5), _rounds(samples["static"], 5))]
+            _rounds(samples["symbolic"], WARM_REPEAT),
+            _rounds(samples["static"], WARM_REPEAT))]
         statics.append({"shape": shape, "symbolic_ms": sym * 1e3, "static_ms": sta * 1e3,
                         "round_ratios": per_round})
         print(f"  warm {shape}: imported once {sym * 1e3:.2f} ms, static {sta * 1e3:.2f} ms, "

@@ -801,9 +801,8 @@ class Executor:
         """Inputs and outputs in bytes other specialisations share (derive) get buffers of
         their own, their values kept: this executor's module is handed out, and may run or be
         read while another specialisation is the current one."""
-        before = list(self.pool.views)
-        for eid, view in self.pool.own_io(self.graph).items():
-            if self.arrays.get((eid, self.entry_device[eid])) is before[eid]:
+        for eid, old, view in self.pool.own_io(self.graph):
+            if self.arrays.get((eid, self.entry_device[eid])) is old:
                 self.rebind(eid, view)
 
     def rebind(self, eid: int, array: Any) -> None:

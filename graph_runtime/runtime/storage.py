@@ -244,34 +244,41 @@ class StoragePool:
                 return None
         new = copy.copy(self)
         new.plan, new.buffers, new.views = plan, dict(self.buffers), list(self.views)
+        shared = set()
         for sid in fresh:
             dev = plan.sid_device[sid]
-            new.buffers[sid] = _alloc(sid, plan.sid_bytes[sid], dev) if scratch is None or \
-                dev.kind != "cpu" else scratch.take_io(sid, dev, plan.sid_bytes[sid])
-        new.io_ids = frozenset(fresh) if scratch is not None else frozenset()
+            if scratch is None or dev.kind != "cpu":
+                new.buffers[sid] = _alloc(sid, plan.sid_bytes[sid], dev)
+            else:
+                new.buffers[sid] = scratch.take_io(sid, dev, plan.sid_bytes[sid])
+                shared.add(sid)
+        new.io_ids = frozenset(shared)
         renewed = set(changed)
         for sid in fresh:
             renewed.update(plan.entries_of(sid))
-        shapes, dtypes = graph.attrs["shape"][1], graph.attrs["dltype"][1]
         for eid in renewed:
-            sid = plan.entry_sid[eid]
-            new.views[eid] = check_device(plan.sid_device[sid]).view(
-                new.buffers[sid], 0, tuple(shapes[eid]), np.dtype(dtypes[eid]))
+            new.views[eid] = new._view(graph, eid)
         return new, renewed
 
-    def own_io(self, graph: Graph) -> dict[int, Any]:
+    def _view(self, graph: Graph, eid: int) -> Any:
+        """Entry eid's view of its storage id's buffer, at graph's shape and dtype."""
+        sid = self.plan.entry_sid[eid]
+        return check_device(self.plan.sid_device[sid]).view(
+            self.buffers[sid], 0, tuple(graph.attrs["shape"][1][eid]),
+            np.dtype(graph.attrs["dltype"][1][eid]))
+
+    def own_io(self, graph: Graph) -> list[tuple[int, Any, Any]]:
         """Give the ids in io_ids buffers of their own, their bytes copied (a specialisation
-        handed out, which may then run or be read on its own); the entries' new views."""
-        shapes, dtypes = graph.attrs["shape"][1], graph.attrs["dltype"][1]
-        moved = {}
+        handed out, which may then run or be read on its own); (entry, old view, new view) for
+        each of their entries."""
+        moved = []
         for sid in sorted(self.io_ids):
-            dev = self.plan.sid_device[sid]
-            buffer = _alloc(sid, self.plan.sid_bytes[sid], dev)
+            buffer = _alloc(sid, self.plan.sid_bytes[sid], self.plan.sid_device[sid])
             buffer[...] = self.buffers[sid]
             self.buffers[sid] = buffer
             for eid in self.plan.entries_of(sid):
-                moved[eid] = self.views[eid] = check_device(dev).view(
-                    buffer, 0, tuple(shapes[eid]), np.dtype(dtypes[eid]))
+                old, self.views[eid] = self.views[eid], self._view(graph, eid)
+                moved.append((eid, old, self.views[eid]))
         self.io_ids = frozenset()
         return moved
 

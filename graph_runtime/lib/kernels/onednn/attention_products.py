@@ -125,9 +125,8 @@ class HeadProducts:
         scores = (b0 * heads + h0) * q_len * k_len
         qk_args = [(abi.ARG_SRC, mq), (abi.ARG_WEIGHTS, mk), (abi.ARG_DST, ms)]
         if softmax is not None:
-            self._scale = np.array([softmax[0]], np.float32)
             scale = Memory(MemoryDesc.plain((1,)))
-            scale.bind(self._scale)
+            scale.bind(np.array([softmax[0]], np.float32))  # the memory holds the array
             qk_args.append((abi.ARG_ATTR_SCALES | abi.ARG_SRC, scale))
             if mask is not None:
                 mm = Memory(mask)
