@@ -8,10 +8,14 @@ interleaved rounds: ONNX Runtime's CUDA execution provider where `onnxruntime-gp
 (the issue's peer), and PyTorch eager on the same GPU (TF32 off, so both compute float32) as a
 reference that is always there on a GPU machine. Outputs are checked against PyTorch.
 
-Ours runs twice: as by default (run() replayed as a CUDA graph from its second call) and with
-GRAPH_RUNTIME_CUDA_GRAPHS=off (each kernel launched from Python); the line under each model says
-whether the graph was captured, or why not. Also measured: host<->device copy bandwidth through
-the backend (pageable NumPy arrays) against CuPy's pinned-memory copies of the same size.
+Ours runs three ways: as by default (run() replayed as a CUDA graph from its second call,
+float32 products on TF32 tensor cores, as ONNX Runtime's CUDA provider does by default), with
+GRAPH_RUNTIME_CUDA_TF32=off (full float32) and with GRAPH_RUNTIME_CUDA_GRAPHS=off (each kernel
+launched from Python); ONNX Runtime by default and with use_tf32=0. The line under each model
+says whether the graph was captured, or why not, and each contender's error against PyTorch's
+float32. --profile N prints where our stepped module's time goes. Also measured: host<->device
+copy bandwidth through the backend (pageable NumPy arrays) against CuPy's pinned-memory copies
+of the same size.
 
 Needs a CUDA GPU, CuPy, torch, torchvision, transformers, onnx. Usage:
   python bench/cuda_models.py [--models resnet50 bert_base llama] [--batch 1 32] [--rounds 5]
@@ -90,20 +94,22 @@ def export(name: str, model: Any, cache: Path) -> Path:
     return path
 
 
-def ours(path: Path, inputs: dict[str, np.ndarray], graphs: bool = True
+def ours(path: Path, inputs: dict[str, np.ndarray], graphs: bool = True, tf32: bool = True
          ) -> tuple[Callable[[], list], Any, float]:
     """graph_runtime's end-to-end call on cuda(0), its module, and the import seconds; graphs:
-    run() replayed as a CUDA graph (the default) or each kernel launched (the setting off)."""
+    run() replayed as a CUDA graph (the default) or each kernel launched (the setting off);
+    tf32: float32 products on TF32 tensor cores (the default) or in full float32."""
     from graph_runtime.frontend import from_onnx
-    from graph_runtime.settings import CUDA_GRAPHS
+    from graph_runtime.settings import CUDA_GRAPHS, CUDA_TF32
     start = time.perf_counter()
     graph_json, lib, params = from_onnx(str(path), shape={k: v.shape for k, v in inputs.items()})
     imported = time.perf_counter() - start
     os.environ[CUDA_GRAPHS.name] = "on" if graphs else "off"
+    os.environ[CUDA_TF32.name] = "on" if tf32 else "off"
     try:
         m = gr.create(graph_json, lib, gr.cuda(0))
     finally:
-        del os.environ[CUDA_GRAPHS.name]
+        del os.environ[CUDA_GRAPHS.name], os.environ[CUDA_TF32.name]
     m.load_params(gr.save_param_dict(params))
     return end_to_end_call(m, inputs), m, imported
 
@@ -122,9 +128,11 @@ def torch_call(model: Any, inputs: dict[str, np.ndarray]) -> Callable[[], list]:
     return call
 
 
-def ort_cuda_call(path: Path, inputs: dict[str, np.ndarray]) -> Callable[[], list] | None:
-    """ONNX Runtime's CUDA execution provider, default options; None where it is not installed."""
-    session = cuda_session(path)
+def ort_cuda_call(path: Path, inputs: dict[str, np.ndarray], tf32: bool = True
+                  ) -> Callable[[], list] | None:
+    """ONNX Runtime's CUDA execution provider, default options (TF32 on) or use_tf32=0; None
+    where it is not installed."""
+    session = cuda_session(path, None if tf32 else {"use_tf32": "0"})
     if session is None:
         return None
     return lambda: session.run(None, dict(inputs))
@@ -222,6 +230,8 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="also print our module's N costliest kernels (by func_name)")
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir())
                         / "graph_runtime_bench_cuda", help="where the exports are kept")
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "cuda.json")
@@ -247,7 +257,7 @@ def main() -> None:
         path = export(name, model, args.cache)
         for batch in args.batch:
             try:
-                results.append(measure(name, model, path, batch, args.rounds))
+                results.append(measure(name, model, path, batch, args.rounds, args.profile))
             except Exception as exc:  # one model's failure is reported; the others still run
                 print(f"{name:<10} {batch:>5} FAILED: {type(exc).__name__}: "
                       f"{str(exc).splitlines()[0][:300] if str(exc) else ''}", flush=True)
@@ -256,18 +266,23 @@ def main() -> None:
     args.json.write_text(json.dumps(results, indent=1))
 
 
-def measure(name: str, model: Any, path: Path, batch: int, rounds: int) -> dict[str, Any]:
+def measure(name: str, model: Any, path: Path, batch: int, rounds: int, profile: int = 0
+            ) -> dict[str, Any]:
     """One model at one batch: the contenders' medians, our error and the graph-capture probe."""
     inputs = make_inputs(MODELS[name][3](batch))
     ref = torch_call(model, inputs)
     call, m, imported = ours(path, inputs)
     want = ref()
     error = worst_error(call(), want)
-    plain, _, _ = ours(path, inputs, graphs=False)
-    calls = {"graph_runtime": call, "gr no graphs": plain, "torch": ref}
-    ort = ort_cuda_call(path, inputs)
-    if ort is not None:
-        calls["ort_cuda"] = ort
+    plain, stepped, _ = ours(path, inputs, graphs=False)
+    exact, _, _ = ours(path, inputs, tf32=False)
+    calls = {"graph_runtime": call, "gr float32": exact, "gr no graphs": plain, "torch": ref}
+    errors = {"graph_runtime": error, "gr float32": worst_error(exact(), want)}
+    for label, tf32 in (("ort_cuda", True), ("ort float32", False)):
+        ort = ort_cuda_call(path, inputs, tf32)
+        if ort is not None:
+            calls[label] = ort
+            errors[label] = worst_error(ort(), want)
     times = medians(calls, rounds)
     for who, seconds in times.items():
         print(f"{name:<10} {batch:>5} {imported:>8.1f} {who:<14} {seconds * 1e3:>10.3f} "
@@ -277,10 +292,27 @@ def measure(name: str, model: Any, path: Path, batch: int, rounds: int) -> dict[
     why = (graph.reason if graph is not None else m.executor.cuda_graph_reason) or "-"
     replayed = worst_error(call(), want)
     print(f"  error vs torch {error:.1e} (first run), {replayed:.1e} (replayed); CUDA graph "
-          f"{state} ({why})", flush=True)
+          f"{state} ({why}); " + ", ".join(f"{k} {v:.1e}" for k, v in errors.items()),
+          flush=True)
+    if profile:
+        print_profile(stepped, profile)
     return {"model": name, "batch": batch, "import_s": imported,
             "ms": {k: v * 1e3 for k, v in times.items()}, "error_vs_torch": error,
-            "error_replayed": replayed, "cuda_graph": state, "why": why}
+            "error_replayed": replayed, "errors": errors, "cuda_graph": state, "why": why}
+
+
+def print_profile(m: Any, top: int) -> None:
+    """Our module's steps run one by one, each synchronised (median of 5): time per func_name,
+    the top ones, to say where the time goes."""
+    per: dict[str, list[float]] = {}
+    for t in m.executor.profile(repeat=5):
+        per.setdefault(t.func_name, []).append(t.seconds)
+    total = sum(sum(v) for v in per.values())
+    print(f"  profile, steps synchronised: {total * 1e3:.2f} ms in {sum(map(len, per.values()))}"
+          " steps", flush=True)
+    for func, secs in sorted(per.items(), key=lambda kv: -sum(kv[1]))[:top]:
+        print(f"    {sum(secs) * 1e3:8.3f} ms {100 * sum(secs) / total:5.1f}% {len(secs):4d}x "
+              f"{func}", flush=True)
 
 
 if __name__ == "__main__":

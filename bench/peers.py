@@ -34,14 +34,16 @@ def onnxruntime_sessions(model: str | bytes | Path) -> dict[str, Any]:
             ONE_THREAD: ort.InferenceSession(source, one, providers=["CPUExecutionProvider"])}
 
 
-def cuda_session(model: str | bytes | Path) -> Any:
-    """ONNX Runtime's CUDA execution provider with default options (issue 34's peer), or None
-    where `onnxruntime-gpu` is not installed or cannot load CUDA."""
+def cuda_session(model: str | bytes | Path, options: Mapping[str, str] | None = None) -> Any:
+    """ONNX Runtime's CUDA execution provider with default options (issue 34's peer), or with
+    the provider options given (use_tf32=0: its float32 products in full float32, to compare
+    like with like); None where `onnxruntime-gpu` is not installed or cannot load CUDA."""
     import onnxruntime as ort
     if "CUDAExecutionProvider" not in ort.get_available_providers():
         return None
     source = str(model) if isinstance(model, Path) else model
-    session = ort.InferenceSession(source, providers=["CUDAExecutionProvider"])
+    provider: Any = ("CUDAExecutionProvider", dict(options)) if options else "CUDAExecutionProvider"
+    session = ort.InferenceSession(source, providers=[provider])
     return session if "CUDAExecutionProvider" in session.get_providers() else None
 
 

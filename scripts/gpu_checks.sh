@@ -3,22 +3,32 @@
 # versions, the CUDA bench (bench/cuda_models.py), then the CUDA-marked tests. Each step has
 # its own time limit so the run ends inside the device's budget; logs go to $OUT (or /tmp).
 # Packages the machine lacks travel as wheels in .whl/ (see the device tool's README).
+#   STEPS="bench tests"  which steps run, in that order (both by default)
+#   BENCH_ARGS="..."     more arguments for bench/cuda_models.py (--profile 8)
+#   ORT_GPU_SITE=DIR     a folder holding onnxruntime-gpu's package: the bench's peer imports it
+#                        (the tests keep the machine's own ONNX Runtime as their oracle)
 set -u
 OUT=${OUT:-/tmp/gpu_checks}
+STEPS=${STEPS:-bench tests}
 mkdir -p "$OUT"
 if compgen -G ".whl/*.whl" > /dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+BENCH_PATH="${ORT_GPU_SITE:+$ORT_GPU_SITE:}$PYTHONPATH"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
-python3 -c "import onnxruntime as o, cupy; print('ONNX Runtime', o.__version__,
-o.get_available_providers(), '| CuPy', cupy.__version__)" | tee -a "$OUT/gpu.txt"
-timeout "${BENCH_S:-240}" python3 bench/cuda_models.py --rounds 5 --json "$OUT/cuda.json" \
-    2>&1 | tee "$OUT/bench.log"
-echo "bench exit ${PIPESTATUS[0]}"
-timeout "${TESTS_S:-270}" python3 -m pytest -m cuda -q -p no:cacheprovider -o addopts="" tests \
-    > "$OUT/tests.log" 2>&1
-echo "tests exit $?"
-grep -E "passed|failed|error" "$OUT/tests.log" | tail -5
-grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -30
+PYTHONPATH=$BENCH_PATH python3 -c "import onnxruntime as o, cupy; print('ONNX Runtime',
+o.__version__, o.get_available_providers(), '| CuPy', cupy.__version__)" | tee -a "$OUT/gpu.txt"
+if [[ " $STEPS " == *" bench "* ]]; then
+    PYTHONPATH=$BENCH_PATH timeout "${BENCH_S:-240}" python3 bench/cuda_models.py --rounds 5 \
+        ${BENCH_ARGS:-} --json "$OUT/cuda.json" 2>&1 | tee "$OUT/bench.log"
+    echo "bench exit ${PIPESTATUS[0]}"
+fi
+if [[ " $STEPS " == *" tests "* ]]; then
+    timeout "${TESTS_S:-270}" python3 -m pytest -m cuda -q -p no:cacheprovider -o addopts="" \
+        tests > "$OUT/tests.log" 2>&1
+    echo "tests exit $?"
+    grep -E "passed|failed|error" "$OUT/tests.log" | tail -5
+    grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -30
+fi

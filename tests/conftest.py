@@ -31,6 +31,17 @@ def tuning_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def float32_cuda_products() -> Iterator[None]:
+    """CUDA's float32 products in full float32 (GRAPH_RUNTIME_CUDA_TF32=off): the tests hold
+    kernels to float32's tolerances against NumPy and ONNX Runtime's CPU provider. TF32, the
+    default, is tested by name (tests/lib/test_cuda_gemm.py)."""
+    from graph_runtime.settings import CUDA_TF32
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(CUDA_TF32.name, "off")
+        yield
+
+
+@pytest.fixture(scope="session", autouse=True)
 def steady_threads() -> Iterator[None]:
     """oneDNN's thread mode stays as first decided: a module's runs otherwise look at the load
     again (policy.recheck) and, seeing a test's subprocess as a neighbour, make every kernel

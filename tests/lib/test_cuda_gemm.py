@@ -141,3 +141,32 @@ def test_batches_merge_where_every_operand_allows() -> None:
 
 def test_the_host_keeps_numpys_matmul() -> None:
     assert matmul_function(np) is np.matmul
+
+
+@pytest.mark.cuda
+def test_tf32_by_default_and_full_float32_when_off(cuda_available: None,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """GRAPH_RUNTIME_CUDA_TF32 is on unless set (as ONNX Runtime's CUDA provider): float32
+    products within TF32's error, and on an Ampere or later GPU visibly not float32's (the
+    tensor cores ran); off: within float32's error. Read when the kernel is made."""
+    import cupy
+
+    from graph_runtime import settings
+    monkeypatch.delenv(settings.CUDA_TF32.name, raising=False)
+    assert settings.word(settings.CUDA_TF32) == "on"
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((256, 512)).astype(np.float32)
+    b = rng.standard_normal((512, 192)).astype(np.float32)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    scale = float(np.abs(want).max())
+    error = {}
+    for word in ("on", "off"):
+        monkeypatch.setenv(settings.CUDA_TF32.name, word)
+        matmul = matmul_function(cupy)
+        monkeypatch.setenv(settings.CUDA_TF32.name, "off" if word == "on" else "on")
+        got = matmul(cupy.asarray(a), cupy.asarray(b)).get().astype(np.float64)
+        error[word] = float(np.abs(got - want).max()) / scale
+    assert error["off"] <= 1e-5, error
+    assert error["on"] <= 5e-3, error
+    if int(cupy.cuda.Device().compute_capability) >= 80:
+        assert error["on"] > 1e-5, error

@@ -19,10 +19,12 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ... import settings
+
 # cuBLAS's and CUDA's enum values (cublas_api.h, library_types.h)
 _OP_N, _OP_T = 0, 1
 _CUDA_R_32F, _CUDA_R_64F, _CUDA_R_16F = 0, 1, 2
-_COMPUTE_32F, _COMPUTE_64F = 68, 70
+_COMPUTE_32F, _COMPUTE_64F, _COMPUTE_32F_FAST_TF32 = 68, 70, 77
 _GEMM_DEFAULT = -1
 WORKSPACE_BYTES = 32 << 20  # what cuBLAS asks for on Hopper (its docs' cublasSetWorkspace)
 
@@ -146,9 +148,10 @@ def _merged_batch(shape: tuple[int, ...], strides: list[tuple[int, ...]]
             [tuple(st[k] for _, st in merged) for k in range(len(strides))])
 
 
-def cublas_matmul(a: Any, b: Any, out: Any) -> bool:
+def cublas_matmul(a: Any, b: Any, out: Any, tf32: bool = False) -> bool:
     """out = a @ b (NumPy's matmul broadcasting, 2-D or more) through cuBLAS on the current
-    stream; False (nothing done) where the dtypes or layouts are not ones it takes."""
+    stream; False (nothing done) where the dtypes or layouts are not ones it takes. tf32: float32
+    products multiply on TF32 tensor cores (GRAPH_RUNTIME_CUDA_TF32)."""
     import cupy
     dtype = out.dtype
     if (a.ndim < 2 or b.ndim < 2 or a.dtype != dtype or b.dtype != dtype
@@ -182,6 +185,8 @@ def cublas_matmul(a: Any, b: Any, out: Any) -> bool:
         return False  # an output written twice: no product means that
     handle = _handle(out.device.id)
     data_type, compute, scalar = _TYPES[dtype]
+    if tf32 and dtype == np.float32:
+        compute = _COMPUTE_32F_FAST_TF32
     alpha, beta = scalar(1.0), scalar(0.0)
     # C (m x n, row-major) = A B is C^T (n x m, column-major) = B^T A^T: B goes first.
     trans_b = _OP_N if b_layout[0] else _OP_T
@@ -205,9 +210,11 @@ def cublas_matmul(a: Any, b: Any, out: Any) -> bool:
 def matmul_function(xp: Any) -> Callable[..., Any]:
     """xp.matmul's calling convention (a, b, out=None) for kernels written against NumPy's API:
     NumPy's own on the host, cuBLAS called directly on CUDA (capturable), cupy.matmul where
-    cuBLAS cannot take the operands as they lie."""
+    cuBLAS cannot take the operands as they lie. GRAPH_RUNTIME_CUDA_TF32 is read here, when
+    the kernel is made, so a module keeps the precision it was created with."""
     if xp is np:
         return np.matmul
+    tf32 = settings.word(settings.CUDA_TF32) == "on"
 
     def matmul(a: Any, b: Any, out: Any = None) -> Any:
         if out is None:
@@ -216,7 +223,7 @@ def matmul_function(xp: Any) -> Callable[..., Any]:
             shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2],
                                                                        b.shape[-1])
             out = xp.empty(shape, np.result_type(a.dtype, b.dtype))
-        if not cublas_matmul(a, b, out):
+        if not cublas_matmul(a, b, out, tf32):
             xp.matmul(a, b, out=out)
         return out
     return matmul
