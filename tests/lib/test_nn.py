@@ -106,7 +106,7 @@ def test_batch_norm_three_outputs(backend_name: str, declared_by: str, run_op,
     ((2, 3, 8), None, True, True, "float32"), ((2, 5, 3), 1, True, True, "float32"),
     ((4, 300), -1, False, False, "float32"), ((3, 6), -1, True, True, "float64"),
     ((2, 6), -1, True, True, "float16"), ((0, 4), -1, True, True, "float32"),
-    ((3, 1), -1, True, True, "float32")])
+    ((3, 1), -1, True, True, "float32"), ((3, 5000), -1, True, False, "float32")])
 def test_layer_norm(backend_name: str, shape, axis, center, scale, dtype, run_op,
                     random_array) -> None:
     where = -1 if axis is None else axis
@@ -122,7 +122,8 @@ def test_layer_norm(backend_name: str, shape, axis, center, scale, dtype, run_op
 
 @pytest.mark.parametrize("shape,axis,dtype", [
     ((2, 3, 8), None, "float32"), ((2, 5, 3), 1, "float32"), ((4, 300), -1, "float64"),
-    ((2, 6), -1, "float16"), ((0, 4), -1, "float32"), ((3, 1), -1, "float32")])
+    ((2, 6), -1, "float16"), ((0, 4), -1, "float32"), ((3, 1), -1, "float32"),
+    ((2, 4100), -1, "float32")])
 def test_rms_norm(backend_name: str, shape, axis, dtype, run_op, random_array) -> None:
     where = -1 if axis is None else axis
     x = random_array(shape, dtype, seed=13)

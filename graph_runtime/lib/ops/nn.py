@@ -8,6 +8,7 @@ import numpy as np
 
 from ...backends.base import Backend
 from ..attrs import NUM_OUTPUTS_KEY, attr_error, bool_attr, float_attr, op_error, single_axis
+from ..kernels.cuda_rows import RowNorm
 from ..kernels.gpu_elementwise import gpu_elementwise
 from ..kernels.cpu.rows_jit import layer_norm_rows, rms_norm_rows, softmax_rows
 from ..kernels.host import array_module, host_kernel, wide_dtype
@@ -218,9 +219,33 @@ def _layer_norm_cl(backend: OpenCLBackend, device_id: int, inputs: Sequence[Tens
     return run
 
 
+def _row_norm_cuda(kind: str, host: Callable[..., Callable[..., None]]
+                   ) -> Callable[..., Callable[..., None]]:
+    """A CUDA factory: the whole norm as one launch (kernels/cuda_rows.py) where the rows fit,
+    else host's CuPy version; that one (with its two input-sized buffers) is made only when an
+    array arrives laid out otherwise."""
+    def factory(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
+                outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+        spec = inputs[0]
+        axis, epsilon, centers, scales = _norm_checks(kind, inputs, attrs, (
+            LAYER_NORM_INPUTS if kind == "layer_norm" else ("gamma",)), -1)
+        if not RowNorm.fits(tuple(spec.shape), axis, spec.dtype):
+            return host(backend, device_id, inputs, outputs, attrs)
+        rows = RowNorm(kind, tuple(spec.shape), spec.dtype, epsilon, centers, scales)
+        fallback: list[Callable[..., None]] = []
+
+        def run(*arrays: Any) -> None:
+            if not rows(*arrays):
+                if not fallback:
+                    fallback.append(host(backend, device_id, inputs, outputs, attrs))
+                fallback[0](*arrays)
+        return host_kernel(backend, device_id, run)
+    return factory
+
+
 define_op("layer_norm", _layer_norm_infer, 3, ("axis", "epsilon", "center", "scale"))
 kernel("layer_norm", "cpu")(_layer_norm_cpu)
-kernel("layer_norm", "cuda")(_layer_norm_host)
+kernel("layer_norm", "cuda")(_row_norm_cuda("layer_norm", _layer_norm_host))
 kernel("layer_norm", "opencl")(_layer_norm_cl)
 
 
@@ -279,7 +304,7 @@ def _rms_norm_cl(backend: OpenCLBackend, device_id: int, inputs: Sequence[Tensor
 
 define_op("rms_norm", _rms_norm_infer, 2, ("axis", "epsilon"))
 kernel("rms_norm", "cpu")(_rms_norm_cpu)
-kernel("rms_norm", "cuda")(_rms_norm_host)
+kernel("rms_norm", "cuda")(_row_norm_cuda("rms_norm", _rms_norm_host))
 kernel("rms_norm", "opencl")(_rms_norm_cl)
 
 
