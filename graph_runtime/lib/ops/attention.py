@@ -17,11 +17,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from ..._lru import LruCache
 from ...backends.base import Backend
 from ..attrs import bool_attr, float_attr, int_attr, op_error
 from ..kernels.cpu.attention import AttentionKernel, FewQueryAttention, ViewsOf
 from ..kernels.cuda_gemm import matmul_function
+from ..kernels.cuda_rows import AttentionSoftmax
 from ..kernels.heads import head_view
 from ..kernels.host import array_module
 from ..prepared import PreparedKernel
@@ -201,7 +204,13 @@ def _opencl(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
 class HostAttention(PreparedKernel):
     """The op against NumPy's API, for CuPy (cuda): head views into matmul, softmax as NumPy's
     (a NaN row stays NaN unless nan_to_zero), the output heads written into out's columns.
-    The scores live in one buffer made here and reused by every run: its workspace."""
+    The scores live in one buffer made here and reused by every run: its workspace.
+
+    Operands in token layout holding several sequences are first copied head-major (one copy
+    kernel each): their heads are then matrices one stride apart, each product one
+    strided-batched cuBLAS call, and a query group's heads (grouped-query attention) the rows
+    of one matrix. Left as they lie, the product took one call per sequence: BERT-base at
+    batch 32 made 768 small cuBLAS calls, 13 of its 21 ms on an H200."""
 
     def __init__(self, xp: Any, backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                  outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> None:
@@ -209,32 +218,55 @@ class HostAttention(PreparedKernel):
         self.matmul = matmul_function(xp)
         self.backend, self.device_id = backend, device_id
         p = self.p
+        batch, heads, kv, dim = p["batch"], p["heads"], p["kv_heads"], p["head_dim"]
+        q_len, k_len, dtype = p["q_len"], p["k_len"], p["dtype"]
+        group = heads // kv
         with backend.scope(device_id):
-            self.scores = xp.empty((p["batch"], p["heads"], p["q_len"], p["k_len"]), p["dtype"])
+            self.scores = xp.empty((batch, heads, q_len, k_len), dtype)
+            self.context = xp.empty((batch, kv, group, q_len, dim), dtype)
+            self.staged = {
+                i: xp.empty((batch, kv, n, tokens, dim), dtype)
+                for i, (n, tokens) in enumerate(((group, q_len), (1, k_len), (1, k_len)))
+                if batch > 1 and tokens > 1 and len(p["shapes"][i]) == 3}
+        sizes = (batch, heads, q_len, k_len, dtype)
+        self.softmax = (AttentionSoftmax(*sizes, p["scale"], p["nan_to_zero"])
+                        if xp is not np and AttentionSoftmax.fits(*sizes) else None)
 
     def workspace_bytes(self) -> int:
-        return int(self.scores.nbytes)
+        return int(self.scores.nbytes + self.context.nbytes
+                   + sum(b.nbytes for b in self.staged.values()))
 
     def __call__(self, q: Any, k: Any, v: Any, *rest: Any) -> None:
         xp, p, s, out = self.xp, self.p, self.scores, rest[-1]
         heads, kv, dim, (oq, ok, ov) = p["heads"], p["kv_heads"], p["head_dim"], p["offsets"]
         batch, q_len, k_len = p["batch"], p["q_len"], p["k_len"]
+        group = heads // kv
         with self.backend.scope(self.device_id):
             # (batch, kv heads, group, ...): each kv head broadcast over the query heads it serves
-            s5 = s.reshape(batch, kv, heads // kv, q_len, k_len)
-            self.matmul(head_view(q, oq, heads, dim, kv),
-                        head_view(k, ok, kv, dim, kv).transpose(0, 1, 2, 4, 3), out=s5)
-            s *= p["scale"]
-            if p["mask_shape"] is not None:
-                s += rest[0]
-            s -= s.max(axis=-1, keepdims=True)
-            xp.exp(s, out=s)
-            s /= s.sum(axis=-1, keepdims=True)
-            if p["nan_to_zero"]:
-                xp.copyto(s, 0, where=xp.isnan(s))
-            heads_out = self.matmul(s5, head_view(v, ov, kv, dim, kv))
-            out.reshape(batch, q_len, kv, heads // kv, dim)[...] = \
-                heads_out.transpose(0, 3, 1, 2, 4)
+            views = [head_view(q, oq, heads, dim, kv), head_view(k, ok, kv, dim, kv),
+                     head_view(v, ov, kv, dim, kv)]
+            for i, buf in self.staged.items():
+                buf[...] = views[i]
+                views[i] = buf
+            rows = (group, q_len)
+            if 0 in self.staged:  # a group's queries are consecutive rows: one matrix
+                rows = (1, group * q_len)
+                views[0] = views[0].reshape(batch, kv, *rows, dim)
+            s5 = s.reshape(batch, kv, *rows, k_len)
+            self.matmul(views[0], views[1].transpose(0, 1, 2, 4, 3), out=s5)
+            mask = rest[0] if p["mask_shape"] is not None else None
+            if self.softmax is None or not self.softmax(s, mask):
+                s *= p["scale"]
+                if mask is not None:
+                    s += mask
+                s -= s.max(axis=-1, keepdims=True)
+                xp.exp(s, out=s)
+                s /= s.sum(axis=-1, keepdims=True)
+                if p["nan_to_zero"]:
+                    xp.copyto(s, 0, where=xp.isnan(s))
+            self.matmul(s5, views[2], out=self.context.reshape(batch, kv, *rows, dim))
+            out.reshape(batch, q_len, kv, group, dim)[...] = \
+                self.context.transpose(0, 3, 1, 2, 4)
 
 
 def _cuda(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
