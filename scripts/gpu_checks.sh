@@ -7,6 +7,11 @@
 #   BENCH_ARGS="..."     more arguments for bench/cuda_models.py (--profile 8)
 #   ORT_GPU_SITE=DIR     a folder holding onnxruntime-gpu's package: the bench's peer imports it
 #                        (the tests keep the machine's own ONNX Runtime as their oracle)
+# onnxruntime-gpu is too big for one carry: scripts/onnxruntime_gpu_parts.sh packs it in two.
+# A call carrying .ortA keeps that part in /tmp; a later call on the same (warm) machine
+# carrying .ortB joins both and sets ORT_GPU_SITE. Two calls, in the device tool's words:
+#   run "STEPS=tests bash scripts/gpu_checks.sh"  carry [".ortA", ".whl"]
+#   run "STEPS=bench bash scripts/gpu_checks.sh"  carry [".ortB", ".whl"]  (within 30 s)
 set -u
 OUT=${OUT:-/tmp/gpu_checks}
 STEPS=${STEPS:-bench tests}
@@ -16,6 +21,13 @@ if compgen -G ".whl/*.whl" > /dev/null; then
         --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+if [ -f .ortA/ort.part.aa ]; then
+    mkdir -p /tmp/ortpart && cp .ortA/ort.part.aa /tmp/ortpart/ && echo "onnxruntime-gpu: part a kept"
+fi
+if [ -z "${ORT_GPU_SITE:-}" ] && [ -f /tmp/ortpart/ort.part.aa ] && [ -f .ortB/ort.part.ab ]; then
+    mkdir -p /tmp/ortgpu && cat /tmp/ortpart/ort.part.aa .ortB/ort.part.ab | xz -d -T0 \
+        | tar x -C /tmp/ortgpu && ORT_GPU_SITE=/tmp/ortgpu && echo "onnxruntime-gpu: unpacked"
+fi
 BENCH_PATH="${ORT_GPU_SITE:+$ORT_GPU_SITE:}$PYTHONPATH"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 PYTHONPATH=$BENCH_PATH python3 -c "import onnxruntime as o, cupy; print('ONNX Runtime',
