@@ -206,6 +206,24 @@ def held() -> Iterator[None]:
         _held.values = None
 
 
+@contextlib.contextmanager
+def overridden(setting: Setting, value: str | None) -> Iterator[None]:
+    """Inside, setting reads value (None: leaves it as it is); the environment is restored
+    after. For a command's own process: the environment is the process's."""
+    if value is None:
+        yield
+        return
+    old = os.environ.get(setting.name)
+    os.environ[setting.name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(setting.name, None)
+        else:
+            os.environ[setting.name] = old
+
+
 def held_value(key: Hashable, read: Callable[[], _T]) -> _T:
     """read(), or inside held() the value it gave first there (key: what decides it)."""
     values = getattr(_held, "values", None)

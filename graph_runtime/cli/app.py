@@ -175,7 +175,9 @@ def compare_cmd(ctx: click.Context, graph: str, rtol: float, atol: float, junit:
     """Run GRAPH and compare every output with the expected values; exit 1 on a mismatch.
 
     Prints the max absolute and max relative error per output. An output matches when
-    |got - expected| <= atol + rtol * |expected| for every element.
+    |got - expected| <= atol + rtol * |expected| for every element. On CUDA, float32 products
+    then run in full float32, not TF32 (the default there, ~1e-3 off), unless
+    GRAPH_RUNTIME_CUDA_TF32 is set.
 
     Examples:
 

@@ -132,6 +132,9 @@ def job_from_options(graph: str, lib: str | None = None, params: str | None = No
     if files.lib_beside:
         note(f"using the lib beside the graph, {files.lib} (give --lib to choose another)")
     built = job.job_from_files(files, job.parse_devices(devices), input_pairs, seed, strict)
+    if built.float32_products:
+        note("comparing with expected values: CUDA's float32 products in full float32, not "
+             "TF32 (set GRAPH_RUNTIME_CUDA_TF32=on to compare what a module runs by default)")
     if built.inputs.random:
         note(f"no value given for {', '.join(map(repr, built.inputs.random))}; drew random "
              f"values (seed {seed}); give weights with --params, data with --inputs or "

@@ -10,6 +10,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from .. import settings
 from ..backends import available_backends, check_device
 from ..device import Device
 from ..device import device as parse_device
@@ -213,11 +214,14 @@ class Job:
     module: ModuleBase
     inputs: Inputs
     seconds: float = 0.0  # the last run's wall time, outputs fetched
+    float32_products: bool = False  # CUDA's TF32 turned off for this comparison
 
     def run(self) -> list[np.ndarray]:
         """Run once and fetch every output to the host (which waits for the devices)."""
         start = time.perf_counter()
-        self.module.run()
+        # a symbolic graph makes a new shape's kernels in run(): they keep create()'s precision
+        with settings.overridden(settings.CUDA_TF32, "off" if self.float32_products else None):
+            self.module.run()
         outputs = [self.module.get_output(i).numpy()
                    for i in range(self.module.get_num_outputs())]
         self.seconds = time.perf_counter() - start
@@ -234,12 +238,23 @@ def job_from_files(files: GraphFiles, devices: Sequence[Device], pairs: Sequence
     # NOTE: create first: it checks the memory cap, so a huge graph is refused before random
     # inputs are drawn for it (that died allocating 74.5 GiB).
     inputs = load_inputs(graph, files, pairs, seed, skip=list(params), draw=False)
-    module = create(graph, files.lib, list(devices), strict=strict)
+    float32 = float32_for_comparison(files, devices)
+    with settings.overridden(settings.CUDA_TF32, "off" if float32 else None):
+        module = create(graph, files.lib, list(devices), strict=strict)
     draw_missing(graph, inputs, seed, skip=list(params))
     if files.params is not None:
         module.load_params(params, source=os.fspath(files.params))
     module.set_input(inputs.values)
-    return Job(files, graph, list(devices), module, inputs)
+    return Job(files, graph, list(devices), module, inputs, float32_products=float32)
+
+
+def float32_for_comparison(files: GraphFiles, devices: Sequence[Device]) -> bool:
+    """Whether a job's CUDA products run in full float32 rather than TF32 (the runtime's default
+    there, GRAPH_RUNTIME_CUDA_TF32): when its outputs are compared with expected values, whose
+    default tolerances are float32's and TF32's ~1e-3 would not meet them; not when the user
+    set the variable."""
+    return (files.expected is not None and settings.CUDA_TF32.name not in os.environ
+            and any(d.kind == "cuda" for d in devices))
 
 
 @dataclass(frozen=True)

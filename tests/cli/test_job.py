@@ -1,6 +1,7 @@
 """graph_runtime.cli.job called directly: files, devices, inputs, build, expected, compare."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -391,3 +392,26 @@ def test_describe_devices_names_present_devices_and_says_why_others_are_not() ->
     assert names[cpu(0)] and not names[cpu(0)].startswith("not available")
     assert names[cpu(5)].startswith("not available: ")
     assert "cpu:5" in names[cpu(5)]
+
+
+def test_a_comparison_on_cuda_multiplies_in_float32_unless_tf32_is_set(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """TF32, CUDA's default, is ~1e-3 off: a run compared with expected values at float32's
+    tolerances turns it off, unless the user set GRAPH_RUNTIME_CUDA_TF32; CPU-only jobs and
+    runs with nothing to compare are left alone. The override holds only while it runs."""
+    from graph_runtime import settings
+    from graph_runtime.cli.job import float32_for_comparison
+    from graph_runtime.device import cuda
+    comparing = GraphFiles(Path("g.json"), expected=Path("expected.npz"))
+    running = GraphFiles(Path("g.json"))
+    monkeypatch.delenv(settings.CUDA_TF32.name, raising=False)
+    assert float32_for_comparison(comparing, [cpu(0), cuda(0)])
+    assert not float32_for_comparison(comparing, [cpu(0)])
+    assert not float32_for_comparison(running, [cuda(0)])
+    with settings.overridden(settings.CUDA_TF32, "off"):
+        assert settings.word(settings.CUDA_TF32) == "off"
+    assert settings.CUDA_TF32.name not in os.environ
+    monkeypatch.setenv(settings.CUDA_TF32.name, "on")
+    assert not float32_for_comparison(comparing, [cuda(0)])
+    with settings.overridden(settings.CUDA_TF32, None):
+        assert settings.word(settings.CUDA_TF32) == "on"
