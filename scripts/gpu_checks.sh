@@ -22,7 +22,8 @@ if compgen -G ".whl/*.whl" > /dev/null; then
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 if [ -f .ortA/ort.part.aa ]; then
-    mkdir -p /tmp/ortpart && cp .ortA/ort.part.aa /tmp/ortpart/ && echo "onnxruntime-gpu: part a kept"
+    mkdir -p /tmp/ortpart && cp .ortA/ort.part.aa /tmp/ortpart/ \
+        && echo "onnxruntime-gpu: part a kept"
 fi
 if [ -z "${ORT_GPU_SITE:-}" ] && [ -f /tmp/ortpart/ort.part.aa ] && [ -f .ortB/ort.part.ab ]; then
     mkdir -p /tmp/ortgpu && cat /tmp/ortpart/ort.part.aa .ortB/ort.part.ab | xz -d -T0 \
