@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -100,16 +99,13 @@ def ours(path: Path, inputs: dict[str, np.ndarray], graphs: bool = True, tf32: b
     run() replayed as a CUDA graph (the default) or each kernel launched (the setting off);
     tf32: float32 products on TF32 tensor cores (the default) or in full float32."""
     from graph_runtime.frontend import from_onnx
-    from graph_runtime.settings import CUDA_GRAPHS, CUDA_TF32
+    from graph_runtime.settings import CUDA_GRAPHS, CUDA_TF32, overridden
     start = time.perf_counter()
     graph_json, lib, params = from_onnx(str(path), shape={k: v.shape for k, v in inputs.items()})
     imported = time.perf_counter() - start
-    os.environ[CUDA_GRAPHS.name] = "on" if graphs else "off"
-    os.environ[CUDA_TF32.name] = "on" if tf32 else "off"
-    try:
+    with overridden(CUDA_GRAPHS, "on" if graphs else "off"), \
+            overridden(CUDA_TF32, "on" if tf32 else "off"):
         m = gr.create(graph_json, lib, gr.cuda(0))
-    finally:
-        del os.environ[CUDA_GRAPHS.name], os.environ[CUDA_TF32.name]
     m.load_params(gr.save_param_dict(params))
     return end_to_end_call(m, inputs), m, imported
 

@@ -31,6 +31,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # measure the checkout this script sits in
 import graph_runtime as gr  # noqa: E402
+from graph_runtime import settings  # noqa: E402
 from interleave import interleaved_samples  # noqa: E402  (bench/)
 from peers import busy_core, onnxruntime_calls  # noqa: E402  (bench/)
 
@@ -39,17 +40,9 @@ def _module(graph_json: str, lib: Any, params: dict, onednn: str,
             in_place: str = "on") -> tuple[Any, int]:
     """A GraphModule made with GRAPH_RUNTIME_ONEDNN=onednn (and GRAPH_RUNTIME_IN_PLACE), and
     its nodes on oneDNN."""
-    env = {"GRAPH_RUNTIME_ONEDNN": onednn, "GRAPH_RUNTIME_IN_PLACE": in_place}
-    saved = {key: os.environ.get(key) for key in env}
-    os.environ.update(env)
-    try:
+    with settings.overridden(settings.ONEDNN, onednn), \
+            settings.overridden(settings.IN_PLACE, in_place):
         m = gr.create(graph_json, lib, gr.cpu())
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
     m.load_params(gr.save_param_dict(params))
     on_onednn = sum(1 for fn in _kernels(m) if "Onednn" in repr(fn))
     return m, on_onednn

@@ -29,7 +29,7 @@ from graph_runtime.lib.kernels.opencl.gemm import GemmShape
 from graph_runtime.lib.kernels.winograd_math import winograd_applies
 from graph_runtime.lib.library import InputVersion, TensorSpec
 from graph_runtime.lib.prepared import capabilities
-from graph_runtime.settings import OPENCL_CONV
+from graph_runtime.settings import OPENCL_CONV, overridden
 
 # (op, input shapes, attrs)
 CASES: list[tuple[str, list[tuple[int, ...]], dict[str, Any]]] = [
@@ -97,11 +97,8 @@ def conv_methods(hosts: list[np.ndarray], attrs: dict[str, Any]) -> tuple[str, s
 def forced_ms(method: str, op: str, hosts: list[np.ndarray], attrs: dict[str, Any],
               reps: int, want: np.ndarray) -> float:
     """median_ms on OpenCL with conv2d's method forced."""
-    os.environ[OPENCL_CONV.name] = method
-    try:
+    with overridden(OPENCL_CONV, method):
         ms, got = median_ms("opencl", op, hosts, attrs, reps)
-    finally:
-        del os.environ[OPENCL_CONV.name]
     tol = 5e-3 if method == "winograd4" else 1e-3  # F(4x4)'s float32 error grows with C
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
     return ms

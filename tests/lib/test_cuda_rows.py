@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from graph_runtime.lib.kernels.cuda_rows import AttentionSoftmax, RowNorm
+from graph_runtime.lib.kernels.cuda_rows import AttentionSoftmax, RowNorm, broadcast_strides
 
 FULL = (2, 3, 4, 37)
 
@@ -67,3 +67,15 @@ def test_what_the_row_kernels_leave_to_numpy_api(cuda_available: None) -> None:
     assert not RowNorm.fits((4, 6), 1, "float16")
     assert RowNorm.fits((4, 6), 1, "float32")
     assert not AttentionSoftmax.fits(1, 1, 4, 6, "float16")
+
+
+@pytest.mark.parametrize("mask_shape", [(1, 1, 1, 37), (2, 1, 4, 37), (1, 3, 1, 1), FULL])
+def test_the_softmax_reads_a_mask_as_numpy_broadcasts_it(mask_shape) -> None:
+    """Read through the element strides the kernel is given, a mask (contiguous or strided,
+    distinct values) gives NumPy's broadcast of it at every index of the scores."""
+    whole = np.arange(np.prod([2 * d for d in mask_shape]), dtype=np.float32)
+    for mask in (whole[:np.prod(mask_shape)].reshape(mask_shape),
+                 whole.reshape([2 * d for d in mask_shape])[::2, 1::2, ::2, 1::2]):
+        strides = broadcast_strides(mask.shape, mask.strides, mask.itemsize)
+        read = np.lib.stride_tricks.as_strided(mask, FULL, [s * mask.itemsize for s in strides])
+        np.testing.assert_array_equal(read, np.broadcast_to(mask, FULL))

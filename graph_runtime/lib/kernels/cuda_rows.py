@@ -148,6 +148,13 @@ def _threads(n: int) -> int:
     return threads
 
 
+def broadcast_strides(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int
+                      ) -> tuple[int, ...]:
+    """Element strides reading an array broadcast to a shape of its rank: 0 along its dims of
+    1 (the kernel reads them at index 0 whatever the index), its own elsewhere."""
+    return tuple(0 if size == 1 else stride // itemsize for size, stride in zip(shape, strides))
+
+
 def _contiguous(*arrays: Any) -> bool:
     return all(a.flags.c_contiguous for a in arrays)
 
@@ -159,8 +166,8 @@ class RowNorm:
 
     def __init__(self, kind: str, shape: tuple[int, ...], dtype: Any, epsilon: float,
                  center: bool = True, scale: bool = True) -> None:
-        self.kind, self.n = kind, int(shape[-1]) if shape else 1
-        self.rows = int(np.prod(shape[:-1], dtype=np.int64)) if shape else 1
+        self.kind, self.n = kind, int(shape[-1])  # shapes that fits() took: rank 1 or more
+        self.rows = int(np.prod(shape[:-1], dtype=np.int64))
         self.dtype = np.dtype(dtype)
         self.eps, self.center, self.scale = float(epsilon), center, scale
         self.threads = _threads(self.n)
@@ -208,15 +215,14 @@ class AttentionSoftmax:
         return takes(dtype) and 0 < batch * heads * q_len <= _MAX_ROWS and 0 < k_len < 2**31
 
     def __call__(self, scores: Any, mask: Any | None) -> bool:
-        import cupy
+        """mask: 4-D, each dim 1 or the scores' (the op's check), read with stride 0 where 1."""
         if not _contiguous(scores) or (mask is not None and mask.dtype != self.dtype):
             return False
         if mask is None:
-            strides = (0, 0, 0, 0)
+            strides: tuple[int, ...] = (0, 0, 0, 0)
             mask_arg: Any = np.uintp(0)
         else:
-            view = cupy.broadcast_to(mask, self.full)
-            strides = tuple(s // self.dtype.itemsize for s in view.strides)
+            strides = broadcast_strides(mask.shape, mask.strides, self.dtype.itemsize)
             mask_arg = mask
         batch, heads, q_len, k_len = self.full
         _kernel(_SOFTMAX, "gr_attention_softmax", self.dtype)(
