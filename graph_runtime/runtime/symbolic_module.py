@@ -32,6 +32,7 @@ from ..errors import GraphError, GraphRuntimeError, ParamsError
 from ..graph.model import Graph
 from ..graph.symbolic import shape_is_symbolic
 from ..lib import tuning
+from ..lib.kernels.cpu import jit_setup
 from ..lib.kernels.derived import freeze, thaw
 from ..lib.library import Module
 from ..nd import NDArray, from_dlpack
@@ -72,6 +73,7 @@ class SymbolicGraphModule(ModuleBase):
         self.entry_device = resolve_entry_devices(graph, self.ctxs, strict)
         self.specializer = Specializer(graph, lib, self.entry_device)
         _freeze_once()
+        jit_setup.expect_other_sizes()  # kernels load the code other sizes take at their first run
         self._sigs = {sig.name: sig for sig in self.specializer.inputs}
         self._names = [sig.name for sig in self.specializer.inputs]
         self._dtypes = [np.dtype(sig.dtype) for sig in self.specializer.inputs]

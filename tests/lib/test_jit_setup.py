@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from support import require_onednn
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # A model with one layer norm (a compiled row kernel, rows_jit.py) or one MatMul (oneDNN or
@@ -240,3 +242,106 @@ def test_modules_created_on_several_threads_at_once() -> None:
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
 def test_a_fork_while_the_thread_is_starting_waits_for_the_set_up() -> None:
     assert _run(FORK_DURING_START) == ""
+
+
+# A kernel built for one size loads, at its first run, the compiled code other sizes of it
+# take (the pass on this thread where its rows went to oneDNN's team), once a symbolic module
+# is expected: a smaller size's first run then loads nothing. Without one, nothing is loaded
+# ahead. Each answer is checked against NumPy in float64.
+LOADS_AHEAD = r"""
+import sys
+import numpy as np
+from numba.core import dispatcher
+from graph_runtime.lib.kernels.cpu import attention, jit_setup, rows_jit
+from graph_runtime.lib.kernels.cpu.omp_team import available
+
+assert available()  # oneDNN in OpenMP mode: large rows go to its team
+loaded = []
+real = dispatcher.Dispatcher.compile
+def compile_(self, sig):
+    loaded.append(self.py_func.__name__)
+    return real(self, sig)
+dispatcher.Dispatcher.compile = compile_
+ahead = sys.argv[1] == "ahead"
+if ahead:
+    jit_setup.expect_other_sizes()
+rng = np.random.default_rng(0)
+
+def normed(x, axes):
+    x = x.astype(np.float64)
+    return (x - x.mean(axes, keepdims=True)) / np.sqrt(x.var(axes, keepdims=True) + 1e-5)
+
+def softmax(s):
+    e = np.exp(s - s.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+def rows(kind, rows):
+    shape = (rows, 512)
+    x = rng.standard_normal(shape).astype(np.float32)
+    g = rng.standard_normal(512).astype(np.float32)
+    out = np.empty_like(x)
+    if kind == "layer_norm":
+        rows_jit.layer_norm_rows(shape, 1e-5, True, True)(x, g, g, out)
+        return out, normed(x, -1) * g + g
+    if kind == "rms_norm":
+        rows_jit.rms_norm_rows(shape, 1e-5)(x, g, out)
+        x64 = x.astype(np.float64)
+        return out, x64 / np.sqrt((x64 ** 2).mean(-1, keepdims=True) + 1e-5) * g
+    if kind == "softmax":
+        rows_jit.softmax_rows(shape)(x, out)
+        return out, softmax(x.astype(np.float64))
+    x = x.reshape(rows // 8, 64, 64)  # group_norm: 8 groups of 8 channels of 64
+    out = out.reshape(x.shape)
+    rows_jit.group_norm_rows(rows // 8, 64, 8, 64, 1e-5)(x, g[:64], g[64:128], out)
+    by_group = normed(x.reshape(rows // 8, 8, -1), -1).reshape(x.shape)
+    return out, by_group * g[:64, None] + g[64:128, None]
+
+def attend(q_len):
+    batch, heads, k_len, dim = 2, 4, 64, 16
+    q, k, v = (rng.standard_normal((batch, n, heads * dim)).astype(np.float32)
+               for n in (q_len, k_len, k_len))
+    mask = rng.standard_normal((batch, 1, 1, k_len)).astype(np.float32)
+    out = np.empty_like(q)
+    attention.AttentionKernel(batch, heads, q_len, k_len, dim, (0, 0, 0), 0.25, False,
+                              mask.shape, "float32")(q, k, v, mask, out)
+    heads_of = lambda a: a.astype(np.float64).reshape(batch, -1, heads, dim).swapaxes(1, 2)
+    p = softmax(heads_of(q) @ heads_of(k).swapaxes(-1, -2) * 0.25 + mask)
+    return out, (p @ heads_of(v)).swapaxes(1, 2).reshape(out.shape)
+
+kinds = [(kind, lambda n, kind=kind: rows(kind, n)) for kind in
+         ("layer_norm", "rms_norm", "softmax", "group_norm")] + [("attention", attend)]
+for kind, make in kinds:
+    for size in (256, 8) if kind != "attention" else (64, 4):
+        loaded.clear()
+        got, want = make(size)
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5, err_msg=kind)
+        if size in (8, 4):  # the smaller size's first run: its pass loaded ahead, or now
+            assert (loaded == []) == ahead, (kind, loaded)
+        elif ahead:
+            assert loaded, kind  # the large size's first run loaded the other pass
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("ahead", ["ahead", "not_ahead"])
+def test_a_kernel_loads_the_other_sizes_code_ahead_where_shapes_change(ahead: str) -> None:
+    require_onednn()
+    _run(LOADS_AHEAD, ahead, GRAPH_RUNTIME_ONEDNN_THREADS="openmp",
+         GRAPH_RUNTIME_ATTENTION_SPLIT="off")
+
+
+def test_a_symbolic_module_expects_other_sizes() -> None:
+    _run("import graph_runtime as gr, numpy as np\n"
+         "from graph_runtime.lib.kernels.cpu import jit_setup\n"
+         "from graph_runtime.frontend import from_onnx\n"
+         "from onnx import TensorProto, helper\n"
+         "x = helper.make_tensor_value_info('x', TensorProto.FLOAT, ['n', 4])\n"
+         "y = helper.make_tensor_value_info('y', TensorProto.FLOAT, None)\n"
+         "g = helper.make_graph([helper.make_node('Relu', ['x'], ['y'])], 'g', [x], [y])\n"
+         "graph, lib, params = from_onnx(helper.make_model(g))\n"
+         "assert not jit_setup.other_sizes_expected()\n"
+         "module = gr.create(graph, lib, gr.cpu())\n"
+         "assert jit_setup.other_sizes_expected()\n"
+         "module.run(x=np.ones((3, 4), np.float32))\n"
+         "assert (module.get_output(0).numpy() == 1).all()\n"
+         "print('ok')\n")

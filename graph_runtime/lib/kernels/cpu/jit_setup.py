@@ -38,6 +38,8 @@ warnings.filterwarnings("ignore", message=r"variable '.*' is not in scope",
                         module=r"numba\.core\.ssa")
 _lock = threading.Lock()
 _thread: threading.Thread | None = None
+_other_sizes = False  # whether a module of this process will run other sizes (load_ahead)
+_loaded: set[tuple[Any, tuple[Any, ...]]] = set()
 
 
 def start() -> None:
@@ -71,6 +73,36 @@ def wait(timeout: float | None = None) -> bool:
         return True
     thread.join(timeout)
     return not thread.is_alive()
+
+
+def expect_other_sizes() -> None:
+    """Say that a module whose shapes change (symbolic dims) runs in this process, so kernels
+    load ahead the compiled code their other sizes take (load_ahead)."""
+    global _other_sizes
+    _other_sizes = True
+
+
+def other_sizes_expected() -> bool:
+    """Whether kernels should load other sizes' code ahead (expect_other_sizes was called)."""
+    return _other_sizes
+
+
+def load_ahead(function: Any, *args: Any) -> None:
+    """Load function's machine code for these arguments' types now (from numba's disk cache,
+    or compiled), where a kernel's size took another path, once per process and signature.
+
+    NOTE: a row kernel runs a large size on oneDNN's team and a small one on this thread, each
+    a compiled function of its own. A process running a symbolic module would otherwise load
+    the other one in a later request's first run: 4-7 ms each from the disk cache, a LLaMA
+    stream's (2, 20) request loading two in a first run of 47-53 ms against 10 warm."""
+    if not _other_sizes:
+        return
+    import numba  # loaded already: function is numba's
+    key = (function, tuple(numba.typeof(a) for a in args))
+    if key in _loaded:
+        return
+    _loaded.add(key)
+    function.compile(key[1])
 
 
 def _set_up(compiler_lock: Any, target: Any) -> None:

@@ -251,6 +251,17 @@ def on_team(rows: int, width: int) -> bool:
     return rows * width >= TEAM_ELEMENTS and rows > 1 and available()
 
 
+def _load_other_path(team: bool, team_function: Callable[[], Any], rows_function: Any,
+                     *args: Any) -> None:
+    """Load ahead the compiled code of the path a size other than this kernel's takes: the
+    function run on this thread (with these arguments' types) where the rows go to the team,
+    the team's otherwise (jit_setup.load_ahead)."""
+    if team:
+        jit_setup.load_ahead(rows_function, *args)
+    elif available():
+        team_function()
+
+
 def _split(rows: int, width: int, call: Callable[[int, int], None]) -> Callable[[], None]:
     workers = num_threads() if rows * width >= PARALLEL_ELEMENTS and rows > 1 else 1
     if workers <= 1:
@@ -270,12 +281,18 @@ def layer_norm_rows(shape: tuple[int, ...], epsilon: float, center: bool, scale:
     width = int(shape[-1]) if shape else 1
     rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
     team = on_team(rows, width)
+    ahead = jit_setup.other_sizes_expected()
 
     def run(x: Any, gamma: Any, beta: Any, out: Any) -> None:
+        nonlocal ahead
         g = gamma if scale else np.ones(width, x.dtype)
         b = beta if center else np.zeros(width, x.dtype)
         x2 = x.reshape(rows, width)
         o2 = out.reshape(rows, width)
+        if ahead:
+            ahead = False
+            _load_other_path(team, _layer_norm_team, _layer_norm_rows, x2, g, b, o2, epsilon,
+                             0, 0)
         if team and team_arrays(x2, g, b, o2):
             run_on_team(_layer_norm_team(), block(x2, o2, rows, width, g, b, float(epsilon)))
             return
@@ -289,10 +306,15 @@ def rms_norm_rows(shape: tuple[int, ...], epsilon: float) -> Callable[..., None]
     width = int(shape[-1])
     rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
     team = on_team(rows, width)
+    ahead = jit_setup.other_sizes_expected()
 
     def run(x: Any, gamma: Any, out: Any) -> None:
+        nonlocal ahead
         x2 = x.reshape(rows, width)
         o2 = out.reshape(rows, width)
+        if ahead:
+            ahead = False
+            _load_other_path(team, _rms_norm_team, _rms_norm_rows, x2, gamma, o2, epsilon, 0, 0)
         if team and team_arrays(x2, gamma, o2):
             run_on_team(_rms_norm_team(), block(x2, o2, rows, width, gamma, float(epsilon)))
             return
@@ -307,16 +329,21 @@ def softmax_rows(shape: tuple[int, ...]) -> Callable[..., None]:
     rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
     ones: dict[Any, Any] = {}  # 1 in each dtype: a float64 one would widen float32 arithmetic
     team = on_team(rows, width)
+    ahead = jit_setup.other_sizes_expected()
 
     def run(x: Any, out: Any) -> None:
+        nonlocal ahead
         x2 = x.reshape(rows, width)
         o2 = out.reshape(rows, width)
-        if team and team_arrays(x2, o2):
-            run_on_team(_softmax_team(), block(x2, o2, rows, width))
-            return
         one = ones.get(x.dtype)
         if one is None:
             one = ones[x.dtype] = x.dtype.type(1)
+        if ahead:
+            ahead = False
+            _load_other_path(team, _softmax_team, _softmax_rows, x2, o2, 0, 0, one)
+        if team and team_arrays(x2, o2):
+            run_on_team(_softmax_team(), block(x2, o2, rows, width))
+            return
         _split(rows, width, lambda lo, hi: _softmax_rows(x2, o2, lo, hi, one))()
     return run
 
@@ -331,10 +358,16 @@ def group_norm_rows(n: int, channels: int, groups: int, spatial: int, epsilon: f
     # with oneDNN's OpenMP threads holding the cores (wav2vec2's convolutions) the workers are
     # one: its front end's instance norm of 128 rows of 3199 ran on one core (0.28 ms)
     team = on_team(rows, width)
+    ahead = jit_setup.other_sizes_expected()
 
     def run(x: Any, scale: Any, bias: Any, out: Any) -> None:
+        nonlocal ahead
         x2 = x.reshape(rows, width)
         o2 = out.reshape(rows, width)
+        if ahead:
+            ahead = False
+            _load_other_path(team, _group_norm_team, _group_norm_rows, x2, scale, bias, o2,
+                             epsilon, groups, spatial, 0, 0)
         if team and team_arrays(x2, scale, bias, o2):
             run_on_team(_group_norm_team(), block(x2, o2, rows, width, scale, bias,
                                                   float(epsilon), groups, spatial, channels))
