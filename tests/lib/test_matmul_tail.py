@@ -161,12 +161,21 @@ def test_a_symbolic_modules_dense_runs_any_rows_in_pieces(onednn, monkeypatch,  
     kernel = _matmul_of(run)
     assert run.any_shape() and kernel.in_pieces
     w = random_array((N, K), "float32", seed=2)
+    _check_rows(run, w, 100, shapes, ref, random_array)
+    # every piece size's primitive was made with the kernel: later row counts make only the
+    # remainders under the smallest piece (one each: 4, 2 and 6 rows of 180, 18 and 142)
+    assert set(kernel._sized) == set(onednn_matmul.PIECE_ROWS)
+    made = []
+    made_by = binding.Primitive.__init__
+    monkeypatch.setattr(binding.Primitive, "__init__",
+                        lambda self, *args: made.append(1) or made_by(self, *args))
     met = (100, 90, 9, 300, 71, 100, 128)  # 2 x: 200, 180, 18, 600, 142 and 256 rows
     for rows in met:
         _check_rows(run, w, rows, shapes, ref, random_array)
+    assert len(made) == 3
     assert sorted(kernel._by_rows) == [18, 142, 180, 200, 256, 600]
-    assert set(kernel._sized) == {r1 - r0 for rows in met
-                                  for r0, r1 in onednn_matmul.row_pieces(2 * rows)}
+    assert set(kernel._sized) == set(onednn_matmul.PIECE_ROWS) | {
+        r1 - r0 for rows in met for r0, r1 in onednn_matmul.row_pieces(2 * rows)}
     # a piece of one size at one place among that size's pieces is the same item at every
     # other row count: rows 0-128 of 180 and of 142; 160-176 of 180 and 576-592 of 600 (the
     # first 16-row piece of each)

@@ -195,6 +195,14 @@ class OnednnMatmul(DerivesFromInputs):
                 self._sized.setdefault(piece[3] - piece[2], self.items[-1][0])
         if self.any and two_d:  # the prepared rows' items serve their first call (_run_rows)
             self._by_rows[self.shape[1]] = list(self.items)
+        if self.in_pieces:
+            # every piece size's primitive now, while the module is made, so that a later
+            # length whose pieces are new makes none in its first run (29 per size in a LLaMA
+            # stream's (2, 20) request, ~8 ms of its 30 against 8-10 warm)
+            for size in PIECE_ROWS:
+                if size not in self._sized:
+                    self._sized[size] = Primitive(self._pd((0, 1, 0, size), chosen),
+                                                  self._args((0, 1, 0, size))[0])
         self._impl = pds[(pieces[0][1] - pieces[0][0], pieces[0][3] - pieces[0][2])].impl()
 
     @property
