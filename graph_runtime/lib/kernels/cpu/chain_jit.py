@@ -342,6 +342,16 @@ def _kinds(shapes: Sequence[tuple[int, ...]], out_shape: tuple[int, ...], dims: 
     return kinds
 
 
+def source_header() -> str:
+    """The opening of a generated module: its version and the folder's numba sources (the
+    helpers it inlines, fast_math's exp: their digest in the text, so the file's hash), imports,
+    erf32 and tanh32."""
+    return "\n".join([f"# graph_runtime chain_jit v{VERSION}, sources {sources_digest()[:16]}",
+                      "import math", "import numba", "import numpy as np",
+                      "from graph_runtime.lib.kernels.cpu.fast_math import exp_f32, mul_add",
+                      "", "", HELPERS, ""])
+
+
 def chain_source(inputs: Sequence[TensorSpec], output: TensorSpec, steps: Sequence[Step],
                  kinds: Sequence[str], in_place: Sequence[int] = ()) -> str:
     """The generated module: run(lo, hi, inner, out, a0.., m0..) computes flat elements [lo, hi).
@@ -352,14 +362,8 @@ def chain_source(inputs: Sequence[TensorSpec], output: TensorSpec, steps: Sequen
     """
     n = len(inputs)
     args = ["lo", "hi", "inner", "out"] + [f"a{i}" for i in range(n)] + [f"m{i}" for i in range(n)]
-    # the folder's numba sources in the name too: the helpers the chain inlines (fast_math's exp)
-    lines = [f"# graph_runtime chain_jit v{VERSION}, sources {sources_digest()[:16]}",
-             "import math", "import numba",
-             "import numpy as np",
-             "from graph_runtime.lib.kernels.cpu.fast_math import exp_f32, mul_add", "", "",
-             HELPERS, "",
-             "@numba.njit(cache=True, nogil=True, error_model='numpy', boundscheck=False)",
-             f"def run({', '.join(args)}):"]
+    lines = [source_header(), "@numba.njit(cache=True, nogil=True, error_model='numpy', "
+             "boundscheck=False)", f"def run({', '.join(args)}):"]
     body = [f"s{i} = a{i}[0]" for i, k in enumerate(kinds) if k == "s"]
     body += ["r = lo // inner", "j0 = lo - r * inner", "pos = lo", "while pos < hi:"]
     row = ["j1 = min(inner, j0 + (hi - pos))", "base = r * inner"]
@@ -410,7 +414,7 @@ _compiled: dict[tuple, Any] = {}
 _lock = threading.Lock()
 
 
-def _load(form: tuple, source_of: Callable[[], str]) -> Any:
+def load_module(form: tuple, source_of: Callable[[], str]) -> Any:
     """The module of a chain's form (run, run_block): from this process, else its source
     (source_of) from the disk cache or a fresh compile."""
     with _lock:
@@ -514,7 +518,7 @@ class CompiledChain(PreparedKernel):
                      in self._steps]
             return chain_source(ins, TensorSpec(out_shape, self._dtypes[1]), steps, kinds,
                                 self._in_place)
-        module = _load(self._form(kinds), source)
+        module = load_module(self._form(kinds), source)
         workers = num_threads()
         workers = workers if size * self._weight >= PARALLEL_WORK and workers > 1 else 1
         chunks = min(4 * workers, max(1, size // 4096))
