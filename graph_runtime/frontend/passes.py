@@ -19,6 +19,7 @@ from ..errors import FrontendError
 from .convert import CONVERTERS
 from .expand import expand_functions
 from .fusion.fuse_dynamic import fuse_dynamic_quantize
+from .fusion.fuse_gated import fuse_gated
 from .fusion.fuse_integer import fuse_integer
 from .fusion.fuse_lookup import fuse_lookups
 from .fusion.fuse_qdq import fuse_qdq, int8_import
@@ -142,6 +143,9 @@ PASSES: tuple[Pass, ...] = (
          _transformer("attention")),
     Pass("qkv-pack", "prims", "an attention's Q, K, V projections of one input as one dense",
          _prims(pack_qkv), _has("attention")),
+    Pass("gated-mlp", "prims", "act(x W_gate) * (x W_up) (SiLU, GELU, ReLU or sigmoid) as one "
+         "product twice as wide and the glu op; a packed product's halves (Phi-3) as glu",
+         _prims(fuse_gated), _has("multiply")),
     Pass("int8-dynamic-quantize", "prims", "DynamicQuantizeLinear joined to the one product "
          "reading it", _prims(fuse_dynamic_quantize), _int8),
     Pass("int8-attention", "prims", "quantize_static's QDQ attention as qdq_attention (before "

@@ -7,9 +7,11 @@ import math
 
 import numpy as np
 import pytest
-from onnx_builders import (F32, assert_matches, helper, init, model, numpy_helper, run_ours,
-                           tensor, weights)
+from onnx_builders import (F32, assert_matches, helper, init, model, numpy_helper, run_ort,
+                           run_ours, tensor, weights)
 
+import graph_runtime as gr
+from graph_runtime.frontend import from_onnx
 from graph_runtime.frontend.importer import import_onnx
 
 
@@ -91,22 +93,92 @@ def test_silu_joins_the_conv_tail(backend_name: str) -> None:
     assert_matches(m, {"x": x}, backend_name)
 
 
-def test_silu_gated_mlp_is_one_dense_tail(backend_name: str) -> None:
-    """LLaMA's MLP, down(silu(gate(x)) * up(x)): silu and the product join gate's dense."""
-    nodes = [helper.make_node("MatMul", ["x", "wg"], ["g"]),
-             helper.make_node("MatMul", ["x", "wu"], ["u"]),
-             helper.make_node("Sigmoid", ["g"], ["sg"]),
-             helper.make_node("Mul", ["g", "sg"], ["act"]),
-             helper.make_node("Mul", ["act", "u"], ["h"]),
-             helper.make_node("MatMul", ["h", "wd"], ["y"])]
-    m = model(nodes, [tensor("x", F32, [1, 7, 16])], [tensor("y", F32, [1, 7, 16])],
-              [init("wg", weights(16, 40)), init("wu", weights(16, 40)),
-               init("wd", weights(40, 16))])
+def _gated_mlp(activation: list, packed: bool | str = False, bias: bool = False,
+               seq: object = 7) -> object:
+    """down(act(gate(x)) * up(x)) as LLaMA (act SiLU as x * sigmoid(x)) and T5 v1.1 (GELU)
+    write it, or (packed) Phi-3's one product chunked in two halves, gate first."""
+    if packed == "sliced":  # as the TorchScript exporter writes chunk(2, dim=-1)
+        nodes = [helper.make_node("MatMul", ["x", "wgu"], ["gu"]),
+                 helper.make_node("Slice", ["gu", "zero", "half", "last"], ["g"]),
+                 helper.make_node("Slice", ["gu", "half", "end", "last"], ["u"])]
+        inits = [init("wgu", weights(16, 80))] + [
+            init(n, np.array([v])) for n, v in (("zero", 0), ("half", 40), ("end", 80),
+                                                ("last", -1))]
+    elif packed:
+        nodes = [helper.make_node("MatMul", ["x", "wgu"], ["gu"]),
+                 helper.make_node("Split", ["gu", "halves"], ["g", "u"], axis=-1)]
+        inits = [init("wgu", weights(16, 80)), init("halves", np.array([40, 40]))]
+    else:
+        nodes = [helper.make_node("MatMul", ["x", "wg"], ["g0" if bias else "g"]),
+                 helper.make_node("MatMul", ["x", "wu"], ["u0" if bias else "u"])]
+        inits = [init("wg", weights(16, 40)), init("wu", weights(16, 40))]
+        if bias:
+            nodes += [helper.make_node("Add", ["g0", "bg"], ["g"]),
+                      helper.make_node("Add", ["bu", "u0"], ["u"])]
+            inits += [init("bg", weights(40)), init("bu", weights(40))]
+    nodes += activation + [helper.make_node("Mul", ["u", "act"], ["h"]),
+                           helper.make_node("MatMul", ["h", "wd"], ["y"])]
+    return model(nodes, [tensor("x", F32, [1, seq, 16])], [tensor("y", F32, [1, seq, 16])],
+                 inits + [init("wd", weights(40, 16))], opset=20)
+
+
+SILU = [helper.make_node("Sigmoid", ["g"], ["sg"]), helper.make_node("Mul", ["g", "sg"], ["act"])]
+GELU_TANH = [helper.make_node("Gelu", ["g"], ["act"], approximate="tanh")]
+GELU = [helper.make_node("Gelu", ["g"], ["act"])]
+RELU = [helper.make_node("Relu", ["g"], ["act"])]
+
+
+@pytest.mark.parametrize("name,activation", [("silu", SILU), ("gelu_tanh", GELU_TANH),
+                                             ("gelu", GELU), ("relu", RELU)])
+@pytest.mark.parametrize("form", ["two products", "with biases", "one product split",
+                                  "one product sliced"])
+def test_gated_mlp_is_one_product_and_glu(backend_name: str, name: str, activation: list,
+                                          form: str) -> None:
+    """The gate and up products of one input become one product twice as wide (weights and
+    biases side by side) and glu; a product split in halves (Phi-3) becomes glu alone. Either
+    way the answer is ONNX Runtime's."""
+    packed = {"one product split": True, "one product sliced": "sliced"}.get(form, False)
+    m = _gated_mlp(activation, packed=packed, bias=form == "with biases")
     result = import_onnx(m)
-    assert dict(result.patterns) == {"silu": 1}
-    assert "tvmgen_default_fused_nn_dense_silu_multiply" in result.lib_doc["functions"]
+    kind = "gated_mlp_split" if packed else "gated_mlp_packed"
+    assert dict(result.patterns) == {**({"silu": 1} if name == "silu" else {}), kind: 1}
+    functions = list(result.lib_doc["functions"])
+    assert "tvmgen_default_fused_glu" in functions
+    # no activation, product or split of its own left: one product writes gate | up
+    assert not any(op in f for f in functions for op in ("multiply", "silu", "gelu", "relu",
+                                                         "split", "slice")), functions
     x = np.random.default_rng(7).standard_normal((1, 7, 16)).astype(np.float32)
     assert_matches(m, {"x": x}, backend_name)
+
+
+def test_gated_mlp_with_a_symbolic_length_runs_every_length() -> None:
+    """Imported once without --shape (seq symbolic): one glu serves each length."""
+    m = _gated_mlp(SILU, seq="seq")
+    assert dict(import_onnx(m).patterns)["gated_mlp_packed"] == 1
+    graph_json, lib, params = from_onnx(m)
+    module = gr.create(graph_json, lib, gr.cpu())
+    module.load_params(gr.save_param_dict(params))
+    for seq in (1, 9, 40):
+        x = np.random.default_rng(seq).standard_normal((1, seq, 16)).astype(np.float32)
+        module.run(x=x)
+        want = run_ort(m, {"x": x})[0]
+        np.testing.assert_allclose(module.get_output(0).numpy(), want, rtol=2e-4, atol=2e-4)
+
+
+def test_gated_mlp_whose_parts_are_read_elsewhere_stays() -> None:
+    """A gate product that is also a graph output, or two products of different inputs, or
+    halves of a split along another axis: nothing packed, the answer still right."""
+    read_elsewhere = _gated_mlp(SILU)
+    read_elsewhere.graph.output.append(tensor("g", F32, [1, 7, 40]))
+    two_inputs = _gated_mlp(SILU)
+    two_inputs.graph.node[1].input[0] = "x2"
+    two_inputs.graph.input.append(tensor("x2", F32, [1, 7, 16]))
+    for m in (read_elsewhere, two_inputs):
+        patterns = dict(import_onnx(m).patterns)
+        assert "gated_mlp_packed" not in patterns and "gated_mlp_split" not in patterns
+        feeds = {i.name: np.random.default_rng(1).standard_normal((1, 7, 16)).astype(
+            np.float32) for i in m.graph.input}
+        assert_matches(m, feeds, "cpu")
 
 
 def test_sigmoid_times_another_value_is_no_silu() -> None:

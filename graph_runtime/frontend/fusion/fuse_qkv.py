@@ -21,7 +21,7 @@ from ..symdim import has_sym, same, same_shape
 from .pattern import PatternGraph, new_prim, spliced
 
 
-def _projection(g: PatternGraph, v: Value, reader: Prim
+def projection(g: PatternGraph, v: Value, reader: Prim
                 ) -> tuple[Value, np.ndarray, np.ndarray] | None:
     """(input, weight [units, K], bias [units]) when v = dense(input, weight) [+ bias] with
     constant weight and bias and reader the only reader of v; else None."""
@@ -57,7 +57,7 @@ def _projection(g: PatternGraph, v: Value, reader: Prim
 
 def _pack_float(g: PatternGraph, p: Prim) -> tuple[Value, list[Prim], list[int]] | None:
     """One dense + add writing q | k | v, its prims and the three widths."""
-    found = [_projection(g, v, p) for v in p.inputs[:3]]
+    found = [projection(g, v, p) for v in p.inputs[:3]]
     if any(f is None for f in found):
         return None
     projections: list[tuple[Value, np.ndarray, np.ndarray]] = found  # type: ignore
