@@ -382,7 +382,8 @@ def test_llama_rotary_and_grouped_kv_fuse_and_match(name: str) -> None:
     path = DATA / f"{name}.onnx"
     kv = "kv" in name
     symbolic = import_onnx(path)
-    want_patterns = {"silu": 2, "rms_norm": 5, "rotary": 4, "attention": 2, "grouped_kv": 2}
+    want_patterns = {"silu": 2, "rms_norm": 5, "rotary": 4, "attention": 2, "grouped_kv": 2,
+                     "gated_mlp_packed": 2}
     assert dict(symbolic.patterns) == want_patterns
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     if kv:
@@ -401,6 +402,8 @@ def test_llama_rotary_and_grouped_kv_fuse_and_match(name: str) -> None:
             assert [(a["num_heads"], a.get("kv_heads")) for a in attentions] == [(4, 2)] * 2
             assert ops.count("rotary") == 4 and "negative" not in ops
             assert "strided_slice" not in ops
+            # each MLP's gate and up products as one, its SiLU and product as glu
+            assert ops.count("glu") == 2
             # with a KV cache, the new tokens' k and v heads in the presents' layout; the
             # presents read in place
             assert ops.count("transpose") == (4 if kv else 0)

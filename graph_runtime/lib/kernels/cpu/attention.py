@@ -458,7 +458,7 @@ class AttentionKernel(PreparedKernel):
                 if seen.team_block is not None:
                     jit_setup.load_ahead(_scale_mask_softmax, scores, mask, scale, one,
                                          nan_to_zero, has_mask)
-                elif available():
+                elif available() and scores.dtype == np.float32:
                     _scale_mask_softmax_team()
             if seen.team_block is not None:
                 run_on_team(_scale_mask_softmax_team(), seen.team_block)

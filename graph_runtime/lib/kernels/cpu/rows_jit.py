@@ -255,10 +255,10 @@ def _load_other_path(team: bool, team_function: Callable[[], Any], rows_function
                      *args: Any) -> None:
     """Load ahead the compiled code of the path a size other than this kernel's takes: the
     function run on this thread (with these arguments' types) where the rows go to the team,
-    the team's otherwise (jit_setup.load_ahead)."""
+    the team's otherwise (jit_setup.load_ahead; float32 rows alone go to the team)."""
     if team:
         jit_setup.load_ahead(rows_function, *args)
-    elif available():
+    elif available() and args[0].dtype == np.float32:
         team_function()
 
 
