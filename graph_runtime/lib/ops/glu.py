@@ -91,8 +91,9 @@ def _opencl(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
             outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     from ..kernels.opencl.glu import GluCl
     p = params(inputs, attrs)
-    return GluCl(backend, device_id, p["dtype"], p["activation"], p["act_attrs"],  # type: ignore[arg-type]
-                 p["units"], p["gate"], p["up"], outputs[0])
+    return GluCl(backend, device_id,  # type: ignore[arg-type]
+                 p["dtype"], p["activation"], p["act_attrs"], p["units"], p["gate"], p["up"],
+                 outputs[0])
 
 
 define_op("glu", _infer, 1, ATTRS)
