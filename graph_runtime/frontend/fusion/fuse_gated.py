@@ -18,7 +18,7 @@ import numpy as np
 from ..ir import Prim, Value
 from ..symdim import same_shape
 from .fuse_qkv import live, projection
-from .pattern import PatternGraph, new_prim, spliced
+from .pattern import PatternGraph, last_axis_slice, new_prim, spliced
 
 ACTIVATIONS = ("silu", "gelu", "relu", "sigmoid")
 
@@ -61,30 +61,28 @@ def _two_products(g: PatternGraph, p: Prim, act: Prim, up: Value) -> list[Prim] 
 
 
 def _half(g: PatternGraph, v: Value, reader: Prim) -> tuple[Value, int] | None:
-    """(y, 0 or 1) when v is the first or second half of y's last axis (a strided_slice, or a
-    split in two, read by reader alone); else None."""
+    """(y, 0 or 1) when v is the first or second half of y's last axis (a strided_slice of
+    that axis, or a split of it in two, read by reader alone); else None."""
     s = v.producer
-    if s is None or s.op not in ("strided_slice", "split") or g.sole(v) is not reader:
+    if s is None or g.sole(v) is not reader:
         return None
-    y = s.inputs[0]
-    width = y.shape[-1] if y.rank else None
-    if not isinstance(width, int) or width < 2 or width % 2 \
-            or not same_shape(tuple(v.shape), (*y.shape[:-1], width // 2)):
-        return None
-    if s.op == "split":  # two pieces of the last axis, each half of it (shapes checked)
-        if len(s.outputs) != 2 or int(s.attrs.get("axis", 0)) % y.rank != y.rank - 1 \
-                or not same_shape(tuple(s.outputs[0].shape), tuple(s.outputs[1].shape)):
+    if s.op == "split":  # two pieces of the last axis, each half of it
+        y = s.inputs[0]
+        width = y.shape[-1] if y.rank else None
+        if not isinstance(width, int) or width % 2 or len(s.outputs) != 2 \
+                or int(s.attrs.get("axis", 0)) % y.rank != y.rank - 1 \
+                or not all(same_shape(tuple(o.shape), (*y.shape[:-1], width // 2))
+                           for o in s.outputs):
             return None
         return y, s.outputs.index(v)
-    axes = list(s.attrs.get("axes") or range(len(s.attrs["begin"])))
-    sliced = [(int(a) % y.rank, b, e, int(st)) for a, b, e, st in
-              zip(axes, s.attrs["begin"], s.attrs["end"], s.attrs["strides"])]
-    last = [(b, e, st) for a, b, e, st in sliced if a == y.rank - 1]
-    if len(last) != 1 or last[0][2] != 1 or any(
-            (b, e, st) != (0, None, 1) and a != y.rank - 1 for a, b, e, st in sliced):
+    sliced = last_axis_slice(v)
+    if sliced is None:
         return None
-    begin = int(last[0][0]) % width if int(last[0][0]) < 0 else int(last[0][0])
-    return (y, 0) if begin == 0 else ((y, 1) if begin == width // 2 else None)
+    y, lo, hi = sliced
+    half = y.shape[-1] // 2
+    if y.shape[-1] % 2 or hi - lo != half or lo not in (0, half):
+        return None
+    return y, lo // half
 
 
 def _packed_product(g: PatternGraph, p: Prim, act: Prim, up: Value) -> list[Prim] | None:
