@@ -29,9 +29,8 @@ from ...tunable import Candidate, TunableOp
 from ...tuning import Choice
 from . import jit_setup
 from .loops_jit import compiled, inlined, lane_dot
-from .omp_team import (available, block, float32_at, my_rows, run_on_team, team_arrays,
-                       team_kernel)
-from .rows_jit import on_team, softmax_row
+from .omp_team import block, float32_at, my_rows, run_on_team, team_arrays, team_kernel
+from .rows_jit import OtherPath, on_team, softmax_row
 from ..heads import head_view
 from ..threads import ONE_BLAS_THREAD, num_threads, parallel_images
 
@@ -268,7 +267,7 @@ class AttentionKernel(PreparedKernel):
         # thread alone it took 1.6 of a LLaMA attention's 3.3 ms at (4, 194)
         self.team = dtype == "float32" and on_team(batch * heads * q_len, k_len) and (
             mask_shape is None or mask_shape[-1] == k_len)
-        self._ahead = jit_setup.other_sizes_expected()  # the other sizes' pass, loaded once
+        self._ahead = OtherPath(_scale_mask_softmax_team, _scale_mask_softmax)
         if self.workers > 1 and work >= PARALLEL_FLOPS and (batch * heads > 1 or q_len > 1) \
                 and not openmp:
             split = _blocks(batch, heads, q_len, self.workers)
@@ -453,13 +452,9 @@ class AttentionKernel(PreparedKernel):
                 np.matmul(grouped[0], grouped[1], out=grouped[4])
             else:
                 np.matmul(qh, kt, out=scores)
-            if self._ahead:
-                self._ahead = False
-                if seen.team_block is not None:
-                    jit_setup.load_ahead(_scale_mask_softmax, scores, mask, scale, one,
-                                         nan_to_zero, has_mask)
-                elif available() and scores.dtype == np.float32:
-                    _scale_mask_softmax_team()
+            if self._ahead.pending:
+                self._ahead.load(seen.team_block is not None, scores, mask, scale, one,
+                                 nan_to_zero, has_mask)
             if seen.team_block is not None:
                 run_on_team(_scale_mask_softmax_team(), seen.team_block)
             else:

@@ -39,7 +39,6 @@ warnings.filterwarnings("ignore", message=r"variable '.*' is not in scope",
 _lock = threading.Lock()
 _thread: threading.Thread | None = None
 _other_sizes = False  # whether a module of this process will run other sizes (load_ahead)
-_loaded: set[tuple[Any, tuple[Any, ...]]] = set()
 
 
 def start() -> None:
@@ -89,7 +88,8 @@ def other_sizes_expected() -> bool:
 
 def load_ahead(function: Any, *args: Any) -> None:
     """Load function's machine code for these arguments' types now (from numba's disk cache,
-    or compiled), where a kernel's size took another path, once per process and signature.
+    or compiled), where a kernel's size took another path (numba keeps it: a signature it has
+    costs only the look-up).
 
     NOTE: a row kernel runs a large size on oneDNN's team and a small one on this thread, each
     a compiled function of its own. A process running a symbolic module would otherwise load
@@ -98,11 +98,7 @@ def load_ahead(function: Any, *args: Any) -> None:
     if not _other_sizes:
         return
     import numba  # loaded already: function is numba's
-    key = (function, tuple(numba.typeof(a) for a in args))
-    if key in _loaded:
-        return
-    _loaded.add(key)
-    function.compile(key[1])
+    function.compile(tuple(numba.typeof(a) for a in args))
 
 
 def _set_up(compiler_lock: Any, target: Any) -> None:

@@ -22,7 +22,7 @@ from . import jit_setup
 from .fast_math import _bits_of_float, _float_of_bits, as_type_of, softmax_exp_as
 from .loops_jit import compiled, inlined, reassociating
 from .omp_team import available, block, float32_at, my_rows, run_on_team, team_arrays, team_kernel
-from ..threads import num_threads, parallel_items
+from ..threads import num_threads, parallel_rows
 
 # Row elements x rows above which the rows go to the workers.
 PARALLEL_ELEMENTS = 1 << 17
@@ -251,27 +251,29 @@ def on_team(rows: int, width: int) -> bool:
     return rows * width >= TEAM_ELEMENTS and rows > 1 and available()
 
 
-def _load_other_path(team: bool, team_function: Callable[[], Any], rows_function: Any,
-                     *args: Any) -> None:
-    """Load ahead the compiled code of the path a size other than this kernel's takes: the
-    function run on this thread (with these arguments' types) where the rows go to the team,
-    the team's otherwise (jit_setup.load_ahead; float32 rows alone go to the team)."""
-    if team:
-        jit_setup.load_ahead(rows_function, *args)
-    elif available() and args[0].dtype == np.float32:
-        team_function()
+class OtherPath:
+    """The compiled code of the path a size other than a kernel's takes, loaded at the kernel's
+    first run where a symbolic module runs (`pending`; jit_setup.load_ahead): the function run
+    on the calling thread, with that run's argument types, where the rows go to oneDNN's team;
+    the team's otherwise (float32 rows alone go there)."""
+
+    def __init__(self, team_function: Callable[[], Any], rows_function: Any) -> None:
+        self.pending = jit_setup.other_sizes_expected()
+        self.team_function, self.rows_function = team_function, rows_function
+
+    def load(self, team: bool, *args: Any) -> None:
+        """Load the other path, given whether this run went to the team and the arguments the
+        calling thread's function takes (the first an array of the rows)."""
+        self.pending = False
+        if team:
+            jit_setup.load_ahead(self.rows_function, *args)
+        elif available() and args[0].dtype == np.float32:
+            self.team_function()
 
 
 def _split(rows: int, width: int, call: Callable[[int, int], None]) -> Callable[[], None]:
     workers = num_threads() if rows * width >= PARALLEL_ELEMENTS and rows > 1 else 1
-    if workers <= 1:
-        return lambda: call(0, rows)
-    chunks = min(rows, 4 * workers)
-    bounds = [(c * rows // chunks, (c + 1) * rows // chunks) for c in range(chunks)]
-
-    def run() -> None:
-        parallel_items(chunks, workers, lambda w, i: call(*bounds[i]))
-    return run
+    return lambda: parallel_rows(rows, workers, call)
 
 
 def layer_norm_rows(shape: tuple[int, ...], epsilon: float, center: bool, scale: bool
@@ -281,18 +283,15 @@ def layer_norm_rows(shape: tuple[int, ...], epsilon: float, center: bool, scale:
     width = int(shape[-1]) if shape else 1
     rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
     team = on_team(rows, width)
-    ahead = jit_setup.other_sizes_expected()
+    ahead = OtherPath(_layer_norm_team, _layer_norm_rows)
 
     def run(x: Any, gamma: Any, beta: Any, out: Any) -> None:
-        nonlocal ahead
         g = gamma if scale else np.ones(width, x.dtype)
         b = beta if center else np.zeros(width, x.dtype)
         x2 = x.reshape(rows, width)
         o2 = out.reshape(rows, width)
-        if ahead:
-            ahead = False
-            _load_other_path(team, _layer_norm_team, _layer_norm_rows, x2, g, b, o2, epsilon,
-                             0, 0)
+        if ahead.pending:
+            ahead.load(team, x2, g, b, o2, epsilon, 0, 0)
         if team and team_arrays(x2, g, b, o2):
             run_on_team(_layer_norm_team(), block(x2, o2, rows, width, g, b, float(epsilon)))
             return
@@ -306,15 +305,13 @@ def rms_norm_rows(shape: tuple[int, ...], epsilon: float) -> Callable[..., None]
     width = int(shape[-1])
     rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
     team = on_team(rows, width)
-    ahead = jit_setup.other_sizes_expected()
+    ahead = OtherPath(_rms_norm_team, _rms_norm_rows)
 
     def run(x: Any, gamma: Any, out: Any) -> None:
-        nonlocal ahead
         x2 = x.reshape(rows, width)
         o2 = out.reshape(rows, width)
-        if ahead:
-            ahead = False
-            _load_other_path(team, _rms_norm_team, _rms_norm_rows, x2, gamma, o2, epsilon, 0, 0)
+        if ahead.pending:
+            ahead.load(team, x2, gamma, o2, epsilon, 0, 0)
         if team and team_arrays(x2, gamma, o2):
             run_on_team(_rms_norm_team(), block(x2, o2, rows, width, gamma, float(epsilon)))
             return
@@ -329,18 +326,16 @@ def softmax_rows(shape: tuple[int, ...]) -> Callable[..., None]:
     rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
     ones: dict[Any, Any] = {}  # 1 in each dtype: a float64 one would widen float32 arithmetic
     team = on_team(rows, width)
-    ahead = jit_setup.other_sizes_expected()
+    ahead = OtherPath(_softmax_team, _softmax_rows)
 
     def run(x: Any, out: Any) -> None:
-        nonlocal ahead
         x2 = x.reshape(rows, width)
         o2 = out.reshape(rows, width)
         one = ones.get(x.dtype)
         if one is None:
             one = ones[x.dtype] = x.dtype.type(1)
-        if ahead:
-            ahead = False
-            _load_other_path(team, _softmax_team, _softmax_rows, x2, o2, 0, 0, one)
+        if ahead.pending:
+            ahead.load(team, x2, o2, 0, 0, one)
         if team and team_arrays(x2, o2):
             run_on_team(_softmax_team(), block(x2, o2, rows, width))
             return
@@ -358,16 +353,13 @@ def group_norm_rows(n: int, channels: int, groups: int, spatial: int, epsilon: f
     # with oneDNN's OpenMP threads holding the cores (wav2vec2's convolutions) the workers are
     # one: its front end's instance norm of 128 rows of 3199 ran on one core (0.28 ms)
     team = on_team(rows, width)
-    ahead = jit_setup.other_sizes_expected()
+    ahead = OtherPath(_group_norm_team, _group_norm_rows)
 
     def run(x: Any, scale: Any, bias: Any, out: Any) -> None:
-        nonlocal ahead
         x2 = x.reshape(rows, width)
         o2 = out.reshape(rows, width)
-        if ahead:
-            ahead = False
-            _load_other_path(team, _group_norm_team, _group_norm_rows, x2, scale, bias, o2,
-                             epsilon, groups, spatial, 0, 0)
+        if ahead.pending:
+            ahead.load(team, x2, scale, bias, o2, epsilon, groups, spatial, 0, 0)
         if team and team_arrays(x2, scale, bias, o2):
             run_on_team(_group_norm_team(), block(x2, o2, rows, width, scale, bias,
                                                   float(epsilon), groups, spatial, channels))
