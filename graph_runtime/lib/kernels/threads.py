@@ -173,6 +173,17 @@ def parallel_images(n: int, workers: int, work: Callable[[int, int], None]) -> N
         loop.wait()  # helpers still inside an item finish it before BLAS gets its threads back
 
 
+def parallel_rows(rows: int, workers: int, call: Callable[[int, int], None]) -> None:
+    """call(lo, hi) over rows [0, rows): about four ranges a worker with parallel_items, or
+    one call with one worker."""
+    if workers <= 1:
+        call(0, rows)
+        return
+    chunks = min(rows, 4 * workers)
+    bounds = [(c * rows // chunks, (c + 1) * rows // chunks) for c in range(chunks)]
+    parallel_items(chunks, workers, lambda w, i: call(*bounds[i]))
+
+
 def parallel_items(n: int, workers: int, work: Callable[[int, int], None]) -> None:
     """parallel_images for work that calls no BLAS: with one worker the caller runs the items
     without parallel_images' hold on OpenBLAS's thread count (a few microseconds per call, as

@@ -63,7 +63,7 @@ def _cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
     if chain_jit.enabled():
         expr = activation_expr(p["activation"], p["act_attrs"], p["dtype"])
         if expr is not None:
-            return GluKernel(expr, p["dtype"], p["gate"] == 0)
+            return GluKernel(p["activation"], expr, p["dtype"], p["gate"] == 0)
     return _host(backend, device_id, inputs, outputs, attrs)
 
 
@@ -76,6 +76,8 @@ def _host(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
     act = get_op(p["activation"]).kernels[backend.name](backend, device_id, [half], [half],
                                                          p["act_attrs"])
     units, g, u = p["units"], p["gate"], p["up"]
+    # NOTE: made at the first call, inside host_kernel's device scope (CuPy allocates on the
+    # current device; the factory may run with another one current)
     work: list[Any] = []
 
     def run(x: Any, out: Any) -> None:

@@ -178,6 +178,14 @@ _TO_WIDE_INT = {"int32": ("-2147483648.0", "2147483648.0"),
 _TYPES["bool"] = "np.bool_"
 
 
+def work_weight(ops: Sequence[str]) -> int:
+    """What a loop running these ops costs an element, in multiplies (PARALLEL_WORK's unit):
+    12 for the rational erf and tanh, 4 for another heavy op, 0 for a view op (it moves
+    nothing), 1 for the rest."""
+    return sum(0 if op in VIEWS else 12 if op in RATIONAL else 4 if op in HEAVY else 1
+               for op in ops)
+
+
 def enabled() -> bool:
     """Whether chains compile (GRAPH_RUNTIME_CHAIN_JIT is not off)."""
     return settings.word(settings.CHAIN_JIT) != "off"
@@ -471,8 +479,7 @@ class CompiledChain(PreparedKernel):
         self._in_place = tuple(in_place)
         # with a view op in the tail the loop is flat: inputs whole or one value (tail_ok)
         self.flat = bool(VIEWS.intersection(ops))
-        self._weight = sum(0 if op in VIEWS else 12 if op in RATIONAL else 4 if op in HEAVY
-                           else 1 for op in ops)  # a view op moves nothing
+        self._weight = work_weight(ops)
         shapes = tuple(tuple(int(d) for d in s.shape) for s in inputs) + (
             tuple(int(d) for d in output.shape),)
         geometry = self._geometry(shapes)

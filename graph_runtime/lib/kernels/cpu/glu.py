@@ -3,7 +3,8 @@
 The loop is generated as a compiled chain's is (chain_jit.py: the activation's expression as
 the chain computes it, erf32/tanh32 for float32, the module and its machine code kept in the
 chain cache). Rows are cut into ranges for the runtime's workers when the work pays for the
-hand-off (chain_jit.PARALLEL_WORK, the activation weighing as a heavy op).
+hand-off (chain_jit.PARALLEL_WORK, the activation and the product weighed as a chain weighs
+them).
 """
 from __future__ import annotations
 
@@ -11,10 +12,8 @@ from typing import Any, Mapping
 
 from ...library import TensorSpec
 from ...prepared import PreparedKernel
-from ..threads import num_threads, parallel_items
+from ..threads import num_threads, parallel_rows
 from . import chain_jit, jit_setup
-
-HEAVY_WEIGHT = 8  # multiplies an element the activation costs (chain_jit counts erf's as 12)
 
 
 def activation_expr(activation: str, attrs: Mapping[str, Any], dtype: str) -> str | None:
@@ -46,9 +45,10 @@ class GluKernel(PreparedKernel):
     """run(x, out) for x (..., 2 * units) and out (..., units), both C-contiguous, any shape
     (units read from out at each call)."""
 
-    def __init__(self, expr: str, dtype: str, gate_first: bool) -> None:
+    def __init__(self, activation: str, expr: str, dtype: str, gate_first: bool) -> None:
         jit_setup.start()
         self.gate_first = gate_first
+        self.weight = chain_jit.work_weight((activation, "multiply"))
         self._run = chain_jit.load_module(("glu", expr, dtype),
                                           lambda: glu_source(expr, dtype)).run
 
@@ -61,12 +61,6 @@ class GluKernel(PreparedKernel):
         x2, o2 = x.reshape(rows, 2 * units), out.reshape(rows, units)
         run = self._run
         gate, up = (0, units) if self.gate_first else (units, 0)
-        workers = num_threads() if rows > 1 and rows * units * HEAVY_WEIGHT >= \
+        workers = num_threads() if rows > 1 and rows * units * self.weight >= \
             chain_jit.PARALLEL_WORK else 1
-        if workers <= 1:
-            run(x2, o2, gate, up, 0, rows)
-            return
-        chunks = min(rows, 4 * workers)
-        bounds = [(c * rows // chunks, (c + 1) * rows // chunks) for c in range(chunks)]
-        parallel_items(chunks, workers,
-                       lambda w, i: run(x2, o2, gate, up, bounds[i][0], bounds[i][1]))
+        parallel_rows(rows, workers, lambda lo, hi: run(x2, o2, gate, up, lo, hi))
