@@ -201,8 +201,7 @@ class OnednnMatmul(DerivesFromInputs):
             # stream's (2, 20) request, ~8 ms of its 30 against 8-10 warm)
             for size in PIECE_ROWS:
                 if size not in self._sized:
-                    self._sized[size] = Primitive(self._pd((0, 1, 0, size), chosen),
-                                                  self._args((0, 1, 0, size))[0])
+                    self._sized_primitive(size, self._args((0, 1, 0, size))[0])
         self._impl = pds[(pieces[0][1] - pieces[0][0], pieces[0][3] - pieces[0][2])].impl()
 
     @property
@@ -351,13 +350,18 @@ class OnednnMatmul(DerivesFromInputs):
         """The primitive for a piece of size rows (one per size) on memories of its own, with
         each memory's argument index and its offset in bytes per first row of the piece."""
         args, per_row = self._args((0, 1, 0, size), per_row=True)
+        return self._sized_primitive(size, args), per_row
+
+    def _sized_primitive(self, size: int, args: list[tuple[int, Memory]]) -> Primitive:
+        """The primitive for pieces of size rows on args: made once per size (on the packed
+        weight's layout, one for every piece, as for the prepared rows), then the same one on
+        other memories."""
         made = self._sized.get(size)
         if made is None:
-            # the packed weight's layout: one for every piece, as for the prepared rows
             pd = self._pd((0, 1, 0, size), self.weight.memory.desc)
             made = self._sized[size] = Primitive(pd, args)
-            return made, per_row
-        return made.with_args(args), per_row
+            return made
+        return made.with_args(args)
 
     def _run_rows(self, arrays: tuple[Any, ...]) -> None:
         """A 2-D any-shape call: the primitives for out's rows, then the tail."""
