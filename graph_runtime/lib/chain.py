@@ -17,12 +17,13 @@ from .attrs import (DTYPE_KEY, NODE_KEYS, NUM_OUTPUTS_KEY, OUT_DTYPE_KEY, WORKSP
                     check_attrs, float_attr, str_attr)
 from .kernels.cpu import chain_jit
 from .kernels.conv_epilogue import EPILOGUE_DTYPES, EPILOGUE_OPS
-from .kernels.cpu.token_layout import (PermuteCopy, TokenLayoutCopy, permute_layout,
-                                       token_layout)
+from .kernels.cpu.token_layout import (PermuteCopy, PermuteThenBinary, TokenLayoutCopy,
+                                       TokensBinary, permute_layout, token_layout)
 from .kernels.cpu.permuted_copy import PermutedCopy, atom_permutation
 from .kernels.onednn.matmul_tail import matmul_tail
 from .kernels.gpu_elementwise import ELEMENTWISE_EXPRS, gpu_elementwise
 from .library import InputVersion, TensorSpec
+from .ops.elementwise import BINARY
 from .ops.slicing import slice_index
 from .ops.transform import transpose_axes
 from .prepared import PreparedKernel, Wrapping, capabilities
@@ -62,12 +63,16 @@ class PreparedChain(PreparedKernel):
 
     def __init__(self, calls: list[tuple[Callable[..., None], tuple[int, ...]]],
                  intermediates: list[Any], fused_ops: list[str], n_inputs: int,
-                 views: Sequence[tuple[int, int, Callable[[Any], Any]]] = ()) -> None:
+                 views: Sequence[tuple[int, int, Callable[[Any], Any]]] = (),
+                 lead_view: tuple[int, int, Callable[[Any], Any], int] | None = None) -> None:
         # Allocated once at prepare time, reused by every run: the slots after the arrays.
         self.intermediates = tuple(intermediates)
         # (slot, slot it views, how), in order: a view of a function argument, made per run
         # (_view_steps; those of intermediates are views among them already)
         self._views = tuple(views)
+        # the first call, a layout copy, as a view of its source where that is told NHWC
+        # (token_layout's read_as_view): (source slot, its slot, view, intermediate index)
+        self._lead_view = lead_view
         self.fused_ops = fused_ops  # ops of the elementwise tail generated as one GPU kernel
         self._calls = calls
         self._n_inputs = n_inputs
@@ -165,6 +170,18 @@ class PreparedChain(PreparedKernel):
                 told.setdefault(id(kernel), (kernel, []))[1].append(pos)
         for kernel, own in told.values():
             kernel.use_channels_last(own)
+        if self._lead_view is not None and self._lead_view[0] in positions:
+            # the leading copy's source holds NHWC bytes: its result is a view of them (a
+            # permute to channels last of NHWC bytes is those bytes), its copy and buffer go
+            source, slot, view, index = self._lead_view
+            self._lead_view = None
+            self._calls, self._steps = self._calls[1:], self._steps[1:]
+            self._views = ((slot, source, view),) + self._views
+            dropped = self.intermediates[index]
+            self._workspace -= int(dropped.nbytes)
+            self.intermediates = (self.intermediates[:index]
+                                  + (np.empty((0,), dropped.dtype),)
+                                  + self.intermediates[index + 1:])
 
     def reading_nhwc(self, position: int, shape: tuple[int, ...]) -> PreparedKernel | None:
         """A one-kernel chain (a dense and its fused tail) as its kernel answers, the kernel
@@ -291,6 +308,9 @@ class Chain:
             permuted = _permuted_copy(plan, len(inputs), len(outputs))
             if permuted is not None:
                 return permuted
+            pair = _permute_then_binary(plan, len(inputs), len(outputs))
+            if pair is not None:
+                return pair
         first_fused = _fusable_tail(plan) if backend.name in ("opencl", "cuda") else len(plan)
         slot_count = len(inputs) + len(outputs)
         if backend.name == "cpu":
@@ -303,7 +323,7 @@ class Chain:
             else {}
         # a pair's first op writes nothing now, nor does a reshape made a view: their
         # intermediate slots keep their numbers, empty
-        temps = [(p.outputs[0], (taken == 2 and k == 0) or p.out_slots[0] in views)
+        temps = [(p.outputs[0], k < taken - 1 or p.out_slots[0] in views)
                  for k, p in enumerate(plan[:first_fused]) if p.out_slots[0] >= slot_count]
         _check_workspace(self.name, [spec for spec, unused in temps if not unused],
                          attrs.get(WORKSPACE_LIMIT_KEY), device)
@@ -321,7 +341,7 @@ class Chain:
         # this node's GPU (cuda:1 ...), not whichever one the caller has current.
         with backend.scope(device_id):
             if lead is not None:  # its leading layout op(s) as one copy
-                calls.append((lead, tuple(plan[0].slots + plan[taken - 1].out_slots)))
+                calls.append((lead, _lead_slots(plan, taken)))
             for p in plan[taken:first_fused]:
                 if p.out_slots[0] in views:
                     continue
@@ -350,9 +370,9 @@ class Chain:
         ops = len(plan) - max(taken - 1, 0)
         if ops == 1 and not flatten and calls[0][1] == tuple(range(slot_count)):
             return calls[0][0]  # one kernel: the prepared call, with no extra layer
-        run: Callable[..., None] = PreparedChain(calls, intermediates,
-                                                 [p.op.name for p in fused], len(inputs),
-                                                 dynamic)
+        run: Callable[..., None] = PreparedChain(
+            calls, intermediates, [p.op.name for p in fused], len(inputs), dynamic,
+            _lead_view(lead, calls, plan, taken, views, slot_count))
         if flatten:
             run = _Unflattened(run, list(inputs) + list(outputs))
         return run
@@ -481,12 +501,79 @@ def _permuted_copy(plan: list[_Planned], n_in: int, n_out: int) -> PermutedCopy 
     return None if found is None else PermutedCopy(*found)
 
 
+def _permute_then_binary(plan: list[_Planned], n_in: int, n_out: int
+                         ) -> PermuteThenBinary | None:
+    """A channel permute and one binary op taking its result first (ConvNeXt's permute back to
+    the image and its residual add) as one pass (kernels/cpu/token_layout.py); None
+    otherwise."""
+    if len(plan) != 2 or n_in != 2 or n_out != 1:
+        return None
+    first, second = plan
+    if (first.op.name != "transpose" or second.op.name not in BINARY
+            or first.epilogue is not None or second.epilogue is not None
+            or first.slots != [0] or second.slots != [first.out_slots[0], 1]
+            or tuple(second.outputs[0].shape) != tuple(first.outputs[0].shape)):
+        return None
+    axes = permute_layout(first.attrs.get("axes"), len(first.inputs[0].shape))
+    if axes is None:
+        return None
+    image = tuple(second.inputs[1].shape) == tuple(second.outputs[0].shape)
+    return PermuteThenBinary(axes, second.op.name, BINARY[second.op.name][0](np), image)
+
+
+def _lead_view(lead: PreparedKernel | None, calls: list[tuple[Callable[..., None], tuple[int, ...]]],
+               plan: list[_Planned], taken: int,
+               views: Mapping[int, tuple[int, Callable[[Any], Any]]], slot_count: int
+               ) -> tuple[int, int, Callable[[Any], Any], int] | None:
+    """PreparedChain's lead_view: the leading layout copy (calls' first) when its result can be
+    a view of an NHWC source (read_as_view) and nothing else depends on its buffer: no later op
+    writes its slot, no view is made of it at prepare."""
+    if lead is None or not calls or calls[0][0] is not lead:
+        return None
+    reader = getattr(lead, "read_as_view", None)
+    view = None if reader is None else reader()
+    slot = plan[taken - 1].out_slots[0]
+    if (view is None or slot < slot_count or any(slot in p.out_slots for p in plan[taken:])
+            or any(source == slot for source, _ in views.values())):
+        return None
+    return plan[0].slots[0], slot, view, slot - slot_count
+
+
+def _tokens_binary(plan: list[_Planned]) -> TokensBinary | None:
+    """A permute to the image, one binary op with an image of its shape, the permute back (the
+    first three ops of plan), as one pass in token order; None otherwise."""
+    first, second, third = plan[:3]
+    if (first.op.name != "transpose" or third.op.name != "transpose"
+            or second.op.name not in BINARY or len(second.slots) != 2
+            or second.epilogue is not None or third.epilogue is not None
+            or second.slots[0] != first.out_slots[0] or third.slots != second.out_slots
+            or tuple(second.inputs[1].shape) != tuple(second.outputs[0].shape)
+            or tuple(second.outputs[0].shape) != tuple(first.outputs[0].shape)):
+        return None
+    back = permute_layout(first.attrs.get("axes"), len(first.inputs[0].shape))
+    forth = permute_layout(third.attrs.get("axes"), len(third.inputs[0].shape))
+    if back != (0, 3, 1, 2) or forth != (0, 2, 3, 1):
+        return None
+    return TokensBinary(second.op.name, BINARY[second.op.name][0](np))
+
+
+def _lead_slots(plan: list[_Planned], taken: int) -> tuple[int, ...]:
+    """The slots a chain's lead (_layout_lead, running plan's first taken ops) reads and writes:
+    the first op's input, a binary op's other operand (TokensBinary), the last op's output."""
+    other = [plan[1].slots[1]] if taken == 3 else []
+    return tuple(plan[0].slots + other + plan[taken - 1].out_slots)
+
+
 def _layout_lead(plan: list[_Planned], first_fused: int) -> tuple[PreparedKernel | None, int]:
     """The kernel running a chain's leading layout op(s) as one copy (kernels/cpu/
     token_layout.py), and how many ops it runs: a tokens <-> image pair, or a permute of an
     image's channels; (None, 0) when the chain starts otherwise or they are in the tail."""
     if first_fused < 1 or plan[0].epilogue is not None or len(plan[0].inputs) != 1:
         return None, 0
+    if first_fused >= 3:
+        tokens = _tokens_binary(plan)
+        if tokens is not None:
+            return tokens, 3
     if first_fused >= 2:
         ops = [plan[0].op.name, plan[1].op.name]
         axes = (plan[0] if ops[0] == "transpose" else plan[1]).attrs.get("axes")

@@ -143,3 +143,132 @@ def test_a_channel_permute_reads_or_writes_channels_last(axes, image_position, r
         out = np.empty(image.size, np.float32).reshape(2, 3, 4, 5).transpose(0, 3, 1, 2)
         kernel(x, out)
         np.testing.assert_array_equal(out, image)
+
+
+def _nhwc(image: np.ndarray) -> np.ndarray:
+    """image's values as the strided NCHW view of NHWC bytes (what runtime/layouts.py binds)."""
+    return np.ascontiguousarray(image.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+
+
+@pytest.mark.parametrize("axes, op, other_shape", [
+    ((0, 3, 1, 2), "add", (2, 3, 4, 5)), ((0, 3, 1, 2), "subtract", (2, 3, 4, 5)),
+    ((0, 3, 1, 2), "maximum", (1, 3, 1, 1)), ((0, 2, 3, 1), "multiply", (2, 4, 5, 3)),
+    ((0, 2, 3, 1), "divide", (5, 3))])
+def test_a_permute_and_one_binary_op_are_one_pass_in_either_layout(axes, op, other_shape,
+                                                                  run_op, random_array) -> None:
+    """transpose then a binary op taking its result first (ConvNeXt's permute back and residual
+    add): one kernel with no intermediate, the same values as the ops one at a time, and the
+    same again with NHWC bytes at each position it offers."""
+    from graph_runtime.lib.kernels.cpu.token_layout import PermuteThenBinary
+    source_shape = (2, 4, 5, 3) if axes == (0, 3, 1, 2) else (2, 3, 4, 5)
+    x = random_array(source_shape, "float32", seed=4)
+    other = random_array(other_shape, "float32", seed=5) + 2.0
+    func = {"ops": [{"op": "transpose", "axes": list(axes)}, {"op": op}]}
+    (got,) = run_op("cpu", func, [x, other])
+    want = getattr(np, op)(x.transpose(axes), other)
+    np.testing.assert_array_equal(got, want)
+    chain = function_from_json("pair", func, "test")
+    specs = [TensorSpec(source_shape, "float32"), TensorSpec(other_shape, "float32")]
+    kernel = chain.prepare(cpu(), specs, chain.infer(specs), {})
+    assert isinstance(kernel, PermuteThenBinary) and kernel.workspace_bytes() == 0
+    offered = kernel.channels_last_positions()
+    assert offered == {(0, 3, 1, 2): (1, 2) if other_shape == got.shape else (2,),
+                       (0, 2, 3, 1): (0,)}[axes]
+    arrays = [x, other, np.empty(got.shape, np.float32)]
+    for pos in offered:
+        arrays[pos] = _nhwc(arrays[pos])
+    kernel(*arrays)
+    np.testing.assert_array_equal(arrays[2], want)
+
+
+def test_permute_op_permute_back_runs_in_token_order(run_op, random_array) -> None:
+    """transpose to the image, subtract an image, transpose back, then more ops (ConvNeXt's
+    last residual add of a stage before a LayerNorm): one pass on the tokens, the image
+    NHWC-capable, the same values as the ops one at a time."""
+    from graph_runtime.lib.kernels.cpu.token_layout import TokensBinary
+    func = {"ops": [{"op": "transpose", "axes": [0, 3, 1, 2]}, {"op": "subtract"},
+                    {"op": "transpose", "axes": [0, 2, 3, 1]}, {"op": "softmax", "axis": -1}]}
+    tokens = random_array((2, 4, 5, 3), "float32", seed=6)
+    image = random_array((2, 3, 4, 5), "float32", seed=7)
+    (got,) = run_op("cpu", func, [tokens, image])
+    z = tokens - image.transpose(0, 2, 3, 1)
+    e = np.exp(z - z.max(-1, keepdims=True))
+    np.testing.assert_allclose(got, e / e.sum(-1, keepdims=True), rtol=1e-6)
+    chain = function_from_json("back", func, "test")
+    specs = [TensorSpec((2, 4, 5, 3), "float32"), TensorSpec((2, 3, 4, 5), "float32")]
+    kernel = chain.prepare(cpu(), specs, chain.infer(specs), {})
+    assert isinstance(kernel._steps[0][0], TokensBinary)
+    assert kernel.channels_last_positions() == (1,)
+    kernel.use_channels_last({1})
+    out = np.empty(got.shape, np.float32)
+    kernel(tokens, _nhwc(image), out)
+    np.testing.assert_array_equal(out, got)
+
+
+@pytest.mark.parametrize("func, shape", [
+    ({"ops": [{"op": "transpose", "axes": [0, 2, 3, 1]}, {"op": "softmax", "axis": -1}]},
+     (2, 5, 3, 4)),
+    ({"ops": [{"op": "reshape", "newshape": [2, 5, 12]}, {"op": "transpose", "axes": [0, 2, 1]},
+              {"op": "softmax", "axis": -1}]}, (2, 5, 3, 4))])
+def test_a_leading_copy_of_nhwc_bytes_becomes_a_view(func, shape, run_op, random_array) -> None:
+    """A chain starting with a copy to channels last (a permute, or image to tokens) told its
+    image is NHWC reads the result as a view of those bytes: the copy and its buffer go, the
+    values stay."""
+    x = random_array(shape, "float32", seed=8)
+    (want,) = run_op("cpu", func, [x])
+    chain = function_from_json("lead", func, "test")
+    specs = [TensorSpec(shape, "float32")]
+    kernel = chain.prepare(cpu(), specs, chain.infer(specs), {})
+    before = kernel.workspace_bytes()
+    assert kernel.channels_last_positions() == (0,) and len(kernel._steps) == 2
+    kernel.use_channels_last({0})
+    assert len(kernel._steps) == 1 and kernel.workspace_bytes() == before - x.nbytes
+    out = np.empty(want.shape, np.float32)
+    kernel(_nhwc(x), out)
+    np.testing.assert_array_equal(out, want)
+
+
+def test_a_convnext_block_keeps_its_images_channels_last(monkeypatch, random_array) -> None:
+    """conv -> permute to channels last + softmax (its LayerNorm's stand-in) -> permute back +
+    the residual add -> conv, as a ConvNeXt block: every image between the convs stays NHWC
+    (the residual too), the permute before the softmax reads the conv's bytes in place, and the
+    result is the float64 one."""
+    import graph_runtime as gr
+    from graph_runtime.lib import Module
+    from graph_runtime.lib.chain import Chain, Step
+    from graph_runtime.lib.kernels.onednn import binding
+    from support import make_graph, null, tvm_op
+    from test_conv import ref_conv2d_attrs
+    if not binding.available():
+        pytest.skip(f"oneDNN not available: {binding.unavailable_reason()}")
+    monkeypatch.setenv(binding.ONEDNN_ENV, "on")
+    lib = Module("convnext")
+    lib.register("conv", Chain("conv", [Step("conv2d", {"padding": [1]})]))
+    lib.register("mix", Chain("mix", [Step("transpose", {"axes": [0, 2, 3, 1]}),
+                                      Step("softmax", {"axis": -1})]))
+    lib.register("back", Chain("back", [Step("transpose", {"axes": [0, 3, 1, 2]}),
+                                        Step("add")]))
+    nodes = [null("x"), null("w1"), tvm_op("c1", "conv", [0, 1]), tvm_op("m", "mix", [2]),
+             tvm_op("b", "back", [3, 2]), null("w2"), tvm_op("c2", "conv", [4, 5])]
+    shapes = [[2, 3, 4, 5], [6, 3, 3, 3], [2, 6, 4, 5], [2, 4, 5, 6], [2, 6, 4, 5],
+              [6, 6, 3, 3], [2, 6, 4, 5]]
+    m = gr.create(make_graph(nodes, [6], shapes=shapes), lib, gr.cpu())
+    arrays = {name: random_array(tuple(shapes[i]), "float32", seed=i)
+              for i, name in [(0, "x"), (1, "w1"), (5, "w2")]}
+    m.set_input(**arrays)
+    m.run()
+    a = {k: v.astype(np.float64) for k, v in arrays.items()}
+    y = ref_conv2d_attrs(a["x"], a["w1"], {"padding": [1]})
+    z = y.transpose(0, 2, 3, 1)
+    e = np.exp(z - z.max(-1, keepdims=True))
+    mixed = (e / e.sum(-1, keepdims=True)).transpose(0, 3, 1, 2) + y
+    want = ref_conv2d_attrs(mixed, a["w2"], {"padding": [1]})
+    np.testing.assert_allclose(m.get_output(0).numpy(), want, rtol=2e-5,
+                               atol=2e-5 * float(np.abs(want).max()))
+    ex = m.executor
+    g = ex.graph
+    kept = {g.nodes[nid].name for nid in range(len(g.nodes))
+            if g.entry_id(nid, 0) in ex.channels_last}
+    assert kept == {"c1", "b"}
+    mix = next(s.kernel for s in ex.steps if g.nodes[s.nid].name == "m")
+    assert len(mix._steps) == 1  # the permute is a view of c1's NHWC bytes

@@ -10,7 +10,7 @@ permute (0, 2, 3, 1) or (0, 3, 1, 2) of an image is the same copy with the token
 """
 from __future__ import annotations
 
-from typing import Any, Collection, Sequence
+from typing import Any, Callable, Collection, Sequence
 
 import numpy as np
 
@@ -61,6 +61,14 @@ class TokenLayoutCopy(PreparedKernel):
     def use_channels_last(self, positions: Collection[int]) -> None:
         """Nothing to change: the views above read any strides."""
 
+    def read_as_view(self) -> Callable[[Any], Any] | None:
+        """to_tokens: the tokens as a view of an NHWC image's bytes (contiguous), which a
+        chain uses instead of the copy when told its image is NHWC; None for to_image."""
+        if self.direction != "to_tokens":
+            return None
+        n, c, h, w = self.image
+        return lambda image: image.transpose(0, 2, 3, 1).reshape(n, h * w, c)
+
     def __repr__(self) -> str:
         return f"TokenLayoutCopy({self.direction}, image {self.image})"
 
@@ -92,5 +100,74 @@ class PermuteCopy(PreparedKernel):
     def use_channels_last(self, positions: Collection[int]) -> None:
         """Nothing to change: NumPy's transpose reads any strides."""
 
+    def read_as_view(self) -> Callable[[Any], Any] | None:
+        """(0, 2, 3, 1): the permuted image as a view of its NHWC bytes (contiguous), which a
+        chain uses instead of the copy when told its image is NHWC; None for the way back."""
+        if PERMUTES[self.axes] != 0:
+            return None
+        axes = self.axes
+        return lambda image: image.transpose(axes)
+
     def __repr__(self) -> str:
         return f"PermuteCopy({self.axes})"
+
+
+class PermuteThenBinary(PreparedKernel):
+    """run(source, other, out) = op(source.transpose(axes), other) for a channel permute and
+    one NumPy binary op (op(a, b, out)), in one pass with no intermediate. The image side
+    (the source for (0, 2, 3, 1); for (0, 3, 1, 2) the output, and the other operand where it
+    is an image of the output's shape) may be NHWC: NumPy then walks the three arrays in
+    memory order, their strides being the same."""
+
+    def __init__(self, axes: tuple[int, int, int, int], name: str,
+                 op: Callable[..., None], other_is_image: bool) -> None:
+        self.axes = axes
+        self.name = name
+        self.op = op
+        self.other_is_image = other_is_image
+
+    def __call__(self, source: Any, other: Any, out: Any) -> None:
+        self.op(source.transpose(self.axes), other, out)
+
+    def channels_last_positions(self) -> tuple[int, ...]:
+        if PERMUTES[self.axes] == 0:
+            return (0,)
+        return (1, 2) if self.other_is_image else (2,)
+
+    def use_channels_last(self, positions: Collection[int]) -> None:
+        """Nothing to change: NumPy reads and writes any strides."""
+
+    def note(self) -> str:
+        return f"one pass: permute {self.axes} then {self.name}"
+
+    def __repr__(self) -> str:
+        return f"PermuteThenBinary({self.axes}, {self.name})"
+
+
+class TokensBinary(PreparedKernel):
+    """run(tokens, image, out) = op(tokens, image.transpose(0, 2, 3, 1)): a chain's permute to
+    the image, one binary op with an image and the permute back, as one pass in token order
+    (ConvNeXt's last residual add of a stage, before the next stage's LayerNorm). The image
+    may be NHWC, and then the pass runs in memory order."""
+
+    def __init__(self, name: str, op: Callable[..., None]) -> None:
+        self.name = name
+        self.op = op
+
+    def __call__(self, tokens: Any, image: Any, out: Any) -> None:
+        self.op(tokens, image.transpose(0, 2, 3, 1), out)
+
+    def channels_last_positions(self) -> tuple[int, ...]:
+        return (1,)
+
+    def use_channels_last(self, positions: Collection[int]) -> None:
+        """Nothing to change: NumPy reads any strides."""
+
+    def read_as_view(self) -> None:
+        """Its result is computed, never a view."""
+
+    def note(self) -> str:
+        return f"one pass in token order: {self.name}"
+
+    def __repr__(self) -> str:
+        return f"TokensBinary({self.name})"
