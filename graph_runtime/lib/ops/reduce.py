@@ -110,12 +110,25 @@ def _log_sum_exp(xp: Any, x: Any, axes: tuple[int, ...], keepdims: bool) -> Any:
     return result if keepdims else xp.squeeze(result, axis=axes)
 
 
+def _sum_square(xp: Any, x: Any, axes: tuple[int, ...], keepdims: bool) -> Any:
+    """Sum of squares over axes. NumPy's einsum takes it in one pass with no squared copy:
+    ConvNeXt-v2's global response norm, 3136 x 160 reduced over the rows, 316 against 101 us
+    (sum(x * x) made the square, then summed it along strided rows)."""
+    if xp is not np or x.ndim > 32:
+        return xp.sum(x * x, axis=axes, keepdims=keepdims)
+    every = list(range(x.ndim))
+    kept = [a for a in every if a not in axes]
+    result = np.einsum(x, every, x, every, kept)
+    return result.reshape([1 if a in axes else d for a, d in enumerate(x.shape)]) \
+        if keepdims else result
+
+
 # op -> fn(xp, x, axes, keepdims) -> reduced array (x already in the accumulation dtype).
 _HOST_COMPOSED: dict[str, Callable[[Any, Any, tuple[int, ...], bool], Any]] = {
     "prod": lambda xp, x, axes, keep: xp.prod(x, axis=axes, keepdims=keep),
-    "sum_square": lambda xp, x, axes, keep: xp.sum(x * x, axis=axes, keepdims=keep),
+    "sum_square": _sum_square,
     "l1": lambda xp, x, axes, keep: xp.sum(xp.abs(x), axis=axes, keepdims=keep),
-    "l2": lambda xp, x, axes, keep: xp.sqrt(xp.sum(x * x, axis=axes, keepdims=keep)),
+    "l2": lambda xp, x, axes, keep: xp.sqrt(_sum_square(xp, x, axes, keep)),
     "log_sum": lambda xp, x, axes, keep: xp.log(xp.sum(x, axis=axes, keepdims=keep)),
     "log_sum_exp": _log_sum_exp,
 }
