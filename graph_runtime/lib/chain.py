@@ -521,7 +521,8 @@ def _permute_then_binary(plan: list[_Planned], n_in: int, n_out: int
     return PermuteThenBinary(axes, second.op.name, BINARY[second.op.name][0](np), image)
 
 
-def _lead_view(lead: PreparedKernel | None, calls: list[tuple[Callable[..., None], tuple[int, ...]]],
+def _lead_view(lead: PreparedKernel | None,
+               calls: list[tuple[Callable[..., None], tuple[int, ...]]],
                plan: list[_Planned], taken: int,
                views: Mapping[int, tuple[int, Callable[[Any], Any]]], slot_count: int
                ) -> tuple[int, int, Callable[[Any], Any], int] | None:

@@ -82,32 +82,16 @@ def test_the_image_side_may_be_channels_last(direction, random_array) -> None:
 def test_tokens_between_onednn_convs_stay_channels_last(monkeypatch, random_array) -> None:
     """conv -> image to tokens (+gelu) -> tokens to image -> conv, as SegFormer's Mix-FFN: the
     images stay NHWC (the pairs copy in memory order) and the result is the float64 one."""
-    import graph_runtime as gr
-    from graph_runtime.lib import Module
     from graph_runtime.lib.chain import Chain, Step
-    from graph_runtime.lib.kernels.onednn import binding
-    from support import make_graph, null, tvm_op
     from test_conv import ref_conv2d_attrs
-    if not binding.available():
-        pytest.skip(f"oneDNN not available: {binding.unavailable_reason()}")
-    monkeypatch.setenv(binding.ONEDNN_ENV, "on")
-    lib = Module("tokens")
-    lib.register("conv", Chain("conv", [Step("conv2d", {"padding": [1]})]))
-    lib.register("to_tokens", Chain("to_tokens", [Step("reshape", {"newshape": [2, 6, 20]}),
-                                                  Step("transpose", {"axes": [0, 2, 1]}),
-                                                  Step("relu")]))
-    lib.register("to_image", Chain("to_image", [Step("transpose", {"axes": [0, 2, 1]}),
-                                                Step("reshape", {"newshape": [2, 6, 4, 5]})]))
-    nodes = [null("x"), null("w1"), tvm_op("c1", "conv", [0, 1]), tvm_op("t", "to_tokens", [2]),
-             tvm_op("i", "to_image", [3]), null("w2"), tvm_op("c2", "conv", [4, 5])]
-    shapes = [[2, 3, 4, 5], [6, 3, 3, 3], [2, 6, 4, 5], [2, 20, 6], [2, 6, 4, 5], [6, 6, 3, 3],
-              [2, 6, 4, 5]]
-    m = gr.create(make_graph(nodes, [6], shapes=shapes), lib, gr.cpu())
-    arrays = {name: random_array(tuple(shapes[i]), "float32", seed=i)
-              for i, name in [(0, "x"), (1, "w1"), (5, "w2")]}
-    m.set_input(**arrays)
-    m.run()
-    a = {k: v.astype(np.float64) for k, v in arrays.items()}
+    funcs = {"to_tokens": Chain("to_tokens", [Step("reshape", {"newshape": [2, 6, 20]}),
+                                              Step("transpose", {"axes": [0, 2, 1]}),
+                                              Step("relu")]),
+             "to_image": Chain("to_image", [Step("transpose", {"axes": [0, 2, 1]}),
+                                            Step("reshape", {"newshape": [2, 6, 4, 5]})])}
+    m, a = _between_convs(monkeypatch, random_array, funcs,
+                          [("t", "to_tokens", [2]), ("i", "to_image", [3])],
+                          [[2, 20, 6], [2, 6, 4, 5]])
     y = np.maximum(ref_conv2d_attrs(a["x"], a["w1"], {"padding": [1]}), 0)
     want = ref_conv2d_attrs(y, a["w2"], {"padding": [1]})
     np.testing.assert_allclose(m.get_output(0).numpy(), want, rtol=2e-5,
@@ -233,31 +217,14 @@ def test_a_convnext_block_keeps_its_images_channels_last(monkeypatch, random_arr
     the residual add -> conv, as a ConvNeXt block: every image between the convs stays NHWC
     (the residual too), the permute before the softmax reads the conv's bytes in place, and the
     result is the float64 one."""
-    import graph_runtime as gr
-    from graph_runtime.lib import Module
     from graph_runtime.lib.chain import Chain, Step
-    from graph_runtime.lib.kernels.onednn import binding
-    from support import make_graph, null, tvm_op
     from test_conv import ref_conv2d_attrs
-    if not binding.available():
-        pytest.skip(f"oneDNN not available: {binding.unavailable_reason()}")
-    monkeypatch.setenv(binding.ONEDNN_ENV, "on")
-    lib = Module("convnext")
-    lib.register("conv", Chain("conv", [Step("conv2d", {"padding": [1]})]))
-    lib.register("mix", Chain("mix", [Step("transpose", {"axes": [0, 2, 3, 1]}),
-                                      Step("softmax", {"axis": -1})]))
-    lib.register("back", Chain("back", [Step("transpose", {"axes": [0, 3, 1, 2]}),
-                                        Step("add")]))
-    nodes = [null("x"), null("w1"), tvm_op("c1", "conv", [0, 1]), tvm_op("m", "mix", [2]),
-             tvm_op("b", "back", [3, 2]), null("w2"), tvm_op("c2", "conv", [4, 5])]
-    shapes = [[2, 3, 4, 5], [6, 3, 3, 3], [2, 6, 4, 5], [2, 4, 5, 6], [2, 6, 4, 5],
-              [6, 6, 3, 3], [2, 6, 4, 5]]
-    m = gr.create(make_graph(nodes, [6], shapes=shapes), lib, gr.cpu())
-    arrays = {name: random_array(tuple(shapes[i]), "float32", seed=i)
-              for i, name in [(0, "x"), (1, "w1"), (5, "w2")]}
-    m.set_input(**arrays)
-    m.run()
-    a = {k: v.astype(np.float64) for k, v in arrays.items()}
+    funcs = {"mix": Chain("mix", [Step("transpose", {"axes": [0, 2, 3, 1]}),
+                                  Step("softmax", {"axis": -1})]),
+             "back": Chain("back", [Step("transpose", {"axes": [0, 3, 1, 2]}), Step("add")])}
+    m, a = _between_convs(monkeypatch, random_array, funcs,
+                          [("m", "mix", [2]), ("b", "back", [3, 2])],
+                          [[2, 4, 5, 6], [2, 6, 4, 5]])
     y = ref_conv2d_attrs(a["x"], a["w1"], {"padding": [1]})
     z = y.transpose(0, 2, 3, 1)
     e = np.exp(z - z.max(-1, keepdims=True))
@@ -272,3 +239,32 @@ def test_a_convnext_block_keeps_its_images_channels_last(monkeypatch, random_arr
     assert kept == {"c1", "b"}
     mix = next(s.kernel for s in ex.steps if g.nodes[s.nid].name == "m")
     assert len(mix._steps) == 1  # the permute is a view of c1's NHWC bytes
+
+
+def _between_convs(monkeypatch, random_array, funcs, middle, middle_shapes):
+    """x -> conv (oneDNN) -> the middle nodes -> conv, run: (module, its inputs in float64).
+    funcs: the middle's lib functions {name: Chain}; middle: (name, func, inputs) with c1 at
+    node 2, the last middle node the second conv's data."""
+    import graph_runtime as gr
+    from graph_runtime.lib import Module
+    from graph_runtime.lib.chain import Chain, Step
+    from graph_runtime.lib.kernels.onednn import binding
+    from support import make_graph, null, require_onednn, tvm_op
+    require_onednn()
+    monkeypatch.setenv(binding.ONEDNN_ENV, "on")
+    lib = Module("between")
+    lib.register("conv", Chain("conv", [Step("conv2d", {"padding": [1]})]))
+    for name, chain in funcs.items():
+        lib.register(name, chain)
+    last = 2 + len(middle)
+    nodes = [null("x"), null("w1"), tvm_op("c1", "conv", [0, 1])] + [
+        tvm_op(name, func, inputs) for name, func, inputs in middle] + [
+        null("w2"), tvm_op("c2", "conv", [last, last + 1])]
+    shapes = [[2, 3, 4, 5], [6, 3, 3, 3], [2, 6, 4, 5], *middle_shapes, [6, 6, 3, 3],
+              [2, 6, 4, 5]]
+    m = gr.create(make_graph(nodes, [last + 2], shapes=shapes), lib, gr.cpu())
+    arrays = {name: random_array(tuple(shapes[i]), "float32", seed=i)
+              for i, name in [(0, "x"), (1, "w1"), (last + 1, "w2")]}
+    m.set_input(**arrays)
+    m.run()
+    return m, {k: v.astype(np.float64) for k, v in arrays.items()}
