@@ -17,8 +17,8 @@ from .attrs import (DTYPE_KEY, NODE_KEYS, NUM_OUTPUTS_KEY, OUT_DTYPE_KEY, WORKSP
                     check_attrs, float_attr, str_attr)
 from .kernels.cpu import chain_jit
 from .kernels.conv_epilogue import EPILOGUE_DTYPES, EPILOGUE_OPS
-from .kernels.cpu.token_layout import (PermuteCopy, PermuteThenBinary, TokenLayoutCopy,
-                                       TokensBinary, permute_layout, token_layout)
+from .kernels.cpu.token_layout import (PermuteCopy, PermutedBinary, TokenLayoutCopy,
+                                       permute_layout, token_layout)
 from .kernels.cpu.permuted_copy import PermutedCopy, atom_permutation
 from .kernels.onednn.matmul_tail import matmul_tail
 from .kernels.gpu_elementwise import ELEMENTWISE_EXPRS, gpu_elementwise
@@ -501,24 +501,41 @@ def _permuted_copy(plan: list[_Planned], n_in: int, n_out: int) -> PermutedCopy 
     return None if found is None else PermutedCopy(*found)
 
 
-def _permute_then_binary(plan: list[_Planned], n_in: int, n_out: int
-                         ) -> PermuteThenBinary | None:
-    """A channel permute and one binary op taking its result first (ConvNeXt's permute back to
-    the image and its residual add) as one pass (kernels/cpu/token_layout.py); None
-    otherwise."""
-    if len(plan) != 2 or n_in != 2 or n_out != 1:
-        return None
-    first, second = plan
+def _permute_and_binary(first: _Planned, second: _Planned
+                        ) -> tuple[tuple[int, int, int, int], bool] | None:
+    """(the channel permute's axes, whether the op's other operand is an image of the result's
+    shape) when first is such a permute and second one NumPy binary op taking its result first,
+    neither with an epilogue, the result keeping its shape; else None."""
     if (first.op.name != "transpose" or second.op.name not in BINARY
             or first.epilogue is not None or second.epilogue is not None
-            or first.slots != [0] or second.slots != [first.out_slots[0], 1]
+            or len(second.slots) != 2 or second.slots[0] != first.out_slots[0]
             or tuple(second.outputs[0].shape) != tuple(first.outputs[0].shape)):
         return None
     axes = permute_layout(first.attrs.get("axes"), len(first.inputs[0].shape))
     if axes is None:
         return None
-    image = tuple(second.inputs[1].shape) == tuple(second.outputs[0].shape)
-    return PermuteThenBinary(axes, second.op.name, BINARY[second.op.name][0](np), image)
+    return axes, tuple(second.inputs[1].shape) == tuple(second.outputs[0].shape)
+
+
+def _binary(name: str) -> Callable[..., None]:
+    """NumPy's run(a, b, out) of a binary op."""
+    return BINARY[name][0](np)
+
+
+def _permute_then_binary(plan: list[_Planned], n_in: int, n_out: int
+                         ) -> PermutedBinary | None:
+    """A channel permute and one binary op taking its result first (ConvNeXt's permute back to
+    the image and its residual add) as one pass (kernels/cpu/token_layout.py), the image side
+    NHWC-capable (the source, or the output and an image operand); None otherwise."""
+    if len(plan) != 2 or n_in != 2 or n_out != 1 or plan[0].slots != [0] \
+            or plan[1].slots[1:] != [1]:
+        return None
+    found = _permute_and_binary(*plan)
+    if found is None:
+        return None
+    axes, image = found
+    images = (0,) if axes == (0, 2, 3, 1) else (1, 2) if image else (2,)
+    return PermutedBinary(plan[1].op.name, _binary(plan[1].op.name), 0, axes, images)
 
 
 def _lead_view(lead: PreparedKernel | None,
@@ -540,27 +557,23 @@ def _lead_view(lead: PreparedKernel | None,
     return plan[0].slots[0], slot, view, slot - slot_count
 
 
-def _tokens_binary(plan: list[_Planned]) -> TokensBinary | None:
+def _tokens_binary(plan: list[_Planned]) -> PermutedBinary | None:
     """A permute to the image, one binary op with an image of its shape, the permute back (the
-    first three ops of plan), as one pass in token order; None otherwise."""
+    first three ops of plan), as one pass in token order, the image NHWC-capable; None
+    otherwise."""
     first, second, third = plan[:3]
-    if (first.op.name != "transpose" or third.op.name != "transpose"
-            or second.op.name not in BINARY or len(second.slots) != 2
-            or second.epilogue is not None or third.epilogue is not None
-            or second.slots[0] != first.out_slots[0] or third.slots != second.out_slots
-            or tuple(second.inputs[1].shape) != tuple(second.outputs[0].shape)
-            or tuple(second.outputs[0].shape) != tuple(first.outputs[0].shape)):
+    found = _permute_and_binary(first, second)
+    if (found is None or found != ((0, 3, 1, 2), True) or third.op.name != "transpose"
+            or third.epilogue is not None or third.slots != second.out_slots
+            or permute_layout(third.attrs.get("axes"), len(third.inputs[0].shape))
+            != (0, 2, 3, 1)):
         return None
-    back = permute_layout(first.attrs.get("axes"), len(first.inputs[0].shape))
-    forth = permute_layout(third.attrs.get("axes"), len(third.inputs[0].shape))
-    if back != (0, 3, 1, 2) or forth != (0, 2, 3, 1):
-        return None
-    return TokensBinary(second.op.name, BINARY[second.op.name][0](np))
+    return PermutedBinary(second.op.name, _binary(second.op.name), 1, (0, 2, 3, 1), (1,))
 
 
 def _lead_slots(plan: list[_Planned], taken: int) -> tuple[int, ...]:
     """The slots a chain's lead (_layout_lead, running plan's first taken ops) reads and writes:
-    the first op's input, a binary op's other operand (TokensBinary), the last op's output."""
+    the first op's input, a binary op's other operand (_tokens_binary), the last op's output."""
     other = [plan[1].slots[1]] if taken == 3 else []
     return tuple(plan[0].slots + other + plan[taken - 1].out_slots)
 

@@ -143,7 +143,7 @@ def test_a_permute_and_one_binary_op_are_one_pass_in_either_layout(axes, op, oth
     """transpose then a binary op taking its result first (ConvNeXt's permute back and residual
     add): one kernel with no intermediate, the same values as the ops one at a time, and the
     same again with NHWC bytes at each position it offers."""
-    from graph_runtime.lib.kernels.cpu.token_layout import PermuteThenBinary
+    from graph_runtime.lib.kernels.cpu.token_layout import PermutedBinary
     source_shape = (2, 4, 5, 3) if axes == (0, 3, 1, 2) else (2, 3, 4, 5)
     x = random_array(source_shape, "float32", seed=4)
     other = random_array(other_shape, "float32", seed=5) + 2.0
@@ -154,7 +154,7 @@ def test_a_permute_and_one_binary_op_are_one_pass_in_either_layout(axes, op, oth
     chain = function_from_json("pair", func, "test")
     specs = [TensorSpec(source_shape, "float32"), TensorSpec(other_shape, "float32")]
     kernel = chain.prepare(cpu(), specs, chain.infer(specs), {})
-    assert isinstance(kernel, PermuteThenBinary) and kernel.workspace_bytes() == 0
+    assert isinstance(kernel, PermutedBinary) and kernel.workspace_bytes() == 0
     offered = kernel.channels_last_positions()
     assert offered == {(0, 3, 1, 2): (1, 2) if other_shape == got.shape else (2,),
                        (0, 2, 3, 1): (0,)}[axes]
@@ -169,7 +169,7 @@ def test_permute_op_permute_back_runs_in_token_order(run_op, random_array) -> No
     """transpose to the image, subtract an image, transpose back, then more ops (ConvNeXt's
     last residual add of a stage before a LayerNorm): one pass on the tokens, the image
     NHWC-capable, the same values as the ops one at a time."""
-    from graph_runtime.lib.kernels.cpu.token_layout import TokensBinary
+    from graph_runtime.lib.kernels.cpu.token_layout import PermutedBinary
     func = {"ops": [{"op": "transpose", "axes": [0, 3, 1, 2]}, {"op": "subtract"},
                     {"op": "transpose", "axes": [0, 2, 3, 1]}, {"op": "softmax", "axis": -1}]}
     tokens = random_array((2, 4, 5, 3), "float32", seed=6)
@@ -181,7 +181,7 @@ def test_permute_op_permute_back_runs_in_token_order(run_op, random_array) -> No
     chain = function_from_json("back", func, "test")
     specs = [TensorSpec((2, 4, 5, 3), "float32"), TensorSpec((2, 3, 4, 5), "float32")]
     kernel = chain.prepare(cpu(), specs, chain.infer(specs), {})
-    assert isinstance(kernel._steps[0][0], TokensBinary)
+    assert isinstance(kernel._steps[0][0], PermutedBinary)
     assert kernel.channels_last_positions() == (1,)
     kernel.use_channels_last({1})
     out = np.empty(got.shape, np.float32)

@@ -7,6 +7,10 @@ pair is two passes, the transpose a strided copy. Here it is one copy through vi
 runtime/layouts.py keeps the image side channels-last (its conv neighbour is oneDNN's), the
 tokens are that image's NHWC bytes already, so the copy runs in memory order, as a memcpy. A
 permute (0, 2, 3, 1) or (0, 3, 1, 2) of an image is the same copy with the tokens 4-D.
+
+Where the image side is NHWC, a chain led by such a copy reads the tokens as a view of those
+bytes instead (read_as_view), and a permute with one binary op around it (ConvNeXt's residual
+adds) is one NumPy pass in memory order (PermutedBinary).
 """
 from __future__ import annotations
 
@@ -112,62 +116,40 @@ class PermuteCopy(PreparedKernel):
         return f"PermuteCopy({self.axes})"
 
 
-class PermuteThenBinary(PreparedKernel):
-    """run(source, other, out) = op(source.transpose(axes), other) for a channel permute and
-    one NumPy binary op (op(a, b, out)), in one pass with no intermediate. The image side
-    (the source for (0, 2, 3, 1); for (0, 3, 1, 2) the output, and the other operand where it
-    is an image of the output's shape) may be NHWC: NumPy then walks the three arrays in
-    memory order, their strides being the same."""
+class PermutedBinary(PreparedKernel):
+    """run(a, b, out) = op(a, b, out) with the operand at `permuted` read through a channel
+    permute (axes), for one NumPy binary op, in one pass with no intermediate:
+    - a chain's permute and then the op taking its result first (ConvNeXt's permute back to
+      the image and its residual add): the source permuted;
+    - a chain's permute to the image, the op with an image, and the permute back (a stage's
+      last residual add, before the next stage's LayerNorm): the op on the tokens, the image
+      permuted to them.
+    `images`: the positions holding images, which may be NHWC (runtime/layouts.py); with the
+    permuted operand's bytes in the others' order, NumPy walks the three arrays in memory
+    order."""
 
-    def __init__(self, axes: tuple[int, int, int, int], name: str,
-                 op: Callable[..., None], other_is_image: bool) -> None:
-        self.axes = axes
+    def __init__(self, name: str, op: Callable[..., None], permuted: int,
+                 axes: tuple[int, int, int, int], images: tuple[int, ...]) -> None:
         self.name = name
         self.op = op
-        self.other_is_image = other_is_image
+        self.permuted = permuted
+        self.axes = axes
+        self.images = images
 
-    def __call__(self, source: Any, other: Any, out: Any) -> None:
-        self.op(source.transpose(self.axes), other, out)
+    def __call__(self, a: Any, b: Any, out: Any) -> None:
+        if self.permuted == 0:
+            self.op(a.transpose(self.axes), b, out)
+        else:
+            self.op(a, b.transpose(self.axes), out)
 
     def channels_last_positions(self) -> tuple[int, ...]:
-        if PERMUTES[self.axes] == 0:
-            return (0,)
-        return (1, 2) if self.other_is_image else (2,)
+        return self.images
 
     def use_channels_last(self, positions: Collection[int]) -> None:
         """Nothing to change: NumPy reads and writes any strides."""
 
     def note(self) -> str:
-        return f"one pass: permute {self.axes} then {self.name}"
+        return f"one pass: {self.name} with operand {self.permuted} permuted {self.axes}"
 
     def __repr__(self) -> str:
-        return f"PermuteThenBinary({self.axes}, {self.name})"
-
-
-class TokensBinary(PreparedKernel):
-    """run(tokens, image, out) = op(tokens, image.transpose(0, 2, 3, 1)): a chain's permute to
-    the image, one binary op with an image and the permute back, as one pass in token order
-    (ConvNeXt's last residual add of a stage, before the next stage's LayerNorm). The image
-    may be NHWC, and then the pass runs in memory order."""
-
-    def __init__(self, name: str, op: Callable[..., None]) -> None:
-        self.name = name
-        self.op = op
-
-    def __call__(self, tokens: Any, image: Any, out: Any) -> None:
-        self.op(tokens, image.transpose(0, 2, 3, 1), out)
-
-    def channels_last_positions(self) -> tuple[int, ...]:
-        return (1,)
-
-    def use_channels_last(self, positions: Collection[int]) -> None:
-        """Nothing to change: NumPy reads any strides."""
-
-    def read_as_view(self) -> None:
-        """Its result is computed, never a view."""
-
-    def note(self) -> str:
-        return f"one pass in token order: {self.name}"
-
-    def __repr__(self) -> str:
-        return f"TokensBinary({self.name})"
+        return f"PermutedBinary({self.name}, operand {self.permuted} permuted {self.axes})"
