@@ -7,9 +7,11 @@ and the table gives medians and the ratio to ONNX Runtime's faster setting. Also
 import time and each model's first create+run (chain compiles; fresh numba cache if the cache
 directory was empty) and the largest error against ONNX Runtime. Run it with
 `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE` as on a user's machine, and say the load average.
+--busy-core keeps one core busy with a spinning process meanwhile (issue 33's neighbour: every
+contender runs beside it, and ONNX Runtime's one-thread setting is usually its faster one then).
 
 Usage: python bench/transformers.py [--models vit_small bert_tiny ...] [--rounds 5]
-                                    [--json OUT.json]
+                                    [--busy-core] [--json OUT.json]
 """
 from __future__ import annotations
 
@@ -29,8 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # measure the checkout this script sits in
 import graph_runtime as gr  # noqa: E402
 from interleave import interleaved_samples  # noqa: E402  (bench/)
-from peers import (DEFAULT, ONE_THREAD, machine_line, onnxruntime_sessions,  # noqa: E402
-                   random_feeds, session_calls)
+from peers import (DEFAULT, ONE_THREAD, busy_core, machine_line,  # noqa: E402
+                   onnxruntime_sessions, random_feeds, session_calls)
 
 CACHE = Path.home() / ".cache" / "graph_runtime" / "bench_transformers"
 MODELS = ["vit_small", "bert_tiny", "bert_tiny_dynamo", "distilbert_tiny", "whisper_encoder_tiny",
@@ -72,10 +74,23 @@ def main() -> None:
     parser.add_argument("--models", nargs="*", default=MODELS)
     parser.add_argument("--folder", type=Path, default=CACHE)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--busy-core", action="store_true",
+                        help="keep one core busy with a spinning child process meanwhile")
     parser.add_argument("--json", type=Path)
     opts = parser.parse_args()
+    with busy_core(opts.busy_core):
+        rows = table(opts)
+    if opts.json:
+        from graph_runtime.lib.kernels.onednn.binding import describe
+        opts.json.write_text(json.dumps({"rows": rows, "load": os.getloadavg(),
+                                         "busy_core": opts.busy_core, "onednn": describe()},
+                                        indent=1))
+
+
+def table(opts: argparse.Namespace) -> list[dict[str, Any]]:
+    """Measure and print each model's row; the rows."""
     rows = []
-    print(machine_line())
+    print(machine_line() + (", one core kept busy" if opts.busy_core else ""))
     print(f"{'model':22} {'ours ms':>9} {'ort ms':>9} {'ort1t ms':>9} {'ratio':>6} "
           f"{'import s':>8} {'1st run s':>9} {'max err':>8}")
     for name in opts.models:
@@ -92,9 +107,7 @@ def main() -> None:
     print(machine_line())
     from graph_runtime.lib.kernels.onednn.binding import describe
     print(describe())  # the oneDNN threading mode this process ran in (auto decides per process)
-    if opts.json:
-        opts.json.write_text(json.dumps({"rows": rows, "load": os.getloadavg(),
-                                         "onednn": describe()}, indent=1))
+    return rows
 
 
 if __name__ == "__main__":

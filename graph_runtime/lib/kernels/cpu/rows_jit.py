@@ -60,8 +60,11 @@ def _layer_norm_rows(x: Any, gamma: Any, beta: Any, out: Any, eps: float, lo: in
         row = x[r]
         mean = _row_sum(row) / n
         inv = 1.0 / math.sqrt(_row_squares(row, mean) / n + eps)
+        # the statistics in float64, the row made in its own type: a float32 row's loop at
+        # full vector width (ViT-small's 197 rows of 192: 28 -> 19 us, error 1e-7 -> 5e-7)
+        m, s = as_type_of(mean, row[0]), as_type_of(inv, row[0])
         for j in range(n):
-            out[r, j] = (row[j] - mean) * inv * gamma[j] + beta[j]
+            out[r, j] = (row[j] - m) * s * gamma[j] + beta[j]
 
 
 @compiled
@@ -69,7 +72,7 @@ def _rms_norm_rows(x: Any, gamma: Any, out: Any, eps: float, lo: int, hi: int) -
     n = x.shape[1]
     for r in range(lo, hi):
         row = x[r]
-        inv = 1.0 / math.sqrt(_row_squares(row, 0.0) / n + eps)
+        inv = as_type_of(1.0 / math.sqrt(_row_squares(row, 0.0) / n + eps), row[0])
         for j in range(n):
             out[r, j] = row[j] * inv * gamma[j]
 
@@ -86,6 +89,7 @@ def _group_norm_rows(x: Any, scale: Any, bias: Any, out: Any, eps: float, groups
         orow = out[r]
         mean = _row_sum(row) / n
         inv = 1.0 / math.sqrt(_row_squares(row, mean) / n + eps)
+        m, s = as_type_of(mean, row[0]), as_type_of(inv, row[0])
         for cc in range(per_group):
             c = (r % groups) * per_group + cc
             sc = scale[c]
@@ -93,7 +97,7 @@ def _group_norm_rows(x: Any, scale: Any, bias: Any, out: Any, eps: float, groups
             seg = row[cc * spatial:(cc + 1) * spatial]
             oseg = orow[cc * spatial:(cc + 1) * spatial]
             for j in range(spatial):
-                oseg[j] = (seg[j] - mean) * inv * sc + sh
+                oseg[j] = (seg[j] - m) * s * sc + sh
 
 
 @inlined
