@@ -12,6 +12,7 @@ from support import dense_spec, make_graph, null, require_onednn, tvm_op
 
 import graph_runtime as gr
 from graph_runtime.lib import Module
+from graph_runtime.lib.library import InputVersion
 from graph_runtime.lib.chain import Chain, Step, kernel_note
 from graph_runtime.lib.kernels.cpu import dense_choice
 from graph_runtime.lib.kernels.cpu.team_gemv import MAX_ROWS, TeamGemv
@@ -171,3 +172,54 @@ def test_where_dense_offers_it(team, monkeypatch) -> None:
     monkeypatch.setenv("GRAPH_RUNTIME_ONEDNN", "auto")
     monkeypatch.setenv(ONEDNN_THREADS.name, "workers")
     assert "team" not in dense_choice.offered(dense_spec(1, 512, 512))
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 512, 512), (1, 40, 5), (3, 130, 70), (MAX_ROWS, 1000, 300)])
+def test_a_weight_kept_between_runs_is_read_packed(team, m, n, k, random_array) -> None:
+    """With its write counter bound (a param), the weight is read packed, eight rows
+    interleaved and zero padded past n and k (widths that leave partial blocks here), and
+    packed again when the counter moves."""
+    x = random_array((m, k), "float32", seed=11)
+    w = random_array((n, k), "float32", seed=12)
+    kernel = TeamGemv(m, n, k)
+    version = InputVersion()
+    kernel.bind_versions({1: version})
+    out = np.full((m, n), np.nan, np.float32)
+    kernel(x, w, out)
+    assert kernel.packed is not None and kernel.packed.shape == (-(-n // 8), -(-k // 16), 128)
+    _check(out, x, w)
+    w[: n // 2] = random_array((n // 2, k), "float32", seed=13)
+    version.value += 1  # as set_input / load_params count a write
+    kernel(x, w, out)
+    _check(out, x, w)
+    assert kernel.workspace_bytes() == kernel.packed.nbytes
+
+
+def test_a_volatile_weight_is_read_as_given(team, random_array) -> None:
+    """A weight that may change without a count (computed by a node) is never packed."""
+    x = random_array((1, 64), "float32", seed=14)
+    w = random_array((48, 64), "float32", seed=15)
+    kernel = TeamGemv(1, 48, 64)
+    kernel.bind_versions({1: InputVersion(volatile=True)})
+    out = np.empty((1, 48), np.float32)
+    kernel(x, w, out)
+    w[...] = 1.0
+    kernel(x, w, out)
+    assert kernel.packed is None
+    _check(out, x, w)
+
+
+def test_a_frozen_weight_is_packed_once_for_every_kernel(team, random_array) -> None:
+    """A frozen param (a symbolic module's) is packed by the first kernel reading it; the
+    kernels of its other shapes read that same copy."""
+    from graph_runtime.lib.kernels.derived import freeze
+    w = random_array((96, 128), "float32", seed=16)
+    freeze(w)
+    kernels = [TeamGemv(m, 96, 128) for m in (1, 2)]
+    for kernel in kernels:
+        kernel.bind_versions({1: InputVersion()})
+        x = random_array((kernel.shapes[0][0], 128), "float32", seed=17)
+        out = np.empty(kernel.shapes[2], np.float32)
+        kernel(x, w, out)
+        _check(out, x, w)
+    assert kernels[0].packed is kernels[1].packed
