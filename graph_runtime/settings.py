@@ -105,8 +105,9 @@ SHAPE_TUNING = Setting(
     "candidates there and then, as create() does for a static module", ("class", "measure"))
 SHAPE_CACHE_BYTES = Setting(
     "GRAPH_RUNTIME_SHAPE_CACHE_BYTES", "1073741824",
-    "most bytes (storage pools and workspace, params not counted; a buffer or kernel several "
-    "shapes share counted once) a module with symbolic dims "
+    "most bytes (storage pools and workspace, params and the packed copies kernels share of "
+    "them not counted; a buffer or kernel several shapes share counted once) a module with "
+    "symbolic dims "
     "keeps across the shapes it has run: the least recently used shapes are dropped beyond it "
     "(the shape in use is always kept)", values_text="a non-negative integer")
 GC_FREEZE = Setting(

@@ -32,6 +32,12 @@ class PreparedKernel(ABC):
         """Bytes this kernel allocated at prepare time and keeps for every run."""
         return 0
 
+    def workspace_owner(self) -> Any:
+        """What the workspace is counted by, once however many kernels name it (a symbolic
+        module's kept shapes: measure.SharedBytes): the kernel itself, or for data several
+        kernels share (a frozen weight's packed copy) what stands for that data."""
+        return self
+
     def cached_inputs(self) -> Sequence[int]:
         """Input positions whose derived data (transformed weights) the kernel keeps between runs.
 
@@ -159,6 +165,9 @@ class Wrapping(PreparedKernel):
 
     def workspace_bytes(self) -> int:
         return self.inner.workspace_bytes()
+
+    def workspace_owner(self) -> Any:
+        return self.inner.workspace_owner()
 
     def cached_inputs(self) -> Sequence[int]:
         return self.inner.cached_inputs()

@@ -35,6 +35,7 @@ from ..lib import tuning
 from ..lib.kernels.cpu import jit_setup
 from ..lib.kernels.derived import freeze, thaw
 from ..lib.library import Module
+from ..lib.prepared import PreparedKernel
 from ..nd import NDArray, from_dlpack
 from .executor import Executor, NodeTime
 from .graph_module import GraphModule
@@ -465,7 +466,7 @@ class SymbolicGraphModule(ModuleBase):
             params[dev] = params.get(dev, 0) + int(array.nbytes)
         shared, skip = SharedBytes(), self._param_ids()
         for index, module in enumerate(modules):
-            shared.add(index, _shared_items(module, skip))
+            shared.add(index, _shared_items(module, skip, param_data=True))
         return add_bytes([params, self.scratch.held_bytes(), shared.bytes_per_device(),
                           *(module.executor.plan.extra_bytes for module in modules)])
 
@@ -475,13 +476,15 @@ class SymbolicGraphModule(ModuleBase):
         return self._module("executor").executor
 
 
-def _shared_items(module: GraphModule, params: set[int]
+def _shared_items(module: GraphModule, params: set[int], param_data: bool = False
                   ) -> list[tuple[Any, dict[Device, int]]]:
     """What a specialisation may share with others, for SharedBytes: its pool's buffers (the
     scratch's slices and the params, held once by the module, aside; a host buffer kept from a
     larger shape counted at its own size), its kernels' workspace and the control-flow bodies
-    they hold. Its buffers outside the pool are its own (plan.extra_bytes); its inputs' and
-    outputs' bytes shared with other specialisations (StoragePool.io_ids) are the scratch's."""
+    they hold (param_data: with what kernels derive from a param once and share, a packed
+    weight, which the bound on the shapes kept does not count). Its buffers outside the pool
+    are its own (plan.extra_bytes); its inputs' and outputs' bytes shared with other
+    specialisations (StoragePool.io_ids) are the scratch's."""
     executor = module.executor
     pool = executor.pool
     items: list[tuple[Any, dict[Device, int]]] = []
@@ -492,8 +495,11 @@ def _shared_items(module: GraphModule, params: set[int]
         items.append((buffer, {pool.plan.sid_device[sid]: int(nbytes)}))
     for step in executor.steps:
         workspace = step.kernel.workspace_bytes()
-        if workspace:
-            items.append((step.kernel, {step.device: workspace}))
+        owner = step.kernel.workspace_owner()
+        # data derived once from a param (its packed copy), held as long as the param, which
+        # the shapes' bound does not count either: counted in the module's report only
+        if workspace and (param_data or isinstance(owner, PreparedKernel)):
+            items.append((owner, {step.device: workspace}))
         items.extend((body, body.held_bytes()) for body in step.kernel.sub_modules())
     return items
 

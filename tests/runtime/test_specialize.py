@@ -469,10 +469,6 @@ def test_derived_shapes_share_their_inputs_and_outputs_bytes_and_lose_no_value()
 
 def test_the_bytes_kept_across_shapes_are_bounded_by_the_setting(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    # products with no workspace of their own (OpenBLAS's): the team's few-row product and
-    # oneDNN's count their packed weight in every kernel reading it (one per batch here)
-    monkeypatch.setenv(settings.TEAM_GEMV.name, "off")
-    monkeypatch.setenv(settings.ONEDNN.name, "off")
     m = gr.create(_wide_dense())
     m.load_params({"w": np.ones((32, 64), np.float32)})
     for batch in (3, 2, 1):  # the oldest the largest: dropping it leaves room for two

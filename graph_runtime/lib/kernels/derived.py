@@ -78,6 +78,15 @@ def watch(array: Any, version: InputVersion) -> bool:
     return entry is not None
 
 
+def shared_list_watched_by(version: InputVersion) -> list[Any] | None:
+    """derived_of of the frozen array whose writes version counts (watch), or None: the one
+    object standing for what kernels derive from that array."""
+    for ref, shared, versions in _frozen.values():
+        if version in versions and ref() is not None:
+            return shared
+    return None
+
+
 def thaw(array: Any) -> None:
     """array may be written after all (a view of it handed out): every counter watching it
     turns volatile and nothing more is shared from it."""

@@ -40,7 +40,7 @@ import numpy as np
 from numba import carray
 
 from ...library import InputVersion
-from ..derived import DerivesFromInputs, derived_of
+from ..derived import DerivesFromInputs, derived_of, shared_list_watched_by
 from ..onednn.weights import aligned_buffer
 from . import jit_setup
 from .loops_jit import lane_dot
@@ -198,6 +198,13 @@ class TeamGemv(DerivesFromInputs):
         (_, k), (n, _), _ = self.shapes
         packed = -(-n // PACK_ROWS) * -(-k // PIECE) * PANEL * 4
         return packed + (0 if self.tail is None else self.tail.workspace_bytes())
+
+    def workspace_owner(self) -> Any:
+        """A frozen weight's packed copy is one, whichever kernels read it (a decoder's step at
+        each batch size has its own kernel): counted once, by the weight's derived data."""
+        cell = self._cells[0]
+        shared = None if cell.volatile else shared_list_watched_by(cell)
+        return self if shared is None else shared
 
     def bind_versions(self, versions: Mapping[int, InputVersion] | Any) -> None:
         super().bind_versions(versions)
