@@ -283,7 +283,7 @@ class TeamGemv(DerivesFromInputs):
         """The product of operands that are not all float32 C-contiguous arrays: copied to be
         read by address, the result copied back into out."""
         x = np.ascontiguousarray(a, np.float32)
-        w: np.ndarray = b if b is self.packed else np.ascontiguousarray(b, np.float32)
+        w = b if b is self.packed and b is not None else np.ascontiguousarray(b, np.float32)
         if out.flags.c_contiguous and out.dtype == np.float32:
             y = out
         else:
