@@ -115,6 +115,7 @@ class Executor:
         # derive's index of the steps' entries and dims (_touched), shared by derived executors
         self._step_index: tuple[dict[int, list[int]], list[tuple[int, frozenset[str]]],
                                 set[int]] | None = None
+        self._input_eids: set[int] | None = None  # the graph inputs' entries (_plan_versions)
         # the shared cache's generation its kernels were taken in (KernelCache.clear)
         self._generation = kernels.generation if kernels is not None else 0
         self.escaped_entries: set[int] = set()  # entries escaped() (the count may miss writes)
@@ -208,6 +209,7 @@ class Executor:
             call.nid for call in self.shortcuts.values()}
         used = new._bytes_in_use()
         new.steps = []
+        made: list[PreparedCall] = []  # the steps given kernels anew
         # (a load of params empties the cache: kernels deriving from the old ones are not kept)
         held = held and self._generation == shared.generation
         visit = self._touched(graph, lib, renewed | changed) if held else None
@@ -244,6 +246,7 @@ class Executor:
                     step.nid, step.label, step.func_name, step.device,
                     in_device_scope(new._site(kernel) or fn, step.device), [], step.arg_keys,
                     n_in, False, kernel)
+                made.append(kept)
             kept.args[:] = new._args_of(step, renewed)
             new.steps.append(kept)
         new.shortcuts = {}
@@ -257,7 +260,8 @@ class Executor:
         # here already, is not adopted again), a counted write to either executor's input is
         # seen by both (a new shape's inputs are set again, counted)
         new.versions = dict(self.versions)
-        new._bind_versions(new._plan_versions())
+        # a kept kernel is bound already, to the same counters (the dict's values are shared)
+        new._bind_versions(new._plan_versions(made))
         new._unshare.clear()
         new._finish()
         return new
@@ -657,17 +661,25 @@ class Executor:
             log.info("%s: run() skips %d flatten(s), their readers reading the source",
                      self.graph.source, len(self.skipped))
 
-    def _plan_versions(self) -> list[tuple[PreparedKernel, dict[int, int | None]]]:
+    def _plan_versions(self, steps: list[PreparedCall] | None = None
+                       ) -> list[tuple[PreparedKernel, dict[int, int | None]]]:
         """Per kernel that caches derived inputs (lib/prepared.py), per such position: the graph
-        input whose write counter it shares, or None for a volatile counter of its own.
+        input whose write counter it shares, or None for a volatile counter of its own (of
+        steps: default, every step's).
 
         Only a graph input read in place, with a storage id of its own, is written solely through
         GraphModule's setters, which count; any other entry gets a volatile counter.
         """
+        if steps is None:
+            steps = self.steps + list(self.shortcuts.values())
+        if not steps:
+            return []
         g = self.graph
-        inputs = {g.entry_id(nid, 0) for nid in g.arg_nodes}
+        inputs = self._input_eids
+        if inputs is None:  # the same in every specialisation (derive copies it)
+            inputs = self._input_eids = {g.entry_id(nid, 0) for nid in g.arg_nodes}
         plan = []
-        for step in self.steps + list(self.shortcuts.values()):
+        for step in steps:
             counted: dict[int, int | None] = {}
             for pos in step.kernel.cached_inputs():
                 eid, dev, _ = step.arg_keys[pos]

@@ -179,6 +179,7 @@ class TeamGemv(DerivesFromInputs):
         self.tail = tail
         self.packed: np.ndarray | None = None  # w packed (its own or a frozen weight's shared)
         self._own: np.ndarray | None = None  # its own packed buffer, made at first need
+        self._owner: tuple[Any, Any] = (None, self)  # (the weight's counter, workspace_owner)
         # per (x, weight read, out) met, by identity: weak references to them (an entry is
         # used only while each still is the array it was made for, and keeps none alive: a
         # shape's buffers go with its module), a block holding their addresses, the block's
@@ -203,8 +204,10 @@ class TeamGemv(DerivesFromInputs):
         """A frozen weight's packed copy is one, whichever kernels read it (a decoder's step at
         each batch size has its own kernel): counted once, by the weight's derived data."""
         cell = self._cells[0]
-        shared = None if cell.volatile else shared_list_watched_by(cell)
-        return self if shared is None else shared
+        if self._owner[0] is not cell:  # asked at every new shape: looked up once per counter
+            shared = None if cell.volatile else shared_list_watched_by(cell)
+            self._owner = (cell, self if shared is None else shared)
+        return self._owner[1]
 
     def bind_versions(self, versions: Mapping[int, InputVersion] | Any) -> None:
         super().bind_versions(versions)
