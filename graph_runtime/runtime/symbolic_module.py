@@ -52,6 +52,7 @@ from .steps import KernelCache
 # 7.1 ms a token instead of 3.1). The bytes bound (GRAPH_RUNTIME_SHAPE_CACHE_BYTES) decides
 # first for a large model (there about 1.5 MB a decode shape: some 700 lengths).
 DEFAULT_CACHE_SIZE = 512
+MEMO_STEPS = 8192  # steps whose shared items _shared_items keeps (a decode step adds ~30)
 log = logging.getLogger("graph_runtime")
 
 
@@ -102,6 +103,9 @@ class SymbolicGraphModule(ModuleBase):
         # derived from it and with every shape using the same kernels, in _shared (counted once)
         self._kept_bytes: dict[tuple, int] = {}
         self._shared = SharedBytes()
+        # per step (by id, with the step) of the kept shapes: its items for _shared (a derived
+        # shape's ~60 steps kept from the shape before are asked again at every new length)
+        self._step_items: dict[int, tuple[Any, list[tuple[Any, dict[Device, int]]]]] = {}
         self._kernel_keys: dict[tuple, list] = {}  # per cached key: the shared kernels it uses
         self._costs: dict[tuple, tuple[str, float, float, float, int, bool]] = {}  # as _last_cost
         # The last run's shape: whether that run specialised it, and what specialising it cost:
@@ -266,7 +270,7 @@ class SymbolicGraphModule(ModuleBase):
                 if self._current_key in self._cache:  # its bytes counted anew
                     self._shared.drop(self._current_key)
                     self._shared.add(self._current_key,
-                                     _shared_items(module, self._param_ids()))
+                                     _shared_items(module, self._param_ids(), memo=self._step_items))
             return module
         finally:
             self._release()
@@ -328,6 +332,7 @@ class SymbolicGraphModule(ModuleBase):
         is made again in the new one, kernels included. The module in use stays readable (its
         inputs are copied into the next)."""
         self._cache.clear()
+        self._step_items.clear()
         self._kept_bytes.clear()
         self._shared.clear()
         self._kernel_keys.clear()
@@ -344,13 +349,15 @@ class SymbolicGraphModule(ModuleBase):
         module._adopt_inputs({name: array for name, (_, array) in self._params.items()})
         self._cache[key] = module
         self._kept_bytes[key] = sum(module.executor.plan.extra_bytes.values())
-        self._shared.add(key, _shared_items(module, self._param_ids()))
+        self._shared.add(key, _shared_items(module, self._param_ids(), memo=self._step_items))
         self._kernel_keys[key] = self.kernels.hold()
         self._costs[key] = self._last_cost
         bound = settings.shape_cache_bytes()
         while len(self._cache) > 1 and (len(self._cache) > self.cache_size
                                         or self._kept_total() > bound):
-            old_key, _ = self._cache.popitem(last=False)
+            old_key, old = self._cache.popitem(last=False)
+            for step in old.executor.steps:  # the memo holds no dropped shape's steps
+                self._step_items.pop(id(step), None)
             del self._kept_bytes[old_key]
             self._shared.drop(old_key)
             self.kernels.release(self._kernel_keys.pop(old_key))
@@ -476,7 +483,8 @@ class SymbolicGraphModule(ModuleBase):
         return self._module("executor").executor
 
 
-def _shared_items(module: GraphModule, params: set[int], param_data: bool = False
+def _shared_items(module: GraphModule, params: set[int], param_data: bool = False,
+                  memo: dict[int, tuple[Any, list[tuple[Any, dict[Device, int]]]]] | None = None
                   ) -> list[tuple[Any, dict[Device, int]]]:
     """What a specialisation may share with others, for SharedBytes: its pool's buffers (the
     scratch's slices and the params, held once by the module, aside; a host buffer kept from a
@@ -484,7 +492,8 @@ def _shared_items(module: GraphModule, params: set[int], param_data: bool = Fals
     they hold (param_data: with what kernels derive from a param once and share, a packed
     weight, which the bound on the shapes kept does not count). Its buffers outside the pool
     are its own (plan.extra_bytes); its inputs' and outputs' bytes shared with other
-    specialisations (StoragePool.io_ids) are the scratch's."""
+    specialisations (StoragePool.io_ids) are the scratch's. memo: each step's items, kept
+    (bounded) across calls."""
     executor = module.executor
     pool = executor.pool
     items: list[tuple[Any, dict[Device, int]]] = []
@@ -493,14 +502,25 @@ def _shared_items(module: GraphModule, params: set[int], param_data: bool = Fals
             continue
         nbytes = buffer.nbytes if isinstance(buffer, np.ndarray) else pool.plan.sid_bytes[sid]
         items.append((buffer, {pool.plan.sid_device[sid]: int(nbytes)}))
+    if memo is not None and len(memo) > MEMO_STEPS:
+        memo.clear()
     for step in executor.steps:
+        hit = None if memo is None else memo.get(id(step))
+        if hit is not None and hit[0] is step:
+            items.extend(hit[1])
+            continue
+        mine = []
         workspace = step.kernel.workspace_bytes()
         owner = step.kernel.workspace_owner()
         # data derived once from a param (its packed copy), held as long as the param, which
         # the shapes' bound does not count either: counted in the module's report only
         if workspace and (param_data or isinstance(owner, PreparedKernel)):
-            items.append((owner, {step.device: workspace}))
-        items.extend((body, body.held_bytes()) for body in step.kernel.sub_modules())
+            mine.append((owner, {step.device: workspace}))
+        bodies = step.kernel.sub_modules()  # what they hold grows as they run: asked anew
+        mine.extend((body, body.held_bytes()) for body in bodies)
+        if memo is not None and not bodies:
+            memo[id(step)] = (step, mine)
+        items.extend(mine)
     return items
 
 
