@@ -270,7 +270,8 @@ class SymbolicGraphModule(ModuleBase):
                 if self._current_key in self._cache:  # its bytes counted anew
                     self._shared.drop(self._current_key)
                     self._shared.add(self._current_key,
-                                     _shared_items(module, self._param_ids(), memo=self._step_items))
+                                     _shared_items(module, self._param_ids(),
+                                                   memo=self._step_items))
             return module
         finally:
             self._release()
