@@ -42,10 +42,17 @@ Source = Callable[[], float]  # one timing sample: seconds per call
 
 
 def sampler(call: Callable[[], None], sync: Callable[[], None] = lambda: None,
-            number: int = 1, pause_s: float = 0.0) -> Source:
+            number: int = 1, pause_s: float = 0.0,
+            wake: Callable[[], None] | None = None) -> Source:
     """A timing source: after pause_s of sleep (helper threads go to sleep between a graph's
-    nodes too), number calls then sync, seconds per call."""
+    nodes too), number calls then sync, seconds per call. wake, called before the pause: the
+    helper threads idle for the pause alone, not for every sample taken since they last ran
+    (a race's slower candidates, run between two of this one's samples, left oneDNN's OpenMP
+    threads asleep long enough that waking them cost 6.9-14.7 ms a call on a 2-vCPU VM: its
+    0.3 ms product stored as 7.4 ms and lost to OpenBLAS's 0.73)."""
     def sample() -> float:
+        if wake is not None:
+            wake()
         if pause_s:
             time.sleep(pause_s)
         start = time.perf_counter()
@@ -149,6 +156,11 @@ BUSY = "busy"  # decided or not, measured while other processes kept the CPUs bu
 ALPHA = 0.05  # a median's bounds hold it with at least 95% confidence
 
 
+# a candidate's samples stalled: median this many times its fastest, and this much over it
+STALL_RATIO = 4.0
+STALL_S = 0.001
+
+
 @dataclass(frozen=True)
 class Budget:
     """How long a comparison samples: min_rounds, then until it is clear, max_rounds are taken
@@ -239,6 +251,21 @@ def _ratio(base: float, other: float) -> float:
     return math.inf if other == 0.0 else base / other
 
 
+def stalled(samples: Mapping[str, Sequence[float]]) -> str:
+    """Why a race's samples say the machine stalled (a candidate's median STALL_RATIO times its
+    fastest sample and STALL_S over it: most of its calls waited milliseconds for a core, which
+    no kernel's own work explains), or "" where none did. Such a verdict is used by the
+    process that made it and measured again by the next (as a busy machine's)."""
+    for name, values in samples.items():
+        if len(values) < 2:
+            continue
+        low, mid = min(values), statistics.median(values)
+        if mid > STALL_RATIO * low and mid - low > STALL_S:
+            return (f"{name}'s calls stalled: median {mid * 1e3:.2f} ms, fastest "
+                    f"{low * 1e3:.2f} ms")
+    return ""
+
+
 @dataclass(frozen=True)
 class Race:
     """The rule of one choice: base is kept unless a challenger is clearly min_speedup times
@@ -272,8 +299,9 @@ class Race:
             chosen, clear = decide(samples, self.base, self.min_speedup)
             if clear or time.perf_counter() - started >= self.budget.max_s:
                 break
+        busy = window() or stalled(samples)
         return Verdict(chosen, self.base, {n: tuple(s) for n, s in samples.items()},
-                       CLEAR if clear else NOISE, window())
+                       CLEAR if clear else NOISE, busy)
 
     def known(self, seconds: Mapping[str, float]) -> Verdict:
         """The verdict on costs known without timing (nothing to repeat): fastest() on them."""

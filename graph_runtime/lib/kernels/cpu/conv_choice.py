@@ -31,6 +31,7 @@ from .winograd import WinogradConv, winograd_applies
 from ..onednn.choice import onednn_conv, timed_call
 from .silu_pass import SiluBand
 from ..onednn.policy import mode_word
+from .omp_team import wake_team
 
 PAUSE_S = 0.0005
 
@@ -164,7 +165,8 @@ def _race(race: Race, p: ConvParams, epilogue: Epilogue, names: list[str]) -> Ve
     # kernel runs: OpenBLAS's threads, spinning after a threaded im2col, stalled the OpenMP
     # threads of the next oneDNN call (MobileNetV2: 38 of its 54 convs went to NumPy so timed).
     with ONE_BLAS_THREAD if "onednn" in names else nullcontext():
-        sources = {name: sampler(call, pause_s=PAUSE_S) for name, call in calls.items()}
+        sources = {name: sampler(call, pause_s=PAUSE_S, wake=wake_team)
+                   for name, call in calls.items()}
         return (replace(race, adjust=_charge_reorders) if _NCHW in calls else race)(sources)
 
 

@@ -17,6 +17,7 @@ from ...tunable import Candidate, TunableOp
 from ...tuning import Choice, in_size_class_scope
 from ..threads import ONE_BLAS_THREAD
 from .dense_tiles import SPREAD_FLOPS, DenseTiles, tilings, tiles
+from .omp_team import wake_team
 from .padded_gemv import PaddedGemv, padded_rows
 from .split_dense import SplitDense, split_blocks
 from .team_gemv import TeamGemv, applies as team_applies
@@ -250,7 +251,7 @@ def _source(kernel: Any, arrays: Sequence[np.ndarray], threaded: bool) -> Source
             np.copyto(kernel.weight, arrays[1].reshape(kernel.weight.shape))
             args[1] = kernel.weight
         return sampler(lambda: kernel(*args), number=8)
-    timed = sampler(lambda: kernel(*arrays), pause_s=PAUSE_S)
+    timed = sampler(lambda: kernel(*arrays), pause_s=PAUSE_S, wake=wake_team)
 
     def held() -> float:
         with ONE_BLAS_THREAD:

@@ -160,3 +160,19 @@ def team_kernel(fn: Any = None, *, reassociate: bool = False) -> Any:
                     made.append(cfunc(types.void(types.voidptr), **options)(fn))
             return made[0]
     return get
+
+
+@team_kernel
+def _nothing(data: Any) -> None:
+    """A team kernel doing nothing (wake_team's)."""
+
+
+_NO_BLOCK = np.zeros(1, np.int64)
+
+
+def wake_team() -> None:
+    """Have every thread of the calling thread's OpenMP team run once now, where oneDNN's
+    primitives run on that team (a race's sample then finds it as a graph's next oneDNN node
+    does: woken a pause before, not asleep since its last sample; _timing.sampler)."""
+    if available():
+        run_on_team(_nothing(), _NO_BLOCK)
