@@ -17,7 +17,6 @@ from ...prepared import capabilities
 from ...tunable import Candidate, TunableOp
 from ...tuning import Choice
 from ..conv_epilogue import Epilogue
-from ..cpu.omp_team import wake_team
 from ..threads import ONE_BLAS_THREAD
 from .policy import mode_word
 
@@ -163,5 +162,4 @@ def _race(race: Race, onednn: Mapping[str, Callable[..., None]], other: Callable
     # NOTE: timed with OpenBLAS at one thread, as a graph holding a oneDNN kernel runs (its
     # threads, spinning after a threaded call, stalled the next oneDNN call by milliseconds).
     with ONE_BLAS_THREAD:
-        return race({name: sampler(call, pause_s=PAUSE_S, wake=wake_team)
-                     for name, call in calls.items()})
+        return race({name: sampler(call, pause_s=PAUSE_S) for name, call in calls.items()})
