@@ -196,9 +196,13 @@ class TeamGemv(DerivesFromInputs):
 
     def workspace_bytes(self) -> int:
         """The packed weight (counted whether it is this kernel's or shared) and the tail's."""
-        (_, k), (n, _), _ = self.shapes
-        packed = -(-n // PACK_ROWS) * -(-k // PIECE) * PANEL * 4
+        packed = 4 * int(np.prod(self._packed_shape()))
         return packed + (0 if self.tail is None else self.tail.workspace_bytes())
+
+    def _packed_shape(self) -> tuple[int, int, int]:
+        """The packed weight's shape (pack): blocks of eight rows, pieces of 16 values."""
+        (_, k), (n, _), _ = self.shapes
+        return -(-n // PACK_ROWS), -(-k // PIECE), PANEL
 
     def workspace_owner(self) -> Any:
         """A frozen weight's packed copy is one, whichever kernels read it (a decoder's step at
@@ -244,7 +248,7 @@ class TeamGemv(DerivesFromInputs):
         """b packed: a frozen weight's shared copy where one is made, else this kernel's own
         (made once) filled from b and offered to the others."""
         (_, k), (n, _), _ = self.shapes
-        shape = (-(-n // PACK_ROWS), -(-k // PIECE), PANEL)
+        shape = self._packed_shape()
         shared = derived_of(b)
         if shared is not None:
             for tag, key, ref in shared:
@@ -252,8 +256,8 @@ class TeamGemv(DerivesFromInputs):
                 if tag == PACKED_TAG and key == shape and buffer is not None:
                     return buffer
         if self._own is None:
-            self._own = aligned_buffer(int(np.prod(shape)) * 4)[:int(np.prod(shape))] \
-                .reshape(shape)
+            size = int(np.prod(shape))
+            self._own = aligned_buffer(size * 4)[:size].reshape(shape)
         pack(np.asarray(b, np.float32).reshape(n, k), self._own)
         if shared is not None:
             shared[:] = [item for item in shared if item[2]() is not None]
