@@ -52,8 +52,10 @@ from .steps import KernelCache
 # 7.1 ms a token instead of 3.1). The bytes bound (GRAPH_RUNTIME_SHAPE_CACHE_BYTES) decides
 # first for a large model (there about 1.5 MB a decode shape: some 700 lengths).
 DEFAULT_CACHE_SIZE = 512
-MEMO_STEPS = 8192  # steps whose shared items _shared_items keeps (a decode step adds ~30)
+MEMO_KERNELS = 8192  # kernels whose shared items _shared_items keeps (a decode step's ~90 steps
+# share some 60 kernels with the shape before: a step made anew for a new length keeps its kernel)
 log = logging.getLogger("graph_runtime")
+Item = tuple[Any, dict[Device, int]]  # something held and its bytes per device (SharedBytes)
 
 
 class SymbolicGraphModule(ModuleBase):
@@ -103,9 +105,9 @@ class SymbolicGraphModule(ModuleBase):
         # derived from it and with every shape using the same kernels, in _shared (counted once)
         self._kept_bytes: dict[tuple, int] = {}
         self._shared = SharedBytes()
-        # per step (by id, with the step) of the kept shapes: its items for _shared (a derived
-        # shape's ~60 steps kept from the shape before are asked again at every new length)
-        self._step_items: dict[int, tuple[Any, list[tuple[Any, dict[Device, int]]]]] = {}
+        # per (kernel id, device) of the kept shapes' steps: their items for _shared (every
+        # step of a new length, made anew or kept, runs a kernel some shape before ran)
+        self._step_items: dict[tuple[int, Device], tuple[Any, list[Item]]] = {}
         self._kernel_keys: dict[tuple, list] = {}  # per cached key: the shared kernels it uses
         self._costs: dict[tuple, tuple[str, float, float, float, int, bool]] = {}  # as _last_cost
         # The last run's shape: whether that run specialised it, and what specialising it cost:
@@ -357,8 +359,8 @@ class SymbolicGraphModule(ModuleBase):
         while len(self._cache) > 1 and (len(self._cache) > self.cache_size
                                         or self._kept_total() > bound):
             old_key, old = self._cache.popitem(last=False)
-            for step in old.executor.steps:  # the memo holds no dropped shape's steps
-                self._step_items.pop(id(step), None)
+            for step in old.executor.steps:  # the memo holds no dropped shape's kernels
+                self._step_items.pop((id(step.kernel), step.device), None)
             del self._kept_bytes[old_key]
             self._shared.drop(old_key)
             self.kernels.release(self._kernel_keys.pop(old_key))
@@ -485,16 +487,16 @@ class SymbolicGraphModule(ModuleBase):
 
 
 def _shared_items(module: GraphModule, params: set[int], param_data: bool = False,
-                  memo: dict[int, tuple[Any, list[tuple[Any, dict[Device, int]]]]] | None = None
-                  ) -> list[tuple[Any, dict[Device, int]]]:
+                  memo: dict[tuple[int, Device], tuple[Any, list[Item]]] | None = None
+                  ) -> list[Item]:
     """What a specialisation may share with others, for SharedBytes: its pool's buffers (the
     scratch's slices and the params, held once by the module, aside; a host buffer kept from a
     larger shape counted at its own size), its kernels' workspace and the control-flow bodies
     they hold (param_data: with what kernels derive from a param once and share, a packed
     weight, which the bound on the shapes kept does not count). Its buffers outside the pool
     are its own (plan.extra_bytes); its inputs' and outputs' bytes shared with other
-    specialisations (StoragePool.io_ids) are the scratch's. memo: each step's items, kept
-    (bounded) across calls."""
+    specialisations (StoragePool.io_ids) are the scratch's. memo: each kernel's items on its
+    step's device, kept (bounded) across calls: a kernel's workspace is its own for life."""
     executor = module.executor
     pool = executor.pool
     items: list[tuple[Any, dict[Device, int]]] = []
@@ -503,11 +505,12 @@ def _shared_items(module: GraphModule, params: set[int], param_data: bool = Fals
             continue
         nbytes = buffer.nbytes if isinstance(buffer, np.ndarray) else pool.plan.sid_bytes[sid]
         items.append((buffer, {pool.plan.sid_device[sid]: int(nbytes)}))
-    if memo is not None and len(memo) > MEMO_STEPS:
+    if memo is not None and len(memo) > MEMO_KERNELS:
         memo.clear()
     for step in executor.steps:
-        hit = None if memo is None else memo.get(id(step))
-        if hit is not None and hit[0] is step:
+        key = (id(step.kernel), step.device)
+        hit = None if memo is None else memo.get(key)
+        if hit is not None and hit[0] is step.kernel:
             items.extend(hit[1])
             continue
         mine = []
@@ -520,7 +523,7 @@ def _shared_items(module: GraphModule, params: set[int], param_data: bool = Fals
         bodies = step.kernel.sub_modules()  # what they hold grows as they run: asked anew
         mine.extend((body, body.held_bytes()) for body in bodies)
         if memo is not None and not bodies:
-            memo[id(step)] = (step, mine)
+            memo[key] = (step.kernel, mine)
         items.extend(mine)
     return items
 
