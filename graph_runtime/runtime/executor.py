@@ -38,6 +38,7 @@ from .storage import (PoolLayout, Scratch, StoragePool, check_capacity, default_
 from .storage_check import check_liveness
 
 log = logging.getLogger("graph_runtime")
+_UNBOUND = object()  # Executor._bound: not worked out yet
 
 P = TypeVar("P")
 
@@ -116,6 +117,7 @@ class Executor:
         self._step_index: tuple[dict[int, list[int]], list[tuple[int, frozenset[str]]],
                                 set[int]] | None = None
         self._input_eids: set[int] | None = None  # the graph inputs' entries (_plan_versions)
+        self._bindings: dict[int, Any] = {}  # per symbolic chain's node: _bound
         # the shared cache's generation its kernels were taken in (KernelCache.clear)
         self._generation = kernels.generation if kernels is not None else 0
         self.escaped_entries: set[int] = set()  # entries escaped() (the count may miss writes)
@@ -202,7 +204,7 @@ class Executor:
         new.arrays = dict(self.arrays)
         for eid in renewed:
             new.arrays[(eid, self.entry_device[eid])] = new.pool.views[eid]
-        new.kernel_keys, new.escaped_entries, new._uses = {}, set(), None
+        new.kernel_keys, new.escaped_entries, new._uses, new._bindings = {}, set(), None, {}
         new._unshare, new._told = {}, set()
         decided = {graph.entry_node(o)[0] for _, o in self.in_place}
         decided |= {self.steps[i].nid for i in self.skipped} | {
@@ -480,10 +482,10 @@ class Executor:
                 return None
         dims = node.attrs.get(DIMS_KEY)
         if dims is not None:  # a chain with symbolic attrs: the same values of those it reads
-            binding = self._binding(lib, node, kept.device)
-            if binding is None:
+            was, bound = base._bound(lib, node.nid, kept.device), self._bound(lib, node.nid,
+                                                                            kept.device)
+            if was is None or bound is None:
                 return None
-            was, bound = binding(base.graph.nodes[node.nid].attrs[DIMS_KEY]), binding(dims)
             if (was.values != bound.values) if by_class else (was != bound):
                 return None
         if (renewed is None and kept.kernel.channels_last_positions()) or shared.get(key) is None:
@@ -511,6 +513,18 @@ class Executor:
             return key
         binding = self._binding(lib, node, dev)
         return None if binding is None else key + (binding(attrs[DIMS_KEY]),)
+
+    def _bound(self, lib: Module, nid: int, dev: Device) -> Any:
+        """Node nid's binding_key at this executor's dims (None where its function has none),
+        worked out once per executor: derive asks it of the executor derived from, for the ~6
+        symbolic chains a decode step's new length touches, at every length."""
+        bound = self._bindings.get(nid, _UNBOUND)
+        if bound is _UNBOUND:
+            node = self.graph.nodes[nid]
+            binding = self._binding(lib, node, dev)
+            bound = self._bindings[nid] = None if binding is None else binding(
+                node.attrs[DIMS_KEY])
+        return bound
 
     @staticmethod
     def _binding(lib: Module, node: Any, dev: Device) -> Callable[[Any], Any] | None:
@@ -979,11 +993,15 @@ def _rounded_shapes(shapes: tuple[tuple[int, ...], ...], band: bool) -> tuple:
     and 624 rows, class 1024), or with band exact up to SMALL_DIM and one band over it: a dense
     in pieces serves a prompt of any batch and length over SMALL_DIM rows (bench/stream.py's
     (2, 20) after (4, 194): its 29 products no longer prepared again per size class)."""
-    out = []
-    for shape in shapes:
-        rows, last = class_shape((math.prod(shape[:-1]), shape[-1] if shape else 1))
-        out.append((len(shape), -1 if band and rows > SMALL_DIM else rows, last))
-    return tuple(out)
+    return tuple(_rounded_shape(shape, band) for shape in shapes)
+
+
+@functools.lru_cache(maxsize=1024)
+def _rounded_shape(shape: tuple[int, ...], band: bool) -> tuple[int, int, int]:
+    """One array's part of _rounded_shapes (a new length's ~14 steps of new shapes hold some 5
+    shapes between them: each rounded once)."""
+    rows, last = class_shape((math.prod(shape[:-1]), shape[-1] if shape else 1))
+    return (len(shape), -1 if band and rows > SMALL_DIM else rows, last)
 
 
 @dataclass(frozen=True)
