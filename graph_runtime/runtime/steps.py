@@ -70,6 +70,9 @@ class KernelCache:
     """
 
     params: Collection[int] = ()  # entry ids of the params
+    # per param's entry id: its array, which a specialisation built in full takes as that
+    # entry's storage (adopted right after: no buffer of the param's size allocated to drop)
+    param_arrays: dict[int, Any] = field(default_factory=dict)
     kernels: dict[Hashable, Any] = field(default_factory=dict)
     users: dict[Hashable, int] = field(default_factory=dict)  # kept specialisations using each
     taken: list[Hashable] = field(default_factory=list)  # keys the module being made uses

@@ -184,12 +184,14 @@ def _grown(held: Any, dev: Device, nbytes: int) -> Any:
 class StoragePool:
     """One buffer per storage id on its device; entries are views of any dtype/shape over it.
 
+    held: ids given the array they hold (a param's, which every specialisation binds).
     With a Scratch, the ids in scratch_ids that live on the host are slices of it instead
     (scratch_bytes: how much of it per device), each starting SCRATCH_ALIGN-aligned.
     """
 
     def __init__(self, graph: Graph, plan: PoolLayout, scratch: Scratch | None = None,
-                 scratch_ids: Collection[int] = (), pinned: Collection[int] = ()) -> None:
+                 scratch_ids: Collection[int] = (), pinned: Collection[int] = (),
+                 held: Mapping[int, Any] | None = None) -> None:
         self.plan = plan
         self.buffers: dict[int, Any] = {}
         self.scratch_bytes: dict[Device, int] = {}
@@ -199,6 +201,8 @@ class StoragePool:
             self._slice_scratch(scratch, [sid for sid in sorted(scratch_ids)
                                           if plan.sid_device[sid].kind == "cpu"
                                           and sid not in pinned])
+        for sid, array in (held or {}).items():  # ids given their bytes (Executor's params)
+            self.buffers[sid] = array
         for sid in sorted(pinned):  # host ids a GPU copies from or into (Executor.pinned_ids)
             if sid not in self.buffers:
                 self.buffers[sid] = pinned_host(plan.sid_bytes[sid])

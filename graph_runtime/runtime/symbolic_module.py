@@ -221,6 +221,8 @@ class SymbolicGraphModule(ModuleBase):
     def _params_changed(self) -> None:
         """Kernels deriving data from the old params are prepared again for new shapes."""
         self.kernels.params = {self._sigs[name].eid for name in self._params}
+        self.kernels.param_arrays = {self._sigs[name].eid: array
+                                     for name, (_, array) in self._params.items()}
         self.kernels.clear()
 
     # ---- running -------------------------------------------------------------------------------
