@@ -11,7 +11,7 @@ loops_jit.py. Used for float32/float64 rows over the last axis; other cases keep
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numba
 import numpy as np
@@ -23,6 +23,7 @@ from .fast_math import _bits_of_float, _float_of_bits, as_type_of, softmax_exp_a
 from .loops_jit import compiled, inlined, reassociating
 from .omp_team import available, block, float32_at, my_rows, run_on_team, team_arrays, team_kernel
 from ..threads import num_threads, parallel_rows
+from ...prepared import AnyShape
 
 # Row elements x rows above which the rows go to the workers.
 PARALLEL_ELEMENTS = 1 << 17
@@ -252,7 +253,13 @@ def _softmax_team(data: Any) -> None:
 
 def on_team(rows: int, width: int) -> bool:
     """Whether a kernel made now splits these rows over oneDNN's OpenMP team (float32 arrays)."""
-    return rows * width >= TEAM_ELEMENTS and rows > 1 and available()
+    return on_team_size(rows, width) and available()
+
+
+def on_team_size(rows: int, width: int) -> bool:
+    """Whether rows of width are enough work for oneDNN's OpenMP team (on_team, its mode aside:
+    a kernel asks that once when made)."""
+    return rows * width >= TEAM_ELEMENTS and rows > 1
 
 
 class OtherPath:
@@ -280,71 +287,95 @@ def _split(rows: int, width: int, call: Callable[[int, int], None]) -> Callable[
     return lambda: parallel_rows(rows, workers, call)
 
 
+class RowKernel(AnyShape):
+    """A row op over the last axis reading its arrays' rows and width at each call: one kernel
+    serves every shape of its rank that is not empty (a symbolic module keeps it by size class
+    instead of preparing a norm per new prompt shape: a LLaMA stream's 31 shapes made 31)."""
+
+    def serves(self, shapes: Sequence[tuple[int, ...]]) -> bool:
+        return all(int(d) > 0 for shape in shapes for d in shape)
+
+
+def _rows_of(x: Any) -> tuple[int, int]:
+    """(rows, width) of x seen as rows over its last axis."""
+    width = int(x.shape[-1]) if x.ndim else 1
+    return x.size // width, width
+
+
 def layer_norm_rows(shape: tuple[int, ...], epsilon: float, center: bool, scale: bool
-                    ) -> Callable[..., None]:
-    """run(x, gamma, beta, out) normalizing over the last axis."""
+                    ) -> RowKernel:
+    """run(x, gamma, beta, out) normalizing over the last axis (any shape: shape is the first
+    one, whose width decides the ones standing in for a missing gamma or beta)."""
     jit_setup.start()
-    width = int(shape[-1]) if shape else 1
-    rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
-    team = on_team(rows, width)
+    team_ok = available()
     ahead = OtherPath(_layer_norm_team, _layer_norm_rows)
+    filled: dict[tuple[int, Any], tuple[Any, Any]] = {}  # (width, dtype): stand-ins
 
     def run(x: Any, gamma: Any, beta: Any, out: Any) -> None:
-        g = gamma if scale else np.ones(width, x.dtype)
-        b = beta if center else np.zeros(width, x.dtype)
+        rows, width = _rows_of(x)
+        if scale and center:
+            g, b = gamma, beta
+        else:
+            ones = filled.get((width, x.dtype))
+            if ones is None:
+                ones = filled[(width, x.dtype)] = (np.ones(width, x.dtype),
+                                                   np.zeros(width, x.dtype))
+            g, b = gamma if scale else ones[0], beta if center else ones[1]
         x2 = x.reshape(rows, width)
         o2 = out.reshape(rows, width)
+        team = team_ok and on_team_size(rows, width)
         if ahead.pending:
             ahead.load(team, x2, g, b, o2, epsilon, 0, 0)
         if team and team_arrays(x2, g, b, o2):
             run_on_team(_layer_norm_team(), block(x2, o2, rows, width, g, b, float(epsilon)))
             return
         _split(rows, width, lambda lo, hi: _layer_norm_rows(x2, g, b, o2, epsilon, lo, hi))()
-    return run
+    return RowKernel(run)
 
 
-def rms_norm_rows(shape: tuple[int, ...], epsilon: float) -> Callable[..., None]:
-    """run(x, gamma, out): x / sqrt(mean(x^2) + epsilon) * gamma over the last axis."""
+def rms_norm_rows(shape: tuple[int, ...], epsilon: float) -> RowKernel:
+    """run(x, gamma, out): x / sqrt(mean(x^2) + epsilon) * gamma over the last axis (any
+    shape)."""
     jit_setup.start()
-    width = int(shape[-1])
-    rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
-    team = on_team(rows, width)
+    team_ok = available()
     ahead = OtherPath(_rms_norm_team, _rms_norm_rows)
 
     def run(x: Any, gamma: Any, out: Any) -> None:
+        rows, width = _rows_of(x)
         x2 = x.reshape(rows, width)
         o2 = out.reshape(rows, width)
+        team = team_ok and on_team_size(rows, width)
         if ahead.pending:
             ahead.load(team, x2, gamma, o2, epsilon, 0, 0)
         if team and team_arrays(x2, gamma, o2):
             run_on_team(_rms_norm_team(), block(x2, o2, rows, width, gamma, float(epsilon)))
             return
         _split(rows, width, lambda lo, hi: _rms_norm_rows(x2, gamma, o2, epsilon, lo, hi))()
-    return run
+    return RowKernel(run)
 
 
-def softmax_rows(shape: tuple[int, ...]) -> Callable[..., None]:
-    """run(x, out): softmax over the last axis."""
+def softmax_rows(shape: tuple[int, ...]) -> RowKernel:
+    """run(x, out): softmax over the last axis (any shape)."""
     jit_setup.start()
-    width = int(shape[-1])
-    rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
     ones: dict[Any, Any] = {}  # 1 in each dtype: a float64 one would widen float32 arithmetic
-    team = on_team(rows, width)
+    team_ok = available()
     ahead = OtherPath(_softmax_team, _softmax_rows)
 
     def run(x: Any, out: Any) -> None:
+        rows, width = _rows_of(x)
         x2 = x.reshape(rows, width)
         o2 = out.reshape(rows, width)
         one = ones.get(x.dtype)
         if one is None:
             one = ones[x.dtype] = x.dtype.type(1)
+        team = team_ok and on_team_size(rows, width)
         if ahead.pending:
             ahead.load(team, x2, o2, 0, 0, one)
         if team and team_arrays(x2, o2):
             run_on_team(_softmax_team(), block(x2, o2, rows, width))
             return
         _split(rows, width, lambda lo, hi: _softmax_rows(x2, o2, lo, hi, one))()
-    return run
+    return RowKernel(run)
 
 
 def group_norm_rows(n: int, channels: int, groups: int, spatial: int, epsilon: float
