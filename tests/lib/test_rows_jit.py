@@ -88,3 +88,31 @@ def test_softmax_rows_float32_nan_anywhere_gives_nan_row(where: int) -> None:
     x64 = x[3].astype(np.float64)
     e = np.exp(x64 - x64.max())
     np.testing.assert_allclose(out[3], e / e.sum(), rtol=4 * F32_EPS, atol=4 * F32_EPS)
+
+
+def test_one_row_kernel_runs_every_shape_of_its_rank_and_refuses_empty_ones() -> None:
+    # a symbolic module keeps one norm or softmax per size class (any_shape): each call reads
+    # its arrays' rows and width, so shapes other than the first one run right too
+    rng = np.random.default_rng(3)
+    first = (2, 3, 64)
+    norm = rows_jit.layer_norm_rows(first, 1e-5, False, True)  # no center: beta not read
+    rms = rows_jit.rms_norm_rows(first, 1e-6)
+    soft = rows_jit.softmax_rows(first)
+    for shape in (first, (1, 300, 48), (4, 1, 64), (5, 70, 700)):
+        x = (rng.standard_normal(shape) * 3 + 1).astype(np.float32)
+        g = rng.standard_normal(shape[-1]).astype(np.float32)
+        out = np.empty_like(x)
+        norm(x, g, g, out)
+        want = _layer_norm64(x, g, np.zeros(shape[-1], np.float32), 1e-5)
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+        rms(x, g, out)
+        x64 = x.astype(np.float64)
+        want = x64 / np.sqrt((x64 ** 2).mean(-1, keepdims=True) + 1e-6) * g
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+        soft(x, out)
+        e = np.exp(x64 - x64.max(-1, keepdims=True))
+        np.testing.assert_allclose(out, e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-6)
+    for kernel in (norm, rms, soft):
+        assert kernel.any_shape()
+        assert kernel.serves([(3, 9, 64), (64,), (3, 9, 64)])
+        assert not kernel.serves([(3, 0, 64), (64,), (3, 0, 64)])

@@ -294,6 +294,32 @@ def test_kept_bytes_count_a_kernel_the_shapes_share_once() -> None:
     assert temp <= m.held_bytes()[gr.cpu()] < 2 * temp
 
 
+def test_a_full_build_stores_each_param_in_the_params_own_array(monkeypatch) -> None:
+    # every specialisation built in full (not derived: the first, and each whose storage
+    # outgrew the one before) takes the loaded param as its storage id's bytes: no buffer of
+    # the param's size is allocated to be dropped, and the answers stay right
+    from graph_runtime.runtime import storage
+    allocated: list[int] = []
+    alloc = storage._alloc
+    monkeypatch.setattr(storage, "_alloc", lambda sid, *rest: allocated.append(sid) or
+                        alloc(sid, *rest))
+    m = gr.create(dense_graph())
+    w = RNG.standard_normal((3, 4)).astype(np.float32)
+    m.load_params({"w": w})
+    held = m._params["w"][1]
+    for batch in (1, 40, 2):
+        _run_dense(m, w, batch)
+    for module in m._cache.values():
+        sid = module.executor.plan.entry_sid[1]
+        assert module.executor.pool.buffers[sid] is held and sid not in allocated
+    assert allocated  # the other inputs' and outputs' ids were
+    assert m.specializations - m.derivations >= 2  # 40 outgrew 1's storage: built in full
+    w2 = RNG.standard_normal((3, 4)).astype(np.float32)
+    m.load_params({"w": w2})  # a new load is a new array, bound into every kept shape
+    for batch in (1, 40, 7):
+        _run_dense(m, w2, batch)
+
+
 def test_clone_shares_params_and_held_bytes_counts_them_once() -> None:
     m = gr.create(dense_graph())
     w = RNG.standard_normal((3, 4)).astype(np.float32)
