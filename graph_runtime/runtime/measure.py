@@ -127,13 +127,17 @@ class SharedBytes:
 
     def add(self, holder: Hashable, items: Iterable[tuple[Any, Mapping[Device, int]]]) -> None:
         """Count holder's (object, bytes per device) items; an object counted already adds
-        none."""
+        none, but is counted at its bytes now (a kernel of any shape grows its workspace as
+        it meets shapes)."""
         ids = []
         for obj, nbytes in items:
             held = self._held.get(id(obj))
             if held is None:
                 held = self._held[id(obj)] = [obj, nbytes, 0]  # kept: its id stays its own
                 self.total += sum(nbytes.values())
+            elif held[1] != nbytes:
+                self.total += sum(nbytes.values()) - sum(held[1].values())
+                held[1] = nbytes
             held[2] += 1
             ids.append(id(obj))
         self._by_holder[holder] = ids

@@ -107,7 +107,7 @@ class SymbolicGraphModule(ModuleBase):
         self._shared = SharedBytes()
         # per (kernel id, device) of the kept shapes' steps: their items for _shared (every
         # step of a new length, made anew or kept, runs a kernel some shape before ran)
-        self._step_items: dict[tuple[int, Device], tuple[Any, list[Item]]] = {}
+        self._step_items: dict[tuple[int, Device], tuple[Any, int, list[Item]]] = {}
         self._kernel_keys: dict[tuple, list] = {}  # per cached key: the shared kernels it uses
         self._costs: dict[tuple, tuple[str, float, float, float, int, bool]] = {}  # as _last_cost
         # The last run's shape: whether that run specialised it, and what specialising it cost:
@@ -489,7 +489,7 @@ class SymbolicGraphModule(ModuleBase):
 
 
 def _shared_items(module: GraphModule, params: set[int], param_data: bool = False,
-                  memo: dict[tuple[int, Device], tuple[Any, list[Item]]] | None = None
+                  memo: dict[tuple[int, Device], tuple[Any, int, list[Item]]] | None = None
                   ) -> list[Item]:
     """What a specialisation may share with others, for SharedBytes: its pool's buffers (the
     scratch's slices and the params, held once by the module, aside; a host buffer kept from a
@@ -498,7 +498,7 @@ def _shared_items(module: GraphModule, params: set[int], param_data: bool = Fals
     weight, which the bound on the shapes kept does not count). Its buffers outside the pool
     are its own (plan.extra_bytes); its inputs' and outputs' bytes shared with other
     specialisations (StoragePool.io_ids) are the scratch's. memo: each kernel's items on its
-    step's device, kept (bounded) across calls: a kernel's workspace is its own for life."""
+    step's device at the workspace it had, kept (bounded) across calls."""
     executor = module.executor
     pool = executor.pool
     items: list[tuple[Any, dict[Device, int]]] = []
@@ -512,11 +512,11 @@ def _shared_items(module: GraphModule, params: set[int], param_data: bool = Fals
     for step in executor.steps:
         key = (id(step.kernel), step.device)
         hit = None if memo is None else memo.get(key)
-        if hit is not None and hit[0] is step.kernel:
-            items.extend(hit[1])
+        workspace = step.kernel.workspace_bytes()  # a kernel of any shape may grow it
+        if hit is not None and hit[0] is step.kernel and hit[1] == workspace:
+            items.extend(hit[2])
             continue
         mine = []
-        workspace = step.kernel.workspace_bytes()
         owner = step.kernel.workspace_owner()
         # data derived once from a param (its packed copy), held as long as the param, which
         # the shapes' bound does not count either: counted in the module's report only
@@ -525,7 +525,7 @@ def _shared_items(module: GraphModule, params: set[int], param_data: bool = Fals
         bodies = step.kernel.sub_modules()  # what they hold grows as they run: asked anew
         mine.extend((body, body.held_bytes()) for body in bodies)
         if memo is not None and not bodies:
-            memo[key] = (step.kernel, mine)
+            memo[key] = (step.kernel, workspace, mine)
         items.extend(mine)
     return items
 

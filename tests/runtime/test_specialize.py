@@ -320,6 +320,29 @@ def test_a_full_build_stores_each_param_in_the_params_own_array(monkeypatch) -> 
         _run_dense(m, w2, batch)
 
 
+def test_kept_bytes_follow_a_shared_kernel_whose_workspace_grows() -> None:
+    # one attention kernel serves every length (any shape, one size band), and makes the
+    # scores of each length it meets in its runs: a shape made after counts them all
+    from graph_runtime.lib.loader import module_from_json
+    lib = module_from_json({"format": "graph_runtime.lib", "version": 1, "functions": {
+        "att": {"ops": [{"op": "attention", "num_heads": 2, "head_dim": 4}]}}})
+    g = gr.Graph.build(
+        [{"op": "null", "name": "q"}, {"op": "null", "name": "k"}, {"op": "null", "name": "v"},
+         _op("a", "att", [0, 1, 2])],
+        [3], shapes=[[1, "seq", 8], [1, "seq", 8], [1, "seq", 8], [1, "seq", 8]],
+        dtypes="float32")
+    m = gr.create(g, lib)
+    kept = []
+    for seq in (20, 30, 25):
+        q = RNG.standard_normal((1, seq, 8)).astype(np.float32)
+        m.run(q=q, k=q, v=q)
+        kept.append(m._shape_cost().kept_bytes)
+    kernels = {id(mod.executor.steps[0].kernel) for mod in m._cache.values()}
+    assert len(kernels) == 1  # the one kernel, in every shape
+    scores = 2 * 30 * 30 * 4  # the second length's scores, (1, 2, 30, 30) float32
+    assert kept[2] - kept[0] >= scores
+
+
 def test_clone_shares_params_and_held_bytes_counts_them_once() -> None:
     m = gr.create(dense_graph())
     w = RNG.standard_normal((3, 4)).astype(np.float32)
@@ -495,6 +518,9 @@ def test_derived_shapes_share_their_inputs_and_outputs_bytes_and_lose_no_value()
 
 def test_the_bytes_kept_across_shapes_are_bounded_by_the_setting(
         monkeypatch: pytest.MonkeyPatch) -> None:
+    # oneDNN's threads in one mode whatever the machine's load: the workers' mode (a busy
+    # neighbour) makes the products oneDNN's, whose packed weight each kernel counts its own
+    monkeypatch.setenv(settings.ONEDNN_THREADS.name, "openmp")
     m = gr.create(_wide_dense())
     m.load_params({"w": np.ones((32, 64), np.float32)})
     for batch in (3, 2, 1):  # the oldest the largest: dropping it leaves room for two
