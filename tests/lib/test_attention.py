@@ -410,9 +410,14 @@ def test_a_new_shapes_small_attention_takes_every_past_length() -> None:
         out = np.empty(want.shape, np.float32)
         kernels[0](*arrays, out)
         _check(out, want, "float32")
+    # each new length is checked as the one before it, against the dims that moved: no check
+    # of its own and no kept kernel per length (a decode step meets one at every token)
+    assert len(kernels[0]._kernels.keys()) == 1
     q, k, v, mask = arrays
     with pytest.raises(LibraryError, match="needs 9 tokens"):
         kernels[0](q, k, v[:, :, :7], mask, out)
+    with pytest.raises(LibraryError, match="does not broadcast"):
+        kernels[0](q, k, v, mask[..., :7], out)
     # it serves any past length whose work stays that small; a longer one is the tuning
     # service's choice (prepared again)
     from graph_runtime.lib.ops.attention import ONE_SHOT_FLOPS

@@ -142,6 +142,8 @@ class AttentionByShape(PreparedKernel):
         key = tuple(tuple(int(d) for d in spec.shape) for spec in inputs)
         self._kernels: LruCache[Any] = LruCache(SHAPES_KEPT)
         self._kernels.get_or_build(key, lambda: self._made(first))
+        # the few-query shape met last, checked by _params (or as one like it: _other_tokens)
+        self._few_key = key if first["q_len"] <= FEW_QUERIES else None
         self._own = ByShapeSite(self)  # where it is called itself
 
     def any_shape(self) -> bool:
@@ -162,8 +164,14 @@ class AttentionByShape(PreparedKernel):
         return self._few if p["q_len"] <= FEW_QUERIES else AttentionKernel(**p)
 
     def _kernel(self, key: tuple[tuple[int, ...], ...]) -> Any:
-        return self._kernels.get_or_build(key, lambda: self._made(_params(
+        if self._few_key is not None and _other_tokens(key, self._few_key):
+            self._few_key = key
+            return self._few  # a decode step's next past length: checked as the one before
+        kernel = self._kernels.get_or_build(key, lambda: self._made(_params(
             [TensorSpec(shape, self._dtype) for shape in key], self.attrs)))
+        if kernel is self._few:
+            self._few_key = key
+        return kernel
 
     def __call__(self, *arrays: Any) -> None:
         self._own(*arrays)
@@ -171,6 +179,27 @@ class AttentionByShape(PreparedKernel):
     def call_site(self) -> ByShapeSite:
         """As AttentionKernel.call_site: one node's calls keep the views of its arrays."""
         return ByShapeSite(self)
+
+
+def _other_tokens(key: tuple[tuple[int, ...], ...], checked: tuple[tuple[int, ...], ...]
+                  ) -> bool:
+    """Whether the shapes in key (q, k, v[, mask]) are checked's but for the tokens of k and v
+    (their dim -2, equal) and the mask's last dim (theirs, or 1): every other check _params
+    makes reads dims that did not move, so key passes them as checked did."""
+    if len(key) != len(checked) or key[0] != checked[0]:
+        return False
+    k, v = key[1], key[2]
+    tokens = k[-2] if len(k) >= 2 else -1
+    for now, was in zip(key[1:3], checked[1:3]):
+        if len(now) != len(was) or len(now) < 2 or now[-2] != tokens \
+                or now[:-2] != was[:-2] or now[-1] != was[-1]:
+            return False
+    if len(key) == 4:
+        mask, was = key[3], checked[3]
+        if len(mask) != len(was) or not mask or mask[:-1] != was[:-1] \
+                or mask[-1] not in (1, tokens) or (was[-1] == 1) != (mask[-1] == 1):
+            return False
+    return tokens > 0 and v[-2] == tokens
 
 
 class ByShapeSite:
