@@ -7,6 +7,7 @@ import logging
 import math
 import time
 from contextlib import nullcontext
+import dataclasses
 from dataclasses import dataclass
 from typing import (Any, Callable, Collection, ContextManager, Generic, Iterator, Mapping,
                     Sequence, TypeVar)
@@ -53,6 +54,27 @@ class NodeTime:
     device: Device
     is_copy: bool
     seconds: float
+
+
+def _refused(why: str) -> bool:
+    """Executor.retarget's answer where it cannot: False, and why at debug level."""
+    log.debug("retarget: %s; derived or built instead", why)
+    return False
+
+
+@dataclass
+class ShapeState:
+    """An executor at one shape it was made over (the entries its retargets move, at that
+    shape): restore puts it back when the shape comes again (a server's next generation meets
+    the lengths of the last), without inferring shapes or asking the kernels again."""
+
+    graph: Graph
+    moving: frozenset[int]  # the entries the executor's retargets had moved then
+    views: dict[int, Any]  # per moving entry
+    entry_bytes: dict[int, int]  # per moving entry
+    sid_bytes: dict[int, int]  # per storage id of a moving entry
+    io: dict[int, tuple[Any, Any]]  # per such id in the shared io bytes: (its slice, the buffer)
+    bindings: dict[int, Any]  # Executor._bindings
 
 
 class Executor:
@@ -118,6 +140,9 @@ class Executor:
                                 set[int]] | None = None
         self._input_eids: set[int] | None = None  # the graph inputs' entries (_plan_versions)
         self._bindings: dict[int, Any] = {}  # per symbolic chain's node: _bound
+        # the entries retarget gave new views, and where the steps hold them (_moving_args)
+        self._moving: set[int] = set()
+        self._moving_index: list[tuple[list[Any], int, ArgKey]] | None = None
         # the shared cache's generation its kernels were taken in (KernelCache.clear)
         self._generation = kernels.generation if kernels is not None else 0
         self.escaped_entries: set[int] = set()  # entries escaped() (the count may miss writes)
@@ -145,6 +170,9 @@ class Executor:
             self._kernels.settle({id(self.steps[i].kernel) for i in self._told})
         self._unshare.clear()
         self._ready = True
+        # the steps no other executor holds (derive shares those whose arrays stay): retarget
+        # changes their arguments in place, and copies any other first
+        self._own = {id(step) for step in self.steps}
         self.devices = sorted(set(self.entry_device) | {c.dst for c in self.copies})
         self._finish()
 
@@ -216,6 +244,7 @@ class Executor:
         held = held and self._generation == shared.generation
         visit = self._touched(graph, lib, renewed | changed) if held else None
         new._step_index = self._step_index  # the same steps, in the same order
+        kept_ids: set[int] = set()  # this executor's steps the new one shares
         new._generation = shared.generation
         for index, step in enumerate(self.steps):
             if visit is not None and index not in visit:
@@ -225,12 +254,14 @@ class Executor:
                     shared.taken.append(key)
                     shared.reused += 1
                 new.steps.append(step)
+                kept_ids.add(id(step))
                 continue
             node = graph.nodes[step.nid]
             eids = [key.eid for key in step.arg_keys]
             kept = new._kept_step(lib, step, self, node, eids, shared, renewed)
             if kept is step:  # its arrays are the base's too: the base's step, shared
                 new.steps.append(step)
+                kept_ids.add(id(step))
                 continue
             if kept is not None and step.nid in decided and not changed.isdisjoint(eids):
                 return None  # a setup pass decided on it at other sizes
@@ -265,8 +296,208 @@ class Executor:
         # a kept kernel is bound already, to the same counters (the dict's values are shared)
         new._bind_versions(new._plan_versions(made))
         new._unshare.clear()
+        self._own -= kept_ids
+        self._moving_index = None  # its steps shared now are copied before they change
+        new._own = {id(step) for step in new.steps} - kept_ids
+        new._moving, new._moving_index = set(), None
         new._finish()
         return new
+
+    def retarget(self, graph: Graph, lib: Module) -> bool:
+        """This executor made over graph in place: another specialisation of its symbolic graph
+        that moves sizes only (a decoder's next past length), where derive would keep every
+        step's kernel and every entry of a new shape fits the bytes its storage id holds. The
+        entries of new shapes get new views, the steps reading or writing them their arguments
+        again; nothing is made but those views. False, with nothing changed, where that does
+        not hold: the caller derives or builds instead.
+
+        Only for an executor made by derive whose inputs and outputs are still in the scratch's
+        shared bytes (StoragePool.io_ids: own_io hands a module out, which then keeps its shape)
+        and whose kernels the shared cache still holds. A step this executor shares with the
+        one it was derived from (derive keeps steps whose arrays stay) is copied before its
+        arguments change, so that one is never touched."""
+        shared, before = self._kernels, self.graph.attrs["shape"][1]
+        shapes = graph.attrs["shape"][1]
+        if (shared is None or self._scratch is None or not self._ready or not self.pool.io_ids
+                or self._generation != shared.generation or len(shapes) != len(before)):
+            return False
+        changed = [eid for eid, (now, was) in enumerate(zip(shapes, before))
+                   if now is not was and now != was]
+        if not changed:
+            self.graph = graph
+            return True
+        if not self.placed.isdisjoint(changed):
+            return _refused("an entry stored where its kernel asked changes shape")
+        plan, pool, dtypes = self.plan, self.pool, graph.attrs["dltype"][1]
+        sizes = {eid: entry_bytes(shapes[eid], dtypes[eid]) for eid in changed}
+        sid_bytes: dict[int, int] = {}
+        for eid in changed:
+            sid = plan.entry_sid[eid]
+            if sid not in sid_bytes:
+                sid_bytes[sid] = max(sizes.get(e, plan.entry_bytes[e]) for e in plan.entries_of(sid))
+                if sid not in pool.io_ids and pool.buffers[sid].nbytes < sid_bytes[sid]:
+                    # derive would not fit it either: a new pool
+                    return _refused(f"storage id {sid} outgrew its {pool.buffers[sid].nbytes} "
+                                    "bytes")
+        # io ids whose shared bytes grow (new bytes: each of their entries gets a new view)
+        io = [sid for sid in sid_bytes if sid in pool.io_ids]
+        regrow = {sid for sid in io if self._scratch.io_bytes(sid) < sid_bytes[sid]}
+        renewed = set(changed)
+        for sid in regrow:
+            renewed.update(plan.entries_of(sid))
+        # the steps to look at, as derive visits them, each checked as derive keeps it
+        probe = copy.copy(self)  # this executor at the new sizes, for _kernel_serves
+        probe.graph, probe._bindings = graph, {}
+        decided = {graph.entry_node(o)[0] for _, o in self.in_place}
+        decided |= {self.steps[i].nid for i in self.skipped} | {
+            call.nid for call in self.shortcuts.values()}
+        repoint = []
+        for index in sorted(self._touched(graph, lib, renewed)):
+            step = self.steps[index]
+            node = graph.nodes[step.nid]
+            eids = [key.eid for key in step.arg_keys]
+            key = self.kernel_keys.get(step.nid)
+            if key is None or shared.get(key) is None or not probe._kernel_serves(
+                    lib, key, step, node, eids, self):
+                return _refused(f"{step.label}'s kernel does not serve the new shapes")
+            if not renewed.isdisjoint(eids):
+                if step.nid in decided:
+                    return _refused(f"a setup pass decided on {step.label} at other sizes")
+                repoint.append(index)
+        grown = {sid: n for sid, n in sid_bytes.items() if n > plan.sid_bytes[sid]}
+        if grown:  # the shared io bytes may grow: the caps hold as derive checks them
+            check_capacity(graph, dataclasses.replace(plan, sid_bytes={**plan.sid_bytes,
+                                                                       **grown}), self.caps)
+        # every check passed: sizes, views, arguments
+        for eid, nbytes in sizes.items():
+            plan.entry_bytes[eid] = nbytes
+        plan.sid_bytes.update(sid_bytes)
+        for sid in io:
+            old = pool.buffers[sid]
+            new = pool.buffers[sid] = self._scratch.take_io(sid, plan.sid_device[sid],
+                                                            sid_bytes[sid])
+            if sid in regrow:  # the values set so far go along (an input of the same shape)
+                count = min(old.nbytes, new.nbytes)
+                new[:count] = old[:count]
+        for eid in renewed:
+            view = pool.views[eid] = pool._view(graph, eid)
+            self.arrays[(eid, self.entry_device[eid])] = view
+        copied = False
+        for index in repoint:
+            step = self.steps[index]
+            if id(step) not in self._own:  # shared with the executor it was derived from
+                step, copied = self._own_step(index), True
+            for pos, key in enumerate(step.arg_keys):
+                if key.eid in renewed:
+                    step.args[pos] = self._bind(key)
+        for call in self.shortcuts.values():  # its own (derive makes them anew)
+            for pos, key in enumerate(call.arg_keys):
+                if key.eid in renewed:
+                    call.args[pos] = self._bind(key)
+        self.graph = graph
+        self._bindings.update(probe._bindings)
+        if not renewed.issubset(self._moving):
+            self._moving |= renewed
+            self._moving_index = None
+        if copied:
+            self._uses = None
+            self._finish()
+        return True
+
+    def state(self) -> ShapeState:
+        """This executor's shape as retarget made it, for restore."""
+        plan, pool, scratch = self.plan, self.pool, self._scratch
+        sids = {plan.entry_sid[eid] for eid in self._moving}
+        io = {sid: (pool.buffers[sid], scratch.io[sid][1]) for sid in sids
+              if sid in pool.io_ids} if scratch is not None else {}
+        return ShapeState(self.graph, frozenset(self._moving),
+                          {eid: pool.views[eid] for eid in self._moving},
+                          {eid: plan.entry_bytes[eid] for eid in self._moving},
+                          {sid: plan.sid_bytes[sid] for sid in sids}, io, dict(self._bindings))
+
+    def restore(self, state: ShapeState) -> bool:
+        """This executor back at a shape retarget made it over before (state), its kernels the
+        same; False, nothing changed, where it moved other entries since, was handed out
+        (own_io) or the shared cache dropped its kernels. Where the shared io bytes grew since,
+        the state's entries there get views of the new ones (and keep them)."""
+        shared, scratch = self._kernels, self._scratch
+        if (shared is None or scratch is None or self._generation != shared.generation
+                or not self.pool.io_ids or not state.moving.issubset(self._moving)):
+            return False
+        plan, pool = self.plan, self.pool
+        if len(state.moving) != len(self._moving):  # moved since: those entries at its sizes
+            self._extend(state)
+        for eid, nbytes in state.entry_bytes.items():
+            plan.entry_bytes[eid] = nbytes
+        plan.sid_bytes.update(state.sid_bytes)
+        for sid, (buffer, held) in state.io.items():
+            if scratch.io[sid][1] is not held:  # grown since: the state's views follow
+                buffer = scratch.take_io(sid, plan.sid_device[sid], state.sid_bytes[sid])
+                state.io[sid] = (buffer, scratch.io[sid][1])
+                pool.buffers[sid] = buffer
+                for eid in plan.entries_of(sid):
+                    if eid in state.moving:  # (another keeps its view of the bytes before)
+                        state.views[eid] = pool._view(state.graph, eid)
+            pool.buffers[sid] = buffer
+        arrays, devices = self.arrays, self.entry_device
+        for eid, view in state.views.items():
+            pool.views[eid] = arrays[(eid, devices[eid])] = view
+        for args, pos, key in self._moving_args():
+            args[pos] = self._bind(key)
+        self.graph = state.graph
+        self._bindings = dict(state.bindings)
+        return True
+
+    def _extend(self, state: ShapeState) -> None:
+        """state (taken before this executor's retargets moved more entries) given those
+        entries too, at its shapes: their bytes, their storage ids' and views of the bytes
+        those hold (the shared io bytes at their size there)."""
+        plan, pool, scratch = self.plan, self.pool, self._scratch
+        shapes, dtypes = state.graph.attrs["shape"][1], state.graph.attrs["dltype"][1]
+        extra = self._moving - state.moving
+        for eid in extra:
+            state.entry_bytes[eid] = entry_bytes(shapes[eid], dtypes[eid])
+        for sid in {plan.entry_sid[eid] for eid in extra}:
+            state.sid_bytes[sid] = max(entry_bytes(shapes[e], dtypes[e])
+                                       for e in plan.entries_of(sid))
+            if sid in pool.io_ids and sid not in state.io and scratch is not None:
+                state.io[sid] = (scratch.take_io(sid, plan.sid_device[sid], state.sid_bytes[sid]),
+                                 scratch.io[sid][1])
+        for eid in extra:
+            sid = plan.entry_sid[eid]
+            buffer = state.io[sid][0] if sid in state.io else pool.buffers[sid]
+            state.views[eid] = check_device(plan.sid_device[sid]).view(
+                buffer, 0, tuple(shapes[eid]), np.dtype(dtypes[eid]))
+        state.moving = frozenset(self._moving)
+
+    def _moving_args(self) -> list[tuple[list[Any], int, ArgKey]]:
+        """Where the steps (and shortcuts) hold the moving entries' arrays, each such step this
+        executor's own (copied first where it shares one: derive)."""
+        if self._moving_index is None:
+            moving, copied = self._moving, False
+            for index, step in enumerate(self.steps):
+                if id(step) not in self._own and not moving.isdisjoint(
+                        k.eid for k in step.arg_keys):
+                    self._own_step(index)
+                    copied = True
+            if copied:
+                self._uses = None
+                self._finish()
+            self._moving_index = [(call.args, pos, key) for call in self._all_steps()
+                                  for pos, key in enumerate(call.arg_keys) if key.eid in moving]
+        return self._moving_index
+
+    def _own_step(self, index: int) -> PreparedCall:
+        """Step index made this executor's own: a copy with its own arguments and call site
+        in place of one it shares with the executor it was derived from."""
+        step = self.steps[index]
+        site = self._site(step.kernel)
+        fn = step.fn if site is None else in_device_scope(site, step.device)
+        step = self.steps[index] = PreparedCall(
+            step.nid, step.label, step.func_name, step.device, fn, list(step.args),
+            step.arg_keys, step.num_inputs, False, step.kernel)
+        self._own.add(id(step))
+        return step
 
     def _touched(self, graph: Graph, lib: Module, renewed: set[int]) -> set[int]:
         """The indices of the steps derive must look at for graph: those touching an entry
@@ -470,24 +701,8 @@ class Executor:
         arrays: a rebind here, of an input or a param, touches no shared step, as inputs and
         outputs are renewed and params are the same arrays)."""
         key = base.kernel_keys.get(node.nid)
-        if key is None or VALUES_KEY in node.attrs:
+        if key is None or not self._kernel_serves(lib, key, kept, node, eids, base):
             return None
-        shapes, before = self.graph.attrs["shape"][1], base.graph.attrs["shape"][1]
-        by_class = key[0] in ("band", "class") and kept.kernel.any_shape()
-        if any(shapes[e] != before[e] for e in eids):
-            if not by_class:
-                return None
-            now = tuple(tuple(shapes[e]) for e in eids)
-            if _rounded_shapes(now, key[0] == "band") != key[3] or not kept.kernel.serves(now):
-                return None
-        dims = node.attrs.get(DIMS_KEY)
-        if dims is not None:  # a chain with symbolic attrs: the same values of those it reads
-            was, bound = base._bound(lib, node.nid, kept.device), self._bound(lib, node.nid,
-                                                                            kept.device)
-            if was is None or bound is None:
-                return None
-            if (was.values != bound.values) if by_class else (was != bound):
-                return None
         if (renewed is None and kept.kernel.channels_last_positions()) or shared.get(key) is None:
             return None
         self.kernel_keys[node.nid] = key
@@ -497,6 +712,33 @@ class Executor:
         fn = kept.fn if site is None else in_device_scope(site, kept.device)
         return PreparedCall(kept.nid, kept.label, kept.func_name, kept.device, fn, [],
                             kept.arg_keys, kept.num_inputs, False, kept.kernel)
+
+    def _kernel_serves(self, lib: Module, key: tuple, kept: PreparedCall, node: Any,
+                       eids: list[int], base: Executor) -> bool:
+        """Whether kept's kernel (base's for node, kept under key) serves node here as it is:
+        the node's arrays have the shapes they had in base, or it takes any shape and was kept
+        by its shapes' band or size class, which the new shapes round to as well, and serves
+        them; its attrs hold no values a specialisation adds, and the same values of the dims
+        they read (of those deciding more than a shape, for a kernel taking any shape)."""
+        if VALUES_KEY in node.attrs:
+            return False
+        shapes, before = self.graph.attrs["shape"][1], base.graph.attrs["shape"][1]
+        by_class = key[0] in ("band", "class") and kept.kernel.any_shape()
+        if any(shapes[e] != before[e] for e in eids):
+            if not by_class:
+                return False
+            now = tuple(tuple(shapes[e]) for e in eids)
+            if _rounded_shapes(now, key[0] == "band") != key[3] or not kept.kernel.serves(now):
+                return False
+        if node.attrs.get(DIMS_KEY) is not None:
+            # a chain with symbolic attrs: the same values of those it reads
+            was, bound = base._bound(lib, node.nid, kept.device), self._bound(lib, node.nid,
+                                                                            kept.device)
+            if was is None or bound is None:
+                return False
+            if (was.values != bound.values) if by_class else (was != bound):
+                return False
+        return True
 
     def _kernel_key(self, lib: Module, node: Any, dev: Device,
                     shapes: tuple[tuple[int, ...], ...]) -> tuple | None:

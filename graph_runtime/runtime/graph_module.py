@@ -18,7 +18,7 @@ from ..graph.model import Graph, GraphSource
 from ..lib.kernels.derived import watch
 from ..lib.library import Module
 from ..nd import NDArray, from_dlpack
-from .executor import Executor, NodeTime
+from .executor import Executor, NodeTime, ShapeState
 from .measure import add_bytes
 from .module_base import ModuleBase, copy_out
 from .steps import KernelCache
@@ -78,6 +78,29 @@ class GraphModule(ModuleBase):
             for eid in self._input_eids}
         self._unset: set[int] = set() if allow_uninitialized else set(self._input_eids)
         self._param_names: set[str] = set()
+
+    def _retarget(self, graph: Graph) -> bool:
+        """This module over graph, another specialisation of its symbolic graph, its executor
+        made over it in place (Executor.retarget); False, nothing changed, where it cannot."""
+        if not self.executor.retarget(graph, self.lib):
+            return False
+        self._follow(graph)
+        return True
+
+    def _restore(self, state: ShapeState) -> bool:
+        """This module back at a shape its executor was made over before (Executor.restore)."""
+        if not self.executor.restore(state):
+            return False
+        self._follow(state.graph)
+        return True
+
+    def _follow(self, graph: Graph) -> None:
+        """graph made this module's (its executor's already): the inputs' layout follows."""
+        shapes, before = graph.attrs["shape"][1], self.graph.attrs["shape"][1]
+        for eid, (shape, dtype, key) in self._input_layout.items():
+            if shapes[eid] != before[eid]:
+                self._input_layout[eid] = (tuple(shapes[eid]), dtype, key)
+        self.graph = graph
 
     def _clone(self) -> GraphModule:
         other = GraphModule(self.graph, self.lib, self.ctxs, strict=self.strict,

@@ -30,13 +30,16 @@ class ShapeCost:
     kept_bytes: int
     bound_bytes: int
     derived: bool = False  # made from the shape run before, only what the sizes change redone
+    # the module of the shape run before made over this one in place (Executor.retarget)
+    retargeted: bool = False
 
     @property
     def seconds(self) -> float:
         return self.infer_s + self.plan_s + self.prepare_s
 
     def __str__(self) -> str:
-        cost = ("derived from the shape before, " if self.derived else "") + (
+        cost = ("the shape before's module re-pointed in place, " if self.retargeted else
+                "derived from the shape before, " if self.derived else "") + (
             f"specialised in {self.seconds * 1e3:.1f} ms (infer {self.infer_s * 1e3:.1f}, "
             f"plan {self.plan_s * 1e3:.1f}, prepare {self.prepare_s * 1e3:.1f} ms"
             + (f"; {count_of(self.defaults, 'tuning choice')} at the default"
@@ -141,6 +144,10 @@ class SharedBytes:
             held[2] += 1
             ids.append(id(obj))
         self._by_holder[holder] = ids
+
+    def rename(self, old: Hashable, new: Hashable) -> None:
+        """holder old's items counted as new's from now on."""
+        self._by_holder[new] = self._by_holder.pop(old)
 
     def drop(self, holder: Hashable) -> None:
         """Stop counting holder's items: those no other holder counts are let go."""

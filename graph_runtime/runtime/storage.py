@@ -168,6 +168,11 @@ class Scratch:
             held = self.io[sid] = (dev, _grown(None if held is None else held[1], dev, nbytes))
         return held[1][:nbytes]
 
+    def io_bytes(self, sid: int) -> int:
+        """How many bytes take_io gives storage id sid without growing."""
+        held = self.io.get(sid)
+        return 0 if held is None else int(held[1].nbytes)
+
     def held_bytes(self) -> dict[Device, int]:
         held: dict[Device, int] = {}
         for dev, array in [*self.buffers.items(), *self.io.values()]:

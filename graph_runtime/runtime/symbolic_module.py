@@ -37,7 +37,7 @@ from ..lib.kernels.derived import freeze, thaw
 from ..lib.library import Module
 from ..lib.prepared import PreparedKernel
 from ..nd import NDArray, from_dlpack
-from .executor import Executor, NodeTime
+from .executor import Executor, NodeTime, ShapeState
 from .graph_module import GraphModule
 from .measure import ShapeCost, SharedBytes, add_bytes
 from .module_base import ModuleBase
@@ -56,6 +56,9 @@ MEMO_KERNELS = 8192  # kernels whose shared items _shared_items keeps (a decode 
 # share some 60 kernels with the shape before: a step made anew for a new length keeps its kernel)
 log = logging.getLogger("graph_runtime")
 Item = tuple[Any, dict[Device, int]]  # something held and its bytes per device (SharedBytes)
+# what specialising a shape cost (SymbolicGraphModule._last_cost): the bound dims; infer, plan,
+# prepare seconds; tuning choices left at their default; derived; re-pointed in place
+Cost = tuple[str, float, float, float, int, bool, bool]
 
 
 class SymbolicGraphModule(ModuleBase):
@@ -97,6 +100,9 @@ class SymbolicGraphModule(ModuleBase):
         self._params: dict[str, tuple[Device, Any]] = {}  # one device array per param
         self.specializations = 0
         self.derivations = 0  # of them, made from the one used last (Executor.derive)
+        # new shapes the module used last was made over in place (Executor.retarget), each
+        # kept under the new shape's key instead of the old one's: no module made
+        self.retargets = 0
         self.specialize_seconds = 0.0
         self.kernels = KernelCache()  # prepared kernels the specialisations share
         self.scratch = Scratch()  # host memory their intermediates share (one runs at a time)
@@ -109,13 +115,16 @@ class SymbolicGraphModule(ModuleBase):
         # step of a new length, made anew or kept, runs a kernel some shape before ran)
         self._step_items: dict[tuple[int, Device], tuple[Any, int, list[Item]]] = {}
         self._kernel_keys: dict[tuple, list] = {}  # per cached key: the shared kernels it uses
-        self._costs: dict[tuple, tuple[str, float, float, float, int, bool]] = {}  # as _last_cost
-        # The last run's shape: whether that run specialised it, and what specialising it cost:
+        self._recount: set[tuple] = set()  # cached keys whose shared items _kept_total counts anew
+        # per key of a shape a kept module was made over in place: that module, the shape as
+        # made (Executor.restore) and what making it cost (at most cache_size, least recent
+        # dropped); and per such module (by id, while kept) the key it is kept under now
+        self._states: OrderedDict[tuple, tuple[GraphModule, ShapeState, Cost]] = OrderedDict()
+        self._keyed: dict[int, tuple] = {}
+        self._costs: dict[tuple, Cost] = {}  # per cached key: as _last_cost
+        # The last run's shape: whether that run specialised it, and what specialising it cost
         self._last_new = False
-        # the bound dims; infer, plan, prepare seconds; tuning choices left at their default;
-        # whether it was derived from the specialisation used before (Executor.derive)
-        self._last_cost: tuple[str, float, float, float, int, bool] = ("", 0.0, 0.0, 0.0, 0,
-                                                                      False)
+        self._last_cost: Cost = ("", 0.0, 0.0, 0.0, 0, False, False)
 
     @property
     def signature(self) -> str:
@@ -315,7 +324,7 @@ class SymbolicGraphModule(ModuleBase):
         else:
             module = self._cache.get(key)
         if module is None:
-            module = self._build(key)
+            module = self._retargeted(key) or self._build(key)
         else:
             self._cache.move_to_end(key)
             self._last_new = False
@@ -341,6 +350,9 @@ class SymbolicGraphModule(ModuleBase):
         self._kept_bytes.clear()
         self._shared.clear()
         self._kernel_keys.clear()
+        self._recount.clear()
+        self._states.clear()
+        self._keyed.clear()
         self._costs.clear()
         self.kernels.clear()
         self._current_key = None
@@ -357,6 +369,8 @@ class SymbolicGraphModule(ModuleBase):
         self._shared.add(key, _shared_items(module, self._param_ids(), memo=self._step_items))
         self._kernel_keys[key] = self.kernels.hold()
         self._costs[key] = self._last_cost
+        if module.executor.pool.io_ids:  # derived: it may be re-pointed, and brought back here
+            self._keep_state(key, module, self._last_cost)
         bound = settings.shape_cache_bytes()
         while len(self._cache) > 1 and (len(self._cache) > self.cache_size
                                         or self._kept_total() > bound):
@@ -365,21 +379,97 @@ class SymbolicGraphModule(ModuleBase):
                 self._step_items.pop((id(step.kernel), step.device), None)
             del self._kept_bytes[old_key]
             self._shared.drop(old_key)
+            self._recount.discard(old_key)
+            if self._keyed.pop(id(old), None) is not None:  # its shapes go with it
+                for gone in [k for k, met in self._states.items() if met[0] is old]:
+                    del self._states[gone]
             self.kernels.release(self._kernel_keys.pop(old_key))
             del self._costs[old_key]
             if old_key == self._current_key:
                 self._current_key = None  # still usable as `current` for the copies above
         return module
 
+    def _retargeted(self, key: tuple) -> GraphModule | None:
+        """A kept module made over key's shapes in place and kept under key instead of its
+        own: one that was made over them before (Executor.restore: a server's next generation
+        meets the last one's lengths), else the module used last (Executor.retarget: a decode
+        step's next length, where only sizes move and every kernel serves the new ones, costs
+        its shape inference and new views, no module; derived, each length made and kept a
+        module, 1.5 ms a token on a 1.6 ms run). None where neither can: no module used yet or
+        one not kept, one made in full or handed out by specialised() (it keeps its shapes), a
+        kernel not serving the new sizes, storage outgrown, tuning measured per shape, inputs
+        whose values decide shapes."""
+        met = self._states.get(key)
+        if met is not None:
+            module, state, cost = met
+            old_key = self._keyed.get(id(module))
+            if old_key is not None and self._cache.get(old_key) is module \
+                    and module._restore(state):
+                self._states.move_to_end(key)
+                self._rekey(module, old_key, key, cost, new=False)
+                return module
+            del self._states[key]
+        current, old_key = self._current, self._current_key
+        if (current is None or old_key is None or self._cache.get(old_key) is not current
+                or not current.executor.pool.io_ids or self._value_names
+                or settings.word(settings.SHAPE_TUNING) == "measure"):
+            return None
+        start = time.perf_counter()
+        shapes = {n: self._shapes[n][0] for n in self._names}
+        entry_shapes = self.specializer.infer_shapes(shapes, {}, fast=True)
+        inferred = time.perf_counter()
+        static = self.specializer.static_graph(entry_shapes, self.specializer.last_env)
+        planned = time.perf_counter()
+        with tuning.by_size_class(), settings.held():
+            if not current._retarget(static):
+                return None
+        done = time.perf_counter()
+        self.retargets += 1
+        self.specialize_seconds += done - start
+        bound = ", ".join(f"{k}={v}" for k, v in self.specializer.last_env.items())
+        made: Cost = (bound, inferred - start, planned - inferred, done - planned, 0, True, True)
+        self._keep_state(key, current, made)
+        self._rekey(current, old_key, key, made, new=True)
+        return current
+
+    def _keep_state(self, key: tuple, module: GraphModule, cost: Cost) -> None:
+        """module, made over key's shapes (derived or re-pointed), as restore brings it back."""
+        self._states[key] = (module, module.executor.state(), cost)
+        self._keyed[id(module)] = key
+        if len(self._states) > self.cache_size:
+            self._states.popitem(last=False)
+
+    def _rekey(self, module: GraphModule, old_key: tuple, key: tuple, cost: Cost,
+               new: bool) -> None:
+        """module, kept under old_key, made over key's shapes in place: kept under key now."""
+        del self._cache[old_key]
+        self._cache[key] = module
+        self._keyed[id(module)] = key
+        if self._current_key == old_key:
+            self._current_key = None  # the module used last is at other shapes now
+        self._kept_bytes[key] = self._kept_bytes.pop(old_key)
+        self._shared.rename(old_key, key)
+        self._recount.discard(old_key)
+        self._recount.add(key)  # its kernels' workspace may have grown at these sizes
+        self._kernel_keys[key] = self._kernel_keys.pop(old_key)
+        del self._costs[old_key]
+        self._last_cost = self._costs[key] = cost
+        self._last_new = new
+
     def _param_ids(self) -> set[int]:
         return {id(array) for _, array in self._params.values()}
 
     def _kept_total(self) -> int:
         """The bytes the cached shapes keep, params and the shared scratch aside."""
+        for key in self._recount:  # re-pointed in place since counted
+            self._shared.drop(key)
+            self._shared.add(key, _shared_items(self._cache[key], self._param_ids(),
+                                                memo=self._step_items))
+        self._recount.clear()
         return sum(self._kept_bytes.values()) + self._shared.total
 
     def _static(self, measure: bool, kernels: KernelCache | None = None
-                ) -> tuple[GraphModule, tuple[str, float, float, float, int, bool]]:
+                ) -> tuple[GraphModule, Cost]:
         """The static module for the shapes (and values) set now, counted, and what it cost
         (as _last_cost); its tuning choices are measured only when measure is set, else taken
         per size class. kernels: where its kernels are shared (default: the module's)."""
@@ -417,14 +507,14 @@ class SymbolicGraphModule(ModuleBase):
         self.specialize_seconds += done - start
         bound = ", ".join(f"{k}={v}" for k, v in self.specializer.last_env.items())
         return module, (bound, inferred - start, planned - inferred, done - planned,
-                        tuning.class_defaults - defaults, derived is not None)
+                        tuning.class_defaults - defaults, derived is not None, False)
 
     def _shape_cost(self) -> ShapeCost:
         """The last run's shape: new or kept, what specialising it cost (by this run or the one
         that met it first), what is kept across shapes."""
-        bound, infer, plan, prepare, defaults, derived = self._last_cost
+        bound, infer, plan, prepare, defaults, derived, retargeted = self._last_cost
         return ShapeCost(bound, self._last_new, infer, plan, prepare, defaults, len(self._cache),
-                         self._kept_total(), settings.shape_cache_bytes(), derived)
+                         self._kept_total(), settings.shape_cache_bytes(), derived, retargeted)
 
     # ---- diagnostics: the specialisation for the inputs set (or the last run's) ----------------
 
@@ -434,20 +524,21 @@ class SymbolicGraphModule(ModuleBase):
 
     def _profile_unlocked(self, repeat: int, progress: Callable[[int], None] | None
                           ) -> list[NodeTime]:
-        """When the specialisation is built by this call, first rows `specialise` (nid -1) hold
-        the time it took: shape inference, storage plan, kernels prepared; a cached shape has
-        none."""
-        built = self.specializations
+        """When this call met a new shape (built, or the module used last re-pointed in place),
+        first rows `specialise` (nid -1) hold the time it took: shape inference, storage plan,
+        kernels prepared (or re-pointed); a cached shape has none."""
+        made = (self.specializations, self.retargets)
         module = self._specialised()
         times = module.profile(repeat, progress)
-        if self.specializations == built:
+        if (self.specializations, self.retargets) == made:
             return times
         cost = self._shape_cost()
+        last = "re-point kernels" if cost.retargeted else "prepare kernels"
         rows = [NodeTime(-1, f"specialise ({cost.shape or 'static'}): {what}", "__specialise",
                          self.ctxs[0], False, seconds)
                 for what, seconds in (("infer shapes", cost.infer_s),
                                       ("plan storage", cost.plan_s),
-                                      ("prepare kernels", cost.prepare_s))]
+                                      (last, cost.prepare_s))]
         return [*rows, *times]
 
     def _capture(self, names: set[str] | None) -> dict[str, list[np.ndarray]]:

@@ -686,6 +686,105 @@ def test_greedy_decoding_with_a_kv_cache_matches_onnxruntime_and_prepares_only_w
     assert m.specializations == 20
 
 
+def _tiny_kv() -> tuple[Any, Any, list[str]]:
+    """The tiny KV-cache LLaMA's module (imported once) and ONNX Runtime's session on it."""
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    from graph_runtime.frontend.importer import import_onnx
+    path = Path(__file__).resolve().parents[1] / "data" / "onnx" / "llama_tiny_kv_ts.onnx"
+    result = import_onnx(path)
+    m = gr.create(result.graph_json, result.module())
+    m.load_params(result.params)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return m, session, [i.name for i in session.get_inputs()]
+
+
+def _generate(step: Any, session: Any, names: list[str], tokens: int,
+              prompt: np.ndarray) -> list[tuple[dict, list]]:
+    """Greedy generation through step (run_with's way), each step's outputs checked against
+    ONNX Runtime's; the (feeds, outputs) of every step."""
+    pasts = [n for n in names if n.startswith("past_key_values.")]
+    kv = next(i for i in session.get_inputs() if i.name in pasts)
+    feeds = {"input_ids": prompt, "attention_mask": np.ones_like(prompt),
+             "position_ids": np.arange(prompt.shape[1], dtype=np.int64)[None]}
+    feeds.update({n: np.zeros((1, kv.shape[1], 0, kv.shape[3]), np.float32) for n in pasts})
+    steps = []
+    for k in range(tokens):
+        want = session.run(None, feeds)
+        got = step(feeds)
+        for i, expected in enumerate(want):
+            np.testing.assert_allclose(got[i], expected, rtol=1e-4, atol=1e-5,
+                                       err_msg=f"step {k} output {i}")
+        steps.append((feeds, want))
+        token = int(np.argmax(want[0][0, -1]))
+        total = feeds["attention_mask"].shape[1] + 1
+        feeds = {"input_ids": np.array([[token]], np.int64),
+                 "attention_mask": np.ones((1, total), np.int64),
+                 "position_ids": np.array([[total - 1]], np.int64), **dict(zip(pasts, got[1:]))}
+    return steps
+
+
+def test_a_decode_step_re_points_the_module_used_last_in_place() -> None:
+    """Executor.retarget: after the prompt (built) and the first decode step (derived), every
+    new length makes the module used last over its sizes in place, kept under the new key,
+    and no module is made; each step matches ONNX Runtime. The next generation meets those
+    lengths again: the module is put back at each (Executor.restore), nothing inferred or
+    re-pointed anew, and the prompt's module, which shares steps with the first derived one,
+    still answers right. memory_report says which shape was re-pointed and what it cost."""
+    m, session, names = _tiny_kv()
+    prompt = RNG.integers(0, 100, (1, 18)).astype(np.int64)  # lengths 19-30: one size class
+    steps = _generate(lambda feeds: m.run_with(**feeds), session, names, 12, prompt)
+    # the prompt built, one or two steps derived (a kernel made for the prompt's length), then
+    # every length re-pointed: one module per shape made, none per re-pointed length
+    assert m.specializations + m.retargets == 12 and m.retargets >= 9
+    assert len(m._cache) == m.specializations
+    made = (m.specializations, m.derivations, m.retargets)
+    report = str(m.memory_report())
+    assert "new, the shape before's module re-pointed in place, specialised in" in report
+    family = m.specialised.__self__._current
+    for k, (feeds, want) in enumerate(steps):  # every length again, from the same module
+        for i, got in enumerate(m.run_with(**feeds)):
+            np.testing.assert_allclose(got, want[i], rtol=1e-4, atol=1e-5,
+                                       err_msg=f"again: step {k} output {i}")
+        if k >= 2:
+            assert m._current is family and not m.memory_report().shape.new
+    assert (m.specializations, m.derivations, m.retargets) == made
+    feeds, want = steps[-1]  # one length further: profile says what re-pointing it cost
+    total = feeds["attention_mask"].shape[1] + 1
+    pasts = [n for n in names if n.startswith("past_key_values.")]
+    m.set_input(input_ids=np.array([[int(np.argmax(want[0][0, -1]))]], np.int64),
+                attention_mask=np.ones((1, total), np.int64),
+                position_ids=np.array([[total - 1]], np.int64), **dict(zip(pasts, want[1:])))
+    rows = m.profile(repeat=1)
+    assert [r.label.split(": ")[1] for r in rows[:3]] == ["infer shapes", "plan storage",
+                                                         "re-point kernels"]
+    assert m.retargets == made[2] + 1 and rows[3].nid >= 0
+
+
+def test_a_module_handed_out_keeps_its_shape_while_others_are_re_pointed() -> None:
+    """specialised() hands out the module of the shape set now, its inputs and outputs its
+    own: later lengths are never made over it in place (a new module is derived from it, and
+    that one is re-pointed), and it still runs its own shape right."""
+    m, session, names = _tiny_kv()
+    prompt = RNG.integers(0, 100, (1, 18)).astype(np.int64)
+    handed: list[Any] = []
+
+    def step(feeds: dict) -> list[np.ndarray]:
+        outputs = m.run_with(**feeds)
+        if feeds["attention_mask"].shape[1] == 24:
+            assert m.retargets > 0  # the module used last was re-pointed to this length
+            handed.append((m.specialised(), feeds, outputs, m.derivations))
+        return outputs
+    _generate(step, session, names, 12, prompt)
+    module, feeds, outputs, derived = handed[0]
+    assert not module.executor.pool.io_ids and m._current is not module
+    assert module.executor.graph.shape(module._output_eids[1])[2] == 24
+    assert m.derivations == derived + 1  # the next length: derived from the handed-out module
+    module.run_with(**feeds)
+    for i, want in enumerate(outputs):
+        np.testing.assert_allclose(module.get_output(i).numpy(), want, rtol=1e-5, atol=1e-6)
+
+
 def test_fast_inference_infers_again_only_what_moved_dims_reach() -> None:
     """Specializer.infer_shapes(fast=True) after another fast call keeps the shapes of nodes
     whose inputs and dims did not move (the same tuples) and gives what a full inference gives
