@@ -624,16 +624,8 @@ def test_greedy_decoding_with_a_kv_cache_matches_onnxruntime_and_prepares_only_w
         asked.append(node.nid)
         return node_kernel(self, lib, node, *args)
     monkeypatch.setattr(Executor, "_node_kernel", counted)
-    ort = pytest.importorskip("onnxruntime")
-    pytest.importorskip("onnx")
-    from graph_runtime.frontend.importer import import_onnx
-    path = Path(__file__).resolve().parents[1] / "data" / "onnx" / "llama_tiny_kv_ts.onnx"
-    result = import_onnx(path)
-    m = gr.create(result.graph_json, result.module())
-    m.load_params(result.params)
+    m, session, names = _tiny_kv()
     assert isinstance(m, SymbolicGraphModule)
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    names = [i.name for i in session.get_inputs()]
     pasts = [n for n in names if n.startswith("past_key_values.")]
     kv = next(i for i in session.get_inputs() if i.name in pasts)
     prompt = RNG.integers(0, 100, (1, 6)).astype(np.int64)
