@@ -61,6 +61,12 @@ TEAM_GEMV = Setting(
     "dense of at most 8 float32 rows: split over oneDNN's OpenMP team by weight rows, at the "
     "memory's speed (auto: where measured faster, and for a symbolic module's new shapes)",
     AUTO_ON_OFF)
+TEAM_GEMV_LAYOUT = Setting(
+    "GRAPH_RUNTIME_TEAM_GEMV_LAYOUT", "auto",
+    "how team_gemv reads a weight that keeps its values: packed (eight rows interleaved, one "
+    "stream a thread) or as given (auto: measured once per machine, packed unless as given is "
+    "clearly faster)",
+    ("auto", "packed", "given"))
 DENSE_TRANSPOSE = Setting(
     "GRAPH_RUNTIME_DENSE_TRANSPOSE", "auto",
     "batched dense: keep the weight transposed (auto: where measured faster)", AUTO_ON_OFF)
@@ -178,7 +184,8 @@ LOOP_MAX_ITERATIONS = Setting(
     "with a huge trip count, stops with an error naming the node instead of running forever)",
     values_text="a positive integer")
 
-SETTINGS = (NUM_THREADS, CONV, OPENCL_CONV, GEMV_PADDING, TEAM_GEMV, DENSE_TRANSPOSE, DENSE_SPLIT,
+SETTINGS = (NUM_THREADS, CONV, OPENCL_CONV, GEMV_PADDING, TEAM_GEMV, TEAM_GEMV_LAYOUT,
+            DENSE_TRANSPOSE, DENSE_SPLIT,
             DENSE_TILES, ATTENTION_SPLIT, OPENCL_GEMM, TUNING_CACHE, TUNING_BUSY, TUNING_CONFIRM,
             SHAPE_TUNING,
             SHAPE_CACHE_BYTES, GC_FREEZE, CACHE_DIR,

@@ -103,3 +103,18 @@ def dense_spec(m: int, n: int, k: int, dtype: str = "float32") -> Any:
     from graph_runtime.lib.ops.linalg import Gemm, dense_spec as spec
     return spec(get_backend("cpu"), 0, Gemm(1, m, n, k, False, True, 1, 1, dtype),
                 [(m, k), (n, k), (m, n)])
+
+
+def layout_races(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The winner of each race of team_gemv's weight layout run from now on (each race runs
+    for real; the list only counts them)."""
+    from graph_runtime.lib.kernels.cpu import team_gemv
+    raced: list[str] = []
+    race_layouts = team_gemv._race_layouts
+
+    def counted(race: Any) -> Any:
+        verdict = race_layouts(race)
+        raced.append(verdict.chosen)
+        return verdict
+    monkeypatch.setattr(team_gemv, "_race_layouts", counted)
+    return raced

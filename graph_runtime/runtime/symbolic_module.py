@@ -32,7 +32,7 @@ from ..errors import GraphError, GraphRuntimeError, ParamsError
 from ..graph.model import Graph
 from ..graph.symbolic import shape_is_symbolic
 from ..lib import tuning
-from ..lib.kernels.cpu import jit_setup
+from ..lib.kernels.cpu import jit_setup, team_gemv
 from ..lib.kernels.derived import freeze, thaw
 from ..lib.library import Module
 from ..lib.prepared import PreparedKernel
@@ -81,6 +81,9 @@ class SymbolicGraphModule(ModuleBase):
         self.specializer = Specializer(graph, lib, self.entry_device)
         _freeze_once()
         jit_setup.expect_other_sizes()  # kernels load the code other sizes take at their first run
+        if any("dense" in (node.func_name or "") or "matmul" in (node.func_name or "")
+               for node in graph.nodes):
+            team_gemv.decide_layout()  # a new shape's products read weights as it says
         self._sigs = {sig.name: sig for sig in self.specializer.inputs}
         self._names = [sig.name for sig in self.specializer.inputs]
         self._dtypes = [np.dtype(sig.dtype) for sig in self.specializer.inputs]

@@ -8,25 +8,30 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from support import dense_spec, make_graph, null, require_onednn, tvm_op
+from support import dense_spec, layout_races, make_graph, null, require_onednn, tvm_op
 
 import graph_runtime as gr
 from graph_runtime.lib import Module
 from graph_runtime.lib.library import InputVersion
 from graph_runtime.lib.chain import Chain, Step, kernel_note
 from graph_runtime.lib.kernels.cpu import dense_choice
-from graph_runtime.lib.kernels.cpu.team_gemv import MAX_ROWS, TeamGemv
-from graph_runtime.settings import NUM_THREADS, ONEDNN_THREADS, TEAM_GEMV
+from graph_runtime.lib import tuning
+from graph_runtime.lib.kernels.cpu import team_gemv
+from graph_runtime.lib.kernels.cpu.team_gemv import LAYOUTS, MAX_ROWS, TeamGemv
+from graph_runtime.settings import (NUM_THREADS, ONEDNN_THREADS, TEAM_GEMV, TEAM_GEMV_LAYOUT,
+                                    TUNING_CACHE)
 
 U32 = float(np.finfo(np.float32).eps) / 2
 
 
 @pytest.fixture
 def team(monkeypatch):
-    """Two OpenMP threads inside oneDNN's primitives: the team the kernel runs on."""
+    """Two OpenMP threads inside oneDNN's primitives: the team the kernel runs on; a kept
+    weight read packed (the layout this machine measures is its own test's)."""
     require_onednn()
     monkeypatch.setenv(NUM_THREADS.name, "2")
     monkeypatch.setenv(ONEDNN_THREADS.name, "openmp")
+    monkeypatch.setenv(TEAM_GEMV_LAYOUT.name, "packed")
 
 
 def _check(out: np.ndarray, x: np.ndarray, w: np.ndarray, extra: np.ndarray | None = None
@@ -223,3 +228,53 @@ def test_a_frozen_weight_is_packed_once_for_every_kernel(team, random_array) -> 
         kernel(x, w, out)
         _check(out, x, w)
     assert kernels[0].packed is kernels[1].packed
+
+
+def test_where_the_machine_reads_weights_as_given_a_kept_weight_is_never_packed(
+        team, monkeypatch, random_array) -> None:
+    """GRAPH_RUNTIME_TEAM_GEMV_LAYOUT=given (what the race picks where packing does not pay): a
+    weight whose counter is bound is read as it is, values written later included; no
+    packed copy is made or counted."""
+    monkeypatch.setenv(TEAM_GEMV_LAYOUT.name, "given")
+    x = random_array((3, 64), "float32", seed=18)
+    w = random_array((130, 64), "float32", seed=19)
+    kernel = TeamGemv(3, 130, 64)
+    version = InputVersion()
+    kernel.bind_versions({1: version})
+    out = np.full((3, 130), np.nan, np.float32)
+    kernel(x, w, out)
+    _check(out, x, w)
+    w[:40] = random_array((40, 64), "float32", seed=20)
+    version.value += 1
+    kernel(x, w, out)
+    _check(out, x, w)
+    assert kernel.packed is None and kernel.workspace_bytes() == 0
+    assert kernel.note() == "dense of few rows on the OpenMP team, weight read as given"
+    assert kernel.with_tile_tail(None).packs is False
+
+
+def test_the_layout_is_raced_once_per_machine_and_never_inside_a_shapes_run(
+        team, monkeypatch, tmp_path) -> None:
+    """auto: the first ask races both layouts on a chain of decode-size products (each sample
+    after a pause) and stores the answer in the tuning file; later asks take it. Inside a
+    symbolic module's run() (tuning.by_size_class) nothing is raced: this process's answer,
+    else the file's trusted one, else packed."""
+    monkeypatch.setenv(TEAM_GEMV_LAYOUT.name, "auto")
+    monkeypatch.setenv(TUNING_CACHE.name, str(tmp_path))
+    tuning.forget()
+    raced = layout_races(monkeypatch)
+    try:
+        first = team_gemv.packs()
+        assert team_gemv.packs() == first and len(raced) == 1
+        (entry,) = [e for e in tuning.entries() if e.choice == "cpu.team_gemv_layout"]
+        assert set(entry.seconds) == set(LAYOUTS) and min(entry.seconds.values()) > 0
+        assert entry.base == "packed" and first == (entry.chosen == "packed") == (
+            raced[0] == "packed")
+        assert TeamGemv(1, 64, 64).packs is first
+        tuning.forget()  # as a new process: inside a shape's run nothing is raced
+        with tuning.by_size_class():
+            inside = team_gemv.packs()
+        assert len(raced) == 1
+        assert inside == (first if entry.trusted else True)
+    finally:
+        tuning.forget()

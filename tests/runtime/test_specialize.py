@@ -9,6 +9,7 @@ from typing import Any, Iterator
 
 import numpy as np
 import pytest
+from support import layout_races
 
 import graph_runtime as gr
 from graph_runtime import settings
@@ -862,3 +863,29 @@ def test_a_dense_in_pieces_serves_every_row_band_where_its_choice_holds(
     np.testing.assert_allclose(m.get_output(0).numpy(), np.full((1500, 32), 64.0))
     _feed(m, 300)  # the band's kernel still serves its own
     assert dense_kernel() is first
+
+
+def test_a_module_with_symbolic_dims_decides_the_team_layout_at_create(monkeypatch,
+                                                                     tmp_path) -> None:
+    """The team products' weight layout (team_gemv.LAYOUT, raced once per machine) is decided
+    when a module meeting new shapes is created, never inside its runs: the decoder's
+    generation races nothing, and its products read weights as the race said."""
+    from graph_runtime.lib import tuning
+    from graph_runtime.lib.kernels.cpu import omp_team, team_gemv
+    monkeypatch.setenv(settings.TUNING_CACHE.name, str(tmp_path))
+    monkeypatch.setenv(settings.TEAM_GEMV_LAYOUT.name, "auto")
+    tuning.forget()
+    if not omp_team.available():
+        pytest.skip("the team runs only while oneDNN's products run on OpenMP threads")
+    raced = layout_races(monkeypatch)
+    try:
+        m, session, names = _tiny_kv()
+        assert len(raced) == 1
+        prompt = RNG.integers(0, 100, (1, 18)).astype(np.int64)
+        _generate(lambda feeds: m.run_with(**feeds), session, names, 4, prompt)
+        assert len(raced) == 1
+        teams = [step.kernel for step in m._current.executor.steps
+                 if isinstance(step.kernel, team_gemv.TeamGemv)]
+        assert teams and all(k.packs == (raced[0] == "packed") for k in teams)
+    finally:
+        tuning.forget()

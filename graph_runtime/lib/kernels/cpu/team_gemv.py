@@ -23,6 +23,14 @@ Runtime's MLAS, packed too: 27 and 42). The packed copy is workspace (a frozen p
 shared by every kernel reading it, derived.derived_of); a weight written every run (volatile)
 is read as given.
 
+Whether packing pays depends on the machine: on a 2-vCPU Intel Xeon VM (480 MB L3) a chain of
+decode-size products read packed was 1.4x slower than read as given when each run follows a
+pause (a server's Python between runs), and the decoder's token 3.2 against 2.2 ms. So the
+layout is one tuning choice per machine (LAYOUT, `cpu.team_gemv_layout`): packed unless the
+weight as given is clearly faster on a chain of 34 MB of such products, each sample after a
+pause as a graph's products run; decided at create by a module whose run() meets new shapes
+(decide_layout), where nothing is measured.
+
 Offered by dense's candidate set (dense_choice.py) for float32 products of at most MAX_ROWS rows
 against a 2-D weight when oneDNN's products run on that team (omp_team.available()), and its base
 there: a symbolic module's new shapes take it unmeasured. A race times each candidate alone after
@@ -30,21 +38,26 @@ a pause, the team asleep and the weight in cache, so small products go to OpenBL
 thread there.
 
 GRAPH_RUNTIME_TEAM_GEMV: auto (default, measured), on (wherever it applies), off.
+GRAPH_RUNTIME_TEAM_GEMV_LAYOUT: auto (default, measured once per machine), packed, given.
 """
 from __future__ import annotations
 
 import weakref
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 from numba import carray
 
+from .... import settings
+from ...._timing import MIN_SPEEDUP, Race, Verdict, sampler
 from ...library import InputVersion
+from ...tuning import Choice
 from ..derived import DerivesFromInputs, derived_of, shared_list_watched_by
 from ..onednn.weights import aligned_buffer
 from . import jit_setup
 from .loops_jit import lane_dot
-from .omp_team import available, claim_rows, float32_at, run_at, run_on_team, team_kernel
+from .omp_team import (available, claim_rows, float32_at, run_at, run_on_team, team_kernel,
+                       wake_team)
 
 MAX_ROWS = 8  # of x: beyond, the product has flops enough for a GEMM's blocking to win
 LINE = 16  # float32 values per cache line
@@ -62,11 +75,57 @@ PANEL = PACK_ROWS * PIECE  # one piece of each of the eight rows: 512 bytes
 # them one at a time, the two threads' streams interleaved and read at 30 GB/s instead of 42)
 CHUNK_BLOCKS = 8
 PACKED_TAG = "team_gemv packed"  # its entries in a frozen weight's derived_of list
+LAYOUT = Choice("cpu.team_gemv_layout", settings.TEAM_GEMV_LAYOUT)
+LAYOUTS = ("packed", "given")
+# the race's chain: a decode step's MLP products (12 x 2.8 MB), past a core's L2 many times
+LAYOUT_CHAIN = ((1376, 512), (512, 1376)) * 6
+LAYOUT_KEY = "float32 m 1 chain " + " ".join(f"{n}x{k}" for n, k in LAYOUT_CHAIN[:2]) + " x6"
+PAUSE_S = 0.0005  # before each sample: a graph's products follow other work, not each other
 
 
 def applies(m: int, n: int, dtype: str) -> bool:
     """Whether a product of m rows against an [n, k] weight may run here now."""
     return dtype == "float32" and 1 <= m <= MAX_ROWS and n >= 2 * LINE and available()
+
+
+def packs() -> bool:
+    """Whether team products read a steady weight packed on this machine (LAYOUT: forced, the
+    process's or the tuning file's answer, else measured; inside a symbolic module's run(),
+    never measured: the file's answer or packed)."""
+    return LAYOUT.choose("cpu", LAYOUT_KEY, LAYOUTS, _race_layouts, "packed",
+                         MIN_SPEEDUP) == "packed"
+
+
+def decide_layout() -> None:
+    """Decide LAYOUT now (measured once per machine where the tuning file has no trusted
+    answer, about 0.1 s), where the team may run: a module whose run() meets new shapes calls
+    this at create, so that its products are not left at the default."""
+    if available():
+        packs()
+
+
+def _race_layouts(race: Race) -> Verdict:
+    """Both layouts timed on LAYOUT_CHAIN's products, one chain a sample after a pause with
+    the team woken first, as a decode step's products run after the Python between runs."""
+    rng = np.random.default_rng(0)
+    weights = [rng.standard_normal(shape).astype(np.float32) for shape in LAYOUT_CHAIN]
+    xs = {k: rng.standard_normal((1, k)).astype(np.float32) for _, k in LAYOUT_CHAIN}
+    outs = [np.empty((1, n), np.float32) for n, _ in LAYOUT_CHAIN]
+    steady = InputVersion()  # constant weights, as params are: packed once
+
+    def chain(packed: bool) -> Callable[[], None]:
+        kernels = []
+        for w in weights:
+            kernel = TeamGemv(1, w.shape[0], w.shape[1], packed=packed)
+            kernel.bind_versions({pos: steady for pos in kernel.cached_inputs()})
+            kernels.append(kernel)
+
+        def run() -> None:
+            for kernel, w, out in zip(kernels, weights, outs):
+                kernel(xs[w.shape[1]], w, out)
+        return run
+    return race({name: sampler(chain(name == "packed"), pause_s=PAUSE_S, wake=wake_team)
+                 for name in LAYOUTS})
 
 
 @team_kernel(reassociate=True)
@@ -168,15 +227,18 @@ class TeamGemv(DerivesFromInputs):
     """run(x, w, *tail_inputs, out): out[m, n] = tail(x[m, k] @ w[n, k].T, ...), the product on
     the OpenMP team, then the tail (a chain_jit.CompiledChain over the (m, n) output reading
     its inputs after w; None: the product alone) over the output on the caller. w is read
-    packed (pack) while its write counter is bound and not volatile, else as given."""
+    packed (pack) while its write counter is bound and not volatile and the machine's layout
+    packs (packed None: packs()), else as given."""
 
     derived = (1,)
 
-    def __init__(self, m: int, n: int, k: int, tail: Any = None) -> None:
+    def __init__(self, m: int, n: int, k: int, tail: Any = None,
+                 packed: bool | None = None) -> None:
         super().__init__()
         jit_setup.start()
         self.shapes = ((m, k), (n, k), (m, n))
         self.tail = tail
+        self.packs = packs() if packed is None else packed
         self.packed: np.ndarray | None = None  # w packed (its own or a frozen weight's shared)
         self._own: np.ndarray | None = None  # its own packed buffer, made at first need
         self._owner: tuple[Any, Any] = (None, self)  # (the weight's counter, workspace_owner)
@@ -188,15 +250,16 @@ class TeamGemv(DerivesFromInputs):
 
     def with_tile_tail(self, tail: Any) -> TeamGemv:
         (m, k), (n, _), _ = self.shapes
-        return TeamGemv(m, n, k, tail)
+        return TeamGemv(m, n, k, tail, self.packs)
 
     def note(self) -> str:
-        text = "dense of few rows on the OpenMP team"
+        text = "dense of few rows on the OpenMP team" + ("" if self.packs else
+                                                         ", weight read as given")
         return text if self.tail is None else text + ", compiled tail " + "+".join(self.tail.ops)
 
     def workspace_bytes(self) -> int:
         """The packed weight (counted whether it is this kernel's or shared) and the tail's."""
-        packed = 4 * int(np.prod(self._packed_shape()))
+        packed = 4 * int(np.prod(self._packed_shape())) if self.packs else 0
         return packed + (0 if self.tail is None else self.tail.workspace_bytes())
 
     def _packed_shape(self) -> tuple[int, int, int]:
@@ -238,7 +301,7 @@ class TeamGemv(DerivesFromInputs):
     def _weight(self, b: Any) -> Any:
         """The weight as read this call: packed when it keeps its values between runs (packed
         again when its counter moved), else b itself."""
-        if any(cell.volatile for cell in self._cells):
+        if not self.packs or any(cell.volatile for cell in self._cells):
             return b
         if self._stale() or self.packed is None:
             self.packed = self._packed_from(b)
