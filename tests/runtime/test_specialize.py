@@ -9,7 +9,6 @@ from typing import Any, Iterator
 
 import numpy as np
 import pytest
-from support import layout_races
 
 import graph_runtime as gr
 from graph_runtime import settings
@@ -870,6 +869,8 @@ def test_a_module_with_symbolic_dims_decides_the_team_layout_at_create(monkeypat
     """The team products' weight layout (team_gemv.LAYOUT, raced once per machine) is decided
     when a module meeting new shapes is created, never inside its runs: the decoder's
     generation races nothing, and its products read weights as the race said."""
+    from support import layout_races  # (not at the top: subprocesses here import this file)
+
     from graph_runtime.lib import tuning
     from graph_runtime.lib.kernels.cpu import omp_team, team_gemv
     monkeypatch.setenv(settings.TUNING_CACHE.name, str(tmp_path))
