@@ -422,9 +422,10 @@ def _wide_dense() -> gr.Graph:
 @pytest.fixture
 def own_tuning(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[list[str]]:
     """A tuning cache of this test's own, a process that remembers nothing, and the keys
-    measured meanwhile."""
+    measured meanwhile (the team products' layout, raced once per machine at create, pinned)."""
     from graph_runtime.lib import tuning
     monkeypatch.setenv(settings.TUNING_CACHE.name, str(tmp_path / "tuning"))
+    monkeypatch.setenv(settings.TEAM_GEMV_LAYOUT.name, "packed")
     tuning.forget()
     measured: list[str] = []
     real = tuning._measure
