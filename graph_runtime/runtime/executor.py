@@ -434,7 +434,7 @@ class Executor:
             if scratch.io[sid][1] is not held:  # grown since: the state's views follow
                 buffer = scratch.take_io(sid, plan.sid_device[sid], state.sid_bytes[sid])
                 state.io[sid] = (buffer, scratch.io[sid][1])
-                pool.buffers[sid] = buffer
+                pool.buffers[sid] = buffer  # (before the views below, made of it)
                 for eid in plan.entries_of(sid):
                     if eid in state.moving:  # (another keeps its view of the bytes before)
                         state.views[eid] = pool._view(state.graph, eid)
@@ -490,14 +490,18 @@ class Executor:
     def _own_step(self, index: int) -> PreparedCall:
         """Step index made this executor's own: a copy with its own arguments and call site
         in place of one it shares with the executor it was derived from."""
-        step = self.steps[index]
-        site = self._site(step.kernel)
-        fn = step.fn if site is None else in_device_scope(site, step.device)
-        step = self.steps[index] = PreparedCall(
-            step.nid, step.label, step.func_name, step.device, fn, list(step.args),
-            step.arg_keys, step.num_inputs, False, step.kernel)
+        step = self.steps[index] = self._sited_copy(self.steps[index],
+                                                    list(self.steps[index].args))
         self._own.add(id(step))
         return step
+
+    def _sited_copy(self, step: PreparedCall, args: list[Any]) -> PreparedCall:
+        """step's call with args and this executor's own call site for its kernel (a site's
+        views are of its executor's arrays)."""
+        site = self._site(step.kernel)
+        fn = step.fn if site is None else in_device_scope(site, step.device)
+        return PreparedCall(step.nid, step.label, step.func_name, step.device, fn, args,
+                            step.arg_keys, step.num_inputs, False, step.kernel)
 
     def _touched(self, graph: Graph, lib: Module, renewed: set[int]) -> set[int]:
         """The indices of the steps derive must look at for graph: those touching an entry
@@ -708,10 +712,7 @@ class Executor:
         self.kernel_keys[node.nid] = key
         if renewed is not None and renewed.isdisjoint(eids):
             return kept  # the same arrays (and so the same site) as in base
-        site = self._site(kept.kernel)  # this module's own (its views are of its arrays)
-        fn = kept.fn if site is None else in_device_scope(site, kept.device)
-        return PreparedCall(kept.nid, kept.label, kept.func_name, kept.device, fn, [],
-                            kept.arg_keys, kept.num_inputs, False, kept.kernel)
+        return self._sited_copy(kept, [])  # its arguments bound by the caller
 
     def _kernel_serves(self, lib: Module, key: tuple, kept: PreparedCall, node: Any,
                        eids: list[int], base: Executor) -> bool:
