@@ -75,6 +75,21 @@ class ShapeState:
     sid_bytes: dict[int, int]  # per storage id of a moving entry
     io: dict[int, tuple[Any, Any]]  # per such id in the shared io bytes: (its slice, the buffer)
     bindings: dict[int, Any]  # Executor._bindings
+    # the arrays restore put into the steps' arguments last, by Executor._moving_index (the
+    # list they were bound for): the next restore over the same list puts them back as they
+    # are (each _bind a lookup and, flattened, a reshape: 50 a decode step)
+    bound: tuple[list[Any], list[Any]] | None = None
+
+
+@dataclass(frozen=True)
+class _Transit:
+    """What retarget worked out for one change (the entries changing shape, the dims moving):
+    their storage ids with each id's entries, the steps to ask (index, entries, kernel key)
+    and those to re-point (index, argument positions)."""
+
+    sids: list[tuple[int, tuple[int, ...]]]
+    checks: list[tuple[int, list[int], Any]]
+    repoint: list[tuple[int, list[int]]]
 
 
 class Executor:
@@ -143,6 +158,10 @@ class Executor:
         # the entries retarget gave new views, and where the steps hold them (_moving_args)
         self._moving: set[int] = set()
         self._moving_index: list[tuple[list[Any], int, ArgKey]] | None = None
+        # retarget's work per change met (_Transit), and the pool's bytes per device as its
+        # last growth check counted them (None: count again)
+        self._transits: dict[tuple[tuple[int, ...], frozenset[str]], _Transit] = {}
+        self._pool_bytes: dict[Device, int] | None = None
         # the shared cache's generation its kernels were taken in (KernelCache.clear)
         self._generation = kernels.generation if kernels is not None else 0
         self.escaped_entries: set[int] = set()  # entries escaped() (the count may miss writes)
@@ -234,6 +253,7 @@ class Executor:
             new.arrays[(eid, self.entry_device[eid])] = new.pool.views[eid]
         new.kernel_keys, new.escaped_entries, new._uses, new._bindings = {}, set(), None, {}
         new._unshare, new._told = {}, set()
+        new._transits, new._pool_bytes = {}, None
         decided = {graph.entry_node(o)[0] for _, o in self.in_place}
         decided |= {self.steps[i].nid for i in self.skipped} | {
             call.nid for call in self.shortcuts.values()}
@@ -315,59 +335,65 @@ class Executor:
         shared bytes (StoragePool.io_ids: own_io hands a module out, which then keeps its shape)
         and whose kernels the shared cache still holds. A step this executor shares with the
         one it was derived from (derive keeps steps whose arrays stay) is copied before its
-        arguments change, so that one is never touched."""
+        arguments change, so that one is never touched.
+
+        What follows from which entries change shape and which dims move (the storage ids,
+        the steps to ask and to re-point) is kept per such change (a Transit): a decoder's
+        next length asks only what the new sizes decide (bytes, each kernel's serves)."""
         shared, before = self._kernels, self.graph.attrs["shape"][1]
         shapes = graph.attrs["shape"][1]
         if (shared is None or self._scratch is None or not self._ready or not self.pool.io_ids
                 or self._generation != shared.generation or len(shapes) != len(before)):
             return False
-        changed = [eid for eid, (now, was) in enumerate(zip(shapes, before))
-                   if now is not was and now != was]
+        changed = tuple(eid for eid, (now, was) in enumerate(zip(shapes, before))
+                        if now is not was and now != was)
         if not changed:
             self.graph = graph
             return True
-        if not self.placed.isdisjoint(changed):
-            return _refused("an entry stored where its kernel asked changes shape")
         plan, pool, dtypes = self.plan, self.pool, graph.attrs["dltype"][1]
+        pattern = (changed, self._moved_dims(graph, lib))
+        transit = self._transits.get(pattern)
+        if transit is None:
+            if not self.placed.isdisjoint(changed):
+                return _refused("an entry stored where its kernel asked changes shape")
+            by_sid: dict[int, tuple[int, ...]] = {}
+            for eid in changed:
+                sid = plan.entry_sid[eid]
+                if sid not in by_sid:
+                    by_sid[sid] = tuple(plan.entries_of(sid))
+            sids = list(by_sid.items())
+        else:
+            sids = transit.sids
         sizes = {eid: entry_bytes(shapes[eid], dtypes[eid]) for eid in changed}
         sid_bytes: dict[int, int] = {}
-        for eid in changed:
-            sid = plan.entry_sid[eid]
-            if sid not in sid_bytes:
-                sid_bytes[sid] = max(sizes.get(e, plan.entry_bytes[e]) for e in plan.entries_of(sid))
-                if sid not in pool.io_ids and pool.buffers[sid].nbytes < sid_bytes[sid]:
-                    # derive would not fit it either: a new pool
-                    return _refused(f"storage id {sid} outgrew its {pool.buffers[sid].nbytes} "
-                                    "bytes")
+        for sid, entries in sids:
+            sid_bytes[sid] = need = max(sizes.get(e, plan.entry_bytes[e]) for e in entries)
+            if sid not in pool.io_ids and pool.buffers[sid].nbytes < need:
+                # derive would not fit it either: a new pool
+                return _refused(f"storage id {sid} outgrew its {pool.buffers[sid].nbytes} bytes")
         # io ids whose shared bytes grow (new bytes: each of their entries gets a new view)
         io = [sid for sid in sid_bytes if sid in pool.io_ids]
         regrow = {sid for sid in io if self._scratch.io_bytes(sid) < sid_bytes[sid]}
         renewed = set(changed)
         for sid in regrow:
             renewed.update(plan.entries_of(sid))
-        # the steps to look at, as derive visits them, each checked as derive keeps it
         probe = copy.copy(self)  # this executor at the new sizes, for _kernel_serves
         probe.graph, probe._bindings = graph, {}
-        decided = {graph.entry_node(o)[0] for _, o in self.in_place}
-        decided |= {self.steps[i].nid for i in self.skipped} | {
-            call.nid for call in self.shortcuts.values()}
-        repoint = []
-        for index in sorted(self._touched(graph, lib, renewed)):
+        if transit is None or regrow:
+            steps = self._retarget_steps(graph, lib, renewed)
+            if steps is None:
+                return False
+            checks, repoint = steps
+            if not regrow:  # (a regrow renews more entries: that change is not kept)
+                self._transits[pattern] = _Transit(sids, checks, repoint)
+        else:
+            checks, repoint = transit.checks, transit.repoint
+        for index, eids, key in checks:
             step = self.steps[index]
-            node = graph.nodes[step.nid]
-            eids = [key.eid for key in step.arg_keys]
-            key = self.kernel_keys.get(step.nid)
             if key is None or shared.get(key) is None or not probe._kernel_serves(
-                    lib, key, step, node, eids, self):
+                    lib, key, step, graph.nodes[step.nid], eids, self):
                 return _refused(f"{step.label}'s kernel does not serve the new shapes")
-            if not renewed.isdisjoint(eids):
-                if step.nid in decided:
-                    return _refused(f"a setup pass decided on {step.label} at other sizes")
-                repoint.append(index)
-        grown = {sid: n for sid, n in sid_bytes.items() if n > plan.sid_bytes[sid]}
-        if grown:  # the shared io bytes may grow: the caps hold as derive checks them
-            check_capacity(graph, dataclasses.replace(plan, sid_bytes={**plan.sid_bytes,
-                                                                       **grown}), self.caps)
+        self._check_growth(graph, sid_bytes)
         # every check passed: sizes, views, arguments
         for eid, nbytes in sizes.items():
             plan.entry_bytes[eid] = nbytes
@@ -383,13 +409,12 @@ class Executor:
             view = pool.views[eid] = pool._view(graph, eid)
             self.arrays[(eid, self.entry_device[eid])] = view
         copied = False
-        for index in repoint:
+        for index, positions in repoint:
             step = self.steps[index]
             if id(step) not in self._own:  # shared with the executor it was derived from
                 step, copied = self._own_step(index), True
-            for pos, key in enumerate(step.arg_keys):
-                if key.eid in renewed:
-                    step.args[pos] = self._bind(key)
+            for pos in positions:
+                step.args[pos] = self._bind(step.arg_keys[pos])
         for call in self.shortcuts.values():  # its own (derive makes them anew)
             for pos, key in enumerate(call.arg_keys):
                 if key.eid in renewed:
@@ -404,16 +429,61 @@ class Executor:
             self._finish()
         return True
 
+    def _retarget_steps(self, graph: Graph, lib: Module, renewed: set[int]
+                        ) -> tuple[list[tuple[int, list[int], Any]],
+                                   list[tuple[int, list[int]]]] | None:
+        """For retarget: the steps to ask whether their kernels serve graph's sizes (index,
+        entries, kernel key), as derive visits them, and those to re-point (index, argument
+        positions of renewed entries); None (refused) where a setup pass decided on one."""
+        decided = {graph.entry_node(o)[0] for _, o in self.in_place}
+        decided |= {self.steps[i].nid for i in self.skipped} | {
+            call.nid for call in self.shortcuts.values()}
+        checks, repoint = [], []
+        for index in sorted(self._touched(graph, lib, renewed)):
+            step = self.steps[index]
+            eids = [key.eid for key in step.arg_keys]
+            checks.append((index, eids, self.kernel_keys.get(step.nid)))
+            if not renewed.isdisjoint(eids):
+                if step.nid in decided:
+                    _refused(f"a setup pass decided on {step.label} at other sizes")
+                    return None
+                repoint.append((index, [pos for pos, e in enumerate(eids) if e in renewed]))
+        return checks, repoint
+
+    def _check_growth(self, graph: Graph, sid_bytes: Mapping[int, int]) -> None:
+        """The caps hold as derive checks them with storage ids sized to sid_bytes: per device,
+        the pool's bytes (counted once, then followed; restore and derive count again) moved by
+        what changes size, the full check_capacity (which names the biggest ids) only where a
+        cap is passed."""
+        plan = self.plan
+        totals = self._pool_bytes
+        if totals is None:
+            totals = plan.bytes_per_device()
+        after, grown = dict(totals), {}
+        for sid, nbytes in sid_bytes.items():
+            was = plan.sid_bytes[sid]
+            if nbytes != was:
+                dev = plan.sid_device[sid]
+                after[dev] = after.get(dev, 0) + nbytes - was
+                if nbytes > was:
+                    grown[sid] = nbytes
+        if grown and any(after[dev] > cap for dev, cap in self.caps.items() if dev in after):
+            check_capacity(graph, dataclasses.replace(plan, sid_bytes={**plan.sid_bytes,
+                                                                       **sid_bytes}), self.caps)
+        self._pool_bytes = after
+
     def state(self) -> ShapeState:
         """This executor's shape as retarget made it, for restore."""
         plan, pool, scratch = self.plan, self.pool, self._scratch
         sids = {plan.entry_sid[eid] for eid in self._moving}
         io = {sid: (pool.buffers[sid], scratch.io[sid][1]) for sid in sids
               if sid in pool.io_ids} if scratch is not None else {}
+        index = self._moving_index  # (the steps hold the moving entries' arrays as bound)
         return ShapeState(self.graph, frozenset(self._moving),
                           {eid: pool.views[eid] for eid in self._moving},
                           {eid: plan.entry_bytes[eid] for eid in self._moving},
-                          {sid: plan.sid_bytes[sid] for sid in sids}, io, dict(self._bindings))
+                          {sid: plan.sid_bytes[sid] for sid in sids}, io, dict(self._bindings),
+                          None if index is None else (index, [a[p] for a, p, _ in index]))
 
     def restore(self, state: ShapeState) -> bool:
         """This executor back at a shape retarget made it over before (state), its kernels the
@@ -430,6 +500,7 @@ class Executor:
         for eid, nbytes in state.entry_bytes.items():
             plan.entry_bytes[eid] = nbytes
         plan.sid_bytes.update(state.sid_bytes)
+        self._pool_bytes = None
         for sid, (buffer, held) in state.io.items():
             if scratch.io[sid][1] is not held:  # grown since: the state's views follow
                 buffer = scratch.take_io(sid, plan.sid_device[sid], state.sid_bytes[sid])
@@ -438,12 +509,16 @@ class Executor:
                 for eid in plan.entries_of(sid):
                     if eid in state.moving:  # (another keeps its view of the bytes before)
                         state.views[eid] = pool._view(state.graph, eid)
+                state.bound = None
             pool.buffers[sid] = buffer
         arrays, devices = self.arrays, self.entry_device
         for eid, view in state.views.items():
             pool.views[eid] = arrays[(eid, devices[eid])] = view
-        for args, pos, key in self._moving_args():
-            args[pos] = self._bind(key)
+        index = self._moving_args()
+        if state.bound is None or state.bound[0] is not index:
+            state.bound = (index, [self._bind(key) for _, _, key in index])
+        for (args, pos, _), array in zip(index, state.bound[1]):
+            args[pos] = array
         self.graph = state.graph
         self._bindings = dict(state.bindings)
         return True
@@ -469,6 +544,7 @@ class Executor:
             state.views[eid] = check_device(plan.sid_device[sid]).view(
                 buffer, 0, tuple(shapes[eid]), np.dtype(dtypes[eid]))
         state.moving = frozenset(self._moving)
+        state.bound = None
 
     def _moving_args(self) -> list[tuple[list[Any], int, ArgKey]]:
         """Where the steps (and shortcuts) hold the moving entries' arrays, each such step this
@@ -506,8 +582,21 @@ class Executor:
     def _touched(self, graph: Graph, lib: Module, renewed: set[int]) -> set[int]:
         """The indices of the steps derive must look at for graph: those touching an entry
         given a new array, reading a dim whose value moved, or holding values a specialisation
-        adds (by an index of the steps' entries and dims, made once per executor built in
-        full and shared by those derived from it)."""
+        adds."""
+        by_eid, dims, always = self._touch_index(lib)
+        visit = set(always)
+        for eid in renewed:
+            visit.update(by_eid.get(eid, ()))
+        if dims:
+            moved = self._moved_dims(graph, lib)
+            visit.update(i for i, names in dims if not names.isdisjoint(moved))
+        return visit
+
+    def _touch_index(self, lib: Module) -> tuple[dict[int, list[int]],
+                                                 list[tuple[int, frozenset[str]]], set[int]]:
+        """_touched's index of the steps' entries and dims (made once per executor built in
+        full and shared by those derived from it): each entry's steps, the steps reading
+        dims (and which), the steps holding values a specialisation adds."""
         index = self._step_index
         if index is None:
             by_eid: dict[int, list[int]] = {}
@@ -527,16 +616,18 @@ class Executor:
                     else:
                         dims.append((i, frozenset(names)))
             index = self._step_index = (by_eid, dims, always)
-        by_eid, dims, always = index
-        visit = set(always)
-        for eid in renewed:
-            visit.update(by_eid.get(eid, ()))
-        if dims:
-            nid = self.steps[dims[0][0]].nid  # every such node holds the whole binding
-            now, was = graph.nodes[nid].attrs[DIMS_KEY], self.graph.nodes[nid].attrs[DIMS_KEY]
-            moved = {name for name in now.keys() | was.keys() if now.get(name) != was.get(name)}
-            visit.update(i for i, names in dims if not names.isdisjoint(moved))
-        return visit
+        return index
+
+    def _moved_dims(self, graph: Graph, lib: Module) -> frozenset[str]:
+        """The dims whose values graph binds otherwise than this executor's graph (read where
+        a step reading dims holds the whole binding)."""
+        dims = self._touch_index(lib)[1]
+        if not dims:
+            return frozenset()
+        nid = self.steps[dims[0][0]].nid
+        now, was = graph.nodes[nid].attrs[DIMS_KEY], self.graph.nodes[nid].attrs[DIMS_KEY]
+        return frozenset(name for name in now.keys() | was.keys()
+                         if now.get(name) != was.get(name))
 
     def _args_of(self, step: PreparedCall, renewed: set[int]) -> list[Any]:
         """step's arguments (its arrays in the executor derived from) with the entries whose

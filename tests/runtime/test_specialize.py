@@ -809,6 +809,32 @@ def test_fast_inference_infers_again_only_what_moved_dims_reach() -> None:
         before = fast
 
 
+def test_fast_inference_asks_again_a_node_only_a_changed_output_reaches() -> None:
+    """The same move again (batch 3 -> 4 after 2 -> 3) asks the nodes the last one asked, in
+    turn; where an output changes whose readers are not among them (kept here: only those the
+    moved dim and inputs reach directly), the worklist asks again, and the shapes are right."""
+    g = gr.Graph.build(
+        [{"op": "null", "name": "x"}, {"op": "null", "name": "y"}, _op("relu0", "relu", [0]),
+         _op("relu1", "relu", [2]), _op("add0", "add", [3, 1])],
+        [4], shapes=[["batch", 4], ["batch", 4], ["?", 4], ["?", 4], ["batch", 4]],
+        dtypes="float32")
+    spec = gr.create(g).specializer
+
+    def shapes(batch: int) -> dict[str, tuple[int, ...]]:
+        return {"x": (batch, 4), "y": (batch, 4)}
+    for batch in (2, 3, 4):
+        assert spec.infer_shapes(shapes(batch), fast=True) == spec.infer_shapes(shapes(batch))
+    pattern, asked, _ = spec._replay
+    readers, by_name, always = spec._worklist_index()
+    first = set(always).union(*(by_name.get(n, ()) for n in pattern[0]),
+                              *(readers.get(e, ()) for e in pattern[1]))
+    assert first < set(asked)  # relu1: only relu0's changed output reaches it
+    spec._replay = (pattern, sorted(first), frozenset(first))
+    assert spec.infer_shapes(shapes(5), fast=True) == spec.infer_shapes(shapes(5))
+    assert spec._replay[1] == asked
+    assert spec.infer_shapes(shapes(6), fast=True)[3] == (6, 4)
+
+
 def test_a_symbolic_chain_keeps_the_chains_of_the_bindings_met_last() -> None:
     # one chain per binding of the dims its attrs read, a bounded number kept: a decoder's
     # reshape by past+seq meets a new binding every step of a long generation
