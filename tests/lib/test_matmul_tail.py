@@ -132,17 +132,18 @@ def _sized_places(rows: int) -> list[tuple[int, int]]:
     return keys
 
 
-def test_row_pieces_cover_the_rows_largest_first() -> None:
-    assert onednn_matmul.row_pieces(180) == [(0, 128), (128, 160), (160, 176), (176, 180)]
-    assert onednn_matmul.row_pieces(256) == [(0, 256)]
-    assert onednn_matmul.row_pieces(1100) == [(0, 512), (512, 1024), (1024, 1088),
-                                              (1088, 1096), (1096, 1100)]
+def test_row_pieces_are_whole_pieces_then_the_rest() -> None:
+    size = onednn_matmul.PIECE_ROWS
+    assert onednn_matmul.row_pieces(180) == [(0, 180)]
+    assert onednn_matmul.row_pieces(size) == [(0, size)]
+    assert onednn_matmul.row_pieces(2 * size + 76) == [(0, size), (size, 2 * size),
+                                                      (2 * size, 2 * size + 76)]
     assert onednn_matmul.row_pieces(7) == [(0, 7)]
     for rows in range(1, 1200):
         pieces = onednn_matmul.row_pieces(rows)
         assert pieces[0][0] == 0 and pieces[-1][1] == rows
         assert all(a[1] == b[0] for a, b in zip(pieces, pieces[1:]))
-        assert all(r1 - r0 in onednn_matmul.PIECE_ROWS for r0, r1 in pieces[:-1])
+        assert all(r1 - r0 == size for r0, r1 in pieces[:-1])
 
 
 @pytest.mark.parametrize("name", list(TAILS))
@@ -150,8 +151,8 @@ def test_a_symbolic_modules_dense_runs_any_rows_in_pieces(onednn, monkeypatch,  
                                                           name, random_array) -> None:
     """A symbolic module's dense and its tail run in pieces of exact primitives on one packed
     weight, every post-op fused in each piece: rows of any size class over SMALL_DIM (the
-    kernel is prepared at 200), on primitives made once per piece size, within the GEMM's
-    bound."""
+    kernel is prepared at 200), on primitives made once per piece size met, within the
+    GEMM's bound."""
     from graph_runtime.lib import tuning
     monkeypatch.setenv(binding.ONEDNN_ENV, "on")
     monkeypatch.setenv(ONEDNN_THREADS.name, "openmp")
@@ -162,9 +163,7 @@ def test_a_symbolic_modules_dense_runs_any_rows_in_pieces(onednn, monkeypatch,  
     assert run.any_shape() and kernel.in_pieces
     w = random_array((N, K), "float32", seed=2)
     _check_rows(run, w, 100, shapes, ref, random_array)
-    # every piece size's primitive was made with the kernel: later row counts make only the
-    # remainders under the smallest piece (one each: 4, 2 and 6 rows of 180, 18 and 142)
-    assert set(kernel._sized) == set(onednn_matmul.PIECE_ROWS)
+    assert kernel._sized.keys() == [200]  # the prepared rows' piece
     made = []
     made_by = binding.Primitive.__init__
     monkeypatch.setattr(binding.Primitive, "__init__",
@@ -172,24 +171,20 @@ def test_a_symbolic_modules_dense_runs_any_rows_in_pieces(onednn, monkeypatch,  
     met = (100, 90, 9, 300, 71, 100, 128)  # 2 x: 200, 180, 18, 600, 142 and 256 rows
     for rows in met:
         _check_rows(run, w, rows, shapes, ref, random_array)
-    assert len(made) == 3
+    # one primitive per piece size met: 180, 18, 512 and 88 (of 600), 142, 256
+    assert len(made) == 6
     assert sorted(kernel._by_rows) == [18, 142, 180, 200, 256, 600]
-    assert set(kernel._sized) == set(onednn_matmul.PIECE_ROWS) | {
-        r1 - r0 for rows in met for r0, r1 in onednn_matmul.row_pieces(2 * rows)}
-    # a piece of one size at one place among that size's pieces is the same item at every
-    # other row count: rows 0-128 of 180 and of 142; 160-176 of 180 and 576-592 of 600 (the
-    # first 16-row piece of each)
-    assert kernel._by_rows[180][0][0] is kernel._by_rows[142][0][0]
-    assert kernel._by_rows[180][2][0] is kernel._by_rows[600][2][0]
+    assert set(kernel._sized.keys()) == {r1 - r0 for rows in met
+                                         for r0, r1 in onednn_matmul.row_pieces(2 * rows)}
     assert set(kernel._by_piece.keys()) == {key for rows in met if 2 * rows != 200
                                             for key in _sized_places(2 * rows)}
 
 
 def test_pieces_shared_by_row_counts_follow_each_calls_arrays(onednn, monkeypatch,  # noqa: F811
                                                                random_array) -> None:
-    """Two row counts whose first piece is one item (180 and 142 rows: 128 first), called in
-    turn on arrays each keeps: every call binds the shared piece to its own arrays (no piece
-    writes the other's out)."""
+    """Two row counts whose first piece is one item (600 and 700 rows: PIECE_ROWS first),
+    called in turn on arrays each keeps: every call binds the shared piece to its own arrays
+    (no piece writes the other's out)."""
     from graph_runtime.lib import tuning
     monkeypatch.setenv(binding.ONEDNN_ENV, "on")
     monkeypatch.setenv(ONEDNN_THREADS.name, "openmp")
@@ -197,13 +192,14 @@ def test_pieces_shared_by_row_counts_follow_each_calls_arrays(onednn, monkeypatc
     with tuning.by_size_class():
         run = _prepare(steps, shapes, rows=100)
     w = random_array((N, K), "float32", seed=2)
-    cases = [_rows_case(w, rows, shapes, ref, random_array) for rows in (90, 71)]
+    cases = [_rows_case(w, rows, shapes, ref, random_array) for rows in (300, 350)]
     for arrays, want, bound in cases * 3:
         arrays[-1].fill(np.nan)
         run(*arrays)
         assert np.all(np.abs(arrays[-1] - want) <= bound + 1e-6)
     kernel = _matmul_of(run)
-    assert kernel._by_rows[180][0][0] is kernel._by_rows[142][0][0]
+    assert onednn_matmul.PIECE_ROWS == 512
+    assert kernel._by_rows[600][0][0] is kernel._by_rows[700][0][0]
 
 
 @pytest.mark.parametrize("name", ["bias_gelu", "bias_relu", "bias_residual"])

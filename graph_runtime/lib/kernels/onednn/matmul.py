@@ -29,15 +29,17 @@ MIN_SPLIT_FLOPS = 4_000_000  # below this one work item (conv.py's threshold, sa
 RUNTIME_DIM = -(1 << 63)  # DNNL_RUNTIME_DIM_VAL: a dim or stride given with the memories
 SHAPES_KEPT = 16  # memories an any-shape product keeps, for the shapes met last
 PIECES_KEPT = 64  # a 2-D product in pieces: the pieces' memories kept, for those met last
-# A symbolic module's 2-D product of over SMALL_DIM rows runs its rows in pieces of these sizes,
-# largest first, then one exact remainder under the smallest: each piece an exact brgemm
-# primitive on the one packed weight, made once per piece size, so a new batch or length makes
-# no primitive (0.3-0.6 ms each: 29 of LLaMA's products a shape). Pieces run at 1.00-1.08x a
-# primitive made for their rows (20-240 rows; 1.03-1.19x for 512 x 128) and 0.97-1.08x over
-# 256 rows, where oneDNN's run-time rows (gemm:jit) ran 0.90-1.22x, and 1.2-2.8x below
-# (docs/measurements.md). One kernel so serves every row count over SMALL_DIM
-# (runtime/executor.py keys it by that band).
-PIECE_ROWS = (512, 256, 128, 64, 32, 16, 8)
+# A symbolic module's 2-D product of over SMALL_DIM rows runs its rows in pieces of PIECE_ROWS,
+# then one exact remainder: each piece an exact brgemm primitive on the one packed weight, made
+# once per piece size met (the last SIZES_KEPT kept). Every piece reads the whole weight again:
+# pieces of the sizes 512 to 8, largest first, ran LLaMA-style prompts of 54-240 rows 1.1-1.2x
+# ONNX Runtime against 0.85-1.05x for one exact piece, whose primitives (about 0.3 ms each, the
+# layers' equal products made once) cost a new shape's first run no measurable time
+# (docs/measurements.md). oneDNN's run-time rows (gemm:jit) ran 0.90-1.22x over 256 rows and
+# 1.2-2.8x below. One kernel so serves every row count over SMALL_DIM (runtime/executor.py keys
+# it by that band).
+PIECE_ROWS = 512
+SIZES_KEPT = 64
 
 
 def matmul_applies(dtype: str, batch: int, m: int, n: int, k: int) -> bool:
@@ -46,15 +48,11 @@ def matmul_applies(dtype: str, batch: int, m: int, n: int, k: int) -> bool:
 
 
 def row_pieces(rows: int) -> list[tuple[int, int]]:
-    """(first row, end row) pieces of rows: PIECE_ROWS sizes largest first, then the rest."""
-    out: list[tuple[int, int]] = []
-    r0 = 0
-    for size in PIECE_ROWS:
-        while rows - r0 >= size:
-            out.append((r0, r0 + size))
-            r0 += size
-    if r0 < rows:
-        out.append((r0, rows))
+    """(first row, end row) pieces of rows: PIECE_ROWS each, then the rest as one."""
+    full = rows - rows % PIECE_ROWS
+    out = [(r0, r0 + PIECE_ROWS) for r0 in range(0, full, PIECE_ROWS)]
+    if full < rows:
+        out.append((full, rows))
     return out
 
 
@@ -147,7 +145,8 @@ class OnednnMatmul(DerivesFromInputs):
         self.any = self.in_pieces or in_scope and batched_any
         # whether the tuning choice that made this kernel picks it at other shapes (serves)
         self.chosen_at: Callable[[Sequence[tuple[int, ...]]], bool] | None = None
-        self._sized: dict[int, Primitive] = {}  # in pieces: the primitive per piece's rows
+        # in pieces: the primitive per piece's rows, for the sizes met last
+        self._sized: LruCache[Primitive] = LruCache(SIZES_KEPT)
         # per shapes met, the primitive on memories of those dims (with each memory's argument
         # index and byte offset): a batched product's per (a, b, out), a 2-D product's per rows
         # (in pieces, each piece's, in order); and those the last call ran (on _arrays)
@@ -192,16 +191,10 @@ class OnednnMatmul(DerivesFromInputs):
             pd = pds[(piece[1] - piece[0], piece[3] - piece[2])]
             self.items.append(self._item(pd, piece))
             if self.in_pieces:
-                self._sized.setdefault(piece[3] - piece[2], self.items[-1][0])
+                made = self.items[-1][0]
+                self._sized.get_or_build(piece[3] - piece[2], lambda: made)
         if self.any and two_d:  # the prepared rows' items serve their first call (_run_rows)
             self._by_rows[self.shape[1]] = list(self.items)
-        if self.in_pieces:
-            # every piece size's primitive now, while the module is made, so that a later
-            # length whose pieces are new makes none in its first run (29 per size in a LLaMA
-            # stream's (2, 20) request, ~8 ms of its 30 against 8-10 warm)
-            for size in PIECE_ROWS:
-                if size not in self._sized:
-                    self._sized_primitive(size, self._args((0, 1, 0, size))[0])
         self._impl = pds[(pieces[0][1] - pieces[0][0], pieces[0][3] - pieces[0][2])].impl()
 
     @property
@@ -356,12 +349,13 @@ class OnednnMatmul(DerivesFromInputs):
         """The primitive for pieces of size rows on args: made once per size (on the packed
         weight's layout, one for every piece, as for the prepared rows), then the same one on
         other memories."""
-        made = self._sized.get(size)
-        if made is None:
-            pd = self._pd((0, 1, 0, size), self.weight.memory.desc)
-            made = self._sized[size] = Primitive(pd, args)
-            return made
-        return made.with_args(args)
+        built: list[Primitive] = []
+
+        def build() -> Primitive:
+            built.append(Primitive(self._pd((0, 1, 0, size), self.weight.memory.desc), args))
+            return built[0]
+        made = self._sized.get_or_build(size, build)
+        return made if built else made.with_args(args)
 
     def _run_rows(self, arrays: tuple[Any, ...]) -> None:
         """A 2-D any-shape call: the primitives for out's rows, then the tail."""
