@@ -64,6 +64,13 @@ class PreparedKernel(ABC):
         _class_key). Its other answers here then hold for all those shapes."""
         return False
 
+    def shape_free(self) -> bool:
+        """For an any_shape kernel: True where nothing it holds or chose depends on its arrays'
+        sizes (no tuning choice, nothing sized kept, no compiled form per shape): a symbolic
+        module keeps it by its arrays' ranks alone, so a new size class prepares it again only
+        where this is False (_class_key's "rank")."""
+        return False
+
     def call_site(self) -> Callable[..., None] | None:
         """For a kernel that several nodes share (a symbolic module's KernelCache: a decoder's
         layers), what one node calls instead of the kernel itself: the kernel with state of that
@@ -184,8 +191,8 @@ class Wrapping(PreparedKernel):
 
 class AnyShape(PreparedKernel):
     """run, a kernel that reads its arrays' shapes at each call and keeps nothing sized
-    (a NumPy ufunc writing into out): a symbolic module keeps it by size class
-    (PreparedKernel.any_shape), so a decoder's next past length prepares it again."""
+    (a NumPy ufunc writing into out): a symbolic module keeps it by its arrays' ranks
+    (PreparedKernel.shape_free), so no new length or size class prepares it again."""
 
     def __init__(self, run: Callable[..., None]) -> None:
         self.run = run
@@ -194,6 +201,9 @@ class AnyShape(PreparedKernel):
         self.run(*arrays)
 
     def any_shape(self) -> bool:
+        return True
+
+    def shape_free(self) -> bool:
         return True
 
 

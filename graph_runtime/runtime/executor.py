@@ -734,7 +734,7 @@ class Executor:
                 by_function = (ident,) + exact[1:]
                 for candidate in _candidate_keys(by_function, exact):
                     found = shared.kernels.get(candidate)
-                    if found is None or candidate[0] in ("band", "class") and not \
+                    if found is None or candidate[0] in _ROUNDED and not \
                             capabilities(found).serves(exact[2]):
                         continue
                     fn = shared.get(candidate)
@@ -762,9 +762,12 @@ class Executor:
                 alone = not made.cached_inputs() and not made.sub_modules()
                 key = by_function if alone and by_function is not None else exact
                 if key is not None and made.any_shape():
-                    # the band's, unless one its choices made otherwise holds it
+                    # by ranks where nothing in it depends on sizes, else the band's, unless
+                    # one its choices made otherwise holds it
+                    rank = _class_key(key, "rank") if made.shape_free() else None
                     band = _class_key(key, "band")
-                    key = band if band not in shared.kernels else _class_key(key)
+                    key = rank if rank is not None and rank not in shared.kernels else \
+                        band if band not in shared.kernels else _class_key(key)
                 shared.put(key, fn, made, eids)
                 if key is not None and shared.kernels.get(key) is fn:
                     self.kernel_keys[node.nid] = key
@@ -815,12 +818,12 @@ class Executor:
         if VALUES_KEY in node.attrs:
             return False
         shapes, before = self.graph.attrs["shape"][1], base.graph.attrs["shape"][1]
-        by_class = key[0] in ("band", "class") and kept.kernel.any_shape()
+        by_class = key[0] in _ROUNDED and kept.kernel.any_shape()
         if any(shapes[e] != before[e] for e in eids):
             if not by_class:
                 return False
             now = tuple(tuple(shapes[e]) for e in eids)
-            if _rounded_shapes(now, key[0] == "band") != key[3] or not kept.kernel.serves(now):
+            if _rounded(key[0], now) != key[3] or not kept.kernel.serves(now):
                 return False
         if node.attrs.get(DIMS_KEY) is not None:
             # a chain with symbolic attrs: the same values of those it reads
@@ -1312,13 +1315,14 @@ def _function_ident(node: Any) -> str:
 def _class_key(key: tuple, kind: str = "class", classes: tuple | None = None) -> tuple:
     """A kernel key (by function, or by node for one holding the node's data: Executor.
     _prepare_steps) with its shapes rounded: where a kernel taking any shape (PreparedKernel.
-    any_shape) is kept. By their rows' bands (kind "band": one kernel for every row count over
-    SMALL_DIM where its tuning choices agree, PreparedKernel.serves), else by their size
-    classes (_rounded_shapes). classes: the key's shapes rounded so already. A symbolic
+    any_shape) is kept. By their ranks alone (kind "rank": a kernel nothing in which depends
+    on sizes, PreparedKernel.shape_free), by their rows' bands (kind "band": one kernel for
+    every row count over SMALL_DIM where its tuning choices agree, PreparedKernel.serves), else
+    by their size classes (_rounded_shapes). classes: the key's shapes rounded so already. A symbolic
     chain's binding counts only its dims that decide more than a shape (Binding.values: the
     kernel reads its arrays' shapes at each call)."""
     func, dev, shapes = key[:3]
-    return (kind, func, dev, classes or _rounded_shapes(shapes, kind == "band")) + tuple(
+    return (kind, func, dev, classes or _rounded(kind, shapes)) + tuple(
         b.values if isinstance(b, Binding) else b for b in key[3:])
 
 
@@ -1328,10 +1332,22 @@ def _candidate_keys(by_function: tuple, exact: tuple) -> Iterator[tuple]:
     the ones before missed: a decode step asks for some 30 nodes)."""
     yield by_function
     yield exact
-    for kind in ("band", "class"):
-        rounded = _rounded_shapes(exact[2], kind == "band")
+    for kind in _ROUNDED:
+        rounded = _rounded(kind, exact[2])
         yield _class_key(by_function, kind, rounded)
         yield _class_key(exact, kind, rounded)
+
+
+# The kinds of key an any-shape kernel is kept by, as asked: its arrays' ranks alone (a
+# PreparedKernel.shape_free one), their rows' band, their size classes.
+_ROUNDED = ("rank", "band", "class")
+
+
+def _rounded(kind: str, shapes: tuple[tuple[int, ...], ...]) -> tuple:
+    """shapes as a key of that kind holds them: their ranks, or rounded (_rounded_shapes)."""
+    if kind == "rank":
+        return tuple(len(shape) for shape in shapes)
+    return _rounded_shapes(shapes, kind == "band")
 
 
 @functools.lru_cache(maxsize=1024)  # a decode step asks the same few shapes ~20 times

@@ -917,3 +917,26 @@ def test_a_module_with_symbolic_dims_decides_the_team_layout_at_create(monkeypat
         assert teams and all(k.packs == (raced[0] == "packed") for k in teams)
     finally:
         tuning.forget()
+
+
+def test_a_kernel_nothing_in_which_depends_on_sizes_serves_every_size_class() -> None:
+    """A shape-free kernel (PreparedKernel.shape_free: a NumPy scan reading its arrays' shapes at
+    each call) is kept by its arrays' ranks: batch 2, 300 and 40 (three size classes) run the
+    kernel prepared at batch 2, each answer right."""
+    from graph_runtime.lib.prepared import capabilities
+    g = gr.Graph.build(
+        [{"op": "null", "name": "x"},
+         {**_op("scan0", "cumsum", [0]), "attrs": {**_op("scan0", "cumsum", [0])["attrs"],
+                                                   "axis": "1"}}],
+        [1], shapes=[["batch", 4], ["batch", 4]], dtypes="float32")
+    m = gr.create(g)
+    kernels = []
+    for batch in (2, 300, 40):
+        x = RNG.standard_normal((batch, 4)).astype(np.float32)
+        m.run(x=x)
+        np.testing.assert_allclose(m.get_output(0).numpy(), np.cumsum(x, axis=1), rtol=1e-5)
+        step = m._current.executor.steps[0]
+        assert capabilities(step.kernel).shape_free()
+        kernels.append(step.kernel)
+    assert kernels[0] is kernels[1] is kernels[2]
+    assert m.kernels.prepared == 1
