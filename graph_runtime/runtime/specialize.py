@@ -254,14 +254,23 @@ class Specializer:
                 continue  # asked already (steps run in graph order: readers come later)
             done = index
             asked.append(index)
-            self._infer_step(index, out, env, values, True)
-            for eid in self._steps[index][2]:
-                if out[eid] == before[eid]:
-                    out[eid] = before[eid]  # the same tuple: derive compares by identity too
-                else:
-                    for reader in readers.get(eid, ()):
-                        heapq.heappush(pending, reader)
+            for eid in self._ask(index, out, before, env, values):
+                for reader in readers.get(eid, ()):
+                    heapq.heappush(pending, reader)
         self._replay = (pattern, asked, frozenset(asked))
+
+    def _ask(self, index: int, out: list[Any], before: list[tuple[int, ...]],
+             env: Mapping[str, int], values: Mapping[int, np.ndarray]) -> list[int]:
+        """Step index inferred again into out (fast): its outputs that changed from before;
+        one that did not keeps before's tuple (derive compares by identity too)."""
+        self._infer_step(index, out, env, values, True)
+        changed = []
+        for eid in self._steps[index][2]:
+            if out[eid] == before[eid]:
+                out[eid] = before[eid]
+            else:
+                changed.append(eid)
+        return changed
 
     def _ask_in_turn(self, out: list[Any], before: list[tuple[int, ...]],
                      env: Mapping[str, int], values: Mapping[int, np.ndarray],
@@ -269,13 +278,9 @@ class Specializer:
         """_infer_moved's nodes of the last same move asked again in graph order; False where
         an output changed whose readers were not all among them."""
         readers = self._worklist_index()[0]
-        steps = self._steps
         for index in asked:
-            self._infer_step(index, out, env, values, True)
-            for eid in steps[index][2]:
-                if out[eid] == before[eid]:
-                    out[eid] = before[eid]
-                elif not covered.issuperset(readers.get(eid, ())):
+            for eid in self._ask(index, out, before, env, values):
+                if not covered.issuperset(readers.get(eid, ())):
                     return False
         return True
 
