@@ -127,7 +127,9 @@ def main() -> None:
     for name in per_token:
         print(f"  {name:24s} per token {statistics.median(per_token[name]) * 1e3:7.2f} ms   "
               f"prefill {statistics.median(prefill[name]) * 1e3:7.1f} ms   again "
-              f"{statistics.median(again[name]) * 1e3:7.2f} ms a token")
+              f"{statistics.median(again[name]) * 1e3:7.2f} ms a token   (rounds: "
+              + ", ".join(f"{a * 1e3:.2f}/{b * 1e3:.2f}" for a, b in zip(per_token[name],
+                                                                     again[name])) + ")")
     peer = min(statistics.median(per_token[k]) for k in sessions)
     ratio = statistics.median(per_token["graph_runtime"]) / peer
     again_ratio = statistics.median(again["graph_runtime"]) / min(

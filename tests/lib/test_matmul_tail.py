@@ -124,6 +124,11 @@ def test_which_products_take_any_rows(onednn, monkeypatch) -> None:  # noqa: F81
     assert not OnednnMatmul(1, rows, 64, 32, False, True, 1, 1).any_shape()
 
 
+def _shared_sizes() -> set[int]:
+    """The piece sizes whose primitives the denses share (the first item of each key)."""
+    return {key[0] for key in onednn_matmul._shared_pieces.keys()}  # type: ignore[index]
+
+
 def _sized_places(rows: int) -> list[tuple[int, int]]:
     """(size, place among the pieces of that size) of each of rows' pieces: their items' keys."""
     keys: list[tuple[int, int]] = []
@@ -154,8 +159,11 @@ def test_a_symbolic_modules_dense_runs_any_rows_in_pieces(onednn, monkeypatch,  
     kernel is prepared at 200), on primitives made once per piece size met, within the
     GEMM's bound."""
     from graph_runtime.lib import tuning
+    from graph_runtime._lru import LruCache
     monkeypatch.setenv(binding.ONEDNN_ENV, "on")
     monkeypatch.setenv(ONEDNN_THREADS.name, "openmp")
+    # the pieces other tests' denses shared are not this one's to find
+    monkeypatch.setattr(onednn_matmul, "_shared_pieces", LruCache(onednn_matmul.PIECES_SHARED))
     steps, shapes, ref = TAILS[name]
     with tuning.by_size_class():
         run = _prepare(steps, shapes, rows=100)
@@ -163,7 +171,7 @@ def test_a_symbolic_modules_dense_runs_any_rows_in_pieces(onednn, monkeypatch,  
     assert run.any_shape() and kernel.in_pieces
     w = random_array((N, K), "float32", seed=2)
     _check_rows(run, w, 100, shapes, ref, random_array)
-    assert kernel._sized.keys() == [200]  # the prepared rows' piece
+    assert _shared_sizes() == {200}  # the prepared rows' piece
     made = []
     made_by = binding.Primitive.__init__
     monkeypatch.setattr(binding.Primitive, "__init__",
@@ -174,10 +182,42 @@ def test_a_symbolic_modules_dense_runs_any_rows_in_pieces(onednn, monkeypatch,  
     # one primitive per piece size met: 180, 18, 512 and 88 (of 600), 142, 256
     assert len(made) == 6
     assert sorted(kernel._by_rows) == [18, 142, 180, 200, 256, 600]
-    assert set(kernel._sized.keys()) == {r1 - r0 for rows in met
-                                         for r0, r1 in onednn_matmul.row_pieces(2 * rows)}
+    assert _shared_sizes() == {r1 - r0 for rows in met
+                               for r0, r1 in onednn_matmul.row_pieces(2 * rows)}
     assert set(kernel._by_piece.keys()) == {key for rows in met if 2 * rows != 200
                                             for key in _sized_places(2 * rows)}
+
+
+def test_denses_of_one_product_kind_share_each_piece_primitive(onednn, monkeypatch,  # noqa: F811
+                                                              random_array) -> None:
+    """Two denses of one product kind and tail (a decoder's layers) on different weights: a new
+    row count makes each piece size's primitive once for both, each runs it on its own
+    memories and weight and is right; a dense with another tail (other post-ops) makes its
+    own."""
+    from graph_runtime.lib import tuning
+    from graph_runtime._lru import LruCache
+    monkeypatch.setenv(binding.ONEDNN_ENV, "on")
+    monkeypatch.setenv(ONEDNN_THREADS.name, "openmp")
+    monkeypatch.setattr(onednn_matmul, "_shared_pieces", LruCache(onednn_matmul.PIECES_SHARED))
+    steps, shapes, ref = TAILS["bias_residual"]
+    with tuning.by_size_class():
+        runs = [_prepare(steps, shapes, rows=100) for _ in range(2)]
+        other_steps, other_shapes, other_ref = TAILS["bias_relu"]
+        other = _prepare(other_steps, other_shapes, rows=100)
+    weights = [random_array((N, K), "float32", seed=seed) for seed in (2, 5)]
+    made = []
+    made_by = binding.Primitive.__init__
+    monkeypatch.setattr(binding.Primitive, "__init__",
+                        lambda self, *args: made.append(1) or made_by(self, *args))
+    for rows in (90, 300, 90):  # 180 rows, then 512 + 88, then 180 again
+        for run, w in zip(runs, weights):
+            _check_rows(run, w, rows, shapes, ref, random_array)
+    assert len(made) == 3  # 180, 512 and 88 rows: once each for both denses
+    _check_rows(other, weights[0], 90, other_shapes, other_ref, random_array)
+    assert len(made) == 4  # its post-ops differ: a primitive of its own
+    first, second = (_matmul_of(run) for run in runs)
+    assert first._by_rows[180][0][0].handle.value == second._by_rows[180][0][0].handle.value
+    assert first._by_rows[180][0][1][0][0] is not second._by_rows[180][0][1][0][0]  # memories
 
 
 def test_pieces_shared_by_row_counts_follow_each_calls_arrays(onednn, monkeypatch,  # noqa: F811

@@ -9,6 +9,7 @@ as bias and post-ops (matmul_tail.py).
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import dataclass
 from functools import partial
 from math import prod
 from typing import Any, Callable, Sequence
@@ -39,7 +40,13 @@ PIECES_KEPT = 64  # a 2-D product in pieces: the pieces' memories kept, for thos
 # 1.2-2.8x below. One kernel so serves every row count over SMALL_DIM (runtime/executor.py keys
 # it by that band).
 PIECE_ROWS = 512
-SIZES_KEPT = 64
+# A piece's primitive and descriptors depend on its rows, the product's n and k, the post-ops'
+# kinds and operand forms, oneDNN's thread count and the packed weight's layout, not on the
+# weight's values: the denses of one such product (a decoder's layers, q and o, ...) share them
+# process-wide, so a new row count makes one primitive per product kind instead of one per
+# dense node (a LLaMA-style prompt's 29 denses: 7), and each node only its memories. The last
+# PIECES_SHARED piece sizes of every kind are kept (oneDNN's own cache holds their code).
+PIECES_SHARED = 512
 
 
 def matmul_applies(dtype: str, batch: int, m: int, n: int, k: int) -> bool:
@@ -54,6 +61,20 @@ def row_pieces(rows: int) -> list[tuple[int, int]]:
     if full < rows:
         out.append((full, rows))
     return out
+
+
+@dataclass(frozen=True)
+class _SharedPiece:
+    """A piece size's primitive on the packed weight layout `weights`, and the descriptors of
+    its execute arguments in order (each dense binds its own packed weight)."""
+
+    weights: MemoryDesc
+    primitive: Primitive
+    descs: tuple[MemoryDesc, ...]
+
+
+# per (rows, n, k, post-ops, OpenMP threads): the pieces made, one per weight layout met
+_shared_pieces: LruCache[list[_SharedPiece]] = LruCache(PIECES_SHARED)
 
 
 def _operand(batches: int, rows: int, cols: int, transposed: bool,
@@ -145,8 +166,6 @@ class OnednnMatmul(DerivesFromInputs):
         self.any = self.in_pieces or in_scope and batched_any
         # whether the tuning choice that made this kernel picks it at other shapes (serves)
         self.chosen_at: Callable[[Sequence[tuple[int, ...]]], bool] | None = None
-        # in pieces: the primitive per piece's rows, for the sizes met last
-        self._sized: LruCache[Primitive] = LruCache(SIZES_KEPT)
         # per shapes met, the primitive on memories of those dims (with each memory's argument
         # index and byte offset): a batched product's per (a, b, out), a 2-D product's per rows
         # (in pieces, each piece's, in order); and those the last call ran (on _arrays)
@@ -191,8 +210,7 @@ class OnednnMatmul(DerivesFromInputs):
             pd = pds[(piece[1] - piece[0], piece[3] - piece[2])]
             self.items.append(self._item(pd, piece))
             if self.in_pieces:
-                made = self.items[-1][0]
-                self._sized.get_or_build(piece[3] - piece[2], lambda: made)
+                self._share_piece(piece[3] - piece[2], self.items[-1][0])
         if self.any and two_d:  # the prepared rows' items serve their first call (_run_rows)
             self._by_rows[self.shape[1]] = list(self.items)
         self._impl = pds[(pieces[0][1] - pieces[0][0], pieces[0][3] - pieces[0][2])].impl()
@@ -340,22 +358,36 @@ class OnednnMatmul(DerivesFromInputs):
         return items
 
     def _piece_item(self, size: int) -> tuple[Primitive, list[tuple[Memory, int, int]]]:
-        """The primitive for a piece of size rows (one per size) on memories of its own, with
-        each memory's argument index and its offset in bytes per first row of the piece."""
-        args, per_row = self._args((0, 1, 0, size), per_row=True)
-        return self._sized_primitive(size, args), per_row
+        """The primitive for a piece of size rows on memories of its own, with each memory's
+        argument index and its offset in bytes per first row of the piece: the product kind's
+        shared primitive for that size (_shared_pieces) where one reads this weight layout,
+        else made here (and shared)."""
+        weights = self.weight.memory.desc
+        shared = next((p for p in _shared_pieces.get_or_build(self._piece_key(size), list)
+                       if p.weights == weights), None)
+        args, per_row = self._args((0, 1, 0, size), per_row=True,
+                                   descs=None if shared is None else shared.descs)
+        if shared is not None:
+            return shared.primitive.with_args(args), per_row
+        primitive = Primitive(self._pd((0, 1, 0, size), weights), args)
+        self._share_piece(size, primitive)
+        return primitive, per_row
 
-    def _sized_primitive(self, size: int, args: list[tuple[int, Memory]]) -> Primitive:
-        """The primitive for pieces of size rows on args: made once per size (on the packed
-        weight's layout, one for every piece, as for the prepared rows), then the same one on
-        other memories."""
-        built: list[Primitive] = []
+    def _piece_key(self, size: int) -> tuple:
+        """What decides a piece's primitive besides the weight layout (_SharedPiece)."""
+        tail = self.tail
+        ops = None if tail is None else (tail.bias >= 0, tuple((op.kind, op.form)
+                                                              for op in tail.post_ops))
+        return (size, self.shape[2], self.shape[3], ops, self.openmp)
 
-        def build() -> Primitive:
-            built.append(Primitive(self._pd((0, 1, 0, size), self.weight.memory.desc), args))
-            return built[0]
-        made = self._sized.get_or_build(size, build)
-        return made if built else made.with_args(args)
+    def _share_piece(self, size: int, primitive: Primitive) -> None:
+        """primitive (made for a piece of size rows on this dense's memories) for the other
+        denses of this product kind."""
+        made = _shared_pieces.get_or_build(self._piece_key(size), list)
+        weights = self.weight.memory.desc
+        if not any(p.weights == weights for p in made):
+            made.append(_SharedPiece(weights, primitive,
+                                     tuple(m.desc for m in primitive.memories)))
 
     def _run_rows(self, arrays: tuple[Any, ...]) -> None:
         """A 2-D any-shape call: the primitives for out's rows, then the tail."""
@@ -426,14 +458,23 @@ class OnednnMatmul(DerivesFromInputs):
         args, bindings = self._args(piece)
         return Primitive(pd, args), bindings
 
-    def _args(self, piece: tuple[int, int, int, int], per_row: bool = False
+    def _args(self, piece: tuple[int, int, int, int], per_row: bool = False,
+              descs: Sequence[MemoryDesc] | None = None
               ) -> tuple[list[tuple[int, Memory]], list[tuple[Memory, int, int]]]:
         """An item's execute arguments on memories of its piece, and (memory, argument index,
         byte offset) for each to bind per run; per_row (a 2-D product): the offset of a piece
-        starting at row 1 instead (a piece at row r0 binds r0 times it)."""
+        starting at row 1 instead (a piece at row r0 binds r0 times it). descs: a shared
+        piece's argument descriptors, in order (_SharedPiece), instead of made here."""
         _, m, n, k, trans_a, _, a_batches, b_batches = self.shape
         b0, _, r0, _ = piece
-        src_desc, w_desc, dst_desc = self._descs(piece)
+        if descs is None:
+            src_desc, w_desc, dst_desc = self._descs(piece)
+            bias_desc, operand_descs = self._operand_descs(piece[3] - piece[2])
+        else:  # a 2-D piece's: src, weights, dst, then the bias and operands if any
+            src_desc, w_desc, dst_desc = descs[:3]
+            has_bias = self.tail is not None and self.tail.bias >= 0
+            bias_desc = descs[3] if has_bias else None
+            operand_descs = list(descs[3 + has_bias:])
         src, dst = Memory(src_desc), Memory(dst_desc)
         out = 2 + self.extras  # out's argument index
         if self.two_d:
@@ -447,7 +488,6 @@ class OnednnMatmul(DerivesFromInputs):
                         (dst, out, 4 * b0 * m * n)]
         args = [(abi.ARG_SRC, src), (abi.ARG_WEIGHTS, weights), (abi.ARG_DST, dst)]
         if self.tail is not None:
-            bias_desc, operand_descs = self._operand_descs(piece[3] - piece[2])
             if bias_desc is not None:
                 bias = Memory(bias_desc)
                 args.append((abi.ARG_BIAS, bias))
