@@ -188,6 +188,35 @@ def test_a_symbolic_modules_dense_runs_any_rows_in_pieces(onednn, monkeypatch,  
                                             for key in _sized_places(2 * rows)}
 
 
+@pytest.mark.parametrize("name", ["bias", "bias_gelu", "bias_residual", "scale_then_row"])
+def test_on_the_workers_a_symbolic_dense_runs_its_pieces_as_their_items(
+        onednn, monkeypatch, name, random_array) -> None:  # noqa: F811
+    """In the workers' mode (a neighbour holds a core) a symbolic module's split dense takes any
+    rows too: its pieces, about two a worker in multiples of SMALL_DIM rows, are the workers'
+    items, each with its post-ops and its rows of the compiled tail; every row count is right
+    and none prepares a kernel again."""
+    from graph_runtime.lib import tuning
+    from graph_runtime._lru import LruCache
+    monkeypatch.setenv(binding.ONEDNN_ENV, "on")
+    monkeypatch.setenv(THREADS_ENV, "2")
+    monkeypatch.setenv(ONEDNN_THREADS.name, "workers")
+    monkeypatch.setattr(onednn_matmul, "MIN_SPLIT_FLOPS", 0)
+    monkeypatch.setattr(onednn_matmul, "_shared_pieces", LruCache(onednn_matmul.PIECES_SHARED))
+    steps, shapes, ref = TAILS[name]
+    with tuning.by_size_class():
+        run = _prepare(steps, shapes, rows=100)
+    kernel = _matmul_of(run)
+    assert run.any_shape() and kernel.in_pieces and kernel.workers == 2
+    w = random_array((N, K), "float32", seed=2)
+    for rows in (100, 9, 20, 150, 33, 100):  # 2 x: 200, 18, 40, 300, 66 rows
+        _check_rows(run, w, rows, shapes, ref, random_array)
+    pieces = kernel._row_pieces(300)
+    assert [r1 - r0 for r0, r1 in pieces] == [80, 80, 80, 60]  # 75 a piece, in 16s
+    assert [r1 - r0 for r0, r1 in kernel._row_pieces(1000)] == [256, 256, 256, 232]
+    assert kernel._row_pieces(5000)[0] == (0, onednn_matmul.PIECE_ROWS)
+    assert kernel._row_pieces(18) == [(0, 16), (16, 18)]
+
+
 def test_denses_of_one_product_kind_share_each_piece_primitive(onednn, monkeypatch,  # noqa: F811
                                                               random_array) -> None:
     """Two denses of one product kind and tail (a decoder's layers) on different weights: a new

@@ -40,6 +40,10 @@ PIECES_KEPT = 64  # a 2-D product in pieces: the pieces' memories kept, for thos
 # 1.2-2.8x below. One kernel so serves every row count over SMALL_DIM (runtime/executor.py keys
 # it by that band).
 PIECE_ROWS = 512
+# With the runtime's workers (policy.py's workers mode: a neighbour holds a core) the pieces
+# are the workers' items, pulled in turn: about two a worker (as the split of a static shape's
+# product), in multiples of SMALL_DIM rows and at most PIECE_ROWS. Pieces of at most 128 rows
+# ran a LLaMA-style stream's large shapes up to 1.1x slower (docs/measurements.md).
 # A piece's primitive and descriptors depend on its rows, the product's n and k, the post-ops'
 # kinds and operand forms, oneDNN's thread count and the packed weight's layout, not on the
 # weight's values: the denses of one such product (a decoder's layers, q and o, ...) share them
@@ -54,10 +58,10 @@ def matmul_applies(dtype: str, batch: int, m: int, n: int, k: int) -> bool:
     return dtype == "float32" and min(batch, m, n, k) > 0 and dn.available()
 
 
-def row_pieces(rows: int) -> list[tuple[int, int]]:
-    """(first row, end row) pieces of rows: PIECE_ROWS each, then the rest as one."""
-    full = rows - rows % PIECE_ROWS
-    out = [(r0, r0 + PIECE_ROWS) for r0 in range(0, full, PIECE_ROWS)]
+def row_pieces(rows: int, size: int = PIECE_ROWS) -> list[tuple[int, int]]:
+    """(first row, end row) pieces of rows: size each, then the rest as one."""
+    full = rows - rows % size
+    out = [(r0, r0 + size) for r0 in range(0, full, size)]
     if full < rows:
         out.append((full, rows))
     return out
@@ -122,7 +126,7 @@ class OnednnMatmul(DerivesFromInputs):
     products at 1, 64-300 columns in 4-12 us against brgemm's 5-21 us, and BERT-base's 12 x 128
     x 128 x 64 within 5%, measured on 2 loaded cores). Static graphs keep one primitive per
     shape. A 2-D product for such a shape of over SMALL_DIM rows takes any such rows too, in
-    pieces (PIECE_ROWS).
+    pieces (PIECE_ROWS; with split on the runtime's workers, their items, about two a worker).
 
     An any-shape product made by a tuning choice (dense_choice.py) serves another shape only
     where that choice picks it there too (serves).
@@ -158,7 +162,7 @@ class OnednnMatmul(DerivesFromInputs):
         batched_any = not two_d and tail is None and after is None and not split and extras == 0
         # a 2-D product taking any rows: its compiled tail must read every array whole
         # (chain_jit kinds c and s: no per-row metadata made for the prepared rows)
-        rows_whole = two_d and not trans_a and self.workers == 1 and (
+        rows_whole = two_d and not trans_a and (
             after is None or all(meta.size == 0 for meta in after.metas))
         in_scope = tuning.in_size_class_scope()
         # any rows over SMALL_DIM run in pieces (PIECE_ROWS), each exact
@@ -179,6 +183,7 @@ class OnednnMatmul(DerivesFromInputs):
             LruCache(PIECES_KEPT)
         self._current: Any = None
         self._current_rows: list[Primitive] = []  # a 2-D any-shape call's primitives, in order
+        self._current_pieces: list[tuple[int, int]] = []  # and their rows
         self._fused_ops = tail.post_ops if tail is not None else ()  # oneDNN applies them
         self._rows = 0  # this call's rows (a 2-D any-shape product)
 
@@ -276,7 +281,7 @@ class OnednnMatmul(DerivesFromInputs):
         or the prepared rows' pieces."""
         batch, m, n, k = self.shape[:4]
         if self.in_pieces:
-            return [(0, 1, r0, r1) for r0, r1 in row_pieces(m)]
+            return [(0, 1, r0, r1) for r0, r1 in self._row_pieces(m)]
         parts = 1
         if self.split and self.workers > 1 and 2 * batch * m * n * k >= MIN_SPLIT_FLOPS:
             parts = min(2 * self.workers, m if self.two_d else batch)
@@ -348,7 +353,7 @@ class OnednnMatmul(DerivesFromInputs):
         shapes each made 2-3 items a product, 75 us each, where the pieces began elsewhere)."""
         items = []
         seen: dict[int, int] = {}
-        for r0, r1 in row_pieces(rows):
+        for r0, r1 in self._row_pieces(rows):
             size = r1 - r0
             place = seen[size] = seen.get(size, -1) + 1
             primitive, per_row = self._by_piece.get_or_build(
@@ -356,6 +361,15 @@ class OnednnMatmul(DerivesFromInputs):
             items.append((primitive, [(memory, which, r0 * row_bytes)
                                       for memory, which, row_bytes in per_row]))
         return items
+
+    def _row_pieces(self, rows: int) -> list[tuple[int, int]]:
+        """A 2-D product's rows in pieces (in_pieces): PIECE_ROWS each on this thread; on the
+        runtime's workers about two a worker, in multiples of SMALL_DIM rows."""
+        if self.workers == 1:
+            return row_pieces(rows)
+        share = -(-rows // (2 * self.workers))
+        step = tuning.SMALL_DIM
+        return row_pieces(rows, min(PIECE_ROWS, -(-share // step) * step))
 
     def _piece_item(self, size: int) -> tuple[Primitive, list[tuple[Memory, int, int]]]:
         """The primitive for a piece of size rows on memories of its own, with each memory's
@@ -407,11 +421,22 @@ class OnednnMatmul(DerivesFromInputs):
                 self._flat = self.after.flat_arrays([arrays[i] for i in self.after_args])
             self._arrays = arrays
             self._current_rows = [primitive for primitive, _ in items]
+            self._current_pieces = self._row_pieces(rows)
             self._rows = rows
-        for primitive in self._current_rows:
+        primitives, after, n = self._current_rows, self.after, self.shape[2]
+        if self.workers > 1 and len(primitives) > 1:  # the pieces are the workers' items
+            pieces, flat = self._current_pieces, self._flat
+
+            def item(worker: int, i: int) -> None:
+                dn.run_on_worker(primitives[i])
+                if after is not None:
+                    after.run_block(pieces[i][0], pieces[i][1], 0, n, n, flat)
+            parallel_images(len(primitives), self.workers, item)
+            return
+        for primitive in primitives:
             primitive.run()
-        if self.after is not None:
-            self.after.run_block(0, self._rows, 0, self.shape[2], self.shape[2], self._flat)
+        if after is not None:
+            after.run_block(0, self._rows, 0, n, n, self._flat)
 
     def _shape_item(self, a: tuple[int, ...], b: tuple[int, ...], out: tuple[int, ...]
                     ) -> tuple[Primitive, list[tuple[Memory, int, int]]]:
