@@ -40,10 +40,6 @@ PIECES_KEPT = 64  # a 2-D product in pieces: the pieces' memories kept, for thos
 # 1.2-2.8x below. One kernel so serves every row count over SMALL_DIM (runtime/executor.py keys
 # it by that band).
 PIECE_ROWS = 512
-# With the runtime's workers (policy.py's workers mode: a neighbour holds a core) the pieces
-# are the workers' items, pulled in turn: about two a worker (as the split of a static shape's
-# product), in multiples of SMALL_DIM rows and at most PIECE_ROWS. Pieces of at most 128 rows
-# ran a LLaMA-style stream's large shapes up to 1.1x slower (docs/measurements.md).
 # A piece's primitive and descriptors depend on its rows, the product's n and k, the post-ops'
 # kinds and operand forms, oneDNN's thread count and the packed weight's layout, not on the
 # weight's values: the denses of one such product (a decoder's layers, q and o, ...) share them
@@ -363,8 +359,11 @@ class OnednnMatmul(DerivesFromInputs):
         return items
 
     def _row_pieces(self, rows: int) -> list[tuple[int, int]]:
-        """A 2-D product's rows in pieces (in_pieces): PIECE_ROWS each on this thread; on the
-        runtime's workers about two a worker, in multiples of SMALL_DIM rows."""
+        """A 2-D product's rows in pieces (in_pieces): PIECE_ROWS each on this thread. On the
+        runtime's workers (policy.py's workers mode: a neighbour holds a core) the pieces are
+        their items, pulled in turn: about two a worker, as a static shape's product is split,
+        in multiples of SMALL_DIM rows up to PIECE_ROWS (pieces of at most 128 rows ran a
+        LLaMA-style stream's large shapes up to 1.1x slower: docs/measurements.md)."""
         if self.workers == 1:
             return row_pieces(rows)
         share = -(-rows // (2 * self.workers))
@@ -499,7 +498,7 @@ class OnednnMatmul(DerivesFromInputs):
             src_desc, w_desc, dst_desc = descs[:3]
             has_bias = self.tail is not None and self.tail.bias >= 0
             bias_desc = descs[3] if has_bias else None
-            operand_descs = list(descs[3 + has_bias:])
+            operand_descs = list(descs[3 + int(has_bias):])
         src, dst = Memory(src_desc), Memory(dst_desc)
         out = 2 + self.extras  # out's argument index
         if self.two_d:
