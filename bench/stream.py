@@ -10,7 +10,9 @@ Runtime's. Then, per shape, the first run against the warm runs, and for three s
 imported-once module's warm run against a module imported at that static shape (interleaved).
 
 Prints ONNX Runtime's absolute times and the load; writes bench/results/stream.json.
-Usage: python bench/stream.py [--model PATH] [--requests 40] [--rounds 3]
+--busy-core keeps one core busy with a spinning process meanwhile (issue 33's neighbour: oneDNN's
+policy then runs the runtime's workers).
+Usage: python bench/stream.py [--model PATH] [--requests 40] [--rounds 3] [--busy-core]
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ import graph_runtime as gr  # noqa: E402
 from graph_runtime.frontend import import_onnx  # noqa: E402
 from import_once import import_timed  # noqa: E402  (bench/)
 from interleave import SETTLE_S, interleaved_samples  # noqa: E402  (bench/)
-from peers import DEFAULT, machine_line, onnxruntime_sessions  # noqa: E402  (bench/)
+from peers import DEFAULT, busy_core, machine_line, onnxruntime_sessions  # noqa: E402  (bench/)
 
 DEFAULT_MODEL = Path.home() / ".cache" / "graph_runtime" / "bench_dynamic" / "llama_ts.onnx"
 WARM_REPEAT = 5  # samples per round of the warm-vs-static comparison
@@ -81,7 +83,16 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=40)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "stream.json")
+    parser.add_argument("--busy-core", action="store_true",
+                        help="keep one core busy with a spinning child process meanwhile")
     opts = parser.parse_args()
+    with busy_core(opts.busy_core):
+        _bench(opts)
+    if opts.busy_core:
+        print("one core was kept busy by a spinning process")
+
+
+def _bench(opts: argparse.Namespace) -> None:
     result = import_timed(opts.model)
     graph_json, lib, params = result.graph_json, result.module(), result.params
     stream = requests(opts.requests)
@@ -166,6 +177,7 @@ def main() -> None:
     opts.json.parent.mkdir(parents=True, exist_ok=True)
     opts.json.write_text(json.dumps({
         "machine": machine_line(), "load": os.getloadavg()[0], "model": opts.model.name,
+        "busy_core": opts.busy_core,
         "stream": stream, "totals_s": totals, "ratio": ours / peer, "max_abs_diff": worst,
         "first_runs_s": first_runs, "per_shape": per_shape, "static": statics}, indent=1))
     print(f"wrote {opts.json}")

@@ -208,8 +208,11 @@ def test_on_the_workers_a_symbolic_dense_runs_its_pieces_as_their_items(
     kernel = _matmul_of(run)
     assert run.any_shape() and kernel.in_pieces and kernel.workers == 2
     w = random_array((N, K), "float32", seed=2)
-    for rows in (100, 9, 20, 150, 33, 100):  # 2 x: 200, 18, 40, 300, 66 rows
+    for rows in (100, 9, 20, 150, 33, 100, 150):  # 2 x: 200, 18, 40, 300, 66 rows
         _check_rows(run, w, rows, shapes, ref, random_array)
+    # each item of a call its own primitive (300 rows: three of 80): the workers run them side
+    # by side, and a primitive's scratchpad is its own
+    assert len({p.handle.value for p in kernel._current_rows}) == len(kernel._current_rows) > 1
     pieces = kernel._row_pieces(300)
     assert [r1 - r0 for r0, r1 in pieces] == [80, 80, 80, 60]  # 75 a piece, in 16s
     assert [r1 - r0 for r0, r1 in kernel._row_pieces(1000)] == [256, 256, 256, 232]
@@ -220,9 +223,10 @@ def test_on_the_workers_a_symbolic_dense_runs_its_pieces_as_their_items(
 def test_denses_of_one_product_kind_share_each_piece_primitive(onednn, monkeypatch,  # noqa: F811
                                                               random_array) -> None:
     """Two denses of one product kind and tail (a decoder's layers) on different weights: a new
-    row count makes each piece size's primitive once for both, each runs it on its own
-    memories and weight and is right; a dense with another tail (other post-ops) makes its
-    own."""
+    row count makes each piece size's descriptor once for both; each makes its own primitive
+    from it (a primitive's scratchpad is its own: one never runs on two threads at once) on
+    its own memories and weight, and is right; a dense with another tail (other post-ops)
+    makes its own descriptor."""
     from graph_runtime.lib import tuning
     from graph_runtime._lru import LruCache
     monkeypatch.setenv(binding.ONEDNN_ENV, "on")
@@ -235,18 +239,62 @@ def test_denses_of_one_product_kind_share_each_piece_primitive(onednn, monkeypat
         other = _prepare(other_steps, other_shapes, rows=100)
     weights = [random_array((N, K), "float32", seed=seed) for seed in (2, 5)]
     made = []
-    made_by = binding.Primitive.__init__
-    monkeypatch.setattr(binding.Primitive, "__init__",
+    made_by = binding.PrimitiveDesc.__init__
+    monkeypatch.setattr(binding.PrimitiveDesc, "__init__",
                         lambda self, *args: made.append(1) or made_by(self, *args))
     for rows in (90, 300, 90):  # 180 rows, then 512 + 88, then 180 again
         for run, w in zip(runs, weights):
             _check_rows(run, w, rows, shapes, ref, random_array)
     assert len(made) == 3  # 180, 512 and 88 rows: once each for both denses
     _check_rows(other, weights[0], 90, other_shapes, other_ref, random_array)
-    assert len(made) == 4  # its post-ops differ: a primitive of its own
-    first, second = (_matmul_of(run) for run in runs)
-    assert first._by_rows[180][0][0].handle.value == second._by_rows[180][0][0].handle.value
-    assert first._by_rows[180][0][1][0][0] is not second._by_rows[180][0][1][0][0]  # memories
+    assert len(made) == 4  # its post-ops differ: a descriptor of its own
+    first, second = (_matmul_of(run)._by_rows[180][0] for run in runs)
+    assert first[0].pd is second[0].pd
+    assert first[0].handle.value != second[0].handle.value  # primitives of their own
+    assert first[1][0][0] is not second[1][0][0]  # and memories
+
+
+def test_denses_sharing_piece_descriptors_run_side_by_side_on_threads(
+        onednn, monkeypatch, random_array) -> None:  # noqa: F811
+    """Two denses of one kind (clones of a module) run on two threads at once, each through
+    its pieces: they share the pieces' descriptors, never a primitive (whose scratchpad is its
+    own: one primitive run by both threads at k = 1376 gave wrong rows), and every answer is right."""
+    import threading
+    from graph_runtime.lib import tuning
+    from graph_runtime._lru import LruCache
+    monkeypatch.setenv(binding.ONEDNN_ENV, "on")
+    monkeypatch.setenv(THREADS_ENV, "1")
+    monkeypatch.setattr(onednn_matmul, "_shared_pieces", LruCache(onednn_matmul.PIECES_SHARED))
+    n, k = 512, 1376
+    with tuning.by_size_class():
+        kernels = [OnednnMatmul(1, 100, n, k, False, True, 1, 1, split=False) for _ in range(2)]
+    assert all(kernel.in_pieces for kernel in kernels)
+    w = random_array((n, k), "float32", seed=2)
+    wrong: list[int] = []
+
+    def work(kernel, cases) -> None:
+        for _ in range(25):
+            for x, out, want in cases:
+                out.fill(np.nan)
+                kernel(x, w, out)
+                if not np.allclose(out, want, rtol=1e-4, atol=1e-3):
+                    wrong.append(x.shape[0])
+
+    def cases(seed: int) -> list:
+        made = []
+        for rows in (90, 300, 1100):
+            x = random_array((rows, k), "float32", seed=seed + rows)
+            made.append((x, np.empty((rows, n), np.float32),
+                         (x.astype(np.float64) @ w.astype(np.float64).T).astype(np.float32)))
+        return made
+
+    threads = [threading.Thread(target=work, args=(kernel, cases(i)))
+               for i, kernel in enumerate(kernels)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert wrong == []
 
 
 def test_pieces_shared_by_row_counts_follow_each_calls_arrays(onednn, monkeypatch,  # noqa: F811

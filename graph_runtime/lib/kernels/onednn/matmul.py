@@ -40,12 +40,15 @@ PIECES_KEPT = 64  # a 2-D product in pieces: the pieces' memories kept, for thos
 # 1.2-2.8x below. One kernel so serves every row count over SMALL_DIM (runtime/executor.py keys
 # it by that band).
 PIECE_ROWS = 512
-# A piece's primitive and descriptors depend on its rows, the product's n and k, the post-ops'
-# kinds and operand forms, oneDNN's thread count and the packed weight's layout, not on the
-# weight's values: the denses of one such product (a decoder's layers, q and o, ...) share them
-# process-wide, so a new row count makes one primitive per product kind instead of one per
-# dense node (a LLaMA-style prompt's 29 denses: 7), and each node only its memories. The last
-# PIECES_SHARED piece sizes of every kind are kept (oneDNN's own cache holds their code).
+# A piece's primitive descriptor and argument descriptors depend on its rows, the product's n
+# and k, the post-ops' kinds and operand forms, oneDNN's thread count and the packed weight's
+# layout, not on the weight's values: the denses of one such product (a decoder's layers, q and
+# o, ...) share them process-wide, so a new row count makes one descriptor per product kind
+# instead of one per dense node (a LLaMA-style prompt's 29 denses: 7). Each node makes its own
+# primitive from it (oneDNN's cache hands it the code; about 10 us) and its memories: a
+# primitive's scratchpad is its own, so one primitive must never run on two threads at once
+# (the workers' pieces of one call, clones of a module running side by side). The last
+# PIECES_SHARED piece sizes of every kind are kept.
 PIECES_SHARED = 512
 
 
@@ -65,11 +68,11 @@ def row_pieces(rows: int, size: int = PIECE_ROWS) -> list[tuple[int, int]]:
 
 @dataclass(frozen=True)
 class _SharedPiece:
-    """A piece size's primitive on the packed weight layout `weights`, and the descriptors of
-    its execute arguments in order (each dense binds its own packed weight)."""
+    """A piece size's primitive descriptor on the packed weight layout `weights`, and the
+    descriptors of its execute arguments in order (each dense binds its own packed weight)."""
 
     weights: MemoryDesc
-    primitive: Primitive
+    pd: PrimitiveDesc
     descs: tuple[MemoryDesc, ...]
 
 
@@ -371,17 +374,17 @@ class OnednnMatmul(DerivesFromInputs):
         return row_pieces(rows, min(PIECE_ROWS, -(-share // step) * step))
 
     def _piece_item(self, size: int) -> tuple[Primitive, list[tuple[Memory, int, int]]]:
-        """The primitive for a piece of size rows on memories of its own, with each memory's
-        argument index and its offset in bytes per first row of the piece: the product kind's
-        shared primitive for that size (_shared_pieces) where one reads this weight layout,
-        else made here (and shared)."""
+        """A primitive of its own for a piece of size rows, on memories of its own, with each
+        memory's argument index and its offset in bytes per first row of the piece: made from
+        the product kind's shared descriptor for that size (_shared_pieces) where one reads
+        this weight layout, else from one made here (and shared)."""
         weights = self.weight.memory.desc
         shared = next((p for p in _shared_pieces.get_or_build(self._piece_key(size), list)
                        if p.weights == weights), None)
         args, per_row = self._args((0, 1, 0, size), per_row=True,
                                    descs=None if shared is None else shared.descs)
         if shared is not None:
-            return shared.primitive.with_args(args), per_row
+            return Primitive(shared.pd, args), per_row
         primitive = Primitive(self._pd((0, 1, 0, size), weights), args)
         self._share_piece(size, primitive)
         return primitive, per_row
@@ -394,12 +397,12 @@ class OnednnMatmul(DerivesFromInputs):
         return (size, self.shape[2], self.shape[3], ops, self.openmp)
 
     def _share_piece(self, size: int, primitive: Primitive) -> None:
-        """primitive (made for a piece of size rows on this dense's memories) for the other
-        denses of this product kind."""
+        """primitive's descriptors (made for a piece of size rows on this dense's memories) for
+        the other denses of this product kind."""
         made = _shared_pieces.get_or_build(self._piece_key(size), list)
         weights = self.weight.memory.desc
         if not any(p.weights == weights for p in made):
-            made.append(_SharedPiece(weights, primitive,
+            made.append(_SharedPiece(weights, primitive.pd,
                                      tuple(m.desc for m in primitive.memories)))
 
     def _run_rows(self, arrays: tuple[Any, ...]) -> None:
