@@ -192,8 +192,8 @@ def test_a_symbolic_modules_dense_runs_any_rows_in_pieces(onednn, monkeypatch,  
 def test_on_the_workers_a_symbolic_dense_runs_its_pieces_as_their_items(
         onednn, monkeypatch, name, random_array) -> None:  # noqa: F811
     """In the workers' mode (a neighbour holds a core) a symbolic module's split dense takes any
-    rows too: its pieces, about two a worker in multiples of SMALL_DIM rows, are the workers'
-    items, each with its post-ops and its rows of the compiled tail; every row count is right
+    rows too: its pieces, about two a worker in multiples of WORKER_STEP rows (SMALL_DIM for
+    few), are the workers' items, each with its post-ops and its rows of the compiled tail; every row count is right
     and none prepares a kernel again."""
     from graph_runtime.lib import tuning
     from graph_runtime._lru import LruCache
@@ -210,11 +210,11 @@ def test_on_the_workers_a_symbolic_dense_runs_its_pieces_as_their_items(
     w = random_array((N, K), "float32", seed=2)
     for rows in (100, 9, 20, 150, 33, 100, 150):  # 2 x: 200, 18, 40, 300, 66 rows
         _check_rows(run, w, rows, shapes, ref, random_array)
-    # each item of a call its own primitive (300 rows: three of 80): the workers run them side
+    # each item of a call its own primitive (300 rows: four of 64): the workers run them side
     # by side, and a primitive's scratchpad is its own
     assert len({p.handle.value for p in kernel._current_rows}) == len(kernel._current_rows) > 1
     pieces = kernel._row_pieces(300)
-    assert [r1 - r0 for r0, r1 in pieces] == [80, 80, 80, 60]  # 75 a piece, in 16s
+    assert [r1 - r0 for r0, r1 in pieces] == [64, 64, 64, 64, 44]  # 75 a piece, in 64s
     assert [r1 - r0 for r0, r1 in kernel._row_pieces(1000)] == [256, 256, 256, 232]
     assert kernel._row_pieces(5000)[0] == (0, onednn_matmul.PIECE_ROWS)
     assert kernel._row_pieces(18) == [(0, 16), (16, 18)]

@@ -40,6 +40,7 @@ PIECES_KEPT = 64  # a 2-D product in pieces: the pieces' memories kept, for thos
 # 1.2-2.8x below. One kernel so serves every row count over SMALL_DIM (runtime/executor.py keys
 # it by that band).
 PIECE_ROWS = 512
+WORKER_STEP = 64  # the workers' pieces: multiples of it (_row_pieces)
 # A piece's primitive descriptor and argument descriptors depend on its rows, the product's n
 # and k, the post-ops' kinds and operand forms, oneDNN's thread count and the packed weight's
 # layout, not on the weight's values: the denses of one such product (a decoder's layers, q and
@@ -364,14 +365,19 @@ class OnednnMatmul(DerivesFromInputs):
     def _row_pieces(self, rows: int) -> list[tuple[int, int]]:
         """A 2-D product's rows in pieces (in_pieces): PIECE_ROWS each on this thread. On the
         runtime's workers (policy.py's workers mode: a neighbour holds a core) the pieces are
-        their items, pulled in turn: about two a worker, as a static shape's product is split,
-        in multiples of SMALL_DIM rows up to PIECE_ROWS (pieces of at most 128 rows ran a
-        LLaMA-style stream's large shapes up to 1.1x slower: docs/measurements.md)."""
+        their items, pulled in turn: about two a worker, as a static shape's product is split
+        (pieces of at most 128 rows ran a LLaMA-style stream's large shapes up to 1.1x slower:
+        docs/measurements.md), in multiples of WORKER_STEP rows up to PIECE_ROWS (of SMALL_DIM
+        for fewer rows), so that most row counts find their pieces' items made (_by_piece)
+        and make only the remainder's."""
         if self.workers == 1:
             return row_pieces(rows)
-        share = -(-rows // (2 * self.workers))
-        step = tuning.SMALL_DIM
-        return row_pieces(rows, min(PIECE_ROWS, -(-share // step) * step))
+        share = rows / (2 * self.workers)
+        if share >= WORKER_STEP:
+            size = WORKER_STEP * int(share / WORKER_STEP + 0.5)
+        else:
+            size = tuning.SMALL_DIM * -(-int(share) // tuning.SMALL_DIM) or tuning.SMALL_DIM
+        return row_pieces(rows, min(PIECE_ROWS, size))
 
     def _piece_item(self, size: int) -> tuple[Primitive, list[tuple[Memory, int, int]]]:
         """A primitive of its own for a piece of size rows, on memories of its own, with each
