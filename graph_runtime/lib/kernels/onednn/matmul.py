@@ -384,32 +384,37 @@ class OnednnMatmul(DerivesFromInputs):
         memory's argument index and its offset in bytes per first row of the piece: made from
         the product kind's shared descriptor for that size (_shared_pieces) where one reads
         this weight layout, else from one made here (and shared)."""
-        weights = self.weight.memory.desc
-        shared = next((p for p in _shared_pieces.get_or_build(self._piece_key(size), list)
-                       if p.weights == weights), None)
+        made, shared = self._shared_piece(size)
         args, per_row = self._args((0, 1, 0, size), per_row=True,
                                    descs=None if shared is None else shared.descs)
         if shared is not None:
             return Primitive(shared.pd, args), per_row
-        primitive = Primitive(self._pd((0, 1, 0, size), weights), args)
-        self._share_piece(size, primitive)
+        primitive = Primitive(self._pd((0, 1, 0, size), self.weight.memory.desc), args)
+        self._add_piece(made, primitive)
         return primitive, per_row
 
-    def _piece_key(self, size: int) -> tuple:
-        """What decides a piece's primitive besides the weight layout (_SharedPiece)."""
+    def _shared_piece(self, size: int) -> tuple[list[_SharedPiece], _SharedPiece | None]:
+        """The pieces of size rows made for this product kind (_shared_pieces: its rows, n, k,
+        post-ops' kinds and operand forms, OpenMP threads), and the one on this dense's packed
+        weight layout, if made."""
         tail = self.tail
         ops = None if tail is None else (tail.bias >= 0, tuple((op.kind, op.form)
                                                               for op in tail.post_ops))
-        return (size, self.shape[2], self.shape[3], ops, self.openmp)
+        made = _shared_pieces.get_or_build((size, self.shape[2], self.shape[3], ops,
+                                            self.openmp), list)
+        weights = self.weight.memory.desc
+        return made, next((p for p in made if p.weights == weights), None)
 
     def _share_piece(self, size: int, primitive: Primitive) -> None:
         """primitive's descriptors (made for a piece of size rows on this dense's memories) for
         the other denses of this product kind."""
-        made = _shared_pieces.get_or_build(self._piece_key(size), list)
-        weights = self.weight.memory.desc
-        if not any(p.weights == weights for p in made):
-            made.append(_SharedPiece(weights, primitive.pd,
-                                     tuple(m.desc for m in primitive.memories)))
+        made, shared = self._shared_piece(size)
+        if shared is None:
+            self._add_piece(made, primitive)
+
+    def _add_piece(self, made: list[_SharedPiece], primitive: Primitive) -> None:
+        made.append(_SharedPiece(self.weight.memory.desc, primitive.pd,
+                                 tuple(m.desc for m in primitive.memories)))
 
     def _run_rows(self, arrays: tuple[Any, ...]) -> None:
         """A 2-D any-shape call: the primitives for out's rows, then the tail."""
@@ -429,7 +434,8 @@ class OnednnMatmul(DerivesFromInputs):
                 self._flat = self.after.flat_arrays([arrays[i] for i in self.after_args])
             self._arrays = arrays
             self._current_rows = [primitive for primitive, _ in items]
-            self._current_pieces = self._row_pieces(rows)
+            # the workers' items' rows (one thread runs the pieces in turn, the tail once)
+            self._current_pieces = self._row_pieces(rows) if self.workers > 1 else []
             self._rows = rows
         primitives, after, n = self._current_rows, self.after, self.shape[2]
         if self.workers > 1 and len(primitives) > 1:  # the pieces are the workers' items
