@@ -339,6 +339,37 @@ def test_cpu_onednn_softmax_in_each_block_on_the_workers(monkeypatch, case: tupl
         assert np.isnan(out[bad]).all() and not np.isnan(out[~bad]).any()
 
 
+@pytest.mark.parametrize("case", [
+    (2, 96, 96, 4, 16, (2, 1, 1, 96), False, False),  # a padding mask
+    (1, 120, 120, 3, 8, (1, 3, 120, 120), True, False),  # a mask per head, packed qkv
+    (1, 100, 100, 4, 8, None, False, False)])
+def test_cpu_openmp_softmax_of_many_scores_on_the_team(monkeypatch, case: tuple) -> None:
+    """With oneDNN's OpenMP threads, scores enough for the team (rows_jit.on_team) take the
+    compiled pass on it between oneDNN's products (faster than oneDNN's softmax primitive),
+    scale and mask included; a row masked everywhere, or a NaN in q, gives a NaN row."""
+    from graph_runtime.lib.kernels.cpu.omp_team import available
+    arrays, want, kernel = _onednn_kernel(monkeypatch, case, "openmp")
+    if not available():
+        pytest.skip("oneDNN's OpenMP team is not available here")
+    assert kernel.team and not kernel.softmax_on_onednn
+    out = np.full(want.shape, np.nan, np.float32)
+    views = kernel._views(kernel._views_of, (*arrays, out))
+    assert views[5] is not None and not views[5].softmax_fused
+    assert kernel._views_of.team_block is not None
+    batch, q_len, k_len, heads, dim = case[:5]
+    poisoned = [a.copy() for a in arrays]
+    if case[5] is not None:  # the mask's first row masked everywhere (where it broadcasts)
+        poisoned[3][0, 0, 0, :] = -np.inf
+        rows = np.isneginf(np.broadcast_to(poisoned[3], (batch, heads, q_len, k_len))).all(-1)
+    else:  # a NaN in batch 0's first query
+        poisoned[0][0, 0, :] = np.nan
+        rows = np.zeros((batch, heads, q_len), bool)
+        rows[0, :, 0] = True
+    kernel(*poisoned, out)
+    bad = np.repeat(rows.transpose(0, 2, 1), dim, axis=2)  # (batch, query, heads * dim)
+    assert np.isnan(out[bad]).all() and not np.isnan(out[~bad]).any()
+
+
 def test_cpu_one_thread_keeps_the_compiled_softmax_below_the_threshold(monkeypatch) -> None:
     """On one thread a call of fewer than ONEDNN_SOFTMAX_SCORES scores keeps the compiled pass
     between oneDNN's products (the primitive gains nothing there)."""

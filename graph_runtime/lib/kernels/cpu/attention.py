@@ -254,19 +254,22 @@ class AttentionKernel(PreparedKernel):
         # oneDNN's own OpenMP threads share one call's heads (unless blocks are forced)
         openmp = products == "onednn" and _openmp() and \
             settings.word(settings.ATTENTION_SPLIT) == "auto"
-        # the softmax on oneDNN's OpenMP threads too (a compiled pass runs on one core; the
-        # runtime's workers beside those threads spin against them); NaN rows made zero stay
-        # with the compiled pass. Without OpenMP (the workers' mode, one CPU) from
+        # the compiled pass on oneDNN's OpenMP team where one call does every head and the
+        # scores are many enough (on this thread alone it took 1.6 of a LLaMA attention's 3.3 ms
+        # at (4, 194)); it reads a mask of the scores' last dim only
+        self.team = dtype == "float32" and on_team(batch * heads * q_len, k_len) and (
+            mask_shape is None or mask_shape[-1] == k_len)
+        # else the softmax on oneDNN's OpenMP threads too (a compiled pass off the team runs on
+        # one core; the runtime's workers beside those threads spin against them). The team's
+        # pass beat oneDNN's softmax primitive (scale and mask as qk's post-ops) wherever it
+        # runs: MobileViT's 16 heads of 256 by 256 1.32 against 1.65 ms a call, BERT-base's 12
+        # of 128 by 128 masked 0.38 against 0.42 (docs/measurements.md). NaN rows made zero
+        # stay with the compiled pass. Without OpenMP (the workers' mode, one CPU) from
         # ONEDNN_SOFTMAX_SCORES scores on too, in one call or in each block of heads on the
         # workers: the scale as q's and the softmax primitive beat the compiled pass there
         self.softmax_on_onednn = products == "onednn" and not nan_to_zero and \
-            dtype == "float32" and (openmp or batch * heads * q_len * k_len
-                                    >= ONEDNN_SOFTMAX_SCORES)
-        # where one call does every head and oneDNN's softmax does not (a grouped-query mask,
-        # which its matmul cannot add), the compiled pass on oneDNN's OpenMP team: on this
-        # thread alone it took 1.6 of a LLaMA attention's 3.3 ms at (4, 194)
-        self.team = dtype == "float32" and on_team(batch * heads * q_len, k_len) and (
-            mask_shape is None or mask_shape[-1] == k_len)
+            dtype == "float32" and ((openmp and not self.team) or (
+                not openmp and batch * heads * q_len * k_len >= ONEDNN_SOFTMAX_SCORES))
         self._ahead = OtherPath(_scale_mask_softmax_team, _scale_mask_softmax)
         if self.workers > 1 and work >= PARALLEL_FLOPS and (batch * heads > 1 or q_len > 1) \
                 and not openmp:
