@@ -4,6 +4,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, Callable, Collection, Mapping, Sequence
 
+import numpy as np
+
 from .library import InputVersion
 
 
@@ -217,6 +219,26 @@ class _Plain(PreparedKernel):
 _PLAIN = _Plain()
 
 
+class _Ufunc(_Plain):
+    """What a NumPy ufunc that is a kernel itself (inputs, then out, positionally: the CPU's
+    binary and unary elementwise ops, elementwise.py) can be asked: like AnyShape, it reads
+    its arrays' shapes at each call and keeps nothing, so a symbolic module keeps it (and a
+    chain of such kernels) by its arrays' ranks. As a plain function it made its chains, a
+    LLaMA's rotary cos * scale and sin * scale among them, be prepared again per size class."""
+
+    def any_shape(self) -> bool:
+        return True
+
+    def shape_free(self) -> bool:
+        return True
+
+
+_UFUNC = _Ufunc()
+
+
 def capabilities(fn: Callable[..., Any]) -> PreparedKernel:
-    """fn itself when it is a PreparedKernel, else a stand-in with every default."""
-    return fn if isinstance(fn, PreparedKernel) else _PLAIN
+    """fn itself when it is a PreparedKernel, else a stand-in with every default (a NumPy
+    ufunc's: it takes any shape)."""
+    if isinstance(fn, PreparedKernel):
+        return fn
+    return _UFUNC if isinstance(fn, np.ufunc) else _PLAIN

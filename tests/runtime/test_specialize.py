@@ -466,6 +466,26 @@ def test_a_new_shape_measures_nothing_in_run_and_takes_its_size_classes_choice(
         tune(m, [{"x": (60, 64)}])
 
 
+def test_a_bare_ufunc_kernel_serves_every_shape_of_its_ranks() -> None:
+    """The CPU's binary ops are NumPy's ufuncs themselves (no wrapper a call): they take any
+    shape, so a new size class prepares nothing (prepared.capabilities answers for them as for
+    AnyShape)."""
+    import numpy
+    from graph_runtime.lib.prepared import capabilities
+    assert capabilities(numpy.add).any_shape() and capabilities(numpy.add).shape_free()
+    assert not capabilities(lambda a, out: None).any_shape()
+    graph = gr.Graph.build(
+        [{"op": "null", "name": "x"}, {"op": "null", "name": "y"},
+         _op("mul0", "multiply", [0, 1])],
+        [2], shapes=[["batch", "seq"], ["batch", "seq"], ["batch", "seq"]], dtypes="float32")
+    m = gr.create(graph)
+    for shape in ((2, 3), (4, 70), (3, 300), (1, 5)):
+        x, y = RNG.standard_normal(shape).astype(np.float32), RNG.standard_normal(shape)
+        m.run(x=x, y=y.astype(np.float32))
+        np.testing.assert_array_equal(m.get_output(0).numpy(), x * y.astype(np.float32))
+    assert m.kernels.prepared == 1
+
+
 def test_kernels_are_prepared_once_across_shapes_and_dropped_with_them() -> None:
     m = gr.create(_wide_dense(), cache_size=2)
     m.load_params({"w": np.ones((32, 64), np.float32)})
