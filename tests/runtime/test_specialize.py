@@ -470,9 +470,8 @@ def test_a_bare_ufunc_kernel_serves_every_shape_of_its_ranks() -> None:
     """The CPU's binary ops are NumPy's ufuncs themselves (no wrapper a call): they take any
     shape, so a new size class prepares nothing (prepared.capabilities answers for them as for
     AnyShape)."""
-    import numpy
     from graph_runtime.lib.prepared import capabilities
-    assert capabilities(numpy.add).any_shape() and capabilities(numpy.add).shape_free()
+    assert capabilities(np.add).any_shape() and capabilities(np.add).shape_free()
     assert not capabilities(lambda a, out: None).any_shape()
     graph = gr.Graph.build(
         [{"op": "null", "name": "x"}, {"op": "null", "name": "y"},
