@@ -28,6 +28,7 @@ from .fusion.fuse_qdq_norm import fuse_qdq_norms
 from .fusion.fuse_qdq_qkv import columns_form, pack_qdq_qkv
 from .fusion.fuse_qkv import live, pack_qkv
 from .fusion.fuse_rotary import fuse_rotary
+from .fusion.fuse_siblings import pack_siblings
 from .fusion.fuse_transformer import fuse_transformer
 from .ir import Prim, Value
 
@@ -146,6 +147,9 @@ PASSES: tuple[Pass, ...] = (
     Pass("gated-mlp", "prims", "act(x W_gate) * (x W_up) (SiLU, GELU, ReLU or sigmoid) as one "
          "product twice as wide and the glu op; a packed product's halves (Phi-3) as glu",
          _prims(fuse_gated), _has("multiply")),
+    Pass("sibling-pack", "prims", "products of one input with constant weights (a decoder's q, "
+         "k, v beside rotary or a KV cache) as one dense, split back", _prims(pack_siblings),
+         _has("dense")),
     Pass("int8-dynamic-quantize", "prims", "DynamicQuantizeLinear joined to the one product "
          "reading it", _prims(fuse_dynamic_quantize), _int8),
     Pass("int8-attention", "prims", "quantize_static's QDQ attention as qdq_attention (before "

@@ -405,3 +405,47 @@ def test_rotary_disabled_keeps_rotate_half() -> None:
     result = import_onnx(_gqa(1, 9, 4, 2, 8, True), disable=["rotary"])
     assert "rotary" not in _ops(result) and "negative" in _ops(result)
     assert result.patterns["attention"] == 1 and result.patterns["grouped_kv"] == 1
+
+
+def test_rotary_projections_are_one_product_split(backend_name: str) -> None:
+    """LLaMA's q, k and v (q and k rotated, the rotated k an output as a KV cache's present):
+    the attention reads none of them at offsets, so the three products become one dense and a
+    split of its columns."""
+    m = _gqa(1, 9, 4, 2, 8, True, k_out=True)
+    result = import_onnx(m)
+    assert result.patterns["products_packed"] == 3
+    assert _ops(result).count("dense") == 1 and "split" in _ops(result)
+    x = np.random.default_rng(3).standard_normal((1, 9, 32)).astype(np.float32)
+    assert_matches(m, {"x": x}, backend_name)
+    apart = import_onnx(m, disable=["sibling-pack"])
+    assert "products_packed" not in apart.patterns and "split" not in _ops(apart)
+
+
+def _biased_siblings(symbolic: bool) -> object:
+    """Three products of x, two with per-column biases (Qwen2's q and k), one without; each
+    read by an op of its own; another product reads a different input."""
+    rows: list = ["batch", "seq"] if symbolic else [2, 5]
+    nodes = [helper.make_node("MatMul", ["x", "wa"], ["a0"]),
+             helper.make_node("Add", ["a0", "ba"], ["a"]),
+             helper.make_node("MatMul", ["x", "wb"], ["b0"]),
+             helper.make_node("Add", ["bb", "b0"], ["b"]),
+             helper.make_node("MatMul", ["x", "wc"], ["c"]),
+             helper.make_node("Relu", ["a"], ["ya"]),
+             helper.make_node("Tanh", ["b"], ["yb"]),
+             helper.make_node("MatMul", ["c", "wd"], ["yc"])]
+    inits = [init("wa", weights(16, 12)), init("ba", weights(12)), init("wb", weights(16, 4)),
+             init("bb", weights(4)), init("wc", weights(16, 4)), init("wd", weights(4, 6))]
+    return model(nodes, [tensor("x", F32, rows + [16])],
+                 [tensor("ya", F32, rows + [12]), tensor("yb", F32, rows + [4]),
+                  tensor("yc", F32, rows + [6])], inits, opset=17)
+
+
+@pytest.mark.parametrize("symbolic", [False, True])
+def test_biased_projections_of_one_input_are_packed(symbolic: bool, backend_name: str) -> None:
+    m = _biased_siblings(symbolic)
+    result = import_onnx(m)
+    assert result.patterns["products_packed"] == 3
+    assert _ops(result).count("dense") == 2  # the packed one, and c's reader of its own input
+    for shape in ((2, 5, 16), (1, 3, 16)) if symbolic else ((2, 5, 16),):
+        x = np.random.default_rng(shape[1]).standard_normal(shape).astype(np.float32)
+        assert_matches(m, {"x": x}, backend_name)

@@ -139,7 +139,9 @@ def test_a_lookup_after_a_projection_folds_into_its_byte_map(monkeypatch) -> Non
     assert not any("qlookup" in f for f in imported.func_names), imported.func_names
     feeds = {"x": (rng.standard_normal((3, 16)) * 2).astype(np.float32)}
     (got,) = run_ours(m, feeds, "cpu")
-    (want,) = run_ort(m, feeds)
+    # node by node: its fused integer MatMul saturates on AVX2 hosts without VNNI (two outputs
+    # 32 steps off on an AMD EPYC without AVX-512)
+    (want,) = run_ort(m, feeds, node_by_node=True)
     assert np.abs(got - want).max() <= 0.02 * 1.01
     monkeypatch.setenv(IMPORT_FUSE.name, "off")
     (plain,) = run_ours(m, feeds, "cpu")

@@ -382,8 +382,9 @@ def test_llama_rotary_and_grouped_kv_fuse_and_match(name: str) -> None:
     path = DATA / f"{name}.onnx"
     kv = "kv" in name
     symbolic = import_onnx(path)
+    # each layer's q, k and v products packed into one (sibling-pack)
     want_patterns = {"silu": 2, "rms_norm": 5, "rotary": 4, "attention": 2, "grouped_kv": 2,
-                     "gated_mlp_packed": 2}
+                     "gated_mlp_packed": 2, "products_packed": 6}
     assert dict(symbolic.patterns) == want_patterns
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     if kv:

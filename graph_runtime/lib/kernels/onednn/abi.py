@@ -13,6 +13,10 @@ STATUS_NAMES = {0: "dnnl_success", 1: "dnnl_out_of_memory", 2: "dnnl_invalid_arg
                 3: "dnnl_unimplemented", 4: "dnnl_last_impl_reached", 5: "dnnl_runtime_error",
                 6: "dnnl_not_required", 7: "dnnl_invalid_graph", 8: "dnnl_invalid_graph_op",
                 9: "dnnl_invalid_shape", 10: "dnnl_invalid_data_type"}
+# dnnl_cpu_isa_t bits (dnnl_get_effective_cpu_isa): avx2_vnni 0xf and avx512_core_vnni 0x67
+# each add one (every later ISA holds one of them); avx2 is 0x7, avx512_core 0x27
+ISA_AVX2_VNNI_BIT = 0x8
+ISA_AVX512_VNNI_BIT = 0x40
 F32 = 3
 S32 = 4
 S8 = 5
@@ -47,11 +51,14 @@ QUERY_IMPL_INFO_STR = 8
 QUERY_SRC_MD = 129
 QUERY_WEIGHTS_MD = 131
 QUERY_DST_MD = 133
+QUERY_SCRATCHPAD_MD = 136
 ARG_SRC = 1
 ARG_SRC_1 = 2
 ARG_DST = 17
 ARG_WEIGHTS = 33
 ARG_BIAS = 41
+ARG_SCRATCHPAD = 80
+SCRATCHPAD_MODE_USER = 1  # dnnl_scratchpad_mode_user
 ARG_FROM = 1
 ARG_TO = 17
 ARG_ATTR_SCALES = 4096  # | the argument scaled (ARG_SRC, ARG_WEIGHTS, ARG_DST)
@@ -78,6 +85,7 @@ _P = ctypes.POINTER
 # name -> argument types; every function returns dnnl_status_t unless listed in RESTYPES.
 SIGNATURES: dict[str, list[Any]] = {
     "dnnl_version": [],
+    "dnnl_get_effective_cpu_isa": [],
     "dnnl_engine_create": [_P(_VP), ctypes.c_int, ctypes.c_size_t],
     "dnnl_stream_create": [_P(_VP), _VP, ctypes.c_uint],
     "dnnl_memory_desc_create_with_tag": [_P(_VP), ctypes.c_int, Dims, ctypes.c_int, ctypes.c_int],
@@ -92,6 +100,7 @@ SIGNATURES: dict[str, list[Any]] = {
     "dnnl_primitive_attr_create": [_P(_VP)],
     "dnnl_primitive_attr_destroy": [_VP],
     "dnnl_primitive_attr_set_post_ops": [_VP, _VP],
+    "dnnl_primitive_attr_set_scratchpad_mode": [_VP, ctypes.c_int],
     "dnnl_primitive_attr_set_scales_mask": [_VP, ctypes.c_int, ctypes.c_int],
     "dnnl_primitive_attr_set_zero_points_mask": [_VP, ctypes.c_int, ctypes.c_int],
     "dnnl_post_ops_create": [_P(_VP)],
@@ -120,6 +129,7 @@ SIGNATURES: dict[str, list[Any]] = {
 }
 RESTYPES: dict[str, Any] = {
     "dnnl_version": _P(Version),
+    "dnnl_get_effective_cpu_isa": ctypes.c_int,
     "dnnl_memory_desc_equal": ctypes.c_int,
     "dnnl_memory_desc_get_size": ctypes.c_size_t,
     "dnnl_primitive_desc_query_md": _VP,

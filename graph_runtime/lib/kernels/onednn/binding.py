@@ -30,7 +30,12 @@ from .abi import (
     ExecArg,
     ENGINE_CPU,
     F32,
+    ISA_AVX2_VNNI_BIT,
+    ISA_AVX512_VNNI_BIT,
+    ARG_SCRATCHPAD,
     QUERY_IMPL_INFO_STR,
+    QUERY_SCRATCHPAD_MD,
+    SCRATCHPAD_MODE_USER,
     STATUS_NAMES,
     STREAM_DEFAULT,
     TAG_ANY,
@@ -56,6 +61,7 @@ class Dnnl:
         self.version = (v.major, v.minor, v.patch)
         self.engine = ctypes.c_void_p()
         self.gomp: Any = None
+        self.isa: int | None = None  # dnnl_get_effective_cpu_isa, asked once (exact_int8)
 
     def open(self) -> None:
         """Make the engine, and find the OpenMP runtime the library uses."""
@@ -160,6 +166,20 @@ def unavailable_reason() -> str:
         return f"turned off by {ONEDNN_ENV}=off"
     _ensure()
     return _reason
+
+
+def exact_int8() -> bool:
+    """Whether oneDNN's int8 products are exact here: its CPU ISA has VNNI (vpdpbusd sums
+    u8 x s8 pairs in int32). Without it (AVX2, AVX-512 without VNNI) its kernels multiply with
+    vpmaddubsw, whose int16 pair sums saturate: an AMD EPYC without AVX-512 gave conv
+    accumulators off by up to 23,324 (uint8 data, int8 weights). False where it is not
+    loaded."""
+    if not available():
+        return False
+    lib = _lib()
+    if lib.isa is None:
+        lib.isa = int(lib.raw["dnnl_get_effective_cpu_isa"]())
+    return bool(lib.isa & (ISA_AVX2_VNNI_BIT | ISA_AVX512_VNNI_BIT))
 
 
 def library() -> Dnnl:
@@ -327,13 +347,25 @@ class Memory:
 
 
 class PrimitiveDesc:
-    """An owned dnnl_primitive_desc_t, made by a *_primitive_desc_create call."""
+    """An owned dnnl_primitive_desc_t, made by a *_primitive_desc_create call.
+
+    Every one is made with its scratchpad in the user's hands (the create call's last argument,
+    its attr: post_ops_attr's, or one with nothing else set): oneDNN's own (library) scratchpad
+    is one buffer per creating thread, which a primitive run on another thread (a conv band,
+    a product's piece on the runtime's workers) shares with whatever runs there; an AMD EPYC
+    without AVX-512 ran grouped convs by GEMM (im2col in the scratchpad) and crashed. The
+    scratchpad is then the running thread's own (Primitive.run)."""
 
     def __init__(self, create: str, *args: Any) -> None:
         lib = _lib()
         self.handle = ctypes.c_void_p()
+        if args and args[-1] is None:  # every *_primitive_desc_create takes attr last
+            args = args[:-1] + (_user_scratchpad_attr(),)
         lib.call(create, ctypes.byref(self.handle), *args)
         self._destroy = lib.raw["dnnl_primitive_desc_destroy"]
+        size = lib.raw["dnnl_memory_desc_get_size"](
+            lib.raw["dnnl_primitive_desc_query_md"](self.handle, QUERY_SCRATCHPAD_MD, 0))
+        self.scratchpad_bytes = int(size or 0)
 
     def __del__(self, destroy: Any = _destroy) -> None:  # bound here: globals go at exit
         destroy(self)
@@ -366,6 +398,10 @@ class Primitive:
         self._bind_args(lib, args)
 
     def _bind_args(self, lib: Dnnl, args: Sequence[tuple[int, Memory]]) -> None:
+        self._scratch: Memory | None = None
+        if self.pd.scratchpad_bytes:  # bound to the running thread's buffer at each run
+            self._scratch = Memory(self.pd.md(QUERY_SCRATCHPAD_MD, (self.pd.scratchpad_bytes,)))
+            args = list(args) + [(ARG_SCRATCHPAD, self._scratch)]
         self.memories = [m for _, m in args]  # kept alive as long as the argument array
         self.args = (ExecArg * len(args))(*[ExecArg(kind, m.handle) for kind, m in args])
         self._execute = lib.raw["dnnl_primitive_execute"]
@@ -389,19 +425,48 @@ class Primitive:
 
     def run(self) -> None:
         """Execute on this thread's stream (blocking: the CPU engine runs in the caller's
-        threads)."""
+        threads), with this thread's scratchpad."""
+        if self._scratch is not None:
+            self._scratch.bind_address(_thread_scratchpad(self.pd.scratchpad_bytes))
         status = self._execute(self.handle, self._lib.stream(), self._count, self._address)
         if status != 0:
             raise LibraryError(f"oneDNN dnnl_primitive_execute ({self.pd.impl()}) failed: "
                                f"{STATUS_NAMES.get(status, status)}")
 
 
+_plain_attr: ctypes.c_void_p | None = None
+
+
+def _user_scratchpad_attr() -> ctypes.c_void_p:
+    """An attr with nothing set but the user's scratchpad (made once, kept for the process)."""
+    global _plain_attr
+    if _plain_attr is None:
+        lib = _lib()
+        attr = ctypes.c_void_p()
+        lib.call("dnnl_primitive_attr_create", ctypes.byref(attr))
+        lib.call("dnnl_primitive_attr_set_scratchpad_mode", attr, SCRATCHPAD_MODE_USER)
+        _plain_attr = attr
+    return _plain_attr
+
+
+def _thread_scratchpad(nbytes: int) -> int:
+    """The address of the calling thread's scratchpad, grown to nbytes (a primitive runs on one
+    thread at a time, and a thread runs one primitive at a time)."""
+    buffer = getattr(_thread_state, "scratch", None)
+    if buffer is None or buffer.nbytes < nbytes:
+        from .weights import aligned_buffer
+        buffer = _thread_state.scratch = aligned_buffer(nbytes)
+    return buffer.ctypes.data
+
+
 def post_ops_attr(build: Any) -> tuple[ctypes.c_void_p, ctypes.c_void_p]:
-    """(attr, post_ops) handles: build(lib, post_ops) appends ops; caller frees with free_attr."""
+    """(attr, post_ops) handles: build(lib, post_ops) appends ops; caller frees with free_attr.
+    The attr keeps the scratchpad in the user's hands (PrimitiveDesc)."""
     lib = _lib()
     attr = ctypes.c_void_p()
     ops = ctypes.c_void_p()
     lib.call("dnnl_primitive_attr_create", ctypes.byref(attr))
+    lib.call("dnnl_primitive_attr_set_scratchpad_mode", attr, SCRATCHPAD_MODE_USER)
     lib.call("dnnl_post_ops_create", ctypes.byref(ops))
     try:
         build(lib, ops)

@@ -39,11 +39,13 @@ MIN_SPLIT_MACS = 16_000_000  # below this one work item: about 50 us on one core
 
 
 def int8_conv_applies(p: ConvParams, x_dtype: str, w_dtype: str) -> bool:
-    """Whether Int8Conv computes this conv here (library loaded, u8/s8 data, s8 weights)."""
+    """Whether Int8Conv computes this conv here (library loaded, u8/s8 data, s8 weights, an
+    ISA whose int8 products are exact: binding.exact_int8; else the NumPy kernels do, even with
+    GRAPH_RUNTIME_ONEDNN=on)."""
     if dn.onednn_mode() == "on":
         dn.library()  # GRAPH_RUNTIME_ONEDNN=on: a library that cannot load is an error
     return (x_dtype in ("uint8", "int8") and w_dtype == "int8" and dn.available()
-            and min(p.n, p.c, p.o, p.oh, p.ow) > 0)
+            and min(p.n, p.c, p.o, p.oh, p.ow) > 0 and dn.exact_int8())
 
 
 _rows_in = rows_read  # the float32 conv's rows (layout.rows_read)

@@ -25,11 +25,12 @@ MIN_SPLIT_MACS = 16_000_000  # below this one work item (int8_conv.py's threshol
 
 
 def int8_matmul_applies(x_dtype: str, w_dtype: str, m: int, n: int, k: int) -> bool:
-    """Whether Int8Matmul computes this product here (library loaded, u8/s8 rows, s8 weights)."""
+    """Whether Int8Matmul computes this product here (library loaded, u8/s8 rows, s8 weights,
+    an ISA whose int8 products are exact: binding.exact_int8; else the NumPy kernels do)."""
     if dn.onednn_mode() == "on":
         dn.library()  # GRAPH_RUNTIME_ONEDNN=on: a library that cannot load is an error
     return x_dtype in ("uint8", "int8") and w_dtype == "int8" and min(m, n, k) > 0 \
-        and dn.available()
+        and dn.available() and dn.exact_int8()
 
 
 class Int8Matmul(Int8Runs):
