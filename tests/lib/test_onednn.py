@@ -643,3 +643,46 @@ def test_a_batched_matmul_for_a_new_shape_takes_any_shape(onednn, trans_a, trans
         kernel(np.ones((4, 1, 64) if not trans_a else (4, 64, 1), np.float32),
                np.ones((8, 40, 64) if trans_b else (8, 64, 40), np.float32),
                np.empty((8, 1, 40), np.float32))
+
+
+def test_each_thread_lends_its_own_scratchpad(onednn, monkeypatch, run_op,
+                                              random_array) -> None:
+    """Every primitive's scratchpad is the user's (oneDNN's own is one per creating thread, and
+    a band made on the caller runs on a worker): a primitive that needs one binds the running
+    thread's buffer, never another thread's, and the grouped, dilated conv that oneDNN runs by
+    GEMM (im2col in the scratchpad) on CPUs without AVX-512 gives the conv in bands on 3
+    workers, again and again."""
+    import threading
+    from graph_runtime.lib.kernels.onednn import conv as onednn_conv
+    addresses: list[int] = []
+    alive = threading.Barrier(3)  # every thread holds its buffer while the others lend theirs
+
+    def lend() -> None:
+        addresses.append(binding._thread_scratchpad(4096))
+        alive.wait()
+    threads = [threading.Thread(target=lend) for _ in range(2)]
+    for t in threads:
+        t.start()
+    lend()
+    for t in threads:
+        t.join()
+    assert len(set(addresses)) == 3
+    monkeypatch.setenv(THREADS_ENV, "3")
+    monkeypatch.setenv(ONEDNN_THREADS.name, "workers")
+    monkeypatch.setattr(onednn_conv, "MIN_SPLIT_FLOPS", 0)
+    made = []
+    real = binding.Primitive.__init__
+
+    def record(self, pd, args) -> None:
+        real(self, pd, args)
+        made.append(self)
+    monkeypatch.setattr(binding.Primitive, "__init__", record)
+    data_shape, weight_shape, attrs = (1, 10, 8, 8), (20, 1, 5, 5), {
+        "groups": 10, "padding": [2], "dilation": [1, 2]}
+    x = random_array(data_shape, "float32", seed=6)
+    w = random_array(weight_shape, "float32", seed=7)
+    for _ in range(5):
+        (got,) = run_op("cpu", "conv2d", [x, w], attrs)
+        y = ref_conv2d_attrs(x, w, attrs)
+        _check(got, y, _conv_bound(x, w, attrs))
+    assert made and all((p._scratch is not None) == (p.pd.scratchpad_bytes > 0) for p in made)
