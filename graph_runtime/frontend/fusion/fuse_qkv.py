@@ -36,16 +36,10 @@ def projection(g: PatternGraph, v: Value, reader: Prim
                 or not same_shape(dense_out.shape, v.shape):
             return None
         b = p.inputs[1] if p.inputs[0] is dense_out else p.inputs[0]
-        if b is dense_out or b.const is None or b.dtype != v.dtype:
+        column = None if b is dense_out else column_bias(b, v)
+        if column is None:
             return None
-        # symbolic dims cannot be broadcast to: a per-column bias broadcasts to one row
-        shape = (1,) * (v.rank - 1) + v.shape[-1:] if has_sym(v.shape) else v.shape
-        try:
-            bias = np.broadcast_to(b.const, shape).reshape(-1, v.shape[-1])[0]
-        except ValueError:
-            return None
-        if not np.array_equal(np.broadcast_to(bias, shape), np.broadcast_to(b.const, shape)):
-            return None  # a bias that varies along the tokens is no per-column bias
+        bias = column
         p = dense_out.producer  # type: ignore[assignment]
     if p.op != "dense" or not (p.attrs.get("units") is None or same(p.attrs["units"], v.shape[-1])):
         return None
@@ -53,6 +47,22 @@ def projection(g: PatternGraph, v: Value, reader: Prim
     if weight.const is None or weight.rank != 2 or weight.dtype != v.dtype:
         return None
     return data, weight.const, bias
+
+
+def column_bias(b: Value, v: Value) -> np.ndarray | None:
+    """The per-column values of b, a constant of v's dtype added to make v, or None where b is
+    no constant of that dtype or varies along v's rows."""
+    if b.const is None or b.dtype != v.dtype:
+        return None
+    # symbolic dims cannot be broadcast to: a per-column bias broadcasts to one row
+    shape = (1,) * (v.rank - 1) + v.shape[-1:] if has_sym(v.shape) else v.shape
+    try:
+        bias = np.broadcast_to(b.const, shape).reshape(-1, v.shape[-1])[0]
+    except ValueError:
+        return None
+    if not np.array_equal(np.broadcast_to(bias, shape), np.broadcast_to(b.const, shape)):
+        return None  # a bias that varies along the tokens is no per-column bias
+    return bias
 
 
 def _pack_float(g: PatternGraph, p: Prim) -> tuple[Value, list[Prim], list[int]] | None:

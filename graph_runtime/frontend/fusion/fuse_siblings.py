@@ -19,11 +19,10 @@ from collections import Counter
 
 import numpy as np
 
-from ...lib.registry import OPS
 from .. import sym_infer
 from ..ir import Prim, Unsupported, Value
-from ..symdim import has_sym, is_sym
-from .fuse_qkv import live
+from ..symdim import is_sym
+from .fuse_qkv import column_bias, live
 from .pattern import PatternGraph, new_prim, spliced
 
 PACKED_DTYPES = ("float32", "float64")
@@ -48,11 +47,9 @@ def _with_bias(g: PatternGraph, p: Prim) -> tuple[Value, np.ndarray | None, Prim
     if add is None or add.op != "add" or len(add.inputs) != 2:
         return out, None, None
     b = add.inputs[1] if add.inputs[0] is out else add.inputs[0]
-    if b is out or b.const is None or b.dtype != out.dtype or b.rank > 1 \
-            or tuple(add.outputs[0].shape) != tuple(out.shape):
+    if b is out or b.rank > 1 or tuple(add.outputs[0].shape) != tuple(out.shape):
         return out, None, None
-    units = out.shape[-1]
-    bias = np.broadcast_to(b.const, (units,)) if b.const.size in (1, units) else None
+    bias = column_bias(b, add.outputs[0])
     if bias is None:
         return out, None, None
     return add.outputs[0], np.array(bias, out.dtype), add
@@ -62,9 +59,7 @@ def _split(packed: Value, parts: list[Value], widths: list[int], origin: str) ->
     """split(packed, last axis) writing parts (their readers unchanged)."""
     bounds = [int(b) for b in np.cumsum(widths)[:-1]]
     attrs = {"indices_or_sections": bounds, "axis": packed.rank - 1}
-    specs = [packed.spec]
-    got = sym_infer.infer("split", specs, attrs) if has_sym(list(packed.shape)) \
-        else OPS["split"].infer(specs, attrs)
+    got = sym_infer.infer("split", [packed.spec], attrs)
     if [(tuple(s.shape), str(s.dtype)) for s in got] != [(tuple(v.shape), v.dtype)
                                                          for v in parts]:
         raise ValueError("the split does not give the products' shapes back")
