@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx_builders import init, model, run_ort, run_ours, tensor
+from onnx_builders import init, model, run_ort, run_ort_int8, run_ours, tensor
 
 from graph_runtime.frontend.importer import import_onnx
 from graph_runtime.settings import IMPORT_FUSE
@@ -63,7 +63,7 @@ def test_qdq_gelu_is_one_lookup_within_one_step(dtype, monkeypatch) -> None:
     rng = np.random.default_rng(6)
     feeds = {"x": (rng.standard_normal((3, 16)) * 2).astype(np.float32)}
     (got,) = run_ours(m, feeds, "cpu")
-    (want,) = run_ort(m, feeds)
+    (want,) = run_ort_int8(m, feeds)  # exact where ONNX Runtime's int8 products saturate
     step = np.float32(0.02)
     assert np.abs(got - want).max() <= step * 1.01
     monkeypatch.setenv(IMPORT_FUSE.name, "off")  # the same import without the table
