@@ -56,6 +56,11 @@ class NodeTime:
     seconds: float
 
 
+def _settles_later(kernel: PreparedKernel) -> bool:
+    """Whether the channels-last pass may change this kernel's workspace (it takes NHWC)."""
+    return bool(kernel.channels_last_positions())
+
+
 def _refused(why: str) -> bool:
     """Executor.retarget's answer where it cannot: False, and why at debug level."""
     log.debug("retarget: %s; derived or built instead", why)
@@ -165,6 +170,8 @@ class Executor:
         # the shared cache's generation its kernels were taken in (KernelCache.clear)
         self._generation = kernels.generation if kernels is not None else 0
         self.escaped_entries: set[int] = set()  # entries escaped() (the count may miss writes)
+        # per device: workspace counted but not yet checked against the cap (_count_workspace)
+        self._unsettled: dict[Device, int] = {}
         # The steps' kernels, prepared from shapes alone: the storage pass binds their arrays.
         self.steps = self._prepare_steps(lib, base)
         # Entries no setup pass may change the layout or storage of: inputs, outputs, aliased.
@@ -684,14 +691,16 @@ class Executor:
             if kept is not None and shared is not None and base is not None:
                 step = self._kept_step(lib, kept, base, node, in_eids + out_eids, shared)
                 if step is not None:
-                    self._count_workspace(node, dev, step.kernel.workspace_bytes(), used)
+                    self._count_workspace(node, dev, step.kernel.workspace_bytes(), used,
+                                          _settles_later(step.kernel))
                     steps.append(step)
                     continue
             keys = self._arg_keys(node, dev, in_eids, out_eids)
             fn = self._node_kernel(lib, node, dev, in_eids + out_eids, len(in_eids), used,
                                    len(steps))
             kernel = capabilities(fn)
-            self._count_workspace(node, dev, kernel.workspace_bytes(), used)
+            self._count_workspace(node, dev, kernel.workspace_bytes(), used,
+                                  _settles_later(kernel))
             steps.append(PreparedCall(node.nid, node.label, node.func_name or "", dev,
                                       in_device_scope(self._site(kernel) or fn, dev), [],
                                       keys, len(in_eids), False, kernel))
@@ -890,6 +899,7 @@ class Executor:
             grown = step.kernel.workspace_bytes() - before
             self.plan.workspace_bytes[step.device] = (
                 self.plan.workspace_bytes.get(step.device, 0) + grown)
+        self._check_settled_workspace()
         if plan.entries:
             log.info("%s: %d entries kept NHWC between kernels that take it", self.graph.source,
                      len(plan.entries))
@@ -1085,21 +1095,43 @@ class Executor:
                              f"{settings.IN_PLACE.name}=off runs with the graph's plan") from e
 
     def _count_workspace(self, node: Any, dev: Device, nbytes: int,
-                         used: dict[Device, int]) -> None:
+                         used: dict[Device, int], settles_later: bool = False) -> None:
         """Add a kernel's workspace to its device's total; GraphError naming the node past the cap.
 
         Chain intermediates, im2col buffers, padded weights: memory the pool does not hold.
+        settles_later: a kernel the channels-last pass may tell of NHWC neighbours, dropping
+        its reorder buffers; its bytes are checked against the cap once that pass has run
+        (_check_settled_workspace), so a cap the finished module meets is not refused for
+        buffers it no longer keeps.
         """
         if not nbytes:
             return
         self.plan.workspace_bytes[dev] = self.plan.workspace_bytes.get(dev, 0) + nbytes
         used[dev] = used.get(dev, 0) + nbytes
+        if settles_later:
+            self._unsettled[dev] = self._unsettled.get(dev, 0) + nbytes
         cap = self.caps.get(dev)
-        if cap is not None and used[dev] > cap:
-            raise GraphError(f"{self.graph.source}: {node.label} ({node.func_name}) keeps "
-                             f"{fmt_bytes(nbytes)} of workspace on {dev}, which brings the total "
-                             f"there to {fmt_bytes(used[dev])} but the cap is {fmt_bytes(cap)}; "
-                             "pass memory_cap= to raise the cap")
+        if cap is not None and used[dev] - self._unsettled.get(dev, 0) > cap:
+            self._over_cap(node, dev, nbytes, used[dev], cap)
+
+    def _check_settled_workspace(self) -> None:
+        """After the channels-last pass: each device's total within its cap, else GraphError
+        naming the first kernel (in run order) whose workspace brings it past."""
+        self._unsettled = {}
+        used = self.plan.bytes_per_device()
+        for step in self.steps:
+            nbytes = 0 if step.is_copy else step.kernel.workspace_bytes()
+            used[step.device] = used.get(step.device, 0) + nbytes
+            cap = self.caps.get(step.device)
+            if nbytes and cap is not None and used[step.device] > cap:
+                self._over_cap(self.graph.nodes[step.nid], step.device, nbytes,
+                               used[step.device], cap)
+
+    def _over_cap(self, node: Any, dev: Device, nbytes: int, total: int, cap: int) -> None:
+        raise GraphError(f"{self.graph.source}: {node.label} ({node.func_name}) keeps "
+                         f"{fmt_bytes(nbytes)} of workspace on {dev}, which brings the total "
+                         f"there to {fmt_bytes(total)} but the cap is {fmt_bytes(cap)}; "
+                         "pass memory_cap= to raise the cap")
 
     def bodies_bytes(self) -> dict[Device, int]:
         """What the control-flow bodies its kernels hold keep, per device."""

@@ -2,8 +2,8 @@
 
 Graphs x -> conv+bias+relu -> max pool (the pool keeps the conv's output NHWC), judged against
 float64 NumPy in both thread modes, over input channel counts, pads, strides and batches; the
-variant must be taken exactly where its output bytes are NHWC's (16 output channels here), and
-a conv weight written later must be packed again.
+variant must be taken exactly where its output bytes are NHWC's (one channel block of outputs:
+16 with AVX-512, 8 with AVX2 alone), and a conv weight written later must be packed again.
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from support import make_graph, null, require_onednn, tvm_op
 
 import graph_runtime as gr
+from graph_runtime.lib.kernels.onednn import binding as dn
 from graph_runtime.lib.loader import module_from_json
 from graph_runtime.settings import NUM_THREADS, ONEDNN, ONEDNN_THREADS
 
@@ -71,15 +72,21 @@ def _check(m: Any, x: np.ndarray, w: np.ndarray, b: np.ndarray, stride: int,
     assert (np.abs(conv_out - y) <= bound + 1e-30).all()
 
 
+BLOCK = "block"  # as many output channels as oneDNN's channel block here (binding.channel_block)
 CASES = [  # (n, c, (h, w), o, kernel, stride, pads)
-    (32, 3, (64, 64), 16, 3, 1, [1, 1, 1, 1]),
-    (5, 1, (13, 11), 16, 3, 2, [1, 0, 2, 1]),
-    (3, 4, (9, 10), 16, 5, 1, [2, 2, 2, 2]),
-    (2, 3, (12, 12), 16, 7, 2, [3, 3, 3, 3]),
-    (3, 3, (10, 9), 32, 3, 1, [1, 1, 1, 1]),  # two channel blocks: not NHWC's bytes
+    (32, 3, (64, 64), BLOCK, 3, 1, [1, 1, 1, 1]),
+    (5, 1, (13, 11), BLOCK, 3, 2, [1, 0, 2, 1]),
+    (3, 4, (9, 10), BLOCK, 5, 1, [2, 2, 2, 2]),
+    (2, 3, (12, 12), BLOCK, 7, 2, [3, 3, 3, 3]),
+    (3, 3, (10, 9), 32, 3, 1, [1, 1, 1, 1]),  # two or four channel blocks: not NHWC's bytes
     (2, 5, (8, 8), 7, 3, 1, [1, 1, 1, 1]),    # a padded block: not NHWC's bytes either
+    (2, 3, (8, 8), 8, 3, 1, [1, 1, 1, 1]),    # AVX2's block, a padded one with AVX-512
     (2, 17, (8, 8), 16, 3, 1, [1, 1, 1, 1]),  # a full block of inputs: the NHWC kernel
 ]
+
+
+def _outputs(o: int | str) -> int:
+    return dn.channel_block() if o == BLOCK else int(o)
 
 
 @pytest.mark.parametrize("mode", ["openmp", "workers"])
@@ -89,6 +96,7 @@ def test_first_conv_reads_nchw_where_its_output_is_nhwc(onednn: None, monkeypatc
     monkeypatch.setenv(ONEDNN_THREADS.name, mode)
     monkeypatch.setenv(NUM_THREADS.name, "2")
     n, c, hw, o, k, stride, pads = case
+    o = _outputs(o)
     m, out_shape = _module(n, c, hw, o, k, stride, pads)
     rng = np.random.default_rng(n * 100 + c)
     x = rng.standard_normal((n, c, *hw)).astype(np.float32)
@@ -99,7 +107,8 @@ def test_first_conv_reads_nchw_where_its_output_is_nhwc(onednn: None, monkeypatc
     conv = m.executor.steps[0].kernel
     assert m.executor.graph.entry_id(3, 0) in m.executor.channels_last
     taken = conv.nchw_data is not None
-    assert taken == (o == 16 and c < 16), conv.nchw_data
+    block = dn.channel_block()
+    assert taken == (o == block and c < block), (conv.nchw_data, block)
     if taken:
         assert conv.src_buf is None  # no buffer for a data reorder it no longer makes
 
@@ -107,6 +116,7 @@ def test_first_conv_reads_nchw_where_its_output_is_nhwc(onednn: None, monkeypatc
 def test_a_conv_weight_written_later_is_packed_again(onednn: None, monkeypatch: Any) -> None:
     monkeypatch.setenv(ONEDNN_THREADS.name, "openmp")
     n, c, hw, o, k, stride, pads = CASES[1]
+    o = _outputs(o)
     m, _ = _module(n, c, hw, o, k, stride, pads)
     rng = np.random.default_rng(3)
     x = rng.standard_normal((n, c, *hw)).astype(np.float32)

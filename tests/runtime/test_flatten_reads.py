@@ -15,6 +15,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from support import make_graph, null, require_onednn, tvm_op
 
 import graph_runtime as gr
+from graph_runtime.errors import GraphError
 from graph_runtime.lib.kernels.onednn.nhwc_dense import NhwcFeaturesMatmul
 from graph_runtime.lib.loader import module_from_json
 from graph_runtime.runtime.flatten_reads import StagedOutputs
@@ -288,9 +289,10 @@ def test_a_reshape_after_a_global_pool_is_skipped_with_the_dense_as_it_is(onednn
 
 
 def test_a_shortcut_past_the_memory_cap_is_left_out_not_refused(onednn: None) -> None:
-    """The dense's permuted weight is workspace: past the cap the flatten simply runs (a
-    case whose weight outweighs what channels-last saves of the conv's own buffers, so that
-    a cap just under the roomy total still admits every kernel)."""
+    """The dense's permuted weight is workspace: past the cap the flatten simply runs. A cap
+    just under the roomy total admits every kernel: the conv's reorder buffers, kept while it
+    was prepared and dropped once channels-last told it of NHWC neighbours, are not held
+    against the cap (with AVX2's blocks they outweigh the dense's weight)."""
     n, c, hw, o, units = 8, 3, (8, 8), 16, 8
     conv = {"kernel": 3, "strides": [1, 1], "padding": [1, 1, 1, 1]}
     pool = {"pool_size": [2, 2], "strides": [1, 1]}
@@ -308,6 +310,35 @@ def test_a_shortcut_past_the_memory_cap_is_left_out_not_refused(onednn: None) ->
     m.run()
     _, _, want, bound = _reference(x.astype(np.float64), p, conv, pool)
     _check(m.get_output(0).numpy(), want, bound)
+
+
+def test_the_cap_holds_the_finished_module_not_the_buffers_channels_last_drops(
+        onednn: None) -> None:
+    """The total a module keeps is a cap it meets: the conv's reorder buffers, made while it
+    was prepared for NCHW neighbours, are dropped once it is told of NHWC ones and are not
+    held against the cap; a byte less is refused, naming a kernel."""
+    n, c, hw, o, units = 4, 3, (16, 16), 16, 32  # more units than rows: no shortcut
+    conv = {"kernel": 3, "strides": [1, 1], "padding": [1, 1, 1, 1]}
+    pool = {"pool_size": [2, 2], "strides": [2, 2]}
+    graph, pooled = _graph(n, c, hw, o, units, conv, pool, shared=False)
+    lib = _lib(conv, pool)
+    roomy = gr.create(graph, lib, gr.cpu())
+    assert graph.entry_id(3, 0) in roomy.executor.channels_last
+    assert not roomy.executor.skipped
+    total = roomy.executor._bytes_in_use()[gr.cpu()]
+    m = gr.create(graph, lib, gr.cpu(), memory_cap=total)
+    assert m.executor._bytes_in_use()[gr.cpu()] == total
+    features = pooled[1] * pooled[2] * pooled[3]
+    p = _params(c, o, 3, features, units, seed=21)
+    x = np.random.default_rng(22).standard_normal((n, c, *hw)).astype(np.float32)
+    m.set_input(x=x, **p)
+    m.run()
+    _, _, want, bound = _reference(x.astype(np.float64), p, conv, pool)
+    _check(m.get_output(0).numpy(), want, bound)
+    with pytest.raises(GraphError, match=r"node \d+ '\w+' \(\w+\) keeps .* of workspace on "
+                                         r"cpu:0, which brings the total there to .* but the "
+                                         r"cap is"):
+        gr.create(graph, lib, gr.cpu(), memory_cap=total - 1)
 
 
 @pytest.mark.parametrize("case", [CASES[0], CASES[3]], ids=["skipped", "run"])

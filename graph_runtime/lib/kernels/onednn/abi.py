@@ -17,6 +17,7 @@ STATUS_NAMES = {0: "dnnl_success", 1: "dnnl_out_of_memory", 2: "dnnl_invalid_arg
 # each add one (every later ISA holds one of them); avx2 is 0x7, avx512_core 0x27
 ISA_AVX2_VNNI_BIT = 0x8
 ISA_AVX512_VNNI_BIT = 0x40
+ISA_AVX512_CORE_BIT = 0x20  # dnnl_cpu_isa_avx512_core = 0x27: AVX2's bits and this one
 F32 = 3
 S32 = 4
 S8 = 5

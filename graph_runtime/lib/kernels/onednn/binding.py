@@ -31,6 +31,7 @@ from .abi import (
     ENGINE_CPU,
     F32,
     ISA_AVX2_VNNI_BIT,
+    ISA_AVX512_CORE_BIT,
     ISA_AVX512_VNNI_BIT,
     ARG_SCRATCHPAD,
     QUERY_IMPL_INFO_STR,
@@ -174,12 +175,24 @@ def exact_int8() -> bool:
     vpmaddubsw, whose int16 pair sums saturate: an AMD EPYC without AVX-512 gave conv
     accumulators off by up to 23,324 (uint8 data, int8 weights). False where it is not
     loaded."""
+    return bool(_isa() & (ISA_AVX2_VNNI_BIT | ISA_AVX512_VNNI_BIT))
+
+
+def channel_block() -> int:
+    """The channel block of oneDNN's blocked layouts here (nChw16c with AVX-512, nChw8c
+    without): a first conv's blocked output holds NHWC's bytes only at this many channels."""
+    return 16 if _isa() & ISA_AVX512_CORE_BIT else 8
+
+
+def _isa() -> int:
+    """dnnl_get_effective_cpu_isa (ONEDNN_MAX_CPU_ISA caps it), asked once; 0 where oneDNN is
+    not loaded."""
     if not available():
-        return False
+        return 0
     lib = _lib()
     if lib.isa is None:
         lib.isa = int(lib.raw["dnnl_get_effective_cpu_isa"]())
-    return bool(lib.isa & (ISA_AVX2_VNNI_BIT | ISA_AVX512_VNNI_BIT))
+    return lib.isa
 
 
 def library() -> Dnnl:

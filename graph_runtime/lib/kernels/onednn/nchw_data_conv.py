@@ -2,9 +2,9 @@
 
 A conv whose data arrives NCHW (a graph input) runs, as OnednnConv makes it, an NCHW -> NHWC
 reorder and then the NHWC kernel. For few input channels oneDNN has a direct JIT kernel that
-reads NCHW and writes channel-blocked output (nChw16c), which for 16 output channels holds the
-same bytes as NHWC: the cnn example's 3->16 conv at batch 32 took 292 us this way against 360
-for the reorder and the NHWC conv (same process, load 1.5). Taken only where oneDNN picks a JIT
+reads NCHW and writes channel-blocked output (nChw16c; nChw8c without AVX-512), which for one
+block of output channels holds the same bytes as NHWC: the cnn example's 3->16 conv at batch 32
+took 292 us this way against 360 for the reorder and the NHWC conv (same process, load 1.5). Taken only where oneDNN picks a JIT
 kernel for it and the output's bytes are checked, once at create(), to be NHWC's exactly.
 """
 from __future__ import annotations
@@ -19,7 +19,6 @@ from . import binding as dn
 from .binding import Memory, MemoryDesc, Primitive, PrimitiveDesc
 from .weights import PackedWeight
 
-MAX_CHANNELS = 16  # a channel block (AVX-512): first-conv kernels read fewer channels than one
 MAX_PROBE = 1 << 24  # distinct float32 integers: the byte check needs one value per element
 
 
@@ -59,8 +58,10 @@ class NchwDataConv:
         p = conv.p
         whole = all(r0 == 0 and r1 == p.oh for _, r0, r1 in conv.pieces)
         batch = p.n if conv.pieces[0][0] < 0 else 1
-        # more than one block of output channels is never NHWC's order: skip making it
-        if (p.groups != 1 or p.c >= MAX_CHANNELS or p.o > MAX_CHANNELS
+        # first-conv kernels read fewer channels than one block (16 with AVX-512, 8 with
+        # AVX2), and more than one block of output channels is never NHWC's order
+        block = dn.channel_block()
+        if (p.groups != 1 or p.c >= block or p.o > block
                 or conv.residual is not None or conv.adds
                 or not whole or batch * p.o * p.oh * p.ow > MAX_PROBE):
             return None
