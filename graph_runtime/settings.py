@@ -160,6 +160,13 @@ ONEDNN_THREADS = Setting(
     "process keeps one of this process's CPUs busy when the first oneDNN kernel is made; "
     "looked at again as modules run, which then make their kernels in the new mode)",
     ("auto", "openmp", "workers"))
+ONEDNN_PIN = Setting(
+    "GRAPH_RUNTIME_ONEDNN_PIN", "on",
+    "in OpenMP mode, oneDNN's team threads (not the calling thread) each kept on a CPU of their "
+    "own: a team thread woken after an idle pause is then never placed on the caller's CPU, "
+    "where it waited for a timer tick while the caller spun at the barrier (4-11 ms a run); "
+    "skipped where OMP_PROC_BIND, OMP_PLACES or GOMP_CPU_AFFINITY bind the threads (off: "
+    "libgomp places them)", ("on", "off"))
 CUDA_GRAPHS = Setting(
     "GRAPH_RUNTIME_CUDA_GRAPHS", "on",
     "a module on one GPU: its second run() captured as a CUDA graph and every later run() "
@@ -189,7 +196,7 @@ SETTINGS = (NUM_THREADS, CONV, OPENCL_CONV, GEMV_PADDING, TEAM_GEMV, TEAM_GEMV_L
             DENSE_TILES, ATTENTION_SPLIT, OPENCL_GEMM, TUNING_CACHE, TUNING_BUSY, TUNING_CONFIRM,
             SHAPE_TUNING,
             SHAPE_CACHE_BYTES, GC_FREEZE, CACHE_DIR,
-            CHAIN_JIT, IMPORT_FUSE, IMPORT_INT8, ONEDNN, ONEDNN_LIB, ONEDNN_THREADS, IN_PLACE,
+            CHAIN_JIT, IMPORT_FUSE, IMPORT_INT8, ONEDNN, ONEDNN_LIB, ONEDNN_THREADS, ONEDNN_PIN, IN_PLACE,
             CUDA_GRAPHS, CUDA_TF32,
             LOOP_MAX_ITERATIONS)
 
@@ -266,6 +273,15 @@ def num_threads() -> int | None:
     if not value.isdigit() or int(value) < 1:
         raise _refuse(NUM_THREADS, value)
     return int(value)
+
+
+# the environment variables by which a user binds libgomp's threads to CPUs
+OPENMP_BINDING = ("OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY")
+
+
+def openmp_bound_by_user() -> bool:
+    """Whether OpenMP's own variables bind its threads (ONEDNN_PIN then keeps out)."""
+    return any(os.environ.get(name) for name in OPENMP_BINDING)
 
 
 def loop_max_iterations() -> int:

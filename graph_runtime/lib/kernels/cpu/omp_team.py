@@ -53,6 +53,11 @@ def _gomp_parallel() -> Any:
     return _parallel
 
 
+def gomp_loaded() -> bool:
+    """Whether libgomp's entry point loaded (the team can be asked to run a kernel)."""
+    return _gomp_parallel() is not None
+
+
 def available() -> bool:
     """Whether a row loop made now may run on the team: oneDNN runs in OpenMP mode (not the
     runtime's workers, as where a neighbour holds a core) and libgomp's entry point loaded."""

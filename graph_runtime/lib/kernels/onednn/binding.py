@@ -236,6 +236,9 @@ def use_threads(n: int) -> None:
     lib = _lib()
     if lib.gomp is not None:
         lib.gomp.omp_set_num_threads(n)
+        if n > 1:  # the team's threads each on a CPU of their own (cpu/team_pinning.py)
+            from ..cpu.team_pinning import pin_team
+            pin_team(n)
     _thread_state.n = n
 
 
