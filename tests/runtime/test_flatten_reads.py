@@ -288,6 +288,18 @@ def test_a_reshape_after_a_global_pool_is_skipped_with_the_dense_as_it_is(onednn
     assert isinstance(staged, StagedOutputs) and staged.kernel is ex.steps[3].fn
 
 
+def _run_and_check(m: Any, n: int, c: int, hw: tuple[int, int], o: int, units: int,
+                   conv: dict, pool: dict, pooled: tuple[int, ...], seed: int) -> None:
+    """Run module m of _graph's net on seeded params and data; its output against float64."""
+    features = pooled[1] * pooled[2] * pooled[3]
+    p = _params(c, o, 3, features, units, seed=seed)
+    x = np.random.default_rng(seed + 1).standard_normal((n, c, *hw)).astype(np.float32)
+    m.set_input(x=x, **p)
+    m.run()
+    _, _, want, bound = _reference(x.astype(np.float64), p, conv, pool)
+    _check(m.get_output(0).numpy(), want, bound)
+
+
 def test_a_shortcut_past_the_memory_cap_is_left_out_not_refused(onednn: None) -> None:
     """The dense's permuted weight is workspace: past the cap the flatten simply runs. A cap
     just under the roomy total admits every kernel: the conv's reorder buffers, kept while it
@@ -303,13 +315,7 @@ def test_a_shortcut_past_the_memory_cap_is_left_out_not_refused(onednn: None) ->
     total = roomy.executor._bytes_in_use()[gr.cpu()]
     m = gr.create(graph, lib, gr.cpu(), memory_cap=total - 1)
     assert m.executor.skipped == set()
-    features = pooled[1] * pooled[2] * pooled[3]
-    p = _params(c, o, 3, features, units, seed=11)
-    x = np.random.default_rng(12).standard_normal((n, c, *hw)).astype(np.float32)
-    m.set_input(x=x, **p)
-    m.run()
-    _, _, want, bound = _reference(x.astype(np.float64), p, conv, pool)
-    _check(m.get_output(0).numpy(), want, bound)
+    _run_and_check(m, n, c, hw, o, units, conv, pool, pooled, seed=11)
 
 
 def test_the_cap_holds_the_finished_module_not_the_buffers_channels_last_drops(
@@ -328,13 +334,7 @@ def test_the_cap_holds_the_finished_module_not_the_buffers_channels_last_drops(
     total = roomy.executor._bytes_in_use()[gr.cpu()]
     m = gr.create(graph, lib, gr.cpu(), memory_cap=total)
     assert m.executor._bytes_in_use()[gr.cpu()] == total
-    features = pooled[1] * pooled[2] * pooled[3]
-    p = _params(c, o, 3, features, units, seed=21)
-    x = np.random.default_rng(22).standard_normal((n, c, *hw)).astype(np.float32)
-    m.set_input(x=x, **p)
-    m.run()
-    _, _, want, bound = _reference(x.astype(np.float64), p, conv, pool)
-    _check(m.get_output(0).numpy(), want, bound)
+    _run_and_check(m, n, c, hw, o, units, conv, pool, pooled, seed=21)
     with pytest.raises(GraphError, match=r"node \d+ '\w+' \(\w+\) keeps .* of workspace on "
                                          r"cpu:0, which brings the total there to .* but the "
                                          r"cap is"):
