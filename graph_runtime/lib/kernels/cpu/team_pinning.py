@@ -96,7 +96,7 @@ def pin_team(threads: int) -> list[tuple[int, int]]:
     if len(team) < 2:
         return []
     held = {team[0][1]}  # the caller's CPU, left to it
-    pinned = []
+    pinned: list[tuple[int, int]] = []
     for tid, cpu in team[1:]:
         if cpu in held or cpu not in cpus:
             cpu = next(c for c in cpus if c not in held)
