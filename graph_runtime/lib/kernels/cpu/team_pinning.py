@@ -28,6 +28,7 @@ from llvmlite import binding as llvm
 from numba import carray, types
 
 from .... import settings
+from ..onednn import binding
 from .omp_team import _thread_num, gomp_loaded, run_on_team, team_kernel
 
 log = logging.getLogger(__name__)
@@ -108,3 +109,6 @@ def pin_team(threads: int) -> list[tuple[int, int]]:
         held.add(cpu)
         pinned.append((tid, cpu))
     return pinned
+
+
+binding.on_team_sized(pin_team)  # every team oneDNN's binding sizes, from now on

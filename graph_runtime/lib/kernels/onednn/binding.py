@@ -19,7 +19,7 @@ import ctypes
 import os
 import sys
 import threading
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from .... import settings
 from ....errors import LibraryError
@@ -225,6 +225,17 @@ def describe() -> str:
 _thread_state = threading.local()
 
 
+# Called with n once a thread's OpenMP team is sized to n > 1 threads: cpu/team_pinning.py
+# registers its pinning here (the cpu family builds on this one, never the other way).
+_team_sized: list[Callable[[int], Any]] = []
+
+
+def on_team_sized(hook: Callable[[int], Any]) -> None:
+    """Have use_threads call hook(n) whenever it sizes the calling thread's team to n > 1."""
+    if hook not in _team_sized:
+        _team_sized.append(hook)
+
+
 def use_threads(n: int) -> None:
     """Give oneDNN n OpenMP threads on the calling thread (OpenMP's count is per thread).
 
@@ -236,9 +247,9 @@ def use_threads(n: int) -> None:
     lib = _lib()
     if lib.gomp is not None:
         lib.gomp.omp_set_num_threads(n)
-        if n > 1:  # the team's threads each on a CPU of their own (cpu/team_pinning.py)
-            from ..cpu.team_pinning import pin_team
-            pin_team(n)
+        if n > 1:
+            for hook in _team_sized:
+                hook(n)
     _thread_state.n = n
 
 
