@@ -4,8 +4,9 @@ A conv whose data arrives NCHW (a graph input) runs, as OnednnConv makes it, an 
 reorder and then the NHWC kernel. For few input channels oneDNN has a direct JIT kernel that
 reads NCHW and writes channel-blocked output (nChw16c; nChw8c without AVX-512), which for one
 block of output channels holds the same bytes as NHWC: the cnn example's 3->16 conv at batch 32
-took 292 us this way against 360 for the reorder and the NHWC conv (same process, load 1.5). Taken only where oneDNN picks a JIT
-kernel for it and the output's bytes are checked, once at create(), to be NHWC's exactly.
+took 292 us this way against 360 for the reorder and the NHWC conv (same process, load 1.5).
+Taken only where oneDNN picks a JIT kernel for it and the output's bytes are checked, once at
+create(), to be NHWC's exactly.
 """
 from __future__ import annotations
 
