@@ -45,7 +45,8 @@ CONV = Setting(
     "CPU conv2d strategy: auto measures each that applies, a name forces it where it applies "
     "(im2col elsewhere)",
     ("auto", "im2col", "im2col_rows", "im2col_channels", "im2col_serial", "gemm1x1",
-     "gemm1x1_split", "depthwise", "depthwise_jit", "winograd", "winograd4", "onednn"))
+     "gemm1x1_split", "depthwise", "depthwise_jit", "winograd", "winograd4", "onednn",
+     "onednn_swish"))
 OPENCL_CONV = Setting(
     "GRAPH_RUNTIME_OPENCL_CONV", "auto",
     "OpenCL conv2d method: auto measures Winograd against the GEMM method, a name forces it "

@@ -140,3 +140,53 @@ def test_a_silu_before_another_op_stays_onednns_post_op(monkeypatch) -> None:
     chain = Chain("f", [Step("conv2d"), Step("silu"), Step("add")])
     kernel = chain.prepare(gr.cpu(), specs, chain.infer(specs), {})
     assert isinstance(kernel, OnednnConv) and not kernel.silu_after and not kernel.silu_bands
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_the_swish_post_op_is_a_candidate_of_its_own(monkeypatch, case, random_array) -> None:
+    """A conv ending in silu is offered oneDNN twice, the silu as the pass (onednn) or as the
+    swish post-op (onednn_swish), which the tuning service races; forced, the post-op one
+    computes the same float64 answer with no pass. A conv without a last silu is offered only
+    onednn, and forcing onednn_swish keeps oneDNN for it."""
+    import graph_runtime as gr
+    from graph_runtime.lib.chain import Chain, Step
+    from graph_runtime.lib.kernels.conv_epilogue import Epilogue, EpilogueOp
+    from graph_runtime.lib.kernels.cpu.conv_choice import candidates
+    from graph_runtime.lib.kernels.onednn.conv import OnednnConv
+
+    require_onednn()
+    data, weight, attrs, residual = CASES[case]
+    conv = ref_conv2d_attrs(np.zeros(data), np.zeros(weight), attrs)
+    specs = [TensorSpec(data, "float32"), TensorSpec(weight, "float32"),
+             TensorSpec((weight[0], 1, 1), "float32")]
+    steps = [Step("conv2d", attrs), Step("add")]
+    if residual:
+        specs.append(TensorSpec(conv.shape, "float32"))
+        steps.append(Step("add"))
+    monkeypatch.setenv(CONV.name, "onednn_swish")
+    chain = Chain("f", steps + [Step("silu")])
+    kernel = chain.prepare(gr.cpu(), specs, chain.infer(specs), {})
+    assert isinstance(kernel, OnednnConv) and kernel.strategy == "onednn_swish", kernel
+    assert not kernel.silu_after and not kernel.silu_bands and "silu pass" not in repr(kernel)
+    arrays = [random_array(s.shape, "float32", seed=k) for k, s in enumerate(specs)]
+    a = [x.astype(np.float64) for x in arrays]
+    pre = ref_conv2d_attrs(a[0], a[1], attrs) + a[2] + (a[3] if residual else 0)
+    want = _silu64(pre)
+    bound = (np.abs(ref_conv2d_attrs(np.abs(a[0]), np.abs(a[1]), attrs)) + np.abs(a[2])
+             + (np.abs(a[3]) if residual else 0))
+    # oneDNN's swish: its own exp and division, a few ulps of the result beside the sum's
+    tolerance = (weight[1] * weight[2] * weight[3] + 2) * U32 * bound \
+        + 64 * U32 * np.abs(want) + 1e-30
+    out = np.full(conv.shape, np.nan, np.float32)
+    kernel(*arrays, out)
+    np.testing.assert_array_less(np.abs(out - want), tolerance)
+
+    relu = Chain("g", steps + [Step("relu")])
+    other = relu.prepare(gr.cpu(), specs, relu.infer(specs), {})
+    assert isinstance(other, OnednnConv) and other.strategy == "onednn", other
+    n, o = data[0], weight[0]
+    p = kernel.p
+    ops = [EpilogueOp("add", operand=0, shape=(1, o, 1, 1)), EpilogueOp("silu")]
+    out_shape = (n, o, p.oh, p.ow)
+    assert {"onednn", "onednn_swish"} <= set(candidates(p, Epilogue(tuple(ops), out_shape)))
+    assert "onednn_swish" not in candidates(p, Epilogue(tuple(ops[:1]), out_shape))

@@ -69,6 +69,11 @@ def _onednn_applies(s: ConvSpec) -> bool:
     return conv_applies(s.p, s.epilogue)
 
 
+def _onednn_silu_last(s: ConvSpec) -> bool:
+    """oneDNN's conv applies and its epilogue ends in silu (which the silu pass would take)."""
+    return bool(s.epilogue.ops) and s.epilogue.ops[-1].kind == "silu" and _onednn_applies(s)
+
+
 # The strategies (im2col computes every conv exactly; the rest where they apply), in the order
 # they are raced; onednn, where it applies, is the base (see conv2d_cpu).
 CONV2D: TunableOp[ConvSpec] = TunableOp(Choice("cpu.conv2d", settings.CONV), (
@@ -87,9 +92,17 @@ CONV2D: TunableOp[ConvSpec] = TunableOp(Choice("cpu.conv2d", settings.CONV), (
     Candidate("depthwise_jit", lambda s: DepthwiseJitConv(s.p, s.epilogue), _depthwise),
     Candidate("winograd", lambda s: WinogradConv(s.p, s.epilogue, 2), _winograd),
     Candidate("winograd4", lambda s: WinogradConv(s.p, s.epilogue, 4), _winograd),
+    # a last silu as oneDNN's swish post-op, where the conv otherwise leaves it to the compiled
+    # pass over its output (silu_pass.py): which is faster depends on the machine and the
+    # threads (MobileViT on one thread of an Intel Xeon: 22.9 against 26.2 ms; on two OpenMP
+    # threads alike; the pass was 2-2.5x faster on an AMD EPYC), so the two are raced. Before
+    # onednn: GRAPH_RUNTIME_ONEDNN=on takes the last oneDNN candidate, the pass
+    Candidate("onednn_swish", lambda s: onednn_conv(s.p, s.epilogue), _onednn_silu_last,
+              onednn=True),
     Candidate("onednn", lambda s: onednn_conv(s.p, s.epilogue, SiluBand), _onednn_applies,
               onednn=True),
 ), fallback="im2col")
+ONEDNN_STRATEGIES = ("onednn_swish", "onednn")  # laid out alike: NHWC between oneDNN nodes
 STRATEGIES = settings.CONV.choices
 
 
@@ -117,6 +130,9 @@ def conv2d_cpu(p: ConvParams, epilogue: Epilogue, strategy: str | None = None) -
     if strategy is not None:
         return build(strategy if strategy in names else "im2col", p, epilogue)
     forced = CONV2D.forced(names)
+    if forced == CONV2D.fallback and settings.word(settings.CONV) == "onednn_swish" \
+            and "onednn" in names:
+        forced = "onednn"  # forced swish post-ops: oneDNN still, for convs without a last silu
     if forced is not None or len(names) == 1:
         return build(forced or names[0], p, epilogue)
     kinds = ",".join(op.kind for op in epilogue.ops) or "none"
@@ -175,7 +191,8 @@ def _charge_reorders(seconds: dict[str, float]) -> dict[str, float]:
     cost, charged to every other strategy."""
     seconds = dict(seconds)
     reorders = max(0.0, seconds.pop(_NCHW) - seconds["onednn"])
-    return {name: t if name == "onednn" else t + reorders for name, t in seconds.items()}
+    return {name: t if name in ONEDNN_STRATEGIES else t + reorders
+            for name, t in seconds.items()}
 
 
 _NCHW = "onednn on NCHW arrays"  # timed only to price the reorders (not a strategy)

@@ -100,6 +100,8 @@ class OnednnConv(ConvKernel):
             tail.ops[-1].kind == "silu"
         if self.silu_after:
             tail = Epilogue(tail.ops[:-1], tail.out_shape)
+        elif tail.ops and tail.ops[-1].kind == "silu":
+            self.strategy = "onednn_swish"  # the last silu as the swish post-op (conv_choice)
         full = _full_adds(tail)[:1]  # oneDNN takes one sum; a second add stays binary
         self.residual = full[0].operand if full else None
         self.adds = [op.operand for op in tail.ops if op.kind == "add" and op not in full]
