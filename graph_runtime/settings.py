@@ -158,8 +158,9 @@ ONEDNN_THREADS = Setting(
     "how oneDNN's kernels use the cores: openmp (its own threads inside each primitive: fastest "
     "on cores nothing else uses), workers (single-threaded primitives over the runtime's "
     "workers, which pull work: robust beside a busy process), auto (openmp unless another "
-    "process keeps one of this process's CPUs busy when the first oneDNN kernel is made; "
-    "looked at again as modules run, which then make their kernels in the new mode)",
+    "process keeps one of this process's CPUs busy when the first oneDNN kernel is made, then "
+    "the workers, one per CPU left; looked at again as modules run, which then make their "
+    "kernels in the new mode)",
     ("auto", "openmp", "workers"))
 ONEDNN_PIN = Setting(
     "GRAPH_RUNTIME_ONEDNN_PIN", "on",

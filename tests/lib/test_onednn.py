@@ -516,9 +516,10 @@ def test_threading_modes_split_work_their_way(onednn, monkeypatch) -> None:
     np.testing.assert_allclose(results["openmp"], results["workers"], rtol=1e-5, atol=1e-5)
 
 
-def test_auto_takes_the_workers_beside_a_busy_process(monkeypatch) -> None:
+def test_auto_leaves_a_busy_cpu_to_the_process_keeping_it(monkeypatch) -> None:
     """A process spinning on one of this process's CPUs is seen (busy_cpus) and auto then
-    picks the workers, which pull work around it; the reason is said."""
+    picks the workers, one per CPU left (the calling thread alone where one is left); the
+    reason is said."""
     import subprocess
     import sys
     from graph_runtime.lib.kernels.onednn import policy
@@ -535,8 +536,10 @@ def test_auto_takes_the_workers_beside_a_busy_process(monkeypatch) -> None:
     finally:
         spin.kill()
         spin.wait()
-    assert (decided.openmp, decided.workers) == (1, len(cpus))
+    assert decided.openmp == 1 and 1 <= decided.workers <= max(1, len(cpus) - 1)
     assert f"CPU {cpus[0]}" in decided.why and "busy" in decided.why
+    if len(cpus) == 2:
+        assert decided.workers == 1 and decided.why.startswith("one thread")
 
 
 def test_auto_looks_again_and_follows_a_neighbour(monkeypatch) -> None:
@@ -565,10 +568,35 @@ def test_auto_looks_again_and_follows_a_neighbour(monkeypatch) -> None:
     assert not policy.recheck() and not loads  # too soon: not even looked
     assert look(2.0, 0.6) and policy.policy().openmp == 1
     assert "looked again: other processes used 0.6 CPUs" in policy.policy().why
+    # the neighbour's CPU left to it: of two, the calling thread alone, for every loop
+    assert policy.policy().workers == 1 and policy.policy().why.startswith("one thread")
     assert not look(3.0, 0.9) and not look(3.0, 0.1)  # quiet from here
     assert not look(policy.QUIET_S - 1.0, 0.0) and policy.policy().openmp == 1
     assert look(2.0, 0.2) and policy.policy().openmp == 2
     assert not loads
+
+
+def test_loops_follow_the_cpus_auto_leaves(onednn, monkeypatch) -> None:
+    """num_threads() (every parallel loop's workers), GRAPH_RUNTIME_NUM_THREADS unset: the
+    usable CPUs while OpenMP is taken, those left beside a busy neighbour once auto moved to
+    the workers; a count the user set, or a mode forced, is kept as it is."""
+    from graph_runtime.lib.kernels import threads
+    from graph_runtime.lib.kernels.onednn import policy
+    monkeypatch.delenv(NUM_THREADS.name, raising=False)
+    monkeypatch.setenv(ONEDNN_THREADS.name, "auto")
+    monkeypatch.setattr(threads, "_usable_cpus", lambda: 2)
+    monkeypatch.setattr(policy, "_decided", {("auto", 2): policy.Threads(2, 1, "OpenMP")})
+    assert threads.num_threads() == 2 and threads.cpu_threads() == 2
+    policy._decided[("auto", 2)] = policy._beside(2, 1, "test: CPU 1 busy")
+    assert threads.num_threads() == 1 and threads.cpu_threads() == 2
+    monkeypatch.setattr(policy, "_decided", {("auto", 3): policy._beside(3, 1, "test")})
+    monkeypatch.setattr(threads, "_usable_cpus", lambda: 3)
+    assert threads.num_threads() == 2  # a worker for each CPU left
+    monkeypatch.setenv(NUM_THREADS.name, "3")
+    assert threads.num_threads() == 3
+    monkeypatch.delenv(NUM_THREADS.name)
+    monkeypatch.setenv(ONEDNN_THREADS.name, "workers")
+    assert threads.num_threads() == 3
 
 
 @pytest.mark.parametrize("mode", ["workers", "openmp"])

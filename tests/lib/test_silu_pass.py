@@ -6,6 +6,8 @@ the silu) against float64 NumPy; a silu before another op stays oneDNN's post-op
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from support import require_onednn
@@ -69,6 +71,21 @@ CASES = [  # (data, weight, attrs, with a residual add before the silu)
 ]
 
 
+def _conv_bias_chain(case: int) -> tuple[np.ndarray, list[TensorSpec], list[Any]]:
+    """CASES[case]'s conv output (zeros, for its shape), the chain's input specs and its steps
+    up to the silu: conv2d, the bias add, and the residual add where the case has one."""
+    from graph_runtime.lib.chain import Step
+    data, weight, attrs, residual = CASES[case]
+    conv = ref_conv2d_attrs(np.zeros(data), np.zeros(weight), attrs)
+    specs = [TensorSpec(data, "float32"), TensorSpec(weight, "float32"),
+             TensorSpec((weight[0], 1, 1), "float32")]
+    steps = [Step("conv2d", attrs), Step("add")]
+    if residual:
+        specs.append(TensorSpec(conv.shape, "float32"))
+        steps.append(Step("add"))
+    return conv, specs, steps
+
+
 @pytest.mark.parametrize("mode", ["workers", "openmp"])
 @pytest.mark.parametrize("case", range(len(CASES)))
 def test_a_conv_ending_in_silu_leaves_it_to_the_pass(monkeypatch, case, mode,
@@ -86,13 +103,7 @@ def test_a_conv_ending_in_silu_leaves_it_to_the_pass(monkeypatch, case, mode,
     monkeypatch.setenv(ONEDNN_THREADS.name, mode)
     monkeypatch.setattr(onednn_conv, "MIN_SPLIT_FLOPS", 0)  # bands even for these sizes
     data, weight, attrs, residual = CASES[case]
-    conv = ref_conv2d_attrs(np.zeros(data), np.zeros(weight), attrs)
-    specs = [TensorSpec(data, "float32"), TensorSpec(weight, "float32"),
-             TensorSpec((weight[0], 1, 1), "float32")]
-    steps = [Step("conv2d", attrs), Step("add")]
-    if residual:
-        specs.append(TensorSpec(conv.shape, "float32"))
-        steps.append(Step("add"))
+    conv, specs, steps = _conv_bias_chain(case)
     chain = Chain("f", steps + [Step("silu")])
     kernel = chain.prepare(gr.cpu(), specs, chain.infer(specs), {})
     assert isinstance(kernel, onednn_conv.OnednnConv), kernel
@@ -156,13 +167,7 @@ def test_the_swish_post_op_is_a_candidate_of_its_own(monkeypatch, case, random_a
 
     require_onednn()
     data, weight, attrs, residual = CASES[case]
-    conv = ref_conv2d_attrs(np.zeros(data), np.zeros(weight), attrs)
-    specs = [TensorSpec(data, "float32"), TensorSpec(weight, "float32"),
-             TensorSpec((weight[0], 1, 1), "float32")]
-    steps = [Step("conv2d", attrs), Step("add")]
-    if residual:
-        specs.append(TensorSpec(conv.shape, "float32"))
-        steps.append(Step("add"))
+    conv, specs, steps = _conv_bias_chain(case)
     monkeypatch.setenv(CONV.name, "onednn_swish")
     chain = Chain("f", steps + [Step("silu")])
     kernel = chain.prepare(gr.cpu(), specs, chain.infer(specs), {})

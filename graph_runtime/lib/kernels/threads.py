@@ -30,11 +30,29 @@ _looked_up = False
 
 
 def num_threads() -> int:
-    """Workers a parallel loop may use (GRAPH_RUNTIME_NUM_THREADS, else the usable CPUs)."""
+    """Workers a parallel loop may use: GRAPH_RUNTIME_NUM_THREADS, else the usable CPUs less
+    those oneDNN's auto thread policy found another process keeping busy (cpus_left)."""
     forced = settings.num_threads()
     if forced is not None:
         return forced
-    return settings.held_value("usable CPUs", _usable_cpus)
+    return settings.held_value("usable CPUs", _cpus_left)
+
+
+def cpu_threads() -> int:
+    """GRAPH_RUNTIME_NUM_THREADS, else the usable CPUs, busy or not (the thread policy's own
+    count of cores)."""
+    forced = settings.num_threads()
+    if forced is not None:
+        return forced
+    return settings.held_value("CPUs", _usable_cpus)
+
+
+def _cpus_left() -> int:
+    cpus = _usable_cpus()
+    if cpus < 2:
+        return cpus
+    from .onednn.policy import cpus_left
+    return cpus_left(cpus)
 
 
 def _usable_cpus() -> int:

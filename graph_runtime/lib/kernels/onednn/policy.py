@@ -15,6 +15,9 @@ A neighbour that arrives later is not missed: recheck() (asked by every module's
 most every RECHECK_S) looks at the load since its last look, without sleeping; auto then turns
 OpenMP into the workers when another process keeps one of the CPUs busy (a LLaMA prompt's warm
 run took 220 ms instead of 8.8 ms in OpenMP beside a test run), and back after QUIET_S quiet.
+The workers are the cores the neighbours leave (_beside): on two CPUs beside one busy process,
+the calling thread alone, as ONNX Runtime's one-thread setting; every parallel loop of the
+runtime follows (threads.num_threads asks cpus_left).
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ from dataclasses import dataclass
 from .... import settings
 from ...._load import (BUSY_SHARE, WINDOW_S, cpu_jiffies, my_cpus, others_between,
                        own_ticks)
-from ..threads import num_threads
+from ..threads import cpu_threads
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,7 @@ _generation = 0  # how many times recheck() changed the mode in this process
 
 def policy() -> Threads:
     """The mode for this process (the setting's, or auto's, decided once)."""
-    mode, cores = settings.word(settings.ONEDNN_THREADS), max(1, num_threads())
+    mode, cores = settings.word(settings.ONEDNN_THREADS), max(1, cpu_threads())
     with _lock:
         if (mode, cores) not in _decided:
             _decided[(mode, cores)] = _decide(mode, cores)
@@ -66,7 +69,7 @@ def recheck() -> bool:
     look = _look
     if look is not None and now - look[0] < RECHECK_S:
         return False  # the common case, first: a symbolic module asks on every run
-    mode, cores = settings.word(settings.ONEDNN_THREADS), max(1, num_threads())
+    mode, cores = settings.word(settings.ONEDNN_THREADS), max(1, cpu_threads())
     with _lock:
         current = _decided.get((mode, cores))
         if mode != "auto" or cores == 1 or current is None or (
@@ -78,9 +81,9 @@ def recheck() -> bool:
         if others > OTHERS_SHARE:
             _quiet_since = None
             if current.openmp > 1:
-                _decided[(mode, cores)] = Threads(
-                    1, cores, f"runtime workers over {cores} CPUs (auto, looked again: other "
-                    f"processes used {others:.1f} CPUs)")
+                _decided[(mode, cores)] = _beside(
+                    cores, max(1, round(others)),
+                    f"auto, looked again: other processes used {others:.1f} CPUs")
                 _generation += 1
                 return True
             return False
@@ -127,12 +130,36 @@ def _decide(mode: str, cores: int) -> Threads:
     if mode == "auto":
         busy = busy_cpus()
         if busy:
-            return Threads(1, cores, f"runtime workers over {cores} CPUs (auto: CPU "
-                                     f"{', '.join(map(str, busy))} busy with another process)")
+            return _beside(cores, len(busy), f"auto: CPU {', '.join(map(str, busy))} busy with "
+                                             "another process")
         return Threads(cores, 1, f"OpenMP, {cores} threads (auto: no other process busy)")
     if mode == "openmp":
         return Threads(cores, 1, f"OpenMP, {cores} threads (GRAPH_RUNTIME_ONEDNN_THREADS)")
     return Threads(1, cores, f"runtime workers over {cores} CPUs (GRAPH_RUNTIME_ONEDNN_THREADS)")
+
+
+def _beside(cores: int, taken: int, why: str) -> Threads:
+    """The workers' mode beside other processes keeping `taken` of the cores busy: a worker
+    for each core left, one (the calling thread alone) where one is left. A second worker on
+    the busy core was descheduled holding its item while the caller waited for it: beside
+    one spinning process on two CPUs, MobileViT, Phi-3, Qwen2, a T5 encoder and CLIP's
+    vision tower ran 1.07x ONNX Runtime's one thread (geomean) on one thread, 1.27x on two
+    workers (docs/measurements.md)."""
+    left = max(1, cores - taken)
+    if left == 1:
+        return Threads(1, 1, f"one thread ({why})")
+    return Threads(1, left, f"runtime workers over {left} of {cores} CPUs ({why})")
+
+
+def cpus_left(cpus: int) -> int:
+    """The CPUs parallel loops may use (threads.num_threads, GRAPH_RUNTIME_NUM_THREADS unset):
+    every one, but under auto with oneDNN here those its mode leaves beside busy neighbours
+    (decided at the first ask: the load sampled once per process, then recheck())."""
+    from .binding import available
+    if settings.word(settings.ONEDNN_THREADS) != "auto" or not available():
+        return cpus
+    threads = policy()
+    return cpus if threads.openmp > 1 else threads.workers
 
 
 def busy_cpus(window_s: float = WINDOW_S) -> list[int]:
