@@ -523,6 +523,7 @@ def test_auto_leaves_a_busy_cpu_to_the_process_keeping_it(monkeypatch) -> None:
     import subprocess
     import sys
     from graph_runtime.lib.kernels.onednn import policy
+    monkeypatch.delenv(NUM_THREADS.name, raising=False)  # a count set is kept (_beside)
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         pytest.skip("one CPU: no second mode to choose")
@@ -547,8 +548,10 @@ def test_auto_looks_again_and_follows_a_neighbour(monkeypatch) -> None:
     decision turns OpenMP into the workers, and QUIET_S without one gives OpenMP back."""
     import types
     from graph_runtime.lib.kernels.onednn import policy
+    from graph_runtime.lib.kernels import threads
     monkeypatch.setenv(ONEDNN_THREADS.name, "auto")
-    monkeypatch.setenv(NUM_THREADS.name, "2")
+    monkeypatch.delenv(NUM_THREADS.name, raising=False)
+    monkeypatch.setattr(threads, "_usable_cpus", lambda: 2)
     for name, value in (("_decided", {}), ("_look", None), ("_quiet_since", None)):
         monkeypatch.setattr(policy, name, value)
     clock = [100.0]
@@ -593,7 +596,7 @@ def test_loops_follow_the_cpus_auto_leaves(onednn, monkeypatch) -> None:
     monkeypatch.setattr(threads, "_usable_cpus", lambda: 3)
     assert threads.num_threads() == 2  # a worker for each CPU left
     monkeypatch.setenv(NUM_THREADS.name, "3")
-    assert threads.num_threads() == 3
+    assert threads.num_threads() == 3 and policy._beside(3, 1, "test").workers == 3
     monkeypatch.delenv(NUM_THREADS.name)
     monkeypatch.setenv(ONEDNN_THREADS.name, "workers")
     assert threads.num_threads() == 3
