@@ -141,11 +141,10 @@ def _decide(mode: str, cores: int) -> Threads:
 def _beside(cores: int, taken: int, why: str) -> Threads:
     """The workers' mode beside other processes keeping `taken` of the cores busy: a worker
     for each core left, one (the calling thread alone) where one is left; as many as
-    GRAPH_RUNTIME_NUM_THREADS says where it is set. A second worker on
-    the busy core was descheduled holding its item while the caller waited for it: beside
-    one spinning process on two CPUs, MobileViT, Phi-3, Qwen2, a T5 encoder and CLIP's
-    vision tower ran 1.07x ONNX Runtime's one thread (geomean) on one thread, 1.27x on two
-    workers (docs/measurements.md)."""
+    GRAPH_RUNTIME_NUM_THREADS says where it is set. A second worker on the busy core was
+    descheduled holding its item while the caller waited for it: beside one spinning process
+    on two CPUs, MobileViT, Phi-3, Qwen2, a T5 encoder and CLIP's vision tower ran 1.07x ONNX
+    Runtime's one thread (geomean) on one thread, 1.27x on two workers (docs/measurements.md)."""
     if settings.num_threads() is not None:  # the user's count of workers is kept
         return Threads(1, cores, f"runtime workers over {cores} CPUs ({why})")
     left = max(1, cores - taken)
