@@ -101,9 +101,12 @@ def _bench(opts: argparse.Namespace) -> None:
         print(f"geometric mean {math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}, "
               f"worst {max(ratios):.2f} ({max(rows, key=lambda r: r['ratio'])['model']})")
     print(machine_line())
+    from graph_runtime.lib.kernels.onednn.binding import describe
+    print(describe())  # the oneDNN threading mode this process ran in (auto decides per process)
     if opts.json:
         opts.json.write_text(json.dumps({"rows": rows, "load": os.getloadavg(),
-                                         "busy_core": opts.busy_core}, indent=1))
+                                         "busy_core": opts.busy_core, "onednn": describe()},
+                                        indent=1))
 
 
 if __name__ == "__main__":
