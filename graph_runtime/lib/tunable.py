@@ -23,13 +23,16 @@ class Candidate(Generic[Spec]):
     how it is built, its kind (the speedup rule's key: "plain", "spread" for work handed to the
     runtime's workers, "padded", "split") and whether it is oneDNN's (GRAPH_RUNTIME_ONEDNN=off
     removes it; on forces it wherever it applies). build None: the op makes its kernel from the
-    chosen name itself (attention.py's split)."""
+    chosen name itself (attention.py's split). otherwise: the candidate the setting forcing
+    this one takes where this one does not apply (the op's fallback where empty or not offered
+    either)."""
 
     name: str
     build: Callable[[Spec], Any] | None = None
     applies: Callable[[Spec], bool] = _always
     kind: str = "plain"
     onednn: bool = False
+    otherwise: str = ""
 
 
 @dataclass(frozen=True)
@@ -73,14 +76,17 @@ class TunableOp(Generic[Spec]):
     def forced(self, names: Sequence[str]) -> str | None:
         """The candidate the settings force among names (offered ones): under
         GRAPH_RUNTIME_ONEDNN=on the last oneDNN one offered (a set lists its oneDNN candidates
-        plainest first), else the choice's setting where it names one of names, else fallback
-        where the setting forces a name that is not offered; None: measure."""
+        plainest first), else the choice's setting where it names one of names, else the forced
+        candidate's otherwise where offered, else fallback; None: measure."""
         onednn = [name for name in names if self._by_name[name].onednn]
         if onednn and settings.word(settings.ONEDNN) == "on":
             return onednn[-1]
         forced = self.choice.forced()
         if forced is None or forced in names:
             return forced
+        candidate = self._by_name.get(forced)
+        if candidate is not None and candidate.otherwise in names:
+            return candidate.otherwise
         return self.fallback
 
     def choose(self, names: Sequence[str], device: str, key: str,

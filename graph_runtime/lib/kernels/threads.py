@@ -48,7 +48,7 @@ def cpu_threads() -> int:
 
 
 def _cpus_left() -> int:
-    cpus = _usable_cpus()
+    cpus = cpu_threads()  # GRAPH_RUNTIME_NUM_THREADS is unset here: the usable CPUs, held
     if cpus < 2:
         return cpus
     from .onednn.policy import cpus_left

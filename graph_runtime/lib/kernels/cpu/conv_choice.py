@@ -98,11 +98,12 @@ CONV2D: TunableOp[ConvSpec] = TunableOp(Choice("cpu.conv2d", settings.CONV), (
     # threads alike; the pass was 2-2.5x faster on an AMD EPYC), so the two are raced. Before
     # onednn: GRAPH_RUNTIME_ONEDNN=on takes the last oneDNN candidate, the pass
     Candidate("onednn_swish", lambda s: onednn_conv(s.p, s.epilogue), _onednn_silu_last,
-              onednn=True),
+              onednn=True, otherwise="onednn"),  # forced: oneDNN for convs without a silu
     Candidate("onednn", lambda s: onednn_conv(s.p, s.epilogue, SiluBand), _onednn_applies,
               onednn=True),
 ), fallback="im2col")
-ONEDNN_STRATEGIES = ("onednn_swish", "onednn")  # laid out alike: NHWC between oneDNN nodes
+# laid out alike: NHWC between oneDNN nodes (no reorders charged to them in the race)
+ONEDNN_STRATEGIES = tuple(c.name for c in CONV2D.candidates if c.onednn)
 STRATEGIES = settings.CONV.choices
 
 
@@ -130,9 +131,6 @@ def conv2d_cpu(p: ConvParams, epilogue: Epilogue, strategy: str | None = None) -
     if strategy is not None:
         return build(strategy if strategy in names else "im2col", p, epilogue)
     forced = CONV2D.forced(names)
-    if forced == CONV2D.fallback and settings.word(settings.CONV) == "onednn_swish" \
-            and "onednn" in names:
-        forced = "onednn"  # forced swish post-ops: oneDNN still, for convs without a last silu
     if forced is not None or len(names) == 1:
         return build(forced or names[0], p, epilogue)
     kinds = ",".join(op.kind for op in epilogue.ops) or "none"

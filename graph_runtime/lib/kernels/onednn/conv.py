@@ -96,11 +96,11 @@ class OnednnConv(ConvKernel):
         # given a silu pass, a last silu runs as that pass over each item's rows, not as
         # oneDNN's slow swish post-op (cpu/silu_pass.py); the post-ops before it keep their
         # positions
-        self.silu_after = silu_pass is not None and bool(tail.ops) and \
-            tail.ops[-1].kind == "silu"
+        silu_last = bool(tail.ops) and tail.ops[-1].kind == "silu"
+        self.silu_after = silu_pass is not None and silu_last
         if self.silu_after:
             tail = Epilogue(tail.ops[:-1], tail.out_shape)
-        elif tail.ops and tail.ops[-1].kind == "silu":
+        elif silu_last:
             self.strategy = "onednn_swish"  # the last silu as the swish post-op (conv_choice)
         full = _full_adds(tail)[:1]  # oneDNN takes one sum; a second add stays binary
         self.residual = full[0].operand if full else None
