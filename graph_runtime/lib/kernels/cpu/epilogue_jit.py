@@ -7,7 +7,7 @@ import numpy as np
 
 from .loops_jit import compiled, inlined
 
-_NO_OPERAND = {name: np.zeros((1, 1, 1, 1), name) for name in ("float32", "float64")}
+_NO_OPERAND = {np.dtype(name): np.zeros((1, 1, 1, 1), name) for name in ("float32", "float64")}
 
 
 @compiled
@@ -52,7 +52,7 @@ def apply_folded(folded: tuple[int | None, Any, float, float, Any], out: Any,
     """Epilogue.apply's compiled path, given Epilogue.folded whose remainder is empty: the bias
     operand's index or None, the residual add (operand, shape) or None, and the clamp."""
     bias, residual, lo, hi, _ = folded
-    zero = _NO_OPERAND[out.dtype.name]
+    zero = _NO_OPERAND[out.dtype]
     bias_4d = zero if bias is None else extras[bias].reshape(1, -1, 1, 1)
     res, rn, rc, ry, rx = zero, 0, 0, 0, 0
     if residual is not None:
