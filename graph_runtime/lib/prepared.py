@@ -115,6 +115,13 @@ class PreparedKernel(ABC):
         (runtime/flatten_reads.py)."""
         return False
 
+    def reshapes(self) -> bool:
+        """True for a kernel that only copies its input's elements, in C order, into its
+        output's shape (reshape, squeeze, expand_dims): a static module may give the output
+        the input's storage where the input dies there, and run() then skips it
+        (runtime/in_place.py)."""
+        return False
+
     def reading_nhwc(self, position: int, shape: tuple[int, ...]) -> PreparedKernel | None:
         """This kernel, but with its 2-D input at position (the batch_flatten of an (N, C, H,
         W) tensor of this shape) handed as that tensor's NHWC bytes flattened, (N, H*W*C);
@@ -207,6 +214,17 @@ class AnyShape(PreparedKernel):
 
     def shape_free(self) -> bool:
         return True
+
+
+class ReshapeCopy(AnyShape):
+    """AnyShape for a reshape-like op: run copies its input's elements into its output's
+    shape, where a static module may give the output the input's bytes (reshapes)."""
+
+    def reshapes(self) -> bool:
+        return True
+
+    def in_place_positions(self) -> Mapping[int, int]:
+        return {1: 0}
 
 
 class _Plain(PreparedKernel):

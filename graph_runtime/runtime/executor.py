@@ -911,7 +911,7 @@ class Executor:
         if settings.word(settings.IN_PLACE) == "off":
             return InPlacePlan()
         offers = in_place_offers(self.graph, self.steps, self.entry_device, self._excluded,
-                                 self.channels_last)
+                                 self.channels_last, reshapes=self._kernels is None)
         plan = plan_in_place(self.graph, offers, self.plan.entry_sid, self.plan.sid_bytes,
                              self._excluded)
         if plan.pairs:
@@ -924,6 +924,12 @@ class Executor:
         self.in_place = plan.pairs
         for eid, sid in plan.moves.items():
             self.plan.entry_sid[eid] = sid
+        if plan.pairs:  # a reshape written in place: its output's view holds its bytes
+            pairs = set(plan.pairs)
+            self.skipped.update(
+                index for index, step in enumerate(self.steps) if not step.is_copy
+                and step.kernel.reshapes() and (step.arg_keys[0].eid, step.arg_keys[1].eid)
+                in pairs)
         io_sids = {self.plan.entry_sid[eid] for eid in self._io_eids}
         self.pool = StoragePool(self.graph, self.plan, self._scratch,
                                 [sid for sid in self.plan.sid_bytes if sid not in io_sids],

@@ -62,7 +62,10 @@ def plan_flatten_reads(graph: Graph, steps: Sequence[PreparedCall],
             continue
         reader_index, position = use[0]
         reader = steps[reader_index]
-        if (reader.is_copy or reader.device != dev or reader.arg_keys[position][2]
+        # (a reader skipped itself, a flatten or a reshape written in place, would hand on
+        # storage that nothing wrote)
+        if (reader.is_copy or reader.device != dev or reader.kernel.flattens()
+                or reader.kernel.reshapes() or reader.arg_keys[position][2]
                 or live.written_between(source, step.nid, reader.nid - 1)):
             continue
         sid = storage_ids[source]

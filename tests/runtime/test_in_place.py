@@ -298,3 +298,79 @@ def test_a_wrong_in_place_plan_is_refused_naming_the_setting(monkeypatch) -> Non
     assert "storage id 1 is shared by" in message  # the entries, as the graph check says
     off, _ = _module(BLOCK, [4], [0, 1, 2, 3, 4], in_place="off", monkeypatch=monkeypatch)
     np.testing.assert_array_equal(_run(off), 20 * _x())
+
+
+def _reshaped_products(batch: Any = 2) -> Any:
+    """x (batch, 3, 4) -> Reshape (-1, 4) -> MatMul W (4, 5) -> Reshape (batch, 3, 5) -> MatMul
+    V (5, 2), as GPT-2's Conv1D layers reshape around each product (batch a name: dynamic)."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+    w = np.arange(20, dtype=np.float32).reshape(4, 5) / 16
+    v = np.arange(10, dtype=np.float32).reshape(5, 2) / 8 - 0.5
+    nodes = [helper.make_node("Reshape", ["x", "flat"], ["rows"]),
+             helper.make_node("MatMul", ["rows", "w"], ["y"]),
+             helper.make_node("Reshape", ["y", "back"], ["y3"]),
+             helper.make_node("MatMul", ["y3", "v"], ["out"])]
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(v, "v"),
+             numpy_helper.from_array(np.array([-1, 4], np.int64), "flat"),
+             numpy_helper.from_array(np.array([-1, 3, 5], np.int64), "back")]
+    graph = helper.make_graph(nodes, "reshaped", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [batch, 3, 4])], [helper.make_tensor_value_info(
+            "out", TensorProto.FLOAT, [batch, 3, 2])], inits)
+    return onnx.helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), (w, v)
+
+
+def _products(x: np.ndarray, weights: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    w, v = weights
+    return (x.astype(np.float64).reshape(-1, 4) @ w).reshape(x.shape[0], 3, 5) @ v
+
+
+def test_a_static_modules_reshapes_are_views_run_skips(monkeypatch) -> None:
+    """A Reshape's output takes its dying input's storage, so run() skips the copy; debug
+    outputs and profile still run and see every node; in-place off copies as before."""
+    from graph_runtime.frontend import import_onnx
+    model, w = _reshaped_products()
+    x = _x([2, 3, 4]) / 8
+    results = {}
+    for setting in ("on", "off"):
+        monkeypatch.setenv(IN_PLACE.name, setting)
+        result = import_onnx(model)
+        m = gr.create(result.graph_json, result.module(), gr.cpu())
+        m.load_params(gr.save_param_dict(result.params))
+        ex = m.executor
+        reshapes = [i for i, s in enumerate(ex.steps) if s.kernel.reshapes()]
+        assert len(reshapes) == 2
+        # the graph input's reshape stays a copy (an input is the user's, never in place)
+        skipped = set(reshapes) & ex.skipped
+        assert skipped == ({reshapes[1]} if setting == "on" else set())
+        for i in skipped:  # its output's view holds its input's bytes
+            step = ex.steps[i]
+            assert ex.plan.entry_sid[step.arg_keys[0].eid] == ex.plan.entry_sid[
+                step.arg_keys[1].eid]
+            assert (step.arg_keys[0].eid, step.arg_keys[1].eid) in ex.in_place
+        check_liveness(m.graph, ex.plan.entry_sid, ex.in_place)
+        for _ in range(2):
+            results[setting] = m.run_with(x=x)[0]
+            np.testing.assert_allclose(results[setting], _products(x, w), rtol=1e-5)
+        y3 = m.debug_get_outputs()["tvmgen_default_fused_reshape_1"][0]  # the one skipped
+        np.testing.assert_allclose(y3, (x.reshape(-1, 4) @ w[0]).reshape(2, 3, 5), rtol=1e-5)
+        assert [t.label for t in m.profile()] == [s.label for s in ex.steps]
+        np.testing.assert_allclose(m.get_output(0).numpy(), _products(x, w),
+                                   rtol=1e-5)
+    np.testing.assert_array_equal(results["on"], results["off"])
+
+
+def test_a_symbolic_modules_reshapes_stay_copies() -> None:
+    """A specialisation offers no reshape in place: derive, which makes the next batch size
+    from the last, refuses a node a setup pass decided on."""
+    from graph_runtime.frontend import import_onnx
+    model, w = _reshaped_products("batch")
+    result = import_onnx(model)
+    m = gr.create(result.graph_json, result.module(), gr.cpu())
+    m.load_params(gr.save_param_dict(result.params))
+    for batch in (2, 3, 2):
+        x = _x([batch, 3, 4]) / 8
+        np.testing.assert_allclose(m.run_with(x=x)[0], _products(x, w), rtol=1e-5)
+        ex = m.specialised().executor
+        assert not any(ex.steps[i].kernel.reshapes() for i in ex.skipped)
+        assert ex.in_place == []

@@ -9,7 +9,7 @@ from ..kernels.cpu.flatten import Flatten
 from ..kernels.host import host_factory
 from ..kernels.opencl.source import cl_strided_copy
 from ..library import TensorSpec
-from ..prepared import AnyShape
+from ..prepared import ReshapeCopy
 from ..registry import define_op, kernel
 from ..shapes import contiguous_strides, one_input, size_of
 
@@ -147,7 +147,7 @@ def _transpose(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[T
 def _host_reshape(xp: Any, backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                   outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     # the output's shape read per call: a symbolic module keeps it for every length
-    return AnyShape(lambda x, out: xp.copyto(out, x.reshape(out.shape)))
+    return ReshapeCopy(lambda x, out: xp.copyto(out, x.reshape(out.shape)))
 
 
 def _host_transpose(xp: Any, backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
