@@ -89,16 +89,21 @@ def _masked_softmax_row(row: Any, mrow: Any, scale: Any, one: Any, nan_to_zero: 
 
 
 @compiled
-def _scale_mask_softmax(s: Any, mask: Any, scale: Any, one: Any, nan_to_zero: bool,
-                        has_mask: bool) -> None:
-    """s[b, h, i, :] = softmax(s * scale + mask[b, h, i, :]) in place (mask broadcast); scale
-    and one of s's type (a float64 one would widen float32 arithmetic)."""
+def _scale_mask_softmax(s: Any, mask: Any, b0: int, h0: int, q0: int, scale: Any, one: Any,
+                        nan_to_zero: bool, has_mask: bool) -> None:
+    """s[b, h, i, :] = softmax(s * scale + mask[b0 + b, h0 + h, q0 + i, :]) in place, the
+    scores of the block at (b0, h0, q0); mask's first three dims of 1 broadcast (its rows are
+    read as they are: a C-contiguous mask's vectorize, where a broadcast view's strided rows
+    took GPT-2-tiny's masked softmax from 7.5 to 10.4 us); scale and one of s's type (a
+    float64 one would widen float32 arithmetic)."""
     nb, nh, nq, _ = s.shape
+    mb, mh, mq = mask.shape[0], mask.shape[1], mask.shape[2]
     for b in range(nb):
         for h in range(nh):
             for i in range(nq):
-                _masked_softmax_row(s[b, h, i], mask[b, h, i], scale, one, nan_to_zero,
-                                    has_mask)
+                mrow = mask[b0 + b if mb > 1 else 0, h0 + h if mh > 1 else 0,
+                            q0 + i if mq > 1 else 0]
+                _masked_softmax_row(s[b, h, i], mrow, scale, one, nan_to_zero, has_mask)
 
 
 @team_kernel
@@ -241,7 +246,7 @@ class AttentionKernel(PreparedKernel):
         self.has_mask, self.mask_shape = mask_shape is not None, mask_shape
         self.full = (batch, heads, q_len, k_len)
         self.scores = np.empty(self.full, dtype)
-        self.no_mask = np.broadcast_to(np.zeros((1, 1, 1, 1), dtype), self.full)
+        self.no_mask = np.zeros((1, 1, 1, k_len), dtype)  # read by no row (has_mask)
         self._views_of = ViewsOf()  # the views of its calls' arrays (see call_site)
         # (batch, first head, last head, first query, last query) per worker item: about four
         # items per worker where the heads' work pays for the hand-off, else one call over every
@@ -383,7 +388,7 @@ class AttentionKernel(PreparedKernel):
             head_view(q, self.offsets[0], heads, dim),
             head_view(k, self.offsets[1], kv, dim).transpose(0, 1, 3, 2),
             head_view(v, self.offsets[2], kv, dim), head_view(out, 0, heads, dim),
-            np.broadcast_to(rest[0], self.full) if self.has_mask else self.no_mask, products)
+            self._mask_rows(rest[0]) if self.has_mask else self.no_mask, products)
         if kv != heads:
             grouped: tuple[Any, ...] = (
                 head_view(q, self.offsets[0], heads, dim, kv), head_view(out, 0, heads, dim, kv),
@@ -399,6 +404,13 @@ class AttentionKernel(PreparedKernel):
         seen.team_block = None if fused else self._team_pass(rest[0] if self.has_mask else None)
         seen.arrays, seen.views, seen.blocks = arrays, views, self.blocks
         return views
+
+    def _mask_rows(self, mask: Any) -> Any:
+        """The mask as _scale_mask_softmax reads it: itself where C-contiguous with the keys'
+        width (its dims of 1 broadcast by index), else a broadcast view of it."""
+        if mask.flags.c_contiguous and mask.shape[-1] == self.full[3]:
+            return mask
+        return np.broadcast_to(mask, self.full)
 
     def _team_pass(self, mask: Any) -> Any:
         """The block of _scale_mask_softmax_team over the scores and this call's mask, or None
@@ -433,8 +445,7 @@ class AttentionKernel(PreparedKernel):
             if products is not None and products.softmax_fused:
                 products.softmax_on_worker(index)  # scaled and masked by qk's post-ops
             else:
-                _scale_mask_softmax(s, mask[b:b + 1, h0:h1, q0:q1], scale, one, nan_to_zero,
-                                    has_mask)
+                _scale_mask_softmax(s, mask, b, h0, q0, scale, one, nan_to_zero, has_mask)
             if products is not None:
                 products.pv_on_worker(index)
             else:
@@ -456,12 +467,12 @@ class AttentionKernel(PreparedKernel):
             else:
                 np.matmul(qh, kt, out=scores)
             if self._ahead.pending:
-                self._ahead.load(seen.team_block is not None, scores, mask, scale, one,
-                                 nan_to_zero, has_mask)
+                self._ahead.load(seen.team_block is not None, scores, mask, 0, 0, 0, scale,
+                                 one, nan_to_zero, has_mask)
             if seen.team_block is not None:
                 run_on_team(_scale_mask_softmax_team(), seen.team_block)
             else:
-                _scale_mask_softmax(scores, mask, scale, one, nan_to_zero, has_mask)
+                _scale_mask_softmax(scores, mask, 0, 0, 0, scale, one, nan_to_zero, has_mask)
             if products is not None:
                 products.pv(0)
             elif grouped:
