@@ -58,11 +58,13 @@ def in_place_offers(graph: Graph, steps: Sequence[PreparedCall], entry_device: S
     Args:
         excluded: graph inputs, outputs and entries aliased by the executor (dropped copies).
         channels_last: the entries kept NHWC (runtime/layouts.py): R and O must agree.
-        reshapes: whether reshape-like kernels' pairs are offered (a static module's).
+        reshapes: whether reshape-like kernels' pairs are offered (a static module's, on
+            the host: no GPU run has checked a GPU pool's views of one id alias).
     """
     offers = []
     for step in steps:
-        if step.is_copy or (not reshapes and step.kernel.reshapes()):
+        if step.is_copy or (step.kernel.reshapes() and (not reshapes
+                                                          or step.device.kind != "cpu")):
             continue
         for out_pos, in_pos in sorted(step.kernel.in_place_positions().items()):
             pair = _pair(graph, step, out_pos, in_pos, entry_device, excluded, channels_last)
