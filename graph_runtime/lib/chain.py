@@ -98,6 +98,9 @@ class PreparedChain(PreparedKernel):
             self._workspace += kernel.workspace_bytes()
             self._workers = self._workers or kernel.uses_workers()
         self._nhwc: tuple[int, ...] | None = None  # channels_last_positions, once asked
+        # serves: the slots the calls read (their highest) and the calls whose kernels answer
+        # serves themselves (the others take any shape), once asked
+        self._asked: tuple[int, list[tuple[Any, tuple[int, ...]]]] | None = None
         # function position -> (kernel, its own position) for every kernel touching it
         self._touching: dict[int, list[tuple[PreparedKernel, int]]] = {}
         for fn, index in calls:
@@ -146,10 +149,15 @@ class PreparedChain(PreparedKernel):
 
     def serves(self, shapes: Sequence[tuple[int, ...]]) -> bool:
         """Each kernel at its arguments' shapes (a view made per run: no shape known here,
-        so no)."""
-        return all(all(slot < len(shapes) for slot in index)
-                   and capabilities(fn).serves([shapes[slot] for slot in index])
-                   for fn, index in self._calls)
+        so no); a kernel keeping PreparedKernel.serves (any shape) is not asked: a decode
+        step's retarget asks ~16 chains at every new length."""
+        if self._asked is None:
+            top = max((max(index) for _, index in self._calls if index), default=-1)
+            self._asked = (top, [(fn, index) for fn, index in self._calls
+                                 if type(capabilities(fn)).serves is not PreparedKernel.serves])
+        top, asked = self._asked
+        return top < len(shapes) and all(
+            capabilities(fn).serves([shapes[slot] for slot in index]) for fn, index in asked)
 
     def channels_last_positions(self) -> tuple[int, ...]:
         """The function's arguments (not its intermediates) that every kernel touching them
@@ -176,6 +184,7 @@ class PreparedChain(PreparedKernel):
             source, slot, view, index = self._lead_view
             self._lead_view = None
             self._calls, self._steps = self._calls[1:], self._steps[1:]
+            self._asked = None
             self._views = ((slot, source, view),) + self._views
             dropped = self.intermediates[index]
             self._workspace -= int(dropped.nbytes)
