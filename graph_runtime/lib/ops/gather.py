@@ -2,7 +2,7 @@
 gather_elements (ONNX GatherElements)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Sequence
 
 import numpy as np
 
@@ -64,7 +64,7 @@ def _host_take(xp: Any, backend: Backend, device_id: int, inputs: Sequence[Tenso
     # NumPy's take clips or wraps the indices itself, as these modes ask (clip: into
     # [0, extent - 1], negatives to 0; wrap: modulo the extent), with no buffered output (its
     # default mode buffers `out`): an embedding lookup of 64 ids 6.6 -> 1.6 us
-    own_mode = "wrap" if mode == "wrap" else "clip"
+    own_mode: Literal["wrap", "clip"] = "wrap" if mode == "wrap" else "clip"
 
     def run(x: Any, idx: Any, out: Any) -> None:
         if out.size == 0:
