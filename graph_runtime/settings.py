@@ -184,7 +184,8 @@ CUDA_TF32 = Setting(
 IN_PLACE = Setting(
     "GRAPH_RUNTIME_IN_PLACE", "on",
     "kernels that can write an output over an input dying there (oneDNN's conv adding its "
-    "residual) get the input's storage, where the storage plan allows (off: a copy first)",
+    "residual; a static module's reshapes, then skipped) get the input's storage, where the "
+    "storage plan allows (off: a copy first)",
     ("on", "off"))
 
 LOOP_MAX_ITERATIONS = Setting(
