@@ -341,7 +341,12 @@ def test_the_cap_holds_the_finished_module_not_the_buffers_channels_last_drops(
         gr.create(graph, lib, gr.cpu(), memory_cap=total - 1)
 
 
-@pytest.mark.parametrize("case", [CASES[0], CASES[3]], ids=["skipped", "run"])
+# CASES[3] larger: a flatten that runs with more elements than NumPy's copy takes
+# (flatten.NUMPY_REORDER_ELEMENTS), so oneDNN reorders them
+RUN_LARGE = (3, 7, (40, 40), 19, 33, CASES[3][5], CASES[3][6])
+
+
+@pytest.mark.parametrize("case", [CASES[0], RUN_LARGE], ids=["skipped", "run"])
 def test_workers_mode_bands_the_flattens_reorder(onednn: None, monkeypatch: Any,
                                                  case: tuple) -> None:
     """With the runtime's workers (three) the flatten's NHWC -> NCHW reorder runs in bands."""
@@ -361,3 +366,24 @@ def test_workers_mode_bands_the_flattens_reorder(onednn: None, monkeypatch: Any,
     assert len(flatten._reorder.items) > 1
     outs = m.debug_get_outputs(["flatten"])
     _check(outs["flatten"][0], flat, flat_bound)
+
+
+def test_a_small_flatten_reorders_by_numpy(onednn: None) -> None:
+    """Up to NUMPY_REORDER_ELEMENTS the NHWC -> NCHW copy is NumPy's strided copy (no oneDNN
+    reorder made), the values as the reference's."""
+    from graph_runtime.lib.kernels.cpu.flatten import NUMPY_REORDER_ELEMENTS
+    n, c, hw, o, units, conv, pool = CASES[3]
+    graph, pooled = _graph(n, c, hw, o, units, conv, pool, shared=True)
+    assert pooled[0] * pooled[1] * pooled[2] * pooled[3] <= NUMPY_REORDER_ELEMENTS
+    features = pooled[1] * pooled[2] * pooled[3]
+    p = _params(c, o, conv["kernel"], features, units, seed=15)
+    x = np.random.default_rng(16).standard_normal((n, c, *hw)).astype(np.float32)
+    m = gr.create(graph, _lib(conv, pool), gr.cpu())
+    assert graph.entry_id(4, 0) in m.executor.channels_last  # the pool writes NHWC
+    m.set_input(x=x, **p)
+    m.run()
+    flat, flat_bound, want, bound = _reference(x.astype(np.float64), p, conv, pool)
+    _check(m.get_output(0).numpy(), want, bound)
+    flatten = m.executor.steps[2].kernel
+    assert flatten._reorder is None
+    _check(m.debug_get_outputs(["flatten"])["flatten"][0], flat, flat_bound)
