@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -11,7 +12,7 @@ from .convert import (Context, add_facts, const_input, converts, ints_of, norm_a
                       required_ints)
 from .fold import fold_concat, fold_expand, fold_shape, fold_tile
 from .fold_sym import normal
-from .symdim import decided_unequal, floordiv, is_int, same_shape
+from .symdim import Undecidable, decided_unequal, floordiv, is_int, same_shape, same_size
 from .fold_size import broadcast, size_constant_of_shape, size_expand, size_range, size_tile
 from .ir import NeedsValue, Unsupported, Value, check_const_bytes, check_entry, check_rank
 from .onnx_node import OnnxNode
@@ -56,10 +57,31 @@ def reshape(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
         known = math.prod(d for i, d in enumerate(out) if i != infer[0])
         if is_int(known, 0):
             raise Unsupported(f"shape {target} with -1 and a zero dim")
-        out[infer[0]] = floordiv(math.prod(x.shape), known)
+        out[infer[0]] = floordiv(*_unmatched(list(x.shape),
+                                             [d for i, d in enumerate(out) if i != infer[0]]))
     if decided_unequal(math.prod(out), math.prod(x.shape)):
         raise Unsupported(f"cannot reshape {x.shape} to {target}")
     return [x if same_shape(out, x.shape) else ctx.b.reshape(x, out)]
+
+
+def _unmatched(dims: list[Any], known: list[Any]) -> tuple[Any, Any]:
+    """The products of the input's dims and of the target's known dims left after each known
+    dim cancels an input dim of the same size (symdim.same_size): a -1 is their quotient
+    (wav2vec2's dynamo export reshapes (batch, frames, 256) to (batch, its own count of the
+    frames, -1): 256, where the products' quotient stays a fraction of two formulas)."""
+    rest = list(known)
+    left = []
+    for d in dims:
+        for k, e in enumerate(rest):
+            try:
+                if same_size(d, e):
+                    del rest[k]
+                    break
+            except Undecidable:
+                continue
+        else:
+            left.append(d)
+    return math.prod(left), math.prod(rest)
 
 
 @converts("Flatten")

@@ -10,8 +10,7 @@ from ..lib.library import TensorSpec
 from ..lib.registry import OPS
 from .ir import Unsupported
 from .symdim import (Sym, Undecidable, as_int, broadcast_dims, clamped_by, decided_unequal,
-                     has_sym,
-                     slice_range, window_length)
+                     has_sym, same_size, slice_range, window_length)
 
 Rule = Callable[[Sequence[TensorSpec], Mapping[str, Any]], list[TensorSpec]]
 
@@ -87,7 +86,35 @@ def infer(op: str, inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> li
             specs = [_spec([window_length(d) for d in s.shape], s.dtype) for s in specs]
         return specs
     except (Undecidable, LibraryError, TypeError, ValueError) as e:
+        unified = _unified(inputs)
+        if unified is not None:  # one size under two formulas (symdim.same_size)
+            try:
+                return infer(op, unified, attrs)
+            except Unsupported:
+                pass
         return _at_markers(op, inputs, attrs, e)
+
+
+def _unified(inputs: Sequence[TensorSpec]) -> list[TensorSpec] | None:
+    """The inputs with each symbolic dim that is the same size as one met before it
+    (symdim.same_size, in the inputs' order) written as that one; None where none is."""
+    met: list[Sym] = []
+
+    def one(d: Any) -> Any:
+        if not isinstance(d, Sym):
+            return d
+        for m in met:
+            try:
+                if m is d or same_size(m, d):
+                    return m
+            except Undecidable:
+                continue
+        met.append(d)
+        return d
+
+    out = [TensorSpec(tuple(one(d) for d in s.shape), s.dtype) for s in inputs]
+    changed = any(a is not b for s, t in zip(inputs, out) for a, b in zip(s.shape, t.shape))
+    return out if changed else None
 
 
 # Sliding-window ops: their output lengths are floor divisions that exist only where the window

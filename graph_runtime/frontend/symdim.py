@@ -396,6 +396,75 @@ def _minmax(fn: str, a: SymInt, b: SymInt, keep_nonneg: bool) -> SymInt:
     return _atom(text, keep_nonneg)
 
 
+def same_size(a: Any, b: Any) -> bool:
+    """a == b for two sizes, where import cannot prove it, also: where they differ only by a
+    clamp at 0 (max(x, 0) against x: a size is never negative), or where they agree at every
+    one of SIZE_SAMPLES values of their names at which both are sizes of at least 1 (two
+    formulas of one count: wav2vec2's dynamo export counts its frames through the convs'
+    shapes, (s - 400)//320 + 1, and by its own floor arithmetic step by step). Never silently
+    wrong: each node's shape rule checks its sizes again at every size specialised, and a
+    difference there refuses the node, naming it. Undecidable where neither decides."""
+    try:
+        return bool(a == b)
+    except Undecidable as undecided:
+        try:
+            return bool(unclamped_size(a) == unclamped_size(b))
+        except Undecidable:
+            if _agree_where_sizes(a, b):
+                return True
+            raise undecided from None
+
+
+SIZE_SAMPLES = 256  # values tried by _agree_where_sizes, from a fixed seed
+SIZE_SAMPLES_NEEDED = 64  # of them, where both are sizes
+
+
+def _agree_where_sizes(a: Any, b: Any) -> bool:
+    """Whether a and b (symbolic, over the same names) are equal at every sampled binding of
+    their names (1 to 2^20, seeded) where both evaluate to at least 1, with enough such."""
+    import random
+
+    from ..graph.symbolic import DimError, evaluate
+    names = sorted(set(a.names() if isinstance(a, Sym) else []) |
+                   set(b.names() if isinstance(b, Sym) else []))
+    if not names or len(names) > 4:
+        return False
+    rng = random.Random(0)
+    texts = (dim_text(a), dim_text(b))
+    valid = 0
+    for k in range(SIZE_SAMPLES):
+        top = 1 << (4 + k % 17)  # small and large sizes alike
+        env = {n: rng.randint(1, top) for n in names}
+        try:
+            x, y = (evaluate(t, env) for t in texts)
+        except DimError:
+            continue
+        if x >= 1 and y >= 1:
+            if x != y:
+                return False
+            valid += 1
+    return valid >= SIZE_SAMPLES_NEEDED
+
+
+def _clamp_of(x: Any) -> SymInt | None:
+    """y where x is max(y, 0), else None."""
+    args = _operands(x, "max") if isinstance(x, Sym) else None
+    if args is None:
+        return None
+    lo, hi = args
+    return hi if isinstance(lo, int) and lo == 0 else lo if isinstance(hi, int) and hi == 0 \
+        else None
+
+
+def unclamped_size(x: Any) -> Any:
+    """The size x without its clamps at 0 (max(max(y, 0), 0) is y): a size is never negative,
+    so where a model holds, they agree."""
+    inner = _clamp_of(x)
+    while inner is not None:
+        x, inner = inner, _clamp_of(inner)
+    return x
+
+
 def clamped_by(x: SymInt, y: SymInt) -> bool:
     """Whether x is min(y, c) for some c: a slice's end clamped to a table's length."""
     args = _operands(x, "min")
@@ -512,7 +581,7 @@ def broadcast_dims(dims: list[Any], what: str) -> SymInt:
             first = d  # see below
         elif clamped_by(d, first):
             pass
-        elif not first == d:
+        elif not same_size(first, d):
             raise Unsupported(f"{what}: dims {[str(x) for x in dims]} do not broadcast")
     # NOTE: min(seq, 128) meets seq where a slice of a 128-row table (BERT's position ids) is
     # broadcast against the input: the model holds only for seq <= 128, where they are equal.

@@ -364,7 +364,10 @@ TINY = {"llama_tiny_ts": [{"batch": 1, "seq": 9}, {"batch": 2, "seq": 17}, {"bat
                            {"batch": 2, "height": 81, "width": 97},
                            {"batch": 1, "height": 100, "width": 72}],
         "cnn_tiny_hw_dynamo": [{"s77": 1, "s53": 64, "s0": 64}, {"s77": 2, "s53": 81, "s0": 97}],
-        "wav2vec2_tiny_ts": [{"batch": 1, "samples": 800}, {"batch": 2, "samples": 1201}]}
+        "wav2vec2_tiny_ts": [{"batch": 1, "samples": 800}, {"batch": 2, "samples": 1201}],
+        # counts its frames twice, by the convs and by its own floor arithmetic
+        "wav2vec2_tiny_dynamo": [{"s5": 1, "s96": 800}, {"s5": 2, "s96": 1201},
+                                 {"s5": 1, "s96": 400}]}
 
 
 def _tiny_feeds(session: ort.InferenceSession, env: dict[str, int]) -> dict[str, np.ndarray]:
@@ -483,3 +486,18 @@ def test_attention_layout_right_only_at_some_sizes_is_not_fused(heads_back: bool
     assert import_onnx(model).patterns["attention"] == int(heads_back)
     _matches_onnxruntime(model, [{"x": RNG.standard_normal(s).astype(np.float32)}
                                  for s in ((1, 1, 32), (2, 5, 32), (3, 7, 32))])
+
+
+def test_audio_too_short_for_the_convs_is_refused_naming_the_node() -> None:
+    """wav2vec2's dynamo export imported once: its frames' two formulas taken as one size
+    (symdim.same_size) for every length the model takes; a clip shorter than its convs' window
+    (400 samples) is refused at that node, as ONNX Runtime refuses it, never run wrong."""
+    from graph_runtime.errors import GraphError
+    from graph_runtime.frontend.importer import import_onnx
+    result = import_onnx(DYNAMIC / "wav2vec2_tiny_dynamo.onnx")
+    assert result.symbolic_path == "propagation", result.propagation_refusal
+    module = gr.create(result.graph_json, result.module())
+    module.load_params(result.params)
+    with pytest.raises(GraphError, match=r"conv2d.*cannot take these input shapes|"
+                                         r"cannot take these input shapes.*conv2d"):
+        module.run(audio=np.zeros((1, 399), np.float32))

@@ -6,8 +6,8 @@ import itertools
 import numpy as np
 import pytest
 
-from graph_runtime.frontend.symdim import (Sym, Undecidable, floordiv, mod, nonneg, slice_range,
-                                           sym_max, sym_min)
+from graph_runtime.frontend.symdim import (Sym, Undecidable, broadcast_dims, floordiv, mod,
+                                           nonneg, same_size, slice_range, sym_max, sym_min)
 from graph_runtime.graph.symbolic import DimError, check_dim, evaluate, names_in
 
 SEQ, PAST, BATCH = Sym.name("seq"), Sym.name("past"), Sym.name("batch")
@@ -71,3 +71,33 @@ def test_dim_grammar_takes_min_and_max_and_stays_strict() -> None:
         assert check_dim(bad) is not None, bad
     with pytest.raises(DimError):
         evaluate("min(seq)", {"seq": 1})
+
+
+def _floor(a: object, b: int) -> object:
+    """floor(a / b) as a dynamo export writes it for a that may be negative:
+    max(a, 0) // b - ceil(max(-a, 0) / b)."""
+    return floordiv(sym_max(a, 0), b) - floordiv(sym_max(-a, 0) + b - 1, b)
+
+
+def test_one_size_under_two_formulas_is_the_same_size() -> None:
+    """wav2vec2's frames counted through its convs ((s - 400)//320 + 1) and by its own floor
+    arithmetic (negatives floored through max): equal wherever both are sizes, which the
+    sampled values show; each node's shape rule checks them again at every size."""
+    s = Sym.name("s")
+    convs = floordiv(s - 400, 320) + 1
+    steps = _floor(_floor(floordiv(s, 80) - 1, 2), 2)  # floor((s - 80) / 320), as dynamo wrote
+    with pytest.raises(Undecidable):
+        _ = convs == steps  # the plain question stays undecided
+    assert same_size(convs, steps) and same_size(steps, convs)
+    assert broadcast_dims([convs, steps], "add") is convs
+    for samples in (400, 719, 720, 16000, 123457):
+        assert evaluate(str(convs), {"s": samples}) == evaluate(str(steps), {"s": samples})
+    # a clamp at 0 is no difference for a size
+    assert same_size(sym_max(SEQ - 3, 0), SEQ - 3)
+    # formulas that differ where both are sizes stay undecided, never taken as one
+    for a, b in [(SEQ // 2, SEQ // 3), (SEQ, sym_max(SEQ, 5)), (SEQ + PAST, SEQ * PAST)]:
+        with pytest.raises(Undecidable):
+            same_size(a, b)
+        with pytest.raises(Undecidable):
+            broadcast_dims([a, b], "add")
+    assert same_size(4, 4) and not same_size(4, 5) and not same_size(SEQ, SEQ + 1)
