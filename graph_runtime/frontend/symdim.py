@@ -407,12 +407,15 @@ def same_size(a: Any, b: Any) -> bool:
     try:
         return bool(a == b)
     except Undecidable as undecided:
+        plain_a, plain_b = unclamped_size(a), unclamped_size(b)
         try:
-            return bool(unclamped_size(a) == unclamped_size(b))
+            if plain_a is not a or plain_b is not b:  # (else the same question again)
+                return bool(plain_a == plain_b)
         except Undecidable:
-            if _agree_where_sizes(a, b):
-                return True
-            raise undecided from None
+            pass
+        if _agree_where_sizes(a, b):
+            return True
+        raise undecided from None
 
 
 SIZE_SAMPLES = 256  # values tried by _agree_where_sizes, from a fixed seed

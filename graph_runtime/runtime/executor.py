@@ -1005,7 +1005,7 @@ class Executor:
         """The flattens run() may skip (runtime/flatten_reads.py), over the pool's storage ids
         (with the in-place moves)."""
         return plan_flatten_reads(self.graph, self.steps, self.entry_device, self._excluded,
-                                  self.channels_last, self.plan.entry_sid)
+                                  self.channels_last, self.plan.entry_sid, self.skipped)
 
     def _skip_flattens(self, reads: list[FlattenRead]) -> None:
         """Prepare the skipping readers' calls (on the views as they end up), each where its

@@ -15,7 +15,7 @@ last reader was the flatten) is written to a buffer of its own first, then copie
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -40,9 +40,11 @@ class FlattenRead:
 
 def plan_flatten_reads(graph: Graph, steps: Sequence[PreparedCall],
                        entry_device: Sequence[Device], excluded: set[int], nhwc: set[int],
-                       storage_ids: Sequence[int]) -> list[FlattenRead]:
+                       storage_ids: Sequence[int], skipped: Collection[int] = ()
+                       ) -> list[FlattenRead]:
     """The flatten steps run() may skip; excluded: graph inputs, outputs and aliased entries;
-    storage_ids: the executor's per entry (the graph's, with runtime/in_place.py's moves)."""
+    storage_ids: the executor's per entry (the graph's, with runtime/in_place.py's moves);
+    skipped: the steps run() skips already (reshapes written in place)."""
     readers: dict[int, list[tuple[int, int]]] = {}
     for index, step in enumerate(steps):
         for pos, (eid, _, _) in enumerate(step.arg_keys[:step.num_inputs]):
@@ -62,10 +64,10 @@ def plan_flatten_reads(graph: Graph, steps: Sequence[PreparedCall],
             continue
         reader_index, position = use[0]
         reader = steps[reader_index]
-        # (a reader skipped itself, a flatten or a reshape written in place, would hand on
-        # storage that nothing wrote)
-        if (reader.is_copy or reader.device != dev or reader.kernel.flattens()
-                or reader.kernel.reshapes() or reader.arg_keys[position][2]
+        # (a reader skipped itself, a reshape written in place or a flatten found here, would
+        # hand on storage that nothing wrote)
+        if (reader.is_copy or reader.device != dev or reader_index in skipped
+                or reader.kernel.flattens() or reader.arg_keys[position][2]
                 or live.written_between(source, step.nid, reader.nid - 1)):
             continue
         sid = storage_ids[source]
