@@ -61,10 +61,16 @@ class Specializer:
         self._names: list[list[list[str]]] = [
             [names_in(d) if isinstance(d, str) and d != UNKNOWN else [] for d in s]
             for s in self._declared]
-        # per input eid, per axis: whether its dim is a plain name (which its size binds)
-        self._named_axes = {sig.eid: [names == [d] for d, names in zip(sig.shape,
-                                                                      self._names[sig.eid])]
-                            for sig in self.inputs}
+        # per input eid: its axes whose dim is a plain name (which its size binds), and those
+        # whose dim is an expression (checked against the names bound)
+        self._named_axes: dict[int, list[tuple[int, str]]] = {}
+        self._formula_axes: dict[int, list[tuple[int, Any]]] = {}
+        for sig in self.inputs:
+            named = [names == [d] for d, names in zip(sig.shape, self._names[sig.eid])]
+            self._named_axes[sig.eid] = [(axis, d) for axis, d in enumerate(sig.shape)
+                                         if named[axis]]
+            self._formula_axes[sig.eid] = [(axis, d) for axis, d in enumerate(sig.shape)
+                                           if not named[axis] and d != UNKNOWN]
         # per input name: its shape where every dim is a number (a param), which bind checks
         # by one comparison (the full check below names the dim where it differs)
         self._fixed = {sig.name: tuple(sig.shape) for sig in self.inputs
@@ -143,7 +149,7 @@ class Specializer:
     def bind(self, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, int]:
         """The value of every name the inputs' shapes bind; GraphError naming input and dim."""
         env: dict[str, int] = {}
-        where: dict[str, str] = {}
+        where: dict[str, tuple[InputSig, int]] = {}  # (input, axis) that bound each name
         fixed, position = self._fixed, self._position
         # the inputs given a shape that is not their fixed one, in the graph's order (a decode
         # step gives 11 of 60 inputs, the params fixed)
@@ -155,22 +161,22 @@ class Specializer:
                 raise GraphError(f"input {sig.name!r} (eid {sig.eid}): expected rank "
                                  f"{len(sig.shape)} {format_shape(sig.shape)}, got "
                                  f"{tuple(shape)}")
-            named = self._named_axes[sig.eid]
-            for axis, (want, got) in enumerate(zip(sig.shape, shape)):
-                if named[axis]:
-                    if want in env and env[want] != got:
-                        raise GraphError(
-                            f"input {sig.name!r} dim {axis} ({want!r}) is {got} but "
-                            f"{where[want]} set {want} = {env[want]}; inputs that share a "
-                            f"dimension name must agree ({self.signature})")
-                    env.setdefault(want, int(got))
-                    where.setdefault(want, f"input {sig.name!r} dim {axis}")
+            for axis, want in self._named_axes[sig.eid]:
+                got = shape[axis]
+                had = env.get(want)
+                if had is None:
+                    env[want] = int(got)
+                    where[want] = (sig, axis)
+                elif had != got:
+                    first, first_axis = where[want]
+                    raise GraphError(
+                        f"input {sig.name!r} dim {axis} ({want!r}) is {got} but input "
+                        f"{first.name!r} dim {first_axis} set {want} = {had}; inputs that "
+                        f"share a dimension name must agree ({self.signature})")
         for index, shape in given:
             sig = self.inputs[index]
-            named = self._named_axes[sig.eid]
-            for axis, (want, got) in enumerate(zip(sig.shape, shape)):
-                if want == UNKNOWN or named[axis]:  # a name it bound itself holds its size
-                    continue
+            for axis, want in self._formula_axes[sig.eid]:
+                got = shape[axis]
                 try:
                     value = evaluate(want, env)
                 except DimError as e:

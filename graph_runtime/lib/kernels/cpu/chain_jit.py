@@ -482,9 +482,10 @@ class CompiledChain(PreparedKernel):
         self._weight = work_weight(ops)
         shapes = tuple(tuple(int(d) for d in s.shape) for s in inputs) + (
             tuple(int(d) for d in output.shape),)
+        self._modules: dict[tuple[str, ...], Any] = {}
         geometry = self._geometry(shapes)
         assert geometry is not None  # chain.py compiles a tail only where tail_ok holds
-        self.module = _compiled[self._form(geometry.kinds)]
+        self.module = self._modules[geometry.kinds]
         self.fn, _, self.size, self.inner, self.metas, self.workers, self.bounds = geometry
         # per shapes met (a flat loop's None is asked again: it is known before compiling)
         self._at: LruCache[_Geometry | None] = LruCache(SHAPES_KEPT)
@@ -492,6 +493,14 @@ class CompiledChain(PreparedKernel):
 
     def _form(self, kinds: tuple[str, ...]) -> tuple:
         return (len(self._dtypes[0]), kinds, self._steps, self._in_place)
+
+    def _module_of(self, kinds: tuple[str, ...], source: Callable[[], str]) -> Any:
+        """load_module for these kinds, kept here: the form's key hashes every step's template
+        (a decode step's new length asked it ~15 us a chain)."""
+        module = self._modules.get(kinds)
+        if module is None:
+            module = self._modules[kinds] = load_module(self._form(kinds), source)
+        return module
 
     def _geometry(self, shapes: tuple[tuple[int, ...], ...]) -> _Geometry | None:
         """How it runs at these shapes (inputs, then the output), or None where its loop
@@ -525,9 +534,10 @@ class CompiledChain(PreparedKernel):
                      in self._steps]
             return chain_source(ins, TensorSpec(out_shape, self._dtypes[1]), steps, kinds,
                                 self._in_place)
-        module = load_module(self._form(kinds), source)
-        workers = num_threads()
-        workers = workers if size * self._weight >= PARALLEL_WORK and workers > 1 else 1
+        module = self._module_of(kinds, source)
+        # (the count of workers read only for a loop that may use them: ~15 us outside a build)
+        workers = num_threads() if size * self._weight >= PARALLEL_WORK else 1
+        workers = workers if workers > 1 else 1
         chunks = min(4 * workers, max(1, size // 4096))
         bounds = [(c * size // chunks, (c + 1) * size // chunks)
                   for c in range(chunks)] if workers > 1 else [(0, size)]
