@@ -84,6 +84,11 @@ class SymbolicGraphModule(ModuleBase):
         if any("dense" in (node.func_name or "") or "matmul" in (node.func_name or "")
                for node in graph.nodes):
             team_gemv.decide_layout()  # a new shape's products read weights as it says
+        if any(dev.kind == "cpu" for dev in self.entry_device):
+            # numba's one-time set-up (0.3-0.5 s) from now, not from the first request: a
+            # static module's kernels start it as create() builds them, and these are built
+            # by the first run
+            jit_setup.start()
         self._sigs = {sig.name: sig for sig in self.specializer.inputs}
         self._names = [sig.name for sig in self.specializer.inputs]
         self._dtypes = [np.dtype(sig.dtype) for sig in self.specializer.inputs]

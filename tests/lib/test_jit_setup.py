@@ -116,6 +116,27 @@ check(module, ref)
 assert jit_setup.started()
 """
 
+# A graph with symbolic dims makes its kernels at its first run: its create() starts the set-up
+# (a server's first request then does not wait 0.3-0.5 s for it), and the answers are right at
+# two lengths.
+SYMBOLIC_CREATE_STARTS = MODELS + r"""
+onnx_model, _ = model("layer_norm")
+onnx_model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "n"
+graph, lib, params = from_onnx(onnx_model)
+module = gr.create(graph, lib, gr.cpu())
+module.load_params(params)
+assert jit_setup.started()  # before any run
+g, b = (numpy_helper.to_array(t).astype(np.float64) for t in onnx_model.graph.initializer)
+for n in (5, 3):
+    xs = x[:n]
+    module.run(x=xs)
+    x64 = xs.astype(np.float64)
+    mean = x64.mean(-1, keepdims=True)
+    ref = (x64 - mean) / np.sqrt(((x64 - mean) ** 2).mean(-1, keepdims=True) + 1e-5) * g + b
+    np.testing.assert_allclose(module.get_output(0).numpy(), ref, rtol=1e-5, atol=1e-5)
+print("ok")
+"""
+
 # The process ends while the set-up still runs: a plain exit (the daemon thread inside an import
 # as the interpreter shuts down) and graphrun's os._exit; neither may hang or print.
 EXITS_AT_ONCE = MODELS + r"""
@@ -211,6 +232,9 @@ def test_a_compiled_kernel_starts_the_set_up_once() -> None:
 def test_a_graph_without_compiled_kernels_never_starts_it() -> None:
     _run(NEVER_STARTS)
 
+
+def test_a_symbolic_module_starts_the_set_up_at_create() -> None:
+    _run(SYMBOLIC_CREATE_STARTS)
 
 def test_one_cpu_never_starts_it() -> None:
     _run(ONE_CPU, GRAPH_RUNTIME_NUM_THREADS="1")
