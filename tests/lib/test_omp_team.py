@@ -136,3 +136,55 @@ def test_attention_softmax_on_the_team_matches_one_thread(
             kv_heads=kv), q, k, v, *extra, like)
         np.testing.assert_array_equal(team, one)
         assert np.isfinite(one).all() == (nan_to_zero or shape is None)
+
+
+def test_a_compiled_chain_and_glu_on_the_team_match_the_workers(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """In OpenMP mode a chain's or glu's parallel work goes to the team (oneDNN's spinning
+    threads), in the workers' mode to the workers; the same loop either way, bit for bit: a
+    bias read per row (its metas), a scalar, GELU; glu's silu over rows not a multiple of the
+    team."""
+    from graph_runtime.device import cpu
+    from graph_runtime.lib.chain import Chain, Step
+    from graph_runtime.lib.kernels.cpu import chain_jit, glu
+    from graph_runtime.lib.library import TensorSpec
+    from graph_runtime.lib.prepared import capabilities
+    from graph_runtime.lib.registry import load_standard_ops
+    load_standard_ops()
+    rng = np.random.default_rng(8)
+    specs = [TensorSpec((3, 301, 517), "float32"), TensorSpec((517,), "float32"),
+             TensorSpec((), "float32")]
+    arrays = [(rng.standard_normal(tuple(s.shape)) * 3).astype(np.float32) for s in specs]
+    x = rng.standard_normal((301, 2 * 260)).astype(np.float32)
+    launched = []
+
+    def counted(kernel, block):
+        launched.append(kernel)
+        omp_team.run_on_team(kernel, block)
+    monkeypatch.setattr(chain_jit, "run_on_team", counted)
+    monkeypatch.setattr(glu, "run_on_team", counted)
+    monkeypatch.setattr(chain_jit, "PARALLEL_WORK", 1)  # both loops parallel at these sizes
+    chains, glus = [], []
+    for mode in ("openmp", "workers"):
+        monkeypatch.setenv(ONEDNN_THREADS.name, mode)
+        chain = Chain("t", [Step("add"), Step("multiply"), Step("gelu")])
+        outs = chain.infer(specs)
+        fn = chain.prepare(cpu(0), specs, outs, {})
+        compiled = [capabilities(f) for f, _ in getattr(fn, "_calls", [(fn, None)])]
+        assert any(isinstance(c, chain_jit.CompiledChain) and c.workers == 2 and
+                   (c.team is not None) == (mode == "openmp") for c in compiled), mode
+        out = np.full(tuple(outs[0].shape), np.nan, np.float32)
+        fn(*arrays, out)
+        chains.append(out)
+        kernel = glu.GluKernel("silu", glu.activation_expr("silu", {}, "float32"), "float32",
+                               True)
+        assert (kernel._team is not None) == (mode == "openmp")
+        out = np.full((301, 260), np.nan, np.float32)
+        kernel(x, out)
+        glus.append(out)
+        assert len(launched) == 2  # the team ran both in OpenMP mode, the workers then
+    np.testing.assert_array_equal(chains[0], chains[1])
+    np.testing.assert_array_equal(glus[0], glus[1])
+    x64 = x.astype(np.float64)
+    want = x64[:, :260] / (1 + np.exp(-x64[:, :260])) * x64[:, 260:]
+    np.testing.assert_allclose(glus[0], want, rtol=1e-5, atol=1e-5)

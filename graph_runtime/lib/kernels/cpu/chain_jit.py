@@ -42,6 +42,7 @@ from ...shapes import size_of
 from . import jit_setup
 from .jit_cache import install, sources_digest
 from ..threads import num_threads, parallel_items
+from .omp_team import available as team_available, block, run_on_team
 
 install()  # before any cache=True function here (jit_cache.py)
 
@@ -61,6 +62,8 @@ HEAVY = frozenset({"erf", "tanh", "exp", "log", "gelu", "sigmoid", "silu", "powe
 RATIONAL = frozenset({"erf", "tanh", "gelu"})
 # Elements x weight above which a tail runs on the workers (below, the hand-off costs more).
 PARALLEL_WORK = 1 << 21
+# Array types a chain's team function reads (array_at takes a NumPy number class).
+TEAM_DTYPES = frozenset({"float32", "float64", "int32", "int64"})
 # Shapes a compiled chain keeps its geometry for (CompiledChain.at: a decoder's lengths met last).
 SHAPES_KEPT = 64
 
@@ -412,11 +415,46 @@ def chain_source(inputs: Sequence[TensorSpec], output: TensorSpec, steps: Sequen
     lines += ["", "", "@numba.njit(cache=True, nogil=True, error_model='numpy', boundscheck=False)",
               f"def run_block(r0, r1, c0, c1, width, {', '.join(args[2:])}):",
               "    for r in range(r0, r1):", f"        run({call})"]
+    lines += _team_source([spec.dtype for spec in inputs], output.dtype)
     return "\n".join(lines) + "\n"
 
 
-# (input count, kinds, steps, in_place) -> the module made from their source, which depends on
-# nothing else (chain_source): a symbolic module's new shape prepares its chains again, and
+def _team_source(dtypes: Sequence[str], out_dtype: str) -> list[str]:
+    """team: run on oneDNN's OpenMP team (omp_team.py), each thread over its share of the
+    elements, the arrays read from a block (team_block); compiled at its first use. None where
+    an array's type has no NumPy number class numba takes (bool)."""
+    if any(d not in TEAM_DTYPES for d in (*dtypes, out_dtype)):
+        return ["", "team = None"]
+    n = len(dtypes)
+    body = ["b = carray(data, (%d,), np.int64)" % (4 + 4 * n), "lo, hi = my_rows(b[0])",
+            "if lo >= hi:", "    return", f"out = array_at(b[2], (b[3],), np.{out_dtype})"]
+    for i, dtype in enumerate(dtypes):
+        body.append(f"a{i} = array_at(b[{4 + 2 * i}], (b[{5 + 2 * i}],), np.{dtype})")
+    for i in range(n):
+        at = 4 + 2 * n + 2 * i
+        body.append(f"m{i} = array_at(b[{at}], (b[{at + 1}], 3), np.int64)")
+    call = ", ".join(["lo", "hi", "b[1]", "out"] + [f"a{i}" for i in range(n)]
+                     + [f"m{i}" for i in range(n)])
+    body.append(f"run({call})")
+    return ["", "", "from numba import carray",
+            "from graph_runtime.lib.kernels.cpu.omp_team import array_at, my_rows, team_kernel",
+            "", "", "def _team(data):"] + ["    " + line for line in body] + [
+            "", "", "team = team_kernel(_team)"]
+
+
+def team_block(geometry: Any, out: Any, ins: Sequence[Any]) -> np.ndarray:
+    """The block a chain's team function reads: the output's size and innermost dim, then each
+    array's address and length (out, the inputs), then each input's metas and their rows."""
+    values: list[Any] = [geometry.size, geometry.inner, out, out.size]
+    for a in ins:
+        values += [a, a.size]
+    for m in geometry.metas:
+        values += [m, m.shape[0]]
+    return block(*values)
+
+
+# (input dtypes, output dtype, kinds, steps, in_place) -> the module made from their source,
+# which depends on nothing else (chain_source): a symbolic module's new shape prepares its chains again, and
 # generating and hashing the same source cost a decode step ~40 us per chain
 _compiled: dict[tuple, Any] = {}
 _lock = threading.Lock()
@@ -451,7 +489,8 @@ def load_module(form: tuple, source_of: Callable[[], str]) -> Any:
 class _Geometry(NamedTuple):
     """How a compiled chain runs at one set of shapes: its function (the form's module, whose
     source depends on the inputs' kinds), the output's size and innermost collapsed dim, each
-    input's metas, and the work items."""
+    input's metas, and the work items; team: the form's team function where the work goes to
+    oneDNN's OpenMP team instead of the runtime's workers (else None)."""
 
     fn: Callable[..., None]
     kinds: tuple[str, ...]
@@ -460,6 +499,7 @@ class _Geometry(NamedTuple):
     metas: tuple[Any, ...]
     workers: int
     bounds: list[tuple[int, int]]
+    team: Any
 
 
 class CompiledChain(PreparedKernel):
@@ -486,13 +526,14 @@ class CompiledChain(PreparedKernel):
         geometry = self._geometry(shapes)
         assert geometry is not None  # chain.py compiles a tail only where tail_ok holds
         self.module = self._modules[geometry.kinds]
-        self.fn, _, self.size, self.inner, self.metas, self.workers, self.bounds = geometry
+        self.fn, _, self.size, self.inner, self.metas, self.workers, self.bounds, self.team = \
+            geometry
         # per shapes met (a flat loop's None is asked again: it is known before compiling)
         self._at: LruCache[_Geometry | None] = LruCache(SHAPES_KEPT)
         self._at.get_or_build(shapes, lambda: geometry)
 
     def _form(self, kinds: tuple[str, ...]) -> tuple:
-        return (len(self._dtypes[0]), kinds, self._steps, self._in_place)
+        return (tuple(self._dtypes[0]), self._dtypes[1], kinds, self._steps, self._in_place)
 
     def _module_of(self, kinds: tuple[str, ...], source: Callable[[], str]) -> Any:
         """load_module for these kinds, kept here: the form's key hashes every step's template
@@ -541,7 +582,13 @@ class CompiledChain(PreparedKernel):
         chunks = min(4 * workers, max(1, size // 4096))
         bounds = [(c * size // chunks, (c + 1) * size // chunks)
                   for c in range(chunks)] if workers > 1 else [(0, size)]
-        return _Geometry(module.run, kinds, size, int(dims[-1]), tuple(metas), workers, bounds)
+        # In OpenMP mode oneDNN's threads spin on the cores after each primitive: the runtime's
+        # workers shared them and ran wav2vec2's two GELU chains slower than one thread (0.61-
+        # 0.65 against 0.41-0.42 ms a run); the team's threads are the spinning ones
+        team = module.team if workers > 1 and module.team is not None and team_available() \
+            else None
+        return _Geometry(module.run, kinds, size, int(dims[-1]), tuple(metas), workers, bounds,
+                         team)
 
     def at(self, shapes: tuple[tuple[int, ...], ...]) -> _Geometry | None:
         """_geometry, kept per shapes (the lengths a decoder met last)."""
@@ -583,6 +630,9 @@ class CompiledChain(PreparedKernel):
         fn, inner, metas = geometry.fn, geometry.inner, geometry.metas
         if geometry.workers == 1:
             fn(0, size, inner, out, *ins, *metas)
+            return
+        if geometry.team is not None:
+            run_on_team(geometry.team(), team_block(geometry, out, ins))
             return
         bounds = geometry.bounds
 

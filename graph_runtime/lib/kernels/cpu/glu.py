@@ -14,6 +14,7 @@ from ...library import TensorSpec
 from ...prepared import PreparedKernel
 from ..threads import num_threads, parallel_rows
 from . import chain_jit, jit_setup
+from .omp_team import available as team_available, block, run_on_team
 
 
 def activation_expr(activation: str, attrs: Mapping[str, Any], dtype: str) -> str | None:
@@ -24,7 +25,9 @@ def activation_expr(activation: str, attrs: Mapping[str, Any], dtype: str) -> st
 
 
 def glu_source(expr: str, dtype: str) -> str:
-    """run(x, out, gate, up, lo, hi): rows [lo, hi) of out = act(x[:, gate:]) * x[:, up:]."""
+    """run(x, out, gate, up, lo, hi): rows [lo, hi) of out = act(x[:, gate:]) * x[:, up:];
+    team(block): the same on oneDNN's OpenMP team, each thread over its share of the rows (the
+    block: rows, units, x's and out's addresses, gate, up), compiled at its first use."""
     ctype = f"np.{dtype}"
     value = expr.format("g", T=ctype)
     return chain_jit.source_header() + f"""
@@ -38,6 +41,22 @@ def run(x, out, gate, up, lo, hi):
         for j in range(units):
             g = grow[j]
             orow[j] = {ctype}({ctype}({value}) * urow[j])
+
+
+from numba import carray
+from graph_runtime.lib.kernels.cpu.omp_team import array_at, my_rows, team_kernel
+
+
+def _team(data):
+    b = carray(data, (6,), np.int64)
+    rows, units = b[0], b[1]
+    lo, hi = my_rows(rows)
+    if lo < hi:
+        run(array_at(b[2], (rows, 2 * units), {ctype}), array_at(b[3], (rows, units), {ctype}),
+            b[4], b[5], lo, hi)
+
+
+team = team_kernel(_team)
 """
 
 
@@ -49,8 +68,10 @@ class GluKernel(PreparedKernel):
         jit_setup.start()
         self.gate_first = gate_first
         self.weight = chain_jit.work_weight((activation, "multiply"))
-        self._run = chain_jit.load_module(("glu", expr, dtype),
-                                          lambda: glu_source(expr, dtype)).run
+        module = chain_jit.load_module(("glu", expr, dtype), lambda: glu_source(expr, dtype))
+        self._run = module.run
+        # in OpenMP mode its rows go to oneDNN's team, as a compiled chain's (chain_jit.py)
+        self._team = module.team if team_available() else None
 
     def any_shape(self) -> bool:
         return True
@@ -63,4 +84,7 @@ class GluKernel(PreparedKernel):
         gate, up = (0, units) if self.gate_first else (units, 0)
         workers = num_threads() if rows > 1 and rows * units * self.weight >= \
             chain_jit.PARALLEL_WORK else 1
+        if workers > 1 and self._team is not None:
+            run_on_team(self._team(), block(rows, units, x2, o2, gate, up))
+            return
         parallel_rows(rows, workers, lambda lo, hi: run(x2, o2, gate, up, lo, hi))

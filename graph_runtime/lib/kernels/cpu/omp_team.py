@@ -114,6 +114,12 @@ def float32_at(address: int, shape: Any) -> Any:
     return carray(_pointer(address, np.float32), shape)  # type: ignore[call-arg]
 
 
+@inlined
+def array_at(address: int, shape: Any, dtype: Any) -> Any:
+    """The C-contiguous array of dtype (a NumPy number class) and shape at the address."""
+    return carray(_pointer(address, dtype), shape)  # type: ignore[call-arg]
+
+
 @intrinsic
 def _fetch_add(typingctx: Any, address: Any, count: Any) -> Any:
     """The int64 at address, count added to it atomically (the value before)."""
