@@ -72,7 +72,7 @@ def test_an_unchanged_size_is_a_copy_in_any_layout(random_array) -> None:
 
 @pytest.mark.parametrize("shapes, axis", [
     ([(1, 3, 4, 5), (1, 2, 4, 5)], 1),
-    ([(1, 64, 80, 80), (1, 32, 80, 80), (1, 16, 80, 80)], 1),  # large: bands on the workers
+    ([(1, 64, 80, 80), (1, 32, 80, 80), (1, 16, 80, 80)], 1),  # large (bands in workers' mode)
     ([(1, 8, 70, 90), (1, 8, 50, 90)], 2),
     ([(2, 8, 60, 50), (2, 8, 60, 70)], 3)])
 def test_concatenate_reads_and_writes_channels_last(shapes, axis, random_array) -> None:
@@ -87,6 +87,34 @@ def test_concatenate_reads_and_writes_channels_last(shapes, axis, random_array) 
         kernel(*[_in_layout(x, on) for x, on in zip(xs, layouts)], out)
         np.testing.assert_array_equal(out, want)
 
+
+@pytest.mark.parametrize("mode", ["openmp", "workers"])
+def test_a_join_goes_to_the_workers_by_its_size_and_the_mode(mode, monkeypatch,
+                                                             random_array) -> None:
+    """In OpenMP mode (oneDNN's threads spinning on the cores) a join of images takes the
+    workers from OPENMP_SERIAL_OUTPUTS values, in the workers' mode from SERIAL_OUTPUTS; the
+    bands give NumPy's join either way (the threshold lowered so that they are taken)."""
+    from graph_runtime.lib.kernels.cpu import omp_team
+    from graph_runtime.lib.kernels.threads import num_threads
+    from graph_runtime.lib.ops import slicing
+    if num_threads() < 2:
+        pytest.skip("one CPU: no workers")
+    monkeypatch.setenv("GRAPH_RUNTIME_ONEDNN_THREADS", mode)
+    shapes = [(1, 64, 80, 80), (1, 32, 80, 80), (1, 16, 80, 80)]  # 716,800 values
+    openmp = omp_team.available()  # without oneDNN, neither mode has the team
+    assert not openmp or mode == "openmp"
+    assert _prepared("concatenate", shapes, {"axis": 1}).workers == (1 if openmp else 2)
+    monkeypatch.setattr(slicing, "OPENMP_SERIAL_OUTPUTS", 1 << 10)
+    monkeypatch.setattr(slicing, "SERIAL_OUTPUTS", 1 << 10)
+    kernel = _prepared("concatenate", shapes, {"axis": 1})
+    assert kernel.workers == 2
+    xs = [random_array(s, "float32", seed=i) for i, s in enumerate(shapes)]
+    want = np.concatenate(xs, axis=1)
+    for layouts in ([True] * 4, [False] * 4, [True, False, True, False]):
+        kernel.use_channels_last([i for i, on in enumerate(layouts) if on])
+        out = _blank(want.shape, layouts[-1])
+        kernel(*[_in_layout(x, on) for x, on in zip(xs, layouts)], out)
+        np.testing.assert_array_equal(out, want)
 
 def test_a_serial_concatenate_takes_any_shape(random_array) -> None:
     # a KV cache's past joined with one new token, one length more each step: the kernel

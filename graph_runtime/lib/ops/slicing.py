@@ -11,6 +11,7 @@ from ..attrs import (attr_error, float_attr, normalize_axis, op_error, parse_val
 from ..kernels.host import host_factory
 from ..kernels.opencl.source import cl_strided_copy
 from ..library import TensorSpec
+from ..kernels.cpu.omp_team import available as team_available
 from ..kernels.cpu.pool_jit import SERIAL_OUTPUTS
 from ..kernels.threads import channel_split, chunk_bounds, parallel_items
 from ..prepared import PreparedKernel
@@ -201,6 +202,18 @@ def _host_concatenate(xp: Any, backend: Backend, device_id: int, inputs: Sequenc
     return lambda *arrays: xp.concatenate(arrays[:-1], axis=axis, out=arrays[-1])
 
 
+# In OpenMP mode oneDNN's threads spin on the cores after each primitive, and the runtime's
+# workers share the cores with them: Swin's window joins of ~300K values took 150-420 us on
+# the workers and 61-353 on one thread, SegFormer's 64 MB join 10 ms against 16. Bands go to
+# the workers from this many values there.
+OPENMP_SERIAL_OUTPUTS = 1 << 21
+
+
+def _serial_outputs() -> int:
+    """Values below which a join of images is copied on the calling thread alone."""
+    return OPENMP_SERIAL_OUTPUTS if team_available() else SERIAL_OUTPUTS
+
+
 class _HostConcat(PreparedKernel):
     """NumPy's concatenate; 4-D arrays may be the NCHW views of NHWC bytes (runtime/layouts.py),
     copied in their memory order: SegFormer's decoder joins four NHWC maps (64 MB) for a
@@ -213,7 +226,7 @@ class _HostConcat(PreparedKernel):
         self.band_axis = 2 if axis != 2 else 3
         outputs = sum(size_of(spec.shape) for spec in inputs)
         length = shape[self.band_axis] if self.images else 1
-        self.chunks, self.workers = (channel_split(1, length, outputs, SERIAL_OUTPUTS)
+        self.chunks, self.workers = (channel_split(1, length, outputs, _serial_outputs())
                                      if self.images else (1, 1))
         self.offsets = np.cumsum([0] + [spec.shape[axis] for spec in inputs]).tolist()
 
@@ -242,7 +255,7 @@ class _HostConcat(PreparedKernel):
         """Serial at these shapes too: a large image join is prepared on the workers."""
         out = shapes[-1]
         return not self.images or channel_split(1, out[self.band_axis], size_of(out),
-                                                SERIAL_OUTPUTS)[1] <= 1
+                                                _serial_outputs())[1] <= 1
 
     def channels_last_positions(self) -> tuple[int, ...]:
         return tuple(range(self.n_inputs + 1)) if self.images else ()
