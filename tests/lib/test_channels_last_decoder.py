@@ -116,6 +116,7 @@ def test_a_join_goes_to_the_workers_by_its_size_and_the_mode(mode, monkeypatch,
         kernel(*[_in_layout(x, on) for x, on in zip(xs, layouts)], out)
         np.testing.assert_array_equal(out, want)
 
+
 def test_a_serial_concatenate_takes_any_shape(random_array) -> None:
     # a KV cache's past joined with one new token, one length more each step: the kernel
     # prepared at one length serves the next (runtime/executor.py shares it by band)

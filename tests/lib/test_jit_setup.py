@@ -236,6 +236,7 @@ def test_a_graph_without_compiled_kernels_never_starts_it() -> None:
 def test_a_symbolic_module_starts_the_set_up_at_create() -> None:
     _run(SYMBOLIC_CREATE_STARTS)
 
+
 def test_one_cpu_never_starts_it() -> None:
     _run(ONE_CPU, GRAPH_RUNTIME_NUM_THREADS="1")
 

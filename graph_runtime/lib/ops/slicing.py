@@ -226,7 +226,10 @@ class _HostConcat(PreparedKernel):
         self.band_axis = 2 if axis != 2 else 3
         outputs = sum(size_of(spec.shape) for spec in inputs)
         length = shape[self.band_axis] if self.images else 1
-        self.chunks, self.workers = (channel_split(1, length, outputs, _serial_outputs())
+        # the thread mode read once (a change of it makes the kernels again): serves asks at
+        # each of a decoder's new lengths, for every KV join
+        self.serial_below = _serial_outputs()
+        self.chunks, self.workers = (channel_split(1, length, outputs, self.serial_below)
                                      if self.images else (1, 1))
         self.offsets = np.cumsum([0] + [spec.shape[axis] for spec in inputs]).tolist()
 
@@ -255,7 +258,7 @@ class _HostConcat(PreparedKernel):
         """Serial at these shapes too: a large image join is prepared on the workers."""
         out = shapes[-1]
         return not self.images or channel_split(1, out[self.band_axis], size_of(out),
-                                                _serial_outputs())[1] <= 1
+                                                self.serial_below)[1] <= 1
 
     def channels_last_positions(self) -> tuple[int, ...]:
         return tuple(range(self.n_inputs + 1)) if self.images else ()

@@ -454,8 +454,8 @@ def team_block(geometry: Any, out: Any, ins: Sequence[Any]) -> np.ndarray:
 
 
 # (input dtypes, output dtype, kinds, steps, in_place) -> the module made from their source,
-# which depends on nothing else (chain_source): a symbolic module's new shape prepares its chains again, and
-# generating and hashing the same source cost a decode step ~40 us per chain
+# which depends on nothing else (chain_source): a symbolic module's new shape prepares its
+# chains again, and generating and hashing the same source cost a decode step ~40 us per chain
 _compiled: dict[tuple, Any] = {}
 _lock = threading.Lock()
 
@@ -578,7 +578,6 @@ class CompiledChain(PreparedKernel):
         module = self._module_of(kinds, source)
         # (the count of workers read only for a loop that may use them: ~15 us outside a build)
         workers = num_threads() if size * self._weight >= PARALLEL_WORK else 1
-        workers = workers if workers > 1 else 1
         chunks = min(4 * workers, max(1, size // 4096))
         bounds = [(c * size // chunks, (c + 1) * size // chunks)
                   for c in range(chunks)] if workers > 1 else [(0, size)]
