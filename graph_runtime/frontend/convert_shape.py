@@ -12,7 +12,7 @@ from .convert import (Context, add_facts, const_input, converts, ints_of, norm_a
                       required_ints)
 from .fold import fold_concat, fold_expand, fold_shape, fold_tile
 from .fold_sym import normal
-from .symdim import Undecidable, decided_unequal, floordiv, is_int, same_shape, same_size
+from .symdim import decided_unequal, floordiv, index_of_same_size, is_int, same_shape
 from .fold_size import broadcast, size_constant_of_shape, size_expand, size_range, size_tile
 from .ir import NeedsValue, Unsupported, Value, check_const_bytes, check_entry, check_rank
 from .onnx_node import OnnxNode
@@ -72,15 +72,11 @@ def _unmatched(dims: list[Any], known: list[Any]) -> tuple[Any, Any]:
     rest = list(known)
     left = []
     for d in dims:
-        for k, e in enumerate(rest):
-            try:
-                if same_size(d, e):
-                    del rest[k]
-                    break
-            except Undecidable:
-                continue
-        else:
+        k = index_of_same_size(d, rest)
+        if k is None:
             left.append(d)
+        else:
+            del rest[k]
     return math.prod(left), math.prod(rest)
 
 

@@ -10,7 +10,7 @@ from ..lib.library import TensorSpec
 from ..lib.registry import OPS
 from .ir import Unsupported
 from .symdim import (Sym, Undecidable, as_int, broadcast_dims, clamped_by, decided_unequal,
-                     has_sym, same_size, slice_range, window_length)
+                     has_sym, index_of_same_size, slice_range, window_length)
 
 Rule = Callable[[Sequence[TensorSpec], Mapping[str, Any]], list[TensorSpec]]
 
@@ -103,12 +103,9 @@ def _unified(inputs: Sequence[TensorSpec]) -> list[TensorSpec] | None:
     def one(d: Any) -> Any:
         if not isinstance(d, Sym):
             return d
-        for m in met:
-            try:
-                if m is d or same_size(m, d):
-                    return m
-            except Undecidable:
-                continue
+        k = index_of_same_size(d, met)
+        if k is not None:
+            return met[k]
         met.append(d)
         return d
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Union
+from typing import Any, Sequence, Union
 
 import numpy as np
 
@@ -416,6 +416,18 @@ def same_size(a: Any, b: Any) -> bool:
         if _agree_where_sizes(a, b):
             return True
         raise undecided from None
+
+
+def index_of_same_size(d: Any, candidates: Sequence[Any]) -> int | None:
+    """The first candidate that is d itself or the same size (same_size), where none is
+    undecidable before it decides; None where none is."""
+    for k, c in enumerate(candidates):
+        try:
+            if c is d or same_size(c, d):
+                return k
+        except Undecidable:
+            continue
+    return None
 
 
 SIZE_SAMPLES = 256  # values tried by _agree_where_sizes, from a fixed seed
