@@ -68,6 +68,12 @@ TEAM_GEMV_LAYOUT = Setting(
     "stream a thread) or as given (auto: measured once per machine, packed unless as given is "
     "clearly faster)",
     ("auto", "packed", "given"))
+VECTOR_WIDTH = Setting(
+    "GRAPH_RUNTIME_VECTOR_WIDTH", "auto",
+    "vector width of the compiled softmax loops: 512-bit or LLVM's default 256 on AVX-512 "
+    "(auto: 512 on CPUs that keep their clock with it: AVX-512 FP16, AMD Zen 4 on); read at "
+    "import",
+    ("auto", "256", "512"))
 DENSE_TRANSPOSE = Setting(
     "GRAPH_RUNTIME_DENSE_TRANSPOSE", "auto",
     "batched dense: keep the weight transposed (auto: where measured faster)", AUTO_ON_OFF)
@@ -195,6 +201,7 @@ LOOP_MAX_ITERATIONS = Setting(
     values_text="a positive integer")
 
 SETTINGS = (NUM_THREADS, CONV, OPENCL_CONV, GEMV_PADDING, TEAM_GEMV, TEAM_GEMV_LAYOUT,
+            VECTOR_WIDTH,
             DENSE_TRANSPOSE, DENSE_SPLIT,
             DENSE_TILES, ATTENTION_SPLIT, OPENCL_GEMM, TUNING_CACHE, TUNING_BUSY, TUNING_CONFIRM,
             SHAPE_TUNING,

@@ -342,16 +342,22 @@ def test_cpu_onednn_softmax_in_each_block_on_the_workers(monkeypatch, case: tupl
 @pytest.mark.parametrize("case", [
     (2, 96, 96, 4, 16, (2, 1, 1, 96), False, False),  # a padding mask
     (1, 120, 120, 3, 8, (1, 3, 120, 120), True, False),  # a mask per head, packed qkv
-    (1, 100, 100, 4, 8, None, False, False)])
+    (1, 100, 100, 4, 8, None, False, False),
+    (1, 256, 256, 2, 8, (1, 1, 1, 256), False, False)])  # long rows: the wide pass (if WIDE)
 def test_cpu_openmp_softmax_of_many_scores_on_the_team(monkeypatch, case: tuple) -> None:
     """With oneDNN's OpenMP threads, scores enough for the team (rows_jit.on_team) take the
     compiled pass on it between oneDNN's products (faster than oneDNN's softmax primitive),
-    scale and mask included; a row masked everywhere, or a NaN in q, gives a NaN row."""
+    scale and mask included; a row masked everywhere, or a NaN in q, gives a NaN row. Rows
+    long enough take its 512-bit form where the machine does (vector_width.py)."""
+    from graph_runtime.lib.kernels.cpu import attention, vector_width
     from graph_runtime.lib.kernels.cpu.omp_team import available
     arrays, want, kernel = _onednn_kernel(monkeypatch, case, "openmp")
     if not available():
         pytest.skip("oneDNN's OpenMP team is not available here")
     assert kernel.team and not kernel.softmax_on_onednn
+    wide = vector_width.wide_rows(case[2])
+    assert kernel._pass_team is (attention._scale_mask_softmax_team_wide if wide
+                                 else attention._scale_mask_softmax_team)
     out = np.full(want.shape, np.nan, np.float32)
     views = kernel._views(kernel._views_of, (*arrays, out))
     assert views[5] is not None and not views[5].softmax_fused

@@ -1,19 +1,21 @@
 """numba's disk cache keys for the CPU kernels folder (lib/kernels/cpu/jit_cache.py)."""
 from __future__ import annotations
 
-from graph_runtime.lib.kernels.cpu import jit_cache
+from graph_runtime.lib.kernels.cpu import jit_cache, vector_width
 from graph_runtime.lib.kernels.cpu.attention import _scale_mask_softmax
 from graph_runtime.lib.kernels.cpu.rows_jit import _layer_norm_rows
 
 
 def test_cached_functions_here_are_keyed_by_the_folders_sources() -> None:
     """attention inlines rows_jit's softmax (and fast_math's exp): its cache stamp holds the
-    digest of every numba source of the folder, so an edit to a helper recompiles it."""
+    digest of every numba source of the folder, so an edit to a helper recompiles it, and the
+    vector width the process compiles with (vector_width.py)."""
     for fn in (_scale_mask_softmax, _layer_norm_rows):
         locator = fn._cache._impl._locator
         assert type(locator).__name__.startswith("FolderStamped")
-        own, digest = locator.get_source_stamp()
+        own, digest, wide = locator.get_source_stamp()
         assert digest == jit_cache.sources_digest() and own
+        assert wide is vector_width.WIDE
 
 
 def test_digest_follows_the_sources(tmp_path, monkeypatch) -> None:

@@ -30,7 +30,8 @@ from ...tuning import Choice
 from . import jit_setup
 from .loops_jit import compiled, inlined, lane_dot
 from .omp_team import block, float32_at, my_rows, run_on_team, team_arrays, team_kernel
-from .rows_jit import OtherPath, on_team, softmax_row
+from .rows_jit import OtherPath, _exp_sum32, _exp_sum32_wide, on_team, softmax_row
+from .vector_width import wide_rows, wide_vectors
 from ..heads import head_view
 from ..threads import ONE_BLAS_THREAD, num_threads, parallel_images
 
@@ -69,15 +70,16 @@ def _blocks(batch: int, heads: int, q_len: int, workers: int) -> list[Block]:
 # that file (and fast_math.py) too, so an edit there recompiles it.
 @inlined
 def _masked_softmax_row(row: Any, mrow: Any, scale: Any, one: Any, nan_to_zero: bool,
-                        has_mask: bool) -> None:
-    """row = softmax(row * scale + mrow) in place (mrow read only with has_mask).
+                        has_mask: bool, exp_sum32: Any) -> None:
+    """row = softmax(row * scale + mrow) in place (mrow read only with has_mask); exp_sum32 as
+    softmax_row's.
 
     As NumPy's softmax: a NaN, or a row masked everywhere (-inf - -inf), gives a NaN row;
     nan_to_zero then zeroes NaNs, as the exporters' where(isnan(p), 0, p) does. Without a
     mask a positive scale is applied inside the exp (softmax_row), saving a pass.
     """
     if not has_mask and scale > 0:
-        softmax_row(row, nan_to_zero, scale)
+        softmax_row(row, nan_to_zero, scale, exp_sum32)
         return
     if has_mask:
         for j in range(row.shape[0]):
@@ -85,7 +87,22 @@ def _masked_softmax_row(row: Any, mrow: Any, scale: Any, one: Any, nan_to_zero: 
     else:
         for j in range(row.shape[0]):
             row[j] = row[j] * scale
-    softmax_row(row, nan_to_zero, one)
+    softmax_row(row, nan_to_zero, one, exp_sum32)
+
+
+@inlined
+def _scale_mask_softmax_with(s: Any, mask: Any, b0: int, h0: int, q0: int, scale: Any,
+                             one: Any, nan_to_zero: bool, has_mask: bool,
+                             exp_sum32: Any) -> None:
+    nb, nh, nq, _ = s.shape
+    mb, mh, mq = mask.shape[0], mask.shape[1], mask.shape[2]
+    for b in range(nb):
+        for h in range(nh):
+            for i in range(nq):
+                mrow = mask[b0 + b if mb > 1 else 0, h0 + h if mh > 1 else 0,
+                            q0 + i if mq > 1 else 0]
+                _masked_softmax_row(s[b, h, i], mrow, scale, one, nan_to_zero, has_mask,
+                                    exp_sum32)
 
 
 @compiled
@@ -96,21 +113,21 @@ def _scale_mask_softmax(s: Any, mask: Any, b0: int, h0: int, q0: int, scale: Any
     read as they are: a C-contiguous mask's vectorize, where a broadcast view's strided rows
     took GPT-2-tiny's masked softmax from 7.5 to 10.4 us); scale and one of s's type (a
     float64 one would widen float32 arithmetic)."""
-    nb, nh, nq, _ = s.shape
-    mb, mh, mq = mask.shape[0], mask.shape[1], mask.shape[2]
-    for b in range(nb):
-        for h in range(nh):
-            for i in range(nq):
-                mrow = mask[b0 + b if mb > 1 else 0, h0 + h if mh > 1 else 0,
-                            q0 + i if mq > 1 else 0]
-                _masked_softmax_row(s[b, h, i], mrow, scale, one, nan_to_zero, has_mask)
+    _scale_mask_softmax_with(s, mask, b0, h0, q0, scale, one, nan_to_zero, has_mask,
+                             _exp_sum32)
 
 
-@team_kernel
-def _scale_mask_softmax_team(data: Any) -> None:
-    """_scale_mask_softmax's rows on oneDNN's OpenMP team (omp_team.py), float32: the block
-    holds the scores and their four dims, the mask (0 without one) and its first three dims (1
-    where it broadcasts; its last is the scores'), the scale's bits and nan_to_zero."""
+@compiled
+def _scale_mask_softmax_wide(s: Any, mask: Any, b0: int, h0: int, q0: int, scale: Any,
+                             one: Any, nan_to_zero: bool, has_mask: bool) -> None:
+    """_scale_mask_softmax in 512-bit vectors (for long rows: vector_width.wide_rows)."""
+    wide_vectors()
+    _scale_mask_softmax_with(s, mask, b0, h0, q0, scale, one, nan_to_zero, has_mask,
+                             _exp_sum32_wide)
+
+
+@inlined
+def _scale_mask_softmax_on_team(data: Any, exp_sum32: Any) -> None:
     b = carray(data, (11,), np.int64)
     nb, nh, nq, nk = b[1], b[2], b[3], b[4]
     mb, mh, mq = b[6], b[7], b[8]
@@ -123,7 +140,22 @@ def _scale_mask_softmax_team(data: Any) -> None:
         i, h, n = r % nq, r // nq % nh, r // (nh * nq)
         m = ((n if mb > 1 else 0) * mh + (h if mh > 1 else 0)) * mq + (i if mq > 1 else 0)
         _masked_softmax_row(s[r], mask[m if has_mask else 0], scale, np.float32(1),
-                            b[10] != 0, has_mask)
+                            b[10] != 0, has_mask, exp_sum32)
+
+
+@team_kernel
+def _scale_mask_softmax_team(data: Any) -> None:
+    """_scale_mask_softmax's rows on oneDNN's OpenMP team (omp_team.py), float32: the block
+    holds the scores and their four dims, the mask (0 without one) and its first three dims (1
+    where it broadcasts; its last is the scores'), the scale's bits and nan_to_zero."""
+    _scale_mask_softmax_on_team(data, _exp_sum32)
+
+
+@team_kernel
+def _scale_mask_softmax_team_wide(data: Any) -> None:
+    """_scale_mask_softmax_team in 512-bit vectors (for long rows)."""
+    wide_vectors()
+    _scale_mask_softmax_on_team(data, _exp_sum32_wide)
 
 
 @compiled
@@ -151,7 +183,7 @@ def _few_queries(q: Any, k: Any, v: Any, mask: Any, out: Any, q_offset: int, hea
                 for j in range(nk):
                     s[j] = lane_dot(qi, k[b, g, j], zero)
                 _masked_softmax_row(s, mask[b if mb else 0, h if mh else 0, i if mq else 0],
-                                    scale, one, nan_to_zero, has_mask)
+                                    scale, one, nan_to_zero, has_mask, _exp_sum32)
                 acc[:] = zero
                 for j in range(nk):
                     p = s[j]
@@ -275,7 +307,10 @@ class AttentionKernel(PreparedKernel):
         self.softmax_on_onednn = products == "onednn" and not nan_to_zero and \
             dtype == "float32" and ((openmp and not self.team) or (
                 not openmp and batch * heads * q_len * k_len >= ONEDNN_SOFTMAX_SCORES))
-        self._ahead = OtherPath(_scale_mask_softmax_team, _scale_mask_softmax)
+        # the pass's loops 16 lanes wide for long rows (vector_width.py)
+        self._pass, self._pass_team = (_scale_mask_softmax_wide, _scale_mask_softmax_team_wide) \
+            if wide_rows(k_len) else (_scale_mask_softmax, _scale_mask_softmax_team)
+        self._ahead = OtherPath(self._pass_team, self._pass)
         if self.workers > 1 and work >= PARALLEL_FLOPS and (batch * heads > 1 or q_len > 1) \
                 and not openmp:
             split = _blocks(batch, heads, q_len, self.workers)
@@ -431,6 +466,7 @@ class AttentionKernel(PreparedKernel):
         scores, blocks, group = self.scores, self.blocks, self.heads // self.kv_heads
         scale, one, nan_to_zero, has_mask = self.typed_scale, self.one, self.nan_to_zero, \
             self.has_mask
+        softmax_pass = self._pass
 
         def block(worker: int, index: int) -> None:
             b, h0, h1, q0, q1 = blocks[index]
@@ -445,7 +481,7 @@ class AttentionKernel(PreparedKernel):
             if products is not None and products.softmax_fused:
                 products.softmax_on_worker(index)  # scaled and masked by qk's post-ops
             else:
-                _scale_mask_softmax(s, mask, b, h0, q0, scale, one, nan_to_zero, has_mask)
+                softmax_pass(s, mask, b, h0, q0, scale, one, nan_to_zero, has_mask)
             if products is not None:
                 products.pv_on_worker(index)
             else:
@@ -470,9 +506,9 @@ class AttentionKernel(PreparedKernel):
                 self._ahead.load(seen.team_block is not None, scores, mask, 0, 0, 0, scale,
                                  one, nan_to_zero, has_mask)
             if seen.team_block is not None:
-                run_on_team(_scale_mask_softmax_team(), seen.team_block)
+                run_on_team(self._pass_team(), seen.team_block)
             else:
-                _scale_mask_softmax(scores, mask, 0, 0, 0, scale, one, nan_to_zero, has_mask)
+                self._pass(scores, mask, 0, 0, 0, scale, one, nan_to_zero, has_mask)
             if products is not None:
                 products.pv(0)
             elif grouped:

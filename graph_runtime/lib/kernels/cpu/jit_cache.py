@@ -4,9 +4,9 @@ numba keys a cached function by the hash of the file that defines it, but the lo
 helpers from sibling files (attention.py takes rows_jit.softmax_row, which takes fast_math's
 exp): an edit to a helper left the callers' stale machine code in use until their own file
 changed. install() puts locators in front of numba's that add a digest of every numba source
-in this folder to that key, for functions defined in this folder only; any edit here then
-recompiles this folder's cached functions once. numba's locator classes are internal API: where
-they are missing the cache keeps numba's own key.
+in this folder to that key, and the vector width (vector_width.py), for functions defined in
+this folder only; any edit here then recompiles this folder's cached functions once. numba's
+locator classes are internal API: where they are missing the cache keeps numba's own key.
 """
 from __future__ import annotations
 
@@ -37,7 +37,8 @@ def _stamped(base: Any) -> Any:
 
     class Stamped(base):  # type: ignore[misc, valid-type]
         def get_source_stamp(self) -> Any:
-            return (super().get_source_stamp(), sources_digest())
+            from .vector_width import WIDE  # machine code differs with the width
+            return (super().get_source_stamp(), sources_digest(), WIDE)
 
         @classmethod
         def from_function(cls, py_func: Any, py_file: str) -> Any:

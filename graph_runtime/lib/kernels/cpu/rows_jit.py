@@ -22,6 +22,7 @@ from . import jit_setup
 from .fast_math import _bits_of_float, _float_of_bits, as_type_of, exp_neg32, softmax_exp_as
 from .loops_jit import compiled, inlined, reassociating
 from .omp_team import available, block, float32_at, my_rows, run_on_team, team_arrays, team_kernel
+from .vector_width import wide_rows, wide_vectors
 from ..threads import num_threads, parallel_rows
 from ...prepared import AnyShape
 
@@ -175,34 +176,31 @@ def _row_max_bits(row: Any) -> Any:
     return _float_of_bits(np.int32(bits))  # type: ignore[call-arg]
 
 
-def exp_sum_as(row: Any, top: Any, scale: Any) -> float:
+def exp_sum_as(row: Any, top: Any, scale: Any, exp_sum32: Any) -> float:
     """row[j] = exp((row[j] - top) * scale) in place, and their sum (softmax's numerator and
-    denominator): for float32 rows one loop (_exp_sum32), else the exp, then _row_sum."""
+    denominator): for float32 rows one loop (exp_sum32: _exp_sum32 or _exp_sum32_wide), else
+    the exp, then _row_sum."""
     for j in range(row.shape[0]):
         row[j] = math.exp((row[j] - top) * scale)
     return float(row.sum())
 
 
 @overload(exp_sum_as, inline="always")
-def _exp_sum_as(row: Any, top: Any, scale: Any) -> Any:
+def _exp_sum_as(row: Any, top: Any, scale: Any, exp_sum32: Any) -> Any:
     if isinstance(row.dtype, types.Float) and row.dtype.bitwidth == 32:
-        def narrow(row: Any, top: Any, scale: Any) -> Any:
-            return _exp_sum32(row, top, scale)
+        def narrow(row: Any, top: Any, scale: Any, exp_sum32: Any) -> Any:
+            return exp_sum32(row, top, scale)
         return narrow
 
-    def wide(row: Any, top: Any, scale: Any) -> Any:
+    def wide(row: Any, top: Any, scale: Any, exp_sum32: Any) -> Any:
         for j in range(row.shape[0]):
             row[j] = softmax_exp_as((row[j] - top) * scale, row[j])
         return _row_sum(row)
     return wide
 
 
-@reassociating
-def _exp_sum32(row: Any, top: Any, scale: Any) -> Any:
-    """exp_sum_as of a float32 row: each exp summed as it is stored, in float32 vector lanes
-    (16 partial sums of a few terms each, as ONNX Runtime's MLAS sums its softmax). One pass
-    where the exp, then a float64 sum, took two: 4,096 rows of 256 in 521 against 607 us on one
-    core, each value within the same 4e-6 of a float64 softmax (docs/measurements.md)."""
+@inlined
+def _exp_sum32_loop(row: Any, top: Any, scale: Any) -> Any:
     total = np.float32(0.0)
     for j in range(row.shape[0]):
         e = exp_neg32(np.float32((row[j] - top) * scale))
@@ -211,10 +209,27 @@ def _exp_sum32(row: Any, top: Any, scale: Any) -> Any:
     return total
 
 
+@reassociating
+def _exp_sum32(row: Any, top: Any, scale: Any) -> Any:
+    """exp_sum_as of a float32 row: each exp summed as it is stored, in float32 vector lanes
+    (16 partial sums of a few terms each, as ONNX Runtime's MLAS sums its softmax). One pass
+    where the exp, then a float64 sum, took two: 4,096 rows of 256 in 521 against 607 us on one
+    core, each value within the same 4e-6 of a float64 softmax (docs/measurements.md)."""
+    return _exp_sum32_loop(row, top, scale)
+
+
+@reassociating
+def _exp_sum32_wide(row: Any, top: Any, scale: Any) -> Any:
+    """_exp_sum32 in 512-bit vectors where the machine takes them (vector_width.py)."""
+    wide_vectors()
+    return _exp_sum32_loop(row, top, scale)
+
+
 @inlined
-def softmax_row(row: Any, nan_to_zero: bool, scale: Any) -> None:
+def softmax_row(row: Any, nan_to_zero: bool, scale: Any, exp_sum32: Any) -> None:
     """row = softmax(row * scale) in place, for scale > 0 of the row's type, as NumPy's (a NaN,
-    or -inf everywhere, gives NaN; then 0 with nan_to_zero).
+    or -inf everywhere, gives NaN; then 0 with nan_to_zero). exp_sum32: _exp_sum32, or in a
+    function marked wide_vectors() _exp_sum32_wide (its loops are then all 16 lanes wide).
 
     A NaN makes the whole row NaN as in NumPy, through its exp and so the sum, whatever the
     max made of it (as does an inf, whose x - max is NaN). The max and the exp with its sum
@@ -227,7 +242,7 @@ def softmax_row(row: Any, nan_to_zero: bool, scale: Any) -> None:
     top = row_max_as(row)
     # NOTE: 1 / sum rounded to the row's type: a float64 multiplier took the normalizing loop
     # from 2.4 to ~10 us over Whisper's 400 rows of 200 (half the vector width)
-    inv = as_type_of(1.0 / exp_sum_as(row, top, scale), top)
+    inv = as_type_of(1.0 / exp_sum_as(row, top, scale, exp_sum32), top)
     for j in range(n):
         p = row[j] * inv
         if nan_to_zero and p != p:
@@ -235,14 +250,25 @@ def softmax_row(row: Any, nan_to_zero: bool, scale: Any) -> None:
         row[j] = p
 
 
-@compiled
-def _softmax_rows(x: Any, out: Any, lo: int, hi: int, one: Any) -> None:
+@inlined
+def _softmax_rows_with(x: Any, out: Any, lo: int, hi: int, one: Any, exp_sum32: Any) -> None:
     n = x.shape[1]
     for r in range(lo, hi):
         row = out[r]
         for j in range(n):
             row[j] = x[r, j]
-        softmax_row(row, False, one)
+        softmax_row(row, False, one, exp_sum32)
+
+
+@compiled
+def _softmax_rows(x: Any, out: Any, lo: int, hi: int, one: Any) -> None:
+    _softmax_rows_with(x, out, lo, hi, one, _exp_sum32)
+
+
+@compiled
+def _softmax_rows_wide(x: Any, out: Any, lo: int, hi: int, one: Any) -> None:
+    wide_vectors()
+    _softmax_rows_with(x, out, lo, hi, one, _exp_sum32_wide)
 
 
 # The same loops on oneDNN's OpenMP team (omp_team.py), float32 rows. Each block starts with
@@ -283,6 +309,12 @@ def _group_norm_team(data: Any) -> None:
 def _softmax_team(data: Any) -> None:
     x, out, lo, hi = _team_rows(carray(data, (4,), np.int64))
     _softmax_rows(x, out, lo, hi, np.float32(1))
+
+
+@team_kernel
+def _softmax_team_wide(data: Any) -> None:
+    x, out, lo, hi = _team_rows(carray(data, (4,), np.int64))
+    _softmax_rows_wide(x, out, lo, hi, np.float32(1))
 
 
 def on_team(rows: int, width: int) -> bool:
@@ -393,7 +425,10 @@ def softmax_rows(shape: tuple[int, ...]) -> RowKernel:
     jit_setup.start()
     ones: dict[Any, Any] = {}  # 1 in each dtype: a float64 one would widen float32 arithmetic
     team_ok = available()
-    ahead = OtherPath(_softmax_team, _softmax_rows)
+    # (team kernel, rows function, the other path ahead) by vector width (wide_rows)
+    paths = {wide: (team_fn, rows_fn, OtherPath(team_fn, rows_fn)) for wide, team_fn, rows_fn in
+             ((False, _softmax_team, _softmax_rows), (True, _softmax_team_wide,
+                                                      _softmax_rows_wide))}
 
     def run(x: Any, out: Any) -> None:
         rows, width = _rows_of(x)
@@ -403,12 +438,13 @@ def softmax_rows(shape: tuple[int, ...]) -> RowKernel:
         if one is None:
             one = ones[x.dtype] = x.dtype.type(1)
         team = team_ok and on_team_size(rows, width)
+        team_fn, rows_fn, ahead = paths[wide_rows(width)]
         if ahead.pending:
             ahead.load(team, x2, o2, 0, 0, one)
         if team and team_arrays(x2, o2):
-            run_on_team(_softmax_team(), block(x2, o2, rows, width))
+            run_on_team(team_fn(), block(x2, o2, rows, width))
             return
-        _split(rows, width, lambda lo, hi: _softmax_rows(x2, o2, lo, hi, one))()
+        _split(rows, width, lambda lo, hi: rows_fn(x2, o2, lo, hi, one))()
     return RowKernel(run)
 
 
