@@ -343,7 +343,7 @@ def test_cpu_onednn_softmax_in_each_block_on_the_workers(monkeypatch, case: tupl
     (2, 96, 96, 4, 16, (2, 1, 1, 96), False, False),  # a padding mask
     (1, 120, 120, 3, 8, (1, 3, 120, 120), True, False),  # a mask per head, packed qkv
     (1, 100, 100, 4, 8, None, False, False),
-    (1, 256, 256, 2, 8, (1, 1, 1, 256), False, False)])  # long rows: the wide pass (if WIDE)
+    (1, 256, 256, 2, 8, (1, 1, 1, 256), False, False)])  # long rows: the wide pass (if wide())
 def test_cpu_openmp_softmax_of_many_scores_on_the_team(monkeypatch, case: tuple) -> None:
     """With oneDNN's OpenMP threads, scores enough for the team (rows_jit.on_team) take the
     compiled pass on it between oneDNN's products (faster than oneDNN's softmax primitive),

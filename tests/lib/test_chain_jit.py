@@ -30,6 +30,10 @@ CASES = [
                               ((3, 33), "float32"), ((), "float32"), ((), "float32"),
                               ((3, 33), "float32"), ((), "float32")]),
     ("bias_gelu", [Step("add"), Step("gelu")], [((5, 37), "float32"), ((37,), "float32")]),
+    # rows of whole 64-value turns: the loop's 16-lane form where the machine takes it
+    ("long_bias_gelu", [Step("add"), Step("gelu")], [((3, 256), "float32"), ((256,), "float32")]),
+    ("long_tanh_silu", [Step("gelu", {"approximate": "tanh"}), Step("sigmoid"),
+                        Step("multiply")], [((2, 1, 200), "float32"), ((2, 7, 200), "float32")]),
     ("gelu_tanh_attr", [Step("gelu", {"approximate": "tanh"}), Step("relu")],
      [((4, 9), "float64")]),
     ("mask", [Step("multiply"), Step("add")],
@@ -307,3 +311,23 @@ def test_reshapes_in_a_row_are_one_reshape_taking_any_shape() -> None:
     out = np.empty((1, 1, 1, 11), np.int64)
     fn(np.arange(11), out)
     np.testing.assert_array_equal(out.reshape(-1), np.arange(11))
+
+
+@pytest.mark.parametrize("shapes,inner", [
+    ([((3, 256), "float32"), ((256,), "float32")], 256),  # a bias row: rows of 256
+    ([((4, 5, 33), "float32"), ((4, 5, 33), "float32")], 660),  # whole: one row of 660
+    ([((6, 49), "float32"), ((49,), "float32")], 49)])
+def test_a_chains_loop_is_16_lanes_wide_for_long_rows(shapes: list, inner: int,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The module a shape runs is the 16-lane form where its rows (the innermost collapsed
+    dim) take it (vector_width.wide_rows), and computes what NumPy does."""
+    from graph_runtime.lib.kernels.cpu import vector_width
+    specs = [TensorSpec(s, d) for s, d in shapes]
+    arrays = _inputs(specs, np.random.default_rng(inner))
+    want, _ = _run([Step("add"), Step("gelu")], specs, arrays, monkeypatch, "off")
+    got, fn = _run([Step("add"), Step("gelu")], specs, arrays, monkeypatch, "auto")
+    compiled = fn if isinstance(fn, chain_jit.CompiledChain) else fn._steps[-1][0]
+    geometry = compiled.at(tuple(s for s, _ in shapes) + (want.shape,))
+    assert geometry.inner == inner
+    assert geometry.form[1] is vector_width.wide_rows(inner)
+    _assert_close(got, want, arrays)

@@ -15,7 +15,7 @@ def test_cached_functions_here_are_keyed_by_the_folders_sources() -> None:
         assert type(locator).__name__.startswith("FolderStamped")
         own, digest, wide = locator.get_source_stamp()
         assert digest == jit_cache.sources_digest() and own
-        assert wide is vector_width.WIDE
+        assert wide is vector_width.stamp()
 
 
 def test_digest_follows_the_sources(tmp_path, monkeypatch) -> None:

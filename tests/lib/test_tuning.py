@@ -216,8 +216,19 @@ for i in range(int(sys.argv[2])):
 """
 
 
-def test_two_processes_writing_at_once_both_land(cache: Path) -> None:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+def _writer_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """A writer process's environment, this process's too: a count of threads fixed (an entry
+    is kept per count, which auto makes 1 while another process keeps a core busy: a writer
+    and this process then asked different entries) and choices stored however busy the
+    machine is (TUNING_BUSY), which these tests do not judge."""
+    monkeypatch.setenv(NUM_THREADS.name, "2")
+    monkeypatch.setenv(TUNING_BUSY.name, "keep")
+    return dict(os.environ, PYTHONPATH=str(ROOT))
+
+
+def test_two_processes_writing_at_once_both_land(cache: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    env = _writer_env(monkeypatch)
     count = 30
     writers = [subprocess.Popen([sys.executable, "-c", WRITER, name, str(count)], env=env,
                                 stderr=subprocess.PIPE, text=True) for name in ("a", "b")]
@@ -270,6 +281,7 @@ def test_timing_helpers_name_every_candidate() -> None:
 
 def test_the_file_is_parsed_once_until_another_writer_replaces_it(
         cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    env = _writer_env(monkeypatch)
     cache.parent.mkdir(parents=True)
     cache.write_bytes(_file(_entry(), _entry(key="other", chosen="on",
                                              seconds={"off": 2.0, "on": 1.0}, agreed=2)))
@@ -283,7 +295,7 @@ def test_the_file_is_parsed_once_until_another_writer_replaces_it(
     # again
     for _ in range(2):
         subprocess.run([sys.executable, "-c", WRITER, "third", "1"], cwd=ROOT, check=True,
-                       env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
+                       env=env, timeout=120)
     assert _choose(none, "third 0") == "on" and none.calls == 0 and len(parsed) == 2
 
 

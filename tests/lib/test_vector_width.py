@@ -30,11 +30,29 @@ def test_the_width_follows_the_setting_then_the_cpu(word: str, features: dict, c
 
 
 def test_rows_take_the_wide_loops_in_whole_turns(monkeypatch) -> None:
-    monkeypatch.setattr(vector_width, "WIDE", True)
+    monkeypatch.setattr(vector_width, "wide", lambda: True)
     assert [w for w in (32, 49, 63, 64, 100, 128, 150, 197, 256, 400, 577)
             if vector_width.wide_rows(w)] == [64, 128, 197, 256, 400, 577]
-    monkeypatch.setattr(vector_width, "WIDE", False)
+    monkeypatch.setattr(vector_width, "wide", lambda: False)
     assert not vector_width.wide_rows(256)
+
+
+def test_a_bad_width_is_named_by_the_first_long_row(monkeypatch) -> None:
+    """The setting is read at the first long row, not at import: a bad value there names the
+    setting (and leaves the jit cache's key without a width)."""
+    from graph_runtime.errors import LibraryError
+    from graph_runtime.settings import VECTOR_WIDTH
+    monkeypatch.setenv(VECTOR_WIDTH.name, "wide")
+    vector_width.wide.cache_clear()
+    try:
+        assert not vector_width.wide_rows(49)  # a short row asks nothing
+        with pytest.raises(LibraryError, match="GRAPH_RUNTIME_VECTOR_WIDTH must be auto, 256 or "
+                                               "512, got 'wide'"):
+            vector_width.wide_rows(256)
+        assert vector_width.stamp() is None
+    finally:
+        monkeypatch.delenv(VECTOR_WIDTH.name)
+        vector_width.wide.cache_clear()
 
 
 def _scores(rows: int, width: int) -> tuple[np.ndarray, np.ndarray]:
@@ -73,7 +91,7 @@ def _scale_rows(x, s):  # a loop LLVM vectorizes
 
 
 def test_a_marked_function_asks_llvm_for_512_bit_vectors() -> None:
-    """wide_vectors() marks the function calling it (where WIDE holds): LLVM then uses zmm
+    """wide_vectors() marks the function calling it (where wide() holds): LLVM then uses zmm
     registers in its loops; an unmarked one keeps LLVM's width. (Compiled here, uncached: a
     function loaded from numba's cache holds no IR to read.)"""
     @numba.njit(cache=False)
@@ -90,7 +108,7 @@ def test_a_marked_function_asks_llvm_for_512_bit_vectors() -> None:
     plain(x, np.float32(2))
     np.testing.assert_array_equal(x, 4)
     attribute = '"prefer-vector-width"="512"'
-    assert (attribute in marked.inspect_llvm(marked.signatures[0])) is vector_width.WIDE
+    assert (attribute in marked.inspect_llvm(marked.signatures[0])) is vector_width.wide()
     assert attribute not in plain.inspect_llvm(plain.signatures[0])
-    if vector_width.WIDE:
+    if vector_width.wide():
         assert "zmm" in marked.inspect_asm(marked.signatures[0])

@@ -43,6 +43,7 @@ from . import jit_setup
 from .jit_cache import install, sources_digest
 from ..threads import num_threads, parallel_items
 from .omp_team import available as team_available, block, run_on_team
+from .vector_width import wide_rows
 
 install()  # before any cache=True function here (jit_cache.py)
 
@@ -364,18 +365,24 @@ def source_header() -> str:
 
 
 def chain_source(inputs: Sequence[TensorSpec], output: TensorSpec, steps: Sequence[Step],
-                 kinds: Sequence[str], in_place: Sequence[int] = ()) -> str:
+                 kinds: Sequence[str], in_place: Sequence[int] = (), wide: bool = False) -> str:
     """The generated module: run(lo, hi, inner, out, a0.., m0..) computes flat elements [lo, hi).
 
     Inputs numbered in in_place are the output array itself and are read through out: LLVM
     then sees the same array at the same index, where two arguments that overlap fail its
     run-time alias check and send the loop down its scalar path (10x slower for GELU).
+    wide: its loop 16 float32 lanes wide (vector_width.py: rows long enough, a CPU that keeps
+    its clock; only then made, so its cached code is always of that width).
     """
     n = len(inputs)
     args = ["lo", "hi", "inner", "out"] + [f"a{i}" for i in range(n)] + [f"m{i}" for i in range(n)]
-    lines = [source_header(), "@numba.njit(cache=True, nogil=True, error_model='numpy', "
-             "boundscheck=False)", f"def run({', '.join(args)}):"]
-    body = [f"s{i} = a{i}[0]" for i, k in enumerate(kinds) if k == "s"]
+    lines = [source_header()]
+    if wide:
+        lines += ["from graph_runtime.lib.kernels.cpu.vector_width import wide_vectors", "", ""]
+    lines += ["@numba.njit(cache=True, nogil=True, error_model='numpy', boundscheck=False)",
+              f"def run({', '.join(args)}):"]
+    body = ["wide_vectors()"] if wide else []
+    body += [f"s{i} = a{i}[0]" for i, k in enumerate(kinds) if k == "s"]
     body += ["r = lo // inner", "j0 = lo - r * inner", "pos = lo", "while pos < hi:"]
     row = ["j1 = min(inner, j0 + (hi - pos))", "base = r * inner"]
     for i, k in enumerate(kinds):
@@ -493,7 +500,7 @@ class _Geometry(NamedTuple):
     oneDNN's OpenMP team instead of the runtime's workers (else None)."""
 
     fn: Callable[..., None]
-    kinds: tuple[str, ...]
+    form: tuple[tuple[str, ...], bool]  # the module's: the inputs' kinds, 16 lanes or not
     size: int
     inner: int
     metas: tuple[Any, ...]
@@ -522,25 +529,25 @@ class CompiledChain(PreparedKernel):
         self._weight = work_weight(ops)
         shapes = tuple(tuple(int(d) for d in s.shape) for s in inputs) + (
             tuple(int(d) for d in output.shape),)
-        self._modules: dict[tuple[str, ...], Any] = {}
+        self._modules: dict[tuple[tuple[str, ...], bool], Any] = {}
         geometry = self._geometry(shapes)
         assert geometry is not None  # chain.py compiles a tail only where tail_ok holds
-        self.module = self._modules[geometry.kinds]
+        self.module = self._modules[geometry.form]
         self.fn, _, self.size, self.inner, self.metas, self.workers, self.bounds, self.team = \
             geometry
         # per shapes met (a flat loop's None is asked again: it is known before compiling)
         self._at: LruCache[_Geometry | None] = LruCache(SHAPES_KEPT)
         self._at.get_or_build(shapes, lambda: geometry)
 
-    def _form(self, kinds: tuple[str, ...]) -> tuple:
-        return (tuple(self._dtypes[0]), self._dtypes[1], kinds, self._steps, self._in_place)
+    def _form(self, form: tuple[tuple[str, ...], bool]) -> tuple:
+        return (tuple(self._dtypes[0]), self._dtypes[1], *form, self._steps, self._in_place)
 
-    def _module_of(self, kinds: tuple[str, ...], source: Callable[[], str]) -> Any:
-        """load_module for these kinds, kept here: the form's key hashes every step's template
-        (a decode step's new length asked it ~15 us a chain)."""
-        module = self._modules.get(kinds)
+    def _module_of(self, form: tuple[tuple[str, ...], bool], source: Callable[[], str]) -> Any:
+        """load_module for these kinds and width, kept here: the form's key hashes every step's
+        template (a decode step's new length asked it ~15 us a chain)."""
+        module = self._modules.get(form)
         if module is None:
-            module = self._modules[kinds] = load_module(self._form(kinds), source)
+            module = self._modules[form] = load_module(self._form(form), source)
         return module
 
     def _geometry(self, shapes: tuple[tuple[int, ...], ...]) -> _Geometry | None:
@@ -557,6 +564,7 @@ class CompiledChain(PreparedKernel):
             out_shape = loop
         dims, strides = _collapse(shapes[:-1], out_shape)
         kinds = tuple(_kinds(shapes[:-1], out_shape, dims, strides))
+        wide = wide_rows(int(dims[-1]))  # its loop's rows are the innermost collapsed dim
         metas = []
         for k, st in zip(kinds, strides):
             if k not in "ro":
@@ -574,8 +582,8 @@ class CompiledChain(PreparedKernel):
             steps = [(template, list(operands), dtype) for template, operands, dtype
                      in self._steps]
             return chain_source(ins, TensorSpec(out_shape, self._dtypes[1]), steps, kinds,
-                                self._in_place)
-        module = self._module_of(kinds, source)
+                                self._in_place, wide)
+        module = self._module_of((kinds, wide), source)
         # (the count of workers read only for a loop that may use them: ~15 us outside a build)
         workers = num_threads() if size * self._weight >= PARALLEL_WORK else 1
         chunks = min(4 * workers, max(1, size // 4096))
@@ -586,7 +594,7 @@ class CompiledChain(PreparedKernel):
         # 0.65 against 0.41-0.42 ms a run); the team's threads are the spinning ones
         team = module.team if workers > 1 and module.team is not None and team_available() \
             else None
-        return _Geometry(module.run, kinds, size, int(dims[-1]), tuple(metas), workers, bounds,
+        return _Geometry(module.run, (kinds, wide), size, int(dims[-1]), tuple(metas), workers, bounds,
                          team)
 
     def at(self, shapes: tuple[tuple[int, ...], ...]) -> _Geometry | None:

@@ -37,8 +37,8 @@ def _stamped(base: Any) -> Any:
 
     class Stamped(base):  # type: ignore[misc, valid-type]
         def get_source_stamp(self) -> Any:
-            from .vector_width import WIDE  # machine code differs with the width
-            return (super().get_source_stamp(), sources_digest(), WIDE)
+            from .vector_width import stamp  # machine code differs with the width
+            return (super().get_source_stamp(), sources_digest(), stamp())
 
         @classmethod
         def from_function(cls, py_func: Any, py_file: str) -> Any:
