@@ -71,9 +71,8 @@ TEAM_GEMV_LAYOUT = Setting(
 VECTOR_WIDTH = Setting(
     "GRAPH_RUNTIME_VECTOR_WIDTH", "auto",
     "vector width of the compiled loops of long rows (softmax, elementwise chains): 512-bit or "
-    "LLVM's default 256 on AVX-512 "
-    "(auto: 512 on CPUs that keep their clock with it: AVX-512 FP16, AMD Zen 4 on); read "
-    "once",
+    "LLVM's default 256 on AVX-512 (auto: 512 on CPUs that keep their clock with it: AVX-512 "
+    "FP16, AMD Zen 4 on); read once",
     ("auto", "256", "512"))
 DENSE_TRANSPOSE = Setting(
     "GRAPH_RUNTIME_DENSE_TRANSPOSE", "auto",

@@ -460,7 +460,7 @@ def team_block(geometry: Any, out: Any, ins: Sequence[Any]) -> np.ndarray:
     return block(*values)
 
 
-# (input dtypes, output dtype, kinds, steps, in_place) -> the module made from their source,
+# (input dtypes, output dtype, kinds, wide, steps, in_place) -> the module made from their source,
 # which depends on nothing else (chain_source): a symbolic module's new shape prepares its
 # chains again, and generating and hashing the same source cost a decode step ~40 us per chain
 _compiled: dict[tuple, Any] = {}
@@ -565,6 +565,7 @@ class CompiledChain(PreparedKernel):
         dims, strides = _collapse(shapes[:-1], out_shape)
         kinds = tuple(_kinds(shapes[:-1], out_shape, dims, strides))
         wide = wide_rows(int(dims[-1]))  # its loop's rows are the innermost collapsed dim
+        form = (kinds, wide)
         metas = []
         for k, st in zip(kinds, strides):
             if k not in "ro":
@@ -583,7 +584,7 @@ class CompiledChain(PreparedKernel):
                      in self._steps]
             return chain_source(ins, TensorSpec(out_shape, self._dtypes[1]), steps, kinds,
                                 self._in_place, wide)
-        module = self._module_of((kinds, wide), source)
+        module = self._module_of(form, source)
         # (the count of workers read only for a loop that may use them: ~15 us outside a build)
         workers = num_threads() if size * self._weight >= PARALLEL_WORK else 1
         chunks = min(4 * workers, max(1, size // 4096))
@@ -594,7 +595,7 @@ class CompiledChain(PreparedKernel):
         # 0.65 against 0.41-0.42 ms a run); the team's threads are the spinning ones
         team = module.team if workers > 1 and module.team is not None and team_available() \
             else None
-        return _Geometry(module.run, (kinds, wide), size, int(dims[-1]), tuple(metas), workers, bounds,
+        return _Geometry(module.run, form, size, int(dims[-1]), tuple(metas), workers, bounds,
                          team)
 
     def at(self, shapes: tuple[tuple[int, ...], ...]) -> _Geometry | None:

@@ -16,6 +16,8 @@ import hashlib
 import os
 from typing import Any
 
+from . import vector_width
+
 FOLDER = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -37,8 +39,8 @@ def _stamped(base: Any) -> Any:
 
     class Stamped(base):  # type: ignore[misc, valid-type]
         def get_source_stamp(self) -> Any:
-            from .vector_width import stamp  # machine code differs with the width
-            return (super().get_source_stamp(), sources_digest(), stamp())
+            # the machine code differs with the vector width too
+            return (super().get_source_stamp(), sources_digest(), vector_width.stamp())
 
         @classmethod
         def from_function(cls, py_func: Any, py_file: str) -> Any:

@@ -192,11 +192,11 @@ def _exp_sum_as(row: Any, top: Any, scale: Any, exp_sum32: Any) -> Any:
             return exp_sum32(row, top, scale)
         return narrow
 
-    def wide(row: Any, top: Any, scale: Any, exp_sum32: Any) -> Any:
+    def other_floats(row: Any, top: Any, scale: Any, exp_sum32: Any) -> Any:
         for j in range(row.shape[0]):
             row[j] = softmax_exp_as((row[j] - top) * scale, row[j])
         return _row_sum(row)
-    return wide
+    return other_floats
 
 
 @inlined
