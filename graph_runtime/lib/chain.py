@@ -193,18 +193,24 @@ class PreparedChain(PreparedKernel):
                                   + self.intermediates[index + 1:])
 
     def reading_nhwc(self, position: int, shape: tuple[int, ...]) -> PreparedKernel | None:
-        """A one-kernel chain (a dense and its fused tail) as its kernel answers, the kernel
-        reading the function's input at position at exactly one of its own."""
-        if len(self._calls) != 1 or self.intermediates:
+        """This chain (a dense and its fused tail: one oneDNN product, or OpenBLAS's call and
+        the tail's loop) as the one kernel reading the function's input at position answers,
+        reading it at exactly one of its own; a chain with intermediates or views: None."""
+        if self.intermediates or self._views or self._lead_view is not None:
             return None
-        fn, index = self._calls[0]
+        readers = [k for k, (_, index) in enumerate(self._calls) if position in index]
+        if len(readers) != 1:
+            return None
+        fn, index = self._calls[readers[0]]
         own = [k for k, slot in enumerate(index) if slot == position]
         if len(own) != 1:
             return None
         inner = capabilities(fn).reading_nhwc(own[0], shape)
         if inner is None:
             return None
-        return PreparedChain([(inner, index)], [], self.fused_ops, self._n_inputs)
+        calls = list(self._calls)
+        calls[readers[0]] = (inner, index)
+        return PreparedChain(calls, [], self.fused_ops, self._n_inputs)
 
     def __call__(self, *arrays: Any) -> None:
         slots = arrays + self.intermediates

@@ -16,6 +16,7 @@ from support import make_graph, null, require_onednn, tvm_op
 
 import graph_runtime as gr
 from graph_runtime.errors import GraphError
+from graph_runtime.lib.kernels.cpu.nhwc_features import SMALL_WEIGHT_BYTES, permuting_pays
 from graph_runtime.lib.kernels.onednn.nhwc_dense import NhwcFeaturesMatmul
 from graph_runtime.lib.loader import module_from_json
 from graph_runtime.runtime.flatten_reads import StagedOutputs
@@ -128,9 +129,12 @@ CASES = [  # (n, c, (h, w), o, units, conv attrs, pool attrs)
      {"pool_size": [3, 3], "strides": [2, 2]}),
     (6, 4, (6, 6), 40, 3, {"kernel": 3, "strides": [1, 1], "padding": [1, 1, 1, 1]},
      {"pool_size": [2, 2], "strides": [2, 2]}),
-    # more units than rows: the permuted weight would outweigh the features, the flatten runs
+    # more units than rows, a small weight (1368 x 33): permuted all the same
     (3, 7, (9, 10), 19, 33, {"kernel": 1, "strides": [1, 1], "padding": [0, 0, 0, 0]},
      {"pool_size": [2, 2], "strides": [1, 1]}),
+    # more units than rows and a weight over SMALL_WEIGHT_BYTES (18496 x 33): the flatten runs
+    (2, 3, (34, 34), 64, 33, {"kernel": 3, "strides": [1, 1], "padding": [1, 1, 1, 1]},
+     {"pool_size": [2, 2], "strides": [2, 2]}),
     (1, 4, (6, 6), 40, 3, {"kernel": 3, "strides": [1, 1], "padding": [1, 1, 1, 1]},
      {"pool_size": [2, 2], "strides": [2, 2]}),
 ]
@@ -158,7 +162,7 @@ def test_run_skips_the_flatten_and_matches_float64(onednn: None, case: tuple,
     _check(m.get_output(0).numpy(), want, bound)
     ex = m.executor
     assert graph.entry_id(4, 0) in ex.channels_last  # the pool writes NHWC for the flatten
-    if units <= n:
+    if permuting_pays(n, units, features, 4):
         assert ex.skipped == {2}  # the flatten's step
         shortcut = ex.shortcuts[3].kernel
         assert isinstance(shortcut, StagedOutputs) == shared
@@ -323,7 +327,8 @@ def test_the_cap_holds_the_finished_module_not_the_buffers_channels_last_drops(
     """The total a module keeps is a cap it meets: the conv's reorder buffers, made while it
     was prepared for NCHW neighbours, are dropped once it is told of NHWC ones and are not
     held against the cap; a byte less is refused, naming a kernel."""
-    n, c, hw, o, units = 4, 3, (16, 16), 16, 32  # more units than rows: no shortcut
+    # more units than rows and a weight over SMALL_WEIGHT_BYTES (1024 x 300): no shortcut
+    n, c, hw, o, units = 4, 3, (16, 16), 16, 300
     conv = {"kernel": 3, "strides": [1, 1], "padding": [1, 1, 1, 1]}
     pool = {"pool_size": [2, 2], "strides": [2, 2]}
     graph, pooled = _graph(n, c, hw, o, units, conv, pool, shared=False)
@@ -387,3 +392,37 @@ def test_a_small_flatten_reorders_by_numpy(onednn: None) -> None:
     flatten = m.executor.steps[2].kernel
     assert flatten._reorder is None
     _check(m.debug_get_outputs(["flatten"])["flatten"][0], flat, flat_bound)
+
+
+@pytest.mark.parametrize("trans_b", [True, False])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_openblas_dense_reads_nhwc_features_through_a_permuted_weight(trans_b: bool,
+                                                                      dtype: str) -> None:
+    """OpenBLAS's call (the dense a race picks at batch 1) reads NHWC features with its
+    weight's rows permuted, equal to the plain call on the NCHW flatten, and permutes again
+    when the weight is written; a weight over SMALL_WEIGHT_BYTES with more units than rows
+    is not copied."""
+    from graph_runtime.lib.library import InputVersion
+    from graph_runtime.lib.ops.linalg import BlasDot, Gemm, cpu_gemm
+    m, (c, h, w), n = 2, (5, 3, 4), 7
+    k = c * h * w
+    plain = cpu_gemm(None, 0, Gemm(1, m, n, k, False, trans_b, 1, 1, dtype))
+    assert isinstance(plain, BlasDot)
+    variant = plain.reading_nhwc(0, (m, c, h, w))
+    assert variant is not None and plain.reading_nhwc(1, (m, c, h, w)) is None
+    assert plain.reading_nhwc(0, (m, c, h, w + 1)) is None  # not this product's features
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((m, c, h, w)).astype(dtype)
+    version = InputVersion()
+    variant.bind_versions({1: version})
+    for _ in range(2):
+        weight = rng.standard_normal((n, k) if trans_b else (k, n)).astype(dtype)
+        version.value += 1
+        want, got = np.empty((m, n), dtype), np.empty((m, n), dtype)
+        plain(x.reshape(m, k), weight, want)
+        variant(x.transpose(0, 2, 3, 1).reshape(m, k), weight, got)
+        np.testing.assert_allclose(got, want, rtol=1e-5 if dtype == "float32" else 1e-12,
+                                   atol=1e-5 if dtype == "float32" else 1e-12)
+    big_k = SMALL_WEIGHT_BYTES // (4 * n) + 1  # one row more than the small weights' bound
+    big = cpu_gemm(None, 0, Gemm(1, 1, n, big_k, False, True, 1, 1, "float32"))
+    assert not permuting_pays(1, n, big_k, 4) and big.reading_nhwc(0, (1, big_k, 1, 1)) is None

@@ -9,11 +9,13 @@ import numpy as np
 from ...backends.base import Backend
 from ..attrs import attr_error, bool_attr, check_out_dtype, int_attr, normalize_axis, op_error
 from ..kernels.cpu.dense_choice import DenseSpec, dense_cpu
+from ..kernels.cpu.nhwc_features import NhwcFeaturesDot, permuting_pays
 from ..kernels.cuda_gemm import matmul_function
 from ..kernels.gpu_elementwise import gpu_elementwise
 from ..kernels.host import array_module, host_kernel
 from ..kernels.opencl.gemm import GemmShape, make_gemm
 from ..library import TensorSpec
+from ..prepared import PreparedKernel
 from ..registry import define_op, kernel
 from ..shapes import (FLOAT_DTYPES, NUMERIC_DTYPES, check_dtype, check_num_inputs, check_rank,
                       check_same_dtype, size_of)
@@ -186,29 +188,46 @@ def host_gemm(backend: Backend, device_id: int, gemm: Gemm,
     return host_kernel(backend, device_id, run)
 
 
-def _cpu_dot(gemm: Gemm) -> Callable[[Any, Any, Any], None]:
+class BlasDot(PreparedKernel):
     """One product as np.dot on 2-D views: BLAS GEMV/GEMM with no batch loop around it.
 
     NOTE: np.dot reaches OpenBLAS with less per-call work than a 3-D matmul, which counts on
     the MLP's GEMVs (a third of its run time).
     """
-    dot = np.dot
-    a_shape, b_shape, c_shape = gemm.a_shape()[1:], gemm.b_shape()[1:], (gemm.m, gemm.n)
-    trans_a, trans_b = gemm.trans_a, gemm.trans_b
 
-    def run(a: Any, b: Any, out: Any) -> None:
-        a2 = a if a.shape == a_shape else a.reshape(a_shape)
-        b2 = b if b.shape == b_shape else b.reshape(b_shape)
-        c2 = out if out.shape == c_shape else out.reshape(c_shape)
-        dot(a2.T if trans_a else a2, b2.T if trans_b else b2, out=c2)
-    return run
+    def __init__(self, gemm: Gemm) -> None:
+        self.gemm = gemm
+        a_shape, b_shape, c_shape = gemm.a_shape()[1:], gemm.b_shape()[1:], (gemm.m, gemm.n)
+        trans_a, trans_b, dot = gemm.trans_a, gemm.trans_b, np.dot
+
+        def run(a: Any, b: Any, out: Any) -> None:
+            a2 = a if a.shape == a_shape else a.reshape(a_shape)
+            b2 = b if b.shape == b_shape else b.reshape(b_shape)
+            c2 = out if out.shape == c_shape else out.reshape(c_shape)
+            dot(a2.T if trans_a else a2, b2.T if trans_b else b2, out=c2)
+        self.run = run
+
+    def __call__(self, a: Any, b: Any, out: Any) -> None:
+        self.run(a, b, out)
+
+    def reading_nhwc(self, position: int, shape: tuple[int, ...]) -> PreparedKernel | None:
+        """The product reading its features (position 0, an (M, C, H, W) tensor flattened)
+        from their NHWC bytes, on a permuted copy of the weight where that pays
+        (cpu/nhwc_features.py)."""
+        g = self.gemm
+        if (position != 0 or g.trans_a or len(shape) != 4 or shape[0] != g.m
+                or shape[1] * shape[2] * shape[3] != g.k
+                or not permuting_pays(g.m, g.n, g.k, np.dtype(g.dtype).itemsize)):
+            return None
+        return NhwcFeaturesDot(g.m, g.n, g.k, g.trans_b, g.dtype,
+                               (shape[1], shape[2], shape[3]))
 
 
 def cpu_gemm(backend: Backend, device_id: int, gemm: Gemm) -> Callable[[Any, Any, Any], None]:
     """run(a, b, out) for gemm with NumPy's BLAS: np.dot on 2-D views for one product, float16
     through float32 buffers."""
     if gemm.dtype != "float16" and gemm.batch == 1 and gemm.k > 0:
-        return _cpu_dot(gemm)
+        return BlasDot(gemm)
     return host_gemm(backend, device_id, gemm, stage_float16=True)
 
 

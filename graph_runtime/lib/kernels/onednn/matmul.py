@@ -250,14 +250,15 @@ class OnednnMatmul(DerivesFromInputs):
         """A dense (2-D, untransposed data) reading its features from NHWC bytes
         (nhwc_dense.py): position 0, an (N, C, H, W) shape with N rows and C*H*W columns.
 
-        Only where the weight (K x units) is no larger than the features (N x K): the variant
-        keeps a permuted copy and a second packing of the weight, memory worth spending to
-        save a reorder of the features every run, not for a VGG-sized classifier at batch 1.
+        The variant keeps a permuted copy and a second packing of the weight: only where
+        that pays (cpu/nhwc_features.py's permuting_pays: a small weight, or one no larger
+        than the features), not for a VGG-sized classifier at batch 1.
         """
+        from ..cpu.nhwc_features import permuting_pays
         from .nhwc_dense import NhwcFeaturesMatmul  # it builds on this class
         batch, m, n, k, trans_a = self.shape[:5]
         if (position != 0 or not self.two_d or trans_a or len(shape) != 4 or shape[0] != m
-                or shape[1] * shape[2] * shape[3] != k or n > m):
+                or shape[1] * shape[2] * shape[3] != k or not permuting_pays(m, n, k, 4)):
             return None
         return NhwcFeaturesMatmul(self, shape)
 

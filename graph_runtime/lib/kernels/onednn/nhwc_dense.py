@@ -1,17 +1,16 @@
 """A oneDNN dense reading flattened NCHW features from their NHWC bytes, weight rows permuted.
 
 batch_flatten of an (N, C, H, W) tensor kept NHWC (runtime/layouts.py) needs a reorder back to
-NCHW (39 us for the cnn example's 32x32x16x16 features) before its copy; the dense after it can
-instead read the NHWC bytes as (N, H*W*C) rows if its weight's K rows are taken in the same
-order. The permuted weight is derived data: made again whenever the weight is written.
+NCHW (39 us for the cnn example's 32x32x16x16 features at batch 32) before its copy; the dense
+after it can instead read the NHWC bytes as (N, H*W*C) rows if its weight's K rows are taken in
+the same order (cpu/nhwc_features.py: the permutation, and when the copy pays).
 """
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from ...library import InputVersion
+from ..cpu.nhwc_features import permute_features
 from ..derived import DerivesFromInputs
 from .matmul import OnednnMatmul
 from .weights import aligned_buffer
@@ -38,11 +37,9 @@ class NhwcFeaturesMatmul(DerivesFromInputs):
 
     def __call__(self, features: Any, weight: Any, *rest: Any) -> None:
         if self._stale():
-            c, h, w = self.chw
-            kn = weight.T if self.trans_b else weight  # (K, N), K in C, H, W order
-            n = kn.shape[1]
-            np.copyto(self.permuted.reshape(h, w, c, n),
-                      kn.reshape(c, h, w, n).transpose(1, 2, 0, 3))
+            # (K, N): the product reads it plain
+            permute_features(weight.T if self.trans_b else weight, self.permuted, self.chw,
+                             trans_b=False)
             self._written.value += 1
         self.inner(features, self.permuted, *rest)
 
