@@ -27,6 +27,7 @@ from .fusion.fuse_qdq_attention import fuse_qdq_attention
 from .fusion.fuse_qdq_norm import fuse_qdq_norms
 from .fusion.fuse_qdq_qkv import columns_form, pack_qdq_qkv
 from .fusion.fuse_qkv import live, pack_qkv
+from .fusion.fuse_kv_append import fuse_kv_append
 from .fusion.fuse_rotary import fuse_rotary
 from .fusion.fuse_siblings import pack_siblings
 from .fusion.fuse_transformer import fuse_transformer
@@ -150,6 +151,9 @@ PASSES: tuple[Pass, ...] = (
     Pass("sibling-pack", "prims", "products of one input with constant weights (a decoder's q, "
          "k, v beside rotary or a KV cache) as one dense, split back", _prims(pack_siblings),
          _has("dense")),
+    Pass("kv-append", "prims", "a decoder layer's split q, k, v, rotaries, head transposes and "
+         "KV-cache joins (past_key_values) as one kv_append op", _prims(fuse_kv_append),
+         _has("rotary")),
     Pass("int8-dynamic-quantize", "prims", "DynamicQuantizeLinear joined to the one product "
          "reading it", _prims(fuse_dynamic_quantize), _int8),
     Pass("int8-attention", "prims", "quantize_static's QDQ attention as qdq_attention (before "

@@ -385,6 +385,8 @@ def test_llama_rotary_and_grouped_kv_fuse_and_match(name: str) -> None:
     # each layer's q, k and v products packed into one (sibling-pack)
     want_patterns = {"silu": 2, "rms_norm": 5, "rotary": 4, "attention": 2, "grouped_kv": 2,
                      "gated_mlp_packed": 2, "products_packed": 6}
+    if kv:  # each layer's split, rotaries, head transposes and joins as one kv_append
+        want_patterns["kv_append"] = 2
     assert dict(symbolic.patterns) == want_patterns
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     if kv:
@@ -401,13 +403,15 @@ def test_llama_rotary_and_grouped_kv_fuse_and_match(name: str) -> None:
             ops = [s["op"] for s in _ops_of(result)]
             attentions = [s for s in _ops_of(result) if s["op"] == "attention"]
             assert [(a["num_heads"], a.get("kv_heads")) for a in attentions] == [(4, 2)] * 2
-            assert ops.count("rotary") == 4 and "negative" not in ops
+            assert ops.count("rotary") == (0 if kv else 4) and "negative" not in ops
+            assert ops.count("kv_append") == (2 if kv else 0)
             assert "strided_slice" not in ops
             # each MLP's gate and up products as one, its SiLU and product as glu
             assert ops.count("glu") == 2
-            # with a KV cache, the new tokens' k and v heads in the presents' layout; the
-            # presents read in place
-            assert ops.count("transpose") == (4 if kv else 0)
+            # with a KV cache, the new tokens' k and v heads put in the presents' layout by
+            # kv_append; the presents read in place
+            assert "transpose" not in ops
+            assert "split" not in ops or not kv
             got = _run(result, feeds)
             for i, expected in enumerate(want):
                 err = float(np.abs(got[i] - expected).max())

@@ -13,6 +13,20 @@ if TYPE_CHECKING:
     from ....backends.opencl import OpenCLBackend
 
 
+def rotated(dtype: str, acc: str, src: str, cos_at: str, sin_at: str) -> str:
+    """OpenCL C statements rotating v (x[src + j] read as acc) for j < R: half = R / 2,
+    v * cos - x[j + half] * sin below half, v * cos + x[j - half] * sin above (cos and sin
+    read at cos_at and sin_at)."""
+    return f"""if (j < R) {{
+        long hr = R / 2;
+        {acc} c = {cl_load("cos", dtype, cos_at)};
+        {acc} s = {cl_load("sin", dtype, sin_at)};
+        {acc} other = j < hr ? -{cl_load("x", dtype, f"{src} + j + hr")}
+                               : {cl_load("x", dtype, f"{src} + j - hr")};
+        v = v * c + other * s;
+    }}"""
+
+
 def rotary_source(dtype: str) -> str:
     """gr_rotary for dtype, computing in its compute type."""
     acc = compute_type(dtype, "opencl")
@@ -35,15 +49,8 @@ __kernel void gr_rotary({cl_param("out", dtype, const=False)}, {cl_param("x", dt
     long h = (e / D) % H;
     long src = row * W + off + h * D;
     {acc} v = {cl_load("x", dtype, "src + j")};
-    if (j < R) {{
-        long hr = R / 2;
-        long b = row / T, t = row % T;
-        {acc} c = {cl_load("cos", dtype, "b * cb + t * ct + j")};
-        {acc} s = {cl_load("sin", dtype, "b * sb + t * st + j")};
-        {acc} other = j < hr ? -{cl_load("x", dtype, "src + j + hr")}
-                               : {cl_load("x", dtype, "src + j - hr")};
-        v = v * c + other * s;
-    }}
+    long b = row / T, t = row % T;
+    {rotated(dtype, acc, "src", "b * cb + t * ct + j", "b * sb + t * st + j")}
     {cl_store("out", dtype, "e", "v")}
 }}
 """
