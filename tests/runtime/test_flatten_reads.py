@@ -16,7 +16,7 @@ from support import make_graph, null, require_onednn, tvm_op
 
 import graph_runtime as gr
 from graph_runtime.errors import GraphError
-from graph_runtime.lib.kernels.cpu.nhwc_features import SMALL_WEIGHT_BYTES, permuting_pays
+from graph_runtime.lib.kernels.nhwc_features import SMALL_WEIGHT_BYTES, permuting_pays
 from graph_runtime.lib.kernels.onednn.nhwc_dense import NhwcFeaturesMatmul
 from graph_runtime.lib.loader import module_from_json
 from graph_runtime.runtime.flatten_reads import StagedOutputs

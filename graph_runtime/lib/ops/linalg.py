@@ -9,7 +9,7 @@ import numpy as np
 from ...backends.base import Backend
 from ..attrs import attr_error, bool_attr, check_out_dtype, int_attr, normalize_axis, op_error
 from ..kernels.cpu.dense_choice import DenseSpec, dense_cpu
-from ..kernels.cpu.nhwc_features import NhwcFeaturesDot, permuting_pays
+from ..kernels.nhwc_features import NhwcFeaturesDot, permuting_pays
 from ..kernels.cuda_gemm import matmul_function
 from ..kernels.gpu_elementwise import gpu_elementwise
 from ..kernels.host import array_module, host_kernel
@@ -213,7 +213,7 @@ class BlasDot(PreparedKernel):
     def reading_nhwc(self, position: int, shape: tuple[int, ...]) -> PreparedKernel | None:
         """The product reading its features (position 0, an (M, C, H, W) tensor flattened)
         from their NHWC bytes, on a permuted copy of the weight where that pays
-        (cpu/nhwc_features.py)."""
+        (kernels/nhwc_features.py)."""
         g = self.gemm
         if (position != 0 or g.trans_a or len(shape) != 4 or shape[0] != g.m
                 or shape[1] * shape[2] * shape[3] != g.k

@@ -251,10 +251,10 @@ class OnednnMatmul(DerivesFromInputs):
         (nhwc_dense.py): position 0, an (N, C, H, W) shape with N rows and C*H*W columns.
 
         The variant keeps a permuted copy and a second packing of the weight: only where
-        that pays (cpu/nhwc_features.py's permuting_pays: a small weight, or one no larger
+        that pays (kernels/nhwc_features.py's permuting_pays: a small weight, or one no larger
         than the features), not for a VGG-sized classifier at batch 1.
         """
-        from ..cpu.nhwc_features import permuting_pays
+        from ..nhwc_features import permuting_pays
         from .nhwc_dense import NhwcFeaturesMatmul  # it builds on this class
         batch, m, n, k, trans_a = self.shape[:5]
         if (position != 0 or not self.two_d or trans_a or len(shape) != 4 or shape[0] != m

@@ -3,14 +3,14 @@
 batch_flatten of an (N, C, H, W) tensor kept NHWC (runtime/layouts.py) needs a reorder back to
 NCHW (39 us for the cnn example's 32x32x16x16 features at batch 32) before its copy; the dense
 after it can instead read the NHWC bytes as (N, H*W*C) rows if its weight's K rows are taken in
-the same order (cpu/nhwc_features.py: the permutation, and when the copy pays).
+the same order (kernels/nhwc_features.py: the permutation, and when the copy pays).
 """
 from __future__ import annotations
 
 from typing import Any
 
 from ...library import InputVersion
-from ..cpu.nhwc_features import permute_features
+from ..nhwc_features import permute_features
 from ..derived import DerivesFromInputs
 from .matmul import OnednnMatmul
 from .weights import aligned_buffer

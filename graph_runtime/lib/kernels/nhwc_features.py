@@ -4,8 +4,8 @@ batch_flatten of an (N, C, H, W) tensor kept NHWC (runtime/layouts.py) costs a r
 NCHW every run; the dense after it can read the NHWC bytes as (N, H*W*C) rows instead when its
 weight's K rows are taken in the same order (runtime/flatten_reads.py). The permuted weight is
 derived data, made again whenever the weight is written. This module holds the rule for when
-that copy is worth its memory and the permutation, for OpenBLAS's call here and oneDNN's
-matmul (onednn/nhwc_dense.py).
+that copy is worth its memory and the permutation, for OpenBLAS's call (NhwcFeaturesDot here)
+and oneDNN's matmul (onednn/nhwc_dense.py).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..derived import DerivesFromInputs
+from .derived import DerivesFromInputs
 
 # A permuted weight up to this size is kept whatever the batch: a classifier head's (the cnn
 # example's 8192 x 10: 320 KB) costs less memory than the features' reorder costs time, 3-6 us
