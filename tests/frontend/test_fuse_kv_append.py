@@ -95,6 +95,15 @@ def test_a_part_read_elsewhere_or_other_heads_are_left() -> None:
     assert not counts and kept == prims
 
 
+def test_a_past_of_another_dtype_is_left() -> None:
+    """The op takes one float dtype throughout: a float64 past beside float32 projections
+    (which the joins would refuse too) is no match, not an import error."""
+    prims, outputs, ins = _layer(1, 1, 4)
+    ins["past_v"].dtype = "float64"
+    kept, counts = fuse_kv_append(prims, outputs)
+    assert not counts and kept == prims
+
+
 def test_disabled_the_decoder_keeps_its_steps_and_the_same_values() -> None:
     """Hugging Face's LLaMA with a KV cache, imported once with the pass and once without:
     every output (logits and presents) bit for bit the same, at a prompt and a decode step."""

@@ -23,9 +23,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from ...errors import LibraryError
 from ...lib.registry import load_standard_ops
 from .. import sym_infer
-from ..ir import Prim, Value
+from ..ir import Prim, Unsupported, Value
 from ..symdim import is_sym
 from .pattern import PatternGraph
 
@@ -111,7 +112,10 @@ def _match(g: PatternGraph, split: Prim) -> tuple[Prim, list[Prim]] | None:
              "rotary_dim": rot, "q_offset": q_off, "k_offset": k_off, "v_offset": v_off}
     inputs = [x, past_k, past_v, cos, sin]
     outputs = [q_rot.outputs[0], k_join.outputs[0], v_join.outputs[0]]
-    specs = sym_infer.infer("kv_append", [v.spec for v in inputs], attrs)
+    try:
+        specs = sym_infer.infer("kv_append", [v.spec for v in inputs], attrs)
+    except (LibraryError, Unsupported):  # the op refuses them (a past of another dtype)
+        return None
     if [(tuple(s.shape), str(s.dtype)) for s in specs] != [(tuple(v.shape), v.dtype)
                                                            for v in outputs]:
         return None
