@@ -82,6 +82,37 @@ def test_the_layer_becomes_one_kv_append(order: str, symbolic: bool) -> None:
                        "q_offset": start["q"], "k_offset": start["k"], "v_offset": start["v"]}
 
 
+def _sliced_layer(tokens: Any, past: Any) -> tuple[list[Prim], list[Value], Value]:
+    """_layer as Phi-3 packs it: no split; q and k rotated at their column offsets of the
+    one product, v a last-axis slice of it."""
+    prims, outputs, ins = _layer(1, tokens, past)
+    split, rq, rk = prims[:3]
+    x = split.inputs[0]
+    rq.inputs[0], rq.attrs["offset"] = x, 0
+    rk.inputs[0], rk.attrs["offset"] = x, 32
+    v = split.outputs[2]
+    s = Prim("strided_slice", {"axes": [2], "begin": [48], "end": [64], "strides": [1]}, [x],
+             [v], "slice")
+    v.producer = s
+    return [s, rq, rk] + prims[3:], outputs, x
+
+
+@pytest.mark.parametrize("symbolic", [False, True])
+def test_rotaries_at_offsets_and_a_slice_become_one_kv_append(symbolic: bool) -> None:
+    dims = tuple(Sym({(n,): 1}) for n in ("seq", "past")) if symbolic else (3, 5)
+    prims, outputs, x = _sliced_layer(*dims)
+    fused, counts = fuse_kv_append(prims, outputs)
+    assert counts == {"kv_append": 1} and [p.op for p in fused] == ["kv_append"]
+    assert fused[0].inputs[0] is x and fused[0].outputs == outputs
+    assert (fused[0].attrs["q_offset"], fused[0].attrs["k_offset"],
+            fused[0].attrs["v_offset"]) == (0, 32, 48)
+    # the product read by something else besides: the slices and rotaries stay
+    prims, outputs, x = _sliced_layer(*dims)
+    other = _prim("relu", {}, [x], [tuple(x.shape)], "relu")
+    kept, counts = fuse_kv_append(prims + [other], outputs + other.outputs)
+    assert not counts and kept == prims + [other]
+
+
 def test_a_part_read_elsewhere_or_other_heads_are_left() -> None:
     prims, outputs, _ = _layer(1, 1, 4)
     v = prims[0].outputs[2]

@@ -10,7 +10,8 @@ outputs) lowers, once sibling-pack has packed its projections, to
     v -> reshape (b, t, kv_heads, d) -> transpose (0, 2, 1, 3)
         -> concatenate([past_v, .], axis 2)               -> present_v
 
-seven small steps a layer. In a decode step each costs 4-8 us in a run (the weights streaming
+seven small steps a layer. A model packing q, k and v itself (Phi-3's qkv_proj) reads them as
+last-axis slices, or as rotaries at column offsets, of the one product: the same op serves. In a decode step each costs 4-8 us in a run (the weights streaming
 through the caches between them) and, at every new past length, the runtime re-points the
 joins and the attention reading them; here they become one step whose kernel takes any length.
 The outputs are the same values (their readers, graph outputs among them, are unchanged); the
@@ -28,7 +29,7 @@ from ...lib.registry import load_standard_ops
 from .. import sym_infer
 from ..ir import Prim, Unsupported, Value
 from ..symdim import is_sym
-from .pattern import PatternGraph
+from .pattern import PatternGraph, last_axis_slice
 
 HEAD_MAJOR = [0, 2, 1, 3]
 
@@ -65,39 +66,69 @@ def _heads_joined(g: PatternGraph, v: Value, kv_heads: int, dim: int
 
 
 def _rotary_of(g: PatternGraph, v: Value) -> Prim | None:
-    """The rotary op reading v (from its first column) as its one reader, else None."""
+    """The rotary op reading v as its one reader, else None."""
     p = g.sole(v)
-    if p is None or p.op != "rotary" or p.inputs[0] is not v or p.attrs.get("offset", 0) != 0:
+    if p is None or p.op != "rotary" or p.inputs[0] is not v:
         return None
     return p
 
 
-def _match(g: PatternGraph, split: Prim) -> tuple[Prim, list[Prim]] | None:
-    """The kv_append prim replacing split and what follows it, and the prims it replaces."""
-    if split.op != "split" or len(split.outputs) != 3 or not _last_axis(split):
-        return None
-    x = split.inputs[0]
+def _parts(g: PatternGraph, x: Value) -> list[tuple[Value, int, list[Prim]]] | None:
+    """The parts of packed x its readers take, as (value, its first column in x, the prims
+    taking it): a split of the last axis (its outputs; the split with the first), and last-axis
+    slices and rotaries reading x at a column offset (Phi-3's qkv_proj); None where a reader is
+    none of those or a split keeps another output."""
+    parts: list[tuple[Value, int, list[Prim]]] = []
+    for reader in g.readers.get(id(x), []):
+        if reader.op == "split" and _last_axis(reader) and reader.inputs[0] is x:
+            at = 0
+            for k, out in enumerate(reader.outputs):
+                parts.append((out, at, [reader] if k == 0 else []))
+                at += int(out.shape[-1])
+        elif reader.op == "rotary" and reader.inputs[0] is x:
+            parts.append((x, 0, []))  # the rotary reads its own offset
+        else:
+            sliced = last_axis_slice(reader.outputs[0]) if reader.outputs else None
+            if sliced is None or sliced[0] is not x:
+                return None
+            parts.append((reader.outputs[0], sliced[1], [reader]))
+    return parts
+
+
+def _match(g: PatternGraph, x: Value) -> tuple[Prim, list[Prim]] | None:
+    """The kv_append prim replacing the prims that take packed x apart and into a KV cache,
+    and the prims it replaces."""
     if x.rank != 3 or x.dtype not in ("float32", "float64") or is_sym(x.shape[-1]):
         return None
-    widths = [int(o.shape[-1]) for o in split.outputs]
-    offsets = [0, widths[0], widths[0] + widths[1]]
+    parts = _parts(g, x)
+    if parts is None:
+        return None
     roles: dict[str, Any] = {}
-    for part, offset in zip(split.outputs, offsets):
-        rotary = _rotary_of(g, part)
+    seen: set[int] = set()
+    for part, offset, taking in parts:
+        if part is x:  # the rotaries reading x at their offsets
+            rotaries = [r for r in g.readers.get(id(x), []) if r.op == "rotary"]
+            rotary = next((r for r in rotaries if id(r) not in seen), None)
+            if rotary is None:
+                return None
+            seen.add(id(rotary))
+        else:
+            rotary = _rotary_of(g, part)
         if rotary is not None:
+            offset += rotary.attrs.get("offset", 0)
             joined = _heads_joined(g, rotary.outputs[0], rotary.attrs["num_heads"],
                                    rotary.attrs["head_dim"])
             role = "k" if joined is not None else "q"
         else:
-            rotary, joined, role = None, None, "v"
+            joined, role = None, "v"
         if role in roles:
             return None
-        roles[role] = (part, offset, rotary, joined)
+        roles[role] = (part, offset, rotary, joined, taking)
     if set(roles) != {"q", "k", "v"}:
         return None
-    q_part, q_off, q_rot, _ = roles["q"]
-    k_part, k_off, k_rot, (past_k, k_join, k_prims) = roles["k"]
-    v_part, v_off, _, _ = roles["v"]
+    _, q_off, q_rot, _, q_taking = roles["q"]
+    _, k_off, k_rot, (past_k, k_join, k_prims), k_taking = roles["k"]
+    v_part, v_off, _, _, v_taking = roles["v"]
     kv_heads, dim = k_rot.attrs["num_heads"], k_rot.attrs["head_dim"]
     rot = k_rot.attrs.get("rotary_dim", dim)
     if q_rot.inputs[1:] != k_rot.inputs[1:] or q_rot.attrs["head_dim"] != dim \
@@ -120,7 +151,7 @@ def _match(g: PatternGraph, split: Prim) -> tuple[Prim, list[Prim]] | None:
                                                            for v in outputs]:
         return None
     fused = Prim("kv_append", attrs, inputs, outputs, k_join.origin)
-    return fused, [split, q_rot, k_rot, *k_prims, *v_prims]
+    return fused, [*q_taking, *k_taking, *v_taking, q_rot, k_rot, *k_prims, *v_prims]
 
 
 def fuse_kv_append(prims: list[Prim], outputs: list[Value]) -> tuple[list[Prim], Counter]:
@@ -132,9 +163,13 @@ def fuse_kv_append(prims: list[Prim], outputs: list[Value]) -> tuple[list[Prim],
     replaced: set[int] = set()
     after: dict[int, list[Prim]] = {}  # position -> the fused prims placed after it
     count = 0
+    packed: dict[int, Value] = {}  # the values taken apart: a split's or a rotary's input
     for p in prims:
+        if p.op in ("split", "rotary") and p.inputs:
+            packed.setdefault(id(p.inputs[0]), p.inputs[0])
+    for x in packed.values():
         try:
-            found = _match(g, p)
+            found = _match(g, x)
         except (ValueError, TypeError):  # a symbolic question the import cannot answer
             found = None
         if found is None:
