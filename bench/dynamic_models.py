@@ -11,6 +11,8 @@ its dynamo exporter (`_dynamo`, opset 18) into a cache folder (never committed):
   exports it: input_ids (batch, seq), attention_mask (batch, past+seq), position_ids (batch,
   seq), past_key_values.<i>.key/value (batch, 2, past, 64); outputs logits and
   present.<i>.key/value (batch, 2, past+seq, 64).
+- `qwen2_kv_ts`, `phi3_kv_ts`: Qwen2 (q/k/v biases) and Phi-3 (one packed qkv_proj and
+  gate_up_proj) at the same sizes, exported the same way: bench/generate.py --model on them.
 - `cnn_hw_ts`: a small CNN (stride-2 convs, pads, pooling) with dynamic batch, height and width.
 - `wav2vec2_ts`: wav2vec2's conv feature encoder and transformer (hidden 256, 2 layers) on
   dynamic batch and audio length.
@@ -42,14 +44,22 @@ SIZE = SIZES["bench"]
 TS_OPSET = 17  # --opset: the TorchScript exporter's opset (13 and up)
 
 
-def _llama() -> Any:
-    from transformers import LlamaConfig, LlamaForCausalLM
+def _decoder(arch: str = "Llama") -> Any:
+    """transformers' <arch>ForCausalLM at SIZE (Llama, Qwen2: q/k/v biases, Phi3: one packed
+    qkv_proj and gate_up_proj)."""
+    import transformers
     hidden, inner, layers, heads, kv_heads, vocab = SIZE
-    config = LlamaConfig(hidden_size=hidden, intermediate_size=inner, num_hidden_layers=layers,
-                         num_attention_heads=heads, num_key_value_heads=kv_heads,
-                         vocab_size=vocab, max_position_embeddings=1024,
-                         attn_implementation="eager")
-    return LlamaForCausalLM(config).eval()
+    config = getattr(transformers, f"{arch}Config")(
+        hidden_size=hidden, intermediate_size=inner, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=kv_heads, vocab_size=vocab,
+        max_position_embeddings=1024, attn_implementation="eager",
+        # Phi-3's default pad id (32000) is past this vocabulary; the others keep theirs
+        **({"pad_token_id": 0} if arch == "Phi3" else {}))
+    return getattr(transformers, f"{arch}ForCausalLM")(config).eval()
+
+
+def _llama() -> Any:
+    return _decoder("Llama")
 
 
 class _Logits(torch.nn.Module):
@@ -112,8 +122,8 @@ def llama(path: Path, dynamo: bool) -> None:
     _export(model, args, path, ["input_ids", "attention_mask"], ["logits"], axes, dynamo)
 
 
-def llama_kv(path: Path, dynamo: bool) -> None:
-    model = _WithCache(_llama())
+def llama_kv(path: Path, dynamo: bool, arch: str = "Llama") -> None:
+    model = _WithCache(_decoder(arch))
     batch, past, seq = 1, 7, 3
     names = ["input_ids", "attention_mask", "position_ids"]
     outputs = ["logits"]
@@ -225,6 +235,9 @@ MODELS: dict[str, tuple[Callable[[Path, bool], None], bool]] = {
     "llama_ts": (llama, False),
     "llama_dynamo": (llama, True),
     "llama_kv_ts": (llama_kv, False),
+    # architectures no fusion was written for, in the same calling convention
+    "qwen2_kv_ts": (lambda path, dynamo: llama_kv(path, dynamo, "Qwen2"), False),
+    "phi3_kv_ts": (lambda path, dynamo: llama_kv(path, dynamo, "Phi3"), False),
     "cnn_hw_ts": (cnn_hw, False),
     "cnn_hw_dynamo": (cnn_hw, True),
     "wav2vec2_ts": (wav2vec2, False),

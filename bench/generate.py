@@ -1,7 +1,7 @@
 """Text generation with a KV cache: a greedy loop where every step is a new sequence length.
 
-The decoder (default: llama_kv_ts from bench/dynamic_models.py, Hugging Face Optimum's
-convention: input_ids, attention_mask, position_ids, past_key_values.<i>.key/value in; logits
+The decoder (default: llama_kv_ts from bench/dynamic_models.py; qwen2_kv_ts and phi3_kv_ts
+there are architectures no fusion was written for; Hugging Face Optimum's convention: input_ids, attention_mask, position_ids, past_key_values.<i>.key/value in; logits
 and present.<i>.key/value out) is imported once without --shape. A prompt of 32 tokens is
 prefilled, then 128 new tokens are generated greedily, each step feeding the previous step's
 present tensors back as the past: the past length grows by one every step, so every step runs a
