@@ -10,10 +10,11 @@ outputs) lowers, once sibling-pack has packed its projections, to
     v -> reshape (b, t, kv_heads, d) -> transpose (0, 2, 1, 3)
         -> concatenate([past_v, .], axis 2)               -> present_v
 
-seven small steps a layer. A model packing q, k and v itself (Phi-3's qkv_proj) reads them as
-last-axis slices, or as rotaries at column offsets, of the one product: the same op serves. In a decode step each costs 4-8 us in a run (the weights streaming
+seven small steps a layer. In a decode step each costs 4-8 us in a run (the weights streaming
 through the caches between them) and, at every new past length, the runtime re-points the
 joins and the attention reading them; here they become one step whose kernel takes any length.
+A model packing q, k and v itself (Phi-3's qkv_proj) takes them as last-axis slices, or as
+rotaries at column offsets, of the one product: the same op serves.
 The outputs are the same values (their readers, graph outputs among them, are unchanged); the
 split's parts and the rotated k are read nowhere else.
 
