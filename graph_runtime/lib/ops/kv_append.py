@@ -19,7 +19,7 @@ from typing import Any
 
 from ...backends.base import Backend
 from ..attrs import int_attr, op_error
-from ..kernels.host import array_module, host_kernel
+from ..kernels.host import host_kernel
 from ..library import TensorSpec
 from ..registry import define_op, kernel
 from ..shapes import check_dtype, check_same_dtype
@@ -99,7 +99,7 @@ def _host(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
           outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     """Against NumPy's API, for CuPy (cuda): the rotary op's passes over (batch, tokens,
     heads, dim) views, each product rounded before the sum, then the joins."""
-    xp, p = array_module(backend), params(inputs, attrs)
+    p = params(inputs, attrs)
     qh, kvh, dim, rot = p["q_heads"], p["kv_heads"], p["dim"], p["rot"]
     half = rot // 2
 
@@ -118,10 +118,9 @@ def _host(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
             return qkv[:, :, offset:offset + count * dim].reshape(batch, tokens, count, dim)
 
         rotate(heads(p["q_offset"], qh), c, s, q.reshape(batch, tokens, qh, dim))
-        k = xp.empty((batch, tokens, kvh, dim), qkv.dtype)
-        rotate(heads(p["k_offset"], kvh), c, s, k)
         present_k[:, :, :past] = past_k
-        present_k[:, :, past:] = k.transpose(0, 2, 1, 3)
+        # the new tokens' rows of present_k, seen token-major: rotated straight into place
+        rotate(heads(p["k_offset"], kvh), c, s, present_k[:, :, past:].transpose(0, 2, 1, 3))
         present_v[:, :, :past] = past_v
         present_v[:, :, past:] = heads(p["v_offset"], kvh).transpose(0, 2, 1, 3)
     return host_kernel(backend, device_id, run)
