@@ -114,6 +114,16 @@ def test_the_cpu_kernel_takes_any_past_length() -> None:
         run(*arrays, *outs)
         for got, w in zip(outs, want):
             np.testing.assert_array_equal(got, w)
+    # a past held in every other row of a larger array (strided, not contiguous)
+    arrays, _, want = _case(1, 1, 5, 4, 2, 8, 8, 0, 1, 1, dtype="float32")
+    for i in (1, 2):
+        spread = np.zeros(arrays[i].shape[:2] + (10, 8), np.float32)
+        spread[:, :, ::2] = arrays[i]
+        arrays[i] = spread[:, :, ::2]
+    outs = [np.empty(w.shape, np.float32) for w in want]
+    run(*arrays, *outs)
+    for got, w in zip(outs, want):
+        np.testing.assert_array_equal(got, w)
 
 
 _GOOD = {"q_heads": 2, "kv_heads": 1, "head_dim": 4, "rotary_dim": 4, "q_offset": 0,
