@@ -61,16 +61,13 @@ def params(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> dict[str, 
         if start < 0 or (_is_int(width) and start + heads * dim > width):
             raise op_error(OP, f"qkv {qkv} has no columns [{start}, {start + heads * dim}) "
                                f"for {name}")
-    if len(past_k.shape) != 4:
-        raise op_error(OP, f"past_k {past_k} must be (batch {batch}, kv_heads {kvh}, past, "
-                           f"head_dim {dim})")
-    past = past_k.shape[2]
     for spec, name in ((past_k, "past_k"), (past_v, "past_v")):
-        shape = tuple(spec.shape)
+        shape = tuple(spec.shape)  # (past_k's rank is checked before past_v reads its past)
         if len(shape) != 4 or shape[1] != kvh or shape[3] != dim or shape[0] != batch \
-                or shape[2] != past:
+                or shape[2] != past_k.shape[2]:
             raise op_error(OP, f"{name} {spec} must be (batch {batch}, kv_heads {kvh}, past, "
                                f"head_dim {dim}) as past_k's")
+    past = past_k.shape[2]
     for spec, name in ((cos, "cos"), (sin, "sin")):
         shape = tuple(spec.shape)
         if len(shape) != 3 or not _fits(shape[0], batch) or not _fits(shape[1], tokens) \
