@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT / "tests" / "data" / "onnx"))  # make_models.py: BER
 sys.path.insert(0, str(ROOT))  # measure the checkout this script sits in
 sys.path.append(str(ROOT / "bench"))  # last: bench/transformers.py must not shadow the package
 import graph_runtime as gr  # noqa: E402
+from graph_runtime.lib.chain import kernel_note  # noqa: E402
 from onnx_models import end_to_end_call, make_inputs  # noqa: E402  (bench/: seeded inputs)
 from peers import cuda_session  # noqa: E402  (bench/)
 
@@ -93,18 +94,20 @@ def export(name: str, model: Any, cache: Path) -> Path:
     return path
 
 
-def ours(path: Path, inputs: dict[str, np.ndarray], graphs: bool = True, tf32: bool = True
-         ) -> tuple[Callable[[], list], Any, float]:
+def ours(path: Path, inputs: dict[str, np.ndarray], graphs: bool = True, tf32: bool = True,
+         cudnn: bool = True) -> tuple[Callable[[], list], Any, float]:
     """graph_runtime's end-to-end call on cuda(0), its module, and the import seconds; graphs:
     run() replayed as a CUDA graph (the default) or each kernel launched (the setting off);
-    tf32: float32 products on TF32 tensor cores (the default) or in full float32."""
+    tf32: float32 products on TF32 tensor cores (the default) or in full float32; cudnn:
+    convolutions through cuDNN (the default) or im2col + cuBLAS."""
     from graph_runtime.frontend import from_onnx
-    from graph_runtime.settings import CUDA_GRAPHS, CUDA_TF32, overridden
+    from graph_runtime.settings import CUDA_CUDNN, CUDA_GRAPHS, CUDA_TF32, overridden
     start = time.perf_counter()
     graph_json, lib, params = from_onnx(str(path), shape={k: v.shape for k, v in inputs.items()})
     imported = time.perf_counter() - start
     with overridden(CUDA_GRAPHS, "on" if graphs else "off"), \
-            overridden(CUDA_TF32, "on" if tf32 else "off"):
+            overridden(CUDA_TF32, "on" if tf32 else "off"), \
+            overridden(CUDA_CUDNN, "on" if cudnn else "off"):
         m = gr.create(graph_json, lib, gr.cuda(0))
     m.load_params(gr.save_param_dict(params))
     return end_to_end_call(m, inputs), m, imported
@@ -238,9 +241,14 @@ def main() -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
     import cupy
     props = cupy.cuda.runtime.getDeviceProperties(0)
+    try:
+        from graph_runtime.lib.kernels.cuda_cudnn import version
+        cudnn = str(version())
+    except Exception as exc:  # noqa: BLE001 (reported: the convolutions then run im2col)
+        cudnn = f"not loaded ({exc})"
     print(f"{props['name'].decode()}, driver {cupy.cuda.runtime.driverGetVersion()}, "
           f"CUDA runtime {cupy.cuda.runtime.runtimeGetVersion()}, CuPy {cupy.__version__}, "
-          f"torch {torch.__version__}", flush=True)
+          f"cuDNN {cudnn}, torch {torch.__version__}", flush=True)
     bandwidth = {**copy_bandwidth(), **copy_node_bandwidth()}
     print("copies of 64 MiB, GB/s: " + ", ".join(f"{k} {v:.1f}" for k, v in bandwidth.items()),
           flush=True)
@@ -274,6 +282,15 @@ def measure(name: str, model: Any, path: Path, batch: int, rounds: int, profile:
     exact, _, _ = ours(path, inputs, tf32=False)
     calls = {"graph_runtime": call, "gr float32": exact, "gr no graphs": plain, "torch": ref}
     errors = {"graph_runtime": error, "gr float32": worst_error(exact(), want)}
+    notes = [kernel_note(step.kernel) for step in m.executor.steps]
+    convs = sum("conv2d" in step.func_name for step in m.executor.steps)
+    if convs:
+        im2col, _, _ = ours(path, inputs, cudnn=False)
+        calls["gr im2col"] = im2col
+        errors["gr im2col"] = worst_error(im2col(), want)
+        fused = sum(n.startswith("cuDNN") and n.endswith("relu") for n in notes)
+        print(f"  {sum(n.startswith('cuDNN') for n in notes)} of {convs} conv steps on cuDNN "
+              f"({fused} with bias/residual/relu fused)", flush=True)
     for label, tf32 in (("ort_cuda", True), ("ort float32", False)):
         ort = ort_cuda_call(path, inputs, tf32)
         if ort is not None:

@@ -187,6 +187,12 @@ CUDA_TF32 = Setting(
     "convolutions do by default: several times faster at large batch, about 1e-3 relative "
     "error in those products (off: full float32; GPUs before Ampere compute float32 either way)",
     ("on", "off"))
+CUDA_CUDNN = Setting(
+    "GRAPH_RUNTIME_CUDA_CUDNN", "on",
+    "convolutions on CUDA through cuDNN where it is installed (nvidia-cudnn-cu12/-cu13) and "
+    "takes them: its measured-fastest algorithm, a chain's bias, residual and relu in the same "
+    "call (off: im2col and a cuBLAS product, each chain op after it its own kernel)",
+    ("on", "off"))
 IN_PLACE = Setting(
     "GRAPH_RUNTIME_IN_PLACE", "on",
     "kernels that can write an output over an input dying there (oneDNN's conv adding its "
@@ -208,7 +214,7 @@ SETTINGS = (NUM_THREADS, CONV, OPENCL_CONV, GEMV_PADDING, TEAM_GEMV, TEAM_GEMV_L
             SHAPE_CACHE_BYTES, GC_FREEZE, CACHE_DIR,
             CHAIN_JIT, IMPORT_FUSE, IMPORT_INT8, ONEDNN, ONEDNN_LIB, ONEDNN_THREADS, ONEDNN_PIN,
             IN_PLACE,
-            CUDA_GRAPHS, CUDA_TF32,
+            CUDA_GRAPHS, CUDA_TF32, CUDA_CUDNN,
             LOOP_MAX_ITERATIONS)
 
 

@@ -33,6 +33,8 @@ BENCH_PATH="${ORT_GPU_SITE:+$ORT_GPU_SITE:}$PYTHONPATH"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 PYTHONPATH=$BENCH_PATH python3 -c "import onnxruntime as o, cupy; print('ONNX Runtime',
 o.__version__, o.get_available_providers(), '| CuPy', cupy.__version__)" | tee -a "$OUT/gpu.txt"
+python3 -c "from graph_runtime.lib.kernels import cuda_cudnn as c; print('cuDNN', c.version(),
+c.loaded_library('libcudnn.so'))" 2>&1 | tail -1 | tee -a "$OUT/gpu.txt"
 if [[ " $STEPS " == *" bench "* ]]; then
     PYTHONPATH=$BENCH_PATH timeout "${BENCH_S:-240}" python3 bench/cuda_models.py --rounds 5 \
         ${BENCH_ARGS:-} --json "$OUT/cuda.json" 2>&1 | tee "$OUT/bench.log"

@@ -326,10 +326,15 @@ class Chain:
             pair = _permute_then_binary(plan, len(inputs), len(outputs))
             if pair is not None:
                 return pair
-        first_fused = _fusable_tail(plan) if backend.name in ("opencl", "cuda") else len(plan)
         slot_count = len(inputs) + len(outputs)
+        by_gpu = plan[0].op.cuda_epilogue if backend.name == "cuda" else None
+        if by_gpu is not None:
+            plan = _fuse_epilogue(plan, slot_count, lambda head, ops, operands: by_gpu.takes(
+                head.inputs, head.attrs, ops, operands))
+        first_fused = _fusable_tail(plan) if backend.name in ("opencl", "cuda") else len(plan)
         if backend.name == "cpu":
-            plan = _fuse_epilogue(plan, slot_count)
+            if plan[0].op.cpu_epilogue is not None:
+                plan = _fuse_epilogue(plan, slot_count)
             first_fused = _jit_tail(plan, slot_count)
             if first_fused == len(plan):
                 _write_tail_in_place(plan, slot_count)
@@ -360,7 +365,10 @@ class Chain:
             for p in plan[taken:first_fused]:
                 if p.out_slots[0] in views:
                     continue
-                if p.epilogue is not None and p.op.cpu_epilogue is not None:
+                if p.epilogue is not None and backend.name == "cuda" and by_gpu is not None:
+                    fn = by_gpu.make(device_id, p.inputs, p.outputs, p.attrs, p.epilogue,
+                                     p.operands)
+                elif p.epilogue is not None and p.op.cpu_epilogue is not None:
                     fn = p.op.cpu_epilogue(p.inputs, p.outputs, p.attrs, p.epilogue, p.operands)
                 else:
                     fn = p.op.kernels[backend.name](backend, device_id, p.inputs, p.outputs,
@@ -628,14 +636,18 @@ def _fusable_tail(plan: list[_Planned]) -> int:
     return start if len(plan) - start >= 2 else len(plan)
 
 
-def _fuse_epilogue(plan: list[_Planned], slot_count: int) -> list[_Planned]:
+def _fuse_epilogue(plan: list[_Planned], slot_count: int,
+                   takes: Callable[[_Planned, list[tuple[str, Any]], list[TensorSpec]], int]
+                   | None = None) -> list[_Planned]:
     """Merge the add/relu/clip ops right after a CPU conv2d into it (kernels/conv_epilogue.py).
 
     The op's kernel then applies them to each output block while it is in cache; the merged
     step reads the ops' other operands as extra inputs and writes the last op's output.
+    takes(head, ops, operands): how many of the leading ops the head's kernel applies (CUDA:
+    cuDNN's bias, residual and relu); all of them where None.
     """
     head = plan[0]
-    if head.op.cpu_epilogue is None or len(head.outputs) != 1:
+    if len(head.outputs) != 1:
         return plan
     spec = head.outputs[0]
     if spec.dtype not in EPILOGUE_DTYPES:
@@ -666,6 +678,11 @@ def _fuse_epilogue(plan: list[_Planned], slot_count: int) -> list[_Planned]:
         else:
             ops.append((name, None))
         k += 1
+    if takes is not None and ops:
+        count = takes(head, ops, operands)
+        ops = ops[:count]
+        adds = sum(1 for kind, _ in ops if kind == "add")
+        operands, slots, k = operands[:adds], slots[:adds], 1 + count
     if k == 1:
         return plan
     last = plan[k - 1]

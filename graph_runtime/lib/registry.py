@@ -21,6 +21,17 @@ HostFn = Callable[[Sequence[Any], Mapping[str, Any]], list[Any]]
 VALUES_KEY = "__values"
 
 
+@dataclass(frozen=True)
+class GpuEpilogue:
+    """How an op applies some of a chain's trailing ops itself on CUDA (conv2d: cuDNN's bias,
+    residual and relu): takes(inputs, attrs, epilogue, operands) -> how many of the leading
+    ones; make(device_id, inputs, outputs, attrs, epilogue, operands) -> run(*inputs,
+    *operands, out)."""
+
+    takes: Callable[..., int]
+    make: Callable[..., Callable[..., None]]
+
+
 @dataclass
 class OpDef:
     """One standard op: how many inputs it takes, its checker, and its kernels by backend name."""
@@ -36,6 +47,8 @@ class OpDef:
     # CPU only: factory(inputs, outputs, attrs, epilogue, operands) -> run(*inputs, *operands,
     # out) for an op that applies a chain's trailing add/relu/clip itself (conv2d: chain.py).
     cpu_epilogue: Callable[..., Callable[..., None]] | None = None
+    # CUDA: the same for the trailing ops the op's kernel there takes (chain.py)
+    cuda_epilogue: GpuEpilogue | None = None
     # Data-dependent sizes: the op computed on the host from its inputs (NumPy), so a graph can
     # be cut at it and each part created for the sizes it gave (runtime/segments.py).
     host: HostFn | None = None

@@ -41,17 +41,26 @@ class CublasError(RuntimeError):
     """A cuBLAS call returned a status other than success."""
 
 
-def _load_cublas() -> ctypes.CDLL:
-    """The libcublas CuPy loaded (found in this process's maps), else the first soname found."""
-    importlib.import_module("cupy_backends.cuda.libs.cublas")  # loads libcublas
+def loaded_library(soname: str) -> str | None:
+    """The path of a library this process has loaded already whose file name starts with
+    soname ("libcublas.so"), from /proc/self/maps; None where none is (or no maps file)."""
     try:
         with open("/proc/self/maps") as maps:
             for line in maps:
                 path = line.split()[-1]
-                if "/libcublas.so" in path:
-                    return ctypes.CDLL(path)
+                if path.rsplit("/", 1)[-1].startswith(soname):
+                    return path
     except OSError:
         pass
+    return None
+
+
+def _load_cublas() -> ctypes.CDLL:
+    """The libcublas CuPy loaded (found in this process's maps), else the first soname found."""
+    importlib.import_module("cupy_backends.cuda.libs.cublas")  # loads libcublas
+    loaded = loaded_library("libcublas.so")
+    if loaded is not None:
+        return ctypes.CDLL(loaded)
     for name in ("libcublas.so.13", "libcublas.so.12", "libcublas.so"):
         try:
             return ctypes.CDLL(name)

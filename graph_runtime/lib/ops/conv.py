@@ -2,7 +2,8 @@
 
 CPU conv2d picks a strategy per shape (kernels/cpu/conv_choice.py); CPU conv2d_transpose is
 oneDNN's deconvolution or the NumPy kernel here, per shape (kernels/onednn/choice.py onednn_or);
-CUDA runs im2col + GEMM here.
+CUDA runs cuDNN (kernels/cuda_cudnn.py, a chain's bias, residual and relu in its call) where it
+takes the convolution, else im2col + GEMM here.
 """
 from __future__ import annotations
 
@@ -10,16 +11,18 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from ...backends import get_backend
 from ...backends.base import Backend
+from ...errors import LibraryError
 from ..conv_params import CONV_ATTRS, ConvParams, conv2d_params, conv2d_transpose_params
 from ..kernels.cpu.conv_choice import conv2d_cpu
 from ..kernels.conv_epilogue import EPILOGUE_DTYPES, Epilogue
+from ..kernels.cuda_cudnn import CudnnConv, CudnnError, cudnn_epilogue, cudnn_refusal
 from ..kernels.cuda_gemm import matmul_function
 from ..kernels.host import array_module, host_kernel, wide_dtype
 from ..kernels.opencl.conv import conv2d_cl, conv2d_transpose_cl
 from ..kernels.opencl.source import check_cl_dtypes
 from ..library import TensorSpec
 from ..prepared import PreparedKernel
-from ..registry import define_op, kernel
+from ..registry import GpuEpilogue, define_op, kernel
 
 if TYPE_CHECKING:
     from ...backends.opencl import OpenCLBackend
@@ -115,6 +118,56 @@ def _conv2d_cpu_fused(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec
     p = conv2d_params(inputs, attrs)
     shape = tuple(outputs[0].shape)
     return conv2d_cpu(p, Epilogue.build(ops, [tuple(s.shape) for s in operands], shape))
+
+
+def _conv2d_cuda(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
+                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
+    """cuDNN's convolution where it takes this one (cudnn_refusal), else im2col + GEMM."""
+    p = conv2d_params(inputs, attrs)
+    if not cudnn_refusal(p):
+        try:
+            with backend.scope(device_id):
+                return CudnnConv(p, device_id)
+        except CudnnError:
+            pass  # cuDNN found no algorithm for it: im2col computes it as before
+    return _conv2d_host(backend, device_id, inputs, outputs, attrs)
+
+
+def _conv2d_cuda_takes(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any],
+                       ops: Sequence[tuple[str, Any]], operands: Sequence[TensorSpec]) -> int:
+    """How many of a chain's trailing ops cuDNN's call applies after this convolution."""
+    p = conv2d_params(inputs, attrs)
+    if cudnn_refusal(p):
+        return 0
+    return cudnn_epilogue(ops, operands, TensorSpec((p.n, p.o, p.oh, p.ow), p.dtype))[0]
+
+
+def _conv2d_cuda_fused(device_id: int, inputs: Sequence[TensorSpec],
+                       outputs: Sequence[TensorSpec], attrs: Mapping[str, Any],
+                       ops: Sequence[tuple[str, Any]],
+                       operands: Sequence[TensorSpec]) -> Callable[..., None]:
+    """conv2d with the bias, residual and relu _conv2d_cuda_takes accepted, in one cuDNN call;
+    where cuDNN then finds no algorithm, im2col + GEMM and the adds and relu in CuPy."""
+    p = conv2d_params(inputs, attrs)
+    count, epilogue = cudnn_epilogue(ops, operands, outputs[0])
+    if epilogue is None or count != len(ops):
+        raise LibraryError(f"conv2d: cuDNN cannot apply the chain ops {[k for k, _ in ops]}")
+    backend = get_backend("cuda")
+    try:
+        with backend.scope(device_id):
+            return CudnnConv(p, device_id, epilogue)
+    except CudnnError:
+        conv = _conv2d_host(backend, device_id, inputs, outputs, attrs)
+    import cupy
+
+    def run(data: Any, weight: Any, *rest: Any) -> None:
+        out = rest[-1]
+        conv(data, weight, out)
+        for at in (epilogue.bias, epilogue.residual):
+            if at is not None:
+                cupy.add(out, rest[at], out=out)
+        cupy.maximum(out, 0, out=out)
+    return host_kernel(backend, device_id, run)
 
 
 def _conv2d_transpose_host(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
@@ -246,11 +299,12 @@ def _conv2d_transpose_cl(backend: OpenCLBackend, device_id: int, inputs: Sequenc
 
 _CONV2D = define_op("conv2d", _conv2d_infer, 2, CONV_ATTRS)
 _CONV2D.cpu_epilogue = _conv2d_cpu_fused
+_CONV2D.cuda_epilogue = GpuEpilogue(_conv2d_cuda_takes, _conv2d_cuda_fused)
 _CONV2D_TRANSPOSE = define_op("conv2d_transpose", _conv2d_transpose_infer, 2,
                               CONV_ATTRS + ("output_padding",))
 _CONV2D_TRANSPOSE.cpu_epilogue = _conv2d_transpose_cpu_fused
 kernel("conv2d", "cpu")(_conv2d_cpu)
-kernel("conv2d", "cuda")(_conv2d_host)
+kernel("conv2d", "cuda")(_conv2d_cuda)
 kernel("conv2d_transpose", "cpu")(_conv2d_transpose_cpu)
 kernel("conv2d_transpose", "cuda")(_conv2d_transpose_host)
 kernel("conv2d", "opencl")(_conv2d_cl)
