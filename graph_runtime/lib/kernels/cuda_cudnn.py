@@ -30,6 +30,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ... import settings
+from ...backends import get_backend
 from ..conv_params import ConvParams
 from ..library import TensorSpec
 from ..prepared import PreparedKernel
@@ -318,6 +319,11 @@ class CudnnConv(PreparedKernel):
         fma = dtype == np.float32 and settings.word(settings.CUDA_TF32) != "on"
         math = _FMA_MATH if fma else _DEFAULT_MATH
         self._handle = _handle(device_id)
+        # the backend's stream on this GPU: every call runs there, as the other kernels do
+        # (called outside any scope, cuDNN would take the legacy default stream, which a
+        # capture of the backend's stream cannot hold)
+        self._backend: Any = get_backend("cuda")
+        self._device_id = device_id
         self._x, self._y, self._w, self._conv, self._act, self._bias = (
             ctypes.c_void_p() for _ in range(6))
         # each made below in place: the finalizer frees those made, whatever fails after
@@ -346,7 +352,7 @@ class CudnnConv(PreparedKernel):
                              f"{p.key()}, not the graph's {(p.n, p.o, p.oh, p.ow)}")
         self._one, self._nothing = scalar(1.0), scalar(0.0)
         self._zero_bias: Any = None
-        with cupy.cuda.Device(device_id):
+        with self._backend.scope(device_id):
             if epilogue is not None:
                 _check(lib.cudnnCreateActivationDescriptor(ctypes.byref(self._act)),
                        "cudnnCreateActivationDescriptor")
@@ -395,6 +401,10 @@ class CudnnConv(PreparedKernel):
         return f"cuDNN {ALGORITHMS[self.algo]}{fused}"
 
     def __call__(self, *arrays: Any) -> None:
+        with self._backend.scope(self._device_id):
+            self._run(*arrays)
+
+    def _run(self, *arrays: Any) -> None:
         import cupy
         data, weight, out = (cupy.ascontiguousarray(arrays[0]),
                              cupy.ascontiguousarray(arrays[1]), arrays[-1])
