@@ -95,11 +95,11 @@ def export(name: str, model: Any, cache: Path) -> Path:
 
 
 def ours(path: Path, inputs: dict[str, np.ndarray], graphs: bool = True, tf32: bool = True,
-         cudnn: bool = True) -> tuple[Callable[[], list], Any, float]:
+         cudnn: str = "auto") -> tuple[Callable[[], list], Any, float]:
     """graph_runtime's end-to-end call on cuda(0), its module, and the import seconds; graphs:
     run() replayed as a CUDA graph (the default) or each kernel launched (the setting off);
     tf32: float32 products on TF32 tensor cores (the default) or in full float32; cudnn:
-    convolutions through cuDNN (the default) or im2col + cuBLAS."""
+    GRAPH_RUNTIME_CUDA_CUDNN (auto: cuDNN where it measures faster than im2col + cuBLAS)."""
     from graph_runtime.frontend import from_onnx
     from graph_runtime.settings import CUDA_CUDNN, CUDA_GRAPHS, CUDA_TF32, overridden
     start = time.perf_counter()
@@ -107,7 +107,7 @@ def ours(path: Path, inputs: dict[str, np.ndarray], graphs: bool = True, tf32: b
     imported = time.perf_counter() - start
     with overridden(CUDA_GRAPHS, "on" if graphs else "off"), \
             overridden(CUDA_TF32, "on" if tf32 else "off"), \
-            overridden(CUDA_CUDNN, "on" if cudnn else "off"):
+            overridden(CUDA_CUDNN, cudnn):
         m = gr.create(graph_json, lib, gr.cuda(0))
     m.load_params(gr.save_param_dict(params))
     return end_to_end_call(m, inputs), m, imported
@@ -285,9 +285,10 @@ def measure(name: str, model: Any, path: Path, batch: int, rounds: int, profile:
     notes = [kernel_note(step.kernel) for step in m.executor.steps]
     convs = sum("conv2d" in step.func_name for step in m.executor.steps)
     if convs:
-        im2col, _, _ = ours(path, inputs, cudnn=False)
-        calls["gr im2col"] = im2col
-        errors["gr im2col"] = worst_error(im2col(), want)
+        for label, word in (("gr cudnn on", "on"), ("gr im2col", "off")):
+            other, _, _ = ours(path, inputs, cudnn=word)
+            calls[label] = other
+            errors[label] = worst_error(other(), want)
         fused = sum(n.startswith("cuDNN") and n.endswith("relu") for n in notes)
         print(f"  {sum(n.startswith('cuDNN') for n in notes)} of {convs} conv steps on cuDNN "
               f"({fused} with bias/residual/relu fused)", flush=True)

@@ -188,11 +188,12 @@ CUDA_TF32 = Setting(
     "error in those products (off: full float32; GPUs before Ampere compute float32 either way)",
     ("on", "off"))
 CUDA_CUDNN = Setting(
-    "GRAPH_RUNTIME_CUDA_CUDNN", "on",
+    "GRAPH_RUNTIME_CUDA_CUDNN", "auto",
     "convolutions on CUDA through cuDNN where it is installed (nvidia-cudnn-cu12/-cu13) and "
     "takes them: its measured-fastest algorithm, a chain's bias, residual and relu in the same "
-    "call (off: im2col and a cuBLAS product, each chain op after it its own kernel)",
-    ("on", "off"))
+    "call; auto: where it also measures faster than im2col and a cuBLAS product when the "
+    "kernel is made (each replayed as a CUDA graph), on: wherever it takes them, off: never",
+    ("auto", "on", "off"))
 IN_PLACE = Setting(
     "GRAPH_RUNTIME_IN_PLACE", "on",
     "kernels that can write an output over an input dying there (oneDNN's conv adding its "

@@ -330,7 +330,7 @@ class Chain:
         by_gpu = plan[0].op.cuda_epilogue if backend.name == "cuda" else None
         if by_gpu is not None:
             plan = _fuse_epilogue(plan, slot_count, lambda head, ops, operands: by_gpu.takes(
-                head.inputs, head.attrs, ops, operands))
+                device_id, head.inputs, head.attrs, ops, operands))
         first_fused = _fusable_tail(plan) if backend.name in ("opencl", "cuda") else len(plan)
         if backend.name == "cpu":
             if plan[0].op.cpu_epilogue is not None:

@@ -24,8 +24,8 @@ VALUES_KEY = "__values"
 @dataclass(frozen=True)
 class GpuEpilogue:
     """How an op applies some of a chain's trailing ops itself on CUDA (conv2d: cuDNN's bias,
-    residual and relu): takes(inputs, attrs, epilogue, operands) -> how many of the leading
-    ones; make(device_id, inputs, outputs, attrs, epilogue, operands) -> run(*inputs,
+    residual and relu): takes(device_id, inputs, attrs, epilogue, operands) -> how many of the
+    leading ones; make(device_id, inputs, outputs, attrs, epilogue, operands) -> run(*inputs,
     *operands, out)."""
 
     takes: Callable[..., int]

@@ -89,10 +89,16 @@ def test_refused_when_the_setting_is_off(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv(CUDA_CUDNN.name, "off")
     p = conv2d_params([TensorSpec((1, 3, 5, 5), "float32"),
                        TensorSpec((4, 3, 3, 3), "float32")], {"padding": [1]})
-    assert cudnn_refusal(p) == "GRAPH_RUNTIME_CUDA_CUDNN is off"
+    assert cudnn_refusal(p) == "GRAPH_RUNTIME_CUDA_CUDNN=off"
 
 
 # -- on a GPU -----------------------------------------------------------------------------------
+
+@pytest.fixture
+def cudnn_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """cuDNN wherever it takes a convolution (auto would measure it against im2col)."""
+    monkeypatch.setenv(CUDA_CUDNN.name, "on")
+
 
 def _run_cuda(func: Any, inputs: list[np.ndarray], attrs: dict | None = None) -> tuple[Any, Any]:
     """(the prepared kernel, its host output) of func on cuda(0)."""
@@ -124,7 +130,7 @@ CUDNN_CASES = [
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("data_shape,weight_shape,attrs", CUDNN_CASES)
-def test_cudnn_conv(dtype, data_shape, weight_shape, attrs, random_array, assert_close) -> None:
+def test_cudnn_conv(dtype, data_shape, weight_shape, attrs, random_array, cudnn_on) -> None:
     x = random_array(data_shape, dtype, seed=1)
     w = random_array(weight_shape, dtype, seed=2)
     run, got = _run_cuda("conv2d", [x, w], attrs)
@@ -153,7 +159,7 @@ def _fused_reference(x, w, bias, residual) -> np.ndarray:
     (["add", "relu"], ["residual"]),
     (["relu"], []),
 ])
-def test_cudnn_fused_bias_residual_relu(ops, parts, random_array) -> None:
+def test_cudnn_fused_bias_residual_relu(ops, parts, random_array, cudnn_on) -> None:
     x = random_array((2, 6, 8, 8), "float32", seed=3)
     w = random_array((5, 6, 3, 3), "float32", seed=4)
     operands = {"bias": random_array((5, 1, 1), "float32", seed=5),
@@ -169,7 +175,7 @@ def test_cudnn_fused_bias_residual_relu(ops, parts, random_array) -> None:
 
 
 @pytest.mark.cuda
-def test_cudnn_relu_keeps_nan(random_array) -> None:
+def test_cudnn_relu_keeps_nan(random_array, cudnn_on) -> None:
     """relu(NaN) is NaN (NumPy's maximum): the fused call propagates it."""
     x = random_array((1, 3, 6, 6), "float32", seed=7)
     x[0, 1, 2, 3] = np.nan
@@ -183,7 +189,8 @@ def test_cudnn_relu_keeps_nan(random_array) -> None:
 
 
 @pytest.mark.cuda
-def test_cudnn_tf32(monkeypatch: pytest.MonkeyPatch, random_array) -> None:
+def test_cudnn_tf32(monkeypatch: pytest.MonkeyPatch, random_array,
+                    cudnn_on) -> None:
     """With TF32 on (the runtime's default), the products round to 10 mantissa bits: close to
     float32, within TF32's error."""
     monkeypatch.setenv(CUDA_TF32.name, "on")
@@ -214,7 +221,7 @@ def test_im2col_where_cudnn_is_off_or_refuses(monkeypatch: pytest.MonkeyPatch,
 
 
 @pytest.mark.cuda
-def test_resnet_on_cuda_replayed_as_a_graph() -> None:
+def test_resnet_on_cuda_replayed_as_a_graph(cudnn_on) -> None:
     """The test ResNet (conv + bias + residual + relu blocks, a strided shortcut) on cuda(0):
     its convolutions are cuDNN's, fused where a relu follows; the captured, replayed runs equal
     the CPU's answers."""
@@ -240,3 +247,26 @@ def test_resnet_on_cuda_replayed_as_a_graph() -> None:
                                    rtol=1e-4, atol=1e-4)
     assert states == ["capture", "replaying", "replaying", "replaying"]
     assert gpu.executor.cuda_graph_reason == ""
+
+
+@pytest.mark.cuda
+def test_auto_measures_each_shape_once(monkeypatch: pytest.MonkeyPatch, random_array) -> None:
+    """auto (the default): cuDNN's kernel and im2col's are replayed as CUDA graphs once per
+    shape; the faster runs, and a second node of that shape takes the answer kept."""
+    from graph_runtime.lib.ops import conv
+    monkeypatch.setattr(conv, "_CUDNN_FASTER", {})
+    x = random_array((2, 8, 10, 10), "float32", seed=15)
+    w = random_array((16, 8, 3, 3), "float32", seed=16)
+    bias = random_array((16, 1, 1), "float32", seed=17)
+    func = {"ops": [{"op": "conv2d", "padding": [1]}, {"op": "add"}, {"op": "relu"}]}
+    want = _fused_reference(x, w, bias, None)
+    run, got = _run_cuda(func, [x, w, bias])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    measured = dict(conv._CUDNN_FASTER)
+    # with the fused bias and relu; where im2col won, the plain convolution is measured too
+    faster = [v for k, v in measured.items() if k[2] == (True, False)]
+    assert len(faster) == 1 and len(measured) == (1 if faster[0] else 2), measured
+    assert isinstance(run, CudnnConv) == faster[0]
+    run, got = _run_cuda(func, [x, w, bias])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    assert conv._CUDNN_FASTER == measured

@@ -25,7 +25,7 @@ import sys
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -201,7 +201,7 @@ def _handle(device_id: int) -> _Handle:
 def cudnn_refusal(p: ConvParams) -> str:
     """Why cuDNN does not run this convolution here ("" where it does)."""
     if settings.word(settings.CUDA_CUDNN) == "off":
-        return "GRAPH_RUNTIME_CUDA_CUDNN is off"
+        return "GRAPH_RUNTIME_CUDA_CUDNN=off"
     if np.dtype(p.dtype) not in _TYPES:
         return f"{p.dtype} convolutions stay with im2col"
     pt, pl, pb, pr = p.pad
@@ -275,7 +275,7 @@ def _measured(handle: _Handle, descs: tuple[Any, ...], p: ConvParams, math: int,
     if key in found:
         return found[key]
     x_desc, w_desc, conv, y_desc = descs
-    x, w, y = _scratch(p)
+    x, w, y = scratch(p)
     workspace = cupy.empty(MAX_WORKSPACE_BYTES, np.uint8)
     perf = (_AlgoPerf * len(ALGORITHMS))()
     count = ctypes.c_int()
@@ -293,8 +293,34 @@ def _measured(handle: _Handle, descs: tuple[Any, ...], p: ConvParams, math: int,
     return ran
 
 
-def _scratch(p: ConvParams) -> tuple[Any, Any, Any]:
-    """Data, weight and output arrays of p's sizes, the inputs random in [-0.5, 0.5)."""
+def replay_seconds(run: Callable[[], None], stream: Any, repeat: int = 9) -> float:
+    """Median GPU seconds of run() captured once as a CUDA graph on stream and replayed: what
+    it costs inside a replayed module, without Python's launch time (which would favour the
+    candidate with fewer kernels). Raises where run() cannot be captured."""
+    import cupy
+    run()  # kernels loaded and workspace made outside the capture
+    pool = cupy.cuda.MemoryPool()
+    with cupy.cuda.using_allocator(pool.malloc):
+        stream.begin_capture(cupy.cuda.runtime.streamCaptureModeRelaxed)
+        try:
+            run()
+        finally:
+            graph = stream.end_capture()
+    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+    graph.launch(stream)
+    times = []
+    for _ in range(repeat):
+        start.record(stream)
+        graph.launch(stream)
+        stop.record(stream)
+        stop.synchronize()
+        times.append(cupy.cuda.get_elapsed_time(start, stop) / 1e3)
+    return sorted(times)[len(times) // 2]
+
+
+def scratch(p: ConvParams) -> tuple[Any, Any, Any]:
+    """Data, weight and output arrays of p's sizes on the current GPU, the inputs random in
+    [-0.5, 0.5): what a kernel is measured on when it is made."""
     import cupy
     rng = cupy.random.default_rng(0)
     dtype = np.dtype(p.dtype)
@@ -376,7 +402,7 @@ class CudnnConv(PreparedKernel):
                 if epilogue is None:
                     break
                 try:  # the fused call takes fewer algorithms than cuDNN measured
-                    x, w, y = _scratch(p)
+                    x, w, y = scratch(p)
                     self._launch(x, w, self._zero_bias, y, y, False)
                     break
                 except CudnnError as e:

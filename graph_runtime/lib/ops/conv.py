@@ -7,15 +7,18 @@ takes the convolution, else im2col + GEMM here.
 """
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from ... import settings
 from ...backends import get_backend
 from ...backends.base import Backend
 from ...errors import LibraryError
 from ..conv_params import CONV_ATTRS, ConvParams, conv2d_params, conv2d_transpose_params
 from ..kernels.cpu.conv_choice import conv2d_cpu
 from ..kernels.conv_epilogue import EPILOGUE_DTYPES, Epilogue
-from ..kernels.cuda_cudnn import CudnnConv, CudnnError, cudnn_epilogue, cudnn_refusal
+from ..kernels.cuda_cudnn import (CudnnConv, CudnnEpilogue, CudnnError, cudnn_epilogue,
+                                  cudnn_refusal, replay_seconds, scratch)
 from ..kernels.cuda_gemm import matmul_function
 from ..kernels.host import array_module, host_kernel, wide_dtype
 from ..kernels.opencl.conv import conv2d_cl, conv2d_transpose_cl
@@ -26,6 +29,8 @@ from ..registry import GpuEpilogue, define_op, kernel
 
 if TYPE_CHECKING:
     from ...backends.opencl import OpenCLBackend
+
+log = logging.getLogger(__name__)
 
 
 def _conv2d_infer(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
@@ -122,24 +127,87 @@ def _conv2d_cpu_fused(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec
 
 def _conv2d_cuda(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
                  outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
-    """cuDNN's convolution where it takes this one (cudnn_refusal), else im2col + GEMM."""
-    p = conv2d_params(inputs, attrs)
-    if not cudnn_refusal(p):
+    """cuDNN's convolution where it takes this one and is chosen (_cudnn_chosen), else
+    im2col + GEMM."""
+    if _cudnn_chosen(backend, device_id, inputs, attrs, None):
         try:
-            with backend.scope(device_id):
-                return CudnnConv(p, device_id)
+            return CudnnConv(conv2d_params(inputs, attrs), device_id)
         except CudnnError:
             pass  # cuDNN found no algorithm for it: im2col computes it as before
     return _conv2d_host(backend, device_id, inputs, outputs, attrs)
 
 
-def _conv2d_cuda_takes(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any],
+def _conv2d_cuda_takes(device_id: int, inputs: Sequence[TensorSpec], attrs: Mapping[str, Any],
                        ops: Sequence[tuple[str, Any]], operands: Sequence[TensorSpec]) -> int:
-    """How many of a chain's trailing ops cuDNN's call applies after this convolution."""
+    """How many of a chain's trailing ops cuDNN's call applies after this convolution (0
+    where it is not chosen for it: the chain's tail then runs as its own kernel)."""
+    p = conv2d_params(inputs, attrs)
+    count, epilogue = cudnn_epilogue(ops, operands, TensorSpec((p.n, p.o, p.oh, p.ow), p.dtype))
+    if epilogue is None:
+        return 0
+    return count if _cudnn_chosen(get_backend("cuda"), device_id, inputs, attrs, epilogue) else 0
+
+
+# (device, sizes, epilogue, TF32) -> whether cuDNN measured faster than im2col there
+_CUDNN_FASTER: dict[tuple[Any, ...], bool] = {}
+
+
+def _cudnn_chosen(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
+                  attrs: Mapping[str, Any], epilogue: CudnnEpilogue | None) -> bool:
+    """Whether cuDNN runs this convolution (with the epilogue): it takes it (cudnn_refusal)
+    and GRAPH_RUNTIME_CUDA_CUDNN is on, or auto and cuDNN's kernel replays faster than
+    im2col + GEMM (followed, where there is an epilogue, by one elementwise pass standing in
+    for the chain's fused tail). At batch 1 cuBLAS's product often wins (ResNet-50's
+    convolutions on an H200), at batch 32 cuDNN's. Measured once per shape in a process."""
     p = conv2d_params(inputs, attrs)
     if cudnn_refusal(p):
-        return 0
-    return cudnn_epilogue(ops, operands, TensorSpec((p.n, p.o, p.oh, p.ow), p.dtype))[0]
+        return False
+    if settings.word(settings.CUDA_CUDNN) == "on":
+        return True
+    fused = None if epilogue is None else (epilogue.bias is not None,
+                                           epilogue.residual is not None)
+    key = (device_id, p, fused, settings.word(settings.CUDA_TF32))
+    if key not in _CUDNN_FASTER:
+        _CUDNN_FASTER[key] = _cudnn_replays_faster(backend, device_id, p, inputs, attrs,
+                                                   epilogue)
+    return _CUDNN_FASTER[key]
+
+
+def _cudnn_replays_faster(backend: Backend, device_id: int, p: ConvParams,
+                          inputs: Sequence[TensorSpec], attrs: Mapping[str, Any],
+                          epilogue: CudnnEpilogue | None) -> bool:
+    import cupy
+    out = TensorSpec((p.n, p.o, p.oh, p.ow), p.dtype)
+    with backend.scope(device_id) as stream:
+        try:
+            cudnn = CudnnConv(p, device_id, epilogue)
+        except CudnnError:
+            return False
+        im2col = _conv2d_host(backend, device_id, inputs, [out], attrs)
+        x, w, y = scratch(p)
+        operands: list[Any] = [None, None]
+        if epilogue is not None:
+            if epilogue.bias is not None:
+                operands[epilogue.bias] = cupy.zeros((p.o, 1, 1), p.dtype)
+            if epilogue.residual is not None:
+                operands[epilogue.residual] = cupy.zeros_like(y)
+        extra = [a for a in operands if a is not None]
+        residual = None if epilogue is None or epilogue.residual is None \
+            else operands[epilogue.residual]
+
+        def with_im2col() -> None:
+            im2col(x, w, y)
+            if residual is not None:
+                cupy.add(y, residual, out=y)
+            elif epilogue is not None:
+                cupy.maximum(y, 0, out=y)
+        try:
+            mine = replay_seconds(lambda: cudnn(x, w, *extra, y), stream)
+            theirs = replay_seconds(with_im2col, stream)
+        except Exception as e:  # noqa: BLE001 (a run that cannot be captured: cuDNN, as "on")
+            log.info("conv2d %s: cuDNN kept without measuring (%s)", p.key(), e)
+            return True
+    return mine <= theirs
 
 
 def _conv2d_cuda_fused(device_id: int, inputs: Sequence[TensorSpec],
