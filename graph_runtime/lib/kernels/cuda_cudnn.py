@@ -5,8 +5,10 @@ ran 1.36x ONNX Runtime's CUDA provider, which calls cuDNN. Here conv2d is
 cudnnConvolutionForward, and a conv2d whose chain adds a per-channel bias and/or a residual and
 then applies relu is one cudnnConvolutionBiasActivationForward, y = relu(conv(x, w) + z + bias),
 the fusion ONNX Runtime's CUDA provider makes. These are cuDNN's descriptor ("legacy") calls,
-which cuDNN 9 still ships and which ONNX Runtime and PyTorch call for convolutions; they run on
-the handle's stream, bound to the backend's, so a run can be captured.
+which cuDNN 9 still ships and ONNX Runtime's CUDA provider calls; they run on the handle's
+stream, bound to the backend's, so a run can be captured. Where cuDNN takes a convolution,
+ops/conv.py measures it against im2col once per shape (GRAPH_RUNTIME_CUDA_CUDNN=auto): on an
+H200, cuBLAS's product won most of ResNet-50's convolutions at batch 1, cuDNN most at 32.
 
 The algorithm is chosen when the kernel is made, by cuDNN's own measurement on scratch arrays
 (cudnnFindConvolutionForwardAlgorithmEx, as ONNX Runtime's default exhaustive search does), once
