@@ -365,7 +365,7 @@ class Chain:
             for p in plan[taken:first_fused]:
                 if p.out_slots[0] in views:
                     continue
-                if p.epilogue is not None and backend.name == "cuda" and by_gpu is not None:
+                if p.epilogue is not None and by_gpu is not None:
                     fn = by_gpu.make(device_id, p.inputs, p.outputs, p.attrs, p.epilogue,
                                      p.operands)
                 elif p.epilogue is not None and p.op.cpu_epilogue is not None:
@@ -639,12 +639,13 @@ def _fusable_tail(plan: list[_Planned]) -> int:
 def _fuse_epilogue(plan: list[_Planned], slot_count: int,
                    takes: Callable[[_Planned, list[tuple[str, Any]], list[TensorSpec]], int]
                    | None = None) -> list[_Planned]:
-    """Merge the add/relu/clip ops right after a CPU conv2d into it (kernels/conv_epilogue.py).
+    """Merge the add/relu/clip ops right after a conv2d into it: on the CPU its kernel applies
+    them to each output block while it is in cache (kernels/conv_epilogue.py), on CUDA cuDNN's
+    call applies a bias, a residual and relu (kernels/cuda_cudnn.py).
 
-    The op's kernel then applies them to each output block while it is in cache; the merged
-    step reads the ops' other operands as extra inputs and writes the last op's output.
-    takes(head, ops, operands): how many of the leading ops the head's kernel applies (CUDA:
-    cuDNN's bias, residual and relu); all of them where None.
+    The merged step reads the ops' other operands as extra inputs and writes the last op's
+    output. takes(head, ops, operands): how many of the leading ops the head's kernel applies
+    (CUDA); all of them where None.
     """
     head = plan[0]
     if len(head.outputs) != 1:
