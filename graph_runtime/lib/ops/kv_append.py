@@ -23,6 +23,7 @@ from ..kernels.host import host_kernel
 from ..library import TensorSpec
 from ..registry import define_op, kernel
 from ..shapes import check_dtype, check_same_dtype
+from .rotary import rotate_heads
 
 OP = "kv_append"
 ATTRS = ("q_heads", "kv_heads", "head_dim", "rotary_dim", "q_offset", "k_offset", "v_offset")
@@ -98,12 +99,6 @@ def _host(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
     heads, dim) views, each product rounded before the sum, then the joins."""
     p = params(inputs, attrs)
     qh, kvh, dim, rot = p["q_heads"], p["kv_heads"], p["dim"], p["rot"]
-    half = rot // 2
-
-    def rotate(x: Any, c: Any, s: Any, out: Any) -> None:
-        out[..., :half] = x[..., :half] * c[..., :half] - x[..., half:rot] * s[..., :half]
-        out[..., half:rot] = x[..., half:rot] * c[..., half:] + x[..., :half] * s[..., half:]
-        out[..., rot:] = x[..., rot:]
 
     def run(qkv: Any, past_k: Any, past_v: Any, cos: Any, sin: Any, q: Any, present_k: Any,
             present_v: Any) -> None:
@@ -114,10 +109,11 @@ def _host(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
         def heads(offset: int, count: int) -> Any:
             return qkv[:, :, offset:offset + count * dim].reshape(batch, tokens, count, dim)
 
-        rotate(heads(p["q_offset"], qh), c, s, q.reshape(batch, tokens, qh, dim))
+        rotate_heads(heads(p["q_offset"], qh), c, s, q.reshape(batch, tokens, qh, dim), rot)
         present_k[:, :, :past] = past_k
         # the new tokens' rows of present_k, seen token-major: rotated straight into place
-        rotate(heads(p["k_offset"], kvh), c, s, present_k[:, :, past:].transpose(0, 2, 1, 3))
+        rotate_heads(heads(p["k_offset"], kvh), c, s,
+                     present_k[:, :, past:].transpose(0, 2, 1, 3), rot)
         present_v[:, :, :past] = past_v
         present_v[:, :, past:] = heads(p["v_offset"], kvh).transpose(0, 2, 1, 3)
     return host_kernel(backend, device_id, run)

@@ -16,7 +16,7 @@ from typing import Any
 
 from ...backends.base import Backend
 from ..attrs import int_attr, op_error
-from ..kernels.host import array_module, host_kernel
+from ..kernels.host import host_kernel
 from ..library import TensorSpec
 from ..registry import define_op, kernel
 from ..shapes import check_dtype, check_same_dtype
@@ -63,22 +63,27 @@ def _cpu(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
     return RotaryKernel(p["heads"], p["dim"], p["rot"], p["offset"])
 
 
+def rotate_heads(xh: Any, c: Any, s: Any, oh: Any, rot: int) -> None:
+    """oh = the rule above over (..., heads, dim) views in NumPy's API (CuPy too), cos and sin
+    broadcast over the heads: each product rounded before the sum, as the exporters' ops do."""
+    half = rot // 2
+    oh[..., :half] = xh[..., :half] * c[..., :half] - xh[..., half:rot] * s[..., :half]
+    oh[..., half:rot] = xh[..., half:rot] * c[..., half:] + xh[..., :half] * s[..., half:]
+    oh[..., rot:] = xh[..., rot:]
+
+
 def _host(backend: Backend, device_id: int, inputs: Sequence[TensorSpec],
           outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     """Against NumPy's API, for CuPy (cuda): a few passes over (batch, tokens, heads, dim)
-    views, the products rounded before the sum as the exporters' ops do."""
-    xp, p = array_module(backend), _params(inputs, attrs)
+    views (rotate_heads)."""
+    p = _params(inputs, attrs)
     heads, dim, rot, off = p["heads"], p["dim"], p["rot"], p["offset"]
-    half = rot // 2
     batch, tokens = p["out"][:2]
 
     def run(x: Any, cos: Any, sin: Any, out: Any) -> None:
-        xh = x[:, :, off:off + heads * dim].reshape(batch, tokens, heads, dim)
-        oh = out.reshape(batch, tokens, heads, dim)
-        c, s = cos[:, :, None], sin[:, :, None]
-        oh[..., :half] = xh[..., :half] * c[..., :half] - xh[..., half:rot] * s[..., :half]
-        oh[..., half:rot] = xh[..., half:rot] * c[..., half:] + xh[..., :half] * s[..., half:]
-        oh[..., rot:] = xh[..., rot:]
+        rotate_heads(x[:, :, off:off + heads * dim].reshape(batch, tokens, heads, dim),
+                     cos[:, :, None], sin[:, :, None], out.reshape(batch, tokens, heads, dim),
+                     rot)
     return host_kernel(backend, device_id, run)
 
 
