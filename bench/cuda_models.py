@@ -20,6 +20,8 @@ of the same size.
 Needs a CUDA GPU, CuPy, torch, torchvision, transformers, onnx. Usage:
   python bench/cuda_models.py [--models resnet50 bert_base llama] [--batch 1 32] [--rounds 5]
                               [--json OUT.json]
+  python bench/cuda_models.py --copies [--rounds 5]   (the copy rates alone, the upward copy
+                              step's parts: where it loses against a bare pinned copy)
 """
 from __future__ import annotations
 
@@ -202,9 +204,10 @@ def copy_bandwidth() -> dict[str, float]:
             "pinned_h2d_written": rate(pinned_up, lambda: np.negative(host, out=pinned_host))}
 
 
-def copy_node_bandwidth() -> dict[str, float]:
+def copy_node_bandwidth(breakdown: bool = False) -> dict[str, float]:
     """GB/s of a graph's __copy nodes moving COPY_BYTES from the host to the GPU and back (their
-    host ends page-locked by the executor), from graph_runtime's profile (device-synchronised)."""
+    host ends page-locked by the executor), from graph_runtime's profile (device-synchronised);
+    breakdown: the upward step's parts too (_h2d_breakdown)."""
     from graph_runtime.graph.model import Graph
     n = COPY_BYTES // 4
     ref = [[0, 0, 0]]
@@ -228,7 +231,50 @@ def copy_node_bandwidth() -> dict[str, float]:
     rows = m.profile(repeat=COPY_REPEAT)
     up = next(t.seconds for t in rows if "__copy_up" in t.label)
     down = next(t.seconds for t in rows if "__copy_down" in t.label)
-    return {"copy_node_h2d": COPY_BYTES / up / 1e9, "copy_node_d2h": COPY_BYTES / down / 1e9}
+    rates = {"copy_node_h2d": COPY_BYTES / up / 1e9, "copy_node_d2h": COPY_BYTES / down / 1e9}
+    return {**rates, **(_h2d_breakdown(m) if breakdown else {})}
+
+
+def _h2d_breakdown(m: Any) -> dict[str, float]:
+    """Where the upward copy step's time goes (issue 34: it moved 86-89% of a pinned copy's
+    bytes a second on an H200, 91-94% of pinned data the host had just written): the step
+    (its copy and the device sync) and CuPy's bare copy between the same two arrays, each on
+    a clean source, after the host step that writes it and after NumPy writing it."""
+    import cupy
+    steps = m.executor.steps
+    up = next(s for s in steps if "__copy_up" in s.label)
+    writer = next(s for s in steps if "host_relu" in s.label)
+    src, dst = up.args
+    from graph_runtime.backends import get_backend
+    backend = get_backend("cuda")
+    stream = backend.stream(0)
+
+    def rate(call: Callable[[], Any], before: Callable[[], Any]) -> float:
+        call()
+        times = []
+        for _ in range(COPY_REPEAT):
+            before()
+            start = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - start)
+        return COPY_BYTES / statistics.median(times) / 1e9
+
+    def step() -> None:
+        up.fn(*up.args)
+        backend.sync(0)
+
+    def bare() -> None:
+        dst.set(src, stream=stream)
+        stream.synchronize()
+    fresh = np.ones(src.shape, src.dtype)
+    sources = {"clean": lambda: None, "after_step": lambda: writer.fn(*writer.args),
+               "after_numpy": lambda: np.negative(fresh, out=src)}
+    found = {f"h2d_step_{name}": rate(step, before) for name, before in sources.items()}
+    found.update({f"h2d_bare_{name}": rate(bare, before) for name, before in sources.items()})
+    attrs = cupy.cuda.runtime.pointerGetAttributes(src.ctypes.data)
+    host_type = getattr(cupy.cuda.runtime, "memoryTypeHost", 1)  # cudaMemoryTypeHost
+    found["h2d_source_page_locked"] = float(attrs.type == host_type)
+    return found
 
 
 def main() -> None:
@@ -241,7 +287,15 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir())
                         / "graph_runtime_bench_cuda", help="where the exports are kept")
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "cuda.json")
+    parser.add_argument("--copies", action="store_true",
+                        help="only the copy rates, --rounds times, with the upward copy step's "
+                             "parts (no models, no torch)")
     args = parser.parse_args()
+    if args.copies:
+        for _ in range(args.rounds):
+            rates = {**copy_bandwidth(), **copy_node_bandwidth(breakdown=True)}
+            print("GB/s: " + ", ".join(f"{k} {v:.1f}" for k, v in rates.items()), flush=True)
+        return
     args.cache.mkdir(parents=True, exist_ok=True)
     import torch
     torch.backends.cudnn.allow_tf32 = False

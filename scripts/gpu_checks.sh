@@ -3,7 +3,8 @@
 # versions, the CUDA bench (bench/cuda_models.py), then the CUDA-marked tests. Each step has
 # its own time limit so the run ends inside the device's budget; logs go to $OUT (or /tmp).
 # Packages the machine lacks travel as wheels in .whl/ (see the device tool's README).
-#   STEPS="bench tests"  which steps run, in that order (both by default)
+#   STEPS="bench tests"  which steps run, in that order (both by default); "copies" adds the
+#                        copy rates alone with the upward copy step's parts (about 20 s)
 #   BENCH_ARGS="..."     more arguments for bench/cuda_models.py (--profile 8)
 #   ORT_GPU_SITE=DIR     a folder holding onnxruntime-gpu's package: the bench's peer imports it
 #                        (the tests keep the machine's own ONNX Runtime as their oracle)
@@ -35,6 +36,11 @@ PYTHONPATH=$BENCH_PATH python3 -c "import onnxruntime as o, cupy; print('ONNX Ru
 o.__version__, o.get_available_providers(), '| CuPy', cupy.__version__)" | tee -a "$OUT/gpu.txt"
 python3 -c "from graph_runtime.lib.kernels import cuda_cudnn as c; print('cuDNN', c.version(),
 c.loaded_library('libcudnn.so'))" 2>&1 | tail -1 | tee -a "$OUT/gpu.txt"
+if [[ " $STEPS " == *" copies "* ]]; then
+    timeout "${COPIES_S:-90}" python3 bench/cuda_models.py --copies --rounds 3 2>&1 \
+        | tee "$OUT/copies.log"
+    echo "copies exit ${PIPESTATUS[0]}"
+fi
 if [[ " $STEPS " == *" bench "* ]]; then
     PYTHONPATH=$BENCH_PATH timeout "${BENCH_S:-240}" python3 bench/cuda_models.py --rounds 5 \
         ${BENCH_ARGS:-} --json "$OUT/cuda.json" 2>&1 | tee "$OUT/bench.log"
