@@ -81,9 +81,10 @@ class ShapeState:
     io: dict[int, tuple[Any, Any]]  # per such id in the shared io bytes: (its slice, the buffer)
     bindings: dict[int, Any]  # Executor._bindings
     # the arrays restore put into the steps' arguments last, by Executor._moving_index (the
-    # list they were bound for): the next restore over the same list puts them back as they
-    # are (each _bind a lookup and, flattened, a reshape: 50 a decode step)
-    bound: tuple[list[Any], list[Any]] | None = None
+    # list they were bound for) and its keys: the next restore over the same list, or one with
+    # the same keys (the steps copied since: derive), puts them back as they are (each _bind a
+    # lookup and, flattened, a reshape: 50 a decode step)
+    bound: tuple[list[Any], list[Any], tuple[ArgKey, ...]] | None = None
 
 
 @dataclass(frozen=True)
@@ -163,6 +164,7 @@ class Executor:
         # the entries retarget gave new views, and where the steps hold them (_moving_args)
         self._moving: set[int] = set()
         self._moving_index: list[tuple[list[Any], int, ArgKey]] | None = None
+        self._moving_keys: tuple[ArgKey, ...] = ()  # _moving_index's keys, in its order
         # retarget's work per change met (_Transit), and the pool's bytes per device as its
         # last growth check counted them (None: count again)
         self._transits: dict[tuple[tuple[int, ...], frozenset[str]], _Transit] = {}
@@ -485,12 +487,15 @@ class Executor:
         sids = {plan.entry_sid[eid] for eid in self._moving}
         io = {sid: (pool.buffers[sid], scratch.io[sid][1]) for sid in sids
               if sid in pool.io_ids} if scratch is not None else {}
-        index = self._moving_index  # (the steps hold the moving entries' arrays as bound)
+        # the steps hold the moving entries' arrays as bound: restore puts back those alone
+        # (the list is made here, once per set of moving entries, not by the first restore:
+        # a server's second generation, where every state is restored once, would bind again)
+        index = self._moving_args()
         return ShapeState(self.graph, frozenset(self._moving),
                           {eid: pool.views[eid] for eid in self._moving},
                           {eid: plan.entry_bytes[eid] for eid in self._moving},
                           {sid: plan.sid_bytes[sid] for sid in sids}, io, dict(self._bindings),
-                          None if index is None else (index, [a[p] for a, p, _ in index]))
+                          (index, [a[p] for a, p, _ in index], self._moving_keys))
 
     def restore(self, state: ShapeState) -> bool:
         """This executor back at a shape retarget made it over before (state), its kernels the
@@ -508,6 +513,7 @@ class Executor:
             plan.entry_bytes[eid] = nbytes
         plan.sid_bytes.update(state.sid_bytes)
         self._pool_bytes = None
+        grown: set[int] = set()  # the state's entries given views of grown io bytes
         for sid, (buffer, held) in state.io.items():
             if scratch.io[sid][1] is not held:  # grown since: the state's views follow
                 buffer = scratch.take_io(sid, plan.sid_device[sid], state.sid_bytes[sid])
@@ -516,15 +522,23 @@ class Executor:
                 for eid in plan.entries_of(sid):
                     if eid in state.moving:  # (another keeps its view of the bytes before)
                         state.views[eid] = pool._view(state.graph, eid)
-                state.bound = None
+                        grown.add(eid)
             pool.buffers[sid] = buffer
         arrays, devices = self.arrays, self.entry_device
         for eid, view in state.views.items():
             pool.views[eid] = arrays[(eid, devices[eid])] = view
         index = self._moving_args()
-        if state.bound is None or state.bound[0] is not index:
-            state.bound = (index, [self._bind(key) for _, _, key in index])
-        for (args, pos, _), array in zip(index, state.bound[1]):
+        keys, bound = self._moving_keys, state.bound
+        if bound is None or (bound[0] is not index and bound[2] != keys):
+            bound = state.bound = (index, [self._bind(key) for key in keys], keys)
+        else:
+            if bound[0] is not index:  # the same arguments in lists copied since (derive)
+                bound = state.bound = (index, bound[1], keys)
+            if grown:  # only those bound again (a server's second generation meets them)
+                for i, key in enumerate(keys):
+                    if key.eid in grown:
+                        bound[1][i] = self._bind(key)
+        for (args, pos, _), array in zip(index, bound[1]):
             args[pos] = array
         self.graph = state.graph
         self._bindings = dict(state.bindings)
@@ -568,6 +582,7 @@ class Executor:
                 self._finish()
             self._moving_index = [(call.args, pos, key) for call in self._all_steps()
                                   for pos, key in enumerate(call.arg_keys) if key.eid in moving]
+            self._moving_keys = tuple(key for _, _, key in self._moving_index)
         return self._moving_index
 
     def _own_step(self, index: int) -> PreparedCall:

@@ -364,10 +364,14 @@ class GraphModule(ModuleBase):
                          "allow_uninitialized=True to create() to run on whatever the memory "
                          "holds (benchmarks)")
 
-    def _host_output(self, index: int) -> np.ndarray:
-        eid = self._output_eids[index]
-        src = self.executor.arrays[(eid, self.executor.entry_device[eid])]
-        return src.copy() if type(src) is np.ndarray else self._output_at(index, None).numpy()
+    def _host_outputs(self) -> list[np.ndarray]:
+        arrays, devices = self.executor.arrays, self.executor.entry_device
+        found = []
+        for index, eid in enumerate(self._output_eids):
+            src = arrays[(eid, devices[eid])]
+            found.append(src.copy() if type(src) is np.ndarray
+                         else self._output_at(index, None).numpy())
+        return found
 
     def _output_at(self, index: int, out: Any) -> Any:
         eid = self._output_eids[index]

@@ -124,15 +124,15 @@ class ModuleBase(Diagnostics):
         self._lock.acquire()
         try:
             self._run_with(inputs)
-            return [self._host_output(i) for i in range(len(self._output_eids))]
+            return self._host_outputs()
         finally:
             self._lock.release()
 
-    def _host_output(self, index: int) -> np.ndarray:
-        """Output index (a valid one) as a host array of its own, for run_with; called holding
-        the module. A module that knows its output is a host array copies it once here (not
-        into an NDArray, then to the host)."""
-        return self._output_at(index, None).numpy()
+    def _host_outputs(self) -> list[np.ndarray]:
+        """Every output as a host array of its own, for run_with; called holding the module. A
+        module that knows an output is a host array copies it once there (not into an NDArray,
+        then to the host), all of them in one call (a decode step's nine)."""
+        return [self._output_at(index, None).numpy() for index in range(len(self._output_eids))]
 
     def clone(self: _Module) -> _Module:
         """A new module on the same graph, lib and devices with its own inputs, intermediates

@@ -214,9 +214,12 @@ class StoragePool:
         for sid, nbytes in sorted(plan.sid_bytes.items()):
             if sid not in self.buffers:
                 self.buffers[sid] = _alloc(sid, nbytes, plan.sid_device[sid])
-        backends = {dev: check_device(dev) for dev in set(plan.sid_device.values())}
+        # each device's backend and each dtype, looked up once (_view makes a decode step's
+        # ~26 new views per length with them)
+        backends = self._backends = {dev: check_device(dev)
+                                     for dev in set(plan.sid_device.values())}
         shapes, dtypes = graph.attrs["shape"][1], graph.attrs["dltype"][1]
-        types = {name: np.dtype(name) for name in set(dtypes)}
+        types = self._types = {name: np.dtype(name) for name in set(dtypes)}
         self.views: list[Any] = []
         for eid, sid in enumerate(plan.entry_sid):
             self.views.append(backends[plan.sid_device[sid]].view(
@@ -272,9 +275,10 @@ class StoragePool:
     def _view(self, graph: Graph, eid: int) -> Any:
         """Entry eid's view of its storage id's buffer, at graph's shape and dtype."""
         sid = self.plan.entry_sid[eid]
-        return check_device(self.plan.sid_device[sid]).view(
+        dtype = graph.attrs["dltype"][1][eid]
+        return self._backends[self.plan.sid_device[sid]].view(
             self.buffers[sid], 0, tuple(graph.attrs["shape"][1][eid]),
-            np.dtype(graph.attrs["dltype"][1][eid]))
+            self._types.get(dtype) or np.dtype(dtype))
 
     def own_io(self, graph: Graph) -> list[tuple[int, Any, Any]]:
         """Give the ids in io_ids buffers of their own, their bytes copied (a specialisation

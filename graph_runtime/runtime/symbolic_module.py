@@ -271,11 +271,11 @@ class SymbolicGraphModule(ModuleBase):
     def _output_at(self, index: int, out: Any) -> Any:
         return self._module("get_output")._output_held(index, out)
 
-    def _host_output(self, index: int) -> np.ndarray:
+    def _host_outputs(self) -> list[np.ndarray]:
         module = self._module("run_with")
         module._acquire("run_with")
         try:
-            return module._host_output(index)
+            return module._host_outputs()
         finally:
             module._release()
 

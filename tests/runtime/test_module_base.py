@@ -102,7 +102,7 @@ def _random_inputs(m: Any, rng: np.random.Generator) -> dict[str, np.ndarray]:
 
 
 def test_run_with_returns_arrays_of_the_callers_own() -> None:
-    # one copy of each output (GraphModule._host_output), still the caller's alone: the next
+    # one copy of each output (GraphModule._host_outputs), still the caller's alone: the next
     # run does not overwrite it, and writing it changes nothing the module holds
     rng = np.random.default_rng(1)
     for m in _modules():
