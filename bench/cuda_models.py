@@ -165,6 +165,19 @@ def medians(calls: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float
     return {name: statistics.median(s) for name, s in samples.items()}
 
 
+def copy_rate(call: Callable[[], Any], before: Callable[[], Any] = lambda: None) -> float:
+    """GB/s of call copying COPY_BYTES: the median of COPY_REPEAT calls, before() untimed ahead
+    of each (a warm-up call first)."""
+    call()
+    times = []
+    for _ in range(COPY_REPEAT):
+        before()
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return COPY_BYTES / statistics.median(times) / 1e9
+
+
 def copy_bandwidth() -> dict[str, float]:
     """GB/s for COPY_BYTES host->device and back: the backend's copies vs CuPy pinned, each
     the median of COPY_REPEAT copies, as copy_node_bandwidth's profile counts them.
@@ -181,16 +194,6 @@ def copy_bandwidth() -> dict[str, float]:
     pinned_host = np.frombuffer(pinned, np.float32, host.size)
     stream = backend.stream(0)
 
-    def rate(call: Callable[[], Any], before: Callable[[], Any] = lambda: None) -> float:
-        call()
-        times = []
-        for _ in range(COPY_REPEAT):
-            before()
-            start = time.perf_counter()
-            call()
-            times.append(time.perf_counter() - start)
-        return COPY_BYTES / statistics.median(times) / 1e9
-
     def pinned_up() -> None:
         dst.set(pinned_host, stream=stream)
         stream.synchronize()
@@ -198,10 +201,11 @@ def copy_bandwidth() -> dict[str, float]:
     def pinned_down() -> None:
         dst.get(stream=stream, out=pinned_host)
         stream.synchronize()
-    return {"backend_h2d": rate(lambda: backend.from_host(host, dst)),
-            "backend_d2h": rate(lambda: backend.to_host(dst, out)),
-            "pinned_h2d": rate(pinned_up), "pinned_d2h": rate(pinned_down),
-            "pinned_h2d_written": rate(pinned_up, lambda: np.negative(host, out=pinned_host))}
+    return {"backend_h2d": copy_rate(lambda: backend.from_host(host, dst)),
+            "backend_d2h": copy_rate(lambda: backend.to_host(dst, out)),
+            "pinned_h2d": copy_rate(pinned_up), "pinned_d2h": copy_rate(pinned_down),
+            "pinned_h2d_written": copy_rate(pinned_up,
+                                            lambda: np.negative(host, out=pinned_host))}
 
 
 def copy_node_bandwidth(breakdown: bool = False) -> dict[str, float]:
@@ -249,16 +253,6 @@ def _h2d_breakdown(m: Any) -> dict[str, float]:
     backend = get_backend("cuda")
     stream = backend.stream(0)
 
-    def rate(call: Callable[[], Any], before: Callable[[], Any]) -> float:
-        call()
-        times = []
-        for _ in range(COPY_REPEAT):
-            before()
-            start = time.perf_counter()
-            call()
-            times.append(time.perf_counter() - start)
-        return COPY_BYTES / statistics.median(times) / 1e9
-
     def step() -> None:
         up.fn(*up.args)
         backend.sync(0)
@@ -269,8 +263,9 @@ def _h2d_breakdown(m: Any) -> dict[str, float]:
     fresh = np.ones(src.shape, src.dtype)
     sources = {"clean": lambda: None, "after_step": lambda: writer.fn(*writer.args),
                "after_numpy": lambda: np.negative(fresh, out=src)}
-    found = {f"h2d_step_{name}": rate(step, before) for name, before in sources.items()}
-    found.update({f"h2d_bare_{name}": rate(bare, before) for name, before in sources.items()})
+    found = {f"h2d_step_{name}": copy_rate(step, before) for name, before in sources.items()}
+    found.update({f"h2d_bare_{name}": copy_rate(bare, before)
+                  for name, before in sources.items()})
     attrs = cupy.cuda.runtime.pointerGetAttributes(src.ctypes.data)
     host_type = getattr(cupy.cuda.runtime, "memoryTypeHost", 1)  # cudaMemoryTypeHost
     found["h2d_source_page_locked"] = float(attrs.type == host_type)
