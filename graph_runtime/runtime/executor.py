@@ -80,11 +80,11 @@ class ShapeState:
     sid_bytes: dict[int, int]  # per storage id of a moving entry
     io: dict[int, tuple[Any, Any]]  # per such id in the shared io bytes: (its slice, the buffer)
     bindings: dict[int, Any]  # Executor._bindings
-    # the arrays restore put into the steps' arguments last, by Executor._moving_index (the
-    # list they were bound for) and its keys: the next restore over the same list, or one with
-    # the same keys (the steps copied since: derive), puts them back as they are (each _bind a
-    # lookup and, flattened, a reshape: 50 a decode step)
-    bound: tuple[list[Any], list[Any], tuple[ArgKey, ...]] | None = None
+    # the arrays restore put into the steps' arguments last, with the keys they were bound for
+    # (Executor._moving_keys): the next restore whose keys are the same (the list itself may
+    # be copied since: derive) puts them back as they are (each _bind a lookup and, flattened,
+    # a reshape: 50 a decode step)
+    bound: tuple[tuple[ArgKey, ...], list[Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -495,7 +495,7 @@ class Executor:
                           {eid: pool.views[eid] for eid in self._moving},
                           {eid: plan.entry_bytes[eid] for eid in self._moving},
                           {sid: plan.sid_bytes[sid] for sid in sids}, io, dict(self._bindings),
-                          (index, [a[p] for a, p, _ in index], self._moving_keys))
+                          (self._moving_keys, [a[p] for a, p, _ in index]))
 
     def restore(self, state: ShapeState) -> bool:
         """This executor back at a shape retarget made it over before (state), its kernels the
@@ -529,15 +529,12 @@ class Executor:
             pool.views[eid] = arrays[(eid, devices[eid])] = view
         index = self._moving_args()
         keys, bound = self._moving_keys, state.bound
-        if bound is None or (bound[0] is not index and bound[2] != keys):
-            bound = state.bound = (index, [self._bind(key) for key in keys], keys)
-        else:
-            if bound[0] is not index:  # the same arguments in lists copied since (derive)
-                bound = state.bound = (index, bound[1], keys)
-            if grown:  # only those bound again (a server's second generation meets them)
-                for i, key in enumerate(keys):
-                    if key.eid in grown:
-                        bound[1][i] = self._bind(key)
+        if bound is None or (bound[0] is not keys and bound[0] != keys):
+            bound = state.bound = (keys, [self._bind(key) for key in keys])
+        elif grown:  # only those bound again (a server's second generation meets them)
+            for i, key in enumerate(keys):
+                if key.eid in grown:
+                    bound[1][i] = self._bind(key)
         for (args, pos, _), array in zip(index, bound[1]):
             args[pos] = array
         self.graph = state.graph
