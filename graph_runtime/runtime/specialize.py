@@ -314,6 +314,15 @@ class Specializer:
                     values: Mapping[int, np.ndarray], fast: bool) -> None:
         """Step index's output shapes into out, from its inputs' shapes there."""
         node, in_eids, out_eids, infer, positions = self._steps[index]
+        # (a chain: asked first, as most nodes a decode step's new length asks are)
+        read = self._checked_later.get(node.nid) if fast else None
+        if read is not None and read.issubset(env):
+            try:
+                for eid in out_eids:
+                    out[eid] = evaluate_shape(self._declared[eid], env)
+                return
+            except DimError:
+                pass  # a divisor 0 for these dims: the rule's check below names them
         in_shapes = [out[e] for e in in_eids]
         if node.func_name in (COPY_OP, NOP_OP):
             for k, eid in enumerate(out_eids):
@@ -324,14 +333,6 @@ class Specializer:
             for eid in out_eids:
                 out[eid] = self._evaluate(eid, env, node)
             return
-        read = self._checked_later.get(node.nid) if fast else None
-        if read is not None and read.issubset(env):
-            try:
-                for eid in out_eids:
-                    out[eid] = evaluate_shape(self._declared[eid], env)
-                return
-            except DimError:
-                pass  # a divisor 0 for these dims: the rule's check below names them
         specs = [TensorSpec(s, self._dtypes[e]) for s, e in  # type: ignore[arg-type]
                  zip(in_shapes, in_eids)]
         dtypes = [self._dtypes[e] for e in out_eids]

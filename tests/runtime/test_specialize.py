@@ -774,6 +774,40 @@ def test_a_decode_step_re_points_the_module_used_last_in_place() -> None:
     assert m.retargets == made[2] + 1 and rows[3].nid >= 0
 
 
+def test_a_decode_steps_checks_settled_by_rank_are_asked_once(monkeypatch) -> None:
+    """Executor.retarget asks a kept kernel whether it serves a new length once per step
+    where the answer holds at every length (kept by ranks, any shape, the base class's serves,
+    no dims read: _settles_by_rank); the others (chains, attention) are asked at each length,
+    so a length crossing a size class (64 to 65: the mask's chain refuses) still derives, and
+    every step matches ONNX Runtime."""
+    from graph_runtime.runtime import executor as executor_module
+    m, session, names = _tiny_kv()
+    asked: list[list[int]] = []
+    serves = executor_module.Executor._kernel_serves
+
+    def counted(self: Any, lib: Any, key: tuple, kept: Any, *rest: Any) -> bool:
+        asked[-1].append(kept.nid)
+        return serves(self, lib, key, kept, *rest)
+
+    def step(feeds: dict) -> list:
+        asked.append([])
+        return m.run_with(**feeds)
+
+    monkeypatch.setattr(executor_module.Executor, "_kernel_serves", counted)
+    prompt = RNG.integers(0, 100, (1, 58)).astype(np.int64)  # lengths 59-70: past 64 to 65
+    _generate(step, session, names, 12, prompt)
+    assert m.retargets >= 8 and m.derivations >= 2  # (the crossing derived)
+    family = m._current.executor
+    settled = {family.steps[index].nid for index, _ in family._settled}
+    assert settled and all(
+        family._settles_by_rank(key, family.steps[index],
+                                family.graph.nodes[family.steps[index].nid])
+        for index, key in family._settled)
+    # the last lengths re-pointed in place ask the others alone, each once
+    last = asked[-1]
+    assert last and settled.isdisjoint(last) and len(last) == len(set(last))
+
+
 def test_later_generations_over_grown_bytes_bind_only_what_moved(monkeypatch) -> None:
     """A generation from a short prompt grows the shared input and output bytes several
     times (and derives a module or two), so the shapes met early keep views of bytes since
