@@ -423,10 +423,12 @@ class Executor:
             if key is None or key not in kept:
                 return _refused(f"{step.label}'s kernel was dropped from the shared cache")
             if (index, key) in self._settled:
+                if step.nid in self._bindings:  # (worked out again when asked: its dims moved)
+                    del self._bindings[step.nid]
                 continue
             if not probe._kernel_serves(lib, key, step, graph.nodes[step.nid], eids, self):
                 return _refused(f"{step.label}'s kernel does not serve the new shapes")
-            if self._settles_by_rank(key, step, graph.nodes[step.nid]):
+            if self._settles_by_rank(lib, key, step, graph.nodes[step.nid]):
                 self._settled.add((index, key))
         self._check_growth(graph, sid_bytes)
         # every check passed: sizes, views, arguments
@@ -464,17 +466,23 @@ class Executor:
             self._finish()
         return True
 
-    @staticmethod
-    def _settles_by_rank(key: tuple, step: PreparedCall, node: Any) -> bool:
+    def _settles_by_rank(self, lib: Module, key: tuple, step: PreparedCall, node: Any) -> bool:
         """Whether _kernel_serves's yes for step's kernel holds at every shape retarget meets:
         a kernel taking any shape, kept by its arrays' ranks (which no specialisation of one
         symbolic graph changes: each entry's rank is declared), answering serves as the base
-        class does (always yes), on a node whose attrs read no dims and hold no values. A
-        decode step's new length then skips 12 of its 19 checks."""
+        class does (always yes), on a node whose attrs hold no values and read no dims, or read
+        dims that decide its shapes alone (its binding's values are always equal: none). A
+        decode step's new length then skips 15 of its 19 checks."""
         attrs = node.attrs
-        return (key[0] == "rank" and step.kernel.any_shape()
+        if not (key[0] == "rank" and step.kernel.any_shape()
                 and type(step.kernel).serves is PreparedKernel.serves
-                and DIMS_KEY not in attrs and VALUES_KEY not in attrs)
+                and VALUES_KEY not in attrs):
+            return False
+        if DIMS_KEY not in attrs:
+            return True
+        fn = lib.get_function(step.func_name, step.device, step.label)
+        return getattr(fn, "binding_key", None) is not None and \
+            not getattr(fn, "value_names", True)
 
     def _retarget_steps(self, graph: Graph, lib: Module, renewed: set[int]
                         ) -> tuple[list[tuple[int, list[int], Any]],

@@ -800,9 +800,12 @@ def test_a_decode_steps_checks_settled_by_rank_are_asked_once(monkeypatch) -> No
     family = m._current.executor
     settled = {family.steps[index].nid for index, _ in family._settled}
     assert settled and all(
-        family._settles_by_rank(key, family.steps[index],
+        family._settles_by_rank(m.lib, key, family.steps[index],
                                 family.graph.nodes[family.steps[index].nid])
         for index, key in family._settled)
+    # the dims a settled node reads decide its shapes alone: its binding is worked out anew
+    # when asked, never kept from a length before
+    assert all(family.steps[index].nid not in family._bindings for index, _ in family._settled)
     # the last lengths re-pointed in place ask the others alone, each once
     last = asked[-1]
     assert last and settled.isdisjoint(last) and len(last) == len(set(last))
