@@ -160,9 +160,33 @@ def evaluate_shape(shape: Sequence[Any], env: Mapping[str, int]) -> tuple[int, .
 @lru_cache(maxsize=4096)
 def _shape_code(shape: tuple[Any, ...]) -> Any:
     """A shape's dims as one compiled tuple expression, each dim checked by _parse."""
+    return compile(_shape_text(shape), "<shape>", "eval")
+
+
+def _shape_text(shape: tuple[Any, ...]) -> str:
     parts = [repr(d) if isinstance(d, int) and not isinstance(d, bool)
              else f"({ast.unparse(_parse(d))})" for d in shape]
-    return compile("(" + "".join(p + "," for p in parts) + ")", "<shape>", "eval")
+    return "(" + "".join(p + "," for p in parts) + ")"
+
+
+def shapes_evaluator(shapes: Sequence[Sequence[Any]]) -> Callable[[Mapping[str, int]], Any]:
+    """evaluate_shape of every shape in one compiled call: f(env) gives their tuples, or None
+    where a dim is not an int for env (a divisor 0, a name env lacks: evaluate_shape then names
+    it). A decoder's next length evaluates the ~23 shapes its past length moves at once."""
+    code = compile("(" + "".join(_shape_text(tuple(s)) + "," for s in shapes) + ")", "<shapes>",
+                   "eval")
+
+    def run(env: Mapping[str, int]) -> Any:
+        try:
+            values = eval(code, _GLOBALS, env)  # noqa: S307 (each dim checked by _parse)
+        except (ArithmeticError, NameError, TypeError):
+            return None
+        for shape in values:
+            for d in shape:
+                if type(d) is not int:
+                    return None
+        return values
+    return run
 
 
 def format_shape(shape: Sequence[Any]) -> str:

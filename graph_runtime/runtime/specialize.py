@@ -20,7 +20,7 @@ from ..device import Device
 from ..errors import GraphError, GraphRuntimeError
 from ..graph.model import COPY_OP, NOP_OP, Graph, Node, entry_bytes
 from ..graph.symbolic import (UNKNOWN, DimError, evaluate, evaluate_shape, format_shape,
-                              names_in)
+                              names_in, shapes_evaluator)
 from ..lib.chain import Chain
 from ..lib.library import Module, TensorSpec
 from ..lib.registry import VALUES_KEY, get_op
@@ -81,9 +81,9 @@ class Specializer:
         self._reads: list[frozenset[str] | None] = []  # per step (below)
         self._index: tuple[dict[int, list[int]], dict[str, list[int]], list[int]] | None = None
         # _infer_moved's last move (the dims that moved, the inputs given new shapes) and the
-        # nodes it asked, in graph order
+        # nodes it asked, in graph order (and as a set), and their shapes at once (_batch)
         self._replay: tuple[tuple[frozenset[str], tuple[int, ...]], list[int],
-                            frozenset[int]] | None = None
+                            frozenset[int], Any] | None = None
         # the last fast inference: its binding, entry shapes and shape-deciding values (a
         # decode step infers again only the nodes its moved dims reach)
         self._last: tuple[dict[str, int], list[tuple[int, ...]], dict[int, Any]] | None = None
@@ -242,7 +242,10 @@ class Specializer:
         replay = self._replay
         if replay is not None and replay[0] == pattern:
             start = list(out)
-            if self._ask_in_turn(out, before, env, values, replay[1], replay[2]):
+            kept = self._at_once(out, before, env, replay)
+            if kept is None:
+                kept = self._ask_in_turn(out, before, env, values, replay[1], replay[2])
+            if kept:
                 return
             out[:] = start  # an output changed that the last move left: the worklist
         readers, by_name, always = self._worklist_index()
@@ -263,7 +266,44 @@ class Specializer:
             for eid in self._ask(index, out, before, env, values):
                 for reader in readers.get(eid, ()):
                     heapq.heappush(pending, reader)
-        self._replay = (pattern, asked, frozenset(asked))
+        self._replay = (pattern, asked, frozenset(asked), self._batch(asked))
+
+    def _batch(self, asked: list[int]) -> tuple[frozenset[str], list[int], Any] | None:
+        """For a replay of asked: where each is a chain whose outputs take their declared
+        shapes (infer_shapes' fast path: none reads another's shape), the names they read, their
+        outputs and one evaluator of all those shapes; else None."""
+        reads: set[str] = set()
+        eids: list[int] = []
+        for index in asked:
+            node, _, out_eids, _, _ = self._steps[index]
+            read = self._checked_later.get(node.nid)
+            if read is None:
+                return None
+            reads |= read
+            eids.extend(out_eids)
+        return frozenset(reads), eids, shapes_evaluator([self._declared[e] for e in eids])
+
+    def _at_once(self, out: list[Any], before: list[tuple[int, ...]], env: Mapping[str, int],
+                 replay: tuple) -> bool | None:
+        """_ask_in_turn for a replay whose nodes all take declared shapes (_batch), in one
+        evaluation: the same answer; None where it does not apply (a dim not an int for env:
+        asked in turn, which names it)."""
+        batch = replay[3]
+        if batch is None or not batch[0].issubset(env):
+            return None
+        shapes = batch[2](env)
+        if shapes is None:
+            return None
+        readers, covered = self._worklist_index()[0], replay[2]
+        for eid, shape in zip(batch[1], shapes):
+            was = before[eid]
+            if shape == was:
+                out[eid] = was
+                continue
+            out[eid] = shape
+            if not covered.issuperset(readers.get(eid, ())):
+                return False
+        return True
 
     def _ask(self, index: int, out: list[Any], before: list[tuple[int, ...]],
              env: Mapping[str, int], values: Mapping[int, np.ndarray]) -> list[int]:

@@ -13,7 +13,7 @@ import pytest
 import graph_runtime as gr
 from graph_runtime import settings
 from graph_runtime.errors import GraphError, LibraryError
-from graph_runtime.graph.symbolic import check_dim, evaluate, names_in
+from graph_runtime.graph.symbolic import check_dim, evaluate, names_in, shapes_evaluator
 from graph_runtime.runtime.symbolic_module import SymbolicGraphModule
 from graph_runtime.runtime.executor import Executor
 from graph_runtime.lib.tuning import SMALL_DIM, class_shape
@@ -52,6 +52,16 @@ def test_dims_parse_and_evaluate() -> None:
     assert "expected a name" in (check_dim("__import__('os')") or "")
     assert "not allowed" in (check_dim("f(seq)") or "")
     assert check_dim(-1) == "-1 is negative"
+
+
+def test_shapes_evaluate_at_once_or_not_at_all() -> None:
+    """shapes_evaluator gives every shape's tuple in one call, or None where one dim is no int
+    for the binding (a zero divisor, a name it lacks), as evaluate_shape would refuse."""
+    run = shapes_evaluator([("batch", 2, "past+seq"), (), ("total//heads", 64), (7,)])
+    assert run({"batch": 1, "past": 8, "seq": 1, "total": 512, "heads": 8}) == (
+        (1, 2, 9), (), (64, 64), (7,))
+    assert run({"batch": 1, "past": 8, "seq": 1, "total": 512, "heads": 0}) is None
+    assert run({"batch": 1, "past": 8, "seq": 1}) is None
 
 
 def test_specialises_per_shape_caches_and_shares_params() -> None:
@@ -885,6 +895,9 @@ def test_fast_inference_infers_again_only_what_moved_dims_reach() -> None:
                     if s.name.startswith("past_key_values.")})
         return out
     before = None
+    at_once = spec._at_once
+    batched: list[bool | None] = []
+    spec._at_once = lambda *args: batched.append(at_once(*args)) or batched[-1]  # type: ignore
     for batch, seq, past in [(1, 6, 0), (1, 1, 6), (1, 1, 7), (1, 1, 8), (2, 1, 8), (2, 5, 0),
                              (2, 5, 0), (1, 1, 9)]:
         fast = spec.infer_shapes(shapes(batch, seq, past), fast=True)
@@ -894,6 +907,9 @@ def test_fast_inference_infers_again_only_what_moved_dims_reach() -> None:
             moved = [e for e, shape in enumerate(fast) if shape != before[e]]
             assert kept and moved and len(kept) + len(moved) == len(fast)
         before = fast
+    # the decode steps' same move again took every moved shape in one evaluation (_batch:
+    # each node asked is a chain taking its declared shapes)
+    assert batched and batched[0] is True and spec._replay[3] is not None
 
 
 def test_fast_inference_asks_again_a_node_only_a_changed_output_reaches() -> None:
@@ -911,12 +927,13 @@ def test_fast_inference_asks_again_a_node_only_a_changed_output_reaches() -> Non
         return {"x": (batch, 4), "y": (batch, 4)}
     for batch in (2, 3, 4):
         assert spec.infer_shapes(shapes(batch), fast=True) == spec.infer_shapes(shapes(batch))
-    pattern, asked, _ = spec._replay
+    pattern, asked, _, batch = spec._replay
+    assert batch is None  # shapes "?": each node asks its rule
     readers, by_name, always = spec._worklist_index()
     first = set(always).union(*(by_name.get(n, ()) for n in pattern[0]),
                               *(readers.get(e, ()) for e in pattern[1]))
     assert first < set(asked)  # relu1: only relu0's changed output reaches it
-    spec._replay = (pattern, sorted(first), frozenset(first))
+    spec._replay = (pattern, sorted(first), frozenset(first), None)
     assert spec.infer_shapes(shapes(5), fast=True) == spec.infer_shapes(shapes(5))
     assert spec._replay[1] == asked
     assert spec.infer_shapes(shapes(6), fast=True)[3] == (6, 4)
