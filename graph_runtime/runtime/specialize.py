@@ -197,16 +197,20 @@ class Specializer:
         without asking its rule (its prepare() checks them against the rule); a conflict then
         surfaces there, and infer_shapes without fast names it. With fast, a node whose inputs
         keep the shapes of the last fast call and that reads no dim whose value moved keeps its
-        outputs' shapes (the same tuples: derive compares them) without asking its rule."""
+        outputs' shapes (the same tuples: derive compares them) without asking its rule. An
+        input left out of shapes takes its declared shape (a param's, fixed: with fast, the
+        last call's tuple)."""
         env = self.bind(shapes)
         values = values or {}
         last = self._last if fast and self._same_values(values) else None
         # after another fast call every entry starts as it was (_infer_moved asks what moved)
         out: list[tuple[int, ...] | None] = [None] * self.graph.num_entries if last is None \
             else list(last[1])
+        fixed = self._fixed
         for sig in self.inputs:
             shape = shapes.get(sig.name)
-            if last is not None and shape is not None and shape == last[1][sig.eid]:
+            if last is not None and (shape == last[1][sig.eid] if shape is not None
+                                     else sig.name in fixed):
                 continue  # as last time (out holds its tuple): a param, a decode step's ids
             if shape is not None:
                 out[sig.eid] = tuple(int(d) for d in shape)

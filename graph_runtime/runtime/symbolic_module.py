@@ -423,7 +423,8 @@ class SymbolicGraphModule(ModuleBase):
                 or settings.word(settings.SHAPE_TUNING) == "measure"):
             return None
         start = time.perf_counter()
-        shapes = {n: self._shapes[n][0] for n in self._names}
+        # the params' shapes are fixed (load_params checks them): infer_shapes keeps their last
+        shapes = {n: self._shapes[n][0] for n in self._names if n not in self._params}
         entry_shapes = self.specializer.infer_shapes(shapes, {}, fast=True)
         inferred = time.perf_counter()
         static = self.specializer.static_graph(entry_shapes, self.specializer.last_env)
