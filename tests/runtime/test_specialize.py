@@ -819,6 +819,13 @@ def test_a_decode_steps_checks_settled_by_rank_are_asked_once(monkeypatch) -> No
     # the last lengths re-pointed in place ask the others alone, each once
     last = asked[-1]
     assert last and settled.isdisjoint(last) and len(last) == len(set(last))
+    # and re-pointing takes nothing from the shared cache: its list of the keys a module being
+    # made uses does not grow with every length (the same generation again, three tokens
+    # further: lengths met put back, then two new ones re-pointed, no module made)
+    taken, made, retargets = list(m.kernels.taken), m.specializations, m.retargets
+    _generate(step, session, names, 14, prompt)
+    assert m.specializations == made and m.retargets == retargets + 2
+    assert m.kernels.taken == taken
 
 
 def test_later_generations_over_grown_bytes_bind_only_what_moved(monkeypatch) -> None:
