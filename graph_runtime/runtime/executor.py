@@ -423,8 +423,7 @@ class Executor:
             if key is None or key not in kept:
                 return _refused(f"{step.label}'s kernel was dropped from the shared cache")
             if (index, key) in self._settled:
-                if step.nid in self._bindings:  # (worked out again when asked: its dims moved)
-                    del self._bindings[step.nid]
+                self._bindings.pop(step.nid, None)  # (worked out again when asked: dims moved)
                 continue
             if not probe._kernel_serves(lib, key, step, graph.nodes[step.nid], eids, self):
                 return _refused(f"{step.label}'s kernel does not serve the new shapes")

@@ -787,7 +787,8 @@ def test_a_decode_step_re_points_the_module_used_last_in_place() -> None:
 def test_a_decode_steps_checks_settled_by_rank_are_asked_once(monkeypatch) -> None:
     """Executor.retarget asks a kept kernel whether it serves a new length once per step
     where the answer holds at every length (kept by ranks, any shape, the base class's serves,
-    no dims read: _settles_by_rank); the others (chains, attention) are asked at each length,
+    no values and no dims read but those deciding its shapes: _settles_by_rank); the others
+    (chains, attention) are asked at each length,
     so a length crossing a size class (64 to 65: the mask's chain refuses) still derives, and
     every step matches ONNX Runtime."""
     from graph_runtime.runtime import executor as executor_module
@@ -820,7 +821,7 @@ def test_a_decode_steps_checks_settled_by_rank_are_asked_once(monkeypatch) -> No
     last = asked[-1]
     assert last and settled.isdisjoint(last) and len(last) == len(set(last))
     # and re-pointing takes nothing from the shared cache: its list of the keys a module being
-    # made uses does not grow with every length (the same generation again, three tokens
+    # made uses does not grow with every length (the same generation again, two tokens
     # further: lengths met put back, then two new ones re-pointed, no module made)
     taken, made, retargets = list(m.kernels.taken), m.specializations, m.retargets
     _generate(step, session, names, 14, prompt)
