@@ -61,8 +61,11 @@ def session_calls(sessions: Mapping[str, Any], feeds: Mapping[str, Any]
 
 
 def machine_line() -> str:
-    """What the numbers were measured on: CPU, cores, load, ONNX Runtime's version."""
+    """What the numbers were measured on: CPU, cores, load, the round trip between two CPUs of
+    oneDNN's team (a VM's vCPUs placed far apart on the host make small models' runs 30-40%
+    slower, and ONNX Runtime's differently: cpu/team_round_trip.py), ONNX Runtime's version."""
     import onnxruntime as ort
+    from graph_runtime.lib.kernels.cpu.team_round_trip import round_trip_text
     cpu = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -71,7 +74,8 @@ def machine_line() -> str:
                 break
     except OSError:
         pass
-    return (f"{cpu}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; "
+    return (f"{cpu}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}, "
+            f"{round_trip_text()}; "
             f"ONNX Runtime {ort.__version__} with default session options (spinning allowed) "
             "and with one thread")
 

@@ -85,7 +85,9 @@ def info(graph: str, devices: tuple[str, ...], params: str | None, inputs_file: 
 @click.command()
 @json_option
 def devices(as_json: bool) -> None:
-    """The devices this machine has (type, id, name, memory) and what is missing, and why.
+    """The devices this machine has (type, id, name, memory) and what is missing, and why; the
+    CPU kernels' library and threads, and how long a cache line takes between two CPUs of their
+    team and back (on a cloud VM a far-apart spell, hundreds of ns, slows small models' runs).
 
     Examples:
 
@@ -95,14 +97,17 @@ def devices(as_json: bool) -> None:
     """
     from .._text import fmt_bytes, table
     from ..backends import list_devices
+    from ..lib.kernels.cpu.team_round_trip import round_trip_text
     from ..lib.kernels.onednn.binding import describe
     found, missing = list_devices()
     cpu_kernels = describe()
+    round_trip = round_trip_text()
     if as_json:
         echo_json({"devices": [{"device": f"{d.kind}:{d.device_id}", "kind": d.kind,
                                 "device_id": d.device_id, "name": d.name,
                                 "memory_bytes": d.memory_bytes} for d in found],
-                   "missing": missing, "cpu_kernels": cpu_kernels})
+                   "missing": missing, "cpu_kernels": cpu_kernels,
+                   "cpu_round_trip": round_trip})
         return
     click.echo("devices")
     click.echo(table(["device", "name", "memory"],
@@ -113,6 +118,7 @@ def devices(as_json: bool) -> None:
         for kind, reason in missing.items():
             click.echo(f"  {kind}: {reason.removeprefix(kind + ': ')}")
     click.echo(f"cpu kernels: {cpu_kernels}")
+    click.echo(round_trip)
 
 
 @click.command()

@@ -367,8 +367,9 @@ def test_devices_lists_cpu_and_explains_what_is_missing() -> None:
     assert result.exit_code == 0
     assert "cpu:0" in result.stdout
     assert "cpu kernels: " in result.stdout  # oneDNN's version, or why it is not used
+    assert "CPU round trip" in result.stdout  # in ns, or why not measured
     doc = json.loads(invoke("devices", "--json").stdout)
-    assert "oneDNN" in doc["cpu_kernels"]
+    assert "oneDNN" in doc["cpu_kernels"] and doc["cpu_round_trip"].startswith("CPU round trip")
     assert doc["devices"][0]["device"] == "cpu:0" and doc["devices"][0]["memory_bytes"] > 0
     for kind in ("opencl", "cuda"):
         reason = backend_missing(kind)

@@ -111,3 +111,22 @@ def test_a_users_openmp_binding_is_kept(openmp: None, monkeypatch: pytest.Monkey
 def test_a_team_larger_than_the_cpus_is_not_pinned(openmp: None) -> None:
     assert team_pinning.pin_team(len(CPUS) + 1) == []
     assert team_pinning.pin_team(1) == []
+
+
+def test_the_round_trip_between_two_team_cpus_is_measured(openmp: None) -> None:
+    """(cpu/team_round_trip.py) the counter went both ways every round: a time, not a hang"""
+    from graph_runtime.lib.kernels.cpu import team_round_trip
+
+    def work() -> tuple[float | None, float | None]:
+        binding.use_threads(2)
+        return team_round_trip.round_trip_ns(2_000), team_round_trip.round_trip_ns(1)
+    many, one = _on_a_thread(work)
+    assert many is not None and many > 0 and one is not None and one > 0
+    assert team_round_trip.round_trip_text().startswith("CPU round trip")
+
+
+def test_no_round_trip_without_a_team(monkeypatch: pytest.MonkeyPatch) -> None:
+    from graph_runtime.lib.kernels.cpu import team_round_trip
+    monkeypatch.setenv(ONEDNN.name, "off")
+    assert team_round_trip.round_trip_ns() is None
+    assert "not measured" in team_round_trip.round_trip_text()

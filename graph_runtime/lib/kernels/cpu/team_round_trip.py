@@ -1,0 +1,82 @@
+"""How far apart the OpenMP team's first two CPUs are: a cache line's round trip between them.
+
+Every kernel split over oneDNN's team hands its output to the next kernel across CPUs, and a
+team's start and end are such hand-offs too. On a 2-vCPU cloud VM the round trip measured 50-75
+ns at some times and 340-360 ns at others (the host had placed the two vCPUs on far-apart cores:
+another die), and the same process's small transformer ran 30-40% slower throughout the far
+spells: DistilBERT-tiny's run() 440 against 600-630 us, its layer norms reading a team dense's
+output 10 against 24 us (docs/measurements.md). The number says which spell a measurement was
+taken in; `graphrun devices` and the benches print it.
+
+Threads 0 and 1 of the team pass a counter back and forth (atomic add, acquire loads), each
+spin bounded so that a team thread the scheduler never runs (a neighbour holding its core)
+ends the probe instead of hanging it.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+from llvmlite import ir
+from numba import carray, types
+from numba.extending import intrinsic
+
+from .omp_team import _fetch_add, _team_size, _thread_num, available, run_on_team, team_kernel
+
+ROUNDS = 20_000  # about 1-7 ms at 50-350 ns
+SPIN_LIMIT = 5_000_000  # loads a thread waits for its turn before it gives up (~5-50 ms)
+
+
+@intrinsic
+def _load_acquire(typingctx: Any, address: Any) -> Any:
+    """The int64 at address, read with acquire ordering (never hoisted out of a spin)."""
+    if not isinstance(address, types.Integer):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        pointer = builder.inttoptr(args[0], ir.IntType(64).as_pointer())
+        return builder.load_atomic(pointer, "acquire", 8)
+    return types.int64(address), codegen
+
+
+@team_kernel
+def _ping_pong(data: Any) -> None:
+    """Thread t (0 or 1) waits for the counter to reach 2 i + t and adds one, rounds times."""
+    b = carray(data, (2,), np.int64)
+    t = _thread_num()
+    if t > 1 or _team_size() < 2:
+        return
+    counter, rounds = b[0], b[1]
+    for i in range(rounds):
+        want = 2 * i + t
+        spins = 0
+        while _load_acquire(counter) != want:  # type: ignore[call-arg]
+            spins += 1
+            if spins > SPIN_LIMIT:
+                return
+        _fetch_add(counter, 1)  # type: ignore[call-arg]
+
+
+def round_trip_ns(rounds: int = ROUNDS) -> float | None:
+    """Nanoseconds for a cache line to go from the calling thread's CPU to the team's second
+    thread's and back; None where the team is not available (oneDNN not in OpenMP mode), has
+    one thread, or a thread did not get its turn within the spin limit (a busy core)."""
+    if not available():
+        return None
+    counter = np.zeros(8, np.int64)  # one cache line's worth, the counter first
+    block = np.array([counter.ctypes.data, rounds], np.int64)
+    start = time.perf_counter()
+    run_on_team(_ping_pong(), block)
+    elapsed = time.perf_counter() - start
+    if counter[0] != 2 * rounds:
+        return None
+    return elapsed / rounds * 1e9
+
+
+def round_trip_text() -> str:
+    """'CPU round trip 62 ns' (median of three probes), or why there is none."""
+    probes = [round_trip_ns() for _ in range(3)]
+    if any(p is None for p in probes):
+        return "CPU round trip: not measured (no OpenMP team of two threads, or a busy core)"
+    return f"CPU round trip {sorted(probes)[1]:.0f} ns"  # type: ignore[type-var]
