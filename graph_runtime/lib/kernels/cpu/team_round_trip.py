@@ -8,12 +8,13 @@ spells: DistilBERT-tiny's run() 440 against 600-630 us, its layer norms reading 
 output 10 against 24 us (docs/measurements.md). The number says which spell a measurement was
 taken in; `graphrun devices` and the benches print it.
 
-Threads 0 and 1 of the team pass a counter back and forth (atomic add, acquire loads), each
-spin bounded so that a team thread the scheduler never runs (a neighbour holding its core)
-ends the probe instead of hanging it.
+Threads 0 and 1 of the team pass a counter back and forth (atomic add, acquire loads) in
+batches, each spin bounded so that a team thread the scheduler never runs (a neighbour holding
+its core) ends the probe instead of hanging it.
 """
 from __future__ import annotations
 
+import statistics
 import time
 from typing import Any
 
@@ -22,10 +23,13 @@ from llvmlite import ir
 from numba import carray, types
 from numba.extending import intrinsic
 
+from ..onednn import binding
+from ..onednn.policy import policy
 from .omp_team import _fetch_add, _team_size, _thread_num, available, run_on_team, team_kernel
 
-ROUNDS = 20_000  # about 1-7 ms at 50-350 ns
-SPIN_LIMIT = 5_000_000  # loads a thread waits for its turn before it gives up (~5-50 ms)
+ROUNDS = 2_000  # a batch: about 0.1-0.7 ms at 50-350 ns
+BATCHES = 9
+SPIN_LIMIT = 20_000_000  # loads a thread waits for its turn before it gives up (~20-100 ms)
 
 
 @intrinsic
@@ -60,14 +64,17 @@ def _ping_pong(data: Any) -> None:
 
 def round_trip_ns(rounds: int = ROUNDS) -> float | None:
     """Nanoseconds for a cache line to go from the calling thread's CPU to the team's second
-    thread's and back; None where the team is not available (oneDNN not in OpenMP mode), has
-    one thread, or a thread did not get its turn within the spin limit (a busy core)."""
+    thread's and back, over one batch of rounds; None where the team is not available (oneDNN
+    not in OpenMP mode), has one thread, or a thread did not get its turn within the spin
+    limit (a core another thread held: a spinning thread pool's, a neighbour's)."""
     if not available():
         return None
+    binding.use_threads(policy().openmp)  # the team the kernels get, sized and pinned so
     counter = np.zeros(8, np.int64)  # one cache line's worth, the counter first
     block = np.array([counter.ctypes.data, rounds], np.int64)
+    kernel = _ping_pong()  # (compiled at its first use: not timed)
     start = time.perf_counter()
-    run_on_team(_ping_pong(), block)
+    run_on_team(kernel, block)
     elapsed = time.perf_counter() - start
     if counter[0] != 2 * rounds:
         return None
@@ -75,8 +82,9 @@ def round_trip_ns(rounds: int = ROUNDS) -> float | None:
 
 
 def round_trip_text() -> str:
-    """'CPU round trip 62 ns' (median of three probes), or why there is none."""
-    probes = [round_trip_ns() for _ in range(3)]
-    if any(p is None for p in probes):
+    """'CPU round trip 62 ns', the median of batches (a batch in which a thread lost its core
+    for a while counts high, or not at all), or why there is none."""
+    probes = [p for p in (round_trip_ns() for _ in range(BATCHES)) if p is not None]
+    if len(probes) <= BATCHES // 2:
         return "CPU round trip: not measured (no OpenMP team of two threads, or a busy core)"
-    return f"CPU round trip {sorted(probes)[1]:.0f} ns"  # type: ignore[type-var]
+    return f"CPU round trip {statistics.median(probes):.0f} ns"
