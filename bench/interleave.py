@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import random
+import statistics
 import time
 from typing import Any, Callable
 
@@ -37,3 +38,21 @@ def interleaved_samples(calls: dict[str, Callable[[], Any]], rounds: int, repeat
             time.sleep(SETTLE_S)
             samples[name] += seconds_per_call(calls[name], repeat, number)
     return samples
+
+
+def paired_ratio(samples: dict[str, list[float]], ours: str, peers: list[str],
+                 repeat: int) -> float:
+    """The median over rounds of ours' median in a round over the faster peer's in the same
+    round (samples as interleaved_samples returns them, repeat a round).
+
+    Paired by round, not a ratio of whole medians: a cloud VM's two vCPUs are near or far apart
+    on the host in spells of a second to half a minute (docs/measurements.md: every contender
+    1.3-1.7x slower in the far ones), and a ratio of medians compared one contender's far-spell
+    rounds with another's near ones (the same architecture read 0.71 and 1.39 from its two
+    exports); the contenders of one round are a second apart, mostly in the same spell."""
+    rounds = len(samples[ours]) // repeat
+
+    def in_round(name: str, r: int) -> float:
+        return statistics.median(samples[name][r * repeat:(r + 1) * repeat])
+    return statistics.median(in_round(ours, r) / min(in_round(p, r) for p in peers)
+                             for r in range(rounds))

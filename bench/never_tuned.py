@@ -6,7 +6,8 @@ tower, Swin, RegNet, ConvNeXt-v2, MobileViT and wav2vec2, each from both PyTorch
 they worked. Each is imported with graph_runtime.frontend.from_onnx (passes named by --disable-pass
 are skipped) and timed beside ONNX Runtime's default session and its one-thread session
 (bench/peers.py), the contenders interleaved with a pause between them (bench/interleave.py);
-the table gives medians, ONNX Runtime's absolute times, the ratio to its faster setting and
+the table gives medians, ONNX Runtime's absolute times, the ratio to its faster setting (paired
+by round: interleave.paired_ratio) and
 whether our output matches its (max abs error against a tolerance scaled to the output). Run it
 with `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE` as on a user's machine; it prints the load.
 --busy-core keeps one core busy with a spinning process meanwhile (issue 33's neighbour).
@@ -30,7 +31,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # measure the checkout this script sits in
 import graph_runtime as gr  # noqa: E402
-from interleave import interleaved_samples  # noqa: E402  (bench/)
+from interleave import interleaved_samples, paired_ratio  # noqa: E402  (bench/)
 from peers import (DEFAULT, ONE_THREAD, busy_core, machine_line,  # noqa: E402
                    onnxruntime_sessions, random_feeds, session_calls)
 
@@ -58,7 +59,7 @@ def measure(path: Path, rounds: int, disable: list[str]) -> dict[str, Any]:
     samples = interleaved_samples(calls, rounds=rounds, repeat=3, number=2)
     med = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
     return {"model": path.stem, "ms": med, "max_abs_err": error, "matches": error <= tolerance,
-            "ratio": med["graph_runtime"] / min(med[DEFAULT], med[ONE_THREAD])}
+            "ratio": paired_ratio(samples, "graph_runtime", [DEFAULT, ONE_THREAD], 3)}
 
 
 def main() -> None:

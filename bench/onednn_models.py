@@ -2,10 +2,12 @@
 
 Each model file is imported once (graph_runtime.frontend.from_onnx) and created twice: with
 GRAPH_RUNTIME_ONEDNN=off (NumPy/OpenBLAS/numba kernels), with the default auto (oneDNN where
-timed faster per shape) and with on (oneDNN wherever it applies). ONNX Runtime runs the same file with its default session options and with
-one thread, spinning allowed, as users run it (bench/peers.py). Rounds interleave the contenders in a shuffled order (bench/interleave.py);
-the table gives medians and the ratio to ONNX Runtime's faster setting (default threads or one), plus how many nodes
-run on oneDNN. Run with the OpenBLAS core-type override removed, as on a user's machine:
+timed faster per shape) and with on (oneDNN wherever it applies). ONNX Runtime runs the same
+file with its default session options and with one thread, spinning allowed, as users run it
+(bench/peers.py). Rounds interleave the contenders in a shuffled order (bench/interleave.py);
+the table gives medians and the ratio to ONNX Runtime's faster setting (default threads or
+one), plus how many nodes run on oneDNN, and the ratio paired by round (interleave.paired_ratio).
+Run with the OpenBLAS core-type override removed, as on a user's machine:
 
   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/onednn_models.py \\
       tests/data/onnx/resnet_ts.onnx tests/data/onnx/mobilenetv2_ts.onnx [--batch 8] [--rounds 5]
@@ -32,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # measure the checkout this script sits in
 import graph_runtime as gr  # noqa: E402
 from graph_runtime import settings  # noqa: E402
-from interleave import interleaved_samples  # noqa: E402  (bench/)
+from interleave import interleaved_samples, paired_ratio  # noqa: E402  (bench/)
 from peers import busy_core, onnxruntime_calls  # noqa: E402  (bench/)
 
 
@@ -140,8 +142,13 @@ def _bench(args: argparse.Namespace) -> None:
               f"{', one core kept busy' if args.busy_core else ''}")
         for name, seconds in times.items():
             print(f"  {name:22s} {seconds * 1e3:8.2f} ms  {seconds / base:5.2f}x")
+        peers = ["onnxruntime", "onnxruntime 1 thread"]
+        ratios = {name: paired_ratio(samples, name, peers, 3) for name in times
+                  if name not in peers}
+        print("  paired by round against ONNX Runtime's faster setting: " +
+              ", ".join(f"{name} {ratio:.2f}x" for name, ratio in ratios.items()))
         results.append({"model": path.name, **info, "load": load, "busy_core": args.busy_core,
-                        "onednn_threads": threads,
+                        "onednn_threads": threads, "paired_ratio": ratios,
                         "ms": {k: v * 1e3 for k, v in times.items()}})
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))

@@ -3,9 +3,10 @@
 The models come from bench/transformers_models.py (run it first with a Python that has torch and
 transformers). Each is imported with graph_runtime.frontend.from_onnx and run beside ONNX Runtime
 with its default threads and with one thread; rounds interleave the contenders (bench/interleave.py)
-and the table gives medians and the ratio to ONNX Runtime's faster setting. Also reports the
-import time and each model's first create+run (chain compiles; fresh numba cache if the cache
-directory was empty) and the largest error against ONNX Runtime. Run it with
+and the table gives medians and the ratio to ONNX Runtime's faster setting (paired by round:
+interleave.paired_ratio). Also reports the import time and each model's first create+run
+(chain compiles; fresh numba cache if the cache directory was empty) and the largest error
+against ONNX Runtime. Run it with
 `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE` as on a user's machine, and say the load average.
 --busy-core keeps one core busy with a spinning process meanwhile (issue 33's neighbour: every
 contender runs beside it, and ONNX Runtime's one-thread setting is usually its faster one then).
@@ -30,7 +31,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # measure the checkout this script sits in
 import graph_runtime as gr  # noqa: E402
-from interleave import interleaved_samples  # noqa: E402  (bench/)
+from interleave import interleaved_samples, paired_ratio  # noqa: E402  (bench/)
 from peers import (DEFAULT, ONE_THREAD, busy_core, machine_line,  # noqa: E402
                    onnxruntime_sessions, random_feeds, session_calls)
 
@@ -64,9 +65,9 @@ def measure(name: str, folder: Path, rounds: int) -> dict[str, Any]:
     calls = {"graph_runtime": ours, **session_calls(sessions, feeds)}
     samples = interleaved_samples(calls, rounds=rounds, repeat=5, number=3)
     med = {k: statistics.median(v) for k, v in samples.items()}
-    best = min(med["ort"], med["ort_1t"])
     return {"model": name, "import_s": import_s, "first_run_s": first_s, "max_abs_err": error,
-            "ms": {k: v * 1e3 for k, v in med.items()}, "ratio": med["graph_runtime"] / best}
+            "ms": {k: v * 1e3 for k, v in med.items()},
+            "ratio": paired_ratio(samples, "graph_runtime", ["ort", "ort_1t"], 5)}
 
 
 def main() -> None:
