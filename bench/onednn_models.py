@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))  # measure the checkout this script sits in
 import graph_runtime as gr  # noqa: E402
 from graph_runtime import settings  # noqa: E402
 from interleave import interleaved_samples, paired_ratio  # noqa: E402  (bench/)
-from peers import busy_core, onnxruntime_calls  # noqa: E402  (bench/)
+from peers import busy_core, machine_line, onnxruntime_calls  # noqa: E402  (bench/)
 
 
 def _module(graph_json: str, lib: Any, params: dict, onednn: str,
@@ -127,6 +127,7 @@ def main() -> None:
 
 def _bench(args: argparse.Namespace) -> None:
     results = []
+    print(machine_line())
     for path in args.models:
         calls, info = contenders(path, args.batch, args.copy_residuals)
         samples = interleaved_samples(calls, args.rounds, repeat=3, number=3)
@@ -150,6 +151,7 @@ def _bench(args: argparse.Namespace) -> None:
         results.append({"model": path.name, **info, "load": load, "busy_core": args.busy_core,
                         "onednn_threads": threads, "paired_ratio": ratios,
                         "ms": {k: v * 1e3 for k, v in times.items()}})
+    print(machine_line())
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
 

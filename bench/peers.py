@@ -15,10 +15,13 @@ import os
 import platform
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
+
+from interleave import SETTLE_S  # (bench/)
 
 DEFAULT = "onnxruntime"
 ONE_THREAD = "onnxruntime 1 thread"
@@ -74,6 +77,7 @@ def machine_line() -> str:
                 break
     except OSError:
         pass
+    time.sleep(SETTLE_S)  # ONNX Runtime's threads spin after its last run: the probe's would wait
     return (f"{cpu}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}, "
             f"{round_trip_text()}; "
             f"ONNX Runtime {ort.__version__} with default session options (spinning allowed) "
