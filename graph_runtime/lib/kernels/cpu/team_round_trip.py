@@ -1,10 +1,10 @@
 """How far apart the OpenMP team's first two CPUs are: a cache line's round trip between them.
 
 Every kernel split over oneDNN's team hands its output to the next kernel across CPUs, and a
-team's start and end are such hand-offs too. On a 2-vCPU cloud VM the round trip measured 50-75
-ns at some times and 340-360 ns at others (the host had placed the two vCPUs on far-apart cores:
-another die), and the same process's small transformer ran 30-40% slower throughout the far
-spells: DistilBERT-tiny's run() 440 against 600-630 us, its layer norms reading a team dense's
+team's start and end are such hand-offs too. On a 2-vCPU cloud VM the round trip measured 50-95
+ns at some times and 320-370 ns at others (the host had placed the two vCPUs on far-apart cores),
+in spells of a second to half a minute, and small transformers ran 30-40% slower in the far
+ones: DistilBERT-tiny's run() 440 against 600-630 us, its layer norms reading a team dense's
 output 10 against 24 us (docs/measurements.md). The number says which spell a measurement was
 taken in; `graphrun devices` and the benches print it.
 
