@@ -14,9 +14,11 @@ its core) ends the probe instead of hanging it.
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import statistics
 import time
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 from llvmlite import ir
@@ -26,10 +28,11 @@ from numba.extending import intrinsic
 from ..onednn import binding
 from ..onednn.policy import policy
 from .omp_team import _fetch_add, _team_size, _thread_num, available, run_on_team, team_kernel
+from .team_pinning import team_threads
 
 ROUNDS = 2_000  # a batch: about 0.1-0.7 ms at 50-350 ns
 BATCHES = 9
-SPIN_LIMIT = 20_000_000  # loads a thread waits for its turn before it gives up (~20-100 ms)
+SPIN_LIMIT = 50_000_000  # loads a thread waits for its turn before it gives up (~50-250 ms)
 
 
 @intrinsic
@@ -73,12 +76,30 @@ def round_trip_ns(rounds: int = ROUNDS) -> float | None:
     counter = np.zeros(8, np.int64)  # one cache line's worth, the counter first
     block = np.array([counter.ctypes.data, rounds], np.int64)
     kernel = _ping_pong()  # (compiled at its first use: not timed)
-    start = time.perf_counter()
-    run_on_team(kernel, block)
-    elapsed = time.perf_counter() - start
+    with _apart_from_the_team():
+        start = time.perf_counter()
+        run_on_team(kernel, block)
+        elapsed = time.perf_counter() - start
     if counter[0] != 2 * rounds:
         return None
     return elapsed / rounds * 1e9
+
+
+@contextlib.contextmanager
+def _apart_from_the_team() -> Iterator[None]:
+    """The calling thread kept off the CPU the team's second thread is on meanwhile (both spin:
+    on one CPU each would wait for the other's preemption), its affinity as it was after."""
+    team = team_threads()
+    allowed = os.sched_getaffinity(0)
+    mine = allowed - {cpu for _, cpu in team[1:2]}
+    if len(team) < 2 or not mine or mine == allowed:
+        yield
+        return
+    os.sched_setaffinity(0, mine)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, allowed)
 
 
 def round_trip_text() -> str:
