@@ -170,8 +170,12 @@ class Executor:
         # retarget's work per change met (_Transit), and the pool's bytes per device as its
         # last growth check counted them (None: count again)
         self._transits: dict[tuple[tuple[int, ...], frozenset[str]], _Transit] = {}
-        # (step index, kernel key) whose retarget check holds at every shape (_settles_by_rank)
+        # (step index, kernel key) whose retarget check holds at every shape (_settles_by_rank),
+        # and each one's answer (asked once: it looks the node's function up)
         self._settled: set[tuple[int, Any]] = set()
+        self._settles: dict[tuple[int, Any], bool] = {}
+        # per symbolic chain node: whether its attrs read dims beyond shape targets (_reads_values)
+        self._value_reads: dict[int, bool] = {}
         self._pool_bytes: dict[Device, int] | None = None
         # the shared cache's generation its kernels were taken in (KernelCache.clear)
         self._generation = kernels.generation if kernels is not None else 0
@@ -266,7 +270,7 @@ class Executor:
             new.arrays[(eid, self.entry_device[eid])] = new.pool.views[eid]
         new.kernel_keys, new.escaped_entries, new._uses, new._bindings = {}, set(), None, {}
         new._unshare, new._told = {}, set()
-        new._transits, new._pool_bytes, new._settled = {}, None, set()
+        new._transits, new._pool_bytes, new._settled, new._settles = {}, None, set(), {}
         decided = {graph.entry_node(o)[0] for _, o in self.in_place}
         decided |= {self.steps[i].nid for i in self.skipped} | {
             call.nid for call in self.shortcuts.values()}
@@ -427,7 +431,11 @@ class Executor:
                 continue
             if not probe._kernel_serves(lib, key, step, graph.nodes[step.nid], eids, self):
                 return _refused(f"{step.label}'s kernel does not serve the new shapes")
-            if self._settles_by_rank(lib, key, step, graph.nodes[step.nid]):
+            settles = self._settles.get((index, key))
+            if settles is None:
+                settles = self._settles[(index, key)] = self._settles_by_rank(
+                    lib, key, step, graph.nodes[step.nid])
+            if settles:
                 self._settled.add((index, key))
         self._check_growth(graph, sid_bytes)
         # every check passed: sizes, views, arguments
@@ -892,6 +900,11 @@ class Executor:
             if _rounded(key[0], now) != key[3] or not kept.kernel.serves(now):
                 return False
         if node.attrs.get(DIMS_KEY) is not None:
+            if by_class and not base._reads_values(lib, node, kept.device):
+                # its dims only shape its arrays, which serves asked: the binding base held
+                # is of other dims (worked out again when asked), none is compared
+                base._bindings.pop(node.nid, None)
+                return True
             # a chain with symbolic attrs: the same values of those it reads
             was, bound = base._bound(lib, node.nid, kept.device), self._bound(lib, node.nid,
                                                                             kept.device)
@@ -928,6 +941,17 @@ class Executor:
             bound = self._bindings[nid] = None if binding is None else binding(
                 node.attrs[DIMS_KEY])
         return bound
+
+    def _reads_values(self, lib: Module, node: Any, dev: Device) -> bool:
+        """Whether a symbolic chain's attrs read dims other than as shape targets (its
+        binding's values), or it has no binding_key; looked up once per node (a decode step's
+        mask chains are asked at every new length)."""
+        reads = self._value_reads.get(node.nid)
+        if reads is None:
+            fn = lib.get_function(node.func_name or "", dev, node.label)
+            reads = self._value_reads[node.nid] = getattr(fn, "binding_key", None) is None \
+                or bool(getattr(fn, "value_names", True))
+        return reads
 
     @staticmethod
     def _binding(lib: Module, node: Any, dev: Device) -> Callable[[Any], Any] | None:

@@ -337,6 +337,19 @@ def _collapse(shapes: Sequence[tuple[int, ...]], out_shape: tuple[int, ...]
     return dims, merged
 
 
+def _whole_or_one(shapes: Sequence[tuple[int, ...]], counts: Sequence[int],
+                  out_shape: tuple[int, ...], size: int) -> bool:
+    """Whether each input (of these element counts) is one value or the output's own shape
+    (leading ones aside): _collapse then merges every dim into one of size elements."""
+    rank = len(out_shape)
+    for shape, count in zip(shapes, counts):
+        if count == 1:
+            continue
+        if count != size or len(shape) > rank or tuple(shape) != out_shape[rank - len(shape):]:
+            return False
+    return True
+
+
 def _kinds(shapes: Sequence[tuple[int, ...]], out_shape: tuple[int, ...], dims: list[int],
            strides: list[list[int]]) -> list[str]:
     """How each input (of these shapes) is read: c (at the element's index), s (one value), r (a
@@ -562,8 +575,16 @@ class CompiledChain(PreparedKernel):
             if loop is None:
                 return None
             out_shape = loop
-        dims, strides = _collapse(shapes[:-1], out_shape)
-        kinds = tuple(_kinds(shapes[:-1], out_shape, dims, strides))
+        counts = [size_of(s) for s in shapes[:-1]]
+        if size > 1 and _whole_or_one(shapes[:-1], counts, out_shape, size):
+            # every input whole or one value: one dim, as _collapse would merge it (a decode
+            # step's mask chains meet a new length each token, after the weights' stream
+            # left Python's data out of cache: _collapse and _kinds were ~half of it)
+            dims, kinds = [size], tuple("s" if c == 1 else "c" for c in counts)
+            strides: list[list[int]] = [[]] * len(counts)  # read by no "r" or "o" input
+        else:
+            dims, strides = _collapse(shapes[:-1], out_shape)
+            kinds = tuple(_kinds(shapes[:-1], out_shape, dims, strides))
         wide = wide_rows(int(dims[-1]))  # its loop's rows are the innermost collapsed dim
         form = (kinds, wide)
         metas = []
