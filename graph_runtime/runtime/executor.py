@@ -21,6 +21,7 @@ from ..device import Device
 from ..errors import GraphError, GraphRuntimeError, LibraryError
 from ..graph.model import COPY_OP, NOP_OP, Graph, entry_bytes
 from ..lib.attrs import WORKSPACE_LIMIT_KEY
+from ..lib.kernels.cpu import team_gemv
 from ..lib.kernels.threads import ONE_BLAS_THREAD
 from ..lib.library import InputVersion, Module, TensorSpec
 from ..lib.prepared import PreparedKernel, capabilities
@@ -182,6 +183,11 @@ class Executor:
         self.escaped_entries: set[int] = set()  # entries escaped() (the count may miss writes)
         # per device: workspace counted but not yet checked against the cap (_count_workspace)
         self._unsettled: dict[Device, int] = {}
+        # whether every graph input (the weights among them) stays in the cache between runs:
+        # few-row products then read weights as given (team_gemv.weights_cached)
+        self._weights_cached = team_gemv.cache_holds(sum(
+            entry_bytes(graph.shape(eid), graph.dtype(eid))
+            for eid in graph.input_entries.values()))
         # The steps' kernels, prepared from shapes alone: the storage pass binds their arrays.
         self.steps = self._prepare_steps(lib, base)
         # Entries no setup pass may change the layout or storage of: inputs, outputs, aliased.
@@ -827,8 +833,9 @@ class Executor:
             if cap is not None:
                 attrs[WORKSPACE_LIMIT_KEY] = cap - used.get(dev, 0)
         if fn is None:
-            fn = lib.prepare(node.func_name or "", dev, in_specs, out_specs, attrs,
-                             node=node.label)
+            with team_gemv.weights_cached(self._weights_cached):
+                fn = lib.prepare(node.func_name or "", dev, in_specs, out_specs, attrs,
+                                 node=node.label)
             if shared is not None:
                 made = capabilities(fn)
                 # a kernel holding no node's data (derived weights, sub-modules) serves

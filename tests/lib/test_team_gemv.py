@@ -278,3 +278,52 @@ def test_the_layout_is_raced_once_per_machine_and_never_inside_a_shapes_run(
         assert inside == (first if entry.trusted else True)
     finally:
         tuning.forget()
+
+
+def test_a_module_whose_inputs_fit_in_the_cache_reads_its_weights_as_given(
+        team, monkeypatch, random_array) -> None:
+    """Layout auto: a graph whose inputs (weights and data) take at most half the last-level
+    cache keeps them there between runs, so its products read the weights as given (no packed
+    copy made or counted); one that does not fit takes the machine's layout, and a forced
+    layout holds either way."""
+    monkeypatch.setattr(dense_choice, "choose", lambda spec: "team")
+    monkeypatch.setenv(TEAM_GEMV_LAYOUT.name, "auto")
+    monkeypatch.setattr(team_gemv, "packs", lambda: True)  # the machine's answer, not raced
+    lib = Module("teamlib")
+    lib.register("fused_dense", Chain("fused_dense", [Step("dense")]))
+    nodes = [null("data"), null("weight"), tvm_op("fc", "fused_dense", [0, 1])]
+    graph = make_graph(nodes, [2], shapes=[[1, 384], [200, 384], [1, 200]])
+    x = random_array((1, 384), "float32", seed=21)
+    w = random_array((200, 384), "float32", seed=22)
+
+    def kernel_of(module: gr.GraphModule) -> TeamGemv:
+        module.load_params({"weight": w})
+        module.run(data=x)
+        _check(module.get_output(0).numpy(), x, w)
+        kernel = module.executor.steps[0].kernel
+        assert isinstance(kernel, TeamGemv)
+        return kernel
+
+    monkeypatch.setattr(team_gemv, "last_level_cache_bytes", lambda: 1 << 20)
+    cached = kernel_of(gr.create(graph, lib, gr.cpu()))
+    assert cached.packs is False and cached.packed is None and cached.workspace_bytes() == 0
+    monkeypatch.setattr(team_gemv, "last_level_cache_bytes", lambda: 600_000)  # 309 KB of inputs
+    assert kernel_of(gr.create(graph, lib, gr.cpu())).packs is True
+    monkeypatch.setattr(team_gemv, "last_level_cache_bytes", lambda: 0)  # unknown: never held
+    assert kernel_of(gr.create(graph, lib, gr.cpu())).packs is True
+    monkeypatch.setattr(team_gemv, "last_level_cache_bytes", lambda: 1 << 30)
+    monkeypatch.setenv(TEAM_GEMV_LAYOUT.name, "packed")
+    assert kernel_of(gr.create(graph, lib, gr.cpu())).packs is True
+
+
+def test_the_last_level_cache_is_read_from_sysfs(tmp_path) -> None:
+    """The highest level's size, with its unit; 0 where no index can be read."""
+    for index, (level, size) in enumerate([("1", "48K"), ("2", "1024K"), ("3", "32768K"),
+                                           ("bad", "1K")]):
+        folder = tmp_path / f"index{index}"
+        folder.mkdir()
+        (folder / "level").write_text(level + "\n")
+        (folder / "size").write_text(size + "\n")
+    assert team_gemv.last_level_cache_bytes(str(tmp_path)) == 32 << 20
+    assert team_gemv.last_level_cache_bytes(str(tmp_path / "none")) == 0
+    assert team_gemv.cache_holds(1) is (team_gemv.last_level_cache_bytes() > 1)

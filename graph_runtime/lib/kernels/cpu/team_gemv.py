@@ -37,13 +37,24 @@ there: a symbolic module's new shapes take it unmeasured. A race times each cand
 a pause, the team asleep and the weight in cache, so small products go to OpenBLAS's call on one
 thread there.
 
+The packed layout is made for weights that stream from memory. Where a module's inputs (its
+weights with them) take at most half of the last-level cache, they stay there between runs and
+are read from it: there the weight as given was faster on the 2-core AMD EPYC (a 512x784
+product 12.7 against 17.6 us, 512x512 8.8 against 12.1; the mlp example's run 44 against 52
+us), so such a module's products read it as given unless the layout is forced (weights_cached,
+which the executor holds around preparing its kernels).
+
 GRAPH_RUNTIME_TEAM_GEMV: auto (default, measured), on (wherever it applies), off.
 GRAPH_RUNTIME_TEAM_GEMV_LAYOUT: auto (default, measured once per machine), packed, given.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import functools
+import glob
 import weakref
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 from numba import carray
@@ -81,6 +92,51 @@ LAYOUTS = ("packed", "given")
 LAYOUT_CHAIN = ((1376, 512), (512, 1376)) * 6
 LAYOUT_KEY = "float32 m 1 chain " + " ".join(f"{n}x{k}" for n, k in LAYOUT_CHAIN[:2]) + " x6"
 PAUSE_S = 0.0005  # before each sample: a graph's products follow other work, not each other
+
+
+# Within weights_cached(True): the module whose kernels are prepared keeps its weights in cache.
+_CACHED: contextvars.ContextVar[bool] = contextvars.ContextVar("team_gemv weights cached",
+                                                               default=False)
+
+
+@contextlib.contextmanager
+def weights_cached(cached: bool) -> Iterator[None]:
+    """Within: the products made read their weights as given where cached (and the layout is
+    not forced): a module whose inputs fit in the cache between runs (cache_holds)."""
+    token = _CACHED.set(cached)
+    try:
+        yield
+    finally:
+        _CACHED.reset(token)
+
+
+def cache_holds(nbytes: int) -> bool:
+    """Whether nbytes of inputs stay in the last-level cache between runs: at most half of it
+    (the rest for the run's activations and the interpreter); no when its size is unknown."""
+    return 0 < nbytes <= last_level_cache_bytes() // 2
+
+
+CACHE_FOLDER = "/sys/devices/system/cpu/cpu0/cache"  # Linux's description of CPU 0's caches
+
+
+@functools.cache
+def last_level_cache_bytes(folder: str = CACHE_FOLDER) -> int:
+    """The size of the highest-level cache in folder (sysfs: index*/level and index*/size,
+    "32768K"), 0 where none can be read."""
+    best = (0, 0)
+    for index in glob.glob(f"{folder}/index*"):
+        try:
+            with open(f"{index}/level") as f:
+                level = int(f.read())
+            with open(f"{index}/size") as f:
+                text = f.read().strip().upper()
+        except (OSError, ValueError):
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        digits = text.rstrip("KMG")
+        if digits.isdigit():
+            best = max(best, (level, int(digits) * scale))
+    return best[1]
 
 
 def applies(m: int, n: int, dtype: str) -> bool:
@@ -239,7 +295,10 @@ class TeamGemv(DerivesFromInputs):
         jit_setup.start()
         self.shapes = ((m, k), (n, k), (m, n))
         self.tail = tail
-        self.packs = packs() if packed is None else packed
+        if packed is None:  # a module keeping its weights in cache reads them as given
+            packed = False if _CACHED.get() and settings.word(settings.TEAM_GEMV_LAYOUT) == \
+                "auto" else packs()
+        self.packs = packed
         self.packed: np.ndarray | None = None  # w packed (its own or a frozen weight's shared)
         self._own: np.ndarray | None = None  # its own packed buffer, made at first need
         self._owner: tuple[Any, Any] = (None, self)  # (the weight's counter, workspace_owner)
