@@ -47,11 +47,16 @@ def _check(out: np.ndarray, x: np.ndarray, w: np.ndarray, extra: np.ndarray | No
     np.testing.assert_array_less(np.abs(out.astype(np.float64) - want), tolerance)
 
 
+@pytest.mark.parametrize("cached", [False, True])
 @pytest.mark.parametrize("m,n,k", [(1, 512, 512), (1, 40, 5), (3, 130, 64), (MAX_ROWS, 1000, 300)])
-def test_the_product_matches_float64(team, m, n, k, random_array) -> None:
+def test_the_product_matches_float64(team, m, n, k, cached, random_array) -> None:
+    """Rows taken from the counter, or each thread its fixed share (a module whose weights
+    stay in the cache: weights_cached)."""
     x = random_array((m, k), "float32", seed=1)
     w = random_array((n, k), "float32", seed=2)
-    kernel = TeamGemv(m, n, k)
+    with team_gemv.weights_cached(cached):
+        kernel = TeamGemv(m, n, k, packed=False)
+    assert kernel.cached is cached and kernel.with_tile_tail(None).cached is cached
     out = np.empty((m, n), np.float32)
     for _ in range(2):  # the second call over the same arrays: nothing left from the first
         out[...] = np.nan

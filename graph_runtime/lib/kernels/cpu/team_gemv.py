@@ -66,9 +66,9 @@ from ...tuning import Choice
 from ..derived import DerivesFromInputs, derived_of, shared_list_watched_by
 from ..onednn.weights import aligned_buffer
 from . import jit_setup
-from .loops_jit import lane_dot
-from .omp_team import (available, claim_rows, float32_at, run_at, run_on_team, team_kernel,
-                       wake_team)
+from .loops_jit import inlined, lane_dot
+from .omp_team import (_team_size, _thread_num, available, claim_rows, float32_at, run_at,
+                       run_on_team, team_kernel, wake_team)
 
 MAX_ROWS = 8  # of x: beyond, the product has flops enough for a GEMM's blocking to win
 LINE = 16  # float32 values per cache line
@@ -200,30 +200,53 @@ def _gemv_team(data: Any) -> None:
         j = claim_rows(b[6], CHUNK)
         if j >= n:
             return
-        end = min(j + CHUNK, n)
-        while j + 8 <= end:
-            w0, w1, w2, w3 = w[j], w[j + 1], w[j + 2], w[j + 3]
-            w4, w5, w6, w7 = w[j + 4], w[j + 5], w[j + 6], w[j + 7]
-            for r in range(m):
-                xr = x[r]
-                s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = np.float32(0.0)
-                for i in range(k):
-                    xi = xr[i]
-                    s0 += xi * w0[i]
-                    s1 += xi * w1[i]
-                    s2 += xi * w2[i]
-                    s3 += xi * w3[i]
-                    s4 += xi * w4[i]
-                    s5 += xi * w5[i]
-                    s6 += xi * w6[i]
-                    s7 += xi * w7[i]
-                o = out[r]
-                o[j], o[j + 1], o[j + 2], o[j + 3] = s0, s1, s2, s3
-                o[j + 4], o[j + 5], o[j + 6], o[j + 7] = s4, s5, s6, s7
-            j += 8
-        for jj in range(j, end):
-            for r in range(m):
-                out[r, jj] = lane_dot(x[r], w[jj], np.float32(0.0))
+        _gemv_rows(x, w, out, m, j, min(j + CHUNK, n))
+
+
+@team_kernel(reassociate=True)
+def _gemv_team_fixed(data: Any) -> None:
+    """_gemv_team with each thread taking the same rows at every call (its share of the
+    CHUNKs, in order): a weight that stays in the cache between runs stays in the cache of the
+    core reading it. On the 2-core AMD EPYC a 512x512 product read from the other core's
+    share by taking rows from the counter took 8.8 us, about ONNX Runtime's 6.6 this way."""
+    b = carray(data, (BLOCK,), np.int64)
+    m, n, k = b[3], b[4], b[5]
+    x = float32_at(b[0], (m, k))
+    w = float32_at(b[1], (n, k))
+    out = float32_at(b[2], (m, n))
+    t, size = _thread_num(), _team_size()
+    chunks = (n + CHUNK - 1) // CHUNK
+    _gemv_rows(x, w, out, m, t * chunks // size * CHUNK,
+               min((t + 1) * chunks // size * CHUNK, n))
+
+
+@inlined
+def _gemv_rows(x: Any, w: Any, out: Any, m: int, j: int, end: int) -> None:
+    """out[:, j:end] = x @ w[j:end].T, eight weight rows summed together in vector lanes."""
+    k = x.shape[1]
+    while j + 8 <= end:
+        w0, w1, w2, w3 = w[j], w[j + 1], w[j + 2], w[j + 3]
+        w4, w5, w6, w7 = w[j + 4], w[j + 5], w[j + 6], w[j + 7]
+        for r in range(m):
+            xr = x[r]
+            s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = np.float32(0.0)
+            for i in range(k):
+                xi = xr[i]
+                s0 += xi * w0[i]
+                s1 += xi * w1[i]
+                s2 += xi * w2[i]
+                s3 += xi * w3[i]
+                s4 += xi * w4[i]
+                s5 += xi * w5[i]
+                s6 += xi * w6[i]
+                s7 += xi * w7[i]
+            o = out[r]
+            o[j], o[j + 1], o[j + 2], o[j + 3] = s0, s1, s2, s3
+            o[j + 4], o[j + 5], o[j + 6], o[j + 7] = s4, s5, s6, s7
+        j += 8
+    for jj in range(j, end):
+        for r in range(m):
+            out[r, jj] = lane_dot(x[r], w[jj], np.float32(0.0))
 
 
 @team_kernel(reassociate=True)
@@ -295,8 +318,11 @@ class TeamGemv(DerivesFromInputs):
         jit_setup.start()
         self.shapes = ((m, k), (n, k), (m, n))
         self.tail = tail
-        if packed is None:  # a module keeping its weights in cache reads them as given
-            packed = False if _CACHED.get() and settings.word(settings.TEAM_GEMV_LAYOUT) == \
+        # in a module keeping its weights in the cache: each thread reads the same rows at
+        # every call (_gemv_team_fixed), and the weight as given unless the layout is forced
+        self.cached = _CACHED.get()
+        if packed is None:
+            packed = False if self.cached and settings.word(settings.TEAM_GEMV_LAYOUT) == \
                 "auto" else packs()
         self.packs = packed
         self.packed: np.ndarray | None = None  # w packed (its own or a frozen weight's shared)
@@ -310,7 +336,9 @@ class TeamGemv(DerivesFromInputs):
 
     def with_tile_tail(self, tail: Any) -> TeamGemv:
         (m, k), (n, _), _ = self.shapes
-        return TeamGemv(m, n, k, tail, self.packs)
+        made = TeamGemv(m, n, k, tail, self.packs)
+        made.cached = self.cached
+        return made
 
     def note(self) -> str:
         text = "dense of few rows on the OpenMP team" + ("" if self.packs else
@@ -407,7 +435,9 @@ class TeamGemv(DerivesFromInputs):
 
     def _kernel(self, w: np.ndarray) -> Any:
         """The team kernel reading w: the packed layout's for this kernel's packed weight."""
-        return _packed_gemv_team() if w is self.packed else _gemv_team()
+        if w is self.packed:
+            return _packed_gemv_team()
+        return _gemv_team_fixed() if self.cached else _gemv_team()
 
     def _copying_product(self, a: Any, b: Any, out: Any) -> None:
         """The product of operands that are not all float32 C-contiguous arrays: copied to be
