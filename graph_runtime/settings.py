@@ -66,7 +66,7 @@ TEAM_GEMV_LAYOUT = Setting(
     "GRAPH_RUNTIME_TEAM_GEMV_LAYOUT", "auto",
     "how team_gemv reads a weight that keeps its values: packed (eight rows interleaved, one "
     "stream a thread) or as given (auto: measured once per machine, packed unless as given is "
-    "clearly faster; as given for a module whose inputs fit in half the last-level cache)",
+    "clearly faster; as given for a module whose storage fits in half the last-level cache)",
     ("auto", "packed", "given"))
 VECTOR_WIDTH = Setting(
     "GRAPH_RUNTIME_VECTOR_WIDTH", "auto",

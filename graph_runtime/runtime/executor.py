@@ -183,11 +183,10 @@ class Executor:
         self.escaped_entries: set[int] = set()  # entries escaped() (the count may miss writes)
         # per device: workspace counted but not yet checked against the cap (_count_workspace)
         self._unsettled: dict[Device, int] = {}
-        # whether every graph input (the weights among them) stays in the cache between runs:
-        # few-row products then read weights as given (team_gemv.weights_cached)
-        self._weights_cached = team_gemv.cache_holds(sum(
-            entry_bytes(graph.shape(eid), graph.dtype(eid))
-            for eid in graph.input_entries.values()))
+        # whether the storage plan's bytes (the inputs, weights among them, and every other
+        # entry) stay in the cache between runs: few-row products then read their weights as
+        # given, each thread the same rows (team_gemv.weights_cached)
+        self._weights_cached = team_gemv.cache_holds(sum(plan.bytes_per_device().values()))
         # The steps' kernels, prepared from shapes alone: the storage pass binds their arrays.
         self.steps = self._prepare_steps(lib, base)
         # Entries no setup pass may change the layout or storage of: inputs, outputs, aliased.

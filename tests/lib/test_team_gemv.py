@@ -285,12 +285,12 @@ def test_the_layout_is_raced_once_per_machine_and_never_inside_a_shapes_run(
         tuning.forget()
 
 
-def test_a_module_whose_inputs_fit_in_the_cache_reads_its_weights_as_given(
+def test_a_module_whose_storage_fits_in_the_cache_reads_its_weights_as_given(
         team, monkeypatch, random_array) -> None:
-    """Layout auto: a graph whose inputs (weights and data) take at most half the last-level
-    cache keeps them there between runs, so its products read the weights as given (no packed
-    copy made or counted); one that does not fit takes the machine's layout, and a forced
-    layout holds either way."""
+    """Layout auto: a graph whose storage (its weight, data and output) takes at most half the
+    last-level cache keeps it there between runs, so its products read the weight as given (no
+    packed copy made or counted); one that does not fit takes the machine's layout, and a
+    forced layout holds either way."""
     monkeypatch.setattr(dense_choice, "choose", lambda spec: "team")
     monkeypatch.setenv(TEAM_GEMV_LAYOUT.name, "auto")
     monkeypatch.setattr(team_gemv, "packs", lambda: True)  # the machine's answer, not raced
@@ -312,7 +312,7 @@ def test_a_module_whose_inputs_fit_in_the_cache_reads_its_weights_as_given(
     monkeypatch.setattr(team_gemv, "last_level_cache_bytes", lambda: 1 << 20)
     cached = kernel_of(gr.create(graph, lib, gr.cpu()))
     assert cached.packs is False and cached.packed is None and cached.workspace_bytes() == 0
-    monkeypatch.setattr(team_gemv, "last_level_cache_bytes", lambda: 600_000)  # 309 KB of inputs
+    monkeypatch.setattr(team_gemv, "last_level_cache_bytes", lambda: 600_000)  # 309 KB of storage
     assert kernel_of(gr.create(graph, lib, gr.cpu())).packs is True
     monkeypatch.setattr(team_gemv, "last_level_cache_bytes", lambda: 0)  # unknown: never held
     assert kernel_of(gr.create(graph, lib, gr.cpu())).packs is True

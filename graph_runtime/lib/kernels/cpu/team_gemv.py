@@ -37,12 +37,12 @@ there: a symbolic module's new shapes take it unmeasured. A race times each cand
 a pause, the team asleep and the weight in cache, so small products go to OpenBLAS's call on one
 thread there.
 
-The packed layout is made for weights that stream from memory. Where a module's inputs (its
-weights with them) take at most half of the last-level cache, they stay there between runs and
-are read from it: there the weight as given was faster on the 2-core AMD EPYC (a 512x784
+The packed layout is made for weights that stream from memory. Where a module's storage (its
+inputs, weights among them, and intermediates) takes at most half of the last-level cache, the
+weights stay there between runs and are read from it: there the weight as given was faster on the 2-core AMD EPYC (a 512x784
 product 12.7 against 17.6 us, 512x512 8.8 against 12.1; the mlp example's run 44 against 52
-us), so such a module's products read it as given unless the layout is forced (weights_cached,
-which the executor holds around preparing its kernels).
+us), so such a module's products read it as given unless the layout is forced, each thread the
+same rows at every call (weights_cached, which the executor holds around preparing its kernels).
 
 GRAPH_RUNTIME_TEAM_GEMV: auto (default, measured), on (wherever it applies), off.
 GRAPH_RUNTIME_TEAM_GEMV_LAYOUT: auto (default, measured once per machine), packed, given.
@@ -102,7 +102,8 @@ _CACHED: contextvars.ContextVar[bool] = contextvars.ContextVar("team_gemv weight
 @contextlib.contextmanager
 def weights_cached(cached: bool) -> Iterator[None]:
     """Within: the products made read their weights as given where cached (and the layout is
-    not forced): a module whose inputs fit in the cache between runs (cache_holds)."""
+    not forced), each thread the same rows: a module whose storage fits in the cache between
+    runs (cache_holds)."""
     token = _CACHED.set(cached)
     try:
         yield
@@ -111,8 +112,8 @@ def weights_cached(cached: bool) -> Iterator[None]:
 
 
 def cache_holds(nbytes: int) -> bool:
-    """Whether nbytes of inputs stay in the last-level cache between runs: at most half of it
-    (the rest for the run's activations and the interpreter); no when its size is unknown."""
+    """Whether a module's nbytes of storage stay in the last-level cache between runs: at most
+    half of it (the rest for the interpreter and other work); no when its size is unknown."""
     return 0 < nbytes <= last_level_cache_bytes() // 2
 
 
