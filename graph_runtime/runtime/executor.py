@@ -171,10 +171,8 @@ class Executor:
         # retarget's work per change met (_Transit), and the pool's bytes per device as its
         # last growth check counted them (None: count again)
         self._transits: dict[tuple[tuple[int, ...], frozenset[str]], _Transit] = {}
-        # (step index, kernel key) whose retarget check holds at every shape (_settles_by_rank),
-        # and each one's answer (asked once: it looks the node's function up)
+        # (step index, kernel key) whose retarget check holds at every shape (_settles_by_rank)
         self._settled: set[tuple[int, Any]] = set()
-        self._settles: dict[tuple[int, Any], bool] = {}
         # per symbolic chain node: whether its attrs read dims beyond shape targets (_reads_values)
         self._value_reads: dict[int, bool] = {}
         self._pool_bytes: dict[Device, int] | None = None
@@ -275,7 +273,7 @@ class Executor:
             new.arrays[(eid, self.entry_device[eid])] = new.pool.views[eid]
         new.kernel_keys, new.escaped_entries, new._uses, new._bindings = {}, set(), None, {}
         new._unshare, new._told = {}, set()
-        new._transits, new._pool_bytes, new._settled, new._settles = {}, None, set(), {}
+        new._transits, new._pool_bytes, new._settled = {}, None, set()
         decided = {graph.entry_node(o)[0] for _, o in self.in_place}
         decided |= {self.steps[i].nid for i in self.skipped} | {
             call.nid for call in self.shortcuts.values()}
@@ -436,11 +434,7 @@ class Executor:
                 continue
             if not probe._kernel_serves(lib, key, step, graph.nodes[step.nid], eids, self):
                 return _refused(f"{step.label}'s kernel does not serve the new shapes")
-            settles = self._settles.get((index, key))
-            if settles is None:
-                settles = self._settles[(index, key)] = self._settles_by_rank(
-                    lib, key, step, graph.nodes[step.nid])
-            if settles:
+            if self._settles_by_rank(lib, key, step, graph.nodes[step.nid]):
                 self._settled.add((index, key))
         self._check_growth(graph, sid_bytes)
         # every check passed: sizes, views, arguments
@@ -490,11 +484,7 @@ class Executor:
                 and type(step.kernel).serves is PreparedKernel.serves
                 and VALUES_KEY not in attrs):
             return False
-        if DIMS_KEY not in attrs:
-            return True
-        fn = lib.get_function(step.func_name, step.device, step.label)
-        return getattr(fn, "binding_key", None) is not None and \
-            not getattr(fn, "value_names", True)
+        return DIMS_KEY not in attrs or not self._reads_values(lib, node, step.device)
 
     def _retarget_steps(self, graph: Graph, lib: Module, renewed: set[int]
                         ) -> tuple[list[tuple[int, list[int], Any]],

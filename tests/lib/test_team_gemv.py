@@ -55,7 +55,7 @@ def test_the_product_matches_float64(team, m, n, k, cached, random_array) -> Non
     x = random_array((m, k), "float32", seed=1)
     w = random_array((n, k), "float32", seed=2)
     with team_gemv.weights_cached(cached):
-        kernel = TeamGemv(m, n, k, packed=False)
+        kernel = TeamGemv(m, n, k)
     assert kernel.cached is cached and kernel.with_tile_tail(None).cached is cached
     out = np.empty((m, n), np.float32)
     for _ in range(2):  # the second call over the same arrays: nothing left from the first

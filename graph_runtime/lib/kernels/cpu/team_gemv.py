@@ -41,8 +41,9 @@ The packed layout is made for weights that stream from memory. Where a module's 
 inputs, weights among them, and intermediates) takes at most half of the last-level cache, the
 weights stay there between runs and are read from it: there the weight as given was faster on
 the 2-core AMD EPYC (a 512x784 product 12.7 against 17.6 us, 512x512 8.8 against 12.1; the mlp
-example's run 44 against 52 us), so such a module's products read it as given unless the layout is forced, each thread the
-same rows at every call (weights_cached, which the executor holds around preparing its kernels).
+example's run 44 against 52 us), so such a module's products read it as given unless the layout
+is forced, each thread the same rows at every call (weights_cached, which the executor holds
+around preparing its kernels).
 
 GRAPH_RUNTIME_TEAM_GEMV: auto (default, measured), on (wherever it applies), off.
 GRAPH_RUNTIME_TEAM_GEMV_LAYOUT: auto (default, measured once per machine), packed, given.
