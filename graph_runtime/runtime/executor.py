@@ -99,6 +99,10 @@ class _Transit:
     repoint: list[tuple[int, list[int]]]
     # per entry changing shape: its dtype's itemsize (its bytes at each new shape)
     itemsizes: dict[int, int] = dataclasses.field(default_factory=dict)
+    # per entry changing shape: its storage id, dtype and key in Executor.arrays (its new
+    # view made by np.ndarray itself: the pool's checks hold, each id's bytes being sized)
+    views: list[tuple[int, int, np.dtype, tuple[int, Device]]] = dataclasses.field(
+        default_factory=list)
 
 
 class Executor:
@@ -421,7 +425,9 @@ class Executor:
             if not regrow:  # (a regrow renews more entries: that change is not kept)
                 self._transits[pattern] = _Transit(
                     sids, checks, repoint,
-                    {eid: np.dtype(dtypes[eid]).itemsize for eid in changed})
+                    {eid: np.dtype(dtypes[eid]).itemsize for eid in changed},
+                    [(eid, plan.entry_sid[eid], np.dtype(dtypes[eid]),
+                      (eid, self.entry_device[eid])) for eid in changed])
         else:
             checks, repoint = transit.checks, transit.repoint
         kept = shared.kernels
@@ -448,16 +454,24 @@ class Executor:
             if sid in regrow:  # the values set so far go along (an input of the same shape)
                 count = min(old.nbytes, new.nbytes)
                 new[:count] = old[:count]
-        for eid in renewed:
-            view = pool.views[eid] = pool._view(graph, eid)
-            self.arrays[(eid, self.entry_device[eid])] = view
-        copied = False
+        views, arrays = pool.views, self.arrays
+        if transit is not None and not regrow:  # renewed: changed (a derived executor's: CPU)
+            buffers = pool.buffers
+            for eid, sid, dtype, key in transit.views:
+                views[eid] = arrays[key] = np.ndarray(shapes[eid], dtype, buffers[sid])
+        else:
+            for eid in renewed:
+                views[eid] = arrays[(eid, self.entry_device[eid])] = pool._view(graph, eid)
+        copied, own = False, self._own
         for index, positions in repoint:
             step = self.steps[index]
-            if id(step) not in self._own:  # shared with the executor it was derived from
+            if id(step) not in own:  # shared with the executor it was derived from
                 step, copied = self._own_step(index), True
+            args, keys = step.args, step.arg_keys
             for pos in positions:
-                step.args[pos] = self._bind(step.arg_keys[pos])
+                eid, dev, flat = keys[pos]
+                array = arrays[(eid, dev)]
+                args[pos] = array.reshape(-1) if flat else array
         for call in self.shortcuts.values():  # its own (derive makes them anew)
             for pos, key in enumerate(call.arg_keys):
                 if key.eid in renewed:

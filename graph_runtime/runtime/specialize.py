@@ -76,6 +76,10 @@ class Specializer:
         self._fixed = {sig.name: tuple(sig.shape) for sig in self.inputs
                        if all(isinstance(d, int) for d in sig.shape)}
         self._position = {sig.name: index for index, sig in enumerate(self.inputs)}
+        # the inputs whose shapes may change (the others' are fixed: bind refuses another), in
+        # the graph's order: a fast inference after another looks at these alone (a decode
+        # step's 11 of 60)
+        self._unfixed = [sig for sig in self.inputs if sig.name not in self._fixed]
         # (node, input eids, output eids, infer or None, value positions) per kernel node
         self._steps: list[tuple[Any, list[int], list[int], Any, tuple[int, ...]]] = []
         self._reads: list[frozenset[str] | None] = []  # per step (below)
@@ -177,10 +181,13 @@ class Specializer:
             sig = self.inputs[index]
             for axis, want in self._formula_axes[sig.eid]:
                 got = shape[axis]
-                try:
-                    value = evaluate(want, env)
-                except DimError as e:
-                    raise GraphError(f"input {sig.name!r} dim {axis}: {e}") from e
+                if type(want) is int:  # a number (a decode step's past: 2 heads of 64)
+                    value = want
+                else:
+                    try:
+                        value = evaluate(want, env)
+                    except DimError as e:
+                        raise GraphError(f"input {sig.name!r} dim {axis}: {e}") from e
                 if value != got:
                     raise GraphError(f"input {sig.name!r} (eid {sig.eid}) dim {axis}: expected "
                                      f"{want}" + (f" = {value}" if isinstance(want, str) else "")
@@ -207,13 +214,14 @@ class Specializer:
         out: list[tuple[int, ...] | None] = [None] * self.graph.num_entries if last is None \
             else list(last[1])
         fixed = self._fixed
-        for sig in self.inputs:
+        # (a fixed input keeps last time's tuple: bind refused any other shape for it)
+        for sig in self.inputs if last is None else self._unfixed:
             shape = shapes.get(sig.name)
             if last is not None and (shape == last[1][sig.eid] if shape is not None
                                      else sig.name in fixed):
                 continue  # as last time (out holds its tuple): a param, a decode step's ids
             if shape is not None:
-                out[sig.eid] = tuple(int(d) for d in shape)
+                out[sig.eid] = tuple(map(int, shape))
             else:
                 out[sig.eid] = self._evaluate(sig.eid, env, None)
             if last is not None and out[sig.eid] == last[1][sig.eid]:
@@ -241,7 +249,7 @@ class Specializer:
         in turn without the worklist, unless an output changes whose readers were not asked."""
         was, before = last[0], last[1]
         moved = frozenset(n for n in env.keys() | was.keys() if env.get(n) != was.get(n))
-        pattern = (moved, tuple(sig.eid for sig in self.inputs
+        pattern = (moved, tuple(sig.eid for sig in self._unfixed
                                 if out[sig.eid] is not before[sig.eid]))
         replay = self._replay
         if replay is not None and replay[0] == pattern:
@@ -504,6 +512,11 @@ def _region_positions(fn: Any) -> tuple[int, ...]:
 
 
 def _with_attrs(node: Node, key: str, value: Any) -> Node:
-    """node with attrs[key] = value (a specialisation's binding or values)."""
-    return Node(node.nid, node.op, node.name, node.inputs, {**node.attrs, key: value},
-                node.extra, node.attrs_key)
+    """node with attrs[key] = value (a specialisation's binding or values): its fields copied
+    as they are (a frozen dataclass's __init__ sets each through object.__setattr__: ~9 nodes
+    at every decode length)."""
+    made = object.__new__(Node)
+    fields = vars(made)
+    fields.update(vars(node))
+    fields["attrs"] = {**node.attrs, key: value}
+    return made

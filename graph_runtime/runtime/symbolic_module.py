@@ -56,9 +56,10 @@ MEMO_KERNELS = 8192  # kernels whose shared items _shared_items keeps (a decode 
 # share some 60 kernels with the shape before: a step made anew for a new length keeps its kernel)
 log = logging.getLogger("graph_runtime")
 Item = tuple[Any, dict[Device, int]]  # something held and its bytes per device (SharedBytes)
-# what specialising a shape cost (SymbolicGraphModule._last_cost): the bound dims; infer, plan,
+# what specialising a shape cost (SymbolicGraphModule._last_cost): the bound dims (written out
+# when asked: _shape_cost); infer, plan,
 # prepare seconds; tuning choices left at their default; derived; re-pointed in place
-Cost = tuple[str, float, float, float, int, bool, bool]
+Cost = tuple[Mapping[str, int], float, float, float, int, bool, bool]
 
 
 class SymbolicGraphModule(ModuleBase):
@@ -132,7 +133,7 @@ class SymbolicGraphModule(ModuleBase):
         self._costs: dict[tuple, Cost] = {}  # per cached key: as _last_cost
         # The last run's shape: whether that run specialised it, and what specialising it cost
         self._last_new = False
-        self._last_cost: Cost = ("", 0.0, 0.0, 0.0, 0, False, False)
+        self._last_cost: Cost = ({}, 0.0, 0.0, 0.0, 0, False, False)
 
     @property
     def signature(self) -> str:
@@ -435,8 +436,8 @@ class SymbolicGraphModule(ModuleBase):
         done = time.perf_counter()
         self.retargets += 1
         self.specialize_seconds += done - start
-        bound = ", ".join(f"{k}={v}" for k, v in self.specializer.last_env.items())
-        made: Cost = (bound, inferred - start, planned - inferred, done - planned, 0, True, True)
+        made: Cost = (self.specializer.last_env, inferred - start, planned - inferred,
+                      done - planned, 0, True, True)
         self._keep_state(key, current, made)
         self._rekey(current, old_key, key, made, new=True)
         return current
@@ -514,14 +515,14 @@ class SymbolicGraphModule(ModuleBase):
         self.specializations += 1
         self.derivations += derived is not None
         self.specialize_seconds += done - start
-        bound = ", ".join(f"{k}={v}" for k, v in self.specializer.last_env.items())
-        return module, (bound, inferred - start, planned - inferred, done - planned,
+        return module, (self.specializer.last_env, inferred - start, planned - inferred, done - planned,
                         tuning.class_defaults - defaults, derived is not None, False)
 
     def _shape_cost(self) -> ShapeCost:
         """The last run's shape: new or kept, what specialising it cost (by this run or the one
         that met it first), what is kept across shapes."""
-        bound, infer, plan, prepare, defaults, derived, retargeted = self._last_cost
+        env, infer, plan, prepare, defaults, derived, retargeted = self._last_cost
+        bound = ", ".join(f"{k}={v}" for k, v in env.items())
         return ShapeCost(bound, self._last_new, infer, plan, prepare, defaults, len(self._cache),
                          self._kept_total(), settings.shape_cache_bytes(), derived, retargeted)
 

@@ -331,3 +331,41 @@ def test_a_chains_loop_is_16_lanes_wide_for_long_rows(shapes: list, inner: int,
     assert geometry.inner == inner
     assert geometry.form[1] is vector_width.wide_rows(inner)
     _assert_close(got, want, arrays)
+
+
+@pytest.mark.parametrize("steps,prepared,shapes_at", [
+    # a decoder's mask chains: a flat one (a reshape of the mask to a column) and a broadcast
+    ([Step("cast", {"dtype": "float32"}), Step("reshape", {"newshape": [-1, 1]})],
+     [((1, 8), "int64")], lambda n: [(1, n), (n, 1)]),
+    ([Step("multiply"), Step("add")],
+     [((1,), "float32"), ((1, 1, 1, 8), "float32"), ((1, 1, 1, 8), "float32")],
+     lambda n: [(1,), (1, 1, 1, n), (1, 1, 1, n), (1, 1, 1, n)]),
+    ([Step("multiply"), Step("add")],
+     [((), "float32"), ((8,), "float32"), ((1, 8), "float32")],
+     lambda n: [(), (n,), (1, n), (1, n)])], ids=["flat", "broadcast", "ranks"])
+def test_a_one_dim_geometry_made_directly_is_the_full_ways(
+        steps: list[Step], prepared: list, shapes_at: Any,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """_along_one_dim (a new length of a decode step's mask chains) gives what _geometry's full
+    way gives, at every length, and leaves shapes it cannot tell to that way."""
+    specs = [TensorSpec(s, d) for s, d in prepared]
+    _, fn = _run(steps, specs, _inputs(specs, np.random.default_rng(0)), monkeypatch, "auto")
+    compiled = fn if isinstance(fn, chain_jit.CompiledChain) else fn._steps[-1][0]
+    assert isinstance(compiled, chain_jit.CompiledChain)
+    made = 0
+    for n in range(1, 400):
+        shapes = tuple(shapes_at(n))
+        quick = compiled._along_one_dim(shapes)
+        with monkeypatch.context() as m:
+            m.setattr(chain_jit.CompiledChain, "_along_one_dim", lambda self, s: None)
+            full = compiled._geometry(shapes)
+        if quick is None:
+            continue
+        made += 1
+        assert full is not None
+        assert quick[1:4] == full[1:4] and quick[5:] == full[5:]  # form, size, inner; work
+        assert [m.shape for m in quick.metas] == [m.shape for m in full.metas]
+        assert quick.fn is full.fn
+    assert made > 300
+    # an output with two dims over 1, or an input neither whole nor one value: the full way
+    assert compiled._along_one_dim(((2, 3), (3, 2))) is None

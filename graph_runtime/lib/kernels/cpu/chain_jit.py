@@ -567,6 +567,9 @@ class CompiledChain(PreparedKernel):
         """How it runs at these shapes (inputs, then the output), or None where its loop
         cannot: a flat one (a view op in the tail) with an input neither whole nor one value.
         A new set of kinds loads (or compiles) that form's module."""
+        along = self._along_one_dim(shapes)
+        if along is not None:
+            return along
         out_shape = shapes[-1]
         size = size_of(out_shape)
         if self.flat and not reads_flat(shapes[:-1], out_shape):
@@ -618,6 +621,35 @@ class CompiledChain(PreparedKernel):
             else None
         return _Geometry(module.run, form, size, int(dims[-1]), tuple(metas), workers, bounds,
                          team)
+
+    def _along_one_dim(self, shapes: tuple[tuple[int, ...], ...]) -> _Geometry | None:
+        """_geometry's answer made directly where the output has one dim over 1 and each input
+        is whole or one value (then every path there merges the loop into that dim: a decode
+        step's mask chains at each new length, ~12 us a chain the full way), its form's
+        module loaded and the work for one worker; else None (the full way decides)."""
+        size = 1
+        for d in shapes[-1]:
+            if d != 1:
+                if size != 1:
+                    return None
+                size = d
+        if size <= 1 or size * self._weight >= PARALLEL_WORK:
+            return None
+        kinds = []
+        for shape in shapes[:-1]:
+            count = math.prod(shape)
+            if count == 1:
+                kinds.append("s")
+            elif count == size:
+                kinds.append("c")
+            else:
+                return None
+        form = (tuple(kinds), wide_rows(size))
+        module = self._modules.get(form)
+        if module is None:
+            return None
+        return _Geometry(module.run, form, size, size, (_NO_ROWS,) * len(kinds), 1,
+                         [(0, size)], None)
 
     def at(self, shapes: tuple[tuple[int, ...], ...]) -> _Geometry | None:
         """_geometry, kept per shapes (the lengths a decoder met last)."""
