@@ -172,6 +172,8 @@ class Executor:
         self._moving: set[int] = set()
         self._moving_index: list[tuple[list[Any], int, ArgKey]] | None = None
         self._moving_keys: tuple[ArgKey, ...] = ()  # _moving_index's keys, in its order
+        # for state(), made with each _moving_index: (that list, the moving entries, their ids)
+        self._state_index: tuple[list[Any], frozenset[int], tuple[int, ...]] | None = None
         # retarget's work per change met (_Transit), and the pool's bytes per device as its
         # last growth check counted them (None: count again)
         self._transits: dict[tuple[tuple[int, ...], frozenset[str]], _Transit] = {}
@@ -408,8 +410,10 @@ class Executor:
                 # derive would not fit it either: a new pool
                 return _refused(f"storage id {sid} outgrew its {buffers[sid].nbytes} bytes")
         # io ids whose shared bytes grow (new bytes: each of their entries gets a new view)
-        io = [sid for sid in sid_bytes if sid in pool.io_ids]
-        regrow = {sid for sid in io if self._scratch.io_bytes(sid) < sid_bytes[sid]}
+        io = [sid for sid in sid_bytes if sid in io_ids]
+        held_io = self._scratch.io  # (Scratch.io_bytes, inlined: a decode step has 17 io ids)
+        regrow = {sid for sid in io
+                  if sid not in held_io or held_io[sid][1].nbytes < sid_bytes[sid]}
         renewed = set(changed)
         for sid in regrow:
             renewed.update(plan.entries_of(sid))
@@ -448,15 +452,16 @@ class Executor:
             plan.entry_bytes[eid] = nbytes
         plan.sid_bytes.update(sid_bytes)
         for sid in io:
-            old = pool.buffers[sid]
-            new = pool.buffers[sid] = self._scratch.take_io(sid, plan.sid_device[sid],
-                                                            sid_bytes[sid])
-            if sid in regrow:  # the values set so far go along (an input of the same shape)
-                count = min(old.nbytes, new.nbytes)
-                new[:count] = old[:count]
+            if sid not in regrow:  # (Scratch.take_io of bytes it holds, inlined)
+                buffers[sid] = held_io[sid][1][:sid_bytes[sid]]
+                continue
+            old = buffers[sid]
+            new = buffers[sid] = self._scratch.take_io(sid, plan.sid_device[sid], sid_bytes[sid])
+            # the values set so far go along (an input of the same shape)
+            count = min(old.nbytes, new.nbytes)
+            new[:count] = old[:count]
         views, arrays = pool.views, self.arrays
         if transit is not None and not regrow:  # renewed: changed (a derived executor's: CPU)
-            buffers = pool.buffers
             for eid, sid, dtype, key in transit.views:
                 views[eid] = arrays[key] = np.ndarray(shapes[eid], dtype, buffers[sid])
         else:
@@ -546,16 +551,22 @@ class Executor:
     def state(self) -> ShapeState:
         """This executor's shape as retarget made it, for restore."""
         plan, pool, scratch = self.plan, self.pool, self._scratch
-        sids = {plan.entry_sid[eid] for eid in self._moving}
-        io = {sid: (pool.buffers[sid], scratch.io[sid][1]) for sid in sids
-              if sid in pool.io_ids} if scratch is not None else {}
         # the steps hold the moving entries' arrays as bound: restore puts back those alone
         # (the list is made here, once per set of moving entries, not by the first restore:
         # a server's second generation, where every state is restored once, would bind again)
         index = self._moving_args()
-        return ShapeState(self.graph, frozenset(self._moving),
-                          {eid: pool.views[eid] for eid in self._moving},
-                          {eid: plan.entry_bytes[eid] for eid in self._moving},
+        made = self._state_index
+        if made is None or made[0] is not index:  # the moving entries changed: their ids
+            moving = frozenset(self._moving)
+            made = self._state_index = (index, moving,
+                                        tuple({plan.entry_sid[eid]: None for eid in moving}))
+        _, moving, sids = made
+        io_ids, buffers = pool.io_ids, pool.buffers
+        io = {sid: (buffers[sid], scratch.io[sid][1]) for sid in sids
+              if sid in io_ids} if scratch is not None else {}
+        views, sizes = pool.views, plan.entry_bytes
+        return ShapeState(self.graph, moving, {eid: views[eid] for eid in moving},
+                          {eid: sizes[eid] for eid in moving},
                           {sid: plan.sid_bytes[sid] for sid in sids}, io, dict(self._bindings),
                           (self._moving_keys, [a[p] for a, p, _ in index]))
 
