@@ -12,7 +12,8 @@ compared in separate runs instead.
 Run with `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE` as on a user's machine.
 
 Usage: python bench/ab_settings.py MODEL.onnx GRAPH_RUNTIME_X=value[,GRAPH_RUNTIME_Y=value]
-                                   [--windows 12] [--runs 200]
+                                   [--windows 12] [--runs 200] [--dim batch=1 ...]
+(--dim: the value of a symbolic dim of a model exported with dynamic axes)
 """
 from __future__ import annotations
 
@@ -67,7 +68,13 @@ def main() -> None:
     parser.add_argument("overrides", help="NAME=value[,NAME=value...] for module B")
     parser.add_argument("--windows", type=int, default=12)
     parser.add_argument("--runs", type=int, default=200, help="run() calls a window")
+    parser.add_argument("--dim", action="append", default=[], metavar="NAME=N",
+                        help="a symbolic dim's value (batch=1), for a model with dynamic axes")
     opts = parser.parse_args()
+    try:
+        dims = {name: int(value) for name, value in (d.split("=", 1) for d in opts.dim)}
+    except ValueError:
+        raise SystemExit(f"--dim takes NAME=N (batch=1), got {opts.dim}") from None
     overrides = dict(item.split("=", 1) for item in opts.overrides.split(","))
     unknown = [name for name in overrides if not name.startswith("GRAPH_RUNTIME_")]
     if unknown:
@@ -77,7 +84,8 @@ def main() -> None:
         raise SystemExit(f"{', '.join(held)}: held by the process or read at each run, not when "
                          "a module is made; compare it in separate runs")
     from graph_runtime.frontend import from_onnx
-    feeds = random_feeds(onnxruntime_sessions(opts.model)[DEFAULT], pad_masks=True)
+    feeds = random_feeds(onnxruntime_sessions(opts.model)[DEFAULT], pad_masks=True,
+                         dims=dims)
     graph_json, lib, params = from_onnx(str(opts.model))
 
     def make() -> Any:

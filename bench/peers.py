@@ -84,14 +84,24 @@ def machine_line() -> str:
             "and with one thread")
 
 
-def random_feeds(session: Any, pad_masks: bool = False) -> dict[str, Any]:
+def random_feeds(session: Any, pad_masks: bool = False,
+                 dims: dict[str, int] | None = None) -> dict[str, Any]:
     """Seeded inputs of the shapes session declares: int64 token ids in [0, 1000) and masks of
     ones (with pad_masks, every sequence after the first padded from 3/4 of its length on),
-    float32 normals for the rest."""
+    float32 normals for the rest. dims: the values of the symbolic dims (a model exported with
+    dynamic axes); one not given is refused, naming it."""
     rng = np.random.default_rng(0)
     feeds: dict[str, Any] = {}
     for inp in session.get_inputs():
-        shape = [int(d) for d in inp.shape]
+        shape = []
+        for axis, d in enumerate(inp.shape):
+            if isinstance(d, int):
+                shape.append(d)
+            elif d in (dims or {}):
+                shape.append(int((dims or {})[d]))
+            else:
+                raise SystemExit(f"input {inp.name!r} dim {axis} is symbolic ({d!r}): give its "
+                                 f"value with --dim {d}=N")
         if "int64" not in inp.type:
             feeds[inp.name] = rng.standard_normal(shape).astype(np.float32)
         elif "mask" not in inp.name:
