@@ -6,6 +6,7 @@ from typing import Any
 import numpy as np
 
 from ..dtypes import EXTENDED_DTYPES
+from ..lib.shapes import FLOAT_DTYPES
 from .convert import Context, const_input, converts, ints_of, norm_axis
 from .convert_data_dependent import topk_computed
 from .fold import fold_cast, fold_identity
@@ -282,7 +283,19 @@ def reduce(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
     keep = bool(int(node.attr("keepdims", 1)))
     if node.op_type in ("ReduceMax", "ReduceMin") and any(is_int(x.shape[a], 0) for a in axes):
         return [_empty_extreme(ctx, node, x, axes, keep)]
+    pool = GLOBAL_POOLS.get(node.op_type)
+    if pool is not None and x.rank == 4 and axes == [2, 3] and x.dtype in FLOAT_DTYPES \
+            and not any(is_int(x.shape[a], 0) for a in axes):
+        # a mean or max over an image's height and width (PyTorch's dynamo exporter writes
+        # squeeze-excite and classifier pools so) is the global pool GlobalAveragePool gives:
+        # one op that reads channels-last data and runs oneDNN's pooling where that is faster
+        y = b.op(pool, x)
+        return [y if keep else b.reshape(y, (x.shape[0], x.shape[1]))]
     return [b.op(REDUCE[node.op_type], x, axis=axes, keepdims=keep)]
+
+
+# reductions over (H, W) of an NCHW image that are a global pool op
+GLOBAL_POOLS = {"ReduceMean": "global_avg_pool2d", "ReduceMax": "global_max_pool2d"}
 
 
 def _empty_extreme(ctx: Context, node: OnnxNode, x: Value, axes: list[int],

@@ -197,6 +197,21 @@ def reductions() -> tuple:
         {"x": _x(2, 3, 4)}
 
 
+def spatial_reductions() -> tuple:
+    # PyTorch's dynamo exporter writes squeeze-excite and classifier pools as ReduceMean over
+    # (H, W): imported as the global pool, after a conv whose output may be channels-last
+    nodes = [node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             node("ReduceMean", ["c", "hw"], ["se"], keepdims=1),
+             node("Mul", ["c", "se"], ["y"]),
+             node("ReduceMean", ["c", "hw2"], ["pooled"], keepdims=0),
+             node("ReduceMax", ["c", "hw"], ["peak"], keepdims=1)]
+    inits = [init("w", weights(6, 3, 3, 3)), init("hw", np.array([2, 3])),
+             init("hw2", np.array([-1, -2]))]
+    return model(nodes, [tensor("x", F32, [2, 3, 7, 5])],
+                 [tensor(n, F32, None) for n in ("y", "pooled", "peak")], inits, opset=18), \
+        {"x": _x(2, 3, 7, 5)}
+
+
 def topk_cumsum_einsum() -> tuple:
     nodes = [node("TopK", ["x", "k"], ["v", "i"], axis=1),
              node("CumSum", ["v", "ax"], ["c"], reverse=1),
@@ -289,7 +304,7 @@ PATTERNS: dict[str, Callable[[], tuple]] = {
                             gemm_variants, matmul_broadcast, norms, softmax_old_axis, pools,
                             efficientnet_pooler, resize_modes, elementwise_math, activations,
                             where_compare_cast, shape_ops, gather_embedding, reductions,
-                            topk_cumsum_einsum,
+                            spatial_reductions, topk_cumsum_einsum,
                             attention_einsum, gather_nd_onehot_hardmax, losses,
                             narrow_integers, pads_and_int64_division,
                             quantize_lppool_compress, scatter_constant_indices)}
@@ -299,6 +314,15 @@ PATTERNS: dict[str, Callable[[], tuple]] = {
 def test_pattern_matches_onnxruntime(pattern: str, backend_name: str) -> None:
     m, feeds = PATTERNS[pattern]()
     assert_matches(m, feeds, backend_name)
+
+
+def test_a_mean_or_max_over_height_and_width_is_a_global_pool() -> None:
+    m, _ = spatial_reductions()
+    graph_json, _, _ = from_onnx(m)
+    funcs = [n["attrs"]["func_name"] for n in json.loads(graph_json)["nodes"] if n["op"] != "null"]
+    assert sum("global_avg_pool2d" in f for f in funcs) == 2
+    assert sum("global_max_pool2d" in f for f in funcs) == 1
+    assert not any(f.endswith(("_mean", "_max")) for f in funcs)
 
 
 def _pool_grid() -> list[tuple]:
