@@ -9,7 +9,8 @@ shape not seen before. graph_runtime and ONNX Runtime (default session options, 
 bench/peers.py) each run the whole generation in turn with a pause between them, over several
 rounds (a fresh module per round), then the same generation again on the same module or session
 (a server's next request: every length met before); the tokens must agree. Prints the per-token
-latency (median over the decode steps) of both and the prefill time; writes
+latency (median over the decode steps, and the mean, which the steps that derive a new
+size class or compile raise) of both and the prefill time; writes
 bench/results/generate.json.
 Usage: python bench/generate.py [--model PATH] [--new 128] [--prompt 32] [--rounds 3]
 """
@@ -99,6 +100,7 @@ def main() -> None:
     lib = result.module()
 
     per_token: dict[str, list[float]] = {"graph_runtime": [], **{k: [] for k in sessions}}
+    mean_token: dict[str, list[float]] = {k: [] for k in per_token}  # spikes count here
     prefill: dict[str, list[float]] = {k: [] for k in per_token}
     again: dict[str, list[float]] = {k: [] for k in per_token}
     tokens: dict[str, list[int]] = {}
@@ -115,6 +117,7 @@ def main() -> None:
             got, times, first = generate(step, names, kv_shape, prompt, opts.new)
             tokens.setdefault(name, got)
             per_token[name].append(statistics.median(times))
+            mean_token[name].append(statistics.mean(times))
             prefill[name].append(first)
             # a server's next request of the same lengths, on the same module or session
             time.sleep(SETTLE_S)
@@ -125,7 +128,8 @@ def main() -> None:
     print(f"\ngreedy generation of {opts.new} tokens after a {opts.prompt}-token prompt, "
           f"{opts.rounds} rounds; tokens agree with ONNX Runtime: {same}")
     for name in per_token:
-        print(f"  {name:24s} per token {statistics.median(per_token[name]) * 1e3:7.2f} ms   "
+        print(f"  {name:24s} per token {statistics.median(per_token[name]) * 1e3:7.2f} ms "
+              f"(mean {statistics.median(mean_token[name]) * 1e3:.2f})   "
               f"prefill {statistics.median(prefill[name]) * 1e3:7.1f} ms   again "
               f"{statistics.median(again[name]) * 1e3:7.2f} ms a token   (rounds: "
               + ", ".join(f"{a * 1e3:.2f}/{b * 1e3:.2f}" for a, b in zip(per_token[name],
@@ -139,7 +143,8 @@ def main() -> None:
     opts.json.parent.mkdir(parents=True, exist_ok=True)
     opts.json.write_text(json.dumps({
         "machine": machine_line(), "load": os.getloadavg()[0], "model": opts.model.name,
-        "per_token_s": per_token, "prefill_s": prefill, "ratio": ratio,
+        "per_token_s": per_token, "mean_token_s": mean_token, "prefill_s": prefill,
+        "ratio": ratio,
         "again_per_token_s": again, "again_ratio": again_ratio,
         "tokens_agree": same}, indent=1))
     print(f"wrote {opts.json}")
