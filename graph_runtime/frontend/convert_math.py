@@ -285,10 +285,11 @@ def reduce(ctx: Context, node: OnnxNode, args: list) -> list[Value]:
         return [_empty_extreme(ctx, node, x, axes, keep)]
     pool = GLOBAL_POOLS.get(node.op_type)
     if pool is not None and x.rank == 4 and axes == [2, 3] and x.dtype in FLOAT_DTYPES \
-            and not any(is_int(x.shape[a], 0) for a in axes):
+            and all(isinstance(x.shape[a], int) and x.shape[a] > 0 for a in axes):
         # a mean or max over an image's height and width (PyTorch's dynamo exporter writes
         # squeeze-excite and classifier pools so) is the global pool GlobalAveragePool gives:
         # one op that reads channels-last data and runs oneDNN's pooling where that is faster
+        # (sizes known and not 0: over an empty image the pool refuses where ONNX's mean is NaN)
         y = b.op(pool, x)
         return [y if keep else b.reshape(y, (x.shape[0], x.shape[1]))]
     return [b.op(REDUCE[node.op_type], x, axis=axes, keepdims=keep)]
