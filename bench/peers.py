@@ -91,14 +91,15 @@ def random_feeds(session: Any, pad_masks: bool = False,
     float32 normals for the rest. dims: the values of the symbolic dims (a model exported with
     dynamic axes); one not given is refused, naming it."""
     rng = np.random.default_rng(0)
+    dims = dims or {}
     feeds: dict[str, Any] = {}
     for inp in session.get_inputs():
         shape = []
         for axis, d in enumerate(inp.shape):
             if isinstance(d, int):
                 shape.append(d)
-            elif d in (dims or {}):
-                shape.append(int((dims or {})[d]))
+            elif d in dims:
+                shape.append(int(dims[d]))
             else:
                 raise SystemExit(f"input {inp.name!r} dim {axis} is symbolic ({d!r}): give its "
                                  f"value with --dim {d}=N")

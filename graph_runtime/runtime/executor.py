@@ -411,9 +411,7 @@ class Executor:
                 return _refused(f"storage id {sid} outgrew its {buffers[sid].nbytes} bytes")
         # io ids whose shared bytes grow (new bytes: each of their entries gets a new view)
         io = [sid for sid in sid_bytes if sid in io_ids]
-        held_io = self._scratch.io  # (Scratch.io_bytes, inlined: a decode step has 17 io ids)
-        regrow = {sid for sid in io
-                  if sid not in held_io or held_io[sid][1].nbytes < sid_bytes[sid]}
+        regrow = {sid for sid in io if self._scratch.io_bytes(sid) < sid_bytes[sid]}
         renewed = set(changed)
         for sid in regrow:
             renewed.update(plan.entries_of(sid))
@@ -452,14 +450,11 @@ class Executor:
             plan.entry_bytes[eid] = nbytes
         plan.sid_bytes.update(sid_bytes)
         for sid in io:
-            if sid not in regrow:  # (Scratch.take_io of bytes it holds, inlined)
-                buffers[sid] = held_io[sid][1][:sid_bytes[sid]]
-                continue
             old = buffers[sid]
             new = buffers[sid] = self._scratch.take_io(sid, plan.sid_device[sid], sid_bytes[sid])
-            # the values set so far go along (an input of the same shape)
-            count = min(old.nbytes, new.nbytes)
-            new[:count] = old[:count]
+            if sid in regrow:  # the values set so far go along (an input of the same shape)
+                count = min(old.nbytes, new.nbytes)
+                new[:count] = old[:count]
         views, arrays = pool.views, self.arrays
         if transit is not None and not regrow:  # renewed: changed (a derived executor's: CPU)
             for eid, sid, dtype, key in transit.views:
@@ -472,11 +467,8 @@ class Executor:
             step = self.steps[index]
             if id(step) not in own:  # shared with the executor it was derived from
                 step, copied = self._own_step(index), True
-            args, keys = step.args, step.arg_keys
             for pos in positions:
-                eid, dev, flat = keys[pos]
-                array = arrays[(eid, dev)]
-                args[pos] = array.reshape(-1) if flat else array
+                step.args[pos] = self._bind(step.arg_keys[pos])
         for call in self.shortcuts.values():  # its own (derive makes them anew)
             for pos, key in enumerate(call.arg_keys):
                 if key.eid in renewed:

@@ -515,8 +515,9 @@ class SymbolicGraphModule(ModuleBase):
         self.specializations += 1
         self.derivations += derived is not None
         self.specialize_seconds += done - start
-        return module, (self.specializer.last_env, inferred - start, planned - inferred, done - planned,
-                        tuning.class_defaults - defaults, derived is not None, False)
+        return module, (self.specializer.last_env, inferred - start, planned - inferred,
+                        done - planned, tuning.class_defaults - defaults, derived is not None,
+                        False)
 
     def _shape_cost(self) -> ShapeCost:
         """The last run's shape: new or kept, what specialising it cost (by this run or the one
