@@ -205,26 +205,6 @@ def test_a_weight_kept_between_runs_is_read_packed(team, m, n, k, random_array) 
     assert kernel.workspace_bytes() == kernel.packed.nbytes
 
 
-@pytest.mark.parametrize("on_team", [True, False])
-@pytest.mark.parametrize("n,k", [(512, 512), (40, 5), (130, 70), (1001, 300)])
-def test_the_packed_layout_on_the_team_and_off_it(team, monkeypatch, on_team, n, k,
-                                                  random_array) -> None:
-    """pack (on the OpenMP team, or by NumPy where the team may not run) writes row 8*jb + r's
-    values 16*ii .. 16*ii + 15 at [jb, ii, 16*r:16*r + 16], zeros past n and k, over a buffer
-    holding anything before."""
-    if not on_team:
-        monkeypatch.setenv(ONEDNN_THREADS.name, "workers")
-    assert team_gemv.available() is on_team
-    w = random_array((n, k), "float32", seed=21)
-    blocks, pieces = -(-n // 8), -(-k // 16)
-    want = np.zeros((blocks * 8, pieces * 16), np.float32)
-    want[:n, :k] = w
-    want = want.reshape(blocks, 8, pieces, 16).transpose(0, 2, 1, 3).reshape(blocks, pieces, 128)
-    out = np.full((blocks, pieces, 128), np.nan, np.float32)
-    team_gemv.pack(w, out)
-    np.testing.assert_array_equal(out, want)
-
-
 def test_a_volatile_weight_is_read_as_given(team, random_array) -> None:
     """A weight that may change without a count (computed by a node) is never packed."""
     x = random_array((1, 64), "float32", seed=14)

@@ -292,44 +292,10 @@ def _packed_gemv_team(data: Any) -> None:
                     o[row + t] = sums[t]
 
 
-@team_kernel
-def _pack_team(data: Any) -> None:
-    """pack on the team: the block holds w's and out's addresses, n, k, the counter's address
-    and the counter (blocks of eight rows). Each thread writes (and first touches: a new
-    buffer's page faults are most of a pack's time) the blocks it claims."""
-    b = carray(data, (BLOCK,), np.int64)
-    n, k = b[2], b[3]
-    blocks = (n + PACK_ROWS - 1) // PACK_ROWS
-    pieces = (k + PIECE - 1) // PIECE
-    w = float32_at(b[0], (n, k))
-    out = float32_at(b[1], (blocks, pieces, PANEL))
-    while True:
-        first = claim_rows(b[6], CHUNK_BLOCKS)
-        if first >= blocks:
-            return
-        for jb in range(first, min(first + CHUNK_BLOCKS, blocks)):
-            for r in range(PACK_ROWS):
-                row = jb * PACK_ROWS + r
-                for ii in range(pieces):
-                    o = out[jb, ii]
-                    for c in range(PIECE):
-                        col = ii * PIECE + c
-                        o[r * PIECE + c] = w[row, col] if row < n and col < k else 0.0
-
-
 def pack(w: np.ndarray, out: np.ndarray) -> None:
     """w [n, k] into out [ceil(n/8), ceil(k/16), 128] (_packed_gemv_team's layout): row
-    8*jb + r's values 16*ii .. 16*ii + 15 at out[jb, ii, 16*r:16*r + 16], zeros past n and k.
-    On the OpenMP team where it may run (a decoder's first token packs every weight: 48 MB
-    took 11-31 ms on one thread, mostly the new buffers' page faults), else by NumPy."""
+    8*jb + r's values 16*ii .. 16*ii + 15 at out[jb, ii, 16*r:16*r + 16], zeros past n and k."""
     n, k = w.shape
-    if available() and w.dtype == np.float32 and w.flags.c_contiguous \
-            and out.flags.c_contiguous:
-        block = np.zeros(BLOCK, np.int64)
-        block[:4] = (w.ctypes.data, out.ctypes.data, n, k)
-        block[6] = block.ctypes.data + COUNTER * block.itemsize
-        run_on_team(_pack_team(), block)
-        return
     blocks, pieces = out.shape[:2]
     if n % PACK_ROWS or k % PIECE:
         padded = np.zeros((blocks * PACK_ROWS, pieces * PIECE), np.float32)
