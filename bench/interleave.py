@@ -50,9 +50,15 @@ def paired_ratio(samples: dict[str, list[float]], ours: str, peers: list[str],
     1.3-1.7x slower in the far ones), and a ratio of medians compared one contender's far-spell
     rounds with another's near ones (the same architecture read 0.71 and 1.39 from its two
     exports); the contenders of one round are a second apart, mostly in the same spell."""
+    return statistics.median(round_ratios(samples, ours, peers, repeat))
+
+
+def round_ratios(samples: dict[str, list[float]], ours: str, peers: list[str],
+                 repeat: int) -> list[float]:
+    """Each round's ratio (paired_ratio's median is of these): their spread says how far one
+    run's ratio may be trusted on the machine it ran on."""
     rounds = len(samples[ours]) // repeat
 
     def in_round(name: str, r: int) -> float:
         return statistics.median(samples[name][r * repeat:(r + 1) * repeat])
-    return statistics.median(in_round(ours, r) / min(in_round(p, r) for p in peers)
-                             for r in range(rounds))
+    return [in_round(ours, r) / min(in_round(p, r) for p in peers) for r in range(rounds)]

@@ -7,8 +7,8 @@ they worked. Each is imported with graph_runtime.frontend.from_onnx (passes name
 are skipped) and timed beside ONNX Runtime's default session and its one-thread session
 (bench/peers.py), the contenders interleaved with a pause between them (bench/interleave.py);
 the table gives medians, ONNX Runtime's absolute times, the ratio to its faster setting (paired
-by round: interleave.paired_ratio) and
-whether our output matches its (max abs error against a tolerance scaled to the output). Run it
+by round: interleave.paired_ratio) with the lowest and highest round's, and whether our output
+matches its (max abs error against a tolerance scaled to the output). Run it
 with `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE` as on a user's machine; it prints the load.
 --busy-core keeps one core busy with a spinning process meanwhile (issue 33's neighbour).
 
@@ -31,7 +31,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # measure the checkout this script sits in
 import graph_runtime as gr  # noqa: E402
-from interleave import interleaved_samples, paired_ratio  # noqa: E402  (bench/)
+from interleave import interleaved_samples, round_ratios  # noqa: E402  (bench/)
 from peers import (DEFAULT, ONE_THREAD, busy_core, machine_line,  # noqa: E402
                    onnxruntime_sessions, random_feeds, session_calls)
 
@@ -58,8 +58,9 @@ def measure(path: Path, rounds: int, disable: list[str]) -> dict[str, Any]:
     calls = {"graph_runtime": ours, **session_calls(peers, feeds)}
     samples = interleaved_samples(calls, rounds=rounds, repeat=3, number=2)
     med = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
+    rounds = round_ratios(samples, "graph_runtime", [DEFAULT, ONE_THREAD], 3)
     return {"model": path.stem, "ms": med, "max_abs_err": error, "matches": error <= tolerance,
-            "ratio": paired_ratio(samples, "graph_runtime", [DEFAULT, ONE_THREAD], 3)}
+            "ratio": statistics.median(rounds), "rounds": rounds}
 
 
 def main() -> None:
@@ -88,14 +89,15 @@ def _bench(opts: argparse.Namespace) -> None:
     print(machine_line() + (", one core kept busy by a spinning process" if opts.busy_core
                             else ""))
     print(f"{'model':20} {'ort ms':>8} {'ort1t ms':>8} {'ours ms':>8} {'ratio':>6} "
-          f"{'max err':>8} matches")
+          f"{'rounds':>11} {'max err':>8} matches")
     rows = []
     for path in paths:
         r = measure(path, opts.rounds, opts.disable_pass)
         rows.append(r)
         ms = r["ms"]
         print(f"{r['model']:20} {ms[DEFAULT]:8.2f} {ms[ONE_THREAD]:8.2f} "
-              f"{ms['graph_runtime']:8.2f} {r['ratio']:6.2f} {r['max_abs_err']:8.1e} "
+              f"{ms['graph_runtime']:8.2f} {r['ratio']:6.2f} "
+              f"{min(r['rounds']):5.2f}-{max(r['rounds']):<5.2f} {r['max_abs_err']:8.1e} "
               f"{'yes' if r['matches'] else 'NO'}", flush=True)
     if rows:
         ratios = [r["ratio"] for r in rows]

@@ -4,7 +4,7 @@ The models come from bench/transformers_models.py (run it first with a Python th
 transformers). Each is imported with graph_runtime.frontend.from_onnx and run beside ONNX Runtime
 with its default threads and with one thread; rounds interleave the contenders (bench/interleave.py)
 and the table gives medians and the ratio to ONNX Runtime's faster setting (paired by round:
-interleave.paired_ratio). Also reports the import time and each model's first create+run
+interleave.paired_ratio, with the lowest and highest round's). Also reports the import time and each model's first create+run
 (chain compiles; fresh numba cache if the cache directory was empty) and the largest error
 against ONNX Runtime. Run it with
 `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE` as on a user's machine, and say the load average.
@@ -31,7 +31,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # measure the checkout this script sits in
 import graph_runtime as gr  # noqa: E402
-from interleave import interleaved_samples, paired_ratio  # noqa: E402  (bench/)
+from interleave import interleaved_samples, round_ratios  # noqa: E402  (bench/)
 from peers import (DEFAULT, ONE_THREAD, busy_core, machine_line,  # noqa: E402
                    onnxruntime_sessions, random_feeds, session_calls)
 
@@ -65,9 +65,10 @@ def measure(name: str, folder: Path, rounds: int) -> dict[str, Any]:
     calls = {"graph_runtime": ours, **session_calls(sessions, feeds)}
     samples = interleaved_samples(calls, rounds=rounds, repeat=5, number=3)
     med = {k: statistics.median(v) for k, v in samples.items()}
+    rounds = round_ratios(samples, "graph_runtime", ["ort", "ort_1t"], 5)
     return {"model": name, "import_s": import_s, "first_run_s": first_s, "max_abs_err": error,
             "ms": {k: v * 1e3 for k, v in med.items()},
-            "ratio": paired_ratio(samples, "graph_runtime", ["ort", "ort_1t"], 5)}
+            "ratio": statistics.median(rounds), "rounds": rounds}
 
 
 def main() -> None:
@@ -93,13 +94,14 @@ def table(opts: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
     print(machine_line() + (", one core kept busy" if opts.busy_core else ""))
     print(f"{'model':22} {'ours ms':>9} {'ort ms':>9} {'ort1t ms':>9} {'ratio':>6} "
-          f"{'import s':>8} {'1st run s':>9} {'max err':>8}")
+          f"{'rounds':>11} {'import s':>8} {'1st run s':>9} {'max err':>8}")
     for name in opts.models:
         r = measure(name, opts.folder, opts.rounds)
         rows.append(r)
         ms = r["ms"]
         print(f"{name:22} {ms['graph_runtime']:9.3f} {ms['ort']:9.3f} {ms['ort_1t']:9.3f} "
-              f"{r['ratio']:6.2f} {r['import_s']:8.2f} {r['first_run_s']:9.2f} "
+              f"{r['ratio']:6.2f} {min(r['rounds']):5.2f}-{max(r['rounds']):<5.2f} "
+              f"{r['import_s']:8.2f} {r['first_run_s']:9.2f} "
               f"{r['max_abs_err']:8.1e}", flush=True)
     small = [r["ratio"] for r in rows if r["model"] != "bert_base"]
     if small:
