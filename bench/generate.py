@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # measure the checkout this script sits in
 import graph_runtime as gr  # noqa: E402
 from import_once import import_timed  # noqa: E402  (bench/)
-from interleave import SETTLE_S  # noqa: E402  (bench/)
+from interleave import SETTLE_S, round_ratios  # noqa: E402  (bench/)
 from peers import DEFAULT, machine_line, onnxruntime_sessions  # noqa: E402  (bench/)
 
 DEFAULT_MODEL = Path.home() / ".cache" / "graph_runtime" / "bench_dynamic" / "llama_kv_ts.onnx"
@@ -80,11 +80,8 @@ def ours_step(module: Any) -> Step:
 
 def _paired(times: dict[str, list[float]], peers: list[str]) -> tuple[float, list[float]]:
     """The median over rounds of ours' time in a round over the faster peer's in the same
-    round, and each round's ratio: the contenders of a round run seconds apart, mostly in the
-    same spell of the VM (bench/interleave.py's paired_ratio), while whole medians compared
-    one contender's slow rounds with another's fast ones."""
-    rounds = [ours / min(times[p][r] for p in peers)
-              for r, ours in enumerate(times["graph_runtime"])]
+    round, and each round's ratio (interleave.round_ratios, one value a round)."""
+    rounds = round_ratios(times, "graph_runtime", peers, 1)
     return statistics.median(rounds), rounds
 
 
