@@ -235,6 +235,40 @@ def test_a_frozen_weight_is_packed_once_for_every_kernel(team, random_array) -> 
     assert kernels[0].packed is kernels[1].packed
 
 
+@pytest.mark.parametrize("n,k", [(512, 512), (100, 40), (2000, 70)])
+def test_a_frozen_weight_a_onednn_matmul_reordered_is_read_in_its_layout(team, n, k,
+                                                                          random_array) -> None:
+    """A prompt's product (oneDNN's matmul) reorders a frozen weight into its blocked layout;
+    the few-row products after it read that copy ("BA16a64b" where oneDNN picks it: partial
+    blocks of 64 columns and of 16 values of k here) instead of packing a second one, and
+    within float32's rounding of float64's answer; where oneDNN picks another layout, the
+    weight is packed as before."""
+    from graph_runtime.lib.kernels.derived import freeze
+    from graph_runtime.lib.kernels.onednn.matmul import OnednnMatmul
+    w = random_array((n, k), "float32", seed=21)
+    freeze(w)
+    prompt = OnednnMatmul(1, 32, n, k, False, True, 1, 1, split=False)
+    prompt.bind_versions({1: InputVersion()})
+    x = random_array((32, k), "float32", seed=22)
+    out = np.empty((32, n), np.float32)
+    prompt(x, w, out)
+    _check(out, x, w)
+    layout = prompt.weight.memory.desc.blocking()
+    onednn_blocked = layout is not None and layout.blocks == ((0, 16), (1, 64))
+    for m in (1, 3, MAX_ROWS):
+        kernel = TeamGemv(m, n, k)
+        kernel.bind_versions({1: InputVersion()})
+        x = random_array((m, k), "float32", seed=23 + m)
+        out = np.full((m, n), np.nan, np.float32)
+        kernel(x, w, out)
+        _check(out, x, w)
+        assert kernel._blocked is onednn_blocked
+        assert (kernel._own is None) is onednn_blocked  # no copy of its own made
+        if onednn_blocked:
+            assert kernel.packed.base is prompt.weight.buffer.base or \
+                np.shares_memory(kernel.packed, prompt.weight.buffer)
+
+
 def test_where_the_machine_reads_weights_as_given_a_kept_weight_is_never_packed(
         team, monkeypatch, random_array) -> None:
     """GRAPH_RUNTIME_TEAM_GEMV_LAYOUT=given (what the race picks where packing does not pay): a

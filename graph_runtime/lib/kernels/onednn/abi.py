@@ -53,6 +53,15 @@ QUERY_SRC_MD = 129
 QUERY_WEIGHTS_MD = 131
 QUERY_DST_MD = 133
 QUERY_SCRATCHPAD_MD = 136
+# dnnl_memory_desc_query's (dnnl_query_t): a descriptor's layout (blocked formats)
+QUERY_STRIDES = 14
+QUERY_NDIMS = 256
+QUERY_PADDED_DIMS = 260
+QUERY_FORMAT_KIND = 262
+QUERY_INNER_NBLKS = 263
+QUERY_INNER_BLKS = 264
+QUERY_INNER_IDXS = 265
+FORMAT_BLOCKED = 2  # dnnl_blocked (dnnl_format_kind_t)
 ARG_SRC = 1
 ARG_SRC_1 = 2
 ARG_DST = 17
@@ -95,6 +104,7 @@ SIGNATURES: dict[str, list[Any]] = {
     "dnnl_memory_desc_clone": [_P(_VP), _VP],
     "dnnl_memory_desc_equal": [_VP, _VP],
     "dnnl_memory_desc_get_size": [_VP],
+    "dnnl_memory_desc_query": [_VP, ctypes.c_int, _VP],
     "dnnl_memory_create": [_P(_VP), _VP, _VP, _VP],
     "dnnl_memory_set_data_handle": [_VP, _VP],
     "dnnl_memory_destroy": [_VP],

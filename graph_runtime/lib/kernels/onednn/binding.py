@@ -19,7 +19,7 @@ import ctypes
 import os
 import sys
 import threading
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 from .... import settings
 from ....errors import LibraryError
@@ -30,6 +30,7 @@ from .abi import (
     ExecArg,
     ENGINE_CPU,
     F32,
+    FORMAT_BLOCKED,
     ISA_AVX2_VNNI_BIT,
     ISA_AVX512_CORE_BIT,
     ISA_AVX512_VNNI_BIT,
@@ -41,6 +42,13 @@ from .abi import (
     STREAM_DEFAULT,
     TAG_ANY,
     TAG_PLAIN,
+    QUERY_FORMAT_KIND,
+    QUERY_INNER_BLKS,
+    QUERY_INNER_IDXS,
+    QUERY_INNER_NBLKS,
+    QUERY_NDIMS,
+    QUERY_PADDED_DIMS,
+    QUERY_STRIDES,
 )
 
 ONEDNN_ENV = settings.ONEDNN.name
@@ -286,6 +294,16 @@ def dims_array(values: Sequence[int]) -> Any:
 # (Primitive.with_args) is not destroyed by the copy.
 
 
+class Blocking(NamedTuple):
+    """A blocked memory descriptor's layout: its padded dims, the strides of its outer (block)
+    dims in elements, and its inner blocks as (dim, size), outermost first (oneDNN's
+    "BA16a64b" of a (k, n) weight: ((0, 16), (1, 64)), strides (1024, k / 16 * 1024))."""
+
+    padded: tuple[int, ...]
+    strides: tuple[int, ...]
+    blocks: tuple[tuple[int, int], ...]
+
+
 class MemoryDesc:
     """An owned dnnl_memory_desc_t."""
 
@@ -327,6 +345,25 @@ class MemoryDesc:
 
     def size(self) -> int:
         return int(_lib().raw["dnnl_memory_desc_get_size"](self.handle))
+
+    def blocking(self) -> Blocking | None:
+        """How a blocked descriptor lays its elements out (a weight oneDNN chose: format
+        `any`), None for another format kind: read by kernels that share the reordered copy."""
+        query = _lib().raw["dnnl_memory_desc_query"]
+        kind, ndims, nblocks = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+        query(self.handle, QUERY_FORMAT_KIND, ctypes.byref(kind))
+        if kind.value != FORMAT_BLOCKED:
+            return None
+        query(self.handle, QUERY_NDIMS, ctypes.byref(ndims))
+        query(self.handle, QUERY_INNER_NBLKS, ctypes.byref(nblocks))
+
+        def dims(what: int, count: int) -> tuple[int, ...]:
+            values = ctypes.POINTER(ctypes.c_int64)()
+            query(self.handle, what, ctypes.byref(values))
+            return tuple(values[i] for i in range(count))
+        return Blocking(dims(QUERY_PADDED_DIMS, ndims.value), dims(QUERY_STRIDES, ndims.value),
+                        tuple(zip(dims(QUERY_INNER_IDXS, nblocks.value),
+                                  dims(QUERY_INNER_BLKS, nblocks.value))))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, MemoryDesc):
