@@ -122,7 +122,7 @@ class SymbolicGraphModule(ModuleBase):
         self._shared = SharedBytes()
         # per (kernel id, device) of the kept shapes' steps: their items for _shared (every
         # step of a new length, made anew or kept, runs a kernel some shape before ran)
-        self._step_items: dict[tuple[int, Device], tuple[Any, int, list[Item]]] = {}
+        self._step_items: dict[tuple[int, Device], tuple[Any, int, list[Item], Any]] = {}
         self._kernel_keys: dict[tuple, list] = {}  # per cached key: the shared kernels it uses
         self._recount: set[tuple] = set()  # cached keys whose shared items _kept_total counts anew
         # per key of a shape a kept module was made over in place: that module, the shape as
@@ -591,7 +591,7 @@ class SymbolicGraphModule(ModuleBase):
 
 
 def _shared_items(module: GraphModule, params: set[int], param_data: bool = False,
-                  memo: dict[tuple[int, Device], tuple[Any, int, list[Item]]] | None = None
+                  memo: dict[tuple[int, Device], tuple[Any, int, list[Item], Any]] | None = None
                   ) -> list[Item]:
     """What a specialisation may share with others, for SharedBytes: its pool's buffers (the
     scratch's slices and the params, held once by the module, aside; a host buffer kept from a
@@ -615,11 +615,12 @@ def _shared_items(module: GraphModule, params: set[int], param_data: bool = Fals
         key = (id(step.kernel), step.device)
         hit = None if memo is None else memo.get(key)
         workspace = step.kernel.workspace_bytes()  # a kernel of any shape may grow it
-        if hit is not None and hit[0] is step.kernel and hit[1] == workspace:
+        owner = step.kernel.workspace_owner()  # (a copy it reads now may be another's)
+        if hit is not None and hit[0] is step.kernel and hit[1] == workspace \
+                and hit[3] is owner:
             items.extend(hit[2])
             continue
         mine = []
-        owner = step.kernel.workspace_owner()
         # data derived once from a param (its packed copy), held as long as the param, which
         # the shapes' bound does not count either: counted in the module's report only
         if workspace and (param_data or isinstance(owner, PreparedKernel)):
@@ -627,7 +628,7 @@ def _shared_items(module: GraphModule, params: set[int], param_data: bool = Fals
         bodies = step.kernel.sub_modules()  # what they hold grows as they run: asked anew
         mine.extend((body, body.held_bytes()) for body in bodies)
         if memo is not None and not bodies:
-            memo[key] = (step.kernel, workspace, mine)
+            memo[key] = (step.kernel, workspace, mine, owner)
         items.extend(mine)
     return items
 

@@ -241,8 +241,8 @@ def test_a_frozen_weight_a_onednn_matmul_reordered_is_read_in_its_layout(team, n
     """A prompt's product (oneDNN's matmul) reorders a frozen weight into its blocked layout;
     the few-row products after it read that copy ("BA16a64b" where oneDNN picks it: partial
     blocks of 64 columns and of 16 values of k here) instead of packing a second one, and
-    within float32's rounding of float64's answer; where oneDNN picks another layout, the
-    weight is packed as before."""
+    within float32's rounding of float64's answer, the copy counted once; where oneDNN picks
+    another layout, the weight is packed as before."""
     from graph_runtime.lib.kernels.derived import freeze
     from graph_runtime.lib.kernels.onednn.matmul import OnednnMatmul
     w = random_array((n, k), "float32", seed=21)
@@ -267,6 +267,9 @@ def test_a_frozen_weight_a_onednn_matmul_reordered_is_read_in_its_layout(team, n
         if onednn_blocked:
             assert kernel.packed.base is prompt.weight.buffer.base or \
                 np.shares_memory(kernel.packed, prompt.weight.buffer)
+            # one copy, counted once by a memory report: both name it, at the same bytes
+            assert kernel.workspace_owner() is prompt.workspace_owner() is prompt.weight.buffer
+            assert kernel.workspace_bytes() == prompt.workspace_bytes() > 0
 
 
 def test_where_the_machine_reads_weights_as_given_a_kept_weight_is_never_packed(

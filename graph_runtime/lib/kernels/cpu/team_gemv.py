@@ -351,10 +351,11 @@ def _blocked_gemv_team(data: Any) -> None:
                 o[j0 + c] = acc[c]
 
 
-def _onednn_copy(shared: list[Any], n: int, k: int) -> np.ndarray | None:
+def _onednn_copy(shared: list[Any], n: int, k: int) -> tuple[np.ndarray, np.ndarray] | None:
     """Among a frozen weight w[n, k]'s derived data, the copy a oneDNN matmul reading it as its
     transposed (k, n) operand reordered into "BA16a64b" (PackedWeight's entries: the user's
-    and the chosen descriptors, the buffer), as a (n/64, k/16, 16, 64) view; None if none."""
+    and the chosen descriptors, the buffer): the buffer and its (n/64, k/16, 16, 64) view;
+    None if none."""
     from ..onednn.binding import MemoryDesc
     k_pad = -(-k // ONEDNN_K_BLOCK) * ONEDNN_K_BLOCK
     n_pad = -(-n // ONEDNN_N_BLOCK) * ONEDNN_N_BLOCK
@@ -367,9 +368,8 @@ def _onednn_copy(shared: list[Any], n: int, k: int) -> np.ndarray | None:
                 or buffer.size < k_pad * n_pad:
             continue
         if user == MemoryDesc.strided((k, n), (1, k)) and chosen.blocking() == want:
-            return buffer[:k_pad * n_pad].reshape(n_pad // ONEDNN_N_BLOCK,
-                                                  k_pad // ONEDNN_K_BLOCK, ONEDNN_K_BLOCK,
-                                                  ONEDNN_N_BLOCK)
+            return buffer, buffer[:k_pad * n_pad].reshape(
+                n_pad // ONEDNN_N_BLOCK, k_pad // ONEDNN_K_BLOCK, ONEDNN_K_BLOCK, ONEDNN_N_BLOCK)
     return None
 
 
@@ -410,6 +410,7 @@ class TeamGemv(DerivesFromInputs):
         self.packs = packed
         self.packed: np.ndarray | None = None  # w packed (its own or a frozen weight's shared)
         self._blocked = False  # packed is a oneDNN matmul's copy of w (_onednn_copy), not pack's
+        self._copy: np.ndarray | None = None  # that copy's buffer (the matmul's PackedWeight's)
         self._own: np.ndarray | None = None  # its own packed buffer, made at first need
         self._owner: tuple[Any, Any] = (None, self)  # (the weight's counter, workspace_owner)
         # per (x, weight read, out) met, by identity: weak references to them (an entry is
@@ -442,7 +443,10 @@ class TeamGemv(DerivesFromInputs):
 
     def workspace_owner(self) -> Any:
         """A frozen weight's packed copy is one, whichever kernels read it (a decoder's step at
-        each batch size has its own kernel): counted once, by the weight's derived data."""
+        each batch size has its own kernel): counted once, by the weight's derived data, or
+        where it reads a oneDNN matmul's copy, by that buffer, as the matmul counts it."""
+        if self._blocked and self._copy is not None:
+            return self._copy
         cell = self._cells[0]
         if self._owner[0] is not cell:  # asked at every new shape: looked up once per counter
             shared = None if cell.volatile else shared_list_watched_by(cell)
@@ -490,10 +494,10 @@ class TeamGemv(DerivesFromInputs):
         shared = derived_of(b)
         self._blocked = False
         if shared is not None:
-            blocked = _onednn_copy(shared, n, k)
-            if blocked is not None:
-                self._blocked = True
-                return blocked
+            copy = _onednn_copy(shared, n, k)
+            if copy is not None:
+                self._blocked, self._copy = True, copy[0]
+                return copy[1]
             for tag, key, ref in shared:
                 buffer = ref()
                 if tag == PACKED_TAG and key == shape and buffer is not None:

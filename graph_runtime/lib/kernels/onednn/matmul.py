@@ -542,6 +542,10 @@ class OnednnMatmul(DerivesFromInputs):
         self._build()
         return self.weight.nbytes
 
+    def workspace_owner(self) -> Any:
+        self._build()
+        return self.weight.owner(self)
+
     def uses_workers(self) -> bool:
         """Its work items go to the runtime's workers (OpenBLAS held at one thread beside it)."""
         return True

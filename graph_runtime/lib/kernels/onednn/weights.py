@@ -30,6 +30,7 @@ class PackedWeight:
         self.direct = user == chosen
         self.memory = Memory(user if self.direct else chosen)
         self.buffer: np.ndarray | None = None  # the buffer bound: its own, or a shared one
+        self.shared = False  # buffer is a frozen weight's copy, offered to other kernels
         self._own: np.ndarray | None = None  # made on the first refresh that needs it
         self._size = 0 if self.direct else chosen.size()
         self._reorder: Primitive | None = None
@@ -55,7 +56,7 @@ class PackedWeight:
                 buffer = ref()
                 if buffer is not None and user == self._user.desc \
                         and chosen == self.memory.desc:
-                    self.buffer = buffer
+                    self.buffer, self.shared = buffer, True
                     self.memory.bind(buffer)
                     return
         if self._own is None:
@@ -67,3 +68,10 @@ class PackedWeight:
         if shared is not None:
             shared[:] = [item for item in shared if item[2]() is not None]
             shared.append((self._user.desc, self.memory.desc, weakref.ref(self._own)))
+            self.shared = True
+
+    def owner(self, kernel: Any) -> Any:
+        """What its bytes are counted by (PreparedKernel.workspace_owner): a frozen weight's
+        shared copy itself, which every kernel reading it names (oneDNN's products at each
+        size class, the team GEMV: _onednn_copy), else kernel."""
+        return self.buffer if self.shared and self.buffer is not None else kernel
