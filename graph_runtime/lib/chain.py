@@ -83,8 +83,9 @@ class PreparedChain(PreparedKernel):
         self._cached: set[int] = set()
         # Kernels keeping data derived from the function's own inputs, with their argument slots.
         self._binds: list[tuple[PreparedKernel, tuple[int, ...]]] = []
-        self._workspace = sum(int(a.nbytes) for a in intermediates
-                              if getattr(a, "base", None) is None)  # views hold no bytes
+        self._workspace = self._own_bytes = sum(
+            int(a.nbytes) for a in intermediates
+            if getattr(a, "base", None) is None)  # views hold no bytes
         self._workers = False
         for fn, index in calls:
             kernel = capabilities(fn)
@@ -112,6 +113,14 @@ class PreparedChain(PreparedKernel):
 
     def workspace_bytes(self) -> int:
         return self._workspace
+
+    def workspace_items(self) -> list[tuple[Any, int]]:
+        """Its intermediates, then each kernel's parts as that kernel counts them (a product's
+        copy of a frozen weight is the weight's, whichever chain holds the product)."""
+        items = [(self, self._own_bytes)] if self._own_bytes else []
+        for fn, _ in self._calls:
+            items += capabilities(fn).workspace_items()
+        return items
 
     def sub_modules(self) -> list[Any]:
         return [m for fn, _ in self._steps for m in capabilities(fn).sub_modules()]

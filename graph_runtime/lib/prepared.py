@@ -40,6 +40,13 @@ class PreparedKernel(ABC):
         kernels share (a frozen weight's packed copy) what stands for that data."""
         return self
 
+    def workspace_items(self) -> list[tuple[Any, int]]:
+        """The workspace as (what counts it, bytes) parts: one, workspace_owner's, unless a
+        part is data other kernels name too (a frozen weight's oneDNN copy inside a conv's
+        workspace or a chain's), which a memory report counts once."""
+        nbytes = self.workspace_bytes()
+        return [(self.workspace_owner(), nbytes)] if nbytes else []
+
     def cached_inputs(self) -> Sequence[int]:
         """Input positions whose derived data (transformed weights) the kernel keeps between runs.
 
@@ -184,6 +191,9 @@ class Wrapping(PreparedKernel):
 
     def workspace_owner(self) -> Any:
         return self.inner.workspace_owner()
+
+    def workspace_items(self) -> list[tuple[Any, int]]:
+        return self.inner.workspace_items()
 
     def cached_inputs(self) -> Sequence[int]:
         return self.inner.cached_inputs()

@@ -115,3 +115,7 @@ class StagedOutputs(Wrapping):
 
     def workspace_bytes(self) -> int:
         return self.inner.workspace_bytes() + sum(int(b.nbytes) for b in self.buffers.values())
+
+    def workspace_items(self) -> list[tuple[Any, int]]:
+        own = sum(int(b.nbytes) for b in self.buffers.values())
+        return ([(self, own)] if own else []) + self.inner.workspace_items()

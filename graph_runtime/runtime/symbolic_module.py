@@ -56,6 +56,8 @@ MEMO_KERNELS = 8192  # kernels whose shared items _shared_items keeps (a decode 
 # share some 60 kernels with the shape before: a step made anew for a new length keeps its kernel)
 log = logging.getLogger("graph_runtime")
 Item = tuple[Any, dict[Device, int]]  # something held and its bytes per device (SharedBytes)
+# per (kernel id, device): the kernel, its workspace parts (owner id, bytes) and its items then
+Memo = dict[tuple[int, Device], tuple[Any, list[tuple[int, int]], list[Item]]]
 # what specialising a shape cost (SymbolicGraphModule._last_cost): the bound dims (written out
 # when asked: _shape_cost); infer, plan,
 # prepare seconds; tuning choices left at their default; derived; re-pointed in place
@@ -122,7 +124,7 @@ class SymbolicGraphModule(ModuleBase):
         self._shared = SharedBytes()
         # per (kernel id, device) of the kept shapes' steps: their items for _shared (every
         # step of a new length, made anew or kept, runs a kernel some shape before ran)
-        self._step_items: dict[tuple[int, Device], tuple[Any, int, list[Item], Any]] = {}
+        self._step_items: Memo = {}
         self._kernel_keys: dict[tuple, list] = {}  # per cached key: the shared kernels it uses
         self._recount: set[tuple] = set()  # cached keys whose shared items _kept_total counts anew
         # per key of a shape a kept module was made over in place: that module, the shape as
@@ -591,7 +593,7 @@ class SymbolicGraphModule(ModuleBase):
 
 
 def _shared_items(module: GraphModule, params: set[int], param_data: bool = False,
-                  memo: dict[tuple[int, Device], tuple[Any, int, list[Item], Any]] | None = None
+                  memo: Memo | None = None
                   ) -> list[Item]:
     """What a specialisation may share with others, for SharedBytes: its pool's buffers (the
     scratch's slices and the params, held once by the module, aside; a host buffer kept from a
@@ -614,21 +616,20 @@ def _shared_items(module: GraphModule, params: set[int], param_data: bool = Fals
     for step in executor.steps:
         key = (id(step.kernel), step.device)
         hit = None if memo is None else memo.get(key)
-        workspace = step.kernel.workspace_bytes()  # a kernel of any shape may grow it
-        owner = step.kernel.workspace_owner()  # (a copy it reads now may be another's)
-        if hit is not None and hit[0] is step.kernel and hit[1] == workspace \
-                and hit[3] is owner:
+        # a kernel of any shape may grow its workspace; a copy it reads may be another's now
+        parts = step.kernel.workspace_items()
+        seen = [(id(owner), nbytes) for owner, nbytes in parts]
+        if hit is not None and hit[0] is step.kernel and hit[1] == seen:
             items.extend(hit[2])
             continue
-        mine = []
         # data derived once from a param (its packed copy), held as long as the param, which
         # the shapes' bound does not count either: counted in the module's report only
-        if workspace and (param_data or isinstance(owner, PreparedKernel)):
-            mine.append((owner, {step.device: workspace}))
+        mine: list[Item] = [(owner, {step.device: nbytes}) for owner, nbytes in parts
+                            if param_data or isinstance(owner, PreparedKernel)]
         bodies = step.kernel.sub_modules()  # what they hold grows as they run: asked anew
         mine.extend((body, body.held_bytes()) for body in bodies)
         if memo is not None and not bodies:
-            memo[key] = (step.kernel, workspace, mine, owner)
+            memo[key] = (step.kernel, seen, mine)
         items.extend(mine)
     return items
 

@@ -272,6 +272,43 @@ def test_a_frozen_weight_a_onednn_matmul_reordered_is_read_in_its_layout(team, n
             assert kernel.workspace_bytes() == prompt.workspace_bytes() > 0
 
 
+def test_a_frozen_weights_onednn_copy_is_counted_once_by_every_kernel_reading_it(
+        team, monkeypatch, random_array) -> None:
+    """dense -> add chains of two row counts (a symbolic module's size classes) on oneDNN's
+    product, and a few-row product after them, read one copy of a frozen weight: a memory
+    report (SharedBytes over each kernel's workspace_items) counts it once."""
+    require_onednn()
+    from graph_runtime.lib.kernels.derived import freeze
+    from graph_runtime.runtime.measure import SharedBytes
+    monkeypatch.setattr(dense_choice, "choose", lambda spec: "onednn")
+    w = random_array((512, 256), "float32", seed=31)
+    freeze(w)
+    chain = Chain("f", [Step("dense"), Step("add")])
+    held, kernels = SharedBytes(), []
+    for m in (32, 64):
+        specs = [gr.lib.TensorSpec((m, 256), "float32"), gr.lib.TensorSpec((512, 256), "float32"),
+                 gr.lib.TensorSpec((m, 512), "float32")]
+        kernel = chain.prepare(gr.cpu(), specs, chain.infer(specs), {})
+        kernel.bind_versions({1: InputVersion()})
+        x, r = random_array((m, 256), "float32", seed=m), random_array((m, 512), "float32")
+        out = np.full((m, 512), np.nan, np.float32)
+        kernel(x, w, r, out)
+        _check(out, x, w, r.astype(np.float64))
+        kernels.append(kernel)
+    decode = TeamGemv(1, 512, 256)
+    decode.bind_versions({1: InputVersion()})
+    decode(random_array((1, 256), "float32", seed=32), w, np.empty((1, 512), np.float32))
+    kernels.append(decode)
+    for index, kernel in enumerate(kernels):
+        held.add(index, [(owner, {gr.cpu(): nbytes})
+                         for owner, nbytes in kernel.workspace_items()])
+    copies = {id(owner) for kernel in kernels[:2] for owner, _ in kernel.workspace_items()}
+    assert len(copies) == 1  # both chains' products name the one copy
+    copy_bytes = kernels[0].workspace_items()[0][1]
+    assert copy_bytes >= 512 * 256 * 4
+    assert held.total == copy_bytes + (0 if decode._blocked else decode.workspace_bytes())
+
+
 def test_where_the_machine_reads_weights_as_given_a_kept_weight_is_never_packed(
         team, monkeypatch, random_array) -> None:
     """GRAPH_RUNTIME_TEAM_GEMV_LAYOUT=given (what the race picks where packing does not pay): a

@@ -138,6 +138,10 @@ class Forward(PreparedKernel):
     def workspace_bytes(self) -> int:
         return int(self.kernel.workspace_bytes()) + self.extra_bytes
 
+    def workspace_items(self) -> list[tuple[Any, int]]:
+        return ([(self, self.extra_bytes)] if self.extra_bytes else []) + \
+            self.kernel.workspace_items()
+
     def cached_inputs(self) -> Sequence[int]:
         return tuple(self.kernel.cached_inputs())
 

@@ -436,6 +436,12 @@ class TeamGemv(DerivesFromInputs):
             else 4 * int(np.prod(self._packed_shape()))
         return packed + (0 if self.tail is None else self.tail.workspace_bytes())
 
+    def workspace_items(self) -> list[tuple[Any, int]]:
+        tail = 0 if self.tail is None else self.tail.workspace_bytes()
+        packed = self.workspace_bytes() - tail
+        return ([(self.workspace_owner(), packed)] if packed else []) + \
+            ([(self, tail)] if tail else [])
+
     def _packed_shape(self) -> tuple[int, int, int]:
         """The packed weight's shape (pack): blocks of eight rows, pieces of 16 values."""
         (_, k), (n, _), _ = self.shapes
