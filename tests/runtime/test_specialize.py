@@ -386,11 +386,11 @@ def test_clone_shares_params_and_held_bytes_counts_them_once() -> None:
     # copy of the frozen w (PackedWeight.owner), counted once
     kernels = {id(step.kernel.workspace_owner()): step.kernel.workspace_bytes()
                for mod in modules for step in mod.executor.steps}
+    from graph_runtime.lib.kernels.onednn.matmul import OnednnMatmul
     products = [step.kernel for mod in modules for step in mod.executor.steps
-                if step.kernel.workspace_bytes()]
-    if products:  # oneDNN's products (without oneDNN none keeps a copy)
-        assert len(products) == 2 and products[0] is not products[1]
-        assert products[0].workspace_owner() is products[1].workspace_owner()
+                if isinstance(step.kernel, OnednnMatmul) and step.kernel.workspace_bytes()]
+    # oneDNN's products (which the choice may give either batch, or neither)
+    assert len({id(kernel.workspace_owner()) for kernel in products}) <= 1
     assert m.held_bytes() == {gr.cpu(): pools + sum(kernels.values()) + 48 + max(scratch) + io}
     assert m.get_output_info() == ([("batch", 3)], ["float32"])
 
