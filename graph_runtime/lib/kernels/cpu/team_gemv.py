@@ -409,8 +409,9 @@ class TeamGemv(DerivesFromInputs):
                 "auto" else packs()
         self.packs = packed
         self.packed: np.ndarray | None = None  # w packed (its own or a frozen weight's shared)
-        self._blocked = False  # packed is a oneDNN matmul's copy of w (_onednn_copy), not pack's
-        self._copy: np.ndarray | None = None  # that copy's buffer (the matmul's PackedWeight's)
+        # the buffer of a oneDNN matmul's copy of w (its PackedWeight's) that packed views
+        # (_onednn_copy), else None: packed is pack's layout
+        self._copy: np.ndarray | None = None
         self._own: np.ndarray | None = None  # its own packed buffer, made at first need
         self._owner: tuple[Any, Any] = (None, self)  # (the weight's counter, workspace_owner)
         # per (x, weight read, out) met, by identity: weak references to them (an entry is
@@ -430,17 +431,26 @@ class TeamGemv(DerivesFromInputs):
                                                          ", weight read as given")
         return text if self.tail is None else text + ", compiled tail " + "+".join(self.tail.ops)
 
+    @property
+    def _blocked(self) -> bool:
+        """Whether packed is a oneDNN matmul's copy of w (read by _blocked_gemv_team)."""
+        return self._copy is not None
+
     def workspace_bytes(self) -> int:
         """The packed weight (counted whether it is this kernel's or shared) and the tail's."""
-        packed = 0 if not self.packs else self.packed.nbytes if self.packed is not None \
-            else 4 * int(np.prod(self._packed_shape()))
-        return packed + (0 if self.tail is None else self.tail.workspace_bytes())
+        return self._packed_bytes() + self._tail_bytes()
 
     def workspace_items(self) -> list[tuple[Any, int]]:
-        tail = 0 if self.tail is None else self.tail.workspace_bytes()
-        packed = self.workspace_bytes() - tail
+        packed, tail = self._packed_bytes(), self._tail_bytes()
         return ([(self.workspace_owner(), packed)] if packed else []) + \
             ([(self, tail)] if tail else [])
+
+    def _packed_bytes(self) -> int:
+        return 0 if not self.packs else self.packed.nbytes if self.packed is not None \
+            else 4 * int(np.prod(self._packed_shape()))
+
+    def _tail_bytes(self) -> int:
+        return 0 if self.tail is None else self.tail.workspace_bytes()
 
     def _packed_shape(self) -> tuple[int, int, int]:
         """The packed weight's shape (pack): blocks of eight rows, pieces of 16 values."""
@@ -451,7 +461,7 @@ class TeamGemv(DerivesFromInputs):
         """A frozen weight's packed copy is one, whichever kernels read it (a decoder's step at
         each batch size has its own kernel): counted once, by the weight's derived data, or
         where it reads a oneDNN matmul's copy, by that buffer, as the matmul counts it."""
-        if self._blocked and self._copy is not None:
+        if self._copy is not None:
             return self._copy
         cell = self._cells[0]
         if self._owner[0] is not cell:  # asked at every new shape: looked up once per counter
@@ -461,7 +471,9 @@ class TeamGemv(DerivesFromInputs):
 
     def bind_versions(self, versions: Mapping[int, InputVersion] | Any) -> None:
         super().bind_versions(versions)
-        self.packed = None  # packed again at the next call, from the weight bound then
+        # packed again at the next call, from the weight bound then (a oneDNN copy it read
+        # is let go with it)
+        self.packed = self._copy = None
 
     def __call__(self, a: Any, b: Any, *rest: Any) -> None:
         out = rest[-1]
@@ -498,11 +510,11 @@ class TeamGemv(DerivesFromInputs):
         (_, k), (n, _), _ = self.shapes
         shape = self._packed_shape()
         shared = derived_of(b)
-        self._blocked = False
+        self._copy = None
         if shared is not None:
             copy = _onednn_copy(shared, n, k)
             if copy is not None:
-                self._blocked, self._copy = True, copy[0]
+                self._copy = copy[0]
                 return copy[1]
             for tag, key, ref in shared:
                 buffer = ref()
