@@ -121,6 +121,44 @@ def test_run_reads_a_new_shapes_inputs_from_the_callers_arrays_and_keeps_none() 
                                rtol=1e-5, atol=1e-6)
 
 
+def test_a_repeated_shapes_inputs_go_straight_into_the_module_in_use() -> None:
+    """run(**inputs) at the last run's shapes copies each input into the specialisation in use
+    (_express) and answers as the full way does: the caller's arrays are not kept, a wrong
+    dtype or a missing input takes the full way (its error, its held inputs), new params are
+    read, and an input left unset before (allow_uninitialized) counts as set."""
+    m = gr.create(dense_graph())
+    w = RNG.standard_normal((3, 4)).astype(np.float32)
+    m.load_params({"w": w})
+    _run_dense(m, w, 3)
+    module = m._current
+    for _ in range(3):
+        x = RNG.standard_normal((3, 4)).astype(np.float32)
+        y = RNG.standard_normal((3, 3)).astype(np.float32)
+        assert m._express({"x": x, "y": y}) is module
+        out = m.run_with(x=x, y=y)[0]
+        np.testing.assert_allclose(out, np.maximum(x, 0) @ w.T + y, rtol=1e-5, atol=1e-6)
+        x_set = x.copy()
+        x[...] = 7.0
+        np.testing.assert_array_equal(m.get_input("x").numpy(), x_set)
+        assert m._current is module and m.specializations == 1 and not m._held
+    assert m._express({"x": x}) is None  # y missing: the full way keeps y from before
+    assert m._express({"x": x.astype(np.float64), "y": y}) is None
+    with pytest.raises(GraphError, match="expected dtype float32, got float64"):
+        m.run(x=x.astype(np.float64), y=y)
+    w2 = RNG.standard_normal((3, 4)).astype(np.float32)
+    m.load_params({"w": w2})
+    x = RNG.standard_normal((3, 4)).astype(np.float32)
+    np.testing.assert_allclose(m.run_with(x=x, y=y)[0], np.maximum(x, 0) @ w2.T + y,
+                               rtol=1e-5, atol=1e-6)
+    loose = gr.create(dense_graph(), allow_uninitialized=True)
+    loose.load_params({"w": w})
+    loose.run(x=x, y=y)
+    loose._current._unset.add(loose._sigs["y"].eid)  # as a module switched to unset would be
+    np.testing.assert_allclose(loose.run_with(x=x, y=y)[0], np.maximum(x, 0) @ w.T + y,
+                               rtol=1e-5, atol=1e-6)
+    assert not loose._current._unset
+
+
 def test_a_second_sweep_of_160_lengths_meets_every_one_kept() -> None:
     """A decoder's generation meets one new length per token, and the next generation the same
     lengths in the same order: an LRU bound below their count missed every one of them again
