@@ -281,11 +281,11 @@ class SymbolicGraphModule(ModuleBase):
 
     def _express(self, inputs: Mapping[str, Any]) -> GraphModule | None:
         """run(**inputs) at the shapes the module ran last, every input not a param given as a
-        host array of its dtype (a server's repeated shape, a decode step's length met before
-        restored): each copied straight into the specialisation in use, as _specialised would
-        after holding, keying and looking it up (a LLaMA decode step's eleven inputs: 30-40 us
-        less, each microsecond after a run dear: the run leaves the caches cold). None, nothing
-        copied, where any of that does not hold: the full way decides."""
+        host array of its dtype (a server's repeated shape): each copied straight into the
+        specialisation in use, as _specialised would after holding, keying and looking it up
+        (a LLaMA decode step's eleven inputs at one length: 16-60 us a call less; after a run
+        the caches are cold and each step dear). None, nothing copied, where any of that does
+        not hold: the full way decides."""
         current, key = self._current, self._current_key
         if (current is None or key is None or self._held or self._value_names
                 or threads_generation() != self._threads_made_in):
