@@ -60,6 +60,12 @@ class ModuleBase(Diagnostics):
         self._lock = threading.Lock()
         self._threads_made_in = threads_generation()  # oneDNN's thread mode of its kernels
 
+    def _threads_kept(self) -> bool:
+        """Whether oneDNN's thread mode is still the one this module's kernels were made in;
+        unlike _threads_moved, asking changes nothing (a shortcut that must not take a move
+        for the way that follows it)."""
+        return threads_generation() == self._threads_made_in
+
     def _threads_moved(self) -> bool:
         """Whether oneDNN's thread mode changed since this module's kernels were made (a
         neighbour came or went: onednn/policy.py's recheck); True once per change, the module

@@ -34,7 +34,6 @@ from ..graph.symbolic import shape_is_symbolic
 from ..lib import tuning
 from ..lib.kernels.cpu import jit_setup, team_gemv
 from ..lib.kernels.derived import freeze, thaw
-from ..lib.kernels.threads import threads_generation
 from ..lib.library import Module
 from ..lib.prepared import PreparedKernel
 from ..nd import NDArray, from_dlpack
@@ -288,7 +287,7 @@ class SymbolicGraphModule(ModuleBase):
         not hold: the full way decides."""
         current, key = self._current, self._current_key
         if (current is None or key is None or self._held or self._value_names
-                or threads_generation() != self._threads_made_in):
+                or not self._threads_kept()):
             return None
         slots = self._slots
         if slots is None:
