@@ -107,8 +107,8 @@ class SymbolicGraphModule(ModuleBase):
         # once, into the specialisation, instead of copied to be held and copied again)
         self._lent: set[str] = set()
         self._lending = False
-        # (name, index, eid) of each input not a param, for _express (None: worked out again)
-        self._slots: list[tuple[str, int, int]] | None = None
+        # (name, index) of each input not a param, for _express (None: worked out again)
+        self._slots: list[tuple[str, int]] | None = None
         self._values: dict[str, np.ndarray] = {}  # host copies of shape-deciding inputs
         self._params: dict[str, tuple[Device, Any]] = {}  # one device array per param
         self.specializations = 0
@@ -280,43 +280,28 @@ class SymbolicGraphModule(ModuleBase):
 
     def _express(self, inputs: Mapping[str, Any]) -> GraphModule | None:
         """run(**inputs) at the shapes the module ran last, every input not a param given as a
-        host array of its dtype (a server's repeated shape): each copied straight into the
-        specialisation in use, as _specialised would after holding, keying and looking it up
-        (a LLaMA decode step's eleven inputs at one length: 16-60 us a call less; after a run
-        the caches are cold and each step dear). None, nothing copied, where any of that does
-        not hold: the full way decides."""
+        host array of its dtype (a server's repeated shape): set straight into the
+        specialisation in use (its _set_inputs, as _specialised sets held inputs), without
+        holding, keying or looking it up (a LLaMA decode step's eleven inputs at one length:
+        120 -> 85 us before the run; after a run the caches are cold and each step dear). None,
+        nothing set, where any of that does not hold: the full way decides."""
         current, key = self._current, self._current_key
         if (current is None or key is None or self._held or self._value_names
                 or not self._threads_kept()):
             return None
         slots = self._slots
         if slots is None:
-            slots = self._slots = [(name, index, self._sigs[name].eid)
-                                   for index, name in enumerate(self._names)
+            slots = self._slots = [(name, index) for index, name in enumerate(self._names)
                                    if name not in self._params]
         if len(inputs) != len(slots):
             return None
-        layout, dtypes = current._input_layout, self._dtypes
-        copies = []
-        for name, index, eid in slots:
+        dtypes = self._dtypes
+        for name, index in slots:
             value = inputs.get(name)
             if (type(value) is not np.ndarray or value.shape != key[index]
                     or value.dtype != dtypes[index]):
                 return None
-            slot = layout[eid][2]
-            if slot[1].kind != "cpu":
-                return None
-            copies.append((eid, slot, value))
-        current._acquire("set_input")
-        try:
-            arrays, executor = current.executor.arrays, current.executor
-            for eid, slot, value in copies:
-                np.copyto(arrays[slot], value)
-                executor.written(eid)  # kernels redo data derived from it
-            if current._unset:
-                current._unset.difference_update(eid for eid, _, _ in copies)
-        finally:
-            current._release()
+        current._set_inputs(inputs)
         self._last_new = False
         return current
 

@@ -293,15 +293,19 @@ class OnednnConv(ConvKernel):
         return buf
 
     def workspace_bytes(self) -> int:
-        first = 0 if self.nchw_data is None else self.nchw_data.nbytes
-        return self.weight.nbytes + first + sum(int(b.nbytes) for b in self._buffers)
+        return self.weight.nbytes + self._own_bytes()
 
     def workspace_items(self) -> list[tuple[Any, int]]:
         """The weight's copy as PackedWeight.owner counts it (a frozen weight's, shared by the
         convs of every size class), the rest (reorder buffers, the NCHW-data conv) its own."""
-        own = self.workspace_bytes() - self.weight.nbytes
+        own = self._own_bytes()
         items = [(self.weight.owner(self), self.weight.nbytes)] if self.weight.nbytes else []
         return items + ([(self, own)] if own else [])
+
+    def _own_bytes(self) -> int:
+        """Its reorder buffers and the NCHW-data conv's: the workspace but the weight's copy."""
+        first = 0 if self.nchw_data is None else self.nchw_data.nbytes
+        return first + sum(int(b.nbytes) for b in self._buffers)
 
     def append_post_ops(self, lib: dn.Dnnl, ops: Any) -> None:
         """The epilogue (bias taken off) as this conv's post-ops (for a variant's primitive)."""
