@@ -12,6 +12,7 @@ from typing import Any, Collection
 import numpy as np
 
 from ...prepared import PreparedKernel
+from ..address import address_of
 from ..threads import parallel_items
 
 # Up to this many elements NumPy's strided copy does the NHWC -> NCHW reorder faster than a
@@ -64,7 +65,7 @@ class Flatten(PreparedKernel):
             return
         from ..onednn import binding as dn
         dn.use_threads(self._openmp)
-        reorder.bind(data.ctypes.data, out.ctypes.data)
+        reorder.bind(address_of(data), address_of(out))
         items = reorder.items
         if len(items) == 1:
             items[0].run()

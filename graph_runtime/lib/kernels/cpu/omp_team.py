@@ -14,6 +14,7 @@ system's libgomp.so.1, so the team is the one oneDNN's primitives use on the cal
 from __future__ import annotations
 
 import ctypes
+import struct
 import threading
 from typing import Any
 
@@ -23,6 +24,7 @@ from llvmlite import ir
 from numba import carray, cfunc, types
 from numba.extending import intrinsic
 
+from ..address import address_of
 from .loops_jit import inlined
 
 LIBGOMP = "libgomp.so.1"
@@ -32,6 +34,8 @@ _parallel: Any = None
 _tried = False
 _lock = threading.Lock()
 _made_lock = threading.Lock()
+_float64_bytes = struct.Struct("=d").pack
+_int64_bits = struct.Struct("=q").unpack
 
 
 def _gomp_parallel() -> Any:
@@ -74,7 +78,7 @@ def team_arrays(*arrays: Any) -> bool:
 def run_on_team(kernel: Any, block: np.ndarray) -> None:
     """Every thread of the calling thread's OpenMP team runs kernel (a cfunc) on block; the team
     has as many threads as oneDNN's primitives get on this thread (use_threads)."""
-    _gomp_parallel()(kernel.address, block.ctypes.data, 0, 0)
+    _gomp_parallel()(kernel.address, address_of(block), 0, 0)
 
 
 def run_at(kernel_address: int, block_address: int) -> None:
@@ -84,16 +88,18 @@ def run_at(kernel_address: int, block_address: int) -> None:
 
 
 def block(*values: Any) -> np.ndarray:
-    """The int64 block a kernel reads: arrays as their data addresses, floats as float64 bits."""
-    out = np.empty(len(values), np.int64)
-    for k, value in enumerate(values):
+    """The int64 block a kernel reads: arrays as their data addresses, floats as float64 bits
+    (made at each call of a row kernel on the team: 3.3 -> 2.5 us for four arrays and three
+    numbers with the bits through struct instead of a NumPy scalar's view)."""
+    items = []
+    for value in values:
         if isinstance(value, np.ndarray):
-            out[k] = value.ctypes.data
+            items.append(address_of(value))
         elif isinstance(value, float):
-            out[k] = np.float64(value).view(np.int64)
+            items.append(_int64_bits(_float64_bytes(value))[0])
         else:
-            out[k] = int(value)
-    return out
+            items.append(int(value))
+    return np.array(items, np.int64)
 
 
 @intrinsic

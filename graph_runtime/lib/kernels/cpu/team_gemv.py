@@ -71,6 +71,7 @@ from .... import settings
 from ...._timing import MIN_SPEEDUP, Race, Verdict, sampler
 from ...library import InputVersion
 from ...tuning import Choice
+from ..address import address_of
 from ..derived import DerivesFromInputs, derived_of, shared_list_watched_by
 from ..onednn.weights import aligned_buffer
 from . import jit_setup
@@ -570,6 +571,6 @@ class TeamGemv(DerivesFromInputs):
         """The team kernel's block for these arrays, its row counter at 0."""
         (m, k), (n, _), _ = self.shapes
         block = np.zeros(BLOCK, np.int64)
-        block[:6] = (x.ctypes.data, w.ctypes.data, out.ctypes.data, m, n, k)
-        block[6] = block.ctypes.data + COUNTER * block.itemsize
+        block[:6] = (address_of(x), address_of(w), address_of(out), m, n, k)
+        block[6] = address_of(block) + COUNTER * block.itemsize
         return block

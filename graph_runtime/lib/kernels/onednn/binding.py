@@ -516,11 +516,12 @@ def _user_scratchpad_attr() -> ctypes.c_void_p:
 def _thread_scratchpad(nbytes: int) -> int:
     """The address of the calling thread's scratchpad, grown to nbytes (a primitive runs on one
     thread at a time, and a thread runs one primitive at a time)."""
-    buffer = getattr(_thread_state, "scratch", None)
-    if buffer is None or buffer.nbytes < nbytes:
+    held = getattr(_thread_state, "scratch", None)  # (buffer, its address): asked every run
+    if held is None or held[0].nbytes < nbytes:
         from .weights import aligned_buffer
-        buffer = _thread_state.scratch = aligned_buffer(nbytes)
-    return buffer.ctypes.data
+        buffer = aligned_buffer(nbytes)
+        held = _thread_state.scratch = (buffer, buffer.ctypes.data)
+    return held[1]
 
 
 def post_ops_attr(build: Any) -> tuple[ctypes.c_void_p, ctypes.c_void_p]:

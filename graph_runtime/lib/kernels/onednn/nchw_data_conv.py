@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ....errors import LibraryError
+from ..address import address_of
 from . import abi
 from . import binding as dn
 from .binding import Memory, MemoryDesc, Primitive, PrimitiveDesc
@@ -50,6 +51,7 @@ class NchwDataConv:
         self.work: list[tuple[Any, ...]] = [(item[0],) + tuple(self.silu_bands[i:i + 1])
                                             for i, item in enumerate(self.items)]
         self._bound: tuple[int, int] = (0, 0)
+        self._arrays: tuple[Any, Any] = (None, None)  # the data and out bound last
 
     @staticmethod
     def make(conv: Any) -> NchwDataConv | None:
@@ -97,7 +99,10 @@ class NchwDataConv:
             self.weight.memory.bind(weight)
         elif refresh:
             self.weight.refresh(weight)
-        addresses = (data.ctypes.data, out.ctypes.data)
+        if data is self._arrays[0] and out is self._arrays[1]:
+            return  # bound already (held: their ids cannot be reused)
+        self._arrays = (data, out)
+        addresses = (address_of(data), address_of(out))
         if addresses != self._bound:
             for _, src, src_offset, dst, dst_offset in self.items:
                 src.bind_address(addresses[0] + src_offset)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Collection
 
 from ...prepared import PreparedKernel
+from ..address import address_of
 from . import abi
 from . import binding as dn
 from .policy import policy
@@ -111,7 +112,7 @@ class OnednnPool(PreparedKernel):
     def __call__(self, data: Any, out: Any) -> None:
         dn.use_threads(self.openmp)
         if self.before is not None:
-            self.before.bind(data.ctypes.data, self.buffer.ctypes.data)
+            self.before.bind(address_of(data), address_of(self.buffer))
             self.before.items[0].run()
             self.src.bind(self.buffer)
         else:
@@ -119,7 +120,7 @@ class OnednnPool(PreparedKernel):
         self.dst.bind(out if self.after is None else self.buffer)
         self.primitive.run()
         if self.after is not None:
-            self.after.bind(self.buffer.ctypes.data, out.ctypes.data)
+            self.after.bind(address_of(self.buffer), address_of(out))
             self.after.items[0].run()
 
     def uses_workers(self) -> bool:
