@@ -175,6 +175,12 @@ ONEDNN_PIN = Setting(
     "where it waited for a timer tick while the caller spun at the barrier (4-11 ms a run); "
     "skipped where OMP_PROC_BIND, OMP_PLACES or GOMP_CPU_AFFINITY bind the threads (off: "
     "libgomp places them)", ("on", "off"))
+REPLAY = Setting(
+    "GRAPH_RUNTIME_REPLAY", "on",
+    "a module's steps on the CPU whose calls are only oneDNN primitives and OpenMP-team kernels: "
+    "their foreign calls recorded at the second run() and replayed after from one compiled "
+    "loop, consecutive steps in one call with no Python between them (off: each step called "
+    "from Python every run)", ("on", "off"))
 CUDA_GRAPHS = Setting(
     "GRAPH_RUNTIME_CUDA_GRAPHS", "on",
     "a module on one GPU: its second run() captured as a CUDA graph and every later run() "
@@ -214,7 +220,7 @@ SETTINGS = (NUM_THREADS, CONV, OPENCL_CONV, GEMV_PADDING, TEAM_GEMV, TEAM_GEMV_L
             SHAPE_TUNING,
             SHAPE_CACHE_BYTES, GC_FREEZE, CACHE_DIR,
             CHAIN_JIT, IMPORT_FUSE, IMPORT_INT8, ONEDNN, ONEDNN_LIB, ONEDNN_THREADS, ONEDNN_PIN,
-            IN_PLACE,
+            IN_PLACE, REPLAY,
             CUDA_GRAPHS, CUDA_TF32, CUDA_CUDNN,
             LOOP_MAX_ITERATIONS)
 

@@ -15,6 +15,7 @@ from ..device import Device
 from ..errors import LibraryError
 from .attrs import (DTYPE_KEY, NODE_KEYS, NUM_OUTPUTS_KEY, OUT_DTYPE_KEY, WORKSPACE_LIMIT_KEY,
                     check_attrs, float_attr, str_attr)
+from .kernels import replay
 from .kernels.cpu import chain_jit
 from .kernels.conv_epilogue import EPILOGUE_DTYPES, EPILOGUE_OPS
 from .kernels.cpu.token_layout import (PermuteCopy, PermutedBinary, TokenLayoutCopy,
@@ -228,8 +229,22 @@ class PreparedChain(PreparedKernel):
             for slot, source, view in self._views:
                 viewed[slot] = view(viewed[source])
             slots = tuple(viewed)
+        recording = replay.active
+        if recording is None:
+            for fn, pick in self._steps:
+                fn(*pick(slots))
+            return
+        # recorded (kernels/replay.py): the chain vouches for its calls where each of its
+        # kernels vouched for its own (its views are of its arrays; intermediates kept)
+        vouched = True
         for fn, pick in self._steps:
+            recording.declared = None
             fn(*pick(slots))
+            vouched = vouched and recording.declared is fn
+        replay.note_arrays(list(self.intermediates))
+        recording.declared = None
+        if vouched:
+            replay.whole_call(self)
 
 
 def kernel_note(kernel: Any) -> str:

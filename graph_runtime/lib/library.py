@@ -43,10 +43,23 @@ class InputVersion:
     """
 
     __slots__ = ("value", "volatile", "__weakref__")
+    # every count or change of volatile in the process, counted (count, set_volatile): a
+    # replay of recorded foreign calls (runtime/native_runs.py) records again when it moved
+    changes = 0
 
     def __init__(self, volatile: bool = False) -> None:
         self.value = 0
         self.volatile = volatile
+
+    def count(self) -> None:
+        """One more write from outside run()."""
+        self.value += 1
+        InputVersion.changes += 1
+
+    def set_volatile(self, volatile: bool) -> None:
+        if volatile != self.volatile:
+            self.volatile = volatile
+            InputVersion.changes += 1
 
 
 def _kind_of(device: DeviceLike) -> str:

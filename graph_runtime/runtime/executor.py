@@ -29,6 +29,7 @@ from ..lib.registry import VALUES_KEY
 from ..lib.symbolic_chain import DIMS_KEY, Binding
 from ..lib.tuning import SMALL_DIM, class_shape
 from .cuda_graph import CudaGraphRuns, cuda_graph_runs
+from .native_runs import NativeRuns, native_runs
 from .flatten_reads import FlattenRead, StagedOutputs, flat_source, plan_flatten_reads
 from .in_place import InPlacePlan, in_place_offers, plan_in_place
 from .layouts import LayoutPlan, nhwc_view, plan_channels_last
@@ -236,6 +237,13 @@ class Executor:
         # cuda_graph_reason says why not where it is None.
         self.cuda_graph, self.cuda_graph_reason = cuda_graph_runs(
             self.devices, bool(self.versions), self._run_calls, self.graph.source)
+        # On the CPU: the steps' foreign calls recorded once and replayed from one compiled
+        # loop (runtime/native_runs.py); native_reason says why not where it is None.
+        self.native: NativeRuns | None = None
+        self.native_reason = "on one GPU: a CUDA graph"
+        if self.cuda_graph is None:
+            self.native, self.native_reason = native_runs(
+                self._call_steps, self._calls, self._run_listed, self.graph.source)
 
     # ---- another specialisation, made from this one ------------------------------------------
 
@@ -473,6 +481,7 @@ class Executor:
             for pos, key in enumerate(call.arg_keys):
                 if key.eid in renewed:
                     call.args[pos] = self._bind(key)
+        self._moved()
         self.graph = graph
         self._bindings.update(probe._bindings)
         if not renewed.issubset(self._moving):
@@ -602,6 +611,7 @@ class Executor:
                     bound[1][i] = self._bind(key)
         for (args, pos, _), array in zip(index, bound[1]):
             args[pos] = array
+        self._moved()
         self.graph = state.graph
         self._bindings = dict(state.bindings)
         return True
@@ -1242,7 +1252,7 @@ class Executor:
         """Count a write into input eid from outside run(), so derived data is redone."""
         version = self.versions.get(eid)
         if version is not None:
-            version.value += 1
+            version.count()
 
     def escaped(self, eid: int) -> None:
         """Entry eid may now change without a count (a view handed out, a zero-copy bind)."""
@@ -1250,7 +1260,7 @@ class Executor:
             self.escaped_entries.add(eid)
         version = self.versions.get(eid)
         if version is not None:
-            version.volatile = True
+            version.set_volatile(True)
 
     def _copy_node_step(self, node: Any, in_eids: list[int], out_eids: list[int]
                         ) -> PreparedCall | None:
@@ -1325,6 +1335,8 @@ class Executor:
         self.escaped(eid)
         if self._ready and self.cuda_graph is not None:
             self.cuda_graph.invalidate()  # the graph holds the old array's address
+        if self._ready:
+            self._moved()
         if not self._ready or eid not in self._io_eids:  # in setup the shortcuts may change
             uses = self._uses_of(self._all_steps(), {eid}).get((eid, dev), [])
         else:
@@ -1353,25 +1365,39 @@ class Executor:
 
     def run(self) -> None:
         """Run every step once, in order. Work may still be queued on devices when it returns."""
-        if self.cuda_graph is None:
-            self._run_calls()
-        else:
+        if self.cuda_graph is not None:
             self.cuda_graph.run()
+        elif self.native is not None:
+            self.native.run()
+        else:
+            self._run_listed(self._calls, self._call_steps)
 
     def _run_calls(self) -> None:
+        self._run_listed(self._calls, self._call_steps)
+
+    def _run_listed(self, calls: list[tuple[Callable[..., Any], Any]],
+                    steps: list[PreparedCall]) -> None:
+        """Make calls in order; steps[i] is the step calls[i] stands for (named when it
+        fails)."""
         done = 0
         with self._blas_scope:
             try:
-                for fn, args in self._calls:
+                for fn, args in calls:
                     fn(*args)
                     done += 1
             except GraphRuntimeError as e:
-                named = self._named(self._call_steps[done], e)
+                named = self._named(steps[done], e)
                 if named is e:
                     raise
                 raise named from e
             except Exception as e:
-                raise self._failed(self._call_steps[done], e) from e
+                raise self._failed(steps[done], e) from e
+
+    def _moved(self) -> None:
+        """The steps' arguments changed: a replay of their recorded calls records again."""
+        native = getattr(self, "native", None)  # (none before the first _finish)
+        if native is not None:
+            native.invalidate()
 
     def _failed(self, step: PreparedCall, e: Exception) -> LibraryError:
         """The one error a kernel's own exception becomes, naming the node (wrapped once)."""

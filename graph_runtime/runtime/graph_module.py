@@ -309,8 +309,8 @@ class GraphModule(ModuleBase):
                 self._bind_param(name, array)
                 version = self.executor.versions.get(eid)
                 if version is not None and watch(array, version):
-                    version.volatile = False
-                    version.value += 1
+                    version.set_volatile(False)
+                    version.count()
         finally:
             self._release()
 
@@ -348,7 +348,7 @@ class GraphModule(ModuleBase):
             new.pool.adopt(eid, array)
             version = new.versions.get(eid)
             if version is not None:
-                version.volatile = eid in old.escaped_entries
+                version.set_volatile(eid in old.escaped_entries)
         new.escaped_entries = set(old.escaped_entries)
         self.executor = new
         log.info("%s: oneDNN's thread mode changed; the executor was made again",

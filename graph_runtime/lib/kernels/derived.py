@@ -34,6 +34,10 @@ class DerivesFromInputs(PreparedKernel):
     def bind_versions(self, versions: Mapping[int, InputVersion] | Any) -> None:
         self._cells = [versions[pos] for pos in self.derived]
 
+    def _volatile(self) -> bool:
+        """True when an input derived from may change without a count (derived every run)."""
+        return any(c.volatile for c in self._cells)
+
     def _stale(self) -> bool:
         """True when the derived data must be (re)made from this run's inputs."""
         stamp = tuple(-1 if c.volatile else c.value for c in self._cells)
@@ -93,5 +97,5 @@ def thaw(array: Any) -> None:
     entry = _entry(array)
     if entry is not None:
         for version in entry[2]:
-            version.volatile = True
+            version.set_volatile(True)
         del _frozen[id(array)]

@@ -42,7 +42,8 @@ from ...shapes import size_of
 from . import jit_setup
 from .jit_cache import install, sources_digest
 from ..threads import num_threads, parallel_items
-from .omp_team import available as team_available, block, run_on_team
+from .. import replay
+from .omp_team import available as team_available, block, gomp_loaded, run_here, run_on_team
 from .vector_width import wide_rows
 
 install()  # before any cache=True function here (jit_cache.py)
@@ -510,7 +511,9 @@ class _Geometry(NamedTuple):
     """How a compiled chain runs at one set of shapes: its function (the form's module, whose
     source depends on the inputs' kinds), the output's size and innermost collapsed dim, each
     input's metas, and the work items; team: the form's team function where the work goes to
-    oneDNN's OpenMP team instead of the runtime's workers (else None)."""
+    oneDNN's OpenMP team instead of the runtime's workers (else None); here: the form's team
+    function whatever the work (run on the calling thread alone while a replay records:
+    kernels/replay.py), None where its types have none."""
 
     fn: Callable[..., None]
     form: tuple[tuple[str, ...], bool]  # the module's: the inputs' kinds, 16 lanes or not
@@ -520,6 +523,7 @@ class _Geometry(NamedTuple):
     workers: int
     bounds: list[tuple[int, int]]
     team: Any
+    here: Any
 
 
 class CompiledChain(PreparedKernel):
@@ -546,8 +550,8 @@ class CompiledChain(PreparedKernel):
         geometry = self._geometry(shapes)
         assert geometry is not None  # chain.py compiles a tail only where tail_ok holds
         self.module = self._modules[geometry.form]
-        self.fn, _, self.size, self.inner, self.metas, self.workers, self.bounds, self.team = \
-            geometry
+        (self.fn, _, self.size, self.inner, self.metas, self.workers, self.bounds, self.team,
+         self.here) = geometry
         # per shapes met (a flat loop's None is asked again: it is known before compiling)
         self._at: LruCache[_Geometry | None] = LruCache(SHAPES_KEPT)
         self._at.get_or_build(shapes, lambda: geometry)
@@ -620,7 +624,7 @@ class CompiledChain(PreparedKernel):
         team = module.team if workers > 1 and module.team is not None and team_available() \
             else None
         return _Geometry(module.run, form, size, int(dims[-1]), tuple(metas), workers, bounds,
-                         team)
+                         team, module.team)
 
     def _along_one_dim(self, shapes: tuple[tuple[int, ...], ...]) -> _Geometry | None:
         """_geometry's answer made directly where the output has one dim over 1 and each input
@@ -649,7 +653,7 @@ class CompiledChain(PreparedKernel):
         if module is None:
             return None
         return _Geometry(module.run, form, size, size, (_NO_ROWS,) * len(kinds), 1,
-                         [(0, size)], None)
+                         [(0, size)], None, module.team)
 
     def at(self, shapes: tuple[tuple[int, ...], ...]) -> _Geometry | None:
         """_geometry, kept per shapes (the lengths a decoder met last)."""
@@ -677,30 +681,36 @@ class CompiledChain(PreparedKernel):
         self.module.run_block(r0, r1, c0, c1, width, *flat)
 
     def __call__(self, *arrays: Any) -> None:
-        self.run(self, arrays)
+        if self.run(self, arrays) and replay.active is not None:
+            replay.whole_call(self)
 
     @staticmethod
-    def run(geometry: Any, arrays: Sequence[Any]) -> None:
-        """The loop over arrays, as geometry (the kernel's own, or a _Geometry) says."""
+    def run(geometry: Any, arrays: Sequence[Any]) -> bool:
+        """The loop over arrays, as geometry (the kernel's own, or a _Geometry) says; True
+        where it was one team function on a block (replay.whole_call)."""
         size = geometry.size
         if size == 0:
-            return
+            return False
         flat = [a.reshape(-1) for a in arrays]
         out = flat[-1]
         ins = flat[:-1]
         fn, inner, metas = geometry.fn, geometry.inner, geometry.metas
         if geometry.workers == 1:
+            if replay.active is not None and geometry.here is not None and gomp_loaded():
+                run_here(geometry.here(), team_block(geometry, out, ins))
+                return True
             fn(0, size, inner, out, *ins, *metas)
-            return
+            return False
         if geometry.team is not None:
             run_on_team(geometry.team(), team_block(geometry, out, ins))
-            return
+            return True
         bounds = geometry.bounds
 
         def work(worker: int, item: int) -> None:
             lo, hi = bounds[item]
             fn(lo, hi, inner, out, *ins, *metas)
         parallel_items(len(bounds), geometry.workers, work)
+        return False
 
 
 class ChainSite:
@@ -721,4 +731,5 @@ class ChainSite:
                     f"compiled chain {'+'.join(self.chain.ops)}: prepared for other shapes; "
                     f"its flat loop cannot run {shapes} (an input neither whole nor one value)")
             self._shapes, self._geometry = shapes, geometry
-        CompiledChain.run(self._geometry, arrays)
+        if CompiledChain.run(self._geometry, arrays) and replay.active is not None:
+            replay.whole_call(self)

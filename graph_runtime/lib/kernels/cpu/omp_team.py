@@ -24,6 +24,7 @@ from llvmlite import ir
 from numba import carray, cfunc, types
 from numba.extending import intrinsic
 
+from .. import replay
 from ..address import address_of
 from .loops_jit import inlined
 
@@ -78,7 +79,17 @@ def team_arrays(*arrays: Any) -> bool:
 def run_on_team(kernel: Any, block: np.ndarray) -> None:
     """Every thread of the calling thread's OpenMP team runs kernel (a cfunc) on block; the team
     has as many threads as oneDNN's primitives get on this thread (use_threads)."""
+    if replay.active is not None:
+        replay.active.team(kernel.address, block)
     _gomp_parallel()(kernel.address, address_of(block), 0, 0)
+
+
+def run_here(kernel: Any, block: np.ndarray) -> None:
+    """kernel run on block by the calling thread alone (a team of one: its rows all its own),
+    as a replay of it runs (kernels/replay.py): for work too small to wake the team."""
+    if replay.active is not None:
+        replay.active.team(kernel.address, block, threads=1)
+    _gomp_parallel()(kernel.address, address_of(block), 1, 0)
 
 
 def run_at(kernel_address: int, block_address: int) -> None:
@@ -93,6 +104,8 @@ def block(*values: Any) -> np.ndarray:
     numbers, the addresses through address_of and the bits through struct instead of a NumPy
     scalar's view)."""
     items = []
+    if replay.active is not None:
+        replay.note_arrays([v for v in values if isinstance(v, np.ndarray)])
     for value in values:
         if isinstance(value, np.ndarray):
             items.append(address_of(value))

@@ -19,9 +19,11 @@ from numba import carray, types
 from numba.extending import overload
 
 from . import jit_setup
+from .. import replay
 from .fast_math import _bits_of_float, _float_of_bits, as_type_of, exp_neg32, softmax_exp_as
 from .loops_jit import compiled, inlined, reassociating
-from .omp_team import available, block, float32_at, my_rows, run_on_team, team_arrays, team_kernel
+from .omp_team import (available, block, float32_at, gomp_loaded, my_rows, run_here, run_on_team,
+                       team_arrays, team_kernel)
 from .vector_width import wide_rows, wide_vectors
 from ..threads import num_threads, parallel_rows
 from ...prepared import AnyShape
@@ -349,14 +351,41 @@ class OtherPath:
 
 
 def _split(rows: int, width: int, call: Callable[[int, int], None]) -> Callable[[], None]:
-    workers = num_threads() if rows * width >= PARALLEL_ELEMENTS and rows > 1 else 1
+    workers = num_threads() if _spread(rows, width) else 1
     return lambda: parallel_rows(rows, workers, call)
+
+
+def _spread(rows: int, width: int) -> bool:
+    """Whether rows of width are enough work for the runtime's workers."""
+    return rows * width >= PARALLEL_ELEMENTS and rows > 1
+
+
+def _by_block(team: bool, rows: int, width: int, kernel: Callable[[], Any],
+              arrays: tuple[Any, ...], values: tuple[Any, ...]) -> bool:
+    """Run kernel (a team kernel) on block(*values): on the OpenMP team where team, and while
+    a replay records (kernels/replay.py) on the calling thread alone where the rows would run
+    there anyway, so that the call can be replayed; True where it ran, False where the
+    caller's own loop is to run (arrays not all float32 C-contiguous, or no block path)."""
+    if not team_arrays(*arrays):
+        return False
+    if team:
+        run_on_team(kernel(), block(*values))
+        return True
+    if replay.active is not None and not _spread(rows, width) and gomp_loaded():
+        run_here(kernel(), block(*values))
+        return True
+    return False
 
 
 class RowKernel(AnyShape):
     """A row op over the last axis reading its arrays' rows and width at each call: one kernel
     serves every shape of its rank that is not empty (a symbolic module keeps it by size class
-    instead of preparing a norm per new prompt shape: a LLaMA stream's 31 shapes made 31)."""
+    instead of preparing a norm per new prompt shape: a LLaMA stream's 31 shapes made 31).
+    Its run returns True where the call was one team kernel on a block (replay.whole_call)."""
+
+    def __call__(self, *arrays: Any) -> None:
+        if self.run(*arrays) and replay.active is not None:
+            replay.whole_call(self)
 
     def serves(self, shapes: Sequence[tuple[int, ...]]) -> bool:
         return all(int(d) > 0 for shape in shapes for d in shape)
@@ -377,7 +406,7 @@ def layer_norm_rows(shape: tuple[int, ...], epsilon: float, center: bool, scale:
     ahead = OtherPath(_layer_norm_team, _layer_norm_rows)
     filled: dict[tuple[int, Any], tuple[Any, Any]] = {}  # (width, dtype): stand-ins
 
-    def run(x: Any, gamma: Any, beta: Any, out: Any) -> None:
+    def run(x: Any, gamma: Any, beta: Any, out: Any) -> bool:
         rows, width = _rows_of(x)
         if scale and center:
             g, b = gamma, beta
@@ -392,10 +421,11 @@ def layer_norm_rows(shape: tuple[int, ...], epsilon: float, center: bool, scale:
         team = team_ok and on_team_size(rows, width)
         if ahead.pending:
             ahead.load(team, x2, g, b, o2, epsilon, 0, 0)
-        if team and team_arrays(x2, g, b, o2):
-            run_on_team(_layer_norm_team(), block(x2, o2, rows, width, g, b, float(epsilon)))
-            return
+        if _by_block(team, rows, width, _layer_norm_team, (x2, g, b, o2),
+                     (x2, o2, rows, width, g, b, float(epsilon))):
+            return True
         _split(rows, width, lambda lo, hi: _layer_norm_rows(x2, g, b, o2, epsilon, lo, hi))()
+        return False
     return RowKernel(run)
 
 
@@ -406,17 +436,18 @@ def rms_norm_rows(shape: tuple[int, ...], epsilon: float) -> RowKernel:
     team_ok = available()
     ahead = OtherPath(_rms_norm_team, _rms_norm_rows)
 
-    def run(x: Any, gamma: Any, out: Any) -> None:
+    def run(x: Any, gamma: Any, out: Any) -> bool:
         rows, width = _rows_of(x)
         x2 = x.reshape(rows, width)
         o2 = out.reshape(rows, width)
         team = team_ok and on_team_size(rows, width)
         if ahead.pending:
             ahead.load(team, x2, gamma, o2, epsilon, 0, 0)
-        if team and team_arrays(x2, gamma, o2):
-            run_on_team(_rms_norm_team(), block(x2, o2, rows, width, gamma, float(epsilon)))
-            return
+        if _by_block(team, rows, width, _rms_norm_team, (x2, gamma, o2),
+                     (x2, o2, rows, width, gamma, float(epsilon))):
+            return True
         _split(rows, width, lambda lo, hi: _rms_norm_rows(x2, gamma, o2, epsilon, lo, hi))()
+        return False
     return RowKernel(run)
 
 
@@ -430,7 +461,7 @@ def softmax_rows(shape: tuple[int, ...]) -> RowKernel:
              ((False, _softmax_team, _softmax_rows), (True, _softmax_team_wide,
                                                       _softmax_rows_wide))}
 
-    def run(x: Any, out: Any) -> None:
+    def run(x: Any, out: Any) -> bool:
         rows, width = _rows_of(x)
         x2 = x.reshape(rows, width)
         o2 = out.reshape(rows, width)
@@ -441,10 +472,10 @@ def softmax_rows(shape: tuple[int, ...]) -> RowKernel:
         team_fn, rows_fn, ahead = paths[wide_rows(width)]
         if ahead.pending:
             ahead.load(team, x2, o2, 0, 0, one)
-        if team and team_arrays(x2, o2):
-            run_on_team(team_fn(), block(x2, o2, rows, width))
-            return
+        if _by_block(team, rows, width, team_fn, (x2, o2), (x2, o2, rows, width)):
+            return True
         _split(rows, width, lambda lo, hi: rows_fn(x2, o2, lo, hi, one))()
+        return False
     return RowKernel(run)
 
 

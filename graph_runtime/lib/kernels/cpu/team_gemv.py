@@ -71,6 +71,7 @@ from .... import settings
 from ...._timing import MIN_SPEEDUP, Race, Verdict, sampler
 from ...library import InputVersion
 from ...tuning import Choice
+from .. import replay
 from ..address import address_of
 from ..derived import DerivesFromInputs, derived_of, shared_list_watched_by
 from ..onednn.weights import aligned_buffer
@@ -487,7 +488,12 @@ class TeamGemv(DerivesFromInputs):
             self._copying_product(a, weight, out)
         else:
             made[1][COUNTER] = 0  # no row taken yet
+            if replay.active is not None:
+                replay.active.team(made[3], made[1], made[2] + COUNTER * made[1].itemsize)
+                replay.note_arrays([a, weight, out])
             run_at(made[3], made[2])
+            if self.tail is None:
+                replay.whole_call(self)
         if self.tail is not None:
             # its rows as one block on this thread: a tail's own call may hand a wide output
             # (8 rows of a vocabulary) to the runtime's workers, beside the team's spinning

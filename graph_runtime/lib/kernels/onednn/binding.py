@@ -23,6 +23,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 from .... import settings
 from ....errors import LibraryError
+from .. import replay
 from .abi import (
     RESTYPES,
     SIGNATURES,
@@ -261,6 +262,28 @@ def use_threads(n: int) -> None:
     _thread_state.n = n
 
 
+def threads_in_use() -> int | None:
+    """The OpenMP thread count use_threads last gave oneDNN on the calling thread (None:
+    never set here)."""
+    return getattr(_thread_state, "n", None)
+
+
+def thread_stream() -> int:
+    """The calling thread's oneDNN stream handle (a replay executes on it)."""
+    return int(_lib().stream().value or 0)
+
+
+def aligned_scratch(nbytes: int) -> Any:
+    """A scratchpad buffer of nbytes on oneDNN's preferred alignment."""
+    from .weights import aligned_buffer
+    return aligned_buffer(nbytes)
+
+
+def library_path() -> str:
+    """The path the loaded library came from (a compiled loop links its functions)."""
+    return _lib().path
+
+
 def run_on_worker(primitive: "Primitive") -> None:
     """One work item on a runtime worker (policy.py's workers mode), oneDNN single-threaded
     there."""
@@ -490,6 +513,8 @@ class Primitive:
     def run(self) -> None:
         """Execute on this thread's stream (blocking: the CPU engine runs in the caller's
         threads), with this thread's scratchpad."""
+        if replay.active is not None:
+            replay.active.primitive(self)
         if self._scratch is not None:
             self._scratch.bind_address(_thread_scratchpad(self.pd.scratchpad_bytes))
         status = self._execute(self.handle, self._lib.stream(), self._count, self._address)

@@ -18,6 +18,7 @@ from ...._lru import LruCache
 from ....errors import LibraryError
 from ... import tuning
 from ..threads import parallel_images
+from .. import replay
 from ..derived import DerivesFromInputs
 from . import abi
 from . import binding as dn
@@ -580,6 +581,9 @@ class OnednnMatmul(DerivesFromInputs):
             items[0][0].run()
             if after is not None:
                 after.run_block(0, self.shape[1], 0, self.shape[2], self.shape[2], self._flat)
+            elif replay.active is not None and (not self.two_d or self.weight.direct
+                                                or not self._volatile()):
+                replay.whole_call(self)  # a weight derived anew each run is not
             return
         if after is None:
             parallel_images(len(items), self.workers, lambda worker, i: dn.run_on_worker(items[i][0]))

@@ -40,7 +40,7 @@ class NhwcFeaturesMatmul(DerivesFromInputs):
             # (K, N): the product reads it plain
             permute_features(weight.T if self.trans_b else weight, self.permuted, self.chw,
                              trans_b=False)
-            self._written.value += 1
+            self._written.count()
         self.inner(features, self.permuted, *rest)
 
     @property
