@@ -229,7 +229,7 @@ class PreparedChain(PreparedKernel):
             for slot, source, view in self._views:
                 viewed[slot] = view(viewed[source])
             slots = tuple(viewed)
-        recording = replay.active
+        recording = None if replay.active is None else replay.active.here()
         if recording is None:
             for fn, pick in self._steps:
                 fn(*pick(slots))

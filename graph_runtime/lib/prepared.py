@@ -213,8 +213,8 @@ class AnyShape(PreparedKernel):
     (a NumPy ufunc writing into out): a symbolic module keeps it by its arrays' ranks
     (PreparedKernel.shape_free), so no new length or size class prepares it again."""
 
-    def __init__(self, run: Callable[..., None]) -> None:
-        self.run = run
+    def __init__(self, run: Callable[..., Any]) -> None:
+        self.run = run  # (what it returns is its subclass's: RowKernel's word for a replay)
 
     def __call__(self, *arrays: Any) -> None:
         self.run(*arrays)

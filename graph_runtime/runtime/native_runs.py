@@ -18,120 +18,17 @@ stream and an OpenMP team belong to a thread). GRAPH_RUNTIME_REPLAY=off turns it
 """
 from __future__ import annotations
 
-import ctypes
 import logging
 import threading
 from typing import Any, Callable, Sequence
 
-import numpy as np
-
 from .. import settings
-from ..errors import LibraryError
 from ..lib.kernels import replay
 from ..lib.library import InputVersion
 from .steps import PreparedCall
 
 log = logging.getLogger("graph_runtime")
-Call = tuple[Callable[..., Any], Sequence[Any]]
-
-
-def _bounds(arrays: Sequence[Any]) -> list[tuple[int, int]]:
-    """[low, high) byte ranges of the NumPy arrays among arrays (views, any strides)."""
-    found = []
-    for a in arrays:
-        if isinstance(a, np.ndarray) and a.size:
-            low = high = a.__array_interface__["data"][0]
-            for size, stride in zip(a.shape, a.strides):
-                reach = (size - 1) * stride
-                low, high = (low + reach, high) if reach < 0 else (low, high + reach)
-            found.append((low, high + a.itemsize))
-    return found
-
-
-def _inside(address: int, nbytes: int, bounds: list[tuple[int, int]]) -> bool:
-    return any(low <= address and address + nbytes <= high for low, high in bounds)
-
-
-def replayable(step: PreparedCall, fn: Callable[..., Any], args: Sequence[Any],
-               recording: replay.Recording) -> str:
-    """Why this step's recording cannot be replayed, or "" when it can."""
-    if recording.refused:
-        return recording.refused
-    if recording.declared is not fn:
-        return "its kernel did not vouch for the calls recorded"
-    if not recording.calls:
-        return "no foreign call recorded"
-    if len(recording.threads) != 1 or None in recording.threads:
-        return "its calls ran with different or unset OpenMP thread counts"
-    bounds = _bounds(list(args) + recording.arrays)
-    for call in recording.calls:
-        if isinstance(call, replay.PrimitiveCall):
-            for _, desc, address, held in call.memories:
-                if not _inside(address, desc.size(), bounds + _bounds([held])):
-                    return (f"a oneDNN memory at {address:#x} lies outside the step's arrays "
-                            f"and the array its memory holds")
-    return ""
-
-
-class Replay:
-    """Consecutive steps' recorded calls, run by one call of the compiled loop."""
-
-    def __init__(self, steps: list[PreparedCall], recordings: list[replay.Recording],
-                 threads: int) -> None:
-        from ..lib.kernels.cpu.replay_loop import replay_loop
-        from ..lib.kernels.onednn import binding
-        self.steps = steps
-        self.threads = threads
-        self.loop = replay_loop()
-        self.thread = threading.get_ident()
-        calls = [call for r in recordings for call in r.calls]
-        self.kept: list[Any] = [r.arrays for r in recordings] + [calls]
-        rows = []
-        self.step_of_row: list[int] = []
-        scratch_bytes = max((c.scratch_bytes for c in calls
-                             if isinstance(c, replay.PrimitiveCall)), default=0)
-        self.scratch = binding.aligned_scratch(scratch_bytes) if scratch_bytes else None
-        for index, recording in enumerate(recordings):
-            for call in recording.calls:
-                self.step_of_row.append(index)
-                if isinstance(call, replay.TeamCall):
-                    rows.append((replay.TEAM, call.address, call.block.ctypes.data,
-                                 call.counter, call.threads))
-                    continue
-                args, address = self._arguments(call)
-                rows.append((replay.ONEDNN, call.primitive.handle.value, len(args), address, 0))
-        self.table = np.array(rows, np.int64).reshape(-1, replay.COLUMNS)
-        self.status = np.zeros(1, np.int64)
-        self.stream = binding.thread_stream()
-        self._call = (self.table.ctypes.data, len(rows), self.stream,
-                      self.status.ctypes.data)
-
-    def _arguments(self, call: replay.PrimitiveCall) -> tuple[Any, int]:
-        """The execute arguments of memories of this replay's own, at the recorded addresses."""
-        from ..lib.kernels.onednn import binding
-        from ..lib.kernels.onednn.abi import ARG_SCRATCHPAD, ExecArg
-        memories = []
-        for arg, desc, address, _ in call.memories:
-            memory = binding.Memory(desc)
-            memory.bind_address(address)
-            memories.append((arg, memory))
-        if call.scratch_desc is not None:
-            memory = binding.Memory(call.scratch_desc)
-            memory.bind_address(self.scratch.ctypes.data)
-            memories.append((ARG_SCRATCHPAD, memory))
-        args = (ExecArg * len(memories))(*[ExecArg(arg, m.handle) for arg, m in memories])
-        self.kept.append((memories, args))
-        return args, ctypes.addressof(args)
-
-    def __call__(self) -> None:
-        failed = self.loop(*self._call)
-        if failed >= 0:
-            from ..lib.kernels.onednn.abi import STATUS_NAMES
-            step = self.steps[self.step_of_row[failed]]
-            status = int(self.status[0])
-            raise LibraryError(f"{step.label} ({step.func_name} on {step.device}) failed: "
-                               f"oneDNN dnnl_primitive_execute (replayed) failed: "
-                               f"{STATUS_NAMES.get(status, status)}")
+Call = tuple[Callable[..., Any], Any]  # a function and its argument list
 
 
 class NativeRuns:
@@ -146,7 +43,8 @@ class NativeRuns:
         self.state = "warming"  # -> recording -> replaying (or plain: nothing to replay)
         self.plan: list[Call] = []
         self.plan_steps: list[PreparedCall] = []
-        self.replays: list[Replay] = []
+        self.replays: list[replay.Replay] = []
+        self.replayed = 0  # steps the replays run
         self.reasons: dict[int, str] = {}  # step index: why it is not replayed
         self._changes = -1
         self._thread = 0
@@ -154,113 +52,75 @@ class NativeRuns:
     def invalidate(self) -> None:
         """What the steps read moved (a rebind, a new plan): record again after a plain run."""
         self.state, self.plan, self.plan_steps, self.replays = "warming", [], [], []
+        self.replayed = 0
 
     def run(self) -> None:
         if self.state == "replaying":
-            if InputVersion.changes == self._changes and threading.get_ident() == self._thread \
-                    and all(_threads_now() == r.threads for r in self.replays[:1]):
-                self.run_calls(self.plan, self.plan_steps)
-                return
-            if threading.get_ident() != self._thread:
+            if threading.get_ident() != self._thread:  # another thread's stream and team
                 self.run_calls(self.calls, self.steps)
                 return
-            self.invalidate()
-        if self.state == "warming" or replay.active is not None:
-            self.run_calls(self.calls, self.steps)
-            if self.state == "warming":
-                self.state = "recording"
-            return
-        if self.state == "recording":
+            if InputVersion.changes == self._changes:
+                self.run_calls(self.plan, self.plan_steps)
+                return
+            self.invalidate()  # a write counter moved: derived data may be made again
+        if self.state == "recording" and replay.recording_here() is None:
             self._record()
             return
         self.run_calls(self.calls, self.steps)
+        if self.state == "warming":
+            self.state = "recording"
 
     def _record(self) -> None:
-        """Run each step with its foreign calls recorded, then make the replays."""
-        recordings: list[replay.Recording | None] = []
+        """Run each step with its foreign calls recorded, then plan the replays."""
+        found: list[tuple[replay.Recording | None, str]] = []
         changes = InputVersion.changes
 
-        def recorded(index: int, fn: Callable[..., Any]) -> Callable[..., None]:
+        def recorded(fn: Callable[..., Any]) -> Callable[..., None]:
             def call(*args: Any) -> None:
-                recording = replay.start()
-                try:
-                    fn(*args)
-                finally:
-                    if recording is not None:
-                        replay.stop(recording)
-                recordings[index] = recording
+                found.append(replay.record(fn, args))
             return call
-        recordings.extend([None] * len(self.calls))
-        self.run_calls([(recorded(i, fn), args) for i, (fn, args) in enumerate(self.calls)],
-                       self.steps)
-        if InputVersion.changes != changes:  # a kernel derived data while recorded: again
-            return
-        self._plan(recordings)
+        self.run_calls([(recorded(fn), args) for fn, args in self.calls], self.steps)
+        if InputVersion.changes == changes:  # else a counter moved meanwhile: record again
+            self._plan(found)
 
-    def _plan(self, recordings: list[replay.Recording | None]) -> None:
-        self.reasons = {}
-        ok: list[int | None] = []  # per step: its calls' thread count where replayable
-        for index, ((fn, args), step, recording) in enumerate(zip(self.calls, self.steps,
-                                                                  recordings)):
-            why = "recorded inside another recording" if recording is None else \
-                replayable(step, fn, args, recording)
-            if why:
-                self.reasons[index] = why
-                ok.append(None)
-            else:
-                assert recording is not None
-                ok.append(next(iter(recording.threads)))
+    def _plan(self, found: list[tuple[replay.Recording | None, str]]) -> None:
+        """Stretches of two or more replayable steps of one thread count become replays."""
+        self.reasons = {i: why for i, (recording, why) in enumerate(found) if recording is None}
+
+        def threads(index: int) -> int | None:
+            recording = found[index][0]
+            return None if recording is None else next(iter(recording.threads))
         plan: list[Call] = []
         plan_steps: list[PreparedCall] = []
         replays = []
         index = 0
         while index < len(self.calls):
             end = index
-            while end < len(self.calls) and ok[end] is not None and ok[end] == ok[index]:
+            while end < len(self.calls) and threads(end) is not None and \
+                    threads(end) == threads(index):
                 end += 1
-            if end - index >= 2:
-                threads = ok[index]
-                assert threads is not None
-                made = Replay(self.steps[index:end], [r for r in recordings[index:end]
-                                                      if r is not None], threads)
-                replays.append(made)
-                plan.append((_with_threads(made, threads), ()))
+            if end - index < 2:
+                plan.append(self.calls[index])
                 plan_steps.append(self.steps[index])
-                index = end
+                index += 1
                 continue
-            plan.append(self.calls[index])
-            plan_steps.append(self.steps[index])
-            index += 1
-        self.replays = replays
+            steps = self.steps[index:end]
+            made = replay.Replay([r for r, _ in found[index:end] if r is not None],
+                                 [f"{s.label} ({s.func_name} on {s.device})" for s in steps])
+            replays.append(made)
+            plan.append((made, ()))
+            plan_steps.append(steps[0])
+            self.replayed += len(steps)
+            index = end
         if not replays:
             self.state = "plain"
             return
-        self.plan, self.plan_steps = plan, plan_steps
+        self.plan, self.plan_steps, self.replays = plan, plan_steps, replays
         self._changes = InputVersion.changes
         self._thread = threading.get_ident()
         self.state = "replaying"
-        log.debug("%s: %d of %d steps replayed in %d calls", self.source,
-                  sum(len(r.steps) for r in replays), len(self.calls), len(replays))
-
-    def replayed_steps(self) -> int:
-        """How many steps the replays run (0 before the recording run)."""
-        return sum(len(r.steps) for r in self.replays)
-
-
-def _threads_now() -> int | None:
-    from ..lib.kernels.onednn import binding
-    return binding.threads_in_use()
-
-
-def _with_threads(made: Replay, threads: int) -> Callable[[], None]:
-    """made, run after giving oneDNN's team its recorded thread count on this thread."""
-    from ..lib.kernels.onednn import binding
-    use = binding.use_threads
-
-    def run() -> None:
-        use(threads)
-        made()
-    return run
+        log.debug("%s: %d of %d steps replayed in %d calls", self.source, self.replayed,
+                  len(self.calls), len(replays))
 
 
 def native_runs(steps: list[PreparedCall], calls: list[Call],

@@ -19,10 +19,14 @@ the arrays block() read.
 """
 from __future__ import annotations
 
+import ctypes
 import threading
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
+
+from ... import settings
+from ...errors import LibraryError
 
 TEAM = 0  # ops table kinds: a team kernel (GOMP_parallel) ...
 ONEDNN = 1  # ... or a oneDNN primitive executed (dnnl_primitive_execute)
@@ -54,22 +58,13 @@ class Recording:
     """What one step's call did by foreign calls, on the thread recording it."""
 
     def __init__(self) -> None:
-        self.thread = threading.get_ident()
         self.calls: list[PrimitiveCall | TeamCall] = []
         self.arrays: list[Any] = []  # what the blocks point into (block()): kept by the replay
         self.threads: set[int | None] = set()  # OpenMP team sizes the calls ran with
         self.declared: Any = None  # the kernel that said the calls were its whole work
         self.refused = ""  # why the step cannot be replayed, when a call said so
 
-    def _here(self) -> bool:
-        if threading.get_ident() == self.thread:
-            return True
-        self.refused = "a foreign call ran on another thread"
-        return False
-
     def primitive(self, primitive: Any) -> None:
-        if not self._here():
-            return
         from .onednn import binding
         memories = []
         scratch = primitive._scratch
@@ -83,32 +78,63 @@ class Recording:
         self.threads.add(binding.threads_in_use())
 
     def team(self, address: int, block: np.ndarray, counter: int = 0, threads: int = 0) -> None:
-        if not self._here():
-            return
         from .onednn import binding
         self.calls.append(TeamCall(int(address), block, int(counter), threads))
         self.threads.add(binding.threads_in_use())
 
 
-active: Recording | None = None  # the recording in progress, on its thread (one at a time)
+class _Recordings:
+    """The recordings in progress, one per recording thread: a foreign call made on another
+    thread (a runtime worker's, another module's) is not its step's."""
+
+    def __init__(self) -> None:
+        self.by_thread: dict[int, Recording] = {}
+
+    def here(self) -> Recording | None:
+        return self.by_thread.get(threading.get_ident())
+
+    def primitive(self, primitive: Any) -> None:
+        recording = self.here()
+        if recording is not None:
+            recording.primitive(primitive)
+
+    def team(self, address: int, block: np.ndarray, counter: int = 0, threads: int = 0) -> None:
+        recording = self.here()
+        if recording is not None:
+            recording.team(address, block, counter, threads)
+
+
+_recordings = _Recordings()
+# _recordings while any thread records, else None: the one check the per-call paths make
+active: _Recordings | None = None
 _lock = threading.Lock()
 
 
+def recording_here() -> Recording | None:
+    """The calling thread's recording in progress, if any."""
+    return None if active is None else active.here()
+
+
 def start() -> Recording | None:
-    """A recording of the next call on this thread; None while another one is in progress
+    """A recording of the next call on this thread; None while this thread records already
     (a sub-module run from inside a recorded step)."""
     global active
     with _lock:
-        if active is not None:
+        thread = threading.get_ident()
+        if thread in _recordings.by_thread:
             return None
-        active = Recording()
-        return active
+        recording = _recordings.by_thread[thread] = Recording()
+        active = _recordings
+        return recording
 
 
 def stop(recording: Recording) -> None:
     global active
     with _lock:
-        if active is recording:
+        thread = threading.get_ident()
+        if _recordings.by_thread.get(thread) is recording:
+            del _recordings.by_thread[thread]
+        if not _recordings.by_thread:
             active = None
 
 
@@ -116,13 +142,148 @@ def whole_call(kernel: Any) -> None:
     """Said by kernel, a step's function, on a path where its call was nothing but the foreign
     calls recorded (primitive runs, team kernels) on arrays that stay where they are while the
     step's arguments and its inputs' write counters do not change."""
-    recording = active
-    if recording is not None and recording.thread == threading.get_ident():
+    recording = recording_here()
+    if recording is not None:
         recording.declared = kernel
 
 
 def note_arrays(arrays: list[Any]) -> None:
-    """The arrays a team kernel's block points into (omp_team.block), kept by a replay."""
-    recording = active
-    if recording is not None and recording.thread == threading.get_ident():
+    """Arrays the recorded calls reach by address (a team kernel's block's: omp_team.block),
+    kept by a replay."""
+    recording = recording_here()
+    if recording is not None:
         recording.arrays.extend(arrays)
+
+
+def _bounds(arrays: Sequence[Any]) -> list[tuple[int, int]]:
+    """[low, high) byte ranges of the NumPy arrays among arrays (views, any strides)."""
+    found = []
+    for a in arrays:
+        if isinstance(a, np.ndarray) and a.size:
+            low = high = a.__array_interface__["data"][0]
+            for size, stride in zip(a.shape, a.strides):
+                reach = (size - 1) * stride
+                low, high = (low + reach, high) if reach < 0 else (low, high + reach)
+            found.append((low, high + a.itemsize))
+    return found
+
+
+def refusal(fn: Any, args: Sequence[Any], recording: Recording) -> str:
+    """Why the recording of fn(*args) cannot be replayed, or "" when it can: fn vouched for
+    it, its calls ran with one OpenMP thread count, and every oneDNN memory's first byte lies
+    in one of args or in the array the memory held (a strided descriptor's size counts from
+    its buffer's start: a head's view of fused q, k, v reaches past its own offset)."""
+    if recording.refused:
+        return recording.refused
+    if recording.declared is not fn:
+        return "its kernel did not vouch for the calls recorded"
+    if not recording.calls:
+        return "no foreign call recorded"
+    if len(recording.threads) != 1 or None in recording.threads:
+        return "its calls ran with different or unset OpenMP thread counts"
+    bounds = _bounds(list(args) + recording.arrays)
+    for call in recording.calls:
+        if isinstance(call, PrimitiveCall):
+            for _, _, address, held in call.memories:
+                if not any(low <= address < high for low, high in bounds + _bounds([held])):
+                    return (f"a oneDNN memory at {address:#x} lies outside the step's arrays "
+                            f"and the array its memory held")
+    return ""
+
+
+def record(fn: Callable[..., Any], args: Sequence[Any]) -> tuple[Recording | None, str]:
+    """fn(*args) called once with its foreign calls recorded: the recording, or None and why
+    it cannot be replayed."""
+    recording = start()
+    if recording is None:
+        fn(*args)
+        return None, "recorded inside another recording"
+    try:
+        fn(*args)
+    finally:
+        stop(recording)
+    why = refusal(fn, args, recording)
+    return (None, why) if why else (recording, "")
+
+
+class Replay:
+    """Recordings of consecutive calls (all replayable, one OpenMP thread count), run by one
+    call of the compiled loop on the recording thread. names: what each recording's call was,
+    for the error of a primitive that fails."""
+
+    def __init__(self, recordings: Sequence[Recording], names: Sequence[str]) -> None:
+        from .cpu.replay_loop import replay_loop
+        from .onednn import binding
+        self.names = list(names)
+        threads = next(iter(recordings[0].threads))
+        assert threads is not None  # (refusal: one count, set)
+        self.threads = threads
+        self.loop = replay_loop()
+        calls = [call for r in recordings for call in r.calls]
+        self.kept: list[Any] = [r.arrays for r in recordings] + [calls]
+        scratch_bytes = max((c.scratch_bytes for c in calls if isinstance(c, PrimitiveCall)),
+                            default=0)
+        self.scratch = binding.aligned_scratch(scratch_bytes) if scratch_bytes else None
+        rows = []
+        self.call_of_row: list[int] = []
+        for index, recording in enumerate(recordings):
+            for call in recording.calls:
+                self.call_of_row.append(index)
+                if isinstance(call, TeamCall):
+                    rows.append((TEAM, call.address, call.block.ctypes.data, call.counter,
+                                 call.threads))
+                else:
+                    count, address = self._arguments(call)
+                    rows.append((ONEDNN, call.primitive.handle.value, count, address, 0))
+        self.table = np.array(rows, np.int64).reshape(-1, COLUMNS)
+        self.status = np.zeros(1, np.int64)
+        self._use_threads = binding.use_threads
+        self._call = (self.table.ctypes.data, len(rows), binding.thread_stream(),
+                      self.status.ctypes.data)
+
+    def _arguments(self, call: PrimitiveCall) -> tuple[int, int]:
+        """The execute arguments, count and address, of memories of this replay's own at the
+        recorded addresses (the primitive's own memories are left as its kernel bound them)."""
+        from .onednn import binding
+        from .onednn.abi import ARG_SCRATCHPAD, ExecArg
+        memories = []
+        for arg, desc, address, _ in call.memories:
+            memory = binding.Memory(desc)
+            memory.bind_address(address)
+            memories.append((arg, memory))
+        if call.scratch_desc is not None:
+            assert self.scratch is not None
+            memory = binding.Memory(call.scratch_desc)
+            memory.bind_address(self.scratch.ctypes.data)
+            memories.append((ARG_SCRATCHPAD, memory))
+        args = (ExecArg * len(memories))(*[ExecArg(arg, m.handle) for arg, m in memories])
+        self.kept.append((memories, args))
+        return len(memories), ctypes.addressof(args)
+
+    def __call__(self) -> None:
+        self._use_threads(self.threads)  # as each recorded call had it (one check when set)
+        failed = self.loop(*self._call)
+        if failed >= 0:
+            from .onednn.abi import STATUS_NAMES
+            status = int(self.status[0])
+            raise LibraryError(f"{self.names[self.call_of_row[failed]]}: oneDNN "
+                               f"dnnl_primitive_execute (replayed) failed: "
+                               f"{STATUS_NAMES.get(status, status)}")
+
+
+def timing_word() -> str:
+    """", replayed" where the tuning service times kernels as replays (replayed_call), for its
+    keys: a choice timed with each call made from Python is not taken for one timed so."""
+    return ", replayed" if settings.word(settings.REPLAY) == "on" else ""
+
+
+def replayed_call(fn: Callable[..., Any], args: Sequence[Any]) -> Callable[[], None] | None:
+    """fn(*args) as a one-call replay (a kernel timed as it will run in a replayed module:
+    the tuning service's races), or None where it cannot be (called once meanwhile)."""
+    from .onednn import binding
+    if settings.word(settings.REPLAY) == "off" or not binding.available():
+        return None
+    recording, _ = record(fn, args)
+    if recording is None:
+        return None
+    return Replay([recording], [getattr(fn, "__name__", type(fn).__name__)])

@@ -29,7 +29,9 @@ from ...tunable import Candidate, TunableOp
 from ...tuning import Choice
 from . import jit_setup
 from .loops_jit import compiled, inlined, lane_dot
-from .omp_team import block, float32_at, my_rows, run_on_team, team_arrays, team_kernel
+from .. import replay
+from .omp_team import (block, float32_at, gomp_loaded, my_rows, run_here, run_on_team,
+                       team_arrays, team_kernel)
 from .rows_jit import OtherPath, _exp_sum32, _exp_sum32_wide, on_team, softmax_row
 from .vector_width import wide_rows, wide_vectors
 from ..heads import head_view
@@ -396,7 +398,8 @@ class AttentionKernel(PreparedKernel):
         return AttentionSite(self, ViewsOf())
 
     def __call__(self, *arrays: Any) -> None:
-        self.run_with(self._views_of, arrays)
+        if self.run_with(self._views_of, arrays) and replay.active is not None:
+            replay.whole_call(self)
 
     def _views(self, seen: ViewsOf, arrays: tuple[Any, ...]) -> tuple[Any, ...]:
         """(q heads, k heads transposed, v heads, out heads, mask, oneDNN's products, and for
@@ -450,8 +453,10 @@ class AttentionKernel(PreparedKernel):
     def _team_pass(self, mask: Any) -> Any:
         """The block of _scale_mask_softmax_team over the scores and this call's mask, or None
         where the compiled pass runs on this thread (no team, or arrays it cannot read)."""
-        if not self.team:
-            return None
+        return self._pass_block(mask) if self.team else None
+
+    def _pass_block(self, mask: Any) -> Any:
+        """_team_pass's block, the team aside (None: arrays it cannot read)."""
         if mask is None:
             return block(self.scores, *self.full, 0, 1, 1, 1, self.scale, self.nan_to_zero)
         if mask.shape != self.mask_shape or not team_arrays(self.scores, mask):
@@ -459,9 +464,10 @@ class AttentionKernel(PreparedKernel):
         return block(self.scores, *self.full, mask, *mask.shape[:3], self.scale,
                      self.nan_to_zero)
 
-    def run_with(self, seen: ViewsOf, arrays: tuple[Any, ...]) -> None:
+    def run_with(self, seen: ViewsOf, arrays: tuple[Any, ...]) -> bool:
         """Compute over arrays, with the views seen keeps (made again where they are not of
-        these arrays)."""
+        these arrays); True where the work was oneDNN's products and team kernels alone
+        (replay.whole_call: the scores it keeps are noted for a replay to hold)."""
         qh, kt, vh, oh, mask, products, *grouped = self._views(seen, arrays)
         scores, blocks, group = self.scores, self.blocks, self.heads // self.kv_heads
         scale, one, nan_to_zero, has_mask = self.typed_scale, self.one, self.nan_to_zero, \
@@ -495,7 +501,7 @@ class AttentionKernel(PreparedKernel):
                 products.qk(0)  # scaled and masked as its post-ops
                 products.softmax()
                 products.pv(0)
-                return
+                return self._replayable()
             if products is not None:
                 products.qk(0)
             elif grouped:
@@ -505,18 +511,35 @@ class AttentionKernel(PreparedKernel):
             if self._ahead.pending:
                 self._ahead.load(seen.team_block is not None, scores, mask, 0, 0, 0, scale,
                                  one, nan_to_zero, has_mask)
-            if seen.team_block is not None:
+            by_block = seen.team_block is not None
+            if by_block:
                 run_on_team(self._pass_team(), seen.team_block)
             else:
-                self._pass(scores, mask, 0, 0, 0, scale, one, nan_to_zero, has_mask)
+                # recorded for a replay: the team's pass on this thread alone, as replayed
+                here = self._pass_block(arrays[3] if has_mask else None) \
+                    if replay.recording_here() is not None and \
+                    products is not None and gomp_loaded() else None
+                by_block = here is not None
+                if here is not None:
+                    run_here(self._pass_team(), here)
+                else:
+                    self._pass(scores, mask, 0, 0, 0, scale, one, nan_to_zero, has_mask)
             if products is not None:
                 products.pv(0)
-            elif grouped:
+                return by_block and self._replayable()
+            if grouped:
                 np.matmul(grouped[4], grouped[2], out=grouped[3])
             else:
                 np.matmul(scores, vh, out=oh)
-            return
+            return False
         parallel_images(len(blocks), self.workers, block)
+        return False
+
+    def _replayable(self) -> bool:
+        """True, the scores (which the products and the pass reach by address) noted for a
+        replay to keep."""
+        replay.note_arrays([self.scores])
+        return True
 
 
 class AttentionSite:
@@ -528,4 +551,5 @@ class AttentionSite:
         self.seen = seen
 
     def __call__(self, *arrays: Any) -> None:
-        self.kernel.run_with(self.seen, arrays)
+        if self.kernel.run_with(self.seen, arrays) and replay.active is not None:
+            replay.whole_call(self)

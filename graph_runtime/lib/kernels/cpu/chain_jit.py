@@ -696,7 +696,8 @@ class CompiledChain(PreparedKernel):
         ins = flat[:-1]
         fn, inner, metas = geometry.fn, geometry.inner, geometry.metas
         if geometry.workers == 1:
-            if replay.active is not None and geometry.here is not None and gomp_loaded():
+            if replay.active is not None and geometry.here is not None and \
+                    replay.active.here() is not None and gomp_loaded():
                 run_here(geometry.here(), team_block(geometry, out, ins))
                 return True
             fn(0, size, inner, out, *ins, *metas)

@@ -19,6 +19,7 @@ import numpy as np
 from .... import settings
 from ...._timing import Race, Verdict, sampler
 from ...conv_params import ConvParams
+from .. import replay
 from ...library import InputVersion
 from ...tunable import Candidate, TunableOp
 from ...tuning import Choice
@@ -137,7 +138,8 @@ def conv2d_cpu(p: ConvParams, epilogue: Epilogue, strategy: str | None = None) -
     bias = " bias folded" if epilogue.channel_bias() is not None else ""
     # NOTE: whether oneDNN is offered is part of the key: it may be offered in one create() and
     # turned off (GRAPH_RUNTIME_ONEDNN=off) in the next, and each keeps its own entry.
-    onednn = f" onednn(nhwc, {mode_word()})" if "onednn" in names else ""
+    onednn = f" onednn(nhwc, {mode_word()}{replay.timing_word()})" if "onednn" in names \
+        else ""
     key = f"{p.key()} epilogue {kinds}{bias}{onednn}"
     # The base stays unless another is clearly faster: on a busy machine a parallel candidate's
     # timing swings widely, and a lucky sample must not pick it. oneDNN's conv is the base where

@@ -15,6 +15,7 @@ from ...library import InputVersion
 from ...prepared import capabilities
 from ...tunable import Candidate, TunableOp
 from ...tuning import Choice, in_size_class_scope
+from .. import replay
 from ..threads import ONE_BLAS_THREAD
 from .dense_tiles import SPREAD_FLOPS, DenseTiles, tilings, tiles
 from .omp_team import wake_team
@@ -70,7 +71,8 @@ class DenseSpec:
         from ..onednn.policy import mode_word
         return (f"{self.dtype} batch {self.batch} m {self.m} n {self.n} k {self.k} "
                 f"trans_a {int(self.trans_a)} trans_b {int(self.trans_b)} a_batches "
-                f"{self.a_batches} b_batches {self.b_batches} ({mode_word()})")
+                f"{self.a_batches} b_batches {self.b_batches} ({mode_word()}"
+                f"{replay.timing_word()})")
 
 
 def _tiled(s: DenseSpec) -> bool:
@@ -244,14 +246,17 @@ def _race(race: Race, spec: DenseSpec, names: Sequence[str]) -> Verdict:
 
 def _source(kernel: Any, arrays: Sequence[np.ndarray], threaded: bool) -> Source:
     """kernel's timing source: threaded, 8 calls a sample with OpenBLAS's threads free (a
-    PaddedGemv on its own buffer); else one call after a pause with OpenBLAS at one thread."""
+    PaddedGemv on its own buffer); else one call after a pause with OpenBLAS at one thread, as
+    a replayed module would run it (kernels/replay.py)."""
     if threaded:
         args = list(arrays)
         if isinstance(kernel, PaddedGemv):
             np.copyto(kernel.weight, arrays[1].reshape(kernel.weight.shape))
             args[1] = kernel.weight
         return sampler(lambda: kernel(*args), number=8)
-    timed = sampler(lambda: kernel(*arrays), pause_s=PAUSE_S, wake=wake_team)
+    replayed = replay.replayed_call(kernel, arrays)  # as a replayed module runs it
+    timed = sampler(replayed if replayed is not None else (lambda: kernel(*arrays)),
+                    pause_s=PAUSE_S, wake=wake_team)
 
     def held() -> float:
         with ONE_BLAS_THREAD:

@@ -57,7 +57,9 @@ def replay_loop() -> Any:
                 made = cfunc(signature, cache=True)(_loop)
             except RuntimeError:  # no writable cache directory, as omp_team.team_kernel
                 made = cfunc(signature)(_loop)
+            address = made.address
+            assert address is not None
             fn = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
-                                  ctypes.c_int64, ctypes.c_int64)(made.address)
+                                  ctypes.c_int64, ctypes.c_int64)(address)
             _made.append((fn, made))  # the cfunc kept: its code lives as long as it does
     return _made[0][0]

@@ -371,7 +371,7 @@ def _by_block(team: bool, rows: int, width: int, kernel: Callable[[], Any],
     if team:
         run_on_team(kernel(), block(*values))
         return True
-    if replay.active is not None and not _spread(rows, width) and gomp_loaded():
+    if replay.recording_here() is not None and not _spread(rows, width) and gomp_loaded():
         run_here(kernel(), block(*values))
         return True
     return False

@@ -16,6 +16,7 @@ from ...library import InputVersion
 from ...prepared import capabilities
 from ...tunable import Candidate, TunableOp
 from ...tuning import Choice
+from .. import replay
 from ..conv_epilogue import Epilogue
 from ..threads import ONE_BLAS_THREAD
 from .policy import mode_word
@@ -93,7 +94,8 @@ def onednn_or(op: str, key: str, applies: bool, make_onednn: Make, make_other: M
     if base not in names:
         base = "on"
     # timed channels-last where the kernel can be (timed_call), in this process's mode
-    chosen = tunable.choose(names, "cpu", f"{key} ({mode_word()})", measure, base)
+    chosen = tunable.choose(names, "cpu", f"{key} ({mode_word()}{replay.timing_word()})",
+                            measure, base)
     if chosen == "off":
         return make_other()
     # NOTE: a timed kernel derived data (packed weights) from made-up arrays and was bound to a
@@ -144,13 +146,16 @@ def timed_call(kernel: Any, args: Sequence[np.ndarray]) -> Callable[[], None]:
         capabilities(kernel).use_channels_last(positions)
         args = [np.ascontiguousarray(a.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
                 if i in positions else a for i, a in enumerate(args)]
-    return lambda: kernel(*args)
+    # a kernel whose calls a replayed module replays (kernels/replay.py) is timed so, as it
+    # runs there: without the interpreter's few microseconds around each foreign call
+    replayed = replay.replayed_call(kernel, args)
+    return replayed if replayed is not None else (lambda: kernel(*args))
 
 
 def _race(race: Race, onednn: Mapping[str, Callable[..., None]], other: Callable[..., None],
           shapes: Sequence[tuple[int, ...]]) -> Verdict:
     """The kernels raced on arrays of the real shapes (oneDNN's by variant name), one call a
-    sample after a pause."""
+    sample after a pause (a kernel a replay would run, as replayed: timed_call)."""
     rng = np.random.default_rng(0)
     arrays = [rng.standard_normal(shape).astype(np.float32) for shape in shapes]
     steady = InputVersion()  # constant weights, as params are: derived data made once

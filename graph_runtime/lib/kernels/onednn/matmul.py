@@ -579,11 +579,10 @@ class OnednnMatmul(DerivesFromInputs):
         items, after = self.items, self.after
         if len(items) == 1:
             items[0][0].run()
-            if after is not None:
+            if replay.active is not None and replay.active.here() is not None:
+                self._recorded(arrays)
+            elif after is not None:
                 after.run_block(0, self.shape[1], 0, self.shape[2], self.shape[2], self._flat)
-            elif replay.active is not None and (not self.two_d or self.weight.direct
-                                                or not self._volatile()):
-                replay.whole_call(self)  # a weight derived anew each run is not
             return
         if after is None:
             parallel_images(len(items), self.workers, lambda worker, i: dn.run_on_worker(items[i][0]))
@@ -594,6 +593,23 @@ class OnednnMatmul(DerivesFromInputs):
             dn.run_on_worker(items[i][0])
             after.run_block(rows[i][0], rows[i][1], 0, n, n, flat)
         parallel_images(len(items), self.workers, item)
+
+    def _recorded(self, arrays: tuple[Any, ...]) -> None:
+        """The rest of a one-item call while a replay records (kernels/replay.py): the tail
+        after the product as the chain's own call over the whole output (its team function on
+        this thread, the same loop as run_block over every row); vouched for where that was
+        recorded too and the weight is not derived anew each run."""
+        after = self.after
+        whole = not self.two_d or self.weight.direct or not self._volatile()
+        if after is not None:
+            recording = replay.recording_here()
+            assert recording is not None
+            recording.declared = None
+            after(*[arrays[i] for i in self.after_args])
+            whole = whole and recording.declared is after
+            recording.declared = None
+        if whole:
+            replay.whole_call(self)
 
     def __repr__(self) -> str:
         return f"OnednnMatmul({self.impl}, {len(self.items)} items)"

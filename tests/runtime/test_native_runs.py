@@ -1,0 +1,181 @@
+"""Replays on the CPU: a module's steps whose calls are oneDNN primitives and OpenMP-team
+kernels, recorded at its second run and replayed from one compiled loop after
+(runtime/native_runs.py, lib/kernels/replay.py). Each replayed run must give what a module
+with replays off gives, and a replay must be recorded again whenever what it reads moves."""
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import graph_runtime as gr
+from graph_runtime.device import cpu
+from graph_runtime.frontend import from_onnx
+from graph_runtime.lib.kernels import replay
+from graph_runtime.lib.kernels.onednn import binding
+from graph_runtime.settings import ONEDNN, REPLAY
+
+pytestmark = pytest.mark.skipif(not binding.available(),
+                                reason=f"oneDNN not loaded: {binding.unavailable_reason()}")
+SHAPE = (2, 16, 64)
+
+
+def _weights(seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {"w1": rng.standard_normal((64, 96)).astype(np.float32) * 0.1,
+            "b1": rng.standard_normal(96).astype(np.float32),
+            "g": rng.standard_normal(96).astype(np.float32),
+            "beta": rng.standard_normal(96).astype(np.float32),
+            "w2": rng.standard_normal((96, 64)).astype(np.float32) * 0.1}
+
+
+def _model() -> Any:
+    """A transformer block's shape of work: a product with a bias, a layer norm, a second
+    product, a residual add and a softmax: oneDNN products with their tails, and row kernels,
+    one after another."""
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["m1"]),
+             helper.make_node("Add", ["m1", "b1"], ["a1"]),
+             helper.make_node("LayerNormalization", ["a1", "g", "beta"], ["n1"], axis=-1),
+             helper.make_node("MatMul", ["n1", "w2"], ["m2"]),
+             helper.make_node("Add", ["m2", "x"], ["r"]),
+             helper.make_node("Softmax", ["r"], ["y"], axis=-1)]
+    graph = helper.make_graph(
+        nodes, "block", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(SHAPE))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(SHAPE))],
+        [numpy_helper.from_array(v, k) for k, v in _weights(0).items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _module(monkeypatch: pytest.MonkeyPatch, word: str) -> Any:
+    monkeypatch.setenv(REPLAY.name, word)
+    monkeypatch.setenv(ONEDNN.name, "on")  # oneDNN's products whatever the tuning file says
+    graph_json, lib, params = from_onnx(_model())
+    m = gr.create(graph_json, lib, cpu(0))
+    m.load_params(gr.save_param_dict(params))
+    return m
+
+
+def _inputs(count: int, seed: int = 1) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(SHAPE).astype(np.float32) for _ in range(count)]
+
+
+def _same(m: Any, want: Any, x: np.ndarray) -> None:
+    m.run(x=x)
+    want.run(x=x)
+    np.testing.assert_allclose(m.get_output(0).numpy(), want.get_output(0).numpy(),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_replayed_runs_match_plain_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plain, recorded, then replayed: every run's output is a replay-off module's for that
+    run's input, and the products, the norm and the chains are replayed together."""
+    want = _module(monkeypatch, "off")
+    assert want.executor.native is None
+    assert want.executor.native_reason == "GRAPH_RUNTIME_REPLAY=off"
+    m = _module(monkeypatch, "on")
+    states = []
+    for x in _inputs(5):
+        _same(m, want, x)
+        states.append(m.executor.native.state)
+    assert states == ["recording", "replaying", "replaying", "replaying", "replaying"]
+    native = m.executor.native
+    assert native.replayed == 4 and len(native.replays) == 1, native.reasons
+
+
+def test_new_weights_are_read_after_load_params(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Weights loaded again while replaying: the next runs compute with them (the products'
+    packed copies are made again, and the replay is recorded again)."""
+    want = _module(monkeypatch, "off")
+    m = _module(monkeypatch, "on")
+    xs = _inputs(6)
+    for x in xs[:3]:
+        _same(m, want, x)
+    assert m.executor.native.state == "replaying"
+    _, _, params = from_onnx(_model())
+    other = gr.save_param_dict({name: np.asarray(value) * 0.5 for name, value in params.items()})
+    m.load_params(other)
+    want.load_params(other)
+    for x in xs[3:]:
+        _same(m, want, x)
+    assert m.executor.native.state == "replaying"
+
+
+def test_zero_copy_input_is_read_where_it_lies(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An input bound zero copy while replaying: the replay reads the new array, not the
+    buffer it recorded."""
+    want = _module(monkeypatch, "off")
+    m = _module(monkeypatch, "on")
+    xs = _inputs(5)
+    for x in xs[:3]:
+        _same(m, want, x)
+    bound = xs[3].copy()
+    m.set_input_zero_copy("x", bound)
+    m.run()
+    want.run(x=xs[3])
+    np.testing.assert_allclose(m.get_output(0).numpy(), want.get_output(0).numpy(),
+                               rtol=1e-5, atol=1e-6)
+    _same(m, want, xs[4])
+
+
+def test_another_thread_runs_the_steps_plainly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A oneDNN stream and an OpenMP team belong to a thread: a run on another thread than
+    the recording one calls the steps, with the same answer."""
+    want = _module(monkeypatch, "off")
+    m = _module(monkeypatch, "on")
+    xs = _inputs(4)
+    for x in xs[:3]:
+        _same(m, want, x)
+    errors: list[BaseException] = []
+
+    def other() -> None:
+        try:
+            _same(m, want, xs[3])
+        except BaseException as e:  # noqa: BLE001 (reported on the test's thread)
+            errors.append(e)
+    thread = threading.Thread(target=other)
+    thread.start()
+    thread.join()
+    assert not errors, errors
+    assert m.executor.native.state == "replaying"
+    _same(m, want, xs[0])
+
+
+def test_refusals_say_why() -> None:
+    """A call its kernel did not vouch for, and one with nothing recorded, are refused with
+    the reason."""
+    def numpy_only(a: np.ndarray, out: np.ndarray) -> None:
+        np.add(a, 1, out=out)
+    a = np.ones(4, np.float32)
+    out = np.empty_like(a)
+    recording, why = replay.record(numpy_only, (a, out))
+    assert recording is None and why == "its kernel did not vouch for the calls recorded"
+    np.testing.assert_array_equal(out, a + 1)
+
+    def vouching_alone(a: np.ndarray, out: np.ndarray) -> None:
+        np.add(a, 2, out=out)
+        replay.whole_call(vouching_alone)
+    recording, why = replay.record(vouching_alone, (a, out))
+    assert recording is None and why == "no foreign call recorded"
+
+
+def test_a_kernel_timed_as_replayed_computes_as_called(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tuning service times a vouching kernel as its one-call replay (replayed_call):
+    that replay writes what the kernel's own call writes."""
+    m = _module(monkeypatch, "on")
+    for x in _inputs(3):
+        m.run(x=x)
+    executor = m.executor
+    index = next(i for i, step in enumerate(executor._call_steps) if "dense" in step.label)
+    fn, args = executor._calls[index]
+    args = [np.array(a) for a in args]  # arrays of the test's own
+    args[-1][...] = 0
+    timed = replay.replayed_call(fn, args)
+    assert timed is not None
+    want = args[-1].copy()
+    args[-1][...] = 0
+    timed()
+    np.testing.assert_array_equal(args[-1], want)
