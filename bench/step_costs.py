@@ -5,11 +5,13 @@ A small model's steps can each match ONNX Runtime's nodes while its call is slow
 lost between the steps (the interpreter's objects and each kernel's data come back to the cores
 after the step before pushed them out; docs/measurements.md). This bench measures that gap
 directly. For each model it runs `run_with(**feeds)` back to back (--calls times) with every
-step of the executor's run timed where it stands, then each step alone in a loop of the same
-calls on the same arrays, and prints per step: the time in the run, alone, and the difference.
-Then the totals: the steps in the run and alone, `run()`, `run_with` (inputs copied in and
-outputs out), and ONNX Runtime's call (default session options, bench/peers.py) with its
-profiler's time summed by op type (which carries the profiler's own few microseconds a node).
+step of the executor's run called from Python (no replay: runtime/native_runs.py) and timed
+where it stands, then each step alone in a loop of the same calls on the same arrays, and
+prints per step: the time in the run, alone, and the difference. Then the totals: the steps in
+the run and alone, `run()` and `run_with` (inputs copied in and outputs out) as the module runs
+(its replays, where it has them), and ONNX Runtime's call (default session options,
+bench/peers.py) with its profiler's time summed by op type (which carries the profiler's own
+few microseconds a node).
 A step alone reads its operands from the cache its last call filled: for a product whose weight
 outgrows a core's cache (a decoder's), its difference holds the weight's stream from memory as
 well, not only what is lost between steps.
@@ -70,11 +72,12 @@ def in_run(executor: Any, run: Callable[[], Any], calls: int) -> list[list[float
             seconds[index].append(clock() - start)
         return call
     executor._calls = [(timed(i, fn), args) for i, (fn, args) in enumerate(steps)]
+    native, executor.native = executor.native, None  # every step called, to be timed
     try:
         for _ in range(calls):
             run()
     finally:
-        executor._calls = steps
+        executor._calls, executor.native = steps, native
     return seconds
 
 
@@ -117,9 +120,13 @@ def report(path: Path, dims: dict[str, int], calls: int, top: int) -> None:
               f"{labels[i]} ({kinds[i]})")
     if len(order) > top:
         print(f"  ... {len(order) - top} more steps")
-    print(f"steps: {sum(placed):.1f} us in the run, {sum(single):.1f} alone; run() "
-          f"{median_us(runs):.1f} us, run_with {median_us(whole):.1f} us; ONNX Runtime's call "
-          f"{median_us(peer):.1f} us ({DEFAULT}: default session options)")
+    native = executor.native
+    replayed = (f"{native.replayed} of {len(labels)} steps replayed in {len(native.replays)} "
+                f"calls" if native is not None else f"no replay ({executor.native_reason})")
+    print(f"steps: {sum(placed):.1f} us in the run, {sum(single):.1f} alone (each called from "
+          f"Python); run() {median_us(runs):.1f} us, run_with {median_us(whole):.1f} us "
+          f"({replayed}); ONNX Runtime's call {median_us(peer):.1f} us ({DEFAULT}: default "
+          f"session options)")
     total = sum(seconds for seconds, _ in by_op.values())
     shown = ", ".join(f"{op} {seconds * 1e6:.0f} ({count})" for op, (seconds, count) in
                       sorted(by_op.items(), key=lambda kv: -kv[1][0]))

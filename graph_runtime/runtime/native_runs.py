@@ -11,10 +11,10 @@ the other steps are called as before, in order.
 A replay holds what its calls reach: oneDNN memories of its own at the addresses the steps
 used (each inside one of the step's arrays or an array the memory held), one scratchpad, the
 blocks and arrays of the team kernels. It records again after anything that could move what
-the calls read: the executor's arguments changed (rebind, a new plan: invalidate), any input's
-write counter counted or made volatile (InputVersion.changes), or the OpenMP thread count the
-steps ran with changed. A run on another thread than the recording one runs plainly (a oneDNN
-stream and an OpenMP team belong to a thread). GRAPH_RUNTIME_REPLAY=off turns it off.
+the calls read: the executor's arguments changed (rebind, a new plan or shape: invalidate), or
+any input's write counter was counted or made volatile (InputVersion.changes); and after a run
+on another thread than the recording one (a oneDNN stream and an OpenMP team belong to a
+thread), which runs plainly. GRAPH_RUNTIME_REPLAY=off turns it off.
 """
 from __future__ import annotations
 
@@ -56,13 +56,12 @@ class NativeRuns:
 
     def run(self) -> None:
         if self.state == "replaying":
-            if threading.get_ident() != self._thread:  # another thread's stream and team
-                self.run_calls(self.calls, self.steps)
-                return
-            if InputVersion.changes == self._changes:
+            if InputVersion.changes == self._changes and threading.get_ident() == self._thread:
                 self.run_calls(self.plan, self.plan_steps)
                 return
-            self.invalidate()  # a write counter moved: derived data may be made again
+            # a write counter moved (derived data may be made again), or another thread runs
+            # (a stream and a team of its own): recorded again, there
+            self.invalidate()
         if self.state == "recording" and replay.recording_here() is None:
             self._record()
             return
@@ -85,6 +84,10 @@ class NativeRuns:
 
     def _plan(self, found: list[tuple[replay.Recording | None, str]]) -> None:
         """Stretches of two or more replayable steps of one thread count become replays."""
+        if not replay.loop_ready():
+            self.reasons = {i: replay.LOOP_NOT_READY for i in range(len(self.calls))}
+            self.state = "plain"
+            return
         self.reasons = {i: why for i, (recording, why) in enumerate(found) if recording is None}
 
         def threads(index: int) -> int | None:
@@ -115,6 +118,7 @@ class NativeRuns:
         if not replays:
             self.state = "plain"
             return
+
         self.plan, self.plan_steps, self.replays = plan, plan_steps, replays
         self._changes = InputVersion.changes
         self._thread = threading.get_ident()

@@ -123,7 +123,8 @@ def test_zero_copy_input_is_read_where_it_lies(monkeypatch: pytest.MonkeyPatch) 
 
 def test_another_thread_runs_the_steps_plainly(monkeypatch: pytest.MonkeyPatch) -> None:
     """A oneDNN stream and an OpenMP team belong to a thread: a run on another thread than
-    the recording one calls the steps, with the same answer."""
+    the recording one calls the steps, with the same answer, and the replay is recorded again
+    where the runs go on."""
     want = _module(monkeypatch, "off")
     m = _module(monkeypatch, "on")
     xs = _inputs(4)
@@ -140,8 +141,12 @@ def test_another_thread_runs_the_steps_plainly(monkeypatch: pytest.MonkeyPatch) 
     thread.start()
     thread.join()
     assert not errors, errors
-    assert m.executor.native.state == "replaying"
-    _same(m, want, xs[0])
+    assert m.executor.native.state == "recording"  # plain there: to be recorded again
+    states = []
+    for x in xs:  # back on this thread: recorded here, then replayed
+        _same(m, want, x)
+        states.append(m.executor.native.state)
+    assert states == ["replaying"] * 4
 
 
 def test_refusals_say_why() -> None:

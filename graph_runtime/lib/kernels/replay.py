@@ -277,11 +277,23 @@ def timing_word() -> str:
     return ", replayed" if settings.word(settings.REPLAY) == "on" else ""
 
 
+LOOP_NOT_READY = ("the replay loop would set numba up, which nothing else in this process "
+                  "needed so far")
+
+
+def loop_ready() -> bool:
+    """Whether the replay loop may be compiled (or loaded) now: numba is set up, or being set
+    up, for this process's other kernels. Not for oneDNN primitives alone in a process that
+    never set numba up: the set-up costs 0.2-0.4 s (cpu/jit_setup.py) for microseconds a run."""
+    from .cpu import jit_setup
+    return jit_setup.in_use()
+
+
 def replayed_call(fn: Callable[..., Any], args: Sequence[Any]) -> Callable[[], None] | None:
     """fn(*args) as a one-call replay (a kernel timed as it will run in a replayed module:
     the tuning service's races), or None where it cannot be (called once meanwhile)."""
     from .onednn import binding
-    if settings.word(settings.REPLAY) == "off" or not binding.available():
+    if settings.word(settings.REPLAY) == "off" or not binding.available() or not loop_ready():
         return None
     recording, _ = record(fn, args)
     if recording is None:

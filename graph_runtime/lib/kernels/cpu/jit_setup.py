@@ -65,6 +65,14 @@ def started() -> bool:
     return _thread is not None
 
 
+def in_use() -> bool:
+    """Whether numba's target is set up, or being set up, in this process (start() ran, or a
+    compiled function was called): more compiled code (a replay's loop, kernels/replay.py)
+    then costs no set-up of its own."""
+    import sys
+    return started() or "numba.np.arraymath" in sys.modules
+
+
 def wait(timeout: float | None = None) -> bool:
     """Wait for the set-up to end (True when it has, or never started)."""
     # NOTE: start()'s lock first: a fork while start() is starting the thread (which cannot be

@@ -24,6 +24,7 @@ from ..conv_kernel import ConvKernel
 from ..conv_epilogue import Epilogue, EpilogueOp
 from ....errors import LibraryError
 from ..threads import parallel_images
+from .. import replay
 from . import abi
 from . import binding as dn
 from .policy import policy
@@ -321,7 +322,8 @@ class OnednnConv(ConvKernel):
             self.weight.memory.bind(weight)
         elif self._stale():
             self.weight.refresh(weight)
-        if self.data_in is not None and not data.flags.c_contiguous:
+        copied = self.data_in is not None and not data.flags.c_contiguous
+        if copied:
             data = np.ascontiguousarray(data)
         for mem, operand in self.operands:
             mem.bind(rest[operand])
@@ -329,9 +331,21 @@ class OnednnConv(ConvKernel):
         arrays = (data, residual, out)
         if len(self._arrays) != 3 or any(a is not b for a, b in zip(arrays, self._arrays)):
             self._bind(data, residual, out)
+        works = [self.steps]
         if not self.together and self.data_in is not None:
-            self._run([(item,) for item in self.data_in.items])
-        self._run(self.steps)
+            works.insert(0, [(item,) for item in self.data_in.items])
+        for work in works:
+            self._run(work)
+        if replay.active is not None and not copied and self._primitives_alone(works):
+            replay.whole_call(self)
+
+    def _primitives_alone(self, works: list[list[tuple[Any, ...]]]) -> bool:
+        """Whether the call was oneDNN primitives alone, run on this thread (no work items on
+        the workers, no silu pass), on a weight not derived anew each run: a replay's word
+        (kernels/replay.py)."""
+        return (self.weight.direct or not self._volatile()) and all(
+            len(work) == 1 and all(isinstance(step, dn.Primitive) for step in work[0])
+            for work in works)
 
     def _first_conv(self, data: Any, weight: Any, rest: tuple[Any, ...]) -> None:
         """The run as one primitive reading NCHW data (nchw_data_conv.py)."""

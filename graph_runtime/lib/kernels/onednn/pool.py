@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Collection
 
 from ...prepared import PreparedKernel
+from .. import replay
 from ..address import address_of
 from . import abi
 from . import binding as dn
@@ -122,6 +123,12 @@ class OnednnPool(PreparedKernel):
         if self.after is not None:
             self.after.bind(address_of(self.buffer), address_of(out))
             self.after.items[0].run()
+        if replay.active is not None and all(
+                isinstance(r.items[0], dn.Primitive) for r in (self.before, self.after)
+                if r is not None):
+            # primitives alone (kernels/replay.py); the reorders' buffer kept by a replay
+            replay.note_arrays([self.buffer])
+            replay.whole_call(self)
 
     def uses_workers(self) -> bool:
         """OpenBLAS is held at one thread beside it (a spinning BLAS thread stalls oneDNN)."""
