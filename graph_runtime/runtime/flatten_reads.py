@@ -19,6 +19,8 @@ from typing import Any, Collection, Mapping, Sequence
 
 import numpy as np
 
+from ..lib.kernels import replay
+
 from ..device import Device
 from ..graph.model import Graph
 from ..lib.prepared import PreparedKernel, Wrapping, capabilities
@@ -109,9 +111,27 @@ class StagedOutputs(Wrapping):
         args = list(arrays)
         for pos, buffer in self.buffers.items():
             args[pos] = buffer
+        recording = None if replay.active is None else replay.active.here()
+        if recording is not None:
+            self._recorded(recording, arrays, args)
+            return
         self.kernel(*args)
         for pos, buffer in self.buffers.items():
             np.copyto(arrays[pos], buffer)
+
+    def _recorded(self, recording: Any, arrays: tuple[Any, ...], args: list[Any]) -> None:
+        """The call while a replay records (lib/kernels/replay.py): vouched for where the
+        kernel vouched for its own and each copy out was recorded."""
+        recording.declared = None
+        self.kernel(*args)
+        whole = recording.declared is self.kernel
+        recording.declared = None
+        for pos, buffer in self.buffers.items():
+            if not recording.copy(arrays[pos], buffer):
+                whole = False
+            np.copyto(arrays[pos], buffer)
+        if whole:
+            replay.whole_call(self)
 
     def workspace_bytes(self) -> int:
         return self.inner.workspace_bytes() + sum(int(b.nbytes) for b in self.buffers.values())

@@ -28,8 +28,9 @@ import numpy as np
 from ... import settings
 from ...errors import LibraryError
 
-TEAM = 0  # ops table kinds: a team kernel (GOMP_parallel) ...
-ONEDNN = 1  # ... or a oneDNN primitive executed (dnnl_primitive_execute)
+TEAM = 0  # ops table kinds: a team kernel (GOMP_parallel), ...
+ONEDNN = 1  # ... a oneDNN primitive executed (dnnl_primitive_execute) ...
+COPY = 2  # ... or bytes copied (a kernel's staged output into its array)
 COLUMNS = 5  # (kind, a, b, c, d) per recorded call
 
 
@@ -54,11 +55,19 @@ class TeamCall(NamedTuple):
     threads: int
 
 
+class CopyCall(NamedTuple):
+    """nbytes copied from the address src to the address dst (C-contiguous buffers)."""
+
+    dst: int
+    src: int
+    nbytes: int
+
+
 class Recording:
     """What one step's call did by foreign calls, on the thread recording it."""
 
     def __init__(self) -> None:
-        self.calls: list[PrimitiveCall | TeamCall] = []
+        self.calls: list[PrimitiveCall | TeamCall | CopyCall] = []
         self.arrays: list[Any] = []  # what the blocks point into (block()): kept by the replay
         self.threads: set[int | None] = set()  # OpenMP team sizes the calls ran with
         self.declared: Any = None  # the kernel that said the calls were its whole work
@@ -81,6 +90,16 @@ class Recording:
         from .onednn import binding
         self.calls.append(TeamCall(int(address), block, int(counter), threads))
         self.threads.add(binding.threads_in_use())
+
+    def copy(self, dst: np.ndarray, src: np.ndarray) -> bool:
+        """src's bytes copied into dst, recorded where both are C-contiguous arrays of the same
+        size (kept by the replay); False where they are not (the caller copies itself)."""
+        if not (dst.flags.c_contiguous and src.flags.c_contiguous and dst.nbytes == src.nbytes
+                and dst.dtype == src.dtype):
+            return False
+        self.calls.append(CopyCall(dst.ctypes.data, src.ctypes.data, dst.nbytes))
+        self.arrays.extend((dst, src))
+        return True
 
 
 class _Recordings:
@@ -232,6 +251,8 @@ class Replay:
                 if isinstance(call, TeamCall):
                     rows.append((TEAM, call.address, call.block.ctypes.data, call.counter,
                                  call.threads))
+                elif isinstance(call, CopyCall):
+                    rows.append((COPY, call.dst, call.src, call.nbytes, 0))
                 else:
                     count, address = self._arguments(call)
                     rows.append((ONEDNN, call.primitive.handle.value, count, address, 0))

@@ -1,7 +1,7 @@
 """The compiled loop that replays recorded foreign calls (kernels/replay.py) with no Python
 between them: each row of an int64 (count, 5) table is a team kernel run by libgomp's
 GOMP_parallel (its row counter set to 0 first) or a oneDNN primitive run by
-dnnl_primitive_execute on the calling thread's stream. A team kernel asked for a team of one
+dnnl_primitive_execute on the calling thread's stream, or a copy of bytes. A team kernel asked for a team of one
 runs on the calling thread alone (its rows all its own)."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import numpy as np
 from llvmlite import binding as llvm
 from numba import cfunc, types
 
-from ..replay import COLUMNS, TEAM
+from ..replay import COLUMNS, COPY, TEAM
 from .omp_team import array_at, gomp_loaded
 
 # pointers passed as int64: the same registers in the x86-64 and AArch64 C conventions
@@ -28,10 +28,14 @@ _lock = threading.Lock()
 def _loop(table: int, count: int, stream: int, status: int) -> int:
     ops = array_at(table, (count, COLUMNS), np.int64)
     for i in range(count):
-        if ops[i, 0] == TEAM:
+        kind = ops[i, 0]
+        if kind == TEAM:
             if ops[i, 3] != 0:
                 array_at(ops[i, 3], (1,), np.int64)[0] = 0
             _parallel(ops[i, 1], ops[i, 2], np.uint32(ops[i, 4]), 0)
+        elif kind == COPY:
+            array_at(ops[i, 1], (ops[i, 3],), np.uint8)[:] = \
+                array_at(ops[i, 2], (ops[i, 3],), np.uint8)
         else:
             code = _execute(ops[i, 1], stream, np.int32(ops[i, 2]), ops[i, 3])
             if code != 0:

@@ -492,13 +492,29 @@ class TeamGemv(DerivesFromInputs):
                 replay.active.team(made[3], made[1], made[2] + COUNTER * made[1].itemsize)
                 replay.note_arrays([a, weight, out])
             run_at(made[3], made[2])
-            if self.tail is None:
-                replay.whole_call(self)
+            if replay.active is not None and replay.active.here() is not None:
+                self._recorded(rest)
+                return
         if self.tail is not None:
             # its rows as one block on this thread: a tail's own call may hand a wide output
             # (8 rows of a vocabulary) to the runtime's workers, beside the team's spinning
             m, n = self.shapes[2]
             self.tail.run_block(0, m, 0, n, n, self.tail.flat_arrays(rest))
+
+    def _recorded(self, rest: tuple[Any, ...]) -> None:
+        """The rest of a call while a replay records (kernels/replay.py): the tail as the
+        chain's own call over its arrays (its team function on this thread: the same loop as
+        run_block over every row); vouched for where that was recorded too."""
+        whole = True
+        if self.tail is not None:
+            recording = replay.recording_here()
+            assert recording is not None
+            recording.declared = None
+            self.tail(*rest)
+            whole = recording.declared is self.tail
+            recording.declared = None
+        if whole:
+            replay.whole_call(self)
 
     def _weight(self, b: Any) -> Any:
         """The weight as read this call: packed when it keeps its values between runs (packed

@@ -358,12 +358,17 @@ class OnednnConv(ConvKernel):
                                    f"expected an NHWC array, got strides {out.strides} for "
                                    f"shape {out.shape}")
             self._first_out = out
-        if not data.flags.c_contiguous:
+        copied = not data.flags.c_contiguous
+        if copied:
             data = np.ascontiguousarray(data)
         for mem, operand in self.operands:
             mem.bind(rest[operand])
         first.bind(data, weight, not first.weight.direct and self._stale(), out)
         self._run(first.work)
+        if replay.active is not None and not copied and (
+                first.weight.direct or not self._volatile()) and self._primitives_alone(
+                    [first.work]):
+            replay.whole_call(self)
 
     def _bind(self, data: Any, residual: Any, out: Any) -> None:
         """Point the reorders and the items at this run's arrays."""
