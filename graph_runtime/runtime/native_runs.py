@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 from .. import settings
 from ..lib.kernels import replay
@@ -31,8 +31,22 @@ log = logging.getLogger("graph_runtime")
 Call = tuple[Callable[..., Any], Any]  # a function and its argument list
 
 
+class _Known(NamedTuple):
+    """What one step's last recording found: its arguments then (held, so that their ids stay
+    theirs), and its rows where it can be replayed, else why not."""
+
+    args: tuple[Any, ...]
+    rows: replay.Rows | None
+    why: str
+
+
 class NativeRuns:
-    """run() for one executor: plain, then recorded, then replayed where the steps allow."""
+    """run() for one executor: plain, then recorded, then replayed where the steps allow.
+
+    A step is recorded again only where its arguments moved (a symbolic module's next length
+    moves a decoder's KV cache and attention, not its products and norms): those runs replay
+    the stretches whose steps kept theirs and record the rest as they run. A step whose
+    kernel did not vouch for its calls is not recorded again until everything is."""
 
     def __init__(self, calls: list[Call], steps: list[PreparedCall],
                  run_calls: Callable[[list[Call], list[PreparedCall]], None],
@@ -40,91 +54,162 @@ class NativeRuns:
         self.calls, self.steps = calls, steps
         self.run_calls = run_calls
         self.source = source
-        self.state = "warming"  # -> recording -> replaying (or plain: nothing to replay)
+        # warming -> recording -> replaying (-> recording where arguments moved); plain: the
+        # replay loop is not to be compiled in this process (replay.loop_ready)
+        self.state = "warming"
+        self.known: list[_Known | None] = [None] * len(calls)
         self.plan: list[Call] = []
         self.plan_steps: list[PreparedCall] = []
         self.replays: list[replay.Replay] = []
         self.replayed = 0  # steps the replays run
-        self.reasons: dict[int, str] = {}  # step index: why it is not replayed
-        self._changes = -1
-        self._thread = 0
-
-    def invalidate(self) -> None:
-        """What the steps read moved (a rebind, a new plan): record again after a plain run."""
-        self.state, self.plan, self.plan_steps, self.replays = "warming", [], [], []
-        self.replayed = 0
-
-    def run(self) -> None:
-        if self.state == "replaying":
-            if InputVersion.changes == self._changes and threading.get_ident() == self._thread:
-                self.run_calls(self.plan, self.plan_steps)
-                return
-            # a write counter moved (derived data may be made again), or another thread runs
-            # (a stream and a team of its own): recorded again, there
-            self.invalidate()
-        if self.state == "recording" and replay.recording_here() is None:
-            self._record()
-            return
-        self.run_calls(self.calls, self.steps)
-        if self.state == "warming":
-            self.state = "recording"
-
-    def _record(self) -> None:
-        """Run each step with its foreign calls recorded, then plan the replays."""
-        found: list[tuple[replay.Recording | None, str]] = []
-        changes = InputVersion.changes
-
-        def recorded(fn: Callable[..., Any]) -> Callable[..., None]:
-            def call(*args: Any) -> None:
-                found.append(replay.record(fn, args))
-            return call
-        self.run_calls([(recorded(fn), args) for fn, args in self.calls], self.steps)
-        if InputVersion.changes == changes:  # else a counter moved meanwhile: record again
-            self._plan(found)
-
-    def _plan(self, found: list[tuple[replay.Recording | None, str]]) -> None:
-        """Stretches of two or more replayable steps of one thread count become replays."""
-        if not replay.loop_ready():
-            self.reasons = {i: replay.LOOP_NOT_READY for i in range(len(self.calls))}
-            self.state = "plain"
-            return
-        self.reasons = {i: why for i, (recording, why) in enumerate(found) if recording is None}
-
-        def threads(index: int) -> int | None:
-            recording = found[index][0]
-            return None if recording is None else next(iter(recording.threads))
-        plan: list[Call] = []
-        plan_steps: list[PreparedCall] = []
-        replays = []
-        index = 0
-        while index < len(self.calls):
-            end = index
-            while end < len(self.calls) and threads(end) is not None and \
-                    threads(end) == threads(index):
-                end += 1
-            if end - index < 2:
-                plan.append(self.calls[index])
-                plan_steps.append(self.steps[index])
-                index += 1
-                continue
-            steps = self.steps[index:end]
-            made = replay.Replay([r for r, _ in found[index:end] if r is not None],
-                                 [f"{s.label} ({s.func_name} on {s.device})" for s in steps])
-            replays.append(made)
-            plan.append((made, ()))
-            plan_steps.append(steps[0])
-            self.replayed += len(steps)
-            index = end
-        if not replays:
-            self.state = "plain"
-            return
-
-        self.plan, self.plan_steps, self.replays = plan, plan_steps, replays
+        self._scratchpad = replay.Scratchpad()
+        self._plan_index: list[int] = []  # per call of the last plan made: its first step
+        # the replays of the last plan, by their rows: kept for the next plan's same stretches
+        self._made: dict[tuple[replay.Rows, ...], replay.Replay] = {}
         self._changes = InputVersion.changes
         self._thread = threading.get_ident()
+
+    @property
+    def reasons(self) -> dict[int, str]:
+        """Per step index not replayed: why (as its last recording found)."""
+        return {i: "not recorded yet" if k is None else k.why or "no replayable neighbour"
+                for i, k in enumerate(self.known)
+                if k is None or k.rows is None or not self._in_replay(i)}
+
+    def _in_replay(self, index: int) -> bool:
+        return any(step is self.steps[index] for r in self.replays for step in r.steps)
+
+    def invalidate(self) -> None:
+        """Arguments moved (a rebind, a new shape): the steps whose arguments changed are
+        recorded again at the next run."""
+        if self.state == "replaying":
+            self.state = "recording"
+
+    def _forget(self) -> None:
+        """Everything recorded again: a write counter moved (derived data may be made again),
+        or another thread runs (a oneDNN stream and an OpenMP team of its own)."""
+        self.known = [None] * len(self.calls)
+        self._made = {}
+        self._scratchpad = replay.Scratchpad()
+        self._changes = InputVersion.changes
+        self._thread = threading.get_ident()
+
+    def run(self) -> None:
+        if self.state in ("warming", "plain") or replay.recording_here() is not None:
+            self.run_calls(self.calls, self.steps)
+            if self.state == "warming":
+                self.state = "recording"
+            return
+        if InputVersion.changes != self._changes or threading.get_ident() != self._thread:
+            self._forget()
+            self.state = "recording"
+        if self.state == "replaying":
+            self.run_calls(self.plan, self.plan_steps)
+            return
+        if not replay.loop_ready():
+            self.state = "plain"
+            self.run_calls(self.calls, self.steps)
+            return
+        self._record()
+
+    def _record(self) -> None:
+        """One run replaying the stretches whose steps kept their arguments and recording the
+        steps whose arguments moved, then the plan of the next runs."""
+        moved = {i for i, k in enumerate(self.known) if k is None or (
+            k.why != replay.NOT_VOUCHED and not _same(k.args, self.calls[i][1]))}
+        for i in moved:
+            self.known[i] = None
+
+        def recording(index: int, fn: Callable[..., Any]) -> Callable[..., None]:
+            def call(*args: Any) -> None:
+                found, why = replay.record(fn, args)
+                rows = None if found is None else replay.Rows(found, self._scratchpad)
+                # a kernel that did not vouch is not asked again: its arguments not held
+                held = () if why == replay.NOT_VOUCHED else tuple(args)
+                self.known[index] = _Known(held, rows, why)
+            return call
+        changes = InputVersion.changes
+        plan, steps = self._plan({i: recording for i in moved})
+        self.run_calls(plan, steps)
+        if InputVersion.changes != changes:  # a kernel derived data as it was recorded
+            self._forget()
+            return
+        if any(self._joins(i) for i in moved):
+            plan, steps = self._plan({})
+        else:  # no stretch changed: the same calls, each moved step called plainly
+            plan = self._plain_for(plan, moved)
+        self.plan, self.plan_steps = plan, steps
         self.state = "replaying"
-        log.debug("%s: %d of %d steps replayed in %d calls", self.source, self.replayed,
-                  len(self.calls), len(replays))
+
+    def _joins(self, index: int) -> bool:
+        """Whether step index has rows of a thread count a neighbour's rows have (it would
+        make or lengthen a stretch); a lone one is called plainly, the plan kept."""
+        known = self.known[index]
+        if known is None or known.rows is None:
+            return False
+        for other in (index - 1, index + 1):
+            near = self.known[other] if 0 <= other < len(self.known) else None
+            if near is not None and near.rows is not None and \
+                    near.rows.threads == known.rows.threads:
+                return True
+        return False
+
+    def _plain_for(self, plan: list[Call], moved: set[int]) -> list[Call]:
+        """plan with each moved step's recording call made its plain call again."""
+        return [self.calls[index] if index in moved else call
+                for call, index in zip(plan, self._plan_index)]
+
+    def _plan(self, recording: dict[int, Callable[[int, Callable[..., Any]],
+                                                  Callable[..., None]]]
+              ) -> tuple[list[Call], list[PreparedCall]]:
+        """The calls of a run: each stretch of two or more steps with rows of one thread count
+        as one replay, steps in recording by the wrapper it gives, the others plainly."""
+        def rows(index: int) -> replay.Rows | None:
+            known = self.known[index]
+            return None if index in recording or known is None else known.rows
+        plan: list[Call] = []
+        steps: list[PreparedCall] = []
+        self._plan_index = []
+        replays = []
+        made_now: dict[tuple[replay.Rows, ...], replay.Replay] = {}
+        index = 0
+        while index < len(self.calls):
+            first = rows(index)
+            end = index
+            while first is not None and end < len(self.calls):
+                found = rows(end)
+                if found is None or found.threads != first.threads:
+                    break
+                end += 1
+            if end - index >= 2:
+                key = tuple(r for r in map(rows, range(index, end)) if r is not None)
+                made = self._made.get(key)
+                if made is None:  # (a decoder's next length keeps most stretches)
+                    stretch = self.steps[index:end]
+                    made = replay.Replay(key, [f"{s.label} ({s.func_name} on {s.device})"
+                                               for s in stretch], stretch)
+                made_now[key] = made
+                replays.append(made)
+                plan.append((made, ()))
+                steps.append(self.steps[index])
+                self._plan_index.append(index)
+                index = end
+                continue
+            fn, args = self.calls[index]
+            plan.append((recording[index](index, fn), args) if index in recording
+                        else (fn, args))
+            steps.append(self.steps[index])
+            self._plan_index.append(index)
+            index += 1
+        self.replays = replays
+        self.replayed = sum(len(r.steps) for r in replays)
+        self._made = made_now
+        return plan, steps
+
+
+def _same(before: tuple[Any, ...], now: Sequence[Any]) -> bool:
+    """Whether a step's arguments are the very objects they were (before holds them)."""
+    return len(before) == len(now) and all(a is b for a, b in zip(before, now))
 
 
 def native_runs(steps: list[PreparedCall], calls: list[Call],

@@ -4,6 +4,7 @@ kernels, recorded at its second run and replayed from one compiled loop after
 with replays off gives, and a replay must be recorded again whenever what it reads moves."""
 from __future__ import annotations
 
+import gc
 import threading
 from typing import Any
 
@@ -123,8 +124,7 @@ def test_zero_copy_input_is_read_where_it_lies(monkeypatch: pytest.MonkeyPatch) 
 
 def test_another_thread_runs_the_steps_plainly(monkeypatch: pytest.MonkeyPatch) -> None:
     """A oneDNN stream and an OpenMP team belong to a thread: a run on another thread than
-    the recording one calls the steps, with the same answer, and the replay is recorded again
-    where the runs go on."""
+    the recording one records the steps again there, with the same answers on both."""
     want = _module(monkeypatch, "off")
     m = _module(monkeypatch, "on")
     xs = _inputs(4)
@@ -141,12 +141,10 @@ def test_another_thread_runs_the_steps_plainly(monkeypatch: pytest.MonkeyPatch) 
     thread.start()
     thread.join()
     assert not errors, errors
-    assert m.executor.native.state == "recording"  # plain there: to be recorded again
-    states = []
-    for x in xs:  # back on this thread: recorded here, then replayed
+    assert m.executor.native.state == "replaying"  # recorded again there
+    for x in xs:  # and again back on this thread
         _same(m, want, x)
-        states.append(m.executor.native.state)
-    assert states == ["replaying"] * 4
+        assert m.executor.native.state == "replaying"
 
 
 def test_refusals_say_why() -> None:
@@ -181,6 +179,10 @@ def test_a_kernel_timed_as_replayed_computes_as_called(monkeypatch: pytest.Monke
     timed = replay.replayed_call(fn, args)
     assert timed is not None
     want = args[-1].copy()
-    args[-1][...] = 0
-    timed()
-    np.testing.assert_array_equal(args[-1], want)
+    gc.collect()  # what the replay reaches (its scratchpad too) is its own, held by it
+    litter = [np.full(1 << 16, np.nan, np.float32) for _ in range(64)]
+    for _ in range(3):
+        args[-1][...] = 0
+        timed()
+        np.testing.assert_array_equal(args[-1], want)
+    del litter

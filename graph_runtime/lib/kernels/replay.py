@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import weakref
 from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
@@ -166,6 +167,12 @@ def whole_call(kernel: Any) -> None:
         recording.declared = kernel
 
 
+def contiguous(arrays: Sequence[Any]) -> bool:
+    """Whether every array is C-contiguous: a kernel's reshapes of them are views, never
+    copies (a copy made at the recorded call would be read again, stale, by every replay)."""
+    return all(a.flags.c_contiguous for a in arrays)
+
+
 def note_arrays(arrays: list[Any]) -> None:
     """Arrays the recorded calls reach by address (a team kernel's block's: omp_team.block),
     kept by a replay."""
@@ -187,6 +194,9 @@ def _bounds(arrays: Sequence[Any]) -> list[tuple[int, int]]:
     return found
 
 
+NOT_VOUCHED = "its kernel did not vouch for the calls recorded"
+
+
 def refusal(fn: Any, args: Sequence[Any], recording: Recording) -> str:
     """Why the recording of fn(*args) cannot be replayed, or "" when it can: fn vouched for
     it, its calls ran with one OpenMP thread count, and every oneDNN memory's first byte lies
@@ -195,7 +205,7 @@ def refusal(fn: Any, args: Sequence[Any], recording: Recording) -> str:
     if recording.refused:
         return recording.refused
     if recording.declared is not fn:
-        return "its kernel did not vouch for the calls recorded"
+        return NOT_VOUCHED
     if not recording.calls:
         return "no foreign call recorded"
     if len(recording.threads) != 1 or None in recording.threads:
@@ -225,46 +235,49 @@ def record(fn: Callable[..., Any], args: Sequence[Any]) -> tuple[Recording | Non
     return (None, why) if why else (recording, "")
 
 
-class Replay:
-    """Recordings of consecutive calls (all replayable, one OpenMP thread count), run by one
-    call of the compiled loop on the recording thread. names: what each recording's call was,
-    for the error of a primitive that fails."""
+class Scratchpad:
+    """The scratchpad buffer of the replays of one runner (one thread's runs), grown where a
+    recording needs more, the memories bound to it rebound then."""
 
-    def __init__(self, recordings: Sequence[Recording], names: Sequence[str]) -> None:
-        from .cpu.replay_loop import replay_loop
+    def __init__(self) -> None:
+        self.buffer: Any = None
+        self._memories: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    def bind(self, memory: Any, nbytes: int) -> None:
         from .onednn import binding
-        self.names = list(names)
-        threads = next(iter(recordings[0].threads))
+        if self.buffer is None or self.buffer.nbytes < nbytes:
+            self.buffer = binding.aligned_scratch(nbytes)
+            for held in self._memories:
+                held.bind_address(self.buffer.ctypes.data)
+        memory.bind_address(self.buffer.ctypes.data)
+        self._memories.add(memory)
+
+
+class Rows:
+    """One replayable recording's calls as rows of the loop's table, made once: a primitive's
+    execute arguments are memories of its own at the recorded addresses (the primitive's
+    own memories stay as its kernel binds them), its scratchpad the runner's."""
+
+    def __init__(self, recording: Recording, scratchpad: Scratchpad) -> None:
+        threads = next(iter(recording.threads))
         assert threads is not None  # (refusal: one count, set)
         self.threads = threads
-        self.loop = replay_loop()
-        calls = [call for r in recordings for call in r.calls]
-        self.kept: list[Any] = [r.arrays for r in recordings] + [calls]
-        scratch_bytes = max((c.scratch_bytes for c in calls if isinstance(c, PrimitiveCall)),
-                            default=0)
-        self.scratch = binding.aligned_scratch(scratch_bytes) if scratch_bytes else None
+        self.recording = recording  # holds the blocks, the arrays and the primitives
+        self.scratchpad = scratchpad  # held: its buffer is what the memories point at
+        self._kept: list[Any] = []
         rows = []
-        self.call_of_row: list[int] = []
-        for index, recording in enumerate(recordings):
-            for call in recording.calls:
-                self.call_of_row.append(index)
-                if isinstance(call, TeamCall):
-                    rows.append((TEAM, call.address, call.block.ctypes.data, call.counter,
-                                 call.threads))
-                elif isinstance(call, CopyCall):
-                    rows.append((COPY, call.dst, call.src, call.nbytes, 0))
-                else:
-                    count, address = self._arguments(call)
-                    rows.append((ONEDNN, call.primitive.handle.value, count, address, 0))
+        for call in recording.calls:
+            if isinstance(call, TeamCall):
+                rows.append((TEAM, call.address, call.block.ctypes.data, call.counter,
+                             call.threads))
+            elif isinstance(call, CopyCall):
+                rows.append((COPY, call.dst, call.src, call.nbytes, 0))
+            else:
+                count, address = self._arguments(call, scratchpad)
+                rows.append((ONEDNN, call.primitive.handle.value, count, address, 0))
         self.table = np.array(rows, np.int64).reshape(-1, COLUMNS)
-        self.status = np.zeros(1, np.int64)
-        self._use_threads = binding.use_threads
-        self._call = (self.table.ctypes.data, len(rows), binding.thread_stream(),
-                      self.status.ctypes.data)
 
-    def _arguments(self, call: PrimitiveCall) -> tuple[int, int]:
-        """The execute arguments, count and address, of memories of this replay's own at the
-        recorded addresses (the primitive's own memories are left as its kernel bound them)."""
+    def _arguments(self, call: PrimitiveCall, scratchpad: Scratchpad) -> tuple[int, int]:
         from .onednn import binding
         from .onednn.abi import ARG_SCRATCHPAD, ExecArg
         memories = []
@@ -273,13 +286,34 @@ class Replay:
             memory.bind_address(address)
             memories.append((arg, memory))
         if call.scratch_desc is not None:
-            assert self.scratch is not None
             memory = binding.Memory(call.scratch_desc)
-            memory.bind_address(self.scratch.ctypes.data)
+            scratchpad.bind(memory, call.scratch_bytes)
             memories.append((ARG_SCRATCHPAD, memory))
         args = (ExecArg * len(memories))(*[ExecArg(arg, m.handle) for arg, m in memories])
-        self.kept.append((memories, args))
+        self._kept.append((memories, args))
         return len(memories), ctypes.addressof(args)
+
+
+class Replay:
+    """Consecutive recordings' rows (one OpenMP thread count), run by one call of the compiled
+    loop on the recording thread. names: what each recording's call was, for the error of a
+    primitive that fails."""
+
+    def __init__(self, rows: Sequence[Rows], names: Sequence[str],
+                 steps: Sequence[Any] = ()) -> None:
+        from .cpu.replay_loop import replay_loop
+        from .onednn import binding
+        self.rows = list(rows)
+        self.names = list(names)
+        self.steps = list(steps)  # what the rows stand for (a runner's steps)
+        self.threads = rows[0].threads
+        self.loop = replay_loop()
+        self.table = np.concatenate([r.table for r in rows]) if len(rows) > 1 else rows[0].table
+        self.call_of_row = [i for i, r in enumerate(rows) for _ in range(len(r.table))]
+        self.status = np.zeros(1, np.int64)
+        self._use_threads = binding.use_threads
+        self._call = (self.table.ctypes.data, len(self.table), binding.thread_stream(),
+                      self.status.ctypes.data)
 
     def __call__(self) -> None:
         self._use_threads(self.threads)  # as each recorded call had it (one check when set)
@@ -319,4 +353,4 @@ def replayed_call(fn: Callable[..., Any], args: Sequence[Any]) -> Callable[[], N
     recording, _ = record(fn, args)
     if recording is None:
         return None
-    return Replay([recording], [getattr(fn, "__name__", type(fn).__name__)])
+    return Replay([Rows(recording, Scratchpad())], [getattr(fn, "__name__", type(fn).__name__)])

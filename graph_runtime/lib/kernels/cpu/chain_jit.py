@@ -681,7 +681,7 @@ class CompiledChain(PreparedKernel):
         self.module.run_block(r0, r1, c0, c1, width, *flat)
 
     def __call__(self, *arrays: Any) -> None:
-        if self.run(self, arrays) and replay.active is not None:
+        if self.run(self, arrays) and replay.active is not None and replay.contiguous(arrays):
             replay.whole_call(self)
 
     @staticmethod
@@ -732,5 +732,6 @@ class ChainSite:
                     f"compiled chain {'+'.join(self.chain.ops)}: prepared for other shapes; "
                     f"its flat loop cannot run {shapes} (an input neither whole nor one value)")
             self._shapes, self._geometry = shapes, geometry
-        if CompiledChain.run(self._geometry, arrays) and replay.active is not None:
+        if CompiledChain.run(self._geometry, arrays) and replay.active is not None and \
+                replay.contiguous(arrays):
             replay.whole_call(self)

@@ -14,7 +14,8 @@ from ...library import TensorSpec
 from ...prepared import PreparedKernel
 from ..threads import num_threads, parallel_rows
 from . import chain_jit, jit_setup
-from .omp_team import available as team_available, block, run_on_team
+from .. import replay
+from .omp_team import available as team_available, block, gomp_loaded, run_here, run_on_team
 
 
 def activation_expr(activation: str, attrs: Mapping[str, Any], dtype: str) -> str | None:
@@ -86,5 +87,16 @@ class GluKernel(PreparedKernel):
             chain_jit.PARALLEL_WORK else 1
         if workers > 1 and self._team is not None:
             run_on_team(self._team(), block(rows, units, x2, o2, gate, up))
+            self._vouch(x, out)
+            return
+        if self._team is not None and replay.recording_here() is not None and gomp_loaded():
+            # recorded for a replay (kernels/replay.py): the team's loop on this thread alone
+            run_here(self._team(), block(rows, units, x2, o2, gate, up))
+            self._vouch(x, out)
             return
         parallel_rows(rows, workers, lambda lo, hi: run(x2, o2, gate, up, lo, hi))
+
+    def _vouch(self, x: Any, out: Any) -> None:
+        """A team function's call was the whole work, where x and out were read in place."""
+        if replay.active is not None and replay.contiguous((x, out)):
+            replay.whole_call(self)

@@ -384,7 +384,7 @@ class RowKernel(AnyShape):
     Its run returns True where the call was one team kernel on a block (replay.whole_call)."""
 
     def __call__(self, *arrays: Any) -> None:
-        if self.run(*arrays) and replay.active is not None:
+        if self.run(*arrays) and replay.active is not None and replay.contiguous(arrays):
             replay.whole_call(self)
 
     def serves(self, shapes: Sequence[tuple[int, ...]]) -> bool:

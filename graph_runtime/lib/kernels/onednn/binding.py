@@ -263,9 +263,13 @@ def use_threads(n: int) -> None:
 
 
 def threads_in_use() -> int | None:
-    """The OpenMP thread count use_threads last gave oneDNN on the calling thread (None:
-    never set here)."""
-    return getattr(_thread_state, "n", None)
+    """The OpenMP thread count the calling thread's next team gets: what use_threads last set
+    here, else OpenMP's own default (None where libgomp did not load)."""
+    n = getattr(_thread_state, "n", None)
+    if n is None:
+        gomp = _lib().gomp
+        n = None if gomp is None else int(gomp.omp_get_max_threads())
+    return n
 
 
 def thread_stream() -> int:
