@@ -64,6 +64,7 @@ class NativeRuns:
         self.replayed = 0  # steps the replays run
         self._scratchpad = replay.Scratchpad()
         self._plan_index: list[int] = []  # per call of the last plan made: its first step
+        self._singles: dict[int, int] = {}  # step index: its call's place there, called alone
         # the replays of the last plan, by their rows: kept for the next plan's same stretches
         self._made: dict[tuple[replay.Rows, ...], replay.Replay] = {}
         self._changes = InputVersion.changes
@@ -89,7 +90,7 @@ class NativeRuns:
         """Everything recorded again: a write counter moved (derived data may be made again),
         or another thread runs (a oneDNN stream and an OpenMP team of its own)."""
         self.known = [None] * len(self.calls)
-        self._made = {}
+        self.plan, self.plan_steps, self._made = [], [], {}
         self._scratchpad = replay.Scratchpad()
         self._changes = InputVersion.changes
         self._thread = threading.get_ident()
@@ -129,7 +130,16 @@ class NativeRuns:
                 self.known[index] = _Known(held, rows, why)
             return call
         changes = InputVersion.changes
-        plan, steps = self._plan({i: recording for i in moved})
+        singles = self._singles
+        if self.plan and all(i in singles for i in moved):
+            # each moved step called alone in the last plan (a decoder's mask and KV steps):
+            # that plan, those calls recorded, no stretch made again
+            plan, steps = list(self.plan), self.plan_steps
+            for i in moved:
+                fn, args = self.calls[i]
+                plan[singles[i]] = (recording(i, fn), args)
+        else:
+            plan, steps = self._plan({i: recording for i in moved})
         self.run_calls(plan, steps)
         if InputVersion.changes != changes:  # a kernel derived data as it was recorded
             self._forget()
@@ -170,6 +180,7 @@ class NativeRuns:
         plan: list[Call] = []
         steps: list[PreparedCall] = []
         self._plan_index = []
+        self._singles = {}
         replays = []
         made_now: dict[tuple[replay.Rows, ...], replay.Replay] = {}
         index = 0
@@ -196,6 +207,7 @@ class NativeRuns:
                 index = end
                 continue
             fn, args = self.calls[index]
+            self._singles[index] = len(plan)
             plan.append((recording[index](index, fn), args) if index in recording
                         else (fn, args))
             steps.append(self.steps[index])
