@@ -236,14 +236,11 @@ class PreparedChain(PreparedKernel):
             return
         # recorded (kernels/replay.py): the chain vouches for its calls where each of its
         # kernels vouched for its own (its views are of its arrays; intermediates kept)
-        vouched = True
+        whole = True
         for fn, pick in self._steps:
-            recording.declared = None
-            fn(*pick(slots))
-            vouched = vouched and recording.declared is fn
+            whole = replay.vouched(fn, *pick(slots)) and whole
         replay.note_arrays(list(self.intermediates))
-        recording.declared = None
-        if vouched:
+        if whole:
             replay.whole_call(self)
 
 

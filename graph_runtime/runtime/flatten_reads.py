@@ -19,10 +19,9 @@ from typing import Any, Collection, Mapping, Sequence
 
 import numpy as np
 
-from ..lib.kernels import replay
-
 from ..device import Device
 from ..graph.model import Graph
+from ..lib.kernels import replay
 from ..lib.prepared import PreparedKernel, Wrapping, capabilities
 from .steps import PreparedCall
 
@@ -122,10 +121,7 @@ class StagedOutputs(Wrapping):
     def _recorded(self, recording: Any, arrays: tuple[Any, ...], args: list[Any]) -> None:
         """The call while a replay records (lib/kernels/replay.py): vouched for where the
         kernel vouched for its own and each copy out was recorded."""
-        recording.declared = None
-        self.kernel(*args)
-        whole = recording.declared is self.kernel
-        recording.declared = None
+        whole = replay.vouched(self.kernel, *args)
         for pos, buffer in self.buffers.items():
             if not recording.copy(arrays[pos], buffer):
                 whole = False

@@ -11,10 +11,10 @@ the other steps are called as before, in order.
 A replay holds what its calls reach: oneDNN memories of its own at the addresses the steps
 used (each inside one of the step's arrays or an array the memory held), one scratchpad, the
 blocks and arrays of the team kernels. It records again after anything that could move what
-the calls read: the executor's arguments changed (rebind, a new plan or shape: invalidate), or
-any input's write counter was counted or made volatile (InputVersion.changes); and after a run
-on another thread than the recording one (a oneDNN stream and an OpenMP team belong to a
-thread), which runs plainly. GRAPH_RUNTIME_REPLAY=off turns it off.
+the calls read: a step whose arguments changed (rebind, a new shape: invalidate) is recorded
+again; any input's write counter counted or made volatile (InputVersion.changes), or a run on
+another thread than the recording one (a oneDNN stream and an OpenMP team belong to a thread),
+records every step again. GRAPH_RUNTIME_REPLAY=off turns it off.
 """
 from __future__ import annotations
 

@@ -72,7 +72,6 @@ class Recording:
         self.arrays: list[Any] = []  # what the blocks point into (block()): kept by the replay
         self.threads: set[int | None] = set()  # OpenMP team sizes the calls ran with
         self.declared: Any = None  # the kernel that said the calls were its whole work
-        self.refused = ""  # why the step cannot be replayed, when a call said so
 
     def primitive(self, primitive: Any) -> None:
         from .onednn import binding
@@ -167,6 +166,18 @@ def whole_call(kernel: Any) -> None:
         recording.declared = kernel
 
 
+def vouched(fn: Callable[..., Any], *args: Any) -> bool:
+    """fn(*args), a kernel called by another on the recording thread: whether fn vouched for
+    its call (its word taken back after: the caller gives its own, for its whole call)."""
+    recording = recording_here()
+    assert recording is not None
+    recording.declared = None
+    fn(*args)
+    said = recording.declared is fn
+    recording.declared = None
+    return said
+
+
 def contiguous(arrays: Sequence[Any]) -> bool:
     """Whether every array is C-contiguous: a kernel's reshapes of them are views, never
     copies (a copy made at the recorded call would be read again, stale, by every replay)."""
@@ -202,8 +213,6 @@ def refusal(fn: Any, args: Sequence[Any], recording: Recording) -> str:
     it, its calls ran with one OpenMP thread count, and every oneDNN memory's first byte lies
     in one of args or in the array the memory held (a strided descriptor's size counts from
     its buffer's start: a head's view of fused q, k, v reaches past its own offset)."""
-    if recording.refused:
-        return recording.refused
     if recording.declared is not fn:
         return NOT_VOUCHED
     if not recording.calls:

@@ -30,7 +30,7 @@ from ...tuning import Choice
 from . import jit_setup
 from .loops_jit import compiled, inlined, lane_dot
 from .. import replay
-from .omp_team import (block, float32_at, gomp_loaded, my_rows, run_here, run_on_team,
+from .omp_team import (block, float32_at, my_rows, recording_here, run_here, run_on_team,
                        team_arrays, team_kernel)
 from .rows_jit import OtherPath, _exp_sum32, _exp_sum32_wide, on_team, softmax_row
 from .vector_width import wide_rows, wide_vectors
@@ -517,8 +517,7 @@ class AttentionKernel(PreparedKernel):
             else:
                 # recorded for a replay: the team's pass on this thread alone, as replayed
                 here = self._pass_block(arrays[3] if has_mask else None) \
-                    if replay.recording_here() is not None and \
-                    products is not None and gomp_loaded() else None
+                    if products is not None and recording_here() else None
                 by_block = here is not None
                 if here is not None:
                     run_here(self._pass_team(), here)

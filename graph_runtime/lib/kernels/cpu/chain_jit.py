@@ -43,7 +43,7 @@ from . import jit_setup
 from .jit_cache import install, sources_digest
 from ..threads import num_threads, parallel_items
 from .. import replay
-from .omp_team import available as team_available, block, gomp_loaded, run_here, run_on_team
+from .omp_team import available as team_available, block, recording_here, run_here, run_on_team
 from .vector_width import wide_rows
 
 install()  # before any cache=True function here (jit_cache.py)
@@ -696,8 +696,7 @@ class CompiledChain(PreparedKernel):
         ins = flat[:-1]
         fn, inner, metas = geometry.fn, geometry.inner, geometry.metas
         if geometry.workers == 1:
-            if replay.active is not None and geometry.here is not None and \
-                    replay.active.here() is not None and gomp_loaded():
+            if geometry.here is not None and recording_here():
                 run_here(geometry.here(), team_block(geometry, out, ins))
                 return True
             fn(0, size, inner, out, *ins, *metas)

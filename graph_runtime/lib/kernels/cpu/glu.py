@@ -15,7 +15,8 @@ from ...prepared import PreparedKernel
 from ..threads import num_threads, parallel_rows
 from . import chain_jit, jit_setup
 from .. import replay
-from .omp_team import available as team_available, block, gomp_loaded, run_here, run_on_team
+from .omp_team import (available as team_available, block, recording_here, run_here,
+                       run_on_team)
 
 
 def activation_expr(activation: str, attrs: Mapping[str, Any], dtype: str) -> str | None:
@@ -89,7 +90,7 @@ class GluKernel(PreparedKernel):
             run_on_team(self._team(), block(rows, units, x2, o2, gate, up))
             self._vouch(x, out)
             return
-        if self._team is not None and replay.recording_here() is not None and gomp_loaded():
+        if self._team is not None and recording_here():
             # recorded for a replay (kernels/replay.py): the team's loop on this thread alone
             run_here(self._team(), block(rows, units, x2, o2, gate, up))
             self._vouch(x, out)

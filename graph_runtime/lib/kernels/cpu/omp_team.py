@@ -84,6 +84,13 @@ def run_on_team(kernel: Any, block: np.ndarray) -> None:
     _gomp_parallel()(kernel.address, address_of(block), 0, 0)
 
 
+def recording_here() -> bool:
+    """Whether a replay records the calling thread's calls now (kernels/replay.py) and
+    run_here can run: a kernel whose rows would run on this thread anyway then runs its team
+    function there alone, a call the replay can make again."""
+    return replay.active is not None and replay.active.here() is not None and gomp_loaded()
+
+
 def run_here(kernel: Any, block: np.ndarray) -> None:
     """kernel run on block by the calling thread alone (a team of one: its rows all its own),
     as a replay of it runs (kernels/replay.py): for work too small to wake the team."""

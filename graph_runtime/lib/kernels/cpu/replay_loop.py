@@ -1,8 +1,8 @@
 """The compiled loop that replays recorded foreign calls (kernels/replay.py) with no Python
 between them: each row of an int64 (count, 5) table is a team kernel run by libgomp's
-GOMP_parallel (its row counter set to 0 first) or a oneDNN primitive run by
-dnnl_primitive_execute on the calling thread's stream, or a copy of bytes. A team kernel asked for a team of one
-runs on the calling thread alone (its rows all its own)."""
+GOMP_parallel (its row counter set to 0 first), a oneDNN primitive run by
+dnnl_primitive_execute on the calling thread's stream, or a copy of bytes. A team kernel asked
+for a team of one runs on the calling thread alone (its rows all its own)."""
 from __future__ import annotations
 
 import ctypes

@@ -22,8 +22,8 @@ from . import jit_setup
 from .. import replay
 from .fast_math import _bits_of_float, _float_of_bits, as_type_of, exp_neg32, softmax_exp_as
 from .loops_jit import compiled, inlined, reassociating
-from .omp_team import (available, block, float32_at, gomp_loaded, my_rows, run_here, run_on_team,
-                       team_arrays, team_kernel)
+from .omp_team import (available, block, float32_at, my_rows, recording_here, run_here,
+                       run_on_team, team_arrays, team_kernel)
 from .vector_width import wide_rows, wide_vectors
 from ..threads import num_threads, parallel_rows
 from ...prepared import AnyShape
@@ -371,7 +371,7 @@ def _by_block(team: bool, rows: int, width: int, kernel: Callable[[], Any],
     if team:
         run_on_team(kernel(), block(*values))
         return True
-    if replay.recording_here() is not None and not _spread(rows, width) and gomp_loaded():
+    if not _spread(rows, width) and recording_here():
         run_here(kernel(), block(*values))
         return True
     return False

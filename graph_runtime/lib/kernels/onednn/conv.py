@@ -336,14 +336,15 @@ class OnednnConv(ConvKernel):
             works.insert(0, [(item,) for item in self.data_in.items])
         for work in works:
             self._run(work)
-        if replay.active is not None and not copied and self._primitives_alone(works):
+        if replay.active is not None and not copied and self._primitives_alone(works,
+                                                                                self.weight):
             replay.whole_call(self)
 
-    def _primitives_alone(self, works: list[list[tuple[Any, ...]]]) -> bool:
+    def _primitives_alone(self, works: list[list[tuple[Any, ...]]], weight: Any) -> bool:
         """Whether the call was oneDNN primitives alone, run on this thread (no work items on
-        the workers, no silu pass), on a weight not derived anew each run: a replay's word
-        (kernels/replay.py)."""
-        return (self.weight.direct or not self._volatile()) and all(
+        the workers, no silu pass), on a weight (a PackedWeight) not derived anew each run: a
+        replay's word (kernels/replay.py)."""
+        return (weight.direct or not self._volatile()) and all(
             len(work) == 1 and all(isinstance(step, dn.Primitive) for step in work[0])
             for work in works)
 
@@ -365,9 +366,8 @@ class OnednnConv(ConvKernel):
             mem.bind(rest[operand])
         first.bind(data, weight, not first.weight.direct and self._stale(), out)
         self._run(first.work)
-        if replay.active is not None and not copied and (
-                first.weight.direct or not self._volatile()) and self._primitives_alone(
-                    [first.work]):
+        if replay.active is not None and not copied and self._primitives_alone(
+                [first.work], first.weight):
             replay.whole_call(self)
 
     def _bind(self, data: Any, residual: Any, out: Any) -> None:

@@ -602,12 +602,7 @@ class OnednnMatmul(DerivesFromInputs):
         after = self.after
         whole = not self.two_d or self.weight.direct or not self._volatile()
         if after is not None:
-            recording = replay.recording_here()
-            assert recording is not None
-            recording.declared = None
-            after(*[arrays[i] for i in self.after_args])
-            whole = whole and recording.declared is after
-            recording.declared = None
+            whole = replay.vouched(after, *[arrays[i] for i in self.after_args]) and whole
         if whole:
             replay.whole_call(self)
 
