@@ -48,7 +48,8 @@ def _check(out: np.ndarray, x: np.ndarray, w: np.ndarray, extra: np.ndarray | No
 
 
 @pytest.mark.parametrize("cached", [False, True])
-@pytest.mark.parametrize("m,n,k", [(1, 512, 512), (1, 40, 5), (3, 130, 64), (MAX_ROWS, 1000, 300)])
+@pytest.mark.parametrize("m,n,k", [(1, 512, 512), (1, 40, 5), (3, 130, 64), (MAX_ROWS, 1000, 300),
+                                   (1, 10, 8192), (2, 1, 33), (MAX_ROWS, 17, 100)])
 def test_the_product_matches_float64(team, m, n, k, cached, random_array) -> None:
     """Rows taken from the counter, or each thread its fixed share (a module whose weights
     stay in the cache: weights_cached)."""
@@ -165,14 +166,14 @@ def test_a_graph_of_one_row_runs_on_the_team(team, monkeypatch, random_array) ->
 def test_where_dense_offers_it(team, monkeypatch) -> None:
     """Offered for float32 products of 1..MAX_ROWS rows against a weight while oneDNN runs on
     the OpenMP team, and kept as the base there; not beside the runtime's workers, with oneDNN
-    off, for float64, for more rows, for a narrow weight or with its setting off."""
+    off, for float64, for more rows or with its setting off; a narrow weight too."""
     assert "team" in dense_choice.offered(dense_spec(1, 512, 512))
     assert dense_choice.base(dense_spec(1, 512, 512),
                              dense_choice.offered(dense_spec(1, 512, 512))) == "team"
     assert "team" in dense_choice.offered(dense_spec(MAX_ROWS, 512, 512))
     assert "team" not in dense_choice.offered(dense_spec(MAX_ROWS + 1, 512, 512))
     assert "team" not in dense_choice.offered(dense_spec(1, 512, 512, "float64"))
-    assert "team" not in dense_choice.offered(dense_spec(1, 16, 512))
+    assert "team" in dense_choice.offered(dense_spec(1, 10, 8192))  # a classifier's last
     monkeypatch.setenv(TEAM_GEMV.name, "off")
     assert "team" not in dense_choice.offered(dense_spec(1, 512, 512))
     monkeypatch.setenv(TEAM_GEMV.name, "on")  # OpenBLAS's side's only one, raced with oneDNN
@@ -184,7 +185,8 @@ def test_where_dense_offers_it(team, monkeypatch) -> None:
     assert "team" not in dense_choice.offered(dense_spec(1, 512, 512))
 
 
-@pytest.mark.parametrize("m,n,k", [(1, 512, 512), (1, 40, 5), (3, 130, 70), (MAX_ROWS, 1000, 300)])
+@pytest.mark.parametrize("m,n,k", [(1, 512, 512), (1, 40, 5), (3, 130, 70), (MAX_ROWS, 1000, 300),
+                                   (1, 10, 8192), (3, 5, 20)])
 def test_a_weight_kept_between_runs_is_read_packed(team, m, n, k, random_array) -> None:
     """With its write counter bound (a param), the weight is read packed, eight rows
     interleaved and zero padded past n and k (widths that leave partial blocks here), and
@@ -235,7 +237,7 @@ def test_a_frozen_weight_is_packed_once_for_every_kernel(team, random_array) -> 
     assert kernels[0].packed is kernels[1].packed
 
 
-@pytest.mark.parametrize("n,k", [(512, 512), (100, 40), (2000, 70)])
+@pytest.mark.parametrize("n,k", [(512, 512), (100, 40), (2000, 70), (10, 300), (3, 20)])
 def test_a_frozen_weight_a_onednn_matmul_reordered_is_read_in_its_layout(team, n, k,
                                                                           random_array) -> None:
     """A prompt's product (oneDNN's matmul) reorders a frozen weight into its blocked layout;
@@ -406,3 +408,34 @@ def test_the_last_level_cache_is_read_from_sysfs(tmp_path) -> None:
     assert team_gemv.last_level_cache_bytes(str(tmp_path)) == 32 << 20
     assert team_gemv.last_level_cache_bytes(str(tmp_path / "none")) == 0
     assert team_gemv.cache_holds(1) is (team_gemv.last_level_cache_bytes() > 1)
+
+
+@pytest.mark.parametrize("m,n,chw", [(1, 10, (32, 16, 16)), (3, 40, (5, 3, 4))])
+def test_a_product_reads_nhwc_features_through_a_permuted_weight(team, m, n, chw,
+                                                                 random_array) -> None:
+    """The product after a flatten of NHWC bytes (runtime/flatten_reads.py) reads them on a
+    copy of its weight with K in H, W, C order: equal to the plain product on the NCHW
+    flatten, permuted (and packed) again when the weight is written, and every call when the
+    weight may change without a count; other positions and shapes are not taken."""
+    c, h, w = chw
+    k = c * h * w
+    plain = TeamGemv(m, n, k)
+    variant = plain.reading_nhwc(0, (m, c, h, w))
+    assert variant is not None and plain.reading_nhwc(1, (m, c, h, w)) is None
+    assert plain.reading_nhwc(0, (m, c, h, w + 1)) is None
+    version = InputVersion()
+    variant.bind_versions({1: version})
+    x = random_array((m, c, h, w), "float32", seed=31)
+    nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).reshape(m, k)
+    weight = random_array((n, k), "float32", seed=32)
+    for written in range(3):
+        if written == 1:
+            weight[:] = random_array((n, k), "float32", seed=33)
+            version.count()
+        if written == 2:
+            version.set_volatile(True)
+            weight[:] = random_array((n, k), "float32", seed=34)  # no count
+        out = np.full((m, n), np.nan, np.float32)
+        variant(nhwc, weight, out)
+        _check(out, x.reshape(m, k), weight)
+    assert "reading NHWC features" in variant.note()

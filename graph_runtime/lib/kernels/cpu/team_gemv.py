@@ -74,6 +74,7 @@ from ...tuning import Choice
 from .. import replay
 from ..address import address_of
 from ..derived import DerivesFromInputs, derived_of, shared_list_watched_by
+from ..nhwc_features import permute_features, permuting_pays
 from ..onednn.weights import aligned_buffer
 from . import jit_setup
 from .loops_jit import inlined, lane_dot
@@ -151,8 +152,12 @@ def last_level_cache_bytes(folder: str = CACHE_FOLDER) -> int:
 
 
 def applies(m: int, n: int, dtype: str) -> bool:
-    """Whether a product of m rows against an [n, k] weight may run here now."""
-    return dtype == "float32" and 1 <= m <= MAX_ROWS and n >= 2 * LINE and available()
+    """Whether a product of m rows against an [n, k] weight may run here now. A narrow weight
+    (n under CHUNK: a classifier's last dense) is one thread's work, as OpenBLAS's call does
+    it; on the team its calls are recorded and replayed with their neighbours' (replay.py),
+    where OpenBLAS's call stays a call from Python: the cnn example's 10x8192 dense took 4.5
+    us replayed against OpenBLAS's 4.3, and oneDNN's matmul 36."""
+    return dtype == "float32" and 1 <= m <= MAX_ROWS and n >= 1 and available()
 
 
 def packs() -> bool:
@@ -501,6 +506,16 @@ class TeamGemv(DerivesFromInputs):
             m, n = self.shapes[2]
             self.tail.run_block(0, m, 0, n, n, self.tail.flat_arrays(rest))
 
+    def reading_nhwc(self, position: int, shape: tuple[int, ...]) -> Any:
+        """This product reading its features (position 0, an (m, C, H, W) tensor flattened)
+        from their NHWC bytes, on a permuted copy of the weight where that pays
+        (nhwc_features.py): the flatten before it is then skipped (runtime/flatten_reads.py)."""
+        (m, k), (n, _), _ = self.shapes
+        if (position != 0 or len(shape) != 4 or shape[0] != m
+                or shape[1] * shape[2] * shape[3] != k or not permuting_pays(m, n, k, 4)):
+            return None
+        return NhwcFeaturesTeamGemv(self, (shape[1], shape[2], shape[3]))
+
     def _recorded(self, rest: tuple[Any, ...]) -> None:
         """The rest of a call while a replay records (kernels/replay.py): the tail as the
         chain's own call over its arrays (its team function on this thread: the same loop as
@@ -588,3 +603,44 @@ class TeamGemv(DerivesFromInputs):
         block[:6] = (address_of(x), address_of(w), address_of(out), m, n, k)
         block[6] = address_of(block) + COUNTER * block.itemsize
         return block
+
+
+class NhwcFeaturesTeamGemv(DerivesFromInputs):
+    """run(features, weight, *tail_inputs, out) as `product` (a TeamGemv) computes it, features
+    (m, H*W*C) NHWC: the product on a copy of the weight with its K columns in H, W, C order,
+    made again when the weight's counter moves (then packed again as the product's own
+    weight, where it packs)."""
+
+    derived = (1,)
+
+    def __init__(self, product: TeamGemv, chw: tuple[int, int, int]) -> None:
+        super().__init__()
+        (m, k), (n, _), _ = product.shapes
+        self.chw = chw
+        self.inner = TeamGemv(m, n, k, product.tail, product.packs)
+        self.inner.cached = product.cached
+        self.permuted = aligned_buffer(4 * n * k)[:n * k].reshape(n, k)
+        # the permuted copy's writes, as the product sees them
+        self._written = InputVersion()
+        self.inner.bind_versions({1: self._written})
+
+    def __call__(self, features: Any, weight: Any, *rest: Any) -> None:
+        if self._stale():
+            permute_features(weight, self.permuted, self.chw, trans_b=True)
+            # set, not counted (InputVersion.changes): the weight's own write or change was
+            # counted already; a weight written without a count is permuted every call, and
+            # the product reads the copy as given, never packs it
+            self._written.volatile = self._volatile()
+            self._written.value += 1
+        if replay.recording_here() is None:
+            self.inner(features, self.permuted, *rest)
+        elif replay.vouched(self.inner, features, self.permuted, *rest) \
+                and not self._volatile():
+            replay.whole_call(self)
+
+    def note(self) -> str:
+        """What `graphrun profile` says of it."""
+        return self.inner.note() + ", reading NHWC features"
+
+    def workspace_bytes(self) -> int:
+        return int(self.permuted.nbytes) + self.inner.workspace_bytes()
