@@ -237,3 +237,46 @@ def test_moved_arguments_record_only_their_steps(monkeypatch: pytest.MonkeyPatch
     recorded = [i for i, rows in enumerate(kept[-1]) if rows is not None]
     moved = [i for i in recorded if kept[-2][i] is not kept[-1][i]]
     assert len(moved) == 1 and len(recorded) >= 3, (recorded, moved)  # r's softmax alone
+
+
+def test_a_moved_step_between_steps_never_replayed_is_not_recorded_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A softmax whose input moves every run (bound zero copy) between two cumulative sums
+    (NumPy's, never replayed): its rows could join no stretch, so after the first recording
+    it is called plainly (a decoder's rotary chain between its mask steps cost a recording at
+    every new length), and every run's answers are a replay-off module's."""
+    from graph_runtime.runtime.native_runs import ALONE
+    nodes = [helper.make_node("CumSum", ["a", "axis"], ["c"]),
+             helper.make_node("Softmax", ["r"], ["z"], axis=-1),
+             helper.make_node("CumSum", ["c", "axis"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "alone",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [4, 8]),
+         helper.make_tensor_value_info("r", TensorProto.FLOAT, [5, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, [5, 8])],
+        [numpy_helper.from_array(np.array(1, np.int64), "axis")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    modules = {}
+    for word in ("off", "on"):
+        monkeypatch.setenv(REPLAY.name, word)
+        graph_json, lib, params = from_onnx(model)
+        modules[word] = gr.create(graph_json, lib, cpu(0))
+        modules[word].load_params(gr.save_param_dict(params))
+    m, want = modules["on"], modules["off"]
+    rng = np.random.default_rng(4)
+    labels = [step.label for step in m.executor._call_steps]
+    softmax = next(i for i, label in enumerate(labels) if "softmax" in label)
+    assert 0 < softmax < len(labels) - 1, labels  # between the two sums
+    for run in range(5):
+        a = rng.standard_normal((4, 8)).astype(np.float32)
+        r = rng.standard_normal((5, 8)).astype(np.float32)
+        m.set_input("a", a)
+        m.set_input_zero_copy("r", r)
+        m.run()
+        want.run(a=a, r=r)
+        for i in range(2):
+            np.testing.assert_allclose(m.get_output(i).numpy(), want.get_output(i).numpy(),
+                                       rtol=1e-5, atol=1e-6)
+        if run >= 2:  # plain, recorded, then recorded again where arguments moved
+            assert m.executor.native.reasons[softmax] == ALONE
