@@ -280,3 +280,35 @@ def test_a_moved_step_between_steps_never_replayed_is_not_recorded_again(
                                        rtol=1e-5, atol=1e-6)
         if run >= 2:  # plain, recorded, then recorded again where arguments moved
             assert m.executor.native.reasons[softmax] == ALONE
+
+
+def test_a_decoders_split_and_rotary_steps_are_replayed_with_its_layers(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A LLaMA-style prompt (the tiny TorchScript export, imported once with symbolic dims):
+    the split of the fused q, k, v product and the two rotary steps of each layer are replayed
+    with the products (oneDNN's, any rows in pieces) and the attention around them (their
+    team functions on this thread), and every run's logits are a replay-off module's for
+    that run's tokens."""
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "data" / "onnx" / "llama_tiny_ts.onnx"
+    modules = {}
+    for word in ("off", "on"):
+        monkeypatch.setenv(REPLAY.name, word)
+        graph_json, lib, params = from_onnx(str(path))
+        modules[word] = gr.create(graph_json, lib, cpu(0))
+        modules[word].load_params(gr.save_param_dict(params))
+    m, want = modules["on"], modules["off"]
+    rng = np.random.default_rng(5)
+    for _ in range(4):
+        feeds = {"input_ids": rng.integers(0, 100, (2, 17)).astype(np.int64),
+                 "attention_mask": np.ones((2, 17), np.int64)}
+        got, expected = m.run_with(**feeds), want.run_with(**feeds)
+        for a, b in zip(got, expected):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    executor = m.executor
+    reasons = executor.native.reasons
+    labels = {i: step.label for i, step in enumerate(executor._call_steps)}
+    for kind in ("split", "rotary", "nn_dense"):
+        steps = [i for i, label in labels.items() if f"fused_{kind}" in label]
+        assert steps and not any(i in reasons for i in steps), \
+            {labels[i]: reasons.get(i) for i in steps}

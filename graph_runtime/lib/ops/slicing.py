@@ -13,6 +13,7 @@ from ..kernels.opencl.source import cl_strided_copy
 from ..library import TensorSpec
 from ..kernels.cpu.omp_team import available as team_available
 from ..kernels.cpu.pool_jit import SERIAL_OUTPUTS
+from ..kernels.cpu.split_rows import HostSplit
 from ..kernels.threads import channel_split, chunk_bounds, parallel_items
 from ..prepared import PreparedKernel
 from ..registry import define_op, kernel
@@ -185,6 +186,8 @@ def _host_split(xp: Any, backend: Backend, device_id: int, inputs: Sequence[Tens
                 outputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> Callable[..., None]:
     spec = inputs[0]
     axis, pieces = split_pieces(spec, attrs)
+    if xp is np:
+        return HostSplit(axis, pieces)
     index = [(slice(None),) * axis + (slice(start, start + count),) for start, count in pieces]
 
     def run(x: Any, *outs: Any) -> None:

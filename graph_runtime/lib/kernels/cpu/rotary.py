@@ -10,7 +10,9 @@ from ...prepared import PreparedKernel
 from . import jit_setup
 from .loops_jit import compiled, inlined
 from .rows_jit import PARALLEL_ELEMENTS
-from .omp_team import available, block, float32_at, my_rows, run_on_team, team_arrays, team_kernel
+from .. import replay
+from .omp_team import (available, block, float32_at, my_rows, recording_here, run_here,
+                       run_on_team, team_arrays, team_kernel)
 
 
 # NOTE: x * cos + (-x_other) * sin, each product rounded, then the sum: the exporters' Mul, Neg,
@@ -74,13 +76,18 @@ class RotaryKernel(PreparedKernel):
 
     def __call__(self, x: Any, cos: Any, sin: Any, out: Any) -> None:
         table = (out.shape[0], out.shape[1], self.rot)
-        if self.team and out.size >= PARALLEL_ELEMENTS:
+        large = out.size >= PARALLEL_ELEMENTS
+        if self.team and (large or recording_here()):
             per_batch = cos.shape == table
             if (per_batch or cos.shape in (table[1:], (1, *table[1:]))) and sin.shape == \
                     cos.shape and team_arrays(x, cos, sin, out):
-                run_on_team(_rotate_team(), block(
+                # small work while a replay records: the team function on this thread alone,
+                # as the replay will run it
+                (run_on_team if large else run_here)(_rotate_team(), block(
                     x, cos, sin, out, table[1], table[0] * table[1], x.shape[-1],
                     out.shape[-1], self.heads, self.dim, self.rot, self.offset, per_batch))
+                if replay.active is not None:
+                    replay.whole_call(self)  # one team function on a block: its whole work
                 return
         if cos.shape != table or sin.shape != table:  # a decode step's are (1, 1, rot)
             cos, sin = np.broadcast_to(cos, table), np.broadcast_to(sin, table)

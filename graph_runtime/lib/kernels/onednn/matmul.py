@@ -451,8 +451,26 @@ class OnednnMatmul(DerivesFromInputs):
             return
         for primitive in primitives:
             primitive.run()
-        if after is not None:
+        if replay.active is not None and replay.active.here() is not None:
+            self._recorded_rows(arrays)
+        elif after is not None:
             after.run_block(0, self._rows, 0, n, n, self._flat)
+
+    def _recorded_rows(self, arrays: tuple[Any, ...]) -> None:
+        """_recorded for a call of any rows (a symbolic module's band kernel, in pieces on
+        this thread): the tail as one call over the arrays at their shapes (a ChainSite: the
+        tail is prepared for other rows), vouched for as _recorded does."""
+        after = self.after
+        whole = self.weight.direct or not self._volatile()
+        if after is not None:
+            tail = [arrays[i] for i in self.after_args]
+            if after.at(tuple(a.shape for a in tail)) is None:  # (not a flat loop's shapes)
+                after.run_block(0, self._rows, 0, self.shape[2], self.shape[2], self._flat)
+                return
+            from ..cpu.chain_jit import ChainSite
+            whole = replay.vouched(ChainSite(after), *tail) and whole
+        if whole:
+            replay.whole_call(self)
 
     def _shape_item(self, a: tuple[int, ...], b: tuple[int, ...], out: tuple[int, ...]
                     ) -> tuple[Primitive, list[tuple[Memory, int, int]]]:
@@ -477,6 +495,8 @@ class OnednnMatmul(DerivesFromInputs):
         last = self._arrays
         if len(last) == 3 and a is last[0] and b is last[1] and out is last[2]:
             self._current.run()  # the arrays of the call before (a warm module)
+            if replay.active is not None:
+                replay.whole_call(self)
             return
         key = (a.shape, b.shape, out.shape)
         item = self._by_shape.get(key)
@@ -492,6 +512,8 @@ class OnednnMatmul(DerivesFromInputs):
         self._arrays = (a, b, out)
         self._current = primitive
         primitive.run()
+        if replay.active is not None:  # one primitive on the arrays' addresses: its whole call
+            replay.whole_call(self)
 
     def _item(self, pd: PrimitiveDesc, piece: tuple[int, int, int, int]
               ) -> tuple[Primitive, list[tuple[Memory, int, int]]]:
