@@ -17,7 +17,7 @@ from graph_runtime.device import cpu
 from graph_runtime.frontend import from_onnx
 from graph_runtime.lib.kernels import replay
 from graph_runtime.lib.kernels.onednn import binding
-from graph_runtime.settings import ONEDNN, REPLAY
+from graph_runtime.settings import NUM_THREADS, ONEDNN, ONEDNN_THREADS, REPLAY
 
 pytestmark = pytest.mark.skipif(not binding.available(),
                                 reason=f"oneDNN not loaded: {binding.unavailable_reason()}")
@@ -197,40 +197,57 @@ def _two_branch_model() -> Any:
              helper.make_node("MatMul", ["n1", "w2"], ["m2"]),
              helper.make_node("Softmax", ["m2"], ["y"], axis=-1),
              helper.make_node("Softmax", ["r"], ["z"], axis=-1)]
+    return _a_and_r(nodes, "two", [4, 64], _weights(0))
+
+
+def _a_and_r(nodes: list[Any], name: str, a_shape: list[int],
+             initializers: dict[str, np.ndarray]) -> Any:
+    """A model of nodes reading inputs a (a_shape) and r (5 x 8) and writing y (a's shape)
+    and z (r's)."""
     graph = helper.make_graph(
-        nodes, "two",
-        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [4, 64]),
+        nodes, name,
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, a_shape),
          helper.make_tensor_value_info("r", TensorProto.FLOAT, [5, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 64]),
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, a_shape),
          helper.make_tensor_value_info("z", TensorProto.FLOAT, [5, 8])],
-        [numpy_helper.from_array(v, k) for k, v in _weights(0).items()])
+        [numpy_helper.from_array(v, k) for k, v in initializers.items()])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _on_and_off(monkeypatch: pytest.MonkeyPatch, model: Any) -> tuple[Any, Any]:
+    """The model imported and made twice: with replays on, and off (the reference)."""
+    modules = {}
+    for word in ("off", "on"):
+        monkeypatch.setenv(REPLAY.name, word)
+        graph_json, lib, params = from_onnx(model)
+        modules[word] = gr.create(graph_json, lib, cpu(0))
+        modules[word].load_params(gr.save_param_dict(params))
+    return modules["on"], modules["off"]
+
+
+def _run_moved(m: Any, want: Any, a: np.ndarray, r: np.ndarray) -> None:
+    """a set and r bound zero copy (a new array each run: its readers' arguments move) in m,
+    both given to want; both run, and their two outputs agree."""
+    m.set_input("a", a)
+    m.set_input_zero_copy("r", r)
+    m.run()
+    want.run(a=a, r=r)
+    for i in range(2):
+        np.testing.assert_allclose(m.get_output(i).numpy(), want.get_output(i).numpy(),
+                                   rtol=1e-5, atol=1e-6)
 
 
 def test_moved_arguments_record_only_their_steps(monkeypatch: pytest.MonkeyPatch) -> None:
     """One input bound zero copy to a new array before each run: only the step reading it is
     recorded again, the other branch's recorded rows are kept, and each run's answers are a
     replay-off module's."""
-    modules = {}
-    for word in ("off", "on"):
-        monkeypatch.setenv(REPLAY.name, word)
-        monkeypatch.setenv(ONEDNN.name, "on")
-        graph_json, lib, params = from_onnx(_two_branch_model())
-        modules[word] = gr.create(graph_json, lib, cpu(0))
-        modules[word].load_params(gr.save_param_dict(params))
-    m, want = modules["on"], modules["off"]
+    monkeypatch.setenv(ONEDNN.name, "on")
+    m, want = _on_and_off(monkeypatch, _two_branch_model())
     rng = np.random.default_rng(3)
     kept = []
     for _ in range(6):
-        a = rng.standard_normal((4, 64)).astype(np.float32)
-        r = rng.standard_normal((5, 8)).astype(np.float32)
-        m.set_input("a", a)
-        m.set_input_zero_copy("r", r)
-        m.run()
-        want.run(a=a, r=r)
-        for i in range(2):
-            np.testing.assert_allclose(m.get_output(i).numpy(), want.get_output(i).numpy(),
-                                       rtol=1e-5, atol=1e-6)
+        _run_moved(m, want, rng.standard_normal((4, 64)).astype(np.float32),
+                   rng.standard_normal((5, 8)).astype(np.float32))
         native = m.executor.native
         kept.append([None if k is None else k.rows for k in native.known])
     assert native.replayed >= 2, native.reasons
@@ -249,35 +266,15 @@ def test_a_moved_step_between_steps_never_replayed_is_not_recorded_again(
     nodes = [helper.make_node("CumSum", ["a", "axis"], ["c"]),
              helper.make_node("Softmax", ["r"], ["z"], axis=-1),
              helper.make_node("CumSum", ["c", "axis"], ["y"])]
-    graph = helper.make_graph(
-        nodes, "alone",
-        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [4, 8]),
-         helper.make_tensor_value_info("r", TensorProto.FLOAT, [5, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8]),
-         helper.make_tensor_value_info("z", TensorProto.FLOAT, [5, 8])],
-        [numpy_helper.from_array(np.array(1, np.int64), "axis")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    modules = {}
-    for word in ("off", "on"):
-        monkeypatch.setenv(REPLAY.name, word)
-        graph_json, lib, params = from_onnx(model)
-        modules[word] = gr.create(graph_json, lib, cpu(0))
-        modules[word].load_params(gr.save_param_dict(params))
-    m, want = modules["on"], modules["off"]
+    model = _a_and_r(nodes, "alone", [4, 8], {"axis": np.array(1, np.int64)})
+    m, want = _on_and_off(monkeypatch, model)
     rng = np.random.default_rng(4)
     labels = [step.label for step in m.executor._call_steps]
     softmax = next(i for i, label in enumerate(labels) if "softmax" in label)
     assert 0 < softmax < len(labels) - 1, labels  # between the two sums
     for run in range(5):
-        a = rng.standard_normal((4, 8)).astype(np.float32)
-        r = rng.standard_normal((5, 8)).astype(np.float32)
-        m.set_input("a", a)
-        m.set_input_zero_copy("r", r)
-        m.run()
-        want.run(a=a, r=r)
-        for i in range(2):
-            np.testing.assert_allclose(m.get_output(i).numpy(), want.get_output(i).numpy(),
-                                       rtol=1e-5, atol=1e-6)
+        _run_moved(m, want, rng.standard_normal((4, 8)).astype(np.float32),
+                   rng.standard_normal((5, 8)).astype(np.float32))
         if run >= 2:  # plain, recorded, then recorded again where arguments moved
             assert m.executor.native.reasons[softmax] == ALONE
 
@@ -291,13 +288,11 @@ def test_a_decoders_split_and_rotary_steps_are_replayed_with_its_layers(
     that run's tokens."""
     from pathlib import Path
     path = Path(__file__).resolve().parents[1] / "data" / "onnx" / "llama_tiny_ts.onnx"
-    modules = {}
-    for word in ("off", "on"):
-        monkeypatch.setenv(REPLAY.name, word)
-        graph_json, lib, params = from_onnx(str(path))
-        modules[word] = gr.create(graph_json, lib, cpu(0))
-        modules[word].load_params(gr.save_param_dict(params))
-    m, want = modules["on"], modules["off"]
+    # oneDNN's threads in OpenMP mode, whatever a neighbour does meanwhile (on the runtime's
+    # workers, the pieces and the rotary's rows go to them, not replayed)
+    monkeypatch.setenv(NUM_THREADS.name, "2")
+    monkeypatch.setenv(ONEDNN_THREADS.name, "openmp")
+    m, want = _on_and_off(monkeypatch, str(path))
     rng = np.random.default_rng(5)
     for _ in range(4):
         feeds = {"input_ids": rng.integers(0, 100, (2, 17)).astype(np.int64),
