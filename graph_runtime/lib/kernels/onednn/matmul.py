@@ -458,8 +458,8 @@ class OnednnMatmul(DerivesFromInputs):
 
     def _recorded_rows(self, arrays: tuple[Any, ...]) -> None:
         """_recorded for a call of any rows (a symbolic module's band kernel, in pieces on
-        this thread): the tail as one call over the arrays at their shapes (a ChainSite: the
-        tail is prepared for other rows), vouched for as _recorded does."""
+        this thread): the tail as one call over the arrays at their shapes (its call site:
+        the tail is prepared for other rows), vouched for as _recorded does."""
         after = self.after
         whole = self.weight.direct or not self._volatile()
         if after is not None:
@@ -467,8 +467,7 @@ class OnednnMatmul(DerivesFromInputs):
             if after.at(tuple(a.shape for a in tail)) is None:  # (not a flat loop's shapes)
                 after.run_block(0, self._rows, 0, self.shape[2], self.shape[2], self._flat)
                 return
-            from ..cpu.chain_jit import ChainSite
-            whole = replay.vouched(ChainSite(after), *tail) and whole
+            whole = replay.vouched(after.call_site(), *tail) and whole
         if whole:
             replay.whole_call(self)
 
