@@ -307,3 +307,24 @@ def test_a_decoders_split_and_rotary_steps_are_replayed_with_its_layers(
         steps = [i for i, label in labels.items() if f"fused_{kind}" in label]
         assert steps and not any(i in reasons for i in steps), \
             {labels[i]: reasons.get(i) for i in steps}
+
+
+def test_a_kernel_timed_as_replayed_is_recorded_after_its_first_call() -> None:
+    """A fresh oneDNN product's first call reorders its steady weight into oneDNN's layout (a
+    primitive of its own); its one-call replay for a race is recorded after that call, as a
+    module records at its second run, so the replay runs the product alone, not the reorder
+    at every sample too."""
+    from graph_runtime.lib.kernels.onednn.matmul import OnednnMatmul
+    from graph_runtime.lib.library import InputVersion
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((4, 256)).astype(np.float32)
+    w = rng.standard_normal((96, 256)).astype(np.float32)
+    out = np.zeros((4, 96), np.float32)
+    product = OnednnMatmul(1, 4, 96, 256, False, True, 1, 1, split=False)
+    product.bind_versions({1: InputVersion()})  # a param's: reordered once
+    timed = replay.replayed_call(product, [x, w, out])
+    assert timed is not None
+    assert [len(rows.table) for rows in timed.rows] == [1]  # the product's execute alone
+    out[...] = 0
+    timed()
+    np.testing.assert_allclose(out, x @ w.T, rtol=1e-4, atol=1e-4)

@@ -336,9 +336,11 @@ class Replay:
 
 
 def timing_word() -> str:
-    """", replayed" where the tuning service times kernels as replays (replayed_call), for its
-    keys: a choice timed with each call made from Python is not taken for one timed so."""
-    return ", replayed" if settings.word(settings.REPLAY) == "on" else ""
+    """", replayed warm" where the tuning service times kernels as replays recorded at their
+    second call (replayed_call), for its keys: a choice timed with each call made from Python,
+    or as a replay of its first call (", replayed", to 2026-12-07), is not taken for one timed
+    so."""
+    return ", replayed warm" if settings.word(settings.REPLAY) == "on" else ""
 
 
 LOOP_NOT_READY = ("the replay loop would set numba up, which nothing else in this process "
@@ -355,10 +357,16 @@ def loop_ready() -> bool:
 
 def replayed_call(fn: Callable[..., Any], args: Sequence[Any]) -> Callable[[], None] | None:
     """fn(*args) as a one-call replay (a kernel timed as it will run in a replayed module:
-    the tuning service's races), or None where it cannot be (called once meanwhile)."""
+    the tuning service's races), or None where it cannot be (called twice meanwhile).
+
+    Recorded at its second call, as a module records at its second run: a first call makes
+    what a kernel derives once (a packed or reordered weight, by a oneDNN reorder), which a
+    recording of it would replay at every call (a RegNet squeeze-excite conv's oneDNN replay
+    timed 27.8 us so against 14.0, and lost its race to OpenBLAS's 26)."""
     from .onednn import binding
     if settings.word(settings.REPLAY) == "off" or not binding.available() or not loop_ready():
         return None
+    fn(*args)
     recording, _ = record(fn, args)
     if recording is None:
         return None
