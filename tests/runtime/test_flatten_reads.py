@@ -426,3 +426,31 @@ def test_openblas_dense_reads_nhwc_features_through_a_permuted_weight(trans_b: b
     big_k = SMALL_WEIGHT_BYTES // (4 * n) + 1  # one row more than the small weights' bound
     big = cpu_gemm(None, 0, Gemm(1, 1, n, big_k, False, True, 1, 1, "float32"))
     assert not permuting_pays(1, n, big_k, 4) and big.reading_nhwc(0, (1, big_k, 1, 1)) is None
+
+
+@pytest.mark.parametrize("trans_b", [True, False])
+def test_onednns_product_reading_nhwc_features_is_replayed_as_called(onednn: None,
+                                                                     trans_b: bool) -> None:
+    """oneDNN's product on the permuted weight vouches for its call (the permutation made
+    before, at a call of its own): its one-call replay writes what the plain product on the
+    NCHW flatten writes."""
+    from graph_runtime.lib.kernels import replay
+    from graph_runtime.lib.kernels.onednn.matmul import OnednnMatmul
+    from graph_runtime.lib.library import InputVersion
+    m, (c, h, w), n = 2, (5, 3, 4), 7
+    k = c * h * w
+    plain = OnednnMatmul(1, m, n, k, False, trans_b, 1, 1, split=False)
+    variant = plain.reading_nhwc(0, (m, c, h, w))
+    assert isinstance(variant, NhwcFeaturesMatmul)
+    variant.bind_versions({1: InputVersion()})
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((m, c, h, w)).astype(np.float32)
+    weight = rng.standard_normal((n, k) if trans_b else (k, n)).astype(np.float32)
+    got = np.zeros((m, n), np.float32)
+    timed = replay.replayed_call(variant, [np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+                                           .reshape(m, k), weight, got])
+    assert timed is not None
+    got[...] = 0
+    timed()
+    want = x.reshape(m, k) @ (weight.T if trans_b else weight)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -4,8 +4,10 @@ batch_flatten of an (N, C, H, W) tensor kept NHWC (runtime/layouts.py) costs a r
 NCHW every run; the dense after it can read the NHWC bytes as (N, H*W*C) rows instead when its
 weight's K rows are taken in the same order (runtime/flatten_reads.py). The permuted weight is
 derived data, made again whenever the weight is written. This module holds the rule for when
-that copy is worth its memory and the permutation, for OpenBLAS's call (NhwcFeaturesDot here)
-and oneDNN's matmul (onednn/nhwc_dense.py).
+that copy is worth its memory and the permutation, for OpenBLAS's call (NhwcFeaturesDot here),
+and what the products that read the copy through a counter of their own share
+(PermutedWeightProduct: oneDNN's matmul in onednn/nhwc_dense.py, the team GEMV in
+cpu/team_gemv.py).
 """
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from . import replay
+from ..library import InputVersion
 from .derived import DerivesFromInputs
 
 # A permuted weight up to this size is kept whatever the batch: a classifier head's (the cnn
@@ -67,3 +71,43 @@ class NhwcFeaturesDot(DerivesFromInputs):
 
     def note(self) -> str:
         return "OpenBLAS, reading NHWC features"
+
+
+class PermutedWeightProduct(DerivesFromInputs):
+    """run(features, weight, *rest) as `inner` computes it on `permuted`, a copy of the weight
+    with its K in H, W, C order (in permuted_trans_b's orientation: (N, K) where true, else
+    (K, N); the weight as given is (N, K) where weight_trans_b), features (M, H*W*C) NHWC.
+    The copy is made again when the weight's counter moves, and the inner product reads it
+    through a counter of its own (its packed or reordered copy made again then)."""
+
+    derived = (1,)
+
+    def __init__(self, inner: Any, permuted: np.ndarray, chw: tuple[int, int, int],
+                 weight_trans_b: bool, permuted_trans_b: bool) -> None:
+        super().__init__()
+        self.inner, self.permuted, self.chw = inner, permuted, chw
+        self.weight_trans_b, self.permuted_trans_b = weight_trans_b, permuted_trans_b
+        self._written = InputVersion()  # the permuted copy's writes, as the product sees them
+        inner.bind_versions({1: self._written})
+
+    def __call__(self, features: Any, weight: Any, *rest: Any) -> None:
+        if self._stale():
+            given = weight if self.weight_trans_b == self.permuted_trans_b else weight.T
+            permute_features(given, self.permuted, self.chw, self.permuted_trans_b)
+            # set, not counted (InputVersion.changes): the weight's own write or change was
+            # counted already; a weight written without a count is permuted every call, and
+            # the product derives nothing from the copy
+            self._written.volatile = self._volatile()
+            self._written.value += 1
+        if replay.recording_here() is None:
+            self.inner(features, self.permuted, *rest)
+        elif replay.vouched(self.inner, features, self.permuted, *rest) \
+                and not self._volatile():
+            replay.whole_call(self)
+
+    def note(self) -> str:
+        """What `graphrun profile` says of it."""
+        return self.inner.note() + ", reading NHWC features"
+
+    def workspace_bytes(self) -> int:
+        return int(self.permuted.nbytes) + self.inner.workspace_bytes()

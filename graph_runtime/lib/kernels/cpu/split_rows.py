@@ -63,8 +63,7 @@ class HostSplit(PreparedKernel):
             return False
         rows = int(np.prod(x.shape[:self.axis], dtype=np.int64))
         inner = int(np.prod(x.shape[self.axis + 1:], dtype=np.int64)) * x.itemsize
-        values: list[Any] = [x, rows, x.shape[self.axis] * inner if x.ndim else 0,
-                             len(outs)]
+        values: list[Any] = [x, rows, x.shape[self.axis] * inner, len(outs)]
         for out, (start, count) in zip(outs, self.pieces):
             values += [out, start * inner, count * inner]
         run_here(_split_team(), block(*values))

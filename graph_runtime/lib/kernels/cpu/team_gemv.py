@@ -74,7 +74,7 @@ from ...tuning import Choice
 from .. import replay
 from ..address import address_of
 from ..derived import DerivesFromInputs, derived_of, shared_list_watched_by
-from ..nhwc_features import permute_features, permuting_pays
+from ..nhwc_features import PermutedWeightProduct, permuting_pays
 from ..onednn.weights import aligned_buffer
 from . import jit_setup
 from .loops_jit import inlined, lane_dot
@@ -605,42 +605,14 @@ class TeamGemv(DerivesFromInputs):
         return block
 
 
-class NhwcFeaturesTeamGemv(DerivesFromInputs):
+class NhwcFeaturesTeamGemv(PermutedWeightProduct):
     """run(features, weight, *tail_inputs, out) as `product` (a TeamGemv) computes it, features
-    (m, H*W*C) NHWC: the product on a copy of the weight with its K columns in H, W, C order,
-    made again when the weight's counter moves (then packed again as the product's own
-    weight, where it packs)."""
-
-    derived = (1,)
+    (m, H*W*C) NHWC: the product on a copy of the weight with its K columns in H, W, C order
+    (packed again as the product's own weight, where it packs, when the copy is made again)."""
 
     def __init__(self, product: TeamGemv, chw: tuple[int, int, int]) -> None:
-        super().__init__()
         (m, k), (n, _), _ = product.shapes
-        self.chw = chw
-        self.inner = TeamGemv(m, n, k, product.tail, product.packs)
-        self.inner.cached = product.cached
-        self.permuted = aligned_buffer(4 * n * k)[:n * k].reshape(n, k)
-        # the permuted copy's writes, as the product sees them
-        self._written = InputVersion()
-        self.inner.bind_versions({1: self._written})
-
-    def __call__(self, features: Any, weight: Any, *rest: Any) -> None:
-        if self._stale():
-            permute_features(weight, self.permuted, self.chw, trans_b=True)
-            # set, not counted (InputVersion.changes): the weight's own write or change was
-            # counted already; a weight written without a count is permuted every call, and
-            # the product reads the copy as given, never packs it
-            self._written.volatile = self._volatile()
-            self._written.value += 1
-        if replay.recording_here() is None:
-            self.inner(features, self.permuted, *rest)
-        elif replay.vouched(self.inner, features, self.permuted, *rest) \
-                and not self._volatile():
-            replay.whole_call(self)
-
-    def note(self) -> str:
-        """What `graphrun profile` says of it."""
-        return self.inner.note() + ", reading NHWC features"
-
-    def workspace_bytes(self) -> int:
-        return int(self.permuted.nbytes) + self.inner.workspace_bytes()
+        inner = TeamGemv(m, n, k, product.tail, product.packs)
+        inner.cached = product.cached
+        super().__init__(inner, aligned_buffer(4 * n * k)[:n * k].reshape(n, k), chw,
+                         weight_trans_b=True, permuted_trans_b=True)

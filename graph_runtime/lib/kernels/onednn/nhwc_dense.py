@@ -7,52 +7,27 @@ the same order (kernels/nhwc_features.py: the permutation, and when the copy pay
 """
 from __future__ import annotations
 
-from typing import Any
-
-from ...library import InputVersion
-from ..nhwc_features import permute_features
-from ..derived import DerivesFromInputs
+from ..nhwc_features import PermutedWeightProduct
 from .matmul import OnednnMatmul
 from .weights import aligned_buffer
 
 
-class NhwcFeaturesMatmul(DerivesFromInputs):
+class NhwcFeaturesMatmul(PermutedWeightProduct):
     """run(features, weight, *extras, out) as `dense` computes it, features (N, H*W*C) NHWC."""
 
-    derived = (1,)
-
     def __init__(self, dense: OnednnMatmul, shape: tuple[int, ...]) -> None:
-        super().__init__()
         batch, m, n, k, trans_a, trans_b, a_batches, b_batches = dense.shape
         _, c, h, w = shape
-        self.chw = (c, h, w)
-        self.trans_b = trans_b
         # the product reads the permuted weight as a plain (K, N) matrix of its own
-        self.inner = OnednnMatmul(batch, m, n, k, trans_a, False, a_batches, b_batches,
-                                  split=dense.split, tail=dense.tail, extras=dense.extras,
-                                  after=dense.after, after_args=dense.after_args)
-        self.permuted = aligned_buffer(4 * k * n)[:k * n].reshape(k, n)
-        self._written = InputVersion()
-        self.inner.bind_versions({1: self._written})
-
-    def __call__(self, features: Any, weight: Any, *rest: Any) -> None:
-        if self._stale():
-            # (K, N): the product reads it plain
-            permute_features(weight.T if self.trans_b else weight, self.permuted, self.chw,
-                             trans_b=False)
-            self._written.count()
-        self.inner(features, self.permuted, *rest)
+        inner = OnednnMatmul(batch, m, n, k, trans_a, False, a_batches, b_batches,
+                             split=dense.split, tail=dense.tail, extras=dense.extras,
+                             after=dense.after, after_args=dense.after_args)
+        super().__init__(inner, aligned_buffer(4 * k * n)[:k * n].reshape(k, n), (c, h, w),
+                         weight_trans_b=trans_b, permuted_trans_b=False)
 
     @property
     def impl(self) -> str:
         return self.inner.impl
-
-    def note(self) -> str:
-        """What `graphrun profile` says of it."""
-        return self.inner.note() + ", reading NHWC features"
-
-    def workspace_bytes(self) -> int:
-        return int(self.permuted.nbytes) + self.inner.workspace_bytes()
 
     def uses_workers(self) -> bool:
         return True
