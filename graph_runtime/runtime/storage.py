@@ -9,6 +9,7 @@ import numpy as np
 
 from .._text import fmt_bytes
 from ..backends import check_device
+from ..backends.cpu import host_arena
 from ..device import Device, cuda
 from ..errors import DeviceError, GraphError
 from ..graph.model import Graph, entry_bytes
@@ -211,7 +212,13 @@ class StoragePool:
         for sid in sorted(pinned):  # host ids a GPU copies from or into (Executor.pinned_ids)
             if sid not in self.buffers:
                 self.buffers[sid] = pinned_host(plan.sid_bytes[sid])
-        for sid, nbytes in sorted(plan.sid_bytes.items()):
+        left = [(sid, nbytes) for sid, nbytes in sorted(plan.sid_bytes.items())
+                if sid not in self.buffers]
+        if scratch is None:  # (a specialisation's ids are shared with the ones derived from
+            # it, which would keep an arena alive whole: each its own buffer there)
+            self.buffers.update(_host_buffers([(sid, nbytes) for sid, nbytes in left
+                                               if plan.sid_device[sid].kind == "cpu"]))
+        for sid, nbytes in left:
             if sid not in self.buffers:
                 self.buffers[sid] = _alloc(sid, nbytes, plan.sid_device[sid])
         # each device's backend and each dtype, looked up once (_view makes a decode step's
@@ -345,6 +352,21 @@ def _alloc(sid: int, nbytes: int, dev: Device) -> Any:
     except Exception as e:  # out of memory surfaces as the backend library's own error
         raise DeviceError(f"allocating storage id {sid} ({fmt_bytes(nbytes)}) on {dev} "
                           f"failed: {type(e).__name__}: {e}") from e
+
+
+def _host_buffers(sizes: Sequence[tuple[int, int]]) -> dict[int, Any]:
+    """(storage id, bytes) on the host, each id's buffer a slice of one arena (host_arena:
+    the weights a static module holds in its pool, read on huge pages); DeviceError naming
+    them where the allocation fails."""
+    if not sizes:
+        return {}
+    try:
+        buffers = host_arena([nbytes for _, nbytes in sizes])
+    except MemoryError as e:
+        total = sum(nbytes for _, nbytes in sizes)
+        raise DeviceError(f"allocating {len(sizes)} storage ids ({fmt_bytes(total)}) on the "
+                          f"host failed: {type(e).__name__}: {e}") from e
+    return {sid: buffer for (sid, _), buffer in zip(sizes, buffers)}
 
 
 def _entry_label(graph: Graph, eid: int) -> str:

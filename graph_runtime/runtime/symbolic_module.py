@@ -27,6 +27,7 @@ import numpy as np
 from .. import settings
 from .._text import count_of
 from ..backends import check_device, copy_array, get_backend
+from ..backends.cpu import host_arena
 from ..device import Device
 from ..errors import GraphError, GraphRuntimeError, ParamsError
 from ..graph.model import Graph
@@ -185,7 +186,9 @@ class SymbolicGraphModule(ModuleBase):
         return self._module("get_input").get_input(index, out)
 
     def _load_values(self, values: Mapping[str, Any], source: str) -> None:
-        """Params held once per device, shared by every specialisation."""
+        """Params held once per device, shared by every specialisation: those on the host in
+        one arena (host_arena: read on huge pages), every one checked before any is held."""
+        checked = []
         for name, val in values.items():
             sig = self._sigs.get(name)
             if sig is None:
@@ -198,9 +201,17 @@ class SymbolicGraphModule(ModuleBase):
                 raise ParamsError(f"{source}: param {name!r} is {tuple(host.shape)} "
                                   f"{host.dtype} but the graph's input {name!r} (eid "
                                   f"{sig.eid}) is {tuple(sig.shape)} {sig.dtype}")
+            checked.append((name, sig, host))
+        on_host = [host for _, sig, host in checked
+                   if self.entry_device[sig.eid].kind == "cpu"]
+        arena = iter(host_arena([host.nbytes for host in on_host]))
+        for name, sig, host in checked:
             dev = self.entry_device[sig.eid]
             backend = check_device(dev)
-            array = backend.empty(dev.device_id, tuple(host.shape), host.dtype)
+            if dev.kind == "cpu":
+                array = np.ndarray(host.shape, host.dtype, next(arena))
+            else:
+                array = backend.empty(dev.device_id, tuple(host.shape), host.dtype)
             copy_array(get_backend("cpu"), host, backend, array)
             if dev.kind == "cpu":
                 freeze(array)  # never written again: its packed forms are shared

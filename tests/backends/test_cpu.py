@@ -60,3 +60,22 @@ def test_view_past_the_end(backend) -> None:
     with pytest.raises(DeviceError, match=r"cpu: a \(3,\) int64 view at byte offset 0 needs "
                                           r"bytes \[0, 24\), but the buffer has 16"):
         backend.view(backend.alloc(0, 16), 0, (3,), np.dtype("int64"))
+
+
+def test_host_arena_carves_disjoint_aligned_buffers_from_one_allocation() -> None:
+    """host_arena: each buffer its size, 64-byte aligned, none overlapping another, all views of
+    one allocation; one of 4 MB or more starts on a 2 MB boundary (huge pages)."""
+    from graph_runtime.backends.cpu import HUGE_PAGE, host_arena
+    for sizes in ([1, 63, 64, 65, 4096], [3 << 20, 5, 1 << 20], [7]):
+        buffers = host_arena(sizes)
+        assert [b.nbytes for b in buffers] == sizes
+        assert all(b.dtype == np.uint8 and b.ctypes.data % 64 == 0 for b in buffers)
+        assert len({id(b.base) for b in buffers}) == 1
+        spans = sorted((b.ctypes.data, b.ctypes.data + b.nbytes) for b in buffers)
+        assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:]))
+        for i, b in enumerate(buffers):  # writing one changes no other
+            b[:] = i + 1
+        assert all(np.all(b == i + 1) for i, b in enumerate(buffers))
+        if sum(sizes) >= 2 * HUGE_PAGE:
+            assert buffers[0].ctypes.data % HUGE_PAGE == 0
+    assert host_arena([]) == []

@@ -1101,3 +1101,23 @@ def test_a_kernel_nothing_in_which_depends_on_sizes_serves_every_size_class() ->
         kernels.append(step.kernel)
     assert kernels[0] is kernels[1] is kernels[2]
     assert m.kernels.prepared == 1
+
+
+def test_params_are_held_in_one_arena_and_checked_before_any_is_held() -> None:
+    """A symbolic module's host params are views of one allocation (backends/cpu.host_arena:
+    read on huge pages), each frozen; a load with one param of the wrong shape holds none of
+    it: the params loaded before stay, and the module still answers as ONNX Runtime does."""
+    from graph_runtime.errors import ParamsError
+    from graph_runtime.lib.kernels.derived import derived_of
+    m, session, names = _tiny_kv()
+    held = {name: array for name, (_, array) in m._params.items()}
+    bases = {id(a.base) for a in held.values() if a.base is not None}
+    assert len(held) > 10 and len(bases) == 1 and all(a.base is not None for a in held.values())
+    assert all(derived_of(a) is not None for a in held.values())  # frozen
+    first, second = list(held)[:2]
+    bad = {first: held[first] * 2, second: np.zeros((1,) + held[second].shape, np.float32)}
+    with pytest.raises(ParamsError, match=second):
+        m.load_params(bad)
+    assert all(m._params[name][1] is array for name, array in held.items())
+    _generate(lambda feeds: m.run_with(**feeds), session, names, 3,
+              RNG.integers(0, 100, (1, 5)).astype(np.int64))

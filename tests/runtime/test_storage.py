@@ -75,3 +75,19 @@ def test_pool_on_two_devices(opencl_available: None) -> None:
 def test_fmt_bytes() -> None:
     assert [fmt_bytes(n) for n in (0, 1023, 1024, 3 << 20, 5 << 50)] == [
         "0 B", "1023 B", "1.0 KiB", "3.0 MiB", "5.0 PiB"]
+
+
+def test_a_static_pools_host_ids_are_slices_of_one_arena() -> None:
+    """Without a scratch (a static module) every host storage id is its own slice of one
+    allocation (backends/cpu.host_arena), none overlapping another; the views written through
+    one id leave the others as they were."""
+    g = _chain([0, 1, 2, 1], [[5], [1 << 20], [3], [7]], ["float32", "float32", "int8", "float32"])
+    pool = StoragePool(g, layout_pool(g, [gr.cpu()] * 4))
+    buffers = list(pool.buffers.values())
+    assert len(buffers) == 3 and len({id(b.base) for b in buffers}) == 1
+    assert buffers[0].base is not None and all(b.ctypes.data % 64 == 0 for b in buffers)
+    spans = sorted((b.ctypes.data, b.ctypes.data + b.nbytes) for b in buffers)
+    assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:]))
+    for k, view in enumerate(pool.views[:3]):
+        view[...] = k + 1
+    assert [int(v.reshape(-1)[0]) for v in pool.views[:3]] == [1, 2, 3]
