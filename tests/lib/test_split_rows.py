@@ -31,7 +31,7 @@ def _check(x: np.ndarray, outs: list[np.ndarray], axis: int,
 def test_split_copies_each_slice(shape, axis, pieces, dtype) -> None:
     x = np.arange(int(np.prod(shape))).reshape(shape).astype(dtype)
     outs = _outs(shape, axis, pieces, dtype)
-    HostSplit(axis, pieces)(x, *outs)
+    HostSplit(np, axis, pieces)(x, *outs)
     _check(x, outs, axis, pieces)
 
 
@@ -43,7 +43,7 @@ def test_a_recorded_split_vouches_and_its_replay_copies_the_new_values(shape, ax
                                                                        dtype) -> None:
     """Recorded, the split vouches for its call (one team function); its replay copies what x
     holds when it runs, into the same outputs."""
-    kernel = HostSplit(axis, pieces)
+    kernel = HostSplit(np, axis, pieces)
     x = np.arange(int(np.prod(shape))).reshape(shape).astype(dtype)
     outs = _outs(shape, axis, pieces, dtype)
     recording, why = replay.record(kernel, (x, *outs))
@@ -64,6 +64,6 @@ def test_a_strided_input_is_copied_by_numpy_and_not_vouched() -> None:
     x = np.arange(24, dtype=np.float32).reshape(4, 6).T  # (6, 4), strided
     pieces = [(0, 2), (2, 4)]
     outs = _outs(x.shape, 0, pieces, "float32")
-    recording, why = replay.record(HostSplit(0, pieces), (x, *outs))
+    recording, why = replay.record(HostSplit(np, 0, pieces), (x, *outs))
     assert recording is None and why == replay.NOT_VOUCHED
     _check(x, outs, 0, pieces)

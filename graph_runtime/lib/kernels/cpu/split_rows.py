@@ -40,19 +40,21 @@ def _split_team(data: Any) -> None:
 
 
 class HostSplit(PreparedKernel):
-    """run(x, *outs): outs[i] = x's pieces[i] (start, count) along axis."""
+    """run(x, *outs): outs[i] = x's pieces[i] (start, count) along axis, through xp's copies
+    (NumPy's, or CuPy's for arrays on a GPU: those are never recorded)."""
 
-    def __init__(self, axis: int, pieces: Sequence[tuple[int, int]]) -> None:
+    def __init__(self, xp: Any, axis: int, pieces: Sequence[tuple[int, int]]) -> None:
+        self.xp = xp
         self.axis = axis
         self.pieces = list(pieces)
         self.index = [(slice(None),) * axis + (slice(start, start + count),)
                       for start, count in pieces]
 
     def __call__(self, x: Any, *outs: Any) -> None:
-        if replay.active is not None and recording_here() and self._recorded(x, outs):
+        if recording_here() and self._recorded(x, outs):
             return
         for out, where in zip(outs, self.index):
-            np.copyto(out, x[where])
+            self.xp.copyto(out, x[where])
 
     def _recorded(self, x: Any, outs: Sequence[Any]) -> bool:
         """The copies as one team function on this thread, vouched for (its whole work), where
