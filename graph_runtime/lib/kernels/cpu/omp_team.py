@@ -31,6 +31,11 @@ from .loops_jit import inlined
 LIBGOMP = "libgomp.so.1"
 _thread_num: Any = types.ExternalFunction("omp_get_thread_num", types.int32())
 _team_size: Any = types.ExternalFunction("omp_get_num_threads", types.int32())
+# libc's memcpy(dst, src, nbytes), addresses as int64 (its result, dst, unused): a slice
+# assignment between two arrays at raw addresses compiled to a loop 3.5-7x slower than NumPy's
+# copy (numba cannot tell that they do not overlap)
+copy_bytes: Any = types.ExternalFunction("memcpy", types.int64(types.int64, types.int64,
+                                                               types.int64))
 _parallel: Any = None
 _tried = False
 _lock = threading.Lock()

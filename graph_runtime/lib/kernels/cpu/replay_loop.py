@@ -14,7 +14,7 @@ from llvmlite import binding as llvm
 from numba import cfunc, types
 
 from ..replay import COLUMNS, COPY, TEAM
-from .omp_team import array_at, gomp_loaded
+from .omp_team import array_at, copy_bytes, gomp_loaded
 
 # pointers passed as int64: the same registers in the x86-64 and AArch64 C conventions
 _parallel: Any = types.ExternalFunction("GOMP_parallel", types.void(
@@ -34,8 +34,7 @@ def _loop(table: int, count: int, stream: int, status: int) -> int:
                 array_at(ops[i, 3], (1,), np.int64)[0] = 0
             _parallel(ops[i, 1], ops[i, 2], np.uint32(ops[i, 4]), 0)
         elif kind == COPY:
-            array_at(ops[i, 1], (ops[i, 3],), np.uint8)[:] = \
-                array_at(ops[i, 2], (ops[i, 3],), np.uint8)
+            copy_bytes(ops[i, 1], ops[i, 2], ops[i, 3])
         else:
             code = _execute(ops[i, 1], stream, np.int32(ops[i, 2]), ops[i, 3])
             if code != 0:

@@ -16,7 +16,7 @@ from numba import carray
 
 from ...prepared import PreparedKernel
 from .. import replay
-from .omp_team import array_at, block, my_rows, recording_here, run_here, team_kernel
+from .omp_team import block, copy_bytes, my_rows, recording_here, run_here, team_kernel
 
 HEAD = 4  # the block's first entries: the input's address, rows, bytes a row, outputs
 
@@ -29,14 +29,12 @@ def _split_team(data: Any) -> None:
     head = carray(data, (HEAD,), np.int64)
     rows, width, outputs = head[1], head[2], head[3]
     b = carray(data, (HEAD + 3 * outputs,), np.int64)
-    x = array_at(b[0], (rows, width), np.uint8)
     lo, hi = my_rows(rows)
     for k in range(outputs):
         at = HEAD + 3 * k
-        start, count = b[at + 1], b[at + 2]
-        out = array_at(b[at], (rows, count), np.uint8)
+        out, start, count = b[at], b[at + 1], b[at + 2]
         for r in range(lo, hi):
-            out[r, :] = x[r, start:start + count]
+            copy_bytes(out + r * count, b[0] + r * width + start, count)
 
 
 class HostSplit(PreparedKernel):
