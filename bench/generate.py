@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # measure the checkout this script sits in
 import graph_runtime as gr  # noqa: E402
 from import_once import import_timed  # noqa: E402  (bench/)
-from interleave import SETTLE_S, round_ratios  # noqa: E402  (bench/)
+from interleave import settle, round_ratios  # noqa: E402  (bench/)
 from peers import DEFAULT, machine_line, onnxruntime_sessions  # noqa: E402  (bench/)
 
 DEFAULT_MODEL = Path.home() / ".cache" / "graph_runtime" / "bench_dynamic" / "llama_kv_ts.onnx"
@@ -113,7 +113,7 @@ def main() -> None:
     tokens: dict[str, list[int]] = {}
     for _ in range(opts.rounds):
         for name in per_token:
-            time.sleep(SETTLE_S)
+            settle()
             if name == "graph_runtime":
                 module = gr.create(result.graph_json, lib)
                 module.load_params(result.params)
@@ -127,10 +127,13 @@ def main() -> None:
             mean_token[name].append(statistics.mean(times))
             prefill[name].append(first)
             # a server's next request of the same lengths, on the same module or session
-            time.sleep(SETTLE_S)
+            settle()
             again_tokens, times, _ = generate(step, names, kv_shape, prompt, opts.new)
             tokens.setdefault(name + " again", again_tokens)
             again[name].append(statistics.median(times))
+            del step  # a round's module: its garbage collected by the next settle()
+            if name == "graph_runtime":
+                del module
     same = all(t == tokens[DEFAULT] for t in tokens.values())
     print(f"\ngreedy generation of {opts.new} tokens after a {opts.prompt}-token prompt, "
           f"{opts.rounds} rounds; tokens agree with ONNX Runtime: {same}")

@@ -1,6 +1,7 @@
 """Interleaved timing rounds shared by the benchmarks: every contender sampled in every round."""
 from __future__ import annotations
 
+import gc
 import random
 import statistics
 import time
@@ -9,6 +10,15 @@ from typing import Any, Callable
 from graph_runtime._timing import time_runs
 
 SETTLE_S = 0.5  # pause before each contender's samples (see interleaved_samples)
+
+
+def settle() -> None:
+    """Before a contender's timed pass: the garbage of what the bench dropped (a round's fresh
+    module, whose kernels hold oneDNN objects in reference cycles) collected now, not by a
+    collection that a later timed call sets off (one took 25 ms of a 5 ms request, destroying
+    4,363 oneDNN objects), then the pause (SETTLE_S) that lets spinning threads sleep."""
+    gc.collect()
+    time.sleep(SETTLE_S)
 
 
 def _no_sync() -> None:

@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))  # measure the checkout this script sits in
 import graph_runtime as gr  # noqa: E402
 from graph_runtime.frontend import import_onnx  # noqa: E402
 from import_once import import_timed  # noqa: E402  (bench/)
-from interleave import SETTLE_S, interleaved_samples  # noqa: E402  (bench/)
+from interleave import settle, interleaved_samples  # noqa: E402  (bench/)
 from peers import DEFAULT, busy_core, machine_line, onnxruntime_sessions  # noqa: E402  (bench/)
 
 DEFAULT_MODEL = Path.home() / ".cache" / "graph_runtime" / "bench_dynamic" / "llama_ts.onnx"
@@ -105,7 +105,7 @@ def _bench(opts: argparse.Namespace) -> None:
     worst = 0.0
     for round_ in range(opts.rounds):
         for name in totals:
-            time.sleep(SETTLE_S)
+            settle()
             if name == "graph_runtime":
                 module = create(graph_json, lib, params)
                 seen: set[tuple[int, int]] = set()
@@ -120,6 +120,7 @@ def _bench(opts: argparse.Namespace) -> None:
                     seen.add(shape)
                     worst = max(worst, float(np.max(np.abs(got - want))))
                 totals[name].append(total)
+                del module  # its garbage collected by the next settle(), outside the timing
             else:
                 session = sessions[name]
                 total = 0.0
