@@ -28,6 +28,7 @@ import numpy as np
 
 from ... import settings
 from ...errors import LibraryError
+from .address import address_of
 
 TEAM = 0  # ops table kinds: a team kernel (GOMP_parallel), ...
 ONEDNN = 1  # ... a oneDNN primitive executed (dnnl_primitive_execute) ...
@@ -197,7 +198,7 @@ def _bounds(arrays: Sequence[Any]) -> list[tuple[int, int]]:
     found = []
     for a in arrays:
         if isinstance(a, np.ndarray) and a.size:
-            low = high = a.__array_interface__["data"][0]
+            low = high = address_of(a)
             for size, stride in zip(a.shape, a.strides):
                 reach = (size - 1) * stride
                 low, high = (low + reach, high) if reach < 0 else (low, high + reach)
@@ -219,13 +220,17 @@ def refusal(fn: Any, args: Sequence[Any], recording: Recording) -> str:
         return "no foreign call recorded"
     if len(recording.threads) != 1 or None in recording.threads:
         return "its calls ran with different or unset OpenMP thread counts"
+    primitives = [call for call in recording.calls if isinstance(call, PrimitiveCall)]
+    if not primitives:  # (a team kernel's block is kept with the arrays it reads: note_arrays)
+        return ""
+    # NOTE: worked out only for primitives: every array's bounds cost a decode step's
+    # recording ~25 us a team kernel, ~1 ms a run
     bounds = _bounds(list(args) + recording.arrays)
-    for call in recording.calls:
-        if isinstance(call, PrimitiveCall):
-            for _, _, address, held in call.memories:
-                if not any(low <= address < high for low, high in bounds + _bounds([held])):
-                    return (f"a oneDNN memory at {address:#x} lies outside the step's arrays "
-                            f"and the array its memory held")
+    for call in primitives:
+        for _, _, address, held in call.memories:
+            if not any(low <= address < high for low, high in bounds + _bounds([held])):
+                return (f"a oneDNN memory at {address:#x} lies outside the step's arrays "
+                        f"and the array its memory held")
     return ""
 
 
