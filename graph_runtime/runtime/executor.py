@@ -355,6 +355,8 @@ class Executor:
         new._own = {id(step) for step in new.steps} - kept_ids
         new._moving, new._moving_index = set(), None
         new._finish()
+        if new.native is not None and self.native is not None:
+            new.native.adopt(self.native)  # the steps kept replay as recorded
         return new
 
     def retarget(self, graph: Graph, lib: Module) -> bool:

@@ -55,7 +55,8 @@ class NativeRuns:
         self.run_calls = run_calls
         self.source = source
         # warming -> recording -> replaying (-> recording where arguments moved); plain: the
-        # replay loop is not to be compiled in this process (replay.loop_ready)
+        # replay loop is not to be compiled in this process (replay.loop_ready); seeded: some
+        # steps' recordings taken from the runner of the executor derived from (adopt)
         self.state = "warming"
         self.known: list[_Known | None] = [None] * len(calls)
         self.plan: list[Call] = []
@@ -80,6 +81,27 @@ class NativeRuns:
     def _in_replay(self, index: int) -> bool:
         return any(step is self.steps[index] for r in self.replays for step in r.steps)
 
+    def adopt(self, base: NativeRuns) -> None:
+        """Start from base's recordings of the steps this runner shares with base's runner (an
+        executor derived from base's: a step kept as it was is the same call on the same
+        arrays): its first run replays their stretches and calls every other step plainly (a
+        new kernel's first call may derive what a recording would replay at every call), the
+        next records those. A decoder's new past-length band changes its ~10 attention, mask
+        and KV steps; its other ~50 were recorded again in full (4 ms, against the 1.6 ms
+        step). Nothing is taken from a base recorded on another thread or before a write
+        counter moved."""
+        if (base.state not in ("recording", "replaying") or len(base.calls) != len(self.calls)
+                or base._thread != self._thread or base._changes != InputVersion.changes):
+            return
+        self.known = [known if mine is theirs else None
+                      for known, mine, theirs in zip(base.known, self.steps, base.steps)]
+        if not any(k is not None and k.rows is not None for k in self.known):
+            self.known = [None] * len(self.calls)
+            return
+        self._scratchpad = base._scratchpad  # (the rows taken bound their memories to it)
+        self._made = dict(base._made)
+        self.state = "seeded"
+
     def invalidate(self) -> None:
         """Arguments moved (a rebind, a new shape): the steps whose arguments changed are
         recorded again at the next run."""
@@ -98,8 +120,22 @@ class NativeRuns:
     def run(self) -> None:
         if self.state in ("warming", "plain") or replay.recording_here() is not None:
             self.run_calls(self.calls, self.steps)
-            if self.state == "warming":
+            if self.state in ("warming", "seeded"):
                 self.state = "recording"
+            return
+        if self.state == "seeded":  # (adopt) the taken stretches replayed, the rest plain
+            self.state = "recording"
+            if InputVersion.changes == self._changes and threading.get_ident() == self._thread:
+                for i, known in enumerate(self.known):  # re-pointed since: called plainly
+                    if known is not None and known.why not in _SETTLED \
+                            and not _same(known.args, self.calls[i][1]):
+                        self.known[i] = None
+                plan, steps = self._plan({})
+                self.plan, self.plan_steps = plan, steps
+                self.run_calls(plan, steps)
+                return
+            self._forget()
+            self.run_calls(self.calls, self.steps)
             return
         if InputVersion.changes != self._changes or threading.get_ident() != self._thread:
             self._forget()

@@ -792,6 +792,29 @@ def _generate(step: Any, session: Any, names: list[str], tokens: int,
     return steps
 
 
+def test_a_derived_decode_step_replays_the_steps_it_keeps_at_its_first_run() -> None:
+    """Executor.derive at a new band of past lengths (the attention's and the masks' kernels
+    made again): the steps it keeps (the products, the norms) keep their recordings, so its
+    first run replays them (NativeRuns.adopt) instead of calling every step plainly and
+    recording all of them at the next; each step matches ONNX Runtime."""
+    m, session, names = _tiny_kv()
+    first_runs: list[int] = []  # per derived step: the steps its first run replayed
+    steady: list[int] = []  # per re-pointed step: the steps replayed
+
+    def step(feeds: dict) -> list:
+        before = m.derivations
+        out = m.run_with(**feeds)
+        native = m._current.executor.native
+        assert native is not None, m._current.executor.native_reason
+        (first_runs if m.derivations > before else steady).append(native.replayed)
+        return out
+    # past lengths 12-41: each of 13-17 derived (dims up to 16 stay exact), then re-pointed,
+    # then derived again at 33 (a new band), re-pointed after
+    prompt = RNG.integers(0, 100, (1, 12)).astype(np.int64)
+    _generate(step, session, names, 30, prompt)
+    assert steady[-1] > 0 and first_runs[-1] >= steady[-1] - 2, (first_runs, steady)
+
+
 def test_a_decode_step_re_points_the_module_used_last_in_place() -> None:
     """Executor.retarget: after the prompt (built) and the first decode step (derived), every
     new length makes the module used last over its sizes in place, kept under the new key,
