@@ -93,11 +93,11 @@ class NativeRuns:
         if (base.state not in ("recording", "replaying") or len(base.calls) != len(self.calls)
                 or base._thread != self._thread or base._changes != InputVersion.changes):
             return
-        self.known = [known if mine is theirs else None
-                      for known, mine, theirs in zip(base.known, self.steps, base.steps)]
-        if not any(k is not None and k.rows is not None for k in self.known):
-            self.known = [None] * len(self.calls)
+        taken = [known if mine is theirs else None
+                 for known, mine, theirs in zip(base.known, self.steps, base.steps)]
+        if not any(k is not None and k.rows is not None for k in taken):
             return
+        self.known = taken
         self._scratchpad = base._scratchpad  # (the rows taken bound their memories to it)
         self._made = dict(base._made)
         self.state = "seeded"
@@ -125,17 +125,13 @@ class NativeRuns:
             return
         if self.state == "seeded":  # (adopt) the taken stretches replayed, the rest plain
             self.state = "recording"
-            if InputVersion.changes == self._changes and threading.get_ident() == self._thread:
-                for i, known in enumerate(self.known):  # re-pointed since: called plainly
-                    if known is not None and known.why not in _SETTLED \
-                            and not _same(known.args, self.calls[i][1]):
-                        self.known[i] = None
-                plan, steps = self._plan({})
-                self.plan, self.plan_steps = plan, steps
-                self.run_calls(plan, steps)
+            if InputVersion.changes != self._changes or threading.get_ident() != self._thread:
+                self._forget()
+                self.run_calls(self.calls, self.steps)
                 return
-            self._forget()
-            self.run_calls(self.calls, self.steps)
+            self._drop_moved()  # (a step re-pointed since adopt: called plainly)
+            self.plan, self.plan_steps = self._plan({})
+            self.run_calls(self.plan, self.plan_steps)
             return
         if InputVersion.changes != self._changes or threading.get_ident() != self._thread:
             self._forget()
@@ -152,10 +148,7 @@ class NativeRuns:
     def _record(self) -> None:
         """One run replaying the stretches whose steps kept their arguments and recording the
         steps whose arguments moved, then the plan of the next runs."""
-        moved = {i for i, k in enumerate(self.known) if k is None or (
-            k.why not in _SETTLED and not _same(k.args, self.calls[i][1]))}
-        for i in moved:
-            self.known[i] = None
+        moved = self._drop_moved()
         for i in sorted(moved):
             if self._alone(i):  # its rows could join no stretch: not recorded
                 self.known[i] = _Known((), None, ALONE)
@@ -190,6 +183,15 @@ class NativeRuns:
             plan = self._plain_for(plan, moved)
         self.plan, self.plan_steps = plan, steps
         self.state = "replaying"
+
+    def _drop_moved(self) -> set[int]:
+        """The steps not recorded, or whose arguments moved since their recording (a settled
+        refusal aside), their recordings dropped."""
+        moved = {i for i, k in enumerate(self.known) if k is None or (
+            k.why not in _SETTLED and not _same(k.args, self.calls[i][1]))}
+        for i in moved:
+            self.known[i] = None
+        return moved
 
     def _alone(self, index: int) -> bool:
         """Whether no neighbour of step index can ever be replayed (each is out of range or
