@@ -149,6 +149,10 @@ class NativeRuns:
         """One run replaying the stretches whose steps kept their arguments and recording the
         steps whose arguments moved, then the plan of the next runs."""
         moved = self._drop_moved()
+        if not moved:  # (every moved step followed its arguments: a decode step's new length)
+            self.run_calls(self.plan, self.plan_steps)
+            self.state = "replaying"
+            return
         for i in sorted(moved):
             if self._alone(i):  # its rows could join no stretch: not recorded
                 self.known[i] = _Known((), None, ALONE)
@@ -186,10 +190,23 @@ class NativeRuns:
 
     def _drop_moved(self) -> set[int]:
         """The steps not recorded, or whose arguments moved since their recording (a settled
-        refusal aside), their recordings dropped."""
-        moved = {i for i, k in enumerate(self.known) if k is None or (
-            k.why not in _SETTLED and not _same(k.args, self.calls[i][1]))}
-        for i in moved:
+        refusal aside), their recordings dropped; a step whose function follows its new
+        arguments (cpu/block_site.py: its block rewritten for them) keeps its recording."""
+        moved = set()
+        for i, known in enumerate(self.known):
+            if known is None:
+                moved.add(i)
+                continue
+            if known.why in _SETTLED:
+                continue
+            fn, args = self.calls[i]
+            if _same(known.args, args):
+                continue
+            follow = getattr(fn, "follow", None)
+            if known.rows is not None and follow is not None and follow(*args):
+                self.known[i] = _Known(tuple(args), known.rows, known.why)
+                continue
+            moved.add(i)
             self.known[i] = None
         return moved
 

@@ -511,3 +511,40 @@ def test_a_decode_steps_attention_runs_on_the_few_query_kernel() -> None:
         made[q_len] = kernel._own.kernel  # the kernel of the shape its own calls met last
     assert isinstance(made[1], FewQueryAttention)
     assert isinstance(made[3], AttentionKernel)
+
+
+def test_a_decode_steps_attention_replays_on_the_arrays_its_site_follows() -> None:
+    """A node's site of the new-shape attention (ByShapeSite) recorded at one past length,
+    then told the next lengths' arrays (follow, as a decode step's replay is kept): the
+    recorded call, replayed, computes each length's attention; arrays of a shape the kernel
+    refuses are not followed (the step is then called, and refused, as before)."""
+    from graph_runtime.lib import tuning
+    from graph_runtime.lib.kernels import replay
+    from graph_runtime.lib.kernels.cpu import omp_team
+    if not omp_team.gomp_loaded():
+        pytest.skip("libgomp's GOMP_parallel did not load: no team functions")
+
+    def case(k_len: int) -> tuple[list[np.ndarray], dict, np.ndarray, np.ndarray]:
+        arrays, attrs, want = _case(2, 1, k_len, 8, 4, (2, 1, 1, k_len), False, False, 2,
+                                    True, dtype="float32")
+        return arrays, attrs, want, np.zeros(want.shape, np.float32)
+    arrays, attrs, want, out = case(9)
+    specs = [TensorSpec(a.shape, "float32") for a in arrays]
+    with tuning.by_size_class():
+        kernel = get_op("attention").kernels["cpu"](
+            get_backend("cpu"), 0, specs, [TensorSpec(want.shape, "float32")], attrs)
+    site = kernel.call_site()
+    recording, why = replay.record(site, (*arrays, out))
+    assert recording is not None, why
+    _check(out, want, "float32")
+    replayed = replay.Replay([replay.Rows(recording, replay.Scratchpad())], ["attention"])
+    for k_len in (10, 31, 4):
+        arrays, _, want, out = case(k_len)
+        assert site.follow(*arrays, out)
+        replayed()
+        _check(out, want, "float32")
+    q, k, v, mask = arrays
+    assert not site.follow(q, k, v[:, :, :3], mask, out)  # fewer tokens in v than in k
+    out[...] = 0
+    replayed()
+    _check(out, want, "float32")

@@ -145,3 +145,52 @@ def test_refusals_name_the_attr_or_input(change: dict, shapes: list, message: st
     specs = [TensorSpec(s, "float32") for s in shapes]
     with pytest.raises(LibraryError, match=f"^kv_append: {message}"):
         get_op("kv_append").infer(specs, {**_GOOD, **change})
+
+
+def test_a_nodes_site_replays_its_recording_on_the_arrays_it_follows() -> None:
+    """A node's call site (KvAppendSite: a decoder's layer) recorded once, then told each new
+    past length's arrays (follow): the recorded call, replayed, computes the new arrays'
+    result, as a decode step's replay runs without recording the step again. Arrays the team
+    function cannot read (strided) are refused and leave the block as it was; a plain call
+    with other arrays leaves it too."""
+    from graph_runtime.lib.kernels import replay
+    from graph_runtime.lib.kernels.cpu import omp_team
+    if not omp_team.gomp_loaded():
+        pytest.skip("libgomp's GOMP_parallel did not load: no team functions")
+    attrs_at = _case(*CASES[0], dtype="float32")
+    specs = [TensorSpec(a.shape, "float32") for a in attrs_at[0]]
+    kernel = get_op("kv_append").kernels["cpu"](
+        get_backend("cpu"), 0, specs, [TensorSpec(w.shape, "float32") for w in attrs_at[2]],
+        attrs_at[1])
+    site = kernel.call_site()
+
+    def case(past: int) -> tuple[tuple[np.ndarray, ...], list[np.ndarray]]:
+        arrays, _, want = _case(1, 1, past, 4, 2, 8, 8, 0, 1, 1, dtype="float32")
+        return (*arrays, *[np.zeros(w.shape, np.float32) for w in want]), want
+    args, want = case(7)
+    recording, why = replay.record(site, args)
+    assert recording is not None, why
+    for got, w in zip(args[5:], want):
+        np.testing.assert_array_equal(got, w)
+    replayed = replay.Replay([replay.Rows(recording, replay.Scratchpad())], ["kv_append"])
+    for past in (8, 30, 0):
+        args, want = case(past)
+        assert site.follow(*args)
+        replayed()
+        for got, w in zip(args[5:], want):
+            np.testing.assert_array_equal(got, w)
+    # strided pasts: refused, the block still the last arrays'
+    held = site.block.copy()
+    strided, _ = case(5)
+    spread = np.zeros((1, 2, 10, 8), np.float32)
+    assert not site.follow(strided[0], spread[:, :, ::2], *strided[2:])
+    np.testing.assert_array_equal(site.block, held)
+    other, other_want = case(3)  # called plainly: its result, the block untouched
+    site(*other)
+    for got, w in zip(other[5:], other_want):
+        np.testing.assert_array_equal(got, w)
+    np.testing.assert_array_equal(site.block, held)
+    args[5][...] = 0
+    replayed()
+    for got, w in zip(args[5:], want):
+        np.testing.assert_array_equal(got, w)

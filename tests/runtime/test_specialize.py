@@ -800,19 +800,54 @@ def test_a_derived_decode_step_replays_the_steps_it_keeps_at_its_first_run() -> 
     m, session, names = _tiny_kv()
     first_runs: list[int] = []  # per derived step: the steps its first run replayed
     steady: list[int] = []  # per re-pointed step: the steps replayed
+    made_anew: list[int] = []  # per derived step: its steps not shared with the one before
 
     def step(feeds: dict) -> list:
-        before = m.derivations
+        before, base = m.derivations, m._current
         out = m.run_with(**feeds)
         native = m._current.executor.native
         assert native is not None, m._current.executor.native_reason
-        (first_runs if m.derivations > before else steady).append(native.replayed)
+        if m.derivations > before:
+            first_runs.append(native.replayed)
+            kept = {id(s) for s in base.executor.steps}
+            made_anew.append(sum(id(s) not in kept for s in native.steps))
+        else:
+            steady.append(native.replayed)
         return out
     # past lengths 12-41: each of 13-17 derived (dims up to 16 stay exact), then re-pointed,
     # then derived again at 33 (a new band), re-pointed after
     prompt = RNG.integers(0, 100, (1, 12)).astype(np.int64)
     _generate(step, session, names, 30, prompt)
-    assert steady[-1] > 0 and first_runs[-1] >= steady[-1] - 2, (first_runs, steady)
+    # every step kept is replayed at once; those made anew (the attention's, the masks') are
+    # recorded at the next run
+    assert steady[-1] > 0 and made_anew[-1] < steady[-1], (first_runs, steady, made_anew)
+    assert first_runs[-1] >= steady[-1] - made_anew[-1], (first_runs, steady, made_anew)
+
+
+def test_a_decode_steps_attention_and_kv_steps_stay_in_its_replay_at_new_lengths() -> None:
+    """At each new past length (the module re-pointed in place), the attention and KV append
+    steps, whose arrays are new views, follow them (their sites' blocks rewritten:
+    cpu/block_site.py): the replays recorded at the length before run on, none recorded
+    again, those steps inside them; each step matches ONNX Runtime."""
+    m, session, names = _tiny_kv()
+    seen: list[tuple[int, tuple]] = []  # per re-pointed step: steps replayed, its replays
+
+    def step(feeds: dict) -> list:
+        before = m.retargets
+        out = m.run_with(**feeds)
+        native = m._current.executor.native
+        if m.retargets > before and native is not None:
+            seen.append((native.replayed, tuple(native.replays)))
+            labels = [s.label for r in native.replays for s in r.steps]
+            for kind in ("fused_kv_append", "fused_attention"):
+                assert any(kind in label for label in labels), (kind, labels)
+        return out
+    prompt = RNG.integers(0, 100, (1, 18)).astype(np.int64)  # lengths 19-30: one size class
+    _generate(step, session, names, 12, prompt)
+    assert len(seen) >= 6, seen
+    # after the first re-pointed length (recorded), the same replays at every new length
+    steady = seen[2:]
+    assert all(r == steady[0][1] and n == steady[0][0] for n, r in steady), seen
 
 
 def test_a_decode_step_re_points_the_module_used_last_in_place() -> None:

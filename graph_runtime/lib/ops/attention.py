@@ -22,7 +22,9 @@ import numpy as np
 from ..._lru import LruCache
 from ...backends.base import Backend
 from ..attrs import bool_attr, float_attr, int_attr, op_error
-from ..kernels.cpu.attention import AttentionKernel, FewQueryAttention, ViewsOf
+from ..kernels.cpu.attention import (FEW_BLOCK, AttentionKernel, FewQueryAttention, ViewsOf,
+                                     few_queries_team)
+from ..kernels.cpu.block_site import BlockSite
 from ..kernels.cuda_gemm import matmul_function
 from ..kernels.cuda_rows import AttentionSoftmax
 from ..kernels.heads import head_view
@@ -202,22 +204,37 @@ def _other_tokens(key: tuple[tuple[int, ...], ...], checked: tuple[tuple[int, ..
     return tokens > 0 and v[-2] == tokens
 
 
-class ByShapeSite:
+class ByShapeSite(BlockSite):
     """An AttentionByShape as one node calls it: the kernel of its last shape, with the views
-    of that node's arrays where it is an AttentionKernel (FewQueryAttention keeps none)."""
+    of that node's arrays where it is an AttentionKernel (FewQueryAttention keeps none). A
+    decode step's FewQueryAttention is recorded as its team function on the site's block,
+    which follows the node's arrays to each new past length (cpu/block_site.py)."""
 
     def __init__(self, by_shape: AttentionByShape) -> None:
+        super().__init__(FEW_BLOCK)
         self.by_shape = by_shape
         self.key: tuple[tuple[int, ...], ...] | None = None
         self.kernel: Any = None
         self.seen: ViewsOf | None = None
 
-    def __call__(self, *arrays: Any) -> None:
+    def _pick(self, arrays: Sequence[Any]) -> Any:
+        """The kernel for the arrays' shapes (checked as prepare() checks them)."""
         key = tuple(a.shape for a in arrays[:-1])
         if key != self.key:
             self.kernel = self.by_shape._kernel(key)
             self.key = key
             self.seen = ViewsOf() if isinstance(self.kernel, AttentionKernel) else None
+        return self.kernel
+
+    def function(self) -> Any:
+        return few_queries_team()
+
+    def values(self, args: Sequence[Any]) -> list[Any] | None:
+        kernel = self._pick(args)
+        return kernel.block_values(args) if isinstance(kernel, FewQueryAttention) else None
+
+    def plain(self, *arrays: Any) -> None:
+        self._pick(arrays)
         if self.seen is None:
             self.kernel(*arrays)
         else:

@@ -17,7 +17,7 @@ call, or a block of heads is done one group at a time; nothing is repeated in me
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from numba import carray
@@ -28,6 +28,7 @@ from ...prepared import PreparedKernel
 from ...tunable import Candidate, TunableOp
 from ...tuning import Choice
 from . import jit_setup
+from .block_site import float32_dims, float_bits
 from .loops_jit import compiled, inlined, lane_dot
 from .. import replay
 from .omp_team import (block, float32_at, my_rows, recording_here, run_here, run_on_team,
@@ -197,6 +198,27 @@ def _few_queries(q: Any, k: Any, v: Any, mask: Any, out: Any, q_offset: int, hea
                     o[d] = acc[d]
 
 
+# few_queries_team's block: q, k, v, the mask and out, each as its address and its dims
+# (FEW_RANKS), then the scale's bits, q's first column, the heads, nan_to_zero, has_mask
+FEW_RANKS = (3, 4, 4, 4, 3)
+FEW_BLOCK = len(FEW_RANKS) + sum(FEW_RANKS) + 5
+
+
+@team_kernel
+def few_queries_team(data: Any) -> None:
+    """_few_queries on the block (FEW_BLOCK), float32, by the calling thread: the same pass on
+    the same arrays, each seen at its own address and dims."""
+    b = carray(data, (FEW_BLOCK,), np.int64)
+    q = float32_at(b[0], (b[1], b[2], b[3]))
+    k = float32_at(b[4], (b[5], b[6], b[7], b[8]))
+    v = float32_at(b[9], (b[10], b[11], b[12], b[13]))
+    mask = float32_at(b[14], (b[15], b[16], b[17], b[18]))
+    out = float32_at(b[19], (b[20], b[21], b[22]))
+    scale = np.float32(b[23:24].view(np.float64)[0])
+    _few_queries(q, k, v, mask, out, b[24], b[25], scale, np.float32(1), b[26] != 0,
+                 b[27] != 0)
+
+
 class FewQueryAttention(PreparedKernel):
     """run(q, k, v, [mask,] out) for a few query rows (a decode step's one token), any shape:
     one compiled pass per query row and head (scores, softmax and the weighted sum of v in
@@ -214,6 +236,8 @@ class FewQueryAttention(PreparedKernel):
         self.offsets, self.nan_to_zero, self.has_mask = offsets, nan_to_zero, has_mask
         self.typed_scale, self.one = np.dtype(dtype).type(scale), np.dtype(dtype).type(1)
         self.zero_mask = np.zeros((1, 1, 1, 1), dtype)
+        self._block_tail = [float_bits(self.typed_scale), offsets[0], heads, int(nan_to_zero),
+                            int(has_mask)]  # (block_values)
 
     def any_shape(self) -> bool:
         return True
@@ -233,6 +257,19 @@ class FewQueryAttention(PreparedKernel):
                                           kh.shape[2]))
         _few_queries(q, kh, vh, mask, out, self.offsets[0], self.heads, self.typed_scale,
                      self.one, self.nan_to_zero, self.has_mask)
+
+    def block_values(self, arrays: Sequence[Any]) -> list[int] | None:
+        """few_queries_team's block for a call's arrays (q, k, v, [mask,] out), each with its
+        own dims: where __call__ would pass them to _few_queries as they are (C-contiguous
+        float32, k and v in the KV cache's layout, a mask 4-D over the tokens), else None."""
+        if len(arrays) != 4 + self.has_mask:
+            return None
+        q, k, v, *rest = arrays
+        mask = rest[0] if self.has_mask else self.zero_mask
+        values = float32_dims((q, k, v, mask, rest[-1]), FEW_RANKS)
+        if values is None or (self.has_mask and mask.shape[3] != k.shape[2]):
+            return None
+        return values + self._block_tail
 
 
 def _groups(h0: int, h1: int, group: int) -> list[tuple[int, int]]:

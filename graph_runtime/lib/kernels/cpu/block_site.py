@@ -1,0 +1,116 @@
+"""One node's calls of a team function on a block of its own, which follows the node's arrays.
+
+A decoder's attention and KV append take new arrays at every new past length (runtime/
+specialize.py's retarget makes new views). Called from Python they cost 20-35 us a layer in a
+decode step, against 5-14 us of work: the interpreter runs on caches the dense products before
+filled. Replayed (kernels/replay.py) a step's recorded call reads its block by address; here
+that block is the site's own, rewritten in place when the step is handed new arrays
+(`follow`, which runtime/native_runs.py asks before recording the step again), so the replay
+stretch the step sits in is kept as recorded, with no Python for the step at all.
+
+The block holds the arrays the site was last recorded or followed with (`args`): a call with
+those very arrays runs the team function on it; a call with others (a plain run at a new shape
+before any recording) runs the subclass's plain path and leaves the block alone, which a
+replay may still read; a call while a replay records takes the block over for its arrays.
+"""
+from __future__ import annotations
+
+import ctypes
+import struct
+from abc import ABC, abstractmethod
+from typing import Any, Sequence
+
+import numpy as np
+
+from ....errors import GraphRuntimeError
+from .. import replay
+from .omp_team import recording_here, run_here
+
+
+class BlockSite(ABC):
+    """A node's call site (PreparedKernel.call_site) running a team function on its block."""
+
+    def __init__(self, size: int) -> None:
+        self.block = np.zeros(size, np.int64)
+        self.args: tuple[Any, ...] | None = None  # the arrays the block holds
+        # written in one call (a NumPy assignment from a list of 40 ints took ~8 us)
+        self._bytes = memoryview(self.block).cast("B")
+        self._pack = struct.Struct(f"={size}q").pack_into
+
+    @abstractmethod
+    def function(self) -> Any:
+        """The team kernel (a cfunc reading the block)."""
+
+    @abstractmethod
+    def values(self, args: Sequence[Any]) -> list[int] | None:
+        """The block's entries for args (ints: arrays by address_of, floats by float_bits),
+        as many as the block holds; None where the team function does not take them (not
+        C-contiguous float32, say)."""
+
+    @abstractmethod
+    def plain(self, *args: Any) -> None:
+        """The call without the block (a plain run before any recording)."""
+
+    def __call__(self, *args: Any) -> None:
+        held = self.args
+        if held is None or not _same(args, held):
+            if not recording_here() or not self._fill(args):
+                self.plain(*args)
+                return
+        run_here(self.function(), self.block)
+        if replay.active is not None:
+            replay.whole_call(self)
+
+    def follow(self, *args: Any) -> bool:
+        """The block rewritten for args (the step's new arrays), so that a replay of its
+        recorded call runs on them; False, the block unchanged, where the team function does
+        not take them (the step is then recorded again or called plainly, and a shape the
+        kernel refuses is refused there, the node named)."""
+        try:
+            return self._fill(args)
+        except GraphRuntimeError:
+            return False
+
+    def _fill(self, args: Sequence[Any]) -> bool:
+        values = self.values(args)
+        if values is None or len(values) != len(self.block):
+            return False
+        self._pack(self._bytes, 0, *values)
+        self.args = tuple(args)
+        return True
+
+
+def _same(args: Sequence[Any], held: Sequence[Any]) -> bool:
+    return len(args) == len(held) and all(a is b for a, b in zip(args, held))
+
+
+def float32_dims(arrays: Sequence[Any], ranks: Sequence[int]) -> list[int] | None:
+    """Each array's address, then its dims (the block's view of it), where every array is a
+    C-contiguous float32 NumPy array of the rank in ranks, which float32_at reads; else None.
+    (ctypes' view of the buffer refuses a strided or read-only one: the check and the address
+    in one call.)"""
+    if len(arrays) != len(ranks):
+        return None
+    values: list[int] = []
+    for a, rank in zip(arrays, ranks):
+        if type(a) is not np.ndarray or (a.dtype is not _FLOAT32 and a.dtype != _FLOAT32) \
+                or len(a.shape) != rank:
+            return None
+        try:
+            values.append(_addressof(_view(a)))
+        except (TypeError, ValueError, BufferError):
+            if a.size or not a.flags.c_contiguous:  # (an empty one: read nowhere)
+                return None
+            values.append(0)
+        values.extend(a.shape)
+    return values
+
+
+def float_bits(value: float) -> int:
+    """value as a block holds a float: its float64 bits."""
+    return int(np.float64(value).view(np.int64))
+
+
+_FLOAT32 = np.dtype(np.float32)
+_addressof = ctypes.addressof
+_view = ctypes.c_char.from_buffer
