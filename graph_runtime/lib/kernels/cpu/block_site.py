@@ -34,7 +34,7 @@ class BlockSite(ABC):
         self.block = np.zeros(size, np.int64)
         self.args: tuple[Any, ...] | None = None  # the arrays the block holds
         # written in one call (a NumPy assignment from a list of 40 ints took ~8 us)
-        self._bytes = memoryview(self.block).cast("B")
+        self._bytes = self.block.data.cast("B")
         self._pack = struct.Struct(f"={size}q").pack_into
 
     @abstractmethod
@@ -113,4 +113,4 @@ def float_bits(value: float) -> int:
 
 _FLOAT32 = np.dtype(np.float32)
 _addressof = ctypes.addressof
-_view = ctypes.c_char.from_buffer
+_view: Any = ctypes.c_char.from_buffer  # (address.py's way, fused with the checks)
