@@ -9,7 +9,7 @@ import time
 from contextlib import nullcontext
 import dataclasses
 from dataclasses import dataclass
-from typing import (Any, Callable, Collection, ContextManager, Generic, Iterator, Mapping,
+from typing import (Any, Callable, Collection, ContextManager, Generic, Iterable, Iterator, Mapping,
                     Sequence, TypeVar)
 
 import numpy as np
@@ -226,6 +226,9 @@ class Executor:
         """What run() calls, and the step each call stands for (to name a failing node)."""
         self._call_steps = [self.shortcuts.get(i, s) for i, s in enumerate(self.steps)
                             if i not in self.skipped]
+        # per index in self.steps: its call's (for _moved)
+        self._call_index = {i: n for n, i in enumerate(
+            i for i in range(len(self.steps)) if i not in self.skipped)}
         self._calls = [(s.fn, s.args) for s in self._call_steps]
         # NOTE: kernels that spread work over the runtime's CPU workers (lib/kernels/threads.py)
         # need the cores to themselves: one threaded OpenBLAS call elsewhere in the run leaves
@@ -479,11 +482,13 @@ class Executor:
                 step, copied = self._own_step(index), True
             for pos in positions:
                 step.args[pos] = self._bind(step.arg_keys[pos])
-        for call in self.shortcuts.values():  # its own (derive makes them anew)
+        moved = [index for index, _ in repoint]
+        for index, call in self.shortcuts.items():  # its own (derive makes them anew)
             for pos, key in enumerate(call.arg_keys):
                 if key.eid in renewed:
                     call.args[pos] = self._bind(key)
-        self._moved()
+                    moved.append(index)
+        self._moved(moved)
         self.graph = graph
         self._bindings.update(probe._bindings)
         if not renewed.issubset(self._moving):
@@ -1395,11 +1400,13 @@ class Executor:
             except Exception as e:
                 raise self._failed(steps[done], e) from e
 
-    def _moved(self) -> None:
-        """The steps' arguments changed: a replay of their recorded calls records again."""
+    def _moved(self, steps: Iterable[int] | None = None) -> None:
+        """The steps' arguments changed (steps: the indices of those that may have, in
+        self.steps; None: any): a replay of their recorded calls records again."""
         native = getattr(self, "native", None)  # (none before the first _finish)
         if native is not None:
-            native.invalidate()
+            native.invalidate(None if steps is None else
+                              [self._call_index[i] for i in steps if i in self._call_index])
 
     def _failed(self, step: PreparedCall, e: Exception) -> LibraryError:
         """The one error a kernel's own exception becomes, naming the node (wrapped once)."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 from .. import settings
 from ..lib.kernels import replay
@@ -70,6 +70,9 @@ class NativeRuns:
         self._made: dict[tuple[replay.Rows, ...], replay.Replay] = {}
         self._changes = InputVersion.changes
         self._thread = threading.get_ident()
+        # the steps whose arguments may have moved since _drop_moved last looked (invalidate's
+        # word); None: any of them
+        self._suspects: set[int] | None = None
 
     @property
     def reasons(self) -> dict[int, str]:
@@ -98,20 +101,27 @@ class NativeRuns:
         if not any(k is not None and k.rows is not None for k in taken):
             return
         self.known = taken
+        self._suspects = None
         self._scratchpad = base._scratchpad  # (the rows taken bound their memories to it)
         self._made = dict(base._made)
         self.state = "seeded"
 
-    def invalidate(self) -> None:
+    def invalidate(self, steps: Iterable[int] | None = None) -> None:
         """Arguments moved (a rebind, a new shape): the steps whose arguments changed are
-        recorded again at the next run."""
+        recorded again at the next run. steps: the indices of the only ones that may have
+        (retarget's re-pointed steps: the others are not compared); None: any."""
         if self.state == "replaying":
             self.state = "recording"
+        if steps is None:
+            self._suspects = None
+        elif self._suspects is not None:
+            self._suspects.update(steps)
 
     def _forget(self) -> None:
         """Everything recorded again: a write counter moved (derived data may be made again),
         or another thread runs (a oneDNN stream and an OpenMP team of its own)."""
         self.known = [None] * len(self.calls)
+        self._suspects = None
         self.plan, self.plan_steps, self._made = [], [], {}
         self._scratchpad = replay.Scratchpad()
         self._changes = InputVersion.changes
@@ -192,12 +202,12 @@ class NativeRuns:
         """The steps not recorded, or whose arguments moved since their recording (a settled
         refusal aside), their recordings dropped; a step whose function follows its new
         arguments (cpu/block_site.py: its block rewritten for them) keeps its recording."""
-        moved = set()
-        for i, known in enumerate(self.known):
-            if known is None:
-                moved.add(i)
-                continue
-            if known.why in _SETTLED:
+        suspects, self._suspects = self._suspects, set()
+        known_now = self.known
+        moved = {i for i, known in enumerate(known_now) if known is None}
+        for i in range(len(known_now)) if suspects is None else suspects:
+            known = known_now[i]
+            if known is None or known.why in _SETTLED:
                 continue
             fn, args = self.calls[i]
             if _same(known.args, args):
