@@ -493,7 +493,7 @@ class Specializer:
             for nid in self._region_nodes:
                 changed[nid] = _with_attrs(changed[nid], VALUES_KEY, self.last_values[nid])
             nodes = tuple(changed)
-        static = dataclasses.replace(self.graph, attrs=attrs, nodes=nodes)
+        static = _with_fields(self.graph, attrs=attrs, nodes=nodes)
         if first is None:
             self.planned = static
         else:  # the same nodes, outputs and storage ids: the same lives (a cached property)
@@ -509,6 +509,20 @@ def _region_positions(fn: Any) -> tuple[int, ...]:
         return ()
     value_inputs = get_op(steps[0].op).value_inputs
     return () if value_inputs is None else value_inputs(steps[0].attrs)
+
+
+def _with_fields(graph: Graph, **changed: Any) -> Graph:
+    """dataclasses.replace(graph, **changed) without its __init__ (a frozen dataclass sets each
+    field through object.__setattr__; a decode step makes one graph a token): the fields
+    copied, none of the cached properties (they may depend on the fields changed)."""
+    made = object.__new__(Graph)
+    fields = vars(made)
+    for name in _GRAPH_FIELDS:
+        fields[name] = changed[name] if name in changed else getattr(graph, name)
+    return made
+
+
+_GRAPH_FIELDS = tuple(f.name for f in dataclasses.fields(Graph))
 
 
 def _with_attrs(node: Node, key: str, value: Any) -> Node:
