@@ -24,7 +24,7 @@ import numpy as np
 
 from ....errors import GraphRuntimeError
 from .. import replay
-from .omp_team import recording_here, run_here
+from .omp_team import gomp_loaded, recording_here, run_here
 
 
 class BlockSite(ABC):
@@ -66,6 +66,8 @@ class BlockSite(ABC):
         recorded call runs on them; False, the block unchanged, where the team function does
         not take them (the step is then recorded again or called plainly, and a shape the
         kernel refuses is refused there, the node named)."""
+        if not gomp_loaded():  # (a recording ran the team function: it loaded)
+            return False
         try:
             return self._fill(args)
         except GraphRuntimeError:
