@@ -521,6 +521,9 @@ def test_a_decode_steps_attention_replays_on_the_arrays_its_site_follows() -> No
     from graph_runtime.lib import tuning
     from graph_runtime.lib.kernels import replay
     from graph_runtime.lib.kernels.cpu import omp_team
+    from graph_runtime.lib.kernels.onednn import binding
+    if not binding.available():  # (a replay runs on oneDNN's stream)
+        pytest.skip(f"oneDNN not available: {binding.unavailable_reason()}")
     if not omp_team.gomp_loaded():
         pytest.skip("libgomp's GOMP_parallel did not load: no team functions")
 

@@ -155,6 +155,9 @@ def test_a_nodes_site_replays_its_recording_on_the_arrays_it_follows() -> None:
     with other arrays leaves it too."""
     from graph_runtime.lib.kernels import replay
     from graph_runtime.lib.kernels.cpu import omp_team
+    from graph_runtime.lib.kernels.onednn import binding
+    if not binding.available():  # (a replay runs on oneDNN's stream)
+        pytest.skip(f"oneDNN not available: {binding.unavailable_reason()}")
     if not omp_team.gomp_loaded():
         pytest.skip("libgomp's GOMP_parallel did not load: no team functions")
     attrs_at = _case(*CASES[0], dtype="float32")
