@@ -717,3 +717,18 @@ def test_each_thread_lends_its_own_scratchpad(onednn, monkeypatch, run_op,
         y = ref_conv2d_attrs(x, w, attrs)
         _check(got, y, _conv_bound(x, w, attrs))
     assert made and all((p._scratch is not None) == (p.pd.scratchpad_bytes > 0) for p in made)
+
+
+def test_asked_while_off_it_still_loads_when_turned_on(monkeypatch, fresh_loader) -> None:
+    """library() asked while GRAPH_RUNTIME_ONEDNN=off refuses, naming the setting, and tries
+    nothing: the same process turned to auto loads it (a call made while off once kept the
+    library from ever loading, its reason 'turned off' under auto)."""
+    binding._loaded, binding._reason = None, ""
+    monkeypatch.setenv("GRAPH_RUNTIME_ONEDNN", "off")
+    with pytest.raises(LibraryError, match="turned off by GRAPH_RUNTIME_ONEDNN=off"):
+        binding.library()
+    assert not binding.available()
+    monkeypatch.setenv("GRAPH_RUNTIME_ONEDNN", "auto")
+    assert "turned off" not in binding.unavailable_reason()
+    require_onednn()  # (the rest needs the library installed)
+    assert binding.available() and binding.library() is binding._loaded

@@ -152,7 +152,11 @@ def _load() -> tuple[Dnnl | None, str]:
 
 
 def _ensure() -> None:
+    """Load the library once, unless it is turned off now (then nothing is tried, so that a
+    later mode may load it: a call made while off once kept it from loading for good)."""
     global _loaded, _reason, _tried
+    if not _tried and onednn_mode() == "off":
+        return
     with _load_lock:
         if not _tried:
             _tried = True
