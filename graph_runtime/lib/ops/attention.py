@@ -229,7 +229,7 @@ class ByShapeSite(BlockSite):
     def function(self) -> Any:
         return few_queries_team()
 
-    def values(self, args: Sequence[Any]) -> list[Any] | None:
+    def values(self, args: Sequence[Any]) -> list[int] | None:
         kernel = self._pick(args)
         return kernel.block_values(args) if isinstance(kernel, FewQueryAttention) else None
 

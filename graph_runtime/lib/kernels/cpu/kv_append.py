@@ -4,8 +4,8 @@ first. In a decode step it replaces seven small steps a layer, which in a run co
 with the weights streaming through the caches between them (docs/measurements.md).
 
 A node calls it through its site (KvAppendSite, cpu/block_site.py): recorded, the same pass
-runs as a team function on the site's block, the pasts copied by memcpy, and a new past length
-rewrites the block instead of recording the step again."""
+runs as a team function on the site's block, and a new past length rewrites the block instead
+of recording the step again."""
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -17,7 +17,7 @@ from ...prepared import PreparedKernel
 from . import jit_setup
 from .block_site import BlockSite, float32_dims
 from .loops_jit import compiled, inlined
-from .omp_team import copy_bytes, float32_at, team_kernel
+from .omp_team import float32_at, team_kernel
 from .rotary import _rotate_row
 
 # the team function's block: the arguments in order (qkv, past_k, past_v, cos, sin, q,
