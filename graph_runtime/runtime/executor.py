@@ -224,11 +224,9 @@ class Executor:
 
     def _finish(self) -> None:
         """What run() calls, and the step each call stands for (to name a failing node)."""
-        self._call_steps = [self.shortcuts.get(i, s) for i, s in enumerate(self.steps)
-                            if i not in self.skipped]
-        # per index in self.steps: its call's (for _moved)
-        self._call_index = {i: n for n, i in enumerate(
-            i for i in range(len(self.steps)) if i not in self.skipped)}
+        called = [i for i in range(len(self.steps)) if i not in self.skipped]
+        self._call_steps = [self.shortcuts.get(i, self.steps[i]) for i in called]
+        self._call_index = {i: n for n, i in enumerate(called)}  # (for _moved)
         self._calls = [(s.fn, s.args) for s in self._call_steps]
         # NOTE: kernels that spread work over the runtime's CPU workers (lib/kernels/threads.py)
         # need the cores to themselves: one threaded OpenBLAS call elsewhere in the run leaves

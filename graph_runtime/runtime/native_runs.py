@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable, Iterable, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, NamedTuple
 
 from .. import settings
 from ..lib.kernels import replay
@@ -210,7 +210,7 @@ class NativeRuns:
             if known is None or known.why in _SETTLED:
                 continue
             fn, args = self.calls[i]
-            if _same(known.args, args):
+            if replay.same_objects(known.args, args):
                 continue
             follow = getattr(fn, "follow", None)
             if known.rows is not None and follow is not None and follow(*args):
@@ -304,11 +304,6 @@ class NativeRuns:
 ALONE = "no neighbour can be replayed"
 _SETTLED = (replay.NOT_VOUCHED, ALONE)
 _OUTSIDE = _Known((), None, ALONE)  # (a neighbour past either end)
-
-
-def _same(before: tuple[Any, ...], now: Sequence[Any]) -> bool:
-    """Whether a step's arguments are the very objects they were (before holds them)."""
-    return len(before) == len(now) and all(a is b for a, b in zip(before, now))
 
 
 def native_runs(steps: list[PreparedCall], calls: list[Call],

@@ -179,6 +179,12 @@ def vouched(fn: Callable[..., Any], *args: Any) -> bool:
     return said
 
 
+def same_objects(before: Sequence[Any], now: Sequence[Any]) -> bool:
+    """Whether a call's arguments are the very objects they were (a recording, or a block,
+    holds the arguments it was made for)."""
+    return len(before) == len(now) and all(a is b for a, b in zip(before, now))
+
+
 def contiguous(arrays: Sequence[Any]) -> bool:
     """Whether every array is C-contiguous: a kernel's reshapes of them are views, never
     copies (a copy made at the recorded call would be read again, stale, by every replay)."""

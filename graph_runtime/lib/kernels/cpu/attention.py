@@ -28,11 +28,11 @@ from ...prepared import PreparedKernel
 from ...tunable import Candidate, TunableOp
 from ...tuning import Choice
 from . import jit_setup
-from .block_site import float32_dims, float_bits
+from .block_site import float32_dims
 from .loops_jit import compiled, inlined, lane_dot
 from .. import replay
-from .omp_team import (block, float32_at, my_rows, recording_here, run_here, run_on_team,
-                       team_arrays, team_kernel)
+from .omp_team import (block, float32_at, float_bits, my_rows, recording_here, run_here,
+                       run_on_team, team_arrays, team_kernel)
 from .rows_jit import OtherPath, _exp_sum32, _exp_sum32_wide, on_team, softmax_row
 from .vector_width import wide_rows, wide_vectors
 from ..heads import head_view
@@ -236,8 +236,8 @@ class FewQueryAttention(PreparedKernel):
         self.offsets, self.nan_to_zero, self.has_mask = offsets, nan_to_zero, has_mask
         self.typed_scale, self.one = np.dtype(dtype).type(scale), np.dtype(dtype).type(1)
         self.zero_mask = np.zeros((1, 1, 1, 1), dtype)
-        self._block_tail = [float_bits(self.typed_scale), offsets[0], heads, int(nan_to_zero),
-                            int(has_mask)]  # (block_values)
+        self._block_tail = [float_bits(float(self.typed_scale)), offsets[0], heads,
+                            int(nan_to_zero), int(has_mask)]  # (block_values)
 
     def any_shape(self) -> bool:
         return True

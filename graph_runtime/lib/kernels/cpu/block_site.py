@@ -43,7 +43,7 @@ class BlockSite(ABC):
 
     @abstractmethod
     def values(self, args: Sequence[Any]) -> list[int] | None:
-        """The block's entries for args (ints: arrays by address_of, floats by float_bits),
+        """The block's entries for args (ints: arrays by address, floats by their bits),
         as many as the block holds; None where the team function does not take them (not
         C-contiguous float32, say)."""
 
@@ -53,7 +53,7 @@ class BlockSite(ABC):
 
     def __call__(self, *args: Any) -> None:
         held = self.args
-        if held is None or not _same(args, held):
+        if held is None or not replay.same_objects(held, args):
             if not recording_here() or not self._fill(args):
                 self.plain(*args)
                 return
@@ -82,10 +82,6 @@ class BlockSite(ABC):
         return True
 
 
-def _same(args: Sequence[Any], held: Sequence[Any]) -> bool:
-    return len(args) == len(held) and all(a is b for a, b in zip(args, held))
-
-
 def float32_dims(arrays: Sequence[Any], ranks: Sequence[int]) -> list[int] | None:
     """Each array's address, then its dims (the block's view of it), where every array is a
     C-contiguous float32 NumPy array of the rank in ranks, which float32_at reads; else None.
@@ -106,11 +102,6 @@ def float32_dims(arrays: Sequence[Any], ranks: Sequence[int]) -> list[int] | Non
             values.append(0)
         values.extend(a.shape)
     return values
-
-
-def float_bits(value: float) -> int:
-    """value as a block holds a float: its float64 bits."""
-    return int(np.float64(value).view(np.int64))
 
 
 _FLOAT32 = np.dtype(np.float32)

@@ -40,23 +40,12 @@ def _copy_rows(src: Any, dst: Any) -> None:
 def _kv_append(qkv: Any, cos: Any, sin: Any, past_k: Any, past_v: Any, q: Any, present_k: Any,
                present_v: Any, q_heads: int, kv_heads: int, dim: int, rot: int, q_off: int,
                k_off: int, v_off: int) -> None:
-    past = past_k.shape[2]
-    for b in range(qkv.shape[0]):
+    batch, tokens, past = qkv.shape[0], qkv.shape[1], past_k.shape[2]
+    per_batch, per_token = cos.shape[0] > 1, cos.shape[1] > 1
+    for b in range(batch):
         for h in range(kv_heads):
             _copy_rows(past_k[b, h], present_k[b, h, :past])
             _copy_rows(past_v[b, h], present_v[b, h, :past])
-    _append_tokens(qkv, cos, sin, q, present_k, present_v, past, q_heads, kv_heads, dim, rot,
-                   q_off, k_off, v_off)
-
-
-@inlined
-def _append_tokens(qkv: Any, cos: Any, sin: Any, q: Any, present_k: Any, present_v: Any,
-                   past: int, q_heads: int, kv_heads: int, dim: int, rot: int, q_off: int,
-                   k_off: int, v_off: int) -> None:
-    """The new tokens: q rotated, k rotated and v copied into the presents after past."""
-    batch, tokens = qkv.shape[0], qkv.shape[1]
-    per_batch, per_token = cos.shape[0] > 1, cos.shape[1] > 1
-    for b in range(batch):
         cb = b if per_batch else 0
         for t in range(tokens):
             ct = t if per_token else 0

@@ -122,10 +122,15 @@ def block(*values: Any) -> np.ndarray:
         if isinstance(value, np.ndarray):
             items.append(address_of(value))
         elif isinstance(value, float):
-            items.append(_int64_bits(_float64_bytes(value))[0])
+            items.append(float_bits(value))
         else:
             items.append(int(value))
     return np.array(items, np.int64)
+
+
+def float_bits(value: float) -> int:
+    """value as a block holds a float: its float64 bits."""
+    return int(_int64_bits(_float64_bytes(value))[0])
 
 
 @intrinsic
