@@ -444,18 +444,28 @@ class Executor:
         else:
             checks, repoint = transit.checks, transit.repoint
         kept = shared.kernels
-        for index, eids, key in checks:
+        crossed = []  # (position in checks, the key of the class the new shapes round to)
+        for at, (index, eids, key) in enumerate(checks):
             step = self.steps[index]
             if key is None or key not in kept:
                 return _refused(f"{step.label}'s kernel was dropped from the shared cache")
             if (index, key) in self._settled:
                 self._bindings.pop(step.nid, None)  # (worked out again when asked: dims moved)
                 continue
-            if not probe._kernel_serves(lib, key, step, graph.nodes[step.nid], eids, self):
+            served = probe._kernel_serves(lib, key, step, graph.nodes[step.nid], eids, self)
+            if served is None:
                 return _refused(f"{step.label}'s kernel does not serve the new shapes")
-            if self._settles_by_rank(lib, key, step, graph.nodes[step.nid]):
+            if served != key:
+                crossed.append((at, served))
+            elif self._settles_by_rank(lib, key, step, graph.nodes[step.nid]):
                 self._settled.add((index, key))
         self._check_growth(graph, sid_bytes)
+        for at, served in crossed:  # kept under that class too (a derive there takes it)
+            index, eids, key = checks[at]
+            shared.keep_as(served, key)
+            shared.get(served)  # (a key the module now uses: the caller holds it)
+            self.kernel_keys[self.steps[index].nid] = served
+            checks[at] = (index, eids, served)
         # every check passed: sizes, views, arguments
         for eid, nbytes in sizes.items():
             plan.entry_bytes[eid] = nbytes
@@ -901,46 +911,61 @@ class Executor:
         arrays: a rebind here, of an input or a param, touches no shared step, as inputs and
         outputs are renewed and params are the same arrays)."""
         key = base.kernel_keys.get(node.nid)
-        if key is None or not self._kernel_serves(lib, key, kept, node, eids, base):
+        served = None if key is None else self._kernel_serves(lib, key, kept, node, eids, base)
+        if served is None or (renewed is None and kept.kernel.channels_last_positions()):
             return None
-        if (renewed is None and kept.kernel.channels_last_positions()) or shared.get(key) is None:
+        if served != key and key in shared.kernels:
+            shared.keep_as(served, key)
+        if shared.get(served) is None:
             return None
-        self.kernel_keys[node.nid] = key
+        self.kernel_keys[node.nid] = served
         if renewed is not None and renewed.isdisjoint(eids):
             return kept  # the same arrays (and so the same site) as in base
         return self._sited_copy(kept, [])  # its arguments bound by the caller
 
     def _kernel_serves(self, lib: Module, key: tuple, kept: PreparedCall, node: Any,
-                       eids: list[int], base: Executor) -> bool:
-        """Whether kept's kernel (base's for node, kept under key) serves node here as it is:
-        the node's arrays have the shapes they had in base, or it takes any shape and was kept
-        by its shapes' band or size class, which the new shapes round to as well, and serves
-        them; its attrs hold no values a specialisation adds, and the same values of the dims
-        they read (of those deciding more than a shape, for a kernel taking any shape)."""
+                       eids: list[int], base: Executor) -> tuple | None:
+        """The key kept's kernel (base's for node, kept under key) serves node here by, as it
+        is: key where the node's arrays have the shapes they had in base, or where it takes
+        any shape, was kept by its shapes' band or size class, which the new shapes round to
+        as well, and serves them; the key of the class they round to where that moved (a
+        decoder's past length past 64) and the kernel serves them, the shared cache holding
+        no other kernel there (the caller keeps it there too: KernelCache.keep_as). Its attrs
+        hold no values a specialisation adds, and the same values of the dims they read (of
+        those deciding more than a shape, for a kernel taking any shape). None where it does
+        not serve."""
         if VALUES_KEY in node.attrs:
-            return False
+            return None
         shapes, before = self.graph.attrs["shape"][1], base.graph.attrs["shape"][1]
         by_class = key[0] in _ROUNDED and kept.kernel.any_shape()
+        served = key
         if any(shapes[e] != before[e] for e in eids):
             if not by_class:
-                return False
+                return None
             now = tuple(tuple(shapes[e]) for e in eids)
-            if _rounded(key[0], now) != key[3] or not kept.kernel.serves(now):
-                return False
+            if not kept.kernel.serves(now):
+                return None
+            rounded = _rounded(key[0], now)
+            if rounded != key[3]:
+                served = key[:3] + (rounded,) + key[4:]
+                held = base._kernels.kernels if base._kernels is not None else {}
+                there = held.get(served)
+                if there is not None and there is not held.get(key):
+                    return None  # that class's own kernel: derive takes it
         if node.attrs.get(DIMS_KEY) is not None:
             if by_class and not base._reads_values(lib, node, kept.device):
                 # its dims only shape its arrays, which serves asked: the binding base held
                 # is of other dims (worked out again when asked), none is compared
                 base._bindings.pop(node.nid, None)
-                return True
+                return served
             # a chain with symbolic attrs: the same values of those it reads
             was, bound = base._bound(lib, node.nid, kept.device), self._bound(lib, node.nid,
                                                                             kept.device)
             if was is None or bound is None:
-                return False
+                return None
             if (was.values != bound.values) if by_class else (was != bound):
-                return False
-        return True
+                return None
+        return served
 
     def _kernel_key(self, lib: Module, node: Any, dev: Device,
                     shapes: tuple[tuple[int, ...], ...]) -> tuple | None:

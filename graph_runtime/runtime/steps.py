@@ -59,8 +59,9 @@ class KernelCache:
     those shapes (a decoder's layers); one taking any shape (PreparedKernel.any_shape: a KV
     cache's concatenate, the attention products, a dense in pieces) is kept by its rows' band
     and last dims' size classes (executor._rounded_shapes), so it serves every past length of a
-    class and every prompt of over 16 rows, where its tuning choices pick it too. A kernel is kept while a specialisation kept by the
-    module uses it.
+    class and every prompt of over 16 rows, where its tuning choices pick it too; one that
+    serves the next class as well is kept under that class's key too (keep_as). A kernel is
+    kept while a specialisation kept by the module uses it.
 
     Only a kernel no setup pass adapts to its module is shared: none told its arrays are stored
     channels-last (one that may be is kept only once its module's layout pass told it nothing:
@@ -118,6 +119,13 @@ class KernelCache:
                 self.kernels[key] = fn
                 self.taken.append(key)
         self.pending = []
+
+    def keep_as(self, key: Hashable, kept: Hashable) -> None:
+        """The kernel kept under `kept` kept under key too (an any-shape kernel serving the
+        next size class of its arrays: a decoder's mask chains past 64 tokens, re-pointed
+        instead of derived); get(key) then counts it as the module's."""
+        if key not in self.kernels:
+            self.kernels[key] = self.kernels[kept]
 
     def hold(self) -> list[Hashable]:
         """The keys the module just made uses, now counted as its (release them with it)."""

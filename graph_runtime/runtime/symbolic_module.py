@@ -481,12 +481,15 @@ class SymbolicGraphModule(ModuleBase):
             if not current._retarget(static):
                 return None
         done = time.perf_counter()
+        crossed = self.kernels.hold()  # kernels it now uses under another size class's key
         self.retargets += 1
         self.specialize_seconds += done - start
         made: Cost = (self.specializer.last_env, inferred - start, planned - inferred,
                       done - planned, 0, True, True)
         self._keep_state(key, current, made)
         self._rekey(current, old_key, key, made, new=True)
+        if crossed:
+            self._kernel_keys[key] = self._kernel_keys[key] + crossed
         return current
 
     def _keep_state(self, key: tuple, module: GraphModule, cost: Cost) -> None:

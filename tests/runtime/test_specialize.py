@@ -792,11 +792,19 @@ def _generate(step: Any, session: Any, names: list[str], tokens: int,
     return steps
 
 
-def test_a_derived_decode_step_replays_the_steps_it_keeps_at_its_first_run() -> None:
-    """Executor.derive at a new band of past lengths (the attention's and the masks' kernels
-    made again): the steps it keeps (the products, the norms) keep their recordings, so its
-    first run replays them (NativeRuns.adopt) instead of calling every step plainly and
-    recording all of them at the next; each step matches ONNX Runtime."""
+def test_a_derived_decode_step_replays_the_steps_it_keeps_at_its_first_run(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Executor.derive at a past length where one kernel no longer serves (the attention's,
+    here refusing length 33 as a kernel whose tuning picks another there would: made again):
+    the steps it keeps (the products, the norms) keep their recordings, so its first run
+    replays them (NativeRuns.adopt) instead of calling every step plainly and recording all
+    of them at the next; each step matches ONNX Runtime."""
+    from graph_runtime.lib.ops.attention import AttentionByShape
+    serves = AttentionByShape.serves
+
+    def refusing_33(self: AttentionByShape, shapes: Any) -> bool:
+        return shapes[1][-2] != 33 and serves(self, shapes)
+    monkeypatch.setattr(AttentionByShape, "serves", refusing_33)
     m, session, names = _tiny_kv()
     first_runs: list[int] = []  # per derived step: the steps its first run replayed
     steady: list[int] = []  # per re-pointed step: the steps replayed
@@ -814,14 +822,44 @@ def test_a_derived_decode_step_replays_the_steps_it_keeps_at_its_first_run() -> 
         else:
             steady.append(native.replayed)
         return out
-    # past lengths 12-41: each of 13-17 derived (dims up to 16 stay exact), then re-pointed,
-    # then derived again at 33 (a new band), re-pointed after
+    # past lengths 12-41: the first decode step derived from the prompt's, re-pointed after,
+    # derived again at 33 (the attention refusing it), re-pointed after
     prompt = RNG.integers(0, 100, (1, 12)).astype(np.int64)
     _generate(step, session, names, 30, prompt)
-    # every step kept is replayed at once; those made anew (the attention's, the masks') are
-    # recorded at the next run
+    assert len(first_runs) == 2, first_runs
+    # every step kept is replayed at once; those made anew (the attention's) are recorded at
+    # the next run
     assert steady[-1] > 0 and made_anew[-1] < steady[-1], (first_runs, steady, made_anew)
     assert first_runs[-1] >= steady[-1] - made_anew[-1], (first_runs, steady, made_anew)
+
+
+def test_a_decode_step_past_a_size_class_is_re_pointed_its_kernels_kept_there_too() -> None:
+    """Past lengths crossing size classes (16 -> 17, 32 -> 33): the mask chains' kernels,
+    kept by their arrays' band, serve the next class as well, so each new length is re-pointed
+    (Executor.retarget), never derived, and they are kept under that class's key too, counted
+    as the module's (released with it): a generation meeting those lengths again derives
+    nothing either. Each step matches ONNX Runtime."""
+    m, session, names = _tiny_kv()
+    kinds: list[str] = []
+
+    def step(feeds: dict) -> list:
+        derived, retargets = m.derivations, m.retargets
+        out = m.run_with(**feeds)
+        kinds.append("derived" if m.derivations > derived else
+                     "re-pointed" if m.retargets > retargets else "met")
+        return out
+    prompt = RNG.integers(0, 100, (1, 12)).astype(np.int64)
+    _generate(step, session, names, 30, prompt)  # past lengths 12-41
+    # the prompt, then its first decode step derived from it, then every length re-pointed
+    assert kinds[1] == "derived" and set(kinds[2:]) == {"re-pointed"}, kinds
+    banded = [key for key in m.kernels.kernels if key[0] == "band"]
+    assert len({id(m.kernels.kernels[k]) for k in banded}) < len(banded)  # kept twice
+    # each key counted as the module's that uses it: released with it
+    held = {key for keys in m._kernel_keys.values() for key in keys}
+    assert set(banded) <= held and all(m.kernels.users[key] > 0 for key in banded)
+    kinds.clear()
+    _generate(step, session, names, 30, prompt)
+    assert "derived" not in kinds[1:], kinds
 
 
 def test_a_decode_steps_attention_and_kv_steps_stay_in_its_replay_at_new_lengths() -> None:
@@ -891,8 +929,8 @@ def test_a_decode_steps_checks_settled_by_rank_are_asked_once(monkeypatch) -> No
     """Executor.retarget asks a kept kernel whether it serves a new length once per step
     where the answer holds at every length (kept by ranks, any shape, the base class's serves,
     no values and no dims read but those deciding its shapes: _settles_by_rank); the others
-    (chains, attention) are asked at each length,
-    so a length crossing a size class (64 to 65: the mask's chain refuses) still derives, and
+    (chains, attention) are asked at each length, so a length crossing a size class (64 to
+    65) is asked of the mask's chains too, which serve it (re-pointed, not derived), and
     every step matches ONNX Runtime."""
     from graph_runtime.runtime import executor as executor_module
     m, session, names = _tiny_kv()
@@ -910,7 +948,7 @@ def test_a_decode_steps_checks_settled_by_rank_are_asked_once(monkeypatch) -> No
     monkeypatch.setattr(executor_module.Executor, "_kernel_serves", counted)
     prompt = RNG.integers(0, 100, (1, 58)).astype(np.int64)  # lengths 59-70: past 64 to 65
     _generate(step, session, names, 12, prompt)
-    assert m.retargets >= 8 and m.derivations >= 2  # (the crossing derived)
+    assert m.retargets >= 10 and m.derivations == 1  # (the first decode step's alone)
     family = m._current.executor
     settled = {family.steps[index].nid for index, _ in family._settled}
     assert settled and all(
@@ -959,7 +997,11 @@ def test_later_generations_over_grown_bytes_bind_only_what_moved(monkeypatch) ->
         counts.append(len(binds))
     moving = len(m._current.executor._moving_keys)
     assert counts[1] == 0
-    assert 0 < counts[0] < moving * (len(steps) - 1) // 4  # 180 of 35 x 29 (525 before)
+    # 395 of 35 x 29: every length is on one module now (its size classes' crossings
+    # re-pointed), a length met before its bytes grew binding its moving keys again; 180 when
+    # lengths 4-16 each derived a module (put back as made), 525 before restore bound only
+    # what moved
+    assert 0 < counts[0] < moving * (len(steps) - 1) // 2
 
 
 def test_a_module_handed_out_keeps_its_shape_while_others_are_re_pointed() -> None:
