@@ -24,7 +24,7 @@ from ...backends.base import Backend
 from ..attrs import bool_attr, float_attr, int_attr, op_error
 from ..kernels.cpu.attention import (FEW_BLOCK, AttentionKernel, FewQueryAttention, ViewsOf,
                                      few_queries_team)
-from ..kernels.cpu.block_site import BlockSite
+from ..kernels.cpu.block_site import BlockSite, DimsMemo
 from ..kernels.cuda_gemm import matmul_function
 from ..kernels.cuda_rows import AttentionSoftmax
 from ..kernels.heads import head_view
@@ -216,6 +216,7 @@ class ByShapeSite(BlockSite):
         self.key: tuple[tuple[int, ...], ...] | None = None
         self.kernel: Any = None
         self.seen: ViewsOf | None = None
+        self._memo = DimsMemo()  # (its few-query block's arrays, read last)
 
     def _pick(self, arrays: Sequence[Any]) -> Any:
         """The kernel for the arrays' shapes (checked as prepare() checks them)."""
@@ -231,7 +232,8 @@ class ByShapeSite(BlockSite):
 
     def values(self, args: Sequence[Any]) -> list[int] | None:
         kernel = self._pick(args)
-        return kernel.block_values(args) if isinstance(kernel, FewQueryAttention) else None
+        return kernel.block_values(args, self._memo) \
+            if isinstance(kernel, FewQueryAttention) else None
 
     def plain(self, *arrays: Any) -> None:
         self._pick(arrays)

@@ -28,7 +28,7 @@ from ...prepared import PreparedKernel
 from ...tunable import Candidate, TunableOp
 from ...tuning import Choice
 from . import jit_setup
-from .block_site import float32_dims
+from .block_site import DimsMemo, float32_dims
 from .loops_jit import compiled, inlined, lane_dot
 from .. import replay
 from .omp_team import (block, float32_at, float_bits, my_rows, recording_here, run_here,
@@ -258,15 +258,17 @@ class FewQueryAttention(PreparedKernel):
         _few_queries(q, kh, vh, mask, out, self.offsets[0], self.heads, self.typed_scale,
                      self.one, self.nan_to_zero, self.has_mask)
 
-    def block_values(self, arrays: Sequence[Any]) -> list[int] | None:
+    def block_values(self, arrays: Sequence[Any], memo: DimsMemo | None = None
+                     ) -> list[int] | None:
         """few_queries_team's block for a call's arrays (q, k, v, [mask,] out), each with its
         own dims: where __call__ would pass them to _few_queries as they are (C-contiguous
-        float32, k and v in the KV cache's layout, a mask 4-D over the tokens), else None."""
+        float32, k and v in the KV cache's layout, a mask 4-D over the tokens), else None.
+        memo: the calling site's (float32_dims; this kernel serves every layer's site)."""
         if len(arrays) != 4 + self.has_mask:
             return None
         q, k, v, *rest = arrays
         mask = rest[0] if self.has_mask else self.zero_mask
-        values = float32_dims((q, k, v, mask, rest[-1]), FEW_RANKS)
+        values = float32_dims((q, k, v, mask, rest[-1]), FEW_RANKS, memo)
         if values is None or (self.has_mask and mask.shape[3] != k.shape[2]):
             return None
         return values + self._block_tail

@@ -82,15 +82,37 @@ class BlockSite(ABC):
         return True
 
 
-def float32_dims(arrays: Sequence[Any], ranks: Sequence[int]) -> list[int] | None:
+class DimsMemo:
+    """The arrays float32_dims read last for one site, and what it made of them: an array
+    handed again (the same object, whose address and dims a NumPy array keeps) is not read
+    again. A decode step's new length moves 3 of an attention's 5 arrays and 4 of a KV
+    append's 8, and each read took ~0.6 us (~2 after the weights' stream)."""
+
+    __slots__ = ("arrays", "values")
+
+    def __init__(self) -> None:
+        self.arrays: tuple[Any, ...] = ()
+        self.values: list[int] = []
+
+
+def float32_dims(arrays: Sequence[Any], ranks: Sequence[int],
+                 memo: DimsMemo | None = None) -> list[int] | None:
     """Each array's address, then its dims (the block's view of it), where every array is a
     C-contiguous float32 NumPy array of the rank in ranks, which float32_at reads; else None.
     (ctypes' view of the buffer refuses a strided or read-only one: the check and the address
-    in one call.)"""
+    in one call.) memo: the site's last answer, whose arrays are not read again (kept there
+    with this answer)."""
     if len(arrays) != len(ranks):
         return None
+    before = memo.arrays if memo is not None and len(memo.arrays) == len(arrays) else ()
     values: list[int] = []
-    for a, rank in zip(arrays, ranks):
+    at = 0
+    for i, (a, rank) in enumerate(zip(arrays, ranks)):
+        if before and a is before[i]:
+            values.extend(memo.values[at:at + 1 + rank])  # type: ignore[union-attr]
+            at += 1 + rank
+            continue
+        at += 1 + rank
         if type(a) is not np.ndarray or (a.dtype is not _FLOAT32 and a.dtype != _FLOAT32) \
                 or len(a.shape) != rank:
             return None
@@ -101,6 +123,8 @@ def float32_dims(arrays: Sequence[Any], ranks: Sequence[int]) -> list[int] | Non
                 return None
             values.append(0)
         values.extend(a.shape)
+    if memo is not None:
+        memo.arrays, memo.values = tuple(arrays), values
     return values
 
 

@@ -15,7 +15,7 @@ from numba import carray
 
 from ...prepared import PreparedKernel
 from . import jit_setup
-from .block_site import BlockSite, float32_dims
+from .block_site import BlockSite, DimsMemo, float32_dims
 from .loops_jit import compiled, inlined
 from .omp_team import float32_at, team_kernel
 from .rotary import _rotate_row
@@ -109,6 +109,7 @@ class KvAppendSite(BlockSite):
         super().__init__(BLOCK)
         self.kernel = kernel
         self.attrs = list(kernel.attrs)
+        self._memo = DimsMemo()
 
     def function(self) -> Any:
         return _kv_append_team()
@@ -119,5 +120,5 @@ class KvAppendSite(BlockSite):
     def values(self, args: Sequence[Any]) -> list[int] | None:
         """The block for these arrays (C-contiguous float32 of the ranks the pass reads), each
         with its own dims: the team function reads what the plain pass would."""
-        values = float32_dims(args, RANKS)
+        values = float32_dims(args, RANKS, self._memo)
         return None if values is None else values + self.attrs
