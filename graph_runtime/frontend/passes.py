@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .. import settings
@@ -20,6 +20,7 @@ from .convert import CONVERTERS
 from .expand import expand_functions
 from .fusion.fuse_dynamic import fuse_dynamic_quantize
 from .fusion.fuse_gated import fuse_gated
+from .fusion.fuse_index_expr import fuse_index_expr
 from .fusion.fuse_integer import fuse_integer
 from .fusion.fuse_lookup import fuse_lookups
 from .fusion.fuse_qdq import fuse_qdq, int8_import
@@ -57,6 +58,8 @@ class PrimState:
     prims: list[Prim]
     outputs: list[Value]
     int8: bool
+    # per dim name, a graph input and axis holding it (ir.Builder.dims_at)
+    dims_at: dict[str, tuple[Value, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,13 @@ def _transformer(matcher: str) -> Callable[[PrimState], Counter]:
     return _prims(rewrite)
 
 
+def _index_expr(state: PrimState) -> Counter:
+    prims, counts = fuse_index_expr(state.prims, state.outputs, state.dims_at)
+    if +counts:
+        state.prims = live(prims, state.outputs)
+    return counts
+
+
 def _int8(state: PrimState) -> bool:
     return state.int8
 
@@ -154,6 +164,10 @@ PASSES: tuple[Pass, ...] = (
     Pass("kv-append", "prims", "a decoder layer's split q, k, v, rotaries, head transposes and "
          "KV-cache joins (past_key_values) as one kv_append op", _prims(fuse_kv_append),
          _has("rotary")),
+    Pass("index-expr", "prims", "index arithmetic (Ranges, unit reshapes, comparisons, a "
+         "Gather of a flattened input, logical ops, Where: a decoder's causal and padding "
+         "mask) as one index_expr op evaluated on index grids", _index_expr,
+         _has("cumsum")),
     Pass("int8-dynamic-quantize", "prims", "DynamicQuantizeLinear joined to the one product "
          "reading it", _prims(fuse_dynamic_quantize), _int8),
     Pass("int8-attention", "prims", "quantize_static's QDQ attention as qdq_attention (before "
@@ -198,7 +212,7 @@ def run_prim_passes(state: PrimState, disabled: Collection[str] = ()) -> Counter
 def fuse_lowered(lowered: Any, disabled: Collection[str] = ()) -> Counter:
     """Run the prim-level passes on lowered.builder.prims (in place); what they did."""
     state = PrimState(lowered.builder.prims, lowered.outputs,
-                      bool(lowered.qdq_fused) and int8_import())
+                      bool(lowered.qdq_fused) and int8_import(), lowered.builder.dims_at)
     counts = run_prim_passes(state, disabled)
     lowered.builder.prims[:] = state.prims
     return counts

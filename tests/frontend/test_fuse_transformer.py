@@ -387,7 +387,10 @@ def test_llama_rotary_and_grouped_kv_fuse_and_match(name: str) -> None:
                      "gated_mlp_packed": 2, "products_packed": 6}
     if kv:  # each layer's split, rotaries, head transposes and joins as one kv_append
         want_patterns["kv_append"] = 2
-    assert dict(symbolic.patterns) == want_patterns
+    # imported once, the mask's index arithmetic (and without position_ids, the positions')
+    # is index_expr ops; at one shape it is folded
+    indexed = {"llama_tiny_ts": 2, "llama_tiny_dynamo": 4, "llama_tiny_kv_ts": 1}[name]
+    assert dict(symbolic.patterns) == {**want_patterns, "index_expr": indexed}
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     if kv:
         no_rotary = import_onnx(path, disable=["rotary"])

@@ -59,28 +59,28 @@ def _dim_values_attrs(attrs: Mapping[str, Any]) -> tuple[list[Any], tuple[int, .
     return list(values), tuple(shape), dtype
 
 
-def _dims_at(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any],
-             values: Sequence[Any]) -> list[tuple[str, int, int]]:
+def dims_at(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any], values: Sequence[Any],
+            op: str = "dim_values") -> list[tuple[str, int, int]]:
     """The `at` attr as (name, input, axis) items, checked against the inputs and against the
-    names the values' expressions read."""
-    at = attrs["at"]
+    names the values' expressions read (op's own: dim_values, index_expr)."""
+    at = attrs.get("at")
     if not isinstance(at, (list, tuple)) or not all(
             isinstance(a, (list, tuple)) and len(a) == 3 and isinstance(a[0], str)
             and all(isinstance(i, int) and not isinstance(i, bool) for i in a[1:]) for a in at):
-        raise op_error("dim_values", f"at {short_repr(at)}; expected [name, input, axis] items")
+        raise op_error(op, f"at {short_repr(at)}; expected [name, input, axis] items")
     items = [(str(a[0]), int(a[1]), int(a[2])) for a in at]
     for name, pos, axis in items:
         if not 0 <= pos < len(inputs) or not 0 <= axis < len(inputs[pos].shape):
-            raise op_error("dim_values", f"at: {name!r} is read from input {pos} axis {axis}, "
-                                         f"but it has {len(inputs)} inputs of shapes "
-                                         f"{[list(i.shape) for i in inputs]}")
+            raise op_error(op, f"at: {name!r} is read from input {pos} axis {axis}, but it has "
+                               f"{len(inputs)} inputs of shapes "
+                               f"{[list(i.shape) for i in inputs]}")
     bound = {name for name, _, _ in items}
     for value in values:
         if isinstance(value, str):
             problem = check_dim(value)
             missing = [] if problem else [n for n in names_in(value) if n not in bound]
             if problem or missing:
-                raise op_error("dim_values", f"value {value!r}: " + (
+                raise op_error(op, f"value {value!r}: " + (
                     problem or f"reads {', '.join(missing)}, which `at` does not place"))
     return items
 
@@ -88,7 +88,7 @@ def _dims_at(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any],
 def _dim_values(inputs: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> list[TensorSpec]:
     values, shape, dtype = _dim_values_attrs(attrs)
     if "at" in attrs:
-        _dims_at(inputs, attrs, values)
+        dims_at(inputs, attrs, values)
     else:
         one_input("dim_values", inputs)
     return [TensorSpec(shape, dtype)]
@@ -128,7 +128,7 @@ def _any_dim_values(backend: Backend, device_id: int, inputs: Sequence[TensorSpe
                     ) -> Callable[..., None]:
     values, shape, dtype = _dim_values_attrs(attrs)
     if "at" in attrs:
-        return DimsFromShapes(backend, values, shape, dtype, _dims_at(inputs, attrs, values),
+        return DimsFromShapes(backend, values, shape, dtype, dims_at(inputs, attrs, values),
                               [len(i.shape) for i in inputs])
     # NOTE: the values are the symbolic dims' values for this specialisation (the importer's
     # shape-valued tensors read as data); the input only orders the node after the binding.
