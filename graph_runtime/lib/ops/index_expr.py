@@ -37,7 +37,7 @@ from ...backends.base import Backend
 from ...graph.symbolic import check_dim, evaluate, evaluate_shape, names_in
 from ..attrs import op_error, short_repr
 from ..library import TensorSpec
-from ..prepared import PreparedKernel
+from ..prepared import AnyShape
 from ..registry import define_op, kernel
 from .shape_of import dims_at
 
@@ -252,7 +252,7 @@ def _dim(expression: Any, env: Mapping[str, int]) -> np.ndarray:
     return np.array(evaluate(expression, env), np.int64)
 
 
-class IndexExprKernel(PreparedKernel):
+class IndexExprKernel(AnyShape):
     """The expression on host arrays, its dims read from the inputs' shapes at each call: one
     kernel serves every shape (a decoder's every past length). On a GPU or OpenCL device the
     inputs it reads are copied to the host and the output back (a mask of a few hundred
@@ -260,19 +260,14 @@ class IndexExprKernel(PreparedKernel):
 
     def __init__(self, backend: Backend, items: list[tuple[str, int, int]], shape: list[Any],
                  expr: Any, inputs: Sequence[TensorSpec], host: bool) -> None:
+        super().__init__(self._write)
         self.backend, self.items, self.shape = backend, items, shape
-        self.run = compile_program(expr, [len(i.shape) for i in inputs], len(shape))
+        self.program = compile_program(expr, [len(i.shape) for i in inputs], len(shape))
         # the inputs whose elements it reads (the others give dims alone)
         self.read = frozenset(step[1] for step in expr if step[0] == "read")
         self.host = host  # its arrays are NumPy's (the CPU backend)
 
-    def any_shape(self) -> bool:
-        return True
-
-    def shape_free(self) -> bool:
-        return True
-
-    def __call__(self, *arrays: Any) -> None:
+    def _write(self, *arrays: Any) -> None:
         inputs, out = arrays[:-1], arrays[-1]
         env = _env(self.items, [x.shape for x in inputs])
         dims = evaluate_shape(self.shape, env)
@@ -282,7 +277,7 @@ class IndexExprKernel(PreparedKernel):
         if not self.host:
             inputs = tuple(self.backend.to_host(x) if k in self.read else x
                            for k, x in enumerate(inputs))
-        value = self.run(inputs, env, dims)
+        value = self.program(inputs, env, dims)
         if self.host:
             np.copyto(out, value, casting="unsafe")
         else:
