@@ -170,3 +170,22 @@ def test_the_mask_runs_on_opencl_as_on_the_cpu(opencl_available: None) -> None:
     for batch, seq, past in [(1, 4, 0), (2, 1, 9), (1, 1, 10)]:
         feeds = _feeds(rng, batch, seq, past)
         np.testing.assert_array_equal(on_cl.run_with(**feeds)[0], on_cpu.run_with(**feeds)[0])
+
+
+def test_a_program_reading_two_gathers_on_grids_of_their_own() -> None:
+    """Two flattened values, each made on a grid of its own dims and read by a take: each
+    grid's indices are its own (a program written out reads no index of another grid)."""
+    from graph_runtime.lib.ops.index_expr import compile_program
+    program = [["grid", 2, 3], ["idx", 0], ["idx", 1], ["read", 0], ["flat"], ["idx", 0],
+               ["take", "wrap"],
+               ["grid", "n"], ["idx", 0], ["read", 1], ["flat"], ["idx", 0], ["take", "clip"],
+               ["add"]]
+    inputs = [TensorSpec((2, 3), "int64"), TensorSpec((4,), "int64")]
+    load_standard_ops()
+    attrs = {"at": [["n", 1, 0]], "shape": [5], "dtype": "int64", "expr": program}
+    assert OPS["index_expr"].infer(inputs, attrs)[0].shape == (5,)
+    a, b = np.arange(6, dtype=np.int64).reshape(2, 3) * 10, np.arange(4, dtype=np.int64)
+    got = compile_program(program, [2, 1], 1)([a, b], {"n": 4}, (5,))
+    want = np.take(a.reshape(-1), np.arange(5), mode="wrap") + np.take(b, np.arange(5),
+                                                                        mode="clip")
+    np.testing.assert_array_equal(got, want)

@@ -29,6 +29,7 @@ Attrs:
 """
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -173,50 +174,57 @@ def compile_program(program: Sequence[Any], ranks: Sequence[int], rank: int
                     ) -> Callable[[Sequence[np.ndarray], Mapping[str, int], tuple[int, ...]],
                                   np.ndarray]:
     """The program (checked by _check for an output of rank dims; ranks: its inputs') as one
-    Python function of the
-    inputs, the dims' values and the output's dims, giving an array that broadcasts to them:
-    each step's NumPy call written out once (interpreted, a decode step's mask took 21 us a
-    call, 75 after the weights' stream; written out 7)."""
-    space: dict[str, Any] = {"_axis": _axis, "_take": np.take, "_flat": _flat,
-                             "_whole": _whole, "_dim": _dim, "_shape": evaluate_shape}
+    Python function of the inputs, the dims' values and the output's dims, giving an array
+    that broadcasts to them: each step's NumPy call written out once (interpreted, a decode
+    step's mask took 21 us a call, 75 after the weights' stream). An index grid read once is
+    made where it is read, so an input read whole (its grid its shape) makes none."""
+    space: dict[str, Any] = {"_axis": _axis, "_take": np.take, "_flat": _flat, "_dim": _dim,
+                             "_i64": np.int64, "_shape": evaluate_shape}
     space.update({f"_{name}": fn for name, fn in FUNCTIONS.items()})
+    on = _grids_of(program)
+    uses = Counter((on[k], step[1]) for k, step in enumerate(program) if step[0] == "idx")
     lines: list[str] = []
     stack: list[str] = []
-    grids = [("g0", rank)]  # the grids entered: their names and ranks
-    made: dict[tuple[str, int], str] = {}  # (grid, axis) -> its index grid's name
+    made: dict[tuple[str, int], str] = {}  # (grid, axis) read more than once -> its name
 
     def name(value: Any) -> str:
         key = f"c{len(space)}"
         space[key] = value
         return key
-    for step in program:
-        kind = step[0]
+
+    def axis(grid: str, a: int) -> str:
+        if uses[(grid, a)] < 2:
+            return f"_axis({grid}, {a})"
+        if (grid, a) not in made:
+            made[(grid, a)] = f"i{len(made)}"
+            lines.append(f"{made[(grid, a)]} = _axis({grid}, {a})")
+        return made[(grid, a)]
+    ranks_of = {"g0": rank}
+    for k, step in enumerate(program):
+        kind, grid = step[0], on[k]
         if kind == "idx":
-            key = (grids[-1][0], step[1])
-            if key not in made:
-                made[key] = f"i{len(made)}"
-                lines.append(f"{made[key]} = _axis({key[0]}, {step[1]})")
-            stack.append(made[key])
+            stack.append(axis(grid, step[1]))
         elif kind == "const":
             stack.append(name(np.array(step[1], dtype=step[2])))
         elif kind == "dim":
-            stack.append(f"_dim({name(step[1])}, env)")
+            dim = step[1]
+            stack.append(f"_i64(env[{dim!r}])" if isinstance(dim, str) and dim.isidentifier()
+                         else f"_dim({name(dim)}, env)")
         elif kind == "read":
             count = ranks[step[1]]
             index = stack[len(stack) - count:]
             del stack[len(stack) - count:]
-            indices = f"({''.join(i + ', ' for i in index)})"
-            grid, grid_rank = grids[-1]
-            if grid_rank == count and index == [made.get((grid, a)) for a in range(count)]:
+            x = f"inputs[{step[1]}]"
+            read = f"{x}[({''.join(i + ', ' for i in index)})]"
+            if ranks_of[grid] == count and index == [axis(grid, a) for a in range(count)]:
                 # its grid's axes in order: the input itself where the grid is its shape
-                stack.append(f"_whole(inputs[{step[1]}], {grid}, {indices})")
-            else:
-                stack.append(f"inputs[{step[1]}][{indices}]")
-        elif kind == "grid":
-            grids.append((f"g{len(grids)}", len(step) - 1))
-            lines.append(f"{grids[-1][0]} = _shape({name(tuple(step[1:]))}, env)")
-        elif kind == "flat":
-            stack.append(f"_flat({stack.pop()}, {grids.pop()[0]})")
+                read = f"({x} if {x}.shape == {grid} else {read})"
+            stack.append(read)
+        elif kind == "grid":  # (on the grid it opens)
+            ranks_of[grid] = len(step) - 1
+            lines.append(f"{grid} = _shape({name(tuple(step[1:]))}, env)")
+        elif kind == "flat":  # (on the grid it closes)
+            stack.append(f"_flat({stack.pop()}, {grid})")
         elif kind == "take":
             where = stack.pop()
             stack.append(f"_take({stack.pop()}, {where}, mode={name(step[1])})")
@@ -232,6 +240,21 @@ def compile_program(program: Sequence[Any], ranks: Sequence[int], rank: int
     return space["run"]  # type: ignore[no-any-return]
 
 
+def _grids_of(program: Sequence[Any]) -> list[str]:
+    """The name of the grid each step is made on ("g0": the output's), each ["grid", ...]
+    naming a new one (the step itself is on it; its ["flat"] is on the grid it closes)."""
+    names, open_ = [], ["g0"]
+    made = 0
+    for step in program:
+        if step[0] == "grid":
+            made += 1
+            open_.append(f"g{made}")
+        names.append(open_[-1])
+        if step[0] == "flat":
+            open_.pop()
+    return names
+
+
 def _axis(dims: Sequence[int], axis: int) -> np.ndarray:
     """The index along axis of a grid of dims, shaped to broadcast against it."""
     view = [1] * len(dims)
@@ -241,11 +264,6 @@ def _axis(dims: Sequence[int], axis: int) -> np.ndarray:
 
 def _flat(value: np.ndarray, dims: tuple[int, ...]) -> np.ndarray:
     return (value if value.shape == dims else np.broadcast_to(value, dims)).reshape(-1)
-
-
-def _whole(x: np.ndarray, dims: tuple[int, ...], index: tuple[np.ndarray, ...]) -> np.ndarray:
-    """x read at its grid's indices in order: x itself where the grid is its shape."""
-    return x if x.shape == dims else x[index]
 
 
 def _dim(expression: Any, env: Mapping[str, int]) -> np.ndarray:
