@@ -189,3 +189,26 @@ def test_a_program_reading_two_gathers_on_grids_of_their_own() -> None:
     want = np.take(a.reshape(-1), np.arange(5), mode="wrap") + np.take(b, np.arange(5),
                                                                         mode="clip")
     np.testing.assert_array_equal(got, want)
+
+
+def test_a_value_doubled_op_after_op_makes_no_huge_program() -> None:
+    """x(k+1) = x(k) + x(k), 40 times over a Range: written as a tree each level would double
+    the program (2^40 steps). The pass stops a region where its program would pass the op's
+    1024 steps; the rest are ops of their own, and the import is quick and exact."""
+    import time
+    nodes = [_c("i0", 0), _c("i1", 1), helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "i0"], ["n"], axis=0),
+             helper.make_node("Range", ["i0", "n", "i1"], ["x0"])]
+    nodes += [helper.make_node("Add", [f"x{k}", f"x{k}"], [f"x{k + 1}"]) for k in range(40)]
+    graph = helper.make_graph(nodes, "doubled", [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
+        [helper.make_tensor_value_info("x40", TensorProto.INT64, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    start = time.perf_counter()
+    result = import_onnx(model)
+    assert time.perf_counter() - start < 20
+    program = result.lib_doc["functions"]["tvmgen_default_fused_index_expr"]["expr"]
+    assert len(program) <= 1024
+    module = gr.create(result.graph_json, result.module())
+    got = module.run_with(x=np.zeros(5, np.float32))[0]
+    np.testing.assert_array_equal(got, np.arange(5, dtype=np.int64) * 2 ** 40)

@@ -46,6 +46,9 @@ class _Form:
     cone: frozenset[int]
     indexed: bool
     flat_of: _Form | None = None
+    # its expr's steps, counted as the program will write them out (a value read twice in a
+    # cone is written twice: bounded, so a graph doubling a value per op makes no huge tree)
+    size: int = 1
 
 
 def _remap(e: Any, axes: dict[int, Any]) -> Any:
@@ -111,7 +114,7 @@ def _leaf(v: Value) -> _Form | None:
     if not v.is_input or v.const is not None or v.dtype not in ("bool",) + _INDEXES:
         return None
     return _Form(["read", v, [["idx", a] for a in range(v.rank)]], tuple(v.shape), v.dtype,
-                 frozenset(), False)
+                 frozenset(), False, size=1 + v.rank)
 
 
 def _form(p: Prim, forms: dict[int, _Form], dims: dict[str, tuple[Value, int]]) -> _Form | None:
@@ -136,11 +139,14 @@ def _form(p: Prim, forms: dict[int, _Form], dims: dict[str, tuple[Value, int]]) 
         ins.append(f)
     cone = frozenset().union(*(f.cone for f in ins)) | {id(p)}
     indexed = any(f.indexed for f in ins)
+    size = 2 + sum(f.size for f in ins)  # (a cumsum's or cast's step and its operands')
+    if size > MAX_STEPS:
+        return None
 
     def made(expr: Any, flat_of: _Form | None = None, index: bool = False) -> _Form | None:
         if expr is None and flat_of is None:
             return None
-        return _Form(expr, shape, dtype, cone, indexed or index, flat_of)
+        return _Form(expr, shape, dtype, cone, indexed or index, flat_of, size)
     op = p.op
     if op in FUNCTIONS and op in _ARITHMETIC + _COMPARE + _LOGICAL + ("where",):
         if op in _ARITHMETIC and any(f.dtype != dtype for f in ins):
@@ -211,8 +217,10 @@ def _form(p: Prim, forms: dict[int, _Form], dims: dict[str, tuple[Value, int]]) 
             if source is not None:
                 cone |= source.cone | {id(data.producer)}
                 indexed = indexed or source.indexed
-        if source is None or source.expr is None:
+                size += source.size
+        if source is None or source.expr is None or size + 3 > MAX_STEPS:
             return None
+        size += 3  # (its grid, flat and take steps)
         return made(["take", source.expr, list(source.shape), ins[1].expr,
                      p.attrs.get("mode", "clip")])
     return None
