@@ -462,8 +462,7 @@ class Executor:
         self._check_growth(graph, sid_bytes)
         for at, served in crossed:  # kept under that class too (a derive there takes it)
             index, eids, key = checks[at]
-            shared.keep_as(served, key)
-            shared.get(served)  # (a key the module now uses: the caller holds it)
+            shared.get_as(served, key)  # (a key the module now uses: the caller holds it)
             self.kernel_keys[self.steps[index].nid] = served
             checks[at] = (index, eids, served)
         # every check passed: sizes, views, arguments
@@ -914,9 +913,7 @@ class Executor:
         served = None if key is None else self._kernel_serves(lib, key, kept, node, eids, base)
         if served is None or (renewed is None and kept.kernel.channels_last_positions()):
             return None
-        if served != key and key in shared.kernels:
-            shared.keep_as(served, key)
-        if shared.get(served) is None:
+        if shared.get_as(served, key) is None:
             return None
         self.kernel_keys[node.nid] = served
         if renewed is not None and renewed.isdisjoint(eids):
@@ -930,7 +927,7 @@ class Executor:
         any shape, was kept by its shapes' band or size class, which the new shapes round to
         as well, and serves them; the key of the class they round to where that moved (a
         decoder's past length past 64) and the kernel serves them, the shared cache holding
-        no other kernel there (the caller keeps it there too: KernelCache.keep_as). Its attrs
+        no other kernel there (the caller keeps it there too: KernelCache.get_as). Its attrs
         hold no values a specialisation adds, and the same values of the dims they read (of
         those deciding more than a shape, for a kernel taking any shape). None where it does
         not serve."""

@@ -60,7 +60,7 @@ class KernelCache:
     cache's concatenate, the attention products, a dense in pieces) is kept by its rows' band
     and last dims' size classes (executor._rounded_shapes), so it serves every past length of a
     class and every prompt of over 16 rows, where its tuning choices pick it too; one that
-    serves the next class as well is kept under that class's key too (keep_as). A kernel is
+    serves the next class as well is kept under that class's key too (get_as). A kernel is
     kept while a specialisation kept by the module uses it.
 
     Only a kernel no setup pass adapts to its module is shared: none told its arrays are stored
@@ -120,12 +120,13 @@ class KernelCache:
                 self.taken.append(key)
         self.pending = []
 
-    def keep_as(self, key: Hashable, kept: Hashable) -> None:
-        """The kernel kept under `kept` kept under key too (an any-shape kernel serving the
-        next size class of its arrays: a decoder's mask chains past 64 tokens, re-pointed
-        instead of derived); get(key) then counts it as the module's."""
-        if key not in self.kernels:
+    def get_as(self, key: Hashable, kept: Hashable) -> Any:
+        """get(key), the kernel kept under `kept` kept under key too where key holds none (an
+        any-shape kernel serving the next size class of its arrays: a decoder's mask chains
+        past 64 tokens, re-pointed instead of derived); None where neither holds one."""
+        if key not in self.kernels and kept in self.kernels:
             self.kernels[key] = self.kernels[kept]
+        return self.get(key)
 
     def hold(self) -> list[Hashable]:
         """The keys the module just made uses, now counted as its (release them with it)."""

@@ -129,13 +129,10 @@ def _form(p: Prim, forms: dict[int, _Form], dims: dict[str, tuple[Value, int]]) 
     for v in p.inputs:
         f = forms.get(id(v)) or _scalar(v) or _leaf(v)
         if f is None:
-            if p.op == "dim_values":
-                ins.append(_Form(None, tuple(v.shape), v.dtype, frozenset(), False))
-                continue
-            if p.op == "take" and v is p.inputs[0]:
-                ins.append(_Form(None, tuple(v.shape), v.dtype, frozenset(), False))
-                continue
-            return None
+            if p.op != "dim_values" and not (p.op == "take" and v is p.inputs[0]):
+                return None
+            # (a shape read, or a take's data found through its producer below)
+            f = _Form(None, tuple(v.shape), v.dtype, frozenset(), False)
         ins.append(f)
     cone = frozenset().union(*(f.cone for f in ins)) | {id(p)}
     indexed = any(f.indexed for f in ins)
@@ -239,10 +236,7 @@ def _program(e: Any, inputs: list[Value], steps: list[list[Any]]) -> None:
     elif kind == "read":
         for index in e[2]:
             _program(index, inputs, steps)
-        k = next((i for i, x in enumerate(inputs) if x is e[1]), len(inputs))
-        if k == len(inputs):
-            inputs.append(e[1])
-        steps.append(["read", k])
+        steps.append(["read", _position(inputs, e[1])])
     elif kind == "take":
         steps.append(["grid"] + [_text(d) for d in e[2]])
         _program(e[1], inputs, steps)
@@ -256,6 +250,14 @@ def _program(e: Any, inputs: list[Value], steps: list[list[Any]]) -> None:
         for a in e[1:]:
             _program(a, inputs, steps)
         steps.append([kind])
+
+
+def _position(inputs: list[Value], v: Value) -> int:
+    """v's position among inputs, appended where it is not there yet."""
+    k = next((i for i, x in enumerate(inputs) if x is v), len(inputs))
+    if k == len(inputs):
+        inputs.append(v)
+    return k
 
 
 def _names(steps: list[list[Any]]) -> set[str]:
@@ -320,10 +322,7 @@ def _index_prim(v: Value, f: _Form, dims: dict[str, tuple[Value, int]], origin: 
         if name not in dims:
             return None
         source, axis = dims[name]
-        k = next((i for i, x in enumerate(inputs) if x is source), len(inputs))
-        if k == len(inputs):
-            inputs.append(source)
-        at.append([name, k, axis])
+        at.append([name, _position(inputs, source), axis])
     prim = Prim("index_expr", {"at": at, "shape": shape, "dtype": f.dtype, "expr": expr},
                 inputs, [v], origin)
     v.producer = prim

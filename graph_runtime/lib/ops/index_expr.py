@@ -216,7 +216,8 @@ def compile_program(program: Sequence[Any], ranks: Sequence[int], rank: int
             del stack[len(stack) - count:]
             x = f"inputs[{step[1]}]"
             read = f"{x}[({''.join(i + ', ' for i in index)})]"
-            if ranks_of[grid] == count and index == [axis(grid, a) for a in range(count)]:
+            if ranks_of[grid] == count and index == [
+                    made.get((grid, a), f"_axis({grid}, {a})") for a in range(count)]:
                 # its grid's axes in order: the input itself where the grid is its shape
                 read = f"({x} if {x}.shape == {grid} else {read})"
             stack.append(read)
