@@ -173,6 +173,7 @@ class Executor:
         self._moving: set[int] = set()
         self._moving_index: list[tuple[list[Any], int, ArgKey]] | None = None
         self._moving_keys: tuple[ArgKey, ...] = ()  # _moving_index's keys, in its order
+        self._moving_steps: list[int] = []  # the steps (and shortcuts) _moving_index reaches
         # for state(), made with each _moving_index: (that list, the moving entries, their ids)
         self._state_index: tuple[list[Any], frozenset[int], tuple[int, ...]] | None = None
         # retarget's work per change met (_Transit), and the pool's bytes per device as its
@@ -625,7 +626,7 @@ class Executor:
                     bound[1][i] = self._bind(key)
         for (args, pos, _), array in zip(index, bound[1]):
             args[pos] = array
-        self._moved()
+        self._moved(self._moving_steps)  # (no other step's arguments moved)
         self.graph = state.graph
         self._bindings = dict(state.bindings)
         return True
@@ -669,6 +670,9 @@ class Executor:
             self._moving_index = [(call.args, pos, key) for call in self._all_steps()
                                   for pos, key in enumerate(call.arg_keys) if key.eid in moving]
             self._moving_keys = tuple(key for _, _, key in self._moving_index)
+            self._moving_steps = [index for index, call in [*enumerate(self.steps),
+                                                            *self.shortcuts.items()]
+                                  if not moving.isdisjoint(k.eid for k in call.arg_keys)]
         return self._moving_index
 
     def _own_step(self, index: int) -> PreparedCall:

@@ -1004,6 +1004,54 @@ def test_later_generations_over_grown_bytes_bind_only_what_moved(monkeypatch) ->
     assert 0 < counts[0] < moving * (len(steps) - 1) * 3 // 4
 
 
+def test_later_generations_take_their_blocks_back_and_look_at_the_moving_steps_alone(
+        monkeypatch) -> None:
+    """A server's next generations: each length put back (Executor.restore) hands the
+    attention and KV append steps the views they ran with there, and their sites take back
+    the blocks written for them (BlockSite.follow) instead of reading each array again: by
+    the third generation no site reads an array. restore tells the replay that only the
+    steps holding moving entries moved (not every step: each would be compared). Every
+    answer matches the first generation's (which matched ONNX Runtime's)."""
+    from graph_runtime.lib.kernels.cpu.block_site import BlockSite
+    from graph_runtime.runtime.native_runs import NativeRuns
+    m, session, names = _tiny_kv()
+    prompt = RNG.integers(0, 100, (1, 3)).astype(np.int64)
+    steps = _generate(lambda feeds: m.run_with(**feeds), session, names, 30, prompt)
+    fills: list[int] = []  # per array read: the step of the generation
+    told: list[Any] = []
+    at = [0]
+    fill, invalidate = BlockSite._fill, NativeRuns.invalidate
+
+    def counted_fill(self: BlockSite, args: Any) -> bool:
+        fills.append(at[0])
+        return fill(self, args)
+
+    def noted(self: NativeRuns, which: Any = None) -> None:
+        told.append(None if which is None else sorted(which))
+        invalidate(self, which)
+    monkeypatch.setattr(BlockSite, "_fill", counted_fill)
+    monkeypatch.setattr(NativeRuns, "invalidate", noted)
+    counts = []
+    for generation in ("second", "third"):
+        fills.clear()
+        for k, (feeds, want) in enumerate(steps[1:], 1):  # the prompt's module is derived
+            at[0] = k
+            for i, got in enumerate(m.run_with(**feeds)):
+                np.testing.assert_allclose(got, want[i], rtol=1e-4, atol=1e-5,
+                                           err_msg=f"{generation}: step {k} output {i}")
+        counts.append(sorted(set(fills)))
+    # the second meets bytes grown since (those lengths' views made again); the third none
+    assert len(counts[0]) > 5 and counts[1] == [], counts
+    family = m._current.executor
+    native = family.native
+    assert native is not None and native.replayed > 0
+    moving = [family._call_index[i] for i in family._moving_steps if i in family._call_index]
+    assert told and None not in told[-5:] and told[-1] == sorted(moving)
+    labels = {family.steps[i].label for i in family._moving_steps}
+    assert any("kv_append" in label for label in labels)
+    assert any("attention" in label for label in labels)
+
+
 def test_a_module_handed_out_keeps_its_shape_while_others_are_re_pointed() -> None:
     """specialised() hands out the module of the shape set now, its inputs and outputs its
     own: later lengths are never made over it in place (a new module is derived from it, and

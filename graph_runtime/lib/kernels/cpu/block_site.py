@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import struct
+import weakref
 from abc import ABC, abstractmethod
 from typing import Any, Sequence
 
@@ -25,6 +26,11 @@ import numpy as np
 from ....errors import GraphRuntimeError
 from .. import replay
 from .omp_team import gomp_loaded, recording_here, run_here
+
+
+# the blocks a site keeps for arrays it may be handed again (as many as a symbolic module keeps
+# shapes: symbolic_module.DEFAULT_CACHE_SIZE)
+WRITTEN_KEPT = 512
 
 
 class BlockSite(ABC):
@@ -36,6 +42,11 @@ class BlockSite(ABC):
         # written in one call (a NumPy assignment from a list of 40 ints took ~8 us)
         self._bytes = self.block.data.cast("B")
         self._pack = struct.Struct(f"={size}q").pack_into
+        # the blocks written (recorded or followed), by their arrays' ids, with weak references
+        # to those arrays (an id is another array's once its own is gone): the very arrays
+        # handed back (Executor.restore gives a length met before the views it ran with: a
+        # server's next generation) take their block back instead of reading each one again
+        self._written: dict[tuple[int, ...], tuple[tuple[Any, ...], bytes]] = {}
 
     @abstractmethod
     def function(self) -> Any:
@@ -68,6 +79,12 @@ class BlockSite(ABC):
         kernel refuses is refused there, the node named)."""
         if not gomp_loaded():  # (a recording ran the team function: it loaded)
             return False
+        ids = tuple(map(id, args))
+        written = self._written.get(ids)
+        if written is not None and all(ref() is a for ref, a in zip(written[0], args)):
+            self._bytes[:] = written[1]
+            self.args = args
+            return True
         try:
             return self._fill(args)
         except GraphRuntimeError:
@@ -79,6 +96,13 @@ class BlockSite(ABC):
             return False
         self._pack(self._bytes, 0, *values)
         self.args = tuple(args)
+        try:
+            refs = tuple(map(weakref.ref, args))
+        except TypeError:  # (an argument no weak reference can hold: not kept)
+            return True
+        if len(self._written) >= WRITTEN_KEPT:
+            del self._written[next(iter(self._written))]  # the oldest
+        self._written[tuple(map(id, args))] = (refs, bytes(self._bytes))
         return True
 
 
