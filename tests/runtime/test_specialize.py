@@ -999,8 +999,9 @@ def test_later_generations_over_grown_bytes_bind_only_what_moved(monkeypatch) ->
     assert counts[1] == 0
     # 335 of 17 x 29: every length is on one module (its size classes' crossings re-pointed),
     # a length met before its bytes grew binding its moving keys again, most of them the KV
-    # cache's (35 moving keys before the mask's prims were one index_expr); 395 of 35 x 29 then, 180 when lengths 4-16 each derived a module (put back as made), 525 of
-    # 35 x 15 before restore bound only what moved
+    # cache's (35 moving keys before the mask's prims were one index_expr); 395 of 35 x 29
+    # then, 180 when lengths 4-16 each derived a module (put back as made), 525 of 35 x 15
+    # before restore bound only what moved
     assert 0 < counts[0] < moving * (len(steps) - 1) * 3 // 4
 
 
