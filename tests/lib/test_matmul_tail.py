@@ -99,6 +99,13 @@ def _rows_case(w, rows, shapes, ref, random_array):
     return (x, w, *extras, out), want, bound
 
 
+@pytest.fixture(autouse=True)
+def _pieces_of_512_rows(monkeypatch) -> None:
+    """These tests' products cut in several pieces at a few hundred rows (a decoder's prompt
+    is cut so from PIECE_ROWS on): the mechanism, at sizes quick to check."""
+    monkeypatch.setattr(onednn_matmul, "PIECE_ROWS", 512)
+
+
 def _check_rows(run, w, rows, shapes, ref, random_array) -> None:
     """run on a batch of 2 x rows rows (and its operands of those rows) is within the GEMM's
     bound against float64."""

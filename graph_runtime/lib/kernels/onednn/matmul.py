@@ -39,8 +39,10 @@ PIECES_KEPT = 64  # a 2-D product in pieces: the pieces' memories kept, for thos
 # layers' equal products made once) cost a new shape's first run no measurable time
 # (docs/measurements.md). oneDNN's run-time rows (gemm:jit) ran 0.90-1.22x over 256 rows and
 # 1.2-2.8x below. One kernel so serves every row count over SMALL_DIM (runtime/executor.py keys
-# it by that band).
-PIECE_ROWS = 512
+# it by that band). Pieces of 512 rows ran a 1,200-row prompt's residual products (a stream's
+# (4, 300) after (4, 156)) 1.37-1.42x slower than one exact primitive on an AVX2 host (AMD EPYC,
+# Zen 3), the whole prompt 1.10-1.14x its static module; 2,048 rows a piece: 1.05x.
+PIECE_ROWS = 2048
 WORKER_STEP = 64  # the workers' pieces: multiples of it (_row_pieces)
 # A piece's primitive descriptor and argument descriptors depend on its rows, the product's n
 # and k, the post-ops' kinds and operand forms, oneDNN's thread count and the packed weight's
@@ -59,8 +61,9 @@ def matmul_applies(dtype: str, batch: int, m: int, n: int, k: int) -> bool:
     return dtype == "float32" and min(batch, m, n, k) > 0 and dn.available()
 
 
-def row_pieces(rows: int, size: int = PIECE_ROWS) -> list[tuple[int, int]]:
-    """(first row, end row) pieces of rows: size each, then the rest as one."""
+def row_pieces(rows: int, size: int | None = None) -> list[tuple[int, int]]:
+    """(first row, end row) pieces of rows: size (PIECE_ROWS) each, then the rest as one."""
+    size = PIECE_ROWS if size is None else size
     full = rows - rows % size
     out = [(r0, r0 + size) for r0 in range(0, full, size)]
     if full < rows:
