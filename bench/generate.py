@@ -130,16 +130,13 @@ def main() -> None:
             per_token[name].append(statistics.median(times))
             mean_token[name].append(statistics.mean(times))
             prefill[name].append(first)
-            # a server's next request of the same lengths, on the same module or session
-            settle()
-            again_tokens, times, _ = generate(step, names, kv_shape, prompt, opts.new)
-            tokens.setdefault(name + " again", again_tokens)
-            again[name].append(statistics.median(times))
-            # and once more: a server's steady state (every length met twice before)
-            settle()
-            steady_tokens, times, _ = generate(step, names, kv_shape, prompt, opts.new)
-            tokens.setdefault(name + " steady", steady_tokens)
-            steady[name].append(statistics.median(times))
+            # a server's next request of the same lengths, on the same module or session, then
+            # once more: its steady state (every length met twice before)
+            for label, repeated in (("again", again), ("steady", steady)):
+                settle()
+                got, times, _ = generate(step, names, kv_shape, prompt, opts.new)
+                tokens.setdefault(f"{name} {label}", got)
+                repeated[name].append(statistics.median(times))
             del step  # a round's module: its garbage collected by the next settle()
             if name == "graph_runtime":
                 del module
