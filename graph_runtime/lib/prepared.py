@@ -252,7 +252,15 @@ class _Ufunc(_Plain):
     binary and unary elementwise ops, elementwise.py) can be asked: like AnyShape, it reads
     its arrays' shapes at each call and keeps nothing, so a symbolic module keeps it (and a
     chain of such kernels) by its arrays' ranks. As a plain function it made its chains, a
-    LLaMA's rotary cos * scale and sin * scale among them, be prepared again per size class."""
+    LLaMA's rotary cos * scale and sin * scale among them, be prepared again per size class.
+
+    Every argument may hold NHWC bytes: a ufunc broadcasts by the shapes of the views it is
+    handed, so the strided NCHW view of an NHWC buffer (runtime/layouts.py) reads right, and
+    its iterator follows the bytes' order. A RegNet's squeeze-excite scale (x * sigmoid(...))
+    between two convs then no longer sends their NHWC data through two reorders."""
+
+    def __init__(self, arity: int) -> None:
+        self._positions = tuple(range(arity))
 
     def any_shape(self) -> bool:
         return True
@@ -260,8 +268,11 @@ class _Ufunc(_Plain):
     def shape_free(self) -> bool:
         return True
 
+    def channels_last_positions(self) -> Sequence[int]:
+        return self._positions
 
-_UFUNC = _Ufunc()
+
+_UFUNCS: dict[int, _Ufunc] = {}  # by arity (inputs and outputs): one stand-in each
 
 
 def capabilities(fn: Callable[..., Any]) -> PreparedKernel:
@@ -269,4 +280,7 @@ def capabilities(fn: Callable[..., Any]) -> PreparedKernel:
     ufunc's: it takes any shape)."""
     if isinstance(fn, PreparedKernel):
         return fn
-    return _UFUNC if isinstance(fn, np.ufunc) else _PLAIN
+    if isinstance(fn, np.ufunc):
+        arity = fn.nin + fn.nout
+        return _UFUNCS.get(arity) or _UFUNCS.setdefault(arity, _Ufunc(arity))
+    return _PLAIN

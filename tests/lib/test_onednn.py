@@ -491,6 +491,53 @@ def test_a_conv_net_keeps_nhwc_between_onednn_nodes(onednn, monkeypatch, threads
                                    atol=2e-5 * float(np.abs(value).max()))
 
 
+
+def test_a_squeeze_excite_scale_between_convs_keeps_their_nhwc(onednn, monkeypatch,
+                                                                random_array) -> None:
+    """conv+relu -> global pool -> 1x1 conv+bias+sigmoid, times the conv's output -> 1x1 conv
+    (RegNet's and EfficientNet's block): NumPy's multiply reads and writes the NHWC bytes
+    through their NCHW views, so neither conv reorders, and the result is the float64 one."""
+    import graph_runtime as gr
+    from graph_runtime.lib import Module
+    from graph_runtime.lib.chain import Chain, Step
+    from graph_runtime.lib.kernels.onednn.conv import OnednnConv
+    from support import make_graph, null, tvm_op
+
+    monkeypatch.setenv(binding.ONEDNN_ENV, "on")
+    lib = Module("se")
+    lib.register("conv_relu", Chain("conv_relu", [Step("conv2d", {"padding": [1]}), Step("add"),
+                                                  Step("relu")]))
+    lib.register("gap", Chain("gap", [Step("global_avg_pool2d")]))
+    lib.register("excite", Chain("excite", [Step("conv2d"), Step("add"), Step("sigmoid"),
+                                            Step("multiply")]))
+    lib.register("project", Chain("project", [Step("conv2d")]))
+    nodes = [null("x"), null("w1"), null("b1"), tvm_op("c1", "conv_relu", [0, 1, 2]),
+             tvm_op("g", "gap", [3]), null("w2"), null("b2"),
+             tvm_op("se", "excite", [4, 5, 6, 3]), null("w3"), tvm_op("pr", "project", [7, 8])]
+    shapes = [[1, 5, 8, 10], [8, 5, 3, 3], [8, 1, 1], [1, 8, 8, 10], [1, 8, 1, 1],
+              [8, 8, 1, 1], [8, 1, 1], [1, 8, 8, 10], [6, 8, 1, 1], [1, 6, 8, 10]]
+    graph = make_graph(nodes, [9], shapes=shapes)
+    m = gr.create(graph, lib, gr.cpu())
+    arrays = {name: random_array(tuple(shapes[i]), "float32", seed=i)
+              for i, name in [(0, "x"), (1, "w1"), (2, "b1"), (5, "w2"), (6, "b2"), (8, "w3")]}
+    m.set_input(**arrays)
+    m.run()
+    a = {k: v.astype(np.float64) for k, v in arrays.items()}
+    y1 = np.maximum(ref_conv2d_attrs(a["x"], a["w1"], {"padding": [1]}) + a["b1"], 0)
+    pooled = y1.mean(axis=(2, 3), keepdims=True)
+    scale = 1 / (1 + np.exp(-(ref_conv2d_attrs(pooled, a["w2"], {}) + a["b2"])))
+    want = ref_conv2d_attrs(y1 * scale, a["w3"], {})
+    got = m.get_output(0).numpy()
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * float(np.abs(want).max()))
+    g = m.executor.graph
+    kept = {g.nodes[nid].name for nid in range(len(g.nodes))
+            if g.entry_id(nid, 0) in m.executor.channels_last}
+    assert {"c1", "se"} <= kept
+    first, last = [s.kernel for s in m.executor.steps if isinstance(s.kernel, OnednnConv)]
+    assert first.out is None and last.data_in is None  # no reorder on either side of the scale
+    np.testing.assert_allclose(m.debug_get_outputs(["se"])["se"][0], y1 * scale, rtol=2e-5,
+                               atol=2e-5 * float(np.abs(y1).max()))
+
 # -- threading policy ---------------------------------------------------------------------------
 
 def test_threading_modes_split_work_their_way(onednn, monkeypatch) -> None:
