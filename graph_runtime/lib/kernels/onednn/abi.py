@@ -128,6 +128,8 @@ SIGNATURES: dict[str, list[Any]] = {
     "dnnl_pooling_forward_primitive_desc_create": [
         _P(_VP), _VP, ctypes.c_int, ctypes.c_int, _VP, _VP, Dims, Dims, Dims, Dims, Dims, _VP],
     "dnnl_matmul_primitive_desc_create": [_P(_VP), _VP, _VP, _VP, _VP, _VP, _VP],
+    "dnnl_inner_product_forward_primitive_desc_create": [
+        _P(_VP), _VP, ctypes.c_int, _VP, _VP, _VP, _VP, _VP],
     "dnnl_softmax_forward_primitive_desc_create": [
         _P(_VP), _VP, ctypes.c_int, ctypes.c_int, _VP, _VP, ctypes.c_int, _VP],
     "dnnl_reorder_primitive_desc_create": [_P(_VP), _VP, _VP, _VP, _VP, _VP],

@@ -5,6 +5,13 @@ copy). A 2-D product's right operand (dense's weight) is packed into the layout 
 (format `any`), once and again when written; a batched right operand is read in place, since
 it is usually an activation that changes every run. A 2-D product may carry its chain's tail
 as bias and post-ops (matmul_tail.py).
+
+Where oneDNN has no brgemm matmul for float32 (an AVX2 host: it runs gemm:jit, whose weight
+stays plain) but has a brgemm inner product, a 2-D product of untransposed data is an inner
+product instead (_inner_product_pays): the same sums, bias and post-ops, on a weight packed in
+blocks. gemm:jit's time there depended on where the arrays lay: a T5's 128x256 @ 256x2048 ran
+0.82-2.2 ms by the offsets of data and weight (1.5 ms on the runtime's 64-byte-aligned
+buffers), the inner product 0.72-1.08 ms (docs/measurements.md).
 """
 from __future__ import annotations
 
@@ -96,20 +103,46 @@ def _operand(batches: int, rows: int, cols: int, transposed: bool,
 
 def _matmul_pd(src: MemoryDesc, weights: MemoryDesc, dst: MemoryDesc,
                tail: MatmulTail | None = None, bias: MemoryDesc | None = None,
-               operands: Sequence[MemoryDesc] = ()) -> PrimitiveDesc:
-    """oneDNN's matmul descriptor, with tail's bias and binary post-ops (reading operands)."""
+               operands: Sequence[MemoryDesc] = (), inner: bool = False) -> PrimitiveDesc:
+    """oneDNN's matmul descriptor, with tail's bias and binary post-ops (reading operands);
+    inner: an inner product's instead (weights (n, k), bias (n,))."""
     engine = dn.library().engine
-    if tail is None:
-        return PrimitiveDesc("dnnl_matmul_primitive_desc_create", engine, src.handle,
-                             weights.handle, None, dst.handle, None)
-    attr, post_ops = dn.post_ops_attr(
-        lambda lib, ops: append_post_ops(lib, ops, tail, operands))
+    attr, post_ops = None, None
+    if tail is not None:
+        attr, post_ops = dn.post_ops_attr(
+            lambda lib, ops: append_post_ops(lib, ops, tail, operands))
+    bias_handle = None if bias is None else bias.handle
     try:
+        if inner:
+            return PrimitiveDesc("dnnl_inner_product_forward_primitive_desc_create", engine,
+                                 abi.FORWARD_INFERENCE, src.handle, weights.handle, bias_handle,
+                                 dst.handle, attr)
         return PrimitiveDesc("dnnl_matmul_primitive_desc_create", engine, src.handle,
-                             weights.handle, None if bias is None else bias.handle, dst.handle,
-                             attr)
+                             weights.handle, bias_handle, dst.handle, attr)
     finally:
-        dn.free_attr(attr, post_ops)
+        if attr is not None:
+            dn.free_attr(attr, post_ops)
+
+
+_inner_pays: dict[int, bool] = {}  # per OpenMP thread count
+
+
+def _inner_product_pays() -> bool:
+    """Whether a 2-D product runs faster as oneDNN's inner product here: where its matmul is
+    gemm:jit (no brgemm matmul for float32: AVX2) and its inner product brgemm. Asked once per
+    thread count (oneDNN picks its kernels for the threads of their creation)."""
+    threads = dn.threads_in_use() or 0
+    if threads not in _inner_pays:
+        m, n, k = 64, 64, 64
+        src, dst = MemoryDesc.plain((m, k)), MemoryDesc.plain((m, n))
+        product = _matmul_pd(src, MemoryDesc.plain((k, n), abi.TAG_ANY), dst).impl()
+        try:
+            inner = _matmul_pd(src, MemoryDesc.plain((n, k), abi.TAG_ANY), dst,
+                               inner=True).impl()
+        except LibraryError:
+            inner = ""
+        _inner_pays[threads] = product.startswith("gemm") and inner.startswith("brg")
+    return _inner_pays[threads]
 
 
 class OnednnMatmul(DerivesFromInputs):
@@ -148,6 +181,8 @@ class OnednnMatmul(DerivesFromInputs):
         dn.use_threads(policy().openmp)
         self.shape = (batch, m, n, k, trans_a, trans_b, a_batches, b_batches)
         self.two_d = two_d
+        # an inner product instead of a matmul (_inner_product_pays): weights (n, k), bias (n,)
+        self.inner = two_d and not trans_a and _inner_product_pays()
         self.split = split
         self.tail = tail
         self.extras = extras
@@ -200,7 +235,7 @@ class OnednnMatmul(DerivesFromInputs):
         dn.use_threads(self.openmp)
         n, k, trans_b, b_batches = self.shape[2], self.shape[3], self.shape[5], self.shape[7]
         two_d = self.two_d
-        w_shape = (k, n) if two_d else (b_batches, k, n)
+        w_shape = ((n, k) if self.inner else (k, n)) if two_d else (b_batches, k, n)
         pieces = self._pieces()
         pds = {}
         chosen: MemoryDesc | None = None
@@ -211,7 +246,7 @@ class OnednnMatmul(DerivesFromInputs):
                 if chosen is None:
                     chosen = pds[geometry].md(abi.QUERY_WEIGHTS_MD, w_shape)
         assert chosen is not None
-        user_w = _operand(b_batches, k, n, trans_b, two_d)
+        user_w = self._user_weight()
         # a batched right operand is read in place by each item (its own memory, not this one)
         self.weight = PackedWeight(user_w, chosen if two_d else user_w)
         self.rows = [(piece[2], piece[3]) for piece in pieces]
@@ -304,12 +339,20 @@ class OnednnMatmul(DerivesFromInputs):
         rows = r1 - r0
         if self.two_d:
             strides = (1, m) if trans_a else (k, 1)
-            return (MemoryDesc.strided((rows, k), strides), _operand(1, k, n, trans_b, True),
+            return (MemoryDesc.strided((rows, k), strides), self._user_weight(),
                     MemoryDesc.plain((rows, n)))
         count = b1 - b0
         return (_operand(count if a_batches > 1 else 1, m, k, trans_a, False),
                 _operand(count if b_batches > 1 else 1, k, n, trans_b, False),
                 MemoryDesc.plain((count, m, n)))
+
+    def _user_weight(self) -> MemoryDesc:
+        """The right operand as given: the matmul's (k, n), or the inner product's (n, k)
+        (the same bytes: a dense's (n, k) weight, plain where trans_b)."""
+        _, _, n, k, _, trans_b, b_batches, _ = self.shape
+        if self.inner:
+            return _operand(1, n, k, not trans_b, True)
+        return _operand(b_batches, k, n, trans_b, self.two_d)
 
     def _operand_descs(self, rows: int) -> tuple[MemoryDesc | None, list[MemoryDesc]]:
         """The bias's descriptor (or None) and the operand's of each binary post-op oneDNN
@@ -317,7 +360,9 @@ class OnednnMatmul(DerivesFromInputs):
         tail, n = self.tail, self.shape[2]
         if tail is None:
             return None, []
-        bias = MemoryDesc.plain((1, n)) if tail.bias >= 0 else None
+        bias = None
+        if tail.bias >= 0:
+            bias = MemoryDesc.plain((n,) if self.inner else (1, n))
         shapes = {"one": (1, 1), "row": (1, n), "full": (rows, n)}
         return bias, [MemoryDesc.plain(shapes[op.form]) for op in self._fused_ops]
 
@@ -329,9 +374,9 @@ class OnednnMatmul(DerivesFromInputs):
         if self.two_d:
             weights = chosen or MemoryDesc.plain(user_w.shape, abi.TAG_ANY)
         if self.tail is None:
-            return _matmul_pd(src, weights, dst)
+            return _matmul_pd(src, weights, dst, inner=self.inner)
         return _matmul_pd(src, weights, dst, self.tail,
-                          *self._operand_descs(piece[3] - piece[2]))
+                          *self._operand_descs(piece[3] - piece[2]), inner=self.inner)
 
     def _runtime_pd(self) -> PrimitiveDesc:
         """A batched product's descriptor with every dim and outer stride given at run time."""
