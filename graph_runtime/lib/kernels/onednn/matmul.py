@@ -107,10 +107,9 @@ def _matmul_pd(src: MemoryDesc, weights: MemoryDesc, dst: MemoryDesc,
     """oneDNN's matmul descriptor, with tail's bias and binary post-ops (reading operands);
     inner: an inner product's instead (weights (n, k), bias (n,))."""
     engine = dn.library().engine
-    attr, post_ops = None, None
-    if tail is not None:
-        attr, post_ops = dn.post_ops_attr(
-            lambda lib, ops: append_post_ops(lib, ops, tail, operands))
+    made = None if tail is None else dn.post_ops_attr(
+        lambda lib, ops: append_post_ops(lib, ops, tail, operands))
+    attr = None if made is None else made[0]
     bias_handle = None if bias is None else bias.handle
     try:
         if inner:
@@ -120,8 +119,8 @@ def _matmul_pd(src: MemoryDesc, weights: MemoryDesc, dst: MemoryDesc,
         return PrimitiveDesc("dnnl_matmul_primitive_desc_create", engine, src.handle,
                              weights.handle, bias_handle, dst.handle, attr)
     finally:
-        if attr is not None:
-            dn.free_attr(attr, post_ops)
+        if made is not None:
+            dn.free_attr(*made)
 
 
 _inner_pays: dict[int, bool] = {}  # per OpenMP thread count
@@ -233,7 +232,7 @@ class OnednnMatmul(DerivesFromInputs):
         if self._impl:
             return
         dn.use_threads(self.openmp)
-        n, k, trans_b, b_batches = self.shape[2], self.shape[3], self.shape[5], self.shape[7]
+        n, k, b_batches = self.shape[2], self.shape[3], self.shape[7]
         two_d = self.two_d
         w_shape = ((n, k) if self.inner else (k, n)) if two_d else (b_batches, k, n)
         pieces = self._pieces()
