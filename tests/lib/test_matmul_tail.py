@@ -43,6 +43,15 @@ TAILS = {
 }
 
 
+
+@pytest.fixture(autouse=True, params=["matmul", "inner product"])
+def product_form(request, monkeypatch) -> str:
+    """Every test with a 2-D product made as oneDNN's matmul, and as its inner product (where
+    the float32 matmul is gemm:jit: AVX2 hosts; matmul.py's _inner_product_pays), on any host."""
+    monkeypatch.setattr(onednn_matmul, "_inner_product_pays",
+                        lambda: request.param == "inner product")
+    return request.param
+
 def _prepare(steps, shapes, rows=M):
     specs = [TensorSpec((2, rows, K), "float32"), TensorSpec((N, K), "float32")] + \
         [TensorSpec((2, rows, N) if s == (2, M, N) else s, "float32") for s in shapes]
@@ -417,3 +426,20 @@ def test_one_choice_per_shape_in_a_build(onednn, monkeypatch) -> None:  # noqa: 
             assert [k.serves(shapes) for k in layers] == [True] * 4
         assert asked == [300, 100]
     assert not any(k.serves(other) for k in layers)
+
+
+@pytest.mark.parametrize("trans_b", [True, False])
+def test_a_2d_product_takes_its_weight_either_way(onednn, monkeypatch, product_form,  # noqa: F811
+                                                  trans_b, random_array) -> None:
+    """A 2-D product's weight given as dense's (n, k) or as matmul's (k, n): the same sums in
+    either form of primitive (an inner product reads (n, k), a matmul (k, n)), packed or not."""
+    monkeypatch.setenv(binding.ONEDNN_ENV, "on")
+    kernel = OnednnMatmul(1, M, N, K, False, trans_b, 1, 1)
+    x = random_array((M, K), "float32", seed=1)
+    w = random_array((N, K) if trans_b else (K, N), "float32", seed=2)
+    out = np.empty((M, N), np.float32)
+    kernel(x, w, out)
+    assert kernel.inner == (product_form == "inner product")
+    want = x.astype(np.float64) @ (w.T if trans_b else w).astype(np.float64)
+    bound = K * U32 * (np.abs(x).astype(np.float64) @ np.abs(w.T if trans_b else w))
+    assert np.all(np.abs(out - want) <= 2 * bound + 1e-30)
