@@ -99,7 +99,8 @@ class PreparedChain(PreparedKernel):
                 self._binds.append((kernel, index))
             self._workspace += kernel.workspace_bytes()
             self._workers = self._workers or kernel.uses_workers()
-        self._nhwc: tuple[int, ...] | None = None  # channels_last_positions, once asked
+        # channels_last_positions and layout_free_positions, once asked
+        self._nhwc: tuple[tuple[int, ...], tuple[int, ...]] | None = None
         # serves: the slots the calls read (their highest) and the calls whose kernels answer
         # serves themselves (the others take any shape), once asked
         self._asked: tuple[int, list[tuple[Any, tuple[int, ...]]]] | None = None
@@ -171,14 +172,31 @@ class PreparedChain(PreparedKernel):
 
     def channels_last_positions(self) -> tuple[int, ...]:
         """The function's arguments (not its intermediates) that every kernel touching them
-        can take channels-last (worked out once: a symbolic module's layout pass asks every
-        shape it meets, and the kernels' answers never change)."""
+        can take channels-last, some of them needing it (the others layout-free: a ufunc
+        after a conv); worked out once: a symbolic module's layout pass asks every shape it
+        meets, and the kernels' answers never change."""
+        return self._layouts()[0]
+
+    def layout_free_positions(self) -> tuple[int, ...]:
+        """The function's arguments that only layout-free kernels touch (a chain of ufuncs)."""
+        return self._layouts()[1]
+
+    def _layouts(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         if self._nhwc is None:
             # slots: the function's inputs and outputs, then its intermediates (all touched)
             args = (max(self._touching) + 1 if self._touching else 0) - len(self.intermediates)
-            self._nhwc = tuple(slot for slot, users in sorted(self._touching.items())
-                               if slot < args and all(pos in kernel.channels_last_positions()
-                                                      for kernel, pos in users))
+            needs: list[int] = []
+            free: list[int] = []
+            for slot, users in sorted(self._touching.items()):
+                if slot >= args:
+                    continue
+                taking = [pos in kernel.channels_last_positions() for kernel, pos in users]
+                if all(pos in kernel.layout_free_positions() for kernel, pos in users):
+                    free.append(slot)
+                elif all(t or pos in kernel.layout_free_positions()
+                         for t, (kernel, pos) in zip(taking, users)):
+                    needs.append(slot)
+            self._nhwc = (tuple(needs), tuple(free))
         return self._nhwc
 
     def use_channels_last(self, positions: Collection[int]) -> None:

@@ -101,6 +101,14 @@ class PreparedKernel(ABC):
         """
         return ()
 
+    def layout_free_positions(self) -> Sequence[int]:
+        """Argument positions this kernel reads or writes as right and as fast in either layout,
+        gaining nothing from NHWC (a NumPy ufunc: runtime/layouts.py hands it the NCHW view of
+        NHWC bytes). An entry kept NHWC for a kernel listing it in channels_last_positions may
+        be read or written here; none is kept NHWC for such positions alone, so these kernels
+        are shared and retargeted as kernels offering nothing."""
+        return ()
+
     def use_channels_last(self, positions: Collection[int]) -> None:
         """The arrays at these positions (some of channels_last_positions) hold NHWC bytes from
         now on; called once at create(), before any run."""
@@ -254,9 +262,9 @@ class _Ufunc(_Plain):
     chain of such kernels) by its arrays' ranks. As a plain function it made its chains, a
     LLaMA's rotary cos * scale and sin * scale among them, be prepared again per size class.
 
-    Every argument may hold NHWC bytes: a ufunc broadcasts by the shapes of the views it is
-    handed, so the strided NCHW view of an NHWC buffer (runtime/layouts.py) reads right, and
-    its iterator follows the bytes' order. A RegNet's squeeze-excite scale (x * sigmoid(...))
+    Every argument is layout-free: a ufunc broadcasts by the shapes of the views it is handed,
+    so the strided NCHW view of an NHWC buffer (runtime/layouts.py) reads right, and its
+    iterator follows the bytes' order. A RegNet's squeeze-excite scale (x * sigmoid(...))
     between two convs then no longer sends their NHWC data through two reorders."""
 
     def __init__(self, arity: int) -> None:
@@ -268,7 +276,7 @@ class _Ufunc(_Plain):
     def shape_free(self) -> bool:
         return True
 
-    def channels_last_positions(self) -> Sequence[int]:
+    def layout_free_positions(self) -> Sequence[int]:
         return self._positions
 
 

@@ -34,11 +34,14 @@ class LayoutPlan:
 def plan_channels_last(graph: Graph, steps: Sequence[PreparedCall],
                        entry_device: Sequence[Device], excluded: set[int]) -> LayoutPlan:
     """The entries to keep NHWC; excluded: graph inputs, outputs and aliased entries."""
-    offered = [set(step.kernel.channels_last_positions()) if not step.is_copy else set()
+    needing = [set(step.kernel.channels_last_positions()) if not step.is_copy else set()
                for step in steps]
-    # the entries some kernel offers to take NHWC: only their writers and readers matter
+    # a layout-free position (a ufunc's) takes NHWC too, but no entry is kept NHWC for them
+    offered = [can | set(step.kernel.layout_free_positions()) if not step.is_copy else set()
+               for step, can in zip(steps, needing)]
+    # the entries some kernel needing NHWC offers to take: only their writers and readers matter
     shapes = graph.attrs["shape"][1]
-    candidates = {eid for step, can in zip(steps, offered) for pos in can
+    candidates = {eid for step, can in zip(steps, needing) for pos in can
                   for eid in (step.arg_keys[pos][0],)
                   if len(shapes[eid]) == 4 and eid not in excluded}
     if not candidates:

@@ -38,22 +38,35 @@ class Twice(PreparedKernel):
         self.told = set(positions)
 
 
-class Maker:
-    """A lib function preparing Twice kernels that take NHWC at `positions`."""
+class FreeTwice(Twice):
+    """Twice, layout-free at both positions (a NumPy ufunc's way): it takes NHWC where a
+    neighbour needs it, and needs it nowhere."""
 
-    def __init__(self, positions: tuple[int, ...]) -> None:
+    def channels_last_positions(self) -> tuple[int, ...]:
+        return ()
+
+    def layout_free_positions(self) -> tuple[int, ...]:
+        return (0, 1)
+
+
+class Maker:
+    """A lib function preparing Twice kernels that take NHWC at `positions` (free: FreeTwice)."""
+
+    def __init__(self, positions: tuple[int, ...], free: bool = False) -> None:
         self.positions = positions
+        self.free = free
         self.made: list[Twice] = []
 
     def prepare(self, device: Any, inputs: Any, outputs: Any, attrs: Any) -> Twice:
-        self.made.append(Twice(self.positions))
+        self.made.append(FreeTwice(()) if self.free else Twice(self.positions))
         return self.made[-1]
 
 
 def _chain(funcs: list[str], extra_head: int | None = None) -> tuple[Any, Module, dict]:
     """x -> f0 -> f1 -> ... (one node per func), the last node the output."""
     lib = Module("layouts")
-    makers = {"both": Maker((0, 1)), "in_only": Maker((0,)), "plain": Maker(())}
+    makers = {"both": Maker((0, 1)), "in_only": Maker((0,)), "plain": Maker(()),
+              "free": Maker((), free=True)}
     for name, maker in makers.items():
         lib.register(name, maker)
     nodes = [null("x")] + [tvm_op(f"n{i}", f, [i]) for i, f in enumerate(funcs)]
@@ -98,6 +111,22 @@ def test_a_writer_that_cannot_write_nhwc_keeps_the_entry_nchw() -> None:
     assert m.executor.channels_last == set()
     assert makers["both"].made[0].told == set()
 
+
+
+def test_layout_free_kernels_take_nhwc_beside_a_kernel_needing_it_and_never_alone() -> None:
+    # x -> both -> free -> free -> both: the entries around the free kernels are NHWC (each
+    # has a neighbour needing it: n0's output and n2's, read by n3); n1's output lies between
+    # two free kernels alone and stays NCHW
+    graph, lib, makers = _chain(["both", "free", "free", "both"])
+    m, x, got = _run(graph, lib)
+    np.testing.assert_array_equal(got, 16 * x)
+    assert m.executor.channels_last == {1, 3}
+    first, second = makers["free"].made
+    assert (first.seen, second.seen) == ([(True, False)], [(False, True)])
+    graph, lib, makers = _chain(["free", "free", "free"])
+    m, x, got = _run(graph, lib)
+    np.testing.assert_array_equal(got, 8 * x)
+    assert m.executor.channels_last == set()
 
 def test_a_graph_output_read_by_another_node_stays_nchw() -> None:
     graph, lib, _ = _chain(["both", "both", "both"], extra_head=1)
