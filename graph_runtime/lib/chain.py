@@ -190,11 +190,11 @@ class PreparedChain(PreparedKernel):
             for slot, users in sorted(self._touching.items()):
                 if slot >= args:
                     continue
-                taking = [pos in kernel.channels_last_positions() for kernel, pos in users]
-                if all(pos in kernel.layout_free_positions() for kernel, pos in users):
+                free_at = [pos in kernel.layout_free_positions() for kernel, pos in users]
+                if all(free_at):
                     free.append(slot)
-                elif all(t or pos in kernel.layout_free_positions()
-                         for t, (kernel, pos) in zip(taking, users)):
+                elif all(f or pos in kernel.channels_last_positions()
+                         for f, (kernel, pos) in zip(free_at, users)):
                     needs.append(slot)
             self._nhwc = (tuple(needs), tuple(free))
         return self._nhwc

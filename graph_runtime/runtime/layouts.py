@@ -3,7 +3,8 @@
 oneDNN's convolutions run on NHWC data; handed NCHW arrays, each reorders its data in and its
 output back (half of a MobileNetV2 depthwise conv's time). Here an entry stays NHWC when the
 kernel writing it and every kernel reading it can take NHWC (PreparedKernel.
-channels_last_positions), and nothing else sees it: not a graph input or output (set_input,
+channels_last_positions, or layout_free_positions: a ufunc, which never makes an entry NHWC by
+itself), and nothing else sees it: not a graph input or output (set_input,
 get_output and zero copy stay in the user's layout), not read by a copy, not flattened, not
 aliased by a `__nop` or a dropped copy. Such an entry keeps its storage id and its bytes (NHWC
 and NCHW take the same), so the storage plan and its liveness check hold unchanged; every

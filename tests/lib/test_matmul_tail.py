@@ -43,7 +43,6 @@ TAILS = {
 }
 
 
-
 @pytest.fixture(autouse=True, params=["matmul", "inner product"])
 def product_form(request, monkeypatch) -> str:
     """Every test with a 2-D product made as oneDNN's matmul, and as its inner product (where
@@ -51,6 +50,7 @@ def product_form(request, monkeypatch) -> str:
     monkeypatch.setattr(onednn_matmul, "_inner_product_pays",
                         lambda: request.param == "inner product")
     return request.param
+
 
 def _prepare(steps, shapes, rows=M):
     specs = [TensorSpec((2, rows, K), "float32"), TensorSpec((N, K), "float32")] + \

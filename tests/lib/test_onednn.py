@@ -491,7 +491,6 @@ def test_a_conv_net_keeps_nhwc_between_onednn_nodes(onednn, monkeypatch, threads
                                    atol=2e-5 * float(np.abs(value).max()))
 
 
-
 def test_a_squeeze_excite_scale_between_convs_keeps_their_nhwc(onednn, monkeypatch,
                                                                 random_array) -> None:
     """conv+relu -> global pool -> 1x1 conv+bias+sigmoid, times the conv's output -> 1x1 conv
@@ -537,6 +536,7 @@ def test_a_squeeze_excite_scale_between_convs_keeps_their_nhwc(onednn, monkeypat
     assert first.out is None and last.data_in is None  # no reorder on either side of the scale
     np.testing.assert_allclose(m.debug_get_outputs(["se"])["se"][0], y1 * scale, rtol=2e-5,
                                atol=2e-5 * float(np.abs(y1).max()))
+
 
 # -- threading policy ---------------------------------------------------------------------------
 

@@ -112,7 +112,6 @@ def test_a_writer_that_cannot_write_nhwc_keeps_the_entry_nchw() -> None:
     assert makers["both"].made[0].told == set()
 
 
-
 def test_layout_free_kernels_take_nhwc_beside_a_kernel_needing_it_and_never_alone() -> None:
     # x -> both -> free -> free -> both: the entries around the free kernels are NHWC (each
     # has a neighbour needing it: n0's output and n2's, read by n3); n1's output lies between
@@ -127,6 +126,7 @@ def test_layout_free_kernels_take_nhwc_beside_a_kernel_needing_it_and_never_alon
     m, x, got = _run(graph, lib)
     np.testing.assert_array_equal(got, 8 * x)
     assert m.executor.channels_last == set()
+
 
 def test_a_graph_output_read_by_another_node_stays_nchw() -> None:
     graph, lib, _ = _chain(["both", "both", "both"], extra_head=1)
