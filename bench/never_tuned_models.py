@@ -3,7 +3,9 @@
 Architectures no other bench uses and nothing in graph_runtime was tuned for: decoder LLMs with
 RMSNorm, rotary embeddings, grouped-query attention and SiLU-gated MLPs (LLaMA, Qwen2, Mistral,
 Phi-3), a T5 encoder (relative position bias), ALBERT, ELECTRA, DeiT, CLIP's vision tower,
-Swin, RegNet, ConvNeXt-v2, MobileViT and wav2vec2. Small configurations with seeded random
+Swin, RegNet, ConvNeXt-v2, MobileViT and wav2vec2; then decoders with other attention (Bloom with
+ALiBi biases, GPT-NeoX with partial rotary and parallel blocks, OPT), EfficientNet
+(depthwise + squeeze-excite with SiLU) and DeBERTa-v2 (disentangled relative attention). Small configurations with seeded random
 weights built from their configs (no download), static shapes, each exported by PyTorch's
 TorchScript exporter (opset 17) and its dynamo exporter (opset 18) where that works, into a
 cache folder (never committed). A failed export is printed and skipped.
@@ -139,12 +141,54 @@ def _wav2vec2() -> Any:
     return Wav2Vec2Model(config), ["input_values"], (audio,), "last_hidden_state"
 
 
+def _causal_lm(kind: str) -> Any:
+    """A decoder with another attention or block: Bloom (ALiBi biases, GELU MLP), GPT-NeoX
+    (rotary on a quarter of each head, attention and MLP in parallel), OPT (learned positions,
+    ReLU MLP); hidden 512, 2 layers, 8 heads. (Falcon with ALiBi is not here: both exporters
+    write its slopes through a complex Mul, which ONNX Runtime refuses to load.)"""
+    import transformers as tf
+    mask = torch.ones(1, SEQ, dtype=torch.int64)
+    config = {
+        "bloom": lambda: tf.BloomConfig(hidden_size=512, n_layer=2, n_head=8, vocab_size=2000),
+        "gpt_neox": lambda: tf.GPTNeoXConfig(hidden_size=512, num_hidden_layers=2,
+                                             num_attention_heads=8, intermediate_size=2048,
+                                             vocab_size=2000, rotary_pct=0.25,
+                                             max_position_embeddings=512),
+        "opt": lambda: tf.OPTConfig(hidden_size=512, num_hidden_layers=2, ffn_dim=2048,
+                                    num_attention_heads=8, vocab_size=2000,
+                                    word_embed_proj_dim=512, max_position_embeddings=512),
+    }[kind]()
+    config.use_cache = False
+    model_class = {"bloom": tf.BloomModel, "gpt_neox": tf.GPTNeoXModel,
+                   "opt": tf.OPTModel}[kind]
+    return (model_class(config), ["input_ids", "attention_mask"], (_ids(1, SEQ, 2000), mask),
+            "last_hidden_state")
+
+
+def _efficientnet() -> Any:
+    from transformers import EfficientNetConfig, EfficientNetModel
+    config = EfficientNetConfig(image_size=224, width_coefficient=1.0, depth_coefficient=1.0,
+                                hidden_dim=1280)  # B0
+    return EfficientNetModel(config), ["pixel_values"], (_pixels(224),), "last_hidden_state"
+
+
+def _deberta() -> Any:
+    from transformers import DebertaV2Config, DebertaV2Model
+    config = DebertaV2Config(hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+                             intermediate_size=1024, vocab_size=2000, relative_attention=True,
+                             position_buckets=64, pos_att_type=["p2c", "c2p"])
+    return DebertaV2Model(config), ["input_ids"], (_ids(1, SEQ, 2000),), "last_hidden_state"
+
+
 MODELS: dict[str, Callable[[], Any]] = {
     "llama": lambda: _decoder("llama"), "qwen2": lambda: _decoder("qwen2"),
     "mistral": lambda: _decoder("mistral"), "phi3": lambda: _decoder("phi3"),
     "t5_encoder": _t5, "albert": _albert, "electra": _electra, "deit": _deit,
     "clip_vision": _clip, "swin": _swin, "regnet": _regnet, "convnextv2": _convnextv2,
     "mobilevit": _mobilevit, "wav2vec2": _wav2vec2,
+    "bloom": lambda: _causal_lm("bloom"), "gpt_neox": lambda: _causal_lm("gpt_neox"),
+    "opt": lambda: _causal_lm("opt"),
+    "efficientnet": _efficientnet, "deberta_v2": _deberta,
 }
 EXPORTERS = ("ts", "dynamo")
 

@@ -94,6 +94,27 @@ def test_gather_elements_int_data(backend_name, run_op) -> None:
     np.testing.assert_array_equal(got, ref_gather_elements(x, idx, 0))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64", "bool", "int8", "int64",
+                                   "complex64", "complex128"])
+@pytest.mark.parametrize("axis", [0, 1, 2])
+def test_gather_elements_in_one_pass_for_every_item_size(dtype, axis, run_op) -> None:
+    """Indices as long as the data off the axis take the CPU's compiled pass (items moved as
+    unsigned integers of their size; complex128 has none and keeps NumPy's way): the same
+    elements as the reference, negative indices counted from the end."""
+    from graph_runtime.lib.ops.gather import _compiled_gather
+    rng = np.random.default_rng(11)
+    shape = (3, 5, 4)
+    x = (rng.standard_normal(shape) * 50).astype(dtype)
+    idx_shape = tuple(7 if d == axis else n for d, n in enumerate(shape))
+    for index_dtype in ("int32", "int64"):
+        idx = rng.integers(-shape[axis], shape[axis], idx_shape).astype(index_dtype)
+        specs = TensorSpec(shape, dtype), TensorSpec(idx_shape, index_dtype)
+        assert (_compiled_gather(*specs, axis) is None) == (dtype == "complex128")
+        (got,) = run_op("cpu", "gather_elements", [x, idx], {"axis": axis})
+        assert got.dtype == x.dtype
+        np.testing.assert_array_equal(got, ref_gather_elements(x, idx, axis))
+
+
 def test_gather_elements_errors(run_op, make_function) -> None:
     x = np.zeros((2, 3), np.float32)
     with pytest.raises(LibraryError, match=r"gather_elements: index 3 at indices\[0, 1\] is "

@@ -163,9 +163,23 @@ def _host_gather_elements(xp: Any, backend: Backend, device_id: int, inputs: Seq
     work = backend.empty(device_id, tuple(indices.shape), np.dtype(indices.dtype))
     negative = backend.empty(device_id, tuple(indices.shape), np.dtype(bool))
     check = backend.name == "cpu"
+    compiled = _compiled_gather(data, indices, axis) if check else None
+
+    def out_of_range(x: Any, idx: Any, first: tuple[int, ...]) -> Exception:
+        return op_error("gather_elements",
+                        f"index {int(idx[first])} at indices{list(first)} is out of range for "
+                        f"axis {axis} of data {tuple(x.shape)}: expected [-{extent}, "
+                        f"{extent - 1}]")
 
     def run(x: Any, idx: Any, out: Any) -> None:
         if out.size == 0:
+            return
+        if compiled is not None and x.flags.c_contiguous and idx.flags.c_contiguous and \
+                out.flags.c_contiguous:
+            bad = compiled(x, idx, out)
+            if bad >= 0:
+                raise out_of_range(x, idx, tuple(int(i) for i in np.unravel_index(bad,
+                                                                                  idx.shape)))
             return
         xp.less(idx, 0, out=negative)
         xp.multiply(negative, extent, out=work)
@@ -173,16 +187,41 @@ def _host_gather_elements(xp: Any, backend: Backend, device_id: int, inputs: Seq
         if check:
             bad = (work < 0) | (work >= extent)
             if bad.any():
-                first = tuple(int(i) for i in np.argwhere(bad)[0])
-                raise op_error("gather_elements",
-                               f"index {int(idx[first])} at indices{list(first)} is out of "
-                               f"range for axis {axis} of data {tuple(x.shape)}: expected "
-                               f"[-{extent}, {extent - 1}]")
+                raise out_of_range(x, idx, tuple(int(i) for i in np.argwhere(bad)[0]))
         else:
             # NOTE: a device-side range check would sync every run; GPUs clamp instead.
             xp.clip(work, 0, extent - 1, out=work)
         out[...] = xp.take_along_axis(x[corner], work, axis=axis)
     return run
+
+
+# the unsigned type of each item size: a gather only copies items, so it moves their bytes
+_ITEM_TYPES = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def _compiled_gather(data: TensorSpec, indices: TensorSpec, axis: int
+                     ) -> Callable[[Any, Any, Any], int] | None:
+    """The CPU's one-pass gather (cpu/loops_jit.gather_axis) on C-contiguous arrays viewed as
+    (outer, axis, inner) items of data's size, or None where it does not apply: indices shorter
+    than data off the axis (a corner of data), or items of another size. Its result: -1, or the
+    flat position in the indices of the first out of range. Measured on DeBERTa-v2's relative
+    position gathers, (4, 128, 128) from (4, 128, 256): 0.7-0.8 ms as take_along_axis with its
+    checks, against ONNX Runtime's 84 us (docs/measurements.md)."""
+    item = _ITEM_TYPES.get(np.dtype(data.dtype).itemsize)
+    same = all(d == axis or m == n for d, (n, m) in enumerate(zip(data.shape, indices.shape)))
+    if item is None or not same:
+        return None
+    from ..kernels.cpu.loops_jit import gather_axis
+    outer = size_of(data.shape[:axis])
+    inner = size_of(data.shape[axis + 1:])
+    extent = data.shape[axis]
+    x_shape = (outer, extent, inner)
+    idx_shape = (outer, indices.shape[axis], inner)
+
+    def gather(x: Any, idx: Any, out: Any) -> int:
+        return int(gather_axis(x.view(item).reshape(x_shape), idx.reshape(idx_shape),
+                               out.view(item).reshape(idx_shape), extent))
+    return gather
 
 
 def _cl_gather_elements(backend: OpenCLBackend, device_id: int, inputs: Sequence[TensorSpec],

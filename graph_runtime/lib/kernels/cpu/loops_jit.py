@@ -330,3 +330,22 @@ def warm_pool(dtype: str, is_max: bool) -> None:
         max_pool2d(x, x, 0, 0, 0, 1, 1, 1, 1, 1, 1, 0, 0, np.dtype(dtype).type(0))
     else:
         avg_pool2d(x, x, np.zeros((1, 1), dtype), 0, 0, 0, 1, 1, 1, 1, 1, 1, 0, 0)
+
+
+@compiled
+def gather_axis(x: Any, idx: Any, out: Any, extent: int) -> int:
+    """out[o, m, i] = x[o, idx[o, m, i], i] for x (O, extent, I) and idx, out (O, M, I), a
+    negative index counting from the end (ONNX GatherElements on its axis as the middle one):
+    one pass where NumPy's take_along_axis builds index grids first. Returns -1, or the flat
+    position in idx of the first index out of [-extent, extent) (nothing past it written)."""
+    outer, rows, inner = idx.shape
+    for o in range(outer):
+        for m in range(rows):
+            for i in range(inner):
+                j = idx[o, m, i]
+                if j < 0:
+                    j += extent
+                if j < 0 or j >= extent:
+                    return (o * rows + m) * inner + i
+                out[o, m, i] = x[o, j, i]
+    return -1
