@@ -44,6 +44,26 @@ def _dense_gelu(approximate: str) -> tuple[object, np.ndarray, np.ndarray]:
                   helper.make_node("Add", ["e", "one"], ["a"]),
                   helper.make_node("Mul", ["half", "a"], ["m"]),
                   helper.make_node("Mul", ["h", "m"], ["y"])]
+    elif approximate == "bloom":  # x * 0.5 * (1 + tanh(0.79788456 * x * (1 + 0.044715 * x * x)))
+        nodes += [helper.make_node("Mul", ["h", "half"], ["hh"]),
+                  helper.make_node("Mul", ["h", "c2"], ["cx"]),
+                  helper.make_node("Mul", ["h", "c1"], ["kx"]),
+                  helper.make_node("Mul", ["kx", "h"], ["kxx"]),
+                  helper.make_node("Add", ["one", "kxx"], ["s"]),
+                  helper.make_node("Mul", ["cx", "s"], ["s1"]),
+                  helper.make_node("Tanh", ["s1"], ["t"]),
+                  helper.make_node("Add", ["t", "one"], ["a"]),
+                  helper.make_node("Mul", ["hh", "a"], ["y"])]
+    elif approximate == "tanh_products":  # the cube as x * x * x, sqrt(2 / pi) first
+        nodes += [helper.make_node("Mul", ["h", "half"], ["hh"]),
+                  helper.make_node("Mul", ["h", "h"], ["p0"]),
+                  helper.make_node("Mul", ["p0", "h"], ["p"]),
+                  helper.make_node("Mul", ["c1", "p"], ["p1"]),
+                  helper.make_node("Add", ["p1", "h"], ["s"]),
+                  helper.make_node("Mul", ["c2", "s"], ["s1"]),
+                  helper.make_node("Tanh", ["s1"], ["t"]),
+                  helper.make_node("Add", ["one", "t"], ["a"]),
+                  helper.make_node("Mul", ["hh", "a"], ["y"])]
     else:  # GPT-2: 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))
         nodes += [helper.make_node("Mul", ["h", "half"], ["hh"]),
                   helper.make_node("Pow", ["h", "three"], ["p"]),
@@ -63,21 +83,30 @@ def _dense_gelu(approximate: str) -> tuple[object, np.ndarray, np.ndarray]:
     return m, w, b
 
 
-@pytest.mark.parametrize("approximate", ["none", "dynamo", "tanh"])
+@pytest.mark.parametrize("approximate", ["none", "dynamo", "tanh", "bloom", "tanh_products"])
 def test_bias_gelu_fuses_into_the_dense_chain(approximate: str) -> None:
     m, w, b = _dense_gelu(approximate)
     result = import_onnx(m)
-    assert dict(result.patterns) == {"gelu_tanh" if approximate == "tanh" else "gelu": 1}
+    tanh = approximate not in ("none", "dynamo")
+    assert dict(result.patterns) == {"gelu_tanh" if tanh else "gelu": 1}
     chains = [[s["op"] for s in f.get("ops", [f])] for f in result.lib_doc["functions"].values()]
     assert ["dense", "add", "gelu"] in chains
     x = (np.random.default_rng(3).standard_normal((3, 5, 13)) * 2).astype(np.float32)
     h = x.astype(np.float64) @ w + b
-    if approximate != "tanh":
+    if not tanh:
         want = 0.5 * h * (1 + _erf(h / math.sqrt(2)))
     else:
         want = 0.5 * h * (1 + np.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h ** 3)))
     (got,) = run_ours(m, {"x": x}, "cpu")
     _assert_close(got, want)
+
+
+def test_a_tanh_gelu_whose_product_is_read_elsewhere_stays_unfused() -> None:
+    """Bloom's form with x * 0.044715 also a graph output: fusing would compute it twice."""
+    m, _, _ = _dense_gelu("bloom")
+    m.graph.output.append(tensor("kx", F32, [3, 5, 37]))
+    result = import_onnx(m)
+    assert "gelu_tanh" not in dict(result.patterns)
 
 
 def test_decomposed_layer_norm_becomes_one_op() -> None:

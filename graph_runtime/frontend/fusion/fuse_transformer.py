@@ -77,28 +77,75 @@ def _match_erf_gelu(g: PatternGraph, erf: Prim) -> tuple[Value, Value] | None:
     return None if out is None else (x, out)
 
 
+def _factors(g: PatternGraph, v: Value) -> list[Value] | None:
+    """The operands of the tree of multiplies computing v, in order, each product inside the
+    tree read by its parent alone; [v] where v is no product, None where a product inside is
+    read elsewhere too."""
+    p = v.producer
+    if p is None or p.op != "multiply" or len(p.inputs) != 2:
+        return [v]
+    found: list[Value] = []
+    for operand in p.inputs:
+        inner = operand.producer
+        if inner is not None and inner.op == "multiply" and operand is not v:
+            if g.sole(operand) is not p:
+                return None
+            part = _factors(g, operand)
+            if part is None:
+                return None
+            found += part
+        else:
+            found.append(operand)
+    return found
+
+
+def _power_term(g: PatternGraph, v: Value, x: Value, n: int) -> bool:
+    """Whether v is 0.044715 * x^n: x n times among its factors, or one Pow(x, n) read here
+    alone."""
+    factors = _factors(g, v)
+    if factors is None:
+        return False
+    consts = [f for f in factors if scalar(f) is not None]
+    rest = [f for f in factors if scalar(f) is None]
+    if len(consts) != 1 or not near(consts[0], 0.044715):
+        return False
+    if len(rest) == n and all(f is x for f in rest):
+        return True
+    pw = rest[0].producer if len(rest) == 1 else None
+    return pw is not None and pw.op == "power" and pw.inputs[0] is x and \
+        near(pw.inputs[1], float(n)) and g.sole(rest[0]) is not None
+
+
 def _match_tanh_gelu(g: PatternGraph, tanh: Prim) -> tuple[Value, Value] | None:
+    """0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) as GPT-2's exports write it (the cube as
+    Pow or products), or as Bloom's: ... tanh(sqrt(2/pi) x (1 + 0.044715 x x)), the same
+    function with its terms factored; (x, output) or None."""
     w = tanh.inputs[0]
-    scale = w.producer
-    if scale is None or scale.op != "multiply" or g.sole(w) is not tanh:
+    if g.sole(w) is not tanh or w.producer is None or w.producer.op != "multiply":
         return None
-    inner = next((a for a in scale.inputs if not near(a, math.sqrt(2.0 / math.pi))), None)
-    if inner is None or other(scale, inner) is None or inner.producer is None \
-            or inner.producer.op != "add" or g.sole(inner) is not scale:
+    factors = _factors(g, w)
+    if factors is None:
         return None
-    add = inner.producer
-    for x in add.inputs:
-        cube = other(add, x)
-        if cube is None or cube.producer is None or cube.producer.op != "multiply":
-            continue
-        mul = cube.producer
-        powered = next((a for a in mul.inputs if not near(a, 0.044715)), None)
-        if powered is None or powered.producer is None:
-            continue
-        pw = powered.producer
-        cubed = pw.op == "power" and pw.inputs[0] is x and near(pw.inputs[1], 3.0)
-        if not cubed:
-            continue
+    consts = [f for f in factors if scalar(f) is not None]
+    rest = [f for f in factors if scalar(f) is None]
+    if len(consts) != 1 or not near(consts[0], math.sqrt(2.0 / math.pi)):
+        return None
+    candidates: list[Value] = []
+    if len(rest) == 1 and rest[0].producer is not None and rest[0].producer.op == "add" \
+            and g.sole(rest[0]) is not None:
+        add = rest[0].producer  # x + 0.044715 x^3
+        candidates = [x for x in add.inputs
+                      if (cube := other(add, x)) is not None and _power_term(g, cube, x, 3)]
+    elif len(rest) == 2:  # x (1 + 0.044715 x x), the factors in either order
+        for x, sum_ in (rest, rest[::-1]):
+            plus = sum_.producer
+            if plus is None or plus.op != "add" or g.sole(sum_) is None:
+                continue
+            one = next((a for a in plus.inputs if near(a, 1.0)), None)
+            term = None if one is None else other(plus, one)
+            if term is not None and _power_term(g, term, x, 2):
+                candidates.append(x)
+    for x in candidates:
         plus = _add_one(g, tanh.outputs[0])
         out = None if plus is None else _gelu_tail(g, plus, x)
         if out is not None:
