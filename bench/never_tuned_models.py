@@ -116,9 +116,13 @@ def _mobilevit() -> Any:
     config = MobileViTConfig(image_size=256, hidden_sizes=[64, 80, 96],
                              neck_hidden_sizes=[16, 16, 24, 48, 64, 80, 320])
     model = MobileViTModel(config, expand_output=True)
-    # its initializer (normal, std 0.02, batch-norm scales too) shrinks the activations to
-    # denormals by the last stage, which would make any output match: He initialisation and
-    # unit batch-norm scales keep them near 1
+    return _he_initialised(model), ["pixel_values"], (_pixels(256),), "last_hidden_state"
+
+
+def _he_initialised(model: Any) -> Any:
+    """model with He-initialised convs and linears and unit batch-norm scales: MobileViT's and
+    EfficientNet's own initializers (normal, std 0.02, batch-norm scales too) shrink the
+    activations to denormals or zeros by the last stage, which would make any output match."""
     for module in model.modules():
         if isinstance(module, torch.nn.BatchNorm2d):
             torch.nn.init.ones_(module.weight)
@@ -127,7 +131,7 @@ def _mobilevit() -> Any:
             torch.nn.init.kaiming_normal_(module.weight)
         elif isinstance(module, torch.nn.Linear):
             torch.nn.init.kaiming_normal_(module.weight, nonlinearity="linear")
-    return model, ["pixel_values"], (_pixels(256),), "last_hidden_state"
+    return model
 
 
 def _wav2vec2() -> Any:
@@ -169,7 +173,8 @@ def _efficientnet() -> Any:
     from transformers import EfficientNetConfig, EfficientNetModel
     config = EfficientNetConfig(image_size=224, width_coefficient=1.0, depth_coefficient=1.0,
                                 hidden_dim=1280)  # B0
-    return EfficientNetModel(config), ["pixel_values"], (_pixels(224),), "last_hidden_state"
+    return (_he_initialised(EfficientNetModel(config)), ["pixel_values"], (_pixels(224),),
+            "last_hidden_state")
 
 
 def _deberta() -> Any:
