@@ -2,8 +2,8 @@
 
 The models come from bench/never_tuned_models.py (run it first with a Python that has torch and
 transformers): LLaMA, Qwen2, Mistral, Phi-3, a T5 encoder, ALBERT, ELECTRA, DeiT, CLIP's vision
-tower, Swin, RegNet, ConvNeXt-v2, MobileViT and wav2vec2, each from both PyTorch exporters where
-they worked. Each is imported with graph_runtime.frontend.from_onnx (passes named by --disable-pass
+tower, Swin, RegNet, ConvNeXt-v2, MobileViT, wav2vec2, Bloom, GPT-NeoX, OPT, EfficientNet-B0 and
+DeBERTa-v2, each from both PyTorch exporters where they worked. Each is imported with graph_runtime.frontend.from_onnx (passes named by --disable-pass
 are skipped) and timed beside ONNX Runtime's default session and its one-thread session
 (bench/peers.py), the contenders interleaved with a pause between them (bench/interleave.py);
 the table gives medians, ONNX Runtime's absolute times, the ratio to its faster setting (paired
