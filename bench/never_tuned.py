@@ -3,14 +3,15 @@
 The models come from bench/never_tuned_models.py (run it first with a Python that has torch and
 transformers): LLaMA, Qwen2, Mistral, Phi-3, a T5 encoder, ALBERT, ELECTRA, DeiT, CLIP's vision
 tower, Swin, RegNet, ConvNeXt-v2, MobileViT, wav2vec2, Bloom, GPT-NeoX, OPT, EfficientNet-B0 and
-DeBERTa-v2, each from both PyTorch exporters where they worked. Each is imported with graph_runtime.frontend.from_onnx (passes named by --disable-pass
-are skipped) and timed beside ONNX Runtime's default session and its one-thread session
-(bench/peers.py), the contenders interleaved with a pause between them (bench/interleave.py);
-the table gives medians, ONNX Runtime's absolute times, the ratio to its faster setting (paired
-by round: interleave.paired_ratio) with the lowest and highest round's, and whether our output
-matches its (max abs error against a tolerance scaled to the output). Run it
-with `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE` as on a user's machine; it prints the load.
---busy-core keeps one core busy with a spinning process meanwhile (issue 33's neighbour).
+DeBERTa-v2, each from both PyTorch exporters where they worked. Each is imported with
+graph_runtime.frontend.from_onnx (passes named by --disable-pass are skipped) and timed beside ONNX
+Runtime's default session and its one-thread session (bench/peers.py), the contenders interleaved
+with a pause between them (bench/interleave.py); the table gives medians, ONNX Runtime's absolute
+times, the ratio to its faster setting (paired by round: interleave.paired_ratio) with the lowest
+and highest round's, and whether our output matches its (max abs error against a tolerance scaled
+to the output). Run it with `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE` as on a user's machine;
+it prints the load. --busy-core keeps one core busy with a spinning process meanwhile (issue 33's
+neighbour).
 
 Usage: python bench/never_tuned.py [--models llama_ts swin_dynamo ...] [--rounds 3]
                                    [--disable-pass NAME ...] [--busy-core] [--json OUT.json]

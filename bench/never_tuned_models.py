@@ -3,12 +3,13 @@
 Architectures no other bench uses and nothing in graph_runtime was tuned for: decoder LLMs with
 RMSNorm, rotary embeddings, grouped-query attention and SiLU-gated MLPs (LLaMA, Qwen2, Mistral,
 Phi-3), a T5 encoder (relative position bias), ALBERT, ELECTRA, DeiT, CLIP's vision tower,
-Swin, RegNet, ConvNeXt-v2, MobileViT and wav2vec2; then decoders with other attention (Bloom with
-ALiBi biases, GPT-NeoX with partial rotary and parallel blocks, OPT), EfficientNet
-(depthwise + squeeze-excite with SiLU) and DeBERTa-v2 (disentangled relative attention). Small configurations with seeded random
-weights built from their configs (no download), static shapes, each exported by PyTorch's
-TorchScript exporter (opset 17) and its dynamo exporter (opset 18) where that works, into a
-cache folder (never committed). A failed export is printed and skipped.
+Swin, RegNet, ConvNeXt-v2, MobileViT and wav2vec2; then decoders with other attention (Bloom
+with ALiBi biases, GPT-NeoX with partial rotary and parallel blocks, OPT), EfficientNet
+(depthwise + squeeze-excite with SiLU) and DeBERTa-v2 (disentangled relative attention). Small
+configurations with seeded random weights built from their configs (no download), static
+shapes, each exported by PyTorch's TorchScript exporter (opset 17) and its dynamo exporter
+(opset 18) where that works, into a cache folder (never committed). A failed export is printed
+and skipped.
 
 Usage: python bench/never_tuned_models.py [--out DIR] [--only llama qwen2 ...]
                                           [--exporters ts dynamo]

@@ -211,7 +211,9 @@ def _compiled_gather(data: TensorSpec, indices: TensorSpec, axis: int
     same = all(d == axis or m == n for d, (n, m) in enumerate(zip(data.shape, indices.shape)))
     if item is None or not same:
         return None
+    from ..kernels.cpu import jit_setup
     from ..kernels.cpu.loops_jit import gather_axis
+    jit_setup.start()  # numba's set-up overlaps create(), as for every compiled kernel
     outer = size_of(data.shape[:axis])
     inner = size_of(data.shape[axis + 1:])
     extent = data.shape[axis]

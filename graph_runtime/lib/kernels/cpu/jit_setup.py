@@ -16,12 +16,12 @@ core and the GIL from oneDNN and create()). A fork waits for it to end, so that 
 inherits numba's lock or an import lock held by a thread it lacks.
 
 Who calls start(): every builder that returns a kernel calling compiled code at each run
-(rows_jit, attention, rotary, chain_jit, the pools, depthwise conv, resize and the int8
-kernels). The conv epilogue's one pass, taken or not by size at run time, leaves the set-up to
-its first call. A module with symbolic dims makes its kernels at its first run: its create()
-starts the set-up where it has CPU entries (a server's first request, 2 s after create, took
-0.19-0.21 s against 0.39-0.54 s waiting for it; with no gap, the same), even for a graph of
-products alone, whose kernels would not need it.
+(rows_jit, attention, rotary, chain_jit, the pools, depthwise conv, resize, gather_elements and
+the int8 kernels). The conv epilogue's one pass, taken or not by size at run time, leaves the
+set-up to its first call. A module with symbolic dims makes its kernels at its first run: its
+create() starts the set-up where it has CPU entries (a server's first request, 2 s after
+create, took 0.19-0.21 s against 0.39-0.54 s waiting for it; with no gap, the same), even for a
+graph of products alone, whose kernels would not need it.
 """
 from __future__ import annotations
 
