@@ -50,7 +50,10 @@ def measure(path: Path, rounds: int, disable: list[str]) -> dict[str, Any]:
     want = peers[DEFAULT].run(None, feeds)[0].astype(np.float64)
     got = module.get_output(0).numpy().astype(np.float64)
     error = float(np.abs(got - want).max()) if got.shape == want.shape else math.inf
-    tolerance = 1e-3 * max(1.0, float(np.abs(want).max()))
+    # scaled to the output itself: a floor of 1 let EfficientNet's 0.006-wide output pass with
+    # any error of a sixth of it; an output of zeros only (a degenerate export) matches nothing
+    largest = float(np.abs(want).max())
+    tolerance = 1e-3 * largest if largest > 0 else -1.0
 
     def ours() -> None:
         module.run(**feeds)
