@@ -87,7 +87,7 @@ def _factors(g: PatternGraph, v: Value) -> list[Value] | None:
     found: list[Value] = []
     for operand in p.inputs:
         inner = operand.producer
-        if inner is not None and inner.op == "multiply" and operand is not v:
+        if inner is not None and inner.op == "multiply":
             if g.sole(operand) is not p:
                 return None
             part = _factors(g, operand)
@@ -99,15 +99,23 @@ def _factors(g: PatternGraph, v: Value) -> list[Value] | None:
     return found
 
 
+def _scaled(g: PatternGraph, v: Value, constant: float) -> list[Value] | None:
+    """The other factors of v where v is constant times them (one constant among its factors,
+    _factors'), else None."""
+    factors = _factors(g, v)
+    if factors is None:
+        return None
+    consts = [f for f in factors if scalar(f) is not None]
+    if len(consts) != 1 or not near(consts[0], constant):
+        return None
+    return [f for f in factors if scalar(f) is None]
+
+
 def _power_term(g: PatternGraph, v: Value, x: Value, n: int) -> bool:
     """Whether v is 0.044715 * x^n: x n times among its factors, or one Pow(x, n) read here
     alone."""
-    factors = _factors(g, v)
-    if factors is None:
-        return False
-    consts = [f for f in factors if scalar(f) is not None]
-    rest = [f for f in factors if scalar(f) is None]
-    if len(consts) != 1 or not near(consts[0], 0.044715):
+    rest = _scaled(g, v, 0.044715)
+    if rest is None:
         return False
     if len(rest) == n and all(f is x for f in rest):
         return True
@@ -121,14 +129,9 @@ def _match_tanh_gelu(g: PatternGraph, tanh: Prim) -> tuple[Value, Value] | None:
     Pow or products), or as Bloom's: ... tanh(sqrt(2/pi) x (1 + 0.044715 x x)), the same
     function with its terms factored; (x, output) or None."""
     w = tanh.inputs[0]
-    if g.sole(w) is not tanh or w.producer is None or w.producer.op != "multiply":
-        return None
-    factors = _factors(g, w)
-    if factors is None:
-        return None
-    consts = [f for f in factors if scalar(f) is not None]
-    rest = [f for f in factors if scalar(f) is None]
-    if len(consts) != 1 or not near(consts[0], math.sqrt(2.0 / math.pi)):
+    rest = _scaled(g, w, math.sqrt(2.0 / math.pi)) if g.sole(w) is tanh else None
+    plus = _add_one(g, tanh.outputs[0])
+    if rest is None or plus is None:
         return None
     candidates: list[Value] = []
     if len(rest) == 1 and rest[0].producer is not None and rest[0].producer.op == "add" \
@@ -138,16 +141,15 @@ def _match_tanh_gelu(g: PatternGraph, tanh: Prim) -> tuple[Value, Value] | None:
                       if (cube := other(add, x)) is not None and _power_term(g, cube, x, 3)]
     elif len(rest) == 2:  # x (1 + 0.044715 x x), the factors in either order
         for x, sum_ in (rest, rest[::-1]):
-            plus = sum_.producer
-            if plus is None or plus.op != "add" or g.sole(sum_) is None:
+            total = sum_.producer
+            if total is None or total.op != "add" or g.sole(sum_) is None:
                 continue
-            one = next((a for a in plus.inputs if near(a, 1.0)), None)
-            term = None if one is None else other(plus, one)
+            one = next((a for a in total.inputs if near(a, 1.0)), None)
+            term = None if one is None else other(total, one)
             if term is not None and _power_term(g, term, x, 2):
                 candidates.append(x)
     for x in candidates:
-        plus = _add_one(g, tanh.outputs[0])
-        out = None if plus is None else _gelu_tail(g, plus, x)
+        out = _gelu_tail(g, plus, x)
         if out is not None:
             return x, out
     return None

@@ -160,10 +160,15 @@ def _host_gather_elements(xp: Any, backend: Backend, device_id: int, inputs: Seq
     # Non-axis dims of indices may be shorter than data's: read only that corner of data.
     corner = tuple(slice(None) if d == axis else slice(0, m)
                    for d, m in enumerate(indices.shape))
-    work = backend.empty(device_id, tuple(indices.shape), np.dtype(indices.dtype))
-    negative = backend.empty(device_id, tuple(indices.shape), np.dtype(bool))
     check = backend.name == "cpu"
     compiled = _compiled_gather(data, indices, axis) if check else None
+
+    def numpy_workspaces() -> tuple[Any, Any]:
+        return (backend.empty(device_id, tuple(indices.shape), np.dtype(indices.dtype)),
+                backend.empty(device_id, tuple(indices.shape), np.dtype(bool)))
+    # NumPy's way's index workspaces: made now where it is the way, else at its first use (a
+    # compiled gather handed views that are not C-contiguous)
+    spaces = [] if compiled is not None else [numpy_workspaces()]
 
     def out_of_range(x: Any, idx: Any, first: tuple[int, ...]) -> Exception:
         return op_error("gather_elements",
@@ -181,6 +186,9 @@ def _host_gather_elements(xp: Any, backend: Backend, device_id: int, inputs: Seq
                 raise out_of_range(x, idx, tuple(int(i) for i in np.unravel_index(bad,
                                                                                   idx.shape)))
             return
+        if not spaces:
+            spaces.append(numpy_workspaces())
+        work, negative = spaces[0]
         xp.less(idx, 0, out=negative)
         xp.multiply(negative, extent, out=work)
         xp.add(work, idx, out=work)
